@@ -1,0 +1,53 @@
+// SharedBytes: an immutable, reference-counted byte range.
+//
+// The unit of zero-copy in prefixkv: the hot tier hands out SharedBytes, decoded
+// tensors are SharedBytes slices of the encoded record, and a restore that hits
+// the hot tier reads the very bytes that were stored. Copying a SharedBytes
+// copies a pointer, never the bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace prefixkv {
+
+// Thread-safe for concurrent readers (the bytes never change after creation).
+class SharedBytes {
+ public:
+  SharedBytes() = default;
+
+  // A fresh copy of [data, data+size).
+  static SharedBytes Copy(const void* data, size_t size);
+  static SharedBytes Copy(std::string_view s) { return Copy(s.data(), s.size()); }
+  // Takes ownership of a string's buffer without copying it.
+  static SharedBytes Adopt(std::string&& s);
+  // An uninitialised, 64-byte aligned buffer of `size` bytes. `*writable` lets
+  // the creator fill it before sharing; nobody may write through it afterwards.
+  static SharedBytes Allocate(size_t size, uint8_t** writable);
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  std::string_view view() const {
+    return {reinterpret_cast<const char*>(data_), size_};
+  }
+
+  // A sub-range sharing ownership. REQUIRES: offset + length <= size().
+  SharedBytes Slice(size_t offset, size_t length) const;
+
+  // How many SharedBytes share this buffer (for tests proving zero copy).
+  long use_count() const { return owner_.use_count(); }
+
+ private:
+  SharedBytes(std::shared_ptr<const void> owner, const uint8_t* data, size_t size)
+      : owner_(std::move(owner)), data_(data), size_(size) {}
+
+  std::shared_ptr<const void> owner_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace prefixkv

@@ -1,0 +1,117 @@
+// Status and StatusOr: how every prefixkv call reports an expected failure.
+//
+// Errors are values, never exceptions across module boundaries (LevelDB style).
+// A cache miss is not an error: lookups return a value with a reason instead.
+#pragma once
+
+#include <cassert>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+
+namespace prefixkv {
+
+enum class StatusCode : unsigned char {
+  kOk = 0,
+  kNotFound,
+  kCorruption,
+  kInvalidArgument,
+  kIOError,
+  kBusy,
+  kNoSpace,
+  kNotSupported,
+  kAborted,    // cancelled by the caller
+  kInternal,   // a broken invariant inside prefixkv; always a bug
+};
+
+// Name of a code, for logs and --json output ("Corruption", ...).
+std::string_view StatusCodeName(StatusCode code);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;  // OK
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  static Status OK() { return Status(); }
+  static Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
+  static Status Corruption(std::string m) { return {StatusCode::kCorruption, std::move(m)}; }
+  static Status InvalidArgument(std::string m) {
+    return {StatusCode::kInvalidArgument, std::move(m)};
+  }
+  static Status IOError(std::string m) { return {StatusCode::kIOError, std::move(m)}; }
+  static Status Busy(std::string m) { return {StatusCode::kBusy, std::move(m)}; }
+  static Status NoSpace(std::string m) { return {StatusCode::kNoSpace, std::move(m)}; }
+  static Status NotSupported(std::string m) {
+    return {StatusCode::kNotSupported, std::move(m)};
+  }
+  static Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
+  static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+  bool IsNotFound() const { return code_ == StatusCode::kNotFound; }
+  bool IsCorruption() const { return code_ == StatusCode::kCorruption; }
+  bool IsInvalidArgument() const { return code_ == StatusCode::kInvalidArgument; }
+  bool IsIOError() const { return code_ == StatusCode::kIOError; }
+  bool IsBusy() const { return code_ == StatusCode::kBusy; }
+  bool IsNoSpace() const { return code_ == StatusCode::kNoSpace; }
+
+  // "Corruption: bad magic" or "OK".
+  std::string ToString() const;
+
+  // Returns a copy whose message is prefixed with `context + ": "`.
+  Status WithContext(std::string_view context) const;
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+// A value or the Status that explains why there is none.
+// REQUIRES: constructed from a non-OK Status when it holds no value.
+template <typename T>
+class [[nodiscard]] StatusOr {
+ public:
+  StatusOr(Status status) : status_(std::move(status)) {  // NOLINT: implicit on purpose
+    assert(!status_.ok());
+    if (status_.ok()) status_ = Status::Internal("StatusOr built from OK without value");
+  }
+  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit on purpose
+
+  bool ok() const { return status_.ok(); }
+  const Status& status() const { return status_; }
+
+  // REQUIRES: ok().
+  T& value() & { assert(ok()); return *value_; }
+  const T& value() const& { assert(ok()); return *value_; }
+  T&& value() && { assert(ok()); return std::move(*value_); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+
+ private:
+  Status status_;
+  std::optional<T> value_;
+};
+
+}  // namespace prefixkv
+
+// Propagates a non-OK Status to the caller.
+#define PKV_RETURN_IF_ERROR(expr)                 \
+  do {                                            \
+    ::prefixkv::Status pkv_status_ = (expr);      \
+    if (!pkv_status_.ok()) return pkv_status_;    \
+  } while (0)
+
+#define PKV_CONCAT_INNER(a, b) a##b
+#define PKV_CONCAT(a, b) PKV_CONCAT_INNER(a, b)
+// Declares `lhs` from a StatusOr, or returns its Status.
+#define PKV_ASSIGN_OR_RETURN(lhs, expr)                          \
+  auto PKV_CONCAT(pkv_or_, __LINE__) = (expr);                   \
+  if (!PKV_CONCAT(pkv_or_, __LINE__).ok())                       \
+    return PKV_CONCAT(pkv_or_, __LINE__).status();               \
+  lhs = std::move(PKV_CONCAT(pkv_or_, __LINE__)).value()

@@ -1,0 +1,109 @@
+// The narrow interface every storage tier implements (hot RAM, SSD on RocksDB,
+// the simple in-memory tier used by tests and replay), so that one typed test
+// suite runs against all of them and the prefix cache can stack them.
+//
+// A tier stores opaque payloads (normally encoded block records, see codec.h)
+// under 128-bit keys, with a little metadata: the parent key (so eviction can
+// take chain leaves before their ancestors), the namespace (the SSD key prefix)
+// and the owner charged for the bytes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "prefixkv/block.h"
+#include "prefixkv/bytes.h"
+#include "prefixkv/status.h"
+
+namespace prefixkv {
+
+// Who is charged for an entry's bytes; one per registered model (0 = default).
+using OwnerId = uint32_t;
+
+struct BlockMeta {
+  BlockKey key;
+  BlockKey parent;        // the previous block of the chain; zero when none
+  BlockKey namespace_id;  // chain root; zero for raw blobs (server GET/SET)
+  OwnerId owner = 0;
+};
+
+// Counters every tier keeps, per owner and in total. Audit() recomputes the
+// state counters (entries, bytes, pinned_bytes) from contents; the event
+// counters (hits...) are checked for internal consistency (total = sum of owners).
+struct TierCounters {
+  uint64_t entries = 0;       // blocks resident
+  uint64_t bytes = 0;         // charged bytes of resident blocks (see each tier's charge)
+  uint64_t pinned_bytes = 0;  // charged bytes of pinned blocks (hot tier)
+  uint64_t hits = 0;          // Get found the block
+  uint64_t misses = 0;        // Get did not (including corrupt blocks)
+  uint64_t inserts = 0;       // Put stored a new block or replaced one
+  uint64_t removes = 0;       // explicit Remove
+  uint64_t evictions = 0;     // removed for capacity
+  uint64_t spills = 0;        // evicted blocks handed to the next tier
+  uint64_t corruptions = 0;   // checksum or decode failures detected on read
+  uint64_t io_errors = 0;     // failed writes/reads of the medium
+
+  bool operator==(const TierCounters&) const = default;
+};
+
+// Receives blocks a tier evicts for capacity. `dirty` is true when the block is
+// not yet stored in any lower tier: the listener must keep it (write-back) or
+// the block is lost. Called without the tier's locks held; may block
+// (backpressure) but must not call back into the evicting tier.
+class EvictionListener {
+ public:
+  virtual ~EvictionListener() = default;
+  virtual void OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool dirty) = 0;
+};
+
+// One line of an audit: which counter or block disagrees, and how.
+struct AuditFinding {
+  std::string what;    // e.g. "owner 2 bytes", "block <hex> checksum"
+  std::string detail;  // e.g. "counter 4096, recomputed 2048"
+};
+
+// Thread-safe: every method may be called concurrently.
+class BlockTier {
+ public:
+  virtual ~BlockTier() = default;
+
+  // "hot", "ssd", "mem".
+  virtual std::string_view name() const = 0;
+
+  // Stores or replaces a block. `dirty`: not yet stored in a lower tier (the
+  // eviction listener then receives it). NoSpace when it cannot fit even after
+  // evicting everything evictable; nothing changes then.
+  virtual Status Put(const BlockMeta& meta, SharedBytes payload, bool dirty) = 0;
+
+  // The payload, or NotFound (a miss). A tier that verifies checksums returns
+  // NotFound with a "corrupt" reason for a damaged block, after removing it and
+  // counting it; it never returns wrong bytes.
+  virtual StatusOr<SharedBytes> Get(const BlockKey& key) = 0;
+
+  // Metadata without counting a hit or touching recency; NotFound when absent.
+  virtual StatusOr<BlockMeta> Peek(const BlockKey& key) const = 0;
+  virtual bool Contains(const BlockKey& key) const = 0;
+
+  // Removes a block; NotFound when absent.
+  virtual Status Remove(const BlockKey& key) = 0;
+
+  virtual TierCounters Totals() const = 0;
+  virtual TierCounters OwnerCounters(OwnerId owner) const = 0;
+
+  // Recomputes counters from contents (and, where the tier can, verifies
+  // checksums and chain links); appends every disagreement to `findings`.
+  // OK when it could run (even with findings), an error when it could not.
+  virtual Status Audit(std::vector<AuditFinding>* findings) = 0;
+
+  // Visits every resident block's metadata and charged bytes. The callback must
+  // not call back into the tier.
+  virtual void ForEach(const std::function<void(const BlockMeta&, uint64_t bytes)>& fn) const = 0;
+
+  // Where evicted blocks go (nullptr: dropped, counted as evictions only).
+  virtual void SetEvictionListener(EvictionListener* listener) = 0;
+};
+
+}  // namespace prefixkv

@@ -1,0 +1,107 @@
+// Flag parsing shared by every subcommand.
+#include "tools/cli/flags.h"
+
+#include <charconv>
+#include <cstdio>
+
+namespace prefixkv::cli {
+
+const FlagSpec* Flags::Find(const std::string& name) const {
+  for (const FlagSpec& s : specs_) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+bool Flags::Parse(const std::vector<std::string>& args, std::string* error) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      help_ = true;
+      continue;
+    }
+    if (a.rfind("--", 0) != 0 || a == "--") {
+      positional_.push_back(a);
+      continue;
+    }
+    std::string name = a.substr(2);
+    std::optional<std::string> value;
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    const FlagSpec* spec = Find(name);
+    if (spec == nullptr) {
+      *error = "unknown flag --" + name;
+      return false;
+    }
+    if (spec->is_bool) {
+      if (value) {
+        *error = "--" + name + " takes no value";
+        return false;
+      }
+      values_[name] = "true";
+      continue;
+    }
+    if (!value) {
+      if (i + 1 >= args.size()) {
+        *error = "--" + name + " needs a value";
+        return false;
+      }
+      value = args[++i];
+    }
+    values_[name] = *value;
+  }
+  return true;
+}
+
+std::string Flags::HelpText() const {
+  std::string out = "usage: " + usage_ + "\n";
+  if (!specs_.empty()) out += "\noptions:\n";
+  for (const FlagSpec& s : specs_) {
+    std::string left = "  --" + s.name + (s.is_bool ? "" : " VALUE");
+    if (left.size() < 30) left.resize(30, ' ');
+    out += left + " " + s.help;
+    if (!s.default_text.empty()) out += " (default: " + s.default_text + ")";
+    out += "\n";
+  }
+  out += "  --help                         show this help\n";
+  return out;
+}
+
+std::string Flags::GetString(const std::string& name, const std::string& def) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? def : it->second;
+}
+
+std::optional<uint64_t> ParseSize(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  uint64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc()) return std::nullopt;
+  std::string suffix(end, text.data() + text.size());
+  int shift = 0;
+  if (suffix.empty()) shift = 0;
+  else if (suffix == "K" || suffix == "k" || suffix == "KiB") shift = 10;
+  else if (suffix == "M" || suffix == "MiB") shift = 20;
+  else if (suffix == "G" || suffix == "GiB") shift = 30;
+  else if (suffix == "T" || suffix == "TiB") shift = 40;
+  else return std::nullopt;
+  if (shift > 0 && v > (UINT64_MAX >> shift)) return std::nullopt;
+  return v << shift;
+}
+
+std::optional<uint64_t> Flags::GetSize(const std::string& name, std::string* error) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return std::nullopt;
+  std::optional<uint64_t> v = ParseSize(it->second);
+  if (!v) *error = "--" + name + ": '" + it->second + "' is not a size (e.g. 4096, 64M, 2G)";
+  return v;
+}
+
+int UsageError(const Flags& flags, const std::string& error) {
+  std::fprintf(stderr, "prefixkv: %s\n%s", error.c_str(), flags.HelpText().c_str());
+  return 2;
+}
+
+}  // namespace prefixkv::cli

@@ -1,0 +1,54 @@
+// prefixkv: the command-line entry point. Dispatches to registered subcommands.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "tools/cli/command.h"
+
+namespace prefixkv::cli {
+
+std::map<std::string, CommandInfo>& Commands() {
+  static auto* m = new std::map<std::string, CommandInfo>();
+  return *m;
+}
+
+std::map<std::string, CommandInfo>& BenchSuites() {
+  static auto* m = new std::map<std::string, CommandInfo>();
+  return *m;
+}
+
+namespace {
+
+void PrintHelp(FILE* out) {
+  std::fprintf(out,
+               "prefixkv: a paged prefix-cache storage engine for LLM inference\n\n"
+               "usage: prefixkv COMMAND [OPTIONS]   (prefixkv COMMAND --help for details)\n\n"
+               "commands:\n");
+  for (const auto& [name, info] : Commands()) {
+    std::fprintf(out, "  %-10s %s\n", name.c_str(), info.summary.c_str());
+  }
+}
+
+}  // namespace
+}  // namespace prefixkv::cli
+
+int main(int argc, char** argv) {
+  using namespace prefixkv::cli;
+  if (argc < 2) {
+    PrintHelp(stderr);
+    return 2;
+  }
+  std::string name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    PrintHelp(stdout);
+    return 0;
+  }
+  auto it = Commands().find(name);
+  if (it == Commands().end()) {
+    std::fprintf(stderr, "prefixkv: unknown command '%s'\n\n", name.c_str());
+    PrintHelp(stderr);
+    return 2;
+  }
+  std::vector<std::string> args(argv + 2, argv + argc);
+  return it->second.run(args);
+}
