@@ -1,0 +1,174 @@
+// Block keys are deterministic, documented and versioned: these golden vectors
+// are published in docs/format.md and were computed independently with
+// `xxh128sum` over the byte strings the format defines.
+#include "prefixkv/block_key.h"
+
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include "tests/support/test_util.h"
+
+namespace prefixkv {
+namespace {
+
+NamespaceSpec LlamaSpec(std::string salt = "") {
+  return NamespaceSpec{.model = "llama-3-8b", .block_tokens = 4, .dtype = DType::kFloat16,
+                       .layer_types = {"KVCache", "KVCache"}, .salt = std::move(salt)};
+}
+
+std::vector<std::string> Hex(const std::vector<BlockKey>& keys) {
+  std::vector<std::string> out;
+  for (const BlockKey& k : keys) out.push_back(k.ToHex());
+  return out;
+}
+
+TEST(BlockKey, FingerprintIsTheDocumentedString) {
+  EXPECT_EQ(LlamaSpec().Fingerprint().value(),
+            "prefixkv/v1|model=llama-3-8b|layers=2|block=4|dtype=float16|layout=KK|salt=");
+  NamespaceSpec gemma{.model = "gemma-3", .block_tokens = 256, .dtype = DType::kBFloat16,
+                      .layer_types = {"RotatingKVCache", "PrefillReadyRotatingKVCache",
+                                      "BufferedRotatingKVCache", "KVCache"}};
+  EXPECT_EQ(gemma.Fingerprint().value(),
+            "prefixkv/v1|model=gemma-3|layers=4|block=256|dtype=bfloat16|layout=RRRK|salt=");
+  EXPECT_EQ(NamespaceRoot(gemma).value().ToHex(), "8be3da931375132043c627fb6cbba3c3");
+}
+
+TEST(BlockKey, GoldenVectorsMatchTheFormatDocument) {
+  BlockKey root = NamespaceRoot(LlamaSpec()).value();
+  EXPECT_EQ(root.ToHex(), "6f828d1889caa729c5ea8fe48f971694");
+  std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8};
+  EXPECT_EQ(Hex(ChainKeys(root, tokens, 4)),
+            (std::vector<std::string>{"4318939ae50e8a4bba3c7fbddb9ef5f1",
+                                      "a5d879a11747f8fc66ddac58ba87a6c3"}));
+  std::vector<int32_t> extremes = {-1, 2147483647, -2147483647 - 1, 0};
+  EXPECT_EQ(ChainKey(root, extremes).ToHex(), "ef59754c8effe2d654cf8e9691c1730d");
+  std::vector<std::string> extra = {"img:abc"};
+  EXPECT_EQ(ChainKey(root, std::span(tokens).first(4), extra).ToHex(),
+            "2840ac670465581dc4b5bf24e1f0b172");
+}
+
+TEST(BlockKey, GoldenVectorForAFullSizeBlock) {
+  NamespaceSpec gemma{.model = "gemma-3", .block_tokens = 256, .dtype = DType::kBFloat16,
+                      .layer_types = {"RotatingKVCache", "RotatingKVCache", "RotatingKVCache",
+                                      "KVCache"}};
+  std::vector<int32_t> tokens(256);
+  std::iota(tokens.begin(), tokens.end(), 0);
+  EXPECT_EQ(Hex(ChainKeys(NamespaceRoot(gemma).value(), tokens, 256)),
+            std::vector<std::string>{"bd6c190963458c206e4bd493cd912195"});
+}
+
+TEST(BlockKey, SaltSeparatesTenants) {
+  BlockKey a = NamespaceRoot(LlamaSpec()).value();
+  BlockKey b = NamespaceRoot(LlamaSpec("tenant-a")).value();
+  EXPECT_EQ(b.ToHex(), "c0fe03d26f74f68258fd11d05c55e7b0");
+  std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8};
+  EXPECT_EQ(Hex(ChainKeys(b, tokens, 4)),
+            (std::vector<std::string>{"de0291d93003ffcc7a70625af83b4dc1",
+                                      "8c7c34375908679a4727f3d4efb689f2"}));
+  EXPECT_NE(ChainKeys(a, tokens, 4), ChainKeys(b, tokens, 4));
+}
+
+TEST(BlockKey, EveryNamespaceFieldChangesTheRoot) {
+  std::set<BlockKey> roots;
+  NamespaceSpec base = LlamaSpec();
+  roots.insert(NamespaceRoot(base).value());
+  NamespaceSpec s = base; s.model = "llama-3-70b"; roots.insert(NamespaceRoot(s).value());
+  s = base; s.block_tokens = 8; roots.insert(NamespaceRoot(s).value());
+  s = base; s.dtype = DType::kBFloat16; roots.insert(NamespaceRoot(s).value());
+  s = base; s.layer_types = {"KVCache", "RotatingKVCache"}; roots.insert(NamespaceRoot(s).value());
+  s = base; s.layer_types = {"KVCache", "KVCache", "KVCache"}; roots.insert(NamespaceRoot(s).value());
+  s = base; s.salt = "x"; roots.insert(NamespaceRoot(s).value());
+  EXPECT_EQ(roots.size(), 7u);
+}
+
+TEST(BlockKey, FamilyNotExactNameDeterminesTheLayout) {
+  NamespaceSpec a = LlamaSpec();
+  a.layer_types = {"KVCache", "RotatingKVCache"};
+  NamespaceSpec b = a;
+  b.layer_types = {"KVCache", "PrefillReadyRotatingKVCache"};
+  EXPECT_EQ(NamespaceRoot(a).value(), NamespaceRoot(b).value());
+}
+
+TEST(BlockKey, InvalidNamespacesAreRejected) {
+  NamespaceSpec s = LlamaSpec();
+  s.model = "";
+  EXPECT_TRUE(s.Fingerprint().status().IsInvalidArgument());
+  s = LlamaSpec(); s.model = "a|b";
+  EXPECT_TRUE(s.Fingerprint().status().IsInvalidArgument());
+  s = LlamaSpec("evil\nsalt");
+  EXPECT_TRUE(s.Fingerprint().status().IsInvalidArgument());
+  s = LlamaSpec(); s.block_tokens = 0;
+  EXPECT_TRUE(s.Fingerprint().status().IsInvalidArgument());
+  s = LlamaSpec(); s.layer_types.clear();
+  EXPECT_TRUE(s.Fingerprint().status().IsInvalidArgument());
+  s = LlamaSpec(); s.layer_types = {"KVCache", "NoSuchCache"};
+  Status st = s.Fingerprint().status();
+  EXPECT_TRUE(st.IsNotFound()) << st.ToString();
+  EXPECT_NE(st.message().find("NoSuchCache"), std::string::npos);
+}
+
+TEST(BlockKey, OnlyFullBlocksGetKeysAndPrefixesShareThem) {
+  BlockKey root = NamespaceRoot(LlamaSpec()).value();
+  std::vector<int32_t> ten = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  std::vector<int32_t> eight(ten.begin(), ten.begin() + 8);
+  EXPECT_EQ(ChainKeys(root, ten, 4).size(), 2u);
+  EXPECT_EQ(ChainKeys(root, ten, 4), ChainKeys(root, eight, 4));
+  std::vector<int32_t> three = {1, 2, 3};
+  EXPECT_TRUE(ChainKeys(root, three, 4).empty());
+}
+
+TEST(BlockKey, ADifferentEarlierBlockChangesEveryLaterKey) {
+  BlockKey root = NamespaceRoot(LlamaSpec()).value();
+  std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<int32_t> b = {1, 2, 3, 9, 5, 6, 7, 8};
+  auto ka = ChainKeys(root, a, 4), kb = ChainKeys(root, b, 4);
+  EXPECT_NE(ka[0], kb[0]);
+  EXPECT_NE(ka[1], kb[1]);
+}
+
+TEST(BlockKey, StreamingPathHashesTheDefinedBytes) {
+  // Blocks larger than the stack buffer are hashed in streaming mode; both paths
+  // must hash exactly: parent (16 bytes LE) || tokens (int32 LE).
+  std::mt19937_64 rng(testing::TestSeed("StreamingPathHashesTheDefinedBytes"));
+  BlockKey root{rng(), rng()};
+  for (size_t n : {size_t{4}, size_t{256}, size_t{2044}, size_t{2045}, size_t{5000}}) {
+    std::vector<int32_t> tokens(n);
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng());
+    std::vector<uint8_t> bytes(16 + 4 * n);
+    root.EncodeTo(bytes.data());
+    std::memcpy(bytes.data() + 16, tokens.data(), 4 * n);
+    XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
+    EXPECT_EQ(ChainKey(root, tokens), (BlockKey{h.high64, h.low64})) << n << " tokens";
+  }
+}
+
+TEST(BlockKey, ExtraKeysAreLengthPrefixed) {
+  BlockKey root = NamespaceRoot(LlamaSpec()).value();
+  std::vector<int32_t> tokens = {1, 2, 3, 4};
+  std::vector<std::string> one = {"ab"}, two = {"a", "b"}, none;
+  EXPECT_NE(ChainKey(root, tokens, one), ChainKey(root, tokens, two));
+  EXPECT_NE(ChainKey(root, tokens, one), ChainKey(root, tokens, none));
+  EXPECT_EQ(ChainKey(root, tokens, none), ChainKey(root, tokens));
+}
+
+TEST(BlockKey, HexRoundTripsAndRejectsGarbage) {
+  BlockKey k{0x0123456789abcdefull, 0xfedcba9876543210ull};
+  EXPECT_EQ(k.ToHex(), "0123456789abcdeffedcba9876543210");
+  EXPECT_EQ(BlockKey::FromHex(k.ToHex()).value(), k);
+  EXPECT_EQ(BlockKey::FromHex("0123456789ABCDEFFEDCBA9876543210").value(), k);
+  EXPECT_FALSE(BlockKey::FromHex("0123").ok());
+  EXPECT_FALSE(BlockKey::FromHex("g123456789abcdeffedcba9876543210").ok());
+  uint8_t bytes[16];
+  k.EncodeTo(bytes);
+  EXPECT_EQ(bytes[0], 0x10);   // lo, little-endian, first
+  EXPECT_EQ(bytes[15], 0x01);  // hi's top byte last
+  EXPECT_EQ(BlockKey::DecodeFrom(bytes), k);
+}
+
+}  // namespace
+}  // namespace prefixkv

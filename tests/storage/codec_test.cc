@@ -1,0 +1,199 @@
+// The block codec: canonical round trips, zero-copy decode, and Corruption (never
+// a different record, never a crash) for every kind of damaged input.
+#include "prefixkv/codec.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "tests/support/test_util.h"
+
+namespace prefixkv {
+namespace {
+
+BlockRecord SampleRecord() {
+  BlockRecord r;
+  r.key = BlockKey{0x1111, 0x2222};
+  r.parent = BlockKey{0x3333, 0x4444};
+  r.namespace_id = BlockKey{0x5555, 0x6666};
+  r.token_count = 4;
+  r.tokens = {10, 20, 30, 40};
+  std::mt19937_64 rng(42);
+  r.layers.push_back(LayerState{"KVCache", {"4"}, false,
+                                {testing::RandomTensor(rng, DType::kFloat16, {1, 2, 4, 8}),
+                                 testing::RandomTensor(rng, DType::kFloat16, {1, 2, 4, 8})}});
+  r.layers.push_back(MakePlaceholder("RotatingKVCache"));
+  return r;
+}
+
+Status DecodeCopy(const std::string& bytes) {
+  return DecodeBlock(SharedBytes::Copy(bytes)).status();
+}
+
+TEST(Codec, RoundTripsRandomRecords) {
+  std::mt19937_64 rng(testing::TestSeed("Codec.RoundTripsRandomRecords"));
+  for (uint64_t i = 0, n = testing::Iterations(2000, 200000); i < n; ++i) {
+    bool compress = rng() % 2;
+    BlockRecord r = testing::RandomRecord(rng, /*compressible=*/compress);
+    EncodeOptions opt;
+    opt.compress = compress;
+    opt.min_compress_bytes = 64;
+    SharedBytes enc = EncodeBlock(r, opt).value();
+    StatusOr<BlockRecord> back = DecodeBlock(enc);
+    ASSERT_TRUE(back.ok()) << back.status().ToString() << " at iteration " << i;
+    ASSERT_EQ(*back, r) << "iteration " << i;
+    // Canonical: encoding the decoded record again gives the same bytes.
+    ASSERT_EQ(EncodeBlock(*back, opt).value().view(), enc.view()) << "iteration " << i;
+  }
+}
+
+TEST(Codec, DecodedRawTensorsViewTheEncodedBuffer) {
+  SharedBytes enc = EncodeBlock(SampleRecord()).value();
+  BlockRecord back = DecodeBlock(enc).value();
+  const Tensor& k = back.layers[0].tensors[0];
+  EXPECT_GE(k.data(), enc.data());
+  EXPECT_LE(k.data() + k.nbytes(), enc.data() + enc.size());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(k.data()) % kRecordTensorAlignment, 0u);
+  long before = enc.use_count();
+  { Tensor keep = k; EXPECT_GT(enc.use_count(), before); }
+}
+
+TEST(Codec, CompressesOnlyWhenSmaller) {
+  BlockRecord r = SampleRecord();
+  r.layers[0].tensors[0] = Tensor::Filled(DType::kFloat16, {1, 2, 256, 8}, 0);
+  r.layers[0].tensors[1] = Tensor::Filled(DType::kFloat16, {1, 2, 256, 8}, 7);
+  std::mt19937_64 rng(1);
+  r.layers.push_back(LayerState{"KVCache", {"4"}, false,
+                                {testing::RandomTensor(rng, DType::kUInt8, {8192})}});
+  EncodeOptions opt;
+  opt.compress = true;
+  SharedBytes plain = EncodeBlock(r).value();
+  SharedBytes packed = EncodeBlock(r, opt).value();
+  EXPECT_LT(packed.size() + 2 * 8192 - 256, plain.size());  // constant tensors shrank
+  EXPECT_EQ(DecodeBlock(packed).value(), r);
+  // The random tensor stayed raw: its bytes are visible in the record verbatim.
+  const Tensor& random = r.layers[2].tensors[0];
+  EXPECT_NE(packed.view().find(std::string_view(
+                reinterpret_cast<const char*>(random.data()), random.nbytes())),
+            std::string_view::npos);
+}
+
+TEST(Codec, EverySingleByteFlipIsCorruptionOrTheIdenticalRecord) {
+  BlockRecord r = SampleRecord();
+  for (bool compress : {false, true}) {
+    EncodeOptions opt;
+    opt.compress = compress;
+    opt.min_compress_bytes = 16;
+    if (compress) r.layers[0].tensors[1] = Tensor::Filled(DType::kFloat16, {1, 2, 4, 8}, 3);
+    std::string enc(EncodeBlock(r, opt).value().view());
+    for (size_t i = 0; i < enc.size(); ++i) {
+      for (uint8_t mask : {0x01, 0x80, 0xFF}) {
+        std::string bad = enc;
+        bad[i] = static_cast<char>(bad[i] ^ mask);
+        StatusOr<BlockRecord> got = DecodeBlock(SharedBytes::Copy(bad));
+        if (got.ok()) {
+          ASSERT_EQ(*got, r) << "byte " << i << " mask " << int(mask) << " decoded differently";
+        } else {
+          ASSERT_TRUE(got.status().IsCorruption()) << got.status().ToString();
+        }
+      }
+    }
+  }
+}
+
+TEST(Codec, EveryTruncationIsCorruption) {
+  std::string enc(EncodeBlock(SampleRecord()).value().view());
+  for (size_t len = 0; len < enc.size(); ++len) {
+    ASSERT_TRUE(DecodeCopy(enc.substr(0, len)).IsCorruption()) << "length " << len;
+  }
+  ASSERT_TRUE(DecodeCopy(enc + std::string(1, '\0')).IsCorruption());
+}
+
+TEST(Codec, ErrorsSayWhatWasWrong) {
+  std::string enc(EncodeBlock(SampleRecord()).value().view());
+  std::string bad = enc;
+  bad[0] = 'X';
+  EXPECT_NE(DecodeCopy(bad).message().find("magic"), std::string::npos);
+  bad = enc;
+  bad[4] = 9;
+  EXPECT_NE(DecodeCopy(bad).message().find("version 9"), std::string::npos);
+  bad = enc;
+  bad[bad.size() - 1] ^= 1;
+  EXPECT_EQ(DecodeCopy(bad).message(), "checksum mismatch");
+  EXPECT_NE(DecodeCopy(enc.substr(0, 10)).message().find("truncated"), std::string::npos);
+}
+
+TEST(Codec, LimitsAreCheckedBeforeAllocating) {
+  BlockRecord r = SampleRecord();
+  SharedBytes enc = EncodeBlock(r).value();
+  DecodeLimits tight;
+  tight.max_layers = 1;
+  EXPECT_TRUE(DecodeBlock(enc, tight).status().IsCorruption());
+  tight = DecodeLimits{};
+  tight.max_tensor_bytes = 64;  // each tensor is 128 bytes
+  EXPECT_TRUE(DecodeBlock(enc, tight).status().IsCorruption());
+  tight = DecodeLimits{};
+  tight.max_record_bytes = enc.size() - 1;
+  EXPECT_TRUE(DecodeBlock(enc, tight).status().IsCorruption());
+  tight = DecodeLimits{};
+  tight.max_tokens = 3;
+  EXPECT_TRUE(DecodeBlock(enc, tight).status().IsCorruption());
+}
+
+TEST(Codec, HugeDeclaredDimensionsAreRejectedNotAllocated) {
+  // A descriptor claiming a 2^40-element tensor must fail on the limit check.
+  BlockRecord r = SampleRecord();
+  std::string enc(EncodeBlock(r).value().view());
+  // The first tensor descriptor follows the tokens and the layer's strings.
+  size_t desc = kRecordFixedHeaderBytes + 16 + 2 + 7 + 2 + 2 + 1 + 1 + 1;
+  ASSERT_EQ(static_cast<uint8_t>(enc[desc]), static_cast<uint8_t>(DType::kFloat16));
+  std::string bad = enc;
+  bad[desc + 4 + 8 * 2 + 5] = 1;  // dims[2] |= 1 << 40
+  EXPECT_TRUE(DecodeCopy(bad).IsCorruption());
+}
+
+TEST(Codec, InvalidRecordsAreNotEncoded) {
+  BlockRecord r = SampleRecord();
+  r.layers[1].tensors.push_back(Tensor::Filled(DType::kUInt8, {4}, 1));  // placeholder + tensor
+  EXPECT_TRUE(EncodeBlock(r).status().IsInvalidArgument());
+  r = SampleRecord();
+  r.tokens.pop_back();  // tokens no longer match token_count
+  EXPECT_TRUE(EncodeBlock(r).status().IsInvalidArgument());
+  r = SampleRecord();
+  r.layers[0].tensors[0] = Tensor(DType::kFloat32, {3}, SharedBytes::Copy("abc"));
+  EXPECT_TRUE(EncodeBlock(r).status().IsInvalidArgument());
+  r = SampleRecord();
+  r.layers[0].cache_type = std::string(5000, 'x');
+  EXPECT_TRUE(EncodeBlock(r).status().IsInvalidArgument());
+}
+
+TEST(Codec, TokensAreOptionalAndPartialTailsAreMarked) {
+  BlockRecord r = SampleRecord();
+  r.partial = true;
+  EncodeOptions no_tokens;
+  no_tokens.store_tokens = false;
+  BlockRecord back = DecodeBlock(EncodeBlock(r, no_tokens).value()).value();
+  EXPECT_TRUE(back.tokens.empty());
+  EXPECT_TRUE(back.partial);
+  EXPECT_EQ(back.token_count, 4u);
+  EXPECT_EQ(back.layers, r.layers);
+}
+
+TEST(Codec, PeekAndVerifyAgreeWithDecode) {
+  BlockRecord r = SampleRecord();
+  SharedBytes enc = EncodeBlock(r).value();
+  RecordIdentity id = PeekBlockIdentity(enc.view()).value();
+  EXPECT_EQ(id.key, r.key);
+  EXPECT_EQ(id.parent, r.parent);
+  EXPECT_EQ(id.namespace_id, r.namespace_id);
+  EXPECT_EQ(id.token_count, 4u);
+  EXPECT_TRUE(VerifyBlock(enc).ok());
+  std::string bad(enc.view());
+  bad[bad.size() - 3] ^= 4;
+  EXPECT_TRUE(VerifyBlock(SharedBytes::Copy(bad)).IsCorruption());
+  EXPECT_TRUE(PeekBlockIdentity("short").status().IsCorruption());
+}
+
+}  // namespace
+}  // namespace prefixkv
