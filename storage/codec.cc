@@ -330,6 +330,7 @@ Status ParseLayout(const SharedBytes& enc, const DecodeLimits& lim, const FixedH
   out->token_count = h.id.token_count;
   out->partial = (h.flags & kFlagPartial) != 0;
   if (h.flags & kFlagHasTokens) {
+    if (h.id.token_count == 0) return Status::Corruption("token flag set with no tokens");
     const uint8_t* p = r.Skip(size_t{4} * h.id.token_count);
     if (p == nullptr) return Status::Corruption("truncated token ids");
     out->tokens.resize(h.id.token_count);

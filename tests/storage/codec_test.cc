@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 #include <random>
 
 #include "tests/support/test_util.h"
@@ -193,6 +194,56 @@ TEST(Codec, PeekAndVerifyAgreeWithDecode) {
   bad[bad.size() - 3] ^= 4;
   EXPECT_TRUE(VerifyBlock(SharedBytes::Copy(bad)).IsCorruption());
   EXPECT_TRUE(PeekBlockIdentity("short").status().IsCorruption());
+}
+
+}  // namespace
+}  // namespace prefixkv
+
+namespace prefixkv {
+namespace {
+
+// Reads the hex dump of docs/format.md section 2.6 (the first 39 columns of each
+// line of the code block after "### 2.6").
+std::string GoldenBytesFromFormatDoc() {
+  std::ifstream doc(std::string(PREFIXKV_SOURCE_DIR) + "/docs/format.md");
+  std::string line, bytes;
+  bool in_section = false, in_block = false;
+  while (std::getline(doc, line)) {
+    if (line.rfind("### 2.6", 0) == 0) in_section = true;
+    if (!in_section || line.rfind("```", 0) != 0) {
+      if (in_block) {
+        std::string hex;
+        for (char c : line.substr(0, 39)) {
+          if (c != ' ') hex += c;
+        }
+        for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+          bytes += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+        }
+      }
+      continue;
+    }
+    if (in_block) break;
+    in_block = true;
+  }
+  return bytes;
+}
+
+// The complete record printed in docs/format.md section 2.6.
+TEST(Codec, GoldenRecordMatchesTheFormatDocument) {
+  BlockRecord r;
+  r.key = BlockKey{0x0102030405060708ull, 0x1112131415161718ull};
+  r.parent = BlockKey{0, 0x21};
+  r.namespace_id = BlockKey{0, 0x31};
+  r.token_count = 2;
+  r.tokens = {7, -1};
+  r.layers.push_back(LayerState{"KVCache", {"2"}, false,
+                                {Tensor(DType::kFloat16, {1, 2},
+                                        SharedBytes::Copy("\x01\x02\x03\x04", 4))}});
+  r.layers.push_back(MakePlaceholder("RotatingKVCache"));
+  std::string golden = GoldenBytesFromFormatDoc();
+  ASSERT_EQ(golden.size(), 180u);
+  EXPECT_EQ(EncodeBlock(r).value().view(), golden);
+  EXPECT_EQ(DecodeBlock(SharedBytes::Copy(golden)).value(), r);
 }
 
 }  // namespace
