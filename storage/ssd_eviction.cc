@@ -1,0 +1,81 @@
+// SsdTier capacity eviction: least recently used chain leaves first.
+//
+// Only leaves (blocks with no stored or in-flight child) are candidates, so an
+// ancestor always outlives its stored descendants and no stored block is left
+// without its parent. Access order is the persisted access sequence, so the
+// order survives restarts. Eviction runs after each Put on the putting thread.
+#include <rocksdb/write_batch.h>
+
+#include "storage/ssd_layout.h"
+#include "storage/ssd_tier_impl.h"
+
+namespace prefixkv {
+
+void SsdTier::Impl::SetEvictionListener(EvictionListener* l) {
+  std::lock_guard<std::mutex> lock(mu_);
+  listener_ = l;
+}
+
+void SsdTier::Impl::EnforceCapacity() {
+  while (true) {
+    std::optional<BlockKey> victim;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (index_.bytes() <= options_.capacity_bytes) return;
+      victim = index_.ClaimVictim();
+    }
+    if (!victim) return;  // everything left is pinned by in-flight children
+    if (!Evict(*victim).ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      index_.Release(*victim);
+      return;  // counted and logged by Commit; retried at the next Put
+    }
+  }
+}
+
+Status SsdTier::Impl::Evict(const BlockKey& key) {
+  BlockMeta meta;
+  SharedBytes payload;
+  bool dirty = false;
+  EvictionListener* listener = nullptr;
+  {
+    std::lock_guard<std::mutex> stripe(Stripe(key));
+    ssd::IndexEntry e;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const ssd::IndexEntry* found = index_.Find(key);
+      if (found == nullptr) return Status::OK();  // removed meanwhile
+      if (index_.ChildCount(key) > 0) {           // gained a child meanwhile
+        index_.Release(key);
+        return Status::OK();
+      }
+      e = *found;
+      listener = listener_;
+    }
+    meta = BlockMeta{key, e.parent, e.namespace_id, e.owner};
+    dirty = e.dirty;
+    if (listener != nullptr) {
+      StatusOr<SharedBytes> read = ReadVerified(key, e);
+      if (!read.ok()) return read.status().IsNotFound() ? Status::OK() : read.status();
+      payload = *read;
+    }
+    rocksdb::WriteBatch batch;
+    AddDeletes(&batch, key, e);
+    Deltas deltas;
+    deltas[e.owner].entries -= 1;
+    deltas[e.owner].bytes -= e.bytes;
+    deltas[e.owner].evictions += 1;
+    const bool spill = listener != nullptr && dirty;
+    if (spill) deltas[e.owner].spills += 1;
+    PKV_RETURN_IF_ERROR(Commit(&batch, std::move(deltas), e.owner));
+    std::lock_guard<std::mutex> lock(mu_);
+    index_.Erase(key);
+    index_.Owner(e.owner).evictions += 1;
+    if (spill) index_.Owner(e.owner).spills += 1;
+  }
+  // Outside every lock: the listener may block (its own backpressure).
+  if (listener != nullptr) listener->OnEvict(meta, payload, dirty);
+  return Status::OK();
+}
+
+}  // namespace prefixkv

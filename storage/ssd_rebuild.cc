@@ -1,0 +1,128 @@
+// SsdTier::Impl::Rebuild: the in-memory index and counters from the records.
+//
+// Entries and bytes are recomputed from the metadata records and compared
+// with the persisted counter records; a disagreement is reported (open report
+// and log) and repaired by merging the difference. Event counters (hits, ...)
+// cannot be recomputed and are taken as persisted. Payloads are not read here
+// (that would read every blob); each is verified when it is first read.
+#include <rocksdb/iterator.h>
+#include <rocksdb/write_batch.h>
+
+#include <set>
+
+#include "storage/ssd_layout.h"
+#include "storage/ssd_tier_impl.h"
+
+namespace prefixkv {
+
+Status SsdTier::Impl::CheckFormat() {
+  std::string value;
+  rocksdb::Status rs =
+      db_->Get(rocksdb::ReadOptions(), std::string(ssd::kFormatKey), &value);
+  if (rs.IsNotFound()) {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+    it->SeekToFirst();
+    if (it->Valid()) return Status::Corruption("records without a format marker");
+    PKV_RETURN_IF_ERROR(FromRocks(it->status(), "scan"));
+    report_.created = true;
+    rocksdb::WriteOptions w;
+    w.sync = true;
+    return FromRocks(
+        db_->Put(w, std::string(ssd::kFormatKey), std::string(ssd::kFormatValue)),
+        "write format marker");
+  }
+  PKV_RETURN_IF_ERROR(FromRocks(rs, "read format marker"));
+  if (value != ssd::kFormatValue) return Status::Corruption("unknown format " + value);
+  rs = db_->Get(rocksdb::ReadOptions(), std::string(ssd::kCleanKey), &value);
+  report_.previous_shutdown_clean = rs.ok() && value == "1";
+  return Status::OK();
+}
+
+Status SsdTier::Impl::RebuildIndex(rocksdb::WriteBatch* repairs) {
+  rocksdb::ReadOptions ro;
+  ro.verify_checksums = true;
+  ro.readahead_size = 2 << 20;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  const std::string begin(1, ssd::kMetaTag);
+  for (it->Seek(begin); it->Valid() && it->key().starts_with(begin); it->Next()) {
+    BlockKey ns, key;
+    ssd::StoredMeta m;
+    if (!ssd::ParseBlockRecordKey(it->key().ToStringView(), &ns, &key)) {
+      repairs->Delete(it->key());
+      report_.corrupt_records_removed += 1;
+      continue;
+    }
+    Status s = ssd::DecodeMeta(it->value().ToStringView(), &m);
+    if (s.code() == StatusCode::kNotSupported) {
+      report_.incompatible_records += 1;  // kept (purgeable), never served
+      continue;
+    }
+    if (!s.ok()) {
+      repairs->Delete(it->key());
+      repairs->Delete(ssd::BlockRecordKey(ssd::kPayloadTag, ns, key));
+      report_.corrupt_records_removed += 1;
+      unpersisted_[0].corruptions += 1;
+      continue;
+    }
+    index_.Insert(key, ssd::IndexEntry{ns, m.parent, m.owner, m.payload_bytes,
+                                       m.payload_xxh3, m.access_seq, m.dirty});
+  }
+  return FromRocks(it->status(), "scan block metadata");
+}
+
+Status SsdTier::Impl::RepairCounters() {
+  Deltas persisted;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  const std::string begin(1, ssd::kCounterTag);
+  for (it->Seek(begin); it->Valid() && it->key().starts_with(begin); it->Next()) {
+    OwnerId owner;
+    TierCounters c;
+    if (!ssd::ParseCounterKey(it->key().ToStringView(), &owner) ||
+        !ssd::DecodeCounters(it->value().ToStringView(), &c)) {
+      return Status::Corruption("malformed counter record");
+    }
+    persisted[owner] = c;
+  }
+  PKV_RETURN_IF_ERROR(FromRocks(it->status(), "scan counters"));
+  std::set<OwnerId> owners;
+  for (const auto& [o, c] : persisted) owners.insert(o);
+  for (const auto& [o, c] : index_.owners()) owners.insert(o);
+  for (OwnerId o : owners) {
+    const TierCounters recomputed = index_.OwnerCounters(o);
+    TierCounters live = persisted[o];
+    TierCounters fix;
+    for (auto field : {&TierCounters::entries, &TierCounters::bytes}) {
+      if (live.*field == recomputed.*field) continue;
+      report_.counter_repairs.push_back(
+          {"owner " + std::to_string(o) +
+               (field == &TierCounters::entries ? " entries" : " bytes"),
+           "persisted " + std::to_string(live.*field) + ", recomputed " +
+               std::to_string(recomputed.*field)});
+      fix.*field = recomputed.*field - live.*field;  // wraps for decreases
+      live.*field = recomputed.*field;
+    }
+    ssd::AddCounters(&live, unpersisted_[o]);  // corruptions found by the scan
+    ssd::AddCounters(&unpersisted_[o], fix);
+    index_.Owner(o) = live;
+  }
+  for (const AuditFinding& f : report_.counter_repairs) {
+    Log("counter repaired at open: " + f.what + ": " + f.detail);
+  }
+  return Status::OK();
+}
+
+Status SsdTier::Impl::Rebuild() {
+  PKV_RETURN_IF_ERROR(CheckFormat());
+  rocksdb::WriteBatch repairs;
+  PKV_RETURN_IF_ERROR(RebuildIndex(&repairs));
+  PKV_RETURN_IF_ERROR(RepairCounters());
+  next_seq_ = index_.max_access_seq();
+  report_.blocks = index_.size();
+  report_.bytes = index_.bytes();
+  if (repairs.Count() > 0 || !unpersisted_.empty()) {
+    return Commit(&repairs, {}, 0);  // also merges the counter fixes
+  }
+  return Status::OK();
+}
+
+}  // namespace prefixkv

@@ -1,0 +1,316 @@
+// SsdTier: the public API and the block read/write paths (see ssd_tier.h and
+// ssd_tier_impl.h for the locking rules).
+#include <rocksdb/write_batch.h>
+
+#include <cstdio>
+
+#include "storage/ssd_layout.h"
+#include "storage/ssd_tier_impl.h"
+
+namespace prefixkv {
+
+using ssd::IndexEntry;
+
+// ---- public API: thin delegation -------------------------------------------
+
+SsdTier::SsdTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SsdTier::~SsdTier() { (void)Close(); }
+
+Status SsdTier::Put(const BlockMeta& meta, SharedBytes payload, bool dirty) {
+  return impl_->Put(meta, payload, dirty);
+}
+StatusOr<SharedBytes> SsdTier::Get(const BlockKey& key) { return impl_->Get(key); }
+StatusOr<BlockMeta> SsdTier::Peek(const BlockKey& key) const { return impl_->Peek(key); }
+bool SsdTier::Contains(const BlockKey& key) const { return impl_->Peek(key).ok(); }
+Status SsdTier::Remove(const BlockKey& key) { return impl_->Remove(key); }
+TierCounters SsdTier::Totals() const { return impl_->Totals(); }
+TierCounters SsdTier::OwnerCounters(OwnerId owner) const {
+  return impl_->OwnerCounters(owner);
+}
+Status SsdTier::Audit(std::vector<AuditFinding>* findings) {
+  return impl_->Audit(findings);
+}
+std::vector<BlockKey> SsdTier::FindOrphans() const { return impl_->FindOrphans(); }
+void SsdTier::ForEach(const std::function<void(const BlockMeta&, uint64_t)>& fn) const {
+  impl_->ForEach(fn);
+}
+void SsdTier::SetEvictionListener(EvictionListener* l) { impl_->SetEvictionListener(l); }
+void SsdTier::OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool dirty) {
+  if (dirty) impl_->OnEvict(meta, payload);
+}
+Status SsdTier::Flush() { return impl_->Flush(); }
+Status SsdTier::Close() { return impl_->Close(); }
+StatusOr<uint64_t> SsdTier::PurgeNamespace(const BlockKey& ns) {
+  return impl_->PurgeNamespace(ns);
+}
+std::vector<SsdNamespaceUsage> SsdTier::Namespaces() const { return impl_->Namespaces(); }
+const SsdOpenReport& SsdTier::open_report() const { return impl_->report(); }
+uint64_t SsdTier::queued_blocks() const { return impl_->queued_blocks(); }
+
+// ---- helpers ------------------------------------------------------------------
+
+Status FromRocks(const rocksdb::Status& s, std::string_view context) {
+  std::string m = std::string(context) + ": " + s.ToString();
+  if (s.ok()) return Status::OK();
+  if (s.IsNoSpace()) return Status::NoSpace(std::move(m));
+  if (s.IsCorruption()) return Status::Corruption(std::move(m));
+  if (s.IsNotFound()) return Status::NotFound(std::move(m));
+  if (s.IsBusy() || s.IsTryAgain()) return Status::Busy(std::move(m));
+  return Status::IOError(std::move(m));
+}
+
+std::mutex& SsdTier::Impl::Stripe(const BlockKey& key) {
+  return stripes_[BlockKeyHash()(key) % kStripes];
+}
+
+void SsdTier::Impl::Log(const std::string& line) const {
+  if (options_.log) {
+    options_.log(line);
+  } else {
+    std::fprintf(stderr, "prefixkv ssd: %s\n", line.c_str());
+  }
+}
+
+void SsdTier::Impl::CountEvent(OwnerId owner, uint64_t TierCounters::*field) {
+  std::lock_guard<std::mutex> lock(mu_);
+  index_.Owner(owner).*field += 1;
+  unpersisted_[owner].*field += 1;
+}
+
+void SsdTier::Impl::NoteWriteResult(const Status& s) {
+  if (s.ok()) {
+    if (failing_.exchange(false)) Log("writes succeed again");
+  } else if (!failing_.exchange(true)) {
+    Log("write failed (further failures are counted, not logged): " + s.ToString());
+  }
+}
+
+Status SsdTier::Impl::Commit(rocksdb::WriteBatch* batch, Deltas deltas, OwnerId owner,
+                             bool relaxed) {
+  Deltas events;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events.swap(unpersisted_);
+  }
+  for (const auto& [o, d] : events) ssd::AddCounters(&deltas[o], d);
+  for (const auto& [o, d] : deltas) {
+    if (!ssd::IsZero(d)) batch->Merge(ssd::CounterKey(o), ssd::EncodeCounters(d));
+  }
+  // A RocksDB background error stops writes until Resume(); retry it paced.
+  uint64_t now = options_.clock->NowNanos();
+  if (failing_ && now - last_resume_nanos_ >= options_.retry_interval_ms * 1000000) {
+    last_resume_nanos_ = now;
+    (void)db_->Resume();
+  }
+  Status s = options_.inject_write_error ? options_.inject_write_error() : Status::OK();
+  if (s.ok()) {
+    s = FromRocks(db_->Write(relaxed ? relaxed_options_ : write_options_, batch),
+                  "write");
+  }
+  NoteWriteResult(s);
+  if (!s.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [o, d] : events) ssd::AddCounters(&unpersisted_[o], d);
+    index_.Owner(owner).io_errors += 1;
+    unpersisted_[owner].io_errors += 1;
+  }
+  return s;
+}
+
+void SsdTier::Impl::AddDeletes(rocksdb::WriteBatch* batch, const BlockKey& key,
+                               const IndexEntry& e) {
+  batch->Delete(ssd::BlockRecordKey(ssd::kMetaTag, e.namespace_id, key));
+  batch->Delete(ssd::BlockRecordKey(ssd::kPayloadTag, e.namespace_id, key));
+}
+
+// ---- write path -------------------------------------------------------------------
+
+Status SsdTier::Impl::Put(const BlockMeta& meta, const SharedBytes& payload, bool dirty) {
+  if (payload.size() > options_.capacity_bytes) {
+    return Status::NoSpace("payload of " + std::to_string(payload.size()) +
+                           " bytes exceeds the SSD tier capacity");
+  }
+  queue_->Cancel(meta.key);  // this Put supersedes a queued version
+  PKV_RETURN_IF_ERROR(Store(meta, payload, dirty));
+  EnforceCapacity();
+  return Status::OK();
+}
+
+Status SsdTier::Impl::Store(const BlockMeta& meta, const SharedBytes& payload,
+                            bool dirty) {
+  ssd::StoredMeta stored{meta.owner,
+                         meta.parent,
+                         payload.size(),
+                         ssd::PayloadChecksum(payload.data(), payload.size()),
+                         0,
+                         dirty};
+  std::lock_guard<std::mutex> stripe(Stripe(meta.key));
+  std::optional<IndexEntry> old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (const IndexEntry* e = index_.Find(meta.key)) old = *e;
+    stored.access_seq = ++next_seq_;
+    index_.BeginPendingChild(meta.parent);  // the parent stays unevictable meanwhile
+  }
+  rocksdb::WriteBatch batch;
+  if (old && old->namespace_id != meta.namespace_id) AddDeletes(&batch, meta.key, *old);
+  batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, meta.namespace_id, meta.key),
+            ssd::EncodeMeta(stored));
+  batch.Put(ssd::BlockRecordKey(ssd::kPayloadTag, meta.namespace_id, meta.key),
+            rocksdb::Slice(payload.view().data(), payload.size()));
+  Deltas deltas;
+  if (old) {
+    deltas[old->owner].entries -= 1;
+    deltas[old->owner].bytes -= old->bytes;
+  }
+  deltas[meta.owner].entries += 1;
+  deltas[meta.owner].bytes += payload.size();
+  deltas[meta.owner].inserts += 1;
+  Status s = Commit(&batch, std::move(deltas), meta.owner);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (s.ok()) {
+    index_.Insert(meta.key,
+                  IndexEntry{meta.namespace_id, meta.parent, meta.owner, payload.size(),
+                             stored.payload_xxh3, stored.access_seq, dirty});
+    index_.Owner(meta.owner).inserts += 1;
+  }
+  index_.EndPendingChild(meta.parent);
+  return s;
+}
+
+void SsdTier::Impl::OnEvict(const BlockMeta& meta, const SharedBytes& payload) {
+  if (queue_->Enqueue(meta, payload, /*force=*/false)) return;
+  // Backpressure: the queue is full, so the evicting thread pays for the write.
+  if (Put(meta, payload, /*dirty=*/true).ok()) return;
+  // Never drop a dirty block: keep it queued (over depth) for the retries.
+  (void)queue_->Enqueue(meta, payload, /*force=*/true);
+}
+
+Status SsdTier::Impl::Remove(const BlockKey& key) {
+  const bool was_queued = queue_->Cancel(key);
+  std::lock_guard<std::mutex> stripe(Stripe(key));
+  IndexEntry e;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const IndexEntry* found = index_.Find(key);
+    if (found == nullptr) {
+      return was_queued ? Status::OK() : Status::NotFound("block not in the ssd tier");
+    }
+    e = *found;
+  }
+  rocksdb::WriteBatch batch;
+  AddDeletes(&batch, key, e);
+  Deltas deltas;
+  deltas[e.owner].entries -= 1;
+  deltas[e.owner].bytes -= e.bytes;
+  deltas[e.owner].removes += 1;
+  PKV_RETURN_IF_ERROR(Commit(&batch, std::move(deltas), e.owner));
+  std::lock_guard<std::mutex> lock(mu_);
+  index_.Erase(key);
+  index_.Owner(e.owner).removes += 1;
+  return Status::OK();
+}
+
+// ---- read path --------------------------------------------------------------------
+
+StatusOr<SharedBytes> SsdTier::Impl::Get(const BlockKey& key) {
+  if (std::optional<SharedBytes> queued = queue_->Find(key)) {
+    std::optional<BlockMeta> meta = queue_->FindMeta(key);
+    CountEvent(meta ? meta->owner : 0, &TierCounters::hits);
+    return *queued;
+  }
+  std::lock_guard<std::mutex> stripe(Stripe(key));
+  IndexEntry e;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const IndexEntry* found = index_.Find(key);
+    if (found == nullptr) {
+      // The owner of an absent block is unknown: misses without one go to owner 0.
+      index_.Owner(0).misses += 1;
+      unpersisted_[0].misses += 1;
+      return Status::NotFound("not in the ssd tier");
+    }
+    e = *found;
+  }
+  PKV_ASSIGN_OR_RETURN(SharedBytes payload, ReadVerified(key, e));
+  // Persist the new access order; losing it in a crash only ages the block.
+  ssd::StoredMeta touched{e.owner, e.parent, e.bytes, e.checksum, 0, e.dirty};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    touched.access_seq = ++next_seq_;
+    index_.Touch(key, touched.access_seq);
+    index_.Owner(e.owner).hits += 1;
+    unpersisted_[e.owner].hits += 1;
+  }
+  rocksdb::WriteBatch batch;
+  batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, e.namespace_id, key),
+            ssd::EncodeMeta(touched));
+  (void)Commit(&batch, {}, e.owner,
+               /*relaxed=*/true);  // counted; the read still succeeded
+  return payload;
+}
+
+StatusOr<SharedBytes> SsdTier::Impl::ReadVerified(const BlockKey& key,
+                                                  const IndexEntry& e) {
+  rocksdb::PinnableSlice value;
+  rocksdb::ReadOptions ro;
+  ro.verify_checksums = true;
+  rocksdb::Status rs =
+      db_->Get(ro, db_->DefaultColumnFamily(),
+               ssd::BlockRecordKey(ssd::kPayloadTag, e.namespace_id, key), &value);
+  std::string why;
+  if (rs.IsNotFound()) {
+    why = "payload record missing";
+  } else if (rs.IsCorruption()) {
+    why = rs.ToString();
+  } else if (!rs.ok()) {
+    Status s = FromRocks(rs, "read");
+    NoteWriteResult(s);
+    CountEvent(e.owner, &TierCounters::io_errors);
+    CountEvent(e.owner, &TierCounters::misses);
+    return s;
+  } else if (value.size() != e.bytes) {
+    why = "payload length " + std::to_string(value.size()) + ", expected " +
+          std::to_string(e.bytes);
+  } else if (ssd::PayloadChecksum(value.data(), value.size()) != e.checksum) {
+    why = "payload checksum mismatch";
+  } else {
+    return SharedBytes::Copy(value.data(), value.size());
+  }
+  (void)DropCorrupt(key, e, why);
+  return Status::NotFound("corrupt: " + why);
+}
+
+Status SsdTier::Impl::DropCorrupt(const BlockKey& key, const IndexEntry& e,
+                                  const std::string& why) {
+  Log("block " + key.ToHex() + " is corrupt (" + why + "); removed");
+  rocksdb::WriteBatch batch;
+  AddDeletes(&batch, key, e);
+  Deltas deltas;
+  deltas[e.owner].entries -= 1;
+  deltas[e.owner].bytes -= e.bytes;
+  deltas[e.owner].corruptions += 1;
+  deltas[e.owner].misses += 1;
+  Status s = Commit(&batch, std::move(deltas), e.owner);
+  std::lock_guard<std::mutex> lock(mu_);
+  // Even if the delete failed the block is never served again this session.
+  index_.Erase(key);
+  index_.Owner(e.owner).corruptions += 1;
+  index_.Owner(e.owner).misses += 1;
+  if (!s.ok()) {
+    // Keep the persisted counters right at the next successful write.
+    unpersisted_[e.owner].corruptions += 1;
+    unpersisted_[e.owner].misses += 1;
+  }
+  return s;
+}
+
+StatusOr<BlockMeta> SsdTier::Impl::Peek(const BlockKey& key) const {
+  if (std::optional<BlockMeta> queued = queue_->FindMeta(key)) return *queued;
+  std::lock_guard<std::mutex> lock(mu_);
+  const IndexEntry* e = index_.Find(key);
+  if (e == nullptr) return Status::NotFound("not in the ssd tier");
+  return BlockMeta{key, e->parent, e->namespace_id, e->owner};
+}
+
+}  // namespace prefixkv
