@@ -1,0 +1,425 @@
+// HotTier and SharedHotBudget: the behaviours the prefix cache and the seeds
+// rely on (zero-copy hits, pins, one LRU across owners, quotas, exact byte
+// counters after in-place shrinking), plus the BlockTier conformance suite.
+#include "prefixkv/hot_tier.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+
+#include "tests/storage/tier_conformance.h"
+
+namespace prefixkv {
+namespace {
+
+using testing::RecordingListener;
+
+struct HotTierLruFactory {
+  static std::unique_ptr<BlockTier> Make(const testing::TempDir&,
+                                         uint64_t capacity_bytes) {
+    SharedHotBudgetOptions options;
+    options.capacity_bytes = capacity_bytes != 0 ? capacity_bytes : uint64_t{1} << 40;
+    return std::move(HotTier::Create(options)).value();
+  }
+};
+
+// A view for the second owner of a leaf-lru budget whose first owner holds
+// blocks too: everything the suite checks must hold per view.
+struct HotTierSharedLeafLruFactory {
+  static std::unique_ptr<BlockTier> Make(const testing::TempDir&,
+                                         uint64_t capacity_bytes) {
+    SharedHotBudgetOptions options;
+    options.policy = EvictionPolicyKind::kLeafLru;
+    options.capacity_bytes = capacity_bytes != 0 ? capacity_bytes : uint64_t{1} << 40;
+    auto budget = SharedHotBudget::Create(options).value();
+    auto other = HotTier::Open(budget, budget->RegisterOwner("other").value()).value();
+    BlockMeta meta;
+    meta.key = BlockKey{7, 7};
+    EXPECT_TRUE(other->Put(meta, SharedBytes::Copy("x"), false).ok());
+    return std::move(HotTier::Open(budget, budget->RegisterOwner("tested").value()))
+        .value();
+  }
+};
+
+using HotTierFactories = ::testing::Types<HotTierLruFactory, HotTierSharedLeafLruFactory>;
+
+}  // namespace
+namespace testing {
+INSTANTIATE_TYPED_TEST_SUITE_P(Hot, TierConformance, HotTierFactories);
+}  // namespace testing
+namespace {
+
+constexpr size_t kPayload = 1000;
+constexpr uint64_t kCharge = HotEntryCharge(kPayload);
+
+BlockMeta Meta(uint64_t id, uint64_t parent_id = 0) {
+  BlockMeta m;
+  m.key = BlockKey{0xB10C, id};
+  if (parent_id != 0) m.parent = BlockKey{0xB10C, parent_id};
+  return m;
+}
+
+SharedBytes Payload(size_t size = kPayload, char fill = 'p') {
+  return SharedBytes::Copy(std::string(size, fill));
+}
+
+std::vector<uint64_t> EvictedIds(const RecordingListener& listener) {
+  std::vector<uint64_t> ids;
+  for (const auto& call : listener.calls()) ids.push_back(call.meta.key.lo);
+  return ids;
+}
+
+void ExpectAuditClean(const SharedHotBudget& budget) {
+  std::vector<AuditFinding> findings;
+  ASSERT_TRUE(budget.Audit(&findings).ok());
+  for (const AuditFinding& f : findings) ADD_FAILURE() << f.what << ": " << f.detail;
+}
+
+// A budget of `blocks` standard blocks with owners "a" and "b", each with a
+// view and a recording listener.
+struct TwoOwners {
+  explicit TwoOwners(uint64_t blocks,
+                     EvictionPolicyKind policy = EvictionPolicyKind::kLru,
+                     std::optional<uint64_t> quota_b = std::nullopt) {
+    budget =
+        SharedHotBudget::Create({.capacity_bytes = blocks * kCharge, .policy = policy})
+            .value();
+    a = HotTier::Open(budget, budget->RegisterOwner("a").value()).value();
+    b = HotTier::Open(budget, budget->RegisterOwner("b", quota_b).value()).value();
+    a->SetEvictionListener(&evicted_a);
+    b->SetEvictionListener(&evicted_b);
+  }
+  std::shared_ptr<SharedHotBudget> budget;
+  std::unique_ptr<HotTier> a, b;
+  RecordingListener evicted_a, evicted_b;
+};
+
+TEST(HotTier, GetAndPinHandOutTheBufferThatWasPutWithoutCopying) {
+  auto tier = HotTier::Create({}).value();
+  const SharedBytes payload = Payload();
+  ASSERT_TRUE(tier->Put(Meta(1), payload, true).ok());
+  EXPECT_EQ(tier->Get(Meta(1).key)->data(), payload.data());
+  std::optional<PinnedBlock> pin = tier->Pin(Meta(1).key);
+  ASSERT_TRUE(pin.has_value());
+  EXPECT_EQ(pin->payload().data(), payload.data());
+  EXPECT_EQ(payload.use_count(), 3) << "the test, the tier and the pin share one buffer";
+}
+
+TEST(HotTier, ChargesPayloadPlusTheDocumentedOverhead) {
+  auto tier = HotTier::Create({}).value();
+  ASSERT_TRUE(tier->Put(Meta(1), Payload(1000), false).ok());
+  ASSERT_TRUE(tier->Put(Meta(2), Payload(0), false).ok());
+  EXPECT_EQ(tier->Totals().bytes, 1000 + 2 * kHotEntryOverheadBytes);
+  tier->ForEach([](const BlockMeta& meta, uint64_t bytes) {
+    EXPECT_EQ(bytes, HotEntryCharge(meta.key.lo == 1 ? 1000 : 0));
+  });
+}
+
+TEST(HotTier, EvictsLeastRecentlyUsedOwnerBlockFirst) {
+  TwoOwners t(3);
+  for (uint64_t id : {1, 2, 3}) ASSERT_TRUE(t.a->Put(Meta(id), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Get(Meta(1).key).ok());  // 2 is now least recently used
+  ASSERT_TRUE(t.a->Put(Meta(4), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Put(Meta(5), Payload(), true).ok());
+  EXPECT_EQ(EvictedIds(t.evicted_a), (std::vector<uint64_t>{2, 3}));
+  EXPECT_TRUE(t.a->Contains(Meta(1).key));
+  EXPECT_EQ(t.a->Totals().evictions, 2u);
+  EXPECT_EQ(t.a->Totals().spills, 2u);
+}
+
+TEST(HotTier, PeekAndContainsDoNotRefreshRecency) {
+  TwoOwners t(2);
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Put(Meta(2), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Peek(Meta(1).key).ok());
+  ASSERT_TRUE(t.a->Contains(Meta(1).key));
+  ASSERT_TRUE(t.a->Put(Meta(3), Payload(), true).ok());
+  EXPECT_EQ(EvictedIds(t.evicted_a), (std::vector<uint64_t>{1}));
+}
+
+TEST(HotTier, PinCountsAHitAndPinnedBytesUntilReleased) {
+  TwoOwners t(4);
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  std::optional<PinnedBlock> pin = t.a->Pin(Meta(1).key);
+  std::optional<PinnedBlock> second = t.a->Pin(Meta(1).key);
+  ASSERT_TRUE(pin && second);
+  EXPECT_EQ(t.a->Totals().hits, 2u);
+  EXPECT_EQ(t.a->Totals().pinned_bytes, kCharge) << "pinned twice, charged once";
+  pin->Release();
+  EXPECT_EQ(t.a->Totals().pinned_bytes, kCharge);
+  second.reset();
+  EXPECT_EQ(t.a->Totals().pinned_bytes, 0u);
+  EXPECT_FALSE(t.a->Pin(Meta(9).key).has_value());
+  EXPECT_EQ(t.a->Totals().misses, 1u);
+  ExpectAuditClean(*t.budget);
+}
+
+TEST(HotTier, MovedPinIsReleasedOnceByItsLastHolder) {
+  TwoOwners t(4);
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  PinnedBlock moved = std::move(t.a->Pin(Meta(1).key)).value();
+  PinnedBlock target = std::move(moved);
+  EXPECT_FALSE(
+      moved.held());  // NOLINT(bugprone-use-after-move): checking the moved-from state
+  EXPECT_TRUE(target.held());
+  EXPECT_EQ(t.a->Totals().pinned_bytes, kCharge);
+  target.Release();
+  target.Release();
+  EXPECT_EQ(t.a->Totals().pinned_bytes, 0u);
+  ExpectAuditClean(*t.budget);
+}
+
+TEST(HotTier, RemoveOfAPinnedBlockIsBusyAndKeepsIt) {
+  TwoOwners t(4);
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  std::optional<PinnedBlock> pin = t.a->Pin(Meta(1).key);
+  EXPECT_TRUE(t.a->Remove(Meta(1).key).IsBusy());
+  EXPECT_TRUE(t.a->Contains(Meta(1).key));
+  pin.reset();
+  EXPECT_TRUE(t.a->Remove(Meta(1).key).ok());
+  EXPECT_EQ(t.a->Totals().removes, 1u);
+}
+
+TEST(HotTier, PutOnAPinnedKeyReplacesInPlaceWhileTheHolderKeepsTheOldBytes) {
+  TwoOwners t(4);
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(kPayload, 'o'), true).ok());
+  std::optional<PinnedBlock> pin = t.a->Pin(Meta(1).key);
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(100, 'n'), true).ok());
+  EXPECT_EQ(pin->payload().view(), std::string(kPayload, 'o'));
+  EXPECT_EQ(t.a->Get(Meta(1).key)->view(), std::string(100, 'n'));
+  EXPECT_EQ(t.a->Totals().pinned_bytes, HotEntryCharge(100));
+  pin.reset();
+  EXPECT_EQ(t.a->Totals().pinned_bytes, 0u);
+  ExpectAuditClean(*t.budget);
+}
+
+TEST(SharedHotBudget, CreateRejectsZeroCapacityAndRegisterRejectsBadOwners) {
+  EXPECT_TRUE(
+      SharedHotBudget::Create({.capacity_bytes = 0}).status().IsInvalidArgument());
+  auto budget = SharedHotBudget::Create({}).value();
+  EXPECT_EQ(budget->RegisterOwner("llama").value(), 0u);
+  EXPECT_EQ(budget->RegisterOwner("draft", 4096).value(), 1u);
+  EXPECT_TRUE(budget->RegisterOwner("llama").status().IsInvalidArgument());
+  EXPECT_TRUE(budget->RegisterOwner("").status().IsInvalidArgument());
+  EXPECT_TRUE(budget->RegisterOwner("zero", 0).status().IsInvalidArgument());
+  EXPECT_TRUE(HotTier::Open(budget, 2).status().IsInvalidArgument());
+  EXPECT_EQ(budget->OwnerName(1).value(), "draft");
+  EXPECT_EQ(budget->OwnerQuota(1).value(), std::optional<uint64_t>(4096));
+}
+
+TEST(SharedHotBudget, InsertByOneOwnerEvictsAnotherOwnersBlockThroughItsListener) {
+  TwoOwners t(3);
+  ASSERT_TRUE(t.b->Put(Meta(1), Payload(), /*dirty=*/true).ok());
+  ASSERT_TRUE(t.a->Put(Meta(2), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Put(Meta(3), Payload(), true).ok());
+  ASSERT_TRUE(
+      t.a->Put(Meta(4), Payload(), true).ok());  // the budget is full: b's block goes
+  EXPECT_FALSE(t.b->Contains(Meta(1).key));
+  ASSERT_EQ(t.evicted_b.calls().size(), 1u);
+  EXPECT_EQ(t.evicted_b.calls()[0].meta.key, Meta(1).key);
+  EXPECT_TRUE(t.evicted_b.calls()[0].dirty);
+  EXPECT_TRUE(t.evicted_a.calls().empty());
+  EXPECT_EQ(t.b->Totals().evictions, 1u);
+  EXPECT_EQ(t.b->Totals().spills, 1u);
+  EXPECT_EQ(t.a->Totals().evictions, 0u);
+  ExpectAuditClean(*t.budget);
+}
+
+TEST(SharedHotBudget, PinnedEntriesAreNeverEvicted) {
+  TwoOwners t(3);
+  ASSERT_TRUE(t.b->Put(Meta(1), Payload(), true).ok());
+  std::optional<PinnedBlock> pin = t.b->Pin(Meta(1).key);
+  for (uint64_t id = 2; id < 20; ++id)
+    ASSERT_TRUE(t.a->Put(Meta(id), Payload(), true).ok());
+  EXPECT_TRUE(t.b->Contains(Meta(1).key));
+  EXPECT_TRUE(t.evicted_b.calls().empty());
+  EXPECT_EQ(t.evicted_a.calls().size(), 16u)
+      << "a's blocks take turns in the two free slots";
+  pin.reset();
+  ASSERT_TRUE(t.a->Put(Meta(20), Payload(), true).ok());
+  EXPECT_FALSE(t.b->Contains(Meta(1).key)) << "once released it is the oldest again";
+}
+
+TEST(SharedHotBudget, InsertFailsWithNoSpaceWhenOnlyPinnedRemainAndChangesNothing) {
+  TwoOwners t(2);
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  ASSERT_TRUE(t.b->Put(Meta(2), Payload(), true).ok());
+  std::optional<PinnedBlock> pa = t.a->Pin(Meta(1).key);
+  std::optional<PinnedBlock> pb = t.b->Pin(Meta(2).key);
+  const TierCounters before_a = t.a->Totals(), before_total = t.budget->Totals();
+  EXPECT_TRUE(t.a->Put(Meta(3), Payload(), true).IsNoSpace());
+  EXPECT_TRUE(t.a->Put(Meta(1), Payload(kPayload + 1), true).IsNoSpace())
+      << "growing in place";
+  EXPECT_EQ(t.a->Totals(), before_a);
+  EXPECT_EQ(t.budget->Totals(), before_total);
+  EXPECT_FALSE(t.a->Contains(Meta(3).key));
+  EXPECT_EQ(t.a->Get(Meta(1).key)->size(), kPayload);
+  EXPECT_TRUE(t.evicted_a.calls().empty() && t.evicted_b.calls().empty());
+  ExpectAuditClean(*t.budget);
+}
+
+TEST(SharedHotBudget, FailedInsertRestoresTentativeVictimsInTheirOrder) {
+  TwoOwners t(3);
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  ASSERT_TRUE(t.b->Put(Meta(2), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Put(Meta(3), Payload(), true).ok());
+  std::optional<PinnedBlock> pin = t.a->Pin(Meta(3).key);
+  // Needs all three slots: 1 and 2 are taken tentatively, then 3 is pinned.
+  EXPECT_TRUE(
+      t.a->Put(Meta(4), Payload(3 * kCharge - kHotEntryOverheadBytes), true).IsNoSpace());
+  ASSERT_TRUE(t.a->Put(Meta(5), Payload(), true).ok());
+  EXPECT_EQ(EvictedIds(t.evicted_a), (std::vector<uint64_t>{1}))
+      << "1 is still the oldest";
+  ASSERT_TRUE(t.a->Put(Meta(6), Payload(), true).ok());
+  EXPECT_EQ(EvictedIds(t.evicted_b), (std::vector<uint64_t>{2}));
+  ExpectAuditClean(*t.budget);
+}
+
+TEST(SharedHotBudget, ReplacingWithSmallerPayloadShrinksCountersExactly) {
+  // The rotating-tip strip rewrites a superseded tip with a placeholder in
+  // place: the owner's and the budget's bytes must shrink by the difference.
+  TwoOwners t(100);
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Put(Meta(2, 1), Payload(50000), true).ok());
+  ASSERT_TRUE(t.b->Put(Meta(3), Payload(), true).ok());
+  const uint64_t a_before = t.a->Totals().bytes, total_before = t.budget->Totals().bytes;
+  ASSERT_TRUE(t.a->Put(Meta(2, 1), Payload(64), true).ok());
+  EXPECT_EQ(t.a->Totals().bytes, a_before - (50000 - 64));
+  EXPECT_EQ(t.budget->Totals().bytes, total_before - (50000 - 64));
+  uint64_t recomputed = 0;
+  t.a->ForEach([&](const BlockMeta&, uint64_t bytes) { recomputed += bytes; });
+  EXPECT_EQ(t.a->Totals().bytes, recomputed);
+  EXPECT_EQ(t.a->Totals().entries, 2u);
+  ExpectAuditClean(*t.budget);
+}
+
+TEST(SharedHotBudget, BudgetTotalEqualsTheSumOfItsOwners) {
+  TwoOwners t(5);
+  for (uint64_t id = 1; id < 12; ++id) {
+    HotTier& tier = id % 3 == 0 ? *t.b : *t.a;
+    ASSERT_TRUE(tier.Put(Meta(id), Payload(kPayload - id * 10), id % 2 == 0).ok());
+    (void)tier.Get(Meta(id - 1).key);
+    const TierCounters a = t.a->Totals(), b = t.b->Totals(), total = t.budget->Totals();
+    EXPECT_EQ(total.bytes, a.bytes + b.bytes);
+    EXPECT_EQ(total.entries, a.entries + b.entries);
+    EXPECT_EQ(total.evictions, a.evictions + b.evictions);
+    EXPECT_EQ(total.hits + total.misses, a.hits + a.misses + b.hits + b.misses);
+  }
+  ExpectAuditClean(*t.budget);
+}
+
+TEST(SharedHotBudget, QuotaCapsOneOwnersShare) {
+  TwoOwners t(10, EvictionPolicyKind::kLru, /*quota_b=*/2 * kCharge);
+  for (uint64_t id = 1; id <= 5; ++id)
+    ASSERT_TRUE(t.b->Put(Meta(id), Payload(), true).ok());
+  EXPECT_EQ(t.b->Totals().bytes, 2 * kCharge);
+  EXPECT_EQ(EvictedIds(t.evicted_b), (std::vector<uint64_t>{1, 2, 3}));
+  ASSERT_TRUE(t.a->Put(Meta(6), Payload(), true).ok());
+  EXPECT_TRUE(t.evicted_a.calls().empty()) << "b's quota must not cost a anything";
+  EXPECT_TRUE(t.b->Put(Meta(7), Payload(2 * kCharge), true).IsNoSpace());
+}
+
+TEST(SharedHotBudget, LoweringAQuotaEvictsTheOwnersOldestUnpinnedBlocks) {
+  TwoOwners t(10);
+  for (uint64_t id = 1; id <= 4; ++id)
+    ASSERT_TRUE(t.b->Put(Meta(id), Payload(), true).ok());
+  std::optional<PinnedBlock> pin = t.b->Pin(Meta(1).key);
+  ASSERT_TRUE(t.budget->SetOwnerQuota(1, 2 * kCharge).ok());
+  EXPECT_EQ(EvictedIds(t.evicted_b), (std::vector<uint64_t>{2, 3}));
+  EXPECT_EQ(t.b->Totals().bytes, 2 * kCharge);
+  EXPECT_TRUE(t.budget->SetOwnerQuota(7, 1).IsInvalidArgument());
+  ExpectAuditClean(*t.budget);
+}
+
+TEST(SharedHotBudget, BlockLargerThanTheBudgetIsNoSpace) {
+  TwoOwners t(2);
+  EXPECT_TRUE(t.a->Put(Meta(1), Payload(2 * kCharge), true).IsNoSpace());
+  EXPECT_EQ(t.budget->Totals().inserts, 0u);
+}
+
+TEST(SharedHotBudget, ListenersAreCalledWithoutTheBudgetLock) {
+  class ReentrantListener final : public EvictionListener {
+   public:
+    explicit ReentrantListener(SharedHotBudget* budget) : budget_(budget) {}
+    void OnEvict(const BlockMeta&, const SharedBytes&, bool) override {
+      // Another thread takes the budget's lock; it could not if we held it.
+      auto other =
+          std::async(std::launch::async, [this] { return budget_->Totals().entries; });
+      ok = other.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+    }
+    bool ok = false;
+
+   private:
+    SharedHotBudget* budget_;
+  };
+  TwoOwners t(1);
+  ReentrantListener listener(t.budget.get());
+  t.a->SetEvictionListener(&listener);
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Put(Meta(2), Payload(), true).ok());
+  EXPECT_TRUE(listener.ok);
+}
+
+TEST(SharedHotBudget, VictimsWithoutAListenerAreCountedAsEvictionsNotSpills) {
+  TwoOwners t(1);
+  t.a->SetEvictionListener(nullptr);
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Put(Meta(2), Payload(), true).ok());
+  EXPECT_EQ(t.a->Totals().evictions, 1u);
+  EXPECT_EQ(t.a->Totals().spills, 0u);
+}
+
+TEST(LeafLru, EvictsAChainFromItsTipBackwards) {
+  TwoOwners t(4, EvictionPolicyKind::kLeafLru);
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Put(Meta(2, 1), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Put(Meta(3, 2), Payload(), true).ok());
+  ASSERT_TRUE(t.b->Put(Meta(10), Payload(), true).ok());
+  // Chain 1 <- 2 <- 3 is older than b's block but only its tip may go first.
+  ASSERT_TRUE(t.b->Put(Meta(11), Payload(), true).ok());
+  ASSERT_TRUE(t.b->Put(Meta(12), Payload(), true).ok());
+  ASSERT_TRUE(t.b->Put(Meta(13), Payload(), true).ok());
+  EXPECT_EQ(EvictedIds(t.evicted_a), (std::vector<uint64_t>{3, 2, 1}));
+  ExpectAuditClean(*t.budget);
+}
+
+TEST(LeafLru, NeverEvictsTheResidentParentOfTheBlockBeingInserted) {
+  TwoOwners t(2, EvictionPolicyKind::kLeafLru);
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Put(Meta(2), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Get(Meta(2).key).ok());
+  // 1 is the least recently used leaf, but it is the new block's parent.
+  ASSERT_TRUE(t.a->Put(Meta(3, 1), Payload(), true).ok());
+  EXPECT_EQ(EvictedIds(t.evicted_a), (std::vector<uint64_t>{2}));
+  // A chain that fills the budget keeps its prefix: the next tip does not fit.
+  EXPECT_TRUE(t.a->Put(Meta(4, 3), Payload(), true).IsNoSpace());
+  ExpectAuditClean(*t.budget);
+}
+
+TEST(LeafLru, AParentWhoseChildArrivedLaterWaitsForThatChild) {
+  TwoOwners t(3, EvictionPolicyKind::kLeafLru);
+  ASSERT_TRUE(
+      t.a->Put(Meta(2, 1), Payload(), true).ok());  // child first (restored out of order)
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Put(Meta(5), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Get(Meta(2).key).ok());
+  ASSERT_TRUE(t.a->Put(Meta(6), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Put(Meta(7), Payload(), true).ok());
+  EXPECT_EQ(EvictedIds(t.evicted_a), (std::vector<uint64_t>{5, 2}));
+  ExpectAuditClean(*t.budget);
+}
+
+TEST(EvictionPolicy, ParsesTheCliNamesAndRejectsOthers) {
+  EXPECT_EQ(ParseEvictionPolicy("lru").value(), EvictionPolicyKind::kLru);
+  EXPECT_EQ(ParseEvictionPolicy("leaf-lru").value(), EvictionPolicyKind::kLeafLru);
+  EXPECT_TRUE(ParseEvictionPolicy("LRU").status().IsInvalidArgument());
+  EXPECT_TRUE(ParseEvictionPolicy("").status().IsInvalidArgument());
+  for (auto kind : {EvictionPolicyKind::kLru, EvictionPolicyKind::kLeafLru}) {
+    EXPECT_EQ(ParseEvictionPolicy(EvictionPolicyName(kind)).value(), kind);
+    EXPECT_EQ(MakeEvictionPolicy(kind)->name(), EvictionPolicyName(kind));
+  }
+}
+
+}  // namespace
+}  // namespace prefixkv
