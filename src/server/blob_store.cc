@@ -1,0 +1,81 @@
+// The server's hot-then-SSD lookup, write-back store and removal.
+#include "src/server/blob_store.h"
+
+#include "storage/xxh.h"
+
+namespace prefixkv::server {
+
+BlockKey BlobStore::RawKey(std::string_view key) {
+  XXH3_state_t state;
+  XXH3_128bits_reset(&state);
+  XXH3_128bits_update(&state, "raw|", 4);
+  XXH3_128bits_update(&state, key.data(), key.size());
+  XXH128_hash_t h = XXH3_128bits_digest(&state);
+  return BlockKey{h.high64, h.low64};
+}
+
+StatusOr<SharedBytes> BlobStore::Get(const BlockKey& key) {
+  if (hot_ != nullptr) {
+    StatusOr<SharedBytes> hit = hot_->Get(key);
+    if (hit.ok() || !hit.status().IsNotFound() || ssd_ == nullptr) return hit;
+  }
+  return GetFromSsd(key);
+}
+
+StatusOr<SharedBytes> BlobStore::GetFromSsd(const BlockKey& key) {
+  if (hot_ == nullptr) return ssd_->Get(key);
+  std::lock_guard<std::mutex> lock(StripeFor(key));
+  // A Put may have landed in the hot tier between the miss and the lock.
+  if (hot_->Contains(key)) {
+    StatusOr<SharedBytes> hit = hot_->Get(key);
+    if (hit.ok()) return hit;
+  }
+  StatusOr<BlockMeta> meta = ssd_->Peek(key);
+  if (!meta.ok()) return meta.status();
+  StatusOr<SharedBytes> hit = ssd_->Get(key);
+  if (!hit.ok()) return hit;
+  // Promotion is best effort: a block larger than the hot tier stays on SSD.
+  (void)hot_->Put(*meta, *hit, /*dirty=*/false);
+  return hit;
+}
+
+Status BlobStore::Put(const BlockMeta& meta, SharedBytes payload) {
+  std::lock_guard<std::mutex> lock(StripeFor(meta.key));
+  if (hot_ != nullptr) {
+    Status s = hot_->Put(meta, payload, /*dirty=*/ssd_ != nullptr);
+    if (!s.IsNoSpace() || ssd_ == nullptr) return s;
+    // Too large for RAM: the SSD copy becomes the only one, so an older hot
+    // copy must not shadow it.
+    Status removed = hot_->Remove(meta.key);
+    if (!removed.ok() && !removed.IsNotFound()) return removed;
+  }
+  return ssd_->Put(meta, std::move(payload), /*dirty=*/false);
+}
+
+StatusOr<bool> BlobStore::Remove(const BlockKey& key) {
+  std::lock_guard<std::mutex> lock(StripeFor(key));
+  bool found = false;
+  for (BlockTier* tier : tiers()) {
+    Status s = tier->Remove(key);
+    if (s.ok()) {
+      found = true;
+    } else if (!s.IsNotFound()) {
+      return s;
+    }
+  }
+  return found;
+}
+
+bool BlobStore::Contains(const BlockKey& key) const {
+  return (hot_ != nullptr && hot_->Contains(key)) ||
+         (ssd_ != nullptr && ssd_->Contains(key));
+}
+
+std::vector<BlockTier*> BlobStore::tiers() const {
+  std::vector<BlockTier*> out;
+  if (hot_ != nullptr) out.push_back(hot_);
+  if (ssd_ != nullptr) out.push_back(ssd_);
+  return out;
+}
+
+}  // namespace prefixkv::server

@@ -1,0 +1,260 @@
+// The command table, dispatch (lookup, AUTH gate, arity) and the connection
+// commands: PING, ECHO, AUTH, HELLO, QUIT, SELECT, COMMAND, CONFIG.
+#include "src/server/commands.h"
+
+#include <algorithm>
+#include <cctype>
+#include <unordered_map>
+
+namespace prefixkv::server {
+namespace {
+
+constexpr std::string_view kNoAuth = "NOAUTH Authentication required.";
+constexpr std::string_view kWrongPass =
+    "WRONGPASS invalid username-password pair or user is disabled.";
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// A client-supplied word made safe and short for an error message.
+std::string Quoted(std::string_view s) {
+  std::string out = "'";
+  for (char c : s.substr(0, 64))
+    out += std::isprint(static_cast<unsigned char>(c)) ? c : '?';
+  return out + "'";
+}
+
+void UnknownCommand(const RespArgs& args, ReplyBuffer* out) {
+  std::string msg =
+      "ERR unknown command " + Quoted(args[0].view()) + ", with args beginning with: ";
+  for (size_t i = 1; i < args.size() && i < 4; ++i) msg += Quoted(args[i].view()) + " ";
+  out->Error(msg);
+}
+
+// Comparison time does not depend on where the first difference is.
+bool PasswordMatches(std::string_view given, std::string_view expected) {
+  if (given.size() != expected.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < given.size(); ++i) diff |= given[i] ^ expected[i];
+  return diff == 0;
+}
+
+bool CheckPassword(CommandContext& ctx, std::string_view user, std::string_view pass) {
+  bool ok =
+      user == "default" && PasswordMatches(pass, ctx.dispatcher.config().requirepass);
+  if (ok) ctx.client->authenticated = true;
+  return ok;
+}
+
+void ReplyCommandSpec(const CommandSpec& spec, ReplyBuffer* out) {
+  out->ArrayHeader(6);
+  out->Bulk(spec.name);
+  out->Integer(spec.arity);
+  out->ArrayHeader(spec.before_auth ? 2 : 1);
+  out->Simple(spec.write ? "write" : "readonly");
+  if (spec.before_auth) out->Simple("no_auth");
+  out->Integer(spec.first_key);
+  out->Integer(spec.last_key);
+  out->Integer(spec.key_step);
+}
+
+}  // namespace
+
+const std::vector<CommandSpec>& Dispatcher::Table() {
+  static const std::vector<CommandSpec> table = {
+      {"ping", -1, false, false, 0, 0, 0, CmdPing},
+      {"echo", 2, false, false, 0, 0, 0, CmdEcho},
+      {"auth", -2, true, false, 0, 0, 0, CmdAuth},
+      {"hello", -1, true, false, 0, 0, 0, CmdHello},
+      {"quit", -1, true, false, 0, 0, 0, CmdQuit},
+      {"select", 2, false, false, 0, 0, 0, CmdSelect},
+      {"command", -1, false, false, 0, 0, 0, CmdCommand},
+      {"config", -2, false, false, 0, 0, 0, CmdConfig},
+      {"info", -1, false, false, 0, 0, 0, CmdInfo},
+      {"get", 2, false, false, 1, 1, 1, CmdGet},
+      {"set", -3, false, true, 1, 1, 1, CmdSet},
+      {"del", -2, false, true, 1, -1, 1, CmdDel},
+      {"exists", -2, false, false, 1, -1, 1, CmdExists},
+      {"mget", -2, false, false, 1, -1, 1, CmdMget},
+      {"mset", -3, false, true, 1, -1, 2, CmdMset},
+      {"pkv.put", 2, false, true, 0, 0, 0, CmdPkvPut},
+      {"pkv.get", 2, false, false, 0, 0, 0, CmdPkvGet},
+      {"pkv.match", 4, false, false, 0, 0, 0, CmdPkvMatch},
+      {"pkv.stats", 1, false, false, 0, 0, 0, CmdPkvStats},
+      {"pkv.audit", 1, false, false, 0, 0, 0, CmdPkvAudit},
+  };
+  return table;
+}
+
+const CommandSpec* Dispatcher::Find(std::string_view name) {
+  static const auto* index = [] {
+    auto* m = new std::unordered_map<std::string, const CommandSpec*>();
+    for (const CommandSpec& spec : Table()) (*m)[spec.name] = &spec;
+    return m;
+  }();
+  if (name.size() > 16) return nullptr;
+  auto it = index->find(Lower(name));
+  return it == index->end() ? nullptr : it->second;
+}
+
+Dispatcher::Dispatcher(BlobStore* store, DispatcherConfig config)
+    : store_(store), config_(std::move(config)) {}
+
+void Dispatcher::Execute(const RespArgs& args, ClientState* client,
+                         ReplyBuffer* out) const {
+  const CommandSpec* spec = args.empty() ? nullptr : Find(args[0].view());
+  if (spec == nullptr || (!client->authenticated && !spec->before_auth)) {
+    if (!client->authenticated) {
+      out->Error(kNoAuth);
+    } else {
+      UnknownCommand(args, out);
+    }
+    return;
+  }
+  int n = static_cast<int>(std::min<size_t>(args.size(), 1 << 30));
+  if ((spec->arity > 0 && n != spec->arity) || (spec->arity < 0 && n < -spec->arity)) {
+    out->Error(std::string("ERR wrong number of arguments for '") + spec->name +
+               "' command");
+    return;
+  }
+  CommandContext ctx{*this, args, client, out};
+  spec->handler(ctx);
+}
+
+void ReplyStatus(const Status& status, ReplyBuffer* out) {
+  out->Error("ERR " + status.ToString());
+}
+
+void CmdPing(CommandContext& ctx) {
+  if (ctx.args.size() > 2) {
+    ctx.out->Error("ERR wrong number of arguments for 'ping' command");
+  } else if (ctx.args.size() == 2) {
+    ctx.out->Bulk(ctx.args[1]);
+  } else {
+    ctx.out->Simple("PONG");
+  }
+}
+
+void CmdEcho(CommandContext& ctx) { ctx.out->Bulk(ctx.args[1]); }
+
+void CmdAuth(CommandContext& ctx) {
+  if (ctx.args.size() > 3) {
+    ctx.out->Error("ERR syntax error");
+  } else if (ctx.dispatcher.config().requirepass.empty()) {
+    ctx.out->Error(
+        "ERR AUTH <password> called without any password configured for the default "
+        "user. Are you sure your configuration is correct?");
+  } else if (CheckPassword(ctx, ctx.args.size() == 3 ? ctx.arg(1) : "default",
+                           ctx.arg(ctx.args.size() - 1))) {
+    ctx.out->Simple("OK");
+  } else {
+    ctx.out->Error(kWrongPass);
+  }
+}
+
+void CmdHello(CommandContext& ctx) {
+  if (ctx.args.size() >= 2) {
+    int64_t proto = 0;
+    if (!ParseRespLength(ctx.arg(1), &proto)) {
+      return ctx.out->Error("ERR Protocol version is not an integer or out of range");
+    }
+    if (proto != 2)
+      return ctx.out->Error("NOPROTO sorry, this protocol version is not supported.");
+  }
+  for (size_t i = 2; i < ctx.args.size(); ++i) {
+    std::string opt = Lower(ctx.arg(i));
+    if (opt == "auth" && i + 2 < ctx.args.size()) {
+      if (!CheckPassword(ctx, ctx.arg(i + 1), ctx.arg(i + 2))) {
+        return ctx.out->Error(kWrongPass);
+      }
+      i += 2;
+    } else if (opt == "setname" && i + 1 < ctx.args.size()) {
+      ++i;  // client names are accepted and not kept
+    } else {
+      return ctx.out->Error("ERR Syntax error in HELLO option " + Quoted(ctx.arg(i)));
+    }
+  }
+  if (!ctx.client->authenticated) {
+    return ctx.out->Error(
+        "NOAUTH HELLO must be called with the client already authenticated, otherwise "
+        "the "
+        "HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client");
+  }
+  ctx.out->ArrayHeader(14);
+  ctx.out->Bulk("server");
+  ctx.out->Bulk("prefixkv");
+  ctx.out->Bulk("version");
+  ctx.out->Bulk("0.1.0");
+  ctx.out->Bulk("proto");
+  ctx.out->Integer(2);
+  ctx.out->Bulk("id");
+  ctx.out->Integer(0);
+  ctx.out->Bulk("mode");
+  ctx.out->Bulk("standalone");
+  ctx.out->Bulk("role");
+  ctx.out->Bulk("master");
+  ctx.out->Bulk("modules");
+  ctx.out->ArrayHeader(0);
+}
+
+void CmdQuit(CommandContext& ctx) {
+  ctx.client->close_requested = true;
+  ctx.out->Simple("OK");
+}
+
+void CmdSelect(CommandContext& ctx) {
+  if (ctx.arg(1) == "0") return ctx.out->Simple("OK");
+  ctx.out->Error("ERR DB index is out of range");
+}
+
+void CmdCommand(CommandContext& ctx) {
+  const auto& table = Dispatcher::Table();
+  std::string sub = ctx.args.size() > 1 ? Lower(ctx.arg(1)) : "";
+  if (sub.empty()) {
+    ctx.out->ArrayHeader(table.size());
+    for (const CommandSpec& spec : table) ReplyCommandSpec(spec, ctx.out);
+  } else if (sub == "count") {
+    ctx.out->Integer(static_cast<int64_t>(table.size()));
+  } else if (sub == "docs") {
+    ctx.out->ArrayHeader(0);  // no documentation strings; docs/protocol.md has them
+  } else if (sub == "info") {
+    ctx.out->ArrayHeader(ctx.args.size() - 2);
+    for (size_t i = 2; i < ctx.args.size(); ++i) {
+      const CommandSpec* spec = Dispatcher::Find(ctx.arg(i));
+      if (spec == nullptr) {
+        ctx.out->Null();
+      } else {
+        ReplyCommandSpec(*spec, ctx.out);
+      }
+    }
+  } else {
+    ctx.out->Error("ERR unknown subcommand " + Quoted(ctx.arg(1)) +
+                   ". Try COMMAND HELP.");
+  }
+}
+
+// CONFIG GET answers the few parameters Redis tools ask about (redis-benchmark
+// reads "save" and "appendonly"); nothing is settable at run time.
+void CmdConfig(CommandContext& ctx) {
+  if (Lower(ctx.arg(1)) != "get") {
+    return ctx.out->Error("ERR CONFIG " + Quoted(ctx.arg(1)) + " is not supported");
+  }
+  static const std::vector<std::pair<std::string, std::string>> known = {
+      {"save", ""}, {"appendonly", "no"}, {"databases", "1"}};
+  std::vector<const std::pair<std::string, std::string>*> found;
+  for (size_t i = 2; i < ctx.args.size(); ++i) {
+    for (const auto& kv : known) {
+      if (Lower(ctx.arg(i)) == kv.first) found.push_back(&kv);
+    }
+  }
+  ctx.out->ArrayHeader(found.size() * 2);
+  for (const auto* kv : found) {
+    ctx.out->Bulk(kv->first);
+    ctx.out->Bulk(kv->second);
+  }
+}
+
+}  // namespace prefixkv::server

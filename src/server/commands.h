@@ -1,0 +1,114 @@
+// Command dispatch: one RESP command in, its reply appended to a ReplyBuffer.
+//
+// The dispatcher owns no connection state: what a client has done (AUTH, QUIT)
+// lives in ClientState, which the connection keeps. docs/protocol.md lists
+// every command; the table in commands.cc is the single source of names,
+// arities and whether a command may run before AUTH.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "src/server/blob_store.h"
+#include "src/server/reply_buffer.h"
+#include "src/server/resp_parser.h"
+
+namespace prefixkv::server {
+
+// Per-connection protocol state.
+struct ClientState {
+  bool authenticated = false;    // AUTH succeeded (or no password is set)
+  bool close_requested = false;  // QUIT: close after the reply is sent
+};
+
+struct DispatcherConfig {
+  std::string requirepass;                      // empty: no AUTH needed
+  size_t max_record_bytes = size_t{512} << 20;  // largest PKV.PUT record
+  // Appends the "server", "clients" and "stats" INFO sections (RESP-free text,
+  // "name:value\r\n" lines) for the running server; may be empty in tests.
+  std::function<void(std::string* out)> append_server_info;
+};
+
+class Dispatcher;
+
+// What a command handler sees.
+struct CommandContext {
+  const Dispatcher& dispatcher;
+  const RespArgs& args;
+  ClientState* client;
+  ReplyBuffer* out;
+
+  std::string_view arg(size_t i) const { return args[i].view(); }
+};
+
+using CommandHandler = void (*)(CommandContext& ctx);
+
+struct CommandSpec {
+  const char* name;  // lowercase, as COMMAND reports it
+  int arity;         // Redis convention: n = exactly n words, -n = at least n
+  bool before_auth;  // may run before AUTH when a password is set
+  bool write;        // changes stored data ("write" flag in COMMAND)
+  int first_key;     // key positions, as COMMAND reports them (0: no keys)
+  int last_key;      // -1: the last argument
+  int key_step;
+  CommandHandler handler;
+};
+
+// Thread-safe: Execute may be called concurrently (state is in ClientState).
+class Dispatcher {
+ public:
+  Dispatcher(BlobStore* store, DispatcherConfig config);
+
+  // Runs one command and appends exactly one reply to `out`.
+  void Execute(const RespArgs& args, ClientState* client, ReplyBuffer* out) const;
+
+  // The initial state of a new connection.
+  ClientState NewClient() const {
+    return ClientState{config_.requirepass.empty(), false};
+  }
+
+  BlobStore* store() const { return store_; }
+  const DispatcherConfig& config() const { return config_; }
+
+  // Every command, in table order (COMMAND, tests, docs).
+  static const std::vector<CommandSpec>& Table();
+  static const CommandSpec* Find(std::string_view name);
+
+ private:
+  BlobStore* store_;
+  DispatcherConfig config_;
+};
+
+// Handlers, by group (commands.cc, commands_keys.cc, commands_pkv.cc).
+void CmdPing(CommandContext& ctx);
+void CmdEcho(CommandContext& ctx);
+void CmdAuth(CommandContext& ctx);
+void CmdHello(CommandContext& ctx);
+void CmdQuit(CommandContext& ctx);
+void CmdSelect(CommandContext& ctx);
+void CmdCommand(CommandContext& ctx);
+void CmdConfig(CommandContext& ctx);
+void CmdInfo(CommandContext& ctx);
+void CmdGet(CommandContext& ctx);
+void CmdSet(CommandContext& ctx);
+void CmdDel(CommandContext& ctx);
+void CmdExists(CommandContext& ctx);
+void CmdMget(CommandContext& ctx);
+void CmdMset(CommandContext& ctx);
+void CmdPkvPut(CommandContext& ctx);
+void CmdPkvGet(CommandContext& ctx);
+void CmdPkvMatch(CommandContext& ctx);
+void CmdPkvStats(CommandContext& ctx);
+void CmdPkvAudit(CommandContext& ctx);
+
+// Visits every TierCounters field as (name, value), in declaration order.
+void ForEachCounter(const TierCounters& c,
+                    const std::function<void(std::string_view, uint64_t)>& fn);
+
+// "ERR <status>" for a failed tier operation.
+void ReplyStatus(const Status& status, ReplyBuffer* out);
+
+}  // namespace prefixkv::server

@@ -1,0 +1,93 @@
+// Raw-key commands: GET, SET, DEL, EXISTS, MGET, MSET. Keys are hashed to
+// BlockKeys (BlobStore::RawKey) and values are stored as opaque payloads with a
+// zero namespace and parent, so the tiers treat each as a one-block chain.
+#include "src/server/commands.h"
+
+namespace prefixkv::server {
+namespace {
+
+BlockMeta RawMeta(std::string_view key) {
+  BlockMeta meta;
+  meta.key = BlobStore::RawKey(key);
+  return meta;
+}
+
+// Appends the value of `key` (or a null) to the reply; false after an error reply.
+bool ReplyValue(CommandContext& ctx, std::string_view key) {
+  StatusOr<SharedBytes> value = ctx.dispatcher.store()->Get(BlobStore::RawKey(key));
+  if (value.ok()) {
+    ctx.out->Bulk(*value);
+  } else if (value.status().IsNotFound()) {
+    ctx.out->Null();
+  } else {
+    ReplyStatus(value.status(), ctx.out);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void CmdGet(CommandContext& ctx) { ReplyValue(ctx, ctx.arg(1)); }
+
+// SET key value. Expiry and condition options (EX, NX...) are not supported:
+// this is a cache whose eviction is by capacity, not by time.
+void CmdSet(CommandContext& ctx) {
+  if (ctx.args.size() != 3) return ctx.out->Error("ERR syntax error");
+  Status s = ctx.dispatcher.store()->Put(RawMeta(ctx.arg(1)), ctx.args[2]);
+  if (!s.ok()) return ReplyStatus(s, ctx.out);
+  ctx.out->Simple("OK");
+}
+
+void CmdDel(CommandContext& ctx) {
+  int64_t removed = 0;
+  for (size_t i = 1; i < ctx.args.size(); ++i) {
+    StatusOr<bool> r = ctx.dispatcher.store()->Remove(BlobStore::RawKey(ctx.arg(i)));
+    if (!r.ok()) return ReplyStatus(r.status(), ctx.out);
+    removed += *r ? 1 : 0;
+  }
+  ctx.out->Integer(removed);
+}
+
+// Like Redis, a key named twice is counted twice.
+void CmdExists(CommandContext& ctx) {
+  int64_t n = 0;
+  for (size_t i = 1; i < ctx.args.size(); ++i) {
+    n += ctx.dispatcher.store()->Contains(BlobStore::RawKey(ctx.arg(i))) ? 1 : 0;
+  }
+  ctx.out->Integer(n);
+}
+
+void CmdMget(CommandContext& ctx) {
+  // Fetch first so that a failing tier yields one error instead of a torn array.
+  std::vector<StatusOr<SharedBytes>> values;
+  values.reserve(ctx.args.size() - 1);
+  for (size_t i = 1; i < ctx.args.size(); ++i) {
+    values.push_back(ctx.dispatcher.store()->Get(BlobStore::RawKey(ctx.arg(i))));
+    const Status& s = values.back().status();
+    if (!s.ok() && !s.IsNotFound()) return ReplyStatus(s, ctx.out);
+  }
+  ctx.out->ArrayHeader(values.size());
+  for (const auto& v : values) {
+    if (v.ok()) {
+      ctx.out->Bulk(*v);
+    } else {
+      ctx.out->Null();
+    }
+  }
+}
+
+// MSET stores pairs in order; it is not atomic across keys (a failing tier
+// leaves the earlier pairs stored and reports the error).
+void CmdMset(CommandContext& ctx) {
+  if (ctx.args.size() % 2 != 1) {
+    return ctx.out->Error("ERR wrong number of arguments for 'mset' command");
+  }
+  for (size_t i = 1; i + 1 < ctx.args.size(); i += 2) {
+    Status s = ctx.dispatcher.store()->Put(RawMeta(ctx.arg(i)), ctx.args[i + 1]);
+    if (!s.ok()) return ReplyStatus(s, ctx.out);
+  }
+  ctx.out->Simple("OK");
+}
+
+}  // namespace prefixkv::server

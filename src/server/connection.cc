@@ -1,0 +1,148 @@
+// One client connection: the read / parse / execute / write pump.
+#include "src/server/connection.h"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+
+namespace prefixkv::server {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+RespLimits LimitsFrom(const ServerOptions& o) {
+  return RespLimits{o.max_request_bytes, o.max_array_elements, o.max_inline_bytes};
+}
+
+}  // namespace
+
+Connection::Connection(tcp::socket socket, const ConnectionEnv* env)
+    : socket_(std::move(socket)),
+      env_(env),
+      parser_(LimitsFrom(*env->options)),
+      client_(env->dispatcher->NewClient()),
+      read_buf_(env->options->read_chunk_bytes) {
+  Touch();
+}
+
+void Connection::PostStart() {
+  asio::post(socket_.get_executor(), [self = shared_from_this()] { self->Pump(); });
+}
+
+void Connection::PostShutdown() {
+  asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    self->stop_reading_ = true;
+    // Wakes a pending read with end-of-file; queued replies still go out.
+    boost::system::error_code ignored;
+    if (self->reading_) self->socket_.shutdown(tcp::socket::shutdown_receive, ignored);
+    self->Pump();
+  });
+}
+
+void Connection::PostClose() {
+  asio::post(socket_.get_executor(), [self = shared_from_this()] { self->Close(); });
+}
+
+void Connection::Touch() {
+  last_activity_ms_.store(env_->clock->NowMillis(), std::memory_order_relaxed);
+}
+
+void Connection::Pump() {
+  if (closed_) return;
+  ProcessInput();
+  Flush();
+  if (stop_reading_) {
+    if (!reading_ && !writing_in_flight_ && queued_.empty()) Close();
+    return;
+  }
+  bool paused = PendingReplyBytes() > env_->options->max_pending_reply_bytes;
+  if (reading_ || paused || read_pos_ < read_end_) return;  // OnWritten resumes
+  read_pos_ = read_end_ = 0;
+  reading_ = true;
+  std::span<uint8_t> direct = parser_.DirectTarget(read_buf_.size());
+  if (!direct.empty()) {
+    // A large bulk argument: read it straight into its final buffer.
+    socket_.async_read_some(asio::buffer(direct.data(), direct.size()),
+                            [self = shared_from_this()](auto ec, size_t n) {
+                              if (!ec) self->parser_.CommitDirect(n);
+                              self->OnRead(ec, 0);
+                            });
+  } else {
+    socket_.async_read_some(
+        asio::buffer(read_buf_),
+        [self = shared_from_this()](auto ec, size_t n) { self->OnRead(ec, n); });
+  }
+}
+
+void Connection::OnRead(const boost::system::error_code& ec, size_t n) {
+  reading_ = false;
+  if (closed_) return;
+  if (ec == asio::error::eof) {
+    stop_reading_ = true;  // the client is done sending; answer what it sent
+  } else if (ec) {
+    Close();
+    return;
+  } else {
+    Touch();
+    read_end_ = n;
+  }
+  Pump();
+}
+
+void Connection::ProcessInput() {
+  const size_t limit = env_->options->max_pending_reply_bytes;
+  while (read_pos_ < read_end_ && !client_.close_requested &&
+         PendingReplyBytes() <= limit) {
+    std::string_view in(read_buf_.data() + read_pos_, read_end_ - read_pos_);
+    RespParser::Result r = parser_.Parse(&in, &args_);
+    read_pos_ = read_end_ - in.size();
+    if (r == RespParser::Result::kCommand) {
+      env_->dispatcher->Execute(args_, &client_, &queued_);
+      env_->counters->total_commands_processed.fetch_add(1, std::memory_order_relaxed);
+      args_.clear();  // stored values are now owned by the tiers alone
+      if (client_.close_requested) stop_reading_ = true;
+    } else if (r == RespParser::Result::kError) {
+      queued_.Error("ERR " + parser_.error());
+      env_->counters->protocol_errors.fetch_add(1, std::memory_order_relaxed);
+      client_.close_requested = stop_reading_ = true;
+    }
+  }
+  if (client_.close_requested) read_pos_ = read_end_ = 0;  // never parse past QUIT
+}
+
+void Connection::Flush() {
+  if (writing_in_flight_ || queued_.empty() || closed_) return;
+  std::swap(writing_, queued_);
+  write_pieces_.clear();
+  writing_.ForEachPiece(
+      [this](const void* p, size_t n) { write_pieces_.emplace_back(p, n); });
+  writing_in_flight_ = true;
+  asio::async_write(socket_, write_pieces_, [self = shared_from_this()](auto ec, size_t) {
+    self->OnWritten(ec);
+  });
+}
+
+void Connection::OnWritten(const boost::system::error_code& ec) {
+  writing_in_flight_ = false;
+  writing_.Clear();
+  if (closed_) return;
+  if (ec) {
+    Close();
+    return;
+  }
+  Touch();
+  Pump();
+}
+
+void Connection::Close() {
+  if (closed_) return;
+  closed_ = true;
+  boost::system::error_code ignored;
+  socket_.shutdown(tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  queued_.Clear();
+  if (env_->on_closed) env_->on_closed(this);
+}
+
+}  // namespace prefixkv::server

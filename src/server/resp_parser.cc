@@ -1,0 +1,188 @@
+// The RESP2 request parser: a small state machine over header lines, bulk
+// bodies and inline lines. See resp_parser.h for the contract.
+#include "src/server/resp_parser.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace prefixkv::server {
+namespace {
+
+// "*" or "$", up to 18 digits and a sign, "\r": anything longer is malformed.
+constexpr size_t kMaxHeaderLine = 32;
+
+// Removes the '\r' that must end a header line; false when it is missing.
+bool StripCr(std::string* line) {
+  if (line->empty() || line->back() != '\r') return false;
+  line->pop_back();
+  return true;
+}
+
+}  // namespace
+
+bool ParseRespLength(std::string_view text, int64_t* out) {
+  bool negative = !text.empty() && text[0] == '-';
+  if (negative) text.remove_prefix(1);
+  if (text.empty() || text.size() > 18) return false;
+  int64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  *out = negative ? -v : v;
+  return true;
+}
+
+RespParser::Result RespParser::Fail(std::string message) {
+  error_ = "Protocol error: " + std::move(message);
+  pending_.clear();
+  body_ = SharedBytes();
+  body_data_ = nullptr;
+  return Result::kError;
+}
+
+bool RespParser::TakeLine(std::string_view* input, size_t max_bytes, bool* too_long) {
+  size_t nl = input->find('\n');
+  size_t take = nl == std::string_view::npos ? input->size() : nl;
+  *too_long = line_.size() + take > max_bytes;
+  if (*too_long) return false;
+  line_.append(input->data(), take);
+  input->remove_prefix(nl == std::string_view::npos ? take : take + 1);
+  return nl != std::string_view::npos;
+}
+
+RespParser::Result RespParser::OnArrayHeader() {
+  int64_t n = 0;
+  if (!StripCr(&line_) || !ParseRespLength(line_, &n) || n < 0 ||
+      static_cast<uint64_t>(n) > limits_.max_array_elements) {
+    return Fail("invalid multibulk length");
+  }
+  line_.clear();
+  expected_args_ = static_cast<size_t>(n);
+  request_bytes_ = 0;
+  pending_.clear();
+  pending_.reserve(std::min<size_t>(expected_args_, 16));
+  state_ = expected_args_ == 0 ? State::kStart : State::kBulkHeader;
+  return Result::kNeedMore;
+}
+
+RespParser::Result RespParser::OnBulkHeader() {
+  int64_t n = 0;
+  if (!StripCr(&line_) || !ParseRespLength(std::string_view(line_).substr(1), &n) ||
+      n < 0 || static_cast<uint64_t>(n) > limits_.max_request_bytes - request_bytes_) {
+    return Fail("invalid bulk length");
+  }
+  line_.clear();
+  request_bytes_ += static_cast<size_t>(n);
+  body_ = SharedBytes::Allocate(static_cast<size_t>(n), &body_data_);
+  body_filled_ = 0;
+  end_seen_ = 0;
+  state_ = State::kBulkBody;
+  return Result::kNeedMore;
+}
+
+RespParser::Result RespParser::OnInline(RespArgs* args) {
+  if (!line_.empty() && line_.back() == '\r') line_.pop_back();
+  args->clear();
+  size_t i = 0;
+  while (i < line_.size()) {
+    while (i < line_.size() && (line_[i] == ' ' || line_[i] == '\t')) ++i;
+    size_t start = i;
+    while (i < line_.size() && line_[i] != ' ' && line_[i] != '\t') ++i;
+    if (i > start) args->push_back(SharedBytes::Copy(line_.data() + start, i - start));
+  }
+  line_.clear();
+  state_ = State::kStart;
+  if (args->size() > limits_.max_array_elements) return Fail("too many inline arguments");
+  return args->empty() ? Result::kNeedMore : Result::kCommand;
+}
+
+void RespParser::TakeBody(std::string_view* input) {
+  size_t n = std::min(body_.size() - body_filled_, input->size());
+  if (n > 0) std::memcpy(body_data_ + body_filled_, input->data(), n);
+  body_filled_ += n;
+  input->remove_prefix(n);
+}
+
+RespParser::Result RespParser::Finish(RespArgs* args) {
+  pending_.push_back(std::move(body_));
+  body_ = SharedBytes();
+  body_data_ = nullptr;
+  if (pending_.size() < expected_args_) {
+    state_ = State::kBulkHeader;
+    return Result::kNeedMore;
+  }
+  args->swap(pending_);
+  pending_.clear();
+  state_ = State::kStart;
+  return Result::kCommand;
+}
+
+RespParser::Result RespParser::Parse(std::string_view* input, RespArgs* args) {
+  if (!error_.empty()) return Result::kError;
+  bool too_long = false;
+  while (true) {
+    switch (state_) {
+      case State::kStart:
+        if (input->empty()) return Result::kNeedMore;
+        if ((*input)[0] == '*') {
+          input->remove_prefix(1);
+          state_ = State::kArrayHeader;
+        } else {
+          state_ = State::kInline;
+        }
+        break;
+      case State::kArrayHeader:
+        if (!TakeLine(input, kMaxHeaderLine, &too_long)) {
+          return too_long ? Fail("invalid multibulk length") : Result::kNeedMore;
+        }
+        if (OnArrayHeader() == Result::kError) return Result::kError;
+        break;
+      case State::kBulkHeader:
+        if (input->empty()) return Result::kNeedMore;
+        if (line_.empty() && (*input)[0] != '$') {
+          return Fail(std::string("expected '$', got '") + (*input)[0] + "'");
+        }
+        if (!TakeLine(input, kMaxHeaderLine, &too_long)) {
+          return too_long ? Fail("invalid bulk length") : Result::kNeedMore;
+        }
+        if (OnBulkHeader() == Result::kError) return Result::kError;
+        break;
+      case State::kBulkBody:
+        TakeBody(input);
+        if (body_filled_ < body_.size()) return Result::kNeedMore;
+        state_ = State::kBulkEnd;
+        break;
+      case State::kBulkEnd:
+        while (end_seen_ < 2) {
+          if (input->empty()) return Result::kNeedMore;
+          if ((*input)[0] != (end_seen_ == 0 ? '\r' : '\n')) {
+            return Fail("expected CRLF after a bulk argument");
+          }
+          input->remove_prefix(1);
+          ++end_seen_;
+        }
+        if (Finish(args) == Result::kCommand) return Result::kCommand;
+        break;
+      case State::kInline:
+        if (!TakeLine(input, limits_.max_inline_bytes, &too_long)) {
+          return too_long ? Fail("too big inline request") : Result::kNeedMore;
+        }
+        if (Result r = OnInline(args); r != Result::kNeedMore) return r;
+        break;
+    }
+  }
+}
+
+std::span<uint8_t> RespParser::DirectTarget(size_t min_bytes) {
+  if (state_ != State::kBulkBody || !error_.empty()) return {};
+  size_t remaining = body_.size() - body_filled_;
+  if (remaining < min_bytes || remaining == 0) return {};
+  return {body_data_ + body_filled_, remaining};
+}
+
+void RespParser::CommitDirect(size_t n) {
+  body_filled_ += std::min(n, body_.size() - body_filled_);
+}
+
+}  // namespace prefixkv::server

@@ -1,0 +1,93 @@
+// An incremental RESP2 request parser: bytes in, commands out.
+//
+// Clients send commands as arrays of bulk strings ("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
+// or, from a terminal, as inline lines ("GET k\r\n"). Bytes may arrive split at
+// any point and many commands may arrive at once (pipelining); the parser keeps
+// at most one partial command. Every length is checked against RespLimits
+// before anything is allocated, so a hostile client cannot make the server
+// allocate more than max_request_bytes per connection.
+//
+// After a kError the stream cannot be resynchronized (the byte boundary of the
+// next command is unknown): the caller replies with error() and closes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "prefixkv/bytes.h"
+
+namespace prefixkv::server {
+
+struct RespLimits {
+  size_t max_request_bytes = size_t{512} << 20;  // sum of argument bytes of one command
+  size_t max_array_elements = 1 << 20;           // arguments of one command
+  size_t max_inline_bytes = 64 << 10;            // one inline command line
+};
+
+// One command: argv[0] is its name. Arguments are immutable shared buffers so a
+// SET value can be stored in a tier without another copy.
+using RespArgs = std::vector<SharedBytes>;
+
+// Not thread-safe: one parser per connection.
+class RespParser {
+ public:
+  enum class Result {
+    kNeedMore,  // every byte of the input was consumed; no complete command yet
+    kCommand,   // `*args` holds one command; the input may hold more
+    kError,     // malformed or over a limit; see error(); the parser is dead
+  };
+
+  explicit RespParser(RespLimits limits) : limits_(limits) {}
+
+  // Consumes bytes from the front of `*input` until one command is complete
+  // (kCommand, `*args` replaced), the input is exhausted (kNeedMore) or the
+  // input is malformed (kError). Empty commands ("*0", blank lines) are skipped.
+  Result Parse(std::string_view* input, RespArgs* args);
+
+  // "Protocol error: ..." after kError.
+  const std::string& error() const { return error_; }
+
+  // The unfilled rest of the bulk argument being received, when at least
+  // `min_bytes` of it remain (so the caller can read a large value straight into
+  // its final buffer); empty otherwise. Follow with CommitDirect(n).
+  std::span<uint8_t> DirectTarget(size_t min_bytes);
+  // Records that the first `n` bytes of DirectTarget() were filled.
+  void CommitDirect(size_t n);
+
+  // True between commands (no partial command buffered).
+  bool AtCommandBoundary() const { return state_ == State::kStart && line_.empty(); }
+
+ private:
+  enum class State { kStart, kArrayHeader, kBulkHeader, kBulkBody, kBulkEnd, kInline };
+
+  Result Fail(std::string message);
+  // Appends input bytes up to and including '\n' to line_; true when complete.
+  bool TakeLine(std::string_view* input, size_t max_bytes, bool* too_long);
+  Result OnArrayHeader();
+  Result OnBulkHeader();
+  Result OnInline(RespArgs* args);
+  void TakeBody(std::string_view* input);
+  Result Finish(RespArgs* args);
+
+  RespLimits limits_;
+  State state_ = State::kStart;
+  std::string line_;  // a header or inline line being assembled
+  std::string error_;
+  RespArgs pending_;          // arguments of the command being assembled
+  size_t expected_args_ = 0;  // array length of the current command
+  size_t request_bytes_ = 0;  // argument bytes of the current command so far
+  SharedBytes body_;          // the bulk argument being received
+  uint8_t* body_data_ = nullptr;
+  size_t body_filled_ = 0;
+  size_t end_seen_ = 0;  // bytes of the "\r\n" after a bulk body seen
+};
+
+// Parses a RESP length: optional '-', 1..18 decimal digits, nothing else.
+// False on anything else (so "+5", "", " 5", "5x" and 19+ digits are rejected).
+bool ParseRespLength(std::string_view text, int64_t* out);
+
+}  // namespace prefixkv::server

@@ -1,0 +1,272 @@
+// Server: the acceptor, the I/O threads, the connection registry, idle sweeps
+// and graceful shutdown. One io_context per I/O thread; a connection lives on
+// the thread it was accepted onto (round robin), so its handlers never race.
+#include "prefixkv/server.h"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+
+#include "src/server/blob_store.h"
+#include "src/server/commands.h"
+#include "src/server/connection.h"
+
+namespace prefixkv {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using server::Connection;
+
+namespace {
+
+// How long Stop() waits for clients to take their last replies.
+constexpr auto kShutdownGrace = std::chrono::seconds(2);
+// Pause before accepting again after an accept error such as EMFILE.
+constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(50);
+
+}  // namespace
+
+class Server::Impl {
+ public:
+  Impl(ServerOptions options, BlockTier* hot, BlockTier* ssd);
+  Status Start();
+  void Stop();
+  size_t SweepIdle();
+  ServerStats Stats() const;
+  uint16_t port() const { return port_; }
+
+ private:
+  using WorkGuard = asio::executor_work_guard<asio::io_context::executor_type>;
+
+  void AcceptNext();
+  void OnAccepted(tcp::socket socket);
+  void ScheduleSweep();
+  void OnClosed(Connection* c);
+  void AppendInfo(std::string* out) const;
+
+  ServerOptions options_;
+  Clock* clock_;
+  server::BlobStore store_;
+  server::Dispatcher dispatcher_;
+  server::ServerCounters counters_;
+  server::ConnectionEnv env_;
+  uint64_t start_ms_ = 0;
+  uint16_t port_ = 0;
+
+  std::vector<std::unique_ptr<asio::io_context>> contexts_;
+  std::vector<WorkGuard> guards_;
+  std::vector<std::thread> threads_;
+  std::optional<tcp::acceptor> acceptor_;    // on contexts_[0]
+  std::optional<asio::steady_timer> timer_;  // idle sweeps and accept retries
+  size_t next_context_ = 0;                  // acceptor thread only
+
+  mutable std::mutex mu_;
+  std::condition_variable all_closed_;
+  std::unordered_map<Connection*, std::shared_ptr<Connection>>
+      connections_;       // GUARDED_BY(mu_)
+  bool started_ = false;  // GUARDED_BY(mu_)
+  bool stopped_ = false;  // GUARDED_BY(mu_)
+};
+
+Server::Impl::Impl(ServerOptions options, BlockTier* hot, BlockTier* ssd)
+    : options_(std::move(options)),
+      clock_(options_.clock != nullptr ? options_.clock : Clock::System()),
+      store_(hot, ssd),
+      dispatcher_(&store_, server::DispatcherConfig{
+                               options_.requirepass, options_.max_request_bytes,
+                               [this](std::string* out) { AppendInfo(out); }}) {
+  env_.dispatcher = &dispatcher_;
+  env_.options = &options_;
+  env_.clock = clock_;
+  env_.counters = &counters_;
+  env_.on_closed = [this](Connection* c) { OnClosed(c); };
+}
+
+Status Server::Impl::Start() {
+  if (store_.tiers().empty()) return Status::InvalidArgument("server needs a tier");
+  if (options_.io_threads < 1) return Status::InvalidArgument("io_threads must be >= 1");
+  if (options_.read_chunk_bytes < 512) {
+    return Status::InvalidArgument("read_chunk_bytes must be >= 512");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (started_) return Status::InvalidArgument("server already started");
+    started_ = true;
+  }
+  for (int i = 0; i < options_.io_threads; ++i) {
+    contexts_.push_back(std::make_unique<asio::io_context>(1));
+    guards_.push_back(asio::make_work_guard(*contexts_.back()));
+  }
+  boost::system::error_code ec;
+  asio::ip::address address = asio::ip::make_address(options_.bind_address, ec);
+  if (ec) return Status::InvalidArgument("bad bind address: " + options_.bind_address);
+  acceptor_.emplace(*contexts_[0]);
+  tcp::endpoint endpoint(address, options_.port);
+  if (acceptor_->open(endpoint.protocol(), ec) ||
+      acceptor_->set_option(tcp::acceptor::reuse_address(true), ec) ||
+      acceptor_->bind(endpoint, ec) ||
+      acceptor_->listen(asio::socket_base::max_listen_connections, ec)) {
+    return Status::IOError("cannot listen on " + options_.bind_address + ":" +
+                           std::to_string(options_.port) + ": " + ec.message());
+  }
+  port_ = acceptor_->local_endpoint().port();
+  start_ms_ = clock_->NowMillis();
+  timer_.emplace(*contexts_[0]);
+  AcceptNext();
+  ScheduleSweep();
+  for (auto& ctx : contexts_) threads_.emplace_back([c = ctx.get()] { c->run(); });
+  return Status::OK();
+}
+
+void Server::Impl::AcceptNext() {
+  asio::io_context& target = *contexts_[next_context_++ % contexts_.size()];
+  acceptor_->async_accept(target, [this](const boost::system::error_code& ec,
+                                         tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || !acceptor_->is_open()) return;
+    if (ec) {  // out of descriptors, a reset before accept...: try again shortly
+      auto retry = std::make_shared<asio::steady_timer>(*contexts_[0], kAcceptRetryDelay);
+      retry->async_wait([this, retry](const boost::system::error_code& wait_ec) {
+        if (!wait_ec && acceptor_->is_open()) AcceptNext();
+      });
+      return;
+    }
+    OnAccepted(std::move(socket));
+    AcceptNext();
+  });
+}
+
+void Server::Impl::OnAccepted(tcp::socket socket) {
+  counters_.total_connections_received.fetch_add(1, std::memory_order_relaxed);
+  boost::system::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  std::shared_ptr<Connection> conn;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopped_ && connections_.size() < options_.max_connections) {
+      conn = std::make_shared<Connection>(std::move(socket), &env_);
+      connections_.emplace(conn.get(), conn);
+    }
+  }
+  if (conn == nullptr) {
+    counters_.rejected_connections.fetch_add(1, std::memory_order_relaxed);
+    // A fresh socket's send buffer is empty: this short write cannot block.
+    constexpr std::string_view kFull = "-ERR max number of clients reached\r\n";
+    asio::write(socket, asio::buffer(kFull.data(), kFull.size()), ignored);
+    socket.close(ignored);
+    return;
+  }
+  conn->PostStart();
+}
+
+void Server::Impl::OnClosed(Connection* c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  connections_.erase(c);
+  if (connections_.empty()) all_closed_.notify_all();
+}
+
+void Server::Impl::ScheduleSweep() {
+  timer_->expires_after(
+      std::chrono::milliseconds(std::max<uint64_t>(1, options_.idle_check_interval_ms)));
+  timer_->async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    SweepIdle();
+    ScheduleSweep();
+  });
+}
+
+size_t Server::Impl::SweepIdle() {
+  if (options_.idle_timeout_ms == 0) return 0;
+  uint64_t now = clock_->NowMillis();
+  size_t closed = 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [ptr, conn] : connections_) {
+    uint64_t last = conn->last_activity_ms();
+    if (now > last && now - last > options_.idle_timeout_ms) {
+      conn->PostClose();
+      ++closed;
+    }
+  }
+  counters_.idle_disconnections.fetch_add(closed, std::memory_order_relaxed);
+  return closed;
+}
+
+void Server::Impl::Stop() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!started_ || stopped_) return;
+    stopped_ = true;
+  }
+  asio::post(*contexts_[0], [this] {
+    boost::system::error_code ignored;
+    acceptor_->close(ignored);
+    timer_->cancel();
+  });
+  std::unique_lock<std::mutex> lock(mu_);
+  for (auto& [ptr, conn] : connections_) conn->PostShutdown();
+  if (!all_closed_.wait_for(lock, kShutdownGrace,
+                            [this] { return connections_.empty(); })) {
+    for (auto& [ptr, conn] : connections_) conn->PostClose();  // clients that never read
+    all_closed_.wait(lock, [this] { return connections_.empty(); });
+  }
+  lock.unlock();
+  for (auto& guard : guards_) guard.reset();
+  for (auto& ctx : contexts_) ctx->stop();
+  for (auto& t : threads_) t.join();
+}
+
+ServerStats Server::Impl::Stats() const {
+  ServerStats s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s.connected_clients = connections_.size();
+  }
+  s.total_connections_received = counters_.total_connections_received.load();
+  s.rejected_connections = counters_.rejected_connections.load();
+  s.total_commands_processed = counters_.total_commands_processed.load();
+  s.protocol_errors = counters_.protocol_errors.load();
+  s.idle_disconnections = counters_.idle_disconnections.load();
+  return s;
+}
+
+void Server::Impl::AppendInfo(std::string* out) const {
+  ServerStats s = Stats();
+  auto line = [out](const char* name, const std::string& v) {
+    *out += std::string(name) + ":" + v + "\r\n";
+  };
+  *out += "# Server\r\n";
+  line("prefixkv_version", "0.1.0");
+  line("redis_version", "7.0.0");  // the protocol level clients may check
+  line("redis_mode", "standalone");
+  line("tcp_port", std::to_string(port_));
+  line("uptime_in_seconds", std::to_string((clock_->NowMillis() - start_ms_) / 1000));
+  line("io_threads", std::to_string(options_.io_threads));
+  *out += "\r\n# Clients\r\n";
+  line("connected_clients", std::to_string(s.connected_clients));
+  line("maxclients", std::to_string(options_.max_connections));
+  *out += "\r\n# Stats\r\n";
+  line("total_connections_received", std::to_string(s.total_connections_received));
+  line("total_commands_processed", std::to_string(s.total_commands_processed));
+  line("rejected_connections", std::to_string(s.rejected_connections));
+  line("protocol_errors", std::to_string(s.protocol_errors));
+  line("idle_disconnections", std::to_string(s.idle_disconnections));
+  *out += "\r\n";
+}
+
+Server::Server(ServerOptions options, BlockTier* hot, BlockTier* ssd)
+    : impl_(std::make_unique<Impl>(std::move(options), hot, ssd)) {}
+Server::~Server() { Stop(); }
+Status Server::Start() { return impl_->Start(); }
+uint16_t Server::port() const { return impl_->port(); }
+void Server::Stop() { impl_->Stop(); }
+size_t Server::SweepIdleConnections() { return impl_->SweepIdle(); }
+ServerStats Server::stats() const { return impl_->Stats(); }
+
+}  // namespace prefixkv
