@@ -1,0 +1,145 @@
+// Store-side block construction (see block_builder.h).
+#include "src/cache/block_builder.h"
+
+#include <charconv>
+#include <string>
+
+namespace prefixkv::cache {
+namespace {
+
+std::string LayerName(size_t i) { return "layer " + std::to_string(i); }
+
+// Quantized layers pack their own element types; plain KV must use the
+// namespace dtype.
+Status CheckSliceable(const LayerState& layer, CacheFamily family, DType dtype,
+                      size_t token_count, size_t i) {
+  if (layer.placeholder || layer.tensors.empty()) {
+    return Status::InvalidArgument(LayerName(i) +
+                                   ": a sliceable layer needs its tensors");
+  }
+  for (const Tensor& t : layer.tensors) {
+    if (t.ndim() < 2 || t.dim(TokenAxis(t)) != static_cast<int64_t>(token_count)) {
+      return Status::InvalidArgument(LayerName(i) + ": tensor " + t.DebugString() +
+                                     " has not " + std::to_string(token_count) +
+                                     " tokens on axis ndim-2");
+    }
+    if (family == CacheFamily::kSliceableKV && t.dtype() != dtype) {
+      return Status::InvalidArgument(
+          LayerName(i) + ": dtype " + std::string(DTypeName(t.dtype())) +
+          " is not the namespace dtype " + std::string(DTypeName(dtype)));
+    }
+  }
+  return Status::OK();
+}
+
+Status CheckTipOnly(const LayerState& layer, CacheFamily family, size_t token_count,
+                    size_t i) {
+  if (layer.placeholder) {
+    return Status::InvalidArgument(LayerName(i) +
+                                   ": a store needs the real state, not a placeholder");
+  }
+  if (family != CacheFamily::kRotating) return Status::OK();
+  StatusOr<RotatingMeta> meta = RotatingMeta::Parse(layer.meta);
+  if (!meta.ok()) return meta.status().WithContext(LayerName(i));
+  if (meta->offset != static_cast<int64_t>(token_count)) {
+    return Status::InvalidArgument(
+        LayerName(i) + ": rotating offset " + std::to_string(meta->offset) +
+        " != " + std::to_string(token_count) + " stored tokens");
+  }
+  return Status::OK();
+}
+
+// The KVCache-style meta: exactly one non-negative integer (the offset).
+bool IsOffsetMeta(const std::vector<std::string>& meta) {
+  if (meta.size() != 1 || meta[0].empty()) return false;
+  uint64_t v = 0;
+  auto [p, ec] = std::from_chars(meta[0].data(), meta[0].data() + meta[0].size(), v);
+  return ec == std::errc() && p == meta[0].data() + meta[0].size();
+}
+
+StatusOr<LayerState> SliceLayer(const LayerState& layer, int64_t start, int64_t length) {
+  LayerState out;
+  out.cache_type = layer.cache_type;
+  out.meta = layer.meta;
+  if (IsOffsetMeta(out.meta)) out.meta[0] = std::to_string(start + length);
+  out.tensors.reserve(layer.tensors.size());
+  for (const Tensor& t : layer.tensors) {
+    PKV_ASSIGN_OR_RETURN(Tensor slice, t.SliceAxis(TokenAxis(t), start, length));
+    out.tensors.push_back(std::move(slice));
+  }
+  return out;
+}
+
+}  // namespace
+
+Status CheckStoreLayers(const PrefixCache::NamespaceState& ns, size_t token_count,
+                        const std::vector<LayerState>& layers) {
+  if (layers.size() != ns.families.size()) {
+    return Status::InvalidArgument("store has " + std::to_string(layers.size()) +
+                                   " layers, namespace has " +
+                                   std::to_string(ns.families.size()));
+  }
+  for (size_t i = 0; i < layers.size(); ++i) {
+    StatusOr<CacheFamily> family = CacheTypeRegistry::Lookup(layers[i].cache_type);
+    if (!family.ok()) return family.status().WithContext(LayerName(i));
+    if (*family != ns.families[i]) {
+      return Status::InvalidArgument(LayerName(i) + ": type " + layers[i].cache_type +
+                                     " is not of the namespace's family " +
+                                     std::string(CacheFamilyName(ns.families[i])));
+    }
+    PKV_RETURN_IF_ERROR(
+        IsSliceable(*family)
+            ? CheckSliceable(layers[i], *family, ns.spec.dtype, token_count, i)
+            : CheckTipOnly(layers[i], *family, token_count, i));
+  }
+  return Status::OK();
+}
+
+StatusOr<BlockRecord> BuildBlock(const PrefixCache::NamespaceState& ns,
+                                 std::span<const int32_t> tokens,
+                                 const std::vector<LayerState>& layers, size_t index,
+                                 const BlockKey& key, const BlockKey& parent,
+                                 bool with_tip_state) {
+  const int64_t block = ns.spec.block_tokens;
+  const int64_t start = static_cast<int64_t>(index) * block;
+  BlockRecord rec;
+  rec.key = key;
+  rec.parent = parent;
+  rec.namespace_id = ns.root;
+  rec.token_count = ns.spec.block_tokens;
+  rec.tokens.assign(tokens.begin() + start, tokens.begin() + start + block);
+  rec.layers.reserve(layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (IsSliceable(ns.families[i])) {
+      PKV_ASSIGN_OR_RETURN(LayerState slice, SliceLayer(layers[i], start, block));
+      rec.layers.push_back(std::move(slice));
+    } else if (with_tip_state) {
+      rec.layers.push_back(layers[i]);
+    } else {
+      rec.layers.push_back(MakePlaceholder(layers[i].cache_type));
+    }
+  }
+  return rec;
+}
+
+bool StripTipState(const std::vector<CacheFamily>& families, BlockRecord* record) {
+  bool stripped = false;
+  for (size_t i = 0; i < record->layers.size() && i < families.size(); ++i) {
+    LayerState& layer = record->layers[i];
+    if (IsTipOnly(families[i]) && !layer.placeholder) {
+      layer = MakePlaceholder(layer.cache_type);
+      stripped = true;
+    }
+  }
+  return stripped;
+}
+
+bool HasRealTipState(const std::vector<CacheFamily>& families,
+                     const BlockRecord& record) {
+  for (size_t i = 0; i < record.layers.size() && i < families.size(); ++i) {
+    if (IsTipOnly(families[i]) && record.layers[i].placeholder) return false;
+  }
+  return true;
+}
+
+}  // namespace prefixkv::cache

@@ -1,0 +1,47 @@
+// Store-side block construction: checks a store's layer caches against the
+// namespace layout and cuts them into per-block records.
+//
+// Sliceable layers are cut along the token axis (ndim - 2) into one slice per
+// block; a sliceable layer whose meta is a single integer (the KVCache
+// "offset" meta) gets that integer rewritten to the block's end position, so
+// the newest restored block's meta matches the restored length. Tip-only
+// layers are taken whole into the tip and replaced by MakePlaceholder
+// everywhere else.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "src/cache/namespace_state.h"
+
+namespace prefixkv::cache {
+
+// InvalidArgument unless `layers` fits the namespace: one per layer, same
+// family as the spec's layer type, sliceable tensors of the namespace dtype
+// with `token_count` rows on the token axis, rotating meta parsable with
+// offset == token_count.
+Status CheckStoreLayers(const PrefixCache::NamespaceState& ns, size_t token_count,
+                        const std::vector<LayerState>& layers);
+
+// Block `index` of a store: tokens [index*B, (index+1)*B). `with_tip_state`:
+// tip-only layers carry the real state (else placeholders).
+// REQUIRES: CheckStoreLayers passed; the block is full.
+StatusOr<BlockRecord> BuildBlock(const PrefixCache::NamespaceState& ns,
+                                 std::span<const int32_t> tokens,
+                                 const std::vector<LayerState>& layers, size_t index,
+                                 const BlockKey& key, const BlockKey& parent,
+                                 bool with_tip_state);
+
+// Replaces every tip-only layer of `record` with its placeholder. Returns
+// false when there was nothing to strip.
+bool StripTipState(const std::vector<CacheFamily>& families, BlockRecord* record);
+
+// True when every tip-only layer of `record` is real (not a placeholder);
+// vacuously true for namespaces without tip-only layers.
+bool HasRealTipState(const std::vector<CacheFamily>& families, const BlockRecord& record);
+
+// The axis blocks are cut along: ndim - 2 ([1, H, T, D] -> 2, [H, T, D] -> 1).
+inline size_t TokenAxis(const Tensor& t) { return t.ndim() - 2; }
+
+}  // namespace prefixkv::cache

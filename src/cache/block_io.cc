@@ -1,0 +1,30 @@
+// Block reads and writes through the tier stack (see block_io.h).
+#include "src/cache/block_io.h"
+
+namespace prefixkv::cache {
+
+StatusOr<LoadedBlock> LoadBlock(const PrefixCache::NamespaceState& ns,
+                                const BlockKey& key, bool allow_promotion,
+                                const DecodeLimits& limits) {
+  PKV_ASSIGN_OR_RETURN(TierHit hit, ns.tiers->Get(key, allow_promotion));
+  PKV_ASSIGN_OR_RETURN(BlockRecord record, DecodeBlock(hit.payload, limits));
+  if (record.key != key) {
+    return Status::Corruption("block " + key.ToHex() + " holds record " +
+                              record.key.ToHex());
+  }
+  return LoadedBlock{std::move(record), hit.level};
+}
+
+Status PutBlock(const PrefixCache::NamespaceState& ns, const BlockRecord& record,
+                const EncodeOptions& options) {
+  PKV_ASSIGN_OR_RETURN(SharedBytes payload, EncodeBlock(record, options));
+  return ns.tiers->Put(ns.MetaFor(record.key, record.parent), std::move(payload));
+}
+
+Status RewriteBlock(const PrefixCache::NamespaceState& ns, const BlockRecord& record,
+                    const EncodeOptions& options) {
+  PKV_ASSIGN_OR_RETURN(SharedBytes payload, EncodeBlock(record, options));
+  return ns.tiers->Rewrite(ns.MetaFor(record.key, record.parent), std::move(payload));
+}
+
+}  // namespace prefixkv::cache

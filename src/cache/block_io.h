@@ -1,0 +1,30 @@
+// Reading and writing block records through a namespace's TierStack.
+#pragma once
+
+#include "prefixkv/codec.h"
+#include "src/cache/namespace_state.h"
+
+namespace prefixkv::cache {
+
+struct LoadedBlock {
+  BlockRecord record;
+  TierLevel level = TierLevel::kNone;
+};
+
+// Reads and decodes one block. Hot hits are decoded in place (their tensors
+// view the hot tier's bytes: zero copy); SSD reads were verified by the tier
+// and are decoded with the checksum check as well. NotFound for a miss,
+// Corruption for a record that does not decode.
+StatusOr<LoadedBlock> LoadBlock(const PrefixCache::NamespaceState& ns,
+                                const BlockKey& key, bool allow_promotion,
+                                const DecodeLimits& limits);
+
+// Encodes `record` and puts it as a new block.
+Status PutBlock(const PrefixCache::NamespaceState& ns, const BlockRecord& record,
+                const EncodeOptions& options);
+
+// Encodes `record` and rewrites the block in every tier holding it.
+Status RewriteBlock(const PrefixCache::NamespaceState& ns, const BlockRecord& record,
+                    const EncodeOptions& options);
+
+}  // namespace prefixkv::cache

@@ -1,0 +1,112 @@
+// Restore-side block validation (see block_validation.h).
+#include "src/cache/block_validation.h"
+
+#include <algorithm>
+#include <string>
+
+#include "src/cache/block_builder.h"
+
+namespace prefixkv::cache {
+namespace {
+
+Status Bad(size_t layer, const std::string& what) {
+  return Status::Corruption("layer " + std::to_string(layer) + ": " + what);
+}
+
+bool SameShapeExceptTokens(const Tensor& a, const Tensor& b) {
+  if (a.ndim() != b.ndim() || a.dtype() != b.dtype()) return false;
+  for (size_t d = 0; d < a.ndim(); ++d) {
+    if (d != TokenAxis(a) && a.dim(d) != b.dim(d)) return false;
+  }
+  return true;
+}
+
+Status CheckSliceableLayer(const PrefixCache::NamespaceState& ns, size_t l,
+                           const LayerState& layer, const LayerState* first) {
+  if (layer.placeholder || layer.tensors.empty())
+    return Bad(l, "sliceable layer without tensors");
+  if (first != nullptr && first->tensors.size() != layer.tensors.size()) {
+    return Bad(l, "tensor count differs from the first block");
+  }
+  for (size_t t = 0; t < layer.tensors.size(); ++t) {
+    const Tensor& x = layer.tensors[t];
+    if (x.ndim() < 2 || x.dim(TokenAxis(x)) != ns.spec.block_tokens) {
+      return Bad(l, "tensor " + x.DebugString() + " is not one block of tokens");
+    }
+    if (ns.families[l] == CacheFamily::kSliceableKV && x.dtype() != ns.spec.dtype) {
+      return Bad(l, "dtype " + std::string(DTypeName(x.dtype())) +
+                        " is not the namespace dtype");
+    }
+    if (first != nullptr && !SameShapeExceptTokens(x, first->tensors[t])) {
+      return Bad(l, "tensor " + x.DebugString() + " does not match the first block's " +
+                        first->tensors[t].DebugString());
+    }
+  }
+  return Status::OK();
+}
+
+Status CheckTipOnlyLayer(const PrefixCache::NamespaceState& ns, size_t l,
+                         const LayerState& layer, int64_t end_tokens) {
+  if (layer.placeholder) {
+    return layer.tensors.empty() ? Status::OK() : Bad(l, "placeholder with tensors");
+  }
+  if (ns.families[l] != CacheFamily::kRotating) return Status::OK();
+  StatusOr<RotatingMeta> meta = RotatingMeta::Parse(layer.meta);
+  if (!meta.ok()) return Bad(l, meta.status().message());
+  if (meta->offset != end_tokens) {
+    return Bad(l, "rotating offset " + std::to_string(meta->offset) + " at block end " +
+                      std::to_string(end_tokens));
+  }
+  for (const Tensor& x : layer.tensors) {
+    if (x.dtype() != ns.spec.dtype) return Bad(l, "rotating tensor of another dtype");
+  }
+  return Status::OK();
+}
+
+Status CheckHeader(const PrefixCache::NamespaceState& ns, const BlockRecord& rec,
+                   const BlockKey& parent, std::span<const int32_t> tokens) {
+  if (rec.parent != parent)
+    return Status::Corruption("parent link does not match the chain");
+  if (rec.namespace_id != ns.root)
+    return Status::Corruption("block of another namespace");
+  if (rec.partial || rec.token_count != ns.spec.block_tokens) {
+    return Status::Corruption("not a full block of " +
+                              std::to_string(ns.spec.block_tokens) + " tokens");
+  }
+  if (!rec.tokens.empty() &&
+      !std::equal(rec.tokens.begin(), rec.tokens.end(), tokens.begin(), tokens.end())) {
+    return Status::Corruption("stored tokens differ from the prompt (hash collision?)");
+  }
+  if (rec.layers.size() != ns.families.size()) {
+    return Status::Corruption(std::to_string(rec.layers.size()) +
+                              " layers, namespace has " +
+                              std::to_string(ns.families.size()));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status ValidateBlock(const PrefixCache::NamespaceState& ns, const BlockRecord& rec,
+                     size_t index, const BlockKey& parent,
+                     std::span<const int32_t> tokens, const BlockRecord* first) {
+  PKV_RETURN_IF_ERROR(CheckHeader(ns, rec, parent, tokens));
+  const int64_t end = static_cast<int64_t>(index + 1) * ns.spec.block_tokens;
+  for (size_t l = 0; l < rec.layers.size(); ++l) {
+    const LayerState& layer = rec.layers[l];
+    StatusOr<CacheFamily> family = CacheTypeRegistry::Lookup(layer.cache_type);
+    if (!family.ok()) return Bad(l, family.status().message());
+    if (*family != ns.families[l]) {
+      return Bad(l, "type " + layer.cache_type + " is not of family " +
+                        std::string(CacheFamilyName(ns.families[l])));
+    }
+    PKV_RETURN_IF_ERROR(
+        IsSliceable(*family)
+            ? CheckSliceableLayer(ns, l, layer,
+                                  first != nullptr ? &first->layers[l] : nullptr)
+            : CheckTipOnlyLayer(ns, l, layer, end));
+  }
+  return Status::OK();
+}
+
+}  // namespace prefixkv::cache

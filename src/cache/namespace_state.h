@@ -1,0 +1,34 @@
+// NamespaceState: what the prefix cache knows about one registered model.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "prefixkv/block_key.h"
+#include "prefixkv/cache_types.h"
+#include "prefixkv/prefix_cache.h"
+#include "src/cache/tip_lineage.h"
+
+namespace prefixkv {
+
+// Immutable after registration except `lineage`, which `store_mu` guards.
+class PrefixCache::NamespaceState {
+ public:
+  NamespaceSpec spec;
+  std::string fingerprint;
+  BlockKey root;
+  std::vector<CacheFamily> families;  // per layer, from spec.layer_types
+  bool has_tip_only = false;          // any rotating/arrays/composite layer
+  TierStack* tiers = nullptr;
+  OwnerId owner = 0;
+
+  std::mutex store_mu;        // serialises Store() and lineage access
+  cache::TipLineage lineage;  // GUARDED_BY(store_mu)
+
+  BlockMeta MetaFor(const BlockKey& key, const BlockKey& parent) const {
+    return BlockMeta{key, parent, root, owner};
+  }
+};
+
+}  // namespace prefixkv

@@ -1,0 +1,146 @@
+// PrefixCache::Restore: load, validate, walk back, assemble.
+//
+// Loading stops at the first block that is gone or fails validation (a miss,
+// never garbage). Walk-back then drops trailing blocks whose tip-only layers
+// are placeholders: a rotating window or recurrent state is only valid at the
+// position it was captured, and only tips carry it, so the restore ends at the
+// newest real tip. A namespace with tip-only layers and no real tip in the
+// match restores nothing: the sliceable slices alone cannot rebuild a window
+// or a recurrent state, so any positive length would decode wrongly.
+#include <string>
+
+#include "prefixkv/prefix_cache.h"
+#include "src/cache/block_builder.h"
+#include "src/cache/block_io.h"
+#include "src/cache/block_validation.h"
+#include "src/cache/namespace_state.h"
+
+namespace prefixkv {
+namespace {
+
+using cache::LoadedBlock;
+
+// Loads and validates blocks in chain order until one fails; `reason` says why.
+std::vector<LoadedBlock> LoadValidBlocks(const PrefixCache::NamespaceState& ns,
+                                         const MatchResult& match,
+                                         const DecodeLimits& limits,
+                                         std::string* reason) {
+  std::vector<LoadedBlock> blocks;
+  blocks.reserve(match.keys.size());
+  const size_t b = ns.spec.block_tokens;
+  for (size_t i = 0; i < match.keys.size(); ++i) {
+    StatusOr<LoadedBlock> block = cache::LoadBlock(ns, match.keys[i], true, limits);
+    Status s = block.status();
+    if (s.ok()) {
+      const BlockKey parent = i == 0 ? ns.root : match.keys[i - 1];
+      s = cache::ValidateBlock(ns, block->record, i, parent,
+                               std::span<const int32_t>(match.tokens).subspan(i * b, b),
+                               blocks.empty() ? nullptr : &blocks[0].record);
+    }
+    if (!s.ok()) {
+      *reason = "block " + std::to_string(i) + " (" + match.keys[i].ToHex() +
+                "): " + s.ToString();
+      break;
+    }
+    blocks.push_back(std::move(block).value());
+  }
+  return blocks;
+}
+
+// Drops trailing blocks without real tip-only state; returns the reason when
+// it dropped any.
+std::string WalkBack(const PrefixCache::NamespaceState& ns,
+                     std::vector<LoadedBlock>* blocks) {
+  if (!ns.has_tip_only || blocks->empty()) return "";
+  size_t keep = blocks->size();
+  while (keep > 0 && !cache::HasRealTipState(ns.families, (*blocks)[keep - 1].record))
+    --keep;
+  const size_t dropped = blocks->size() - keep;
+  blocks->resize(keep);  // releases the dropped blocks' bytes (or hot-tier views)
+  if (dropped == 0) return "";
+  if (keep == 0) {
+    return "no matched block carries real rotating/arrays state: restoring 0 tokens";
+  }
+  return "walk-back dropped " + std::to_string(dropped) +
+         " trailing block(s) whose rotating/arrays layers are placeholders";
+}
+
+StatusOr<LayerState> AssembleSliceable(const std::vector<LoadedBlock>& blocks, size_t l) {
+  const LayerState& newest = blocks.back().record.layers[l];
+  LayerState out;
+  out.cache_type = newest.cache_type;
+  out.meta = newest.meta;
+  std::vector<Tensor> parts(blocks.size());
+  for (size_t t = 0; t < newest.tensors.size(); ++t) {
+    for (size_t b = 0; b < blocks.size(); ++b)
+      parts[b] = blocks[b].record.layers[l].tensors[t];
+    PKV_ASSIGN_OR_RETURN(Tensor whole, Tensor::Concat(parts, cache::TokenAxis(parts[0])));
+    out.tensors.push_back(std::move(whole));
+  }
+  return out;
+}
+
+StatusOr<std::vector<LayerState>> Assemble(const PrefixCache::NamespaceState& ns,
+                                           const std::vector<LoadedBlock>& blocks) {
+  std::vector<LayerState> layers;
+  layers.reserve(ns.families.size());
+  const BlockRecord& tip = blocks.back().record;
+  for (size_t l = 0; l < ns.families.size(); ++l) {
+    if (IsSliceable(ns.families[l])) {
+      PKV_ASSIGN_OR_RETURN(LayerState layer, AssembleSliceable(blocks, l));
+      layers.push_back(std::move(layer));
+      continue;
+    }
+    LayerState layer = tip.layers[l];  // tensors view the tip's bytes
+    if (ns.families[l] == CacheFamily::kRotating)
+      layer.cache_type = kRestoredRotatingType;
+    layers.push_back(std::move(layer));
+  }
+  return layers;
+}
+
+}  // namespace
+
+WindowPadding PrefixCache::DetectWindowPadding(const std::vector<LayerState>& layers) {
+  WindowPadding w;
+  w.window_tokens.assign(layers.size(), 0);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    if (layers[l].placeholder ||
+        !CacheTypeRegistry::IsRotatingFamily(layers[l].cache_type)) {
+      continue;
+    }
+    StatusOr<RotatingMeta> meta = RotatingMeta::Parse(layers[l].meta);
+    if (!meta.ok()) continue;
+    w.window_tokens[l] = meta->max_size;
+    w.max_window_tokens = std::max(w.max_window_tokens, meta->max_size);
+  }
+  return w;
+}
+
+StatusOr<RestoreResult> PrefixCache::Restore(const MatchResult& match) {
+  PKV_ASSIGN_OR_RETURN(NamespaceState * ns, Find(match.ns));
+  if (match.keys.size() != match.tiers.size() ||
+      match.tokens.size() != match.keys.size() * ns->spec.block_tokens) {
+    return Status::InvalidArgument("inconsistent MatchResult");
+  }
+  RestoreResult result;
+  std::vector<LoadedBlock> blocks =
+      LoadValidBlocks(*ns, match, options_.decode_limits, &result.reason);
+  std::string walk_back = WalkBack(*ns, &blocks);
+  if (result.reason.empty()) {
+    result.reason = std::move(walk_back);
+  } else if (!walk_back.empty()) {
+    result.reason += "; " + walk_back;
+  }
+  if (blocks.empty()) return result;
+  PKV_ASSIGN_OR_RETURN(result.layers, Assemble(*ns, blocks));
+  result.restored_blocks = blocks.size();
+  result.restored_tokens = uint64_t{blocks.size()} * ns->spec.block_tokens;
+  for (const LoadedBlock& b : blocks) {
+    (b.level == TierLevel::kHot ? result.blocks_from_hot : result.blocks_from_ssd)++;
+  }
+  result.window = DetectWindowPadding(blocks.back().record.layers);
+  return result;
+}
+
+}  // namespace prefixkv

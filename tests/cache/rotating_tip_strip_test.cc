@@ -1,0 +1,184 @@
+// Supersede-on-extend rotating tip stripping: the seed tests
+// (shared/seeds/rotating_tip_strip_tests.py.txt), one TEST per seed test.
+//
+// A growing conversation stores one tip per turn, each carrying the whole
+// rotating window. Only the newest tip is restored and the previous one is the
+// walk-back fallback, so the tip two generations back is stripped to
+// placeholders (its KVCache slices stay) with every byte counter exact.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "prefixkv/mem_tier.h"
+#include "tests/cache/cache_test_util.h"
+
+namespace prefixkv {
+namespace {
+
+using testing::HybridLayers;
+using testing::HybridSpec;
+using testing::kBlockTokens;
+using testing::kPlaceholderShape;
+using testing::kRealRotatingShape;
+using testing::KvOnlyLayers;
+using testing::KvOnlySpec;
+using testing::KvShape;
+using testing::RotatingShape;
+using testing::Tokens;
+
+// A prefix cache over a hot-only stack, like the seed's hot-cache-only manager.
+class RotatingTipStripTest : public ::testing::Test {
+ protected:
+  void Use(const NamespaceSpec& spec) {
+    StatusOr<Namespace> ns = cache_.RegisterModel(spec);
+    ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+    ns_ = *ns;
+  }
+
+  // One conversation turn: a chain of `num_blocks` blocks; earlier blocks
+  // deduplicate against the chain and only the new tail is written.
+  BlockKey StoreTurn(size_t num_blocks, const std::string& type = "RotatingKVCache",
+                     bool kv_only = false) {
+    std::vector<int32_t> tokens = Tokens(num_blocks);
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    StatusOr<StoreResult> r =
+        cache_.Store(ns_, tokens, kv_only ? KvOnlyLayers(n) : HybridLayers(n, type));
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return {};
+    EXPECT_EQ(r->blocks, num_blocks);
+    return r->tip;
+  }
+
+  uint64_t EntryBytes(const BlockKey& key) {
+    uint64_t bytes = 0;
+    hot_.ForEach([&](const BlockMeta& m, uint64_t b) {
+      if (m.key == key) bytes = b;
+    });
+    return bytes;
+  }
+
+  uint64_t SumOfEntries() {
+    uint64_t sum = 0;
+    hot_.ForEach([&](const BlockMeta&, uint64_t b) { sum += b; });
+    return sum;
+  }
+
+  MemTier hot_;
+  TierStack tiers_{&hot_, nullptr};
+  PrefixCache cache_{&tiers_};
+  Namespace ns_;
+};
+
+TEST_F(RotatingTipStripTest, GrandparentTipStrippedPrevTipKept) {
+  Use(HybridSpec());
+  const BlockKey tip1 = StoreTurn(2);
+  EXPECT_EQ(RotatingShape(hot_, tip1), kRealRotatingShape);
+
+  const BlockKey tip2 = StoreTurn(3);
+  // tip1 is now the immediate previous tip: kept as the walk-back fallback.
+  EXPECT_EQ(RotatingShape(hot_, tip1), kRealRotatingShape);
+  EXPECT_EQ(RotatingShape(hot_, tip2), kRealRotatingShape);
+
+  const BlockKey tip3 = StoreTurn(4);
+  // tip1 is two generations back: its rotating payload is stripped.
+  EXPECT_EQ(RotatingShape(hot_, tip1), kPlaceholderShape);
+  EXPECT_EQ(RotatingShape(hot_, tip2), kRealRotatingShape);
+  EXPECT_EQ(RotatingShape(hot_, tip3), kRealRotatingShape);
+
+  const BlockKey tip4 = StoreTurn(5);
+  // Steady state: exactly the two newest tips stay heavy.
+  EXPECT_EQ(RotatingShape(hot_, tip2), kPlaceholderShape);
+  EXPECT_EQ(RotatingShape(hot_, tip3), kRealRotatingShape);
+  EXPECT_EQ(RotatingShape(hot_, tip4), kRealRotatingShape);
+}
+
+TEST_F(RotatingTipStripTest, StrippedBlockKeepsSliceableLayers) {
+  Use(HybridSpec());
+  const BlockKey tip1 = StoreTurn(2);
+  const BlockRecord before = testing::ReadBlock(hot_, tip1);
+  StoreTurn(3);
+  StoreTurn(4);
+
+  EXPECT_EQ(RotatingShape(hot_, tip1), kPlaceholderShape);
+  const BlockRecord after = testing::ReadBlock(hot_, tip1);
+  // The KVCache slice survives byte for byte; only the rotating layer changed,
+  // into exactly the standard placeholder restore's walk-back understands.
+  EXPECT_EQ(after.layers.at(0), before.layers.at(0));
+  const size_t r = testing::RotatingIndex(after);
+  EXPECT_EQ(after.layers[r], MakePlaceholder(before.layers[r].cache_type));
+  EXPECT_TRUE(after.layers[r].placeholder);
+  EXPECT_EQ(after.tokens, before.tokens);
+  EXPECT_EQ(after.parent, before.parent);
+}
+
+TEST_F(RotatingTipStripTest, HotCacheByteCounterConsistent) {
+  Use(HybridSpec());
+  const BlockKey tip1 = StoreTurn(2);
+  StoreTurn(3);
+  const uint64_t tip1_before = EntryBytes(tip1);
+  StoreTurn(4);
+
+  // The superseded tip's entry shrank...
+  const uint64_t tip1_after = EntryBytes(tip1);
+  EXPECT_GT(tip1_after, 0u);
+  EXPECT_LT(tip1_after, tip1_before);
+  // ...and the counter equals the recomputed sum of live entry sizes.
+  EXPECT_EQ(hot_.Totals().bytes, SumOfEntries());
+  std::vector<AuditFinding> findings;
+  ASSERT_TRUE(hot_.Audit(&findings).ok());
+  EXPECT_TRUE(findings.empty())
+      << findings.front().what << ": " << findings.front().detail;
+}
+
+TEST_F(RotatingTipStripTest, KvcacheOnlyModelUnaffected) {
+  Use(KvOnlySpec());
+  const BlockKey tip1 = StoreTurn(2, "", /*kv_only=*/true);
+  const BlockRecord before = testing::ReadBlock(hot_, tip1);
+  const uint64_t inserts_before = hot_.Totals().inserts;
+  StoreTurn(3, "", true);
+  StoreTurn(4, "", true);
+
+  EXPECT_TRUE(cache_.TipLineage(ns_)->empty());
+  EXPECT_EQ(testing::ReadBlock(hot_, tip1), before);
+  // Two new blocks, no rewrites, no lineage record.
+  EXPECT_EQ(hot_.Totals().inserts, inserts_before + 2);
+  EXPECT_EQ(hot_.Totals().removes, 0u);
+}
+
+TEST_F(RotatingTipStripTest, PrefillReadyRotatingNameStripped) {
+  // Warm-restored caches store as PrefillReadyRotatingKVCache; family matching
+  // must strip those tips too (an exact-name comparison would not).
+  Use(HybridSpec("PrefillReadyRotatingKVCache"));
+  const std::string type = "PrefillReadyRotatingKVCache";
+  const BlockKey tip1 = StoreTurn(2, type);
+  EXPECT_EQ(RotatingShape(hot_, tip1), kRealRotatingShape);
+  StoreTurn(3, type);
+  StoreTurn(4, type);
+  EXPECT_EQ(RotatingShape(hot_, tip1), kPlaceholderShape);
+}
+
+TEST_F(RotatingTipStripTest, MixedRotatingNamesShareOneFamily) {
+  // A namespace declared with RotatingKVCache accepts a store whose caches
+  // came back as PrefillReadyRotatingKVCache (same family), and strips it.
+  Use(HybridSpec("RotatingKVCache"));
+  const BlockKey tip1 = StoreTurn(2, "PrefillReadyRotatingKVCache");
+  StoreTurn(3, "RotatingKVCache");
+  StoreTurn(4, "BufferedRotatingKVCache");
+  EXPECT_EQ(RotatingShape(hot_, tip1), kPlaceholderShape);
+}
+
+TEST(RotatingTipStrip, RegistryRotatingFamily) {
+  // Also covered by tests/core/cache_types_test.cc; repeated here because the
+  // strip and restore paths above depend on exactly these answers.
+  EXPECT_TRUE(CacheTypeRegistry::IsRotatingFamily("RotatingKVCache"));
+  EXPECT_TRUE(CacheTypeRegistry::IsRotatingFamily("PrefillReadyRotatingKVCache"));
+  EXPECT_TRUE(CacheTypeRegistry::IsRotatingFamily("BufferedRotatingKVCache"));
+  EXPECT_TRUE(CacheTypeRegistry::IsRotatingFamily("BatchRotatingKVCache"));
+  EXPECT_FALSE(CacheTypeRegistry::IsRotatingFamily("KVCache"));
+  EXPECT_FALSE(CacheTypeRegistry::IsRotatingFamily("TurboQuantKVCache"));
+  EXPECT_FALSE(CacheTypeRegistry::IsRotatingFamily("ArraysCache"));
+  EXPECT_FALSE(CacheTypeRegistry::IsRotatingFamily("SomethingElse"));
+}
+
+}  // namespace
+}  // namespace prefixkv
