@@ -1,0 +1,128 @@
+// The reference model: a deterministic float32 dense Llama in plain C++.
+//
+// It exists to prove that cached decoding (and, later, restored prefix caches)
+// produce exactly the tokens a stateless whole-sequence run produces. Components:
+// token embeddings, RMSNorm, rotary position embeddings (rotate-half), grouped-query
+// attention (n_kv_heads divides n_heads), a SwiGLU MLP, a final norm and an LM head.
+// Weights come from a seeded generator, so a config names one model exactly.
+//
+// Optional sliding-window pattern: with sliding_window_tokens = W > 0, layer i is
+// global when (i + 1) % global_layer_every == 0 and windowed otherwise; a windowed
+// layer's query at position p attends to positions (p - W, p]. Windowed layers keep
+// a rotating KV state in cached runs; the stateless runner applies the same mask.
+//
+// Bit-exact parity: cached and stateless runs share every kernel, and every sum
+// (dot products, softmax, weighted values) runs over positions in absolute order,
+// so the logits are identical, not merely close.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "prefixkv/shard_computation.h"
+#include "prefixkv/status.h"
+
+namespace prefixkv {
+
+struct ModelConfig {
+  int64_t vocab_size = 48;
+  int64_t hidden_size = 32;  // n_heads * head_dim
+  int n_layers = 6;
+  int64_t n_heads = 4;             // query heads
+  int64_t n_kv_heads = 4;          // key/value heads; must divide n_heads
+  int64_t intermediate_size = 64;  // SwiGLU width
+  float rms_eps = 1e-6f;
+  float rope_theta = 10000.0f;
+  uint64_t seed = 20260716;           // weight generator seed
+  int64_t sliding_window_tokens = 0;  // 0: every layer global
+  int global_layer_every = 4;         // with a window: every Nth layer is global
+
+  int64_t head_dim() const { return n_heads > 0 ? hidden_size / n_heads : 0; }
+  // InvalidArgument naming the first inconsistent field.
+  Status Validate() const;
+};
+
+// Immutable after Create; thread-safe for concurrent use.
+class ReferenceModel {
+ public:
+  static StatusOr<std::shared_ptr<const ReferenceModel>> Create(
+      const ModelConfig& config);
+  ~ReferenceModel();
+  ReferenceModel(const ReferenceModel&) = delete;
+  ReferenceModel& operator=(const ReferenceModel&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  // "dense-llama": the canonical architecture adapter of this model.
+  static constexpr std::string_view kArchitecture = "dense-llama";
+  // 0 for a global layer, else the window in tokens.
+  int64_t LayerWindowTokens(int layer) const;
+
+  // --- stateless whole-sequence runner (ground truth) ---
+  // Logits after the last token of `token_ids`, recomputing the whole sequence.
+  StatusOr<std::vector<float>> NextTokenLogits(std::span<const int32_t> token_ids) const;
+  StatusOr<int32_t> WholeModelNextToken(std::span<const int32_t> token_ids) const;
+  // Greedy continuation of `prompt` by `n_new` tokens, recomputing every step.
+  StatusOr<std::vector<int32_t>> StatelessGreedy(std::span<const int32_t> prompt,
+                                                 int n_new) const;
+
+  // --- building blocks shared by both runners and by ReferenceShard ---
+  StatusOr<HiddenStates> Embed(std::span<const int32_t> token_ids) const;
+  // Runs layer `layer` in place over x at consecutive `positions` starting at
+  // past length (0 without `past`). Writes this chunk's post-RoPE keys/values,
+  // [n_kv_heads][rows][head_dim], to new_keys/new_values.
+  void RunLayer(int layer, HiddenStates* x, std::span<const int64_t> positions,
+                const LayerKvCache* past, float* new_keys, float* new_values) const;
+  HiddenStates FinalNorm(const HiddenStates& x) const;
+  std::vector<float> LmHead(const float* normed_row) const;
+
+ private:
+  struct Weights;
+  ReferenceModel(const ModelConfig& config, std::unique_ptr<Weights> weights);
+
+  ModelConfig config_;
+  std::unique_ptr<Weights> weights_;
+};
+
+// Layers [start_layer, end_layer] of a ReferenceModel as a ShardComputation.
+// Immutable; thread-safe for concurrent use.
+class ReferenceShard final : public ShardComputation {
+ public:
+  // InvalidArgument unless 0 <= start_layer <= end_layer < n_layers.
+  // `architecture_adapter` overrides the reported architecture (tests of aliases).
+  static StatusOr<std::unique_ptr<ReferenceShard>> Create(
+      std::shared_ptr<const ReferenceModel> model, int start_layer, int end_layer,
+      std::string_view architecture_adapter = ReferenceModel::kArchitecture);
+
+  std::string_view architecture_adapter() const override { return architecture_; }
+  int start_layer() const override { return start_; }
+  int end_layer() const override { return end_; }
+  int total_layers() const override { return model_->config().n_layers; }
+  int64_t hidden_size() const override { return model_->config().hidden_size; }
+  KvGeometry kv_geometry() const override;
+  int64_t layer_window_tokens(int layer) const override;
+  StatusOr<HiddenStates> EmbedTokens(std::span<const int32_t> token_ids) const override;
+  StatusOr<CachedRunResult> RunLayersCached(
+      const HiddenStates& hidden, std::span<const int64_t> positions, const PastKv& past,
+      const CancellationToken* cancel) const override;
+  HiddenStates FinalNorm(const HiddenStates& hidden) const override;
+  std::vector<float> LmHead(const float* normed_row) const override;
+
+  const ReferenceModel& model() const { return *model_; }
+
+ private:
+  ReferenceShard(std::shared_ptr<const ReferenceModel> model, int start, int end,
+                 std::string_view architecture);
+  Status CheckRunInputs(const HiddenStates& hidden, std::span<const int64_t> positions,
+                        const PastKv& past) const;
+
+  std::shared_ptr<const ReferenceModel> model_;
+  int start_;
+  int end_;
+  std::string architecture_;
+};
+
+}  // namespace prefixkv

@@ -1,0 +1,197 @@
+// One layer's KV state: a growable head-major buffer, or a ring for sliding windows.
+#include "prefixkv/layer_kv_cache.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+#include <functional>
+#include <string>
+
+namespace prefixkv {
+namespace {
+
+std::string ShapeText(const Tensor& t) { return t.DebugString(); }
+
+// A float32 [heads, rows, head_dim] tensor whose rows are copied from row_of(h, r).
+Tensor HeadMajorTensor(int64_t heads, int64_t rows, int64_t head_dim,
+                       const std::function<const float*(int64_t, int64_t)>& row_of) {
+  size_t row_bytes = static_cast<size_t>(head_dim) * sizeof(float);
+  uint8_t* out = nullptr;
+  SharedBytes bytes =
+      SharedBytes::Allocate(static_cast<size_t>(heads * rows) * row_bytes, &out);
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(out + static_cast<size_t>(h * rows + r) * row_bytes, row_of(h, r),
+                  row_bytes);
+    }
+  }
+  return Tensor(DType::kFloat32, {heads, rows, head_dim}, std::move(bytes));
+}
+
+}  // namespace
+
+LayerKvCache::LayerKvCache(LayerKvGeometry geometry) : geometry_(geometry) {
+  assert(geometry.n_kv_heads > 0 && geometry.head_dim > 0 && geometry.window_tokens >= 0);
+}
+
+int64_t LayerKvCache::held_tokens() const {
+  return is_rotating() ? std::min(length_, geometry_.window_tokens) : length_;
+}
+
+uint64_t LayerKvCache::PayloadBytesAt(int64_t length) const {
+  int64_t held = is_rotating() ? std::min(length, geometry_.window_tokens) : length;
+  return static_cast<uint64_t>(held) * 2 * static_cast<uint64_t>(geometry_.n_kv_heads) *
+         static_cast<uint64_t>(geometry_.head_dim) * sizeof(float);
+}
+
+uint64_t LayerKvCache::payload_bytes() const { return PayloadBytesAt(length_); }
+
+Status LayerKvCache::CheckChunk(const Tensor& keys, const Tensor& values) const {
+  for (const Tensor* t : {&keys, &values}) {
+    bool ok = t->dtype() == DType::kFloat32 && t->ndim() == 3 &&
+              t->dim(0) == geometry_.n_kv_heads && t->dim(2) == geometry_.head_dim;
+    if (!ok) {
+      return Status::InvalidArgument(
+          "layer " + std::to_string(geometry_.layer) + " expects float32 [" +
+          std::to_string(geometry_.n_kv_heads) + ", tokens, " +
+          std::to_string(geometry_.head_dim) + "] keys/values, got " + ShapeText(*t));
+    }
+  }
+  if (keys.shape() != values.shape()) {
+    return Status::InvalidArgument("keys " + ShapeText(keys) + " and values " +
+                                   ShapeText(values) + " differ in shape");
+  }
+  return Status::OK();
+}
+
+void LayerKvCache::Reserve(int64_t tokens) {
+  if (is_rotating()) tokens = std::min(tokens, geometry_.window_tokens);
+  if (tokens <= capacity_) return;
+  // Doubling keeps decode appends amortized O(1); a ring never outgrows its window.
+  int64_t cap = std::max<int64_t>({tokens, 2 * capacity_, 16});
+  if (is_rotating()) cap = std::min(cap, geometry_.window_tokens);
+  int64_t heads = geometry_.n_kv_heads, hd = geometry_.head_dim;
+  std::vector<float> keys(static_cast<size_t>(heads * cap * hd));
+  std::vector<float> values(keys.size());
+  for (int64_t h = 0; h < heads && capacity_ > 0; ++h) {
+    size_t n = static_cast<size_t>(capacity_ * hd);
+    std::copy_n(keys_.data() + h * capacity_ * hd, n, keys.data() + h * cap * hd);
+    std::copy_n(values_.data() + h * capacity_ * hd, n, values.data() + h * cap * hd);
+  }
+  // A ring buffer that grows keeps slot = pos % window only because it grows to its
+  // full window before wrapping (capacity < window implies length <= capacity).
+  keys_ = std::move(keys);
+  values_ = std::move(values);
+  capacity_ = cap;
+}
+
+Status LayerKvCache::Append(const Tensor& keys, const Tensor& values) {
+  PKV_RETURN_IF_ERROR(CheckChunk(keys, values));
+  int64_t tokens = keys.dim(1), heads = geometry_.n_kv_heads, hd = geometry_.head_dim;
+  Reserve(length_ + tokens);
+  const float* k = keys.data_as<float>();
+  const float* v = values.data_as<float>();
+  // For a ring only the last `window` of the new tokens survive; writing all of them
+  // in order yields the same slots.
+  int64_t first =
+      is_rotating() ? std::max<int64_t>(0, tokens - geometry_.window_tokens) : 0;
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t t = first; t < tokens; ++t) {
+      size_t dst = Offset(h, length_ + t);
+      size_t src = static_cast<size_t>((h * tokens + t) * hd);
+      std::copy_n(k + src, hd, keys_.data() + dst);
+      std::copy_n(v + src, hd, values_.data() + dst);
+    }
+  }
+  length_ += tokens;
+  return Status::OK();
+}
+
+bool LayerKvCache::CanTruncate(int64_t length) const {
+  if (length < 0 || length > length_) return false;
+  // A ring that never wrapped still holds every position; once it wrapped, the
+  // positions a shorter window would need are gone.
+  return !is_rotating() || length == length_ || length_ <= geometry_.window_tokens;
+}
+
+Status LayerKvCache::Truncate(int64_t length) {
+  if (!CanTruncate(length)) {
+    return Status::InvalidArgument(
+        "layer " + std::to_string(geometry_.layer) + " cannot truncate from " +
+        std::to_string(length_) + " to " + std::to_string(length) +
+        (is_rotating() ? " (rotating window already wrapped)" : ""));
+  }
+  length_ = length;
+  return Status::OK();
+}
+
+RotatingMeta LayerKvCache::rotating_meta() const {
+  RotatingMeta m;
+  m.keep = 0;
+  m.max_size = geometry_.window_tokens;
+  m.offset = length_;
+  m.idx = geometry_.window_tokens > 0 ? length_ % geometry_.window_tokens : 0;
+  return m;
+}
+
+LayerKvExport LayerKvCache::Export() const {
+  LayerKvExport out;
+  int64_t held = held_tokens();
+  // Full layers export positions 0..length-1; rings export slots 0..held-1, which
+  // is position order until the ring wraps and slot order (see meta.idx) after.
+  auto key_row = [&](int64_t h, int64_t r) {
+    return keys_.data() + static_cast<size_t>((h * capacity_ + r) * geometry_.head_dim);
+  };
+  auto value_row = [&](int64_t h, int64_t r) {
+    return values_.data() + static_cast<size_t>((h * capacity_ + r) * geometry_.head_dim);
+  };
+  out.keys = HeadMajorTensor(geometry_.n_kv_heads, held, geometry_.head_dim, key_row);
+  out.values = HeadMajorTensor(geometry_.n_kv_heads, held, geometry_.head_dim, value_row);
+  if (is_rotating()) {
+    out.cache_type = "RotatingKVCache";
+    out.rotating_meta = rotating_meta();
+  } else {
+    out.cache_type = "KVCache";
+  }
+  return out;
+}
+
+StatusOr<LayerKvCache> LayerKvCache::Restore(LayerKvGeometry geometry, const Tensor& keys,
+                                             const Tensor& values,
+                                             std::optional<RotatingMeta> meta) {
+  LayerKvCache cache(geometry);
+  PKV_RETURN_IF_ERROR(cache.CheckChunk(keys, values));
+  if (cache.is_rotating() != meta.has_value()) {
+    return Status::InvalidArgument("layer " + std::to_string(geometry.layer) +
+                                   (meta ? " is full attention but got rotating meta"
+                                         : " is rotating but got no meta"));
+  }
+  if (!meta) {
+    PKV_RETURN_IF_ERROR(cache.Append(keys, values));
+    return cache;
+  }
+  int64_t w = geometry.window_tokens;
+  bool consistent = meta->keep == 0 && meta->max_size == w && meta->offset >= 0 &&
+                    meta->idx % w == meta->offset % w &&
+                    keys.dim(1) == std::min(meta->offset, w);
+  if (!consistent) {
+    return Status::InvalidArgument("rotating meta (" + std::to_string(meta->keep) + ", " +
+                                   std::to_string(meta->max_size) + ", " +
+                                   std::to_string(meta->offset) + ", " +
+                                   std::to_string(meta->idx) + ") does not fit window " +
+                                   std::to_string(w) + " and " + ShapeText(keys));
+  }
+  // Slots are already in ring order, so they are copied in place.
+  int64_t held = keys.dim(1), hd = geometry.head_dim;
+  cache.Reserve(w);
+  for (int64_t h = 0; h < geometry.n_kv_heads; ++h) {
+    std::copy_n(keys.data_as<float>() + h * held * hd, held * hd,
+                cache.keys_.data() + h * cache.capacity_ * hd);
+    std::copy_n(values.data_as<float>() + h * held * hd, held * hd,
+                cache.values_.data() + h * cache.capacity_ * hd);
+  }
+  cache.length_ = meta->offset;
+  return cache;
+}
+
+}  // namespace prefixkv

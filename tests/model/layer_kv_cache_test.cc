@@ -1,0 +1,115 @@
+// LayerKvCache: shape checks, growth, rotating windows, truncation, export/restore.
+#include "prefixkv/layer_kv_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace prefixkv {
+namespace {
+
+// float32 [heads, tokens, dim] whose element (h, t, d) is base + 100*h + t + d/100.
+Tensor Chunk(int64_t heads, int64_t tokens, int64_t dim, float base = 0) {
+  uint8_t* out = nullptr;
+  SharedBytes bytes =
+      SharedBytes::Allocate(static_cast<size_t>(heads * tokens * dim) * 4, &out);
+  float* f = reinterpret_cast<float*>(out);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t d = 0; d < dim; ++d)
+        f[(h * tokens + t) * dim + d] = base + 100.0f * h + t + d / 100.0f;
+  return Tensor(DType::kFloat32, {heads, tokens, dim}, std::move(bytes));
+}
+
+TEST(LayerKvCache, LayerKvCacheRejectsWrongShape) {
+  LayerKvCache cache({0, 4, 8, 0});
+  Status wrong_heads = cache.Append(Chunk(3, 1, 8), Chunk(3, 1, 8));
+  EXPECT_TRUE(wrong_heads.IsInvalidArgument()) << wrong_heads.ToString();
+  EXPECT_TRUE(cache.Append(Chunk(4, 1, 7), Chunk(4, 1, 7)).IsInvalidArgument());
+  EXPECT_TRUE(cache.Append(Chunk(4, 2, 8), Chunk(4, 1, 8)).IsInvalidArgument());
+  Tensor f16 = Tensor::Filled(DType::kFloat16, {4, 1, 8}, 0);
+  EXPECT_TRUE(cache.Append(f16, f16).IsInvalidArgument());
+  EXPECT_EQ(cache.length(), 0);
+  ASSERT_TRUE(cache.Append(Chunk(4, 2, 8), Chunk(4, 2, 8)).ok());
+  EXPECT_EQ(cache.length(), 2);
+}
+
+TEST(LayerKvCache, FullLayerKeepsEveryPositionAcrossGrowth) {
+  LayerKvCache cache({3, 2, 4, 0});
+  for (int t = 0; t < 40; ++t) {  // crosses several capacity doublings
+    ASSERT_TRUE(
+        cache.Append(Chunk(2, 1, 4, 1000.0f * t), Chunk(2, 1, 4, -1000.0f * t)).ok());
+  }
+  EXPECT_EQ(cache.length(), 40);
+  EXPECT_EQ(cache.payload_bytes(), 40u * 2 * 2 * 4 * 4);
+  EXPECT_EQ(cache.KeyRow(1, 17)[2], 17000.0f + 100.0f + 0.02f);
+  EXPECT_EQ(cache.ValueRow(0, 39)[0], -39000.0f);
+}
+
+TEST(LayerKvCache, RotatingLayerHoldsOnlyTheLastWindow) {
+  LayerKvCache cache({1, 1, 2, 4});
+  ASSERT_TRUE(cache.Append(Chunk(1, 6, 2), Chunk(1, 6, 2)).ok());        // positions 0..5
+  ASSERT_TRUE(cache.Append(Chunk(1, 1, 2, 6), Chunk(1, 1, 2, 6)).ok());  // position 6
+  EXPECT_EQ(cache.length(), 7);
+  EXPECT_EQ(cache.held_tokens(), 4);
+  EXPECT_EQ(cache.payload_bytes(), 4u * 2 * 1 * 2 * 4);
+  for (int64_t pos = 3; pos < 7; ++pos) EXPECT_EQ(cache.KeyRow(0, pos)[0], pos);
+  RotatingMeta meta = cache.rotating_meta();
+  EXPECT_EQ(meta, (RotatingMeta{0, 4, 7, 3}));
+}
+
+TEST(LayerKvCache, TruncateRollsBackFullLayersAndUnwrappedRings) {
+  LayerKvCache full({0, 1, 2, 0});
+  ASSERT_TRUE(full.Append(Chunk(1, 5, 2), Chunk(1, 5, 2)).ok());
+  ASSERT_TRUE(full.Truncate(2).ok());
+  EXPECT_EQ(full.length(), 2);
+  EXPECT_TRUE(full.Truncate(3).IsInvalidArgument());  // cannot grow by truncating
+
+  LayerKvCache ring({0, 1, 2, 4});
+  ASSERT_TRUE(ring.Append(Chunk(1, 3, 2), Chunk(1, 3, 2)).ok());
+  EXPECT_TRUE(ring.Truncate(1).ok());  // never wrapped: every position is still there
+  ASSERT_TRUE(ring.Append(Chunk(1, 5, 2, 1), Chunk(1, 5, 2, 1)).ok());  // now wrapped
+  EXPECT_FALSE(ring.CanTruncate(5));
+  EXPECT_TRUE(ring.Truncate(5).IsInvalidArgument());
+  EXPECT_EQ(ring.length(), 6);  // unchanged by the refused truncate
+}
+
+TEST(LayerKvCache, ExportThenRestoreReproducesTheState) {
+  for (int64_t window : {0, 4}) {
+    LayerKvCache cache({2, 2, 4, window});
+    ASSERT_TRUE(cache.Append(Chunk(2, 7, 4), Chunk(2, 7, 4, 0.5f)).ok());
+    LayerKvExport exported = cache.Export();
+    EXPECT_EQ(exported.keys.shape(), (std::vector<int64_t>{2, window ? 4 : 7, 4}));
+    EXPECT_EQ(exported.cache_type, window ? "RotatingKVCache" : "KVCache");
+    auto restored = LayerKvCache::Restore(cache.geometry(), exported.keys,
+                                          exported.values, exported.rotating_meta);
+    ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+    EXPECT_EQ(restored->length(), 7);
+    for (int64_t pos = window ? 3 : 0; pos < 7; ++pos) {
+      EXPECT_EQ(std::memcmp(restored->KeyRow(1, pos), cache.KeyRow(1, pos), 16), 0)
+          << pos;
+      EXPECT_EQ(std::memcmp(restored->ValueRow(0, pos), cache.ValueRow(0, pos), 16), 0)
+          << pos;
+    }
+  }
+}
+
+TEST(LayerKvCache, RestoreRejectsInconsistentRotatingMeta) {
+  LayerKvGeometry ring{0, 1, 2, 4};
+  Tensor four = Chunk(1, 4, 2);
+  EXPECT_TRUE(LayerKvCache::Restore(ring, four, four, RotatingMeta{0, 4, 9, 1}).ok());
+  EXPECT_TRUE(LayerKvCache::Restore(ring, four, four, RotatingMeta{0, 4, 9, 3})
+                  .status()
+                  .IsInvalidArgument());  // idx disagrees with offset
+  EXPECT_TRUE(LayerKvCache::Restore(ring, four, four, RotatingMeta{0, 8, 9, 1})
+                  .status()
+                  .IsInvalidArgument());  // another window
+  EXPECT_TRUE(
+      LayerKvCache::Restore(ring, four, four, std::nullopt).status().IsInvalidArgument());
+  EXPECT_TRUE(LayerKvCache::Restore({0, 1, 2, 0}, four, four, RotatingMeta{0, 4, 4, 0})
+                  .status()
+                  .IsInvalidArgument());  // full layer with ring meta
+}
+
+}  // namespace
+}  // namespace prefixkv

@@ -1,0 +1,167 @@
+// The reference model: determinism, config validation, and bit-exact parity of the
+// shard's cached runner against the stateless whole-sequence runner (MHA, GQA and
+// sliding-window layers), driven here without the session manager.
+#include "prefixkv/reference_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+
+namespace prefixkv {
+namespace {
+
+std::shared_ptr<const ReferenceModel> Model(ModelConfig config) {
+  auto model = ReferenceModel::Create(config);
+  EXPECT_TRUE(model.ok()) << model.status().ToString();
+  return *model;
+}
+
+ModelConfig Gqa() {
+  ModelConfig c;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  return c;
+}
+
+ModelConfig Windowed() {
+  ModelConfig c = Gqa();
+  c.n_layers = 8;
+  c.sliding_window_tokens = 3;
+  c.global_layer_every = 4;
+  return c;
+}
+
+// Decodes through one full shard with caches kept by hand; returns per-step logits.
+std::vector<std::vector<float>> CachedLogits(std::shared_ptr<const ReferenceModel> model,
+                                             const std::vector<int32_t>& tokens,
+                                             size_t prefill) {
+  auto shard = ReferenceShard::Create(model, 0, model->config().n_layers - 1);
+  EXPECT_TRUE(shard.ok());
+  std::map<int, LayerKvCache> caches;
+  PastKv past;
+  for (int l = 0; l < model->config().n_layers; ++l) {
+    caches.emplace(
+        l, LayerKvCache({l, model->config().n_kv_heads, model->config().head_dim(),
+                         model->LayerWindowTokens(l)}));
+    past[l] = &caches.at(l);
+  }
+  std::vector<std::vector<float>> logits;
+  size_t pos = 0;
+  while (pos < tokens.size()) {
+    size_t n = pos == 0 ? prefill : 1;
+    std::vector<int32_t> ids(tokens.begin() + static_cast<long>(pos),
+                             tokens.begin() + static_cast<long>(pos + n));
+    std::vector<int64_t> positions;
+    for (size_t i = 0; i < n; ++i) positions.push_back(static_cast<int64_t>(pos + i));
+    auto hidden = (*shard)->EmbedTokens(ids);
+    auto run = (*shard)->RunLayersCached(*hidden, positions, past, nullptr);
+    EXPECT_TRUE(run.ok()) << run.status().ToString();
+    for (auto& [layer, chunk] : run->new_kv) {
+      EXPECT_TRUE(caches.at(layer).Append(chunk.keys, chunk.values).ok());
+    }
+    const HiddenStates& h = run->hidden;
+    HiddenStates last{1, h.width,
+                      std::vector<float>(h.row(h.rows - 1), h.row(h.rows - 1) + h.width)};
+    logits.push_back((*shard)->LmHead((*shard)->FinalNorm(last).values.data()));
+    pos += n;
+  }
+  return logits;
+}
+
+void ExpectBitExactParity(const ModelConfig& config, size_t prefill) {
+  auto model = Model(config);
+  std::vector<int32_t> tokens = {2, 17, 8, 25, 6, 40, 1, 33, 12, 9, 44, 3};
+  auto cached = CachedLogits(model, tokens, prefill);
+  ASSERT_EQ(cached.size(), tokens.size() - prefill + 1);
+  for (size_t step = 0; step < cached.size(); ++step) {
+    size_t len = prefill + step;
+    auto stateless = model->NextTokenLogits(std::span(tokens).first(len));
+    ASSERT_TRUE(stateless.ok());
+    ASSERT_EQ(stateless->size(), cached[step].size());
+    // Same kernels, same summation order: equal bits, not just close values.
+    EXPECT_EQ(std::memcmp(stateless->data(), cached[step].data(), stateless->size() * 4),
+              0)
+        << "logits differ after " << len << " tokens";
+  }
+}
+
+TEST(ReferenceModel, CachedDecodeIsBitExactWithStatelessForMultiHeadAttention) {
+  ExpectBitExactParity(ModelConfig{}, 4);
+}
+
+TEST(ReferenceModel, CachedDecodeIsBitExactWithStatelessForGroupedQueryAttention) {
+  ExpectBitExactParity(Gqa(), 5);
+}
+
+TEST(ReferenceModel, CachedDecodeIsBitExactWithStatelessForSlidingWindowLayers) {
+  // Window 3 with a 5-token prefill: the ring wraps during prefill and again while
+  // decoding, and the global layers (3 and 7) still see every position.
+  ExpectBitExactParity(Windowed(), 5);
+}
+
+TEST(ReferenceModel, SlidingWindowChangesTheModelsOutput) {
+  // Guards the windowed parity test against a window that is silently ignored.
+  std::vector<int32_t> tokens = {2, 17, 8, 25, 6, 40, 1, 33, 12};
+  ModelConfig full = Windowed();
+  full.sliding_window_tokens = 0;
+  auto windowed_logits = Model(Windowed())->NextTokenLogits(tokens);
+  auto full_logits = Model(full)->NextTokenLogits(tokens);
+  ASSERT_TRUE(windowed_logits.ok() && full_logits.ok());
+  EXPECT_NE(*windowed_logits, *full_logits);
+}
+
+TEST(ReferenceModel, SameConfigGivesTheSameModelAndSeedsDiffer) {
+  std::vector<int32_t> prompt = {5, 12, 3, 41};
+  auto a = Model(ModelConfig{})->StatelessGreedy(prompt, 6);
+  auto b = Model(ModelConfig{})->StatelessGreedy(prompt, 6);
+  ModelConfig other;
+  other.seed = 7;
+  auto c = Model(other)->NextTokenLogits(prompt);
+  auto d = Model(ModelConfig{})->NextTokenLogits(prompt);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok() && d.ok());
+  EXPECT_EQ(*a, *b);
+  EXPECT_NE(*c, *d);
+}
+
+TEST(ReferenceModel, RejectsInconsistentConfigs) {
+  ModelConfig bad_heads = Gqa();
+  bad_heads.n_kv_heads = 3;  // does not divide 4 query heads
+  EXPECT_TRUE(ReferenceModel::Create(bad_heads).status().IsInvalidArgument());
+  ModelConfig odd_dim;
+  odd_dim.hidden_size = 12;  // head_dim 3 cannot be rotated in halves
+  EXPECT_TRUE(ReferenceModel::Create(odd_dim).status().IsInvalidArgument());
+  auto model = Model(ModelConfig{});
+  EXPECT_TRUE(
+      model->NextTokenLogits(std::vector<int32_t>{48}).status().IsInvalidArgument());
+  EXPECT_TRUE(ReferenceShard::Create(model, 4, 6).status().IsInvalidArgument());
+}
+
+TEST(ReferenceShard, RejectsPositionsThatDoNotContinueThePast) {
+  auto model = Model(ModelConfig{});
+  auto shard = ReferenceShard::Create(model, 0, 5);
+  ASSERT_TRUE(shard.ok());
+  auto hidden = (*shard)->EmbedTokens(std::vector<int32_t>{1, 2});
+  ASSERT_TRUE(hidden.ok());
+  std::vector<int64_t> gap = {1, 2};  // no past, so the run must start at 0
+  EXPECT_TRUE(
+      (*shard)->RunLayersCached(*hidden, gap, {}, nullptr).status().IsInvalidArgument());
+  std::vector<int64_t> skip = {0, 2};
+  EXPECT_TRUE(
+      (*shard)->RunLayersCached(*hidden, skip, {}, nullptr).status().IsInvalidArgument());
+}
+
+TEST(ReferenceShard, ACancelledTokenStopsTheRun) {
+  auto model = Model(ModelConfig{});
+  auto shard = ReferenceShard::Create(model, 0, 5);
+  ASSERT_TRUE(shard.ok());
+  auto hidden = (*shard)->EmbedTokens(std::vector<int32_t>{1, 2});
+  CancellationToken cancel;
+  cancel.Cancel();
+  std::vector<int64_t> positions = {0, 1};
+  auto run = (*shard)->RunLayersCached(*hidden, positions, {}, &cancel);
+  EXPECT_EQ(run.status().code(), StatusCode::kAborted);
+}
+
+}  // namespace
+}  // namespace prefixkv
