@@ -131,7 +131,6 @@ void Connection::OnWritten(const boost::system::error_code& ec) {
     Close();
     return;
   }
-  Touch();
   Pump();
 }
 

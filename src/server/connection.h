@@ -58,7 +58,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Closes now (idle timeout, end of the shutdown grace period).
   void PostClose();
 
-  // Clock milliseconds of the last byte received or sent.
+  // Clock milliseconds of the last bytes received (idle means nothing was
+  // received; time spent sending a reply to a slow reader counts as idle).
   uint64_t last_activity_ms() const {
     return last_activity_ms_.load(std::memory_order_relaxed);
   }

@@ -65,6 +65,9 @@ class RespClient {
     return true;
   }
 
+  // Tells the server this client sends nothing more (a half close).
+  void ShutdownWrite() { ::shutdown(fd_, SHUT_WR); }
+
   // Sends one command and reads its reply.
   Reply Call(const std::vector<std::string>& words) {
     if (!SendRaw(EncodeCommand(words))) return Reply{};

@@ -1,0 +1,159 @@
+// Hostile and careless clients: malformed frames, oversized lengths, too many
+// connections, idle connections and clients that never read. Each gets an error
+// or is disconnected while every other client keeps being served and nothing
+// stored changes.
+#include <gtest/gtest.h>
+
+#include "prefixkv/server.h"
+#include "tests/server/server_fixture.h"
+
+namespace prefixkv {
+namespace {
+
+using testing::EncodeCommand;
+using testing::Reply;
+
+class ServerBadInputTest : public testing::ServerFixture {
+ protected:
+  // Stores a value through one client so tests can check it survives.
+  void StoreWitness() {
+    auto c = Connect();
+    ASSERT_EQ(c->Call({"SET", "witness", "intact"}).str, "OK");
+  }
+  void ExpectWitnessIntact() {
+    auto c = Connect();
+    EXPECT_EQ(c->Call({"GET", "witness"}).str, "intact");
+  }
+
+  // Sends `bytes`, expects a protocol error reply and then a closed connection.
+  void ExpectProtocolErrorAndClose(const std::string& bytes, const std::string& error) {
+    auto c = Connect();
+    ASSERT_TRUE(c->SendRaw(bytes));
+    Reply r = c->Read();
+    EXPECT_EQ(r.str, "ERR Protocol error: " + error) << bytes;
+    EXPECT_TRUE(c->ReadsEof()) << bytes;
+  }
+};
+
+TEST_F(ServerBadInputTest, ClosesConnectionsThatSendMalformedFrames) {
+  StartServer();
+  StoreWitness();
+  auto bystander = Connect();
+  ExpectProtocolErrorAndClose("*-1\r\n", "invalid multibulk length");
+  ExpectProtocolErrorAndClose("*x\r\n", "invalid multibulk length");
+  ExpectProtocolErrorAndClose("*1\r\n$-2\r\n", "invalid bulk length");
+  ExpectProtocolErrorAndClose("*1\r\n:5\r\n", "expected '$', got ':'");
+  ExpectProtocolErrorAndClose("*1\r\n$4\r\nPINGxx",
+                              "expected CRLF after a bulk argument");
+  ExpectProtocolErrorAndClose("*1\r\n$" + std::string(40, '9') + "\r\n",
+                              "invalid bulk length");
+  EXPECT_EQ(bystander->Call({"PING"}).str, "PONG");
+  ExpectWitnessIntact();
+  EXPECT_EQ(server_->stats().protocol_errors, 6u);
+}
+
+TEST_F(ServerBadInputTest, AnswersCommandsBeforeTheMalformedFrame) {
+  StartServer();
+  auto c = Connect();
+  ASSERT_TRUE(c->SendRaw(EncodeCommand({"SET", "a", "1"}) + "*1\r\n$-7\r\n" +
+                         EncodeCommand({"SET", "b", "2"})));
+  EXPECT_EQ(c->Read().str, "OK");
+  EXPECT_EQ(c->Read().str, "ERR Protocol error: invalid bulk length");
+  EXPECT_TRUE(c->ReadsEof());
+  auto check = Connect();
+  EXPECT_EQ(check->Call({"GET", "a"}).str, "1");
+  EXPECT_TRUE(check->Call({"GET", "b"}).null);  // after the bad frame: never run
+}
+
+TEST_F(ServerBadInputTest, RejectsRequestsOverTheSizeLimitBeforeReadingThem) {
+  options_.max_request_bytes = 1 << 20;
+  StartServer();
+  StoreWitness();
+  ExpectProtocolErrorAndClose("*3\r\n$3\r\nSET\r\n$7\r\nwitness\r\n$1048577\r\n",
+                              "invalid bulk length");
+  ExpectWitnessIntact();
+  auto c = Connect();  // exactly at the limit is fine
+  EXPECT_EQ(c->Call({"ECHO", std::string((1 << 20) - 4, 'e')}).str.size(),
+            (1u << 20) - 4);
+}
+
+TEST_F(ServerBadInputTest, RejectsTooManyArgumentsAndTooLongInlineLines) {
+  options_.max_array_elements = 8;
+  options_.max_inline_bytes = 100;
+  StartServer();
+  ExpectProtocolErrorAndClose("*9\r\n", "invalid multibulk length");
+  ExpectProtocolErrorAndClose(std::string(101, 'A'), "too big inline request");
+  auto c = Connect();
+  ASSERT_TRUE(c->SendRaw("SET inline works\r\nGET inline\r\n"));
+  EXPECT_EQ(c->Read().str, "OK");
+  EXPECT_EQ(c->Read().str, "works");
+}
+
+TEST_F(ServerBadInputTest, TurnsAwayConnectionsOverTheLimit) {
+  options_.max_connections = 2;
+  StartServer();
+  auto a = Connect();
+  auto b = Connect();
+  ASSERT_EQ(a->Call({"PING"}).str, "PONG");
+  ASSERT_EQ(b->Call({"PING"}).str, "PONG");
+  auto c = Connect();
+  EXPECT_EQ(c->Read().str, "ERR max number of clients reached");
+  EXPECT_TRUE(c->ReadsEof());
+  EXPECT_EQ(a->Call({"PING"}).str, "PONG");
+  EXPECT_EQ(server_->stats().rejected_connections, 1u);
+}
+
+TEST_F(ServerBadInputTest, ClosesOnlyConnectionsIdleLongerThanTheTimeout) {
+  FakeClock clock;
+  options_.clock = &clock;
+  options_.idle_timeout_ms = 1000;
+  options_.idle_check_interval_ms = 3'600'000;  // sweeps only when the test asks
+  StartServer();
+  auto idle = Connect();
+  ASSERT_EQ(idle->Call({"PING"}).str, "PONG");
+  clock.AdvanceMillis(600);
+  auto active = Connect();
+  ASSERT_EQ(active->Call({"PING"}).str, "PONG");
+  EXPECT_EQ(server_->SweepIdleConnections(), 0u);  // 600 ms is not over the limit
+  clock.AdvanceMillis(600);
+  EXPECT_EQ(server_->SweepIdleConnections(), 1u);
+  EXPECT_TRUE(idle->ReadsEof());
+  EXPECT_EQ(active->Call({"PING"}).str, "PONG");
+  EXPECT_EQ(server_->stats().idle_disconnections, 1u);
+}
+
+TEST_F(ServerBadInputTest, StopsExecutingCommandsWhileRepliesPileUpUnread) {
+  options_.max_pending_reply_bytes = 1 << 20;
+  StartServer();
+  auto setup = Connect();
+  const std::string value(1 << 20, 'v');
+  ASSERT_EQ(setup->Call({"SET", "big", value}).str, "OK");
+  uint64_t before = server_->stats().total_commands_processed;
+
+  auto slow = Connect();
+  constexpr int kGets = 200;  // 200 MiB of replies for ~6 KiB of requests
+  std::string batch;
+  for (int i = 0; i < kGets; ++i) batch += EncodeCommand({"GET", "big"});
+  ASSERT_TRUE(slow->SendRaw(batch));
+  Reply first = slow->Read();
+  // Without backpressure all 200 GETs would have run by now. With it, at most
+  // the pending limit plus what the kernel socket buffers hold has run.
+  uint64_t executed = server_->stats().total_commands_processed - before;
+  EXPECT_LT(executed, 40u);
+  EXPECT_EQ(first.str, value);
+  for (int i = 1; i < kGets; ++i) ASSERT_EQ(slow->Read().str.size(), value.size()) << i;
+  EXPECT_EQ(server_->stats().total_commands_processed - before, uint64_t{kGets});
+}
+
+TEST_F(ServerBadInputTest, AnswersWhatAHalfClosedClientSent) {
+  StartServer();
+  auto c = Connect();
+  ASSERT_TRUE(c->SendRaw(EncodeCommand({"SET", "k", "v"}) + EncodeCommand({"GET", "k"})));
+  c->ShutdownWrite();
+  EXPECT_EQ(c->Read().str, "OK");
+  EXPECT_EQ(c->Read().str, "v");
+  EXPECT_TRUE(c->ReadsEof());
+}
+
+}  // namespace
+}  // namespace prefixkv
