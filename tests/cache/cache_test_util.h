@@ -11,7 +11,10 @@
 
 #include "prefixkv/cache_types.h"
 #include "prefixkv/codec.h"
+#include "prefixkv/hot_tier.h"
 #include "prefixkv/prefix_cache.h"
+#include "prefixkv/shared_hot_budget.h"
+#include "prefixkv/ssd_tier.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv::testing {
@@ -113,6 +116,39 @@ inline std::vector<int64_t> KvShape(BlockTier& tier, const BlockKey& key) {
   ADD_FAILURE() << "no KVCache layer in block";
   return {};
 }
+
+// A real hot tier (one owner of a private SharedHotBudget) over an optional
+// real SSD tier, stacked. Destroyed top down.
+struct TestTiers {
+  TestTiers(uint64_t hot_capacity_bytes, const std::string& ssd_path) {
+    budget = SharedHotBudget::Create({.capacity_bytes = hot_capacity_bytes}).value();
+    hot = HotTier::Open(budget, budget->RegisterOwner("test-model").value()).value();
+    if (!ssd_path.empty()) {
+      SsdTierOptions o;
+      o.path = ssd_path;
+      o.write_buffer_bytes = 4 << 20;
+      o.min_blob_bytes = 256;
+      o.log = [](std::string_view) {};
+      StatusOr<std::unique_ptr<SsdTier>> opened = SsdTier::Open(o);
+      EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+      if (opened.ok()) ssd = std::move(opened).value();
+    }
+    stack = std::make_unique<TierStack>(hot.get(), ssd.get(), ssd.get());
+  }
+  ~TestTiers() {
+    stack.reset();
+    hot.reset();
+    if (ssd != nullptr) {
+      Status closed = ssd->Close();
+      EXPECT_TRUE(closed.ok()) << closed.ToString();
+    }
+  }
+
+  std::shared_ptr<SharedHotBudget> budget;
+  std::unique_ptr<HotTier> hot;
+  std::unique_ptr<SsdTier> ssd;
+  std::unique_ptr<TierStack> stack;
+};
 
 inline const std::vector<int64_t> kRealRotatingShape = {1, 2, kWindow, 8};
 inline const std::vector<int64_t> kPlaceholderShape = {};

@@ -1,0 +1,266 @@
+// PrefixCache store -> match -> restore: byte-identical round trips from the
+// hot tier and from SSD, validation of every block, walk-back, and the
+// rotating-layer reconstruction of the seed tests.
+#include <gtest/gtest.h>
+
+#include "tests/cache/cache_test_util.h"
+
+namespace prefixkv {
+namespace {
+
+using testing::HybridSpec;
+using testing::kBlockTokens;
+using testing::KvLayer;
+using testing::KvOnlySpec;
+using testing::kWindow;
+using testing::RotatingLayer;
+using testing::TestTiers;
+using testing::Tokens;
+
+constexpr uint64_t kHotBytes = 64u << 20;
+
+class PrefixCacheRestoreTest : public ::testing::Test {
+ protected:
+  Namespace Register(const NamespaceSpec& spec) {
+    StatusOr<Namespace> ns = cache_->RegisterModel(spec);
+    EXPECT_TRUE(ns.ok()) << ns.status().ToString();
+    return ns.ok() ? *ns : Namespace{};
+  }
+
+  RestoreResult MatchAndRestore(Namespace ns, const std::vector<int32_t>& prompt) {
+    StatusOr<MatchResult> match = cache_->Match(ns, prompt);
+    EXPECT_TRUE(match.ok()) << match.status().ToString();
+    StatusOr<RestoreResult> r = cache_->Restore(*match);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? std::move(r).value() : RestoreResult{};
+  }
+
+  std::mt19937_64 rng_{testing::TestSeed("PrefixCacheRestoreTest")};
+  testing::TempDir dir_;  // outlives the tiers below (members die in reverse)
+  std::unique_ptr<TestTiers> tiers_ = std::make_unique<TestTiers>(kHotBytes, "");
+  std::unique_ptr<PrefixCache> cache_ =
+      std::make_unique<PrefixCache>(tiers_->stack.get());
+};
+
+TEST_F(PrefixCacheRestoreTest, RoundTripFromHotIsByteIdentical) {
+  Namespace ns = Register(KvOnlySpec());
+  const std::vector<int32_t> tokens = Tokens(6);
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const std::vector<LayerState> layers = {KvLayer(n, &rng_), KvLayer(n, &rng_)};
+  ASSERT_TRUE(cache_->Store(ns, tokens, layers).ok());
+
+  RestoreResult r = MatchAndRestore(ns, tokens);
+  EXPECT_EQ(r.restored_tokens, tokens.size());
+  EXPECT_EQ(r.blocks_from_hot, 6u);
+  EXPECT_TRUE(r.reason.empty()) << r.reason;
+  EXPECT_EQ(r.layers, layers);
+}
+
+TEST_F(PrefixCacheRestoreTest, RoundTripOfHybridModelRestoresTheTipWindow) {
+  Namespace ns = Register(HybridSpec());
+  const std::vector<int32_t> tokens = Tokens(3);
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const std::vector<LayerState> layers = {KvLayer(n, &rng_),
+                                          RotatingLayer(n, "RotatingKVCache", &rng_)};
+  ASSERT_TRUE(cache_->Store(ns, tokens, layers).ok());
+
+  std::vector<int32_t> prompt = tokens;
+  prompt.push_back(99);  // the next turn's prompt extends the stored tokens
+  RestoreResult r = MatchAndRestore(ns, prompt);
+  ASSERT_EQ(r.restored_tokens, tokens.size());
+  EXPECT_EQ(r.layers[0], layers[0]);
+  EXPECT_EQ(r.layers[1].cache_type, kRestoredRotatingType);
+  EXPECT_EQ(r.layers[1].meta, layers[1].meta);
+  EXPECT_EQ(r.layers[1].tensors, layers[1].tensors);
+}
+
+TEST_F(PrefixCacheRestoreTest, RoundTripFromSsdIsByteIdenticalAndPromotes) {
+  Namespace ns;
+  const std::vector<int32_t> tokens = Tokens(5);
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const std::vector<LayerState> layers = {KvLayer(n, &rng_), KvLayer(n, &rng_)};
+  {
+    TestTiers before(kHotBytes, dir_.str());
+    PrefixCache cache(before.stack.get());
+    ns = cache.RegisterModel(KvOnlySpec()).value();
+    ASSERT_TRUE(cache.Store(ns, tokens, layers).ok());
+    ASSERT_TRUE(cache.Flush().ok());  // a clean shutdown writes dirty hot blocks
+  }
+  // A restart: empty hot tier, the same SSD directory.
+  cache_.reset();
+  tiers_ = std::make_unique<TestTiers>(kHotBytes, dir_.str());
+  cache_ = std::make_unique<PrefixCache>(tiers_->stack.get());
+  ns = Register(KvOnlySpec());
+  StatusOr<MatchResult> match = cache_->Match(ns, tokens);
+  ASSERT_EQ(match->tiers, std::vector<TierLevel>(5, TierLevel::kSsd));
+
+  StatusOr<RestoreResult> r = cache_->Restore(*match);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->restored_tokens, tokens.size());
+  EXPECT_EQ(r->blocks_from_ssd, 5u);
+  EXPECT_EQ(r->layers, layers);
+  // Promotion (on by default) put the blocks back in the hot tier.
+  EXPECT_EQ(cache_->Match(ns, tokens)->tiers, std::vector<TierLevel>(5, TierLevel::kHot));
+}
+
+TEST_F(PrefixCacheRestoreTest, MatchStopsAtTheFirstDivergingBlock) {
+  Namespace ns = Register(KvOnlySpec());
+  const std::vector<int32_t> tokens = Tokens(4);
+  ASSERT_TRUE(cache_->Store(ns, tokens, testing::KvOnlyLayers(16)).ok());
+  std::vector<int32_t> prompt = tokens;
+  prompt[9] = -1;  // inside block 2
+  StatusOr<MatchResult> match = cache_->Match(ns, prompt);
+  EXPECT_EQ(match->keys.size(), 2u);
+  EXPECT_EQ(match->matched_tokens(), 2 * kBlockTokens);
+}
+
+TEST_F(PrefixCacheRestoreTest, StoreDeduplicatesCachedBlocks) {
+  Namespace ns = Register(KvOnlySpec());
+  ASSERT_TRUE(cache_->Store(ns, Tokens(2), testing::KvOnlyLayers(8)).ok());
+  StatusOr<StoreResult> r = cache_->Store(ns, Tokens(3), testing::KvOnlyLayers(12));
+  EXPECT_EQ(r->blocks_deduplicated, 2u);
+  EXPECT_EQ(r->blocks_written, 1u);
+  EXPECT_EQ(tiers_->hot->Totals().inserts, 3u);
+}
+
+TEST_F(PrefixCacheRestoreTest, StoreRejectsLayersThatDoNotFitTheLayout) {
+  Namespace ns = Register(HybridSpec());
+  const std::vector<int32_t> tokens = Tokens(2);
+  EXPECT_TRUE(cache_->Store(ns, tokens, {KvLayer(8)}).status().IsInvalidArgument());
+  EXPECT_TRUE(
+      cache_->Store(ns, tokens, {KvLayer(8), KvLayer(8)}).status().IsInvalidArgument());
+  EXPECT_TRUE(cache_->Store(ns, tokens, {KvLayer(7), RotatingLayer(8)})
+                  .status()
+                  .IsInvalidArgument());
+  EXPECT_TRUE(cache_->Store(ns, tokens, {KvLayer(8), RotatingLayer(5)})
+                  .status()
+                  .IsInvalidArgument());
+  EXPECT_EQ(tiers_->hot->Totals().entries, 0u);
+}
+
+TEST_F(PrefixCacheRestoreTest, WalkBackDropsTrailingPlaceholderBlocks) {
+  Namespace ns = Register(HybridSpec());
+  ASSERT_TRUE(cache_->Store(ns, Tokens(2), testing::HybridLayers(8)).ok());
+  // Four more blocks whose tokens end mid-block: no tip state is stored, so
+  // blocks 3 and 4 carry placeholders only.
+  std::vector<int32_t> longer = Tokens(5);
+  longer.resize(4 * kBlockTokens + 2);
+  StatusOr<StoreResult> s = cache_->Store(ns, longer, testing::HybridLayers(18));
+  ASSERT_TRUE(s.ok());
+  EXPECT_FALSE(s->tip_state_stored);
+  EXPECT_FALSE(s->note.empty());
+
+  RestoreResult r = MatchAndRestore(ns, Tokens(4));
+  EXPECT_EQ(r.restored_blocks, 2u);
+  EXPECT_EQ(r.restored_tokens, 2 * kBlockTokens);
+  EXPECT_NE(r.reason.find("walk-back dropped 2"), std::string::npos) << r.reason;
+  ASSERT_EQ(r.layers.size(), 2u);
+  EXPECT_EQ(r.layers[0].tensors[0].dim(2), 2 * kBlockTokens);
+  EXPECT_EQ(RotatingMeta::Parse(r.layers[1].meta)->offset, 2 * kBlockTokens);
+}
+
+TEST_F(PrefixCacheRestoreTest, MatchWithoutAnyRealTipRestoresNothing) {
+  Namespace ns = Register(HybridSpec());
+  std::vector<int32_t> tokens = Tokens(3);
+  tokens.push_back(7);
+  ASSERT_TRUE(cache_->Store(ns, tokens, testing::HybridLayers(13)).ok());
+  RestoreResult r = MatchAndRestore(ns, tokens);
+  EXPECT_EQ(r.restored_tokens, 0u);
+  EXPECT_TRUE(r.layers.empty());
+  EXPECT_NE(r.reason.find("no matched block carries real"), std::string::npos)
+      << r.reason;
+}
+
+TEST_F(PrefixCacheRestoreTest, ExistingInteriorBlockBecomesARealTip) {
+  Namespace ns = Register(HybridSpec());
+  ASSERT_TRUE(cache_->Store(ns, Tokens(4), testing::HybridLayers(16)).ok());
+  // Block 2 exists as a placeholder interior block; a store ending there must
+  // give it the real state or a restore of those 8 tokens would find nothing.
+  StatusOr<StoreResult> s = cache_->Store(ns, Tokens(2), testing::HybridLayers(8));
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(s->tip_rewritten);
+  EXPECT_EQ(MatchAndRestore(ns, Tokens(2)).restored_tokens, 2 * kBlockTokens);
+  std::vector<AuditFinding> findings;
+  ASSERT_TRUE(tiers_->budget->Audit(&findings).ok());
+  EXPECT_TRUE(findings.empty());
+}
+
+TEST_F(PrefixCacheRestoreTest, BlockThatDoesNotFitTheLayoutEndsTheRestore) {
+  Namespace ns = Register(KvOnlySpec());
+  const std::vector<int32_t> tokens = Tokens(3);
+  ASSERT_TRUE(cache_->Store(ns, tokens, testing::KvOnlyLayers(12)).ok());
+  // Overwrite block 1 with a record missing a layer, under its real key.
+  const std::vector<BlockKey> keys = ChainKeys(ns.root, tokens, kBlockTokens);
+  BlockRecord bad;
+  bad.key = keys[1];
+  bad.parent = keys[0];
+  bad.namespace_id = ns.root;
+  bad.token_count = kBlockTokens;
+  bad.layers = {KvLayer(kBlockTokens)};
+  ASSERT_TRUE(
+      tiers_->stack->Rewrite({keys[1], keys[0], ns.root, 0}, EncodeBlock(bad).value())
+          .ok());
+
+  RestoreResult r = MatchAndRestore(ns, tokens);
+  EXPECT_EQ(r.restored_tokens, kBlockTokens);
+  EXPECT_NE(r.reason.find("block 1"), std::string::npos) << r.reason;
+  EXPECT_NE(r.reason.find("layers"), std::string::npos) << r.reason;
+}
+
+TEST_F(PrefixCacheRestoreTest, BlockWithOtherTokensIsNeverServed) {
+  Namespace ns = Register(KvOnlySpec());
+  const std::vector<int32_t> tokens = Tokens(2);
+  ASSERT_TRUE(cache_->Store(ns, tokens, testing::KvOnlyLayers(8)).ok());
+  const std::vector<BlockKey> keys = ChainKeys(ns.root, tokens, kBlockTokens);
+  // What a hash collision would look like: the right key, other tokens.
+  BlockRecord rec = testing::ReadBlock(*tiers_->hot, keys[0]);
+  rec.tokens[0] = 12345;
+  ASSERT_TRUE(
+      tiers_->stack->Rewrite({keys[0], ns.root, ns.root, 0}, EncodeBlock(rec).value())
+          .ok());
+  RestoreResult r = MatchAndRestore(ns, tokens);
+  EXPECT_EQ(r.restored_tokens, 0u);
+  EXPECT_NE(r.reason.find("tokens differ"), std::string::npos) << r.reason;
+}
+
+TEST_F(PrefixCacheRestoreTest, PrefillReadyRotatingNameReconstructsWithRotatingHandler) {
+  // One block stored with a PrefillReadyRotatingKVCache layer must come back
+  // through the strict rotating path: window and offset from its meta.
+  Namespace ns = Register(HybridSpec("PrefillReadyRotatingKVCache"));
+  ASSERT_TRUE(cache_
+                  ->Store(ns, Tokens(1),
+                          {KvLayer(kBlockTokens),
+                           RotatingLayer(kBlockTokens, "PrefillReadyRotatingKVCache")})
+                  .ok());
+  RestoreResult r = MatchAndRestore(ns, Tokens(1));
+  ASSERT_EQ(r.layers.size(), 2u);
+  EXPECT_EQ(r.layers[1].cache_type, "PrefillReadyRotatingKVCache");
+  StatusOr<RotatingMeta> meta = RotatingMeta::Parse(r.layers[1].meta);
+  ASSERT_TRUE(meta.ok());
+  EXPECT_EQ(meta->max_size, kWindow);
+  EXPECT_EQ(meta->offset, kBlockTokens);
+  EXPECT_EQ(meta->offset, static_cast<int64_t>(r.restored_tokens));
+}
+
+TEST(PrefixCacheWindow, PrefillReadyRotatingNameDetectsWindowPadding) {
+  // Block metadata only (no tensors): the layer types and meta states.
+  LayerState kv;
+  kv.cache_type = "KVCache";
+  kv.meta = {std::to_string(kBlockTokens)};
+  LayerState rotating;
+  rotating.cache_type = "PrefillReadyRotatingKVCache";
+  rotating.meta = {"0", std::to_string(kWindow), std::to_string(kBlockTokens),
+                   std::to_string(kWindow)};
+  WindowPadding w = PrefixCache::DetectWindowPadding({kv, rotating});
+  EXPECT_TRUE(w.has_rotating_layers());
+  EXPECT_EQ(w.max_window_tokens, kWindow);
+  EXPECT_EQ(w.window_tokens, (std::vector<int64_t>{0, kWindow}));
+
+  EXPECT_FALSE(PrefixCache::DetectWindowPadding({kv, kv}).has_rotating_layers());
+  // A placeholder carries no window.
+  EXPECT_FALSE(PrefixCache::DetectWindowPadding({kv, MakePlaceholder("RotatingKVCache")})
+                   .has_rotating_layers());
+}
+
+}  // namespace
+}  // namespace prefixkv
