@@ -5,8 +5,9 @@
 // while the budget would be exceeded. Victims are taken tentatively (unlinked
 // and marked in flight, their parents' child counts released so that under
 // leaf-lru a parent becomes a candidate once its last resident child goes),
-// then committed together or rolled back in reverse order, which restores
-// every order position and child count exactly.
+// then committed together or rolled back (in reverse; each step is the exact
+// inverse of taking that victim), which restores every order position and
+// child count.
 #include <string>
 #include <utility>
 
