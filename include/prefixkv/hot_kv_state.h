@@ -1,0 +1,194 @@
+// Hot KV state: per-session, per-route-epoch KV caches of one shard's owned
+// layers, kept in RAM under a session cap, an idle TTL and a byte budget.
+//
+// A session is keyed by (session id, route epoch). The epoch increases when the
+// router re-plans a session's route: a newer epoch supersedes the old state
+// (freeing it at once), and any call naming an older epoch is rejected as stale.
+// A lookup that finds nothing is a CacheMiss value with a reason, never an error.
+//
+// Error mapping (the seed's Python exceptions -> Status):
+//   StaleRouteEpochError          InvalidArgument "stale route epoch: ..."
+//   IsStaleRouteEpoch() IncompatibleCacheRecipeError  InvalidArgument "incompatible kv
+//   cache recipe: ..."
+//                                                                    IsIncompatibleRecipe()
+//   KvCacheMissError (from Get)   NotFound "kv cache miss (<reason>): ..."
+//   IsKvCacheMiss() KvBudgetExceededError         NoSpace  "kv budget exceeded: ..."
+//   UncertifiedArchitectureError  NotSupported "uncertified architecture ..." (recipes)
+//   KeyError (unowned layer)      NotFound "layer N is not owned ..."
+//   ValueError (bad KV shape)     InvalidArgument
+//   cancellation                  Aborted
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "prefixkv/clock.h"
+#include "prefixkv/kv_recipe.h"
+#include "prefixkv/layer_kv_cache.h"
+#include "prefixkv/shard_computation.h"
+#include "prefixkv/status.h"
+
+namespace prefixkv {
+
+enum class CacheMissReason : uint8_t {
+  kUnknownSession,  // never opened at this epoch (or forgotten)
+  kReleased,        // released by its owner
+  kEvictedTtl,      // idle longer than ttl_ms
+  kEvictedLru,      // evicted as least recently used (session cap or byte budget)
+  kSeqLenMismatch,  // the caller's sequence length disagrees with the cache
+};
+// "unknown-session", "released", "evicted-ttl", "evicted-lru", "seq-len-mismatch".
+std::string_view CacheMissReasonName(CacheMissReason reason);
+
+struct CacheMiss {
+  CacheMissReason reason = CacheMissReason::kUnknownSession;
+  std::string session_id;
+  uint64_t route_epoch = 0;
+  std::string detail;  // human-readable context, e.g. "expected 99, cache holds 3"
+};
+
+bool IsStaleRouteEpoch(const Status& status);
+bool IsIncompatibleRecipe(const Status& status);
+bool IsKvCacheMiss(const Status& status);
+
+struct HotKvStateConfig {
+  // A session idle (no open/get/resolve/append/truncate) for longer than this is
+  // evicted with reason kEvictedTtl. 0 disables the TTL. Default 10 minutes.
+  uint64_t ttl_ms = 600'000;
+  // Most live sessions; opening one more evicts the least recently used. 0: no cap.
+  size_t max_sessions = 64;
+  // Most KV payload bytes over all sessions; growing past it evicts least recently
+  // used other sessions. 0: no budget. Default 1 GiB.
+  uint64_t budget_bytes = uint64_t{1} << 30;
+  // How many released/evicted session ids are remembered to report the miss reason
+  // (and reject stale epochs) after the state is gone; oldest forgotten first.
+  size_t max_tombstones = 4096;
+};
+
+// One (session, epoch)'s KV state for the owned layers. Thread-safe: readers share
+// a lock, the manager takes it exclusively to append or truncate.
+class HotKvSession {
+ public:
+  HotKvSession(std::string session_id, uint64_t route_epoch,
+               std::vector<int> owned_layers, std::map<int, LayerKvCache> layers,
+               int64_t seq_len);
+
+  const std::string& session_id() const { return session_id_; }
+  uint64_t route_epoch() const { return route_epoch_; }
+  const std::vector<int>& owned_layers() const { return owned_layers_; }
+  int64_t seq_len() const;
+  uint64_t payload_bytes() const;
+  // Positions held by `layer`; NotFound when the layer is not owned.
+  StatusOr<int64_t> LayerLength(int layer) const;
+  // A copy of one layer's cache; NotFound when the layer is not owned.
+  StatusOr<LayerKvCache> LayerSnapshot(int layer) const;
+  // Every owned layer as tensors (for storing into the prefix cache).
+  std::map<int, LayerKvExport> ExportLayers() const;
+
+  // Calls fn(seq_len, past) under the shared lock: the KV cannot change until fn
+  // returns. The adapter computes inside fn and commits afterwards via Append.
+  Status ReadLayers(
+      const std::function<Status(int64_t seq_len, const PastKv& past)>& fn) const;
+
+ private:
+  friend class HotKvStateManager;
+
+  const std::string session_id_;
+  const uint64_t route_epoch_;
+  const std::vector<int> owned_layers_;
+  mutable std::shared_mutex mu_;
+  std::map<int, LayerKvCache> layers_;  // GUARDED_BY(mu_)
+  int64_t seq_len_;                     // GUARDED_BY(mu_)
+};
+
+using SessionOrMiss = std::variant<std::shared_ptr<HotKvSession>, CacheMiss>;
+
+struct OpenOptions {
+  // When set, must be compatible with the manager's recipe (IsIncompatibleRecipe).
+  const KvCacheRecipe* recipe = nullptr;
+  // Pre-filled state (a restored prefix): exactly one cache per owned layer, all of
+  // the same length(). Empty: an empty session.
+  std::vector<LayerKvCache> initial_layers;
+};
+
+struct HotKvStats {
+  uint64_t opened = 0;
+  uint64_t released = 0;
+  uint64_t superseded = 0;
+  uint64_t evicted_ttl = 0;
+  uint64_t evicted_lru = 0;
+  uint64_t misses = 0;  // CacheMiss values returned
+};
+
+// Thread-safe. Lock order: a session's lock before the manager's; the manager
+// never waits for a session lock while holding its own.
+class HotKvStateManager {
+ public:
+  // `clock` must outlive the manager; null means Clock::System().
+  explicit HotKvStateManager(KvCacheRecipe recipe, HotKvStateConfig config = {},
+                             Clock* clock = nullptr);
+  ~HotKvStateManager();
+  HotKvStateManager(const HotKvStateManager&) = delete;
+  HotKvStateManager& operator=(const HotKvStateManager&) = delete;
+
+  // Opens (session, epoch), or returns it when already open at that epoch (then
+  // initial_layers must be empty). A newer epoch supersedes and frees the old one.
+  // Errors: stale epoch, incompatible recipe, bad initial layers (InvalidArgument),
+  // initial state larger than the whole budget (NoSpace; nothing is created).
+  StatusOr<std::shared_ptr<HotKvSession>> Open(const std::string& session_id,
+                                               uint64_t epoch, OpenOptions options = {});
+  // The live session or a CacheMiss. Errors: stale epoch, incompatible recipe.
+  StatusOr<SessionOrMiss> Resolve(const std::string& session_id, uint64_t epoch,
+                                  const KvCacheRecipe* recipe = nullptr);
+  // Like Resolve, but a miss is an error (IsKvCacheMiss).
+  StatusOr<std::shared_ptr<HotKvSession>> Get(const std::string& session_id,
+                                              uint64_t epoch);
+  // Appends one run's KV to every owned layer, all or nothing. A set
+  // expected_seq_len that differs from the session's length is a kSeqLenMismatch
+  // miss (how a computation that raced another append is refused). Errors: stale
+  // epoch, chunks that do not cover exactly the owned layers with one token count
+  // (InvalidArgument), a session that alone would exceed the budget (NoSpace).
+  StatusOr<SessionOrMiss> Append(const std::string& session_id, uint64_t epoch,
+                                 const KvChunks& chunks,
+                                 std::optional<int64_t> expected_seq_len = std::nullopt);
+  // Rolls every owned layer back to `seq_len` positions. InvalidArgument when
+  // seq_len exceeds the length or a rotating layer cannot roll back exactly.
+  StatusOr<SessionOrMiss> Truncate(const std::string& session_id, uint64_t epoch,
+                                   int64_t seq_len);
+  // Frees the session; later lookups miss with kReleased. False when nothing was live.
+  StatusOr<bool> Release(const std::string& session_id, uint64_t epoch);
+  // Removes a session without a tombstone (rolling back an Open that the caller's
+  // first computation failed to fill), so it looks as if it never existed.
+  void Discard(const std::string& session_id, uint64_t epoch);
+
+  uint64_t total_bytes() const;
+  size_t session_count() const;
+  // (session id, epoch) of live sessions, sorted.
+  std::vector<std::pair<std::string, uint64_t>> session_keys() const;
+  HotKvStats stats() const;
+  const KvCacheRecipe& recipe() const { return recipe_; }
+  const HotKvStateConfig& config() const { return config_; }
+
+ private:
+  class State;
+  StatusOr<std::shared_ptr<HotKvSession>> MakeSession(
+      const std::string& session_id, uint64_t epoch,
+      std::vector<LayerKvCache> layers) const;
+  Status CheckChunks(const KvChunks& chunks, int64_t* tokens) const;
+
+  const KvCacheRecipe recipe_;
+  const HotKvStateConfig config_;
+  Clock* const clock_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace prefixkv

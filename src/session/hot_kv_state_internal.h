@@ -1,0 +1,151 @@
+// The manager's private state (shared by the two hot_kv_state_*.cc files).
+//
+// Invariants (under State::mu): total_bytes == sum of live entries' charged bytes;
+// the LRU list holds exactly the live session ids, most recent first, so with a
+// monotonic clock it is also sorted by last access and the TTL sweep stops at the
+// first unexpired entry from the back. Session KV is only touched under the
+// session's own lock, taken before State::mu (never after).
+#pragma once
+
+#include <deque>
+#include <list>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "prefixkv/hot_kv_state.h"
+
+namespace prefixkv {
+
+// Not thread-safe by itself: every member is guarded by `mu`.
+class HotKvStateManager::State {
+ public:
+  struct Entry {
+    std::shared_ptr<HotKvSession> session;
+    uint64_t bytes = 0;  // charged: the session's payload bytes
+    uint64_t last_access_nanos = 0;
+    std::list<std::string>::iterator lru;
+  };
+  struct Tombstone {
+    uint64_t epoch = 0;
+    CacheMissReason reason = CacheMissReason::kUnknownSession;
+    uint64_t seq = 0;  // matches tombstone_order when this is the newest one
+  };
+  // Either a live entry or the miss that explains why there is none.
+  struct Lookup {
+    Entry* entry = nullptr;
+    CacheMiss miss;
+  };
+
+  std::mutex mu;
+  std::unordered_map<std::string, Entry> live;  // one epoch per id
+  std::list<std::string> lru;                   // front: most recent
+  std::unordered_map<std::string, Tombstone> tombstones;
+  std::deque<std::pair<std::string, uint64_t>> tombstone_order;
+  uint64_t next_tombstone_seq = 0;
+  uint64_t total_bytes = 0;
+  HotKvStats stats;
+
+  // Removes a live entry; records why (for later misses) unless reason is null.
+  void Remove(const std::string& id, const CacheMissReason* reason,
+              size_t max_tombstones) {
+    auto it = live.find(id);
+    if (it == live.end()) return;
+    uint64_t epoch = it->second.session->route_epoch();
+    total_bytes -= it->second.bytes;
+    lru.erase(it->second.lru);
+    live.erase(it);
+    if (reason == nullptr || max_tombstones == 0) return;
+    uint64_t seq = next_tombstone_seq++;
+    tombstones[id] = {epoch, *reason, seq};
+    tombstone_order.emplace_back(id, seq);
+    while (tombstone_order.size() > max_tombstones) {
+      auto [old_id, old_seq] = tombstone_order.front();
+      tombstone_order.pop_front();
+      auto t = tombstones.find(old_id);
+      if (t != tombstones.end() && t->second.seq == old_seq) tombstones.erase(t);
+    }
+  }
+
+  void Evict(const std::string& id, CacheMissReason reason, size_t max_tombstones) {
+    (reason == CacheMissReason::kEvictedTtl ? stats.evicted_ttl : stats.evicted_lru)++;
+    Remove(id, &reason, max_tombstones);
+  }
+
+  // Re-charges a live session to `new_bytes`, evicting other sessions to stay in
+  // budget. A miss (or a stale-epoch error) when the session stopped being live
+  // since it was resolved; NoSpace when it alone would exceed the budget.
+  // REQUIRES: mu not held (it is taken here).
+  StatusOr<std::optional<CacheMiss>> Recharge(
+      const HotKvStateConfig& config, const std::shared_ptr<HotKvSession>& session,
+      uint64_t new_bytes);
+
+  void Touch(Entry& e, uint64_t now) {
+    e.last_access_nanos = now;
+    lru.splice(lru.begin(), lru, e.lru);
+  }
+
+  void SweepExpired(uint64_t now, uint64_t ttl_nanos, size_t max_tombstones) {
+    if (ttl_nanos == 0) return;
+    while (!lru.empty()) {
+      const std::string& id = lru.back();
+      if (now - live.at(id).last_access_nanos <= ttl_nanos) return;
+      Evict(std::string(id), CacheMissReason::kEvictedTtl, max_tombstones);
+    }
+  }
+
+  // Evicts least recently used sessions other than `keep` until `fits` holds.
+  template <typename Fits>
+  void EvictLruUntil(const std::string& keep, size_t max_tombstones, Fits fits) {
+    auto it = lru.end();
+    while (!fits() && it != lru.begin()) {
+      --it;
+      if (*it == keep) continue;
+      std::string victim = *it;
+      it = std::next(it);  // stays valid: only the victim's node is erased
+      Evict(victim, CacheMissReason::kEvictedLru, max_tombstones);
+    }
+  }
+
+  Status CheckEpoch(const std::string& id, uint64_t epoch) const {
+    uint64_t current = 0;
+    bool known = false;
+    if (auto it = live.find(id); it != live.end()) {
+      current = it->second.session->route_epoch();
+      known = true;
+    } else if (auto t = tombstones.find(id); t != tombstones.end()) {
+      current = t->second.epoch;
+      known = true;
+    }
+    if (known && epoch < current) {
+      return Status::InvalidArgument("stale route epoch: session '" + id + "' epoch " +
+                                     std::to_string(epoch) + " is older than current " +
+                                     std::to_string(current));
+    }
+    return Status::OK();
+  }
+
+  Lookup Find(const std::string& id, uint64_t epoch) {
+    Lookup out;
+    out.miss.session_id = id;
+    out.miss.route_epoch = epoch;
+    if (auto it = live.find(id);
+        it != live.end() && it->second.session->route_epoch() == epoch) {
+      out.entry = &it->second;
+      return out;
+    }
+    if (auto t = tombstones.find(id); t != tombstones.end() && t->second.epoch == epoch) {
+      out.miss.reason = t->second.reason;
+    }
+    stats.misses++;
+    return out;
+  }
+};
+
+// Shared error and miss constructors.
+Status IncompatibleRecipeError(const KvCacheRecipe& want, const KvCacheRecipe& got);
+CacheMiss SeqLenMiss(const std::string& id, uint64_t epoch, int64_t expected,
+                     int64_t held);
+
+}  // namespace prefixkv

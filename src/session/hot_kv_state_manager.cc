@@ -1,0 +1,154 @@
+// HotKvStateManager, part 1: construction, open, resolve and chunk validation.
+// Part 2 (hot_kv_state_updates.cc) changes live sessions. See
+// hot_kv_state_internal.h for the invariants.
+#include "src/session/hot_kv_state_internal.h"
+
+namespace prefixkv {
+
+Status IncompatibleRecipeError(const KvCacheRecipe& want, const KvCacheRecipe& got) {
+  return Status::InvalidArgument("incompatible kv cache recipe: manager holds " +
+                                 want.fingerprint() + ", request carries " +
+                                 got.fingerprint());
+}
+
+CacheMiss SeqLenMiss(const std::string& id, uint64_t epoch, int64_t expected,
+                     int64_t held) {
+  return {
+      CacheMissReason::kSeqLenMismatch, id, epoch,
+      "expected " + std::to_string(expected) + ", cache holds " + std::to_string(held)};
+}
+
+HotKvStateManager::HotKvStateManager(KvCacheRecipe recipe, HotKvStateConfig config,
+                                     Clock* clock)
+    : recipe_(std::move(recipe)),
+      config_(config),
+      clock_(clock ? clock : Clock::System()),
+      state_(std::make_unique<State>()) {}
+
+HotKvStateManager::~HotKvStateManager() = default;
+
+StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::MakeSession(
+    const std::string& id, uint64_t epoch, std::vector<LayerKvCache> initial) const {
+  std::map<int, LayerKvCache> layers;
+  int64_t seq_len = initial.empty() ? 0 : initial.front().length();
+  for (LayerKvCache& cache : initial) {
+    int layer = cache.layer();
+    LayerKvGeometry want = recipe_.layer_geometry(layer);
+    const LayerKvGeometry& got = cache.geometry();
+    if (!recipe_.owns_layer(layer) || got.n_kv_heads != want.n_kv_heads ||
+        got.head_dim != want.head_dim || got.window_tokens != want.window_tokens) {
+      return Status::InvalidArgument("initial layer " + std::to_string(layer) +
+                                     " does not match the recipe " +
+                                     recipe_.fingerprint());
+    }
+    if (cache.length() != seq_len) {
+      return Status::InvalidArgument("initial layers disagree in length");
+    }
+    if (!layers.emplace(layer, std::move(cache)).second) {
+      return Status::InvalidArgument("initial layer " + std::to_string(layer) +
+                                     " given twice");
+    }
+  }
+  if (!initial.empty() && layers.size() != recipe_.owned_layers().size()) {
+    return Status::InvalidArgument("initial layers must cover every owned layer");
+  }
+  for (int layer : recipe_.owned_layers()) {
+    layers.try_emplace(layer, recipe_.layer_geometry(layer));
+  }
+  return std::make_shared<HotKvSession>(id, epoch, recipe_.owned_layers(),
+                                        std::move(layers), seq_len);
+}
+
+StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::Open(const std::string& id,
+                                                                uint64_t epoch,
+                                                                OpenOptions options) {
+  if (options.recipe && !recipe_.is_compatible(*options.recipe)) {
+    return IncompatibleRecipeError(recipe_, *options.recipe);
+  }
+  bool prefilled = !options.initial_layers.empty();
+  PKV_ASSIGN_OR_RETURN(std::shared_ptr<HotKvSession> session,
+                       MakeSession(id, epoch, std::move(options.initial_layers)));
+  uint64_t bytes = session->payload_bytes();
+  State& s = *state_;
+  std::lock_guard lock(s.mu);
+  uint64_t now = clock_->NowNanos();
+  s.SweepExpired(now, config_.ttl_ms * 1'000'000, config_.max_tombstones);
+  PKV_RETURN_IF_ERROR(s.CheckEpoch(id, epoch));
+  if (auto it = s.live.find(id); it != s.live.end()) {
+    if (it->second.session->route_epoch() == epoch) {
+      if (prefilled) {
+        return Status::InvalidArgument("session '" + id + "' is already open at epoch " +
+                                       std::to_string(epoch));
+      }
+      s.Touch(it->second, now);
+      return it->second.session;
+    }
+    s.Remove(id, nullptr, config_.max_tombstones);  // a newer epoch supersedes
+    s.stats.superseded++;
+  }
+  if (config_.budget_bytes > 0 && bytes > config_.budget_bytes) {
+    return Status::NoSpace("kv budget exceeded: session '" + id + "' needs " +
+                           std::to_string(bytes) + " bytes, budget is " +
+                           std::to_string(config_.budget_bytes));
+  }
+  s.tombstones.erase(id);
+  s.EvictLruUntil(id, config_.max_tombstones, [&] {
+    return config_.max_sessions == 0 || s.live.size() < config_.max_sessions;
+  });
+  s.EvictLruUntil(id, config_.max_tombstones, [&] {
+    return config_.budget_bytes == 0 || s.total_bytes + bytes <= config_.budget_bytes;
+  });
+  s.lru.push_front(id);
+  s.live[id] = State::Entry{session, bytes, now, s.lru.begin()};
+  s.total_bytes += bytes;
+  s.stats.opened++;
+  return session;
+}
+
+StatusOr<SessionOrMiss> HotKvStateManager::Resolve(const std::string& id, uint64_t epoch,
+                                                   const KvCacheRecipe* recipe) {
+  if (recipe && !recipe_.is_compatible(*recipe))
+    return IncompatibleRecipeError(recipe_, *recipe);
+  State& s = *state_;
+  std::lock_guard lock(s.mu);
+  uint64_t now = clock_->NowNanos();
+  s.SweepExpired(now, config_.ttl_ms * 1'000'000, config_.max_tombstones);
+  PKV_RETURN_IF_ERROR(s.CheckEpoch(id, epoch));
+  State::Lookup found = s.Find(id, epoch);
+  if (found.entry == nullptr) return SessionOrMiss(found.miss);
+  s.Touch(*found.entry, now);
+  return SessionOrMiss(found.entry->session);
+}
+
+StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::Get(const std::string& id,
+                                                               uint64_t epoch) {
+  PKV_ASSIGN_OR_RETURN(SessionOrMiss found, Resolve(id, epoch));
+  if (auto* miss = std::get_if<CacheMiss>(&found)) {
+    return Status::NotFound("kv cache miss (" +
+                            std::string(CacheMissReasonName(miss->reason)) +
+                            "): session '" + id + "' epoch " + std::to_string(epoch));
+  }
+  return std::get<std::shared_ptr<HotKvSession>>(std::move(found));
+}
+
+Status HotKvStateManager::CheckChunks(const KvChunks& chunks, int64_t* tokens) const {
+  std::vector<int> owned = recipe_.owned_layers();
+  if (chunks.size() != owned.size() || chunks.begin()->first != owned.front() ||
+      chunks.rbegin()->first != owned.back()) {
+    return Status::InvalidArgument("append must carry KV for exactly layers " +
+                                   std::to_string(owned.front()) + ".." +
+                                   std::to_string(owned.back()));
+  }
+  *tokens = -1;
+  for (const auto& [layer, chunk] : chunks) {
+    PKV_RETURN_IF_ERROR(
+        LayerKvCache(recipe_.layer_geometry(layer)).CheckChunk(chunk.keys, chunk.values));
+    if (*tokens >= 0 && chunk.keys.dim(1) != *tokens) {
+      return Status::InvalidArgument("append layers disagree in token count");
+    }
+    *tokens = chunk.keys.dim(1);
+  }
+  return Status::OK();
+}
+
+}  // namespace prefixkv

@@ -1,0 +1,138 @@
+// KvBoundaryAdapter: one shard step = resolve or open, compute under the session's
+// shared lock, commit through HotKvStateManager::Append, shape the output.
+#include "prefixkv/boundary_adapter.h"
+
+namespace prefixkv {
+namespace {
+
+// The computed but not yet committed result of one step.
+struct PendingStep {
+  std::optional<CacheMiss> miss;
+  int64_t base_len = 0;  // session length the computation started from
+  std::vector<int64_t> positions;
+  CachedRunResult run;
+  std::optional<TailOutput> tail;
+};
+
+std::vector<int64_t> Consecutive(int64_t first, int64_t count) {
+  std::vector<int64_t> out(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) out[static_cast<size_t>(i)] = first + i;
+  return out;
+}
+
+}  // namespace
+
+KvBoundaryAdapter::KvBoundaryAdapter(const ShardComputation* shard,
+                                     HotKvStateManager* manager, Clock* clock)
+    : shard_(shard), manager_(manager), clock_(clock ? clock : Clock::System()) {}
+
+Status KvBoundaryAdapter::CheckInput(const StepInput& input) const {
+  if (shard_->is_head()) {
+    if (input.token_ids.empty())
+      return Status::InvalidArgument("head shard step without tokens");
+    return Status::OK();
+  }
+  if (!input.boundary)
+    return Status::InvalidArgument("non-head shard step without a boundary");
+  const BoundaryBundle& b = *input.boundary;
+  if (b.positions.empty() || b.hidden.rows != static_cast<int64_t>(b.positions.size()) ||
+      b.seq_len != b.positions.back() + 1) {
+    return Status::InvalidArgument(
+        "malformed boundary bundle: " + std::to_string(b.hidden.rows) + " rows, " +
+        std::to_string(b.positions.size()) + " positions, seq_len " +
+        std::to_string(b.seq_len));
+  }
+  return Status::OK();
+}
+
+StatusOr<StepOutput> KvBoundaryAdapter::Prefill(const std::string& session_id,
+                                                uint64_t epoch, const StepInput& input,
+                                                StepTimings* timings) {
+  uint64_t start = clock_->NowNanos();
+  PKV_RETURN_IF_ERROR(CheckInput(input));
+  PKV_ASSIGN_OR_RETURN(SessionOrMiss found, manager_->Resolve(session_id, epoch));
+  std::shared_ptr<HotKvSession> session;
+  bool opened_here = std::holds_alternative<CacheMiss>(found);
+  if (opened_here) {
+    PKV_ASSIGN_OR_RETURN(session, manager_->Open(session_id, epoch));
+  } else {
+    session = std::get<std::shared_ptr<HotKvSession>>(std::move(found));
+  }
+  StatusOr<StepOutput> out = RunStep(session, epoch, input, timings);
+  // All or nothing: a session this call opened must not outlive a failed step.
+  if (opened_here && (!out.ok() || std::holds_alternative<CacheMiss>(*out))) {
+    manager_->Discard(session_id, epoch);
+  }
+  if (timings) timings->total_nanos = clock_->NowNanos() - start;
+  return out;
+}
+
+StatusOr<StepOutput> KvBoundaryAdapter::Decode(const std::string& session_id,
+                                               uint64_t epoch, const StepInput& input,
+                                               StepTimings* timings) {
+  uint64_t start = clock_->NowNanos();
+  PKV_RETURN_IF_ERROR(CheckInput(input));
+  PKV_ASSIGN_OR_RETURN(SessionOrMiss found, manager_->Resolve(session_id, epoch));
+  if (auto* miss = std::get_if<CacheMiss>(&found)) return StepOutput(std::move(*miss));
+  StatusOr<StepOutput> out =
+      RunStep(std::get<std::shared_ptr<HotKvSession>>(found), epoch, input, timings);
+  if (timings) timings->total_nanos = clock_->NowNanos() - start;
+  return out;
+}
+
+StatusOr<StepOutput> KvBoundaryAdapter::RunStep(
+    const std::shared_ptr<HotKvSession>& session, uint64_t epoch, const StepInput& input,
+    StepTimings* timings) {
+  PendingStep step;
+  uint64_t compute_nanos = 0;
+  Status computed = session->ReadLayers([&](int64_t seq_len,
+                                            const PastKv& past) -> Status {
+    step.base_len = seq_len;
+    int64_t first = shard_->is_head() ? seq_len : input.boundary->positions.front();
+    if (input.expected_seq_len.value_or(seq_len) != seq_len || first != seq_len) {
+      step.miss = CacheMiss{
+          CacheMissReason::kSeqLenMismatch, session->session_id(), epoch,
+          "step expects " + std::to_string(input.expected_seq_len.value_or(first)) +
+              " cached positions, cache holds " + std::to_string(seq_len)};
+      return Status::OK();
+    }
+    uint64_t compute_start = clock_->NowNanos();
+    HiddenStates hidden;
+    if (shard_->is_head()) {
+      PKV_ASSIGN_OR_RETURN(hidden, shard_->EmbedTokens(input.token_ids));
+      step.positions = Consecutive(seq_len, hidden.rows);
+    } else {
+      hidden = input.boundary->hidden;
+      step.positions = input.boundary->positions;
+    }
+    PKV_ASSIGN_OR_RETURN(
+        step.run, shard_->RunLayersCached(hidden, step.positions, past, input.cancel));
+    if (shard_->is_tail()) {
+      const HiddenStates& h = step.run.hidden;
+      HiddenStates last{
+          1, h.width, std::vector<float>(h.row(h.rows - 1), h.row(h.rows - 1) + h.width)};
+      TailOutput tail;
+      tail.logits = shard_->LmHead(shard_->FinalNorm(last).values.data());
+      tail.token_id = ArgMax(tail.logits);
+      tail.seq_len = seq_len + h.rows;
+      step.tail = std::move(tail);
+    }
+    compute_nanos = clock_->NowNanos() - compute_start;
+    return Status::OK();
+  });
+  if (timings) timings->compute_nanos = compute_nanos;
+  PKV_RETURN_IF_ERROR(computed);
+  if (step.miss) return StepOutput(std::move(*step.miss));
+  if (IsCancelled(input.cancel)) return Status::Aborted("cancelled before commit");
+  PKV_ASSIGN_OR_RETURN(
+      SessionOrMiss committed,
+      manager_->Append(session->session_id(), epoch, step.run.new_kv, step.base_len));
+  if (auto* miss = std::get_if<CacheMiss>(&committed))
+    return StepOutput(std::move(*miss));
+  if (step.tail) return StepOutput(std::move(*step.tail));
+  int64_t seq_len = step.positions.back() + 1;
+  return StepOutput(
+      BoundaryBundle{std::move(step.run.hidden), std::move(step.positions), seq_len});
+}
+
+}  // namespace prefixkv

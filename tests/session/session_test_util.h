@@ -1,0 +1,118 @@
+// Helpers for the session tests: the seed's tiny dense Llama, managers and
+// adapters over it, and greedy decoding through the KV manager.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "prefixkv/boundary_adapter.h"
+#include "prefixkv/hot_kv_state.h"
+#include "prefixkv/reference_model.h"
+
+namespace prefixkv::testing {
+
+// The seed fixture: vocab 48, hidden 32, 6 layers, 4 heads (MHA), seed 20260716.
+inline std::shared_ptr<const ReferenceModel> SeedModel(ModelConfig config = {}) {
+  auto model = ReferenceModel::Create(config);
+  EXPECT_TRUE(model.ok()) << model.status().ToString();
+  return *model;
+}
+
+inline std::unique_ptr<ReferenceShard> Shard(std::shared_ptr<const ReferenceModel> model,
+                                             int start, int end) {
+  auto shard = ReferenceShard::Create(std::move(model), start, end);
+  EXPECT_TRUE(shard.ok()) << shard.status().ToString();
+  return std::move(shard).value();
+}
+
+inline std::unique_ptr<ReferenceShard> FullShard(
+    std::shared_ptr<const ReferenceModel> model) {
+  int last = model->config().n_layers - 1;
+  return Shard(std::move(model), 0, last);
+}
+
+inline KvCacheRecipe RecipeOf(const ShardComputation& shard) {
+  auto recipe = KvRecipeFor(shard);
+  EXPECT_TRUE(recipe.ok()) << recipe.status().ToString();
+  return *recipe;
+}
+
+inline std::unique_ptr<HotKvStateManager> ManagerFor(const ShardComputation& shard,
+                                                     HotKvStateConfig config = {},
+                                                     Clock* clock = nullptr) {
+  return std::make_unique<HotKvStateManager>(RecipeOf(shard), config, clock);
+}
+
+inline StepInput Tokens(std::vector<int32_t> ids) {
+  StepInput in;
+  in.token_ids = std::move(ids);
+  return in;
+}
+
+inline StepInput Boundary(BoundaryBundle bundle) {
+  StepInput in;
+  in.boundary = std::move(bundle);
+  return in;
+}
+
+// The TailOutput of a step; fails the test on an error, a miss or a bundle.
+inline TailOutput ExpectTail(const StatusOr<StepOutput>& out) {
+  EXPECT_TRUE(out.ok()) << out.status().ToString();
+  if (!out.ok()) return {};
+  const TailOutput* tail = std::get_if<TailOutput>(&*out);
+  EXPECT_NE(tail, nullptr) << "step did not return a TailOutput";
+  return tail ? *tail : TailOutput{};
+}
+
+inline BoundaryBundle ExpectBundle(const StatusOr<StepOutput>& out) {
+  EXPECT_TRUE(out.ok()) << out.status().ToString();
+  if (!out.ok()) return {};
+  const BoundaryBundle* bundle = std::get_if<BoundaryBundle>(&*out);
+  EXPECT_NE(bundle, nullptr) << "step did not return a BoundaryBundle";
+  return bundle ? *bundle : BoundaryBundle{};
+}
+
+// The CacheMiss a step or resolve returned; fails the test otherwise.
+template <typename Variant>
+CacheMiss ExpectMiss(const StatusOr<Variant>& out) {
+  EXPECT_TRUE(out.ok()) << out.status().ToString();
+  if (!out.ok()) return {};
+  const CacheMiss* miss = std::get_if<CacheMiss>(&*out);
+  EXPECT_NE(miss, nullptr) << "expected a CacheMiss";
+  return miss ? *miss : CacheMiss{};
+}
+
+// Greedy decode of one full-model session through the KV manager.
+inline std::vector<int32_t> CachedGreedy(KvBoundaryAdapter& adapter,
+                                         const std::string& sid, uint64_t epoch,
+                                         const std::vector<int32_t>& prompt, int n_new) {
+  TailOutput out = ExpectTail(adapter.Prefill(sid, epoch, Tokens(prompt)));
+  std::vector<int32_t> tokens = {out.token_id};
+  for (int i = 1; i < n_new; ++i) {
+    out = ExpectTail(adapter.Decode(sid, epoch, Tokens({out.token_id})));
+    tokens.push_back(out.token_id);
+  }
+  return tokens;
+}
+
+inline std::vector<int32_t> StatelessGreedy(const ReferenceModel& model,
+                                            const std::vector<int32_t>& prompt,
+                                            int n_new) {
+  auto tokens = model.StatelessGreedy(prompt, n_new);
+  EXPECT_TRUE(tokens.ok()) << tokens.status().ToString();
+  return tokens.ok() ? *tokens : std::vector<int32_t>{};
+}
+
+inline std::shared_ptr<HotKvSession> ExpectSession(const StatusOr<SessionOrMiss>& found) {
+  EXPECT_TRUE(found.ok()) << found.status().ToString();
+  if (!found.ok()) return nullptr;
+  auto* session = std::get_if<std::shared_ptr<HotKvSession>>(&*found);
+  EXPECT_NE(session, nullptr) << "expected a live session";
+  return session ? *session : nullptr;
+}
+
+}  // namespace prefixkv::testing
