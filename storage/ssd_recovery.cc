@@ -145,9 +145,10 @@ Status SsdTier::Impl::OpenOrMoveAside() {
   if (ec) return Status::IOError("create " + options_.path + ": " + ec.message());
   Status s = OpenDb();
   if (s.ok()) s = Rebuild();
-  // Another process holding the lock, or a full disk, is not damage: report it.
+  // A held lock, a full disk or missing permissions are not damage: report them.
   if (s.ok() || s.IsBusy() || s.IsNoSpace() ||
-      s.message().find("lock") != std::string::npos) {
+      s.message().find("LOCK:") != std::string::npos ||
+      s.message().find("Permission denied") != std::string::npos) {
     return s;
   }
   PKV_RETURN_IF_ERROR(MoveAside(s));
