@@ -30,12 +30,11 @@ StatusOr<SharedBytes> BlobStore::GetFromSsd(const BlockKey& key) {
     StatusOr<SharedBytes> hit = hot_->Get(key);
     if (hit.ok()) return hit;
   }
-  StatusOr<BlockMeta> meta = ssd_->Peek(key);
-  if (!meta.ok()) return meta.status();
   StatusOr<SharedBytes> hit = ssd_->Get(key);
   if (!hit.ok()) return hit;
   // Promotion is best effort: a block larger than the hot tier stays on SSD.
-  (void)hot_->Put(*meta, *hit, /*dirty=*/false);
+  StatusOr<BlockMeta> meta = ssd_->Peek(key);
+  if (meta.ok()) (void)hot_->Put(*meta, *hit, /*dirty=*/false);
   return hit;
 }
 
