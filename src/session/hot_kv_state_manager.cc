@@ -74,6 +74,12 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::Open(const std::strin
   uint64_t now = clock_->NowNanos();
   s.SweepExpired(now, config_.ttl_ms * 1'000'000, config_.max_tombstones);
   PKV_RETURN_IF_ERROR(s.CheckEpoch(id, epoch));
+  // Checked before superseding anything: a refused open changes nothing.
+  if (config_.budget_bytes > 0 && bytes > config_.budget_bytes) {
+    return Status::NoSpace("kv budget exceeded: session '" + id + "' needs " +
+                           std::to_string(bytes) + " bytes, budget is " +
+                           std::to_string(config_.budget_bytes));
+  }
   if (auto it = s.live.find(id); it != s.live.end()) {
     if (it->second.session->route_epoch() == epoch) {
       if (prefilled) {
@@ -85,11 +91,6 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::Open(const std::strin
     }
     s.Remove(id, nullptr, config_.max_tombstones);  // a newer epoch supersedes
     s.stats.superseded++;
-  }
-  if (config_.budget_bytes > 0 && bytes > config_.budget_bytes) {
-    return Status::NoSpace("kv budget exceeded: session '" + id + "' needs " +
-                           std::to_string(bytes) + " bytes, budget is " +
-                           std::to_string(config_.budget_bytes));
   }
   s.tombstones.erase(id);
   s.EvictLruUntil(id, config_.max_tombstones, [&] {

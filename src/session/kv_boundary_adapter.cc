@@ -20,6 +20,32 @@ std::vector<int64_t> Consecutive(int64_t first, int64_t count) {
   return out;
 }
 
+// Embeds (head) or takes the boundary (others), runs the owned layers against
+// `past`, and for the tail applies the final norm and LM head to the last row.
+Status Compute(const ShardComputation& shard, const StepInput& input, int64_t seq_len,
+               const PastKv& past, PendingStep* step) {
+  HiddenStates hidden;
+  if (shard.is_head()) {
+    PKV_ASSIGN_OR_RETURN(hidden, shard.EmbedTokens(input.token_ids));
+    step->positions = Consecutive(seq_len, hidden.rows);
+  } else {
+    hidden = input.boundary->hidden;
+    step->positions = input.boundary->positions;
+  }
+  PKV_ASSIGN_OR_RETURN(
+      step->run, shard.RunLayersCached(hidden, step->positions, past, input.cancel));
+  if (!shard.is_tail()) return Status::OK();
+  const HiddenStates& h = step->run.hidden;
+  HiddenStates last{1, h.width,
+                    std::vector<float>(h.row(h.rows - 1), h.row(h.rows - 1) + h.width)};
+  TailOutput tail;
+  tail.logits = shard.LmHead(shard.FinalNorm(last).values.data());
+  tail.token_id = ArgMax(tail.logits);
+  tail.seq_len = seq_len + h.rows;
+  step->tail = std::move(tail);
+  return Status::OK();
+}
+
 }  // namespace
 
 KvBoundaryAdapter::KvBoundaryAdapter(const ShardComputation* shard,
@@ -84,46 +110,26 @@ StatusOr<StepOutput> KvBoundaryAdapter::RunStep(
     const std::shared_ptr<HotKvSession>& session, uint64_t epoch, const StepInput& input,
     StepTimings* timings) {
   PendingStep step;
-  uint64_t compute_nanos = 0;
-  Status computed = session->ReadLayers([&](int64_t seq_len,
-                                            const PastKv& past) -> Status {
+  Status computed = session->ReadLayers([&](int64_t seq_len, const PastKv& past) {
     step.base_len = seq_len;
     int64_t first = shard_->is_head() ? seq_len : input.boundary->positions.front();
-    if (input.expected_seq_len.value_or(seq_len) != seq_len || first != seq_len) {
-      step.miss = CacheMiss{
-          CacheMissReason::kSeqLenMismatch, session->session_id(), epoch,
-          "step expects " + std::to_string(input.expected_seq_len.value_or(first)) +
-              " cached positions, cache holds " + std::to_string(seq_len)};
+    int64_t expected = input.expected_seq_len.value_or(first);
+    if (expected != seq_len || first != seq_len) {
+      step.miss =
+          CacheMiss{CacheMissReason::kSeqLenMismatch, session->session_id(), epoch,
+                    "step expects " + std::to_string(expected) +
+                        " cached positions, cache holds " + std::to_string(seq_len)};
       return Status::OK();
     }
     uint64_t compute_start = clock_->NowNanos();
-    HiddenStates hidden;
-    if (shard_->is_head()) {
-      PKV_ASSIGN_OR_RETURN(hidden, shard_->EmbedTokens(input.token_ids));
-      step.positions = Consecutive(seq_len, hidden.rows);
-    } else {
-      hidden = input.boundary->hidden;
-      step.positions = input.boundary->positions;
-    }
-    PKV_ASSIGN_OR_RETURN(
-        step.run, shard_->RunLayersCached(hidden, step.positions, past, input.cancel));
-    if (shard_->is_tail()) {
-      const HiddenStates& h = step.run.hidden;
-      HiddenStates last{
-          1, h.width, std::vector<float>(h.row(h.rows - 1), h.row(h.rows - 1) + h.width)};
-      TailOutput tail;
-      tail.logits = shard_->LmHead(shard_->FinalNorm(last).values.data());
-      tail.token_id = ArgMax(tail.logits);
-      tail.seq_len = seq_len + h.rows;
-      step.tail = std::move(tail);
-    }
-    compute_nanos = clock_->NowNanos() - compute_start;
-    return Status::OK();
+    Status s = Compute(*shard_, input, seq_len, past, &step);
+    if (timings) timings->compute_nanos = clock_->NowNanos() - compute_start;
+    return s;
   });
-  if (timings) timings->compute_nanos = compute_nanos;
   PKV_RETURN_IF_ERROR(computed);
   if (step.miss) return StepOutput(std::move(*step.miss));
   if (IsCancelled(input.cancel)) return Status::Aborted("cancelled before commit");
+  // The commit point: refused (a miss) if another step appended since seq_len was read.
   PKV_ASSIGN_OR_RETURN(
       SessionOrMiss committed,
       manager_->Append(session->session_id(), epoch, step.run.new_kv, step.base_len));
