@@ -1,0 +1,179 @@
+// `prefixkv replay TRACE.jsonl`: replay a Mooncake-format trace over a real
+// hot tier and SSD tier and print prefix hit ratios per tier (DESIGN section
+// 10; semantics in src/cache/trace_replay.h and docs/prefix_cache.md).
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+
+#include "src/cache/trace_replay.h"
+#include "tools/cli/command.h"
+#include "tools/cli/flags.h"
+#include "tools/cli/json.h"
+
+namespace prefixkv::cli {
+namespace {
+
+using cache::ReplayCapacity;
+using cache::ReplayConfig;
+using cache::ReplayReport;
+
+Flags ReplayFlags() {
+  return Flags(
+      "prefixkv replay TRACE.jsonl [flags]",
+      {{"trace-block-tokens", "tokens per hash id", false, "512"},
+       {"bytes-per-token", "synthetic payload bytes per token", false, "16"},
+       {"hot-capacity-tokens", "hot tier size in tokens (0: off)", false, "unlimited"},
+       {"hot-capacity-bytes", "hot tier size in charged bytes (0: off)", false, ""},
+       {"ssd-capacity-tokens", "SSD tier size in tokens (0: off)", false, "unlimited"},
+       {"ssd-capacity-bytes", "SSD tier size in bytes (0: off)", false, ""},
+       {"policy", "hot tier eviction policy: lru, leaf-lru", false, "lru"},
+       {"no-promote", "do not copy SSD hits into the hot tier", true, ""},
+       {"data-dir", "where the SSD tier's scratch directory is made", false,
+        "./prefixkv-data"},
+       {"keep-data", "keep the SSD tier's directory after the replay", true, ""},
+       {"json", "print one JSON object", true, ""}});
+}
+
+// Reads --NAME-capacity-tokens / -bytes; false on a usage error.
+bool ReadCapacity(const Flags& flags, const std::string& tier, ReplayCapacity* c,
+                  std::string* error) {
+  c->tokens = flags.GetSize(tier + "-capacity-tokens", error);
+  if (!error->empty()) return false;
+  c->bytes = flags.GetSize(tier + "-capacity-bytes", error);
+  if (!error->empty()) return false;
+  if (c->tokens && c->bytes) {
+    *error =
+        "give --" + tier + "-capacity-tokens or --" + tier + "-capacity-bytes, not both";
+    return false;
+  }
+  return true;
+}
+
+void DrawProgress(size_t done, size_t total) {
+  constexpr int kWidth = 40;
+  const int filled = static_cast<int>(kWidth * done / (total ? total : 1));
+  std::fprintf(stderr, "\r[%s%s] %zu/%zu requests", std::string(filled, '#').c_str(),
+               std::string(kWidth - filled, ' ').c_str(), done, total);
+  if (done == total) std::fprintf(stderr, "\n");
+}
+
+void PrintJson(const ReplayReport& r, const ReplayConfig& c) {
+  JsonWriter j;
+  j.BeginObject()
+      .Field("requests", r.requests)
+      .Field("blocks", r.blocks)
+      .Field("hit_blocks", r.hit_blocks)
+      .Field("input_tokens", r.input_tokens)
+      .Field("hit_tokens", r.hit_tokens)
+      .Field("block_hit_ratio", r.block_hit_ratio())
+      .Field("token_hit_ratio", r.token_hit_ratio())
+      .Field("seconds", r.seconds)
+      .Field("blocks_per_second", r.blocks_per_second())
+      .Field("block_tokens", uint64_t{c.block_tokens})
+      .Field("bytes_per_token", c.bytes_per_token)
+      .Field("policy", EvictionPolicyName(c.policy));
+  j.Key("tiers").BeginObject();
+  for (const auto& t : r.tiers) {
+    j.Key(t.name).BeginObject();
+    j.Field("block_hits", t.block_hits)
+        .Field("bytes", t.bytes)
+        .Field("entries", t.entries);
+    j.Field("evictions", t.evictions).EndObject();
+  }
+  j.EndObject().EndObject();
+  std::printf("%s\n", j.str().c_str());
+}
+
+void PrintHuman(const ReplayReport& r) {
+  std::printf("requests %llu, blocks %llu\n", static_cast<unsigned long long>(r.requests),
+              static_cast<unsigned long long>(r.blocks));
+  std::printf("block hit ratio %.3f, token hit ratio %.3f\n", r.block_hit_ratio(),
+              r.token_hit_ratio());
+  std::printf("%-5s %12s %16s %10s %10s\n", "tier", "block_hits", "bytes", "entries",
+              "evictions");
+  for (const auto& t : r.tiers) {
+    std::printf("%-5s %12llu %16llu %10llu %10llu\n", t.name.c_str(),
+                static_cast<unsigned long long>(t.block_hits),
+                static_cast<unsigned long long>(t.bytes),
+                static_cast<unsigned long long>(t.entries),
+                static_cast<unsigned long long>(t.evictions));
+  }
+  std::printf("replayed in %.3f s: %.0f blocks per second\n", r.seconds,
+              r.blocks_per_second());
+}
+
+// Parses flags into `c`; returns an error text for a usage error.
+std::string Configure(const Flags& flags, ReplayConfig* c) {
+  std::string error;
+  std::optional<uint64_t> block = flags.GetSize("trace-block-tokens", &error);
+  if (block) c->block_tokens = static_cast<uint32_t>(*block);
+  if (block && (*block == 0 || *block > (1u << 22)))
+    return "--trace-block-tokens out of range";
+  std::optional<uint64_t> bpt = flags.GetSize("bytes-per-token", &error);
+  if (bpt) c->bytes_per_token = *bpt;
+  if (!error.empty()) return error;
+  if (!ReadCapacity(flags, "hot", &c->hot, &error)) return error;
+  if (!ReadCapacity(flags, "ssd", &c->ssd, &error)) return error;
+  StatusOr<EvictionPolicyKind> policy =
+      ParseEvictionPolicy(flags.GetString("policy", "lru"));
+  if (!policy.ok()) return policy.status().message();
+  c->policy = *policy;
+  c->promote_on_ssd_hit = !flags.GetBool("no-promote");
+  if (flags.positional().size() != 1) return "expected exactly one TRACE.jsonl";
+  return "";
+}
+
+int RunReplay(const std::vector<std::string>& args) {
+  Flags flags = ReplayFlags();
+  std::string error;
+  if (!flags.Parse(args, &error)) return UsageError(flags, error);
+  if (flags.help_requested()) {
+    std::printf("%s", flags.HelpText().c_str());
+    return 0;
+  }
+  ReplayConfig config;
+  error = Configure(flags, &config);
+  if (!error.empty()) return UsageError(flags, error);
+  StatusOr<std::vector<cache::TraceRequest>> trace =
+      cache::ReadTrace(flags.positional()[0]);
+  if (!trace.ok()) {
+    std::fprintf(stderr, "prefixkv replay: %s\n", trace.status().ToString().c_str());
+    return 1;
+  }
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir = fs::path(flags.GetString("data-dir", "./prefixkv-data")) /
+                       ("replay-" + std::to_string(::getpid()));
+  if (!config.ssd.off()) config.ssd_path = dir.string();
+  int rc = 1;
+  {
+    StatusOr<std::unique_ptr<cache::ReplayTiers>> tiers =
+        cache::ReplayTiers::Open(config);
+    if (!tiers.ok()) {
+      std::fprintf(stderr, "prefixkv replay: %s\n", tiers.status().ToString().c_str());
+    } else {
+      cache::TraceReplayer replayer(tiers->get(), config.block_tokens);
+      const bool tty = ::isatty(STDERR_FILENO) == 1;
+      Status s = replayer.ReplayAll(*trace, tty ? DrawProgress : nullptr);
+      if (!s.ok()) {
+        std::fprintf(stderr, "prefixkv replay: %s\n", s.ToString().c_str());
+      } else {
+        flags.GetBool("json") ? PrintJson(replayer.Report(), config)
+                              : PrintHuman(replayer.Report());
+        rc = 0;
+      }
+    }
+  }
+  if (!flags.GetBool("keep-data") && !config.ssd_path.empty()) fs::remove_all(dir, ec);
+  return rc;
+}
+
+}  // namespace
+
+PKV_REGISTER_COMMAND("replay",
+                     "replay a Mooncake-format trace and report prefix hit ratios",
+                     RunReplay);
+
+}  // namespace prefixkv::cli
