@@ -34,7 +34,7 @@ void CmdGet(CommandContext& ctx) { ReplyValue(ctx, ctx.arg(1)); }
 // this is a cache whose eviction is by capacity, not by time.
 void CmdSet(CommandContext& ctx) {
   if (ctx.args.size() != 3) return ctx.out->Error("ERR syntax error");
-  Status s = ctx.dispatcher.store()->Put(RawMeta(ctx.arg(1)), ctx.args[2]);
+  Status s = ctx.dispatcher.store()->Put(RawMeta(ctx.arg(1)), DetachArg(ctx.args[2]));
   if (!s.ok()) return ReplyStatus(s, ctx.out);
   ctx.out->Simple("OK");
 }
@@ -84,7 +84,8 @@ void CmdMset(CommandContext& ctx) {
     return ctx.out->Error("ERR wrong number of arguments for 'mset' command");
   }
   for (size_t i = 1; i + 1 < ctx.args.size(); i += 2) {
-    Status s = ctx.dispatcher.store()->Put(RawMeta(ctx.arg(i)), ctx.args[i + 1]);
+    Status s =
+        ctx.dispatcher.store()->Put(RawMeta(ctx.arg(i)), DetachArg(ctx.args[i + 1]));
     if (!s.ok()) return ReplyStatus(s, ctx.out);
   }
   ctx.out->Simple("OK");

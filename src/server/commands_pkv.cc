@@ -82,7 +82,8 @@ void CmdInfo(CommandContext& ctx) {
 void CmdPkvPut(CommandContext& ctx) {
   DecodeLimits limits;
   limits.max_record_bytes = ctx.dispatcher.config().max_record_bytes;
-  StatusOr<BlockRecord> record = DecodeBlock(ctx.args[1], limits);
+  SharedBytes encoded = DetachArg(ctx.args[1]);
+  StatusOr<BlockRecord> record = DecodeBlock(encoded, limits);
   if (!record.ok()) {
     return ctx.out->Error("ERR invalid block record: " + record.status().ToString());
   }
@@ -93,7 +94,7 @@ void CmdPkvPut(CommandContext& ctx) {
   meta.key = record->key;
   meta.parent = record->parent;
   meta.namespace_id = record->namespace_id;
-  Status s = ctx.dispatcher.store()->Put(meta, ctx.args[1]);
+  Status s = ctx.dispatcher.store()->Put(meta, std::move(encoded));
   if (!s.ok()) return ReplyStatus(s, ctx.out);
   ctx.out->Simple("OK");
 }

@@ -10,6 +10,8 @@ namespace {
 
 // "*" or "$", up to 18 digits and a sign, "\r": anything longer is malformed.
 constexpr size_t kMaxHeaderLine = 32;
+// Size of the buffers small arguments are carved from.
+constexpr size_t kArenaBytes = 16 << 10;
 
 // Removes the '\r' that must end a header line; false when it is missing.
 bool StripCr(std::string* line) {
@@ -74,11 +76,25 @@ RespParser::Result RespParser::OnBulkHeader() {
   }
   line_.clear();
   request_bytes_ += static_cast<size_t>(n);
-  body_ = SharedBytes::Allocate(static_cast<size_t>(n), &body_data_);
+  AllocateBody(static_cast<size_t>(n));
   body_filled_ = 0;
   end_seen_ = 0;
   state_ = State::kBulkBody;
   return Result::kNeedMore;
+}
+
+void RespParser::AllocateBody(size_t n) {
+  if (n > kSharedArgBytes) {
+    body_ = SharedBytes::Allocate(n, &body_data_);
+    return;
+  }
+  if (arena_data_ == nullptr || arena_used_ + n > kArenaBytes) {
+    arena_ = SharedBytes::Allocate(kArenaBytes, &arena_data_);
+    arena_used_ = 0;
+  }
+  body_ = arena_.Slice(arena_used_, n);
+  body_data_ = arena_data_ + arena_used_;
+  arena_used_ += (n + 7) & ~size_t{7};
 }
 
 RespParser::Result RespParser::OnInline(RespArgs* args) {

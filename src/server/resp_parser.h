@@ -32,6 +32,17 @@ struct RespLimits {
 // SET value can be stored in a tier without another copy.
 using RespArgs = std::vector<SharedBytes>;
 
+// Arguments up to this size are carved out of a shared per-connection buffer
+// (names and keys cost no allocation); larger ones own their buffer. Keep a
+// small argument beyond the command only through DetachArg().
+inline constexpr size_t kSharedArgBytes = 256;
+
+// An argument safe to keep: small ones are copied out of the shared buffer (so
+// a stored 10-byte value does not pin kilobytes of other arguments).
+inline SharedBytes DetachArg(const SharedBytes& arg) {
+  return arg.size() <= kSharedArgBytes ? SharedBytes::Copy(arg.data(), arg.size()) : arg;
+}
+
 // Not thread-safe: one parser per connection.
 class RespParser {
  public:
@@ -70,6 +81,8 @@ class RespParser {
   Result OnArrayHeader();
   Result OnBulkHeader();
   Result OnInline(RespArgs* args);
+  // Points body_ at n writable bytes (shared buffer for small arguments).
+  void AllocateBody(size_t n);
   void TakeBody(std::string_view* input);
   Result Finish(RespArgs* args);
 
@@ -84,6 +97,9 @@ class RespParser {
   uint8_t* body_data_ = nullptr;
   size_t body_filled_ = 0;
   size_t end_seen_ = 0;  // bytes of the "\r\n" after a bulk body seen
+  SharedBytes arena_;    // where small arguments are carved from
+  uint8_t* arena_data_ = nullptr;
+  size_t arena_used_ = 0;
 };
 
 // Parses a RESP length: optional '-', 1..18 decimal digits, nothing else.

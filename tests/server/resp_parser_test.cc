@@ -218,5 +218,19 @@ TEST(RespParser, OffersALargeBulkBodyForDirectReads) {
   EXPECT_EQ(args[1].view(), "abc" + std::string(97, 'z'));
 }
 
+TEST(RespParser, DetachedSmallArgumentsNoLongerShareTheParsersBuffer) {
+  RespParser parser({});
+  std::string_view input = "*2\r\n$4\r\nECHO\r\n$5\r\nhello\r\n";
+  RespArgs args;
+  ASSERT_EQ(parser.Parse(&input, &args), Result::kCommand);
+  SharedBytes kept = DetachArg(args[1]);
+  EXPECT_EQ(kept.view(), "hello");
+  EXPECT_NE(kept.data(), args[1].data());
+  long before = args[0].use_count();
+  args.clear();
+  EXPECT_EQ(kept.use_count(), 1);  // owns its own buffer
+  EXPECT_GT(before, 1);            // the small arguments did share one
+}
+
 }  // namespace
 }  // namespace prefixkv::server

@@ -1,0 +1,243 @@
+// `prefixkv bench server`: `prefixkv serve` against redis-server, both driven by
+// redis-benchmark on loopback in the same run, for SET and GET of 4 KiB values
+// (50 clients, pipeline 16) and 1 MiB values (16 clients, pipeline 4). The
+// figures are ratios: ops/s of prefixkv over ops/s of redis-server.
+//
+// redis-server runs with its built-in default persistence (RDB snapshots, no
+// AOF) in a temporary directory; prefixkv serve with its defaults (hot RAM tier,
+// write-back SSD tier with a write-ahead log) in another.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tools/cli/command.h"
+#include "tools/cli/flags.h"
+#include "tools/cli/json.h"
+
+extern char** environ;
+
+namespace prefixkv::cli {
+namespace {
+
+// One redis-benchmark workload.
+struct Workload {
+  const char* name;  // "4kib", "1mib"
+  int value_bytes;
+  int clients;
+  int pipeline;
+  int requests;  // per command (SET, then GET)
+  int keyspace;  // distinct keys (-r)
+};
+
+struct Throughput {
+  double set_ops = 0, get_ops = 0;
+};
+
+// A child process started with posix_spawn; its stdout optionally piped.
+struct Child {
+  pid_t pid = -1;
+  FILE* out = nullptr;
+};
+
+Child Spawn(const std::vector<std::string>& argv, bool capture_stdout) {
+  std::vector<char*> cargv;
+  for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  int fds[2] = {-1, -1};
+  if (capture_stdout && pipe(fds) == 0) {
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&actions, fds[0]);
+  } else {
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  }
+  Child child;
+  if (posix_spawnp(&child.pid, cargv[0], &actions, nullptr, cargv.data(), environ) != 0) {
+    child.pid = -1;
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  if (fds[1] >= 0) {
+    close(fds[1]);
+    child.out = fdopen(fds[0], "r");
+  }
+  return child;
+}
+
+void Terminate(Child& child) {
+  if (child.pid <= 0) return;
+  kill(child.pid, SIGTERM);
+  int status = 0;
+  waitpid(child.pid, &status, 0);
+  if (child.out != nullptr) fclose(child.out);
+  child = Child{};
+}
+
+// A port that was free a moment ago (redis-server needs a number up front).
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+// Waits (up to ~10 s) until a server on `port` answers PING.
+bool WaitForPing(int port) {
+  std::string cmd = "redis-cli -p " + std::to_string(port) + " ping 2>/dev/null";
+  for (int i = 0; i < 200; ++i) {
+    FILE* p = popen(cmd.c_str(), "r");
+    char buf[64] = {0};
+    bool pong = p != nullptr && fgets(buf, sizeof(buf), p) != nullptr &&
+                std::string(buf).rfind("PONG", 0) == 0;
+    if (p != nullptr) pclose(p);
+    if (pong) return true;
+    usleep(50 * 1000);
+  }
+  return false;
+}
+
+// Runs redis-benchmark for SET then GET; zero ops/s when it fails.
+Throughput RunBenchmark(int port, const Workload& w) {
+  std::string cmd = "redis-benchmark -h 127.0.0.1 -p " + std::to_string(port) +
+                    " -t set,get --csv -q -d " + std::to_string(w.value_bytes) + " -c " +
+                    std::to_string(w.clients) + " -P " + std::to_string(w.pipeline) +
+                    " -n " + std::to_string(w.requests) + " -r " +
+                    std::to_string(w.keyspace) + " 2>/dev/null";
+  Throughput t;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return t;
+  char line[512];
+  while (fgets(line, sizeof(line), p) != nullptr) {
+    // "SET","123456.78",...
+    std::string s(line);
+    double* target = s.rfind("\"SET\"", 0) == 0   ? &t.set_ops
+                     : s.rfind("\"GET\"", 0) == 0 ? &t.get_ops
+                                                  : nullptr;
+    if (target != nullptr && s.size() > 7) *target = std::atof(s.c_str() + 7);
+  }
+  pclose(p);
+  return t;
+}
+
+struct Servers {
+  Child prefixkv, redis;
+  int prefixkv_port = -1, redis_port = -1;
+};
+
+bool StartServers(const std::filesystem::path& dir, int threads, Servers* s) {
+  s->prefixkv = Spawn(
+      {"/proc/self/exe", "serve", "--data-dir", (dir / "prefixkv").string(), "--port",
+       "0", "--threads", std::to_string(threads), "--hot-capacity-bytes", "2G"},
+      /*capture_stdout=*/true);
+  char line[256] = {0};
+  if (s->prefixkv.out == nullptr ||
+      fgets(line, sizeof(line), s->prefixkv.out) == nullptr) {
+    return false;
+  }
+  std::string l(line);  // "listening on 127.0.0.1:PORT"
+  s->prefixkv_port = std::atoi(l.substr(l.rfind(':') + 1).c_str());
+  s->redis_port = FreePort();
+  std::filesystem::create_directories(dir / "redis");
+  s->redis = Spawn({"redis-server", "--port", std::to_string(s->redis_port), "--bind",
+                    "127.0.0.1", "--dir", (dir / "redis").string()},
+                   /*capture_stdout=*/false);
+  return s->redis.pid > 0 && WaitForPing(s->prefixkv_port) && WaitForPing(s->redis_port);
+}
+
+int RunServerBench(const std::vector<std::string>& args) {
+  Flags flags("prefixkv bench server [--json] [--threads N]",
+              {{"json", "print one JSON object", true, ""},
+               {"threads", "I/O threads of prefixkv serve", false, "2"}});
+  std::string error;
+  if (!flags.Parse(args, &error)) return UsageError(flags, error);
+  if (flags.help_requested()) {
+    std::printf("%s", flags.HelpText().c_str());
+    return 0;
+  }
+  std::optional<uint64_t> threads = ParseSize(flags.GetString("threads", "2"));
+  if (!threads || *threads == 0 || *threads > 64)
+    return UsageError(flags, "bad --threads");
+  if (std::system("command -v redis-server >/dev/null && command -v redis-benchmark "
+                  ">/dev/null") != 0) {
+    std::fprintf(stderr,
+                 "bench server: needs redis-server and redis-benchmark "
+                 "(Debian packages redis-server, redis-tools)\n");
+    return 1;
+  }
+  char tmpl[] = "/tmp/prefixkv-bench-server-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) return 1;
+  std::filesystem::path dir(tmpl);
+  Servers servers;
+  bool started = StartServers(dir, static_cast<int>(*threads), &servers);
+  const Workload workloads[] = {{"4kib", 4096, 50, 16, 200000, 1000},
+                                {"1mib", 1 << 20, 16, 4, 3000, 100}};
+  std::vector<std::pair<Throughput, Throughput>> results;  // (prefixkv, redis)
+  for (const Workload& w : workloads) {
+    if (!started) break;
+    Throughput pkv = RunBenchmark(servers.prefixkv_port, w);
+    Throughput redis = RunBenchmark(servers.redis_port, w);
+    results.emplace_back(pkv, redis);
+  }
+  Terminate(servers.prefixkv);
+  Terminate(servers.redis);
+  std::filesystem::remove_all(dir);
+  if (!started || results.size() != 2) {
+    std::fprintf(stderr, "bench server: could not start both servers\n");
+    return 1;
+  }
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  if (flags.GetBool("json")) {
+    JsonWriter j;
+    j.BeginObject().Field("suite", "server");
+    for (size_t i = 0; i < 2; ++i) {
+      std::string n = workloads[i].name;
+      const auto& [pkv, redis] = results[i];
+      j.Field("get_" + n + "_ratio_vs_redis", ratio(pkv.get_ops, redis.get_ops))
+          .Field("set_" + n + "_ratio_vs_redis", ratio(pkv.set_ops, redis.set_ops))
+          .Field("prefixkv_get_" + n + "_ops_per_s", pkv.get_ops)
+          .Field("prefixkv_set_" + n + "_ops_per_s", pkv.set_ops)
+          .Field("redis_get_" + n + "_ops_per_s", redis.get_ops)
+          .Field("redis_set_" + n + "_ops_per_s", redis.set_ops);
+    }
+    j.EndObject();
+    std::printf("%s\n", j.str().c_str());
+    return 0;
+  }
+  std::printf(
+      "server benchmark: prefixkv serve vs redis-server, redis-benchmark on loopback\n");
+  const char* goals[2][2] = {{">= 0.7", ">= 0.7"}, {">= 1.0", ">= 0.8"}};
+  for (size_t i = 0; i < 2; ++i) {
+    const auto& [pkv, redis] = results[i];
+    std::printf("  GET %-5s %.2fx  (%.0f vs %.0f ops/s, goal %s)\n", workloads[i].name,
+                ratio(pkv.get_ops, redis.get_ops), pkv.get_ops, redis.get_ops,
+                goals[i][0]);
+    std::printf("  SET %-5s %.2fx  (%.0f vs %.0f ops/s, goal %s)\n", workloads[i].name,
+                ratio(pkv.set_ops, redis.set_ops), pkv.set_ops, redis.set_ops,
+                goals[i][1]);
+  }
+  return 0;
+}
+
+}  // namespace
+
+PKV_REGISTER_BENCH("server", "prefixkv serve vs redis-server under redis-benchmark",
+                   RunServerBench);
+
+}  // namespace prefixkv::cli
