@@ -1,0 +1,80 @@
+// Runs the real `prefixkv serve` binary (PREFIXKV_CLI) as a child process on a
+// free loopback port, for tests that talk to it like any other Redis server.
+#pragma once
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace prefixkv::testing {
+
+// Not thread-safe. The destructor kills the child if it still runs.
+class ServeProcess {
+ public:
+  // Starts `prefixkv serve --data-dir DIR --port 0 EXTRA...` and waits for the
+  // "listening on ...:PORT" line. port() is 0 when it did not start.
+  explicit ServeProcess(const std::string& data_dir,
+                        const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {PREFIXKV_CLI, "serve",  "--data-dir",
+                                     data_dir,     "--port", "0"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    std::vector<char*> cargv;
+    for (std::string& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    int fds[2];
+    if (pipe(fds) != 0) return;
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&actions, fds[0]);
+    if (posix_spawn(&pid_, cargv[0], &actions, nullptr, cargv.data(), environ) != 0)
+      pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+    close(fds[1]);
+    out_ = fdopen(fds[0], "r");
+    char line[256];
+    if (pid_ > 0 && out_ != nullptr && fgets(line, sizeof(line), out_) != nullptr) {
+      std::string l(line);
+      size_t colon = l.rfind(':');
+      if (l.rfind("listening on ", 0) == 0 && colon != std::string::npos) {
+        port_ = static_cast<uint16_t>(std::atoi(l.c_str() + colon + 1));
+      }
+    }
+  }
+  ~ServeProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (out_ != nullptr) fclose(out_);
+  }
+  ServeProcess(const ServeProcess&) = delete;
+  ServeProcess& operator=(const ServeProcess&) = delete;
+
+  uint16_t port() const { return port_; }
+
+  // Sends `sig` and waits for the exit; returns the exit status (or -1).
+  int StopWith(int sig) {
+    if (pid_ <= 0) return -1;
+    kill(pid_, sig);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  FILE* out_ = nullptr;
+  uint16_t port_ = 0;
+};
+
+}  // namespace prefixkv::testing
