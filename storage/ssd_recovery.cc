@@ -91,11 +91,16 @@ rocksdb::Options SsdTier::Impl::DbOptions(bool direct_io) const {
   o.min_blob_size = options_.min_blob_bytes;
   o.blob_file_size = 256ull << 20;
   o.blob_compression_type = rocksdb::kNoCompression;
+  // Evicted payloads leave garbage in blob files; compactions relocate the
+  // live blobs of the oldest files, and a file half garbage forces one.
   o.enable_blob_garbage_collection = true;
+  o.blob_garbage_collection_force_threshold = 0.5;
   o.compression = ParseCompression(options_.compression);
   o.write_buffer_size = options_.write_buffer_bytes;
   o.max_write_buffer_number = 4;
-  o.max_background_jobs = 4;
+  // Two flush threads keep two blob files streaming while the memtable fills.
+  o.max_background_flushes = 2;
+  o.max_background_compactions = 2;
   o.use_direct_io_for_flush_and_compaction = direct_io;
   o.use_direct_reads = direct_io;
   // A torn tail after a kill is cut at the last complete batch.
