@@ -27,7 +27,7 @@ uint32_t CountOf(const ChildCounts& counts, const BlockKey& key) {
 
 }  // namespace
 
-void BudgetState::AuditOwner(OwnerId id, TierCounters* recomputed, size_t* evictable,
+void BudgetState::AuditOwner(OwnerId id, TierCounters* recomputed, size_t* linked_count,
                              std::vector<AuditFinding>* findings) const {
   const OwnerState& owner = Owner(id);
   const std::string prefix = "owner " + std::to_string(id) + " (" + owner.name + ")";
@@ -58,9 +58,12 @@ void BudgetState::AuditOwner(OwnerId id, TierCounters* recomputed, size_t* evict
                      findings);
     }
     const bool linked = e.global_hook.is_linked();
-    if (e.in_flight || linked != Evictable(e) || linked != e.owner_hook.is_linked()) {
-      findings->push_back({block("eviction order"), linked ? "linked but must not be"
-                                                           : "evictable but not linked"});
+    const bool in_owner_order = linked && owner.quota_bytes.has_value();
+    if (e.in_flight || linked != Linkable(e) ||
+        in_owner_order != e.owner_hook.is_linked()) {
+      findings->push_back({block("eviction order"), linked
+                                                        ? "linked but must not be"
+                                                        : "a candidate but not linked"});
     }
     if (linked && e.rank != policy_->Rank(e.facts)) {
       findings->push_back({block("rank"), "stale policy rank"});
@@ -68,31 +71,31 @@ void BudgetState::AuditOwner(OwnerId id, TierCounters* recomputed, size_t* evict
     ++recomputed->entries;
     recomputed->bytes += e.facts.charge_bytes;
     if (e.facts.pins > 0) recomputed->pinned_bytes += e.facts.charge_bytes;
-    *evictable += linked ? 1 : 0;
+    *linked_count += linked ? 1 : 0;
   }
-  audit::Compare(prefix + " evictable in owner order", owner.order.size(), *evictable,
-                 findings);
+  audit::Compare(prefix + " owner order size", owner.order.size(),
+                 owner.quota_bytes ? *linked_count : 0, findings);
 }
 
 void BudgetState::Audit(std::vector<AuditFinding>* findings) const {
   std::lock_guard<std::mutex> lock(mu_);
   TierCounters sum;
-  size_t evictable_total = 0;
+  size_t linked_total = 0;
   for (OwnerId id = 0; id < owners_.size(); ++id) {
     const TierCounters& c = Owner(id).counters;
     TierCounters recomputed;
-    size_t evictable = 0;
-    AuditOwner(id, &recomputed, &evictable, findings);
+    size_t linked = 0;
+    AuditOwner(id, &recomputed, &linked, findings);
     const std::string prefix = "owner " + std::to_string(id);
     audit::Compare(prefix + " entries", c.entries, recomputed.entries, findings);
     audit::Compare(prefix + " bytes", c.bytes, recomputed.bytes, findings);
     audit::Compare(prefix + " pinned_bytes", c.pinned_bytes, recomputed.pinned_bytes,
                    findings);
     audit::Sum(&sum, c);
-    evictable_total += evictable;
+    linked_total += linked;
   }
   audit::CompareAll("budget total vs sum of owners:", total_, sum, findings);
-  audit::Compare("global eviction order size", order_.size(), evictable_total, findings);
+  audit::Compare("global eviction order size", order_.size(), linked_total, findings);
   if (total_.bytes > capacity_bytes_) {
     findings->push_back({"budget bytes", std::to_string(total_.bytes) +
                                              " exceed capacity " +

@@ -53,14 +53,16 @@ void BudgetState::RollbackVictims(const std::vector<HotEntry*>& victims) {
 bool BudgetState::PlanRoom(OwnerState& owner, uint64_t owner_after, uint64_t total_after,
                            std::vector<HotEntry*>* victims) {
   while (owner.quota_bytes && owner_after > *owner.quota_bytes) {
-    if (owner.order.empty()) return false;
-    const uint64_t freed = TakeVictim(*owner.order.begin(), victims);
+    HotEntry* victim = FirstUnpinned(owner.order);
+    if (victim == nullptr) return false;
+    const uint64_t freed = TakeVictim(*victim, victims);
     owner_after -= freed;
     total_after -= freed;
   }
   while (total_after > capacity_bytes_) {
-    if (order_.empty()) return false;
-    total_after -= TakeVictim(*order_.begin(), victims);
+    HotEntry* victim = FirstUnpinned(order_);
+    if (victim == nullptr) return false;
+    total_after -= TakeVictim(*victim, victims);
   }
   return true;
 }

@@ -17,16 +17,19 @@ HotEntry* BudgetState::Find(OwnerId owner, const BlockKey& key) {
 void BudgetState::Unlink(HotEntry& e) {
   if (!e.global_hook.is_linked()) return;
   order_.erase(order_.iterator_to(e));
-  OwnerOrder& owner_order = Owner(e.facts.owner).order;
-  owner_order.erase(owner_order.iterator_to(e));
+  if (e.owner_hook.is_linked()) {
+    OwnerOrder& owner_order = Owner(e.facts.owner).order;
+    owner_order.erase(owner_order.iterator_to(e));
+  }
 }
 
 void BudgetState::Relink(HotEntry& e) {
-  if (!Evictable(e)) return;
+  if (!Linkable(e)) return;
   e.rank = policy_->Rank(e.facts);
   // A touched entry is usually the newest, so try the end first.
   order_.insert(order_.end(), e);
-  Owner(e.facts.owner).order.insert(Owner(e.facts.owner).order.end(), e);
+  OwnerState& owner = Owner(e.facts.owner);
+  if (owner.quota_bytes) owner.order.insert(owner.order.end(), e);
 }
 
 void BudgetState::Touch(HotEntry& e) {
@@ -77,8 +80,7 @@ std::optional<PinnedBlock> BudgetState::Pin(OwnerId owner, const BlockKey& key) 
     ++total_.misses;
     return std::nullopt;
   }
-  Unlink(*e);
-  e->facts.last_access_seq = ++access_seq_;
+  Touch(*e);  // a pinned entry keeps its place; victim selection skips it
   if (e->facts.pins++ == 0) {
     o.counters.pinned_bytes += e->facts.charge_bytes;
     total_.pinned_bytes += e->facts.charge_bytes;
@@ -94,7 +96,6 @@ void BudgetState::Unpin(HotEntry* e) {
     OwnerState& o = Owner(e->facts.owner);
     o.counters.pinned_bytes -= e->facts.charge_bytes;
     total_.pinned_bytes -= e->facts.charge_bytes;
-    Relink(*e);  // evictable again, at the place its last access gives it
   }
 }
 

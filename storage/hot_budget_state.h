@@ -1,12 +1,15 @@
 // The state behind SharedHotBudget and its HotTier views (private header).
 //
 // One mutex guards everything: every owner's key map, the child counts that
-// leaf-lru needs, the counters, and two intrusive ordered sets of evictable
-// entries sorted by (policy rank, last access) — one across all owners (the
-// global LRU) and one per owner (for quotas). An entry is linked in both sets
-// exactly when it is unpinned, not in flight and the policy may evict it; any
-// change to the facts that decide its place goes through Unlink/mutate/Relink
-// so the sets stay sorted.
+// leaf-lru needs, the counters, and intrusive ordered sets of candidate
+// entries sorted by (policy rank, last access): one across all owners (the
+// global LRU) and, for owners with a quota, one per owner. An entry is linked
+// exactly when it is not in flight and the policy may evict it; any change to
+// the facts that decide its place goes through Unlink/mutate/Relink so the
+// sets stay sorted. Pinned entries stay linked and are skipped when victims
+// are chosen: a hit then costs one repositioning (the recency touch) and an
+// unpin none, at the price of stepping over the (few, short-lived) pinned
+// entries near the old end of the order during eviction.
 //
 // Victims are chosen tentatively (unlinked, marked in flight) and either
 // committed or rolled back, so a failed insert changes nothing. Committed
@@ -39,7 +42,7 @@ struct HotEntry {
   bool dirty = false;       // not yet stored in a lower tier
   bool in_flight = false;   // being replaced, or a tentative victim: never linked
   OrderHook global_hook;    // position in BudgetState::order_
-  OrderHook owner_hook;     // position in OwnerState::order
+  OrderHook owner_hook;     // position in OwnerState::order (owners with a quota)
 };
 
 // (rank, last access) is unique because every access takes a new sequence number.
@@ -66,7 +69,9 @@ struct OwnerState {
   std::unordered_map<BlockKey, HotEntry, BlockKeyHash> entries;
   // parent key -> resident entries naming it as parent (parent resident or not).
   std::unordered_map<BlockKey, uint32_t, BlockKeyHash> child_counts;
-  OwnerOrder order;  // this owner's evictable entries; declared last, destroyed first
+  // This owner's candidates, maintained only while it has a quota (only quota
+  // eviction needs them). Declared last, destroyed first.
+  OwnerOrder order;
 };
 
 // A victim to hand to its owner's listener once the mutex is released.
@@ -119,9 +124,17 @@ class BudgetState {
   const OwnerState& Owner(OwnerId id) const { return *owners_[id]; }
   HotEntry* Find(OwnerId owner, const BlockKey& key);
 
-  // Ordered-set maintenance.
-  bool Evictable(const HotEntry& e) const {
-    return !e.in_flight && e.facts.pins == 0 && policy_->MayEvict(e.facts);
+  // Ordered-set maintenance. Linkable: belongs in the orders (pinned or not).
+  bool Linkable(const HotEntry& e) const {
+    return !e.in_flight && policy_->MayEvict(e.facts);
+  }
+  // The first entry of `order` that is not pinned: the next victim, or null.
+  template <typename Order>
+  static HotEntry* FirstUnpinned(Order& order) {
+    for (HotEntry& e : order) {
+      if (e.facts.pins == 0) return &e;
+    }
+    return nullptr;
   }
   void Unlink(HotEntry& e);
   void Relink(HotEntry& e);
@@ -131,7 +144,7 @@ class BudgetState {
   void AddChildRef(OwnerState& owner, const BlockMeta& child, int delta);
 
   // Victim selection (hot_budget_insert.cc). TakeVictim unlinks `victim`
-  // (the first entry of an order) tentatively and returns its charge.
+  // (the first unpinned entry of an order) tentatively and returns its charge.
   uint64_t TakeVictim(HotEntry& victim, std::vector<HotEntry*>* victims);
   void CommitVictims(const std::vector<HotEntry*>& victims, std::vector<Delivery>* out);
   void RollbackVictims(const std::vector<HotEntry*>& victims);
@@ -145,7 +158,7 @@ class BudgetState {
                  bool dirty);
 
   // Audit helpers (hot_budget_audit.cc).
-  void AuditOwner(OwnerId id, TierCounters* recomputed, size_t* evictable,
+  void AuditOwner(OwnerId id, TierCounters* recomputed, size_t* linked_count,
                   std::vector<AuditFinding>* findings) const;
 
   const uint64_t capacity_bytes_;
@@ -154,7 +167,7 @@ class BudgetState {
   std::vector<std::unique_ptr<OwnerState>> owners_;  // index = OwnerId; GUARDED_BY(mu_)
   TierCounters total_;                               // GUARDED_BY(mu_)
   uint64_t access_seq_ = 0;                          // GUARDED_BY(mu_)
-  GlobalOrder order_;  // every owner's evictable entries; GUARDED_BY(mu_)
+  GlobalOrder order_;  // every owner's candidates, pinned or not; GUARDED_BY(mu_)
 };
 
 }  // namespace prefixkv::hot_internal

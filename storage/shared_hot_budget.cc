@@ -55,12 +55,22 @@ Status BudgetState::SetOwnerQuota(OwnerId id, std::optional<uint64_t> quota_byte
       return Status::InvalidArgument("hot budget: unknown owner " + std::to_string(id));
     }
     OwnerState& owner = Owner(id);
+    const bool had_quota = owner.quota_bytes.has_value();
     owner.quota_bytes = quota_bytes;
+    if (!quota_bytes) {
+      owner.order.clear();
+    } else if (!had_quota) {
+      for (auto& [key, e] : owner.entries) {
+        if (e.global_hook.is_linked()) owner.order.insert(e);
+      }
+    }
     // Shrink to the new quota as far as unpinned blocks allow.
     std::vector<HotEntry*> victims;
     uint64_t bytes = owner.counters.bytes;
-    while (quota_bytes && bytes > *quota_bytes && !owner.order.empty()) {
-      bytes -= TakeVictim(*owner.order.begin(), &victims);
+    while (quota_bytes && bytes > *quota_bytes) {
+      HotEntry* victim = FirstUnpinned(owner.order);
+      if (victim == nullptr) break;
+      bytes -= TakeVictim(*victim, &victims);
     }
     CommitVictims(victims, &deliveries);
   }

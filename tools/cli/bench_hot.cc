@@ -1,0 +1,157 @@
+// `prefixkv bench hot`: the hot tier's hit path and steady-state churn.
+//
+//   hit_ns_per_block        Pin + release of a resident block (lookup, pin,
+//                           unpin), single thread, median over repeats.
+//   get_ns_per_block        Get() of a resident block (lookup + recency).
+//   limit_ns_per_lookup     the floor any thread-safe zero-copy map pays in
+//                           the same run: mutex + unordered_map find + one
+//                           shared-buffer copy, measured on the same keys.
+//   insert_evict_ops_per_s  Put of a new block into a full budget, each
+//                           evicting the least recently used block to a
+//                           listener (steady state).
+//   hit_copies_payload      false when Get and Pin hand out the stored buffer
+//                           itself (checked by address).
+#include <algorithm>
+#include <mutex>
+#include <random>
+#include <unordered_map>
+
+#include "prefixkv/hot_tier.h"
+#include "tools/cli/bench_util.h"
+#include "tools/cli/command.h"
+#include "tools/cli/flags.h"
+#include "tools/cli/json.h"
+
+namespace prefixkv::cli {
+namespace {
+
+constexpr uint64_t kBlocks = 4096;          // resident blocks for the hit figures
+constexpr size_t kPayloadBytes = 16 << 10;  // a small model's block
+constexpr uint64_t kLookups = 200000;       // per measurement
+
+struct HotResult {
+  double hit_ns = 0, get_ns = 0, limit_ns = 0, insert_evict_per_s = 0;
+  bool copies = true;
+};
+
+BlockMeta MetaOf(uint64_t id) {
+  BlockMeta m;
+  m.key = BlockKey{0xBE7C, id};
+  return m;
+}
+
+// Resident keys in a shuffled order, so lookups do not walk memory linearly.
+std::vector<BlockKey> ShuffledKeys() {
+  std::vector<BlockKey> keys;
+  for (uint64_t i = 0; i < kBlocks; ++i) keys.push_back(MetaOf(i).key);
+  std::shuffle(keys.begin(), keys.end(), std::mt19937_64(3));
+  return keys;
+}
+
+template <typename Fn>
+double NanosPerLookup(int repeats, const std::vector<BlockKey>& keys, Fn&& fn) {
+  const double s = MedianSeconds(repeats, [&] {
+    for (uint64_t i = 0; i < kLookups; ++i) fn(keys[i % keys.size()]);
+  });
+  return s * 1e9 / kLookups;
+}
+
+void MeasureHits(int repeats, HotResult* r) {
+  auto tier = HotTier::Create({.capacity_bytes = kBlocks * HotEntryCharge(kPayloadBytes)})
+                  .value();
+  const SharedBytes payload = SharedBytes::Allocate(kPayloadBytes, nullptr);
+  for (uint64_t i = 0; i < kBlocks; ++i) (void)tier->Put(MetaOf(i), payload, false);
+  const std::vector<BlockKey> keys = ShuffledKeys();
+  r->hit_ns = NanosPerLookup(repeats, keys, [&](const BlockKey& k) {
+    std::optional<PinnedBlock> pin = tier->Pin(k);
+    DoNotOptimize(pin->payload().data());
+  });
+  r->get_ns = NanosPerLookup(
+      repeats, keys, [&](const BlockKey& k) { DoNotOptimize(tier->Get(k)->data()); });
+  r->copies = tier->Get(keys[0])->data() != payload.data() ||
+              tier->Pin(keys[1])->payload().data() != payload.data();
+
+  std::mutex mu;
+  std::unordered_map<BlockKey, SharedBytes, BlockKeyHash> map;
+  for (uint64_t i = 0; i < kBlocks; ++i) map.emplace(MetaOf(i).key, payload);
+  r->limit_ns = NanosPerLookup(repeats, keys, [&](const BlockKey& k) {
+    SharedBytes b;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      b = map.find(k)->second;
+    }
+    DoNotOptimize(b.data());
+  });
+}
+
+class CountingListener final : public EvictionListener {
+ public:
+  void OnEvict(const BlockMeta&, const SharedBytes&, bool) override { ++victims; }
+  uint64_t victims = 0;
+};
+
+void MeasureInsertEvict(int repeats, HotResult* r) {
+  constexpr uint64_t kResident = 1024, kInserts = 100000;
+  auto tier =
+      HotTier::Create({.capacity_bytes = kResident * HotEntryCharge(kPayloadBytes)})
+          .value();
+  CountingListener listener;
+  tier->SetEvictionListener(&listener);
+  // One buffer under every key: zero copy means the figure measures the tier,
+  // not the allocator.
+  const SharedBytes payload = SharedBytes::Allocate(kPayloadBytes, nullptr);
+  uint64_t next = 0;
+  for (; next < kResident; ++next) (void)tier->Put(MetaOf(next), payload, true);
+  const double s = MedianSeconds(repeats, [&] {
+    for (uint64_t i = 0; i < kInserts; ++i)
+      (void)tier->Put(MetaOf(next++), payload, true);
+  });
+  r->insert_evict_per_s = kInserts / s;
+  if (listener.victims != next - kResident)
+    r->insert_evict_per_s = 0;  // not steady state
+}
+
+int RunHotBench(const std::vector<std::string>& args) {
+  Flags flags("prefixkv bench hot [--json] [--repeats N]",
+              {{"json", "print one JSON object", true, ""},
+               {"repeats", "measurements per figure (median taken)", false, "9"}});
+  std::string error;
+  if (!flags.Parse(args, &error)) return UsageError(flags, error);
+  if (flags.help_requested()) {
+    std::printf("%s", flags.HelpText().c_str());
+    return 0;
+  }
+  std::optional<uint64_t> repeats = ParseSize(flags.GetString("repeats", "9"));
+  if (!repeats || *repeats == 0 || *repeats > 1000)
+    return UsageError(flags, "bad --repeats");
+  HotResult r;
+  MeasureHits(static_cast<int>(*repeats), &r);
+  MeasureInsertEvict(static_cast<int>(*repeats), &r);
+  if (flags.GetBool("json")) {
+    JsonWriter j;
+    j.BeginObject()
+        .Field("suite", "hot")
+        .Field("hit_ns_per_block", r.hit_ns)
+        .Field("get_ns_per_block", r.get_ns)
+        .Field("limit_ns_per_lookup", r.limit_ns)
+        .Field("hit_ratio_vs_limit", r.limit_ns / r.hit_ns)
+        .Field("insert_evict_ops_per_s", r.insert_evict_per_s)
+        .Field("hit_copies_payload", r.copies)
+        .EndObject();
+    std::printf("%s\n", j.str().c_str());
+  } else {
+    std::printf("hot tier benchmark (medians of %d runs)\n", static_cast<int>(*repeats));
+    std::printf("  hit (pin + unpin)        %7.1f ns/block  (goal <= 250)\n", r.hit_ns);
+    std::printf("  get                      %7.1f ns/block\n", r.get_ns);
+    std::printf("  locked map lookup limit  %7.1f ns\n", r.limit_ns);
+    std::printf("  insert+evict at full     %7.0f ops/s\n", r.insert_evict_per_s);
+    std::printf("  hit copies payload       %s\n", r.copies ? "true" : "false");
+  }
+  return 0;
+}
+
+}  // namespace
+
+PKV_REGISTER_BENCH("hot", "hot tier hit path and insert+evict churn", RunHotBench);
+
+}  // namespace prefixkv::cli
