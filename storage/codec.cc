@@ -380,12 +380,12 @@ bool PaddingIsZero(const uint8_t* d, size_t from, size_t to) {
 }
 
 // Materialises tensor `t` (a view for raw, a decompressed copy for zstd) and
-// feeds its uncompressed bytes to the checksum.
+// feeds its uncompressed bytes to the checksum (`state` null: no checksum).
 StatusOr<Tensor> LoadTensor(const SharedBytes& enc, const TensorDesc& t,
                             XXH3_state_t* state) {
   if (t.encoding == kEncodingRaw) {
     SharedBytes view = enc.Slice(t.offset, t.stored_len);
-    XXH3_64bits_update(state, view.data(), view.size());
+    if (state != nullptr) XXH3_64bits_update(state, view.data(), view.size());
     return Tensor(t.dtype, t.shape, std::move(view));
   }
   const uint8_t* src = enc.data() + t.offset;
@@ -395,14 +395,16 @@ StatusOr<Tensor> LoadTensor(const SharedBytes& enc, const TensorDesc& t,
   SharedBytes raw = SharedBytes::Allocate(t.raw_len, &out);
   size_t n = ZSTD_decompress(out, t.raw_len, src, t.stored_len);
   if (ZSTD_isError(n) || n != t.raw_len) return Status::Corruption("bad zstd frame");
-  XXH3_64bits_update(state, out, n);
+  if (state != nullptr) XXH3_64bits_update(state, out, n);
   return Tensor(t.dtype, t.shape, std::move(raw));
 }
 
 }  // namespace
 
-// Decodes the whole record; when `out` is null only verifies it.
-static Status DecodeInto(const SharedBytes& enc, const DecodeLimits& lim, BlockRecord* out) {
+// Decodes the whole record; when `out` is null only verifies it. `verify`
+// false skips the checksum (DecodeTrustedBlock); every other check stays.
+static Status DecodeInto(const SharedBytes& enc, const DecodeLimits& lim, BlockRecord* out,
+                         bool verify = true) {
   FixedHeader h;
   PKV_RETURN_IF_ERROR(ParseFixedHeader(enc.data(), enc.size(), lim, &h));
   BlockRecord rec;
@@ -418,11 +420,13 @@ static Status DecodeInto(const SharedBytes& enc, const DecodeLimits& lim, BlockR
     if (!PaddingIsZero(enc.data(), cursor, t.offset)) {
       return Status::Corruption("non-zero alignment padding");
     }
-    PKV_ASSIGN_OR_RETURN(Tensor tensor, LoadTensor(enc, t, &state));
+    PKV_ASSIGN_OR_RETURN(Tensor tensor, LoadTensor(enc, t, verify ? &state : nullptr));
     rec.layers[t.layer].tensors.push_back(std::move(tensor));
     cursor = t.offset + t.stored_len;
   }
-  if (XXH3_64bits_digest(&state) != h.checksum) return Status::Corruption("checksum mismatch");
+  if (verify && XXH3_64bits_digest(&state) != h.checksum) {
+    return Status::Corruption("checksum mismatch");
+  }
   if (out != nullptr) *out = std::move(rec);
   return Status::OK();
 }
@@ -430,6 +434,12 @@ static Status DecodeInto(const SharedBytes& enc, const DecodeLimits& lim, BlockR
 StatusOr<BlockRecord> DecodeBlock(const SharedBytes& enc, const DecodeLimits& lim) {
   BlockRecord rec;
   PKV_RETURN_IF_ERROR(DecodeInto(enc, lim, &rec));
+  return rec;
+}
+
+StatusOr<BlockRecord> DecodeTrustedBlock(const SharedBytes& enc, const DecodeLimits& lim) {
+  BlockRecord rec;
+  PKV_RETURN_IF_ERROR(DecodeInto(enc, lim, &rec, /*verify=*/false));
   return rec;
 }
 

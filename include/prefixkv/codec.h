@@ -54,6 +54,13 @@ StatusOr<SharedBytes> EncodeBlock(const BlockRecord& record,
 StatusOr<BlockRecord> DecodeBlock(const SharedBytes& encoded,
                                   const DecodeLimits& limits = {});
 
+// DecodeBlock without the checksum pass over the tensor bytes, for records
+// this process encoded and has held in memory since (hot-tier hits: the
+// zero-copy restore path). Every bound and layout check still runs. Never use
+// it for bytes read from disk or the network.
+StatusOr<BlockRecord> DecodeTrustedBlock(const SharedBytes& encoded,
+                                         const DecodeLimits& limits = {});
+
 // Just the checksum check (and the fixed-header sanity checks): Corruption when
 // the record is damaged. Cheaper than DecodeBlock for raw records only in that it
 // builds no BlockRecord.

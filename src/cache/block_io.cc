@@ -7,7 +7,12 @@ StatusOr<LoadedBlock> LoadBlock(const PrefixCache::NamespaceState& ns,
                                 const BlockKey& key, bool allow_promotion,
                                 const DecodeLimits& limits) {
   PKV_ASSIGN_OR_RETURN(TierHit hit, ns.tiers->Get(key, allow_promotion));
-  PKV_ASSIGN_OR_RETURN(BlockRecord record, DecodeBlock(hit.payload, limits));
+  // Hot bytes were encoded by this process and never left memory: decode in
+  // place without a checksum pass. SSD bytes are verified again here on top
+  // of the tier's own check.
+  PKV_ASSIGN_OR_RETURN(BlockRecord record, hit.level == TierLevel::kHot
+                                               ? DecodeTrustedBlock(hit.payload, limits)
+                                               : DecodeBlock(hit.payload, limits));
   if (record.key != key) {
     return Status::Corruption("block " + key.ToHex() + " holds record " +
                               record.key.ToHex());
