@@ -410,6 +410,17 @@ TEST(LeafLru, AParentWhoseChildArrivedLaterWaitsForThatChild) {
   ExpectAuditClean(*t.budget);
 }
 
+TEST(LeafLru, ReplacingABlockUnderANewParentMovesItsChildLink) {
+  TwoOwners t(3, EvictionPolicyKind::kLeafLru);
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Put(Meta(3), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Put(Meta(2, 1), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Put(Meta(2, 3), Payload(), true).ok());  // 1 is a leaf now, 3 is not
+  for (uint64_t id : {4, 5, 6}) ASSERT_TRUE(t.a->Put(Meta(id), Payload(), true).ok());
+  EXPECT_EQ(EvictedIds(t.evicted_a), (std::vector<uint64_t>{1, 2, 3}));
+  ExpectAuditClean(*t.budget);
+}
+
 TEST(EvictionPolicy, ParsesTheCliNamesAndRejectsOthers) {
   EXPECT_EQ(ParseEvictionPolicy("lru").value(), EvictionPolicyKind::kLru);
   EXPECT_EQ(ParseEvictionPolicy("leaf-lru").value(), EvictionPolicyKind::kLeafLru);
