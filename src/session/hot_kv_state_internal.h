@@ -90,7 +90,8 @@ class HotKvStateManager::State {
     if (ttl_nanos == 0) return;
     while (!lru.empty()) {
       const std::string& id = lru.back();
-      if (now - live.at(id).last_access_nanos <= ttl_nanos) return;
+      uint64_t last = live.at(id).last_access_nanos;
+      if (now <= last || now - last <= ttl_nanos) return;  // never underflow
       Evict(std::string(id), CacheMissReason::kEvictedTtl, max_tombstones);
     }
   }
