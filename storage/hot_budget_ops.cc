@@ -1,6 +1,7 @@
 // BudgetState: lookups, pins, removal, and the ordered-set maintenance every
 // operation shares. Hits are the hot path: one hash lookup and one
-// repositioning in two intrusive trees, under one mutex, with no allocation.
+// repositioning in the global order (plus the owner's order when it has a
+// quota), under one mutex, with no allocation.
 #include <string>
 #include <utility>
 
