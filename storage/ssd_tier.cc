@@ -152,7 +152,11 @@ Status SsdTier::Impl::Store(const BlockMeta& meta, const SharedBytes& payload,
     stored.access_seq = ++next_seq_;
     index_.BeginPendingChild(meta.parent);  // the parent stays unevictable meanwhile
   }
-  rocksdb::WriteBatch batch(payload.size() + 512);  // one allocation, no regrowth copies
+  // One batch per thread, reused: its buffer keeps its capacity, so storing a
+  // large payload does not allocate (and page-fault) a fresh buffer each time.
+  thread_local rocksdb::WriteBatch reused;
+  rocksdb::WriteBatch& batch = reused;
+  batch.Clear();
   if (old && old->namespace_id != meta.namespace_id) AddDeletes(&batch, meta.key, *old);
   batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, meta.namespace_id, meta.key),
             ssd::EncodeMeta(stored));
