@@ -29,6 +29,10 @@
 #include "prefixkv/hot_tier.h"
 #include "prefixkv/shared_hot_budget.h"
 
+namespace prefixkv {
+class HotBudgetTestPeer;
+}  // namespace prefixkv
+
 namespace prefixkv::hot_internal {
 
 namespace bi = boost::intrusive;
@@ -88,6 +92,8 @@ void Deliver(const std::vector<Delivery>& deliveries);
 // Thread-safe: public methods lock mu_; private helpers REQUIRE it held.
 class BudgetState {
  public:
+  friend class prefixkv::HotBudgetTestPeer;  // tests/storage/hot_tier_test.cc
+
   explicit BudgetState(const SharedHotBudgetOptions& options);
   ~BudgetState();
 

@@ -87,6 +87,7 @@ class SharedHotBudget {
 
  private:
   friend class HotTier;
+  friend class HotBudgetTestPeer;  // tests that corrupt state to prove Audit() sees it
   explicit SharedHotBudget(const SharedHotBudgetOptions& options);
 
   std::unique_ptr<hot_internal::BudgetState> state_;

@@ -5,12 +5,28 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 
+#include "storage/hot_budget_state.h"
 #include "tests/storage/tier_conformance.h"
 
 namespace prefixkv {
+
+// Reaches into the budget to break one fact at a time.
+class HotBudgetTestPeer {
+ public:
+  static hot_internal::BudgetState& State(SharedHotBudget& b) { return *b.state_; }
+  static TierCounters& Counters(SharedHotBudget& b, OwnerId owner) {
+    return State(b).owners_[owner]->counters;
+  }
+  static hot_internal::HotEntry& Entry(SharedHotBudget& b, OwnerId owner,
+                                       const BlockKey& key) {
+    return State(b).owners_[owner]->entries.at(key);
+  }
+};
+
 namespace {
 
 using testing::RecordingListener;
@@ -368,6 +384,37 @@ TEST(SharedHotBudget, VictimsWithoutAListenerAreCountedAsEvictionsNotSpills) {
   ASSERT_TRUE(t.a->Put(Meta(2), Payload(), true).ok());
   EXPECT_EQ(t.a->Totals().evictions, 1u);
   EXPECT_EQ(t.a->Totals().spills, 0u);
+}
+
+std::vector<std::string> AuditFindingNames(const SharedHotBudget& budget) {
+  std::vector<AuditFinding> findings;
+  EXPECT_TRUE(budget.Audit(&findings).ok());
+  std::vector<std::string> names;
+  for (const AuditFinding& f : findings) names.push_back(f.what);
+  return names;
+}
+
+TEST(SharedHotBudget, AuditReportsEachDisagreementSeparately) {
+  TwoOwners t(4);
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  ASSERT_TRUE(t.b->Put(Meta(2), Payload(), true).ok());
+  EXPECT_TRUE(AuditFindingNames(*t.budget).empty());
+  HotBudgetTestPeer::Counters(*t.budget, 1).bytes += 5;  // owner b's counter drifts
+  HotBudgetTestPeer::Counters(*t.budget, 0).hits +=
+      1;  // a's hits no longer sum to the total
+  HotBudgetTestPeer::Entry(*t.budget, 0, Meta(1).key).facts.charge_bytes -= 1;
+  const std::vector<std::string> names = AuditFindingNames(*t.budget);
+  auto has = [&](const std::string& part) {
+    return std::any_of(names.begin(), names.end(), [&](const std::string& n) {
+      return n.find(part) != std::string::npos;
+    });
+  };
+  EXPECT_TRUE(has("owner 1 bytes"));
+  EXPECT_TRUE(has("sum of owners: bytes"));
+  EXPECT_TRUE(has("sum of owners: hits"));
+  EXPECT_TRUE(has("block " + Meta(1).key.ToHex() + " charge"));
+  EXPECT_EQ(names.size(), 5u)
+      << "owner 1 bytes, total bytes, total hits, block charge, owner 0 bytes";
 }
 
 TEST(LeafLru, EvictsAChainFromItsTipBackwards) {
