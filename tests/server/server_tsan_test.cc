@@ -25,7 +25,8 @@ std::string ValueFor(int client, int i, size_t size) {
 }
 
 // One client's workload; failures are counted, not asserted, off the main thread.
-void ClientLoop(uint16_t port, int id, uint64_t seed, int ops, std::atomic<int>* failures) {
+void ClientLoop(uint16_t port, int id, uint64_t seed, int ops,
+                std::atomic<int>* failures) {
   RespClient c(port);
   std::mt19937_64 rng(seed + id);
   std::vector<std::string> mine(8);  // last value written to own key j ("" = none)

@@ -1,0 +1,93 @@
+// BlobStore: hot-then-SSD reads with promotion, write-back puts, the SSD
+// fallback for blocks too large for RAM, and removal from every tier.
+#include "src/server/blob_store.h"
+
+#include <gtest/gtest.h>
+
+#include "prefixkv/mem_tier.h"
+#include "tests/server/server_fixture.h"
+
+namespace prefixkv::server {
+namespace {
+
+BlockMeta Meta(std::string_view raw_key) {
+  BlockMeta m;
+  m.key = BlobStore::RawKey(raw_key);
+  return m;
+}
+
+class BlobStoreTest : public ::testing::Test {
+ protected:
+  MemTier hot_{MemTierOptions{MemTier::Charge(100) * 2}};  // two 100-byte values
+  MemTier ssd_;
+  testing::WriteBackToTier write_back_{&ssd_};
+  BlobStore store_{&hot_, &ssd_};
+
+  void SetUp() override { hot_.SetEvictionListener(&write_back_); }
+};
+
+TEST_F(BlobStoreTest, RawKeysAreStableAndDistinct) {
+  EXPECT_EQ(BlobStore::RawKey("a"), BlobStore::RawKey("a"));
+  EXPECT_NE(BlobStore::RawKey("a"), BlobStore::RawKey("b"));
+  EXPECT_NE(BlobStore::RawKey(""), BlobStore::RawKey("raw|"));
+}
+
+TEST_F(BlobStoreTest, PutsIntoTheHotTierAsDirty) {
+  ASSERT_TRUE(store_.Put(Meta("a"), SharedBytes::Copy(std::string(100, 'a'))).ok());
+  EXPECT_TRUE(hot_.Contains(BlobStore::RawKey("a")));
+  EXPECT_FALSE(ssd_.Contains(BlobStore::RawKey("a")));
+  // Two more values evict "a"; being dirty, it is written back, not dropped.
+  ASSERT_TRUE(store_.Put(Meta("b"), SharedBytes::Copy(std::string(100, 'b'))).ok());
+  ASSERT_TRUE(store_.Put(Meta("c"), SharedBytes::Copy(std::string(100, 'c'))).ok());
+  EXPECT_FALSE(hot_.Contains(BlobStore::RawKey("a")));
+  EXPECT_TRUE(ssd_.Contains(BlobStore::RawKey("a")));
+}
+
+TEST_F(BlobStoreTest, PromotesAnSsdHitIntoTheHotTier) {
+  ASSERT_TRUE(ssd_.Put(Meta("old"), SharedBytes::Copy("cold value"), false).ok());
+  StatusOr<SharedBytes> got = store_.Get(BlobStore::RawKey("old"));
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->view(), "cold value");
+  EXPECT_TRUE(hot_.Contains(BlobStore::RawKey("old")));
+  EXPECT_EQ(ssd_.Totals().hits, 1u);
+  ASSERT_TRUE(store_.Get(BlobStore::RawKey("old")).ok());
+  EXPECT_EQ(ssd_.Totals().hits, 1u);  // the second read is served from RAM
+}
+
+TEST_F(BlobStoreTest, StoresBlocksTooLargeForRamOnSsdAndDropsTheStaleHotCopy) {
+  ASSERT_TRUE(store_.Put(Meta("k"), SharedBytes::Copy("small")).ok());
+  ASSERT_TRUE(store_.Put(Meta("k"), SharedBytes::Copy(std::string(1000, 'L'))).ok());
+  EXPECT_FALSE(hot_.Contains(BlobStore::RawKey("k")));
+  StatusOr<SharedBytes> got = store_.Get(BlobStore::RawKey("k"));
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->size(), 1000u);
+}
+
+TEST_F(BlobStoreTest, RemovesFromEveryTier) {
+  ASSERT_TRUE(ssd_.Put(Meta("k"), SharedBytes::Copy("v1"), false).ok());
+  ASSERT_TRUE(store_.Put(Meta("k"), SharedBytes::Copy("v2")).ok());
+  StatusOr<bool> removed = store_.Remove(BlobStore::RawKey("k"));
+  ASSERT_TRUE(removed.ok());
+  EXPECT_TRUE(*removed);
+  EXPECT_FALSE(store_.Contains(BlobStore::RawKey("k")));
+  EXPECT_TRUE(store_.Get(BlobStore::RawKey("k")).status().IsNotFound());
+  EXPECT_FALSE(*store_.Remove(BlobStore::RawKey("k")));
+}
+
+TEST(BlobStoreSingleTier, WorksWithOnlyAnSsdTier) {
+  MemTier ssd;
+  BlobStore store(nullptr, &ssd);
+  ASSERT_TRUE(store.Put(Meta("k"), SharedBytes::Copy("v")).ok());
+  EXPECT_EQ(store.Get(BlobStore::RawKey("k"))->view(), "v");
+  EXPECT_EQ(store.tiers().size(), 1u);
+}
+
+TEST(BlobStoreSingleTier, ReportsNoSpaceWithOnlyAFullHotTier) {
+  MemTier hot(MemTierOptions{MemTier::Charge(10)});
+  BlobStore store(&hot, nullptr);
+  EXPECT_TRUE(store.Put(Meta("k"), SharedBytes::Copy(std::string(11, 'x'))).IsNoSpace());
+  EXPECT_TRUE(store.Get(BlobStore::RawKey("k")).status().IsNotFound());
+}
+
+}  // namespace
+}  // namespace prefixkv::server

@@ -1,0 +1,47 @@
+// ReplyBuffer: RESP2 encoding, and large bulk payloads referenced, not copied.
+#include "src/server/reply_buffer.h"
+
+#include <gtest/gtest.h>
+
+namespace prefixkv::server {
+namespace {
+
+TEST(ReplyBuffer, EncodesEveryReplyType) {
+  ReplyBuffer r;
+  r.Simple("OK");
+  r.Error("ERR bad\r\nthing");
+  r.Integer(-42);
+  r.Bulk("hi");
+  r.Null();
+  r.ArrayHeader(2);
+  EXPECT_EQ(r.ToString(), "+OK\r\n-ERR bad  thing\r\n:-42\r\n$2\r\nhi\r\n$-1\r\n*2\r\n");
+  EXPECT_EQ(r.bytes(), r.ToString().size());
+}
+
+TEST(ReplyBuffer, ReferencesLargePayloadsInsteadOfCopyingThem) {
+  SharedBytes big = SharedBytes::Copy(std::string(ReplyBuffer::kReferenceBytes, 'x'));
+  ReplyBuffer r;
+  r.Simple("A");
+  r.Bulk(big);
+  r.Simple("B");
+  EXPECT_EQ(big.use_count(), 2);  // held by the reply, not copied
+  std::vector<std::pair<const void*, size_t>> pieces;
+  r.ForEachPiece([&](const void* p, size_t n) { pieces.emplace_back(p, n); });
+  ASSERT_EQ(pieces.size(), 3u);
+  EXPECT_EQ(pieces[1].first, big.data());
+  EXPECT_EQ(r.ToString(), "+A\r\n$16384\r\n" + std::string(big.view()) + "\r\n+B\r\n");
+  r.Clear();
+  EXPECT_EQ(big.use_count(), 1);
+  EXPECT_TRUE(r.empty());
+}
+
+TEST(ReplyBuffer, CopiesSmallPayloads) {
+  SharedBytes small = SharedBytes::Copy("tiny");
+  ReplyBuffer r;
+  r.Bulk(small);
+  EXPECT_EQ(small.use_count(), 1);
+  EXPECT_EQ(r.ToString(), "$4\r\ntiny\r\n");
+}
+
+}  // namespace
+}  // namespace prefixkv::server
