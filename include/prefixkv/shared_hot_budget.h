@@ -78,11 +78,11 @@ class SharedHotBudget {
   TierCounters OwnerCounters(OwnerId owner) const;
 
   // Recomputes every owner's state counters (entries, bytes, pinned_bytes)
-  // and each block's charge, child count and position in the eviction order
-  // from the blocks themselves; checks that the total equals the sum of the
-  // owners for every counter, that no owner exceeds its quota with evictable
-  // blocks left, and that the budget is not exceeded. Appends one finding per
-  // disagreement. Always OK (an in-memory audit cannot fail to run).
+  // and each block's charge, child count and eviction-order membership from
+  // the blocks themselves; checks that the total equals the sum of the owners
+  // for every counter and that the budget is not exceeded. Appends one
+  // finding per disagreement. Always OK (an in-memory audit cannot fail to
+  // run). Holds the budget's lock for a walk over every block.
   Status Audit(std::vector<AuditFinding>* findings) const;
 
  private:
