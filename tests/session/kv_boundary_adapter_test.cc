@@ -4,6 +4,7 @@
 // length is a miss, and a cancelled prefill leaves nothing behind.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <set>
 
@@ -219,12 +220,13 @@ TEST(KvBoundaryAdapter, BoundaryAtTheWrongPositionIsASeqLenMiss) {
   EXPECT_EQ(tail_mgr->Get("s", 0).value()->seq_len(), 3);
 }
 
-// Cancels `token` while the wrapped shard runs: before its layers (`before`) or
-// after them, which the adapter must notice before committing.
-class CancellingShard final : public ShardComputation {
+// Delegates to a real shard, calling `before` / `after` around its layers: lets a
+// test cancel, release or evict deterministically while a step is in flight.
+class HookedShard final : public ShardComputation {
  public:
-  CancellingShard(const ShardComputation* inner, CancellationToken* token, bool before)
-      : inner_(inner), token_(token), before_(before) {}
+  HookedShard(const ShardComputation* inner, std::function<void()> before,
+              std::function<void()> after)
+      : inner_(inner), before_(std::move(before)), after_(std::move(after)) {}
   std::string_view architecture_adapter() const override {
     return inner_->architecture_adapter();
   }
@@ -242,9 +244,9 @@ class CancellingShard final : public ShardComputation {
   StatusOr<CachedRunResult> RunLayersCached(
       const HiddenStates& hidden, std::span<const int64_t> positions, const PastKv& past,
       const CancellationToken* cancel) const override {
-    if (before_) token_->Cancel();
+    if (before_) before_();
     auto out = inner_->RunLayersCached(hidden, positions, past, cancel);
-    if (!before_) token_->Cancel();
+    if (after_) after_();
     return out;
   }
   HiddenStates FinalNorm(const HiddenStates& h) const override {
@@ -256,8 +258,8 @@ class CancellingShard final : public ShardComputation {
 
  private:
   const ShardComputation* inner_;
-  CancellationToken* token_;
-  bool before_;
+  std::function<void()> before_;
+  std::function<void()> after_;
 };
 
 TEST(KvBoundaryAdapter, CancelledPrefillLeavesTheSessionAndBudgetUnchanged) {
@@ -270,7 +272,9 @@ TEST(KvBoundaryAdapter, CancelledPrefillLeavesTheSessionAndBudgetUnchanged) {
   uint64_t bytes = manager->total_bytes();
   for (bool cancel_before_layers : {true, false}) {
     CancellationToken token;
-    CancellingShard cancelling(shard.get(), &token, cancel_before_layers);
+    std::function<void()> cancel = [&token] { token.Cancel(); };
+    HookedShard cancelling(shard.get(), cancel_before_layers ? cancel : nullptr,
+                           cancel_before_layers ? nullptr : cancel);
     KvBoundaryAdapter adapter(&cancelling, manager.get());
     StepInput long_prompt = Tokens({4, 5, 6, 7, 8, 9, 10, 11});
     long_prompt.cancel = &token;
@@ -291,6 +295,33 @@ TEST(KvBoundaryAdapter, CancelledPrefillLeavesTheSessionAndBudgetUnchanged) {
   TailOutput next = ExpectTail(plain.Decode("s", 0, Tokens({4})));
   EXPECT_EQ(next.token_id,
             model->WholeModelNextToken(std::vector<int32_t>{1, 2, 3, 4}).value());
+}
+
+TEST(KvBoundaryAdapter, SessionReleasedDuringAStepIsAMissAtCommit) {
+  auto shard = FullShard(SeedModel());
+  auto manager = ManagerFor(*shard);
+  KvBoundaryAdapter plain(shard.get(), manager.get());
+  ExpectTail(plain.Prefill("s", 0, Tokens({1, 2, 3})));
+  // The step computes against the session, which is released before it commits.
+  HookedShard releasing(shard.get(), nullptr,
+                        [&] { ASSERT_TRUE(manager->Release("s", 0).ok()); });
+  KvBoundaryAdapter adapter(&releasing, manager.get());
+  EXPECT_EQ(ExpectMiss(adapter.Decode("s", 0, Tokens({4}))).reason,
+            CacheMissReason::kReleased);
+  EXPECT_EQ(manager->total_bytes(), 0u);
+  EXPECT_EQ(manager->session_count(), 0u);
+}
+
+TEST(KvBoundaryAdapter, NewerEpochDuringAStepMakesItsCommitStale) {
+  auto shard = FullShard(SeedModel());
+  auto manager = ManagerFor(*shard);
+  KvBoundaryAdapter plain(shard.get(), manager.get());
+  ExpectTail(plain.Prefill("s", 0, Tokens({1, 2, 3})));
+  HookedShard replanning(shard.get(), nullptr,
+                         [&] { ASSERT_TRUE(manager->Open("s", 1).ok()); });
+  KvBoundaryAdapter adapter(&replanning, manager.get());
+  EXPECT_TRUE(IsStaleRouteEpoch(adapter.Decode("s", 0, Tokens({4})).status()));
+  EXPECT_EQ(manager->Get("s", 1).value()->seq_len(), 0);  // the new epoch got nothing
 }
 
 TEST(KvBoundaryAdapter, MalformedInputsAreRejected) {
