@@ -49,6 +49,10 @@ struct HotEntry {
   OrderHook owner_hook;     // position in OwnerState::order (owners with a quota)
 };
 
+// The charge's overhead estimate must cover at least the map node itself.
+static_assert(sizeof(HotEntry) + sizeof(BlockKey) + 4 * sizeof(void*) <= kHotEntryOverheadBytes,
+              "HotEntry grew: revisit kHotEntryOverheadBytes in hot_tier.h");
+
 // (rank, last access) is unique because every access takes a new sequence number.
 struct EntryOrder {
   bool operator()(const HotEntry& a, const HotEntry& b) const {

@@ -26,11 +26,13 @@ namespace hot_internal {
 struct HotEntry;
 }  // namespace hot_internal
 
-// Bytes charged per block on top of its payload: the entry itself (metadata,
-// two ordered-set hooks, counters), its hash-map node, the child-count slot
-// of its parent and the SharedBytes control block, rounded up. An estimate
-// fixed here so accounting is exact and portable.
-inline constexpr uint64_t kHotEntryOverheadBytes = 256;
+// Bytes charged per block on top of its payload, measured on x86-64 and
+// rounded up: the entry (metadata, payload handle, policy facts, two
+// ordered-set hooks: 200) in its hash-map node (+48 with allocator header),
+// the payload's shared control block (~48), its parent's child-count slot
+// (~56) and hash buckets (~16). Fixed here so accounting is exact and
+// portable; storage/hot_budget_state.h asserts the entry still fits.
+inline constexpr uint64_t kHotEntryOverheadBytes = 384;
 
 // THE charge of a hot block, used for every counter, quota and budget check:
 // payload size (SharedBytes::size(), not the allocator's rounding) plus the
