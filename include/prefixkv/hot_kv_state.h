@@ -74,8 +74,9 @@ struct HotKvStateConfig {
   size_t max_tombstones = 4096;
 };
 
-// One (session, epoch)'s KV state for the owned layers. Thread-safe: readers share
-// a lock, the manager takes it exclusively to append or truncate.
+// One (session, epoch)'s KV state for the owned layers, created by
+// HotKvStateManager. Thread-safe: readers share a lock, the manager takes it
+// exclusively to append or truncate.
 class HotKvSession {
  public:
   HotKvSession(std::string session_id, uint64_t route_epoch,
@@ -96,6 +97,8 @@ class HotKvSession {
 
   // Calls fn(seq_len, past) under the shared lock: the KV cannot change until fn
   // returns. The adapter computes inside fn and commits afterwards via Append.
+  // REQUIRES: fn does not call Append or Truncate on this session (they wait for
+  // this lock) and does not keep `past` pointers beyond its return.
   Status ReadLayers(
       const std::function<Status(int64_t seq_len, const PastKv& past)>& fn) const;
 
