@@ -4,8 +4,8 @@
 // FindOrphans(): a missing parent is legal under the BlockTier contract (the
 // caller may Remove it, or keep it in another tier), so it is not a finding.
 //
-// Writes are paused (every stripe held) for the duration, so the records, the
-// index and the counters describe one moment.
+// Block operations are paused (pause_ held exclusively) for the duration, so the records,
+// the index and the counters describe one moment.
 #include <rocksdb/iterator.h>
 
 #include <set>
@@ -27,8 +27,7 @@ void Compare(std::vector<AuditFinding>* findings, const std::string& what,
 
 Status SsdTier::Impl::Audit(std::vector<AuditFinding>* findings) {
   PKV_RETURN_IF_ERROR(queue_->Flush());
-  std::vector<std::unique_lock<std::mutex>> held;
-  for (std::mutex& m : stripes_) held.emplace_back(m);
+  std::unique_lock<std::shared_mutex> paused(pause_);
 
   // 1. Every metadata record against the index; every payload verified.
   std::map<OwnerId, TierCounters> recomputed;

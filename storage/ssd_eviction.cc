@@ -39,7 +39,7 @@ Status SsdTier::Impl::Evict(const BlockKey& key) {
   bool dirty = false;
   EvictionListener* listener = nullptr;
   {
-    std::lock_guard<std::mutex> stripe(Stripe(key));
+    BlockLock block_lock(this, key);
     ssd::IndexEntry e;
     {
       std::lock_guard<std::mutex> lock(mu_);

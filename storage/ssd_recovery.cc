@@ -158,6 +158,7 @@ Status SsdTier::Impl::OpenOrMoveAside() {
   }
   PKV_RETURN_IF_ERROR(MoveAside(s));
   index_ = ssd::SsdIndex();
+  unpersisted_.clear();
   report_ = SsdOpenReport{.moved_aside_to = report_.moved_aside_to};
   std::filesystem::create_directories(options_.path, ec);
   PKV_RETURN_IF_ERROR(OpenDb());

@@ -144,7 +144,7 @@ Status SsdTier::Impl::Store(const BlockMeta& meta, const SharedBytes& payload,
                          ssd::PayloadChecksum(payload.data(), payload.size()),
                          0,
                          dirty};
-  std::lock_guard<std::mutex> stripe(Stripe(meta.key));
+  BlockLock block_lock(this, meta.key);
   std::optional<IndexEntry> old;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -192,7 +192,7 @@ void SsdTier::Impl::OnEvict(const BlockMeta& meta, const SharedBytes& payload) {
 
 Status SsdTier::Impl::Remove(const BlockKey& key) {
   const bool was_queued = queue_->Cancel(key);
-  std::lock_guard<std::mutex> stripe(Stripe(key));
+  BlockLock block_lock(this, key);
   IndexEntry e;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -223,7 +223,7 @@ StatusOr<SharedBytes> SsdTier::Impl::Get(const BlockKey& key) {
     CountEvent(meta ? meta->owner : 0, &TierCounters::hits);
     return *queued;
   }
-  std::lock_guard<std::mutex> stripe(Stripe(key));
+  BlockLock block_lock(this, key);
   IndexEntry e;
   {
     std::lock_guard<std::mutex> lock(mu_);

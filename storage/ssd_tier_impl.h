@@ -2,12 +2,12 @@
 // paths), ssd_eviction.cc (capacity), ssd_recovery.cc (Open/Close) and
 // ssd_audit.cc. Private to storage/.
 //
-// Locking: an operation on block K holds stripe(K) across its database write,
-// so writes of one key are serialized while different keys proceed in
-// parallel (RocksDB group-commits them). mu_ guards the in-memory index and
-// the not-yet-persisted event counters; it is never held across I/O. Lock
-// order: stripe, then mu_. The write-back queue has its own lock and calls
-// Store() without holding it.
+// Locking: an operation on block K holds pause_ shared and stripe(K) across
+// its database write, so writes of one key are serialized while different
+// keys proceed in parallel (RocksDB group-commits them). Audit holds pause_
+// exclusively. mu_ guards the in-memory index and the not-yet-persisted event
+// counters; it is never held across I/O. Lock order: pause_, stripe, mu_. The write-back
+// queue has its own lock and calls Store() without holding it.
 #pragma once
 
 #include <rocksdb/db.h>
@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 
 #include "prefixkv/ssd_tier.h"
 #include "storage/ssd_index.h"
@@ -75,6 +76,13 @@ class SsdTier::Impl {
 
   // ssd_tier.cc
   std::mutex& Stripe(const BlockKey& key);
+  // Holds pause_ shared and stripe(key): the lock of one block operation.
+  struct BlockLock {
+    BlockLock(Impl* impl, const BlockKey& key)
+        : pause(impl->pause_), stripe(impl->Stripe(key)) {}
+    std::shared_lock<std::shared_mutex> pause;
+    std::lock_guard<std::mutex> stripe;
+  };
   // Writes `batch` with `deltas` and the pending event counters merged in.
   // `relaxed`: never synced (access-order updates). Counts and logs failures.
   Status Commit(rocksdb::WriteBatch* batch, Deltas deltas, OwnerId owner,
@@ -82,11 +90,11 @@ class SsdTier::Impl {
   void AddDeletes(rocksdb::WriteBatch* batch, const BlockKey& key,
                   const ssd::IndexEntry& e);
   // Removes a block whose payload failed verification and counts it.
-  // REQUIRES: stripe(key) held.
+  // REQUIRES: stripe(key) held, or pause_ held exclusively.
   Status DropCorrupt(const BlockKey& key, const ssd::IndexEntry& e,
                      const std::string& why);
   // Reads and verifies a payload. NotFound("corrupt: ...") after DropCorrupt.
-  // REQUIRES: stripe(key) held.
+  // REQUIRES: stripe(key) held, or pause_ held exclusively.
   StatusOr<SharedBytes> ReadVerified(const BlockKey& key, const ssd::IndexEntry& e);
   void CountEvent(OwnerId owner, uint64_t TierCounters::*field);
   void NoteWriteResult(const Status& s);
@@ -104,6 +112,7 @@ class SsdTier::Impl {
   bool direct_io_ = false;                 // in effect (the fs may refuse it)
   SsdOpenReport report_;
 
+  std::shared_mutex pause_;  // shared by block operations, exclusive for Audit
   std::array<std::mutex, kStripes> stripes_;
   mutable std::mutex mu_;
   ssd::SsdIndex index_;    // GUARDED_BY(mu_)
