@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -54,6 +55,8 @@ Child Spawn(const std::vector<std::string>& argv, bool capture_stdout) {
   cargv.push_back(nullptr);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
+  // Server logs would interleave with the figures.
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
   int fds[2] = {-1, -1};
   if (capture_stdout && pipe(fds) == 0) {
     posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
@@ -161,10 +164,81 @@ bool StartServers(const std::filesystem::path& dir, int threads, Servers* s) {
   return s->redis.pid > 0 && WaitForPing(s->prefixkv_port) && WaitForPing(s->redis_port);
 }
 
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Per workload: the median over rounds of each figure. Each round runs both
+// servers back to back (alternating which goes first), so a ratio compares
+// measurements taken under the same machine load.
+struct Figures {
+  double get_ratio = 0, set_ratio = 0;
+  Throughput pkv, redis;
+};
+
+Figures Measure(const Servers& s, const Workload& w, int rounds) {
+  std::vector<double> get_ratio, set_ratio, pkv_get, pkv_set, redis_get, redis_set;
+  for (int r = 0; r < rounds; ++r) {
+    Throughput pkv, redis;
+    if (r % 2 == 0) {
+      pkv = RunBenchmark(s.prefixkv_port, w);
+      redis = RunBenchmark(s.redis_port, w);
+    } else {
+      redis = RunBenchmark(s.redis_port, w);
+      pkv = RunBenchmark(s.prefixkv_port, w);
+    }
+    get_ratio.push_back(redis.get_ops > 0 ? pkv.get_ops / redis.get_ops : 0.0);
+    set_ratio.push_back(redis.set_ops > 0 ? pkv.set_ops / redis.set_ops : 0.0);
+    pkv_get.push_back(pkv.get_ops);
+    pkv_set.push_back(pkv.set_ops);
+    redis_get.push_back(redis.get_ops);
+    redis_set.push_back(redis.set_ops);
+  }
+  return Figures{Median(get_ratio), Median(set_ratio),
+                 Throughput{Median(pkv_set), Median(pkv_get)},
+                 Throughput{Median(redis_set), Median(redis_get)}};
+}
+
+void PrintJson(const Workload* workloads, const std::vector<Figures>& results,
+               int rounds) {
+  JsonWriter j;
+  j.BeginObject().Field("suite", "server").Field("rounds", rounds);
+  for (size_t i = 0; i < results.size(); ++i) {
+    std::string n = workloads[i].name;
+    const Figures& f = results[i];
+    j.Field("get_" + n + "_ratio_vs_redis", f.get_ratio)
+        .Field("set_" + n + "_ratio_vs_redis", f.set_ratio)
+        .Field("prefixkv_get_" + n + "_ops_per_s", f.pkv.get_ops)
+        .Field("prefixkv_set_" + n + "_ops_per_s", f.pkv.set_ops)
+        .Field("redis_get_" + n + "_ops_per_s", f.redis.get_ops)
+        .Field("redis_set_" + n + "_ops_per_s", f.redis.set_ops);
+  }
+  j.EndObject();
+  std::printf("%s\n", j.str().c_str());
+}
+
+void PrintTable(const Workload* workloads, const std::vector<Figures>& results,
+                int rounds) {
+  std::printf(
+      "server benchmark: prefixkv serve vs redis-server under redis-benchmark "
+      "(median of %d rounds)\n",
+      rounds);
+  const char* goals[2][2] = {{">= 0.7", ">= 0.7"}, {">= 1.0", ">= 0.8"}};
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Figures& f = results[i];
+    std::printf("  GET %-5s %.2fx  (%.0f vs %.0f ops/s, goal %s)\n", workloads[i].name,
+                f.get_ratio, f.pkv.get_ops, f.redis.get_ops, goals[i][0]);
+    std::printf("  SET %-5s %.2fx  (%.0f vs %.0f ops/s, goal %s)\n", workloads[i].name,
+                f.set_ratio, f.pkv.set_ops, f.redis.set_ops, goals[i][1]);
+  }
+}
+
 int RunServerBench(const std::vector<std::string>& args) {
-  Flags flags("prefixkv bench server [--json] [--threads N]",
+  Flags flags("prefixkv bench server [--json] [--threads N] [--rounds N]",
               {{"json", "print one JSON object", true, ""},
-               {"threads", "I/O threads of prefixkv serve", false, "2"}});
+               {"threads", "I/O threads of prefixkv serve", false, "2"},
+               {"rounds", "measurements per figure (median taken)", false, "3"}});
   std::string error;
   if (!flags.Parse(args, &error)) return UsageError(flags, error);
   if (flags.help_requested()) {
@@ -174,6 +248,8 @@ int RunServerBench(const std::vector<std::string>& args) {
   std::optional<uint64_t> threads = ParseSize(flags.GetString("threads", "2"));
   if (!threads || *threads == 0 || *threads > 64)
     return UsageError(flags, "bad --threads");
+  std::optional<uint64_t> rounds = ParseSize(flags.GetString("rounds", "3"));
+  if (!rounds || *rounds == 0 || *rounds > 50) return UsageError(flags, "bad --rounds");
   if (std::system("command -v redis-server >/dev/null && command -v redis-benchmark "
                   ">/dev/null") != 0) {
     std::fprintf(stderr,
@@ -186,51 +262,23 @@ int RunServerBench(const std::vector<std::string>& args) {
   std::filesystem::path dir(tmpl);
   Servers servers;
   bool started = StartServers(dir, static_cast<int>(*threads), &servers);
-  const Workload workloads[] = {{"4kib", 4096, 50, 16, 200000, 1000},
-                                {"1mib", 1 << 20, 16, 4, 3000, 100}};
-  std::vector<std::pair<Throughput, Throughput>> results;  // (prefixkv, redis)
+  const Workload workloads[] = {{"4kib", 4096, 50, 16, 100000, 1000},
+                                {"1mib", 1 << 20, 16, 4, 1500, 100}};
+  std::vector<Figures> results;
   for (const Workload& w : workloads) {
-    if (!started) break;
-    Throughput pkv = RunBenchmark(servers.prefixkv_port, w);
-    Throughput redis = RunBenchmark(servers.redis_port, w);
-    results.emplace_back(pkv, redis);
+    if (started) results.push_back(Measure(servers, w, static_cast<int>(*rounds)));
   }
   Terminate(servers.prefixkv);
   Terminate(servers.redis);
   std::filesystem::remove_all(dir);
-  if (!started || results.size() != 2) {
+  if (!started) {
     std::fprintf(stderr, "bench server: could not start both servers\n");
     return 1;
   }
-  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   if (flags.GetBool("json")) {
-    JsonWriter j;
-    j.BeginObject().Field("suite", "server");
-    for (size_t i = 0; i < 2; ++i) {
-      std::string n = workloads[i].name;
-      const auto& [pkv, redis] = results[i];
-      j.Field("get_" + n + "_ratio_vs_redis", ratio(pkv.get_ops, redis.get_ops))
-          .Field("set_" + n + "_ratio_vs_redis", ratio(pkv.set_ops, redis.set_ops))
-          .Field("prefixkv_get_" + n + "_ops_per_s", pkv.get_ops)
-          .Field("prefixkv_set_" + n + "_ops_per_s", pkv.set_ops)
-          .Field("redis_get_" + n + "_ops_per_s", redis.get_ops)
-          .Field("redis_set_" + n + "_ops_per_s", redis.set_ops);
-    }
-    j.EndObject();
-    std::printf("%s\n", j.str().c_str());
-    return 0;
-  }
-  std::printf(
-      "server benchmark: prefixkv serve vs redis-server, redis-benchmark on loopback\n");
-  const char* goals[2][2] = {{">= 0.7", ">= 0.7"}, {">= 1.0", ">= 0.8"}};
-  for (size_t i = 0; i < 2; ++i) {
-    const auto& [pkv, redis] = results[i];
-    std::printf("  GET %-5s %.2fx  (%.0f vs %.0f ops/s, goal %s)\n", workloads[i].name,
-                ratio(pkv.get_ops, redis.get_ops), pkv.get_ops, redis.get_ops,
-                goals[i][0]);
-    std::printf("  SET %-5s %.2fx  (%.0f vs %.0f ops/s, goal %s)\n", workloads[i].name,
-                ratio(pkv.set_ops, redis.set_ops), pkv.set_ops, redis.set_ops,
-                goals[i][1]);
+    PrintJson(workloads, results, static_cast<int>(*rounds));
+  } else {
+    PrintTable(workloads, results, static_cast<int>(*rounds));
   }
   return 0;
 }
