@@ -79,9 +79,9 @@ void SsdTier::Impl::CountEvent(OwnerId owner, uint64_t TierCounters::*field) {
 
 void SsdTier::Impl::NoteWriteResult(const Status& s) {
   if (s.ok()) {
-    if (failing_.exchange(false)) Log("writes succeed again");
+    if (failing_.exchange(false)) Log("I/O succeeds again");
   } else if (!failing_.exchange(true)) {
-    Log("write failed (further failures are counted, not logged): " + s.ToString());
+    Log("I/O error (further errors are counted, not logged): " + s.ToString());
   }
 }
 

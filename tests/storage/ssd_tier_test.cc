@@ -230,11 +230,11 @@ TEST_F(SsdTierTest, AFailedWriteBackKeepsTheBlockQueuedAndServedUntilItSucceeds)
   EXPECT_TRUE(tier->Get(ChainBlock(0, 0).key).ok());
   EXPECT_TRUE(tier->Flush().IsIOError());  // retried, failed again
   EXPECT_GE(tier->Totals().io_errors, 2u);
-  EXPECT_EQ(log.Count("write failed"), 1);  // logged once
+  EXPECT_EQ(log.Count("I/O error"), 1);  // logged once
   fail = false;
   ASSERT_TRUE(tier->Flush().ok());
   EXPECT_EQ(tier->Totals().entries, 1u);
-  EXPECT_EQ(log.Count("succeed again"), 1);
+  EXPECT_EQ(log.Count("succeeds again"), 1);
   testing::ExpectCountersMatchContents(*tier, {0});
 }
 

@@ -81,7 +81,7 @@ bool RawDirect(const fs::path& dir, const std::vector<SharedBytes>& blocks,
       return;
     }
     for (const SharedBytes& b : blocks) {
-      std::memcpy(buf, b.data(), bs);  // the tier copies too; keep the limit honest
+      std::memcpy(buf, b.data(), bs);  // O_DIRECT needs a page-aligned source
       ok &=
           pwrite(fd, buf, bs, static_cast<off_t>(&b - blocks.data()) * bs) == ssize_t(bs);
     }
