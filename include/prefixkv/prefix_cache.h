@@ -63,6 +63,14 @@ struct NamespaceOptions {
   TierStack* tiers = nullptr;
   // Owner charged for the blocks (BlockMeta::owner).
   OwnerId owner = 0;
+  // Store the tokens after the last full block as one marked partial block
+  // (BlockRecord::partial), which then is the store's tip and carries the
+  // rotating/arrays state; Match then also looks for such a tail (up to
+  // block_tokens - 1 extra key lookups after the last matched full block).
+  // Default off: full blocks only, and tip-only state is kept only when a
+  // store ends on a block boundary. Recommended for models with sliding-window
+  // or recurrent layers, whose turns rarely end on a boundary.
+  bool store_partial_tail = false;
 };
 
 struct PrefixCacheOptions {
@@ -135,9 +143,10 @@ class PrefixCache {
 
   // Stores the caches of `tokens`: `layers` holds one LayerState per layer
   // covering all tokens (sliceable tensors with tokens.size() rows on the
-  // token axis; rotating meta with offset == tokens.size()). Only full blocks
-  // are stored; tip-only state is stored only when the tokens end on a block
-  // boundary (otherwise the blocks hold placeholders and `note` says so).
+  // token axis; rotating meta with offset == tokens.size()). Full blocks, plus
+  // the partial tail when the namespace opted in; tip-only state is stored
+  // only when the last stored block ends at tokens.size() (otherwise the
+  // blocks hold placeholders and `note` says so).
   // InvalidArgument when the layers do not fit the namespace layout.
   StatusOr<StoreResult> Store(Namespace ns, std::span<const int32_t> tokens,
                               const std::vector<LayerState>& layers);

@@ -97,21 +97,21 @@ Status CheckStoreLayers(const PrefixCache::NamespaceState& ns, size_t token_coun
 
 StatusOr<BlockRecord> BuildBlock(const PrefixCache::NamespaceState& ns,
                                  std::span<const int32_t> tokens,
-                                 const std::vector<LayerState>& layers, size_t index,
-                                 const BlockKey& key, const BlockKey& parent,
-                                 bool with_tip_state) {
-  const int64_t block = ns.spec.block_tokens;
-  const int64_t start = static_cast<int64_t>(index) * block;
+                                 const std::vector<LayerState>& layers,
+                                 const PlannedBlock& block, bool with_tip_state) {
+  const int64_t start = static_cast<int64_t>(block.start);
+  const int64_t count = block.count;
   BlockRecord rec;
-  rec.key = key;
-  rec.parent = parent;
+  rec.key = block.key;
+  rec.parent = block.parent;
   rec.namespace_id = ns.root;
-  rec.token_count = ns.spec.block_tokens;
-  rec.tokens.assign(tokens.begin() + start, tokens.begin() + start + block);
+  rec.token_count = block.count;
+  rec.partial = block.count < ns.spec.block_tokens;
+  rec.tokens.assign(tokens.begin() + start, tokens.begin() + start + count);
   rec.layers.reserve(layers.size());
   for (size_t i = 0; i < layers.size(); ++i) {
     if (IsSliceable(ns.families[i])) {
-      PKV_ASSIGN_OR_RETURN(LayerState slice, SliceLayer(layers[i], start, block));
+      PKV_ASSIGN_OR_RETURN(LayerState slice, SliceLayer(layers[i], start, count));
       rec.layers.push_back(std::move(slice));
     } else if (with_tip_state) {
       rec.layers.push_back(layers[i]);

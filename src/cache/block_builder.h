@@ -24,14 +24,21 @@ namespace prefixkv::cache {
 Status CheckStoreLayers(const PrefixCache::NamespaceState& ns, size_t token_count,
                         const std::vector<LayerState>& layers);
 
-// Block `index` of a store: tokens [index*B, (index+1)*B). `with_tip_state`:
-// tip-only layers carry the real state (else placeholders).
-// REQUIRES: CheckStoreLayers passed; the block is full.
+// One block of a store: where it sits and what it is called.
+struct PlannedBlock {
+  BlockKey key;
+  BlockKey parent;     // the previous block, or the namespace root
+  size_t start = 0;    // first token
+  uint32_t count = 0;  // tokens; < block_tokens only for a marked partial tail
+};
+
+// The record of `block` cut from a store's layers. `with_tip_state`: tip-only
+// layers carry the real state (else placeholders). A block shorter than
+// block_tokens is marked partial. REQUIRES: CheckStoreLayers passed.
 StatusOr<BlockRecord> BuildBlock(const PrefixCache::NamespaceState& ns,
                                  std::span<const int32_t> tokens,
-                                 const std::vector<LayerState>& layers, size_t index,
-                                 const BlockKey& key, const BlockKey& parent,
-                                 bool with_tip_state);
+                                 const std::vector<LayerState>& layers,
+                                 const PlannedBlock& block, bool with_tip_state);
 
 // Replaces every tip-only layer of `record` with its placeholder. Returns
 // false when there was nothing to strip.

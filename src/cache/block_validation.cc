@@ -22,7 +22,8 @@ bool SameShapeExceptTokens(const Tensor& a, const Tensor& b) {
 }
 
 Status CheckSliceableLayer(const PrefixCache::NamespaceState& ns, size_t l,
-                           const LayerState& layer, const LayerState* first) {
+                           const LayerState& layer, int64_t rows,
+                           const LayerState* first) {
   if (layer.placeholder || layer.tensors.empty())
     return Bad(l, "sliceable layer without tensors");
   if (first != nullptr && first->tensors.size() != layer.tensors.size()) {
@@ -30,8 +31,8 @@ Status CheckSliceableLayer(const PrefixCache::NamespaceState& ns, size_t l,
   }
   for (size_t t = 0; t < layer.tensors.size(); ++t) {
     const Tensor& x = layer.tensors[t];
-    if (x.ndim() < 2 || x.dim(TokenAxis(x)) != ns.spec.block_tokens) {
-      return Bad(l, "tensor " + x.DebugString() + " is not one block of tokens");
+    if (x.ndim() < 2 || x.dim(TokenAxis(x)) != rows) {
+      return Bad(l, "tensor " + x.DebugString() + " does not hold the block's tokens");
     }
     if (ns.families[l] == CacheFamily::kSliceableKV && x.dtype() != ns.spec.dtype) {
       return Bad(l, "dtype " + std::string(DTypeName(x.dtype())) +
@@ -69,9 +70,11 @@ Status CheckHeader(const PrefixCache::NamespaceState& ns, const BlockRecord& rec
     return Status::Corruption("parent link does not match the chain");
   if (rec.namespace_id != ns.root)
     return Status::Corruption("block of another namespace");
-  if (rec.partial || rec.token_count != ns.spec.block_tokens) {
-    return Status::Corruption("not a full block of " +
-                              std::to_string(ns.spec.block_tokens) + " tokens");
+  const bool short_block = tokens.size() < ns.spec.block_tokens;
+  if (rec.token_count != tokens.size() || rec.partial != short_block) {
+    return Status::Corruption("holds " + std::to_string(rec.token_count) +
+                              (rec.partial ? " tokens (partial)" : " tokens") +
+                              ", matched " + std::to_string(tokens.size()));
   }
   if (!rec.tokens.empty() &&
       !std::equal(rec.tokens.begin(), rec.tokens.end(), tokens.begin(), tokens.end())) {
@@ -88,10 +91,11 @@ Status CheckHeader(const PrefixCache::NamespaceState& ns, const BlockRecord& rec
 }  // namespace
 
 Status ValidateBlock(const PrefixCache::NamespaceState& ns, const BlockRecord& rec,
-                     size_t index, const BlockKey& parent,
+                     size_t start, const BlockKey& parent,
                      std::span<const int32_t> tokens, const BlockRecord* first) {
   PKV_RETURN_IF_ERROR(CheckHeader(ns, rec, parent, tokens));
-  const int64_t end = static_cast<int64_t>(index + 1) * ns.spec.block_tokens;
+  const int64_t rows = static_cast<int64_t>(tokens.size());
+  const int64_t end = static_cast<int64_t>(start) + rows;
   for (size_t l = 0; l < rec.layers.size(); ++l) {
     const LayerState& layer = rec.layers[l];
     StatusOr<CacheFamily> family = CacheTypeRegistry::Lookup(layer.cache_type);
@@ -102,7 +106,7 @@ Status ValidateBlock(const PrefixCache::NamespaceState& ns, const BlockRecord& r
     }
     PKV_RETURN_IF_ERROR(
         IsSliceable(*family)
-            ? CheckSliceableLayer(ns, l, layer,
+            ? CheckSliceableLayer(ns, l, layer, rows,
                                   first != nullptr ? &first->layers[l] : nullptr)
             : CheckTipOnlyLayer(ns, l, layer, end));
   }

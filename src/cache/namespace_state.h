@@ -22,6 +22,7 @@ class PrefixCache::NamespaceState {
   bool has_tip_only = false;          // any rotating/arrays/composite layer
   TierStack* tiers = nullptr;
   OwnerId owner = 0;
+  bool partial_tail = false;  // NamespaceOptions::store_partial_tail
 
   std::mutex store_mu;        // serialises Store() and lineage access
   cache::TipLineage lineage;  // GUARDED_BY(store_mu)

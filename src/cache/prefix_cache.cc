@@ -2,7 +2,9 @@
 // Restore lives in restore.cc.
 #include "prefixkv/prefix_cache.h"
 
+#include <algorithm>
 #include <string>
+#include <unordered_map>
 
 #include "src/cache/block_builder.h"
 #include "src/cache/block_io.h"
@@ -67,6 +69,7 @@ StatusOr<Namespace> PrefixCache::RegisterModel(const NamespaceSpec& spec,
   }
   ns->tiers = tiers;
   ns->owner = options.owner;
+  ns->partial_tail = options.store_partial_tail;
   if (ns->has_tip_only) ns->lineage = LoadLineage(*ns, options_.decode_limits);
   namespaces_.push_back(std::move(ns));
   return Namespace{static_cast<uint32_t>(namespaces_.size() - 1),
@@ -109,20 +112,50 @@ Status PersistLineage(PrefixCache::NamespaceState& ns) {
   return ns.tiers->PutLowest(meta, std::move(payload));
 }
 
-// Supersede-on-extend for a store whose real tip is keys.back() (DESIGN 6).
-Status UpdateLineage(PrefixCache::NamespaceState& ns, const std::vector<BlockKey>& keys,
-                     const PrefixCacheOptions& options, StoreResult* result) {
-  const BlockKey tip = keys.back();
-  if (ns.lineage.IsTip(tip)) return Status::OK();  // the same tip stored again
-  // The previous tip: the newest recorded tip this chain passes through.
-  // Interior blocks a store branches off are never recorded, so never found.
+// The previous tip of a store: the recorded tip on this store's chain that
+// ends last before the store's own tip. A full tip is on the chain when its
+// key is; a partial tail tip when its parent is and its tokens are the
+// store's tokens at that position. Interior blocks a store branches off are
+// never recorded, so never found.
+BlockKey FindPreviousTip(const PrefixCache::NamespaceState& ns,
+                         const std::vector<cache::PlannedBlock>& plan,
+                         std::span<const int32_t> tokens) {
+  const cache::PlannedBlock& tip = plan.back();
+  const size_t tip_end = tip.start + tip.count;
+  std::unordered_map<BlockKey, size_t, BlockKeyHash> end_of{{ns.root, 0}};
+  for (const cache::PlannedBlock& b : plan) end_of[b.key] = b.start + b.count;
   BlockKey previous;
-  for (size_t j = keys.size() - 1; j-- > 0;) {
-    if (ns.lineage.IsTip(keys[j])) {
-      previous = keys[j];
-      break;
+  size_t best_end = 0;
+  ns.lineage.ForEachTip([&](const BlockKey& key, const cache::TipPlace& place) {
+    size_t end = 0;
+    if (!place.partial) {
+      auto it = end_of.find(key);
+      if (it == end_of.end()) return;
+      end = it->second;
+    } else {
+      auto it = end_of.find(place.parent);
+      if (it == end_of.end()) return;
+      end = it->second + place.token_count;
+      if (end > tokens.size()) return;
+      if (ChainKey(place.parent, tokens.subspan(it->second, place.token_count)) != key)
+        return;
     }
-  }
+    if (end < tip_end && end > best_end) {
+      best_end = end;
+      previous = key;
+    }
+  });
+  return previous;
+}
+
+// Supersede-on-extend for a store whose real tip is plan.back() (DESIGN 6).
+Status UpdateLineage(PrefixCache::NamespaceState& ns,
+                     const std::vector<cache::PlannedBlock>& plan,
+                     std::span<const int32_t> tokens, const PrefixCacheOptions& options,
+                     StoreResult* result) {
+  const cache::PlannedBlock& tip = plan.back();
+  if (ns.lineage.IsTip(tip.key)) return Status::OK();  // the same tip stored again
+  const BlockKey previous = FindPreviousTip(ns, plan, tokens);
   if (!previous.IsZero()) {
     const BlockKey grandparent = ns.lineage.PreviousOf(previous);
     if (!grandparent.IsZero() && ns.lineage.IsTip(grandparent)) {
@@ -131,8 +164,26 @@ Status UpdateLineage(PrefixCache::NamespaceState& ns, const std::vector<BlockKey
       result->stripped_tip = grandparent;
     }
   }
-  ns.lineage.Record(tip, previous);
+  const bool partial = tip.count < ns.spec.block_tokens;
+  ns.lineage.Record(tip.key, previous, cache::TipPlace{tip.parent, tip.count, partial});
   return PersistLineage(ns);
+}
+
+// The blocks of a store: every full block, then the partial tail if opted in.
+std::vector<cache::PlannedBlock> PlanBlocks(const PrefixCache::NamespaceState& ns,
+                                            std::span<const int32_t> tokens) {
+  const uint32_t block = ns.spec.block_tokens;
+  std::vector<cache::PlannedBlock> plan;
+  plan.reserve(tokens.size() / block + 1);
+  BlockKey parent = ns.root;
+  for (size_t start = 0; start < tokens.size(); start += block) {
+    const size_t count = std::min<size_t>(block, tokens.size() - start);
+    if (count < block && !ns.partial_tail) break;
+    const BlockKey key = ChainKey(parent, tokens.subspan(start, count));
+    plan.push_back({key, parent, start, static_cast<uint32_t>(count)});
+    parent = key;
+  }
+  return plan;
 }
 
 }  // namespace
@@ -142,28 +193,27 @@ StatusOr<StoreResult> PrefixCache::Store(Namespace handle,
                                          const std::vector<LayerState>& layers) {
   PKV_ASSIGN_OR_RETURN(NamespaceState * ns, Find(handle));
   PKV_RETURN_IF_ERROR(cache::CheckStoreLayers(*ns, tokens.size(), layers));
-  const uint32_t block = ns->spec.block_tokens;
   StoreResult result;
-  const std::vector<BlockKey> keys = ChainKeys(ns->root, tokens, block);
-  result.blocks = keys.size();
-  if (keys.empty()) return result;
-  result.tip = keys.back();
-  const bool aligned = tokens.size() % block == 0;
-  const bool tip_state = ns->has_tip_only && aligned;
-  if (ns->has_tip_only && !aligned) {
+  const std::vector<cache::PlannedBlock> plan = PlanBlocks(*ns, tokens);
+  result.blocks = plan.size();
+  if (plan.empty()) return result;
+  result.tip = plan.back().key;
+  const bool ends_at_tip = plan.back().start + plan.back().count == tokens.size();
+  const bool tip_state = ns->has_tip_only && ends_at_tip;
+  if (ns->has_tip_only && !ends_at_tip) {
     result.note = "tokens do not end on a block boundary: tip-only state not stored";
   }
   std::lock_guard<std::mutex> lock(ns->store_mu);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const bool real_tip = tip_state && i + 1 == keys.size();
-    const BlockKey parent = i == 0 ? ns->root : keys[i - 1];
-    const bool cached = ns->tiers->Contains(keys[i]);
-    if (cached && (!real_tip || IsRealTip(*ns, keys[i], options_.decode_limits))) {
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const BlockKey& key = plan[i].key;
+    const bool real_tip = tip_state && i + 1 == plan.size();
+    const bool cached = ns->tiers->Contains(key);
+    if (cached && (!real_tip || IsRealTip(*ns, key, options_.decode_limits))) {
       ++result.blocks_deduplicated;
       continue;
     }
-    PKV_ASSIGN_OR_RETURN(BlockRecord rec, cache::BuildBlock(*ns, tokens, layers, i,
-                                                            keys[i], parent, real_tip));
+    PKV_ASSIGN_OR_RETURN(BlockRecord rec,
+                         cache::BuildBlock(*ns, tokens, layers, plan[i], real_tip));
     if (cached) {
       // The new tip exists as an interior block of a longer chain: give it
       // the real state in place.
@@ -173,11 +223,11 @@ StatusOr<StoreResult> PrefixCache::Store(Namespace handle,
       PKV_RETURN_IF_ERROR(cache::PutBlock(*ns, rec, options_.encode));
       ++result.blocks_written;
       // A recorded tip that had vanished comes back as a placeholder.
-      if (!real_tip) ns->lineage.Forget(keys[i]);
+      if (!real_tip) ns->lineage.Forget(key);
     }
   }
   result.tip_state_stored = tip_state;
-  if (tip_state) PKV_RETURN_IF_ERROR(UpdateLineage(*ns, keys, options_, &result));
+  if (tip_state) PKV_RETURN_IF_ERROR(UpdateLineage(*ns, plan, tokens, options_, &result));
   return result;
 }
 
@@ -188,15 +238,30 @@ StatusOr<MatchResult> PrefixCache::Match(Namespace handle,
   MatchResult match;
   match.ns = handle;
   BlockKey parent = ns->root;
-  for (size_t start = 0; start + block <= tokens.size(); start += block) {
-    std::span<const int32_t> part = tokens.subspan(start, block);
-    const BlockKey key = ChainKey(parent, part);
-    const TierLevel level = ns->tiers->Locate(key);
-    if (level == TierLevel::kNone) break;
+  size_t start = 0;
+  auto take = [&](const BlockKey& key, TierLevel level, std::span<const int32_t> part) {
     match.keys.push_back(key);
     match.tiers.push_back(level);
     match.tokens.insert(match.tokens.end(), part.begin(), part.end());
     parent = key;
+    start += part.size();
+  };
+  while (start + block <= tokens.size()) {
+    std::span<const int32_t> part = tokens.subspan(start, block);
+    const BlockKey key = ChainKey(parent, part);
+    const TierLevel level = ns->tiers->Locate(key);
+    if (level == TierLevel::kNone) break;
+    take(key, level, part);
+  }
+  if (!ns->partial_tail) return match;
+  // The longest partial tail stored after the last matched full block.
+  for (size_t n = std::min<size_t>(block - 1, tokens.size() - start); n > 0; --n) {
+    std::span<const int32_t> part = tokens.subspan(start, n);
+    const BlockKey key = ChainKey(parent, part);
+    const TierLevel level = ns->tiers->Locate(key);
+    if (level == TierLevel::kNone) continue;
+    take(key, level, part);
+    break;
   }
   return match;
 }

@@ -7,6 +7,7 @@
 // newest real tip. A namespace with tip-only layers and no real tip in the
 // match restores nothing: the sliceable slices alone cannot rebuild a window
 // or a recurrent state, so any positive length would decode wrongly.
+#include <algorithm>
 #include <string>
 
 #include "prefixkv/prefix_cache.h"
@@ -33,9 +34,12 @@ std::vector<LoadedBlock> LoadValidBlocks(const PrefixCache::NamespaceState& ns,
     Status s = block.status();
     if (s.ok()) {
       const BlockKey parent = i == 0 ? ns.root : match.keys[i - 1];
-      s = cache::ValidateBlock(ns, block->record, i, parent,
-                               std::span<const int32_t>(match.tokens).subspan(i * b, b),
-                               blocks.empty() ? nullptr : &blocks[0].record);
+      const size_t start = i * b;
+      const size_t count = std::min(b, match.tokens.size() - start);
+      s = cache::ValidateBlock(
+          ns, block->record, start, parent,
+          std::span<const int32_t>(match.tokens).subspan(start, count),
+          blocks.empty() ? nullptr : &blocks[0].record);
     }
     if (!s.ok()) {
       *reason = "block " + std::to_string(i) + " (" + match.keys[i].ToHex() +
@@ -119,8 +123,12 @@ WindowPadding PrefixCache::DetectWindowPadding(const std::vector<LayerState>& la
 
 StatusOr<RestoreResult> PrefixCache::Restore(const MatchResult& match) {
   PKV_ASSIGN_OR_RETURN(NamespaceState * ns, Find(match.ns));
-  if (match.keys.size() != match.tiers.size() ||
-      match.tokens.size() != match.keys.size() * ns->spec.block_tokens) {
+  // Every matched block is full except perhaps a partial last one.
+  const size_t b = ns->spec.block_tokens;
+  const size_t k = match.keys.size();
+  if (k != match.tiers.size() || match.tokens.size() > k * b ||
+      (k > 0 && match.tokens.size() <= (k - 1) * b) ||
+      (k == 0 && !match.tokens.empty())) {
     return Status::InvalidArgument("inconsistent MatchResult");
   }
   RestoreResult result;
@@ -135,9 +143,9 @@ StatusOr<RestoreResult> PrefixCache::Restore(const MatchResult& match) {
   if (blocks.empty()) return result;
   PKV_ASSIGN_OR_RETURN(result.layers, Assemble(*ns, blocks));
   result.restored_blocks = blocks.size();
-  result.restored_tokens = uint64_t{blocks.size()} * ns->spec.block_tokens;
-  for (const LoadedBlock& b : blocks) {
-    (b.level == TierLevel::kHot ? result.blocks_from_hot : result.blocks_from_ssd)++;
+  for (const LoadedBlock& block : blocks) {
+    result.restored_tokens += block.record.token_count;
+    (block.level == TierLevel::kHot ? result.blocks_from_hot : result.blocks_from_ssd)++;
   }
   result.window = DetectWindowPadding(blocks.back().record.layers);
   return result;

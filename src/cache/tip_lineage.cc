@@ -13,7 +13,7 @@ namespace {
 constexpr uint32_t kMagic = 0x4C564B50;  // "PKVL" read as little-endian u32
 constexpr uint32_t kVersion = 1;
 constexpr size_t kHeaderBytes = 16;
-constexpr size_t kEntryBytes = 40;
+constexpr size_t kEntryBytes = 64;
 
 void PutU64(uint8_t* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
@@ -36,8 +36,9 @@ BlockKey TipLineage::PreviousOf(const BlockKey& tip) const {
   return it == tips_.end() ? BlockKey{} : it->second.previous;
 }
 
-void TipLineage::Record(const BlockKey& tip, const BlockKey& previous) {
-  tips_[tip] = Entry{previous, next_seq_++};
+void TipLineage::Record(const BlockKey& tip, const BlockKey& previous,
+                        const TipPlace& place) {
+  tips_[tip] = Entry{previous, place, next_seq_++};
 }
 
 void TipLineage::Forget(const BlockKey& tip) { tips_.erase(tip); }
@@ -64,7 +65,9 @@ BlockRecord TipLineage::ToRecord(const BlockKey& root) const {
   for (const auto& [tip, e] : tips_) {
     tip.EncodeTo(p);
     e.previous.EncodeTo(p + 16);
-    PutU64(p + 32, e.seq);
+    e.place.parent.EncodeTo(p + 32);
+    PutU64(p + 48, e.seq);
+    PutU64(p + 56, uint64_t{e.place.token_count} | (uint64_t{e.place.partial} << 32));
     p += kEntryBytes;
   }
   BlockRecord rec;
@@ -99,8 +102,14 @@ StatusOr<TipLineage> TipLineage::FromRecord(const BlockRecord& rec,
   TipLineage lineage;
   const uint8_t* p = b.data() + kHeaderBytes;
   for (uint64_t i = 0; i < count; ++i, p += kEntryBytes) {
-    const uint64_t seq = GetU64(p + 32);
-    lineage.tips_[BlockKey::DecodeFrom(p)] = Entry{BlockKey::DecodeFrom(p + 16), seq};
+    const uint64_t seq = GetU64(p + 48);
+    const uint64_t count_flags = GetU64(p + 56);
+    if ((count_flags >> 32) > 1)
+      return Status::Corruption("tip lineage record: bad flags");
+    const TipPlace place{BlockKey::DecodeFrom(p + 32), static_cast<uint32_t>(count_flags),
+                         (count_flags >> 32) == 1};
+    lineage.tips_[BlockKey::DecodeFrom(p)] =
+        Entry{BlockKey::DecodeFrom(p + 16), place, seq};
     lineage.next_seq_ = std::max(lineage.next_seq_, seq + 1);
   }
   return lineage;

@@ -9,7 +9,9 @@
 // (RecordKey): token_count 0, no tokens, one layer of type kLineageLayerType
 // whose single uint8 tensor holds the entries:
 //   u32 magic "PKVL" | u32 version (1) | u64 count |
-//   count x (tip key 16 B | previous tip key 16 B | sequence u64), all LE.
+//   count x (tip key 16 B | previous tip key 16 B | tip's parent key 16 B |
+//            sequence u64 | tip token count u32 | flags u32 (1: partial)),
+//   all little-endian.
 // Using the block codec means the record is checksummed like any block and
 // every tool that walks a tier can decode it.
 //
@@ -29,6 +31,14 @@ namespace prefixkv::cache {
 
 inline constexpr const char* kLineageLayerType = "prefixkv.TipLineage";
 
+// Where a tip sits in its chain: a partial tail tip is not on the key chain of
+// a longer store, so finding it needs its parent and length.
+struct TipPlace {
+  BlockKey parent;           // the block before the tip (the root for the first)
+  uint32_t token_count = 0;  // tokens the tip block covers
+  bool partial = false;      // a marked partial tail block
+};
+
 class TipLineage {
  public:
   // The reserved key of a namespace's lineage record: ChainKey(root, no
@@ -42,7 +52,12 @@ class TipLineage {
   // The tip `tip` extended; zero when none or `tip` is not recorded.
   BlockKey PreviousOf(const BlockKey& tip) const;
   // Records `tip` (newest) as extending `previous` (zero: none).
-  void Record(const BlockKey& tip, const BlockKey& previous);
+  void Record(const BlockKey& tip, const BlockKey& previous, const TipPlace& place);
+  // Calls fn(tip, place) for every recorded tip.
+  template <typename Fn>
+  void ForEachTip(Fn fn) const {
+    for (const auto& [tip, e] : tips_) fn(tip, e.place);
+  }
   // Forgets a tip (stripped, overwritten by a placeholder, or evicted).
   void Forget(const BlockKey& tip);
   // Drops every tip for which `present` is false.
@@ -63,6 +78,7 @@ class TipLineage {
  private:
   struct Entry {
     BlockKey previous;
+    TipPlace place;
     uint64_t seq = 0;  // recording order, for Entries()
   };
   std::unordered_map<BlockKey, Entry, BlockKeyHash> tips_;

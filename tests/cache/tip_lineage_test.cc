@@ -161,8 +161,8 @@ TEST(TipLineage, GrandparentTipOnSsdIsStripped) {
 TEST(TipLineageRecord, RoundTripsThroughTheBlockCodec) {
   const BlockKey root{1, 2};
   cache::TipLineage lineage;
-  lineage.Record(BlockKey{3, 4}, BlockKey{});
-  lineage.Record(BlockKey{5, 6}, BlockKey{3, 4});
+  lineage.Record(BlockKey{3, 4}, BlockKey{}, {BlockKey{1, 2}, 4, false});
+  lineage.Record(BlockKey{5, 6}, BlockKey{3, 4}, {BlockKey{3, 4}, 3, true});
   BlockRecord rec = lineage.ToRecord(root);
   StatusOr<BlockRecord> decoded = DecodeBlock(EncodeBlock(rec).value());
   ASSERT_TRUE(decoded.ok());
@@ -174,7 +174,7 @@ TEST(TipLineageRecord, RoundTripsThroughTheBlockCodec) {
 
 TEST(TipLineageRecord, RejectsARecordOfAnotherNamespaceOrSize) {
   cache::TipLineage lineage;
-  lineage.Record(BlockKey{3, 4}, BlockKey{});
+  lineage.Record(BlockKey{3, 4}, BlockKey{}, {BlockKey{1, 2}, 4, false});
   BlockRecord rec = lineage.ToRecord(BlockKey{1, 2});
   EXPECT_TRUE(cache::TipLineage::FromRecord(rec, BlockKey{9, 9}).status().IsCorruption());
   Tensor& t = rec.layers[0].tensors[0];

@@ -1,0 +1,122 @@
+// The opt-in partial tail: a store that ends mid-block keeps its last tokens
+// (and the sliding-window state at exactly that position) in one marked
+// partial block, which Match finds and Restore serves; partial tips take part
+// in supersede-on-extend like full ones.
+#include <gtest/gtest.h>
+
+#include "tests/cache/cache_test_util.h"
+
+namespace prefixkv {
+namespace {
+
+using testing::HybridSpec;
+using testing::kBlockTokens;
+using testing::kPlaceholderShape;
+using testing::kRealRotatingShape;
+using testing::KvLayer;
+using testing::RotatingLayer;
+using testing::RotatingShape;
+using testing::TestTiers;
+
+std::vector<int32_t> Conversation(size_t tokens) {
+  std::vector<int32_t> t(tokens);
+  for (size_t i = 0; i < tokens; ++i) t[i] = static_cast<int32_t>(7 * i + 3);
+  return t;
+}
+
+class PartialTailTest : public ::testing::Test {
+ protected:
+  Namespace Register(bool partial) {
+    NamespaceOptions o;
+    o.store_partial_tail = partial;
+    return cache_.RegisterModel(HybridSpec(), o).value();
+  }
+  StoreResult StoreTurn(Namespace ns, size_t tokens) {
+    const int64_t n = static_cast<int64_t>(tokens);
+    StatusOr<StoreResult> r =
+        cache_.Store(ns, Conversation(tokens),
+                     {KvLayer(n, &rng_), RotatingLayer(n, "RotatingKVCache", &rng_)});
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : StoreResult{};
+  }
+
+  std::mt19937_64 rng_{testing::TestSeed("PartialTailTest")};
+  TestTiers tiers_{16u << 20, ""};
+  PrefixCache cache_{tiers_.stack.get()};
+};
+
+TEST_F(PartialTailTest, UnalignedTurnRestoresToItsLastToken) {
+  Namespace ns = Register(true);
+  const std::vector<int32_t> tokens = Conversation(10);  // 2 full blocks + 2 tokens
+  const std::vector<LayerState> layers = {KvLayer(10, &rng_),
+                                          RotatingLayer(10, "RotatingKVCache", &rng_)};
+  StatusOr<StoreResult> s = cache_.Store(ns, tokens, layers);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->blocks, 3u);
+  EXPECT_TRUE(s->tip_state_stored);
+  EXPECT_TRUE(s->note.empty());
+  EXPECT_TRUE(testing::ReadBlock(*tiers_.hot, s->tip).partial);
+
+  std::vector<int32_t> prompt = Conversation(15);  // the next turn's prompt
+  StatusOr<MatchResult> m = cache_.Match(ns, prompt);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->keys.size(), 3u);
+  EXPECT_EQ(m->matched_tokens(), 10u);
+  StatusOr<RestoreResult> r = cache_.Restore(*m);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->restored_tokens, 10u);
+  EXPECT_TRUE(r->reason.empty()) << r->reason;
+  EXPECT_EQ(r->layers[0], layers[0]);
+  EXPECT_EQ(r->layers[1].tensors, layers[1].tensors);
+  EXPECT_EQ(RotatingMeta::Parse(r->layers[1].meta)->offset, 10);
+}
+
+TEST_F(PartialTailTest, WithoutOptInTheTailIsNotStored) {
+  Namespace ns = Register(false);
+  StoreResult s = StoreTurn(ns, 10);
+  EXPECT_EQ(s.blocks, 2u);
+  EXPECT_FALSE(s.tip_state_stored);
+  EXPECT_EQ(cache_.Match(ns, Conversation(15))->matched_tokens(), 2 * kBlockTokens);
+}
+
+TEST_F(PartialTailTest, PartialTipsAreSupersededLikeFullTips) {
+  Namespace ns = Register(true);
+  const BlockKey t1 = StoreTurn(ns, 6).tip;   // partial: 1 block + 2 tokens
+  const BlockKey t2 = StoreTurn(ns, 11).tip;  // partial: 2 blocks + 3 tokens
+  EXPECT_EQ(RotatingShape(*tiers_.hot, t1), kRealRotatingShape);
+  const StoreResult s3 = StoreTurn(ns, 16);  // full: 4 blocks
+  EXPECT_EQ(s3.stripped_tip, t1);
+  EXPECT_EQ(RotatingShape(*tiers_.hot, t1), kPlaceholderShape);
+  EXPECT_EQ(RotatingShape(*tiers_.hot, t2), kRealRotatingShape);
+  const StoreResult s4 = StoreTurn(ns, 19);  // partial: 4 blocks + 3 tokens
+  EXPECT_EQ(s4.stripped_tip, t2);
+  EXPECT_EQ(RotatingShape(*tiers_.hot, s3.tip), kRealRotatingShape);
+  // A prompt that diverges inside t2's tail falls back to the last full block
+  // that carries real state: none before block 4, so walk-back reports it.
+  std::vector<int32_t> diverged = Conversation(11);
+  diverged[9] = -1;
+  StatusOr<MatchResult> m = cache_.Match(ns, diverged);
+  EXPECT_EQ(m->matched_tokens(), 2 * kBlockTokens);
+  EXPECT_EQ(cache_.Restore(*m)->restored_tokens, 0u);
+}
+
+TEST_F(PartialTailTest, PartialBlockIsValidatedAgainstTheMatchedLength) {
+  Namespace ns = Register(true);
+  StoreTurn(ns, 7);
+  StatusOr<MatchResult> m = cache_.Match(ns, Conversation(7));
+  ASSERT_EQ(m->matched_tokens(), 7u);
+  // A MatchResult that lies about the tail length is refused outright.
+  MatchResult wrong = *m;
+  wrong.tokens.pop_back();
+  wrong.tokens.pop_back();
+  wrong.tokens.pop_back();
+  EXPECT_TRUE(cache_.Restore(wrong).status().IsInvalidArgument());
+  wrong.tokens.push_back(1);
+  StatusOr<RestoreResult> r = cache_.Restore(wrong);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->restored_tokens, 0u);  // the 3-token tail block is not 1 token
+  EXPECT_NE(r->reason.find("block 1"), std::string::npos) << r->reason;
+}
+
+}  // namespace
+}  // namespace prefixkv
