@@ -1,10 +1,10 @@
 // Model-based randomized test of SharedHotBudget + HotTier views.
 //
-// A plain reference model (maps and linear scans, no trees, no tentative
-// victims) runs the same random operations — insert/replace, lookup, pin,
-// unpin, remove, quota changes, across several owners, under both policies —
-// and after EVERY operation the test checks: the status matches; the victims
-// handed to each owner's listener, in order, match the model's; every owner's
+// A plain reference model (tests/storage/hot_reference_model.h: maps and
+// linear scans, no trees, no tentative victims) runs the same random operations —
+// insert/replace, lookup, pin, unpin, remove, quota changes, across several owners, under
+// both policies — and after EVERY operation the test checks: the status matches; the
+// victims handed to each owner's listener, in order, match the model's; every owner's
 // counters match the model (state counters recomputed from its entries); the
 // budget total equals the sum of the owners; the budget is never exceeded;
 // and Audit() finds nothing.
@@ -22,10 +22,14 @@
 #include <vector>
 
 #include "prefixkv/hot_tier.h"
+#include "tests/storage/hot_reference_model.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace {
+
+using hot_test::Model;
+using hot_test::Victim;
 
 constexpr int kOwners = 4;      // owner 3 has no listener
 constexpr uint64_t kKeys = 24;  // ids 1..kKeys per owner
@@ -36,13 +40,6 @@ BlockKey KeyOf(uint64_t id) { return id == 0 ? BlockKey{} : BlockKey{0x5EED, id}
 
 // Chains of eight: 1 <- 2 <- ... <- 8, 9 <- 10 ...
 uint64_t DefaultParent(uint64_t id) { return id % 8 == 1 ? 0 : id - 1; }
-
-struct Victim {
-  OwnerId owner;
-  uint64_t id;
-  bool dirty;
-  bool operator==(const Victim&) const = default;
-};
 
 class SharedRecorder {
  public:
@@ -58,177 +55,6 @@ class SharedRecorder {
     OwnerId owner_;
   };
   std::vector<Victim> victims;
-};
-
-// The reference: what the budget must do, written as plainly as possible.
-class Model {
- public:
-  struct Entry {
-    uint64_t charge, seq, parent, version;
-    uint32_t pins = 0;
-    bool dirty;
-  };
-  struct Owner {
-    std::optional<uint64_t> quota;
-    bool has_listener = true;
-    std::map<uint64_t, Entry> entries;
-    TierCounters events;  // event counters only; state is recomputed
-  };
-
-  explicit Model(bool leaf) : leaf_(leaf) { owners_[kOwners - 1].has_listener = false; }
-
-  Owner& owner(OwnerId o) { return owners_[o]; }
-  std::vector<Victim> TakeVictims() { return std::exchange(victims_, {}); }
-
-  TierCounters Counters(OwnerId o) const {
-    TierCounters c = owners_[o].events;
-    for (const auto& [id, e] : owners_[o].entries) {
-      ++c.entries;
-      c.bytes += e.charge;
-      if (e.pins > 0) c.pinned_bytes += e.charge;
-    }
-    return c;
-  }
-
-  bool Put(OwnerId o, uint64_t id, uint64_t parent, uint64_t size, bool dirty,
-           uint64_t ver) {
-    const uint64_t charge = HotEntryCharge(size);
-    Owner& own = owners_[o];
-    if (charge > kCapacity || (own.quota && charge > *own.quota)) return false;
-    auto existing = own.entries.find(id);
-    const uint64_t old = existing != own.entries.end() ? existing->second.charge : 0;
-    Plan plan{o, id, existing == own.entries.end() ? parent : 0, {}, {}};
-    plan.children = ChildCounts(plan);
-    uint64_t owner_after = Bytes(o) - old + charge,
-             total_after = TotalBytes() - old + charge;
-    while (own.quota && owner_after > *own.quota) {
-      auto v = Oldest(plan, o);
-      if (!v) return false;
-      const uint64_t freed = Doom(&plan, *v);
-      owner_after -= freed;
-      total_after -= freed;
-    }
-    while (total_after > kCapacity) {
-      auto v = Oldest(plan, std::nullopt);
-      if (!v) return false;
-      total_after -= Doom(&plan, *v);
-    }
-    for (const auto& [vo, vid] : plan.doomed) Evict(vo, vid);
-    Entry& e = own.entries[id];
-    e = Entry{charge, ++seq_, parent, ver, e.pins, dirty};
-    ++own.events.inserts;
-    return true;
-  }
-
-  std::optional<Entry> Lookup(OwnerId o, uint64_t id, bool pin) {
-    auto it = owners_[o].entries.find(id);
-    if (it == owners_[o].entries.end()) {
-      ++owners_[o].events.misses;
-      return std::nullopt;
-    }
-    ++owners_[o].events.hits;
-    it->second.seq = ++seq_;
-    if (pin) ++it->second.pins;
-    return it->second;
-  }
-
-  void Unpin(OwnerId o, uint64_t id) { --owners_[o].entries.at(id).pins; }
-
-  // 0 ok, 1 not found, 2 busy.
-  int Remove(OwnerId o, uint64_t id) {
-    auto it = owners_[o].entries.find(id);
-    if (it == owners_[o].entries.end()) return 1;
-    if (it->second.pins > 0) return 2;
-    owners_[o].entries.erase(it);
-    ++owners_[o].events.removes;
-    return 0;
-  }
-
-  void SetQuota(OwnerId o, std::optional<uint64_t> quota) {
-    owners_[o].quota = quota;
-    Plan plan{o, 0, 0, {}, {}};
-    plan.children = ChildCounts(plan);
-    uint64_t bytes = Bytes(o);
-    while (quota && bytes > *quota) {
-      auto v = Oldest(plan, o);
-      if (!v) break;
-      bytes -= Doom(&plan, *v);
-    }
-    for (const auto& [vo, vid] : plan.doomed) Evict(vo, vid);
-  }
-
- private:
-  using Slot = std::pair<OwnerId, uint64_t>;
-  struct Plan {
-    OwnerId owner;
-    uint64_t id;          // the block being inserted (never a victim); 0 for none
-    uint64_t new_parent;  // a new block's parent: counts as having a child
-    std::vector<Slot> doomed;
-    std::map<Slot, uint32_t> children;  // resident children, doomed excluded
-  };
-
-  std::map<Slot, uint32_t> ChildCounts(const Plan& plan) const {
-    std::map<Slot, uint32_t> counts;
-    for (OwnerId o = 0; o < kOwners; ++o) {
-      for (const auto& [id, e] : owners_[o].entries) {
-        if (e.parent != 0 && e.parent != id) ++counts[{o, e.parent}];
-      }
-    }
-    if (plan.new_parent != 0 && plan.new_parent != plan.id) {
-      ++counts[{plan.owner, plan.new_parent}];
-    }
-    return counts;
-  }
-
-  std::optional<Slot> Oldest(const Plan& plan, std::optional<OwnerId> only) const {
-    std::optional<Slot> best;
-    uint64_t best_seq = UINT64_MAX;
-    for (OwnerId o = 0; o < kOwners; ++o) {
-      if (only && *only != o) continue;
-      for (const auto& [id, e] : owners_[o].entries) {
-        const Slot slot{o, id};
-        if ((o == plan.owner && id == plan.id) || e.pins > 0 || e.seq >= best_seq)
-          continue;
-        if (std::find(plan.doomed.begin(), plan.doomed.end(), slot) != plan.doomed.end())
-          continue;
-        auto c = plan.children.find(slot);
-        if (leaf_ && c != plan.children.end() && c->second > 0) continue;
-        best = slot;
-        best_seq = e.seq;
-      }
-    }
-    return best;
-  }
-
-  uint64_t Doom(Plan* plan, const Slot& v) {
-    const Entry& e = owners_[v.first].entries.at(v.second);
-    if (e.parent != 0 && e.parent != v.second) --plan->children[{v.first, e.parent}];
-    plan->doomed.push_back(v);
-    return e.charge;
-  }
-
-  void Evict(OwnerId o, uint64_t id) {
-    Owner& own = owners_[o];
-    const Entry e = own.entries.at(id);
-    own.entries.erase(id);
-    ++own.events.evictions;
-    if (own.has_listener) {
-      if (e.dirty) ++own.events.spills;
-      victims_.push_back({o, id, e.dirty});
-    }
-  }
-
-  uint64_t Bytes(OwnerId o) const { return Counters(o).bytes; }
-  uint64_t TotalBytes() const {
-    uint64_t sum = 0;
-    for (OwnerId o = 0; o < kOwners; ++o) sum += Bytes(o);
-    return sum;
-  }
-
-  const bool leaf_;
-  Owner owners_[kOwners];
-  uint64_t seq_ = 0;
-  std::vector<Victim> victims_;
 };
 
 SharedBytes MakePayload(uint64_t size, uint64_t version) {
@@ -248,7 +74,8 @@ struct Pin {
 class Harness {
  public:
   Harness(EvictionPolicyKind policy, uint64_t seed)
-      : model_(policy == EvictionPolicyKind::kLeafLru), rng_(seed) {
+      : model_(policy == EvictionPolicyKind::kLeafLru, kOwners, kCapacity, kOwners - 1),
+        rng_(seed) {
     budget_ =
         SharedHotBudget::Create({.capacity_bytes = kCapacity, .policy = policy}).value();
     for (OwnerId o = 0; o < kOwners; ++o) {
