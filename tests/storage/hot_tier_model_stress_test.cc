@@ -1,13 +1,13 @@
 // Model-based randomized test of SharedHotBudget + HotTier views.
 //
 // A plain reference model (tests/storage/hot_reference_model.h: maps and
-// linear scans, no trees, no tentative victims) runs the same random operations —
-// insert/replace, lookup, pin, unpin, remove, quota changes, across several owners, under
-// both policies — and after EVERY operation the test checks: the status matches; the
-// victims handed to each owner's listener, in order, match the model's; every owner's
-// counters match the model (state counters recomputed from its entries); the
-// budget total equals the sum of the owners; the budget is never exceeded;
-// and Audit() finds nothing.
+// linear scans, no trees, no tentative victims) runs the same random
+// operations (insert/replace, lookup, pin, unpin, remove, quota changes,
+// several owners, both policies), and after EVERY operation the test checks:
+// the status matches; the victims handed to each owner's listener, in order,
+// match the model's; every owner's counters match the model (state counters
+// recomputed from its entries); the budget total equals the sum of the
+// owners; the budget is never exceeded; and Audit() finds nothing.
 //
 // PREFIXKV_SEED replays a failure; PREFIXKV_LONG=1 runs 20M operations.
 #include <gtest/gtest.h>
