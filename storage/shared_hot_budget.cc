@@ -3,6 +3,7 @@
 // HotTier views.
 #include "prefixkv/shared_hot_budget.h"
 
+#include <cassert>
 #include <string>
 #include <utility>
 
@@ -21,6 +22,7 @@ BudgetState::BudgetState(const SharedHotBudgetOptions& options)
       policy_(MakeEvictionPolicy(options.policy)) {}
 
 BudgetState::~BudgetState() {
+  assert(total_.pinned_bytes == 0 && "a PinnedBlock outlived its SharedHotBudget");
   // Unlink everything before the entries (and their hooks) are destroyed.
   order_.clear();
   for (auto& owner : owners_) owner->order.clear();
