@@ -50,7 +50,8 @@ struct HotEntry {
 };
 
 // The charge's overhead estimate must cover at least the map node itself.
-static_assert(sizeof(HotEntry) + sizeof(BlockKey) + 4 * sizeof(void*) <= kHotEntryOverheadBytes,
+static_assert(sizeof(HotEntry) + sizeof(BlockKey) + 4 * sizeof(void*) <=
+                  kHotEntryOverheadBytes,
               "HotEntry grew: revisit kHotEntryOverheadBytes in hot_tier.h");
 
 // (rank, last access) is unique because every access takes a new sequence number.
