@@ -65,9 +65,11 @@ TEST(KvBoundaryAdapter, CachedPrefillNextTokenMatchesWholeModelLogits) {
     EXPECT_NEAR(out.logits[i], whole[i], 1e-6) << i;
 }
 
-// Runs a pipeline of shards (head first) greedily; returns the tail's tokens.
+// Runs a pipeline of shards (head first) greedily; returns the tail's tokens and,
+// in *last_logits, the logits of the last step.
 std::vector<int32_t> PipelineGreedy(std::vector<KvBoundaryAdapter*> stages,
-                                    const std::vector<int32_t>& prompt, int n_new) {
+                                    const std::vector<int32_t>& prompt, int n_new,
+                                    std::vector<float>* last_logits = nullptr) {
   std::vector<int32_t> tokens;
   for (int i = 0; i < n_new; ++i) {
     StepInput in = Tokens(i == 0 ? prompt : std::vector<int32_t>{tokens.back()});
@@ -77,9 +79,20 @@ std::vector<int32_t> PipelineGreedy(std::vector<KvBoundaryAdapter*> stages,
     }
     auto out =
         i == 0 ? stages.back()->Prefill("s", 0, in) : stages.back()->Decode("s", 0, in);
-    tokens.push_back(ExpectTail(out).token_id);
+    TailOutput tail = ExpectTail(out);
+    tokens.push_back(tail.token_id);
+    if (last_logits) *last_logits = tail.logits;
   }
   return tokens;
+}
+
+// The stateless logits after prompt + every generated token but the last: what
+// the last pipeline step must have produced, bit for bit.
+std::vector<float> StatelessLastLogits(const ReferenceModel& model,
+                                       std::vector<int32_t> prompt,
+                                       const std::vector<int32_t>& generated) {
+  prompt.insert(prompt.end(), generated.begin(), generated.end() - 1);
+  return model.NextTokenLogits(prompt).value();
 }
 
 TEST(KvBoundaryAdapter, MultiRangeCachedDecodeParityAcrossASeam) {
@@ -91,7 +104,9 @@ TEST(KvBoundaryAdapter, MultiRangeCachedDecodeParityAcrossASeam) {
   KvBoundaryAdapter head(head_shard.get(), head_mgr.get());
   KvBoundaryAdapter tail(tail_shard.get(), tail_mgr.get());
   std::vector<int32_t> prompt = {7, 3, 22, 5, 9};
-  std::vector<int32_t> tokens = PipelineGreedy({&head, &tail}, prompt, 8);
+  std::vector<float> logits;
+  std::vector<int32_t> tokens = PipelineGreedy({&head, &tail}, prompt, 8, &logits);
+  EXPECT_EQ(logits, StatelessLastLogits(*model, prompt, tokens));
   EXPECT_EQ(head_mgr->Get("s", 0).value()->owned_layers(), (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(tail_mgr->Get("s", 0).value()->owned_layers(), (std::vector<int>{3, 4, 5}));
   EXPECT_EQ(tokens, StatelessGreedy(*model, prompt, 8));
@@ -109,8 +124,11 @@ TEST(KvBoundaryAdapter, HeadMiddleTailShardsReproduceTheWholeModel) {
   KvBoundaryAdapter middle(middle_shard.get(), middle_mgr.get());
   KvBoundaryAdapter tail(tail_shard.get(), tail_mgr.get());
   std::vector<int32_t> prompt = {31, 5, 18, 22, 4};
-  EXPECT_EQ(PipelineGreedy({&head, &middle, &tail}, prompt, 8),
-            StatelessGreedy(*model, prompt, 8));
+  std::vector<float> logits;
+  std::vector<int32_t> tokens =
+      PipelineGreedy({&head, &middle, &tail}, prompt, 8, &logits);
+  EXPECT_EQ(tokens, StatelessGreedy(*model, prompt, 8));
+  EXPECT_EQ(logits, StatelessLastLogits(*model, prompt, tokens));
   EXPECT_EQ(middle_mgr->Get("s", 0).value()->seq_len(), 5 + 7);
   EXPECT_EQ(middle_mgr->total_bytes(), 12 * middle_mgr->recipe().bytes_per_token());
 }
@@ -124,8 +142,10 @@ TEST(KvBoundaryAdapter, GroupedQueryAttentionCachedDecodeMatchesStateless) {
   auto manager = ManagerFor(*shard);
   KvBoundaryAdapter adapter(shard.get(), manager.get());
   std::vector<int32_t> prompt = {3, 14, 1, 5, 9};
-  EXPECT_EQ(CachedGreedy(adapter, "s", 0, prompt, 10),
-            StatelessGreedy(*model, prompt, 10));
+  std::vector<float> logits;
+  std::vector<int32_t> tokens = PipelineGreedy({&adapter}, prompt, 10, &logits);
+  EXPECT_EQ(tokens, StatelessGreedy(*model, prompt, 10));
+  EXPECT_EQ(logits, StatelessLastLogits(*model, prompt, tokens));
   // One KV head instead of four: a quarter of the MHA bytes per token.
   EXPECT_EQ(manager->recipe().bytes_per_token(), 2u * 1 * 8 * 4 * 6);
 }
@@ -145,8 +165,10 @@ TEST(KvBoundaryAdapter, SlidingWindowCachedDecodeMatchesStatelessAcrossASeam) {
   KvBoundaryAdapter tail(tail_shard.get(), tail_mgr.get());
   std::vector<int32_t> prompt = {2, 27, 18, 4, 33, 7};
   // 6 + 11 positions: every window wraps several times while decoding.
-  EXPECT_EQ(PipelineGreedy({&head, &tail}, prompt, 12),
-            StatelessGreedy(*model, prompt, 12));
+  std::vector<float> logits;
+  std::vector<int32_t> tokens = PipelineGreedy({&head, &tail}, prompt, 12, &logits);
+  EXPECT_EQ(tokens, StatelessGreedy(*model, prompt, 12));
+  EXPECT_EQ(logits, StatelessLastLogits(*model, prompt, tokens));
   auto exported = head_mgr->Get("s", 0).value()->ExportLayers();
   EXPECT_EQ(exported.at(0).cache_type, "RotatingKVCache");
   EXPECT_EQ(exported.at(0).rotating_meta->offset, 17);
