@@ -220,14 +220,15 @@ TEST(HotKvState, SingleSessionExceedingBudgetRaises) {
   EXPECT_EQ(manager->session_keys(), (Keys{{"small", 0}}));
 }
 
-TEST(HotKvState, OpenWithRestoredLayersContinuesFromThem) {
-  auto model = SeedModel();
+// Exports session "first" as tensors (what the prefix cache stores), opens
+// "second" from them, prefills only a suffix, and checks it against the whole model.
+void ExpectRestoredSessionContinuesExactly(ModelConfig config) {
+  auto model = SeedModel(config);
   auto shard = FullShard(model);
   auto manager = ManagerFor(*shard);
   KvBoundaryAdapter adapter(shard.get(), manager.get());
   std::vector<int32_t> prompt = {2, 17, 8, 25, 6};
   ExpectTail(adapter.Prefill("first", 0, Tokens(prompt)));
-  // Export the prompt's KV as tensors (what the prefix cache stores) and restore it.
   OpenOptions restored;
   for (auto& [layer, state] : manager->Get("first", 0).value()->ExportLayers()) {
     auto cache = LayerKvCache::Restore(manager->recipe().layer_geometry(layer),
@@ -244,6 +245,19 @@ TEST(HotKvState, OpenWithRestoredLayersContinuesFromThem) {
   whole.insert(whole.end(), {40, 1});
   EXPECT_EQ(out.seq_len, 7);
   EXPECT_EQ(out.logits, model->NextTokenLogits(whole).value());
+}
+
+TEST(HotKvState, OpenWithRestoredLayersContinuesFromThem) {
+  ExpectRestoredSessionContinuesExactly(ModelConfig{});
+}
+
+TEST(HotKvState, OpenWithRestoredRotatingLayersContinuesFromThem) {
+  ModelConfig windowed;
+  windowed.n_kv_heads = 2;
+  windowed.n_layers = 8;
+  windowed.sliding_window_tokens = 3;  // the 5-token prompt already wrapped the rings
+  windowed.global_layer_every = 4;
+  ExpectRestoredSessionContinuesExactly(windowed);
 }
 
 TEST(HotKvState, OpenRejectsRestoredLayersThatDoNotFitTheRecipe) {
