@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <random>
 #include <string>
 
@@ -38,7 +39,8 @@ class NormalGenerator {
   float Next() {
     double u1 = (static_cast<double>(rng_() >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
     double u2 = static_cast<double>(rng_() >> 11) * 0x1.0p-53;          // [0, 1)
-    return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+    return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) *
+                              std::cos(2.0 * std::numbers::pi * u2));
   }
   std::vector<float> Fill(size_t n, float scale, float mean = 0.0f) {
     std::vector<float> out(n);

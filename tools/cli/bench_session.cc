@@ -7,7 +7,9 @@
 // session lock, append into the layer caches, byte accounting) is manager
 // overhead. After every step the session is truncated back to the context length
 // (untimed), so every step sees exactly the same number of cached tokens.
+#include <algorithm>
 #include <cstdio>
+#include <variant>
 
 #include "prefixkv/boundary_adapter.h"
 #include "prefixkv/reference_model.h"
