@@ -34,8 +34,10 @@ void BudgetState::CommitVictims(const std::vector<HotEntry*>& victims,
       ++c->evictions;
       if (handed_over && v->dirty) ++c->spills;
     }
-    if (handed_over)
+    if (handed_over) {
+      ++owner.deliveries_in_flight;
       out->push_back({owner.listener, v->meta, std::move(v->payload), v->dirty});
+    }
     const BlockKey key = v->meta.key;
     owner.entries.erase(key);
   }

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <boost/intrusive/set.hpp>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -74,6 +75,9 @@ struct OwnerState {
   std::optional<uint64_t> quota_bytes;  // nullopt: limited by the budget only
   TierCounters counters;
   EvictionListener* listener = nullptr;
+  // Deliveries to `listener` committed but not yet returned; SetListener
+  // waits for zero so a replaced listener is never called afterwards.
+  uint32_t deliveries_in_flight = 0;
   // Node-based: entry addresses are stable, which pins and the orders rely on.
   std::unordered_map<BlockKey, HotEntry, BlockKeyHash> entries;
   // parent key -> resident entries naming it as parent (parent resident or not).
@@ -86,13 +90,10 @@ struct OwnerState {
 // A victim to hand to its owner's listener once the mutex is released.
 struct Delivery {
   EvictionListener* listener;
-  BlockMeta meta;
+  BlockMeta meta;  // meta.owner: whose listener and in-flight count
   SharedBytes payload;
   bool dirty;
 };
-
-// Calls every delivery's listener. REQUIRES: the budget mutex NOT held.
-void Deliver(const std::vector<Delivery>& deliveries);
 
 // Thread-safe: public methods lock mu_; private helpers REQUIRE it held.
 class BudgetState {
@@ -111,6 +112,8 @@ class BudgetState {
   size_t owner_count() const;
   TierCounters Totals() const;
   TierCounters OwnerCounters(OwnerId owner) const;
+  // Returns once no delivery to the previous listener is in flight.
+  // REQUIRES: not called from an eviction listener.
   void SetListener(OwnerId owner, EvictionListener* listener);
   uint64_t capacity_bytes() const { return capacity_bytes_; }
   std::string_view policy_name() const { return policy_->name(); }
@@ -158,6 +161,9 @@ class BudgetState {
   // (the first unpinned entry of an order) tentatively and returns its charge.
   uint64_t TakeVictim(HotEntry& victim, std::vector<HotEntry*>* victims);
   void CommitVictims(const std::vector<HotEntry*>& victims, std::vector<Delivery>* out);
+  // Calls every delivery's listener, then releases their in-flight counts.
+  // REQUIRES: mu_ NOT held.
+  void Deliver(const std::vector<Delivery>& deliveries);
   void RollbackVictims(const std::vector<HotEntry*>& victims);
   // Tentatively evicts until `owner` fits `owner_bytes` more and the budget
   // `total_bytes` more; false if it cannot (victims must then be rolled back).
@@ -175,6 +181,7 @@ class BudgetState {
   const uint64_t capacity_bytes_;
   const std::unique_ptr<EvictionPolicy> policy_;
   mutable std::mutex mu_;
+  std::condition_variable deliveries_done_;  // signalled when in-flight counts drop
   std::vector<std::unique_ptr<OwnerState>> owners_;  // index = OwnerId; GUARDED_BY(mu_)
   TierCounters total_;                               // GUARDED_BY(mu_)
   uint64_t access_seq_ = 0;                          // GUARDED_BY(mu_)

@@ -13,8 +13,14 @@
 namespace prefixkv {
 namespace hot_internal {
 
-void Deliver(const std::vector<Delivery>& deliveries) {
+void BudgetState::Deliver(const std::vector<Delivery>& deliveries) {
+  if (deliveries.empty()) return;
   for (const Delivery& d : deliveries) d.listener->OnEvict(d.meta, d.payload, d.dirty);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Delivery& d : deliveries) --Owner(d.meta.owner).deliveries_in_flight;
+  }
+  deliveries_done_.notify_all();
 }
 
 BudgetState::BudgetState(const SharedHotBudgetOptions& options)
@@ -108,8 +114,12 @@ TierCounters BudgetState::OwnerCounters(OwnerId id) const {
 }
 
 void BudgetState::SetListener(OwnerId id, EvictionListener* listener) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Owner(id).listener = listener;
+  std::unique_lock<std::mutex> lock(mu_);
+  OwnerState& owner = Owner(id);
+  owner.listener = listener;
+  // New victims already go to `listener`; wait out calls to the old one so
+  // its owner may destroy it as soon as this returns.
+  deliveries_done_.wait(lock, [&] { return owner.deliveries_in_flight == 0; });
 }
 
 }  // namespace hot_internal

@@ -117,6 +117,9 @@ class HotTier final : public BlockTier {
       const std::function<void(const BlockMeta&, uint64_t bytes)>& fn) const override;
   // This owner's listener; it receives every capacity or quota victim of this
   // owner, whoever's insert caused the eviction. Dirty victims count as spills.
+  // Returns only when no call to the previous listener is still running, so
+  // the caller may destroy it right after. REQUIRES: not called from inside
+  // an eviction listener.
   void SetEvictionListener(EvictionListener* listener) override;
 
   OwnerId owner() const { return owner_; }

@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <future>
+#include <thread>
 
 #include "storage/hot_budget_state.h"
 #include "tests/storage/hot_test_util.h"
@@ -203,6 +205,38 @@ TEST(SharedHotBudget, ListenersAreCalledWithoutTheBudgetLock) {
   ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
   ASSERT_TRUE(t.a->Put(Meta(2), Payload(), true).ok());
   EXPECT_TRUE(listener.ok);
+}
+
+TEST(SharedHotBudget, ReplacingAListenerWaitsForCallsStillRunningOnTheOldOne) {
+  // Blocks inside its first OnEvict until released.
+  class BlockingListener final : public EvictionListener {
+   public:
+    void OnEvict(const BlockMeta&, const SharedBytes&, bool) override {
+      entered.set_value();
+      released.wait();
+      finished = true;
+    }
+    std::promise<void> entered, release;
+    std::shared_future<void> released = release.get_future().share();
+    std::atomic<bool> finished{false};
+  };
+  TwoOwners t(1);
+  BlockingListener old_listener;
+  t.a->SetEvictionListener(&old_listener);
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  std::thread evictor([&] { EXPECT_TRUE(t.a->Put(Meta(2), Payload(), true).ok()); });
+  old_listener.entered.get_future().wait();
+  std::atomic<bool> replacing{false}, old_finished_at_return{false};
+  std::thread replacer([&] {
+    replacing = true;
+    t.a->SetEvictionListener(nullptr);  // the owner may now destroy the old listener
+    old_finished_at_return = old_listener.finished.load();
+  });
+  while (!replacing) std::this_thread::yield();
+  old_listener.release.set_value();
+  replacer.join();
+  evictor.join();
+  EXPECT_TRUE(old_finished_at_return);
 }
 
 TEST(SharedHotBudget, VictimsWithoutAListenerAreCountedAsEvictionsNotSpills) {
