@@ -1,4 +1,4 @@
-// SsdTier inventory: counters, iteration, namespaces and namespace purge.
+// SsdTier inventory: counters, iteration, namespaces, purge and compaction.
 #include <rocksdb/write_batch.h>
 
 #include <map>
@@ -45,6 +45,14 @@ std::vector<SsdNamespaceUsage> SsdTier::Impl::Namespaces() const {
   std::vector<SsdNamespaceUsage> out;
   for (const auto& [ns, u] : by_ns) out.push_back(u);
   return out;
+}
+
+Status SsdTier::Impl::Compact() {
+  rocksdb::CompactRangeOptions o;
+  o.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+  Status s = FromRocks(db_->CompactRange(o, nullptr, nullptr), "compact");
+  NoteWriteResult(s);
+  return s;
 }
 
 StatusOr<uint64_t> SsdTier::Impl::PurgeNamespace(const BlockKey& ns) {

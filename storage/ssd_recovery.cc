@@ -177,8 +177,8 @@ Status SsdTier::Impl::Open() {
   PKV_RETURN_IF_ERROR(FromRocks(db_->Put(w, std::string(ssd::kCleanKey), "0"), "open"));
   queue_ = std::make_unique<ssd::WriteBackQueue>(
       options_.queue_depth, options_.writer_threads, options_.retry_interval_ms,
-      [this](const BlockMeta& m, const SharedBytes& p) {
-        PKV_RETURN_IF_ERROR(Store(m, p, /*dirty=*/true));
+      [this](const std::vector<ssd::WriteBackItem>& items) {
+        PKV_RETURN_IF_ERROR(Store(items, /*dirty=*/true));
         EnforceCapacity();
         return Status::OK();
       });

@@ -2,6 +2,7 @@
 // ssd_tier_impl.h for the locking rules).
 #include <rocksdb/write_batch.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "storage/ssd_layout.h"
@@ -40,6 +41,7 @@ void SsdTier::OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool di
 }
 Status SsdTier::Flush() { return impl_->Flush(); }
 Status SsdTier::Close() { return impl_->Close(); }
+Status SsdTier::Compact() { return impl_->Compact(); }
 StatusOr<uint64_t> SsdTier::PurgeNamespace(const BlockKey& ns) {
   return impl_->PurgeNamespace(ns);
 }
@@ -61,6 +63,16 @@ Status FromRocks(const rocksdb::Status& s, std::string_view context) {
 
 std::mutex& SsdTier::Impl::Stripe(const BlockKey& key) {
   return stripes_[BlockKeyHash()(key) % kStripes];
+}
+
+SsdTier::Impl::BatchLock::BatchLock(Impl* impl, const std::vector<BlockKey>& keys)
+    : pause(impl->pause_) {
+  // Ascending stripe order: two batches can never wait for each other.
+  std::vector<size_t> ids;
+  for (const BlockKey& k : keys) ids.push_back(BlockKeyHash()(k) % kStripes);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  for (size_t id : ids) stripes.emplace_back(impl->stripes_[id]);
 }
 
 void SsdTier::Impl::Log(const std::string& line) const {
@@ -131,54 +143,66 @@ Status SsdTier::Impl::Put(const BlockMeta& meta, const SharedBytes& payload, boo
                            " bytes exceeds the SSD tier capacity");
   }
   queue_->Cancel(meta.key);  // this Put supersedes a queued version
-  PKV_RETURN_IF_ERROR(Store(meta, payload, dirty));
+  PKV_RETURN_IF_ERROR(Store({{meta, payload}}, dirty));
   EnforceCapacity();
   return Status::OK();
 }
 
-Status SsdTier::Impl::Store(const BlockMeta& meta, const SharedBytes& payload,
-                            bool dirty) {
-  ssd::StoredMeta stored{meta.owner,
-                         meta.parent,
-                         payload.size(),
-                         ssd::PayloadChecksum(payload.data(), payload.size()),
-                         0,
-                         dirty};
-  BlockLock block_lock(this, meta.key);
-  std::optional<IndexEntry> old;
+Status SsdTier::Impl::Store(const std::vector<ssd::WriteBackItem>& items, bool dirty) {
+  std::vector<ssd::StoredMeta> stored;
+  for (const auto& [meta, payload] : items) {
+    stored.push_back({meta.owner, meta.parent, payload.size(),
+                      ssd::PayloadChecksum(payload.data(), payload.size()), 0, dirty});
+  }
+  std::vector<BlockKey> keys;
+  for (const auto& item : items) keys.push_back(item.meta.key);
+  BatchLock batch_lock(this, keys);
+  std::vector<std::optional<IndexEntry>> old(items.size());
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (const IndexEntry* e = index_.Find(meta.key)) old = *e;
-    stored.access_seq = ++next_seq_;
-    index_.BeginPendingChild(meta.parent);  // the parent stays unevictable meanwhile
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (const IndexEntry* e = index_.Find(items[i].meta.key)) old[i] = *e;
+      stored[i].access_seq = ++next_seq_;
+      index_.BeginPendingChild(
+          items[i].meta.parent);  // parents stay unevictable meanwhile
+    }
   }
   // One batch per thread, reused: its buffer keeps its capacity, so storing a
   // large payload does not allocate (and page-fault) a fresh buffer each time.
   thread_local rocksdb::WriteBatch reused;
   rocksdb::WriteBatch& batch = reused;
   batch.Clear();
-  if (old && old->namespace_id != meta.namespace_id) AddDeletes(&batch, meta.key, *old);
-  batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, meta.namespace_id, meta.key),
-            ssd::EncodeMeta(stored));
-  batch.Put(ssd::BlockRecordKey(ssd::kPayloadTag, meta.namespace_id, meta.key),
-            rocksdb::Slice(payload.view().data(), payload.size()));
   Deltas deltas;
-  if (old) {
-    deltas[old->owner].entries -= 1;
-    deltas[old->owner].bytes -= old->bytes;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const BlockMeta& meta = items[i].meta;
+    const SharedBytes& payload = items[i].payload;
+    if (old[i] && old[i]->namespace_id != meta.namespace_id) {
+      AddDeletes(&batch, meta.key, *old[i]);
+    }
+    batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, meta.namespace_id, meta.key),
+              ssd::EncodeMeta(stored[i]));
+    batch.Put(ssd::BlockRecordKey(ssd::kPayloadTag, meta.namespace_id, meta.key),
+              rocksdb::Slice(payload.view().data(), payload.size()));
+    if (old[i]) {
+      deltas[old[i]->owner].entries -= 1;
+      deltas[old[i]->owner].bytes -= old[i]->bytes;
+    }
+    deltas[meta.owner].entries += 1;
+    deltas[meta.owner].bytes += payload.size();
+    deltas[meta.owner].inserts += 1;
   }
-  deltas[meta.owner].entries += 1;
-  deltas[meta.owner].bytes += payload.size();
-  deltas[meta.owner].inserts += 1;
-  Status s = Commit(&batch, std::move(deltas), meta.owner);
+  Status s = Commit(&batch, std::move(deltas), items.front().meta.owner);
   std::lock_guard<std::mutex> lock(mu_);
-  if (s.ok()) {
-    index_.Insert(meta.key,
-                  IndexEntry{meta.namespace_id, meta.parent, meta.owner, payload.size(),
-                             stored.payload_xxh3, stored.access_seq, dirty});
-    index_.Owner(meta.owner).inserts += 1;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const BlockMeta& meta = items[i].meta;
+    if (s.ok()) {
+      index_.Insert(meta.key, IndexEntry{meta.namespace_id, meta.parent, meta.owner,
+                                         stored[i].payload_bytes, stored[i].payload_xxh3,
+                                         stored[i].access_seq, dirty});
+      index_.Owner(meta.owner).inserts += 1;
+    }
+    index_.EndPendingChild(meta.parent);
   }
-  index_.EndPendingChild(meta.parent);
   return s;
 }
 

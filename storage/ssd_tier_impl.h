@@ -36,8 +36,9 @@ class SsdTier::Impl {
 
   // ssd_tier.cc
   Status Put(const BlockMeta& meta, const SharedBytes& payload, bool dirty);
-  // Stores one block (no queue interplay, no capacity enforcement).
-  Status Store(const BlockMeta& meta, const SharedBytes& payload, bool dirty);
+  // Stores blocks as one atomic write (no queue interplay, no capacity
+  // enforcement). REQUIRES: distinct keys, at least one block.
+  Status Store(const std::vector<ssd::WriteBackItem>& items, bool dirty);
   StatusOr<SharedBytes> Get(const BlockKey& key);
   StatusOr<BlockMeta> Peek(const BlockKey& key) const;
   Status Remove(const BlockKey& key);
@@ -58,6 +59,7 @@ class SsdTier::Impl {
   std::vector<BlockKey> FindOrphans() const;
 
   Status Flush() { return queue_->Flush(); }
+  Status Compact();
   uint64_t queued_blocks() const { return queue_ ? queue_->size() : 0; }
   const SsdOpenReport& report() const { return report_; }
 
@@ -82,6 +84,12 @@ class SsdTier::Impl {
         : pause(impl->pause_), stripe(impl->Stripe(key)) {}
     std::shared_lock<std::shared_mutex> pause;
     std::lock_guard<std::mutex> stripe;
+  };
+  // Holds pause_ shared and the stripes of several keys, in ascending order.
+  struct BatchLock {
+    BatchLock(Impl* impl, const std::vector<BlockKey>& keys);
+    std::shared_lock<std::shared_mutex> pause;
+    std::vector<std::unique_lock<std::mutex>> stripes;
   };
   // Writes `batch` with `deltas` and the pending event counters merged in.
   // `relaxed`: never synced (access-order updates). Counts and logs failures.

@@ -1,6 +1,7 @@
 // WriteBackQueue: bounded write-back with retry (see ssd_writer.h).
 #include "storage/ssd_writer.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace prefixkv::ssd {
@@ -80,18 +81,27 @@ Status WriteBackQueue::Stop() {
   }
   for (std::thread& t : threads_) t.join();
   threads_.clear();
-  // One last attempt per block, in order, on the calling thread.
+  // One last attempt per block, parents first, on the calling thread. Nothing
+  // is in flight any more, so some queued block always has no queued parent.
   Status first;
   std::unique_lock<std::mutex> lock(mu_);
-  while (!order_.empty()) {
-    BlockKey key = order_.front();
-    order_.pop_front();
-    Item item = std::move(queued_.at(key));
-    queued_.erase(key);
+  Item item;
+  while (TakeNext({}, &item)) {
     lock.unlock();
-    Status s = write_(item.meta, item.payload);
+    Status s = write_({item});
     if (!s.ok() && first.ok()) first = s.WithContext("write-back at close");
     lock.lock();
+    in_flight_.erase(item.meta.key);
+  }
+  // Only a parent cycle (a 128-bit key collision) can leave blocks behind.
+  std::vector<Item> left;
+  for (const BlockKey& key : order_) left.push_back(std::move(queued_.at(key)));
+  order_.clear();
+  queued_.clear();
+  lock.unlock();
+  for (const Item& i : left) {
+    Status s = write_({i});
+    if (!s.ok() && first.ok()) first = s.WithContext("write-back at close");
   }
   done_cv_.notify_all();
   return first;
@@ -102,17 +112,38 @@ uint64_t WriteBackQueue::size() const {
   return queued_.size() + in_flight_.size();
 }
 
-bool WriteBackQueue::TakeNext(Item* item) {
+bool WriteBackQueue::TakeNext(const std::vector<Item>& batch, Item* item) {
+  auto in_batch = [&](const BlockKey& k) {
+    return std::any_of(batch.begin(), batch.end(),
+                       [&](const Item& i) { return i.meta.key == k; });
+  };
   for (auto it = order_.begin(); it != order_.end(); ++it) {
     Item& candidate = queued_.at(*it);
-    if (in_flight_.count(candidate.meta.parent) > 0) continue;  // parent first
     if (in_flight_.count(*it) > 0) continue;  // an older version is being written
+    // Parent first (whether it was queued before or after this block), unless
+    // the parent is in this very (atomic) batch.
+    const BlockKey& parent = candidate.meta.parent;
+    if (parent != *it && queued_.count(parent) > 0) continue;
+    if (in_flight_.count(parent) > 0 && !in_batch(parent)) continue;
     *item = std::move(candidate);
+    in_flight_.emplace(item->meta.key, *item);
     queued_.erase(*it);
     order_.erase(it);
     return true;
   }
   return false;
+}
+
+std::vector<WriteBackQueue::Item> WriteBackQueue::TakeBatch() {
+  std::vector<Item> batch;
+  uint64_t bytes = 0;
+  Item item;
+  while (batch.size() < kMaxBatchBlocks && bytes < kMaxBatchBytes &&
+         TakeNext(batch, &item)) {
+    bytes += item.payload.size();
+    batch.push_back(std::move(item));
+  }
+  return batch;
 }
 
 void WriteBackQueue::Run() {
@@ -122,28 +153,30 @@ void WriteBackQueue::Run() {
       work_cv_.wait_for(lock, std::chrono::milliseconds(retry_interval_ms_));
       paused_after_error_ = false;
     }
-    Item item;
     if (stopping_) return;  // Stop() writes what is left
-    if (!TakeNext(&item)) {
+    std::vector<Item> batch = TakeBatch();
+    if (batch.empty()) {
       work_cv_.wait(lock);
       continue;
     }
-    in_flight_.emplace(item.meta.key, item);
     lock.unlock();
-    Status s = write_(item.meta, item.payload);
+    Status s = write_(batch);
     lock.lock();
-    Finish(item, s);
+    Finish(batch, s);
   }
 }
 
-void WriteBackQueue::Finish(const Item& item, const Status& s) {
-  in_flight_.erase(item.meta.key);
+void WriteBackQueue::Finish(const std::vector<Item>& batch, const Status& s) {
   if (!s.ok()) {
     ++failures_;
     last_error_ = s;
     paused_after_error_ = true;
-    // Back at the front unless a newer version was queued meanwhile.
-    if (queued_.emplace(item.meta.key, item).second) order_.push_front(item.meta.key);
+  }
+  // Back at the front, in order, unless a newer version was queued meanwhile.
+  for (auto it = batch.rbegin(); it != batch.rend(); ++it) {
+    in_flight_.erase(it->meta.key);
+    if (!s.ok() && queued_.emplace(it->meta.key, *it).second)
+      order_.push_front(it->meta.key);
   }
   done_cv_.notify_all();
   work_cv_.notify_all();

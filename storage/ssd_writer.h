@@ -3,9 +3,11 @@
 //
 // Guarantees: a queued block is findable (Find) until it is stored; it is never
 // dropped (a failed write puts it back and is retried every retry interval);
-// blocks are taken in FIFO order and a block whose parent is being written by
-// another thread waits for that write, so a parent enqueued before its child is
-// never stored after it. Thread-safe.
+// blocks are taken in FIFO order, except that a block whose parent is queued
+// or being written waits for the parent's write, so a parent is never stored
+// after its child (whichever was handed over first). A writer takes up to kMaxBatchBlocks
+// blocks (and about kMaxBatchBytes) at a time and stores them as one atomic write, so one
+// log append (and, in sync mode, one fsync) covers several blocks. Thread-safe.
 #pragma once
 
 #include <condition_variable>
@@ -23,9 +25,17 @@
 
 namespace prefixkv::ssd {
 
+struct WriteBackItem {
+  BlockMeta meta;
+  SharedBytes payload;
+};
+
 class WriteBackQueue {
  public:
-  using WriteFn = std::function<Status(const BlockMeta&, const SharedBytes&)>;
+  static constexpr size_t kMaxBatchBlocks = 16;
+  static constexpr uint64_t kMaxBatchBytes = 16ull << 20;
+  // Stores the blocks as one atomic write (all or none).
+  using WriteFn = std::function<Status(const std::vector<WriteBackItem>&)>;
 
   // `write` stores one block; it is called without the queue's lock and counts
   // and logs its own failures.
@@ -51,15 +61,15 @@ class WriteBackQueue {
   uint64_t size() const;
 
  private:
-  struct Item {
-    BlockMeta meta;
-    SharedBytes payload;
-  };
+  using Item = WriteBackItem;
 
   void Run();
-  // Pops the next item whose parent is not in flight. REQUIRES: mu_ held.
-  bool TakeNext(Item* item);
-  void Finish(const Item& item, const Status& s);
+  // Pops the next item whose parent is neither queued nor in flight in
+  // another batch than `batch`, and marks it in flight. REQUIRES: mu_ held.
+  bool TakeNext(const std::vector<Item>& batch, Item* item);
+  // Up to the batch limits. REQUIRES: mu_ held.
+  std::vector<Item> TakeBatch();
+  void Finish(const std::vector<Item>& batch, const Status& s);
 
   const uint32_t depth_;
   const uint64_t retry_interval_ms_;

@@ -156,6 +156,10 @@ class SsdTier final : public BlockTier, public EvictionListener {
   StatusOr<uint64_t> PurgeNamespace(const BlockKey& namespace_id);
   std::vector<SsdNamespaceUsage> Namespaces() const;
 
+  // Compacts the whole database now (normally left to RocksDB's background
+  // jobs), which also collects blob garbage of evicted and removed payloads.
+  Status Compact();
+
   const SsdOpenReport& open_report() const;
   uint64_t queued_blocks() const;
 

@@ -333,6 +333,8 @@ TEST(SsdTierSpace, EvictedPayloadsAreReclaimedFromBlobFiles) {
     ASSERT_TRUE(
         tier->Put(ChainBlock(i, 0), PayloadOf(ChainBlock(i, 0), 32 << 10), true).ok());
   }
+  ASSERT_TRUE(
+      tier->Compact().ok());  // background compactions may lag: no timing in the test
   ASSERT_TRUE(tier->Close().ok());
   const uint64_t written = blocks * (32 << 10);
   std::printf("[space] written=%llu capacity=%llu blob_file_bytes=%llu\n",
@@ -340,7 +342,7 @@ TEST(SsdTierSpace, EvictedPayloadsAreReclaimedFromBlobFiles) {
               static_cast<unsigned long long>(o.capacity_bytes),
               static_cast<unsigned long long>(BlobFileBytes(o.path)));
   // Without blob garbage collection every byte ever written would remain.
-  EXPECT_LT(BlobFileBytes(o.path), 6 * o.capacity_bytes) << "garbage must be collected";
+  EXPECT_LT(BlobFileBytes(o.path), 2 * o.capacity_bytes) << "garbage must be collected";
 }
 
 }  // namespace
