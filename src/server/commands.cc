@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <unordered_map>
 
 namespace prefixkv::server {
 namespace {
@@ -90,14 +89,18 @@ const std::vector<CommandSpec>& Dispatcher::Table() {
 }
 
 const CommandSpec* Dispatcher::Find(std::string_view name) {
-  static const auto* index = [] {
-    auto* m = new std::unordered_map<std::string, const CommandSpec*>();
-    for (const CommandSpec& spec : Table()) (*m)[spec.name] = &spec;
-    return m;
-  }();
-  if (name.size() > 16) return nullptr;
-  auto it = index->find(Lower(name));
-  return it == index->end() ? nullptr : it->second;
+  // Runs for every command: lowercase on the stack, then a scan of ~20 names
+  // (cheaper than hashing a freshly allocated string).
+  char buf[16];
+  if (name.size() > sizeof(buf)) return nullptr;
+  for (size_t i = 0; i < name.size(); ++i) {
+    buf[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(name[i])));
+  }
+  std::string_view lower(buf, name.size());
+  for (const CommandSpec& spec : Table()) {
+    if (lower == spec.name) return &spec;
+  }
+  return nullptr;
 }
 
 Dispatcher::Dispatcher(BlobStore* store, DispatcherConfig config)

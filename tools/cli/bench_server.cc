@@ -238,7 +238,7 @@ int RunServerBench(const std::vector<std::string>& args) {
   Flags flags("prefixkv bench server [--json] [--threads N] [--rounds N]",
               {{"json", "print one JSON object", true, ""},
                {"threads", "I/O threads of prefixkv serve", false, "2"},
-               {"rounds", "measurements per figure (median taken)", false, "3"}});
+               {"rounds", "measurements per figure (median taken)", false, "5"}});
   std::string error;
   if (!flags.Parse(args, &error)) return UsageError(flags, error);
   if (flags.help_requested()) {
@@ -248,7 +248,7 @@ int RunServerBench(const std::vector<std::string>& args) {
   std::optional<uint64_t> threads = ParseSize(flags.GetString("threads", "2"));
   if (!threads || *threads == 0 || *threads > 64)
     return UsageError(flags, "bad --threads");
-  std::optional<uint64_t> rounds = ParseSize(flags.GetString("rounds", "3"));
+  std::optional<uint64_t> rounds = ParseSize(flags.GetString("rounds", "5"));
   if (!rounds || *rounds == 0 || *rounds > 50) return UsageError(flags, "bad --rounds");
   if (std::system("command -v redis-server >/dev/null && command -v redis-benchmark "
                   ">/dev/null") != 0) {
