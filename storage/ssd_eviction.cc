@@ -12,9 +12,38 @@
 namespace prefixkv {
 
 void SsdTier::Impl::SetEvictionListener(EvictionListener* l) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   listener_ = l;
+  // After return the old listener is never called again: it may be destroyed.
+  listener_idle_.wait(lock, [&] { return listener_calls_ == 0; });
 }
+
+namespace {
+
+// Counts one eviction that may call the listener it read; SetEvictionListener
+// waits for the count to drop to zero.
+class ListenerUse {
+ public:
+  ListenerUse(std::mutex* mu, uint32_t* calls, std::condition_variable* idle)
+      : mu_(mu), calls_(calls), idle_(idle) {}
+  void Begin() {  // REQUIRES: *mu_ held
+    ++*calls_;
+    active_ = true;
+  }
+  ~ListenerUse() {
+    if (!active_) return;
+    std::lock_guard<std::mutex> lock(*mu_);
+    if (--*calls_ == 0) idle_->notify_all();
+  }
+
+ private:
+  std::mutex* mu_;
+  uint32_t* calls_;
+  std::condition_variable* idle_;
+  bool active_ = false;
+};
+
+}  // namespace
 
 void SsdTier::Impl::EnforceCapacity() {
   while (true) {
@@ -38,6 +67,8 @@ Status SsdTier::Impl::Evict(const BlockKey& key) {
   SharedBytes payload;
   bool dirty = false;
   EvictionListener* listener = nullptr;
+  ListenerUse use(&mu_, &listener_calls_,
+                  &listener_idle_);  // declared first: outlives the call
   {
     BlockLock block_lock(this, key);
     ssd::IndexEntry e;
@@ -51,6 +82,7 @@ Status SsdTier::Impl::Evict(const BlockKey& key) {
       }
       e = *found;
       listener = listener_;
+      if (listener != nullptr) use.Begin();
     }
     meta = BlockMeta{key, e.parent, e.namespace_id, e.owner};
     dirty = e.dirty;

@@ -14,6 +14,7 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -126,7 +127,9 @@ class SsdTier::Impl {
   ssd::SsdIndex index_;    // GUARDED_BY(mu_)
   Deltas unpersisted_;     // GUARDED_BY(mu_): event counts not yet in the db
   uint64_t next_seq_ = 0;  // GUARDED_BY(mu_)
-  EvictionListener* listener_ = nullptr;  // GUARDED_BY(mu_)
+  EvictionListener* listener_ = nullptr;   // GUARDED_BY(mu_)
+  uint32_t listener_calls_ = 0;            // GUARDED_BY(mu_): evictions using listener_
+  std::condition_variable listener_idle_;  // signalled when listener_calls_ drops
 
   std::atomic<bool> failing_{false};  // the last write failed (logged once)
   std::atomic<uint64_t> last_resume_nanos_{0};

@@ -136,6 +136,8 @@ class SsdTier final : public BlockTier, public EvictionListener {
   void ForEach(
       const std::function<void(const BlockMeta&, uint64_t bytes)>& fn) const override;
   // Receives blocks evicted for capacity (read back from disk and verified).
+  // Waits for running calls to the previous listener: once it returns, the
+  // old listener is never called again. Must not be called from a listener.
   void SetEvictionListener(EvictionListener* listener) override;
 
   // EvictionListener: queues the block for the background writers (a clean
