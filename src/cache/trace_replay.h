@@ -52,6 +52,7 @@ struct ReplayConfig {
 };
 
 // The tiers of one replay, built from a ReplayConfig and destroyed top down.
+// Thread-safe as its tiers are; the replayer uses it from one thread.
 class ReplayTiers {
  public:
   // InvalidArgument when both tiers are off or the SSD tier has no path.
