@@ -40,7 +40,8 @@ void ReplyBuffer::Bulk(std::string_view s) {
 }
 
 void ReplyBuffer::Bulk(const SharedBytes& b) {
-  if (b.size() < kReferenceBytes) {
+  bool copy_budget_left = text_.size() < kCopyBudgetBytes;
+  if (b.size() < kMinReferenceBytes || (b.size() < kReferenceBytes && copy_budget_left)) {
     Bulk(b.view());
     return;
   }

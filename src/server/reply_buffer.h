@@ -22,6 +22,11 @@ class ReplyBuffer {
  public:
   // Bulk payloads at least this large are referenced instead of copied.
   static constexpr size_t kReferenceBytes = 16 << 10;
+  // Once this much text is buffered, payloads of kMinReferenceBytes or more
+  // are referenced too, so a reply naming one stored value many times (MGET
+  // k k k ...) cannot make the server copy it without bound.
+  static constexpr size_t kCopyBudgetBytes = 1 << 20;
+  static constexpr size_t kMinReferenceBytes = 64;
 
   void Simple(std::string_view s);  // "+s\r\n"; s must not contain CR or LF
   // "-s\r\n"; CR and LF in s become spaces so a reply can never be split.

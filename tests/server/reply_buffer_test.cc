@@ -43,5 +43,18 @@ TEST(ReplyBuffer, CopiesSmallPayloads) {
   EXPECT_EQ(r.ToString(), "$4\r\ntiny\r\n");
 }
 
+TEST(ReplyBuffer, StopsCopyingRepeatedPayloadsOnceItsCopyBudgetIsSpent) {
+  SharedBytes value = SharedBytes::Copy(std::string(4096, 'v'));
+  ReplyBuffer r;
+  const size_t n = 2 * ReplyBuffer::kCopyBudgetBytes / value.size();
+  for (size_t i = 0; i < n; ++i) r.Bulk(value);
+  // About half were copied (up to the budget); the rest share the stored buffer.
+  EXPECT_GT(value.use_count(), static_cast<long>(n / 3));
+  EXPECT_EQ(r.bytes(), n * (value.size() + 9));  // "$4096\r\n" + payload + "\r\n"
+  std::string all = r.ToString();
+  EXPECT_EQ(all.size(), r.bytes());
+  EXPECT_EQ(all.substr(all.size() - 4098), std::string(value.view()) + "\r\n");
+}
+
 }  // namespace
 }  // namespace prefixkv::server
