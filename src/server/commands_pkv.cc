@@ -123,12 +123,23 @@ void CmdPkvMatch(CommandContext& ctx) {
     return ctx.out->Error(
         "ERR tokens must be int32 little-endian (length a multiple of 4)");
   }
-  std::vector<int32_t> tokens(blob.size() / sizeof(int32_t));
-  if (!blob.empty()) std::memcpy(tokens.data(), blob.data(), blob.size());
-  std::vector<BlockKey> keys =
-      ChainKeys(root, tokens, static_cast<uint32_t>(block_tokens));
-  size_t n = 0;
-  while (n < keys.size() && ctx.dispatcher.store()->Contains(keys[n])) ++n;
+  // Keys are chained block by block (ChainKey, exactly what ChainKeys does)
+  // so the walk stops at the first missing block: the work and the reply are
+  // bounded by what is stored, not by the length of the token blob.
+  const size_t bt = static_cast<size_t>(block_tokens);
+  const size_t full_blocks = blob.size() / sizeof(int32_t) / bt;
+  std::vector<int32_t> block(full_blocks > 0 ? bt : 0);
+  std::vector<BlockKey> keys;
+  BlockKey parent = root;
+  for (size_t i = 0; i < full_blocks; ++i) {
+    std::memcpy(block.data(), blob.data() + i * bt * sizeof(int32_t),
+                bt * sizeof(int32_t));
+    BlockKey key = ChainKey(parent, block);
+    if (!ctx.dispatcher.store()->Contains(key)) break;
+    keys.push_back(key);
+    parent = key;
+  }
+  const size_t n = keys.size();
   ctx.out->ArrayHeader(2);
   ctx.out->Integer(static_cast<int64_t>(n));
   ctx.out->ArrayHeader(n);

@@ -204,6 +204,7 @@ TEST_F(ServerTest, StoresVerifiedBlocksAndMatchesTheirPrefix) {
   ASSERT_EQ(m.elems.size(), 2u);
   EXPECT_EQ(m.elems[0].integer, 2);
   ASSERT_EQ(m.elems[1].elems.size(), 2u);
+  EXPECT_EQ(m.elems[1].elems[0].str, keys[0].ToHex());  // the ChainKeys of the prefix
   EXPECT_EQ(m.elems[1].elems[1].str, keys[1].ToHex());
   EXPECT_EQ(c->Call({"PKV.GET", keys[1].ToHex()}).str, chain[1]);
   EXPECT_TRUE(c->Call({"PKV.GET", keys[2].ToHex()}).null);
