@@ -108,7 +108,8 @@ Dispatcher::Dispatcher(BlobStore* store, DispatcherConfig config)
 
 void Dispatcher::Execute(const RespArgs& args, ClientState* client,
                          ReplyBuffer* out) const {
-  const CommandSpec* spec = args.empty() ? nullptr : Find(args[0].view());
+  if (args.empty()) return out->Error("ERR empty command");  // parsers never send one
+  const CommandSpec* spec = Find(args[0].view());
   if (spec == nullptr || (!client->authenticated && !spec->before_auth)) {
     if (!client->authenticated) {
       out->Error(kNoAuth);
