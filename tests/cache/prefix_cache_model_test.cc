@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 
 #include "prefixkv/mem_tier.h"
 #include "tests/cache/cache_test_util.h"
@@ -73,19 +74,11 @@ bool ExtendedByAnother(const std::vector<Conversation>& convs, const Conversatio
   return false;
 }
 
-TEST(PrefixCacheModel, RandomConversationsNeverRestoreAWrongByte) {
-  std::mt19937_64 rng(testing::TestSeed("PrefixCacheModel"));
-  const uint64_t ops = testing::Iterations(300, 20000);
-  MemTier lower;
-  auto budget = SharedHotBudget::Create({.capacity_bytes = 48 * 1024}).value();
-  auto hot = HotTier::Open(budget, budget->RegisterOwner("m").value()).value();
-  TierStack stack(hot.get(), &lower);
-  PrefixCache cache(&stack);
-  NamespaceOptions options;
-  options.store_partial_tail = true;
-  const Namespace ns = cache.RegisterModel(testing::HybridSpec(), options).value();
+// Runs `ops` random operations on `cache`, checking every restore, and calls
+// `audit(op, findings)` after each one.
+void RunModel(PrefixCache& cache, Namespace ns, uint64_t ops, std::mt19937_64& rng,
+              const std::function<void(uint64_t, std::vector<AuditFinding>*)>& audit) {
   std::vector<Conversation> convs(1);
-
   for (uint64_t op = 0; op < ops; ++op) {
     const uint64_t kind = rng() % 10;
     Conversation* c = &convs[rng() % convs.size()];
@@ -96,8 +89,9 @@ TEST(PrefixCacheModel, RandomConversationsNeverRestoreAWrongByte) {
       c = &convs.back();
     }
     if (kind < 7) {  // a turn: extend and store
-      for (uint64_t n = 1 + rng() % 9; n > 0; --n)
+      for (uint64_t n = 1 + rng() % 9; n > 0; --n) {
         c->tokens.push_back(static_cast<int32_t>(rng() % 5));
+      }
       ASSERT_TRUE(cache.Store(ns, c->tokens, Reference(c->tokens)).ok());
     }
     // A prompt: a prefix of a conversation, maybe with new tokens after it.
@@ -122,12 +116,47 @@ TEST(PrefixCacheModel, RandomConversationsNeverRestoreAWrongByte) {
       ASSERT_EQ(r->layers[1].meta, want[1].meta) << "op " << op;
     }
     std::vector<AuditFinding> findings;
-    ASSERT_TRUE(budget->Audit(&findings).ok());
-    ASSERT_TRUE(lower.Audit(&findings).ok());
+    audit(op, &findings);
     for (const AuditFinding& f : findings)
       FAIL() << "op " << op << ": " << f.what << " " << f.detail;
   }
+}
+
+Namespace RegisterWithTail(PrefixCache& cache) {
+  NamespaceOptions options;
+  options.store_partial_tail = true;
+  return cache.RegisterModel(testing::HybridSpec(), options).value();
+}
+
+TEST(PrefixCacheModel, RandomConversationsNeverRestoreAWrongByte) {
+  std::mt19937_64 rng(testing::TestSeed("PrefixCacheModel"));
+  MemTier lower;
+  auto budget = SharedHotBudget::Create({.capacity_bytes = 48 * 1024}).value();
+  auto hot = HotTier::Open(budget, budget->RegisterOwner("m").value()).value();
+  TierStack stack(hot.get(), &lower);
+  PrefixCache cache(&stack);
+  RunModel(cache, RegisterWithTail(cache), testing::Iterations(300, 20000), rng,
+           [&](uint64_t, std::vector<AuditFinding>* findings) {
+             ASSERT_TRUE(budget->Audit(findings).ok());
+             ASSERT_TRUE(lower.Audit(findings).ok());
+           });
   EXPECT_GT(hot->Totals().evictions, 0u) << "the hot tier should have spilled";
+}
+
+TEST(PrefixCacheModel, RandomConversationsOverTheSsdTier) {
+  std::mt19937_64 rng(testing::TestSeed("PrefixCacheModelSsd"));
+  testing::TempDir dir;
+  testing::TestTiers tiers(24 * 1024, dir.str());
+  PrefixCache cache(tiers.stack.get());
+  RunModel(cache, RegisterWithTail(cache), testing::Iterations(120, 3000), rng,
+           [&](uint64_t op, std::vector<AuditFinding>* findings) {
+             ASSERT_TRUE(tiers.budget->Audit(findings).ok());
+             if (op % 30 == 29) {
+               ASSERT_TRUE(tiers.ssd->Audit(findings).ok());
+             }
+           });
+  EXPECT_GT(tiers.hot->Totals().evictions, 0u);
+  EXPECT_GT(tiers.ssd->Totals().hits, 0u) << "restores should have read from SSD";
 }
 
 }  // namespace
