@@ -135,9 +135,10 @@ class PrefixCache {
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
 
-  // Registers a model; the same fingerprint returns the same Namespace.
-  // Loads the namespace's persisted tip lineage. InvalidArgument for a bad
-  // spec (see NamespaceSpec::Fingerprint) or no tiers.
+  // Registers a model; the same fingerprint with the same options returns
+  // the same Namespace. Loads the namespace's persisted tip lineage.
+  // InvalidArgument for a bad spec (see NamespaceSpec::Fingerprint), no
+  // tiers, or a fingerprint already registered with other options.
   StatusOr<Namespace> RegisterModel(const NamespaceSpec& spec,
                                     const NamespaceOptions& options = {});
 

@@ -54,9 +54,14 @@ StatusOr<Namespace> PrefixCache::RegisterModel(const NamespaceSpec& spec,
     return Status::InvalidArgument("no tiers for namespace " + spec.model);
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < namespaces_.size(); ++i) {
-    if (namespaces_[i]->fingerprint == fingerprint) {
-      return Namespace{static_cast<uint32_t>(i), namespaces_[i]->root};
+    const NamespaceState& known = *namespaces_[i];
+    if (known.fingerprint != fingerprint) continue;
+    if (known.tiers != tiers || known.owner != options.owner ||
+        known.partial_tail != options.store_partial_tail) {
+      return Status::InvalidArgument("namespace " + spec.model +
+                                     " is already registered with other options");
     }
+    return Namespace{static_cast<uint32_t>(i), known.root};
   }
   auto ns = std::make_unique<NamespaceState>();
   ns->spec = spec;

@@ -103,6 +103,25 @@ TEST_F(PrefixCacheRestoreTest, RoundTripFromSsdIsByteIdenticalAndPromotes) {
   EXPECT_EQ(cache_->Match(ns, tokens)->tiers, std::vector<TierLevel>(5, TierLevel::kHot));
 }
 
+TEST_F(PrefixCacheRestoreTest, RegisteringAModelTwiceGivesTheSameNamespace) {
+  Namespace a = Register(KvOnlySpec());
+  Namespace b = Register(KvOnlySpec());
+  EXPECT_EQ(a.index, b.index);
+  EXPECT_EQ(a.root, b.root);
+  NamespaceSpec salted = KvOnlySpec();
+  salted.salt = "tenant-2";
+  EXPECT_NE(Register(salted).root, a.root);
+  NamespaceOptions other;
+  other.store_partial_tail = true;
+  EXPECT_TRUE(cache_->RegisterModel(KvOnlySpec(), other).status().IsInvalidArgument());
+  NamespaceSpec unknown = KvOnlySpec();
+  unknown.layer_types[1] = "NoSuchCache";
+  EXPECT_FALSE(cache_->RegisterModel(unknown).ok());
+  EXPECT_TRUE(cache_->Match(Namespace{7, a.root}, testing::Tokens(1))
+                  .status()
+                  .IsInvalidArgument());
+}
+
 TEST_F(PrefixCacheRestoreTest, MatchStopsAtTheFirstDivergingBlock) {
   Namespace ns = Register(KvOnlySpec());
   const std::vector<int32_t> tokens = Tokens(4);
