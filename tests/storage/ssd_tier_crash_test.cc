@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -128,6 +129,7 @@ pid_t SpawnChild(const std::string& dir, SsdDurability mode, uint64_t seed,
                            std::to_string(cycle);
   pid_t pid = fork();
   if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive a parent that was killed
     setenv(kChildEnv, spec.c_str(), 1);
     const int devnull = open("/dev/null", O_WRONLY);
     if (devnull >= 0) dup2(devnull, STDOUT_FILENO);  // the child's gtest banner
