@@ -196,7 +196,7 @@ void VerifyAfterKill(const std::string& dir, SsdDurability mode, const Expected&
 
 TEST(SsdTierCrash, KillNineNeverExposesAWrongBlockAndLosesNoAcknowledgedOneInWalOrSync) {
   if (std::getenv(kChildEnv) != nullptr) GTEST_SKIP();
-  const uint64_t cycles_per_mode = testing::Iterations(8, 100);
+  const uint64_t cycles_per_mode = testing::Iterations(8, 40);
   std::mt19937_64 rng(testing::TestSeed("SsdTierCrash.KillNine"));
   for (SsdDurability mode :
        {SsdDurability::kFlush, SsdDurability::kWal, SsdDurability::kSync}) {
