@@ -41,8 +41,8 @@ void BudgetState::AuditOwner(OwnerId id, TierCounters* recomputed, size_t* linke
   for (const auto& [key, e] : owner.entries) {
     // Names are built only for findings: Audit runs after every operation of
     // the model-based stress test.
-    auto block = [&](const char* what) {
-      return prefix + " block " + key.ToHex() + " " + what;
+    auto block = [&, k = key](const char* what) {  // clang 14: no binding capture
+      return prefix + " block " + k.ToHex() + " " + what;
     };
     if (e.meta.key != key || e.meta.owner != id || e.facts.owner != id) {
       findings->push_back(
