@@ -1,0 +1,132 @@
+// Runs the real `prefixkv demo --json` binary in a temporary data directory
+// and checks what the demo claims: later turns reuse cached KV and compute
+// little more than their new message, the turn after the restart comes from
+// SSD, replies equal stateless greedy decode, and the tiers audit clean.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tests/support/test_util.h"
+
+namespace prefixkv {
+namespace {
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out;
+};
+
+CliRun RunCli(const std::string& args) {
+  CliRun run;
+  const std::string cmd = std::string(PREFIXKV_CLI) + " " + args;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return run;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) run.out.append(buf, n);
+  const int status = pclose(p);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
+// The text of the JSON value after "key": up to the matching close of an
+// object or array, or up to the next ',' / '}' for a scalar. The demo's
+// output has no strings containing brackets in the parts read here.
+std::string Value(const std::string& json, const std::string& key, size_t from = 0) {
+  const size_t k = json.find("\"" + key + "\":", from);
+  if (k == std::string::npos) return "";
+  size_t i = k + key.size() + 3;
+  if (json[i] != '{' && json[i] != '[')
+    return json.substr(i, json.find_first_of(",}]", i) - i);
+  int depth = 0;
+  for (size_t j = i; j < json.size(); ++j) {
+    if (json[j] == '{' || json[j] == '[') ++depth;
+    if ((json[j] == '}' || json[j] == ']') && --depth == 0)
+      return json.substr(i, j - i + 1);
+  }
+  return "";
+}
+
+// The flat objects of a JSON array, as text.
+std::vector<std::string> Objects(const std::string& array) {
+  std::vector<std::string> objects;
+  for (size_t b = array.find('{'); b != std::string::npos; b = array.find('{', b + 1)) {
+    objects.push_back(array.substr(b, array.find('}', b) - b + 1));
+  }
+  return objects;
+}
+
+uint64_t Count(const std::string& object, const std::string& key) {
+  const std::string v = Value(object, key);
+  EXPECT_FALSE(v.empty()) << key << " missing in " << object;
+  return v.empty() ? 0 : std::stoull(v);
+}
+
+constexpr uint64_t kBlockTokens = 16;  // what the demo reports as block_tokens
+
+class DemoIntegration : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new testing::TempDir();
+    run_ = new CliRun(RunCli("demo --json --data-dir " + dir_->str()));
+  }
+  static void TearDownTestSuite() {
+    delete run_;
+    delete dir_;
+  }
+  static inline testing::TempDir* dir_ = nullptr;
+  static inline CliRun* run_ = nullptr;
+};
+
+TEST_F(DemoIntegration, ExitsZeroWithParityAndACleanAudit) {
+  ASSERT_TRUE(std::filesystem::exists(PREFIXKV_CLI)) << "build the prefixkv binary first";
+  EXPECT_EQ(run_->exit_code, 0) << run_->out;
+  // The top-level "parity" is the last one: it follows the per-turn ones.
+  EXPECT_EQ(Value(run_->out, "parity", run_->out.rfind("\"parity\":")), "true")
+      << run_->out;
+  EXPECT_EQ(Value(run_->out, "audit_ok"), "true") << run_->out;
+  EXPECT_EQ(Value(run_->out, "block_tokens"), std::to_string(kBlockTokens));
+}
+
+TEST_F(DemoIntegration, EveryLaterTurnRestoresAndComputesOnlyItsNewTokensPlusABlock) {
+  const std::vector<std::string> turns = Objects(Value(run_->out, "turns"));
+  ASSERT_EQ(turns.size(), 8u) << run_->out;
+  EXPECT_EQ(Count(turns[0], "computed_tokens"), Count(turns[0], "prompt_tokens"));
+  for (size_t i = 1; i < turns.size(); ++i) {
+    const uint64_t restored =
+        Count(turns[i], "restored_hot_tokens") + Count(turns[i], "restored_ssd_tokens");
+    EXPECT_GT(restored, 0u) << "turn " << i + 1 << ": " << turns[i];
+    EXPECT_EQ(restored + Count(turns[i], "computed_tokens"),
+              Count(turns[i], "prompt_tokens"))
+        << turns[i];
+    EXPECT_LE(Count(turns[i], "computed_tokens"),
+              Count(turns[i], "new_tokens") + kBlockTokens)
+        << "turn " << i + 1 << ": " << turns[i];
+  }
+}
+
+TEST_F(DemoIntegration, SomeBlocksSpillToSsdBeforeTheRestart) {
+  uint64_t from_ssd = 0;
+  for (const std::string& t : Objects(Value(run_->out, "turns"))) {
+    from_ssd += Count(t, "restored_ssd_tokens");
+  }
+  EXPECT_GT(from_ssd, 0u) << run_->out;
+}
+
+TEST_F(DemoIntegration, TheTurnAfterTheRestartIsRestoredFromSsd) {
+  const std::string restart = Value(run_->out, "restart");
+  ASSERT_FALSE(restart.empty()) << run_->out;
+  EXPECT_GT(Count(restart, "restored_ssd_tokens"), 0u) << restart;
+  EXPECT_EQ(Count(restart, "restored_hot_tokens"), 0u) << "the hot tier starts empty";
+  EXPECT_LE(Count(restart, "computed_tokens"),
+            Count(restart, "new_tokens") + kBlockTokens);
+  EXPECT_EQ(Value(restart, "parity"), "true");
+}
+
+}  // namespace
+}  // namespace prefixkv

@@ -1,0 +1,312 @@
+#include "tools/cli/demo_conversation.h"
+
+#include <filesystem>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <span>
+#include <utility>
+
+#include "prefixkv/cache_types.h"
+#include "prefixkv/clock.h"
+#include "prefixkv/hot_tier.h"
+#include "prefixkv/layer_kv_cache.h"
+#include "prefixkv/prefix_cache.h"
+#include "prefixkv/reference_model.h"
+#include "prefixkv/shared_hot_budget.h"
+#include "prefixkv/ssd_tier.h"
+#include "prefixkv/tier_stack.h"
+
+namespace prefixkv::cli {
+namespace {
+
+// Small enough to run in seconds, big enough to have real structure: 8 layers
+// of which layers 3 and 7 are global and the rest use a 32-token window.
+ModelConfig DemoModel() {
+  ModelConfig c;
+  c.vocab_size = 256;
+  c.hidden_size = 64;
+  c.n_layers = 8;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.intermediate_size = 128;
+  c.seed = 20261202;
+  c.sliding_window_tokens = 32;
+  c.global_layer_every = 4;
+  return c;
+}
+
+constexpr uint32_t kBlockTokens = 16;
+constexpr int kReplyTokens = 12;
+// About 80 blocks' worth of KV would be needed to keep the whole conversation
+// hot; this budget holds a fraction, so the oldest blocks spill to SSD.
+constexpr uint64_t kHotCapacityBytes = 96 * 1024;
+
+// Deterministic user messages of 30..53 tokens (splitmix64 stream).
+std::vector<int32_t> UserMessage(int turn, int64_t vocab) {
+  uint64_t x = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(turn + 1);
+  auto next = [&x] {
+    uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  std::vector<int32_t> msg(30 + next() % 24);
+  for (int32_t& t : msg) t = static_cast<int32_t>(next() % static_cast<uint64_t>(vocab));
+  return msg;
+}
+
+// A hot tier over a private budget, stacked over the SSD tier in `dir`, and
+// the prefix cache on top. Close() flushes and shuts down in dependency order.
+struct DemoTiers {
+  std::shared_ptr<SharedHotBudget> budget;
+  std::unique_ptr<HotTier> hot;
+  std::unique_ptr<SsdTier> ssd;
+  std::unique_ptr<TierStack> stack;
+  std::unique_ptr<PrefixCache> cache;
+  Namespace ns;
+
+  Status Open(const std::string& dir, const NamespaceSpec& spec) {
+    PKV_ASSIGN_OR_RETURN(budget,
+                         SharedHotBudget::Create({.capacity_bytes = kHotCapacityBytes}));
+    PKV_ASSIGN_OR_RETURN(OwnerId owner, budget->RegisterOwner("demo-llama"));
+    PKV_ASSIGN_OR_RETURN(hot, HotTier::Open(budget, owner));
+    SsdTierOptions o;
+    o.path = dir;
+    o.write_buffer_bytes = 4 << 20;
+    o.log = [](std::string_view) {};  // the demo reports what matters itself
+    PKV_ASSIGN_OR_RETURN(ssd, SsdTier::Open(o));
+    stack = std::make_unique<TierStack>(hot.get(), ssd.get(), ssd.get());
+    cache = std::make_unique<PrefixCache>(stack.get());
+    NamespaceOptions ns_options;
+    ns_options.store_partial_tail = true;
+    PKV_ASSIGN_OR_RETURN(ns, cache->RegisterModel(spec, ns_options));
+    return Status::OK();
+  }
+
+  Status Close() {
+    Status flushed = cache != nullptr ? cache->Flush() : Status::OK();
+    cache.reset();
+    stack.reset();
+    hot.reset();
+    budget.reset();
+    Status closed = ssd != nullptr ? ssd->Close() : Status::OK();
+    ssd.reset();
+    return flushed.ok() ? closed : flushed;
+  }
+
+  // Flushes, then audits the hot budget and the SSD tier and looks for orphans.
+  Status Audit(std::vector<std::string>* findings) {
+    PKV_RETURN_IF_ERROR(cache->Flush());
+    std::vector<AuditFinding> found;
+    PKV_RETURN_IF_ERROR(budget->Audit(&found));
+    PKV_RETURN_IF_ERROR(ssd->Audit(&found));
+    for (const AuditFinding& f : found) findings->push_back(f.what + ": " + f.detail);
+    for (const BlockKey& k : ssd->FindOrphans())
+      findings->push_back("orphan " + k.ToHex());
+    return Status::OK();
+  }
+};
+
+class DemoConversation {
+ public:
+  static StatusOr<std::unique_ptr<DemoConversation>> Create() {
+    PKV_ASSIGN_OR_RETURN(std::shared_ptr<const ReferenceModel> model,
+                         ReferenceModel::Create(DemoModel()));
+    const int last = model->config().n_layers - 1;
+    PKV_ASSIGN_OR_RETURN(std::unique_ptr<ReferenceShard> shard,
+                         ReferenceShard::Create(model, 0, last));
+    return std::unique_ptr<DemoConversation>(
+        new DemoConversation(std::move(model), std::move(shard)));
+  }
+
+  NamespaceSpec Spec() const {
+    NamespaceSpec spec;
+    spec.model = "demo-llama";
+    spec.block_tokens = kBlockTokens;
+    spec.dtype = DType::kFloat32;
+    for (int i = 0; i < model_->config().n_layers; ++i) {
+      spec.layer_types.push_back(model_->LayerWindowTokens(i) > 0 ? "RotatingKVCache"
+                                                                  : "KVCache");
+    }
+    return spec;
+  }
+
+  // One turn: appends `turn`'s user message, serves it through `tiers`, and
+  // appends the reply to the conversation.
+  StatusOr<DemoTurn> Turn(int turn, DemoTiers& tiers) {
+    const std::vector<int32_t> msg = UserMessage(turn, model_->config().vocab_size);
+    conversation_.insert(conversation_.end(), msg.begin(), msg.end());
+    const std::vector<int32_t> prompt = conversation_;
+    DemoTurn out;
+    out.prompt_tokens = prompt.size();
+    out.new_tokens = msg.size();
+    const uint64_t start_ns = Clock::System()->NowNanos();
+
+    PKV_ASSIGN_OR_RETURN(MatchResult match, tiers.cache->Match(tiers.ns, prompt));
+    PKV_ASSIGN_OR_RETURN(RestoreResult restored, tiers.cache->Restore(match));
+    // The last prompt token must run to give the first reply logits; the new
+    // message is never cached, so a full-prompt restore cannot happen.
+    if (restored.restored_tokens >= prompt.size()) {
+      return Status::Internal("restored the whole prompt, including the new message");
+    }
+    CountRestoredTokens(match, restored.restored_tokens, &out);
+    PKV_ASSIGN_OR_RETURN(std::vector<LayerKvCache> caches, RebuildCaches(restored));
+
+    const int64_t from = static_cast<int64_t>(restored.restored_tokens);
+    out.computed_tokens = prompt.size() - restored.restored_tokens;
+    std::vector<int32_t> reply;
+    PKV_ASSIGN_OR_RETURN(int32_t next,
+                         Forward(std::span(prompt).subspan(from), from, &caches));
+    while (true) {
+      reply.push_back(next);
+      conversation_.push_back(next);
+      // The last reply token also runs so the stored caches cover it.
+      const int64_t pos = static_cast<int64_t>(conversation_.size()) - 1;
+      PKV_ASSIGN_OR_RETURN(next,
+                           Forward(std::span(&conversation_.back(), 1), pos, &caches));
+      if (reply.size() == kReplyTokens) break;
+    }
+    PKV_ASSIGN_OR_RETURN(StoreResult stored, tiers.cache->Store(tiers.ns, conversation_,
+                                                                ExportLayers(caches)));
+    if (!stored.tip_state_stored) {
+      return Status::Internal("rotating state not stored: " + stored.note);
+    }
+    out.seconds = static_cast<double>(Clock::System()->NowNanos() - start_ns) / 1e9;
+    out.reply_tokens = reply.size();
+
+    PKV_ASSIGN_OR_RETURN(std::vector<int32_t> stateless,
+                         model_->StatelessGreedy(prompt, kReplyTokens));
+    out.parity = stateless == reply;
+    return out;
+  }
+
+ private:
+  DemoConversation(std::shared_ptr<const ReferenceModel> model,
+                   std::unique_ptr<ReferenceShard> shard)
+      : model_(std::move(model)), shard_(std::move(shard)) {}
+
+  LayerKvGeometry Geometry(int layer) const {
+    return {.layer = layer,
+            .n_kv_heads = model_->config().n_kv_heads,
+            .head_dim = model_->config().head_dim(),
+            .window_tokens = model_->LayerWindowTokens(layer)};
+  }
+
+  // Attributes each restored block's tokens to the tier Match found it in.
+  static void CountRestoredTokens(const MatchResult& match, uint64_t restored,
+                                  DemoTurn* out) {
+    for (size_t i = 0; i < match.tiers.size() && i * kBlockTokens < restored; ++i) {
+      const uint64_t tokens =
+          std::min<uint64_t>(kBlockTokens, restored - i * kBlockTokens);
+      if (match.tiers[i] == TierLevel::kHot) {
+        out->restored_hot_tokens += tokens;
+      } else {
+        out->restored_ssd_tokens += tokens;
+      }
+    }
+  }
+
+  // Per-layer caches from a restore; empty caches when nothing was restored.
+  StatusOr<std::vector<LayerKvCache>> RebuildCaches(const RestoreResult& restored) const {
+    std::vector<LayerKvCache> caches;
+    for (int i = 0; i < model_->config().n_layers; ++i) {
+      if (restored.restored_tokens == 0) {
+        caches.emplace_back(Geometry(i));
+        continue;
+      }
+      const LayerState& layer = restored.layers.at(static_cast<size_t>(i));
+      if (layer.tensors.size() != 2) {
+        return Status::Internal("restored layer " + std::to_string(i) + " has no K/V");
+      }
+      std::optional<RotatingMeta> meta;
+      if (CacheTypeRegistry::IsRotatingFamily(layer.cache_type)) {
+        PKV_ASSIGN_OR_RETURN(meta, RotatingMeta::Parse(layer.meta));
+      }
+      PKV_ASSIGN_OR_RETURN(
+          LayerKvCache cache,
+          LayerKvCache::Restore(Geometry(i), layer.tensors[0], layer.tensors[1], meta));
+      caches.push_back(std::move(cache));
+    }
+    return caches;
+  }
+
+  // Runs `tokens` at positions from `start` through every layer, appends their
+  // KV to `caches` and returns the greedy next token.
+  StatusOr<int32_t> Forward(std::span<const int32_t> tokens, int64_t start,
+                            std::vector<LayerKvCache>* caches) const {
+    PKV_ASSIGN_OR_RETURN(HiddenStates hidden, shard_->EmbedTokens(tokens));
+    std::vector<int64_t> positions(tokens.size());
+    std::iota(positions.begin(), positions.end(), start);
+    PastKv past;
+    for (LayerKvCache& c : *caches) past[c.layer()] = &c;
+    PKV_ASSIGN_OR_RETURN(CachedRunResult run,
+                         shard_->RunLayersCached(hidden, positions, past, nullptr));
+    for (auto& [layer, chunk] : run.new_kv) {
+      PKV_RETURN_IF_ERROR(
+          (*caches)[static_cast<size_t>(layer)].Append(chunk.keys, chunk.values));
+    }
+    HiddenStates last{.rows = 1, .width = run.hidden.width, .values = {}};
+    const float* row = run.hidden.row(run.hidden.rows - 1);
+    last.values.assign(row, row + run.hidden.width);
+    const HiddenStates normed = shard_->FinalNorm(last);
+    return ArgMax(shard_->LmHead(normed.row(0)));
+  }
+
+  static std::vector<LayerState> ExportLayers(const std::vector<LayerKvCache>& caches) {
+    std::vector<LayerState> layers;
+    for (const LayerKvCache& c : caches) {
+      LayerKvExport e = c.Export();
+      LayerState s;
+      s.cache_type = std::string(e.cache_type);
+      s.meta = e.rotating_meta ? e.rotating_meta->ToStrings()
+                               : std::vector<std::string>{std::to_string(c.length())};
+      s.tensors = {std::move(e.keys), std::move(e.values)};
+      layers.push_back(std::move(s));
+    }
+    return layers;
+  }
+
+  std::shared_ptr<const ReferenceModel> model_;
+  std::unique_ptr<ReferenceShard> shard_;
+  std::vector<int32_t> conversation_;
+};
+
+}  // namespace
+
+StatusOr<DemoReport> RunDemoConversation(const DemoOptions& options) {
+  std::error_code ec;
+  std::filesystem::remove_all(options.dir, ec);
+  if (ec) return Status::IOError("cannot wipe " + options.dir + ": " + ec.message());
+  std::filesystem::create_directories(options.dir, ec);
+  if (ec) return Status::IOError("cannot create " + options.dir + ": " + ec.message());
+
+  PKV_ASSIGN_OR_RETURN(std::unique_ptr<DemoConversation> conv,
+                       DemoConversation::Create());
+  const NamespaceSpec spec = conv->Spec();
+  DemoReport report;
+  report.block_tokens = kBlockTokens;
+  report.hot_capacity_bytes = kHotCapacityBytes;
+  report.parity = true;
+
+  DemoTiers tiers;
+  PKV_RETURN_IF_ERROR(tiers.Open(options.dir, spec));
+  for (int t = 0; t < options.turns; ++t) {
+    PKV_ASSIGN_OR_RETURN(DemoTurn turn, conv->Turn(t, tiers));
+    report.parity = report.parity && turn.parity;
+    report.turns.push_back(turn);
+  }
+  report.hot_evictions = tiers.hot->Totals().evictions;
+  PKV_RETURN_IF_ERROR(tiers.Close());
+
+  PKV_RETURN_IF_ERROR(tiers.Open(options.dir, spec));  // the restart
+  report.ssd_blocks_after_restart = tiers.ssd->open_report().blocks;
+  PKV_ASSIGN_OR_RETURN(report.restart, conv->Turn(options.turns, tiers));
+  report.parity = report.parity && report.restart.parity;
+  PKV_RETURN_IF_ERROR(tiers.Audit(&report.audit_findings));
+  report.audit_ok = report.audit_findings.empty();
+  PKV_RETURN_IF_ERROR(tiers.Close());
+  return report;
+}
+
+}  // namespace prefixkv::cli

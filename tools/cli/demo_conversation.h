@@ -1,0 +1,61 @@
+// The end-to-end demo behind `prefixkv demo`: a multi-turn conversation on the
+// reference model (with sliding-window layers) whose KV caches are stored in,
+// and restored from, a real PrefixCache over a hot RAM tier spilling to SSD.
+//
+// Every turn: Match + Restore the prompt (hot, then SSD), rebuild the per-layer
+// caches from the restored tensors, compute only the remaining prompt tokens,
+// decode greedily, then Store the whole conversation so far (partial tail on,
+// so the rotating window state is kept at the exact end of every turn).
+// Then the tiers are flushed and closed, reopened from the data directory (a
+// restart) and one more turn runs, restored from SSD. Every turn's reply is
+// compared with the model's stateless greedy decode of the same prompt, and
+// the tiers are audited.
+//
+// Not thread-safe: one demo run at a time per data directory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "prefixkv/status.h"
+
+namespace prefixkv::cli {
+
+struct DemoOptions {
+  // Directory holding the SSD tier; wiped (removed and recreated) at start.
+  std::string dir;
+  // Conversation turns before the restart (the restart turn comes on top).
+  int turns = 8;
+};
+
+// What one turn did. Token counts are exact; restored = hot + ssd.
+struct DemoTurn {
+  uint64_t prompt_tokens = 0;        // conversation so far + the new message
+  uint64_t new_tokens = 0;           // the new user message (never cached yet)
+  uint64_t restored_hot_tokens = 0;  // restored from blocks found in RAM
+  uint64_t restored_ssd_tokens = 0;  // restored from blocks found on SSD
+  uint64_t computed_tokens = 0;      // prompt tokens the model ran
+  uint64_t reply_tokens = 0;         // greedily decoded tokens
+  double seconds = 0;                // match + restore + prefill + decode + store
+  bool parity = false;               // reply == stateless greedy decode
+};
+
+struct DemoReport {
+  uint32_t block_tokens = 0;
+  uint64_t hot_capacity_bytes = 0;
+  uint64_t hot_evictions = 0;  // blocks the hot tier spilled before the restart
+  std::vector<DemoTurn> turns;
+  DemoTurn restart;
+  bool parity = false;    // every turn, restart included
+  bool audit_ok = false;  // budget + SSD audits clean and no SSD orphans
+  std::vector<std::string> audit_findings;  // "what: detail", empty when clean
+  uint64_t ssd_blocks_after_restart = 0;    // blocks indexed when reopened
+};
+
+// Runs the whole demo. An error Status means the machinery failed (could not
+// open the tiers, a store was rejected, ...); parity or audit failures are
+// reported in the DemoReport instead.
+StatusOr<DemoReport> RunDemoConversation(const DemoOptions& options);
+
+}  // namespace prefixkv::cli
