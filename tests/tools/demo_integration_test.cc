@@ -110,12 +110,16 @@ TEST_F(DemoIntegration, EveryLaterTurnRestoresAndComputesOnlyItsNewTokensPlusABl
   }
 }
 
-TEST_F(DemoIntegration, SomeBlocksSpillToSsdBeforeTheRestart) {
+TEST_F(DemoIntegration, BeforeTheRestartTurnsRestoreFromBothHotAndSpilledSsdBlocks) {
+  uint64_t from_hot = 0;
   uint64_t from_ssd = 0;
   for (const std::string& t : Objects(Value(run_->out, "turns"))) {
+    from_hot += Count(t, "restored_hot_tokens");
     from_ssd += Count(t, "restored_ssd_tokens");
   }
-  EXPECT_GT(from_ssd, 0u) << run_->out;
+  EXPECT_GT(from_hot, 0u) << run_->out;
+  EXPECT_GT(from_ssd, 0u) << "the hot budget should have spilled: " << run_->out;
+  EXPECT_GT(Count(run_->out, "hot_evictions"), 0u);
 }
 
 TEST_F(DemoIntegration, TheTurnAfterTheRestartIsRestoredFromSsd) {

@@ -76,7 +76,11 @@ struct DemoTiers {
     o.write_buffer_bytes = 4 << 20;
     o.log = [](std::string_view) {};  // the demo reports what matters itself
     PKV_ASSIGN_OR_RETURN(ssd, SsdTier::Open(o));
-    stack = std::make_unique<TierStack>(hot.get(), ssd.get(), ssd.get());
+    // No promotion on SSD hits: a restore reads the conversation oldest block
+    // first, and promoting those would push out the newer blocks still hot
+    // before the same restore reaches them (a scan evicting its own tail).
+    stack = std::make_unique<TierStack>(hot.get(), ssd.get(), ssd.get(),
+                                        TierStackOptions{.promote_on_ssd_hit = false});
     cache = std::make_unique<PrefixCache>(stack.get());
     NamespaceOptions ns_options;
     ns_options.store_partial_tail = true;
@@ -150,7 +154,7 @@ class DemoConversation {
     if (restored.restored_tokens >= prompt.size()) {
       return Status::Internal("restored the whole prompt, including the new message");
     }
-    CountRestoredTokens(match, restored.restored_tokens, &out);
+    CountRestoredTokens(match, restored, &out);
     PKV_ASSIGN_OR_RETURN(std::vector<LayerKvCache> caches, RebuildCaches(restored));
 
     const int64_t from = static_cast<int64_t>(restored.restored_tokens);
@@ -193,18 +197,22 @@ class DemoConversation {
             .window_tokens = model_->LayerWindowTokens(layer)};
   }
 
-  // Attributes each restored block's tokens to the tier Match found it in.
-  static void CountRestoredTokens(const MatchResult& match, uint64_t restored,
+  // Tokens restored from each tier, from the tiers Restore really read (a block
+  // Match saw in RAM may have been spilled by the time Restore read it). Only
+  // the last restored block may be short (a partial tail); Restore does not
+  // say which tier it came from, so Match's answer decides unless that tier
+  // served no block at all.
+  static void CountRestoredTokens(const MatchResult& match, const RestoreResult& restored,
                                   DemoTurn* out) {
-    for (size_t i = 0; i < match.tiers.size() && i * kBlockTokens < restored; ++i) {
-      const uint64_t tokens =
-          std::min<uint64_t>(kBlockTokens, restored - i * kBlockTokens);
-      if (match.tiers[i] == TierLevel::kHot) {
-        out->restored_hot_tokens += tokens;
-      } else {
-        out->restored_ssd_tokens += tokens;
-      }
-    }
+    if (restored.restored_blocks == 0) return;
+    out->restored_hot_tokens = restored.blocks_from_hot * kBlockTokens;
+    out->restored_ssd_tokens = restored.blocks_from_ssd * kBlockTokens;
+    const uint64_t short_by =
+        restored.restored_blocks * kBlockTokens - restored.restored_tokens;
+    const bool tail_hot = restored.blocks_from_ssd == 0 ||
+                          (restored.blocks_from_hot > 0 &&
+                           match.tiers[restored.restored_blocks - 1] == TierLevel::kHot);
+    (tail_hot ? out->restored_hot_tokens : out->restored_ssd_tokens) -= short_by;
   }
 
   // Per-layer caches from a restore; empty caches when nothing was restored.
