@@ -1,0 +1,137 @@
+// `prefixkv audit` against real data directories: a clean one passes; a
+// flipped payload byte, a record stored under the wrong metadata and a
+// removed parent each fail naming the block; usage errors exit 2.
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "prefixkv/prefix_cache.h"
+#include "prefixkv/tier_stack.h"
+#include "tests/tools/data_dir_builder.h"
+
+namespace prefixkv {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::CliRun;
+using testing::DataDirBuilder;
+using testing::RunCli;
+
+// Flips one byte inside every occurrence of `pattern` in the files under
+// `dir`; returns the files changed.
+std::vector<std::string> FlipBytesOf(const std::string& dir, const std::string& pattern) {
+  std::vector<std::string> changed;
+  for (const fs::directory_entry& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    in.close();
+    bool hit = false;
+    for (size_t at = bytes.find(pattern); at != std::string::npos;
+         at = bytes.find(pattern, at + 1)) {
+      bytes[at + 10] = static_cast<char>(bytes[at + 10] ^ 0x5A);
+      hit = true;
+    }
+    if (!hit) continue;
+    std::ofstream(e.path(), std::ios::binary | std::ios::trunc) << bytes;
+    changed.push_back(e.path().filename().string());
+  }
+  return changed;
+}
+
+class AuditTest : public ::testing::Test {
+ protected:
+  DataDirBuilder data_{testing::TestSeed("AuditTest")};
+  std::string Audit() const { return "audit --json --data-dir " + data_.dir(); }
+};
+
+TEST_F(AuditTest, CleanDataDirectoryPasses) {
+  data_.StoreChain();
+  CliRun run = RunCli(Audit());
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("\"ok\":true"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("\"blocks_checked\":5"), std::string::npos) << run.output;
+}
+
+TEST_F(AuditTest, FlippedPayloadByteIsReportedAndMatchStopsBeforeIt) {
+  data_.StoreChain();
+  const std::vector<std::string> changed = FlipBytesOf(data_.dir(), data_.pattern(2));
+  ASSERT_FALSE(changed.empty());
+
+  CliRun run = RunCli(Audit());
+  EXPECT_EQ(run.exit_code, 1) << run.output
+                              << " changed: " << ::testing::PrintToString(changed);
+  EXPECT_NE(run.output.find("\"ok\":false"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find(data_.keys()[2].ToHex()), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find(data_.keys()[1].ToHex()), std::string::npos)
+      << "only the damaged block is named: " << run.output;
+
+  std::unique_ptr<SsdTier> ssd = data_.Open();
+  TierStack stack(nullptr, ssd.get());
+  PrefixCache cache(&stack);
+  Namespace ns = cache.RegisterModel(data_.spec()).value();
+  StatusOr<MatchResult> match = cache.Match(ns, data_.tokens());
+  ASSERT_TRUE(match.ok()) << match.status().ToString();
+  EXPECT_EQ(match->matched_tokens(), 2 * DataDirBuilder::kBlockTokens);
+}
+
+TEST_F(AuditTest, RecordStoredUnderOtherMetadataIsReported) {
+  data_.StoreChain();
+  {
+    std::unique_ptr<SsdTier> tier = data_.Open();
+    // Block 3's slot now holds block 1's record: both checksums are intact,
+    // only the record's identity disagrees with the metadata.
+    BlockMeta meta{data_.keys()[3], data_.keys()[2], data_.root(), 0};
+    ASSERT_TRUE(tier->Put(meta, data_.Encode(1), false).ok());
+    ASSERT_TRUE(tier->Close().ok());
+  }
+  CliRun run = RunCli("audit --data-dir " + data_.dir());
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("corrupt block " + data_.keys()[3].ToHex()),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("record key " + data_.keys()[1].ToHex()), std::string::npos)
+      << run.output;
+}
+
+TEST_F(AuditTest, RemovedParentLeavesAnOrphan) {
+  data_.StoreChain();
+  {
+    std::unique_ptr<SsdTier> tier = data_.Open();
+    ASSERT_TRUE(tier->Remove(data_.keys()[1]).ok());
+    ASSERT_TRUE(tier->Close().ok());
+  }
+  CliRun run = RunCli(Audit());
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("\"orphan_blocks\":[{\"key\":\"" + data_.keys()[2].ToHex()),
+            std::string::npos)
+      << run.output;
+}
+
+TEST(AuditUsageTest, MissingDirectoryIsAUsageErrorAndCreatesNothing) {
+  testing::TempDir tmp;
+  const fs::path missing = tmp.path() / "nothing-here";
+  CliRun run = RunCli("audit --data-dir " + missing.string());
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_FALSE(fs::exists(missing));
+}
+
+TEST(AuditUsageTest, DirectoryWithoutDatabaseIsAUsageError) {
+  testing::TempDir tmp;
+  CliRun run = RunCli("audit --data-dir " + tmp.str());
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(fs::is_empty(tmp.path()));
+}
+
+TEST(AuditUsageTest, UnknownFlagIsAUsageError) {
+  EXPECT_EQ(RunCli("audit --frobnicate").exit_code, 2);
+}
+
+TEST(AuditUsageTest, HelpExplainsExitCodes) {
+  CliRun run = RunCli("audit --help");
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_NE(run.output.find("exit codes"), std::string::npos) << run.output;
+}
+
+}  // namespace
+}  // namespace prefixkv

@@ -1,0 +1,197 @@
+// `prefixkv audit --data-dir D [--json]`: checks a stopped cache's SSD tier
+// against itself. Recomputes every counter from the contents and verifies
+// every payload checksum (SsdTier::Audit, which removes damaged blocks), lists
+// blocks whose parent link leads nowhere (SsdTier::FindOrphans), and decodes
+// every chained block's record to check its own checksum and that its key,
+// parent and namespace equal the stored metadata.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "tools/cli/audit_scan.h"
+#include "tools/cli/command.h"
+#include "tools/cli/flags.h"
+#include "tools/cli/json.h"
+
+namespace prefixkv::cli {
+namespace {
+
+constexpr const char* kAuditHelp = R"(
+Checks the SSD tier in the data directory of a stopped prefixkv process:
+  - every tier counter, recomputed from the stored blocks (live and persisted);
+  - every payload checksum (a damaged block is removed from the tier, so a
+    later match stops before it, and reported);
+  - every chain link: a block whose parent is neither its namespace root nor
+    stored is an orphan;
+  - every block record of a model namespace, decoded with the block codec:
+    its own checksum, and its key, parent and namespace against the metadata.
+Reading a record refreshes the block's access order (as any read does), so an
+audit makes the blocks it read equally recent for eviction.
+Run it only while no other process has the directory open.
+
+--json prints one object: ok, blocks_checked, corrupt_blocks (list of
+{key, detail}), orphan_blocks (list of {key, parent}), counter_mismatches
+(list of {what, detail}).
+
+exit codes: 0 everything agrees, 1 a discrepancy was found (or the tier could
+not be read), 2 usage error (bad flags, missing data directory).
+)";
+
+struct BlockProblem {
+  std::string key;  // block key, hex
+  std::string detail;
+};
+
+struct AuditReport {
+  std::string dir;
+  uint64_t blocks_checked = 0;
+  std::vector<BlockProblem> corrupt;
+  std::vector<BlockProblem> orphans;  // detail: the missing parent, hex
+  std::vector<AuditFinding> mismatches;
+  bool previous_shutdown_clean = true;
+
+  bool ok() const { return corrupt.empty() && orphans.empty() && mismatches.empty(); }
+};
+
+// "block <32 hex> checksum" / "block <32 hex> record" name a damaged block;
+// every other finding is a counter or index disagreement.
+void Classify(const std::vector<AuditFinding>& findings, AuditReport* report) {
+  for (const AuditFinding& f : findings) {
+    const bool block = f.what.starts_with("block ") && f.what.size() > 6 + 32;
+    const std::string tail = block ? f.what.substr(6 + 32) : "";
+    if (tail == " checksum" || tail == " record") {
+      report->corrupt.push_back({f.what.substr(6, 32), f.detail});
+    } else {
+      report->mismatches.push_back(f);
+    }
+  }
+}
+
+// What Open repaired or could not read was wrong on disk when the audit began.
+// `log` holds the tier's lines from Open, which say why a database was
+// moved aside.
+void AddOpenFindings(const SsdOpenReport& open, const std::vector<std::string>& log,
+                     AuditReport* report) {
+  report->previous_shutdown_clean = open.previous_shutdown_clean;
+  if (!open.moved_aside_to.empty()) {
+    std::string why;
+    for (const std::string& line : log) {
+      if (line.find("could not be opened") != std::string::npos) why = line;
+    }
+    report->mismatches.push_back(
+        {"database", "moved aside to " + open.moved_aside_to + ": " + why});
+  }
+  if (open.corrupt_records_removed > 0) {
+    report->mismatches.push_back(
+        {"metadata records", std::to_string(open.corrupt_records_removed) +
+                                 " failed their checksum and were removed at open"});
+  }
+  if (open.incompatible_records > 0) {
+    report->mismatches.push_back(
+        {"records of an unknown layout version",
+         std::to_string(open.incompatible_records) + " kept but not verifiable"});
+  }
+  for (const AuditFinding& f : open.counter_repairs) {
+    report->mismatches.push_back(
+        {"persisted " + f.what, f.detail + " (repaired at open)"});
+  }
+}
+
+Status RunAudit(SsdTier& tier, const std::vector<std::string>& log, AuditReport* report) {
+  AddOpenFindings(tier.open_report(), log, report);
+  report->blocks_checked = Inventory(tier).size();
+  std::vector<AuditFinding> findings;
+  PKV_RETURN_IF_ERROR(tier.Audit(&findings));
+  // Damaged payloads are gone now; the records of the rest are decoded.
+  const std::map<BlockKey, StoredBlock> blocks = Inventory(tier);
+  CheckRecords(tier, blocks, &findings);
+  Classify(findings, report);
+  for (const BlockKey& key : tier.FindOrphans()) {
+    auto it = blocks.find(key);
+    const std::string parent =
+        it == blocks.end() ? "unknown" : it->second.meta.parent.ToHex();
+    report->orphans.push_back({key.ToHex(), parent});
+  }
+  return Status::OK();
+}
+
+void PrintJson(const AuditReport& r) {
+  JsonWriter j;
+  j.BeginObject().Field("ok", r.ok()).Field("blocks_checked", r.blocks_checked);
+  j.Key("corrupt_blocks").BeginArray();
+  for (const BlockProblem& p : r.corrupt) {
+    j.BeginObject().Field("key", p.key).Field("detail", p.detail).EndObject();
+  }
+  j.EndArray().Key("orphan_blocks").BeginArray();
+  for (const BlockProblem& p : r.orphans) {
+    j.BeginObject().Field("key", p.key).Field("parent", p.detail).EndObject();
+  }
+  j.EndArray().Key("counter_mismatches").BeginArray();
+  for (const AuditFinding& f : r.mismatches) {
+    j.BeginObject().Field("what", f.what).Field("detail", f.detail).EndObject();
+  }
+  j.EndArray().EndObject();
+  std::printf("%s\n", j.str().c_str());
+}
+
+void PrintHuman(const AuditReport& r) {
+  std::printf("prefixkv audit %s\n", r.dir.c_str());
+  std::printf("  blocks checked: %llu\n",
+              static_cast<unsigned long long>(r.blocks_checked));
+  if (!r.previous_shutdown_clean) {
+    std::printf("  note: the last process did not close the tier cleanly\n");
+  }
+  for (const BlockProblem& p : r.corrupt) {
+    std::printf("  corrupt block %s: %s (removed)\n", p.key.c_str(), p.detail.c_str());
+  }
+  for (const BlockProblem& p : r.orphans) {
+    std::printf("  orphan block %s: parent %s is not stored\n", p.key.c_str(),
+                p.detail.c_str());
+  }
+  for (const AuditFinding& f : r.mismatches) {
+    std::printf("  mismatch %s: %s\n", f.what.c_str(), f.detail.c_str());
+  }
+  const size_t problems = r.corrupt.size() + r.orphans.size() + r.mismatches.size();
+  if (problems == 0) {
+    std::printf("verdict: OK, everything agrees\n");
+  } else {
+    std::printf("verdict: %zu problem(s)\n", problems);
+  }
+}
+
+int Audit(const std::vector<std::string>& args) {
+  Flags flags("prefixkv audit [--data-dir D] [--json]",
+              {{"data-dir", "data directory of the SSD tier", false, "./prefixkv-data"},
+               {"json", "print one JSON object", true, ""}});
+  std::string error;
+  if (!flags.Parse(args, &error)) return UsageError(flags, error);
+  if (flags.help_requested()) {
+    std::printf("%s%s", flags.HelpText().c_str(), kAuditHelp);
+    return 0;
+  }
+  if (!flags.positional().empty()) return UsageError(flags, "unexpected argument");
+  AuditReport report;
+  report.dir = flags.GetString("data-dir", "./prefixkv-data");
+  std::vector<std::string> log;
+  StatusOr<std::unique_ptr<SsdTier>> tier = OpenExistingTier(report.dir, &log);
+  if (tier.status().IsNotFound()) return UsageError(flags, tier.status().ToString());
+  if (!tier.ok()) {
+    std::fprintf(stderr, "prefixkv audit: %s\n", tier.status().ToString().c_str());
+    return 1;
+  }
+  Status s = RunAudit(**tier, log, &report);
+  if (s.ok()) s = (*tier)->Close();
+  if (!s.ok()) {
+    std::fprintf(stderr, "prefixkv audit: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  flags.GetBool("json") ? PrintJson(report) : PrintHuman(report);
+  return report.ok() ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace prefixkv::cli
+
+PKV_REGISTER_COMMAND("audit",
+                     "check a data directory: counters, checksums, chain links, records",
+                     prefixkv::cli::Audit);

@@ -1,0 +1,114 @@
+#include "tools/cli/audit_scan.h"
+
+#include <filesystem>
+#include <system_error>
+#include <unordered_map>
+
+#include "prefixkv/codec.h"
+#include "src/cache/tip_lineage.h"
+
+namespace prefixkv::cli {
+
+StatusOr<std::unique_ptr<SsdTier>> OpenExistingTier(const std::string& dir,
+                                                    std::vector<std::string>* log) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return Status::NotFound("data directory " + dir + " does not exist");
+  }
+  // RocksDB's CURRENT file names the live manifest: no CURRENT, no database.
+  if (!fs::exists(fs::path(dir) / "CURRENT", ec)) {
+    return Status::NotFound(dir + " holds no prefixkv database");
+  }
+  SsdTierOptions options;
+  options.path = dir;
+  options.writer_threads = 1;  // nothing is queued: the tools only read
+  options.log = [log](std::string_view line) { log->emplace_back(line); };
+  return SsdTier::Open(options);
+}
+
+std::map<BlockKey, StoredBlock> Inventory(const SsdTier& tier) {
+  std::map<BlockKey, StoredBlock> blocks;
+  tier.ForEach([&](const BlockMeta& meta, uint64_t bytes) {
+    blocks[meta.key] = StoredBlock{meta, bytes};
+  });
+  return blocks;
+}
+
+namespace {
+
+// Why a record disagrees with its metadata; empty when it agrees.
+std::string IdentityMismatch(const BlockRecord& rec, const BlockMeta& meta) {
+  std::string why;
+  auto check = [&why](const char* field, const BlockKey& got, const BlockKey& want) {
+    if (got == want) return;
+    if (!why.empty()) why += "; ";
+    why +=
+        std::string("record ") + field + " " + got.ToHex() + ", stored " + want.ToHex();
+  };
+  check("key", rec.key, meta.key);
+  check("parent", rec.parent, meta.parent);
+  check("namespace", rec.namespace_id, meta.namespace_id);
+  return why;
+}
+
+}  // namespace
+
+void CheckRecords(SsdTier& tier, const std::map<BlockKey, StoredBlock>& blocks,
+                  std::vector<AuditFinding>* findings) {
+  for (const auto& [key, block] : blocks) {
+    if (block.meta.namespace_id.IsZero()) continue;  // raw blobs have no record
+    const std::string what = "block " + key.ToHex() + " record";
+    StatusOr<SharedBytes> payload = tier.Get(key);
+    if (!payload.ok()) {
+      findings->push_back({what, "unreadable: " + payload.status().ToString()});
+      continue;
+    }
+    StatusOr<BlockRecord> rec = DecodeBlock(*payload);
+    if (!rec.ok()) {
+      findings->push_back({what, rec.status().ToString()});
+      continue;
+    }
+    std::string why = IdentityMismatch(*rec, block.meta);
+    if (!why.empty()) findings->push_back({what, why});
+  }
+}
+
+std::map<BlockKey, ChainSummary> LongestChains(
+    const std::map<BlockKey, StoredBlock>& blocks) {
+  auto is_chain_block = [](const StoredBlock& b) {
+    return !b.meta.namespace_id.IsZero() &&
+           b.meta.key != cache::TipLineage::RecordKey(b.meta.namespace_id);
+  };
+  std::unordered_map<BlockKey, uint64_t, BlockKeyHash> depth;
+  std::map<BlockKey, ChainSummary> longest;
+  for (const auto& [key, block] : blocks) {
+    if (!is_chain_block(block)) continue;
+    // Walk up to a block of known depth or the chain's start, then unwind.
+    // The walk is bounded by the block count, so a (hash-impossible) cycle
+    // cannot loop forever.
+    std::vector<BlockKey> path;
+    BlockKey at = key;
+    uint64_t base = 0;
+    while (path.size() <= blocks.size()) {
+      if (auto d = depth.find(at); d != depth.end()) {
+        base = d->second;
+        break;
+      }
+      path.push_back(at);
+      const StoredBlock& here = blocks.at(at);
+      auto parent = blocks.find(here.meta.parent);
+      if (parent == blocks.end() || !is_chain_block(parent->second) ||
+          parent->second.meta.namespace_id != block.meta.namespace_id) {
+        break;
+      }
+      at = parent->first;
+    }
+    for (auto it = path.rbegin(); it != path.rend(); ++it) depth[*it] = ++base;
+    ChainSummary& best = longest[block.meta.namespace_id];
+    if (depth[key] > best.blocks) best = ChainSummary{key, depth[key]};
+  }
+  return longest;
+}
+
+}  // namespace prefixkv::cli

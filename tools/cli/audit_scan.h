@@ -1,0 +1,52 @@
+// Shared by `prefixkv audit` and `prefixkv inspect`: opening an existing data
+// directory without creating one, the block inventory of a stopped cache's
+// SSD tier, the per-record codec checks and the chain walks.
+//
+// Not thread-safe: each command runs these once, on its own thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "prefixkv/ssd_tier.h"
+
+namespace prefixkv::cli {
+
+// Opens the SSD tier in `dir`. NotFound when `dir` does not exist or holds no
+// database (checked first, so neither command creates an empty database as a
+// side effect). Every line the tier logs is appended to `log`.
+StatusOr<std::unique_ptr<SsdTier>> OpenExistingTier(const std::string& dir,
+                                                    std::vector<std::string>* log);
+
+struct StoredBlock {
+  BlockMeta meta;
+  uint64_t bytes = 0;  // payload bytes on disk
+};
+
+// Every stored block, by key.
+std::map<BlockKey, StoredBlock> Inventory(const SsdTier& tier);
+
+// Reads every block of a non-zero namespace and decodes it with the codec.
+// Appends a finding ("block <hex> record", why) for each record that fails
+// its own checksum or whose key, parent or namespace differ from the stored
+// metadata. Reads go through SsdTier::Get (the only verified read path), so
+// each counts a hit and refreshes the block's access order.
+void CheckRecords(SsdTier& tier, const std::map<BlockKey, StoredBlock>& blocks,
+                  std::vector<AuditFinding>* findings);
+
+// The longest parent-linked chain of one namespace.
+struct ChainSummary {
+  BlockKey tip;         // last block of the chain
+  uint64_t blocks = 0;  // blocks from the namespace root to `tip`
+};
+
+// Longest chain per namespace (by namespace id), following parent links
+// through stored blocks of the same namespace. Raw blobs (zero namespace) and
+// the tip lineage record are not chain blocks.
+std::map<BlockKey, ChainSummary> LongestChains(
+    const std::map<BlockKey, StoredBlock>& blocks);
+
+}  // namespace prefixkv::cli

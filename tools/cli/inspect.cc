@@ -1,0 +1,184 @@
+// `prefixkv inspect --data-dir D [--json]`: what a stopped cache left in its
+// data directory: the SSD tier's size, each namespace's blocks and bytes, its
+// longest chain, and its recorded tip lineage.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "prefixkv/codec.h"
+#include "src/cache/tip_lineage.h"
+#include "tools/cli/audit_scan.h"
+#include "tools/cli/command.h"
+#include "tools/cli/flags.h"
+#include "tools/cli/json.h"
+
+namespace prefixkv::cli {
+namespace {
+
+constexpr const char* kInspectHelp = R"(
+Describes the SSD tier in the data directory of a stopped prefixkv process:
+its block and byte counters, then per namespace (chain root, hex; the zero
+namespace holds raw blobs of the server's GET/SET) the stored blocks and
+payload bytes, the longest parent-linked chain, and the recorded tips of the
+tip lineage (decoded from the namespace's lineage record, when present).
+There is no hot tier to show: it lives only in a running process.
+Reads only the lineage records (which refreshes their access order).
+
+exit codes: 0 printed, 1 the tier could not be read, 2 usage error (bad flags,
+missing data directory).
+)";
+
+constexpr const char* kNoHotTier = "none: the hot tier exists only in a running process";
+
+struct LineageTip {
+  BlockKey tip, previous;
+  cache::TipPlace place;
+  bool stored = false;
+};
+
+struct NamespaceView {
+  SsdNamespaceUsage usage;
+  ChainSummary longest;
+  bool has_lineage = false;
+  std::string lineage_error;     // non-empty: the record exists but is unreadable
+  std::vector<LineageTip> tips;  // oldest first
+};
+
+void ReadLineage(SsdTier& tier, NamespaceView* view) {
+  const BlockKey root = view->usage.namespace_id;
+  const BlockKey record_key = cache::TipLineage::RecordKey(root);
+  if (!tier.Contains(record_key)) return;
+  view->has_lineage = true;
+  StatusOr<SharedBytes> payload = tier.Get(record_key);
+  StatusOr<BlockRecord> rec =
+      payload.ok() ? DecodeBlock(*payload) : StatusOr<BlockRecord>(payload.status());
+  StatusOr<cache::TipLineage> lineage = rec.ok()
+                                            ? cache::TipLineage::FromRecord(*rec, root)
+                                            : StatusOr<cache::TipLineage>(rec.status());
+  if (!lineage.ok()) {
+    view->lineage_error = lineage.status().ToString();
+    return;
+  }
+  std::map<BlockKey, cache::TipPlace> places;
+  lineage->ForEachTip(
+      [&](const BlockKey& tip, const cache::TipPlace& place) { places[tip] = place; });
+  for (const auto& [tip, previous] : lineage->Entries()) {
+    view->tips.push_back({tip, previous, places[tip], tier.Contains(tip)});
+  }
+}
+
+std::vector<NamespaceView> Collect(SsdTier& tier) {
+  const std::map<BlockKey, ChainSummary> chains = LongestChains(Inventory(tier));
+  std::vector<NamespaceView> views;
+  for (const SsdNamespaceUsage& usage : tier.Namespaces()) {
+    NamespaceView view;
+    view.usage = usage;
+    if (auto it = chains.find(usage.namespace_id); it != chains.end()) {
+      view.longest = it->second;
+    }
+    if (!usage.namespace_id.IsZero()) ReadLineage(tier, &view);
+    views.push_back(std::move(view));
+  }
+  return views;
+}
+
+std::string KeyOrNone(const BlockKey& key) { return key.IsZero() ? "none" : key.ToHex(); }
+
+void PrintJson(const std::string& dir, const TierCounters& ssd,
+               const std::vector<NamespaceView>& views) {
+  JsonWriter j;
+  j.BeginObject().Field("data_dir", dir).Key("tiers").BeginObject();
+  j.Key("hot")
+      .BeginObject()
+      .Field("present", false)
+      .Field("note", kNoHotTier)
+      .EndObject();
+  j.Key("ssd").BeginObject().Field("blocks", ssd.entries).Field("bytes", ssd.bytes);
+  j.EndObject().EndObject().Key("namespaces").BeginArray();
+  for (const NamespaceView& v : views) {
+    j.BeginObject().Field("id", v.usage.namespace_id.ToHex());
+    j.Field("blocks", v.usage.blocks).Field("bytes", v.usage.bytes);
+    j.Field("longest_chain_blocks", v.longest.blocks);
+    j.Field("longest_chain_tip", KeyOrNone(v.longest.tip));
+    j.Field("has_lineage", v.has_lineage).Field("lineage_error", v.lineage_error);
+    j.Key("lineage_tips").BeginArray();
+    for (const LineageTip& t : v.tips) {
+      j.BeginObject()
+          .Field("tip", t.tip.ToHex())
+          .Field("previous", KeyOrNone(t.previous));
+      j.Field("parent", t.place.parent.ToHex());
+      j.Field("token_count", uint64_t{t.place.token_count});
+      j.Field("partial", t.place.partial).Field("stored", t.stored).EndObject();
+    }
+    j.EndArray().EndObject();
+  }
+  j.EndArray().EndObject();
+  std::printf("%s\n", j.str().c_str());
+}
+
+void PrintHuman(const std::string& dir, const TierCounters& ssd,
+                const std::vector<NamespaceView>& views) {
+  std::printf("prefixkv inspect %s\n", dir.c_str());
+  std::printf("  hot tier: %s\n", kNoHotTier);
+  std::printf("  ssd tier: %llu blocks, %llu bytes\n",
+              static_cast<unsigned long long>(ssd.entries),
+              static_cast<unsigned long long>(ssd.bytes));
+  for (const NamespaceView& v : views) {
+    std::printf("namespace %s%s: %llu blocks, %llu bytes\n",
+                v.usage.namespace_id.ToHex().c_str(),
+                v.usage.namespace_id.IsZero() ? " (raw blobs)" : "",
+                static_cast<unsigned long long>(v.usage.blocks),
+                static_cast<unsigned long long>(v.usage.bytes));
+    if (v.longest.blocks > 0) {
+      std::printf("  longest chain: %llu blocks, tip %s\n",
+                  static_cast<unsigned long long>(v.longest.blocks),
+                  v.longest.tip.ToHex().c_str());
+    }
+    if (!v.lineage_error.empty()) {
+      std::printf("  lineage: unreadable (%s)\n", v.lineage_error.c_str());
+    } else if (v.has_lineage) {
+      std::printf("  lineage: %zu tip(s), oldest first\n", v.tips.size());
+    }
+    for (const LineageTip& t : v.tips) {
+      std::printf("    tip %s: %u tokens%s, extends %s%s\n", t.tip.ToHex().c_str(),
+                  t.place.token_count, t.place.partial ? " (partial)" : "",
+                  KeyOrNone(t.previous).c_str(), t.stored ? "" : " [not stored]");
+    }
+  }
+}
+
+int Inspect(const std::vector<std::string>& args) {
+  Flags flags("prefixkv inspect [--data-dir D] [--json]",
+              {{"data-dir", "data directory of the SSD tier", false, "./prefixkv-data"},
+               {"json", "print one JSON object", true, ""}});
+  std::string error;
+  if (!flags.Parse(args, &error)) return UsageError(flags, error);
+  if (flags.help_requested()) {
+    std::printf("%s%s", flags.HelpText().c_str(), kInspectHelp);
+    return 0;
+  }
+  if (!flags.positional().empty()) return UsageError(flags, "unexpected argument");
+  const std::string dir = flags.GetString("data-dir", "./prefixkv-data");
+  std::vector<std::string> log;
+  StatusOr<std::unique_ptr<SsdTier>> tier = OpenExistingTier(dir, &log);
+  if (tier.status().IsNotFound()) return UsageError(flags, tier.status().ToString());
+  if (!tier.ok()) {
+    std::fprintf(stderr, "prefixkv inspect: %s\n", tier.status().ToString().c_str());
+    return 1;
+  }
+  const std::vector<NamespaceView> views = Collect(**tier);
+  const TierCounters ssd = (*tier)->Totals();
+  if (Status s = (*tier)->Close(); !s.ok()) {
+    std::fprintf(stderr, "prefixkv inspect: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  flags.GetBool("json") ? PrintJson(dir, ssd, views) : PrintHuman(dir, ssd, views);
+  return 0;
+}
+
+}  // namespace
+}  // namespace prefixkv::cli
+
+PKV_REGISTER_COMMAND("inspect",
+                     "describe a data directory: namespaces, chains, lineage tips",
+                     prefixkv::cli::Inspect);
