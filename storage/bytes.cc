@@ -31,7 +31,8 @@ SharedBytes SharedBytes::Allocate(size_t size, uint8_t** writable) {
   auto* bytes = static_cast<uint8_t*>(p);
   std::memset(bytes + size, 0, rounded - size);  // defined padding, never read
   if (writable != nullptr) *writable = bytes;
-  std::shared_ptr<const void> owner(p, [](const void* q) { std::free(const_cast<void*>(q)); });
+  std::shared_ptr<const void> owner(
+      p, [](const void* q) { std::free(const_cast<void*>(q)); });
   return SharedBytes(std::move(owner), bytes, size);
 }
 

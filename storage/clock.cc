@@ -1,7 +1,7 @@
 // The steady system clock behind Clock::System().
-#include <chrono>
-
 #include "prefixkv/clock.h"
+
+#include <chrono>
 
 namespace prefixkv {
 namespace {

@@ -1,11 +1,12 @@
 // Block record encoder and bounded, verifying decoder. Layout: docs/format.md.
-#include "storage/xxh.h"
 #include "prefixkv/codec.h"
 
 #include <zstd.h>
 
 #include <cstring>
 #include <string>
+
+#include "storage/xxh.h"
 
 namespace prefixkv {
 namespace {
@@ -20,7 +21,8 @@ constexpr size_t kChecksumOffset = 24;
 constexpr size_t kHashChunk = 256 * 1024;  // copy+hash chunk that stays in L2
 
 size_t AlignUp(size_t n) {
-  return (n + kRecordTensorAlignment - 1) / kRecordTensorAlignment * kRecordTensorAlignment;
+  return (n + kRecordTensorAlignment - 1) / kRecordTensorAlignment *
+         kRecordTensorAlignment;
 }
 
 // ---- writing ---------------------------------------------------------------
@@ -29,12 +31,27 @@ class Writer {
  public:
   explicit Writer(uint8_t* out) : out_(out) {}
   void U8(uint8_t v) { out_[pos_++] = v; }
-  void U16(uint16_t v) { for (int i = 0; i < 2; ++i) U8(static_cast<uint8_t>(v >> (8 * i))); }
-  void U32(uint32_t v) { for (int i = 0; i < 4; ++i) U8(static_cast<uint8_t>(v >> (8 * i))); }
-  void U64(uint64_t v) { for (int i = 0; i < 8; ++i) U8(static_cast<uint8_t>(v >> (8 * i))); }
-  void Key(const BlockKey& k) { k.EncodeTo(out_ + pos_); pos_ += 16; }
-  void Bytes(const void* p, size_t n) { if (n) std::memcpy(out_ + pos_, p, n); pos_ += n; }
-  void Str(const std::string& s) { U16(static_cast<uint16_t>(s.size())); Bytes(s.data(), s.size()); }
+  void U16(uint16_t v) {
+    for (int i = 0; i < 2; ++i) U8(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  void U32(uint32_t v) {
+    for (int i = 0; i < 4; ++i) U8(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  void U64(uint64_t v) {
+    for (int i = 0; i < 8; ++i) U8(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  void Key(const BlockKey& k) {
+    k.EncodeTo(out_ + pos_);
+    pos_ += 16;
+  }
+  void Bytes(const void* p, size_t n) {
+    if (n) std::memcpy(out_ + pos_, p, n);
+    pos_ += n;
+  }
+  void Str(const std::string& s) {
+    U16(static_cast<uint16_t>(s.size()));
+    Bytes(s.data(), s.size());
+  }
   size_t pos() const { return pos_; }
 
  private:
@@ -63,9 +80,11 @@ Status CheckEncodable(const BlockRecord& r, const DecodeLimits& lim) {
     if (l.cache_type.size() > lim.max_string_bytes) {
       return Status::InvalidArgument("cache type name too long");
     }
-    if (l.meta.size() > lim.max_meta_entries) return Status::InvalidArgument("meta too long");
+    if (l.meta.size() > lim.max_meta_entries)
+      return Status::InvalidArgument("meta too long");
     for (const std::string& m : l.meta) {
-      if (m.size() > lim.max_string_bytes) return Status::InvalidArgument("meta entry too long");
+      if (m.size() > lim.max_string_bytes)
+        return Status::InvalidArgument("meta entry too long");
     }
     if (l.tensors.size() > lim.max_tensors_per_layer) {
       return Status::InvalidArgument("too many tensors in layer");
@@ -76,7 +95,8 @@ Status CheckEncodable(const BlockRecord& r, const DecodeLimits& lim) {
     for (const Tensor& t : l.tensors) {
       PKV_RETURN_IF_ERROR(Tensor::Make(t.dtype(), t.shape(), t.bytes()).status());
       if (t.ndim() > lim.max_ndim) return Status::InvalidArgument("too many dimensions");
-      if (t.nbytes() > lim.max_tensor_bytes) return Status::InvalidArgument("tensor too large");
+      if (t.nbytes() > lim.max_tensor_bytes)
+        return Status::InvalidArgument("tensor too large");
     }
   }
   return Status::OK();
@@ -88,7 +108,8 @@ void MaybeCompress(StoredTensor& st, const EncodeOptions& opt) {
   std::string buf(ZSTD_compressBound(t.nbytes()), '\0');
   size_t n = ZSTD_compress(buf.data(), buf.size(), t.data(), t.nbytes(), opt.zstd_level);
   if (ZSTD_isError(n)) return;
-  if (static_cast<double>(n) > static_cast<double>(t.nbytes()) * (1.0 - opt.min_compression_gain)) {
+  if (static_cast<double>(n) >
+      static_cast<double>(t.nbytes()) * (1.0 - opt.min_compression_gain)) {
     return;
   }
   buf.resize(n);
@@ -129,7 +150,8 @@ StatusOr<SharedBytes> EncodeBlock(const BlockRecord& r, const EncodeOptions& opt
   Writer w(out);
   w.U32(kRecordMagic);
   w.U16(kRecordFormatVersion);
-  w.U16(static_cast<uint16_t>((with_tokens ? kFlagHasTokens : 0) | (r.partial ? kFlagPartial : 0)));
+  w.U16(static_cast<uint16_t>((with_tokens ? kFlagHasTokens : 0) |
+                              (r.partial ? kFlagPartial : 0)));
   w.U32(static_cast<uint32_t>(header_len));
   w.U32(static_cast<uint32_t>(r.layers.size()));
   w.U64(end);
@@ -182,7 +204,8 @@ StatusOr<SharedBytes> EncodeBlock(const BlockRecord& r, const EncodeOptions& opt
     cursor = st.offset + st.stored_len();
   }
   uint64_t checksum = XXH3_64bits_digest(&state);
-  for (int i = 0; i < 8; ++i) out[kChecksumOffset + i] = static_cast<uint8_t>(checksum >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    out[kChecksumOffset + i] = static_cast<uint8_t>(checksum >> (8 * i));
   return bytes;
 }
 
@@ -197,7 +220,10 @@ class Reader {
   Reader(const uint8_t* data, size_t end, size_t pos) : d_(data), end_(end), pos_(pos) {}
   bool Has(size_t n) const { return ok_ && n <= end_ - pos_; }
   uint64_t Int(int bytes) {
-    if (!Has(static_cast<size_t>(bytes))) { ok_ = false; return 0; }
+    if (!Has(static_cast<size_t>(bytes))) {
+      ok_ = false;
+      return 0;
+    }
     uint64_t v = 0;
     for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | d_[pos_ + i];
     pos_ += bytes;
@@ -205,13 +231,19 @@ class Reader {
   }
   bool Str(uint32_t max_len, std::string* out) {
     uint64_t n = Int(2);
-    if (n > max_len || !Has(n)) { ok_ = false; return false; }
+    if (n > max_len || !Has(n)) {
+      ok_ = false;
+      return false;
+    }
     out->assign(reinterpret_cast<const char*>(d_ + pos_), n);
     pos_ += n;
     return true;
   }
   const uint8_t* Skip(size_t n) {
-    if (!Has(n)) { ok_ = false; return nullptr; }
+    if (!Has(n)) {
+      ok_ = false;
+      return nullptr;
+    }
     const uint8_t* p = d_ + pos_;
     pos_ += n;
     return p;
@@ -243,7 +275,8 @@ struct FixedHeader {
 Status ParseFixedHeader(const uint8_t* d, size_t size, const DecodeLimits& lim,
                         FixedHeader* h) {
   if (size < kRecordFixedHeaderBytes) {
-    return Status::Corruption("record of " + std::to_string(size) + " bytes is truncated");
+    return Status::Corruption("record of " + std::to_string(size) +
+                              " bytes is truncated");
   }
   if (size > lim.max_record_bytes) return Status::Corruption("record exceeds size limit");
   Reader r(d, size, 0);
@@ -291,7 +324,8 @@ Status ParseTensorDesc(Reader& r, const DecodeLimits& lim, TensorDesc* t) {
   t->encoding = static_cast<uint8_t>(r.Int(1));
   uint8_t reserved = static_cast<uint8_t>(r.Int(1));
   if (!r.ok()) return Status::Corruption("truncated tensor descriptor");
-  if (!IsValidDType(dtype)) return Status::Corruption("unknown dtype " + std::to_string(dtype));
+  if (!IsValidDType(dtype))
+    return Status::Corruption("unknown dtype " + std::to_string(dtype));
   if (ndim > lim.max_ndim) return Status::Corruption("too many dimensions");
   if (t->encoding > kEncodingZstd) return Status::Corruption("unknown tensor encoding");
   if (reserved != 0) return Status::Corruption("reserved descriptor byte not zero");
@@ -301,7 +335,8 @@ Status ParseTensorDesc(Reader& r, const DecodeLimits& lim, TensorDesc* t) {
   for (auto& d : t->shape) {
     uint64_t v = r.Int(8);
     if (v > lim.max_tensor_bytes) return Status::Corruption("dimension out of range");
-    if (v != 0 && elems > lim.max_tensor_bytes / v) return Status::Corruption("tensor too large");
+    if (v != 0 && elems > lim.max_tensor_bytes / v)
+      return Status::Corruption("tensor too large");
     elems *= v;
     d = static_cast<int64_t>(v);
   }
@@ -339,9 +374,11 @@ Status ParseLayout(const SharedBytes& enc, const DecodeLimits& lim, const FixedH
   out->layers.resize(h.layer_count);
   size_t expected_offset = h.header_len;
   for (LayerState& l : out->layers) {
-    if (!r.Str(lim.max_string_bytes, &l.cache_type)) return Status::Corruption("bad cache type");
+    if (!r.Str(lim.max_string_bytes, &l.cache_type))
+      return Status::Corruption("bad cache type");
     uint64_t meta_count = r.Int(2);
-    if (meta_count > lim.max_meta_entries) return Status::Corruption("too many meta entries");
+    if (meta_count > lim.max_meta_entries)
+      return Status::Corruption("too many meta entries");
     l.meta.resize(meta_count);
     for (std::string& m : l.meta) {
       if (!r.Str(lim.max_string_bytes, &m)) return Status::Corruption("bad meta entry");
@@ -349,9 +386,11 @@ Status ParseLayout(const SharedBytes& enc, const DecodeLimits& lim, const FixedH
     uint64_t flags = r.Int(1);
     uint64_t tensor_count = r.Int(1);
     if (!r.ok()) return Status::Corruption("truncated layer");
-    if (flags & ~uint64_t{kLayerPlaceholder}) return Status::Corruption("unknown layer flags");
+    if (flags & ~uint64_t{kLayerPlaceholder})
+      return Status::Corruption("unknown layer flags");
     l.placeholder = (flags & kLayerPlaceholder) != 0;
-    if (tensor_count > lim.max_tensors_per_layer) return Status::Corruption("too many tensors");
+    if (tensor_count > lim.max_tensors_per_layer)
+      return Status::Corruption("too many tensors");
     if (l.placeholder && tensor_count != 0) {
       return Status::Corruption("placeholder layer with tensors");
     }
@@ -368,7 +407,8 @@ Status ParseLayout(const SharedBytes& enc, const DecodeLimits& lim, const FixedH
     }
   }
   if (r.pos() != h.header_len) return Status::Corruption("header length mismatch");
-  if (expected_offset != enc.size()) return Status::Corruption("trailing bytes after tensors");
+  if (expected_offset != enc.size())
+    return Status::Corruption("trailing bytes after tensors");
   return Status::OK();
 }
 
@@ -390,7 +430,8 @@ StatusOr<Tensor> LoadTensor(const SharedBytes& enc, const TensorDesc& t,
   }
   const uint8_t* src = enc.data() + t.offset;
   unsigned long long content = ZSTD_getFrameContentSize(src, t.stored_len);
-  if (content != t.raw_len) return Status::Corruption("zstd frame size does not match shape");
+  if (content != t.raw_len)
+    return Status::Corruption("zstd frame size does not match shape");
   uint8_t* out = nullptr;
   SharedBytes raw = SharedBytes::Allocate(t.raw_len, &out);
   size_t n = ZSTD_decompress(out, t.raw_len, src, t.stored_len);
@@ -403,8 +444,8 @@ StatusOr<Tensor> LoadTensor(const SharedBytes& enc, const TensorDesc& t,
 
 // Decodes the whole record; when `out` is null only verifies it. `verify`
 // false skips the checksum (DecodeTrustedBlock); every other check stays.
-static Status DecodeInto(const SharedBytes& enc, const DecodeLimits& lim, BlockRecord* out,
-                         bool verify = true) {
+static Status DecodeInto(const SharedBytes& enc, const DecodeLimits& lim,
+                         BlockRecord* out, bool verify = true) {
   FixedHeader h;
   PKV_RETURN_IF_ERROR(ParseFixedHeader(enc.data(), enc.size(), lim, &h));
   BlockRecord rec;
@@ -437,7 +478,8 @@ StatusOr<BlockRecord> DecodeBlock(const SharedBytes& enc, const DecodeLimits& li
   return rec;
 }
 
-StatusOr<BlockRecord> DecodeTrustedBlock(const SharedBytes& enc, const DecodeLimits& lim) {
+StatusOr<BlockRecord> DecodeTrustedBlock(const SharedBytes& enc,
+                                         const DecodeLimits& lim) {
   BlockRecord rec;
   PKV_RETURN_IF_ERROR(DecodeInto(enc, lim, &rec, /*verify=*/false));
   return rec;

@@ -5,16 +5,26 @@ namespace prefixkv {
 
 std::string_view StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kNotFound: return "NotFound";
-    case StatusCode::kCorruption: return "Corruption";
-    case StatusCode::kInvalidArgument: return "InvalidArgument";
-    case StatusCode::kIOError: return "IOError";
-    case StatusCode::kBusy: return "Busy";
-    case StatusCode::kNoSpace: return "NoSpace";
-    case StatusCode::kNotSupported: return "NotSupported";
-    case StatusCode::kAborted: return "Aborted";
-    case StatusCode::kInternal: return "Internal";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kNotFound:
+      return "NotFound";
+    case StatusCode::kCorruption:
+      return "Corruption";
+    case StatusCode::kInvalidArgument:
+      return "InvalidArgument";
+    case StatusCode::kIOError:
+      return "IOError";
+    case StatusCode::kBusy:
+      return "Busy";
+    case StatusCode::kNoSpace:
+      return "NoSpace";
+    case StatusCode::kNotSupported:
+      return "NotSupported";
+    case StatusCode::kAborted:
+      return "Aborted";
+    case StatusCode::kInternal:
+      return "Internal";
   }
   return "Unknown";
 }

@@ -7,25 +7,43 @@ namespace prefixkv {
 
 size_t DTypeSize(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: case DType::kInt32: case DType::kUInt32: return 4;
-    case DType::kFloat16: case DType::kBFloat16: return 2;
-    case DType::kInt8: case DType::kUInt8: return 1;
-    case DType::kFloat64: case DType::kInt64: return 8;
+    case DType::kFloat32:
+    case DType::kInt32:
+    case DType::kUInt32:
+      return 4;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return 2;
+    case DType::kInt8:
+    case DType::kUInt8:
+      return 1;
+    case DType::kFloat64:
+    case DType::kInt64:
+      return 8;
   }
   return 0;
 }
 
 std::string_view DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return "float32";
-    case DType::kFloat16: return "float16";
-    case DType::kBFloat16: return "bfloat16";
-    case DType::kInt32: return "int32";
-    case DType::kInt8: return "int8";
-    case DType::kUInt8: return "uint8";
-    case DType::kUInt32: return "uint32";
-    case DType::kFloat64: return "float64";
-    case DType::kInt64: return "int64";
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kBFloat16:
+      return "bfloat16";
+    case DType::kInt32:
+      return "int32";
+    case DType::kInt8:
+      return "int8";
+    case DType::kUInt8:
+      return "uint8";
+    case DType::kUInt32:
+      return "uint32";
+    case DType::kFloat64:
+      return "float64";
+    case DType::kInt64:
+      return "int64";
   }
   return "invalid";
 }
@@ -54,7 +72,8 @@ int64_t NumElements(const std::vector<int64_t>& shape) {
 
 int64_t Tensor::num_elements() const { return NumElements(shape_); }
 
-StatusOr<Tensor> Tensor::Make(DType dtype, std::vector<int64_t> shape, SharedBytes bytes) {
+StatusOr<Tensor> Tensor::Make(DType dtype, std::vector<int64_t> shape,
+                              SharedBytes bytes) {
   if (!IsValidDType(static_cast<uint8_t>(dtype))) {
     return Status::InvalidArgument("invalid dtype");
   }

@@ -41,7 +41,9 @@ struct BlockKey {
 };
 
 struct BlockKeyHash {
-  size_t operator()(const BlockKey& k) const { return static_cast<size_t>(k.lo ^ (k.hi * 0x9E3779B97F4A7C15ull)); }
+  size_t operator()(const BlockKey& k) const {
+    return static_cast<size_t>(k.lo ^ (k.hi * 0x9E3779B97F4A7C15ull));
+  }
 };
 
 // One layer's cache inside one block.
@@ -60,15 +62,15 @@ struct LayerState {
 LayerState MakePlaceholder(const std::string& cache_type);
 
 struct BlockRecord {
-  BlockKey key;                  // chain hash of this block's whole prefix
-  BlockKey parent;               // key of the previous block; the namespace root for the first
-  BlockKey namespace_id;         // root of the chain (fingerprint of model + layout)
-  uint32_t token_count = 0;      // tokens this block covers
-  bool partial = false;          // true: fewer than block_tokens tokens (a marked tail)
-  std::vector<int32_t> tokens;   // optional: the token ids (empty when not stored)
+  BlockKey key;           // chain hash of this block's whole prefix
+  BlockKey parent;        // key of the previous block; the namespace root for the first
+  BlockKey namespace_id;  // root of the chain (fingerprint of model + layout)
+  uint32_t token_count = 0;     // tokens this block covers
+  bool partial = false;         // true: fewer than block_tokens tokens (a marked tail)
+  std::vector<int32_t> tokens;  // optional: the token ids (empty when not stored)
   std::vector<LayerState> layers;
 
-  size_t PayloadBytes() const;   // sum over layers
+  size_t PayloadBytes() const;  // sum over layers
   bool operator==(const BlockRecord& other) const;
 };
 
@@ -76,5 +78,7 @@ struct BlockRecord {
 
 template <>
 struct std::hash<prefixkv::BlockKey> {
-  size_t operator()(const prefixkv::BlockKey& k) const { return prefixkv::BlockKeyHash()(k); }
+  size_t operator()(const prefixkv::BlockKey& k) const {
+    return prefixkv::BlockKeyHash()(k);
+  }
 };

@@ -31,9 +31,7 @@ class SharedBytes {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  std::string_view view() const {
-    return {reinterpret_cast<const char*>(data_), size_};
-  }
+  std::string_view view() const { return {reinterpret_cast<const char*>(data_), size_}; }
 
   // A sub-range sharing ownership. REQUIRES: offset + length <= size().
   SharedBytes Slice(size_t offset, size_t length) const;

@@ -20,7 +20,13 @@
 
 namespace prefixkv {
 
-enum class CacheFamily : uint8_t { kSliceableKV, kQuantizedKV, kRotating, kArrays, kComposite };
+enum class CacheFamily : uint8_t {
+  kSliceableKV,
+  kQuantizedKV,
+  kRotating,
+  kArrays,
+  kComposite
+};
 
 std::string_view CacheFamilyName(CacheFamily family);
 // One letter per family, used in namespace layout signatures: K Q R A C.

@@ -38,7 +38,7 @@ struct DecodeLimits {
   uint32_t max_tensors_per_layer = 16;
   uint32_t max_ndim = 8;
   uint32_t max_meta_entries = 64;
-  uint32_t max_string_bytes = 1024;           // a cache type name or meta entry
+  uint32_t max_string_bytes = 1024;  // a cache type name or meta entry
   uint32_t max_tokens = 1u << 22;
 };
 

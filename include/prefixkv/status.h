@@ -22,8 +22,8 @@ enum class StatusCode : unsigned char {
   kBusy,
   kNoSpace,
   kNotSupported,
-  kAborted,    // cancelled by the caller
-  kInternal,   // a broken invariant inside prefixkv; always a bug
+  kAborted,   // cancelled by the caller
+  kInternal,  // a broken invariant inside prefixkv; always a bug
 };
 
 // Name of a code, for logs and --json output ("Corruption", ...).
@@ -32,11 +32,14 @@ std::string_view StatusCodeName(StatusCode code);
 class [[nodiscard]] Status {
  public:
   Status() = default;  // OK
-  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  Status(StatusCode code, std::string message)
+      : code_(code), message_(std::move(message)) {}
 
   static Status OK() { return Status(); }
   static Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
-  static Status Corruption(std::string m) { return {StatusCode::kCorruption, std::move(m)}; }
+  static Status Corruption(std::string m) {
+    return {StatusCode::kCorruption, std::move(m)};
+  }
   static Status InvalidArgument(std::string m) {
     return {StatusCode::kInvalidArgument, std::move(m)};
   }
@@ -85,9 +88,18 @@ class [[nodiscard]] StatusOr {
   const Status& status() const { return status_; }
 
   // REQUIRES: ok().
-  T& value() & { assert(ok()); return *value_; }
-  const T& value() const& { assert(ok()); return *value_; }
-  T&& value() && { assert(ok()); return std::move(*value_); }
+  T& value() & {
+    assert(ok());
+    return *value_;
+  }
+  const T& value() const& {
+    assert(ok());
+    return *value_;
+  }
+  T&& value() && {
+    assert(ok());
+    return std::move(*value_);
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
@@ -101,17 +113,17 @@ class [[nodiscard]] StatusOr {
 }  // namespace prefixkv
 
 // Propagates a non-OK Status to the caller.
-#define PKV_RETURN_IF_ERROR(expr)                 \
-  do {                                            \
-    ::prefixkv::Status pkv_status_ = (expr);      \
-    if (!pkv_status_.ok()) return pkv_status_;    \
+#define PKV_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::prefixkv::Status pkv_status_ = (expr);   \
+    if (!pkv_status_.ok()) return pkv_status_; \
   } while (0)
 
 #define PKV_CONCAT_INNER(a, b) a##b
 #define PKV_CONCAT(a, b) PKV_CONCAT_INNER(a, b)
 // Declares `lhs` from a StatusOr, or returns its Status.
-#define PKV_ASSIGN_OR_RETURN(lhs, expr)                          \
-  auto PKV_CONCAT(pkv_or_, __LINE__) = (expr);                   \
-  if (!PKV_CONCAT(pkv_or_, __LINE__).ok())                       \
-    return PKV_CONCAT(pkv_or_, __LINE__).status();               \
+#define PKV_ASSIGN_OR_RETURN(lhs, expr)            \
+  auto PKV_CONCAT(pkv_or_, __LINE__) = (expr);     \
+  if (!PKV_CONCAT(pkv_or_, __LINE__).ok())         \
+    return PKV_CONCAT(pkv_or_, __LINE__).status(); \
   lhs = std::move(PKV_CONCAT(pkv_or_, __LINE__)).value()

@@ -46,7 +46,8 @@ class Tensor {
       : dtype_(dtype), shape_(std::move(shape)), bytes_(std::move(bytes)) {}
 
   // Checked constructor: InvalidArgument when the byte length does not fit.
-  static StatusOr<Tensor> Make(DType dtype, std::vector<int64_t> shape, SharedBytes bytes);
+  static StatusOr<Tensor> Make(DType dtype, std::vector<int64_t> shape,
+                               SharedBytes bytes);
   // A tensor of `shape` filled with `value` repeated (for tests and examples).
   static Tensor Filled(DType dtype, std::vector<int64_t> shape, uint8_t byte_value);
 
@@ -59,7 +60,9 @@ class Tensor {
   const SharedBytes& bytes() const { return bytes_; }
   const uint8_t* data() const { return bytes_.data(); }
   template <typename T>
-  const T* data_as() const { return reinterpret_cast<const T*>(bytes_.data()); }
+  const T* data_as() const {
+    return reinterpret_cast<const T*>(bytes_.data());
+  }
 
   // Rows [start, start+length) along `axis`. Shares the bytes (no copy) when every
   // dimension before `axis` is 1; copies otherwise.

@@ -100,7 +100,8 @@ class BlockTier {
 
   // Visits every resident block's metadata and charged bytes. The callback must
   // not call back into the tier.
-  virtual void ForEach(const std::function<void(const BlockMeta&, uint64_t bytes)>& fn) const = 0;
+  virtual void ForEach(
+      const std::function<void(const BlockMeta&, uint64_t bytes)>& fn) const = 0;
 
   // Where evicted blocks go (nullptr: dropped, counted as evictions only).
   virtual void SetEvictionListener(EvictionListener* listener) = 0;

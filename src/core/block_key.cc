@@ -1,12 +1,11 @@
 // Namespace fingerprints and XXH3-128 chain keys.
-#include "storage/xxh.h"
 #include "prefixkv/block_key.h"
-
 
 #include <bit>
 #include <cstring>
 
 #include "prefixkv/cache_types.h"
+#include "storage/xxh.h"
 
 namespace prefixkv {
 namespace {
@@ -36,8 +35,8 @@ StatusOr<std::string> NamespaceSpec::Fingerprint() const {
     sig += CacheFamilyLetter(f);
   }
   return "prefixkv/v1|model=" + model + "|layers=" + std::to_string(layer_types.size()) +
-         "|block=" + std::to_string(block_tokens) + "|dtype=" +
-         std::string(DTypeName(dtype)) + "|layout=" + sig + "|salt=" + salt;
+         "|block=" + std::to_string(block_tokens) +
+         "|dtype=" + std::string(DTypeName(dtype)) + "|layout=" + sig + "|salt=" + salt;
 }
 
 BlockKey NamespaceRootFromFingerprint(std::string_view fingerprint) {

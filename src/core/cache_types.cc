@@ -47,22 +47,32 @@ bool IsFamily(std::string_view name, CacheFamily want) {
 
 std::string_view CacheFamilyName(CacheFamily family) {
   switch (family) {
-    case CacheFamily::kSliceableKV: return "sliceable-kv";
-    case CacheFamily::kQuantizedKV: return "quantized-kv";
-    case CacheFamily::kRotating: return "rotating";
-    case CacheFamily::kArrays: return "arrays";
-    case CacheFamily::kComposite: return "composite";
+    case CacheFamily::kSliceableKV:
+      return "sliceable-kv";
+    case CacheFamily::kQuantizedKV:
+      return "quantized-kv";
+    case CacheFamily::kRotating:
+      return "rotating";
+    case CacheFamily::kArrays:
+      return "arrays";
+    case CacheFamily::kComposite:
+      return "composite";
   }
   return "invalid";
 }
 
 char CacheFamilyLetter(CacheFamily family) {
   switch (family) {
-    case CacheFamily::kSliceableKV: return 'K';
-    case CacheFamily::kQuantizedKV: return 'Q';
-    case CacheFamily::kRotating: return 'R';
-    case CacheFamily::kArrays: return 'A';
-    case CacheFamily::kComposite: return 'C';
+    case CacheFamily::kSliceableKV:
+      return 'K';
+    case CacheFamily::kQuantizedKV:
+      return 'Q';
+    case CacheFamily::kRotating:
+      return 'R';
+    case CacheFamily::kArrays:
+      return 'A';
+    case CacheFamily::kComposite:
+      return 'C';
   }
   return '?';
 }
@@ -116,8 +126,9 @@ std::vector<std::string> CacheTypeRegistry::Names() {
 
 StatusOr<RotatingMeta> RotatingMeta::Parse(const std::vector<std::string>& meta) {
   if (meta.size() != 4) {
-    return Status::InvalidArgument("rotating meta needs (keep, max_size, offset, idx), got " +
-                                   std::to_string(meta.size()) + " values");
+    return Status::InvalidArgument(
+        "rotating meta needs (keep, max_size, offset, idx), got " +
+        std::to_string(meta.size()) + " values");
   }
   int64_t v[4];
   for (int i = 0; i < 4; ++i) {

@@ -17,8 +17,11 @@ namespace prefixkv {
 namespace {
 
 NamespaceSpec LlamaSpec(std::string salt = "") {
-  return NamespaceSpec{.model = "llama-3-8b", .block_tokens = 4, .dtype = DType::kFloat16,
-                       .layer_types = {"KVCache", "KVCache"}, .salt = std::move(salt)};
+  return NamespaceSpec{.model = "llama-3-8b",
+                       .block_tokens = 4,
+                       .dtype = DType::kFloat16,
+                       .layer_types = {"KVCache", "KVCache"},
+                       .salt = std::move(salt)};
 }
 
 std::vector<std::string> Hex(const std::vector<BlockKey>& keys) {
@@ -28,13 +31,17 @@ std::vector<std::string> Hex(const std::vector<BlockKey>& keys) {
 }
 
 TEST(BlockKey, FingerprintIsTheDocumentedString) {
-  EXPECT_EQ(LlamaSpec().Fingerprint().value(),
-            "prefixkv/v1|model=llama-3-8b|layers=2|block=4|dtype=float16|layout=KK|salt=");
-  NamespaceSpec gemma{.model = "gemma-3", .block_tokens = 256, .dtype = DType::kBFloat16,
+  EXPECT_EQ(
+      LlamaSpec().Fingerprint().value(),
+      "prefixkv/v1|model=llama-3-8b|layers=2|block=4|dtype=float16|layout=KK|salt=");
+  NamespaceSpec gemma{.model = "gemma-3",
+                      .block_tokens = 256,
+                      .dtype = DType::kBFloat16,
                       .layer_types = {"RotatingKVCache", "PrefillReadyRotatingKVCache",
                                       "BufferedRotatingKVCache", "KVCache"}};
-  EXPECT_EQ(gemma.Fingerprint().value(),
-            "prefixkv/v1|model=gemma-3|layers=4|block=256|dtype=bfloat16|layout=RRRK|salt=");
+  EXPECT_EQ(
+      gemma.Fingerprint().value(),
+      "prefixkv/v1|model=gemma-3|layers=4|block=256|dtype=bfloat16|layout=RRRK|salt=");
   EXPECT_EQ(NamespaceRoot(gemma).value().ToHex(), "8be3da931375132043c627fb6cbba3c3");
 }
 
@@ -53,9 +60,11 @@ TEST(BlockKey, GoldenVectorsMatchTheFormatDocument) {
 }
 
 TEST(BlockKey, GoldenVectorForAFullSizeBlock) {
-  NamespaceSpec gemma{.model = "gemma-3", .block_tokens = 256, .dtype = DType::kBFloat16,
-                      .layer_types = {"RotatingKVCache", "RotatingKVCache", "RotatingKVCache",
-                                      "KVCache"}};
+  NamespaceSpec gemma{.model = "gemma-3",
+                      .block_tokens = 256,
+                      .dtype = DType::kBFloat16,
+                      .layer_types = {"RotatingKVCache", "RotatingKVCache",
+                                      "RotatingKVCache", "KVCache"}};
   std::vector<int32_t> tokens(256);
   std::iota(tokens.begin(), tokens.end(), 0);
   EXPECT_EQ(Hex(ChainKeys(NamespaceRoot(gemma).value(), tokens, 256)),
@@ -77,12 +86,24 @@ TEST(BlockKey, EveryNamespaceFieldChangesTheRoot) {
   std::set<BlockKey> roots;
   NamespaceSpec base = LlamaSpec();
   roots.insert(NamespaceRoot(base).value());
-  NamespaceSpec s = base; s.model = "llama-3-70b"; roots.insert(NamespaceRoot(s).value());
-  s = base; s.block_tokens = 8; roots.insert(NamespaceRoot(s).value());
-  s = base; s.dtype = DType::kBFloat16; roots.insert(NamespaceRoot(s).value());
-  s = base; s.layer_types = {"KVCache", "RotatingKVCache"}; roots.insert(NamespaceRoot(s).value());
-  s = base; s.layer_types = {"KVCache", "KVCache", "KVCache"}; roots.insert(NamespaceRoot(s).value());
-  s = base; s.salt = "x"; roots.insert(NamespaceRoot(s).value());
+  NamespaceSpec s = base;
+  s.model = "llama-3-70b";
+  roots.insert(NamespaceRoot(s).value());
+  s = base;
+  s.block_tokens = 8;
+  roots.insert(NamespaceRoot(s).value());
+  s = base;
+  s.dtype = DType::kBFloat16;
+  roots.insert(NamespaceRoot(s).value());
+  s = base;
+  s.layer_types = {"KVCache", "RotatingKVCache"};
+  roots.insert(NamespaceRoot(s).value());
+  s = base;
+  s.layer_types = {"KVCache", "KVCache", "KVCache"};
+  roots.insert(NamespaceRoot(s).value());
+  s = base;
+  s.salt = "x";
+  roots.insert(NamespaceRoot(s).value());
   EXPECT_EQ(roots.size(), 7u);
 }
 
@@ -98,15 +119,19 @@ TEST(BlockKey, InvalidNamespacesAreRejected) {
   NamespaceSpec s = LlamaSpec();
   s.model = "";
   EXPECT_TRUE(s.Fingerprint().status().IsInvalidArgument());
-  s = LlamaSpec(); s.model = "a|b";
+  s = LlamaSpec();
+  s.model = "a|b";
   EXPECT_TRUE(s.Fingerprint().status().IsInvalidArgument());
   s = LlamaSpec("evil\nsalt");
   EXPECT_TRUE(s.Fingerprint().status().IsInvalidArgument());
-  s = LlamaSpec(); s.block_tokens = 0;
+  s = LlamaSpec();
+  s.block_tokens = 0;
   EXPECT_TRUE(s.Fingerprint().status().IsInvalidArgument());
-  s = LlamaSpec(); s.layer_types.clear();
+  s = LlamaSpec();
+  s.layer_types.clear();
   EXPECT_TRUE(s.Fingerprint().status().IsInvalidArgument());
-  s = LlamaSpec(); s.layer_types = {"KVCache", "NoSuchCache"};
+  s = LlamaSpec();
+  s.layer_types = {"KVCache", "NoSuchCache"};
   Status st = s.Fingerprint().status();
   EXPECT_TRUE(st.IsNotFound()) << st.ToString();
   EXPECT_NE(st.message().find("NoSuchCache"), std::string::npos);

@@ -20,7 +20,8 @@ TEST(CacheTypeRegistry, RegistryRotatingFamily) {
 
 TEST(CacheTypeRegistry, EveryFamilyHasItsBuiltinNames) {
   EXPECT_EQ(CacheTypeRegistry::Lookup("KVCache").value(), CacheFamily::kSliceableKV);
-  EXPECT_EQ(CacheTypeRegistry::Lookup("QuantizedKVCache").value(), CacheFamily::kQuantizedKV);
+  EXPECT_EQ(CacheTypeRegistry::Lookup("QuantizedKVCache").value(),
+            CacheFamily::kQuantizedKV);
   EXPECT_EQ(CacheTypeRegistry::Lookup("ArraysCache").value(), CacheFamily::kArrays);
   EXPECT_EQ(CacheTypeRegistry::Lookup("MambaCache").value(), CacheFamily::kArrays);
   EXPECT_EQ(CacheTypeRegistry::Lookup("CacheList").value(), CacheFamily::kComposite);
@@ -39,18 +40,23 @@ TEST(CacheTypeRegistry, UnknownNameIsAnErrorNotADefault) {
 }
 
 TEST(CacheTypeRegistry, RegisteredNamesJoinTheirFamilyAndNeverChangeIt) {
-  ASSERT_TRUE(CacheTypeRegistry::Register("ChunkedRotatingKVCache", CacheFamily::kRotating).ok());
+  ASSERT_TRUE(
+      CacheTypeRegistry::Register("ChunkedRotatingKVCache", CacheFamily::kRotating).ok());
   EXPECT_TRUE(CacheTypeRegistry::IsRotatingFamily("ChunkedRotatingKVCache"));
-  EXPECT_TRUE(CacheTypeRegistry::Register("ChunkedRotatingKVCache", CacheFamily::kRotating).ok());
-  EXPECT_TRUE(CacheTypeRegistry::Register("ChunkedRotatingKVCache", CacheFamily::kSliceableKV)
-                  .IsInvalidArgument());
-  EXPECT_TRUE(CacheTypeRegistry::Register("KVCache", CacheFamily::kArrays).IsInvalidArgument());
+  EXPECT_TRUE(
+      CacheTypeRegistry::Register("ChunkedRotatingKVCache", CacheFamily::kRotating).ok());
+  EXPECT_TRUE(
+      CacheTypeRegistry::Register("ChunkedRotatingKVCache", CacheFamily::kSliceableKV)
+          .IsInvalidArgument());
+  EXPECT_TRUE(
+      CacheTypeRegistry::Register("KVCache", CacheFamily::kArrays).IsInvalidArgument());
   EXPECT_TRUE(CacheTypeRegistry::Register("", CacheFamily::kArrays).IsInvalidArgument());
 }
 
 TEST(CacheFamily, SliceableAndTipOnlyPartitionTheFamilies) {
-  for (CacheFamily f : {CacheFamily::kSliceableKV, CacheFamily::kQuantizedKV,
-                        CacheFamily::kRotating, CacheFamily::kArrays, CacheFamily::kComposite}) {
+  for (CacheFamily f :
+       {CacheFamily::kSliceableKV, CacheFamily::kQuantizedKV, CacheFamily::kRotating,
+        CacheFamily::kArrays, CacheFamily::kComposite}) {
     EXPECT_NE(IsSliceable(f), IsTipOnly(f)) << CacheFamilyName(f);
   }
   EXPECT_TRUE(IsTipOnly(CacheFamily::kRotating));
@@ -68,11 +74,11 @@ TEST(RotatingMeta, ParsesKeepMaxSizeOffsetIdx) {
 TEST(RotatingMeta, RejectsInconsistentOrMalformedMeta) {
   EXPECT_FALSE(RotatingMeta::Parse({"0", "4", "8"}).ok());
   EXPECT_FALSE(RotatingMeta::Parse({"0", "4", "8", "4", "1"}).ok());
-  EXPECT_FALSE(RotatingMeta::Parse({"0", "0", "8", "0"}).ok());    // no window
-  EXPECT_FALSE(RotatingMeta::Parse({"5", "4", "8", "0"}).ok());    // keep > max_size
-  EXPECT_FALSE(RotatingMeta::Parse({"0", "4", "8", "5"}).ok());    // idx > max_size
-  EXPECT_FALSE(RotatingMeta::Parse({"0", "4", "-8", "0"}).ok());   // negative
-  EXPECT_FALSE(RotatingMeta::Parse({"0", "4x", "8", "0"}).ok());   // not a number
+  EXPECT_FALSE(RotatingMeta::Parse({"0", "0", "8", "0"}).ok());   // no window
+  EXPECT_FALSE(RotatingMeta::Parse({"5", "4", "8", "0"}).ok());   // keep > max_size
+  EXPECT_FALSE(RotatingMeta::Parse({"0", "4", "8", "5"}).ok());   // idx > max_size
+  EXPECT_FALSE(RotatingMeta::Parse({"0", "4", "-8", "0"}).ok());  // negative
+  EXPECT_FALSE(RotatingMeta::Parse({"0", "4x", "8", "0"}).ok());  // not a number
   EXPECT_FALSE(RotatingMeta::Parse({"0", "", "8", "0"}).ok());
 }
 

@@ -21,9 +21,12 @@ BlockRecord SampleRecord() {
   r.token_count = 4;
   r.tokens = {10, 20, 30, 40};
   std::mt19937_64 rng(42);
-  r.layers.push_back(LayerState{"KVCache", {"4"}, false,
-                                {testing::RandomTensor(rng, DType::kFloat16, {1, 2, 4, 8}),
-                                 testing::RandomTensor(rng, DType::kFloat16, {1, 2, 4, 8})}});
+  r.layers.push_back(
+      LayerState{"KVCache",
+                 {"4"},
+                 false,
+                 {testing::RandomTensor(rng, DType::kFloat16, {1, 2, 4, 8}),
+                  testing::RandomTensor(rng, DType::kFloat16, {1, 2, 4, 8})}});
   r.layers.push_back(MakePlaceholder("RotatingKVCache"));
   return r;
 }
@@ -57,7 +60,10 @@ TEST(Codec, DecodedRawTensorsViewTheEncodedBuffer) {
   EXPECT_LE(k.data() + k.nbytes(), enc.data() + enc.size());
   EXPECT_EQ(reinterpret_cast<uintptr_t>(k.data()) % kRecordTensorAlignment, 0u);
   long before = enc.use_count();
-  { Tensor keep = k; EXPECT_GT(enc.use_count(), before); }
+  {
+    Tensor keep = k;
+    EXPECT_GT(enc.use_count(), before);
+  }
 }
 
 TEST(Codec, CompressesOnlyWhenSmaller) {
@@ -65,8 +71,8 @@ TEST(Codec, CompressesOnlyWhenSmaller) {
   r.layers[0].tensors[0] = Tensor::Filled(DType::kFloat16, {1, 2, 256, 8}, 0);
   r.layers[0].tensors[1] = Tensor::Filled(DType::kFloat16, {1, 2, 256, 8}, 7);
   std::mt19937_64 rng(1);
-  r.layers.push_back(LayerState{"KVCache", {"4"}, false,
-                                {testing::RandomTensor(rng, DType::kUInt8, {8192})}});
+  r.layers.push_back(LayerState{
+      "KVCache", {"4"}, false, {testing::RandomTensor(rng, DType::kUInt8, {8192})}});
   EncodeOptions opt;
   opt.compress = true;
   SharedBytes plain = EncodeBlock(r).value();
@@ -86,7 +92,8 @@ TEST(Codec, EverySingleByteFlipIsCorruptionOrTheIdenticalRecord) {
     EncodeOptions opt;
     opt.compress = compress;
     opt.min_compress_bytes = 16;
-    if (compress) r.layers[0].tensors[1] = Tensor::Filled(DType::kFloat16, {1, 2, 4, 8}, 3);
+    if (compress)
+      r.layers[0].tensors[1] = Tensor::Filled(DType::kFloat16, {1, 2, 4, 8}, 3);
     std::string enc(EncodeBlock(r, opt).value().view());
     for (size_t i = 0; i < enc.size(); ++i) {
       for (uint8_t mask : {0x01, 0x80, 0xFF}) {
@@ -94,7 +101,8 @@ TEST(Codec, EverySingleByteFlipIsCorruptionOrTheIdenticalRecord) {
         bad[i] = static_cast<char>(bad[i] ^ mask);
         StatusOr<BlockRecord> got = DecodeBlock(SharedBytes::Copy(bad));
         if (got.ok()) {
-          ASSERT_EQ(*got, r) << "byte " << i << " mask " << int(mask) << " decoded differently";
+          ASSERT_EQ(*got, r) << "byte " << i << " mask " << int(mask)
+                             << " decoded differently";
         } else {
           ASSERT_TRUE(got.status().IsCorruption()) << got.status().ToString();
         }
@@ -156,7 +164,8 @@ TEST(Codec, HugeDeclaredDimensionsAreRejectedNotAllocated) {
 
 TEST(Codec, InvalidRecordsAreNotEncoded) {
   BlockRecord r = SampleRecord();
-  r.layers[1].tensors.push_back(Tensor::Filled(DType::kUInt8, {4}, 1));  // placeholder + tensor
+  r.layers[1].tensors.push_back(
+      Tensor::Filled(DType::kUInt8, {4}, 1));  // placeholder + tensor
   EXPECT_TRUE(EncodeBlock(r).status().IsInvalidArgument());
   r = SampleRecord();
   r.tokens.pop_back();  // tokens no longer match token_count
@@ -236,9 +245,11 @@ TEST(Codec, GoldenRecordMatchesTheFormatDocument) {
   r.namespace_id = BlockKey{0, 0x31};
   r.token_count = 2;
   r.tokens = {7, -1};
-  r.layers.push_back(LayerState{"KVCache", {"2"}, false,
-                                {Tensor(DType::kFloat16, {1, 2},
-                                        SharedBytes::Copy("\x01\x02\x03\x04", 4))}});
+  r.layers.push_back(LayerState{
+      "KVCache",
+      {"2"},
+      false,
+      {Tensor(DType::kFloat16, {1, 2}, SharedBytes::Copy("\x01\x02\x03\x04", 4))}});
   r.layers.push_back(MakePlaceholder("RotatingKVCache"));
   std::string golden = GoldenBytesFromFormatDoc();
   ASSERT_EQ(golden.size(), 180u);

@@ -11,11 +11,15 @@ namespace prefixkv {
 namespace {
 
 TEST(Tensor, MakeChecksTheByteLength) {
-  EXPECT_TRUE(Tensor::Make(DType::kFloat16, {2, 3}, SharedBytes::Copy("123456789012")).ok());
-  EXPECT_TRUE(Tensor::Make(DType::kFloat16, {2, 3}, SharedBytes::Copy("12345")).status()
+  EXPECT_TRUE(
+      Tensor::Make(DType::kFloat16, {2, 3}, SharedBytes::Copy("123456789012")).ok());
+  EXPECT_TRUE(Tensor::Make(DType::kFloat16, {2, 3}, SharedBytes::Copy("12345"))
+                  .status()
                   .IsInvalidArgument());
-  EXPECT_TRUE(Tensor::Make(DType::kFloat16, {-1, 3}, SharedBytes()).status().IsInvalidArgument());
-  EXPECT_TRUE(Tensor::Make(static_cast<DType>(99), {1}, SharedBytes::Copy("x")).status()
+  EXPECT_TRUE(
+      Tensor::Make(DType::kFloat16, {-1, 3}, SharedBytes()).status().IsInvalidArgument());
+  EXPECT_TRUE(Tensor::Make(static_cast<DType>(99), {1}, SharedBytes::Copy("x"))
+                  .status()
                   .IsInvalidArgument());
 }
 
@@ -40,7 +44,8 @@ TEST(Tensor, SliceThenConcatRestoresTheOriginal) {
       parts.push_back(t.SliceAxis(axis, start, len).value());
       start += len;
     }
-    ASSERT_EQ(Tensor::Concat(parts, axis).value(), t) << t.DebugString() << " axis " << axis;
+    ASSERT_EQ(Tensor::Concat(parts, axis).value(), t)
+        << t.DebugString() << " axis " << axis;
   }
 }
 

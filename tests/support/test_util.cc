@@ -29,7 +29,8 @@ uint64_t Iterations(uint64_t ci, uint64_t long_run) {
 }
 
 TempDir::TempDir() {
-  std::string tmpl = (std::filesystem::temp_directory_path() / "prefixkv-test-XXXXXX").string();
+  std::string tmpl =
+      (std::filesystem::temp_directory_path() / "prefixkv-test-XXXXXX").string();
   char* made = mkdtemp(tmpl.data());
   if (made == nullptr) std::abort();
   path_ = made;
@@ -78,19 +79,22 @@ BlockRecord RandomRecord(std::mt19937_64& rng, bool compressible) {
   r.token_count = static_cast<uint32_t>(1 + rng() % 64);
   r.partial = rng() % 4 == 0;
   if (rng() % 2) {
-    for (uint32_t i = 0; i < r.token_count; ++i) r.tokens.push_back(static_cast<int32_t>(rng()));
+    for (uint32_t i = 0; i < r.token_count; ++i)
+      r.tokens.push_back(static_cast<int32_t>(rng()));
   }
   size_t layers = rng() % 6;
   for (size_t l = 0; l < layers; ++l) {
     LayerState s;
     s.cache_type = kTypes[rng() % 5];
-    for (size_t m = rng() % 5; m > 0; --m) s.meta.push_back(std::to_string(rng() % 100000));
+    for (size_t m = rng() % 5; m > 0; --m)
+      s.meta.push_back(std::to_string(rng() % 100000));
     if (rng() % 4 == 0) {
       s.placeholder = true;
     } else {
       for (size_t t = rng() % 3; t > 0; --t) {
         std::vector<int64_t> shape;
-        for (size_t d = 1 + rng() % 4; d > 0; --d) shape.push_back(static_cast<int64_t>(rng() % 9));
+        for (size_t d = 1 + rng() % 4; d > 0; --d)
+          shape.push_back(static_cast<int64_t>(rng() % 9));
         if (compressible) shape.push_back(256);
         DType dt = kDTypes[rng() % 5];
         s.tensors.push_back(compressible ? CompressibleTensor(rng, dt, shape)

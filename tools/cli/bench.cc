@@ -9,11 +9,12 @@ namespace {
 int RunBench(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::FILE* out = args.empty() ? stderr : stdout;
-    std::fprintf(out,
-                 "usage: prefixkv bench SUITE [--json] [SUITE OPTIONS]\n\n"
-                 "Each suite measures a prefixkv path against the limit measured in the\n"
-                 "same run (memcpy, raw hashing, raw O_DIRECT I/O, ...) and prints ratios.\n\n"
-                 "suites:\n");
+    std::fprintf(
+        out,
+        "usage: prefixkv bench SUITE [--json] [SUITE OPTIONS]\n\n"
+        "Each suite measures a prefixkv path against the limit measured in the\n"
+        "same run (memcpy, raw hashing, raw O_DIRECT I/O, ...) and prints ratios.\n\n"
+        "suites:\n");
     for (const auto& [name, info] : BenchSuites()) {
       std::fprintf(out, "  %-10s %s\n", name.c_str(), info.summary.c_str());
     }
@@ -21,7 +22,8 @@ int RunBench(const std::vector<std::string>& args) {
   }
   auto it = BenchSuites().find(args[0]);
   if (it == BenchSuites().end()) {
-    std::fprintf(stderr, "prefixkv bench: unknown suite '%s' (see prefixkv bench --help)\n",
+    std::fprintf(stderr,
+                 "prefixkv bench: unknown suite '%s' (see prefixkv bench --help)\n",
                  args[0].c_str());
     return 2;
   }
@@ -30,6 +32,7 @@ int RunBench(const std::vector<std::string>& args) {
 
 }  // namespace
 
-PKV_REGISTER_COMMAND("bench", "benchmark suites with ratios against same-run limits", RunBench);
+PKV_REGISTER_COMMAND("bench", "benchmark suites with ratios against same-run limits",
+                     RunBench);
 
 }  // namespace prefixkv::cli

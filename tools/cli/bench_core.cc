@@ -4,9 +4,9 @@
 #include <cstring>
 #include <random>
 
-#include "storage/xxh.h"
 #include "prefixkv/block_key.h"
 #include "prefixkv/codec.h"
+#include "storage/xxh.h"
 #include "tools/cli/bench_util.h"
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"
@@ -66,7 +66,8 @@ BlockRecord IncompressibleRecord(size_t bytes) {
     s.meta = {std::to_string(kBlockTokens)};
     for (int kv = 0; kv < 2; ++kv) {
       size_t off = (l * 2 + kv) * per;
-      s.tensors.emplace_back(DType::kUInt8, std::vector<int64_t>{static_cast<int64_t>(per)},
+      s.tensors.emplace_back(DType::kUInt8,
+                             std::vector<int64_t>{static_cast<int64_t>(per)},
                              SharedBytes::Copy(data.data() + off, per));
     }
     rec.layers.push_back(std::move(s));
@@ -108,7 +109,8 @@ int RunCoreBench(const std::vector<std::string>& args) {
     return 0;
   }
   std::optional<uint64_t> repeats = ParseSize(flags.GetString("repeats", "9"));
-  if (!repeats || *repeats == 0 || *repeats > 1000) return UsageError(flags, "bad --repeats");
+  if (!repeats || *repeats == 0 || *repeats > 1000)
+    return UsageError(flags, "bad --repeats");
   CoreResult r;
   MeasureKeyHash(static_cast<int>(*repeats), &r);
   MeasureCodec(static_cast<int>(*repeats), &r);
@@ -125,10 +127,13 @@ int RunCoreBench(const std::vector<std::string>& args) {
     std::printf("%s\n", j.str().c_str());
   } else {
     std::printf("core benchmark (medians of %d runs)\n", static_cast<int>(*repeats));
-    std::printf("  chain-key hashing vs raw XXH3-128   %.2fx  (%.0f keys/s, goal >= 0.8)\n",
-                r.key_hash_ratio, r.keys_per_s);
-    std::printf("  decode 4 MiB vs memcpy              %.2fx  (goal >= 0.5)\n", r.decode_ratio);
-    std::printf("  encode 4 MiB vs memcpy              %.2fx  (goal >= 0.4)\n", r.encode_ratio);
+    std::printf(
+        "  chain-key hashing vs raw XXH3-128   %.2fx  (%.0f keys/s, goal >= 0.8)\n",
+        r.key_hash_ratio, r.keys_per_s);
+    std::printf("  decode 4 MiB vs memcpy              %.2fx  (goal >= 0.5)\n",
+                r.decode_ratio);
+    std::printf("  encode 4 MiB vs memcpy              %.2fx  (goal >= 0.4)\n",
+                r.encode_ratio);
     std::printf("  memcpy                              %.1f GB/s\n", r.memcpy_gb_s);
   }
   return 0;

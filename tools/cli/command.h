@@ -40,7 +40,9 @@ struct BenchRegistrar {
 
 #define PKV_CLI_CONCAT_INNER(a, b) a##b
 #define PKV_CLI_CONCAT(a, b) PKV_CLI_CONCAT_INNER(a, b)
-#define PKV_REGISTER_COMMAND(name, summary, fn) \
-  static ::prefixkv::cli::CommandRegistrar PKV_CLI_CONCAT(pkv_cmd_, __LINE__)(name, summary, fn)
-#define PKV_REGISTER_BENCH(name, summary, fn) \
-  static ::prefixkv::cli::BenchRegistrar PKV_CLI_CONCAT(pkv_bench_, __LINE__)(name, summary, fn)
+#define PKV_REGISTER_COMMAND(name, summary, fn)                                \
+  static ::prefixkv::cli::CommandRegistrar PKV_CLI_CONCAT(pkv_cmd_, __LINE__)( \
+      name, summary, fn)
+#define PKV_REGISTER_BENCH(name, summary, fn)                                  \
+  static ::prefixkv::cli::BenchRegistrar PKV_CLI_CONCAT(pkv_bench_, __LINE__)( \
+      name, summary, fn)

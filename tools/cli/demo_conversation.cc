@@ -1,15 +1,19 @@
 #include "tools/cli/demo_conversation.h"
 
 #include <filesystem>
+#include <map>
 #include <memory>
-#include <numeric>
 #include <optional>
 #include <span>
 #include <utility>
+#include <variant>
 
+#include "prefixkv/boundary_adapter.h"
 #include "prefixkv/cache_types.h"
 #include "prefixkv/clock.h"
+#include "prefixkv/hot_kv_state.h"
 #include "prefixkv/hot_tier.h"
+#include "prefixkv/kv_recipe.h"
 #include "prefixkv/layer_kv_cache.h"
 #include "prefixkv/prefix_cache.h"
 #include "prefixkv/reference_model.h"
@@ -120,8 +124,9 @@ class DemoConversation {
     const int last = model->config().n_layers - 1;
     PKV_ASSIGN_OR_RETURN(std::unique_ptr<ReferenceShard> shard,
                          ReferenceShard::Create(model, 0, last));
+    PKV_ASSIGN_OR_RETURN(KvCacheRecipe recipe, KvRecipeFor(*shard));
     return std::unique_ptr<DemoConversation>(
-        new DemoConversation(std::move(model), std::move(shard)));
+        new DemoConversation(std::move(model), std::move(shard), std::move(recipe)));
   }
 
   NamespaceSpec Spec() const {
@@ -155,24 +160,34 @@ class DemoConversation {
       return Status::Internal("restored the whole prompt, including the new message");
     }
     CountRestoredTokens(match, restored, &out);
-    PKV_ASSIGN_OR_RETURN(std::vector<LayerKvCache> caches, RebuildCaches(restored));
+    // One session epoch per turn: the session opens pre-filled with the
+    // restored layers, so the adapter's prefill starts at restored_tokens.
+    const uint64_t epoch = static_cast<uint64_t>(turn);
+    OpenOptions open;
+    PKV_ASSIGN_OR_RETURN(open.initial_layers, RebuildCaches(restored));
+    PKV_ASSIGN_OR_RETURN(std::shared_ptr<HotKvSession> session,
+                         manager_.Open(kSession, epoch, std::move(open)));
 
-    const int64_t from = static_cast<int64_t>(restored.restored_tokens);
     out.computed_tokens = prompt.size() - restored.restored_tokens;
+    StepInput step;
+    step.token_ids.assign(prompt.begin() + static_cast<int64_t>(restored.restored_tokens),
+                          prompt.end());
+    step.expected_seq_len = static_cast<int64_t>(restored.restored_tokens);
+    PKV_ASSIGN_OR_RETURN(int32_t next, Step(/*prefill=*/true, epoch, step));
     std::vector<int32_t> reply;
-    PKV_ASSIGN_OR_RETURN(int32_t next,
-                         Forward(std::span(prompt).subspan(from), from, &caches));
     while (true) {
       reply.push_back(next);
       conversation_.push_back(next);
       // The last reply token also runs so the stored caches cover it.
-      const int64_t pos = static_cast<int64_t>(conversation_.size()) - 1;
-      PKV_ASSIGN_OR_RETURN(next,
-                           Forward(std::span(&conversation_.back(), 1), pos, &caches));
+      step.token_ids = {next};
+      step.expected_seq_len = static_cast<int64_t>(conversation_.size()) - 1;
+      PKV_ASSIGN_OR_RETURN(next, Step(/*prefill=*/false, epoch, step));
       if (reply.size() == kReplyTokens) break;
     }
-    PKV_ASSIGN_OR_RETURN(StoreResult stored, tiers.cache->Store(tiers.ns, conversation_,
-                                                                ExportLayers(caches)));
+    PKV_ASSIGN_OR_RETURN(StoreResult stored,
+                         tiers.cache->Store(tiers.ns, conversation_,
+                                            ExportLayers(session->ExportLayers())));
+    PKV_RETURN_IF_ERROR(manager_.Release(kSession, epoch).status());
     if (!stored.tip_state_stored) {
       return Status::Internal("rotating state not stored: " + stored.note);
     }
@@ -186,9 +201,14 @@ class DemoConversation {
   }
 
  private:
+  static constexpr const char* kSession = "demo-conversation";
+
   DemoConversation(std::shared_ptr<const ReferenceModel> model,
-                   std::unique_ptr<ReferenceShard> shard)
-      : model_(std::move(model)), shard_(std::move(shard)) {}
+                   std::unique_ptr<ReferenceShard> shard, KvCacheRecipe recipe)
+      : model_(std::move(model)),
+        shard_(std::move(shard)),
+        manager_(std::move(recipe)),
+        adapter_(shard_.get(), &manager_) {}
 
   LayerKvGeometry Geometry(int layer) const {
     return {.layer = layer,
@@ -215,14 +235,11 @@ class DemoConversation {
     (tail_hot ? out->restored_hot_tokens : out->restored_ssd_tokens) -= short_by;
   }
 
-  // Per-layer caches from a restore; empty caches when nothing was restored.
+  // Per-layer caches from a restore; none when nothing was restored.
   StatusOr<std::vector<LayerKvCache>> RebuildCaches(const RestoreResult& restored) const {
     std::vector<LayerKvCache> caches;
     for (int i = 0; i < model_->config().n_layers; ++i) {
-      if (restored.restored_tokens == 0) {
-        caches.emplace_back(Geometry(i));
-        continue;
-      }
+      if (restored.restored_tokens == 0) break;  // an empty session
       const LayerState& layer = restored.layers.at(static_cast<size_t>(i));
       if (layer.tensors.size() != 2) {
         return Status::Internal("restored layer " + std::to_string(i) + " has no K/V");
@@ -239,36 +256,26 @@ class DemoConversation {
     return caches;
   }
 
-  // Runs `tokens` at positions from `start` through every layer, appends their
-  // KV to `caches` and returns the greedy next token.
-  StatusOr<int32_t> Forward(std::span<const int32_t> tokens, int64_t start,
-                            std::vector<LayerKvCache>* caches) const {
-    PKV_ASSIGN_OR_RETURN(HiddenStates hidden, shard_->EmbedTokens(tokens));
-    std::vector<int64_t> positions(tokens.size());
-    std::iota(positions.begin(), positions.end(), start);
-    PastKv past;
-    for (LayerKvCache& c : *caches) past[c.layer()] = &c;
-    PKV_ASSIGN_OR_RETURN(CachedRunResult run,
-                         shard_->RunLayersCached(hidden, positions, past, nullptr));
-    for (auto& [layer, chunk] : run.new_kv) {
-      PKV_RETURN_IF_ERROR(
-          (*caches)[static_cast<size_t>(layer)].Append(chunk.keys, chunk.values));
-    }
-    HiddenStates last{.rows = 1, .width = run.hidden.width, .values = {}};
-    const float* row = run.hidden.row(run.hidden.rows - 1);
-    last.values.assign(row, row + run.hidden.width);
-    const HiddenStates normed = shard_->FinalNorm(last);
-    return ArgMax(shard_->LmHead(normed.row(0)));
+  // One adapter step of the head+tail shard: the greedy next token.
+  StatusOr<int32_t> Step(bool prefill, uint64_t epoch, const StepInput& input) {
+    PKV_ASSIGN_OR_RETURN(StepOutput output,
+                         prefill ? adapter_.Prefill(kSession, epoch, input)
+                                 : adapter_.Decode(kSession, epoch, input));
+    if (const TailOutput* tail = std::get_if<TailOutput>(&output)) return tail->token_id;
+    return Status::Internal(std::holds_alternative<CacheMiss>(output)
+                                ? "the session's KV went missing mid-turn"
+                                : "the full-model shard returned a boundary bundle");
   }
 
-  static std::vector<LayerState> ExportLayers(const std::vector<LayerKvCache>& caches) {
+  static std::vector<LayerState> ExportLayers(std::map<int, LayerKvExport> exports) {
     std::vector<LayerState> layers;
-    for (const LayerKvCache& c : caches) {
-      LayerKvExport e = c.Export();
+    for (auto& [layer, e] : exports) {
       LayerState s;
       s.cache_type = std::string(e.cache_type);
-      s.meta = e.rotating_meta ? e.rotating_meta->ToStrings()
-                               : std::vector<std::string>{std::to_string(c.length())};
+      // A full layer's meta is its length: the keys' token axis.
+      s.meta = e.rotating_meta
+                   ? e.rotating_meta->ToStrings()
+                   : std::vector<std::string>{std::to_string(e.keys.shape()[1])};
       s.tensors = {std::move(e.keys), std::move(e.values)};
       layers.push_back(std::move(s));
     }
@@ -277,6 +284,8 @@ class DemoConversation {
 
   std::shared_ptr<const ReferenceModel> model_;
   std::unique_ptr<ReferenceShard> shard_;
+  HotKvStateManager manager_;
+  KvBoundaryAdapter adapter_;
   std::vector<int32_t> conversation_;
 };
 

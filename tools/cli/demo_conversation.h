@@ -2,10 +2,12 @@
 // reference model (with sliding-window layers) whose KV caches are stored in,
 // and restored from, a real PrefixCache over a hot RAM tier spilling to SSD.
 //
-// Every turn: Match + Restore the prompt (hot, then SSD), rebuild the per-layer
-// caches from the restored tensors, compute only the remaining prompt tokens,
-// decode greedily, then Store the whole conversation so far (partial tail on,
-// so the rotating window state is kept at the exact end of every turn).
+// Every turn: Match + Restore the prompt (hot, then SSD), open a session of a
+// HotKvStateManager pre-filled with the restored layers, prefill only the
+// remaining prompt tokens and decode greedily through a KvBoundaryAdapter
+// (one shard holding the whole model), then Store the session's layers for
+// the whole conversation so far (partial tail on, so the rotating window
+// state is kept at the exact end of every turn) and release the session.
 // Then the tiers are flushed and closed, reopened from the data directory (a
 // restart) and one more turn runs, restored from SSD. Every turn's reply is
 // compared with the model's stateless greedy decode of the same prompt, and

@@ -81,21 +81,29 @@ std::optional<uint64_t> ParseSize(const std::string& text) {
   if (ec != std::errc()) return std::nullopt;
   std::string suffix(end, text.data() + text.size());
   int shift = 0;
-  if (suffix.empty()) shift = 0;
-  else if (suffix == "K" || suffix == "k" || suffix == "KiB") shift = 10;
-  else if (suffix == "M" || suffix == "MiB") shift = 20;
-  else if (suffix == "G" || suffix == "GiB") shift = 30;
-  else if (suffix == "T" || suffix == "TiB") shift = 40;
-  else return std::nullopt;
+  if (suffix.empty())
+    shift = 0;
+  else if (suffix == "K" || suffix == "k" || suffix == "KiB")
+    shift = 10;
+  else if (suffix == "M" || suffix == "MiB")
+    shift = 20;
+  else if (suffix == "G" || suffix == "GiB")
+    shift = 30;
+  else if (suffix == "T" || suffix == "TiB")
+    shift = 40;
+  else
+    return std::nullopt;
   if (shift > 0 && v > (UINT64_MAX >> shift)) return std::nullopt;
   return v << shift;
 }
 
-std::optional<uint64_t> Flags::GetSize(const std::string& name, std::string* error) const {
+std::optional<uint64_t> Flags::GetSize(const std::string& name,
+                                       std::string* error) const {
   auto it = values_.find(name);
   if (it == values_.end()) return std::nullopt;
   std::optional<uint64_t> v = ParseSize(it->second);
-  if (!v) *error = "--" + name + ": '" + it->second + "' is not a size (e.g. 4096, 64M, 2G)";
+  if (!v)
+    *error = "--" + name + ": '" + it->second + "' is not a size (e.g. 4096, 64M, 2G)";
   return v;
 }
 

@@ -11,18 +11,61 @@ namespace prefixkv::cli {
 
 class JsonWriter {
  public:
-  JsonWriter& BeginObject() { Sep(); out_ += '{'; first_ = true; return *this; }
-  JsonWriter& EndObject() { out_ += '}'; first_ = false; return *this; }
-  JsonWriter& BeginArray() { Sep(); out_ += '['; first_ = true; return *this; }
-  JsonWriter& EndArray() { out_ += ']'; first_ = false; return *this; }
-  JsonWriter& Key(std::string_view k) { Sep(); Quote(k); out_ += ':'; first_ = true; return *this; }
-  JsonWriter& String(std::string_view v) { Sep(); Quote(v); return *this; }
-  JsonWriter& Bool(bool v) { Sep(); out_ += v ? "true" : "false"; return *this; }
-  JsonWriter& Int(int64_t v) { Sep(); out_ += std::to_string(v); return *this; }
-  JsonWriter& Uint(uint64_t v) { Sep(); out_ += std::to_string(v); return *this; }
+  JsonWriter& BeginObject() {
+    Sep();
+    out_ += '{';
+    first_ = true;
+    return *this;
+  }
+  JsonWriter& EndObject() {
+    out_ += '}';
+    first_ = false;
+    return *this;
+  }
+  JsonWriter& BeginArray() {
+    Sep();
+    out_ += '[';
+    first_ = true;
+    return *this;
+  }
+  JsonWriter& EndArray() {
+    out_ += ']';
+    first_ = false;
+    return *this;
+  }
+  JsonWriter& Key(std::string_view k) {
+    Sep();
+    Quote(k);
+    out_ += ':';
+    first_ = true;
+    return *this;
+  }
+  JsonWriter& String(std::string_view v) {
+    Sep();
+    Quote(v);
+    return *this;
+  }
+  JsonWriter& Bool(bool v) {
+    Sep();
+    out_ += v ? "true" : "false";
+    return *this;
+  }
+  JsonWriter& Int(int64_t v) {
+    Sep();
+    out_ += std::to_string(v);
+    return *this;
+  }
+  JsonWriter& Uint(uint64_t v) {
+    Sep();
+    out_ += std::to_string(v);
+    return *this;
+  }
   JsonWriter& Double(double v) {
     Sep();
-    if (!std::isfinite(v)) { out_ += "null"; return *this; }
+    if (!std::isfinite(v)) {
+      out_ += "null";
+      return *this;
+    }
     char buf[64];
     std::snprintf(buf, sizeof(buf), "%.6g", v);
     out_ += buf;
@@ -47,10 +90,18 @@ class JsonWriter {
     out_ += '"';
     for (char c : s) {
       switch (c) {
-        case '"': out_ += "\\\""; break;
-        case '\\': out_ += "\\\\"; break;
-        case '\n': out_ += "\\n"; break;
-        case '\t': out_ += "\\t"; break;
+        case '"':
+          out_ += "\\\"";
+          break;
+        case '\\':
+          out_ += "\\\\";
+          break;
+        case '\n':
+          out_ += "\\n";
+          break;
+        case '\t':
+          out_ += "\\t";
+          break;
         default:
           if (static_cast<unsigned char>(c) < 0x20) {
             char buf[8];

@@ -20,10 +20,11 @@ std::map<std::string, CommandInfo>& BenchSuites() {
 namespace {
 
 void PrintHelp(FILE* out) {
-  std::fprintf(out,
-               "prefixkv: a paged prefix-cache storage engine for LLM inference\n\n"
-               "usage: prefixkv COMMAND [OPTIONS]   (prefixkv COMMAND --help for details)\n\n"
-               "commands:\n");
+  std::fprintf(
+      out,
+      "prefixkv: a paged prefix-cache storage engine for LLM inference\n\n"
+      "usage: prefixkv COMMAND [OPTIONS]   (prefixkv COMMAND --help for details)\n\n"
+      "commands:\n");
   for (const auto& [name, info] : Commands()) {
     std::fprintf(out, "  %-10s %s\n", name.c_str(), info.summary.c_str());
   }
