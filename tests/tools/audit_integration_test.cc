@@ -7,6 +7,7 @@
 
 #include "prefixkv/prefix_cache.h"
 #include "prefixkv/tier_stack.h"
+#include "src/cache/tip_lineage.h"
 #include "tests/tools/data_dir_builder.h"
 
 namespace prefixkv {
@@ -91,6 +92,27 @@ TEST_F(AuditTest, RecordStoredUnderOtherMetadataIsReported) {
             std::string::npos)
       << run.output;
   EXPECT_NE(run.output.find("record key " + data_.keys()[1].ToHex()), std::string::npos)
+      << run.output;
+}
+
+TEST_F(AuditTest, LineageRecordThatIsNoLineageIsReported) {
+  data_.StoreChain();
+  const BlockKey record_key = cache::TipLineage::RecordKey(data_.root());
+  {
+    std::unique_ptr<SsdTier> tier = data_.Open();
+    BlockRecord rec;  // right identity, but no lineage layer
+    rec.key = record_key;
+    rec.parent = data_.root();
+    rec.namespace_id = data_.root();
+    BlockMeta meta{record_key, data_.root(), data_.root(), 0};
+    ASSERT_TRUE(tier->Put(meta, EncodeBlock(rec).value(), false).ok());
+    ASSERT_TRUE(tier->Close().ok());
+  }
+  CliRun run = RunCli(Audit());
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(
+      run.output.find("{\"key\":\"" + record_key.ToHex() + "\",\"detail\":\"tip lineage"),
+      std::string::npos)
       << run.output;
 }
 

@@ -25,8 +25,10 @@ Checks the SSD tier in the data directory of a stopped prefixkv process:
     stored is an orphan;
   - every block record of a model namespace, decoded with the block codec:
     its own checksum, and its key, parent and namespace against the metadata.
-Reading a record refreshes the block's access order (as any read does), so an
-audit makes the blocks it read equally recent for eviction.
+Reading a record counts a hit and refreshes the block's access order (as any
+read does), so an audit makes the blocks it read equally recent for eviction.
+A damaged block is reported once: the audit removes it, so the next audit no
+longer sees it (a child it leaves behind is then reported as an orphan).
 Run it only while no other process has the directory open.
 
 --json prints one object: ok, blocks_checked, corrupt_blocks (list of

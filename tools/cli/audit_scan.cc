@@ -70,6 +70,12 @@ void CheckRecords(SsdTier& tier, const std::map<BlockKey, StoredBlock>& blocks,
       continue;
     }
     std::string why = IdentityMismatch(*rec, block.meta);
+    if (why.empty() && key == cache::TipLineage::RecordKey(block.meta.namespace_id)) {
+      // The lineage record's layer must also parse as a lineage.
+      StatusOr<cache::TipLineage> lineage =
+          cache::TipLineage::FromRecord(*rec, block.meta.namespace_id);
+      if (!lineage.ok()) why = "tip lineage: " + lineage.status().ToString();
+    }
     if (!why.empty()) findings->push_back({what, why});
   }
 }

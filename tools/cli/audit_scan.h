@@ -32,7 +32,8 @@ std::map<BlockKey, StoredBlock> Inventory(const SsdTier& tier);
 // Reads every block of a non-zero namespace and decodes it with the codec.
 // Appends a finding ("block <hex> record", why) for each record that fails
 // its own checksum or whose key, parent or namespace differ from the stored
-// metadata. Reads go through SsdTier::Get (the only verified read path), so
+// metadata, or (for a namespace's tip lineage record) whose layer does not
+// parse as a lineage. Reads go through SsdTier::Get (the only verified read path), so
 // each counts a hit and refreshes the block's access order.
 void CheckRecords(SsdTier& tier, const std::map<BlockKey, StoredBlock>& blocks,
                   std::vector<AuditFinding>* findings);
