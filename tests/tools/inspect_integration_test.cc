@@ -73,7 +73,7 @@ TEST_F(InspectTest, HumanOutputNamesTheLongestChainTip) {
   EXPECT_TRUE(Has(run.output, "longest chain: 4 blocks, tip " + data_.keys()[3].ToHex()))
       << run.output;
   EXPECT_TRUE(Has(run.output, "lineage: 2 tip(s)")) << run.output;
-  EXPECT_TRUE(Has(run.output, "hot tier: none")) << run.output;
+  EXPECT_TRUE(Has(run.output, "hot tier: not present")) << run.output;
 }
 
 TEST(InspectUsageTest, MissingDirectoryIsAUsageError) {

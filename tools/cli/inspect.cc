@@ -28,7 +28,8 @@ exit codes: 0 printed, 1 the tier could not be read, 2 usage error (bad flags,
 missing data directory).
 )";
 
-constexpr const char* kNoHotTier = "none: the hot tier exists only in a running process";
+constexpr const char* kNoHotTier =
+    "not present (the hot tier lives only in a running process)";
 
 struct LineageTip {
   BlockKey tip, previous;
