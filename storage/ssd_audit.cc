@@ -33,7 +33,13 @@ Status SsdTier::Impl::Audit(std::vector<AuditFinding>* findings) {
   std::map<OwnerId, TierCounters> recomputed;
   std::set<BlockKey> on_disk;
   std::vector<std::pair<BlockKey, ssd::IndexEntry>> corrupt;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  // Bounded to the metadata range (see RebuildIndex): payloads are verified
+  // one by one below, where a damaged one is a finding, not a failed scan.
+  rocksdb::ReadOptions meta_ro;
+  const std::string meta_end(1, static_cast<char>(ssd::kMetaTag + 1));
+  const rocksdb::Slice meta_upper(meta_end);
+  meta_ro.iterate_upper_bound = &meta_upper;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(meta_ro));
   const std::string begin(1, ssd::kMetaTag);
   for (it->Seek(begin); it->Valid() && it->key().starts_with(begin); it->Next()) {
     BlockKey ns, key;
@@ -68,7 +74,11 @@ Status SsdTier::Impl::Audit(std::vector<AuditFinding>* findings) {
 
   // 2. Persisted counters (merged records).
   std::map<OwnerId, TierCounters> persisted;
-  std::unique_ptr<rocksdb::Iterator> cit(db_->NewIterator(rocksdb::ReadOptions()));
+  rocksdb::ReadOptions counter_ro;
+  const std::string counter_end(1, static_cast<char>(ssd::kCounterTag + 1));
+  const rocksdb::Slice counter_upper(counter_end);
+  counter_ro.iterate_upper_bound = &counter_upper;
+  std::unique_ptr<rocksdb::Iterator> cit(db_->NewIterator(counter_ro));
   const std::string cbegin(1, ssd::kCounterTag);
   for (cit->Seek(cbegin); cit->Valid() && cit->key().starts_with(cbegin); cit->Next()) {
     OwnerId o;

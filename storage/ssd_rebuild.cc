@@ -42,6 +42,11 @@ Status SsdTier::Impl::RebuildIndex(rocksdb::WriteBatch* repairs) {
   rocksdb::ReadOptions ro;
   ro.verify_checksums = true;
   ro.readahead_size = 2 << 20;
+  // Bounded to the metadata range: stepping past its end would read (and
+  // CRC-check) the first payload blob, and one damaged blob must not fail Open.
+  const std::string end(1, static_cast<char>(ssd::kMetaTag + 1));
+  const rocksdb::Slice upper(end);
+  ro.iterate_upper_bound = &upper;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
   const std::string begin(1, ssd::kMetaTag);
   for (it->Seek(begin); it->Valid() && it->key().starts_with(begin); it->Next()) {
@@ -72,7 +77,11 @@ Status SsdTier::Impl::RebuildIndex(rocksdb::WriteBatch* repairs) {
 
 Status SsdTier::Impl::RepairCounters() {
   Deltas persisted;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  rocksdb::ReadOptions ro;
+  const std::string end(1, static_cast<char>(ssd::kCounterTag + 1));
+  const rocksdb::Slice upper(end);
+  ro.iterate_upper_bound = &upper;  // never step onto other records
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
   const std::string begin(1, ssd::kCounterTag);
   for (it->Seek(begin); it->Valid() && it->key().starts_with(begin); it->Next()) {
     OwnerId owner;

@@ -159,3 +159,51 @@ TEST(SsdCorruption, ADatabaseLockedByAnotherTierIsReportedNotMovedAside) {
 
 }  // namespace
 }  // namespace prefixkv
+
+namespace prefixkv {
+namespace {
+
+// Regression: the metadata scans at Open and in Audit once ran past the end of
+// the metadata range onto the first payload, so one damaged blob failed Open
+// and the whole database was moved aside. One block, its blob damaged: the
+// tier opens with the block indexed, and reading it is a counted miss.
+TEST(SsdCorruption, ADamagedPayloadDoesNotFailOpenOrAudit) {
+  testing::TempDir dir;
+  const BlockMeta meta = testing::ChainBlock(1, 0);
+  {
+    auto tier = testing::OpenSsd(testing::TestSsdOptions(dir.str()));
+    ASSERT_NE(tier, nullptr);
+    ASSERT_TRUE(
+        tier->Put(meta, testing::ConformancePayload(meta.key, 0, 64 << 10), false).ok());
+    ASSERT_TRUE(tier->Close().ok());
+  }
+  std::vector<std::filesystem::path> blobs;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    if (e.path().extension() == ".blob") blobs.push_back(e.path());
+  }
+  ASSERT_EQ(blobs.size(), 1u);
+  {
+    std::fstream f(blobs[0], std::ios::in | std::ios::out | std::ios::binary);
+    const auto mid =
+        static_cast<std::streamoff>(std::filesystem::file_size(blobs[0]) / 2);
+    char c;
+    f.seekg(mid);
+    f.read(&c, 1);
+    c ^= 0x5A;
+    f.seekp(mid);
+    f.write(&c, 1);
+  }
+  auto tier = testing::OpenSsd(testing::TestSsdOptions(dir.str()));
+  ASSERT_NE(tier, nullptr);
+  EXPECT_TRUE(tier->open_report().moved_aside_to.empty())
+      << tier->open_report().moved_aside_to;
+  EXPECT_EQ(tier->open_report().blocks, 1u);
+  std::vector<AuditFinding> findings;
+  EXPECT_TRUE(tier->Audit(&findings).ok());
+  EXPECT_FALSE(tier->Get(meta.key).ok());
+  EXPECT_EQ(tier->Totals().corruptions, 1u);
+  EXPECT_EQ(tier->Totals().entries, 0u);
+}
+
+}  // namespace
+}  // namespace prefixkv
