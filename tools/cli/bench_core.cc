@@ -99,22 +99,12 @@ void MeasureCodec(int repeats, CoreResult* r) {
 }
 
 int RunCoreBench(const std::vector<std::string>& args) {
-  Flags flags("prefixkv bench core [--json] [--repeats N]",
-              {{"json", "print one JSON object", true, ""},
-               {"repeats", "measurements per figure (median taken)", false, "9"}});
-  std::string error;
-  if (!flags.Parse(args, &error)) return UsageError(flags, error);
-  if (flags.help_requested()) {
-    std::printf("%s", flags.HelpText().c_str());
-    return 0;
-  }
-  std::optional<uint64_t> repeats = ParseSize(flags.GetString("repeats", "9"));
-  if (!repeats || *repeats == 0 || *repeats > 1000)
-    return UsageError(flags, "bad --repeats");
+  BenchArgs bench;
+  if (std::optional<int> done = ParseBenchArgs("core", 9, args, &bench)) return *done;
   CoreResult r;
-  MeasureKeyHash(static_cast<int>(*repeats), &r);
-  MeasureCodec(static_cast<int>(*repeats), &r);
-  if (flags.GetBool("json")) {
+  MeasureKeyHash(bench.repeats, &r);
+  MeasureCodec(bench.repeats, &r);
+  if (bench.json) {
     JsonWriter j;
     j.BeginObject()
         .Field("suite", "core")
@@ -126,7 +116,7 @@ int RunCoreBench(const std::vector<std::string>& args) {
         .EndObject();
     std::printf("%s\n", j.str().c_str());
   } else {
-    std::printf("core benchmark (medians of %d runs)\n", static_cast<int>(*repeats));
+    std::printf("core benchmark (medians of %d runs)\n", bench.repeats);
     std::printf(
         "  chain-key hashing vs raw XXH3-128   %.2fx  (%.0f keys/s, goal >= 0.8)\n",
         r.key_hash_ratio, r.keys_per_s);

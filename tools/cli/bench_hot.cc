@@ -112,22 +112,12 @@ void MeasureInsertEvict(int repeats, HotResult* r) {
 }
 
 int RunHotBench(const std::vector<std::string>& args) {
-  Flags flags("prefixkv bench hot [--json] [--repeats N]",
-              {{"json", "print one JSON object", true, ""},
-               {"repeats", "measurements per figure (median taken)", false, "9"}});
-  std::string error;
-  if (!flags.Parse(args, &error)) return UsageError(flags, error);
-  if (flags.help_requested()) {
-    std::printf("%s", flags.HelpText().c_str());
-    return 0;
-  }
-  std::optional<uint64_t> repeats = ParseSize(flags.GetString("repeats", "9"));
-  if (!repeats || *repeats == 0 || *repeats > 1000)
-    return UsageError(flags, "bad --repeats");
+  BenchArgs bench;
+  if (std::optional<int> done = ParseBenchArgs("hot", 9, args, &bench)) return *done;
   HotResult r;
-  MeasureHits(static_cast<int>(*repeats), &r);
-  MeasureInsertEvict(static_cast<int>(*repeats), &r);
-  if (flags.GetBool("json")) {
+  MeasureHits(bench.repeats, &r);
+  MeasureInsertEvict(bench.repeats, &r);
+  if (bench.json) {
     JsonWriter j;
     j.BeginObject()
         .Field("suite", "hot")
@@ -140,7 +130,7 @@ int RunHotBench(const std::vector<std::string>& args) {
         .EndObject();
     std::printf("%s\n", j.str().c_str());
   } else {
-    std::printf("hot tier benchmark (medians of %d runs)\n", static_cast<int>(*repeats));
+    std::printf("hot tier benchmark (medians of %d runs)\n", bench.repeats);
     std::printf("  hit (pin + unpin)        %7.1f ns/block  (goal <= 250)\n", r.hit_ns);
     std::printf("  get                      %7.1f ns/block\n", r.get_ns);
     std::printf("  locked map lookup limit  %7.1f ns\n", r.limit_ns);

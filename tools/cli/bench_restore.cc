@@ -112,26 +112,16 @@ StatusOr<RestoreBench> Measure(int repeats) {
 }
 
 int RunRestoreBench(const std::vector<std::string>& args) {
-  Flags flags("prefixkv bench restore [--json] [--repeats N]",
-              {{"json", "print one JSON object", true, ""},
-               {"repeats", "measurements per figure (median taken)", false, "7"}});
-  std::string error;
-  if (!flags.Parse(args, &error)) return UsageError(flags, error);
-  if (flags.help_requested()) {
-    std::printf("%s", flags.HelpText().c_str());
-    return 0;
-  }
-  std::optional<uint64_t> repeats = ParseSize(flags.GetString("repeats", "7"));
-  if (!repeats || *repeats == 0 || *repeats > 1000)
-    return UsageError(flags, "bad --repeats");
-  StatusOr<RestoreBench> r = Measure(static_cast<int>(*repeats));
+  BenchArgs bench;
+  if (std::optional<int> done = ParseBenchArgs("restore", 7, args, &bench)) return *done;
+  StatusOr<RestoreBench> r = Measure(bench.repeats);
   if (!r.ok()) {
     std::fprintf(stderr, "prefixkv bench restore: %s\n", r.status().ToString().c_str());
     return 1;
   }
   const double ratio = r->memcpy_s / r->restore_s;
   const double gb_s = static_cast<double>(r->bytes) / r->restore_s / 1e9;
-  if (flags.GetBool("json")) {
+  if (bench.json) {
     JsonWriter j;
     j.BeginObject()
         .Field("suite", "restore")
