@@ -1,6 +1,15 @@
 // Hot KV state: per-session, per-route-epoch KV caches of one shard's owned
 // layers, kept in RAM under a session cap, an idle TTL and a byte budget.
 //
+// Optionally bound to a PrefixCache namespace (HotKvStateConfig::prefix_cache):
+// then a session can be opened from the longest cached prefix of its tokens
+// (OpenFromPrefixCache), and a session's full blocks (plus the partial tail when
+// the namespace opted in, so sliding-window state is kept at its exact end) are
+// stored into the prefix cache on StoreToPrefixCache (end of a turn), Release,
+// TTL/LRU eviction and supersession by a newer epoch. Sessions therefore record
+// the token ids of their positions; a session whose tokens were not all given to
+// Append cannot be named by chain keys and is never stored.
+//
 // A session is keyed by (session id, route epoch). The epoch increases when the
 // router re-plans a session's route: a newer epoch supersedes the old state
 // (freeing it at once), and any call naming an older epoch is rejected as stale.
@@ -25,6 +34,7 @@
 #include <memory>
 #include <optional>
 #include <shared_mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -34,6 +44,7 @@
 #include "prefixkv/clock.h"
 #include "prefixkv/kv_recipe.h"
 #include "prefixkv/layer_kv_cache.h"
+#include "prefixkv/prefix_cache.h"
 #include "prefixkv/shard_computation.h"
 #include "prefixkv/status.h"
 
@@ -45,8 +56,12 @@ enum class CacheMissReason : uint8_t {
   kEvictedTtl,      // idle longer than ttl_ms
   kEvictedLru,      // evicted as least recently used (session cap or byte budget)
   kSeqLenMismatch,  // the caller's sequence length disagrees with the cache
+  // A non-head shard opening from the prefix cache could not restore exactly the
+  // positions its upstream shard restored (detail says how many it holds).
+  kPrefixUnavailable,
 };
-// "unknown-session", "released", "evicted-ttl", "evicted-lru", "seq-len-mismatch".
+// "unknown-session", "released", "evicted-ttl", "evicted-lru", "seq-len-mismatch",
+// "prefix-unavailable".
 std::string_view CacheMissReasonName(CacheMissReason reason);
 
 struct CacheMiss {
@@ -60,6 +75,20 @@ bool IsStaleRouteEpoch(const Status& status);
 bool IsIncompatibleRecipe(const Status& status);
 bool IsKvCacheMiss(const Status& status);
 
+// A PrefixCache namespace holding exactly the manager's owned layers, in layer
+// order (SessionNamespaceSpec builds the spec). Both must outlive the manager.
+struct SessionPrefixCache {
+  PrefixCache* cache = nullptr;  // null: sessions live in RAM only
+  Namespace ns;
+};
+
+// The namespace spec of a manager's owned layers: float32 caches (what
+// LayerKvCache holds), "RotatingKVCache" for windowed layers, "KVCache"
+// otherwise. A shard owning only part of the model gets "/layers=S-E" appended
+// to `model`, so each shard of a pipeline has its own namespace.
+NamespaceSpec SessionNamespaceSpec(const KvCacheRecipe& recipe, std::string model,
+                                   uint32_t block_tokens);
+
 struct HotKvStateConfig {
   // A session idle (no open/get/resolve/append/truncate) for longer than this is
   // evicted with reason kEvictedTtl. 0 disables the TTL. Default 10 minutes.
@@ -72,6 +101,8 @@ struct HotKvStateConfig {
   // How many released/evicted session ids are remembered to report the miss reason
   // (and reject stale epochs) after the state is gone; oldest forgotten first.
   size_t max_tombstones = 4096;
+  // Where sessions are restored from and stored to; unset: RAM only.
+  SessionPrefixCache prefix_cache;
 };
 
 // One (session, epoch)'s KV state for the owned layers, created by
@@ -94,6 +125,11 @@ class HotKvSession {
   StatusOr<LayerKvCache> LayerSnapshot(int layer) const;
   // Every owned layer as tensors (for storing into the prefix cache).
   std::map<int, LayerKvExport> ExportLayers() const;
+  // The token ids of positions 0..seq_len-1; nullopt when some Append did not
+  // carry its tokens (such a session is never stored in the prefix cache).
+  std::optional<std::vector<int32_t>> tokens() const;
+  // Positions already stored in the prefix cache (0: never stored).
+  int64_t stored_len() const;
 
   // Calls fn(seq_len, past) under the shared lock: the KV cannot change until fn
   // returns. The adapter computes inside fn and commits afterwards via Append.
@@ -111,6 +147,9 @@ class HotKvSession {
   mutable std::shared_mutex mu_;
   std::map<int, LayerKvCache> layers_;  // GUARDED_BY(mu_)
   int64_t seq_len_;                     // GUARDED_BY(mu_)
+  std::vector<int32_t> tokens_;         // GUARDED_BY(mu_): seq_len_ ids if known
+  bool tokens_known_ = true;            // GUARDED_BY(mu_)
+  int64_t stored_len_ = 0;              // GUARDED_BY(mu_): seq_len_ at the last store
 };
 
 using SessionOrMiss = std::variant<std::shared_ptr<HotKvSession>, CacheMiss>;
@@ -121,6 +160,27 @@ struct OpenOptions {
   // Pre-filled state (a restored prefix): exactly one cache per owned layer, all of
   // the same length(). Empty: an empty session.
   std::vector<LayerKvCache> initial_layers;
+  // The token ids of the initial positions (what names them in the prefix
+  // cache). Empty with non-empty initial_layers: unknown, the session is never
+  // stored. Otherwise exactly the initial length.
+  std::vector<int32_t> initial_tokens;
+};
+
+// What OpenFromPrefixCache restored. hot + ssd == restored_tokens.
+struct PrefixRestore {
+  int64_t matched_tokens = 0;   // cached prefix found by Match
+  int64_t restored_tokens = 0;  // positions the session opened with
+  int64_t restored_hot_tokens = 0;
+  int64_t restored_ssd_tokens = 0;
+  std::string reason;  // why restored < matched (PrefixCache::Restore), if so
+};
+
+// What one store of a session into the prefix cache did.
+struct SessionStoreResult {
+  int64_t stored_tokens = 0;  // the session's length when exported
+  size_t blocks_written = 0;
+  size_t blocks_deduplicated = 0;
+  bool skipped = false;  // nothing new since the last store, or tokens unknown
 };
 
 struct HotKvStats {
@@ -130,6 +190,14 @@ struct HotKvStats {
   uint64_t evicted_ttl = 0;
   uint64_t evicted_lru = 0;
   uint64_t misses = 0;  // CacheMiss values returned
+  // Prefix cache traffic (zero without SessionPrefixCache):
+  uint64_t prefix_restores = 0;         // sessions opened with a restored prefix
+  uint64_t prefix_restored_tokens = 0;  // positions those sessions opened with
+  uint64_t sessions_stored = 0;         // stores that reached PrefixCache::Store
+  uint64_t blocks_stored = 0;           // blocks those stores wrote
+  uint64_t stores_skipped_unknown_tokens = 0;
+  uint64_t store_failures = 0;  // automatic stores (release, eviction) that failed
+  std::string last_store_error;
 };
 
 // Thread-safe. Lock order: a session's lock before the manager's; the manager
@@ -149,6 +217,22 @@ class HotKvStateManager {
   // initial state larger than the whole budget (NoSpace; nothing is created).
   StatusOr<std::shared_ptr<HotKvSession>> Open(const std::string& session_id,
                                                uint64_t epoch, OpenOptions options = {});
+  // Opens (session, epoch) pre-filled with the longest prefix of `tokens` the
+  // prefix cache can restore (all of `tokens` at most); `tokens` become the
+  // session's recorded tokens up to that length. Without a SessionPrefixCache,
+  // or when nothing is cached, the session opens empty. Errors as Open, plus the
+  // prefix cache's (a restored layer that does not fit the recipe is
+  // InvalidArgument: the namespace does not hold this shard's layers).
+  StatusOr<std::shared_ptr<HotKvSession>> OpenFromPrefixCache(
+      const std::string& session_id, uint64_t epoch, std::span<const int32_t> tokens,
+      PrefixRestore* restore = nullptr);
+  // Stores the live session's full blocks (and partial tail, see
+  // NamespaceOptions) in the prefix cache now: the end of a turn. Skipped when
+  // nothing was appended since the last store or the tokens are unknown.
+  // Errors: no SessionPrefixCache (InvalidArgument), a session that is not live
+  // (IsKvCacheMiss), stale epoch, the prefix cache's errors.
+  StatusOr<SessionStoreResult> StoreToPrefixCache(const std::string& session_id,
+                                                  uint64_t epoch);
   // The live session or a CacheMiss. Errors: stale epoch, incompatible recipe.
   StatusOr<SessionOrMiss> Resolve(const std::string& session_id, uint64_t epoch,
                                   const KvCacheRecipe* recipe = nullptr);
@@ -160,14 +244,19 @@ class HotKvStateManager {
   // miss (how a computation that raced another append is refused). Errors: stale
   // epoch, chunks that do not cover exactly the owned layers with one token count
   // (InvalidArgument), a session that alone would exceed the budget (NoSpace).
+  // `tokens`: the ids of the appended positions (one per chunk token), recorded
+  // for the prefix cache; empty marks the session's tokens unknown.
   StatusOr<SessionOrMiss> Append(const std::string& session_id, uint64_t epoch,
                                  const KvChunks& chunks,
-                                 std::optional<int64_t> expected_seq_len = std::nullopt);
+                                 std::optional<int64_t> expected_seq_len = std::nullopt,
+                                 std::span<const int32_t> tokens = {});
   // Rolls every owned layer back to `seq_len` positions. InvalidArgument when
   // seq_len exceeds the length or a rotating layer cannot roll back exactly.
   StatusOr<SessionOrMiss> Truncate(const std::string& session_id, uint64_t epoch,
                                    int64_t seq_len);
-  // Frees the session; later lookups miss with kReleased. False when nothing was live.
+  // Frees the session (storing it in the prefix cache first when bound, see
+  // above); later lookups miss with kReleased. False when nothing was live. A
+  // failed store does not fail the release: it is counted in stats().
   StatusOr<bool> Release(const std::string& session_id, uint64_t epoch);
   // Removes a session without a tombstone (rolling back an Open that the caller's
   // first computation failed to fill), so it looks as if it never existed.
@@ -183,10 +272,17 @@ class HotKvStateManager {
 
  private:
   class State;
-  StatusOr<std::shared_ptr<HotKvSession>> MakeSession(
-      const std::string& session_id, uint64_t epoch,
-      std::vector<LayerKvCache> layers) const;
+  StatusOr<std::shared_ptr<HotKvSession>> MakeSession(const std::string& session_id,
+                                                      uint64_t epoch,
+                                                      std::vector<LayerKvCache> layers,
+                                                      std::vector<int32_t> tokens) const;
   Status CheckChunks(const KvChunks& chunks, int64_t* tokens) const;
+  // src/session/session_prefix_store.cc
+  StatusOr<SessionStoreResult> StoreSession(const std::shared_ptr<HotKvSession>& session);
+  // Stores the sessions removed (released, evicted, superseded) since the last
+  // call. REQUIRES: no session lock and not State::mu held.
+  void StoreRemoved();
+  class StoreRemovedOnExit;
 
   const KvCacheRecipe recipe_;
   const HotKvStateConfig config_;

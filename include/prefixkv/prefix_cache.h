@@ -118,9 +118,11 @@ struct RestoreResult {
   std::vector<LayerState> layers;
   uint64_t restored_tokens = 0;
   size_t restored_blocks = 0;
-  size_t blocks_from_hot = 0;  // zero-copy reads
-  size_t blocks_from_ssd = 0;  // verified reads
-  WindowPadding window;        // from the tip's metadata
+  size_t blocks_from_hot = 0;    // zero-copy reads
+  size_t blocks_from_ssd = 0;    // verified reads
+  uint64_t tokens_from_hot = 0;  // tokens of the blocks read from RAM
+  uint64_t tokens_from_ssd = 0;  // tokens of the blocks read from SSD
+  WindowPadding window;          // from the tip's metadata
   // Empty when every matched token was restored; otherwise why not (a block
   // vanished or failed validation, or walk-back dropped trailing blocks).
   std::string reason;

@@ -145,7 +145,9 @@ StatusOr<RestoreResult> PrefixCache::Restore(const MatchResult& match) {
   result.restored_blocks = blocks.size();
   for (const LoadedBlock& block : blocks) {
     result.restored_tokens += block.record.token_count;
-    (block.level == TierLevel::kHot ? result.blocks_from_hot : result.blocks_from_ssd)++;
+    const bool hot = block.level == TierLevel::kHot;
+    (hot ? result.blocks_from_hot : result.blocks_from_ssd)++;
+    (hot ? result.tokens_from_hot : result.tokens_from_ssd) += block.record.token_count;
   }
   result.window = DetectWindowPadding(blocks.back().record.layers);
   return result;

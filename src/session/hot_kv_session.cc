@@ -18,6 +18,8 @@ std::string_view CacheMissReasonName(CacheMissReason reason) {
       return "evicted-lru";
     case CacheMissReason::kSeqLenMismatch:
       return "seq-len-mismatch";
+    case CacheMissReason::kPrefixUnavailable:
+      return "prefix-unavailable";
   }
   return "invalid";
 }
@@ -86,6 +88,17 @@ std::map<int, LayerKvExport> HotKvSession::ExportLayers() const {
   std::map<int, LayerKvExport> out;
   for (const auto& [layer, cache] : layers_) out.emplace(layer, cache.Export());
   return out;
+}
+
+std::optional<std::vector<int32_t>> HotKvSession::tokens() const {
+  std::shared_lock lock(mu_);
+  if (!tokens_known_) return std::nullopt;
+  return tokens_;
+}
+
+int64_t HotKvSession::stored_len() const {
+  std::shared_lock lock(mu_);
+  return stored_len_;
 }
 
 Status HotKvSession::ReadLayers(

@@ -13,6 +13,7 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "prefixkv/hot_kv_state.h"
 
@@ -46,6 +47,11 @@ class HotKvStateManager::State {
   uint64_t next_tombstone_seq = 0;
   uint64_t total_bytes = 0;
   HotKvStats stats;
+  // Set when the manager is bound to a prefix cache: released and evicted
+  // sessions are kept here until the public call that removed them stores them
+  // (after dropping every lock: a store encodes and writes blocks).
+  bool store_removed = false;
+  std::vector<std::shared_ptr<HotKvSession>> removed;
 
   // Removes a live entry; records why (for later misses) unless reason is null.
   void Remove(const std::string& id, const CacheMissReason* reason,
@@ -53,6 +59,7 @@ class HotKvStateManager::State {
     auto it = live.find(id);
     if (it == live.end()) return;
     uint64_t epoch = it->second.session->route_epoch();
+    if (store_removed && reason != nullptr) removed.push_back(it->second.session);
     total_bytes -= it->second.bytes;
     lru.erase(it->second.lru);
     live.erase(it);
@@ -142,6 +149,19 @@ class HotKvStateManager::State {
     stats.misses++;
     return out;
   }
+};
+
+// Declared first in every public method that can remove sessions: stores them
+// once the method has dropped every lock (StoreRemoved).
+class HotKvStateManager::StoreRemovedOnExit {
+ public:
+  explicit StoreRemovedOnExit(HotKvStateManager* manager) : manager_(manager) {}
+  ~StoreRemovedOnExit() { manager_->StoreRemoved(); }
+  StoreRemovedOnExit(const StoreRemovedOnExit&) = delete;
+  StoreRemovedOnExit& operator=(const StoreRemovedOnExit&) = delete;
+
+ private:
+  HotKvStateManager* manager_;
 };
 
 // Shared error and miss constructors.

@@ -23,12 +23,15 @@ HotKvStateManager::HotKvStateManager(KvCacheRecipe recipe, HotKvStateConfig conf
     : recipe_(std::move(recipe)),
       config_(config),
       clock_(clock ? clock : Clock::System()),
-      state_(std::make_unique<State>()) {}
+      state_(std::make_unique<State>()) {
+  state_->store_removed = config_.prefix_cache.cache != nullptr;
+}
 
 HotKvStateManager::~HotKvStateManager() = default;
 
 StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::MakeSession(
-    const std::string& id, uint64_t epoch, std::vector<LayerKvCache> initial) const {
+    const std::string& id, uint64_t epoch, std::vector<LayerKvCache> initial,
+    std::vector<int32_t> initial_tokens) const {
   std::map<int, LayerKvCache> layers;
   int64_t seq_len = initial.empty() ? 0 : initial.front().length();
   for (LayerKvCache& cache : initial) {
@@ -55,19 +58,30 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::MakeSession(
   for (int layer : recipe_.owned_layers()) {
     layers.try_emplace(layer, recipe_.layer_geometry(layer));
   }
-  return std::make_shared<HotKvSession>(id, epoch, recipe_.owned_layers(),
-                                        std::move(layers), seq_len);
+  bool tokens_known = initial_tokens.size() == static_cast<size_t>(seq_len);
+  if (!initial_tokens.empty() && !tokens_known) {
+    return Status::InvalidArgument(
+        "initial tokens (" + std::to_string(initial_tokens.size()) +
+        ") do not match the initial length " + std::to_string(seq_len));
+  }
+  auto session = std::make_shared<HotKvSession>(id, epoch, recipe_.owned_layers(),
+                                                std::move(layers), seq_len);
+  session->tokens_ = std::move(initial_tokens);
+  session->tokens_known_ = tokens_known;
+  return session;
 }
 
 StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::Open(const std::string& id,
                                                                 uint64_t epoch,
                                                                 OpenOptions options) {
+  StoreRemovedOnExit store_removed(this);
   if (options.recipe && !recipe_.is_compatible(*options.recipe)) {
     return IncompatibleRecipeError(recipe_, *options.recipe);
   }
   bool prefilled = !options.initial_layers.empty();
   PKV_ASSIGN_OR_RETURN(std::shared_ptr<HotKvSession> session,
-                       MakeSession(id, epoch, std::move(options.initial_layers)));
+                       MakeSession(id, epoch, std::move(options.initial_layers),
+                                   std::move(options.initial_tokens)));
   uint64_t bytes = session->payload_bytes();
   State& s = *state_;
   std::lock_guard lock(s.mu);
@@ -89,7 +103,9 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::Open(const std::strin
       s.Touch(it->second, now);
       return it->second.session;
     }
-    s.Remove(id, nullptr, config_.max_tombstones);  // a newer epoch supersedes
+    // A newer epoch supersedes; the old state is stored like a released one.
+    if (s.store_removed) s.removed.push_back(it->second.session);
+    s.Remove(id, nullptr, config_.max_tombstones);
     s.stats.superseded++;
   }
   s.tombstones.erase(id);
@@ -108,6 +124,7 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::Open(const std::strin
 
 StatusOr<SessionOrMiss> HotKvStateManager::Resolve(const std::string& id, uint64_t epoch,
                                                    const KvCacheRecipe* recipe) {
+  StoreRemovedOnExit store_removed(this);
   if (recipe && !recipe_.is_compatible(*recipe))
     return IncompatibleRecipeError(recipe_, *recipe);
   State& s = *state_;

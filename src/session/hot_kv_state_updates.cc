@@ -45,13 +45,20 @@ StatusOr<std::optional<CacheMiss>> HotKvStateManager::State::Recharge(
   return std::optional<CacheMiss>();
 }
 
-StatusOr<SessionOrMiss> HotKvStateManager::Append(
-    const std::string& id, uint64_t epoch, const KvChunks& chunks,
-    std::optional<int64_t> expected_seq_len) {
+StatusOr<SessionOrMiss> HotKvStateManager::Append(const std::string& id, uint64_t epoch,
+                                                  const KvChunks& chunks,
+                                                  std::optional<int64_t> expected_seq_len,
+                                                  std::span<const int32_t> token_ids) {
+  StoreRemovedOnExit store_removed(this);
   PKV_ASSIGN_OR_RETURN(SessionOrMiss found, Resolve(id, epoch));
   if (std::holds_alternative<CacheMiss>(found)) return found;
   int64_t tokens = 0;
   PKV_RETURN_IF_ERROR(CheckChunks(chunks, &tokens));
+  if (!token_ids.empty() && static_cast<int64_t>(token_ids.size()) != tokens) {
+    return Status::InvalidArgument("append carries " + std::to_string(token_ids.size()) +
+                                   " token ids for " + std::to_string(tokens) +
+                                   " positions");
+  }
   auto session = std::get<std::shared_ptr<HotKvSession>>(std::move(found));
   std::unique_lock session_lock(session->mu_);
   if (expected_seq_len && *expected_seq_len != session->seq_len_) {
@@ -69,11 +76,19 @@ StatusOr<SessionOrMiss> HotKvStateManager::Append(
       return Status::Internal("validated append failed: " + appended.ToString());
   }
   session->seq_len_ += tokens;
+  if (token_ids.empty()) {
+    session->tokens_known_ = false;
+    session->tokens_.clear();
+    session->tokens_.shrink_to_fit();
+  } else if (session->tokens_known_) {
+    session->tokens_.insert(session->tokens_.end(), token_ids.begin(), token_ids.end());
+  }
   return SessionOrMiss(std::move(session));
 }
 
 StatusOr<SessionOrMiss> HotKvStateManager::Truncate(const std::string& id, uint64_t epoch,
                                                     int64_t seq_len) {
+  StoreRemovedOnExit store_removed(this);
   PKV_ASSIGN_OR_RETURN(SessionOrMiss found, Resolve(id, epoch));
   if (std::holds_alternative<CacheMiss>(found)) return found;
   auto session = std::get<std::shared_ptr<HotKvSession>>(std::move(found));
@@ -102,10 +117,14 @@ StatusOr<SessionOrMiss> HotKvStateManager::Truncate(const std::string& id, uint6
       return Status::Internal("checked truncate failed: " + truncated.ToString());
   }
   session->seq_len_ = seq_len;
+  if (session->tokens_known_) session->tokens_.resize(static_cast<size_t>(seq_len));
+  // The prefix cache may hold a longer chain but not this length's tip state.
+  session->stored_len_ = 0;
   return SessionOrMiss(std::move(session));
 }
 
 StatusOr<bool> HotKvStateManager::Release(const std::string& id, uint64_t epoch) {
+  StoreRemovedOnExit store_removed(this);
   State& s = *state_;
   std::lock_guard lock(s.mu);
   s.SweepExpired(clock_->NowNanos(), config_.ttl_ms * 1'000'000, config_.max_tombstones);

@@ -1,5 +1,7 @@
 // KvBoundaryAdapter: one shard step = resolve or open, compute under the session's
 // shared lock, commit through HotKvStateManager::Append, shape the output.
+#include <algorithm>
+
 #include "prefixkv/boundary_adapter.h"
 
 namespace prefixkv {
@@ -22,11 +24,12 @@ std::vector<int64_t> Consecutive(int64_t first, int64_t count) {
 
 // Embeds (head) or takes the boundary (others), runs the owned layers against
 // `past`, and for the tail applies the final norm and LM head to the last row.
-Status Compute(const ShardComputation& shard, const StepInput& input, int64_t seq_len,
-               const PastKv& past, PendingStep* step) {
+Status Compute(const ShardComputation& shard, const StepInput& input,
+               std::span<const int32_t> run_tokens, int64_t seq_len, const PastKv& past,
+               PendingStep* step) {
   HiddenStates hidden;
   if (shard.is_head()) {
-    PKV_ASSIGN_OR_RETURN(hidden, shard.EmbedTokens(input.token_ids));
+    PKV_ASSIGN_OR_RETURN(hidden, shard.EmbedTokens(run_tokens));
     step->positions = Consecutive(seq_len, hidden.rows);
   } else {
     hidden = input.boundary->hidden;
@@ -71,6 +74,64 @@ Status KvBoundaryAdapter::CheckInput(const StepInput& input) const {
   return Status::OK();
 }
 
+// The ids a step records: the head's run tokens; on other shards the given
+// token_ids when they cover exactly the step's positions, else none (unknown).
+static std::span<const int32_t> RecordTokens(const ShardComputation& shard,
+                                             const StepInput& input,
+                                             std::span<const int32_t> ids) {
+  if (shard.is_head()) return ids;
+  return ids.size() == input.boundary->positions.size() ? ids
+                                                        : std::span<const int32_t>();
+}
+
+StatusOr<std::variant<std::shared_ptr<HotKvSession>, CacheMiss>>
+KvBoundaryAdapter::OpenForPrefill(const std::string& session_id, uint64_t epoch,
+                                  const StepInput& input, StepPlan* plan,
+                                  StepTimings* timings) {
+  using Result = std::variant<std::shared_ptr<HotKvSession>, CacheMiss>;
+  // A new session holds 0 positions before its restore.
+  if (input.expected_seq_len && *input.expected_seq_len != 0) {
+    return Result(CacheMiss{CacheMissReason::kSeqLenMismatch, session_id, epoch,
+                            "step expects " + std::to_string(*input.expected_seq_len) +
+                                " cached positions, the session is new"});
+  }
+  const std::span<const int32_t> ids(input.token_ids);
+  // How many leading positions to restore: the head keeps its last token to
+  // run; another shard needs exactly its upstream's restored prefix.
+  int64_t want = 0;
+  if (shard_->is_head()) {
+    want = static_cast<int64_t>(ids.size()) - 1;
+  } else if (static_cast<int64_t>(ids.size()) == input.boundary->seq_len) {
+    want = input.boundary->positions.front();
+  }
+  const int64_t cap = std::min(want, input.max_restore_tokens.value_or(want));
+  PrefixRestore restore;
+  PKV_ASSIGN_OR_RETURN(
+      std::shared_ptr<HotKvSession> session,
+      manager_->OpenFromPrefixCache(
+          session_id, epoch, ids.first(static_cast<size_t>(std::max<int64_t>(cap, 0))),
+          &restore));
+  const int64_t restored = restore.restored_tokens;
+  if (timings) timings->restore = restore;
+  const bool bound = manager_->config().prefix_cache.cache != nullptr;
+  if (bound && !shard_->is_head() && want > 0 && restored != want) {
+    manager_->Discard(session_id, epoch);
+    return Result(CacheMiss{CacheMissReason::kPrefixUnavailable, session_id, epoch,
+                            "the boundary starts at position " + std::to_string(want) +
+                                ", this shard's prefix cache restores " +
+                                std::to_string(restored)});
+  }
+  if (shard_->is_head() || (bound && want > 0)) {
+    plan->run_tokens = ids.subspan(static_cast<size_t>(restored));
+    plan->record_tokens = plan->run_tokens;
+  } else {
+    plan->run_tokens = {};
+    plan->record_tokens = RecordTokens(*shard_, input, ids);
+  }
+  plan->expected_seq_len = restored;
+  return Result(std::move(session));
+}
+
 StatusOr<StepOutput> KvBoundaryAdapter::Prefill(const std::string& session_id,
                                                 uint64_t epoch, const StepInput& input,
                                                 StepTimings* timings) {
@@ -78,13 +139,20 @@ StatusOr<StepOutput> KvBoundaryAdapter::Prefill(const std::string& session_id,
   PKV_RETURN_IF_ERROR(CheckInput(input));
   PKV_ASSIGN_OR_RETURN(SessionOrMiss found, manager_->Resolve(session_id, epoch));
   std::shared_ptr<HotKvSession> session;
+  StepPlan plan;
   bool opened_here = std::holds_alternative<CacheMiss>(found);
   if (opened_here) {
-    PKV_ASSIGN_OR_RETURN(session, manager_->Open(session_id, epoch));
+    PKV_ASSIGN_OR_RETURN(auto opened,
+                         OpenForPrefill(session_id, epoch, input, &plan, timings));
+    if (auto* miss = std::get_if<CacheMiss>(&opened)) return StepOutput(std::move(*miss));
+    session = std::get<std::shared_ptr<HotKvSession>>(std::move(opened));
   } else {
     session = std::get<std::shared_ptr<HotKvSession>>(std::move(found));
+    plan.run_tokens = input.token_ids;
+    plan.record_tokens = RecordTokens(*shard_, input, input.token_ids);
+    plan.expected_seq_len = input.expected_seq_len;
   }
-  StatusOr<StepOutput> out = RunStep(session, epoch, input, timings);
+  StatusOr<StepOutput> out = RunStep(session, epoch, input, plan, timings);
   // All or nothing: a session this call opened must not outlive a failed step.
   if (opened_here && (!out.ok() || std::holds_alternative<CacheMiss>(*out))) {
     manager_->Discard(session_id, epoch);
@@ -100,20 +168,30 @@ StatusOr<StepOutput> KvBoundaryAdapter::Decode(const std::string& session_id,
   PKV_RETURN_IF_ERROR(CheckInput(input));
   PKV_ASSIGN_OR_RETURN(SessionOrMiss found, manager_->Resolve(session_id, epoch));
   if (auto* miss = std::get_if<CacheMiss>(&found)) return StepOutput(std::move(*miss));
-  StatusOr<StepOutput> out =
-      RunStep(std::get<std::shared_ptr<HotKvSession>>(found), epoch, input, timings);
+  StepPlan plan{input.token_ids, RecordTokens(*shard_, input, input.token_ids),
+                input.expected_seq_len};
+  StatusOr<StepOutput> out = RunStep(std::get<std::shared_ptr<HotKvSession>>(found),
+                                     epoch, input, plan, timings);
   if (timings) timings->total_nanos = clock_->NowNanos() - start;
   return out;
 }
 
+StatusOr<SessionStoreResult> KvBoundaryAdapter::EndTurn(const std::string& session_id,
+                                                        uint64_t epoch) {
+  return manager_->StoreToPrefixCache(session_id, epoch);
+}
+
 StatusOr<StepOutput> KvBoundaryAdapter::RunStep(
     const std::shared_ptr<HotKvSession>& session, uint64_t epoch, const StepInput& input,
-    StepTimings* timings) {
+    const StepPlan& plan, StepTimings* timings) {
   PendingStep step;
+  if (shard_->is_head() && plan.run_tokens.empty()) {
+    return Status::InvalidArgument("head shard step without tokens to run");
+  }
   Status computed = session->ReadLayers([&](int64_t seq_len, const PastKv& past) {
     step.base_len = seq_len;
     int64_t first = shard_->is_head() ? seq_len : input.boundary->positions.front();
-    int64_t expected = input.expected_seq_len.value_or(first);
+    int64_t expected = plan.expected_seq_len.value_or(first);
     if (expected != seq_len || first != seq_len) {
       step.miss =
           CacheMiss{CacheMissReason::kSeqLenMismatch, session->session_id(), epoch,
@@ -122,17 +200,18 @@ StatusOr<StepOutput> KvBoundaryAdapter::RunStep(
       return Status::OK();
     }
     uint64_t compute_start = clock_->NowNanos();
-    Status s = Compute(*shard_, input, seq_len, past, &step);
+    Status s = Compute(*shard_, input, plan.run_tokens, seq_len, past, &step);
     if (timings) timings->compute_nanos = clock_->NowNanos() - compute_start;
     return s;
   });
   PKV_RETURN_IF_ERROR(computed);
   if (step.miss) return StepOutput(std::move(*step.miss));
   if (IsCancelled(input.cancel)) return Status::Aborted("cancelled before commit");
+  if (timings) timings->computed_tokens = static_cast<int64_t>(step.positions.size());
   // The commit point: refused (a miss) if another step appended since seq_len was read.
-  PKV_ASSIGN_OR_RETURN(
-      SessionOrMiss committed,
-      manager_->Append(session->session_id(), epoch, step.run.new_kv, step.base_len));
+  PKV_ASSIGN_OR_RETURN(SessionOrMiss committed,
+                       manager_->Append(session->session_id(), epoch, step.run.new_kv,
+                                        step.base_len, plan.record_tokens));
   if (auto* miss = std::get_if<CacheMiss>(&committed))
     return StepOutput(std::move(*miss));
   if (step.tail) return StepOutput(std::move(*step.tail));

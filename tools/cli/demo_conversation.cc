@@ -129,21 +129,29 @@ class DemoConversation {
         new DemoConversation(std::move(model), std::move(shard), std::move(recipe)));
   }
 
+  // One namespace for the whole model: "RotatingKVCache" for the windowed
+  // layers, "KVCache" for the global ones.
   NamespaceSpec Spec() const {
-    NamespaceSpec spec;
-    spec.model = "demo-llama";
-    spec.block_tokens = kBlockTokens;
-    spec.dtype = DType::kFloat32;
-    for (int i = 0; i < model_->config().n_layers; ++i) {
-      spec.layer_types.push_back(model_->LayerWindowTokens(i) > 0 ? "RotatingKVCache"
-                                                                  : "KVCache");
-    }
-    return spec;
+    return SessionNamespaceSpec(recipe_, "demo-llama", kBlockTokens);
   }
 
-  // One turn: appends `turn`'s user message, serves it through `tiers`, and
-  // appends the reply to the conversation.
-  StatusOr<DemoTurn> Turn(int turn, DemoTiers& tiers) {
+  // A session manager (and its adapter) whose sessions restore from and are
+  // stored to `tiers`' prefix cache: what a server process holds. A restart
+  // binds a new one, as a new process would.
+  void Bind(DemoTiers& tiers) {
+    adapter_.reset();
+    HotKvStateConfig config;
+    config.prefix_cache = {tiers.cache.get(), tiers.ns};
+    manager_ = std::make_unique<HotKvStateManager>(recipe_, config);
+    adapter_ = std::make_unique<KvBoundaryAdapter>(shard_.get(), manager_.get());
+  }
+
+  // One turn: appends `turn`'s user message and serves the whole conversation
+  // as a new session. Its Prefill restores the cached prefix (the previous
+  // turns, hot or from SSD) and computes only the rest; the reply is decoded
+  // greedily; EndTurn stores the session's blocks (partial tail on, so the
+  // sliding-window state is kept at the exact end) and the session is released.
+  StatusOr<DemoTurn> Turn(int turn) {
     const std::vector<int32_t> msg = UserMessage(turn, model_->config().vocab_size);
     conversation_.insert(conversation_.end(), msg.begin(), msg.end());
     const std::vector<int32_t> prompt = conversation_;
@@ -152,28 +160,15 @@ class DemoConversation {
     out.new_tokens = msg.size();
     const uint64_t start_ns = Clock::System()->NowNanos();
 
-    PKV_ASSIGN_OR_RETURN(MatchResult match, tiers.cache->Match(tiers.ns, prompt));
-    PKV_ASSIGN_OR_RETURN(RestoreResult restored, tiers.cache->Restore(match));
-    // The last prompt token must run to give the first reply logits; the new
-    // message is never cached, so a full-prompt restore cannot happen.
-    if (restored.restored_tokens >= prompt.size()) {
-      return Status::Internal("restored the whole prompt, including the new message");
-    }
-    CountRestoredTokens(match, restored, &out);
-    // One session epoch per turn: the session opens pre-filled with the
-    // restored layers, so the adapter's prefill starts at restored_tokens.
+    // One session epoch per turn (a released session's epoch may not be reused).
     const uint64_t epoch = static_cast<uint64_t>(turn);
-    OpenOptions open;
-    PKV_ASSIGN_OR_RETURN(open.initial_layers, RebuildCaches(restored));
-    PKV_ASSIGN_OR_RETURN(std::shared_ptr<HotKvSession> session,
-                         manager_.Open(kSession, epoch, std::move(open)));
-
-    out.computed_tokens = prompt.size() - restored.restored_tokens;
     StepInput step;
-    step.token_ids.assign(prompt.begin() + static_cast<int64_t>(restored.restored_tokens),
-                          prompt.end());
-    step.expected_seq_len = static_cast<int64_t>(restored.restored_tokens);
-    PKV_ASSIGN_OR_RETURN(int32_t next, Step(/*prefill=*/true, epoch, step));
+    step.token_ids = prompt;
+    StepStats prefill;
+    PKV_ASSIGN_OR_RETURN(int32_t next, Step(/*prefill=*/true, epoch, step, &prefill));
+    out.restored_hot_tokens = static_cast<uint64_t>(prefill.restore.restored_hot_tokens);
+    out.restored_ssd_tokens = static_cast<uint64_t>(prefill.restore.restored_ssd_tokens);
+    out.computed_tokens = static_cast<uint64_t>(prefill.computed_tokens);
     std::vector<int32_t> reply;
     while (true) {
       reply.push_back(next);
@@ -181,15 +176,15 @@ class DemoConversation {
       // The last reply token also runs so the stored caches cover it.
       step.token_ids = {next};
       step.expected_seq_len = static_cast<int64_t>(conversation_.size()) - 1;
-      PKV_ASSIGN_OR_RETURN(next, Step(/*prefill=*/false, epoch, step));
+      PKV_ASSIGN_OR_RETURN(next, Step(/*prefill=*/false, epoch, step, nullptr));
       if (reply.size() == kReplyTokens) break;
     }
-    PKV_ASSIGN_OR_RETURN(StoreResult stored,
-                         tiers.cache->Store(tiers.ns, conversation_,
-                                            ExportLayers(session->ExportLayers())));
-    PKV_RETURN_IF_ERROR(manager_.Release(kSession, epoch).status());
-    if (!stored.tip_state_stored) {
-      return Status::Internal("rotating state not stored: " + stored.note);
+    PKV_ASSIGN_OR_RETURN(SessionStoreResult stored, adapter_->EndTurn(kSession, epoch));
+    PKV_RETURN_IF_ERROR(manager_->Release(kSession, epoch).status());
+    if (stored.stored_tokens != static_cast<int64_t>(conversation_.size())) {
+      return Status::Internal("stored " + std::to_string(stored.stored_tokens) +
+                              " of the conversation's " +
+                              std::to_string(conversation_.size()) + " tokens");
     }
     out.seconds = static_cast<double>(Clock::System()->NowNanos() - start_ns) / 1e9;
     out.reply_tokens = reply.size();
@@ -205,87 +200,25 @@ class DemoConversation {
 
   DemoConversation(std::shared_ptr<const ReferenceModel> model,
                    std::unique_ptr<ReferenceShard> shard, KvCacheRecipe recipe)
-      : model_(std::move(model)),
-        shard_(std::move(shard)),
-        manager_(std::move(recipe)),
-        adapter_(shard_.get(), &manager_) {}
-
-  LayerKvGeometry Geometry(int layer) const {
-    return {.layer = layer,
-            .n_kv_heads = model_->config().n_kv_heads,
-            .head_dim = model_->config().head_dim(),
-            .window_tokens = model_->LayerWindowTokens(layer)};
-  }
-
-  // Tokens restored from each tier, from the tiers Restore really read (a block
-  // Match saw in RAM may have been spilled by the time Restore read it). Only
-  // the last restored block may be short (a partial tail); Restore does not
-  // say which tier it came from, so Match's answer decides unless that tier
-  // served no block at all.
-  static void CountRestoredTokens(const MatchResult& match, const RestoreResult& restored,
-                                  DemoTurn* out) {
-    if (restored.restored_blocks == 0) return;
-    out->restored_hot_tokens = restored.blocks_from_hot * kBlockTokens;
-    out->restored_ssd_tokens = restored.blocks_from_ssd * kBlockTokens;
-    const uint64_t short_by =
-        restored.restored_blocks * kBlockTokens - restored.restored_tokens;
-    const bool tail_hot = restored.blocks_from_ssd == 0 ||
-                          (restored.blocks_from_hot > 0 &&
-                           match.tiers[restored.restored_blocks - 1] == TierLevel::kHot);
-    (tail_hot ? out->restored_hot_tokens : out->restored_ssd_tokens) -= short_by;
-  }
-
-  // Per-layer caches from a restore; none when nothing was restored.
-  StatusOr<std::vector<LayerKvCache>> RebuildCaches(const RestoreResult& restored) const {
-    std::vector<LayerKvCache> caches;
-    for (int i = 0; i < model_->config().n_layers; ++i) {
-      if (restored.restored_tokens == 0) break;  // an empty session
-      const LayerState& layer = restored.layers.at(static_cast<size_t>(i));
-      if (layer.tensors.size() != 2) {
-        return Status::Internal("restored layer " + std::to_string(i) + " has no K/V");
-      }
-      std::optional<RotatingMeta> meta;
-      if (CacheTypeRegistry::IsRotatingFamily(layer.cache_type)) {
-        PKV_ASSIGN_OR_RETURN(meta, RotatingMeta::Parse(layer.meta));
-      }
-      PKV_ASSIGN_OR_RETURN(
-          LayerKvCache cache,
-          LayerKvCache::Restore(Geometry(i), layer.tensors[0], layer.tensors[1], meta));
-      caches.push_back(std::move(cache));
-    }
-    return caches;
-  }
+      : model_(std::move(model)), shard_(std::move(shard)), recipe_(std::move(recipe)) {}
 
   // One adapter step of the head+tail shard: the greedy next token.
-  StatusOr<int32_t> Step(bool prefill, uint64_t epoch, const StepInput& input) {
+  StatusOr<int32_t> Step(bool prefill, uint64_t epoch, const StepInput& input,
+                         StepStats* stats) {
     PKV_ASSIGN_OR_RETURN(StepOutput output,
-                         prefill ? adapter_.Prefill(kSession, epoch, input)
-                                 : adapter_.Decode(kSession, epoch, input));
+                         prefill ? adapter_->Prefill(kSession, epoch, input, stats)
+                                 : adapter_->Decode(kSession, epoch, input, stats));
     if (const TailOutput* tail = std::get_if<TailOutput>(&output)) return tail->token_id;
     return Status::Internal(std::holds_alternative<CacheMiss>(output)
                                 ? "the session's KV went missing mid-turn"
                                 : "the full-model shard returned a boundary bundle");
   }
 
-  static std::vector<LayerState> ExportLayers(std::map<int, LayerKvExport> exports) {
-    std::vector<LayerState> layers;
-    for (auto& [layer, e] : exports) {
-      LayerState s;
-      s.cache_type = std::string(e.cache_type);
-      // A full layer's meta is its length: the keys' token axis.
-      s.meta = e.rotating_meta
-                   ? e.rotating_meta->ToStrings()
-                   : std::vector<std::string>{std::to_string(e.keys.shape()[1])};
-      s.tensors = {std::move(e.keys), std::move(e.values)};
-      layers.push_back(std::move(s));
-    }
-    return layers;
-  }
-
   std::shared_ptr<const ReferenceModel> model_;
   std::unique_ptr<ReferenceShard> shard_;
-  HotKvStateManager manager_;
-  KvBoundaryAdapter adapter_;
+  KvCacheRecipe recipe_;
+  std::unique_ptr<HotKvStateManager> manager_;
+  std::unique_ptr<KvBoundaryAdapter> adapter_;
   std::vector<int32_t> conversation_;
 };
 
@@ -308,8 +241,9 @@ StatusOr<DemoReport> RunDemoConversation(const DemoOptions& options) {
 
   DemoTiers tiers;
   PKV_RETURN_IF_ERROR(tiers.Open(options.dir, spec));
+  conv->Bind(tiers);
   for (int t = 0; t < options.turns; ++t) {
-    PKV_ASSIGN_OR_RETURN(DemoTurn turn, conv->Turn(t, tiers));
+    PKV_ASSIGN_OR_RETURN(DemoTurn turn, conv->Turn(t));
     report.parity = report.parity && turn.parity;
     report.turns.push_back(turn);
   }
@@ -317,8 +251,9 @@ StatusOr<DemoReport> RunDemoConversation(const DemoOptions& options) {
   PKV_RETURN_IF_ERROR(tiers.Close());
 
   PKV_RETURN_IF_ERROR(tiers.Open(options.dir, spec));  // the restart
+  conv->Bind(tiers);
   report.ssd_blocks_after_restart = tiers.ssd->open_report().blocks;
-  PKV_ASSIGN_OR_RETURN(report.restart, conv->Turn(options.turns, tiers));
+  PKV_ASSIGN_OR_RETURN(report.restart, conv->Turn(options.turns));
   report.parity = report.parity && report.restart.parity;
   PKV_RETURN_IF_ERROR(tiers.Audit(&report.audit_findings));
   report.audit_ok = report.audit_findings.empty();

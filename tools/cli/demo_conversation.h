@@ -2,16 +2,17 @@
 // reference model (with sliding-window layers) whose KV caches are stored in,
 // and restored from, a real PrefixCache over a hot RAM tier spilling to SSD.
 //
-// Every turn: Match + Restore the prompt (hot, then SSD), open a session of a
-// HotKvStateManager pre-filled with the restored layers, prefill only the
-// remaining prompt tokens and decode greedily through a KvBoundaryAdapter
-// (one shard holding the whole model), then Store the session's layers for
-// the whole conversation so far (partial tail on, so the rotating window
-// state is kept at the exact end of every turn) and release the session.
-// Then the tiers are flushed and closed, reopened from the data directory (a
-// restart) and one more turn runs, restored from SSD. Every turn's reply is
-// compared with the model's stateless greedy decode of the same prompt, and
-// the tiers are audited.
+// Every turn opens a new session of a HotKvStateManager bound to the prefix
+// cache and prefills the whole conversation through a KvBoundaryAdapter (one
+// shard holding the whole model): the adapter restores the cached prefix (hot,
+// then SSD) and computes only the rest. The reply is decoded greedily, then
+// EndTurn stores the session's blocks for the whole conversation so far
+// (partial tail on, so the rotating window state is kept at the exact end of
+// every turn) and the session is released. Then the tiers are flushed and
+// closed, reopened from the data directory (a restart, with a new manager) and
+// one more turn runs, restored from SSD. Every turn's reply is compared with
+// the model's stateless greedy decode of the same prompt, and the tiers are
+// audited.
 //
 // Not thread-safe: one demo run at a time per data directory.
 #pragma once

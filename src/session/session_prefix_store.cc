@@ -1,0 +1,199 @@
+// HotKvStateManager, part 3: the bridge to the PrefixCache (DESIGN section 8).
+//
+// Restore: Match + Restore the session's tokens, rebuild one LayerKvCache per
+// owned layer from the restored LayerStates and open the session with them.
+// Store: export the session's layers under its shared lock, turn them into
+// LayerStates (namespace layer i = owned layer start + i) and PrefixCache::Store
+// them with the recorded tokens. Stores never run under a manager or session
+// lock: removed sessions wait in State::removed until the public call that
+// removed them returns (StoreRemovedOnExit).
+#include <mutex>
+
+#include "prefixkv/cache_types.h"
+#include "src/session/hot_kv_state_internal.h"
+
+namespace prefixkv {
+namespace {
+
+// Restored LayerStates (one per namespace layer) -> caches of the owned layers.
+StatusOr<std::vector<LayerKvCache>> CachesFromRestore(const KvCacheRecipe& recipe,
+                                                      const RestoreResult& restored) {
+  const std::vector<int> owned = recipe.owned_layers();
+  if (restored.layers.size() != owned.size()) {
+    return Status::InvalidArgument(
+        "the prefix cache namespace holds " + std::to_string(restored.layers.size()) +
+        " layers, the session owns " + std::to_string(owned.size()));
+  }
+  std::vector<LayerKvCache> caches;
+  caches.reserve(owned.size());
+  for (size_t i = 0; i < owned.size(); ++i) {
+    const LayerState& layer = restored.layers[i];
+    const std::string where = "restored layer " + std::to_string(owned[i]);
+    if (layer.placeholder || layer.tensors.size() != 2) {
+      return Status::InvalidArgument(where + " carries no keys and values");
+    }
+    std::optional<RotatingMeta> meta;
+    if (CacheTypeRegistry::IsRotatingFamily(layer.cache_type)) {
+      StatusOr<RotatingMeta> parsed = RotatingMeta::Parse(layer.meta);
+      if (!parsed.ok())
+        return Status::InvalidArgument(where + ": " + parsed.status().message());
+      meta = *parsed;
+    }
+    StatusOr<LayerKvCache> cache = LayerKvCache::Restore(
+        recipe.layer_geometry(owned[i]), layer.tensors[0], layer.tensors[1], meta);
+    if (!cache.ok())
+      return Status::InvalidArgument(where + ": " + cache.status().message());
+    if (cache->length() != static_cast<int64_t>(restored.restored_tokens)) {
+      return Status::InvalidArgument(where + " holds " + std::to_string(cache->length()) +
+                                     " positions, the restore " +
+                                     std::to_string(restored.restored_tokens));
+    }
+    caches.push_back(std::move(*cache));
+  }
+  return caches;
+}
+
+// A session's exported layers -> LayerStates in namespace (owned layer) order.
+std::vector<LayerState> LayerStatesFromExport(std::map<int, LayerKvExport> exports) {
+  std::vector<LayerState> layers;
+  layers.reserve(exports.size());
+  for (auto& [layer, e] : exports) {
+    LayerState s;
+    s.cache_type = std::string(e.cache_type);
+    // A full-attention layer's meta is its length (the keys' token axis).
+    s.meta = e.rotating_meta
+                 ? e.rotating_meta->ToStrings()
+                 : std::vector<std::string>{std::to_string(e.keys.shape()[1])};
+    s.tensors = {std::move(e.keys), std::move(e.values)};
+    layers.push_back(std::move(s));
+  }
+  return layers;
+}
+
+}  // namespace
+
+NamespaceSpec SessionNamespaceSpec(const KvCacheRecipe& recipe, std::string model,
+                                   uint32_t block_tokens) {
+  NamespaceSpec spec;
+  spec.model = std::move(model);
+  if (recipe.start_layer() != 0 || recipe.end_layer() != recipe.total_layers() - 1) {
+    spec.model += "/layers=" + std::to_string(recipe.start_layer()) + "-" +
+                  std::to_string(recipe.end_layer());
+  }
+  spec.block_tokens = block_tokens;
+  spec.dtype = DType::kFloat32;  // what LayerKvCache holds
+  for (int layer : recipe.owned_layers()) {
+    spec.layer_types.push_back(recipe.layer_window_tokens(layer) > 0 ? "RotatingKVCache"
+                                                                     : "KVCache");
+  }
+  return spec;
+}
+
+StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::OpenFromPrefixCache(
+    const std::string& id, uint64_t epoch, std::span<const int32_t> tokens,
+    PrefixRestore* restore) {
+  PrefixRestore local;
+  PrefixRestore& r = restore != nullptr ? *restore : local;
+  r = PrefixRestore{};
+  const SessionPrefixCache& pc = config_.prefix_cache;
+  OpenOptions options;
+  if (pc.cache != nullptr && !tokens.empty()) {
+    PKV_ASSIGN_OR_RETURN(MatchResult match, pc.cache->Match(pc.ns, tokens));
+    r.matched_tokens = static_cast<int64_t>(match.matched_tokens());
+    if (!match.keys.empty()) {
+      PKV_ASSIGN_OR_RETURN(RestoreResult restored, pc.cache->Restore(match));
+      r.reason = restored.reason;
+      if (restored.restored_tokens > 0) {
+        PKV_ASSIGN_OR_RETURN(options.initial_layers,
+                             CachesFromRestore(recipe_, restored));
+        options.initial_tokens.assign(
+            tokens.begin(),
+            tokens.begin() + static_cast<int64_t>(restored.restored_tokens));
+        r.restored_tokens = static_cast<int64_t>(restored.restored_tokens);
+        r.restored_hot_tokens = static_cast<int64_t>(restored.tokens_from_hot);
+        r.restored_ssd_tokens = static_cast<int64_t>(restored.tokens_from_ssd);
+      }
+    }
+  }
+  PKV_ASSIGN_OR_RETURN(std::shared_ptr<HotKvSession> session,
+                       Open(id, epoch, std::move(options)));
+  if (r.restored_tokens > 0) {
+    {
+      // What was restored is in the prefix cache already.
+      std::unique_lock session_lock(session->mu_);
+      session->stored_len_ = r.restored_tokens;
+    }
+    std::lock_guard lock(state_->mu);
+    state_->stats.prefix_restores++;
+    state_->stats.prefix_restored_tokens += static_cast<uint64_t>(r.restored_tokens);
+  }
+  return session;
+}
+
+StatusOr<SessionStoreResult> HotKvStateManager::StoreToPrefixCache(const std::string& id,
+                                                                   uint64_t epoch) {
+  if (config_.prefix_cache.cache == nullptr) {
+    return Status::InvalidArgument("the kv state manager has no prefix cache");
+  }
+  PKV_ASSIGN_OR_RETURN(std::shared_ptr<HotKvSession> session, Get(id, epoch));
+  return StoreSession(session);
+}
+
+StatusOr<SessionStoreResult> HotKvStateManager::StoreSession(
+    const std::shared_ptr<HotKvSession>& session) {
+  SessionStoreResult result;
+  std::vector<int32_t> tokens;
+  std::map<int, LayerKvExport> exports;
+  {
+    std::shared_lock session_lock(session->mu_);
+    result.stored_tokens = session->seq_len_;
+    if (!session->tokens_known_ || session->seq_len_ == 0 ||
+        session->seq_len_ == session->stored_len_) {
+      result.skipped = true;
+      if (!session->tokens_known_) {
+        std::lock_guard lock(state_->mu);
+        state_->stats.stores_skipped_unknown_tokens++;
+      }
+      return result;
+    }
+    tokens = session->tokens_;
+    for (const auto& [layer, cache] : session->layers_)
+      exports.emplace(layer, cache.Export());
+  }
+  const SessionPrefixCache& pc = config_.prefix_cache;
+  PKV_ASSIGN_OR_RETURN(
+      StoreResult stored,
+      pc.cache->Store(pc.ns, tokens, LayerStatesFromExport(std::move(exports))));
+  result.blocks_written = stored.blocks_written;
+  result.blocks_deduplicated = stored.blocks_deduplicated;
+  {
+    std::unique_lock session_lock(session->mu_);
+    // Unless the session changed meanwhile (then the next store covers it).
+    if (session->seq_len_ == result.stored_tokens)
+      session->stored_len_ = result.stored_tokens;
+  }
+  std::lock_guard lock(state_->mu);
+  state_->stats.sessions_stored++;
+  state_->stats.blocks_stored += stored.blocks_written;
+  return result;
+}
+
+void HotKvStateManager::StoreRemoved() {
+  if (!state_->store_removed) return;
+  std::vector<std::shared_ptr<HotKvSession>> removed;
+  {
+    std::lock_guard lock(state_->mu);
+    removed.swap(state_->removed);
+  }
+  for (const std::shared_ptr<HotKvSession>& session : removed) {
+    StatusOr<SessionStoreResult> stored = StoreSession(session);
+    if (stored.ok()) continue;
+    std::lock_guard lock(state_->mu);
+    state_->stats.store_failures++;
+    state_->stats.last_store_error = "session '" + session->session_id() + "' epoch " +
+                                     std::to_string(session->route_epoch()) + ": " +
+                                     stored.status().ToString();
+  }
+}
+
+}  // namespace prefixkv

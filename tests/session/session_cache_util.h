@@ -1,0 +1,118 @@
+// Helpers for the tests of sessions on a PrefixCache: a hybrid sliding-window
+// reference model, a real hot tier over an SSD tier under a PrefixCache, and
+// conversation turns run through a KvBoundaryAdapter.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "prefixkv/boundary_adapter.h"
+#include "prefixkv/hot_kv_state.h"
+#include "prefixkv/hot_tier.h"
+#include "prefixkv/prefix_cache.h"
+#include "prefixkv/shared_hot_budget.h"
+#include "prefixkv/ssd_tier.h"
+#include "prefixkv/tier_stack.h"
+#include "tests/session/session_test_util.h"
+
+namespace prefixkv::testing {
+
+inline constexpr uint32_t kSessionBlockTokens = 4;
+
+// 6 layers, GQA (4 query heads over 2 KV heads), 6-token windows on every layer
+// but each third: rotating state that wraps within a few blocks.
+inline ModelConfig HybridModelConfig() {
+  ModelConfig c;
+  c.n_kv_heads = 2;
+  c.sliding_window_tokens = 6;
+  c.global_layer_every = 3;
+  return c;
+}
+
+// A hot tier over its own budget, spilling to an SSD tier in `dir`, under one
+// PrefixCache. Namespaces register with the partial tail on (sliding windows).
+struct CacheStack {
+  std::shared_ptr<SharedHotBudget> budget;
+  std::unique_ptr<HotTier> hot;
+  std::unique_ptr<SsdTier> ssd;
+  std::unique_ptr<TierStack> stack;
+  std::unique_ptr<PrefixCache> cache;
+
+  void Open(const std::string& dir, uint64_t hot_capacity_bytes = 1 << 20) {
+    auto b = SharedHotBudget::Create({.capacity_bytes = hot_capacity_bytes});
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    budget = *b;
+    auto owner = budget->RegisterOwner("sessions");
+    ASSERT_TRUE(owner.ok());
+    auto h = HotTier::Open(budget, *owner);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    hot = std::move(*h);
+    SsdTierOptions o;
+    o.path = dir;
+    o.log = [](std::string_view) {};
+    auto s = SsdTier::Open(o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ssd = std::move(*s);
+    stack = std::make_unique<TierStack>(hot.get(), ssd.get(), ssd.get(),
+                                        TierStackOptions{.promote_on_ssd_hit = false});
+    cache = std::make_unique<PrefixCache>(stack.get());
+  }
+
+  // The namespace of a manager's owned layers.
+  Namespace Register(const KvCacheRecipe& recipe, const std::string& model = "hybrid") {
+    NamespaceOptions options;
+    options.store_partial_tail = true;
+    auto ns = cache->RegisterModel(
+        SessionNamespaceSpec(recipe, model, kSessionBlockTokens), options);
+    EXPECT_TRUE(ns.ok()) << ns.status().ToString();
+    return ns.ok() ? *ns : Namespace{};
+  }
+
+  // Flushes and closes everything (a clean shutdown).
+  void Close() {
+    if (cache) {
+      EXPECT_TRUE(cache->Flush().ok());
+    }
+    cache.reset();
+    stack.reset();
+    hot.reset();
+    budget.reset();
+    if (ssd) {
+      EXPECT_TRUE(ssd->Close().ok());
+    }
+    ssd.reset();
+  }
+};
+
+// Deterministic user message `turn` of 5..9 tokens.
+inline std::vector<int32_t> Message(int turn, int64_t vocab) {
+  std::vector<int32_t> msg(static_cast<size_t>(5 + (turn * 3) % 5));
+  for (size_t i = 0; i < msg.size(); ++i)
+    msg[i] = static_cast<int32_t>((turn * 31 + static_cast<int>(i) * 7 + 3) % vocab);
+  return msg;
+}
+
+struct TurnResult {
+  std::vector<int32_t> reply;
+  StepStats prefill;  // what the opening Prefill restored and computed
+};
+
+// One turn on a full-model adapter: Prefill `prompt` (the whole conversation
+// so far: the session is expected to be new) and decode `n_reply` tokens,
+// running the last one too so the session covers prompt + reply.
+inline TurnResult RunTurn(KvBoundaryAdapter& adapter, const std::string& sid,
+                          uint64_t epoch, const std::vector<int32_t>& prompt,
+                          int n_reply) {
+  TurnResult r;
+  TailOutput out = ExpectTail(adapter.Prefill(sid, epoch, Tokens(prompt), &r.prefill));
+  for (int i = 0; i < n_reply; ++i) {
+    r.reply.push_back(out.token_id);
+    out = ExpectTail(adapter.Decode(sid, epoch, Tokens({out.token_id})));
+  }
+  return r;
+}
+
+}  // namespace prefixkv::testing

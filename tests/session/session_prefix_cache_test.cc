@@ -1,0 +1,426 @@
+// Sessions on a PrefixCache (DESIGN section 8, issue #7): a Prefill that opens a
+// session restores the longest cached prefix and computes only the rest; a
+// session is stored at the end of a turn, on release, on TTL and LRU eviction
+// and when a newer epoch supersedes it; a conversation continues after a
+// restart from SSD; pipeline shards restore the same prefix or miss. Every
+// continued conversation is checked token for token against the model's
+// stateless greedy decode of the same prompt.
+#include <gtest/gtest.h>
+
+#include "tests/session/session_cache_util.h"
+#include "tests/support/test_util.h"
+
+namespace prefixkv {
+namespace {
+
+using testing::CacheStack;
+using testing::ExpectMiss;
+using testing::ExpectTail;
+using testing::HybridModelConfig;
+using testing::Message;
+using testing::RecipeOf;
+using testing::RunTurn;
+using testing::SeedModel;
+using testing::StatelessGreedy;
+using testing::TempDir;
+using testing::Tokens;
+
+constexpr int kReply = 6;
+
+// A full-model shard, its manager bound to a namespace of `stack`'s cache.
+struct FullModelSessions {
+  std::shared_ptr<const ReferenceModel> model;
+  std::unique_ptr<ReferenceShard> shard;
+  std::unique_ptr<HotKvStateManager> manager;
+  std::unique_ptr<KvBoundaryAdapter> adapter;
+
+  FullModelSessions(CacheStack& stack, HotKvStateConfig config = {},
+                    Clock* clock = nullptr,
+                    ModelConfig model_config = HybridModelConfig())
+      : model(SeedModel(model_config)), shard(testing::FullShard(model)) {
+    KvCacheRecipe recipe = RecipeOf(*shard);
+    config.prefix_cache = {stack.cache.get(), stack.Register(recipe)};
+    manager = std::make_unique<HotKvStateManager>(recipe, config, clock);
+    adapter = std::make_unique<KvBoundaryAdapter>(shard.get(), manager.get());
+  }
+};
+
+// Every test but the restart runs on a fresh hot + SSD stack.
+class SessionPrefixCache : public ::testing::Test {
+ protected:
+  void SetUp() override { stack.Open(dir.str()); }
+  void TearDown() override { stack.Close(); }
+
+  TempDir dir;
+  CacheStack stack;
+};
+
+// The conversation after `turns` turns of Message() + greedy reply.
+struct Conversation {
+  std::vector<int32_t> tokens;
+  // Appends the next user message; returns the prompt.
+  std::vector<int32_t> Ask(int turn, int64_t vocab) {
+    std::vector<int32_t> msg = Message(turn, vocab);
+    tokens.insert(tokens.end(), msg.begin(), msg.end());
+    return tokens;
+  }
+  void Answer(const std::vector<int32_t>& reply) {
+    tokens.insert(tokens.end(), reply.begin(), reply.end());
+  }
+};
+
+TEST_F(SessionPrefixCache, EachNewTurnRestoresTheConversationAndComputesOnlyItsMessage) {
+  FullModelSessions s(stack);
+  Conversation conv;
+  const int64_t vocab = s.model->config().vocab_size;
+  for (int turn = 0; turn < 5; ++turn) {
+    const int64_t before = static_cast<int64_t>(conv.tokens.size());
+    std::vector<int32_t> prompt = conv.Ask(turn, vocab);
+    auto r = RunTurn(*s.adapter, "chat", static_cast<uint64_t>(turn), prompt, kReply);
+    EXPECT_EQ(r.reply, StatelessGreedy(*s.model, prompt, kReply)) << "turn " << turn;
+    // The partial tail keeps the exact end of the previous turn.
+    EXPECT_EQ(r.prefill.restore.restored_tokens, before) << "turn " << turn;
+    EXPECT_EQ(
+        r.prefill.restore.restored_hot_tokens + r.prefill.restore.restored_ssd_tokens,
+        before);
+    EXPECT_EQ(r.prefill.computed_tokens, static_cast<int64_t>(prompt.size()) - before);
+    conv.Answer(r.reply);
+    ASSERT_TRUE(s.manager->Release("chat", static_cast<uint64_t>(turn)).value());
+  }
+  HotKvStats stats = s.manager->stats();
+  EXPECT_EQ(stats.sessions_stored, 5u);
+  EXPECT_EQ(stats.prefix_restores, 4u);
+  EXPECT_EQ(stats.store_failures, 0u) << stats.last_store_error;
+}
+
+TEST_F(SessionPrefixCache, TtlEvictedSessionResumesFromThePrefixCacheWithParity) {
+  FakeClock clock;
+  FullModelSessions s(stack, HotKvStateConfig{.ttl_ms = 1000}, &clock);
+  Conversation conv;
+  const int64_t vocab = s.model->config().vocab_size;
+  std::vector<int32_t> prompt = conv.Ask(0, vocab);
+  auto first = RunTurn(*s.adapter, "chat", 0, prompt, kReply);
+  conv.Answer(first.reply);
+  EXPECT_EQ(s.manager->stats().sessions_stored, 0u);  // still live: nothing stored
+
+  clock.AdvanceMillis(1001);
+  CacheMiss miss = ExpectMiss(s.manager->Resolve("chat", 0));
+  EXPECT_EQ(miss.reason, CacheMissReason::kEvictedTtl);
+  EXPECT_EQ(s.manager->stats().sessions_stored, 1u);  // stored on eviction
+  // A decode of the evicted session misses; the caller prefills the next turn.
+  EXPECT_EQ(ExpectMiss(s.adapter->Decode("chat", 0, Tokens({1}))).reason,
+            CacheMissReason::kEvictedTtl);
+
+  const int64_t cached = static_cast<int64_t>(conv.tokens.size());
+  prompt = conv.Ask(1, vocab);
+  auto second = RunTurn(*s.adapter, "chat", 0, prompt, kReply);
+  EXPECT_EQ(second.prefill.restore.restored_tokens, cached);
+  EXPECT_EQ(second.prefill.computed_tokens, static_cast<int64_t>(prompt.size()) - cached);
+  EXPECT_EQ(second.reply, StatelessGreedy(*s.model, prompt, kReply));
+}
+
+TEST_F(SessionPrefixCache, LruEvictedSessionResumesFromThePrefixCache) {
+  FullModelSessions s(stack, HotKvStateConfig{.max_sessions = 1});
+  const int64_t vocab = s.model->config().vocab_size;
+  Conversation a;
+  Conversation b;
+  std::vector<int32_t> prompt_a = a.Ask(0, vocab);
+  a.Answer(RunTurn(*s.adapter, "a", 0, prompt_a, kReply).reply);
+  std::vector<int32_t> prompt_b = b.Ask(7, vocab);
+  b.Answer(RunTurn(*s.adapter, "b", 0, prompt_b, kReply).reply);  // evicts "a"
+  EXPECT_EQ(ExpectMiss(s.manager->Resolve("a", 0)).reason, CacheMissReason::kEvictedLru);
+
+  const int64_t cached = static_cast<int64_t>(a.tokens.size());
+  prompt_a = a.Ask(1, vocab);
+  auto resumed = RunTurn(*s.adapter, "a", 0, prompt_a, kReply);  // evicts "b"
+  EXPECT_EQ(resumed.prefill.restore.restored_tokens, cached);
+  EXPECT_EQ(resumed.reply, StatelessGreedy(*s.model, prompt_a, kReply));
+  EXPECT_EQ(s.manager->stats().evicted_lru, 2u);
+  EXPECT_EQ(s.manager->stats().sessions_stored, 2u);
+}
+
+TEST(SessionPrefixCacheRestart, ConversationContinuesAfterARestartRestoredFromSsd) {
+  TempDir dir;
+  Conversation conv;
+  std::shared_ptr<const ReferenceModel> model = SeedModel(HybridModelConfig());
+  const int64_t vocab = model->config().vocab_size;
+  {
+    CacheStack stack;
+    stack.Open(dir.str());
+    FullModelSessions s(stack);
+    for (int turn = 0; turn < 3; ++turn) {
+      // The session stays live across turns: each prefill runs the new message.
+      const size_t held = conv.tokens.size();
+      std::vector<int32_t> prompt = conv.Ask(turn, vocab);
+      std::vector<int32_t> message(prompt.begin() + static_cast<int64_t>(held),
+                                   prompt.end());
+      auto r = RunTurn(*s.adapter, "chat", 0, message, kReply);
+      EXPECT_EQ(r.prefill.computed_tokens, static_cast<int64_t>(message.size()));
+      EXPECT_EQ(r.reply, StatelessGreedy(*model, prompt, kReply)) << turn;
+      conv.Answer(r.reply);
+      ASSERT_TRUE(s.adapter->EndTurn("chat", 0).ok());
+    }
+    // The session stays live: a restart loses it, not what EndTurn stored.
+    s.manager.reset();
+    stack.Close();
+  }
+  CacheStack stack;
+  stack.Open(dir.str());
+  FullModelSessions s(stack);
+  const int64_t cached = static_cast<int64_t>(conv.tokens.size());
+  std::vector<int32_t> prompt = conv.Ask(3, vocab);
+  auto r = RunTurn(*s.adapter, "chat", 0, prompt, kReply);
+  EXPECT_EQ(r.prefill.restore.restored_tokens, cached) << r.prefill.restore.reason;
+  EXPECT_EQ(r.prefill.restore.restored_ssd_tokens, cached);  // the hot tier is new
+  EXPECT_EQ(r.reply, StatelessGreedy(*s.model, prompt, kReply));
+  stack.Close();
+}
+
+TEST_F(SessionPrefixCache, EndTurnStoresOnceAndReleaseAfterItStoresNothingNew) {
+  FullModelSessions s(stack);
+  Conversation conv;
+  std::vector<int32_t> prompt = conv.Ask(0, s.model->config().vocab_size);
+  RunTurn(*s.adapter, "chat", 0, prompt, kReply);
+  auto stored = s.adapter->EndTurn("chat", 0);
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_FALSE(stored->skipped);
+  EXPECT_EQ(stored->stored_tokens, static_cast<int64_t>(prompt.size()) + kReply);
+  EXPECT_GT(stored->blocks_written, 0u);
+  auto again = s.adapter->EndTurn("chat", 0);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->skipped);
+  ASSERT_TRUE(s.manager->Release("chat", 0).value());
+  EXPECT_EQ(s.manager->stats().sessions_stored, 1u);
+  EXPECT_EQ(s.manager->stats().blocks_stored, stored->blocks_written);
+  // A session that is gone cannot be stored.
+  EXPECT_TRUE(IsKvCacheMiss(s.adapter->EndTurn("chat", 0).status()));
+}
+
+TEST_F(SessionPrefixCache, ANewerEpochStoresTheSupersededState) {
+  FullModelSessions s(stack);
+  Conversation conv;
+  const int64_t vocab = s.model->config().vocab_size;
+  std::vector<int32_t> prompt = conv.Ask(0, vocab);
+  conv.Answer(RunTurn(*s.adapter, "chat", 0, prompt, kReply).reply);
+  // Re-planning opens epoch 1; the epoch-0 state is stored as it is dropped,
+  // and a later fresh prefill finds it.
+  ASSERT_TRUE(s.manager->Open("chat", 1).ok());
+  EXPECT_EQ(s.manager->stats().superseded, 1u);
+  EXPECT_EQ(s.manager->stats().sessions_stored, 1u);
+  ASSERT_TRUE(s.manager->Release("chat", 1).value());  // empty: nothing to store
+  const int64_t cached = static_cast<int64_t>(conv.tokens.size());
+  prompt = conv.Ask(1, vocab);
+  auto r = RunTurn(*s.adapter, "chat", 2, prompt, kReply);
+  EXPECT_EQ(r.prefill.restore.restored_tokens, cached);
+  EXPECT_EQ(r.reply, StatelessGreedy(*s.model, prompt, kReply));
+}
+
+// Full-attention layers restore at any block boundary; sliding-window layers
+// only at a stored tip (see the next tests).
+TEST_F(SessionPrefixCache, MaxRestoreTokensBoundsTheRestore) {
+  FullModelSessions s(stack, {}, nullptr, ModelConfig{});
+  Conversation conv;
+  const int64_t vocab = s.model->config().vocab_size;
+  std::vector<int32_t> prompt = conv.Ask(0, vocab);
+  conv.Answer(RunTurn(*s.adapter, "chat", 0, prompt, kReply).reply);
+  ASSERT_TRUE(s.manager->Release("chat", 0).value());
+  prompt = conv.Ask(1, vocab);
+  for (int64_t cap : {int64_t{0}, int64_t{5}}) {
+    StepInput in = Tokens(prompt);
+    in.max_restore_tokens = cap;
+    StepStats stats;
+    ExpectTail(s.adapter->Prefill("capped", static_cast<uint64_t>(cap), in, &stats));
+    // 5 is inside the second block: the restore stops at the boundary 4.
+    EXPECT_EQ(stats.restore.restored_tokens, cap == 0 ? 0 : 4) << cap;
+    EXPECT_EQ(stats.computed_tokens,
+              static_cast<int64_t>(prompt.size()) - stats.restore.restored_tokens);
+    ASSERT_TRUE(s.manager->Release("capped", static_cast<uint64_t>(cap)).ok());
+  }
+}
+
+TEST_F(SessionPrefixCache, TheHeadNeverRestoresTheWholePrompt) {
+  FullModelSessions s(stack, {}, nullptr, ModelConfig{});
+  std::vector<int32_t> prompt = Message(0, s.model->config().vocab_size);
+  prompt.insert(prompt.end(), prompt.begin(), prompt.end());  // 10 tokens
+  RunTurn(*s.adapter, "one", 0, prompt, 0);                   // stores the prompt
+  ASSERT_TRUE(s.manager->Release("one", 0).value());
+  // The same prompt again: everything is cached, but its last token must run.
+  auto r = RunTurn(*s.adapter, "two", 0, prompt, 3);
+  // 9 tokens may be restored: two full blocks (8); the stored partial tail
+  // holds tokens 8..9 and is not a prefix of the 9.
+  EXPECT_EQ(r.prefill.restore.restored_tokens, 8);
+  EXPECT_EQ(r.prefill.computed_tokens, 2);
+  EXPECT_EQ(r.reply, StatelessGreedy(*s.model, prompt, 3));
+}
+
+TEST_F(SessionPrefixCache, AResentPromptOfAHybridModelRestoresOnlyAtAnEarlierTip) {
+  FullModelSessions s(stack);
+  const int64_t vocab = s.model->config().vocab_size;
+  // Two blocks: the first store's tip is a full block, which the next store
+  // extends (a tip off the chain, such as a partial tail, would not be found).
+  std::vector<int32_t> first = Message(0, vocab);
+  first.resize(2 * testing::kSessionBlockTokens, 11);
+  RunTurn(*s.adapter, "one", 0, first, 0);  // a tip at first.size()
+  ASSERT_TRUE(s.manager->Release("one", 0).value());
+  std::vector<int32_t> prompt = first;
+  prompt.insert(prompt.end(), first.begin(), first.end());
+  RunTurn(*s.adapter, "two", 0, prompt, 0);  // extends it: a tip at prompt.size()
+  ASSERT_TRUE(s.manager->Release("two", 0).value());
+  // The same prompt again: its own tip would include the last token, which must
+  // run, and the rotating windows cannot roll back, so the restore walks back
+  // to the previous tip (supersede-on-extend keeps it whole for this).
+  auto r = RunTurn(*s.adapter, "three", 0, prompt, 3);
+  EXPECT_EQ(r.prefill.restore.restored_tokens, static_cast<int64_t>(first.size()));
+  EXPECT_EQ(r.reply, StatelessGreedy(*s.model, prompt, 3));
+}
+
+TEST_F(SessionPrefixCache, PipelineShardsRestoreTheSamePrefix) {
+  auto model = SeedModel(HybridModelConfig());
+  auto head_shard = testing::Shard(model, 0, 2);
+  auto tail_shard = testing::Shard(model, 3, 5);
+  auto bound = [&](const ShardComputation& shard) {
+    KvCacheRecipe recipe = RecipeOf(shard);
+    HotKvStateConfig config;
+    config.prefix_cache = {stack.cache.get(), stack.Register(recipe)};
+    return std::make_unique<HotKvStateManager>(recipe, config);
+  };
+  auto head_mgr = bound(*head_shard);
+  auto tail_mgr = bound(*tail_shard);
+  KvBoundaryAdapter head(head_shard.get(), head_mgr.get());
+  KvBoundaryAdapter tail(tail_shard.get(), tail_mgr.get());
+  // Every step gives both shards the same token ids.
+  auto step = [&](bool prefill, uint64_t epoch, std::vector<int32_t> ids,
+                  StepStats* head_stats, StepStats* tail_stats) {
+    StepInput in = Tokens(ids);
+    auto h = prefill ? head.Prefill("p", epoch, in, head_stats)
+                     : head.Decode("p", epoch, in, head_stats);
+    StepInput next = testing::Boundary(testing::ExpectBundle(h));
+    next.token_ids = ids;
+    return prefill ? tail.Prefill("p", epoch, next, tail_stats)
+                   : tail.Decode("p", epoch, next, tail_stats);
+  };
+  Conversation conv;
+  const int64_t vocab = model->config().vocab_size;
+  for (uint64_t turn = 0; turn < 3; ++turn) {
+    const int64_t cached = static_cast<int64_t>(conv.tokens.size());
+    std::vector<int32_t> prompt = conv.Ask(static_cast<int>(turn), vocab);
+    StepStats hs;
+    StepStats ts;
+    TailOutput out = ExpectTail(step(true, turn, prompt, &hs, &ts));
+    EXPECT_EQ(hs.restore.restored_tokens, cached) << turn;
+    EXPECT_EQ(ts.restore.restored_tokens, cached) << turn;
+    std::vector<int32_t> reply;
+    for (int i = 0; i < kReply; ++i) {
+      reply.push_back(out.token_id);
+      out = ExpectTail(step(false, turn, {out.token_id}, nullptr, nullptr));
+    }
+    EXPECT_EQ(reply, StatelessGreedy(*model, prompt, kReply)) << turn;
+    conv.Answer(reply);
+    ASSERT_TRUE(head_mgr->Release("p", turn).value());
+    ASSERT_TRUE(tail_mgr->Release("p", turn).value());
+  }
+  EXPECT_EQ(head_mgr->stats().sessions_stored, 3u);
+  EXPECT_EQ(tail_mgr->stats().sessions_stored, 3u);
+}
+
+TEST_F(SessionPrefixCache, AShardThatCannotRestoreTheBoundaryPrefixMisses) {
+  auto model = SeedModel(HybridModelConfig());
+  auto head_shard = testing::Shard(model, 0, 2);
+  auto tail_shard = testing::Shard(model, 3, 5);
+  KvCacheRecipe head_recipe = RecipeOf(*head_shard);
+  KvCacheRecipe tail_recipe = RecipeOf(*tail_shard);
+  HotKvStateConfig head_config;
+  head_config.prefix_cache = {stack.cache.get(), stack.Register(head_recipe)};
+  HotKvStateConfig tail_config;  // the tail's namespace never gets a store
+  tail_config.prefix_cache = {stack.cache.get(), stack.Register(tail_recipe)};
+  HotKvStateManager head_mgr(head_recipe, head_config);
+  HotKvStateManager tail_mgr(tail_recipe, tail_config);
+  KvBoundaryAdapter head(head_shard.get(), &head_mgr);
+  KvBoundaryAdapter tail(tail_shard.get(), &tail_mgr);
+  // Only the head's layers of a first turn are stored.
+  std::vector<int32_t> first = Message(0, model->config().vocab_size);
+  auto bundle = testing::ExpectBundle(head.Prefill("p", 0, Tokens(first)));
+  ASSERT_TRUE(head_mgr.Release("p", 0).value());
+  std::vector<int32_t> prompt = first;
+  prompt.push_back(3);
+  StepInput in = Tokens(prompt);
+  bundle = testing::ExpectBundle(head.Prefill("p", 1, in));
+  EXPECT_EQ(bundle.positions.front(), static_cast<int64_t>(first.size()));
+  StepInput next = testing::Boundary(bundle);
+  next.token_ids = prompt;
+  CacheMiss miss = ExpectMiss(tail.Prefill("p", 1, next));
+  EXPECT_EQ(miss.reason, CacheMissReason::kPrefixUnavailable);
+  EXPECT_NE(miss.detail.find("restores 0"), std::string::npos) << miss.detail;
+  EXPECT_EQ(tail_mgr.session_count(), 0u);  // nothing left behind
+  // The caller re-runs the head with the tail's limit: full parity.
+  ASSERT_TRUE(head_mgr.Release("p", 1).value());
+  in.max_restore_tokens = 0;
+  next = testing::Boundary(testing::ExpectBundle(head.Prefill("p", 2, in)));
+  next.token_ids = prompt;
+  TailOutput out = ExpectTail(tail.Prefill("p", 2, next));
+  EXPECT_EQ(out.token_id, model->WholeModelNextToken(prompt).value());
+}
+
+TEST_F(SessionPrefixCache, SessionsWithUnknownTokensAreNeverStored) {
+  FullModelSessions s(stack);
+  // A non-head-like append without token ids: the positions cannot be named.
+  std::vector<int32_t> prompt = Message(0, s.model->config().vocab_size);
+  ExpectTail(s.adapter->Prefill("chat", 0, Tokens(prompt)));
+  auto session = s.manager->Get("chat", 0).value();
+  ASSERT_TRUE(session->tokens().has_value());
+  EXPECT_EQ(*session->tokens(), prompt);
+  KvChunks one;
+  for (const auto& [layer, e] : session->ExportLayers()) {
+    std::vector<int64_t> shape = {e.keys.dim(0), 1, e.keys.dim(2)};
+    one.emplace(layer, LayerKvChunk{Tensor::Filled(DType::kFloat32, shape, 0.5f),
+                                    Tensor::Filled(DType::kFloat32, shape, 0.5f)});
+  }
+  ASSERT_TRUE(s.manager->Append("chat", 0, one).ok());
+  EXPECT_FALSE(session->tokens().has_value());
+  // A token count that disagrees with the chunks is refused.
+  std::vector<int32_t> two = {1, 2};
+  EXPECT_EQ(s.manager->Append("chat", 0, one, std::nullopt, two).status().code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE(s.manager->Release("chat", 0).value());
+  EXPECT_EQ(s.manager->stats().sessions_stored, 0u);
+  EXPECT_EQ(s.manager->stats().stores_skipped_unknown_tokens, 1u);
+  auto match = stack.cache->Match(s.manager->config().prefix_cache.ns, prompt);
+  ASSERT_TRUE(match.ok());
+  EXPECT_EQ(match->matched_tokens(), 0u);
+}
+
+TEST_F(SessionPrefixCache, AFailedAutomaticStoreIsCountedAndDoesNotFailTheRelease) {
+  auto model = SeedModel(HybridModelConfig());
+  auto shard = testing::FullShard(model);
+  auto half = testing::Shard(model, 0, 2);
+  KvCacheRecipe recipe = RecipeOf(*shard);
+  HotKvStateConfig config;
+  // A namespace of three layers for a six-layer session: every store fails.
+  config.prefix_cache = {stack.cache.get(), stack.Register(RecipeOf(*half))};
+  HotKvStateManager manager(recipe, config);
+  KvBoundaryAdapter adapter(shard.get(), &manager);
+  ExpectTail(adapter.Prefill("chat", 0, Tokens(Message(0, 48))));
+  EXPECT_FALSE(adapter.EndTurn("chat", 0).ok());
+  ASSERT_TRUE(manager.Release("chat", 0).value());
+  EXPECT_EQ(manager.stats().store_failures, 1u);
+  EXPECT_NE(manager.stats().last_store_error.find("chat"), std::string::npos);
+  EXPECT_EQ(manager.session_count(), 0u);
+}
+
+TEST_F(SessionPrefixCache, NamespaceSpecNamesTheShardAndItsLayerTypes) {
+  auto model = SeedModel(HybridModelConfig());
+  NamespaceSpec whole =
+      SessionNamespaceSpec(RecipeOf(*testing::FullShard(model)), "m", 16);
+  EXPECT_EQ(whole.model, "m");
+  EXPECT_EQ(whole.dtype, DType::kFloat32);
+  EXPECT_EQ(whole.layer_types,
+            (std::vector<std::string>{"RotatingKVCache", "RotatingKVCache", "KVCache",
+                                      "RotatingKVCache", "RotatingKVCache", "KVCache"}));
+  NamespaceSpec part =
+      SessionNamespaceSpec(RecipeOf(*testing::Shard(model, 3, 5)), "m", 16);
+  EXPECT_EQ(part.model, "m/layers=3-5");
+  EXPECT_EQ(part.layer_types.size(), 3u);
+}
+
+}  // namespace
+}  // namespace prefixkv
