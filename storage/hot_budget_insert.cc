@@ -36,6 +36,7 @@ void BudgetState::CommitVictims(const std::vector<HotEntry*>& victims,
     }
     if (handed_over) {
       ++owner.deliveries_in_flight;
+      if (v->dirty) ++owner.spilling[v->meta.key];
       out->push_back({owner.listener, v->meta, std::move(v->payload), v->dirty});
     }
     const BlockKey key = v->meta.key;

@@ -58,8 +58,12 @@ void BudgetState::AddChildRef(OwnerState& owner, const BlockMeta& child, int del
 }
 
 StatusOr<SharedBytes> BudgetState::Get(OwnerId owner, const BlockKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   HotEntry* e = Find(owner, key);
+  if (e == nullptr && !Owner(owner).spilling.empty()) {
+    WaitForSpill(lock, owner, key);  // then it is in the lower tier
+    e = Find(owner, key);            // or was put again meanwhile
+  }
   OwnerState& o = Owner(owner);
   if (e == nullptr) {
     ++o.counters.misses;
@@ -73,8 +77,12 @@ StatusOr<SharedBytes> BudgetState::Get(OwnerId owner, const BlockKey& key) {
 }
 
 std::optional<PinnedBlock> BudgetState::Pin(OwnerId owner, const BlockKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   HotEntry* e = Find(owner, key);
+  if (e == nullptr && !Owner(owner).spilling.empty()) {
+    WaitForSpill(lock, owner, key);
+    e = Find(owner, key);
+  }
   OwnerState& o = Owner(owner);
   if (e == nullptr) {
     ++o.counters.misses;
@@ -101,22 +109,35 @@ void BudgetState::Unpin(HotEntry* e) {
 }
 
 StatusOr<BlockMeta> BudgetState::Peek(OwnerId owner, const BlockKey& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   const auto& entries = Owner(owner).entries;
   auto it = entries.find(key);
+  if (it == entries.end() && !Owner(owner).spilling.empty()) {
+    WaitForSpill(lock, owner, key);
+    it = entries.find(key);
+  }
   if (it == entries.end()) return Status::NotFound("hot tier: " + key.ToHex());
   return it->second.meta;
 }
 
 bool BudgetState::Contains(OwnerId owner, const BlockKey& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (Owner(owner).entries.contains(key)) return true;
+  if (Owner(owner).spilling.empty()) return false;
+  WaitForSpill(lock, owner, key);
   return Owner(owner).entries.contains(key);
 }
 
 Status BudgetState::Remove(OwnerId owner, const BlockKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   OwnerState& o = Owner(owner);
   auto it = o.entries.find(key);
+  // A block being spilled is removed from the lower tier by the caller, which
+  // must find it there: wait until the listener has taken it.
+  if (it == o.entries.end() && !o.spilling.empty()) {
+    WaitForSpill(lock, owner, key);
+    it = o.entries.find(key);
+  }
   if (it == o.entries.end()) return Status::NotFound("hot tier: " + key.ToHex());
   HotEntry& e = it->second;
   if (e.facts.pins > 0) return Status::Busy("hot tier: " + key.ToHex() + " is pinned");

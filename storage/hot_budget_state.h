@@ -78,6 +78,10 @@ struct OwnerState {
   // Deliveries to `listener` committed but not yet returned; SetListener
   // waits for zero so a replaced listener is never called afterwards.
   uint32_t deliveries_in_flight = 0;
+  // Keys of dirty victims handed to `listener` whose OnEvict has not returned:
+  // for that moment the block is in neither tier, so lookups and removals of
+  // such a key wait (WaitForSpill) instead of answering "absent".
+  std::unordered_map<BlockKey, uint32_t, BlockKeyHash> spilling;
   // Node-based: entry addresses are stable, which pins and the orders rely on.
   std::unordered_map<BlockKey, HotEntry, BlockKeyHash> entries;
   // parent key -> resident entries naming it as parent (parent resident or not).
@@ -180,8 +184,17 @@ class BudgetState {
 
   const uint64_t capacity_bytes_;
   const std::unique_ptr<EvictionPolicy> policy_;
+  // Blocks until no dirty delivery of `key` is in flight (see OwnerState::
+  // spilling). REQUIRES: `lock` holds mu_; not called from an eviction
+  // listener for the key it is delivering.
+  void WaitForSpill(std::unique_lock<std::mutex>& lock, OwnerId owner,
+                    const BlockKey& key) const {
+    deliveries_done_.wait(lock, [&] { return !Owner(owner).spilling.contains(key); });
+  }
+
   mutable std::mutex mu_;
-  std::condition_variable deliveries_done_;  // signalled when in-flight counts drop
+  // Signalled when in-flight counts drop.
+  mutable std::condition_variable deliveries_done_;
   std::vector<std::unique_ptr<OwnerState>> owners_;  // index = OwnerId; GUARDED_BY(mu_)
   TierCounters total_;                               // GUARDED_BY(mu_)
   uint64_t access_seq_ = 0;                          // GUARDED_BY(mu_)

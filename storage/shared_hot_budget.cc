@@ -18,7 +18,13 @@ void BudgetState::Deliver(const std::vector<Delivery>& deliveries) {
   for (const Delivery& d : deliveries) d.listener->OnEvict(d.meta, d.payload, d.dirty);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const Delivery& d : deliveries) --Owner(d.meta.owner).deliveries_in_flight;
+    for (const Delivery& d : deliveries) {
+      OwnerState& owner = Owner(d.meta.owner);
+      --owner.deliveries_in_flight;
+      if (!d.dirty) continue;
+      auto it = owner.spilling.find(d.meta.key);
+      if (--it->second == 0) owner.spilling.erase(it);
+    }
   }
   deliveries_done_.notify_all();
 }
