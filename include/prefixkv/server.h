@@ -53,6 +53,11 @@ struct ServerOptions {
   uint64_t idle_timeout_ms = 0;
   // How often the server looks for idle connections (real time).
   uint64_t idle_check_interval_ms = 1000;
+  // Write-through: a SET or PKV.PUT is stored in the SSD tier (with its
+  // durability) before it is acknowledged, and kept in RAM as a clean copy.
+  // Off (write-back): acknowledged once in RAM, written to SSD when evicted or
+  // at a graceful shutdown, so a kill -9 loses values only in RAM.
+  bool write_through = false;
   // Time source for idle accounting and uptime; nullptr = Clock::System().
   Clock* clock = nullptr;
 };

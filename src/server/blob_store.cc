@@ -40,6 +40,16 @@ StatusOr<SharedBytes> BlobStore::GetFromSsd(const BlockKey& key) {
 
 Status BlobStore::Put(const BlockMeta& meta, SharedBytes payload) {
   std::lock_guard<std::mutex> lock(StripeFor(meta.key));
+  if (write_through_) {
+    PKV_RETURN_IF_ERROR(ssd_->Put(meta, payload, /*dirty=*/false));
+    if (hot_ == nullptr) return Status::OK();
+    // The RAM copy is clean (the SSD holds it). When it does not fit, an older
+    // hot copy must not shadow the new SSD one.
+    Status cached = hot_->Put(meta, std::move(payload), /*dirty=*/false);
+    if (cached.ok() || !cached.IsNoSpace()) return cached;
+    Status removed = hot_->Remove(meta.key);
+    return removed.IsNotFound() ? Status::OK() : removed;
+  }
   if (hot_ != nullptr) {
     Status s = hot_->Put(meta, payload, /*dirty=*/ssd_ != nullptr);
     if (!s.IsNoSpace() || ssd_ == nullptr) return s;

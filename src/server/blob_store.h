@@ -3,7 +3,8 @@
 //   Get:    hot, then SSD; an SSD hit is promoted into the hot tier (clean).
 //   Put:    into the hot tier as dirty, so the hot tier's eviction listener (the
 //           SSD tier) writes it back when it is evicted; straight to SSD when
-//           there is no hot tier or the block does not fit in it.
+//           there is no hot tier or the block does not fit in it. Write-through:
+//           to SSD first, then a clean copy into the hot tier.
 //   Remove: from every tier.
 //
 // Raw Redis keys become BlockKeys by RawKey() (XXH3-128 of "raw|" + key) with a
@@ -30,7 +31,8 @@ namespace prefixkv::server {
 class BlobStore {
  public:
   // At least one of `hot` and `ssd` must be non-null; both outlive the store.
-  BlobStore(BlockTier* hot, BlockTier* ssd) : hot_(hot), ssd_(ssd) {}
+  BlobStore(BlockTier* hot, BlockTier* ssd, bool write_through = false)
+      : hot_(hot), ssd_(ssd), write_through_(write_through && ssd != nullptr) {}
 
   // The BlockKey a raw Redis key is stored under.
   static BlockKey RawKey(std::string_view key);
@@ -54,6 +56,7 @@ class BlobStore {
 
   BlockTier* const hot_;
   BlockTier* const ssd_;
+  const bool write_through_;
   std::array<std::mutex, 64> stripes_;
 };
 

@@ -86,7 +86,7 @@ class Server::Impl {
 Server::Impl::Impl(ServerOptions options, BlockTier* hot, BlockTier* ssd)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : Clock::System()),
-      store_(hot, ssd),
+      store_(hot, ssd, options_.write_through),
       dispatcher_(&store_, server::DispatcherConfig{
                                options_.requirepass, options_.max_request_bytes,
                                [this](std::string* out) { AppendInfo(out); }}) {

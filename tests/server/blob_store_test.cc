@@ -74,6 +74,27 @@ TEST_F(BlobStoreTest, RemovesFromEveryTier) {
   EXPECT_FALSE(*store_.Remove(BlobStore::RawKey("k")));
 }
 
+TEST(BlobStoreWriteThrough, StoresOnSsdBeforeAcknowledgingAndKeepsACleanRamCopy) {
+  MemTier hot(MemTierOptions{MemTier::Charge(100) * 2});
+  MemTier ssd;
+  testing::WriteBackToTier write_back(&ssd);
+  hot.SetEvictionListener(&write_back);
+  BlobStore store(&hot, &ssd, /*write_through=*/true);
+  ASSERT_TRUE(store.Put(Meta("a"), SharedBytes::Copy(std::string(100, 'a'))).ok());
+  EXPECT_TRUE(ssd.Contains(BlobStore::RawKey("a")));  // before any eviction
+  EXPECT_TRUE(hot.Contains(BlobStore::RawKey("a")));
+  ASSERT_TRUE(store.Put(Meta("b"), SharedBytes::Copy(std::string(100, 'b'))).ok());
+  ASSERT_TRUE(store.Put(Meta("c"), SharedBytes::Copy(std::string(100, 'c'))).ok());
+  // "a" left RAM clean: nothing had to be written back.
+  EXPECT_FALSE(hot.Contains(BlobStore::RawKey("a")));
+  EXPECT_EQ(write_back.dirty_calls(), 0u);
+  EXPECT_EQ(store.Get(BlobStore::RawKey("a"))->view(), std::string(100, 'a'));
+  // Too large for RAM: on SSD only, and an older RAM copy does not shadow it.
+  ASSERT_TRUE(store.Put(Meta("b"), SharedBytes::Copy(std::string(1000, 'B'))).ok());
+  EXPECT_FALSE(hot.Contains(BlobStore::RawKey("b")));
+  EXPECT_EQ(store.Get(BlobStore::RawKey("b"))->size(), 1000u);
+}
+
 TEST(BlobStoreSingleTier, WorksWithOnlyAnSsdTier) {
   MemTier ssd;
   BlobStore store(nullptr, &ssd);

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,12 +24,16 @@ class WriteBackToTier final : public EvictionListener {
   explicit WriteBackToTier(BlockTier* lower) : lower_(lower) {}
   void OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool dirty) override {
     if (dirty) {
+      ++dirty_calls_;
       ASSERT_TRUE(lower_->Put(meta, payload, false).ok());
     }
   }
+  // Dirty blocks written back so far.
+  uint64_t dirty_calls() const { return dirty_calls_.load(); }
 
  private:
   BlockTier* lower_;
+  std::atomic<uint64_t> dirty_calls_{0};
 };
 
 class ServerFixture : public ::testing::Test {

@@ -25,7 +25,7 @@ Flags ServeFlags() {
   return Flags(
       "prefixkv serve [--data-dir D] [--port P] [--bind ADDR] [--threads N] "
       "[--requirepass S] [--hot-capacity-bytes B] [--ssd-capacity-bytes B] "
-      "[--max-request-bytes B]",
+      "[--max-request-bytes B] [--durability M] [--write-through]",
       {{"data-dir", "directory of the SSD tier (created if missing)", false,
         "./prefixkv-data"},
        {"port", "TCP port; 0 picks a free one (printed)", false, "6380"},
@@ -38,7 +38,11 @@ Flags ServeFlags() {
        {"max-request-bytes", "largest accepted command (and value)", false, "512M"},
        {"max-clients", "connections beyond this are refused", false, "10000"},
        {"idle-timeout-ms", "close clients silent this long; 0 = never", false, "0"},
-       {"durability", "SSD durability: flush, wal or sync", false, "wal"}});
+       {"durability", "SSD durability: flush, wal or sync", false, "wal"},
+       {"write-through",
+        "store every SET/PKV.PUT on SSD before +OK (survives kill -9 with wal/sync); "
+        "default: write-back, RAM first",
+        true, ""}});
 }
 
 struct ServeConfig {
@@ -76,6 +80,7 @@ std::string ParseServeConfig(const Flags& flags, ServeConfig* config) {
   config->server.io_threads = static_cast<int>(threads);
   config->server.bind_address = flags.GetString("bind", "127.0.0.1");
   config->server.requirepass = flags.GetString("requirepass", "");
+  config->server.write_through = flags.GetBool("write-through");
   return "";
 }
 
