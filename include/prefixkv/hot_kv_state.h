@@ -258,6 +258,14 @@ class HotKvStateManager {
   // above); later lookups miss with kReleased. False when nothing was live. A
   // failed store does not fail the release: it is counted in stats().
   StatusOr<bool> Release(const std::string& session_id, uint64_t epoch);
+  // Evicts the sessions idle longer than ttl_ms now (every other call sweeps
+  // too; a server calls this from a timer so idle sessions are stored and
+  // freed without traffic). Returns how many were evicted.
+  size_t EvictExpired();
+  // Stores every live session in the prefix cache (a graceful shutdown: live
+  // sessions are otherwise lost with the process); they stay live. Returns how
+  // many stores ran, or the first error (the others are still attempted).
+  StatusOr<size_t> StoreLiveSessions();
   // Removes a session without a tombstone (rolling back an Open that the caller's
   // first computation failed to fill), so it looks as if it never existed.
   void Discard(const std::string& session_id, uint64_t epoch);

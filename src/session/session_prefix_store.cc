@@ -178,6 +178,38 @@ StatusOr<SessionStoreResult> HotKvStateManager::StoreSession(
   return result;
 }
 
+size_t HotKvStateManager::EvictExpired() {
+  StoreRemovedOnExit store_removed(this);
+  std::lock_guard lock(state_->mu);
+  const uint64_t before = state_->stats.evicted_ttl;
+  state_->SweepExpired(clock_->NowNanos(), config_.ttl_ms * 1'000'000,
+                       config_.max_tombstones);
+  return static_cast<size_t>(state_->stats.evicted_ttl - before);
+}
+
+StatusOr<size_t> HotKvStateManager::StoreLiveSessions() {
+  if (config_.prefix_cache.cache == nullptr) {
+    return Status::InvalidArgument("the kv state manager has no prefix cache");
+  }
+  std::vector<std::shared_ptr<HotKvSession>> live;
+  {
+    std::lock_guard lock(state_->mu);
+    for (const auto& [id, entry] : state_->live) live.push_back(entry.session);
+  }
+  size_t stored = 0;
+  Status first_error;
+  for (const std::shared_ptr<HotKvSession>& session : live) {
+    StatusOr<SessionStoreResult> r = StoreSession(session);
+    if (!r.ok()) {
+      if (first_error.ok()) first_error = r.status();
+      continue;
+    }
+    if (!r->skipped) ++stored;
+  }
+  if (!first_error.ok()) return first_error;
+  return stored;
+}
+
 void HotKvStateManager::StoreRemoved() {
   if (!state_->store_removed) return;
   std::vector<std::shared_ptr<HotKvSession>> removed;

@@ -119,6 +119,38 @@ TEST_F(SessionPrefixCache, TtlEvictedSessionResumesFromThePrefixCacheWithParity)
   EXPECT_EQ(second.reply, StatelessGreedy(*s.model, prompt, kReply));
 }
 
+TEST_F(SessionPrefixCache, EvictExpiredStoresIdleSessionsWithoutOtherTraffic) {
+  FakeClock clock;
+  FullModelSessions s(stack, HotKvStateConfig{.ttl_ms = 1000}, &clock);
+  std::vector<int32_t> prompt = Message(0, s.model->config().vocab_size);
+  RunTurn(*s.adapter, "idle", 0, prompt, 2);
+  clock.AdvanceMillis(500);
+  EXPECT_EQ(s.manager->EvictExpired(), 0u);
+  clock.AdvanceMillis(501);
+  EXPECT_EQ(s.manager->EvictExpired(), 1u);
+  EXPECT_EQ(s.manager->session_count(), 0u);
+  EXPECT_EQ(s.manager->stats().sessions_stored, 1u);
+}
+
+TEST_F(SessionPrefixCache, StoreLiveSessionsPersistsEverySessionAndKeepsThemLive) {
+  FullModelSessions s(stack);
+  const int64_t vocab = s.model->config().vocab_size;
+  RunTurn(*s.adapter, "a", 0, Message(0, vocab), 2);
+  RunTurn(*s.adapter, "b", 0, Message(1, vocab), 2);
+  auto stored = s.manager->StoreLiveSessions();
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(*stored, 2u);
+  EXPECT_EQ(s.manager->session_count(), 2u);
+  EXPECT_EQ(*s.manager->StoreLiveSessions(), 0u);  // nothing new since
+  for (const char* id : {"a", "b"}) {
+    auto session = s.manager->Get(id, 0).value();
+    auto match =
+        stack.cache->Match(s.manager->config().prefix_cache.ns, *session->tokens());
+    ASSERT_TRUE(match.ok());
+    EXPECT_EQ(match->matched_tokens(), static_cast<uint64_t>(session->seq_len())) << id;
+  }
+}
+
 TEST_F(SessionPrefixCache, LruEvictedSessionResumesFromThePrefixCache) {
   FullModelSessions s(stack, HotKvStateConfig{.max_sessions = 1});
   const int64_t vocab = s.model->config().vocab_size;
