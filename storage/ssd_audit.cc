@@ -1,8 +1,9 @@
 // SsdTier::Impl::Audit: recomputes every state counter from the records,
 // compares it with the live and the persisted counters, verifies every
-// payload checksum, and reports each disagreement. Chain links are checked by
-// FindOrphans(): a missing parent is legal under the BlockTier contract (the
-// caller may Remove it, or keep it in another tier), so it is not a finding.
+// payload (length and checksum, read from its segment), reports referenced
+// segment files that are missing, and reports each disagreement. Chain links are checked
+// by FindOrphans(): a missing parent is legal under the BlockTier contract (the caller
+// may Remove it, or keep it in another tier), so it is not a finding.
 //
 // Block operations are paused (pause_ held exclusively) for the duration, so the records,
 // the index and the counters describe one moment.
@@ -11,6 +12,7 @@
 #include <set>
 
 #include "storage/ssd_layout.h"
+#include "storage/ssd_segment.h"
 #include "storage/ssd_tier_impl.h"
 
 namespace prefixkv {
@@ -32,9 +34,10 @@ Status SsdTier::Impl::Audit(std::vector<AuditFinding>* findings) {
   // 1. Every metadata record against the index; every payload verified.
   std::map<OwnerId, TierCounters> recomputed;
   std::set<BlockKey> on_disk;
+  std::map<uint64_t, uint64_t> segments_referenced;  // segment -> blocks
   std::vector<std::pair<BlockKey, ssd::IndexEntry>> corrupt;
-  // Bounded to the metadata range (see RebuildIndex): payloads are verified
-  // one by one below, where a damaged one is a finding, not a failed scan.
+  // Bounded to the metadata range; payloads are verified one by one below,
+  // where a damaged one is a finding, not a failed scan.
   rocksdb::ReadOptions meta_ro;
   const std::string meta_end(1, static_cast<char>(ssd::kMetaTag + 1));
   const rocksdb::Slice meta_upper(meta_end);
@@ -49,13 +52,15 @@ Status SsdTier::Impl::Audit(std::vector<AuditFinding>* findings) {
       continue;  // unknown versions are kept but not counted; see open_report()
     }
     on_disk.insert(key);
-    ssd::IndexEntry e{ns,           m.parent, m.owner, m.payload_bytes, m.payload_xxh3,
-                      m.access_seq, m.dirty};
+    ssd::IndexEntry e{ns,           m.parent, m.owner,   m.payload_bytes, m.payload_xxh3,
+                      m.access_seq, m.dirty,  m.segment, m.offset};
+    segments_referenced[m.segment] += 1;
     {
       std::lock_guard<std::mutex> lock(mu_);
       const ssd::IndexEntry* live = index_.Find(key);
       if (live == nullptr || live->owner != m.owner || live->bytes != m.payload_bytes ||
-          live->checksum != m.payload_xxh3) {
+          live->checksum != m.payload_xxh3 || live->segment != m.segment ||
+          live->offset != m.offset) {
         findings->push_back({"block " + key.ToHex(), "record disagrees with the index"});
       }
     }
@@ -64,6 +69,13 @@ Status SsdTier::Impl::Audit(std::vector<AuditFinding>* findings) {
     corrupt.push_back({key, e});  // verified below, outside the iterator
   }
   PKV_RETURN_IF_ERROR(FromRocks(it->status(), "audit scan"));
+  for (const auto& [segment, blocks] : segments_referenced) {
+    if (!store_->Has(segment)) {
+      findings->push_back(
+          {"segment " + ssd::SegmentFileName(segment),
+           "missing; referenced by " + std::to_string(blocks) + " blocks"});
+    }
+  }
   for (const auto& [key, e] : corrupt) {
     StatusOr<SharedBytes> read = ReadVerified(key, e);  // drops and counts a bad one
     if (read.ok()) continue;

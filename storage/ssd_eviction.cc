@@ -105,6 +105,7 @@ Status SsdTier::Impl::Evict(const BlockKey& key) {
     index_.Owner(e.owner).evictions += 1;
     if (spill) index_.Owner(e.owner).spills += 1;
   }
+  WakeReclaimer();  // the victim's extent is garbage now
   // Outside every lock: the listener may block (its own backpressure).
   if (listener != nullptr) listener->OnEvict(meta, payload, dirty);
   return Status::OK();

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "storage/ssd_segment.h"
+
 namespace prefixkv::ssd {
 
 const IndexEntry* SsdIndex::Find(const BlockKey& key) const {
@@ -17,6 +19,7 @@ void SsdIndex::Insert(const BlockKey& key, const IndexEntry& entry) {
   o.entries += 1;
   o.bytes += entry.bytes;
   total_bytes_ += entry.bytes;
+  live_[entry.segment] += ExtentBytes(entry.bytes);
   max_seq_ = std::max(max_seq_, entry.access_seq);
   AddChild(entry.parent);
   AddLeaf(key);
@@ -33,8 +36,38 @@ bool SsdIndex::Erase(const BlockKey& key) {
   o.entries -= 1;
   o.bytes -= e.bytes;
   total_bytes_ -= e.bytes;
+  DropLive(e.segment, e.bytes);
   DropChild(e.parent);
   return true;
+}
+
+void SsdIndex::DropLive(uint64_t segment, uint64_t payload_bytes) {
+  auto it = live_.find(segment);
+  if (it == live_.end()) return;
+  it->second -= ExtentBytes(payload_bytes);
+  if (it->second == 0) live_.erase(it);
+}
+
+void SsdIndex::Relocate(const BlockKey& key, uint64_t segment, uint64_t offset) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return;
+  DropLive(it->second.segment, it->second.bytes);
+  it->second.segment = segment;
+  it->second.offset = offset;
+  live_[segment] += ExtentBytes(it->second.bytes);
+}
+
+uint64_t SsdIndex::LiveBytes(uint64_t segment) const {
+  auto it = live_.find(segment);
+  return it == live_.end() ? 0 : it->second;
+}
+
+std::vector<BlockKey> SsdIndex::KeysIn(uint64_t segment) const {
+  std::vector<BlockKey> out;
+  for (const auto& [key, e] : entries_) {
+    if (e.segment == segment) out.push_back(key);
+  }
+  return out;
 }
 
 void SsdIndex::Touch(const BlockKey& key, uint64_t access_seq) {

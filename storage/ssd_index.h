@@ -13,6 +13,7 @@
 #include <set>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "prefixkv/tier.h"
 
@@ -25,7 +26,9 @@ struct IndexEntry {
   uint64_t bytes = 0;     // payload bytes (the charge)
   uint64_t checksum = 0;  // XXH3-64 of the payload
   uint64_t access_seq = 0;
-  bool dirty = false;  // see StoredMeta::dirty
+  bool dirty = false;    // see StoredMeta::dirty
+  uint64_t segment = 0;  // where the payload's extent is (StoredMeta)
+  uint64_t offset = 0;
 };
 
 class SsdIndex {
@@ -37,6 +40,14 @@ class SsdIndex {
   bool Erase(const BlockKey& key);
   // Records a new access; the block moves to the recent end of the order.
   void Touch(const BlockKey& key, uint64_t access_seq);
+  // The block's payload moved (segment compaction); nothing else changes.
+  void Relocate(const BlockKey& key, uint64_t segment, uint64_t offset);
+
+  // Extent bytes (ExtentBytes of each payload) referenced in a segment.
+  uint64_t LiveBytes(uint64_t segment) const;
+  const std::unordered_map<uint64_t, uint64_t>& live_segments() const { return live_; }
+  // Blocks whose payload is in `segment` (a scan of the index).
+  std::vector<BlockKey> KeysIn(uint64_t segment) const;
 
   // The least recently used leaf not already claimed, or nullopt. The
   // returned block is claimed (skipped by later calls) until Erase, Insert or
@@ -72,6 +83,7 @@ class SsdIndex {
   void DropChild(const BlockKey& parent);
   void AddLeaf(const BlockKey& key);
   void DropLeaf(const BlockKey& key);
+  void DropLive(uint64_t segment, uint64_t payload_bytes);
 
   std::unordered_map<BlockKey, IndexEntry> entries_;
   // parent key -> stored (or pending) children; the parent need not be stored.
@@ -79,6 +91,7 @@ class SsdIndex {
   std::set<std::pair<uint64_t, BlockKey>> leaves_;  // (access_seq, key), unclaimed leaves
   std::set<BlockKey> claimed_;
   std::map<OwnerId, TierCounters> owners_;
+  std::unordered_map<uint64_t, uint64_t> live_;  // segment -> live extent bytes
   uint64_t total_bytes_ = 0;
   uint64_t max_seq_ = 0;
 };

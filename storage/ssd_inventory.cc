@@ -1,4 +1,4 @@
-// SsdTier inventory: counters, iteration, namespaces, purge and compaction.
+// SsdTier inventory: counters, iteration, namespaces and purge.
 #include <rocksdb/write_batch.h>
 
 #include <map>
@@ -47,14 +47,6 @@ std::vector<SsdNamespaceUsage> SsdTier::Impl::Namespaces() const {
   return out;
 }
 
-Status SsdTier::Impl::Compact() {
-  rocksdb::CompactRangeOptions o;
-  o.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
-  Status s = FromRocks(db_->CompactRange(o, nullptr, nullptr), "compact");
-  NoteWriteResult(s);
-  return s;
-}
-
 StatusOr<uint64_t> SsdTier::Impl::PurgeNamespace(const BlockKey& ns) {
   PKV_RETURN_IF_ERROR(queue_->Flush());  // queued blocks of `ns` go too
   std::vector<BlockKey> keys;
@@ -72,10 +64,8 @@ StatusOr<uint64_t> SsdTier::Impl::PurgeNamespace(const BlockKey& ns) {
   }
   // Records the index never loaded (unknown layout versions) go by range.
   rocksdb::WriteBatch batch;
-  for (char tag : {ssd::kMetaTag, ssd::kPayloadTag}) {
-    std::string begin = ssd::NamespacePrefix(tag, ns);
-    batch.DeleteRange(begin, begin + std::string(17, '\xff'));
-  }
+  const std::string begin = ssd::NamespacePrefix(ssd::kMetaTag, ns);
+  batch.DeleteRange(begin, begin + std::string(17, '\xff'));
   PKV_RETURN_IF_ERROR(Commit(&batch, {}, 0));
   Log("purged namespace " + ns.ToHex() + ": " + std::to_string(removed) + " blocks");
   return removed;

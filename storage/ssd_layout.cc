@@ -89,7 +89,9 @@ std::string EncodeMeta(const StoredMeta& m) {
   PutLE64(p + 24, m.payload_bytes);
   PutLE64(p + 32, m.payload_xxh3);
   PutLE64(p + 40, m.access_seq);
-  PutLE64(p + 48, XXH3_64bits(p, 48));
+  PutLE64(p + 48, m.segment);
+  PutLE64(p + 56, m.offset);
+  PutLE64(p + 64, XXH3_64bits(p, 64));
   return v;
 }
 
@@ -101,7 +103,7 @@ Status DecodeMeta(std::string_view v, StoredMeta* m) {
   }
   if (v.size() != kMetaBytes) return Status::Corruption("block metadata length");
   const char* p = v.data();
-  if (GetLE64(p + 48) != XXH3_64bits(p, 48)) {
+  if (GetLE64(p + 64) != XXH3_64bits(p, 64)) {
     return Status::Corruption("block metadata checksum");
   }
   m->owner = GetLE32(p + 4);
@@ -110,6 +112,8 @@ Status DecodeMeta(std::string_view v, StoredMeta* m) {
   m->payload_xxh3 = GetLE64(p + 32);
   m->access_seq = GetLE64(p + 40);
   m->dirty = (p[1] & 1) != 0;
+  m->segment = GetLE64(p + 48);
+  m->offset = GetLE64(p + 56);
   return Status::OK();
 }
 

@@ -2,11 +2,12 @@
 //
 // Keys (RocksDB default column family):
 //   'm' | namespace (16, big-endian hi, lo) | block key (16, BE)  -> metadata
-//   'p' | namespace | block key                                   -> payload bytes
 //   'c' | owner (u32 BE)                                         -> counters (merge-add)
-//   'f' "format"                                                 -> "prefixkv-ssd/1"
+//   'f' "format"                                                 -> "prefixkv-ssd/2"
 //   'f' "clean"                                                  -> "1" after Close()
 // Big-endian keys keep one namespace contiguous, so a purge is a range.
+// Payload bytes are not in RocksDB: the metadata record points at an extent
+// in a segment file (storage/ssd_segment.h).
 #pragma once
 
 #include <cstdint>
@@ -19,22 +20,21 @@
 namespace prefixkv::ssd {
 
 inline constexpr char kMetaTag = 'm';
-inline constexpr char kPayloadTag = 'p';
 inline constexpr char kCounterTag = 'c';
 inline constexpr std::string_view kFormatKey = "fformat";
 inline constexpr std::string_view kCleanKey = "fclean";
-inline constexpr std::string_view kFormatValue = "prefixkv-ssd/1";
+inline constexpr std::string_view kFormatValue = "prefixkv-ssd/2";
 
 inline constexpr size_t kBlockRecordKeyBytes = 33;
-inline constexpr uint8_t kMetaVersion = 1;
-inline constexpr size_t kMetaBytes = 56;
+inline constexpr uint8_t kMetaVersion = 2;
+inline constexpr size_t kMetaBytes = 72;
 inline constexpr size_t kCounterFields = 11;
 inline constexpr size_t kCounterBytes = kCounterFields * 8;
 
 std::string BlockRecordKey(char tag, const BlockKey& ns, const BlockKey& key);
 // The 17-byte prefix shared by every record of `tag` in namespace `ns`.
 std::string NamespacePrefix(char tag, const BlockKey& ns);
-// Parses a 33-byte 'm' or 'p' key. False when malformed.
+// Parses a 33-byte 'm' key. False when malformed.
 bool ParseBlockRecordKey(std::string_view k, BlockKey* ns, BlockKey* key);
 std::string CounterKey(OwnerId owner);
 bool ParseCounterKey(std::string_view k, OwnerId* owner);
@@ -47,6 +47,8 @@ struct StoredMeta {
   uint64_t payload_xxh3 = 0;  // XXH3-64 of the payload, seed 0
   uint64_t access_seq = 0;    // larger = more recently used (persisted LRU order)
   bool dirty = false;         // Put's flag: not stored in any other tier (flags bit 0)
+  uint64_t segment = 0;       // segment file id holding the payload's extent
+  uint64_t offset = 0;        // byte offset of the extent in it (4096-aligned)
 };
 
 std::string EncodeMeta(const StoredMeta& m);

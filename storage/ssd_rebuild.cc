@@ -4,10 +4,14 @@
 // with the persisted counter records; a disagreement is reported (open report
 // and log) and repaired by merging the difference. Event counters (hits, ...)
 // cannot be recomputed and are taken as persisted. Payloads are not read here
-// (that would read every blob); each is verified when it is first read.
+// (that would read every segment); each is verified when it is first read.
+// OpenSegments then recomputes each segment's live bytes (the index does) and
+// deletes segment files no record references.
 #include <rocksdb/iterator.h>
 #include <rocksdb/write_batch.h>
 
+#include <algorithm>
+#include <map>
 #include <set>
 
 #include "storage/ssd_layout.h"
@@ -32,7 +36,13 @@ Status SsdTier::Impl::CheckFormat() {
         "write format marker");
   }
   PKV_RETURN_IF_ERROR(FromRocks(rs, "read format marker"));
-  if (value != ssd::kFormatValue) return Status::Corruption("unknown format " + value);
+  if (value != ssd::kFormatValue) {
+    // Older layouts (prefixkv-ssd/1 kept payloads in RocksDB blob files) are
+    // not converted: the directory is moved aside like a damaged one.
+    return Status::Corruption("format " + value + " is not " +
+                              std::string(ssd::kFormatValue) +
+                              " (an older or foreign layout)");
+  }
   rs = db_->Get(rocksdb::ReadOptions(), std::string(ssd::kCleanKey), &value);
   report_.previous_shutdown_clean = rs.ok() && value == "1";
   return Status::OK();
@@ -42,8 +52,7 @@ Status SsdTier::Impl::RebuildIndex(rocksdb::WriteBatch* repairs) {
   rocksdb::ReadOptions ro;
   ro.verify_checksums = true;
   ro.readahead_size = 2 << 20;
-  // Bounded to the metadata range: stepping past its end would read (and
-  // CRC-check) the first payload blob, and one damaged blob must not fail Open.
+  // Bounded to the metadata range: nothing else needs reading.
   const std::string end(1, static_cast<char>(ssd::kMetaTag + 1));
   const rocksdb::Slice upper(end);
   ro.iterate_upper_bound = &upper;
@@ -64,13 +73,13 @@ Status SsdTier::Impl::RebuildIndex(rocksdb::WriteBatch* repairs) {
     }
     if (!s.ok()) {
       repairs->Delete(it->key());
-      repairs->Delete(ssd::BlockRecordKey(ssd::kPayloadTag, ns, key));
       report_.corrupt_records_removed += 1;
       unpersisted_[0].corruptions += 1;
       continue;
     }
-    index_.Insert(key, ssd::IndexEntry{ns, m.parent, m.owner, m.payload_bytes,
-                                       m.payload_xxh3, m.access_seq, m.dirty});
+    index_.Insert(key,
+                  ssd::IndexEntry{ns, m.parent, m.owner, m.payload_bytes, m.payload_xxh3,
+                                  m.access_seq, m.dirty, m.segment, m.offset});
   }
   return FromRocks(it->status(), "scan block metadata");
 }
@@ -117,6 +126,39 @@ Status SsdTier::Impl::RepairCounters() {
   for (const AuditFinding& f : report_.counter_repairs) {
     Log("counter repaired at open: " + f.what + ": " + f.detail);
   }
+  return Status::OK();
+}
+
+Status SsdTier::Impl::OpenSegments() {
+  store_ = std::make_unique<ssd::SegmentStore>(ssd::SegmentStore::Options{
+      .dir = options_.path + "/segments",
+      .direct_io = options_.use_direct_io,
+      .segment_bytes = options_.segment_bytes,
+      .sync_directory = options_.durability == SsdDurability::kSync});
+  std::map<uint64_t, uint64_t> found;
+  PKV_RETURN_IF_ERROR(store_->Open(&found));
+  direct_io_ = store_->direct_io();
+  uint64_t max_id = 0;
+  for (const auto& [id, bytes] : found) {
+    max_id = std::max(max_id, id);
+    if (index_.LiveBytes(id) == 0) {
+      // Written before a crash, never (or no longer) referenced: garbage.
+      PKV_RETURN_IF_ERROR(store_->Delete(id));
+      report_.unreferenced_segments_deleted += 1;
+      continue;
+    }
+    PKV_RETURN_IF_ERROR(store_->Adopt(id, bytes));  // sealed: never appended to again
+    report_.segments += 1;
+  }
+  for (const auto& [id, live] : index_.live_segments()) {
+    max_id = std::max(max_id, id);
+    if (found.count(id) == 0) {
+      report_.missing_segments += 1;
+      Log("segment " + ssd::SegmentFileName(id) + " is missing: its " +
+          std::to_string(live) + " bytes of blocks will read as corrupt");
+    }
+  }
+  store_->SetNextId(max_id + 1);
   return Status::OK();
 }
 

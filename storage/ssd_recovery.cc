@@ -87,24 +87,13 @@ rocksdb::Options SsdTier::Impl::DbOptions(bool direct_io) const {
   o.create_if_missing = true;
   o.paranoid_checks = true;
   o.merge_operator = std::make_shared<CounterAddOperator>();
-  o.enable_blob_files = true;
-  o.min_blob_size = options_.min_blob_bytes;
-  o.blob_file_size = 256ull << 20;
-  o.blob_compression_type = rocksdb::kNoCompression;
-  // Evicted payloads leave garbage in blob files. Compactions relocate the
-  // live blobs of the oldest 10% of blob files (RocksDB's default 25% rewrote
-  // a quarter of all payloads per L0 compaction in a write-only load); under
-  // LRU eviction the oldest files are mostly garbage, so relocation is cheap.
-  // A file half garbage forces a compaction.
-  o.enable_blob_garbage_collection = true;
-  o.blob_garbage_collection_age_cutoff = 0.1;
-  o.blob_garbage_collection_force_threshold = 0.5;
+  // Metadata, counters and markers only (payloads are in segment files), so
+  // buffered I/O and RocksDB's software CRC32c cost little.
   o.compression = ParseCompression(options_.compression);
   o.write_buffer_size = options_.write_buffer_bytes;
   o.max_write_buffer_number = 4;
-  // Two flush threads keep two blob files streaming while the memtable fills.
-  o.max_background_flushes = 2;
-  o.max_background_compactions = 2;
+  o.max_background_flushes = 1;
+  o.max_background_compactions = 1;
   o.use_direct_io_for_flush_and_compaction = direct_io;
   o.use_direct_reads = direct_io;
   // A torn tail after a kill is cut at the last complete batch.
@@ -118,20 +107,12 @@ rocksdb::Options SsdTier::Impl::DbOptions(bool direct_io) const {
 }
 
 Status SsdTier::Impl::OpenDb() {
-  for (bool direct : {options_.use_direct_io, false}) {
-    rocksdb::DB* raw = nullptr;
-    rocksdb::Status rs = rocksdb::DB::Open(DbOptions(direct), options_.path, &raw);
-    if (rs.ok()) {
-      db_.reset(raw);
-      direct_io_ = direct;
-      return Status::OK();
-    }
-    // Only a refusal of O_DIRECT is worth a second try without it.
-    bool direct_refused = direct && (rs.IsInvalidArgument() || rs.IsNotSupported() ||
-                                     rs.ToString().find("irect") != std::string::npos);
-    if (!direct || !direct_refused) return FromRocks(rs, "open " + options_.path);
-  }
-  return Status::Internal("unreachable");
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status rs =
+      rocksdb::DB::Open(DbOptions(/*direct_io=*/false), options_.path, &raw);
+  if (!rs.ok()) return FromRocks(rs, "open " + options_.path);
+  db_.reset(raw);
+  return Status::OK();
 }
 
 Status SsdTier::Impl::MoveAside(const Status& why) {
@@ -171,6 +152,7 @@ Status SsdTier::Impl::OpenOrMoveAside() {
 
 Status SsdTier::Impl::Open() {
   PKV_RETURN_IF_ERROR(OpenOrMoveAside());
+  PKV_RETURN_IF_ERROR(OpenSegments());
   // From here until Close() completes, a kill is an unclean stop.
   rocksdb::WriteOptions w;
   w.sync = options_.durability == SsdDurability::kSync;
@@ -185,7 +167,12 @@ Status SsdTier::Impl::Open() {
   Log("opened " + options_.path + ": " + std::to_string(report_.blocks) + " blocks, " +
       std::to_string(report_.bytes) + " bytes, durability " +
       std::string(SsdDurabilityName(options_.durability)) + ", direct io " +
-      (direct_io_ ? "on" : "off") +
+      (direct_io_ ? "on" : "off") + ", " + std::to_string(report_.segments) +
+      " segments" +
+      (report_.unreferenced_segments_deleted == 0
+           ? ""
+           : ", " + std::to_string(report_.unreferenced_segments_deleted) +
+                 " unreferenced segments deleted") +
       (report_.created                   ? ", new"
        : report_.previous_shutdown_clean ? ", clean"
                                          : ", recovered") +
@@ -193,6 +180,8 @@ Status SsdTier::Impl::Open() {
            ? ""
            : ", " + std::to_string(report_.counter_repairs.size()) +
                  " counters repaired"));
+  StartReclaimer();
+  WakeReclaimer();  // segments left sparse by the previous run
   return Status::OK();
 }
 
@@ -200,6 +189,10 @@ Status SsdTier::Impl::Close() {
   if (closed_ || db_ == nullptr) return Status::OK();
   closed_ = true;
   Status first = queue_ ? queue_->Stop() : Status::OK();
+  StopReclaimer();
+  // Payloads on the device before the metadata that points at them is flushed.
+  Status synced = store_ ? store_->SyncActive() : Status::OK();
+  if (first.ok()) first = synced;
   rocksdb::WriteBatch batch;
   batch.Put(std::string(ssd::kCleanKey), "1");
   Status s = Commit(&batch, {}, 0);  // also persists the event counters

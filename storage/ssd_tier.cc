@@ -42,6 +42,7 @@ void SsdTier::OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool di
 Status SsdTier::Flush() { return impl_->Flush(); }
 Status SsdTier::Close() { return impl_->Close(); }
 Status SsdTier::Compact() { return impl_->Compact(); }
+SsdSpaceUsage SsdTier::SpaceUsage() const { return impl_->SpaceUsage(); }
 StatusOr<uint64_t> SsdTier::PurgeNamespace(const BlockKey& ns) {
   return impl_->PurgeNamespace(ns);
 }
@@ -89,12 +90,23 @@ void SsdTier::Impl::CountEvent(OwnerId owner, uint64_t TierCounters::*field) {
   unpersisted_[owner].*field += 1;
 }
 
+void SsdTier::Impl::CountIoError(OwnerId owner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  index_.Owner(owner).io_errors += 1;
+  unpersisted_[owner].io_errors += 1;
+}
+
 void SsdTier::Impl::NoteWriteResult(const Status& s) {
   if (s.ok()) {
     if (failing_.exchange(false)) Log("I/O succeeds again");
   } else if (!failing_.exchange(true)) {
     Log("I/O error (further errors are counted, not logged): " + s.ToString());
   }
+}
+
+rocksdb::Status SsdTier::Impl::DbWrite(const rocksdb::WriteOptions& o,
+                                       rocksdb::WriteBatch* batch) {
+  return db_->Write(o, batch);
 }
 
 Status SsdTier::Impl::Commit(rocksdb::WriteBatch* batch, Deltas deltas, OwnerId owner,
@@ -116,8 +128,7 @@ Status SsdTier::Impl::Commit(rocksdb::WriteBatch* batch, Deltas deltas, OwnerId 
   }
   Status s = options_.inject_write_error ? options_.inject_write_error() : Status::OK();
   if (s.ok()) {
-    s = FromRocks(db_->Write(relaxed ? relaxed_options_ : write_options_, batch),
-                  "write");
+    s = FromRocks(DbWrite(relaxed ? relaxed_options_ : write_options_, batch), "write");
   }
   NoteWriteResult(s);
   if (!s.ok()) {
@@ -131,8 +142,8 @@ Status SsdTier::Impl::Commit(rocksdb::WriteBatch* batch, Deltas deltas, OwnerId 
 
 void SsdTier::Impl::AddDeletes(rocksdb::WriteBatch* batch, const BlockKey& key,
                                const IndexEntry& e) {
+  // The payload's extent becomes garbage in its segment (ssd_reclaim.cc).
   batch->Delete(ssd::BlockRecordKey(ssd::kMetaTag, e.namespace_id, key));
-  batch->Delete(ssd::BlockRecordKey(ssd::kPayloadTag, e.namespace_id, key));
 }
 
 // ---- write path -------------------------------------------------------------------
@@ -150,60 +161,108 @@ Status SsdTier::Impl::Put(const BlockMeta& meta, const SharedBytes& payload, boo
 
 Status SsdTier::Impl::Store(const std::vector<ssd::WriteBackItem>& items, bool dirty) {
   std::vector<ssd::StoredMeta> stored;
+  std::vector<ssd::ExtentSpec> extents;
   for (const auto& [meta, payload] : items) {
-    stored.push_back({meta.owner, meta.parent, payload.size(),
-                      ssd::PayloadChecksum(payload.data(), payload.size()), 0, dirty});
+    const uint64_t sum = ssd::PayloadChecksum(payload.data(), payload.size());
+    stored.push_back({meta.owner, meta.parent, payload.size(), sum, 0, dirty});
+    extents.push_back({meta.namespace_id, meta.key, &payload, sum});
   }
+  {
+    // Parents stay unevictable from here until the commit is over.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& item : items) index_.BeginPendingChild(item.meta.parent);
+  }
+  // 1. The payload bytes, before any metadata can point at them: one aligned
+  // write to this thread's active segment (plus fdatasync in sync mode). No
+  // block lock is held, so writers of different batches write in parallel.
+  std::vector<ssd::ExtentLocation> locations;
+  Status written =
+      store_->Append(extents, options_.durability == SsdDurability::kSync, &locations);
+  if (!written.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& item : items) index_.EndPendingChild(item.meta.parent);
+    }
+    NoteWriteResult(written);
+    CountIoError(items.front().meta.owner);
+    return written;
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    stored[i].segment = locations[i].segment;
+    stored[i].offset = locations[i].offset;
+  }
+  // 2. The metadata and counters, as one batch, under the keys' stripes.
   std::vector<BlockKey> keys;
   for (const auto& item : items) keys.push_back(item.meta.key);
-  BatchLock batch_lock(this, keys);
-  std::vector<std::optional<IndexEntry>> old(items.size());
+  Status s;
+  bool replaced = false;
   {
+    BatchLock batch_lock(this, keys);
+    std::vector<std::optional<IndexEntry>> old(items.size());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (const IndexEntry* e = index_.Find(items[i].meta.key)) {
+          old[i] = *e;
+          replaced = true;
+        }
+        stored[i].access_seq = ++next_seq_;
+      }
+    }
+    rocksdb::WriteBatch batch;
+    Deltas deltas;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const BlockMeta& meta = items[i].meta;
+      if (old[i] && old[i]->namespace_id != meta.namespace_id) {
+        AddDeletes(&batch, meta.key, *old[i]);
+      }
+      batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, meta.namespace_id, meta.key),
+                ssd::EncodeMeta(stored[i]));
+      if (old[i]) {
+        deltas[old[i]->owner].entries -= 1;
+        deltas[old[i]->owner].bytes -= old[i]->bytes;
+      }
+      deltas[meta.owner].entries += 1;
+      deltas[meta.owner].bytes += stored[i].payload_bytes;
+      deltas[meta.owner].inserts += 1;
+    }
+    s = Commit(&batch, std::move(deltas), items.front().meta.owner);
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < items.size(); ++i) {
-      if (const IndexEntry* e = index_.Find(items[i].meta.key)) old[i] = *e;
-      stored[i].access_seq = ++next_seq_;
-      index_.BeginPendingChild(
-          items[i].meta.parent);  // parents stay unevictable meanwhile
+      const BlockMeta& meta = items[i].meta;
+      if (s.ok()) {
+        index_.Insert(meta.key, IndexEntry{meta.namespace_id, meta.parent, meta.owner,
+                                           stored[i].payload_bytes,
+                                           stored[i].payload_xxh3, stored[i].access_seq,
+                                           dirty, stored[i].segment, stored[i].offset});
+        index_.Owner(meta.owner).inserts += 1;
+      }
+      index_.EndPendingChild(meta.parent);
     }
   }
-  // One batch per thread, reused: its buffer keeps its capacity, so storing a
-  // large payload does not allocate (and page-fault) a fresh buffer each time.
-  thread_local rocksdb::WriteBatch reused;
-  rocksdb::WriteBatch& batch = reused;
-  batch.Clear();
-  Deltas deltas;
-  for (size_t i = 0; i < items.size(); ++i) {
-    const BlockMeta& meta = items[i].meta;
-    const SharedBytes& payload = items[i].payload;
-    if (old[i] && old[i]->namespace_id != meta.namespace_id) {
-      AddDeletes(&batch, meta.key, *old[i]);
-    }
-    batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, meta.namespace_id, meta.key),
-              ssd::EncodeMeta(stored[i]));
-    batch.Put(ssd::BlockRecordKey(ssd::kPayloadTag, meta.namespace_id, meta.key),
-              rocksdb::Slice(payload.view().data(), payload.size()));
-    if (old[i]) {
-      deltas[old[i]->owner].entries -= 1;
-      deltas[old[i]->owner].bytes -= old[i]->bytes;
-    }
-    deltas[meta.owner].entries += 1;
-    deltas[meta.owner].bytes += payload.size();
-    deltas[meta.owner].inserts += 1;
-  }
-  Status s = Commit(&batch, std::move(deltas), items.front().meta.owner);
-  std::lock_guard<std::mutex> lock(mu_);
-  for (size_t i = 0; i < items.size(); ++i) {
-    const BlockMeta& meta = items[i].meta;
-    if (s.ok()) {
-      index_.Insert(meta.key, IndexEntry{meta.namespace_id, meta.parent, meta.owner,
-                                         stored[i].payload_bytes, stored[i].payload_xxh3,
-                                         stored[i].access_seq, dirty});
-      index_.Owner(meta.owner).inserts += 1;
-    }
-    index_.EndPendingChild(meta.parent);
-  }
+  // After the index update: a reclaim pass that sees the segment no longer
+  // pending also sees the new references.
+  store_->EndPending(locations.front().segment);
+  if (replaced || !s.ok()) WakeReclaimer();  // garbage left behind
+  if (s.ok()) PaceMemtableFlush(items);
   return s;
+}
+
+void SsdTier::Impl::PaceMemtableFlush(const std::vector<ssd::WriteBackItem>& items) {
+  if (options_.durability != SsdDurability::kFlush) return;
+  // Without a log, what a kill can lose is what the memtable holds. Metadata
+  // alone would fill it only every few hundred thousand blocks, so a flush is
+  // started every write_buffer_bytes of PAYLOAD: the loss window stays what
+  // it was when payloads went through the memtable.
+  uint64_t bytes = 0;
+  for (const auto& item : items) bytes += item.payload.size();
+  const uint64_t before = unflushed_payload_bytes_.fetch_add(bytes);
+  if (before + bytes < options_.write_buffer_bytes) return;
+  unflushed_payload_bytes_ = 0;
+  rocksdb::FlushOptions fo;
+  fo.wait = false;
+  fo.allow_write_stall = true;
+  (void)db_->Flush(fo);  // background; an error surfaces at the next write
 }
 
 void SsdTier::Impl::OnEvict(const BlockMeta& meta, const SharedBytes& payload) {
@@ -233,9 +292,12 @@ Status SsdTier::Impl::Remove(const BlockKey& key) {
   deltas[e.owner].bytes -= e.bytes;
   deltas[e.owner].removes += 1;
   PKV_RETURN_IF_ERROR(Commit(&batch, std::move(deltas), e.owner));
-  std::lock_guard<std::mutex> lock(mu_);
-  index_.Erase(key);
-  index_.Owner(e.owner).removes += 1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    index_.Erase(key);
+    index_.Owner(e.owner).removes += 1;
+  }
+  WakeReclaimer();
   return Status::OK();
 }
 
@@ -262,7 +324,8 @@ StatusOr<SharedBytes> SsdTier::Impl::Get(const BlockKey& key) {
   }
   PKV_ASSIGN_OR_RETURN(SharedBytes payload, ReadVerified(key, e));
   // Persist the new access order; losing it in a crash only ages the block.
-  ssd::StoredMeta touched{e.owner, e.parent, e.bytes, e.checksum, 0, e.dirty};
+  ssd::StoredMeta touched{e.owner, e.parent, e.bytes,   e.checksum,
+                          0,       e.dirty,  e.segment, e.offset};
   {
     std::lock_guard<std::mutex> lock(mu_);
     touched.access_seq = ++next_seq_;
@@ -280,36 +343,25 @@ StatusOr<SharedBytes> SsdTier::Impl::Get(const BlockKey& key) {
 
 StatusOr<SharedBytes> SsdTier::Impl::ReadVerified(const BlockKey& key,
                                                   const IndexEntry& e) {
-  rocksdb::PinnableSlice value;
-  rocksdb::ReadOptions ro;
-  // Needed although the payload's XXH3-64 is verified below: the same flag
-  // guards the table blocks read to find the blob, and the system RocksDB
-  // asserts (aborts) on a damaged block it was told not to verify.
-  ro.verify_checksums = true;
-  rocksdb::Status rs =
-      db_->Get(ro, db_->DefaultColumnFamily(),
-               ssd::BlockRecordKey(ssd::kPayloadTag, e.namespace_id, key), &value);
+  // One O_DIRECT read of the aligned extent into a buffer the result owns
+  // (payload at offset 0): no copy after the read.
+  StatusOr<SharedBytes> read = store_->Read({e.segment, e.offset}, e.bytes);
   std::string why;
-  if (rs.IsNotFound()) {
-    why = "payload record missing";
-  } else if (rs.IsCorruption()) {
-    why = rs.ToString();
-  } else if (!rs.ok()) {
-    Status s = FromRocks(rs, "read");
+  if (read.status().IsNotFound() || read.status().IsCorruption()) {
+    why = read.status().message();
+  } else if (!read.ok()) {
+    Status s = read.status();
     NoteWriteResult(s);
     CountEvent(e.owner, &TierCounters::io_errors);
     CountEvent(e.owner, &TierCounters::misses);
     return s;
-  } else if (value.size() != e.bytes) {
-    why = "payload length " + std::to_string(value.size()) + ", expected " +
+  } else if (read->size() != e.bytes) {
+    why = "payload length " + std::to_string(read->size()) + ", expected " +
           std::to_string(e.bytes);
-  } else if (ssd::PayloadChecksum(value.data(), value.size()) != e.checksum) {
+  } else if (ssd::PayloadChecksum(read->data(), read->size()) != e.checksum) {
     why = "payload checksum mismatch";
-  } else if (!value.IsPinned()) {
-    return SharedBytes::Adopt(
-        std::move(*value.GetSelf()));  // RocksDB copied it: no second copy
   } else {
-    return SharedBytes::Copy(value.data(), value.size());
+    return read;
   }
   (void)DropCorrupt(key, e, why);
   return Status::NotFound("corrupt: " + why);
@@ -326,16 +378,19 @@ Status SsdTier::Impl::DropCorrupt(const BlockKey& key, const IndexEntry& e,
   deltas[e.owner].corruptions += 1;
   deltas[e.owner].misses += 1;
   Status s = Commit(&batch, std::move(deltas), e.owner);
-  std::lock_guard<std::mutex> lock(mu_);
-  // Even if the delete failed the block is never served again this session.
-  index_.Erase(key);
-  index_.Owner(e.owner).corruptions += 1;
-  index_.Owner(e.owner).misses += 1;
-  if (!s.ok()) {
-    // Keep the persisted counters right at the next successful write.
-    unpersisted_[e.owner].corruptions += 1;
-    unpersisted_[e.owner].misses += 1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Even if the delete failed the block is never served again this session.
+    index_.Erase(key);
+    index_.Owner(e.owner).corruptions += 1;
+    index_.Owner(e.owner).misses += 1;
+    if (!s.ok()) {
+      // Keep the persisted counters right at the next successful write.
+      unpersisted_[e.owner].corruptions += 1;
+      unpersisted_[e.owner].misses += 1;
+    }
   }
+  WakeReclaimer();
   return s;
 }
 

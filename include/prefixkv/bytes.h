@@ -27,6 +27,12 @@ class SharedBytes {
   // An uninitialised, 64-byte aligned buffer of `size` bytes. `*writable` lets
   // the creator fill it before sharing; nobody may write through it afterwards.
   static SharedBytes Allocate(size_t size, uint8_t** writable);
+  // An uninitialised buffer of `capacity` (>= size) bytes aligned to
+  // `alignment` (a power of two, >= 64), viewed as its first `size` bytes. For
+  // O_DIRECT reads, which fill whole aligned blocks: the payload lands at offset
+  // 0 and the tail beyond `size` stays allocated but invisible (no copy).
+  static SharedBytes AllocateAligned(size_t size, size_t capacity, size_t alignment,
+                                     uint8_t** writable);
 
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }

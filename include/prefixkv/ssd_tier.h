@@ -1,13 +1,19 @@
-// SsdTier: the persistent block tier on an embedded RocksDB (DESIGN section 7).
+// SsdTier: the persistent block tier (DESIGN section 7).
 //
-// One RocksDB per data directory. Each block is two records keyed by its
-// namespace and key (metadata with an XXH3-64 of the payload, and the payload,
-// which RocksDB keeps in blob files); both go into one WriteBatch together with
-// the per-owner counter deltas, so a crash never leaves a half-visible block or
-// counters that disagree with the contents. Reads verify the checksum every
-// time: a damaged block is counted, removed and reported as a miss, never
-// served. Capacity is enforced in bytes by evicting chain leaves in persisted
+// One data directory per tier: an embedded RocksDB holds the metadata of each
+// block (namespace, parent, owner, payload length and XXH3-64, access order,
+// and where the payload is), per-owner counters and markers; the payload bytes
+// go to append-only segment files that the tier writes and reads itself with
+// O_DIRECT (`<path>/segments/`). A block's payload is written before its
+// metadata commits, and the metadata and the counter deltas are one WriteBatch,
+// so a crash can leave unreferenced payload bytes (reclaimed) but never a
+// half-visible block, metadata pointing at unwritten bytes, or counters that
+// disagree with the contents. Reads verify length and checksum every time: a
+// damaged block is counted, removed and reported as a miss, never served.
+// Capacity is enforced in bytes by evicting chain leaves in persisted
 // least-recently-used order, so no stored block loses its stored parent.
+// Segments whose payloads were mostly evicted or removed are compacted and
+// unlinked in the background, which bounds disk use (docs/ssd.md "Space").
 //
 // The tier is also the hot tier's write-back target (an EvictionListener):
 // OnEvict queues a dirty block for background writer threads; a full queue
@@ -30,14 +36,15 @@ namespace prefixkv {
 
 // What a write must survive before Put (or the writer) acknowledges it.
 enum class SsdDurability {
-  // No write-ahead log: payloads reach disk when a memtable is flushed and at
-  // Close(). A kill -9 may lose the most recent blocks (never exposes a partial
-  // or wrong one). Each payload byte is written about once: the fastest mode.
+  // No write-ahead log for the metadata: it reaches disk when a memtable is
+  // flushed and at Close(). A kill -9 may lose the most recent blocks (never
+  // exposes a partial or wrong one). The fastest mode.
   kFlush,
-  // Write-ahead log without fsync (default): survives kill -9, may lose the
-  // last writes on power loss. Payload bytes are written twice (log + blob).
+  // Metadata write-ahead log without fsync (default): survives kill -9, may
+  // lose the last writes on power loss.
   kWal,
-  // Write-ahead log synced before every acknowledgement: survives power loss.
+  // Payload fdatasync'ed and the log synced before every acknowledgement (one
+  // sync for a whole write-back batch): survives power loss.
   kSync,
 };
 
@@ -59,13 +66,20 @@ struct SsdTierOptions {
   uint32_t writer_threads = 2;
   // Write-back queue bound, in blocks. When full, OnEvict writes inline.
   uint32_t queue_depth = 64;
-  // Payloads of at least this many bytes go to RocksDB blob files; smaller
-  // ones stay in the tables.
-  uint64_t min_blob_bytes = 4096;
-  // RocksDB memtable size; larger means fewer, bigger sequential flushes.
+  // A segment file is sealed (and a new one started) before an append would
+  // take it past this size. Smaller segments are reclaimed at a finer grain.
+  uint64_t segment_bytes = 128ull << 20;
+  // A sealed segment whose live payload bytes fall below this fraction of its
+  // size is compacted (live payloads copied to an active segment, the file
+  // unlinked); one with none left is unlinked. Disk use stays below about
+  // capacity / fraction plus the active segments.
+  double reclaim_live_fraction = 0.5;
+  // RocksDB memtable size (metadata only).
   uint64_t write_buffer_bytes = 64ull << 20;
-  // O_DIRECT for flushes, compactions and payload reads (keeps the page cache
-  // for the hot tier). Silently turned off on file systems without O_DIRECT.
+  // O_DIRECT for payload writes and reads (keeps the page cache for the hot
+  // tier, and no CPU copy through it). Silently turned off on file systems
+  // without O_DIRECT (tmpfs); then buffered I/O plus fdatasync where the
+  // durability mode requires it.
   bool use_direct_io = true;
   // After an I/O error, a failed background write is retried this often.
   uint64_t retry_interval_ms = 1000;
@@ -87,7 +101,10 @@ struct SsdOpenReport {
   uint64_t bytes = 0;                    // their payload bytes
   uint64_t incompatible_records =
       0;  // records of an unknown layout version (kept, not served)
-  uint64_t corrupt_records_removed = 0;  // metadata that failed its checksum
+  uint64_t corrupt_records_removed = 0;        // metadata that failed its checksum
+  uint64_t segments = 0;                       // segment files in use
+  uint64_t unreferenced_segments_deleted = 0;  // crash garbage removed
+  uint64_t missing_segments = 0;  // referenced but absent (their blocks read as corrupt)
   std::vector<AuditFinding>
       counter_repairs;  // persisted counters that disagreed (repaired)
 };
@@ -97,6 +114,15 @@ struct SsdNamespaceUsage {
   BlockKey namespace_id;
   uint64_t blocks = 0;
   uint64_t bytes = 0;
+};
+
+// Disk use of the payload segments.
+struct SsdSpaceUsage {
+  uint64_t segments = 0;         // files
+  uint64_t file_bytes = 0;       // their total size
+  uint64_t live_bytes = 0;       // extents referenced by stored blocks (payload
+                                 // rounded up to 4096 with its 64-byte footer)
+  uint64_t active_segments = 0;  // still being appended to
 };
 
 // Thread-safe: every method may be called concurrently, except that nothing may
@@ -158,9 +184,11 @@ class SsdTier final : public BlockTier, public EvictionListener {
   StatusOr<uint64_t> PurgeNamespace(const BlockKey& namespace_id);
   std::vector<SsdNamespaceUsage> Namespaces() const;
 
-  // Compacts the whole database now (normally left to RocksDB's background
-  // jobs), which also collects blob garbage of evicted and removed payloads.
+  // Reclaims segment space now (normally a background thread does it): every
+  // sealed segment below reclaim_live_fraction is compacted, every empty one
+  // unlinked; then compacts the metadata database.
   Status Compact();
+  SsdSpaceUsage SpaceUsage() const;
 
   const SsdOpenReport& open_report() const;
   uint64_t queued_blocks() const;

@@ -127,7 +127,6 @@ struct TestTiers {
       SsdTierOptions o;
       o.path = ssd_path;
       o.write_buffer_bytes = 4 << 20;
-      o.min_blob_bytes = 256;
       o.log = [](std::string_view) {};
       StatusOr<std::unique_ptr<SsdTier>> opened = SsdTier::Open(o);
       EXPECT_TRUE(opened.ok()) << opened.status().ToString();

@@ -23,11 +23,12 @@ SharedBytes PayloadOf(const BlockKey& k) {
   return testing::ConformancePayload(k, 0, 300 + (k.lo * 7919) % 6000);
 }
 
+// The metadata tables and the payload segments.
 std::vector<fs::path> DataFiles(const fs::path& dir) {
   std::vector<fs::path> out;
-  for (const auto& e : fs::directory_iterator(dir)) {
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
     const std::string ext = e.path().extension().string();
-    if (ext == ".blob" || ext == ".sst") out.push_back(e.path());
+    if (ext == ".seg" || ext == ".sst") out.push_back(e.path());
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -56,7 +57,7 @@ struct Totals {
   uint64_t rounds = 0, moved_aside = 0, served = 0, wrong = 0, corrupt_misses = 0;
 };
 
-TEST(SsdCorruption, FlippedBytesInBlobAndTableFilesAreNeverServed) {
+TEST(SsdCorruption, FlippedBytesInSegmentAndTableFilesAreNeverServed) {
   const uint64_t rounds = testing::Iterations(12, 300);
   std::mt19937_64 rng(testing::TestSeed("SsdCorruption.FlippedBytes"));
   Totals t;
@@ -164,9 +165,10 @@ namespace prefixkv {
 namespace {
 
 // Regression: the metadata scans at Open and in Audit once ran past the end of
-// the metadata range onto the first payload, so one damaged blob failed Open
-// and the whole database was moved aside. One block, its blob damaged: the
-// tier opens with the block indexed, and reading it is a counted miss.
+// the metadata range onto the first payload, so one damaged payload failed
+// Open and the whole database was moved aside. One block, its segment bytes
+// damaged: the tier opens with the block indexed, and reading it is a counted
+// miss.
 TEST(SsdCorruption, ADamagedPayloadDoesNotFailOpenOrAudit) {
   testing::TempDir dir;
   const BlockMeta meta = testing::ChainBlock(1, 0);
@@ -178,8 +180,8 @@ TEST(SsdCorruption, ADamagedPayloadDoesNotFailOpenOrAudit) {
     ASSERT_TRUE(tier->Close().ok());
   }
   std::vector<std::filesystem::path> blobs;
-  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
-    if (e.path().extension() == ".blob") blobs.push_back(e.path());
+  for (const auto& e : std::filesystem::directory_iterator(dir.path() / "segments")) {
+    if (e.path().extension() == ".seg") blobs.push_back(e.path());
   }
   ASSERT_EQ(blobs.size(), 1u);
   {

@@ -35,7 +35,7 @@ inline SsdTierOptions TestSsdOptions(const std::string& path) {
   SsdTierOptions o;
   o.path = path;
   o.write_buffer_bytes = 4 << 20;
-  o.min_blob_bytes = 256;
+  o.segment_bytes = 4 << 20;
   o.log = [](std::string_view) {};
   return o;
 }

@@ -6,9 +6,12 @@
 #include <rocksdb/db.h>
 
 #include <condition_variable>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "storage/ssd_layout.h"
+#include "storage/ssd_segment.h"
 #include "tests/storage/ssd_test_util.h"
 
 namespace prefixkv {
@@ -23,6 +26,36 @@ using testing::ConformancePayload;
 using testing::OpenSsd;
 using testing::TempDir;
 using testing::TestSsdOptions;
+
+std::vector<std::filesystem::path> SegmentFiles(const std::string& dir) {
+  std::vector<std::filesystem::path> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/segments")) {
+    if (e.path().extension() == ".seg") out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The background reclaimer may unlink a file while this lists them.
+uint64_t SegmentFileBytes(const std::string& dir) {
+  uint64_t total = 0;
+  for (const auto& p : SegmentFiles(dir)) {
+    std::error_code ec;
+    const uint64_t size = std::filesystem::file_size(p, ec);
+    if (!ec) total += size;
+  }
+  return total;
+}
+
+void FlipByteAt(const std::filesystem::path& file, uint64_t offset) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  char c;
+  f.seekg(static_cast<std::streamoff>(offset));
+  f.read(&c, 1);
+  c ^= 0x40;
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
 
 SharedBytes PayloadOf(const BlockMeta& m, size_t size = 2000) {
   return ConformancePayload(m.key, 0, size);
@@ -265,15 +298,11 @@ TEST_F(SsdTierTest, APayloadThatFailsItsChecksumIsAMissCountedAndRemoved) {
     auto tier = OpenSsd(Options());
     ASSERT_TRUE(tier->Put(m, PayloadOf(m), true).ok());
   }
-  {  // Same length, different bytes: only the tier's own XXH3 can tell.
-    rocksdb::DB* raw = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), Options().path, &raw).ok());
-    std::string other(PayloadOf(m).view());
-    other[1000] ^= 0x40;
-    ASSERT_TRUE(
-        raw->Put({}, ssd::BlockRecordKey(ssd::kPayloadTag, m.namespace_id, m.key), other)
-            .ok());
-    delete raw;
+  {  // Same length, different bytes: only the tier's own XXH3 can tell. The
+     // only block's extent starts at offset 0 of the only segment file.
+    std::vector<std::filesystem::path> segs = SegmentFiles(Options().path);
+    ASSERT_EQ(segs.size(), 1u);
+    FlipByteAt(segs[0], 1000);
   }
   auto tier = OpenSsd(Options());
   StatusOr<SharedBytes> got = tier->Get(m.key);
@@ -313,36 +342,260 @@ TEST_F(SsdTierTest, PurgeNamespaceRemovesOnlyThatNamespaceForGood) {
 namespace prefixkv {
 namespace {
 
-uint64_t BlobFileBytes(const std::string& dir) {
-  uint64_t total = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (e.path().extension() == ".blob") total += std::filesystem::file_size(e.path());
+// Disk use under constant eviction: 16x the capacity (up to 160x in the long
+// setting) is written through a tier whose capacity holds 64 blocks; evicted
+// extents are garbage that the reclaimer must unlink or compact away. Bound:
+// sealed segments are at least reclaim_live_fraction live once reclaimed, so
+// their bytes stay below live / fraction; plus the active segments (one per
+// concurrent writer) and one segment being compacted.
+TEST(SsdTierSpace, EvictedPayloadsAreReclaimedFromSegments) {
+  for (SsdDurability mode : {SsdDurability::kFlush, SsdDurability::kWal}) {
+    TempDir dir;
+    SsdTierOptions o = TestSsdOptions((dir.path() / "ssd").string());
+    o.capacity_bytes = 2 << 20;
+    o.segment_bytes = 1 << 20;
+    o.durability = mode;
+    auto tier = OpenSsd(o);
+    const uint64_t blocks = testing::Iterations(1000, 10000);
+    const size_t payload = 32 << 10;
+    // Extents round the payload up (with its footer) to 4096: 36 KiB each.
+    const double extent_ratio =
+        static_cast<double>((payload + 64 + 4095) / 4096 * 4096) / payload;
+    const uint64_t bound = static_cast<uint64_t>(
+        static_cast<double>(o.capacity_bytes) * extent_ratio / o.reclaim_live_fraction +
+        2 * o.segment_bytes);
+    uint64_t peak = 0, peak_before = 0;
+    for (uint64_t i = 0; i < blocks; ++i) {
+      ASSERT_TRUE(
+          tier->Put(ChainBlock(i, 0), PayloadOf(ChainBlock(i, 0), payload), true).ok());
+      if (i % 50 == 49) {
+        // Before: whatever the background reclaimer kept up with, at most 50
+        // blocks of garbage more than the bound. After: the bound.
+        peak_before = std::max(peak_before, SegmentFileBytes(o.path));
+        ASSERT_TRUE(tier->Compact().ok());  // what the background thread does
+        peak = std::max(peak, SegmentFileBytes(o.path));
+      }
+    }
+    // The background reclaimer alone, without Compact(): give it a moment.
+    for (int i = 0; i < 200 && SegmentFileBytes(o.path) > bound; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    const uint64_t idle = SegmentFileBytes(o.path);
+    const SsdSpaceUsage usage = tier->SpaceUsage();
+    ASSERT_TRUE(tier->Close().ok());
+    const uint64_t written = blocks * payload;
+    std::printf(
+        "[space] mode=%s written=%llu capacity=%llu peak_before_compact=%llu "
+        "peak_segment_bytes=%llu "
+        "idle_segment_bytes=%llu bound=%llu segments=%llu live=%llu\n",
+        std::string(SsdDurabilityName(mode)).c_str(),
+        static_cast<unsigned long long>(written),
+        static_cast<unsigned long long>(o.capacity_bytes),
+        static_cast<unsigned long long>(peak_before),
+        static_cast<unsigned long long>(peak), static_cast<unsigned long long>(idle),
+        static_cast<unsigned long long>(bound),
+        static_cast<unsigned long long>(usage.segments),
+        static_cast<unsigned long long>(usage.live_bytes));
+    EXPECT_LE(peak, bound) << "garbage must be reclaimed";
+    EXPECT_LE(peak_before, bound + 50 * (payload + 4096));
+    EXPECT_LE(idle, bound) << "the background reclaimer must keep up at rest";
+    EXPECT_LE(usage.live_bytes, usage.file_bytes);
+    // After a restart the index and the segments still agree exactly.
+    auto reopened = OpenSsd(o);
+    EXPECT_EQ(reopened->open_report().missing_segments, 0u);
+    testing::ExpectCountersMatchContents(*reopened, {0});
   }
-  return total;
 }
 
-TEST(SsdTierSpace, EvictedPayloadsAreReclaimedFromBlobFiles) {
+}  // namespace
+}  // namespace prefixkv
+
+namespace prefixkv {
+namespace {
+
+using testing::ChainBlock;
+using testing::OpenSsd;
+using testing::TempDir;
+using testing::TestSsdOptions;
+
+SharedBytes SegPayload(const BlockMeta& m, size_t size) {
+  return testing::ConformancePayload(m.key, 0, size);
+}
+
+std::vector<std::filesystem::path> Segments(const std::string& dir) {
+  std::vector<std::filesystem::path> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/segments")) {
+    if (e.path().extension() == ".seg") out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string ReadFile(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// The byte layout of docs/ssd.md: each payload at a 4096-aligned offset,
+// zero padding, and a 64-byte footer ending the extent that names the block.
+TEST(SsdSegments, ExtentsAreAlignedAndSelfDescribing) {
+  TempDir dir;
+  const SsdTierOptions o = TestSsdOptions((dir.path() / "ssd").string());
+  const std::vector<size_t> sizes = {1, 4096, 5000, 4096 - 64, 4096 - 63};
+  {
+    auto tier = OpenSsd(o);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const BlockMeta m = ChainBlock(i, 0);
+      ASSERT_TRUE(tier->Put(m, SegPayload(m, sizes[i]), true).ok());
+    }
+    ASSERT_TRUE(tier->Close().ok());
+  }
+  const std::vector<std::filesystem::path> segs = Segments(o.path);
+  ASSERT_EQ(segs.size(), 1u);
+  const std::string bytes = ReadFile(segs[0]);
+  uint64_t at = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const BlockMeta m = ChainBlock(i, 0);
+    const uint64_t ext = ssd::ExtentBytes(sizes[i]);
+    EXPECT_EQ(ext % 4096, 0u);
+    ASSERT_LE(at + ext, bytes.size());
+    EXPECT_EQ(bytes.substr(at, sizes[i]), std::string(SegPayload(m, sizes[i]).view()));
+    ssd::ExtentFooter f;
+    ASSERT_TRUE(ssd::DecodeFooter(
+        reinterpret_cast<const uint8_t*>(bytes.data() + at + ext - ssd::kFooterBytes),
+        &f));
+    EXPECT_EQ(f.key, m.key);
+    EXPECT_EQ(f.namespace_id, m.namespace_id);
+    EXPECT_EQ(f.length, sizes[i]);
+    EXPECT_EQ(f.checksum, ssd::PayloadChecksum(SegPayload(m, sizes[i]).data(), sizes[i]));
+    for (uint64_t p = at + sizes[i]; p < at + ext - ssd::kFooterBytes; ++p) {
+      ASSERT_EQ(bytes[p], '\0') << "padding is zero";
+    }
+    at += ext;
+  }
+  EXPECT_EQ(at, bytes.size());
+}
+
+// Crash garbage (a segment no record references) is deleted at Open, and new
+// writes never append to a segment that existed before Open.
+TEST(SsdSegments, OpenDeletesUnreferencedSegmentsAndStartsNewOnes) {
+  TempDir dir;
+  const SsdTierOptions o = TestSsdOptions((dir.path() / "ssd").string());
+  {
+    auto tier = OpenSsd(o);
+    ASSERT_TRUE(
+        tier->Put(ChainBlock(0, 0), SegPayload(ChainBlock(0, 0), 3000), true).ok());
+    ASSERT_TRUE(tier->Close().ok());
+  }
+  const std::vector<std::filesystem::path> before = Segments(o.path);
+  ASSERT_EQ(before.size(), 1u);
+  const uint64_t size_before = std::filesystem::file_size(before[0]);
+  std::ofstream(std::filesystem::path(o.path) / "segments" / ssd::SegmentFileName(0x77))
+      << std::string(8192, 'x');
+  auto tier = OpenSsd(o);
+  EXPECT_EQ(tier->open_report().unreferenced_segments_deleted, 1u);
+  EXPECT_EQ(tier->open_report().segments, 1u);
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(o.path) / "segments" /
+                                       ssd::SegmentFileName(0x77)));
+  ASSERT_TRUE(tier->Put(ChainBlock(1, 0), SegPayload(ChainBlock(1, 0), 3000), true).ok());
+  EXPECT_EQ(std::filesystem::file_size(before[0]), size_before) << "never appended to";
+  const std::vector<std::filesystem::path> after = Segments(o.path);
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_GT(after[1].filename().string(), ssd::SegmentFileName(0x77))
+      << "ids are never reused";
+  EXPECT_TRUE(tier->Get(ChainBlock(0, 0).key).ok());
+  testing::ExpectCountersMatchContents(*tier, {0});
+}
+
+// A missing segment file: Audit names it, and each of its blocks reads as a
+// counted corruption (a miss), never as bytes.
+TEST(SsdSegments, AMissingSegmentIsReportedAndItsBlocksAreCorruptMisses) {
   TempDir dir;
   SsdTierOptions o = TestSsdOptions((dir.path() / "ssd").string());
-  o.capacity_bytes = 2 << 20;
-  o.write_buffer_bytes = 1 << 20;
-  o.durability = SsdDurability::kFlush;
-  auto tier = OpenSsd(o);
-  const uint64_t blocks = testing::Iterations(1000, 10000);
-  for (uint64_t i = 0; i < blocks; ++i) {
-    ASSERT_TRUE(
-        tier->Put(ChainBlock(i, 0), PayloadOf(ChainBlock(i, 0), 32 << 10), true).ok());
+  {
+    auto tier = OpenSsd(o);
+    for (uint64_t i = 0; i < 3; ++i) {
+      ASSERT_TRUE(
+          tier->Put(ChainBlock(0, i), SegPayload(ChainBlock(0, i), 2000), true).ok());
+    }
+    ASSERT_TRUE(tier->Close().ok());
   }
-  ASSERT_TRUE(
-      tier->Compact().ok());  // background compactions may lag: no timing in the test
-  ASSERT_TRUE(tier->Close().ok());
-  const uint64_t written = blocks * (32 << 10);
-  std::printf("[space] written=%llu capacity=%llu blob_file_bytes=%llu\n",
-              static_cast<unsigned long long>(written),
-              static_cast<unsigned long long>(o.capacity_bytes),
-              static_cast<unsigned long long>(BlobFileBytes(o.path)));
-  // Without blob garbage collection every byte ever written would remain.
-  EXPECT_LT(BlobFileBytes(o.path), 2 * o.capacity_bytes) << "garbage must be collected";
+  for (const auto& p : Segments(o.path)) std::filesystem::remove(p);
+  auto tier = OpenSsd(o);
+  EXPECT_EQ(tier->open_report().missing_segments, 1u);
+  EXPECT_EQ(tier->open_report().blocks, 3u);
+  std::vector<AuditFinding> findings;
+  ASSERT_TRUE(tier->Audit(&findings).ok());
+  int missing = 0, damaged = 0;
+  for (const AuditFinding& f : findings) {
+    missing += f.what.starts_with("segment ") ? 1 : 0;
+    damaged += f.what.ends_with(" checksum") ? 1 : 0;
+  }
+  EXPECT_EQ(missing, 1);
+  EXPECT_EQ(damaged, 3);
+  EXPECT_EQ(tier->Totals().corruptions, 3u);
+  EXPECT_EQ(tier->Totals().entries, 0u);
+  StatusOr<SharedBytes> got = tier->Get(ChainBlock(0, 0).key);
+  EXPECT_TRUE(got.status().IsNotFound());
+  testing::ExpectCountersMatchContents(*tier, {0});
+}
+
+// A directory of the previous layout (payloads in RocksDB blob files) is not
+// converted: it is moved aside with one clear log line, the tier starts cold.
+TEST(SsdSegments, ADirectoryOfTheOlderFormatIsMovedAside) {
+  TempDir dir;
+  testing::LogLines log;
+  SsdTierOptions o = TestSsdOptions((dir.path() / "ssd").string());
+  o.log = log.Sink();
+  {
+    rocksdb::Options ro;
+    ro.create_if_missing = true;
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(ro, o.path, &raw).ok());
+    ASSERT_TRUE(raw->Put({}, std::string(ssd::kFormatKey), "prefixkv-ssd/1").ok());
+    delete raw;
+  }
+  auto tier = OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_FALSE(tier->open_report().moved_aside_to.empty());
+  EXPECT_EQ(log.Count("prefixkv-ssd/1 is not prefixkv-ssd/2"), 1);
+  EXPECT_EQ(log.Count("moved to"), 1);
+  EXPECT_TRUE(tier->open_report().created);
+  ASSERT_TRUE(tier->Put(ChainBlock(0, 0), SegPayload(ChainBlock(0, 0), 100), true).ok());
+}
+
+// Concurrent direct Puts append to different active segments (one per
+// concurrent writer), and every block reads back after a restart.
+TEST(SsdSegments, ConcurrentPutsUseSeparateActiveSegments) {
+  TempDir dir;
+  const SsdTierOptions o = TestSsdOptions((dir.path() / "ssd").string());
+  const uint64_t per_thread = testing::Iterations(50, 2000);
+  {
+    auto tier = OpenSsd(o);
+    std::vector<std::thread> threads;
+    for (uint64_t t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        for (uint64_t i = 0; i < per_thread; ++i) {
+          const BlockMeta m = ChainBlock(t, i);
+          EXPECT_TRUE(tier->Put(m, SegPayload(m, 1000 + i), true).ok());
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_GE(tier->SpaceUsage().active_segments, 1u);
+    ASSERT_TRUE(tier->Close().ok());
+  }
+  auto tier = OpenSsd(o);
+  for (uint64_t t = 0; t < 4; ++t) {
+    for (uint64_t i = 0; i < per_thread; ++i) {
+      const BlockMeta m = ChainBlock(t, i);
+      StatusOr<SharedBytes> got = tier->Get(m.key);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_EQ(got->view(), SegPayload(m, 1000 + i).view());
+    }
+  }
+  EXPECT_TRUE(tier->FindOrphans().empty());
+  testing::ExpectCountersMatchContents(*tier, {0});
 }
 
 }  // namespace

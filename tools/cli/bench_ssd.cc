@@ -117,14 +117,12 @@ void Parallel(size_t n, const std::function<void(size_t)>& fn) {
   for (auto& t : threads) t.join();
 }
 
-SsdTierOptions BenchOptions(const fs::path& path, SsdDurability d, size_t block_bytes) {
+SsdTierOptions BenchOptions(const fs::path& path, SsdDurability d) {
   SsdTierOptions o;
   o.path = path.string();
   o.durability = d;
   o.writer_threads = kThreads;
   o.queue_depth = 64;
-  o.write_buffer_bytes = 256ull << 20;
-  o.min_blob_bytes = std::min<uint64_t>(4096, block_bytes);
   o.log = [](std::string_view) {};
   return o;
 }
@@ -196,8 +194,7 @@ bool FilePerBlock(const fs::path& dir, const std::vector<SharedBytes>& blocks,
 
 // Reopen time of a tier holding `blocks` small blocks after a clean close.
 bool OpenTime(const fs::path& path, uint64_t blocks, double* s) {
-  SsdTierOptions o = BenchOptions(path, SsdDurability::kFlush, 1024);
-  o.min_blob_bytes = 512;
+  SsdTierOptions o = BenchOptions(path, SsdDurability::kFlush);
   {
     auto tier = SsdTier::Open(o);
     if (!tier.ok()) return false;
@@ -223,12 +220,11 @@ bool RunAll(const fs::path& dir, uint64_t total, uint64_t open_blocks, SsdResult
   {
     const std::vector<SharedBytes> big = MakePayloads(total, 1 << 20);
     if (!RawDirect(dir, big, &r->raw_write_s, &r->raw_read_s)) return false;
-    const SsdTierOptions flush =
-        BenchOptions(dir / "flush", SsdDurability::kFlush, 1 << 20);
+    const SsdTierOptions flush = BenchOptions(dir / "flush", SsdDurability::kFlush);
     if (!TierWrite(flush, big, &r->flush_write_s)) return false;
     if (!TierRead(flush, big, &r->flush_read_s)) return false;
     fs::remove_all(flush.path);
-    const SsdTierOptions wal = BenchOptions(dir / "wal", SsdDurability::kWal, 1 << 20);
+    const SsdTierOptions wal = BenchOptions(dir / "wal", SsdDurability::kWal);
     if (!TierWrite(wal, big, &r->wal_write_s)) return false;
     fs::remove_all(wal.path);
   }
@@ -237,8 +233,7 @@ bool RunAll(const fs::path& dir, uint64_t total, uint64_t open_blocks, SsdResult
     if (!FilePerBlock(dir / "files", small, &r->fpb_write_s, &r->fpb_read_s))
       return false;
     fs::remove_all(dir / "files");
-    const SsdTierOptions flush =
-        BenchOptions(dir / "small", SsdDurability::kFlush, 256 << 10);
+    const SsdTierOptions flush = BenchOptions(dir / "small", SsdDurability::kFlush);
     if (!TierWrite(flush, small, &r->tier_small_write_s)) return false;
     if (!TierRead(flush, small, &r->tier_small_read_s)) return false;
     fs::remove_all(flush.path);
