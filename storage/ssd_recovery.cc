@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "storage/ssd_layout.h"
+#include "storage/ssd_segment.h"
 #include "storage/ssd_tier_impl.h"
 
 namespace prefixkv {
@@ -65,6 +66,10 @@ StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(const SsdTierOptions& options) 
   if (options.clock == nullptr) return Status::InvalidArgument("ssd tier: null clock");
   if (options.capacity_bytes == 0)
     return Status::InvalidArgument("ssd tier: zero capacity");
+  if (options.segment_bytes < ssd::kExtentAlign)
+    return Status::InvalidArgument("ssd tier: segment_bytes below 4096");
+  if (!(options.reclaim_live_fraction >= 0 && options.reclaim_live_fraction < 1))
+    return Status::InvalidArgument("ssd tier: reclaim_live_fraction must be in [0, 1)");
   const std::string& c = options.compression;
   if (c != "none" && c != "lz4" && c != "zstd" && c != "snappy") {
     return Status::InvalidArgument("ssd tier: unknown compression " + c);

@@ -564,6 +564,16 @@ TEST(SsdSegments, ADirectoryOfTheOlderFormatIsMovedAside) {
   ASSERT_TRUE(tier->Put(ChainBlock(0, 0), SegPayload(ChainBlock(0, 0), 100), true).ok());
 }
 
+TEST(SsdSegments, SegmentOptionsAreValidated) {
+  TempDir dir;
+  SsdTierOptions o = TestSsdOptions((dir.path() / "ssd").string());
+  o.segment_bytes = 100;
+  EXPECT_TRUE(SsdTier::Open(o).status().IsInvalidArgument());
+  o = TestSsdOptions((dir.path() / "ssd").string());
+  o.reclaim_live_fraction = 1.0;
+  EXPECT_TRUE(SsdTier::Open(o).status().IsInvalidArgument());
+}
+
 // Concurrent direct Puts append to different active segments (one per
 // concurrent writer), and every block reads back after a restart.
 TEST(SsdSegments, ConcurrentPutsUseSeparateActiveSegments) {
