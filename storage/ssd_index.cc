@@ -20,6 +20,7 @@ void SsdIndex::Insert(const BlockKey& key, const IndexEntry& entry) {
   o.bytes += entry.bytes;
   total_bytes_ += entry.bytes;
   live_[entry.segment] += ExtentBytes(entry.bytes);
+  live_total_ += ExtentBytes(entry.bytes);
   max_seq_ = std::max(max_seq_, entry.access_seq);
   AddChild(entry.parent);
   AddLeaf(key);
@@ -45,6 +46,7 @@ void SsdIndex::DropLive(uint64_t segment, uint64_t payload_bytes) {
   auto it = live_.find(segment);
   if (it == live_.end()) return;
   it->second -= ExtentBytes(payload_bytes);
+  live_total_ -= ExtentBytes(payload_bytes);
   if (it->second == 0) live_.erase(it);
 }
 
@@ -55,6 +57,7 @@ void SsdIndex::Relocate(const BlockKey& key, uint64_t segment, uint64_t offset) 
   it->second.segment = segment;
   it->second.offset = offset;
   live_[segment] += ExtentBytes(it->second.bytes);
+  live_total_ += ExtentBytes(it->second.bytes);
 }
 
 uint64_t SsdIndex::LiveBytes(uint64_t segment) const {

@@ -45,6 +45,7 @@ class SsdIndex {
 
   // Extent bytes (ExtentBytes of each payload) referenced in a segment.
   uint64_t LiveBytes(uint64_t segment) const;
+  uint64_t live_total() const { return live_total_; }
   const std::unordered_map<uint64_t, uint64_t>& live_segments() const { return live_; }
   // Blocks whose payload is in `segment` (a scan of the index).
   std::vector<BlockKey> KeysIn(uint64_t segment) const;
@@ -92,6 +93,7 @@ class SsdIndex {
   std::set<BlockKey> claimed_;
   std::map<OwnerId, TierCounters> owners_;
   std::unordered_map<uint64_t, uint64_t> live_;  // segment -> live extent bytes
+  uint64_t live_total_ = 0;                      // their sum
   uint64_t total_bytes_ = 0;
   uint64_t max_seq_ = 0;
 };

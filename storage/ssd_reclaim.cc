@@ -6,7 +6,9 @@
 // and verified, appended to an active segment (synced), their metadata
 // repointed under each block's stripe, and the old file unlinked only once the
 // metadata change is durable in the mode's sense. Disk use therefore stays
-// below about live / fraction + the active segments (docs/ssd.md "Space").
+// below about live / fraction + the active segments (docs/ssd.md "Space");
+// a writer that finds the files above that bound runs (or waits for) a pass
+// itself before it goes on, so a fast writer cannot outrun the reclaimer.
 //
 // A segment with appends whose metadata is not committed yet ("pending") is
 // never touched: its references may not be in the index yet.
@@ -148,8 +150,34 @@ Status SsdTier::Impl::Relocate(uint64_t segment) {
   return Status::OK();
 }
 
+void SsdTier::Impl::ThrottleWrites() {
+  if (options_.reclaim_live_fraction <= 0) return;  // only empty segments go
+  uint64_t file_bytes = 0, active = 0;
+  store_->Usage(&file_bytes, &active);
+  uint64_t live = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    live = index_.live_total();
+  }
+  // The documented bound: live / fraction for the sealed segments, plus the
+  // active segments and one being compacted.
+  const double bound = static_cast<double>(live) / options_.reclaim_live_fraction +
+                       static_cast<double>((active + 1) * options_.segment_bytes);
+  if (static_cast<double>(file_bytes) <= bound) return;
+  // The reclaimer is behind: this writer runs a pass itself (after the one
+  // in progress, if any) before it writes more.
+  // (A pass in progress may have looked before this write's garbage existed,
+  // so after waiting for it the writer still runs its own.)
+  std::lock_guard<std::mutex> run(gc_run_mu_);
+  (void)ReclaimLocked();
+}
+
 Status SsdTier::Impl::ReclaimPass() {
   std::lock_guard<std::mutex> run(gc_run_mu_);
+  return ReclaimLocked();
+}
+
+Status SsdTier::Impl::ReclaimLocked() {
   // Pending and sealed state first, live bytes second: a segment seen sealed
   // with nothing pending gets no new reference, and every reference it had is
   // already in the index (EndPending follows the index update).
@@ -178,11 +206,16 @@ Status SsdTier::Impl::ReclaimPass() {
       first = s;
     }
   }
-  if (empty.empty()) return first;
-  PKV_RETURN_IF_ERROR(MakeMetadataDurable());
-  for (uint64_t id : empty) {
-    Status s = store_->Delete(id);
-    if (first.ok()) first = s;
+  if (!empty.empty()) {
+    Status durable = MakeMetadataDurable();
+    if (durable.ok()) {
+      for (uint64_t id : empty) {
+        Status s = store_->Delete(id);
+        if (first.ok()) first = s;
+      }
+    } else if (first.ok()) {
+      first = durable;
+    }
   }
   if (!first.ok()) Log("segment reclamation: " + first.ToString());
   return first;

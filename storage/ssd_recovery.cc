@@ -167,6 +167,7 @@ Status SsdTier::Impl::Open() {
       [this](const std::vector<ssd::WriteBackItem>& items) {
         PKV_RETURN_IF_ERROR(Store(items, /*dirty=*/true));
         EnforceCapacity();
+        ThrottleWrites();
         return Status::OK();
       });
   Log("opened " + options_.path + ": " + std::to_string(report_.blocks) + " blocks, " +

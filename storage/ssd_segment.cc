@@ -151,6 +151,7 @@ Status SegmentStore::Adopt(uint64_t id, uint64_t bytes) {
   if (file->fd < 0) return ErrnoStatus(errno, "open " + PathOf(id));
   std::lock_guard<std::mutex> lock(mu_);
   segments_[id] = Entry{std::move(file), SegmentState{id, bytes, true, 0}};
+  total_bytes_ += bytes;
   if (id >= next_id_) next_id_ = id + 1;
   return Status::OK();
 }
@@ -158,7 +159,11 @@ Status SegmentStore::Adopt(uint64_t id, uint64_t bytes) {
 Status SegmentStore::Delete(uint64_t id) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    segments_.erase(id);  // readers in flight keep the descriptor
+    if (auto it = segments_.find(id); it != segments_.end()) {
+      total_bytes_ -= it->second.state.bytes;
+      if (!it->second.state.sealed) active_ -= 1;
+      segments_.erase(it);  // readers in flight keep the descriptor
+    }
   }
   if (unlink(PathOf(id).c_str()) != 0 && errno != ENOENT) {
     return ErrnoStatus(errno, "unlink " + PathOf(id));
@@ -193,6 +198,7 @@ Status SegmentStore::NewAppender(Appender* a) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   segments_[id] = Entry{file, SegmentState{id, 0, false, 0}};
+  active_ += 1;
   a->file = std::move(file);
   a->size = 0;
   return Status::OK();
@@ -207,8 +213,10 @@ Status SegmentStore::Seal(Appender* a) {
   Status s =
       fdatasync(file->fd) == 0 ? Status::OK() : ErrnoStatus(errno, "fdatasync segment");
   std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = segments_.find(file->id); it != segments_.end()) {
+  if (auto it = segments_.find(file->id);
+      it != segments_.end() && !it->second.state.sealed) {
     it->second.state.sealed = true;
+    active_ -= 1;
   }
   return s;
 }
@@ -244,6 +252,7 @@ Status SegmentStore::Append(const std::vector<ExtentSpec>& extents, bool sync,
     std::lock_guard<std::mutex> lock(mu_);
     SegmentState& st = segments_.at(id).state;
     st.bytes += total;  // reserved even if the write fails: never rewritten
+    total_bytes_ += total;
     st.pending += 1;
   }
   a->size += total;
@@ -339,6 +348,12 @@ Status SegmentStore::SyncActive() {
     if (fdatasync(f->fd) != 0) return ErrnoStatus(errno, "fdatasync segment");
   }
   return Status::OK();
+}
+
+void SegmentStore::Usage(uint64_t* bytes, uint64_t* active) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  *bytes = total_bytes_;
+  *active = active_;
 }
 
 std::vector<SegmentState> SegmentStore::Snapshot() const {

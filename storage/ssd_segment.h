@@ -127,6 +127,8 @@ class SegmentStore {
   // fdatasync of every active segment (Close(), and before reclaiming).
   Status SyncActive();
   std::vector<SegmentState> Snapshot() const;
+  // Total segment bytes and the number of active segments, cheaply.
+  void Usage(uint64_t* bytes, uint64_t* active) const;
   bool Has(uint64_t id) const;
 
  private:
@@ -148,6 +150,8 @@ class SegmentStore {
   std::map<uint64_t, Entry> segments_;           // GUARDED_BY(mu_)
   std::vector<std::unique_ptr<Appender>> idle_;  // GUARDED_BY(mu_)
   uint64_t next_id_ = 1;                         // GUARDED_BY(mu_)
+  uint64_t total_bytes_ = 0;                     // GUARDED_BY(mu_): of all segments
+  uint64_t active_ = 0;                          // GUARDED_BY(mu_): not sealed
 };
 
 }  // namespace prefixkv::ssd

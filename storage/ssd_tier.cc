@@ -156,6 +156,7 @@ Status SsdTier::Impl::Put(const BlockMeta& meta, const SharedBytes& payload, boo
   queue_->Cancel(meta.key);  // this Put supersedes a queued version
   PKV_RETURN_IF_ERROR(Store({{meta, payload}}, dirty));
   EnforceCapacity();
+  ThrottleWrites();  // after the evictions, whose garbage counts too
   return Status::OK();
 }
 

@@ -94,6 +94,10 @@ class SsdTier::Impl {
   void WakeReclaimer();
   // One pass: compacts sparse sealed segments, unlinks empty ones.
   Status ReclaimPass();
+  Status ReclaimLocked();  // REQUIRES: gc_run_mu_ held
+  // After a write and its evictions: if the segment files exceed the space
+  // bound, runs a reclaim pass on the calling thread. REQUIRES: no lock held.
+  void ThrottleWrites();
   // Copies the live payloads of `segment` to an active segment.
   Status Relocate(uint64_t segment);
   // Makes every committed metadata change survive what the mode promises
