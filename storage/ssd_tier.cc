@@ -21,6 +21,9 @@ Status SsdTier::Put(const BlockMeta& meta, SharedBytes payload, bool dirty) {
   return impl_->Put(meta, payload, dirty);
 }
 StatusOr<SharedBytes> SsdTier::Get(const BlockKey& key) { return impl_->Get(key); }
+StatusOr<SharedBytes> SsdTier::GetForAudit(const BlockKey& key) {
+  return impl_->Get(key, /*touch=*/false);
+}
 StatusOr<BlockMeta> SsdTier::Peek(const BlockKey& key) const { return impl_->Peek(key); }
 bool SsdTier::Contains(const BlockKey& key) const { return impl_->Peek(key).ok(); }
 Status SsdTier::Remove(const BlockKey& key) { return impl_->Remove(key); }
@@ -304,10 +307,12 @@ Status SsdTier::Impl::Remove(const BlockKey& key) {
 
 // ---- read path --------------------------------------------------------------------
 
-StatusOr<SharedBytes> SsdTier::Impl::Get(const BlockKey& key) {
+StatusOr<SharedBytes> SsdTier::Impl::Get(const BlockKey& key, bool touch) {
   if (std::optional<SharedBytes> queued = queue_->Find(key)) {
-    std::optional<BlockMeta> meta = queue_->FindMeta(key);
-    CountEvent(meta ? meta->owner : 0, &TierCounters::hits);
+    if (touch) {
+      std::optional<BlockMeta> meta = queue_->FindMeta(key);
+      CountEvent(meta ? meta->owner : 0, &TierCounters::hits);
+    }
     return *queued;
   }
   BlockLock block_lock(this, key);
@@ -317,13 +322,16 @@ StatusOr<SharedBytes> SsdTier::Impl::Get(const BlockKey& key) {
     const IndexEntry* found = index_.Find(key);
     if (found == nullptr) {
       // The owner of an absent block is unknown: misses without one go to owner 0.
-      index_.Owner(0).misses += 1;
-      unpersisted_[0].misses += 1;
+      if (touch) {
+        index_.Owner(0).misses += 1;
+        unpersisted_[0].misses += 1;
+      }
       return Status::NotFound("not in the ssd tier");
     }
     e = *found;
   }
   PKV_ASSIGN_OR_RETURN(SharedBytes payload, ReadVerified(key, e));
+  if (!touch) return payload;
   // Persist the new access order; losing it in a crash only ages the block.
   ssd::StoredMeta touched{e.owner, e.parent, e.bytes,   e.checksum,
                           0,       e.dirty,  e.segment, e.offset};

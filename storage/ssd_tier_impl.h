@@ -47,7 +47,8 @@ class SsdTier::Impl {
   // Stores blocks as one atomic write (no queue interplay, no capacity
   // enforcement). REQUIRES: distinct keys, at least one block.
   Status Store(const std::vector<ssd::WriteBackItem>& items, bool dirty);
-  StatusOr<SharedBytes> Get(const BlockKey& key);
+  // `touch`: count the hit (or miss) and refresh the access order.
+  StatusOr<SharedBytes> Get(const BlockKey& key, bool touch = true);
   StatusOr<BlockMeta> Peek(const BlockKey& key) const;
   Status Remove(const BlockKey& key);
   void OnEvict(const BlockMeta& meta, const SharedBytes& payload);

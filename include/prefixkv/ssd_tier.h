@@ -145,6 +145,11 @@ class SsdTier final : public BlockTier, public EvictionListener {
   Status Put(const BlockMeta& meta, SharedBytes payload, bool dirty) override;
   // Also finds blocks still in the write-back queue.
   StatusOr<SharedBytes> Get(const BlockKey& key) override;
+  // Reads and verifies a block exactly like Get (a damaged one is removed and
+  // counted as a corruption and a miss), but a sound or absent block counts no
+  // hit or miss and keeps its access order: what audits use, so checking every
+  // block does not reorder eviction.
+  StatusOr<SharedBytes> GetForAudit(const BlockKey& key);
   StatusOr<BlockMeta> Peek(const BlockKey& key) const override;
   bool Contains(const BlockKey& key) const override;
   Status Remove(const BlockKey& key) override;

@@ -150,6 +150,30 @@ TEST_F(SsdTierTest, EvictsLeastRecentlyUsedLeavesBeforeTheirAncestors) {
   testing::ExpectCountersMatchContents(*tier, {0});
 }
 
+TEST_F(SsdTierTest, GetForAuditVerifiesWithoutCountingOrReorderingEviction) {
+  SsdTierOptions o = Options();
+  o.capacity_bytes = 2 * 1000;
+  auto tier = OpenSsd(o);
+  testing::RecordingListener evicted;
+  tier->SetEvictionListener(&evicted);
+  const BlockMeta older = ChainBlock(0, 0), newer = ChainBlock(1, 0);
+  ASSERT_TRUE(tier->Put(older, PayloadOf(older, 1000), false).ok());
+  ASSERT_TRUE(tier->Put(newer, PayloadOf(newer, 1000), false).ok());
+  const TierCounters before = tier->Totals();
+  StatusOr<SharedBytes> read = tier->GetForAudit(older.key);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->view(), PayloadOf(older, 1000).view());
+  EXPECT_TRUE(tier->GetForAudit(ChainBlock(2, 0).key).status().IsNotFound());
+  EXPECT_EQ(tier->Totals().hits, before.hits);
+  EXPECT_EQ(tier->Totals().misses, before.misses);
+  // The audited block is still the least recently used: it goes first (a Get
+  // would have made `newer` the victim).
+  const BlockMeta third = ChainBlock(3, 0);
+  ASSERT_TRUE(tier->Put(third, PayloadOf(third, 1000), false).ok());
+  ASSERT_EQ(evicted.calls().size(), 1u);
+  EXPECT_EQ(evicted.calls()[0].meta.key, older.key);
+}
+
 TEST_F(SsdTierTest, AccessOrderIsPersistedAcrossRestarts) {
   SsdTierOptions o = Options();
   o.capacity_bytes = 3 * 1000;

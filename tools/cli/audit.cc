@@ -25,8 +25,7 @@ Checks the SSD tier in the data directory of a stopped prefixkv process:
     stored is an orphan;
   - every block record of a model namespace, decoded with the block codec:
     its own checksum, and its key, parent and namespace against the metadata.
-Reading a record counts a hit and refreshes the block's access order (as any
-read does), so an audit makes the blocks it read equally recent for eviction.
+Reading a record counts no hit and leaves the block's eviction order as it was.
 A damaged block is reported once: the audit removes it, so the next audit no
 longer sees it (a child it leaves behind is then reported as an orphan).
 Run it only while no other process has the directory open.

@@ -59,7 +59,8 @@ void CheckRecords(SsdTier& tier, const std::map<BlockKey, StoredBlock>& blocks,
   for (const auto& [key, block] : blocks) {
     if (block.meta.namespace_id.IsZero()) continue;  // raw blobs have no record
     const std::string what = "block " + key.ToHex() + " record";
-    StatusOr<SharedBytes> payload = tier.Get(key);
+    // No hit counted, no access-order refresh: an audit must not reorder eviction.
+    StatusOr<SharedBytes> payload = tier.GetForAudit(key);
     if (!payload.ok()) {
       findings->push_back({what, "unreadable: " + payload.status().ToString()});
       continue;
