@@ -180,8 +180,13 @@ Status SsdTier::Impl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
   // write to this thread's active segment (plus fdatasync in sync mode). No
   // block lock is held, so writers of different batches write in parallel.
   std::vector<ssd::ExtentLocation> locations;
-  Status written =
-      store_->Append(extents, options_.durability == SsdDurability::kSync, &locations);
+  Status written = options_.inject_payload_write_error
+                       ? options_.inject_payload_write_error()
+                       : Status::OK();
+  if (written.ok()) {
+    written =
+        store_->Append(extents, options_.durability == SsdDurability::kSync, &locations);
+  }
   if (!written.ok()) {
     {
       std::lock_guard<std::mutex> lock(mu_);

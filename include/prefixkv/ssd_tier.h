@@ -90,6 +90,10 @@ struct SsdTierOptions {
   // Test seam: called before every write to the database; a non-OK result is
   // treated exactly like the database returning that error. Null: none.
   std::function<Status()> inject_write_error;
+  // Test seam: called before every payload write to a segment file; a non-OK
+  // result is treated exactly like the write failing with that error (ENOSPC ->
+  // NoSpace, EIO -> IOError). Null: none.
+  std::function<Status()> inject_payload_write_error;
 };
 
 // What Open found. Also logged as one line.

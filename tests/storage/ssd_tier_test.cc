@@ -316,6 +316,36 @@ TEST_F(SsdTierTest, NoSpaceFromTheMediumIsReturnedCountedAndChangesNothing) {
   EXPECT_EQ(reopened->Totals().io_errors, 2u);  // persisted with the next write
 }
 
+TEST_F(SsdTierTest, AFailedSegmentWriteIsReturnedCountedRetriedAndLosesNothing) {
+  std::atomic<bool> fail{true};
+  testing::LogLines log;
+  SsdTierOptions o = Options();
+  o.log = log.Sink();
+  o.inject_payload_write_error = [&]() {
+    return fail ? Status::NoSpace("injected ENOSPC") : Status::OK();
+  };
+  auto tier = OpenSsd(o);
+  // A direct Put: the error comes back; nothing is stored.
+  EXPECT_TRUE(tier->Put(ChainBlock(0, 0), PayloadOf(ChainBlock(0, 0)), true).IsNoSpace());
+  EXPECT_FALSE(tier->Contains(ChainBlock(0, 0).key));
+  EXPECT_EQ(tier->Totals().entries, 0u);
+  EXPECT_EQ(tier->Totals().io_errors, 1u);
+  // A write-back: kept queued and served while its segment writes fail.
+  tier->OnEvict(ChainBlock(1, 0), PayloadOf(ChainBlock(1, 0)), true);
+  EXPECT_TRUE(tier->Flush().IsNoSpace());
+  EXPECT_EQ(tier->Get(ChainBlock(1, 0).key)->view(), PayloadOf(ChainBlock(1, 0)).view());
+  EXPECT_GE(tier->Totals().io_errors, 2u);
+  EXPECT_EQ(log.Count("I/O error"), 1);  // logged once
+  fail = false;
+  ASSERT_TRUE(tier->Flush().ok());
+  EXPECT_EQ(tier->Totals().entries, 1u);
+  testing::ExpectCountersMatchContents(*tier, {0});
+  ASSERT_TRUE(tier->Close().ok());
+  auto reopened = OpenSsd(Options());
+  EXPECT_EQ(reopened->Get(ChainBlock(1, 0).key)->view(),
+            PayloadOf(ChainBlock(1, 0)).view());
+}
+
 TEST_F(SsdTierTest, APayloadThatFailsItsChecksumIsAMissCountedAndRemoved) {
   const BlockMeta m = ChainBlock(0, 0);
   {
