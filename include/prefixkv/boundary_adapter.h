@@ -121,10 +121,12 @@ class KvBoundaryAdapter {
                                uint64_t epoch, const StepInput& input,
                                const StepPlan& plan, StepTimings* timings);
   // Opens the session for a Prefill, restoring from the prefix cache; a miss
-  // when a non-head shard cannot restore its upstream's prefix.
+  // when a non-head shard cannot restore its upstream's prefix. `created`:
+  // false when another step opened the session meanwhile (then it is not this
+  // step's to discard).
   StatusOr<std::variant<std::shared_ptr<HotKvSession>, CacheMiss>> OpenForPrefill(
       const std::string& session_id, uint64_t epoch, const StepInput& input,
-      StepPlan* plan, StepTimings* timings);
+      StepPlan* plan, StepTimings* timings, bool* created);
   Status CheckInput(const StepInput& input) const;
 
   const ShardComputation* shard_;

@@ -164,10 +164,16 @@ struct OpenOptions {
   // cache). Empty with non-empty initial_layers: unknown, the session is never
   // stored. Otherwise exactly the initial length.
   std::vector<int32_t> initial_tokens;
+  // Out, optional: set to whether this call created the session (false: it was
+  // already open at this epoch and is returned as it is).
+  bool* created = nullptr;
 };
 
 // What OpenFromPrefixCache restored. hot + ssd == restored_tokens.
 struct PrefixRestore {
+  // This call created the session. False: another caller had opened it at this
+  // epoch meanwhile; it is returned as it is and nothing was restored.
+  bool created = false;
   int64_t matched_tokens = 0;   // cached prefix found by Match
   int64_t restored_tokens = 0;  // positions the session opened with
   int64_t restored_hot_tokens = 0;
@@ -222,7 +228,9 @@ class HotKvStateManager {
   // session's recorded tokens up to that length. Without a SessionPrefixCache,
   // or when nothing is cached, the session opens empty. Errors as Open, plus the
   // prefix cache's (a restored layer that does not fit the recipe is
-  // InvalidArgument: the namespace does not hold this shard's layers).
+  // InvalidArgument: the namespace does not hold this shard's layers). A
+  // session already live at this epoch is returned as it is (restore->created
+  // false).
   StatusOr<std::shared_ptr<HotKvSession>> OpenFromPrefixCache(
       const std::string& session_id, uint64_t epoch, std::span<const int32_t> tokens,
       PrefixRestore* restore = nullptr);
@@ -269,6 +277,12 @@ class HotKvStateManager {
   // Removes a session without a tombstone (rolling back an Open that the caller's
   // first computation failed to fill), so it looks as if it never existed.
   void Discard(const std::string& session_id, uint64_t epoch);
+  // Discard, but only while `session` is still the live state of its id and
+  // holds exactly `opened_len` positions: a step rolling back its own open
+  // must not drop a session that a racing step has filled meanwhile. True when
+  // it was removed.
+  bool DiscardIfUnchanged(const std::shared_ptr<HotKvSession>& session,
+                          int64_t opened_len);
 
   uint64_t total_bytes() const;
   size_t session_count() const;
@@ -285,6 +299,8 @@ class HotKvStateManager {
                                                       std::vector<LayerKvCache> layers,
                                                       std::vector<int32_t> tokens) const;
   Status CheckChunks(const KvChunks& chunks, int64_t* tokens) const;
+  // The session live at exactly this epoch, or null; no sweep, no counters.
+  std::shared_ptr<HotKvSession> LiveAt(const std::string& session_id, uint64_t epoch);
   // src/session/session_prefix_store.cc
   StatusOr<SessionStoreResult> StoreSession(const std::shared_ptr<HotKvSession>& session);
   // Stores the sessions removed (released, evicted, superseded) since the last

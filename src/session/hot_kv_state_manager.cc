@@ -101,6 +101,7 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::Open(const std::strin
                                        std::to_string(epoch));
       }
       s.Touch(it->second, now);
+      if (options.created != nullptr) *options.created = false;
       return it->second.session;
     }
     // A newer epoch supersedes; the old state is stored like a released one.
@@ -119,6 +120,7 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::Open(const std::strin
   s.live[id] = State::Entry{session, bytes, now, s.lru.begin()};
   s.total_bytes += bytes;
   s.stats.opened++;
+  if (options.created != nullptr) *options.created = true;
   return session;
 }
 

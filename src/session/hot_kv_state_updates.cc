@@ -5,6 +5,7 @@
 // other sessions when needed) and only then change the layers. A failure at any
 // step leaves both the session and the byte counters untouched.
 #include <algorithm>
+#include <shared_mutex>
 
 #include "src/session/hot_kv_state_internal.h"
 
@@ -144,6 +145,20 @@ void HotKvStateManager::Discard(const std::string& id, uint64_t epoch) {
   if (it != s.live.end() && it->second.session->route_epoch() == epoch) {
     s.Remove(id, nullptr, config_.max_tombstones);
   }
+}
+
+bool HotKvStateManager::DiscardIfUnchanged(const std::shared_ptr<HotKvSession>& session,
+                                           int64_t opened_len) {
+  // The session's lock first (lock order), held across the removal so no
+  // append can land in between.
+  std::shared_lock session_lock(session->mu_);
+  if (session->seq_len_ != opened_len) return false;
+  State& s = *state_;
+  std::lock_guard lock(s.mu);
+  auto it = s.live.find(session->session_id());
+  if (it == s.live.end() || it->second.session != session) return false;
+  s.Remove(session->session_id(), nullptr, config_.max_tombstones);
+  return true;
 }
 
 uint64_t HotKvStateManager::total_bytes() const {

@@ -87,7 +87,8 @@ static std::span<const int32_t> RecordTokens(const ShardComputation& shard,
 StatusOr<std::variant<std::shared_ptr<HotKvSession>, CacheMiss>>
 KvBoundaryAdapter::OpenForPrefill(const std::string& session_id, uint64_t epoch,
                                   const StepInput& input, StepPlan* plan,
-                                  StepTimings* timings) {
+                                  StepTimings* timings, bool* created) {
+  *created = false;
   using Result = std::variant<std::shared_ptr<HotKvSession>, CacheMiss>;
   // A new session holds 0 positions before its restore.
   if (input.expected_seq_len && *input.expected_seq_len != 0) {
@@ -113,9 +114,20 @@ KvBoundaryAdapter::OpenForPrefill(const std::string& session_id, uint64_t epoch,
           &restore));
   const int64_t restored = restore.restored_tokens;
   if (timings) timings->restore = restore;
+  if (!restore.created) {
+    // Another step opened it meanwhile: this one runs on it as a step that
+    // believes the session new, so it misses unless nothing was appended yet,
+    // and it never discards what it did not open.
+    plan->run_tokens = ids;
+    plan->record_tokens = RecordTokens(*shard_, input, ids);
+    plan->expected_seq_len = 0;
+    *created = false;
+    return Result(std::move(session));
+  }
+  *created = true;
   const bool bound = manager_->config().prefix_cache.cache != nullptr;
   if (bound && !shard_->is_head() && want > 0 && restored != want) {
-    manager_->Discard(session_id, epoch);
+    manager_->DiscardIfUnchanged(session, restored);
     return Result(CacheMiss{CacheMissReason::kPrefixUnavailable, session_id, epoch,
                             "the boundary starts at position " + std::to_string(want) +
                                 ", this shard's prefix cache restores " +
@@ -142,8 +154,8 @@ StatusOr<StepOutput> KvBoundaryAdapter::Prefill(const std::string& session_id,
   StepPlan plan;
   bool opened_here = std::holds_alternative<CacheMiss>(found);
   if (opened_here) {
-    PKV_ASSIGN_OR_RETURN(auto opened,
-                         OpenForPrefill(session_id, epoch, input, &plan, timings));
+    PKV_ASSIGN_OR_RETURN(auto opened, OpenForPrefill(session_id, epoch, input, &plan,
+                                                     timings, &opened_here));
     if (auto* miss = std::get_if<CacheMiss>(&opened)) return StepOutput(std::move(*miss));
     session = std::get<std::shared_ptr<HotKvSession>>(std::move(opened));
   } else {
@@ -152,10 +164,12 @@ StatusOr<StepOutput> KvBoundaryAdapter::Prefill(const std::string& session_id,
     plan.record_tokens = RecordTokens(*shard_, input, input.token_ids);
     plan.expected_seq_len = input.expected_seq_len;
   }
+  const int64_t opened_len = plan.expected_seq_len.value_or(0);
   StatusOr<StepOutput> out = RunStep(session, epoch, input, plan, timings);
-  // All or nothing: a session this call opened must not outlive a failed step.
+  // All or nothing: a session this call opened must not outlive a failed step
+  // (unless a racing step has filled it meanwhile: then it is that step's).
   if (opened_here && (!out.ok() || std::holds_alternative<CacheMiss>(*out))) {
-    manager_->Discard(session_id, epoch);
+    manager_->DiscardIfUnchanged(session, opened_len);
   }
   if (timings) timings->total_nanos = clock_->NowNanos() - start;
   return out;

@@ -95,8 +95,11 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::OpenFromPrefixCache(
   PrefixRestore local;
   PrefixRestore& r = restore != nullptr ? *restore : local;
   r = PrefixRestore{};
+  // Opened by another caller since ours looked: returned as it is.
+  if (std::shared_ptr<HotKvSession> live = LiveAt(id, epoch)) return live;
   const SessionPrefixCache& pc = config_.prefix_cache;
   OpenOptions options;
+  options.created = &r.created;
   if (pc.cache != nullptr && !tokens.empty()) {
     PKV_ASSIGN_OR_RETURN(MatchResult match, pc.cache->Match(pc.ns, tokens));
     r.matched_tokens = static_cast<int64_t>(match.matched_tokens());
@@ -115,8 +118,20 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::OpenFromPrefixCache(
       }
     }
   }
-  PKV_ASSIGN_OR_RETURN(std::shared_ptr<HotKvSession> session,
-                       Open(id, epoch, std::move(options)));
+  const bool prefilled = !options.initial_layers.empty();
+  StatusOr<std::shared_ptr<HotKvSession>> opened = Open(id, epoch, std::move(options));
+  if (!opened.ok() && prefilled) {
+    // A pre-filled open refuses a session opened meanwhile at this epoch.
+    if (std::shared_ptr<HotKvSession> live = LiveAt(id, epoch)) {
+      r = PrefixRestore{};
+      return live;
+    }
+  }
+  PKV_ASSIGN_OR_RETURN(std::shared_ptr<HotKvSession> session, std::move(opened));
+  if (!r.created) {
+    r = PrefixRestore{};
+    return session;
+  }
   if (r.restored_tokens > 0) {
     {
       // What was restored is in the prefix cache already.
@@ -128,6 +143,16 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::OpenFromPrefixCache(
     state_->stats.prefix_restored_tokens += static_cast<uint64_t>(r.restored_tokens);
   }
   return session;
+}
+
+std::shared_ptr<HotKvSession> HotKvStateManager::LiveAt(const std::string& id,
+                                                        uint64_t epoch) {
+  std::lock_guard lock(state_->mu);
+  auto it = state_->live.find(id);
+  if (it == state_->live.end() || it->second.session->route_epoch() != epoch) {
+    return nullptr;
+  }
+  return it->second.session;
 }
 
 StatusOr<SessionStoreResult> HotKvStateManager::StoreToPrefixCache(const std::string& id,

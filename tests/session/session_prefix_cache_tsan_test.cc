@@ -106,5 +106,56 @@ TEST(SessionPrefixCacheTsan, EvictionStoresRaceStepsOfOtherSessions) {
   stack.Close();
 }
 
+// Four prefills of the same new session race (each sets expected_seq_len 0:
+// it believes the session new), with and without a cached prefix: exactly one
+// commits the prompt, the others miss (at the open, the length check or the
+// commit), none errs, and none discards the winner's session.
+TEST(SessionPrefixCacheTsan, RacingPrefillsOfOneNewSessionCommitExactlyOnce) {
+  TempDir dir;
+  CacheStack stack;
+  stack.Open(dir.str());
+  auto model = testing::SeedModel(HybridModelConfig());
+  auto shard = testing::FullShard(model);
+  KvCacheRecipe recipe = testing::RecipeOf(*shard);
+  HotKvStateConfig config;
+  config.prefix_cache = {stack.cache.get(), stack.Register(recipe)};
+  HotKvStateManager manager(recipe, config);
+  KvBoundaryAdapter adapter(shard.get(), &manager);
+  std::vector<int32_t> prompt = Message(1, 48);
+  const std::vector<int32_t> more = Message(2, 48);
+  for (uint64_t round = 0; round < 2; ++round) {
+    if (round == 1) {  // the second round finds the first round's prompt cached
+      ASSERT_TRUE(manager.Release("race", round - 1).value());
+      prompt.insert(prompt.end(), more.begin(), more.end());
+    }
+    std::atomic<int> tails{0}, misses{0}, errors{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&] {
+        StepInput in;
+        in.token_ids = prompt;
+        in.expected_seq_len = 0;  // each caller believes the session new
+        auto out = adapter.Prefill("race", round, in);
+        if (!out.ok()) {
+          errors++;
+        } else if (std::holds_alternative<TailOutput>(*out)) {
+          tails++;
+        } else {
+          misses++;
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(errors.load(), 0) << round;
+    EXPECT_EQ(tails.load(), 1) << round;
+    EXPECT_EQ(misses.load(), 3) << round;
+    auto session = manager.Get("race", round);
+    ASSERT_TRUE(session.ok()) << round << ": " << session.status().ToString();
+    EXPECT_EQ((*session)->seq_len(), static_cast<int64_t>(prompt.size())) << round;
+    EXPECT_EQ(*(*session)->tokens(), prompt) << round;
+  }
+  stack.Close();
+}
+
 }  // namespace
 }  // namespace prefixkv
