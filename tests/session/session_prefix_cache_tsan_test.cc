@@ -21,18 +21,31 @@ using testing::HybridModelConfig;
 using testing::Message;
 using testing::TempDir;
 
+// A full-model shard whose manager is bound to `stack`'s prefix cache.
+struct BoundSessions {
+  BoundSessions(CacheStack& stack, size_t max_sessions)
+      : manager(recipe, Config(stack, max_sessions)), adapter(shard.get(), &manager) {}
+  HotKvStateConfig Config(CacheStack& stack, size_t max_sessions) {
+    HotKvStateConfig config;
+    config.max_sessions = max_sessions;
+    config.prefix_cache = {stack.cache.get(), stack.Register(recipe)};
+    return config;
+  }
+  std::shared_ptr<const ReferenceModel> model = testing::SeedModel(HybridModelConfig());
+  std::unique_ptr<ReferenceShard> shard = testing::FullShard(model);
+  KvCacheRecipe recipe = testing::RecipeOf(*shard);
+  HotKvStateManager manager;
+  KvBoundaryAdapter adapter;
+};
+
 TEST(SessionPrefixCacheTsan, EvictionStoresRaceStepsOfOtherSessions) {
   TempDir dir;
   CacheStack stack;
   stack.Open(dir.str());
-  auto model = testing::SeedModel(HybridModelConfig());
-  auto shard = testing::FullShard(model);
-  KvCacheRecipe recipe = testing::RecipeOf(*shard);
-  HotKvStateConfig config;
-  config.max_sessions = 2;
-  config.prefix_cache = {stack.cache.get(), stack.Register(recipe)};
-  HotKvStateManager manager(recipe, config);
-  KvBoundaryAdapter adapter(shard.get(), &manager);
+  BoundSessions sessions(stack, /*max_sessions=*/2);
+  auto& model = sessions.model;
+  HotKvStateManager& manager = sessions.manager;
+  KvBoundaryAdapter& adapter = sessions.adapter;
 
   constexpr int kThreads = 4;
   const int turns = static_cast<int>(testing::Iterations(3, 20));
@@ -114,13 +127,9 @@ TEST(SessionPrefixCacheTsan, RacingPrefillsOfOneNewSessionCommitExactlyOnce) {
   TempDir dir;
   CacheStack stack;
   stack.Open(dir.str());
-  auto model = testing::SeedModel(HybridModelConfig());
-  auto shard = testing::FullShard(model);
-  KvCacheRecipe recipe = testing::RecipeOf(*shard);
-  HotKvStateConfig config;
-  config.prefix_cache = {stack.cache.get(), stack.Register(recipe)};
-  HotKvStateManager manager(recipe, config);
-  KvBoundaryAdapter adapter(shard.get(), &manager);
+  BoundSessions sessions(stack, /*max_sessions=*/64);
+  HotKvStateManager& manager = sessions.manager;
+  KvBoundaryAdapter& adapter = sessions.adapter;
   std::vector<int32_t> prompt = Message(1, 48);
   const std::vector<int32_t> more = Message(2, 48);
   for (uint64_t round = 0; round < 2; ++round) {
