@@ -31,6 +31,18 @@ std::vector<std::string> RandomValues(std::mt19937_64& rng, int n) {
   return values;
 }
 
+// GET of every "key<i>" returns values[i], except `deleted`, which is nil.
+void ExpectValues(RespClient& c, const std::vector<std::string>& values, size_t deleted) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    testing::Reply r = c.Call({"GET", "key" + std::to_string(i)});
+    if (i == deleted) {
+      EXPECT_TRUE(r.null) << "a deleted key came back";
+    } else {
+      EXPECT_EQ(r.str, values[i]) << "key" << i << " (" << values[i].size() << " bytes)";
+    }
+  }
+}
+
 TEST(ServerRestart, ReturnsEveryAcknowledgedValueAfterSigterm) {
   std::mt19937_64 rng(testing::TestSeed("ServerRestart"));
   testing::TempDir dir;
@@ -57,14 +69,7 @@ TEST(ServerRestart, ReturnsEveryAcknowledgedValueAfterSigterm) {
   ServeProcess serve(data, flags);
   ASSERT_NE(serve.port(), 0) << "prefixkv serve did not restart";
   RespClient c(serve.port());
-  for (size_t i = 0; i < values.size(); ++i) {
-    testing::Reply r = c.Call({"GET", "key" + std::to_string(i)});
-    if (i == 1) {
-      EXPECT_TRUE(r.null) << "a deleted key came back";
-    } else {
-      EXPECT_EQ(r.str, values[i]) << "key" << i << " (" << values[i].size() << " bytes)";
-    }
-  }
+  ExpectValues(c, values, /*deleted=*/1);
   testing::Reply match =
       c.Call({"PKV.MATCH", root.ToHex(), "4", testing::TokenBlob(tokens)});
   ASSERT_EQ(match.elems.size(), 2u);
@@ -95,14 +100,7 @@ TEST(ServerRestart, WriteThroughKeepsEveryAcknowledgedValueAcrossKillNine) {
   ServeProcess serve(data, flags);
   ASSERT_NE(serve.port(), 0) << "prefixkv serve did not restart";
   RespClient c(serve.port());
-  for (size_t i = 0; i < values.size(); ++i) {
-    testing::Reply r = c.Call({"GET", "key" + std::to_string(i)});
-    if (i == 1) {
-      EXPECT_TRUE(r.null) << "a deleted key came back";
-    } else {
-      EXPECT_EQ(r.str, values[i]) << "key" << i << " (" << values[i].size() << " bytes)";
-    }
-  }
+  ExpectValues(c, values, /*deleted=*/1);
   EXPECT_TRUE(c.Call({"PKV.AUDIT"}).elems.empty());
   EXPECT_EQ(serve.StopWith(SIGINT), 0);
 }
