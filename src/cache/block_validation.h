@@ -8,15 +8,15 @@
 
 namespace prefixkv::cache {
 
-// Checks block `index` of a match: its parent and namespace, a full block of
-// exactly `tokens` (when it stores tokens), one layer per namespace layer of
-// the same family (by family, not name), sliceable layers real with
-// `block_tokens` rows on the token axis, the namespace dtype and the same
+// Checks the block of a match that starts at token `start`: its parent and
+// namespace, exactly `tokens` (when it stores tokens), one layer per namespace
+// layer of the same family (by family, not name), sliceable layers real with
+// tokens.size() rows on the token axis, the namespace dtype and the same
 // shapes as the `first` block of the restore (null for the first block
-// itself), real rotating layers with offset == (index + 1) * block_tokens.
+// itself), real rotating layers with offset == start + tokens.size().
 // Corruption (with the reason) for the first mismatch.
 Status ValidateBlock(const PrefixCache::NamespaceState& ns, const BlockRecord& record,
-                     size_t index, const BlockKey& parent,
+                     size_t start, const BlockKey& parent,
                      std::span<const int32_t> tokens, const BlockRecord* first);
 
 }  // namespace prefixkv::cache

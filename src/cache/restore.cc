@@ -8,6 +8,7 @@
 // match restores nothing: the sliceable slices alone cannot rebuild a window
 // or a recurrent state, so any positive length would decode wrongly.
 #include <algorithm>
+#include <mutex>
 #include <string>
 
 #include "prefixkv/prefix_cache.h"
@@ -67,6 +68,67 @@ std::string WalkBack(const PrefixCache::NamespaceState& ns,
   }
   return "walk-back dropped " + std::to_string(dropped) +
          " trailing block(s) whose rotating/arrays layers are placeholders";
+}
+
+size_t TokensOf(const std::vector<LoadedBlock>& blocks) {
+  size_t n = 0;
+  for (const LoadedBlock& block : blocks) n += block.record.token_count;
+  return n;
+}
+
+// Match follows full blocks, so a partial tail tip stored by an earlier,
+// shorter store sits beside the chain (its position is also covered by a full
+// block of a longer store) and walk-back cannot reach it: a prompt that
+// branches off or re-sends an earlier turn would restore nothing of a model
+// with tip-only layers. This finds the longest recorded partial tip on the
+// matched path that ends after `kept` tokens, and returns the blocks before it
+// plus that tip, loaded and validated; empty when there is none (or it is gone).
+std::vector<LoadedBlock> LoadOffChainTip(PrefixCache::NamespaceState& ns,
+                                         const MatchResult& match,
+                                         const std::vector<LoadedBlock>& loaded,
+                                         size_t kept, const DecodeLimits& limits) {
+  const size_t b = ns.spec.block_tokens;
+  const std::span<const int32_t> tokens(match.tokens);
+  BlockKey best_tip;
+  size_t best_blocks = 0, best_count = 0;
+  {
+    std::lock_guard<std::mutex> lock(ns.store_mu);
+    ns.lineage.ForEachTip([&](const BlockKey& tip, const cache::TipPlace& place) {
+      if (!place.partial) return;
+      // The tip hangs off block j-1 (the root for j == 0), after j full blocks.
+      size_t j = 0;
+      if (place.parent != ns.root) {
+        auto it = std::find(match.keys.begin(), match.keys.end(), place.parent);
+        if (it == match.keys.end()) return;
+        j = static_cast<size_t>(it - match.keys.begin()) + 1;
+      }
+      // Only full blocks may precede it, and it must end inside what
+      // `loaded` validated (the tokens after that are unverified).
+      if (j > loaded.size() || (j > 0 && loaded[j - 1].record.token_count != b)) return;
+      const size_t end = j * b + place.token_count;
+      if (end <= kept || end > tokens.size() || end <= best_blocks * b + best_count)
+        return;
+      if (ChainKey(place.parent, tokens.subspan(j * b, place.token_count)) != tip) return;
+      best_tip = tip;
+      best_blocks = j;
+      best_count = place.token_count;
+    });
+  }
+  if (best_tip.IsZero()) return {};
+  StatusOr<LoadedBlock> tip = cache::LoadBlock(ns, best_tip, true, limits);
+  if (!tip.ok()) return {};
+  const BlockKey parent = best_blocks == 0 ? ns.root : match.keys[best_blocks - 1];
+  if (!cache::ValidateBlock(ns, tip->record, best_blocks * b, parent,
+                            tokens.subspan(best_blocks * b, best_count),
+                            loaded.empty() ? &tip->record : &loaded[0].record)
+           .ok() ||
+      !cache::HasRealTipState(ns.families, tip->record)) {
+    return {};
+  }
+  std::vector<LoadedBlock> out(loaded.begin(),
+                               loaded.begin() + static_cast<int64_t>(best_blocks));
+  out.push_back(std::move(tip).value());
+  return out;
 }
 
 StatusOr<LayerState> AssembleSliceable(const std::vector<LoadedBlock>& blocks, size_t l) {
@@ -132,9 +194,19 @@ StatusOr<RestoreResult> PrefixCache::Restore(const MatchResult& match) {
     return Status::InvalidArgument("inconsistent MatchResult");
   }
   RestoreResult result;
-  std::vector<LoadedBlock> blocks =
+  const std::vector<LoadedBlock> loaded =
       LoadValidBlocks(*ns, match, options_.decode_limits, &result.reason);
+  std::vector<LoadedBlock> blocks = loaded;  // shares the records' bytes
   std::string walk_back = WalkBack(*ns, &blocks);
+  if (ns->has_tip_only && !walk_back.empty()) {
+    std::vector<LoadedBlock> beside =
+        LoadOffChainTip(*ns, match, loaded, TokensOf(blocks), options_.decode_limits);
+    if (!beside.empty()) {
+      blocks = std::move(beside);
+      walk_back += "; restored up to the partial tip at token " +
+                   std::to_string(TokensOf(blocks)) + " instead";
+    }
+  }
   if (result.reason.empty()) {
     result.reason = std::move(walk_back);
   } else if (!walk_back.empty()) {

@@ -118,5 +118,38 @@ TEST_F(PartialTailTest, PartialBlockIsValidatedAgainstTheMatchedLength) {
   EXPECT_NE(r->reason.find("block 1"), std::string::npos) << r->reason;
 }
 
+// A partial tip stored by an earlier, shorter store sits beside the chain a
+// longer store continued with full blocks. A prompt that re-sends the earlier
+// conversation plus a different message (a regenerated answer) matches those
+// full blocks, whose rotating layers are placeholders; the restore must still
+// find the partial tip on its path instead of restoring nothing.
+TEST_F(PartialTailTest, AnEarlierPartialTipBesideTheChainIsRestored) {
+  Namespace ns = Register(true);
+  StoreTurn(ns, 6);   // block 0 + a partial tip of 2 tokens (4..5)
+  StoreTurn(ns, 12);  // blocks 0, 1, 2: block 1 covers 4..7 as a placeholder
+  // The first 8 tokens again, then a different message.
+  std::vector<int32_t> prompt = Conversation(8);
+  prompt.insert(prompt.end(), {901, 902, 903, 904, 905});
+  StatusOr<MatchResult> m = cache_.Match(ns, prompt);
+  ASSERT_TRUE(m.ok());
+  // Full blocks 0 and 1 match and hold placeholders for the rotating layer;
+  // the 6-token tip hangs off block 0, beside block 1.
+  EXPECT_EQ(m->matched_tokens(), 8u);
+  StatusOr<RestoreResult> r = cache_.Restore(*m);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->restored_tokens, 6u) << r->reason;
+  ASSERT_EQ(r->layers.size(), 2u);
+  EXPECT_EQ(r->layers[0].tensors[0].dim(2), 6);  // the KV slices up to the tip
+  EXPECT_EQ(RotatingMeta::Parse(r->layers[1].meta)->offset, 6);
+
+  // Re-sending the 12-token conversation with one more token: the full-block
+  // path reaches the 12-token tip, which is longer: that one wins.
+  std::vector<int32_t> longer = Conversation(12);
+  longer.push_back(77);
+  r = cache_.Restore(cache_.Match(ns, longer).value());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->restored_tokens, 12u);
+}
+
 }  // namespace
 }  // namespace prefixkv

@@ -306,6 +306,27 @@ TEST_F(SessionPrefixCache, AResentPromptOfAHybridModelRestoresOnlyAtAnEarlierTip
   EXPECT_EQ(r.reply, StatelessGreedy(*s.model, prompt, 3));
 }
 
+TEST_F(SessionPrefixCache, RegeneratingAnAnswerRestoresTheConversationBeforeIt) {
+  FullModelSessions s(stack);
+  const int64_t vocab = s.model->config().vocab_size;
+  Conversation conv;
+  std::vector<int32_t> first = conv.Ask(0, vocab);
+  conv.Answer(RunTurn(*s.adapter, "chat", 0, first, kReply).reply);
+  ASSERT_TRUE(s.manager->Release("chat", 0).value());
+  const int64_t before = static_cast<int64_t>(conv.tokens.size());
+  ASSERT_NE(before % testing::kSessionBlockTokens, 0) << "pick an unaligned turn";
+  std::vector<int32_t> second = conv.Ask(1, vocab);
+  RunTurn(*s.adapter, "chat", 1, second, kReply);
+  ASSERT_TRUE(s.manager->Release("chat", 1).value());
+  // "Regenerate": the same second prompt again. Its own tip lies past its last
+  // token, so the restore goes back to the first turn's partial tip, which the
+  // second turn's full blocks cover (it sits beside the chain).
+  auto again = RunTurn(*s.adapter, "chat", 2, second, kReply);
+  EXPECT_EQ(again.prefill.restore.restored_tokens, before)
+      << again.prefill.restore.reason;
+  EXPECT_EQ(again.reply, StatelessGreedy(*s.model, second, kReply));
+}
+
 TEST_F(SessionPrefixCache, PipelineShardsRestoreTheSamePrefix) {
   auto model = SeedModel(HybridModelConfig());
   auto head_shard = testing::Shard(model, 0, 2);
