@@ -1,6 +1,8 @@
 // MemTier: map + LRU list under one mutex. Victims are collected under the
 // lock and handed to the eviction listener after it is released, so a
-// listener that blocks (backpressure from a slower tier) never stalls readers.
+// listener that blocks (backpressure from a slower tier) never stalls readers
+// of other keys; a key whose dirty victim is being handed over makes its own
+// lookups wait until the listener has it (no spill gap).
 #include "prefixkv/mem_tier.h"
 
 #include <string>
@@ -44,6 +46,7 @@ void MemTier::EvictFor(uint64_t incoming, std::vector<Victim>* victims) {
       if (e.dirty) {
         ++Owner(e.meta.owner).spills;
         ++total_.spills;
+        ++spilling_[e.meta.key];
       }
       victims->push_back({e.meta, std::move(e.payload), e.dirty});
     }
@@ -80,13 +83,32 @@ Status MemTier::Put(const BlockMeta& meta, SharedBytes payload, bool dirty) {
     ++total_.inserts;
     listener = listener_;
   }
+  if (victims.empty()) return Status::OK();
   for (const Victim& v : victims) listener->OnEvict(v.meta, v.payload, v.dirty);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Victim& v : victims) {
+      if (!v.dirty) continue;
+      auto it = spilling_.find(v.meta.key);
+      if (--it->second == 0) spilling_.erase(it);
+    }
+  }
+  spill_done_.notify_all();
   return Status::OK();
 }
 
+void MemTier::WaitForSpill(std::unique_lock<std::mutex>& lock,
+                           const BlockKey& key) const {
+  spill_done_.wait(lock, [&] { return !spilling_.contains(key); });
+}
+
 StatusOr<SharedBytes> MemTier::Get(const BlockKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   auto found = entries_.find(key);
+  if (found == entries_.end() && !spilling_.empty()) {
+    WaitForSpill(lock, key);
+    found = entries_.find(key);
+  }
   if (found == entries_.end()) {
     // Misses of unknown keys have no owner; they count in the total and in
     // owner 0 so that the total stays the sum of the owners.
@@ -102,20 +124,30 @@ StatusOr<SharedBytes> MemTier::Get(const BlockKey& key) {
 }
 
 StatusOr<BlockMeta> MemTier::Peek(const BlockKey& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   auto found = entries_.find(key);
+  if (found == entries_.end() && !spilling_.empty()) {
+    WaitForSpill(lock, key);
+    found = entries_.find(key);
+  }
   if (found == entries_.end()) return Status::NotFound("mem tier: " + key.ToHex());
   return found->second.meta;
 }
 
 bool MemTier::Contains(const BlockKey& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (entries_.contains(key) || spilling_.empty()) return entries_.contains(key);
+  WaitForSpill(lock, key);
   return entries_.contains(key);
 }
 
 Status MemTier::Remove(const BlockKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   auto found = entries_.find(key);
+  if (found == entries_.end() && !spilling_.empty()) {
+    WaitForSpill(lock, key);
+    found = entries_.find(key);
+  }
   if (found == entries_.end()) return Status::NotFound("mem tier: " + key.ToHex());
   Entry& e = found->second;
   Account(e, -1);

@@ -7,6 +7,7 @@
 // no shared budget and no eviction policy choice; see hot_tier.h for those.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <list>
 #include <map>
@@ -96,6 +97,13 @@ class MemTier final : public BlockTier {
   std::map<OwnerId, TierCounters> owners_;  // GUARDED_BY(mu_)
   TierCounters total_;                      // GUARDED_BY(mu_)
   EvictionListener* listener_ = nullptr;    // GUARDED_BY(mu_)
+  // Dirty victims handed to the listener whose OnEvict has not returned: in
+  // neither tier for that moment, so lookups and removals of such a key wait
+  // (as HotTier does, docs/hot_tier.md "No spill gap"). GUARDED_BY(mu_)
+  std::unordered_map<BlockKey, uint32_t, BlockKeyHash> spilling_;
+  mutable std::condition_variable spill_done_;
+  // Waits while `key` is being spilled. REQUIRES: `lock` holds mu_.
+  void WaitForSpill(std::unique_lock<std::mutex>& lock, const BlockKey& key) const;
 };
 
 }  // namespace prefixkv

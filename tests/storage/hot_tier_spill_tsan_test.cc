@@ -2,8 +2,8 @@
 // moment its eviction listener (the SSD write-back) has taken it, the block is
 // in neither tier. Lookups and removals of that key must wait for the listener
 // instead of answering "absent" (a GET returning nil, a DEL returning 0 and the
-// deleted value then resurrected by the write-back). Run under ThreadSanitizer
-// by `tools/run test`.
+// deleted value then resurrected by the write-back). Checked on HotTier and on
+// MemTier. Run under ThreadSanitizer by `tools/run test`.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "prefixkv/hot_tier.h"
+#include "prefixkv/mem_tier.h"
 #include "tests/storage/hot_test_util.h"
 
 namespace prefixkv {
@@ -56,8 +57,8 @@ class GatedListener final : public EvictionListener {
   std::vector<BlockKey> keys_;
 };
 
-TEST(HotTierSpill, LookupsAndRemovalOfABlockBeingSpilledWaitForTheListener) {
-  auto tier = HotTier::Create({.capacity_bytes = kCharge}).value();  // one block
+// The whole check, on any tier that holds exactly one block of kPayload bytes.
+void ExpectNoSpillGap(BlockTier* tier) {
   GatedListener gate;
   tier->SetEvictionListener(&gate);
   ASSERT_TRUE(tier->Put(Meta(1), Payload(), /*dirty=*/true).ok());
@@ -95,6 +96,16 @@ TEST(HotTierSpill, LookupsAndRemovalOfABlockBeingSpilledWaitForTheListener) {
   EXPECT_EQ(gate.keys()[0], Meta(1).key);
   // Other keys never wait on a spill.
   EXPECT_TRUE(tier->Contains(Meta(2).key));
+}
+
+TEST(HotTierSpill, LookupsAndRemovalOfABlockBeingSpilledWaitForTheListener) {
+  auto tier = HotTier::Create({.capacity_bytes = kCharge}).value();  // one block
+  ExpectNoSpillGap(tier.get());
+}
+
+TEST(MemTierSpill, LookupsAndRemovalOfABlockBeingSpilledWaitForTheListener) {
+  MemTier tier(MemTierOptions{MemTier::Charge(hot_test::kPayload)});  // one block
+  ExpectNoSpillGap(&tier);
 }
 
 TEST(HotTierSpill, CleanEvictionsDoNotMakeLookupsWait) {
