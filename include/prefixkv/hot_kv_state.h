@@ -128,8 +128,6 @@ class HotKvSession {
   // The token ids of positions 0..seq_len-1; nullopt when some Append did not
   // carry its tokens (such a session is never stored in the prefix cache).
   std::optional<std::vector<int32_t>> tokens() const;
-  // Positions already stored in the prefix cache (0: never stored).
-  int64_t stored_len() const;
 
   // Calls fn(seq_len, past) under the shared lock: the KV cannot change until fn
   // returns. The adapter computes inside fn and commits afterwards via Append.

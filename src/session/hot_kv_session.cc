@@ -96,11 +96,6 @@ std::optional<std::vector<int32_t>> HotKvSession::tokens() const {
   return tokens_;
 }
 
-int64_t HotKvSession::stored_len() const {
-  std::shared_lock lock(mu_);
-  return stored_len_;
-}
-
 Status HotKvSession::ReadLayers(
     const std::function<Status(int64_t seq_len, const PastKv& past)>& fn) const {
   std::shared_lock lock(mu_);
