@@ -41,10 +41,10 @@
 #include <variant>
 #include <vector>
 
+#include "prefixkv/advanced/prefix_cache.h"
 #include "prefixkv/clock.h"
 #include "prefixkv/kv_recipe.h"
 #include "prefixkv/layer_kv_cache.h"
-#include "prefixkv/prefix_cache.h"
 #include "prefixkv/shard_computation.h"
 #include "prefixkv/status.h"
 

@@ -16,9 +16,9 @@
 #include <memory>
 #include <string>
 
+#include "prefixkv/advanced/tier.h"
 #include "prefixkv/clock.h"
 #include "prefixkv/status.h"
-#include "prefixkv/tier.h"
 
 namespace prefixkv {
 

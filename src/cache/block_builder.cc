@@ -1,5 +1,5 @@
 // Store-side block construction (see block_builder.h).
-#include "src/cache/block_builder.h"
+#include "block_builder.h"
 
 #include <charconv>
 #include <string>

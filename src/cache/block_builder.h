@@ -13,7 +13,7 @@
 #include <span>
 #include <vector>
 
-#include "src/cache/namespace_state.h"
+#include "namespace_state.h"
 
 namespace prefixkv::cache {
 

@@ -1,5 +1,5 @@
 // Block reads and writes through the tier stack (see block_io.h).
-#include "src/cache/block_io.h"
+#include "block_io.h"
 
 namespace prefixkv::cache {
 

@@ -1,8 +1,8 @@
 // Reading and writing block records through a namespace's TierStack.
 #pragma once
 
+#include "namespace_state.h"
 #include "prefixkv/codec.h"
-#include "src/cache/namespace_state.h"
 
 namespace prefixkv::cache {
 

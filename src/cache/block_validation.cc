@@ -1,10 +1,10 @@
 // Restore-side block validation (see block_validation.h).
-#include "src/cache/block_validation.h"
+#include "block_validation.h"
 
 #include <algorithm>
 #include <string>
 
-#include "src/cache/block_builder.h"
+#include "block_builder.h"
 
 namespace prefixkv::cache {
 namespace {

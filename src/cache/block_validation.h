@@ -4,7 +4,7 @@
 
 #include <span>
 
-#include "src/cache/namespace_state.h"
+#include "namespace_state.h"
 
 namespace prefixkv::cache {
 

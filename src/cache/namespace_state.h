@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "prefixkv/advanced/prefix_cache.h"
+#include "prefixkv/advanced/tip_lineage.h"
 #include "prefixkv/block_key.h"
 #include "prefixkv/cache_types.h"
-#include "prefixkv/prefix_cache.h"
-#include "src/cache/tip_lineage.h"
 
 namespace prefixkv {
 
@@ -24,8 +24,8 @@ class PrefixCache::NamespaceState {
   OwnerId owner = 0;
   bool partial_tail = false;  // NamespaceOptions::store_partial_tail
 
-  std::mutex store_mu;        // serialises Store() and lineage access
-  cache::TipLineage lineage;  // GUARDED_BY(store_mu)
+  std::mutex store_mu;  // serialises Store() and lineage access
+  TipLineage lineage;   // GUARDED_BY(store_mu)
 
   BlockMeta MetaFor(const BlockKey& key, const BlockKey& parent) const {
     return BlockMeta{key, parent, root, owner};

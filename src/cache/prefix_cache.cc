@@ -1,18 +1,16 @@
 // PrefixCache: namespaces, Store (dedup, tips, supersede-on-extend) and Match.
 // Restore lives in restore.cc.
-#include "prefixkv/prefix_cache.h"
+#include "prefixkv/advanced/prefix_cache.h"
 
 #include <algorithm>
 #include <string>
 #include <unordered_map>
 
-#include "src/cache/block_builder.h"
-#include "src/cache/block_io.h"
-#include "src/cache/namespace_state.h"
+#include "block_builder.h"
+#include "block_io.h"
+#include "namespace_state.h"
 
 namespace prefixkv {
-
-using cache::TipLineage;
 
 namespace {
 
@@ -131,7 +129,7 @@ BlockKey FindPreviousTip(const PrefixCache::NamespaceState& ns,
   for (const cache::PlannedBlock& b : plan) end_of[b.key] = b.start + b.count;
   BlockKey previous;
   size_t best_end = 0;
-  ns.lineage.ForEachTip([&](const BlockKey& key, const cache::TipPlace& place) {
+  ns.lineage.ForEachTip([&](const BlockKey& key, const TipPlace& place) {
     size_t end = 0;
     if (!place.partial) {
       auto it = end_of.find(key);
@@ -170,7 +168,7 @@ Status UpdateLineage(PrefixCache::NamespaceState& ns,
     }
   }
   const bool partial = tip.count < ns.spec.block_tokens;
-  ns.lineage.Record(tip.key, previous, cache::TipPlace{tip.parent, tip.count, partial});
+  ns.lineage.Record(tip.key, previous, TipPlace{tip.parent, tip.count, partial});
   return PersistLineage(ns);
 }
 
@@ -271,7 +269,7 @@ StatusOr<MatchResult> PrefixCache::Match(Namespace handle,
   return match;
 }
 
-StatusOr<std::vector<std::pair<BlockKey, BlockKey>>> PrefixCache::TipLineage(
+StatusOr<std::vector<std::pair<BlockKey, BlockKey>>> PrefixCache::RecordedTips(
     Namespace handle) const {
   PKV_ASSIGN_OR_RETURN(NamespaceState * ns, Find(handle));
   std::lock_guard<std::mutex> lock(ns->store_mu);

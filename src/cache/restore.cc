@@ -11,11 +11,11 @@
 #include <mutex>
 #include <string>
 
-#include "prefixkv/prefix_cache.h"
-#include "src/cache/block_builder.h"
-#include "src/cache/block_io.h"
-#include "src/cache/block_validation.h"
-#include "src/cache/namespace_state.h"
+#include "block_builder.h"
+#include "block_io.h"
+#include "block_validation.h"
+#include "namespace_state.h"
+#include "prefixkv/advanced/prefix_cache.h"
 
 namespace prefixkv {
 namespace {
@@ -93,7 +93,7 @@ std::vector<LoadedBlock> LoadOffChainTip(PrefixCache::NamespaceState& ns,
   size_t best_blocks = 0, best_count = 0;
   {
     std::lock_guard<std::mutex> lock(ns.store_mu);
-    ns.lineage.ForEachTip([&](const BlockKey& tip, const cache::TipPlace& place) {
+    ns.lineage.ForEachTip([&](const BlockKey& tip, const TipPlace& place) {
       if (!place.partial) return;
       // The tip hangs off block j-1 (the root for j == 0), after j full blocks.
       size_t j = 0;

@@ -1,5 +1,5 @@
 // TipLineage: map, ordering and the record encoding.
-#include "src/cache/tip_lineage.h"
+#include "prefixkv/advanced/tip_lineage.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,7 +7,7 @@
 
 #include "prefixkv/block_key.h"
 
-namespace prefixkv::cache {
+namespace prefixkv {
 namespace {
 
 constexpr uint32_t kMagic = 0x4C564B50;  // "PKVL" read as little-endian u32
@@ -115,4 +115,4 @@ StatusOr<TipLineage> TipLineage::FromRecord(const BlockRecord& rec,
   return lineage;
 }
 
-}  // namespace prefixkv::cache
+}  // namespace prefixkv

@@ -1,5 +1,5 @@
 // Plain loops with a fixed evaluation order (see kernels.h for why).
-#include "src/model/kernels.h"
+#include "kernels.h"
 
 #include <algorithm>
 #include <cmath>

@@ -7,7 +7,7 @@
 #include <random>
 #include <string>
 
-#include "src/model/kernels.h"
+#include "kernels.h"
 
 namespace prefixkv {
 

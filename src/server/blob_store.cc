@@ -1,17 +1,15 @@
 // The server's hot-then-SSD lookup, write-back store and removal.
-#include "src/server/blob_store.h"
+#include "blob_store.h"
 
-#include "storage/xxh.h"
+#include "prefixkv/advanced/hash.h"
 
 namespace prefixkv::server {
 
 BlockKey BlobStore::RawKey(std::string_view key) {
-  XXH3_state_t state;
-  XXH3_128bits_reset(&state);
-  XXH3_128bits_update(&state, "raw|", 4);
-  XXH3_128bits_update(&state, key.data(), key.size());
-  XXH128_hash_t h = XXH3_128bits_digest(&state);
-  return BlockKey{h.high64, h.low64};
+  HashStream state(HashStream::Width::k128);
+  state.Update("raw|", 4);
+  state.Update(key.data(), key.size());
+  return state.Digest128();
 }
 
 StatusOr<SharedBytes> BlobStore::Get(const BlockKey& key) {

@@ -20,10 +20,10 @@
 #include <string_view>
 #include <vector>
 
+#include "prefixkv/advanced/tier.h"
 #include "prefixkv/block.h"
 #include "prefixkv/bytes.h"
 #include "prefixkv/status.h"
-#include "prefixkv/tier.h"
 
 namespace prefixkv::server {
 

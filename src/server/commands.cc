@@ -1,6 +1,6 @@
 // The command table, dispatch (lookup, AUTH gate, arity) and the connection
 // commands: PING, ECHO, AUTH, HELLO, QUIT, SELECT, COMMAND, CONFIG.
-#include "src/server/commands.h"
+#include "commands.h"
 
 #include <algorithm>
 #include <cctype>

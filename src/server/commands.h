@@ -12,9 +12,9 @@
 #include <string_view>
 #include <vector>
 
-#include "src/server/blob_store.h"
-#include "src/server/reply_buffer.h"
-#include "src/server/resp_parser.h"
+#include "blob_store.h"
+#include "reply_buffer.h"
+#include "resp_parser.h"
 
 namespace prefixkv::server {
 

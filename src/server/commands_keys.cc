@@ -1,7 +1,7 @@
 // Raw-key commands: GET, SET, DEL, EXISTS, MGET, MSET. Keys are hashed to
 // BlockKeys (BlobStore::RawKey) and values are stored as opaque payloads with a
 // zero namespace and parent, so the tiers treat each as a one-block chain.
-#include "src/server/commands.h"
+#include "commands.h"
 
 namespace prefixkv::server {
 namespace {

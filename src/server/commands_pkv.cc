@@ -3,9 +3,9 @@
 #include <cctype>
 #include <cstring>
 
+#include "commands.h"
 #include "prefixkv/block_key.h"
 #include "prefixkv/codec.h"
-#include "src/server/commands.h"
 
 namespace prefixkv::server {
 namespace {

@@ -6,7 +6,7 @@
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
 #pragma GCC diagnostic ignored "-Wtsan"
 #endif
-#include "src/server/connection.h"
+#include "connection.h"
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>

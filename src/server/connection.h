@@ -18,11 +18,11 @@
 #include <span>
 #include <vector>
 
+#include "commands.h"
 #include "prefixkv/clock.h"
 #include "prefixkv/server.h"
-#include "src/server/commands.h"
-#include "src/server/reply_buffer.h"
-#include "src/server/resp_parser.h"
+#include "reply_buffer.h"
+#include "resp_parser.h"
 
 namespace prefixkv::server {
 

@@ -1,5 +1,5 @@
 // RESP2 reply encoding.
-#include "src/server/reply_buffer.h"
+#include "reply_buffer.h"
 
 #include <charconv>
 

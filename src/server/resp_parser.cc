@@ -1,6 +1,6 @@
 // The RESP2 request parser: a small state machine over header lines, bulk
 // bodies and inline lines. See resp_parser.h for the contract.
-#include "src/server/resp_parser.h"
+#include "resp_parser.h"
 
 #include <algorithm>
 #include <cstring>

@@ -22,9 +22,9 @@
 #include <thread>
 #include <unordered_map>
 
-#include "src/server/blob_store.h"
-#include "src/server/commands.h"
-#include "src/server/connection.h"
+#include "blob_store.h"
+#include "commands.h"
+#include "connection.h"
 
 namespace prefixkv {
 

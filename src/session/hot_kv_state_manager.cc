@@ -1,7 +1,7 @@
 // HotKvStateManager, part 1: construction, open, resolve and chunk validation.
 // Part 2 (hot_kv_state_updates.cc) changes live sessions. See
 // hot_kv_state_internal.h for the invariants.
-#include "src/session/hot_kv_state_internal.h"
+#include "hot_kv_state_internal.h"
 
 namespace prefixkv {
 

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <shared_mutex>
 
-#include "src/session/hot_kv_state_internal.h"
+#include "hot_kv_state_internal.h"
 
 namespace prefixkv {
 namespace {

@@ -9,8 +9,8 @@
 // removed them returns (StoreRemovedOnExit).
 #include <mutex>
 
+#include "hot_kv_state_internal.h"
 #include "prefixkv/cache_types.h"
-#include "src/session/hot_kv_state_internal.h"
 
 namespace prefixkv {
 namespace {

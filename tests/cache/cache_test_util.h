@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "prefixkv/advanced/hot_tier.h"
+#include "prefixkv/advanced/prefix_cache.h"
+#include "prefixkv/advanced/shared_hot_budget.h"
+#include "prefixkv/advanced/ssd_tier.h"
 #include "prefixkv/cache_types.h"
 #include "prefixkv/codec.h"
-#include "prefixkv/hot_tier.h"
-#include "prefixkv/prefix_cache.h"
-#include "prefixkv/shared_hot_budget.h"
-#include "prefixkv/ssd_tier.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv::testing {

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <functional>
 
-#include "prefixkv/mem_tier.h"
+#include "prefixkv/advanced/mem_tier.h"
 #include "tests/cache/cache_test_util.h"
 
 namespace prefixkv {

@@ -47,7 +47,7 @@ TEST(PrefixCacheConcurrency, ConversationsStoreAndRestoreInParallel) {
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(failures.load(), 0);
   // Two heavy tips per conversation remain recorded.
-  EXPECT_EQ(cache.TipLineage(ns)->size(), static_cast<size_t>(2 * kThreads));
+  EXPECT_EQ(cache.RecordedTips(ns)->size(), static_cast<size_t>(2 * kThreads));
   std::vector<AuditFinding> findings;
   ASSERT_TRUE(tiers.budget->Audit(&findings).ok());
   for (const AuditFinding& f : findings) ADD_FAILURE() << f.what << ": " << f.detail;

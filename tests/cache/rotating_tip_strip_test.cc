@@ -9,8 +9,8 @@
 
 #include <memory>
 
-#include "prefixkv/hot_tier.h"
-#include "prefixkv/shared_hot_budget.h"
+#include "prefixkv/advanced/hot_tier.h"
+#include "prefixkv/advanced/shared_hot_budget.h"
 #include "tests/cache/cache_test_util.h"
 
 namespace prefixkv {
@@ -173,7 +173,7 @@ TEST_F(RotatingTipStripTest, KvcacheOnlyModelUnaffected) {
   StoreTurn(3, "", true);
   StoreTurn(4, "", true);
 
-  EXPECT_TRUE(cache_->TipLineage(ns_)->empty());
+  EXPECT_TRUE(cache_->RecordedTips(ns_)->empty());
   EXPECT_EQ(testing::ReadBlock(*hot_, tip1), before);
   // Two new blocks, no rewrites, no lineage record.
   EXPECT_EQ(hot_->Totals().inserts, inserts_before + 2);

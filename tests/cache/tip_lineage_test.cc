@@ -1,7 +1,7 @@
 // Tip lineage: branches never record interior blocks as tips, the lineage
 // survives a restart, a grandparent that lives only on SSD is stripped there,
 // and the persisted record round-trips and rejects damage.
-#include "src/cache/tip_lineage.h"
+#include "prefixkv/advanced/tip_lineage.h"
 
 #include <gtest/gtest.h>
 
@@ -47,7 +47,8 @@ uint64_t BytesOf(const BlockTier& tier, const BlockKey& key) {
 
 std::vector<BlockKey> RecordedTips(PrefixCache& cache, Namespace ns) {
   std::vector<BlockKey> tips;
-  const std::vector<std::pair<BlockKey, BlockKey>> lineage = cache.TipLineage(ns).value();
+  const std::vector<std::pair<BlockKey, BlockKey>> lineage =
+      cache.RecordedTips(ns).value();
   for (const auto& [tip, previous] : lineage) tips.push_back(tip);
   return tips;
 }
@@ -61,7 +62,7 @@ TEST(TipLineage, DivergedStoreDoesNotTrackBranchBlockAsTip) {
   // B shares blocks 0-1 (interior placeholders of A) and diverges after them.
   const BlockKey b4 = StoreTokens(cache, ns, Branch(2, 4));
 
-  auto lineage = cache.TipLineage(ns).value();
+  auto lineage = cache.RecordedTips(ns).value();
   ASSERT_EQ(lineage.size(), 2u);
   EXPECT_EQ(lineage[0], std::make_pair(a3, BlockKey{}));
   // B extends no tip: the shared block it branched off is not one.
@@ -105,13 +106,13 @@ TEST(TipLineage, LineageSurvivesRestart) {
     Namespace ns = cache.RegisterModel(HybridSpec()).value();
     tip1 = StoreTokens(cache, ns, Tokens(2));
     tip2 = StoreTokens(cache, ns, Tokens(3));
-    before = cache.TipLineage(ns).value();
+    before = cache.RecordedTips(ns).value();
     ASSERT_TRUE(cache.Flush().ok());
   }
   TestTiers tiers(kHotBytes, dir.str());
   PrefixCache cache(tiers.stack.get());
   Namespace ns = cache.RegisterModel(HybridSpec()).value();
-  EXPECT_EQ(cache.TipLineage(ns).value(), before);
+  EXPECT_EQ(cache.RecordedTips(ns).value(), before);
 
   // The first store after the restart still knows tip1 is the grandparent.
   StatusOr<StoreResult> r = cache.Store(ns, Tokens(4), HybridLayers(16));
@@ -160,26 +161,26 @@ TEST(TipLineage, GrandparentTipOnSsdIsStripped) {
 
 TEST(TipLineageRecord, RoundTripsThroughTheBlockCodec) {
   const BlockKey root{1, 2};
-  cache::TipLineage lineage;
+  TipLineage lineage;
   lineage.Record(BlockKey{3, 4}, BlockKey{}, {BlockKey{1, 2}, 4, false});
   lineage.Record(BlockKey{5, 6}, BlockKey{3, 4}, {BlockKey{3, 4}, 3, true});
   BlockRecord rec = lineage.ToRecord(root);
   StatusOr<BlockRecord> decoded = DecodeBlock(EncodeBlock(rec).value());
   ASSERT_TRUE(decoded.ok());
-  StatusOr<cache::TipLineage> back = cache::TipLineage::FromRecord(*decoded, root);
+  StatusOr<TipLineage> back = TipLineage::FromRecord(*decoded, root);
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->Entries(), lineage.Entries());
   EXPECT_EQ(back->PreviousOf(BlockKey{5, 6}), (BlockKey{3, 4}));
 }
 
 TEST(TipLineageRecord, RejectsARecordOfAnotherNamespaceOrSize) {
-  cache::TipLineage lineage;
+  TipLineage lineage;
   lineage.Record(BlockKey{3, 4}, BlockKey{}, {BlockKey{1, 2}, 4, false});
   BlockRecord rec = lineage.ToRecord(BlockKey{1, 2});
-  EXPECT_TRUE(cache::TipLineage::FromRecord(rec, BlockKey{9, 9}).status().IsCorruption());
+  EXPECT_TRUE(TipLineage::FromRecord(rec, BlockKey{9, 9}).status().IsCorruption());
   Tensor& t = rec.layers[0].tensors[0];
   t = t.SliceAxis(0, 0, static_cast<int64_t>(t.nbytes()) - 1).value();
-  EXPECT_TRUE(cache::TipLineage::FromRecord(rec, BlockKey{1, 2}).status().IsCorruption());
+  EXPECT_TRUE(TipLineage::FromRecord(rec, BlockKey{1, 2}).status().IsCorruption());
 }
 
 }  // namespace

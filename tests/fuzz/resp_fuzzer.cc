@@ -6,10 +6,10 @@
 #include <memory>
 #include <string_view>
 
-#include "prefixkv/mem_tier.h"
-#include "src/server/blob_store.h"
-#include "src/server/commands.h"
-#include "src/server/resp_parser.h"
+#include "blob_store.h"
+#include "commands.h"
+#include "prefixkv/advanced/mem_tier.h"
+#include "resp_parser.h"
 
 namespace {
 

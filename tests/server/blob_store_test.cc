@@ -1,10 +1,10 @@
 // BlobStore: hot-then-SSD reads with promotion, write-back puts, the SSD
 // fallback for blocks too large for RAM, and removal from every tier.
-#include "src/server/blob_store.h"
+#include "blob_store.h"
 
 #include <gtest/gtest.h>
 
-#include "prefixkv/mem_tier.h"
+#include "prefixkv/advanced/mem_tier.h"
 #include "tests/server/server_fixture.h"
 
 namespace prefixkv::server {

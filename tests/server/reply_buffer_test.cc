@@ -1,5 +1,5 @@
 // ReplyBuffer: RESP2 encoding, and large bulk payloads referenced, not copied.
-#include "src/server/reply_buffer.h"
+#include "reply_buffer.h"
 
 #include <gtest/gtest.h>
 

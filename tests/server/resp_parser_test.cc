@@ -1,6 +1,6 @@
 // The RESP2 request parser: split input, pipelining, inline commands, and every
 // malformed or over-limit case.
-#include "src/server/resp_parser.h"
+#include "resp_parser.h"
 
 #include <gtest/gtest.h>
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "prefixkv/advanced/mem_tier.h"
 #include "prefixkv/block_key.h"
 #include "prefixkv/codec.h"
-#include "prefixkv/mem_tier.h"
 #include "prefixkv/server.h"
 #include "tests/server/resp_client.h"
 

@@ -6,7 +6,7 @@
 
 #include <numeric>
 
-#include "src/server/blob_store.h"
+#include "blob_store.h"
 #include "tests/server/server_fixture.h"
 
 namespace prefixkv {

@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "prefixkv/advanced/hot_tier.h"
+#include "prefixkv/advanced/prefix_cache.h"
+#include "prefixkv/advanced/shared_hot_budget.h"
+#include "prefixkv/advanced/ssd_tier.h"
+#include "prefixkv/advanced/tier_stack.h"
 #include "prefixkv/boundary_adapter.h"
 #include "prefixkv/hot_kv_state.h"
-#include "prefixkv/hot_tier.h"
-#include "prefixkv/prefix_cache.h"
-#include "prefixkv/shared_hot_budget.h"
-#include "prefixkv/ssd_tier.h"
-#include "prefixkv/tier_stack.h"
 #include "tests/session/session_test_util.h"
 
 namespace prefixkv::testing {

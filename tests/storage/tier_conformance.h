@@ -42,7 +42,7 @@
 #include <thread>
 #include <vector>
 
-#include "prefixkv/tier.h"
+#include "prefixkv/advanced/tier.h"
 #include "tests/storage/tier_test_util.h"
 #include "tests/support/test_util.h"
 

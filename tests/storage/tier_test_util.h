@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "prefixkv/tier.h"
+#include "prefixkv/advanced/tier.h"
 
 namespace prefixkv::testing {
 

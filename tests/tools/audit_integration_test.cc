@@ -5,9 +5,9 @@
 #include <fstream>
 #include <iterator>
 
-#include "prefixkv/prefix_cache.h"
-#include "prefixkv/tier_stack.h"
-#include "src/cache/tip_lineage.h"
+#include "prefixkv/advanced/prefix_cache.h"
+#include "prefixkv/advanced/tier_stack.h"
+#include "prefixkv/advanced/tip_lineage.h"
 #include "tests/tools/data_dir_builder.h"
 
 namespace prefixkv {
@@ -97,7 +97,7 @@ TEST_F(AuditTest, RecordStoredUnderOtherMetadataIsReported) {
 
 TEST_F(AuditTest, LineageRecordThatIsNoLineageIsReported) {
   data_.StoreChain();
-  const BlockKey record_key = cache::TipLineage::RecordKey(data_.root());
+  const BlockKey record_key = TipLineage::RecordKey(data_.root());
   {
     std::unique_ptr<SsdTier> tier = data_.Open();
     BlockRecord rec;  // right identity, but no lineage layer

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "prefixkv/advanced/ssd_tier.h"
 #include "prefixkv/block_key.h"
 #include "prefixkv/codec.h"
-#include "prefixkv/ssd_tier.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv::testing {

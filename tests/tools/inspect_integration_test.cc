@@ -2,7 +2,7 @@
 // bytes, the longest chain past a shorter fork, and the decoded tip lineage.
 #include <string>
 
-#include "src/cache/tip_lineage.h"
+#include "prefixkv/advanced/tip_lineage.h"
 #include "tests/tools/data_dir_builder.h"
 
 namespace prefixkv {
@@ -25,10 +25,10 @@ class InspectTest : public ::testing::Test {
     ASSERT_TRUE(tier->Put(BlockMeta{fork_, k[1], data_.root(), 0},
                           SharedBytes::Copy(std::string_view("fork")), false)
                     .ok());
-    cache::TipLineage lineage;
+    TipLineage lineage;
     lineage.Record(k[1], BlockKey{}, {k[0], DataDirBuilder::kBlockTokens, false});
     lineage.Record(k[3], k[1], {k[2], DataDirBuilder::kBlockTokens, false});
-    const BlockKey record_key = cache::TipLineage::RecordKey(data_.root());
+    const BlockKey record_key = TipLineage::RecordKey(data_.root());
     ASSERT_TRUE(tier->Put(BlockMeta{record_key, data_.root(), data_.root(), 0},
                           EncodeBlock(lineage.ToRecord(data_.root())).value(), false)
                     .ok());

@@ -4,8 +4,8 @@
 #include <system_error>
 #include <unordered_map>
 
+#include "prefixkv/advanced/tip_lineage.h"
 #include "prefixkv/codec.h"
-#include "src/cache/tip_lineage.h"
 
 namespace prefixkv::cli {
 
@@ -71,10 +71,10 @@ void CheckRecords(SsdTier& tier, const std::map<BlockKey, StoredBlock>& blocks,
       continue;
     }
     std::string why = IdentityMismatch(*rec, block.meta);
-    if (why.empty() && key == cache::TipLineage::RecordKey(block.meta.namespace_id)) {
+    if (why.empty() && key == TipLineage::RecordKey(block.meta.namespace_id)) {
       // The lineage record's layer must also parse as a lineage.
-      StatusOr<cache::TipLineage> lineage =
-          cache::TipLineage::FromRecord(*rec, block.meta.namespace_id);
+      StatusOr<TipLineage> lineage =
+          TipLineage::FromRecord(*rec, block.meta.namespace_id);
       if (!lineage.ok()) why = "tip lineage: " + lineage.status().ToString();
     }
     if (!why.empty()) findings->push_back({what, why});
@@ -85,7 +85,7 @@ std::map<BlockKey, ChainSummary> LongestChains(
     const std::map<BlockKey, StoredBlock>& blocks) {
   auto is_chain_block = [](const StoredBlock& b) {
     return !b.meta.namespace_id.IsZero() &&
-           b.meta.key != cache::TipLineage::RecordKey(b.meta.namespace_id);
+           b.meta.key != TipLineage::RecordKey(b.meta.namespace_id);
   };
   std::unordered_map<BlockKey, uint64_t, BlockKeyHash> depth;
   std::map<BlockKey, ChainSummary> longest;

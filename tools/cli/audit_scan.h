@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "prefixkv/ssd_tier.h"
+#include "prefixkv/advanced/ssd_tier.h"
 
 namespace prefixkv::cli {
 

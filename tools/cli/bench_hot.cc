@@ -16,7 +16,7 @@
 #include <random>
 #include <unordered_map>
 
-#include "prefixkv/hot_tier.h"
+#include "prefixkv/advanced/hot_tier.h"
 #include "tools/cli/bench_util.h"
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"

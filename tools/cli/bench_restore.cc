@@ -18,9 +18,9 @@
 #include <cstring>
 #include <random>
 
-#include "prefixkv/hot_tier.h"
-#include "prefixkv/prefix_cache.h"
-#include "prefixkv/shared_hot_budget.h"
+#include "prefixkv/advanced/hot_tier.h"
+#include "prefixkv/advanced/prefix_cache.h"
+#include "prefixkv/advanced/shared_hot_budget.h"
 #include "tools/cli/bench_util.h"
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"

@@ -17,7 +17,7 @@
 #include <random>
 #include <thread>
 
-#include "prefixkv/ssd_tier.h"
+#include "prefixkv/advanced/ssd_tier.h"
 #include "tools/cli/bench_util.h"
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"

@@ -8,18 +8,18 @@
 #include <utility>
 #include <variant>
 
+#include "prefixkv/advanced/hot_tier.h"
+#include "prefixkv/advanced/prefix_cache.h"
+#include "prefixkv/advanced/shared_hot_budget.h"
+#include "prefixkv/advanced/ssd_tier.h"
+#include "prefixkv/advanced/tier_stack.h"
 #include "prefixkv/boundary_adapter.h"
 #include "prefixkv/cache_types.h"
 #include "prefixkv/clock.h"
 #include "prefixkv/hot_kv_state.h"
-#include "prefixkv/hot_tier.h"
 #include "prefixkv/kv_recipe.h"
 #include "prefixkv/layer_kv_cache.h"
-#include "prefixkv/prefix_cache.h"
 #include "prefixkv/reference_model.h"
-#include "prefixkv/shared_hot_budget.h"
-#include "prefixkv/ssd_tier.h"
-#include "prefixkv/tier_stack.h"
 
 namespace prefixkv::cli {
 namespace {

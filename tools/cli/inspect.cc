@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "prefixkv/advanced/tip_lineage.h"
 #include "prefixkv/codec.h"
-#include "src/cache/tip_lineage.h"
 #include "tools/cli/audit_scan.h"
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"
@@ -33,7 +33,7 @@ constexpr const char* kNoHotTier =
 
 struct LineageTip {
   BlockKey tip, previous;
-  cache::TipPlace place;
+  TipPlace place;
   bool stored = false;
 };
 
@@ -47,22 +47,21 @@ struct NamespaceView {
 
 void ReadLineage(SsdTier& tier, NamespaceView* view) {
   const BlockKey root = view->usage.namespace_id;
-  const BlockKey record_key = cache::TipLineage::RecordKey(root);
+  const BlockKey record_key = TipLineage::RecordKey(root);
   if (!tier.Contains(record_key)) return;
   view->has_lineage = true;
   StatusOr<SharedBytes> payload = tier.Get(record_key);
   StatusOr<BlockRecord> rec =
       payload.ok() ? DecodeBlock(*payload) : StatusOr<BlockRecord>(payload.status());
-  StatusOr<cache::TipLineage> lineage = rec.ok()
-                                            ? cache::TipLineage::FromRecord(*rec, root)
-                                            : StatusOr<cache::TipLineage>(rec.status());
+  StatusOr<TipLineage> lineage =
+      rec.ok() ? TipLineage::FromRecord(*rec, root) : StatusOr<TipLineage>(rec.status());
   if (!lineage.ok()) {
     view->lineage_error = lineage.status().ToString();
     return;
   }
-  std::map<BlockKey, cache::TipPlace> places;
+  std::map<BlockKey, TipPlace> places;
   lineage->ForEachTip(
-      [&](const BlockKey& tip, const cache::TipPlace& place) { places[tip] = place; });
+      [&](const BlockKey& tip, const TipPlace& place) { places[tip] = place; });
   for (const auto& [tip, previous] : lineage->Entries()) {
     view->tips.push_back({tip, previous, places[tip], tier.Contains(tip)});
   }

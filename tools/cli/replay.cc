@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <system_error>
 
-#include "src/cache/trace_replay.h"
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/json.h"
+#include "tools/replay/trace_replay.h"
 
 namespace prefixkv::cli {
 namespace {

@@ -11,10 +11,10 @@
 #include <cstdio>
 #include <memory>
 
-#include "prefixkv/hot_tier.h"
+#include "prefixkv/advanced/hot_tier.h"
+#include "prefixkv/advanced/shared_hot_budget.h"
+#include "prefixkv/advanced/ssd_tier.h"
 #include "prefixkv/server.h"
-#include "prefixkv/shared_hot_budget.h"
-#include "prefixkv/ssd_tier.h"
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"
 

@@ -1,0 +1,57 @@
+// Eviction policies of the hot tier: which resident blocks may be evicted now,
+// and in what order.
+//
+// The shared hot budget keeps every evictable block in one order (and one per
+// owner) sorted by (Rank, last access). A policy only answers two questions
+// about a block's facts, so adding a policy never touches the budget's locking
+// or accounting. Pinned blocks are never offered to a policy's MayEvict: the
+// budget excludes them first.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "prefixkv/advanced/tier.h"
+#include "prefixkv/status.h"
+
+namespace prefixkv {
+
+// What a policy may know about a resident block. Maintained by the budget;
+// every change goes through the budget so the order stays sorted.
+struct EvictionCandidate {
+  uint64_t last_access_seq = 0;    // budget-wide counter at the latest insert, hit or pin
+  uint64_t charge_bytes = 0;       // see HotEntryCharge() in hot_tier.h
+  OwnerId owner = 0;               // owner charged for the block
+  uint32_t pins = 0;               // outstanding PinnedBlock handles
+  uint32_t resident_children = 0;  // resident blocks of the same owner whose parent it is
+};
+
+// Stateless after construction; safe to call from any thread.
+class EvictionPolicy {
+ public:
+  virtual ~EvictionPolicy() = default;
+
+  // The name ParseEvictionPolicy() accepts ("lru", "leaf-lru").
+  virtual std::string_view name() const = 0;
+
+  // Whether an unpinned block may be evicted in its current state.
+  virtual bool MayEvict(const EvictionCandidate& c) const = 0;
+
+  // Evictable blocks leave in ascending (Rank, last_access_seq) order.
+  // Must depend only on the fields of `c`.
+  virtual uint64_t Rank(const EvictionCandidate& c) const = 0;
+};
+
+enum class EvictionPolicyKind : unsigned char {
+  kLru,      // least recently used first
+  kLeafLru,  // least recently used among blocks without a resident child: a
+             // chain is evicted from its tip back, never leaving a hole
+};
+
+// "lru" or "leaf-lru"; InvalidArgument for anything else (message lists both).
+StatusOr<EvictionPolicyKind> ParseEvictionPolicy(std::string_view name);
+std::string_view EvictionPolicyName(EvictionPolicyKind kind);
+std::unique_ptr<EvictionPolicy> MakeEvictionPolicy(EvictionPolicyKind kind);
+
+}  // namespace prefixkv

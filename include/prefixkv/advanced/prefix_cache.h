@@ -1,0 +1,190 @@
+// PrefixCache: store, match and restore paged KV caches by token prefix
+// (DESIGN sections 2, 5 and 6).
+//
+// A model registers its layout and gets a Namespace. Store() cuts the per-layer
+// caches of a token sequence into full blocks of `block_tokens` tokens, names
+// each block by the chain hash of its whole prefix and writes the blocks that
+// are not cached yet through a TierStack (hot RAM over SSD). Match() finds the
+// longest cached prefix of a prompt; Restore() turns it back into per-layer
+// caches ready to continue decoding.
+//
+// Layer families (cache_types.h) decide what a block holds:
+//   sliceable (KVCache, quantized)  every block holds its own token slice of
+//       every tensor, cut along the token axis (ndim - 2: [1, H, T, D] or
+//       [H, T, D]);
+//   rotating, arrays, composite     tip-only: the whole state lives in the
+//       store's last block (its tip); every other block holds the standard
+//       placeholder (MakePlaceholder: no tensors, `placeholder` set).
+//
+// Supersede-on-extend (namespaces with tip-only layers): each store records its
+// tip and the earlier tip it extends (the tip lineage). When a store extends a
+// chain whose previous tip P is a recorded real tip, the tip recorded before P
+// (the grandparent) has its tip-only layers rewritten to placeholders through
+// the tiers' Remove + Put paths, so at most the two newest tips of a growing
+// conversation stay heavy and every byte counter stays exact. P stays whole:
+// it is the walk-back fallback. The lineage is persisted as a small record
+// under a reserved key of the namespace in the lowest tier (docs/prefix_cache.md).
+//
+// Thread-safe: every method may be called concurrently. Stores of one
+// namespace are serialised (lineage updates must not interleave); matches and
+// restores never wait for them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "prefixkv/advanced/tier_stack.h"
+#include "prefixkv/block.h"
+#include "prefixkv/block_key.h"
+#include "prefixkv/codec.h"
+#include "prefixkv/status.h"
+
+namespace prefixkv {
+
+// The cache type name a restored rotating layer carries: the warm-restored
+// rotating family member, whatever rotating name the block was stored under.
+// Consumers must match it by family (CacheTypeRegistry::IsRotatingFamily).
+inline constexpr const char* kRestoredRotatingType = "PrefillReadyRotatingKVCache";
+
+// A registered model. Cheap to copy; valid for the PrefixCache that issued it.
+struct Namespace {
+  uint32_t index = UINT32_MAX;  // position in the cache's namespace table
+  BlockKey root;                // the chain root (fingerprint hash)
+};
+
+struct NamespaceOptions {
+  // The tiers this model's blocks live in; null: the cache's default stack.
+  // A model with its own hot-tier owner view needs its own stack.
+  TierStack* tiers = nullptr;
+  // Owner charged for the blocks (BlockMeta::owner).
+  OwnerId owner = 0;
+  // Store the tokens after the last full block as one marked partial block
+  // (BlockRecord::partial), which then is the store's tip and carries the
+  // rotating/arrays state; Match then also looks for such a tail (up to
+  // block_tokens - 1 extra key lookups after the last matched full block).
+  // Default off: full blocks only, and tip-only state is kept only when a
+  // store ends on a block boundary. Recommended for models with sliding-window
+  // or recurrent layers, whose turns rarely end on a boundary.
+  bool store_partial_tail = false;
+};
+
+struct PrefixCacheOptions {
+  // How blocks are encoded (store_tokens is forced on: restore checks them).
+  EncodeOptions encode;
+  // Bounds applied when decoding blocks read back from SSD.
+  DecodeLimits decode_limits;
+};
+
+// What one Store() did.
+struct StoreResult {
+  size_t blocks = 0;               // full blocks covered by the tokens
+  size_t blocks_written = 0;       // blocks that were not cached and were put
+  size_t blocks_deduplicated = 0;  // blocks already cached, left as they were
+  BlockKey tip;                    // the last full block; zero when none
+  bool tip_state_stored = false;   // tip-only layers landed in the tip, real
+  bool tip_rewritten = false;      // an existing placeholder tip got the real state
+  BlockKey stripped_tip;           // grandparent tip stripped; zero when none
+  std::string note;                // why tip-only state was not stored, if so
+};
+
+// The longest cached prefix of a prompt.
+struct MatchResult {
+  Namespace ns;
+  std::vector<BlockKey> keys;    // matched blocks, in chain order
+  std::vector<TierLevel> tiers;  // where each block was found
+  std::vector<int32_t> tokens;   // the matched tokens (keys.size() * block_tokens)
+  uint64_t matched_tokens() const { return tokens.size(); }
+};
+
+// Rotating layers seen in block metadata: what window the restored caches use.
+struct WindowPadding {
+  std::vector<int64_t> window_tokens;  // per layer: max_size of rotating layers, else 0
+  int64_t max_window_tokens = 0;       // largest window (0: no rotating layer)
+  bool has_rotating_layers() const { return max_window_tokens > 0; }
+};
+
+// Per-layer caches ready to continue decoding at position restored_tokens.
+struct RestoreResult {
+  // One per namespace layer (empty when restored_tokens == 0). Sliceable
+  // layers: the blocks' slices concatenated along the token axis, meta of the
+  // newest block. Rotating layers: the tip's tensors with meta
+  // (keep, max_size, offset = restored_tokens, idx), type kRestoredRotatingType.
+  // Arrays/composite layers: the tip's state as stored.
+  std::vector<LayerState> layers;
+  uint64_t restored_tokens = 0;
+  size_t restored_blocks = 0;
+  size_t blocks_from_hot = 0;    // zero-copy reads
+  size_t blocks_from_ssd = 0;    // verified reads
+  uint64_t tokens_from_hot = 0;  // tokens of the blocks read from RAM
+  uint64_t tokens_from_ssd = 0;  // tokens of the blocks read from SSD
+  WindowPadding window;          // from the tip's metadata
+  // Empty when every matched token was restored; otherwise why not (a block
+  // vanished or failed validation, or walk-back dropped trailing blocks).
+  std::string reason;
+};
+
+class PrefixCache {
+ public:
+  // REQUIRES: `default_tiers` (may be null when every namespace brings its
+  // own) outlives the cache.
+  explicit PrefixCache(TierStack* default_tiers, PrefixCacheOptions options = {});
+  ~PrefixCache();
+  PrefixCache(const PrefixCache&) = delete;
+  PrefixCache& operator=(const PrefixCache&) = delete;
+
+  // Registers a model; the same fingerprint with the same options returns
+  // the same Namespace. Loads the namespace's persisted tip lineage.
+  // InvalidArgument for a bad spec (see NamespaceSpec::Fingerprint), no
+  // tiers, or a fingerprint already registered with other options.
+  StatusOr<Namespace> RegisterModel(const NamespaceSpec& spec,
+                                    const NamespaceOptions& options = {});
+
+  // Stores the caches of `tokens`: `layers` holds one LayerState per layer
+  // covering all tokens (sliceable tensors with tokens.size() rows on the
+  // token axis; rotating meta with offset == tokens.size()). Full blocks, plus
+  // the partial tail when the namespace opted in; tip-only state is stored
+  // only when the last stored block ends at tokens.size() (otherwise the
+  // blocks hold placeholders and `note` says so).
+  // InvalidArgument when the layers do not fit the namespace layout.
+  StatusOr<StoreResult> Store(Namespace ns, std::span<const int32_t> tokens,
+                              const std::vector<LayerState>& layers);
+
+  // The longest prefix of `tokens` whose blocks are all cached (stops at the
+  // first miss). Counts no hits.
+  StatusOr<MatchResult> Match(Namespace ns, std::span<const int32_t> tokens) const;
+
+  // Loads, validates and assembles a match (see RestoreResult). A block that
+  // is gone or invalid ends the restore before it; walk-back then drops the
+  // trailing blocks whose tip-only layers are placeholders. Restoring less
+  // than matched is a value with a reason, not an error.
+  StatusOr<RestoreResult> Restore(const MatchResult& match);
+
+  // The recorded tips of a namespace and the tip each one extended (zero key:
+  // none), oldest first. Always empty for namespaces without tip-only layers.
+  StatusOr<std::vector<std::pair<BlockKey, BlockKey>>> RecordedTips(Namespace ns) const;
+
+  // Writes dirty hot blocks of every stack to SSD (before a clean shutdown).
+  Status Flush();
+
+  // Window sizes from the metadata of a block's layers (rotating meta parsed
+  // from any rotating-family layer that is not a placeholder).
+  static WindowPadding DetectWindowPadding(const std::vector<LayerState>& layers);
+
+  class NamespaceState;  // src/cache/namespace_state.h
+
+ private:
+  StatusOr<NamespaceState*> Find(Namespace ns) const;
+
+  TierStack* const default_tiers_;
+  const PrefixCacheOptions options_;
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<NamespaceState>>
+      namespaces_;  // GUARDED_BY(mu_), append-only
+};
+
+}  // namespace prefixkv

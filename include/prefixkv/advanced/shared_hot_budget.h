@@ -1,0 +1,96 @@
+// SharedHotBudget: one RAM byte budget shared by every model in the process.
+//
+// Each model registers as an owner and reads and writes its blocks through a
+// HotTier view (hot_tier.h). All owners' blocks sit in ONE eviction order, so
+// an insert by owner A may evict owner B's least recently used block; that
+// victim goes to B's eviction listener (B's spill path to its SSD tier), never
+// A's. An optional per-owner quota caps one owner's share, so a small
+// auxiliary model cannot take half the cache.
+//
+// The limit is soft in one sense only: unpinned blocks are evicted to make
+// room; when what remains is pinned, the insert fails with NoSpace and
+// changes nothing. The budget's charged bytes never exceed capacity_bytes.
+//
+// Counters (TierCounters) are kept per owner and in total; the total always
+// equals the sum of the owners, and Audit() proves it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "prefixkv/advanced/eviction_policy.h"
+#include "prefixkv/advanced/tier.h"
+#include "prefixkv/status.h"
+
+namespace prefixkv {
+
+namespace hot_internal {
+class BudgetState;
+}  // namespace hot_internal
+
+struct SharedHotBudgetOptions {
+  // Maximum charged bytes resident across all owners; must be > 0.
+  uint64_t capacity_bytes = uint64_t{1} << 30;
+  // Which blocks leave first (see eviction_policy.h).
+  EvictionPolicyKind policy = EvictionPolicyKind::kLru;
+};
+
+// Thread-safe: every method may be called concurrently. All owners share one
+// mutex (a hit holds it for well under a microsecond); eviction listeners are
+// called after it is released.
+class SharedHotBudget {
+ public:
+  // InvalidArgument when capacity_bytes is 0.
+  static StatusOr<std::shared_ptr<SharedHotBudget>> Create(
+      const SharedHotBudgetOptions& options);
+  // REQUIRES: no PinnedBlock of this budget is still held.
+  ~SharedHotBudget();
+  SharedHotBudget(const SharedHotBudget&) = delete;
+  SharedHotBudget& operator=(const SharedHotBudget&) = delete;
+
+  // Adds an owner (normally one per model) and returns its id; ids are dense,
+  // starting at 0, in registration order. `quota_bytes`: the most charged
+  // bytes this owner may hold (nullopt: limited only by the budget).
+  // InvalidArgument for an empty or already registered name, or a zero quota.
+  StatusOr<OwnerId> RegisterOwner(const std::string& name,
+                                  std::optional<uint64_t> quota_bytes = std::nullopt);
+
+  // Changes an owner's quota. Lowering it evicts the owner's unpinned blocks
+  // (through its listener) until it fits; pinned blocks may keep the owner
+  // above the quota until they are released, and its inserts fail meanwhile.
+  // InvalidArgument for an unknown owner or a zero quota.
+  Status SetOwnerQuota(OwnerId owner, std::optional<uint64_t> quota_bytes);
+
+  // NotFound for an unknown owner.
+  StatusOr<std::optional<uint64_t>> OwnerQuota(OwnerId owner) const;
+  StatusOr<std::string> OwnerName(OwnerId owner) const;
+  size_t owner_count() const;
+
+  uint64_t capacity_bytes() const;
+  std::string_view policy_name() const;
+
+  // Sum over all owners.
+  TierCounters Totals() const;
+  // One owner's counters; all zero for an unknown owner.
+  TierCounters OwnerCounters(OwnerId owner) const;
+
+  // Recomputes every owner's state counters (entries, bytes, pinned_bytes)
+  // and each block's charge, child count and eviction-order membership from
+  // the blocks themselves; checks that the total equals the sum of the owners
+  // for every counter and that the budget is not exceeded. Appends one
+  // finding per disagreement. Always OK (an in-memory audit cannot fail to
+  // run). Holds the budget's lock for a walk over every block.
+  Status Audit(std::vector<AuditFinding>* findings) const;
+
+ private:
+  friend class HotTier;
+  friend class HotBudgetTestPeer;  // tests that corrupt state to prove Audit() sees it
+  explicit SharedHotBudget(const SharedHotBudgetOptions& options);
+
+  std::unique_ptr<hot_internal::BudgetState> state_;
+};
+
+}  // namespace prefixkv

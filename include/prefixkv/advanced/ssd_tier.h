@@ -1,0 +1,212 @@
+// SsdTier: the persistent block tier (DESIGN section 7).
+//
+// One data directory per tier: an embedded RocksDB holds the metadata of each
+// block (namespace, parent, owner, payload length and XXH3-64, access order,
+// and where the payload is), per-owner counters and markers; the payload bytes
+// go to append-only segment files that the tier writes and reads itself with
+// O_DIRECT (`<path>/segments/`). A block's payload is written before its
+// metadata commits, and the metadata and the counter deltas are one WriteBatch,
+// so a crash can leave unreferenced payload bytes (reclaimed) but never a
+// half-visible block, metadata pointing at unwritten bytes, or counters that
+// disagree with the contents. Reads verify length and checksum every time: a
+// damaged block is counted, removed and reported as a miss, never served.
+// Capacity is enforced in bytes by evicting chain leaves in persisted
+// least-recently-used order, so no stored block loses its stored parent.
+// Segments whose payloads were mostly evicted or removed are compacted and
+// unlinked in the background, which bounds disk use (docs/ssd.md "Space").
+//
+// The tier is also the hot tier's write-back target (an EvictionListener):
+// OnEvict queues a dirty block for background writer threads; a full queue
+// makes the caller write inline (backpressure); a dirty block is never dropped.
+//
+// Byte layout, durability modes and recovery: docs/ssd.md.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "prefixkv/advanced/tier.h"
+#include "prefixkv/clock.h"
+
+namespace prefixkv {
+
+// What a write must survive before Put (or the writer) acknowledges it.
+enum class SsdDurability {
+  // No write-ahead log for the metadata: it reaches disk when a memtable is
+  // flushed and at Close(). A kill -9 may lose the most recent blocks (never
+  // exposes a partial or wrong one). The fastest mode.
+  kFlush,
+  // Metadata write-ahead log without fsync (default): survives kill -9, may
+  // lose the last writes on power loss.
+  kWal,
+  // Payload fdatasync'ed and the log synced before every acknowledgement (one
+  // sync for a whole write-back batch): survives power loss.
+  kSync,
+};
+
+// "flush", "wal", "sync"; and back (InvalidArgument for anything else).
+std::string_view SsdDurabilityName(SsdDurability d);
+StatusOr<SsdDurability> ParseSsdDurability(std::string_view name);
+
+struct SsdTierOptions {
+  // The data directory (created if missing). One tier per directory.
+  std::string path;
+  // Total payload bytes kept; beyond it the least recently used chain leaves
+  // are evicted. A single payload larger than this is rejected with NoSpace.
+  uint64_t capacity_bytes = 64ull << 30;
+  // RocksDB compression for the metadata tables: "none", "lz4", "zstd",
+  // "snappy". Payloads (already compressed by the codec) are never recompressed.
+  std::string compression = "none";
+  SsdDurability durability = SsdDurability::kWal;
+  // Background threads writing queued (write-back) blocks.
+  uint32_t writer_threads = 2;
+  // Write-back queue bound, in blocks. When full, OnEvict writes inline.
+  uint32_t queue_depth = 64;
+  // A segment file is sealed (and a new one started) before an append would
+  // take it past this size. Smaller segments are reclaimed at a finer grain.
+  uint64_t segment_bytes = 128ull << 20;
+  // A sealed segment whose live payload bytes fall below this fraction of its
+  // size is compacted (live payloads copied to an active segment, the file
+  // unlinked); one with none left is unlinked. Disk use stays below about
+  // capacity / fraction plus the active segments.
+  double reclaim_live_fraction = 0.5;
+  // RocksDB memtable size (metadata only).
+  uint64_t write_buffer_bytes = 64ull << 20;
+  // O_DIRECT for payload writes and reads (keeps the page cache for the hot
+  // tier, and no CPU copy through it). Silently turned off on file systems
+  // without O_DIRECT (tmpfs); then buffered I/O plus fdatasync where the
+  // durability mode requires it.
+  bool use_direct_io = true;
+  // After an I/O error, a failed background write is retried this often.
+  uint64_t retry_interval_ms = 1000;
+  // Time source for access order and retry pacing. Never null.
+  Clock* clock = Clock::System();
+  // Receives one line per notable event (recovery, errors). Null: stderr.
+  std::function<void(std::string_view line)> log;
+  // Test seam: called before every write to the database; a non-OK result is
+  // treated exactly like the database returning that error. Null: none.
+  std::function<Status()> inject_write_error;
+  // Test seam: called before every payload write to a segment file; a non-OK
+  // result is treated exactly like the write failing with that error (ENOSPC ->
+  // NoSpace, EIO -> IOError). Null: none.
+  std::function<Status()> inject_payload_write_error;
+};
+
+// What Open found. Also logged as one line.
+struct SsdOpenReport {
+  bool created = false;                  // the directory held no database
+  bool previous_shutdown_clean = false;  // the last Close() completed
+  std::string moved_aside_to;            // non-empty: an unopenable DB was renamed here
+  uint64_t blocks = 0;                   // blocks indexed
+  uint64_t bytes = 0;                    // their payload bytes
+  uint64_t incompatible_records =
+      0;  // records of an unknown layout version (kept, not served)
+  uint64_t corrupt_records_removed = 0;        // metadata that failed its checksum
+  uint64_t segments = 0;                       // segment files in use
+  uint64_t unreferenced_segments_deleted = 0;  // crash garbage removed
+  uint64_t missing_segments = 0;  // referenced but absent (their blocks read as corrupt)
+  std::vector<AuditFinding>
+      counter_repairs;  // persisted counters that disagreed (repaired)
+};
+
+// Blocks and bytes of one namespace.
+struct SsdNamespaceUsage {
+  BlockKey namespace_id;
+  uint64_t blocks = 0;
+  uint64_t bytes = 0;
+};
+
+// Disk use of the payload segments.
+struct SsdSpaceUsage {
+  uint64_t segments = 0;         // files
+  uint64_t file_bytes = 0;       // their total size
+  uint64_t live_bytes = 0;       // extents referenced by stored blocks (payload
+                                 // rounded up to 4096 with its 64-byte footer)
+  uint64_t active_segments = 0;  // still being appended to
+};
+
+// Thread-safe: every method may be called concurrently, except that nothing may
+// be called during or after Close() and the destructor.
+class SsdTier final : public BlockTier, public EvictionListener {
+ public:
+  // Opens (or creates) the tier. A database that cannot be opened is moved
+  // aside (renamed with a timestamp suffix) and the tier starts empty.
+  static StatusOr<std::unique_ptr<SsdTier>> Open(const SsdTierOptions& options);
+  ~SsdTier() override;  // Close(), ignoring its status
+
+  SsdTier(const SsdTier&) = delete;
+  SsdTier& operator=(const SsdTier&) = delete;
+
+  // BlockTier. The charge of a block is its payload size in bytes. Put is
+  // synchronous (durable per options.durability on return); `dirty` is kept
+  // with the block and handed to the eviction listener (dirty evictions count
+  // as spills).
+  std::string_view name() const override { return "ssd"; }
+  Status Put(const BlockMeta& meta, SharedBytes payload, bool dirty) override;
+  // Also finds blocks still in the write-back queue.
+  StatusOr<SharedBytes> Get(const BlockKey& key) override;
+  // Reads and verifies a block exactly like Get (a damaged one is removed and
+  // counted as a corruption and a miss), but a sound or absent block counts no
+  // hit or miss and keeps its access order: what audits use, so checking every
+  // block does not reorder eviction.
+  StatusOr<SharedBytes> GetForAudit(const BlockKey& key);
+  StatusOr<BlockMeta> Peek(const BlockKey& key) const override;
+  bool Contains(const BlockKey& key) const override;
+  Status Remove(const BlockKey& key) override;
+  TierCounters Totals() const override;
+  TierCounters OwnerCounters(OwnerId owner) const override;
+  // Flushes the queue, then (with writes paused) recomputes entries and bytes
+  // from the database, compares them with the live and persisted counters and
+  // verifies every payload checksum (a damaged block is removed and counted).
+  Status Audit(std::vector<AuditFinding>* findings) override;
+  // Stored blocks whose parent is neither zero, their namespace root, nor
+  // stored here. Eviction never creates one; an explicit Remove of a parent,
+  // or a parent kept in another tier, can.
+  std::vector<BlockKey> FindOrphans() const;
+  // Stored blocks only (not those still queued).
+  void ForEach(
+      const std::function<void(const BlockMeta&, uint64_t bytes)>& fn) const override;
+  // Receives blocks evicted for capacity (read back from disk and verified).
+  // Waits for running calls to the previous listener: once it returns, the
+  // old listener is never called again. Must not be called from a listener.
+  void SetEvictionListener(EvictionListener* listener) override;
+
+  // EvictionListener: queues the block for the background writers (a clean
+  // block is ignored: it is already stored below). Blocks the caller when the
+  // queue is full by writing inline; on a write error the block stays queued
+  // and is retried.
+  void OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool dirty) override;
+
+  // Waits until every block queued before the call is stored. Returns the
+  // error of the last failed attempt if the queue could not be emptied.
+  Status Flush();
+  // Flushes the queue and the memtables and closes the database. Blocks whose
+  // writes keep failing are reported in the Status. Idempotent.
+  Status Close();
+
+  // Removes every block of a namespace (including records of unknown layout
+  // versions); returns how many indexed blocks went.
+  StatusOr<uint64_t> PurgeNamespace(const BlockKey& namespace_id);
+  std::vector<SsdNamespaceUsage> Namespaces() const;
+
+  // Reclaims segment space now (normally a background thread does it): every
+  // sealed segment below reclaim_live_fraction is compacted, every empty one
+  // unlinked; then compacts the metadata database.
+  Status Compact();
+  SsdSpaceUsage SpaceUsage() const;
+
+  const SsdOpenReport& open_report() const;
+  uint64_t queued_blocks() const;
+
+  class Impl;  // storage/ssd_tier_impl.h
+
+ private:
+  explicit SsdTier(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace prefixkv

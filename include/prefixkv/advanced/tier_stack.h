@@ -1,0 +1,114 @@
+// TierStack: the hot tier on top of the SSD tier, seen as one block store.
+//
+// The prefix cache and the trace replayer never talk to a tier directly; they
+// go through a TierStack, which owns the rules that span tiers:
+//   Get     hot first, then SSD (the SSD tier verifies checksums); an SSD hit
+//           is copied into the hot tier (clean) when promotion is on.
+//   Put     into the hot tier as dirty (write-back: the block reaches the SSD
+//           tier when the hot tier evicts it, or at Flush); straight to SSD
+//           when there is no hot tier or the block does not fit in it.
+//   Remove  from every tier holding the block.
+//   Rewrite a block in place, in every tier that holds it, through each tier's
+//           normal Remove + Put paths, so every byte counter stays exact (the
+//           supersede-on-extend tip strip uses this).
+// Either tier may be absent (null), not both. The stack does not own tiers.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string_view>
+#include <unordered_set>
+
+#include "prefixkv/advanced/tier.h"
+
+namespace prefixkv {
+
+// Which tier served a block.
+enum class TierLevel : uint8_t { kNone = 0, kHot = 1, kSsd = 2 };
+
+// "none", "hot", "ssd".
+std::string_view TierLevelName(TierLevel level);
+
+struct TierStackOptions {
+  // Copy a block found only on SSD into the hot tier (clean: the SSD copy
+  // stays) when Get serves it. Default: on.
+  bool promote_on_ssd_hit = true;
+  // Put writes the SSD tier synchronously as well (the hot copy is clean).
+  // Default off: write-back, the SSD tier sees a block when the hot tier
+  // evicts it or at Flush().
+  bool write_through = false;
+};
+
+// A payload and the tier it came from.
+struct TierHit {
+  SharedBytes payload;
+  TierLevel level = TierLevel::kNone;
+};
+
+// Thread-safe: every method may be called concurrently (the tiers are
+// thread-safe; the stack's own dirty-key set has its own mutex).
+class TierStack final : private EvictionListener {
+ public:
+  // `hot` and `ssd` may each be null, not both. `ssd_writer` receives the hot
+  // tier's dirty victims (normally the SSD tier itself, which queues them for
+  // its background writers); when null and `ssd` is set, the stack writes
+  // victims to `ssd` synchronously with Put. The stack registers itself as the
+  // hot tier's eviction listener. REQUIRES: the tiers outlive the stack.
+  TierStack(BlockTier* hot, BlockTier* ssd, EvictionListener* ssd_writer = nullptr,
+            TierStackOptions options = {});
+  ~TierStack() override;
+  TierStack(const TierStack&) = delete;
+  TierStack& operator=(const TierStack&) = delete;
+
+  BlockTier* hot() const { return hot_; }
+  BlockTier* ssd() const { return ssd_; }
+  // The tier that survives a restart: the SSD tier when present, else hot.
+  BlockTier* lowest() const { return ssd_ != nullptr ? ssd_ : hot_; }
+  const TierStackOptions& options() const { return options_; }
+
+  // Hot, then SSD. NotFound (a miss) when no tier has the block. An SSD hit
+  // is promoted when the options say so and `allow_promotion` is true (reads
+  // that only inspect a block, like the tip strip, pass false).
+  StatusOr<TierHit> Get(const BlockKey& key, bool allow_promotion = true);
+  // Where the block is, without counting a hit or touching recency.
+  TierLevel Locate(const BlockKey& key) const;
+  bool Contains(const BlockKey& key) const { return Locate(key) != TierLevel::kNone; }
+  // Metadata from the first tier holding the block; NotFound when none does.
+  StatusOr<BlockMeta> Peek(const BlockKey& key) const;
+
+  // Stores a new block (see the header comment). NoSpace when no tier can
+  // hold it.
+  Status Put(const BlockMeta& meta, SharedBytes payload);
+  // Stores into the lowest tier only (bypassing the hot tier): for small
+  // records that must survive a restart.
+  Status PutLowest(const BlockMeta& meta, SharedBytes payload);
+  // Replaces a block's payload in every tier that holds it (Remove + Put in
+  // each). NotFound when no tier holds it.
+  Status Rewrite(const BlockMeta& meta, SharedBytes payload);
+  // Removes from every tier. NotFound when no tier held it; Busy when the hot
+  // copy is pinned (the SSD copy is removed anyway).
+  Status Remove(const BlockKey& key);
+
+  // Writes every dirty hot block to the SSD tier (and marks the hot copy
+  // clean), so a restart finds it. No-op without an SSD tier.
+  Status Flush();
+  // Hot blocks not yet written below.
+  size_t dirty_blocks() const;
+
+ private:
+  // EvictionListener (the hot tier's victims).
+  void OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool dirty) override;
+  void MarkDirty(const BlockKey& key, bool dirty);
+  Status WriteBelow(const BlockMeta& meta, const SharedBytes& payload);
+  Status RewriteIn(BlockTier* tier, const BlockMeta& meta, const SharedBytes& payload,
+                   bool dirty);
+
+  BlockTier* const hot_;
+  BlockTier* const ssd_;
+  EvictionListener* const ssd_writer_;
+  const TierStackOptions options_;
+  mutable std::mutex mu_;
+  std::unordered_set<BlockKey, BlockKeyHash> dirty_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace prefixkv

@@ -1,0 +1,94 @@
+// HotTier: one owner's BlockTier view of a SharedHotBudget, and PinnedBlock.
+// Everything forwards to the budget's BudgetState under its owner id.
+#include "prefixkv/advanced/hot_tier.h"
+
+#include <string>
+#include <utility>
+
+#include "hot_budget_state.h"
+
+namespace prefixkv {
+
+PinnedBlock::PinnedBlock(PinnedBlock&& other) noexcept
+    : state_(other.state_),
+      entry_(std::exchange(other.entry_, nullptr)),
+      meta_(other.meta_),
+      payload_(std::move(other.payload_)) {}
+
+PinnedBlock& PinnedBlock::operator=(PinnedBlock&& other) noexcept {
+  if (this != &other) {
+    Release();
+    state_ = other.state_;
+    entry_ = std::exchange(other.entry_, nullptr);
+    meta_ = other.meta_;
+    payload_ = std::move(other.payload_);
+  }
+  return *this;
+}
+
+void PinnedBlock::Release() {
+  if (entry_ == nullptr) return;
+  state_->Unpin(std::exchange(entry_, nullptr));
+}
+
+StatusOr<std::unique_ptr<HotTier>> HotTier::Open(std::shared_ptr<SharedHotBudget> budget,
+                                                 OwnerId owner) {
+  if (budget == nullptr) return Status::InvalidArgument("hot tier: null budget");
+  if (owner >= budget->owner_count()) {
+    return Status::InvalidArgument("hot tier: owner " + std::to_string(owner) +
+                                   " is not registered");
+  }
+  return std::unique_ptr<HotTier>(new HotTier(std::move(budget), owner));
+}
+
+StatusOr<std::unique_ptr<HotTier>> HotTier::Create(
+    const SharedHotBudgetOptions& options) {
+  PKV_ASSIGN_OR_RETURN(std::shared_ptr<SharedHotBudget> budget,
+                       SharedHotBudget::Create(options));
+  PKV_ASSIGN_OR_RETURN(OwnerId owner, budget->RegisterOwner("default"));
+  return Open(std::move(budget), owner);
+}
+
+Status HotTier::Put(const BlockMeta& meta, SharedBytes payload, bool dirty) {
+  return state().Put(owner_, meta, std::move(payload), dirty);
+}
+
+StatusOr<SharedBytes> HotTier::Get(const BlockKey& key) {
+  return state().Get(owner_, key);
+}
+
+std::optional<PinnedBlock> HotTier::Pin(const BlockKey& key) {
+  return state().Pin(owner_, key);
+}
+
+StatusOr<BlockMeta> HotTier::Peek(const BlockKey& key) const {
+  return state().Peek(owner_, key);
+}
+
+bool HotTier::Contains(const BlockKey& key) const {
+  return state().Contains(owner_, key);
+}
+
+Status HotTier::Remove(const BlockKey& key) { return state().Remove(owner_, key); }
+
+TierCounters HotTier::Totals() const { return state().OwnerCounters(owner_); }
+
+TierCounters HotTier::OwnerCounters(OwnerId owner) const {
+  return owner == owner_ ? state().OwnerCounters(owner_) : TierCounters{};
+}
+
+Status HotTier::Audit(std::vector<AuditFinding>* findings) {
+  state().Audit(findings);
+  return Status::OK();
+}
+
+void HotTier::ForEach(
+    const std::function<void(const BlockMeta&, uint64_t bytes)>& fn) const {
+  state().ForEach(owner_, fn);
+}
+
+void HotTier::SetEvictionListener(EvictionListener* listener) {
+  state().SetListener(owner_, listener);
+}
+
+}  // namespace prefixkv

@@ -1,0 +1,178 @@
+// SharedHotBudget: construction, owners and quotas, counters. The public
+// class forwards to BudgetState (hot_budget_state.h), which also serves the
+// HotTier views.
+#include "prefixkv/advanced/shared_hot_budget.h"
+
+#include <cassert>
+#include <string>
+#include <utility>
+
+#include "counter_audit.h"
+#include "hot_budget_state.h"
+
+namespace prefixkv {
+namespace hot_internal {
+
+void BudgetState::Deliver(const std::vector<Delivery>& deliveries) {
+  if (deliveries.empty()) return;
+  for (const Delivery& d : deliveries) d.listener->OnEvict(d.meta, d.payload, d.dirty);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Delivery& d : deliveries) {
+      OwnerState& owner = Owner(d.meta.owner);
+      --owner.deliveries_in_flight;
+      if (!d.dirty) continue;
+      auto it = owner.spilling.find(d.meta.key);
+      if (--it->second == 0) owner.spilling.erase(it);
+    }
+  }
+  deliveries_done_.notify_all();
+}
+
+BudgetState::BudgetState(const SharedHotBudgetOptions& options)
+    : capacity_bytes_(options.capacity_bytes),
+      policy_(MakeEvictionPolicy(options.policy)) {}
+
+BudgetState::~BudgetState() {
+  assert(total_.pinned_bytes == 0 && "a PinnedBlock outlived its SharedHotBudget");
+  // Unlink everything before the entries (and their hooks) are destroyed.
+  order_.clear();
+  for (auto& owner : owners_) owner->order.clear();
+}
+
+StatusOr<OwnerId> BudgetState::RegisterOwner(const std::string& name,
+                                             std::optional<uint64_t> quota_bytes) {
+  if (name.empty()) return Status::InvalidArgument("hot budget: empty owner name");
+  if (quota_bytes && *quota_bytes == 0) {
+    return Status::InvalidArgument("hot budget: zero quota for owner " + name);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& owner : owners_) {
+    if (owner->name == name) {
+      return Status::InvalidArgument("hot budget: owner " + name + " already registered");
+    }
+  }
+  auto owner = std::make_unique<OwnerState>();
+  owner->name = name;
+  owner->quota_bytes = quota_bytes;
+  owners_.push_back(std::move(owner));
+  return static_cast<OwnerId>(owners_.size() - 1);
+}
+
+Status BudgetState::SetOwnerQuota(OwnerId id, std::optional<uint64_t> quota_bytes) {
+  if (quota_bytes && *quota_bytes == 0)
+    return Status::InvalidArgument("hot budget: zero quota");
+  std::vector<Delivery> deliveries;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (id >= owners_.size()) {
+      return Status::InvalidArgument("hot budget: unknown owner " + std::to_string(id));
+    }
+    OwnerState& owner = Owner(id);
+    const bool had_quota = owner.quota_bytes.has_value();
+    owner.quota_bytes = quota_bytes;
+    if (!quota_bytes) {
+      owner.order.clear();
+    } else if (!had_quota) {
+      for (auto& [key, e] : owner.entries) {
+        if (e.global_hook.is_linked()) owner.order.insert(e);
+      }
+    }
+    // Shrink to the new quota as far as unpinned blocks allow.
+    std::vector<HotEntry*> victims;
+    uint64_t bytes = owner.counters.bytes;
+    while (quota_bytes && bytes > *quota_bytes) {
+      HotEntry* victim = FirstUnpinned(owner.order);
+      if (victim == nullptr) break;
+      bytes -= TakeVictim(*victim, &victims);
+    }
+    CommitVictims(victims, &deliveries);
+  }
+  Deliver(deliveries);
+  return Status::OK();
+}
+
+StatusOr<std::optional<uint64_t>> BudgetState::OwnerQuota(OwnerId id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (id >= owners_.size()) return Status::NotFound("hot budget: unknown owner");
+  return Owner(id).quota_bytes;
+}
+
+StatusOr<std::string> BudgetState::OwnerName(OwnerId id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (id >= owners_.size()) return Status::NotFound("hot budget: unknown owner");
+  return Owner(id).name;
+}
+
+size_t BudgetState::owner_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return owners_.size();
+}
+
+TierCounters BudgetState::Totals() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return total_;
+}
+
+TierCounters BudgetState::OwnerCounters(OwnerId id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return id < owners_.size() ? Owner(id).counters : TierCounters{};
+}
+
+void BudgetState::SetListener(OwnerId id, EvictionListener* listener) {
+  std::unique_lock<std::mutex> lock(mu_);
+  OwnerState& owner = Owner(id);
+  owner.listener = listener;
+  // New victims already go to `listener`; wait out calls to the old one so
+  // its owner may destroy it as soon as this returns.
+  deliveries_done_.wait(lock, [&] { return owner.deliveries_in_flight == 0; });
+}
+
+}  // namespace hot_internal
+
+SharedHotBudget::SharedHotBudget(const SharedHotBudgetOptions& options)
+    : state_(std::make_unique<hot_internal::BudgetState>(options)) {}
+
+SharedHotBudget::~SharedHotBudget() = default;
+
+StatusOr<std::shared_ptr<SharedHotBudget>> SharedHotBudget::Create(
+    const SharedHotBudgetOptions& options) {
+  if (options.capacity_bytes == 0) {
+    return Status::InvalidArgument("hot budget: capacity_bytes must be > 0");
+  }
+  return std::shared_ptr<SharedHotBudget>(new SharedHotBudget(options));
+}
+
+StatusOr<OwnerId> SharedHotBudget::RegisterOwner(const std::string& name,
+                                                 std::optional<uint64_t> quota_bytes) {
+  return state_->RegisterOwner(name, quota_bytes);
+}
+
+Status SharedHotBudget::SetOwnerQuota(OwnerId owner,
+                                      std::optional<uint64_t> quota_bytes) {
+  return state_->SetOwnerQuota(owner, quota_bytes);
+}
+
+StatusOr<std::optional<uint64_t>> SharedHotBudget::OwnerQuota(OwnerId owner) const {
+  return state_->OwnerQuota(owner);
+}
+
+StatusOr<std::string> SharedHotBudget::OwnerName(OwnerId owner) const {
+  return state_->OwnerName(owner);
+}
+
+size_t SharedHotBudget::owner_count() const { return state_->owner_count(); }
+uint64_t SharedHotBudget::capacity_bytes() const { return state_->capacity_bytes(); }
+std::string_view SharedHotBudget::policy_name() const { return state_->policy_name(); }
+TierCounters SharedHotBudget::Totals() const { return state_->Totals(); }
+
+TierCounters SharedHotBudget::OwnerCounters(OwnerId owner) const {
+  return state_->OwnerCounters(owner);
+}
+
+Status SharedHotBudget::Audit(std::vector<AuditFinding>* findings) const {
+  state_->Audit(findings);
+  return Status::OK();
+}
+
+}  // namespace prefixkv

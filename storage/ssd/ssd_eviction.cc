@@ -1,0 +1,114 @@
+// SsdTier capacity eviction: least recently used chain leaves first.
+//
+// Only leaves (blocks with no stored or in-flight child) are candidates, so an
+// ancestor always outlives its stored descendants and no stored block is left
+// without its parent. Access order is the persisted access sequence, so the
+// order survives restarts. Eviction runs after each Put on the putting thread.
+#include <rocksdb/write_batch.h>
+
+#include "ssd_layout.h"
+#include "ssd_tier_impl.h"
+
+namespace prefixkv {
+
+void SsdTier::Impl::SetEvictionListener(EvictionListener* l) {
+  std::unique_lock<std::mutex> lock(mu_);
+  listener_ = l;
+  // After return the old listener is never called again: it may be destroyed.
+  listener_idle_.wait(lock, [&] { return listener_calls_ == 0; });
+}
+
+namespace {
+
+// Counts one eviction that may call the listener it read; SetEvictionListener
+// waits for the count to drop to zero.
+class ListenerUse {
+ public:
+  ListenerUse(std::mutex* mu, uint32_t* calls, std::condition_variable* idle)
+      : mu_(mu), calls_(calls), idle_(idle) {}
+  void Begin() {  // REQUIRES: *mu_ held
+    ++*calls_;
+    active_ = true;
+  }
+  ~ListenerUse() {
+    if (!active_) return;
+    std::lock_guard<std::mutex> lock(*mu_);
+    if (--*calls_ == 0) idle_->notify_all();
+  }
+
+ private:
+  std::mutex* mu_;
+  uint32_t* calls_;
+  std::condition_variable* idle_;
+  bool active_ = false;
+};
+
+}  // namespace
+
+void SsdTier::Impl::EnforceCapacity() {
+  while (true) {
+    std::optional<BlockKey> victim;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (index_.bytes() <= options_.capacity_bytes) return;
+      victim = index_.ClaimVictim();
+    }
+    if (!victim) return;  // everything left is pinned by in-flight children
+    if (!Evict(*victim).ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      index_.Release(*victim);
+      return;  // counted and logged by Commit; retried at the next Put
+    }
+  }
+}
+
+Status SsdTier::Impl::Evict(const BlockKey& key) {
+  BlockMeta meta;
+  SharedBytes payload;
+  bool dirty = false;
+  EvictionListener* listener = nullptr;
+  ListenerUse use(&mu_, &listener_calls_,
+                  &listener_idle_);  // declared first: outlives the call
+  {
+    BlockLock block_lock(this, key);
+    ssd::IndexEntry e;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const ssd::IndexEntry* found = index_.Find(key);
+      if (found == nullptr) return Status::OK();  // removed meanwhile
+      if (index_.ChildCount(key) > 0) {           // gained a child meanwhile
+        index_.Release(key);
+        return Status::OK();
+      }
+      e = *found;
+      listener = listener_;
+      if (listener != nullptr) use.Begin();
+    }
+    meta = BlockMeta{key, e.parent, e.namespace_id, e.owner};
+    dirty = e.dirty;
+    if (listener != nullptr) {
+      StatusOr<SharedBytes> read = ReadVerified(key, e);
+      if (!read.ok()) return read.status().IsNotFound() ? Status::OK() : read.status();
+      payload = *read;
+    }
+    rocksdb::WriteBatch batch;
+    AddDeletes(&batch, key, e);
+    Deltas deltas;
+    deltas[e.owner].entries -= 1;
+    deltas[e.owner].bytes -= e.bytes;
+    deltas[e.owner].evictions += 1;
+    const bool spill = listener != nullptr && dirty;
+    if (spill) deltas[e.owner].spills += 1;
+    PKV_RETURN_IF_ERROR(Commit(&batch, std::move(deltas), e.owner));
+    std::lock_guard<std::mutex> lock(mu_);
+    index_.Erase(key);
+    index_.Owner(e.owner).evictions += 1;
+    if (spill) index_.Owner(e.owner).spills += 1;
+  }
+  WakeReclaimer();  // the victim's extent is garbage now
+  // Outside every lock: the listener may block (its own backpressure).
+  if (listener != nullptr) listener->OnEvict(meta, payload, dirty);
+  return Status::OK();
+}
+
+}  // namespace prefixkv

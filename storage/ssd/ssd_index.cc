@@ -1,0 +1,161 @@
+// SsdIndex: lookups, leaf-first LRU order and live counters (see ssd_index.h).
+#include "ssd_index.h"
+
+#include <algorithm>
+
+#include "ssd_segment.h"
+
+namespace prefixkv::ssd {
+
+const IndexEntry* SsdIndex::Find(const BlockKey& key) const {
+  auto it = entries_.find(key);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+void SsdIndex::Insert(const BlockKey& key, const IndexEntry& entry) {
+  Erase(key);
+  entries_.emplace(key, entry);
+  TierCounters& o = owners_[entry.owner];
+  o.entries += 1;
+  o.bytes += entry.bytes;
+  total_bytes_ += entry.bytes;
+  live_[entry.segment] += ExtentBytes(entry.bytes);
+  live_total_ += ExtentBytes(entry.bytes);
+  max_seq_ = std::max(max_seq_, entry.access_seq);
+  AddChild(entry.parent);
+  AddLeaf(key);
+}
+
+bool SsdIndex::Erase(const BlockKey& key) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return false;
+  const IndexEntry e = it->second;
+  DropLeaf(key);
+  claimed_.erase(key);
+  entries_.erase(it);
+  TierCounters& o = owners_[e.owner];
+  o.entries -= 1;
+  o.bytes -= e.bytes;
+  total_bytes_ -= e.bytes;
+  DropLive(e.segment, e.bytes);
+  DropChild(e.parent);
+  return true;
+}
+
+void SsdIndex::DropLive(uint64_t segment, uint64_t payload_bytes) {
+  auto it = live_.find(segment);
+  if (it == live_.end()) return;
+  it->second -= ExtentBytes(payload_bytes);
+  live_total_ -= ExtentBytes(payload_bytes);
+  if (it->second == 0) live_.erase(it);
+}
+
+void SsdIndex::Relocate(const BlockKey& key, uint64_t segment, uint64_t offset) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return;
+  DropLive(it->second.segment, it->second.bytes);
+  it->second.segment = segment;
+  it->second.offset = offset;
+  live_[segment] += ExtentBytes(it->second.bytes);
+  live_total_ += ExtentBytes(it->second.bytes);
+}
+
+uint64_t SsdIndex::LiveBytes(uint64_t segment) const {
+  auto it = live_.find(segment);
+  return it == live_.end() ? 0 : it->second;
+}
+
+std::vector<BlockKey> SsdIndex::KeysIn(uint64_t segment) const {
+  std::vector<BlockKey> out;
+  for (const auto& [key, e] : entries_) {
+    if (e.segment == segment) out.push_back(key);
+  }
+  return out;
+}
+
+void SsdIndex::Touch(const BlockKey& key, uint64_t access_seq) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return;
+  DropLeaf(key);
+  it->second.access_seq = access_seq;
+  max_seq_ = std::max(max_seq_, access_seq);
+  AddLeaf(key);
+}
+
+std::optional<BlockKey> SsdIndex::ClaimVictim() {
+  if (leaves_.empty()) return std::nullopt;
+  BlockKey key = leaves_.begin()->second;
+  leaves_.erase(leaves_.begin());
+  claimed_.insert(key);
+  return key;
+}
+
+void SsdIndex::Release(const BlockKey& key) {
+  if (claimed_.erase(key) > 0) AddLeaf(key);
+}
+
+void SsdIndex::BeginPendingChild(const BlockKey& parent) { AddChild(parent); }
+void SsdIndex::EndPendingChild(const BlockKey& parent) { DropChild(parent); }
+
+bool SsdIndex::HasStoredParent(const IndexEntry& e) const {
+  return e.parent.IsZero() || e.parent == e.namespace_id || entries_.count(e.parent) > 0;
+}
+
+uint32_t SsdIndex::ChildCount(const BlockKey& key) const {
+  auto it = children_.find(key);
+  return it == children_.end() ? 0 : it->second;
+}
+
+TierCounters SsdIndex::OwnerCounters(OwnerId owner) const {
+  auto it = owners_.find(owner);
+  return it == owners_.end() ? TierCounters{} : it->second;
+}
+
+TierCounters SsdIndex::Totals() const {
+  TierCounters t;
+  for (const auto& [owner, c] : owners_) {
+    t.entries += c.entries;
+    t.bytes += c.bytes;
+    t.pinned_bytes += c.pinned_bytes;
+    t.hits += c.hits;
+    t.misses += c.misses;
+    t.inserts += c.inserts;
+    t.removes += c.removes;
+    t.evictions += c.evictions;
+    t.spills += c.spills;
+    t.corruptions += c.corruptions;
+    t.io_errors += c.io_errors;
+  }
+  return t;
+}
+
+bool SsdIndex::IsLeaf(const BlockKey& key) const {
+  return entries_.count(key) > 0 && ChildCount(key) == 0 && claimed_.count(key) == 0;
+}
+
+void SsdIndex::AddChild(const BlockKey& parent) {
+  if (parent.IsZero()) return;
+  if (children_[parent]++ == 0) DropLeaf(parent);
+}
+
+void SsdIndex::DropChild(const BlockKey& parent) {
+  if (parent.IsZero()) return;
+  auto it = children_.find(parent);
+  if (it == children_.end()) return;
+  if (--it->second == 0) {
+    children_.erase(it);
+    AddLeaf(parent);
+  }
+}
+
+void SsdIndex::AddLeaf(const BlockKey& key) {
+  if (!IsLeaf(key)) return;
+  leaves_.emplace(entries_.at(key).access_seq, key);
+}
+
+void SsdIndex::DropLeaf(const BlockKey& key) {
+  auto it = entries_.find(key);
+  if (it != entries_.end()) leaves_.erase({it->second.access_seq, key});
+}
+
+}  // namespace prefixkv::ssd

@@ -1,0 +1,101 @@
+// SsdIndex: the SSD tier's in-memory view of what is stored, rebuilt from the
+// metadata records at Open. It answers lookups without touching the disk, keeps
+// the live counters per owner, and orders eviction candidates: only chain
+// leaves (blocks with no stored child) are candidates, least recently used
+// first, so an ancestor is never evicted before its descendants.
+//
+// Not thread-safe: SsdTier::Impl guards it with its index mutex.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "prefixkv/advanced/tier.h"
+
+namespace prefixkv::ssd {
+
+struct IndexEntry {
+  BlockKey namespace_id;
+  BlockKey parent;
+  OwnerId owner = 0;
+  uint64_t bytes = 0;     // payload bytes (the charge)
+  uint64_t checksum = 0;  // XXH3-64 of the payload
+  uint64_t access_seq = 0;
+  bool dirty = false;    // see StoredMeta::dirty
+  uint64_t segment = 0;  // where the payload's extent is (StoredMeta)
+  uint64_t offset = 0;
+};
+
+class SsdIndex {
+ public:
+  const IndexEntry* Find(const BlockKey& key) const;
+  // Inserts or replaces; adjusts entries/bytes of the owners involved.
+  void Insert(const BlockKey& key, const IndexEntry& entry);
+  // Removes; adjusts entries/bytes. False when absent.
+  bool Erase(const BlockKey& key);
+  // Records a new access; the block moves to the recent end of the order.
+  void Touch(const BlockKey& key, uint64_t access_seq);
+  // The block's payload moved (segment compaction); nothing else changes.
+  void Relocate(const BlockKey& key, uint64_t segment, uint64_t offset);
+
+  // Extent bytes (ExtentBytes of each payload) referenced in a segment.
+  uint64_t LiveBytes(uint64_t segment) const;
+  uint64_t live_total() const { return live_total_; }
+  const std::unordered_map<uint64_t, uint64_t>& live_segments() const { return live_; }
+  // Blocks whose payload is in `segment` (a scan of the index).
+  std::vector<BlockKey> KeysIn(uint64_t segment) const;
+
+  // The least recently used leaf not already claimed, or nullopt. The
+  // returned block is claimed (skipped by later calls) until Erase, Insert or
+  // Release.
+  std::optional<BlockKey> ClaimVictim();
+  void Release(const BlockKey& key);
+
+  // A child whose Put is in flight counts as stored, so its parent cannot be
+  // claimed meanwhile. Balanced by Insert (which counts it for real) plus
+  // EndPendingChild, or by EndPendingChild alone when the Put failed.
+  void BeginPendingChild(const BlockKey& parent);
+  void EndPendingChild(const BlockKey& parent);
+
+  bool HasStoredParent(const IndexEntry& e) const;
+  // Stored children (and pending ones) of `key`.
+  uint32_t ChildCount(const BlockKey& key) const;
+
+  uint64_t size() const { return entries_.size(); }
+  uint64_t bytes() const { return total_bytes_; }
+  uint64_t max_access_seq() const { return max_seq_; }
+
+  // Live counters (state and events) per owner; events are bumped by callers.
+  TierCounters& Owner(OwnerId owner) { return owners_[owner]; }
+  TierCounters OwnerCounters(OwnerId owner) const;
+  TierCounters Totals() const;
+  const std::map<OwnerId, TierCounters>& owners() const { return owners_; }
+
+  const std::unordered_map<BlockKey, IndexEntry>& entries() const { return entries_; }
+
+ private:
+  bool IsLeaf(const BlockKey& key) const;
+  void AddChild(const BlockKey& parent);
+  void DropChild(const BlockKey& parent);
+  void AddLeaf(const BlockKey& key);
+  void DropLeaf(const BlockKey& key);
+  void DropLive(uint64_t segment, uint64_t payload_bytes);
+
+  std::unordered_map<BlockKey, IndexEntry> entries_;
+  // parent key -> stored (or pending) children; the parent need not be stored.
+  std::unordered_map<BlockKey, uint32_t> children_;
+  std::set<std::pair<uint64_t, BlockKey>> leaves_;  // (access_seq, key), unclaimed leaves
+  std::set<BlockKey> claimed_;
+  std::map<OwnerId, TierCounters> owners_;
+  std::unordered_map<uint64_t, uint64_t> live_;  // segment -> live extent bytes
+  uint64_t live_total_ = 0;                      // their sum
+  uint64_t total_bytes_ = 0;
+  uint64_t max_seq_ = 0;
+};
+
+}  // namespace prefixkv::ssd

@@ -1,0 +1,74 @@
+// SsdTier inventory: counters, iteration, namespaces and purge.
+#include <rocksdb/write_batch.h>
+
+#include <map>
+
+#include "ssd_layout.h"
+#include "ssd_tier_impl.h"
+
+namespace prefixkv {
+
+TierCounters SsdTier::Impl::Totals() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index_.Totals();
+}
+
+TierCounters SsdTier::Impl::OwnerCounters(OwnerId owner) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index_.OwnerCounters(owner);
+}
+
+void SsdTier::Impl::ForEach(
+    const std::function<void(const BlockMeta&, uint64_t)>& fn) const {
+  std::vector<std::pair<BlockMeta, uint64_t>> copy;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    copy.reserve(index_.size());
+    for (const auto& [key, e] : index_.entries()) {
+      copy.push_back({BlockMeta{key, e.parent, e.namespace_id, e.owner}, e.bytes});
+    }
+  }
+  for (const auto& [meta, bytes] : copy) fn(meta, bytes);  // no lock: fn may be slow
+}
+
+std::vector<SsdNamespaceUsage> SsdTier::Impl::Namespaces() const {
+  std::map<BlockKey, SsdNamespaceUsage> by_ns;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, e] : index_.entries()) {
+      SsdNamespaceUsage& u = by_ns[e.namespace_id];
+      u.namespace_id = e.namespace_id;
+      u.blocks += 1;
+      u.bytes += e.bytes;
+    }
+  }
+  std::vector<SsdNamespaceUsage> out;
+  for (const auto& [ns, u] : by_ns) out.push_back(u);
+  return out;
+}
+
+StatusOr<uint64_t> SsdTier::Impl::PurgeNamespace(const BlockKey& ns) {
+  PKV_RETURN_IF_ERROR(queue_->Flush());  // queued blocks of `ns` go too
+  std::vector<BlockKey> keys;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, e] : index_.entries()) {
+      if (e.namespace_id == ns) keys.push_back(key);
+    }
+  }
+  uint64_t removed = 0;
+  for (const BlockKey& key : keys) {
+    Status s = Remove(key);
+    if (s.ok()) ++removed;
+    if (!s.ok() && !s.IsNotFound()) return s;
+  }
+  // Records the index never loaded (unknown layout versions) go by range.
+  rocksdb::WriteBatch batch;
+  const std::string begin = ssd::NamespacePrefix(ssd::kMetaTag, ns);
+  batch.DeleteRange(begin, begin + std::string(17, '\xff'));
+  PKV_RETURN_IF_ERROR(Commit(&batch, {}, 0));
+  Log("purged namespace " + ns.ToHex() + ": " + std::to_string(removed) + " blocks");
+  return removed;
+}
+
+}  // namespace prefixkv

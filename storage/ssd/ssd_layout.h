@@ -1,0 +1,68 @@
+// The SSD tier's on-disk record layout (documented byte by byte in docs/ssd.md).
+//
+// Keys (RocksDB default column family):
+//   'm' | namespace (16, big-endian hi, lo) | block key (16, BE)  -> metadata
+//   'c' | owner (u32 BE)                                         -> counters (merge-add)
+//   'f' "format"                                                 -> "prefixkv-ssd/2"
+//   'f' "clean"                                                  -> "1" after Close()
+// Big-endian keys keep one namespace contiguous, so a purge is a range.
+// Payload bytes are not in RocksDB: the metadata record points at an extent
+// in a segment file (storage/ssd_segment.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "prefixkv/advanced/tier.h"
+#include "prefixkv/status.h"
+
+namespace prefixkv::ssd {
+
+inline constexpr char kMetaTag = 'm';
+inline constexpr char kCounterTag = 'c';
+inline constexpr std::string_view kFormatKey = "fformat";
+inline constexpr std::string_view kCleanKey = "fclean";
+inline constexpr std::string_view kFormatValue = "prefixkv-ssd/2";
+
+inline constexpr size_t kBlockRecordKeyBytes = 33;
+inline constexpr uint8_t kMetaVersion = 2;
+inline constexpr size_t kMetaBytes = 72;
+inline constexpr size_t kCounterFields = 11;
+inline constexpr size_t kCounterBytes = kCounterFields * 8;
+
+std::string BlockRecordKey(char tag, const BlockKey& ns, const BlockKey& key);
+// The 17-byte prefix shared by every record of `tag` in namespace `ns`.
+std::string NamespacePrefix(char tag, const BlockKey& ns);
+// Parses a 33-byte 'm' key. False when malformed.
+bool ParseBlockRecordKey(std::string_view k, BlockKey* ns, BlockKey* key);
+std::string CounterKey(OwnerId owner);
+bool ParseCounterKey(std::string_view k, OwnerId* owner);
+
+// The metadata record of one stored block.
+struct StoredMeta {
+  OwnerId owner = 0;
+  BlockKey parent;
+  uint64_t payload_bytes = 0;
+  uint64_t payload_xxh3 = 0;  // XXH3-64 of the payload, seed 0
+  uint64_t access_seq = 0;    // larger = more recently used (persisted LRU order)
+  bool dirty = false;         // Put's flag: not stored in any other tier (flags bit 0)
+  uint64_t segment = 0;       // segment file id holding the payload's extent
+  uint64_t offset = 0;        // byte offset of the extent in it (4096-aligned)
+};
+
+std::string EncodeMeta(const StoredMeta& m);
+// Corruption for a bad length or checksum; NotSupported for an unknown version.
+Status DecodeMeta(std::string_view v, StoredMeta* m);
+
+// Counters as 11 little-endian u64 in TierCounters field order. Deltas use
+// two's complement, so adding them with wrap-around subtracts.
+std::string EncodeCounters(const TierCounters& c);
+bool DecodeCounters(std::string_view v, TierCounters* c);
+void AddCounters(TierCounters* into, const TierCounters& delta);
+TierCounters NegateCounters(const TierCounters& c);
+bool IsZero(const TierCounters& c);
+
+uint64_t PayloadChecksum(const void* data, size_t size);
+
+}  // namespace prefixkv::ssd

@@ -1,0 +1,179 @@
+// SsdTier::Impl::Rebuild: the in-memory index and counters from the records.
+//
+// Entries and bytes are recomputed from the metadata records and compared
+// with the persisted counter records; a disagreement is reported (open report
+// and log) and repaired by merging the difference. Event counters (hits, ...)
+// cannot be recomputed and are taken as persisted. Payloads are not read here
+// (that would read every segment); each is verified when it is first read.
+// OpenSegments then recomputes each segment's live bytes (the index does) and
+// deletes segment files no record references.
+#include <rocksdb/iterator.h>
+#include <rocksdb/write_batch.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "ssd_layout.h"
+#include "ssd_tier_impl.h"
+
+namespace prefixkv {
+
+Status SsdTier::Impl::CheckFormat() {
+  std::string value;
+  rocksdb::Status rs =
+      db_->Get(rocksdb::ReadOptions(), std::string(ssd::kFormatKey), &value);
+  if (rs.IsNotFound()) {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+    it->SeekToFirst();
+    if (it->Valid()) return Status::Corruption("records without a format marker");
+    PKV_RETURN_IF_ERROR(FromRocks(it->status(), "scan"));
+    report_.created = true;
+    rocksdb::WriteOptions w;
+    w.sync = true;
+    return FromRocks(
+        db_->Put(w, std::string(ssd::kFormatKey), std::string(ssd::kFormatValue)),
+        "write format marker");
+  }
+  PKV_RETURN_IF_ERROR(FromRocks(rs, "read format marker"));
+  if (value != ssd::kFormatValue) {
+    // Older layouts (prefixkv-ssd/1 kept payloads in RocksDB blob files) are
+    // not converted: the directory is moved aside like a damaged one.
+    return Status::Corruption("format " + value + " is not " +
+                              std::string(ssd::kFormatValue) +
+                              " (an older or foreign layout)");
+  }
+  rs = db_->Get(rocksdb::ReadOptions(), std::string(ssd::kCleanKey), &value);
+  report_.previous_shutdown_clean = rs.ok() && value == "1";
+  return Status::OK();
+}
+
+Status SsdTier::Impl::RebuildIndex(rocksdb::WriteBatch* repairs) {
+  rocksdb::ReadOptions ro;
+  ro.verify_checksums = true;
+  ro.readahead_size = 2 << 20;
+  // Bounded to the metadata range: nothing else needs reading.
+  const std::string end(1, static_cast<char>(ssd::kMetaTag + 1));
+  const rocksdb::Slice upper(end);
+  ro.iterate_upper_bound = &upper;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  const std::string begin(1, ssd::kMetaTag);
+  for (it->Seek(begin); it->Valid() && it->key().starts_with(begin); it->Next()) {
+    BlockKey ns, key;
+    ssd::StoredMeta m;
+    if (!ssd::ParseBlockRecordKey(it->key().ToStringView(), &ns, &key)) {
+      repairs->Delete(it->key());
+      report_.corrupt_records_removed += 1;
+      continue;
+    }
+    Status s = ssd::DecodeMeta(it->value().ToStringView(), &m);
+    if (s.code() == StatusCode::kNotSupported) {
+      report_.incompatible_records += 1;  // kept (purgeable), never served
+      continue;
+    }
+    if (!s.ok()) {
+      repairs->Delete(it->key());
+      report_.corrupt_records_removed += 1;
+      unpersisted_[0].corruptions += 1;
+      continue;
+    }
+    index_.Insert(key,
+                  ssd::IndexEntry{ns, m.parent, m.owner, m.payload_bytes, m.payload_xxh3,
+                                  m.access_seq, m.dirty, m.segment, m.offset});
+  }
+  return FromRocks(it->status(), "scan block metadata");
+}
+
+Status SsdTier::Impl::RepairCounters() {
+  Deltas persisted;
+  rocksdb::ReadOptions ro;
+  const std::string end(1, static_cast<char>(ssd::kCounterTag + 1));
+  const rocksdb::Slice upper(end);
+  ro.iterate_upper_bound = &upper;  // never step onto other records
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  const std::string begin(1, ssd::kCounterTag);
+  for (it->Seek(begin); it->Valid() && it->key().starts_with(begin); it->Next()) {
+    OwnerId owner;
+    TierCounters c;
+    if (!ssd::ParseCounterKey(it->key().ToStringView(), &owner) ||
+        !ssd::DecodeCounters(it->value().ToStringView(), &c)) {
+      return Status::Corruption("malformed counter record");
+    }
+    persisted[owner] = c;
+  }
+  PKV_RETURN_IF_ERROR(FromRocks(it->status(), "scan counters"));
+  std::set<OwnerId> owners;
+  for (const auto& [o, c] : persisted) owners.insert(o);
+  for (const auto& [o, c] : index_.owners()) owners.insert(o);
+  for (OwnerId o : owners) {
+    const TierCounters recomputed = index_.OwnerCounters(o);
+    TierCounters live = persisted[o];
+    TierCounters fix;
+    for (auto field : {&TierCounters::entries, &TierCounters::bytes}) {
+      if (live.*field == recomputed.*field) continue;
+      report_.counter_repairs.push_back(
+          {"owner " + std::to_string(o) +
+               (field == &TierCounters::entries ? " entries" : " bytes"),
+           "persisted " + std::to_string(live.*field) + ", recomputed " +
+               std::to_string(recomputed.*field)});
+      fix.*field = recomputed.*field - live.*field;  // wraps for decreases
+      live.*field = recomputed.*field;
+    }
+    ssd::AddCounters(&live, unpersisted_[o]);  // corruptions found by the scan
+    ssd::AddCounters(&unpersisted_[o], fix);
+    index_.Owner(o) = live;
+  }
+  for (const AuditFinding& f : report_.counter_repairs) {
+    Log("counter repaired at open: " + f.what + ": " + f.detail);
+  }
+  return Status::OK();
+}
+
+Status SsdTier::Impl::OpenSegments() {
+  store_ = std::make_unique<ssd::SegmentStore>(ssd::SegmentStore::Options{
+      .dir = options_.path + "/segments",
+      .direct_io = options_.use_direct_io,
+      .segment_bytes = options_.segment_bytes,
+      .sync_directory = options_.durability == SsdDurability::kSync});
+  std::map<uint64_t, uint64_t> found;
+  PKV_RETURN_IF_ERROR(store_->Open(&found));
+  direct_io_ = store_->direct_io();
+  uint64_t max_id = 0;
+  for (const auto& [id, bytes] : found) {
+    max_id = std::max(max_id, id);
+    if (index_.LiveBytes(id) == 0) {
+      // Written before a crash, never (or no longer) referenced: garbage.
+      PKV_RETURN_IF_ERROR(store_->Delete(id));
+      report_.unreferenced_segments_deleted += 1;
+      continue;
+    }
+    PKV_RETURN_IF_ERROR(store_->Adopt(id, bytes));  // sealed: never appended to again
+    report_.segments += 1;
+  }
+  for (const auto& [id, live] : index_.live_segments()) {
+    max_id = std::max(max_id, id);
+    if (found.count(id) == 0) {
+      report_.missing_segments += 1;
+      Log("segment " + ssd::SegmentFileName(id) + " is missing: its " +
+          std::to_string(live) + " bytes of blocks will read as corrupt");
+    }
+  }
+  store_->SetNextId(max_id + 1);
+  return Status::OK();
+}
+
+Status SsdTier::Impl::Rebuild() {
+  PKV_RETURN_IF_ERROR(CheckFormat());
+  rocksdb::WriteBatch repairs;
+  PKV_RETURN_IF_ERROR(RebuildIndex(&repairs));
+  PKV_RETURN_IF_ERROR(RepairCounters());
+  next_seq_ = index_.max_access_seq();
+  report_.blocks = index_.size();
+  report_.bytes = index_.bytes();
+  if (repairs.Count() > 0 || !unpersisted_.empty()) {
+    return Commit(&repairs, {}, 0);  // also merges the counter fixes
+  }
+  return Status::OK();
+}
+
+}  // namespace prefixkv

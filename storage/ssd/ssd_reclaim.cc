@@ -1,0 +1,245 @@
+// SsdTier segment reclamation: evicted, removed and superseded payloads leave
+// garbage extents in sealed segments. The index knows the live extent bytes of
+// every segment; a background thread (woken after each such write) unlinks
+// sealed segments with nothing live and compacts sealed segments whose live
+// fraction fell below reclaim_live_fraction: their live payloads are read back
+// and verified, appended to an active segment (synced), their metadata
+// repointed under each block's stripe, and the old file unlinked only once the
+// metadata change is durable in the mode's sense. Disk use therefore stays
+// below about live / fraction + the active segments (docs/ssd.md "Space");
+// a writer that finds the files above that bound runs (or waits for) a pass
+// itself before it goes on, so a fast writer cannot outrun the reclaimer.
+//
+// A segment with appends whose metadata is not committed yet ("pending") is
+// never touched: its references may not be in the index yet.
+#include <rocksdb/convenience.h>
+#include <rocksdb/write_batch.h>
+
+#include "ssd_layout.h"
+#include "ssd_tier_impl.h"
+
+namespace prefixkv {
+
+void SsdTier::Impl::StartReclaimer() {
+  gc_thread_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(gc_mu_);
+    while (true) {
+      gc_cv_.wait(lock, [&] { return gc_stop_ || gc_wake_; });
+      if (gc_stop_) return;
+      gc_wake_ = false;
+      lock.unlock();
+      Status s = ReclaimPass();  // a failure is retried at the next wake
+      lock.lock();
+      if (!s.ok() && !gc_stop_) {
+        // Paced like the write-back retries, so an I/O error cannot spin.
+        gc_cv_.wait_for(lock, std::chrono::milliseconds(options_.retry_interval_ms),
+                        [&] { return gc_stop_; });
+      }
+    }
+  });
+}
+
+void SsdTier::Impl::StopReclaimer() {
+  {
+    std::lock_guard<std::mutex> lock(gc_mu_);
+    gc_stop_ = true;
+    gc_cv_.notify_all();
+  }
+  if (gc_thread_.joinable()) gc_thread_.join();
+}
+
+void SsdTier::Impl::WakeReclaimer() {
+  std::lock_guard<std::mutex> lock(gc_mu_);
+  if (gc_wake_) return;
+  gc_wake_ = true;
+  gc_cv_.notify_one();
+}
+
+Status SsdTier::Impl::MakeMetadataDurable() {
+  switch (options_.durability) {
+    case SsdDurability::kFlush: {
+      // No log: only a memtable flush makes the repointed records survive.
+      rocksdb::FlushOptions fo;
+      fo.wait = true;
+      return FromRocks(db_->Flush(fo), "flush before reclaiming a segment");
+    }
+    case SsdDurability::kWal:
+      // The log survives kill -9 already; synced so that power loss cannot
+      // resurrect records pointing into an unlinked file either.
+      return FromRocks(db_->FlushWAL(/*sync=*/true), "sync log before reclaiming");
+    case SsdDurability::kSync:
+      return Status::OK();  // every commit was synced
+  }
+  return Status::OK();
+}
+
+Status SsdTier::Impl::Relocate(uint64_t segment) {
+  std::vector<BlockKey> keys;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    keys = index_.KeysIn(segment);
+  }
+  for (size_t at = 0; at < keys.size();) {
+    // Read back (verified) up to a write-back batch's worth.
+    struct Moving {
+      BlockKey key;
+      ssd::IndexEntry e;
+      SharedBytes payload;
+    };
+    std::vector<Moving> moving;
+    uint64_t bytes = 0;
+    for (; at < keys.size() && moving.size() < ssd::WriteBackQueue::kMaxBatchBlocks &&
+           bytes < ssd::WriteBackQueue::kMaxBatchBytes;
+         ++at) {
+      BlockLock block_lock(this, keys[at]);
+      ssd::IndexEntry e;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        const ssd::IndexEntry* found = index_.Find(keys[at]);
+        if (found == nullptr || found->segment != segment) continue;  // moved on
+        e = *found;
+      }
+      StatusOr<SharedBytes> read = ReadVerified(keys[at], e);  // drops a damaged one
+      if (read.status().IsNotFound()) continue;
+      PKV_RETURN_IF_ERROR(read.status());
+      bytes += e.bytes;
+      moving.push_back({keys[at], e, *std::move(read)});
+    }
+    if (moving.empty()) continue;
+    std::vector<ssd::ExtentSpec> extents;
+    for (const Moving& m : moving) {
+      extents.push_back({m.e.namespace_id, m.key, &m.payload, m.e.checksum});
+    }
+    // Synced: the old copy is unlinked after this, in every mode.
+    std::vector<ssd::ExtentLocation> to;
+    PKV_RETURN_IF_ERROR(store_->Append(extents, /*sync=*/true, &to));
+    std::vector<BlockKey> moving_keys;
+    for (const Moving& m : moving) moving_keys.push_back(m.key);
+    Status s;
+    {
+      BatchLock batch_lock(this, moving_keys);
+      rocksdb::WriteBatch batch;
+      std::vector<bool> still(moving.size(), false);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (size_t i = 0; i < moving.size(); ++i) {
+          const ssd::IndexEntry* cur = index_.Find(moving[i].key);
+          // Repointed only if nothing replaced or removed it meanwhile (a read's
+          // new access order is taken from the index here, so it is kept).
+          if (cur == nullptr || cur->segment != segment ||
+              cur->offset != moving[i].e.offset || cur->checksum != moving[i].e.checksum)
+            continue;
+          still[i] = true;
+          ssd::StoredMeta m{cur->owner,      cur->parent, cur->bytes,    cur->checksum,
+                            cur->access_seq, cur->dirty,  to[i].segment, to[i].offset};
+          batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, cur->namespace_id, moving[i].key),
+                    ssd::EncodeMeta(m));
+        }
+      }
+      if (batch.Count() > 0) s = Commit(&batch, {}, moving.front().e.owner);
+      if (s.ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (size_t i = 0; i < moving.size(); ++i) {
+          if (still[i]) index_.Relocate(moving[i].key, to[i].segment, to[i].offset);
+        }
+      }
+    }
+    store_->EndPending(to.front().segment);
+    PKV_RETURN_IF_ERROR(s);
+  }
+  return Status::OK();
+}
+
+void SsdTier::Impl::ThrottleWrites() {
+  if (options_.reclaim_live_fraction <= 0) return;  // only empty segments go
+  uint64_t file_bytes = 0, active = 0;
+  store_->Usage(&file_bytes, &active);
+  uint64_t live = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    live = index_.live_total();
+  }
+  // The documented bound: live / fraction for the sealed segments, plus the
+  // active segments and one being compacted.
+  const double bound = static_cast<double>(live) / options_.reclaim_live_fraction +
+                       static_cast<double>((active + 1) * options_.segment_bytes);
+  if (static_cast<double>(file_bytes) <= bound) return;
+  // The reclaimer is behind: this writer runs a pass itself (after the one
+  // in progress, if any) before it writes more.
+  // (A pass in progress may have looked before this write's garbage existed,
+  // so after waiting for it the writer still runs its own.)
+  std::lock_guard<std::mutex> run(gc_run_mu_);
+  (void)ReclaimLocked();
+}
+
+Status SsdTier::Impl::ReclaimPass() {
+  std::lock_guard<std::mutex> run(gc_run_mu_);
+  return ReclaimLocked();
+}
+
+Status SsdTier::Impl::ReclaimLocked() {
+  // Pending and sealed state first, live bytes second: a segment seen sealed
+  // with nothing pending gets no new reference, and every reference it had is
+  // already in the index (EndPending follows the index update).
+  const std::vector<ssd::SegmentState> segments = store_->Snapshot();
+  std::vector<uint64_t> empty, sparse;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const ssd::SegmentState& st : segments) {
+      if (!st.sealed || st.pending > 0) continue;
+      const uint64_t live = index_.LiveBytes(st.id);
+      if (live == 0) {
+        empty.push_back(st.id);
+      } else if (static_cast<double>(live) <
+                 options_.reclaim_live_fraction * static_cast<double>(st.bytes)) {
+        sparse.push_back(st.id);
+      }
+    }
+  }
+  Status first;
+  for (uint64_t id : sparse) {
+    Status s = Relocate(id);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (s.ok() && index_.LiveBytes(id) == 0) {
+      empty.push_back(id);
+    } else if (first.ok() && !s.ok()) {
+      first = s;
+    }
+  }
+  if (!empty.empty()) {
+    Status durable = MakeMetadataDurable();
+    if (durable.ok()) {
+      for (uint64_t id : empty) {
+        Status s = store_->Delete(id);
+        if (first.ok()) first = s;
+      }
+    } else if (first.ok()) {
+      first = durable;
+    }
+  }
+  if (!first.ok()) Log("segment reclamation: " + first.ToString());
+  return first;
+}
+
+Status SsdTier::Impl::Compact() {
+  PKV_RETURN_IF_ERROR(ReclaimPass());
+  rocksdb::CompactRangeOptions o;
+  o.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+  Status s = FromRocks(db_->CompactRange(o, nullptr, nullptr), "compact");
+  NoteWriteResult(s);
+  return s;
+}
+
+SsdSpaceUsage SsdTier::Impl::SpaceUsage() const {
+  SsdSpaceUsage u;
+  for (const ssd::SegmentState& st : store_->Snapshot()) {
+    u.segments += 1;
+    u.file_bytes += st.bytes;
+    if (!st.sealed) u.active_segments += 1;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, live] : index_.live_segments()) u.live_bytes += live;
+  return u;
+}
+
+}  // namespace prefixkv

@@ -1,0 +1,217 @@
+// SsdTier lifecycle: opening RocksDB (or moving an unopenable one aside),
+// rebuilding the index and counters from the records, and closing cleanly.
+#include <rocksdb/convenience.h>
+#include <rocksdb/merge_operator.h>
+#include <rocksdb/table.h>
+#include <rocksdb/write_batch.h>
+
+#include <filesystem>
+
+#include "ssd_layout.h"
+#include "ssd_segment.h"
+#include "ssd_tier_impl.h"
+
+namespace prefixkv {
+namespace {
+
+// Adds counter records field by field (see ssd_layout.h), so every batch can
+// carry its owner's deltas without reading the current value.
+class CounterAddOperator : public rocksdb::AssociativeMergeOperator {
+ public:
+  bool Merge(const rocksdb::Slice&, const rocksdb::Slice* existing,
+             const rocksdb::Slice& value, std::string* new_value,
+             rocksdb::Logger*) const override {
+    TierCounters sum, delta;
+    if (existing != nullptr && !ssd::DecodeCounters(existing->ToStringView(), &sum))
+      return false;
+    if (!ssd::DecodeCounters(value.ToStringView(), &delta)) return false;
+    ssd::AddCounters(&sum, delta);
+    *new_value = ssd::EncodeCounters(sum);
+    return true;
+  }
+  const char* Name() const override { return "prefixkv.CounterAdd"; }
+};
+
+rocksdb::CompressionType ParseCompression(const std::string& name) {
+  if (name == "lz4") return rocksdb::kLZ4Compression;
+  if (name == "zstd") return rocksdb::kZSTD;
+  if (name == "snappy") return rocksdb::kSnappyCompression;
+  return rocksdb::kNoCompression;
+}
+
+}  // namespace
+
+std::string_view SsdDurabilityName(SsdDurability d) {
+  switch (d) {
+    case SsdDurability::kFlush:
+      return "flush";
+    case SsdDurability::kWal:
+      return "wal";
+    case SsdDurability::kSync:
+      return "sync";
+  }
+  return "wal";
+}
+
+StatusOr<SsdDurability> ParseSsdDurability(std::string_view name) {
+  for (SsdDurability d :
+       {SsdDurability::kFlush, SsdDurability::kWal, SsdDurability::kSync}) {
+    if (name == SsdDurabilityName(d)) return d;
+  }
+  return Status::InvalidArgument("durability must be flush, wal or sync");
+}
+
+StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(const SsdTierOptions& options) {
+  if (options.path.empty()) return Status::InvalidArgument("ssd tier: empty path");
+  if (options.clock == nullptr) return Status::InvalidArgument("ssd tier: null clock");
+  if (options.capacity_bytes == 0)
+    return Status::InvalidArgument("ssd tier: zero capacity");
+  if (options.segment_bytes < ssd::kExtentAlign)
+    return Status::InvalidArgument("ssd tier: segment_bytes below 4096");
+  if (!(options.reclaim_live_fraction >= 0 && options.reclaim_live_fraction < 1))
+    return Status::InvalidArgument("ssd tier: reclaim_live_fraction must be in [0, 1)");
+  const std::string& c = options.compression;
+  if (c != "none" && c != "lz4" && c != "zstd" && c != "snappy") {
+    return Status::InvalidArgument("ssd tier: unknown compression " + c);
+  }
+  auto impl = std::make_unique<Impl>(options);
+  PKV_RETURN_IF_ERROR(impl->Open());
+  return std::unique_ptr<SsdTier>(new SsdTier(std::move(impl)));
+}
+
+SsdTier::Impl::Impl(const SsdTierOptions& options) : options_(options) {
+  write_options_.disableWAL = options.durability == SsdDurability::kFlush;
+  write_options_.sync = options.durability == SsdDurability::kSync;
+  relaxed_options_.disableWAL = write_options_.disableWAL;
+}
+
+SsdTier::Impl::~Impl() { (void)Close(); }
+
+rocksdb::Options SsdTier::Impl::DbOptions(bool direct_io) const {
+  rocksdb::Options o;
+  o.create_if_missing = true;
+  o.paranoid_checks = true;
+  o.merge_operator = std::make_shared<CounterAddOperator>();
+  // Metadata, counters and markers only (payloads are in segment files), so
+  // buffered I/O and RocksDB's software CRC32c cost little.
+  o.compression = ParseCompression(options_.compression);
+  o.write_buffer_size = options_.write_buffer_bytes;
+  o.max_write_buffer_number = 4;
+  o.max_background_flushes = 1;
+  o.max_background_compactions = 1;
+  o.use_direct_io_for_flush_and_compaction = direct_io;
+  o.use_direct_reads = direct_io;
+  // A torn tail after a kill is cut at the last complete batch.
+  o.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
+  o.keep_log_file_num = 3;
+  o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  rocksdb::BlockBasedTableOptions t;
+  t.checksum = rocksdb::kXXH3;
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+  return o;
+}
+
+Status SsdTier::Impl::OpenDb() {
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status rs =
+      rocksdb::DB::Open(DbOptions(/*direct_io=*/false), options_.path, &raw);
+  if (!rs.ok()) return FromRocks(rs, "open " + options_.path);
+  db_.reset(raw);
+  return Status::OK();
+}
+
+Status SsdTier::Impl::MoveAside(const Status& why) {
+  db_.reset();
+  std::string aside =
+      options_.path + ".broken-" + std::to_string(options_.clock->NowNanos());
+  std::error_code ec;
+  std::filesystem::rename(options_.path, aside, ec);
+  if (ec)
+    return Status::IOError("cannot move " + options_.path + " aside: " + ec.message());
+  report_.moved_aside_to = aside;
+  Log("database at " + options_.path + " could not be opened (" + why.ToString() +
+      "); moved to " + aside + ", starting cold");
+  return Status::OK();
+}
+
+Status SsdTier::Impl::OpenOrMoveAside() {
+  std::error_code ec;
+  std::filesystem::create_directories(options_.path, ec);
+  if (ec) return Status::IOError("create " + options_.path + ": " + ec.message());
+  Status s = OpenDb();
+  if (s.ok()) s = Rebuild();
+  // A held lock, a full disk or missing permissions are not damage: report them.
+  if (s.ok() || s.IsBusy() || s.IsNoSpace() ||
+      s.message().find("LOCK:") != std::string::npos ||
+      s.message().find("Permission denied") != std::string::npos) {
+    return s;
+  }
+  PKV_RETURN_IF_ERROR(MoveAside(s));
+  index_ = ssd::SsdIndex();
+  unpersisted_.clear();
+  report_ = SsdOpenReport{.moved_aside_to = report_.moved_aside_to};
+  std::filesystem::create_directories(options_.path, ec);
+  PKV_RETURN_IF_ERROR(OpenDb());
+  return Rebuild();
+}
+
+Status SsdTier::Impl::Open() {
+  PKV_RETURN_IF_ERROR(OpenOrMoveAside());
+  PKV_RETURN_IF_ERROR(OpenSegments());
+  // From here until Close() completes, a kill is an unclean stop.
+  rocksdb::WriteOptions w;
+  w.sync = options_.durability == SsdDurability::kSync;
+  PKV_RETURN_IF_ERROR(FromRocks(db_->Put(w, std::string(ssd::kCleanKey), "0"), "open"));
+  queue_ = std::make_unique<ssd::WriteBackQueue>(
+      options_.queue_depth, options_.writer_threads, options_.retry_interval_ms,
+      [this](const std::vector<ssd::WriteBackItem>& items) {
+        PKV_RETURN_IF_ERROR(Store(items, /*dirty=*/true));
+        EnforceCapacity();
+        ThrottleWrites();
+        return Status::OK();
+      });
+  Log("opened " + options_.path + ": " + std::to_string(report_.blocks) + " blocks, " +
+      std::to_string(report_.bytes) + " bytes, durability " +
+      std::string(SsdDurabilityName(options_.durability)) + ", direct io " +
+      (direct_io_ ? "on" : "off") + ", " + std::to_string(report_.segments) +
+      " segments" +
+      (report_.unreferenced_segments_deleted == 0
+           ? ""
+           : ", " + std::to_string(report_.unreferenced_segments_deleted) +
+                 " unreferenced segments deleted") +
+      (report_.created                   ? ", new"
+       : report_.previous_shutdown_clean ? ", clean"
+                                         : ", recovered") +
+      (report_.counter_repairs.empty()
+           ? ""
+           : ", " + std::to_string(report_.counter_repairs.size()) +
+                 " counters repaired"));
+  StartReclaimer();
+  WakeReclaimer();  // segments left sparse by the previous run
+  return Status::OK();
+}
+
+Status SsdTier::Impl::Close() {
+  if (closed_ || db_ == nullptr) return Status::OK();
+  closed_ = true;
+  Status first = queue_ ? queue_->Stop() : Status::OK();
+  StopReclaimer();
+  // Payloads on the device before the metadata that points at them is flushed.
+  Status synced = store_ ? store_->SyncActive() : Status::OK();
+  if (first.ok()) first = synced;
+  rocksdb::WriteBatch batch;
+  batch.Put(std::string(ssd::kCleanKey), "1");
+  Status s = Commit(&batch, {}, 0);  // also persists the event counters
+  if (first.ok()) first = s;
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  s = FromRocks(db_->Flush(fo), "flush at close");
+  if (first.ok()) first = s;
+  s = FromRocks(db_->Close(), "close");
+  if (first.ok()) first = s;
+  db_.reset();
+  if (!first.ok()) Log("close: " + first.ToString());
+  return first;
+}
+
+}  // namespace prefixkv

@@ -1,0 +1,157 @@
+// SegmentStore: the SSD tier's payload files (docs/ssd.md "Segment files").
+//
+// Payload bytes never pass through RocksDB: they are appended to segment files
+// `<path>/segments/<id as 16 hex digits>.seg`, each payload in its own extent
+// that starts at a 4096-aligned offset:
+//
+//   payload bytes | zero padding | 64-byte footer    (extent length = a multiple
+//                                                      of 4096, footer last)
+//
+// The footer (EncodeFooter) names the block and repeats the payload length and
+// XXH3-64, so a segment describes itself (an extent ends at every 4096 boundary
+// preceded by a valid footer). The metadata record in RocksDB holds the segment
+// id and offset; it is committed only after the extent was written.
+//
+// Each Append call writes one or more extents as ONE aligned pwrite into an
+// active segment that belongs to the calling thread for the duration, so
+// concurrent writers append to different files (queue depth = writers). A
+// segment is sealed (fdatasync'ed, never written again) when the next append
+// would take it past segment_bytes; after a restart every existing segment is
+// sealed and new writes go to new segments. Files are opened with O_DIRECT
+// where the file system allows it (else buffered I/O; durability then comes
+// from fdatasync where the mode asks for it).
+//
+// A segment with appends whose metadata is not yet committed is "pending" and
+// must not be reclaimed: Append marks it, EndPending (after the commit) clears
+// it. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "prefixkv/advanced/tier.h"
+#include "prefixkv/bytes.h"
+#include "prefixkv/status.h"
+
+namespace prefixkv::ssd {
+
+inline constexpr uint64_t kExtentAlign = 4096;
+inline constexpr size_t kFooterBytes = 64;
+// "pkvext02": footer magic (the 2 is the layout generation, prefixkv-ssd/2).
+inline constexpr char kFooterMagic[8] = {'p', 'k', 'v', 'e', 'x', 't', '0', '2'};
+
+// Bytes an extent of a payload of this length occupies (payload, padding,
+// footer), a multiple of kExtentAlign.
+inline uint64_t ExtentBytes(uint64_t payload_bytes) {
+  return (payload_bytes + kFooterBytes + kExtentAlign - 1) / kExtentAlign * kExtentAlign;
+}
+
+struct ExtentLocation {
+  uint64_t segment = 0;
+  uint64_t offset = 0;  // a multiple of kExtentAlign
+};
+
+struct ExtentSpec {
+  BlockKey namespace_id;
+  BlockKey key;
+  const SharedBytes* payload = nullptr;
+  uint64_t checksum = 0;  // XXH3-64 of the payload
+};
+
+// Footer: magic (8) | namespace (16) | block key (16) | payload length (u64 LE)
+//         | payload XXH3-64 (u64 LE) | XXH3-64 of the preceding 56 bytes (u64 LE).
+// Keys in BlockKey::EncodeTo order (lo LE, hi LE).
+struct ExtentFooter {
+  BlockKey namespace_id;
+  BlockKey key;
+  uint64_t length = 0;
+  uint64_t checksum = 0;
+};
+void EncodeFooter(const ExtentFooter& f, uint8_t* out);  // kFooterBytes
+bool DecodeFooter(const uint8_t* in, ExtentFooter* f);   // false: not a footer
+
+std::string SegmentFileName(uint64_t id);  // "000000000000002a.seg"
+bool ParseSegmentFileName(const std::string& name, uint64_t* id);
+
+// What the store knows about one segment file.
+struct SegmentState {
+  uint64_t id = 0;
+  uint64_t bytes = 0;    // extent bytes appended (the file's size)
+  bool sealed = false;   // never appended to again
+  uint32_t pending = 0;  // appends whose metadata is not yet committed
+};
+
+class SegmentStore {
+ public:
+  struct Options {
+    std::string dir;  // <path>/segments
+    bool direct_io = true;
+    uint64_t segment_bytes = 128ull << 20;
+    bool sync_directory = false;  // fsync the directory after creating a file
+  };
+  explicit SegmentStore(Options options);
+  ~SegmentStore();
+  SegmentStore(const SegmentStore&) = delete;
+  SegmentStore& operator=(const SegmentStore&) = delete;
+
+  // Creates the directory, probes O_DIRECT, and lists the segment files found
+  // (id -> size). Other files are ignored.
+  Status Open(std::map<uint64_t, uint64_t>* found);
+  bool direct_io() const { return direct_; }
+  // Registers a file found by Open as sealed and opens it for reading.
+  Status Adopt(uint64_t id, uint64_t bytes);
+  // Unlinks a segment file (registered or not). REQUIRES: not pending.
+  Status Delete(uint64_t id);
+  // New segments get ids from here on.
+  void SetNextId(uint64_t id);
+
+  // Writes the extents, in order, as one aligned write to one segment and marks
+  // it pending; `sync` adds an fdatasync. On success the caller must call
+  // EndPending(out->front().segment) once its metadata commit is over
+  // (whether it succeeded or not). On failure nothing is pending.
+  Status Append(const std::vector<ExtentSpec>& extents, bool sync,
+                std::vector<ExtentLocation>* out);
+  void EndPending(uint64_t segment);
+
+  // Reads the payload of `length` bytes at `loc` (its 4096-aligned span, not
+  // the footer) into a fresh aligned buffer; the result views its first
+  // `length` bytes. NotFound: no
+  // such segment file; Corruption: the file ends inside the extent; IOError:
+  // the read failed.
+  StatusOr<SharedBytes> Read(const ExtentLocation& loc, uint64_t length) const;
+
+  // fdatasync of every active segment (Close(), and before reclaiming).
+  Status SyncActive();
+  std::vector<SegmentState> Snapshot() const;
+  // Total segment bytes and the number of active segments, cheaply.
+  void Usage(uint64_t* bytes, uint64_t* active) const;
+  bool Has(uint64_t id) const;
+
+ private:
+  struct File;
+  struct Appender;
+  Status NewAppender(Appender* a);
+  Status Seal(Appender* a);
+  std::string PathOf(uint64_t id) const;
+
+  const Options options_;
+  bool direct_ = false;
+  int dir_fd_ = -1;
+
+  mutable std::mutex mu_;
+  struct Entry {
+    std::shared_ptr<File> file;
+    SegmentState state;
+  };
+  std::map<uint64_t, Entry> segments_;           // GUARDED_BY(mu_)
+  std::vector<std::unique_ptr<Appender>> idle_;  // GUARDED_BY(mu_)
+  uint64_t next_id_ = 1;                         // GUARDED_BY(mu_)
+  uint64_t total_bytes_ = 0;                     // GUARDED_BY(mu_): of all segments
+  uint64_t active_ = 0;                          // GUARDED_BY(mu_): not sealed
+};
+
+}  // namespace prefixkv::ssd

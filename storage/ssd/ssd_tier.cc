@@ -1,0 +1,419 @@
+// SsdTier: the public API and the block read/write paths (see ssd_tier.h and
+// ssd_tier_impl.h for the locking rules).
+#include <rocksdb/write_batch.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "ssd_layout.h"
+#include "ssd_tier_impl.h"
+
+namespace prefixkv {
+
+using ssd::IndexEntry;
+
+// ---- public API: thin delegation -------------------------------------------
+
+SsdTier::SsdTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SsdTier::~SsdTier() { (void)Close(); }
+
+Status SsdTier::Put(const BlockMeta& meta, SharedBytes payload, bool dirty) {
+  return impl_->Put(meta, payload, dirty);
+}
+StatusOr<SharedBytes> SsdTier::Get(const BlockKey& key) { return impl_->Get(key); }
+StatusOr<SharedBytes> SsdTier::GetForAudit(const BlockKey& key) {
+  return impl_->Get(key, /*touch=*/false);
+}
+StatusOr<BlockMeta> SsdTier::Peek(const BlockKey& key) const { return impl_->Peek(key); }
+bool SsdTier::Contains(const BlockKey& key) const { return impl_->Peek(key).ok(); }
+Status SsdTier::Remove(const BlockKey& key) { return impl_->Remove(key); }
+TierCounters SsdTier::Totals() const { return impl_->Totals(); }
+TierCounters SsdTier::OwnerCounters(OwnerId owner) const {
+  return impl_->OwnerCounters(owner);
+}
+Status SsdTier::Audit(std::vector<AuditFinding>* findings) {
+  return impl_->Audit(findings);
+}
+std::vector<BlockKey> SsdTier::FindOrphans() const { return impl_->FindOrphans(); }
+void SsdTier::ForEach(const std::function<void(const BlockMeta&, uint64_t)>& fn) const {
+  impl_->ForEach(fn);
+}
+void SsdTier::SetEvictionListener(EvictionListener* l) { impl_->SetEvictionListener(l); }
+void SsdTier::OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool dirty) {
+  if (dirty) impl_->OnEvict(meta, payload);
+}
+Status SsdTier::Flush() { return impl_->Flush(); }
+Status SsdTier::Close() { return impl_->Close(); }
+Status SsdTier::Compact() { return impl_->Compact(); }
+SsdSpaceUsage SsdTier::SpaceUsage() const { return impl_->SpaceUsage(); }
+StatusOr<uint64_t> SsdTier::PurgeNamespace(const BlockKey& ns) {
+  return impl_->PurgeNamespace(ns);
+}
+std::vector<SsdNamespaceUsage> SsdTier::Namespaces() const { return impl_->Namespaces(); }
+const SsdOpenReport& SsdTier::open_report() const { return impl_->report(); }
+uint64_t SsdTier::queued_blocks() const { return impl_->queued_blocks(); }
+
+// ---- helpers ------------------------------------------------------------------
+
+Status FromRocks(const rocksdb::Status& s, std::string_view context) {
+  std::string m = std::string(context) + ": " + s.ToString();
+  if (s.ok()) return Status::OK();
+  if (s.IsNoSpace()) return Status::NoSpace(std::move(m));
+  if (s.IsCorruption()) return Status::Corruption(std::move(m));
+  if (s.IsNotFound()) return Status::NotFound(std::move(m));
+  if (s.IsBusy() || s.IsTryAgain()) return Status::Busy(std::move(m));
+  return Status::IOError(std::move(m));
+}
+
+std::mutex& SsdTier::Impl::Stripe(const BlockKey& key) {
+  return stripes_[BlockKeyHash()(key) % kStripes];
+}
+
+SsdTier::Impl::BatchLock::BatchLock(Impl* impl, const std::vector<BlockKey>& keys)
+    : pause(impl->pause_) {
+  // Ascending stripe order: two batches can never wait for each other.
+  std::vector<size_t> ids;
+  for (const BlockKey& k : keys) ids.push_back(BlockKeyHash()(k) % kStripes);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  for (size_t id : ids) stripes.emplace_back(impl->stripes_[id]);
+}
+
+void SsdTier::Impl::Log(const std::string& line) const {
+  if (options_.log) {
+    options_.log(line);
+  } else {
+    std::fprintf(stderr, "prefixkv ssd: %s\n", line.c_str());
+  }
+}
+
+void SsdTier::Impl::CountEvent(OwnerId owner, uint64_t TierCounters::*field) {
+  std::lock_guard<std::mutex> lock(mu_);
+  index_.Owner(owner).*field += 1;
+  unpersisted_[owner].*field += 1;
+}
+
+void SsdTier::Impl::CountIoError(OwnerId owner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  index_.Owner(owner).io_errors += 1;
+  unpersisted_[owner].io_errors += 1;
+}
+
+void SsdTier::Impl::NoteWriteResult(const Status& s) {
+  if (s.ok()) {
+    if (failing_.exchange(false)) Log("I/O succeeds again");
+  } else if (!failing_.exchange(true)) {
+    Log("I/O error (further errors are counted, not logged): " + s.ToString());
+  }
+}
+
+rocksdb::Status SsdTier::Impl::DbWrite(const rocksdb::WriteOptions& o,
+                                       rocksdb::WriteBatch* batch) {
+  return db_->Write(o, batch);
+}
+
+Status SsdTier::Impl::Commit(rocksdb::WriteBatch* batch, Deltas deltas, OwnerId owner,
+                             bool relaxed) {
+  Deltas events;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events.swap(unpersisted_);
+  }
+  for (const auto& [o, d] : events) ssd::AddCounters(&deltas[o], d);
+  for (const auto& [o, d] : deltas) {
+    if (!ssd::IsZero(d)) batch->Merge(ssd::CounterKey(o), ssd::EncodeCounters(d));
+  }
+  // A RocksDB background error stops writes until Resume(); retry it paced.
+  uint64_t now = options_.clock->NowNanos();
+  if (failing_ && now - last_resume_nanos_ >= options_.retry_interval_ms * 1000000) {
+    last_resume_nanos_ = now;
+    (void)db_->Resume();
+  }
+  Status s = options_.inject_write_error ? options_.inject_write_error() : Status::OK();
+  if (s.ok()) {
+    s = FromRocks(DbWrite(relaxed ? relaxed_options_ : write_options_, batch), "write");
+  }
+  NoteWriteResult(s);
+  if (!s.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [o, d] : events) ssd::AddCounters(&unpersisted_[o], d);
+    index_.Owner(owner).io_errors += 1;
+    unpersisted_[owner].io_errors += 1;
+  }
+  return s;
+}
+
+void SsdTier::Impl::AddDeletes(rocksdb::WriteBatch* batch, const BlockKey& key,
+                               const IndexEntry& e) {
+  // The payload's extent becomes garbage in its segment (ssd_reclaim.cc).
+  batch->Delete(ssd::BlockRecordKey(ssd::kMetaTag, e.namespace_id, key));
+}
+
+// ---- write path -------------------------------------------------------------------
+
+Status SsdTier::Impl::Put(const BlockMeta& meta, const SharedBytes& payload, bool dirty) {
+  if (payload.size() > options_.capacity_bytes) {
+    return Status::NoSpace("payload of " + std::to_string(payload.size()) +
+                           " bytes exceeds the SSD tier capacity");
+  }
+  queue_->Cancel(meta.key);  // this Put supersedes a queued version
+  PKV_RETURN_IF_ERROR(Store({{meta, payload}}, dirty));
+  EnforceCapacity();
+  ThrottleWrites();  // after the evictions, whose garbage counts too
+  return Status::OK();
+}
+
+Status SsdTier::Impl::Store(const std::vector<ssd::WriteBackItem>& items, bool dirty) {
+  std::vector<ssd::StoredMeta> stored;
+  std::vector<ssd::ExtentSpec> extents;
+  for (const auto& [meta, payload] : items) {
+    const uint64_t sum = ssd::PayloadChecksum(payload.data(), payload.size());
+    stored.push_back({meta.owner, meta.parent, payload.size(), sum, 0, dirty});
+    extents.push_back({meta.namespace_id, meta.key, &payload, sum});
+  }
+  {
+    // Parents stay unevictable from here until the commit is over.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& item : items) index_.BeginPendingChild(item.meta.parent);
+  }
+  // 1. The payload bytes, before any metadata can point at them: one aligned
+  // write to this thread's active segment (plus fdatasync in sync mode). No
+  // block lock is held, so writers of different batches write in parallel.
+  std::vector<ssd::ExtentLocation> locations;
+  Status written = options_.inject_payload_write_error
+                       ? options_.inject_payload_write_error()
+                       : Status::OK();
+  if (written.ok()) {
+    written =
+        store_->Append(extents, options_.durability == SsdDurability::kSync, &locations);
+  }
+  if (!written.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& item : items) index_.EndPendingChild(item.meta.parent);
+    }
+    NoteWriteResult(written);
+    CountIoError(items.front().meta.owner);
+    return written;
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    stored[i].segment = locations[i].segment;
+    stored[i].offset = locations[i].offset;
+  }
+  // 2. The metadata and counters, as one batch, under the keys' stripes.
+  std::vector<BlockKey> keys;
+  for (const auto& item : items) keys.push_back(item.meta.key);
+  Status s;
+  bool replaced = false;
+  {
+    BatchLock batch_lock(this, keys);
+    std::vector<std::optional<IndexEntry>> old(items.size());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (const IndexEntry* e = index_.Find(items[i].meta.key)) {
+          old[i] = *e;
+          replaced = true;
+        }
+        stored[i].access_seq = ++next_seq_;
+      }
+    }
+    rocksdb::WriteBatch batch;
+    Deltas deltas;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const BlockMeta& meta = items[i].meta;
+      if (old[i] && old[i]->namespace_id != meta.namespace_id) {
+        AddDeletes(&batch, meta.key, *old[i]);
+      }
+      batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, meta.namespace_id, meta.key),
+                ssd::EncodeMeta(stored[i]));
+      if (old[i]) {
+        deltas[old[i]->owner].entries -= 1;
+        deltas[old[i]->owner].bytes -= old[i]->bytes;
+      }
+      deltas[meta.owner].entries += 1;
+      deltas[meta.owner].bytes += stored[i].payload_bytes;
+      deltas[meta.owner].inserts += 1;
+    }
+    s = Commit(&batch, std::move(deltas), items.front().meta.owner);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < items.size(); ++i) {
+      const BlockMeta& meta = items[i].meta;
+      if (s.ok()) {
+        index_.Insert(meta.key, IndexEntry{meta.namespace_id, meta.parent, meta.owner,
+                                           stored[i].payload_bytes,
+                                           stored[i].payload_xxh3, stored[i].access_seq,
+                                           dirty, stored[i].segment, stored[i].offset});
+        index_.Owner(meta.owner).inserts += 1;
+      }
+      index_.EndPendingChild(meta.parent);
+    }
+  }
+  // After the index update: a reclaim pass that sees the segment no longer
+  // pending also sees the new references.
+  store_->EndPending(locations.front().segment);
+  if (replaced || !s.ok()) WakeReclaimer();  // garbage left behind
+  if (s.ok()) PaceMemtableFlush(items);
+  return s;
+}
+
+void SsdTier::Impl::PaceMemtableFlush(const std::vector<ssd::WriteBackItem>& items) {
+  if (options_.durability != SsdDurability::kFlush) return;
+  // Without a log, what a kill can lose is what the memtable holds. Metadata
+  // alone would fill it only every few hundred thousand blocks, so a flush is
+  // started every write_buffer_bytes of PAYLOAD: the loss window stays what
+  // it was when payloads went through the memtable.
+  uint64_t bytes = 0;
+  for (const auto& item : items) bytes += item.payload.size();
+  const uint64_t before = unflushed_payload_bytes_.fetch_add(bytes);
+  if (before + bytes < options_.write_buffer_bytes) return;
+  unflushed_payload_bytes_ = 0;
+  rocksdb::FlushOptions fo;
+  fo.wait = false;
+  fo.allow_write_stall = true;
+  (void)db_->Flush(fo);  // background; an error surfaces at the next write
+}
+
+void SsdTier::Impl::OnEvict(const BlockMeta& meta, const SharedBytes& payload) {
+  if (queue_->Enqueue(meta, payload, /*force=*/false)) return;
+  // Backpressure: the queue is full, so the evicting thread pays for the write.
+  if (Put(meta, payload, /*dirty=*/true).ok()) return;
+  // Never drop a dirty block: keep it queued (over depth) for the retries.
+  (void)queue_->Enqueue(meta, payload, /*force=*/true);
+}
+
+Status SsdTier::Impl::Remove(const BlockKey& key) {
+  const bool was_queued = queue_->Cancel(key);
+  BlockLock block_lock(this, key);
+  IndexEntry e;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const IndexEntry* found = index_.Find(key);
+    if (found == nullptr) {
+      return was_queued ? Status::OK() : Status::NotFound("block not in the ssd tier");
+    }
+    e = *found;
+  }
+  rocksdb::WriteBatch batch;
+  AddDeletes(&batch, key, e);
+  Deltas deltas;
+  deltas[e.owner].entries -= 1;
+  deltas[e.owner].bytes -= e.bytes;
+  deltas[e.owner].removes += 1;
+  PKV_RETURN_IF_ERROR(Commit(&batch, std::move(deltas), e.owner));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    index_.Erase(key);
+    index_.Owner(e.owner).removes += 1;
+  }
+  WakeReclaimer();
+  return Status::OK();
+}
+
+// ---- read path --------------------------------------------------------------------
+
+StatusOr<SharedBytes> SsdTier::Impl::Get(const BlockKey& key, bool touch) {
+  if (std::optional<SharedBytes> queued = queue_->Find(key)) {
+    if (touch) {
+      std::optional<BlockMeta> meta = queue_->FindMeta(key);
+      CountEvent(meta ? meta->owner : 0, &TierCounters::hits);
+    }
+    return *queued;
+  }
+  BlockLock block_lock(this, key);
+  IndexEntry e;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const IndexEntry* found = index_.Find(key);
+    if (found == nullptr) {
+      // The owner of an absent block is unknown: misses without one go to owner 0.
+      if (touch) {
+        index_.Owner(0).misses += 1;
+        unpersisted_[0].misses += 1;
+      }
+      return Status::NotFound("not in the ssd tier");
+    }
+    e = *found;
+  }
+  PKV_ASSIGN_OR_RETURN(SharedBytes payload, ReadVerified(key, e));
+  if (!touch) return payload;
+  // Persist the new access order; losing it in a crash only ages the block.
+  ssd::StoredMeta touched{e.owner, e.parent, e.bytes,   e.checksum,
+                          0,       e.dirty,  e.segment, e.offset};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    touched.access_seq = ++next_seq_;
+    index_.Touch(key, touched.access_seq);
+    index_.Owner(e.owner).hits += 1;
+    unpersisted_[e.owner].hits += 1;
+  }
+  rocksdb::WriteBatch batch;
+  batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, e.namespace_id, key),
+            ssd::EncodeMeta(touched));
+  (void)Commit(&batch, {}, e.owner,
+               /*relaxed=*/true);  // counted; the read still succeeded
+  return payload;
+}
+
+StatusOr<SharedBytes> SsdTier::Impl::ReadVerified(const BlockKey& key,
+                                                  const IndexEntry& e) {
+  // One O_DIRECT read of the aligned extent into a buffer the result owns
+  // (payload at offset 0): no copy after the read.
+  StatusOr<SharedBytes> read = store_->Read({e.segment, e.offset}, e.bytes);
+  std::string why;
+  if (read.status().IsNotFound() || read.status().IsCorruption()) {
+    why = read.status().message();
+  } else if (!read.ok()) {
+    Status s = read.status();
+    NoteWriteResult(s);
+    CountEvent(e.owner, &TierCounters::io_errors);
+    CountEvent(e.owner, &TierCounters::misses);
+    return s;
+  } else if (read->size() != e.bytes) {
+    why = "payload length " + std::to_string(read->size()) + ", expected " +
+          std::to_string(e.bytes);
+  } else if (ssd::PayloadChecksum(read->data(), read->size()) != e.checksum) {
+    why = "payload checksum mismatch";
+  } else {
+    return read;
+  }
+  (void)DropCorrupt(key, e, why);
+  return Status::NotFound("corrupt: " + why);
+}
+
+Status SsdTier::Impl::DropCorrupt(const BlockKey& key, const IndexEntry& e,
+                                  const std::string& why) {
+  Log("block " + key.ToHex() + " is corrupt (" + why + "); removed");
+  rocksdb::WriteBatch batch;
+  AddDeletes(&batch, key, e);
+  Deltas deltas;
+  deltas[e.owner].entries -= 1;
+  deltas[e.owner].bytes -= e.bytes;
+  deltas[e.owner].corruptions += 1;
+  deltas[e.owner].misses += 1;
+  Status s = Commit(&batch, std::move(deltas), e.owner);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Even if the delete failed the block is never served again this session.
+    index_.Erase(key);
+    index_.Owner(e.owner).corruptions += 1;
+    index_.Owner(e.owner).misses += 1;
+    if (!s.ok()) {
+      // Keep the persisted counters right at the next successful write.
+      unpersisted_[e.owner].corruptions += 1;
+      unpersisted_[e.owner].misses += 1;
+    }
+  }
+  WakeReclaimer();
+  return s;
+}
+
+StatusOr<BlockMeta> SsdTier::Impl::Peek(const BlockKey& key) const {
+  if (std::optional<BlockMeta> queued = queue_->FindMeta(key)) return *queued;
+  std::lock_guard<std::mutex> lock(mu_);
+  const IndexEntry* e = index_.Find(key);
+  if (e == nullptr) return Status::NotFound("not in the ssd tier");
+  return BlockMeta{key, e->parent, e->namespace_id, e->owner};
+}
+
+}  // namespace prefixkv

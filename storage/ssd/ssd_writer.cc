@@ -1,0 +1,185 @@
+// WriteBackQueue: bounded write-back with retry (see ssd_writer.h).
+#include "ssd_writer.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace prefixkv::ssd {
+
+WriteBackQueue::WriteBackQueue(uint32_t depth, uint32_t threads,
+                               uint64_t retry_interval_ms, WriteFn write)
+    : depth_(depth == 0 ? 1 : depth),
+      retry_interval_ms_(retry_interval_ms),
+      write_(std::move(write)) {
+  if (threads == 0) threads = 1;
+  for (uint32_t i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
+}
+
+WriteBackQueue::~WriteBackQueue() { (void)Stop(); }
+
+bool WriteBackQueue::Enqueue(const BlockMeta& meta, const SharedBytes& payload,
+                             bool force) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = queued_.find(meta.key); it != queued_.end()) {
+    it->second = Item{meta, payload};  // newer version; keeps its place
+    return true;
+  }
+  if (!force && queued_.size() >= depth_) return false;
+  queued_.emplace(meta.key, Item{meta, payload});
+  order_.push_back(meta.key);
+  work_cv_.notify_one();
+  return true;
+}
+
+std::optional<SharedBytes> WriteBackQueue::Find(const BlockKey& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = queued_.find(key); it != queued_.end()) return it->second.payload;
+  if (auto it = in_flight_.find(key); it != in_flight_.end()) return it->second.payload;
+  return std::nullopt;
+}
+
+std::optional<BlockMeta> WriteBackQueue::FindMeta(const BlockKey& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = queued_.find(key); it != queued_.end()) return it->second.meta;
+  if (auto it = in_flight_.find(key); it != in_flight_.end()) return it->second.meta;
+  return std::nullopt;
+}
+
+bool WriteBackQueue::Cancel(const BlockKey& key) {
+  std::unique_lock<std::mutex> lock(mu_);
+  bool found = false;
+  while (in_flight_.count(key) > 0) {
+    found = true;
+    done_cv_.wait(lock);
+  }
+  if (queued_.erase(key) > 0) {
+    found = true;
+    std::erase(order_, key);
+    done_cv_.notify_all();
+  }
+  return found;
+}
+
+Status WriteBackQueue::Flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t failures_at_start = failures_;
+  paused_after_error_ = false;  // retry now rather than after the interval
+  work_cv_.notify_all();
+  done_cv_.wait(lock, [&] {
+    return (queued_.empty() && in_flight_.empty()) || failures_ > failures_at_start;
+  });
+  if (queued_.empty() && in_flight_.empty()) return Status::OK();
+  return last_error_;
+}
+
+Status WriteBackQueue::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Status::OK();
+    stopping_ = true;
+    work_cv_.notify_all();
+  }
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+  // One last attempt per block, parents first, on the calling thread. Nothing
+  // is in flight any more, so some queued block always has no queued parent.
+  Status first;
+  std::unique_lock<std::mutex> lock(mu_);
+  Item item;
+  while (TakeNext({}, &item)) {
+    lock.unlock();
+    Status s = write_({item});
+    if (!s.ok() && first.ok()) first = s.WithContext("write-back at close");
+    lock.lock();
+    in_flight_.erase(item.meta.key);
+  }
+  // Only a parent cycle (a 128-bit key collision) can leave blocks behind.
+  std::vector<Item> left;
+  for (const BlockKey& key : order_) left.push_back(std::move(queued_.at(key)));
+  order_.clear();
+  queued_.clear();
+  lock.unlock();
+  for (const Item& i : left) {
+    Status s = write_({i});
+    if (!s.ok() && first.ok()) first = s.WithContext("write-back at close");
+  }
+  done_cv_.notify_all();
+  return first;
+}
+
+uint64_t WriteBackQueue::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queued_.size() + in_flight_.size();
+}
+
+bool WriteBackQueue::TakeNext(const std::vector<Item>& batch, Item* item) {
+  auto in_batch = [&](const BlockKey& k) {
+    return std::any_of(batch.begin(), batch.end(),
+                       [&](const Item& i) { return i.meta.key == k; });
+  };
+  for (auto it = order_.begin(); it != order_.end(); ++it) {
+    Item& candidate = queued_.at(*it);
+    if (in_flight_.count(*it) > 0) continue;  // an older version is being written
+    // Parent first (whether it was queued before or after this block), unless
+    // the parent is in this very (atomic) batch.
+    const BlockKey& parent = candidate.meta.parent;
+    if (parent != *it && queued_.count(parent) > 0) continue;
+    if (in_flight_.count(parent) > 0 && !in_batch(parent)) continue;
+    *item = std::move(candidate);
+    in_flight_.emplace(item->meta.key, *item);
+    queued_.erase(*it);
+    order_.erase(it);
+    return true;
+  }
+  return false;
+}
+
+std::vector<WriteBackQueue::Item> WriteBackQueue::TakeBatch() {
+  std::vector<Item> batch;
+  uint64_t bytes = 0;
+  Item item;
+  while (batch.size() < kMaxBatchBlocks && bytes < kMaxBatchBytes &&
+         TakeNext(batch, &item)) {
+    bytes += item.payload.size();
+    batch.push_back(std::move(item));
+  }
+  return batch;
+}
+
+void WriteBackQueue::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    if (paused_after_error_ && !stopping_) {
+      work_cv_.wait_for(lock, std::chrono::milliseconds(retry_interval_ms_));
+      paused_after_error_ = false;
+    }
+    if (stopping_) return;  // Stop() writes what is left
+    std::vector<Item> batch = TakeBatch();
+    if (batch.empty()) {
+      work_cv_.wait(lock);
+      continue;
+    }
+    lock.unlock();
+    Status s = write_(batch);
+    lock.lock();
+    Finish(batch, s);
+  }
+}
+
+void WriteBackQueue::Finish(const std::vector<Item>& batch, const Status& s) {
+  if (!s.ok()) {
+    ++failures_;
+    last_error_ = s;
+    paused_after_error_ = true;
+  }
+  // Back at the front, in order, unless a newer version was queued meanwhile.
+  for (auto it = batch.rbegin(); it != batch.rend(); ++it) {
+    in_flight_.erase(it->meta.key);
+    if (!s.ok() && queued_.emplace(it->meta.key, *it).second)
+      order_.push_front(it->meta.key);
+  }
+  done_cv_.notify_all();
+  work_cv_.notify_all();
+}
+
+}  // namespace prefixkv::ssd

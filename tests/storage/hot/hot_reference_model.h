@@ -1,0 +1,213 @@
+// The plain reference model of a SharedHotBudget for the model-based stress
+// test: maps and linear scans, no trees, no tentative victims. It states the
+// budget's contract as directly as possible:
+//   - a Put first evicts the inserting owner's least recently used unpinned
+//     candidates while it would exceed its quota, then anyone's while the
+//     budget would be exceeded; the block itself is never a victim, and a new
+//     block counts as its parent's resident child during its own insert;
+//   - a candidate is unpinned and, under leaf-lru, has no resident child of
+//     the same owner; recency is refreshed by inserts, replacements, hits and
+//     pins (not by unpins, Peek or Contains);
+//   - when not enough can be evicted, nothing changes;
+//   - victims of an owner with a listener are handed over (dirty ones count
+//     as spills); all count as evictions.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "prefixkv/advanced/hot_tier.h"
+
+namespace prefixkv::hot_test {
+
+struct Victim {
+  OwnerId owner;
+  uint64_t id;
+  bool dirty;
+  bool operator==(const Victim&) const = default;
+};
+
+// One budget's expected state. Each method mirrors one real call and returns
+// what that call must return; TakeVictims() yields the listener deliveries
+// the calls must have made, in order.
+class Model {
+ public:
+  struct Entry {
+    uint64_t charge, seq, parent, version;
+    uint32_t pins = 0;
+    bool dirty;
+  };
+  struct Owner {
+    std::optional<uint64_t> quota;
+    bool has_listener = true;
+    std::map<uint64_t, Entry> entries;
+    TierCounters events;  // event counters only; state is recomputed
+  };
+
+  // `owners` owners sharing `capacity_bytes`; `silent_owner` has no listener.
+  Model(bool leaf, OwnerId owners, uint64_t capacity_bytes, OwnerId silent_owner)
+      : leaf_(leaf), capacity_(capacity_bytes), owners_(owners) {
+    owners_[silent_owner].has_listener = false;
+  }
+
+  Owner& owner(OwnerId o) { return owners_[o]; }
+  std::vector<Victim> TakeVictims() { return std::exchange(victims_, {}); }
+
+  TierCounters Counters(OwnerId o) const {
+    TierCounters c = owners_[o].events;
+    for (const auto& [id, e] : owners_[o].entries) {
+      ++c.entries;
+      c.bytes += e.charge;
+      if (e.pins > 0) c.pinned_bytes += e.charge;
+    }
+    return c;
+  }
+
+  // False: the Put must fail with NoSpace (and change nothing).
+  bool Put(OwnerId o, uint64_t id, uint64_t parent, uint64_t size, bool dirty,
+           uint64_t ver) {
+    const uint64_t charge = HotEntryCharge(size);
+    Owner& own = owners_[o];
+    if (charge > capacity_ || (own.quota && charge > *own.quota)) return false;
+    auto existing = own.entries.find(id);
+    const uint64_t old = existing != own.entries.end() ? existing->second.charge : 0;
+    Plan plan{o, id, existing == own.entries.end() ? parent : 0, {}, {}};
+    plan.children = ChildCounts(plan);
+    uint64_t owner_after = Bytes(o) - old + charge,
+             total_after = TotalBytes() - old + charge;
+    while (own.quota && owner_after > *own.quota) {
+      auto v = Oldest(plan, o);
+      if (!v) return false;
+      const uint64_t freed = Doom(&plan, *v);
+      owner_after -= freed;
+      total_after -= freed;
+    }
+    while (total_after > capacity_) {
+      auto v = Oldest(plan, std::nullopt);
+      if (!v) return false;
+      total_after -= Doom(&plan, *v);
+    }
+    for (const auto& [vo, vid] : plan.doomed) Evict(vo, vid);
+    Entry& e = own.entries[id];
+    e = Entry{charge, ++seq_, parent, ver, e.pins, dirty};
+    ++own.events.inserts;
+    return true;
+  }
+
+  std::optional<Entry> Lookup(OwnerId o, uint64_t id, bool pin) {
+    auto it = owners_[o].entries.find(id);
+    if (it == owners_[o].entries.end()) {
+      ++owners_[o].events.misses;
+      return std::nullopt;
+    }
+    ++owners_[o].events.hits;
+    it->second.seq = ++seq_;
+    if (pin) ++it->second.pins;
+    return it->second;
+  }
+
+  void Unpin(OwnerId o, uint64_t id) { --owners_[o].entries.at(id).pins; }
+
+  // 0 ok, 1 not found, 2 busy.
+  int Remove(OwnerId o, uint64_t id) {
+    auto it = owners_[o].entries.find(id);
+    if (it == owners_[o].entries.end()) return 1;
+    if (it->second.pins > 0) return 2;
+    owners_[o].entries.erase(it);
+    ++owners_[o].events.removes;
+    return 0;
+  }
+
+  void SetQuota(OwnerId o, std::optional<uint64_t> quota) {
+    owners_[o].quota = quota;
+    Plan plan{o, 0, 0, {}, {}};
+    plan.children = ChildCounts(plan);
+    uint64_t bytes = Bytes(o);
+    while (quota && bytes > *quota) {
+      auto v = Oldest(plan, o);
+      if (!v) break;
+      bytes -= Doom(&plan, *v);
+    }
+    for (const auto& [vo, vid] : plan.doomed) Evict(vo, vid);
+  }
+
+ private:
+  using Slot = std::pair<OwnerId, uint64_t>;
+  struct Plan {
+    OwnerId owner;
+    uint64_t id;          // the block being inserted (never a victim); 0 for none
+    uint64_t new_parent;  // a new block's parent: counts as having a child
+    std::vector<Slot> doomed;
+    std::map<Slot, uint32_t> children;  // resident children, doomed excluded
+  };
+
+  std::map<Slot, uint32_t> ChildCounts(const Plan& plan) const {
+    std::map<Slot, uint32_t> counts;
+    for (OwnerId o = 0; o < owners_.size(); ++o) {
+      for (const auto& [id, e] : owners_[o].entries) {
+        if (e.parent != 0 && e.parent != id) ++counts[{o, e.parent}];
+      }
+    }
+    if (plan.new_parent != 0 && plan.new_parent != plan.id) {
+      ++counts[{plan.owner, plan.new_parent}];
+    }
+    return counts;
+  }
+
+  std::optional<Slot> Oldest(const Plan& plan, std::optional<OwnerId> only) const {
+    std::optional<Slot> best;
+    uint64_t best_seq = UINT64_MAX;
+    for (OwnerId o = 0; o < owners_.size(); ++o) {
+      if (only && *only != o) continue;
+      for (const auto& [id, e] : owners_[o].entries) {
+        const Slot slot{o, id};
+        if ((o == plan.owner && id == plan.id) || e.pins > 0 || e.seq >= best_seq)
+          continue;
+        if (std::find(plan.doomed.begin(), plan.doomed.end(), slot) != plan.doomed.end())
+          continue;
+        auto c = plan.children.find(slot);
+        if (leaf_ && c != plan.children.end() && c->second > 0) continue;
+        best = slot;
+        best_seq = e.seq;
+      }
+    }
+    return best;
+  }
+
+  uint64_t Doom(Plan* plan, const Slot& v) {
+    const Entry& e = owners_[v.first].entries.at(v.second);
+    if (e.parent != 0 && e.parent != v.second) --plan->children[{v.first, e.parent}];
+    plan->doomed.push_back(v);
+    return e.charge;
+  }
+
+  void Evict(OwnerId o, uint64_t id) {
+    Owner& own = owners_[o];
+    const Entry e = own.entries.at(id);
+    own.entries.erase(id);
+    ++own.events.evictions;
+    if (own.has_listener) {
+      if (e.dirty) ++own.events.spills;
+      victims_.push_back({o, id, e.dirty});
+    }
+  }
+
+  uint64_t Bytes(OwnerId o) const { return Counters(o).bytes; }
+  uint64_t TotalBytes() const {
+    uint64_t sum = 0;
+    for (OwnerId o = 0; o < owners_.size(); ++o) sum += Bytes(o);
+    return sum;
+  }
+
+  const bool leaf_;
+  const uint64_t capacity_;
+  std::vector<Owner> owners_;
+  uint64_t seq_ = 0;
+  std::vector<Victim> victims_;
+};
+
+}  // namespace prefixkv::hot_test

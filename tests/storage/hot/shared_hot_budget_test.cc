@@ -1,0 +1,283 @@
+// SharedHotBudget: one byte budget and one eviction order across owners,
+// quotas, NoSpace that changes nothing, exact counters (the seeds'
+// shared-budget and byte-counter consistency), listeners outside the lock,
+// and an Audit() that reports every disagreement.
+#include "prefixkv/advanced/shared_hot_budget.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "hot_budget_state.h"
+#include "tests/storage/hot/hot_test_util.h"
+
+namespace prefixkv {
+
+// Reaches into the budget to break one fact at a time.
+class HotBudgetTestPeer {
+ public:
+  static hot_internal::BudgetState& State(SharedHotBudget& b) { return *b.state_; }
+  static TierCounters& Counters(SharedHotBudget& b, OwnerId owner) {
+    return State(b).owners_[owner]->counters;
+  }
+  static hot_internal::HotEntry& Entry(SharedHotBudget& b, OwnerId owner,
+                                       const BlockKey& key) {
+    return State(b).owners_[owner]->entries.at(key);
+  }
+};
+
+namespace {
+
+using hot_test::EvictedIds;
+using hot_test::ExpectAuditClean;
+using hot_test::kCharge;
+using hot_test::kPayload;
+using hot_test::Meta;
+using hot_test::Payload;
+using hot_test::TwoOwners;
+
+TEST(SharedHotBudget, CreateRejectsZeroCapacityAndRegisterRejectsBadOwners) {
+  EXPECT_TRUE(
+      SharedHotBudget::Create({.capacity_bytes = 0}).status().IsInvalidArgument());
+  auto budget = SharedHotBudget::Create({}).value();
+  EXPECT_EQ(budget->RegisterOwner("llama").value(), 0u);
+  EXPECT_EQ(budget->RegisterOwner("draft", 4096).value(), 1u);
+  EXPECT_TRUE(budget->RegisterOwner("llama").status().IsInvalidArgument());
+  EXPECT_TRUE(budget->RegisterOwner("").status().IsInvalidArgument());
+  EXPECT_TRUE(budget->RegisterOwner("zero", 0).status().IsInvalidArgument());
+  EXPECT_TRUE(HotTier::Open(budget, 2).status().IsInvalidArgument());
+  EXPECT_EQ(budget->OwnerName(1).value(), "draft");
+  EXPECT_EQ(budget->OwnerQuota(1).value(), std::optional<uint64_t>(4096));
+}
+
+TEST(SharedHotBudget, InsertByOneOwnerEvictsAnotherOwnersBlockThroughItsListener) {
+  TwoOwners t(3);
+  ASSERT_TRUE(t.b->Put(Meta(1), Payload(), /*dirty=*/true).ok());
+  ASSERT_TRUE(t.a->Put(Meta(2), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Put(Meta(3), Payload(), true).ok());
+  ASSERT_TRUE(
+      t.a->Put(Meta(4), Payload(), true).ok());  // the budget is full: b's block goes
+  EXPECT_FALSE(t.b->Contains(Meta(1).key));
+  ASSERT_EQ(t.evicted_b.calls().size(), 1u);
+  EXPECT_EQ(t.evicted_b.calls()[0].meta.key, Meta(1).key);
+  EXPECT_TRUE(t.evicted_b.calls()[0].dirty);
+  EXPECT_TRUE(t.evicted_a.calls().empty());
+  EXPECT_EQ(t.b->Totals().evictions, 1u);
+  EXPECT_EQ(t.b->Totals().spills, 1u);
+  EXPECT_EQ(t.a->Totals().evictions, 0u);
+  ExpectAuditClean(*t.budget);
+}
+
+TEST(SharedHotBudget, PinnedEntriesAreNeverEvicted) {
+  TwoOwners t(3);
+  ASSERT_TRUE(t.b->Put(Meta(1), Payload(), true).ok());
+  std::optional<PinnedBlock> pin = t.b->Pin(Meta(1).key);
+  for (uint64_t id = 2; id < 20; ++id)
+    ASSERT_TRUE(t.a->Put(Meta(id), Payload(), true).ok());
+  EXPECT_TRUE(t.b->Contains(Meta(1).key));
+  EXPECT_TRUE(t.evicted_b.calls().empty());
+  EXPECT_EQ(t.evicted_a.calls().size(), 16u)
+      << "a's blocks take turns in the two free slots";
+  pin.reset();
+  ASSERT_TRUE(t.a->Put(Meta(20), Payload(), true).ok());
+  EXPECT_FALSE(t.b->Contains(Meta(1).key)) << "once released it is the oldest again";
+}
+
+TEST(SharedHotBudget, InsertFailsWithNoSpaceWhenOnlyPinnedRemainAndChangesNothing) {
+  TwoOwners t(2);
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  ASSERT_TRUE(t.b->Put(Meta(2), Payload(), true).ok());
+  std::optional<PinnedBlock> pa = t.a->Pin(Meta(1).key);
+  std::optional<PinnedBlock> pb = t.b->Pin(Meta(2).key);
+  const TierCounters before_a = t.a->Totals(), before_total = t.budget->Totals();
+  EXPECT_TRUE(t.a->Put(Meta(3), Payload(), true).IsNoSpace());
+  EXPECT_TRUE(t.a->Put(Meta(1), Payload(kPayload + 1), true).IsNoSpace())
+      << "growing in place";
+  EXPECT_EQ(t.a->Totals(), before_a);
+  EXPECT_EQ(t.budget->Totals(), before_total);
+  EXPECT_FALSE(t.a->Contains(Meta(3).key));
+  EXPECT_EQ(t.a->Get(Meta(1).key)->size(), kPayload);
+  EXPECT_TRUE(t.evicted_a.calls().empty() && t.evicted_b.calls().empty());
+  ExpectAuditClean(*t.budget);
+}
+
+TEST(SharedHotBudget, FailedInsertRestoresTentativeVictimsInTheirOrder) {
+  TwoOwners t(3);
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  ASSERT_TRUE(t.b->Put(Meta(2), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Put(Meta(3), Payload(), true).ok());
+  std::optional<PinnedBlock> pin = t.a->Pin(Meta(3).key);
+  // Needs all three slots: 1 and 2 are taken tentatively, then 3 is pinned.
+  EXPECT_TRUE(
+      t.a->Put(Meta(4), Payload(3 * kCharge - kHotEntryOverheadBytes), true).IsNoSpace());
+  ASSERT_TRUE(t.a->Put(Meta(5), Payload(), true).ok());
+  EXPECT_EQ(EvictedIds(t.evicted_a), (std::vector<uint64_t>{1}))
+      << "1 is still the oldest";
+  ASSERT_TRUE(t.a->Put(Meta(6), Payload(), true).ok());
+  EXPECT_EQ(EvictedIds(t.evicted_b), (std::vector<uint64_t>{2}));
+  ExpectAuditClean(*t.budget);
+}
+
+TEST(SharedHotBudget, ReplacingWithSmallerPayloadShrinksCountersExactly) {
+  // The rotating-tip strip rewrites a superseded tip with a placeholder in
+  // place: the owner's and the budget's bytes must shrink by the difference.
+  TwoOwners t(100);
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Put(Meta(2, 1), Payload(50000), true).ok());
+  ASSERT_TRUE(t.b->Put(Meta(3), Payload(), true).ok());
+  const uint64_t a_before = t.a->Totals().bytes, total_before = t.budget->Totals().bytes;
+  ASSERT_TRUE(t.a->Put(Meta(2, 1), Payload(64), true).ok());
+  EXPECT_EQ(t.a->Totals().bytes, a_before - (50000 - 64));
+  EXPECT_EQ(t.budget->Totals().bytes, total_before - (50000 - 64));
+  uint64_t recomputed = 0;
+  t.a->ForEach([&](const BlockMeta&, uint64_t bytes) { recomputed += bytes; });
+  EXPECT_EQ(t.a->Totals().bytes, recomputed);
+  EXPECT_EQ(t.a->Totals().entries, 2u);
+  ExpectAuditClean(*t.budget);
+}
+
+TEST(SharedHotBudget, BudgetTotalEqualsTheSumOfItsOwners) {
+  TwoOwners t(5);
+  for (uint64_t id = 1; id < 12; ++id) {
+    HotTier& tier = id % 3 == 0 ? *t.b : *t.a;
+    ASSERT_TRUE(tier.Put(Meta(id), Payload(kPayload - id * 10), id % 2 == 0).ok());
+    (void)tier.Get(Meta(id - 1).key);
+    const TierCounters a = t.a->Totals(), b = t.b->Totals(), total = t.budget->Totals();
+    EXPECT_EQ(total.bytes, a.bytes + b.bytes);
+    EXPECT_EQ(total.entries, a.entries + b.entries);
+    EXPECT_EQ(total.evictions, a.evictions + b.evictions);
+    EXPECT_EQ(total.hits + total.misses, a.hits + a.misses + b.hits + b.misses);
+  }
+  ExpectAuditClean(*t.budget);
+}
+
+TEST(SharedHotBudget, QuotaCapsOneOwnersShare) {
+  TwoOwners t(10, EvictionPolicyKind::kLru, /*quota_b=*/2 * kCharge);
+  for (uint64_t id = 1; id <= 5; ++id)
+    ASSERT_TRUE(t.b->Put(Meta(id), Payload(), true).ok());
+  EXPECT_EQ(t.b->Totals().bytes, 2 * kCharge);
+  EXPECT_EQ(EvictedIds(t.evicted_b), (std::vector<uint64_t>{1, 2, 3}));
+  ASSERT_TRUE(t.a->Put(Meta(6), Payload(), true).ok());
+  EXPECT_TRUE(t.evicted_a.calls().empty()) << "b's quota must not cost a anything";
+  EXPECT_TRUE(t.b->Put(Meta(7), Payload(2 * kCharge), true).IsNoSpace());
+}
+
+TEST(SharedHotBudget, LoweringAQuotaEvictsTheOwnersOldestUnpinnedBlocks) {
+  TwoOwners t(10);
+  for (uint64_t id = 1; id <= 4; ++id)
+    ASSERT_TRUE(t.b->Put(Meta(id), Payload(), true).ok());
+  std::optional<PinnedBlock> pin = t.b->Pin(Meta(1).key);
+  ASSERT_TRUE(t.budget->SetOwnerQuota(1, 2 * kCharge).ok());
+  EXPECT_EQ(EvictedIds(t.evicted_b), (std::vector<uint64_t>{2, 3}));
+  EXPECT_EQ(t.b->Totals().bytes, 2 * kCharge);
+  EXPECT_TRUE(t.budget->SetOwnerQuota(7, 1).IsInvalidArgument());
+  ExpectAuditClean(*t.budget);
+}
+
+TEST(SharedHotBudget, BlockLargerThanTheBudgetIsNoSpace) {
+  TwoOwners t(2);
+  EXPECT_TRUE(t.a->Put(Meta(1), Payload(2 * kCharge), true).IsNoSpace());
+  EXPECT_EQ(t.budget->Totals().inserts, 0u);
+}
+
+TEST(SharedHotBudget, ListenersAreCalledWithoutTheBudgetLock) {
+  class ReentrantListener final : public EvictionListener {
+   public:
+    explicit ReentrantListener(SharedHotBudget* budget) : budget_(budget) {}
+    void OnEvict(const BlockMeta&, const SharedBytes&, bool) override {
+      // Another thread takes the budget's lock; it could not if we held it.
+      auto other =
+          std::async(std::launch::async, [this] { return budget_->Totals().entries; });
+      ok = other.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+    }
+    bool ok = false;
+
+   private:
+    SharedHotBudget* budget_;
+  };
+  TwoOwners t(1);
+  ReentrantListener listener(t.budget.get());
+  t.a->SetEvictionListener(&listener);
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Put(Meta(2), Payload(), true).ok());
+  EXPECT_TRUE(listener.ok);
+}
+
+TEST(SharedHotBudget, ReplacingAListenerWaitsForCallsStillRunningOnTheOldOne) {
+  // Blocks inside its first OnEvict until released.
+  class BlockingListener final : public EvictionListener {
+   public:
+    void OnEvict(const BlockMeta&, const SharedBytes&, bool) override {
+      entered.set_value();
+      released.wait();
+      finished = true;
+    }
+    std::promise<void> entered, release;
+    std::shared_future<void> released = release.get_future().share();
+    std::atomic<bool> finished{false};
+  };
+  TwoOwners t(1);
+  BlockingListener old_listener;
+  t.a->SetEvictionListener(&old_listener);
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  std::thread evictor([&] { EXPECT_TRUE(t.a->Put(Meta(2), Payload(), true).ok()); });
+  old_listener.entered.get_future().wait();
+  std::atomic<bool> replacing{false}, old_finished_at_return{false};
+  std::thread replacer([&] {
+    replacing = true;
+    t.a->SetEvictionListener(nullptr);  // the owner may now destroy the old listener
+    old_finished_at_return = old_listener.finished.load();
+  });
+  while (!replacing) std::this_thread::yield();
+  old_listener.release.set_value();
+  replacer.join();
+  evictor.join();
+  EXPECT_TRUE(old_finished_at_return);
+}
+
+TEST(SharedHotBudget, VictimsWithoutAListenerAreCountedAsEvictionsNotSpills) {
+  TwoOwners t(1);
+  t.a->SetEvictionListener(nullptr);
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  ASSERT_TRUE(t.a->Put(Meta(2), Payload(), true).ok());
+  EXPECT_EQ(t.a->Totals().evictions, 1u);
+  EXPECT_EQ(t.a->Totals().spills, 0u);
+}
+
+std::vector<std::string> AuditFindingNames(const SharedHotBudget& budget) {
+  std::vector<AuditFinding> findings;
+  EXPECT_TRUE(budget.Audit(&findings).ok());
+  std::vector<std::string> names;
+  for (const AuditFinding& f : findings) names.push_back(f.what);
+  return names;
+}
+
+TEST(SharedHotBudget, AuditReportsEachDisagreementSeparately) {
+  TwoOwners t(4);
+  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  ASSERT_TRUE(t.b->Put(Meta(2), Payload(), true).ok());
+  EXPECT_TRUE(AuditFindingNames(*t.budget).empty());
+  HotBudgetTestPeer::Counters(*t.budget, 1).bytes += 5;  // owner b's counter drifts
+  HotBudgetTestPeer::Counters(*t.budget, 0).hits +=
+      1;  // a's hits no longer sum to the total
+  HotBudgetTestPeer::Entry(*t.budget, 0, Meta(1).key).facts.charge_bytes -= 1;
+  const std::vector<std::string> names = AuditFindingNames(*t.budget);
+  auto has = [&](const std::string& part) {
+    return std::any_of(names.begin(), names.end(), [&](const std::string& n) {
+      return n.find(part) != std::string::npos;
+    });
+  };
+  EXPECT_TRUE(has("owner 1 bytes"));
+  EXPECT_TRUE(has("sum of owners: bytes"));
+  EXPECT_TRUE(has("sum of owners: hits"));
+  EXPECT_TRUE(has("block " + Meta(1).key.ToHex() + " charge"));
+  EXPECT_EQ(names.size(), 5u)
+      << "owner 1 bytes, total bytes, total hits, block charge, owner 0 bytes";
+}
+
+}  // namespace
+}  // namespace prefixkv

@@ -1,0 +1,31 @@
+// SsdTier passes the same typed BlockTier suite as the in-memory tiers.
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "prefixkv/advanced/ssd_tier.h"
+#include "tests/storage/tier_conformance.h"
+
+namespace prefixkv {
+namespace {
+
+struct SsdTierFactory {
+  static std::unique_ptr<BlockTier> Make(const testing::TempDir& dir,
+                                         uint64_t capacity_bytes) {
+    SsdTierOptions o;
+    o.path = (dir.path() / "ssd").string();
+    o.capacity_bytes =
+        capacity_bytes == 0 ? std::numeric_limits<uint64_t>::max() : capacity_bytes;
+    o.write_buffer_bytes = 4 << 20;
+    o.log = [](std::string_view) {};
+    StatusOr<std::unique_ptr<SsdTier>> tier = SsdTier::Open(o);
+    EXPECT_TRUE(tier.ok()) << tier.status().ToString();
+    return tier.ok() ? std::move(tier).value() : nullptr;
+  }
+};
+
+}  // namespace
+namespace testing {
+INSTANTIATE_TYPED_TEST_SUITE_P(Ssd, TierConformance, ::testing::Types<SsdTierFactory>);
+}  // namespace testing
+}  // namespace prefixkv

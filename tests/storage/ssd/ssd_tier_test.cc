@@ -1,0 +1,665 @@
+// SsdTier behaviour beyond the BlockTier contract: restart recovery, leaf-first
+// LRU eviction, write-back queue, checksum verification, purge, I/O errors.
+#include "prefixkv/advanced/ssd_tier.h"
+
+#include <gtest/gtest.h>
+#include <rocksdb/db.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "ssd_layout.h"
+#include "ssd_segment.h"
+#include "tests/storage/ssd/ssd_test_util.h"
+
+namespace prefixkv {
+namespace testing {
+// The shared helpers come with the typed suite; ssd_tier_conformance_test runs it.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TierConformance);
+}  // namespace testing
+namespace {
+
+using testing::ChainBlock;
+using testing::ConformancePayload;
+using testing::OpenSsd;
+using testing::TempDir;
+using testing::TestSsdOptions;
+
+std::vector<std::filesystem::path> SegmentFiles(const std::string& dir) {
+  std::vector<std::filesystem::path> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/segments")) {
+    if (e.path().extension() == ".seg") out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The background reclaimer may unlink a file while this lists them.
+uint64_t SegmentFileBytes(const std::string& dir) {
+  uint64_t total = 0;
+  for (const auto& p : SegmentFiles(dir)) {
+    std::error_code ec;
+    const uint64_t size = std::filesystem::file_size(p, ec);
+    if (!ec) total += size;
+  }
+  return total;
+}
+
+void FlipByteAt(const std::filesystem::path& file, uint64_t offset) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  char c;
+  f.seekg(static_cast<std::streamoff>(offset));
+  f.read(&c, 1);
+  c ^= 0x40;
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+SharedBytes PayloadOf(const BlockMeta& m, size_t size = 2000) {
+  return ConformancePayload(m.key, 0, size);
+}
+
+class SsdTierTest : public ::testing::Test {
+ protected:
+  SsdTierOptions Options() { return TestSsdOptions((dir_.path() / "ssd").string()); }
+  TempDir dir_;
+};
+
+TEST_F(SsdTierTest, BlocksAndCountersSurviveCloseAndReopen) {
+  const uint64_t n = testing::Iterations(40, 2000);
+  {
+    auto tier = OpenSsd(Options());
+    for (uint64_t i = 0; i < n; ++i) {
+      const BlockMeta m = ChainBlock(0, i, 1, static_cast<OwnerId>(i % 3));
+      ASSERT_TRUE(tier->Put(m, PayloadOf(m, 100 + i * 7), true).ok());
+    }
+    ASSERT_TRUE(tier->Get(ChainBlock(0, 0).key).ok());
+    ASSERT_TRUE(tier->Close().ok());
+  }
+  auto tier = OpenSsd(Options());
+  EXPECT_TRUE(tier->open_report().previous_shutdown_clean);
+  EXPECT_EQ(tier->open_report().blocks, n);
+  EXPECT_TRUE(tier->open_report().counter_repairs.empty());
+  EXPECT_EQ(tier->Totals().inserts, n);
+  EXPECT_EQ(tier->Totals().hits, 1u);
+  for (uint64_t i = 0; i < n; ++i) {
+    const BlockMeta m = ChainBlock(0, i, 1, static_cast<OwnerId>(i % 3));
+    StatusOr<SharedBytes> got = tier->Get(m.key);
+    ASSERT_TRUE(got.ok()) << i << ": " << got.status().ToString();
+    EXPECT_EQ(got->view(), PayloadOf(m, 100 + i * 7).view());
+    EXPECT_EQ(tier->Peek(m.key)->owner, m.owner);
+  }
+  testing::ExpectCountersMatchContents(*tier, {0, 1, 2});
+}
+
+TEST_F(SsdTierTest, PersistedCountersThatDisagreeWithContentsAreReportedAndRepaired) {
+  {
+    auto tier = OpenSsd(Options());
+    for (uint64_t i = 0; i < 5; ++i) {
+      ASSERT_TRUE(tier->Put(ChainBlock(0, i), PayloadOf(ChainBlock(0, i)), true).ok());
+    }
+  }
+  {  // Overwrite owner 0's counter record behind the tier's back.
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), Options().path, &raw).ok());
+    TierCounters wrong;
+    wrong.entries = 99;
+    wrong.bytes = 7;
+    ASSERT_TRUE(raw->Put({}, ssd::CounterKey(0), ssd::EncodeCounters(wrong)).ok());
+    delete raw;
+  }
+  auto tier = OpenSsd(Options());
+  EXPECT_EQ(tier->open_report().counter_repairs.size(), 2u);  // entries and bytes
+  EXPECT_EQ(tier->Totals().entries, 5u);
+  EXPECT_EQ(tier->Totals().bytes, 5u * 2000);
+  testing::ExpectCountersMatchContents(*tier, {0});
+}
+
+TEST_F(SsdTierTest, EvictsLeastRecentlyUsedLeavesBeforeTheirAncestors) {
+  SsdTierOptions o = Options();
+  o.capacity_bytes = 5 * 1000;
+  auto tier = OpenSsd(o);
+  testing::RecordingListener evicted;
+  tier->SetEvictionListener(&evicted);
+  // Chain A: a0 <- a1 <- a2 (a0 oldest); chain B: b0 <- b1.
+  for (uint64_t i = 0; i < 3; ++i)
+    ASSERT_TRUE(
+        tier->Put(ChainBlock(0, i), PayloadOf(ChainBlock(0, i), 1000), false).ok());
+  for (uint64_t i = 0; i < 2; ++i)
+    ASSERT_TRUE(
+        tier->Put(ChainBlock(1, i), PayloadOf(ChainBlock(1, i), 1000), true).ok());
+  ASSERT_TRUE(tier->Get(ChainBlock(0, 2).key).ok());  // a2 is now the newest
+  // Leaves are a2 (newest) and b1: b1 goes first, then b0 (a leaf now), then
+  // a2, never a0 or a1 while a descendant is stored.
+  for (uint64_t i = 0; i < 3; ++i)
+    ASSERT_TRUE(
+        tier->Put(ChainBlock(2, i), PayloadOf(ChainBlock(2, i), 1000), false).ok());
+  const auto calls = evicted.calls();
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[0].meta.key, ChainBlock(1, 1).key);
+  EXPECT_TRUE(calls[0].dirty);
+  EXPECT_EQ(calls[1].meta.key, ChainBlock(1, 0).key);
+  EXPECT_EQ(calls[2].meta.key, ChainBlock(0, 2).key);
+  EXPECT_FALSE(calls[2].dirty);
+  EXPECT_EQ(calls[2].payload, std::string(PayloadOf(ChainBlock(0, 2), 1000).view()));
+  EXPECT_TRUE(tier->FindOrphans().empty());
+  EXPECT_EQ(tier->Totals().evictions, 3u);
+  EXPECT_EQ(tier->Totals().spills, 2u);  // only the dirty ones
+  testing::ExpectCountersMatchContents(*tier, {0});
+}
+
+TEST_F(SsdTierTest, GetForAuditVerifiesWithoutCountingOrReorderingEviction) {
+  SsdTierOptions o = Options();
+  o.capacity_bytes = 2 * 1000;
+  auto tier = OpenSsd(o);
+  testing::RecordingListener evicted;
+  tier->SetEvictionListener(&evicted);
+  const BlockMeta older = ChainBlock(0, 0), newer = ChainBlock(1, 0);
+  ASSERT_TRUE(tier->Put(older, PayloadOf(older, 1000), false).ok());
+  ASSERT_TRUE(tier->Put(newer, PayloadOf(newer, 1000), false).ok());
+  const TierCounters before = tier->Totals();
+  StatusOr<SharedBytes> read = tier->GetForAudit(older.key);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->view(), PayloadOf(older, 1000).view());
+  EXPECT_TRUE(tier->GetForAudit(ChainBlock(2, 0).key).status().IsNotFound());
+  EXPECT_EQ(tier->Totals().hits, before.hits);
+  EXPECT_EQ(tier->Totals().misses, before.misses);
+  // The audited block is still the least recently used: it goes first (a Get
+  // would have made `newer` the victim).
+  const BlockMeta third = ChainBlock(3, 0);
+  ASSERT_TRUE(tier->Put(third, PayloadOf(third, 1000), false).ok());
+  ASSERT_EQ(evicted.calls().size(), 1u);
+  EXPECT_EQ(evicted.calls()[0].meta.key, older.key);
+}
+
+TEST_F(SsdTierTest, AccessOrderIsPersistedAcrossRestarts) {
+  SsdTierOptions o = Options();
+  o.capacity_bytes = 3 * 1000;
+  {
+    auto tier = OpenSsd(o);
+    for (uint64_t c = 0; c < 3; ++c)
+      ASSERT_TRUE(
+          tier->Put(ChainBlock(c, 0), PayloadOf(ChainBlock(c, 0), 1000), false).ok());
+    ASSERT_TRUE(tier->Get(ChainBlock(0, 0).key).ok());  // chain 1 is now the oldest
+  }
+  auto tier = OpenSsd(o);
+  ASSERT_TRUE(tier->Put(ChainBlock(3, 0), PayloadOf(ChainBlock(3, 0), 1000), false).ok());
+  EXPECT_FALSE(tier->Contains(ChainBlock(1, 0).key));
+  EXPECT_TRUE(tier->Contains(ChainBlock(0, 0).key));
+  EXPECT_TRUE(tier->Contains(ChainBlock(2, 0).key));
+}
+
+TEST_F(SsdTierTest, APayloadLargerThanTheCapacityIsRejectedWithNoSpace) {
+  SsdTierOptions o = Options();
+  o.capacity_bytes = 1000;
+  auto tier = OpenSsd(o);
+  EXPECT_TRUE(
+      tier->Put(ChainBlock(0, 0), PayloadOf(ChainBlock(0, 0), 1001), true).IsNoSpace());
+  EXPECT_EQ(tier->Totals().entries, 0u);
+}
+
+// Holds writer threads (every thread but the test's) inside the write hook.
+class WriterGate {
+ public:
+  std::function<Status()> Hook() {
+    return [this]() {
+      if (std::this_thread::get_id() == test_thread_) return Status::OK();
+      std::unique_lock<std::mutex> lock(mu_);
+      ++waiting_;
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return open_; });
+      return Status::OK();
+    };
+  }
+  void WaitForWaiters(int n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return waiting_ >= n; });
+  }
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::thread::id test_thread_ = std::this_thread::get_id();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int waiting_ = 0;
+  bool open_ = false;
+};
+
+TEST_F(SsdTierTest, FullWriteBackQueueMakesTheEvictingCallerWriteInline) {
+  WriterGate gate;
+  SsdTierOptions o = Options();
+  o.writer_threads = 1;
+  o.queue_depth = 2;
+  o.inject_write_error = gate.Hook();
+  auto tier = OpenSsd(o);
+  tier->OnEvict(ChainBlock(0, 0), PayloadOf(ChainBlock(0, 0)), true);
+  gate.WaitForWaiters(1);  // the writer holds block 0
+  tier->OnEvict(ChainBlock(1, 0), PayloadOf(ChainBlock(1, 0)), true);
+  tier->OnEvict(ChainBlock(2, 0), PayloadOf(ChainBlock(2, 0)), true);
+  EXPECT_EQ(tier->Totals().inserts, 0u);  // queued: nothing stored yet...
+  for (uint64_t c = 0; c < 3; ++c) {      // ...but every queued block is served
+    StatusOr<SharedBytes> got = tier->Get(ChainBlock(c, 0).key);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got->view(), PayloadOf(ChainBlock(c, 0)).view());
+  }
+  tier->OnEvict(ChainBlock(3, 0), PayloadOf(ChainBlock(3, 0)), true);  // full: inline
+  EXPECT_EQ(tier->Totals().inserts, 1u);
+  EXPECT_EQ(tier->queued_blocks(), 3u);
+  gate.Open();
+  ASSERT_TRUE(tier->Close().ok());
+  auto reopened = OpenSsd(Options());
+  for (uint64_t c = 0; c < 4; ++c)
+    EXPECT_TRUE(reopened->Get(ChainBlock(c, 0).key).ok()) << c;
+}
+
+TEST_F(SsdTierTest, CloseStoresEveryQueuedBlock) {
+  const uint64_t n = testing::Iterations(200, 5000);
+  {
+    SsdTierOptions o = Options();
+    o.queue_depth = 16;
+    auto tier = OpenSsd(o);
+    for (uint64_t i = 0; i < n; ++i)
+      tier->OnEvict(ChainBlock(0, i), PayloadOf(ChainBlock(0, i)), true);
+    ASSERT_TRUE(tier->Close().ok());
+  }
+  auto tier = OpenSsd(Options());
+  EXPECT_EQ(tier->Totals().entries, n);
+  EXPECT_TRUE(tier->FindOrphans().empty());
+}
+
+TEST_F(SsdTierTest, AFailedWriteBackKeepsTheBlockQueuedAndServedUntilItSucceeds) {
+  std::atomic<bool> fail{true};
+  testing::LogLines log;
+  SsdTierOptions o = Options();
+  o.log = log.Sink();
+  o.inject_write_error = [&]() {
+    return fail ? Status::IOError("injected EIO") : Status::OK();
+  };
+  auto tier = OpenSsd(o);
+  tier->OnEvict(ChainBlock(0, 0), PayloadOf(ChainBlock(0, 0)), true);
+  EXPECT_TRUE(tier->Flush().IsIOError());
+  EXPECT_TRUE(tier->Get(ChainBlock(0, 0).key).ok());
+  EXPECT_TRUE(tier->Flush().IsIOError());  // retried, failed again
+  EXPECT_GE(tier->Totals().io_errors, 2u);
+  EXPECT_EQ(log.Count("I/O error"), 1);  // logged once
+  fail = false;
+  ASSERT_TRUE(tier->Flush().ok());
+  EXPECT_EQ(tier->Totals().entries, 1u);
+  EXPECT_EQ(log.Count("succeeds again"), 1);
+  testing::ExpectCountersMatchContents(*tier, {0});
+}
+
+TEST_F(SsdTierTest, NoSpaceFromTheMediumIsReturnedCountedAndChangesNothing) {
+  std::atomic<bool> full{false};
+  SsdTierOptions o = Options();
+  o.inject_write_error = [&]() {
+    return full ? Status::NoSpace("injected ENOSPC") : Status::OK();
+  };
+  auto tier = OpenSsd(o);
+  ASSERT_TRUE(tier->Put(ChainBlock(0, 0), PayloadOf(ChainBlock(0, 0)), true).ok());
+  full = true;
+  EXPECT_TRUE(tier->Put(ChainBlock(0, 1), PayloadOf(ChainBlock(0, 1)), true).IsNoSpace());
+  EXPECT_TRUE(tier->Remove(ChainBlock(0, 0).key).IsNoSpace());
+  EXPECT_EQ(tier->Totals().io_errors, 2u);
+  EXPECT_EQ(tier->Totals().entries, 1u);
+  EXPECT_FALSE(tier->Contains(ChainBlock(0, 1).key));
+  full = false;
+  testing::ExpectCountersMatchContents(*tier, {0});
+  ASSERT_TRUE(tier->Close().ok());
+  auto reopened = OpenSsd(Options());
+  EXPECT_EQ(reopened->Totals().io_errors, 2u);  // persisted with the next write
+}
+
+TEST_F(SsdTierTest, AFailedSegmentWriteIsReturnedCountedRetriedAndLosesNothing) {
+  std::atomic<bool> fail{true};
+  testing::LogLines log;
+  SsdTierOptions o = Options();
+  o.log = log.Sink();
+  o.inject_payload_write_error = [&]() {
+    return fail ? Status::NoSpace("injected ENOSPC") : Status::OK();
+  };
+  auto tier = OpenSsd(o);
+  // A direct Put: the error comes back; nothing is stored.
+  EXPECT_TRUE(tier->Put(ChainBlock(0, 0), PayloadOf(ChainBlock(0, 0)), true).IsNoSpace());
+  EXPECT_FALSE(tier->Contains(ChainBlock(0, 0).key));
+  EXPECT_EQ(tier->Totals().entries, 0u);
+  EXPECT_EQ(tier->Totals().io_errors, 1u);
+  // A write-back: kept queued and served while its segment writes fail.
+  tier->OnEvict(ChainBlock(1, 0), PayloadOf(ChainBlock(1, 0)), true);
+  EXPECT_TRUE(tier->Flush().IsNoSpace());
+  EXPECT_EQ(tier->Get(ChainBlock(1, 0).key)->view(), PayloadOf(ChainBlock(1, 0)).view());
+  EXPECT_GE(tier->Totals().io_errors, 2u);
+  EXPECT_EQ(log.Count("I/O error"), 1);  // logged once
+  fail = false;
+  ASSERT_TRUE(tier->Flush().ok());
+  EXPECT_EQ(tier->Totals().entries, 1u);
+  testing::ExpectCountersMatchContents(*tier, {0});
+  ASSERT_TRUE(tier->Close().ok());
+  auto reopened = OpenSsd(Options());
+  EXPECT_EQ(reopened->Get(ChainBlock(1, 0).key)->view(),
+            PayloadOf(ChainBlock(1, 0)).view());
+}
+
+TEST_F(SsdTierTest, APayloadThatFailsItsChecksumIsAMissCountedAndRemoved) {
+  const BlockMeta m = ChainBlock(0, 0);
+  {
+    auto tier = OpenSsd(Options());
+    ASSERT_TRUE(tier->Put(m, PayloadOf(m), true).ok());
+  }
+  {  // Same length, different bytes: only the tier's own XXH3 can tell. The
+     // only block's extent starts at offset 0 of the only segment file.
+    std::vector<std::filesystem::path> segs = SegmentFiles(Options().path);
+    ASSERT_EQ(segs.size(), 1u);
+    FlipByteAt(segs[0], 1000);
+  }
+  auto tier = OpenSsd(Options());
+  StatusOr<SharedBytes> got = tier->Get(m.key);
+  ASSERT_TRUE(got.status().IsNotFound());
+  EXPECT_NE(got.status().message().find("corrupt"), std::string::npos);
+  EXPECT_EQ(tier->Totals().corruptions, 1u);
+  EXPECT_EQ(tier->Totals().misses, 1u);
+  EXPECT_FALSE(tier->Contains(m.key));
+  testing::ExpectCountersMatchContents(*tier, {0});
+}
+
+TEST_F(SsdTierTest, PurgeNamespaceRemovesOnlyThatNamespaceForGood) {
+  {
+    auto tier = OpenSsd(Options());
+    for (uint64_t i = 0; i < 4; ++i) {
+      ASSERT_TRUE(
+          tier->Put(ChainBlock(0, i, 1), PayloadOf(ChainBlock(0, i, 1)), true).ok());
+      ASSERT_TRUE(
+          tier->Put(ChainBlock(0, i, 2), PayloadOf(ChainBlock(0, i, 2)), true).ok());
+    }
+    ASSERT_EQ(tier->Namespaces().size(), 2u);
+    StatusOr<uint64_t> purged = tier->PurgeNamespace(BlockKey{1, 0});
+    ASSERT_TRUE(purged.ok());
+    EXPECT_EQ(*purged, 4u);
+  }
+  auto tier = OpenSsd(Options());
+  ASSERT_EQ(tier->Namespaces().size(), 1u);
+  EXPECT_EQ(tier->Namespaces()[0].namespace_id, (BlockKey{2, 0}));
+  EXPECT_EQ(tier->Namespaces()[0].blocks, 4u);
+  EXPECT_FALSE(tier->Contains(ChainBlock(0, 0, 1).key));
+  testing::ExpectCountersMatchContents(*tier, {0});
+}
+
+}  // namespace
+}  // namespace prefixkv
+
+namespace prefixkv {
+namespace {
+
+// Disk use under constant eviction: 16x the capacity (160x in the long
+// setting) is written through a tier whose capacity holds 64 blocks; evicted
+// extents are garbage that the reclaimer must unlink or compact away. Bound:
+// sealed segments are at least reclaim_live_fraction live once reclaimed, so
+// their bytes stay below live / fraction; plus the active segments and one
+// segment being compacted. A writer that finds the files above the bound
+// reclaims before it returns, so the bound holds after every Put, with no
+// Compact() call.
+TEST(SsdTierSpace, EvictedPayloadsAreReclaimedFromSegments) {
+  for (SsdDurability mode :
+       {SsdDurability::kFlush, SsdDurability::kWal, SsdDurability::kSync}) {
+    TempDir dir;
+    SsdTierOptions o = TestSsdOptions((dir.path() / "ssd").string());
+    o.capacity_bytes = 2 << 20;
+    o.segment_bytes = 1 << 20;
+    o.durability = mode;
+    testing::LogLines log;
+    o.log = log.Sink();
+    auto tier = OpenSsd(o);
+    const uint64_t blocks = testing::Iterations(1000, 10000);
+    const size_t payload = 32 << 10;
+    uint64_t peak = 0, worst_over = 0;
+    for (uint64_t i = 0; i < blocks; ++i) {
+      ASSERT_TRUE(
+          tier->Put(ChainBlock(i, 0), PayloadOf(ChainBlock(i, 0), payload), true).ok());
+      const SsdSpaceUsage u = tier->SpaceUsage();
+      const uint64_t bound = static_cast<uint64_t>(static_cast<double>(u.live_bytes) /
+                                                   o.reclaim_live_fraction) +
+                             (u.active_segments + 1) * o.segment_bytes;
+      peak = std::max(peak, u.file_bytes);
+      if (u.file_bytes > bound) worst_over = std::max(worst_over, u.file_bytes - bound);
+    }
+    ASSERT_TRUE(tier->Compact().ok());
+    const SsdSpaceUsage at_end = tier->SpaceUsage();
+    const uint64_t on_disk = SegmentFileBytes(o.path);
+    ASSERT_TRUE(tier->Close().ok());
+    std::printf(
+        "[space] mode=%s written=%llu capacity=%llu peak_segment_bytes=%llu "
+        "over_bound=%llu after_compact=%llu live=%llu segments=%llu\n",
+        std::string(SsdDurabilityName(mode)).c_str(),
+        static_cast<unsigned long long>(blocks * payload),
+        static_cast<unsigned long long>(o.capacity_bytes),
+        static_cast<unsigned long long>(peak),
+        static_cast<unsigned long long>(worst_over),
+        static_cast<unsigned long long>(on_disk),
+        static_cast<unsigned long long>(at_end.live_bytes),
+        static_cast<unsigned long long>(at_end.segments));
+    EXPECT_EQ(worst_over, 0u) << "garbage must be reclaimed";
+    if (worst_over > 0) {
+      std::lock_guard<std::mutex> lock(log.mu);
+      for (const std::string& l : log.lines) std::printf("[space log] %s\n", l.c_str());
+    }
+    // Extents round a 32 KiB payload up to 36 KiB: live <= 1.125 x capacity;
+    // active: the writer's segment and the reclaimer's (a little slack).
+    EXPECT_LE(peak, 2 * o.capacity_bytes * 9 / 8 + 4 * o.segment_bytes);
+    EXPECT_EQ(on_disk, at_end.file_bytes);
+    EXPECT_LE(at_end.live_bytes, at_end.file_bytes);
+    // After a restart the index and the segments still agree exactly.
+    auto reopened = OpenSsd(o);
+    EXPECT_EQ(reopened->open_report().missing_segments, 0u);
+    testing::ExpectCountersMatchContents(*reopened, {0});
+  }
+}
+
+}  // namespace
+}  // namespace prefixkv
+
+namespace prefixkv {
+namespace {
+
+using testing::ChainBlock;
+using testing::OpenSsd;
+using testing::TempDir;
+using testing::TestSsdOptions;
+
+SharedBytes SegPayload(const BlockMeta& m, size_t size) {
+  return testing::ConformancePayload(m.key, 0, size);
+}
+
+std::vector<std::filesystem::path> Segments(const std::string& dir) {
+  std::vector<std::filesystem::path> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/segments")) {
+    if (e.path().extension() == ".seg") out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string ReadFile(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// The byte layout of docs/ssd.md: each payload at a 4096-aligned offset,
+// zero padding, and a 64-byte footer ending the extent that names the block.
+TEST(SsdSegments, ExtentsAreAlignedAndSelfDescribing) {
+  TempDir dir;
+  const SsdTierOptions o = TestSsdOptions((dir.path() / "ssd").string());
+  const std::vector<size_t> sizes = {1, 4096, 5000, 4096 - 64, 4096 - 63};
+  {
+    auto tier = OpenSsd(o);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const BlockMeta m = ChainBlock(i, 0);
+      ASSERT_TRUE(tier->Put(m, SegPayload(m, sizes[i]), true).ok());
+    }
+    ASSERT_TRUE(tier->Close().ok());
+  }
+  const std::vector<std::filesystem::path> segs = Segments(o.path);
+  ASSERT_EQ(segs.size(), 1u);
+  const std::string bytes = ReadFile(segs[0]);
+  uint64_t at = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const BlockMeta m = ChainBlock(i, 0);
+    const uint64_t ext = ssd::ExtentBytes(sizes[i]);
+    EXPECT_EQ(ext % 4096, 0u);
+    ASSERT_LE(at + ext, bytes.size());
+    EXPECT_EQ(bytes.substr(at, sizes[i]), std::string(SegPayload(m, sizes[i]).view()));
+    ssd::ExtentFooter f;
+    ASSERT_TRUE(ssd::DecodeFooter(
+        reinterpret_cast<const uint8_t*>(bytes.data() + at + ext - ssd::kFooterBytes),
+        &f));
+    EXPECT_EQ(f.key, m.key);
+    EXPECT_EQ(f.namespace_id, m.namespace_id);
+    EXPECT_EQ(f.length, sizes[i]);
+    EXPECT_EQ(f.checksum, ssd::PayloadChecksum(SegPayload(m, sizes[i]).data(), sizes[i]));
+    for (uint64_t p = at + sizes[i]; p < at + ext - ssd::kFooterBytes; ++p) {
+      ASSERT_EQ(bytes[p], '\0') << "padding is zero";
+    }
+    at += ext;
+  }
+  EXPECT_EQ(at, bytes.size());
+}
+
+// Crash garbage (a segment no record references) is deleted at Open, and new
+// writes never append to a segment that existed before Open.
+TEST(SsdSegments, OpenDeletesUnreferencedSegmentsAndStartsNewOnes) {
+  TempDir dir;
+  const SsdTierOptions o = TestSsdOptions((dir.path() / "ssd").string());
+  {
+    auto tier = OpenSsd(o);
+    ASSERT_TRUE(
+        tier->Put(ChainBlock(0, 0), SegPayload(ChainBlock(0, 0), 3000), true).ok());
+    ASSERT_TRUE(tier->Close().ok());
+  }
+  const std::vector<std::filesystem::path> before = Segments(o.path);
+  ASSERT_EQ(before.size(), 1u);
+  const uint64_t size_before = std::filesystem::file_size(before[0]);
+  std::ofstream(std::filesystem::path(o.path) / "segments" / ssd::SegmentFileName(0x77))
+      << std::string(8192, 'x');
+  auto tier = OpenSsd(o);
+  EXPECT_EQ(tier->open_report().unreferenced_segments_deleted, 1u);
+  EXPECT_EQ(tier->open_report().segments, 1u);
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(o.path) / "segments" /
+                                       ssd::SegmentFileName(0x77)));
+  ASSERT_TRUE(tier->Put(ChainBlock(1, 0), SegPayload(ChainBlock(1, 0), 3000), true).ok());
+  EXPECT_EQ(std::filesystem::file_size(before[0]), size_before) << "never appended to";
+  const std::vector<std::filesystem::path> after = Segments(o.path);
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_GT(after[1].filename().string(), ssd::SegmentFileName(0x77))
+      << "ids are never reused";
+  EXPECT_TRUE(tier->Get(ChainBlock(0, 0).key).ok());
+  testing::ExpectCountersMatchContents(*tier, {0});
+}
+
+// A missing segment file: Audit names it, and each of its blocks reads as a
+// counted corruption (a miss), never as bytes.
+TEST(SsdSegments, AMissingSegmentIsReportedAndItsBlocksAreCorruptMisses) {
+  TempDir dir;
+  SsdTierOptions o = TestSsdOptions((dir.path() / "ssd").string());
+  {
+    auto tier = OpenSsd(o);
+    for (uint64_t i = 0; i < 3; ++i) {
+      ASSERT_TRUE(
+          tier->Put(ChainBlock(0, i), SegPayload(ChainBlock(0, i), 2000), true).ok());
+    }
+    ASSERT_TRUE(tier->Close().ok());
+  }
+  for (const auto& p : Segments(o.path)) std::filesystem::remove(p);
+  auto tier = OpenSsd(o);
+  EXPECT_EQ(tier->open_report().missing_segments, 1u);
+  EXPECT_EQ(tier->open_report().blocks, 3u);
+  std::vector<AuditFinding> findings;
+  ASSERT_TRUE(tier->Audit(&findings).ok());
+  int missing = 0, damaged = 0;
+  for (const AuditFinding& f : findings) {
+    missing += f.what.starts_with("segment ") ? 1 : 0;
+    damaged += f.what.ends_with(" checksum") ? 1 : 0;
+  }
+  EXPECT_EQ(missing, 1);
+  EXPECT_EQ(damaged, 3);
+  EXPECT_EQ(tier->Totals().corruptions, 3u);
+  EXPECT_EQ(tier->Totals().entries, 0u);
+  StatusOr<SharedBytes> got = tier->Get(ChainBlock(0, 0).key);
+  EXPECT_TRUE(got.status().IsNotFound());
+  testing::ExpectCountersMatchContents(*tier, {0});
+}
+
+// A directory of the previous layout (payloads in RocksDB blob files) is not
+// converted: it is moved aside with one clear log line, the tier starts cold.
+TEST(SsdSegments, ADirectoryOfTheOlderFormatIsMovedAside) {
+  TempDir dir;
+  testing::LogLines log;
+  SsdTierOptions o = TestSsdOptions((dir.path() / "ssd").string());
+  o.log = log.Sink();
+  {
+    rocksdb::Options ro;
+    ro.create_if_missing = true;
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(ro, o.path, &raw).ok());
+    ASSERT_TRUE(raw->Put({}, std::string(ssd::kFormatKey), "prefixkv-ssd/1").ok());
+    delete raw;
+  }
+  auto tier = OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_FALSE(tier->open_report().moved_aside_to.empty());
+  EXPECT_EQ(log.Count("prefixkv-ssd/1 is not prefixkv-ssd/2"), 1);
+  EXPECT_EQ(log.Count("moved to"), 1);
+  EXPECT_TRUE(tier->open_report().created);
+  ASSERT_TRUE(tier->Put(ChainBlock(0, 0), SegPayload(ChainBlock(0, 0), 100), true).ok());
+}
+
+TEST(SsdSegments, SegmentOptionsAreValidated) {
+  TempDir dir;
+  SsdTierOptions o = TestSsdOptions((dir.path() / "ssd").string());
+  o.segment_bytes = 100;
+  EXPECT_TRUE(SsdTier::Open(o).status().IsInvalidArgument());
+  o = TestSsdOptions((dir.path() / "ssd").string());
+  o.reclaim_live_fraction = 1.0;
+  EXPECT_TRUE(SsdTier::Open(o).status().IsInvalidArgument());
+}
+
+// Concurrent direct Puts append to different active segments (one per
+// concurrent writer), and every block reads back after a restart.
+TEST(SsdSegments, ConcurrentPutsUseSeparateActiveSegments) {
+  TempDir dir;
+  const SsdTierOptions o = TestSsdOptions((dir.path() / "ssd").string());
+  const uint64_t per_thread = testing::Iterations(50, 2000);
+  {
+    auto tier = OpenSsd(o);
+    std::vector<std::thread> threads;
+    for (uint64_t t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        for (uint64_t i = 0; i < per_thread; ++i) {
+          const BlockMeta m = ChainBlock(t, i);
+          EXPECT_TRUE(tier->Put(m, SegPayload(m, 1000 + i), true).ok());
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_GE(tier->SpaceUsage().active_segments, 1u);
+    ASSERT_TRUE(tier->Close().ok());
+  }
+  auto tier = OpenSsd(o);
+  for (uint64_t t = 0; t < 4; ++t) {
+    for (uint64_t i = 0; i < per_thread; ++i) {
+      const BlockMeta m = ChainBlock(t, i);
+      StatusOr<SharedBytes> got = tier->Get(m.key);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_EQ(got->view(), SegPayload(m, 1000 + i).view());
+    }
+  }
+  EXPECT_TRUE(tier->FindOrphans().empty());
+  testing::ExpectCountersMatchContents(*tier, {0});
+}
+
+}  // namespace
+}  // namespace prefixkv

@@ -1,0 +1,158 @@
+// Trace replay on the Mooncake synthetic trace (tests/data): the published
+// infinite-capacity hit ratios, equality with an independent LRU simulation,
+// the SSD tier recovering every hot-only miss, and the line parser's errors.
+#include "tools/replay/trace_replay.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <list>
+#include <unordered_map>
+
+#include "tests/support/test_util.h"
+
+namespace prefixkv::cache {
+namespace {
+
+constexpr uint32_t kTraceBlockTokens = 512;
+
+const std::vector<TraceRequest>& Trace() {
+  static const std::vector<TraceRequest>* trace = [] {
+    StatusOr<std::vector<TraceRequest>> t = ReadTrace(
+        std::string(PREFIXKV_SOURCE_DIR) + "/tests/data/mooncake_synthetic_trace.jsonl");
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    return new std::vector<TraceRequest>(t.ok() ? std::move(t).value()
+                                                : std::vector<TraceRequest>{});
+  }();
+  return *trace;
+}
+
+ReplayReport RunReplay(const ReplayConfig& config) {
+  StatusOr<std::unique_ptr<ReplayTiers>> tiers = ReplayTiers::Open(config);
+  EXPECT_TRUE(tiers.ok()) << tiers.status().ToString();
+  if (!tiers.ok()) return {};
+  TraceReplayer replayer(tiers->get(), config.block_tokens);
+  EXPECT_TRUE(replayer.ReplayAll(Trace()).ok());
+  return replayer.Report();
+}
+
+// The independent model: ids identify prefixes (equal ids, equal prefixes),
+// one LRU list of at most `capacity_blocks` ids. Touch the hit prefix in
+// order, then touch or insert every later block in order, evicting the least
+// recently touched.
+struct SimpleLru {
+  explicit SimpleLru(size_t capacity_blocks) : capacity(capacity_blocks) {}
+  void Touch(uint64_t id) { order.splice(order.begin(), order, where.at(id)); }
+  void Insert(uint64_t id) {
+    if (order.size() == capacity) {
+      where.erase(order.back());
+      order.pop_back();
+    }
+    order.push_front(id);
+    where[id] = order.begin();
+  }
+  size_t capacity;
+  std::list<uint64_t> order;  // front: most recent
+  std::unordered_map<uint64_t, std::list<uint64_t>::iterator> where;
+};
+
+TEST(TraceReplay, UnlimitedCapacityGivesThePublishedHitRatios) {
+  ReplayReport r = RunReplay({});
+  EXPECT_EQ(r.requests, 3993u);
+  EXPECT_EQ(r.blocks, 121877u);
+  EXPECT_NEAR(r.token_hit_ratio(), 0.651, 0.0005);
+  EXPECT_NEAR(r.block_hit_ratio(), 0.640, 0.0005);
+  ASSERT_EQ(r.tiers.size(), 1u);  // no SSD directory: hot only
+  EXPECT_EQ(r.tiers[0].block_hits, r.hit_blocks);
+  EXPECT_EQ(r.tiers[0].evictions, 0u);
+  EXPECT_EQ(r.tiers[0].entries, 121877u - r.hit_blocks);
+}
+
+TEST(TraceReplay, HotOnlyLruEqualsAnIndependentLruSimulation) {
+  ReplayConfig config;
+  config.hot.tokens = 3'000'000;
+  config.ssd.tokens = 0;
+  config.policy = EvictionPolicyKind::kLru;
+  ReplayReport r = RunReplay(config);
+
+  SimpleLru lru(3'000'000 / kTraceBlockTokens);
+  uint64_t hit_blocks = 0, hit_tokens = 0;
+  for (const TraceRequest& req : Trace()) {
+    size_t hit = 0;
+    while (hit < req.hash_ids.size() && lru.where.count(req.hash_ids[hit])) {
+      lru.Touch(req.hash_ids[hit++]);
+    }
+    for (size_t i = hit; i < req.hash_ids.size(); ++i) {
+      lru.where.count(req.hash_ids[i]) ? lru.Touch(req.hash_ids[i])
+                                       : lru.Insert(req.hash_ids[i]);
+    }
+    hit_blocks += hit;
+    hit_tokens += std::min<uint64_t>(hit * kTraceBlockTokens, req.input_length);
+  }
+  EXPECT_EQ(r.hit_blocks, hit_blocks);
+  EXPECT_EQ(r.hit_tokens, hit_tokens);
+  ASSERT_EQ(r.tiers.size(), 1u);
+  EXPECT_GT(r.tiers[0].evictions, 0u)
+      << "the capacity must bind for this test to mean anything";
+  EXPECT_EQ(r.tiers[0].entries, lru.order.size());
+  EXPECT_LT(r.token_hit_ratio(), 0.651);
+}
+
+TEST(TraceReplay, SsdTierTurnsHotOnlyMissesIntoHits) {
+  testing::TempDir dir;
+  ReplayConfig config;
+  config.bytes_per_token = 1;  // small payloads keep the test fast
+  config.hot.tokens = 3'000'000;
+  config.ssd.tokens = 50'000'000;
+  config.ssd_path = dir.str();
+  ReplayReport tiered = RunReplay(config);
+
+  ReplayConfig unlimited;
+  unlimited.bytes_per_token = 1;
+  ReplayReport best = RunReplay(unlimited);
+  EXPECT_EQ(tiered.hit_tokens, best.hit_tokens);
+  EXPECT_EQ(tiered.hit_blocks, best.hit_blocks);
+  ASSERT_EQ(tiered.tiers.size(), 2u);
+  EXPECT_GT(tiered.tiers[1].block_hits, 0u);
+  EXPECT_GT(tiered.tiers[0].evictions, 0u);
+}
+
+TEST(TraceReader, ParsesALineWithAnyKeyOrderAndExtraKeys) {
+  StatusOr<TraceRequest> r = ParseTraceLine(
+      R"( {"hash_ids": [3, 4,5], "note": "x", "input_length": 1500, "timestamp": 12.5,)"
+      R"( "flag": true, "output_length": 7} )");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->hash_ids, (std::vector<uint64_t>{3, 4, 5}));
+  EXPECT_EQ(r->input_length, 1500u);
+  EXPECT_EQ(r->output_length, 7u);
+  EXPECT_EQ(r->timestamp_ms, 12u);
+}
+
+TEST(TraceReader, RejectsMalformedLinesWithoutCrashing) {
+  for (const char* line :
+       {"", "{", "[]", R"({"input_length": 5})", R"({"hash_ids": [1]})",
+        R"({"input_length": -5, "hash_ids": []})",
+        R"({"input_length": 5, "hash_ids": [1.5]})",
+        R"({"input_length": 5, "hash_ids": [1,]})",
+        R"({"input_length": 99999999999999999999999, "hash_ids": []})",
+        R"({"input_length": 5, "hash_ids": []} x)", R"({"input_length" 5})"}) {
+    EXPECT_TRUE(ParseTraceLine(line).status().IsInvalidArgument()) << line;
+  }
+}
+
+TEST(TraceReader, NamesTheLineOfTheFirstBadRequest) {
+  testing::TempDir dir;
+  const std::string path = dir.str() + "/t.jsonl";
+  std::ofstream(path) << R"({"input_length": 5, "hash_ids": [1]})"
+                      << "\n\n"
+                      << R"({"input_length": 5, "hash_ids": [1, oops]})"
+                      << "\n";
+  StatusOr<std::vector<TraceRequest>> t = ReadTrace(path);
+  ASSERT_TRUE(t.status().IsInvalidArgument());
+  EXPECT_NE(t.status().message().find("t.jsonl:3: column"), std::string::npos)
+      << t.status().ToString();
+  EXPECT_TRUE(ReadTrace(dir.str() + "/missing.jsonl").status().IsNotFound());
+}
+
+}  // namespace
+}  // namespace prefixkv::cache

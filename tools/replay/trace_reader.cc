@@ -1,0 +1,176 @@
+// A small recursive-descent parser for one trace line (see trace_reader.h).
+#include "trace_reader.h"
+
+#include <fstream>
+
+namespace prefixkv::cache {
+namespace {
+
+class LineParser {
+ public:
+  explicit LineParser(std::string_view s) : s_(s) {}
+
+  Status Parse(TraceRequest* out) {
+    bool has_input = false, has_ids = false;
+    Skip();
+    PKV_RETURN_IF_ERROR(Expect('{'));
+    Skip();
+    if (Peek() == '}') return Error("empty object");
+    while (true) {
+      std::string key;
+      PKV_RETURN_IF_ERROR(String(&key));
+      Skip();
+      PKV_RETURN_IF_ERROR(Expect(':'));
+      Skip();
+      if (key == "timestamp") {
+        PKV_RETURN_IF_ERROR(Number(&out->timestamp_ms));
+      } else if (key == "input_length") {
+        PKV_RETURN_IF_ERROR(Number(&out->input_length));
+        has_input = true;
+      } else if (key == "output_length") {
+        PKV_RETURN_IF_ERROR(Number(&out->output_length));
+      } else if (key == "hash_ids") {
+        PKV_RETURN_IF_ERROR(Ids(&out->hash_ids));
+        has_ids = true;
+      } else {
+        PKV_RETURN_IF_ERROR(SkipValue());
+      }
+      Skip();
+      if (Peek() == ',') {
+        ++pos_;
+        Skip();
+        continue;
+      }
+      PKV_RETURN_IF_ERROR(Expect('}'));
+      break;
+    }
+    Skip();
+    if (pos_ != s_.size()) return Error("trailing characters after the object");
+    if (!has_input) return Status::InvalidArgument("missing \"input_length\"");
+    if (!has_ids) return Status::InvalidArgument("missing \"hash_ids\"");
+    return Status::OK();
+  }
+
+ private:
+  char Peek() const { return pos_ < s_.size() ? s_[pos_] : '\0'; }
+  void Skip() {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\r'))
+      ++pos_;
+  }
+  Status Error(const std::string& what) const {
+    return Status::InvalidArgument("column " + std::to_string(pos_ + 1) + ": " + what);
+  }
+  Status Expect(char c) {
+    if (Peek() != c) return Error(std::string("expected '") + c + "'");
+    ++pos_;
+    return Status::OK();
+  }
+
+  // A string without escapes other than \" and \\ (keys here are plain).
+  Status String(std::string* out) {
+    PKV_RETURN_IF_ERROR(Expect('"'));
+    while (pos_ < s_.size() && s_[pos_] != '"') {
+      if (s_[pos_] == '\\') {
+        if (++pos_ >= s_.size()) break;
+      }
+      out->push_back(s_[pos_++]);
+    }
+    return Expect('"');
+  }
+
+  // A non-negative integer; with `allow_fraction` a fraction (as some
+  // timestamps have) is accepted and truncated.
+  Status Number(uint64_t* out, bool allow_fraction = true) {
+    const size_t start = pos_;
+    uint64_t v = 0;
+    while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') {
+      const uint64_t d = static_cast<uint64_t>(s_[pos_] - '0');
+      if (v > (UINT64_MAX - d) / 10) return Error("number out of range");
+      v = v * 10 + d;
+      ++pos_;
+    }
+    if (pos_ == start) return Error("expected a non-negative integer");
+    if (Peek() == '.') {
+      if (!allow_fraction) return Error("expected an integer");
+      ++pos_;
+      while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
+    }
+    if (Peek() == 'e' || Peek() == 'E') return Error("exponents are not supported");
+    *out = v;
+    return Status::OK();
+  }
+
+  Status Ids(std::vector<uint64_t>* out) {
+    PKV_RETURN_IF_ERROR(Expect('['));
+    Skip();
+    if (Peek() == ']') {
+      ++pos_;
+      return Status::OK();
+    }
+    while (true) {
+      uint64_t id = 0;
+      PKV_RETURN_IF_ERROR(Number(&id, /*allow_fraction=*/false));
+      out->push_back(id);
+      Skip();
+      if (Peek() == ']') {
+        ++pos_;
+        return Status::OK();
+      }
+      PKV_RETURN_IF_ERROR(Expect(','));
+      Skip();
+    }
+  }
+
+  Status SkipValue() {
+    const char c = Peek();
+    if (c == '"') {
+      std::string ignored;
+      return String(&ignored);
+    }
+    if (c == '[') {
+      std::vector<uint64_t> ignored;
+      return Ids(&ignored);
+    }
+    for (std::string_view word : {"true", "false", "null"}) {
+      if (s_.substr(pos_, word.size()) == word) {
+        pos_ += word.size();
+        return Status::OK();
+      }
+    }
+    if (c == '-') ++pos_;
+    uint64_t ignored = 0;
+    return Number(&ignored);
+  }
+
+  std::string_view s_;
+  size_t pos_ = 0;
+};
+
+bool IsBlank(std::string_view line) {
+  return line.find_first_not_of(" \t\r") == std::string_view::npos;
+}
+
+}  // namespace
+
+StatusOr<TraceRequest> ParseTraceLine(std::string_view line) {
+  TraceRequest r;
+  PKV_RETURN_IF_ERROR(LineParser(line).Parse(&r));
+  return r;
+}
+
+StatusOr<std::vector<TraceRequest>> ReadTrace(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("cannot open trace " + path);
+  std::vector<TraceRequest> requests;
+  std::string line;
+  for (uint64_t n = 1; std::getline(in, line); ++n) {
+    if (IsBlank(line)) continue;
+    StatusOr<TraceRequest> r = ParseTraceLine(line);
+    if (!r.ok()) return r.status().WithContext(path + ":" + std::to_string(n));
+    requests.push_back(std::move(r).value());
+  }
+  if (in.bad()) return Status::IOError("reading " + path + " failed");
+  return requests;
+}
+
+}  // namespace prefixkv::cache

@@ -1,0 +1,126 @@
+// Trace replay (DESIGN section 10): drive a TierStack with a Mooncake-format
+// trace and measure prefix hit ratios per tier.
+//
+// Each hash id is one block of `block_tokens` tokens; equal ids are equal
+// prefixes, so block i of a request gets the chain key of its ids 0..i. For
+// each request, in file order: look the blocks up in chain order (hot, then
+// SSD; a Get is a touch and an SSD hit is promoted when the stack says so)
+// and stop at the first miss; then put every block after the hit prefix, in
+// chain order (a block still resident past the miss is put again, which is a
+// touch). Payloads are synthetic: `bytes_per_token * block_tokens` bytes, one
+// shared buffer (only the sizes matter to the tiers' accounting).
+//
+// Capacities: in tokens, a tier holds tokens / block_tokens blocks whatever its
+// per-entry overhead (the byte capacity is derived from the tier's own charge
+// per block); in bytes, the tier's byte capacity as given. 0 turns a tier off;
+// no capacity means unlimited.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "prefixkv/advanced/eviction_policy.h"
+#include "prefixkv/advanced/hot_tier.h"
+#include "prefixkv/advanced/ssd_tier.h"
+#include "prefixkv/advanced/tier_stack.h"
+#include "prefixkv/clock.h"
+#include "trace_reader.h"
+
+namespace prefixkv::cache {
+
+// A tier's size: tokens or bytes (at most one set); neither = unlimited.
+struct ReplayCapacity {
+  std::optional<uint64_t> tokens;
+  std::optional<uint64_t> bytes;
+  bool off() const { return tokens == 0u || bytes == 0u; }
+};
+
+struct ReplayConfig {
+  uint32_t block_tokens = 512;    // tokens per hash id
+  uint64_t bytes_per_token = 16;  // synthetic payload per token
+  ReplayCapacity hot;
+  ReplayCapacity ssd;
+  EvictionPolicyKind policy = EvictionPolicyKind::kLru;  // hot tier order
+  // The SSD tier's directory. Empty: no SSD tier unless a capacity is given
+  // (then InvalidArgument).
+  std::string ssd_path;
+  bool promote_on_ssd_hit = true;
+};
+
+// The tiers of one replay, built from a ReplayConfig and destroyed top down.
+// Thread-safe as its tiers are; the replayer uses it from one thread.
+class ReplayTiers {
+ public:
+  // InvalidArgument when both tiers are off or the SSD tier has no path.
+  static StatusOr<std::unique_ptr<ReplayTiers>> Open(const ReplayConfig& config);
+  ~ReplayTiers();
+
+  TierStack& stack() { return *stack_; }
+  HotTier* hot() { return hot_.get(); }
+  SsdTier* ssd() { return ssd_.get(); }
+  uint64_t payload_bytes() const { return payload_bytes_; }
+
+ private:
+  ReplayTiers() = default;
+  uint64_t payload_bytes_ = 0;
+  std::shared_ptr<SharedHotBudget> budget_;
+  std::unique_ptr<HotTier> hot_;
+  std::unique_ptr<SsdTier> ssd_;
+  std::unique_ptr<TierStack> stack_;
+};
+
+struct ReplayTierReport {
+  std::string name;         // "hot", "ssd"
+  uint64_t block_hits = 0;  // blocks of matched prefixes this tier served
+  uint64_t bytes = 0;       // charged bytes resident at the end
+  uint64_t entries = 0;     // blocks resident at the end
+  uint64_t evictions = 0;   // blocks evicted for capacity
+};
+
+struct ReplayReport {
+  uint64_t requests = 0;
+  uint64_t blocks = 0;        // hash ids replayed
+  uint64_t hit_blocks = 0;    // blocks of matched prefixes
+  uint64_t input_tokens = 0;  // sum of input_length
+  uint64_t hit_tokens = 0;    // sum of min(hit_blocks * block_tokens, input_length)
+  double seconds = 0;         // replay time (parsing excluded)
+  std::vector<ReplayTierReport> tiers;
+  double block_hit_ratio() const {
+    return blocks ? double(hit_blocks) / double(blocks) : 0;
+  }
+  double token_hit_ratio() const {
+    return input_tokens ? double(hit_tokens) / double(input_tokens) : 0;
+  }
+  double blocks_per_second() const { return seconds > 0 ? double(blocks) / seconds : 0; }
+};
+
+// Not thread-safe: one replay, one thread.
+class TraceReplayer {
+ public:
+  // REQUIRES: `tiers` outlives the replayer.
+  TraceReplayer(ReplayTiers* tiers, uint32_t block_tokens,
+                Clock* clock = Clock::System());
+
+  // Replays one request. An error only for a tier failure other than NoSpace.
+  Status Replay(const TraceRequest& request);
+  // Replays all, calling `progress(done, total)` every few hundred requests.
+  Status ReplayAll(const std::vector<TraceRequest>& requests,
+                   const std::function<void(size_t, size_t)>& progress = nullptr);
+  ReplayReport Report() const;
+
+ private:
+  ReplayTiers* const tiers_;
+  const uint32_t block_tokens_;
+  Clock* const clock_;
+  const BlockKey root_;
+  SharedBytes payload_;
+  ReplayReport report_;
+  uint64_t hot_hits_ = 0, ssd_hits_ = 0;
+  std::vector<BlockKey> keys_;  // scratch
+};
+
+}  // namespace prefixkv::cache
