@@ -73,6 +73,12 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
+namespace internal {
+// Prints "StatusOr::value() on an error: <status>" to stderr and aborts. The
+// cold path of StatusOr::value(), out of line so the accessor stays one branch.
+[[noreturn]] void DieOnValueOfError(const Status& status);
+}  // namespace internal
+
 // A value or the Status that explains why there is none.
 // REQUIRES: constructed from a non-OK Status when it holds no value.
 template <typename T>
@@ -87,17 +93,19 @@ class [[nodiscard]] StatusOr {
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
 
-  // REQUIRES: ok().
+  // REQUIRES: ok(). Checked in every build type: on an error, value() (and
+  // operator* and operator->, which go through it) prints the status to stderr
+  // and aborts instead of touching an empty value.
   T& value() & {
-    assert(ok());
+    CheckOk();
     return *value_;
   }
   const T& value() const& {
-    assert(ok());
+    CheckOk();
     return *value_;
   }
   T&& value() && {
-    assert(ok());
+    CheckOk();
     return std::move(*value_);
   }
   T* operator->() { return &value(); }
@@ -106,6 +114,11 @@ class [[nodiscard]] StatusOr {
   const T& operator*() const& { return value(); }
 
  private:
+  void CheckOk() const {
+    if (!ok()) [[unlikely]]
+      internal::DieOnValueOfError(status_);
+  }
+
   Status status_;
   std::optional<T> value_;
 };

@@ -1,6 +1,9 @@
 // Status names and formatting.
 #include "prefixkv/status.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace prefixkv {
 
 std::string_view StatusCodeName(StatusCode code) {
@@ -40,5 +43,15 @@ Status Status::WithContext(std::string_view context) const {
   if (ok()) return *this;
   return Status(code_, std::string(context) + ": " + message_);
 }
+
+namespace internal {
+
+void DieOnValueOfError(const Status& status) {
+  std::fprintf(stderr, "StatusOr::value() on an error: %s\n", status.ToString().c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+}  // namespace internal
 
 }  // namespace prefixkv

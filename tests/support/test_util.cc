@@ -9,6 +9,12 @@
 
 namespace prefixkv::testing {
 
+::testing::AssertionResult IsOkFormat(const char* expr_text, const Status& status) {
+  if (status.ok()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "Expected: " << expr_text << " is OK\n  Actual: " << status.ToString();
+}
+
 uint64_t TestSeed(const std::string& test_name) {
   uint64_t seed;
   if (const char* env = std::getenv("PREFIXKV_SEED"); env != nullptr && *env) {

@@ -1,15 +1,59 @@
-// Test support: seeded randomness that prints its seed, temporary directories,
-// and random block records for property tests.
+// Test support: status assertions that print the status, seeded randomness
+// that prints its seed, temporary directories, and random block records for
+// property tests.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <cstdint>
 #include <filesystem>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "prefixkv/block.h"
+#include "prefixkv/status.h"
+
+// ASSERT_OK(expr) / EXPECT_OK(expr): `expr` (a Status or any StatusOr<T>) is OK;
+// a failure prints the expression and the status ("IOError: disk full"). Extra
+// context may be streamed: EXPECT_OK(tier->Get(key)) << "chain " << c;
+#define EXPECT_OK(expr) EXPECT_PRED_FORMAT1(::prefixkv::testing::IsOkFormat, expr)
+#define ASSERT_OK(expr) ASSERT_PRED_FORMAT1(::prefixkv::testing::IsOkFormat, expr)
+
+// ASSERT_OK_AND_ASSIGN(lhs, expr): evaluates the StatusOr `expr`; when OK, moves
+// its value into `lhs` (a declaration such as `auto x` or an existing variable),
+// otherwise fails the test (returning from the enclosing void function) with
+// the expression and the status printed.
+#define ASSERT_OK_AND_ASSIGN(lhs, expr)                                                  \
+  PKV_ASSERT_OK_AND_ASSIGN_IMPL_(PKV_TEST_CONCAT_(pkv_test_or_, __COUNTER__), lhs, expr, \
+                                 #expr)
+#define PKV_ASSERT_OK_AND_ASSIGN_IMPL_(var, lhs, expr, text)      \
+  auto var = (expr);                                              \
+  ASSERT_PRED_FORMAT1(::prefixkv::testing::IsOkNamed{text}, var); \
+  lhs = std::move(var).value()
+#define PKV_TEST_CONCAT_INNER_(a, b) a##b
+#define PKV_TEST_CONCAT_(a, b) PKV_TEST_CONCAT_INNER_(a, b)
 
 namespace prefixkv::testing {
+
+// The predicate-formatters behind ASSERT_OK and EXPECT_OK: success when the
+// status is OK, else "Expected: <expr> is OK\n  Actual: <status>".
+::testing::AssertionResult IsOkFormat(const char* expr_text, const Status& status);
+template <typename T>
+::testing::AssertionResult IsOkFormat(const char* expr_text,
+                                      const StatusOr<T>& status_or) {
+  return IsOkFormat(expr_text, status_or.status());
+}
+
+// IsOkFormat under a given expression text (ASSERT_OK_AND_ASSIGN checks a
+// temporary but names the expression it came from).
+struct IsOkNamed {
+  const char* expr_text;
+  template <typename T>
+  ::testing::AssertionResult operator()(const char* /*var_text*/, const T& value) const {
+    return IsOkFormat(expr_text, value);
+  }
+};
 
 // The seed for a randomized test: $PREFIXKV_SEED when set, else a fresh one.
 // Always printed (to stdout) so a failure can be replayed.
