@@ -186,8 +186,9 @@ TEST(BlockKey, HexRoundTripsAndRejectsGarbage) {
   EXPECT_EQ(k.ToHex(), "0123456789abcdeffedcba9876543210");
   EXPECT_EQ(BlockKey::FromHex(k.ToHex()).value(), k);
   EXPECT_EQ(BlockKey::FromHex("0123456789ABCDEFFEDCBA9876543210").value(), k);
-  EXPECT_FALSE(BlockKey::FromHex("0123").ok());
-  EXPECT_FALSE(BlockKey::FromHex("g123456789abcdeffedcba9876543210").ok());
+  EXPECT_TRUE(BlockKey::FromHex("0123").status().IsInvalidArgument());
+  EXPECT_TRUE(
+      BlockKey::FromHex("g123456789abcdeffedcba9876543210").status().IsInvalidArgument());
   uint8_t bytes[16];
   k.EncodeTo(bytes);
   EXPECT_EQ(bytes[0], 0x10);   // lo, little-endian, first

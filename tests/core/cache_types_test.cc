@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/test_util.h"
+
 namespace prefixkv {
 namespace {
 
@@ -40,11 +42,11 @@ TEST(CacheTypeRegistry, UnknownNameIsAnErrorNotADefault) {
 }
 
 TEST(CacheTypeRegistry, RegisteredNamesJoinTheirFamilyAndNeverChangeIt) {
-  ASSERT_TRUE(
-      CacheTypeRegistry::Register("ChunkedRotatingKVCache", CacheFamily::kRotating).ok());
+  ASSERT_OK(
+      CacheTypeRegistry::Register("ChunkedRotatingKVCache", CacheFamily::kRotating));
   EXPECT_TRUE(CacheTypeRegistry::IsRotatingFamily("ChunkedRotatingKVCache"));
-  EXPECT_TRUE(
-      CacheTypeRegistry::Register("ChunkedRotatingKVCache", CacheFamily::kRotating).ok());
+  EXPECT_OK(
+      CacheTypeRegistry::Register("ChunkedRotatingKVCache", CacheFamily::kRotating));
   EXPECT_TRUE(
       CacheTypeRegistry::Register("ChunkedRotatingKVCache", CacheFamily::kSliceableKV)
           .IsInvalidArgument());
@@ -72,14 +74,19 @@ TEST(RotatingMeta, ParsesKeepMaxSizeOffsetIdx) {
 }
 
 TEST(RotatingMeta, RejectsInconsistentOrMalformedMeta) {
-  EXPECT_FALSE(RotatingMeta::Parse({"0", "4", "8"}).ok());
-  EXPECT_FALSE(RotatingMeta::Parse({"0", "4", "8", "4", "1"}).ok());
-  EXPECT_FALSE(RotatingMeta::Parse({"0", "0", "8", "0"}).ok());   // no window
-  EXPECT_FALSE(RotatingMeta::Parse({"5", "4", "8", "0"}).ok());   // keep > max_size
-  EXPECT_FALSE(RotatingMeta::Parse({"0", "4", "8", "5"}).ok());   // idx > max_size
-  EXPECT_FALSE(RotatingMeta::Parse({"0", "4", "-8", "0"}).ok());  // negative
-  EXPECT_FALSE(RotatingMeta::Parse({"0", "4x", "8", "0"}).ok());  // not a number
-  EXPECT_FALSE(RotatingMeta::Parse({"0", "", "8", "0"}).ok());
+  // The name of the status code Parse returns ("OK" when it accepts the meta).
+  auto parse_code = [](std::vector<std::string> meta) {
+    return std::string(StatusCodeName(RotatingMeta::Parse(meta).status().code()));
+  };
+  const std::string kInvalid = "InvalidArgument";
+  EXPECT_EQ(parse_code({"0", "4", "8"}), kInvalid);
+  EXPECT_EQ(parse_code({"0", "4", "8", "4", "1"}), kInvalid);
+  EXPECT_EQ(parse_code({"0", "0", "8", "0"}), kInvalid);   // no window
+  EXPECT_EQ(parse_code({"5", "4", "8", "0"}), kInvalid);   // keep > max_size
+  EXPECT_EQ(parse_code({"0", "4", "8", "5"}), kInvalid);   // idx > max_size
+  EXPECT_EQ(parse_code({"0", "4", "-8", "0"}), kInvalid);  // negative
+  EXPECT_EQ(parse_code({"0", "4x", "8", "0"}), kInvalid);  // not a number
+  EXPECT_EQ(parse_code({"0", "", "8", "0"}), kInvalid);
 }
 
 }  // namespace

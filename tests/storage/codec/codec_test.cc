@@ -45,7 +45,7 @@ TEST(Codec, RoundTripsRandomRecords) {
     opt.min_compress_bytes = 64;
     SharedBytes enc = EncodeBlock(r, opt).value();
     StatusOr<BlockRecord> back = DecodeBlock(enc);
-    ASSERT_TRUE(back.ok()) << back.status().ToString() << " at iteration " << i;
+    ASSERT_OK(back) << "iteration " << i;
     ASSERT_EQ(*back, r) << "iteration " << i;
     // Canonical: encoding the decoded record again gives the same bytes.
     ASSERT_EQ(EncodeBlock(*back, opt).value().view(), enc.view()) << "iteration " << i;
@@ -198,7 +198,7 @@ TEST(Codec, PeekAndVerifyAgreeWithDecode) {
   EXPECT_EQ(id.parent, r.parent);
   EXPECT_EQ(id.namespace_id, r.namespace_id);
   EXPECT_EQ(id.token_count, 4u);
-  EXPECT_TRUE(VerifyBlock(enc).ok());
+  EXPECT_OK(VerifyBlock(enc));
   std::string bad(enc.view());
   bad[bad.size() - 3] ^= 4;
   EXPECT_TRUE(VerifyBlock(SharedBytes::Copy(bad)).IsCorruption());
