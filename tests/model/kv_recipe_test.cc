@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "prefixkv/reference_model.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace {
@@ -15,7 +16,7 @@ KvRecipeSpec Spec(std::string arch, int start, int end, DType dtype = DType::kFl
 
 KvCacheRecipe Make(KvRecipeSpec spec) {
   auto recipe = KvCacheRecipe::Make(std::move(spec));
-  EXPECT_TRUE(recipe.ok()) << recipe.status().ToString();
+  EXPECT_OK(recipe);
   return *recipe;
 }
 
@@ -71,11 +72,11 @@ TEST(KvRecipe, RecipeOfAShardCarriesItsGeometryAndWindows) {
   config.sliding_window_tokens = 5;
   config.global_layer_every = 4;
   auto model = ReferenceModel::Create(config);
-  ASSERT_TRUE(model.ok());
+  ASSERT_OK(model);
   auto shard = ReferenceShard::Create(*model, 2, 4);
-  ASSERT_TRUE(shard.ok());
+  ASSERT_OK(shard);
   auto recipe = KvRecipeFor(**shard);
-  ASSERT_TRUE(recipe.ok()) << recipe.status().ToString();
+  ASSERT_OK(recipe);
   EXPECT_EQ(recipe->n_kv_heads(), 2);
   EXPECT_EQ(recipe->head_dim(), 8);
   EXPECT_EQ(recipe->owned_layers(), (std::vector<int>{2, 3, 4}));

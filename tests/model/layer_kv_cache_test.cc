@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "tests/support/test_util.h"
+
 namespace prefixkv {
 namespace {
 
@@ -30,15 +32,14 @@ TEST(LayerKvCache, LayerKvCacheRejectsWrongShape) {
   Tensor f16 = Tensor::Filled(DType::kFloat16, {4, 1, 8}, 0);
   EXPECT_TRUE(cache.Append(f16, f16).IsInvalidArgument());
   EXPECT_EQ(cache.length(), 0);
-  ASSERT_TRUE(cache.Append(Chunk(4, 2, 8), Chunk(4, 2, 8)).ok());
+  ASSERT_OK(cache.Append(Chunk(4, 2, 8), Chunk(4, 2, 8)));
   EXPECT_EQ(cache.length(), 2);
 }
 
 TEST(LayerKvCache, FullLayerKeepsEveryPositionAcrossGrowth) {
   LayerKvCache cache({3, 2, 4, 0});
   for (int t = 0; t < 40; ++t) {  // crosses several capacity doublings
-    ASSERT_TRUE(
-        cache.Append(Chunk(2, 1, 4, 1000.0f * t), Chunk(2, 1, 4, -1000.0f * t)).ok());
+    ASSERT_OK(cache.Append(Chunk(2, 1, 4, 1000.0f * t), Chunk(2, 1, 4, -1000.0f * t)));
   }
   EXPECT_EQ(cache.length(), 40);
   EXPECT_EQ(cache.payload_bytes(), 40u * 2 * 2 * 4 * 4);
@@ -48,8 +49,8 @@ TEST(LayerKvCache, FullLayerKeepsEveryPositionAcrossGrowth) {
 
 TEST(LayerKvCache, RotatingLayerHoldsOnlyTheLastWindow) {
   LayerKvCache cache({1, 1, 2, 4});
-  ASSERT_TRUE(cache.Append(Chunk(1, 6, 2), Chunk(1, 6, 2)).ok());        // positions 0..5
-  ASSERT_TRUE(cache.Append(Chunk(1, 1, 2, 6), Chunk(1, 1, 2, 6)).ok());  // position 6
+  ASSERT_OK(cache.Append(Chunk(1, 6, 2), Chunk(1, 6, 2)));        // positions 0..5
+  ASSERT_OK(cache.Append(Chunk(1, 1, 2, 6), Chunk(1, 1, 2, 6)));  // position 6
   EXPECT_EQ(cache.length(), 7);
   EXPECT_EQ(cache.held_tokens(), 4);
   EXPECT_EQ(cache.payload_bytes(), 4u * 2 * 1 * 2 * 4);
@@ -60,15 +61,15 @@ TEST(LayerKvCache, RotatingLayerHoldsOnlyTheLastWindow) {
 
 TEST(LayerKvCache, TruncateRollsBackFullLayersAndUnwrappedRings) {
   LayerKvCache full({0, 1, 2, 0});
-  ASSERT_TRUE(full.Append(Chunk(1, 5, 2), Chunk(1, 5, 2)).ok());
-  ASSERT_TRUE(full.Truncate(2).ok());
+  ASSERT_OK(full.Append(Chunk(1, 5, 2), Chunk(1, 5, 2)));
+  ASSERT_OK(full.Truncate(2));
   EXPECT_EQ(full.length(), 2);
   EXPECT_TRUE(full.Truncate(3).IsInvalidArgument());  // cannot grow by truncating
 
   LayerKvCache ring({0, 1, 2, 4});
-  ASSERT_TRUE(ring.Append(Chunk(1, 3, 2), Chunk(1, 3, 2)).ok());
-  EXPECT_TRUE(ring.Truncate(1).ok());  // never wrapped: every position is still there
-  ASSERT_TRUE(ring.Append(Chunk(1, 5, 2, 1), Chunk(1, 5, 2, 1)).ok());  // now wrapped
+  ASSERT_OK(ring.Append(Chunk(1, 3, 2), Chunk(1, 3, 2)));
+  EXPECT_OK(ring.Truncate(1));  // never wrapped: every position is still there
+  ASSERT_OK(ring.Append(Chunk(1, 5, 2, 1), Chunk(1, 5, 2, 1)));  // now wrapped
   EXPECT_FALSE(ring.CanTruncate(5));
   EXPECT_TRUE(ring.Truncate(5).IsInvalidArgument());
   EXPECT_EQ(ring.length(), 6);  // unchanged by the refused truncate
@@ -77,13 +78,13 @@ TEST(LayerKvCache, TruncateRollsBackFullLayersAndUnwrappedRings) {
 TEST(LayerKvCache, ExportThenRestoreReproducesTheState) {
   for (int64_t window : {0, 4}) {
     LayerKvCache cache({2, 2, 4, window});
-    ASSERT_TRUE(cache.Append(Chunk(2, 7, 4), Chunk(2, 7, 4, 0.5f)).ok());
+    ASSERT_OK(cache.Append(Chunk(2, 7, 4), Chunk(2, 7, 4, 0.5f)));
     LayerKvExport exported = cache.Export();
     EXPECT_EQ(exported.keys.shape(), (std::vector<int64_t>{2, window ? 4 : 7, 4}));
     EXPECT_EQ(exported.cache_type, window ? "RotatingKVCache" : "KVCache");
     auto restored = LayerKvCache::Restore(cache.geometry(), exported.keys,
                                           exported.values, exported.rotating_meta);
-    ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+    ASSERT_OK(restored);
     EXPECT_EQ(restored->length(), 7);
     for (int64_t pos = window ? 3 : 0; pos < 7; ++pos) {
       EXPECT_EQ(std::memcmp(restored->KeyRow(1, pos), cache.KeyRow(1, pos), 16), 0)
@@ -97,7 +98,7 @@ TEST(LayerKvCache, ExportThenRestoreReproducesTheState) {
 TEST(LayerKvCache, RestoreRejectsInconsistentRotatingMeta) {
   LayerKvGeometry ring{0, 1, 2, 4};
   Tensor four = Chunk(1, 4, 2);
-  EXPECT_TRUE(LayerKvCache::Restore(ring, four, four, RotatingMeta{0, 4, 9, 1}).ok());
+  EXPECT_OK(LayerKvCache::Restore(ring, four, four, RotatingMeta{0, 4, 9, 1}));
   EXPECT_TRUE(LayerKvCache::Restore(ring, four, four, RotatingMeta{0, 4, 9, 3})
                   .status()
                   .IsInvalidArgument());  // idx disagrees with offset

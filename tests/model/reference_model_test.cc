@@ -8,12 +8,14 @@
 #include <cstring>
 #include <map>
 
+#include "tests/support/test_util.h"
+
 namespace prefixkv {
 namespace {
 
 std::shared_ptr<const ReferenceModel> Model(ModelConfig config) {
   auto model = ReferenceModel::Create(config);
-  EXPECT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_OK(model);
   return *model;
 }
 
@@ -37,7 +39,7 @@ std::vector<std::vector<float>> CachedLogits(std::shared_ptr<const ReferenceMode
                                              const std::vector<int32_t>& tokens,
                                              size_t prefill) {
   auto shard = ReferenceShard::Create(model, 0, model->config().n_layers - 1);
-  EXPECT_TRUE(shard.ok());
+  EXPECT_OK(shard);
   std::map<int, LayerKvCache> caches;
   PastKv past;
   for (int l = 0; l < model->config().n_layers; ++l) {
@@ -56,9 +58,9 @@ std::vector<std::vector<float>> CachedLogits(std::shared_ptr<const ReferenceMode
     for (size_t i = 0; i < n; ++i) positions.push_back(static_cast<int64_t>(pos + i));
     auto hidden = (*shard)->EmbedTokens(ids);
     auto run = (*shard)->RunLayersCached(*hidden, positions, past, nullptr);
-    EXPECT_TRUE(run.ok()) << run.status().ToString();
+    EXPECT_OK(run);
     for (auto& [layer, chunk] : run->new_kv) {
-      EXPECT_TRUE(caches.at(layer).Append(chunk.keys, chunk.values).ok());
+      EXPECT_OK(caches.at(layer).Append(chunk.keys, chunk.values));
     }
     const HiddenStates& h = run->hidden;
     HiddenStates last{1, h.width,
@@ -77,7 +79,7 @@ void ExpectBitExactParity(const ModelConfig& config, size_t prefill) {
   for (size_t step = 0; step < cached.size(); ++step) {
     size_t len = prefill + step;
     auto stateless = model->NextTokenLogits(std::span(tokens).first(len));
-    ASSERT_TRUE(stateless.ok());
+    ASSERT_OK(stateless);
     ASSERT_EQ(stateless->size(), cached[step].size());
     // Same kernels, same summation order: equal bits, not just close values.
     EXPECT_EQ(std::memcmp(stateless->data(), cached[step].data(), stateless->size() * 4),
@@ -107,7 +109,8 @@ TEST(ReferenceModel, SlidingWindowChangesTheModelsOutput) {
   full.sliding_window_tokens = 0;
   auto windowed_logits = Model(Windowed())->NextTokenLogits(tokens);
   auto full_logits = Model(full)->NextTokenLogits(tokens);
-  ASSERT_TRUE(windowed_logits.ok() && full_logits.ok());
+  ASSERT_OK(windowed_logits);
+  ASSERT_OK(full_logits);
   EXPECT_NE(*windowed_logits, *full_logits);
 }
 
@@ -119,7 +122,10 @@ TEST(ReferenceModel, SameConfigGivesTheSameModelAndSeedsDiffer) {
   other.seed = 7;
   auto c = Model(other)->NextTokenLogits(prompt);
   auto d = Model(ModelConfig{})->NextTokenLogits(prompt);
-  ASSERT_TRUE(a.ok() && b.ok() && c.ok() && d.ok());
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  ASSERT_OK(c);
+  ASSERT_OK(d);
   EXPECT_EQ(*a, *b);
   EXPECT_NE(*c, *d);
 }
@@ -140,9 +146,9 @@ TEST(ReferenceModel, RejectsInconsistentConfigs) {
 TEST(ReferenceShard, RejectsPositionsThatDoNotContinueThePast) {
   auto model = Model(ModelConfig{});
   auto shard = ReferenceShard::Create(model, 0, 5);
-  ASSERT_TRUE(shard.ok());
+  ASSERT_OK(shard);
   auto hidden = (*shard)->EmbedTokens(std::vector<int32_t>{1, 2});
-  ASSERT_TRUE(hidden.ok());
+  ASSERT_OK(hidden);
   std::vector<int64_t> gap = {1, 2};  // no past, so the run must start at 0
   EXPECT_TRUE(
       (*shard)->RunLayersCached(*hidden, gap, {}, nullptr).status().IsInvalidArgument());
@@ -154,7 +160,7 @@ TEST(ReferenceShard, RejectsPositionsThatDoNotContinueThePast) {
 TEST(ReferenceShard, ACancelledTokenStopsTheRun) {
   auto model = Model(ModelConfig{});
   auto shard = ReferenceShard::Create(model, 0, 5);
-  ASSERT_TRUE(shard.ok());
+  ASSERT_OK(shard);
   auto hidden = (*shard)->EmbedTokens(std::vector<int32_t>{1, 2});
   CancellationToken cancel;
   cancel.Cancel();
