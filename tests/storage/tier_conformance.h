@@ -72,9 +72,9 @@ TYPED_TEST_P(TierConformance, GetReturnsByteIdenticalPayloadAfterPut) {
   auto tier = this->Make();
   const BlockMeta meta = ConformanceMeta(1);
   const SharedBytes payload = ConformancePayload(meta.key, 0, 3000);
-  ASSERT_TRUE(tier->Put(meta, payload, /*dirty=*/true).ok());
+  ASSERT_OK(tier->Put(meta, payload, /*dirty=*/true));
   StatusOr<SharedBytes> got = tier->Get(meta.key);
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_OK(got);
   EXPECT_EQ(got->view(), payload.view());
   EXPECT_EQ(tier->Totals().hits, 1u);
   EXPECT_EQ(tier->Totals().inserts, 1u);
@@ -84,9 +84,9 @@ TYPED_TEST_P(TierConformance, GetReturnsByteIdenticalPayloadAfterPut) {
 TYPED_TEST_P(TierConformance, PeekAndContainsSeeMetadataWithoutCountingHits) {
   auto tier = this->Make();
   const BlockMeta meta = ConformanceMeta(7);
-  ASSERT_TRUE(tier->Put(meta, ConformancePayload(meta.key, 0, 100), false).ok());
+  ASSERT_OK(tier->Put(meta, ConformancePayload(meta.key, 0, 100), false));
   StatusOr<BlockMeta> peeked = tier->Peek(meta.key);
-  ASSERT_TRUE(peeked.ok());
+  ASSERT_OK(peeked);
   EXPECT_EQ(peeked->key, meta.key);
   EXPECT_EQ(peeked->parent, meta.parent);
   EXPECT_EQ(peeked->namespace_id, meta.namespace_id);
@@ -100,16 +100,16 @@ TYPED_TEST_P(TierConformance, PeekAndContainsSeeMetadataWithoutCountingHits) {
 TYPED_TEST_P(TierConformance, PutOnExistingKeyReplacesPayloadAndShrinksBytesExactly) {
   auto tier = this->Make();
   const BlockMeta meta = ConformanceMeta(2);
-  ASSERT_TRUE(tier->Put(meta, ConformancePayload(meta.key, 0, 8000), true).ok());
+  ASSERT_OK(tier->Put(meta, ConformancePayload(meta.key, 0, 8000), true));
   const uint64_t big = tier->Totals().bytes;
   const SharedBytes small = ConformancePayload(meta.key, 1, 1000);
-  ASSERT_TRUE(tier->Put(meta, small, true).ok());
+  ASSERT_OK(tier->Put(meta, small, true));
   EXPECT_EQ(tier->Totals().entries, 1u);
   // Exactness (bytes == sum of charges) is checked below; every tier's charge
   // must at least shrink when its payload does.
   EXPECT_LT(tier->Totals().bytes, big);
   StatusOr<SharedBytes> got = tier->Get(meta.key);
-  ASSERT_TRUE(got.ok());
+  ASSERT_OK(got);
   EXPECT_EQ(got->view(), small.view());
   ExpectCountersMatchContents(*tier, {0});
 }
@@ -117,8 +117,8 @@ TYPED_TEST_P(TierConformance, PutOnExistingKeyReplacesPayloadAndShrinksBytesExac
 TYPED_TEST_P(TierConformance, RemoveDeletesTheBlockAndASecondRemoveIsNotFound) {
   auto tier = this->Make();
   const BlockMeta meta = ConformanceMeta(3);
-  ASSERT_TRUE(tier->Put(meta, ConformancePayload(meta.key, 0, 500), false).ok());
-  ASSERT_TRUE(tier->Remove(meta.key).ok());
+  ASSERT_OK(tier->Put(meta, ConformancePayload(meta.key, 0, 500), false));
+  ASSERT_OK(tier->Remove(meta.key));
   EXPECT_FALSE(tier->Contains(meta.key));
   EXPECT_TRUE(tier->Remove(meta.key).IsNotFound());
   EXPECT_TRUE(tier->Get(meta.key).status().IsNotFound());
@@ -146,9 +146,8 @@ TYPED_TEST_P(TierConformance, CountersEqualRecomputedSumsAfterEveryOperation) {
     const BlockMeta meta = ConformanceMeta(rng() % 24, owners[rng() % owners.size()]);
     switch (rng() % 3) {
       case 0:
-        ASSERT_TRUE(
-            tier->Put(meta, ConformancePayload(meta.key, op, rng() % 5000), rng() % 2)
-                .ok());
+        ASSERT_OK(
+            tier->Put(meta, ConformancePayload(meta.key, op, rng() % 5000), rng() % 2));
         break;
       case 1:
         ++gets;
@@ -169,11 +168,11 @@ TYPED_TEST_P(TierConformance, ForEachVisitsEveryResidentBlockOnce) {
   std::map<BlockKey, uint64_t> payload_bytes;
   for (uint64_t i = 0; i < 20; ++i) {
     const BlockMeta meta = ConformanceMeta(i);
-    ASSERT_TRUE(tier->Put(meta, ConformancePayload(meta.key, 0, 64 * i), false).ok());
+    ASSERT_OK(tier->Put(meta, ConformancePayload(meta.key, 0, 64 * i), false));
     visits[meta.key] = 0;
     payload_bytes[meta.key] = 64 * i;
   }
-  ASSERT_TRUE(tier->Remove(ConformanceMeta(5).key).ok());
+  ASSERT_OK(tier->Remove(ConformanceMeta(5).key));
   visits.erase(ConformanceMeta(5).key);
   tier->ForEach([&](const BlockMeta& meta, uint64_t bytes) {
     ASSERT_TRUE(visits.contains(meta.key)) << meta.key.ToHex();
@@ -199,7 +198,7 @@ TYPED_TEST_P(TierConformance, EveryEvictedBlockReachesTheListenerWithItsDirtyFla
       meta.parent = BlockKey{};
       const SharedBytes payload = ConformancePayload(meta.key, 0, 4096);
       const bool dirty = i % 3 != 0;
-      ASSERT_TRUE(tier->Put(meta, payload, dirty).ok());
+      ASSERT_OK(tier->Put(meta, payload, dirty));
       put[meta.key] = {std::string(payload.view()), dirty};
       EXPECT_LE(tier->Totals().bytes, kCapacity);
     }

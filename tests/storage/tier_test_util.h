@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "prefixkv/advanced/tier.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv::testing {
 
@@ -82,7 +83,7 @@ inline void ExpectCountersMatchContents(BlockTier& tier,
     EXPECT_EQ(c.bytes, seen[owner].second) << "owner " << owner;
   }
   std::vector<AuditFinding> findings;
-  ASSERT_TRUE(tier.Audit(&findings).ok());
+  ASSERT_OK(tier.Audit(&findings));
   for (const AuditFinding& f : findings) ADD_FAILURE() << f.what << ": " << f.detail;
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/storage/hot/hot_test_util.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace {
@@ -17,25 +18,25 @@ using hot_test::TwoOwners;
 
 TEST(LeafLru, EvictsAChainFromItsTipBackwards) {
   TwoOwners t(4, EvictionPolicyKind::kLeafLru);
-  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
-  ASSERT_TRUE(t.a->Put(Meta(2, 1), Payload(), true).ok());
-  ASSERT_TRUE(t.a->Put(Meta(3, 2), Payload(), true).ok());
-  ASSERT_TRUE(t.b->Put(Meta(10), Payload(), true).ok());
+  ASSERT_OK(t.a->Put(Meta(1), Payload(), true));
+  ASSERT_OK(t.a->Put(Meta(2, 1), Payload(), true));
+  ASSERT_OK(t.a->Put(Meta(3, 2), Payload(), true));
+  ASSERT_OK(t.b->Put(Meta(10), Payload(), true));
   // Chain 1 <- 2 <- 3 is older than b's block but only its tip may go first.
-  ASSERT_TRUE(t.b->Put(Meta(11), Payload(), true).ok());
-  ASSERT_TRUE(t.b->Put(Meta(12), Payload(), true).ok());
-  ASSERT_TRUE(t.b->Put(Meta(13), Payload(), true).ok());
+  ASSERT_OK(t.b->Put(Meta(11), Payload(), true));
+  ASSERT_OK(t.b->Put(Meta(12), Payload(), true));
+  ASSERT_OK(t.b->Put(Meta(13), Payload(), true));
   EXPECT_EQ(EvictedIds(t.evicted_a), (std::vector<uint64_t>{3, 2, 1}));
   ExpectAuditClean(*t.budget);
 }
 
 TEST(LeafLru, NeverEvictsTheResidentParentOfTheBlockBeingInserted) {
   TwoOwners t(2, EvictionPolicyKind::kLeafLru);
-  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
-  ASSERT_TRUE(t.a->Put(Meta(2), Payload(), true).ok());
-  ASSERT_TRUE(t.a->Get(Meta(2).key).ok());
+  ASSERT_OK(t.a->Put(Meta(1), Payload(), true));
+  ASSERT_OK(t.a->Put(Meta(2), Payload(), true));
+  ASSERT_OK(t.a->Get(Meta(2).key));
   // 1 is the least recently used leaf, but it is the new block's parent.
-  ASSERT_TRUE(t.a->Put(Meta(3, 1), Payload(), true).ok());
+  ASSERT_OK(t.a->Put(Meta(3, 1), Payload(), true));
   EXPECT_EQ(EvictedIds(t.evicted_a), (std::vector<uint64_t>{2}));
   // A chain that fills the budget keeps its prefix: the next tip does not fit.
   EXPECT_TRUE(t.a->Put(Meta(4, 3), Payload(), true).IsNoSpace());
@@ -44,24 +45,24 @@ TEST(LeafLru, NeverEvictsTheResidentParentOfTheBlockBeingInserted) {
 
 TEST(LeafLru, AParentWhoseChildArrivedLaterWaitsForThatChild) {
   TwoOwners t(3, EvictionPolicyKind::kLeafLru);
-  ASSERT_TRUE(
-      t.a->Put(Meta(2, 1), Payload(), true).ok());  // child first (restored out of order)
-  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
-  ASSERT_TRUE(t.a->Put(Meta(5), Payload(), true).ok());
-  ASSERT_TRUE(t.a->Get(Meta(2).key).ok());
-  ASSERT_TRUE(t.a->Put(Meta(6), Payload(), true).ok());
-  ASSERT_TRUE(t.a->Put(Meta(7), Payload(), true).ok());
+  ASSERT_OK(
+      t.a->Put(Meta(2, 1), Payload(), true));  // child first (restored out of order)
+  ASSERT_OK(t.a->Put(Meta(1), Payload(), true));
+  ASSERT_OK(t.a->Put(Meta(5), Payload(), true));
+  ASSERT_OK(t.a->Get(Meta(2).key));
+  ASSERT_OK(t.a->Put(Meta(6), Payload(), true));
+  ASSERT_OK(t.a->Put(Meta(7), Payload(), true));
   EXPECT_EQ(EvictedIds(t.evicted_a), (std::vector<uint64_t>{5, 2}));
   ExpectAuditClean(*t.budget);
 }
 
 TEST(LeafLru, ReplacingABlockUnderANewParentMovesItsChildLink) {
   TwoOwners t(3, EvictionPolicyKind::kLeafLru);
-  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
-  ASSERT_TRUE(t.a->Put(Meta(3), Payload(), true).ok());
-  ASSERT_TRUE(t.a->Put(Meta(2, 1), Payload(), true).ok());
-  ASSERT_TRUE(t.a->Put(Meta(2, 3), Payload(), true).ok());  // 1 is a leaf now, 3 is not
-  for (uint64_t id : {4, 5, 6}) ASSERT_TRUE(t.a->Put(Meta(id), Payload(), true).ok());
+  ASSERT_OK(t.a->Put(Meta(1), Payload(), true));
+  ASSERT_OK(t.a->Put(Meta(3), Payload(), true));
+  ASSERT_OK(t.a->Put(Meta(2, 1), Payload(), true));
+  ASSERT_OK(t.a->Put(Meta(2, 3), Payload(), true));  // 1 is a leaf now, 3 is not
+  for (uint64_t id : {4, 5, 6}) ASSERT_OK(t.a->Put(Meta(id), Payload(), true));
   EXPECT_EQ(EvictedIds(t.evicted_a), (std::vector<uint64_t>{1, 2, 3}));
   ExpectAuditClean(*t.budget);
 }

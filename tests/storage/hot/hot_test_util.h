@@ -11,6 +11,7 @@
 
 #include "prefixkv/advanced/hot_tier.h"
 #include "tests/storage/tier_test_util.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv::hot_test {
 
@@ -38,7 +39,7 @@ inline std::vector<uint64_t> EvictedIds(const RecordingListener& listener) {
 
 inline void ExpectAuditClean(const SharedHotBudget& budget) {
   std::vector<AuditFinding> findings;
-  ASSERT_TRUE(budget.Audit(&findings).ok());
+  ASSERT_OK(budget.Audit(&findings));
   for (const AuditFinding& f : findings) ADD_FAILURE() << f.what << ": " << f.detail;
 }
 

@@ -190,7 +190,7 @@ class Harness {
     std::optional<uint64_t> quota;
     if (rng_() % 3 != 0) quota = HotEntryCharge(0) + rng_() % kCapacity;
     model_.SetQuota(o, quota);
-    EXPECT_TRUE(budget_->SetOwnerQuota(o, quota).ok());
+    EXPECT_OK(budget_->SetOwnerQuota(o, quota));
   }
 
   void ExpectPayload(const SharedBytes& got, const Model::Entry& expected) {
@@ -221,7 +221,7 @@ class Harness {
     EXPECT_EQ(total, sum) << "budget total must equal the sum of its owners";
     EXPECT_LE(total.bytes, kCapacity);
     findings_.clear();
-    EXPECT_TRUE(budget_->Audit(&findings_).ok());
+    EXPECT_OK(budget_->Audit(&findings_));
     for (const AuditFinding& f : findings_) ADD_FAILURE() << f.what << ": " << f.detail;
   }
 

@@ -15,6 +15,7 @@
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/advanced/mem_tier.h"
 #include "tests/storage/hot/hot_test_util.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace {
@@ -61,8 +62,8 @@ class GatedListener final : public EvictionListener {
 void ExpectNoSpillGap(BlockTier* tier) {
   GatedListener gate;
   tier->SetEvictionListener(&gate);
-  ASSERT_TRUE(tier->Put(Meta(1), Payload(), /*dirty=*/true).ok());
-  std::thread evictor([&] { EXPECT_TRUE(tier->Put(Meta(2), Payload(), true).ok()); });
+  ASSERT_OK(tier->Put(Meta(1), Payload(), /*dirty=*/true));
+  std::thread evictor([&] { EXPECT_OK(tier->Put(Meta(2), Payload(), true)); });
   gate.WaitEntered(1);  // block 1 is out of the hot tier, not yet handed over
 
   std::atomic<int> finished{0};
@@ -112,8 +113,8 @@ TEST(HotTierSpill, CleanEvictionsDoNotMakeLookupsWait) {
   auto tier = HotTier::Create({.capacity_bytes = kCharge}).value();
   GatedListener gate;
   tier->SetEvictionListener(&gate);
-  ASSERT_TRUE(tier->Put(Meta(1), Payload(), /*dirty=*/false).ok());
-  std::thread evictor([&] { EXPECT_TRUE(tier->Put(Meta(2), Payload(), false).ok()); });
+  ASSERT_OK(tier->Put(Meta(1), Payload(), /*dirty=*/false));
+  std::thread evictor([&] { EXPECT_OK(tier->Put(Meta(2), Payload(), false)); });
   gate.WaitEntered(1);
   // A clean block is already in a lower tier: "absent here" is the truth.
   EXPECT_FALSE(tier->Contains(Meta(1).key));

@@ -6,6 +6,7 @@
 
 #include "tests/storage/hot/hot_test_util.h"
 #include "tests/storage/tier_conformance.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace {
@@ -39,7 +40,7 @@ struct HotTierSharedLeafLruFactory {
     auto other = HotTier::Open(budget, budget->RegisterOwner("other").value()).value();
     BlockMeta meta;
     meta.key = BlockKey{7, 7};
-    EXPECT_TRUE(other->Put(meta, SharedBytes::Copy("x"), false).ok());
+    EXPECT_OK(other->Put(meta, SharedBytes::Copy("x"), false));
     return std::move(HotTier::Open(budget, budget->RegisterOwner("tested").value()))
         .value();
   }
@@ -55,7 +56,7 @@ namespace {
 TEST(HotTier, GetAndPinHandOutTheBufferThatWasPutWithoutCopying) {
   auto tier = HotTier::Create({}).value();
   const SharedBytes payload = Payload();
-  ASSERT_TRUE(tier->Put(Meta(1), payload, true).ok());
+  ASSERT_OK(tier->Put(Meta(1), payload, true));
   EXPECT_EQ(tier->Get(Meta(1).key)->data(), payload.data());
   std::optional<PinnedBlock> pin = tier->Pin(Meta(1).key);
   ASSERT_TRUE(pin.has_value());
@@ -65,8 +66,8 @@ TEST(HotTier, GetAndPinHandOutTheBufferThatWasPutWithoutCopying) {
 
 TEST(HotTier, ChargesPayloadPlusTheDocumentedOverhead) {
   auto tier = HotTier::Create({}).value();
-  ASSERT_TRUE(tier->Put(Meta(1), Payload(1000), false).ok());
-  ASSERT_TRUE(tier->Put(Meta(2), Payload(0), false).ok());
+  ASSERT_OK(tier->Put(Meta(1), Payload(1000), false));
+  ASSERT_OK(tier->Put(Meta(2), Payload(0), false));
   EXPECT_EQ(tier->Totals().bytes, 1000 + 2 * kHotEntryOverheadBytes);
   tier->ForEach([](const BlockMeta& meta, uint64_t bytes) {
     EXPECT_EQ(bytes, HotEntryCharge(meta.key.lo == 1 ? 1000 : 0));
@@ -75,10 +76,10 @@ TEST(HotTier, ChargesPayloadPlusTheDocumentedOverhead) {
 
 TEST(HotTier, EvictsLeastRecentlyUsedOwnerBlockFirst) {
   TwoOwners t(3);
-  for (uint64_t id : {1, 2, 3}) ASSERT_TRUE(t.a->Put(Meta(id), Payload(), true).ok());
-  ASSERT_TRUE(t.a->Get(Meta(1).key).ok());  // 2 is now least recently used
-  ASSERT_TRUE(t.a->Put(Meta(4), Payload(), true).ok());
-  ASSERT_TRUE(t.a->Put(Meta(5), Payload(), true).ok());
+  for (uint64_t id : {1, 2, 3}) ASSERT_OK(t.a->Put(Meta(id), Payload(), true));
+  ASSERT_OK(t.a->Get(Meta(1).key));  // 2 is now least recently used
+  ASSERT_OK(t.a->Put(Meta(4), Payload(), true));
+  ASSERT_OK(t.a->Put(Meta(5), Payload(), true));
   EXPECT_EQ(EvictedIds(t.evicted_a), (std::vector<uint64_t>{2, 3}));
   EXPECT_TRUE(t.a->Contains(Meta(1).key));
   EXPECT_EQ(t.a->Totals().evictions, 2u);
@@ -87,17 +88,17 @@ TEST(HotTier, EvictsLeastRecentlyUsedOwnerBlockFirst) {
 
 TEST(HotTier, PeekAndContainsDoNotRefreshRecency) {
   TwoOwners t(2);
-  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
-  ASSERT_TRUE(t.a->Put(Meta(2), Payload(), true).ok());
-  ASSERT_TRUE(t.a->Peek(Meta(1).key).ok());
+  ASSERT_OK(t.a->Put(Meta(1), Payload(), true));
+  ASSERT_OK(t.a->Put(Meta(2), Payload(), true));
+  ASSERT_OK(t.a->Peek(Meta(1).key));
   ASSERT_TRUE(t.a->Contains(Meta(1).key));
-  ASSERT_TRUE(t.a->Put(Meta(3), Payload(), true).ok());
+  ASSERT_OK(t.a->Put(Meta(3), Payload(), true));
   EXPECT_EQ(EvictedIds(t.evicted_a), (std::vector<uint64_t>{1}));
 }
 
 TEST(HotTier, PinCountsAHitAndPinnedBytesUntilReleased) {
   TwoOwners t(4);
-  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  ASSERT_OK(t.a->Put(Meta(1), Payload(), true));
   std::optional<PinnedBlock> pin = t.a->Pin(Meta(1).key);
   std::optional<PinnedBlock> second = t.a->Pin(Meta(1).key);
   ASSERT_TRUE(pin && second);
@@ -114,7 +115,7 @@ TEST(HotTier, PinCountsAHitAndPinnedBytesUntilReleased) {
 
 TEST(HotTier, MovedPinIsReleasedOnceByItsLastHolder) {
   TwoOwners t(4);
-  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  ASSERT_OK(t.a->Put(Meta(1), Payload(), true));
   PinnedBlock moved = std::move(t.a->Pin(Meta(1).key)).value();
   PinnedBlock target = std::move(moved);
   EXPECT_FALSE(
@@ -129,20 +130,20 @@ TEST(HotTier, MovedPinIsReleasedOnceByItsLastHolder) {
 
 TEST(HotTier, RemoveOfAPinnedBlockIsBusyAndKeepsIt) {
   TwoOwners t(4);
-  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
+  ASSERT_OK(t.a->Put(Meta(1), Payload(), true));
   std::optional<PinnedBlock> pin = t.a->Pin(Meta(1).key);
   EXPECT_TRUE(t.a->Remove(Meta(1).key).IsBusy());
   EXPECT_TRUE(t.a->Contains(Meta(1).key));
   pin.reset();
-  EXPECT_TRUE(t.a->Remove(Meta(1).key).ok());
+  EXPECT_OK(t.a->Remove(Meta(1).key));
   EXPECT_EQ(t.a->Totals().removes, 1u);
 }
 
 TEST(HotTier, PutOnAPinnedKeyReplacesInPlaceWhileTheHolderKeepsTheOldBytes) {
   TwoOwners t(4);
-  ASSERT_TRUE(t.a->Put(Meta(1), Payload(kPayload, 'o'), true).ok());
+  ASSERT_OK(t.a->Put(Meta(1), Payload(kPayload, 'o'), true));
   std::optional<PinnedBlock> pin = t.a->Pin(Meta(1).key);
-  ASSERT_TRUE(t.a->Put(Meta(1), Payload(100, 'n'), true).ok());
+  ASSERT_OK(t.a->Put(Meta(1), Payload(100, 'n'), true));
   EXPECT_EQ(pin->payload().view(), std::string(kPayload, 'o'));
   EXPECT_EQ(t.a->Get(Meta(1).key)->view(), std::string(100, 'n'));
   EXPECT_EQ(t.a->Totals().pinned_bytes, HotEntryCharge(100));

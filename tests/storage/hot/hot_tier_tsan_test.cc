@@ -170,7 +170,7 @@ TEST(HotTierTsan, EightThreadsOfMixedOperationsKeepEveryInvariant) {
   EXPECT_EQ(total, sum);
   EXPECT_GT(total.evictions, 0u) << "the run must have exercised eviction";
   std::vector<AuditFinding> findings;
-  ASSERT_TRUE(s.budget->Audit(&findings).ok());
+  ASSERT_OK(s.budget->Audit(&findings));
   for (const AuditFinding& f : findings) ADD_FAILURE() << f.what << ": " << f.detail;
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/storage/tier_conformance.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace {
@@ -33,15 +34,15 @@ Status PutBlock(MemTier& tier, uint64_t id, size_t bytes, bool dirty = true) {
 
 TEST(MemTier, ChargesPayloadPlusTheDocumentedOverhead) {
   MemTier tier;
-  ASSERT_TRUE(PutBlock(tier, 1, 1000).ok());
-  ASSERT_TRUE(PutBlock(tier, 2, 0).ok());
+  ASSERT_OK(PutBlock(tier, 1, 1000));
+  ASSERT_OK(PutBlock(tier, 2, 0));
   EXPECT_EQ(tier.Totals().bytes, 1000 + 2 * kMemEntryOverheadBytes);
 }
 
 TEST(MemTier, ReplacingWithSmallerPayloadShrinksCountersByTheDifference) {
   MemTier tier;
-  ASSERT_TRUE(PutBlock(tier, 1, 5000).ok());
-  ASSERT_TRUE(PutBlock(tier, 1, 1200).ok());
+  ASSERT_OK(PutBlock(tier, 1, 5000));
+  ASSERT_OK(PutBlock(tier, 1, 1200));
   EXPECT_EQ(tier.Totals().bytes, MemTier::Charge(1200));
   EXPECT_EQ(tier.OwnerCounters(0).bytes, MemTier::Charge(1200));
   EXPECT_EQ(tier.Totals().inserts, 2u);
@@ -51,10 +52,10 @@ TEST(MemTier, EvictsLeastRecentlyUsedBlockFirst) {
   MemTier tier({.capacity_bytes = 3 * MemTier::Charge(100)});
   RecordingListener listener;
   tier.SetEvictionListener(&listener);
-  for (uint64_t id : {1, 2, 3}) ASSERT_TRUE(PutBlock(tier, id, 100).ok());
-  ASSERT_TRUE(tier.Get(ConformanceMeta(1).key).ok());  // 2 is now the oldest
-  ASSERT_TRUE(PutBlock(tier, 4, 100).ok());
-  ASSERT_TRUE(PutBlock(tier, 5, 100).ok());
+  for (uint64_t id : {1, 2, 3}) ASSERT_OK(PutBlock(tier, id, 100));
+  ASSERT_OK(tier.Get(ConformanceMeta(1).key));  // 2 is now the oldest
+  ASSERT_OK(PutBlock(tier, 4, 100));
+  ASSERT_OK(PutBlock(tier, 5, 100));
   auto calls = listener.calls();
   ASSERT_EQ(calls.size(), 2u);
   EXPECT_EQ(calls[0].meta.key, ConformanceMeta(2).key);
@@ -64,7 +65,7 @@ TEST(MemTier, EvictsLeastRecentlyUsedBlockFirst) {
 
 TEST(MemTier, BlockLargerThanCapacityIsNoSpaceAndChangesNothing) {
   MemTier tier({.capacity_bytes = 4096});
-  ASSERT_TRUE(PutBlock(tier, 1, 1000).ok());
+  ASSERT_OK(PutBlock(tier, 1, 1000));
   const TierCounters before = tier.Totals();
   EXPECT_TRUE(PutBlock(tier, 2, 4096).IsNoSpace());
   EXPECT_EQ(tier.Totals(), before);
@@ -75,8 +76,8 @@ TEST(MemTier, CleanVictimsReachTheListenerButAreNotSpills) {
   MemTier tier({.capacity_bytes = MemTier::Charge(100)});
   RecordingListener listener;
   tier.SetEvictionListener(&listener);
-  ASSERT_TRUE(PutBlock(tier, 1, 100, /*dirty=*/false).ok());
-  ASSERT_TRUE(PutBlock(tier, 2, 100, /*dirty=*/true).ok());
+  ASSERT_OK(PutBlock(tier, 1, 100, /*dirty=*/false));
+  ASSERT_OK(PutBlock(tier, 2, 100, /*dirty=*/true));
   ASSERT_EQ(listener.calls().size(), 1u);
   EXPECT_FALSE(listener.calls()[0].dirty);
   EXPECT_EQ(tier.Totals().evictions, 1u);
@@ -87,7 +88,7 @@ TEST(MemTier, GetReturnsTheStoredBufferWithoutCopying) {
   MemTier tier;
   const BlockMeta meta = ConformanceMeta(1);
   const SharedBytes payload = ConformancePayload(meta.key, 0, 100);
-  ASSERT_TRUE(tier.Put(meta, payload, false).ok());
+  ASSERT_OK(tier.Put(meta, payload, false));
   EXPECT_EQ(tier.Get(meta.key)->data(), payload.data());
 }
 

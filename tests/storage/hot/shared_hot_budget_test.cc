@@ -14,6 +14,7 @@
 
 #include "hot_budget_state.h"
 #include "tests/storage/hot/hot_test_util.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv {
 
@@ -56,11 +57,10 @@ TEST(SharedHotBudget, CreateRejectsZeroCapacityAndRegisterRejectsBadOwners) {
 
 TEST(SharedHotBudget, InsertByOneOwnerEvictsAnotherOwnersBlockThroughItsListener) {
   TwoOwners t(3);
-  ASSERT_TRUE(t.b->Put(Meta(1), Payload(), /*dirty=*/true).ok());
-  ASSERT_TRUE(t.a->Put(Meta(2), Payload(), true).ok());
-  ASSERT_TRUE(t.a->Put(Meta(3), Payload(), true).ok());
-  ASSERT_TRUE(
-      t.a->Put(Meta(4), Payload(), true).ok());  // the budget is full: b's block goes
+  ASSERT_OK(t.b->Put(Meta(1), Payload(), /*dirty=*/true));
+  ASSERT_OK(t.a->Put(Meta(2), Payload(), true));
+  ASSERT_OK(t.a->Put(Meta(3), Payload(), true));
+  ASSERT_OK(t.a->Put(Meta(4), Payload(), true));  // the budget is full: b's block goes
   EXPECT_FALSE(t.b->Contains(Meta(1).key));
   ASSERT_EQ(t.evicted_b.calls().size(), 1u);
   EXPECT_EQ(t.evicted_b.calls()[0].meta.key, Meta(1).key);
@@ -74,23 +74,22 @@ TEST(SharedHotBudget, InsertByOneOwnerEvictsAnotherOwnersBlockThroughItsListener
 
 TEST(SharedHotBudget, PinnedEntriesAreNeverEvicted) {
   TwoOwners t(3);
-  ASSERT_TRUE(t.b->Put(Meta(1), Payload(), true).ok());
+  ASSERT_OK(t.b->Put(Meta(1), Payload(), true));
   std::optional<PinnedBlock> pin = t.b->Pin(Meta(1).key);
-  for (uint64_t id = 2; id < 20; ++id)
-    ASSERT_TRUE(t.a->Put(Meta(id), Payload(), true).ok());
+  for (uint64_t id = 2; id < 20; ++id) ASSERT_OK(t.a->Put(Meta(id), Payload(), true));
   EXPECT_TRUE(t.b->Contains(Meta(1).key));
   EXPECT_TRUE(t.evicted_b.calls().empty());
   EXPECT_EQ(t.evicted_a.calls().size(), 16u)
       << "a's blocks take turns in the two free slots";
   pin.reset();
-  ASSERT_TRUE(t.a->Put(Meta(20), Payload(), true).ok());
+  ASSERT_OK(t.a->Put(Meta(20), Payload(), true));
   EXPECT_FALSE(t.b->Contains(Meta(1).key)) << "once released it is the oldest again";
 }
 
 TEST(SharedHotBudget, InsertFailsWithNoSpaceWhenOnlyPinnedRemainAndChangesNothing) {
   TwoOwners t(2);
-  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
-  ASSERT_TRUE(t.b->Put(Meta(2), Payload(), true).ok());
+  ASSERT_OK(t.a->Put(Meta(1), Payload(), true));
+  ASSERT_OK(t.b->Put(Meta(2), Payload(), true));
   std::optional<PinnedBlock> pa = t.a->Pin(Meta(1).key);
   std::optional<PinnedBlock> pb = t.b->Pin(Meta(2).key);
   const TierCounters before_a = t.a->Totals(), before_total = t.budget->Totals();
@@ -107,17 +106,17 @@ TEST(SharedHotBudget, InsertFailsWithNoSpaceWhenOnlyPinnedRemainAndChangesNothin
 
 TEST(SharedHotBudget, FailedInsertRestoresTentativeVictimsInTheirOrder) {
   TwoOwners t(3);
-  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
-  ASSERT_TRUE(t.b->Put(Meta(2), Payload(), true).ok());
-  ASSERT_TRUE(t.a->Put(Meta(3), Payload(), true).ok());
+  ASSERT_OK(t.a->Put(Meta(1), Payload(), true));
+  ASSERT_OK(t.b->Put(Meta(2), Payload(), true));
+  ASSERT_OK(t.a->Put(Meta(3), Payload(), true));
   std::optional<PinnedBlock> pin = t.a->Pin(Meta(3).key);
   // Needs all three slots: 1 and 2 are taken tentatively, then 3 is pinned.
   EXPECT_TRUE(
       t.a->Put(Meta(4), Payload(3 * kCharge - kHotEntryOverheadBytes), true).IsNoSpace());
-  ASSERT_TRUE(t.a->Put(Meta(5), Payload(), true).ok());
+  ASSERT_OK(t.a->Put(Meta(5), Payload(), true));
   EXPECT_EQ(EvictedIds(t.evicted_a), (std::vector<uint64_t>{1}))
       << "1 is still the oldest";
-  ASSERT_TRUE(t.a->Put(Meta(6), Payload(), true).ok());
+  ASSERT_OK(t.a->Put(Meta(6), Payload(), true));
   EXPECT_EQ(EvictedIds(t.evicted_b), (std::vector<uint64_t>{2}));
   ExpectAuditClean(*t.budget);
 }
@@ -126,11 +125,11 @@ TEST(SharedHotBudget, ReplacingWithSmallerPayloadShrinksCountersExactly) {
   // The rotating-tip strip rewrites a superseded tip with a placeholder in
   // place: the owner's and the budget's bytes must shrink by the difference.
   TwoOwners t(100);
-  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
-  ASSERT_TRUE(t.a->Put(Meta(2, 1), Payload(50000), true).ok());
-  ASSERT_TRUE(t.b->Put(Meta(3), Payload(), true).ok());
+  ASSERT_OK(t.a->Put(Meta(1), Payload(), true));
+  ASSERT_OK(t.a->Put(Meta(2, 1), Payload(50000), true));
+  ASSERT_OK(t.b->Put(Meta(3), Payload(), true));
   const uint64_t a_before = t.a->Totals().bytes, total_before = t.budget->Totals().bytes;
-  ASSERT_TRUE(t.a->Put(Meta(2, 1), Payload(64), true).ok());
+  ASSERT_OK(t.a->Put(Meta(2, 1), Payload(64), true));
   EXPECT_EQ(t.a->Totals().bytes, a_before - (50000 - 64));
   EXPECT_EQ(t.budget->Totals().bytes, total_before - (50000 - 64));
   uint64_t recomputed = 0;
@@ -144,7 +143,7 @@ TEST(SharedHotBudget, BudgetTotalEqualsTheSumOfItsOwners) {
   TwoOwners t(5);
   for (uint64_t id = 1; id < 12; ++id) {
     HotTier& tier = id % 3 == 0 ? *t.b : *t.a;
-    ASSERT_TRUE(tier.Put(Meta(id), Payload(kPayload - id * 10), id % 2 == 0).ok());
+    ASSERT_OK(tier.Put(Meta(id), Payload(kPayload - id * 10), id % 2 == 0));
     (void)tier.Get(Meta(id - 1).key);
     const TierCounters a = t.a->Totals(), b = t.b->Totals(), total = t.budget->Totals();
     EXPECT_EQ(total.bytes, a.bytes + b.bytes);
@@ -157,21 +156,19 @@ TEST(SharedHotBudget, BudgetTotalEqualsTheSumOfItsOwners) {
 
 TEST(SharedHotBudget, QuotaCapsOneOwnersShare) {
   TwoOwners t(10, EvictionPolicyKind::kLru, /*quota_b=*/2 * kCharge);
-  for (uint64_t id = 1; id <= 5; ++id)
-    ASSERT_TRUE(t.b->Put(Meta(id), Payload(), true).ok());
+  for (uint64_t id = 1; id <= 5; ++id) ASSERT_OK(t.b->Put(Meta(id), Payload(), true));
   EXPECT_EQ(t.b->Totals().bytes, 2 * kCharge);
   EXPECT_EQ(EvictedIds(t.evicted_b), (std::vector<uint64_t>{1, 2, 3}));
-  ASSERT_TRUE(t.a->Put(Meta(6), Payload(), true).ok());
+  ASSERT_OK(t.a->Put(Meta(6), Payload(), true));
   EXPECT_TRUE(t.evicted_a.calls().empty()) << "b's quota must not cost a anything";
   EXPECT_TRUE(t.b->Put(Meta(7), Payload(2 * kCharge), true).IsNoSpace());
 }
 
 TEST(SharedHotBudget, LoweringAQuotaEvictsTheOwnersOldestUnpinnedBlocks) {
   TwoOwners t(10);
-  for (uint64_t id = 1; id <= 4; ++id)
-    ASSERT_TRUE(t.b->Put(Meta(id), Payload(), true).ok());
+  for (uint64_t id = 1; id <= 4; ++id) ASSERT_OK(t.b->Put(Meta(id), Payload(), true));
   std::optional<PinnedBlock> pin = t.b->Pin(Meta(1).key);
-  ASSERT_TRUE(t.budget->SetOwnerQuota(1, 2 * kCharge).ok());
+  ASSERT_OK(t.budget->SetOwnerQuota(1, 2 * kCharge));
   EXPECT_EQ(EvictedIds(t.evicted_b), (std::vector<uint64_t>{2, 3}));
   EXPECT_EQ(t.b->Totals().bytes, 2 * kCharge);
   EXPECT_TRUE(t.budget->SetOwnerQuota(7, 1).IsInvalidArgument());
@@ -202,8 +199,8 @@ TEST(SharedHotBudget, ListenersAreCalledWithoutTheBudgetLock) {
   TwoOwners t(1);
   ReentrantListener listener(t.budget.get());
   t.a->SetEvictionListener(&listener);
-  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
-  ASSERT_TRUE(t.a->Put(Meta(2), Payload(), true).ok());
+  ASSERT_OK(t.a->Put(Meta(1), Payload(), true));
+  ASSERT_OK(t.a->Put(Meta(2), Payload(), true));
   EXPECT_TRUE(listener.ok);
 }
 
@@ -223,8 +220,8 @@ TEST(SharedHotBudget, ReplacingAListenerWaitsForCallsStillRunningOnTheOldOne) {
   TwoOwners t(1);
   BlockingListener old_listener;
   t.a->SetEvictionListener(&old_listener);
-  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
-  std::thread evictor([&] { EXPECT_TRUE(t.a->Put(Meta(2), Payload(), true).ok()); });
+  ASSERT_OK(t.a->Put(Meta(1), Payload(), true));
+  std::thread evictor([&] { EXPECT_OK(t.a->Put(Meta(2), Payload(), true)); });
   old_listener.entered.get_future().wait();
   std::atomic<bool> replacing{false}, old_finished_at_return{false};
   std::thread replacer([&] {
@@ -242,15 +239,15 @@ TEST(SharedHotBudget, ReplacingAListenerWaitsForCallsStillRunningOnTheOldOne) {
 TEST(SharedHotBudget, VictimsWithoutAListenerAreCountedAsEvictionsNotSpills) {
   TwoOwners t(1);
   t.a->SetEvictionListener(nullptr);
-  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
-  ASSERT_TRUE(t.a->Put(Meta(2), Payload(), true).ok());
+  ASSERT_OK(t.a->Put(Meta(1), Payload(), true));
+  ASSERT_OK(t.a->Put(Meta(2), Payload(), true));
   EXPECT_EQ(t.a->Totals().evictions, 1u);
   EXPECT_EQ(t.a->Totals().spills, 0u);
 }
 
 std::vector<std::string> AuditFindingNames(const SharedHotBudget& budget) {
   std::vector<AuditFinding> findings;
-  EXPECT_TRUE(budget.Audit(&findings).ok());
+  EXPECT_OK(budget.Audit(&findings));
   std::vector<std::string> names;
   for (const AuditFinding& f : findings) names.push_back(f.what);
   return names;
@@ -258,8 +255,8 @@ std::vector<std::string> AuditFindingNames(const SharedHotBudget& budget) {
 
 TEST(SharedHotBudget, AuditReportsEachDisagreementSeparately) {
   TwoOwners t(4);
-  ASSERT_TRUE(t.a->Put(Meta(1), Payload(), true).ok());
-  ASSERT_TRUE(t.b->Put(Meta(2), Payload(), true).ok());
+  ASSERT_OK(t.a->Put(Meta(1), Payload(), true));
+  ASSERT_OK(t.b->Put(Meta(2), Payload(), true));
   EXPECT_TRUE(AuditFindingNames(*t.budget).empty());
   HotBudgetTestPeer::Counters(*t.budget, 1).bytes += 5;  // owner b's counter drifts
   HotBudgetTestPeer::Counters(*t.budget, 0).hits +=

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "prefixkv/advanced/mem_tier.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace {
@@ -27,10 +28,10 @@ class TierStackTest : public ::testing::Test {
 };
 
 TEST_F(TierStackTest, PutIsWriteBackUntilTheHotTierEvicts) {
-  for (uint64_t i = 1; i <= 3; ++i) ASSERT_TRUE(stack_.Put(Meta(i), Payload('a')).ok());
+  for (uint64_t i = 1; i <= 3; ++i) ASSERT_OK(stack_.Put(Meta(i), Payload('a')));
   EXPECT_EQ(ssd_.Totals().entries, 0u);
   EXPECT_EQ(stack_.dirty_blocks(), 3u);
-  ASSERT_TRUE(stack_.Put(Meta(4), Payload('a')).ok());
+  ASSERT_OK(stack_.Put(Meta(4), Payload('a')));
   // Block 1 (least recently used) was evicted and written below.
   EXPECT_FALSE(hot_.Contains(Meta(1).key));
   EXPECT_TRUE(ssd_.Contains(Meta(1).key));
@@ -39,9 +40,9 @@ TEST_F(TierStackTest, PutIsWriteBackUntilTheHotTierEvicts) {
 }
 
 TEST_F(TierStackTest, GetServesHotFirstThenPromotesAnSsdHit) {
-  ASSERT_TRUE(ssd_.Put(Meta(1), Payload('s'), false).ok());
+  ASSERT_OK(ssd_.Put(Meta(1), Payload('s'), false));
   StatusOr<TierHit> hit = stack_.Get(Meta(1).key);
-  ASSERT_TRUE(hit.ok());
+  ASSERT_OK(hit);
   EXPECT_EQ(hit->level, TierLevel::kSsd);
   EXPECT_TRUE(hot_.Contains(Meta(1).key));
   hit = stack_.Get(Meta(1).key);
@@ -52,29 +53,29 @@ TEST_F(TierStackTest, GetServesHotFirstThenPromotesAnSsdHit) {
 }
 
 TEST_F(TierStackTest, GetWithoutPromotionLeavesTheHotTierAlone) {
-  ASSERT_TRUE(ssd_.Put(Meta(1), Payload('s'), false).ok());
-  ASSERT_TRUE(stack_.Get(Meta(1).key, /*allow_promotion=*/false).ok());
+  ASSERT_OK(ssd_.Put(Meta(1), Payload('s'), false));
+  ASSERT_OK(stack_.Get(Meta(1).key, /*allow_promotion=*/false));
   EXPECT_FALSE(hot_.Contains(Meta(1).key));
 }
 
 TEST_F(TierStackTest, FlushWritesDirtyBlocksBelowOnce) {
-  ASSERT_TRUE(stack_.Put(Meta(1), Payload('a')).ok());
-  ASSERT_TRUE(stack_.Put(Meta(2), Payload('b')).ok());
-  ASSERT_TRUE(stack_.Flush().ok());
+  ASSERT_OK(stack_.Put(Meta(1), Payload('a')));
+  ASSERT_OK(stack_.Put(Meta(2), Payload('b')));
+  ASSERT_OK(stack_.Flush());
   EXPECT_EQ(ssd_.Totals().entries, 2u);
   EXPECT_EQ(stack_.dirty_blocks(), 0u);
   EXPECT_EQ(ssd_.Get(Meta(2).key)->view(), Payload('b').view());
   // Evicting the now-clean copies writes nothing more.
-  for (uint64_t i = 3; i <= 5; ++i) ASSERT_TRUE(stack_.Put(Meta(i), Payload('c')).ok());
+  for (uint64_t i = 3; i <= 5; ++i) ASSERT_OK(stack_.Put(Meta(i), Payload('c')));
   EXPECT_EQ(ssd_.Totals().inserts, 2u);
 }
 
 TEST_F(TierStackTest, RewriteReplacesTheBlockInEveryTierHoldingIt) {
-  ASSERT_TRUE(stack_.Put(Meta(1), Payload('a')).ok());
-  ASSERT_TRUE(stack_.Flush().ok());
-  ASSERT_TRUE(ssd_.Put(Meta(2), Payload('a'), false).ok());  // SSD only
-  ASSERT_TRUE(stack_.Rewrite(Meta(1), Payload('z', 10)).ok());
-  ASSERT_TRUE(stack_.Rewrite(Meta(2), Payload('z', 10)).ok());
+  ASSERT_OK(stack_.Put(Meta(1), Payload('a')));
+  ASSERT_OK(stack_.Flush());
+  ASSERT_OK(ssd_.Put(Meta(2), Payload('a'), false));  // SSD only
+  ASSERT_OK(stack_.Rewrite(Meta(1), Payload('z', 10)));
+  ASSERT_OK(stack_.Rewrite(Meta(2), Payload('z', 10)));
   EXPECT_EQ(hot_.Get(Meta(1).key)->view(), Payload('z', 10).view());
   EXPECT_EQ(ssd_.Get(Meta(1).key)->view(), Payload('z', 10).view());
   EXPECT_EQ(ssd_.Get(Meta(2).key)->view(), Payload('z', 10).view());
@@ -85,15 +86,15 @@ TEST_F(TierStackTest, RewriteReplacesTheBlockInEveryTierHoldingIt) {
 }
 
 TEST_F(TierStackTest, RemoveTakesTheBlockOutOfBothTiers) {
-  ASSERT_TRUE(stack_.Put(Meta(1), Payload('a')).ok());
-  ASSERT_TRUE(stack_.Flush().ok());
-  ASSERT_TRUE(stack_.Remove(Meta(1).key).ok());
+  ASSERT_OK(stack_.Put(Meta(1), Payload('a')));
+  ASSERT_OK(stack_.Flush());
+  ASSERT_OK(stack_.Remove(Meta(1).key));
   EXPECT_FALSE(stack_.Contains(Meta(1).key));
   EXPECT_TRUE(stack_.Remove(Meta(1).key).IsNotFound());
 }
 
 TEST_F(TierStackTest, BlockTooBigForTheHotTierGoesToSsd) {
-  ASSERT_TRUE(stack_.Put(Meta(1), Payload('a', 4 * kCharge)).ok());
+  ASSERT_OK(stack_.Put(Meta(1), Payload('a', 4 * kCharge)));
   EXPECT_EQ(stack_.Locate(Meta(1).key), TierLevel::kSsd);
   EXPECT_EQ(stack_.dirty_blocks(), 0u);
 }
@@ -101,7 +102,7 @@ TEST_F(TierStackTest, BlockTooBigForTheHotTierGoesToSsd) {
 TEST(TierStack, WithoutAHotTierPutsGoStraightToSsd) {
   MemTier ssd;
   TierStack stack(nullptr, &ssd);
-  ASSERT_TRUE(stack.Put(Meta(1), Payload('a')).ok());
+  ASSERT_OK(stack.Put(Meta(1), Payload('a')));
   EXPECT_EQ(stack.Get(Meta(1).key)->level, TierLevel::kSsd);
   EXPECT_EQ(stack.lowest(), &ssd);
 }
@@ -109,7 +110,7 @@ TEST(TierStack, WithoutAHotTierPutsGoStraightToSsd) {
 TEST(TierStack, WriteThroughStoresBothCopiesAtOnce) {
   MemTier hot, ssd;
   TierStack stack(&hot, &ssd, nullptr, {.write_through = true});
-  ASSERT_TRUE(stack.Put(Meta(1), Payload('a')).ok());
+  ASSERT_OK(stack.Put(Meta(1), Payload('a')));
   EXPECT_TRUE(hot.Contains(Meta(1).key));
   EXPECT_TRUE(ssd.Contains(Meta(1).key));
   EXPECT_EQ(stack.dirty_blocks(), 0u);
