@@ -15,6 +15,7 @@
 #include "prefixkv/codec.h"
 #include "prefixkv/server.h"
 #include "tests/server/resp_client.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv::testing {
 
@@ -25,7 +26,7 @@ class WriteBackToTier final : public EvictionListener {
   void OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool dirty) override {
     if (dirty) {
       ++dirty_calls_;
-      ASSERT_TRUE(lower_->Put(meta, payload, false).ok());
+      ASSERT_OK(lower_->Put(meta, payload, false));
     }
   }
   // Dirty blocks written back so far.
@@ -45,7 +46,7 @@ class ServerFixture : public ::testing::Test {
     write_back_ = std::make_unique<WriteBackToTier>(ssd_.get());
     hot_->SetEvictionListener(write_back_.get());
     server_ = std::make_unique<Server>(options_, hot_.get(), ssd_.get());
-    ASSERT_TRUE(server_->Start().ok());
+    ASSERT_OK(server_->Start());
     ASSERT_NE(server_->port(), 0);
   }
 

@@ -8,6 +8,7 @@
 
 #include "blob_store.h"
 #include "tests/server/server_fixture.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace {
@@ -43,7 +44,7 @@ TEST_F(ServerTest, StoresRawKeysUnderTheirHashedBlockKeyWithAZeroNamespace) {
   auto c = Connect();
   ASSERT_EQ(c->Call({"SET", "user:1", "v"}).str, "OK");
   StatusOr<BlockMeta> meta = hot_->Peek(server::BlobStore::RawKey("user:1"));
-  ASSERT_TRUE(meta.ok());
+  ASSERT_OK(meta);
   EXPECT_TRUE(meta->namespace_id.IsZero());
   EXPECT_NE(server::BlobStore::RawKey("user:1"), server::BlobStore::RawKey("user:2"));
 }
@@ -209,7 +210,7 @@ TEST_F(ServerTest, StoresVerifiedBlocksAndMatchesTheirPrefix) {
   EXPECT_EQ(c->Call({"PKV.GET", keys[1].ToHex()}).str, chain[1]);
   EXPECT_TRUE(c->Call({"PKV.GET", keys[2].ToHex()}).null);
   StatusOr<BlockMeta> meta = hot_->Peek(keys[1]);
-  ASSERT_TRUE(meta.ok());
+  ASSERT_OK(meta);
   EXPECT_EQ(meta->parent, keys[0]);
   EXPECT_EQ(meta->namespace_id, root);
 }

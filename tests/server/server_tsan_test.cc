@@ -89,8 +89,8 @@ TEST_F(ServerConcurrencyTest, ClientsOnSeveralThreadsReadTheirOwnWrites) {
   for (auto& t : clients) t.join();
   EXPECT_EQ(failures.load(), 0);
   std::vector<AuditFinding> findings;
-  ASSERT_TRUE(hot_->Audit(&findings).ok());
-  ASSERT_TRUE(ssd_->Audit(&findings).ok());
+  ASSERT_OK(hot_->Audit(&findings));
+  ASSERT_OK(ssd_->Audit(&findings));
   EXPECT_TRUE(findings.empty());
   EXPECT_GT(hot_->Totals().evictions, 0u);
 }
