@@ -8,6 +8,7 @@
 #include "prefixkv/advanced/prefix_cache.h"
 #include "prefixkv/advanced/tier_stack.h"
 #include "prefixkv/advanced/tip_lineage.h"
+#include "tests/support/test_util.h"
 #include "tests/tools/data_dir_builder.h"
 
 namespace prefixkv {
@@ -72,7 +73,7 @@ TEST_F(AuditTest, FlippedPayloadByteIsReportedAndMatchStopsBeforeIt) {
   PrefixCache cache(&stack);
   Namespace ns = cache.RegisterModel(data_.spec()).value();
   StatusOr<MatchResult> match = cache.Match(ns, data_.tokens());
-  ASSERT_TRUE(match.ok()) << match.status().ToString();
+  ASSERT_OK(match);
   EXPECT_EQ(match->matched_tokens(), 2 * DataDirBuilder::kBlockTokens);
 }
 
@@ -83,8 +84,8 @@ TEST_F(AuditTest, RecordStoredUnderOtherMetadataIsReported) {
     // Block 3's slot now holds block 1's record: both checksums are intact,
     // only the record's identity disagrees with the metadata.
     BlockMeta meta{data_.keys()[3], data_.keys()[2], data_.root(), 0};
-    ASSERT_TRUE(tier->Put(meta, data_.Encode(1), false).ok());
-    ASSERT_TRUE(tier->Close().ok());
+    ASSERT_OK(tier->Put(meta, data_.Encode(1), false));
+    ASSERT_OK(tier->Close());
   }
   CliRun run = RunCli("audit --data-dir " + data_.dir());
   EXPECT_EQ(run.exit_code, 1) << run.output;
@@ -105,8 +106,8 @@ TEST_F(AuditTest, LineageRecordThatIsNoLineageIsReported) {
     rec.parent = data_.root();
     rec.namespace_id = data_.root();
     BlockMeta meta{record_key, data_.root(), data_.root(), 0};
-    ASSERT_TRUE(tier->Put(meta, EncodeBlock(rec).value(), false).ok());
-    ASSERT_TRUE(tier->Close().ok());
+    ASSERT_OK(tier->Put(meta, EncodeBlock(rec).value(), false));
+    ASSERT_OK(tier->Close());
   }
   CliRun run = RunCli(Audit());
   EXPECT_EQ(run.exit_code, 1) << run.output;
@@ -120,8 +121,8 @@ TEST_F(AuditTest, RemovedParentLeavesAnOrphan) {
   data_.StoreChain();
   {
     std::unique_ptr<SsdTier> tier = data_.Open();
-    ASSERT_TRUE(tier->Remove(data_.keys()[1]).ok());
-    ASSERT_TRUE(tier->Close().ok());
+    ASSERT_OK(tier->Remove(data_.keys()[1]));
+    ASSERT_OK(tier->Close());
   }
   CliRun run = RunCli(Audit());
   EXPECT_EQ(run.exit_code, 1) << run.output;

@@ -107,14 +107,13 @@ class DataDirBuilder {
   // exercises the per-block detection these tests are about.
   void StoreChain() {
     std::unique_ptr<SsdTier> tier = Open();
-    ASSERT_TRUE(tier->Put(BlockMeta{BlockKey{0, 1}, {}, {}, 0},
-                          SharedBytes::Copy(std::string_view("raw blob")), false)
-                    .ok());
+    ASSERT_OK(tier->Put(BlockMeta{BlockKey{0, 1}, {}, {}, 0},
+                        SharedBytes::Copy(std::string_view("raw blob")), false));
     for (size_t i = 0; i < kChainBlocks; ++i) {
       BlockMeta meta{keys_[i], i == 0 ? root_ : keys_[i - 1], root_, 0};
-      ASSERT_TRUE(tier->Put(meta, Encode(i), /*dirty=*/false).ok());
+      ASSERT_OK(tier->Put(meta, Encode(i), /*dirty=*/false));
     }
-    ASSERT_TRUE(tier->Close().ok());
+    ASSERT_OK(tier->Close());
   }
 
  private:

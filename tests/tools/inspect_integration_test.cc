@@ -3,6 +3,7 @@
 #include <string>
 
 #include "prefixkv/advanced/tip_lineage.h"
+#include "tests/support/test_util.h"
 #include "tests/tools/data_dir_builder.h"
 
 namespace prefixkv {
@@ -22,17 +23,15 @@ class InspectTest : public ::testing::Test {
     const std::vector<BlockKey>& k = data_.keys();
     const int32_t other[DataDirBuilder::kBlockTokens] = {7};
     fork_ = ChainKey(k[1], other);
-    ASSERT_TRUE(tier->Put(BlockMeta{fork_, k[1], data_.root(), 0},
-                          SharedBytes::Copy(std::string_view("fork")), false)
-                    .ok());
+    ASSERT_OK(tier->Put(BlockMeta{fork_, k[1], data_.root(), 0},
+                        SharedBytes::Copy(std::string_view("fork")), false));
     TipLineage lineage;
     lineage.Record(k[1], BlockKey{}, {k[0], DataDirBuilder::kBlockTokens, false});
     lineage.Record(k[3], k[1], {k[2], DataDirBuilder::kBlockTokens, false});
     const BlockKey record_key = TipLineage::RecordKey(data_.root());
-    ASSERT_TRUE(tier->Put(BlockMeta{record_key, data_.root(), data_.root(), 0},
-                          EncodeBlock(lineage.ToRecord(data_.root())).value(), false)
-                    .ok());
-    ASSERT_TRUE(tier->Close().ok());
+    ASSERT_OK(tier->Put(BlockMeta{record_key, data_.root(), data_.root(), 0},
+                        EncodeBlock(lineage.ToRecord(data_.root())).value(), false));
+    ASSERT_OK(tier->Close());
   }
 
   bool Has(const std::string& text, const std::string& part) {
