@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/session/session_test_util.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace {
@@ -19,11 +20,11 @@ TEST(HotKvState, ManagerAllocatesKvOnlyForOwnedLayers) {
   auto shard = testing::Shard(SeedModel(), 2, 3);
   auto manager = ManagerFor(*shard);
   auto session = manager->Open("sess-mid", 0);
-  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  ASSERT_OK(session);
   EXPECT_EQ((*session)->owned_layers(), (std::vector<int>{2, 3}));
   EXPECT_EQ((*session)->ExportLayers().size(), 2u);
-  EXPECT_TRUE((*session)->LayerLength(2).ok());
-  EXPECT_TRUE((*session)->LayerLength(3).ok());
+  EXPECT_OK((*session)->LayerLength(2));
+  EXPECT_OK((*session)->LayerLength(3));
   EXPECT_TRUE((*session)->LayerLength(0).status().IsNotFound());
   EXPECT_TRUE((*session)->LayerSnapshot(4).status().IsNotFound());
 }
@@ -78,7 +79,7 @@ TEST(HotKvState, ReleaseOneSessionLeavesOthersIntactAndReturnsMemory) {
 TEST(HotKvState, StaleRouteEpochIsRejected) {
   auto shard = FullShard(SeedModel());
   auto manager = ManagerFor(*shard);
-  ASSERT_TRUE(manager->Open("s", 5).ok());
+  ASSERT_OK(manager->Open("s", 5));
   EXPECT_TRUE(IsStaleRouteEpoch(manager->Open("s", 4).status()));
   EXPECT_TRUE(IsStaleRouteEpoch(manager->Resolve("s", 4).status()));
   EXPECT_TRUE(IsStaleRouteEpoch(manager->Append("s", 4, {}).status()));
@@ -111,7 +112,7 @@ TEST(HotKvState, IncompatibleCacheRecipeIsRejected) {
   auto model = SeedModel();
   auto shard = FullShard(model);
   auto manager = ManagerFor(*shard);
-  ASSERT_TRUE(manager->Open("s", 0).ok());
+  ASSERT_OK(manager->Open("s", 0));
   auto incompatible =
       KvCacheRecipe::Make(KvRecipeSpec{"dense-llama",
                                        DType::kFloat16,  // different KV dtype
@@ -121,7 +122,7 @@ TEST(HotKvState, IncompatibleCacheRecipeIsRejected) {
                                        0,
                                        model->config().n_layers - 1,
                                        {}});
-  ASSERT_TRUE(incompatible.ok());
+  ASSERT_OK(incompatible);
   EXPECT_TRUE(IsIncompatibleRecipe(manager->Resolve("s", 0, &*incompatible).status()));
   OpenOptions options;
   options.recipe = &*incompatible;
@@ -233,10 +234,10 @@ void ExpectRestoredSessionContinuesExactly(ModelConfig config) {
   for (auto& [layer, state] : manager->Get("first", 0).value()->ExportLayers()) {
     auto cache = LayerKvCache::Restore(manager->recipe().layer_geometry(layer),
                                        state.keys, state.values, state.rotating_meta);
-    ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+    ASSERT_OK(cache);
     restored.initial_layers.push_back(std::move(*cache));
   }
-  ASSERT_TRUE(manager->Open("second", 0, std::move(restored)).ok());
+  ASSERT_OK(manager->Open("second", 0, std::move(restored)));
   EXPECT_EQ(manager->total_bytes(),
             2 * manager->Get("first", 0).value()->payload_bytes());
   // Only the new suffix is prefilled, at positions 5..6, and matches the whole model.

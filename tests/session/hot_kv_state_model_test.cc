@@ -114,7 +114,7 @@ class ManagerModelTest : public ::testing::Test {
   // Compares a manager result that is a session or a miss with the oracle.
   void ExpectSame(const StatusOr<SessionOrMiss>& got, std::optional<CacheMissReason> want,
                   const std::string& id) {
-    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ASSERT_OK(got);
     if (want) {
       ASSERT_TRUE(std::holds_alternative<CacheMiss>(*got)) << id << " should miss";
       EXPECT_EQ(std::get<CacheMiss>(*got).reason, *want) << id;
@@ -160,7 +160,7 @@ void ManagerModelTest::Step() {
       auto got = manager_.Open(id, epoch);
       ASSERT_EQ(IsStaleRouteEpoch(got.status()), stale) << got.status().ToString();
       if (stale) return;
-      ASSERT_TRUE(got.ok());
+      ASSERT_OK(got);
       if (!found) return oracle_.Touch(id);
       if (oracle_.live.count(id)) oracle_.Remove(id, std::nullopt);  // superseded
       oracle_.tombstones.erase(id);

@@ -61,7 +61,7 @@ TEST(HotKvStateThreads, RacingDecodesOnOneSessionNeverInterleaveTheirKv) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 10; ++i) {
         auto out = adapter.Decode("shared", 0, Tokens({t + 1}));
-        ASSERT_TRUE(out.ok()) << out.status().ToString();
+        ASSERT_OK(out);
         if (std::holds_alternative<TailOutput>(*out)) {
           committed++;
         } else {
@@ -109,13 +109,13 @@ TEST(HotKvStateThreads, EvictionChurnKeepsCountersExact) {
             EXPECT_TRUE(step_ok(adapter.Decode(sid, 0, Tokens({token}))));
             break;
           case 2:
-            EXPECT_TRUE(manager->Release(sid, 0).ok());
+            EXPECT_OK(manager->Release(sid, 0));
             break;
           case 3:
-            EXPECT_TRUE(manager->Truncate(sid, 0, 0).ok());
+            EXPECT_OK(manager->Truncate(sid, 0, 0));
             break;
           default:
-            EXPECT_TRUE(manager->Resolve(sid, 0).ok());
+            EXPECT_OK(manager->Resolve(sid, 0));
             break;
         }
         EXPECT_LE(manager->total_bytes(), config.budget_bytes);

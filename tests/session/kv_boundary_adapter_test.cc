@@ -9,6 +9,7 @@
 #include <set>
 
 #include "tests/session/session_test_util.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace {
@@ -326,7 +327,7 @@ TEST(KvBoundaryAdapter, SessionReleasedDuringAStepIsAMissAtCommit) {
   ExpectTail(plain.Prefill("s", 0, Tokens({1, 2, 3})));
   // The step computes against the session, which is released before it commits.
   HookedShard releasing(shard.get(), nullptr,
-                        [&] { ASSERT_TRUE(manager->Release("s", 0).ok()); });
+                        [&] { ASSERT_OK(manager->Release("s", 0)); });
   KvBoundaryAdapter adapter(&releasing, manager.get());
   EXPECT_EQ(ExpectMiss(adapter.Decode("s", 0, Tokens({4}))).reason,
             CacheMissReason::kReleased);
@@ -339,8 +340,7 @@ TEST(KvBoundaryAdapter, NewerEpochDuringAStepMakesItsCommitStale) {
   auto manager = ManagerFor(*shard);
   KvBoundaryAdapter plain(shard.get(), manager.get());
   ExpectTail(plain.Prefill("s", 0, Tokens({1, 2, 3})));
-  HookedShard replanning(shard.get(), nullptr,
-                         [&] { ASSERT_TRUE(manager->Open("s", 1).ok()); });
+  HookedShard replanning(shard.get(), nullptr, [&] { ASSERT_OK(manager->Open("s", 1)); });
   KvBoundaryAdapter adapter(&replanning, manager.get());
   EXPECT_TRUE(IsStaleRouteEpoch(adapter.Decode("s", 0, Tokens({4})).status()));
   EXPECT_EQ(manager->Get("s", 1).value()->seq_len(), 0);  // the new epoch got nothing

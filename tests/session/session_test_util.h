@@ -12,20 +12,21 @@
 #include "prefixkv/boundary_adapter.h"
 #include "prefixkv/hot_kv_state.h"
 #include "prefixkv/reference_model.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv::testing {
 
 // The seed fixture: vocab 48, hidden 32, 6 layers, 4 heads (MHA), seed 20260716.
 inline std::shared_ptr<const ReferenceModel> SeedModel(ModelConfig config = {}) {
   auto model = ReferenceModel::Create(config);
-  EXPECT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_OK(model);
   return *model;
 }
 
 inline std::unique_ptr<ReferenceShard> Shard(std::shared_ptr<const ReferenceModel> model,
                                              int start, int end) {
   auto shard = ReferenceShard::Create(std::move(model), start, end);
-  EXPECT_TRUE(shard.ok()) << shard.status().ToString();
+  EXPECT_OK(shard);
   return std::move(shard).value();
 }
 
@@ -37,7 +38,7 @@ inline std::unique_ptr<ReferenceShard> FullShard(
 
 inline KvCacheRecipe RecipeOf(const ShardComputation& shard) {
   auto recipe = KvRecipeFor(shard);
-  EXPECT_TRUE(recipe.ok()) << recipe.status().ToString();
+  EXPECT_OK(recipe);
   return *recipe;
 }
 
@@ -61,7 +62,7 @@ inline StepInput Boundary(BoundaryBundle bundle) {
 
 // The TailOutput of a step; fails the test on an error, a miss or a bundle.
 inline TailOutput ExpectTail(const StatusOr<StepOutput>& out) {
-  EXPECT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_OK(out);
   if (!out.ok()) return {};
   const TailOutput* tail = std::get_if<TailOutput>(&*out);
   EXPECT_NE(tail, nullptr) << "step did not return a TailOutput";
@@ -69,7 +70,7 @@ inline TailOutput ExpectTail(const StatusOr<StepOutput>& out) {
 }
 
 inline BoundaryBundle ExpectBundle(const StatusOr<StepOutput>& out) {
-  EXPECT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_OK(out);
   if (!out.ok()) return {};
   const BoundaryBundle* bundle = std::get_if<BoundaryBundle>(&*out);
   EXPECT_NE(bundle, nullptr) << "step did not return a BoundaryBundle";
@@ -79,7 +80,7 @@ inline BoundaryBundle ExpectBundle(const StatusOr<StepOutput>& out) {
 // The CacheMiss a step or resolve returned; fails the test otherwise.
 template <typename Variant>
 CacheMiss ExpectMiss(const StatusOr<Variant>& out) {
-  EXPECT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_OK(out);
   if (!out.ok()) return {};
   const CacheMiss* miss = std::get_if<CacheMiss>(&*out);
   EXPECT_NE(miss, nullptr) << "expected a CacheMiss";
@@ -103,12 +104,12 @@ inline std::vector<int32_t> StatelessGreedy(const ReferenceModel& model,
                                             const std::vector<int32_t>& prompt,
                                             int n_new) {
   auto tokens = model.StatelessGreedy(prompt, n_new);
-  EXPECT_TRUE(tokens.ok()) << tokens.status().ToString();
+  EXPECT_OK(tokens);
   return tokens.ok() ? *tokens : std::vector<int32_t>{};
 }
 
 inline std::shared_ptr<HotKvSession> ExpectSession(const StatusOr<SessionOrMiss>& found) {
-  EXPECT_TRUE(found.ok()) << found.status().ToString();
+  EXPECT_OK(found);
   if (!found.ok()) return nullptr;
   auto* session = std::get_if<std::shared_ptr<HotKvSession>>(&*found);
   EXPECT_NE(session, nullptr) << "expected a live session";
