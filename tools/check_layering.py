@@ -39,6 +39,9 @@ OWNERS = {
     "block.h": "prefixkv_base",
     "block_key.h": "prefixkv_base",  # chain keys; NamespaceSpec::Fingerprint is core's
     "advanced/hash.h": "prefixkv_base",
+    "advanced/file_system.h": "prefixkv_base",
+    "advanced/fault_injection_file_system.h": "prefixkv_base",
+    "tier_types.h": "prefixkv_base",
     "advanced/tier.h": "prefixkv_base",
     "codec.h": "prefixkv_codec",
     "advanced/hot_tier.h": "prefixkv_hot",
@@ -50,6 +53,8 @@ OWNERS = {
     "cache_types.h": "prefixkv_core",
     "advanced/prefix_cache.h": "prefixkv_cache",
     "advanced/tip_lineage.h": "prefixkv_cache",
+    "prefix_types.h": "prefixkv_cache",
+    "engine.h": "prefixkv_engine",
     "cancellation.h": "prefixkv_model",
     "shard_computation.h": "prefixkv_model",
     "layer_kv_cache.h": "prefixkv_model",

@@ -14,7 +14,7 @@
 // session is exactly as before the call, and a session the step itself opened is
 // discarded again.
 //
-// With a manager bound to a PrefixCache (HotKvStateConfig::prefix_cache), a
+// With a manager bound to an Engine namespace (HotKvStateConfig::prefix_cache), a
 // Prefill that opens the session first restores the longest cached prefix of
 // its tokens (hot, then SSD) and computes only the rest: a new turn of a
 // conversation, or one whose session was released, evicted or lost in a

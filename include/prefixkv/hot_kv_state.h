@@ -1,7 +1,7 @@
 // Hot KV state: per-session, per-route-epoch KV caches of one shard's owned
 // layers, kept in RAM under a session cap, an idle TTL and a byte budget.
 //
-// Optionally bound to a PrefixCache namespace (HotKvStateConfig::prefix_cache):
+// Optionally bound to an Engine namespace (HotKvStateConfig::prefix_cache):
 // then a session can be opened from the longest cached prefix of its tokens
 // (OpenFromPrefixCache), and a session's full blocks (plus the partial tail when
 // the namespace opted in, so sliding-window state is kept at its exact end) are
@@ -41,8 +41,8 @@
 #include <variant>
 #include <vector>
 
-#include "prefixkv/advanced/prefix_cache.h"
 #include "prefixkv/clock.h"
+#include "prefixkv/engine.h"
 #include "prefixkv/kv_recipe.h"
 #include "prefixkv/layer_kv_cache.h"
 #include "prefixkv/shard_computation.h"
@@ -75,10 +75,10 @@ bool IsStaleRouteEpoch(const Status& status);
 bool IsIncompatibleRecipe(const Status& status);
 bool IsKvCacheMiss(const Status& status);
 
-// A PrefixCache namespace holding exactly the manager's owned layers, in layer
+// An Engine namespace holding exactly the manager's owned layers, in layer
 // order (SessionNamespaceSpec builds the spec). Both must outlive the manager.
 struct SessionPrefixCache {
-  PrefixCache* cache = nullptr;  // null: sessions live in RAM only
+  Engine* engine = nullptr;  // null: sessions live in RAM only
   Namespace ns;
 };
 
@@ -176,7 +176,7 @@ struct PrefixRestore {
   int64_t restored_tokens = 0;  // positions the session opened with
   int64_t restored_hot_tokens = 0;
   int64_t restored_ssd_tokens = 0;
-  std::string reason;  // why restored < matched (PrefixCache::Restore), if so
+  std::string reason;  // why restored < matched (Engine::Restore), if so
 };
 
 // What one store of a session into the prefix cache did.
@@ -197,7 +197,7 @@ struct HotKvStats {
   // Prefix cache traffic (zero without SessionPrefixCache):
   uint64_t prefix_restores = 0;         // sessions opened with a restored prefix
   uint64_t prefix_restored_tokens = 0;  // positions those sessions opened with
-  uint64_t sessions_stored = 0;         // stores that reached PrefixCache::Store
+  uint64_t sessions_stored = 0;         // stores that reached Engine::Store
   uint64_t blocks_stored = 0;           // blocks those stores wrote
   uint64_t stores_skipped_unknown_tokens = 0;
   uint64_t store_failures = 0;  // automatic stores (release, eviction) that failed

@@ -24,7 +24,7 @@ HotKvStateManager::HotKvStateManager(KvCacheRecipe recipe, HotKvStateConfig conf
       config_(config),
       clock_(clock ? clock : Clock::System()),
       state_(std::make_unique<State>()) {
-  state_->store_removed = config_.prefix_cache.cache != nullptr;
+  state_->store_removed = config_.prefix_cache.engine != nullptr;
 }
 
 HotKvStateManager::~HotKvStateManager() = default;

@@ -125,7 +125,7 @@ KvBoundaryAdapter::OpenForPrefill(const std::string& session_id, uint64_t epoch,
     return Result(std::move(session));
   }
   *created = true;
-  const bool bound = manager_->config().prefix_cache.cache != nullptr;
+  const bool bound = manager_->config().prefix_cache.engine != nullptr;
   if (bound && !shard_->is_head() && want > 0 && restored != want) {
     manager_->DiscardIfUnchanged(session, restored);
     return Result(CacheMiss{CacheMissReason::kPrefixUnavailable, session_id, epoch,

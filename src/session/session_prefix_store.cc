@@ -1,9 +1,9 @@
-// HotKvStateManager, part 3: the bridge to the PrefixCache (DESIGN section 8).
+// HotKvStateManager, part 3: the bridge to the Engine's prefix cache (DESIGN section 8).
 //
 // Restore: Match + Restore the session's tokens, rebuild one LayerKvCache per
 // owned layer from the restored LayerStates and open the session with them.
 // Store: export the session's layers under its shared lock, turn them into
-// LayerStates (namespace layer i = owned layer start + i) and PrefixCache::Store
+// LayerStates (namespace layer i = owned layer start + i) and Engine::Store
 // them with the recorded tokens. Stores never run under a manager or session
 // lock: removed sessions wait in State::removed until the public call that
 // removed them returns (StoreRemovedOnExit).
@@ -100,11 +100,11 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::OpenFromPrefixCache(
   const SessionPrefixCache& pc = config_.prefix_cache;
   OpenOptions options;
   options.created = &r.created;
-  if (pc.cache != nullptr && !tokens.empty()) {
-    PKV_ASSIGN_OR_RETURN(MatchResult match, pc.cache->Match(pc.ns, tokens));
+  if (pc.engine != nullptr && !tokens.empty()) {
+    PKV_ASSIGN_OR_RETURN(MatchResult match, pc.engine->Match(pc.ns, tokens));
     r.matched_tokens = static_cast<int64_t>(match.matched_tokens());
     if (!match.keys.empty()) {
-      PKV_ASSIGN_OR_RETURN(RestoreResult restored, pc.cache->Restore(match));
+      PKV_ASSIGN_OR_RETURN(RestoreResult restored, pc.engine->Restore(match));
       r.reason = restored.reason;
       if (restored.restored_tokens > 0) {
         PKV_ASSIGN_OR_RETURN(options.initial_layers,
@@ -157,7 +157,7 @@ std::shared_ptr<HotKvSession> HotKvStateManager::LiveAt(const std::string& id,
 
 StatusOr<SessionStoreResult> HotKvStateManager::StoreToPrefixCache(const std::string& id,
                                                                    uint64_t epoch) {
-  if (config_.prefix_cache.cache == nullptr) {
+  if (config_.prefix_cache.engine == nullptr) {
     return Status::InvalidArgument("the kv state manager has no prefix cache");
   }
   PKV_ASSIGN_OR_RETURN(std::shared_ptr<HotKvSession> session, Get(id, epoch));
@@ -188,7 +188,7 @@ StatusOr<SessionStoreResult> HotKvStateManager::StoreSession(
   const SessionPrefixCache& pc = config_.prefix_cache;
   PKV_ASSIGN_OR_RETURN(
       StoreResult stored,
-      pc.cache->Store(pc.ns, tokens, LayerStatesFromExport(std::move(exports))));
+      pc.engine->Store(pc.ns, tokens, LayerStatesFromExport(std::move(exports))));
   result.blocks_written = stored.blocks_written;
   result.blocks_deduplicated = stored.blocks_deduplicated;
   {
@@ -213,7 +213,7 @@ size_t HotKvStateManager::EvictExpired() {
 }
 
 StatusOr<size_t> HotKvStateManager::StoreLiveSessions() {
-  if (config_.prefix_cache.cache == nullptr) {
+  if (config_.prefix_cache.engine == nullptr) {
     return Status::InvalidArgument("the kv state manager has no prefix cache");
   }
   std::vector<std::shared_ptr<HotKvSession>> live;

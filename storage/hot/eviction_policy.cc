@@ -28,23 +28,6 @@ class LeafLruPolicy final : public EvictionPolicy {
 
 }  // namespace
 
-StatusOr<EvictionPolicyKind> ParseEvictionPolicy(std::string_view name) {
-  if (name == "lru") return EvictionPolicyKind::kLru;
-  if (name == "leaf-lru") return EvictionPolicyKind::kLeafLru;
-  return Status::InvalidArgument("unknown eviction policy '" + std::string(name) +
-                                 "' (expected lru or leaf-lru)");
-}
-
-std::string_view EvictionPolicyName(EvictionPolicyKind kind) {
-  switch (kind) {
-    case EvictionPolicyKind::kLru:
-      return "lru";
-    case EvictionPolicyKind::kLeafLru:
-      return "leaf-lru";
-  }
-  return "unknown";
-}
-
 std::unique_ptr<EvictionPolicy> MakeEvictionPolicy(EvictionPolicyKind kind) {
   switch (kind) {
     case EvictionPolicyKind::kLru:

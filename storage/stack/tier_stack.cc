@@ -8,18 +8,6 @@
 
 namespace prefixkv {
 
-std::string_view TierLevelName(TierLevel level) {
-  switch (level) {
-    case TierLevel::kNone:
-      return "none";
-    case TierLevel::kHot:
-      return "hot";
-    case TierLevel::kSsd:
-      return "ssd";
-  }
-  return "invalid";
-}
-
 TierStack::TierStack(BlockTier* hot, BlockTier* ssd, EvictionListener* ssd_writer,
                      TierStackOptions options)
     : hot_(hot), ssd_(ssd), ssd_writer_(ssd_writer), options_(options) {

@@ -15,6 +15,7 @@
 #include "prefixkv/advanced/ssd_tier.h"
 #include "prefixkv/cache_types.h"
 #include "prefixkv/codec.h"
+#include "prefixkv/engine.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv::testing {
@@ -117,36 +118,45 @@ inline std::vector<int64_t> KvShape(BlockTier& tier, const BlockKey& key) {
   return {};
 }
 
-// A real hot tier (one owner of a private SharedHotBudget) over an optional
-// real SSD tier, stacked. Destroyed top down.
+// An Engine with a real hot tier over an optional real SSD tier in
+// `ssd_path` (empty: RAM only), and direct access to the pieces it wires so
+// tests can look at blocks where they live. Closed (flushed) when destroyed.
 struct TestTiers {
   TestTiers(uint64_t hot_capacity_bytes, const std::string& ssd_path) {
-    budget = SharedHotBudget::Create({.capacity_bytes = hot_capacity_bytes}).value();
-    hot = HotTier::Open(budget, budget->RegisterOwner("test-model").value()).value();
-    if (!ssd_path.empty()) {
-      SsdTierOptions o;
-      o.path = ssd_path;
-      o.write_buffer_bytes = 4 << 20;
-      o.log = [](std::string_view) {};
-      StatusOr<std::unique_ptr<SsdTier>> opened = SsdTier::Open(o);
-      EXPECT_TRUE(opened.ok()) << opened.status().ToString();
-      if (opened.ok()) ssd = std::move(opened).value();
-    }
-    stack = std::make_unique<TierStack>(hot.get(), ssd.get(), ssd.get());
+    EngineOptions o;
+    o.hot_capacity_bytes = hot_capacity_bytes;
+    o.data_dir = ssd_path;
+    o.log = [](std::string_view) {};
+    o.configure_ssd = [](SsdTierOptions& ssd) { ssd.write_buffer_bytes = 4 << 20; };
+    StatusOr<std::unique_ptr<Engine>> opened = Engine::Open(o);
+    EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+    if (!opened.ok()) return;
+    engine = std::move(opened).value();
+    budget = engine->hot_budget();
+    ssd = engine->ssd_tier();
   }
   ~TestTiers() {
-    stack.reset();
-    hot.reset();
-    if (ssd != nullptr) {
-      Status closed = ssd->Close();
-      EXPECT_TRUE(closed.ok()) << closed.ToString();
-    }
+    if (engine == nullptr) return;
+    Status closed = engine->Close();
+    EXPECT_TRUE(closed.ok()) << closed.ToString();
   }
 
-  std::shared_ptr<SharedHotBudget> budget;
-  std::unique_ptr<HotTier> hot;
-  std::unique_ptr<SsdTier> ssd;
-  std::unique_ptr<TierStack> stack;
+  // Registers a model; `hot` and `stack` then are its hot view and stack.
+  StatusOr<Namespace> Register(const NamespaceSpec& spec, ModelOptions options = {}) {
+    StatusOr<Namespace> ns = engine->RegisterModel(spec, options);
+    if (ns.ok()) {
+      hot = engine->hot_tier(*ns);
+      stack = engine->tiers(*ns);
+    }
+    return ns;
+  }
+  PrefixCache& cache() { return engine->prefix_cache(); }
+
+  std::unique_ptr<Engine> engine;
+  SharedHotBudget* budget = nullptr;
+  SsdTier* ssd = nullptr;      // null without ssd_path
+  HotTier* hot = nullptr;      // the last registered model's view
+  TierStack* stack = nullptr;  // the last registered model's stack
 };
 
 inline const std::vector<int64_t> kRealRotatingShape = {1, 2, kWindow, 8};

@@ -27,9 +27,7 @@ std::vector<int32_t> Conversation(size_t tokens) {
 class PartialTailTest : public ::testing::Test {
  protected:
   Namespace Register(bool partial) {
-    NamespaceOptions o;
-    o.store_partial_tail = partial;
-    return cache_.RegisterModel(HybridSpec(), o).value();
+    return tiers_.Register(HybridSpec(), {.store_partial_tail = partial}).value();
   }
   StoreResult StoreTurn(Namespace ns, size_t tokens) {
     const int64_t n = static_cast<int64_t>(tokens);
@@ -42,7 +40,7 @@ class PartialTailTest : public ::testing::Test {
 
   std::mt19937_64 rng_{testing::TestSeed("PartialTailTest")};
   TestTiers tiers_{16u << 20, ""};
-  PrefixCache cache_{tiers_.stack.get()};
+  PrefixCache& cache_ = tiers_.cache();
 };
 
 TEST_F(PartialTailTest, UnalignedTurnRestoresToItsLastToken) {

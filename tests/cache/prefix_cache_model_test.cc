@@ -147,8 +147,10 @@ TEST(PrefixCacheModel, RandomConversationsOverTheSsdTier) {
   std::mt19937_64 rng(testing::TestSeed("PrefixCacheModelSsd"));
   testing::TempDir dir;
   testing::TestTiers tiers(24 * 1024, dir.str());
-  PrefixCache cache(tiers.stack.get());
-  RunModel(cache, RegisterWithTail(cache), testing::Iterations(120, 3000), rng,
+  PrefixCache& cache = tiers.cache();
+  const Namespace ns =
+      tiers.Register(testing::HybridSpec(), {.store_partial_tail = true}).value();
+  RunModel(cache, ns, testing::Iterations(120, 3000), rng,
            [&](uint64_t op, std::vector<AuditFinding>* findings) {
              ASSERT_TRUE(tiers.budget->Audit(findings).ok());
              if (op % 30 == 29) {

@@ -22,15 +22,15 @@ constexpr uint64_t kHotBytes = 64u << 20;
 class PrefixCacheRestoreTest : public ::testing::Test {
  protected:
   Namespace Register(const NamespaceSpec& spec) {
-    StatusOr<Namespace> ns = cache_->RegisterModel(spec);
+    StatusOr<Namespace> ns = tiers_->Register(spec);
     EXPECT_TRUE(ns.ok()) << ns.status().ToString();
     return ns.ok() ? *ns : Namespace{};
   }
 
   RestoreResult MatchAndRestore(Namespace ns, const std::vector<int32_t>& prompt) {
-    StatusOr<MatchResult> match = cache_->Match(ns, prompt);
+    StatusOr<MatchResult> match = tiers_->cache().Match(ns, prompt);
     EXPECT_TRUE(match.ok()) << match.status().ToString();
-    StatusOr<RestoreResult> r = cache_->Restore(*match);
+    StatusOr<RestoreResult> r = tiers_->cache().Restore(*match);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? std::move(r).value() : RestoreResult{};
   }
@@ -38,8 +38,6 @@ class PrefixCacheRestoreTest : public ::testing::Test {
   std::mt19937_64 rng_{testing::TestSeed("PrefixCacheRestoreTest")};
   testing::TempDir dir_;  // outlives the tiers below (members die in reverse)
   std::unique_ptr<TestTiers> tiers_ = std::make_unique<TestTiers>(kHotBytes, "");
-  std::unique_ptr<PrefixCache> cache_ =
-      std::make_unique<PrefixCache>(tiers_->stack.get());
 };
 
 TEST_F(PrefixCacheRestoreTest, RoundTripFromHotIsByteIdentical) {
@@ -47,7 +45,7 @@ TEST_F(PrefixCacheRestoreTest, RoundTripFromHotIsByteIdentical) {
   const std::vector<int32_t> tokens = Tokens(6);
   const int64_t n = static_cast<int64_t>(tokens.size());
   const std::vector<LayerState> layers = {KvLayer(n, &rng_), KvLayer(n, &rng_)};
-  ASSERT_TRUE(cache_->Store(ns, tokens, layers).ok());
+  ASSERT_TRUE(tiers_->cache().Store(ns, tokens, layers).ok());
 
   RestoreResult r = MatchAndRestore(ns, tokens);
   EXPECT_EQ(r.restored_tokens, tokens.size());
@@ -62,7 +60,7 @@ TEST_F(PrefixCacheRestoreTest, RoundTripOfHybridModelRestoresTheTipWindow) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   const std::vector<LayerState> layers = {KvLayer(n, &rng_),
                                           RotatingLayer(n, "RotatingKVCache", &rng_)};
-  ASSERT_TRUE(cache_->Store(ns, tokens, layers).ok());
+  ASSERT_TRUE(tiers_->cache().Store(ns, tokens, layers).ok());
 
   std::vector<int32_t> prompt = tokens;
   prompt.push_back(99);  // the next turn's prompt extends the stored tokens
@@ -81,26 +79,25 @@ TEST_F(PrefixCacheRestoreTest, RoundTripFromSsdIsByteIdenticalAndPromotes) {
   const std::vector<LayerState> layers = {KvLayer(n, &rng_), KvLayer(n, &rng_)};
   {
     TestTiers before(kHotBytes, dir_.str());
-    PrefixCache cache(before.stack.get());
-    ns = cache.RegisterModel(KvOnlySpec()).value();
+    PrefixCache& cache = before.cache();
+    ns = before.Register(KvOnlySpec()).value();
     ASSERT_TRUE(cache.Store(ns, tokens, layers).ok());
     ASSERT_TRUE(cache.Flush().ok());  // a clean shutdown writes dirty hot blocks
   }
   // A restart: empty hot tier, the same SSD directory.
-  cache_.reset();
   tiers_ = std::make_unique<TestTiers>(kHotBytes, dir_.str());
-  cache_ = std::make_unique<PrefixCache>(tiers_->stack.get());
   ns = Register(KvOnlySpec());
-  StatusOr<MatchResult> match = cache_->Match(ns, tokens);
+  StatusOr<MatchResult> match = tiers_->cache().Match(ns, tokens);
   ASSERT_EQ(match->tiers, std::vector<TierLevel>(5, TierLevel::kSsd));
 
-  StatusOr<RestoreResult> r = cache_->Restore(*match);
+  StatusOr<RestoreResult> r = tiers_->cache().Restore(*match);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->restored_tokens, tokens.size());
   EXPECT_EQ(r->blocks_from_ssd, 5u);
   EXPECT_EQ(r->layers, layers);
   // Promotion (on by default) put the blocks back in the hot tier.
-  EXPECT_EQ(cache_->Match(ns, tokens)->tiers, std::vector<TierLevel>(5, TierLevel::kHot));
+  EXPECT_EQ(tiers_->cache().Match(ns, tokens)->tiers,
+            std::vector<TierLevel>(5, TierLevel::kHot));
 }
 
 TEST_F(PrefixCacheRestoreTest, RegisteringAModelTwiceGivesTheSameNamespace) {
@@ -111,13 +108,14 @@ TEST_F(PrefixCacheRestoreTest, RegisteringAModelTwiceGivesTheSameNamespace) {
   NamespaceSpec salted = KvOnlySpec();
   salted.salt = "tenant-2";
   EXPECT_NE(Register(salted).root, a.root);
-  NamespaceOptions other;
-  other.store_partial_tail = true;
-  EXPECT_TRUE(cache_->RegisterModel(KvOnlySpec(), other).status().IsInvalidArgument());
+  EXPECT_TRUE(tiers_->Register(KvOnlySpec(), {.store_partial_tail = true})
+                  .status()
+                  .IsInvalidArgument());
   NamespaceSpec unknown = KvOnlySpec();
   unknown.layer_types[1] = "NoSuchCache";
-  EXPECT_FALSE(cache_->RegisterModel(unknown).ok());
-  EXPECT_TRUE(cache_->Match(Namespace{7, a.root}, testing::Tokens(1))
+  EXPECT_FALSE(tiers_->Register(unknown).ok());
+  EXPECT_TRUE(tiers_->cache()
+                  .Match(Namespace{7, a.root}, testing::Tokens(1))
                   .status()
                   .IsInvalidArgument());
 }
@@ -125,18 +123,19 @@ TEST_F(PrefixCacheRestoreTest, RegisteringAModelTwiceGivesTheSameNamespace) {
 TEST_F(PrefixCacheRestoreTest, MatchStopsAtTheFirstDivergingBlock) {
   Namespace ns = Register(KvOnlySpec());
   const std::vector<int32_t> tokens = Tokens(4);
-  ASSERT_TRUE(cache_->Store(ns, tokens, testing::KvOnlyLayers(16)).ok());
+  ASSERT_TRUE(tiers_->cache().Store(ns, tokens, testing::KvOnlyLayers(16)).ok());
   std::vector<int32_t> prompt = tokens;
   prompt[9] = -1;  // inside block 2
-  StatusOr<MatchResult> match = cache_->Match(ns, prompt);
+  StatusOr<MatchResult> match = tiers_->cache().Match(ns, prompt);
   EXPECT_EQ(match->keys.size(), 2u);
   EXPECT_EQ(match->matched_tokens(), 2 * kBlockTokens);
 }
 
 TEST_F(PrefixCacheRestoreTest, StoreDeduplicatesCachedBlocks) {
   Namespace ns = Register(KvOnlySpec());
-  ASSERT_TRUE(cache_->Store(ns, Tokens(2), testing::KvOnlyLayers(8)).ok());
-  StatusOr<StoreResult> r = cache_->Store(ns, Tokens(3), testing::KvOnlyLayers(12));
+  ASSERT_TRUE(tiers_->cache().Store(ns, Tokens(2), testing::KvOnlyLayers(8)).ok());
+  StatusOr<StoreResult> r =
+      tiers_->cache().Store(ns, Tokens(3), testing::KvOnlyLayers(12));
   EXPECT_EQ(r->blocks_deduplicated, 2u);
   EXPECT_EQ(r->blocks_written, 1u);
   EXPECT_EQ(tiers_->hot->Totals().inserts, 3u);
@@ -145,13 +144,18 @@ TEST_F(PrefixCacheRestoreTest, StoreDeduplicatesCachedBlocks) {
 TEST_F(PrefixCacheRestoreTest, StoreRejectsLayersThatDoNotFitTheLayout) {
   Namespace ns = Register(HybridSpec());
   const std::vector<int32_t> tokens = Tokens(2);
-  EXPECT_TRUE(cache_->Store(ns, tokens, {KvLayer(8)}).status().IsInvalidArgument());
   EXPECT_TRUE(
-      cache_->Store(ns, tokens, {KvLayer(8), KvLayer(8)}).status().IsInvalidArgument());
-  EXPECT_TRUE(cache_->Store(ns, tokens, {KvLayer(7), RotatingLayer(8)})
+      tiers_->cache().Store(ns, tokens, {KvLayer(8)}).status().IsInvalidArgument());
+  EXPECT_TRUE(tiers_->cache()
+                  .Store(ns, tokens, {KvLayer(8), KvLayer(8)})
                   .status()
                   .IsInvalidArgument());
-  EXPECT_TRUE(cache_->Store(ns, tokens, {KvLayer(8), RotatingLayer(5)})
+  EXPECT_TRUE(tiers_->cache()
+                  .Store(ns, tokens, {KvLayer(7), RotatingLayer(8)})
+                  .status()
+                  .IsInvalidArgument());
+  EXPECT_TRUE(tiers_->cache()
+                  .Store(ns, tokens, {KvLayer(8), RotatingLayer(5)})
                   .status()
                   .IsInvalidArgument());
   EXPECT_EQ(tiers_->hot->Totals().entries, 0u);
@@ -159,12 +163,12 @@ TEST_F(PrefixCacheRestoreTest, StoreRejectsLayersThatDoNotFitTheLayout) {
 
 TEST_F(PrefixCacheRestoreTest, WalkBackDropsTrailingPlaceholderBlocks) {
   Namespace ns = Register(HybridSpec());
-  ASSERT_TRUE(cache_->Store(ns, Tokens(2), testing::HybridLayers(8)).ok());
+  ASSERT_TRUE(tiers_->cache().Store(ns, Tokens(2), testing::HybridLayers(8)).ok());
   // Four more blocks whose tokens end mid-block: no tip state is stored, so
   // blocks 3 and 4 carry placeholders only.
   std::vector<int32_t> longer = Tokens(5);
   longer.resize(4 * kBlockTokens + 2);
-  StatusOr<StoreResult> s = cache_->Store(ns, longer, testing::HybridLayers(18));
+  StatusOr<StoreResult> s = tiers_->cache().Store(ns, longer, testing::HybridLayers(18));
   ASSERT_TRUE(s.ok());
   EXPECT_FALSE(s->tip_state_stored);
   EXPECT_FALSE(s->note.empty());
@@ -182,7 +186,7 @@ TEST_F(PrefixCacheRestoreTest, MatchWithoutAnyRealTipRestoresNothing) {
   Namespace ns = Register(HybridSpec());
   std::vector<int32_t> tokens = Tokens(3);
   tokens.push_back(7);
-  ASSERT_TRUE(cache_->Store(ns, tokens, testing::HybridLayers(13)).ok());
+  ASSERT_TRUE(tiers_->cache().Store(ns, tokens, testing::HybridLayers(13)).ok());
   RestoreResult r = MatchAndRestore(ns, tokens);
   EXPECT_EQ(r.restored_tokens, 0u);
   EXPECT_TRUE(r.layers.empty());
@@ -192,10 +196,11 @@ TEST_F(PrefixCacheRestoreTest, MatchWithoutAnyRealTipRestoresNothing) {
 
 TEST_F(PrefixCacheRestoreTest, ExistingInteriorBlockBecomesARealTip) {
   Namespace ns = Register(HybridSpec());
-  ASSERT_TRUE(cache_->Store(ns, Tokens(4), testing::HybridLayers(16)).ok());
+  ASSERT_TRUE(tiers_->cache().Store(ns, Tokens(4), testing::HybridLayers(16)).ok());
   // Block 2 exists as a placeholder interior block; a store ending there must
   // give it the real state or a restore of those 8 tokens would find nothing.
-  StatusOr<StoreResult> s = cache_->Store(ns, Tokens(2), testing::HybridLayers(8));
+  StatusOr<StoreResult> s =
+      tiers_->cache().Store(ns, Tokens(2), testing::HybridLayers(8));
   ASSERT_TRUE(s.ok());
   EXPECT_TRUE(s->tip_rewritten);
   EXPECT_EQ(MatchAndRestore(ns, Tokens(2)).restored_tokens, 2 * kBlockTokens);
@@ -207,7 +212,7 @@ TEST_F(PrefixCacheRestoreTest, ExistingInteriorBlockBecomesARealTip) {
 TEST_F(PrefixCacheRestoreTest, BlockThatDoesNotFitTheLayoutEndsTheRestore) {
   Namespace ns = Register(KvOnlySpec());
   const std::vector<int32_t> tokens = Tokens(3);
-  ASSERT_TRUE(cache_->Store(ns, tokens, testing::KvOnlyLayers(12)).ok());
+  ASSERT_TRUE(tiers_->cache().Store(ns, tokens, testing::KvOnlyLayers(12)).ok());
   // Overwrite block 1 with a record missing a layer, under its real key.
   const std::vector<BlockKey> keys = ChainKeys(ns.root, tokens, kBlockTokens);
   BlockRecord bad;
@@ -229,7 +234,7 @@ TEST_F(PrefixCacheRestoreTest, BlockThatDoesNotFitTheLayoutEndsTheRestore) {
 TEST_F(PrefixCacheRestoreTest, BlockWithOtherTokensIsNeverServed) {
   Namespace ns = Register(KvOnlySpec());
   const std::vector<int32_t> tokens = Tokens(2);
-  ASSERT_TRUE(cache_->Store(ns, tokens, testing::KvOnlyLayers(8)).ok());
+  ASSERT_TRUE(tiers_->cache().Store(ns, tokens, testing::KvOnlyLayers(8)).ok());
   const std::vector<BlockKey> keys = ChainKeys(ns.root, tokens, kBlockTokens);
   // What a hash collision would look like: the right key, other tokens.
   BlockRecord rec = testing::ReadBlock(*tiers_->hot, keys[0]);
@@ -246,10 +251,10 @@ TEST_F(PrefixCacheRestoreTest, PrefillReadyRotatingNameReconstructsWithRotatingH
   // One block stored with a PrefillReadyRotatingKVCache layer must come back
   // through the strict rotating path: window and offset from its meta.
   Namespace ns = Register(HybridSpec("PrefillReadyRotatingKVCache"));
-  ASSERT_TRUE(cache_
-                  ->Store(ns, Tokens(1),
-                          {KvLayer(kBlockTokens),
-                           RotatingLayer(kBlockTokens, "PrefillReadyRotatingKVCache")})
+  ASSERT_TRUE(tiers_->cache()
+                  .Store(ns, Tokens(1),
+                         {KvLayer(kBlockTokens),
+                          RotatingLayer(kBlockTokens, "PrefillReadyRotatingKVCache")})
                   .ok());
   RestoreResult r = MatchAndRestore(ns, Tokens(1));
   ASSERT_EQ(r.layers.size(), 2u);

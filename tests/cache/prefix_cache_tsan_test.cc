@@ -21,8 +21,8 @@ std::vector<int32_t> Conversation(int id, size_t num_blocks) {
 
 TEST(PrefixCacheConcurrency, ConversationsStoreAndRestoreInParallel) {
   testing::TestTiers tiers(64u << 20, "");
-  PrefixCache cache(tiers.stack.get());
-  const Namespace ns = cache.RegisterModel(testing::HybridSpec()).value();
+  PrefixCache& cache = tiers.cache();
+  const Namespace ns = tiers.Register(testing::HybridSpec()).value();
   constexpr int kThreads = 4;
   const size_t turns = testing::Iterations(12, 200);
   std::atomic<int> failures{0};

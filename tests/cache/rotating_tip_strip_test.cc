@@ -27,25 +27,12 @@ using testing::KvShape;
 using testing::RotatingShape;
 using testing::Tokens;
 
-// A prefix cache over a hot-only stack: one HotTier owner view of a
-// SharedHotBudget of 10 MiB, like the seed's hot-cache-only manager.
+// A prefix cache over the hot tier only: an engine without SSD whose shared
+// budget holds 10 MiB, like the seed's hot-cache-only manager.
 class RotatingTipStripTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    budget_ = SharedHotBudget::Create({.capacity_bytes = 10u << 20}).value();
-    OwnerId owner = budget_->RegisterOwner("test-model").value();
-    hot_ = HotTier::Open(budget_, owner).value();
-    tiers_ = std::make_unique<TierStack>(hot_.get(), nullptr);
-    cache_ = std::make_unique<PrefixCache>(tiers_.get());
-  }
-  void TearDown() override {
-    cache_.reset();
-    tiers_.reset();
-    hot_.reset();
-  }
-
   void Use(const NamespaceSpec& spec) {
-    StatusOr<Namespace> ns = cache_->RegisterModel(spec);
+    StatusOr<Namespace> ns = tiers_.Register(spec);
     ASSERT_TRUE(ns.ok()) << ns.status().ToString();
     ns_ = *ns;
   }
@@ -56,8 +43,8 @@ class RotatingTipStripTest : public ::testing::Test {
                      bool kv_only = false) {
     std::vector<int32_t> tokens = Tokens(num_blocks);
     const int64_t n = static_cast<int64_t>(tokens.size());
-    StatusOr<StoreResult> r =
-        cache_->Store(ns_, tokens, kv_only ? KvOnlyLayers(n) : HybridLayers(n, type));
+    StatusOr<StoreResult> r = tiers_.cache().Store(
+        ns_, tokens, kv_only ? KvOnlyLayers(n) : HybridLayers(n, type));
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     if (!r.ok()) return {};
     EXPECT_EQ(r->blocks, num_blocks);
@@ -67,7 +54,7 @@ class RotatingTipStripTest : public ::testing::Test {
   // The hot tier's charge for one entry, as it reports it.
   uint64_t EntryBytes(const BlockKey& key) {
     uint64_t bytes = 0;
-    hot_->ForEach([&](const BlockMeta& m, uint64_t b) {
+    tiers_.hot->ForEach([&](const BlockMeta& m, uint64_t b) {
       if (m.key == key) bytes = b;
     });
     return bytes;
@@ -76,57 +63,54 @@ class RotatingTipStripTest : public ::testing::Test {
   // The charges recomputed from the stored payloads themselves.
   uint64_t RecomputedBytes() {
     std::vector<BlockKey> keys;
-    hot_->ForEach([&](const BlockMeta& m, uint64_t) { keys.push_back(m.key); });
+    tiers_.hot->ForEach([&](const BlockMeta& m, uint64_t) { keys.push_back(m.key); });
     uint64_t sum = 0;
-    for (const BlockKey& k : keys) sum += HotEntryCharge(hot_->Get(k)->size());
+    for (const BlockKey& k : keys) sum += HotEntryCharge(tiers_.hot->Get(k)->size());
     return sum;
   }
 
   void ExpectCleanAudit() {
     std::vector<AuditFinding> findings;
-    ASSERT_TRUE(budget_->Audit(&findings).ok());
+    ASSERT_TRUE(tiers_.budget->Audit(&findings).ok());
     for (const AuditFinding& f : findings) ADD_FAILURE() << f.what << ": " << f.detail;
   }
 
-  std::shared_ptr<SharedHotBudget> budget_;
-  std::unique_ptr<HotTier> hot_;
-  std::unique_ptr<TierStack> tiers_;
-  std::unique_ptr<PrefixCache> cache_;
+  testing::TestTiers tiers_{10u << 20, ""};
   Namespace ns_;
 };
 
 TEST_F(RotatingTipStripTest, GrandparentTipStrippedPrevTipKept) {
   Use(HybridSpec());
   const BlockKey tip1 = StoreTurn(2);
-  EXPECT_EQ(RotatingShape(*hot_, tip1), kRealRotatingShape);
+  EXPECT_EQ(RotatingShape(*tiers_.hot, tip1), kRealRotatingShape);
 
   const BlockKey tip2 = StoreTurn(3);
   // tip1 is now the immediate previous tip: kept as the walk-back fallback.
-  EXPECT_EQ(RotatingShape(*hot_, tip1), kRealRotatingShape);
-  EXPECT_EQ(RotatingShape(*hot_, tip2), kRealRotatingShape);
+  EXPECT_EQ(RotatingShape(*tiers_.hot, tip1), kRealRotatingShape);
+  EXPECT_EQ(RotatingShape(*tiers_.hot, tip2), kRealRotatingShape);
 
   const BlockKey tip3 = StoreTurn(4);
   // tip1 is two generations back: its rotating payload is stripped.
-  EXPECT_EQ(RotatingShape(*hot_, tip1), kPlaceholderShape);
-  EXPECT_EQ(RotatingShape(*hot_, tip2), kRealRotatingShape);
-  EXPECT_EQ(RotatingShape(*hot_, tip3), kRealRotatingShape);
+  EXPECT_EQ(RotatingShape(*tiers_.hot, tip1), kPlaceholderShape);
+  EXPECT_EQ(RotatingShape(*tiers_.hot, tip2), kRealRotatingShape);
+  EXPECT_EQ(RotatingShape(*tiers_.hot, tip3), kRealRotatingShape);
 
   const BlockKey tip4 = StoreTurn(5);
   // Steady state: exactly the two newest tips stay heavy.
-  EXPECT_EQ(RotatingShape(*hot_, tip2), kPlaceholderShape);
-  EXPECT_EQ(RotatingShape(*hot_, tip3), kRealRotatingShape);
-  EXPECT_EQ(RotatingShape(*hot_, tip4), kRealRotatingShape);
+  EXPECT_EQ(RotatingShape(*tiers_.hot, tip2), kPlaceholderShape);
+  EXPECT_EQ(RotatingShape(*tiers_.hot, tip3), kRealRotatingShape);
+  EXPECT_EQ(RotatingShape(*tiers_.hot, tip4), kRealRotatingShape);
 }
 
 TEST_F(RotatingTipStripTest, StrippedBlockKeepsSliceableLayers) {
   Use(HybridSpec());
   const BlockKey tip1 = StoreTurn(2);
-  const BlockRecord before = testing::ReadBlock(*hot_, tip1);
+  const BlockRecord before = testing::ReadBlock(*tiers_.hot, tip1);
   StoreTurn(3);
   StoreTurn(4);
 
-  EXPECT_EQ(RotatingShape(*hot_, tip1), kPlaceholderShape);
-  const BlockRecord after = testing::ReadBlock(*hot_, tip1);
+  EXPECT_EQ(RotatingShape(*tiers_.hot, tip1), kPlaceholderShape);
+  const BlockRecord after = testing::ReadBlock(*tiers_.hot, tip1);
   // The KVCache slice survives byte for byte; only the rotating layer changed,
   // into exactly the standard placeholder restore's walk-back understands.
   EXPECT_EQ(after.layers.at(0), before.layers.at(0));
@@ -149,7 +133,7 @@ TEST_F(RotatingTipStripTest, HotCacheByteCounterConsistent) {
   EXPECT_GT(tip1_after, 0u);
   EXPECT_LT(tip1_after, tip1_before);
   // ...and the counter equals the recomputed sum of live entry sizes.
-  EXPECT_EQ(hot_->Totals().bytes, RecomputedBytes());
+  EXPECT_EQ(tiers_.hot->Totals().bytes, RecomputedBytes());
   ExpectCleanAudit();
 }
 
@@ -159,25 +143,25 @@ TEST_F(RotatingTipStripTest, SharedBudgetCounterConsistent) {
   StoreTurn(3);
   StoreTurn(4);
   // The budget's total is the owner's hot bytes, which are the live entries.
-  EXPECT_EQ(budget_->Totals().bytes, hot_->Totals().bytes);
-  EXPECT_EQ(budget_->Totals().bytes, RecomputedBytes());
-  EXPECT_EQ(budget_->OwnerCounters(hot_->owner()).bytes, RecomputedBytes());
+  EXPECT_EQ(tiers_.budget->Totals().bytes, tiers_.hot->Totals().bytes);
+  EXPECT_EQ(tiers_.budget->Totals().bytes, RecomputedBytes());
+  EXPECT_EQ(tiers_.budget->OwnerCounters(tiers_.hot->owner()).bytes, RecomputedBytes());
   ExpectCleanAudit();
 }
 
 TEST_F(RotatingTipStripTest, KvcacheOnlyModelUnaffected) {
   Use(KvOnlySpec());
   const BlockKey tip1 = StoreTurn(2, "", /*kv_only=*/true);
-  const BlockRecord before = testing::ReadBlock(*hot_, tip1);
-  const uint64_t inserts_before = hot_->Totals().inserts;
+  const BlockRecord before = testing::ReadBlock(*tiers_.hot, tip1);
+  const uint64_t inserts_before = tiers_.hot->Totals().inserts;
   StoreTurn(3, "", true);
   StoreTurn(4, "", true);
 
-  EXPECT_TRUE(cache_->RecordedTips(ns_)->empty());
-  EXPECT_EQ(testing::ReadBlock(*hot_, tip1), before);
+  EXPECT_TRUE(tiers_.cache().RecordedTips(ns_)->empty());
+  EXPECT_EQ(testing::ReadBlock(*tiers_.hot, tip1), before);
   // Two new blocks, no rewrites, no lineage record.
-  EXPECT_EQ(hot_->Totals().inserts, inserts_before + 2);
-  EXPECT_EQ(hot_->Totals().removes, 0u);
+  EXPECT_EQ(tiers_.hot->Totals().inserts, inserts_before + 2);
+  EXPECT_EQ(tiers_.hot->Totals().removes, 0u);
 }
 
 TEST_F(RotatingTipStripTest, PrefillReadyRotatingNameStripped) {
@@ -186,10 +170,10 @@ TEST_F(RotatingTipStripTest, PrefillReadyRotatingNameStripped) {
   Use(HybridSpec("PrefillReadyRotatingKVCache"));
   const std::string type = "PrefillReadyRotatingKVCache";
   const BlockKey tip1 = StoreTurn(2, type);
-  EXPECT_EQ(RotatingShape(*hot_, tip1), kRealRotatingShape);
+  EXPECT_EQ(RotatingShape(*tiers_.hot, tip1), kRealRotatingShape);
   StoreTurn(3, type);
   StoreTurn(4, type);
-  EXPECT_EQ(RotatingShape(*hot_, tip1), kPlaceholderShape);
+  EXPECT_EQ(RotatingShape(*tiers_.hot, tip1), kPlaceholderShape);
 }
 
 TEST_F(RotatingTipStripTest, MixedRotatingNamesShareOneFamily) {
@@ -199,7 +183,7 @@ TEST_F(RotatingTipStripTest, MixedRotatingNamesShareOneFamily) {
   const BlockKey tip1 = StoreTurn(2, "PrefillReadyRotatingKVCache");
   StoreTurn(3, "RotatingKVCache");
   StoreTurn(4, "BufferedRotatingKVCache");
-  EXPECT_EQ(RotatingShape(*hot_, tip1), kPlaceholderShape);
+  EXPECT_EQ(RotatingShape(*tiers_.hot, tip1), kPlaceholderShape);
 }
 
 TEST(RotatingTipStrip, RegistryRotatingFamily) {

@@ -55,8 +55,8 @@ std::vector<BlockKey> RecordedTips(PrefixCache& cache, Namespace ns) {
 
 TEST(TipLineage, DivergedStoreDoesNotTrackBranchBlockAsTip) {
   TestTiers tiers(kHotBytes, "");
-  PrefixCache cache(tiers.stack.get());
-  Namespace ns = cache.RegisterModel(HybridSpec()).value();
+  PrefixCache& cache = tiers.cache();
+  Namespace ns = tiers.Register(HybridSpec()).value();
   const BlockKey a3 = StoreTokens(cache, ns, Tokens(3));
   const std::vector<BlockKey> a = ChainKeys(ns.root, Tokens(3), kBlockTokens);
   // B shares blocks 0-1 (interior placeholders of A) and diverges after them.
@@ -81,8 +81,8 @@ TEST(TipLineage, DivergedStoreDoesNotTrackBranchBlockAsTip) {
 
 TEST(TipLineage, StoreBranchingOffThePreviousTipStripsItsGrandparentOnce) {
   TestTiers tiers(kHotBytes, "");
-  PrefixCache cache(tiers.stack.get());
-  Namespace ns = cache.RegisterModel(HybridSpec()).value();
+  PrefixCache& cache = tiers.cache();
+  Namespace ns = tiers.Register(HybridSpec()).value();
   const BlockKey t1 = StoreTokens(cache, ns, Tokens(1));
   const BlockKey t2 = StoreTokens(cache, ns, Tokens(2));
   // A regenerated answer: a different third block after the same t2.
@@ -102,16 +102,16 @@ TEST(TipLineage, LineageSurvivesRestart) {
   std::vector<std::pair<BlockKey, BlockKey>> before;
   {
     TestTiers tiers(kHotBytes, dir.str());
-    PrefixCache cache(tiers.stack.get());
-    Namespace ns = cache.RegisterModel(HybridSpec()).value();
+    PrefixCache& cache = tiers.cache();
+    Namespace ns = tiers.Register(HybridSpec()).value();
     tip1 = StoreTokens(cache, ns, Tokens(2));
     tip2 = StoreTokens(cache, ns, Tokens(3));
     before = cache.RecordedTips(ns).value();
     ASSERT_TRUE(cache.Flush().ok());
   }
   TestTiers tiers(kHotBytes, dir.str());
-  PrefixCache cache(tiers.stack.get());
-  Namespace ns = cache.RegisterModel(HybridSpec()).value();
+  PrefixCache& cache = tiers.cache();
+  Namespace ns = tiers.Register(HybridSpec()).value();
   EXPECT_EQ(cache.RecordedTips(ns).value(), before);
 
   // The first store after the restart still knows tip1 is the grandparent.
@@ -127,8 +127,8 @@ TEST(TipLineage, GrandparentTipOnSsdIsStripped) {
   testing::TempDir dir;
   // A hot tier too small for more than a few blocks: earlier tips spill.
   TestTiers tiers(6 * 1024, dir.str());
-  PrefixCache cache(tiers.stack.get());
-  Namespace ns = cache.RegisterModel(HybridSpec()).value();
+  PrefixCache& cache = tiers.cache();
+  Namespace ns = tiers.Register(HybridSpec()).value();
   const BlockKey tip1 = StoreTokens(cache, ns, Tokens(2));
   const BlockKey tip2 = StoreTokens(cache, ns, Tokens(3));
   for (size_t n = 4; n < 8 && tiers.hot->Contains(tip1); ++n) {

@@ -10,11 +10,10 @@
 #include <vector>
 
 #include "prefixkv/advanced/hot_tier.h"
-#include "prefixkv/advanced/prefix_cache.h"
 #include "prefixkv/advanced/shared_hot_budget.h"
 #include "prefixkv/advanced/ssd_tier.h"
-#include "prefixkv/advanced/tier_stack.h"
 #include "prefixkv/boundary_adapter.h"
+#include "prefixkv/engine.h"
 #include "prefixkv/hot_kv_state.h"
 #include "tests/session/session_test_util.h"
 
@@ -32,58 +31,44 @@ inline ModelConfig HybridModelConfig() {
   return c;
 }
 
-// A hot tier over its own budget, spilling to an SSD tier in `dir`, under one
-// PrefixCache. Namespaces register with the partial tail on (sliding windows).
+// An engine over `dir`: a hot tier spilling to the SSD tier, no promotion on
+// SSD hits. Namespaces register with the partial tail on (sliding windows).
 struct CacheStack {
-  std::shared_ptr<SharedHotBudget> budget;
-  std::unique_ptr<HotTier> hot;
-  std::unique_ptr<SsdTier> ssd;
-  std::unique_ptr<TierStack> stack;
-  std::unique_ptr<PrefixCache> cache;
+  std::unique_ptr<Engine> engine;
+  SharedHotBudget* budget = nullptr;
+  SsdTier* ssd = nullptr;
 
   void Open(const std::string& dir, uint64_t hot_capacity_bytes = 1 << 20) {
-    auto b = SharedHotBudget::Create({.capacity_bytes = hot_capacity_bytes});
-    ASSERT_TRUE(b.ok()) << b.status().ToString();
-    budget = *b;
-    auto owner = budget->RegisterOwner("sessions");
-    ASSERT_TRUE(owner.ok());
-    auto h = HotTier::Open(budget, *owner);
-    ASSERT_TRUE(h.ok()) << h.status().ToString();
-    hot = std::move(*h);
-    SsdTierOptions o;
-    o.path = dir;
+    EngineOptions o;
+    o.data_dir = dir;
+    o.hot_capacity_bytes = hot_capacity_bytes;
+    o.promote_on_ssd_hit = false;
     o.log = [](std::string_view) {};
-    auto s = SsdTier::Open(o);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    ssd = std::move(*s);
-    stack = std::make_unique<TierStack>(hot.get(), ssd.get(), ssd.get(),
-                                        TierStackOptions{.promote_on_ssd_hit = false});
-    cache = std::make_unique<PrefixCache>(stack.get());
+    auto opened = Engine::Open(o);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    engine = std::move(opened).value();
+    budget = engine->hot_budget();
+    ssd = engine->ssd_tier();
   }
 
   // The namespace of a manager's owned layers.
   Namespace Register(const KvCacheRecipe& recipe, const std::string& model = "hybrid") {
-    NamespaceOptions options;
-    options.store_partial_tail = true;
-    auto ns = cache->RegisterModel(
-        SessionNamespaceSpec(recipe, model, kSessionBlockTokens), options);
+    auto ns =
+        engine->RegisterModel(SessionNamespaceSpec(recipe, model, kSessionBlockTokens),
+                              {.store_partial_tail = true});
     EXPECT_TRUE(ns.ok()) << ns.status().ToString();
     return ns.ok() ? *ns : Namespace{};
   }
 
   // Flushes and closes everything (a clean shutdown).
   void Close() {
-    if (cache) {
-      EXPECT_TRUE(cache->Flush().ok());
+    if (engine) {
+      Status closed = engine->Close();
+      EXPECT_TRUE(closed.ok()) << closed.ToString();
     }
-    cache.reset();
-    stack.reset();
-    hot.reset();
-    budget.reset();
-    if (ssd) {
-      EXPECT_TRUE(ssd->Close().ok());
-    }
-    ssd.reset();
+    engine.reset();
+    budget = nullptr;
+    ssd = nullptr;
   }
 };
 

@@ -53,7 +53,7 @@ class Harness {
     HotKvStateConfig config;
     config.ttl_ms = 1000;
     config.max_sessions = 3;
-    config.prefix_cache = {stack_.cache.get(), stack_.Register(recipe_)};
+    config.prefix_cache = {stack_.engine.get(), stack_.Register(recipe_)};
     manager_ = std::make_unique<HotKvStateManager>(recipe_, config, &clock_);
     adapter_ = std::make_unique<KvBoundaryAdapter>(shard_.get(), manager_.get());
   }
@@ -116,7 +116,7 @@ class Harness {
   }
 
   void Audit() {
-    ASSERT_TRUE(stack_.cache->Flush().ok());
+    ASSERT_TRUE(stack_.engine->Flush().ok());
     std::vector<AuditFinding> findings;
     ASSERT_TRUE(stack_.budget->Audit(&findings).ok());
     ASSERT_TRUE(stack_.ssd->Audit(&findings).ok());

@@ -39,7 +39,7 @@ struct FullModelSessions {
                     ModelConfig model_config = HybridModelConfig())
       : model(SeedModel(model_config)), shard(testing::FullShard(model)) {
     KvCacheRecipe recipe = RecipeOf(*shard);
-    config.prefix_cache = {stack.cache.get(), stack.Register(recipe)};
+    config.prefix_cache = {stack.engine.get(), stack.Register(recipe)};
     manager = std::make_unique<HotKvStateManager>(recipe, config, clock);
     adapter = std::make_unique<KvBoundaryAdapter>(shard.get(), manager.get());
   }
@@ -145,7 +145,7 @@ TEST_F(SessionPrefixCache, StoreLiveSessionsPersistsEverySessionAndKeepsThemLive
   for (const char* id : {"a", "b"}) {
     auto session = s.manager->Get(id, 0).value();
     auto match =
-        stack.cache->Match(s.manager->config().prefix_cache.ns, *session->tokens());
+        stack.engine->Match(s.manager->config().prefix_cache.ns, *session->tokens());
     ASSERT_TRUE(match.ok());
     EXPECT_EQ(match->matched_tokens(), static_cast<uint64_t>(session->seq_len())) << id;
   }
@@ -334,7 +334,7 @@ TEST_F(SessionPrefixCache, PipelineShardsRestoreTheSamePrefix) {
   auto bound = [&](const ShardComputation& shard) {
     KvCacheRecipe recipe = RecipeOf(shard);
     HotKvStateConfig config;
-    config.prefix_cache = {stack.cache.get(), stack.Register(recipe)};
+    config.prefix_cache = {stack.engine.get(), stack.Register(recipe)};
     return std::make_unique<HotKvStateManager>(recipe, config);
   };
   auto head_mgr = bound(*head_shard);
@@ -383,9 +383,9 @@ TEST_F(SessionPrefixCache, AShardThatCannotRestoreTheBoundaryPrefixMisses) {
   KvCacheRecipe head_recipe = RecipeOf(*head_shard);
   KvCacheRecipe tail_recipe = RecipeOf(*tail_shard);
   HotKvStateConfig head_config;
-  head_config.prefix_cache = {stack.cache.get(), stack.Register(head_recipe)};
+  head_config.prefix_cache = {stack.engine.get(), stack.Register(head_recipe)};
   HotKvStateConfig tail_config;  // the tail's namespace never gets a store
-  tail_config.prefix_cache = {stack.cache.get(), stack.Register(tail_recipe)};
+  tail_config.prefix_cache = {stack.engine.get(), stack.Register(tail_recipe)};
   HotKvStateManager head_mgr(head_recipe, head_config);
   HotKvStateManager tail_mgr(tail_recipe, tail_config);
   KvBoundaryAdapter head(head_shard.get(), &head_mgr);
@@ -437,7 +437,7 @@ TEST_F(SessionPrefixCache, SessionsWithUnknownTokensAreNeverStored) {
   ASSERT_TRUE(s.manager->Release("chat", 0).value());
   EXPECT_EQ(s.manager->stats().sessions_stored, 0u);
   EXPECT_EQ(s.manager->stats().stores_skipped_unknown_tokens, 1u);
-  auto match = stack.cache->Match(s.manager->config().prefix_cache.ns, prompt);
+  auto match = stack.engine->Match(s.manager->config().prefix_cache.ns, prompt);
   ASSERT_TRUE(match.ok());
   EXPECT_EQ(match->matched_tokens(), 0u);
 }
@@ -449,7 +449,7 @@ TEST_F(SessionPrefixCache, AFailedAutomaticStoreIsCountedAndDoesNotFailTheReleas
   KvCacheRecipe recipe = RecipeOf(*shard);
   HotKvStateConfig config;
   // A namespace of three layers for a six-layer session: every store fails.
-  config.prefix_cache = {stack.cache.get(), stack.Register(RecipeOf(*half))};
+  config.prefix_cache = {stack.engine.get(), stack.Register(RecipeOf(*half))};
   HotKvStateManager manager(recipe, config);
   KvBoundaryAdapter adapter(shard.get(), &manager);
   ExpectTail(adapter.Prefill("chat", 0, Tokens(Message(0, 48))));

@@ -28,7 +28,7 @@ struct BoundSessions {
   HotKvStateConfig Config(CacheStack& stack, size_t max_sessions) {
     HotKvStateConfig config;
     config.max_sessions = max_sessions;
-    config.prefix_cache = {stack.cache.get(), stack.Register(recipe)};
+    config.prefix_cache = {stack.engine.get(), stack.Register(recipe)};
     return config;
   }
   std::shared_ptr<const ReferenceModel> model = testing::SeedModel(HybridModelConfig());

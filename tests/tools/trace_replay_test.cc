@@ -11,7 +11,7 @@
 
 #include "tests/support/test_util.h"
 
-namespace prefixkv::cache {
+namespace prefixkv::replay {
 namespace {
 
 constexpr uint32_t kTraceBlockTokens = 512;
@@ -155,4 +155,4 @@ TEST(TraceReader, NamesTheLineOfTheFirstBadRequest) {
 }
 
 }  // namespace
-}  // namespace prefixkv::cache
+}  // namespace prefixkv::replay

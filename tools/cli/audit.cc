@@ -174,14 +174,14 @@ int Audit(const std::vector<std::string>& args) {
   AuditReport report;
   report.dir = flags.GetString("data-dir", "./prefixkv-data");
   std::vector<std::string> log;
-  StatusOr<std::unique_ptr<SsdTier>> tier = OpenExistingTier(report.dir, &log);
-  if (tier.status().IsNotFound()) return UsageError(flags, tier.status().ToString());
-  if (!tier.ok()) {
-    std::fprintf(stderr, "prefixkv audit: %s\n", tier.status().ToString().c_str());
+  StatusOr<std::unique_ptr<Engine>> engine = OpenExistingEngine(report.dir, &log);
+  if (engine.status().IsNotFound()) return UsageError(flags, engine.status().ToString());
+  if (!engine.ok()) {
+    std::fprintf(stderr, "prefixkv audit: %s\n", engine.status().ToString().c_str());
     return 1;
   }
-  Status s = RunAudit(**tier, log, &report);
-  if (s.ok()) s = (*tier)->Close();
+  Status s = RunAudit(*(*engine)->ssd_tier(), log, &report);
+  if (s.ok()) s = (*engine)->Close();
   if (!s.ok()) {
     std::fprintf(stderr, "prefixkv audit: %s\n", s.ToString().c_str());
     return 1;

@@ -9,8 +9,8 @@
 
 namespace prefixkv::cli {
 
-StatusOr<std::unique_ptr<SsdTier>> OpenExistingTier(const std::string& dir,
-                                                    std::vector<std::string>* log) {
+StatusOr<std::unique_ptr<Engine>> OpenExistingEngine(const std::string& dir,
+                                                     std::vector<std::string>* log) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -20,11 +20,15 @@ StatusOr<std::unique_ptr<SsdTier>> OpenExistingTier(const std::string& dir,
   if (!fs::exists(fs::path(dir) / "CURRENT", ec)) {
     return Status::NotFound(dir + " holds no prefixkv database");
   }
-  SsdTierOptions options;
-  options.path = dir;
-  options.writer_threads = 1;  // nothing is queued: the tools only read
+  EngineOptions options;
+  options.data_dir = dir;
+  options.create_if_missing = false;
+  options.hot_capacity_bytes = 0;  // a stopped cache has no hot tier to look at
   options.log = [log](std::string_view line) { log->emplace_back(line); };
-  return SsdTier::Open(options);
+  options.configure_ssd = [](SsdTierOptions& ssd) {
+    ssd.writer_threads = 1;  // nothing is queued: the tools only read
+  };
+  return Engine::Open(options);
 }
 
 std::map<BlockKey, StoredBlock> Inventory(const SsdTier& tier) {

@@ -12,14 +12,16 @@
 #include <vector>
 
 #include "prefixkv/advanced/ssd_tier.h"
+#include "prefixkv/engine.h"
 
 namespace prefixkv::cli {
 
-// Opens the SSD tier in `dir`. NotFound when `dir` does not exist or holds no
-// database (checked first, so neither command creates an empty database as a
-// side effect). Every line the tier logs is appended to `log`.
-StatusOr<std::unique_ptr<SsdTier>> OpenExistingTier(const std::string& dir,
-                                                    std::vector<std::string>* log);
+// Opens the engine of a stopped cache in `dir`: its SSD tier, no hot tier.
+// NotFound when `dir` does not exist or holds no database (checked first, so
+// neither command creates an empty database as a side effect). Every line the
+// SSD tier logs is appended to `log`.
+StatusOr<std::unique_ptr<Engine>> OpenExistingEngine(const std::string& dir,
+                                                     std::vector<std::string>* log);
 
 struct StoredBlock {
   BlockMeta meta;

@@ -18,9 +18,7 @@
 #include <cstring>
 #include <random>
 
-#include "prefixkv/advanced/hot_tier.h"
-#include "prefixkv/advanced/prefix_cache.h"
-#include "prefixkv/advanced/shared_hot_budget.h"
+#include "prefixkv/engine.h"
 #include "tools/cli/bench_util.h"
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"
@@ -56,18 +54,15 @@ struct RestoreBench {
 
 // Stores the chain once, then times Match + Restore against memcpy.
 StatusOr<RestoreBench> Measure(int repeats) {
-  PKV_ASSIGN_OR_RETURN(auto budget,
-                       SharedHotBudget::Create({.capacity_bytes = 1ull << 30}));
-  PKV_ASSIGN_OR_RETURN(OwnerId owner, budget->RegisterOwner("bench"));
-  PKV_ASSIGN_OR_RETURN(auto hot, HotTier::Open(budget, owner));
-  TierStack tiers(hot.get(), nullptr);
-  PrefixCache cache(&tiers);
+  // RAM only: this measures the hot path (the SSD tier has `bench ssd`).
+  const EngineOptions ram_only{.hot_capacity_bytes = 1ull << 30};
+  PKV_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(ram_only));
   NamespaceSpec spec{.model = "bench-8l",
                      .block_tokens = kBlockTokens,
                      .dtype = DType::kFloat16,
                      .layer_types = std::vector<std::string>(kLayers, "KVCache"),
                      .salt = ""};
-  PKV_ASSIGN_OR_RETURN(Namespace ns, cache.RegisterModel(spec));
+  PKV_ASSIGN_OR_RETURN(Namespace ns, engine->RegisterModel(spec));
   std::mt19937_64 rng(11);
   std::vector<LayerState> layers(kLayers);
   for (LayerState& l : layers) {
@@ -78,32 +73,22 @@ StatusOr<RestoreBench> Measure(int repeats) {
   std::vector<int32_t> tokens(kTokens);
   for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 128000);
   RestoreBench r;
-  PKV_RETURN_IF_ERROR(cache.Store(ns, tokens, layers).status());
+  PKV_RETURN_IF_ERROR(engine->Store(ns, tokens, layers).status());
   // Median seconds of one Store of the chain into a new, empty cache (the
   // cache is built and torn down outside the timing).
   Status store_failed;
   auto median_store = [&]() -> double {
     std::vector<double> t;
     for (int i = 0; i < repeats; ++i) {
-      auto b = SharedHotBudget::Create({.capacity_bytes = 1ull << 30});
-      if (!b.ok()) {
-        store_failed = b.status();
-        return 1;
-      }
-      auto h = HotTier::Open(*b, (*b)->RegisterOwner("store").value());
-      if (!h.ok()) {
-        store_failed = h.status();
-        return 1;
-      }
-      TierStack fresh_tiers(h->get(), nullptr);
-      PrefixCache fresh(&fresh_tiers);
-      StatusOr<Namespace> fresh_ns = fresh.RegisterModel(spec);
+      StatusOr<std::unique_ptr<Engine>> fresh = Engine::Open(ram_only);
+      StatusOr<Namespace> fresh_ns =
+          fresh.ok() ? (*fresh)->RegisterModel(spec) : fresh.status();
       if (!fresh_ns.ok()) {
         store_failed = fresh_ns.status();
         return 1;
       }
       const uint64_t start = Clock::System()->NowNanos();
-      StatusOr<StoreResult> stored = fresh.Store(*fresh_ns, tokens, layers);
+      StatusOr<StoreResult> stored = (*fresh)->Store(*fresh_ns, tokens, layers);
       t.push_back(static_cast<double>(Clock::System()->NowNanos() - start) * 1e-9);
       if (!stored.ok() || stored->blocks_written != static_cast<size_t>(kBlocks)) {
         store_failed = Status::Internal("store failed");
@@ -118,8 +103,8 @@ StatusOr<RestoreBench> Measure(int repeats) {
     for (const Tensor& t : l.tensors) r.bytes += t.nbytes();
   }
   auto restore = [&]() -> StatusOr<RestoreResult> {
-    PKV_ASSIGN_OR_RETURN(MatchResult m, cache.Match(ns, tokens));
-    return cache.Restore(m);
+    PKV_ASSIGN_OR_RETURN(MatchResult m, engine->Match(ns, tokens));
+    return engine->Restore(m);
   };
   // Checked once, outside the timing: the restore is exact.
   PKV_ASSIGN_OR_RETURN(RestoreResult first, restore());

@@ -8,14 +8,11 @@
 #include <utility>
 #include <variant>
 
-#include "prefixkv/advanced/hot_tier.h"
-#include "prefixkv/advanced/prefix_cache.h"
-#include "prefixkv/advanced/shared_hot_budget.h"
 #include "prefixkv/advanced/ssd_tier.h"
-#include "prefixkv/advanced/tier_stack.h"
 #include "prefixkv/boundary_adapter.h"
 #include "prefixkv/cache_types.h"
 #include "prefixkv/clock.h"
+#include "prefixkv/engine.h"
 #include "prefixkv/hot_kv_state.h"
 #include "prefixkv/kv_recipe.h"
 #include "prefixkv/layer_kv_cache.h"
@@ -60,58 +57,39 @@ std::vector<int32_t> UserMessage(int turn, int64_t vocab) {
   return msg;
 }
 
-// A hot tier over a private budget, stacked over the SSD tier in `dir`, and
-// the prefix cache on top. Close() flushes and shuts down in dependency order.
+// The engine over `dir`: a hot tier of kHotCapacityBytes spilling to the SSD
+// tier, and the demo model's namespace (partial tail on: sliding windows).
 struct DemoTiers {
-  std::shared_ptr<SharedHotBudget> budget;
-  std::unique_ptr<HotTier> hot;
-  std::unique_ptr<SsdTier> ssd;
-  std::unique_ptr<TierStack> stack;
-  std::unique_ptr<PrefixCache> cache;
+  std::unique_ptr<Engine> engine;
   Namespace ns;
 
   Status Open(const std::string& dir, const NamespaceSpec& spec) {
-    PKV_ASSIGN_OR_RETURN(budget,
-                         SharedHotBudget::Create({.capacity_bytes = kHotCapacityBytes}));
-    PKV_ASSIGN_OR_RETURN(OwnerId owner, budget->RegisterOwner("demo-llama"));
-    PKV_ASSIGN_OR_RETURN(hot, HotTier::Open(budget, owner));
-    SsdTierOptions o;
-    o.path = dir;
-    o.write_buffer_bytes = 4 << 20;
-    o.log = [](std::string_view) {};  // the demo reports what matters itself
-    PKV_ASSIGN_OR_RETURN(ssd, SsdTier::Open(o));
+    EngineOptions o;
+    o.data_dir = dir;
+    o.hot_capacity_bytes = kHotCapacityBytes;
     // No promotion on SSD hits: a restore reads the conversation oldest block
     // first, and promoting those would push out the newer blocks still hot
     // before the same restore reaches them (a scan evicting its own tail).
-    stack = std::make_unique<TierStack>(hot.get(), ssd.get(), ssd.get(),
-                                        TierStackOptions{.promote_on_ssd_hit = false});
-    cache = std::make_unique<PrefixCache>(stack.get());
-    NamespaceOptions ns_options;
-    ns_options.store_partial_tail = true;
-    PKV_ASSIGN_OR_RETURN(ns, cache->RegisterModel(spec, ns_options));
+    o.promote_on_ssd_hit = false;
+    o.log = [](std::string_view) {};  // the demo reports what matters itself
+    o.configure_ssd = [](SsdTierOptions& ssd) { ssd.write_buffer_bytes = 4 << 20; };
+    PKV_ASSIGN_OR_RETURN(engine, Engine::Open(o));
+    PKV_ASSIGN_OR_RETURN(ns, engine->RegisterModel(spec, {.store_partial_tail = true}));
     return Status::OK();
   }
 
   Status Close() {
-    Status flushed = cache != nullptr ? cache->Flush() : Status::OK();
-    cache.reset();
-    stack.reset();
-    hot.reset();
-    budget.reset();
-    Status closed = ssd != nullptr ? ssd->Close() : Status::OK();
-    ssd.reset();
-    return flushed.ok() ? closed : flushed;
+    Status closed = engine != nullptr ? engine->Close() : Status::OK();
+    engine.reset();
+    return closed;
   }
 
-  // Flushes, then audits the hot budget and the SSD tier and looks for orphans.
+  // The engine's audit (it flushes first), as "what: detail" lines.
   Status Audit(std::vector<std::string>* findings) {
-    PKV_RETURN_IF_ERROR(cache->Flush());
-    std::vector<AuditFinding> found;
-    PKV_RETURN_IF_ERROR(budget->Audit(&found));
-    PKV_RETURN_IF_ERROR(ssd->Audit(&found));
-    for (const AuditFinding& f : found) findings->push_back(f.what + ": " + f.detail);
-    for (const BlockKey& k : ssd->FindOrphans())
-      findings->push_back("orphan " + k.ToHex());
+    PKV_ASSIGN_OR_RETURN(EngineAudit audit, engine->Audit());
+    for (const AuditFinding& f : audit.findings)
+      findings->push_back(f.what + ": " + f.detail);
+    for (const BlockKey& k : audit.orphans) findings->push_back("orphan " + k.ToHex());
     return Status::OK();
   }
 };
@@ -141,7 +119,7 @@ class DemoConversation {
   void Bind(DemoTiers& tiers) {
     adapter_.reset();
     HotKvStateConfig config;
-    config.prefix_cache = {tiers.cache.get(), tiers.ns};
+    config.prefix_cache = {tiers.engine.get(), tiers.ns};
     manager_ = std::make_unique<HotKvStateManager>(recipe_, config);
     adapter_ = std::make_unique<KvBoundaryAdapter>(shard_.get(), manager_.get());
   }
@@ -247,12 +225,12 @@ StatusOr<DemoReport> RunDemoConversation(const DemoOptions& options) {
     report.parity = report.parity && turn.parity;
     report.turns.push_back(turn);
   }
-  report.hot_evictions = tiers.hot->Totals().evictions;
+  report.hot_evictions = tiers.engine->Stats().hot.evictions;
   PKV_RETURN_IF_ERROR(tiers.Close());
 
   PKV_RETURN_IF_ERROR(tiers.Open(options.dir, spec));  // the restart
   conv->Bind(tiers);
-  report.ssd_blocks_after_restart = tiers.ssd->open_report().blocks;
+  report.ssd_blocks_after_restart = tiers.engine->ssd_tier()->open_report().blocks;
   PKV_ASSIGN_OR_RETURN(report.restart, conv->Turn(options.turns));
   report.parity = report.parity && report.restart.parity;
   PKV_RETURN_IF_ERROR(tiers.Audit(&report.audit_findings));

@@ -160,15 +160,15 @@ int Inspect(const std::vector<std::string>& args) {
   if (!flags.positional().empty()) return UsageError(flags, "unexpected argument");
   const std::string dir = flags.GetString("data-dir", "./prefixkv-data");
   std::vector<std::string> log;
-  StatusOr<std::unique_ptr<SsdTier>> tier = OpenExistingTier(dir, &log);
-  if (tier.status().IsNotFound()) return UsageError(flags, tier.status().ToString());
-  if (!tier.ok()) {
-    std::fprintf(stderr, "prefixkv inspect: %s\n", tier.status().ToString().c_str());
+  StatusOr<std::unique_ptr<Engine>> engine = OpenExistingEngine(dir, &log);
+  if (engine.status().IsNotFound()) return UsageError(flags, engine.status().ToString());
+  if (!engine.ok()) {
+    std::fprintf(stderr, "prefixkv inspect: %s\n", engine.status().ToString().c_str());
     return 1;
   }
-  const std::vector<NamespaceView> views = Collect(**tier);
-  const TierCounters ssd = (*tier)->Totals();
-  if (Status s = (*tier)->Close(); !s.ok()) {
+  const std::vector<NamespaceView> views = Collect(*(*engine)->ssd_tier());
+  const TierCounters ssd = (*engine)->Stats().ssd;
+  if (Status s = (*engine)->Close(); !s.ok()) {
     std::fprintf(stderr, "prefixkv inspect: %s\n", s.ToString().c_str());
     return 1;
   }

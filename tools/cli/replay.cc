@@ -15,9 +15,9 @@
 namespace prefixkv::cli {
 namespace {
 
-using cache::ReplayCapacity;
-using cache::ReplayConfig;
-using cache::ReplayReport;
+using replay::ReplayCapacity;
+using replay::ReplayConfig;
+using replay::ReplayReport;
 
 Flags ReplayFlags() {
   return Flags(
@@ -136,8 +136,8 @@ int RunReplay(const std::vector<std::string>& args) {
   ReplayConfig config;
   error = Configure(flags, &config);
   if (!error.empty()) return UsageError(flags, error);
-  StatusOr<std::vector<cache::TraceRequest>> trace =
-      cache::ReadTrace(flags.positional()[0]);
+  StatusOr<std::vector<replay::TraceRequest>> trace =
+      replay::ReadTrace(flags.positional()[0]);
   if (!trace.ok()) {
     std::fprintf(stderr, "prefixkv replay: %s\n", trace.status().ToString().c_str());
     return 1;
@@ -149,12 +149,12 @@ int RunReplay(const std::vector<std::string>& args) {
   if (!config.ssd.off()) config.ssd_path = dir.string();
   int rc = 1;
   {
-    StatusOr<std::unique_ptr<cache::ReplayTiers>> tiers =
-        cache::ReplayTiers::Open(config);
+    StatusOr<std::unique_ptr<replay::ReplayTiers>> tiers =
+        replay::ReplayTiers::Open(config);
     if (!tiers.ok()) {
       std::fprintf(stderr, "prefixkv replay: %s\n", tiers.status().ToString().c_str());
     } else {
-      cache::TraceReplayer replayer(tiers->get(), config.block_tokens);
+      replay::TraceReplayer replayer(tiers->get(), config.block_tokens);
       const bool tty = ::isatty(STDERR_FILENO) == 1;
       Status s = replayer.ReplayAll(*trace, tty ? DrawProgress : nullptr);
       if (!s.ok()) {

@@ -3,7 +3,7 @@
 
 #include <fstream>
 
-namespace prefixkv::cache {
+namespace prefixkv::replay {
 namespace {
 
 class LineParser {
@@ -173,4 +173,4 @@ StatusOr<std::vector<TraceRequest>> ReadTrace(const std::string& path) {
   return requests;
 }
 
-}  // namespace prefixkv::cache
+}  // namespace prefixkv::replay

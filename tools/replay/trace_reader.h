@@ -13,7 +13,7 @@
 
 #include "prefixkv/status.h"
 
-namespace prefixkv::cache {
+namespace prefixkv::replay {
 
 struct TraceRequest {
   uint64_t timestamp_ms = 0;       // "timestamp" (optional, default 0)
@@ -29,4 +29,4 @@ StatusOr<TraceRequest> ParseTraceLine(std::string_view line);
 // and line ("trace.jsonl:12: ..."). NotFound/IOError when it cannot be read.
 StatusOr<std::vector<TraceRequest>> ReadTrace(const std::string& path);
 
-}  // namespace prefixkv::cache
+}  // namespace prefixkv::replay

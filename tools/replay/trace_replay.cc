@@ -1,12 +1,12 @@
-// Trace replay over a real hot tier (SharedHotBudget with the chosen policy)
-// and a real SSD tier (see trace_replay.h).
+// Trace replay over an Engine's tiers: a real hot tier (the chosen policy) and
+// a real SSD tier (see trace_replay.h).
 #include "trace_replay.h"
 
 #include <algorithm>
 
 #include "prefixkv/block_key.h"
 
-namespace prefixkv::cache {
+namespace prefixkv::replay {
 namespace {
 
 // "Unlimited": far above any memory or disk, still safe to add charges to.
@@ -36,41 +36,38 @@ StatusOr<std::unique_ptr<ReplayTiers>> ReplayTiers::Open(const ReplayConfig& con
   const bool ssd_on =
       !config.ssd.off() && ssd_bytes > 0 && (ssd_sized || !config.ssd_path.empty());
   if (!hot_on && !ssd_on) return Status::InvalidArgument("both tiers are off");
-  if (hot_on) {
-    PKV_ASSIGN_OR_RETURN(t->budget_, SharedHotBudget::Create({hot_bytes, config.policy}));
-    PKV_ASSIGN_OR_RETURN(OwnerId owner, t->budget_->RegisterOwner("replay"));
-    PKV_ASSIGN_OR_RETURN(t->hot_, HotTier::Open(t->budget_, owner));
-  }
-  if (ssd_on) {
-    if (config.ssd_path.empty())
-      return Status::InvalidArgument("the SSD tier needs a directory");
-    SsdTierOptions o;
-    o.path = config.ssd_path;
-    o.capacity_bytes = ssd_bytes;
-    // A replay measures hit ratios, not crash safety.
-    o.durability = SsdDurability::kFlush;
-    o.log = [](std::string_view) {};
-    PKV_ASSIGN_OR_RETURN(t->ssd_, SsdTier::Open(o));
-  }
-  TierStackOptions so;
-  so.promote_on_ssd_hit = config.promote_on_ssd_hit;
-  t->stack_ =
-      std::make_unique<TierStack>(t->hot_.get(), t->ssd_.get(), t->ssd_.get(), so);
+  if (ssd_on && config.ssd_path.empty())
+    return Status::InvalidArgument("the SSD tier needs a directory");
+  EngineOptions o;
+  o.hot_capacity_bytes = hot_on ? hot_bytes : 0;
+  o.hot_policy = config.policy;
+  o.data_dir = ssd_on ? config.ssd_path : "";
+  o.ssd_capacity_bytes = ssd_bytes;
+  o.durability = SsdDurability::kFlush;  // a replay measures hit ratios, not crash safety
+  o.promote_on_ssd_hit = config.promote_on_ssd_hit;
+  o.log = [](std::string_view) {};
+  PKV_ASSIGN_OR_RETURN(t->engine_, Engine::Open(o));
+  // The trace's blocks live in one model's namespace; its layout only names
+  // the chains (payloads are synthetic and never decoded).
+  NamespaceSpec spec;
+  spec.model = "replay";
+  spec.block_tokens = config.block_tokens;
+  spec.layer_types = {"KVCache"};
+  PKV_ASSIGN_OR_RETURN(t->ns_, t->engine_->RegisterModel(spec));
   return t;
 }
 
-ReplayTiers::~ReplayTiers() {
-  stack_.reset();
-  hot_.reset();
-  if (ssd_ != nullptr) (void)ssd_->Close();
-}
+ReplayTiers::~ReplayTiers() = default;
+
+TierStack& ReplayTiers::stack() { return *engine_->tiers(ns_); }
+HotTier* ReplayTiers::hot() { return engine_->hot_tier(ns_); }
+SsdTier* ReplayTiers::ssd() { return engine_->ssd_tier(); }
 
 TraceReplayer::TraceReplayer(ReplayTiers* tiers, uint32_t block_tokens, Clock* clock)
     : tiers_(tiers),
       block_tokens_(block_tokens),
       clock_(clock),
-      root_(NamespaceRootFromFingerprint("prefixkv/replay/v1|block=" +
-                                         std::to_string(block_tokens))) {
+      root_(tiers->root()) {
   uint8_t* out = nullptr;
   payload_ = SharedBytes::Allocate(tiers->payload_bytes(), &out);
   std::fill(out, out + tiers->payload_bytes(), uint8_t{0x5A});
@@ -132,4 +129,4 @@ ReplayReport TraceReplayer::Report() const {
   return r;
 }
 
-}  // namespace prefixkv::cache
+}  // namespace prefixkv::replay

@@ -28,9 +28,10 @@
 #include "prefixkv/advanced/ssd_tier.h"
 #include "prefixkv/advanced/tier_stack.h"
 #include "prefixkv/clock.h"
+#include "prefixkv/engine.h"
 #include "trace_reader.h"
 
-namespace prefixkv::cache {
+namespace prefixkv::replay {
 
 // A tier's size: tokens or bytes (at most one set); neither = unlimited.
 struct ReplayCapacity {
@@ -51,26 +52,27 @@ struct ReplayConfig {
   bool promote_on_ssd_hit = true;
 };
 
-// The tiers of one replay, built from a ReplayConfig and destroyed top down.
-// Thread-safe as its tiers are; the replayer uses it from one thread.
+// The tiers of one replay: an Engine built from a ReplayConfig with one
+// model, "replay", whose stack the replayer drives. Thread-safe as the engine
+// is; the replayer uses it from one thread.
 class ReplayTiers {
  public:
   // InvalidArgument when both tiers are off or the SSD tier has no path.
   static StatusOr<std::unique_ptr<ReplayTiers>> Open(const ReplayConfig& config);
   ~ReplayTiers();
 
-  TierStack& stack() { return *stack_; }
-  HotTier* hot() { return hot_.get(); }
-  SsdTier* ssd() { return ssd_.get(); }
+  TierStack& stack();
+  HotTier* hot();  // null when the hot tier is off
+  SsdTier* ssd();  // null when the SSD tier is off
   uint64_t payload_bytes() const { return payload_bytes_; }
+  // The chain root of the trace's blocks.
+  const BlockKey& root() const { return ns_.root; }
 
  private:
   ReplayTiers() = default;
   uint64_t payload_bytes_ = 0;
-  std::shared_ptr<SharedHotBudget> budget_;
-  std::unique_ptr<HotTier> hot_;
-  std::unique_ptr<SsdTier> ssd_;
-  std::unique_ptr<TierStack> stack_;
+  std::unique_ptr<Engine> engine_;
+  Namespace ns_;
 };
 
 struct ReplayTierReport {
@@ -123,4 +125,4 @@ class TraceReplayer {
   std::vector<BlockKey> keys_;  // scratch
 };
 
-}  // namespace prefixkv::cache
+}  // namespace prefixkv::replay

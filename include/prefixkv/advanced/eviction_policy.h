@@ -43,15 +43,6 @@ class EvictionPolicy {
   virtual uint64_t Rank(const EvictionCandidate& c) const = 0;
 };
 
-enum class EvictionPolicyKind : unsigned char {
-  kLru,      // least recently used first
-  kLeafLru,  // least recently used among blocks without a resident child: a
-             // chain is evicted from its tip back, never leaving a hole
-};
-
-// "lru" or "leaf-lru"; InvalidArgument for anything else (message lists both).
-StatusOr<EvictionPolicyKind> ParseEvictionPolicy(std::string_view name);
-std::string_view EvictionPolicyName(EvictionPolicyKind kind);
 std::unique_ptr<EvictionPolicy> MakeEvictionPolicy(EvictionPolicyKind kind);
 
 }  // namespace prefixkv

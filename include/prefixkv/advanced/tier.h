@@ -17,36 +17,15 @@
 #include "prefixkv/block.h"
 #include "prefixkv/bytes.h"
 #include "prefixkv/status.h"
+#include "prefixkv/tier_types.h"
 
 namespace prefixkv {
-
-// Who is charged for an entry's bytes; one per registered model (0 = default).
-using OwnerId = uint32_t;
 
 struct BlockMeta {
   BlockKey key;
   BlockKey parent;        // the previous block of the chain; zero when none
   BlockKey namespace_id;  // chain root; zero for raw blobs (server GET/SET)
   OwnerId owner = 0;
-};
-
-// Counters every tier keeps, per owner and in total. Audit() recomputes the
-// state counters (entries, bytes, pinned_bytes) from contents; the event
-// counters (hits...) are checked for internal consistency (total = sum of owners).
-struct TierCounters {
-  uint64_t entries = 0;       // blocks resident
-  uint64_t bytes = 0;         // charged bytes of resident blocks (see each tier's charge)
-  uint64_t pinned_bytes = 0;  // charged bytes of pinned blocks (hot tier)
-  uint64_t hits = 0;          // Get found the block
-  uint64_t misses = 0;        // Get did not (including corrupt blocks)
-  uint64_t inserts = 0;       // Put stored a new block or replaced one
-  uint64_t removes = 0;       // explicit Remove
-  uint64_t evictions = 0;     // removed for capacity
-  uint64_t spills = 0;        // evicted blocks handed to the next tier
-  uint64_t corruptions = 0;   // checksum or decode failures detected on read
-  uint64_t io_errors = 0;     // failed writes/reads of the medium
-
-  bool operator==(const TierCounters&) const = default;
 };
 
 // Receives blocks a tier evicts for capacity. `dirty` is true when the block is
@@ -57,12 +36,6 @@ class EvictionListener {
  public:
   virtual ~EvictionListener() = default;
   virtual void OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool dirty) = 0;
-};
-
-// One line of an audit: which counter or block disagrees, and how.
-struct AuditFinding {
-  std::string what;    // e.g. "owner 2 bytes", "block <hex> checksum"
-  std::string detail;  // e.g. "counter 4096, recomputed 2048"
 };
 
 // Thread-safe: every method may be called concurrently.

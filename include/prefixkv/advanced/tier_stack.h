@@ -23,12 +23,6 @@
 
 namespace prefixkv {
 
-// Which tier served a block.
-enum class TierLevel : uint8_t { kNone = 0, kHot = 1, kSsd = 2 };
-
-// "none", "hot", "ssd".
-std::string_view TierLevelName(TierLevel level);
-
 struct TierStackOptions {
   // Copy a block found only on SSD into the hot tier (clean: the SSD copy
   // stays) when Get serves it. Default: on.

@@ -1,0 +1,212 @@
+// Engine: prefixkv as one object. Open a data directory, register each model,
+// then Match / Restore / Store token prefixes; Close when done.
+//
+//   auto engine = Engine::Open({.data_dir = "/var/cache/prefixkv"}).value();
+//   Namespace ns = engine->RegisterModel(spec).value();
+//   MatchResult m = engine->Match(ns, prompt).value();      // hot, then SSD
+//   RestoreResult r = engine->Restore(m).value();           // per-layer caches
+//   ... prefill prompt[r.restored_tokens:], decode ...
+//   engine->Store(ns, all_tokens, layers);                  // new blocks only
+//   engine->Close();                                        // or let it go
+//
+// What it owns and wires (docs/architecture.md draws it): one RAM budget shared
+// by every registered model (each model is an owner with its own hot-tier view
+// and counters, all in one eviction order), one SSD tier in `data_dir` that hot
+// blocks spill to (write-back) and that survives restarts, one tier stack per
+// model joining the two, and the prefix cache over them (chain keys, tips,
+// supersede-on-extend lineage). A small key-value space (GetValue/PutValue)
+// shares the same tiers for callers that store opaque values by name (the RESP
+// server's GET/SET).
+//
+// Lifetime: Close() flushes every dirty hot block to SSD, releases the hot
+// tier (budget, views, stacks, the prefix cache, in that order, top down) and
+// closes the SSD tier (its write-back queue drained, its metadata flushed). The
+// destructor closes an engine the caller did not close, ignoring the Status.
+// After Close, every call returns InvalidArgument "engine is closed".
+//
+// Thread-safe: every method may be called concurrently, except Close() (and
+// the destructor), which must not run while another call is in flight.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "prefixkv/block.h"
+#include "prefixkv/block_key.h"
+#include "prefixkv/bytes.h"
+#include "prefixkv/clock.h"
+#include "prefixkv/codec.h"
+#include "prefixkv/prefix_types.h"
+#include "prefixkv/status.h"
+#include "prefixkv/tier_types.h"
+
+namespace prefixkv {
+
+// Advanced types an embedder may reach through the accessors at the end of
+// Engine (include/prefixkv/advanced/ declares them).
+class PrefixCache;
+class SharedHotBudget;
+class SsdTier;
+class TierStack;
+class HotTier;
+struct SsdTierOptions;
+
+struct EngineOptions {
+  // Directory of the SSD tier (one engine per directory). Empty: no SSD tier,
+  // blocks live in RAM only and nothing survives Close().
+  std::string data_dir;
+  // Create `data_dir` when it does not exist (else Open fails with NotFound).
+  bool create_if_missing = true;
+  // The RAM budget shared by every registered model and the key-value space
+  // (charged bytes: payload plus a fixed per-entry overhead, see
+  // docs/hot_tier.md). 0: no hot tier, every block goes straight to SSD
+  // (requires data_dir).
+  uint64_t hot_capacity_bytes = uint64_t{1} << 30;
+  // Which hot blocks leave first when the budget is full.
+  EvictionPolicyKind hot_policy = EvictionPolicyKind::kLru;
+  // Payload bytes the SSD tier keeps; beyond it the least recently used chain
+  // leaves are evicted.
+  uint64_t ssd_capacity_bytes = uint64_t{64} << 30;
+  // What an SSD write survives before it is acknowledged (tier_types.h).
+  SsdDurability durability = SsdDurability::kWal;
+  // Store() and PutValue() write the SSD tier before returning (a kill -9 then
+  // loses nothing acknowledged, with wal or sync durability); the hot copy is
+  // clean. Default off: write-back, blocks reach SSD when the hot tier evicts
+  // them or at Flush()/Close().
+  bool write_through = false;
+  // Copy a block found only on SSD into the hot tier when a restore reads it.
+  bool promote_on_ssd_hit = true;
+  // How blocks are encoded (compression) and the bounds for decoding them.
+  EncodeOptions encode;
+  DecodeLimits decode_limits;
+  // Time source for the tiers (access order, retries). Null: Clock::System().
+  Clock* clock = nullptr;
+  // Receives one line per notable event (SSD recovery, I/O errors). Null:
+  // stderr.
+  std::function<void(std::string_view line)> log;
+  // Advanced: adjusts the SSD tier's options after the fields above are
+  // applied (writer threads, segment size, direct I/O; advanced/ssd_tier.h).
+  std::function<void(SsdTierOptions& options)> configure_ssd;
+};
+
+// How one model's blocks are kept.
+struct ModelOptions {
+  // Store the tokens after the last full block as one marked partial block,
+  // which carries the sliding-window/recurrent state at the exact end of a
+  // store. Recommended for models with such layers (docs/prefix_cache.md).
+  bool store_partial_tail = false;
+  // Most hot bytes this model may hold (nullopt: only the shared budget
+  // limits it).
+  std::optional<uint64_t> hot_quota_bytes;
+};
+
+// One owner of the shared hot budget: a model, or the key-value space.
+struct EngineOwnerStats {
+  std::string name;  // the model name (spec.model), "values" for the key-value space
+  TierCounters hot;  // this owner's share of the budget
+  std::optional<uint64_t> hot_quota_bytes;
+};
+
+// Every counter the engine's tiers keep. hot.bytes is the whole budget's
+// charge; it never exceeds hot_capacity_bytes and equals the sum of the owners.
+struct EngineStats {
+  uint64_t hot_capacity_bytes = 0;
+  TierCounters hot;                      // all owners
+  std::vector<EngineOwnerStats> owners;  // in registration order
+  uint64_t dirty_blocks = 0;             // hot blocks not yet on SSD
+  bool has_ssd = false;
+  uint64_t ssd_capacity_bytes = 0;
+  TierCounters ssd;
+  uint64_t ssd_queued_blocks = 0;  // write-back queue depth
+};
+
+// What Audit() found. Empty findings and orphans: every counter agrees with
+// the contents, every SSD payload checksum verifies, every chain link holds.
+struct EngineAudit {
+  std::vector<AuditFinding> findings;  // "hot ..." / "ssd ..." counters and blocks
+  std::vector<BlockKey> orphans;       // SSD blocks whose parent is nowhere
+  bool ok() const { return findings.empty() && orphans.empty(); }
+};
+
+class Engine {
+ public:
+  // Opens (or creates) the engine's tiers. InvalidArgument for contradictory
+  // options (no hot tier and no data_dir...), NotFound for a missing data_dir
+  // with create_if_missing off, the SSD tier's errors otherwise. A damaged
+  // SSD database is handled as the SSD tier does (docs/ssd.md, "Recovery").
+  static StatusOr<std::unique_ptr<Engine>> Open(const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Registers a model: a hot-budget owner named spec.model (suffixed with its
+  // root when the name is taken) with its own counters, and a namespace whose
+  // chains start at the fingerprint's root. Registering the same spec with
+  // the same options again returns the same Namespace. InvalidArgument for a
+  // bad spec (NamespaceSpec::Fingerprint) or the same spec with other options.
+  StatusOr<Namespace> RegisterModel(const NamespaceSpec& spec,
+                                    const ModelOptions& options = {});
+  // The registered namespace with this root; NotFound when none is.
+  StatusOr<Namespace> FindModel(const BlockKey& root) const;
+
+  // The longest cached prefix of `tokens` (hot, then SSD; stops at the first
+  // missing block). Counts no hits.
+  StatusOr<MatchResult> Match(Namespace ns, std::span<const int32_t> tokens) const;
+  // Loads a match into per-layer caches (RestoreResult). Restoring less than
+  // matched is a value with a reason, not an error.
+  StatusOr<RestoreResult> Restore(const MatchResult& match);
+  // Stores the caches of `tokens` (one LayerState per layer covering every
+  // token); blocks already cached are not rewritten. InvalidArgument when the
+  // layers do not fit the namespace layout.
+  StatusOr<StoreResult> Store(Namespace ns, std::span<const int32_t> tokens,
+                              const std::vector<LayerState>& layers);
+  // The namespace's recorded tips and the tip each extended, oldest first.
+  StatusOr<std::vector<std::pair<BlockKey, BlockKey>>> RecordedTips(Namespace ns) const;
+
+  // The key-value space: opaque values by name, in the same tiers (a hot
+  // owner "values", then SSD), apart from every model's blocks. Get returns
+  // NotFound for an absent key; Put replaces (NoSpace when no tier can hold
+  // the value); Delete returns whether the key was present.
+  StatusOr<SharedBytes> GetValue(std::string_view key);
+  Status PutValue(std::string_view key, SharedBytes value);
+  StatusOr<bool> DeleteValue(std::string_view key);
+  bool ContainsValue(std::string_view key) const;
+
+  // Writes every dirty hot block to the SSD tier and waits for its write-back
+  // queue, so a crash after it loses nothing stored before it (with wal or
+  // sync durability). No-op without an SSD tier.
+  Status Flush();
+  // See the header comment. Idempotent: a second call returns OK.
+  Status Close();
+  bool closed() const;
+
+  EngineStats Stats() const;
+  // Flushes, then recomputes every counter of the hot budget and the SSD tier
+  // from their contents, verifies every SSD payload checksum (a damaged block
+  // is removed and reported) and every SSD chain link. An error only when the
+  // audit could not run.
+  StatusOr<EngineAudit> Audit();
+
+  // Advanced: the pieces the engine wires, for tools and tests
+  // (include/prefixkv/advanced/). Valid until Close().
+  PrefixCache& prefix_cache();
+  SharedHotBudget* hot_budget();    // null without a hot tier
+  SsdTier* ssd_tier();              // null without data_dir
+  TierStack* tiers(Namespace ns);   // the model's stack; null for an unknown ns
+  HotTier* hot_tier(Namespace ns);  // the model's hot view; null as above
+  const EngineOptions& options() const;
+
+ private:
+  class Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace prefixkv

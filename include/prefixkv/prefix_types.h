@@ -1,0 +1,73 @@
+// The values the prefix cache (and the Engine over it) hands out: namespaces,
+// what a store did, a match, a restore.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "prefixkv/block.h"
+#include "prefixkv/tier_types.h"
+
+namespace prefixkv {
+
+// The cache type name a restored rotating layer carries: the warm-restored
+// rotating family member, whatever rotating name the block was stored under.
+// Consumers must match it by family (CacheTypeRegistry::IsRotatingFamily).
+inline constexpr const char* kRestoredRotatingType = "PrefillReadyRotatingKVCache";
+
+// A registered model. Cheap to copy; valid for the PrefixCache that issued it.
+struct Namespace {
+  uint32_t index = UINT32_MAX;  // position in the cache's namespace table
+  BlockKey root;                // the chain root (fingerprint hash)
+};
+
+// What one Store() did.
+struct StoreResult {
+  size_t blocks = 0;               // full blocks covered by the tokens
+  size_t blocks_written = 0;       // blocks that were not cached and were put
+  size_t blocks_deduplicated = 0;  // blocks already cached, left as they were
+  BlockKey tip;                    // the last full block; zero when none
+  bool tip_state_stored = false;   // tip-only layers landed in the tip, real
+  bool tip_rewritten = false;      // an existing placeholder tip got the real state
+  BlockKey stripped_tip;           // grandparent tip stripped; zero when none
+  std::string note;                // why tip-only state was not stored, if so
+};
+
+// The longest cached prefix of a prompt.
+struct MatchResult {
+  Namespace ns;
+  std::vector<BlockKey> keys;    // matched blocks, in chain order
+  std::vector<TierLevel> tiers;  // where each block was found
+  std::vector<int32_t> tokens;   // the matched tokens (keys.size() * block_tokens)
+  uint64_t matched_tokens() const { return tokens.size(); }
+};
+
+// Rotating layers seen in block metadata: what window the restored caches use.
+struct WindowPadding {
+  std::vector<int64_t> window_tokens;  // per layer: max_size of rotating layers, else 0
+  int64_t max_window_tokens = 0;       // largest window (0: no rotating layer)
+  bool has_rotating_layers() const { return max_window_tokens > 0; }
+};
+
+// Per-layer caches ready to continue decoding at position restored_tokens.
+struct RestoreResult {
+  // One per namespace layer (empty when restored_tokens == 0). Sliceable
+  // layers: the blocks' slices concatenated along the token axis, meta of the
+  // newest block. Rotating layers: the tip's tensors with meta
+  // (keep, max_size, offset = restored_tokens, idx), type kRestoredRotatingType.
+  // Arrays/composite layers: the tip's state as stored.
+  std::vector<LayerState> layers;
+  uint64_t restored_tokens = 0;
+  size_t restored_blocks = 0;
+  size_t blocks_from_hot = 0;    // zero-copy reads
+  size_t blocks_from_ssd = 0;    // verified reads
+  uint64_t tokens_from_hot = 0;  // tokens of the blocks read from RAM
+  uint64_t tokens_from_ssd = 0;  // tokens of the blocks read from SSD
+  WindowPadding window;          // from the tip's metadata
+  // Empty when every matched token was restored; otherwise why not (a block
+  // vanished or failed validation, or walk-back dropped trailing blocks).
+  std::string reason;
+};
+
+}  // namespace prefixkv

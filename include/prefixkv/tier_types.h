@@ -1,0 +1,77 @@
+// Value types shared by the tiers, the Engine's options and its statistics:
+// owners, counters, audit findings, tier levels, the SSD tier's durability
+// modes and the hot tier's eviction policies.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "prefixkv/status.h"
+
+namespace prefixkv {
+
+// Who is charged for an entry's bytes; one per registered model (0 = default).
+using OwnerId = uint32_t;
+
+// Counters every tier keeps, per owner and in total. Audit() recomputes the
+// state counters (entries, bytes, pinned_bytes) from contents; the event
+// counters (hits...) are checked for internal consistency (total = sum of owners).
+struct TierCounters {
+  uint64_t entries = 0;       // blocks resident
+  uint64_t bytes = 0;         // charged bytes of resident blocks (see each tier's charge)
+  uint64_t pinned_bytes = 0;  // charged bytes of pinned blocks (hot tier)
+  uint64_t hits = 0;          // Get found the block
+  uint64_t misses = 0;        // Get did not (including corrupt blocks)
+  uint64_t inserts = 0;       // Put stored a new block or replaced one
+  uint64_t removes = 0;       // explicit Remove
+  uint64_t evictions = 0;     // removed for capacity
+  uint64_t spills = 0;        // evicted blocks handed to the next tier
+  uint64_t corruptions = 0;   // checksum or decode failures detected on read
+  uint64_t io_errors = 0;     // failed writes/reads of the medium
+
+  bool operator==(const TierCounters&) const = default;
+};
+
+// One line of an audit: which counter or block disagrees, and how.
+struct AuditFinding {
+  std::string what;    // e.g. "owner 2 bytes", "block <hex> checksum"
+  std::string detail;  // e.g. "counter 4096, recomputed 2048"
+};
+
+// Which tier served a block.
+enum class TierLevel : uint8_t { kNone = 0, kHot = 1, kSsd = 2 };
+
+// "none", "hot", "ssd".
+std::string_view TierLevelName(TierLevel level);
+
+// What an SSD write must survive before it is acknowledged.
+enum class SsdDurability {
+  // No write-ahead log for the metadata: it reaches disk when a memtable is
+  // flushed and at Close(). A kill -9 may lose the most recent blocks (never
+  // exposes a partial or wrong one). The fastest mode.
+  kFlush,
+  // Metadata write-ahead log without fsync (default): survives kill -9, may
+  // lose the last writes on power loss.
+  kWal,
+  // Payload fdatasync'ed and the log synced before every acknowledgement (one
+  // sync for a whole write-back batch): survives power loss.
+  kSync,
+};
+
+// "flush", "wal", "sync"; and back (InvalidArgument for anything else).
+std::string_view SsdDurabilityName(SsdDurability d);
+StatusOr<SsdDurability> ParseSsdDurability(std::string_view name);
+
+// Which hot blocks leave first when the RAM budget is full.
+enum class EvictionPolicyKind : unsigned char {
+  kLru,      // least recently used first
+  kLeafLru,  // least recently used among blocks without a resident child: a
+             // chain is evicted from its tip back, never leaving a hole
+};
+
+// "lru" or "leaf-lru"; InvalidArgument for anything else (message lists both).
+StatusOr<EvictionPolicyKind> ParseEvictionPolicy(std::string_view name);
+std::string_view EvictionPolicyName(EvictionPolicyKind kind);
+
+}  // namespace prefixkv

@@ -1,0 +1,190 @@
+// Engine: opening, model registration, the prefix-cache calls, Flush, Close.
+// The key-value space, Stats and Audit live in engine_values.cc and
+// engine_stats.cc.
+#include "prefixkv/engine.h"
+
+#include <filesystem>
+
+#include "engine_impl.h"
+
+namespace prefixkv {
+
+Status Engine::Impl::OpenTiers() {
+  if (options_.hot_capacity_bytes == 0 && options_.data_dir.empty()) {
+    return Status::InvalidArgument("engine needs a hot tier or a data_dir (or both)");
+  }
+  if (!options_.data_dir.empty()) {
+    std::error_code ec;
+    if (!options_.create_if_missing && !std::filesystem::exists(options_.data_dir, ec)) {
+      return Status::NotFound("no data directory " + options_.data_dir);
+    }
+    SsdTierOptions o;
+    o.path = options_.data_dir;
+    o.capacity_bytes = options_.ssd_capacity_bytes;
+    o.durability = options_.durability;
+    if (options_.clock != nullptr) o.clock = options_.clock;
+    o.log = options_.log;
+    if (options_.configure_ssd) options_.configure_ssd(o);
+    PKV_ASSIGN_OR_RETURN(ssd_, SsdTier::Open(o));
+  }
+  if (options_.hot_capacity_bytes > 0) {
+    PKV_ASSIGN_OR_RETURN(
+        budget_, SharedHotBudget::Create({.capacity_bytes = options_.hot_capacity_bytes,
+                                          .policy = options_.hot_policy}));
+  }
+  PrefixCacheOptions cache_options;
+  cache_options.encode = options_.encode;
+  cache_options.decode_limits = options_.decode_limits;
+  cache_ = std::make_unique<PrefixCache>(/*default_tiers=*/nullptr, cache_options);
+  return Status::OK();
+}
+
+StatusOr<EngineOwner> Engine::Impl::NewOwner(const std::string& name,
+                                             std::optional<uint64_t> quota_bytes) {
+  EngineOwner o;
+  o.name = name;
+  if (budget_ != nullptr) {
+    PKV_ASSIGN_OR_RETURN(o.owner, budget_->RegisterOwner(name, quota_bytes));
+    PKV_ASSIGN_OR_RETURN(o.hot, HotTier::Open(budget_, o.owner));
+  }
+  TierStackOptions stack_options;
+  stack_options.promote_on_ssd_hit = options_.promote_on_ssd_hit;
+  stack_options.write_through = options_.write_through;
+  // The SSD tier is also the write-back target: it queues the hot view's dirty
+  // victims for its background writers.
+  o.stack =
+      std::make_unique<TierStack>(o.hot.get(), ssd_.get(), ssd_.get(), stack_options);
+  return o;
+}
+
+EngineModel* Engine::Impl::Find(Namespace ns) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& m : models_) {
+    if (m->ns.index == ns.index && m->ns.root == ns.root) return m.get();
+  }
+  return nullptr;
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Engine::~Engine() { (void)Close(); }
+
+StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
+  auto impl = std::make_unique<Impl>(options);
+  PKV_RETURN_IF_ERROR(impl->OpenTiers());
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+StatusOr<Namespace> Engine::RegisterModel(const NamespaceSpec& spec,
+                                          const ModelOptions& options) {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  PKV_ASSIGN_OR_RETURN(std::string fingerprint, spec.Fingerprint());
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  for (const auto& m : impl_->models_) {
+    if (m->fingerprint != fingerprint) continue;
+    if (m->options.store_partial_tail != options.store_partial_tail ||
+        m->options.hot_quota_bytes != options.hot_quota_bytes) {
+      return Status::InvalidArgument("model " + spec.model +
+                                     " is already registered with other options");
+    }
+    return m->ns;
+  }
+  auto model = std::make_unique<EngineModel>();
+  model->fingerprint = fingerprint;
+  model->options = options;
+  const BlockKey root = NamespaceRootFromFingerprint(fingerprint);
+  std::string name = spec.model;
+  if (impl_->budget_ != nullptr) {
+    for (OwnerId o = 0; o < impl_->budget_->owner_count(); ++o) {
+      if (impl_->budget_->OwnerName(o).value() == name) {
+        name += "@" + root.ToHex().substr(0, 8);  // same model, other layout
+        break;
+      }
+    }
+  }
+  PKV_ASSIGN_OR_RETURN(model->tiers, impl_->NewOwner(name, options.hot_quota_bytes));
+  NamespaceOptions ns_options;
+  ns_options.tiers = model->tiers.stack.get();
+  ns_options.owner = model->tiers.owner;
+  ns_options.store_partial_tail = options.store_partial_tail;
+  PKV_ASSIGN_OR_RETURN(model->ns, impl_->cache_->RegisterModel(spec, ns_options));
+  impl_->models_.push_back(std::move(model));
+  return impl_->models_.back()->ns;
+}
+
+StatusOr<Namespace> Engine::FindModel(const BlockKey& root) const {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  for (const auto& m : impl_->models_) {
+    if (m->ns.root == root) return m->ns;
+  }
+  return Status::NotFound("no registered model has namespace " + root.ToHex());
+}
+
+StatusOr<MatchResult> Engine::Match(Namespace ns, std::span<const int32_t> tokens) const {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  return impl_->cache_->Match(ns, tokens);
+}
+
+StatusOr<RestoreResult> Engine::Restore(const MatchResult& match) {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  return impl_->cache_->Restore(match);
+}
+
+StatusOr<StoreResult> Engine::Store(Namespace ns, std::span<const int32_t> tokens,
+                                    const std::vector<LayerState>& layers) {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  return impl_->cache_->Store(ns, tokens, layers);
+}
+
+StatusOr<std::vector<std::pair<BlockKey, BlockKey>>> Engine::RecordedTips(
+    Namespace ns) const {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  return impl_->cache_->RecordedTips(ns);
+}
+
+Status Engine::Flush() {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  // Every model's dirty hot blocks, then the key-value space's, then the SSD
+  // tier's write-back queue (blocks evicted before this call).
+  PKV_RETURN_IF_ERROR(impl_->cache_->Flush());
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu_);
+    if (impl_->values_ != nullptr) PKV_RETURN_IF_ERROR(impl_->values_->stack->Flush());
+  }
+  return impl_->ssd_ != nullptr ? impl_->ssd_->Flush() : Status::OK();
+}
+
+Status Engine::Close() {
+  if (impl_->closed_.load(std::memory_order_acquire)) return Status::OK();
+  Status flushed = Flush();
+  impl_->closed_.store(true, std::memory_order_release);
+  // Top down: nothing below may be destroyed while something above uses it.
+  // The stacks unregister themselves as their hot views' listeners.
+  impl_->cache_.reset();
+  impl_->values_.reset();
+  impl_->models_.clear();
+  impl_->budget_.reset();
+  Status closed = impl_->ssd_ != nullptr ? impl_->ssd_->Close() : Status::OK();
+  impl_->ssd_.reset();
+  return flushed.ok() ? closed : flushed;
+}
+
+bool Engine::closed() const { return impl_->closed_.load(std::memory_order_acquire); }
+
+PrefixCache& Engine::prefix_cache() { return *impl_->cache_; }
+SharedHotBudget* Engine::hot_budget() { return impl_->budget_.get(); }
+SsdTier* Engine::ssd_tier() { return impl_->ssd_.get(); }
+const EngineOptions& Engine::options() const { return impl_->options_; }
+
+TierStack* Engine::tiers(Namespace ns) {
+  EngineModel* m = impl_->Find(ns);
+  return m != nullptr ? m->tiers.stack.get() : nullptr;
+}
+
+HotTier* Engine::hot_tier(Namespace ns) {
+  EngineModel* m = impl_->Find(ns);
+  return m != nullptr ? m->tiers.hot.get() : nullptr;
+}
+
+}  // namespace prefixkv

@@ -1,0 +1,77 @@
+// Engine::Impl: the tiers one Engine owns and how they are wired.
+//
+//   SharedHotBudget (one)  -- owner per model (+ "values") --> HotTier view
+//   SsdTier (one, optional) <-- write-back of each view's dirty victims
+//   TierStack per owner: its HotTier view over the SsdTier
+//   PrefixCache: one namespace per model, on that model's stack
+//
+// Models are append-only (a registered model lives until Close), so the
+// pointers handed out stay valid; `mu_` guards the table and the lazily
+// created key-value space.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "prefixkv/advanced/hot_tier.h"
+#include "prefixkv/advanced/prefix_cache.h"
+#include "prefixkv/advanced/shared_hot_budget.h"
+#include "prefixkv/advanced/ssd_tier.h"
+#include "prefixkv/advanced/tier_stack.h"
+#include "prefixkv/engine.h"
+
+namespace prefixkv {
+
+// One owner of the hot budget and the stack its blocks live in.
+struct EngineOwner {
+  std::string name;
+  OwnerId owner = 0;
+  std::unique_ptr<HotTier> hot;  // null without a hot tier
+  std::unique_ptr<TierStack> stack;
+};
+
+// A registered model.
+struct EngineModel {
+  std::string fingerprint;
+  ModelOptions options;
+  Namespace ns;
+  EngineOwner tiers;
+};
+
+class Engine::Impl {
+ public:
+  explicit Impl(const EngineOptions& options) : options_(options) {}
+
+  // Opens the budget and the SSD tier (Engine::Open).
+  Status OpenTiers();
+
+  // An owner of the budget with its hot view and stack (RegisterModel, the
+  // key-value space). REQUIRES: mu_ held.
+  StatusOr<EngineOwner> NewOwner(const std::string& name,
+                                 std::optional<uint64_t> quota_bytes);
+  // The model of a namespace handle, or null. Takes mu_.
+  EngineModel* Find(Namespace ns) const;
+  // The key-value space's stack, created on first use. Takes mu_.
+  StatusOr<TierStack*> Values();
+
+  Status CheckOpen() const {
+    return closed_.load(std::memory_order_acquire)
+               ? Status::InvalidArgument("engine is closed")
+               : Status::OK();
+  }
+
+  const EngineOptions options_;
+  std::shared_ptr<SharedHotBudget> budget_;  // null without a hot tier
+  std::unique_ptr<SsdTier> ssd_;             // null without data_dir
+  std::unique_ptr<PrefixCache> cache_;
+  std::atomic<bool> closed_{false};
+
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<EngineModel>> models_;  // GUARDED_BY(mu_)
+  std::unique_ptr<EngineOwner> values_;               // GUARDED_BY(mu_)
+};
+
+}  // namespace prefixkv

@@ -1,0 +1,57 @@
+// Engine::Stats and Engine::Audit: every tier counter, and their recomputation.
+#include "engine_impl.h"
+
+namespace prefixkv {
+
+EngineStats Engine::Stats() const {
+  EngineStats s;
+  const Impl& impl = *impl_;
+  if (impl.CheckOpen().ok() && impl.budget_ != nullptr) {
+    const SharedHotBudget& budget = *impl.budget_;
+    s.hot_capacity_bytes = budget.capacity_bytes();
+    s.hot = budget.Totals();
+    for (OwnerId o = 0; o < budget.owner_count(); ++o) {
+      EngineOwnerStats owner;
+      owner.name = budget.OwnerName(o).value();
+      owner.hot = budget.OwnerCounters(o);
+      owner.hot_quota_bytes = budget.OwnerQuota(o).value();
+      s.owners.push_back(std::move(owner));
+    }
+  }
+  if (impl.CheckOpen().ok() && impl.ssd_ != nullptr) {
+    s.has_ssd = true;
+    s.ssd_capacity_bytes = impl.options_.ssd_capacity_bytes;
+    s.ssd = impl.ssd_->Totals();
+    s.ssd_queued_blocks = impl.ssd_->queued_blocks();
+  }
+  if (impl.CheckOpen().ok()) {
+    std::lock_guard<std::mutex> lock(impl.mu_);
+    for (const auto& m : impl.models_) s.dirty_blocks += m->tiers.stack->dirty_blocks();
+    if (impl.values_ != nullptr) s.dirty_blocks += impl.values_->stack->dirty_blocks();
+  }
+  return s;
+}
+
+StatusOr<EngineAudit> Engine::Audit() {
+  PKV_RETURN_IF_ERROR(Flush());
+  EngineAudit audit;
+  auto collect = [&audit](std::string_view tier, std::vector<AuditFinding>& found) {
+    for (AuditFinding& f : found) {
+      audit.findings.push_back({std::string(tier) + " " + f.what, std::move(f.detail)});
+    }
+  };
+  if (impl_->budget_ != nullptr) {
+    std::vector<AuditFinding> found;
+    PKV_RETURN_IF_ERROR(impl_->budget_->Audit(&found));
+    collect("hot", found);
+  }
+  if (impl_->ssd_ != nullptr) {
+    std::vector<AuditFinding> found;
+    PKV_RETURN_IF_ERROR(impl_->ssd_->Audit(&found));
+    collect("ssd", found);
+    audit.orphans = impl_->ssd_->FindOrphans();
+  }
+  return audit;
+}
+
+}  // namespace prefixkv

@@ -1,0 +1,60 @@
+// Engine's key-value space: opaque values by name in their own hot owner
+// ("values") over the shared SSD tier. A name becomes a BlockKey as
+// XXH3-128("raw|" + name) with a zero namespace, so values never collide with
+// model blocks (whose keys are chain hashes of a namespace root) and data
+// directories written by the server before the Engine existed still read.
+#include "engine_impl.h"
+#include "prefixkv/advanced/hash.h"
+
+namespace prefixkv {
+namespace {
+
+BlockKey ValueKey(std::string_view name) {
+  HashStream h(HashStream::Width::k128);
+  h.Update("raw|", 4);
+  h.Update(name.data(), name.size());
+  return h.Digest128();
+}
+
+}  // namespace
+
+StatusOr<TierStack*> Engine::Impl::Values() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (values_ == nullptr) {
+    PKV_ASSIGN_OR_RETURN(EngineOwner owner, NewOwner("values", std::nullopt));
+    values_ = std::make_unique<EngineOwner>(std::move(owner));
+  }
+  return values_->stack.get();
+}
+
+StatusOr<SharedBytes> Engine::GetValue(std::string_view key) {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  PKV_ASSIGN_OR_RETURN(TierStack * stack, impl_->Values());
+  PKV_ASSIGN_OR_RETURN(TierHit hit, stack->Get(ValueKey(key)));
+  return std::move(hit.payload);
+}
+
+Status Engine::PutValue(std::string_view key, SharedBytes value) {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  PKV_ASSIGN_OR_RETURN(TierStack * stack, impl_->Values());
+  BlockMeta meta;
+  meta.key = ValueKey(key);
+  return stack->Put(meta, std::move(value));
+}
+
+StatusOr<bool> Engine::DeleteValue(std::string_view key) {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  PKV_ASSIGN_OR_RETURN(TierStack * stack, impl_->Values());
+  Status s = stack->Remove(ValueKey(key));
+  if (s.IsNotFound()) return false;
+  PKV_RETURN_IF_ERROR(s);
+  return true;
+}
+
+bool Engine::ContainsValue(std::string_view key) const {
+  if (!impl_->CheckOpen().ok()) return false;
+  StatusOr<TierStack*> stack = impl_->Values();
+  return stack.ok() && (*stack)->Contains(ValueKey(key));
+}
+
+}  // namespace prefixkv

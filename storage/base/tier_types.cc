@@ -1,0 +1,56 @@
+// Names of the tier value types (prefixkv/tier_types.h).
+#include "prefixkv/tier_types.h"
+
+namespace prefixkv {
+
+std::string_view TierLevelName(TierLevel level) {
+  switch (level) {
+    case TierLevel::kNone:
+      return "none";
+    case TierLevel::kHot:
+      return "hot";
+    case TierLevel::kSsd:
+      return "ssd";
+  }
+  return "invalid";
+}
+
+std::string_view SsdDurabilityName(SsdDurability d) {
+  switch (d) {
+    case SsdDurability::kFlush:
+      return "flush";
+    case SsdDurability::kWal:
+      return "wal";
+    case SsdDurability::kSync:
+      return "sync";
+  }
+  return "wal";
+}
+
+StatusOr<SsdDurability> ParseSsdDurability(std::string_view name) {
+  for (SsdDurability d :
+       {SsdDurability::kFlush, SsdDurability::kWal, SsdDurability::kSync}) {
+    if (name == SsdDurabilityName(d)) return d;
+  }
+  return Status::InvalidArgument("durability must be flush, wal or sync");
+}
+
+StatusOr<EvictionPolicyKind> ParseEvictionPolicy(std::string_view name) {
+  for (EvictionPolicyKind k : {EvictionPolicyKind::kLru, EvictionPolicyKind::kLeafLru}) {
+    if (name == EvictionPolicyName(k)) return k;
+  }
+  return Status::InvalidArgument("unknown eviction policy '" + std::string(name) +
+                                 "' (expected lru or leaf-lru)");
+}
+
+std::string_view EvictionPolicyName(EvictionPolicyKind kind) {
+  switch (kind) {
+    case EvictionPolicyKind::kLru:
+      return "lru";
+    case EvictionPolicyKind::kLeafLru:
+      return "leaf-lru";
+  }
+  return "unknown";
+}
+
+}  // namespace prefixkv
