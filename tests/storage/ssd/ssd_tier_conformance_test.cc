@@ -5,6 +5,7 @@
 
 #include "prefixkv/advanced/ssd_tier.h"
 #include "tests/storage/tier_conformance.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace {
@@ -19,7 +20,7 @@ struct SsdTierFactory {
     o.write_buffer_bytes = 4 << 20;
     o.log = [](std::string_view) {};
     StatusOr<std::unique_ptr<SsdTier>> tier = SsdTier::Open(o);
-    EXPECT_TRUE(tier.ok()) << tier.status().ToString();
+    EXPECT_OK(tier);
     return tier.ok() ? std::move(tier).value() : nullptr;
   }
 };

@@ -21,6 +21,7 @@
 
 #include "prefixkv/advanced/ssd_tier.h"
 #include "tests/storage/ssd/ssd_test_util.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace testing {
@@ -202,7 +203,7 @@ void VerifyAfterKill(const std::string& dir, SsdDurability mode, const Expected&
   out->acked += e.acked.size();
   EXPECT_TRUE(tier->FindOrphans().empty()) << tier->FindOrphans().size() << " orphans";
   testing::ExpectCountersMatchContents(*tier, {0});
-  ASSERT_TRUE(tier->Close().ok());
+  ASSERT_OK(tier->Close());
 }
 
 TEST(SsdTierCrash, KillNineNeverExposesAWrongBlockAndLosesNoAcknowledgedOneInWalOrSync) {
@@ -325,7 +326,7 @@ TEST(SsdTierCrash, KillNineDuringSegmentReclamationLeavesNoDanglingBlock) {
         }
       }
       testing::ExpectCountersMatchContents(*tier, {0});
-      ASSERT_TRUE(tier->Close().ok());
+      ASSERT_OK(tier->Close());
     }
     std::printf(
         "[crash-reclaim] mode=%s cycles=%llu blocks_verified=%llu "

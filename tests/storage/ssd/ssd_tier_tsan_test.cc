@@ -9,6 +9,7 @@
 
 #include "prefixkv/advanced/ssd_tier.h"
 #include "tests/storage/ssd/ssd_test_util.h"
+#include "tests/support/test_util.h"
 
 // The system RocksDB is not built with ThreadSanitizer: its write groups and
 // memtables synchronize through atomics TSan cannot see, so every race whose
@@ -75,7 +76,7 @@ TEST(SsdTierConcurrency, MixedOperationsNeverServeAWrongPayloadAndKeepCountersEx
     });
   }
   for (std::thread& th : threads) th.join();
-  ASSERT_TRUE(tier->Flush().ok());
+  ASSERT_OK(tier->Flush());
   EXPECT_EQ(wrong.load(), 0u);
   EXPECT_GT(hits.load(), 0u);
   EXPECT_LE(tier->Totals().bytes, o.capacity_bytes);
