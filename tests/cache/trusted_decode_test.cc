@@ -4,6 +4,7 @@
 
 #include "prefixkv/codec.h"
 #include "tests/cache/cache_test_util.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace {
@@ -30,7 +31,7 @@ TEST(TrustedDecode, SkipsOnlyTheChecksum) {
   std::string bytes(EncodeBlock(SmallRecord()).value().view());
   bytes[bytes.size() - 1] ^= 0x40;  // a tensor byte
   EXPECT_TRUE(DecodeBlock(SharedBytes::Copy(bytes)).status().IsCorruption());
-  EXPECT_TRUE(DecodeTrustedBlock(SharedBytes::Copy(bytes)).ok());
+  EXPECT_OK(DecodeTrustedBlock(SharedBytes::Copy(bytes)));
   // Structural damage is still refused.
   bytes.resize(bytes.size() - 8);
   EXPECT_TRUE(DecodeTrustedBlock(SharedBytes::Copy(bytes)).status().IsCorruption());
