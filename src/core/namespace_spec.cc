@@ -21,8 +21,9 @@ StatusOr<std::string> NamespaceSpec::Fingerprint() const {
   if (layer_types.empty()) return Status::InvalidArgument("namespace needs layers");
   std::string sig;
   for (const std::string& t : layer_types) {
-    PKV_ASSIGN_OR_RETURN(CacheFamily f, CacheTypeRegistry::Lookup(t));
-    sig += CacheFamilyLetter(f);
+    StatusOr<CacheFamily> f = CacheTypeRegistry::Lookup(t);
+    if (!f.ok()) return Status::InvalidArgument(f.status().message());
+    sig += CacheFamilyLetter(*f);
   }
   return "prefixkv/v1|model=" + model + "|layers=" + std::to_string(layer_types.size()) +
          "|block=" + std::to_string(block_tokens) +

@@ -1,0 +1,295 @@
+// Engine: open, register, store / match / restore, values, restart, close,
+// and the one hot budget every model shares.
+#include "prefixkv/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "prefixkv/advanced/shared_hot_budget.h"
+#include "prefixkv/advanced/ssd_tier.h"
+#include "tests/support/test_util.h"
+
+namespace prefixkv {
+namespace {
+
+constexpr uint32_t kBlockTokens = 4;
+
+NamespaceSpec KvSpec(const std::string& model = "engine-model", size_t layers = 2) {
+  NamespaceSpec spec;
+  spec.model = model;
+  spec.block_tokens = kBlockTokens;
+  spec.dtype = DType::kFloat32;
+  spec.layer_types = std::vector<std::string>(layers, "KVCache");
+  return spec;
+}
+
+std::vector<int32_t> Tokens(size_t n, int32_t first = 0) {
+  std::vector<int32_t> t(n);
+  std::iota(t.begin(), t.end(), first);
+  return t;
+}
+
+// KVCache layers of `tokens` positions: keys and values [1, 2, tokens, 8].
+std::vector<LayerState> KvLayers(size_t layers, int64_t tokens, std::mt19937_64& rng) {
+  std::vector<LayerState> out(layers);
+  for (LayerState& l : out) {
+    l.cache_type = "KVCache";
+    l.meta = {std::to_string(tokens)};
+    for (int i = 0; i < 2; ++i) {
+      l.tensors.push_back(testing::RandomTensor(rng, DType::kFloat32, {1, 2, tokens, 8}));
+    }
+  }
+  return out;
+}
+
+EngineOptions Quiet(EngineOptions o) {
+  o.log = [](std::string_view) {};
+  return o;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Engine> Open(EngineOptions o) {
+    StatusOr<std::unique_ptr<Engine>> e = Engine::Open(Quiet(std::move(o)));
+    EXPECT_OK(e);
+    return e.ok() ? std::move(e).value() : nullptr;
+  }
+  EngineOptions OnDisk(uint64_t hot_bytes = 1 << 20) {
+    EngineOptions o;
+    o.data_dir = dir_.str();
+    o.hot_capacity_bytes = hot_bytes;
+    return o;
+  }
+  // Stores `tokens` with fresh random layers and returns the layers.
+  std::vector<LayerState> StoreAll(Engine& e, Namespace ns,
+                                   const std::vector<int32_t>& tokens) {
+    std::vector<LayerState> layers =
+        KvLayers(2, static_cast<int64_t>(tokens.size()), rng_);
+    StatusOr<StoreResult> r = e.Store(ns, tokens, layers);
+    EXPECT_OK(r);
+    return layers;
+  }
+  RestoreResult MatchAndRestore(Engine& e, Namespace ns,
+                                const std::vector<int32_t>& tokens) {
+    StatusOr<MatchResult> m = e.Match(ns, tokens);
+    EXPECT_OK(m);
+    if (!m.ok()) return {};
+    StatusOr<RestoreResult> r = e.Restore(*m);
+    EXPECT_OK(r);
+    return r.ok() ? std::move(r).value() : RestoreResult{};
+  }
+
+  std::mt19937_64 rng_{testing::TestSeed("EngineTest")};
+  testing::TempDir dir_;
+};
+
+TEST_F(EngineTest, RamOnlyEngineRestoresWhatItStoredByteForByte) {
+  auto e = Open({.hot_capacity_bytes = 16 << 20});
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+  const std::vector<int32_t> tokens = Tokens(5 * kBlockTokens);
+  const std::vector<LayerState> layers = StoreAll(*e, ns, tokens);
+  RestoreResult r = MatchAndRestore(*e, ns, tokens);
+  EXPECT_EQ(r.restored_tokens, tokens.size());
+  EXPECT_EQ(r.blocks_from_hot, 5u);
+  EXPECT_EQ(r.layers, layers);
+  EXPECT_EQ(e->ssd_tier(), nullptr);
+  EXPECT_FALSE(e->Stats().has_ssd);
+}
+
+TEST_F(EngineTest, OptionsThatCannotWorkAreRejected) {
+  EXPECT_TRUE(
+      Engine::Open(Quiet({.hot_capacity_bytes = 0})).status().IsInvalidArgument());
+  EngineOptions missing = OnDisk();
+  missing.data_dir = (dir_.path() / "absent").string();
+  missing.create_if_missing = false;
+  EXPECT_TRUE(Engine::Open(Quiet(missing)).status().IsNotFound());
+  EXPECT_FALSE(std::filesystem::exists(missing.data_dir)) << "nothing may be created";
+}
+
+TEST_F(EngineTest, ARestartRestoresFromSsd) {
+  const std::vector<int32_t> tokens = Tokens(6 * kBlockTokens);
+  std::vector<LayerState> layers;
+  {
+    auto e = Open(OnDisk());
+    ASSERT_NE(e, nullptr);
+    ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+    layers = StoreAll(*e, ns, tokens);
+    EXPECT_GT(e->Stats().dirty_blocks, 0u) << "write-back: blocks start in RAM only";
+    ASSERT_OK(e->Close());
+  }
+  auto e = Open(OnDisk());
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+  ASSERT_OK_AND_ASSIGN(MatchResult m, e->Match(ns, tokens));
+  EXPECT_EQ(m.tiers, std::vector<TierLevel>(6, TierLevel::kSsd));
+  RestoreResult r = MatchAndRestore(*e, ns, tokens);
+  EXPECT_EQ(r.restored_tokens, tokens.size());
+  EXPECT_EQ(r.blocks_from_ssd, 6u);
+  EXPECT_EQ(r.layers, layers);
+}
+
+TEST_F(EngineTest, TheDestructorClosesAndPersistsAnEngineNobodyClosed) {
+  const std::vector<int32_t> tokens = Tokens(3 * kBlockTokens);
+  {
+    auto e = Open(OnDisk());
+    ASSERT_NE(e, nullptr);
+    ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+    StoreAll(*e, ns, tokens);
+  }
+  auto e = Open(OnDisk());
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->ssd_tier()->open_report().blocks, 3u);
+  EXPECT_TRUE(e->ssd_tier()->open_report().previous_shutdown_clean);
+}
+
+TEST_F(EngineTest, EveryCallAfterCloseIsRefusedAndCloseIsIdempotent) {
+  auto e = Open(OnDisk());
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+  ASSERT_OK(e->Close());
+  EXPECT_TRUE(e->closed());
+  ASSERT_OK(e->Close());
+  EXPECT_TRUE(e->Match(ns, Tokens(4)).status().IsInvalidArgument());
+  EXPECT_TRUE(e->Store(ns, Tokens(4), {}).status().IsInvalidArgument());
+  EXPECT_TRUE(e->RegisterModel(KvSpec("other")).status().IsInvalidArgument());
+  EXPECT_TRUE(
+      e->PutValue("k", SharedBytes::Copy(std::string_view("v"))).IsInvalidArgument());
+  EXPECT_TRUE(e->GetValue("k").status().IsInvalidArgument());
+  EXPECT_TRUE(e->Flush().IsInvalidArgument());
+  EXPECT_TRUE(e->Audit().status().IsInvalidArgument());
+  EXPECT_EQ(e->Stats().hot.entries, 0u);
+}
+
+TEST_F(EngineTest, RegisteringTheSameSpecTwiceGivesTheSameNamespace) {
+  auto e = Open(OnDisk());
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace a, e->RegisterModel(KvSpec()));
+  ASSERT_OK_AND_ASSIGN(Namespace b, e->RegisterModel(KvSpec()));
+  EXPECT_EQ(a.index, b.index);
+  EXPECT_EQ(a.root, b.root);
+  EXPECT_TRUE(e->RegisterModel(KvSpec(), {.store_partial_tail = true})
+                  .status()
+                  .IsInvalidArgument());
+  NamespaceSpec bad = KvSpec();
+  bad.layer_types[0] = "NoSuchCache";
+  EXPECT_TRUE(e->RegisterModel(bad).status().IsInvalidArgument());
+  ASSERT_OK_AND_ASSIGN(Namespace found, e->FindModel(a.root));
+  EXPECT_EQ(found.index, a.index);
+  EXPECT_TRUE(e->FindModel(BlockKey{1, 2}).status().IsNotFound());
+  EXPECT_EQ(e->Stats().owners.size(), 1u) << "a failed registration adds no owner";
+}
+
+TEST_F(EngineTest, EachModelIsAnOwnerOfOneBudgetThatNeverOverflows) {
+  // Two models share 64 KiB; each store of one pushes the other's least
+  // recently used blocks out to SSD, through that model's own spill path.
+  auto e = Open(OnDisk(64 << 10));
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace a, e->RegisterModel(KvSpec("model-a")));
+  ASSERT_OK_AND_ASSIGN(Namespace b, e->RegisterModel(KvSpec("model-b")));
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 12; ++i) {
+    prompts.push_back(Tokens(4 * kBlockTokens, 1000 * i));
+    StoreAll(*e, i % 2 == 0 ? a : b, prompts.back());
+    const EngineStats s = e->Stats();
+    ASSERT_LE(s.hot.bytes, s.hot_capacity_bytes);
+    ASSERT_EQ(s.owners.size(), 2u);
+    EXPECT_EQ(s.hot.bytes, s.owners[0].hot.bytes + s.owners[1].hot.bytes);
+  }
+  const EngineStats s = e->Stats();
+  EXPECT_EQ(s.owners[0].name, "model-a");
+  EXPECT_EQ(s.owners[1].name, "model-b");
+  EXPECT_GT(s.owners[0].hot.evictions, 0u) << "b's stores evict a's blocks too";
+  EXPECT_GT(s.ssd.entries, 0u);
+  // Nothing was lost: every prompt restores completely, from RAM or SSD.
+  for (int i = 0; i < 12; ++i) {
+    RestoreResult r = MatchAndRestore(*e, i % 2 == 0 ? a : b, prompts[i]);
+    EXPECT_EQ(r.restored_tokens, prompts[i].size()) << "prompt " << i;
+  }
+  ASSERT_OK_AND_ASSIGN(EngineAudit audit, e->Audit());
+  EXPECT_TRUE(audit.ok()) << (audit.findings.empty() ? "orphans"
+                                                     : audit.findings[0].what + ": " +
+                                                           audit.findings[0].detail);
+}
+
+TEST_F(EngineTest, AModelQuotaCapsItsShareOfTheBudget) {
+  auto e = Open(OnDisk(1 << 20));
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns,
+                       e->RegisterModel(KvSpec(), {.hot_quota_bytes = 16 << 10}));
+  for (int i = 0; i < 8; ++i) StoreAll(*e, ns, Tokens(4 * kBlockTokens, 100 * i));
+  const EngineStats s = e->Stats();
+  EXPECT_LE(s.owners[0].hot.bytes, 16u << 10);
+  EXPECT_EQ(s.owners[0].hot_quota_bytes, std::optional<uint64_t>(16 << 10));
+  EXPECT_GT(s.owners[0].hot.evictions, 0u);
+}
+
+TEST_F(EngineTest, TheSameModelNameWithAnotherLayoutIsAnotherOwner) {
+  auto e = Open({.hot_capacity_bytes = 1 << 20});
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK(e->RegisterModel(KvSpec("llama", 2)).status());
+  ASSERT_OK_AND_ASSIGN(Namespace other, e->RegisterModel(KvSpec("llama", 3)));
+  const EngineStats s = e->Stats();
+  ASSERT_EQ(s.owners.size(), 2u);
+  EXPECT_EQ(s.owners[0].name, "llama");
+  EXPECT_EQ(s.owners[1].name, "llama@" + other.root.ToHex().substr(0, 8));
+}
+
+TEST_F(EngineTest, WriteThroughStoresOnSsdBeforeStoreReturns) {
+  EngineOptions o = OnDisk();
+  o.write_through = true;
+  auto e = Open(o);
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+  StoreAll(*e, ns, Tokens(3 * kBlockTokens));
+  const EngineStats s = e->Stats();
+  EXPECT_EQ(s.dirty_blocks, 0u);
+  EXPECT_EQ(s.ssd.entries, 3u);
+  EXPECT_EQ(s.hot.entries, 3u) << "and a clean copy stays in RAM";
+}
+
+TEST_F(EngineTest, ValuesLiveApartFromBlocksAndSurviveARestart) {
+  {
+    auto e = Open(OnDisk());
+    ASSERT_NE(e, nullptr);
+    ASSERT_OK(e->PutValue("greeting", SharedBytes::Copy(std::string_view("hello"))));
+    ASSERT_OK(e->PutValue("gone", SharedBytes::Copy(std::string_view("x"))));
+    EXPECT_TRUE(e->ContainsValue("greeting"));
+    ASSERT_OK_AND_ASSIGN(bool deleted, e->DeleteValue("gone"));
+    EXPECT_TRUE(deleted);
+    ASSERT_OK_AND_ASSIGN(bool again, e->DeleteValue("gone"));
+    EXPECT_FALSE(again);
+    EXPECT_TRUE(e->GetValue("gone").status().IsNotFound());
+    ASSERT_OK(
+        e->PutValue("greeting", SharedBytes::Copy(std::string_view("hello, again"))));
+    const EngineStats s = e->Stats();
+    ASSERT_EQ(s.owners.size(), 1u);
+    EXPECT_EQ(s.owners[0].name, "values");
+  }
+  auto e = Open(OnDisk());
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(SharedBytes v, e->GetValue("greeting"));
+  EXPECT_EQ(v.view(), "hello, again");
+  EXPECT_FALSE(e->ContainsValue("gone"));
+}
+
+TEST_F(EngineTest, FlushMakesEveryStoredBlockDurableOnSsd) {
+  auto e = Open(OnDisk());
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+  StoreAll(*e, ns, Tokens(4 * kBlockTokens));
+  EXPECT_EQ(e->Stats().ssd.entries, 0u);
+  ASSERT_OK(e->Flush());
+  const EngineStats s = e->Stats();
+  EXPECT_EQ(s.dirty_blocks, 0u);
+  EXPECT_EQ(s.ssd_queued_blocks, 0u);
+  EXPECT_EQ(s.ssd.entries, 4u);
+}
+
+}  // namespace
+}  // namespace prefixkv
