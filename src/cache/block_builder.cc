@@ -72,7 +72,7 @@ StatusOr<LayerState> SliceLayer(const LayerState& layer, int64_t start, int64_t 
 
 }  // namespace
 
-Status CheckStoreLayers(const PrefixCache::NamespaceState& ns, size_t token_count,
+Status CheckStoreLayers(const cache::NamespaceState& ns, size_t token_count,
                         const std::vector<LayerState>& layers) {
   if (layers.size() != ns.families.size()) {
     return Status::InvalidArgument("store has " + std::to_string(layers.size()) +
@@ -95,7 +95,7 @@ Status CheckStoreLayers(const PrefixCache::NamespaceState& ns, size_t token_coun
   return Status::OK();
 }
 
-StatusOr<BlockRecord> BuildBlock(const PrefixCache::NamespaceState& ns,
+StatusOr<BlockRecord> BuildBlock(const cache::NamespaceState& ns,
                                  std::span<const int32_t> tokens,
                                  const std::vector<LayerState>& layers,
                                  const PlannedBlock& block, bool with_tip_state) {

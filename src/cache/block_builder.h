@@ -21,7 +21,7 @@ namespace prefixkv::cache {
 // family as the spec's layer type, sliceable tensors of the namespace dtype
 // with `token_count` rows on the token axis, rotating meta parsable with
 // offset == token_count.
-Status CheckStoreLayers(const PrefixCache::NamespaceState& ns, size_t token_count,
+Status CheckStoreLayers(const cache::NamespaceState& ns, size_t token_count,
                         const std::vector<LayerState>& layers);
 
 // One block of a store: where it sits and what it is called.
@@ -35,7 +35,7 @@ struct PlannedBlock {
 // The record of `block` cut from a store's layers. `with_tip_state`: tip-only
 // layers carry the real state (else placeholders). A block shorter than
 // block_tokens is marked partial. REQUIRES: CheckStoreLayers passed.
-StatusOr<BlockRecord> BuildBlock(const PrefixCache::NamespaceState& ns,
+StatusOr<BlockRecord> BuildBlock(const cache::NamespaceState& ns,
                                  std::span<const int32_t> tokens,
                                  const std::vector<LayerState>& layers,
                                  const PlannedBlock& block, bool with_tip_state);

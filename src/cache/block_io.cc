@@ -3,9 +3,8 @@
 
 namespace prefixkv::cache {
 
-StatusOr<LoadedBlock> LoadBlock(const PrefixCache::NamespaceState& ns,
-                                const BlockKey& key, bool allow_promotion,
-                                const DecodeLimits& limits) {
+StatusOr<LoadedBlock> LoadBlock(const cache::NamespaceState& ns, const BlockKey& key,
+                                bool allow_promotion, const DecodeLimits& limits) {
   PKV_ASSIGN_OR_RETURN(TierHit hit, ns.tiers->Get(key, allow_promotion));
   // Hot bytes were encoded by this process and never left memory: decode in
   // place without a checksum pass. SSD bytes are verified again here on top
@@ -20,13 +19,13 @@ StatusOr<LoadedBlock> LoadBlock(const PrefixCache::NamespaceState& ns,
   return LoadedBlock{std::move(record), hit.level};
 }
 
-Status PutBlock(const PrefixCache::NamespaceState& ns, const BlockRecord& record,
+Status PutBlock(const cache::NamespaceState& ns, const BlockRecord& record,
                 const EncodeOptions& options) {
   PKV_ASSIGN_OR_RETURN(SharedBytes payload, EncodeBlock(record, options));
   return ns.tiers->Put(ns.MetaFor(record.key, record.parent), std::move(payload));
 }
 
-Status RewriteBlock(const PrefixCache::NamespaceState& ns, const BlockRecord& record,
+Status RewriteBlock(const cache::NamespaceState& ns, const BlockRecord& record,
                     const EncodeOptions& options) {
   PKV_ASSIGN_OR_RETURN(SharedBytes payload, EncodeBlock(record, options));
   return ns.tiers->Rewrite(ns.MetaFor(record.key, record.parent), std::move(payload));

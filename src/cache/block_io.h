@@ -15,16 +15,15 @@ struct LoadedBlock {
 // view the hot tier's bytes: zero copy); SSD reads were verified by the tier
 // and are decoded with the checksum check as well. NotFound for a miss,
 // Corruption for a record that does not decode.
-StatusOr<LoadedBlock> LoadBlock(const PrefixCache::NamespaceState& ns,
-                                const BlockKey& key, bool allow_promotion,
-                                const DecodeLimits& limits);
+StatusOr<LoadedBlock> LoadBlock(const cache::NamespaceState& ns, const BlockKey& key,
+                                bool allow_promotion, const DecodeLimits& limits);
 
 // Encodes `record` and puts it as a new block.
-Status PutBlock(const PrefixCache::NamespaceState& ns, const BlockRecord& record,
+Status PutBlock(const cache::NamespaceState& ns, const BlockRecord& record,
                 const EncodeOptions& options);
 
 // Encodes `record` and rewrites the block in every tier holding it.
-Status RewriteBlock(const PrefixCache::NamespaceState& ns, const BlockRecord& record,
+Status RewriteBlock(const cache::NamespaceState& ns, const BlockRecord& record,
                     const EncodeOptions& options);
 
 }  // namespace prefixkv::cache

@@ -21,7 +21,7 @@ bool SameShapeExceptTokens(const Tensor& a, const Tensor& b) {
   return true;
 }
 
-Status CheckSliceableLayer(const PrefixCache::NamespaceState& ns, size_t l,
+Status CheckSliceableLayer(const cache::NamespaceState& ns, size_t l,
                            const LayerState& layer, int64_t rows,
                            const LayerState* first) {
   if (layer.placeholder || layer.tensors.empty())
@@ -46,7 +46,7 @@ Status CheckSliceableLayer(const PrefixCache::NamespaceState& ns, size_t l,
   return Status::OK();
 }
 
-Status CheckTipOnlyLayer(const PrefixCache::NamespaceState& ns, size_t l,
+Status CheckTipOnlyLayer(const cache::NamespaceState& ns, size_t l,
                          const LayerState& layer, int64_t end_tokens) {
   if (layer.placeholder) {
     return layer.tensors.empty() ? Status::OK() : Bad(l, "placeholder with tensors");
@@ -64,7 +64,7 @@ Status CheckTipOnlyLayer(const PrefixCache::NamespaceState& ns, size_t l,
   return Status::OK();
 }
 
-Status CheckHeader(const PrefixCache::NamespaceState& ns, const BlockRecord& rec,
+Status CheckHeader(const cache::NamespaceState& ns, const BlockRecord& rec,
                    const BlockKey& parent, std::span<const int32_t> tokens) {
   if (rec.parent != parent)
     return Status::Corruption("parent link does not match the chain");
@@ -90,7 +90,7 @@ Status CheckHeader(const PrefixCache::NamespaceState& ns, const BlockRecord& rec
 
 }  // namespace
 
-Status ValidateBlock(const PrefixCache::NamespaceState& ns, const BlockRecord& rec,
+Status ValidateBlock(const cache::NamespaceState& ns, const BlockRecord& rec,
                      size_t start, const BlockKey& parent,
                      std::span<const int32_t> tokens, const BlockRecord* first) {
   PKV_RETURN_IF_ERROR(CheckHeader(ns, rec, parent, tokens));

@@ -15,7 +15,7 @@ namespace prefixkv::cache {
 // shapes as the `first` block of the restore (null for the first block
 // itself), real rotating layers with offset == start + tokens.size().
 // Corruption (with the reason) for the first mismatch.
-Status ValidateBlock(const PrefixCache::NamespaceState& ns, const BlockRecord& record,
+Status ValidateBlock(const cache::NamespaceState& ns, const BlockRecord& record,
                      size_t start, const BlockKey& parent,
                      std::span<const int32_t> tokens, const BlockRecord* first);
 

@@ -13,7 +13,7 @@
 namespace prefixkv {
 
 // Immutable after registration except `lineage`, which `store_mu` guards.
-class PrefixCache::NamespaceState {
+class cache::NamespaceState {
  public:
   NamespaceSpec spec;
   std::string fingerprint;

@@ -31,8 +31,7 @@ namespace {
 
 // Reads the persisted lineage; a missing or unreadable record starts empty
 // (the cost is only that the next grandparent is not stripped).
-TipLineage LoadLineage(const PrefixCache::NamespaceState& ns,
-                       const DecodeLimits& limits) {
+TipLineage LoadLineage(const cache::NamespaceState& ns, const DecodeLimits& limits) {
   BlockTier* lowest = ns.tiers->lowest();
   StatusOr<SharedBytes> payload = lowest->Get(TipLineage::RecordKey(ns.root));
   if (!payload.ok()) return {};
@@ -52,7 +51,7 @@ StatusOr<Namespace> PrefixCache::RegisterModel(const NamespaceSpec& spec,
     return Status::InvalidArgument("no tiers for namespace " + spec.model);
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < namespaces_.size(); ++i) {
-    const NamespaceState& known = *namespaces_[i];
+    const cache::NamespaceState& known = *namespaces_[i];
     if (known.fingerprint != fingerprint) continue;
     if (known.tiers != tiers || known.owner != options.owner ||
         known.partial_tail != options.store_partial_tail) {
@@ -61,7 +60,7 @@ StatusOr<Namespace> PrefixCache::RegisterModel(const NamespaceSpec& spec,
     }
     return Namespace{static_cast<uint32_t>(i), known.root};
   }
-  auto ns = std::make_unique<NamespaceState>();
+  auto ns = std::make_unique<cache::NamespaceState>();
   ns->spec = spec;
   ns->fingerprint = fingerprint;
   ns->root = NamespaceRootFromFingerprint(fingerprint);
@@ -79,7 +78,7 @@ StatusOr<Namespace> PrefixCache::RegisterModel(const NamespaceSpec& spec,
                    namespaces_.back()->root};
 }
 
-StatusOr<PrefixCache::NamespaceState*> PrefixCache::Find(Namespace ns) const {
+StatusOr<cache::NamespaceState*> PrefixCache::Find(Namespace ns) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (ns.index >= namespaces_.size() || namespaces_[ns.index]->root != ns.root) {
     return Status::InvalidArgument("unknown namespace " + ns.root.ToHex());
@@ -90,14 +89,14 @@ StatusOr<PrefixCache::NamespaceState*> PrefixCache::Find(Namespace ns) const {
 namespace {
 
 // True when the cached block `key` carries real tip-only state.
-bool IsRealTip(const PrefixCache::NamespaceState& ns, const BlockKey& key,
+bool IsRealTip(const cache::NamespaceState& ns, const BlockKey& key,
                const DecodeLimits& limits) {
   StatusOr<cache::LoadedBlock> block = cache::LoadBlock(ns, key, false, limits);
   return block.ok() && cache::HasRealTipState(ns.families, block->record);
 }
 
 // Rewrites the grandparent tip with placeholders for its tip-only layers.
-Status StripTip(const PrefixCache::NamespaceState& ns, const BlockKey& key,
+Status StripTip(const cache::NamespaceState& ns, const BlockKey& key,
                 const PrefixCacheOptions& options) {
   StatusOr<cache::LoadedBlock> block =
       cache::LoadBlock(ns, key, false, options.decode_limits);
@@ -107,7 +106,7 @@ Status StripTip(const PrefixCache::NamespaceState& ns, const BlockKey& key,
   return cache::RewriteBlock(ns, block->record, options.encode);
 }
 
-Status PersistLineage(PrefixCache::NamespaceState& ns) {
+Status PersistLineage(cache::NamespaceState& ns) {
   // Tips evicted from every tier can never be a previous tip again.
   ns.lineage.RetainIf([&](const BlockKey& k) { return ns.tiers->Contains(k); });
   PKV_ASSIGN_OR_RETURN(SharedBytes payload, EncodeBlock(ns.lineage.ToRecord(ns.root)));
@@ -120,7 +119,7 @@ Status PersistLineage(PrefixCache::NamespaceState& ns) {
 // key is; a partial tail tip when its parent is and its tokens are the
 // store's tokens at that position. Interior blocks a store branches off are
 // never recorded, so never found.
-BlockKey FindPreviousTip(const PrefixCache::NamespaceState& ns,
+BlockKey FindPreviousTip(const cache::NamespaceState& ns,
                          const std::vector<cache::PlannedBlock>& plan,
                          std::span<const int32_t> tokens) {
   const cache::PlannedBlock& tip = plan.back();
@@ -152,7 +151,7 @@ BlockKey FindPreviousTip(const PrefixCache::NamespaceState& ns,
 }
 
 // Supersede-on-extend for a store whose real tip is plan.back() (DESIGN 6).
-Status UpdateLineage(PrefixCache::NamespaceState& ns,
+Status UpdateLineage(cache::NamespaceState& ns,
                      const std::vector<cache::PlannedBlock>& plan,
                      std::span<const int32_t> tokens, const PrefixCacheOptions& options,
                      StoreResult* result) {
@@ -173,7 +172,7 @@ Status UpdateLineage(PrefixCache::NamespaceState& ns,
 }
 
 // The blocks of a store: every full block, then the partial tail if opted in.
-std::vector<cache::PlannedBlock> PlanBlocks(const PrefixCache::NamespaceState& ns,
+std::vector<cache::PlannedBlock> PlanBlocks(const cache::NamespaceState& ns,
                                             std::span<const int32_t> tokens) {
   const uint32_t block = ns.spec.block_tokens;
   std::vector<cache::PlannedBlock> plan;
@@ -194,7 +193,7 @@ std::vector<cache::PlannedBlock> PlanBlocks(const PrefixCache::NamespaceState& n
 StatusOr<StoreResult> PrefixCache::Store(Namespace handle,
                                          std::span<const int32_t> tokens,
                                          const std::vector<LayerState>& layers) {
-  PKV_ASSIGN_OR_RETURN(NamespaceState * ns, Find(handle));
+  PKV_ASSIGN_OR_RETURN(cache::NamespaceState * ns, Find(handle));
   PKV_RETURN_IF_ERROR(cache::CheckStoreLayers(*ns, tokens.size(), layers));
   StoreResult result;
   const std::vector<cache::PlannedBlock> plan = PlanBlocks(*ns, tokens);
@@ -236,7 +235,7 @@ StatusOr<StoreResult> PrefixCache::Store(Namespace handle,
 
 StatusOr<MatchResult> PrefixCache::Match(Namespace handle,
                                          std::span<const int32_t> tokens) const {
-  PKV_ASSIGN_OR_RETURN(NamespaceState * ns, Find(handle));
+  PKV_ASSIGN_OR_RETURN(cache::NamespaceState * ns, Find(handle));
   const uint32_t block = ns->spec.block_tokens;
   MatchResult match;
   match.ns = handle;
@@ -271,7 +270,7 @@ StatusOr<MatchResult> PrefixCache::Match(Namespace handle,
 
 StatusOr<std::vector<std::pair<BlockKey, BlockKey>>> PrefixCache::RecordedTips(
     Namespace handle) const {
-  PKV_ASSIGN_OR_RETURN(NamespaceState * ns, Find(handle));
+  PKV_ASSIGN_OR_RETURN(cache::NamespaceState * ns, Find(handle));
   std::lock_guard<std::mutex> lock(ns->store_mu);
   return ns->lineage.Entries();
 }

@@ -23,7 +23,7 @@ namespace {
 using cache::LoadedBlock;
 
 // Loads and validates blocks in chain order until one fails; `reason` says why.
-std::vector<LoadedBlock> LoadValidBlocks(const PrefixCache::NamespaceState& ns,
+std::vector<LoadedBlock> LoadValidBlocks(const cache::NamespaceState& ns,
                                          const MatchResult& match,
                                          const DecodeLimits& limits,
                                          std::string* reason) {
@@ -54,8 +54,7 @@ std::vector<LoadedBlock> LoadValidBlocks(const PrefixCache::NamespaceState& ns,
 
 // Drops trailing blocks without real tip-only state; returns the reason when
 // it dropped any.
-std::string WalkBack(const PrefixCache::NamespaceState& ns,
-                     std::vector<LoadedBlock>* blocks) {
+std::string WalkBack(const cache::NamespaceState& ns, std::vector<LoadedBlock>* blocks) {
   if (!ns.has_tip_only || blocks->empty()) return "";
   size_t keep = blocks->size();
   while (keep > 0 && !cache::HasRealTipState(ns.families, (*blocks)[keep - 1].record))
@@ -83,7 +82,7 @@ size_t TokensOf(const std::vector<LoadedBlock>& blocks) {
 // with tip-only layers. This finds the longest recorded partial tip on the
 // matched path that ends after `kept` tokens, and returns the blocks before it
 // plus that tip, loaded and validated; empty when there is none (or it is gone).
-std::vector<LoadedBlock> LoadOffChainTip(PrefixCache::NamespaceState& ns,
+std::vector<LoadedBlock> LoadOffChainTip(cache::NamespaceState& ns,
                                          const MatchResult& match,
                                          const std::vector<LoadedBlock>& loaded,
                                          size_t kept, const DecodeLimits& limits) {
@@ -146,7 +145,7 @@ StatusOr<LayerState> AssembleSliceable(const std::vector<LoadedBlock>& blocks, s
   return out;
 }
 
-StatusOr<std::vector<LayerState>> Assemble(const PrefixCache::NamespaceState& ns,
+StatusOr<std::vector<LayerState>> Assemble(const cache::NamespaceState& ns,
                                            const std::vector<LoadedBlock>& blocks) {
   std::vector<LayerState> layers;
   layers.reserve(ns.families.size());
@@ -184,7 +183,7 @@ WindowPadding PrefixCache::DetectWindowPadding(const std::vector<LayerState>& la
 }
 
 StatusOr<RestoreResult> PrefixCache::Restore(const MatchResult& match) {
-  PKV_ASSIGN_OR_RETURN(NamespaceState * ns, Find(match.ns));
+  PKV_ASSIGN_OR_RETURN(cache::NamespaceState * ns, Find(match.ns));
   // Every matched block is full except perhaps a partial last one.
   const size_t b = ns->spec.block_tokens;
   const size_t k = match.keys.size();

@@ -47,6 +47,10 @@
 
 namespace prefixkv {
 
+namespace cache {
+class NamespaceState;  // src/cache/namespace_state.h
+}  // namespace cache
+
 struct NamespaceOptions {
   // The tiers this model's blocks live in; null: the cache's default stack.
   // A model with its own hot-tier owner view needs its own stack.
@@ -117,15 +121,13 @@ class PrefixCache {
   // from any rotating-family layer that is not a placeholder).
   static WindowPadding DetectWindowPadding(const std::vector<LayerState>& layers);
 
-  class NamespaceState;  // src/cache/namespace_state.h
-
  private:
-  StatusOr<NamespaceState*> Find(Namespace ns) const;
+  StatusOr<cache::NamespaceState*> Find(Namespace ns) const;
 
   TierStack* const default_tiers_;
   const PrefixCacheOptions options_;
   mutable std::mutex mu_;
-  std::vector<std::unique_ptr<NamespaceState>>
+  std::vector<std::unique_ptr<cache::NamespaceState>>
       namespaces_;  // GUARDED_BY(mu_), append-only
 };
 
