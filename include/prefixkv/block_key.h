@@ -1,4 +1,4 @@
-// Block keys: deterministic, documented, versioned chain hashes (DESIGN section 3).
+// Block keys: deterministic, documented, versioned chain hashes (docs/format.md §1).
 //
 //   root   = XXH3-128(namespace fingerprint string)
 //   key(i) = XXH3-128(key(i-1) as 16 bytes LE || tokens as int32 LE ||

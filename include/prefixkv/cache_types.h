@@ -2,7 +2,7 @@
 // everything that treats layers differently (store, strip, restore,
 // compatibility) asks for the family, never compares exact names.
 //
-// Families (DESIGN section 5):
+// Families (docs/format.md §2.2):
 //   kSliceableKV  full-attention KV: every block holds its own token slice
 //   kQuantizedKV  quantized full-attention KV: sliceable, with its own meta
 //   kRotating     sliding-window state: valid at one position, tip-only

@@ -1,4 +1,4 @@
-// The prefixkv network server (DESIGN section 11): RESP2, the Redis protocol,
+// The prefixkv network server (docs/protocol.md): RESP2, the Redis protocol,
 // over TCP, so redis-cli, redis-benchmark and any Redis client work unchanged.
 //
 // It serves two key spaces over the same tiers: raw keys (GET/SET/DEL/... a

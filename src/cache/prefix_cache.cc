@@ -150,7 +150,7 @@ BlockKey FindPreviousTip(const cache::NamespaceState& ns,
   return previous;
 }
 
-// Supersede-on-extend for a store whose real tip is plan.back() (DESIGN 6).
+// Supersede-on-extend for a store whose real tip is plan.back() (docs/prefix_cache.md, "Supersede-on-extend lineage").
 Status UpdateLineage(cache::NamespaceState& ns,
                      const std::vector<cache::PlannedBlock>& plan,
                      std::span<const int32_t> tokens, const PrefixCacheOptions& options,

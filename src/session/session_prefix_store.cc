@@ -1,4 +1,4 @@
-// HotKvStateManager, part 3: the bridge to the Engine's prefix cache (DESIGN section 8).
+// HotKvStateManager, part 3: the bridge to the Engine's prefix cache (docs/session.md).
 //
 // Restore: Match + Restore the session's tokens, rebuild one LayerKvCache per
 // owned layer from the restored LayerStates and open the session with them.

@@ -1,4 +1,4 @@
-// Sessions on a PrefixCache (DESIGN section 8, issue #7): a Prefill that opens a
+// Sessions on a PrefixCache (docs/session.md, issue #7): a Prefill that opens a
 // session restores the longest cached prefix and computes only the rest; a
 // session is stored at the end of a turn, on release, on TTL and LRU eviction
 // and when a newer epoch supersedes it; a conversation continues after a

@@ -1,6 +1,6 @@
 // `prefixkv replay TRACE.jsonl`: replay a Mooncake-format trace over a real
-// hot tier and SSD tier and print prefix hit ratios per tier (DESIGN section
-// 10; semantics in src/cache/trace_replay.h and docs/prefix_cache.md).
+// hot tier and SSD tier and print prefix hit ratios per tier (semantics in
+// tools/replay/trace_replay.h and docs/prefix_cache.md).
 #include <unistd.h>
 
 #include <cstdio>

@@ -1,4 +1,4 @@
-// `prefixkv serve`: the RESP server (DESIGN section 11) over a hot RAM tier
+// `prefixkv serve`: the RESP server (docs/protocol.md) over a hot RAM tier
 // with write-back to an SSD tier in --data-dir, until SIGINT or SIGTERM.
 //
 // Shutdown order is what makes every acknowledged write durable: stop the

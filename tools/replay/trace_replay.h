@@ -1,4 +1,4 @@
-// Trace replay (DESIGN section 10): drive a TierStack with a Mooncake-format
+// Trace replay (docs/prefix_cache.md, "prefixkv replay"): drive a TierStack with a Mooncake-format
 // trace and measure prefix hit ratios per tier.
 //
 // Each hash id is one block of `block_tokens` tokens; equal ids are equal

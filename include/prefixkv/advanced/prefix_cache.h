@@ -1,5 +1,5 @@
 // PrefixCache: store, match and restore paged KV caches by token prefix
-// (DESIGN sections 2, 5 and 6).
+// (docs/prefix_cache.md).
 //
 // A model registers its layout and gets a Namespace. Store() cuts the per-layer
 // caches of a token sequence into full blocks of `block_tokens` tokens, names

@@ -1,6 +1,6 @@
 // TipLineage: the recorded tips of one namespace and the tip each extended.
 //
-// Supersede-on-extend (DESIGN section 6) needs, for a store's previous tip P,
+// Supersede-on-extend (docs/prefix_cache.md, "Supersede-on-extend lineage") needs, for a store's previous tip P,
 // the tip recorded before P (the grandparent G), which is stripped. The
 // lineage maps every recorded real tip to the tip it extended. A stripped or
 // overwritten tip leaves the map, so the map holds only tips that are real.
