@@ -85,10 +85,10 @@ inline std::vector<LayerState> KvOnlyLayers(int64_t seq_len) {
 // The block as stored in `tier` (decoded and verified).
 inline BlockRecord ReadBlock(BlockTier& tier, const BlockKey& key) {
   StatusOr<SharedBytes> payload = tier.Get(key);
-  EXPECT_TRUE(payload.ok()) << payload.status().ToString();
+  EXPECT_OK(payload);
   if (!payload.ok()) return {};
   StatusOr<BlockRecord> rec = DecodeBlock(*payload);
-  EXPECT_TRUE(rec.ok()) << rec.status().ToString();
+  EXPECT_OK(rec);
   return rec.ok() ? std::move(rec).value() : BlockRecord{};
 }
 
@@ -129,7 +129,7 @@ struct TestTiers {
     o.log = [](std::string_view) {};
     o.configure_ssd = [](SsdTierOptions& ssd) { ssd.write_buffer_bytes = 4 << 20; };
     StatusOr<std::unique_ptr<Engine>> opened = Engine::Open(o);
-    EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+    EXPECT_OK(opened);
     if (!opened.ok()) return;
     engine = std::move(opened).value();
     budget = engine->hot_budget();
@@ -138,7 +138,7 @@ struct TestTiers {
   ~TestTiers() {
     if (engine == nullptr) return;
     Status closed = engine->Close();
-    EXPECT_TRUE(closed.ok()) << closed.ToString();
+    EXPECT_OK(closed);
   }
 
   // Registers a model; `hot` and `stack` then are its hot view and stack.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/cache/cache_test_util.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace {
@@ -34,7 +35,7 @@ class PartialTailTest : public ::testing::Test {
     StatusOr<StoreResult> r =
         cache_.Store(ns, Conversation(tokens),
                      {KvLayer(n, &rng_), RotatingLayer(n, "RotatingKVCache", &rng_)});
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     return r.ok() ? *r : StoreResult{};
   }
 
@@ -49,7 +50,7 @@ TEST_F(PartialTailTest, UnalignedTurnRestoresToItsLastToken) {
   const std::vector<LayerState> layers = {KvLayer(10, &rng_),
                                           RotatingLayer(10, "RotatingKVCache", &rng_)};
   StatusOr<StoreResult> s = cache_.Store(ns, tokens, layers);
-  ASSERT_TRUE(s.ok());
+  ASSERT_OK(s);
   EXPECT_EQ(s->blocks, 3u);
   EXPECT_TRUE(s->tip_state_stored);
   EXPECT_TRUE(s->note.empty());
@@ -57,11 +58,11 @@ TEST_F(PartialTailTest, UnalignedTurnRestoresToItsLastToken) {
 
   std::vector<int32_t> prompt = Conversation(15);  // the next turn's prompt
   StatusOr<MatchResult> m = cache_.Match(ns, prompt);
-  ASSERT_TRUE(m.ok());
+  ASSERT_OK(m);
   EXPECT_EQ(m->keys.size(), 3u);
   EXPECT_EQ(m->matched_tokens(), 10u);
   StatusOr<RestoreResult> r = cache_.Restore(*m);
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->restored_tokens, 10u);
   EXPECT_TRUE(r->reason.empty()) << r->reason;
   EXPECT_EQ(r->layers[0], layers[0]);
@@ -111,7 +112,7 @@ TEST_F(PartialTailTest, PartialBlockIsValidatedAgainstTheMatchedLength) {
   EXPECT_TRUE(cache_.Restore(wrong).status().IsInvalidArgument());
   wrong.tokens.push_back(1);
   StatusOr<RestoreResult> r = cache_.Restore(wrong);
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->restored_tokens, 0u);  // the 3-token tail block is not 1 token
   EXPECT_NE(r->reason.find("block 1"), std::string::npos) << r->reason;
 }
@@ -129,12 +130,12 @@ TEST_F(PartialTailTest, AnEarlierPartialTipBesideTheChainIsRestored) {
   std::vector<int32_t> prompt = Conversation(8);
   prompt.insert(prompt.end(), {901, 902, 903, 904, 905});
   StatusOr<MatchResult> m = cache_.Match(ns, prompt);
-  ASSERT_TRUE(m.ok());
+  ASSERT_OK(m);
   // Full blocks 0 and 1 match and hold placeholders for the rotating layer;
   // the 6-token tip hangs off block 0, beside block 1.
   EXPECT_EQ(m->matched_tokens(), 8u);
   StatusOr<RestoreResult> r = cache_.Restore(*m);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->restored_tokens, 6u) << r->reason;
   ASSERT_EQ(r->layers.size(), 2u);
   EXPECT_EQ(r->layers[0].tensors[0].dim(2), 6);  // the KV slices up to the tip
@@ -145,7 +146,7 @@ TEST_F(PartialTailTest, AnEarlierPartialTipBesideTheChainIsRestored) {
   std::vector<int32_t> longer = Conversation(12);
   longer.push_back(77);
   r = cache_.Restore(cache_.Match(ns, longer).value());
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->restored_tokens, 12u);
 }
 

@@ -13,6 +13,7 @@
 
 #include "prefixkv/advanced/mem_tier.h"
 #include "tests/cache/cache_test_util.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace {
@@ -92,7 +93,7 @@ void RunModel(PrefixCache& cache, Namespace ns, uint64_t ops, std::mt19937_64& r
       for (uint64_t n = 1 + rng() % 9; n > 0; --n) {
         c->tokens.push_back(static_cast<int32_t>(rng() % 5));
       }
-      ASSERT_TRUE(cache.Store(ns, c->tokens, Reference(c->tokens)).ok());
+      ASSERT_OK(cache.Store(ns, c->tokens, Reference(c->tokens)));
     }
     // A prompt: a prefix of a conversation, maybe with new tokens after it.
     std::vector<int32_t> prompt = c->tokens;
@@ -100,9 +101,9 @@ void RunModel(PrefixCache& cache, Namespace ns, uint64_t ops, std::mt19937_64& r
     const bool exact = prompt.size() == c->tokens.size() && !ExtendedByAnother(convs, *c);
     if (rng() % 2) prompt.push_back(99);
     StatusOr<MatchResult> m = cache.Match(ns, prompt);
-    ASSERT_TRUE(m.ok());
+    ASSERT_OK(m);
     StatusOr<RestoreResult> r = cache.Restore(*m);
-    ASSERT_TRUE(r.ok());
+    ASSERT_OK(r);
     ASSERT_LE(r->restored_tokens, m->matched_tokens());
     if (exact && !c->tokens.empty()) {
       ASSERT_EQ(r->restored_tokens, c->tokens.size()) << "op " << op << ": " << r->reason;
@@ -137,8 +138,8 @@ TEST(PrefixCacheModel, RandomConversationsNeverRestoreAWrongByte) {
   PrefixCache cache(&stack);
   RunModel(cache, RegisterWithTail(cache), testing::Iterations(300, 20000), rng,
            [&](uint64_t, std::vector<AuditFinding>* findings) {
-             ASSERT_TRUE(budget->Audit(findings).ok());
-             ASSERT_TRUE(lower.Audit(findings).ok());
+             ASSERT_OK(budget->Audit(findings));
+             ASSERT_OK(lower.Audit(findings));
            });
   EXPECT_GT(hot->Totals().evictions, 0u) << "the hot tier should have spilled";
 }
@@ -152,9 +153,9 @@ TEST(PrefixCacheModel, RandomConversationsOverTheSsdTier) {
       tiers.Register(testing::HybridSpec(), {.store_partial_tail = true}).value();
   RunModel(cache, ns, testing::Iterations(120, 3000), rng,
            [&](uint64_t op, std::vector<AuditFinding>* findings) {
-             ASSERT_TRUE(tiers.budget->Audit(findings).ok());
+             ASSERT_OK(tiers.budget->Audit(findings));
              if (op % 30 == 29) {
-               ASSERT_TRUE(tiers.ssd->Audit(findings).ok());
+               ASSERT_OK(tiers.ssd->Audit(findings));
              }
            });
   EXPECT_GT(tiers.hot->Totals().evictions, 0u);

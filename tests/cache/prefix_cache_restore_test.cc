@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/cache/cache_test_util.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace {
@@ -23,15 +24,15 @@ class PrefixCacheRestoreTest : public ::testing::Test {
  protected:
   Namespace Register(const NamespaceSpec& spec) {
     StatusOr<Namespace> ns = tiers_->Register(spec);
-    EXPECT_TRUE(ns.ok()) << ns.status().ToString();
+    EXPECT_OK(ns);
     return ns.ok() ? *ns : Namespace{};
   }
 
   RestoreResult MatchAndRestore(Namespace ns, const std::vector<int32_t>& prompt) {
     StatusOr<MatchResult> match = tiers_->cache().Match(ns, prompt);
-    EXPECT_TRUE(match.ok()) << match.status().ToString();
+    EXPECT_OK(match);
     StatusOr<RestoreResult> r = tiers_->cache().Restore(*match);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     return r.ok() ? std::move(r).value() : RestoreResult{};
   }
 
@@ -45,7 +46,7 @@ TEST_F(PrefixCacheRestoreTest, RoundTripFromHotIsByteIdentical) {
   const std::vector<int32_t> tokens = Tokens(6);
   const int64_t n = static_cast<int64_t>(tokens.size());
   const std::vector<LayerState> layers = {KvLayer(n, &rng_), KvLayer(n, &rng_)};
-  ASSERT_TRUE(tiers_->cache().Store(ns, tokens, layers).ok());
+  ASSERT_OK(tiers_->cache().Store(ns, tokens, layers));
 
   RestoreResult r = MatchAndRestore(ns, tokens);
   EXPECT_EQ(r.restored_tokens, tokens.size());
@@ -60,7 +61,7 @@ TEST_F(PrefixCacheRestoreTest, RoundTripOfHybridModelRestoresTheTipWindow) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   const std::vector<LayerState> layers = {KvLayer(n, &rng_),
                                           RotatingLayer(n, "RotatingKVCache", &rng_)};
-  ASSERT_TRUE(tiers_->cache().Store(ns, tokens, layers).ok());
+  ASSERT_OK(tiers_->cache().Store(ns, tokens, layers));
 
   std::vector<int32_t> prompt = tokens;
   prompt.push_back(99);  // the next turn's prompt extends the stored tokens
@@ -81,8 +82,8 @@ TEST_F(PrefixCacheRestoreTest, RoundTripFromSsdIsByteIdenticalAndPromotes) {
     TestTiers before(kHotBytes, dir_.str());
     PrefixCache& cache = before.cache();
     ns = before.Register(KvOnlySpec()).value();
-    ASSERT_TRUE(cache.Store(ns, tokens, layers).ok());
-    ASSERT_TRUE(cache.Flush().ok());  // a clean shutdown writes dirty hot blocks
+    ASSERT_OK(cache.Store(ns, tokens, layers));
+    ASSERT_OK(cache.Flush());  // a clean shutdown writes dirty hot blocks
   }
   // A restart: empty hot tier, the same SSD directory.
   tiers_ = std::make_unique<TestTiers>(kHotBytes, dir_.str());
@@ -91,7 +92,7 @@ TEST_F(PrefixCacheRestoreTest, RoundTripFromSsdIsByteIdenticalAndPromotes) {
   ASSERT_EQ(match->tiers, std::vector<TierLevel>(5, TierLevel::kSsd));
 
   StatusOr<RestoreResult> r = tiers_->cache().Restore(*match);
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->restored_tokens, tokens.size());
   EXPECT_EQ(r->blocks_from_ssd, 5u);
   EXPECT_EQ(r->layers, layers);
@@ -113,7 +114,7 @@ TEST_F(PrefixCacheRestoreTest, RegisteringAModelTwiceGivesTheSameNamespace) {
                   .IsInvalidArgument());
   NamespaceSpec unknown = KvOnlySpec();
   unknown.layer_types[1] = "NoSuchCache";
-  EXPECT_FALSE(tiers_->Register(unknown).ok());
+  EXPECT_TRUE(tiers_->Register(unknown).status().IsInvalidArgument());
   EXPECT_TRUE(tiers_->cache()
                   .Match(Namespace{7, a.root}, testing::Tokens(1))
                   .status()
@@ -123,7 +124,7 @@ TEST_F(PrefixCacheRestoreTest, RegisteringAModelTwiceGivesTheSameNamespace) {
 TEST_F(PrefixCacheRestoreTest, MatchStopsAtTheFirstDivergingBlock) {
   Namespace ns = Register(KvOnlySpec());
   const std::vector<int32_t> tokens = Tokens(4);
-  ASSERT_TRUE(tiers_->cache().Store(ns, tokens, testing::KvOnlyLayers(16)).ok());
+  ASSERT_OK(tiers_->cache().Store(ns, tokens, testing::KvOnlyLayers(16)));
   std::vector<int32_t> prompt = tokens;
   prompt[9] = -1;  // inside block 2
   StatusOr<MatchResult> match = tiers_->cache().Match(ns, prompt);
@@ -133,7 +134,7 @@ TEST_F(PrefixCacheRestoreTest, MatchStopsAtTheFirstDivergingBlock) {
 
 TEST_F(PrefixCacheRestoreTest, StoreDeduplicatesCachedBlocks) {
   Namespace ns = Register(KvOnlySpec());
-  ASSERT_TRUE(tiers_->cache().Store(ns, Tokens(2), testing::KvOnlyLayers(8)).ok());
+  ASSERT_OK(tiers_->cache().Store(ns, Tokens(2), testing::KvOnlyLayers(8)));
   StatusOr<StoreResult> r =
       tiers_->cache().Store(ns, Tokens(3), testing::KvOnlyLayers(12));
   EXPECT_EQ(r->blocks_deduplicated, 2u);
@@ -163,13 +164,13 @@ TEST_F(PrefixCacheRestoreTest, StoreRejectsLayersThatDoNotFitTheLayout) {
 
 TEST_F(PrefixCacheRestoreTest, WalkBackDropsTrailingPlaceholderBlocks) {
   Namespace ns = Register(HybridSpec());
-  ASSERT_TRUE(tiers_->cache().Store(ns, Tokens(2), testing::HybridLayers(8)).ok());
+  ASSERT_OK(tiers_->cache().Store(ns, Tokens(2), testing::HybridLayers(8)));
   // Four more blocks whose tokens end mid-block: no tip state is stored, so
   // blocks 3 and 4 carry placeholders only.
   std::vector<int32_t> longer = Tokens(5);
   longer.resize(4 * kBlockTokens + 2);
   StatusOr<StoreResult> s = tiers_->cache().Store(ns, longer, testing::HybridLayers(18));
-  ASSERT_TRUE(s.ok());
+  ASSERT_OK(s);
   EXPECT_FALSE(s->tip_state_stored);
   EXPECT_FALSE(s->note.empty());
 
@@ -186,7 +187,7 @@ TEST_F(PrefixCacheRestoreTest, MatchWithoutAnyRealTipRestoresNothing) {
   Namespace ns = Register(HybridSpec());
   std::vector<int32_t> tokens = Tokens(3);
   tokens.push_back(7);
-  ASSERT_TRUE(tiers_->cache().Store(ns, tokens, testing::HybridLayers(13)).ok());
+  ASSERT_OK(tiers_->cache().Store(ns, tokens, testing::HybridLayers(13)));
   RestoreResult r = MatchAndRestore(ns, tokens);
   EXPECT_EQ(r.restored_tokens, 0u);
   EXPECT_TRUE(r.layers.empty());
@@ -196,23 +197,23 @@ TEST_F(PrefixCacheRestoreTest, MatchWithoutAnyRealTipRestoresNothing) {
 
 TEST_F(PrefixCacheRestoreTest, ExistingInteriorBlockBecomesARealTip) {
   Namespace ns = Register(HybridSpec());
-  ASSERT_TRUE(tiers_->cache().Store(ns, Tokens(4), testing::HybridLayers(16)).ok());
+  ASSERT_OK(tiers_->cache().Store(ns, Tokens(4), testing::HybridLayers(16)));
   // Block 2 exists as a placeholder interior block; a store ending there must
   // give it the real state or a restore of those 8 tokens would find nothing.
   StatusOr<StoreResult> s =
       tiers_->cache().Store(ns, Tokens(2), testing::HybridLayers(8));
-  ASSERT_TRUE(s.ok());
+  ASSERT_OK(s);
   EXPECT_TRUE(s->tip_rewritten);
   EXPECT_EQ(MatchAndRestore(ns, Tokens(2)).restored_tokens, 2 * kBlockTokens);
   std::vector<AuditFinding> findings;
-  ASSERT_TRUE(tiers_->budget->Audit(&findings).ok());
+  ASSERT_OK(tiers_->budget->Audit(&findings));
   EXPECT_TRUE(findings.empty());
 }
 
 TEST_F(PrefixCacheRestoreTest, BlockThatDoesNotFitTheLayoutEndsTheRestore) {
   Namespace ns = Register(KvOnlySpec());
   const std::vector<int32_t> tokens = Tokens(3);
-  ASSERT_TRUE(tiers_->cache().Store(ns, tokens, testing::KvOnlyLayers(12)).ok());
+  ASSERT_OK(tiers_->cache().Store(ns, tokens, testing::KvOnlyLayers(12)));
   // Overwrite block 1 with a record missing a layer, under its real key.
   const std::vector<BlockKey> keys = ChainKeys(ns.root, tokens, kBlockTokens);
   BlockRecord bad;
@@ -221,9 +222,8 @@ TEST_F(PrefixCacheRestoreTest, BlockThatDoesNotFitTheLayoutEndsTheRestore) {
   bad.namespace_id = ns.root;
   bad.token_count = kBlockTokens;
   bad.layers = {KvLayer(kBlockTokens)};
-  ASSERT_TRUE(
-      tiers_->stack->Rewrite({keys[1], keys[0], ns.root, 0}, EncodeBlock(bad).value())
-          .ok());
+  ASSERT_OK(
+      tiers_->stack->Rewrite({keys[1], keys[0], ns.root, 0}, EncodeBlock(bad).value()));
 
   RestoreResult r = MatchAndRestore(ns, tokens);
   EXPECT_EQ(r.restored_tokens, kBlockTokens);
@@ -234,14 +234,13 @@ TEST_F(PrefixCacheRestoreTest, BlockThatDoesNotFitTheLayoutEndsTheRestore) {
 TEST_F(PrefixCacheRestoreTest, BlockWithOtherTokensIsNeverServed) {
   Namespace ns = Register(KvOnlySpec());
   const std::vector<int32_t> tokens = Tokens(2);
-  ASSERT_TRUE(tiers_->cache().Store(ns, tokens, testing::KvOnlyLayers(8)).ok());
+  ASSERT_OK(tiers_->cache().Store(ns, tokens, testing::KvOnlyLayers(8)));
   const std::vector<BlockKey> keys = ChainKeys(ns.root, tokens, kBlockTokens);
   // What a hash collision would look like: the right key, other tokens.
   BlockRecord rec = testing::ReadBlock(*tiers_->hot, keys[0]);
   rec.tokens[0] = 12345;
-  ASSERT_TRUE(
-      tiers_->stack->Rewrite({keys[0], ns.root, ns.root, 0}, EncodeBlock(rec).value())
-          .ok());
+  ASSERT_OK(
+      tiers_->stack->Rewrite({keys[0], ns.root, ns.root, 0}, EncodeBlock(rec).value()));
   RestoreResult r = MatchAndRestore(ns, tokens);
   EXPECT_EQ(r.restored_tokens, 0u);
   EXPECT_NE(r.reason.find("tokens differ"), std::string::npos) << r.reason;
@@ -251,16 +250,15 @@ TEST_F(PrefixCacheRestoreTest, PrefillReadyRotatingNameReconstructsWithRotatingH
   // One block stored with a PrefillReadyRotatingKVCache layer must come back
   // through the strict rotating path: window and offset from its meta.
   Namespace ns = Register(HybridSpec("PrefillReadyRotatingKVCache"));
-  ASSERT_TRUE(tiers_->cache()
-                  .Store(ns, Tokens(1),
-                         {KvLayer(kBlockTokens),
-                          RotatingLayer(kBlockTokens, "PrefillReadyRotatingKVCache")})
-                  .ok());
+  ASSERT_OK(tiers_->cache().Store(
+      ns, Tokens(1),
+      {KvLayer(kBlockTokens),
+       RotatingLayer(kBlockTokens, "PrefillReadyRotatingKVCache")}));
   RestoreResult r = MatchAndRestore(ns, Tokens(1));
   ASSERT_EQ(r.layers.size(), 2u);
   EXPECT_EQ(r.layers[1].cache_type, "PrefillReadyRotatingKVCache");
   StatusOr<RotatingMeta> meta = RotatingMeta::Parse(r.layers[1].meta);
-  ASSERT_TRUE(meta.ok());
+  ASSERT_OK(meta);
   EXPECT_EQ(meta->max_size, kWindow);
   EXPECT_EQ(meta->offset, kBlockTokens);
   EXPECT_EQ(meta->offset, static_cast<int64_t>(r.restored_tokens));

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "tests/cache/cache_test_util.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace {
@@ -49,7 +50,7 @@ TEST(PrefixCacheConcurrency, ConversationsStoreAndRestoreInParallel) {
   // Two heavy tips per conversation remain recorded.
   EXPECT_EQ(cache.RecordedTips(ns)->size(), static_cast<size_t>(2 * kThreads));
   std::vector<AuditFinding> findings;
-  ASSERT_TRUE(tiers.budget->Audit(&findings).ok());
+  ASSERT_OK(tiers.budget->Audit(&findings));
   for (const AuditFinding& f : findings) ADD_FAILURE() << f.what << ": " << f.detail;
   EXPECT_EQ(tiers.hot->Totals().entries, kThreads * turns + 1);  // + the lineage record
 }

@@ -12,6 +12,7 @@
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/advanced/shared_hot_budget.h"
 #include "tests/cache/cache_test_util.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace {
@@ -33,7 +34,7 @@ class RotatingTipStripTest : public ::testing::Test {
  protected:
   void Use(const NamespaceSpec& spec) {
     StatusOr<Namespace> ns = tiers_.Register(spec);
-    ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+    ASSERT_OK(ns);
     ns_ = *ns;
   }
 
@@ -45,7 +46,7 @@ class RotatingTipStripTest : public ::testing::Test {
     const int64_t n = static_cast<int64_t>(tokens.size());
     StatusOr<StoreResult> r = tiers_.cache().Store(
         ns_, tokens, kv_only ? KvOnlyLayers(n) : HybridLayers(n, type));
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     if (!r.ok()) return {};
     EXPECT_EQ(r->blocks, num_blocks);
     return r->tip;
@@ -71,7 +72,7 @@ class RotatingTipStripTest : public ::testing::Test {
 
   void ExpectCleanAudit() {
     std::vector<AuditFinding> findings;
-    ASSERT_TRUE(tiers_.budget->Audit(&findings).ok());
+    ASSERT_OK(tiers_.budget->Audit(&findings));
     for (const AuditFinding& f : findings) ADD_FAILURE() << f.what << ": " << f.detail;
   }
 

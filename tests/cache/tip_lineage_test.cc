@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/cache/cache_test_util.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace {
@@ -33,7 +34,7 @@ BlockKey StoreTokens(PrefixCache& cache, Namespace ns,
                      const std::vector<int32_t>& tokens) {
   StatusOr<StoreResult> r =
       cache.Store(ns, tokens, HybridLayers(static_cast<int64_t>(tokens.size())));
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_OK(r);
   return r.ok() ? r->tip : BlockKey{};
 }
 
@@ -87,7 +88,7 @@ TEST(TipLineage, StoreBranchingOffThePreviousTipStripsItsGrandparentOnce) {
   const BlockKey t2 = StoreTokens(cache, ns, Tokens(2));
   // A regenerated answer: a different third block after the same t2.
   StatusOr<StoreResult> r = cache.Store(ns, Branch(2, 3), HybridLayers(12));
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->stripped_tip, t1);
   EXPECT_EQ(RotatingShape(*tiers.hot, t2), kRealRotatingShape);
   // The original continuation extends t2 as well: t1 is already stripped.
@@ -107,7 +108,7 @@ TEST(TipLineage, LineageSurvivesRestart) {
     tip1 = StoreTokens(cache, ns, Tokens(2));
     tip2 = StoreTokens(cache, ns, Tokens(3));
     before = cache.RecordedTips(ns).value();
-    ASSERT_TRUE(cache.Flush().ok());
+    ASSERT_OK(cache.Flush());
   }
   TestTiers tiers(kHotBytes, dir.str());
   PrefixCache& cache = tiers.cache();
@@ -116,9 +117,9 @@ TEST(TipLineage, LineageSurvivesRestart) {
 
   // The first store after the restart still knows tip1 is the grandparent.
   StatusOr<StoreResult> r = cache.Store(ns, Tokens(4), HybridLayers(16));
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->stripped_tip, tip1);
-  ASSERT_TRUE(tiers.ssd->Flush().ok());
+  ASSERT_OK(tiers.ssd->Flush());
   EXPECT_EQ(RotatingShape(*tiers.ssd, tip1), kPlaceholderShape);
   EXPECT_EQ(RotatingShape(*tiers.ssd, tip2), kRealRotatingShape);
 }
@@ -134,23 +135,23 @@ TEST(TipLineage, GrandparentTipOnSsdIsStripped) {
   for (size_t n = 4; n < 8 && tiers.hot->Contains(tip1); ++n) {
     StoreTokens(cache, Namespace(ns), Branch(0, n));  // unrelated chains push tip1 out
   }
-  ASSERT_TRUE(tiers.ssd->Flush().ok());
+  ASSERT_OK(tiers.ssd->Flush());
   ASSERT_FALSE(tiers.hot->Contains(tip1));
   ASSERT_EQ(RotatingShape(*tiers.ssd, tip1), kRealRotatingShape);
   const uint64_t tip1_bytes_before = BytesOf(*tiers.ssd, tip1);
 
   StatusOr<StoreResult> r = cache.Store(ns, Tokens(4), HybridLayers(16));
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->stripped_tip, tip1);
-  ASSERT_TRUE(tiers.ssd->Flush().ok());
+  ASSERT_OK(tiers.ssd->Flush());
   EXPECT_FALSE(tiers.hot->Contains(tip1)) << "the strip must not promote the block";
   EXPECT_EQ(RotatingShape(*tiers.ssd, tip1), kPlaceholderShape);
   // The previous tip stays whole wherever it lives.
   StatusOr<TierHit> prev = tiers.stack->Get(tip2, /*allow_promotion=*/false);
-  ASSERT_TRUE(prev.ok());
+  ASSERT_OK(prev);
   EXPECT_FALSE(DecodeBlock(prev->payload)->layers[1].placeholder);
   std::vector<AuditFinding> findings;
-  ASSERT_TRUE(tiers.ssd->Audit(&findings).ok());
+  ASSERT_OK(tiers.ssd->Audit(&findings));
   for (const AuditFinding& f : findings) ADD_FAILURE() << f.what << ": " << f.detail;
   // The SSD entry shrank in place and the tier's counters still add up.
   EXPECT_LT(BytesOf(*tiers.ssd, tip1), tip1_bytes_before);
@@ -166,9 +167,9 @@ TEST(TipLineageRecord, RoundTripsThroughTheBlockCodec) {
   lineage.Record(BlockKey{5, 6}, BlockKey{3, 4}, {BlockKey{3, 4}, 3, true});
   BlockRecord rec = lineage.ToRecord(root);
   StatusOr<BlockRecord> decoded = DecodeBlock(EncodeBlock(rec).value());
-  ASSERT_TRUE(decoded.ok());
+  ASSERT_OK(decoded);
   StatusOr<TipLineage> back = TipLineage::FromRecord(*decoded, root);
-  ASSERT_TRUE(back.ok());
+  ASSERT_OK(back);
   EXPECT_EQ(back->Entries(), lineage.Entries());
   EXPECT_EQ(back->PreviousOf(BlockKey{5, 6}), (BlockKey{3, 4}));
 }
