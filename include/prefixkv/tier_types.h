@@ -15,11 +15,12 @@ namespace prefixkv {
 using OwnerId = uint32_t;
 
 // Counters every tier keeps, per owner and in total. Audit() recomputes the
-// state counters (entries, bytes, pinned_bytes) from contents; the event
+// state counters (entries, bytes, pinned_bytes, external_bytes) from contents; the event
 // counters (hits...) are checked for internal consistency (total = sum of owners).
 struct TierCounters {
   uint64_t entries = 0;       // blocks resident
-  uint64_t bytes = 0;         // charged bytes of resident blocks (see each tier's charge)
+  uint64_t bytes = 0;         // charged bytes of resident blocks (see each tier's
+                              // charge), plus external_bytes (below)
   uint64_t pinned_bytes = 0;  // charged bytes of pinned blocks (hot tier)
   uint64_t hits = 0;          // Get found the block
   uint64_t misses = 0;        // Get did not (including corrupt blocks)
@@ -29,6 +30,11 @@ struct TierCounters {
   uint64_t spills = 0;        // evicted blocks handed to the next tier
   uint64_t corruptions = 0;   // checksum or decode failures detected on read
   uint64_t io_errors = 0;     // failed writes/reads of the medium
+  // Bytes charged for memory held outside the tier's blocks (the hot
+  // budget's external charges, e.g. live sessions' KV; SharedHotBudget::
+  // Charge). Included in `bytes`, which is then every charged byte; not in
+  // `entries`. Always 0 in the other tiers.
+  uint64_t external_bytes = 0;
 
   bool operator==(const TierCounters&) const = default;
 };

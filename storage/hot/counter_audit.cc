@@ -15,6 +15,7 @@ void Sum(TierCounters* into, const TierCounters& c) {
   into->spills += c.spills;
   into->corruptions += c.corruptions;
   into->io_errors += c.io_errors;
+  into->external_bytes += c.external_bytes;
 }
 
 void Compare(const std::string& what, uint64_t counter, uint64_t recomputed,
@@ -38,6 +39,8 @@ void CompareAll(const std::string& prefix, const TierCounters& counter,
   Compare(prefix + " spills", counter.spills, recomputed.spills, findings);
   Compare(prefix + " corruptions", counter.corruptions, recomputed.corruptions, findings);
   Compare(prefix + " io_errors", counter.io_errors, recomputed.io_errors, findings);
+  Compare(prefix + " external_bytes", counter.external_bytes, recomputed.external_bytes,
+          findings);
 }
 
 }  // namespace prefixkv::audit

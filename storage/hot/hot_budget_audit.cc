@@ -1,6 +1,7 @@
 // BudgetState::Audit: recomputes what can be recomputed from the entries and
-// reports every disagreement. State counters (entries, bytes, pinned_bytes),
-// each entry's charge, child counts and order membership are recomputed;
+// reports every disagreement. State counters (entries, bytes, pinned_bytes,
+// external_bytes: from the entries and each owner's external charges), each
+// entry's charge, child counts and order membership are recomputed;
 // event counters (hits, evictions, ...) are checked for total == sum of owners.
 #include <string>
 
@@ -73,6 +74,9 @@ void BudgetState::AuditOwner(OwnerId id, TierCounters* recomputed, size_t* linke
     if (e.facts.pins > 0) recomputed->pinned_bytes += e.facts.charge_bytes;
     *linked_count += linked ? 1 : 0;
   }
+  // External charges are not blocks: their content is the owner's charge.
+  recomputed->bytes += owner.charged_bytes;
+  recomputed->external_bytes = owner.charged_bytes;
   audit::Compare(prefix + " owner order size", owner.order.size(),
                  owner.quota_bytes ? *linked_count : 0, findings);
 }
@@ -91,6 +95,8 @@ void BudgetState::Audit(std::vector<AuditFinding>* findings) const {
     audit::Compare(prefix + " bytes", c.bytes, recomputed.bytes, findings);
     audit::Compare(prefix + " pinned_bytes", c.pinned_bytes, recomputed.pinned_bytes,
                    findings);
+    audit::Compare(prefix + " external_bytes", c.external_bytes,
+                   recomputed.external_bytes, findings);
     audit::Sum(&sum, c);
     linked_total += linked;
   }

@@ -8,6 +8,7 @@
 // then committed together or rolled back (in reverse; each step is the exact
 // inverse of taking that victim), which restores every order position and
 // child count.
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -53,21 +54,28 @@ void BudgetState::RollbackVictims(const std::vector<HotEntry*>& victims) {
   }
 }
 
-bool BudgetState::PlanRoom(OwnerState& owner, uint64_t owner_after, uint64_t total_after,
-                           std::vector<HotEntry*>* victims) {
+uint64_t BudgetState::PlanRoom(OwnerState& owner, uint64_t owner_after,
+                               uint64_t total_after, std::vector<HotEntry*>* victims) {
+  // Both phases run to the end even when the first cannot make room, so that
+  // a failed Charge can tell its caller the whole shortfall.
   while (owner.quota_bytes && owner_after > *owner.quota_bytes) {
     HotEntry* victim = FirstUnpinned(owner.order);
-    if (victim == nullptr) return false;
+    if (victim == nullptr) break;
     const uint64_t freed = TakeVictim(*victim, victims);
     owner_after -= freed;
     total_after -= freed;
   }
+  const uint64_t quota_excess = owner.quota_bytes && owner_after > *owner.quota_bytes
+                                    ? owner_after - *owner.quota_bytes
+                                    : 0;
   while (total_after > capacity_bytes_) {
     HotEntry* victim = FirstUnpinned(order_);
-    if (victim == nullptr) return false;
+    if (victim == nullptr) break;
     total_after -= TakeVictim(*victim, victims);
   }
-  return true;
+  const uint64_t capacity_excess =
+      total_after > capacity_bytes_ ? total_after - capacity_bytes_ : 0;
+  return std::max(quota_excess, capacity_excess);
 }
 
 void BudgetState::Replace(OwnerState& owner, HotEntry& e, const BlockMeta& meta,
@@ -134,8 +142,8 @@ Status BudgetState::Put(OwnerId owner_id, const BlockMeta& meta_in, SharedBytes 
       AddChildRef(owner, meta, +1);
     }
     std::vector<HotEntry*> victims;
-    if (!PlanRoom(owner, owner.counters.bytes - old_charge + charge,
-                  total_.bytes - old_charge + charge, &victims)) {
+    if (PlanRoom(owner, owner.counters.bytes - old_charge + charge,
+                 total_.bytes - old_charge + charge, &victims) != 0) {
       RollbackVictims(victims);
       if (existing != nullptr) {
         existing->in_flight = false;

@@ -74,6 +74,9 @@ struct OwnerState {
   std::string name;
   std::optional<uint64_t> quota_bytes;  // nullopt: limited by the budget only
   TierCounters counters;
+  // External charges (Charge/Uncharge): what Audit() recomputes
+  // counters.external_bytes (and their share of counters.bytes) from.
+  uint64_t charged_bytes = 0;
   EvictionListener* listener = nullptr;
   // Deliveries to `listener` committed but not yet returned; SetListener
   // waits for zero so a replaced listener is never called afterwards.
@@ -134,6 +137,10 @@ class BudgetState {
   void ForEach(OwnerId owner,
                const std::function<void(const BlockMeta&, uint64_t bytes)>& fn) const;
 
+  // External charges (hot_budget_charge.cc); see SharedHotBudget.
+  Status Charge(OwnerId owner, uint64_t bytes, uint64_t* shortfall_bytes);
+  Status Uncharge(OwnerId owner, uint64_t bytes);
+
   // hot_budget_audit.cc.
   void Audit(std::vector<AuditFinding>* findings) const;
 
@@ -169,10 +176,12 @@ class BudgetState {
   // REQUIRES: mu_ NOT held.
   void Deliver(const std::vector<Delivery>& deliveries);
   void RollbackVictims(const std::vector<HotEntry*>& victims);
-  // Tentatively evicts until `owner` fits `owner_bytes` more and the budget
-  // `total_bytes` more; false if it cannot (victims must then be rolled back).
-  bool PlanRoom(OwnerState& owner, uint64_t owner_after, uint64_t total_after,
-                std::vector<HotEntry*>* victims);
+  // Tentatively evicts until `owner` holding `owner_after` bytes fits its
+  // quota and the budget holding `total_after` fits its capacity. Returns the
+  // bytes still missing once nothing more can be evicted (the larger of the
+  // two excesses); 0 when it fits. Non-zero: the victims must be rolled back.
+  uint64_t PlanRoom(OwnerState& owner, uint64_t owner_after, uint64_t total_after,
+                    std::vector<HotEntry*>* victims);
   void Replace(OwnerState& owner, HotEntry& e, const BlockMeta& meta, SharedBytes payload,
                bool dirty);
   void InsertNew(OwnerState& owner, const BlockMeta& meta, SharedBytes payload,

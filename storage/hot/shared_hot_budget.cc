@@ -166,6 +166,14 @@ uint64_t SharedHotBudget::capacity_bytes() const { return state_->capacity_bytes
 std::string_view SharedHotBudget::policy_name() const { return state_->policy_name(); }
 TierCounters SharedHotBudget::Totals() const { return state_->Totals(); }
 
+Status SharedHotBudget::Charge(OwnerId owner, uint64_t bytes, uint64_t* shortfall_bytes) {
+  return state_->Charge(owner, bytes, shortfall_bytes);
+}
+
+Status SharedHotBudget::Uncharge(OwnerId owner, uint64_t bytes) {
+  return state_->Uncharge(owner, bytes);
+}
+
 TierCounters SharedHotBudget::OwnerCounters(OwnerId owner) const {
   return state_->OwnerCounters(owner);
 }

@@ -11,8 +11,14 @@
 // room; when what remains is pinned, the insert fails with NoSpace and
 // changes nothing. The budget's charged bytes never exceed capacity_bytes.
 //
+// Besides blocks, an owner may hold external charges (Charge/Uncharge):
+// bytes of memory kept elsewhere, such as live sessions' KV caches, that
+// count against the same capacity (and the owner's quota). The budget
+// cannot evict them; it evicts unpinned blocks to make room for them.
+//
 // Counters (TierCounters) are kept per owner and in total; the total always
-// equals the sum of the owners, and Audit() proves it.
+// equals the sum of the owners, and Audit() proves it. External charges are
+// in `bytes` and `external_bytes`, never in `entries` or the event counters.
 #pragma once
 
 #include <cstdint>
@@ -72,15 +78,33 @@ class SharedHotBudget {
   uint64_t capacity_bytes() const;
   std::string_view policy_name() const;
 
+  // Charges `owner` for `bytes` held outside its blocks. Makes room as an
+  // insert does (the owner's own blocks while its quota would be exceeded,
+  // then anyone's while the budget would be), in policy order, handing
+  // victims to their owners' listeners after the lock is released (this call
+  // may therefore block on a listener's backpressure: call it holding no lock
+  // a listener or a store could need). Returns OK once charged; NoSpace when
+  // even evicting every evictable block would not make room: then nothing
+  // changes and `*shortfall_bytes` (if not null) is set to the bytes still
+  // missing after such an eviction, that is how much the owner must uncharge
+  // (or other owners free) first; UINT64_MAX when `bytes` alone exceeds the
+  // capacity or the owner's quota. InvalidArgument for an unknown owner.
+  Status Charge(OwnerId owner, uint64_t bytes, uint64_t* shortfall_bytes = nullptr);
+  // Returns `bytes` of the owner's external charges. Never evicts or blocks.
+  // InvalidArgument, changing nothing, for an unknown owner or more bytes than
+  // it has charged.
+  Status Uncharge(OwnerId owner, uint64_t bytes);
+
   // Sum over all owners.
   TierCounters Totals() const;
   // One owner's counters; all zero for an unknown owner.
   TierCounters OwnerCounters(OwnerId owner) const;
 
-  // Recomputes every owner's state counters (entries, bytes, pinned_bytes)
-  // and each block's charge, child count and eviction-order membership from
-  // the blocks themselves; checks that the total equals the sum of the owners
-  // for every counter and that the budget is not exceeded. Appends one
+  // Recomputes every owner's state counters (entries, bytes, pinned_bytes,
+  // external_bytes) and each block's charge, child count and eviction-order
+  // membership from the blocks themselves and the owner's external charges;
+  // checks that the total equals the sum of the owners for every counter and
+  // that the budget (blocks and charges) is not exceeded. Appends one
   // finding per disagreement. Always OK (an in-memory audit cannot fail to
   // run). Holds the budget's lock for a walk over every block.
   Status Audit(std::vector<AuditFinding>* findings) const;

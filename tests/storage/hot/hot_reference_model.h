@@ -10,7 +10,11 @@
 //     pins (not by unpins, Peek or Contains);
 //   - when not enough can be evicted, nothing changes;
 //   - victims of an owner with a listener are handed over (dirty ones count
-//     as spills); all count as evictions.
+//     as spills); all count as evictions;
+//   - an external charge makes room as an insert does (without a block of its
+//     own), counts in `bytes` and `external_bytes`, is never a victim, and
+//     when it cannot fit reports the bytes still missing after evicting
+//     everything it could (UINT64_MAX when it exceeds capacity or quota).
 #pragma once
 
 #include <algorithm>
@@ -45,7 +49,8 @@ class Model {
     std::optional<uint64_t> quota;
     bool has_listener = true;
     std::map<uint64_t, Entry> entries;
-    TierCounters events;  // event counters only; state is recomputed
+    uint64_t charged = 0;  // external charges
+    TierCounters events;   // event counters only; state is recomputed
   };
 
   // `owners` owners sharing `capacity_bytes`; `silent_owner` has no listener.
@@ -64,6 +69,8 @@ class Model {
       c.bytes += e.charge;
       if (e.pins > 0) c.pinned_bytes += e.charge;
     }
+    c.bytes += owners_[o].charged;
+    c.external_bytes = owners_[o].charged;
     return c;
   }
 
@@ -95,6 +102,48 @@ class Model {
     Entry& e = own.entries[id];
     e = Entry{charge, ++seq_, parent, ver, e.pins, dirty};
     ++own.events.inserts;
+    return true;
+  }
+
+  // False: the Charge must fail with NoSpace (changing nothing) and report
+  // `*shortfall`.
+  bool Charge(OwnerId o, uint64_t bytes, uint64_t* shortfall) {
+    Owner& own = owners_[o];
+    *shortfall = 0;
+    if (bytes > capacity_ || (own.quota && bytes > *own.quota)) {
+      *shortfall = UINT64_MAX;
+      return false;
+    }
+    Plan plan{o, 0, 0, {}, {}};
+    plan.children = ChildCounts(plan);
+    uint64_t owner_after = Bytes(o) + bytes, total_after = TotalBytes() + bytes;
+    while (own.quota && owner_after > *own.quota) {
+      auto v = Oldest(plan, o);
+      if (!v) break;
+      const uint64_t freed = Doom(&plan, *v);
+      owner_after -= freed;
+      total_after -= freed;
+    }
+    const uint64_t quota_excess =
+        own.quota && owner_after > *own.quota ? owner_after - *own.quota : 0;
+    while (total_after > capacity_) {
+      auto v = Oldest(plan, std::nullopt);
+      if (!v) break;
+      total_after -= Doom(&plan, *v);
+    }
+    const uint64_t capacity_excess =
+        total_after > capacity_ ? total_after - capacity_ : 0;
+    *shortfall = std::max(quota_excess, capacity_excess);
+    if (*shortfall != 0) return false;
+    for (const auto& [vo, vid] : plan.doomed) Evict(vo, vid);
+    own.charged += bytes;
+    return true;
+  }
+
+  // False: the Uncharge must fail with InvalidArgument (changing nothing).
+  bool Uncharge(OwnerId o, uint64_t bytes) {
+    if (bytes > owners_[o].charged) return false;
+    owners_[o].charged -= bytes;
     return true;
   }
 

@@ -1,10 +1,11 @@
 // Model-based randomized test of SharedHotBudget + HotTier views.
 //
-// A plain reference model (tests/storage/hot_reference_model.h: maps and
+// A plain reference model (tests/storage/hot/hot_reference_model.h: maps and
 // linear scans, no trees, no tentative victims) runs the same random
 // operations (insert/replace, lookup, pin, unpin, remove, quota changes,
-// several owners, both policies), and after EVERY operation the test checks:
-// the status matches; the victims handed to each owner's listener, in order,
+// external charges and uncharges, several owners, both policies), and after
+// EVERY operation the test checks: the status matches (and a failed charge's
+// shortfall); the victims handed to each owner's listener, in order,
 // match the model's; every owner's counters match the model (state counters
 // recomputed from its entries); the budget total equals the sum of the
 // owners; the budget is never exceeded; and Audit() finds nothing.
@@ -104,6 +105,10 @@ class Harness {
       DoRemove(o, id);
     } else if (dice < 94) {
       DoQuota(o);
+    } else if (dice < 96) {
+      DoCharge(o);
+    } else if (dice < 98) {
+      DoUncharge(o);
     } else {
       EXPECT_EQ(tiers_[o]->Contains(KeyOf(id)), model_.owner(o).entries.contains(id));
     }
@@ -120,14 +125,16 @@ class Harness {
     const TierCounters t = budget_->Totals();
     std::printf(
         "[model] inserts %llu (rejected %llu) hits %llu misses %llu evictions %llu "
-        "spills %llu removes %llu\n",
+        "spills %llu removes %llu charges %llu (rejected %llu)\n",
         static_cast<unsigned long long>(t.inserts),
         static_cast<unsigned long long>(rejected_puts_),
         static_cast<unsigned long long>(t.hits),
         static_cast<unsigned long long>(t.misses),
         static_cast<unsigned long long>(t.evictions),
         static_cast<unsigned long long>(t.spills),
-        static_cast<unsigned long long>(t.removes));
+        static_cast<unsigned long long>(t.removes),
+        static_cast<unsigned long long>(charges_),
+        static_cast<unsigned long long>(rejected_charges_));
   }
 
   void ReleaseAll() {
@@ -193,6 +200,29 @@ class Harness {
     EXPECT_OK(budget_->SetOwnerQuota(o, quota));
   }
 
+  void DoCharge(OwnerId o) {
+    // Mostly a few blocks' worth; sometimes more than any owner may hold.
+    const uint64_t bytes = rng_() % 32 == 0 ? rng_() % (2 * kCapacity) : rng_() % 6000;
+    uint64_t expected_shortfall = 0, shortfall = 0;
+    const bool expect_ok = model_.Charge(o, bytes, &expected_shortfall);
+    const Status s = budget_->Charge(o, bytes, &shortfall);
+    EXPECT_EQ(s.ok(), expect_ok) << s.ToString();
+    EXPECT_TRUE(s.ok() || s.IsNoSpace()) << s.ToString();
+    EXPECT_EQ(shortfall, expected_shortfall);
+    ++(s.ok() ? charges_ : rejected_charges_);
+  }
+
+  void DoUncharge(OwnerId o) {
+    const uint64_t held = model_.owner(o).charged;
+    // Sometimes everything, sometimes one byte more than it holds (refused).
+    const uint64_t dice = rng_() % 10;
+    const uint64_t bytes = dice == 0 ? held + 1 : dice < 4 ? held : rng_() % (held + 1);
+    const bool expect_ok = model_.Uncharge(o, bytes);
+    const Status s = budget_->Uncharge(o, bytes);
+    EXPECT_EQ(s.ok(), expect_ok) << s.ToString();
+    EXPECT_TRUE(s.ok() || s.IsInvalidArgument()) << s.ToString();
+  }
+
   void ExpectPayload(const SharedBytes& got, const Model::Entry& expected) {
     EXPECT_EQ(HotEntryCharge(got.size()), expected.charge);
     if (!got.empty()) {
@@ -216,6 +246,7 @@ class Harness {
       sum.removes += c.removes;
       sum.evictions += c.evictions;
       sum.spills += c.spills;
+      sum.external_bytes += c.external_bytes;
     }
     const TierCounters total = budget_->Totals();
     EXPECT_EQ(total, sum) << "budget total must equal the sum of its owners";
@@ -234,6 +265,8 @@ class Harness {
   std::vector<Pin> pins_;
   std::vector<AuditFinding> findings_;
   uint64_t rejected_puts_ = 0;
+  uint64_t charges_ = 0;
+  uint64_t rejected_charges_ = 0;
 };
 
 void RunModel(EvictionPolicyKind policy, const char* name) {
