@@ -16,6 +16,7 @@
 #include "prefixkv/engine.h"
 #include "prefixkv/hot_kv_state.h"
 #include "tests/session/session_test_util.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv::testing {
 
@@ -45,7 +46,7 @@ struct CacheStack {
     o.promote_on_ssd_hit = false;
     o.log = [](std::string_view) {};
     auto opened = Engine::Open(o);
-    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    ASSERT_OK(opened);
     engine = std::move(opened).value();
     budget = engine->hot_budget();
     ssd = engine->ssd_tier();
@@ -56,7 +57,7 @@ struct CacheStack {
     auto ns =
         engine->RegisterModel(SessionNamespaceSpec(recipe, model, kSessionBlockTokens),
                               {.store_partial_tail = true});
-    EXPECT_TRUE(ns.ok()) << ns.status().ToString();
+    EXPECT_OK(ns);
     return ns.ok() ? *ns : Namespace{};
   }
 
@@ -64,7 +65,7 @@ struct CacheStack {
   void Close() {
     if (engine) {
       Status closed = engine->Close();
-      EXPECT_TRUE(closed.ok()) << closed.ToString();
+      EXPECT_OK(closed);
     }
     engine.reset();
     budget = nullptr;

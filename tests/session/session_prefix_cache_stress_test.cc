@@ -60,7 +60,7 @@ class Harness {
 
   void Restart() {
     if (rng_() % 2 == 0) {
-      ASSERT_TRUE(manager_->StoreLiveSessions().ok());
+      ASSERT_OK(manager_->StoreLiveSessions());
     }
     adapter_.reset();
     manager_.reset();
@@ -89,7 +89,7 @@ class Harness {
         return;
       case 6:
         if (c.live) {
-          ASSERT_TRUE(manager_->Release(c.id, c.epoch).ok());
+          ASSERT_OK(manager_->Release(c.id, c.epoch));
         }
         c.live = false;
         return;
@@ -116,10 +116,10 @@ class Harness {
   }
 
   void Audit() {
-    ASSERT_TRUE(stack_.engine->Flush().ok());
+    ASSERT_OK(stack_.engine->Flush());
     std::vector<AuditFinding> findings;
-    ASSERT_TRUE(stack_.budget->Audit(&findings).ok());
-    ASSERT_TRUE(stack_.ssd->Audit(&findings).ok());
+    ASSERT_OK(stack_.budget->Audit(&findings));
+    ASSERT_OK(stack_.ssd->Audit(&findings));
     for (const AuditFinding& f : findings) ADD_FAILURE() << f.what << ": " << f.detail;
   }
 
@@ -132,7 +132,7 @@ class Harness {
   void CheckReply(const Conversation& c) {
     if (c.reply.empty()) return;
     auto expected = model_->StatelessGreedy(c.prompt, static_cast<int>(c.reply.size()));
-    ASSERT_TRUE(expected.ok());
+    ASSERT_OK(expected);
     EXPECT_EQ(c.reply, *expected) << c.id << " prompt of " << c.prompt.size();
     replies_checked_++;
   }
@@ -141,7 +141,7 @@ class Harness {
   // lost: a fresh session at a new epoch whose prefill restores what is cached.
   void StartTurn(Conversation& c, bool retry) {
     if (c.live) {
-      ASSERT_TRUE(manager_->Release(c.id, c.epoch).ok());
+      ASSERT_OK(manager_->Release(c.id, c.epoch));
     }
     c.live = false;
     if (retry) {
@@ -166,7 +166,7 @@ class Harness {
     in.token_ids = c.prompt;
     StepStats stats;
     auto out = adapter_->Prefill(c.id, c.epoch, in, &stats);
-    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    ASSERT_OK(out);
     const auto* tail = std::get_if<TailOutput>(&*out);
     ASSERT_NE(tail, nullptr) << "a fresh prefill missed";
     const int64_t p = static_cast<int64_t>(c.prompt.size());
@@ -189,7 +189,7 @@ class Harness {
     StepInput in;
     in.token_ids = {c.text.back()};
     auto out = adapter_->Decode(c.id, c.epoch, in);
-    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    ASSERT_OK(out);
     if (std::holds_alternative<CacheMiss>(*out)) {
       c.live = false;  // evicted (TTL or the session cap): redo the turn
       return StartTurn(c, /*retry=*/true);

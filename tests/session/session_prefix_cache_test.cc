@@ -138,7 +138,7 @@ TEST_F(SessionPrefixCache, StoreLiveSessionsPersistsEverySessionAndKeepsThemLive
   RunTurn(*s.adapter, "a", 0, Message(0, vocab), 2);
   RunTurn(*s.adapter, "b", 0, Message(1, vocab), 2);
   auto stored = s.manager->StoreLiveSessions();
-  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  ASSERT_OK(stored);
   EXPECT_EQ(*stored, 2u);
   EXPECT_EQ(s.manager->session_count(), 2u);
   EXPECT_EQ(*s.manager->StoreLiveSessions(), 0u);  // nothing new since
@@ -146,7 +146,7 @@ TEST_F(SessionPrefixCache, StoreLiveSessionsPersistsEverySessionAndKeepsThemLive
     auto session = s.manager->Get(id, 0).value();
     auto match =
         stack.engine->Match(s.manager->config().prefix_cache.ns, *session->tokens());
-    ASSERT_TRUE(match.ok());
+    ASSERT_OK(match);
     EXPECT_EQ(match->matched_tokens(), static_cast<uint64_t>(session->seq_len())) << id;
   }
 }
@@ -190,7 +190,7 @@ TEST(SessionPrefixCacheRestart, ConversationContinuesAfterARestartRestoredFromSs
       EXPECT_EQ(r.prefill.computed_tokens, static_cast<int64_t>(message.size()));
       EXPECT_EQ(r.reply, StatelessGreedy(*model, prompt, kReply)) << turn;
       conv.Answer(r.reply);
-      ASSERT_TRUE(s.adapter->EndTurn("chat", 0).ok());
+      ASSERT_OK(s.adapter->EndTurn("chat", 0));
     }
     // The session stays live: a restart loses it, not what EndTurn stored.
     s.manager.reset();
@@ -214,12 +214,12 @@ TEST_F(SessionPrefixCache, EndTurnStoresOnceAndReleaseAfterItStoresNothingNew) {
   std::vector<int32_t> prompt = conv.Ask(0, s.model->config().vocab_size);
   RunTurn(*s.adapter, "chat", 0, prompt, kReply);
   auto stored = s.adapter->EndTurn("chat", 0);
-  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  ASSERT_OK(stored);
   EXPECT_FALSE(stored->skipped);
   EXPECT_EQ(stored->stored_tokens, static_cast<int64_t>(prompt.size()) + kReply);
   EXPECT_GT(stored->blocks_written, 0u);
   auto again = s.adapter->EndTurn("chat", 0);
-  ASSERT_TRUE(again.ok());
+  ASSERT_OK(again);
   EXPECT_TRUE(again->skipped);
   ASSERT_TRUE(s.manager->Release("chat", 0).value());
   EXPECT_EQ(s.manager->stats().sessions_stored, 1u);
@@ -236,7 +236,7 @@ TEST_F(SessionPrefixCache, ANewerEpochStoresTheSupersededState) {
   conv.Answer(RunTurn(*s.adapter, "chat", 0, prompt, kReply).reply);
   // Re-planning opens epoch 1; the epoch-0 state is stored as it is dropped,
   // and a later fresh prefill finds it.
-  ASSERT_TRUE(s.manager->Open("chat", 1).ok());
+  ASSERT_OK(s.manager->Open("chat", 1));
   EXPECT_EQ(s.manager->stats().superseded, 1u);
   EXPECT_EQ(s.manager->stats().sessions_stored, 1u);
   ASSERT_TRUE(s.manager->Release("chat", 1).value());  // empty: nothing to store
@@ -266,7 +266,7 @@ TEST_F(SessionPrefixCache, MaxRestoreTokensBoundsTheRestore) {
     EXPECT_EQ(stats.restore.restored_tokens, cap == 0 ? 0 : 4) << cap;
     EXPECT_EQ(stats.computed_tokens,
               static_cast<int64_t>(prompt.size()) - stats.restore.restored_tokens);
-    ASSERT_TRUE(s.manager->Release("capped", static_cast<uint64_t>(cap)).ok());
+    ASSERT_OK(s.manager->Release("capped", static_cast<uint64_t>(cap)));
   }
 }
 
@@ -428,7 +428,7 @@ TEST_F(SessionPrefixCache, SessionsWithUnknownTokensAreNeverStored) {
     one.emplace(layer, LayerKvChunk{Tensor::Filled(DType::kFloat32, shape, 0.5f),
                                     Tensor::Filled(DType::kFloat32, shape, 0.5f)});
   }
-  ASSERT_TRUE(s.manager->Append("chat", 0, one).ok());
+  ASSERT_OK(s.manager->Append("chat", 0, one));
   EXPECT_FALSE(session->tokens().has_value());
   // A token count that disagrees with the chunks is refused.
   std::vector<int32_t> two = {1, 2};
@@ -438,7 +438,7 @@ TEST_F(SessionPrefixCache, SessionsWithUnknownTokensAreNeverStored) {
   EXPECT_EQ(s.manager->stats().sessions_stored, 0u);
   EXPECT_EQ(s.manager->stats().stores_skipped_unknown_tokens, 1u);
   auto match = stack.engine->Match(s.manager->config().prefix_cache.ns, prompt);
-  ASSERT_TRUE(match.ok());
+  ASSERT_OK(match);
   EXPECT_EQ(match->matched_tokens(), 0u);
 }
 

@@ -159,7 +159,7 @@ TEST(SessionPrefixCacheTsan, RacingPrefillsOfOneNewSessionCommitExactlyOnce) {
     EXPECT_EQ(tails.load(), 1) << round;
     EXPECT_EQ(misses.load(), 3) << round;
     auto session = manager.Get("race", round);
-    ASSERT_TRUE(session.ok()) << round << ": " << session.status().ToString();
+    ASSERT_OK(session) << "round " << round;
     EXPECT_EQ((*session)->seq_len(), static_cast<int64_t>(prompt.size())) << round;
     EXPECT_EQ(*(*session)->tokens(), prompt) << round;
   }

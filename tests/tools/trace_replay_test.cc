@@ -20,7 +20,7 @@ const std::vector<TraceRequest>& Trace() {
   static const std::vector<TraceRequest>* trace = [] {
     StatusOr<std::vector<TraceRequest>> t = ReadTrace(
         std::string(PREFIXKV_SOURCE_DIR) + "/tests/data/mooncake_synthetic_trace.jsonl");
-    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_OK(t);
     return new std::vector<TraceRequest>(t.ok() ? std::move(t).value()
                                                 : std::vector<TraceRequest>{});
   }();
@@ -29,10 +29,10 @@ const std::vector<TraceRequest>& Trace() {
 
 ReplayReport RunReplay(const ReplayConfig& config) {
   StatusOr<std::unique_ptr<ReplayTiers>> tiers = ReplayTiers::Open(config);
-  EXPECT_TRUE(tiers.ok()) << tiers.status().ToString();
+  EXPECT_OK(tiers);
   if (!tiers.ok()) return {};
   TraceReplayer replayer(tiers->get(), config.block_tokens);
-  EXPECT_TRUE(replayer.ReplayAll(Trace()).ok());
+  EXPECT_OK(replayer.ReplayAll(Trace()));
   return replayer.Report();
 }
 
@@ -121,7 +121,7 @@ TEST(TraceReader, ParsesALineWithAnyKeyOrderAndExtraKeys) {
   StatusOr<TraceRequest> r = ParseTraceLine(
       R"( {"hash_ids": [3, 4,5], "note": "x", "input_length": 1500, "timestamp": 12.5,)"
       R"( "flag": true, "output_length": 7} )");
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->hash_ids, (std::vector<uint64_t>{3, 4, 5}));
   EXPECT_EQ(r->input_length, 1500u);
   EXPECT_EQ(r->output_length, 7u);
