@@ -132,6 +132,7 @@ Status SsdTier::Impl::RepairCounters() {
 Status SsdTier::Impl::OpenSegments() {
   store_ = std::make_unique<ssd::SegmentStore>(ssd::SegmentStore::Options{
       .dir = options_.path + "/segments",
+      .fs = options_.file_system,
       .direct_io = options_.use_direct_io,
       .segment_bytes = options_.segment_bytes,
       .sync_directory = options_.durability == SsdDurability::kSync});

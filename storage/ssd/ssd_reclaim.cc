@@ -31,9 +31,12 @@ void SsdTier::Impl::StartReclaimer() {
       Status s = ReclaimPass();  // a failure is retried at the next wake
       lock.lock();
       if (!s.ok() && !gc_stop_) {
-        // Paced like the write-back retries, so an I/O error cannot spin.
-        gc_cv_.wait_for(lock, std::chrono::milliseconds(options_.retry_interval_ms),
-                        [&] { return gc_stop_; });
+        // Paced like the write-back retries (clock time), so an I/O error
+        // cannot spin.
+        const uint64_t ms = options_.retry_interval_ms;
+        options_.clock->WaitFor(gc_cv_, lock,
+                                ms > UINT64_MAX / 1000000 ? UINT64_MAX : ms * 1000000,
+                                [&] { return gc_stop_; });
       }
     }
   });
@@ -56,6 +59,12 @@ void SsdTier::Impl::WakeReclaimer() {
 }
 
 Status SsdTier::Impl::MakeMetadataDurable() {
+  // The segments that relocated payloads went to are synced, but in flush and
+  // wal mode their names are not: without this, power loss could take the
+  // new copy's file while the old one is already unlinked.
+  if (options_.durability != SsdDurability::kSync) {
+    PKV_RETURN_IF_ERROR(store_->SyncDirectory());
+  }
   switch (options_.durability) {
     case SsdDurability::kFlush: {
       // No log: only a memtable flush makes the repointed records survive.

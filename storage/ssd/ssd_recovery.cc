@@ -5,9 +5,8 @@
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
-#include <filesystem>
-
 #include "ssd_layout.h"
+#include "ssd_rocks_fs.h"
 #include "ssd_segment.h"
 #include "ssd_tier_impl.h"
 
@@ -62,8 +61,17 @@ StatusOr<SsdDurability> ParseSsdDurability(std::string_view name) {
 }
 
 StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(const SsdTierOptions& options) {
+  PKV_RETURN_IF_ERROR(Impl::ValidateOptions(options));
+  auto impl = std::make_unique<Impl>(options);
+  PKV_RETURN_IF_ERROR(impl->Open());
+  return std::unique_ptr<SsdTier>(new SsdTier(std::move(impl)));
+}
+
+Status SsdTier::Impl::ValidateOptions(const SsdTierOptions& options) {
   if (options.path.empty()) return Status::InvalidArgument("ssd tier: empty path");
   if (options.clock == nullptr) return Status::InvalidArgument("ssd tier: null clock");
+  if (options.file_system == nullptr)
+    return Status::InvalidArgument("ssd tier: null file system");
   if (options.capacity_bytes == 0)
     return Status::InvalidArgument("ssd tier: zero capacity");
   if (options.segment_bytes < ssd::kExtentAlign)
@@ -74,9 +82,7 @@ StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(const SsdTierOptions& options) 
   if (c != "none" && c != "lz4" && c != "zstd" && c != "snappy") {
     return Status::InvalidArgument("ssd tier: unknown compression " + c);
   }
-  auto impl = std::make_unique<Impl>(options);
-  PKV_RETURN_IF_ERROR(impl->Open());
-  return std::unique_ptr<SsdTier>(new SsdTier(std::move(impl)));
+  return Status::OK();
 }
 
 SsdTier::Impl::Impl(const SsdTierOptions& options) : options_(options) {
@@ -105,6 +111,7 @@ rocksdb::Options SsdTier::Impl::DbOptions(bool direct_io) const {
   o.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
   o.keep_log_file_num = 3;
   o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  if (env_ != nullptr) o.env = env_.get();  // writes through options_.file_system
   rocksdb::BlockBasedTableOptions t;
   t.checksum = rocksdb::kXXH3;
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
@@ -112,6 +119,9 @@ rocksdb::Options SsdTier::Impl::DbOptions(bool direct_io) const {
 }
 
 Status SsdTier::Impl::OpenDb() {
+  if (env_ == nullptr && options_.file_system != FileSystem::Default()) {
+    env_ = ssd::NewRoutedRocksEnv(options_.file_system);
+  }
   rocksdb::DB* raw = nullptr;
   rocksdb::Status rs =
       rocksdb::DB::Open(DbOptions(/*direct_io=*/false), options_.path, &raw);
@@ -124,10 +134,11 @@ Status SsdTier::Impl::MoveAside(const Status& why) {
   db_.reset();
   std::string aside =
       options_.path + ".broken-" + std::to_string(options_.clock->NowNanos());
-  std::error_code ec;
-  std::filesystem::rename(options_.path, aside, ec);
-  if (ec)
-    return Status::IOError("cannot move " + options_.path + " aside: " + ec.message());
+  Status renamed = options_.file_system->RenameFile(options_.path, aside);
+  if (!renamed.ok()) {
+    return Status::IOError("cannot move " + options_.path +
+                           " aside: " + renamed.ToString());
+  }
   report_.moved_aside_to = aside;
   Log("database at " + options_.path + " could not be opened (" + why.ToString() +
       "); moved to " + aside + ", starting cold");
@@ -135,9 +146,7 @@ Status SsdTier::Impl::MoveAside(const Status& why) {
 }
 
 Status SsdTier::Impl::OpenOrMoveAside() {
-  std::error_code ec;
-  std::filesystem::create_directories(options_.path, ec);
-  if (ec) return Status::IOError("create " + options_.path + ": " + ec.message());
+  PKV_RETURN_IF_ERROR(options_.file_system->CreateDir(options_.path));
   Status s = OpenDb();
   if (s.ok()) s = Rebuild();
   // A held lock, a full disk or missing permissions are not damage: report them.
@@ -150,7 +159,7 @@ Status SsdTier::Impl::OpenOrMoveAside() {
   index_ = ssd::SsdIndex();
   unpersisted_.clear();
   report_ = SsdOpenReport{.moved_aside_to = report_.moved_aside_to};
-  std::filesystem::create_directories(options_.path, ec);
+  PKV_RETURN_IF_ERROR(options_.file_system->CreateDir(options_.path));
   PKV_RETURN_IF_ERROR(OpenDb());
   return Rebuild();
 }
@@ -164,7 +173,7 @@ Status SsdTier::Impl::Open() {
   PKV_RETURN_IF_ERROR(FromRocks(db_->Put(w, std::string(ssd::kCleanKey), "0"), "open"));
   queue_ = std::make_unique<ssd::WriteBackQueue>(
       options_.queue_depth, options_.writer_threads, options_.retry_interval_ms,
-      [this](const std::vector<ssd::WriteBackItem>& items) {
+      options_.clock, [this](const std::vector<ssd::WriteBackItem>& items) {
         PKV_RETURN_IF_ERROR(Store(items, /*dirty=*/true));
         EnforceCapacity();
         ThrottleWrites();

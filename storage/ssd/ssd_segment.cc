@@ -1,17 +1,10 @@
 // SegmentStore: append-only payload files with O_DIRECT (see ssd_segment.h).
 #include "ssd_segment.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 
 #include "prefixkv/advanced/hash.h"
 
@@ -25,12 +18,6 @@ uint64_t GetLE64(const uint8_t* p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
   return v;
-}
-
-Status ErrnoStatus(int err, const std::string& what) {
-  std::string m = what + ": " + std::strerror(err);
-  if (err == ENOSPC || err == EDQUOT) return Status::NoSpace(std::move(m));
-  return Status::IOError(std::move(m));
 }
 
 }  // namespace
@@ -77,10 +64,7 @@ bool ParseSegmentFileName(const std::string& name, uint64_t* id) {
 // store's map) lets go, so an unlinked file stays readable by a read in flight.
 struct SegmentStore::File {
   uint64_t id = 0;
-  int fd = -1;
-  ~File() {
-    if (fd >= 0) close(fd);
-  }
+  std::unique_ptr<FileHandle> handle;
 };
 
 // The active segment of one writer, and its aligned staging buffer.
@@ -101,54 +85,51 @@ struct SegmentStore::Appender {
 
 SegmentStore::SegmentStore(Options options) : options_(std::move(options)) {}
 
-SegmentStore::~SegmentStore() {
-  if (dir_fd_ >= 0) close(dir_fd_);
-}
+SegmentStore::~SegmentStore() = default;
 
 std::string SegmentStore::PathOf(uint64_t id) const {
   return options_.dir + "/" + SegmentFileName(id);
 }
 
 Status SegmentStore::Open(std::map<uint64_t, uint64_t>* found) {
-  std::error_code ec;
-  std::filesystem::create_directories(options_.dir, ec);
-  if (ec) return Status::IOError("create " + options_.dir + ": " + ec.message());
-  dir_fd_ = open(options_.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd_ < 0) return ErrnoStatus(errno, "open " + options_.dir);
+  FileSystem* fs = options_.fs;
+  PKV_RETURN_IF_ERROR(fs->CreateDir(options_.dir));
   if (options_.sync_directory) {  // the directory's own name, once
-    const std::string parent = std::filesystem::path(options_.dir).parent_path().string();
-    int pfd = open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (pfd >= 0) {
-      (void)fsync(pfd);
-      close(pfd);
+    const size_t slash = options_.dir.find_last_of('/');
+    if (slash != std::string::npos && slash > 0) {
+      (void)fs->SyncDir(options_.dir.substr(0, slash));
     }
   }
-  // Probe O_DIRECT: tmpfs and some others refuse it (EINVAL at open).
+  // Probe O_DIRECT: tmpfs and some others refuse it (the file system then
+  // opens the file without it).
   direct_ = false;
   if (options_.direct_io) {
     const std::string probe = options_.dir + "/.direct-probe";
-    int fd = open(probe.c_str(), O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      direct_ = true;
-      close(fd);
-    }
-    unlink(probe.c_str());
+    StatusOr<std::unique_ptr<FileHandle>> f =
+        fs->OpenFile(probe, {.mode = OpenMode::kCreateOrOpen, .direct_io = true});
+    direct_ = f.ok() && (*f)->direct_io();
+    (void)fs->DeleteFile(probe);
   }
-  for (const auto& e : std::filesystem::directory_iterator(options_.dir, ec)) {
+  PKV_ASSIGN_OR_RETURN(std::vector<std::string> names, fs->ListDir(options_.dir));
+  for (const std::string& name : names) {
     uint64_t id = 0;
-    if (!e.is_regular_file() || !ParseSegmentFileName(e.path().filename().string(), &id))
-      continue;
-    (*found)[id] = e.file_size();
+    if (!ParseSegmentFileName(name, &id)) continue;
+    StatusOr<uint64_t> size = fs->FileSize(options_.dir + "/" + name);
+    if (size.ok()) {
+      (*found)[id] = *size;
+    } else if (!size.status().IsNotFound() && !size.status().IsInvalidArgument()) {
+      return size.status();  // (InvalidArgument: not a regular file, not a segment)
+    }
   }
-  if (ec) return Status::IOError("list " + options_.dir + ": " + ec.message());
   return Status::OK();
 }
 
 Status SegmentStore::Adopt(uint64_t id, uint64_t bytes) {
   auto file = std::make_shared<File>();
   file->id = id;
-  file->fd = open(PathOf(id).c_str(), O_RDONLY | O_CLOEXEC | (direct_ ? O_DIRECT : 0));
-  if (file->fd < 0) return ErrnoStatus(errno, "open " + PathOf(id));
+  PKV_ASSIGN_OR_RETURN(
+      file->handle,
+      options_.fs->OpenFile(PathOf(id), {.mode = OpenMode::kRead, .direct_io = direct_}));
   std::lock_guard<std::mutex> lock(mu_);
   segments_[id] = Entry{std::move(file), SegmentState{id, bytes, true, 0}};
   total_bytes_ += bytes;
@@ -165,10 +146,8 @@ Status SegmentStore::Delete(uint64_t id) {
       segments_.erase(it);  // readers in flight keep the descriptor
     }
   }
-  if (unlink(PathOf(id).c_str()) != 0 && errno != ENOENT) {
-    return ErrnoStatus(errno, "unlink " + PathOf(id));
-  }
-  return Status::OK();
+  Status s = options_.fs->DeleteFile(PathOf(id));
+  return s.IsNotFound() ? Status::OK() : s;
 }
 
 void SegmentStore::SetNextId(uint64_t id) {
@@ -189,13 +168,11 @@ Status SegmentStore::NewAppender(Appender* a) {
   }
   auto file = std::make_shared<File>();
   file->id = id;
-  file->fd = open(PathOf(id).c_str(),
-                  O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | (direct_ ? O_DIRECT : 0), 0644);
-  if (file->fd < 0) return ErrnoStatus(errno, "create " + PathOf(id));
+  PKV_ASSIGN_OR_RETURN(file->handle,
+                       options_.fs->OpenFile(PathOf(id), {.mode = OpenMode::kCreateNew,
+                                                          .direct_io = direct_}));
   // The new name must survive power loss before metadata may point into it.
-  if (options_.sync_directory && fsync(dir_fd_) != 0) {
-    return ErrnoStatus(errno, "fsync " + options_.dir);
-  }
+  if (options_.sync_directory) PKV_RETURN_IF_ERROR(options_.fs->SyncDir(options_.dir));
   std::lock_guard<std::mutex> lock(mu_);
   segments_[id] = Entry{file, SegmentState{id, 0, false, 0}};
   active_ += 1;
@@ -210,8 +187,7 @@ Status SegmentStore::Seal(Appender* a) {
   a->size = 0;
   // A sealed segment is on the device (the direct writes may sit in the
   // device's cache until this flush); reclaiming it relies on that.
-  Status s =
-      fdatasync(file->fd) == 0 ? Status::OK() : ErrnoStatus(errno, "fdatasync segment");
+  Status s = file->handle->DataSync();
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = segments_.find(file->id);
       it != segments_.end() && !it->second.state.sealed) {
@@ -270,20 +246,8 @@ Status SegmentStore::Append(const std::vector<ExtentSpec>& extents, bool sync,
     out->push_back({id, base + at});
     at += ext;
   }
-  for (uint64_t done = 0; done < total && s.ok();) {
-    ssize_t w =
-        pwrite(a->file->fd, a->buf + done, total - done, static_cast<off_t>(base + done));
-    if (w > 0) {
-      done += static_cast<uint64_t>(w);
-    } else if (w < 0 && errno == EINTR) {
-      continue;
-    } else {
-      s = ErrnoStatus(w < 0 ? errno : EIO, "write segment " + SegmentFileName(id));
-    }
-  }
-  if (s.ok() && sync && fdatasync(a->file->fd) != 0) {
-    s = ErrnoStatus(errno, "fdatasync segment " + SegmentFileName(id));
-  }
+  s = a->file->handle->Write(base, a->buf, total);
+  if (s.ok() && sync) s = a->file->handle->DataSync();
   if (!s.ok()) {
     // The file's tail is unknown now: stop appending to it (the bytes already
     // counted are garbage, reclaimed with the segment).
@@ -319,19 +283,11 @@ StatusOr<SharedBytes> SegmentStore::Read(const ExtentLocation& loc,
       kExtentAlign, (length + kExtentAlign - 1) / kExtentAlign * kExtentAlign);
   uint8_t* buf = nullptr;
   SharedBytes out = SharedBytes::AllocateAligned(length, n, kExtentAlign, &buf);
-  uint64_t done = 0;
-  while (done < n) {
-    ssize_t r =
-        pread(file->fd, buf + done, n - done, static_cast<off_t>(loc.offset + done));
-    if (r > 0) {
-      done += static_cast<uint64_t>(r);
-    } else if (r == 0) {
-      return Status::Corruption("segment " + SegmentFileName(loc.segment) +
-                                " ends inside the extent at " +
-                                std::to_string(loc.offset));
-    } else if (errno != EINTR) {
-      return ErrnoStatus(errno, "read segment " + SegmentFileName(loc.segment));
-    }
+  PKV_ASSIGN_OR_RETURN(size_t done, file->handle->Read(loc.offset, n, buf));
+  // The span lies inside the extent: a shorter read means the file was cut.
+  if (done < n) {
+    return Status::Corruption("segment " + SegmentFileName(loc.segment) +
+                              " ends inside the extent at " + std::to_string(loc.offset));
   }
   return out;
 }
@@ -344,11 +300,11 @@ Status SegmentStore::SyncActive() {
       if (!e.state.sealed) active.push_back(e.file);
     }
   }
-  for (const auto& f : active) {
-    if (fdatasync(f->fd) != 0) return ErrnoStatus(errno, "fdatasync segment");
-  }
-  return Status::OK();
+  for (const auto& f : active) PKV_RETURN_IF_ERROR(f->handle->DataSync());
+  return SyncDirectory();
 }
+
+Status SegmentStore::SyncDirectory() { return options_.fs->SyncDir(options_.dir); }
 
 void SegmentStore::Usage(uint64_t* bytes, uint64_t* active) const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -19,7 +19,8 @@
 // would take it past segment_bytes; after a restart every existing segment is
 // sealed and new writes go to new segments. Files are opened with O_DIRECT
 // where the file system allows it (else buffered I/O; durability then comes
-// from fdatasync where the mode asks for it).
+// from fdatasync where the mode asks for it). Every file and directory
+// operation goes through Options::fs (the tier's FileSystem).
 //
 // A segment with appends whose metadata is not yet committed is "pending" and
 // must not be reclaimed: Append marks it, EndPending (after the commit) clears
@@ -33,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "prefixkv/advanced/file_system.h"
 #include "prefixkv/advanced/tier.h"
 #include "prefixkv/bytes.h"
 #include "prefixkv/status.h"
@@ -88,7 +90,8 @@ struct SegmentState {
 class SegmentStore {
  public:
   struct Options {
-    std::string dir;  // <path>/segments
+    std::string dir;                         // <path>/segments
+    FileSystem* fs = FileSystem::Default();  // never null; outlives the store
     bool direct_io = true;
     uint64_t segment_bytes = 128ull << 20;
     bool sync_directory = false;  // fsync the directory after creating a file
@@ -124,8 +127,11 @@ class SegmentStore {
   // the read failed.
   StatusOr<SharedBytes> Read(const ExtentLocation& loc, uint64_t length) const;
 
-  // fdatasync of every active segment (Close(), and before reclaiming).
+  // fdatasync of every active segment, then SyncDirectory() (Close()).
   Status SyncActive();
+  // fsync of the segments directory: every segment's name survives power
+  // loss (modes other than sync do not sync each new name when created).
+  Status SyncDirectory();
   std::vector<SegmentState> Snapshot() const;
   // Total segment bytes and the number of active segments, cheaply.
   void Usage(uint64_t* bytes, uint64_t* active) const;
@@ -140,7 +146,6 @@ class SegmentStore {
 
   const Options options_;
   bool direct_ = false;
-  int dir_fd_ = -1;
 
   mutable std::mutex mu_;
   struct Entry {

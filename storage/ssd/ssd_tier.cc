@@ -129,7 +129,7 @@ Status SsdTier::Impl::Commit(rocksdb::WriteBatch* batch, Deltas deltas, OwnerId 
     last_resume_nanos_ = now;
     (void)db_->Resume();
   }
-  Status s = options_.inject_write_error ? options_.inject_write_error() : Status::OK();
+  Status s = commit_hook_ ? commit_hook_() : Status::OK();
   if (s.ok()) {
     s = FromRocks(DbWrite(relaxed ? relaxed_options_ : write_options_, batch), "write");
   }
@@ -180,13 +180,8 @@ Status SsdTier::Impl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
   // write to this thread's active segment (plus fdatasync in sync mode). No
   // block lock is held, so writers of different batches write in parallel.
   std::vector<ssd::ExtentLocation> locations;
-  Status written = options_.inject_payload_write_error
-                       ? options_.inject_payload_write_error()
-                       : Status::OK();
-  if (written.ok()) {
-    written =
-        store_->Append(extents, options_.durability == SsdDurability::kSync, &locations);
-  }
+  Status written =
+      store_->Append(extents, options_.durability == SsdDurability::kSync, &locations);
   if (!written.ok()) {
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -38,6 +38,15 @@ class SsdTier::Impl {
   explicit Impl(const SsdTierOptions& options);
   ~Impl();
 
+  // Checks the options Open relies on (path, clock, file system, sizes).
+  static Status ValidateOptions(const SsdTierOptions& options);
+  // Test seam (SsdTierTestPeer only, before Open): called before every
+  // metadata commit; a non-OK result is handled exactly like the database
+  // returning that error.
+  void SetCommitHookForTest(std::function<Status()> hook) {
+    commit_hook_ = std::move(hook);
+  }
+
   // ssd_recovery.cc
   Status Open();
   Status Close();
@@ -152,6 +161,10 @@ class SsdTier::Impl {
   static constexpr size_t kStripes = 64;
 
   const SsdTierOptions options_;
+  std::function<Status()> commit_hook_;  // tests only; set before Open
+  // RocksDB's writes through options_.file_system (null with the default
+  // file system: RocksDB's own is used). Declared before db_: outlives it.
+  std::unique_ptr<rocksdb::Env> env_;
   std::unique_ptr<rocksdb::DB> db_;
   std::unique_ptr<ssd::SegmentStore> store_;  // the payload segment files
   rocksdb::WriteOptions write_options_;       // per durability

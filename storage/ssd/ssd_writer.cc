@@ -2,14 +2,15 @@
 #include "ssd_writer.h"
 
 #include <algorithm>
-#include <chrono>
+#include <cstdint>
 
 namespace prefixkv::ssd {
 
 WriteBackQueue::WriteBackQueue(uint32_t depth, uint32_t threads,
-                               uint64_t retry_interval_ms, WriteFn write)
+                               uint64_t retry_interval_ms, Clock* clock, WriteFn write)
     : depth_(depth == 0 ? 1 : depth),
       retry_interval_ms_(retry_interval_ms),
+      clock_(clock),
       write_(std::move(write)) {
   if (threads == 0) threads = 1;
   for (uint32_t i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
@@ -150,7 +151,13 @@ void WriteBackQueue::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     if (paused_after_error_ && !stopping_) {
-      work_cv_.wait_for(lock, std::chrono::milliseconds(retry_interval_ms_));
+      // Clock time: a FakeClock test advances it instead of sleeping. Ends
+      // early on Stop() and on Flush() (which clears the pause).
+      const uint64_t nanos = retry_interval_ms_ > UINT64_MAX / 1000000
+                                 ? UINT64_MAX
+                                 : retry_interval_ms_ * 1000000;
+      clock_->WaitFor(work_cv_, lock, nanos,
+                      [&] { return stopping_ || !paused_after_error_; });
       paused_after_error_ = false;
     }
     if (stopping_) return;  // Stop() writes what is left

@@ -2,7 +2,8 @@
 // the hot tier, drained by background writer threads.
 //
 // Guarantees: a queued block is findable (Find) until it is stored; it is never
-// dropped (a failed write puts it back and is retried every retry interval);
+// dropped (a failed write puts it back and is retried every retry interval of
+// the given Clock's time, or at once on Flush);
 // blocks are taken in FIFO order, except that a block whose parent is queued
 // or being written waits for the parent's write, so a parent is never stored
 // after its child (whichever was handed over first). A writer takes up to kMaxBatchBlocks
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "prefixkv/advanced/tier.h"
+#include "prefixkv/clock.h"
 
 namespace prefixkv::ssd {
 
@@ -38,9 +40,11 @@ class WriteBackQueue {
   using WriteFn = std::function<Status(const std::vector<WriteBackItem>&)>;
 
   // `write` stores one block; it is called without the queue's lock and counts
-  // and logs its own failures.
+  // and logs its own failures. After a failed write the writers wait
+  // `retry_interval_ms` of `clock` time (Clock::WaitFor) before the next
+  // attempt. REQUIRES: `clock` outlives the queue.
   WriteBackQueue(uint32_t depth, uint32_t threads, uint64_t retry_interval_ms,
-                 WriteFn write);
+                 Clock* clock, WriteFn write);
   ~WriteBackQueue();  // Stop()
 
   // Queues a block or replaces the queued version of the same key. False when
@@ -73,6 +77,7 @@ class WriteBackQueue {
 
   const uint32_t depth_;
   const uint64_t retry_interval_ms_;
+  Clock* const clock_;
   const WriteFn write_;
 
   mutable std::mutex mu_;
@@ -83,7 +88,8 @@ class WriteBackQueue {
   std::unordered_map<BlockKey, Item> in_flight_;
   uint64_t failures_ = 0;  // failed attempts so far
   Status last_error_;
-  bool paused_after_error_ = false;  // writers wait retry_interval before retrying
+  // Writers wait retry_interval before retrying; Flush() clears it.
+  bool paused_after_error_ = false;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };

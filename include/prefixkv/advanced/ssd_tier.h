@@ -29,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "prefixkv/advanced/file_system.h"
 #include "prefixkv/advanced/tier.h"
 #include "prefixkv/clock.h"
 
@@ -83,17 +84,19 @@ struct SsdTierOptions {
   bool use_direct_io = true;
   // After an I/O error, a failed background write is retried this often.
   uint64_t retry_interval_ms = 1000;
-  // Time source for access order and retry pacing. Never null.
+  // Time source for access order and retry pacing (the waits between retries
+  // run on it: Clock::WaitFor). Never null.
   Clock* clock = Clock::System();
+  // Every segment file read and write, fsync and directory operation (create,
+  // list, rename, unlink) goes through it. Never null; must outlive the tier.
+  // With the default, the metadata database uses RocksDB's own file system;
+  // with any other, RocksDB's writes, syncs, renames and deletes go through
+  // this one too (its reads stay RocksDB's), so a fault-injecting file system
+  // (fault_injection_file_system.h) sees the whole tier. docs/ssd.md
+  // "FileSystem seam".
+  FileSystem* file_system = FileSystem::Default();
   // Receives one line per notable event (recovery, errors). Null: stderr.
   std::function<void(std::string_view line)> log;
-  // Test seam: called before every write to the database; a non-OK result is
-  // treated exactly like the database returning that error. Null: none.
-  std::function<Status()> inject_write_error;
-  // Test seam: called before every payload write to a segment file; a non-OK
-  // result is treated exactly like the write failing with that error (ENOSPC ->
-  // NoSpace, EIO -> IOError). Null: none.
-  std::function<Status()> inject_payload_write_error;
 };
 
 // What Open found. Also logged as one line.
@@ -202,9 +205,11 @@ class SsdTier final : public BlockTier, public EvictionListener {
   const SsdOpenReport& open_report() const;
   uint64_t queued_blocks() const;
 
-  class Impl;  // storage/ssd_tier_impl.h
+  class Impl;  // storage/ssd/ssd_tier_impl.h
 
  private:
+  friend class SsdTierTestPeer;  // storage/ssd/ssd_test_peer.h (tests only)
+
   explicit SsdTier(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "prefixkv/advanced/ssd_tier.h"
+#include "ssd_test_peer.h"
 #include "tests/storage/tier_conformance.h"
 #include "tests/support/test_util.h"
 
@@ -42,6 +43,15 @@ inline SsdTierOptions TestSsdOptions(const std::string& path) {
 
 inline std::unique_ptr<SsdTier> OpenSsd(const SsdTierOptions& o) {
   StatusOr<std::unique_ptr<SsdTier>> tier = SsdTier::Open(o);
+  EXPECT_TRUE(tier.ok()) << tier.status().ToString();
+  return tier.ok() ? std::move(tier).value() : nullptr;
+}
+
+// OpenSsd with SsdTierTestPeer's hook before every metadata commit.
+inline std::unique_ptr<SsdTier> OpenSsdWithCommitHook(const SsdTierOptions& o,
+                                                      std::function<Status()> hook) {
+  StatusOr<std::unique_ptr<SsdTier>> tier =
+      SsdTierTestPeer::OpenWithCommitHook(o, std::move(hook));
   EXPECT_TRUE(tier.ok()) << tier.status().ToString();
   return tier.ok() ? std::move(tier).value() : nullptr;
 }

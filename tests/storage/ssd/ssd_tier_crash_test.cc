@@ -3,6 +3,13 @@
 // reopens the tier and checks that every block present is byte-identical to
 // what was written, counters equal recomputed sums, no block lacks its parent,
 // and (wal, sync) every acknowledged block survived.
+//
+// Power-loss loop: the same workload in this process, on a
+// FaultInjectionFileSystem; at a random moment the power is cut (every byte
+// and directory entry not yet made durable by an fsync is dropped, RocksDB's
+// files included, and all later I/O fails), then the tier reopens. No mode
+// may serve a wrong byte; only sync promises that no acknowledged block is
+// lost (wal does not fsync RocksDB's log, flush has none).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -10,15 +17,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <random>
 #include <set>
 #include <string>
 #include <thread>
 
+#include "prefixkv/advanced/fault_injection_file_system.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "tests/storage/ssd/ssd_test_util.h"
 #include "tests/support/test_util.h"
@@ -63,9 +74,37 @@ void Send(int fd, char type, const BlockKey& k) {
   if (write(fd, &r, sizeof r) != sizeof r) _exit(3);
 }
 
-// The child: chains of 1-12 blocks, each stored in order with Put (acked) or
-// handed to the write-back queue and then flushed (acked by 'F'); now and
-// then a chain's leaf is removed (announced first).
+// The workload: chains of 1-12 blocks, each stored in order with Put (acked)
+// or handed to the write-back queue and then flushed (acked by 'F'); now and
+// then a chain's leaf is removed (announced first). Every event goes to
+// `report`; runs while `keep_going()`.
+void WriteChains(SsdTier* tier, uint64_t seed, uint64_t cycle,
+                 const std::function<void(char, const BlockKey&)>& report,
+                 const std::function<bool()>& keep_going) {
+  std::mt19937_64 rng(seed);
+  for (uint64_t chain = 0; keep_going(); ++chain) {
+    const uint64_t length = 1 + rng() % 12;
+    const bool queued = rng() % 4 == 0;
+    for (uint64_t i = 0; i < length; ++i) {
+      const BlockMeta m = testing::ChainBlock(cycle << 20 | chain, i, 1 + chain % 3);
+      if (queued) {
+        report('Q', m.key);
+        tier->OnEvict(m, Payload(m.key), true);
+      } else if (tier->Put(m, Payload(m.key), true).ok()) {
+        report('A', m.key);
+      }
+    }
+    if (queued && tier->Flush().ok()) report('F', {});
+    if (rng() % 5 == 0) {
+      const BlockMeta leaf =
+          testing::ChainBlock(cycle << 20 | chain, length - 1, 1 + chain % 3);
+      report('R', leaf.key);
+      (void)tier->Remove(leaf.key);
+    }
+  }
+}
+
+// The kill -9 child: the workload until killed, events sent down a pipe.
 [[noreturn]] void RunChild(const std::string& spec) {
   char path[4096];
   char mode[16];
@@ -82,27 +121,10 @@ void Send(int fd, char type, const BlockKey& k) {
   if (!opened.ok()) _exit(4);
   std::unique_ptr<SsdTier> tier = std::move(opened).value();
   Send(fd, 'S', {});
-  std::mt19937_64 rng(seed);
-  for (uint64_t chain = 0;; ++chain) {
-    const uint64_t length = 1 + rng() % 12;
-    const bool queued = rng() % 4 == 0;
-    for (uint64_t i = 0; i < length; ++i) {
-      const BlockMeta m = testing::ChainBlock(cycle << 20 | chain, i, 1 + chain % 3);
-      if (queued) {
-        Send(fd, 'Q', m.key);
-        tier->OnEvict(m, Payload(m.key), true);
-      } else if (tier->Put(m, Payload(m.key), true).ok()) {
-        Send(fd, 'A', m.key);
-      }
-    }
-    if (queued && tier->Flush().ok()) Send(fd, 'F', {});
-    if (rng() % 5 == 0) {
-      const BlockMeta leaf =
-          testing::ChainBlock(cycle << 20 | chain, length - 1, 1 + chain % 3);
-      Send(fd, 'R', leaf.key);
-      (void)tier->Remove(leaf.key);
-    }
-  }
+  WriteChains(
+      tier.get(), seed, cycle, [fd](char type, const BlockKey& k) { Send(fd, type, k); },
+      [] { return true; });
+  _exit(0);  // not reached
 }
 
 TEST(SsdCrashChild, WritesUntilKilled) {
@@ -113,6 +135,8 @@ TEST(SsdCrashChild, WritesUntilKilled) {
 
 struct ModeResult {
   uint64_t cycles = 0, verified = 0, lost = 0, wrong = 0, corrupt = 0, acked = 0;
+  uint64_t orphans = 0;
+  uint64_t lost_after_close = 0;  // acknowledged before a clean Close(), then lost
 };
 
 // The parent's knowledge: acknowledged blocks, and blocks that may be gone.
@@ -175,10 +199,19 @@ bool Drain(int fd, Expected* e, bool* started,
   }
 }
 
-void VerifyAfterKill(const std::string& dir, SsdDurability mode, const Expected& e,
-                     ModeResult* out) {
+// Reopens the tier after a crash and checks it against `e`. After a power
+// loss in flush or wal mode, acknowledged blocks may be lost, a record may
+// point at payload bytes that never became durable (a counted corruption, so
+// a child may be left without its parent) and the lost blocks are forgotten
+// from `e`; only the bytes served are checked strictly.
+// `closed`: blocks acknowledged before a clean Close(), durable in every mode.
+void VerifyAfterCrash(const std::string& dir, SsdDurability mode, FileSystem* fs,
+                      bool power_loss, const std::set<BlockKey>& closed, Expected* e,
+                      ModeResult* out) {
+  const bool strict = !power_loss || mode == SsdDurability::kSync;
   SsdTierOptions o = testing::TestSsdOptions(dir);
   o.durability = mode;
+  o.file_system = fs;
   auto tier = testing::OpenSsd(o);
   ASSERT_NE(tier, nullptr);
   EXPECT_TRUE(tier->open_report().moved_aside_to.empty())
@@ -197,11 +230,19 @@ void VerifyAfterKill(const std::string& dir, SsdDurability mode, const Expected&
       ++out->verified;
     }
   }
-  for (const BlockKey& k : e.acked) {
+  for (const BlockKey& k : e->acked) {
     if (!tier->Contains(k)) ++out->lost;
   }
-  out->acked += e.acked.size();
-  EXPECT_TRUE(tier->FindOrphans().empty()) << tier->FindOrphans().size() << " orphans";
+  out->acked += e->acked.size();
+  for (const BlockKey& k : closed) {
+    if (!tier->Contains(k)) ++out->lost_after_close;
+  }
+  out->orphans += tier->FindOrphans().size();
+  if (strict) {
+    EXPECT_TRUE(tier->FindOrphans().empty()) << tier->FindOrphans().size() << " orphans";
+  } else {  // what survived is the new truth
+    std::erase_if(e->acked, [&](const BlockKey& k) { return !tier->Contains(k); });
+  }
   testing::ExpectCountersMatchContents(*tier, {0});
   ASSERT_OK(tier->Close());
 }
@@ -239,7 +280,8 @@ TEST(SsdTierCrash, KillNineNeverExposesAWrongBlockAndLosesNoAcknowledgedOneInWal
       close(fd);
       ASSERT_TRUE(WIFSIGNALED(status))
           << "child exited early with " << WEXITSTATUS(status);
-      VerifyAfterKill(path, mode, expected, &result);
+      VerifyAfterCrash(path, mode, FileSystem::Default(), /*power_loss=*/false, {},
+                       &expected, &result);
       ++result.cycles;
       if (HasFatalFailure()) return;
       // What survived is the new truth; what flush mode lost is forgotten.
@@ -267,6 +309,108 @@ TEST(SsdTierCrash, KillNineNeverExposesAWrongBlockAndLosesNoAcknowledgedOneInWal
     EXPECT_GT(result.verified, 0u) << "the child must have stored something";
     if (mode != SsdDurability::kFlush) {
       EXPECT_EQ(result.lost, 0u);
+    }
+  }
+}
+
+// Runs the workload on a thread for `ms` of real time, calls `end` (a power
+// cut, or nothing) and stops the writer at its next chain.
+void RunWorkloadFor(SsdTier* tier, uint64_t seed, uint64_t cycle, uint64_t ms,
+                    Expected* e, const std::function<void()>& end) {
+  std::atomic<bool> running{true};
+  std::thread writer([&] {
+    WriteChains(
+        tier, seed, cycle,
+        [&](char type, const BlockKey& k) {
+          e->Apply(Report{type, {}, k.hi, k.lo});
+        },
+        [&] { return running.load(); });
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  end();
+  running = false;
+  writer.join();
+}
+
+// Power loss: the workload runs on a thread of this process over a
+// FaultInjectionFileSystem (the tier's segment files and RocksDB's files
+// alike). Each cycle writes for 10-110 ms and closes the tier cleanly, reopens
+// it and writes for 20-320 ms more, then the power is cut: every byte and
+// every directory entry not yet made durable by an fsync is dropped and every
+// later I/O fails, so the writer's calls fail, the tier is closed with its I/O
+// failing, the power comes back and a fresh tier opens the directory.
+// Required: 0 wrong bytes in every mode; 0 blocks lost that were acknowledged
+// before a clean Close(), in every mode; 0 acknowledged blocks lost in sync
+// mode. In wal mode RocksDB's log is not fsynced, and in flush mode there is
+// none, so blocks acknowledged since the reopen MAY be lost there (and a
+// record that survived may point at payload bytes that did not: a counted
+// corruption, a miss, which can leave a child without its parent).
+TEST(SsdTierCrash, PowerLossNeverExposesAWrongBlockAndLosesNoAcknowledgedOneInSync) {
+  if (std::getenv(kChildEnv) != nullptr) GTEST_SKIP();
+  const uint64_t cycles_per_mode = testing::Iterations(6, 40);
+  std::mt19937_64 rng(testing::TestSeed("SsdTierCrash.PowerLoss"));
+  for (SsdDurability mode :
+       {SsdDurability::kFlush, SsdDurability::kWal, SsdDurability::kSync}) {
+    testing::TempDir dir;
+    const std::string path = (dir.path() / "ssd").string();
+    FaultInjectionFileSystem fs;
+    ModeResult result;
+    Expected expected;  // accumulates over the cycles: the same directory is reused
+    PowerLossReport dropped;
+    std::set<BlockKey> closed;  // acknowledged before a clean Close()
+    SsdTierOptions o = testing::TestSsdOptions(path);
+    o.durability = mode;
+    o.file_system = &fs;
+    for (uint64_t cycle = 0; cycle < cycles_per_mode; ++cycle) {
+      std::unique_ptr<SsdTier> tier = testing::OpenSsd(o);
+      ASSERT_NE(tier, nullptr);
+      RunWorkloadFor(tier.get(), rng(), 2 * cycle, 10 + rng() % 100, &expected, [] {});
+      ASSERT_OK(tier->Close());
+      closed = expected.acked;
+      expected.pending_queue.clear();  // stored by Close() or not: either is fine
+      tier = testing::OpenSsd(o);
+      ASSERT_NE(tier, nullptr);
+      StatusOr<PowerLossReport> loss = Status::Internal("no power loss");
+      RunWorkloadFor(tier.get(), rng(), 2 * cycle + 1, 20 + rng() % 300, &expected,
+                     [&] { loss = fs.SimulatePowerLoss(); });
+      ASSERT_OK(loss);
+      dropped.files_rolled_back += loss->files_rolled_back;
+      dropped.bytes_dropped += loss->bytes_dropped;
+      dropped.names_undone += loss->names_undone;
+      EXPECT_FALSE(tier->Close().ok()) << "nothing can be closed without power";
+      tier.reset();
+      fs.PowerOn();
+      VerifyAfterCrash(path, mode, &fs, /*power_loss=*/true, closed, &expected, &result);
+      ++result.cycles;
+      if (HasFatalFailure()) return;
+      expected.pending_queue.clear();
+    }
+    std::printf(
+        "[power-loss] mode=%s cycles=%llu acked_checks=%llu blocks_verified=%llu "
+        "blocks_lost=%llu lost_after_clean_close=%llu wrong_bytes_served=%llu "
+        "corrupt_detected=%llu orphans=%llu unsynced_bytes_dropped=%llu "
+        "files_rolled_back=%llu names_undone=%llu\n",
+        std::string(SsdDurabilityName(mode)).c_str(),
+        static_cast<unsigned long long>(result.cycles),
+        static_cast<unsigned long long>(result.acked),
+        static_cast<unsigned long long>(result.verified),
+        static_cast<unsigned long long>(result.lost),
+        static_cast<unsigned long long>(result.lost_after_close),
+        static_cast<unsigned long long>(result.wrong),
+        static_cast<unsigned long long>(result.corrupt),
+        static_cast<unsigned long long>(result.orphans),
+        static_cast<unsigned long long>(dropped.bytes_dropped),
+        static_cast<unsigned long long>(dropped.files_rolled_back),
+        static_cast<unsigned long long>(dropped.names_undone));
+    EXPECT_EQ(result.wrong, 0u);
+    EXPECT_EQ(result.lost_after_close, 0u) << "Close() makes everything durable";
+    EXPECT_GT(result.verified, 0u) << "the writer must have stored something";
+    if (mode != SsdDurability::kSync) {
+      EXPECT_GT(dropped.bytes_dropped, 0u) << "the cuts must drop unsynced bytes";
+    }
+    if (mode == SsdDurability::kSync) {
+      EXPECT_EQ(result.lost, 0u);
+      EXPECT_EQ(result.corrupt, 0u) << "sync mode syncs a payload before its record";
     }
   }
 }

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "prefixkv/advanced/fault_injection_file_system.h"
 #include "ssd_layout.h"
 #include "ssd_segment.h"
 #include "tests/storage/ssd/ssd_test_util.h"
@@ -236,8 +237,7 @@ TEST_F(SsdTierTest, FullWriteBackQueueMakesTheEvictingCallerWriteInline) {
   SsdTierOptions o = Options();
   o.writer_threads = 1;
   o.queue_depth = 2;
-  o.inject_write_error = gate.Hook();
-  auto tier = OpenSsd(o);
+  auto tier = testing::OpenSsdWithCommitHook(o, gate.Hook());
   tier->OnEvict(ChainBlock(0, 0), PayloadOf(ChainBlock(0, 0)), true);
   gate.WaitForWaiters(1);  // the writer holds block 0
   tier->OnEvict(ChainBlock(1, 0), PayloadOf(ChainBlock(1, 0)), true);
@@ -278,10 +278,8 @@ TEST_F(SsdTierTest, AFailedWriteBackKeepsTheBlockQueuedAndServedUntilItSucceeds)
   testing::LogLines log;
   SsdTierOptions o = Options();
   o.log = log.Sink();
-  o.inject_write_error = [&]() {
-    return fail ? Status::IOError("injected EIO") : Status::OK();
-  };
-  auto tier = OpenSsd(o);
+  auto tier = testing::OpenSsdWithCommitHook(
+      o, [&]() { return fail ? Status::IOError("injected EIO") : Status::OK(); });
   tier->OnEvict(ChainBlock(0, 0), PayloadOf(ChainBlock(0, 0)), true);
   EXPECT_TRUE(tier->Flush().IsIOError());
   EXPECT_TRUE(tier->Get(ChainBlock(0, 0).key).ok());
@@ -297,11 +295,9 @@ TEST_F(SsdTierTest, AFailedWriteBackKeepsTheBlockQueuedAndServedUntilItSucceeds)
 
 TEST_F(SsdTierTest, NoSpaceFromTheMediumIsReturnedCountedAndChangesNothing) {
   std::atomic<bool> full{false};
-  SsdTierOptions o = Options();
-  o.inject_write_error = [&]() {
+  auto tier = testing::OpenSsdWithCommitHook(Options(), [&]() {
     return full ? Status::NoSpace("injected ENOSPC") : Status::OK();
-  };
-  auto tier = OpenSsd(o);
+  });
   ASSERT_TRUE(tier->Put(ChainBlock(0, 0), PayloadOf(ChainBlock(0, 0)), true).ok());
   full = true;
   EXPECT_TRUE(tier->Put(ChainBlock(0, 1), PayloadOf(ChainBlock(0, 1)), true).IsNoSpace());
@@ -317,13 +313,14 @@ TEST_F(SsdTierTest, NoSpaceFromTheMediumIsReturnedCountedAndChangesNothing) {
 }
 
 TEST_F(SsdTierTest, AFailedSegmentWriteIsReturnedCountedRetriedAndLosesNothing) {
-  std::atomic<bool> fail{true};
+  FaultInjectionFileSystem fs;
+  fs.AddFault({.op = FaultOp::kWrite,
+               .path_contains = ".seg",
+               .error = Status::NoSpace("injected ENOSPC")});
   testing::LogLines log;
   SsdTierOptions o = Options();
   o.log = log.Sink();
-  o.inject_payload_write_error = [&]() {
-    return fail ? Status::NoSpace("injected ENOSPC") : Status::OK();
-  };
+  o.file_system = &fs;
   auto tier = OpenSsd(o);
   // A direct Put: the error comes back; nothing is stored.
   EXPECT_TRUE(tier->Put(ChainBlock(0, 0), PayloadOf(ChainBlock(0, 0)), true).IsNoSpace());
@@ -336,7 +333,7 @@ TEST_F(SsdTierTest, AFailedSegmentWriteIsReturnedCountedRetriedAndLosesNothing) 
   EXPECT_EQ(tier->Get(ChainBlock(1, 0).key)->view(), PayloadOf(ChainBlock(1, 0)).view());
   EXPECT_GE(tier->Totals().io_errors, 2u);
   EXPECT_EQ(log.Count("I/O error"), 1);  // logged once
-  fail = false;
+  fs.ClearFaults();
   ASSERT_TRUE(tier->Flush().ok());
   EXPECT_EQ(tier->Totals().entries, 1u);
   testing::ExpectCountersMatchContents(*tier, {0});

@@ -1,0 +1,29 @@
+// SsdTierTestPeer: what the SSD tier's own tests (tests/storage/ssd/) may do
+// that the public API does not offer. Private to storage/ssd: nothing in
+// include/ exposes it, and only tests that mirror this folder can include it.
+//
+// Errors of the payload files are injected through the FileSystem seam
+// (SsdTierOptions::file_system, fault_injection_file_system.h); this peer
+// covers the metadata database's writes, whose RocksDB errors (and RocksDB's
+// reaction to them) are not what those tests are about.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "prefixkv/advanced/ssd_tier.h"
+
+namespace prefixkv {
+
+// Stateless. Thread-safe.
+class SsdTierTestPeer {
+ public:
+  // SsdTier::Open, plus `before_commit`, called (on the committing thread)
+  // before every metadata write to the database, including those Open makes;
+  // a non-OK result is handled exactly like the database returning that error
+  // (counted, logged once, returned; nothing changes).
+  static StatusOr<std::unique_ptr<SsdTier>> OpenWithCommitHook(
+      const SsdTierOptions& options, std::function<Status()> before_commit);
+};
+
+}  // namespace prefixkv
