@@ -39,6 +39,7 @@ OWNERS = {
     "block.h": "prefixkv_base",
     "block_key.h": "prefixkv_base",  # chain keys; NamespaceSpec::Fingerprint is core's
     "advanced/hash.h": "prefixkv_base",
+    "advanced/mutex.h": "prefixkv_base",
     "advanced/file_system.h": "prefixkv_base",
     "advanced/fault_injection_file_system.h": "prefixkv_base",
     "tier_types.h": "prefixkv_base",
@@ -55,6 +56,7 @@ OWNERS = {
     "advanced/tip_lineage.h": "prefixkv_cache",
     "prefix_types.h": "prefixkv_cache",
     "engine.h": "prefixkv_engine",
+    "memory_charge.h": "prefixkv_engine",  # an interface; the engine implements it
     "cancellation.h": "prefixkv_model",
     "shard_computation.h": "prefixkv_model",
     "layer_kv_cache.h": "prefixkv_model",

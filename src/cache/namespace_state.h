@@ -1,10 +1,10 @@
 // NamespaceState: what the prefix cache knows about one registered model.
 #pragma once
 
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/prefix_cache.h"
 #include "prefixkv/advanced/tip_lineage.h"
 #include "prefixkv/block_key.h"
@@ -24,8 +24,8 @@ class cache::NamespaceState {
   OwnerId owner = 0;
   bool partial_tail = false;  // NamespaceOptions::store_partial_tail
 
-  std::mutex store_mu;  // serialises Store() and lineage access
-  TipLineage lineage;   // GUARDED_BY(store_mu)
+  Mutex store_mu;  // serialises Store() and lineage access
+  TipLineage lineage GUARDED_BY(store_mu);
 
   BlockMeta MetaFor(const BlockKey& key, const BlockKey& parent) const {
     return BlockMeta{key, parent, root, owner};

@@ -9,6 +9,7 @@
 #include "block_builder.h"
 #include "block_io.h"
 #include "namespace_state.h"
+#include "prefixkv/advanced/mutex.h"
 
 namespace prefixkv {
 
@@ -49,7 +50,7 @@ StatusOr<Namespace> PrefixCache::RegisterModel(const NamespaceSpec& spec,
   TierStack* tiers = options.tiers != nullptr ? options.tiers : default_tiers_;
   if (tiers == nullptr)
     return Status::InvalidArgument("no tiers for namespace " + spec.model);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (size_t i = 0; i < namespaces_.size(); ++i) {
     const cache::NamespaceState& known = *namespaces_[i];
     if (known.fingerprint != fingerprint) continue;
@@ -72,14 +73,17 @@ StatusOr<Namespace> PrefixCache::RegisterModel(const NamespaceSpec& spec,
   ns->tiers = tiers;
   ns->owner = options.owner;
   ns->partial_tail = options.store_partial_tail;
-  if (ns->has_tip_only) ns->lineage = LoadLineage(*ns, options_.decode_limits);
+  if (ns->has_tip_only) {
+    MutexLock lock(&ns->store_mu);  // not shared yet; the lock states the rule
+    ns->lineage = LoadLineage(*ns, options_.decode_limits);
+  }
   namespaces_.push_back(std::move(ns));
   return Namespace{static_cast<uint32_t>(namespaces_.size() - 1),
                    namespaces_.back()->root};
 }
 
 StatusOr<cache::NamespaceState*> PrefixCache::Find(Namespace ns) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (ns.index >= namespaces_.size() || namespaces_[ns.index]->root != ns.root) {
     return Status::InvalidArgument("unknown namespace " + ns.root.ToHex());
   }
@@ -106,7 +110,7 @@ Status StripTip(const cache::NamespaceState& ns, const BlockKey& key,
   return cache::RewriteBlock(ns, block->record, options.encode);
 }
 
-Status PersistLineage(cache::NamespaceState& ns) {
+Status PersistLineage(cache::NamespaceState& ns) REQUIRES(ns.store_mu) {
   // Tips evicted from every tier can never be a previous tip again.
   ns.lineage.RetainIf([&](const BlockKey& k) { return ns.tiers->Contains(k); });
   PKV_ASSIGN_OR_RETURN(SharedBytes payload, EncodeBlock(ns.lineage.ToRecord(ns.root)));
@@ -121,7 +125,7 @@ Status PersistLineage(cache::NamespaceState& ns) {
 // never recorded, so never found.
 BlockKey FindPreviousTip(const cache::NamespaceState& ns,
                          const std::vector<cache::PlannedBlock>& plan,
-                         std::span<const int32_t> tokens) {
+                         std::span<const int32_t> tokens) REQUIRES(ns.store_mu) {
   const cache::PlannedBlock& tip = plan.back();
   const size_t tip_end = tip.start + tip.count;
   std::unordered_map<BlockKey, size_t, BlockKeyHash> end_of{{ns.root, 0}};
@@ -150,11 +154,12 @@ BlockKey FindPreviousTip(const cache::NamespaceState& ns,
   return previous;
 }
 
-// Supersede-on-extend for a store whose real tip is plan.back() (docs/prefix_cache.md, "Supersede-on-extend lineage").
+// Supersede-on-extend for a store whose real tip is plan.back() (docs/prefix_cache.md,
+// "Supersede-on-extend lineage").
 Status UpdateLineage(cache::NamespaceState& ns,
                      const std::vector<cache::PlannedBlock>& plan,
                      std::span<const int32_t> tokens, const PrefixCacheOptions& options,
-                     StoreResult* result) {
+                     StoreResult* result) REQUIRES(ns.store_mu) {
   const cache::PlannedBlock& tip = plan.back();
   if (ns.lineage.IsTip(tip.key)) return Status::OK();  // the same tip stored again
   const BlockKey previous = FindPreviousTip(ns, plan, tokens);
@@ -205,7 +210,7 @@ StatusOr<StoreResult> PrefixCache::Store(Namespace handle,
   if (ns->has_tip_only && !ends_at_tip) {
     result.note = "tokens do not end on a block boundary: tip-only state not stored";
   }
-  std::lock_guard<std::mutex> lock(ns->store_mu);
+  MutexLock lock(&ns->store_mu);
   for (size_t i = 0; i < plan.size(); ++i) {
     const BlockKey& key = plan[i].key;
     const bool real_tip = tip_state && i + 1 == plan.size();
@@ -271,14 +276,14 @@ StatusOr<MatchResult> PrefixCache::Match(Namespace handle,
 StatusOr<std::vector<std::pair<BlockKey, BlockKey>>> PrefixCache::RecordedTips(
     Namespace handle) const {
   PKV_ASSIGN_OR_RETURN(cache::NamespaceState * ns, Find(handle));
-  std::lock_guard<std::mutex> lock(ns->store_mu);
+  MutexLock lock(&ns->store_mu);
   return ns->lineage.Entries();
 }
 
 Status PrefixCache::Flush() {
   std::vector<TierStack*> stacks;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (default_tiers_ != nullptr) stacks.push_back(default_tiers_);
     for (const auto& ns : namespaces_) stacks.push_back(ns->tiers);
   }

@@ -8,13 +8,13 @@
 // match restores nothing: the sliceable slices alone cannot rebuild a window
 // or a recurrent state, so any positive length would decode wrongly.
 #include <algorithm>
-#include <mutex>
 #include <string>
 
 #include "block_builder.h"
 #include "block_io.h"
 #include "block_validation.h"
 #include "namespace_state.h"
+#include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/prefix_cache.h"
 
 namespace prefixkv {
@@ -91,7 +91,7 @@ std::vector<LoadedBlock> LoadOffChainTip(cache::NamespaceState& ns,
   BlockKey best_tip;
   size_t best_blocks = 0, best_count = 0;
   {
-    std::lock_guard<std::mutex> lock(ns.store_mu);
+    MutexLock lock(&ns.store_mu);
     ns.lineage.ForEachTip([&](const BlockKey& tip, const TipPlace& place) {
       if (!place.partial) return;
       // The tip hangs off block j-1 (the root for j == 0), after j full blocks.

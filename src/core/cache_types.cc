@@ -4,14 +4,15 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
-#include <mutex>
+
+#include "prefixkv/advanced/mutex.h"
 
 namespace prefixkv {
 namespace {
 
 struct Registry {
-  std::mutex mu;
-  std::map<std::string, CacheFamily, std::less<>> families;  // GUARDED_BY(mu)
+  Mutex mu;
+  std::map<std::string, CacheFamily, std::less<>> families GUARDED_BY(mu);
 
   Registry() {
     const std::pair<const char*, CacheFamily> builtin[] = {
@@ -84,7 +85,7 @@ bool IsTipOnly(CacheFamily f) { return !IsSliceable(f); }
 
 StatusOr<CacheFamily> CacheTypeRegistry::Lookup(std::string_view name) {
   Registry& r = GetRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(&r.mu);
   auto it = r.families.find(name);
   if (it == r.families.end()) {
     return Status::NotFound("unknown cache type '" + std::string(name) + "'");
@@ -95,7 +96,7 @@ StatusOr<CacheFamily> CacheTypeRegistry::Lookup(std::string_view name) {
 Status CacheTypeRegistry::Register(std::string_view name, CacheFamily family) {
   if (name.empty()) return Status::InvalidArgument("empty cache type name");
   Registry& r = GetRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(&r.mu);
   auto [it, inserted] = r.families.emplace(std::string(name), family);
   if (!inserted && it->second != family) {
     return Status::InvalidArgument("cache type '" + std::string(name) +
@@ -118,7 +119,7 @@ bool CacheTypeRegistry::IsSliceableFamily(std::string_view n) {
 
 std::vector<std::string> CacheTypeRegistry::Names() {
   Registry& r = GetRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(&r.mu);
   std::vector<std::string> out;
   for (const auto& [name, family] : r.families) out.push_back(name);
   return out;

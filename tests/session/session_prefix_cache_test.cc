@@ -425,8 +425,8 @@ TEST_F(SessionPrefixCache, SessionsWithUnknownTokensAreNeverStored) {
   KvChunks one;
   for (const auto& [layer, e] : session->ExportLayers()) {
     std::vector<int64_t> shape = {e.keys.dim(0), 1, e.keys.dim(2)};
-    one.emplace(layer, LayerKvChunk{Tensor::Filled(DType::kFloat32, shape, 0.5f),
-                                    Tensor::Filled(DType::kFloat32, shape, 0.5f)});
+    one.emplace(layer, LayerKvChunk{Tensor::Filled(DType::kFloat32, shape, uint8_t{0x3f}),
+                                    Tensor::Filled(DType::kFloat32, shape, uint8_t{0x3f})});
   }
   ASSERT_OK(s.manager->Append("chat", 0, one));
   EXPECT_FALSE(session->tokens().has_value());

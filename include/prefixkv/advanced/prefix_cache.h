@@ -32,12 +32,12 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/tier_stack.h"
 #include "prefixkv/block.h"
 #include "prefixkv/block_key.h"
@@ -126,9 +126,9 @@ class PrefixCache {
 
   TierStack* const default_tiers_;
   const PrefixCacheOptions options_;
-  mutable std::mutex mu_;
-  std::vector<std::unique_ptr<cache::NamespaceState>>
-      namespaces_;  // GUARDED_BY(mu_), append-only
+  mutable Mutex mu_;
+  std::vector<std::unique_ptr<cache::NamespaceState>> namespaces_
+      GUARDED_BY(mu_);  // append-only
 };
 
 }  // namespace prefixkv
