@@ -14,9 +14,10 @@
 // and counters, all in one eviction order), one SSD tier in `data_dir` that hot
 // blocks spill to (write-back) and that survives restarts, one tier stack per
 // model joining the two, and the prefix cache over them (chain keys, tips,
-// supersede-on-extend lineage). A small key-value space (GetValue/PutValue)
-// shares the same tiers for callers that store opaque values by name (the RESP
-// server's GET/SET).
+// supersede-on-extend lineage). Memory kept outside the blocks, such as live
+// sessions' KV caches, joins the same budget through OpenMemoryCharge. A
+// small key-value space (GetValue/PutValue) shares the same tiers for callers
+// that store opaque values by name (the RESP server's GET/SET).
 //
 // Lifetime: Close() flushes every dirty hot block to SSD, releases the hot
 // tier (budget, views, stacks, the prefix cache, in that order, top down) and
@@ -43,6 +44,7 @@
 #include "prefixkv/bytes.h"
 #include "prefixkv/clock.h"
 #include "prefixkv/codec.h"
+#include "prefixkv/memory_charge.h"
 #include "prefixkv/prefix_types.h"
 #include "prefixkv/status.h"
 #include "prefixkv/tier_types.h"
@@ -107,15 +109,19 @@ struct ModelOptions {
   std::optional<uint64_t> hot_quota_bytes;
 };
 
-// One owner of the shared hot budget: a model, or the key-value space.
+// One owner of the shared hot budget: a model, the key-value space, or a
+// memory charge (OpenMemoryCharge).
 struct EngineOwnerStats {
-  std::string name;  // the model name (spec.model), "values" for the key-value space
-  TierCounters hot;  // this owner's share of the budget
+  // The model name (spec.model), "values" for the key-value space, or the
+  // memory charge's name.
+  std::string name;
+  TierCounters hot;  // this owner's share of the budget (a charge's in external_bytes)
   std::optional<uint64_t> hot_quota_bytes;
 };
 
 // Every counter the engine's tiers keep. hot.bytes is the whole budget's
-// charge; it never exceeds hot_capacity_bytes and equals the sum of the owners.
+// charge, blocks and memory charges (hot.external_bytes: live sessions' KV)
+// alike; it never exceeds hot_capacity_bytes and equals the sum of the owners.
 struct EngineStats {
   uint64_t hot_capacity_bytes = 0;
   TierCounters hot;                      // all owners
@@ -178,6 +184,18 @@ class Engine {
   Status PutValue(std::string_view key, SharedBytes value);
   StatusOr<bool> DeleteValue(std::string_view key);
   bool ContainsValue(std::string_view key) const;
+
+  // Opens a charge to the RAM budget for memory held outside the blocks
+  // (memory_charge.h; HotKvStateConfig::memory charges live sessions' KV to
+  // it): a budget owner named `name`, whose charges count against the hot
+  // capacity and `quota_bytes` (nullopt: only the capacity limits it) and
+  // make room by evicting cache blocks. Opening a name again returns another
+  // handle of the same owner. A handle keeps the budget alive (even past
+  // Close) and uncharges what it still holds when destroyed. InvalidArgument
+  // without a hot tier, for an empty name or one a model holds, a zero quota,
+  // or another quota than the name was opened with.
+  StatusOr<std::shared_ptr<MemoryCharge>> OpenMemoryCharge(
+      const std::string& name, std::optional<uint64_t> quota_bytes = std::nullopt);
 
   // Writes every dirty hot block to the SSD tier and waits for its write-back
   // queue, so a crash after it loses nothing stored before it (with wal or

@@ -1,5 +1,7 @@
 // Hot KV state: per-session, per-route-epoch KV caches of one shard's owned
-// layers, kept in RAM under a session cap, an idle TTL and a byte budget.
+// layers, kept in RAM under a session cap, an idle TTL and a byte budget: the
+// manager's own, or the engine's RAM budget shared with the cached blocks
+// (HotKvStateConfig::memory).
 //
 // Optionally bound to an Engine namespace (HotKvStateConfig::prefix_cache):
 // then a session can be opened from the longest cached prefix of its tokens
@@ -45,6 +47,7 @@
 #include "prefixkv/engine.h"
 #include "prefixkv/kv_recipe.h"
 #include "prefixkv/layer_kv_cache.h"
+#include "prefixkv/memory_charge.h"
 #include "prefixkv/shard_computation.h"
 #include "prefixkv/status.h"
 
@@ -96,13 +99,23 @@ struct HotKvStateConfig {
   // Most live sessions; opening one more evicts the least recently used. 0: no cap.
   size_t max_sessions = 64;
   // Most KV payload bytes over all sessions; growing past it evicts least recently
-  // used other sessions. 0: no budget. Default 1 GiB.
+  // used other sessions. 0: no budget. Default 1 GiB. Ignored when `memory` is set.
   uint64_t budget_bytes = uint64_t{1} << 30;
   // How many released/evicted session ids are remembered to report the miss reason
   // (and reject stale epochs) after the state is gone; oldest forgotten first.
   size_t max_tombstones = 4096;
   // Where sessions are restored from and stored to; unset: RAM only.
   SessionPrefixCache prefix_cache;
+  // Charges the sessions' KV payload bytes to an engine's RAM budget
+  // (Engine::OpenMemoryCharge), so that live sessions and cached blocks share
+  // one limit; `budget_bytes` is then ignored. A session that grows first
+  // makes the budget evict cache blocks (dirty ones spill to SSD); when that
+  // cannot make room, the least recently used other sessions are evicted
+  // (reason evicted-lru, stored to the prefix cache when bound) and the charge
+  // is retried. NoSpace, with nobody evicted, when the session alone would
+  // exceed memory->limit_bytes() or evicting every other session would not be
+  // enough. Null: sessions are limited by `budget_bytes` only.
+  std::shared_ptr<MemoryCharge> memory;
 };
 
 // One (session, epoch)'s KV state for the owned layers, created by
@@ -205,7 +218,9 @@ struct HotKvStats {
 };
 
 // Thread-safe. Lock order: a session's lock before the manager's; the manager
-// never waits for a session lock while holding its own.
+// never waits for a session lock while holding its own, and never charges
+// HotKvStateConfig::memory while holding its own (a charge may wait for the
+// SSD tier's write-back).
 class HotKvStateManager {
  public:
   // `clock` must outlive the manager; null means Clock::System().
@@ -299,6 +314,16 @@ class HotKvStateManager {
   Status CheckChunks(const KvChunks& chunks, int64_t* tokens) const;
   // The session live at exactly this epoch, or null; no sweep, no counters.
   std::shared_ptr<HotKvSession> LiveAt(const std::string& session_id, uint64_t epoch);
+  // Re-charges a live session to `new_bytes` (under budget_bytes, or
+  // config_.memory). A miss when it stopped being live; NoSpace as documented
+  // at HotKvStateConfig. REQUIRES: the session's exclusive lock held, not
+  // State::mu. src/session/hot_kv_state_memory.cc.
+  StatusOr<std::optional<CacheMiss>> Recharge(
+      const std::shared_ptr<HotKvSession>& session, uint64_t new_bytes);
+  // Charges `bytes` to config_.memory for session `keep`, evicting this
+  // manager's least recently used other sessions when the budget cannot make
+  // room by evicting cache blocks. REQUIRES: State::mu not held.
+  Status ChargeMemory(const std::string& keep, uint64_t bytes);
   // src/session/session_prefix_store.cc
   StatusOr<SessionStoreResult> StoreSession(const std::shared_ptr<HotKvSession>& session);
   // Stores the sessions removed (released, evicted, superseded) since the last

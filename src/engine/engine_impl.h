@@ -4,6 +4,7 @@
 //   SsdTier (one, optional) <-- write-back of each view's dirty victims
 //   TierStack per owner: its HotTier view over the SsdTier
 //   PrefixCache: one namespace per model, on that model's stack
+//   MemoryCharge handles: budget owners without blocks (engine_memory.cc)
 //
 // Models are append-only (a registered model lives until Close), so the
 // pointers handed out stay valid; `mu_` guards the table and the lazily
@@ -14,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "prefixkv/advanced/hot_tier.h"
@@ -72,6 +74,8 @@ class Engine::Impl {
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<EngineModel>> models_;  // GUARDED_BY(mu_)
   std::unique_ptr<EngineOwner> values_;               // GUARDED_BY(mu_)
+  // Memory charges' owners by name (OpenMemoryCharge). GUARDED_BY(mu_)
+  std::vector<std::pair<std::string, OwnerId>> charges_;
 };
 
 }  // namespace prefixkv

@@ -1,12 +1,15 @@
 // The manager's private state (shared by the two hot_kv_state_*.cc files).
 //
 // Invariants (under State::mu): total_bytes == sum of live entries' charged bytes;
-// the LRU list holds exactly the live session ids, most recent first, so with a
-// monotonic clock it is also sorted by last access and the TTL sweep stops at the
-// first unexpired entry from the back. Session KV is only touched under the
+// with a MemoryCharge, what it holds == total_bytes plus the PendingCharges in
+// flight (charged outside State::mu, not yet recorded); the LRU list holds
+// exactly the live session ids, most recent first, so with a monotonic clock
+// it is also sorted by last access and the TTL sweep stops at the first
+// unexpired entry from the back. Session KV is only touched under the
 // session's own lock, taken before State::mu (never after).
 #pragma once
 
+#include <cassert>
 #include <deque>
 #include <list>
 #include <mutex>
@@ -52,6 +55,17 @@ class HotKvStateManager::State {
   // (after dropping every lock: a store encodes and writes blocks).
   bool store_removed = false;
   std::vector<std::shared_ptr<HotKvSession>> removed;
+  // HotKvStateConfig::memory, or null: what the live entries' bytes are
+  // charged to (Remove refunds them).
+  MemoryCharge* memory = nullptr;
+
+  // Returns `bytes` to `memory`. Cannot fail: only charged bytes come back.
+  void Refund(uint64_t bytes) {
+    if (memory == nullptr || bytes == 0) return;
+    Status refunded = memory->Uncharge(bytes);
+    assert(refunded.ok());
+    (void)refunded;
+  }
 
   // Removes a live entry; records why (for later misses) unless reason is null.
   void Remove(const std::string& id, const CacheMissReason* reason,
@@ -61,6 +75,7 @@ class HotKvStateManager::State {
     uint64_t epoch = it->second.session->route_epoch();
     if (store_removed && reason != nullptr) removed.push_back(it->second.session);
     total_bytes -= it->second.bytes;
+    Refund(it->second.bytes);
     lru.erase(it->second.lru);
     live.erase(it);
     if (reason == nullptr || max_tombstones == 0) return;
@@ -87,6 +102,21 @@ class HotKvStateManager::State {
   StatusOr<std::optional<CacheMiss>> Recharge(
       const HotKvStateConfig& config, const std::shared_ptr<HotKvSession>& session,
       uint64_t new_bytes);
+
+  // The table entry of exactly this session object, or null.
+  Entry* LiveEntry(const std::shared_ptr<HotKvSession>& session) {
+    auto it = live.find(session->session_id());
+    return it != live.end() && it->second.session == session ? &it->second : nullptr;
+  }
+
+  // Why a session resolved earlier is no longer live: its miss, or the
+  // stale-epoch error when a newer epoch replaced it.
+  StatusOr<std::optional<CacheMiss>> GoneMiss(
+      const std::shared_ptr<HotKvSession>& session) {
+    PKV_RETURN_IF_ERROR(CheckEpoch(session->session_id(), session->route_epoch()));
+    return std::optional<CacheMiss>(
+        Find(session->session_id(), session->route_epoch()).miss);
+  }
 
   void Touch(Entry& e, uint64_t now) {
     e.last_access_nanos = now;
@@ -149,6 +179,27 @@ class HotKvStateManager::State {
     stats.misses++;
     return out;
   }
+};
+
+// Bytes charged to HotKvStateConfig::memory for a change not yet recorded in
+// the table (the charge ran outside State::mu); refunded when this goes out of
+// scope unless Commit() was called once the table holds them.
+class PendingCharge {
+ public:
+  PendingCharge(MemoryCharge* memory, uint64_t bytes) : memory_(memory), bytes_(bytes) {}
+  ~PendingCharge() {
+    if (bytes_ == 0) return;
+    Status refunded = memory_->Uncharge(bytes_);
+    assert(refunded.ok());
+    (void)refunded;
+  }
+  PendingCharge(const PendingCharge&) = delete;
+  PendingCharge& operator=(const PendingCharge&) = delete;
+  void Commit() { bytes_ = 0; }
+
+ private:
+  MemoryCharge* const memory_;
+  uint64_t bytes_;
 };
 
 // Declared first in every public method that can remove sessions: stores them

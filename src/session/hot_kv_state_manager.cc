@@ -25,9 +25,11 @@ HotKvStateManager::HotKvStateManager(KvCacheRecipe recipe, HotKvStateConfig conf
       clock_(clock ? clock : Clock::System()),
       state_(std::make_unique<State>()) {
   state_->store_removed = config_.prefix_cache.engine != nullptr;
+  state_->memory = config_.memory.get();
 }
 
-HotKvStateManager::~HotKvStateManager() = default;
+// The live sessions' bytes go back to the shared budget with them.
+HotKvStateManager::~HotKvStateManager() { state_->Refund(state_->total_bytes); }
 
 StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::MakeSession(
     const std::string& id, uint64_t epoch, std::vector<LayerKvCache> initial,
@@ -82,28 +84,53 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::Open(const std::strin
   PKV_ASSIGN_OR_RETURN(std::shared_ptr<HotKvSession> session,
                        MakeSession(id, epoch, std::move(options.initial_layers),
                                    std::move(options.initial_tokens)));
-  uint64_t bytes = session->payload_bytes();
+  const uint64_t bytes = session->payload_bytes();
+  MemoryCharge* const memory = config_.memory.get();
+  const uint64_t limit = memory != nullptr ? memory->limit_bytes() : config_.budget_bytes;
   State& s = *state_;
-  std::lock_guard lock(s.mu);
-  uint64_t now = clock_->NowNanos();
-  s.SweepExpired(now, config_.ttl_ms * 1'000'000, config_.max_tombstones);
-  PKV_RETURN_IF_ERROR(s.CheckEpoch(id, epoch));
-  // Checked before superseding anything: a refused open changes nothing.
-  if (config_.budget_bytes > 0 && bytes > config_.budget_bytes) {
-    return Status::NoSpace("kv budget exceeded: session '" + id + "' needs " +
-                           std::to_string(bytes) + " bytes, budget is " +
-                           std::to_string(config_.budget_bytes));
+  uint64_t now = 0;
+  std::shared_ptr<HotKvSession> already_open;
+  // Under s.mu: the checks a new session must pass; sets `already_open` when
+  // the session is open at this epoch (returned as it is).
+  auto check = [&]() -> Status {
+    now = clock_->NowNanos();
+    s.SweepExpired(now, config_.ttl_ms * 1'000'000, config_.max_tombstones);
+    PKV_RETURN_IF_ERROR(s.CheckEpoch(id, epoch));
+    // Checked before superseding anything: a refused open changes nothing.
+    if (limit > 0 && bytes > limit) {
+      return Status::NoSpace("kv budget exceeded: session '" + id + "' needs " +
+                             std::to_string(bytes) + " bytes, budget is " +
+                             std::to_string(limit));
+    }
+    auto it = s.live.find(id);
+    if (it == s.live.end() || it->second.session->route_epoch() != epoch) {
+      return Status::OK();
+    }
+    if (prefilled) {
+      return Status::InvalidArgument("session '" + id + "' is already open at epoch " +
+                                     std::to_string(epoch));
+    }
+    s.Touch(it->second, now);
+    already_open = it->second.session;
+    return Status::OK();
+  };
+  std::unique_lock lock(s.mu);
+  PKV_RETURN_IF_ERROR(check());
+  // A shared budget is charged outside s.mu (it may wait for the SSD tier's
+  // write-back), then everything is checked again.
+  std::optional<PendingCharge> pending;
+  if (already_open == nullptr && memory != nullptr && bytes > 0) {
+    lock.unlock();
+    PKV_RETURN_IF_ERROR(ChargeMemory(id, bytes));
+    pending.emplace(memory, bytes);
+    lock.lock();
+    PKV_RETURN_IF_ERROR(check());
+  }
+  if (already_open != nullptr) {
+    if (options.created != nullptr) *options.created = false;
+    return already_open;
   }
   if (auto it = s.live.find(id); it != s.live.end()) {
-    if (it->second.session->route_epoch() == epoch) {
-      if (prefilled) {
-        return Status::InvalidArgument("session '" + id + "' is already open at epoch " +
-                                       std::to_string(epoch));
-      }
-      s.Touch(it->second, now);
-      if (options.created != nullptr) *options.created = false;
-      return it->second.session;
-    }
     // A newer epoch supersedes; the old state is stored like a released one.
     if (s.store_removed) s.removed.push_back(it->second.session);
     s.Remove(id, nullptr, config_.max_tombstones);
@@ -113,12 +140,15 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::Open(const std::strin
   s.EvictLruUntil(id, config_.max_tombstones, [&] {
     return config_.max_sessions == 0 || s.live.size() < config_.max_sessions;
   });
-  s.EvictLruUntil(id, config_.max_tombstones, [&] {
-    return config_.budget_bytes == 0 || s.total_bytes + bytes <= config_.budget_bytes;
-  });
+  if (memory == nullptr) {
+    s.EvictLruUntil(id, config_.max_tombstones, [&] {
+      return config_.budget_bytes == 0 || s.total_bytes + bytes <= config_.budget_bytes;
+    });
+  }
   s.lru.push_front(id);
   s.live[id] = State::Entry{session, bytes, now, s.lru.begin()};
   s.total_bytes += bytes;
+  if (pending) pending->Commit();
   s.stats.opened++;
   if (options.created != nullptr) *options.created = true;
   return session;

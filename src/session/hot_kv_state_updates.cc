@@ -1,9 +1,11 @@
 // HotKvStateManager, part 2: append, truncate, release and the counters.
 //
 // Append and truncate follow one pattern: resolve the session, take its exclusive
-// lock, compute the new payload size, charge it under the manager lock (evicting
-// other sessions when needed) and only then change the layers. A failure at any
-// step leaves both the session and the byte counters untouched.
+// lock, compute the new payload size, charge it (Recharge: under the manager
+// lock against budget_bytes, or to the shared RAM budget, see
+// hot_kv_state_memory.cc; evicting other sessions when needed) and only then
+// change the layers. A failure at any step leaves both the session and the
+// byte counters untouched.
 #include <algorithm>
 #include <shared_mutex>
 
@@ -66,8 +68,7 @@ StatusOr<SessionOrMiss> HotKvStateManager::Append(const std::string& id, uint64_
     return SessionOrMiss(SeqLenMiss(id, epoch, *expected_seq_len, session->seq_len_));
   }
   uint64_t new_bytes = PayloadBytesAt(session->layers_, session->seq_len_ + tokens);
-  PKV_ASSIGN_OR_RETURN(std::optional<CacheMiss> miss,
-                       state_->Recharge(config_, session, new_bytes));
+  PKV_ASSIGN_OR_RETURN(std::optional<CacheMiss> miss, Recharge(session, new_bytes));
   if (miss) return SessionOrMiss(std::move(*miss));
   for (auto& [layer, cache] : session->layers_) {
     const LayerKvChunk& chunk = chunks.at(layer);
@@ -109,8 +110,7 @@ StatusOr<SessionOrMiss> HotKvStateManager::Truncate(const std::string& id, uint6
     }
   }
   uint64_t new_bytes = PayloadBytesAt(session->layers_, seq_len);
-  PKV_ASSIGN_OR_RETURN(std::optional<CacheMiss> miss,
-                       state_->Recharge(config_, session, new_bytes));
+  PKV_ASSIGN_OR_RETURN(std::optional<CacheMiss> miss, Recharge(session, new_bytes));
   if (miss) return SessionOrMiss(std::move(*miss));
   for (auto& [layer, cache] : session->layers_) {
     Status truncated = cache.Truncate(seq_len);

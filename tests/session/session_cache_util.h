@@ -34,10 +34,12 @@ inline ModelConfig HybridModelConfig() {
 
 // An engine over `dir`: a hot tier spilling to the SSD tier, no promotion on
 // SSD hits. Namespaces register with the partial tail on (sliding windows).
+// `sessions` charges live sessions' KV to the same RAM budget (Bind).
 struct CacheStack {
   std::unique_ptr<Engine> engine;
   SharedHotBudget* budget = nullptr;
   SsdTier* ssd = nullptr;
+  std::shared_ptr<MemoryCharge> sessions;  // the budget owner "sessions"
 
   void Open(const std::string& dir, uint64_t hot_capacity_bytes = 1 << 20) {
     EngineOptions o;
@@ -50,6 +52,17 @@ struct CacheStack {
     engine = std::move(opened).value();
     budget = engine->hot_budget();
     ssd = engine->ssd_tier();
+    auto charge = engine->OpenMemoryCharge("sessions");
+    ASSERT_TRUE(charge.ok()) << charge.status().ToString();
+    sessions = std::move(charge).value();
+  }
+
+  // `config` restoring from and storing to `ns`, its sessions' KV charged to
+  // the engine's RAM budget alongside the cached blocks.
+  HotKvStateConfig Bind(HotKvStateConfig config, Namespace ns) const {
+    config.prefix_cache = {engine.get(), ns};
+    config.memory = sessions;
+    return config;
   }
 
   // The namespace of a manager's owned layers.
@@ -70,6 +83,7 @@ struct CacheStack {
     engine.reset();
     budget = nullptr;
     ssd = nullptr;
+    sessions.reset();
   }
 };
 

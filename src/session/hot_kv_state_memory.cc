@@ -1,0 +1,87 @@
+// HotKvStateManager, part 4: charging sessions' bytes, to the manager's own
+// budget_bytes or to an engine's RAM budget (HotKvStateConfig::memory).
+//
+// With a MemoryCharge the live sessions are one owner of the budget the
+// cached blocks live in. Growth is charged there first, which evicts cache
+// blocks (they spill to SSD) to make room; only when the budget cannot make
+// room that way does the manager evict its own least recently used sessions,
+// exactly enough to cover the shortfall the budget reports, and retry. The
+// charge runs outside State::mu because evicting blocks may wait for the SSD
+// tier's write-back queue; what it charged is recorded in the table under
+// State::mu afterwards, or refunded (PendingCharge) when the session stopped
+// being live meanwhile. Shrinking and removal refund under State::mu
+// (Uncharge never blocks), so the charge equals total_bytes whenever no
+// charge is in flight.
+#include <algorithm>
+#include <string>
+
+#include "hot_kv_state_internal.h"
+
+namespace prefixkv {
+
+StatusOr<std::optional<CacheMiss>> HotKvStateManager::Recharge(
+    const std::shared_ptr<HotKvSession>& session, uint64_t new_bytes) {
+  State& s = *state_;
+  if (config_.memory == nullptr) return s.Recharge(config_, session, new_bytes);
+  const std::string& id = session->session_id();
+  uint64_t grow = 0;
+  {
+    std::lock_guard lock(s.mu);
+    State::Entry* entry = s.LiveEntry(session);
+    if (entry == nullptr) return s.GoneMiss(session);
+    const uint64_t limit = config_.memory->limit_bytes();
+    if (new_bytes > limit) {
+      return Status::NoSpace("kv budget exceeded: session '" + id + "' would hold " +
+                             std::to_string(new_bytes) + " bytes, budget is " +
+                             std::to_string(limit));
+    }
+    if (new_bytes <= entry->bytes) {
+      const uint64_t freed = entry->bytes - new_bytes;
+      s.Refund(freed);
+      s.total_bytes -= freed;
+      entry->bytes = new_bytes;
+      return std::optional<CacheMiss>();
+    }
+    grow = new_bytes - entry->bytes;
+  }
+  PKV_RETURN_IF_ERROR(ChargeMemory(id, grow));
+  PendingCharge pending(config_.memory.get(), grow);
+  std::lock_guard lock(s.mu);
+  // The entry's bytes cannot have changed (only Recharge changes them, under
+  // the session's exclusive lock), but the session may have been evicted.
+  State::Entry* entry = s.LiveEntry(session);
+  if (entry == nullptr) return s.GoneMiss(session);
+  entry->bytes += grow;
+  s.total_bytes += grow;
+  pending.Commit();
+  return std::optional<CacheMiss>();
+}
+
+Status HotKvStateManager::ChargeMemory(const std::string& keep, uint64_t bytes) {
+  State& s = *state_;
+  while (true) {
+    uint64_t shortfall = 0;
+    Status charged = config_.memory->Charge(bytes, &shortfall);
+    if (!charged.IsNoSpace()) return charged;
+    shortfall = std::max<uint64_t>(shortfall, 1);
+    std::lock_guard lock(s.mu);
+    auto kept = s.live.find(keep);
+    const uint64_t others =
+        s.total_bytes - (kept != s.live.end() ? kept->second.bytes : 0);
+    // Evicting sessions that cannot make enough room would only lose them.
+    if (shortfall > others) {
+      return Status::NoSpace(
+          "kv budget exceeded: session '" + keep + "' needs " + std::to_string(bytes) +
+          " more bytes; the shared hot budget lacks " +
+          (shortfall == UINT64_MAX ? std::string("them for good")
+                                   : std::to_string(shortfall)) +
+          " after evicting every cache block it can, and the other sessions hold " +
+          std::to_string(others));
+    }
+    const uint64_t before = s.total_bytes;
+    s.EvictLruUntil(keep, config_.max_tombstones,
+                    [&] { return before - s.total_bytes >= shortfall; });
+  }
+}
+
+}  // namespace prefixkv
