@@ -28,6 +28,8 @@
 
 namespace prefixkv {
 
+// The model's shape and weights seed. Small defaults: tests run it in
+// milliseconds. Every field is validated by Validate() (Create calls it).
 struct ModelConfig {
   int64_t vocab_size = 48;
   int64_t hidden_size = 32;  // n_heads * head_dim
@@ -49,6 +51,8 @@ struct ModelConfig {
 // Immutable after Create; thread-safe for concurrent use.
 class ReferenceModel {
  public:
+  // Builds the weights from config.seed. InvalidArgument for a config that
+  // fails Validate().
   static StatusOr<std::shared_ptr<const ReferenceModel>> Create(
       const ModelConfig& config);
   ~ReferenceModel();
@@ -62,21 +66,29 @@ class ReferenceModel {
   int64_t LayerWindowTokens(int layer) const;
 
   // --- stateless whole-sequence runner (ground truth) ---
-  // Logits after the last token of `token_ids`, recomputing the whole sequence.
+  // Logits (vocab_size floats) after the last token of `token_ids`,
+  // recomputing the whole sequence. InvalidArgument for an empty sequence or a
+  // token outside [0, vocab_size).
   StatusOr<std::vector<float>> NextTokenLogits(std::span<const int32_t> token_ids) const;
+  // The argmax of NextTokenLogits (ties: the lowest id). Errors as above.
   StatusOr<int32_t> WholeModelNextToken(std::span<const int32_t> token_ids) const;
   // Greedy continuation of `prompt` by `n_new` tokens, recomputing every step.
   StatusOr<std::vector<int32_t>> StatelessGreedy(std::span<const int32_t> prompt,
                                                  int n_new) const;
 
   // --- building blocks shared by both runners and by ReferenceShard ---
+  // One hidden row per token. InvalidArgument for a token outside the vocab.
   StatusOr<HiddenStates> Embed(std::span<const int32_t> token_ids) const;
   // Runs layer `layer` in place over x at consecutive `positions` starting at
   // past length (0 without `past`). Writes this chunk's post-RoPE keys/values,
-  // [n_kv_heads][rows][head_dim], to new_keys/new_values.
+  // [n_kv_heads][rows][head_dim], to new_keys/new_values. REQUIRES: a valid
+  // layer index, positions.size() == x->rows, and new_keys/new_values sized
+  // n_kv_heads * rows * head_dim (ReferenceShard checks these for callers).
   void RunLayer(int layer, HiddenStates* x, std::span<const int64_t> positions,
                 const LayerKvCache* past, float* new_keys, float* new_values) const;
+  // RMSNorm with the final norm's weights, row by row.
   HiddenStates FinalNorm(const HiddenStates& x) const;
+  // Logits of one normed hidden row (hidden_size floats at `normed_row`).
   std::vector<float> LmHead(const float* normed_row) const;
 
  private:
@@ -97,6 +109,7 @@ class ReferenceShard final : public ShardComputation {
       std::shared_ptr<const ReferenceModel> model, int start_layer, int end_layer,
       std::string_view architecture_adapter = ReferenceModel::kArchitecture);
 
+  // ShardComputation (shard_computation.h states each contract).
   std::string_view architecture_adapter() const override { return architecture_; }
   int start_layer() const override { return start_; }
   int end_layer() const override { return end_; }
@@ -111,6 +124,7 @@ class ReferenceShard final : public ShardComputation {
   HiddenStates FinalNorm(const HiddenStates& hidden) const override;
   std::vector<float> LmHead(const float* normed_row) const override;
 
+  // The model this shard runs layers of.
   const ReferenceModel& model() const { return *model_; }
 
  private:

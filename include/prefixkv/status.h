@@ -13,28 +13,32 @@
 
 namespace prefixkv {
 
+// What went wrong. Every public call documents which codes it returns.
 enum class StatusCode : unsigned char {
   kOk = 0,
-  kNotFound,
-  kCorruption,
-  kInvalidArgument,
-  kIOError,
-  kBusy,
-  kNoSpace,
-  kNotSupported,
-  kAborted,   // cancelled by the caller
-  kInternal,  // a broken invariant inside prefixkv; always a bug
+  kNotFound,         // the thing asked for is absent (a key, a directory, a file)
+  kCorruption,       // stored bytes failed a checksum or a consistency check
+  kInvalidArgument,  // the caller's input or call is wrong (bad spec, closed engine)
+  kIOError,          // the medium failed (read, write, sync)
+  kBusy,             // the thing is in use (a pinned block); retry later
+  kNoSpace,          // no room: a full budget, quota or disk; nothing changed
+  kNotSupported,     // a feature or layout this build does not handle
+  kAborted,          // cancelled by the caller
+  kInternal,         // a broken invariant inside prefixkv; always a bug
 };
 
 // Name of a code, for logs and --json output ("Corruption", ...).
 std::string_view StatusCodeName(StatusCode code);
 
+// The outcome of a call: OK, or a code with a human-readable message.
+// Cheap to copy when OK (no allocation). Thread-compatible: a Status is a value.
 class [[nodiscard]] Status {
  public:
   Status() = default;  // OK
   Status(StatusCode code, std::string message)
       : code_(code), message_(std::move(message)) {}
 
+  // One factory per code; `m` says what failed and with which input.
   static Status OK() { return Status(); }
   static Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
   static Status Corruption(std::string m) {
@@ -52,6 +56,7 @@ class [[nodiscard]] Status {
   static Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 
+  // The code, the message (empty when OK) and one predicate per common code.
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
@@ -90,6 +95,7 @@ class [[nodiscard]] StatusOr {
   }
   StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit on purpose
 
+  // Whether a value is held; the Status (OK when it is).
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
 
