@@ -40,26 +40,6 @@ rocksdb::CompressionType ParseCompression(const std::string& name) {
 
 }  // namespace
 
-std::string_view SsdDurabilityName(SsdDurability d) {
-  switch (d) {
-    case SsdDurability::kFlush:
-      return "flush";
-    case SsdDurability::kWal:
-      return "wal";
-    case SsdDurability::kSync:
-      return "sync";
-  }
-  return "wal";
-}
-
-StatusOr<SsdDurability> ParseSsdDurability(std::string_view name) {
-  for (SsdDurability d :
-       {SsdDurability::kFlush, SsdDurability::kWal, SsdDurability::kSync}) {
-    if (name == SsdDurabilityName(d)) return d;
-  }
-  return Status::InvalidArgument("durability must be flush, wal or sync");
-}
-
 StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(const SsdTierOptions& options) {
   PKV_RETURN_IF_ERROR(Impl::ValidateOptions(options));
   auto impl = std::make_unique<Impl>(options);

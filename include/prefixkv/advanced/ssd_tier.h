@@ -1,4 +1,4 @@
-// SsdTier: the persistent block tier (DESIGN section 7).
+// SsdTier: the persistent block tier (docs/ssd.md).
 //
 // One data directory per tier: an embedded RocksDB holds the metadata of each
 // block (namespace, parent, owner, payload length and XXH3-64, access order,
@@ -34,24 +34,6 @@
 #include "prefixkv/clock.h"
 
 namespace prefixkv {
-
-// What a write must survive before Put (or the writer) acknowledges it.
-enum class SsdDurability {
-  // No write-ahead log for the metadata: it reaches disk when a memtable is
-  // flushed and at Close(). A kill -9 may lose the most recent blocks (never
-  // exposes a partial or wrong one). The fastest mode.
-  kFlush,
-  // Metadata write-ahead log without fsync (default): survives kill -9, may
-  // lose the last writes on power loss.
-  kWal,
-  // Payload fdatasync'ed and the log synced before every acknowledgement (one
-  // sync for a whole write-back batch): survives power loss.
-  kSync,
-};
-
-// "flush", "wal", "sync"; and back (InvalidArgument for anything else).
-std::string_view SsdDurabilityName(SsdDurability d);
-StatusOr<SsdDurability> ParseSsdDurability(std::string_view name);
 
 struct SsdTierOptions {
   // The data directory (created if missing). One tier per directory.
