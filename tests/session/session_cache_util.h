@@ -53,7 +53,7 @@ struct CacheStack {
     budget = engine->hot_budget();
     ssd = engine->ssd_tier();
     auto charge = engine->OpenMemoryCharge("sessions");
-    ASSERT_TRUE(charge.ok()) << charge.status().ToString();
+    ASSERT_OK(charge);
     sessions = std::move(charge).value();
   }
 

@@ -43,7 +43,7 @@ inline SsdTierOptions TestSsdOptions(const std::string& path) {
 
 inline std::unique_ptr<SsdTier> OpenSsd(const SsdTierOptions& o) {
   StatusOr<std::unique_ptr<SsdTier>> tier = SsdTier::Open(o);
-  EXPECT_TRUE(tier.ok()) << tier.status().ToString();
+  EXPECT_OK(tier);
   return tier.ok() ? std::move(tier).value() : nullptr;
 }
 
@@ -52,7 +52,7 @@ inline std::unique_ptr<SsdTier> OpenSsdWithCommitHook(const SsdTierOptions& o,
                                                       std::function<Status()> hook) {
   StatusOr<std::unique_ptr<SsdTier>> tier =
       SsdTierTestPeer::OpenWithCommitHook(o, std::move(hook));
-  EXPECT_TRUE(tier.ok()) << tier.status().ToString();
+  EXPECT_OK(tier);
   return tier.ok() ? std::move(tier).value() : nullptr;
 }
 

@@ -14,6 +14,7 @@
 #include "ssd_layout.h"
 #include "ssd_segment.h"
 #include "tests/storage/ssd/ssd_test_util.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace testing {
@@ -74,10 +75,10 @@ TEST_F(SsdTierTest, BlocksAndCountersSurviveCloseAndReopen) {
     auto tier = OpenSsd(Options());
     for (uint64_t i = 0; i < n; ++i) {
       const BlockMeta m = ChainBlock(0, i, 1, static_cast<OwnerId>(i % 3));
-      ASSERT_TRUE(tier->Put(m, PayloadOf(m, 100 + i * 7), true).ok());
+      ASSERT_OK(tier->Put(m, PayloadOf(m, 100 + i * 7), true));
     }
-    ASSERT_TRUE(tier->Get(ChainBlock(0, 0).key).ok());
-    ASSERT_TRUE(tier->Close().ok());
+    ASSERT_OK(tier->Get(ChainBlock(0, 0).key));
+    ASSERT_OK(tier->Close());
   }
   auto tier = OpenSsd(Options());
   EXPECT_TRUE(tier->open_report().previous_shutdown_clean);
@@ -88,7 +89,7 @@ TEST_F(SsdTierTest, BlocksAndCountersSurviveCloseAndReopen) {
   for (uint64_t i = 0; i < n; ++i) {
     const BlockMeta m = ChainBlock(0, i, 1, static_cast<OwnerId>(i % 3));
     StatusOr<SharedBytes> got = tier->Get(m.key);
-    ASSERT_TRUE(got.ok()) << i << ": " << got.status().ToString();
+    ASSERT_OK(got) << "block " << i;
     EXPECT_EQ(got->view(), PayloadOf(m, 100 + i * 7).view());
     EXPECT_EQ(tier->Peek(m.key)->owner, m.owner);
   }
@@ -99,7 +100,7 @@ TEST_F(SsdTierTest, PersistedCountersThatDisagreeWithContentsAreReportedAndRepai
   {
     auto tier = OpenSsd(Options());
     for (uint64_t i = 0; i < 5; ++i) {
-      ASSERT_TRUE(tier->Put(ChainBlock(0, i), PayloadOf(ChainBlock(0, i)), true).ok());
+      ASSERT_OK(tier->Put(ChainBlock(0, i), PayloadOf(ChainBlock(0, i)), true));
     }
   }
   {  // Overwrite owner 0's counter record behind the tier's back.
@@ -126,17 +127,14 @@ TEST_F(SsdTierTest, EvictsLeastRecentlyUsedLeavesBeforeTheirAncestors) {
   tier->SetEvictionListener(&evicted);
   // Chain A: a0 <- a1 <- a2 (a0 oldest); chain B: b0 <- b1.
   for (uint64_t i = 0; i < 3; ++i)
-    ASSERT_TRUE(
-        tier->Put(ChainBlock(0, i), PayloadOf(ChainBlock(0, i), 1000), false).ok());
+    ASSERT_OK(tier->Put(ChainBlock(0, i), PayloadOf(ChainBlock(0, i), 1000), false));
   for (uint64_t i = 0; i < 2; ++i)
-    ASSERT_TRUE(
-        tier->Put(ChainBlock(1, i), PayloadOf(ChainBlock(1, i), 1000), true).ok());
-  ASSERT_TRUE(tier->Get(ChainBlock(0, 2).key).ok());  // a2 is now the newest
+    ASSERT_OK(tier->Put(ChainBlock(1, i), PayloadOf(ChainBlock(1, i), 1000), true));
+  ASSERT_OK(tier->Get(ChainBlock(0, 2).key));  // a2 is now the newest
   // Leaves are a2 (newest) and b1: b1 goes first, then b0 (a leaf now), then
   // a2, never a0 or a1 while a descendant is stored.
   for (uint64_t i = 0; i < 3; ++i)
-    ASSERT_TRUE(
-        tier->Put(ChainBlock(2, i), PayloadOf(ChainBlock(2, i), 1000), false).ok());
+    ASSERT_OK(tier->Put(ChainBlock(2, i), PayloadOf(ChainBlock(2, i), 1000), false));
   const auto calls = evicted.calls();
   ASSERT_EQ(calls.size(), 3u);
   EXPECT_EQ(calls[0].meta.key, ChainBlock(1, 1).key);
@@ -158,11 +156,11 @@ TEST_F(SsdTierTest, GetForAuditVerifiesWithoutCountingOrReorderingEviction) {
   testing::RecordingListener evicted;
   tier->SetEvictionListener(&evicted);
   const BlockMeta older = ChainBlock(0, 0), newer = ChainBlock(1, 0);
-  ASSERT_TRUE(tier->Put(older, PayloadOf(older, 1000), false).ok());
-  ASSERT_TRUE(tier->Put(newer, PayloadOf(newer, 1000), false).ok());
+  ASSERT_OK(tier->Put(older, PayloadOf(older, 1000), false));
+  ASSERT_OK(tier->Put(newer, PayloadOf(newer, 1000), false));
   const TierCounters before = tier->Totals();
   StatusOr<SharedBytes> read = tier->GetForAudit(older.key);
-  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  ASSERT_OK(read);
   EXPECT_EQ(read->view(), PayloadOf(older, 1000).view());
   EXPECT_TRUE(tier->GetForAudit(ChainBlock(2, 0).key).status().IsNotFound());
   EXPECT_EQ(tier->Totals().hits, before.hits);
@@ -170,7 +168,7 @@ TEST_F(SsdTierTest, GetForAuditVerifiesWithoutCountingOrReorderingEviction) {
   // The audited block is still the least recently used: it goes first (a Get
   // would have made `newer` the victim).
   const BlockMeta third = ChainBlock(3, 0);
-  ASSERT_TRUE(tier->Put(third, PayloadOf(third, 1000), false).ok());
+  ASSERT_OK(tier->Put(third, PayloadOf(third, 1000), false));
   ASSERT_EQ(evicted.calls().size(), 1u);
   EXPECT_EQ(evicted.calls()[0].meta.key, older.key);
 }
@@ -181,12 +179,11 @@ TEST_F(SsdTierTest, AccessOrderIsPersistedAcrossRestarts) {
   {
     auto tier = OpenSsd(o);
     for (uint64_t c = 0; c < 3; ++c)
-      ASSERT_TRUE(
-          tier->Put(ChainBlock(c, 0), PayloadOf(ChainBlock(c, 0), 1000), false).ok());
-    ASSERT_TRUE(tier->Get(ChainBlock(0, 0).key).ok());  // chain 1 is now the oldest
+      ASSERT_OK(tier->Put(ChainBlock(c, 0), PayloadOf(ChainBlock(c, 0), 1000), false));
+    ASSERT_OK(tier->Get(ChainBlock(0, 0).key));  // chain 1 is now the oldest
   }
   auto tier = OpenSsd(o);
-  ASSERT_TRUE(tier->Put(ChainBlock(3, 0), PayloadOf(ChainBlock(3, 0), 1000), false).ok());
+  ASSERT_OK(tier->Put(ChainBlock(3, 0), PayloadOf(ChainBlock(3, 0), 1000), false));
   EXPECT_FALSE(tier->Contains(ChainBlock(1, 0).key));
   EXPECT_TRUE(tier->Contains(ChainBlock(0, 0).key));
   EXPECT_TRUE(tier->Contains(ChainBlock(2, 0).key));
@@ -245,17 +242,16 @@ TEST_F(SsdTierTest, FullWriteBackQueueMakesTheEvictingCallerWriteInline) {
   EXPECT_EQ(tier->Totals().inserts, 0u);  // queued: nothing stored yet...
   for (uint64_t c = 0; c < 3; ++c) {      // ...but every queued block is served
     StatusOr<SharedBytes> got = tier->Get(ChainBlock(c, 0).key);
-    ASSERT_TRUE(got.ok());
+    ASSERT_OK(got);
     EXPECT_EQ(got->view(), PayloadOf(ChainBlock(c, 0)).view());
   }
   tier->OnEvict(ChainBlock(3, 0), PayloadOf(ChainBlock(3, 0)), true);  // full: inline
   EXPECT_EQ(tier->Totals().inserts, 1u);
   EXPECT_EQ(tier->queued_blocks(), 3u);
   gate.Open();
-  ASSERT_TRUE(tier->Close().ok());
+  ASSERT_OK(tier->Close());
   auto reopened = OpenSsd(Options());
-  for (uint64_t c = 0; c < 4; ++c)
-    EXPECT_TRUE(reopened->Get(ChainBlock(c, 0).key).ok()) << c;
+  for (uint64_t c = 0; c < 4; ++c) EXPECT_OK(reopened->Get(ChainBlock(c, 0).key)) << c;
 }
 
 TEST_F(SsdTierTest, CloseStoresEveryQueuedBlock) {
@@ -266,7 +262,7 @@ TEST_F(SsdTierTest, CloseStoresEveryQueuedBlock) {
     auto tier = OpenSsd(o);
     for (uint64_t i = 0; i < n; ++i)
       tier->OnEvict(ChainBlock(0, i), PayloadOf(ChainBlock(0, i)), true);
-    ASSERT_TRUE(tier->Close().ok());
+    ASSERT_OK(tier->Close());
   }
   auto tier = OpenSsd(Options());
   EXPECT_EQ(tier->Totals().entries, n);
@@ -282,12 +278,12 @@ TEST_F(SsdTierTest, AFailedWriteBackKeepsTheBlockQueuedAndServedUntilItSucceeds)
       o, [&]() { return fail ? Status::IOError("injected EIO") : Status::OK(); });
   tier->OnEvict(ChainBlock(0, 0), PayloadOf(ChainBlock(0, 0)), true);
   EXPECT_TRUE(tier->Flush().IsIOError());
-  EXPECT_TRUE(tier->Get(ChainBlock(0, 0).key).ok());
+  EXPECT_OK(tier->Get(ChainBlock(0, 0).key));
   EXPECT_TRUE(tier->Flush().IsIOError());  // retried, failed again
   EXPECT_GE(tier->Totals().io_errors, 2u);
   EXPECT_EQ(log.Count("I/O error"), 1);  // logged once
   fail = false;
-  ASSERT_TRUE(tier->Flush().ok());
+  ASSERT_OK(tier->Flush());
   EXPECT_EQ(tier->Totals().entries, 1u);
   EXPECT_EQ(log.Count("succeeds again"), 1);
   testing::ExpectCountersMatchContents(*tier, {0});
@@ -298,7 +294,7 @@ TEST_F(SsdTierTest, NoSpaceFromTheMediumIsReturnedCountedAndChangesNothing) {
   auto tier = testing::OpenSsdWithCommitHook(Options(), [&]() {
     return full ? Status::NoSpace("injected ENOSPC") : Status::OK();
   });
-  ASSERT_TRUE(tier->Put(ChainBlock(0, 0), PayloadOf(ChainBlock(0, 0)), true).ok());
+  ASSERT_OK(tier->Put(ChainBlock(0, 0), PayloadOf(ChainBlock(0, 0)), true));
   full = true;
   EXPECT_TRUE(tier->Put(ChainBlock(0, 1), PayloadOf(ChainBlock(0, 1)), true).IsNoSpace());
   EXPECT_TRUE(tier->Remove(ChainBlock(0, 0).key).IsNoSpace());
@@ -307,7 +303,7 @@ TEST_F(SsdTierTest, NoSpaceFromTheMediumIsReturnedCountedAndChangesNothing) {
   EXPECT_FALSE(tier->Contains(ChainBlock(0, 1).key));
   full = false;
   testing::ExpectCountersMatchContents(*tier, {0});
-  ASSERT_TRUE(tier->Close().ok());
+  ASSERT_OK(tier->Close());
   auto reopened = OpenSsd(Options());
   EXPECT_EQ(reopened->Totals().io_errors, 2u);  // persisted with the next write
 }
@@ -334,10 +330,10 @@ TEST_F(SsdTierTest, AFailedSegmentWriteIsReturnedCountedRetriedAndLosesNothing) 
   EXPECT_GE(tier->Totals().io_errors, 2u);
   EXPECT_EQ(log.Count("I/O error"), 1);  // logged once
   fs.ClearFaults();
-  ASSERT_TRUE(tier->Flush().ok());
+  ASSERT_OK(tier->Flush());
   EXPECT_EQ(tier->Totals().entries, 1u);
   testing::ExpectCountersMatchContents(*tier, {0});
-  ASSERT_TRUE(tier->Close().ok());
+  ASSERT_OK(tier->Close());
   auto reopened = OpenSsd(Options());
   EXPECT_EQ(reopened->Get(ChainBlock(1, 0).key)->view(),
             PayloadOf(ChainBlock(1, 0)).view());
@@ -347,7 +343,7 @@ TEST_F(SsdTierTest, APayloadThatFailsItsChecksumIsAMissCountedAndRemoved) {
   const BlockMeta m = ChainBlock(0, 0);
   {
     auto tier = OpenSsd(Options());
-    ASSERT_TRUE(tier->Put(m, PayloadOf(m), true).ok());
+    ASSERT_OK(tier->Put(m, PayloadOf(m), true));
   }
   {  // Same length, different bytes: only the tier's own XXH3 can tell. The
      // only block's extent starts at offset 0 of the only segment file.
@@ -369,14 +365,12 @@ TEST_F(SsdTierTest, PurgeNamespaceRemovesOnlyThatNamespaceForGood) {
   {
     auto tier = OpenSsd(Options());
     for (uint64_t i = 0; i < 4; ++i) {
-      ASSERT_TRUE(
-          tier->Put(ChainBlock(0, i, 1), PayloadOf(ChainBlock(0, i, 1)), true).ok());
-      ASSERT_TRUE(
-          tier->Put(ChainBlock(0, i, 2), PayloadOf(ChainBlock(0, i, 2)), true).ok());
+      ASSERT_OK(tier->Put(ChainBlock(0, i, 1), PayloadOf(ChainBlock(0, i, 1)), true));
+      ASSERT_OK(tier->Put(ChainBlock(0, i, 2), PayloadOf(ChainBlock(0, i, 2)), true));
     }
     ASSERT_EQ(tier->Namespaces().size(), 2u);
     StatusOr<uint64_t> purged = tier->PurgeNamespace(BlockKey{1, 0});
-    ASSERT_TRUE(purged.ok());
+    ASSERT_OK(purged);
     EXPECT_EQ(*purged, 4u);
   }
   auto tier = OpenSsd(Options());
@@ -416,8 +410,7 @@ TEST(SsdTierSpace, EvictedPayloadsAreReclaimedFromSegments) {
     const size_t payload = 32 << 10;
     uint64_t peak = 0, worst_over = 0;
     for (uint64_t i = 0; i < blocks; ++i) {
-      ASSERT_TRUE(
-          tier->Put(ChainBlock(i, 0), PayloadOf(ChainBlock(i, 0), payload), true).ok());
+      ASSERT_OK(tier->Put(ChainBlock(i, 0), PayloadOf(ChainBlock(i, 0), payload), true));
       const SsdSpaceUsage u = tier->SpaceUsage();
       const uint64_t bound = static_cast<uint64_t>(static_cast<double>(u.live_bytes) /
                                                    o.reclaim_live_fraction) +
@@ -425,10 +418,10 @@ TEST(SsdTierSpace, EvictedPayloadsAreReclaimedFromSegments) {
       peak = std::max(peak, u.file_bytes);
       if (u.file_bytes > bound) worst_over = std::max(worst_over, u.file_bytes - bound);
     }
-    ASSERT_TRUE(tier->Compact().ok());
+    ASSERT_OK(tier->Compact());
     const SsdSpaceUsage at_end = tier->SpaceUsage();
     const uint64_t on_disk = SegmentFileBytes(o.path);
-    ASSERT_TRUE(tier->Close().ok());
+    ASSERT_OK(tier->Close());
     std::printf(
         "[space] mode=%s written=%llu capacity=%llu peak_segment_bytes=%llu "
         "over_bound=%llu after_compact=%llu live=%llu segments=%llu\n",
@@ -496,9 +489,9 @@ TEST(SsdSegments, ExtentsAreAlignedAndSelfDescribing) {
     auto tier = OpenSsd(o);
     for (size_t i = 0; i < sizes.size(); ++i) {
       const BlockMeta m = ChainBlock(i, 0);
-      ASSERT_TRUE(tier->Put(m, SegPayload(m, sizes[i]), true).ok());
+      ASSERT_OK(tier->Put(m, SegPayload(m, sizes[i]), true));
     }
-    ASSERT_TRUE(tier->Close().ok());
+    ASSERT_OK(tier->Close());
   }
   const std::vector<std::filesystem::path> segs = Segments(o.path);
   ASSERT_EQ(segs.size(), 1u);
@@ -533,9 +526,8 @@ TEST(SsdSegments, OpenDeletesUnreferencedSegmentsAndStartsNewOnes) {
   const SsdTierOptions o = TestSsdOptions((dir.path() / "ssd").string());
   {
     auto tier = OpenSsd(o);
-    ASSERT_TRUE(
-        tier->Put(ChainBlock(0, 0), SegPayload(ChainBlock(0, 0), 3000), true).ok());
-    ASSERT_TRUE(tier->Close().ok());
+    ASSERT_OK(tier->Put(ChainBlock(0, 0), SegPayload(ChainBlock(0, 0), 3000), true));
+    ASSERT_OK(tier->Close());
   }
   const std::vector<std::filesystem::path> before = Segments(o.path);
   ASSERT_EQ(before.size(), 1u);
@@ -547,13 +539,13 @@ TEST(SsdSegments, OpenDeletesUnreferencedSegmentsAndStartsNewOnes) {
   EXPECT_EQ(tier->open_report().segments, 1u);
   EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(o.path) / "segments" /
                                        ssd::SegmentFileName(0x77)));
-  ASSERT_TRUE(tier->Put(ChainBlock(1, 0), SegPayload(ChainBlock(1, 0), 3000), true).ok());
+  ASSERT_OK(tier->Put(ChainBlock(1, 0), SegPayload(ChainBlock(1, 0), 3000), true));
   EXPECT_EQ(std::filesystem::file_size(before[0]), size_before) << "never appended to";
   const std::vector<std::filesystem::path> after = Segments(o.path);
   ASSERT_EQ(after.size(), 2u);
   EXPECT_GT(after[1].filename().string(), ssd::SegmentFileName(0x77))
       << "ids are never reused";
-  EXPECT_TRUE(tier->Get(ChainBlock(0, 0).key).ok());
+  EXPECT_OK(tier->Get(ChainBlock(0, 0).key));
   testing::ExpectCountersMatchContents(*tier, {0});
 }
 
@@ -565,17 +557,16 @@ TEST(SsdSegments, AMissingSegmentIsReportedAndItsBlocksAreCorruptMisses) {
   {
     auto tier = OpenSsd(o);
     for (uint64_t i = 0; i < 3; ++i) {
-      ASSERT_TRUE(
-          tier->Put(ChainBlock(0, i), SegPayload(ChainBlock(0, i), 2000), true).ok());
+      ASSERT_OK(tier->Put(ChainBlock(0, i), SegPayload(ChainBlock(0, i), 2000), true));
     }
-    ASSERT_TRUE(tier->Close().ok());
+    ASSERT_OK(tier->Close());
   }
   for (const auto& p : Segments(o.path)) std::filesystem::remove(p);
   auto tier = OpenSsd(o);
   EXPECT_EQ(tier->open_report().missing_segments, 1u);
   EXPECT_EQ(tier->open_report().blocks, 3u);
   std::vector<AuditFinding> findings;
-  ASSERT_TRUE(tier->Audit(&findings).ok());
+  ASSERT_OK(tier->Audit(&findings));
   int missing = 0, damaged = 0;
   for (const AuditFinding& f : findings) {
     missing += f.what.starts_with("segment ") ? 1 : 0;
@@ -611,7 +602,7 @@ TEST(SsdSegments, ADirectoryOfTheOlderFormatIsMovedAside) {
   EXPECT_EQ(log.Count("prefixkv-ssd/1 is not prefixkv-ssd/2"), 1);
   EXPECT_EQ(log.Count("moved to"), 1);
   EXPECT_TRUE(tier->open_report().created);
-  ASSERT_TRUE(tier->Put(ChainBlock(0, 0), SegPayload(ChainBlock(0, 0), 100), true).ok());
+  ASSERT_OK(tier->Put(ChainBlock(0, 0), SegPayload(ChainBlock(0, 0), 100), true));
 }
 
 TEST(SsdSegments, SegmentOptionsAreValidated) {
@@ -637,20 +628,20 @@ TEST(SsdSegments, ConcurrentPutsUseSeparateActiveSegments) {
       threads.emplace_back([&, t] {
         for (uint64_t i = 0; i < per_thread; ++i) {
           const BlockMeta m = ChainBlock(t, i);
-          EXPECT_TRUE(tier->Put(m, SegPayload(m, 1000 + i), true).ok());
+          EXPECT_OK(tier->Put(m, SegPayload(m, 1000 + i), true));
         }
       });
     }
     for (auto& th : threads) th.join();
     EXPECT_GE(tier->SpaceUsage().active_segments, 1u);
-    ASSERT_TRUE(tier->Close().ok());
+    ASSERT_OK(tier->Close());
   }
   auto tier = OpenSsd(o);
   for (uint64_t t = 0; t < 4; ++t) {
     for (uint64_t i = 0; i < per_thread; ++i) {
       const BlockMeta m = ChainBlock(t, i);
       StatusOr<SharedBytes> got = tier->Get(m.key);
-      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      ASSERT_OK(got);
       EXPECT_EQ(got->view(), SegPayload(m, 1000 + i).view());
     }
   }
