@@ -50,7 +50,8 @@ TEST(PosixFileSystem, OpenModesCreateTruncateOrRefuse) {
     ASSERT_OK_AND_ASSIGN(auto f, fs->OpenFile(path, {.mode = OpenMode::kCreateOrOpen}));
     ASSERT_OK(f->Write(0, "abc", 3));
   }
-  EXPECT_FALSE(fs->OpenFile(path, {.mode = OpenMode::kCreateNew}).ok());  // exists
+  EXPECT_TRUE(
+      fs->OpenFile(path, {.mode = OpenMode::kCreateNew}).status().IsIOError());  // exists
   {
     ASSERT_OK_AND_ASSIGN(auto f, fs->OpenFile(path, {.mode = OpenMode::kCreateOrOpen}));
     EXPECT_EQ(f->Size().value(), 3u);  // kept
@@ -61,7 +62,7 @@ TEST(PosixFileSystem, OpenModesCreateTruncateOrRefuse) {
     EXPECT_EQ(f->Size().value(), 0u);  // emptied
   }
   ASSERT_OK_AND_ASSIGN(auto r, fs->OpenFile(path, {.mode = OpenMode::kRead}));
-  EXPECT_FALSE(r->Write(0, "x", 1).ok());  // read only
+  EXPECT_TRUE(r->Write(0, "x", 1).IsIOError());  // read only (EBADF)
 }
 
 TEST(PosixFileSystem, DirectIoIsGrantedOrSilentlyOffAndAlignedIoWorksEitherWay) {
@@ -107,7 +108,7 @@ TEST(PosixFileSystem, DirectoryOperations) {
   ASSERT_OK_AND_ASSIGN(names, fs->ListDir(dir.str() + "/moved/b"));
   EXPECT_EQ(names, std::vector<std::string>{"c"});
   ASSERT_OK(fs->OpenFile(dir.str() + "/file", {.mode = OpenMode::kCreateNew}).status());
-  EXPECT_FALSE(fs->CreateDir(dir.str() + "/file").ok());  // a file is in the way
+  EXPECT_TRUE(fs->CreateDir(dir.str() + "/file").IsIOError());  // a file is in the way
 }
 
 }  // namespace
