@@ -1,6 +1,14 @@
 // TierStack: hot over SSD. The stack is the hot tier's eviction listener so it
 // can keep its set of dirty keys exact (a key leaves the set when the hot tier
-// evicts it and the block goes below, or when Flush writes it).
+// evicts its dirty copy and the block goes below, or when Flush writes it).
+//
+// Per-key stripes: every path that reads one tier and then writes another for
+// the same key (an SSD hit promoted into RAM, Flush copying RAM to SSD, a Put
+// too large for RAM replacing the RAM copy by an SSD one) holds the key's
+// stripe, and so does every writer of the key. Without it a promotion could
+// copy an old SSD value over a newer one stored meanwhile, or bring back a
+// value removed meanwhile. Hot hits need no stripe: the hot tier is atomic
+// per key, and a writer under the stripe only ever makes it newer.
 #include "prefixkv/advanced/tier_stack.h"
 
 #include <cassert>
@@ -25,9 +33,19 @@ StatusOr<TierHit> TierStack::Get(const BlockKey& key, bool allow_promotion) {
     if (hit.ok()) return TierHit{std::move(hit).value(), TierLevel::kHot};
   }
   if (ssd_ == nullptr) return Status::NotFound("block " + key.ToHex() + " not cached");
+  std::lock_guard<std::mutex> lock(StripeFor(key));
+  return GetBelow(key, hot_ != nullptr && options_.promote_on_ssd_hit && allow_promotion);
+}
+
+StatusOr<TierHit> TierStack::GetBelow(const BlockKey& key, bool promote) {
+  // A Put may have landed in the hot tier between the miss and the stripe.
+  if (hot_ != nullptr && hot_->Contains(key)) {
+    StatusOr<SharedBytes> hit = hot_->Get(key);
+    if (hit.ok()) return TierHit{std::move(hit).value(), TierLevel::kHot};
+  }
   StatusOr<SharedBytes> hit = ssd_->Get(key);
   if (!hit.ok()) return hit.status();
-  if (hot_ != nullptr && options_.promote_on_ssd_hit && allow_promotion) {
+  if (promote) {
     StatusOr<BlockMeta> meta = ssd_->Peek(key);
     // A promotion is an optimisation: when the block does not fit in the hot
     // tier (NoSpace) it is simply served from SSD.
@@ -52,28 +70,50 @@ StatusOr<BlockMeta> TierStack::Peek(const BlockKey& key) const {
 }
 
 Status TierStack::Put(const BlockMeta& meta, SharedBytes payload) {
+  std::lock_guard<std::mutex> lock(StripeFor(meta.key));
+  return PutLocked(meta, std::move(payload));
+}
+
+Status TierStack::PutLocked(const BlockMeta& meta, SharedBytes payload) {
   if (hot_ == nullptr) return ssd_->Put(meta, std::move(payload), /*dirty=*/false);
-  const bool write_back = ssd_ != nullptr && !options_.write_through;
   if (ssd_ != nullptr && options_.write_through) {
+    MarkClean(meta.key);
+    WaitForWriteBelow(meta.key);
     PKV_RETURN_IF_ERROR(ssd_->Put(meta, payload, /*dirty=*/false));
+    // The RAM copy is clean: the SSD tier holds the same bytes.
+    Status cached = hot_->Put(meta, std::move(payload), /*dirty=*/false);
+    return cached.IsNoSpace() ? DropStaleHotCopy(meta.key) : cached;
   }
+  const bool write_back = ssd_ != nullptr;
   // Mark first: the hot Put may evict the block itself before it returns
-  // (a listener call that then clears the mark).
-  if (write_back) MarkDirty(meta.key, true);
+  // (a listener call that then clears this very mark).
+  if (write_back) MarkDirty(meta.key, payload);
   Status s = hot_->Put(meta, payload, /*dirty=*/write_back);
   if (s.ok()) return s;
-  if (write_back) MarkDirty(meta.key, false);
-  // Too big for the hot tier: it can still live on SSD.
-  if (s.IsNoSpace() && ssd_ != nullptr) {
-    return write_back ? ssd_->Put(meta, std::move(payload), /*dirty=*/false)
-                      : Status::OK();
+  if (!s.IsNoSpace() || !write_back) {
+    // Nothing changed; the mark stays only for an older copy still held.
+    if (write_back && !hot_->Contains(meta.key)) MarkClean(meta.key);
+    return s;
   }
-  return s;
+  // Too big for the hot tier: the SSD copy becomes the only one, so an older
+  // hot copy must not shadow it.
+  PKV_RETURN_IF_ERROR(DropStaleHotCopy(meta.key));
+  WaitForWriteBelow(meta.key);
+  return ssd_->Put(meta, std::move(payload), /*dirty=*/false);
+}
+
+Status TierStack::DropStaleHotCopy(const BlockKey& key) {
+  Status removed = hot_->Remove(key);
+  if (!removed.ok() && !removed.IsNotFound()) return removed;  // Busy: pinned
+  MarkClean(key);
+  return Status::OK();
 }
 
 Status TierStack::PutLowest(const BlockMeta& meta, SharedBytes payload) {
-  if (ssd_ != nullptr) return ssd_->Put(meta, std::move(payload), /*dirty=*/false);
-  return hot_->Put(meta, std::move(payload), /*dirty=*/false);
+  std::lock_guard<std::mutex> lock(StripeFor(meta.key));
+  if (ssd_ == nullptr) return hot_->Put(meta, std::move(payload), /*dirty=*/false);
+  WaitForWriteBelow(meta.key);
+  return ssd_->Put(meta, std::move(payload), /*dirty=*/false);
 }
 
 Status TierStack::RewriteIn(BlockTier* tier, const BlockMeta& meta,
@@ -86,6 +126,8 @@ Status TierStack::RewriteIn(BlockTier* tier, const BlockMeta& meta,
 }
 
 Status TierStack::Rewrite(const BlockMeta& meta, SharedBytes payload) {
+  std::lock_guard<std::mutex> lock(StripeFor(meta.key));
+  if (ssd_ != nullptr) WaitForWriteBelow(meta.key);  // a copy being evicted lands first
   const bool in_hot = hot_ != nullptr && hot_->Contains(meta.key);
   const bool in_ssd = ssd_ != nullptr && ssd_->Contains(meta.key);
   if (!in_hot && !in_ssd)
@@ -94,17 +136,21 @@ Status TierStack::Rewrite(const BlockMeta& meta, SharedBytes payload) {
   if (in_hot) {
     // The hot copy is dirty unless the SSD tier holds the same new bytes.
     const bool dirty = ssd_ != nullptr && !in_ssd;
-    if (dirty) MarkDirty(meta.key, true);
+    if (dirty) MarkDirty(meta.key, payload);
     Status s = RewriteIn(hot_, meta, payload, dirty);
-    if (!s.ok() && dirty) MarkDirty(meta.key, false);
+    if (!s.ok() && dirty) MarkClean(meta.key);
     PKV_RETURN_IF_ERROR(s);
   }
   return Status::OK();
 }
 
 Status TierStack::Remove(const BlockKey& key) {
+  std::lock_guard<std::mutex> lock(StripeFor(key));
   Status hot = hot_ != nullptr ? hot_->Remove(key) : Status::NotFound("no hot tier");
-  if (hot.ok()) MarkDirty(key, false);
+  // A pinned hot copy stays, and so does its mark (it is written back when
+  // evicted). Any other copy being evicted must not come back below.
+  if (!hot.IsBusy()) MarkClean(key);
+  if (ssd_ != nullptr) WaitForWriteBelow(key);
   Status ssd = ssd_ != nullptr ? ssd_->Remove(key) : Status::NotFound("no ssd tier");
   if (hot.IsBusy()) return hot;
   if (hot.ok() || ssd.ok()) return Status::OK();
@@ -113,13 +159,50 @@ Status TierStack::Remove(const BlockKey& key) {
   return Status::NotFound("block " + key.ToHex() + " not cached");
 }
 
-void TierStack::MarkDirty(const BlockKey& key, bool dirty) {
+void TierStack::MarkDirty(const BlockKey& key, const SharedBytes& payload) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (dirty) {
-    dirty_.insert(key);
-  } else {
-    dirty_.erase(key);
+  dirty_[key] = payload.data();
+}
+
+void TierStack::MarkClean(const BlockKey& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  dirty_.erase(key);
+}
+
+void TierStack::MarkCleanIf(const BlockKey& key, const SharedBytes& payload) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = dirty_.find(key);
+  if (it != dirty_.end() && it->second == payload.data()) dirty_.erase(it);
+}
+
+bool TierStack::IsMarkedDirty(const BlockKey& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dirty_.contains(key);
+}
+
+bool TierStack::BeginWriteBelow(const BlockKey& key, const SharedBytes& payload) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = dirty_.find(key);
+  if (it == dirty_.end() || it->second != payload.data()) return false;
+  dirty_.erase(it);
+  // A previous copy's write (it passed this check earlier, so it is older)
+  // lands first.
+  written_below_.wait(lock, [&] { return !writing_below_.contains(key); });
+  writing_below_.insert(key);
+  return true;
+}
+
+void TierStack::EndWriteBelow(const BlockKey& key) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_below_.erase(key);
   }
+  written_below_.notify_all();
+}
+
+void TierStack::WaitForWriteBelow(const BlockKey& key) {
+  std::unique_lock<std::mutex> lock(mu_);
+  written_below_.wait(lock, [&] { return !writing_below_.contains(key); });
 }
 
 size_t TierStack::dirty_blocks() const {
@@ -136,12 +219,36 @@ Status TierStack::WriteBelow(const BlockMeta& meta, const SharedBytes& payload) 
 }
 
 void TierStack::OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool dirty) {
-  MarkDirty(meta.key, false);
-  // Clean victims are already stored below (or were never meant to be).
-  if (!dirty || ssd_ == nullptr) return;
+  // Clean victims are already stored below (or were never meant to be). Only
+  // this copy's mark is cleared: a newer copy Put meanwhile keeps its own
+  // (two copies share a buffer only when they are the same bytes).
+  if (!dirty || ssd_ == nullptr) return MarkCleanIf(meta.key, payload);
+  // Called after the hot tier let go of its lock, so a newer Put, a Remove or
+  // a Flush of the key may already have run: then this copy is stale.
+  if (!BeginWriteBelow(meta.key, payload)) return;
   // A failed synchronous write loses a cached block, never correctness: the
   // next Match simply misses it.
   (void)WriteBelow(meta, payload);
+  EndWriteBelow(meta.key);
+}
+
+Status TierStack::FlushKey(const BlockKey& key) {
+  if (!IsMarkedDirty(key)) return Status::OK();  // written by OnEvict meanwhile
+  StatusOr<BlockMeta> meta = hot_->Peek(key);
+  StatusOr<SharedBytes> payload = hot_->Get(key);
+  if (!meta.ok() || !payload.ok()) {  // evicted meanwhile: written by OnEvict
+    MarkClean(key);
+    return Status::OK();
+  }
+  MarkClean(key);  // the copy read above is the newest: no older one may land
+  WaitForWriteBelow(key);
+  if (Status s = ssd_->Put(*meta, *payload, /*dirty=*/false); !s.ok()) {
+    MarkDirty(key, *payload);  // still only in RAM: its eviction writes it
+    return s;
+  }
+  // Same bytes, now clean: a later eviction need not write them again.
+  (void)hot_->Put(*meta, *payload, /*dirty=*/false);
+  return Status::OK();
 }
 
 Status TierStack::Flush() {
@@ -149,19 +256,14 @@ Status TierStack::Flush() {
   std::vector<BlockKey> keys;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    keys.assign(dirty_.begin(), dirty_.end());
+    keys.reserve(dirty_.size());
+    for (const auto& [key, bytes] : dirty_) keys.push_back(key);
   }
   for (const BlockKey& key : keys) {
-    StatusOr<BlockMeta> meta = hot_->Peek(key);
-    StatusOr<SharedBytes> payload = hot_->Get(key);
-    if (!meta.ok() || !payload.ok()) {  // evicted meanwhile: written by OnEvict
-      MarkDirty(key, false);
-      continue;
-    }
-    PKV_RETURN_IF_ERROR(ssd_->Put(*meta, *payload, /*dirty=*/false));
-    MarkDirty(key, false);
-    // Same bytes, now clean: a later eviction need not write them again.
-    (void)hot_->Put(*meta, *payload, /*dirty=*/false);
+    // Under the stripe no Put of the key runs, so the copy written below is
+    // the newest and marking it clean loses nothing.
+    std::lock_guard<std::mutex> lock(StripeFor(key));
+    PKV_RETURN_IF_ERROR(FlushKey(key));
   }
   return Status::OK();
 }

@@ -12,11 +12,25 @@
 //           normal Remove + Put paths, so every byte counter stays exact (the
 //           supersede-on-extend tip strip uses this).
 // Either tier may be absent (null), not both. The stack does not own tiers.
+//
+// Per-key operations that span tiers (Put, PutLowest, Rewrite, Remove, the
+// SSD path of Get, each key of Flush) hold a striped per-key lock, so an SSD
+// hit being promoted into the hot tier can never overwrite a newer value
+// stored concurrently, a removed block never comes back through a promotion,
+// and Flush never marks a newer dirty value clean. A hot hit takes no lock.
+// The hot tier's dirty victims reach the SSD tier only while they are their
+// key's newest copy, one at a time per key, and every direct SSD write or
+// removal of a key first waits for such a write in flight: a late write-back
+// never lands over a newer value or brings back a removed one.
+// REQUIRES: dirty blocks enter the hot tier only through the stack.
 #pragma once
 
+#include <array>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "prefixkv/advanced/tier.h"
@@ -27,9 +41,9 @@ struct TierStackOptions {
   // Copy a block found only on SSD into the hot tier (clean: the SSD copy
   // stays) when Get serves it. Default: on.
   bool promote_on_ssd_hit = true;
-  // Put writes the SSD tier synchronously as well (the hot copy is clean).
-  // Default off: write-back, the SSD tier sees a block when the hot tier
-  // evicts it or at Flush().
+  // Put writes the SSD tier synchronously first, then a clean copy into the
+  // hot tier. Default off: write-back, the SSD tier sees a block when the hot
+  // tier evicts it or at Flush().
   bool write_through = false;
 };
 
@@ -40,7 +54,7 @@ struct TierHit {
 };
 
 // Thread-safe: every method may be called concurrently (the tiers are
-// thread-safe; the stack's own dirty-key set has its own mutex).
+// thread-safe; per-key operations hold a key stripe, the dirty-key set mu_).
 class TierStack final : private EvictionListener {
  public:
   // `hot` and `ssd` may each be null, not both. `ssd_writer` receives the hot
@@ -70,8 +84,10 @@ class TierStack final : private EvictionListener {
   // Metadata from the first tier holding the block; NotFound when none does.
   StatusOr<BlockMeta> Peek(const BlockKey& key) const;
 
-  // Stores a new block (see the header comment). NoSpace when no tier can
-  // hold it.
+  // Stores or replaces a block (see the header comment). A block too large
+  // for the hot tier goes to SSD only, and an older hot copy of the key is
+  // removed so it cannot shadow the new one (Busy when that copy is pinned).
+  // NoSpace when no tier can hold it.
   Status Put(const BlockMeta& meta, SharedBytes payload);
   // Stores into the lowest tier only (bypassing the hot tier): for small
   // records that must survive a restart.
@@ -92,17 +108,45 @@ class TierStack final : private EvictionListener {
  private:
   // EvictionListener (the hot tier's victims).
   void OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool dirty) override;
-  void MarkDirty(const BlockKey& key, bool dirty);
+  // The dirty-key set remembers which copy of a key is dirty (its payload
+  // buffer), so the late eviction of an older copy cannot unmark a newer one.
+  void MarkDirty(const BlockKey& key, const SharedBytes& payload);
+  void MarkClean(const BlockKey& key);
+  void MarkCleanIf(const BlockKey& key, const SharedBytes& payload);
+  bool IsMarkedDirty(const BlockKey& key) const;
+  // Write-back of an evicted dirty copy: false (and nothing to write) when a
+  // newer copy, a Remove or a Flush superseded it; else it is the key's
+  // write below until EndWriteBelow. Waits for the key's previous one.
+  bool BeginWriteBelow(const BlockKey& key, const SharedBytes& payload);
+  void EndWriteBelow(const BlockKey& key);
+  // Waits until no write-back of `key` is in flight. REQUIRES: its stripe held
+  // and its mark cleared, so that no older copy can start one afterwards.
+  void WaitForWriteBelow(const BlockKey& key);
   Status WriteBelow(const BlockMeta& meta, const SharedBytes& payload);
   Status RewriteIn(BlockTier* tier, const BlockMeta& meta, const SharedBytes& payload,
                    bool dirty);
+  // REQUIRES: the key's stripe held.
+  StatusOr<TierHit> GetBelow(const BlockKey& key, bool promote);
+  Status PutLocked(const BlockMeta& meta, SharedBytes payload);
+  Status DropStaleHotCopy(const BlockKey& key);
+  Status FlushKey(const BlockKey& key);
+
+  // The lock serialising per-key operations on `key`. Never taken by the
+  // eviction listener (a victim is another key, and its writer must not wait
+  // for a stripe held by the Put that evicts it).
+  std::mutex& StripeFor(const BlockKey& key) {
+    return stripes_[BlockKeyHash()(key) % stripes_.size()];
+  }
 
   BlockTier* const hot_;
   BlockTier* const ssd_;
   EvictionListener* const ssd_writer_;
   const TierStackOptions options_;
-  mutable std::mutex mu_;
-  std::unordered_set<BlockKey, BlockKeyHash> dirty_;  // GUARDED_BY(mu_)
+  std::array<std::mutex, 64> stripes_;
+  mutable std::mutex mu_;  // after a stripe, never before
+  std::condition_variable written_below_;
+  std::unordered_map<BlockKey, const uint8_t*, BlockKeyHash> dirty_;  // GUARDED_BY(mu_)
+  std::unordered_set<BlockKey, BlockKeyHash> writing_below_;          // GUARDED_BY(mu_)
 };
 
 }  // namespace prefixkv

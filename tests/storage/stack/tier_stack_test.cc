@@ -1,10 +1,15 @@
-// TierStack: hot over SSD as one store (write-back, promotion, rewrite in
-// place, removal from both), on two MemTiers so capacities are exact.
+// TierStack: hot over SSD as one store (write-back, write-through, promotion,
+// rewrite in place, removal from both, the per-key guard against racing
+// promotions and flushes), on MemTiers so capacities are exact.
 #include "prefixkv/advanced/tier_stack.h"
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "prefixkv/advanced/mem_tier.h"
+#include "tests/storage/stack/gated_tier.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv {
@@ -114,6 +119,185 @@ TEST(TierStack, WriteThroughStoresBothCopiesAtOnce) {
   EXPECT_TRUE(hot.Contains(Meta(1).key));
   EXPECT_TRUE(ssd.Contains(Meta(1).key));
   EXPECT_EQ(stack.dirty_blocks(), 0u);
+}
+
+TEST(TierStack, WriteThroughCopiesLeaveRamCleanWithoutAnotherSsdWrite) {
+  MemTier hot({.capacity_bytes = 2 * kCharge}), ssd;
+  TierStack stack(&hot, &ssd, nullptr, {.write_through = true});
+  for (uint64_t i = 1; i <= 3; ++i) ASSERT_OK(stack.Put(Meta(i), Payload('a')));
+  EXPECT_FALSE(hot.Contains(Meta(1).key));  // evicted clean
+  EXPECT_EQ(ssd.Totals().inserts, 3u);      // one write per Put, none at eviction
+  EXPECT_EQ(stack.Get(Meta(1).key)->payload.view(), Payload('a').view());
+}
+
+TEST_F(TierStackTest, APutTooLargeForRamDropsTheStaleHotCopy) {
+  ASSERT_OK(stack_.Put(Meta(1), Payload('s')));
+  ASSERT_OK(stack_.Put(Meta(1), Payload('L', 4 * kCharge)));
+  EXPECT_FALSE(hot_.Contains(Meta(1).key));
+  EXPECT_EQ(stack_.dirty_blocks(), 0u);
+  EXPECT_EQ(stack_.Get(Meta(1).key)->payload.view(), Payload('L', 4 * kCharge).view());
+  ASSERT_OK(stack_.Flush());  // nothing stale is written over the new SSD copy
+  EXPECT_EQ(ssd_.Get(Meta(1).key)->view(), Payload('L', 4 * kCharge).view());
+}
+
+TEST(TierStack, AWriteThroughPutTooLargeForRamDropsTheStaleHotCopy) {
+  MemTier hot({.capacity_bytes = 2 * kCharge}), ssd;
+  TierStack stack(&hot, &ssd, nullptr, {.write_through = true});
+  ASSERT_OK(stack.Put(Meta(1), Payload('s')));
+  ASSERT_OK(stack.Put(Meta(1), Payload('L', 3 * kCharge)));
+  EXPECT_FALSE(hot.Contains(Meta(1).key));
+  EXPECT_EQ(stack.Get(Meta(1).key)->payload.view(), Payload('L', 3 * kCharge).view());
+}
+
+TEST(TierStack, WithOnlyAFullHotTierAPutTooLargeIsNoSpaceAndChangesNothing) {
+  MemTier hot({.capacity_bytes = kCharge});
+  TierStack stack(&hot, nullptr);
+  ASSERT_OK(stack.Put(Meta(1), Payload('s')));
+  EXPECT_TRUE(stack.Put(Meta(1), Payload('L', 2 * kCharge)).IsNoSpace());
+  EXPECT_EQ(stack.Get(Meta(1).key)->payload.view(), Payload('s').view());
+  EXPECT_TRUE(stack.Put(Meta(2), Payload('L', 2 * kCharge)).IsNoSpace());
+  EXPECT_TRUE(stack.Get(Meta(2).key).status().IsNotFound());
+}
+
+// The per-key guard. Each test stops one stack operation half way (GatedTier)
+// and runs a second operation of the same key there. With the guard the
+// second one waits; without it, it runs at once and the first one then
+// finishes on stale state: these tests fail.
+constexpr auto kPatience = std::chrono::milliseconds(300);
+using testing::GatedTier;
+using testing::Racer;
+
+TEST(TierStackGuard, AnSsdHitBeingPromotedNeverOverwritesANewerPut) {
+  MemTier hot, below;
+  GatedTier ssd(&below);
+  TierStack stack(&hot, &ssd);
+  ASSERT_OK(below.Put(Meta(1), Payload('o'), false));
+  ssd.Arm(GatedTier::Op::kGet, Meta(1).key);
+  std::thread reader([&] { EXPECT_OK(stack.Get(Meta(1).key)); });
+  ssd.WaitHeld();  // the reader holds the old value and is about to promote it
+  Racer writer([&] { EXPECT_OK(stack.Put(Meta(1), Payload('n'))); });
+  const bool overtook = writer.FinishesWithin(kPatience);
+  ssd.Open();
+  reader.join();
+  writer.Join();
+  EXPECT_FALSE(overtook) << "a Put ran while an SSD hit of its key was being promoted";
+  EXPECT_EQ(stack.Get(Meta(1).key)->payload.view(), Payload('n').view());
+  EXPECT_EQ(stack.dirty_blocks(), 1u);  // the new value still has to reach SSD
+}
+
+TEST(TierStackGuard, AnSsdHitBeingPromotedNeverBringsBackARemovedBlock) {
+  MemTier hot, below;
+  GatedTier ssd(&below);
+  TierStack stack(&hot, &ssd);
+  ASSERT_OK(below.Put(Meta(1), Payload('o'), false));
+  ssd.Arm(GatedTier::Op::kGet, Meta(1).key);
+  std::thread reader([&] { EXPECT_OK(stack.Get(Meta(1).key)); });
+  ssd.WaitHeld();
+  Racer remover([&] { EXPECT_OK(stack.Remove(Meta(1).key)); });
+  const bool overtook = remover.FinishesWithin(kPatience);
+  ssd.Open();
+  reader.join();
+  remover.Join();
+  EXPECT_FALSE(overtook);
+  EXPECT_FALSE(stack.Contains(Meta(1).key)) << "a removed block came back";
+  EXPECT_TRUE(stack.Get(Meta(1).key).status().IsNotFound());
+}
+
+TEST(TierStackGuard, FlushNeverMarksANewerPutCleanNorOverwritesIt) {
+  MemTier hot, below;
+  GatedTier ssd(&below);
+  TierStack stack(&hot, &ssd);
+  ASSERT_OK(stack.Put(Meta(1), Payload('o')));
+  ssd.Arm(GatedTier::Op::kPut, Meta(1).key);
+  std::thread flusher([&] { EXPECT_OK(stack.Flush()); });
+  ssd.WaitHeld();  // Flush read the old value and is about to write it below
+  Racer writer([&] { EXPECT_OK(stack.Put(Meta(1), Payload('n'))); });
+  const bool overtook = writer.FinishesWithin(kPatience);
+  ssd.Open();
+  flusher.join();
+  writer.Join();
+  EXPECT_FALSE(overtook);
+  EXPECT_EQ(stack.Get(Meta(1).key)->payload.view(), Payload('n').view());
+  EXPECT_EQ(stack.dirty_blocks(), 1u);
+  ASSERT_OK(stack.Flush());
+  EXPECT_EQ(below.Get(Meta(1).key)->view(), Payload('n').view());
+}
+
+TEST(TierStackGuard, TheLateEvictionOfAnOlderCopyLeavesTheNewerCopyDirty) {
+  MemTier ram({.capacity_bytes = kCharge}), ssd;  // one block fits
+  GatedTier hot(&ram);
+  TierStack stack(&hot, &ssd);
+  ASSERT_OK(stack.Put(Meta(1), Payload('o')));
+  hot.Arm(GatedTier::Op::kEvict, Meta(1).key);
+  std::thread evictor([&] { EXPECT_OK(stack.Put(Meta(2), Payload('x'))); });
+  hot.WaitHeld();  // 'o' left RAM; the stack has not heard of it yet
+  ASSERT_OK(stack.Put(Meta(1), Payload('n')));
+  hot.Open();  // now the stack hears of the old copy's eviction
+  evictor.join();
+  EXPECT_EQ(stack.dirty_blocks(), 1u) << "the eviction of 'o' unmarked 'n'";
+  ASSERT_OK(stack.Flush());
+  EXPECT_EQ(ssd.Get(Meta(1).key)->view(), Payload('n').view());
+}
+
+// A dirty copy evicted from RAM reaches the stack's listener after the hot
+// tier let go of its lock: by then a newer Put or a Remove of the key may
+// have run. Such a late copy must not land below.
+class TierStackLateWriteBack : public ::testing::Test {
+ protected:
+  // Evicts block 1 ('o', dirty) on a thread and holds it before the stack
+  // hears of it.
+  void EvictOldCopyAndHold() {
+    ASSERT_OK(stack_.Put(Meta(1), Payload('o')));
+    hot_.Arm(GatedTier::Op::kEvict, Meta(1).key);
+    evictor_ = std::thread([&] { EXPECT_OK(stack_.Put(Meta(2), Payload('x'))); });
+    hot_.WaitHeld();
+  }
+  void Release() {
+    hot_.Open();
+    evictor_.join();
+  }
+
+  MemTier ram_{{.capacity_bytes = kCharge}};  // one block fits
+  GatedTier hot_{&ram_};
+  MemTier ssd_;
+  TierStack stack_{&hot_, &ssd_};
+  std::thread evictor_;
+};
+
+TEST_F(TierStackLateWriteBack, NeverBringsBackARemovedBlock) {
+  EvictOldCopyAndHold();
+  ASSERT_OK(stack_.Put(Meta(1), Payload('n')));
+  ASSERT_OK(stack_.Remove(Meta(1).key));
+  Release();
+  EXPECT_FALSE(stack_.Contains(Meta(1).key)) << "the evicted old copy came back";
+}
+
+TEST_F(TierStackLateWriteBack, NeverLandsOverANewerValueStoredBelow) {
+  EvictOldCopyAndHold();
+  // (Without a resident copy the hot tier would make the Put wait for the
+  // eviction: no spill gap.)
+  ASSERT_OK(stack_.Put(Meta(1), Payload('n')));
+  ASSERT_OK(stack_.Put(Meta(1), Payload('L', 2 * kCharge)));  // too big: SSD only
+  Release();
+  EXPECT_EQ(stack_.Get(Meta(1).key)->payload.view(), Payload('L', 2 * kCharge).view());
+}
+
+TEST(TierStackGuard, ARemoveWaitsForTheWriteBackOfTheKeyInFlight) {
+  MemTier hot({.capacity_bytes = kCharge}), below;
+  GatedTier ssd(&below);
+  TierStack stack(&hot, &ssd);
+  ASSERT_OK(stack.Put(Meta(1), Payload('o')));
+  ssd.Arm(GatedTier::Op::kPut, Meta(1).key);
+  std::thread evictor([&] { EXPECT_OK(stack.Put(Meta(2), Payload('x'))); });
+  ssd.WaitHeld();  // 'o' is on its way below
+  ASSERT_OK(stack.Put(Meta(1), Payload('n')));
+  Racer remover([&] { EXPECT_OK(stack.Remove(Meta(1).key)); });
+  const bool overtook = remover.FinishesWithin(kPatience);
+  ssd.Open();
+  evictor.join();
+  remover.Join();
+  EXPECT_FALSE(overtook);
+  EXPECT_FALSE(stack.Contains(Meta(1).key)) << "the write-back landed after the Remove";
 }
 
 }  // namespace
