@@ -33,7 +33,7 @@ StatusOr<TierHit> TierStack::Get(const BlockKey& key, bool allow_promotion) {
     if (hit.ok()) return TierHit{std::move(hit).value(), TierLevel::kHot};
   }
   if (ssd_ == nullptr) return Status::NotFound("block " + key.ToHex() + " not cached");
-  std::lock_guard<std::mutex> lock(StripeFor(key));
+  MutexLock lock(&StripeFor(key));
   return GetBelow(key, hot_ != nullptr && options_.promote_on_ssd_hit && allow_promotion);
 }
 
@@ -70,7 +70,7 @@ StatusOr<BlockMeta> TierStack::Peek(const BlockKey& key) const {
 }
 
 Status TierStack::Put(const BlockMeta& meta, SharedBytes payload) {
-  std::lock_guard<std::mutex> lock(StripeFor(meta.key));
+  MutexLock lock(&StripeFor(meta.key));
   return PutLocked(meta, std::move(payload));
 }
 
@@ -110,7 +110,7 @@ Status TierStack::DropStaleHotCopy(const BlockKey& key) {
 }
 
 Status TierStack::PutLowest(const BlockMeta& meta, SharedBytes payload) {
-  std::lock_guard<std::mutex> lock(StripeFor(meta.key));
+  MutexLock lock(&StripeFor(meta.key));
   if (ssd_ == nullptr) return hot_->Put(meta, std::move(payload), /*dirty=*/false);
   WaitForWriteBelow(meta.key);
   return ssd_->Put(meta, std::move(payload), /*dirty=*/false);
@@ -126,7 +126,7 @@ Status TierStack::RewriteIn(BlockTier* tier, const BlockMeta& meta,
 }
 
 Status TierStack::Rewrite(const BlockMeta& meta, SharedBytes payload) {
-  std::lock_guard<std::mutex> lock(StripeFor(meta.key));
+  MutexLock lock(&StripeFor(meta.key));
   if (ssd_ != nullptr) WaitForWriteBelow(meta.key);  // a copy being evicted lands first
   const bool in_hot = hot_ != nullptr && hot_->Contains(meta.key);
   const bool in_ssd = ssd_ != nullptr && ssd_->Contains(meta.key);
@@ -145,7 +145,7 @@ Status TierStack::Rewrite(const BlockMeta& meta, SharedBytes payload) {
 }
 
 Status TierStack::Remove(const BlockKey& key) {
-  std::lock_guard<std::mutex> lock(StripeFor(key));
+  MutexLock lock(&StripeFor(key));
   Status hot = hot_ != nullptr ? hot_->Remove(key) : Status::NotFound("no hot tier");
   // A pinned hot copy stays, and so does its mark (it is written back when
   // evicted). Any other copy being evicted must not come back below.
@@ -160,53 +160,55 @@ Status TierStack::Remove(const BlockKey& key) {
 }
 
 void TierStack::MarkDirty(const BlockKey& key, const SharedBytes& payload) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   dirty_[key] = payload.data();
 }
 
 void TierStack::MarkClean(const BlockKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   dirty_.erase(key);
 }
 
 void TierStack::MarkCleanIf(const BlockKey& key, const SharedBytes& payload) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = dirty_.find(key);
   if (it != dirty_.end() && it->second == payload.data()) dirty_.erase(it);
 }
 
 bool TierStack::IsMarkedDirty(const BlockKey& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return dirty_.contains(key);
 }
 
 bool TierStack::BeginWriteBelow(const BlockKey& key, const SharedBytes& payload) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = dirty_.find(key);
   if (it == dirty_.end() || it->second != payload.data()) return false;
   dirty_.erase(it);
   // A previous copy's write (it passed this check earlier, so it is older)
   // lands first.
-  written_below_.wait(lock, [&] { return !writing_below_.contains(key); });
+  written_below_.Wait(lock,
+                      [&]() REQUIRES(mu_) { return !writing_below_.contains(key); });
   writing_below_.insert(key);
   return true;
 }
 
 void TierStack::EndWriteBelow(const BlockKey& key) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     writing_below_.erase(key);
   }
-  written_below_.notify_all();
+  written_below_.NotifyAll();
 }
 
 void TierStack::WaitForWriteBelow(const BlockKey& key) {
-  std::unique_lock<std::mutex> lock(mu_);
-  written_below_.wait(lock, [&] { return !writing_below_.contains(key); });
+  MutexLock lock(&mu_);
+  written_below_.Wait(lock,
+                      [&]() REQUIRES(mu_) { return !writing_below_.contains(key); });
 }
 
 size_t TierStack::dirty_blocks() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return dirty_.size();
 }
 
@@ -255,14 +257,14 @@ Status TierStack::Flush() {
   if (ssd_ == nullptr || hot_ == nullptr) return Status::OK();
   std::vector<BlockKey> keys;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     keys.reserve(dirty_.size());
     for (const auto& [key, bytes] : dirty_) keys.push_back(key);
   }
   for (const BlockKey& key : keys) {
     // Under the stripe no Put of the key runs, so the copy written below is
     // the newest and marking it clean loses nothing.
-    std::lock_guard<std::mutex> lock(StripeFor(key));
+    MutexLock lock(&StripeFor(key));
     PKV_RETURN_IF_ERROR(FlushKey(key));
   }
   return Status::OK();

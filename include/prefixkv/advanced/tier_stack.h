@@ -26,13 +26,12 @@
 #pragma once
 
 #include <array>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/tier.h"
 
 namespace prefixkv {
@@ -134,7 +133,7 @@ class TierStack final : private EvictionListener {
   // The lock serialising per-key operations on `key`. Never taken by the
   // eviction listener (a victim is another key, and its writer must not wait
   // for a stripe held by the Put that evicts it).
-  std::mutex& StripeFor(const BlockKey& key) {
+  Mutex& StripeFor(const BlockKey& key) {
     return stripes_[BlockKeyHash()(key) % stripes_.size()];
   }
 
@@ -142,11 +141,11 @@ class TierStack final : private EvictionListener {
   BlockTier* const ssd_;
   EvictionListener* const ssd_writer_;
   const TierStackOptions options_;
-  std::array<std::mutex, 64> stripes_;
-  mutable std::mutex mu_;  // after a stripe, never before
-  std::condition_variable written_below_;
-  std::unordered_map<BlockKey, const uint8_t*, BlockKeyHash> dirty_;  // GUARDED_BY(mu_)
-  std::unordered_set<BlockKey, BlockKeyHash> writing_below_;          // GUARDED_BY(mu_)
+  std::array<Mutex, 64> stripes_;
+  mutable Mutex mu_;  // after a stripe, never before
+  CondVar written_below_;
+  std::unordered_map<BlockKey, const uint8_t*, BlockKeyHash> dirty_ GUARDED_BY(mu_);
+  std::unordered_set<BlockKey, BlockKeyHash> writing_below_ GUARDED_BY(mu_);
 };
 
 }  // namespace prefixkv
