@@ -175,6 +175,21 @@ class Engine {
                               const std::vector<LayerState>& layers);
   // The namespace's recorded tips and the tip each extended, oldest first.
   StatusOr<std::vector<std::pair<BlockKey, BlockKey>>> RecordedTips(Namespace ns) const;
+  // Stores block records encoded elsewhere (the RESP server's PKV.PUT) as one
+  // store of `ns`: a chain from the root or from a cached block, checked like
+  // a restore checks blocks, then deduplicated, charged to the model and
+  // recorded in its lineage exactly as Store does
+  // (PrefixCache::StoreRecords has the rules). InvalidArgument naming the
+  // first record that breaks one; nothing is written then.
+  StatusOr<StoreResult> StoreRecords(Namespace ns,
+                                     const std::vector<SharedBytes>& records);
+  // The encoded record of block `key` when it is cached in `ns`; NotFound
+  // otherwise (another namespace's block, a key-value entry, a miss).
+  StatusOr<SharedBytes> GetBlock(Namespace ns, const BlockKey& key);
+  // The spec `ns` was registered with.
+  StatusOr<NamespaceSpec> ModelSpec(Namespace ns) const;
+  // How many models are registered.
+  size_t model_count() const;
 
   // The key-value space: opaque values by name, in the same tiers (a hot
   // owner "values", then SSD), apart from every model's blocks. Get returns

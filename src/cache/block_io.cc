@@ -6,8 +6,9 @@ namespace prefixkv::cache {
 StatusOr<LoadedBlock> LoadBlock(const cache::NamespaceState& ns, const BlockKey& key,
                                 bool allow_promotion, const DecodeLimits& limits) {
   PKV_ASSIGN_OR_RETURN(TierHit hit, ns.tiers->Get(key, allow_promotion));
-  // Hot bytes were encoded by this process and never left memory: decode in
-  // place without a checksum pass. SSD bytes are verified again here on top
+  // Hot bytes were encoded by this process, or fully verified when they were
+  // stored (StoreRecords), and never left memory since: decode in place
+  // without a checksum pass. SSD bytes are verified again here on top
   // of the tier's own check.
   PKV_ASSIGN_OR_RETURN(BlockRecord record, hit.level == TierLevel::kHot
                                                ? DecodeTrustedBlock(hit.payload, limits)

@@ -143,6 +143,27 @@ StatusOr<std::vector<std::pair<BlockKey, BlockKey>>> Engine::RecordedTips(
   return impl_->cache_->RecordedTips(ns);
 }
 
+StatusOr<StoreResult> Engine::StoreRecords(Namespace ns,
+                                           const std::vector<SharedBytes>& records) {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  return impl_->cache_->StoreRecords(ns, records);
+}
+
+StatusOr<SharedBytes> Engine::GetBlock(Namespace ns, const BlockKey& key) {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  return impl_->cache_->GetBlock(ns, key);
+}
+
+StatusOr<NamespaceSpec> Engine::ModelSpec(Namespace ns) const {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  return impl_->cache_->Spec(ns);
+}
+
+size_t Engine::model_count() const {
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  return impl_->models_.size();
+}
+
 Status Engine::Flush() {
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());
   // Every model's dirty hot blocks, then the key-value space's, then the SSD

@@ -100,6 +100,33 @@ class PrefixCache {
   StatusOr<StoreResult> Store(Namespace ns, std::span<const int32_t> tokens,
                               const std::vector<LayerState>& layers);
 
+  // Stores blocks encoded elsewhere (a client of the RESP server's PKV.PUT)
+  // as one store: `records` are encoded block records (codec.h) of namespace
+  // `ns` forming one chain. Each must decode and verify, belong to `ns`,
+  // carry its token ids with its key the chain hash of its parent and them,
+  // hold block_tokens tokens (the last may be a marked partial tail when the
+  // namespace stores them) and fit the namespace layout as Restore checks it
+  // (layer families, dtype, shapes of the first record, rotating offsets).
+  // The first record's parent is the root or a cached block whose chain
+  // reaches the root; each next one's parent is the previous record. Only the
+  // last record (the tip) may carry real rotating/arrays/composite state, all
+  // of it or none. Then exactly as Store: cached blocks are deduplicated, a
+  // cached placeholder tip gets the real state in place, and a real tip
+  // records its lineage and strips the grandparent tip. The records are
+  // stored as they were encoded. InvalidArgument (naming the record) when a
+  // check fails, and nothing is written.
+  StatusOr<StoreResult> StoreRecords(Namespace ns,
+                                     const std::vector<SharedBytes>& records);
+
+  // The encoded record of block `key` when it is cached in namespace `ns`
+  // (hot, then SSD: checksum-verified by the SSD tier; an SSD hit is
+  // promoted). NotFound for any other key: a block of another namespace, a
+  // key-value entry, the namespace's own lineage record.
+  StatusOr<SharedBytes> GetBlock(Namespace ns, const BlockKey& key);
+
+  // The spec `ns` was registered with.
+  StatusOr<NamespaceSpec> Spec(Namespace ns) const;
+
   // The longest prefix of `tokens` whose blocks are all cached (stops at the
   // first miss). Counts no hits.
   StatusOr<MatchResult> Match(Namespace ns, std::span<const int32_t> tokens) const;

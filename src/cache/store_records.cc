@@ -1,0 +1,129 @@
+// PlanRecords: the checks a store of client-encoded records passes before any
+// of it is written (see store_chain.h and PrefixCache::StoreRecords). A
+// record stored here is later served like any block (a hot copy is decoded
+// without a checksum pass), so everything Restore relies on is checked now:
+// the checksum, the key as the chain hash of the parent and the tokens, and
+// the layout Restore validates.
+#include <algorithm>
+#include <string>
+
+#include "block_validation.h"
+#include "store_chain.h"
+
+namespace prefixkv::cache {
+namespace {
+
+// Longest chain of cached ancestors followed (a bound against a corrupted
+// parent link, far beyond any real conversation).
+constexpr size_t kMaxAncestors = size_t{1} << 22;
+
+std::string RecordName(size_t i) { return "record " + std::to_string(i); }
+
+bool TipOnlyAllPlaceholders(const NamespaceState& ns, const BlockRecord& rec) {
+  for (size_t l = 0; l < rec.layers.size() && l < ns.families.size(); ++l) {
+    if (IsTipOnly(ns.families[l]) && !rec.layers[l].placeholder) return false;
+  }
+  return true;
+}
+
+// The cached full blocks from the root down to `parent`, walking the parent
+// links the tiers keep (metadata only: no payload is read).
+Status FindAncestors(const NamespaceState& ns, const BlockKey& parent,
+                     std::vector<PlannedBlock>* out) {
+  const BlockKey lineage_key = TipLineage::RecordKey(ns.root);
+  std::vector<PlannedBlock> up;
+  for (BlockKey k = parent; k != ns.root;) {
+    StatusOr<BlockMeta> meta = ns.tiers->Peek(k);
+    if (k == lineage_key || up.size() >= kMaxAncestors || !meta.ok() ||
+        meta->namespace_id != ns.root) {
+      return Status::InvalidArgument(
+          "record 0: parent " + parent.ToHex() +
+          " is neither the namespace root nor a cached block whose chain reaches it" +
+          (k == parent ? std::string() : " (the chain is broken at " + k.ToHex() + ")"));
+    }
+    up.push_back({k, meta->parent, 0, ns.spec.block_tokens});
+    k = meta->parent;
+  }
+  std::reverse(up.begin(), up.end());
+  for (size_t j = 0; j < up.size(); ++j) up[j].start = j * ns.spec.block_tokens;
+  *out = std::move(up);
+  return Status::OK();
+}
+
+// The checks of one record at token position `start` after `parent`.
+Status CheckRecord(const NamespaceState& ns, const BlockRecord& rec, bool last,
+                   const BlockKey& parent, size_t start, const BlockRecord* first) {
+  if (rec.namespace_id != ns.root) {
+    return Status::InvalidArgument("a block of namespace " + rec.namespace_id.ToHex() +
+                                   ", not " + ns.root.ToHex());
+  }
+  if (rec.parent != parent) {
+    return Status::InvalidArgument("parent " + rec.parent.ToHex() + " is not " +
+                                   parent.ToHex() + " (the previous record)");
+  }
+  if (rec.tokens.size() != rec.token_count || rec.token_count == 0) {
+    return Status::InvalidArgument("carries no token ids (its key is checked with them)");
+  }
+  if (ChainKey(rec.parent, rec.tokens) != rec.key) {
+    return Status::InvalidArgument("key " + rec.key.ToHex() +
+                                   " is not the chain hash of its parent and tokens");
+  }
+  const uint32_t block = ns.spec.block_tokens;
+  if (rec.token_count > block ||
+      (rec.token_count < block && (!last || !ns.partial_tail))) {
+    return Status::InvalidArgument(
+        std::to_string(rec.token_count) + " tokens: every record holds " +
+        std::to_string(block) +
+        (ns.partial_tail ? ", except the last (a partial tail)"
+                         : " (the namespace stores no partial tails)"));
+  }
+  if (Status s = ValidateBlock(ns, rec, start, parent, rec.tokens, first); !s.ok()) {
+    return Status::InvalidArgument("does not fit the namespace layout: " + s.message());
+  }
+  const bool placeholders = TipOnlyAllPlaceholders(ns, rec);
+  if (!last && !placeholders) {
+    return Status::InvalidArgument(
+        "only the last record (the tip) may carry rotating/arrays/composite state");
+  }
+  if (last && !placeholders && !HasRealTipState(ns.families, rec)) {
+    return Status::InvalidArgument(
+        "the tip's rotating/arrays/composite layers must be all real or all "
+        "placeholders");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status PlanRecords(const NamespaceState& ns, const std::vector<SharedBytes>& encoded,
+                   const DecodeLimits& limits, std::vector<BlockRecord>* records,
+                   std::vector<int32_t>* tokens, StoreChain* chain) {
+  if (encoded.empty()) return Status::InvalidArgument("no records to store");
+  records->clear();
+  records->reserve(encoded.size());
+  for (size_t i = 0; i < encoded.size(); ++i) {
+    StatusOr<BlockRecord> rec = DecodeBlock(encoded[i], limits);
+    if (!rec.ok()) return rec.status().WithContext(RecordName(i));
+    records->push_back(std::move(rec).value());
+  }
+  PKV_RETURN_IF_ERROR(FindAncestors(ns, (*records)[0].parent, &chain->ancestors));
+  size_t start = chain->ancestors.size() * ns.spec.block_tokens;
+  BlockKey parent = (*records)[0].parent;
+  tokens->clear();
+  for (size_t i = 0; i < records->size(); ++i) {
+    const BlockRecord& rec = (*records)[i];
+    const bool last = i + 1 == records->size();
+    Status s =
+        CheckRecord(ns, rec, last, parent, start, i == 0 ? nullptr : &(*records)[0]);
+    if (!s.ok()) return s.WithContext(RecordName(i));
+    chain->blocks.push_back({rec.key, rec.parent, start, rec.token_count});
+    tokens->insert(tokens->end(), rec.tokens.begin(), rec.tokens.end());
+    start += rec.token_count;
+    parent = rec.key;
+  }
+  chain->tokens = *tokens;
+  chain->tip_state = ns.has_tip_only && HasRealTipState(ns.families, records->back());
+  return Status::OK();
+}
+
+}  // namespace prefixkv::cache

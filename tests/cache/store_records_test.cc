@@ -1,0 +1,243 @@
+// PrefixCache::StoreRecords (through Engine): block records encoded elsewhere
+// (by a client of PKV.PUT) stored as one store, with the same dedup, owner
+// charging, tip rewrite and supersede-on-extend as Store, after the checks a
+// restore relies on. The records come from a "source" engine's own Store, so
+// they are exactly what a correct client sends.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "prefixkv/advanced/hash.h"
+#include "prefixkv/advanced/tip_lineage.h"
+#include "tests/cache/cache_test_util.h"
+#include "tests/support/test_util.h"
+
+namespace prefixkv {
+namespace {
+
+using testing::HybridLayers;
+using testing::HybridSpec;
+using testing::kBlockTokens;
+using testing::KvOnlyLayers;
+using testing::KvOnlySpec;
+using testing::RotatingIndex;
+using testing::TestTiers;
+using testing::Tokens;
+
+// The encoded blocks a store of `tokens` leaves, in chain order (an engine of
+// its own, so every tip it stores is real).
+std::vector<SharedBytes> SourceBlocks(const NamespaceSpec& spec,
+                                      const std::vector<int32_t>& tokens,
+                                      ModelOptions options = {}) {
+  TestTiers source(64 << 20, "");
+  StatusOr<Namespace> ns = source.Register(spec, options);
+  EXPECT_OK(ns);
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const bool kv_only = spec.layer_types == KvOnlySpec().layer_types;
+  EXPECT_OK(
+      source.engine->Store(*ns, tokens, kv_only ? KvOnlyLayers(n) : HybridLayers(n)));
+  StatusOr<MatchResult> m = source.engine->Match(*ns, tokens);
+  EXPECT_OK(m);
+  std::vector<SharedBytes> out;
+  for (const BlockKey& key : m->keys)
+    out.push_back(source.engine->GetBlock(*ns, key).value());
+  return out;
+}
+
+std::vector<int32_t> TokensPlus(size_t blocks, size_t extra) {
+  std::vector<int32_t> t = Tokens(blocks);
+  for (size_t i = 0; i < extra; ++i) t.push_back(static_cast<int32_t>(t.size()));
+  return t;
+}
+
+BlockRecord Decode(const SharedBytes& b) { return DecodeBlock(b).value(); }
+SharedBytes Encode(const BlockRecord& r) { return EncodeBlock(r).value(); }
+BlockKey KeyOf(const SharedBytes& b) { return PeekBlockIdentity(b.view()).value().key; }
+bool RealRotating(const SharedBytes& b) {
+  BlockRecord rec = Decode(b);
+  return !rec.layers[RotatingIndex(rec)].placeholder;
+}
+
+class StoreRecordsTest : public ::testing::Test {
+ protected:
+  void Use(const NamespaceSpec& spec, ModelOptions options = {}) {
+    ASSERT_OK_AND_ASSIGN(ns_, tiers_.Register(spec, options));
+  }
+  StatusOr<StoreResult> Put(std::vector<SharedBytes> records) {
+    return tiers_.engine->StoreRecords(ns_, records);
+  }
+  size_t Matched(const std::vector<int32_t>& tokens) {
+    return tiers_.engine->Match(ns_, tokens).value().keys.size();
+  }
+  // The error of a rejected store, which must have written nothing.
+  std::string Rejection(std::vector<SharedBytes> records) {
+    const uint64_t entries = tiers_.engine->Stats().hot.entries;
+    StatusOr<StoreResult> r = Put(std::move(records));
+    EXPECT_FALSE(r.ok());
+    EXPECT_EQ(tiers_.engine->Stats().hot.entries, entries) << "a rejected store wrote";
+    return r.status().ToString();
+  }
+
+  TestTiers tiers_{64 << 20, ""};
+  Namespace ns_;
+};
+
+TEST_F(StoreRecordsTest, TheRecordsOfAStoreRestoreExactlyLikeTheStoreItself) {
+  Use(HybridSpec());
+  const std::vector<int32_t> tokens = Tokens(3);
+  ASSERT_OK_AND_ASSIGN(StoreResult r, Put(SourceBlocks(HybridSpec(), tokens)));
+  EXPECT_EQ(r.blocks, 3u);
+  EXPECT_EQ(r.blocks_written, 3u);
+  EXPECT_TRUE(r.tip_state_stored);
+  ASSERT_OK_AND_ASSIGN(MatchResult m, tiers_.engine->Match(ns_, tokens));
+  ASSERT_OK_AND_ASSIGN(RestoreResult restored, tiers_.engine->Restore(m));
+  EXPECT_EQ(restored.restored_tokens, tokens.size()) << restored.reason;
+  EXPECT_EQ(restored.layers[0].tensors[0].shape(), (std::vector<int64_t>{1, 2, 12, 8}));
+  // Charged to the model's owner like its own stores: three blocks and the
+  // lineage record (the lowest tier is RAM here).
+  const EngineStats stats = tiers_.engine->Stats();
+  ASSERT_EQ(stats.owners.size(), 1u);
+  EXPECT_EQ(stats.owners[0].hot.entries, 4u);
+  EXPECT_EQ(stats.hot.bytes, stats.owners[0].hot.bytes);
+}
+
+TEST_F(StoreRecordsTest, StoringTheSameRecordsAgainWritesNothing) {
+  Use(HybridSpec());
+  const std::vector<SharedBytes> records = SourceBlocks(HybridSpec(), Tokens(2));
+  ASSERT_OK(Put(records));
+  ASSERT_OK_AND_ASSIGN(StoreResult again, Put(records));
+  EXPECT_EQ(again.blocks_written, 0u);
+  EXPECT_EQ(again.blocks_deduplicated, 2u);
+}
+
+TEST_F(StoreRecordsTest, AChainMayStartAtACachedBlockWhoseChainReachesTheRoot) {
+  Use(HybridSpec());
+  const std::vector<int32_t> tokens = Tokens(4);
+  const std::vector<SharedBytes> r = SourceBlocks(HybridSpec(), tokens);
+  EXPECT_NE(Rejection({r[3]}).find("parent"), std::string::npos);  // block 2 not cached
+  ASSERT_OK(Put({r[0], r[1]}));  // a placeholder tip: no tip state, still a chain
+  // The rotating offset of the tip is checked at its real position (16),
+  // found by walking the cached blocks up to the root.
+  ASSERT_OK_AND_ASSIGN(StoreResult s, Put({r[2], r[3]}));
+  EXPECT_TRUE(s.tip_state_stored);
+  EXPECT_EQ(Matched(tokens), 4u);
+  ASSERT_OK_AND_ASSIGN(MatchResult m, tiers_.engine->Match(ns_, tokens));
+  EXPECT_EQ(tiers_.engine->Restore(m)->restored_tokens, 16u);
+}
+
+TEST_F(StoreRecordsTest, ThreeChainedStoresStripTheGrandparentTip) {
+  Use(HybridSpec());
+  // Three turns of one conversation, each a real tip from its own store.
+  const SharedBytes t1 = SourceBlocks(HybridSpec(), Tokens(1))[0];
+  const SharedBytes t2 = SourceBlocks(HybridSpec(), Tokens(2))[1];
+  const SharedBytes t3 = SourceBlocks(HybridSpec(), Tokens(3))[2];
+  ASSERT_OK(Put({t1}));
+  ASSERT_OK_AND_ASSIGN(StoreResult second, Put({t2}));
+  EXPECT_TRUE(second.stripped_tip.IsZero());
+  ASSERT_OK_AND_ASSIGN(StoreResult third, Put({t3}));
+  EXPECT_EQ(third.stripped_tip, KeyOf(t1));
+  EXPECT_FALSE(RealRotating(tiers_.engine->GetBlock(ns_, KeyOf(t1)).value()));
+  EXPECT_TRUE(RealRotating(tiers_.engine->GetBlock(ns_, KeyOf(t2)).value()));
+  EXPECT_TRUE(RealRotating(tiers_.engine->GetBlock(ns_, KeyOf(t3)).value()));
+  ASSERT_OK_AND_ASSIGN(auto tips, tiers_.engine->RecordedTips(ns_));
+  ASSERT_EQ(tips.size(), 2u);
+  EXPECT_EQ(tips[1], std::make_pair(KeyOf(t3), KeyOf(t2)));
+}
+
+TEST_F(StoreRecordsTest, APartialTipInsideTheCachedAncestorsIsThePreviousTip) {
+  Use(HybridSpec(), {.store_partial_tail = true});
+  const ModelOptions partial{.store_partial_tail = true};
+  // Turn 1 ends two tokens into block 1: its tip is a partial block.
+  const std::vector<SharedBytes> turn1 =
+      SourceBlocks(HybridSpec(), TokensPlus(1, 2), partial);
+  ASSERT_OK(Put(turn1));
+  // Blocks 1 and 2 arrive without tip state; turn 2's tip hangs off block 2,
+  // so turn 1's tip lies inside the cached ancestors, not the records.
+  const std::vector<SharedBytes> longer =
+      SourceBlocks(HybridSpec(), TokensPlus(3, 1), partial);
+  ASSERT_OK(Put({longer[1], longer[2]}));
+  const std::vector<SharedBytes> turn2 =
+      SourceBlocks(HybridSpec(), TokensPlus(4, 3), partial);
+  ASSERT_OK(Put({turn2[3], turn2[4]}));
+  ASSERT_OK_AND_ASSIGN(auto tips, tiers_.engine->RecordedTips(ns_));
+  ASSERT_EQ(tips.size(), 2u);
+  EXPECT_EQ(tips[1], std::make_pair(KeyOf(turn2[4]), KeyOf(turn1[1])));
+}
+
+TEST_F(StoreRecordsTest, RejectsRecordsOfAnotherNamespace) {
+  Use(HybridSpec());
+  EXPECT_NE(Rejection(SourceBlocks(KvOnlySpec(), Tokens(1))).find("namespace"),
+            std::string::npos);
+}
+
+TEST_F(StoreRecordsTest, RejectsADamagedRecord) {
+  Use(HybridSpec());
+  std::string bytes(SourceBlocks(HybridSpec(), Tokens(1))[0].view());
+  bytes[bytes.size() - 3] ^= 0x10;
+  EXPECT_EQ(Rejection({SharedBytes::Copy(bytes)}).rfind("Corruption: record 0", 0), 0u);
+}
+
+TEST_F(StoreRecordsTest, RejectsARecordThatDoesNotFitTheLayout) {
+  Use(HybridSpec());
+  BlockRecord rec = Decode(SourceBlocks(HybridSpec(), Tokens(1))[0]);
+  rec.layers.pop_back();
+  EXPECT_NE(Rejection({Encode(rec)}).find("layout"), std::string::npos);
+  rec = Decode(SourceBlocks(HybridSpec(), Tokens(1))[0]);
+  rec.layers[0].tensors[0] = Tensor::Filled(DType::kFloat16, {1, 2, 4, 8}, 1);
+  EXPECT_NE(Rejection({Encode(rec)}).find("dtype"), std::string::npos);
+}
+
+TEST_F(StoreRecordsTest, RejectsAKeyThatIsNotTheChainHashOfItsTokens) {
+  Use(HybridSpec());
+  BlockRecord rec = Decode(SourceBlocks(HybridSpec(), Tokens(1))[0]);
+  rec.tokens[0] += 1;
+  EXPECT_NE(Rejection({Encode(rec)}).find("chain hash"), std::string::npos);
+  rec.tokens.clear();
+  EXPECT_NE(Rejection({Encode(rec)}).find("token ids"), std::string::npos);
+}
+
+TEST_F(StoreRecordsTest, RejectsRecordsThatDoNotFormOneChain) {
+  Use(HybridSpec());
+  const std::vector<SharedBytes> r = SourceBlocks(HybridSpec(), Tokens(3));
+  EXPECT_NE(Rejection({r[0], r[2]}).find("record 1: parent"), std::string::npos);
+}
+
+TEST_F(StoreRecordsTest, OnlyTheTipMayCarryRotatingState) {
+  Use(HybridSpec());
+  const SharedBytes real0 = SourceBlocks(HybridSpec(), Tokens(1))[0];
+  const SharedBytes real1 = SourceBlocks(HybridSpec(), Tokens(2))[1];
+  EXPECT_NE(Rejection({real0, real1}).find("only the last record"), std::string::npos);
+}
+
+TEST_F(StoreRecordsTest, APartialTailNeedsANamespaceThatStoresThem) {
+  Use(HybridSpec());  // no partial tails
+  const std::vector<SharedBytes> r =
+      SourceBlocks(HybridSpec(), TokensPlus(1, 2), {.store_partial_tail = true});
+  EXPECT_NE(Rejection(r).find("partial"), std::string::npos);
+}
+
+TEST_F(StoreRecordsTest, GetBlockServesOnlyTheNamespacesOwnBlocks) {
+  Use(KvOnlySpec());
+  const Namespace kv = ns_;
+  Use(HybridSpec());
+  const SharedBytes block = SourceBlocks(HybridSpec(), Tokens(1))[0];
+  ASSERT_OK(Put({block}));
+  ASSERT_OK_AND_ASSIGN(SharedBytes got, tiers_.engine->GetBlock(ns_, KeyOf(block)));
+  EXPECT_EQ(got.view(), block.view());
+  EXPECT_TRUE(tiers_.engine->GetBlock(kv, KeyOf(block)).status().IsNotFound());
+  EXPECT_TRUE(tiers_.engine->GetBlock(ns_, TipLineage::RecordKey(ns_.root))
+                  .status()
+                  .IsNotFound());
+  // A key-value entry is stored under XXH3-128("raw|" + name).
+  ASSERT_OK(tiers_.engine->PutValue("k", SharedBytes::Copy("v")));
+  HashStream h(HashStream::Width::k128);
+  h.Update("raw|k", 5);
+  EXPECT_TRUE(tiers_.engine->GetBlock(ns_, h.Digest128()).status().IsNotFound());
+  EXPECT_EQ(tiers_.engine->model_count(), 2u);
+  EXPECT_EQ(tiers_.engine->ModelSpec(kv)->layer_types, KvOnlySpec().layer_types);
+}
+
+}  // namespace
+}  // namespace prefixkv
