@@ -5,9 +5,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <new>
 #include <utility>
+
+#include "prefixkv/advanced/mutex.h"
+
+#include "prefixkv/advanced/mutex.h"
 
 namespace prefixkv {
 
@@ -53,7 +56,7 @@ class AlignedRecycler {
 
   void* Get(size_t bytes, size_t alignment) {
     if (bytes >= kMinCached) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       auto it = free_.find({bytes, alignment});
       if (it != free_.end()) {
         void* p = it->second;
@@ -66,7 +69,7 @@ class AlignedRecycler {
   }
   void Put(void* p, size_t bytes, size_t alignment) {
     if (bytes >= kMinCached) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (held_ + bytes <= kMaxHeld) {
         free_.emplace(std::make_pair(bytes, alignment), p);
         held_ += bytes;
@@ -77,9 +80,10 @@ class AlignedRecycler {
   }
 
  private:
-  std::mutex mu_;
-  std::multimap<std::pair<size_t, size_t>, void*> free_;  // (bytes, alignment)
-  size_t held_ = 0;
+  Mutex mu_;
+  std::multimap<std::pair<size_t, size_t>, void*> free_
+      GUARDED_BY(mu_);  // (bytes, alignment)
+  size_t held_ GUARDED_BY(mu_) = 0;
 };
 
 // Never destroyed: buffers may be released by static destructors.

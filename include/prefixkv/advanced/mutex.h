@@ -79,6 +79,8 @@ class SCOPED_CAPABILITY MutexLock {
 
   void Unlock() RELEASE() { lock_.unlock(); }
   void Lock() ACQUIRE() { lock_.lock(); }
+  // For waits that take the standard lock type (Clock::WaitFor).
+  std::unique_lock<std::mutex>& native() { return lock_; }
 
  private:
   friend class CondVar;
@@ -91,6 +93,8 @@ class SCOPED_CAPABILITY MutexLock {
 class CondVar {
  public:
   void NotifyOne() { cv_.notify_one(); }
+  // For waits that take the standard type (Clock::WaitFor).
+  std::condition_variable& native() { return cv_; }
   void NotifyAll() { cv_.notify_all(); }
 
   void Wait(MutexLock& lock) { cv_.wait(lock.lock_); }
