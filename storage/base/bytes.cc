@@ -10,8 +10,6 @@
 
 #include "prefixkv/advanced/mutex.h"
 
-#include "prefixkv/advanced/mutex.h"
-
 namespace prefixkv {
 
 SharedBytes SharedBytes::Copy(const void* data, size_t size) {
