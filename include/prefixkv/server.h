@@ -1,14 +1,16 @@
 // The prefixkv network server (docs/protocol.md): RESP2, the Redis protocol,
 // over TCP, so redis-cli, redis-benchmark and any Redis client work unchanged.
 //
-// It serves two key spaces over the same tiers: raw keys (GET/SET/DEL/... a
-// persistent Redis-compatible blob store) and prefix-cache blocks (PKV.*
-// commands carrying encoded block records, see codec.h). docs/protocol.md lists
-// every command with examples.
+// It serves an Engine (engine.h): raw keys (GET/SET/DEL/...) are the engine's
+// key-value space, a persistent Redis-compatible blob store; prefix-cache
+// blocks (PKV.* commands carrying encoded block records, see codec.h) go
+// through the engine's prefix cache, per registered model (PKV.REGISTER):
+// its namespace, its share of the hot budget, its tip lineage.
+// docs/protocol.md lists every command with examples.
 //
-// The server does not own the tiers: the caller creates them, hands them in,
-// and after Stop() returns (no command runs any more) closes them, which is
-// where write-back of dirty hot blocks happens.
+// The server does not own the engine: the caller opens it, hands it in, and
+// after Stop() returns (no command runs any more) closes it, which is where
+// dirty hot blocks are written back to SSD.
 #pragma once
 
 #include <cstddef>
@@ -16,8 +18,8 @@
 #include <memory>
 #include <string>
 
-#include "prefixkv/advanced/tier.h"
 #include "prefixkv/clock.h"
+#include "prefixkv/engine.h"
 #include "prefixkv/status.h"
 
 namespace prefixkv {
@@ -53,11 +55,11 @@ struct ServerOptions {
   uint64_t idle_timeout_ms = 0;
   // How often the server looks for idle connections (real time).
   uint64_t idle_check_interval_ms = 1000;
-  // Write-through: a SET or PKV.PUT is stored in the SSD tier (with its
-  // durability) before it is acknowledged, and kept in RAM as a clean copy.
-  // Off (write-back): acknowledged once in RAM, written to SSD when evicted or
-  // at a graceful shutdown, so a kill -9 loses values only in RAM.
-  bool write_through = false;
+  // Most models PKV.REGISTER may register (each is a hot-budget owner with
+  // its own namespace, kept until the engine closes); beyond it PKV.REGISTER
+  // of a new model is an error. Write-through and the tiers' sizes are the
+  // engine's options (EngineOptions).
+  size_t max_models = 256;
   // Time source for idle accounting and uptime; nullptr = Clock::System().
   Clock* clock = nullptr;
 };
@@ -75,15 +77,15 @@ struct ServerStats {
 // Thread-safe: every method may be called from any thread; Start/Stop once each.
 class Server {
  public:
-  // `hot` may be null (SSD only) and `ssd` may be null (RAM only); not both.
-  // Both must outlive the Server.
-  Server(ServerOptions options, BlockTier* hot, BlockTier* ssd);
+  // REQUIRES: `engine` outlives the Server and is closed only after Stop().
+  Server(ServerOptions options, Engine* engine);
   ~Server();  // Stop()s if needed.
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
   // Binds, listens and starts the I/O threads. InvalidArgument for bad options
-  // (no tiers, zero threads...), IOError when the address cannot be bound.
+  // (no engine or a closed one, zero threads...), IOError when the address
+  // cannot be bound.
   Status Start();
 
   // The bound port (after a successful Start).
@@ -92,7 +94,7 @@ class Server {
   // Graceful stop: stops accepting, lets every command already received finish
   // and its reply be sent (bounded by a short grace period for clients that do
   // not read), closes every connection and joins the I/O threads. After it
-  // returns no command touches the tiers. Idempotent.
+  // returns no command touches the engine. Idempotent.
   void Stop();
 
   // Closes connections that received nothing for longer than idle_timeout_ms,

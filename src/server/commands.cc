@@ -79,8 +79,9 @@ const std::vector<CommandSpec>& Dispatcher::Table() {
       {"exists", -2, false, false, 1, -1, 1, CmdExists},
       {"mget", -2, false, false, 1, -1, 1, CmdMget},
       {"mset", -3, false, true, 1, -1, 2, CmdMset},
-      {"pkv.put", 2, false, true, 0, 0, 0, CmdPkvPut},
-      {"pkv.get", 2, false, false, 0, 0, 0, CmdPkvGet},
+      {"pkv.register", -5, false, true, 0, 0, 0, CmdPkvRegister},
+      {"pkv.put", -2, false, true, 0, 0, 0, CmdPkvPut},
+      {"pkv.get", 3, false, false, 0, 0, 0, CmdPkvGet},
       {"pkv.match", 4, false, false, 0, 0, 0, CmdPkvMatch},
       {"pkv.stats", 1, false, false, 0, 0, 0, CmdPkvStats},
       {"pkv.audit", 1, false, false, 0, 0, 0, CmdPkvAudit},
@@ -89,7 +90,7 @@ const std::vector<CommandSpec>& Dispatcher::Table() {
 }
 
 const CommandSpec* Dispatcher::Find(std::string_view name) {
-  // Runs for every command: lowercase on the stack, then a scan of ~20 names
+  // Runs for every command: lowercase on the stack, then a scan of ~21 names
   // (cheaper than hashing a freshly allocated string).
   char buf[16];
   if (name.size() > sizeof(buf)) return nullptr;
@@ -103,8 +104,8 @@ const CommandSpec* Dispatcher::Find(std::string_view name) {
   return nullptr;
 }
 
-Dispatcher::Dispatcher(BlobStore* store, DispatcherConfig config)
-    : store_(store), config_(std::move(config)) {}
+Dispatcher::Dispatcher(Engine* engine, DispatcherConfig config)
+    : engine_(engine), config_(std::move(config)) {}
 
 void Dispatcher::Execute(const RespArgs& args, ClientState* client,
                          ReplyBuffer* out) const {

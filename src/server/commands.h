@@ -12,7 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "blob_store.h"
+#include "prefixkv/advanced/mutex.h"
+#include "prefixkv/engine.h"
 #include "reply_buffer.h"
 #include "resp_parser.h"
 
@@ -25,8 +26,8 @@ struct ClientState {
 };
 
 struct DispatcherConfig {
-  std::string requirepass;                      // empty: no AUTH needed
-  size_t max_record_bytes = size_t{512} << 20;  // largest PKV.PUT record
+  std::string requirepass;  // empty: no AUTH needed
+  size_t max_models = 256;  // models PKV.REGISTER may register
   // Appends the "server", "clients" and "stats" INFO sections (RESP-free text,
   // "name:value\r\n" lines) for the running server; may be empty in tests.
   std::function<void(std::string* out)> append_server_info;
@@ -57,10 +58,12 @@ struct CommandSpec {
   CommandHandler handler;
 };
 
-// Thread-safe: Execute may be called concurrently (state is in ClientState).
+// Thread-safe: Execute may be called concurrently (per-client state is in
+// ClientState; PKV.REGISTER is serialised by register_mu_).
 class Dispatcher {
  public:
-  Dispatcher(BlobStore* store, DispatcherConfig config);
+  // REQUIRES: `engine` outlives the dispatcher.
+  Dispatcher(Engine* engine, DispatcherConfig config);
 
   // Runs one command and appends exactly one reply to `out`.
   void Execute(const RespArgs& args, ClientState* client, ReplyBuffer* out) const;
@@ -70,19 +73,24 @@ class Dispatcher {
     return ClientState{config_.requirepass.empty(), false};
   }
 
-  BlobStore* store() const { return store_; }
+  Engine* engine() const { return engine_; }
   const DispatcherConfig& config() const { return config_; }
+  // Held by PKV.REGISTER across its count check and the registration, so the
+  // model cap is exact.
+  Mutex& register_mu() const { return register_mu_; }
 
   // Every command, in table order (COMMAND, tests, docs).
   static const std::vector<CommandSpec>& Table();
   static const CommandSpec* Find(std::string_view name);
 
  private:
-  BlobStore* store_;
-  DispatcherConfig config_;
+  Engine* const engine_;
+  const DispatcherConfig config_;
+  mutable Mutex register_mu_;
 };
 
-// Handlers, by group (commands.cc, commands_keys.cc, commands_pkv.cc).
+// Handlers by group: commands.cc (connection), commands_keys.cc (raw keys),
+// commands_pkv.cc (blocks), commands_info.cc (INFO, PKV.STATS, PKV.AUDIT).
 void CmdPing(CommandContext& ctx);
 void CmdEcho(CommandContext& ctx);
 void CmdAuth(CommandContext& ctx);
@@ -98,6 +106,7 @@ void CmdDel(CommandContext& ctx);
 void CmdExists(CommandContext& ctx);
 void CmdMget(CommandContext& ctx);
 void CmdMset(CommandContext& ctx);
+void CmdPkvRegister(CommandContext& ctx);
 void CmdPkvPut(CommandContext& ctx);
 void CmdPkvGet(CommandContext& ctx);
 void CmdPkvMatch(CommandContext& ctx);
@@ -108,7 +117,7 @@ void CmdPkvAudit(CommandContext& ctx);
 void ForEachCounter(const TierCounters& c,
                     const std::function<void(std::string_view, uint64_t)>& fn);
 
-// "ERR <status>" for a failed tier operation.
+// "ERR <status>" for a failed engine operation.
 void ReplyStatus(const Status& status, ReplyBuffer* out);
 
 }  // namespace prefixkv::server

@@ -1,20 +1,16 @@
-// Raw-key commands: GET, SET, DEL, EXISTS, MGET, MSET. Keys are hashed to
-// BlockKeys (BlobStore::RawKey) and values are stored as opaque payloads with a
-// zero namespace and parent, so the tiers treat each as a one-block chain.
+// Raw-key commands: GET, SET, DEL, EXISTS, MGET, MSET, over the engine's
+// key-value space (Engine::GetValue...: its own hot-budget owner "values" over
+// the shared SSD tier, keys apart from every model's blocks). The engine's
+// tier stack serialises the operations of one key, so a value read from SSD
+// and promoted never overwrites one stored meanwhile.
 #include "commands.h"
 
 namespace prefixkv::server {
 namespace {
 
-BlockMeta RawMeta(std::string_view key) {
-  BlockMeta meta;
-  meta.key = BlobStore::RawKey(key);
-  return meta;
-}
-
 // Appends the value of `key` (or a null) to the reply; false after an error reply.
 bool ReplyValue(CommandContext& ctx, std::string_view key) {
-  StatusOr<SharedBytes> value = ctx.dispatcher.store()->Get(BlobStore::RawKey(key));
+  StatusOr<SharedBytes> value = ctx.dispatcher.engine()->GetValue(key);
   if (value.ok()) {
     ctx.out->Bulk(*value);
   } else if (value.status().IsNotFound()) {
@@ -34,7 +30,7 @@ void CmdGet(CommandContext& ctx) { ReplyValue(ctx, ctx.arg(1)); }
 // this is a cache whose eviction is by capacity, not by time.
 void CmdSet(CommandContext& ctx) {
   if (ctx.args.size() != 3) return ctx.out->Error("ERR syntax error");
-  Status s = ctx.dispatcher.store()->Put(RawMeta(ctx.arg(1)), DetachArg(ctx.args[2]));
+  Status s = ctx.dispatcher.engine()->PutValue(ctx.arg(1), DetachArg(ctx.args[2]));
   if (!s.ok()) return ReplyStatus(s, ctx.out);
   ctx.out->Simple("OK");
 }
@@ -42,7 +38,7 @@ void CmdSet(CommandContext& ctx) {
 void CmdDel(CommandContext& ctx) {
   int64_t removed = 0;
   for (size_t i = 1; i < ctx.args.size(); ++i) {
-    StatusOr<bool> r = ctx.dispatcher.store()->Remove(BlobStore::RawKey(ctx.arg(i)));
+    StatusOr<bool> r = ctx.dispatcher.engine()->DeleteValue(ctx.arg(i));
     if (!r.ok()) return ReplyStatus(r.status(), ctx.out);
     removed += *r ? 1 : 0;
   }
@@ -53,7 +49,7 @@ void CmdDel(CommandContext& ctx) {
 void CmdExists(CommandContext& ctx) {
   int64_t n = 0;
   for (size_t i = 1; i < ctx.args.size(); ++i) {
-    n += ctx.dispatcher.store()->Contains(BlobStore::RawKey(ctx.arg(i))) ? 1 : 0;
+    n += ctx.dispatcher.engine()->ContainsValue(ctx.arg(i)) ? 1 : 0;
   }
   ctx.out->Integer(n);
 }
@@ -63,7 +59,7 @@ void CmdMget(CommandContext& ctx) {
   std::vector<StatusOr<SharedBytes>> values;
   values.reserve(ctx.args.size() - 1);
   for (size_t i = 1; i < ctx.args.size(); ++i) {
-    values.push_back(ctx.dispatcher.store()->Get(BlobStore::RawKey(ctx.arg(i))));
+    values.push_back(ctx.dispatcher.engine()->GetValue(ctx.arg(i)));
     const Status& s = values.back().status();
     if (!s.ok() && !s.IsNotFound()) return ReplyStatus(s, ctx.out);
   }
@@ -84,8 +80,7 @@ void CmdMset(CommandContext& ctx) {
     return ctx.out->Error("ERR wrong number of arguments for 'mset' command");
   }
   for (size_t i = 1; i + 1 < ctx.args.size(); i += 2) {
-    Status s =
-        ctx.dispatcher.store()->Put(RawMeta(ctx.arg(i)), DetachArg(ctx.args[i + 1]));
+    Status s = ctx.dispatcher.engine()->PutValue(ctx.arg(i), DetachArg(ctx.args[i + 1]));
     if (!s.ok()) return ReplyStatus(s, ctx.out);
   }
   ctx.out->Simple("OK");

@@ -1,5 +1,8 @@
-// Prefix-cache block commands (PKV.PUT, PKV.GET, PKV.MATCH, PKV.STATS,
-// PKV.AUDIT) and INFO, which reports the same tier counters.
+// Prefix-cache block commands: PKV.REGISTER, PKV.PUT, PKV.GET, PKV.MATCH,
+// through the engine's prefix cache. A model is registered first; its blocks
+// then live in its own namespace (chain keys rooted in its fingerprint), are
+// charged to its own hot-budget owner, and its stores keep its tip lineage
+// and supersede rules, exactly as for an embedder calling Engine::Store.
 #include <cctype>
 #include <cstring>
 
@@ -10,7 +13,7 @@
 namespace prefixkv::server {
 namespace {
 
-// Tokens per block accepted by PKV.MATCH (the codec's own token limit).
+// Tokens per block accepted by PKV.REGISTER (the codec's own token limit).
 constexpr int64_t kMaxBlockTokens = 1 << 22;
 
 bool ParseKey(CommandContext& ctx, size_t i, BlockKey* key) {
@@ -23,158 +26,185 @@ bool ParseKey(CommandContext& ctx, size_t i, BlockKey* key) {
   return true;
 }
 
-void AppendTierInfo(const BlockTier& tier, std::string* out) {
-  std::string name(tier.name());
-  *out += "# Tier_" + name + "\r\n";
-  ForEachCounter(tier.Totals(), [&](std::string_view field, uint64_t v) {
-    *out += name + "_" + std::string(field) + ":" + std::to_string(v) + "\r\n";
-  });
-  *out += "\r\n";
+bool ParseBlockTokens(CommandContext& ctx, size_t i, uint32_t* block_tokens) {
+  int64_t n = 0;
+  if (!ParseRespLength(ctx.arg(i), &n) || n <= 0 || n > kMaxBlockTokens) {
+    ctx.out->Error("ERR block_tokens must be an integer in [1, 4194304]");
+    return false;
+  }
+  *block_tokens = static_cast<uint32_t>(n);
+  return true;
 }
 
-bool WantSection(std::string_view want, std::string_view section) {
-  return want.empty() || want == "all" || want == "everything" || want == "default" ||
-         want == section;
+void UnknownNamespace(const BlockKey& root, ReplyBuffer* out) {
+  out->Error("ERR unknown namespace " + root.ToHex() + ": PKV.REGISTER it first");
+}
+
+// The registered namespace with `root`; false after an error reply.
+bool FindNamespace(CommandContext& ctx, const BlockKey& root, Namespace* ns) {
+  StatusOr<Namespace> found = ctx.dispatcher.engine()->FindModel(root);
+  if (found.ok()) {
+    *ns = *found;
+    return true;
+  }
+  if (found.status().IsNotFound()) {
+    UnknownNamespace(root, ctx.out);
+  } else {
+    ReplyStatus(found.status(), ctx.out);
+  }
+  return false;
+}
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The spec and options of PKV.REGISTER; false after an error reply.
+bool ParseRegister(CommandContext& ctx, NamespaceSpec* spec, ModelOptions* options) {
+  spec->model = std::string(ctx.arg(1));
+  if (!ParseBlockTokens(ctx, 2, &spec->block_tokens)) return false;
+  StatusOr<DType> dtype = ParseDType(ctx.arg(3));
+  if (!dtype.ok()) {
+    ctx.out->Error("ERR invalid dtype: " + dtype.status().message());
+    return false;
+  }
+  spec->dtype = *dtype;
+  // Comma-separated cache type names; an empty one is an unknown type.
+  for (std::string_view types = ctx.arg(4);;) {
+    const size_t comma = types.find(',');
+    spec->layer_types.emplace_back(types.substr(0, comma));
+    if (comma == std::string_view::npos) break;
+    types.remove_prefix(comma + 1);
+  }
+  for (size_t i = 5; i < ctx.args.size(); ++i) {
+    if (EqualsIgnoreCase(ctx.arg(i), "salt") && i + 1 < ctx.args.size()) {
+      spec->salt = std::string(ctx.arg(++i));
+    } else if (EqualsIgnoreCase(ctx.arg(i), "partial_tail")) {
+      options->store_partial_tail = true;
+    } else {
+      ctx.out->Error("ERR syntax error");
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace
 
-void ForEachCounter(const TierCounters& c,
-                    const std::function<void(std::string_view, uint64_t)>& fn) {
-  fn("entries", c.entries);
-  fn("bytes", c.bytes);
-  fn("pinned_bytes", c.pinned_bytes);
-  fn("hits", c.hits);
-  fn("misses", c.misses);
-  fn("inserts", c.inserts);
-  fn("removes", c.removes);
-  fn("evictions", c.evictions);
-  fn("spills", c.spills);
-  fn("corruptions", c.corruptions);
-  fn("io_errors", c.io_errors);
+// PKV.REGISTER <model> <block_tokens> <dtype> <layer types> [SALT s]
+// [PARTIAL_TAIL]: the namespace root, as 32 hex digits.
+void CmdPkvRegister(CommandContext& ctx) {
+  NamespaceSpec spec;
+  ModelOptions options;
+  if (!ParseRegister(ctx, &spec, &options)) return;
+  StatusOr<BlockKey> root = NamespaceRoot(spec);
+  if (!root.ok()) {
+    return ctx.out->Error("ERR invalid model spec: " + root.status().message());
+  }
+  Engine* engine = ctx.dispatcher.engine();
+  MutexLock lock(&ctx.dispatcher.register_mu());
+  const size_t max_models = ctx.dispatcher.config().max_models;
+  if (!engine->FindModel(*root).ok() && engine->model_count() >= max_models) {
+    return ctx.out->Error("ERR too many registered models (the limit is " +
+                          std::to_string(max_models) + ")");
+  }
+  StatusOr<Namespace> ns = engine->RegisterModel(spec, options);
+  if (!ns.ok()) return ctx.out->Error("ERR " + ns.status().message());
+  ctx.out->Bulk(ns->root.ToHex());
 }
 
-// INFO [section]: "server", "clients" and "stats" from the running server, then
-// one "tier_<name>" section per tier with every TierCounters field.
-void CmdInfo(CommandContext& ctx) {
-  std::string want;
-  if (ctx.args.size() > 1) {
-    want = std::string(ctx.arg(1));
-    for (char& c : want)
-      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  }
-  std::string text;
-  const auto& server_info = ctx.dispatcher.config().append_server_info;
-  if (server_info && (WantSection(want, "server") || WantSection(want, "clients") ||
-                      WantSection(want, "stats"))) {
-    server_info(&text);
-  }
-  for (BlockTier* tier : ctx.dispatcher.store()->tiers()) {
-    if (WantSection(want, "tiers") || want == "tier_" + std::string(tier->name())) {
-      AppendTierInfo(*tier, &text);
-    }
-  }
-  ctx.out->Bulk(text);
-}
-
-// PKV.PUT <record>: the record must decode and verify; it is stored under its
-// own key with its parent and namespace.
+// PKV.PUT <record> [<record> ...]: one store of a registered namespace (see
+// Engine::StoreRecords); replies with what it did.
 void CmdPkvPut(CommandContext& ctx) {
-  DecodeLimits limits;
-  limits.max_record_bytes = ctx.dispatcher.config().max_record_bytes;
-  SharedBytes encoded = DetachArg(ctx.args[1]);
-  StatusOr<BlockRecord> record = DecodeBlock(encoded, limits);
-  if (!record.ok()) {
-    return ctx.out->Error("ERR invalid block record: " + record.status().ToString());
+  StatusOr<RecordIdentity> id = PeekBlockIdentity(ctx.arg(1));
+  if (!id.ok()) {
+    return ctx.out->Error("ERR invalid block record: record 0: " + id.status().message());
   }
-  if (record->key.IsZero() || record->namespace_id.IsZero()) {
-    return ctx.out->Error("ERR invalid block record: zero key or namespace");
+  Namespace ns;
+  if (!FindNamespace(ctx, id->namespace_id, &ns)) return;
+  std::vector<SharedBytes> records;
+  records.reserve(ctx.args.size() - 1);
+  for (size_t i = 1; i < ctx.args.size(); ++i) records.push_back(DetachArg(ctx.args[i]));
+  StatusOr<StoreResult> r = ctx.dispatcher.engine()->StoreRecords(ns, records);
+  if (!r.ok()) {
+    const Status& s = r.status();
+    if (s.IsInvalidArgument() || s.IsCorruption()) {
+      return ctx.out->Error("ERR invalid block record: " + s.message());
+    }
+    return ReplyStatus(s, ctx.out);
   }
-  BlockMeta meta;
-  meta.key = record->key;
-  meta.parent = record->parent;
-  meta.namespace_id = record->namespace_id;
-  Status s = ctx.dispatcher.store()->Put(meta, std::move(encoded));
-  if (!s.ok()) return ReplyStatus(s, ctx.out);
-  ctx.out->Simple("OK");
+  ctx.out->ArrayHeader(14);
+  ctx.out->Bulk("blocks");
+  ctx.out->Integer(static_cast<int64_t>(r->blocks));
+  ctx.out->Bulk("written");
+  ctx.out->Integer(static_cast<int64_t>(r->blocks_written));
+  ctx.out->Bulk("deduplicated");
+  ctx.out->Integer(static_cast<int64_t>(r->blocks_deduplicated));
+  ctx.out->Bulk("tip");
+  ctx.out->Bulk(r->tip.ToHex());
+  ctx.out->Bulk("tip_state_stored");
+  ctx.out->Integer(r->tip_state_stored ? 1 : 0);
+  ctx.out->Bulk("tip_rewritten");
+  ctx.out->Integer(r->tip_rewritten ? 1 : 0);
+  ctx.out->Bulk("stripped_tip");
+  if (r->stripped_tip.IsZero()) {
+    ctx.out->Null();
+  } else {
+    ctx.out->Bulk(r->stripped_tip.ToHex());
+  }
 }
 
+// PKV.GET <namespace root> <key>: the block's record, or nil.
 void CmdPkvGet(CommandContext& ctx) {
-  BlockKey key;
-  if (!ParseKey(ctx, 1, &key)) return;
-  StatusOr<SharedBytes> value = ctx.dispatcher.store()->Get(key);
+  BlockKey root, key;
+  if (!ParseKey(ctx, 1, &root) || !ParseKey(ctx, 2, &key)) return;
+  Namespace ns;
+  if (!FindNamespace(ctx, root, &ns)) return;
+  StatusOr<SharedBytes> value = ctx.dispatcher.engine()->GetBlock(ns, key);
   if (value.ok()) return ctx.out->Bulk(*value);
   if (value.status().IsNotFound()) return ctx.out->Null();
   ReplyStatus(value.status(), ctx.out);
 }
 
-// PKV.MATCH <namespace root> <block_tokens> <tokens>: the leading full blocks
-// of the token sequence that are stored, as [count, [key...]].
+// PKV.MATCH <namespace root> <block_tokens> <tokens>: the cached prefix of
+// the token sequence, as [count, [key...]].
 void CmdPkvMatch(CommandContext& ctx) {
   BlockKey root;
   if (!ParseKey(ctx, 1, &root)) return;
-  int64_t block_tokens = 0;
-  if (!ParseRespLength(ctx.arg(2), &block_tokens) || block_tokens <= 0 ||
-      block_tokens > kMaxBlockTokens) {
-    return ctx.out->Error("ERR block_tokens must be an integer in [1, 4194304]");
-  }
+  uint32_t block_tokens = 0;
+  if (!ParseBlockTokens(ctx, 2, &block_tokens)) return;
   const SharedBytes& blob = ctx.args[3];
   if (blob.size() % sizeof(int32_t) != 0) {
     return ctx.out->Error(
         "ERR tokens must be int32 little-endian (length a multiple of 4)");
   }
-  // Keys are chained block by block (ChainKey, exactly what ChainKeys does)
-  // so the walk stops at the first missing block: the work and the reply are
-  // bounded by what is stored, not by the length of the token blob.
-  const size_t bt = static_cast<size_t>(block_tokens);
-  const size_t full_blocks = blob.size() / sizeof(int32_t) / bt;
-  std::vector<int32_t> block(full_blocks > 0 ? bt : 0);
-  std::vector<BlockKey> keys;
-  BlockKey parent = root;
-  for (size_t i = 0; i < full_blocks; ++i) {
-    std::memcpy(block.data(), blob.data() + i * bt * sizeof(int32_t),
-                bt * sizeof(int32_t));
-    BlockKey key = ChainKey(parent, block);
-    if (!ctx.dispatcher.store()->Contains(key)) break;
-    keys.push_back(key);
-    parent = key;
+  Namespace ns;
+  if (!FindNamespace(ctx, root, &ns)) return;
+  Engine* engine = ctx.dispatcher.engine();
+  StatusOr<NamespaceSpec> spec = engine->ModelSpec(ns);
+  if (!spec.ok()) return ReplyStatus(spec.status(), ctx.out);
+  if (spec->block_tokens != block_tokens) {
+    return ctx.out->Error("ERR block_tokens " + std::to_string(block_tokens) +
+                          " is not the namespace's " +
+                          std::to_string(spec->block_tokens));
   }
-  const size_t n = keys.size();
+  std::vector<int32_t> tokens(blob.size() / sizeof(int32_t));
+  if (!tokens.empty()) std::memcpy(tokens.data(), blob.data(), blob.size());
+  // The walk stops at the first missing block: the work and the reply are
+  // bounded by what is cached, not by the length of the token blob.
+  StatusOr<MatchResult> match = engine->Match(ns, tokens);
+  if (!match.ok()) return ReplyStatus(match.status(), ctx.out);
   ctx.out->ArrayHeader(2);
-  ctx.out->Integer(static_cast<int64_t>(n));
-  ctx.out->ArrayHeader(n);
-  for (size_t i = 0; i < n; ++i) ctx.out->Bulk(keys[i].ToHex());
-}
-
-// PKV.STATS: a flat array of "<tier>.<counter>" names and integer values.
-void CmdPkvStats(CommandContext& ctx) {
-  std::vector<std::pair<std::string, uint64_t>> fields;
-  for (BlockTier* tier : ctx.dispatcher.store()->tiers()) {
-    ForEachCounter(tier->Totals(), [&](std::string_view field, uint64_t v) {
-      fields.emplace_back(std::string(tier->name()) + "." + std::string(field), v);
-    });
-  }
-  ctx.out->ArrayHeader(fields.size() * 2);
-  for (const auto& [name, v] : fields) {
-    ctx.out->Bulk(name);
-    ctx.out->Integer(static_cast<int64_t>(v));
-  }
-}
-
-// PKV.AUDIT: runs every tier's Audit; replies with one line per finding
-// ("<tier>: <what>: <detail>"), an empty array when everything agrees.
-void CmdPkvAudit(CommandContext& ctx) {
-  std::vector<std::string> lines;
-  for (BlockTier* tier : ctx.dispatcher.store()->tiers()) {
-    std::vector<AuditFinding> findings;
-    Status s = tier->Audit(&findings);
-    if (!s.ok()) return ReplyStatus(s.WithContext(tier->name()), ctx.out);
-    for (const AuditFinding& f : findings) {
-      lines.push_back(std::string(tier->name()) + ": " + f.what + ": " + f.detail);
-    }
-  }
-  ctx.out->ArrayHeader(lines.size());
-  for (const std::string& line : lines) ctx.out->Bulk(line);
+  ctx.out->Integer(static_cast<int64_t>(match->keys.size()));
+  ctx.out->ArrayHeader(match->keys.size());
+  for (const BlockKey& key : match->keys) ctx.out->Bulk(key.ToHex());
 }
 
 }  // namespace prefixkv::server

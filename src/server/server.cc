@@ -22,7 +22,6 @@
 #include <thread>
 #include <unordered_map>
 
-#include "blob_store.h"
 #include "commands.h"
 #include "connection.h"
 
@@ -43,7 +42,7 @@ constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(50);
 
 class Server::Impl {
  public:
-  Impl(ServerOptions options, BlockTier* hot, BlockTier* ssd);
+  Impl(ServerOptions options, Engine* engine);
   Status Start();
   void Stop();
   size_t SweepIdle();
@@ -61,7 +60,7 @@ class Server::Impl {
 
   ServerOptions options_;
   Clock* clock_;
-  server::BlobStore store_;
+  Engine* const engine_;
   server::Dispatcher dispatcher_;
   server::ServerCounters counters_;
   server::ConnectionEnv env_;
@@ -83,13 +82,13 @@ class Server::Impl {
   bool stopped_ = false;  // GUARDED_BY(mu_)
 };
 
-Server::Impl::Impl(ServerOptions options, BlockTier* hot, BlockTier* ssd)
+Server::Impl::Impl(ServerOptions options, Engine* engine)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : Clock::System()),
-      store_(hot, ssd, options_.write_through),
-      dispatcher_(&store_, server::DispatcherConfig{
-                               options_.requirepass, options_.max_request_bytes,
-                               [this](std::string* out) { AppendInfo(out); }}) {
+      engine_(engine),
+      dispatcher_(engine, server::DispatcherConfig{
+                              options_.requirepass, options_.max_models,
+                              [this](std::string* out) { AppendInfo(out); }}) {
   env_.dispatcher = &dispatcher_;
   env_.options = &options_;
   env_.clock = clock_;
@@ -98,7 +97,9 @@ Server::Impl::Impl(ServerOptions options, BlockTier* hot, BlockTier* ssd)
 }
 
 Status Server::Impl::Start() {
-  if (store_.tiers().empty()) return Status::InvalidArgument("server needs a tier");
+  if (engine_ == nullptr || engine_->closed()) {
+    return Status::InvalidArgument("server needs an open engine");
+  }
   if (options_.io_threads < 1) return Status::InvalidArgument("io_threads must be >= 1");
   if (options_.read_chunk_bytes < 512) {
     return Status::InvalidArgument("read_chunk_bytes must be >= 512");
@@ -273,8 +274,8 @@ void Server::Impl::AppendInfo(std::string* out) const {
   *out += "\r\n";
 }
 
-Server::Server(ServerOptions options, BlockTier* hot, BlockTier* ssd)
-    : impl_(std::make_unique<Impl>(std::move(options), hot, ssd)) {}
+Server::Server(ServerOptions options, Engine* engine)
+    : impl_(std::make_unique<Impl>(std::move(options), engine)) {}
 Server::~Server() { Stop(); }
 Status Server::Start() { return impl_->Start(); }
 uint16_t Server::port() const { return impl_->port(); }

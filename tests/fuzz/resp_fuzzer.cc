@@ -6,9 +6,8 @@
 #include <memory>
 #include <string_view>
 
-#include "blob_store.h"
 #include "commands.h"
-#include "prefixkv/advanced/mem_tier.h"
+#include "prefixkv/engine.h"
 #include "resp_parser.h"
 
 namespace {
@@ -44,11 +43,13 @@ bool ConsumeReply(std::string_view* s, int depth = 0) {
   return false;
 }
 
+// A RAM-only engine (no SSD tier: fast, nothing on disk) with a small hot
+// budget, and a cap of four models so PKV.REGISTER reaches it.
 struct Harness {
-  MemTier hot{MemTierOptions{1 << 20}};
-  MemTier ssd{MemTierOptions{4 << 20}};
-  BlobStore store{&hot, &ssd};
-  Dispatcher dispatcher{&store, DispatcherConfig{"pw", 1 << 20, nullptr}};
+  std::unique_ptr<Engine> engine =
+      Engine::Open({.hot_capacity_bytes = 1 << 20, .log = [](std::string_view) {}})
+          .value();
+  Dispatcher dispatcher{engine.get(), DispatcherConfig{"pw", 4, nullptr}};
 };
 
 }  // namespace

@@ -1,51 +1,40 @@
-// A running in-process server over two MemTiers for tests: `hot` (bounded,
-// write-back) in front of `ssd` (unbounded), wired like the real hot + SSD pair
-// so BlobStore's promote and write-back paths are exercised.
+// A running in-process server for tests, over an Engine wired as `prefixkv
+// serve` wires it: a bounded hot tier (write-back) in front of a real SSD tier
+// in a temporary directory. Plus what PKV.* tests send: PKV.REGISTER
+// arguments for a spec, and block records encoded by the engine's own Store
+// (exactly what a correct client sends).
 #pragma once
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "prefixkv/advanced/mem_tier.h"
+#include "prefixkv/advanced/ssd_tier.h"
 #include "prefixkv/block_key.h"
 #include "prefixkv/codec.h"
+#include "prefixkv/engine.h"
 #include "prefixkv/server.h"
+#include "tests/cache/cache_test_util.h"
 #include "tests/server/resp_client.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv::testing {
 
-// Stores the hot tier's dirty victims in the lower tier, like SsdTier::OnEvict.
-class WriteBackToTier final : public EvictionListener {
- public:
-  explicit WriteBackToTier(BlockTier* lower) : lower_(lower) {}
-  void OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool dirty) override {
-    if (dirty) {
-      ++dirty_calls_;
-      ASSERT_OK(lower_->Put(meta, payload, false));
-    }
-  }
-  // Dirty blocks written back so far.
-  uint64_t dirty_calls() const { return dirty_calls_.load(); }
-
- private:
-  BlockTier* lower_;
-  std::atomic<uint64_t> dirty_calls_{0};
-};
-
 class ServerFixture : public ::testing::Test {
  protected:
-  // Starts the server; tests adjust options_ first when they need to.
+  // Opens the engine and starts the server; tests adjust options_ and
+  // engine_options_ first when they need to.
   void StartServer(uint64_t hot_capacity_bytes = 64 << 20) {
-    hot_ = std::make_unique<MemTier>(MemTierOptions{hot_capacity_bytes});
-    ssd_ = std::make_unique<MemTier>();
-    write_back_ = std::make_unique<WriteBackToTier>(ssd_.get());
-    hot_->SetEvictionListener(write_back_.get());
-    server_ = std::make_unique<Server>(options_, hot_.get(), ssd_.get());
+    engine_options_.hot_capacity_bytes = hot_capacity_bytes;
+    if (engine_options_.data_dir.empty()) engine_options_.data_dir = dir_.str() + "/data";
+    engine_options_.log = [](std::string_view) {};
+    engine_options_.configure_ssd = [](SsdTierOptions& o) {
+      o.write_buffer_bytes = 4 << 20;
+    };
+    ASSERT_OK_AND_ASSIGN(engine_, Engine::Open(engine_options_));
+    server_ = std::make_unique<Server>(options_, engine_.get());
     ASSERT_OK(server_->Start());
     ASSERT_NE(server_->port(), 0);
   }
@@ -56,38 +45,56 @@ class ServerFixture : public ::testing::Test {
     return c;
   }
 
+  // The stats of the hot-budget owner `name` ("values": the raw keys).
+  TierCounters OwnerHot(const std::string& name) {
+    for (const EngineOwnerStats& o : engine_->Stats().owners) {
+      if (o.name == name) return o.hot;
+    }
+    return {};
+  }
+
   void TearDown() override {
     if (server_) server_->Stop();
+    if (engine_) {
+      EXPECT_OK(engine_->Close());
+    }
   }
 
   ServerOptions options_;
-  std::unique_ptr<MemTier> hot_;
-  std::unique_ptr<MemTier> ssd_;
-  std::unique_ptr<WriteBackToTier> write_back_;
+  EngineOptions engine_options_;
+  TempDir dir_;
+  std::unique_ptr<Engine> engine_;
   std::unique_ptr<Server> server_;
 };
 
-// A chain of encoded block records for `tokens` in blocks of `block_tokens`
-// under namespace `root`, each with one small KV layer.
-inline std::vector<std::string> EncodedChain(const BlockKey& root,
+// PKV.REGISTER's arguments for `spec`.
+inline std::vector<std::string> RegisterArgs(const NamespaceSpec& spec,
+                                             bool partial_tail = false) {
+  std::string types;
+  for (const std::string& t : spec.layer_types) types += (types.empty() ? "" : ",") + t;
+  std::vector<std::string> args = {"PKV.REGISTER", spec.model,
+                                   std::to_string(spec.block_tokens),
+                                   std::string(DTypeName(spec.dtype)), types};
+  if (!spec.salt.empty()) args.insert(args.end(), {"SALT", spec.salt});
+  if (partial_tail) args.push_back("PARTIAL_TAIL");
+  return args;
+}
+
+// The encoded blocks a Store of `tokens` leaves in `spec`'s namespace (KV and
+// rotating layers as cache_test_util.h makes them), in chain order; from an
+// engine of their own, so every tip is real.
+inline std::vector<std::string> EncodedStore(const NamespaceSpec& spec,
                                              const std::vector<int32_t>& tokens,
-                                             uint32_t block_tokens) {
-  std::vector<BlockKey> keys = ChainKeys(root, tokens, block_tokens);
+                                             ModelOptions options = {}) {
+  auto engine = Engine::Open({.hot_capacity_bytes = 64 << 20}).value();
+  Namespace ns = engine->RegisterModel(spec, options).value();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const bool kv_only = spec.layer_types == KvOnlySpec().layer_types;
+  EXPECT_OK(engine->Store(ns, tokens, kv_only ? KvOnlyLayers(n) : HybridLayers(n)));
+  const MatchResult match = engine->Match(ns, tokens).value();
   std::vector<std::string> out;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    BlockRecord rec;
-    rec.key = keys[i];
-    rec.parent = i == 0 ? root : keys[i - 1];
-    rec.namespace_id = root;
-    rec.token_count = block_tokens;
-    rec.tokens.assign(tokens.begin() + i * block_tokens,
-                      tokens.begin() + (i + 1) * block_tokens);
-    std::string bytes(64, static_cast<char>('a' + i));
-    LayerState kv{"KVCache", {std::to_string(block_tokens)}, false, {}};
-    kv.tensors.emplace_back(DType::kUInt8, std::vector<int64_t>{64},
-                            SharedBytes::Copy(bytes));
-    rec.layers.push_back(kv);
-    out.emplace_back(EncodeBlock(rec).value().view());
+  for (const BlockKey& key : match.keys) {
+    out.emplace_back(engine->GetBlock(ns, key).value().view());
   }
   return out;
 }
@@ -95,6 +102,13 @@ inline std::vector<std::string> EncodedChain(const BlockKey& root,
 // Tokens as the int32 little-endian blob PKV.MATCH takes.
 inline std::string TokenBlob(const std::vector<int32_t>& tokens) {
   return std::string(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 4);
+}
+
+// The command `PKV.PUT records...`.
+inline std::vector<std::string> PutArgs(const std::vector<std::string>& records) {
+  std::vector<std::string> args = {"PKV.PUT"};
+  args.insert(args.end(), records.begin(), records.end());
+  return args;
 }
 
 }  // namespace prefixkv::testing

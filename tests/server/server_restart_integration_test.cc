@@ -1,7 +1,7 @@
-// Restart: every value acknowledged before a SIGTERM to `prefixkv serve` is
-// returned after a restart on the same data directory, whether it was still
-// dirty in the hot tier, already written back, or stored straight on SSD; with
-// --write-through, every value acknowledged before a kill -9 is too.
+// Restart: every value and block acknowledged before a SIGTERM to `prefixkv
+// serve` is returned after a restart on the same data directory, whether it
+// was still dirty in the hot tier, already written back, or stored straight on
+// SSD; with --write-through, every value acknowledged before a kill -9 is too.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -49,9 +49,10 @@ TEST(ServerRestart, ReturnsEveryAcknowledgedValueAfterSigterm) {
   const std::string data = dir.str() + "/data";
   const std::vector<std::string> flags = {"--hot-capacity-bytes", "256K"};
   std::vector<std::string> values = RandomValues(rng, 120);
-  BlockKey root = NamespaceRootFromFingerprint("restart-test");
-  std::vector<int32_t> tokens = {5, 6, 7, 8, 9, 10, 11, 12};
-  std::vector<std::string> chain = testing::EncodedChain(root, tokens, 4);
+  const NamespaceSpec spec = testing::HybridSpec();
+  const std::vector<int32_t> tokens = testing::Tokens(2);
+  const std::vector<std::string> chain = testing::EncodedStore(spec, tokens);
+  std::string root;
   {
     ServeProcess serve(data, flags);
     ASSERT_NE(serve.port(), 0) << "prefixkv serve did not start";
@@ -62,18 +63,25 @@ TEST(ServerRestart, ReturnsEveryAcknowledgedValueAfterSigterm) {
     ASSERT_EQ(c.Call({"SET", "key0", "overwritten"}).str, "OK");
     values[0] = "overwritten";
     ASSERT_EQ(c.Call({"DEL", "key1"}).integer, 1);
-    for (const std::string& block : chain)
-      ASSERT_EQ(c.Call({"PKV.PUT", block}).str, "OK");
+    root = c.Call(testing::RegisterArgs(spec)).str;
+    ASSERT_EQ(c.Call(testing::PutArgs(chain)).type, '*');
     EXPECT_EQ(serve.StopWith(SIGTERM), 0);
   }
   ServeProcess serve(data, flags);
   ASSERT_NE(serve.port(), 0) << "prefixkv serve did not restart";
   RespClient c(serve.port());
   ExpectValues(c, values, /*deleted=*/1);
-  testing::Reply match =
-      c.Call({"PKV.MATCH", root.ToHex(), "4", testing::TokenBlob(tokens)});
-  ASSERT_EQ(match.elems.size(), 2u);
+  // Registrations last as long as the server: a client registers again (the
+  // same root) and finds its blocks on SSD.
+  testing::Reply match = c.Call({"PKV.MATCH", root, "4", testing::TokenBlob(tokens)});
+  EXPECT_EQ(match.str, "ERR unknown namespace " + root + ": PKV.REGISTER it first");
+  ASSERT_EQ(c.Call(testing::RegisterArgs(spec)).str, root);
+  match = c.Call({"PKV.MATCH", root, "4", testing::TokenBlob(tokens)});
+  ASSERT_EQ(match.elems.size(), 2u) << match.str;
   EXPECT_EQ(match.elems[0].integer, 2);
+  EXPECT_EQ(
+      c.Call({"PKV.GET", root, PeekBlockIdentity(chain[1]).value().key.ToHex()}).str,
+      chain[1]);
   EXPECT_TRUE(c.Call({"PKV.AUDIT"}).elems.empty());
   EXPECT_EQ(serve.StopWith(SIGINT), 0);
 }

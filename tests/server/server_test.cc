@@ -4,9 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include <numeric>
+#include <map>
 
-#include "blob_store.h"
 #include "tests/server/server_fixture.h"
 #include "tests/support/test_util.h"
 
@@ -39,14 +38,13 @@ TEST_F(ServerTest, StoresAndReturnsBinaryValues) {
   EXPECT_TRUE(c->Call({"GET", "missing"}).null);
 }
 
-TEST_F(ServerTest, StoresRawKeysUnderTheirHashedBlockKeyWithAZeroNamespace) {
+TEST_F(ServerTest, ChargesRawKeysToTheValuesOwnerOfTheHotBudget) {
   StartServer();
   auto c = Connect();
   ASSERT_EQ(c->Call({"SET", "user:1", "v"}).str, "OK");
-  StatusOr<BlockMeta> meta = hot_->Peek(server::BlobStore::RawKey("user:1"));
-  ASSERT_OK(meta);
-  EXPECT_TRUE(meta->namespace_id.IsZero());
-  EXPECT_NE(server::BlobStore::RawKey("user:1"), server::BlobStore::RawKey("user:2"));
+  ASSERT_EQ(c->Call({"SET", "user:2", "w"}).str, "OK");
+  EXPECT_EQ(OwnerHot("values").entries, 2u);
+  EXPECT_TRUE(engine_->ContainsValue("user:1"));
 }
 
 TEST_F(ServerTest, ServesLargeValuesIntact) {
@@ -77,10 +75,13 @@ TEST_F(ServerTest, WritesEvictedValuesBackAndPromotesThemOnRead) {
   auto c = Connect();
   std::string a(4000, 'a'), b(4000, 'b');
   ASSERT_EQ(c->Call({"SET", "a", a}).str, "OK");
-  ASSERT_EQ(c->Call({"SET", "b", b}).str, "OK");  // evicts "a" to the lower tier
-  EXPECT_FALSE(hot_->Contains(server::BlobStore::RawKey("a")));
+  ASSERT_EQ(c->Call({"SET", "b", b}).str, "OK");  // evicts "a" to the SSD tier
+  EXPECT_EQ(OwnerHot("values").evictions, 1u);
+  EXPECT_EQ(OwnerHot("values").entries, 1u);
+  EXPECT_EQ(c->Call({"GET", "a"}).str, a);  // from SSD, promoted (evicting "b")
+  const uint64_t hot_hits = OwnerHot("values").hits;
   EXPECT_EQ(c->Call({"GET", "a"}).str, a);
-  EXPECT_TRUE(hot_->Contains(server::BlobStore::RawKey("a")));
+  EXPECT_EQ(OwnerHot("values").hits, hot_hits + 1);  // the second read is from RAM
   EXPECT_EQ(c->Call({"GET", "b"}).str, b);
   EXPECT_EQ(c->Call({"DEL", "a", "b"}).integer, 2);
   EXPECT_EQ(c->Call({"EXISTS", "a", "b"}).integer, 0);
@@ -147,21 +148,43 @@ TEST_F(ServerTest, NegotiatesOnlyProtocolTwoWithHello) {
   EXPECT_TRUE(c->Call({"HELLO", "x"}).IsError());
 }
 
-TEST_F(ServerTest, ReportsEveryTierCounterInInfo) {
+TEST_F(ServerTest, ReportsEveryTierAndOwnerCounterInInfo) {
   StartServer();
   auto c = Connect();
   ASSERT_EQ(c->Call({"SET", "k", "v"}).str, "OK");
   std::string info = c->Call({"INFO"}).str;
-  for (const char* field :
-       {"# Server", "tcp_port:", "connected_clients:1",
-        "total_commands_processed:", "# Tier_mem", "mem_entries:1", "mem_bytes:",
-        "mem_pinned_bytes:", "mem_hits:", "mem_misses:", "mem_inserts:1", "mem_removes:",
-        "mem_evictions:", "mem_spills:", "mem_corruptions:", "mem_io_errors:"}) {
+  for (const char* field : {"# Server",
+                            "tcp_port:",
+                            "connected_clients:1",
+                            "total_commands_processed:",
+                            "# Tier_hot",
+                            "hot_capacity_bytes:67108864",
+                            "hot_entries:1",
+                            "hot_bytes:",
+                            "hot_pinned_bytes:",
+                            "hot_hits:",
+                            "hot_misses:",
+                            "hot_inserts:1",
+                            "hot_removes:",
+                            "hot_evictions:",
+                            "hot_spills:",
+                            "hot_corruptions:",
+                            "hot_io_errors:",
+                            "hot_external_bytes:",
+                            "hot_dirty_blocks:1",
+                            "# Owners",
+                            "owner0:name=values,entries=1,bytes=",
+                            "# Tier_ssd",
+                            "ssd_entries:0",
+                            "ssd_queued_blocks:"}) {
     EXPECT_NE(info.find(field), std::string::npos) << field << "\n" << info;
   }
   std::string tiers_only = c->Call({"INFO", "tiers"}).str;
   EXPECT_EQ(tiers_only.find("# Server"), std::string::npos);
-  EXPECT_NE(tiers_only.find("mem_entries"), std::string::npos);
+  EXPECT_NE(tiers_only.find("hot_entries"), std::string::npos);
+  std::string ssd_only = c->Call({"INFO", "tier_ssd"}).str;
+  EXPECT_EQ(ssd_only.find("hot_entries"), std::string::npos);
+  EXPECT_NE(ssd_only.find("ssd_entries"), std::string::npos);
 }
 
 TEST_F(ServerTest, DescribesItsCommandsForRedisCli) {
@@ -190,66 +213,26 @@ TEST_F(ServerTest, QuitRepliesThenCloses) {
   EXPECT_TRUE(c->ReadsEof());  // the PING after QUIT is never run
 }
 
-TEST_F(ServerTest, StoresVerifiedBlocksAndMatchesTheirPrefix) {
-  StartServer();
-  auto c = Connect();
-  BlockKey root = NamespaceRootFromFingerprint("server-test");
-  std::vector<int32_t> tokens(12);
-  std::iota(tokens.begin(), tokens.end(), 100);
-  std::vector<std::string> chain = testing::EncodedChain(root, tokens, 4);
-  std::vector<BlockKey> keys = ChainKeys(root, tokens, 4);
-  ASSERT_EQ(c->Call({"PKV.PUT", chain[0]}).str, "OK");
-  ASSERT_EQ(c->Call({"PKV.PUT", chain[1]}).str, "OK");
-  // Blocks 0 and 1 are stored; block 2 is not, so the match is two blocks long.
-  Reply m = c->Call({"PKV.MATCH", root.ToHex(), "4", testing::TokenBlob(tokens)});
-  ASSERT_EQ(m.elems.size(), 2u);
-  EXPECT_EQ(m.elems[0].integer, 2);
-  ASSERT_EQ(m.elems[1].elems.size(), 2u);
-  EXPECT_EQ(m.elems[1].elems[0].str, keys[0].ToHex());  // the ChainKeys of the prefix
-  EXPECT_EQ(m.elems[1].elems[1].str, keys[1].ToHex());
-  EXPECT_EQ(c->Call({"PKV.GET", keys[1].ToHex()}).str, chain[1]);
-  EXPECT_TRUE(c->Call({"PKV.GET", keys[2].ToHex()}).null);
-  StatusOr<BlockMeta> meta = hot_->Peek(keys[1]);
-  ASSERT_OK(meta);
-  EXPECT_EQ(meta->parent, keys[0]);
-  EXPECT_EQ(meta->namespace_id, root);
-}
-
-TEST_F(ServerTest, RejectsDamagedBlockRecordsAndStoresNothing) {
-  StartServer();
-  auto c = Connect();
-  BlockKey root = NamespaceRootFromFingerprint("server-test");
-  std::string record = testing::EncodedChain(root, {1, 2, 3, 4}, 4)[0];
-  record[record.size() - 1] ^= 0x40;
-  EXPECT_EQ(c->Call({"PKV.PUT", record}).str.rfind("ERR invalid block record", 0), 0u);
-  EXPECT_TRUE(c->Call({"PKV.PUT", "not a record"}).IsError());
-  EXPECT_EQ(hot_->Totals().entries, 0u);
-  EXPECT_EQ(ssd_->Totals().entries, 0u);
-}
-
-TEST_F(ServerTest, ValidatesMatchArguments) {
-  StartServer();
-  auto c = Connect();
-  std::string root = NamespaceRootFromFingerprint("x").ToHex();
-  EXPECT_TRUE(c->Call({"PKV.MATCH", "zz", "4", ""}).IsError());
-  EXPECT_TRUE(c->Call({"PKV.MATCH", root, "0", ""}).IsError());
-  EXPECT_TRUE(c->Call({"PKV.MATCH", root, "-4", ""}).IsError());
-  EXPECT_TRUE(c->Call({"PKV.MATCH", root, "4", "abc"}).IsError());
-  EXPECT_TRUE(c->Call({"PKV.GET", "0123"}).IsError());
-  EXPECT_EQ(c->Call({"PKV.MATCH", root, "4", ""}).elems[0].integer, 0);
-}
-
 TEST_F(ServerTest, ReportsStatsAndACleanAudit) {
   StartServer();
   auto c = Connect();
   ASSERT_EQ(c->Call({"SET", "k", "v"}).str, "OK");
   Reply stats = c->Call({"PKV.STATS"});
-  ASSERT_EQ(stats.elems.size(), 2u * 2u * 11u);  // two tiers, 11 counters each
-  EXPECT_EQ(stats.elems[0].str, "mem.entries");
-  EXPECT_EQ(stats.elems[1].integer, 1);
-  Reply audit = c->Call({"PKV.AUDIT"});
+  ASSERT_EQ(stats.type, '*');
+  std::map<std::string, int64_t> by_name;
+  for (size_t i = 0; i + 1 < stats.elems.size(); i += 2) {
+    by_name[stats.elems[i].str] = stats.elems[i + 1].integer;
+  }
+  EXPECT_EQ(stats.elems[0].str, "hot.capacity_bytes");
+  EXPECT_EQ(by_name["hot.entries"], 1);
+  EXPECT_EQ(by_name["owner.values.entries"], 1);
+  EXPECT_EQ(by_name["owner.values.bytes"], by_name["hot.bytes"]);
+  EXPECT_EQ(by_name["hot.dirty_blocks"], 1);
+  EXPECT_TRUE(by_name.contains("ssd.corruptions"));
+  Reply audit = c->Call({"PKV.AUDIT"});  // flushes first
   EXPECT_EQ(audit.type, '*');
   EXPECT_TRUE(audit.elems.empty());
+  EXPECT_EQ(engine_->Stats().dirty_blocks, 0u);
 }
 
 TEST_F(ServerTest, AnswersPipelinedCommandsInOrder) {
@@ -273,7 +256,7 @@ TEST_F(ServerTest, FinishesAcceptedCommandsOnStop) {
   ASSERT_EQ(c->Call({"SET", "k", "v"}).str, "OK");
   server_->Stop();
   EXPECT_TRUE(c->ReadsEof());
-  EXPECT_TRUE(hot_->Contains(server::BlobStore::RawKey("k")));
+  EXPECT_TRUE(engine_->ContainsValue("k"));
   EXPECT_FALSE(testing::RespClient(server_->port()).connected());
 }
 

@@ -1,19 +1,18 @@
-// `prefixkv serve`: the RESP server (docs/protocol.md) over a hot RAM tier
-// with write-back to an SSD tier in --data-dir, until SIGINT or SIGTERM.
+// `prefixkv serve`: the RESP server (docs/protocol.md) over an Engine opened
+// on --data-dir (a hot RAM tier with write-back to the SSD tier), until SIGINT
+// or SIGTERM.
 //
 // Shutdown order is what makes every acknowledged write durable: stop the
-// server (no command runs any more), evict every hot block through the SSD
-// tier's write-back path (dirty blocks are written, clean ones already are),
-// then close the SSD tier (flushes its queue and memtables).
+// server (no command runs any more), then close the engine, which writes
+// every dirty hot block to the SSD tier and closes it (its write-back queue
+// drained, its metadata flushed).
 #include <pthread.h>
 #include <signal.h>
 
 #include <cstdio>
 #include <memory>
 
-#include "prefixkv/advanced/hot_tier.h"
-#include "prefixkv/advanced/shared_hot_budget.h"
-#include "prefixkv/advanced/ssd_tier.h"
+#include "prefixkv/engine.h"
 #include "prefixkv/server.h"
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"
@@ -25,7 +24,8 @@ Flags ServeFlags() {
   return Flags(
       "prefixkv serve [--data-dir D] [--port P] [--bind ADDR] [--threads N] "
       "[--requirepass S] [--hot-capacity-bytes B] [--ssd-capacity-bytes B] "
-      "[--max-request-bytes B] [--durability M] [--write-through]",
+      "[--max-request-bytes B] [--durability M] [--write-through] [--policy P] "
+      "[--max-models N]",
       {{"data-dir", "directory of the SSD tier (created if missing)", false,
         "./prefixkv-data"},
        {"port", "TCP port; 0 picks a free one (printed)", false, "6380"},
@@ -40,15 +40,16 @@ Flags ServeFlags() {
        {"idle-timeout-ms", "close clients silent this long; 0 = never", false, "0"},
        {"durability", "SSD durability: flush, wal or sync", false, "wal"},
        {"write-through",
-        "store every SET/PKV.PUT on SSD before +OK (survives kill -9 with wal/sync); "
-        "default: write-back, RAM first",
-        true, ""}});
+        "store every SET/PKV.PUT on SSD before replying (survives kill -9 with "
+        "wal/sync); default: write-back, RAM first",
+        true, ""},
+       {"policy", "hot eviction order: lru or leaf-lru", false, "lru"},
+       {"max-models", "models PKV.REGISTER may register", false, "256"}});
 }
 
 struct ServeConfig {
   ServerOptions server;
-  SsdTierOptions ssd;
-  uint64_t hot_capacity_bytes = 0;
+  EngineOptions engine;
 };
 
 // Fills `config` from the flags; returns an error message or "".
@@ -61,26 +62,32 @@ std::string ParseServeConfig(const Flags& flags, ServeConfig* config) {
   };
   uint64_t port = size("port", "6380");
   uint64_t threads = size("threads", "2");
-  config->hot_capacity_bytes = size("hot-capacity-bytes", "1G");
-  config->ssd.capacity_bytes = size("ssd-capacity-bytes", "64G");
+  config->engine.hot_capacity_bytes = size("hot-capacity-bytes", "1G");
+  config->engine.ssd_capacity_bytes = size("ssd-capacity-bytes", "64G");
+  config->server.max_models = size("max-models", "256");
   config->server.max_request_bytes = size("max-request-bytes", "512M");
   config->server.max_connections = size("max-clients", "10000");
   config->server.idle_timeout_ms = size("idle-timeout-ms", "0");
   if (!error.empty()) return error;
   if (port > 65535) return "--port must be in [0, 65535]";
   if (threads < 1 || threads > 256) return "--threads must be in [1, 256]";
-  if (config->hot_capacity_bytes == 0) return "--hot-capacity-bytes must be > 0";
+  if (config->engine.hot_capacity_bytes == 0) return "--hot-capacity-bytes must be > 0";
+  if (config->server.max_models == 0) return "--max-models must be > 0";
   if (config->server.max_request_bytes == 0) return "--max-request-bytes must be > 0";
   StatusOr<SsdDurability> durability =
       ParseSsdDurability(flags.GetString("durability", "wal"));
   if (!durability.ok()) return "--durability must be flush, wal or sync";
-  config->ssd.durability = *durability;
-  config->ssd.path = flags.GetString("data-dir", "./prefixkv-data");
+  config->engine.durability = *durability;
+  StatusOr<EvictionPolicyKind> policy =
+      ParseEvictionPolicy(flags.GetString("policy", "lru"));
+  if (!policy.ok()) return "--policy must be lru or leaf-lru";
+  config->engine.hot_policy = *policy;
+  config->engine.data_dir = flags.GetString("data-dir", "./prefixkv-data");
+  config->engine.write_through = flags.GetBool("write-through");
   config->server.port = static_cast<uint16_t>(port);
   config->server.io_threads = static_cast<int>(threads);
   config->server.bind_address = flags.GetString("bind", "127.0.0.1");
   config->server.requirepass = flags.GetString("requirepass", "");
-  config->server.write_through = flags.GetBool("write-through");
   return "";
 }
 
@@ -102,15 +109,6 @@ int WaitForStopSignal(const sigset_t& set) {
   return sig;
 }
 
-// Evicts every hot block through the write-back listener, then closes SSD.
-Status PersistAndClose(HotTier& hot, SsdTier& ssd) {
-  // A quota of one byte evicts every unpinned block of the owner; the dirty
-  // ones reach SsdTier::OnEvict, the clean ones are already stored.
-  Status evicted = hot.budget().SetOwnerQuota(hot.owner(), 1);
-  Status closed = ssd.Close();
-  return evicted.ok() ? closed : evicted;
-}
-
 int RunServe(const std::vector<std::string>& args) {
   Flags flags = ServeFlags();
   std::string error;
@@ -125,19 +123,12 @@ int RunServe(const std::vector<std::string>& args) {
   if (!error.empty()) return UsageError(flags, error);
 
   sigset_t stop_signals = BlockStopSignals();
-  StatusOr<std::unique_ptr<SsdTier>> ssd = SsdTier::Open(config.ssd);
-  if (!ssd.ok()) {
-    std::fprintf(stderr, "prefixkv serve: %s\n", ssd.status().ToString().c_str());
+  StatusOr<std::unique_ptr<Engine>> engine = Engine::Open(config.engine);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "prefixkv serve: %s\n", engine.status().ToString().c_str());
     return 1;
   }
-  StatusOr<std::unique_ptr<HotTier>> hot = HotTier::Create(
-      SharedHotBudgetOptions{.capacity_bytes = config.hot_capacity_bytes});
-  if (!hot.ok()) {
-    std::fprintf(stderr, "prefixkv serve: %s\n", hot.status().ToString().c_str());
-    return 1;
-  }
-  (*hot)->SetEvictionListener(ssd->get());
-  Server server(config.server, hot->get(), ssd->get());
+  Server server(config.server, engine->get());
   if (Status s = server.Start(); !s.ok()) {
     std::fprintf(stderr, "prefixkv serve: %s\n", s.ToString().c_str());
     return 1;
@@ -149,7 +140,7 @@ int RunServe(const std::vector<std::string>& args) {
   std::fprintf(stderr, "prefixkv serve: %s, shutting down\n",
                sig == SIGINT ? "SIGINT" : "SIGTERM");
   server.Stop();
-  Status s = PersistAndClose(**hot, **ssd);
+  Status s = (*engine)->Close();
   if (!s.ok()) {
     std::fprintf(stderr, "prefixkv serve: shutdown: %s\n", s.ToString().c_str());
     return 1;
@@ -161,7 +152,7 @@ int RunServe(const std::vector<std::string>& args) {
 }  // namespace
 
 PKV_REGISTER_COMMAND("serve",
-                     "the RESP (Redis protocol) server over the hot and SSD tiers",
+                     "the RESP (Redis protocol) server over an engine: hot and SSD tiers",
                      RunServe);
 
 }  // namespace prefixkv::cli

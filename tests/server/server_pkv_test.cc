@@ -1,0 +1,263 @@
+// The PKV.* commands through a real TCP connection: registration, stores of
+// encoded records through the engine's prefix cache (namespaces, owners,
+// lineage, supersede), matches and reads per namespace, and the counters
+// (docs/protocol.md, "Prefix-cache blocks").
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+
+#include "prefixkv/advanced/hash.h"
+#include "tests/server/server_fixture.h"
+
+namespace prefixkv {
+namespace {
+
+using testing::EncodedStore;
+using testing::HybridSpec;
+using testing::KvOnlySpec;
+using testing::PutArgs;
+using testing::RegisterArgs;
+using testing::Reply;
+using testing::TokenBlob;
+using testing::Tokens;
+
+std::string RootOf(const NamespaceSpec& spec) { return NamespaceRoot(spec)->ToHex(); }
+std::string KeyOf(const std::string& record) {
+  return PeekBlockIdentity(record).value().key.ToHex();
+}
+bool RealRotating(const std::string& record) {
+  BlockRecord rec = DecodeBlock(SharedBytes::Copy(record)).value();
+  return !rec.layers[testing::RotatingIndex(rec)].placeholder;
+}
+// A PKV.PUT reply's field.
+const Reply& Field(const Reply& put, const std::string& name) {
+  for (size_t i = 0; i + 1 < put.elems.size(); i += 2) {
+    if (put.elems[i].str == name) return put.elems[i + 1];
+  }
+  static const Reply none;
+  ADD_FAILURE() << "no field " << name << " in " << put.str;
+  return none;
+}
+
+class ServerPkvTest : public testing::ServerFixture {
+ protected:
+  void SetUp() override {
+    StartServer();
+    c_ = Connect();
+  }
+  std::unique_ptr<testing::RespClient> c_;
+};
+
+TEST_F(ServerPkvTest, RegisteringAModelRepliesWithItsNamespaceRootAndIsIdempotent) {
+  const NamespaceSpec spec = HybridSpec();
+  EXPECT_EQ(c_->Call(RegisterArgs(spec)).str, RootOf(spec));
+  EXPECT_EQ(c_->Call(RegisterArgs(spec)).str, RootOf(spec));
+  EXPECT_EQ(c_->Call(RegisterArgs(spec, /*partial_tail=*/true)).str,
+            "ERR model test-model is already registered with other options");
+  NamespaceSpec salted = spec;
+  salted.salt = "tenant-7";
+  EXPECT_EQ(c_->Call(RegisterArgs(salted)).str, RootOf(salted));
+  EXPECT_NE(RootOf(salted), RootOf(spec));
+  EXPECT_EQ(engine_->model_count(), 2u);
+}
+
+TEST_F(ServerPkvTest, RegisterRejectsABadSpec) {
+  EXPECT_EQ(c_->Call({"PKV.REGISTER", "m", "4", "float99", "KVCache"})
+                .str.rfind("ERR invalid dtype", 0),
+            0u);
+  EXPECT_EQ(c_->Call({"PKV.REGISTER", "m", "0", "float32", "KVCache"}).str,
+            "ERR block_tokens must be an integer in [1, 4194304]");
+  EXPECT_EQ(c_->Call({"PKV.REGISTER", "m", "4", "float32", "KVCache,Nope"})
+                .str.rfind("ERR invalid model spec", 0),
+            0u);
+  EXPECT_EQ(c_->Call({"PKV.REGISTER", "m", "4", "float32", "KVCache", "BOGUS"}).str,
+            "ERR syntax error");
+  EXPECT_EQ(engine_->model_count(), 0u);
+}
+
+TEST_F(ServerPkvTest, CapsTheNumberOfRegisteredModels) {
+  server_->Stop();
+  options_.max_models = 2;
+  server_ = std::make_unique<Server>(options_, engine_.get());
+  ASSERT_OK(server_->Start());
+  c_ = Connect();
+  NamespaceSpec spec = KvOnlySpec();
+  for (const char* model : {"a", "b"}) {
+    spec.model = model;
+    ASSERT_EQ(c_->Call(RegisterArgs(spec)).str, RootOf(spec));
+  }
+  spec.model = "c";
+  EXPECT_EQ(c_->Call(RegisterArgs(spec)).str,
+            "ERR too many registered models (the limit is 2)");
+  spec.model = "a";  // a registered one still answers
+  EXPECT_EQ(c_->Call(RegisterArgs(spec)).str, RootOf(spec));
+}
+
+TEST_F(ServerPkvTest, AStoredChainMatchesAndReadsBack) {
+  const NamespaceSpec spec = HybridSpec();
+  const std::string root = c_->Call(RegisterArgs(spec)).str;
+  const std::vector<int32_t> tokens = Tokens(3);
+  const std::vector<std::string> records = EncodedStore(spec, tokens);
+  Reply put = c_->Call(PutArgs(records));
+  ASSERT_EQ(put.type, '*') << put.str;
+  EXPECT_EQ(Field(put, "written").integer, 3);
+  EXPECT_EQ(Field(put, "tip").str, KeyOf(records[2]));
+  EXPECT_EQ(Field(put, "tip_state_stored").integer, 1);
+  // One more token than three blocks: the match is the three stored blocks.
+  std::vector<int32_t> prompt = Tokens(4);
+  Reply m = c_->Call({"PKV.MATCH", root, "4", TokenBlob(prompt)});
+  ASSERT_EQ(m.elems.size(), 2u) << m.str;
+  EXPECT_EQ(m.elems[0].integer, 3);
+  ASSERT_EQ(m.elems[1].elems.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(m.elems[1].elems[i].str, KeyOf(records[i]));
+  EXPECT_EQ(c_->Call({"PKV.GET", root, KeyOf(records[1])}).str, records[1]);
+  const std::string block3 = ChainKey(*BlockKey::FromHex(KeyOf(records[2])),
+                                      std::span<const int32_t>(prompt).subspan(12, 4))
+                                 .ToHex();
+  EXPECT_TRUE(c_->Call({"PKV.GET", root, block3}).null);
+  // Charged to the model's own owner; the same records again write nothing.
+  EXPECT_EQ(OwnerHot(spec.model).entries, 3u);
+  EXPECT_EQ(Field(c_->Call(PutArgs(records)), "deduplicated").integer, 3);
+}
+
+TEST_F(ServerPkvTest, AChainMayExtendACachedBlock) {
+  const NamespaceSpec spec = KvOnlySpec();
+  const std::string root = c_->Call(RegisterArgs(spec)).str;
+  const std::vector<std::string> records = EncodedStore(spec, Tokens(3));
+  ASSERT_EQ(c_->Call(PutArgs({records[0]})).type, '*');
+  EXPECT_EQ(c_->Call(PutArgs({records[2]}))
+                .str.rfind("ERR invalid block record: record 0: parent", 0),
+            0u);
+  ASSERT_EQ(c_->Call(PutArgs({records[1], records[2]})).type, '*');
+  EXPECT_EQ(c_->Call({"PKV.MATCH", root, "4", TokenBlob(Tokens(3))}).elems[0].integer, 3);
+}
+
+TEST_F(ServerPkvTest, SupersedeOnExtendStripsTheGrandparentTipOfAHybridModel) {
+  const NamespaceSpec spec = HybridSpec();
+  const std::string root = c_->Call(RegisterArgs(spec)).str;
+  // Three turns, each storing its new block as a real tip.
+  const std::string t1 = EncodedStore(spec, Tokens(1))[0];
+  const std::string t2 = EncodedStore(spec, Tokens(2))[1];
+  const std::string t3 = EncodedStore(spec, Tokens(3))[2];
+  EXPECT_TRUE(Field(c_->Call(PutArgs({t1})), "stripped_tip").null);
+  EXPECT_TRUE(Field(c_->Call(PutArgs({t2})), "stripped_tip").null);
+  EXPECT_EQ(Field(c_->Call(PutArgs({t3})), "stripped_tip").str, KeyOf(t1));
+  const std::string g = c_->Call({"PKV.GET", root, KeyOf(t1)}).str;
+  EXPECT_FALSE(RealRotating(g)) << "the grandparent tip kept its rotating window";
+  EXPECT_TRUE(RealRotating(c_->Call({"PKV.GET", root, KeyOf(t2)}).str));
+  EXPECT_TRUE(RealRotating(c_->Call({"PKV.GET", root, KeyOf(t3)}).str));
+}
+
+TEST_F(ServerPkvTest, BlocksOfAnUnregisteredNamespaceAreRefused) {
+  const NamespaceSpec spec = KvOnlySpec();
+  const std::string expected =
+      "ERR unknown namespace " + RootOf(spec) + ": PKV.REGISTER it first";
+  EXPECT_EQ(c_->Call(PutArgs(EncodedStore(spec, Tokens(1)))).str, expected);
+  EXPECT_EQ(c_->Call({"PKV.MATCH", RootOf(spec), "4", TokenBlob(Tokens(1))}).str,
+            expected);
+  EXPECT_EQ(c_->Call({"PKV.GET", RootOf(spec), RootOf(spec)}).str, expected);
+  EXPECT_EQ(engine_->Stats().hot.entries, 0u);
+}
+
+TEST_F(ServerPkvTest, RecordsThatDoNotFitTheLayoutOrAreDamagedStoreNothing) {
+  const NamespaceSpec spec = HybridSpec();
+  c_->Call(RegisterArgs(spec));
+  const std::string good = EncodedStore(spec, Tokens(1))[0];
+  auto put_modified = [&](const std::function<void(BlockRecord&)>& change) {
+    BlockRecord rec = DecodeBlock(SharedBytes::Copy(good)).value();
+    change(rec);
+    return c_->Call(PutArgs({std::string(EncodeBlock(rec).value().view())})).str;
+  };
+  const std::string misfit =
+      "ERR invalid block record: record 0: does not fit the namespace layout";
+  std::string r = put_modified([](BlockRecord& rec) { rec.layers.pop_back(); });
+  EXPECT_EQ(r.rfind(misfit, 0), 0u) << r;
+  r = put_modified([](BlockRecord& rec) {
+    rec.layers[0].tensors[0] = Tensor::Filled(DType::kFloat16, {1, 2, 4, 8}, 1);
+  });
+  EXPECT_EQ(r.rfind(misfit, 0), 0u) << r;
+  r = put_modified([](BlockRecord& rec) {
+    rec.layers[0].tensors[0] = Tensor::Filled(DType::kFloat32, {1, 2, 3, 8}, 1);
+  });
+  EXPECT_EQ(r.rfind(misfit, 0), 0u) << r;
+  std::string damaged = good;
+  damaged[damaged.size() - 5] ^= 0x40;
+  EXPECT_EQ(
+      c_->Call(PutArgs({damaged})).str.rfind("ERR invalid block record: record 0", 0),
+      0u);
+  EXPECT_EQ(c_->Call(PutArgs({"not a record"})).str.rfind("ERR invalid block record", 0),
+            0u);
+  EXPECT_EQ(OwnerHot(spec.model).entries, 0u);
+  EXPECT_EQ(engine_->Stats().ssd.entries, 0u);
+}
+
+TEST_F(ServerPkvTest, KeySpacesAreDisjoint) {
+  const NamespaceSpec hybrid = HybridSpec();
+  const std::string root = c_->Call(RegisterArgs(hybrid)).str;
+  const std::string kv_root = c_->Call(RegisterArgs(KvOnlySpec())).str;
+  const std::string block = EncodedStore(hybrid, Tokens(1))[0];
+  ASSERT_EQ(c_->Call(PutArgs({block})).type, '*');
+  ASSERT_EQ(c_->Call({"SET", "k", "v"}).str, "OK");
+  ASSERT_OK(engine_->Flush());  // both on the SSD tier every namespace shares
+  // A raw key lives under XXH3-128("raw|" + key): not a block of any namespace.
+  HashStream h(HashStream::Width::k128);
+  h.Update("raw|k", 5);
+  EXPECT_TRUE(c_->Call({"PKV.GET", root, h.Digest128().ToHex()}).null);
+  EXPECT_TRUE(c_->Call({"PKV.GET", kv_root, KeyOf(block)}).null);  // another namespace
+  EXPECT_EQ(c_->Call({"PKV.GET", root, KeyOf(block)}).str, block);
+  EXPECT_TRUE(c_->Call({"GET", KeyOf(block)}).null);
+}
+
+TEST_F(ServerPkvTest, MatchChecksItsArgumentsAgainstTheNamespace) {
+  const std::string root = c_->Call(RegisterArgs(KvOnlySpec())).str;
+  EXPECT_EQ(c_->Call({"PKV.MATCH", root, "8", ""}).str,
+            "ERR block_tokens 8 is not the namespace's 4");
+  EXPECT_TRUE(c_->Call({"PKV.MATCH", "zz", "4", ""}).IsError());
+  EXPECT_TRUE(c_->Call({"PKV.MATCH", root, "0", ""}).IsError());
+  EXPECT_TRUE(c_->Call({"PKV.MATCH", root, "-4", ""}).IsError());
+  EXPECT_TRUE(c_->Call({"PKV.MATCH", root, "4", "abc"}).IsError());
+  EXPECT_TRUE(c_->Call({"PKV.GET", root, "0123"}).IsError());
+  EXPECT_EQ(c_->Call({"PKV.MATCH", root, "4", ""}).elems[0].integer, 0);
+}
+
+TEST_F(ServerPkvTest, HotTotalsInStatsAndInfoAreTheSumOfTheOwners) {
+  const NamespaceSpec hybrid = HybridSpec();
+  c_->Call(RegisterArgs(hybrid));
+  c_->Call(RegisterArgs(KvOnlySpec()));  // same model name: owner "test-model@<root>"
+  ASSERT_EQ(c_->Call(PutArgs(EncodedStore(hybrid, Tokens(2)))).type, '*');
+  ASSERT_EQ(c_->Call(PutArgs(EncodedStore(KvOnlySpec(), Tokens(3)))).type, '*');
+  ASSERT_EQ(c_->Call({"MSET", "a", "1", "b", "22"}).str, "OK");
+  Reply stats = c_->Call({"PKV.STATS"});
+  std::map<std::string, int64_t> v;
+  for (size_t i = 0; i + 1 < stats.elems.size(); i += 2) {
+    v[stats.elems[i].str] = stats.elems[i + 1].integer;
+  }
+  int64_t owner_bytes = 0, owner_entries = 0, owners = 0;
+  for (const auto& [name, value] : v) {
+    if (name.rfind("owner.", 0) != 0) continue;
+    owners += name.ends_with(".entries") ? 1 : 0;
+    owner_entries += name.ends_with(".entries") ? value : 0;
+    owner_bytes += name.ends_with(".bytes") && !name.ends_with("_bytes") ? value : 0;
+  }
+  EXPECT_EQ(owners, 3);  // two models and "values"
+  EXPECT_EQ(owner_entries, v["hot.entries"]);
+  EXPECT_EQ(owner_entries, 2 + 3 + 2);
+  EXPECT_EQ(owner_bytes, v["hot.bytes"]);
+  // INFO's owner lines add up to its hot total the same way.
+  std::string info = c_->Call({"INFO", "tiers"}).str;
+  auto number_after = [&](const std::string& text, size_t pos) {
+    return std::stoll(text.substr(pos, text.find_first_not_of("0123456789", pos) - pos));
+  };
+  int64_t info_owner_bytes = 0;
+  for (size_t pos = info.find(",bytes="); pos != std::string::npos;
+       pos = info.find(",bytes=", pos + 1)) {
+    info_owner_bytes += number_after(info, pos + 7);
+  }
+  EXPECT_EQ(info_owner_bytes, number_after(info, info.find("\nhot_bytes:") + 11));
+  EXPECT_EQ(info_owner_bytes, v["hot.bytes"]);
+  EXPECT_TRUE(c_->Call({"PKV.AUDIT"}).elems.empty());
+}
+
+}  // namespace
+}  // namespace prefixkv
