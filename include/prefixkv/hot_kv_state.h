@@ -322,7 +322,8 @@ class HotKvStateManager {
       const std::shared_ptr<HotKvSession>& session, uint64_t new_bytes);
   // Charges `bytes` to config_.memory for session `keep`, evicting this
   // manager's least recently used other sessions when the budget cannot make
-  // room by evicting cache blocks. REQUIRES: State::mu not held.
+  // room by evicting cache blocks. REQUIRES: State::charge_mu held, State::mu
+  // not held.
   Status ChargeMemory(const std::string& keep, uint64_t bytes);
   // src/session/session_prefix_store.cc
   StatusOr<SessionStoreResult> StoreSession(const std::shared_ptr<HotKvSession>& session);

@@ -43,6 +43,11 @@ class HotKvStateManager::State {
   };
 
   std::mutex mu;
+  // Held from a charge to HotKvStateConfig::memory until the table records it
+  // (or it is refunded), taken before `mu`: this manager's charges run one at
+  // a time, so every byte the shared budget holds for it, but the current
+  // charger's, belongs to a recorded session that eviction can free.
+  std::mutex charge_mu;
   std::unordered_map<std::string, Entry> live;  // one epoch per id
   std::list<std::string> lru;                   // front: most recent
   std::unordered_map<std::string, Tombstone> tombstones;

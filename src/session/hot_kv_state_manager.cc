@@ -118,9 +118,11 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::Open(const std::strin
   PKV_RETURN_IF_ERROR(check());
   // A shared budget is charged outside s.mu (it may wait for the SSD tier's
   // write-back), then everything is checked again.
+  std::unique_lock charging(s.charge_mu, std::defer_lock);
   std::optional<PendingCharge> pending;
   if (already_open == nullptr && memory != nullptr && bytes > 0) {
     lock.unlock();
+    charging.lock();  // before s.mu
     PKV_RETURN_IF_ERROR(ChargeMemory(id, bytes));
     pending.emplace(memory, bytes);
     lock.lock();

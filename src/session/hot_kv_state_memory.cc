@@ -9,9 +9,12 @@
 // charge runs outside State::mu because evicting blocks may wait for the SSD
 // tier's write-back queue; what it charged is recorded in the table under
 // State::mu afterwards, or refunded (PendingCharge) when the session stopped
-// being live meanwhile. Shrinking and removal refund under State::mu
-// (Uncharge never blocks), so the charge equals total_bytes whenever no
-// charge is in flight.
+// being live meanwhile. Charges run one at a time (State::charge_mu, held
+// until recorded), so when the budget reports a shortfall every other byte
+// this manager holds there belongs to a recorded, evictable session: the
+// manager evicts only when that can make room. Shrinking and removal refund
+// under State::mu (Uncharge never blocks), so the charge equals total_bytes
+// whenever no charge is in flight.
 #include <algorithm>
 #include <string>
 
@@ -44,6 +47,7 @@ StatusOr<std::optional<CacheMiss>> HotKvStateManager::Recharge(
     }
     grow = new_bytes - entry->bytes;
   }
+  std::lock_guard charging(s.charge_mu);
   PKV_RETURN_IF_ERROR(ChargeMemory(id, grow));
   PendingCharge pending(config_.memory.get(), grow);
   std::lock_guard lock(s.mu);

@@ -39,9 +39,25 @@ ModelConfig DemoModel() {
 
 constexpr uint32_t kBlockTokens = 16;
 constexpr int kReplyTokens = 12;
+constexpr int kMaxMessageTokens = 53;  // UserMessage: 30..53
 // About 80 blocks' worth of KV would be needed to keep the whole conversation
-// hot; this budget holds a fraction, so the oldest blocks spill to SSD.
+// hot; the model's blocks may hold this fraction of the RAM budget (its
+// quota), so the oldest blocks spill to SSD.
 constexpr uint64_t kHotCapacityBytes = 96 * 1024;
+
+// The RAM budget also holds the live session's KV (HotKvStateConfig::memory):
+// one session is live at a time, holding at most the whole conversation. The
+// budget gets that much room on top of the blocks' quota, so a session never
+// pushes blocks out and the table shows what the prefix cache alone did.
+uint64_t MaxSessionBytes(const KvCacheRecipe& recipe, int turns) {
+  const int64_t tokens =
+      static_cast<int64_t>(turns + 1) * (kMaxMessageTokens + kReplyTokens);
+  uint64_t bytes = 0;
+  for (int layer : recipe.owned_layers()) {
+    bytes += LayerKvCache(recipe.layer_geometry(layer)).PayloadBytesAt(tokens);
+  }
+  return bytes;
+}
 
 // Deterministic user messages of 30..53 tokens (splitmix64 stream).
 std::vector<int32_t> UserMessage(int turn, int64_t vocab) {
@@ -57,16 +73,19 @@ std::vector<int32_t> UserMessage(int turn, int64_t vocab) {
   return msg;
 }
 
-// The engine over `dir`: a hot tier of kHotCapacityBytes spilling to the SSD
-// tier, and the demo model's namespace (partial tail on: sliding windows).
+// The engine over `dir`: one RAM budget of kHotCapacityBytes for the demo
+// model's blocks (its quota; they spill to the SSD tier) plus `session_bytes`
+// for the live session's KV (the owner "sessions"), and the demo model's
+// namespace (partial tail on: sliding windows).
 struct DemoTiers {
   std::unique_ptr<Engine> engine;
   Namespace ns;
+  std::shared_ptr<MemoryCharge> sessions;
 
-  Status Open(const std::string& dir, const NamespaceSpec& spec) {
+  Status Open(const std::string& dir, const NamespaceSpec& spec, uint64_t session_bytes) {
     EngineOptions o;
     o.data_dir = dir;
-    o.hot_capacity_bytes = kHotCapacityBytes;
+    o.hot_capacity_bytes = kHotCapacityBytes + session_bytes;
     // No promotion on SSD hits: a restore reads the conversation oldest block
     // first, and promoting those would push out the newer blocks still hot
     // before the same restore reaches them (a scan evicting its own tail).
@@ -74,13 +93,17 @@ struct DemoTiers {
     o.log = [](std::string_view) {};  // the demo reports what matters itself
     o.configure_ssd = [](SsdTierOptions& ssd) { ssd.write_buffer_bytes = 4 << 20; };
     PKV_ASSIGN_OR_RETURN(engine, Engine::Open(o));
-    PKV_ASSIGN_OR_RETURN(ns, engine->RegisterModel(spec, {.store_partial_tail = true}));
+    PKV_ASSIGN_OR_RETURN(
+        ns, engine->RegisterModel(spec, {.store_partial_tail = true,
+                                         .hot_quota_bytes = kHotCapacityBytes}));
+    PKV_ASSIGN_OR_RETURN(sessions, engine->OpenMemoryCharge("sessions"));
     return Status::OK();
   }
 
   Status Close() {
     Status closed = engine != nullptr ? engine->Close() : Status::OK();
     engine.reset();
+    sessions.reset();
     return closed;
   }
 
@@ -113,13 +136,18 @@ class DemoConversation {
     return SessionNamespaceSpec(recipe_, "demo-llama", kBlockTokens);
   }
 
+  // The RAM the demo's live session may need (DemoTiers::Open).
+  uint64_t SessionRoomBytes(int turns) const { return MaxSessionBytes(recipe_, turns); }
+
   // A session manager (and its adapter) whose sessions restore from and are
-  // stored to `tiers`' prefix cache: what a server process holds. A restart
-  // binds a new one, as a new process would.
+  // stored to `tiers`' prefix cache and are charged to its RAM budget: what a
+  // server process holds. A restart binds a new one, as a new process would.
   void Bind(DemoTiers& tiers) {
     adapter_.reset();
+    manager_.reset();
     HotKvStateConfig config;
     config.prefix_cache = {tiers.engine.get(), tiers.ns};
+    config.memory = tiers.sessions;
     manager_ = std::make_unique<HotKvStateManager>(recipe_, config);
     adapter_ = std::make_unique<KvBoundaryAdapter>(shard_.get(), manager_.get());
   }
@@ -217,8 +245,10 @@ StatusOr<DemoReport> RunDemoConversation(const DemoOptions& options) {
   report.hot_capacity_bytes = kHotCapacityBytes;
   report.parity = true;
 
+  // One session per turn: the restart turn holds the longest conversation.
+  const uint64_t session_bytes = conv->SessionRoomBytes(options.turns);
   DemoTiers tiers;
-  PKV_RETURN_IF_ERROR(tiers.Open(options.dir, spec));
+  PKV_RETURN_IF_ERROR(tiers.Open(options.dir, spec, session_bytes));
   conv->Bind(tiers);
   for (int t = 0; t < options.turns; ++t) {
     PKV_ASSIGN_OR_RETURN(DemoTurn turn, conv->Turn(t));
@@ -228,7 +258,7 @@ StatusOr<DemoReport> RunDemoConversation(const DemoOptions& options) {
   report.hot_evictions = tiers.engine->Stats().hot.evictions;
   PKV_RETURN_IF_ERROR(tiers.Close());
 
-  PKV_RETURN_IF_ERROR(tiers.Open(options.dir, spec));  // the restart
+  PKV_RETURN_IF_ERROR(tiers.Open(options.dir, spec, session_bytes));  // the restart
   conv->Bind(tiers);
   report.ssd_blocks_after_restart = tiers.engine->ssd_tier()->open_report().blocks;
   PKV_ASSIGN_OR_RETURN(report.restart, conv->Turn(options.turns));

@@ -1,11 +1,12 @@
 // Eight threads hammer one SharedHotBudget through three owners' views:
 // inserts and replacements, lookups, pins held across other threads'
-// evictions, removals, quota changes, listener swaps and audits, while the
+// evictions, removals, external charges and uncharges (each thread returns
+// what it charged), quota changes, listener swaps and audits, while the
 // listeners call back into the budget. Run under ThreadSanitizer by
 // `tools/run test`.
 // At the end: no wrong byte was ever read, every victim reached its owner's
 // listener exactly as counted, the budget total equals the sum of the owners,
-// the budget was never exceeded, and Audit() finds nothing.
+// the budget was never exceeded, no charge is left, and Audit() finds nothing.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -73,6 +74,7 @@ struct Shared {
 void Worker(Shared* s, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<std::pair<uint64_t, PinnedBlock>> pins;
+  uint64_t charged[kOwners] = {};  // this thread's external charges
   const uint64_t ops = testing::Iterations(40000, 400000);
   for (uint64_t op = 0; op < ops; ++op) {
     const OwnerId o = static_cast<OwnerId>(rng() % kOwners);
@@ -95,9 +97,18 @@ void Worker(Shared* s, uint64_t seed) {
       // The bytes a pin holds survive every other thread's evictions.
       if (!Intact(pins.back().first, pins.back().second.payload())) ++s->wrong;
       pins.pop_back();
-    } else if (dice < 96) {
+    } else if (dice < 94) {
       const Status st = tier.Remove(meta.key);
       if (!st.ok() && !st.IsNotFound() && !st.IsBusy()) ++s->wrong;
+    } else if (dice < 95) {
+      const uint64_t bytes = rng() % 8000;
+      const Status st = s->budget->Charge(o, bytes);
+      if (st.ok()) charged[o] += bytes;
+      if (!st.ok() && !st.IsNoSpace()) ++s->wrong;
+    } else if (dice < 96) {
+      const uint64_t bytes = rng() % (charged[o] + 1);
+      if (!s->budget->Uncharge(o, bytes).ok()) ++s->wrong;
+      charged[o] -= bytes;
     } else if (dice < 97) {
       std::optional<uint64_t> quota;
       if (rng() % 2 == 0) quota = kCapacity / 4 + rng() % kCapacity;
@@ -110,6 +121,9 @@ void Worker(Shared* s, uint64_t seed) {
       if (!findings.empty()) ++s->wrong;
     }
     if (s->budget->Totals().bytes > kCapacity) ++s->over_budget;
+  }
+  for (OwnerId o = 0; o < kOwners; ++o) {
+    if (!s->budget->Uncharge(o, charged[o]).ok()) ++s->wrong;
   }
 }
 
@@ -140,6 +154,7 @@ TEST(HotTierTsan, EightThreadsOfMixedOperationsKeepEveryInvariant) {
   for (int o = 0; o < kOwners; ++o) {
     const TierCounters c = s.budget->OwnerCounters(o);
     EXPECT_EQ(c.pinned_bytes, 0u) << "every pin was released";
+    EXPECT_EQ(c.external_bytes, 0u) << "every charge was returned";
     if (o < kOwners - 1) {
       // Owner 1's victims went to whichever of its two listeners was current.
       uint64_t calls = s.listeners[o]->calls, dirty = s.listeners[o]->dirty_calls;
