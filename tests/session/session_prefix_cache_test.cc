@@ -4,7 +4,8 @@
 // and when a newer epoch supersedes it; a conversation continues after a
 // restart from SSD; pipeline shards restore the same prefix or miss. Every
 // continued conversation is checked token for token against the model's
-// stateless greedy decode of the same prompt.
+// stateless greedy decode of the same prompt. The sessions' KV is charged to
+// the engine's RAM budget alongside the blocks (CacheStack::Bind).
 #include <gtest/gtest.h>
 
 #include "tests/session/session_cache_util.h"
@@ -39,7 +40,7 @@ struct FullModelSessions {
                     ModelConfig model_config = HybridModelConfig())
       : model(SeedModel(model_config)), shard(testing::FullShard(model)) {
     KvCacheRecipe recipe = RecipeOf(*shard);
-    config.prefix_cache = {stack.engine.get(), stack.Register(recipe)};
+    config = stack.Bind(config, stack.Register(recipe));
     manager = std::make_unique<HotKvStateManager>(recipe, config, clock);
     adapter = std::make_unique<KvBoundaryAdapter>(shard.get(), manager.get());
   }
@@ -334,7 +335,7 @@ TEST_F(SessionPrefixCache, PipelineShardsRestoreTheSamePrefix) {
   auto bound = [&](const ShardComputation& shard) {
     KvCacheRecipe recipe = RecipeOf(shard);
     HotKvStateConfig config;
-    config.prefix_cache = {stack.engine.get(), stack.Register(recipe)};
+    config = stack.Bind(config, stack.Register(recipe));
     return std::make_unique<HotKvStateManager>(recipe, config);
   };
   auto head_mgr = bound(*head_shard);
@@ -383,9 +384,9 @@ TEST_F(SessionPrefixCache, AShardThatCannotRestoreTheBoundaryPrefixMisses) {
   KvCacheRecipe head_recipe = RecipeOf(*head_shard);
   KvCacheRecipe tail_recipe = RecipeOf(*tail_shard);
   HotKvStateConfig head_config;
-  head_config.prefix_cache = {stack.engine.get(), stack.Register(head_recipe)};
+  head_config = stack.Bind(head_config, stack.Register(head_recipe));
   HotKvStateConfig tail_config;  // the tail's namespace never gets a store
-  tail_config.prefix_cache = {stack.engine.get(), stack.Register(tail_recipe)};
+  tail_config = stack.Bind(tail_config, stack.Register(tail_recipe));
   HotKvStateManager head_mgr(head_recipe, head_config);
   HotKvStateManager tail_mgr(tail_recipe, tail_config);
   KvBoundaryAdapter head(head_shard.get(), &head_mgr);
@@ -449,7 +450,7 @@ TEST_F(SessionPrefixCache, AFailedAutomaticStoreIsCountedAndDoesNotFailTheReleas
   KvCacheRecipe recipe = RecipeOf(*shard);
   HotKvStateConfig config;
   // A namespace of three layers for a six-layer session: every store fails.
-  config.prefix_cache = {stack.engine.get(), stack.Register(RecipeOf(*half))};
+  config = stack.Bind(config, stack.Register(RecipeOf(*half)));
   HotKvStateManager manager(recipe, config);
   KvBoundaryAdapter adapter(shard.get(), &manager);
   ExpectTail(adapter.Prefill("chat", 0, Tokens(Message(0, 48))));

@@ -4,6 +4,7 @@
 // stores it from the evicting thread while its owner may be mid-step, and a
 // fifth thread keeps storing every live session (StoreLiveSessions). Every
 // reply must equal the stateless greedy decode, and the counters must add up.
+// The sessions' KV is charged to the engine's RAM budget (CacheStack::Bind).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -28,7 +29,7 @@ struct BoundSessions {
   HotKvStateConfig Config(CacheStack& stack, size_t max_sessions) {
     HotKvStateConfig config;
     config.max_sessions = max_sessions;
-    config.prefix_cache = {stack.engine.get(), stack.Register(recipe)};
+    config = stack.Bind(config, stack.Register(recipe));
     return config;
   }
   std::shared_ptr<const ReferenceModel> model = testing::SeedModel(HybridModelConfig());
