@@ -88,7 +88,8 @@ class SharedHotBudget {
   // changes and `*shortfall_bytes` (if not null) is set to the bytes still
   // missing after such an eviction, that is how much the owner must uncharge
   // (or other owners free) first; UINT64_MAX when `bytes` alone exceeds the
-  // capacity or the owner's quota. InvalidArgument for an unknown owner.
+  // capacity or the owner's quota. A zero charge is OK and changes nothing.
+  // InvalidArgument for an unknown owner.
   Status Charge(OwnerId owner, uint64_t bytes, uint64_t* shortfall_bytes = nullptr);
   // Returns `bytes` of the owner's external charges. Never evicts or blocks.
   // InvalidArgument, changing nothing, for an unknown owner or more bytes than

@@ -110,6 +110,7 @@ class Model {
   bool Charge(OwnerId o, uint64_t bytes, uint64_t* shortfall) {
     Owner& own = owners_[o];
     *shortfall = 0;
+    if (bytes == 0) return true;  // nothing to make room for, even over quota
     if (bytes > capacity_ || (own.quota && bytes > *own.quota)) {
       *shortfall = UINT64_MAX;
       return false;
