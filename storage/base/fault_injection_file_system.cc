@@ -73,7 +73,7 @@ class FaultInjectionFileSystem::Handle final : public FileHandle {
   Status Truncate(uint64_t size) override { return fs->Truncate(*this, size); }
   StatusOr<uint64_t> Size() const override {
     {
-      std::lock_guard<std::mutex> lock(fs->mu_);
+      MutexLock lock(&fs->mu_);
       PKV_RETURN_IF_ERROR(fs->CheckPower(epoch));
     }
     return base->Size();
@@ -90,17 +90,17 @@ FaultInjectionFileSystem::FaultInjectionFileSystem(FileSystem* base) : base_(bas
 FaultInjectionFileSystem::~FaultInjectionFileSystem() = default;
 
 void FaultInjectionFileSystem::AddFault(FaultSpec fault) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   faults_.push_back({std::move(fault), 0});
 }
 
 void FaultInjectionFileSystem::ClearFaults() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   faults_.clear();
 }
 
 uint64_t FaultInjectionFileSystem::faults_injected() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return faults_injected_;
 }
 
@@ -153,7 +153,7 @@ void FaultInjectionFileSystem::RecordName(const std::string& path,
 
 StatusOr<std::unique_ptr<FileHandle>> FaultInjectionFileSystem::OpenFile(
     const std::string& path, const FileOpenOptions& options) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   PKV_RETURN_IF_ERROR(CheckPower(epoch_));
   if (options.mode == OpenMode::kRead) {
     PKV_ASSIGN_OR_RETURN(std::unique_ptr<FileHandle> file,
@@ -187,7 +187,7 @@ StatusOr<std::unique_ptr<FileHandle>> FaultInjectionFileSystem::OpenFile(
 StatusOr<size_t> FaultInjectionFileSystem::Read(const Handle& h, uint64_t offset,
                                                 size_t n, void* buf) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     PKV_RETURN_IF_ERROR(CheckPower(h.epoch));
     PKV_RETURN_IF_ERROR(CheckFault(FaultOp::kRead, h.path()));
   }
@@ -196,7 +196,7 @@ StatusOr<size_t> FaultInjectionFileSystem::Read(const Handle& h, uint64_t offset
 
 Status FaultInjectionFileSystem::Write(Handle& h, uint64_t offset, const void* data,
                                        size_t n) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   PKV_RETURN_IF_ERROR(CheckPower(h.epoch));
   if (h.node == nullptr) return Status::InvalidArgument("write to a read-only file");
   bool short_write = false;
@@ -221,7 +221,7 @@ Status FaultInjectionFileSystem::Write(Handle& h, uint64_t offset, const void* d
 }
 
 Status FaultInjectionFileSystem::SyncFile(Handle& h, bool data_only) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   PKV_RETURN_IF_ERROR(CheckPower(h.epoch));
   // A failed sync leaves everything since the last good one unsynced.
   PKV_RETURN_IF_ERROR(CheckFault(FaultOp::kSync, h.path()));
@@ -235,7 +235,7 @@ Status FaultInjectionFileSystem::SyncFile(Handle& h, bool data_only) {
 }
 
 Status FaultInjectionFileSystem::Truncate(Handle& h, uint64_t size) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   PKV_RETURN_IF_ERROR(CheckPower(h.epoch));
   if (h.node == nullptr) return Status::InvalidArgument("truncate a read-only file");
   PKV_RETURN_IF_ERROR(SavePages(*h.node, *h.base, size, h.node->synced_size));
@@ -246,7 +246,7 @@ Status FaultInjectionFileSystem::Truncate(Handle& h, uint64_t size) {
 }
 
 Status FaultInjectionFileSystem::DeleteFile(const std::string& path) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   PKV_RETURN_IF_ERROR(CheckPower(epoch_));
   PKV_RETURN_IF_ERROR(base_->DeleteFile(path));
   // Durable at once (see the header); open handles write to a nameless file.
@@ -261,7 +261,7 @@ Status FaultInjectionFileSystem::DeleteFile(const std::string& path) {
 
 Status FaultInjectionFileSystem::RenameFile(const std::string& from,
                                             const std::string& to) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   PKV_RETURN_IF_ERROR(CheckPower(epoch_));
   if (from == to) return base_->RenameFile(from, to);
   if (base_->FileSize(from).status().IsInvalidArgument()) {  // a directory
@@ -306,7 +306,7 @@ Status FaultInjectionFileSystem::RenameFile(const std::string& from,
 
 StatusOr<uint64_t> FaultInjectionFileSystem::FileSize(const std::string& path) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     PKV_RETURN_IF_ERROR(CheckPower(epoch_));
   }
   return base_->FileSize(path);
@@ -315,20 +315,20 @@ StatusOr<uint64_t> FaultInjectionFileSystem::FileSize(const std::string& path) {
 StatusOr<std::vector<std::string>> FaultInjectionFileSystem::ListDir(
     const std::string& dir) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     PKV_RETURN_IF_ERROR(CheckPower(epoch_));
   }
   return base_->ListDir(dir);
 }
 
 Status FaultInjectionFileSystem::CreateDir(const std::string& dir) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   PKV_RETURN_IF_ERROR(CheckPower(epoch_));
   return base_->CreateDir(dir);  // durable at once (see the header)
 }
 
 Status FaultInjectionFileSystem::SyncDir(const std::string& dir) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   PKV_RETURN_IF_ERROR(CheckPower(epoch_));
   PKV_RETURN_IF_ERROR(CheckFault(FaultOp::kSyncDir, dir));
   PKV_RETURN_IF_ERROR(base_->SyncDir(dir));
@@ -363,7 +363,7 @@ Status FaultInjectionFileSystem::UndoName(const std::string& path,
 }
 
 StatusOr<PowerLossReport> FaultInjectionFileSystem::SimulatePowerLoss() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   power_off_ = true;
   epoch_ += 1;  // every handle opened so far is dead
   PowerLossReport report;
@@ -389,7 +389,7 @@ StatusOr<PowerLossReport> FaultInjectionFileSystem::SimulatePowerLoss() {
 }
 
 void FaultInjectionFileSystem::PowerOn() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   power_off_ = false;
 }
 

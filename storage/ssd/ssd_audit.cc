@@ -1,4 +1,4 @@
-// SsdTier::Impl::Audit: recomputes every state counter from the records,
+// ssd::TierImpl::Audit: recomputes every state counter from the records,
 // compares it with the live and the persisted counters, verifies every
 // payload (length and checksum, read from its segment), reports referenced
 // segment files that are missing, and reports each disagreement. Chain links are checked
@@ -27,9 +27,9 @@ void Compare(std::vector<AuditFinding>* findings, const std::string& what,
 
 }  // namespace
 
-Status SsdTier::Impl::Audit(std::vector<AuditFinding>* findings) {
+Status ssd::TierImpl::Audit(std::vector<AuditFinding>* findings) {
   PKV_RETURN_IF_ERROR(queue_->Flush());
-  std::unique_lock<std::shared_mutex> paused(pause_);
+  WriterLock paused(&pause_);
 
   // 1. Every metadata record against the index; every payload verified.
   std::map<OwnerId, TierCounters> recomputed;
@@ -56,7 +56,7 @@ Status SsdTier::Impl::Audit(std::vector<AuditFinding>* findings) {
                       m.access_seq, m.dirty,  m.segment, m.offset};
     segments_referenced[m.segment] += 1;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       const ssd::IndexEntry* live = index_.Find(key);
       if (live == nullptr || live->owner != m.owner || live->bytes != m.payload_bytes ||
           live->checksum != m.payload_xxh3 || live->segment != m.segment ||
@@ -105,7 +105,7 @@ Status SsdTier::Impl::Audit(std::vector<AuditFinding>* findings) {
   PKV_RETURN_IF_ERROR(FromRocks(cit->status(), "audit counters"));
 
   // 3. Live and persisted state counters against the recomputed ones.
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::set<OwnerId> owners;
   for (const auto& [o, c] : index_.owners()) owners.insert(o);
   for (const auto& [o, c] : recomputed) owners.insert(o);
@@ -129,9 +129,9 @@ Status SsdTier::Impl::Audit(std::vector<AuditFinding>* findings) {
   return Status::OK();
 }
 
-std::vector<BlockKey> SsdTier::Impl::FindOrphans() const {
+std::vector<BlockKey> ssd::TierImpl::FindOrphans() const {
   std::vector<BlockKey> out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [key, e] : index_.entries()) {
     if (!index_.HasStoredParent(e)) out.push_back(key);
   }

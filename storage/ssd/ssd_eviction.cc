@@ -11,69 +11,54 @@
 
 namespace prefixkv {
 
-void SsdTier::Impl::SetEvictionListener(EvictionListener* l) {
-  std::unique_lock<std::mutex> lock(mu_);
+void ssd::TierImpl::SetEvictionListener(EvictionListener* l) {
+  MutexLock lock(&mu_);
   listener_ = l;
   // After return the old listener is never called again: it may be destroyed.
-  listener_idle_.wait(lock, [&] { return listener_calls_ == 0; });
+  listener_idle_.Wait(lock, [&]() REQUIRES(mu_) { return listener_calls_ == 0; });
 }
 
-namespace {
+void ssd::TierImpl::EndListenerCall() {
+  MutexLock lock(&mu_);
+  if (--listener_calls_ == 0) listener_idle_.NotifyAll();
+}
 
-// Counts one eviction that may call the listener it read; SetEvictionListener
-// waits for the count to drop to zero.
-class ListenerUse {
- public:
-  ListenerUse(std::mutex* mu, uint32_t* calls, std::condition_variable* idle)
-      : mu_(mu), calls_(calls), idle_(idle) {}
-  void Begin() {  // REQUIRES: *mu_ held
-    ++*calls_;
-    active_ = true;
-  }
-  ~ListenerUse() {
-    if (!active_) return;
-    std::lock_guard<std::mutex> lock(*mu_);
-    if (--*calls_ == 0) idle_->notify_all();
-  }
-
- private:
-  std::mutex* mu_;
-  uint32_t* calls_;
-  std::condition_variable* idle_;
-  bool active_ = false;
-};
-
-}  // namespace
-
-void SsdTier::Impl::EnforceCapacity() {
+void ssd::TierImpl::EnforceCapacity() {
   while (true) {
     std::optional<BlockKey> victim;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (index_.bytes() <= options_.capacity_bytes) return;
       victim = index_.ClaimVictim();
     }
     if (!victim) return;  // everything left is pinned by in-flight children
     if (!Evict(*victim).ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       index_.Release(*victim);
       return;  // counted and logged by Commit; retried at the next Put
     }
   }
 }
 
-Status SsdTier::Impl::Evict(const BlockKey& key) {
+Status ssd::TierImpl::Evict(const BlockKey& key) {
   BlockMeta meta;
   SharedBytes payload;
   bool dirty = false;
   EvictionListener* listener = nullptr;
-  ListenerUse use(&mu_, &listener_calls_,
-                  &listener_idle_);  // declared first: outlives the call
+  // Once counted in listener_calls_ (below, with the listener read under
+  // mu_), this eviction uncounts itself on every return path, after the call:
+  // SetEvictionListener waits for the count to drop to zero.
+  struct ListenerUse {
+    TierImpl* impl = nullptr;
+    ~ListenerUse() {
+      if (impl != nullptr) impl->EndListenerCall();
+    }
+  } use;  // declared first: outlives the call
   {
     BlockLock block_lock(this, key);
     ssd::IndexEntry e;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       const ssd::IndexEntry* found = index_.Find(key);
       if (found == nullptr) return Status::OK();  // removed meanwhile
       if (index_.ChildCount(key) > 0) {           // gained a child meanwhile
@@ -82,7 +67,10 @@ Status SsdTier::Impl::Evict(const BlockKey& key) {
       }
       e = *found;
       listener = listener_;
-      if (listener != nullptr) use.Begin();
+      if (listener != nullptr) {
+        ++listener_calls_;
+        use.impl = this;
+      }
     }
     meta = BlockMeta{key, e.parent, e.namespace_id, e.owner};
     dirty = e.dirty;
@@ -100,7 +88,7 @@ Status SsdTier::Impl::Evict(const BlockKey& key) {
     const bool spill = listener != nullptr && dirty;
     if (spill) deltas[e.owner].spills += 1;
     PKV_RETURN_IF_ERROR(Commit(&batch, std::move(deltas), e.owner));
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     index_.Erase(key);
     index_.Owner(e.owner).evictions += 1;
     if (spill) index_.Owner(e.owner).spills += 1;

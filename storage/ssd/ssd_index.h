@@ -4,7 +4,7 @@
 // leaves (blocks with no stored child) are candidates, least recently used
 // first, so an ancestor is never evicted before its descendants.
 //
-// Not thread-safe: SsdTier::Impl guards it with its index mutex.
+// Not thread-safe: ssd::TierImpl guards it with its index mutex (mu_).
 #pragma once
 
 #include <cstdint>

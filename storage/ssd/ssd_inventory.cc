@@ -8,21 +8,21 @@
 
 namespace prefixkv {
 
-TierCounters SsdTier::Impl::Totals() const {
-  std::lock_guard<std::mutex> lock(mu_);
+TierCounters ssd::TierImpl::Totals() const {
+  MutexLock lock(&mu_);
   return index_.Totals();
 }
 
-TierCounters SsdTier::Impl::OwnerCounters(OwnerId owner) const {
-  std::lock_guard<std::mutex> lock(mu_);
+TierCounters ssd::TierImpl::OwnerCounters(OwnerId owner) const {
+  MutexLock lock(&mu_);
   return index_.OwnerCounters(owner);
 }
 
-void SsdTier::Impl::ForEach(
+void ssd::TierImpl::ForEach(
     const std::function<void(const BlockMeta&, uint64_t)>& fn) const {
   std::vector<std::pair<BlockMeta, uint64_t>> copy;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     copy.reserve(index_.size());
     for (const auto& [key, e] : index_.entries()) {
       copy.push_back({BlockMeta{key, e.parent, e.namespace_id, e.owner}, e.bytes});
@@ -31,10 +31,10 @@ void SsdTier::Impl::ForEach(
   for (const auto& [meta, bytes] : copy) fn(meta, bytes);  // no lock: fn may be slow
 }
 
-std::vector<SsdNamespaceUsage> SsdTier::Impl::Namespaces() const {
+std::vector<SsdNamespaceUsage> ssd::TierImpl::Namespaces() const {
   std::map<BlockKey, SsdNamespaceUsage> by_ns;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (const auto& [key, e] : index_.entries()) {
       SsdNamespaceUsage& u = by_ns[e.namespace_id];
       u.namespace_id = e.namespace_id;
@@ -47,11 +47,11 @@ std::vector<SsdNamespaceUsage> SsdTier::Impl::Namespaces() const {
   return out;
 }
 
-StatusOr<uint64_t> SsdTier::Impl::PurgeNamespace(const BlockKey& ns) {
+StatusOr<uint64_t> ssd::TierImpl::PurgeNamespace(const BlockKey& ns) {
   PKV_RETURN_IF_ERROR(queue_->Flush());  // queued blocks of `ns` go too
   std::vector<BlockKey> keys;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (const auto& [key, e] : index_.entries()) {
       if (e.namespace_id == ns) keys.push_back(key);
     }

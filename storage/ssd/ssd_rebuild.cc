@@ -1,4 +1,4 @@
-// SsdTier::Impl::Rebuild: the in-memory index and counters from the records.
+// ssd::TierImpl::Rebuild: the in-memory index and counters from the records.
 //
 // Entries and bytes are recomputed from the metadata records and compared
 // with the persisted counter records; a disagreement is reported (open report
@@ -13,13 +13,14 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include "ssd_layout.h"
 #include "ssd_tier_impl.h"
 
 namespace prefixkv {
 
-Status SsdTier::Impl::CheckFormat() {
+Status ssd::TierImpl::CheckFormat() {
   std::string value;
   rocksdb::Status rs =
       db_->Get(rocksdb::ReadOptions(), std::string(ssd::kFormatKey), &value);
@@ -48,7 +49,7 @@ Status SsdTier::Impl::CheckFormat() {
   return Status::OK();
 }
 
-Status SsdTier::Impl::RebuildIndex(rocksdb::WriteBatch* repairs) {
+Status ssd::TierImpl::RebuildIndex(rocksdb::WriteBatch* repairs) {
   rocksdb::ReadOptions ro;
   ro.verify_checksums = true;
   ro.readahead_size = 2 << 20;
@@ -57,6 +58,9 @@ Status SsdTier::Impl::RebuildIndex(rocksdb::WriteBatch* repairs) {
   const rocksdb::Slice upper(end);
   ro.iterate_upper_bound = &upper;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  // Built unlocked while the records are read; installed under mu_ at the end.
+  ssd::SsdIndex index;
+  uint64_t corrupt = 0;
   const std::string begin(1, ssd::kMetaTag);
   for (it->Seek(begin); it->Valid() && it->key().starts_with(begin); it->Next()) {
     BlockKey ns, key;
@@ -74,17 +78,21 @@ Status SsdTier::Impl::RebuildIndex(rocksdb::WriteBatch* repairs) {
     if (!s.ok()) {
       repairs->Delete(it->key());
       report_.corrupt_records_removed += 1;
-      unpersisted_[0].corruptions += 1;
+      corrupt += 1;
       continue;
     }
-    index_.Insert(key,
-                  ssd::IndexEntry{ns, m.parent, m.owner, m.payload_bytes, m.payload_xxh3,
-                                  m.access_seq, m.dirty, m.segment, m.offset});
+    index.Insert(key,
+                 ssd::IndexEntry{ns, m.parent, m.owner, m.payload_bytes, m.payload_xxh3,
+                                 m.access_seq, m.dirty, m.segment, m.offset});
   }
-  return FromRocks(it->status(), "scan block metadata");
+  PKV_RETURN_IF_ERROR(FromRocks(it->status(), "scan block metadata"));
+  MutexLock lock(&mu_);
+  index_ = std::move(index);
+  if (corrupt > 0) unpersisted_[0].corruptions += corrupt;
+  return Status::OK();
 }
 
-Status SsdTier::Impl::RepairCounters() {
+Status ssd::TierImpl::RepairCounters() {
   Deltas persisted;
   rocksdb::ReadOptions ro;
   const std::string end(1, static_cast<char>(ssd::kCounterTag + 1));
@@ -102,6 +110,7 @@ Status SsdTier::Impl::RepairCounters() {
     persisted[owner] = c;
   }
   PKV_RETURN_IF_ERROR(FromRocks(it->status(), "scan counters"));
+  MutexLock lock(&mu_);
   std::set<OwnerId> owners;
   for (const auto& [o, c] : persisted) owners.insert(o);
   for (const auto& [o, c] : index_.owners()) owners.insert(o);
@@ -123,13 +132,14 @@ Status SsdTier::Impl::RepairCounters() {
     ssd::AddCounters(&unpersisted_[o], fix);
     index_.Owner(o) = live;
   }
+  lock.Unlock();
   for (const AuditFinding& f : report_.counter_repairs) {
     Log("counter repaired at open: " + f.what + ": " + f.detail);
   }
   return Status::OK();
 }
 
-Status SsdTier::Impl::OpenSegments() {
+Status ssd::TierImpl::OpenSegments() {
   store_ = std::make_unique<ssd::SegmentStore>(ssd::SegmentStore::Options{
       .dir = options_.path + "/segments",
       .fs = options_.file_system,
@@ -139,10 +149,15 @@ Status SsdTier::Impl::OpenSegments() {
   std::map<uint64_t, uint64_t> found;
   PKV_RETURN_IF_ERROR(store_->Open(&found));
   direct_io_ = store_->direct_io();
+  std::unordered_map<uint64_t, uint64_t> live_segments;  // id -> live bytes
+  {
+    MutexLock lock(&mu_);
+    live_segments = index_.live_segments();
+  }
   uint64_t max_id = 0;
   for (const auto& [id, bytes] : found) {
     max_id = std::max(max_id, id);
-    if (index_.LiveBytes(id) == 0) {
+    if (auto it = live_segments.find(id); it == live_segments.end() || it->second == 0) {
       // Written before a crash, never (or no longer) referenced: garbage.
       PKV_RETURN_IF_ERROR(store_->Delete(id));
       report_.unreferenced_segments_deleted += 1;
@@ -151,7 +166,7 @@ Status SsdTier::Impl::OpenSegments() {
     PKV_RETURN_IF_ERROR(store_->Adopt(id, bytes));  // sealed: never appended to again
     report_.segments += 1;
   }
-  for (const auto& [id, live] : index_.live_segments()) {
+  for (const auto& [id, live] : live_segments) {
     max_id = std::max(max_id, id);
     if (found.count(id) == 0) {
       report_.missing_segments += 1;
@@ -163,15 +178,20 @@ Status SsdTier::Impl::OpenSegments() {
   return Status::OK();
 }
 
-Status SsdTier::Impl::Rebuild() {
+Status ssd::TierImpl::Rebuild() {
   PKV_RETURN_IF_ERROR(CheckFormat());
   rocksdb::WriteBatch repairs;
   PKV_RETURN_IF_ERROR(RebuildIndex(&repairs));
   PKV_RETURN_IF_ERROR(RepairCounters());
-  next_seq_ = index_.max_access_seq();
-  report_.blocks = index_.size();
-  report_.bytes = index_.bytes();
-  if (repairs.Count() > 0 || !unpersisted_.empty()) {
+  bool unpersisted = false;
+  {
+    MutexLock lock(&mu_);
+    next_seq_ = index_.max_access_seq();
+    report_.blocks = index_.size();
+    report_.bytes = index_.bytes();
+    unpersisted = !unpersisted_.empty();
+  }
+  if (repairs.Count() > 0 || unpersisted) {
     return Commit(&repairs, {}, 0);  // also merges the counter fixes
   }
   return Status::OK();

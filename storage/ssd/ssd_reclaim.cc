@@ -20,45 +20,45 @@
 
 namespace prefixkv {
 
-void SsdTier::Impl::StartReclaimer() {
+void ssd::TierImpl::StartReclaimer() {
   gc_thread_ = std::thread([this] {
-    std::unique_lock<std::mutex> lock(gc_mu_);
+    MutexLock lock(&gc_mu_);
     while (true) {
-      gc_cv_.wait(lock, [&] { return gc_stop_ || gc_wake_; });
+      gc_cv_.Wait(lock, [&]() REQUIRES(gc_mu_) { return gc_stop_ || gc_wake_; });
       if (gc_stop_) return;
       gc_wake_ = false;
-      lock.unlock();
+      lock.Unlock();
       Status s = ReclaimPass();  // a failure is retried at the next wake
-      lock.lock();
+      lock.Lock();
       if (!s.ok() && !gc_stop_) {
         // Paced like the write-back retries (clock time), so an I/O error
         // cannot spin.
         const uint64_t ms = options_.retry_interval_ms;
-        options_.clock->WaitFor(gc_cv_, lock,
+        options_.clock->WaitFor(gc_cv_.native(), lock.native(),
                                 ms > UINT64_MAX / 1000000 ? UINT64_MAX : ms * 1000000,
-                                [&] { return gc_stop_; });
+                                [&]() REQUIRES(gc_mu_) { return gc_stop_; });
       }
     }
   });
 }
 
-void SsdTier::Impl::StopReclaimer() {
+void ssd::TierImpl::StopReclaimer() {
   {
-    std::lock_guard<std::mutex> lock(gc_mu_);
+    MutexLock lock(&gc_mu_);
     gc_stop_ = true;
-    gc_cv_.notify_all();
+    gc_cv_.NotifyAll();
   }
   if (gc_thread_.joinable()) gc_thread_.join();
 }
 
-void SsdTier::Impl::WakeReclaimer() {
-  std::lock_guard<std::mutex> lock(gc_mu_);
+void ssd::TierImpl::WakeReclaimer() {
+  MutexLock lock(&gc_mu_);
   if (gc_wake_) return;
   gc_wake_ = true;
-  gc_cv_.notify_one();
+  gc_cv_.NotifyOne();
 }
 
-Status SsdTier::Impl::MakeMetadataDurable() {
+Status ssd::TierImpl::MakeMetadataDurable() {
   // The segments that relocated payloads went to are synced, but in flush and
   // wal mode their names are not: without this, power loss could take the
   // new copy's file while the old one is already unlinked.
@@ -82,10 +82,10 @@ Status SsdTier::Impl::MakeMetadataDurable() {
   return Status::OK();
 }
 
-Status SsdTier::Impl::Relocate(uint64_t segment) {
+Status ssd::TierImpl::Relocate(uint64_t segment) {
   std::vector<BlockKey> keys;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     keys = index_.KeysIn(segment);
   }
   for (size_t at = 0; at < keys.size();) {
@@ -103,7 +103,7 @@ Status SsdTier::Impl::Relocate(uint64_t segment) {
       BlockLock block_lock(this, keys[at]);
       ssd::IndexEntry e;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         const ssd::IndexEntry* found = index_.Find(keys[at]);
         if (found == nullptr || found->segment != segment) continue;  // moved on
         e = *found;
@@ -130,7 +130,7 @@ Status SsdTier::Impl::Relocate(uint64_t segment) {
       rocksdb::WriteBatch batch;
       std::vector<bool> still(moving.size(), false);
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         for (size_t i = 0; i < moving.size(); ++i) {
           const ssd::IndexEntry* cur = index_.Find(moving[i].key);
           // Repointed only if nothing replaced or removed it meanwhile (a read's
@@ -147,7 +147,7 @@ Status SsdTier::Impl::Relocate(uint64_t segment) {
       }
       if (batch.Count() > 0) s = Commit(&batch, {}, moving.front().e.owner);
       if (s.ok()) {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         for (size_t i = 0; i < moving.size(); ++i) {
           if (still[i]) index_.Relocate(moving[i].key, to[i].segment, to[i].offset);
         }
@@ -159,13 +159,13 @@ Status SsdTier::Impl::Relocate(uint64_t segment) {
   return Status::OK();
 }
 
-void SsdTier::Impl::ThrottleWrites() {
+void ssd::TierImpl::ThrottleWrites() {
   if (options_.reclaim_live_fraction <= 0) return;  // only empty segments go
   uint64_t file_bytes = 0, active = 0;
   store_->Usage(&file_bytes, &active);
   uint64_t live = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     live = index_.live_total();
   }
   // The documented bound: live / fraction for the sealed segments, plus the
@@ -177,23 +177,23 @@ void SsdTier::Impl::ThrottleWrites() {
   // in progress, if any) before it writes more.
   // (A pass in progress may have looked before this write's garbage existed,
   // so after waiting for it the writer still runs its own.)
-  std::lock_guard<std::mutex> run(gc_run_mu_);
+  MutexLock run(&gc_run_mu_);
   (void)ReclaimLocked();
 }
 
-Status SsdTier::Impl::ReclaimPass() {
-  std::lock_guard<std::mutex> run(gc_run_mu_);
+Status ssd::TierImpl::ReclaimPass() {
+  MutexLock run(&gc_run_mu_);
   return ReclaimLocked();
 }
 
-Status SsdTier::Impl::ReclaimLocked() {
+Status ssd::TierImpl::ReclaimLocked() {
   // Pending and sealed state first, live bytes second: a segment seen sealed
   // with nothing pending gets no new reference, and every reference it had is
   // already in the index (EndPending follows the index update).
   const std::vector<ssd::SegmentState> segments = store_->Snapshot();
   std::vector<uint64_t> empty, sparse;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (const ssd::SegmentState& st : segments) {
       if (!st.sealed || st.pending > 0) continue;
       const uint64_t live = index_.LiveBytes(st.id);
@@ -208,7 +208,7 @@ Status SsdTier::Impl::ReclaimLocked() {
   Status first;
   for (uint64_t id : sparse) {
     Status s = Relocate(id);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (s.ok() && index_.LiveBytes(id) == 0) {
       empty.push_back(id);
     } else if (first.ok() && !s.ok()) {
@@ -230,7 +230,7 @@ Status SsdTier::Impl::ReclaimLocked() {
   return first;
 }
 
-Status SsdTier::Impl::Compact() {
+Status ssd::TierImpl::Compact() {
   PKV_RETURN_IF_ERROR(ReclaimPass());
   rocksdb::CompactRangeOptions o;
   o.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
@@ -239,14 +239,14 @@ Status SsdTier::Impl::Compact() {
   return s;
 }
 
-SsdSpaceUsage SsdTier::Impl::SpaceUsage() const {
+SsdSpaceUsage ssd::TierImpl::SpaceUsage() const {
   SsdSpaceUsage u;
   for (const ssd::SegmentState& st : store_->Snapshot()) {
     u.segments += 1;
     u.file_bytes += st.bytes;
     if (!st.sealed) u.active_segments += 1;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [id, live] : index_.live_segments()) u.live_bytes += live;
   return u;
 }

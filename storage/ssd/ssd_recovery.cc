@@ -41,13 +41,13 @@ rocksdb::CompressionType ParseCompression(const std::string& name) {
 }  // namespace
 
 StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(const SsdTierOptions& options) {
-  PKV_RETURN_IF_ERROR(Impl::ValidateOptions(options));
-  auto impl = std::make_unique<Impl>(options);
+  PKV_RETURN_IF_ERROR(ssd::TierImpl::ValidateOptions(options));
+  auto impl = std::make_unique<ssd::TierImpl>(options);
   PKV_RETURN_IF_ERROR(impl->Open());
   return std::unique_ptr<SsdTier>(new SsdTier(std::move(impl)));
 }
 
-Status SsdTier::Impl::ValidateOptions(const SsdTierOptions& options) {
+Status ssd::TierImpl::ValidateOptions(const SsdTierOptions& options) {
   if (options.path.empty()) return Status::InvalidArgument("ssd tier: empty path");
   if (options.clock == nullptr) return Status::InvalidArgument("ssd tier: null clock");
   if (options.file_system == nullptr)
@@ -65,15 +65,15 @@ Status SsdTier::Impl::ValidateOptions(const SsdTierOptions& options) {
   return Status::OK();
 }
 
-SsdTier::Impl::Impl(const SsdTierOptions& options) : options_(options) {
+ssd::TierImpl::TierImpl(const SsdTierOptions& options) : options_(options) {
   write_options_.disableWAL = options.durability == SsdDurability::kFlush;
   write_options_.sync = options.durability == SsdDurability::kSync;
   relaxed_options_.disableWAL = write_options_.disableWAL;
 }
 
-SsdTier::Impl::~Impl() { (void)Close(); }
+ssd::TierImpl::~TierImpl() { (void)Close(); }
 
-rocksdb::Options SsdTier::Impl::DbOptions(bool direct_io) const {
+rocksdb::Options ssd::TierImpl::DbOptions(bool direct_io) const {
   rocksdb::Options o;
   o.create_if_missing = true;
   o.paranoid_checks = true;
@@ -98,7 +98,7 @@ rocksdb::Options SsdTier::Impl::DbOptions(bool direct_io) const {
   return o;
 }
 
-Status SsdTier::Impl::OpenDb() {
+Status ssd::TierImpl::OpenDb() {
   if (env_ == nullptr && options_.file_system != FileSystem::Default()) {
     env_ = ssd::NewRoutedRocksEnv(options_.file_system);
   }
@@ -110,7 +110,7 @@ Status SsdTier::Impl::OpenDb() {
   return Status::OK();
 }
 
-Status SsdTier::Impl::MoveAside(const Status& why) {
+Status ssd::TierImpl::MoveAside(const Status& why) {
   db_.reset();
   std::string aside =
       options_.path + ".broken-" + std::to_string(options_.clock->NowNanos());
@@ -125,7 +125,7 @@ Status SsdTier::Impl::MoveAside(const Status& why) {
   return Status::OK();
 }
 
-Status SsdTier::Impl::OpenOrMoveAside() {
+Status ssd::TierImpl::OpenOrMoveAside() {
   PKV_RETURN_IF_ERROR(options_.file_system->CreateDir(options_.path));
   Status s = OpenDb();
   if (s.ok()) s = Rebuild();
@@ -136,15 +136,18 @@ Status SsdTier::Impl::OpenOrMoveAside() {
     return s;
   }
   PKV_RETURN_IF_ERROR(MoveAside(s));
-  index_ = ssd::SsdIndex();
-  unpersisted_.clear();
+  {
+    MutexLock lock(&mu_);
+    index_ = ssd::SsdIndex();
+    unpersisted_.clear();
+  }
   report_ = SsdOpenReport{.moved_aside_to = report_.moved_aside_to};
   PKV_RETURN_IF_ERROR(options_.file_system->CreateDir(options_.path));
   PKV_RETURN_IF_ERROR(OpenDb());
   return Rebuild();
 }
 
-Status SsdTier::Impl::Open() {
+Status ssd::TierImpl::Open() {
   PKV_RETURN_IF_ERROR(OpenOrMoveAside());
   PKV_RETURN_IF_ERROR(OpenSegments());
   // From here until Close() completes, a kill is an unclean stop.
@@ -180,7 +183,7 @@ Status SsdTier::Impl::Open() {
   return Status::OK();
 }
 
-Status SsdTier::Impl::Close() {
+Status ssd::TierImpl::Close() {
   if (closed_ || db_ == nullptr) return Status::OK();
   closed_ = true;
   Status first = queue_ ? queue_->Stop() : Status::OK();

@@ -130,7 +130,7 @@ Status SegmentStore::Adopt(uint64_t id, uint64_t bytes) {
   PKV_ASSIGN_OR_RETURN(
       file->handle,
       options_.fs->OpenFile(PathOf(id), {.mode = OpenMode::kRead, .direct_io = direct_}));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   segments_[id] = Entry{std::move(file), SegmentState{id, bytes, true, 0}};
   total_bytes_ += bytes;
   if (id >= next_id_) next_id_ = id + 1;
@@ -139,7 +139,7 @@ Status SegmentStore::Adopt(uint64_t id, uint64_t bytes) {
 
 Status SegmentStore::Delete(uint64_t id) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (auto it = segments_.find(id); it != segments_.end()) {
       total_bytes_ -= it->second.state.bytes;
       if (!it->second.state.sealed) active_ -= 1;
@@ -151,19 +151,19 @@ Status SegmentStore::Delete(uint64_t id) {
 }
 
 void SegmentStore::SetNextId(uint64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (id > next_id_) next_id_ = id;
 }
 
 bool SegmentStore::Has(uint64_t id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return segments_.count(id) > 0;
 }
 
 Status SegmentStore::NewAppender(Appender* a) {
   uint64_t id;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     id = next_id_++;
   }
   auto file = std::make_shared<File>();
@@ -173,7 +173,7 @@ Status SegmentStore::NewAppender(Appender* a) {
                                                           .direct_io = direct_}));
   // The new name must survive power loss before metadata may point into it.
   if (options_.sync_directory) PKV_RETURN_IF_ERROR(options_.fs->SyncDir(options_.dir));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   segments_[id] = Entry{file, SegmentState{id, 0, false, 0}};
   active_ += 1;
   a->file = std::move(file);
@@ -188,7 +188,7 @@ Status SegmentStore::Seal(Appender* a) {
   // A sealed segment is on the device (the direct writes may sit in the
   // device's cache until this flush); reclaiming it relies on that.
   Status s = file->handle->DataSync();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = segments_.find(file->id);
       it != segments_.end() && !it->second.state.sealed) {
     it->second.state.sealed = true;
@@ -203,7 +203,7 @@ Status SegmentStore::Append(const std::vector<ExtentSpec>& extents, bool sync,
   for (const ExtentSpec& e : extents) total += ExtentBytes(e.payload->size());
   std::unique_ptr<Appender> a;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!idle_.empty()) {
       a = std::move(idle_.back());
       idle_.pop_back();
@@ -218,14 +218,14 @@ Status SegmentStore::Append(const std::vector<ExtentSpec>& extents, bool sync,
   if (s.ok() && !a->Reserve(total))
     s = Status::NoSpace("cannot allocate a staging buffer");
   if (!s.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     idle_.push_back(std::move(a));
     return s;
   }
   const uint64_t base = a->size;
   const uint64_t id = a->file->id;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     SegmentState& st = segments_.at(id).state;
     st.bytes += total;  // reserved even if the write fails: never rewritten
     total_bytes_ += total;
@@ -254,13 +254,13 @@ Status SegmentStore::Append(const std::vector<ExtentSpec>& extents, bool sync,
     (void)Seal(a.get());
     EndPending(id);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   idle_.push_back(std::move(a));
   return s;
 }
 
 void SegmentStore::EndPending(uint64_t segment) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = segments_.find(segment); it != segments_.end()) {
     it->second.state.pending -= 1;
   }
@@ -270,7 +270,7 @@ StatusOr<SharedBytes> SegmentStore::Read(const ExtentLocation& loc,
                                          uint64_t length) const {
   std::shared_ptr<File> file;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = segments_.find(loc.segment);
     if (it != segments_.end()) file = it->second.file;
   }
@@ -295,7 +295,7 @@ StatusOr<SharedBytes> SegmentStore::Read(const ExtentLocation& loc,
 Status SegmentStore::SyncActive() {
   std::vector<std::shared_ptr<File>> active;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (const auto& [id, e] : segments_) {
       if (!e.state.sealed) active.push_back(e.file);
     }
@@ -307,14 +307,14 @@ Status SegmentStore::SyncActive() {
 Status SegmentStore::SyncDirectory() { return options_.fs->SyncDir(options_.dir); }
 
 void SegmentStore::Usage(uint64_t* bytes, uint64_t* active) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   *bytes = total_bytes_;
   *active = active_;
 }
 
 std::vector<SegmentState> SegmentStore::Snapshot() const {
   std::vector<SegmentState> out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [id, e] : segments_) out.push_back(e.state);
   return out;
 }

@@ -30,11 +30,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "prefixkv/advanced/file_system.h"
+#include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/tier.h"
 #include "prefixkv/bytes.h"
 #include "prefixkv/status.h"
@@ -106,57 +106,61 @@ class SegmentStore {
   Status Open(std::map<uint64_t, uint64_t>* found);
   bool direct_io() const { return direct_; }
   // Registers a file found by Open as sealed and opens it for reading.
-  Status Adopt(uint64_t id, uint64_t bytes);
+  Status Adopt(uint64_t id, uint64_t bytes) EXCLUDES(mu_);
   // Unlinks a segment file (registered or not). REQUIRES: not pending.
-  Status Delete(uint64_t id);
+  Status Delete(uint64_t id) EXCLUDES(mu_);
   // New segments get ids from here on.
-  void SetNextId(uint64_t id);
+  void SetNextId(uint64_t id) EXCLUDES(mu_);
 
   // Writes the extents, in order, as one aligned write to one segment and marks
   // it pending; `sync` adds an fdatasync. On success the caller must call
   // EndPending(out->front().segment) once its metadata commit is over
   // (whether it succeeded or not). On failure nothing is pending.
   Status Append(const std::vector<ExtentSpec>& extents, bool sync,
-                std::vector<ExtentLocation>* out);
-  void EndPending(uint64_t segment);
+                std::vector<ExtentLocation>* out) EXCLUDES(mu_);
+  void EndPending(uint64_t segment) EXCLUDES(mu_);
 
   // Reads the payload of `length` bytes at `loc` (its 4096-aligned span, not
   // the footer) into a fresh aligned buffer; the result views its first
   // `length` bytes. NotFound: no
   // such segment file; Corruption: the file ends inside the extent; IOError:
   // the read failed.
-  StatusOr<SharedBytes> Read(const ExtentLocation& loc, uint64_t length) const;
+  StatusOr<SharedBytes> Read(const ExtentLocation& loc, uint64_t length) const
+      EXCLUDES(mu_);
 
   // fdatasync of every active segment, then SyncDirectory() (Close()).
-  Status SyncActive();
+  Status SyncActive() EXCLUDES(mu_);
   // fsync of the segments directory: every segment's name survives power
   // loss (modes other than sync do not sync each new name when created).
   Status SyncDirectory();
-  std::vector<SegmentState> Snapshot() const;
+  std::vector<SegmentState> Snapshot() const EXCLUDES(mu_);
   // Total segment bytes and the number of active segments, cheaply.
-  void Usage(uint64_t* bytes, uint64_t* active) const;
-  bool Has(uint64_t id) const;
+  void Usage(uint64_t* bytes, uint64_t* active) const EXCLUDES(mu_);
+  bool Has(uint64_t id) const EXCLUDES(mu_);
 
  private:
   struct File;
   struct Appender;
-  Status NewAppender(Appender* a);
-  Status Seal(Appender* a);
+  Status NewAppender(Appender* a) EXCLUDES(mu_);
+  Status Seal(Appender* a) EXCLUDES(mu_);
   std::string PathOf(uint64_t id) const;
 
   const Options options_;
-  bool direct_ = false;
+  bool direct_ = false;  // set by Open, before the store is shared
 
-  mutable std::mutex mu_;
+  // Never held across file I/O (a read in flight keeps its File alive), nor
+  // while taking another lock.
+  mutable Mutex mu_;
   struct Entry {
     std::shared_ptr<File> file;
     SegmentState state;
   };
-  std::map<uint64_t, Entry> segments_;           // GUARDED_BY(mu_)
-  std::vector<std::unique_ptr<Appender>> idle_;  // GUARDED_BY(mu_)
-  uint64_t next_id_ = 1;                         // GUARDED_BY(mu_)
-  uint64_t total_bytes_ = 0;                     // GUARDED_BY(mu_): of all segments
-  uint64_t active_ = 0;                          // GUARDED_BY(mu_): not sealed
+  std::map<uint64_t, Entry> segments_ GUARDED_BY(mu_);
+  // Appenders not in use (each owns an active segment or none yet).
+  std::vector<std::unique_ptr<Appender>> idle_ GUARDED_BY(mu_);
+  uint64_t next_id_ GUARDED_BY(mu_) = 1;
+  uint64_t total_bytes_ GUARDED_BY(mu_) = 0;  // of all segments
+  uint64_t active_ GUARDED_BY(mu_) = 0;       // not sealed
 };
 
 }  // namespace prefixkv::ssd

@@ -7,11 +7,11 @@ namespace prefixkv {
 
 StatusOr<std::unique_ptr<SsdTier>> SsdTierTestPeer::OpenWithCommitHook(
     const SsdTierOptions& options, std::function<Status()> before_commit) {
-  PKV_RETURN_IF_ERROR(SsdTier::Impl::ValidateOptions(options));
-  auto impl = std::make_unique<SsdTier::Impl>(options);
+  PKV_RETURN_IF_ERROR(ssd::TierImpl::ValidateOptions(options));
+  auto impl = std::make_unique<ssd::TierImpl>(options);
   impl->SetCommitHookForTest(std::move(before_commit));
   PKV_RETURN_IF_ERROR(impl->Open());
-  return std::unique_ptr<SsdTier>(new SsdTier(std::move(impl)));
+  return ssd::Access::Wrap(std::move(impl));
 }
 
 }  // namespace prefixkv

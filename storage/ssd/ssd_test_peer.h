@@ -1,6 +1,8 @@
 // SsdTierTestPeer: what the SSD tier's own tests (tests/storage/ssd/) may do
 // that the public API does not offer. Private to storage/ssd: nothing in
-// include/ exposes it, and only tests that mirror this folder can include it.
+// include/ names it (it needs no friendship: it builds the ssd::TierImpl
+// itself and wraps it through ssd::Access, like SsdTier::Open), and only
+// tests that mirror this folder can include it.
 //
 // Errors of the payload files are injected through the FileSystem seam
 // (SsdTierOptions::file_system, fault_injection_file_system.h); this peer

@@ -14,7 +14,7 @@ using ssd::IndexEntry;
 
 // ---- public API: thin delegation -------------------------------------------
 
-SsdTier::SsdTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SsdTier::SsdTier(std::unique_ptr<ssd::TierImpl> impl) : impl_(std::move(impl)) {}
 SsdTier::~SsdTier() { (void)Close(); }
 
 Status SsdTier::Put(const BlockMeta& meta, SharedBytes payload, bool dirty) {
@@ -53,6 +53,11 @@ std::vector<SsdNamespaceUsage> SsdTier::Namespaces() const { return impl_->Names
 const SsdOpenReport& SsdTier::open_report() const { return impl_->report(); }
 uint64_t SsdTier::queued_blocks() const { return impl_->queued_blocks(); }
 
+std::unique_ptr<SsdTier> ssd::Access::Wrap(std::unique_ptr<ssd::TierImpl> impl) {
+  return std::unique_ptr<SsdTier>(new SsdTier(std::move(impl)));
+}
+ssd::TierImpl& ssd::Access::ImplOf(SsdTier& tier) { return *tier.impl_; }
+
 // ---- helpers ------------------------------------------------------------------
 
 Status FromRocks(const rocksdb::Status& s, std::string_view context) {
@@ -65,21 +70,42 @@ Status FromRocks(const rocksdb::Status& s, std::string_view context) {
   return Status::IOError(std::move(m));
 }
 
-std::mutex& SsdTier::Impl::Stripe(const BlockKey& key) {
+Mutex& ssd::TierImpl::Stripe(const BlockKey& key) {
   return stripes_[BlockKeyHash()(key) % kStripes];
 }
 
-SsdTier::Impl::BatchLock::BatchLock(Impl* impl, const std::vector<BlockKey>& keys)
-    : pause(impl->pause_) {
+ssd::TierImpl::BlockLock::BlockLock(ssd::TierImpl* impl, const BlockKey& key)
+    : pause_(&impl->pause_), stripe_(&impl->Stripe(key)) {
+  pause_->LockShared();
+  stripe_->Lock();
+}
+
+ssd::TierImpl::BlockLock::~BlockLock() {
+  stripe_->Unlock();
+  pause_->UnlockShared();
+}
+
+ssd::TierImpl::BatchLock::BatchLock(ssd::TierImpl* impl,
+                                    const std::vector<BlockKey>& keys)
+    : pause_(&impl->pause_) {
   // Ascending stripe order: two batches can never wait for each other.
   std::vector<size_t> ids;
   for (const BlockKey& k : keys) ids.push_back(BlockKeyHash()(k) % kStripes);
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  for (size_t id : ids) stripes.emplace_back(impl->stripes_[id]);
+  pause_->LockShared();
+  for (size_t id : ids) {
+    stripes_.push_back(&impl->stripes_[id]);
+    stripes_.back()->Lock();
+  }
 }
 
-void SsdTier::Impl::Log(const std::string& line) const {
+ssd::TierImpl::BatchLock::~BatchLock() {
+  for (auto it = stripes_.rbegin(); it != stripes_.rend(); ++it) (*it)->Unlock();
+  pause_->UnlockShared();
+}
+
+void ssd::TierImpl::Log(const std::string& line) const {
   if (options_.log) {
     options_.log(line);
   } else {
@@ -87,19 +113,19 @@ void SsdTier::Impl::Log(const std::string& line) const {
   }
 }
 
-void SsdTier::Impl::CountEvent(OwnerId owner, uint64_t TierCounters::*field) {
-  std::lock_guard<std::mutex> lock(mu_);
+void ssd::TierImpl::CountEvent(OwnerId owner, uint64_t TierCounters::*field) {
+  MutexLock lock(&mu_);
   index_.Owner(owner).*field += 1;
   unpersisted_[owner].*field += 1;
 }
 
-void SsdTier::Impl::CountIoError(OwnerId owner) {
-  std::lock_guard<std::mutex> lock(mu_);
+void ssd::TierImpl::CountIoError(OwnerId owner) {
+  MutexLock lock(&mu_);
   index_.Owner(owner).io_errors += 1;
   unpersisted_[owner].io_errors += 1;
 }
 
-void SsdTier::Impl::NoteWriteResult(const Status& s) {
+void ssd::TierImpl::NoteWriteResult(const Status& s) {
   if (s.ok()) {
     if (failing_.exchange(false)) Log("I/O succeeds again");
   } else if (!failing_.exchange(true)) {
@@ -107,16 +133,16 @@ void SsdTier::Impl::NoteWriteResult(const Status& s) {
   }
 }
 
-rocksdb::Status SsdTier::Impl::DbWrite(const rocksdb::WriteOptions& o,
+rocksdb::Status ssd::TierImpl::DbWrite(const rocksdb::WriteOptions& o,
                                        rocksdb::WriteBatch* batch) {
   return db_->Write(o, batch);
 }
 
-Status SsdTier::Impl::Commit(rocksdb::WriteBatch* batch, Deltas deltas, OwnerId owner,
+Status ssd::TierImpl::Commit(rocksdb::WriteBatch* batch, Deltas deltas, OwnerId owner,
                              bool relaxed) {
   Deltas events;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     events.swap(unpersisted_);
   }
   for (const auto& [o, d] : events) ssd::AddCounters(&deltas[o], d);
@@ -135,7 +161,7 @@ Status SsdTier::Impl::Commit(rocksdb::WriteBatch* batch, Deltas deltas, OwnerId 
   }
   NoteWriteResult(s);
   if (!s.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (const auto& [o, d] : events) ssd::AddCounters(&unpersisted_[o], d);
     index_.Owner(owner).io_errors += 1;
     unpersisted_[owner].io_errors += 1;
@@ -143,7 +169,7 @@ Status SsdTier::Impl::Commit(rocksdb::WriteBatch* batch, Deltas deltas, OwnerId 
   return s;
 }
 
-void SsdTier::Impl::AddDeletes(rocksdb::WriteBatch* batch, const BlockKey& key,
+void ssd::TierImpl::AddDeletes(rocksdb::WriteBatch* batch, const BlockKey& key,
                                const IndexEntry& e) {
   // The payload's extent becomes garbage in its segment (ssd_reclaim.cc).
   batch->Delete(ssd::BlockRecordKey(ssd::kMetaTag, e.namespace_id, key));
@@ -151,7 +177,7 @@ void SsdTier::Impl::AddDeletes(rocksdb::WriteBatch* batch, const BlockKey& key,
 
 // ---- write path -------------------------------------------------------------------
 
-Status SsdTier::Impl::Put(const BlockMeta& meta, const SharedBytes& payload, bool dirty) {
+Status ssd::TierImpl::Put(const BlockMeta& meta, const SharedBytes& payload, bool dirty) {
   if (payload.size() > options_.capacity_bytes) {
     return Status::NoSpace("payload of " + std::to_string(payload.size()) +
                            " bytes exceeds the SSD tier capacity");
@@ -163,7 +189,7 @@ Status SsdTier::Impl::Put(const BlockMeta& meta, const SharedBytes& payload, boo
   return Status::OK();
 }
 
-Status SsdTier::Impl::Store(const std::vector<ssd::WriteBackItem>& items, bool dirty) {
+Status ssd::TierImpl::Store(const std::vector<ssd::WriteBackItem>& items, bool dirty) {
   std::vector<ssd::StoredMeta> stored;
   std::vector<ssd::ExtentSpec> extents;
   for (const auto& [meta, payload] : items) {
@@ -173,7 +199,7 @@ Status SsdTier::Impl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
   }
   {
     // Parents stay unevictable from here until the commit is over.
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (const auto& item : items) index_.BeginPendingChild(item.meta.parent);
   }
   // 1. The payload bytes, before any metadata can point at them: one aligned
@@ -184,7 +210,7 @@ Status SsdTier::Impl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
       store_->Append(extents, options_.durability == SsdDurability::kSync, &locations);
   if (!written.ok()) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       for (const auto& item : items) index_.EndPendingChild(item.meta.parent);
     }
     NoteWriteResult(written);
@@ -204,7 +230,7 @@ Status SsdTier::Impl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
     BatchLock batch_lock(this, keys);
     std::vector<std::optional<IndexEntry>> old(items.size());
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       for (size_t i = 0; i < items.size(); ++i) {
         if (const IndexEntry* e = index_.Find(items[i].meta.key)) {
           old[i] = *e;
@@ -231,7 +257,7 @@ Status SsdTier::Impl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
       deltas[meta.owner].inserts += 1;
     }
     s = Commit(&batch, std::move(deltas), items.front().meta.owner);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (size_t i = 0; i < items.size(); ++i) {
       const BlockMeta& meta = items[i].meta;
       if (s.ok()) {
@@ -252,7 +278,7 @@ Status SsdTier::Impl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
   return s;
 }
 
-void SsdTier::Impl::PaceMemtableFlush(const std::vector<ssd::WriteBackItem>& items) {
+void ssd::TierImpl::PaceMemtableFlush(const std::vector<ssd::WriteBackItem>& items) {
   if (options_.durability != SsdDurability::kFlush) return;
   // Without a log, what a kill can lose is what the memtable holds. Metadata
   // alone would fill it only every few hundred thousand blocks, so a flush is
@@ -269,7 +295,7 @@ void SsdTier::Impl::PaceMemtableFlush(const std::vector<ssd::WriteBackItem>& ite
   (void)db_->Flush(fo);  // background; an error surfaces at the next write
 }
 
-void SsdTier::Impl::OnEvict(const BlockMeta& meta, const SharedBytes& payload) {
+void ssd::TierImpl::OnEvict(const BlockMeta& meta, const SharedBytes& payload) {
   if (queue_->Enqueue(meta, payload, /*force=*/false)) return;
   // Backpressure: the queue is full, so the evicting thread pays for the write.
   if (Put(meta, payload, /*dirty=*/true).ok()) return;
@@ -277,12 +303,12 @@ void SsdTier::Impl::OnEvict(const BlockMeta& meta, const SharedBytes& payload) {
   (void)queue_->Enqueue(meta, payload, /*force=*/true);
 }
 
-Status SsdTier::Impl::Remove(const BlockKey& key) {
+Status ssd::TierImpl::Remove(const BlockKey& key) {
   const bool was_queued = queue_->Cancel(key);
   BlockLock block_lock(this, key);
   IndexEntry e;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     const IndexEntry* found = index_.Find(key);
     if (found == nullptr) {
       return was_queued ? Status::OK() : Status::NotFound("block not in the ssd tier");
@@ -297,7 +323,7 @@ Status SsdTier::Impl::Remove(const BlockKey& key) {
   deltas[e.owner].removes += 1;
   PKV_RETURN_IF_ERROR(Commit(&batch, std::move(deltas), e.owner));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     index_.Erase(key);
     index_.Owner(e.owner).removes += 1;
   }
@@ -307,7 +333,7 @@ Status SsdTier::Impl::Remove(const BlockKey& key) {
 
 // ---- read path --------------------------------------------------------------------
 
-StatusOr<SharedBytes> SsdTier::Impl::Get(const BlockKey& key, bool touch) {
+StatusOr<SharedBytes> ssd::TierImpl::Get(const BlockKey& key, bool touch) {
   if (std::optional<SharedBytes> queued = queue_->Find(key)) {
     if (touch) {
       std::optional<BlockMeta> meta = queue_->FindMeta(key);
@@ -318,7 +344,7 @@ StatusOr<SharedBytes> SsdTier::Impl::Get(const BlockKey& key, bool touch) {
   BlockLock block_lock(this, key);
   IndexEntry e;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     const IndexEntry* found = index_.Find(key);
     if (found == nullptr) {
       // The owner of an absent block is unknown: misses without one go to owner 0.
@@ -336,7 +362,7 @@ StatusOr<SharedBytes> SsdTier::Impl::Get(const BlockKey& key, bool touch) {
   ssd::StoredMeta touched{e.owner, e.parent, e.bytes,   e.checksum,
                           0,       e.dirty,  e.segment, e.offset};
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     touched.access_seq = ++next_seq_;
     index_.Touch(key, touched.access_seq);
     index_.Owner(e.owner).hits += 1;
@@ -350,7 +376,7 @@ StatusOr<SharedBytes> SsdTier::Impl::Get(const BlockKey& key, bool touch) {
   return payload;
 }
 
-StatusOr<SharedBytes> SsdTier::Impl::ReadVerified(const BlockKey& key,
+StatusOr<SharedBytes> ssd::TierImpl::ReadVerified(const BlockKey& key,
                                                   const IndexEntry& e) {
   // One O_DIRECT read of the aligned extent into a buffer the result owns
   // (payload at offset 0): no copy after the read.
@@ -376,7 +402,7 @@ StatusOr<SharedBytes> SsdTier::Impl::ReadVerified(const BlockKey& key,
   return Status::NotFound("corrupt: " + why);
 }
 
-Status SsdTier::Impl::DropCorrupt(const BlockKey& key, const IndexEntry& e,
+Status ssd::TierImpl::DropCorrupt(const BlockKey& key, const IndexEntry& e,
                                   const std::string& why) {
   Log("block " + key.ToHex() + " is corrupt (" + why + "); removed");
   rocksdb::WriteBatch batch;
@@ -388,7 +414,7 @@ Status SsdTier::Impl::DropCorrupt(const BlockKey& key, const IndexEntry& e,
   deltas[e.owner].misses += 1;
   Status s = Commit(&batch, std::move(deltas), e.owner);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     // Even if the delete failed the block is never served again this session.
     index_.Erase(key);
     index_.Owner(e.owner).corruptions += 1;
@@ -403,9 +429,9 @@ Status SsdTier::Impl::DropCorrupt(const BlockKey& key, const IndexEntry& e,
   return s;
 }
 
-StatusOr<BlockMeta> SsdTier::Impl::Peek(const BlockKey& key) const {
+StatusOr<BlockMeta> ssd::TierImpl::Peek(const BlockKey& key) const {
   if (std::optional<BlockMeta> queued = queue_->FindMeta(key)) return *queued;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const IndexEntry* e = index_.Find(key);
   if (e == nullptr) return Status::NotFound("not in the ssd tier");
   return BlockMeta{key, e->parent, e->namespace_id, e->owner};

@@ -1,42 +1,54 @@
-// SsdTier::Impl: the SSD tier's state, shared by ssd_tier.cc (read/write
-// paths), ssd_eviction.cc (capacity), ssd_reclaim.cc (segment space),
-// ssd_recovery.cc (Open/Close) and ssd_audit.cc. Private to storage/.
+// ssd::TierImpl: the SSD tier's state behind SsdTier, shared by ssd_tier.cc
+// (read/write paths), ssd_eviction.cc (capacity), ssd_reclaim.cc (segment
+// space), ssd_recovery.cc and ssd_rebuild.cc (Open/Close) and ssd_audit.cc.
+// Private to storage/ssd: the public header only forward-declares it, and
+// ssd::Access (below) is the module's one way from an SsdTier to it.
 //
-// Locking: a write appends its payloads to a segment WITHOUT any block lock
-// (the append goes to the writer's own active segment), then holds pause_
-// shared and the stripes of its keys across the metadata commit and the index
-// update, so writes of one key are serialized at the commit (the last commit
-// wins; a superseded extent is garbage) while different keys proceed in
-// parallel. Reads, removes, evictions and segment compaction hold the
-// block's stripe. Audit holds pause_ exclusively. mu_ guards the in-memory
-// index (including live bytes per segment) and the not-yet-persisted event
-// counters; it is never held across I/O. Lock order: gc_run_mu_, pause_,
-// stripe, mu_, then the segment store's own lock. The write-back queue has its
-// own lock and calls Store() without holding it.
+// Locking (the annotations are checked by clang's -Wthread-safety): a write
+// appends its payloads to a segment WITHOUT any block lock (the append goes
+// to the writer's own active segment), then holds pause_ shared and the
+// stripes of its keys across the metadata commit and the index update, so
+// writes of one key are serialized at the commit (the last commit wins; a
+// superseded extent is garbage) while different keys proceed in parallel.
+// Reads, removes, evictions and segment compaction hold the block's stripe
+// (BlockLock). Audit holds pause_ exclusively. mu_ guards the in-memory index
+// (including live bytes per segment), the not-yet-persisted event counters
+// and the eviction listener; it is never held across I/O or while taking
+// another lock. Lock order: gc_run_mu_, pause_, stripes (ascending), then
+// one of mu_ or gc_mu_ (never both). The segment store, the write-back queue
+// and the file system have their own locks, never taken with mu_ or gc_mu_
+// held; the queue calls Store() without holding its lock.
 #pragma once
 
 #include <rocksdb/db.h>
 
 #include <array>
 #include <atomic>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <thread>
 
+#include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "ssd_index.h"
 #include "ssd_segment.h"
 #include "ssd_writer.h"
 
-namespace prefixkv {
+namespace prefixkv::ssd {
 
-class SsdTier::Impl {
+// SsdTier befriends this (and nothing else): the module's open paths wrap a
+// TierImpl in an SsdTier, and module code (the test peer included) reaches a
+// tier's TierImpl back.
+struct Access {
+  static std::unique_ptr<SsdTier> Wrap(std::unique_ptr<TierImpl> impl);
+  static TierImpl& ImplOf(SsdTier& tier);
+};
+
+// Thread-safe, like SsdTier.
+class TierImpl {
  public:
-  explicit Impl(const SsdTierOptions& options);
-  ~Impl();
+  explicit TierImpl(const SsdTierOptions& options);
+  ~TierImpl();
 
   // Checks the options Open relies on (path, clock, file system, sizes).
   static Status ValidateOptions(const SsdTierOptions& options);
@@ -47,38 +59,42 @@ class SsdTier::Impl {
     commit_hook_ = std::move(hook);
   }
 
-  // ssd_recovery.cc
-  Status Open();
-  Status Close();
+  // ssd_recovery.cc. Open runs before the tier is shared; Close after.
+  Status Open() EXCLUDES(mu_, gc_mu_);
+  Status Close() EXCLUDES(mu_, gc_mu_);
 
-  // ssd_tier.cc
-  Status Put(const BlockMeta& meta, const SharedBytes& payload, bool dirty);
+  // ssd_tier.cc. Every block operation takes its own locks: called holding
+  // none of the tier's.
+  Status Put(const BlockMeta& meta, const SharedBytes& payload, bool dirty)
+      EXCLUDES(gc_run_mu_, pause_, mu_);
   // Stores blocks as one atomic write (no queue interplay, no capacity
   // enforcement). REQUIRES: distinct keys, at least one block.
-  Status Store(const std::vector<ssd::WriteBackItem>& items, bool dirty);
+  Status Store(const std::vector<WriteBackItem>& items, bool dirty) EXCLUDES(pause_, mu_);
   // `touch`: count the hit (or miss) and refresh the access order.
-  StatusOr<SharedBytes> Get(const BlockKey& key, bool touch = true);
-  StatusOr<BlockMeta> Peek(const BlockKey& key) const;
-  Status Remove(const BlockKey& key);
-  void OnEvict(const BlockMeta& meta, const SharedBytes& payload);
-  StatusOr<uint64_t> PurgeNamespace(const BlockKey& ns);
-  std::vector<SsdNamespaceUsage> Namespaces() const;
-  TierCounters Totals() const;
-  TierCounters OwnerCounters(OwnerId owner) const;
-  void ForEach(const std::function<void(const BlockMeta&, uint64_t)>& fn) const;
+  StatusOr<SharedBytes> Get(const BlockKey& key, bool touch = true) EXCLUDES(pause_, mu_);
+  StatusOr<BlockMeta> Peek(const BlockKey& key) const EXCLUDES(mu_);
+  Status Remove(const BlockKey& key) EXCLUDES(pause_, mu_);
+  void OnEvict(const BlockMeta& meta, const SharedBytes& payload)
+      EXCLUDES(gc_run_mu_, pause_, mu_);
+  StatusOr<uint64_t> PurgeNamespace(const BlockKey& ns) EXCLUDES(pause_, mu_);
+  std::vector<SsdNamespaceUsage> Namespaces() const EXCLUDES(mu_);
+  TierCounters Totals() const EXCLUDES(mu_);
+  TierCounters OwnerCounters(OwnerId owner) const EXCLUDES(mu_);
+  void ForEach(const std::function<void(const BlockMeta&, uint64_t)>& fn) const
+      EXCLUDES(mu_);
 
   // ssd_eviction.cc
   // Evicts least recently used leaves until the payload bytes fit capacity.
-  void EnforceCapacity();
-  void SetEvictionListener(EvictionListener* l);
+  void EnforceCapacity() EXCLUDES(pause_, mu_);
+  void SetEvictionListener(EvictionListener* l) EXCLUDES(mu_);
 
   // ssd_audit.cc
-  Status Audit(std::vector<AuditFinding>* findings);
-  std::vector<BlockKey> FindOrphans() const;
+  Status Audit(std::vector<AuditFinding>* findings) EXCLUDES(pause_, mu_);
+  std::vector<BlockKey> FindOrphans() const EXCLUDES(mu_);
 
   // ssd_reclaim.cc
-  Status Compact();
-  SsdSpaceUsage SpaceUsage() const;
+  Status Compact() EXCLUDES(gc_run_mu_, pause_, mu_);
+  SsdSpaceUsage SpaceUsage() const EXCLUDES(mu_);
 
   Status Flush() { return queue_->Flush(); }
   uint64_t queued_blocks() const { return queue_ ? queue_->size() : 0; }
@@ -87,76 +103,93 @@ class SsdTier::Impl {
  private:
   using Deltas = std::map<OwnerId, TierCounters>;
 
-  // ssd_recovery.cc
+  // ssd_recovery.cc, ssd_rebuild.cc
   rocksdb::Options DbOptions(bool direct_io) const;
   Status OpenDb();
   Status OpenOrMoveAside();
   Status MoveAside(const Status& why);
   Status Rebuild();
   Status CheckFormat();
-  Status RebuildIndex(rocksdb::WriteBatch* repairs);
-  Status RepairCounters();
-  Status OpenSegments();
+  Status RebuildIndex(rocksdb::WriteBatch* repairs) EXCLUDES(mu_);
+  Status RepairCounters() EXCLUDES(mu_);
+  Status OpenSegments() EXCLUDES(mu_);
 
   // ssd_reclaim.cc
-  void StartReclaimer();
-  void StopReclaimer();
-  void WakeReclaimer();
+  void StartReclaimer() EXCLUDES(gc_mu_);
+  void StopReclaimer() EXCLUDES(gc_mu_);
+  void WakeReclaimer() EXCLUDES(mu_, gc_mu_);
   // One pass: compacts sparse sealed segments, unlinks empty ones.
-  Status ReclaimPass();
-  Status ReclaimLocked();  // REQUIRES: gc_run_mu_ held
+  Status ReclaimPass() EXCLUDES(gc_run_mu_, pause_, mu_);
+  Status ReclaimLocked() REQUIRES(gc_run_mu_) EXCLUDES(pause_, mu_);
   // After a write and its evictions: if the segment files exceed the space
-  // bound, runs a reclaim pass on the calling thread. REQUIRES: no lock held.
-  void ThrottleWrites();
+  // bound, runs a reclaim pass on the calling thread.
+  void ThrottleWrites() EXCLUDES(gc_run_mu_, pause_, mu_);
   // Copies the live payloads of `segment` to an active segment.
-  Status Relocate(uint64_t segment);
+  Status Relocate(uint64_t segment) REQUIRES(gc_run_mu_) EXCLUDES(pause_, mu_);
   // Makes every committed metadata change survive what the mode promises
   // before a segment it no longer references is unlinked.
   Status MakeMetadataDurable();
 
   // ssd_tier.cc
-  std::mutex& Stripe(const BlockKey& key);
+  Mutex& Stripe(const BlockKey& key);
   // Holds pause_ shared and stripe(key): the lock of one block operation.
-  struct BlockLock {
-    BlockLock(Impl* impl, const BlockKey& key)
-        : pause(impl->pause_), stripe(impl->Stripe(key)) {}
-    std::shared_lock<std::shared_mutex> pause;
-    std::lock_guard<std::mutex> stripe;
+  // (The analysis sees pause_; which stripe a key maps to it cannot name,
+  // and no member is guarded by a stripe.)
+  class SCOPED_CAPABILITY BlockLock {
+   public:
+    BlockLock(TierImpl* impl, const BlockKey& key) ACQUIRE_SHARED(impl->pause_);
+    ~BlockLock() RELEASE();
+    BlockLock(const BlockLock&) = delete;
+    BlockLock& operator=(const BlockLock&) = delete;
+
+   private:
+    SharedMutex* const pause_;
+    Mutex* const stripe_;
   };
   // Holds pause_ shared and the stripes of several keys, in ascending order.
-  struct BatchLock {
-    BatchLock(Impl* impl, const std::vector<BlockKey>& keys);
-    std::shared_lock<std::shared_mutex> pause;
-    std::vector<std::unique_lock<std::mutex>> stripes;
+  class SCOPED_CAPABILITY BatchLock {
+   public:
+    BatchLock(TierImpl* impl, const std::vector<BlockKey>& keys)
+        ACQUIRE_SHARED(impl->pause_);
+    ~BatchLock() RELEASE();
+    BatchLock(const BatchLock&) = delete;
+    BatchLock& operator=(const BatchLock&) = delete;
+
+   private:
+    SharedMutex* const pause_;
+    std::vector<Mutex*> stripes_;  // distinct, ascending: taken in this order
   };
   // Writes `batch` with `deltas` and the pending event counters merged in.
   // `relaxed`: never synced (access-order updates). Counts and logs failures.
   Status Commit(rocksdb::WriteBatch* batch, Deltas deltas, OwnerId owner,
-                bool relaxed = false);
+                bool relaxed = false) EXCLUDES(mu_);
   // The only call into RocksDB's write path, out of line: RocksDB is not
   // instrumented, so ThreadSanitizer attributes its internal memory traffic
   // (a write group's leader merging the followers' batches) to the caller;
   // this frame lets ssd_tier_tsan_test suppress exactly those reports.
   [[gnu::noinline]] rocksdb::Status DbWrite(const rocksdb::WriteOptions& o,
                                             rocksdb::WriteBatch* batch);
-  void AddDeletes(rocksdb::WriteBatch* batch, const BlockKey& key,
-                  const ssd::IndexEntry& e);
+  void AddDeletes(rocksdb::WriteBatch* batch, const BlockKey& key, const IndexEntry& e);
   // Removes a block whose payload failed verification and counts it.
-  // REQUIRES: stripe(key) held, or pause_ held exclusively.
-  Status DropCorrupt(const BlockKey& key, const ssd::IndexEntry& e,
-                     const std::string& why);
+  // REQUIRES: stripe(key) held (with pause_ shared: BlockLock), or pause_
+  // held exclusively (the analysis checks the pause_ part).
+  Status DropCorrupt(const BlockKey& key, const IndexEntry& e, const std::string& why)
+      REQUIRES_SHARED(pause_) EXCLUDES(mu_, gc_mu_);
   // Reads and verifies a payload. NotFound("corrupt: ...") after DropCorrupt.
-  // REQUIRES: stripe(key) held, or pause_ held exclusively.
-  StatusOr<SharedBytes> ReadVerified(const BlockKey& key, const ssd::IndexEntry& e);
-  void CountEvent(OwnerId owner, uint64_t TierCounters::*field);
-  void CountIoError(OwnerId owner);
+  // REQUIRES: as DropCorrupt.
+  StatusOr<SharedBytes> ReadVerified(const BlockKey& key, const IndexEntry& e)
+      REQUIRES_SHARED(pause_) EXCLUDES(mu_, gc_mu_);
+  void CountEvent(OwnerId owner, uint64_t TierCounters::*field) EXCLUDES(mu_);
+  void CountIoError(OwnerId owner) EXCLUDES(mu_);
   // flush mode: starts a memtable flush every write_buffer_bytes of payload.
-  void PaceMemtableFlush(const std::vector<ssd::WriteBackItem>& items);
+  void PaceMemtableFlush(const std::vector<WriteBackItem>& items);
   void NoteWriteResult(const Status& s);
   void Log(const std::string& line) const;
 
   // ssd_eviction.cc
-  Status Evict(const BlockKey& key);
+  Status Evict(const BlockKey& key) EXCLUDES(pause_, mu_);
+  // Ends one eviction's use of the listener it read (listener_calls_).
+  void EndListenerCall() EXCLUDES(mu_);
 
   static constexpr size_t kStripes = 64;
 
@@ -166,38 +199,47 @@ class SsdTier::Impl {
   // file system: RocksDB's own is used). Declared before db_: outlives it.
   std::unique_ptr<rocksdb::Env> env_;
   std::unique_ptr<rocksdb::DB> db_;
-  std::unique_ptr<ssd::SegmentStore> store_;  // the payload segment files
-  rocksdb::WriteOptions write_options_;       // per durability
-  rocksdb::WriteOptions relaxed_options_;     // never synced
+  std::unique_ptr<SegmentStore> store_;    // the payload segment files
+  rocksdb::WriteOptions write_options_;    // per durability
+  rocksdb::WriteOptions relaxed_options_;  // never synced
   bool direct_io_ = false;  // O_DIRECT in effect for segments (the fs may refuse it)
   SsdOpenReport report_;
 
-  std::shared_mutex pause_;  // shared by block operations, exclusive for Audit
-  std::array<std::mutex, kStripes> stripes_;
-  mutable std::mutex mu_;
-  ssd::SsdIndex index_;    // GUARDED_BY(mu_)
-  Deltas unpersisted_;     // GUARDED_BY(mu_): event counts not yet in the db
-  uint64_t next_seq_ = 0;  // GUARDED_BY(mu_)
-  EvictionListener* listener_ = nullptr;   // GUARDED_BY(mu_)
-  uint32_t listener_calls_ = 0;            // GUARDED_BY(mu_): evictions using listener_
-  std::condition_variable listener_idle_;  // signalled when listener_calls_ drops
+  // Shared by block operations (BlockLock, BatchLock), exclusive for Audit.
+  SharedMutex pause_ ACQUIRED_BEFORE(mu_, gc_mu_);
+  // One per key hash; taken after pause_ (several: ascending), before mu_ and
+  // gc_mu_. They serialize operations on a block; no member is guarded by one.
+  std::array<Mutex, kStripes> stripes_;
+  mutable Mutex mu_;
+  SsdIndex index_ GUARDED_BY(mu_);
+  Deltas unpersisted_ GUARDED_BY(mu_);  // event counts not yet in the db
+  uint64_t next_seq_ GUARDED_BY(mu_) = 0;
+  EvictionListener* listener_ GUARDED_BY(mu_) = nullptr;
+  uint32_t listener_calls_ GUARDED_BY(mu_) = 0;  // evictions using listener_
+  CondVar listener_idle_;  // signalled when listener_calls_ drops to 0 (mu_)
 
   std::atomic<uint64_t> unflushed_payload_bytes_{0};  // flush mode pacing
   std::atomic<bool> failing_{false};  // the last write failed (logged once)
   std::atomic<uint64_t> last_resume_nanos_{0};
-  std::unique_ptr<ssd::WriteBackQueue> queue_;
+  std::unique_ptr<WriteBackQueue> queue_;
   bool closed_ = false;
 
   // Segment reclamation (ssd_reclaim.cc): a background thread woken after
   // writes that may have left garbage; gc_run_mu_ serializes passes (the
-  // thread's and Compact()'s).
-  std::mutex gc_run_mu_;
-  std::mutex gc_mu_;
-  std::condition_variable gc_cv_;
-  bool gc_wake_ = false;  // GUARDED_BY(gc_mu_)
-  bool gc_stop_ = false;  // GUARDED_BY(gc_mu_)
+  // thread's, Compact()'s and a throttled writer's) and is taken first: a
+  // pass takes pause_, stripes and mu_. gc_mu_ guards the thread's wake-up
+  // flags only.
+  Mutex gc_run_mu_ ACQUIRED_BEFORE(pause_);
+  Mutex gc_mu_;
+  CondVar gc_cv_;  // (gc_mu_)
+  bool gc_wake_ GUARDED_BY(gc_mu_) = false;
+  bool gc_stop_ GUARDED_BY(gc_mu_) = false;
   std::thread gc_thread_;
 };
+
+}  // namespace prefixkv::ssd
+
+namespace prefixkv {
 
 // rocksdb::Status -> Status (NoSpace, Corruption, NotFound, IOError).
 Status FromRocks(const rocksdb::Status& s, std::string_view context);

@@ -20,7 +20,7 @@ WriteBackQueue::~WriteBackQueue() { (void)Stop(); }
 
 bool WriteBackQueue::Enqueue(const BlockMeta& meta, const SharedBytes& payload,
                              bool force) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = queued_.find(meta.key); it != queued_.end()) {
     it->second = Item{meta, payload};  // newer version; keeps its place
     return true;
@@ -28,45 +28,45 @@ bool WriteBackQueue::Enqueue(const BlockMeta& meta, const SharedBytes& payload,
   if (!force && queued_.size() >= depth_) return false;
   queued_.emplace(meta.key, Item{meta, payload});
   order_.push_back(meta.key);
-  work_cv_.notify_one();
+  work_cv_.NotifyOne();
   return true;
 }
 
 std::optional<SharedBytes> WriteBackQueue::Find(const BlockKey& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = queued_.find(key); it != queued_.end()) return it->second.payload;
   if (auto it = in_flight_.find(key); it != in_flight_.end()) return it->second.payload;
   return std::nullopt;
 }
 
 std::optional<BlockMeta> WriteBackQueue::FindMeta(const BlockKey& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = queued_.find(key); it != queued_.end()) return it->second.meta;
   if (auto it = in_flight_.find(key); it != in_flight_.end()) return it->second.meta;
   return std::nullopt;
 }
 
 bool WriteBackQueue::Cancel(const BlockKey& key) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   bool found = false;
   while (in_flight_.count(key) > 0) {
     found = true;
-    done_cv_.wait(lock);
+    done_cv_.Wait(lock);
   }
   if (queued_.erase(key) > 0) {
     found = true;
     std::erase(order_, key);
-    done_cv_.notify_all();
+    done_cv_.NotifyAll();
   }
   return found;
 }
 
 Status WriteBackQueue::Flush() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const uint64_t failures_at_start = failures_;
   paused_after_error_ = false;  // retry now rather than after the interval
-  work_cv_.notify_all();
-  done_cv_.wait(lock, [&] {
+  work_cv_.NotifyAll();
+  done_cv_.Wait(lock, [&]() REQUIRES(mu_) {
     return (queued_.empty() && in_flight_.empty()) || failures_ > failures_at_start;
   });
   if (queued_.empty() && in_flight_.empty()) return Status::OK();
@@ -75,23 +75,23 @@ Status WriteBackQueue::Flush() {
 
 Status WriteBackQueue::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return Status::OK();
     stopping_ = true;
-    work_cv_.notify_all();
+    work_cv_.NotifyAll();
   }
   for (std::thread& t : threads_) t.join();
   threads_.clear();
   // One last attempt per block, parents first, on the calling thread. Nothing
   // is in flight any more, so some queued block always has no queued parent.
   Status first;
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Item item;
   while (TakeNext({}, &item)) {
-    lock.unlock();
+    lock.Unlock();
     Status s = write_({item});
     if (!s.ok() && first.ok()) first = s.WithContext("write-back at close");
-    lock.lock();
+    lock.Lock();
     in_flight_.erase(item.meta.key);
   }
   // Only a parent cycle (a 128-bit key collision) can leave blocks behind.
@@ -99,17 +99,17 @@ Status WriteBackQueue::Stop() {
   for (const BlockKey& key : order_) left.push_back(std::move(queued_.at(key)));
   order_.clear();
   queued_.clear();
-  lock.unlock();
+  lock.Unlock();
   for (const Item& i : left) {
     Status s = write_({i});
     if (!s.ok() && first.ok()) first = s.WithContext("write-back at close");
   }
-  done_cv_.notify_all();
+  done_cv_.NotifyAll();
   return first;
 }
 
 uint64_t WriteBackQueue::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return queued_.size() + in_flight_.size();
 }
 
@@ -148,7 +148,7 @@ std::vector<WriteBackQueue::Item> WriteBackQueue::TakeBatch() {
 }
 
 void WriteBackQueue::Run() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
     if (paused_after_error_ && !stopping_) {
       // Clock time: a FakeClock test advances it instead of sleeping. Ends
@@ -156,19 +156,19 @@ void WriteBackQueue::Run() {
       const uint64_t nanos = retry_interval_ms_ > UINT64_MAX / 1000000
                                  ? UINT64_MAX
                                  : retry_interval_ms_ * 1000000;
-      clock_->WaitFor(work_cv_, lock, nanos,
-                      [&] { return stopping_ || !paused_after_error_; });
+      clock_->WaitFor(work_cv_.native(), lock.native(), nanos,
+                      [&]() REQUIRES(mu_) { return stopping_ || !paused_after_error_; });
       paused_after_error_ = false;
     }
     if (stopping_) return;  // Stop() writes what is left
     std::vector<Item> batch = TakeBatch();
     if (batch.empty()) {
-      work_cv_.wait(lock);
+      work_cv_.Wait(lock);
       continue;
     }
-    lock.unlock();
+    lock.Unlock();
     Status s = write_(batch);
-    lock.lock();
+    lock.Lock();
     Finish(batch, s);
   }
 }
@@ -185,8 +185,8 @@ void WriteBackQueue::Finish(const std::vector<Item>& batch, const Status& s) {
     if (!s.ok() && queued_.emplace(it->meta.key, *it).second)
       order_.push_front(it->meta.key);
   }
-  done_cv_.notify_all();
-  work_cv_.notify_all();
+  done_cv_.NotifyAll();
+  work_cv_.NotifyAll();
 }
 
 }  // namespace prefixkv::ssd

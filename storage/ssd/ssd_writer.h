@@ -11,17 +11,16 @@
 // log append (and, in sync mode, one fsync) covers several blocks. Thread-safe.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/tier.h"
 #include "prefixkv/clock.h"
 
@@ -49,48 +48,52 @@ class WriteBackQueue {
 
   // Queues a block or replaces the queued version of the same key. False when
   // the queue is full (the caller then writes inline), unless `force`.
-  bool Enqueue(const BlockMeta& meta, const SharedBytes& payload, bool force);
+  bool Enqueue(const BlockMeta& meta, const SharedBytes& payload, bool force)
+      EXCLUDES(mu_);
   // The payload/metadata of a queued or in-flight block.
-  std::optional<SharedBytes> Find(const BlockKey& key) const;
-  std::optional<BlockMeta> FindMeta(const BlockKey& key) const;
+  std::optional<SharedBytes> Find(const BlockKey& key) const EXCLUDES(mu_);
+  std::optional<BlockMeta> FindMeta(const BlockKey& key) const EXCLUDES(mu_);
   // Drops a queued block (a direct Put or Remove superseded it); waits first
   // if it is being written. True when something was queued or in flight.
-  bool Cancel(const BlockKey& key);
+  bool Cancel(const BlockKey& key) EXCLUDES(mu_);
   // Waits until everything queued before the call is written, or until an
   // attempt made after the call failed (its Status is returned).
-  Status Flush();
+  Status Flush() EXCLUDES(mu_);
   // Writes what is left with one attempt per block, then joins the threads.
   // Returns the first failure (those blocks are lost) or OK.
-  Status Stop();
-  uint64_t size() const;
+  Status Stop() EXCLUDES(mu_);
+  uint64_t size() const EXCLUDES(mu_);
 
  private:
   using Item = WriteBackItem;
 
-  void Run();
+  void Run() EXCLUDES(mu_);
   // Pops the next item whose parent is neither queued nor in flight in
-  // another batch than `batch`, and marks it in flight. REQUIRES: mu_ held.
-  bool TakeNext(const std::vector<Item>& batch, Item* item);
-  // Up to the batch limits. REQUIRES: mu_ held.
-  std::vector<Item> TakeBatch();
-  void Finish(const std::vector<Item>& batch, const Status& s);
+  // another batch than `batch`, and marks it in flight.
+  bool TakeNext(const std::vector<Item>& batch, Item* item) REQUIRES(mu_);
+  // Up to the batch limits.
+  std::vector<Item> TakeBatch() REQUIRES(mu_);
+  void Finish(const std::vector<Item>& batch, const Status& s) REQUIRES(mu_);
 
   const uint32_t depth_;
   const uint64_t retry_interval_ms_;
   Clock* const clock_;
   const WriteFn write_;
 
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;  // writers wait for items
-  std::condition_variable done_cv_;  // Flush/Cancel wait for progress
-  std::deque<BlockKey> order_;       // FIFO of queued keys
-  std::unordered_map<BlockKey, Item> queued_;
-  std::unordered_map<BlockKey, Item> in_flight_;
-  uint64_t failures_ = 0;  // failed attempts so far
-  Status last_error_;
+  // Never held while write_ runs, nor while taking another lock.
+  mutable Mutex mu_;
+  CondVar work_cv_;                             // writers wait for items (mu_)
+  CondVar done_cv_;                             // Flush/Cancel wait for progress (mu_)
+  std::deque<BlockKey> order_ GUARDED_BY(mu_);  // FIFO of queued keys
+  std::unordered_map<BlockKey, Item> queued_ GUARDED_BY(mu_);
+  std::unordered_map<BlockKey, Item> in_flight_ GUARDED_BY(mu_);
+  uint64_t failures_ GUARDED_BY(mu_) = 0;  // failed attempts so far
+  Status last_error_ GUARDED_BY(mu_);
   // Writers wait retry_interval before retrying; Flush() clears it.
-  bool paused_after_error_ = false;
-  bool stopping_ = false;
+  bool paused_after_error_ GUARDED_BY(mu_) = false;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  // Started by the constructor; joined by the Stop() call that set stopping_
+  // (the only one that gets past it), without mu_: the threads need it.
   std::vector<std::thread> threads_;
 };
 

@@ -12,11 +12,11 @@
 //   hit_copies_payload      false when Get and Pin hand out the stored buffer
 //                           itself (checked by address).
 #include <algorithm>
-#include <mutex>
 #include <random>
 #include <unordered_map>
 
 #include "prefixkv/advanced/hot_tier.h"
+#include "prefixkv/advanced/mutex.h"
 #include "tools/cli/bench_util.h"
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"
@@ -71,13 +71,14 @@ void MeasureHits(int repeats, HotResult* r) {
   r->copies = tier->Get(keys[0])->data() != payload.data() ||
               tier->Pin(keys[1])->payload().data() != payload.data();
 
-  std::mutex mu;
+  // The same lock type the tiers use (prefixkv::Mutex, a std::mutex inside).
+  Mutex mu;
   std::unordered_map<BlockKey, SharedBytes, BlockKeyHash> map;
   for (uint64_t i = 0; i < kBlocks; ++i) map.emplace(MetaOf(i).key, payload);
   r->limit_ns = NanosPerLookup(repeats, keys, [&](const BlockKey& k) {
     SharedBytes b;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       b = map.find(k)->second;
     }
     DoNotOptimize(b.data());

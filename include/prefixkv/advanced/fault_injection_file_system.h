@@ -34,13 +34,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "prefixkv/advanced/file_system.h"
+#include "prefixkv/advanced/mutex.h"
 
 namespace prefixkv {
 
@@ -86,31 +86,36 @@ class FaultInjectionFileSystem final : public FileSystem {
 
   // Adds a fault; faults are checked in the order added and the first that
   // fires decides.
-  void AddFault(FaultSpec fault);
-  void ClearFaults();
+  void AddFault(FaultSpec fault) EXCLUDES(mu_);
+  void ClearFaults() EXCLUDES(mu_);
   // Operations failed by faults so far.
-  uint64_t faults_injected() const;
+  uint64_t faults_injected() const EXCLUDES(mu_);
 
   // Puts every file and name written through this wrapper back to its durable
   // state (see above) and turns the power off. Returns the first error of the
   // file system below (the rollback then may be incomplete).
-  StatusOr<PowerLossReport> SimulatePowerLoss();
+  StatusOr<PowerLossReport> SimulatePowerLoss() EXCLUDES(mu_);
   // Operations work again (new handles only); what is on disk is durable.
-  void PowerOn();
+  void PowerOn() EXCLUDES(mu_);
 
   // FileSystem.
   StatusOr<std::unique_ptr<FileHandle>> OpenFile(const std::string& path,
-                                                 const FileOpenOptions& options) override;
-  Status DeleteFile(const std::string& path) override;
-  Status RenameFile(const std::string& from, const std::string& to) override;
-  StatusOr<uint64_t> FileSize(const std::string& path) override;
-  StatusOr<std::vector<std::string>> ListDir(const std::string& dir) override;
-  Status CreateDir(const std::string& dir) override;
-  Status SyncDir(const std::string& dir) override;
+                                                 const FileOpenOptions& options) override
+      EXCLUDES(mu_);
+  Status DeleteFile(const std::string& path) override EXCLUDES(mu_);
+  Status RenameFile(const std::string& from, const std::string& to) override
+      EXCLUDES(mu_);
+  StatusOr<uint64_t> FileSize(const std::string& path) override EXCLUDES(mu_);
+  StatusOr<std::vector<std::string>> ListDir(const std::string& dir) override
+      EXCLUDES(mu_);
+  Status CreateDir(const std::string& dir) override EXCLUDES(mu_);
+  Status SyncDir(const std::string& dir) override EXCLUDES(mu_);
 
  private:
   class Handle;
-  // The durable state of one file written through the wrapper.
+  // The durable state of one file written through the wrapper. Guarded by
+  // the wrapper's mu_ (reached through nodes_ or a Handle's node; the
+  // analysis cannot name another object's mutex from here).
   struct Node {
     std::string path;  // current name; empty once unlinked
     uint64_t synced_size = 0;
@@ -123,36 +128,46 @@ class FaultInjectionFileSystem final : public FileSystem {
     uint64_t seen = 0;  // matching operations so far
   };
 
-  // REQUIRES: mu_ held. OK, or the error of the first fault that fires
-  // (`*short_write` tells whether it asks for a short write).
-  Status CheckFault(FaultOp op, const std::string& path, bool* short_write = nullptr);
-  // REQUIRES: mu_ held. IOError while the power is off or for a stale handle.
-  Status CheckPower(uint64_t epoch) const;
-  // REQUIRES: mu_ held. Saves the synced content of the pages of [begin, end)
-  // below node.synced_size that have none saved yet, read through `file`.
-  Status SavePages(Node& node, const FileHandle& file, uint64_t begin, uint64_t end);
-  // REQUIRES: mu_ held. Records that `path` is a new (`previous` nullopt) or
-  // replaced name, unless it is recorded already since its directory's sync.
-  void RecordName(const std::string& path, std::optional<std::string> previous);
-  Status RollBackFile(const Node& node, PowerLossReport* report);
-  Status UndoName(const std::string& path, const std::optional<std::string>& previous);
+  // OK, or the error of the first fault that fires (`*short_write` tells
+  // whether it asks for a short write).
+  Status CheckFault(FaultOp op, const std::string& path, bool* short_write = nullptr)
+      REQUIRES(mu_);
+  // IOError while the power is off or for a stale handle.
+  Status CheckPower(uint64_t epoch) const REQUIRES(mu_);
+  // Saves the synced content of the pages of [begin, end) below
+  // node.synced_size that have none saved yet, read through `file`.
+  Status SavePages(Node& node, const FileHandle& file, uint64_t begin, uint64_t end)
+      REQUIRES(mu_);
+  // Records that `path` is a new (`previous` nullopt) or replaced name,
+  // unless it is recorded already since its directory's sync.
+  void RecordName(const std::string& path, std::optional<std::string> previous)
+      REQUIRES(mu_);
+  // (SimulatePowerLoss, holding mu_: nothing may write meanwhile.)
+  Status RollBackFile(const Node& node, PowerLossReport* report) REQUIRES(mu_);
+  Status UndoName(const std::string& path, const std::optional<std::string>& previous)
+      REQUIRES(mu_);
 
   // Called by Handle.
-  StatusOr<size_t> Read(const Handle& h, uint64_t offset, size_t n, void* buf);
-  Status Write(Handle& h, uint64_t offset, const void* data, size_t n);
-  Status SyncFile(Handle& h, bool data_only);
-  Status Truncate(Handle& h, uint64_t size);
+  StatusOr<size_t> Read(const Handle& h, uint64_t offset, size_t n, void* buf)
+      EXCLUDES(mu_);
+  Status Write(Handle& h, uint64_t offset, const void* data, size_t n) EXCLUDES(mu_);
+  Status SyncFile(Handle& h, bool data_only) EXCLUDES(mu_);
+  Status Truncate(Handle& h, uint64_t size) EXCLUDES(mu_);
 
   FileSystem* const base_;
-  mutable std::mutex mu_;
-  bool power_off_ = false;           // GUARDED_BY(mu_)
-  uint64_t epoch_ = 0;               // GUARDED_BY(mu_): +1 at every power loss
-  std::vector<ActiveFault> faults_;  // GUARDED_BY(mu_)
-  uint64_t faults_injected_ = 0;     // GUARDED_BY(mu_)
-  std::unordered_map<std::string, std::shared_ptr<Node>> nodes_;  // GUARDED_BY(mu_)
+  // Held across the operations of `base_` that it keeps books on, so the
+  // books and the files below agree; a leaf: never held while taking another
+  // prefixkv lock.
+  mutable Mutex mu_;
+  bool power_off_ GUARDED_BY(mu_) = false;
+  uint64_t epoch_ GUARDED_BY(mu_) = 0;  // +1 at every power loss
+  std::vector<ActiveFault> faults_ GUARDED_BY(mu_);
+  uint64_t faults_injected_ GUARDED_BY(mu_) = 0;
+  std::unordered_map<std::string, std::shared_ptr<Node>> nodes_ GUARDED_BY(mu_);
   // Per directory: names not yet durable -> what a loss restores (nullopt:
-  // the name did not exist). GUARDED_BY(mu_).
-  std::map<std::string, std::map<std::string, std::optional<std::string>>> names_;
+  // the name did not exist).
+  std::map<std::string, std::map<std::string, std::optional<std::string>>> names_
+      GUARDED_BY(mu_);
 };
 
 }  // namespace prefixkv

@@ -34,6 +34,10 @@
 #include "prefixkv/clock.h"
 
 namespace prefixkv {
+namespace ssd {
+class TierImpl;  // storage/ssd/ssd_tier_impl.h
+struct Access;   // storage/ssd/ssd_tier_impl.h: the module's own way to the TierImpl
+}  // namespace ssd
 
 struct SsdTierOptions {
   // The data directory (created if missing). One tier per directory.
@@ -187,13 +191,11 @@ class SsdTier final : public BlockTier, public EvictionListener {
   const SsdOpenReport& open_report() const;
   uint64_t queued_blocks() const;
 
-  class Impl;  // storage/ssd/ssd_tier_impl.h
-
  private:
-  friend class SsdTierTestPeer;  // storage/ssd/ssd_test_peer.h (tests only)
+  friend struct ssd::Access;
 
-  explicit SsdTier(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit SsdTier(std::unique_ptr<ssd::TierImpl> impl);
+  std::unique_ptr<ssd::TierImpl> impl_;
 };
 
 }  // namespace prefixkv

@@ -17,11 +17,11 @@
 // no frames of its own in TSan's stacks: a memset or memcpy it makes (e.g. a
 // write group's leader appending the followers' small metadata batches to its
 // own) is reported as if the last prefixkv frame made it, hence the
-// suppression of SsdTier::Impl::DbWrite, the one out-of-line function that
+// suppression of ssd::TierImpl::DbWrite, the one out-of-line function that
 // calls RocksDB's write path and does nothing else. Races in prefixkv's own
 // code (index, queue, counters, segments) are still reported.
 extern "C" const char* __tsan_default_suppressions() {
-  return "race:rocksdb::\nrace:prefixkv::SsdTier::Impl::DbWrite\n";
+  return "race:rocksdb::\nrace:prefixkv::ssd::TierImpl::DbWrite\n";
 }
 
 namespace prefixkv {
