@@ -58,7 +58,7 @@ StatusOr<EngineOwner> Engine::Impl::NewOwner(const std::string& name,
 }
 
 EngineModel* Engine::Impl::Find(Namespace ns) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& m : models_) {
     if (m->ns.index == ns.index && m->ns.root == ns.root) return m.get();
   }
@@ -79,7 +79,7 @@ StatusOr<Namespace> Engine::RegisterModel(const NamespaceSpec& spec,
                                           const ModelOptions& options) {
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());
   PKV_ASSIGN_OR_RETURN(std::string fingerprint, spec.Fingerprint());
-  std::lock_guard<std::mutex> lock(impl_->mu_);
+  MutexLock lock(&impl_->mu_);
   for (const auto& m : impl_->models_) {
     if (m->fingerprint != fingerprint) continue;
     if (m->options.store_partial_tail != options.store_partial_tail ||
@@ -114,7 +114,7 @@ StatusOr<Namespace> Engine::RegisterModel(const NamespaceSpec& spec,
 
 StatusOr<Namespace> Engine::FindModel(const BlockKey& root) const {
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());
-  std::lock_guard<std::mutex> lock(impl_->mu_);
+  MutexLock lock(&impl_->mu_);
   for (const auto& m : impl_->models_) {
     if (m->ns.root == root) return m->ns;
   }
@@ -160,7 +160,7 @@ StatusOr<NamespaceSpec> Engine::ModelSpec(Namespace ns) const {
 }
 
 size_t Engine::model_count() const {
-  std::lock_guard<std::mutex> lock(impl_->mu_);
+  MutexLock lock(&impl_->mu_);
   return impl_->models_.size();
 }
 
@@ -169,9 +169,8 @@ Status Engine::Flush() {
   // Every model's dirty hot blocks, then the key-value space's, then the SSD
   // tier's write-back queue (blocks evicted before this call).
   PKV_RETURN_IF_ERROR(impl_->cache_->Flush());
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu_);
-    if (impl_->values_ != nullptr) PKV_RETURN_IF_ERROR(impl_->values_->stack->Flush());
+  if (TierStack* values = impl_->values_stack_.load(std::memory_order_acquire)) {
+    PKV_RETURN_IF_ERROR(values->Flush());
   }
   return impl_->ssd_ != nullptr ? impl_->ssd_->Flush() : Status::OK();
 }
@@ -183,8 +182,12 @@ Status Engine::Close() {
   // Top down: nothing below may be destroyed while something above uses it.
   // The stacks unregister themselves as their hot views' listeners.
   impl_->cache_.reset();
-  impl_->values_.reset();
-  impl_->models_.clear();
+  {
+    MutexLock lock(&impl_->mu_);
+    impl_->values_stack_.store(nullptr, std::memory_order_release);
+    impl_->values_.reset();
+    impl_->models_.clear();
+  }
   impl_->budget_.reset();
   Status closed = impl_->ssd_ != nullptr ? impl_->ssd_->Close() : Status::OK();
   impl_->ssd_.reset();

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "prefixkv/advanced/hot_tier.h"
+#include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/prefix_cache.h"
 #include "prefixkv/advanced/shared_hot_budget.h"
 #include "prefixkv/advanced/ssd_tier.h"
@@ -53,11 +54,12 @@ class Engine::Impl {
   // An owner of the budget with its hot view and stack (RegisterModel, the
   // key-value space). REQUIRES: mu_ held.
   StatusOr<EngineOwner> NewOwner(const std::string& name,
-                                 std::optional<uint64_t> quota_bytes);
-  // The model of a namespace handle, or null. Takes mu_.
-  EngineModel* Find(Namespace ns) const;
-  // The key-value space's stack, created on first use. Takes mu_.
-  StatusOr<TierStack*> Values();
+                                 std::optional<uint64_t> quota_bytes) REQUIRES(mu_);
+  // The model of a namespace handle, or null.
+  EngineModel* Find(Namespace ns) const EXCLUDES(mu_);
+  // The key-value space's stack, created on first use (under mu_; later calls
+  // read it without a lock).
+  StatusOr<TierStack*> Values() EXCLUDES(mu_);
 
   Status CheckOpen() const {
     return closed_.load(std::memory_order_acquire)
@@ -71,11 +73,15 @@ class Engine::Impl {
   std::unique_ptr<PrefixCache> cache_;
   std::atomic<bool> closed_{false};
 
-  mutable std::mutex mu_;
-  std::vector<std::unique_ptr<EngineModel>> models_;  // GUARDED_BY(mu_)
-  std::unique_ptr<EngineOwner> values_;               // GUARDED_BY(mu_)
-  // Memory charges' owners by name (OpenMemoryCharge). GUARDED_BY(mu_)
-  std::vector<std::pair<std::string, OwnerId>> charges_;
+  // Guards the tables below. Taken before the prefix cache's and the
+  // budget's locks (RegisterModel calls into both while holding it).
+  mutable Mutex mu_;
+  std::vector<std::unique_ptr<EngineModel>> models_ GUARDED_BY(mu_);
+  std::unique_ptr<EngineOwner> values_ GUARDED_BY(mu_);
+  // values_->stack once created; what every GET/SET reads, without mu_.
+  std::atomic<TierStack*> values_stack_{nullptr};
+  // Memory charges' owners by name (OpenMemoryCharge).
+  std::vector<std::pair<std::string, OwnerId>> charges_ GUARDED_BY(mu_);
 };
 
 }  // namespace prefixkv

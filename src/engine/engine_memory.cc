@@ -73,7 +73,7 @@ StatusOr<std::shared_ptr<MemoryCharge>> Engine::OpenMemoryCharge(
     return Status::InvalidArgument("engine has no hot tier to charge memory to");
   }
   SharedHotBudget& budget = *impl_->budget_;
-  std::lock_guard<std::mutex> lock(impl_->mu_);
+  MutexLock lock(&impl_->mu_);
   auto known = std::find_if(impl_->charges_.begin(), impl_->charges_.end(),
                             [&](const auto& charge) { return charge.first == name; });
   OwnerId owner = 0;

@@ -25,7 +25,7 @@ EngineStats Engine::Stats() const {
     s.ssd_queued_blocks = impl.ssd_->queued_blocks();
   }
   if (impl.CheckOpen().ok()) {
-    std::lock_guard<std::mutex> lock(impl.mu_);
+    MutexLock lock(&impl.mu_);
     for (const auto& m : impl.models_) s.dirty_blocks += m->tiers.stack->dirty_blocks();
     if (impl.values_ != nullptr) s.dirty_blocks += impl.values_->stack->dirty_blocks();
   }

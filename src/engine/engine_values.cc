@@ -19,10 +19,12 @@ BlockKey ValueKey(std::string_view name) {
 }  // namespace
 
 StatusOr<TierStack*> Engine::Impl::Values() {
-  std::lock_guard<std::mutex> lock(mu_);
+  if (TierStack* stack = values_stack_.load(std::memory_order_acquire)) return stack;
+  MutexLock lock(&mu_);
   if (values_ == nullptr) {
     PKV_ASSIGN_OR_RETURN(EngineOwner owner, NewOwner("values", std::nullopt));
     values_ = std::make_unique<EngineOwner>(std::move(owner));
+    values_stack_.store(values_->stack.get(), std::memory_order_release);
   }
   return values_->stack.get();
 }

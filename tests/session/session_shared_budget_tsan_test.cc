@@ -21,7 +21,7 @@
 // the write-back commits) are false reports; tests/storage/ssd/
 // ssd_tier_tsan_test.cc explains the suppression it shares with this test.
 extern "C" const char* __tsan_default_suppressions() {
-  return "race:rocksdb::\nrace:prefixkv::SsdTier::Impl::DbWrite\n";
+  return "race:rocksdb::\nrace:prefixkv::ssd::TierImpl::DbWrite\n";
 }
 
 namespace prefixkv {
