@@ -16,14 +16,13 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <unordered_map>
 
 #include "commands.h"
 #include "connection.h"
+#include "prefixkv/advanced/mutex.h"
 
 namespace prefixkv {
 
@@ -74,12 +73,12 @@ class Server::Impl {
   std::optional<asio::steady_timer> timer_;  // idle sweeps and accept retries
   size_t next_context_ = 0;                  // acceptor thread only
 
-  mutable std::mutex mu_;
-  std::condition_variable all_closed_;
-  std::unordered_map<Connection*, std::shared_ptr<Connection>>
-      connections_;       // GUARDED_BY(mu_)
-  bool started_ = false;  // GUARDED_BY(mu_)
-  bool stopped_ = false;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar all_closed_;
+  std::unordered_map<Connection*, std::shared_ptr<Connection>> connections_
+      GUARDED_BY(mu_);
+  bool started_ GUARDED_BY(mu_) = false;
+  bool stopped_ GUARDED_BY(mu_) = false;
 };
 
 Server::Impl::Impl(ServerOptions options, Engine* engine)
@@ -105,7 +104,7 @@ Status Server::Impl::Start() {
     return Status::InvalidArgument("read_chunk_bytes must be >= 512");
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (started_) return Status::InvalidArgument("server already started");
     started_ = true;
   }
@@ -158,7 +157,7 @@ void Server::Impl::OnAccepted(tcp::socket socket) {
   std::shared_ptr<Connection> conn;
   bool stopping = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping = stopped_;
     if (!stopping && connections_.size() < options_.max_connections) {
       conn = std::make_shared<Connection>(std::move(socket), &env_);
@@ -181,9 +180,9 @@ void Server::Impl::OnAccepted(tcp::socket socket) {
 }
 
 void Server::Impl::OnClosed(Connection* c) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   connections_.erase(c);
-  if (connections_.empty()) all_closed_.notify_all();
+  if (connections_.empty()) all_closed_.NotifyAll();
 }
 
 void Server::Impl::ScheduleSweep() {
@@ -200,7 +199,7 @@ size_t Server::Impl::SweepIdle() {
   if (options_.idle_timeout_ms == 0) return 0;
   uint64_t now = clock_->NowMillis();
   size_t closed = 0;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& [ptr, conn] : connections_) {
     uint64_t last = conn->last_activity_ms();
     if (now > last && now - last > options_.idle_timeout_ms) {
@@ -214,7 +213,7 @@ size_t Server::Impl::SweepIdle() {
 
 void Server::Impl::Stop() {
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!started_ || stopped_) return;
     stopped_ = true;
   }
@@ -223,14 +222,14 @@ void Server::Impl::Stop() {
     acceptor_->close(ignored);
     timer_->cancel();
   });
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& [ptr, conn] : connections_) conn->PostShutdown();
-  if (!all_closed_.wait_for(lock, kShutdownGrace,
-                            [this] { return connections_.empty(); })) {
+  auto all_closed = [this]() REQUIRES(mu_) { return connections_.empty(); };
+  if (!all_closed_.WaitFor(lock, kShutdownGrace, all_closed)) {
     for (auto& [ptr, conn] : connections_) conn->PostClose();  // clients that never read
-    all_closed_.wait(lock, [this] { return connections_.empty(); });
+    all_closed_.Wait(lock, all_closed);
   }
-  lock.unlock();
+  lock.Unlock();
   for (auto& guard : guards_) guard.reset();
   for (auto& ctx : contexts_) ctx->stop();
   for (auto& t : threads_) t.join();
@@ -239,7 +238,7 @@ void Server::Impl::Stop() {
 ServerStats Server::Impl::Stats() const {
   ServerStats s;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     s.connected_clients = connections_.size();
   }
   s.total_connections_received = counters_.total_connections_received.load();
