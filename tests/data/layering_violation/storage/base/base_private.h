@@ -1,0 +1,2 @@
+// A private header of the base module.
+#pragma once
