@@ -82,7 +82,7 @@ void BudgetState::AuditOwner(OwnerId id, TierCounters* recomputed, size_t* linke
 }
 
 void BudgetState::Audit(std::vector<AuditFinding>* findings) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   TierCounters sum;
   size_t linked_total = 0;
   for (OwnerId id = 0; id < owners_.size(); ++id) {

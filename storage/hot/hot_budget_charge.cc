@@ -30,7 +30,7 @@ Status BudgetState::Charge(OwnerId owner_id, uint64_t bytes, uint64_t* shortfall
   if (shortfall_bytes != nullptr) *shortfall_bytes = 0;
   std::vector<Delivery> deliveries;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (owner_id >= owners_.size()) return UnknownOwner(owner_id);
     if (bytes == 0) return Status::OK();
     OwnerState& owner = Owner(owner_id);
@@ -64,7 +64,7 @@ Status BudgetState::Charge(OwnerId owner_id, uint64_t bytes, uint64_t* shortfall
 }
 
 Status BudgetState::Uncharge(OwnerId owner_id, uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (owner_id >= owners_.size()) return UnknownOwner(owner_id);
   OwnerState& owner = Owner(owner_id);
   if (bytes > owner.charged_bytes) {

@@ -125,7 +125,7 @@ Status BudgetState::Put(OwnerId owner_id, const BlockMeta& meta_in, SharedBytes 
   const uint64_t charge = HotEntryCharge(payload.size());
   std::vector<Delivery> deliveries;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     OwnerState& owner = Owner(owner_id);
     if (charge > capacity_bytes_ || (owner.quota_bytes && charge > *owner.quota_bytes)) {
       return Status::NoSpace("hot tier: block of " + std::to_string(charge) +

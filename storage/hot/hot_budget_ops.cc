@@ -58,7 +58,7 @@ void BudgetState::AddChildRef(OwnerState& owner, const BlockMeta& child, int del
 }
 
 StatusOr<SharedBytes> BudgetState::Get(OwnerId owner, const BlockKey& key) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   HotEntry* e = Find(owner, key);
   if (e == nullptr && !Owner(owner).spilling.empty()) {
     WaitForSpill(lock, owner, key);  // then it is in the lower tier
@@ -77,7 +77,7 @@ StatusOr<SharedBytes> BudgetState::Get(OwnerId owner, const BlockKey& key) {
 }
 
 std::optional<PinnedBlock> BudgetState::Pin(OwnerId owner, const BlockKey& key) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   HotEntry* e = Find(owner, key);
   if (e == nullptr && !Owner(owner).spilling.empty()) {
     WaitForSpill(lock, owner, key);
@@ -100,7 +100,7 @@ std::optional<PinnedBlock> BudgetState::Pin(OwnerId owner, const BlockKey& key) 
 }
 
 void BudgetState::Unpin(HotEntry* e) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (--e->facts.pins == 0) {
     OwnerState& o = Owner(e->facts.owner);
     o.counters.pinned_bytes -= e->facts.charge_bytes;
@@ -109,7 +109,7 @@ void BudgetState::Unpin(HotEntry* e) {
 }
 
 StatusOr<BlockMeta> BudgetState::Peek(OwnerId owner, const BlockKey& key) const {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const auto& entries = Owner(owner).entries;
   auto it = entries.find(key);
   if (it == entries.end() && !Owner(owner).spilling.empty()) {
@@ -121,7 +121,7 @@ StatusOr<BlockMeta> BudgetState::Peek(OwnerId owner, const BlockKey& key) const 
 }
 
 bool BudgetState::Contains(OwnerId owner, const BlockKey& key) const {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (Owner(owner).entries.contains(key)) return true;
   if (Owner(owner).spilling.empty()) return false;
   WaitForSpill(lock, owner, key);
@@ -129,7 +129,7 @@ bool BudgetState::Contains(OwnerId owner, const BlockKey& key) const {
 }
 
 Status BudgetState::Remove(OwnerId owner, const BlockKey& key) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   OwnerState& o = Owner(owner);
   auto it = o.entries.find(key);
   // A block being spilled is removed from the lower tier by the caller, which
@@ -155,7 +155,7 @@ Status BudgetState::Remove(OwnerId owner, const BlockKey& key) {
 void BudgetState::ForEach(
     OwnerId owner,
     const std::function<void(const BlockMeta&, uint64_t bytes)>& fn) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [key, e] : Owner(owner).entries) fn(e.meta, e.facts.charge_bytes);
 }
 

@@ -15,19 +15,27 @@
 // committed or rolled back, so a failed insert changes nothing. Committed
 // victims become Deliveries that the caller hands to listeners after
 // releasing the mutex.
+//
+// Locking (checked by clang's -Wthread-safety): BudgetState::mu_ is the only
+// lock of this module's budget. It is a leaf: nothing else is locked, and no
+// listener or callback other than ForEach's runs, while it is held. Listeners
+// run after it is released (Deliver); waits for a spill in flight
+// (WaitForSpill, SetListener) release it while they wait. OwnerState and
+// HotEntry have no annotations of their own: they are reached only through
+// owners_ (GUARDED_BY mu_), via Owner() and Find(), which REQUIRE mu_, or,
+// for a pinned entry, through Unpin(), which takes it.
 #pragma once
 
 #include <boost/intrusive/set.hpp>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "prefixkv/advanced/hot_tier.h"
+#include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/shared_hot_budget.h"
 
 namespace prefixkv {
@@ -35,6 +43,14 @@ class HotBudgetTestPeer;
 }  // namespace prefixkv
 
 namespace prefixkv::hot_internal {
+
+// SharedHotBudget befriends this (and nothing else of the module's): module
+// code, and the tests of storage/hot that corrupt a budget to prove Audit()
+// notices (tests/storage/hot/hot_budget_test_peer.h), reach a budget's
+// state through it. Defined in shared_hot_budget.cc.
+struct Access {
+  static BudgetState& StateOf(SharedHotBudget& budget);
+};
 
 namespace bi = boost::intrusive;
 using OrderHook = bi::set_member_hook<bi::link_mode<bi::safe_link>>;
@@ -70,6 +86,8 @@ using OwnerOrder =
     bi::set<HotEntry, bi::member_hook<HotEntry, OrderHook, &HotEntry::owner_hook>,
             bi::compare<EntryOrder>>;
 
+// One owner's part of the budget; every field is guarded by the BudgetState's
+// mu_ (reached only through BudgetState::Owner(), which REQUIRES it).
 struct OwnerState {
   std::string name;
   std::optional<uint64_t> quota_bytes;  // nullopt: limited by the budget only
@@ -102,58 +120,64 @@ struct Delivery {
   bool dirty;
 };
 
-// Thread-safe: public methods lock mu_; private helpers REQUIRE it held.
+// Thread-safe: public methods lock mu_ (EXCLUDES); private helpers REQUIRE it.
 class BudgetState {
  public:
-  friend class prefixkv::HotBudgetTestPeer;  // tests/storage/hot_tier_test.cc
+  // Corrupts a budget's counters and entries (under mu_) to prove Audit()
+  // notices: tests/storage/hot/hot_budget_test_peer.h.
+  friend class prefixkv::HotBudgetTestPeer;
 
   explicit BudgetState(const SharedHotBudgetOptions& options);
   ~BudgetState();
 
   // Owners (shared_hot_budget.cc).
   StatusOr<OwnerId> RegisterOwner(const std::string& name,
-                                  std::optional<uint64_t> quota_bytes);
-  Status SetOwnerQuota(OwnerId owner, std::optional<uint64_t> quota_bytes);
-  StatusOr<std::optional<uint64_t>> OwnerQuota(OwnerId owner) const;
-  StatusOr<std::string> OwnerName(OwnerId owner) const;
-  size_t owner_count() const;
-  TierCounters Totals() const;
-  TierCounters OwnerCounters(OwnerId owner) const;
+                                  std::optional<uint64_t> quota_bytes) EXCLUDES(mu_);
+  Status SetOwnerQuota(OwnerId owner, std::optional<uint64_t> quota_bytes) EXCLUDES(mu_);
+  StatusOr<std::optional<uint64_t>> OwnerQuota(OwnerId owner) const EXCLUDES(mu_);
+  StatusOr<std::string> OwnerName(OwnerId owner) const EXCLUDES(mu_);
+  size_t owner_count() const EXCLUDES(mu_);
+  TierCounters Totals() const EXCLUDES(mu_);
+  TierCounters OwnerCounters(OwnerId owner) const EXCLUDES(mu_);
   // Returns once no delivery to the previous listener is in flight.
   // REQUIRES: not called from an eviction listener.
-  void SetListener(OwnerId owner, EvictionListener* listener);
+  void SetListener(OwnerId owner, EvictionListener* listener) EXCLUDES(mu_);
   uint64_t capacity_bytes() const { return capacity_bytes_; }
   std::string_view policy_name() const { return policy_->name(); }
 
   // One owner's blocks (hot_budget_ops.cc, hot_budget_insert.cc).
   // REQUIRES for all: `owner` registered.
-  Status Put(OwnerId owner, const BlockMeta& meta, SharedBytes payload, bool dirty);
-  StatusOr<SharedBytes> Get(OwnerId owner, const BlockKey& key);
-  std::optional<PinnedBlock> Pin(OwnerId owner, const BlockKey& key);
-  void Unpin(HotEntry* entry);
-  StatusOr<BlockMeta> Peek(OwnerId owner, const BlockKey& key) const;
-  bool Contains(OwnerId owner, const BlockKey& key) const;
-  Status Remove(OwnerId owner, const BlockKey& key);
+  Status Put(OwnerId owner, const BlockMeta& meta, SharedBytes payload, bool dirty)
+      EXCLUDES(mu_);
+  StatusOr<SharedBytes> Get(OwnerId owner, const BlockKey& key) EXCLUDES(mu_);
+  std::optional<PinnedBlock> Pin(OwnerId owner, const BlockKey& key) EXCLUDES(mu_);
+  void Unpin(HotEntry* entry) EXCLUDES(mu_);
+  StatusOr<BlockMeta> Peek(OwnerId owner, const BlockKey& key) const EXCLUDES(mu_);
+  bool Contains(OwnerId owner, const BlockKey& key) const EXCLUDES(mu_);
+  Status Remove(OwnerId owner, const BlockKey& key) EXCLUDES(mu_);
+  // Calls `fn` under mu_: it must not call back into the budget.
   void ForEach(OwnerId owner,
-               const std::function<void(const BlockMeta&, uint64_t bytes)>& fn) const;
+               const std::function<void(const BlockMeta&, uint64_t bytes)>& fn) const
+      EXCLUDES(mu_);
 
   // External charges (hot_budget_charge.cc); see SharedHotBudget.
-  Status Charge(OwnerId owner, uint64_t bytes, uint64_t* shortfall_bytes);
-  Status Uncharge(OwnerId owner, uint64_t bytes);
+  Status Charge(OwnerId owner, uint64_t bytes, uint64_t* shortfall_bytes) EXCLUDES(mu_);
+  Status Uncharge(OwnerId owner, uint64_t bytes) EXCLUDES(mu_);
 
   // hot_budget_audit.cc.
-  void Audit(std::vector<AuditFinding>* findings) const;
+  void Audit(std::vector<AuditFinding>* findings) const EXCLUDES(mu_);
 
  private:
-  OwnerState& Owner(OwnerId id) { return *owners_[id]; }
-  const OwnerState& Owner(OwnerId id) const { return *owners_[id]; }
-  HotEntry* Find(OwnerId owner, const BlockKey& key);
+  OwnerState& Owner(OwnerId id) REQUIRES(mu_) { return *owners_[id]; }
+  const OwnerState& Owner(OwnerId id) const REQUIRES(mu_) { return *owners_[id]; }
+  HotEntry* Find(OwnerId owner, const BlockKey& key) REQUIRES(mu_);
 
   // Ordered-set maintenance. Linkable: belongs in the orders (pinned or not).
-  bool Linkable(const HotEntry& e) const {
+  bool Linkable(const HotEntry& e) const REQUIRES(mu_) {
     return !e.in_flight && policy_->MayEvict(e.facts);
   }
   // The first entry of `order` that is not pinned: the next victim, or null.
+  // REQUIRES: mu_ held (an order is guarded by it; static, so not annotated).
   template <typename Order>
   static HotEntry* FirstUnpinned(Order& order) {
     for (HotEntry& e : order) {
@@ -161,53 +185,55 @@ class BudgetState {
     }
     return nullptr;
   }
-  void Unlink(HotEntry& e);
-  void Relink(HotEntry& e);
-  void Touch(HotEntry& e);
+  void Unlink(HotEntry& e) REQUIRES(mu_);
+  void Relink(HotEntry& e) REQUIRES(mu_);
+  void Touch(HotEntry& e) REQUIRES(mu_);
   // Adds `delta` to the resident-children count of `child`'s parent and
   // refreshes the parent's place in the orders if it is resident.
-  void AddChildRef(OwnerState& owner, const BlockMeta& child, int delta);
+  void AddChildRef(OwnerState& owner, const BlockMeta& child, int delta) REQUIRES(mu_);
 
   // Victim selection (hot_budget_insert.cc). TakeVictim unlinks `victim`
   // (the first unpinned entry of an order) tentatively and returns its charge.
-  uint64_t TakeVictim(HotEntry& victim, std::vector<HotEntry*>* victims);
-  void CommitVictims(const std::vector<HotEntry*>& victims, std::vector<Delivery>* out);
+  uint64_t TakeVictim(HotEntry& victim, std::vector<HotEntry*>* victims) REQUIRES(mu_);
+  void CommitVictims(const std::vector<HotEntry*>& victims, std::vector<Delivery>* out)
+      REQUIRES(mu_);
   // Calls every delivery's listener, then releases their in-flight counts.
-  // REQUIRES: mu_ NOT held.
-  void Deliver(const std::vector<Delivery>& deliveries);
-  void RollbackVictims(const std::vector<HotEntry*>& victims);
+  void Deliver(const std::vector<Delivery>& deliveries) EXCLUDES(mu_);
+  void RollbackVictims(const std::vector<HotEntry*>& victims) REQUIRES(mu_);
   // Tentatively evicts until `owner` holding `owner_after` bytes fits its
   // quota and the budget holding `total_after` fits its capacity. Returns the
   // bytes still missing once nothing more can be evicted (the larger of the
   // two excesses); 0 when it fits. Non-zero: the victims must be rolled back.
   uint64_t PlanRoom(OwnerState& owner, uint64_t owner_after, uint64_t total_after,
-                    std::vector<HotEntry*>* victims);
+                    std::vector<HotEntry*>* victims) REQUIRES(mu_);
   void Replace(OwnerState& owner, HotEntry& e, const BlockMeta& meta, SharedBytes payload,
-               bool dirty);
+               bool dirty) REQUIRES(mu_);
   void InsertNew(OwnerState& owner, const BlockMeta& meta, SharedBytes payload,
-                 bool dirty);
+                 bool dirty) REQUIRES(mu_);
 
   // Audit helpers (hot_budget_audit.cc).
   void AuditOwner(OwnerId id, TierCounters* recomputed, size_t* linked_count,
-                  std::vector<AuditFinding>* findings) const;
+                  std::vector<AuditFinding>* findings) const REQUIRES(mu_);
+
+  // Blocks until no dirty delivery of `key` is in flight (see OwnerState::
+  // spilling), releasing mu_ while it waits. REQUIRES: not called from an
+  // eviction listener for the key it is delivering.
+  void WaitForSpill(MutexLock& lock, OwnerId owner, const BlockKey& key) const
+      REQUIRES(mu_) {
+    deliveries_done_.Wait(
+        lock, [&]() REQUIRES(mu_) { return !Owner(owner).spilling.contains(key); });
+  }
 
   const uint64_t capacity_bytes_;
   const std::unique_ptr<EvictionPolicy> policy_;
-  // Blocks until no dirty delivery of `key` is in flight (see OwnerState::
-  // spilling). REQUIRES: `lock` holds mu_; not called from an eviction
-  // listener for the key it is delivering.
-  void WaitForSpill(std::unique_lock<std::mutex>& lock, OwnerId owner,
-                    const BlockKey& key) const {
-    deliveries_done_.wait(lock, [&] { return !Owner(owner).spilling.contains(key); });
-  }
 
-  mutable std::mutex mu_;
-  // Signalled when in-flight counts drop.
-  mutable std::condition_variable deliveries_done_;
-  std::vector<std::unique_ptr<OwnerState>> owners_;  // index = OwnerId; GUARDED_BY(mu_)
-  TierCounters total_;                               // GUARDED_BY(mu_)
-  uint64_t access_seq_ = 0;                          // GUARDED_BY(mu_)
-  GlobalOrder order_;  // every owner's candidates, pinned or not; GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  // Signalled (after mu_ is released) when in-flight counts drop.
+  mutable CondVar deliveries_done_;
+  std::vector<std::unique_ptr<OwnerState>> owners_ GUARDED_BY(mu_);  // index = OwnerId
+  TierCounters total_ GUARDED_BY(mu_);
+  uint64_t access_seq_ GUARDED_BY(mu_) = 0;
+  GlobalOrder order_ GUARDED_BY(mu_);  // every owner's candidates, pinned or not
 };
 
 }  // namespace prefixkv::hot_internal

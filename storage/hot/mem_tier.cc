@@ -65,7 +65,7 @@ Status MemTier::Put(const BlockMeta& meta, SharedBytes payload, bool dirty) {
   std::vector<Victim> victims;
   EvictionListener* listener;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto found = entries_.find(meta.key);
     if (found != entries_.end()) {
       // Replace in place: uncharge the old version first so a smaller payload
@@ -86,24 +86,23 @@ Status MemTier::Put(const BlockMeta& meta, SharedBytes payload, bool dirty) {
   if (victims.empty()) return Status::OK();
   for (const Victim& v : victims) listener->OnEvict(v.meta, v.payload, v.dirty);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (const Victim& v : victims) {
       if (!v.dirty) continue;
       auto it = spilling_.find(v.meta.key);
       if (--it->second == 0) spilling_.erase(it);
     }
   }
-  spill_done_.notify_all();
+  spill_done_.NotifyAll();
   return Status::OK();
 }
 
-void MemTier::WaitForSpill(std::unique_lock<std::mutex>& lock,
-                           const BlockKey& key) const {
-  spill_done_.wait(lock, [&] { return !spilling_.contains(key); });
+void MemTier::WaitForSpill(MutexLock& lock, const BlockKey& key) const {
+  spill_done_.Wait(lock, [&]() REQUIRES(mu_) { return !spilling_.contains(key); });
 }
 
 StatusOr<SharedBytes> MemTier::Get(const BlockKey& key) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto found = entries_.find(key);
   if (found == entries_.end() && !spilling_.empty()) {
     WaitForSpill(lock, key);
@@ -124,7 +123,7 @@ StatusOr<SharedBytes> MemTier::Get(const BlockKey& key) {
 }
 
 StatusOr<BlockMeta> MemTier::Peek(const BlockKey& key) const {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto found = entries_.find(key);
   if (found == entries_.end() && !spilling_.empty()) {
     WaitForSpill(lock, key);
@@ -135,14 +134,14 @@ StatusOr<BlockMeta> MemTier::Peek(const BlockKey& key) const {
 }
 
 bool MemTier::Contains(const BlockKey& key) const {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (entries_.contains(key) || spilling_.empty()) return entries_.contains(key);
   WaitForSpill(lock, key);
   return entries_.contains(key);
 }
 
 Status MemTier::Remove(const BlockKey& key) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto found = entries_.find(key);
   if (found == entries_.end() && !spilling_.empty()) {
     WaitForSpill(lock, key);
@@ -159,18 +158,18 @@ Status MemTier::Remove(const BlockKey& key) {
 }
 
 TierCounters MemTier::Totals() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return total_;
 }
 
 TierCounters MemTier::OwnerCounters(OwnerId owner) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto found = owners_.find(owner);
   return found == owners_.end() ? TierCounters{} : found->second;
 }
 
 Status MemTier::Audit(std::vector<AuditFinding>* findings) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // State counters recomputed from the entries themselves.
   std::map<OwnerId, TierCounters> state;
   TierCounters state_total;
@@ -212,12 +211,12 @@ Status MemTier::Audit(std::vector<AuditFinding>* findings) {
 
 void MemTier::ForEach(
     const std::function<void(const BlockMeta&, uint64_t bytes)>& fn) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [key, e] : entries_) fn(e.meta, e.charge);
 }
 
 void MemTier::SetEvictionListener(EvictionListener* listener) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   listener_ = listener;
 }
 

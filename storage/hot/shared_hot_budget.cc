@@ -13,11 +13,13 @@
 namespace prefixkv {
 namespace hot_internal {
 
+BudgetState& Access::StateOf(SharedHotBudget& budget) { return *budget.state_; }
+
 void BudgetState::Deliver(const std::vector<Delivery>& deliveries) {
   if (deliveries.empty()) return;
   for (const Delivery& d : deliveries) d.listener->OnEvict(d.meta, d.payload, d.dirty);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (const Delivery& d : deliveries) {
       OwnerState& owner = Owner(d.meta.owner);
       --owner.deliveries_in_flight;
@@ -26,7 +28,7 @@ void BudgetState::Deliver(const std::vector<Delivery>& deliveries) {
       if (--it->second == 0) owner.spilling.erase(it);
     }
   }
-  deliveries_done_.notify_all();
+  deliveries_done_.NotifyAll();
 }
 
 BudgetState::BudgetState(const SharedHotBudgetOptions& options)
@@ -46,7 +48,7 @@ StatusOr<OwnerId> BudgetState::RegisterOwner(const std::string& name,
   if (quota_bytes && *quota_bytes == 0) {
     return Status::InvalidArgument("hot budget: zero quota for owner " + name);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& owner : owners_) {
     if (owner->name == name) {
       return Status::InvalidArgument("hot budget: owner " + name + " already registered");
@@ -64,7 +66,7 @@ Status BudgetState::SetOwnerQuota(OwnerId id, std::optional<uint64_t> quota_byte
     return Status::InvalidArgument("hot budget: zero quota");
   std::vector<Delivery> deliveries;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (id >= owners_.size()) {
       return Status::InvalidArgument("hot budget: unknown owner " + std::to_string(id));
     }
@@ -93,39 +95,40 @@ Status BudgetState::SetOwnerQuota(OwnerId id, std::optional<uint64_t> quota_byte
 }
 
 StatusOr<std::optional<uint64_t>> BudgetState::OwnerQuota(OwnerId id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (id >= owners_.size()) return Status::NotFound("hot budget: unknown owner");
   return Owner(id).quota_bytes;
 }
 
 StatusOr<std::string> BudgetState::OwnerName(OwnerId id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (id >= owners_.size()) return Status::NotFound("hot budget: unknown owner");
   return Owner(id).name;
 }
 
 size_t BudgetState::owner_count() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return owners_.size();
 }
 
 TierCounters BudgetState::Totals() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return total_;
 }
 
 TierCounters BudgetState::OwnerCounters(OwnerId id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return id < owners_.size() ? Owner(id).counters : TierCounters{};
 }
 
 void BudgetState::SetListener(OwnerId id, EvictionListener* listener) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   OwnerState& owner = Owner(id);
   owner.listener = listener;
   // New victims already go to `listener`; wait out calls to the old one so
   // its owner may destroy it as soon as this returns.
-  deliveries_done_.wait(lock, [&] { return owner.deliveries_in_flight == 0; });
+  deliveries_done_.Wait(
+      lock, [&]() REQUIRES(mu_) { return Owner(id).deliveries_in_flight == 0; });
 }
 
 }  // namespace hot_internal

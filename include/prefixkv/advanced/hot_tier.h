@@ -31,7 +31,7 @@ struct HotEntry;
 // ordered-set hooks: 200) in its hash-map node (+48 with allocator header),
 // the payload's shared control block (~48), its parent's child-count slot
 // (~56) and hash buckets (~16). Fixed here so accounting is exact and
-// portable; storage/hot_budget_state.h asserts the entry still fits.
+// portable; storage/hot/hot_budget_state.h asserts the entry still fits.
 inline constexpr uint64_t kHotEntryOverheadBytes = 384;
 
 // THE charge of a hot block, used for every counter, quota and budget check:

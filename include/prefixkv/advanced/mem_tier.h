@@ -7,14 +7,13 @@
 // no shared budget and no eviction policy choice; see hot_tier.h for those.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <list>
 #include <map>
-#include <mutex>
 #include <string_view>
 #include <unordered_map>
 
+#include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/tier.h"
 
 namespace prefixkv {
@@ -30,8 +29,9 @@ struct MemTierOptions {
   uint64_t capacity_bytes = 0;
 };
 
-// Thread-safe: every method may be called concurrently (one internal mutex).
-// The eviction listener is called after the mutex is released.
+// Thread-safe: every method may be called concurrently (one internal mutex,
+// a leaf: nothing else is locked under it). The eviction listener is called
+// after the mutex is released; ForEach's callback runs under it.
 class MemTier final : public BlockTier {
  public:
   explicit MemTier(MemTierOptions options = {});
@@ -82,28 +82,28 @@ class MemTier final : public BlockTier {
   };
 
   // Applies `sign` (+1/-1) times the entry's state counters to its owner and
-  // the totals. REQUIRES: mu_ held.
-  void Account(const Entry& e, int sign);
+  // the totals.
+  void Account(const Entry& e, int sign) REQUIRES(mu_);
   // Evicts least recently used entries until `incoming` more bytes fit,
-  // appending what the listener must receive to `victims`. REQUIRES: mu_ held
-  // and incoming <= capacity (so it always succeeds: MemTier never pins).
-  void EvictFor(uint64_t incoming, std::vector<Victim>* victims);
-  TierCounters& Owner(OwnerId owner) { return owners_[owner]; }
+  // appending what the listener must receive to `victims`. REQUIRES:
+  // incoming <= capacity (so it always succeeds: MemTier never pins).
+  void EvictFor(uint64_t incoming, std::vector<Victim>* victims) REQUIRES(mu_);
+  TierCounters& Owner(OwnerId owner) REQUIRES(mu_) { return owners_[owner]; }
+  // Waits while `key` is being spilled, releasing mu_ meanwhile.
+  void WaitForSpill(MutexLock& lock, const BlockKey& key) const REQUIRES(mu_);
 
   const MemTierOptions options_;
-  mutable std::mutex mu_;
-  std::unordered_map<BlockKey, Entry, BlockKeyHash> entries_;  // GUARDED_BY(mu_)
-  std::list<BlockKey> lru_;                 // front = most recent; GUARDED_BY(mu_)
-  std::map<OwnerId, TierCounters> owners_;  // GUARDED_BY(mu_)
-  TierCounters total_;                      // GUARDED_BY(mu_)
-  EvictionListener* listener_ = nullptr;    // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::unordered_map<BlockKey, Entry, BlockKeyHash> entries_ GUARDED_BY(mu_);
+  std::list<BlockKey> lru_ GUARDED_BY(mu_);  // front = most recent
+  std::map<OwnerId, TierCounters> owners_ GUARDED_BY(mu_);
+  TierCounters total_ GUARDED_BY(mu_);
+  EvictionListener* listener_ GUARDED_BY(mu_) = nullptr;
   // Dirty victims handed to the listener whose OnEvict has not returned: in
   // neither tier for that moment, so lookups and removals of such a key wait
-  // (as HotTier does, docs/hot_tier.md "No spill gap"). GUARDED_BY(mu_)
-  std::unordered_map<BlockKey, uint32_t, BlockKeyHash> spilling_;
-  mutable std::condition_variable spill_done_;
-  // Waits while `key` is being spilled. REQUIRES: `lock` holds mu_.
-  void WaitForSpill(std::unique_lock<std::mutex>& lock, const BlockKey& key) const;
+  // (as HotTier does, docs/hot_tier.md "No spill gap").
+  std::unordered_map<BlockKey, uint32_t, BlockKeyHash> spilling_ GUARDED_BY(mu_);
+  mutable CondVar spill_done_;  // signalled when spilling_ shrinks (after mu_)
 };
 
 }  // namespace prefixkv

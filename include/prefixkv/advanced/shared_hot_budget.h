@@ -35,6 +35,7 @@ namespace prefixkv {
 
 namespace hot_internal {
 class BudgetState;
+struct Access;  // storage/hot/hot_budget_state.h: the module's own way to the state
 }  // namespace hot_internal
 
 struct SharedHotBudgetOptions {
@@ -112,7 +113,7 @@ class SharedHotBudget {
 
  private:
   friend class HotTier;
-  friend class HotBudgetTestPeer;  // tests that corrupt state to prove Audit() sees it
+  friend struct hot_internal::Access;
   explicit SharedHotBudget(const SharedHotBudgetOptions& options);
 
   std::unique_ptr<hot_internal::BudgetState> state_;

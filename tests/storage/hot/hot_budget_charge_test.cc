@@ -11,20 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "hot_budget_state.h"
 #include "prefixkv/advanced/shared_hot_budget.h"
+#include "tests/storage/hot/hot_budget_test_peer.h"
 #include "tests/storage/hot/hot_test_util.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv {
-
-// Reaches into the budget to make one counter drift.
-class HotBudgetTestPeer {
- public:
-  static TierCounters& Counters(SharedHotBudget& b, OwnerId owner) {
-    return b.state_->owners_[owner]->counters;
-  }
-};
 
 namespace {
 
@@ -178,7 +170,8 @@ TEST(HotBudgetCharge, AuditRecomputesChargesAndReportsADriftingCounter) {
   ASSERT_OK(t.budget->Charge(kA, 500));
   ASSERT_OK(t.budget->Charge(kB, 700));
   ExpectAuditClean(*t.budget);
-  HotBudgetTestPeer::Counters(*t.budget, kB).external_bytes += 1;
+  HotBudgetTestPeer::ChangeCounters(*t.budget, kB,
+                                    [](TierCounters& c) { c.external_bytes += 1; });
   std::vector<AuditFinding> findings;
   ASSERT_OK(t.budget->Audit(&findings));
   std::vector<std::string> names;

@@ -12,24 +12,11 @@
 #include <future>
 #include <thread>
 
-#include "hot_budget_state.h"
+#include "tests/storage/hot/hot_budget_test_peer.h"
 #include "tests/storage/hot/hot_test_util.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv {
-
-// Reaches into the budget to break one fact at a time.
-class HotBudgetTestPeer {
- public:
-  static hot_internal::BudgetState& State(SharedHotBudget& b) { return *b.state_; }
-  static TierCounters& Counters(SharedHotBudget& b, OwnerId owner) {
-    return State(b).owners_[owner]->counters;
-  }
-  static hot_internal::HotEntry& Entry(SharedHotBudget& b, OwnerId owner,
-                                       const BlockKey& key) {
-    return State(b).owners_[owner]->entries.at(key);
-  }
-};
 
 namespace {
 
@@ -258,10 +245,12 @@ TEST(SharedHotBudget, AuditReportsEachDisagreementSeparately) {
   ASSERT_OK(t.a->Put(Meta(1), Payload(), true));
   ASSERT_OK(t.b->Put(Meta(2), Payload(), true));
   EXPECT_TRUE(AuditFindingNames(*t.budget).empty());
-  HotBudgetTestPeer::Counters(*t.budget, 1).bytes += 5;  // owner b's counter drifts
-  HotBudgetTestPeer::Counters(*t.budget, 0).hits +=
-      1;  // a's hits no longer sum to the total
-  HotBudgetTestPeer::Entry(*t.budget, 0, Meta(1).key).facts.charge_bytes -= 1;
+  // Owner b's bytes drift; a's hits no longer sum to the total; one charge is off.
+  HotBudgetTestPeer::ChangeCounters(*t.budget, 1, [](TierCounters& c) { c.bytes += 5; });
+  HotBudgetTestPeer::ChangeCounters(*t.budget, 0, [](TierCounters& c) { c.hits += 1; });
+  HotBudgetTestPeer::ChangeEntry(
+      *t.budget, 0, Meta(1).key,
+      [](hot_internal::HotEntry& e) { e.facts.charge_bytes -= 1; });
   const std::vector<std::string> names = AuditFindingNames(*t.budget);
   auto has = [&](const std::string& part) {
     return std::any_of(names.begin(), names.end(), [&](const std::string& n) {
