@@ -35,7 +35,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <shared_mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -126,6 +125,9 @@ class HotKvSession {
   HotKvSession(std::string session_id, uint64_t route_epoch,
                std::vector<int> owned_layers, std::map<int, LayerKvCache> layers,
                int64_t seq_len);
+  ~HotKvSession();
+  HotKvSession(const HotKvSession&) = delete;
+  HotKvSession& operator=(const HotKvSession&) = delete;
 
   const std::string& session_id() const { return session_id_; }
   uint64_t route_epoch() const { return route_epoch_; }
@@ -151,16 +153,14 @@ class HotKvSession {
 
  private:
   friend class HotKvStateManager;
+  // The reader/writer lock and the KV state it guards (layers, length,
+  // recorded tokens): src/session/hot_kv_state_internal.h.
+  struct State;
 
   const std::string session_id_;
   const uint64_t route_epoch_;
   const std::vector<int> owned_layers_;
-  mutable std::shared_mutex mu_;
-  std::map<int, LayerKvCache> layers_;  // GUARDED_BY(mu_)
-  int64_t seq_len_;                     // GUARDED_BY(mu_)
-  std::vector<int32_t> tokens_;         // GUARDED_BY(mu_): seq_len_ ids if known
-  bool tokens_known_ = true;            // GUARDED_BY(mu_)
-  int64_t stored_len_ = 0;              // GUARDED_BY(mu_): seq_len_ at the last store
+  const std::unique_ptr<State> state_;
 };
 
 using SessionOrMiss = std::variant<std::shared_ptr<HotKvSession>, CacheMiss>;
@@ -314,27 +314,13 @@ class HotKvStateManager {
   Status CheckChunks(const KvChunks& chunks, int64_t* tokens) const;
   // The session live at exactly this epoch, or null; no sweep, no counters.
   std::shared_ptr<HotKvSession> LiveAt(const std::string& session_id, uint64_t epoch);
-  // Re-charges a live session to `new_bytes` (under budget_bytes, or
-  // config_.memory). A miss when it stopped being live; NoSpace as documented
-  // at HotKvStateConfig. REQUIRES: the session's exclusive lock held, not
-  // State::mu. src/session/hot_kv_state_memory.cc.
-  StatusOr<std::optional<CacheMiss>> Recharge(
-      const std::shared_ptr<HotKvSession>& session, uint64_t new_bytes);
-  // Charges `bytes` to config_.memory for session `keep`, evicting this
-  // manager's least recently used other sessions when the budget cannot make
-  // room by evicting cache blocks. REQUIRES: State::charge_mu held, State::mu
-  // not held.
-  Status ChargeMemory(const std::string& keep, uint64_t bytes);
-  // src/session/session_prefix_store.cc
-  StatusOr<SessionStoreResult> StoreSession(const std::shared_ptr<HotKvSession>& session);
-  // Stores the sessions removed (released, evicted, superseded) since the last
-  // call. REQUIRES: no session lock and not State::mu held.
-  void StoreRemoved();
   class StoreRemovedOnExit;
 
   const KvCacheRecipe recipe_;
   const HotKvStateConfig config_;
   Clock* const clock_;
+  // The locks, the session table and the helpers that need a lock held or
+  // not held (charging, storing): src/session/hot_kv_state_internal.h.
   std::unique_ptr<State> state_;
 };
 

@@ -1,8 +1,7 @@
-// HotKvSession: one (session, epoch)'s per-layer KV behind a reader/writer lock,
-// plus the cache-miss vocabulary and the Status predicates of hot_kv_state.h.
-#include <mutex>
-
-#include "prefixkv/hot_kv_state.h"
+// HotKvSession: one (session, epoch)'s per-layer KV behind a reader/writer lock
+// (its State, hot_kv_state_internal.h), plus the cache-miss vocabulary and the
+// Status predicates of hot_kv_state.h.
+#include "hot_kv_state_internal.h"
 
 namespace prefixkv {
 
@@ -46,18 +45,19 @@ HotKvSession::HotKvSession(std::string session_id, uint64_t route_epoch,
     : session_id_(std::move(session_id)),
       route_epoch_(route_epoch),
       owned_layers_(std::move(owned_layers)),
-      layers_(std::move(layers)),
-      seq_len_(seq_len) {}
+      state_(std::make_unique<State>(std::move(layers), seq_len)) {}
+
+HotKvSession::~HotKvSession() = default;
 
 int64_t HotKvSession::seq_len() const {
-  std::shared_lock lock(mu_);
-  return seq_len_;
+  ReaderLock lock(&state_->mu);
+  return state_->seq_len;
 }
 
 uint64_t HotKvSession::payload_bytes() const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(&state_->mu);
   uint64_t total = 0;
-  for (const auto& [layer, cache] : layers_) total += cache.payload_bytes();
+  for (const auto& [layer, cache] : state_->layers) total += cache.payload_bytes();
   return total;
 }
 
@@ -70,38 +70,38 @@ Status NotOwned(int layer, const std::vector<int>& owned) {
 }  // namespace
 
 StatusOr<int64_t> HotKvSession::LayerLength(int layer) const {
-  std::shared_lock lock(mu_);
-  auto it = layers_.find(layer);
-  if (it == layers_.end()) return NotOwned(layer, owned_layers_);
+  ReaderLock lock(&state_->mu);
+  auto it = state_->layers.find(layer);
+  if (it == state_->layers.end()) return NotOwned(layer, owned_layers_);
   return it->second.length();
 }
 
 StatusOr<LayerKvCache> HotKvSession::LayerSnapshot(int layer) const {
-  std::shared_lock lock(mu_);
-  auto it = layers_.find(layer);
-  if (it == layers_.end()) return NotOwned(layer, owned_layers_);
+  ReaderLock lock(&state_->mu);
+  auto it = state_->layers.find(layer);
+  if (it == state_->layers.end()) return NotOwned(layer, owned_layers_);
   return it->second;
 }
 
 std::map<int, LayerKvExport> HotKvSession::ExportLayers() const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(&state_->mu);
   std::map<int, LayerKvExport> out;
-  for (const auto& [layer, cache] : layers_) out.emplace(layer, cache.Export());
+  for (const auto& [layer, cache] : state_->layers) out.emplace(layer, cache.Export());
   return out;
 }
 
 std::optional<std::vector<int32_t>> HotKvSession::tokens() const {
-  std::shared_lock lock(mu_);
-  if (!tokens_known_) return std::nullopt;
-  return tokens_;
+  ReaderLock lock(&state_->mu);
+  if (!state_->tokens_known) return std::nullopt;
+  return state_->tokens;
 }
 
 Status HotKvSession::ReadLayers(
     const std::function<Status(int64_t seq_len, const PastKv& past)>& fn) const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(&state_->mu);
   PastKv past;
-  for (const auto& [layer, cache] : layers_) past.emplace(layer, &cache);
-  return fn(seq_len_, past);
+  for (const auto& [layer, cache] : state_->layers) past.emplace(layer, &cache);
+  return fn(state_->seq_len, past);
 }
 
 }  // namespace prefixkv

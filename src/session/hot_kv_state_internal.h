@@ -1,30 +1,69 @@
-// The manager's private state (shared by the two hot_kv_state_*.cc files).
+// The private state of HotKvSession and HotKvStateManager (shared by the
+// src/session/*.cc files).
 //
 // Invariants (under State::mu): total_bytes == sum of live entries' charged bytes;
 // with a MemoryCharge, what it holds == total_bytes plus the PendingCharges in
 // flight (charged outside State::mu, not yet recorded); the LRU list holds
 // exactly the live session ids, most recent first, so with a monotonic clock
 // it is also sorted by last access and the TTL sweep stops at the first
-// unexpired entry from the back. Session KV is only touched under the
-// session's own lock, taken before State::mu (never after).
+// unexpired entry from the back.
+//
+// Locks (checked by clang's -Wthread-safety, order included), taken in this
+// order and never the other way round:
+//   1. a session's HotKvSession::State::mu (one at a time: no code holds two);
+//   2. the manager's State::charge_mu, held from a charge to
+//      HotKvStateConfig::memory until the table records it;
+//   3. the manager's State::mu (the table).
+// What runs under them: a step's model computation under its session's
+// shared lock (ReadLayers); MemoryCharge::Uncharge (the shared hot budget's
+// lock, briefly) under State::mu; MemoryCharge::Charge under charge_mu, and
+// also under the session's exclusive lock when a live session grows. A
+// charge takes the budget's lock and hands evicted blocks to their tier
+// stacks after releasing it (stack dirty-set mutex, then the SSD tier's
+// write-back queue, which may block), so those locks come after these, and
+// none of them ever waits for a session or manager lock. Engine calls
+// (Match, Restore, Store: prefix cache, tier stacks, SSD tier) run with none
+// of these held.
 #pragma once
 
 #include <cassert>
+#include <cstdint>
 #include <deque>
 #include <list>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "prefixkv/advanced/mutex.h"
 #include "prefixkv/hot_kv_state.h"
 
 namespace prefixkv {
 
-// Not thread-safe by itself: every member is guarded by `mu`.
+// One session's KV state. Steps read it under the shared lock; the manager
+// changes it (Append, Truncate, the stored length) under the exclusive lock.
+struct HotKvSession::State {
+  State(std::map<int, LayerKvCache> layers, int64_t seq_len)
+      : layers(std::move(layers)), seq_len(seq_len) {}
+
+  // Taken before the manager's locks (see the top of this file).
+  mutable SharedMutex mu;
+  std::map<int, LayerKvCache> layers GUARDED_BY(mu);
+  int64_t seq_len GUARDED_BY(mu);
+  std::vector<int32_t> tokens GUARDED_BY(mu);  // seq_len ids if known
+  bool tokens_known GUARDED_BY(mu) = true;
+  int64_t stored_len GUARDED_BY(mu) = 0;  // seq_len at the last store
+};
+
+// Thread-safe through its two mutexes: `mu` guards the table (every member
+// marked GUARDED_BY); `charge_mu` serializes charges to
+// HotKvStateConfig::memory and guards nothing.
 class HotKvStateManager::State {
  public:
+  explicit State(const HotKvStateConfig& config)
+      : store_removed(config.prefix_cache.engine != nullptr),
+        memory(config.memory.get()) {}
+
   struct Entry {
     std::shared_ptr<HotKvSession> session;
     uint64_t bytes = 0;  // charged: the session's payload bytes
@@ -42,27 +81,48 @@ class HotKvStateManager::State {
     CacheMiss miss;
   };
 
-  std::mutex mu;
   // Held from a charge to HotKvStateConfig::memory until the table records it
-  // (or it is refunded), taken before `mu`: this manager's charges run one at
-  // a time, so every byte the shared budget holds for it, but the current
-  // charger's, belongs to a recorded session that eviction can free.
-  std::mutex charge_mu;
-  std::unordered_map<std::string, Entry> live;  // one epoch per id
-  std::list<std::string> lru;                   // front: most recent
-  std::unordered_map<std::string, Tombstone> tombstones;
-  std::deque<std::pair<std::string, uint64_t>> tombstone_order;
-  uint64_t next_tombstone_seq = 0;
-  uint64_t total_bytes = 0;
-  HotKvStats stats;
+  // (or it is refunded), taken after a session's lock and before `mu`: this
+  // manager's charges run one at a time, so every byte the shared budget
+  // holds for it, but the current charger's, belongs to a recorded session
+  // that eviction can free.
+  Mutex charge_mu ACQUIRED_AFTER(HotKvSession::State::mu);
+  Mutex mu ACQUIRED_AFTER(charge_mu);
+  std::unordered_map<std::string, Entry> live GUARDED_BY(mu);  // one epoch per id
+  std::list<std::string> lru GUARDED_BY(mu);                   // front: most recent
+  std::unordered_map<std::string, Tombstone> tombstones GUARDED_BY(mu);
+  std::deque<std::pair<std::string, uint64_t>> tombstone_order GUARDED_BY(mu);
+  uint64_t next_tombstone_seq GUARDED_BY(mu) = 0;
+  uint64_t total_bytes GUARDED_BY(mu) = 0;
+  HotKvStats stats GUARDED_BY(mu);
   // Set when the manager is bound to a prefix cache: released and evicted
-  // sessions are kept here until the public call that removed them stores them
-  // (after dropping every lock: a store encodes and writes blocks).
-  bool store_removed = false;
-  std::vector<std::shared_ptr<HotKvSession>> removed;
+  // sessions are kept in `removed` until the public call that removed them
+  // stores them (after dropping every lock: a store encodes and writes blocks).
+  const bool store_removed;
+  std::vector<std::shared_ptr<HotKvSession>> removed GUARDED_BY(mu);
   // HotKvStateConfig::memory, or null: what the live entries' bytes are
   // charged to (Remove refunds them).
-  MemoryCharge* memory = nullptr;
+  MemoryCharge* const memory;
+
+  // Re-charges a live session to `new_bytes` (under config.budget_bytes, or
+  // config.memory). A miss (or a stale-epoch error) when the session stopped
+  // being live since it was resolved; NoSpace as documented at
+  // HotKvStateConfig. src/session/hot_kv_state_memory.cc.
+  StatusOr<std::optional<CacheMiss>> Recharge(
+      const HotKvStateConfig& config, const std::shared_ptr<HotKvSession>& session,
+      uint64_t new_bytes) REQUIRES(session->state_->mu) EXCLUDES(charge_mu, mu);
+  // Charges `bytes` to config.memory for session `keep`, evicting this
+  // manager's least recently used other sessions when the budget cannot make
+  // room by evicting cache blocks.
+  Status ChargeMemory(const HotKvStateConfig& config, const std::string& keep,
+                      uint64_t bytes) REQUIRES(charge_mu) EXCLUDES(mu);
+  // Stores one session in config.prefix_cache (src/session/session_prefix_store.cc).
+  StatusOr<SessionStoreResult> StoreSession(const HotKvStateConfig& config,
+                                            const std::shared_ptr<HotKvSession>& session)
+      EXCLUDES(session->state_->mu, charge_mu, mu);
+  // Stores the sessions removed (released, evicted, superseded) since the last
+  // call. REQUIRES: no session lock held either.
+  void StoreRemoved(const HotKvStateConfig& config) EXCLUDES(charge_mu, mu);
 
   // Returns `bytes` to `memory`. Cannot fail: only charged bytes come back.
   void Refund(uint64_t bytes) {
@@ -73,8 +133,8 @@ class HotKvStateManager::State {
   }
 
   // Removes a live entry; records why (for later misses) unless reason is null.
-  void Remove(const std::string& id, const CacheMissReason* reason,
-              size_t max_tombstones) {
+  void Remove(const std::string& id, const CacheMissReason* reason, size_t max_tombstones)
+      REQUIRES(mu) {
     auto it = live.find(id);
     if (it == live.end()) return;
     uint64_t epoch = it->second.session->route_epoch();
@@ -95,21 +155,20 @@ class HotKvStateManager::State {
     }
   }
 
-  void Evict(const std::string& id, CacheMissReason reason, size_t max_tombstones) {
+  void Evict(const std::string& id, CacheMissReason reason, size_t max_tombstones)
+      REQUIRES(mu) {
     (reason == CacheMissReason::kEvictedTtl ? stats.evicted_ttl : stats.evicted_lru)++;
     Remove(id, &reason, max_tombstones);
   }
 
-  // Re-charges a live session to `new_bytes`, evicting other sessions to stay in
-  // budget. A miss (or a stale-epoch error) when the session stopped being live
-  // since it was resolved; NoSpace when it alone would exceed the budget.
-  // REQUIRES: mu not held (it is taken here).
-  StatusOr<std::optional<CacheMiss>> Recharge(
+  // Recharge under config.budget_bytes: evicts other sessions to stay in
+  // budget; NoSpace when the session alone would exceed it.
+  StatusOr<std::optional<CacheMiss>> RechargeWithinBudget(
       const HotKvStateConfig& config, const std::shared_ptr<HotKvSession>& session,
-      uint64_t new_bytes);
+      uint64_t new_bytes) REQUIRES(session->state_->mu) EXCLUDES(mu);
 
   // The table entry of exactly this session object, or null.
-  Entry* LiveEntry(const std::shared_ptr<HotKvSession>& session) {
+  Entry* LiveEntry(const std::shared_ptr<HotKvSession>& session) REQUIRES(mu) {
     auto it = live.find(session->session_id());
     return it != live.end() && it->second.session == session ? &it->second : nullptr;
   }
@@ -117,18 +176,19 @@ class HotKvStateManager::State {
   // Why a session resolved earlier is no longer live: its miss, or the
   // stale-epoch error when a newer epoch replaced it.
   StatusOr<std::optional<CacheMiss>> GoneMiss(
-      const std::shared_ptr<HotKvSession>& session) {
+      const std::shared_ptr<HotKvSession>& session) REQUIRES(mu) {
     PKV_RETURN_IF_ERROR(CheckEpoch(session->session_id(), session->route_epoch()));
     return std::optional<CacheMiss>(
         Find(session->session_id(), session->route_epoch()).miss);
   }
 
-  void Touch(Entry& e, uint64_t now) {
+  void Touch(Entry& e, uint64_t now) REQUIRES(mu) {
     e.last_access_nanos = now;
     lru.splice(lru.begin(), lru, e.lru);
   }
 
-  void SweepExpired(uint64_t now, uint64_t ttl_nanos, size_t max_tombstones) {
+  void SweepExpired(uint64_t now, uint64_t ttl_nanos, size_t max_tombstones)
+      REQUIRES(mu) {
     if (ttl_nanos == 0) return;
     while (!lru.empty()) {
       const std::string& id = lru.back();
@@ -138,11 +198,14 @@ class HotKvStateManager::State {
     }
   }
 
-  // Evicts least recently used sessions other than `keep` until `fits` holds.
-  template <typename Fits>
-  void EvictLruUntil(const std::string& keep, size_t max_tombstones, Fits fits) {
+  // Evicts least recently used sessions other than `keep` until at most
+  // `max_live` sessions are live and they hold at most `max_total_bytes`
+  // (or only `keep` is left).
+  void EvictLruUntil(const std::string& keep, size_t max_live, uint64_t max_total_bytes,
+                     size_t max_tombstones) REQUIRES(mu) {
     auto it = lru.end();
-    while (!fits() && it != lru.begin()) {
+    while ((live.size() > max_live || total_bytes > max_total_bytes) &&
+           it != lru.begin()) {
       --it;
       if (*it == keep) continue;
       std::string victim = *it;
@@ -151,7 +214,7 @@ class HotKvStateManager::State {
     }
   }
 
-  Status CheckEpoch(const std::string& id, uint64_t epoch) const {
+  Status CheckEpoch(const std::string& id, uint64_t epoch) const REQUIRES(mu) {
     uint64_t current = 0;
     bool known = false;
     if (auto it = live.find(id); it != live.end()) {
@@ -169,7 +232,7 @@ class HotKvStateManager::State {
     return Status::OK();
   }
 
-  Lookup Find(const std::string& id, uint64_t epoch) {
+  Lookup Find(const std::string& id, uint64_t epoch) REQUIRES(mu) {
     Lookup out;
     out.miss.session_id = id;
     out.miss.route_epoch = epoch;
@@ -188,7 +251,8 @@ class HotKvStateManager::State {
 
 // Bytes charged to HotKvStateConfig::memory for a change not yet recorded in
 // the table (the charge ran outside State::mu); refunded when this goes out of
-// scope unless Commit() was called once the table holds them.
+// scope unless Commit() was called once the table holds them. Lives within
+// State::charge_mu's scope, so a refund cannot interleave with another charge.
 class PendingCharge {
  public:
   PendingCharge(MemoryCharge* memory, uint64_t bytes) : memory_(memory), bytes_(bytes) {}
@@ -212,7 +276,7 @@ class PendingCharge {
 class HotKvStateManager::StoreRemovedOnExit {
  public:
   explicit StoreRemovedOnExit(HotKvStateManager* manager) : manager_(manager) {}
-  ~StoreRemovedOnExit() { manager_->StoreRemoved(); }
+  ~StoreRemovedOnExit() { manager_->state_->StoreRemoved(manager_->config_); }
   StoreRemovedOnExit(const StoreRemovedOnExit&) = delete;
   StoreRemovedOnExit& operator=(const StoreRemovedOnExit&) = delete;
 

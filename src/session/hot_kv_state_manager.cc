@@ -23,13 +23,13 @@ HotKvStateManager::HotKvStateManager(KvCacheRecipe recipe, HotKvStateConfig conf
     : recipe_(std::move(recipe)),
       config_(config),
       clock_(clock ? clock : Clock::System()),
-      state_(std::make_unique<State>()) {
-  state_->store_removed = config_.prefix_cache.engine != nullptr;
-  state_->memory = config_.memory.get();
-}
+      state_(std::make_unique<State>(config_)) {}
 
 // The live sessions' bytes go back to the shared budget with them.
-HotKvStateManager::~HotKvStateManager() { state_->Refund(state_->total_bytes); }
+HotKvStateManager::~HotKvStateManager() {
+  MutexLock lock(&state_->mu);
+  state_->Refund(state_->total_bytes);
+}
 
 StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::MakeSession(
     const std::string& id, uint64_t epoch, std::vector<LayerKvCache> initial,
@@ -68,8 +68,11 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::MakeSession(
   }
   auto session = std::make_shared<HotKvSession>(id, epoch, recipe_.owned_layers(),
                                                 std::move(layers), seq_len);
-  session->tokens_ = std::move(initial_tokens);
-  session->tokens_known_ = tokens_known;
+  {
+    WriterLock lock(&session->state_->mu);  // not shared yet; the lock states the rule
+    session->state_->tokens = std::move(initial_tokens);
+    session->state_->tokens_known = tokens_known;
+  }
   return session;
 }
 
@@ -92,7 +95,7 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::Open(const std::strin
   std::shared_ptr<HotKvSession> already_open;
   // Under s.mu: the checks a new session must pass; sets `already_open` when
   // the session is open at this epoch (returned as it is).
-  auto check = [&]() -> Status {
+  auto check = [&]() REQUIRES(s.mu) -> Status {
     now = clock_->NowNanos();
     s.SweepExpired(now, config_.ttl_ms * 1'000'000, config_.max_tombstones);
     PKV_RETURN_IF_ERROR(s.CheckEpoch(id, epoch));
@@ -114,46 +117,51 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::Open(const std::strin
     already_open = it->second.session;
     return Status::OK();
   };
-  std::unique_lock lock(s.mu);
+  // Under s.mu, after check(): records the new session (and what `pending`
+  // charged for it), or returns the one already open.
+  auto commit = [&](PendingCharge* pending)
+                    REQUIRES(s.mu) -> StatusOr<std::shared_ptr<HotKvSession>> {
+    if (already_open != nullptr) {
+      if (options.created != nullptr) *options.created = false;
+      return already_open;
+    }
+    if (auto it = s.live.find(id); it != s.live.end()) {
+      // A newer epoch supersedes; the old state is stored like a released one.
+      if (s.store_removed) s.removed.push_back(it->second.session);
+      s.Remove(id, nullptr, config_.max_tombstones);
+      s.stats.superseded++;
+    }
+    s.tombstones.erase(id);
+    if (config_.max_sessions > 0) {
+      s.EvictLruUntil(id, config_.max_sessions - 1, UINT64_MAX, config_.max_tombstones);
+    }
+    if (memory == nullptr && config_.budget_bytes > 0) {
+      // check() refused bytes > budget_bytes.
+      s.EvictLruUntil(id, SIZE_MAX, config_.budget_bytes - bytes, config_.max_tombstones);
+    }
+    s.lru.push_front(id);
+    s.live[id] = State::Entry{session, bytes, now, s.lru.begin()};
+    s.total_bytes += bytes;
+    if (pending != nullptr) pending->Commit();
+    s.stats.opened++;
+    if (options.created != nullptr) *options.created = true;
+    return session;
+  };
+  MutexLock lock(&s.mu);
   PKV_RETURN_IF_ERROR(check());
-  // A shared budget is charged outside s.mu (it may wait for the SSD tier's
-  // write-back), then everything is checked again.
-  std::unique_lock charging(s.charge_mu, std::defer_lock);
-  std::optional<PendingCharge> pending;
   if (already_open == nullptr && memory != nullptr && bytes > 0) {
-    lock.unlock();
-    charging.lock();  // before s.mu
-    PKV_RETURN_IF_ERROR(ChargeMemory(id, bytes));
-    pending.emplace(memory, bytes);
-    lock.lock();
+    // A shared budget is charged outside s.mu (it may wait for the SSD tier's
+    // write-back), then everything is checked again. charge_mu is held until
+    // the table records the charge or it is refunded.
+    lock.Unlock();
+    MutexLock charging(&s.charge_mu);
+    PKV_RETURN_IF_ERROR(s.ChargeMemory(config_, id, bytes));
+    PendingCharge pending(memory, bytes);
+    lock.Lock();
     PKV_RETURN_IF_ERROR(check());
+    return commit(&pending);
   }
-  if (already_open != nullptr) {
-    if (options.created != nullptr) *options.created = false;
-    return already_open;
-  }
-  if (auto it = s.live.find(id); it != s.live.end()) {
-    // A newer epoch supersedes; the old state is stored like a released one.
-    if (s.store_removed) s.removed.push_back(it->second.session);
-    s.Remove(id, nullptr, config_.max_tombstones);
-    s.stats.superseded++;
-  }
-  s.tombstones.erase(id);
-  s.EvictLruUntil(id, config_.max_tombstones, [&] {
-    return config_.max_sessions == 0 || s.live.size() < config_.max_sessions;
-  });
-  if (memory == nullptr) {
-    s.EvictLruUntil(id, config_.max_tombstones, [&] {
-      return config_.budget_bytes == 0 || s.total_bytes + bytes <= config_.budget_bytes;
-    });
-  }
-  s.lru.push_front(id);
-  s.live[id] = State::Entry{session, bytes, now, s.lru.begin()};
-  s.total_bytes += bytes;
-  if (pending) pending->Commit();
-  s.stats.opened++;
-  if (options.created != nullptr) *options.created = true;
-  return session;
+  return commit(nullptr);
 }
 
 StatusOr<SessionOrMiss> HotKvStateManager::Resolve(const std::string& id, uint64_t epoch,
@@ -162,7 +170,7 @@ StatusOr<SessionOrMiss> HotKvStateManager::Resolve(const std::string& id, uint64
   if (recipe && !recipe_.is_compatible(*recipe))
     return IncompatibleRecipeError(recipe_, *recipe);
   State& s = *state_;
-  std::lock_guard lock(s.mu);
+  MutexLock lock(&s.mu);
   uint64_t now = clock_->NowNanos();
   s.SweepExpired(now, config_.ttl_ms * 1'000'000, config_.max_tombstones);
   PKV_RETURN_IF_ERROR(s.CheckEpoch(id, epoch));

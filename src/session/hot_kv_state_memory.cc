@@ -22,17 +22,17 @@
 
 namespace prefixkv {
 
-StatusOr<std::optional<CacheMiss>> HotKvStateManager::Recharge(
-    const std::shared_ptr<HotKvSession>& session, uint64_t new_bytes) {
-  State& s = *state_;
-  if (config_.memory == nullptr) return s.Recharge(config_, session, new_bytes);
+StatusOr<std::optional<CacheMiss>> HotKvStateManager::State::Recharge(
+    const HotKvStateConfig& config, const std::shared_ptr<HotKvSession>& session,
+    uint64_t new_bytes) {
+  if (memory == nullptr) return RechargeWithinBudget(config, session, new_bytes);
   const std::string& id = session->session_id();
   uint64_t grow = 0;
   {
-    std::lock_guard lock(s.mu);
-    State::Entry* entry = s.LiveEntry(session);
-    if (entry == nullptr) return s.GoneMiss(session);
-    const uint64_t limit = config_.memory->limit_bytes();
+    MutexLock lock(&mu);
+    State::Entry* entry = LiveEntry(session);
+    if (entry == nullptr) return GoneMiss(session);
+    const uint64_t limit = memory->limit_bytes();
     if (new_bytes > limit) {
       return Status::NoSpace("kv budget exceeded: session '" + id + "' would hold " +
                              std::to_string(new_bytes) + " bytes, budget is " +
@@ -40,38 +40,37 @@ StatusOr<std::optional<CacheMiss>> HotKvStateManager::Recharge(
     }
     if (new_bytes <= entry->bytes) {
       const uint64_t freed = entry->bytes - new_bytes;
-      s.Refund(freed);
-      s.total_bytes -= freed;
+      Refund(freed);
+      total_bytes -= freed;
       entry->bytes = new_bytes;
       return std::optional<CacheMiss>();
     }
     grow = new_bytes - entry->bytes;
   }
-  std::lock_guard charging(s.charge_mu);
-  PKV_RETURN_IF_ERROR(ChargeMemory(id, grow));
-  PendingCharge pending(config_.memory.get(), grow);
-  std::lock_guard lock(s.mu);
+  MutexLock charging(&charge_mu);
+  PKV_RETURN_IF_ERROR(ChargeMemory(config, id, grow));
+  PendingCharge pending(memory, grow);
+  MutexLock lock(&mu);
   // The entry's bytes cannot have changed (only Recharge changes them, under
   // the session's exclusive lock), but the session may have been evicted.
-  State::Entry* entry = s.LiveEntry(session);
-  if (entry == nullptr) return s.GoneMiss(session);
+  State::Entry* entry = LiveEntry(session);
+  if (entry == nullptr) return GoneMiss(session);
   entry->bytes += grow;
-  s.total_bytes += grow;
+  total_bytes += grow;
   pending.Commit();
   return std::optional<CacheMiss>();
 }
 
-Status HotKvStateManager::ChargeMemory(const std::string& keep, uint64_t bytes) {
-  State& s = *state_;
+Status HotKvStateManager::State::ChargeMemory(const HotKvStateConfig& config,
+                                              const std::string& keep, uint64_t bytes) {
   while (true) {
     uint64_t shortfall = 0;
-    Status charged = config_.memory->Charge(bytes, &shortfall);
+    Status charged = memory->Charge(bytes, &shortfall);
     if (!charged.IsNoSpace()) return charged;
     shortfall = std::max<uint64_t>(shortfall, 1);
-    std::lock_guard lock(s.mu);
-    auto kept = s.live.find(keep);
-    const uint64_t others =
-        s.total_bytes - (kept != s.live.end() ? kept->second.bytes : 0);
+    MutexLock lock(&mu);
+    auto kept = live.find(keep);
+    const uint64_t others = total_bytes - (kept != live.end() ? kept->second.bytes : 0);
     // Evicting sessions that cannot make enough room would only lose them.
     if (shortfall > others) {
       return Status::NoSpace(
@@ -82,9 +81,8 @@ Status HotKvStateManager::ChargeMemory(const std::string& keep, uint64_t bytes) 
           " after evicting every cache block it can, and the other sessions hold " +
           std::to_string(others));
     }
-    const uint64_t before = s.total_bytes;
-    s.EvictLruUntil(keep, config_.max_tombstones,
-                    [&] { return before - s.total_bytes >= shortfall; });
+    // Until before - total_bytes >= shortfall (shortfall <= others <= before).
+    EvictLruUntil(keep, SIZE_MAX, total_bytes - shortfall, config.max_tombstones);
   }
 }
 

@@ -7,8 +7,6 @@
 // them with the recorded tokens. Stores never run under a manager or session
 // lock: removed sessions wait in State::removed until the public call that
 // removed them returns (StoreRemovedOnExit).
-#include <mutex>
-
 #include "hot_kv_state_internal.h"
 #include "prefixkv/cache_types.h"
 
@@ -135,10 +133,10 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::OpenFromPrefixCache(
   if (r.restored_tokens > 0) {
     {
       // What was restored is in the prefix cache already.
-      std::unique_lock session_lock(session->mu_);
-      session->stored_len_ = r.restored_tokens;
+      WriterLock session_lock(&session->state_->mu);
+      session->state_->stored_len = r.restored_tokens;
     }
-    std::lock_guard lock(state_->mu);
+    MutexLock lock(&state_->mu);
     state_->stats.prefix_restores++;
     state_->stats.prefix_restored_tokens += static_cast<uint64_t>(r.restored_tokens);
   }
@@ -147,7 +145,7 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::OpenFromPrefixCache(
 
 std::shared_ptr<HotKvSession> HotKvStateManager::LiveAt(const std::string& id,
                                                         uint64_t epoch) {
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(&state_->mu);
   auto it = state_->live.find(id);
   if (it == state_->live.end() || it->second.session->route_epoch() != epoch) {
     return nullptr;
@@ -161,51 +159,51 @@ StatusOr<SessionStoreResult> HotKvStateManager::StoreToPrefixCache(const std::st
     return Status::InvalidArgument("the kv state manager has no prefix cache");
   }
   PKV_ASSIGN_OR_RETURN(std::shared_ptr<HotKvSession> session, Get(id, epoch));
-  return StoreSession(session);
+  return state_->StoreSession(config_, session);
 }
 
-StatusOr<SessionStoreResult> HotKvStateManager::StoreSession(
-    const std::shared_ptr<HotKvSession>& session) {
+StatusOr<SessionStoreResult> HotKvStateManager::State::StoreSession(
+    const HotKvStateConfig& config, const std::shared_ptr<HotKvSession>& session) {
   SessionStoreResult result;
   std::vector<int32_t> tokens;
   std::map<int, LayerKvExport> exports;
   {
-    std::shared_lock session_lock(session->mu_);
-    result.stored_tokens = session->seq_len_;
-    if (!session->tokens_known_ || session->seq_len_ == 0 ||
-        session->seq_len_ == session->stored_len_) {
+    ReaderLock session_lock(&session->state_->mu);
+    result.stored_tokens = session->state_->seq_len;
+    if (!session->state_->tokens_known || session->state_->seq_len == 0 ||
+        session->state_->seq_len == session->state_->stored_len) {
       result.skipped = true;
-      if (!session->tokens_known_) {
-        std::lock_guard lock(state_->mu);
-        state_->stats.stores_skipped_unknown_tokens++;
+      if (!session->state_->tokens_known) {
+        MutexLock lock(&mu);
+        stats.stores_skipped_unknown_tokens++;
       }
       return result;
     }
-    tokens = session->tokens_;
-    for (const auto& [layer, cache] : session->layers_)
+    tokens = session->state_->tokens;
+    for (const auto& [layer, cache] : session->state_->layers)
       exports.emplace(layer, cache.Export());
   }
-  const SessionPrefixCache& pc = config_.prefix_cache;
+  const SessionPrefixCache& pc = config.prefix_cache;
   PKV_ASSIGN_OR_RETURN(
       StoreResult stored,
       pc.engine->Store(pc.ns, tokens, LayerStatesFromExport(std::move(exports))));
   result.blocks_written = stored.blocks_written;
   result.blocks_deduplicated = stored.blocks_deduplicated;
   {
-    std::unique_lock session_lock(session->mu_);
+    WriterLock session_lock(&session->state_->mu);
     // Unless the session changed meanwhile (then the next store covers it).
-    if (session->seq_len_ == result.stored_tokens)
-      session->stored_len_ = result.stored_tokens;
+    if (session->state_->seq_len == result.stored_tokens)
+      session->state_->stored_len = result.stored_tokens;
   }
-  std::lock_guard lock(state_->mu);
-  state_->stats.sessions_stored++;
-  state_->stats.blocks_stored += stored.blocks_written;
+  MutexLock lock(&mu);
+  stats.sessions_stored++;
+  stats.blocks_stored += stored.blocks_written;
   return result;
 }
 
 size_t HotKvStateManager::EvictExpired() {
   StoreRemovedOnExit store_removed(this);
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(&state_->mu);
   const uint64_t before = state_->stats.evicted_ttl;
   state_->SweepExpired(clock_->NowNanos(), config_.ttl_ms * 1'000'000,
                        config_.max_tombstones);
@@ -218,13 +216,13 @@ StatusOr<size_t> HotKvStateManager::StoreLiveSessions() {
   }
   std::vector<std::shared_ptr<HotKvSession>> live;
   {
-    std::lock_guard lock(state_->mu);
+    MutexLock lock(&state_->mu);
     for (const auto& [id, entry] : state_->live) live.push_back(entry.session);
   }
   size_t stored = 0;
   Status first_error;
   for (const std::shared_ptr<HotKvSession>& session : live) {
-    StatusOr<SessionStoreResult> r = StoreSession(session);
+    StatusOr<SessionStoreResult> r = state_->StoreSession(config_, session);
     if (!r.ok()) {
       if (first_error.ok()) first_error = r.status();
       continue;
@@ -235,21 +233,21 @@ StatusOr<size_t> HotKvStateManager::StoreLiveSessions() {
   return stored;
 }
 
-void HotKvStateManager::StoreRemoved() {
-  if (!state_->store_removed) return;
-  std::vector<std::shared_ptr<HotKvSession>> removed;
+void HotKvStateManager::State::StoreRemoved(const HotKvStateConfig& config) {
+  if (!store_removed) return;
+  std::vector<std::shared_ptr<HotKvSession>> to_store;
   {
-    std::lock_guard lock(state_->mu);
-    removed.swap(state_->removed);
+    MutexLock lock(&mu);
+    to_store.swap(removed);
   }
-  for (const std::shared_ptr<HotKvSession>& session : removed) {
-    StatusOr<SessionStoreResult> stored = StoreSession(session);
+  for (const std::shared_ptr<HotKvSession>& session : to_store) {
+    StatusOr<SessionStoreResult> stored = StoreSession(config, session);
     if (stored.ok()) continue;
-    std::lock_guard lock(state_->mu);
-    state_->stats.store_failures++;
-    state_->stats.last_store_error = "session '" + session->session_id() + "' epoch " +
-                                     std::to_string(session->route_epoch()) + ": " +
-                                     stored.status().ToString();
+    MutexLock lock(&mu);
+    stats.store_failures++;
+    stats.last_store_error = "session '" + session->session_id() + "' epoch " +
+                             std::to_string(session->route_epoch()) + ": " +
+                             stored.status().ToString();
   }
 }
 
