@@ -10,16 +10,8 @@
 #include <thread>
 
 #include "tests/server/server_fixture.h"
+#include "tests/support/rocksdb_tsan_suppressions.h"
 #include "tests/support/test_util.h"
-
-// The system RocksDB is not built with ThreadSanitizer: its write groups
-// synchronize through atomics TSan cannot see, so races whose stacks run
-// through RocksDB's write path (the SSD tier's write-back committing while a
-// DEL or an SSD read commits) are false reports; tests/storage/ssd/
-// ssd_tier_tsan_test.cc explains the suppression it shares with this test.
-extern "C" const char* __tsan_default_suppressions() {
-  return "race:rocksdb::\nrace:prefixkv::ssd::TierImpl::DbWrite\n";
-}
 
 namespace prefixkv {
 namespace {

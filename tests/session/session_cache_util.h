@@ -1,12 +1,16 @@
 // Helpers for the tests of sessions on a PrefixCache: a hybrid sliding-window
-// reference model, a real hot tier over an SSD tier under a PrefixCache, and
-// conversation turns run through a KvBoundaryAdapter.
+// reference model, a real hot tier over an SSD tier under a PrefixCache, a
+// manager bound to it, and conversation turns run through a KvBoundaryAdapter
+// (one thread, or racing other threads).
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstdio>
 #include <memory>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "prefixkv/advanced/hot_tier.h"
@@ -87,6 +91,26 @@ struct CacheStack {
   }
 };
 
+// A full-model shard, its manager bound to a namespace of `stack`'s cache
+// (CacheStack::Bind: restoring from and storing to it, the sessions' KV
+// charged to the engine's RAM budget).
+struct FullModelSessions {
+  std::shared_ptr<const ReferenceModel> model;
+  std::unique_ptr<ReferenceShard> shard;
+  std::unique_ptr<HotKvStateManager> manager;
+  std::unique_ptr<KvBoundaryAdapter> adapter;
+
+  FullModelSessions(CacheStack& stack, HotKvStateConfig config = {},
+                    Clock* clock = nullptr,
+                    ModelConfig model_config = HybridModelConfig())
+      : model(SeedModel(model_config)), shard(FullShard(model)) {
+    KvCacheRecipe recipe = RecipeOf(*shard);
+    config = stack.Bind(config, stack.Register(recipe));
+    manager = std::make_unique<HotKvStateManager>(recipe, config, clock);
+    adapter = std::make_unique<KvBoundaryAdapter>(shard.get(), manager.get());
+  }
+};
+
 // Deterministic user message `turn` of 5..9 tokens.
 inline std::vector<int32_t> Message(int turn, int64_t vocab) {
   std::vector<int32_t> msg(static_cast<size_t>(5 + (turn * 3) % 5));
@@ -113,6 +137,47 @@ inline TurnResult RunTurn(KvBoundaryAdapter& adapter, const std::string& sid,
     out = ExpectTail(adapter.Decode(sid, epoch, Tokens({out.token_id})));
   }
   return r;
+}
+
+// What the turns of ConcurrentTurn came to, counted across threads.
+struct TurnCounts {
+  std::atomic<int> mismatches{0};  // a reply other than the stateless decode
+  std::atomic<int> gave_up{0};     // evicted mid-turn on every attempt: not checked
+  std::atomic<int> errors{0};      // a step failed (printed)
+};
+
+// One turn of `n_reply` tokens on `prompt` (the whole conversation so far)
+// while other threads step, evict and store sessions of the same manager: a
+// new epoch per attempt (++*epoch), so an eviction mid-turn makes the turn
+// retry from the prefix cache, at most 8 attempts. A complete reply is checked
+// against the stateless greedy decode of `prompt`. Returns the reply, short
+// when the turn was given up. Thread-safe for distinct `sid`s.
+inline std::vector<int32_t> ConcurrentTurn(KvBoundaryAdapter& adapter,
+                                           const ReferenceModel& model,
+                                           const std::string& sid, uint64_t* epoch,
+                                           const std::vector<int32_t>& prompt,
+                                           size_t n_reply, TurnCounts* counts) {
+  std::vector<int32_t> reply;
+  for (int attempt = 0; attempt < 8 && reply.size() < n_reply; ++attempt) {
+    ++*epoch;
+    reply.clear();
+    auto out = adapter.Prefill(sid, *epoch, Tokens(prompt));
+    while (out.ok() && std::holds_alternative<TailOutput>(*out)) {
+      reply.push_back(std::get<TailOutput>(*out).token_id);
+      if (reply.size() == n_reply) break;
+      out = adapter.Decode(sid, *epoch, Tokens({reply.back()}));
+    }
+    if (!out.ok()) {
+      std::printf("%s: %s\n", sid.c_str(), out.status().ToString().c_str());
+      counts->errors++;
+    }
+  }
+  if (reply.size() < n_reply) {
+    counts->gave_up++;
+  } else if (reply != model.StatelessGreedy(prompt, static_cast<int>(n_reply)).value()) {
+    counts->mismatches++;
+  }
+  return reply;
 }
 
 }  // namespace prefixkv::testing

@@ -17,6 +17,7 @@ namespace {
 using testing::CacheStack;
 using testing::ExpectMiss;
 using testing::ExpectTail;
+using testing::FullModelSessions;
 using testing::HybridModelConfig;
 using testing::Message;
 using testing::RecipeOf;
@@ -27,24 +28,6 @@ using testing::TempDir;
 using testing::Tokens;
 
 constexpr int kReply = 6;
-
-// A full-model shard, its manager bound to a namespace of `stack`'s cache.
-struct FullModelSessions {
-  std::shared_ptr<const ReferenceModel> model;
-  std::unique_ptr<ReferenceShard> shard;
-  std::unique_ptr<HotKvStateManager> manager;
-  std::unique_ptr<KvBoundaryAdapter> adapter;
-
-  FullModelSessions(CacheStack& stack, HotKvStateConfig config = {},
-                    Clock* clock = nullptr,
-                    ModelConfig model_config = HybridModelConfig())
-      : model(SeedModel(model_config)), shard(testing::FullShard(model)) {
-    KvCacheRecipe recipe = RecipeOf(*shard);
-    config = stack.Bind(config, stack.Register(recipe));
-    manager = std::make_unique<HotKvStateManager>(recipe, config, clock);
-    adapter = std::make_unique<KvBoundaryAdapter>(shard.get(), manager.get());
-  }
-};
 
 // Every test but the restart runs on a fresh hot + SSD stack.
 class SessionPrefixCache : public ::testing::Test {
@@ -426,8 +409,9 @@ TEST_F(SessionPrefixCache, SessionsWithUnknownTokensAreNeverStored) {
   KvChunks one;
   for (const auto& [layer, e] : session->ExportLayers()) {
     std::vector<int64_t> shape = {e.keys.dim(0), 1, e.keys.dim(2)};
-    one.emplace(layer, LayerKvChunk{Tensor::Filled(DType::kFloat32, shape, uint8_t{0x3f}),
-                                    Tensor::Filled(DType::kFloat32, shape, uint8_t{0x3f})});
+    one.emplace(layer,
+                LayerKvChunk{Tensor::Filled(DType::kFloat32, shape, uint8_t{0x3f}),
+                             Tensor::Filled(DType::kFloat32, shape, uint8_t{0x3f})});
   }
   ASSERT_OK(s.manager->Append("chat", 0, one));
   EXPECT_FALSE(session->tokens().has_value());

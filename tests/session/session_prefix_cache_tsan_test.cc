@@ -18,42 +18,22 @@ namespace prefixkv {
 namespace {
 
 using testing::CacheStack;
-using testing::HybridModelConfig;
+using testing::FullModelSessions;
 using testing::Message;
 using testing::TempDir;
-
-// A full-model shard whose manager is bound to `stack`'s prefix cache.
-struct BoundSessions {
-  BoundSessions(CacheStack& stack, size_t max_sessions)
-      : manager(recipe, Config(stack, max_sessions)), adapter(shard.get(), &manager) {}
-  HotKvStateConfig Config(CacheStack& stack, size_t max_sessions) {
-    HotKvStateConfig config;
-    config.max_sessions = max_sessions;
-    config = stack.Bind(config, stack.Register(recipe));
-    return config;
-  }
-  std::shared_ptr<const ReferenceModel> model = testing::SeedModel(HybridModelConfig());
-  std::unique_ptr<ReferenceShard> shard = testing::FullShard(model);
-  KvCacheRecipe recipe = testing::RecipeOf(*shard);
-  HotKvStateManager manager;
-  KvBoundaryAdapter adapter;
-};
+using testing::TurnCounts;
 
 TEST(SessionPrefixCacheTsan, EvictionStoresRaceStepsOfOtherSessions) {
   TempDir dir;
   CacheStack stack;
   stack.Open(dir.str());
-  BoundSessions sessions(stack, /*max_sessions=*/2);
-  auto& model = sessions.model;
-  HotKvStateManager& manager = sessions.manager;
-  KvBoundaryAdapter& adapter = sessions.adapter;
+  FullModelSessions sessions(stack, {.max_sessions = 2});
+  HotKvStateManager& manager = *sessions.manager;
 
   constexpr int kThreads = 4;
   const int turns = static_cast<int>(testing::Iterations(3, 20));
-  constexpr int kReply = 4;
-  std::atomic<int> mismatches{0};
-  std::atomic<int> gave_up{0};
-  std::atomic<int> errors{0};
+  constexpr size_t kReply = 4;
+  TurnCounts counts;
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
@@ -63,31 +43,9 @@ TEST(SessionPrefixCacheTsan, EvictionStoresRaceStepsOfOtherSessions) {
       for (int turn = 0; turn < turns; ++turn) {
         std::vector<int32_t> msg = Message(turn * kThreads + t, 48);
         conversation.insert(conversation.end(), msg.begin(), msg.end());
-        // A new epoch per attempt: an eviction mid-turn makes this turn retry
-        // from the prefix cache.
-        std::vector<int32_t> reply;
-        for (int attempt = 0; attempt < 8 && reply.size() < kReply; ++attempt) {
-          ++epoch;
-          reply.clear();
-          StepInput in;
-          in.token_ids = conversation;
-          auto out = adapter.Prefill(sid, epoch, in);
-          while (out.ok() && std::holds_alternative<TailOutput>(*out)) {
-            reply.push_back(std::get<TailOutput>(*out).token_id);
-            if (reply.size() == kReply) break;
-            StepInput step;
-            step.token_ids = {reply.back()};
-            out = adapter.Decode(sid, epoch, step);
-          }
-          if (!out.ok()) errors++;
-        }
-        std::vector<int32_t> expected =
-            model->StatelessGreedy(conversation, kReply).value();
-        if (reply.size() < kReply) {
-          gave_up++;  // evicted mid-turn on every attempt: no reply to check
-        } else if (reply != expected) {
-          mismatches++;
-        }
+        std::vector<int32_t> reply =
+            testing::ConcurrentTurn(*sessions.adapter, *sessions.model, sid, &epoch,
+                                    conversation, kReply, &counts);
         conversation.insert(conversation.end(), reply.begin(), reply.end());
         (void)manager.Release(sid, epoch);
       }
@@ -108,10 +66,10 @@ TEST(SessionPrefixCacheTsan, EvictionStoresRaceStepsOfOtherSessions) {
   done = true;
   sweeper.join();
   EXPECT_EQ(sweeper_errors.load(), 0);
-  EXPECT_EQ(mismatches.load(), 0);
-  std::printf("turns given up after 8 evicted attempts: %d\n", gave_up.load());
-  EXPECT_LT(gave_up.load(), kThreads * turns / 2);  // most turns were checked
-  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(counts.mismatches.load(), 0);
+  std::printf("turns given up after 8 evicted attempts: %d\n", counts.gave_up.load());
+  EXPECT_LT(counts.gave_up.load(), kThreads * turns / 2);  // most turns were checked
+  EXPECT_EQ(counts.errors.load(), 0);
   HotKvStats stats = manager.stats();
   EXPECT_EQ(stats.store_failures, 0u) << stats.last_store_error;
   EXPECT_GT(stats.prefix_restores, 0u);
@@ -128,9 +86,9 @@ TEST(SessionPrefixCacheTsan, RacingPrefillsOfOneNewSessionCommitExactlyOnce) {
   TempDir dir;
   CacheStack stack;
   stack.Open(dir.str());
-  BoundSessions sessions(stack, /*max_sessions=*/64);
-  HotKvStateManager& manager = sessions.manager;
-  KvBoundaryAdapter& adapter = sessions.adapter;
+  FullModelSessions sessions(stack, {.max_sessions = 64});
+  HotKvStateManager& manager = *sessions.manager;
+  KvBoundaryAdapter& adapter = *sessions.adapter;
   std::vector<int32_t> prompt = Message(1, 48);
   const std::vector<int32_t> more = Message(2, 48);
   for (uint64_t round = 0; round < 2; ++round) {

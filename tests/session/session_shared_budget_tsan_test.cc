@@ -13,39 +13,25 @@
 #include <thread>
 
 #include "tests/session/session_cache_util.h"
+#include "tests/support/rocksdb_tsan_suppressions.h"
 #include "tests/support/test_util.h"
-
-// The system RocksDB is not built with ThreadSanitizer: its write groups
-// synchronize through atomics TSan cannot see, so races whose stacks run
-// through RocksDB's write path (SSD reads persisting their access order while
-// the write-back commits) are false reports; tests/storage/ssd/
-// ssd_tier_tsan_test.cc explains the suppression it shares with this test.
-extern "C" const char* __tsan_default_suppressions() {
-  return "race:rocksdb::\nrace:prefixkv::ssd::TierImpl::DbWrite\n";
-}
 
 namespace prefixkv {
 namespace {
 
 using testing::CacheStack;
-using testing::HybridModelConfig;
+using testing::FullModelSessions;
 using testing::Message;
 using testing::TempDir;
+using testing::TurnCounts;
 
 constexpr uint64_t kCapacity = 32 << 10;
 constexpr int kThreads = 3;
 constexpr size_t kReply = 4;
 
-struct Counts {
-  std::atomic<int> mismatches{0};
-  std::atomic<int> gave_up{0};
-  std::atomic<int> errors{0};
-};
-
 // One conversation of `turns` turns; a turn whose session is evicted mid-way
 // is retried at a new epoch (restoring what the cache holds).
-void Converse(KvBoundaryAdapter& adapter, HotKvStateManager& manager,
-              const ReferenceModel& model, int t, int turns, Counts* counts) {
+void Converse(const FullModelSessions& sessions, int t, int turns, TurnCounts* counts) {
   std::string sid = "conv-" + std::to_string(t);
   std::vector<int32_t> conversation;
   uint64_t epoch = 0;
@@ -54,36 +40,18 @@ void Converse(KvBoundaryAdapter& adapter, HotKvStateManager& manager,
     // restore and a third session's growth always fit the budget together
     // once the other sessions are evicted: no NoSpace is legitimate here.
     if (conversation.size() > 30) {
-      (void)manager.Release(sid, epoch);
+      (void)sessions.manager->Release(sid, epoch);
       conversation.clear();
       sid += "+";
       epoch = 0;
     }
     std::vector<int32_t> msg = Message(turn * kThreads + t, 48);
     conversation.insert(conversation.end(), msg.begin(), msg.end());
-    std::vector<int32_t> reply;
-    for (int attempt = 0; attempt < 8 && reply.size() < kReply; ++attempt) {
-      ++epoch;
-      reply.clear();
-      auto out = adapter.Prefill(sid, epoch, testing::Tokens(conversation));
-      while (out.ok() && std::holds_alternative<TailOutput>(*out)) {
-        reply.push_back(std::get<TailOutput>(*out).token_id);
-        if (reply.size() == kReply) break;
-        out = adapter.Decode(sid, epoch, testing::Tokens({reply.back()}));
-      }
-      if (!out.ok()) {
-        std::printf("%s: %s\n", sid.c_str(), out.status().ToString().c_str());
-        counts->errors++;
-      }
-    }
-    if (reply.size() < kReply) {
-      counts->gave_up++;
-    } else if (reply != model.StatelessGreedy(conversation, kReply).value()) {
-      counts->mismatches++;
-    }
+    std::vector<int32_t> reply = testing::ConcurrentTurn(
+        *sessions.adapter, *sessions.model, sid, &epoch, conversation, kReply, counts);
     conversation.insert(conversation.end(), reply.begin(), reply.end());
-    if (turn % 2 == 0) (void)adapter.EndTurn(sid, epoch);
-    if (turn % 3 == 2) (void)manager.Release(sid, epoch);
+    if (turn % 2 == 0) (void)sessions.adapter->EndTurn(sid, epoch);
+    if (turn % 3 == 2) (void)sessions.manager->Release(sid, epoch);
   }
 }
 
@@ -91,20 +59,14 @@ TEST(SessionSharedBudgetTsan, SessionsChargeWhileBlocksAreStoredConcurrently) {
   TempDir dir;
   CacheStack stack;
   stack.Open(dir.str(), kCapacity);
-  auto model = testing::SeedModel(HybridModelConfig());
-  auto shard = testing::FullShard(model);
-  const KvCacheRecipe recipe = testing::RecipeOf(*shard);
-  HotKvStateConfig config;
-  config.max_sessions = 0;
-  HotKvStateManager manager(recipe, stack.Bind(config, stack.Register(recipe)));
-  KvBoundaryAdapter adapter(shard.get(), &manager);
+  FullModelSessions sessions(stack, {.max_sessions = 0});
+  HotKvStateManager& manager = *sessions.manager;
 
   const int turns = static_cast<int>(testing::Iterations(4, 20));
-  Counts counts;
+  TurnCounts counts;
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back(
-        [&, t] { Converse(adapter, manager, *model, t, turns, &counts); });
+    threads.emplace_back([&, t] { Converse(sessions, t, turns, &counts); });
   }
   std::atomic<bool> done{false};
   std::atomic<int> value_errors{0}, over_budget{0};
