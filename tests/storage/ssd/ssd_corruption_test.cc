@@ -12,9 +12,6 @@
 #include "tests/support/test_util.h"
 
 namespace prefixkv {
-namespace testing {
-GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TierConformance);
-}  // namespace testing
 namespace {
 
 namespace fs = std::filesystem;
@@ -44,14 +41,7 @@ void FlipByte(const std::vector<fs::path>& files, std::mt19937_64& rng) {
   uint64_t offset = rng() % total;
   size_t i = 0;
   while (offset >= fs::file_size(files[i])) offset -= fs::file_size(files[i++]);
-  const fs::path& file = files[i];
-  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  char c;
-  f.seekg(static_cast<std::streamoff>(offset));
-  f.read(&c, 1);
-  c ^= static_cast<char>(1 + rng() % 255);
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&c, 1);
+  testing::XorByteAt(files[i], offset, static_cast<char>(1 + rng() % 255));
 }
 
 struct Totals {
@@ -105,14 +95,11 @@ TEST(SsdCorruption, FlippedBytesInSegmentAndTableFilesAreNeverServed) {
     testing::ExpectCountersMatchContents(*tier, {0});
     ++t.rounds;
   }
-  std::printf(
-      "[corruption] rounds=%llu moved_aside=%llu served=%llu corrupt_misses=%llu "
-      "wrong_payloads_served=%llu\n",
-      static_cast<unsigned long long>(t.rounds),
-      static_cast<unsigned long long>(t.moved_aside),
-      static_cast<unsigned long long>(t.served),
-      static_cast<unsigned long long>(t.corrupt_misses),
-      static_cast<unsigned long long>(t.wrong));
+  testing::PrintCounters("[corruption]", {{"rounds", t.rounds},
+                                          {"moved_aside", t.moved_aside},
+                                          {"served", t.served},
+                                          {"corrupt_misses", t.corrupt_misses},
+                                          {"wrong_payloads_served", t.wrong}});
   EXPECT_EQ(t.wrong, 0u);
   EXPECT_GT(t.corrupt_misses + t.moved_aside, 0u) << "the flips must have been noticed";
 }
@@ -179,22 +166,9 @@ TEST(SsdCorruption, ADamagedPayloadDoesNotFailOpenOrAudit) {
     ASSERT_OK(tier->Put(meta, testing::ConformancePayload(meta.key, 0, 64 << 10), false));
     ASSERT_OK(tier->Close());
   }
-  std::vector<std::filesystem::path> blobs;
-  for (const auto& e : std::filesystem::directory_iterator(dir.path() / "segments")) {
-    if (e.path().extension() == ".seg") blobs.push_back(e.path());
-  }
+  const std::vector<fs::path> blobs = testing::SegmentFiles(dir.path());
   ASSERT_EQ(blobs.size(), 1u);
-  {
-    std::fstream f(blobs[0], std::ios::in | std::ios::out | std::ios::binary);
-    const auto mid =
-        static_cast<std::streamoff>(std::filesystem::file_size(blobs[0]) / 2);
-    char c;
-    f.seekg(mid);
-    f.read(&c, 1);
-    c ^= 0x5A;
-    f.seekp(mid);
-    f.write(&c, 1);
-  }
+  testing::XorByteAt(blobs[0], fs::file_size(blobs[0]) / 2, 0x5A);
   auto tier = testing::OpenSsd(testing::TestSsdOptions(dir.str()));
   ASSERT_NE(tier, nullptr);
   EXPECT_TRUE(tier->open_report().moved_aside_to.empty())

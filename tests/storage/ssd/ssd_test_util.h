@@ -1,10 +1,17 @@
 // Helpers shared by the SSD tier tests: options for a test directory, chained
-// block metadata and payloads whose bytes identify (key, version).
+// block metadata and payloads whose bytes identify (key, version), the segment
+// files on disk, byte damage, and one line of counters for a randomized run.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "prefixkv/advanced/ssd_tier.h"
@@ -13,6 +20,10 @@
 #include "tests/support/test_util.h"
 
 namespace prefixkv::testing {
+
+// The typed conformance suite comes with the shared helpers above;
+// ssd_tier_conformance_test runs it, the tests including this header do not.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TierConformance);
 
 // Collects log lines (thread-safe) so tests can check what was said, once.
 struct LogLines {
@@ -66,6 +77,46 @@ inline BlockMeta ChainBlock(uint64_t chain, uint64_t index, uint64_t ns = 1,
   m.parent = index == 0 ? m.namespace_id : BlockKey{ns << 32 | chain, index};
   m.owner = owner;
   return m;
+}
+
+// Audit finds nothing wrong with `tier`.
+inline void ExpectAuditClean(SsdTier& tier) {
+  std::vector<AuditFinding> findings;
+  ASSERT_OK(tier.Audit(&findings));
+  for (const AuditFinding& f : findings) ADD_FAILURE() << f.what << ": " << f.detail;
+}
+
+// The tier's payload segment files under `dir` (a tier's path), sorted.
+inline std::vector<std::filesystem::path> SegmentFiles(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir / "segments")) {
+    if (e.path().extension() == ".seg") out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Damages one byte of `file` in place: XORs the byte at `offset` with `mask`
+// (nonzero, so the byte changes).
+inline void XorByteAt(const std::filesystem::path& file, uint64_t offset, char mask) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  char c;
+  f.seekg(static_cast<std::streamoff>(offset));
+  f.read(&c, 1);
+  c ^= mask;
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+// Prints one line "<label> name=value name=value ..." of a run's counters.
+inline void PrintCounters(
+    const std::string& label,
+    std::initializer_list<std::pair<const char*, uint64_t>> counters) {
+  std::string line = label;
+  for (const auto& [name, value] : counters) {
+    line += " " + std::string(name) + "=" + std::to_string(value);
+  }
+  std::printf("%s\n", line.c_str());
 }
 
 }  // namespace prefixkv::testing

@@ -35,9 +35,6 @@
 #include "tests/support/test_util.h"
 
 namespace prefixkv {
-namespace testing {
-GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TierConformance);
-}  // namespace testing
 namespace {
 
 constexpr const char* kChildEnv = "PREFIXKV_SSD_CRASH_CHILD";
@@ -199,6 +196,47 @@ bool Drain(int fd, Expected* e, bool* started,
   }
 }
 
+// Runs a child on `dir` until it has opened the tier and then for `run_ms`
+// more, its reports applied to `e`; kills it (-9), applies the reports still
+// in the pipe and returns its wait status, or -1 if it never opened the tier.
+int RunChildUntilKilled(const std::string& dir, SsdDurability mode, uint64_t seed,
+                        uint64_t cycle, uint64_t run_ms, Expected* e) {
+  using Clock = std::chrono::steady_clock;
+  int fd = -1;
+  const pid_t pid = SpawnChild(dir, mode, seed, cycle, &fd);
+  bool started = false;
+  const auto open_deadline = Clock::now() + std::chrono::seconds(20);
+  while (!started &&
+         Drain(fd, e, &started, Clock::now() + std::chrono::milliseconds(10)) &&
+         Clock::now() < open_deadline) {
+  }
+  if (started) Drain(fd, e, &started, Clock::now() + std::chrono::milliseconds(run_ms));
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  Drain(fd, e, &started, Clock::now() + std::chrono::seconds(5));
+  close(fd);
+  return started ? status : -1;
+}
+
+// Reads every block `tier` lists: each is served with its own payload
+// (`verified`), with other bytes (`wrong`) or not at all (`corrupt`).
+void ReadEveryBlock(SsdTier& tier, uint64_t* verified, uint64_t* wrong,
+                    uint64_t* corrupt) {
+  std::vector<BlockKey> present;
+  tier.ForEach([&](const BlockMeta& m, uint64_t) { present.push_back(m.key); });
+  for (const BlockKey& k : present) {
+    StatusOr<SharedBytes> got = tier.Get(k);
+    if (!got.ok()) {
+      ++*corrupt;
+    } else if (got->view() != Payload(k).view()) {
+      ++*wrong;
+    } else {
+      ++*verified;
+    }
+  }
+}
+
 // Reopens the tier after a crash and checks it against `e`. After a power
 // loss in flush or wal mode, acknowledged blocks may be lost, a record may
 // point at payload bytes that never became durable (a counted corruption, so
@@ -218,18 +256,7 @@ void VerifyAfterCrash(const std::string& dir, SsdDurability mode, FileSystem* fs
       << "a kill must not break the DB";
   EXPECT_TRUE(tier->open_report().counter_repairs.empty())
       << "counters are in the same batch";
-  std::vector<BlockKey> present;
-  tier->ForEach([&](const BlockMeta& m, uint64_t) { present.push_back(m.key); });
-  for (const BlockKey& k : present) {
-    StatusOr<SharedBytes> got = tier->Get(k);
-    if (!got.ok()) {
-      ++out->corrupt;
-    } else if (got->view() != Payload(k).view()) {
-      ++out->wrong;
-    } else {
-      ++out->verified;
-    }
-  }
+  ReadEveryBlock(*tier, &out->verified, &out->wrong, &out->corrupt);
   for (const BlockKey& k : e->acked) {
     if (!tier->Contains(k)) ++out->lost;
   }
@@ -258,26 +285,10 @@ TEST(SsdTierCrash, KillNineNeverExposesAWrongBlockAndLosesNoAcknowledgedOneInWal
     ModeResult result;
     Expected expected;  // accumulates over the cycles: the same directory is reused
     for (uint64_t cycle = 0; cycle < cycles_per_mode; ++cycle) {
-      int fd = -1;
-      pid_t pid = SpawnChild(path, mode, rng(), cycle, &fd);
-      bool started = false;
-      const auto open_deadline =
-          std::chrono::steady_clock::now() + std::chrono::seconds(20);
-      while (!started &&
-             Drain(fd, &expected, &started,
-                   std::chrono::steady_clock::now() + std::chrono::milliseconds(10)) &&
-             std::chrono::steady_clock::now() < open_deadline) {
-      }
-      ASSERT_TRUE(started) << "child did not open the tier";
-      const auto kill_at =
-          std::chrono::steady_clock::now() + std::chrono::milliseconds(20 + rng() % 400);
-      Drain(fd, &expected, &started, kill_at);
-      kill(pid, SIGKILL);
-      int status = 0;
-      waitpid(pid, &status, 0);
-      Drain(fd, &expected, &started,
-            std::chrono::steady_clock::now() + std::chrono::seconds(5));
-      close(fd);
+      const uint64_t seed = rng();
+      const int status =
+          RunChildUntilKilled(path, mode, seed, cycle, 20 + rng() % 400, &expected);
+      ASSERT_NE(status, -1) << "child did not open the tier";
       ASSERT_TRUE(WIFSIGNALED(status))
           << "child exited early with " << WEXITSTATUS(status);
       VerifyAfterCrash(path, mode, FileSystem::Default(), /*power_loss=*/false, {},
@@ -293,17 +304,13 @@ TEST(SsdTierCrash, KillNineNeverExposesAWrongBlockAndLosesNoAcknowledgedOneInWal
       }
       expected.pending_queue.clear();
     }
-    std::printf(
-        "[crash] mode=%s cycles=%llu acked_checks=%llu blocks_verified=%llu "
-        "blocks_lost=%llu "
-        "wrong_bytes_served=%llu corrupt_detected=%llu\n",
-        std::string(SsdDurabilityName(mode)).c_str(),
-        static_cast<unsigned long long>(result.cycles),
-        static_cast<unsigned long long>(result.acked),
-        static_cast<unsigned long long>(result.verified),
-        static_cast<unsigned long long>(result.lost),
-        static_cast<unsigned long long>(result.wrong),
-        static_cast<unsigned long long>(result.corrupt));
+    testing::PrintCounters("[crash] mode=" + std::string(SsdDurabilityName(mode)),
+                           {{"cycles", result.cycles},
+                            {"acked_checks", result.acked},
+                            {"blocks_verified", result.verified},
+                            {"blocks_lost", result.lost},
+                            {"wrong_bytes_served", result.wrong},
+                            {"corrupt_detected", result.corrupt}});
     EXPECT_EQ(result.wrong, 0u);
     EXPECT_EQ(result.corrupt, 0u) << "a kill alone must not damage a block";
     EXPECT_GT(result.verified, 0u) << "the child must have stored something";
@@ -385,23 +392,18 @@ TEST(SsdTierCrash, PowerLossNeverExposesAWrongBlockAndLosesNoAcknowledgedOneInSy
       if (HasFatalFailure()) return;
       expected.pending_queue.clear();
     }
-    std::printf(
-        "[power-loss] mode=%s cycles=%llu acked_checks=%llu blocks_verified=%llu "
-        "blocks_lost=%llu lost_after_clean_close=%llu wrong_bytes_served=%llu "
-        "corrupt_detected=%llu orphans=%llu unsynced_bytes_dropped=%llu "
-        "files_rolled_back=%llu names_undone=%llu\n",
-        std::string(SsdDurabilityName(mode)).c_str(),
-        static_cast<unsigned long long>(result.cycles),
-        static_cast<unsigned long long>(result.acked),
-        static_cast<unsigned long long>(result.verified),
-        static_cast<unsigned long long>(result.lost),
-        static_cast<unsigned long long>(result.lost_after_close),
-        static_cast<unsigned long long>(result.wrong),
-        static_cast<unsigned long long>(result.corrupt),
-        static_cast<unsigned long long>(result.orphans),
-        static_cast<unsigned long long>(dropped.bytes_dropped),
-        static_cast<unsigned long long>(dropped.files_rolled_back),
-        static_cast<unsigned long long>(dropped.names_undone));
+    testing::PrintCounters("[power-loss] mode=" + std::string(SsdDurabilityName(mode)),
+                           {{"cycles", result.cycles},
+                            {"acked_checks", result.acked},
+                            {"blocks_verified", result.verified},
+                            {"blocks_lost", result.lost},
+                            {"lost_after_clean_close", result.lost_after_close},
+                            {"wrong_bytes_served", result.wrong},
+                            {"corrupt_detected", result.corrupt},
+                            {"orphans", result.orphans},
+                            {"unsynced_bytes_dropped", dropped.bytes_dropped},
+                            {"files_rolled_back", dropped.files_rolled_back},
+                            {"names_undone", dropped.names_undone}});
     EXPECT_EQ(result.wrong, 0u);
     EXPECT_EQ(result.lost_after_close, 0u) << "Close() makes everything durable";
     EXPECT_GT(result.verified, 0u) << "the writer must have stored something";
@@ -431,25 +433,13 @@ TEST(SsdTierCrash, KillNineDuringSegmentReclamationLeavesNoDanglingBlock) {
     const std::string path = (dir.path() / "ssd").string();
     uint64_t verified = 0, wrong = 0, corrupt = 0, missing_segments = 0;
     for (uint64_t cycle = 0; cycle < cycles_per_mode; ++cycle) {
-      int fd = -1;
       Expected ignored;
-      pid_t pid = SpawnChild(path, mode, rng(), cycle, &fd);
-      bool started = false;
-      const auto open_deadline =
-          std::chrono::steady_clock::now() + std::chrono::seconds(20);
-      while (!started &&
-             Drain(fd, &ignored, &started,
-                   std::chrono::steady_clock::now() + std::chrono::milliseconds(10)) &&
-             std::chrono::steady_clock::now() < open_deadline) {
-      }
-      ASSERT_TRUE(started) << "child did not open the tier";
-      Drain(
-          fd, &ignored, &started,
-          std::chrono::steady_clock::now() + std::chrono::milliseconds(50 + rng() % 400));
-      kill(pid, SIGKILL);
-      int status = 0;
-      waitpid(pid, &status, 0);
-      close(fd);
+      const uint64_t seed = rng();
+      const int status =
+          RunChildUntilKilled(path, mode, seed, cycle, 50 + rng() % 400, &ignored);
+      ASSERT_NE(status, -1) << "child did not open the tier";
+      ASSERT_TRUE(WIFSIGNALED(status))
+          << "child exited early with " << WEXITSTATUS(status);
       SsdTierOptions o = testing::TestSsdOptions(path);
       o.durability = mode;
       ApplyReclaimPressure(&o);
@@ -457,30 +447,16 @@ TEST(SsdTierCrash, KillNineDuringSegmentReclamationLeavesNoDanglingBlock) {
       ASSERT_NE(tier, nullptr);
       EXPECT_TRUE(tier->open_report().moved_aside_to.empty());
       missing_segments += tier->open_report().missing_segments;
-      std::vector<BlockKey> present;
-      tier->ForEach([&](const BlockMeta& m, uint64_t) { present.push_back(m.key); });
-      for (const BlockKey& k : present) {
-        StatusOr<SharedBytes> got = tier->Get(k);
-        if (!got.ok()) {
-          ++corrupt;
-        } else if (got->view() != Payload(k).view()) {
-          ++wrong;
-        } else {
-          ++verified;
-        }
-      }
+      ReadEveryBlock(*tier, &verified, &wrong, &corrupt);
       testing::ExpectCountersMatchContents(*tier, {0});
       ASSERT_OK(tier->Close());
     }
-    std::printf(
-        "[crash-reclaim] mode=%s cycles=%llu blocks_verified=%llu "
-        "wrong_bytes_served=%llu "
-        "corrupt_detected=%llu missing_segments=%llu\n",
-        std::string(SsdDurabilityName(mode)).c_str(),
-        static_cast<unsigned long long>(cycles_per_mode),
-        static_cast<unsigned long long>(verified), static_cast<unsigned long long>(wrong),
-        static_cast<unsigned long long>(corrupt),
-        static_cast<unsigned long long>(missing_segments));
+    testing::PrintCounters("[crash-reclaim] mode=" + std::string(SsdDurabilityName(mode)),
+                           {{"cycles", cycles_per_mode},
+                            {"blocks_verified", verified},
+                            {"wrong_bytes_served", wrong},
+                            {"corrupt_detected", corrupt},
+                            {"missing_segments", missing_segments}});
     EXPECT_EQ(wrong, 0u);
     EXPECT_EQ(corrupt, 0u) << "no block may point into an unlinked segment";
     EXPECT_EQ(missing_segments, 0u);

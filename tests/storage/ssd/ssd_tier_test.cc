@@ -17,10 +17,6 @@
 #include "tests/support/test_util.h"
 
 namespace prefixkv {
-namespace testing {
-// The shared helpers come with the typed suite; ssd_tier_conformance_test runs it.
-GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TierConformance);
-}  // namespace testing
 namespace {
 
 using testing::ChainBlock;
@@ -29,34 +25,15 @@ using testing::OpenSsd;
 using testing::TempDir;
 using testing::TestSsdOptions;
 
-std::vector<std::filesystem::path> SegmentFiles(const std::string& dir) {
-  std::vector<std::filesystem::path> out;
-  for (const auto& e : std::filesystem::directory_iterator(dir + "/segments")) {
-    if (e.path().extension() == ".seg") out.push_back(e.path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 // The background reclaimer may unlink a file while this lists them.
 uint64_t SegmentFileBytes(const std::string& dir) {
   uint64_t total = 0;
-  for (const auto& p : SegmentFiles(dir)) {
+  for (const auto& p : testing::SegmentFiles(dir)) {
     std::error_code ec;
     const uint64_t size = std::filesystem::file_size(p, ec);
     if (!ec) total += size;
   }
   return total;
-}
-
-void FlipByteAt(const std::filesystem::path& file, uint64_t offset) {
-  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  char c;
-  f.seekg(static_cast<std::streamoff>(offset));
-  f.read(&c, 1);
-  c ^= 0x40;
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&c, 1);
 }
 
 SharedBytes PayloadOf(const BlockMeta& m, size_t size = 2000) {
@@ -65,7 +42,18 @@ SharedBytes PayloadOf(const BlockMeta& m, size_t size = 2000) {
 
 class SsdTierTest : public ::testing::Test {
  protected:
-  SsdTierOptions Options() { return TestSsdOptions((dir_.path() / "ssd").string()); }
+  SsdTierOptions Options(uint64_t capacity_bytes = 0) {
+    SsdTierOptions o = TestSsdOptions((dir_.path() / "ssd").string());
+    if (capacity_bytes != 0) o.capacity_bytes = capacity_bytes;
+    return o;
+  }
+  // A tier holding `capacity_bytes` of payloads whose evictions `evicted` sees.
+  std::unique_ptr<SsdTier> OpenRecordingEvictions(uint64_t capacity_bytes,
+                                                  testing::RecordingListener* evicted) {
+    std::unique_ptr<SsdTier> tier = OpenSsd(Options(capacity_bytes));
+    if (tier != nullptr) tier->SetEvictionListener(evicted);
+    return tier;
+  }
   TempDir dir_;
 };
 
@@ -120,11 +108,9 @@ TEST_F(SsdTierTest, PersistedCountersThatDisagreeWithContentsAreReportedAndRepai
 }
 
 TEST_F(SsdTierTest, EvictsLeastRecentlyUsedLeavesBeforeTheirAncestors) {
-  SsdTierOptions o = Options();
-  o.capacity_bytes = 5 * 1000;
-  auto tier = OpenSsd(o);
   testing::RecordingListener evicted;
-  tier->SetEvictionListener(&evicted);
+  auto tier = OpenRecordingEvictions(5 * 1000, &evicted);
+  ASSERT_NE(tier, nullptr);
   // Chain A: a0 <- a1 <- a2 (a0 oldest); chain B: b0 <- b1.
   for (uint64_t i = 0; i < 3; ++i)
     ASSERT_OK(tier->Put(ChainBlock(0, i), PayloadOf(ChainBlock(0, i), 1000), false));
@@ -150,11 +136,9 @@ TEST_F(SsdTierTest, EvictsLeastRecentlyUsedLeavesBeforeTheirAncestors) {
 }
 
 TEST_F(SsdTierTest, GetForAuditVerifiesWithoutCountingOrReorderingEviction) {
-  SsdTierOptions o = Options();
-  o.capacity_bytes = 2 * 1000;
-  auto tier = OpenSsd(o);
   testing::RecordingListener evicted;
-  tier->SetEvictionListener(&evicted);
+  auto tier = OpenRecordingEvictions(2 * 1000, &evicted);
+  ASSERT_NE(tier, nullptr);
   const BlockMeta older = ChainBlock(0, 0), newer = ChainBlock(1, 0);
   ASSERT_OK(tier->Put(older, PayloadOf(older, 1000), false));
   ASSERT_OK(tier->Put(newer, PayloadOf(newer, 1000), false));
@@ -174,8 +158,7 @@ TEST_F(SsdTierTest, GetForAuditVerifiesWithoutCountingOrReorderingEviction) {
 }
 
 TEST_F(SsdTierTest, AccessOrderIsPersistedAcrossRestarts) {
-  SsdTierOptions o = Options();
-  o.capacity_bytes = 3 * 1000;
+  const SsdTierOptions o = Options(3 * 1000);
   {
     auto tier = OpenSsd(o);
     for (uint64_t c = 0; c < 3; ++c)
@@ -190,9 +173,7 @@ TEST_F(SsdTierTest, AccessOrderIsPersistedAcrossRestarts) {
 }
 
 TEST_F(SsdTierTest, APayloadLargerThanTheCapacityIsRejectedWithNoSpace) {
-  SsdTierOptions o = Options();
-  o.capacity_bytes = 1000;
-  auto tier = OpenSsd(o);
+  auto tier = OpenSsd(Options(1000));
   EXPECT_TRUE(
       tier->Put(ChainBlock(0, 0), PayloadOf(ChainBlock(0, 0), 1001), true).IsNoSpace());
   EXPECT_EQ(tier->Totals().entries, 0u);
@@ -347,9 +328,9 @@ TEST_F(SsdTierTest, APayloadThatFailsItsChecksumIsAMissCountedAndRemoved) {
   }
   {  // Same length, different bytes: only the tier's own XXH3 can tell. The
      // only block's extent starts at offset 0 of the only segment file.
-    std::vector<std::filesystem::path> segs = SegmentFiles(Options().path);
+    std::vector<std::filesystem::path> segs = testing::SegmentFiles(Options().path);
     ASSERT_EQ(segs.size(), 1u);
-    FlipByteAt(segs[0], 1000);
+    testing::XorByteAt(segs[0], 1000, 0x40);
   }
   auto tier = OpenSsd(Options());
   StatusOr<SharedBytes> got = tier->Get(m.key);
@@ -422,17 +403,14 @@ TEST(SsdTierSpace, EvictedPayloadsAreReclaimedFromSegments) {
     const SsdSpaceUsage at_end = tier->SpaceUsage();
     const uint64_t on_disk = SegmentFileBytes(o.path);
     ASSERT_OK(tier->Close());
-    std::printf(
-        "[space] mode=%s written=%llu capacity=%llu peak_segment_bytes=%llu "
-        "over_bound=%llu after_compact=%llu live=%llu segments=%llu\n",
-        std::string(SsdDurabilityName(mode)).c_str(),
-        static_cast<unsigned long long>(blocks * payload),
-        static_cast<unsigned long long>(o.capacity_bytes),
-        static_cast<unsigned long long>(peak),
-        static_cast<unsigned long long>(worst_over),
-        static_cast<unsigned long long>(on_disk),
-        static_cast<unsigned long long>(at_end.live_bytes),
-        static_cast<unsigned long long>(at_end.segments));
+    testing::PrintCounters("[space] mode=" + std::string(SsdDurabilityName(mode)),
+                           {{"written", blocks * payload},
+                            {"capacity", o.capacity_bytes},
+                            {"peak_segment_bytes", peak},
+                            {"over_bound", worst_over},
+                            {"after_compact", on_disk},
+                            {"live", at_end.live_bytes},
+                            {"segments", at_end.segments}});
     EXPECT_EQ(worst_over, 0u) << "garbage must be reclaimed";
     if (worst_over > 0) {
       std::lock_guard<std::mutex> lock(log.mu);
@@ -465,15 +443,6 @@ SharedBytes SegPayload(const BlockMeta& m, size_t size) {
   return testing::ConformancePayload(m.key, 0, size);
 }
 
-std::vector<std::filesystem::path> Segments(const std::string& dir) {
-  std::vector<std::filesystem::path> out;
-  for (const auto& e : std::filesystem::directory_iterator(dir + "/segments")) {
-    if (e.path().extension() == ".seg") out.push_back(e.path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 std::string ReadFile(const std::filesystem::path& p) {
   std::ifstream f(p, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), {});
@@ -493,7 +462,7 @@ TEST(SsdSegments, ExtentsAreAlignedAndSelfDescribing) {
     }
     ASSERT_OK(tier->Close());
   }
-  const std::vector<std::filesystem::path> segs = Segments(o.path);
+  const std::vector<std::filesystem::path> segs = testing::SegmentFiles(o.path);
   ASSERT_EQ(segs.size(), 1u);
   const std::string bytes = ReadFile(segs[0]);
   uint64_t at = 0;
@@ -529,7 +498,7 @@ TEST(SsdSegments, OpenDeletesUnreferencedSegmentsAndStartsNewOnes) {
     ASSERT_OK(tier->Put(ChainBlock(0, 0), SegPayload(ChainBlock(0, 0), 3000), true));
     ASSERT_OK(tier->Close());
   }
-  const std::vector<std::filesystem::path> before = Segments(o.path);
+  const std::vector<std::filesystem::path> before = testing::SegmentFiles(o.path);
   ASSERT_EQ(before.size(), 1u);
   const uint64_t size_before = std::filesystem::file_size(before[0]);
   std::ofstream(std::filesystem::path(o.path) / "segments" / ssd::SegmentFileName(0x77))
@@ -541,7 +510,7 @@ TEST(SsdSegments, OpenDeletesUnreferencedSegmentsAndStartsNewOnes) {
                                        ssd::SegmentFileName(0x77)));
   ASSERT_OK(tier->Put(ChainBlock(1, 0), SegPayload(ChainBlock(1, 0), 3000), true));
   EXPECT_EQ(std::filesystem::file_size(before[0]), size_before) << "never appended to";
-  const std::vector<std::filesystem::path> after = Segments(o.path);
+  const std::vector<std::filesystem::path> after = testing::SegmentFiles(o.path);
   ASSERT_EQ(after.size(), 2u);
   EXPECT_GT(after[1].filename().string(), ssd::SegmentFileName(0x77))
       << "ids are never reused";
@@ -561,7 +530,7 @@ TEST(SsdSegments, AMissingSegmentIsReportedAndItsBlocksAreCorruptMisses) {
     }
     ASSERT_OK(tier->Close());
   }
-  for (const auto& p : Segments(o.path)) std::filesystem::remove(p);
+  for (const auto& p : testing::SegmentFiles(o.path)) std::filesystem::remove(p);
   auto tier = OpenSsd(o);
   EXPECT_EQ(tier->open_report().missing_segments, 1u);
   EXPECT_EQ(tier->open_report().blocks, 3u);

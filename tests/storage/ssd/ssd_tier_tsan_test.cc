@@ -13,9 +13,6 @@
 #include "tests/support/test_util.h"
 
 namespace prefixkv {
-namespace testing {
-GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TierConformance);
-}  // namespace testing
 namespace {
 
 SharedBytes PayloadOf(const BlockKey& k) {
