@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "prefixkv/advanced/mem_tier.h"
@@ -167,60 +168,73 @@ constexpr auto kPatience = std::chrono::milliseconds(300);
 using testing::GatedTier;
 using testing::Racer;
 
-TEST(TierStackGuard, AnSsdHitBeingPromotedNeverOverwritesANewerPut) {
+// A stack whose SSD tier (`below`, behind the gate `ssd`) can hold an
+// operation half way; the hot tier holds `hot_capacity_bytes` (0: unlimited).
+struct GatedSsdStack {
+  explicit GatedSsdStack(uint64_t hot_capacity_bytes = 0)
+      : hot({.capacity_bytes = hot_capacity_bytes}) {}
   MemTier hot, below;
-  GatedTier ssd(&below);
-  TierStack stack(&hot, &ssd);
-  ASSERT_OK(below.Put(Meta(1), Payload('o'), false));
-  ssd.Arm(GatedTier::Op::kGet, Meta(1).key);
-  std::thread reader([&] { EXPECT_OK(stack.Get(Meta(1).key)); });
-  ssd.WaitHeld();  // the reader holds the old value and is about to promote it
-  Racer writer([&] { EXPECT_OK(stack.Put(Meta(1), Payload('n'))); });
-  const bool overtook = writer.FinishesWithin(kPatience);
-  ssd.Open();
-  reader.join();
-  writer.Join();
+  GatedTier ssd{&below};
+  TierStack stack{&hot, &ssd};
+};
+
+// Runs `first` on a thread until `gate` holds it at its armed operation, then
+// `while_held` on this thread, then `second` on another thread. Returns
+// whether `second` finished within kPatience while `first` was held: with the
+// per-key guard it waits. Lets `first` go and joins both.
+bool SecondOvertakesHeldFirst(
+    GatedTier& gate, const std::function<void()>& first,
+    const std::function<void()>& second,
+    const std::function<void()>& while_held = [] {}) {
+  std::thread held(first);
+  gate.WaitHeld();
+  while_held();
+  Racer racer(second);
+  const bool overtook = racer.FinishesWithin(kPatience);
+  gate.Open();
+  held.join();
+  racer.Join();
+  return overtook;
+}
+
+TEST(TierStackGuard, AnSsdHitBeingPromotedNeverOverwritesANewerPut) {
+  GatedSsdStack s;
+  ASSERT_OK(s.below.Put(Meta(1), Payload('o'), false));
+  s.ssd.Arm(GatedTier::Op::kGet, Meta(1).key);
+  // The reader holds the old value and is about to promote it.
+  const bool overtook = SecondOvertakesHeldFirst(
+      s.ssd, [&] { EXPECT_OK(s.stack.Get(Meta(1).key)); },
+      [&] { EXPECT_OK(s.stack.Put(Meta(1), Payload('n'))); });
   EXPECT_FALSE(overtook) << "a Put ran while an SSD hit of its key was being promoted";
-  EXPECT_EQ(stack.Get(Meta(1).key)->payload.view(), Payload('n').view());
-  EXPECT_EQ(stack.dirty_blocks(), 1u);  // the new value still has to reach SSD
+  EXPECT_EQ(s.stack.Get(Meta(1).key)->payload.view(), Payload('n').view());
+  EXPECT_EQ(s.stack.dirty_blocks(), 1u);  // the new value still has to reach SSD
 }
 
 TEST(TierStackGuard, AnSsdHitBeingPromotedNeverBringsBackARemovedBlock) {
-  MemTier hot, below;
-  GatedTier ssd(&below);
-  TierStack stack(&hot, &ssd);
-  ASSERT_OK(below.Put(Meta(1), Payload('o'), false));
-  ssd.Arm(GatedTier::Op::kGet, Meta(1).key);
-  std::thread reader([&] { EXPECT_OK(stack.Get(Meta(1).key)); });
-  ssd.WaitHeld();
-  Racer remover([&] { EXPECT_OK(stack.Remove(Meta(1).key)); });
-  const bool overtook = remover.FinishesWithin(kPatience);
-  ssd.Open();
-  reader.join();
-  remover.Join();
+  GatedSsdStack s;
+  ASSERT_OK(s.below.Put(Meta(1), Payload('o'), false));
+  s.ssd.Arm(GatedTier::Op::kGet, Meta(1).key);
+  const bool overtook = SecondOvertakesHeldFirst(
+      s.ssd, [&] { EXPECT_OK(s.stack.Get(Meta(1).key)); },
+      [&] { EXPECT_OK(s.stack.Remove(Meta(1).key)); });
   EXPECT_FALSE(overtook);
-  EXPECT_FALSE(stack.Contains(Meta(1).key)) << "a removed block came back";
-  EXPECT_TRUE(stack.Get(Meta(1).key).status().IsNotFound());
+  EXPECT_FALSE(s.stack.Contains(Meta(1).key)) << "a removed block came back";
+  EXPECT_TRUE(s.stack.Get(Meta(1).key).status().IsNotFound());
 }
 
 TEST(TierStackGuard, FlushNeverMarksANewerPutCleanNorOverwritesIt) {
-  MemTier hot, below;
-  GatedTier ssd(&below);
-  TierStack stack(&hot, &ssd);
-  ASSERT_OK(stack.Put(Meta(1), Payload('o')));
-  ssd.Arm(GatedTier::Op::kPut, Meta(1).key);
-  std::thread flusher([&] { EXPECT_OK(stack.Flush()); });
-  ssd.WaitHeld();  // Flush read the old value and is about to write it below
-  Racer writer([&] { EXPECT_OK(stack.Put(Meta(1), Payload('n'))); });
-  const bool overtook = writer.FinishesWithin(kPatience);
-  ssd.Open();
-  flusher.join();
-  writer.Join();
+  GatedSsdStack s;
+  ASSERT_OK(s.stack.Put(Meta(1), Payload('o')));
+  s.ssd.Arm(GatedTier::Op::kPut, Meta(1).key);
+  // Flush read the old value and is about to write it below.
+  const bool overtook = SecondOvertakesHeldFirst(
+      s.ssd, [&] { EXPECT_OK(s.stack.Flush()); },
+      [&] { EXPECT_OK(s.stack.Put(Meta(1), Payload('n'))); });
   EXPECT_FALSE(overtook);
-  EXPECT_EQ(stack.Get(Meta(1).key)->payload.view(), Payload('n').view());
-  EXPECT_EQ(stack.dirty_blocks(), 1u);
-  ASSERT_OK(stack.Flush());
-  EXPECT_EQ(below.Get(Meta(1).key)->view(), Payload('n').view());
+  EXPECT_EQ(s.stack.Get(Meta(1).key)->payload.view(), Payload('n').view());
+  EXPECT_EQ(s.stack.dirty_blocks(), 1u);
+  ASSERT_OK(s.stack.Flush());
+  EXPECT_EQ(s.below.Get(Meta(1).key)->view(), Payload('n').view());
 }
 
 TEST(TierStackGuard, TheLateEvictionOfAnOlderCopyLeavesTheNewerCopyDirty) {
@@ -283,21 +297,17 @@ TEST_F(TierStackLateWriteBack, NeverLandsOverANewerValueStoredBelow) {
 }
 
 TEST(TierStackGuard, ARemoveWaitsForTheWriteBackOfTheKeyInFlight) {
-  MemTier hot({.capacity_bytes = kCharge}), below;
-  GatedTier ssd(&below);
-  TierStack stack(&hot, &ssd);
-  ASSERT_OK(stack.Put(Meta(1), Payload('o')));
-  ssd.Arm(GatedTier::Op::kPut, Meta(1).key);
-  std::thread evictor([&] { EXPECT_OK(stack.Put(Meta(2), Payload('x'))); });
-  ssd.WaitHeld();  // 'o' is on its way below
-  ASSERT_OK(stack.Put(Meta(1), Payload('n')));
-  Racer remover([&] { EXPECT_OK(stack.Remove(Meta(1).key)); });
-  const bool overtook = remover.FinishesWithin(kPatience);
-  ssd.Open();
-  evictor.join();
-  remover.Join();
+  GatedSsdStack s(/*hot_capacity_bytes=*/kCharge);
+  ASSERT_OK(s.stack.Put(Meta(1), Payload('o')));
+  s.ssd.Arm(GatedTier::Op::kPut, Meta(1).key);
+  // The Put of block 2 evicts 'o', which is on its way below when block 1 is
+  // stored again ('n') and then removed.
+  const bool overtook = SecondOvertakesHeldFirst(
+      s.ssd, [&] { EXPECT_OK(s.stack.Put(Meta(2), Payload('x'))); },
+      [&] { EXPECT_OK(s.stack.Remove(Meta(1).key)); },
+      [&] { ASSERT_OK(s.stack.Put(Meta(1), Payload('n'))); });
   EXPECT_FALSE(overtook);
-  EXPECT_FALSE(stack.Contains(Meta(1).key)) << "the write-back landed after the Remove";
+  EXPECT_FALSE(s.stack.Contains(Meta(1).key)) << "the write-back landed after the Remove";
 }
 
 }  // namespace
