@@ -3,32 +3,21 @@
 #include <gtest/gtest.h>
 
 #include "prefixkv/codec.h"
-#include "tests/cache/cache_test_util.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace {
 
-BlockRecord SmallRecord() {
-  BlockRecord rec;
-  rec.key = BlockKey{1, 2};
-  rec.parent = BlockKey{3, 4};
-  rec.namespace_id = BlockKey{3, 4};
-  rec.token_count = testing::kBlockTokens;
-  rec.tokens = {1, 2, 3, 4};
-  rec.layers = {testing::KvLayer(testing::kBlockTokens),
-                MakePlaceholder("RotatingKVCache")};
-  return rec;
-}
+using testing::SampleRecord;
 
 TEST(TrustedDecode, DecodesTheSameRecordAsTheVerifyingDecoder) {
-  SharedBytes enc = EncodeBlock(SmallRecord()).value();
+  SharedBytes enc = EncodeBlock(SampleRecord()).value();
   EXPECT_EQ(DecodeTrustedBlock(enc).value(), DecodeBlock(enc).value());
-  EXPECT_EQ(DecodeTrustedBlock(enc).value(), SmallRecord());
+  EXPECT_EQ(DecodeTrustedBlock(enc).value(), SampleRecord());
 }
 
 TEST(TrustedDecode, SkipsOnlyTheChecksum) {
-  std::string bytes(EncodeBlock(SmallRecord()).value().view());
+  std::string bytes(EncodeBlock(SampleRecord()).value().view());
   bytes[bytes.size() - 1] ^= 0x40;  // a tensor byte
   EXPECT_TRUE(DecodeBlock(SharedBytes::Copy(bytes)).status().IsCorruption());
   EXPECT_OK(DecodeTrustedBlock(SharedBytes::Copy(bytes)));

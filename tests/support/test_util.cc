@@ -73,6 +73,23 @@ BlockKey RandomKey(std::mt19937_64& rng) { return BlockKey{rng(), rng()}; }
 
 }  // namespace
 
+BlockRecord SampleRecord() {
+  BlockRecord r;
+  r.key = BlockKey{0x1111, 0x2222};
+  r.parent = BlockKey{0x3333, 0x4444};
+  r.namespace_id = BlockKey{0x5555, 0x6666};
+  r.token_count = 4;
+  r.tokens = {10, 20, 30, 40};
+  std::mt19937_64 rng(42);
+  r.layers.push_back(LayerState{"KVCache",
+                                {"4"},
+                                false,
+                                {RandomTensor(rng, DType::kFloat16, {1, 2, 4, 8}),
+                                 RandomTensor(rng, DType::kFloat16, {1, 2, 4, 8})}});
+  r.layers.push_back(MakePlaceholder("RotatingKVCache"));
+  return r;
+}
+
 BlockRecord RandomRecord(std::mt19937_64& rng, bool compressible) {
   static const char* kTypes[] = {"KVCache", "RotatingKVCache", "ArraysCache",
                                  "QuantizedKVCache", "PrefillReadyRotatingKVCache"};

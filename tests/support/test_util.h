@@ -77,6 +77,11 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// A small valid BlockRecord for codec tests: 4 tokens, one KVCache layer of two
+// random float16 tensors [1, 2, 4, 8] (128 bytes each, a fixed seed) and a
+// RotatingKVCache placeholder. Tests rely on this exact layout: change nothing.
+BlockRecord SampleRecord();
+
 // A random but valid BlockRecord: 0-5 layers of mixed types, placeholders, random
 // dtypes and shapes, optional tokens; `compressible` fills tensors with runs.
 BlockRecord RandomRecord(std::mt19937_64& rng, bool compressible = false);

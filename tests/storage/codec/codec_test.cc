@@ -13,23 +13,7 @@
 namespace prefixkv {
 namespace {
 
-BlockRecord SampleRecord() {
-  BlockRecord r;
-  r.key = BlockKey{0x1111, 0x2222};
-  r.parent = BlockKey{0x3333, 0x4444};
-  r.namespace_id = BlockKey{0x5555, 0x6666};
-  r.token_count = 4;
-  r.tokens = {10, 20, 30, 40};
-  std::mt19937_64 rng(42);
-  r.layers.push_back(
-      LayerState{"KVCache",
-                 {"4"},
-                 false,
-                 {testing::RandomTensor(rng, DType::kFloat16, {1, 2, 4, 8}),
-                  testing::RandomTensor(rng, DType::kFloat16, {1, 2, 4, 8})}});
-  r.layers.push_back(MakePlaceholder("RotatingKVCache"));
-  return r;
-}
+using testing::SampleRecord;
 
 Status DecodeCopy(const std::string& bytes) {
   return DecodeBlock(SharedBytes::Copy(bytes)).status();
