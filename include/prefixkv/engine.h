@@ -58,6 +58,10 @@ class SharedHotBudget;
 class SsdTier;
 class TierStack;
 class HotTier;
+
+namespace internal {
+class EngineImpl;  // src/engine/engine_impl.h
+}  // namespace internal
 struct SsdTierOptions;
 
 struct EngineOptions {
@@ -237,9 +241,8 @@ class Engine {
   const EngineOptions& options() const;
 
  private:
-  class Impl;
-  explicit Engine(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit Engine(std::unique_ptr<internal::EngineImpl> impl);
+  std::unique_ptr<internal::EngineImpl> impl_;
 };
 
 }  // namespace prefixkv

@@ -24,6 +24,10 @@
 
 namespace prefixkv {
 
+namespace internal {
+class ServerImpl;  // src/server/server.cc
+}  // namespace internal
+
 struct ServerOptions {
   // Address to listen on. Loopback by default: the protocol has no encryption.
   std::string bind_address = "127.0.0.1";
@@ -105,8 +109,7 @@ class Server {
   ServerStats stats() const;
 
  private:
-  class Impl;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<internal::ServerImpl> impl_;
 };
 
 }  // namespace prefixkv

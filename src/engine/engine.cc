@@ -9,7 +9,7 @@
 
 namespace prefixkv {
 
-Status Engine::Impl::OpenTiers() {
+Status internal::EngineImpl::OpenTiers() {
   if (options_.hot_capacity_bytes == 0 && options_.data_dir.empty()) {
     return Status::InvalidArgument("engine needs a hot tier or a data_dir (or both)");
   }
@@ -39,8 +39,8 @@ Status Engine::Impl::OpenTiers() {
   return Status::OK();
 }
 
-StatusOr<EngineOwner> Engine::Impl::NewOwner(const std::string& name,
-                                             std::optional<uint64_t> quota_bytes) {
+StatusOr<EngineOwner> internal::EngineImpl::NewOwner(
+    const std::string& name, std::optional<uint64_t> quota_bytes) {
   EngineOwner o;
   o.name = name;
   if (budget_ != nullptr) {
@@ -57,7 +57,7 @@ StatusOr<EngineOwner> Engine::Impl::NewOwner(const std::string& name,
   return o;
 }
 
-EngineModel* Engine::Impl::Find(Namespace ns) const {
+EngineModel* internal::EngineImpl::Find(Namespace ns) const {
   MutexLock lock(&mu_);
   for (const auto& m : models_) {
     if (m->ns.index == ns.index && m->ns.root == ns.root) return m.get();
@@ -65,12 +65,12 @@ EngineModel* Engine::Impl::Find(Namespace ns) const {
   return nullptr;
 }
 
-Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::Engine(std::unique_ptr<internal::EngineImpl> impl) : impl_(std::move(impl)) {}
 
 Engine::~Engine() { (void)Close(); }
 
 StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
-  auto impl = std::make_unique<Impl>(options);
+  auto impl = std::make_unique<internal::EngineImpl>(options);
   PKV_RETURN_IF_ERROR(impl->OpenTiers());
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }

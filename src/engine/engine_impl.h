@@ -1,4 +1,4 @@
-// Engine::Impl: the tiers one Engine owns and how they are wired.
+// internal::EngineImpl: the tiers one Engine owns and how they are wired.
 //
 //   SharedHotBudget (one)  -- owner per model (+ "values") --> HotTier view
 //   SsdTier (one, optional) <-- write-back of each view's dirty victims
@@ -44,9 +44,9 @@ struct EngineModel {
   EngineOwner tiers;
 };
 
-class Engine::Impl {
+class internal::EngineImpl {
  public:
-  explicit Impl(const EngineOptions& options) : options_(options) {}
+  explicit EngineImpl(const EngineOptions& options) : options_(options) {}
 
   // Opens the budget and the SSD tier (Engine::Open).
   Status OpenTiers();

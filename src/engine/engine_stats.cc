@@ -5,7 +5,7 @@ namespace prefixkv {
 
 EngineStats Engine::Stats() const {
   EngineStats s;
-  const Impl& impl = *impl_;
+  const internal::EngineImpl& impl = *impl_;
   if (impl.CheckOpen().ok() && impl.budget_ != nullptr) {
     const SharedHotBudget& budget = *impl.budget_;
     s.hot_capacity_bytes = budget.capacity_bytes();

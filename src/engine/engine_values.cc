@@ -18,7 +18,7 @@ BlockKey ValueKey(std::string_view name) {
 
 }  // namespace
 
-StatusOr<TierStack*> Engine::Impl::Values() {
+StatusOr<TierStack*> internal::EngineImpl::Values() {
   if (TierStack* stack = values_stack_.load(std::memory_order_acquire)) return stack;
   MutexLock lock(&mu_);
   if (values_ == nullptr) {

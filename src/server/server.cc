@@ -39,9 +39,9 @@ constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(50);
 
 }  // namespace
 
-class Server::Impl {
+class internal::ServerImpl {
  public:
-  Impl(ServerOptions options, Engine* engine);
+  ServerImpl(ServerOptions options, Engine* engine);
   Status Start();
   void Stop();
   size_t SweepIdle();
@@ -81,7 +81,7 @@ class Server::Impl {
   bool stopped_ GUARDED_BY(mu_) = false;
 };
 
-Server::Impl::Impl(ServerOptions options, Engine* engine)
+internal::ServerImpl::ServerImpl(ServerOptions options, Engine* engine)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : Clock::System()),
       engine_(engine),
@@ -95,7 +95,7 @@ Server::Impl::Impl(ServerOptions options, Engine* engine)
   env_.on_closed = [this](Connection* c) { OnClosed(c); };
 }
 
-Status Server::Impl::Start() {
+Status internal::ServerImpl::Start() {
   if (engine_ == nullptr || engine_->closed()) {
     return Status::InvalidArgument("server needs an open engine");
   }
@@ -133,7 +133,7 @@ Status Server::Impl::Start() {
   return Status::OK();
 }
 
-void Server::Impl::AcceptNext() {
+void internal::ServerImpl::AcceptNext() {
   asio::io_context& target = *contexts_[next_context_++ % contexts_.size()];
   acceptor_->async_accept(target, [this](const boost::system::error_code& ec,
                                          tcp::socket socket) {
@@ -150,7 +150,7 @@ void Server::Impl::AcceptNext() {
   });
 }
 
-void Server::Impl::OnAccepted(tcp::socket socket) {
+void internal::ServerImpl::OnAccepted(tcp::socket socket) {
   counters_.total_connections_received.fetch_add(1, std::memory_order_relaxed);
   boost::system::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
@@ -179,13 +179,13 @@ void Server::Impl::OnAccepted(tcp::socket socket) {
   conn->PostStart();
 }
 
-void Server::Impl::OnClosed(Connection* c) {
+void internal::ServerImpl::OnClosed(Connection* c) {
   MutexLock lock(&mu_);
   connections_.erase(c);
   if (connections_.empty()) all_closed_.NotifyAll();
 }
 
-void Server::Impl::ScheduleSweep() {
+void internal::ServerImpl::ScheduleSweep() {
   timer_->expires_after(
       std::chrono::milliseconds(std::max<uint64_t>(1, options_.idle_check_interval_ms)));
   timer_->async_wait([this](const boost::system::error_code& ec) {
@@ -195,7 +195,7 @@ void Server::Impl::ScheduleSweep() {
   });
 }
 
-size_t Server::Impl::SweepIdle() {
+size_t internal::ServerImpl::SweepIdle() {
   if (options_.idle_timeout_ms == 0) return 0;
   uint64_t now = clock_->NowMillis();
   size_t closed = 0;
@@ -211,7 +211,7 @@ size_t Server::Impl::SweepIdle() {
   return closed;
 }
 
-void Server::Impl::Stop() {
+void internal::ServerImpl::Stop() {
   {
     MutexLock lock(&mu_);
     if (!started_ || stopped_) return;
@@ -235,7 +235,7 @@ void Server::Impl::Stop() {
   for (auto& t : threads_) t.join();
 }
 
-ServerStats Server::Impl::Stats() const {
+ServerStats internal::ServerImpl::Stats() const {
   ServerStats s;
   {
     MutexLock lock(&mu_);
@@ -249,7 +249,7 @@ ServerStats Server::Impl::Stats() const {
   return s;
 }
 
-void Server::Impl::AppendInfo(std::string* out) const {
+void internal::ServerImpl::AppendInfo(std::string* out) const {
   ServerStats s = Stats();
   auto line = [out](const char* name, const std::string& v) {
     *out += std::string(name) + ":" + v + "\r\n";
@@ -274,7 +274,7 @@ void Server::Impl::AppendInfo(std::string* out) const {
 }
 
 Server::Server(ServerOptions options, Engine* engine)
-    : impl_(std::make_unique<Impl>(std::move(options), engine)) {}
+    : impl_(std::make_unique<internal::ServerImpl>(std::move(options), engine)) {}
 Server::~Server() { Stop(); }
 Status Server::Start() { return impl_->Start(); }
 uint16_t Server::port() const { return impl_->port(); }
