@@ -36,6 +36,8 @@ const EngineOwnerStats* Owner(const EngineStats& stats, const std::string& name)
   }
   return nullptr;
 }
+// The result points into `stats`: a temporary would dangle.
+const EngineOwnerStats* Owner(EngineStats&& stats, const std::string& name) = delete;
 
 TEST(EngineMemoryCharge, OpeningANameAgainReturnsAnotherHandleOfTheSameOwner) {
   TempDir dir;
@@ -48,12 +50,17 @@ TEST(EngineMemoryCharge, OpeningANameAgainReturnsAnotherHandleOfTheSameOwner) {
 
   ASSERT_OK(first->Charge(1000, nullptr));
   ASSERT_OK(second->Charge(500, nullptr));
-  EXPECT_EQ(Owner(engine->Stats(), "sessions")->hot.external_bytes, 1500u);
+  {
+    const EngineStats charged = engine->Stats();
+    ASSERT_NE(Owner(charged, "sessions"), nullptr);
+    EXPECT_EQ(Owner(charged, "sessions")->hot.external_bytes, 1500u);
+  }
   EXPECT_TRUE(second->Uncharge(501).IsInvalidArgument()) << "only its own bytes";
   ASSERT_OK(second->Uncharge(500));
   second.reset();
-  first.reset();  // returns its 1000 bytes
-  const EngineOwnerStats* owner = Owner(engine->Stats(), "sessions");
+  first.reset();                              // returns its 1000 bytes
+  const EngineStats stats = engine->Stats();  // Owner() points into it
+  const EngineOwnerStats* owner = Owner(stats, "sessions");
   ASSERT_NE(owner, nullptr);
   EXPECT_EQ(owner->hot.bytes, 0u);
   EXPECT_EQ(owner->hot_quota_bytes, std::optional<uint64_t>(32 << 10));
