@@ -1,9 +1,9 @@
 // TipLineage: the recorded tips of one namespace and the tip each extended.
 //
-// Supersede-on-extend (docs/prefix_cache.md, "Supersede-on-extend lineage") needs, for a store's previous tip P,
-// the tip recorded before P (the grandparent G), which is stripped. The
-// lineage maps every recorded real tip to the tip it extended. A stripped or
-// overwritten tip leaves the map, so the map holds only tips that are real.
+// Supersede-on-extend (docs/prefix_cache.md, "Supersede-on-extend lineage") needs, for a
+// store's previous tip P, the tip recorded before P (the grandparent G), which is
+// stripped. The lineage maps every recorded real tip to the tip it extended. A stripped
+// or overwritten tip leaves the map, so the map holds only tips that are real.
 //
 // It persists as one block record under a reserved key of the namespace
 // (RecordKey): token_count 0, no tokens, one layer of type kLineageLayerType
