@@ -145,6 +145,30 @@ struct EngineAudit {
   bool ok() const { return findings.empty() && orphans.empty(); }
 };
 
+// One block of a PinnedRestore, as the tier holds it: its record's tensors
+// view `payload` without a copy.
+struct RestoredBlock {
+  BlockKey key;
+  // kHot: `payload` is the hot tier's own buffer and the block is pinned
+  // there while `pin` is held. kSsd: the block was not resident after the
+  // restore (no hot tier, promotion off or no room): `payload` is a verified
+  // copy read from the SSD tier and nothing is pinned.
+  TierLevel level = TierLevel::kNone;
+  BlockRecord record;  // decoded in place: raw tensors are slices of `payload`
+  SharedBytes payload;
+  // Holding this (any copy) keeps the block pinned in the hot tier: never
+  // evicted, its charge counted in pinned_bytes. The last copy's destruction
+  // unpins it; it may outlive the Engine (it keeps the RAM budget alive).
+  // Null when the block is not pinned.
+  std::shared_ptr<const void> pin;
+};
+
+// Engine::RestorePinned's value: a restore plus its blocks, pinned.
+struct PinnedRestore {
+  RestoreResult result;               // exactly what Restore returns
+  std::vector<RestoredBlock> blocks;  // result.restored_blocks blocks, chain order
+};
+
 class Engine {
  public:
   // Opens (or creates) the engine's tiers. InvalidArgument for contradictory
@@ -172,6 +196,15 @@ class Engine {
   // Loads a match into per-layer caches (RestoreResult). Restoring less than
   // matched is a value with a reason, not an error.
   StatusOr<RestoreResult> Restore(const MatchResult& match);
+  // Restore, plus every restored block as stored (the partial tip the restore
+  // ended at included), each pinned in the hot tier when resident there: the
+  // per-block, per-layer tensors view the tier's bytes without a copy and stay
+  // resident while their pin is held (docs/python.md). Multi-block sliceable
+  // layers of `result` are still one concatenated copy. Each pin counts one
+  // more hot hit (the restore's read counted the first). Errors as Restore,
+  // or a block's read error when one left every tier between the restore
+  // and its pin.
+  StatusOr<PinnedRestore> RestorePinned(const MatchResult& match);
   // Stores the caches of `tokens` (one LayerState per layer covering every
   // token); blocks already cached are not rewritten. InvalidArgument when the
   // layers do not fit the namespace layout.
