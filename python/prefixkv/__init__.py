@@ -1,0 +1,23 @@
+"""prefixkv: a paged prefix-cache storage engine for LLM inference.
+
+Python bindings of the C++ engine (docs/python.md)::
+
+    import numpy as np, prefixkv
+    with prefixkv.Engine.open(data_dir="/tmp/pkv", hot_bytes=1 << 30) as engine:
+        ns = engine.register_model("my-model", ["KVCache"] * 4, block_tokens=256)
+        engine.store(ns, tokens, layers)          # per layer: [keys, values]
+        m = engine.match(ns, prompt)              # longest cached prefix
+        r = engine.restore(m)                     # r.layers[l].tensors: numpy
+        ... prefill prompt[r.restored_tokens:] ...
+
+Errors are :class:`prefixkv.Error` subclasses named after the C++ Status code.
+"""
+from . import errors
+from ._prefixkv import (Engine, Layer, Match, Namespace, Restored, RestoredBlock,
+                        StoreResult)
+from .errors import (Aborted, Busy, Corruption, Error, Internal, InvalidArgument,
+                     NoSpace, NotFound, NotSupported)
+
+__all__ = ["Engine", "Layer", "Match", "Namespace", "Restored", "RestoredBlock",
+           "StoreResult", "Error", "NotFound", "Corruption", "InvalidArgument", "Busy",
+           "NoSpace", "NotSupported", "Aborted", "Internal", "errors"]

@@ -1,0 +1,96 @@
+// Status -> exception, DType <-> numpy, Tensor <-> numpy array (convert.h).
+#include "convert.h"
+
+#include <cstring>
+#include <string_view>
+#include <utility>
+
+namespace prefixkv::python {
+
+void Raise(const Status& status) {
+  py::module_ errors = py::module_::import("prefixkv.errors");
+  const std::string code(StatusCodeName(status.code()));
+  py::object cls = py::hasattr(errors, code.c_str()) ? errors.attr(code.c_str())
+                                                     : errors.attr("Error");
+  py::object error = cls(status.message(), code);
+  PyErr_SetObject(cls.ptr(), error.ptr());
+  throw py::error_already_set();
+}
+
+py::dtype NumpyDType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return py::dtype::of<float>();
+    case DType::kFloat16:
+      return py::dtype("float16");
+    case DType::kBFloat16:
+      return py::dtype::of<uint16_t>();
+    case DType::kInt32:
+      return py::dtype::of<int32_t>();
+    case DType::kInt8:
+      return py::dtype::of<int8_t>();
+    case DType::kUInt8:
+      return py::dtype::of<uint8_t>();
+    case DType::kUInt32:
+      return py::dtype::of<uint32_t>();
+    case DType::kFloat64:
+      return py::dtype::of<double>();
+    case DType::kInt64:
+      return py::dtype::of<int64_t>();
+  }
+  return py::dtype::of<uint8_t>();
+}
+
+namespace {
+
+// What the base object of a view keeps alive.
+struct ViewOwner {
+  SharedBytes bytes;
+  std::shared_ptr<const void> pin;
+};
+
+}  // namespace
+
+py::array ViewTensor(const Tensor& tensor, std::shared_ptr<const void> pin) {
+  auto* owner = new ViewOwner{tensor.bytes(), std::move(pin)};
+  py::capsule base(owner, [](void* p) { delete static_cast<ViewOwner*>(p); });
+  py::array view(NumpyDType(tensor.dtype()), tensor.shape(), tensor.data(), base);
+  // The tier's bytes are immutable (SharedBytes): nobody may write them.
+  view.attr("setflags")(py::arg("write") = false);
+  return view;
+}
+
+StatusOr<ArrayBytes> CheckArray(const py::array& array, DType dtype,
+                                const std::string& what) {
+  const py::dtype want = NumpyDType(dtype);
+  if (!array.dtype().is(want) && !array.dtype().equal(want)) {
+    return Status::InvalidArgument(
+        what + ": dtype " + py::str(py::object(array.dtype())).cast<std::string>() +
+        ", the namespace holds " + std::string(DTypeName(dtype)) + " (numpy " +
+        py::str(py::object(want)).cast<std::string>() + ")");
+  }
+  if ((array.flags() & py::array::c_style) == 0) {
+    return Status::InvalidArgument(what +
+                                   ": not C-contiguous (numpy.ascontiguousarray makes "
+                                   "a contiguous copy)");
+  }
+  if (array.ndim() < 2) {
+    return Status::InvalidArgument(what + ": " + std::to_string(array.ndim()) +
+                                   " dimension(s); the token axis is ndim - 2, so at "
+                                   "least 2 are needed");
+  }
+  ArrayBytes out;
+  out.data = array.data();
+  out.nbytes = static_cast<size_t>(array.nbytes());
+  out.shape.assign(array.shape(), array.shape() + array.ndim());
+  return out;
+}
+
+Tensor CopyToTensor(const ArrayBytes& bytes, DType dtype) {
+  uint8_t* writable = nullptr;
+  SharedBytes copy = SharedBytes::Allocate(bytes.nbytes, &writable);
+  if (bytes.nbytes > 0) std::memcpy(writable, bytes.data, bytes.nbytes);
+  return Tensor(dtype, bytes.shape, std::move(copy));
+}
+
+}  // namespace prefixkv::python

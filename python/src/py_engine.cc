@@ -1,0 +1,370 @@
+// The Engine class of the prefixkv extension module and its value classes
+// (py_types.h). Every engine call runs without the GIL (PyEngine::Call); numpy
+// arrays are checked and read with it, and copied into tensors without it.
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "convert.h"
+#include "prefixkv/advanced/hot_tier.h"
+#include "py_types.h"
+
+namespace prefixkv::python {
+namespace {
+
+py::dict CountersDict(const TierCounters& c) {
+  py::dict d;
+  d["entries"] = c.entries;
+  d["bytes"] = c.bytes;
+  d["pinned_bytes"] = c.pinned_bytes;
+  d["hits"] = c.hits;
+  d["misses"] = c.misses;
+  d["inserts"] = c.inserts;
+  d["removes"] = c.removes;
+  d["evictions"] = c.evictions;
+  d["spills"] = c.spills;
+  d["corruptions"] = c.corruptions;
+  d["io_errors"] = c.io_errors;
+  d["external_bytes"] = c.external_bytes;
+  return d;
+}
+
+py::dict StatsDict(const EngineStats& s) {
+  py::dict d;
+  d["hot_capacity_bytes"] = s.hot_capacity_bytes;
+  d["hot"] = CountersDict(s.hot);
+  py::list owners;
+  for (const EngineOwnerStats& o : s.owners) {
+    py::dict od;
+    od["name"] = o.name;
+    od["hot"] = CountersDict(o.hot);
+    od["hot_quota_bytes"] = o.hot_quota_bytes ? py::cast(*o.hot_quota_bytes) : py::none();
+    owners.append(od);
+  }
+  d["owners"] = owners;
+  d["dirty_blocks"] = s.dirty_blocks;
+  d["has_ssd"] = s.has_ssd;
+  d["ssd_capacity_bytes"] = s.ssd_capacity_bytes;
+  d["ssd"] = CountersDict(s.ssd);
+  d["ssd_queued_blocks"] = s.ssd_queued_blocks;
+  return d;
+}
+
+py::dict AuditDict(const EngineAudit& a) {
+  py::dict d;
+  d["ok"] = a.ok();
+  py::list findings, orphans;
+  for (const AuditFinding& f : a.findings)
+    findings.append(py::make_tuple(f.what, f.detail));
+  for (const BlockKey& k : a.orphans) orphans.append(k.ToHex());
+  d["findings"] = findings;
+  d["orphans"] = orphans;
+  return d;
+}
+
+// Token ids as int32; InvalidArgument for a value outside int32.
+std::vector<int32_t> Tokens(const py::object& tokens) {
+  auto wide =
+      py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(tokens);
+  if (!wide || wide.ndim() != 1) {
+    Raise(Status::InvalidArgument("tokens: a 1-D sequence of integers is needed"));
+  }
+  std::vector<int32_t> out(static_cast<size_t>(wide.size()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int64_t v = wide.data()[i];
+    if (v < INT32_MIN || v > INT32_MAX) {
+      Raise(Status::InvalidArgument("tokens[" + std::to_string(i) + "] = " +
+                                    std::to_string(v) + " does not fit in int32"));
+    }
+    out[i] = static_cast<int32_t>(v);
+  }
+  return out;
+}
+
+// One layer to store: a Layer, or a sequence of arrays taking the namespace's
+// layer type and no meta.
+struct LayerToStore {
+  std::string cache_type;
+  std::vector<std::string> meta;
+  bool placeholder = false;
+  std::vector<ArrayBytes> tensors;
+  py::list arrays;  // keeps the arrays alive while their bytes are copied
+};
+
+std::vector<LayerToStore> CheckLayers(const PyNamespace& ns, const py::sequence& layers) {
+  const size_t want = ns.spec.layer_types.size();
+  if (layers.size() != want) {
+    Raise(Status::InvalidArgument(std::to_string(layers.size()) +
+                                  " layers given; model " + ns.spec.model + " has " +
+                                  std::to_string(want)));
+  }
+  std::vector<LayerToStore> out(want);
+  for (size_t l = 0; l < want; ++l) {
+    LayerToStore& layer = out[l];
+    py::object item = layers[l];
+    py::sequence tensors;
+    if (py::isinstance<PyLayer>(item)) {
+      const PyLayer& given = item.cast<const PyLayer&>();
+      layer.cache_type = given.cache_type;
+      layer.meta = given.meta;
+      layer.placeholder = given.placeholder;
+      tensors = given.tensors;
+    } else if (py::isinstance<py::sequence>(item) && !py::isinstance<py::array>(item)) {
+      layer.cache_type = ns.spec.layer_types[l];
+      tensors = item.cast<py::sequence>();
+    } else {
+      Raise(Status::InvalidArgument("layer " + std::to_string(l) +
+                                    ": a prefixkv.Layer or a sequence of numpy arrays "
+                                    "is needed"));
+    }
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const std::string what =
+          "layer " + std::to_string(l) + " tensor " + std::to_string(i);
+      py::object t = tensors[i];
+      if (!py::isinstance<py::array>(t))
+        Raise(Status::InvalidArgument(what + ": not a numpy array"));
+      py::array array = t.cast<py::array>();
+      layer.tensors.push_back(ValueOr(CheckArray(array, ns.spec.dtype, what)));
+      layer.arrays.append(array);
+    }
+  }
+  return out;
+}
+
+StoreResult Store(PyEngine& engine, const PyNamespace& ns, const py::object& tokens,
+                  const py::sequence& layers) {
+  const std::vector<int32_t> ids = Tokens(tokens);
+  const std::vector<LayerToStore> checked = CheckLayers(ns, layers);
+  return ValueOr(engine.Call([&](Engine& e) -> StatusOr<StoreResult> {
+    // The copies run here, without the GIL.
+    std::vector<LayerState> states(checked.size());
+    for (size_t l = 0; l < checked.size(); ++l) {
+      states[l].cache_type = checked[l].cache_type;
+      states[l].meta = checked[l].meta;
+      states[l].placeholder = checked[l].placeholder;
+      for (const ArrayBytes& bytes : checked[l].tensors) {
+        states[l].tensors.push_back(CopyToTensor(bytes, ns.spec.dtype));
+      }
+    }
+    return e.Store(ns.ns, ids, states);
+  }));
+}
+
+std::shared_ptr<PyEngine> OpenEngine(std::optional<std::string> data_dir,
+                                     uint64_t hot_bytes, uint64_t ssd_bytes,
+                                     const std::string& durability, bool write_through,
+                                     bool create_if_missing,
+                                     const std::string& hot_policy, bool quiet) {
+  EngineOptions o;
+  o.data_dir = data_dir.value_or("");
+  o.hot_capacity_bytes = hot_bytes;
+  o.ssd_capacity_bytes = ssd_bytes;
+  o.durability = ValueOr(ParseSsdDurability(durability));
+  o.write_through = write_through;
+  o.create_if_missing = create_if_missing;
+  o.hot_policy = ValueOr(ParseEvictionPolicy(hot_policy));
+  if (quiet) o.log = [](std::string_view) {};
+  std::unique_ptr<Engine> engine;
+  {
+    py::gil_scoped_release nogil;
+    StatusOr<std::unique_ptr<Engine>> opened = Engine::Open(o);
+    if (!opened.ok()) {
+      py::gil_scoped_acquire gil;
+      Raise(opened.status());
+    }
+    engine = std::move(opened).value();
+  }
+  return std::make_shared<PyEngine>(std::move(engine));
+}
+
+PyNamespace RegisterModel(PyEngine& engine, const std::string& model,
+                          const std::vector<std::string>& layer_types,
+                          uint32_t block_tokens, const std::string& dtype,
+                          const std::string& salt, bool store_partial_tail,
+                          std::optional<uint64_t> hot_quota_bytes) {
+  PyNamespace out;
+  out.spec.model = model;
+  out.spec.layer_types = layer_types;
+  out.spec.block_tokens = block_tokens;
+  out.spec.dtype = ValueOr(ParseDType(dtype));
+  out.spec.salt = salt;
+  const ModelOptions options{.store_partial_tail = store_partial_tail,
+                             .hot_quota_bytes = hot_quota_bytes};
+  out.ns =
+      ValueOr(engine.Call([&](Engine& e) { return e.RegisterModel(out.spec, options); }));
+  return out;
+}
+
+void BindValues(py::module_& m) {
+  py::class_<PyNamespace>(m, "Namespace")
+      .def_property_readonly("model", [](const PyNamespace& n) { return n.spec.model; })
+      .def_property_readonly("index", [](const PyNamespace& n) { return n.ns.index; })
+      .def_property_readonly("root",
+                             [](const PyNamespace& n) { return n.ns.root.ToHex(); })
+      .def_property_readonly("block_tokens",
+                             [](const PyNamespace& n) { return n.spec.block_tokens; })
+      .def_property_readonly(
+          "dtype",
+          [](const PyNamespace& n) { return std::string(DTypeName(n.spec.dtype)); })
+      .def_property_readonly("layer_types",
+                             [](const PyNamespace& n) { return n.spec.layer_types; })
+      .def("__repr__", [](const PyNamespace& n) {
+        return "Namespace(model=" + n.spec.model + ", root=" + n.ns.root.ToHex() + ")";
+      });
+
+  py::class_<PyMatch>(m, "Match")
+      .def_readonly("ns", &PyMatch::ns)
+      .def_property_readonly("matched_tokens",
+                             [](const PyMatch& p) { return p.match.matched_tokens(); })
+      .def_property_readonly("keys",
+                             [](const PyMatch& p) {
+                               std::vector<std::string> keys;
+                               for (const BlockKey& k : p.match.keys)
+                                 keys.push_back(k.ToHex());
+                               return keys;
+                             })
+      .def_property_readonly("tiers",
+                             [](const PyMatch& p) {
+                               std::vector<std::string> tiers;
+                               for (TierLevel t : p.match.tiers)
+                                 tiers.emplace_back(TierLevelName(t));
+                               return tiers;
+                             })
+      .def_property_readonly("tokens", [](const PyMatch& p) { return p.match.tokens; })
+      .def("__repr__", [](const PyMatch& p) {
+        return "Match(matched_tokens=" + std::to_string(p.match.matched_tokens()) +
+               ", blocks=" + std::to_string(p.match.keys.size()) + ")";
+      });
+
+  py::class_<PyLayer>(m, "Layer")
+      .def(py::init([](std::string cache_type, py::list tensors,
+                       std::vector<std::string> meta, bool placeholder) {
+             return PyLayer{std::move(cache_type), std::move(meta), std::move(tensors),
+                            placeholder};
+           }),
+           py::arg("cache_type"), py::arg("tensors"),
+           py::arg("meta") = std::vector<std::string>{}, py::arg("placeholder") = false)
+      .def_readwrite("cache_type", &PyLayer::cache_type)
+      .def_readwrite("meta", &PyLayer::meta)
+      .def_readwrite("tensors", &PyLayer::tensors)
+      .def_readwrite("placeholder", &PyLayer::placeholder)
+      .def("__repr__", [](const PyLayer& l) {
+        return "Layer(" + l.cache_type + ", " + std::to_string(l.tensors.size()) +
+               " tensors" + (l.placeholder ? ", placeholder)" : ")");
+      });
+
+  py::class_<PyRestoredBlock>(m, "RestoredBlock")
+      .def_readonly("key", &PyRestoredBlock::key)
+      .def_readonly("level", &PyRestoredBlock::level)
+      .def_readonly("pinned", &PyRestoredBlock::pinned)
+      .def_readonly("token_count", &PyRestoredBlock::token_count)
+      .def_readonly("partial", &PyRestoredBlock::partial)
+      .def_readonly("payload_address", &PyRestoredBlock::payload_address)
+      .def_readonly("payload_size", &PyRestoredBlock::payload_size)
+      .def_readonly("layers", &PyRestoredBlock::layers);
+
+  auto result = [](auto field) {
+    return [field](const PyRestored& r) { return r.restore->result.*field; };
+  };
+  py::class_<PyRestored>(m, "Restored")
+      .def_readonly("layers", &PyRestored::layers)
+      .def_property_readonly("blocks", &PyRestored::Blocks)
+      .def_property_readonly("restored_tokens", result(&RestoreResult::restored_tokens))
+      .def_property_readonly("restored_blocks", result(&RestoreResult::restored_blocks))
+      .def_property_readonly("blocks_from_hot", result(&RestoreResult::blocks_from_hot))
+      .def_property_readonly("blocks_from_ssd", result(&RestoreResult::blocks_from_ssd))
+      .def_property_readonly("tokens_from_hot", result(&RestoreResult::tokens_from_hot))
+      .def_property_readonly("tokens_from_ssd", result(&RestoreResult::tokens_from_ssd))
+      .def_property_readonly("reason", result(&RestoreResult::reason))
+      .def_property_readonly(
+          "window_tokens",
+          [](const PyRestored& r) { return r.restore->result.window.window_tokens; })
+      .def("__repr__", [](const PyRestored& r) {
+        return "Restored(restored_tokens=" +
+               std::to_string(r.restore->result.restored_tokens) +
+               ", blocks=" + std::to_string(r.restore->result.restored_blocks) + ")";
+      });
+
+  py::class_<StoreResult>(m, "StoreResult")
+      .def_readonly("blocks", &StoreResult::blocks)
+      .def_readonly("blocks_written", &StoreResult::blocks_written)
+      .def_readonly("blocks_deduplicated", &StoreResult::blocks_deduplicated)
+      .def_property_readonly("tip", [](const StoreResult& s) { return s.tip.ToHex(); })
+      .def_readonly("tip_state_stored", &StoreResult::tip_state_stored)
+      .def_readonly("note", &StoreResult::note)
+      .def("__repr__", [](const StoreResult& s) {
+        return "StoreResult(blocks=" + std::to_string(s.blocks) +
+               ", written=" + std::to_string(s.blocks_written) + ")";
+      });
+}
+
+}  // namespace
+
+void BindEngine(py::module_& m) {
+  BindValues(m);
+  py::class_<PyEngine, std::shared_ptr<PyEngine>>(m, "Engine")
+      .def_static("open", &OpenEngine, py::kw_only(), py::arg("data_dir") = py::none(),
+                  py::arg("hot_bytes") = uint64_t{1} << 30,
+                  py::arg("ssd_bytes") = uint64_t{64} << 30,
+                  py::arg("durability") = "wal", py::arg("write_through") = false,
+                  py::arg("create_if_missing") = true, py::arg("hot_policy") = "lru",
+                  py::arg("quiet") = false)
+      .def("register_model", &RegisterModel, py::arg("model"), py::arg("layer_types"),
+           py::kw_only(), py::arg("block_tokens") = 256, py::arg("dtype") = "float16",
+           py::arg("salt") = "", py::arg("store_partial_tail") = false,
+           py::arg("hot_quota_bytes") = py::none())
+      .def(
+          "match",
+          [](PyEngine& e, const PyNamespace& ns, const py::object& tokens) {
+            const std::vector<int32_t> ids = Tokens(tokens);
+            return PyMatch{
+                ns, ValueOr(e.Call([&](Engine& en) { return en.Match(ns.ns, ids); }))};
+          },
+          py::arg("ns"), py::arg("tokens"))
+      .def(
+          "restore",
+          [](PyEngine& e, const PyMatch& m) {
+            return MakeRestored(
+                ValueOr(e.Call([&](Engine& en) { return en.RestorePinned(m.match); })));
+          },
+          py::arg("match"))
+      .def("store", &Store, py::arg("ns"), py::arg("tokens"), py::arg("layers"))
+      .def("flush",
+           [](PyEngine& e) { Check(e.Call([](Engine& en) { return en.Flush(); })); })
+      .def("close", [](PyEngine& e) { Check(e.Close()); })
+      .def_property_readonly("closed", &PyEngine::closed)
+      .def("stats",
+           [](PyEngine& e) {
+             return StatsDict(e.Call([](Engine& en) { return en.Stats(); }));
+           })
+      .def("audit",
+           [](PyEngine& e) {
+             return AuditDict(ValueOr(e.Call([](Engine& en) { return en.Audit(); })));
+           })
+      .def(
+          "hot_block_address",
+          [](PyEngine& e, const PyNamespace& ns, const std::string& key) -> py::object {
+            const BlockKey k = ValueOr(BlockKey::FromHex(key));
+            StatusOr<SharedBytes> bytes =
+                e.Call([&](Engine& en) -> StatusOr<SharedBytes> {
+                  PKV_RETURN_IF_ERROR(en.closed()
+                                          ? Status::InvalidArgument("engine is closed")
+                                          : Status::OK());
+                  HotTier* hot = en.hot_tier(ns.ns);
+                  if (hot == nullptr)
+                    return Status::NotFound("no hot tier for this namespace");
+                  return hot->Get(k);
+                });
+            if (!bytes.ok()) return py::none();
+            return py::cast(reinterpret_cast<uintptr_t>(bytes->data()));
+          },
+          py::arg("ns"), py::arg("key"))
+      .def("__enter__", [](std::shared_ptr<PyEngine> e) { return e; })
+      .def("__exit__", [](PyEngine& e, py::args) {
+        Check(e.Close());
+        return false;
+      });
+}
+
+}  // namespace prefixkv::python

@@ -1,0 +1,97 @@
+// The Python-side value classes of the prefixkv extension module (Namespace,
+// Match, Layer, Restored, RestoredBlock) and the Engine wrapper they come from.
+//
+// Restored holds the C++ PinnedRestore: while it lives every restored hot
+// block stays pinned. Each numpy array it hands out holds its own reference to
+// the bytes it views and to the pin of the block those bytes belong to, so a
+// block stays pinned exactly as long as some array (or view of one) of it, or
+// the Restored object, is alive.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "prefixkv/engine.h"
+
+namespace prefixkv::python {
+
+namespace py = pybind11;
+
+// A registered model: its handle and the spec it was registered with.
+struct PyNamespace {
+  Namespace ns;
+  NamespaceSpec spec;
+};
+
+struct PyMatch {
+  PyNamespace ns;
+  MatchResult match;
+};
+
+// One layer's cache: a type name, its meta strings and its tensors (numpy
+// arrays). What store() accepts per layer and what restore() returns.
+struct PyLayer {
+  std::string cache_type;
+  std::vector<std::string> meta;
+  py::list tensors;
+  bool placeholder = false;
+};
+
+struct PyRestoredBlock {
+  std::string key;    // hex
+  std::string level;  // "hot" (pinned, the tier's bytes) or "ssd"
+  bool pinned = false;
+  uint32_t token_count = 0;
+  bool partial = false;
+  uintptr_t payload_address = 0;  // the encoded record's buffer
+  size_t payload_size = 0;
+  py::list layers;  // PyLayer, tensors viewing the payload
+};
+
+struct PyRestored {
+  std::shared_ptr<const PinnedRestore> restore;
+  py::list layers;  // PyLayer
+  // PyRestoredBlock list, built on first access (most callers only want layers).
+  py::object blocks;
+  py::list Blocks();
+};
+
+// The Engine behind the GIL: every call releases the GIL and holds `mu_`
+// shared; close() holds it exclusively, so it never runs while another
+// thread's call is in flight (Engine::Close's requirement).
+class PyEngine {
+ public:
+  explicit PyEngine(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {}
+
+  // Runs fn(engine) without the GIL, under the shared lock.
+  template <typename F>
+  auto Call(F&& fn) {
+    py::gil_scoped_release nogil;
+    std::shared_lock lock(mu_);
+    return fn(*engine_);
+  }
+  Status Close() {
+    py::gil_scoped_release nogil;
+    std::unique_lock lock(mu_);
+    return engine_->Close();
+  }
+  bool closed() const { return engine_->closed(); }
+
+ private:
+  std::unique_ptr<Engine> engine_;
+  std::shared_mutex mu_;
+};
+
+// Builds the Python value of a restore (arrays viewing the blocks' bytes).
+PyRestored MakeRestored(PinnedRestore restore);
+
+// Registers the classes above and the Engine methods on `m` (py_engine.cc).
+void BindEngine(py::module_& m);
+
+}  // namespace prefixkv::python

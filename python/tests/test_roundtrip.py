@@ -1,0 +1,78 @@
+"""Store then restore returns the same bytes, for every supported dtype."""
+import numpy as np
+import pytest
+
+import prefixkv
+from conftest import kv_layers, register
+
+
+@pytest.mark.parametrize("dtype,np_dtype", [("float32", np.float32), ("float16", np.float16),
+                                            ("bfloat16", np.uint16)])
+def test_a_stored_prompt_restores_byte_for_byte(engine, rng, dtype, np_dtype):
+    ns = register(engine, dtype=dtype)
+    tokens = list(range(100, 120))  # 5 blocks of 4
+    layers = kv_layers(rng, 2, len(tokens), dtype=np_dtype)
+    stored = engine.store(ns, tokens, layers)
+    assert (stored.blocks, stored.blocks_written) == (5, 5)
+    m = engine.match(ns, tokens)
+    assert m.matched_tokens == 20 and m.tiers == ["hot"] * 5
+    r = engine.restore(m)
+    assert (r.restored_tokens, r.restored_blocks, r.blocks_from_hot) == (20, 5, 5)
+    assert r.reason == ""
+    assert len(r.layers) == 2
+    for got, want in zip(r.layers, layers):
+        assert got.cache_type == "KVCache"
+        assert [t.dtype for t in got.tensors] == [np.dtype(np_dtype)] * 2
+        for g, w in zip(got.tensors, want):
+            np.testing.assert_array_equal(g, w)
+
+
+def test_a_longer_prompt_restores_its_cached_full_blocks(engine, rng):
+    ns = register(engine)
+    layers = kv_layers(rng, 2, 10)
+    engine.store(ns, np.arange(10, dtype=np.int64), layers)  # 2 full blocks, tail left
+    r = engine.restore(engine.match(ns, list(range(10)) + [77, 78, 79]))
+    assert r.restored_tokens == 8
+    np.testing.assert_array_equal(r.layers[1].tensors[0], layers[1][0][:, :, :8])
+    miss = engine.restore(engine.match(ns, [5, 6, 7, 8]))
+    assert miss.restored_tokens == 0 and miss.layers == []
+
+
+def test_layer_objects_carry_type_and_meta(engine, rng):
+    ns = register(engine)
+    keys, values = kv_layers(rng, 1, 8)[0]
+    layer = prefixkv.Layer("KVCache", [keys, values], meta=["8"])
+    engine.store(ns, list(range(8)), [layer, [keys, values]])
+    r = engine.restore(engine.match(ns, list(range(8))))
+    assert r.layers[0].meta == ["8"], "the newest block's meta, rewritten to its end"
+    np.testing.assert_array_equal(r.layers[0].tensors[1], values)
+
+
+def test_stats_and_audit_report_the_tiers(engine, rng):
+    ns = register(engine)
+    engine.store(ns, list(range(8)), kv_layers(rng, 2, 8))
+    s = engine.stats()
+    assert s["hot"]["entries"] == 2 and s["dirty_blocks"] == 2 and s["has_ssd"]
+    assert s["owners"][0]["name"] == "test-model"
+    assert s["hot"]["bytes"] <= s["hot_capacity_bytes"]
+    engine.flush()
+    assert engine.stats()["dirty_blocks"] == 0
+    audit = engine.audit()
+    assert audit == {"ok": True, "findings": [], "orphans": []}
+
+
+def test_the_context_manager_closes_the_engine(data_dir):
+    with prefixkv.Engine.open(data_dir=data_dir, quiet=True) as e:
+        assert not e.closed
+    assert e.closed
+    e.close()  # idempotent
+
+
+def test_a_ram_only_engine_needs_no_directory(rng):
+    with prefixkv.Engine.open(hot_bytes=1 << 20) as e:
+        ns = register(e)
+        layers = kv_layers(rng, 2, 4)
+        e.store(ns, [1, 2, 3, 4], layers)
+        assert not e.stats()["has_ssd"]
+        np.testing.assert_array_equal(e.restore(e.match(ns, [1, 2, 3, 4])).layers[0].tensors[0],
+                                      layers[0][0])
