@@ -1,0 +1,79 @@
+"""Bad input and misuse raise prefixkv.Error subclasses that carry the
+Status code and a message saying what was wrong."""
+import numpy as np
+import pytest
+
+import prefixkv
+from conftest import kv_layers, register
+
+
+def test_a_wrong_dtype_names_the_layer_and_both_dtypes(engine, rng):
+    ns = register(engine, dtype="float16")
+    layers = kv_layers(rng, 2, 4, dtype=np.float32)
+    with pytest.raises(prefixkv.InvalidArgument) as e:
+        engine.store(ns, [0, 1, 2, 3], layers)
+    assert e.value.code == "InvalidArgument"
+    assert "layer 0 tensor 0" in e.value.message and "float32" in e.value.message
+    assert "float16" in e.value.message
+    assert isinstance(e.value, ValueError) and isinstance(e.value, prefixkv.Error)
+
+
+def test_a_wrong_shape_is_refused_by_the_engine(engine, rng):
+    ns = register(engine)
+    layers = kv_layers(rng, 2, 3)  # 3 token rows for 4 tokens
+    with pytest.raises(prefixkv.InvalidArgument) as e:
+        engine.store(ns, [0, 1, 2, 3], layers)
+    assert e.value.message, "the engine's message says why"
+    flat = [[np.zeros(16, np.float32), np.zeros(16, np.float32)]] * 2
+    with pytest.raises(prefixkv.InvalidArgument, match="dimension"):
+        engine.store(ns, [0, 1, 2, 3], flat)
+    assert engine.match(ns, [0, 1, 2, 3]).matched_tokens == 0, "nothing was written"
+
+
+def test_non_contiguous_arrays_and_wrong_layer_counts_are_refused(engine, rng):
+    ns = register(engine)
+    layers = kv_layers(rng, 2, 8)
+    strided = [[t[:, :, ::2] for t in layer] for layer in layers]
+    with pytest.raises(prefixkv.InvalidArgument, match="C-contiguous"):
+        engine.store(ns, list(range(4)), strided)
+    with pytest.raises(prefixkv.InvalidArgument, match="1 layers given"):
+        engine.store(ns, list(range(8)), layers[:1])
+    with pytest.raises(prefixkv.InvalidArgument, match="not a numpy array"):
+        engine.store(ns, list(range(8)), [[[1.0], [2.0]], layers[1]])
+    with pytest.raises(prefixkv.InvalidArgument, match="int32"):
+        engine.match(ns, [1 << 40])
+
+
+def test_a_closed_engine_refuses_every_call(data_dir, rng):
+    e = prefixkv.Engine.open(data_dir=data_dir, quiet=True)
+    ns = register(e)
+    e.close()
+    for call in (lambda: e.match(ns, [1, 2, 3, 4]), lambda: e.flush(), lambda: e.audit(),
+                 lambda: e.store(ns, [1, 2, 3, 4], kv_layers(rng, 2, 4)),
+                 lambda: register(e)):
+        with pytest.raises(prefixkv.InvalidArgument, match="engine is closed"):
+            call()
+
+
+def test_an_unknown_namespace_is_refused(data_dir, tmp_path):
+    with prefixkv.Engine.open(hot_bytes=1 << 20) as other:
+        register(other, layers=1)
+        foreign = other.register_model("other", ["KVCache"], block_tokens=4)
+    with prefixkv.Engine.open(data_dir=data_dir, quiet=True) as e:
+        register(e)
+        with pytest.raises(prefixkv.InvalidArgument, match="unknown namespace"):
+            e.match(foreign, [1, 2, 3, 4])
+
+
+def test_bad_options_and_specs(tmp_path):
+    with pytest.raises(prefixkv.NotFound):
+        prefixkv.Engine.open(data_dir=str(tmp_path / "absent"), create_if_missing=False)
+    with pytest.raises(prefixkv.InvalidArgument):
+        prefixkv.Engine.open(hot_bytes=0)
+    with pytest.raises(prefixkv.InvalidArgument):
+        prefixkv.Engine.open(hot_bytes=1 << 20, durability="sometimes")
+    with prefixkv.Engine.open(hot_bytes=1 << 20) as e:
+        with pytest.raises(prefixkv.InvalidArgument):
+            e.register_model("m", ["NoSuchCache"], block_tokens=4)
+        with pytest.raises(prefixkv.InvalidArgument):
+            e.register_model("m", ["KVCache"], dtype="float99")

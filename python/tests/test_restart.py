@@ -1,0 +1,39 @@
+"""Blocks survive close() and come back from SSD after a reopen."""
+import gc
+
+import numpy as np
+
+import prefixkv
+from conftest import kv_layers, register
+
+
+def test_a_reopened_engine_restores_from_ssd(data_dir, rng):
+    tokens = list(range(24))
+    layers = kv_layers(rng, 2, len(tokens), dtype=np.float16)
+    with prefixkv.Engine.open(data_dir=data_dir, hot_bytes=1 << 20, quiet=True) as e:
+        e.store(register(e, dtype="float16"), tokens, layers)
+    with prefixkv.Engine.open(data_dir=data_dir, hot_bytes=1 << 20, quiet=True) as e:
+        ns = register(e, dtype="float16")
+        m = e.match(ns, tokens)
+        assert m.tiers == ["ssd"] * 6
+        r = e.restore(m)
+        assert (r.restored_tokens, r.blocks_from_ssd) == (24, 6)
+        for got, want in zip(r.layers, layers):
+            for g, w in zip(got.tensors, want):
+                np.testing.assert_array_equal(g, w)
+        # Promoted on the read: the per-block views are pinned hot copies.
+        assert [b.level for b in r.blocks] == ["hot"] * 6
+        assert e.match(ns, tokens).tiers == ["hot"] * 6
+        del r, m
+        gc.collect()
+        assert e.audit()["ok"]
+
+
+def test_without_a_hot_tier_blocks_are_unpinned_ssd_reads(data_dir, rng):
+    with prefixkv.Engine.open(data_dir=data_dir, hot_bytes=0, quiet=True) as e:
+        ns = register(e)
+        layers = kv_layers(rng, 2, 8)
+        e.store(ns, list(range(8)), layers)
+        r = e.restore(e.match(ns, list(range(8))))
+        assert [(b.level, b.pinned) for b in r.blocks] == [("ssd", False)] * 2
+        np.testing.assert_array_equal(r.blocks[1].layers[0].tensors[0], layers[0][0][:, :, 4:])

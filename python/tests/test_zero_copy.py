@@ -1,0 +1,139 @@
+"""restore() hands out numpy arrays that view the hot tier's own buffers,
+pinned in the tier while any array of the block lives (docs/python.md)."""
+import gc
+import time
+
+import numpy as np
+import pytest
+
+import prefixkv
+from conftest import kv_layers, register
+
+
+def address(array):
+    return array.__array_interface__["data"][0]
+
+
+def inside(array, block):
+    return (block.payload_address <= address(array) and
+            address(array) + array.nbytes <= block.payload_address + block.payload_size)
+
+
+def test_per_block_arrays_are_the_hot_tiers_buffer(engine, rng):
+    ns = register(engine)
+    layers = kv_layers(rng, 2, 12)
+    engine.store(ns, list(range(12)), layers)
+    r = engine.restore(engine.match(ns, list(range(12))))
+    assert len(r.blocks) == 3
+    for b, block in enumerate(r.blocks):
+        assert block.level == "hot" and block.pinned
+        # The tier's buffer, asked for independently of the restore.
+        assert block.payload_address == engine.hot_block_address(ns, block.key)
+        for l, layer in enumerate(block.layers):
+            for t, array in enumerate(layer.tensors):
+                assert inside(array, block), (b, l, t)
+                assert not array.flags.owndata and not array.flags.writeable
+                np.testing.assert_array_equal(array, layers[l][t][:, :, 4 * b:4 * b + 4])
+    again = engine.restore(engine.match(ns, list(range(12))))
+    assert address(again.blocks[2].layers[1].tensors[0]) == \
+        address(r.blocks[2].layers[1].tensors[0]), "a second restore copies nothing either"
+
+
+def test_a_single_block_layer_views_the_tier_and_several_are_one_copy(engine, rng):
+    ns = register(engine)
+    engine.store(ns, list(range(8)), kv_layers(rng, 2, 8))
+    one = engine.restore(engine.match(ns, list(range(4))))
+    assert inside(one.layers[0].tensors[0], one.blocks[0])
+    two = engine.restore(engine.match(ns, list(range(8))))
+    assert not any(inside(two.layers[0].tensors[0], b) for b in two.blocks)
+
+
+def test_restored_arrays_are_read_only(engine, rng):
+    ns = register(engine)
+    engine.store(ns, list(range(4)), kv_layers(rng, 2, 4))
+    array = engine.restore(engine.match(ns, list(range(4)))).layers[0].tensors[0]
+    with pytest.raises(ValueError):
+        array[0, 0, 0, 0] = 1.0
+
+
+def test_a_block_stays_pinned_exactly_while_an_array_of_it_lives(engine, rng):
+    ns = register(engine)
+    engine.store(ns, list(range(8)), kv_layers(rng, 2, 8))
+    r = engine.restore(engine.match(ns, list(range(8))))
+    both = engine.stats()["hot"]["pinned_bytes"]
+    assert both == engine.stats()["hot"]["bytes"] > 0
+    kept = r.blocks[1].layers[0].tensors[1][:, :, 1:]  # a view of a view
+    del r
+    gc.collect()
+    one = engine.stats()["hot"]["pinned_bytes"]
+    assert 0 < one < both, "only the block whose array lives stays pinned"
+    del kept
+    gc.collect()
+    assert engine.stats()["hot"]["pinned_bytes"] == 0
+
+
+def test_a_pinned_block_is_not_evicted(data_dir, rng):
+    with prefixkv.Engine.open(data_dir=data_dir, hot_bytes=16 << 10, quiet=True) as e:
+        ns = register(e)
+        e.store(ns, [0, 1, 2, 3], kv_layers(rng, 2, 4))
+        held = e.restore(e.match(ns, [0, 1, 2, 3])).blocks[0].layers[0].tensors[0]
+        for i in range(1, 30):
+            e.store(ns, list(range(100 * i, 100 * i + 4)), kv_layers(rng, 2, 4))
+        assert e.stats()["hot"]["evictions"] > 0
+        assert e.match(ns, [0, 1, 2, 3]).tiers == ["hot"]
+        del held
+        gc.collect()
+        for i in range(30, 60):
+            e.store(ns, list(range(100 * i, 100 * i + 4)), kv_layers(rng, 2, 4))
+        assert e.match(ns, [0, 1, 2, 3]).tiers == ["ssd"], "unpinned, it is evicted"
+
+
+def test_arrays_outlive_the_engine(data_dir, rng):
+    e = prefixkv.Engine.open(data_dir=data_dir, hot_bytes=1 << 20, quiet=True)
+    ns = register(e)
+    layers = kv_layers(rng, 2, 4)
+    e.store(ns, [0, 1, 2, 3], layers)
+    array = e.restore(e.match(ns, [0, 1, 2, 3])).blocks[0].layers[1].tensors[1]
+    e.close()
+    del e
+    gc.collect()
+    np.testing.assert_array_equal(array, layers[1][1])
+
+
+def test_restore_of_a_32_block_chain_against_a_numpy_copy(data_dir, rng):
+    """Benchmark figure (printed, not asserted): restore of a 32-block chain,
+    4 layers of keys+values [1, 4, 64, 64] float16 per block (8 MiB), against a
+    numpy copy of the same bytes. restore() returns per-layer arrays (one
+    concatenation copy per layer, without the GIL) plus zero-copy per-block
+    views."""
+    blocks, block_tokens = 32, 64
+    tokens = list(range(blocks * block_tokens))
+    with prefixkv.Engine.open(data_dir=data_dir, hot_bytes=256 << 20, quiet=True) as e:
+        ns = e.register_model("bench", ["KVCache"] * 4, block_tokens=block_tokens,
+                              dtype="float16")
+        layers = kv_layers(rng, 4, len(tokens), heads=4, dim=64, dtype=np.float16)
+        e.store(ns, tokens, layers)
+        m = e.match(ns, tokens)
+        nbytes = sum(t.nbytes for layer in layers for t in layer)
+
+        def best(fn, runs=15):
+            times = []
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                out = fn()
+                times.append(time.perf_counter() - t0)
+                del out
+            return min(times)
+
+        restore_s = best(lambda: e.restore(m))
+        views_s = best(lambda: e.restore(m).blocks)
+        copy_s = best(lambda: [np.copy(t) for layer in layers for t in layer])
+        r = e.restore(m)
+        for got, want in zip(r.layers, layers):
+            for g, w in zip(got.tensors, want):
+                np.testing.assert_array_equal(g, w)
+    mib = nbytes / (1 << 20)
+    print(f"\n[bench] 32-block chain, {mib:.1f} MiB: restore {restore_s * 1e3:.2f} ms "
+          f"({mib / restore_s / 1024:.2f} GiB/s), numpy copy {copy_s * 1e3:.2f} ms "
+          f"({mib / copy_s / 1024:.2f} GiB/s): restore = {copy_s / restore_s:.2f}x numpy copy; "
+          f"restore + per-block views {views_s * 1e3:.2f} ms")
