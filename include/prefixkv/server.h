@@ -37,10 +37,29 @@ struct ServerOptions {
   // connection's thread. >= 1.
   int io_threads = 2;
   // When non-empty, every command except AUTH, HELLO and QUIT needs
-  // AUTH <password> first (Redis `requirepass`).
+  // AUTH <password> first (Redis `requirepass`). Compared in constant time
+  // (independent of where the first difference is and of its length).
   std::string requirepass;
+  // Admin commands (PKV.AUDIT: it pauses writes and reads every payload) need
+  // `AUTH admin <admin_pass>` on the connection; empty (the default): they are
+  // off, and answer an error to every client.
+  std::string admin_pass;
+  // A failed AUTH (or HELLO ... AUTH) pauses the connection this long before
+  // its next command is run (real time; the error reply is sent at once), and
+  // the max_auth_failures-th failure closes it after the reply.
+  uint64_t auth_failure_delay_ms = 100;
+  size_t max_auth_failures = 3;
+  // While a connection has not authenticated (requirepass set), its requests,
+  // inline lines and unsent replies are limited to this many bytes and its
+  // commands to 16 arguments: an anonymous client cannot make the server
+  // buffer more.
+  size_t max_unauthenticated_bytes = 16 << 10;
   // Largest accepted request: the sum of the argument bytes of one command, and
   // so also the largest single bulk argument (a SET value, a PKV.PUT record).
+  // Start() lowers it to the machine's memory (RAM plus swap) when it is
+  // larger. A bulk argument's buffer grows as its bytes arrive (resp_parser.h);
+  // when memory runs out the request is refused ("out of memory") and the
+  // connection closed, the server goes on.
   size_t max_request_bytes = size_t{512} << 20;
   // Most arguments in one command (a RESP array's element count).
   size_t max_array_elements = 1 << 20;
@@ -76,6 +95,8 @@ struct ServerStats {
   uint64_t total_commands_processed = 0;
   uint64_t protocol_errors = 0;  // connections closed for malformed input
   uint64_t idle_disconnections = 0;
+  uint64_t auth_failures = 0;  // failed AUTH / HELLO AUTH
+  uint64_t out_of_memory = 0;  // requests refused because an allocation failed
 };
 
 // Thread-safe: every method may be called from any thread; Start/Stop once each.

@@ -1,8 +1,13 @@
 // Engine's key-value space: opaque values by name in their own hot owner
 // ("values") over the shared SSD tier. A name becomes a BlockKey as
-// XXH3-128("raw|" + name) with a zero namespace, so values never collide with
-// model blocks (whose keys are chain hashes of a namespace root) and data
-// directories written by the server before the Engine existed still read.
+// XXH3-128(kValueDomain + name) with a zero namespace. The 16-byte domain
+// keeps the key spaces apart: a namespace root hashes "prefixkv/v1|...", and
+// a chain key hashes its 16-byte parent key first, so a chain input equals a
+// value's only if a root or block key equals the domain itself (a 128-bit
+// preimage). Before it, names hashed "raw|" + name, which a namespace whose
+// root begins with those 4 bytes (a salt found in 2^32 tries) could reach;
+// such entries of an older data directory are no longer found by name and
+// leave as SSD capacity evicts them (docs/protocol.md).
 #include "engine_impl.h"
 #include "prefixkv/advanced/hash.h"
 
@@ -10,8 +15,10 @@ namespace prefixkv {
 namespace {
 
 BlockKey ValueKey(std::string_view name) {
+  static constexpr char kValueDomain[16] = {'p', 'r', 'e', 'f', 'i', 'x', 'k', 'v',
+                                            '/', 'r', 'a', 'w', '/', 'v', '2', '|'};
   HashStream h(HashStream::Width::k128);
-  h.Update("raw|", 4);
+  h.Update(kValueDomain, sizeof(kValueDomain));
   h.Update(name.data(), name.size());
   return h.Digest128();
 }

@@ -12,6 +12,12 @@ constexpr std::string_view kNoAuth = "NOAUTH Authentication required.";
 constexpr std::string_view kWrongPass =
     "WRONGPASS invalid username-password pair or user is disabled.";
 
+constexpr std::string_view kAdminOff =
+    "ERR admin commands are off: start the server with an admin password "
+    "(--admin-pass-file or PREFIXKV_ADMIN_PASS)";
+constexpr std::string_view kNoPerm =
+    "NOPERM this is an admin command: AUTH admin <admin password> first";
+
 std::string Lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -33,28 +39,38 @@ void UnknownCommand(const RespArgs& args, ReplyBuffer* out) {
   out->Error(msg);
 }
 
-// Comparison time does not depend on where the first difference is.
-bool PasswordMatches(std::string_view given, std::string_view expected) {
-  if (given.size() != expected.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < given.size(); ++i) diff |= given[i] ^ expected[i];
-  return diff == 0;
-}
-
+// Checks `pass` for `user` ("default": requirepass, "admin": admin_pass) and
+// records the outcome in the client: a success authenticates it (and makes an
+// admin of it), a failure counts, and the max_auth_failures-th one closes it.
 bool CheckPassword(CommandContext& ctx, std::string_view user, std::string_view pass) {
-  bool ok =
-      user == "default" && PasswordMatches(pass, ctx.dispatcher.config().requirepass);
-  if (ok) ctx.client->authenticated = true;
-  return ok;
+  const DispatcherConfig& config = ctx.dispatcher.config();
+  const bool admin = user == "admin";
+  const std::string& expected = admin ? config.admin_pass : config.requirepass;
+  // An unknown user or an unset password compares too, so that failures all
+  // take the same time.
+  const bool ok = PasswordMatches(pass, expected) && !expected.empty() &&
+                  (admin || user == "default");
+  if (ok) {
+    ctx.client->authenticated = true;
+    ctx.client->admin = ctx.client->admin || admin;
+    return true;
+  }
+  ++ctx.client->auth_failures;
+  if (config.max_auth_failures != 0 &&
+      ctx.client->auth_failures >= config.max_auth_failures) {
+    ctx.client->close_requested = true;
+  }
+  return false;
 }
 
 void ReplyCommandSpec(const CommandSpec& spec, ReplyBuffer* out) {
   out->ArrayHeader(6);
   out->Bulk(spec.name);
   out->Integer(spec.arity);
-  out->ArrayHeader(spec.before_auth ? 2 : 1);
+  out->ArrayHeader(1 + (spec.before_auth ? 1 : 0) + (spec.admin ? 1 : 0));
   out->Simple(spec.write ? "write" : "readonly");
   if (spec.before_auth) out->Simple("no_auth");
+  if (spec.admin) out->Simple("admin");
   out->Integer(spec.first_key);
   out->Integer(spec.last_key);
   out->Integer(spec.key_step);
@@ -84,7 +100,7 @@ const std::vector<CommandSpec>& Dispatcher::Table() {
       {"pkv.get", 3, false, false, 0, 0, 0, CmdPkvGet},
       {"pkv.match", 4, false, false, 0, 0, 0, CmdPkvMatch},
       {"pkv.stats", 1, false, false, 0, 0, 0, CmdPkvStats},
-      {"pkv.audit", 1, false, false, 0, 0, 0, CmdPkvAudit},
+      {"pkv.audit", 1, false, false, 0, 0, 0, CmdPkvAudit, /*admin=*/true},
   };
   return table;
 }
@@ -119,6 +135,10 @@ void Dispatcher::Execute(const RespArgs& args, ClientState* client,
     }
     return;
   }
+  if (spec->admin && !client->admin) {
+    out->Error(config_.admin_pass.empty() ? kAdminOff : kNoPerm);
+    return;
+  }
   int n = static_cast<int>(std::min<size_t>(args.size(), 1 << 30));
   if ((spec->arity > 0 && n != spec->arity) || (spec->arity < 0 && n < -spec->arity)) {
     out->Error(std::string("ERR wrong number of arguments for '") + spec->name +
@@ -127,6 +147,18 @@ void Dispatcher::Execute(const RespArgs& args, ClientState* client,
   }
   CommandContext ctx{*this, args, client, out};
   spec->handler(ctx);
+}
+
+bool PasswordMatches(std::string_view given, std::string_view expected) {
+  // Every byte of `given` is compared (against `expected` repeated, or a
+  // zero byte when it is empty) and the lengths are folded into the result.
+  size_t diff = given.size() ^ expected.size();
+  for (size_t i = 0; i < given.size(); ++i) {
+    const unsigned char e =
+        expected.empty() ? 0 : static_cast<unsigned char>(expected[i % expected.size()]);
+    diff |= static_cast<unsigned char>(given[i]) ^ e;
+  }
+  return diff == 0;
 }
 
 void ReplyStatus(const Status& status, ReplyBuffer* out) {
@@ -145,10 +177,14 @@ void CmdPing(CommandContext& ctx) {
 
 void CmdEcho(CommandContext& ctx) { ctx.out->Bulk(ctx.args[1]); }
 
+// AUTH <password> (the default user) or AUTH <user> <password>, where the
+// user is "default" (requirepass) or "admin" (admin_pass).
 void CmdAuth(CommandContext& ctx) {
+  const DispatcherConfig& config = ctx.dispatcher.config();
   if (ctx.args.size() > 3) {
     ctx.out->Error("ERR syntax error");
-  } else if (ctx.dispatcher.config().requirepass.empty()) {
+  } else if (config.requirepass.empty() &&
+             (ctx.args.size() == 2 || config.admin_pass.empty())) {
     ctx.out->Error(
         "ERR AUTH <password> called without any password configured for the default "
         "user. Are you sure your configuration is correct?");

@@ -23,14 +23,22 @@ namespace prefixkv::server {
 struct ClientState {
   bool authenticated = false;    // AUTH succeeded (or no password is set)
   bool close_requested = false;  // QUIT: close after the reply is sent
+  bool admin = false;            // AUTH admin <admin password> succeeded
+  size_t auth_failures = 0;      // failed AUTH / HELLO AUTH on this connection
 };
 
 struct DispatcherConfig {
   std::string requirepass;  // empty: no AUTH needed
+  std::string admin_pass;   // empty: admin commands are off
+  // The failed AUTH that closes the connection (after its reply); 0: never.
+  size_t max_auth_failures = 3;
   size_t max_models = 256;  // models PKV.REGISTER may register
-  // Appends the "server", "clients" and "stats" INFO sections (RESP-free text,
-  // "name:value\r\n" lines) for the running server; may be empty in tests.
-  std::function<void(std::string* out)> append_server_info;
+  // Appends those of the "server", "clients" and "stats" INFO sections that
+  // `wanted(name)` accepts (RESP-free text, "name:value\r\n" lines) for the
+  // running server; may be empty in tests.
+  std::function<void(const std::function<bool(std::string_view)>& wanted,
+                     std::string* out)>
+      append_server_info;
 };
 
 class Dispatcher;
@@ -56,6 +64,7 @@ struct CommandSpec {
   int last_key;      // -1: the last argument
   int key_step;
   CommandHandler handler;
+  bool admin = false;  // needs AUTH admin (off without an admin password)
 };
 
 // Thread-safe: Execute may be called concurrently (per-client state is in
@@ -70,7 +79,9 @@ class Dispatcher {
 
   // The initial state of a new connection.
   ClientState NewClient() const {
-    return ClientState{config_.requirepass.empty(), false};
+    ClientState client;
+    client.authenticated = config_.requirepass.empty();
+    return client;
   }
 
   Engine* engine() const { return engine_; }
@@ -112,6 +123,10 @@ void CmdPkvGet(CommandContext& ctx);
 void CmdPkvMatch(CommandContext& ctx);
 void CmdPkvStats(CommandContext& ctx);
 void CmdPkvAudit(CommandContext& ctx);
+
+// True when `given` equals `expected`, in time that depends only on the
+// length of `given` (not on `expected`'s length or the first difference).
+bool PasswordMatches(std::string_view given, std::string_view expected);
 
 // Visits every TierCounters field as (name, value), in declaration order.
 void ForEachCounter(const TierCounters& c,

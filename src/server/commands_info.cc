@@ -3,16 +3,96 @@
 // every owner (each registered model, "values" for the raw keys, memory
 // charges): its totals are reported first, then each owner's share, whose
 // sum is the total; then the SSD tier.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cctype>
+#include <cstdio>
 
 #include "commands.h"
+#include "prefixkv/advanced/ssd_tier.h"
 
 namespace prefixkv::server {
 namespace {
 
+// INFO with no argument, "all", "everything" or "default" returns every
+// section; "tiers" the three engine sections; any other name that section only.
 bool WantSection(std::string_view want, std::string_view section) {
-  return want.empty() || want == "all" || want == "everything" || want == "default" ||
-         want == section;
+  if (want.empty() || want == "all" || want == "everything" || want == "default") {
+    return true;
+  }
+  if (want == "tiers") {
+    return section == "tier_hot" || section == "owners" || section == "tier_ssd";
+  }
+  return want == section;
+}
+
+// The process's resident set size, from /proc/self/statm; 0 when unknown.
+uint64_t ResidentBytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%llu %llu", &size, &resident);
+  std::fclose(f);
+  if (n != 2) return 0;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+// "1.50M" style, as Redis prints used_memory_human.
+std::string HumanBytes(uint64_t bytes) {
+  const char* units = "BKMGT";
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f%c" : "%.2f%c", v, units[u]);
+  return buf;
+}
+
+// "# Memory": the hot tier's charged bytes (what the budget limits), its
+// capacity, and the process's resident size.
+void AppendMemory(const EngineStats& s, const EngineOptions& options, std::string* out) {
+  *out += "# Memory\r\n";
+  *out += "used_memory:" + std::to_string(s.hot.bytes) + "\r\n";
+  *out += "used_memory_human:" + HumanBytes(s.hot.bytes) + "\r\n";
+  const uint64_t rss = ResidentBytes();
+  *out += "used_memory_rss:" + std::to_string(rss) + "\r\n";
+  *out += "used_memory_rss_human:" + HumanBytes(rss) + "\r\n";
+  *out += "maxmemory:" + std::to_string(s.hot_capacity_bytes) + "\r\n";
+  *out += "maxmemory_human:" + HumanBytes(s.hot_capacity_bytes) + "\r\n";
+  *out += std::string("maxmemory_policy:") +
+          (options.hot_policy == EvictionPolicyKind::kLru ? "lru" : "leaf-lru") + "\r\n";
+  *out += "hot_dirty_blocks:" + std::to_string(s.dirty_blocks) + "\r\n\r\n";
+}
+
+// "# Keyspace": raw keys (GET/SET) and blocks per tier, and Redis's db0 line,
+// whose `keys` is the raw-key entries of both tiers (a key held in both, a
+// clean copy in RAM of one on SSD, counts in each). Counting the raw keys on
+// SSD walks the SSD index.
+void AppendKeyspace(Engine* engine, const EngineStats& s, std::string* out) {
+  uint64_t raw_hot = 0;
+  for (const EngineOwnerStats& o : s.owners) {
+    if (o.name == "values") raw_hot += o.hot.entries;
+  }
+  uint64_t raw_ssd = 0;
+  if (SsdTier* ssd = engine->ssd_tier()) {
+    ssd->ForEach([&](const BlockMeta& meta, uint64_t) {
+      if (meta.namespace_id.IsZero()) ++raw_ssd;
+    });
+  }
+  const uint64_t blocks_ssd = s.ssd.entries > raw_ssd ? s.ssd.entries - raw_ssd : 0;
+  *out += "# Keyspace\r\n";
+  *out += "db0:keys=" + std::to_string(raw_hot + raw_ssd) + ",expires=0,avg_ttl=0\r\n";
+  *out += "raw_keys_hot:" + std::to_string(raw_hot) + "\r\n";
+  *out += "raw_keys_ssd:" + std::to_string(raw_ssd) + "\r\n";
+  *out +=
+      "blocks_hot:" + std::to_string(s.hot.entries - std::min(s.hot.entries, raw_hot)) +
+      "\r\n";
+  *out += "blocks_ssd:" + std::to_string(blocks_ssd) + "\r\n";
+  *out += "models:" + std::to_string(engine->model_count()) + "\r\n\r\n";
 }
 
 // An owner's name made safe for one INFO "key=value,..." line.
@@ -73,8 +153,9 @@ void ForEachCounter(const TierCounters& c,
 }
 
 // INFO [section]: "server", "clients" and "stats" from the running server,
-// then "tier_hot", "owners" and "tier_ssd" from the engine ("tiers": all
-// three).
+// "memory" and "keyspace", then "tier_hot", "owners" and "tier_ssd" from the
+// engine ("tiers": those three). An unknown section is an empty reply, as in
+// Redis.
 void CmdInfo(CommandContext& ctx) {
   std::string want;
   if (ctx.args.size() > 1) {
@@ -82,19 +163,19 @@ void CmdInfo(CommandContext& ctx) {
     for (char& c : want)
       c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   }
+  auto wanted = [&want](std::string_view section) { return WantSection(want, section); };
   std::string text;
   const auto& server_info = ctx.dispatcher.config().append_server_info;
-  if (server_info && (WantSection(want, "server") || WantSection(want, "clients") ||
-                      WantSection(want, "stats"))) {
-    server_info(&text);
-  }
-  const bool tiers = WantSection(want, "tiers");
-  const EngineStats s = ctx.dispatcher.engine()->Stats();
-  if (tiers || want == "tier_hot") {
+  if (server_info) server_info(wanted, &text);
+  Engine* engine = ctx.dispatcher.engine();
+  const EngineStats s = engine->Stats();
+  if (wanted("memory")) AppendMemory(s, engine->options(), &text);
+  if (wanted("keyspace")) AppendKeyspace(engine, s, &text);
+  if (wanted("tier_hot")) {
     AppendTier("hot", s.hot, s.hot_capacity_bytes, "dirty_blocks", s.dirty_blocks, &text);
   }
-  if (tiers || want == "owners") AppendOwners(s, &text);
-  if (s.has_ssd && (tiers || want == "tier_ssd")) {
+  if (wanted("owners")) AppendOwners(s, &text);
+  if (s.has_ssd && wanted("tier_ssd")) {
     AppendTier("ssd", s.ssd, s.ssd_capacity_bytes, "queued_blocks", s.ssd_queued_blocks,
                &text);
   }

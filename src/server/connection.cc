@@ -10,6 +10,8 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
+#include <chrono>
+#include <new>
 
 namespace prefixkv::server {
 
@@ -18,8 +20,15 @@ using asio::ip::tcp;
 
 namespace {
 
-RespLimits LimitsFrom(const ServerOptions& o) {
-  return RespLimits{o.max_request_bytes, o.max_array_elements, o.max_inline_bytes};
+RespLimits LimitsFrom(const ServerOptions& o, bool authenticated) {
+  RespLimits limits{o.max_request_bytes, o.max_array_elements, o.max_inline_bytes};
+  if (!authenticated) {
+    const size_t cap = o.max_unauthenticated_bytes;
+    limits.max_request_bytes = std::min(limits.max_request_bytes, cap);
+    limits.max_inline_bytes = std::min(limits.max_inline_bytes, cap);
+    limits.max_array_elements = std::min<size_t>(limits.max_array_elements, 16);
+  }
+  return limits;
 }
 
 }  // namespace
@@ -27,10 +36,23 @@ RespLimits LimitsFrom(const ServerOptions& o) {
 Connection::Connection(tcp::socket socket, const ConnectionEnv* env)
     : socket_(std::move(socket)),
       env_(env),
-      parser_(LimitsFrom(*env->options)),
+      parser_(LimitsFrom(*env->options, true)),
       client_(env->dispatcher->NewClient()),
-      read_buf_(env->options->read_chunk_bytes) {
+      read_buf_(env->options->read_chunk_bytes),
+      delay_timer_(socket_.get_executor()) {
+  ApplyLimits();
   Touch();
+}
+
+void Connection::ApplyLimits() {
+  parser_.set_limits(LimitsFrom(*env_->options, client_.authenticated));
+}
+
+size_t Connection::ReplyLimit() const {
+  const ServerOptions& o = *env_->options;
+  return client_.authenticated
+             ? o.max_pending_reply_bytes
+             : std::min(o.max_pending_reply_bytes, o.max_unauthenticated_bytes);
 }
 
 void Connection::PostStart() {
@@ -60,10 +82,10 @@ void Connection::Pump() {
   ProcessInput();
   Flush();
   if (stop_reading_) {
-    if (!reading_ && !writing_in_flight_ && queued_.empty()) Close();
+    if (!reading_ && !writing_in_flight_ && queued_.empty() && !delayed_) Close();
     return;
   }
-  bool paused = PendingReplyBytes() > env_->options->max_pending_reply_bytes;
+  bool paused = PendingReplyBytes() > ReplyLimit();
   if (reading_ || paused || read_pos_ < read_end_) return;  // OnWritten resumes
   read_pos_ = read_end_ = 0;
   reading_ = true;
@@ -98,17 +120,13 @@ void Connection::OnRead(const boost::system::error_code& ec, size_t n) {
 }
 
 void Connection::ProcessInput() {
-  const size_t limit = env_->options->max_pending_reply_bytes;
-  while (read_pos_ < read_end_ && !client_.close_requested &&
-         PendingReplyBytes() <= limit) {
+  while (read_pos_ < read_end_ && !client_.close_requested && !delayed_ &&
+         PendingReplyBytes() <= ReplyLimit()) {
     std::string_view in(read_buf_.data() + read_pos_, read_end_ - read_pos_);
     RespParser::Result r = parser_.Parse(&in, &args_);
     read_pos_ = read_end_ - in.size();
     if (r == RespParser::Result::kCommand) {
-      env_->dispatcher->Execute(args_, &client_, &queued_);
-      env_->counters->total_commands_processed.fetch_add(1, std::memory_order_relaxed);
-      args_.clear();  // stored values are now owned by the tiers alone
-      if (client_.close_requested) stop_reading_ = true;
+      Execute();
     } else if (r == RespParser::Result::kError) {
       queued_.Error("ERR " + parser_.error());
       env_->counters->protocol_errors.fetch_add(1, std::memory_order_relaxed);
@@ -116,6 +134,39 @@ void Connection::ProcessInput() {
     }
   }
   if (client_.close_requested) read_pos_ = read_end_ = 0;  // never parse past QUIT
+}
+
+void Connection::Execute() {
+  const bool was_authenticated = client_.authenticated;
+  const size_t failures = client_.auth_failures;
+  try {
+    env_->dispatcher->Execute(args_, &client_, &queued_);
+  } catch (const std::bad_alloc&) {
+    // The reply may be torn: answer the error and close, the server goes on.
+    queued_.Error("ERR out of memory: the request was refused");
+    env_->counters->out_of_memory.fetch_add(1, std::memory_order_relaxed);
+    client_.close_requested = true;
+  }
+  env_->counters->total_commands_processed.fetch_add(1, std::memory_order_relaxed);
+  args_.clear();  // stored values are now owned by the tiers alone
+  if (client_.authenticated != was_authenticated) ApplyLimits();
+  if (client_.close_requested) stop_reading_ = true;
+  if (client_.auth_failures > failures) {
+    env_->counters->auth_failures.fetch_add(client_.auth_failures - failures,
+                                            std::memory_order_relaxed);
+    if (!client_.close_requested) DelayAfterAuthFailure();
+  }
+}
+
+void Connection::DelayAfterAuthFailure() {
+  const uint64_t ms = env_->options->auth_failure_delay_ms;
+  if (ms == 0) return;
+  delayed_ = true;
+  delay_timer_.expires_after(std::chrono::milliseconds(ms));
+  delay_timer_.async_wait([self = shared_from_this()](const boost::system::error_code&) {
+    self->delayed_ = false;
+    self->Pump();
+  });
 }
 
 void Connection::Flush() {
@@ -147,6 +198,7 @@ void Connection::Close() {
   boost::system::error_code ignored;
   socket_.shutdown(tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
+  delay_timer_.cancel();
   queued_.Clear();
   if (env_->on_closed) env_->on_closed(this);
 }

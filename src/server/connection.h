@@ -7,11 +7,15 @@
 // Backpressure: while more than max_pending_reply_bytes of replies wait to be
 // sent, the connection neither parses buffered input nor reads the socket.
 // Malformed input gets an error reply, then the connection closes once that
-// reply is sent (the stream cannot be resynchronized).
+// reply is sent (the stream cannot be resynchronized); so does a request that
+// runs out of memory. Before AUTH the parser's and the reply queue's limits
+// are ServerOptions::max_unauthenticated_bytes; a failed AUTH pauses the
+// connection (auth_failure_delay_ms) before its next command.
 #pragma once
 
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -33,6 +37,8 @@ struct ServerCounters {
   std::atomic<uint64_t> total_commands_processed{0};
   std::atomic<uint64_t> protocol_errors{0};
   std::atomic<uint64_t> idle_disconnections{0};
+  std::atomic<uint64_t> auth_failures{0};
+  std::atomic<uint64_t> out_of_memory{0};
 };
 
 // What a connection needs from its server; everything outlives the connection.
@@ -76,6 +82,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   size_t PendingReplyBytes() const { return writing_.bytes() + queued_.bytes(); }
   void Touch();
   void Close();
+  // The parser limits and the reply-queue limit for the client's state.
+  void ApplyLimits();
+  size_t ReplyLimit() const;
+  // Runs one parsed command; an allocation failure becomes an error reply
+  // and closes the connection.
+  void Execute();
+  // Pauses command execution for the auth failure delay.
+  void DelayAfterAuthFailure();
 
   boost::asio::ip::tcp::socket socket_;
   const ConnectionEnv* env_;
@@ -92,6 +106,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool writing_in_flight_ = false;
   bool stop_reading_ = false;  // EOF, QUIT, protocol error or shutdown
   bool closed_ = false;
+  bool delayed_ = false;  // a failed AUTH's pause is running
+  size_t auth_failures_seen_ = 0;
+  boost::asio::steady_timer delay_timer_;
   std::atomic<uint64_t> last_activity_ms_{0};
 };
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 namespace prefixkv::server {
 namespace {
@@ -40,6 +41,7 @@ RespParser::Result RespParser::Fail(std::string message) {
   pending_.clear();
   body_ = SharedBytes();
   body_data_ = nullptr;
+  body_size_ = body_cap_ = body_filled_ = 0;
   return Result::kError;
 }
 
@@ -71,30 +73,61 @@ RespParser::Result RespParser::OnArrayHeader() {
 RespParser::Result RespParser::OnBulkHeader() {
   int64_t n = 0;
   if (!StripCr(&line_) || !ParseRespLength(std::string_view(line_).substr(1), &n) ||
-      n < 0 || static_cast<uint64_t>(n) > limits_.max_request_bytes - request_bytes_) {
+      n < 0 || request_bytes_ > limits_.max_request_bytes ||
+      static_cast<uint64_t>(n) > limits_.max_request_bytes - request_bytes_) {
     return Fail("invalid bulk length");
   }
   line_.clear();
   request_bytes_ += static_cast<size_t>(n);
-  AllocateBody(static_cast<size_t>(n));
-  body_filled_ = 0;
+  if (!AllocateBody(static_cast<size_t>(n))) return Result::kError;
   end_seen_ = 0;
   state_ = State::kBulkBody;
   return Result::kNeedMore;
 }
 
-void RespParser::AllocateBody(size_t n) {
-  if (n > kSharedArgBytes) {
-    body_ = SharedBytes::Allocate(n, &body_data_);
-    return;
+bool RespParser::AllocateBody(size_t n) {
+  body_size_ = n;
+  body_filled_ = 0;
+  try {
+    if (n > kSharedArgBytes) {
+      // Only a first piece: the rest is allocated as it arrives (GrowBody).
+      body_cap_ = std::min(n, kInitialBodyBytes);
+      body_ = SharedBytes::Allocate(body_cap_, &body_data_);
+      return true;
+    }
+    if (arena_data_ == nullptr || arena_used_ + n > kArenaBytes) {
+      arena_ = SharedBytes::Allocate(kArenaBytes, &arena_data_);
+      arena_used_ = 0;
+    }
+  } catch (const std::bad_alloc&) {
+    arena_ = SharedBytes();
+    arena_data_ = nullptr;
+    Fail("out of memory for a " + std::to_string(n) + "-byte argument");
+    return false;
   }
-  if (arena_data_ == nullptr || arena_used_ + n > kArenaBytes) {
-    arena_ = SharedBytes::Allocate(kArenaBytes, &arena_data_);
-    arena_used_ = 0;
-  }
+  body_cap_ = n;
   body_ = arena_.Slice(arena_used_, n);
   body_data_ = arena_data_ + arena_used_;
   arena_used_ += (n + 7) & ~size_t{7};
+  return true;
+}
+
+bool RespParser::GrowBody() {
+  if (body_filled_ < body_cap_ || body_cap_ >= body_size_) return true;
+  const size_t cap = body_cap_ > (body_size_ - body_cap_) ? body_size_ : body_cap_ * 2;
+  try {
+    uint8_t* data = nullptr;
+    SharedBytes grown = SharedBytes::Allocate(cap, &data);
+    std::memcpy(data, body_data_, body_filled_);
+    body_ = std::move(grown);
+    body_data_ = data;
+    body_cap_ = cap;
+  } catch (const std::bad_alloc&) {
+    Fail("out of memory after " + std::to_string(body_filled_) + " bytes of a " +
+         std::to_string(body_size_) + "-byte argument");
+    return false;
+  }
+  return true;
 }
 
 RespParser::Result RespParser::OnInline(RespArgs* args) {
@@ -113,11 +146,15 @@ RespParser::Result RespParser::OnInline(RespArgs* args) {
   return args->empty() ? Result::kNeedMore : Result::kCommand;
 }
 
-void RespParser::TakeBody(std::string_view* input) {
-  size_t n = std::min(body_.size() - body_filled_, input->size());
-  if (n > 0) std::memcpy(body_data_ + body_filled_, input->data(), n);
-  body_filled_ += n;
-  input->remove_prefix(n);
+bool RespParser::TakeBody(std::string_view* input) {
+  while (!input->empty() && body_filled_ < body_size_) {
+    if (!GrowBody()) return false;
+    size_t n = std::min(body_cap_ - body_filled_, input->size());
+    std::memcpy(body_data_ + body_filled_, input->data(), n);
+    body_filled_ += n;
+    input->remove_prefix(n);
+  }
+  return true;
 }
 
 RespParser::Result RespParser::Finish(RespArgs* args) {
@@ -165,8 +202,8 @@ RespParser::Result RespParser::Parse(std::string_view* input, RespArgs* args) {
         if (OnBulkHeader() == Result::kError) return Result::kError;
         break;
       case State::kBulkBody:
-        TakeBody(input);
-        if (body_filled_ < body_.size()) return Result::kNeedMore;
+        if (!TakeBody(input)) return Result::kError;
+        if (body_filled_ < body_size_) return Result::kNeedMore;
         state_ = State::kBulkEnd;
         break;
       case State::kBulkEnd:
@@ -192,13 +229,14 @@ RespParser::Result RespParser::Parse(std::string_view* input, RespArgs* args) {
 
 std::span<uint8_t> RespParser::DirectTarget(size_t min_bytes) {
   if (state_ != State::kBulkBody || !error_.empty()) return {};
-  size_t remaining = body_.size() - body_filled_;
+  size_t remaining = body_size_ - body_filled_;
   if (remaining < min_bytes || remaining == 0) return {};
-  return {body_data_ + body_filled_, remaining};
+  if (!GrowBody()) return {};  // the next Parse reports the failure
+  return {body_data_ + body_filled_, body_cap_ - body_filled_};
 }
 
 void RespParser::CommitDirect(size_t n) {
-  body_filled_ += std::min(n, body_.size() - body_filled_);
+  body_filled_ += std::min(n, body_cap_ - body_filled_);
 }
 
 }  // namespace prefixkv::server

@@ -4,8 +4,12 @@
 // or, from a terminal, as inline lines ("GET k\r\n"). Bytes may arrive split at
 // any point and many commands may arrive at once (pipelining); the parser keeps
 // at most one partial command. Every length is checked against RespLimits
-// before anything is allocated, so a hostile client cannot make the server
-// allocate more than max_request_bytes per connection.
+// before anything is allocated, and a large bulk argument is never allocated
+// whole when its header arrives: its buffer starts at kInitialBodyBytes and
+// doubles as bytes arrive (up to the declared length), so what a connection
+// holds is bounded by what the client actually sent (at most twice it), never
+// by what it declared. An allocation that fails is a kError ("out of
+// memory"), not an exception.
 //
 // After a kError the stream cannot be resynchronized (the byte boundary of the
 // next command is unknown): the caller replies with error() and closes.
@@ -43,6 +47,10 @@ inline SharedBytes DetachArg(const SharedBytes& arg) {
   return arg.size() <= kSharedArgBytes ? SharedBytes::Copy(arg.data(), arg.size()) : arg;
 }
 
+// The first buffer of a bulk argument larger than kSharedArgBytes; it doubles
+// as bytes arrive.
+inline constexpr size_t kInitialBodyBytes = 64 << 10;
+
 // Not thread-safe: one parser per connection.
 class RespParser {
  public:
@@ -62,9 +70,20 @@ class RespParser {
   // "Protocol error: ..." after kError.
   const std::string& error() const { return error_; }
 
-  // The unfilled rest of the bulk argument being received, when at least
-  // `min_bytes` of it remain (so the caller can read a large value straight into
-  // its final buffer); empty otherwise. Follow with CommitDirect(n).
+  // Replaces the limits; they apply from the next header line on (the
+  // connection tightens them before AUTH, see ServerOptions).
+  void set_limits(const RespLimits& limits) { limits_ = limits; }
+  const RespLimits& limits() const { return limits_; }
+
+  // Bytes of the bulk argument being received that are allocated (0 between
+  // arguments): at most twice what has arrived, never the declared length.
+  size_t body_capacity() const { return state_ == State::kBulkBody ? body_cap_ : 0; }
+
+  // The unfilled, allocated part of the bulk argument being received, when at
+  // least `min_bytes` of it remain to arrive (so the caller can read a large
+  // value straight into its final buffer); empty otherwise, and after an
+  // allocation failure (the next Parse reports it). Grows the buffer when it
+  // is full. Follow with CommitDirect(n).
   std::span<uint8_t> DirectTarget(size_t min_bytes);
   // Records that the first `n` bytes of DirectTarget() were filled.
   void CommitDirect(size_t n);
@@ -81,9 +100,14 @@ class RespParser {
   Result OnArrayHeader();
   Result OnBulkHeader();
   Result OnInline(RespArgs* args);
-  // Points body_ at n writable bytes (shared buffer for small arguments).
-  void AllocateBody(size_t n);
-  void TakeBody(std::string_view* input);
+  // Starts a bulk argument of n bytes (shared buffer for small arguments, a
+  // first kInitialBodyBytes buffer for large ones); false after Fail().
+  bool AllocateBody(size_t n);
+  // Makes room for more body bytes when the buffer is full (doubling, up to the
+  // declared length); false after Fail() when the allocation failed.
+  bool GrowBody();
+  // False after Fail() (an allocation failed).
+  bool TakeBody(std::string_view* input);
   Result Finish(RespArgs* args);
 
   RespLimits limits_;
@@ -93,8 +117,12 @@ class RespParser {
   RespArgs pending_;          // arguments of the command being assembled
   size_t expected_args_ = 0;  // array length of the current command
   size_t request_bytes_ = 0;  // argument bytes of the current command so far
-  SharedBytes body_;          // the bulk argument being received
+  // The bulk argument being received: body_size_ bytes declared, body_cap_
+  // allocated in body_ (owned, or a slice of the arena), body_filled_ arrived.
+  SharedBytes body_;
   uint8_t* body_data_ = nullptr;
+  size_t body_size_ = 0;
+  size_t body_cap_ = 0;
   size_t body_filled_ = 0;
   size_t end_seen_ = 0;  // bytes of the "\r\n" after a bulk body seen
   SharedBytes arena_;    // where small arguments are carved from

@@ -10,12 +10,16 @@
 #endif
 #include "prefixkv/server.h"
 
+#include <sys/sysinfo.h>
+
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <chrono>
+#include <cstdio>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -37,6 +41,27 @@ constexpr auto kShutdownGrace = std::chrono::seconds(2);
 // Pause before accepting again after an accept error such as EMFILE.
 constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(50);
 
+// Physical memory plus swap: the most a request could ever occupy.
+uint64_t MachineMemoryBytes() {
+  struct sysinfo info {};
+  if (sysinfo(&info) != 0) return UINT64_MAX;
+  return (static_cast<uint64_t>(info.totalram) + info.totalswap) * info.mem_unit;
+}
+
+// Runs an I/O thread's handlers. A handler that throws (an allocation that
+// failed outside a request, which the connection already handles) must not
+// end the process: the thread goes back to its loop.
+void RunLoop(asio::io_context* ctx) {
+  while (true) {
+    try {
+      ctx->run();
+      return;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "prefixkv server: an I/O handler failed: %s\n", e.what());
+    }
+  }
+}
+
 }  // namespace
 
 class internal::ServerImpl {
@@ -55,7 +80,8 @@ class internal::ServerImpl {
   void OnAccepted(tcp::socket socket);
   void ScheduleSweep();
   void OnClosed(Connection* c);
-  void AppendInfo(std::string* out) const;
+  void AppendInfo(const std::function<bool(std::string_view)>& wanted,
+                  std::string* out) const;
 
   ServerOptions options_;
   Clock* clock_;
@@ -86,8 +112,11 @@ internal::ServerImpl::ServerImpl(ServerOptions options, Engine* engine)
       clock_(options_.clock != nullptr ? options_.clock : Clock::System()),
       engine_(engine),
       dispatcher_(engine, server::DispatcherConfig{
-                              options_.requirepass, options_.max_models,
-                              [this](std::string* out) { AppendInfo(out); }}) {
+                              options_.requirepass, options_.admin_pass,
+                              options_.max_auth_failures, options_.max_models,
+                              [this](const auto& wanted, std::string* out) {
+                                AppendInfo(wanted, out);
+                              }}) {
   env_.dispatcher = &dispatcher_;
   env_.options = &options_;
   env_.clock = clock_;
@@ -103,6 +132,9 @@ Status internal::ServerImpl::Start() {
   if (options_.read_chunk_bytes < 512) {
     return Status::InvalidArgument("read_chunk_bytes must be >= 512");
   }
+  // No request can be larger than the memory that would hold it.
+  options_.max_request_bytes =
+      std::min<uint64_t>(options_.max_request_bytes, MachineMemoryBytes());
   {
     MutexLock lock(&mu_);
     if (started_) return Status::InvalidArgument("server already started");
@@ -129,7 +161,7 @@ Status internal::ServerImpl::Start() {
   timer_.emplace(*contexts_[0]);
   AcceptNext();
   ScheduleSweep();
-  for (auto& ctx : contexts_) threads_.emplace_back([c = ctx.get()] { c->run(); });
+  for (auto& ctx : contexts_) threads_.emplace_back([c = ctx.get()] { RunLoop(c); });
   return Status::OK();
 }
 
@@ -246,31 +278,46 @@ ServerStats internal::ServerImpl::Stats() const {
   s.total_commands_processed = counters_.total_commands_processed.load();
   s.protocol_errors = counters_.protocol_errors.load();
   s.idle_disconnections = counters_.idle_disconnections.load();
+  s.auth_failures = counters_.auth_failures.load();
+  s.out_of_memory = counters_.out_of_memory.load();
   return s;
 }
 
-void internal::ServerImpl::AppendInfo(std::string* out) const {
+void internal::ServerImpl::AppendInfo(const std::function<bool(std::string_view)>& wanted,
+                                      std::string* out) const {
   ServerStats s = Stats();
   auto line = [out](const char* name, const std::string& v) {
     *out += std::string(name) + ":" + v + "\r\n";
   };
-  *out += "# Server\r\n";
-  line("prefixkv_version", "0.1.0");
-  line("redis_version", "7.0.0");  // the protocol level clients may check
-  line("redis_mode", "standalone");
-  line("tcp_port", std::to_string(port_));
-  line("uptime_in_seconds", std::to_string((clock_->NowMillis() - start_ms_) / 1000));
-  line("io_threads", std::to_string(options_.io_threads));
-  *out += "\r\n# Clients\r\n";
-  line("connected_clients", std::to_string(s.connected_clients));
-  line("maxclients", std::to_string(options_.max_connections));
-  *out += "\r\n# Stats\r\n";
-  line("total_connections_received", std::to_string(s.total_connections_received));
-  line("total_commands_processed", std::to_string(s.total_commands_processed));
-  line("rejected_connections", std::to_string(s.rejected_connections));
-  line("protocol_errors", std::to_string(s.protocol_errors));
-  line("idle_disconnections", std::to_string(s.idle_disconnections));
-  *out += "\r\n";
+  if (wanted("server")) {
+    *out += "# Server\r\n";
+    line("prefixkv_version", "0.1.0");
+    line("redis_version", "7.0.0");  // the protocol level clients may check
+    line("redis_mode", "standalone");
+    line("tcp_port", std::to_string(port_));
+    line("uptime_in_seconds", std::to_string((clock_->NowMillis() - start_ms_) / 1000));
+    line("io_threads", std::to_string(options_.io_threads));
+    line("max_request_bytes", std::to_string(options_.max_request_bytes));
+    line("admin_commands", options_.admin_pass.empty() ? "off" : "on");
+    *out += "\r\n";
+  }
+  if (wanted("clients")) {
+    *out += "# Clients\r\n";
+    line("connected_clients", std::to_string(s.connected_clients));
+    line("maxclients", std::to_string(options_.max_connections));
+    *out += "\r\n";
+  }
+  if (wanted("stats")) {
+    *out += "# Stats\r\n";
+    line("total_connections_received", std::to_string(s.total_connections_received));
+    line("total_commands_processed", std::to_string(s.total_commands_processed));
+    line("rejected_connections", std::to_string(s.rejected_connections));
+    line("protocol_errors", std::to_string(s.protocol_errors));
+    line("idle_disconnections", std::to_string(s.idle_disconnections));
+    line("auth_failures", std::to_string(s.auth_failures));
+    line("out_of_memory_refusals", std::to_string(s.out_of_memory));
+    *out += "\r\n";
+  }
 }
 
 Server::Server(ServerOptions options, Engine* engine)

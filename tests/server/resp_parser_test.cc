@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -216,6 +218,46 @@ TEST(RespParser, OffersALargeBulkBodyForDirectReads) {
   std::string_view tail = "\r\n";
   ASSERT_EQ(parser.Parse(&tail, &args), Result::kCommand);
   EXPECT_EQ(args[1].view(), "abc" + std::string(97, 'z'));
+}
+
+// A declared length is a promise, not bytes: the buffer of a large bulk starts
+// small and doubles as bytes arrive (it used to be allocated whole at the
+// header, so one header could ask for 60 GB).
+TEST(RespParser, GrowsALargeBulkAsItsBytesArriveInsteadOfReservingIt) {
+  RespLimits limits;
+  limits.max_request_bytes = size_t{1} << 40;
+  RespParser parser(limits);
+  constexpr size_t kDeclared = size_t{3} << 20;
+  std::string header = "*2\r\n$4\r\nECHO\r\n$" + std::to_string(kDeclared) + "\r\n";
+  std::string_view in = header;
+  RespArgs args;
+  ASSERT_EQ(parser.Parse(&in, &args), Result::kNeedMore);
+  EXPECT_EQ(parser.DirectTarget(1).size(), kInitialBodyBytes);
+  EXPECT_EQ(parser.body_capacity(), kInitialBodyBytes);
+  std::string body(kDeclared, '\0');
+  for (size_t i = 0; i < body.size(); ++i) body[i] = static_cast<char>(i * 131);
+  // 1 MiB arrives through Parse, 1 MiB through direct reads, then the rest.
+  std::string_view first(body.data(), 1 << 20);
+  ASSERT_EQ(parser.Parse(&first, &args), Result::kNeedMore);
+  EXPECT_TRUE(first.empty());
+  EXPECT_LE(parser.body_capacity(), size_t{2} << 20);
+  EXPECT_GE(parser.body_capacity(), size_t{1} << 20);
+  size_t filled = 1 << 20;
+  while (filled < (size_t{2} << 20)) {
+    std::span<uint8_t> target = parser.DirectTarget(1);
+    ASSERT_FALSE(target.empty());
+    const size_t n = std::min(target.size(), (size_t{2} << 20) - filled);
+    std::memcpy(target.data(), body.data() + filled, n);
+    parser.CommitDirect(n);
+    filled += n;
+    EXPECT_LE(parser.body_capacity(), 2 * filled);
+  }
+  std::string rest = body.substr(filled) + "\r\n";
+  std::string_view tail = rest;
+  ASSERT_EQ(parser.Parse(&tail, &args), Result::kCommand);
+  ASSERT_EQ(args.size(), 2u);
+  EXPECT_EQ(args[1].size(), kDeclared);
+  EXPECT_TRUE(args[1].view() == body);
 }
 
 TEST(RespParser, DetachedSmallArgumentsNoLongerShareTheParsersBuffer) {

@@ -60,6 +60,7 @@ class ServeProcess {
   ServeProcess& operator=(const ServeProcess&) = delete;
 
   uint16_t port() const { return port_; }
+  pid_t pid() const { return pid_; }
 
   // Sends `sig` and waits for the exit; returns the exit status (or -1).
   int StopWith(int sig) {

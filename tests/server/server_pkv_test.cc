@@ -43,6 +43,7 @@ const Reply& Field(const Reply& put, const std::string& name) {
 class ServerPkvTest : public testing::ServerFixture {
  protected:
   void SetUp() override {
+    options_.admin_pass = "adm";
     StartServer();
     c_ = Connect();
   }
@@ -200,13 +201,43 @@ TEST_F(ServerPkvTest, KeySpacesAreDisjoint) {
   ASSERT_EQ(c_->Call(PutArgs({block})).type, '*');
   ASSERT_EQ(c_->Call({"SET", "k", "v"}).str, "OK");
   ASSERT_OK(engine_->Flush());  // both on the SSD tier every namespace shares
-  // A raw key lives under XXH3-128("raw|" + key): not a block of any namespace.
+  // A raw key lives under XXH3-128("prefixkv/raw/v2|" + key) with a zero
+  // namespace: not a block of any namespace.
   HashStream h(HashStream::Width::k128);
-  h.Update("raw|k", 5);
+  h.Update("prefixkv/raw/v2|k", 17);
   EXPECT_TRUE(c_->Call({"PKV.GET", root, h.Digest128().ToHex()}).null);
   EXPECT_TRUE(c_->Call({"PKV.GET", kv_root, KeyOf(block)}).null);  // another namespace
   EXPECT_EQ(c_->Call({"PKV.GET", root, KeyOf(block)}).str, block);
   EXPECT_TRUE(c_->Call({"GET", KeyOf(block)}).null);
+}
+
+// A chain key hashes its parent's 16 bytes, then the tokens. Raw keys used to
+// hash "raw|" + name: a namespace whose root begins with the bytes "raw|"
+// (this salt was found by trying 2^32 of them) made the name root[4..16) +
+// token bytes hash to the same key as that namespace's first block, so a SET
+// replaced a block and a PKV.PUT a value. The raw-key domain is 16 bytes now.
+TEST_F(ServerPkvTest, ARawKeyCannotTakeTheKeyOfABlock) {
+  NamespaceSpec spec = KvOnlySpec();
+  spec.salt = "5de14d7500";
+  const BlockKey root = NamespaceRoot(spec).value();
+  uint8_t root_bytes[16];
+  root.EncodeTo(root_bytes);
+  ASSERT_EQ(std::string(reinterpret_cast<char*>(root_bytes), 4), "raw|");
+  const std::vector<int32_t> tokens = Tokens(1);
+  const std::string name =
+      std::string(reinterpret_cast<char*>(root_bytes) + 4, 12) + TokenBlob(tokens);
+  const std::string block = EncodedStore(spec, tokens)[0];
+  ASSERT_EQ(c_->Call(RegisterArgs(spec)).str, root.ToHex());
+  ASSERT_EQ(c_->Call(PutArgs({block})).type, '*');
+  ASSERT_EQ(c_->Call({"SET", name, "a raw value"}).str, "OK");
+  EXPECT_EQ(c_->Call({"PKV.GET", root.ToHex(), KeyOf(block)}).str, block);
+  EXPECT_EQ(c_->Call({"GET", name}).str, "a raw value");
+  ASSERT_OK(engine_->Flush());
+  EXPECT_EQ(c_->Call({"PKV.GET", root.ToHex(), KeyOf(block)}).str, block);
+  EXPECT_EQ(c_->Call({"GET", name}).str, "a raw value");
+  EXPECT_EQ(c_->Call({"DEL", name}).integer, 1);
+  EXPECT_EQ(
+      c_->Call({"PKV.MATCH", root.ToHex(), "4", TokenBlob(tokens)}).elems[0].integer, 1);
 }
 
 TEST_F(ServerPkvTest, MatchChecksItsArgumentsAgainstTheNamespace) {
@@ -256,7 +287,10 @@ TEST_F(ServerPkvTest, HotTotalsInStatsAndInfoAreTheSumOfTheOwners) {
   }
   EXPECT_EQ(info_owner_bytes, number_after(info, info.find("\nhot_bytes:") + 11));
   EXPECT_EQ(info_owner_bytes, v["hot.bytes"]);
-  EXPECT_TRUE(c_->Call({"PKV.AUDIT"}).elems.empty());
+  ASSERT_EQ(c_->Call({"AUTH", "admin", "adm"}).str, "OK");
+  Reply audit = c_->Call({"PKV.AUDIT"});
+  EXPECT_EQ(audit.type, '*') << audit.str;
+  EXPECT_TRUE(audit.elems.empty());
 }
 
 }  // namespace

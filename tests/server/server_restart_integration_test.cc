@@ -4,6 +4,7 @@
 // SSD; with --write-through, every value acknowledged before a kill -9 is too.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <random>
 
 #include "tests/server/resp_client.h"
@@ -43,11 +44,28 @@ void ExpectValues(RespClient& c, const std::vector<std::string>& values, size_t 
   }
 }
 
+// A file holding the admin password "adm" (PKV.AUDIT is an admin command).
+std::string AdminPassFile(const testing::TempDir& dir) {
+  const std::string path = dir.str() + "/admin-pass";
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  std::fputs("adm\n", f);
+  std::fclose(f);
+  return path;
+}
+
+void ExpectCleanAudit(RespClient& c) {
+  ASSERT_EQ(c.Call({"AUTH", "admin", "adm"}).str, "OK");
+  testing::Reply audit = c.Call({"PKV.AUDIT"});
+  EXPECT_EQ(audit.type, '*') << audit.str;
+  EXPECT_TRUE(audit.elems.empty());
+}
+
 TEST(ServerRestart, ReturnsEveryAcknowledgedValueAfterSigterm) {
   std::mt19937_64 rng(testing::TestSeed("ServerRestart"));
   testing::TempDir dir;
   const std::string data = dir.str() + "/data";
-  const std::vector<std::string> flags = {"--hot-capacity-bytes", "256K"};
+  const std::vector<std::string> flags = {"--hot-capacity-bytes", "256K",
+                                          "--admin-pass-file", AdminPassFile(dir)};
   std::vector<std::string> values = RandomValues(rng, 120);
   const NamespaceSpec spec = testing::HybridSpec();
   const std::vector<int32_t> tokens = testing::Tokens(2);
@@ -82,7 +100,7 @@ TEST(ServerRestart, ReturnsEveryAcknowledgedValueAfterSigterm) {
   EXPECT_EQ(
       c.Call({"PKV.GET", root, PeekBlockIdentity(chain[1]).value().key.ToHex()}).str,
       chain[1]);
-  EXPECT_TRUE(c.Call({"PKV.AUDIT"}).elems.empty());
+  ExpectCleanAudit(c);
   EXPECT_EQ(serve.StopWith(SIGINT), 0);
 }
 
@@ -93,7 +111,8 @@ TEST(ServerRestart, WriteThroughKeepsEveryAcknowledgedValueAcrossKillNine) {
   // Without --write-through the values still only in RAM are lost (checked:
   // this test then fails).
   const std::vector<std::string> flags = {"--hot-capacity-bytes", "256K",
-                                          "--write-through"};
+                                          "--write-through", "--admin-pass-file",
+                                          AdminPassFile(dir)};
   std::vector<std::string> values = RandomValues(rng, 60);
   {
     ServeProcess serve(data, flags);
@@ -109,7 +128,7 @@ TEST(ServerRestart, WriteThroughKeepsEveryAcknowledgedValueAcrossKillNine) {
   ASSERT_NE(serve.port(), 0) << "prefixkv serve did not restart";
   RespClient c(serve.port());
   ExpectValues(c, values, /*deleted=*/1);
-  EXPECT_TRUE(c.Call({"PKV.AUDIT"}).elems.empty());
+  ExpectCleanAudit(c);
   EXPECT_EQ(serve.StopWith(SIGINT), 0);
 }
 

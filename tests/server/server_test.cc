@@ -214,6 +214,7 @@ TEST_F(ServerTest, QuitRepliesThenCloses) {
 }
 
 TEST_F(ServerTest, ReportsStatsAndACleanAudit) {
+  options_.admin_pass = "adm";
   StartServer();
   auto c = Connect();
   ASSERT_EQ(c->Call({"SET", "k", "v"}).str, "OK");
@@ -229,8 +230,9 @@ TEST_F(ServerTest, ReportsStatsAndACleanAudit) {
   EXPECT_EQ(by_name["owner.values.bytes"], by_name["hot.bytes"]);
   EXPECT_EQ(by_name["hot.dirty_blocks"], 1);
   EXPECT_TRUE(by_name.contains("ssd.corruptions"));
+  ASSERT_EQ(c->Call({"AUTH", "admin", "adm"}).str, "OK");
   Reply audit = c->Call({"PKV.AUDIT"});  // flushes first
-  EXPECT_EQ(audit.type, '*');
+  EXPECT_EQ(audit.type, '*') << audit.str;
   EXPECT_TRUE(audit.elems.empty());
   EXPECT_EQ(engine_->Stats().dirty_blocks, 0u);
 }

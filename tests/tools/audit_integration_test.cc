@@ -1,6 +1,7 @@
 // `prefixkv audit` against real data directories: a clean one passes; a
 // flipped payload byte, a record stored under the wrong metadata and a
-// removed parent each fail naming the block; usage errors exit 2.
+// removed parent each fail naming the block; usage errors exit 2 (as JSON
+// with --json).
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -144,6 +145,22 @@ TEST(AuditUsageTest, DirectoryWithoutDatabaseIsAUsageError) {
   CliRun run = RunCli("audit --data-dir " + tmp.str());
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_TRUE(fs::is_empty(tmp.path()));
+}
+
+// With --json the failure is JSON too (on stdout; the message also goes to
+// stderr): one line {"ok":false,"error":"..."}, the exit code unchanged.
+TEST(AuditUsageTest, JsonReportsADirectoryItCannotOpenAsJson) {
+  testing::TempDir tmp;
+  const fs::path missing = tmp.path() / "nothing-here";
+  CliRun run = RunCli("audit --json --data-dir " + missing.string());
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  const std::string prefix = "{\"ok\":false,\"error\":\"";
+  const size_t at = run.output.find(prefix);
+  ASSERT_NE(at, std::string::npos) << run.output;
+  EXPECT_TRUE(at == 0 || run.output[at - 1] == '\n') << run.output;
+  const std::string line = run.output.substr(at, run.output.find('\n', at) - at);
+  EXPECT_EQ(line.back(), '}') << line;
+  EXPECT_NE(line.find("nothing-here"), std::string::npos) << line;
 }
 
 TEST(AuditUsageTest, UnknownFlagIsAUsageError) {

@@ -32,7 +32,9 @@ Run it only while no other process has the directory open.
 
 --json prints one object: ok, blocks_checked, corrupt_blocks (list of
 {key, detail}), orphan_blocks (list of {key, parent}), counter_mismatches
-(list of {what, detail}).
+(list of {what, detail}); when the audit cannot run (no such directory, a
+tier that cannot be opened) it prints {"ok":false,"error":"..."} instead,
+with the same exit code as without --json.
 
 exit codes: 0 everything agrees, 1 a discrepancy was found (or the tier could
 not be read), 2 usage error (bad flags, missing data directory).
@@ -135,6 +137,13 @@ void PrintJson(const AuditReport& r) {
   std::printf("%s\n", j.str().c_str());
 }
 
+// What --json prints when the audit could not run: {"ok":false,"error":"..."}.
+void PrintJsonError(const Status& status) {
+  JsonWriter j;
+  j.BeginObject().Field("ok", false).Field("error", status.ToString()).EndObject();
+  std::printf("%s\n", j.str().c_str());
+}
+
 void PrintHuman(const AuditReport& r) {
   std::printf("prefixkv audit %s\n", r.dir.c_str());
   std::printf("  blocks checked: %llu\n",
@@ -174,15 +183,19 @@ int Audit(const std::vector<std::string>& args) {
   AuditReport report;
   report.dir = flags.GetString("data-dir", "./prefixkv-data");
   std::vector<std::string> log;
+  const bool json = flags.GetBool("json");
   StatusOr<std::unique_ptr<Engine>> engine = OpenExistingEngine(report.dir, &log);
-  if (engine.status().IsNotFound()) return UsageError(flags, engine.status().ToString());
   if (!engine.ok()) {
+    if (json) PrintJsonError(engine.status());
+    if (engine.status().IsNotFound())
+      return UsageError(flags, engine.status().ToString());
     std::fprintf(stderr, "prefixkv audit: %s\n", engine.status().ToString().c_str());
     return 1;
   }
   Status s = RunAudit(*(*engine)->ssd_tier(), log, &report);
   if (s.ok()) s = (*engine)->Close();
   if (!s.ok()) {
+    if (json) PrintJsonError(s);
     std::fprintf(stderr, "prefixkv audit: %s\n", s.ToString().c_str());
     return 1;
   }

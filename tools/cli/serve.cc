@@ -10,6 +10,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "prefixkv/engine.h"
@@ -23,8 +24,10 @@ namespace {
 Flags ServeFlags() {
   return Flags(
       "prefixkv serve [--data-dir D] [--port P] [--bind ADDR] [--threads N] "
-      "[--requirepass S] [--hot-capacity-bytes B] [--ssd-capacity-bytes B] "
-      "[--max-request-bytes B] [--durability M] [--write-through] [--policy P] "
+      "[--requirepass-file F | --requirepass S] [--admin-pass-file F | --admin-pass S] "
+      "[--hot-capacity-bytes B] [--ssd-capacity-bytes B] [--max-request-bytes B] "
+      "[--max-clients N] [--idle-timeout-ms MS] [--durability M] [--write-through] "
+      "[--policy P] "
       "[--max-models N]",
       {{"data-dir", "directory of the SSD tier (created if missing)", false,
         "./prefixkv-data"},
@@ -32,7 +35,19 @@ Flags ServeFlags() {
        {"bind", "address to listen on (loopback: the protocol is unencrypted)", false,
         "127.0.0.1"},
        {"threads", "I/O threads", false, "2"},
-       {"requirepass", "password clients must AUTH with", false, ""},
+       {"requirepass-file",
+        "file holding the password clients must AUTH with (one line); or set "
+        "PREFIXKV_REQUIREPASS; default: no password",
+        false, ""},
+       {"requirepass",
+        "the password itself (visible in ps: prefer --requirepass-file or the "
+        "environment variable)",
+        false, ""},
+       {"admin-pass-file",
+        "file holding the admin password (AUTH admin <pass>) that admin commands "
+        "(PKV.AUDIT) need; or set PREFIXKV_ADMIN_PASS; default: admin commands off",
+        false, ""},
+       {"admin-pass", "the admin password itself (visible in ps)", false, ""},
        {"hot-capacity-bytes", "RAM tier budget (K/M/G suffixes)", false, "1G"},
        {"ssd-capacity-bytes", "SSD tier capacity (K/M/G/T suffixes)", false, "64G"},
        {"max-request-bytes", "largest accepted command (and value)", false, "512M"},
@@ -51,6 +66,40 @@ struct ServeConfig {
   ServerOptions server;
   EngineOptions engine;
 };
+
+// A password from --NAME-file (its first line), --NAME or the environment
+// variable `env`, in that order of preference; "" when none is given. Returns
+// an error message or "".
+std::string ReadSecret(const Flags& flags, const std::string& name, const char* env,
+                       std::string* secret) {
+  const std::string file_flag = name + "-file";
+  if (flags.Has(file_flag) && flags.Has(name)) {
+    return "give only one of --" + file_flag + " and --" + name;
+  }
+  if (flags.Has(file_flag)) {
+    const std::string path = flags.GetString(file_flag);
+    std::FILE* f = std::fopen(path.c_str(), "r");
+    if (f == nullptr) return "--" + file_flag + ": cannot read " + path;
+    std::string text;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
+    std::fclose(f);
+    text = text.substr(0, text.find('\n'));
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+    if (text.empty()) return "--" + file_flag + ": " + path + " holds no password";
+    *secret = text;
+  } else if (flags.Has(name)) {
+    *secret = flags.GetString(name);
+    std::fprintf(stderr,
+                 "prefixkv serve: warning: --%s is visible to every user in ps; use "
+                 "--%s or %s\n",
+                 name.c_str(), file_flag.c_str(), env);
+  } else if (const char* value = std::getenv(env)) {
+    *secret = value;
+  }
+  return "";
+}
 
 // Fills `config` from the flags; returns an error message or "".
 std::string ParseServeConfig(const Flags& flags, ServeConfig* config) {
@@ -87,8 +136,13 @@ std::string ParseServeConfig(const Flags& flags, ServeConfig* config) {
   config->server.port = static_cast<uint16_t>(port);
   config->server.io_threads = static_cast<int>(threads);
   config->server.bind_address = flags.GetString("bind", "127.0.0.1");
-  config->server.requirepass = flags.GetString("requirepass", "");
-  return "";
+  if (std::string e = ReadSecret(flags, "requirepass", "PREFIXKV_REQUIREPASS",
+                                 &config->server.requirepass);
+      !e.empty()) {
+    return e;
+  }
+  return ReadSecret(flags, "admin-pass", "PREFIXKV_ADMIN_PASS",
+                    &config->server.admin_pass);
 }
 
 // Blocks SIGINT and SIGTERM in this thread and every thread it starts later,

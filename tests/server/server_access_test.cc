@@ -1,0 +1,188 @@
+// Access control and INFO sections of the server (docs/protocol.md,
+// "Authentication and admin commands", "INFO"): admin commands are off
+// without an admin password and need AUTH admin with one; failed AUTHs are
+// delayed and close the connection after a few; before AUTH a client cannot
+// make the server buffer a large request; INFO returns the section asked for.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "commands.h"
+#include "tests/server/server_fixture.h"
+
+namespace prefixkv {
+namespace {
+
+using testing::Reply;
+
+class ServerAccessTest : public testing::ServerFixture {};
+
+// The integer after "name:" in an INFO text; -1 when absent.
+int64_t InfoField(const std::string& info, const std::string& name) {
+  const size_t at = info.find("\r\n" + name + ":");
+  if (at == std::string::npos) return -1;
+  return std::stoll(info.substr(at + name.size() + 3));
+}
+
+TEST_F(ServerAccessTest, AdminCommandsAreOffWithoutAnAdminPassword) {
+  StartServer();
+  auto c = Connect();
+  ASSERT_EQ(c->Call({"SET", "k", "v"}).str, "OK");
+  Reply audit = c->Call({"PKV.AUDIT"});
+  EXPECT_EQ(audit.str,
+            "ERR admin commands are off: start the server with an admin password "
+            "(--admin-pass-file or PREFIXKV_ADMIN_PASS)");
+  EXPECT_EQ(engine_->Stats().dirty_blocks, 1u);  // the audit's flush never ran
+  EXPECT_TRUE(c->Call({"AUTH", "admin", ""}).IsError());
+  EXPECT_TRUE(c->Call({"AUTH", "admin", "anything"}).IsError());
+  EXPECT_TRUE(c->Call({"PKV.AUDIT"}).IsError());
+}
+
+TEST_F(ServerAccessTest, AdminCommandsNeedAuthAsAdmin) {
+  options_.requirepass = "pw";
+  options_.admin_pass = "adm";
+  options_.auth_failure_delay_ms = 0;
+  StartServer();
+  auto c = Connect();
+  EXPECT_EQ(c->Call({"PKV.AUDIT"}).str, "NOAUTH Authentication required.");
+  ASSERT_EQ(c->Call({"AUTH", "pw"}).str, "OK");
+  EXPECT_EQ(c->Call({"PKV.AUDIT"}).str,
+            "NOPERM this is an admin command: AUTH admin <admin password> first");
+  EXPECT_EQ(c->Call({"AUTH", "admin", "pw"}).str.rfind("WRONGPASS", 0), 0u);
+  EXPECT_EQ(c->Call({"AUTH", "admin", "adm"}).str, "OK");
+  Reply audit = c->Call({"PKV.AUDIT"});
+  EXPECT_EQ(audit.type, '*') << audit.str;
+  // The admin password alone authenticates a connection too.
+  auto admin = Connect();
+  EXPECT_EQ(admin->Call({"AUTH", "admin", "adm"}).str, "OK");
+  EXPECT_EQ(admin->Call({"PKV.AUDIT"}).type, '*');
+  EXPECT_EQ(admin->Call({"SET", "k", "v"}).str, "OK");
+  // COMMAND tells clients which commands are admin commands.
+  Reply info = admin->Call({"COMMAND", "INFO", "pkv.audit", "pkv.stats"});
+  ASSERT_EQ(info.elems.size(), 2u);
+  ASSERT_EQ(info.elems[0].elems.size(), 6u);
+  ASSERT_EQ(info.elems[0].elems[2].elems.size(), 2u);
+  EXPECT_EQ(info.elems[0].elems[2].elems[1].str, "admin");
+  EXPECT_EQ(info.elems[1].elems[2].elems.size(), 1u);
+}
+
+// 10,000 wrong AUTHs used to run in 0.07 s on one connection. Now each failure
+// pauses the connection (100 ms by default) and the third one closes it.
+TEST_F(ServerAccessTest, FailedAuthIsDelayedAndClosesTheConnectionAfterAFew) {
+  options_.requirepass = "s3cret";
+  StartServer();
+  auto c = Connect();
+  std::string batch;
+  for (int i = 0; i < 10; ++i) batch += testing::EncodeCommand({"AUTH", "guess"});
+  batch += testing::EncodeCommand({"AUTH", "s3cret"});
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(c->SendRaw(batch));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(c->Read().str.rfind("WRONGPASS", 0), 0u) << i;
+  }
+  EXPECT_TRUE(c->ReadsEof());  // the correct password after them never ran
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(elapsed, std::chrono::milliseconds(200));  // two pauses between three
+  // Another connection is not affected; the counter tells an operator.
+  auto other = Connect();
+  EXPECT_EQ(other->Call({"AUTH", "s3cret"}).str, "OK");
+  EXPECT_EQ(InfoField(other->Call({"INFO", "stats"}).str, "auth_failures"), 3);
+  // HELLO ... AUTH counts the same way.
+  auto hello = Connect();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(
+        hello->Call({"HELLO", "2", "AUTH", "default", "x"}).str.rfind("WRONGPASS", 0),
+        0u);
+  }
+  EXPECT_TRUE(hello->Call({"AUTH", "y"}).IsError());
+  EXPECT_TRUE(hello->ReadsEof());
+}
+
+TEST(PasswordMatches, ComparesEveryByteAndTheLength) {
+  using server::PasswordMatches;
+  EXPECT_TRUE(PasswordMatches("s3cret", "s3cret"));
+  EXPECT_FALSE(PasswordMatches("s3cre", "s3cret"));
+  EXPECT_FALSE(PasswordMatches("s3crett", "s3cret"));
+  EXPECT_FALSE(PasswordMatches("s3creu", "s3cret"));
+  EXPECT_FALSE(PasswordMatches("t3cret", "s3cret"));
+  EXPECT_FALSE(PasswordMatches("s3crets3cret", "s3cret"));  // the key repeated
+  EXPECT_FALSE(PasswordMatches("", "s3cret"));
+  EXPECT_FALSE(PasswordMatches("x", ""));
+  EXPECT_FALSE(PasswordMatches(std::string(1, '\0'), ""));
+}
+
+// Before AUTH a request may hold at most max_unauthenticated_bytes (16 KiB):
+// a larger bulk is refused at its header and the connection closed; after
+// AUTH the usual limit applies.
+TEST_F(ServerAccessTest, BeforeAuthALargeRequestIsRefusedAtItsHeader) {
+  options_.requirepass = "pw";
+  StartServer();
+  const std::string value(20000, 'v');
+  auto anonymous = Connect();
+  ASSERT_TRUE(anonymous->SendRaw("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$20000\r\n"));
+  EXPECT_EQ(anonymous->Read().str, "ERR Protocol error: invalid bulk length");
+  EXPECT_TRUE(anonymous->ReadsEof());
+  auto inline_client = Connect();
+  ASSERT_TRUE(inline_client->SendRaw(std::string(20000, 'A')));
+  EXPECT_EQ(inline_client->Read().str, "ERR Protocol error: too big inline request");
+  auto c = Connect();
+  ASSERT_EQ(c->Call({"AUTH", "pw"}).str, "OK");
+  EXPECT_EQ(c->Call({"SET", "k", value}).str, "OK");
+  EXPECT_EQ(c->Call({"GET", "k"}).str, value);
+}
+
+TEST_F(ServerAccessTest, InfoReturnsTheNamedSectionOnly) {
+  StartServer();
+  auto c = Connect();
+  ASSERT_EQ(c->Call({"SET", "a", "1"}).str, "OK");
+  ASSERT_EQ(c->Call({"SET", "b", "2"}).str, "OK");
+  const std::string server = c->Call({"INFO", "server"}).str;
+  EXPECT_EQ(server.rfind("# Server\r\n", 0), 0u) << server;
+  for (const char* other : {"# Clients", "# Stats", "# Memory", "# Keyspace",
+                            "# Tier_hot", "# Owners", "# Tier_ssd"}) {
+    EXPECT_EQ(server.find(other), std::string::npos) << other << "\n" << server;
+  }
+  EXPECT_EQ(c->Call({"INFO", "clients"}).str.rfind("# Clients\r\n", 0), 0u);
+  EXPECT_EQ(c->Call({"INFO", "STATS"}).str.rfind("# Stats\r\n", 0), 0u);
+  EXPECT_EQ(c->Call({"INFO", "nosuchsection"}).str, "");
+  const std::string all = c->Call({"INFO"}).str;
+  for (const char* section : {"# Server", "# Clients", "# Stats", "# Memory",
+                              "# Keyspace", "# Tier_hot", "# Owners", "# Tier_ssd"}) {
+    EXPECT_NE(all.find(section), std::string::npos) << section;
+  }
+}
+
+TEST_F(ServerAccessTest, InfoKeyspaceAndMemoryReportRealFigures) {
+  StartServer();
+  auto c = Connect();
+  std::string keyspace = c->Call({"INFO", "keyspace"}).str;
+  EXPECT_EQ(keyspace.rfind("# Keyspace\r\n", 0), 0u) << keyspace;
+  EXPECT_NE(keyspace.find("db0:keys=0,expires=0,avg_ttl=0"), std::string::npos);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(c->Call({"SET", "k" + std::to_string(i), "v"}).str, "OK");
+  }
+  ASSERT_EQ(c->Call({"DEL", "k4"}).integer, 1);
+  keyspace = c->Call({"INFO", "keyspace"}).str;
+  EXPECT_NE(keyspace.find("db0:keys=4,"), std::string::npos) << keyspace;
+  EXPECT_EQ(InfoField(keyspace, "raw_keys_hot"), 4);
+  EXPECT_EQ(InfoField(keyspace, "raw_keys_ssd"), 0);
+  // Written back to SSD: counted there (and in RAM, where the clean copy
+  // stays), by walking the SSD index.
+  ASSERT_OK(engine_->Flush());
+  keyspace = c->Call({"INFO", "keyspace"}).str;
+  EXPECT_EQ(InfoField(keyspace, "raw_keys_ssd"), 4) << keyspace;
+  EXPECT_EQ(InfoField(keyspace, "models"), 0);
+
+  const std::string memory = c->Call({"INFO", "memory"}).str;
+  EXPECT_EQ(memory.rfind("# Memory\r\n", 0), 0u) << memory;
+  const EngineStats s = engine_->Stats();
+  EXPECT_EQ(InfoField(memory, "used_memory"), static_cast<int64_t>(s.hot.bytes));
+  EXPECT_GT(InfoField(memory, "used_memory"), 0);
+  EXPECT_EQ(InfoField(memory, "maxmemory"), 64 << 20);
+  EXPECT_GT(InfoField(memory, "used_memory_rss"), 1 << 20);  // this test process
+  EXPECT_NE(memory.find("maxmemory_policy:lru\r\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace prefixkv

@@ -1,0 +1,207 @@
+// The real `prefixkv serve` against hostile or careless clients
+// (docs/protocol.md, "Limits" and "Authentication and admin commands"): a bulk
+// header larger than the machine's memory is refused and the server goes on
+// (it used to abort on std::bad_alloc and lose the write-back values); clients
+// that have not authenticated cannot make it buffer their streams (RSS read
+// from /proc); passwords come from a file or the environment, not the command
+// line that ps shows; `serve --help` names every flag in its usage line.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "tests/server/resp_client.h"
+#include "tests/server/serve_process.h"
+#include "tests/support/test_util.h"
+
+namespace prefixkv {
+namespace {
+
+using testing::RespClient;
+using testing::ServeProcess;
+
+// A "Name:   123 kB" line of /proc/PID/status, in bytes; -1 when absent.
+int64_t ProcStatusBytes(pid_t pid, const std::string& name) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + ":", 0) == 0) {
+      return std::stoll(line.substr(name.size() + 1)) * 1024;
+    }
+  }
+  return -1;
+}
+
+// MemTotal + SwapTotal of /proc/meminfo, in bytes.
+uint64_t MachineMemory() {
+  std::ifstream in("/proc/meminfo");
+  std::string name;
+  uint64_t kb = 0, total = 0;
+  std::string unit;
+  while (in >> name >> kb) {
+    if (name == "MemTotal:" || name == "SwapTotal:") total += kb * 1024;
+    std::getline(in, unit);
+  }
+  return total;
+}
+
+std::string WriteFile(const testing::TempDir& dir, const std::string& name,
+                      const std::string& text) {
+  const std::string path = dir.str() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string CommandLineOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+// `*3 SET k $60000000000` with --max-request-bytes 100G: the server used to
+// reserve the whole bulk, die of std::bad_alloc, and lose the value SET just
+// before (write-back: still only in RAM). A length the machine cannot hold is
+// refused at the header now, the connection closed, and the server goes on.
+TEST(ServerLimits, AnOversizedBulkHeaderNeitherKillsTheServerNorLosesAValue) {
+  testing::TempDir dir;
+  const std::string data = dir.str() + "/data";
+  const uint64_t declared = std::max<uint64_t>(60'000'000'000, 2 * MachineMemory());
+  const std::vector<std::string> flags = {"--max-request-bytes",
+                                          std::to_string(declared * 2)};
+  {
+    ServeProcess serve(data, flags);
+    ASSERT_NE(serve.port(), 0) << "prefixkv serve did not start";
+    RespClient c(serve.port());
+    ASSERT_EQ(c.Call({"SET", "witness", "acknowledged"}).str, "OK");
+    ASSERT_TRUE(
+        c.SendRaw("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$" + std::to_string(declared) + "\r\n"));
+    EXPECT_EQ(c.Read().str, "ERR Protocol error: invalid bulk length");
+    EXPECT_TRUE(c.ReadsEof());
+    RespClient other(serve.port());
+    EXPECT_EQ(other.Call({"PING"}).str, "PONG");
+    EXPECT_EQ(other.Call({"GET", "witness"}).str, "acknowledged");
+    EXPECT_EQ(serve.StopWith(SIGTERM), 0);
+  }
+  ServeProcess serve(data, flags);
+  ASSERT_NE(serve.port(), 0) << "prefixkv serve did not restart";
+  RespClient c(serve.port());
+  EXPECT_EQ(c.Call({"GET", "witness"}).str, "acknowledged");
+  EXPECT_EQ(serve.StopWith(SIGTERM), 0);
+}
+
+// Two clients that never AUTH each declare a 100 MiB value and stream it.
+// They used to take the server's RSS up by the 200 MiB they sent; now the
+// header is refused (16 KiB before AUTH) and the peak RSS barely moves.
+TEST(ServerLimits, UnauthenticatedClientsCannotMakeTheServerBufferTheirStreams) {
+  testing::TempDir dir;
+  const std::string pass = WriteFile(dir, "pass", "pw\n");
+  ServeProcess serve(dir.str() + "/data", {"--requirepass-file", pass});
+  ASSERT_NE(serve.port(), 0) << "prefixkv serve did not start";
+  {
+    RespClient warm(serve.port());
+    ASSERT_EQ(warm.Call({"AUTH", "pw"}).str, "OK");
+    ASSERT_EQ(warm.Call({"SET", "k", "v"}).str, "OK");
+  }
+  const int64_t before = ProcStatusBytes(serve.pid(), "VmRSS");
+  ASSERT_GT(before, 0);
+  constexpr size_t kStream = size_t{100} << 20;
+  auto stream = [&] {
+    RespClient c(serve.port());
+    if (!c.SendRaw("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$" + std::to_string(kStream) +
+                   "\r\n")) {
+      return;
+    }
+    const std::string chunk(1 << 20, 'x');
+    for (size_t sent = 0; sent < kStream; sent += chunk.size()) {
+      if (!c.SendRaw(chunk)) return;  // the server closed the connection
+    }
+    c.ShutdownWrite();
+    c.Read();
+  };
+  std::thread a(stream), b(stream);
+  a.join();
+  b.join();
+  const int64_t peak = ProcStatusBytes(serve.pid(), "VmHWM");
+  std::printf("server RSS before %lld bytes, peak after %lld bytes\n",
+              static_cast<long long>(before), static_cast<long long>(peak));
+  EXPECT_LT(peak - before, int64_t{32} << 20);
+  RespClient c(serve.port());
+  EXPECT_EQ(c.Call({"AUTH", "pw"}).str, "OK");
+  EXPECT_EQ(c.Call({"GET", "k"}).str, "v");
+}
+
+// --requirepass puts the password on the command line, where ps shows it to
+// every user: --requirepass-file and PREFIXKV_REQUIREPASS keep it off it
+// (and so do --admin-pass-file and PREFIXKV_ADMIN_PASS).
+TEST(ServerLimits, PasswordsComeFromAFileOrTheEnvironment) {
+  testing::TempDir dir;
+  {
+    const std::string pass = WriteFile(dir, "pass", "file-secret\n");
+    const std::string admin = WriteFile(dir, "admin", "admin-secret\r\n");
+    ServeProcess serve(dir.str() + "/a",
+                       {"--requirepass-file", pass, "--admin-pass-file", admin});
+    ASSERT_NE(serve.port(), 0) << "prefixkv serve did not start";
+    EXPECT_EQ(CommandLineOf(serve.pid()).find("secret"), std::string::npos);
+    RespClient c(serve.port());
+    EXPECT_EQ(c.Call({"GET", "k"}).str, "NOAUTH Authentication required.");
+    EXPECT_EQ(c.Call({"AUTH", "file-secret"}).str, "OK");
+    EXPECT_TRUE(c.Call({"PKV.AUDIT"}).IsError());
+    EXPECT_EQ(c.Call({"AUTH", "admin", "admin-secret"}).str, "OK");
+    EXPECT_EQ(c.Call({"PKV.AUDIT"}).type, '*');
+  }
+  {
+    ::setenv("PREFIXKV_REQUIREPASS", "env-secret", 1);
+    ::setenv("PREFIXKV_ADMIN_PASS", "env-admin", 1);
+    ServeProcess serve(dir.str() + "/b");
+    ::unsetenv("PREFIXKV_REQUIREPASS");
+    ::unsetenv("PREFIXKV_ADMIN_PASS");
+    ASSERT_NE(serve.port(), 0) << "prefixkv serve did not start";
+    RespClient c(serve.port());
+    EXPECT_EQ(c.Call({"GET", "k"}).str, "NOAUTH Authentication required.");
+    EXPECT_EQ(c.Call({"AUTH", "env-secret"}).str, "OK");
+    EXPECT_EQ(c.Call({"AUTH", "admin", "env-admin"}).str, "OK");
+    EXPECT_EQ(c.Call({"PKV.AUDIT"}).type, '*');
+  }
+}
+
+// Every --flag that `serve --help` explains appears in its usage line.
+TEST(ServerLimits, ServeHelpUsageNamesEveryFlag) {
+  FILE* pipe = ::popen((std::string(PREFIXKV_CLI) + " serve --help 2>&1").c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string help;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) help.append(buf, n);
+  ASSERT_EQ(::pclose(pipe), 0) << help;
+  std::istringstream lines(help);
+  std::string usage, line;
+  std::set<std::string> explained;
+  while (std::getline(lines, line)) {
+    if (usage.empty() && line.find("prefixkv serve") != std::string::npos) {
+      usage = line;
+      continue;
+    }
+    const size_t dash = line.find("--");
+    if (dash != std::string::npos && line.find_first_not_of(' ') == dash) {
+      const size_t end = line.find_first_of(" =\t", dash);
+      explained.insert(line.substr(dash, end - dash));
+    }
+  }
+  ASSERT_FALSE(usage.empty()) << help;
+  EXPECT_TRUE(explained.contains("--max-clients")) << help;
+  EXPECT_TRUE(explained.contains("--idle-timeout-ms")) << help;
+  for (const std::string& flag : explained) {
+    if (flag == "--help") continue;
+    const bool named = usage.find(flag + " ") != std::string::npos ||
+                       usage.find(flag + "]") != std::string::npos;
+    EXPECT_TRUE(named) << flag << " is missing from the usage line: " << usage;
+  }
+}
+
+}  // namespace
+}  // namespace prefixkv
