@@ -28,7 +28,12 @@ void ssd::TierImpl::EnforceCapacity() {
     std::optional<BlockKey> victim;
     {
       MutexLock lock(&mu_);
-      if (index_.bytes() <= options_.capacity_bytes) return;
+      // Payload bytes within the capacity, and (docs/ssd.md "Space") the
+      // live extents within the disk budget.
+      if (index_.bytes() <= options_.capacity_bytes &&
+          (!DiskBounded() || index_.live_total() <= LiveBudget())) {
+        return;
+      }
       victim = index_.ClaimVictim();
     }
     if (!victim) return;  // everything left is pinned by in-flight children

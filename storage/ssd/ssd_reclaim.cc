@@ -15,6 +15,10 @@
 #include <rocksdb/convenience.h>
 #include <rocksdb/write_batch.h>
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "ssd_layout.h"
 #include "ssd_tier_impl.h"
 
@@ -59,6 +63,8 @@ void ssd::TierImpl::WakeReclaimer() {
 }
 
 Status ssd::TierImpl::MakeMetadataDurable() {
+  // A failed log writer must not be flushed or synced again (ssd_tier_impl.h).
+  if (log_broken_) return Status::IOError("ssd tier: the metadata log failed");
   // The segments that relocated payloads went to are synced, but in flush and
   // wal mode their names are not: without this, power loss could take the
   // new copy's file while the old one is already unlinked.
@@ -121,7 +127,11 @@ Status ssd::TierImpl::Relocate(uint64_t segment) {
     }
     // Synced: the old copy is unlinked after this, in every mode.
     std::vector<ssd::ExtentLocation> to;
-    PKV_RETURN_IF_ERROR(store_->Append(extents, /*sync=*/true, &to));
+    PKV_RETURN_IF_ERROR(CheckDiskSpace());  // a copy needs room first
+    if (Status w = store_->Append(extents, /*sync=*/true, &to); !w.ok()) {
+      NoteNoSpace(w);
+      return w;
+    }
     std::vector<BlockKey> moving_keys;
     for (const Moving& m : moving) moving_keys.push_back(m.key);
     Status s;
@@ -160,7 +170,6 @@ Status ssd::TierImpl::Relocate(uint64_t segment) {
 }
 
 void ssd::TierImpl::ThrottleWrites() {
-  if (options_.reclaim_live_fraction <= 0) return;  // only empty segments go
   uint64_t file_bytes = 0, active = 0;
   store_->Usage(&file_bytes, &active);
   uint64_t live = 0;
@@ -169,6 +178,17 @@ void ssd::TierImpl::ThrottleWrites() {
     live = index_.live_total();
   }
   // The documented bound: live / fraction for the sealed segments, plus the
+  // The disk bound (docs/ssd.md "Space"): the files back within the capacity
+  // less half a segment before this writer goes on, so that the next write
+  // and a compaction's copies (less than a segment) stay within capacity
+  // plus one segment.
+  const uint64_t disk_target = options_.capacity_bytes - options_.segment_bytes / 2;
+  if (DiskBounded() && file_bytes > disk_target) {
+    MutexLock run(&gc_run_mu_);
+    (void)ReclaimLocked(disk_target);
+    return;
+  }
+  if (options_.reclaim_live_fraction <= 0) return;  // only empty segments go
   // active segments and one being compacted.
   const double bound = static_cast<double>(live) / options_.reclaim_live_fraction +
                        static_cast<double>((active + 1) * options_.segment_bytes);
@@ -186,7 +206,7 @@ Status ssd::TierImpl::ReclaimPass() {
   return ReclaimLocked();
 }
 
-Status ssd::TierImpl::ReclaimLocked() {
+Status ssd::TierImpl::ReclaimLocked(uint64_t target) {
   // Pending and sealed state first, live bytes second: a segment seen sealed
   // with nothing pending gets no new reference, and every reference it had is
   // already in the index (EndPending follows the index update).
@@ -215,17 +235,8 @@ Status ssd::TierImpl::ReclaimLocked() {
       first = s;
     }
   }
-  if (!empty.empty()) {
-    Status durable = MakeMetadataDurable();
-    if (durable.ok()) {
-      for (uint64_t id : empty) {
-        Status s = store_->Delete(id);
-        if (first.ok()) first = s;
-      }
-    } else if (first.ok()) {
-      first = durable;
-    }
-  }
+  first = UnlinkEmpty(empty, first);
+  if (target > 0 && first.ok()) first = CompactDownTo(target);
   if (!first.ok()) Log("segment reclamation: " + first.ToString());
   return first;
 }
@@ -236,6 +247,48 @@ Status ssd::TierImpl::Compact() {
   o.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
   Status s = FromRocks(db_->CompactRange(o, nullptr, nullptr), "compact");
   NoteWriteResult(s);
+Status ssd::TierImpl::UnlinkEmpty(const std::vector<uint64_t>& empty, Status first) {
+  if (empty.empty()) return first;
+  Status durable = MakeMetadataDurable();
+  if (!durable.ok()) return first.ok() ? durable : first;
+  for (uint64_t id : empty) {
+    Status s = store_->Delete(id);
+    if (first.ok()) first = s;
+  }
+  return first;
+}
+
+Status ssd::TierImpl::CompactDownTo(uint64_t target) {
+  // Sparsest first: the most garbage freed per byte copied. Each segment at
+  // most once per call, so the copies (to active segments) cannot chase
+  // themselves.
+  std::vector<std::pair<double, uint64_t>> order;  // live fraction, id
+  {
+    const std::vector<ssd::SegmentState> segments = store_->Snapshot();
+    MutexLock lock(&mu_);
+    for (const ssd::SegmentState& st : segments) {
+      if (!st.sealed || st.pending > 0 || st.bytes == 0) continue;
+      order.emplace_back(
+          static_cast<double>(index_.LiveBytes(st.id)) / static_cast<double>(st.bytes),
+          st.id);
+    }
+  }
+  std::sort(order.begin(), order.end());
+  for (const auto& [fraction, id] : order) {
+    uint64_t file_bytes = 0, active = 0;
+    store_->Usage(&file_bytes, &active);
+    if (file_bytes <= target || fraction >= 1) return Status::OK();
+    PKV_RETURN_IF_ERROR(Relocate(id));
+    bool empty = false;
+    {
+      MutexLock lock(&mu_);
+      empty = index_.LiveBytes(id) == 0;
+    }
+    if (empty) PKV_RETURN_IF_ERROR(UnlinkEmpty({id}, Status::OK()));
+  }
+  return Status::OK();
+}
+
   return s;
 }
 

@@ -65,7 +65,8 @@ Status ssd::TierImpl::ValidateOptions(const SsdTierOptions& options) {
   return Status::OK();
 }
 
-ssd::TierImpl::TierImpl(const SsdTierOptions& options) : options_(options) {
+ssd::TierImpl::TierImpl(const SsdTierOptions& options)
+    : options_(WithSpaceBounds(options)) {
   write_options_.disableWAL = options.durability == SsdDurability::kFlush;
   write_options_.sync = options.durability == SsdDurability::kSync;
   relaxed_options_.disableWAL = write_options_.disableWAL;
@@ -93,6 +94,9 @@ rocksdb::Options ssd::TierImpl::DbOptions(bool direct_io) const {
   o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   if (env_ != nullptr) o.env = env_.get();  // writes through options_.file_system
   rocksdb::BlockBasedTableOptions t;
+  // Into the tier's log, not a LOG file a full disk could make abort.
+  o.info_log = ssd::NewForwardingRocksLogger(
+      o.info_log_level, [this](std::string_view l) { Log(std::string(l)); });
   t.checksum = rocksdb::kXXH3;
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
   return o;
@@ -162,8 +166,10 @@ Status ssd::TierImpl::Open() {
         ThrottleWrites();
         return Status::OK();
       });
+  (void)ReleaseReserveForOpen();  // room for the database's recovery (ssd_space.cc)
   Log("opened " + options_.path + ": " + std::to_string(report_.blocks) + " blocks, " +
       std::to_string(report_.bytes) + " bytes, durability " +
+  FillReserve();
       std::string(SsdDurabilityName(options_.durability)) + ", direct io " +
       (direct_io_ ? "on" : "off") + ", " + std::to_string(report_.segments) +
       " segments" +

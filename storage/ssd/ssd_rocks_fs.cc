@@ -3,6 +3,9 @@
 
 #include <rocksdb/file_system.h>
 
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
 #include <string>
 
 namespace prefixkv::ssd {
@@ -147,7 +150,37 @@ class RoutedFileSystem final : public rocksdb::FileSystemWrapper {
   prefixkv::FileSystem* const fs_;
 };
 
+// Thread-safe (the sink is).
+class ForwardingLogger final : public rocksdb::Logger {
+ public:
+  ForwardingLogger(rocksdb::InfoLogLevel level,
+                   std::function<void(std::string_view)> sink)
+      : rocksdb::Logger(level), sink_(std::move(sink)) {}
+
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    char line[1024];
+    std::va_list copy;
+    va_copy(copy, ap);
+    const int n = std::vsnprintf(line, sizeof line, format, copy);
+    va_end(copy);
+    if (n < 0) return;
+    std::string_view text(line,
+                          std::min<size_t>(static_cast<size_t>(n), sizeof line - 1));
+    while (!text.empty() && text.back() == '\n') text.remove_suffix(1);
+    sink_("rocksdb: " + std::string(text));
+  }
+
+ private:
+  const std::function<void(std::string_view)> sink_;
+};
+
 }  // namespace
+
+std::shared_ptr<rocksdb::Logger> NewForwardingRocksLogger(
+    rocksdb::InfoLogLevel level, std::function<void(std::string_view)> sink) {
+  return std::make_shared<ForwardingLogger>(level, std::move(sink));
+}
 
 std::unique_ptr<rocksdb::Env> NewRoutedRocksEnv(prefixkv::FileSystem* fs) {
   return rocksdb::NewCompositeEnv(std::make_shared<RoutedFileSystem>(fs));

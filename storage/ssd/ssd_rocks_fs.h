@@ -13,7 +13,9 @@
 
 #include <rocksdb/env.h>
 
+#include <functional>
 #include <memory>
+#include <string_view>
 
 #include "prefixkv/advanced/file_system.h"
 
@@ -22,5 +24,14 @@ namespace prefixkv::ssd {
 // An Env whose file system routes RocksDB's writes through `fs`.
 // REQUIRES: `fs` outlives the Env, and the Env outlives every DB using it.
 std::unique_ptr<rocksdb::Env> NewRoutedRocksEnv(FileSystem* fs);
+
+// RocksDB's info log, as lines handed to `sink` ("rocksdb: " and the
+// message), never a file: RocksDB's own LOG file is written through a
+// WritableFileWriter, and on a full disk a failed append to it makes the next
+// log line abort the process (librocksdb with assertions on:
+// `sync_without_flush_called_`). Only messages at `level` or above. `sink`
+// must be thread-safe and outlive every DB using the logger.
+std::shared_ptr<rocksdb::Logger> NewForwardingRocksLogger(
+    rocksdb::InfoLogLevel level, std::function<void(std::string_view)> sink);
 
 }  // namespace prefixkv::ssd

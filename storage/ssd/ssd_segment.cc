@@ -172,7 +172,13 @@ Status SegmentStore::NewAppender(Appender* a) {
                        options_.fs->OpenFile(PathOf(id), {.mode = OpenMode::kCreateNew,
                                                           .direct_io = direct_}));
   // The new name must survive power loss before metadata may point into it.
-  if (options_.sync_directory) PKV_RETURN_IF_ERROR(options_.fs->SyncDir(options_.dir));
+  if (options_.sync_directory) {
+    if (Status s = options_.fs->SyncDir(options_.dir); !s.ok()) {
+      file.reset();
+      (void)options_.fs->DeleteFile(PathOf(id));  // never registered: no leak
+      return s;
+    }
+  }
   MutexLock lock(&mu_);
   segments_[id] = Entry{file, SegmentState{id, 0, false, 0}};
   active_ += 1;
@@ -195,6 +201,24 @@ Status SegmentStore::Seal(Appender* a) {
     active_ -= 1;
   }
   return s;
+}
+
+Status SegmentStore::Discard(Appender* a) {
+  std::shared_ptr<File> file = std::move(a->file);
+  a->file.reset();
+  a->size = 0;
+  {
+    MutexLock lock(&mu_);
+    if (auto it = segments_.find(file->id); it != segments_.end()) {
+      total_bytes_ -= it->second.state.bytes;
+      if (!it->second.state.sealed) active_ -= 1;
+      segments_.erase(it);
+    }
+  }
+  const uint64_t id = file->id;
+  file.reset();  // no reader can hold it: nothing pointed into it
+  Status s = options_.fs->DeleteFile(PathOf(id));
+  return s.IsNotFound() ? Status::OK() : s;
 }
 
 Status SegmentStore::Append(const std::vector<ExtentSpec>& extents, bool sync,
@@ -249,10 +273,16 @@ Status SegmentStore::Append(const std::vector<ExtentSpec>& extents, bool sync,
   s = a->file->handle->Write(base, a->buf, total);
   if (s.ok() && sync) s = a->file->handle->DataSync();
   if (!s.ok()) {
-    // The file's tail is unknown now: stop appending to it (the bytes already
-    // counted are garbage, reclaimed with the segment).
-    (void)Seal(a.get());
-    EndPending(id);
+    if (base == 0) {
+      // Nothing in the file was ever referenced: unlink it now, so failed
+      // writes (a full disk retried for hours) leave no files or descriptors.
+      (void)Discard(a.get());
+    } else {
+      // The file's tail is unknown now: stop appending to it (the bytes
+      // already counted are garbage, reclaimed with the segment).
+      (void)Seal(a.get());
+      EndPending(id);
+    }
   }
   MutexLock lock(&mu_);
   idle_.push_back(std::move(a));

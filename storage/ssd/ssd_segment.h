@@ -115,7 +115,8 @@ class SegmentStore {
   // Writes the extents, in order, as one aligned write to one segment and marks
   // it pending; `sync` adds an fdatasync. On success the caller must call
   // EndPending(out->front().segment) once its metadata commit is over
-  // (whether it succeeded or not). On failure nothing is pending.
+  // (whether it succeeded or not). On failure nothing is pending, and a
+  // segment this append created is unlinked again (no empty file, no fd).
   Status Append(const std::vector<ExtentSpec>& extents, bool sync,
                 std::vector<ExtentLocation>* out) EXCLUDES(mu_);
   void EndPending(uint64_t segment) EXCLUDES(mu_);
@@ -143,6 +144,9 @@ class SegmentStore {
   struct Appender;
   Status NewAppender(Appender* a) EXCLUDES(mu_);
   Status Seal(Appender* a) EXCLUDES(mu_);
+  // Unregisters and unlinks the appender's segment, whose first append
+  // failed (nothing in it is referenced).
+  Status Discard(Appender* a) EXCLUDES(mu_);
   std::string PathOf(uint64_t id) const;
 
   const Options options_;

@@ -43,6 +43,7 @@ void SsdTier::OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool di
   if (dirty) impl_->OnEvict(meta, payload);
 }
 Status SsdTier::Flush() { return impl_->Flush(); }
+Status SsdTier::WriteBackStatus() const { return impl_->WriteBackStatus(); }
 Status SsdTier::Close() { return impl_->Close(); }
 Status SsdTier::Compact() { return impl_->Compact(); }
 SsdSpaceUsage SsdTier::SpaceUsage() const { return impl_->SpaceUsage(); }
@@ -125,11 +126,17 @@ void ssd::TierImpl::CountIoError(OwnerId owner) {
   unpersisted_[owner].io_errors += 1;
 }
 
-void ssd::TierImpl::NoteWriteResult(const Status& s) {
+void ssd::TierImpl::NoteWriteResult(const Status& s, bool payload) {
+  // Payload (segment) and metadata (database) writes fail independently (a
+  // read-only segments/ directory, a database error): one kind succeeding
+  // says nothing about the other.
+  std::atomic<bool>& failing = payload ? payload_failing_ : failing_;
+  const std::string what = payload ? "segment I/O" : "metadata write";
   if (s.ok()) {
-    if (failing_.exchange(false)) Log("I/O succeeds again");
-  } else if (!failing_.exchange(true)) {
-    Log("I/O error (further errors are counted, not logged): " + s.ToString());
+    if (failing.exchange(false)) Log(what + " succeeds again");
+  } else if (!failing.exchange(true)) {
+    Log(what + " failed (further failures are counted in io_errors, not logged): " +
+        s.ToString());
   }
 }
 
@@ -150,17 +157,33 @@ Status ssd::TierImpl::Commit(rocksdb::WriteBatch* batch, Deltas deltas, OwnerId 
     if (!ssd::IsZero(d)) batch->Merge(ssd::CounterKey(o), ssd::EncodeCounters(d));
   }
   // A RocksDB background error stops writes until Resume(); retry it paced.
+  // Not after a failed log write: RocksDB 7.8 would append to the failed log
+  // writer again, and abort.
   uint64_t now = options_.clock->NowNanos();
-  if (failing_ && now - last_resume_nanos_ >= options_.retry_interval_ms * 1000000) {
+  if (failing_ && !log_broken_ &&
+      now - last_resume_nanos_ >= options_.retry_interval_ms * 1000000) {
     last_resume_nanos_ = now;
     (void)db_->Resume();
   }
   Status s = commit_hook_ ? commit_hook_() : Status::OK();
-  if (s.ok()) {
-    s = FromRocks(DbWrite(relaxed ? relaxed_options_ : write_options_, batch), "write");
+  if (s.ok() && log_broken_) {
+    s = Status::IOError(
+        "ssd tier: the metadata log could not be written; no metadata write is "
+        "possible until the tier is reopened (restart)");
+  } else if (s.ok()) {
+    const rocksdb::Status rs =
+        DbWrite(relaxed ? relaxed_options_ : write_options_, batch);
+    // The log's file is named *.log (RocksDB puts the path in the message).
+    if (!rs.ok() && !write_options_.disableWAL &&
+        rs.ToString().find(".log") != std::string::npos && !log_broken_.exchange(true)) {
+      Log("metadata log write failed (" + rs.ToString() +
+          "): no metadata write until the tier is reopened");
+    }
+    s = FromRocks(rs, "write");
   }
   NoteWriteResult(s);
   if (!s.ok()) {
+    NoteNoSpace(s);  // the reserve gives the database room to resume
     MutexLock lock(&mu_);
     for (const auto& [o, d] : events) ssd::AddCounters(&unpersisted_[o], d);
     index_.Owner(owner).io_errors += 1;
@@ -192,6 +215,10 @@ Status ssd::TierImpl::Put(const BlockMeta& meta, const SharedBytes& payload, boo
 Status ssd::TierImpl::Store(const std::vector<ssd::WriteBackItem>& items, bool dirty) {
   std::vector<ssd::StoredMeta> stored;
   std::vector<ssd::ExtentSpec> extents;
+  if (Status space = CheckDiskSpace(); !space.ok()) {  // a full disk: refused, no I/O
+    CountIoError(items.front().meta.owner);
+    return space;
+  }
   for (const auto& [meta, payload] : items) {
     const uint64_t sum = ssd::PayloadChecksum(payload.data(), payload.size());
     stored.push_back({meta.owner, meta.parent, payload.size(), sum, 0, dirty});
@@ -213,12 +240,14 @@ Status ssd::TierImpl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
       MutexLock lock(&mu_);
       for (const auto& item : items) index_.EndPendingChild(item.meta.parent);
     }
-    NoteWriteResult(written);
+    NoteWriteResult(written, /*payload=*/true);
+    NoteNoSpace(written);
     CountIoError(items.front().meta.owner);
     return written;
   }
   for (size_t i = 0; i < items.size(); ++i) {
     stored[i].segment = locations[i].segment;
+  NoteWriteResult(written, /*payload=*/true);
     stored[i].offset = locations[i].offset;
   }
   // 2. The metadata and counters, as one batch, under the keys' stripes.
@@ -386,7 +415,7 @@ StatusOr<SharedBytes> ssd::TierImpl::ReadVerified(const BlockKey& key,
     why = read.status().message();
   } else if (!read.ok()) {
     Status s = read.status();
-    NoteWriteResult(s);
+    NoteWriteResult(s, /*payload=*/true);
     CountEvent(e.owner, &TierCounters::io_errors);
     CountEvent(e.owner, &TierCounters::misses);
     return s;

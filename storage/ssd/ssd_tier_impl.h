@@ -98,6 +98,9 @@ class TierImpl {
 
   Status Flush() { return queue_->Flush(); }
   uint64_t queued_blocks() const { return queue_ ? queue_->size() : 0; }
+  // OK, or the error of the write-back queue's last attempt while blocks it
+  // could not write are still queued.
+  Status WriteBackStatus() const { return queue_ ? queue_->Health() : Status::OK(); }
   const SsdOpenReport& report() const { return report_; }
 
  private:
@@ -120,7 +123,9 @@ class TierImpl {
   void WakeReclaimer() EXCLUDES(mu_, gc_mu_);
   // One pass: compacts sparse sealed segments, unlinks empty ones.
   Status ReclaimPass() EXCLUDES(gc_run_mu_, pause_, mu_);
-  Status ReclaimLocked() REQUIRES(gc_run_mu_) EXCLUDES(pause_, mu_);
+  // `target` > 0: then compacts the sparsest sealed segments, one by one,
+  // until the segment files are at most `target` bytes.
+  Status ReclaimLocked(uint64_t target = 0) REQUIRES(gc_run_mu_) EXCLUDES(pause_, mu_);
   // After a write and its evictions: if the segment files exceed the space
   // bound, runs a reclaim pass on the calling thread.
   void ThrottleWrites() EXCLUDES(gc_run_mu_, pause_, mu_);
@@ -131,6 +136,12 @@ class TierImpl {
   Status MakeMetadataDurable();
 
   // ssd_tier.cc
+  // Unlinks the `empty` segments once the metadata is durable; returns
+  // `first`, or the first error.
+  Status UnlinkEmpty(const std::vector<uint64_t>& empty, Status first)
+      REQUIRES(gc_run_mu_);
+  // Compacts sealed segments, sparsest first, until the files fit `target`.
+  Status CompactDownTo(uint64_t target) REQUIRES(gc_run_mu_) EXCLUDES(pause_, mu_);
   Mutex& Stripe(const BlockKey& key);
   // Holds pause_ shared and stripe(key): the lock of one block operation.
   // (The analysis sees pause_; which stripe a key maps to it cannot name,
@@ -183,7 +194,40 @@ class TierImpl {
   void CountIoError(OwnerId owner) EXCLUDES(mu_);
   // flush mode: starts a memtable flush every write_buffer_bytes of payload.
   void PaceMemtableFlush(const std::vector<WriteBackItem>& items);
-  void NoteWriteResult(const Status& s);
+  // Logs the first failure of a run and the first success after one, per
+  // kind: `payload` (segment files) or metadata (the database).
+  void NoteWriteResult(const Status& s, bool payload = false);
+
+  // ssd_space.cc: the full-disk reserve (SsdTierOptions::reserve_bytes).
+  // Deletes a reserve file left by the previous run (before the database
+  // opens: on a full disk that is its room to open in).
+  Status ReleaseReserveForOpen();
+  // Writes the reserve file; a failure other than NoSpace is logged and
+  // ignored (no reserve then).
+  void FillReserve();
+  // NoSpace while the disk is full (and the reserve cannot be written back
+  // yet, tried every retry interval); OK otherwise. Payload writes call it
+  // first.
+  Status CheckDiskSpace();
+  // After a failed write: NoSpace releases the reserve and makes payload
+  // writes refuse until CheckDiskSpace finds room again.
+  void NoteNoSpace(const Status& s);
+  Status WriteReserveFile();
+  std::optional<uint64_t> FreeDiskBytes() const;  // statvfs of the data directory
+  // The options in effect: segment_bytes at most capacity / 16 (at least
+  // 64 KiB), so that a small tier's garbage is in sealed segments the
+  // reclaimer can unlink, not in one huge active segment.
+  static SsdTierOptions WithSpaceBounds(SsdTierOptions o);
+  // Disk use is bounded by the capacity (capacity >= 16 segments): the live
+  // extents are kept below capacity - 2 segments (LiveBudget, by eviction),
+  // and writers compact until the segment files fit the capacity.
+  bool DiskBounded() const {
+    return options_.capacity_bytes >= 16 * options_.segment_bytes;
+  }
+  uint64_t LiveBudget() const {
+    return options_.capacity_bytes - 2 * options_.segment_bytes;
+  }
+  std::string ReservePath() const { return options_.path + "/space-reserve"; }
   void Log(const std::string& line) const;
 
   // ssd_eviction.cc
@@ -219,7 +263,18 @@ class TierImpl {
   CondVar listener_idle_;  // signalled when listener_calls_ drops to 0 (mu_)
 
   std::atomic<uint64_t> unflushed_payload_bytes_{0};  // flush mode pacing
-  std::atomic<bool> failing_{false};  // the last write failed (logged once)
+  std::atomic<bool> failing_{false};  // the last metadata write failed (logged once)
+  std::atomic<bool> payload_failing_{false};  // the last payload write failed
+  // A write to RocksDB's log failed: its log writer keeps the error, and in
+  // RocksDB 7.8 any later append, flush or sync of it (a write after
+  // Resume(), FlushWAL) aborts the process (`sync_without_flush_called_`).
+  // From then on no metadata write reaches the database until it is
+  // reopened (docs/ssd.md "Errors").
+  std::atomic<bool> log_broken_{false};
+  // ssd_space.cc: the reserve is released and payload writes refuse.
+  std::atomic<bool> disk_full_{false};
+  std::atomic<uint64_t> last_space_check_nanos_{0};
+  Mutex reserve_mu_;  // serializes writing and deleting the reserve file (a leaf)
   std::atomic<uint64_t> last_resume_nanos_{0};
   std::unique_ptr<WriteBackQueue> queue_;
   bool closed_ = false;

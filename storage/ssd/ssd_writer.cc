@@ -113,6 +113,14 @@ uint64_t WriteBackQueue::size() const {
   return queued_.size() + in_flight_.size();
 }
 
+Status WriteBackQueue::Health() const {
+  MutexLock lock(&mu_);
+  if (!last_attempt_failed_ || (queued_.empty() && in_flight_.empty())) {
+    return Status::OK();
+  }
+  return last_error_;
+}
+
 bool WriteBackQueue::TakeNext(const std::vector<Item>& batch, Item* item) {
   auto in_batch = [&](const BlockKey& k) {
     return std::any_of(batch.begin(), batch.end(),
@@ -174,6 +182,7 @@ void WriteBackQueue::Run() {
 }
 
 void WriteBackQueue::Finish(const std::vector<Item>& batch, const Status& s) {
+  last_attempt_failed_ = !s.ok();
   if (!s.ok()) {
     ++failures_;
     last_error_ = s;

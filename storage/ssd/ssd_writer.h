@@ -63,6 +63,10 @@ class WriteBackQueue {
   // Returns the first failure (those blocks are lost) or OK.
   Status Stop() EXCLUDES(mu_);
   uint64_t size() const EXCLUDES(mu_);
+  // OK, or the error of the last write attempt when it failed and blocks are
+  // still waiting (queued or in flight) — write-back is failing: the blocks
+  // live in RAM only, and the tier stack refuses new write-back Puts.
+  Status Health() const EXCLUDES(mu_);
 
  private:
   using Item = WriteBackItem;
@@ -89,6 +93,7 @@ class WriteBackQueue {
   std::unordered_map<BlockKey, Item> in_flight_ GUARDED_BY(mu_);
   uint64_t failures_ GUARDED_BY(mu_) = 0;  // failed attempts so far
   Status last_error_ GUARDED_BY(mu_);
+  bool last_attempt_failed_ GUARDED_BY(mu_) = false;
   // Writers wait retry_interval before retrying; Flush() clears it.
   bool paused_after_error_ GUARDED_BY(mu_) = false;
   bool stopping_ GUARDED_BY(mu_) = false;

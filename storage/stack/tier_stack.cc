@@ -85,6 +85,9 @@ Status TierStack::PutLocked(const BlockMeta& meta, SharedBytes payload) {
     return cached.IsNoSpace() ? DropStaleHotCopy(meta.key) : cached;
   }
   const bool write_back = ssd_ != nullptr;
+  // Bytes the tier below cannot persist are not acknowledged: while its
+  // write-back is failing, a new Put answers that error (docs/ssd.md).
+  if (write_back) PKV_RETURN_IF_ERROR(ssd_->WriteBackStatus());
   // Mark first: the hot Put may evict the block itself before it returns
   // (a listener call that then clears this very mark).
   if (write_back) MarkDirty(meta.key, payload);

@@ -70,6 +70,14 @@ struct SsdTierOptions {
   bool use_direct_io = true;
   // After an I/O error, a failed background write is retried this often.
   uint64_t retry_interval_ms = 1000;
+  // Disk space held back for the metadata database (a file `space-reserve`
+  // in the data directory, written at open). When a write finds the disk
+  // full, the file is deleted: the metadata database then has this much
+  // room for removals, flushes and its own recovery, and payload writes
+  // answer NoSpace (without touching the disk) until the file can be written
+  // again (tried every retry_interval_ms). 0: no reserve. docs/ssd.md
+  // "Full disk".
+  uint64_t reserve_bytes = 8ull << 20;
   // Time source for access order and retry pacing (the waits between retries
   // run on it: Clock::WaitFor). Never null.
   Clock* clock = Clock::System();
@@ -183,6 +191,9 @@ class SsdTier final : public BlockTier, public EvictionListener {
   std::vector<SsdNamespaceUsage> Namespaces() const;
 
   // Reclaims segment space now (normally a background thread does it): every
+  // OK, or the error of the write-back queue's last attempt while blocks it
+  // could not store are still queued (they live in RAM only).
+  Status WriteBackStatus() const override;
   // sealed segment below reclaim_live_fraction is compacted, every empty one
   // unlinked; then compacts the metadata database.
   Status Compact();

@@ -78,6 +78,13 @@ class BlockTier {
 
   // Where evicted blocks go (nullptr: dropped, counted as evictions only).
   virtual void SetEvictionListener(EvictionListener* listener) = 0;
+
+  // For a tier that stores blocks evicted dirty from the tier above
+  // (write-back): OK, or why such blocks cannot be stored right now (the
+  // last attempt failed and blocks are still waiting). TierStack then
+  // refuses new write-back Puts with this error instead of acknowledging
+  // bytes it cannot persist. Other tiers: OK.
+  virtual Status WriteBackStatus() const { return Status::OK(); }
 };
 
 }  // namespace prefixkv

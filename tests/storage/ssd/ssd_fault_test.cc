@@ -101,7 +101,7 @@ TEST_F(SsdFaultTest, AShortSegmentWriteIsReturnedCountedRetriedAndLosesNothing) 
   EXPECT_TRUE(tier->Flush().IsIOError());  // the second short write
   EXPECT_EQ(tier->Get(b.key)->view(), PayloadOf(b).view()) << "still queued";
   EXPECT_EQ(tier->Totals().io_errors, 2u);
-  EXPECT_EQ(log.Count("I/O error"), 1);
+  EXPECT_EQ(log.Count("segment I/O failed"), 1);
   ASSERT_OK(tier->Flush());  // retried: the fault is spent
   ASSERT_OK(tier->Put(a, PayloadOf(a), true));
   ASSERT_OK(tier->Close());

@@ -48,6 +48,7 @@ inline SsdTierOptions TestSsdOptions(const std::string& path) {
   o.path = path;
   o.write_buffer_bytes = 4 << 20;
   o.segment_bytes = 4 << 20;
+  o.reserve_bytes = 1 << 20;  // a smaller full-disk reserve: less to write per open
   o.log = [](std::string_view) {};
   return o;
 }

@@ -62,6 +62,7 @@ class GatedTier final : public BlockTier, private EvictionListener {
     return inner_->Peek(key);
   }
   bool Contains(const BlockKey& key) const override { return inner_->Contains(key); }
+  Status WriteBackStatus() const override { return inner_->WriteBackStatus(); }
   Status Remove(const BlockKey& key) override { return inner_->Remove(key); }
   TierCounters Totals() const override { return inner_->Totals(); }
   TierCounters OwnerCounters(OwnerId owner) const override {

@@ -1,0 +1,205 @@
+// The SSD tier when writes fail for lack of space or a read-only segments
+// directory (docs/ssd.md "Full disk" and "Write-back failures"), through the
+// FileSystem seam: failed segment writes leave no files; a full disk releases
+// the space reserve and refuses payload writes without I/O while removals and
+// reads go on, until space is back; a failed metadata log write is a Status
+// (never an abort) until the tier is reopened; RocksDB's info log is never a file on the
+// data disk; a failing write-back is reported (WriteBackStatus, one log line) until it
+// succeeds again.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <thread>
+
+#include "prefixkv/advanced/fault_injection_file_system.h"
+#include "prefixkv/advanced/ssd_tier.h"
+#include "tests/storage/ssd/ssd_test_util.h"
+
+namespace prefixkv {
+namespace {
+
+using testing::ChainBlock;
+
+SharedBytes PayloadOf(const BlockMeta& m) {
+  return testing::ConformancePayload(m.key, 0, 1000 + m.key.lo * 37 % 9000);
+}
+
+bool WaitUntil(const std::function<bool()>& done, int seconds = 10) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+FaultSpec NoSpaceOn(const std::string& path_contains, uint64_t count = UINT64_MAX) {
+  return {.op = FaultOp::kWrite,
+          .path_contains = path_contains,
+          .count = count,
+          .error = Status::NoSpace("injected ENOSPC")};
+}
+
+class SsdSpaceTest : public ::testing::Test {
+ protected:
+  SsdTierOptions Options() {
+    SsdTierOptions o = testing::TestSsdOptions(path());
+    o.file_system = &fs_;
+    o.clock = &clock_;
+    o.reserve_bytes = 1 << 20;
+    o.log = log_.Sink();
+    return o;
+  }
+  std::string path() const { return (dir_.path() / "ssd").string(); }
+  std::string reserve() const { return path() + "/space-reserve"; }
+  int SegmentFiles() const { return testing::SegmentFiles(path()).size(); }
+
+  testing::TempDir dir_;
+  FaultInjectionFileSystem fs_;
+  FakeClock clock_;
+  testing::LogLines log_;
+};
+
+TEST_F(SsdSpaceTest, FailedSegmentWritesLeaveNoFilesBehind) {
+  SsdTierOptions o = Options();
+  o.reserve_bytes = 0;  // every Put really tries to write
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  fs_.AddFault(NoSpaceOn(".seg", 30));
+  for (uint64_t i = 0; i < 30; ++i) {
+    const BlockMeta m = ChainBlock(i, 0);
+    EXPECT_TRUE(tier->Put(m, PayloadOf(m), true).IsNoSpace());
+  }
+  EXPECT_EQ(fs_.faults_injected(), 30u);
+  EXPECT_EQ(SegmentFiles(), 0) << "a failed first write left its segment file";
+  EXPECT_EQ(tier->SpaceUsage().file_bytes, 0u);
+  const BlockMeta m = ChainBlock(99, 0);
+  ASSERT_OK(tier->Put(m, PayloadOf(m), true));
+  EXPECT_EQ(SegmentFiles(), 1);
+  testing::ExpectAuditClean(*tier);
+}
+
+TEST_F(SsdSpaceTest, AFullDiskReleasesTheReserveAndRefusesWritesUntilSpaceIsBack) {
+  auto tier = testing::OpenSsd(Options());
+  ASSERT_NE(tier, nullptr);
+  ASSERT_OK_AND_ASSIGN(uint64_t reserve_size, fs_.FileSize(reserve()));
+  EXPECT_EQ(reserve_size, 1u << 20);
+  std::vector<BlockMeta> stored;
+  for (uint64_t i = 0; i < 4; ++i) {
+    stored.push_back(ChainBlock(i, 0));
+    ASSERT_OK(tier->Put(stored.back(), PayloadOf(stored.back()), true));
+  }
+  fs_.AddFault(NoSpaceOn(".seg"));
+  const BlockMeta refused = ChainBlock(10, 0);
+  EXPECT_TRUE(tier->Put(refused, PayloadOf(refused), true).IsNoSpace());
+  EXPECT_TRUE(fs_.FileSize(reserve()).status().IsNotFound()) << "reserve not released";
+  EXPECT_EQ(log_.Count("disk full"), 1);
+  // Refused before any I/O, with a clear error; removals and reads go on.
+  const uint64_t injected = fs_.faults_injected();
+  for (int i = 0; i < 5; ++i) {
+    Status s = tier->Put(refused, PayloadOf(refused), true);
+    EXPECT_TRUE(s.IsNoSpace()) << s.ToString();
+    EXPECT_NE(s.message().find("disk full"), std::string::npos) << s.ToString();
+  }
+  EXPECT_EQ(fs_.faults_injected(), injected) << "a refused write still touched the disk";
+  ASSERT_OK(tier->Remove(stored[0].key));
+  for (size_t i = 1; i < stored.size(); ++i) {
+    EXPECT_EQ(tier->Get(stored[i].key)->view(), PayloadOf(stored[i]).view());
+  }
+  // Space is back, but the tier looks only every retry interval.
+  fs_.ClearFaults();
+  EXPECT_TRUE(tier->Put(refused, PayloadOf(refused), true).IsNoSpace());
+  clock_.AdvanceMillis(Options().retry_interval_ms);
+  ASSERT_OK(tier->Put(refused, PayloadOf(refused), true));
+  EXPECT_EQ(log_.Count("disk space is back"), 1);
+  ASSERT_OK_AND_ASSIGN(reserve_size, fs_.FileSize(reserve()));
+  EXPECT_EQ(reserve_size, 1u << 20);
+  testing::ExpectAuditClean(*tier);
+  ASSERT_OK(tier->Close());
+}
+
+// A failed append to RocksDB's log (another program filled the disk): in
+// RocksDB 7.8 the log writer keeps the error and any later append to it (a
+// write after DB::Resume()) aborts the process. The tier returns Statuses
+// instead, never writes that database again, and the reopened tier has
+// every block acknowledged before.
+TEST_F(SsdSpaceTest, AFailedMetadataLogWriteIsAStatusUntilTheTierIsReopened) {
+  auto tier = testing::OpenSsd(Options());
+  ASSERT_NE(tier, nullptr);
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), c = ChainBlock(2, 0);
+  ASSERT_OK(tier->Put(a, PayloadOf(a), true));
+  ASSERT_OK(tier->Put(b, PayloadOf(b), true));
+  fs_.AddFault(NoSpaceOn(".log", 1));
+  EXPECT_FALSE(tier->Put(c, PayloadOf(c), true).ok());
+  EXPECT_FALSE(tier->Contains(c.key));
+  EXPECT_EQ(log_.Count("metadata log write failed"), 1);
+  fs_.ClearFaults();
+  // Retry intervals pass (before: Resume(), then an abort at the next write).
+  for (int i = 0; i < 3; ++i) {
+    clock_.AdvanceMillis(Options().retry_interval_ms);
+    Status s = tier->Put(c, PayloadOf(c), true);
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("reopened"), std::string::npos) << s.ToString();
+    EXPECT_FALSE(tier->Remove(a.key).ok());
+  }
+  EXPECT_EQ(tier->Get(b.key)->view(), PayloadOf(b).view()) << "reads go on";
+  EXPECT_FALSE(tier->Close().ok());
+  tier = testing::OpenSsd(Options());
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->Get(a.key)->view(), PayloadOf(a).view());
+  EXPECT_EQ(tier->Get(b.key)->view(), PayloadOf(b).view());
+  EXPECT_FALSE(tier->Contains(c.key));
+  ASSERT_OK(tier->Put(c, PayloadOf(c), true));
+  ASSERT_OK(tier->Remove(a.key));
+  testing::ExpectAuditClean(*tier);
+}
+
+TEST_F(SsdSpaceTest, RocksDbsInfoLogGoesToTheTierLogNotToAFileOnTheDataDisk) {
+  // RocksDB's LOG file on a full disk: a failed append, then an abort at the
+  // next log line (assertions on in Debian's librocksdb).
+  for (FileSystem* fs : {static_cast<FileSystem*>(&fs_), FileSystem::Default()}) {
+    SsdTierOptions o = Options();
+    o.file_system = fs;
+    o.path = path() + (fs == &fs_ ? "-routed" : "-default");
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_OK(tier->Close());
+    for (const auto& entry : std::filesystem::directory_iterator(o.path)) {
+      EXPECT_NE(entry.path().filename().string().rfind("LOG", 0), 0u)
+          << "RocksDB wrote " << entry.path();
+    }
+  }
+}
+
+TEST_F(SsdSpaceTest, AFailingWriteBackIsReportedUntilItSucceedsAgain) {
+  SsdTierOptions o = Options();
+  o.writer_threads = 1;
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  const BlockMeta stored = ChainBlock(0, 0);
+  ASSERT_OK(tier->Put(stored, PayloadOf(stored), true));
+  EXPECT_OK(tier->WriteBackStatus());
+  // segments/ read-only: every segment write fails (EACCES is an IOError).
+  fs_.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg"});
+  const BlockMeta m = ChainBlock(1, 0);
+  tier->OnEvict(m, PayloadOf(m), true);
+  ASSERT_TRUE(WaitUntil([&] { return !tier->WriteBackStatus().ok(); }));
+  EXPECT_TRUE(tier->WriteBackStatus().IsIOError()) << tier->WriteBackStatus().ToString();
+  // A metadata write that succeeds (a read's access-order update) says
+  // nothing about the segments: no "succeeds again" between the failures.
+  EXPECT_EQ(tier->Get(stored.key)->view(), PayloadOf(stored).view());
+  EXPECT_FALSE(tier->Flush().ok());
+  EXPECT_EQ(log_.Count("segment I/O failed"), 1);
+  EXPECT_EQ(log_.Count("succeeds again"), 0);
+  EXPECT_GE(tier->Totals().io_errors, 2u);
+  fs_.ClearFaults();
+  ASSERT_OK(tier->Flush());
+  EXPECT_OK(tier->WriteBackStatus());
+  EXPECT_EQ(log_.Count("segment I/O succeeds again"), 1);
+  EXPECT_EQ(tier->Get(m.key)->view(), PayloadOf(m).view());
+}
+
+}  // namespace
+}  // namespace prefixkv

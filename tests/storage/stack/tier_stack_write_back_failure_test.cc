@@ -1,0 +1,71 @@
+// A write-back stack over a real SSD tier whose segment writes fail (a
+// read-only segments/ directory, through FaultInjectionFileSystem): once the
+// SSD tier's write-back fails, the stack refuses new Puts with that error
+// instead of acknowledging bytes it cannot persist, and accepts them again
+// once write-back succeeds (issue 14, point 7).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "prefixkv/advanced/fault_injection_file_system.h"
+#include "prefixkv/advanced/mem_tier.h"
+#include "prefixkv/advanced/ssd_tier.h"
+#include "prefixkv/advanced/tier_stack.h"
+#include "tests/support/test_util.h"
+
+namespace prefixkv {
+namespace {
+
+constexpr size_t kPayload = 1000;
+
+BlockMeta Meta(uint64_t i) { return BlockMeta{BlockKey{7, i}, BlockKey{7, i}, {}, 0}; }
+SharedBytes Payload(uint64_t i) {
+  return SharedBytes::Copy(std::string(kPayload, static_cast<char>('a' + i % 26)));
+}
+
+TEST(TierStackWriteBackFailure, PutsAreRefusedWhileWriteBackFailsAndAcceptedAfter) {
+  testing::TempDir dir;
+  FaultInjectionFileSystem fs;
+  SsdTierOptions o;
+  o.path = dir.str() + "/ssd";
+  o.write_buffer_bytes = 4 << 20;
+  o.segment_bytes = 4 << 20;
+  o.reserve_bytes = 1 << 20;
+  o.log = [](std::string_view) {};
+  o.file_system = &fs;
+  o.writer_threads = 1;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SsdTier> ssd, SsdTier::Open(o));
+  MemTier hot({.capacity_bytes = 4 * MemTier::Charge(kPayload)});
+  TierStack stack(&hot, ssd.get(), ssd.get());
+  fs.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg"});
+  // The hot tier evicts from the fifth Put on; the write-back fails.
+  std::vector<uint64_t> acked;
+  Status refused;
+  for (uint64_t i = 1; i <= 200 && refused.ok(); ++i) {
+    refused = stack.Put(Meta(i), Payload(i));
+    if (refused.ok()) acked.push_back(i);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_FALSE(refused.ok()) << "200 Puts acknowledged while nothing reaches the SSD";
+  EXPECT_TRUE(refused.IsIOError()) << refused.ToString();
+  EXPECT_FALSE(stack.Put(Meta(1000), Payload(0)).ok()) << "refused again";
+  // Every acknowledged block is still served (RAM, or queued for the SSD).
+  for (uint64_t i : acked) {
+    StatusOr<TierHit> hit = stack.Get(Meta(i).key);
+    ASSERT_OK(hit);
+    EXPECT_EQ(hit->payload.view(), Payload(i).view());
+  }
+  fs.ClearFaults();
+  ASSERT_OK(ssd->Flush());
+  EXPECT_OK(ssd->WriteBackStatus());
+  ASSERT_OK(stack.Put(Meta(1000), Payload(0)));
+  ASSERT_OK(stack.Flush());
+  for (uint64_t i : acked) {
+    EXPECT_TRUE(ssd->Contains(Meta(i).key))
+        << "acknowledged block " << i << " not stored";
+  }
+}
+
+}  // namespace
+}  // namespace prefixkv
