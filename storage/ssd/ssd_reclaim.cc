@@ -172,12 +172,6 @@ Status ssd::TierImpl::Relocate(uint64_t segment) {
 void ssd::TierImpl::ThrottleWrites() {
   uint64_t file_bytes = 0, active = 0;
   store_->Usage(&file_bytes, &active);
-  uint64_t live = 0;
-  {
-    MutexLock lock(&mu_);
-    live = index_.live_total();
-  }
-  // The documented bound: live / fraction for the sealed segments, plus the
   // The disk bound (docs/ssd.md "Space"): the files back within the capacity
   // less half a segment before this writer goes on, so that the next write
   // and a compaction's copies (less than a segment) stay within capacity
@@ -189,6 +183,12 @@ void ssd::TierImpl::ThrottleWrites() {
     return;
   }
   if (options_.reclaim_live_fraction <= 0) return;  // only empty segments go
+  uint64_t live = 0;
+  {
+    MutexLock lock(&mu_);
+    live = index_.live_total();
+  }
+  // The documented bound: live / fraction for the sealed segments, plus the
   // active segments and one being compacted.
   const double bound = static_cast<double>(live) / options_.reclaim_live_fraction +
                        static_cast<double>((active + 1) * options_.segment_bytes);
@@ -241,12 +241,6 @@ Status ssd::TierImpl::ReclaimLocked(uint64_t target) {
   return first;
 }
 
-Status ssd::TierImpl::Compact() {
-  PKV_RETURN_IF_ERROR(ReclaimPass());
-  rocksdb::CompactRangeOptions o;
-  o.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
-  Status s = FromRocks(db_->CompactRange(o, nullptr, nullptr), "compact");
-  NoteWriteResult(s);
 Status ssd::TierImpl::UnlinkEmpty(const std::vector<uint64_t>& empty, Status first) {
   if (empty.empty()) return first;
   Status durable = MakeMetadataDurable();
@@ -289,6 +283,12 @@ Status ssd::TierImpl::CompactDownTo(uint64_t target) {
   return Status::OK();
 }
 
+Status ssd::TierImpl::Compact() {
+  PKV_RETURN_IF_ERROR(ReclaimPass());
+  rocksdb::CompactRangeOptions o;
+  o.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+  Status s = FromRocks(db_->CompactRange(o, nullptr, nullptr), "compact");
+  NoteWriteResult(s);
   return s;
 }
 

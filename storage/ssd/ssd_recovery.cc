@@ -92,11 +92,11 @@ rocksdb::Options ssd::TierImpl::DbOptions(bool direct_io) const {
   o.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
   o.keep_log_file_num = 3;
   o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
-  if (env_ != nullptr) o.env = env_.get();  // writes through options_.file_system
-  rocksdb::BlockBasedTableOptions t;
   // Into the tier's log, not a LOG file a full disk could make abort.
   o.info_log = ssd::NewForwardingRocksLogger(
       o.info_log_level, [this](std::string_view l) { Log(std::string(l)); });
+  if (env_ != nullptr) o.env = env_.get();  // writes through options_.file_system
+  rocksdb::BlockBasedTableOptions t;
   t.checksum = rocksdb::kXXH3;
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
   return o;
@@ -152,8 +152,10 @@ Status ssd::TierImpl::OpenOrMoveAside() {
 }
 
 Status ssd::TierImpl::Open() {
+  (void)ReleaseReserveForOpen();  // room for the database's recovery (ssd_space.cc)
   PKV_RETURN_IF_ERROR(OpenOrMoveAside());
   PKV_RETURN_IF_ERROR(OpenSegments());
+  FillReserve();
   // From here until Close() completes, a kill is an unclean stop.
   rocksdb::WriteOptions w;
   w.sync = options_.durability == SsdDurability::kSync;
@@ -166,10 +168,8 @@ Status ssd::TierImpl::Open() {
         ThrottleWrites();
         return Status::OK();
       });
-  (void)ReleaseReserveForOpen();  // room for the database's recovery (ssd_space.cc)
   Log("opened " + options_.path + ": " + std::to_string(report_.blocks) + " blocks, " +
       std::to_string(report_.bytes) + " bytes, durability " +
-  FillReserve();
       std::string(SsdDurabilityName(options_.durability)) + ", direct io " +
       (direct_io_ ? "on" : "off") + ", " + std::to_string(report_.segments) +
       " segments" +

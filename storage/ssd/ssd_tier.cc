@@ -213,12 +213,12 @@ Status ssd::TierImpl::Put(const BlockMeta& meta, const SharedBytes& payload, boo
 }
 
 Status ssd::TierImpl::Store(const std::vector<ssd::WriteBackItem>& items, bool dirty) {
-  std::vector<ssd::StoredMeta> stored;
-  std::vector<ssd::ExtentSpec> extents;
   if (Status space = CheckDiskSpace(); !space.ok()) {  // a full disk: refused, no I/O
     CountIoError(items.front().meta.owner);
     return space;
   }
+  std::vector<ssd::StoredMeta> stored;
+  std::vector<ssd::ExtentSpec> extents;
   for (const auto& [meta, payload] : items) {
     const uint64_t sum = ssd::PayloadChecksum(payload.data(), payload.size());
     stored.push_back({meta.owner, meta.parent, payload.size(), sum, 0, dirty});
@@ -245,9 +245,9 @@ Status ssd::TierImpl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
     CountIoError(items.front().meta.owner);
     return written;
   }
+  NoteWriteResult(written, /*payload=*/true);
   for (size_t i = 0; i < items.size(); ++i) {
     stored[i].segment = locations[i].segment;
-  NoteWriteResult(written, /*payload=*/true);
     stored[i].offset = locations[i].offset;
   }
   // 2. The metadata and counters, as one batch, under the keys' stripes.

@@ -97,10 +97,10 @@ class TierImpl {
   SsdSpaceUsage SpaceUsage() const EXCLUDES(mu_);
 
   Status Flush() { return queue_->Flush(); }
-  uint64_t queued_blocks() const { return queue_ ? queue_->size() : 0; }
   // OK, or the error of the write-back queue's last attempt while blocks it
   // could not write are still queued.
   Status WriteBackStatus() const { return queue_ ? queue_->Health() : Status::OK(); }
+  uint64_t queued_blocks() const { return queue_ ? queue_->size() : 0; }
   const SsdOpenReport& report() const { return report_; }
 
  private:
@@ -129,6 +129,12 @@ class TierImpl {
   // After a write and its evictions: if the segment files exceed the space
   // bound, runs a reclaim pass on the calling thread.
   void ThrottleWrites() EXCLUDES(gc_run_mu_, pause_, mu_);
+  // Unlinks the `empty` segments once the metadata is durable; returns
+  // `first`, or the first error.
+  Status UnlinkEmpty(const std::vector<uint64_t>& empty, Status first)
+      REQUIRES(gc_run_mu_);
+  // Compacts sealed segments, sparsest first, until the files fit `target`.
+  Status CompactDownTo(uint64_t target) REQUIRES(gc_run_mu_) EXCLUDES(pause_, mu_);
   // Copies the live payloads of `segment` to an active segment.
   Status Relocate(uint64_t segment) REQUIRES(gc_run_mu_) EXCLUDES(pause_, mu_);
   // Makes every committed metadata change survive what the mode promises
@@ -136,12 +142,6 @@ class TierImpl {
   Status MakeMetadataDurable();
 
   // ssd_tier.cc
-  // Unlinks the `empty` segments once the metadata is durable; returns
-  // `first`, or the first error.
-  Status UnlinkEmpty(const std::vector<uint64_t>& empty, Status first)
-      REQUIRES(gc_run_mu_);
-  // Compacts sealed segments, sparsest first, until the files fit `target`.
-  Status CompactDownTo(uint64_t target) REQUIRES(gc_run_mu_) EXCLUDES(pause_, mu_);
   Mutex& Stripe(const BlockKey& key);
   // Holds pause_ shared and stripe(key): the lock of one block operation.
   // (The analysis sees pause_; which stripe a key maps to it cannot name,

@@ -177,6 +177,9 @@ class SsdTier final : public BlockTier, public EvictionListener {
   // queue is full by writing inline; on a write error the block stays queued
   // and is retried.
   void OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool dirty) override;
+  // OK, or the error of the write-back queue's last attempt while blocks it
+  // could not store are still queued (they live in RAM only).
+  Status WriteBackStatus() const override;
 
   // Waits until every block queued before the call is stored. Returns the
   // error of the last failed attempt if the queue could not be emptied.
@@ -191,9 +194,6 @@ class SsdTier final : public BlockTier, public EvictionListener {
   std::vector<SsdNamespaceUsage> Namespaces() const;
 
   // Reclaims segment space now (normally a background thread does it): every
-  // OK, or the error of the write-back queue's last attempt while blocks it
-  // could not store are still queued (they live in RAM only).
-  Status WriteBackStatus() const override;
   // sealed segment below reclaim_live_fraction is compacted, every empty one
   // unlinked; then compacts the metadata database.
   Status Compact();
