@@ -1,0 +1,170 @@
+// Replay under a named policy: Belady's MIN against a brute-force simulation
+// on small random traces and a hand-worked one, the prefill cost figures, and
+// the chain policy against lru and leaf-lru on the Mooncake trace.
+#include "tools/replay/policy_replay.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "tests/support/test_util.h"
+#include "tools/replay/min_replay.h"
+
+namespace prefixkv::replay {
+namespace {
+
+TraceRequest Request(std::vector<uint64_t> ids) {
+  TraceRequest r;
+  r.input_length = ids.size() * 512;
+  r.hash_ids = std::move(ids);
+  return r;
+}
+
+// MIN stated as plainly as possible: a vector of resident blocks; when it
+// holds more than `capacity`, scan the rest of the trace for each block's
+// next use and drop the one used furthest away (ties: the larger block id,
+// as ReplayMin's heap does).
+struct BruteForceMin {
+  uint64_t hit_blocks = 0, evictions = 0, entries = 0;
+};
+
+BruteForceMin RunBruteForce(const std::vector<TraceRequest>& trace, uint64_t capacity) {
+  const std::vector<std::vector<uint64_t>> ids = PrefixIds(trace);
+  auto next_use = [&](uint64_t block, size_t r, size_t j) -> uint64_t {
+    for (size_t k = j + 1; k < ids[r].size(); ++k)
+      if (ids[r][k] == block) return r;
+    for (size_t q = r + 1; q < ids.size(); ++q)
+      if (std::find(ids[q].begin(), ids[q].end(), block) != ids[q].end()) return q;
+    return UINT64_MAX;
+  };
+  BruteForceMin out;
+  std::vector<uint64_t> resident;
+  auto has = [&](uint64_t b) {
+    return std::find(resident.begin(), resident.end(), b) != resident.end();
+  };
+  for (size_t r = 0; r < ids.size(); ++r) {
+    size_t hit = 0;
+    while (hit < ids[r].size() && has(ids[r][hit])) ++hit;
+    out.hit_blocks += hit;
+    for (size_t j = hit; j < ids[r].size(); ++j) {
+      if (!has(ids[r][j])) resident.push_back(ids[r][j]);
+      while (resident.size() > capacity) {
+        auto furthest = std::max_element(
+            resident.begin(), resident.end(), [&](uint64_t a, uint64_t b) {
+              return std::pair(next_use(a, r, j), a) < std::pair(next_use(b, r, j), b);
+            });
+        resident.erase(furthest);
+        ++out.evictions;
+      }
+    }
+  }
+  out.entries = resident.size();
+  return out;
+}
+
+// Conversations: each request extends a prefix of an earlier one (or starts
+// a new chain) by one to three new ids.
+std::vector<TraceRequest> RandomTrace(std::mt19937_64& rng, size_t requests) {
+  std::vector<TraceRequest> trace;
+  uint64_t next_id = 1;
+  for (size_t i = 0; i < requests; ++i) {
+    std::vector<uint64_t> ids;
+    if (!trace.empty() && rng() % 4 != 0) {
+      const std::vector<uint64_t>& base = trace[rng() % trace.size()].hash_ids;
+      ids.assign(base.begin(), base.begin() + static_cast<long>(1 + rng() % base.size()));
+    }
+    for (uint64_t n = 1 + rng() % 3; n > 0; --n) ids.push_back(next_id++);
+    trace.push_back(Request(std::move(ids)));
+  }
+  return trace;
+}
+
+TEST(MinReplay, MatchesABruteForceSimulationOnSmallRandomTraces) {
+  const uint64_t seed = testing::TestSeed("MinReplay.BruteForce");
+  std::mt19937_64 rng(seed);
+  for (int round = 0; round < 200; ++round) {
+    const std::vector<TraceRequest> trace = RandomTrace(rng, 5 + rng() % 30);
+    const uint64_t capacity = 1 + rng() % 10;
+    const ReplayReport min = ReplayMin(trace, capacity, 512);
+    const BruteForceMin brute = RunBruteForce(trace, capacity);
+    ASSERT_EQ(min.hit_blocks, brute.hit_blocks) << "round " << round << " seed " << seed;
+    ASSERT_EQ(min.tiers.at(0).evictions, brute.evictions) << "round " << round;
+    ASSERT_EQ(min.tiers.at(0).entries, brute.entries) << "round " << round;
+  }
+}
+
+// Capacity 2. [1 2] is put; [3] does not stay (used later than 1 and 2: a
+// bypass); [1 2] hits twice; [3] misses. LRU would hit nothing: 3 pushes 1
+// out, and 1's miss then puts 1 and 2 back over 3.
+TEST(MinReplay, KeepsTheBlocksUsedSoonestOnAHandWorkedTrace) {
+  const std::vector<TraceRequest> trace = {Request({1, 2}), Request({3}), Request({1, 2}),
+                                           Request({3})};
+  const ReplayReport min = ReplayMin(trace, 2, 512);
+  EXPECT_EQ(min.hit_blocks, 2u);
+  EXPECT_EQ(min.hit_tokens, 1024u);
+  EXPECT_EQ(min.tiers.at(0).evictions, 2u);  // 3 twice
+  ReplayConfig config;
+  config.hot.tokens = 2 * 512;
+  StatusOr<ReplayReport> lru = ReplayWithPolicy(trace, config, "lru");
+  ASSERT_OK(lru);
+  EXPECT_EQ(lru->hit_blocks, 0u);
+}
+
+TEST(PolicyReplay, MinNeedsAHotTierAndNoSsd) {
+  const std::vector<TraceRequest> trace = {Request({1})};
+  ReplayConfig config;
+  config.hot.tokens = 0;
+  EXPECT_TRUE(ReplayWithPolicy(trace, config, "min").status().IsInvalidArgument());
+  config.hot.tokens = 512;
+  config.ssd.tokens = 1024;
+  EXPECT_TRUE(ReplayWithPolicy(trace, config, "min").status().IsInvalidArgument());
+  EXPECT_TRUE(ReplayWithPolicy(trace, {}, "mru").status().IsInvalidArgument());
+}
+
+// Prefill cost: n + n^2 / 8192 per prompt; a hit of h tokens saves cost(h).
+TEST(PolicyReplay, PrefillCostWeighsDeepHitsMore) {
+  const std::vector<TraceRequest> trace = {Request({1, 2, 3, 4}), Request({1, 2, 3, 4})};
+  StatusOr<ReplayReport> r = ReplayWithPolicy(trace, {}, "lru");
+  ASSERT_OK(r);
+  EXPECT_EQ(r->prefill_tokens_saved(), 2048u);
+  const double cost = 2048 + 2048.0 * 2048 / 8192;
+  EXPECT_DOUBLE_EQ(r->prefill_cost, 2 * cost);
+  EXPECT_DOUBLE_EQ(r->prefill_cost_saved, cost);
+  EXPECT_DOUBLE_EQ(r->prefill_cost_saved_ratio(), 0.5);
+  EXPECT_GT(PrefillCost(2048) - PrefillCost(1536), PrefillCost(512))
+      << "the last block of a long prefix must cost more than the first";
+}
+
+const std::vector<TraceRequest>& Mooncake() {
+  static const std::vector<TraceRequest>* trace = [] {
+    StatusOr<std::vector<TraceRequest>> t = ReadTrace(
+        std::string(PREFIXKV_SOURCE_DIR) + "/tests/data/mooncake_synthetic_trace.jsonl");
+    EXPECT_OK(t);
+    return new std::vector<TraceRequest>(t.ok() ? std::move(t).value()
+                                                : std::vector<TraceRequest>{});
+  }();
+  return *trace;
+}
+
+double TokenHitRatio(const std::string& policy, uint64_t hot_tokens) {
+  ReplayConfig config;
+  config.bytes_per_token = 1;
+  config.hot.tokens = hot_tokens;
+  config.ssd.tokens = 0;
+  StatusOr<ReplayReport> r = ReplayWithPolicy(Mooncake(), config, policy);
+  EXPECT_OK(r);
+  return r.ok() ? r->token_hit_ratio() : 0;
+}
+
+TEST(PolicyReplay, ChainBeatsLruAndLeafLruAndMinBeatsAllOnTheMooncakeTrace) {
+  for (uint64_t tokens : {1'000'000u, 3'000'000u, 10'000'000u}) {
+    const double chain = TokenHitRatio("chain", tokens);
+    EXPECT_GT(chain, TokenHitRatio("lru", tokens)) << tokens;
+    EXPECT_GT(chain, TokenHitRatio("leaf-lru", tokens)) << tokens;
+    EXPECT_GT(TokenHitRatio("min", tokens), chain) << tokens;
+  }
+}
+
+}  // namespace
+}  // namespace prefixkv::replay
