@@ -91,6 +91,16 @@ Status TierStack::PutLocked(const BlockMeta& meta, SharedBytes payload) {
   // Mark first: the hot Put may evict the block itself before it returns
   // (a listener call that then clears this very mark).
   if (write_back) MarkDirty(meta.key, payload);
+  if (write_back) {
+    // The new bytes live in RAM only until they are written back: an older
+    // copy below must go first, or a kill -9 would bring it back as the
+    // key's value (a durable Remove; the mark above stops older hot copies
+    // from being written below afterwards).
+    if (Status s = DropCopyBelow(meta.key); !s.ok()) {
+      if (!hot_->Contains(meta.key)) MarkClean(meta.key);
+      return s;
+    }
+  }
   Status s = hot_->Put(meta, payload, /*dirty=*/write_back);
   if (s.ok()) return s;
   if (!s.IsNoSpace() || !write_back) {
@@ -103,6 +113,13 @@ Status TierStack::PutLocked(const BlockMeta& meta, SharedBytes payload) {
   PKV_RETURN_IF_ERROR(DropStaleHotCopy(meta.key));
   WaitForWriteBelow(meta.key);
   return ssd_->Put(meta, std::move(payload), /*dirty=*/false);
+}
+
+Status TierStack::DropCopyBelow(const BlockKey& key) {
+  WaitForWriteBelow(key);  // an older copy on its way below lands first
+  if (!ssd_->Contains(key)) return Status::OK();
+  Status removed = ssd_->Remove(key);
+  return removed.IsNotFound() ? Status::OK() : removed;
 }
 
 Status TierStack::DropStaleHotCopy(const BlockKey& key) {

@@ -6,7 +6,9 @@
 //           is copied into the hot tier (clean) when promotion is on.
 //   Put     into the hot tier as dirty (write-back: the block reaches the SSD
 //           tier when the hot tier evicts it, or at Flush); straight to SSD
-//           when there is no hot tier or the block does not fit in it.
+//           when there is no hot tier or the block does not fit in it. A
+//           write-back Put of a key the SSD tier holds removes that older
+//           SSD copy first, so a kill -9 cannot bring it back.
 //   Remove  from every tier holding the block.
 //   Rewrite a block in place, in every tier that holds it, through each tier's
 //           normal Remove + Put paths, so every byte counter stays exact (the
@@ -128,6 +130,9 @@ class TierStack final : private EvictionListener {
   StatusOr<TierHit> GetBelow(const BlockKey& key, bool promote);
   Status PutLocked(const BlockMeta& meta, SharedBytes payload);
   Status DropStaleHotCopy(const BlockKey& key);
+  // Write-back Put: removes the SSD copy (stored or queued) of a key about to
+  // get newer bytes in RAM only. REQUIRES: the stripe held, the mark set.
+  Status DropCopyBelow(const BlockKey& key);
   Status FlushKey(const BlockKey& key);
 
   // The lock serialising per-key operations on `key`. Never taken by the

@@ -45,6 +45,29 @@ TEST_F(TierStackTest, PutIsWriteBackUntilTheHotTierEvicts) {
   EXPECT_EQ(stack_.dirty_blocks(), 3u);
 }
 
+// Issue 14, point 3: the new bytes are in RAM only until written back; the
+// older SSD copy must not survive them (a kill -9 would serve it).
+TEST_F(TierStackTest, AWriteBackPutRemovesTheOlderSsdCopyFirst) {
+  ASSERT_OK(ssd_.Put(Meta(1), Payload('o'), false));
+  ASSERT_OK(stack_.Put(Meta(1), Payload('n')));
+  EXPECT_FALSE(ssd_.Contains(Meta(1).key)) << "the overwritten value stays below";
+  EXPECT_EQ(stack_.dirty_blocks(), 1u);
+  StatusOr<TierHit> hit = stack_.Get(Meta(1).key);
+  ASSERT_OK(hit);
+  EXPECT_EQ(hit->payload.view(), std::string(kPayload, 'n'));
+  // A promoted (clean) hot copy: overwriting it removes the SSD copy too.
+  ASSERT_OK(ssd_.Put(Meta(2), Payload('o'), false));
+  ASSERT_OK(stack_.Get(Meta(2).key));
+  ASSERT_TRUE(hot_.Contains(Meta(2).key));
+  ASSERT_OK(stack_.Put(Meta(2), Payload('n')));
+  EXPECT_FALSE(ssd_.Contains(Meta(2).key));
+  // The new bytes still reach the SSD tier when evicted.
+  ASSERT_OK(stack_.Flush());
+  StatusOr<SharedBytes> below = ssd_.Get(Meta(2).key);
+  ASSERT_OK(below);
+  EXPECT_EQ(below->view(), std::string(kPayload, 'n'));
+}
+
 TEST_F(TierStackTest, GetServesHotFirstThenPromotesAnSsdHit) {
   ASSERT_OK(ssd_.Put(Meta(1), Payload('s'), false));
   StatusOr<TierHit> hit = stack_.Get(Meta(1).key);
@@ -301,13 +324,31 @@ TEST(TierStackGuard, ARemoveWaitsForTheWriteBackOfTheKeyInFlight) {
   ASSERT_OK(s.stack.Put(Meta(1), Payload('o')));
   s.ssd.Arm(GatedTier::Op::kPut, Meta(1).key);
   // The Put of block 2 evicts 'o', which is on its way below when block 1 is
-  // stored again ('n') and then removed.
+  // stored again ('n') and then removed. (A write-back Put of the key waits
+  // for that write too: AWriteBackPutWaitsForTheOlderCopyInFlight.)
   const bool overtook = SecondOvertakesHeldFirst(
       s.ssd, [&] { EXPECT_OK(s.stack.Put(Meta(2), Payload('x'))); },
-      [&] { EXPECT_OK(s.stack.Remove(Meta(1).key)); },
-      [&] { ASSERT_OK(s.stack.Put(Meta(1), Payload('n'))); });
+      [&] {
+        EXPECT_OK(s.stack.Put(Meta(1), Payload('n')));
+        EXPECT_OK(s.stack.Remove(Meta(1).key));
+      });
   EXPECT_FALSE(overtook);
   EXPECT_FALSE(s.stack.Contains(Meta(1).key)) << "the write-back landed after the Remove";
+}
+
+// Issue 14, point 3: a newer value stored in RAM only must not leave the older
+// copy, still on its way below, on SSD after it: a kill -9 would serve it.
+TEST(TierStackGuard, AWriteBackPutWaitsForTheOlderCopyInFlight) {
+  GatedSsdStack s(/*hot_capacity_bytes=*/kCharge);
+  ASSERT_OK(s.stack.Put(Meta(1), Payload('o')));
+  s.ssd.Arm(GatedTier::Op::kPut, Meta(1).key);
+  const bool overtook = SecondOvertakesHeldFirst(
+      s.ssd, [&] { EXPECT_OK(s.stack.Put(Meta(2), Payload('x'))); },
+      [&] { EXPECT_OK(s.stack.Put(Meta(1), Payload('n'))); });
+  EXPECT_FALSE(overtook);
+  EXPECT_FALSE(s.below.Contains(Meta(1).key))
+      << "the older copy stays below the newer one";
+  EXPECT_EQ(s.stack.Get(Meta(1).key)->payload.view(), Payload('n').view());
 }
 
 }  // namespace
