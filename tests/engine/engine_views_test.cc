@@ -2,9 +2,12 @@
 // pinned while a view lives, released with the last pin (even after Close).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstdio>
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "prefixkv/advanced/hot_tier.h"
@@ -183,6 +186,52 @@ TEST_F(EngineViewsTest, APartialTailTipIsTheLastBlock) {
   EXPECT_EQ(r.blocks[2].record.token_count, 3u);
   EXPECT_EQ(r.blocks[2].key,
             ChainKey(r.blocks[1].key, std::span<const int32_t>(tokens).subspan(8, 3)));
+}
+
+TEST_F(EngineViewsTest, PinnedRestoresRaceStoresThatEvict) {
+  // A budget of a few blocks: the writer's stores evict (and spill) while
+  // readers pin, read and drop the same prompt's blocks. Every view must hold
+  // the stored bytes, whether it came pinned from RAM or read from SSD.
+  auto e = Open(16 << 10);
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+  const std::vector<int32_t> tokens = Tokens(2 * kBlockTokens);
+  const std::vector<LayerState> layers = Store(*e, ns, tokens);
+  std::vector<std::vector<LayerState>> noise;
+  for (int i = 0; i < 40; ++i) noise.push_back(KvLayers(kBlockTokens, rng_));
+  std::atomic<bool> done{false};
+  std::atomic<int> pinned{0}, unpinned{0}, failures{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 3; ++r) {
+    readers.emplace_back([&] {
+      while (!done.load()) {
+        StatusOr<MatchResult> m = e->Match(ns, tokens);
+        StatusOr<PinnedRestore> got = m.ok() ? e->RestorePinned(*m) : m.status();
+        if (!got.ok()) {
+          ++failures;
+          continue;
+        }
+        for (size_t b = 0; b < got->blocks.size(); ++b) {
+          const RestoredBlock& block = got->blocks[b];
+          (block.pin != nullptr ? pinned : unpinned)++;
+          if (!(block.record.layers[1].tensors[0] == Slice(layers, 1, 0, b))) ++failures;
+        }
+      }
+    });
+  }
+  for (int i = 0; i < 40; ++i) {
+    EXPECT_OK(e->Store(ns, Tokens(kBlockTokens, 1000 * (i + 1)), noise[i]));
+  }
+  // The readers may start late: let them restore a few times after the stores.
+  while (pinned.load() + unpinned.load() < 30 && failures.load() == 0)
+    std::this_thread::yield();
+  done = true;
+  for (std::thread& t : readers) t.join();
+  std::printf("views: %d pinned, %d read from SSD\n", pinned.load(), unpinned.load());
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(e->Stats().hot.pinned_bytes, 0u);
+  ASSERT_OK_AND_ASSIGN(EngineAudit audit, e->Audit());
+  EXPECT_TRUE(audit.ok());
 }
 
 TEST_F(EngineViewsTest, NothingRestoredIsNoBlocksAndAClosedEngineRefuses) {
