@@ -65,4 +65,14 @@ bool IsZero(const TierCounters& c);
 
 uint64_t PayloadChecksum(const void* data, size_t size);
 
+// Little-endian u64 in a byte buffer (the journal's and footers' fields).
+inline void StoreLE64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+inline uint64_t LoadLE64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
 }  // namespace prefixkv::ssd

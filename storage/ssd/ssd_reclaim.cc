@@ -146,8 +146,14 @@ Status ssd::TierImpl::Relocate(uint64_t segment) {
           // Repointed only if nothing replaced or removed it meanwhile (a read's
           // new access order is taken from the index here, so it is kept).
           if (cur == nullptr || cur->segment != segment ||
-              cur->offset != moving[i].e.offset || cur->checksum != moving[i].e.checksum)
+              cur->offset != moving[i].e.offset ||
+              cur->checksum != moving[i].e.checksum) {
+            // The copy is garbage from birth: journaled, so a metadata
+            // rebuild does not take it for a live block.
+            JournalRemoval(moving[i].key, moving[i].e.checksum, to[i].segment,
+                           to[i].offset);
             continue;
+          }
           still[i] = true;
           ssd::StoredMeta m{cur->owner,      cur->parent, cur->bytes,    cur->checksum,
                             cur->access_seq, cur->dirty,  to[i].segment, to[i].offset};

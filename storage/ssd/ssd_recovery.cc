@@ -88,8 +88,10 @@ rocksdb::Options ssd::TierImpl::DbOptions(bool direct_io) const {
   o.max_background_compactions = 1;
   o.use_direct_io_for_flush_and_compaction = direct_io;
   o.use_direct_reads = direct_io;
-  // A torn tail after a kill is cut at the last complete batch.
-  o.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
+  // A torn tail after a kill is cut at the last complete batch; damage
+  // before the tail fails the open (no silent point-in-time cut), and the
+  // metadata is then rebuilt from the segments (ssd_salvage.cc).
+  o.wal_recovery_mode = rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
   o.keep_log_file_num = 3;
   o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   // Into the tier's log, not a LOG file a full disk could make abort.
@@ -139,6 +141,18 @@ Status ssd::TierImpl::OpenOrMoveAside() {
       s.message().find("Permission denied") != std::string::npos) {
     return s;
   }
+  if (!options_.repair_damaged_metadata) return s;  // report, change nothing
+  if (s.message().find("older or foreign layout") == std::string::npos) {
+    // Damaged metadata: the segment files describe themselves.
+    {
+      MutexLock lock(&mu_);
+      index_ = ssd::SsdIndex();
+      unpersisted_.clear();
+    }
+    report_ = SsdOpenReport{};
+    PKV_RETURN_IF_ERROR(RebuildFromSegments(s));
+    return Rebuild();
+  }
   PKV_RETURN_IF_ERROR(MoveAside(s));
   {
     MutexLock lock(&mu_);
@@ -155,6 +169,7 @@ Status ssd::TierImpl::Open() {
   (void)ReleaseReserveForOpen();  // room for the database's recovery (ssd_space.cc)
   PKV_RETURN_IF_ERROR(OpenOrMoveAside());
   PKV_RETURN_IF_ERROR(OpenSegments());
+  PKV_RETURN_IF_ERROR(OpenJournal());
   FillReserve();
   // From here until Close() completes, a kill is an unclean stop.
   rocksdb::WriteOptions w;

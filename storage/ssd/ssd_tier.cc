@@ -194,7 +194,9 @@ Status ssd::TierImpl::Commit(rocksdb::WriteBatch* batch, Deltas deltas, OwnerId 
 
 void ssd::TierImpl::AddDeletes(rocksdb::WriteBatch* batch, const BlockKey& key,
                                const IndexEntry& e) {
-  // The payload's extent becomes garbage in its segment (ssd_reclaim.cc).
+  // The payload's extent becomes garbage in its segment (ssd_reclaim.cc);
+  // journaled first, so a metadata rebuild never brings it back.
+  JournalRemoval(key, e.checksum, e.segment, e.offset);
   batch->Delete(ssd::BlockRecordKey(ssd::kMetaTag, e.namespace_id, key));
 }
 
@@ -278,6 +280,7 @@ Status ssd::TierImpl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
       batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, meta.namespace_id, meta.key),
                 ssd::EncodeMeta(stored[i]));
       if (old[i]) {
+        JournalRemoval(meta.key, old[i]->checksum, old[i]->segment, old[i]->offset);
         deltas[old[i]->owner].entries -= 1;
         deltas[old[i]->owner].bytes -= old[i]->bytes;
       }

@@ -31,6 +31,7 @@
 #include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "ssd_index.h"
+#include "ssd_journal.h"
 #include "ssd_segment.h"
 #include "ssd_writer.h"
 
@@ -112,6 +113,12 @@ class TierImpl {
   Status OpenOrMoveAside();
   Status MoveAside(const Status& why);
   Status Rebuild();
+  // ssd_salvage.cc: rebuilds a damaged database from the segment records;
+  // opens the removal journal (after OpenSegments) and appends to it.
+  Status RebuildFromSegments(const Status& why);
+  Status OpenJournal();
+  void JournalRemoval(const BlockKey& key, uint64_t checksum, uint64_t segment,
+                      uint64_t offset);
   Status CheckFormat();
   Status RebuildIndex(rocksdb::WriteBatch* repairs) EXCLUDES(mu_);
   Status RepairCounters() EXCLUDES(mu_);
@@ -243,9 +250,10 @@ class TierImpl {
   // file system: RocksDB's own is used). Declared before db_: outlives it.
   std::unique_ptr<rocksdb::Env> env_;
   std::unique_ptr<rocksdb::DB> db_;
-  std::unique_ptr<SegmentStore> store_;    // the payload segment files
-  rocksdb::WriteOptions write_options_;    // per durability
-  rocksdb::WriteOptions relaxed_options_;  // never synced
+  std::unique_ptr<SegmentStore> store_;      // the payload segment files
+  std::unique_ptr<RemovalJournal> journal_;  // extents made garbage (ssd_journal.h)
+  rocksdb::WriteOptions write_options_;      // per durability
+  rocksdb::WriteOptions relaxed_options_;    // never synced
   bool direct_io_ = false;  // O_DIRECT in effect for segments (the fs may refuse it)
   SsdOpenReport report_;
 

@@ -29,6 +29,9 @@ Reading a record counts no hit and leaves the block's eviction order as it was.
 A damaged block is reported once: the audit removes it, so the next audit no
 longer sees it (a child it leaves behind is then reported as an orphan).
 Run it only while no other process has the directory open.
+A metadata database that cannot be opened or read (a damaged log, table,
+MANIFEST or CURRENT) is reported (exit 1) and left as it is: the audit never
+moves or rebuilds anything; `prefixkv repair` rebuilds it from the segments.
 
 --json prints one object: ok, blocks_checked, corrupt_blocks (list of
 {key, detail}), orphan_blocks (list of {key, parent}), counter_mismatches

@@ -10,7 +10,8 @@
 namespace prefixkv::cli {
 
 StatusOr<std::unique_ptr<Engine>> OpenExistingEngine(const std::string& dir,
-                                                     std::vector<std::string>* log) {
+                                                     std::vector<std::string>* log,
+                                                     bool repair) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -25,8 +26,9 @@ StatusOr<std::unique_ptr<Engine>> OpenExistingEngine(const std::string& dir,
   options.create_if_missing = false;
   options.hot_capacity_bytes = 0;  // a stopped cache has no hot tier to look at
   options.log = [log](std::string_view line) { log->emplace_back(line); };
-  options.configure_ssd = [](SsdTierOptions& ssd) {
-    ssd.writer_threads = 1;  // nothing is queued: the tools only read
+  options.configure_ssd = [repair](SsdTierOptions& ssd) {
+    ssd.writer_threads = 1;                // nothing is queued: the tools only read
+    ssd.repair_damaged_metadata = repair;  // audit and inspect only report
   };
   return Engine::Open(options);
 }

@@ -19,9 +19,12 @@ namespace prefixkv::cli {
 // Opens the engine of a stopped cache in `dir`: its SSD tier, no hot tier.
 // NotFound when `dir` does not exist or holds no database (checked first, so
 // neither command creates an empty database as a side effect). Every line the
-// SSD tier logs is appended to `log`.
+// SSD tier logs is appended to `log`. A damaged metadata database is an
+// error that changes nothing on disk unless `repair` (prefixkv repair): then
+// it is rebuilt from the segment files (docs/ssd.md "Metadata repair").
 StatusOr<std::unique_ptr<Engine>> OpenExistingEngine(const std::string& dir,
-                                                     std::vector<std::string>* log);
+                                                     std::vector<std::string>* log,
+                                                     bool repair = false);
 
 struct StoredBlock {
   BlockMeta meta;

@@ -70,6 +70,12 @@ struct SsdTierOptions {
   bool use_direct_io = true;
   // After an I/O error, a failed background write is retried this often.
   uint64_t retry_interval_ms = 1000;
+  // When the metadata database cannot be opened or read (a damaged log,
+  // table, MANIFEST or CURRENT), rebuild it from the segment files' own
+  // records at Open (logged; the damaged files are kept in
+  // `<path>/metadata.broken-<nanoseconds>/`). false: Open returns the error
+  // and changes nothing (`prefixkv audit`). docs/ssd.md "Metadata repair".
+  bool repair_damaged_metadata = true;
   // Disk space held back for the metadata database (a file `space-reserve`
   // in the data directory, written at open). When a write finds the disk
   // full, the file is deleted: the metadata database then has this much
@@ -108,6 +114,14 @@ struct SsdOpenReport {
   uint64_t missing_segments = 0;  // referenced but absent (their blocks read as corrupt)
   std::vector<AuditFinding>
       counter_repairs;  // persisted counters that disagreed (repaired)
+  // The metadata database was damaged and rebuilt from the segment files
+  // (docs/ssd.md "Metadata repair"): why, where the damaged files went, and
+  // what the segments proved.
+  std::string metadata_damage;           // non-empty: the database was rebuilt
+  std::string damaged_metadata_kept;     // directory holding the damaged files
+  uint64_t rebuilt_blocks = 0;           // restored from segment records
+  uint64_t rebuild_unprovable = 0;       // intact records not restored (see docs)
+  uint64_t rebuild_damaged_extents = 0;  // records whose payload failed its checksum
 };
 
 // Blocks and bytes of one namespace.
