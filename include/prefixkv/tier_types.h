@@ -74,9 +74,12 @@ enum class EvictionPolicyKind : unsigned char {
   kLru,      // least recently used first
   kLeafLru,  // least recently used among blocks without a resident child: a
              // chain is evicted from its tip back, never leaving a hole
+  kChain,    // leaf-first like leaf-lru; chains that were reused before (a
+             // resumed conversation) stay one budget's worth of accesses longer
+             // than chains seen once (docs/eviction.md)
 };
 
-// "lru" or "leaf-lru"; InvalidArgument for anything else (message lists both).
+// "lru", "leaf-lru" or "chain"; InvalidArgument for anything else.
 StatusOr<EvictionPolicyKind> ParseEvictionPolicy(std::string_view name);
 std::string_view EvictionPolicyName(EvictionPolicyKind kind);
 

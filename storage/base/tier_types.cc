@@ -36,11 +36,12 @@ StatusOr<SsdDurability> ParseSsdDurability(std::string_view name) {
 }
 
 StatusOr<EvictionPolicyKind> ParseEvictionPolicy(std::string_view name) {
-  for (EvictionPolicyKind k : {EvictionPolicyKind::kLru, EvictionPolicyKind::kLeafLru}) {
+  for (EvictionPolicyKind k : {EvictionPolicyKind::kLru, EvictionPolicyKind::kLeafLru,
+                               EvictionPolicyKind::kChain}) {
     if (name == EvictionPolicyName(k)) return k;
   }
   return Status::InvalidArgument("unknown eviction policy '" + std::string(name) +
-                                 "' (expected lru or leaf-lru)");
+                                 "' (expected lru, leaf-lru or chain)");
 }
 
 std::string_view EvictionPolicyName(EvictionPolicyKind kind) {
@@ -49,6 +50,8 @@ std::string_view EvictionPolicyName(EvictionPolicyKind kind) {
       return "lru";
     case EvictionPolicyKind::kLeafLru:
       return "leaf-lru";
+    case EvictionPolicyKind::kChain:
+      return "chain";
   }
   return "unknown";
 }

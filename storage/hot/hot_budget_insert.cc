@@ -111,6 +111,10 @@ void BudgetState::InsertNew(OwnerState& owner, const BlockMeta& meta, SharedByte
   auto children = owner.child_counts.find(meta.key);
   e.facts.resident_children = children == owner.child_counts.end() ? 0 : children->second;
   e.facts.last_access_seq = ++access_seq_;
+  // A chain's reuse count passes down to the blocks appended under it.
+  auto parent = owner.entries.find(meta.parent);
+  if (parent != owner.entries.end() && &parent->second != &e)
+    e.facts.chain_hits = parent->second.facts.chain_hits;
   Relink(e);
   for (TierCounters* c : {&owner.counters, &total_}) {
     ++c->entries;

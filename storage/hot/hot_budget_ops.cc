@@ -70,6 +70,7 @@ StatusOr<SharedBytes> BudgetState::Get(OwnerId owner, const BlockKey& key) {
     ++total_.misses;
     return Status::NotFound("hot tier: " + key.ToHex() + " not resident");
   }
+  ++e->facts.chain_hits;  // before Touch: the rank includes it
   Touch(*e);
   ++o.counters.hits;
   ++total_.hits;
@@ -89,6 +90,7 @@ std::optional<PinnedBlock> BudgetState::Pin(OwnerId owner, const BlockKey& key) 
     ++total_.misses;
     return std::nullopt;
   }
+  ++e->facts.chain_hits;
   Touch(*e);  // a pinned entry keeps its place; victim selection skips it
   if (e->facts.pins++ == 0) {
     o.counters.pinned_bytes += e->facts.charge_bytes;

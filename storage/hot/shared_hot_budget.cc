@@ -33,7 +33,7 @@ void BudgetState::Deliver(const std::vector<Delivery>& deliveries) {
 
 BudgetState::BudgetState(const SharedHotBudgetOptions& options)
     : capacity_bytes_(options.capacity_bytes),
-      policy_(MakeEvictionPolicy(options.policy)) {}
+      policy_(MakeEvictionPolicy(options.policy, options.capacity_bytes)) {}
 
 BudgetState::~BudgetState() {
   assert(total_.pinned_bytes == 0 && "a PinnedBlock outlived its SharedHotBudget");

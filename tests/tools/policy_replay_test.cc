@@ -1,6 +1,6 @@
 // Replay under a named policy: Belady's MIN against a brute-force simulation
 // on small random traces and a hand-worked one, the prefill cost figures, and
-// the chain policy against lru and leaf-lru on the Mooncake trace.
+// the chain policy against lru and leaf-lru on the Mooncake and agent traces.
 #include "tools/replay/policy_replay.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include <random>
 
 #include "tests/support/test_util.h"
+#include "tests/tools/trace_data.h"
 #include "tools/replay/min_replay.h"
 
 namespace prefixkv::replay {
@@ -136,23 +137,14 @@ TEST(PolicyReplay, PrefillCostWeighsDeepHitsMore) {
       << "the last block of a long prefix must cost more than the first";
 }
 
-const std::vector<TraceRequest>& Mooncake() {
-  static const std::vector<TraceRequest>* trace = [] {
-    StatusOr<std::vector<TraceRequest>> t = ReadTrace(
-        std::string(PREFIXKV_SOURCE_DIR) + "/tests/data/mooncake_synthetic_trace.jsonl");
-    EXPECT_OK(t);
-    return new std::vector<TraceRequest>(t.ok() ? std::move(t).value()
-                                                : std::vector<TraceRequest>{});
-  }();
-  return *trace;
-}
-
-double TokenHitRatio(const std::string& policy, uint64_t hot_tokens) {
+double TokenHitRatio(
+    const std::string& policy, uint64_t hot_tokens,
+    const std::vector<TraceRequest>& trace = testing_data::MooncakeTrace()) {
   ReplayConfig config;
   config.bytes_per_token = 1;
   config.hot.tokens = hot_tokens;
   config.ssd.tokens = 0;
-  StatusOr<ReplayReport> r = ReplayWithPolicy(Mooncake(), config, policy);
+  StatusOr<ReplayReport> r = ReplayWithPolicy(trace, config, policy);
   EXPECT_OK(r);
   return r.ok() ? r->token_hit_ratio() : 0;
 }
@@ -163,6 +155,18 @@ TEST(PolicyReplay, ChainBeatsLruAndLeafLruAndMinBeatsAllOnTheMooncakeTrace) {
     EXPECT_GT(chain, TokenHitRatio("lru", tokens)) << tokens;
     EXPECT_GT(chain, TokenHitRatio("leaf-lru", tokens)) << tokens;
     EXPECT_GT(TokenHitRatio("min", tokens), chain) << tokens;
+  }
+}
+
+// The second shape: long shared system prompts and short task branches
+// (tools/gen_agent_trace.py). The sizes where the budget binds.
+TEST(PolicyReplay, ChainBeatsLruAndLeafLruOnTheAgentTrace) {
+  static const std::vector<TraceRequest>* agent =
+      testing_data::LoadTrace("agent_synthetic_trace.jsonl");
+  for (uint64_t tokens : {1'000'000u, 3'000'000u}) {
+    const double chain = TokenHitRatio("chain", tokens, *agent);
+    EXPECT_GT(chain, TokenHitRatio("lru", tokens, *agent)) << tokens;
+    EXPECT_GT(chain, TokenHitRatio("leaf-lru", tokens, *agent)) << tokens;
   }
 }
 

@@ -10,22 +10,14 @@
 #include <unordered_map>
 
 #include "tests/support/test_util.h"
+#include "tests/tools/trace_data.h"
 
 namespace prefixkv::replay {
 namespace {
 
 constexpr uint32_t kTraceBlockTokens = 512;
 
-const std::vector<TraceRequest>& Trace() {
-  static const std::vector<TraceRequest>* trace = [] {
-    StatusOr<std::vector<TraceRequest>> t = ReadTrace(
-        std::string(PREFIXKV_SOURCE_DIR) + "/tests/data/mooncake_synthetic_trace.jsonl");
-    EXPECT_OK(t);
-    return new std::vector<TraceRequest>(t.ok() ? std::move(t).value()
-                                                : std::vector<TraceRequest>{});
-  }();
-  return *trace;
-}
+const std::vector<TraceRequest>& Trace() { return testing_data::MooncakeTrace(); }
 
 ReplayReport RunReplay(const ReplayConfig& config) {
   StatusOr<std::unique_ptr<ReplayTiers>> tiers = ReplayTiers::Open(config);

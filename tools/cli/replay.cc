@@ -10,6 +10,7 @@
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/json.h"
+#include "tools/replay/policy_replay.h"
 #include "tools/replay/trace_replay.h"
 
 namespace prefixkv::cli {
@@ -28,7 +29,11 @@ Flags ReplayFlags() {
        {"hot-capacity-bytes", "hot tier size in charged bytes (0: off)", false, ""},
        {"ssd-capacity-tokens", "SSD tier size in tokens (0: off)", false, "unlimited"},
        {"ssd-capacity-bytes", "SSD tier size in bytes (0: off)", false, ""},
-       {"policy", "hot tier eviction policy: lru, leaf-lru", false, "lru"},
+       {"policy",
+        "hot tier eviction policy: lru, leaf-lru, chain (docs/eviction.md), or min: "
+        "Belady's offline optimum as a reference line (replay only; needs "
+        "--ssd-capacity-tokens 0)",
+        false, "lru"},
        {"no-promote", "do not copy SSD hits into the hot tier", true, ""},
        {"data-dir", "where the SSD tier's scratch directory is made", false,
         "./prefixkv-data"},
@@ -59,7 +64,7 @@ void DrawProgress(size_t done, size_t total) {
   if (done == total) std::fprintf(stderr, "\n");
 }
 
-void PrintJson(const ReplayReport& r, const ReplayConfig& c) {
+void PrintJson(const ReplayReport& r, const ReplayConfig& c, const std::string& policy) {
   JsonWriter j;
   j.BeginObject()
       .Field("requests", r.requests)
@@ -69,11 +74,13 @@ void PrintJson(const ReplayReport& r, const ReplayConfig& c) {
       .Field("hit_tokens", r.hit_tokens)
       .Field("block_hit_ratio", r.block_hit_ratio())
       .Field("token_hit_ratio", r.token_hit_ratio())
+      .Field("prefill_tokens_saved", r.prefill_tokens_saved())
+      .Field("prefill_cost_saved_ratio", r.prefill_cost_saved_ratio())
       .Field("seconds", r.seconds)
       .Field("blocks_per_second", r.blocks_per_second())
       .Field("block_tokens", uint64_t{c.block_tokens})
       .Field("bytes_per_token", c.bytes_per_token)
-      .Field("policy", EvictionPolicyName(c.policy));
+      .Field("policy", policy);
   j.Key("tiers").BeginObject();
   for (const auto& t : r.tiers) {
     j.Key(t.name).BeginObject();
@@ -91,6 +98,9 @@ void PrintHuman(const ReplayReport& r) {
               static_cast<unsigned long long>(r.blocks));
   std::printf("block hit ratio %.3f, token hit ratio %.3f\n", r.block_hit_ratio(),
               r.token_hit_ratio());
+  std::printf("prefill tokens saved %llu, prefill cost saved %.3f\n",
+              static_cast<unsigned long long>(r.prefill_tokens_saved()),
+              r.prefill_cost_saved_ratio());
   std::printf("%-5s %12s %16s %10s %10s\n", "tier", "block_hits", "bytes", "entries",
               "evictions");
   for (const auto& t : r.tiers) {
@@ -105,7 +115,7 @@ void PrintHuman(const ReplayReport& r) {
 }
 
 // Parses flags into `c`; returns an error text for a usage error.
-std::string Configure(const Flags& flags, ReplayConfig* c) {
+std::string Configure(const Flags& flags, ReplayConfig* c, std::string* policy_name) {
   std::string error;
   std::optional<uint64_t> block = flags.GetSize("trace-block-tokens", &error);
   if (block) c->block_tokens = static_cast<uint32_t>(*block);
@@ -116,10 +126,16 @@ std::string Configure(const Flags& flags, ReplayConfig* c) {
   if (!error.empty()) return error;
   if (!ReadCapacity(flags, "hot", &c->hot, &error)) return error;
   if (!ReadCapacity(flags, "ssd", &c->ssd, &error)) return error;
-  StatusOr<EvictionPolicyKind> policy =
-      ParseEvictionPolicy(flags.GetString("policy", "lru"));
-  if (!policy.ok()) return policy.status().message();
-  c->policy = *policy;
+  *policy_name = flags.GetString("policy", "lru");
+  if (*policy_name == "min") {
+    if (!c->ssd.off()) return "--policy min needs --ssd-capacity-tokens 0";
+  } else {
+    StatusOr<EvictionPolicyKind> policy = ParseEvictionPolicy(*policy_name);
+    if (!policy.ok())
+      return "--policy: unknown policy '" + *policy_name +
+             "' (expected lru, leaf-lru, chain or min)";
+    c->policy = *policy;
+  }
   c->promote_on_ssd_hit = !flags.GetBool("no-promote");
   if (flags.positional().size() != 1) return "expected exactly one TRACE.jsonl";
   return "";
@@ -134,7 +150,8 @@ int RunReplay(const std::vector<std::string>& args) {
     return 0;
   }
   ReplayConfig config;
-  error = Configure(flags, &config);
+  std::string policy;
+  error = Configure(flags, &config, &policy);
   if (!error.empty()) return UsageError(flags, error);
   StatusOr<std::vector<replay::TraceRequest>> trace =
       replay::ReadTrace(flags.positional()[0]);
@@ -146,6 +163,15 @@ int RunReplay(const std::vector<std::string>& args) {
   std::error_code ec;
   const fs::path dir = fs::path(flags.GetString("data-dir", "./prefixkv-data")) /
                        ("replay-" + std::to_string(::getpid()));
+  if (policy == "min") {
+    StatusOr<ReplayReport> r = replay::ReplayWithPolicy(*trace, config, policy);
+    if (!r.ok()) {
+      std::fprintf(stderr, "prefixkv replay: %s\n", r.status().ToString().c_str());
+      return 1;
+    }
+    flags.GetBool("json") ? PrintJson(*r, config, policy) : PrintHuman(*r);
+    return 0;
+  }
   if (!config.ssd.off()) config.ssd_path = dir.string();
   int rc = 1;
   {
@@ -160,7 +186,7 @@ int RunReplay(const std::vector<std::string>& args) {
       if (!s.ok()) {
         std::fprintf(stderr, "prefixkv replay: %s\n", s.ToString().c_str());
       } else {
-        flags.GetBool("json") ? PrintJson(replayer.Report(), config)
+        flags.GetBool("json") ? PrintJson(replayer.Report(), config, policy)
                               : PrintHuman(replayer.Report());
         rc = 0;
       }

@@ -1,5 +1,5 @@
-// Mooncake-format trace lines (docs/prefix_cache.md, "prefixkv replay"), parsed by hand: one JSON
-// object per line with "timestamp", "input_length", "output_length" and
+// Mooncake-format trace lines (docs/prefix_cache.md, "prefixkv replay"), parsed by hand:
+// one JSON object per line with "timestamp", "input_length", "output_length" and
 // "hash_ids". The parser accepts exactly what such a line can hold (numbers,
 // strings, booleans, null and arrays of numbers; other keys are skipped) and
 // reports the first problem with its column, never crashes on bad input.

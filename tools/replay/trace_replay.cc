@@ -64,10 +64,7 @@ HotTier* ReplayTiers::hot() { return engine_->hot_tier(ns_); }
 SsdTier* ReplayTiers::ssd() { return engine_->ssd_tier(); }
 
 TraceReplayer::TraceReplayer(ReplayTiers* tiers, uint32_t block_tokens, Clock* clock)
-    : tiers_(tiers),
-      block_tokens_(block_tokens),
-      clock_(clock),
-      root_(tiers->root()) {
+    : tiers_(tiers), block_tokens_(block_tokens), clock_(clock), root_(tiers->root()) {
   uint8_t* out = nullptr;
   payload_ = SharedBytes::Allocate(tiers->payload_bytes(), &out);
   std::fill(out, out + tiers->payload_bytes(), uint8_t{0x5A});
@@ -100,8 +97,10 @@ Status TraceReplayer::Replay(const TraceRequest& request) {
   report_.blocks += n;
   report_.hit_blocks += hit;
   report_.input_tokens += request.input_length;
-  report_.hit_tokens +=
+  const uint64_t hit_tokens =
       std::min<uint64_t>(uint64_t{hit} * block_tokens_, request.input_length);
+  report_.hit_tokens += hit_tokens;
+  report_.AddPrefillCost(hit_tokens, request.input_length);
   return Status::OK();
 }
 

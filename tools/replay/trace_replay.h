@@ -1,5 +1,5 @@
-// Trace replay (docs/prefix_cache.md, "prefixkv replay"): drive a TierStack with a Mooncake-format
-// trace and measure prefix hit ratios per tier.
+// Trace replay (docs/prefix_cache.md, "prefixkv replay"): drive a TierStack with a
+// Mooncake-format trace and measure prefix hit ratios per tier.
 //
 // Each hash id is one block of `block_tokens` tokens; equal ids are equal
 // prefixes, so block i of a request gets the chain key of its ids 0..i. For
@@ -83,14 +83,38 @@ struct ReplayTierReport {
   uint64_t evictions = 0;   // blocks evicted for capacity
 };
 
+// Prefill cost of n prompt tokens, in token units: n for the per-token work
+// (projections, MLP) plus n^2 / (2 * kAttentionTokens) for attention, which
+// grows with the position. kAttentionTokens is the context length at which a
+// token's attention work equals its other work (about 4096 for 7B-class
+// dense models). A hit of h tokens of an n-token prompt saves cost(h): a block
+// deep in a long prefix saves more prefill than a shallow one.
+inline constexpr double kAttentionTokens = 4096;
+inline double PrefillCost(uint64_t tokens) {
+  const double n = static_cast<double>(tokens);
+  return n + n * n / (2 * kAttentionTokens);
+}
+
 struct ReplayReport {
   uint64_t requests = 0;
-  uint64_t blocks = 0;        // hash ids replayed
-  uint64_t hit_blocks = 0;    // blocks of matched prefixes
-  uint64_t input_tokens = 0;  // sum of input_length
-  uint64_t hit_tokens = 0;    // sum of min(hit_blocks * block_tokens, input_length)
-  double seconds = 0;         // replay time (parsing excluded)
+  uint64_t blocks = 0;            // hash ids replayed
+  uint64_t hit_blocks = 0;        // blocks of matched prefixes
+  uint64_t input_tokens = 0;      // sum of input_length
+  uint64_t hit_tokens = 0;        // sum of min(hit_blocks * block_tokens, input_length)
+  double prefill_cost = 0;        // sum of PrefillCost(input_length)
+  double prefill_cost_saved = 0;  // sum of PrefillCost(hit tokens)
+  double seconds = 0;             // replay time (parsing excluded)
   std::vector<ReplayTierReport> tiers;
+  void AddPrefillCost(uint64_t hit_tokens_of_request, uint64_t input_length) {
+    prefill_cost += PrefillCost(input_length);
+    prefill_cost_saved += PrefillCost(hit_tokens_of_request);
+  }
+  // Prompt tokens that needed no prefill (equal to hit_tokens).
+  uint64_t prefill_tokens_saved() const { return hit_tokens; }
+  // The share of the prefill cost the hits saved (weights deep hits more).
+  double prefill_cost_saved_ratio() const {
+    return prefill_cost > 0 ? prefill_cost_saved / prefill_cost : 0;
+  }
   double block_hit_ratio() const {
     return blocks ? double(hit_blocks) / double(blocks) : 0;
   }

@@ -25,6 +25,10 @@ struct EvictionCandidate {
   OwnerId owner = 0;               // owner charged for the block
   uint32_t pins = 0;               // outstanding PinnedBlock handles
   uint32_t resident_children = 0;  // resident blocks of the same owner whose parent it is
+  // Times this block's chain was reused: a hit adds one; a block inserted
+  // under a resident parent starts from the parent's count (the new turn of a
+  // conversation that was resumed is as hot as the prefix it extends).
+  uint32_t chain_hits = 0;
 };
 
 // Stateless after construction; safe to call from any thread.
@@ -32,7 +36,7 @@ class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
 
-  // The name ParseEvictionPolicy() accepts ("lru", "leaf-lru").
+  // The name ParseEvictionPolicy() accepts ("lru", "leaf-lru", "chain").
   virtual std::string_view name() const = 0;
 
   // Whether an unpinned block may be evicted in its current state.
@@ -43,6 +47,9 @@ class EvictionPolicy {
   virtual uint64_t Rank(const EvictionCandidate& c) const = 0;
 };
 
-std::unique_ptr<EvictionPolicy> MakeEvictionPolicy(EvictionPolicyKind kind);
+// `capacity_bytes` is the budget the policy orders (the chain policy scales
+// its protection window with it; the others ignore it). 0 = unknown.
+std::unique_ptr<EvictionPolicy> MakeEvictionPolicy(EvictionPolicyKind kind,
+                                                   uint64_t capacity_bytes = 0);
 
 }  // namespace prefixkv

@@ -1,5 +1,7 @@
-// Eviction policies: name parsing, and leaf-lru's chain order (a block with
-// a resident child is evicted after that child) through a real budget.
+// Eviction policies: name parsing, leaf-lru's chain order (a block with a
+// resident child is evicted after that child), and the chain policy's
+// protection of reused chains, through a real budget. The expected victims are
+// worked out by hand in the comments (seq = the budget's access counter).
 #include "prefixkv/advanced/eviction_policy.h"
 
 #include <gtest/gtest.h>
@@ -67,12 +69,93 @@ TEST(LeafLru, ReplacingABlockUnderANewParentMovesItsChildLink) {
   ExpectAuditClean(*t.budget);
 }
 
+// Chain 1 <- 2 is reused (both hit), chain 10 <- 11 is newer but seen once.
+// Window = 4 blocks. Leaves: 2 (seq 4, rank 4 + 4 = 8) and 11 (seq 6, rank 6).
+// Put 20 evicts 11; then 10 is a leaf (rank 5) and goes before 20 (rank 7)
+// and 2 (rank 8). leaf-lru evicts the older chain instead: 2, then 1.
+std::vector<uint64_t> VictimsOfOneReusedAndOneNewChain(EvictionPolicyKind policy) {
+  TwoOwners t(4, policy);
+  EXPECT_OK(t.a->Put(Meta(1), Payload(), true));       // seq 1
+  EXPECT_OK(t.a->Put(Meta(2, 1), Payload(), true));    // seq 2
+  EXPECT_OK(t.a->Get(Meta(1).key));                    // seq 3, chain_hits 1
+  EXPECT_OK(t.a->Get(Meta(2).key));                    // seq 4, chain_hits 1
+  EXPECT_OK(t.a->Put(Meta(10), Payload(), true));      // seq 5
+  EXPECT_OK(t.a->Put(Meta(11, 10), Payload(), true));  // seq 6
+  EXPECT_OK(t.a->Put(Meta(20), Payload(), true));      // seq 7
+  EXPECT_OK(t.a->Put(Meta(21), Payload(), true));      // seq 8
+  ExpectAuditClean(*t.budget);
+  return EvictedIds(t.evicted_a);
+}
+
+TEST(ChainPolicy, KeepsAReusedChainOverANewerChainSeenOnce) {
+  EXPECT_EQ(VictimsOfOneReusedAndOneNewChain(EvictionPolicyKind::kChain),
+            (std::vector<uint64_t>{11, 10}));
+  EXPECT_EQ(VictimsOfOneReusedAndOneNewChain(EvictionPolicyKind::kLeafLru),
+            (std::vector<uint64_t>{2, 1}));
+}
+
+// Window = 3. 1 is hit (chain_hits 1); 2, appended under it, starts at 1 too:
+// rank 3 + 3 = 6. 10 (rank 4) goes first, then 11 (rank 5); without the
+// inheritance 2 (rank 3) would have been the first victim.
+TEST(ChainPolicy, ABlockAppendedUnderAReusedChainInheritsItsReuse) {
+  TwoOwners t(3, EvictionPolicyKind::kChain);
+  ASSERT_OK(t.a->Put(Meta(1), Payload(), true));     // seq 1
+  ASSERT_OK(t.a->Get(Meta(1).key));                  // seq 2
+  ASSERT_OK(t.a->Put(Meta(2, 1), Payload(), true));  // seq 3
+  ASSERT_OK(t.a->Put(Meta(10), Payload(), true));    // seq 4
+  ASSERT_OK(t.a->Put(Meta(11), Payload(), true));    // seq 5
+  ASSERT_OK(t.a->Put(Meta(12), Payload(), true));    // seq 6
+  EXPECT_EQ(EvictedIds(t.evicted_a), (std::vector<uint64_t>{10, 11}));
+  ExpectAuditClean(*t.budget);
+}
+
+// The protection is one window, not forever. Window = 2: 1 is hit at seq 2
+// (rank 4); 10 (rank 3) goes first; then 1 (rank 4, seq 2) and 11 (rank 4,
+// seq 4) tie on rank and the older access goes.
+TEST(ChainPolicy, AReusedChainUntouchedForAWindowIsEvictedLikeAnyOther) {
+  TwoOwners t(2, EvictionPolicyKind::kChain);
+  ASSERT_OK(t.a->Put(Meta(1), Payload(), true));   // seq 1
+  ASSERT_OK(t.a->Get(Meta(1).key));                // seq 2
+  ASSERT_OK(t.a->Put(Meta(10), Payload(), true));  // seq 3
+  ASSERT_OK(t.a->Put(Meta(11), Payload(), true));  // seq 4
+  ASSERT_OK(t.a->Put(Meta(12), Payload(), true));  // seq 5
+  EXPECT_EQ(EvictedIds(t.evicted_a), (std::vector<uint64_t>{10, 1}));
+  ExpectAuditClean(*t.budget);
+}
+
+// Window = 2. 5 is pinned at seq 2 (rank 4) and stays the lowest-ranked
+// block; victims step over it: 6 (hit at seq 4, rank 6), then 7 (rank 5).
+TEST(ChainPolicy, NeverEvictsAPinnedBlock) {
+  TwoOwners t(2, EvictionPolicyKind::kChain);
+  ASSERT_OK(t.a->Put(Meta(5), Payload(), true));           // seq 1
+  std::optional<PinnedBlock> pin = t.a->Pin(Meta(5).key);  // seq 2
+  ASSERT_TRUE(pin.has_value());
+  ASSERT_OK(t.a->Put(Meta(6), Payload(), true));  // seq 3
+  ASSERT_OK(t.a->Get(Meta(6).key));               // seq 4
+  ASSERT_OK(t.a->Put(Meta(7), Payload(), true));  // seq 5
+  ASSERT_OK(t.a->Put(Meta(8), Payload(), true));  // seq 6
+  EXPECT_EQ(EvictedIds(t.evicted_a), (std::vector<uint64_t>{6, 7}));
+  EXPECT_TRUE(t.a->Contains(Meta(5).key));
+  ExpectAuditClean(*t.budget);
+}
+
+TEST(ChainPolicy, AnOwnerOverItsQuotaEvictsOnlyItsOwnBlocks) {
+  TwoOwners t(10, EvictionPolicyKind::kChain, /*quota_b=*/2 * hot_test::kCharge);
+  ASSERT_OK(t.a->Put(Meta(1), Payload(), true));  // a's block is the oldest
+  for (uint64_t id : {20, 21, 22}) ASSERT_OK(t.b->Put(Meta(id), Payload(), true));
+  EXPECT_EQ(EvictedIds(t.evicted_b), (std::vector<uint64_t>{20}));
+  EXPECT_TRUE(t.evicted_a.calls().empty());
+  ExpectAuditClean(*t.budget);
+}
+
 TEST(EvictionPolicy, ParsesTheCliNamesAndRejectsOthers) {
   EXPECT_EQ(ParseEvictionPolicy("lru").value(), EvictionPolicyKind::kLru);
   EXPECT_EQ(ParseEvictionPolicy("leaf-lru").value(), EvictionPolicyKind::kLeafLru);
+  EXPECT_EQ(ParseEvictionPolicy("chain").value(), EvictionPolicyKind::kChain);
   EXPECT_TRUE(ParseEvictionPolicy("LRU").status().IsInvalidArgument());
   EXPECT_TRUE(ParseEvictionPolicy("").status().IsInvalidArgument());
-  for (auto kind : {EvictionPolicyKind::kLru, EvictionPolicyKind::kLeafLru}) {
+  for (auto kind : {EvictionPolicyKind::kLru, EvictionPolicyKind::kLeafLru,
+                    EvictionPolicyKind::kChain}) {
     EXPECT_EQ(ParseEvictionPolicy(EvictionPolicyName(kind)).value(), kind);
     EXPECT_EQ(MakeEvictionPolicy(kind)->name(), EvictionPolicyName(kind));
   }

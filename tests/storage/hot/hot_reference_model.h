@@ -5,9 +5,12 @@
 //     candidates while it would exceed its quota, then anyone's while the
 //     budget would be exceeded; the block itself is never a victim, and a new
 //     block counts as its parent's resident child during its own insert;
-//   - a candidate is unpinned and, under leaf-lru, has no resident child of
-//     the same owner; recency is refreshed by inserts, replacements, hits and
-//     pins (not by unpins, Peek or Contains);
+//   - a candidate is unpinned and, under leaf-lru and chain, has no resident
+//     child of the same owner; recency is refreshed by inserts, replacements,
+//     hits and pins (not by unpins, Peek or Contains);
+//   - under chain, candidates leave in order of last access plus, for a block
+//     whose chain was reused (hits and pins count one each; a new block starts
+//     from its resident parent's count), capacity / charge accesses;
 //   - when not enough can be evicted, nothing changes;
 //   - victims of an owner with a listener are handed over (dirty ones count
 //     as spills); all count as evictions;
@@ -44,6 +47,7 @@ class Model {
     uint64_t charge, seq, parent, version;
     uint32_t pins = 0;
     bool dirty;
+    uint32_t chain_hits = 0;
   };
   struct Owner {
     std::optional<uint64_t> quota;
@@ -54,8 +58,9 @@ class Model {
   };
 
   // `owners` owners sharing `capacity_bytes`; `silent_owner` has no listener.
-  Model(bool leaf, OwnerId owners, uint64_t capacity_bytes, OwnerId silent_owner)
-      : leaf_(leaf), capacity_(capacity_bytes), owners_(owners) {
+  Model(bool leaf, OwnerId owners, uint64_t capacity_bytes, OwnerId silent_owner,
+        bool chain = false)
+      : leaf_(leaf || chain), chain_(chain), capacity_(capacity_bytes), owners_(owners) {
     owners_[silent_owner].has_listener = false;
   }
 
@@ -99,8 +104,12 @@ class Model {
       total_after -= Doom(&plan, *v);
     }
     for (const auto& [vo, vid] : plan.doomed) Evict(vo, vid);
+    const bool is_new = !own.entries.contains(id);
     Entry& e = own.entries[id];
-    e = Entry{charge, ++seq_, parent, ver, e.pins, dirty};
+    uint32_t hits = e.chain_hits;
+    if (is_new && parent != id && own.entries.contains(parent))
+      hits = own.entries.at(parent).chain_hits;
+    e = Entry{charge, ++seq_, parent, ver, e.pins, dirty, hits};
     ++own.events.inserts;
     return true;
   }
@@ -156,6 +165,7 @@ class Model {
     }
     ++owners_[o].events.hits;
     it->second.seq = ++seq_;
+    ++it->second.chain_hits;
     if (pin) ++it->second.pins;
     return it->second;
   }
@@ -210,19 +220,22 @@ class Model {
 
   std::optional<Slot> Oldest(const Plan& plan, std::optional<OwnerId> only) const {
     std::optional<Slot> best;
-    uint64_t best_seq = UINT64_MAX;
+    std::pair<uint64_t, uint64_t> best_rank{UINT64_MAX, UINT64_MAX};  // (rank, seq)
     for (OwnerId o = 0; o < owners_.size(); ++o) {
       if (only && *only != o) continue;
       for (const auto& [id, e] : owners_[o].entries) {
         const Slot slot{o, id};
-        if ((o == plan.owner && id == plan.id) || e.pins > 0 || e.seq >= best_seq)
+        const uint64_t window =
+            chain_ && e.chain_hits > 0 ? capacity_ / std::max<uint64_t>(e.charge, 1) : 0;
+        const std::pair<uint64_t, uint64_t> rank{e.seq + window, e.seq};
+        if ((o == plan.owner && id == plan.id) || e.pins > 0 || rank >= best_rank)
           continue;
         if (std::find(plan.doomed.begin(), plan.doomed.end(), slot) != plan.doomed.end())
           continue;
         auto c = plan.children.find(slot);
         if (leaf_ && c != plan.children.end() && c->second > 0) continue;
         best = slot;
-        best_seq = e.seq;
+        best_rank = rank;
       }
     }
     return best;
@@ -254,6 +267,7 @@ class Model {
   }
 
   const bool leaf_;
+  const bool chain_;
   const uint64_t capacity_;
   std::vector<Owner> owners_;
   uint64_t seq_ = 0;

@@ -75,7 +75,8 @@ struct Pin {
 class Harness {
  public:
   Harness(EvictionPolicyKind policy, uint64_t seed)
-      : model_(policy == EvictionPolicyKind::kLeafLru, kOwners, kCapacity, kOwners - 1),
+      : model_(policy == EvictionPolicyKind::kLeafLru, kOwners, kCapacity, kOwners - 1,
+               policy == EvictionPolicyKind::kChain),
         rng_(seed) {
     budget_ =
         SharedHotBudget::Create({.capacity_bytes = kCapacity, .policy = policy}).value();
@@ -271,7 +272,7 @@ class Harness {
 
 void RunModel(EvictionPolicyKind policy, const char* name) {
   const uint64_t seed = testing::TestSeed(name);
-  // Half the CI budget per policy: 1,000,000 operations in total.
+  // 500,000 operations per policy in CI (three policies).
   const uint64_t ops = testing::Iterations(500000, 10000000);
   Harness harness(policy, seed);
   for (uint64_t op = 0; op < ops; ++op) {
@@ -287,6 +288,10 @@ TEST(HotTierModel, LruMatchesTheReferenceModelAfterEveryOperation) {
 
 TEST(HotTierModel, LeafLruMatchesTheReferenceModelAfterEveryOperation) {
   RunModel(EvictionPolicyKind::kLeafLru, "HotTierModel.LeafLru");
+}
+
+TEST(HotTierModel, ChainMatchesTheReferenceModelAfterEveryOperation) {
+  RunModel(EvictionPolicyKind::kChain, "HotTierModel.Chain");
 }
 
 }  // namespace
