@@ -187,3 +187,48 @@ TEST(SsdRepair, WithRepairOffADamagedDatabaseIsAnErrorAndNothingMoves) {
 
 }  // namespace
 }  // namespace prefixkv
+
+namespace prefixkv {
+namespace {
+
+// A directory from before the removal journal opens as it did (the journal is
+// created, its barrier above every existing segment). A rebuild cannot prove
+// the removals in those older segments, so it restores none of their blocks
+// (they leave with their segments, like unreferenced ones); blocks written
+// after the journal existed are restored.
+TEST(SsdRepair, ADirectoryFromBeforeTheJournalOpensAndItsOldSegmentsAreNotGuessed) {
+  testing::TempDir dir;
+  const fs::path path = dir.path() / "ssd";
+  const BlockMeta old_block = ChainBlock(0, 0), new_block = ChainBlock(1, 0);
+  {
+    auto tier = testing::OpenSsd(Options(path.string()));
+    ASSERT_OK(tier->Put(old_block, PayloadOf(old_block.key, 0), false));
+    ASSERT_OK(tier->Close());
+  }
+  fs::remove(path / "segments" / "removals.pkvj");  // as written before it existed
+  {
+    auto tier = testing::OpenSsd(Options(path.string()));
+    ASSERT_NE(tier, nullptr);
+    EXPECT_TRUE(tier->open_report().metadata_damage.empty());
+    EXPECT_OK(tier->Get(old_block.key));
+    EXPECT_TRUE(fs::exists(path / "segments" / "removals.pkvj"));
+    ASSERT_OK(tier->Put(new_block, PayloadOf(new_block.key, 0), false));
+    ASSERT_OK(tier->Close());
+  }
+  for (const fs::path& m : Matching(path, "MANIFEST-")) {
+    testing::XorByteAt(m, fs::file_size(m) / 2, 0x08);
+  }
+  auto tier = testing::OpenSsd(Options(path.string()));
+  ASSERT_NE(tier, nullptr);
+  const SsdOpenReport& r = tier->open_report();
+  ASSERT_FALSE(r.metadata_damage.empty());
+  EXPECT_EQ(r.rebuilt_blocks, 1u);
+  EXPECT_EQ(r.rebuild_unprovable, 1u);
+  EXPECT_TRUE(tier->Get(old_block.key).status().IsNotFound());
+  StatusOr<SharedBytes> got = tier->Get(new_block.key);
+  ASSERT_OK(got);
+  EXPECT_EQ(got->view(), PayloadOf(new_block.key, 0).view());
+}
+
+}  // namespace
+}  // namespace prefixkv
