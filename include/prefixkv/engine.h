@@ -29,6 +29,7 @@
 // the destructor), which must not run while another call is in flight.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -113,6 +114,23 @@ struct ModelOptions {
   std::optional<uint64_t> hot_quota_bytes;
 };
 
+// How long one model's Engine::Restore calls took (by the engine's Clock, every
+// call that reached the prefix cache, errors included), in fixed buckets.
+struct RestoreLatencyStats {
+  // Upper bounds of the buckets in microseconds (a restore of d us lands in
+  // the first bucket with d <= bound); a last bucket holds the slower ones.
+  static constexpr std::array<uint64_t, 14> kBucketBoundsMicros = {
+      10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 1000000};
+  // Restores per bucket (not cumulative); counts.back(): above the last bound.
+  std::array<uint64_t, kBucketBoundsMicros.size() + 1> counts{};
+  uint64_t sum_micros = 0;  // total time of the restores counted
+  uint64_t count() const {
+    uint64_t n = 0;
+    for (uint64_t c : counts) n += c;
+    return n;
+  }
+};
+
 // One owner of the shared hot budget: a model, the key-value space, or a
 // memory charge (OpenMemoryCharge).
 struct EngineOwnerStats {
@@ -121,6 +139,12 @@ struct EngineOwnerStats {
   std::string name;
   TierCounters hot;  // this owner's share of the budget (a charge's in external_bytes)
   std::optional<uint64_t> hot_quota_bytes;
+  // This owner's blocks on the SSD tier (zero without one). Blocks an owner
+  // id of an earlier run wrote and no owner of this run has are only in
+  // EngineStats::ssd.
+  TierCounters ssd;
+  // Models only: Restore latencies since the engine opened.
+  std::optional<RestoreLatencyStats> restore_latency;
 };
 
 // Every counter the engine's tiers keep. hot.bytes is the whole budget's

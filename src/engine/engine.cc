@@ -128,7 +128,12 @@ StatusOr<MatchResult> Engine::Match(Namespace ns, std::span<const int32_t> token
 
 StatusOr<RestoreResult> Engine::Restore(const MatchResult& match) {
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());
-  return impl_->cache_->Restore(match);
+  const uint64_t start_nanos = impl_->clock_->NowNanos();
+  StatusOr<RestoreResult> result = impl_->cache_->Restore(match);
+  if (EngineModel* model = impl_->Find(match.ns)) {
+    model->restore_latency.Record((impl_->clock_->NowNanos() - start_nanos) / 1000);
+  }
+  return result;
 }
 
 StatusOr<StoreResult> Engine::Store(Namespace ns, std::span<const int32_t> tokens,

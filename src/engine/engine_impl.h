@@ -11,6 +11,7 @@
 // created key-value space.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -36,12 +37,26 @@ struct EngineOwner {
   std::unique_ptr<TierStack> stack;
 };
 
+// Restore latencies of one model (RestoreLatencyStats), recorded without a
+// lock: a snapshot taken during a Record may see the bucket before the sum.
+class RestoreLatencyRecorder {
+ public:
+  void Record(uint64_t micros);
+  RestoreLatencyStats Snapshot() const;
+
+ private:
+  std::array<std::atomic<uint64_t>, RestoreLatencyStats::kBucketBoundsMicros.size() + 1>
+      counts_{};
+  std::atomic<uint64_t> sum_micros_{0};
+};
+
 // A registered model.
 struct EngineModel {
   std::string fingerprint;
   ModelOptions options;
   Namespace ns;
   EngineOwner tiers;
+  RestoreLatencyRecorder restore_latency;
 };
 
 class internal::EngineImpl {
@@ -68,6 +83,7 @@ class internal::EngineImpl {
   }
 
   const EngineOptions options_;
+  Clock* const clock_ = options_.clock != nullptr ? options_.clock : Clock::System();
   std::shared_ptr<SharedHotBudget> budget_;  // null without a hot tier
   std::unique_ptr<SsdTier> ssd_;             // null without data_dir
   std::unique_ptr<PrefixCache> cache_;

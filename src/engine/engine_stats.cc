@@ -1,7 +1,26 @@
 // Engine::Stats and Engine::Audit: every tier counter, and their recomputation.
+#include <algorithm>
+
 #include "engine_impl.h"
 
 namespace prefixkv {
+
+void RestoreLatencyRecorder::Record(uint64_t micros) {
+  const auto& bounds = RestoreLatencyStats::kBucketBoundsMicros;
+  const size_t bucket = static_cast<size_t>(
+      std::lower_bound(bounds.begin(), bounds.end(), micros) - bounds.begin());
+  counts_[bucket].fetch_add(1, std::memory_order_relaxed);
+  sum_micros_.fetch_add(micros, std::memory_order_relaxed);
+}
+
+RestoreLatencyStats RestoreLatencyRecorder::Snapshot() const {
+  RestoreLatencyStats s;
+  for (size_t i = 0; i < counts_.size(); ++i) {
+    s.counts[i] = counts_[i].load(std::memory_order_relaxed);
+  }
+  s.sum_micros = sum_micros_.load(std::memory_order_relaxed);
+  return s;
+}
 
 EngineStats Engine::Stats() const {
   EngineStats s;
@@ -15,6 +34,7 @@ EngineStats Engine::Stats() const {
       owner.name = budget.OwnerName(o).value();
       owner.hot = budget.OwnerCounters(o);
       owner.hot_quota_bytes = budget.OwnerQuota(o).value();
+      if (impl.ssd_ != nullptr) owner.ssd = impl.ssd_->OwnerCounters(o);
       s.owners.push_back(std::move(owner));
     }
   }
@@ -26,7 +46,12 @@ EngineStats Engine::Stats() const {
   }
   if (impl.CheckOpen().ok()) {
     MutexLock lock(&impl.mu_);
-    for (const auto& m : impl.models_) s.dirty_blocks += m->tiers.stack->dirty_blocks();
+    for (const auto& m : impl.models_) {
+      s.dirty_blocks += m->tiers.stack->dirty_blocks();
+      if (m->tiers.owner < s.owners.size()) {
+        s.owners[m->tiers.owner].restore_latency = m->restore_latency.Snapshot();
+      }
+    }
     if (impl.values_ != nullptr) s.dirty_blocks += impl.values_->stack->dirty_blocks();
   }
   return s;
