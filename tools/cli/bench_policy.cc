@@ -250,6 +250,13 @@ int RunPolicyBench(const std::vector<std::string>& args) {
   std::optional<uint64_t> block = ParseSize(flags.GetString("trace-block-tokens", "512"));
   if (!block || *block == 0 || *block > (1u << 22))
     return UsageError(flags, "--trace-block-tokens out of range");
+  const std::vector<std::string> policies =
+      Split(flags.GetString("policies", "lru,leaf-lru,chain,min"));
+  const std::vector<std::string> known = replay::ReplayPolicyNames();
+  for (const std::string& p : policies) {
+    if (std::find(known.begin(), known.end(), p) == known.end())
+      return UsageError(flags, "unknown policy '" + p + "' (lru, leaf-lru, chain, min)");
+  }
   const std::string path =
       flags.GetString("trace", "tests/data/mooncake_synthetic_trace.jsonl");
   StatusOr<std::vector<replay::TraceRequest>> trace = replay::ReadTrace(path);
@@ -265,8 +272,7 @@ int RunPolicyBench(const std::vector<std::string>& args) {
   base.block_tokens = static_cast<uint32_t>(*block);
   base.ssd.tokens = 0;
   std::vector<Curve> curves;
-  for (const std::string& policy :
-       Split(flags.GetString("policies", "lru,leaf-lru,chain,min"))) {
+  for (const std::string& policy : policies) {
     Curve curve{policy, {}};
     for (uint64_t cap : caps) {
       ReplayConfig config = base;

@@ -1,0 +1,59 @@
+// `prefixkv bench policy` end to end: the built CLI replays the Mooncake
+// trace under two policies at two capacities and prints the figures side by
+// side (JSON), and draws the curves as a well-formed SVG with one line per
+// policy.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "tests/support/test_util.h"
+#include "tests/tools/data_dir_builder.h"
+
+namespace prefixkv {
+namespace {
+
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+    ++n;
+  return n;
+}
+
+TEST(BenchPolicy, PrintsEveryPolicyAtEveryCapacityAndDrawsTheCurves) {
+  testing::TempDir dir;
+  const std::string svg = dir.str() + "/curves.svg";
+  const testing::CliRun run = testing::RunCli(
+      "bench policy --json --repeats 1 --capacities 1M,3M --policies lru,min --trace " +
+      std::string(PREFIXKV_SOURCE_DIR) +
+      "/tests/data/mooncake_synthetic_trace.jsonl --svg " + svg);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("\"capacities_tokens\":[1000000,3000000]"), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("\"lru\":{"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("\"min\":{"), std::string::npos) << run.output;
+  EXPECT_EQ(Count(run.output, "\"token_hit_ratio\""), 4u) << run.output;
+  // LRU at 3M tokens is the figure docs/benchmarks.md quotes.
+  EXPECT_NE(run.output.find("\"token_hit_ratio\":0.315"), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("\"unlimited_token_hit_ratio\":0.651"), std::string::npos);
+
+  std::ifstream in(svg);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string s = text.str();
+  EXPECT_EQ(s.rfind("<svg ", 0), 0u) << s.substr(0, 200);
+  EXPECT_NE(s.find("</svg>"), std::string::npos);
+  EXPECT_EQ(Count(s, "<polyline"), 2u);  // one curve per policy
+  EXPECT_EQ(Count(s, "<circle"), 4u);    // one point per policy and capacity
+  EXPECT_NE(s.find(">lru</text>"), std::string::npos);
+  EXPECT_NE(s.find(">min</text>"), std::string::npos);
+}
+
+TEST(BenchPolicy, RejectsAnUnknownPolicyAndABadCapacity) {
+  EXPECT_EQ(testing::RunCli("bench policy --policies mru --capacities 1M").exit_code, 2);
+  EXPECT_EQ(testing::RunCli("bench policy --capacities 3X").exit_code, 2);
+}
+
+}  // namespace
+}  // namespace prefixkv
