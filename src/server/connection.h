@@ -107,7 +107,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool stop_reading_ = false;  // EOF, QUIT, protocol error or shutdown
   bool closed_ = false;
   bool delayed_ = false;  // a failed AUTH's pause is running
-  size_t auth_failures_seen_ = 0;
   boost::asio::steady_timer delay_timer_;
   std::atomic<uint64_t> last_activity_ms_{0};
 };
