@@ -20,16 +20,6 @@ SharedBytes PayloadOf(const BlockMeta& m) {
   return testing::ConformancePayload(m.key, 0, 1000 + m.key.lo * 37 % 9000);
 }
 
-// Polls `done` for up to `seconds` of real time.
-bool WaitUntil(const std::function<bool()>& done, int seconds = 10) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
-
 class SsdFaultTest : public ::testing::Test {
  protected:
   SsdTierOptions Options(SsdDurability durability = SsdDurability::kWal) {
@@ -206,7 +196,7 @@ TEST_F(SsdFaultTest, AFailedWriteBackIsRetriedWhenTheClockAdvancesNotBefore) {
                 .error = Status::NoSpace("injected ENOSPC")});
   const BlockMeta m = ChainBlock(0, 0);
   tier->OnEvict(m, PayloadOf(m), true);
-  ASSERT_TRUE(WaitUntil([&] { return fs_.faults_injected() == 1; }));
+  ASSERT_TRUE(testing::WaitUntil([&] { return fs_.faults_injected() == 1; }));
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   clock.AdvanceMillis(1'800'000);  // half the interval
   const BlockMeta other = ChainBlock(1, 0);
@@ -215,7 +205,7 @@ TEST_F(SsdFaultTest, AFailedWriteBackIsRetriedWhenTheClockAdvancesNotBefore) {
   EXPECT_EQ(tier->Totals().entries, 0u) << "retried before the interval passed";
   EXPECT_EQ(tier->queued_blocks(), 2u);
   clock.AdvanceMillis(3'600'000);
-  EXPECT_TRUE(WaitUntil([&] { return tier->Totals().entries == 2; }))
+  EXPECT_TRUE(testing::WaitUntil([&] { return tier->Totals().entries == 2; }))
       << "not retried after the fake clock passed the interval";
   EXPECT_EQ(tier->Get(m.key)->view(), PayloadOf(m).view());
 }

@@ -26,15 +26,6 @@ SharedBytes PayloadOf(const BlockMeta& m) {
   return testing::ConformancePayload(m.key, 0, 1000 + m.key.lo * 37 % 9000);
 }
 
-bool WaitUntil(const std::function<bool()>& done, int seconds = 10) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
-
 FaultSpec NoSpaceOn(const std::string& path_contains, uint64_t count = UINT64_MAX) {
   return {.op = FaultOp::kWrite,
           .path_contains = path_contains,
@@ -185,7 +176,7 @@ TEST_F(SsdSpaceTest, AFailingWriteBackIsReportedUntilItSucceedsAgain) {
   fs_.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg"});
   const BlockMeta m = ChainBlock(1, 0);
   tier->OnEvict(m, PayloadOf(m), true);
-  ASSERT_TRUE(WaitUntil([&] { return !tier->WriteBackStatus().ok(); }));
+  ASSERT_TRUE(testing::WaitUntil([&] { return !tier->WriteBackStatus().ok(); }));
   EXPECT_TRUE(tier->WriteBackStatus().IsIOError()) << tier->WriteBackStatus().ToString();
   // A metadata write that succeeds (a read's access-order update) says
   // nothing about the segments: no "succeeds again" between the failures.
