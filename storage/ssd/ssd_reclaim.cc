@@ -146,19 +146,22 @@ Status ssd::TierImpl::Relocate(uint64_t segment) {
           // Repointed only if nothing replaced or removed it meanwhile (a read's
           // new access order is taken from the index here, so it is kept).
           if (cur == nullptr || cur->segment != segment ||
-              cur->offset != moving[i].e.offset ||
-              cur->checksum != moving[i].e.checksum) {
-            // The copy is garbage from birth: journaled, so a metadata
-            // rebuild does not take it for a live block.
-            JournalRemoval(moving[i].key, moving[i].e.checksum, to[i].segment,
-                           to[i].offset);
+              cur->offset != moving[i].e.offset || cur->checksum != moving[i].e.checksum)
             continue;
-          }
           still[i] = true;
           ssd::StoredMeta m{cur->owner,      cur->parent, cur->bytes,    cur->checksum,
                             cur->access_seq, cur->dirty,  to[i].segment, to[i].offset};
           batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, cur->namespace_id, moving[i].key),
                     ssd::EncodeMeta(m));
+        }
+      }
+      for (size_t i = 0; i < moving.size(); ++i) {
+        // A copy of a block replaced or removed meanwhile is garbage from
+        // birth: journaled (outside mu_), so a metadata rebuild does not take
+        // it for a live block.
+        if (!still[i]) {
+          JournalRemoval(moving[i].key, moving[i].e.checksum, to[i].segment,
+                         to[i].offset);
         }
       }
       if (batch.Count() > 0) s = Commit(&batch, {}, moving.front().e.owner);
