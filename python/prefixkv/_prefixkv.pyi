@@ -143,7 +143,9 @@ class Engine:
     def closed(self) -> bool: ...
     def stats(self) -> dict[str, Any]:
         """EngineStats: hot_capacity_bytes, hot, owners, dirty_blocks, has_ssd,
-        ssd_capacity_bytes, ssd, ssd_queued_blocks (counters are dicts)."""
+        ssd_capacity_bytes, ssd, ssd_queued_blocks (counters are dicts). Each
+        owner: name, hot, hot_quota_bytes, ssd, restore_latency (models only:
+        bucket_bounds_micros, counts, sum_micros, count; else None)."""
     def audit(self) -> dict[str, Any]:
         """{"ok": bool, "findings": [(what, detail)], "orphans": [hex key]}."""
     def hot_block_address(self, ns: Namespace, key: str) -> Optional[int]:

@@ -30,6 +30,19 @@ py::dict CountersDict(const TierCounters& c) {
   return d;
 }
 
+// Restore latencies: bucket upper bounds (microseconds), per-bucket counts
+// (one more than bounds: the last counts the slower ones), their sum.
+py::dict LatencyDict(const RestoreLatencyStats& l) {
+  py::dict d;
+  d["bucket_bounds_micros"] =
+      std::vector<uint64_t>(RestoreLatencyStats::kBucketBoundsMicros.begin(),
+                            RestoreLatencyStats::kBucketBoundsMicros.end());
+  d["counts"] = std::vector<uint64_t>(l.counts.begin(), l.counts.end());
+  d["sum_micros"] = l.sum_micros;
+  d["count"] = l.count();
+  return d;
+}
+
 py::dict StatsDict(const EngineStats& s) {
   py::dict d;
   d["hot_capacity_bytes"] = s.hot_capacity_bytes;
@@ -40,6 +53,9 @@ py::dict StatsDict(const EngineStats& s) {
     od["name"] = o.name;
     od["hot"] = CountersDict(o.hot);
     od["hot_quota_bytes"] = o.hot_quota_bytes ? py::cast(*o.hot_quota_bytes) : py::none();
+    od["ssd"] = CountersDict(o.ssd);
+    od["restore_latency"] =
+        o.restore_latency ? py::object(LatencyDict(*o.restore_latency)) : py::none();
     owners.append(od);
   }
   d["owners"] = owners;

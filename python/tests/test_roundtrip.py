@@ -54,6 +54,10 @@ def test_stats_and_audit_report_the_tiers(engine, rng):
     s = engine.stats()
     assert s["hot"]["entries"] == 2 and s["dirty_blocks"] == 2 and s["has_ssd"]
     assert s["owners"][0]["name"] == "test-model"
+    engine.restore(engine.match(ns, list(range(8))))
+    latency = engine.stats()["owners"][0]["restore_latency"]
+    assert latency["count"] == 1 == sum(latency["counts"]), "restore() is a timed Restore"
+    assert len(latency["counts"]) == len(latency["bucket_bounds_micros"]) + 1
     assert s["hot"]["bytes"] <= s["hot_capacity_bytes"]
     engine.flush()
     assert engine.stats()["dirty_blocks"] == 0
