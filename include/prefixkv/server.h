@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "prefixkv/clock.h"
@@ -33,6 +34,11 @@ struct ServerOptions {
   std::string bind_address = "127.0.0.1";
   // TCP port; 0 picks a free one (read it back with Server::port()).
   uint16_t port = 0;
+  // When set, an HTTP listener on bind_address:metrics_port (0 picks a free
+  // one; Server::metrics_port()) serves GET /metrics, every engine and server
+  // counter in the Prometheus text format (docs/metrics.md), from its own
+  // thread. Unset (default): no HTTP listener.
+  std::optional<uint16_t> metrics_port;
   // I/O threads; each connection lives on one of them. Commands run on the
   // connection's thread. >= 1.
   int io_threads = 2;
@@ -115,6 +121,8 @@ class Server {
 
   // The bound port (after a successful Start).
   uint16_t port() const;
+  // The bound metrics port (after a successful Start); 0 without one.
+  uint16_t metrics_port() const;
 
   // Graceful stop: stops accepting, lets every command already received finish
   // and its reply be sent (bounded by a short grace period for clients that do

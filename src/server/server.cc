@@ -26,6 +26,8 @@
 
 #include "commands.h"
 #include "connection.h"
+#include "metrics_http.h"
+#include "metrics_text.h"
 #include "prefixkv/advanced/mutex.h"
 
 namespace prefixkv {
@@ -72,6 +74,7 @@ class internal::ServerImpl {
   size_t SweepIdle();
   ServerStats Stats() const;
   uint16_t port() const { return port_; }
+  uint16_t metrics_port() const { return metrics_ != nullptr ? metrics_->port() : 0; }
 
  private:
   using WorkGuard = asio::executor_work_guard<asio::io_context::executor_type>;
@@ -98,6 +101,8 @@ class internal::ServerImpl {
   std::optional<tcp::acceptor> acceptor_;    // on contexts_[0]
   std::optional<asio::steady_timer> timer_;  // idle sweeps and accept retries
   size_t next_context_ = 0;                  // acceptor thread only
+  // The /metrics listener; null without options_.metrics_port.
+  std::unique_ptr<server::MetricsHttpServer> metrics_;
 
   mutable Mutex mu_;
   CondVar all_closed_;
@@ -155,6 +160,11 @@ Status internal::ServerImpl::Start() {
       acceptor_->listen(asio::socket_base::max_listen_connections, ec)) {
     return Status::IOError("cannot listen on " + options_.bind_address + ":" +
                            std::to_string(options_.port) + ": " + ec.message());
+  }
+  if (options_.metrics_port) {
+    metrics_ = std::make_unique<server::MetricsHttpServer>(
+        [this] { return server::RenderMetrics(engine_->Stats(), Stats()); });
+    PKV_RETURN_IF_ERROR(metrics_->Start(options_.bind_address, *options_.metrics_port));
   }
   port_ = acceptor_->local_endpoint().port();
   start_ms_ = clock_->NowMillis();
@@ -249,6 +259,7 @@ void internal::ServerImpl::Stop() {
     if (!started_ || stopped_) return;
     stopped_ = true;
   }
+  if (metrics_ != nullptr) metrics_->Stop();  // no scrape reads the engine after Stop
   asio::post(*contexts_[0], [this] {
     boost::system::error_code ignored;
     acceptor_->close(ignored);
@@ -325,6 +336,7 @@ Server::Server(ServerOptions options, Engine* engine)
 Server::~Server() { Stop(); }
 Status Server::Start() { return impl_->Start(); }
 uint16_t Server::port() const { return impl_->port(); }
+uint16_t Server::metrics_port() const { return impl_->metrics_port(); }
 void Server::Stop() { impl_->Stop(); }
 size_t Server::SweepIdleConnections() { return impl_->SweepIdle(); }
 ServerStats Server::stats() const { return impl_->Stats(); }

@@ -16,6 +16,18 @@ extern char** environ;
 
 namespace prefixkv::testing {
 
+// Runs `command` through the shell (a client such as curl); returns its stdout.
+inline std::string ShellOutput(const std::string& command) {
+  std::string out;
+  FILE* p = popen(command.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
 // Not thread-safe. The destructor kills the child if it still runs.
 class ServeProcess {
  public:
@@ -60,6 +72,14 @@ class ServeProcess {
   ServeProcess& operator=(const ServeProcess&) = delete;
 
   uint16_t port() const { return port_; }
+
+  // The next line the server prints on stdout ("" at the end of its output),
+  // e.g. "metrics on http://ADDR:PORT/metrics" after the listening line.
+  std::string NextLine() {
+    char line[256];
+    if (out_ == nullptr || fgets(line, sizeof(line), out_) == nullptr) return "";
+    return line;
+  }
   pid_t pid() const { return pid_; }
 
   // Sends `sig` and waits for the exit; returns the exit status (or -1).

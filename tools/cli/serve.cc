@@ -28,7 +28,7 @@ Flags ServeFlags() {
       "[--hot-capacity-bytes B] [--ssd-capacity-bytes B] [--max-request-bytes B] "
       "[--max-clients N] [--idle-timeout-ms MS] [--durability M] [--write-through] "
       "[--policy P] "
-      "[--max-models N]",
+      "[--max-models N] [--metrics-port P]",
       {{"data-dir", "directory of the SSD tier (created if missing)", false,
         "./prefixkv-data"},
        {"port", "TCP port; 0 picks a free one (printed)", false, "6380"},
@@ -59,7 +59,11 @@ Flags ServeFlags() {
         "wal/sync); default: write-back, RAM first",
         true, ""},
        {"policy", "hot eviction order: lru or leaf-lru", false, "lru"},
-       {"max-models", "models PKV.REGISTER may register", false, "256"}});
+       {"max-models", "models PKV.REGISTER may register", false, "256"},
+       {"metrics-port",
+        "also serve Prometheus metrics over HTTP on this port (GET /metrics, on the "
+        "--bind address; 0 picks a free one, printed; docs/metrics.md); default: off",
+        false, ""}});
 }
 
 struct ServeConfig {
@@ -117,8 +121,13 @@ std::string ParseServeConfig(const Flags& flags, ServeConfig* config) {
   config->server.max_request_bytes = size("max-request-bytes", "512M");
   config->server.max_connections = size("max-clients", "10000");
   config->server.idle_timeout_ms = size("idle-timeout-ms", "0");
+  uint64_t metrics_port = size("metrics-port", "0");
   if (!error.empty()) return error;
   if (port > 65535) return "--port must be in [0, 65535]";
+  if (metrics_port > 65535) return "--metrics-port must be in [0, 65535]";
+  if (flags.Has("metrics-port")) {
+    config->server.metrics_port = static_cast<uint16_t>(metrics_port);
+  }
   if (threads < 1 || threads > 256) return "--threads must be in [1, 256]";
   if (config->engine.hot_capacity_bytes == 0) return "--hot-capacity-bytes must be > 0";
   if (config->server.max_models == 0) return "--max-models must be > 0";
@@ -188,6 +197,10 @@ int RunServe(const std::vector<std::string>& args) {
     return 1;
   }
   std::printf("listening on %s:%u\n", config.server.bind_address.c_str(), server.port());
+  if (config.server.metrics_port) {
+    std::printf("metrics on http://%s:%u/metrics\n", config.server.bind_address.c_str(),
+                server.metrics_port());
+  }
   std::fflush(stdout);
 
   int sig = WaitForStopSignal(stop_signals);

@@ -1,0 +1,309 @@
+// RenderMetrics: one table of families (kFamilies below), each with the code
+// that writes its samples from a snapshot; the table's order is the output's.
+#include "metrics_text.h"
+
+#include <functional>
+#include <utility>
+
+namespace prefixkv::server {
+namespace {
+
+// One snapshot being rendered.
+struct Snapshot {
+  const EngineStats& engine;
+  const ServerStats& server;
+  bool has_hot() const { return engine.hot_capacity_bytes > 0; }
+};
+
+using Labels = std::vector<std::pair<std::string_view, std::string_view>>;
+
+// Label values: backslash, double quote and line feed escaped.
+void AppendLabelValue(std::string_view v, std::string* out) {
+  for (char c : v) {
+    if (c == '\\') {
+      *out += "\\\\";
+    } else if (c == '"') {
+      *out += "\\\"";
+    } else if (c == '\n') {
+      *out += "\\n";
+    } else {
+      *out += c;
+    }
+  }
+}
+
+// Collects one family's sample lines.
+class Samples {
+ public:
+  explicit Samples(const std::string& family) : family_(family) {}
+
+  void Add(const Labels& labels, std::string_view value, std::string_view suffix = "") {
+    body_ += family_;
+    body_ += suffix;
+    if (!labels.empty()) {
+      body_ += '{';
+      for (size_t i = 0; i < labels.size(); ++i) {
+        if (i > 0) body_ += ',';
+        body_ += labels[i].first;
+        body_ += "=\"";
+        AppendLabelValue(labels[i].second, &body_);
+        body_ += '"';
+      }
+      body_ += '}';
+    }
+    body_ += ' ';
+    body_ += value;
+    body_ += '\n';
+  }
+  void Add(const Labels& labels, uint64_t value) { Add(labels, std::to_string(value)); }
+
+  const std::string& body() const { return body_; }
+
+ private:
+  const std::string& family_;
+  std::string body_;
+};
+
+// Microseconds as decimal seconds, exactly: 2500 -> "0.0025", 3000000 -> "3".
+std::string MicrosAsSeconds(uint64_t micros) {
+  std::string out = std::to_string(micros / 1000000);
+  std::string frac = std::to_string(micros % 1000000);
+  frac.insert(0, 6 - frac.size(), '0');
+  while (!frac.empty() && frac.back() == '0') frac.pop_back();
+  if (!frac.empty()) out += "." + frac;
+  return out;
+}
+
+void AppendHistogram(const RestoreLatencyStats& h, const Labels& labels, Samples& s) {
+  uint64_t cumulative = 0;
+  const auto& bounds = RestoreLatencyStats::kBucketBoundsMicros;
+  for (size_t i = 0; i <= bounds.size(); ++i) {
+    cumulative += h.counts[i];
+    const std::string le = i < bounds.size() ? MicrosAsSeconds(bounds[i]) : "+Inf";
+    Labels with_le = labels;
+    with_le.emplace_back("le", le);
+    s.Add(with_le, std::to_string(cumulative), "_bucket");
+  }
+  s.Add(labels, MicrosAsSeconds(h.sum_micros), "_sum");
+  s.Add(labels, std::to_string(cumulative), "_count");
+}
+
+// A TierCounters field as a metric name suffix.
+struct TierField {
+  const char* suffix;
+  uint64_t TierCounters::*field;
+  MetricType type;
+  const char* help;
+};
+
+constexpr TierField kTierFields[] = {
+    {"blocks", &TierCounters::entries, MetricType::kGauge, "Blocks resident"},
+    {"bytes", &TierCounters::bytes, MetricType::kGauge,
+     "Charged bytes of resident blocks plus external charges (hot: payload and "
+     "per-entry overhead; ssd: payload)"},
+    {"pinned_bytes", &TierCounters::pinned_bytes, MetricType::kGauge,
+     "Charged bytes of blocks pinned by readers (hot)"},
+    {"external_bytes", &TierCounters::external_bytes, MetricType::kGauge,
+     "Bytes charged for memory held outside the blocks, such as live sessions' KV "
+     "(hot)"},
+    {"hits_total", &TierCounters::hits, MetricType::kCounter,
+     "Reads that found the block"},
+    {"misses_total", &TierCounters::misses, MetricType::kCounter,
+     "Reads that did not find the block (damaged blocks included)"},
+    {"inserts_total", &TierCounters::inserts, MetricType::kCounter,
+     "Blocks stored, new or replacing one"},
+    {"removes_total", &TierCounters::removes, MetricType::kCounter,
+     "Blocks removed explicitly"},
+    {"evictions_total", &TierCounters::evictions, MetricType::kCounter,
+     "Blocks removed to make room"},
+    {"spills_total", &TierCounters::spills, MetricType::kCounter,
+     "Evicted blocks handed to the next tier (hot: to the SSD write-back)"},
+    {"checksum_failures_total", &TierCounters::corruptions, MetricType::kCounter,
+     "Blocks that failed their checksum or decoding when read"},
+    {"io_errors_total", &TierCounters::io_errors, MetricType::kCounter,
+     "Failed reads or writes of the medium"},
+};
+
+struct FamilyDef {
+  MetricFamilyInfo info;
+  std::function<void(const Snapshot&, Samples&)> samples;
+};
+
+FamilyDef Gauge(std::string name, std::vector<std::string> labels, std::string help,
+                std::function<void(const Snapshot&, Samples&)> samples) {
+  return {{std::move(name), MetricType::kGauge, std::move(labels), std::move(help)},
+          std::move(samples)};
+}
+
+FamilyDef Counter(std::string name, std::string help,
+                  std::function<uint64_t(const ServerStats&)> value) {
+  return {{std::move(name), MetricType::kCounter, {}, std::move(help)},
+          [value = std::move(value)](const Snapshot& s, Samples& out) {
+            out.Add({}, value(s.server));
+          }};
+}
+
+// Tier-wide families: one sample per tier present.
+void AddTierFamilies(std::vector<FamilyDef>& defs) {
+  defs.push_back(Gauge("prefixkv_tier_capacity_bytes", {"tier"},
+                       "Capacity of the tier in charged bytes",
+                       [](const Snapshot& s, Samples& out) {
+                         if (s.has_hot())
+                           out.Add({{"tier", "hot"}}, s.engine.hot_capacity_bytes);
+                         if (s.engine.has_ssd) {
+                           out.Add({{"tier", "ssd"}}, s.engine.ssd_capacity_bytes);
+                         }
+                       }));
+  for (const TierField& f : kTierFields) {
+    defs.push_back({{std::string("prefixkv_tier_") + f.suffix,
+                     f.type,
+                     {"tier"},
+                     std::string(f.help) + ", whole tier"},
+                    [&f](const Snapshot& s, Samples& out) {
+                      if (s.has_hot()) out.Add({{"tier", "hot"}}, s.engine.hot.*f.field);
+                      if (s.engine.has_ssd)
+                        out.Add({{"tier", "ssd"}}, s.engine.ssd.*f.field);
+                    }});
+  }
+  defs.push_back(Gauge("prefixkv_hot_dirty_blocks", {},
+                       "Hot blocks not yet written to the SSD tier",
+                       [](const Snapshot& s, Samples& out) {
+                         if (s.has_hot()) out.Add({}, s.engine.dirty_blocks);
+                       }));
+  defs.push_back(Gauge("prefixkv_ssd_write_back_queue_blocks", {},
+                       "Blocks queued for the SSD tier's background writers",
+                       [](const Snapshot& s, Samples& out) {
+                         if (s.engine.has_ssd) out.Add({}, s.engine.ssd_queued_blocks);
+                       }));
+}
+
+// Per-owner families: one sample per owner and tier.
+void AddOwnerFamilies(std::vector<FamilyDef>& defs) {
+  defs.push_back(Gauge("prefixkv_owner_hot_quota_bytes", {"owner"},
+                       "Most hot bytes the owner may hold (owners with a quota only)",
+                       [](const Snapshot& s, Samples& out) {
+                         for (const EngineOwnerStats& o : s.engine.owners) {
+                           if (o.hot_quota_bytes)
+                             out.Add({{"owner", o.name}}, *o.hot_quota_bytes);
+                         }
+                       }));
+  for (const TierField& f : kTierFields) {
+    defs.push_back({{std::string("prefixkv_owner_") + f.suffix,
+                     f.type,
+                     {"tier", "owner"},
+                     std::string(f.help) + ", per owner of the hot budget"},
+                    [&f](const Snapshot& s, Samples& out) {
+                      for (const EngineOwnerStats& o : s.engine.owners) {
+                        out.Add({{"tier", "hot"}, {"owner", o.name}}, o.hot.*f.field);
+                      }
+                      if (!s.engine.has_ssd) return;
+                      for (const EngineOwnerStats& o : s.engine.owners) {
+                        out.Add({{"tier", "ssd"}, {"owner", o.name}}, o.ssd.*f.field);
+                      }
+                    }});
+  }
+  defs.push_back({{"prefixkv_restore_duration_seconds",
+                   MetricType::kHistogram,
+                   {"owner", "le"},
+                   "Time of Engine::Restore calls per model"},
+                  [](const Snapshot& s, Samples& out) {
+                    for (const EngineOwnerStats& o : s.engine.owners) {
+                      if (o.restore_latency) {
+                        AppendHistogram(*o.restore_latency, {{"owner", o.name}}, out);
+                      }
+                    }
+                  }});
+}
+
+void AddServerFamilies(std::vector<FamilyDef>& defs) {
+  defs.push_back(Gauge(
+      "prefixkv_server_connected_clients", {}, "Open RESP connections",
+      [](const Snapshot& s, Samples& out) { out.Add({}, s.server.connected_clients); }));
+  defs.push_back(
+      Counter("prefixkv_server_connections_received_total", "RESP connections accepted",
+              [](const ServerStats& s) { return s.total_connections_received; }));
+  defs.push_back(Counter("prefixkv_server_rejected_connections_total",
+                         "RESP connections refused over the client limit",
+                         [](const ServerStats& s) { return s.rejected_connections; }));
+  defs.push_back(
+      Counter("prefixkv_server_commands_processed_total", "RESP commands executed",
+              [](const ServerStats& s) { return s.total_commands_processed; }));
+  defs.push_back(Counter("prefixkv_server_protocol_errors_total",
+                         "RESP connections closed for malformed input",
+                         [](const ServerStats& s) { return s.protocol_errors; }));
+  defs.push_back(Counter("prefixkv_server_idle_disconnections_total",
+                         "RESP connections closed for being idle",
+                         [](const ServerStats& s) { return s.idle_disconnections; }));
+  defs.push_back(Counter("prefixkv_server_auth_failures_total",
+                         "Failed AUTH (and HELLO AUTH) attempts",
+                         [](const ServerStats& s) { return s.auth_failures; }));
+  defs.push_back(Counter("prefixkv_server_out_of_memory_refusals_total",
+                         "RESP requests refused because an allocation failed",
+                         [](const ServerStats& s) { return s.out_of_memory; }));
+}
+
+const std::vector<FamilyDef>& FamilyDefs() {
+  static const std::vector<FamilyDef>* defs = [] {
+    auto* d = new std::vector<FamilyDef>;
+    AddTierFamilies(*d);
+    AddOwnerFamilies(*d);
+    AddServerFamilies(*d);
+    return d;
+  }();
+  return *defs;
+}
+
+// HELP text: backslash and line feed escaped.
+std::string EscapeHelp(std::string_view help) {
+  std::string out;
+  for (char c : help) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string_view MetricTypeName(MetricType type) {
+  switch (type) {
+    case MetricType::kCounter:
+      return "counter";
+    case MetricType::kGauge:
+      return "gauge";
+    case MetricType::kHistogram:
+      return "histogram";
+  }
+  return "untyped";
+}
+
+const std::vector<MetricFamilyInfo>& MetricFamilies() {
+  static const std::vector<MetricFamilyInfo>* infos = [] {
+    auto* v = new std::vector<MetricFamilyInfo>;
+    for (const FamilyDef& d : FamilyDefs()) v->push_back(d.info);
+    return v;
+  }();
+  return *infos;
+}
+
+std::string RenderMetrics(const EngineStats& engine, const ServerStats& server) {
+  const Snapshot snapshot{engine, server};
+  std::string out;
+  for (const FamilyDef& d : FamilyDefs()) {
+    Samples samples(d.info.name);
+    d.samples(snapshot, samples);
+    if (samples.body().empty()) continue;
+    out += "# HELP " + d.info.name + " " + EscapeHelp(d.info.help) + "\n";
+    out +=
+        "# TYPE " + d.info.name + " " + std::string(MetricTypeName(d.info.type)) + "\n";
+    out += samples.body();
+  }
+  return out;
+}
+
+}  // namespace prefixkv::server

@@ -1,0 +1,135 @@
+// The metrics HTTP listener of an in-process Server (ServerOptions::
+// metrics_port): GET /metrics answers the engine's counters in the text
+// format; other paths 404, other methods 405, oversized requests 400 and a
+// close; keep-alive; Stop() closes idle scrapers; a taken port fails Start.
+#include "metrics_http.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "tests/server/exposition_check.h"
+#include "tests/server/http_client.h"
+#include "tests/server/server_fixture.h"
+
+namespace prefixkv {
+namespace {
+
+using testing::HttpConnection;
+using testing::HttpResponse;
+
+class MetricsHttp : public testing::ServerFixture {
+ protected:
+  void SetUp() override {
+    options_.metrics_port = 0;
+    StartServer();
+    ASSERT_NE(server_->metrics_port(), 0);
+    ASSERT_NE(server_->metrics_port(), server_->port());
+  }
+};
+
+TEST(MetricsHttpOff, NoListenerUnlessAMetricsPortIsSet) {
+  testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(auto engine, Engine::Open({.hot_capacity_bytes = 1 << 20}));
+  Server server({}, engine.get());
+  ASSERT_OK(server.Start());
+  EXPECT_EQ(server.metrics_port(), 0);
+}
+
+TEST_F(MetricsHttp, GetMetricsAnswersTheEngineCountersInTheTextFormat) {
+  auto c = Connect();
+  for (int i = 0; i < 5; ++i)
+    ASSERT_EQ(c->Call({"SET", "k" + std::to_string(i), "v"}).str, "OK");
+  ASSERT_TRUE(c->Call({"GET", "k1"}).str == "v");
+  ASSERT_TRUE(c->Call({"GET", "nope"}).null);
+
+  HttpConnection http(server_->metrics_port());
+  ASSERT_TRUE(http.connected());
+  HttpResponse r = http.Request("GET", "/metrics");
+  ASSERT_EQ(r.status, 200) << r.headers;
+  EXPECT_NE(r.headers.find("Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"),
+            std::string::npos)
+      << r.headers;
+  ASSERT_OK_AND_ASSIGN(testing::PromExposition e, testing::ParseExposition(r.body));
+  const EngineStats s = engine_->Stats();
+  EXPECT_EQ(e.Value("prefixkv_tier_blocks", {{"tier", "hot"}}), 5);
+  EXPECT_EQ(e.Value("prefixkv_tier_inserts_total", {{"tier", "hot"}}), s.hot.inserts);
+  EXPECT_EQ(e.Value("prefixkv_owner_hits_total", {{"tier", "hot"}, {"owner", "values"}}),
+            OwnerHot("values").hits);
+  EXPECT_EQ(e.Value("prefixkv_owner_bytes", {{"tier", "hot"}, {"owner", "values"}}),
+            OwnerHot("values").bytes);
+  EXPECT_EQ(e.Value("prefixkv_hot_dirty_blocks"), s.dirty_blocks);
+  EXPECT_EQ(e.Value("prefixkv_server_connected_clients"), 1);  // HTTP is not RESP
+  EXPECT_EQ(e.Value("prefixkv_server_commands_processed_total"), 7);
+  // A query string is ignored.
+  EXPECT_EQ(http.Request("GET", "/metrics?name[]=x").status, 200);
+}
+
+TEST_F(MetricsHttp, OtherPathsAre404AndOtherMethods405) {
+  HttpConnection http(server_->metrics_port());
+  EXPECT_EQ(http.Request("GET", "/").status, 404);
+  EXPECT_EQ(http.Request("GET", "/metricsx").status, 404);
+  EXPECT_EQ(http.Request("POST", "/other").status, 404);
+  HttpResponse post = http.Request("POST", "/metrics");
+  EXPECT_EQ(post.status, 405);
+  EXPECT_NE(post.headers.find("Allow: GET\r\n"), std::string::npos) << post.headers;
+  EXPECT_EQ(http.Request("PUT", "/metrics").status, 405);
+  EXPECT_EQ(http.Request("DELETE", "/metrics").status, 405);
+  HttpResponse head = http.Request("HEAD", "/metrics");
+  EXPECT_EQ(head.status, 405);
+  EXPECT_EQ(head.body, "");
+  EXPECT_EQ(http.Request("GET", "/metrics").status, 200);  // still open: keep-alive
+}
+
+TEST_F(MetricsHttp, PipelinedRequestsAreAnsweredInOrderOnOneConnection) {
+  HttpConnection http(server_->metrics_port());
+  http.Send(
+      "GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n"
+      "GET /nope HTTP/1.1\r\nHost: a\r\n\r\n"
+      "GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(http.Read().status, 200);
+  EXPECT_EQ(http.Read().status, 404);
+  EXPECT_EQ(http.Read().status, 200);
+  EXPECT_TRUE(http.ReadsEof());  // Connection: close honoured
+}
+
+TEST_F(MetricsHttp, ARequestOverTheLimitIs400AndClosesTheConnection) {
+  HttpConnection http(server_->metrics_port());
+  const std::string big(server::MetricsHttpServer::kMaxRequestBytes, 'a');
+  http.Send("GET /metrics HTTP/1.1\r\nHost: a\r\nX-Big: " + big + "\r\n\r\n");
+  HttpResponse r = http.Read();
+  EXPECT_EQ(r.status, 400) << r.headers;
+  EXPECT_TRUE(http.ReadsEof());
+  // A garbled request line too.
+  HttpConnection garbled(server_->metrics_port());
+  garbled.Send("NOT HTTP\r\n\r\n");
+  EXPECT_EQ(garbled.Read().status, 400);
+  EXPECT_TRUE(garbled.ReadsEof());
+  // The listener goes on.
+  EXPECT_EQ(HttpConnection(server_->metrics_port()).Request("GET", "/metrics").status,
+            200);
+}
+
+TEST_F(MetricsHttp, StopClosesIdleScrapersPromptly) {
+  HttpConnection idle(server_->metrics_port());
+  ASSERT_TRUE(idle.connected());
+  HttpConnection kept(server_->metrics_port());
+  ASSERT_EQ(kept.Request("GET", "/metrics").status, 200);
+  const auto start = std::chrono::steady_clock::now();
+  server_->Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  EXPECT_TRUE(idle.ReadsEof());
+  EXPECT_TRUE(kept.ReadsEof());
+  EXPECT_FALSE(HttpConnection(server_->metrics_port()).connected());
+}
+
+TEST_F(MetricsHttp, AMetricsPortInUseFailsStart) {
+  ServerOptions options;
+  options.metrics_port = server_->metrics_port();  // taken by the fixture's server
+  Server second(options, engine_.get());
+  Status s = second.Start();
+  EXPECT_TRUE(s.IsIOError()) << s.ToString();
+}
+
+}  // namespace
+}  // namespace prefixkv

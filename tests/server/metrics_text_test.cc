@@ -1,0 +1,351 @@
+// RenderMetrics: the exact exposition of a known snapshot, every counter in
+// the sample named for it, label escaping, the strict format check on a full
+// snapshot, and docs/metrics.md against the family table.
+#include "metrics_text.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "tests/server/exposition_check.h"
+#include "tests/support/test_util.h"
+
+namespace prefixkv::server {
+namespace {
+
+using testing::ParseExposition;
+using testing::PromExposition;
+
+// Every TierCounters field under the metric suffix it is rendered as.
+const std::vector<std::pair<std::string, uint64_t TierCounters::*>> kFields = {
+    {"blocks", &TierCounters::entries},
+    {"bytes", &TierCounters::bytes},
+    {"pinned_bytes", &TierCounters::pinned_bytes},
+    {"external_bytes", &TierCounters::external_bytes},
+    {"hits_total", &TierCounters::hits},
+    {"misses_total", &TierCounters::misses},
+    {"inserts_total", &TierCounters::inserts},
+    {"removes_total", &TierCounters::removes},
+    {"evictions_total", &TierCounters::evictions},
+    {"spills_total", &TierCounters::spills},
+    {"checksum_failures_total", &TierCounters::corruptions},
+    {"io_errors_total", &TierCounters::io_errors},
+};
+
+// Counters with distinct values from `*next` on.
+TierCounters Distinct(uint64_t* next) {
+  TierCounters c;
+  for (const auto& [suffix, field] : kFields) c.*field = (*next)++;
+  return c;
+}
+
+// Hot and SSD tiers, a model with a quota and restores, the raw keys, a
+// memory charge: every family has samples.
+EngineStats FullSnapshot() {
+  uint64_t next = 1;
+  EngineStats s;
+  s.hot_capacity_bytes = 1 << 20;
+  s.hot = Distinct(&next);
+  s.dirty_blocks = next++;
+  s.has_ssd = true;
+  s.ssd_capacity_bytes = 1 << 30;
+  s.ssd = Distinct(&next);
+  s.ssd_queued_blocks = next++;
+  for (const char* name : {"llama-3", "values", "sessions"}) {
+    EngineOwnerStats o;
+    o.name = name;
+    o.hot = Distinct(&next);
+    o.ssd = Distinct(&next);
+    s.owners.push_back(o);
+  }
+  s.owners[0].hot_quota_bytes = 4096;
+  RestoreLatencyStats latency;
+  latency.counts[3] = 2;
+  latency.counts.back() = 1;
+  latency.sum_micros = 1234567;
+  s.owners[0].restore_latency = latency;
+  return s;
+}
+
+ServerStats SomeServerStats() {
+  return {.connected_clients = 3,
+          .total_connections_received = 17,
+          .rejected_connections = 2,
+          .total_commands_processed = 1001,
+          .protocol_errors = 5,
+          .idle_disconnections = 4,
+          .auth_failures = 6,
+          .out_of_memory = 8};
+}
+
+TEST(MetricsText, RendersAKnownSnapshotExactly) {
+  EngineStats s;
+  s.hot_capacity_bytes = 65536;
+  uint64_t next = 10;
+  s.hot = Distinct(&next);
+  s.dirty_blocks = 7;
+  EngineOwnerStats model;
+  model.name = "m\"1\\";  // quote and backslash escaped in the label
+  model.hot = s.hot;
+  model.hot_quota_bytes = 32768;
+  RestoreLatencyStats latency;
+  latency.counts[0] = 1;   // <= 10 us
+  latency.counts[6] = 2;   // <= 1 ms
+  latency.counts[14] = 1;  // > 1 s
+  latency.sum_micros = 2001605;
+  model.restore_latency = latency;
+  s.owners.push_back(model);
+
+  const std::string expected =
+      R"(# HELP prefixkv_tier_capacity_bytes Capacity of the tier in charged bytes
+# TYPE prefixkv_tier_capacity_bytes gauge
+prefixkv_tier_capacity_bytes{tier="hot"} 65536
+# HELP prefixkv_tier_blocks Blocks resident, whole tier
+# TYPE prefixkv_tier_blocks gauge
+prefixkv_tier_blocks{tier="hot"} 10
+# HELP prefixkv_tier_bytes Charged bytes of resident blocks plus external charges (hot: payload and per-entry overhead; ssd: payload), whole tier
+# TYPE prefixkv_tier_bytes gauge
+prefixkv_tier_bytes{tier="hot"} 11
+# HELP prefixkv_tier_pinned_bytes Charged bytes of blocks pinned by readers (hot), whole tier
+# TYPE prefixkv_tier_pinned_bytes gauge
+prefixkv_tier_pinned_bytes{tier="hot"} 12
+# HELP prefixkv_tier_external_bytes Bytes charged for memory held outside the blocks, such as live sessions' KV (hot), whole tier
+# TYPE prefixkv_tier_external_bytes gauge
+prefixkv_tier_external_bytes{tier="hot"} 13
+# HELP prefixkv_tier_hits_total Reads that found the block, whole tier
+# TYPE prefixkv_tier_hits_total counter
+prefixkv_tier_hits_total{tier="hot"} 14
+# HELP prefixkv_tier_misses_total Reads that did not find the block (damaged blocks included), whole tier
+# TYPE prefixkv_tier_misses_total counter
+prefixkv_tier_misses_total{tier="hot"} 15
+# HELP prefixkv_tier_inserts_total Blocks stored, new or replacing one, whole tier
+# TYPE prefixkv_tier_inserts_total counter
+prefixkv_tier_inserts_total{tier="hot"} 16
+# HELP prefixkv_tier_removes_total Blocks removed explicitly, whole tier
+# TYPE prefixkv_tier_removes_total counter
+prefixkv_tier_removes_total{tier="hot"} 17
+# HELP prefixkv_tier_evictions_total Blocks removed to make room, whole tier
+# TYPE prefixkv_tier_evictions_total counter
+prefixkv_tier_evictions_total{tier="hot"} 18
+# HELP prefixkv_tier_spills_total Evicted blocks handed to the next tier (hot: to the SSD write-back), whole tier
+# TYPE prefixkv_tier_spills_total counter
+prefixkv_tier_spills_total{tier="hot"} 19
+# HELP prefixkv_tier_checksum_failures_total Blocks that failed their checksum or decoding when read, whole tier
+# TYPE prefixkv_tier_checksum_failures_total counter
+prefixkv_tier_checksum_failures_total{tier="hot"} 20
+# HELP prefixkv_tier_io_errors_total Failed reads or writes of the medium, whole tier
+# TYPE prefixkv_tier_io_errors_total counter
+prefixkv_tier_io_errors_total{tier="hot"} 21
+# HELP prefixkv_hot_dirty_blocks Hot blocks not yet written to the SSD tier
+# TYPE prefixkv_hot_dirty_blocks gauge
+prefixkv_hot_dirty_blocks 7
+# HELP prefixkv_owner_hot_quota_bytes Most hot bytes the owner may hold (owners with a quota only)
+# TYPE prefixkv_owner_hot_quota_bytes gauge
+prefixkv_owner_hot_quota_bytes{owner="m\"1\\"} 32768
+# HELP prefixkv_owner_blocks Blocks resident, per owner of the hot budget
+# TYPE prefixkv_owner_blocks gauge
+prefixkv_owner_blocks{tier="hot",owner="m\"1\\"} 10
+# HELP prefixkv_owner_bytes Charged bytes of resident blocks plus external charges (hot: payload and per-entry overhead; ssd: payload), per owner of the hot budget
+# TYPE prefixkv_owner_bytes gauge
+prefixkv_owner_bytes{tier="hot",owner="m\"1\\"} 11
+# HELP prefixkv_owner_pinned_bytes Charged bytes of blocks pinned by readers (hot), per owner of the hot budget
+# TYPE prefixkv_owner_pinned_bytes gauge
+prefixkv_owner_pinned_bytes{tier="hot",owner="m\"1\\"} 12
+# HELP prefixkv_owner_external_bytes Bytes charged for memory held outside the blocks, such as live sessions' KV (hot), per owner of the hot budget
+# TYPE prefixkv_owner_external_bytes gauge
+prefixkv_owner_external_bytes{tier="hot",owner="m\"1\\"} 13
+# HELP prefixkv_owner_hits_total Reads that found the block, per owner of the hot budget
+# TYPE prefixkv_owner_hits_total counter
+prefixkv_owner_hits_total{tier="hot",owner="m\"1\\"} 14
+# HELP prefixkv_owner_misses_total Reads that did not find the block (damaged blocks included), per owner of the hot budget
+# TYPE prefixkv_owner_misses_total counter
+prefixkv_owner_misses_total{tier="hot",owner="m\"1\\"} 15
+# HELP prefixkv_owner_inserts_total Blocks stored, new or replacing one, per owner of the hot budget
+# TYPE prefixkv_owner_inserts_total counter
+prefixkv_owner_inserts_total{tier="hot",owner="m\"1\\"} 16
+# HELP prefixkv_owner_removes_total Blocks removed explicitly, per owner of the hot budget
+# TYPE prefixkv_owner_removes_total counter
+prefixkv_owner_removes_total{tier="hot",owner="m\"1\\"} 17
+# HELP prefixkv_owner_evictions_total Blocks removed to make room, per owner of the hot budget
+# TYPE prefixkv_owner_evictions_total counter
+prefixkv_owner_evictions_total{tier="hot",owner="m\"1\\"} 18
+# HELP prefixkv_owner_spills_total Evicted blocks handed to the next tier (hot: to the SSD write-back), per owner of the hot budget
+# TYPE prefixkv_owner_spills_total counter
+prefixkv_owner_spills_total{tier="hot",owner="m\"1\\"} 19
+# HELP prefixkv_owner_checksum_failures_total Blocks that failed their checksum or decoding when read, per owner of the hot budget
+# TYPE prefixkv_owner_checksum_failures_total counter
+prefixkv_owner_checksum_failures_total{tier="hot",owner="m\"1\\"} 20
+# HELP prefixkv_owner_io_errors_total Failed reads or writes of the medium, per owner of the hot budget
+# TYPE prefixkv_owner_io_errors_total counter
+prefixkv_owner_io_errors_total{tier="hot",owner="m\"1\\"} 21
+# HELP prefixkv_restore_duration_seconds Time of Engine::Restore calls per model
+# TYPE prefixkv_restore_duration_seconds histogram
+prefixkv_restore_duration_seconds_bucket{owner="m\"1\\",le="0.00001"} 1
+prefixkv_restore_duration_seconds_bucket{owner="m\"1\\",le="0.000025"} 1
+prefixkv_restore_duration_seconds_bucket{owner="m\"1\\",le="0.00005"} 1
+prefixkv_restore_duration_seconds_bucket{owner="m\"1\\",le="0.0001"} 1
+prefixkv_restore_duration_seconds_bucket{owner="m\"1\\",le="0.00025"} 1
+prefixkv_restore_duration_seconds_bucket{owner="m\"1\\",le="0.0005"} 1
+prefixkv_restore_duration_seconds_bucket{owner="m\"1\\",le="0.001"} 3
+prefixkv_restore_duration_seconds_bucket{owner="m\"1\\",le="0.0025"} 3
+prefixkv_restore_duration_seconds_bucket{owner="m\"1\\",le="0.005"} 3
+prefixkv_restore_duration_seconds_bucket{owner="m\"1\\",le="0.01"} 3
+prefixkv_restore_duration_seconds_bucket{owner="m\"1\\",le="0.025"} 3
+prefixkv_restore_duration_seconds_bucket{owner="m\"1\\",le="0.05"} 3
+prefixkv_restore_duration_seconds_bucket{owner="m\"1\\",le="0.1"} 3
+prefixkv_restore_duration_seconds_bucket{owner="m\"1\\",le="1"} 3
+prefixkv_restore_duration_seconds_bucket{owner="m\"1\\",le="+Inf"} 4
+prefixkv_restore_duration_seconds_sum{owner="m\"1\\"} 2.001605
+prefixkv_restore_duration_seconds_count{owner="m\"1\\"} 4
+# HELP prefixkv_server_connected_clients Open RESP connections
+# TYPE prefixkv_server_connected_clients gauge
+prefixkv_server_connected_clients 3
+# HELP prefixkv_server_connections_received_total RESP connections accepted
+# TYPE prefixkv_server_connections_received_total counter
+prefixkv_server_connections_received_total 17
+# HELP prefixkv_server_rejected_connections_total RESP connections refused over the client limit
+# TYPE prefixkv_server_rejected_connections_total counter
+prefixkv_server_rejected_connections_total 2
+# HELP prefixkv_server_commands_processed_total RESP commands executed
+# TYPE prefixkv_server_commands_processed_total counter
+prefixkv_server_commands_processed_total 1001
+# HELP prefixkv_server_protocol_errors_total RESP connections closed for malformed input
+# TYPE prefixkv_server_protocol_errors_total counter
+prefixkv_server_protocol_errors_total 5
+# HELP prefixkv_server_idle_disconnections_total RESP connections closed for being idle
+# TYPE prefixkv_server_idle_disconnections_total counter
+prefixkv_server_idle_disconnections_total 4
+# HELP prefixkv_server_auth_failures_total Failed AUTH (and HELLO AUTH) attempts
+# TYPE prefixkv_server_auth_failures_total counter
+prefixkv_server_auth_failures_total 6
+# HELP prefixkv_server_out_of_memory_refusals_total RESP requests refused because an allocation failed
+# TYPE prefixkv_server_out_of_memory_refusals_total counter
+prefixkv_server_out_of_memory_refusals_total 8
+)";
+  const std::string text = RenderMetrics(s, SomeServerStats());
+  EXPECT_EQ(text, expected);
+  EXPECT_OK(ParseExposition(text).status());
+}
+
+TEST(MetricsText, EveryTierAndOwnerCounterIsTheSampleNamedForIt) {
+  const EngineStats s = FullSnapshot();
+  ASSERT_OK_AND_ASSIGN(PromExposition e,
+                       ParseExposition(RenderMetrics(s, SomeServerStats())));
+  for (const auto& [suffix, field] : kFields) {
+    const std::string tier_name = "prefixkv_tier_" + suffix;
+    EXPECT_EQ(e.Value(tier_name, {{"tier", "hot"}}), s.hot.*field) << tier_name;
+    EXPECT_EQ(e.Value(tier_name, {{"tier", "ssd"}}), s.ssd.*field) << tier_name;
+    const std::string owner_name = "prefixkv_owner_" + suffix;
+    for (const EngineOwnerStats& o : s.owners) {
+      EXPECT_EQ(e.Value(owner_name, {{"tier", "hot"}, {"owner", o.name}}), o.hot.*field)
+          << owner_name << " " << o.name;
+      EXPECT_EQ(e.Value(owner_name, {{"tier", "ssd"}, {"owner", o.name}}), o.ssd.*field)
+          << owner_name << " " << o.name;
+    }
+  }
+  EXPECT_EQ(e.Value("prefixkv_tier_capacity_bytes", {{"tier", "hot"}}), 1 << 20);
+  EXPECT_EQ(e.Value("prefixkv_tier_capacity_bytes", {{"tier", "ssd"}}), 1 << 30);
+  EXPECT_EQ(e.Value("prefixkv_hot_dirty_blocks"), s.dirty_blocks);
+  EXPECT_EQ(e.Value("prefixkv_ssd_write_back_queue_blocks"), s.ssd_queued_blocks);
+  EXPECT_EQ(e.Value("prefixkv_owner_hot_quota_bytes", {{"owner", "llama-3"}}), 4096);
+  EXPECT_EQ(e.Value("prefixkv_owner_hot_quota_bytes", {{"owner", "values"}}),
+            std::nullopt);
+  // The histogram: cumulative buckets, exact decimal seconds.
+  EXPECT_EQ(e.Value("prefixkv_restore_duration_seconds_bucket",
+                    {{"owner", "llama-3"}, {"le", "0.00005"}}),
+            0);
+  EXPECT_EQ(e.Value("prefixkv_restore_duration_seconds_bucket",
+                    {{"owner", "llama-3"}, {"le", "0.0001"}}),
+            2);
+  EXPECT_EQ(e.Value("prefixkv_restore_duration_seconds_bucket",
+                    {{"owner", "llama-3"}, {"le", "+Inf"}}),
+            3);
+  EXPECT_EQ(e.Value("prefixkv_restore_duration_seconds_sum", {{"owner", "llama-3"}}),
+            1.234567);
+  EXPECT_EQ(e.Value("prefixkv_restore_duration_seconds_count", {{"owner", "values"}}),
+            std::nullopt);  // not a model
+  const ServerStats server = SomeServerStats();
+  EXPECT_EQ(e.Value("prefixkv_server_connected_clients"), server.connected_clients);
+  EXPECT_EQ(e.Value("prefixkv_server_connections_received_total"),
+            server.total_connections_received);
+  EXPECT_EQ(e.Value("prefixkv_server_rejected_connections_total"),
+            server.rejected_connections);
+  EXPECT_EQ(e.Value("prefixkv_server_commands_processed_total"),
+            server.total_commands_processed);
+  EXPECT_EQ(e.Value("prefixkv_server_protocol_errors_total"), server.protocol_errors);
+  EXPECT_EQ(e.Value("prefixkv_server_idle_disconnections_total"),
+            server.idle_disconnections);
+  EXPECT_EQ(e.Value("prefixkv_server_auth_failures_total"), server.auth_failures);
+  EXPECT_EQ(e.Value("prefixkv_server_out_of_memory_refusals_total"),
+            server.out_of_memory);
+}
+
+TEST(MetricsText, AFullSnapshotWritesEveryDeclaredFamilyInOrderWithItsLabels) {
+  ASSERT_OK_AND_ASSIGN(PromExposition e,
+                       ParseExposition(RenderMetrics(FullSnapshot(), SomeServerStats())));
+  const std::vector<MetricFamilyInfo>& declared = MetricFamilies();
+  ASSERT_EQ(e.families.size(), declared.size());
+  for (size_t i = 0; i < declared.size(); ++i) {
+    const testing::PromFamily& f = e.families[i];
+    EXPECT_EQ(f.name, declared[i].name);
+    EXPECT_EQ(f.type, MetricTypeName(declared[i].type)) << f.name;
+    EXPECT_EQ(f.help, declared[i].help) << f.name;
+    for (const testing::PromSample& sample : f.samples) {
+      std::vector<std::string> names;
+      for (const auto& [k, v] : sample.labels) names.push_back(k);
+      std::vector<std::string> want = declared[i].labels;
+      if (!sample.name.ends_with("_bucket")) std::erase(want, "le");
+      EXPECT_EQ(names, want) << sample.name;
+    }
+  }
+}
+
+TEST(MetricsText, OwnerNamesAreEscapedAndParseBack) {
+  EngineStats s;
+  s.hot_capacity_bytes = 1;
+  EngineOwnerStats o;
+  o.name = "a\"b\\c\nd";
+  s.owners.push_back(o);
+  const std::string text = RenderMetrics(s, {});
+  EXPECT_NE(text.find(R"(owner="a\"b\\c\nd")"), std::string::npos) << text;
+  ASSERT_OK_AND_ASSIGN(PromExposition e, ParseExposition(text));
+  EXPECT_EQ(e.Value("prefixkv_owner_blocks", {{"tier", "hot"}, {"owner", o.name}}), 0);
+}
+
+TEST(MetricsText, NoTierMeansNoSamplesOfIt) {
+  const std::string text = RenderMetrics(EngineStats{}, {});  // closed engine
+  EXPECT_EQ(text.find("tier="), std::string::npos) << text;
+  EXPECT_EQ(text.find("prefixkv_hot_dirty_blocks"), std::string::npos);
+  ASSERT_OK_AND_ASSIGN(PromExposition e, ParseExposition(text));
+  EXPECT_EQ(e.families.size(), 8u);  // the server's
+}
+
+// docs/metrics.md's table: one row per family, in order, with its type and
+// labels ("| `name` | type | `a`, `b` | meaning |", "—" for no labels).
+TEST(MetricsText, TheDocListsEveryFamilyWithItsTypeAndLabels) {
+  std::ifstream in(std::string(PREFIXKV_SOURCE_DIR) + "/docs/metrics.md");
+  ASSERT_TRUE(in.good());
+  const std::regex row(R"(^\| `(prefixkv_[a-z_]+)` \| ([a-z]+) \| ([^|]+) \| [^|]+ \|$)");
+  std::vector<std::string> rows;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (!std::regex_match(line, m, row)) continue;
+    std::string labels = m[3].str();
+    labels.erase(std::remove(labels.begin(), labels.end(), '`'), labels.end());
+    rows.push_back(m[1].str() + " " + m[2].str() + " " + labels);
+  }
+  std::vector<std::string> want;
+  for (const MetricFamilyInfo& f : MetricFamilies()) {
+    std::string labels;
+    for (const std::string& l : f.labels) labels += (labels.empty() ? "" : ", ") + l;
+    want.push_back(f.name + " " + std::string(MetricTypeName(f.type)) + " " +
+                   (labels.empty() ? "—" : labels));
+  }
+  EXPECT_EQ(rows, want);
+}
+
+}  // namespace
+}  // namespace prefixkv::server
