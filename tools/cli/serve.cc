@@ -58,7 +58,8 @@ Flags ServeFlags() {
         "store every SET/PKV.PUT on SSD before replying (survives kill -9 with "
         "wal/sync); default: write-back, RAM first",
         true, ""},
-       {"policy", "hot eviction order: lru or leaf-lru", false, "lru"},
+       {"policy", "hot eviction order: lru, leaf-lru or chain (docs/eviction.md)", false,
+        "lru"},
        {"max-models", "models PKV.REGISTER may register", false, "256"},
        {"metrics-port",
         "also serve Prometheus metrics over HTTP on this port (GET /metrics, on the "
@@ -138,7 +139,7 @@ std::string ParseServeConfig(const Flags& flags, ServeConfig* config) {
   config->engine.durability = *durability;
   StatusOr<EvictionPolicyKind> policy =
       ParseEvictionPolicy(flags.GetString("policy", "lru"));
-  if (!policy.ok()) return "--policy must be lru or leaf-lru";
+  if (!policy.ok()) return "--policy must be lru, leaf-lru or chain";
   config->engine.hot_policy = *policy;
   config->engine.data_dir = flags.GetString("data-dir", "./prefixkv-data");
   config->engine.write_through = flags.GetBool("write-through");
