@@ -83,6 +83,16 @@ Model PrepareKilledDir(const std::string& path) {
   return model;
 }
 
+// The prepared directory, made once per process: the child is forked before
+// this process has started any tier (and so any thread of its own).
+const fs::path& PreparedDir(Model* model) {
+  static const testing::TempDir dir;  // removed at exit
+  static const fs::path base = dir.path() / "base";
+  static const Model prepared = PrepareKilledDir(base.string());
+  if (model != nullptr) *model = prepared;
+  return base;
+}
+
 struct Tally {
   uint64_t flips = 0, rebuilt = 0, served = 0, expected = 0, wrong = 0, stale = 0;
 };
@@ -130,8 +140,8 @@ std::vector<fs::path> Matching(const fs::path& dir, const std::string& pattern) 
 
 TEST(SsdRepair, OneFlippedMetadataByteLosesNoProvableBlock) {
   testing::TempDir dir;
-  const fs::path base = dir.path() / "base";
-  const Model model = PrepareKilledDir(base.string());
+  Model model;
+  const fs::path& base = PreparedDir(&model);
   const uint64_t per_kind = testing::Iterations(10, 20);
   for (const std::string kind : {".log", ".sst", "MANIFEST-", "CURRENT"}) {
     const std::vector<fs::path> files = Matching(base, kind);
@@ -163,7 +173,7 @@ TEST(SsdRepair, OneFlippedMetadataByteLosesNoProvableBlock) {
 TEST(SsdRepair, WithRepairOffADamagedDatabaseIsAnErrorAndNothingMoves) {
   testing::TempDir dir;
   const fs::path base = dir.path() / "base";
-  (void)PrepareKilledDir(base.string());
+  fs::copy(PreparedDir(nullptr), base, fs::copy_options::recursive);
   const std::vector<fs::path> logs = Matching(base, ".log");
   ASSERT_FALSE(logs.empty());
   testing::XorByteAt(logs[0], fs::file_size(logs[0]) / 2, 0x10);
