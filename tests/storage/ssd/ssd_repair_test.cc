@@ -142,7 +142,8 @@ TEST(SsdRepair, OneFlippedMetadataByteLosesNoProvableBlock) {
   testing::TempDir dir;
   Model model;
   const fs::path& base = PreparedDir(&model);
-  const uint64_t per_kind = testing::Iterations(20, 80);  // the issue asks for 20 per kind
+  const uint64_t per_kind =
+      testing::Iterations(20, 80);  // the issue asks for 20 per kind
   for (const std::string kind : {".log", ".sst", "MANIFEST-", "CURRENT"}) {
     const std::vector<fs::path> files = Matching(base, kind);
     ASSERT_FALSE(files.empty()) << "the prepared directory has no " << kind << " file";
