@@ -12,17 +12,7 @@
 namespace prefixkv {
 namespace {
 
-// Runs a shell command; returns its stdout.
-std::string Shell(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  pclose(p);
-  return out;
-}
+using testing::ShellOutput;
 
 bool Installed(const char* tool) {
   return std::system((std::string("command -v ") + tool + " >/dev/null 2>&1").c_str()) ==
@@ -52,31 +42,31 @@ class RedisCliIntegration : public ::testing::Test {
 };
 
 TEST_F(RedisCliIntegration, PingsSetsAndGetsABinaryValue) {
-  EXPECT_EQ(Shell(cli_ + "ping"), "PONG\n");
+  EXPECT_EQ(ShellOutput(cli_ + "ping"), "PONG\n");
   std::string value;
   for (int i = 0; i < 3000; ++i) value += static_cast<char>((i * 7) % 256);
   const std::string in = dir_.str() + "/value.bin";
   std::ofstream(in, std::ios::binary) << value;
   // -x: the last argument is read from stdin, byte for byte.
-  EXPECT_EQ(Shell(cli_ + "-x set bin < " + in), "OK\n");
-  EXPECT_EQ(Shell(cli_ + "--raw get bin"), value + "\n");  // --raw adds one newline
-  EXPECT_EQ(Shell(cli_ + "exists bin nothing"), "1\n");    // not a tty: plain output
+  EXPECT_EQ(ShellOutput(cli_ + "-x set bin < " + in), "OK\n");
+  EXPECT_EQ(ShellOutput(cli_ + "--raw get bin"), value + "\n");  // --raw adds one newline
+  EXPECT_EQ(ShellOutput(cli_ + "exists bin nothing"), "1\n");  // not a tty: plain output
 }
 
 TEST_F(RedisCliIntegration, ShowsInfoWithTierCounters) {
-  ASSERT_EQ(Shell(cli_ + "set k v"), "OK\n");
-  std::string info = Shell(cli_ + "info");
+  ASSERT_EQ(ShellOutput(cli_ + "set k v"), "OK\n");
+  std::string info = ShellOutput(cli_ + "info");
   EXPECT_NE(info.find("# Tier_hot"), std::string::npos) << info;
   EXPECT_NE(info.find("hot_entries:1"), std::string::npos) << info;
   EXPECT_NE(info.find("# Tier_ssd"), std::string::npos) << info;
   EXPECT_NE(info.find("ssd_corruptions:0"), std::string::npos) << info;
-  EXPECT_NE(Shell(cli_ + "hello 3 2>&1").find("NOPROTO"), std::string::npos);
+  EXPECT_NE(ShellOutput(cli_ + "hello 3 2>&1").find("NOPROTO"), std::string::npos);
 }
 
 TEST_F(RedisCliIntegration, CompletesAShortRedisBenchmarkRun) {
   std::string csv =
-      Shell("redis-benchmark -p " + std::to_string(serve_->port()) +
-            " -t set,get -n 2000 -c 8 -P 4 -d 1024 -r 100 --csv -q 2>/dev/null");
+      ShellOutput("redis-benchmark -p " + std::to_string(serve_->port()) +
+                  " -t set,get -n 2000 -c 8 -P 4 -d 1024 -r 100 --csv -q 2>/dev/null");
   std::istringstream lines(csv);
   std::string line;
   int ok = 0;
@@ -87,7 +77,7 @@ TEST_F(RedisCliIntegration, CompletesAShortRedisBenchmarkRun) {
     }
   }
   EXPECT_EQ(ok, 2) << csv;
-  EXPECT_EQ(Shell(cli_ + "ping"), "PONG\n");  // still serving afterwards
+  EXPECT_EQ(ShellOutput(cli_ + "ping"), "PONG\n");  // still serving afterwards
 }
 
 }  // namespace
