@@ -11,6 +11,7 @@
 #include "tests/server/exposition_check.h"
 #include "tests/server/http_client.h"
 #include "tests/server/server_fixture.h"
+#include "tests/support/rocksdb_tsan_suppressions.h"
 
 namespace prefixkv {
 namespace {
