@@ -44,12 +44,15 @@ bool ConsumeReply(std::string_view* s, int depth = 0) {
 }
 
 // A RAM-only engine (no SSD tier: fast, nothing on disk) with a small hot
-// budget, and a cap of four models so PKV.REGISTER reaches it.
+// budget, a cap of four models so PKV.REGISTER reaches it, and an admin
+// password so AUTH admin and the admin commands are reachable too.
 struct Harness {
   std::unique_ptr<Engine> engine =
       Engine::Open({.hot_capacity_bytes = 1 << 20, .log = [](std::string_view) {}})
           .value();
-  Dispatcher dispatcher{engine.get(), DispatcherConfig{"pw", 4, nullptr}};
+  Dispatcher dispatcher{
+      engine.get(),
+      DispatcherConfig{.requirepass = "pw", .admin_pass = "admin", .max_models = 4}};
 };
 
 }  // namespace
