@@ -51,6 +51,8 @@ OWNERS = {
     "advanced/mem_tier.h": "prefixkv_hot",
     "advanced/ssd_tier.h": "prefixkv_ssd",
     "advanced/tier_stack.h": "prefixkv_stack",
+    "advanced/remote_store.h": "prefixkv_remote",
+    "advanced/remote_tier.h": "prefixkv_remote",
     "cache_types.h": "prefixkv_core",
     "advanced/prefix_cache.h": "prefixkv_cache",
     "advanced/tip_lineage.h": "prefixkv_cache",
@@ -75,6 +77,7 @@ THIRD_PARTY = {
     "rocksdb/": ["storage/ssd", "tests/storage/ssd"],
     "boost/": ["storage/hot", "src/server"],
     "zstd": ["storage/codec"],
+    "hiredis/": ["storage/remote", "tests/storage/remote", "tools/redis"],
     # The hash itself, and two places that measure or check against raw XXH3.
     "xxh": ["storage/base", "tools/cli/bench_core.cc", "tests/core/block_key_test.cc"],
 }

@@ -64,6 +64,9 @@ namespace internal {
 class EngineImpl;  // src/engine/engine_impl.h
 }  // namespace internal
 struct SsdTierOptions;
+struct RemoteTierOptions;
+class RemoteStore;
+class RemoteTier;
 
 struct EngineOptions {
   // Directory of the SSD tier (one engine per directory). Empty: no SSD tier,
@@ -101,6 +104,22 @@ struct EngineOptions {
   // Advanced: adjusts the SSD tier's options after the fields above are
   // applied (writer threads, segment size, direct I/O; advanced/ssd_tier.h).
   std::function<void(SsdTierOptions& options)> configure_ssd;
+  // The remote tier shared by every node (docs/remote.md): a Redis Cluster,
+  // "redis://host:port[,host:port...]". Empty: none. Open succeeds when the
+  // cluster is down (the tier reports unavailable and its blocks are misses).
+  std::string remote;
+  RemoteWriteMode remote_write = RemoteWriteMode::kOnSpill;
+  // TTL and per-namespace byte limit of the blocks written (ModelOptions may
+  // override them per model).
+  RemoteNamespaceLimits remote_limits;
+  // Bound of one request batch to one cluster node.
+  uint32_t remote_timeout_ms = 5;
+  // Advanced: adjusts the remote tier's options (queue bounds, writers, key
+  // prefix; advanced/remote_tier.h).
+  std::function<void(RemoteTierOptions& options)> configure_remote;
+  // Advanced, for tests: the store under the remote tier instead of a Redis
+  // Cluster client (then `remote` is only its name in Stats).
+  std::function<std::unique_ptr<RemoteStore>()> remote_store_factory;
 };
 
 // How one model's blocks are kept.
@@ -112,6 +131,8 @@ struct ModelOptions {
   // Most hot bytes this model may hold (nullopt: only the shared budget
   // limits it).
   std::optional<uint64_t> hot_quota_bytes;
+  // This model's remote TTL and byte limit (nullopt: EngineOptions's).
+  std::optional<RemoteNamespaceLimits> remote_limits;
 };
 
 // How long one model's Engine::Restore calls took (by the engine's Clock, every
@@ -159,6 +180,9 @@ struct EngineStats {
   uint64_t ssd_capacity_bytes = 0;
   TierCounters ssd;
   uint64_t ssd_queued_blocks = 0;  // write-back queue depth
+  bool has_remote = false;
+  std::string remote_describe;  // the cluster, e.g. "remote: redis cluster ..."
+  RemoteCounters remote;        // this node's view of the remote tier
 };
 
 // What Audit() found. Empty findings and orphans: every counter agrees with
@@ -293,6 +317,7 @@ class Engine {
   PrefixCache& prefix_cache();
   SharedHotBudget* hot_budget();    // null without a hot tier
   SsdTier* ssd_tier();              // null without data_dir
+  RemoteTier* remote_tier();        // null without EngineOptions::remote
   TierStack* tiers(Namespace ns);   // the model's stack; null for an unknown ns
   HotTier* hot_tier(Namespace ns);  // the model's hot view; null as above
   const EngineOptions& options() const;

@@ -64,7 +64,11 @@ struct RestoreResult {
   size_t blocks_from_ssd = 0;    // verified reads
   uint64_t tokens_from_hot = 0;  // tokens of the blocks read from RAM
   uint64_t tokens_from_ssd = 0;  // tokens of the blocks read from SSD
-  WindowPadding window;          // from the tip's metadata
+  // Blocks Match fetched from the remote tier (another node computed them),
+  // not counted in the two above.
+  size_t blocks_from_remote = 0;
+  uint64_t tokens_from_remote = 0;
+  WindowPadding window;  // from the tip's metadata
   // Empty when every matched token was restored; otherwise why not (a block
   // vanished or failed validation, or walk-back dropped trailing blocks).
   std::string reason;

@@ -46,7 +46,7 @@ struct AuditFinding {
 };
 
 // Which tier served a block.
-enum class TierLevel : uint8_t { kNone = 0, kHot = 1, kSsd = 2 };
+enum class TierLevel : uint8_t { kNone = 0, kHot = 1, kSsd = 2, kRemote = 3 };
 
 // "none", "hot", "ssd".
 std::string_view TierLevelName(TierLevel level);
@@ -82,5 +82,39 @@ enum class EvictionPolicyKind : unsigned char {
 // "lru", "leaf-lru" or "chain"; InvalidArgument for anything else.
 StatusOr<EvictionPolicyKind> ParseEvictionPolicy(std::string_view name);
 std::string_view EvictionPolicyName(EvictionPolicyKind kind);
+
+// The remote tier (advanced/remote_tier.h, docs/remote.md).
+enum class RemoteWriteMode : uint8_t {
+  kOnSpill,  // blocks the lowest local tier evicts (default)
+  kAlways,   // every block stored, as soon as it is stored locally
+};
+std::string_view RemoteWriteModeName(RemoteWriteMode mode);
+StatusOr<RemoteWriteMode> ParseRemoteWriteMode(std::string_view name);
+
+// Limits of one namespace's blocks in the remote store.
+struct RemoteNamespaceLimits {
+  // Expiry of each block written (refreshed when written again). 0: none.
+  uint32_t ttl_seconds = 24 * 3600;
+  // Bytes this namespace may write per TTL window, counted cluster-wide in a
+  // counter key that expires with the window (0: unlimited). Writes over it
+  // are dropped and counted (RemoteCounters::over_quota).
+  uint64_t max_bytes = 0;
+};
+
+// What the remote tier did, on this node.
+struct RemoteCounters {
+  uint64_t hits = 0;           // blocks read back intact
+  uint64_t misses = 0;         // absent, unreadable or corrupt
+  uint64_t corruptions = 0;    // values that failed the envelope check
+  uint64_t errors = 0;         // failed store calls (reads and writes)
+  uint64_t bytes_read = 0;     // payload bytes of hits
+  uint64_t bytes_written = 0;  // payload bytes stored
+  uint64_t writes = 0;         // blocks stored
+  uint64_t dropped = 0;        // blocks dropped: queue full or write failed
+  uint64_t over_quota = 0;     // blocks not written: namespace max_bytes
+  uint64_t queued_blocks = 0;  // now waiting in the write queue
+  uint64_t queued_bytes = 0;
+  bool available = false;  // the last store call succeeded
+};
 
 }  // namespace prefixkv

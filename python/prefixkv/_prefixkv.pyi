@@ -124,8 +124,11 @@ class Engine:
     def open(*, data_dir: Optional[str] = None, hot_bytes: int = 1 << 30,
              ssd_bytes: int = 64 << 30, durability: str = "wal",
              write_through: bool = False, create_if_missing: bool = True,
-             hot_policy: str = "lru", quiet: bool = False) -> Engine:
-        """Opens the tiers. data_dir None: RAM only, nothing survives close()."""
+             hot_policy: str = "lru", quiet: bool = False, remote: str = "",
+             remote_write: str = "on_spill") -> Engine:
+        """Opens the tiers. data_dir None: RAM only, nothing survives close().
+        remote: a Redis Cluster shared by every node, "redis://host:port[,...]"
+        (docs/remote.md); remote_write: "on_spill" or "always"."""
     def register_model(self, model: str, layer_types: Sequence[str], *,
                        block_tokens: int = 256, dtype: str = "float16", salt: str = "",
                        store_partial_tail: bool = False,
@@ -143,7 +146,10 @@ class Engine:
     def closed(self) -> bool: ...
     def stats(self) -> dict[str, Any]:
         """EngineStats: hot_capacity_bytes, hot, owners, dirty_blocks, has_ssd,
-        ssd_capacity_bytes, ssd, ssd_queued_blocks (counters are dicts). Each
+        ssd_capacity_bytes, ssd, ssd_queued_blocks (counters are dicts),
+        has_remote, remote (cluster, available, hits, misses, corruptions,
+        errors, bytes_read, bytes_written, writes, dropped, over_quota,
+        queued_blocks, queued_bytes). Each
         owner: name, hot, hot_quota_bytes, ssd, restore_latency (models only:
         bucket_bounds_micros, counts, sum_micros, count; else None)."""
     def audit(self) -> dict[str, Any]:

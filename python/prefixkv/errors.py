@@ -60,5 +60,9 @@ class Internal(Error):
     """A broken invariant inside prefixkv: always a bug."""
 
 
+class Unavailable(Error):
+    """A remote service did not answer in time or is down; retry later."""
+
+
 __all__ = ["Error", "NotFound", "Corruption", "InvalidArgument", "IOError", "Busy",
-           "NoSpace", "NotSupported", "Aborted", "Internal"]
+           "NoSpace", "NotSupported", "Aborted", "Internal", "Unavailable"]

@@ -64,6 +64,22 @@ py::dict StatsDict(const EngineStats& s) {
   d["ssd_capacity_bytes"] = s.ssd_capacity_bytes;
   d["ssd"] = CountersDict(s.ssd);
   d["ssd_queued_blocks"] = s.ssd_queued_blocks;
+  d["has_remote"] = s.has_remote;
+  py::dict r;
+  r["cluster"] = s.remote_describe;
+  r["available"] = s.remote.available;
+  r["hits"] = s.remote.hits;
+  r["misses"] = s.remote.misses;
+  r["corruptions"] = s.remote.corruptions;
+  r["errors"] = s.remote.errors;
+  r["bytes_read"] = s.remote.bytes_read;
+  r["bytes_written"] = s.remote.bytes_written;
+  r["writes"] = s.remote.writes;
+  r["dropped"] = s.remote.dropped;
+  r["over_quota"] = s.remote.over_quota;
+  r["queued_blocks"] = s.remote.queued_blocks;
+  r["queued_bytes"] = s.remote.queued_bytes;
+  d["remote"] = r;
   return d;
 }
 
@@ -171,8 +187,12 @@ std::shared_ptr<PyEngine> OpenEngine(std::optional<std::string> data_dir,
                                      uint64_t hot_bytes, uint64_t ssd_bytes,
                                      const std::string& durability, bool write_through,
                                      bool create_if_missing,
-                                     const std::string& hot_policy, bool quiet) {
+                                     const std::string& hot_policy, bool quiet,
+                                     const std::string& remote,
+                                     const std::string& remote_write) {
   EngineOptions o;
+  o.remote = remote;
+  o.remote_write = ValueOr(ParseRemoteWriteMode(remote_write));
   o.data_dir = data_dir.value_or("");
   o.hot_capacity_bytes = hot_bytes;
   o.ssd_capacity_bytes = ssd_bytes;
@@ -325,7 +345,8 @@ void BindEngine(py::module_& m) {
                   py::arg("ssd_bytes") = uint64_t{64} << 30,
                   py::arg("durability") = "wal", py::arg("write_through") = false,
                   py::arg("create_if_missing") = true, py::arg("hot_policy") = "lru",
-                  py::arg("quiet") = false)
+                  py::arg("quiet") = false, py::arg("remote") = "",
+                  py::arg("remote_write") = "on_spill")
       .def("register_model", &RegisterModel, py::arg("model"), py::arg("layer_types"),
            py::kw_only(), py::arg("block_tokens") = 256, py::arg("dtype") = "float16",
            py::arg("salt") = "", py::arg("store_partial_tail") = false,

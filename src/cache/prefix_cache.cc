@@ -134,17 +134,69 @@ StatusOr<MatchResult> PrefixCache::Match(Namespace handle,
     if (level == TierLevel::kNone) break;
     take(key, level, part);
   }
+  // The next full blocks from the remote tier, a batch per round trip.
+  bool remote_chain_ended = false;
+  while (ns->tiers->remote() != nullptr && !remote_chain_ended &&
+         start + block <= tokens.size()) {
+    std::vector<BlockKey> keys;
+    BlockKey p = parent;
+    for (size_t at = start; at + block <= tokens.size() && keys.size() < kRemoteBatch;
+         at += block) {
+      keys.push_back(ChainKey(p, tokens.subspan(at, block)));
+      p = keys.back();
+    }
+    const size_t got = FetchRemote(*ns, keys, parent, block);
+    for (size_t i = 0; i < got; ++i) {
+      take(keys[i], TierLevel::kRemote, tokens.subspan(start, block));
+    }
+    remote_chain_ended = got < keys.size();
+  }
   if (!ns->partial_tail) return match;
   // The longest partial tail stored after the last matched full block.
+  std::vector<BlockKey> tails;
   for (size_t n = std::min<size_t>(block - 1, tokens.size() - start); n > 0; --n) {
     std::span<const int32_t> part = tokens.subspan(start, n);
     const BlockKey key = ChainKey(parent, part);
     const TierLevel level = ns->tiers->Locate(key);
-    if (level == TierLevel::kNone) continue;
+    if (level == TierLevel::kNone) {
+      tails.push_back(key);
+      continue;
+    }
     take(key, level, part);
-    break;
+    return match;
+  }
+  if (ns->tiers->remote() == nullptr || tails.empty()) return match;
+  // tails[i] has block - 1 - i tokens (or fewer when the prompt is short).
+  const size_t longest = std::min<size_t>(block - 1, tokens.size() - start);
+  for (size_t i = 0; i < tails.size(); ++i) {
+    const size_t n = longest - i;
+    if (FetchRemote(*ns, std::span<const BlockKey>(&tails[i], 1), parent, n) == 1) {
+      take(tails[i], TierLevel::kRemote, tokens.subspan(start, n));
+      break;
+    }
   }
   return match;
+}
+
+size_t PrefixCache::FetchRemote(cache::NamespaceState& ns, std::span<const BlockKey> keys,
+                                BlockKey parent, size_t tokens_per_block) const {
+  std::vector<std::optional<SharedBytes>> got = ns.tiers->remote()->GetMany(keys);
+  size_t n = 0;
+  for (; n < keys.size(); ++n) {
+    if (!got[n].has_value()) break;
+    // The envelope checked the bytes; the record must also be this block of
+    // this namespace (a chain key names the same block on every node).
+    StatusOr<RecordIdentity> id = PeekBlockIdentity(got[n]->view());
+    if (!id.ok() || id->key != keys[n] || id->parent != parent ||
+        id->namespace_id != ns.root || id->token_count != tokens_per_block) {
+      break;
+    }
+    // Stored locally so Restore reads it from RAM (or SSD); when it cannot be
+    // stored (pinned copies, no space), Restore reads it remotely again.
+    (void)ns.tiers->Promote(ns.MetaFor(keys[n], parent), std::move(*got[n]));
+    parent = keys[n];
+  }
+  return n;
 }
 
 StatusOr<std::vector<std::pair<BlockKey, BlockKey>>> PrefixCache::RecordedTips(

@@ -216,7 +216,18 @@ StatusOr<RestoreResult> PrefixCache::Restore(const MatchResult& match) {
   result.restored_blocks = blocks.size();
   for (const LoadedBlock& block : blocks) {
     result.restored_tokens += block.record.token_count;
-    const bool hot = block.level == TierLevel::kHot;
+    // A block Match fetched from the remote tier counts as remote even when
+    // it was read back from the local copy Match stored.
+    bool remote = block.level == TierLevel::kRemote;
+    for (size_t i = 0; i < k && !remote; ++i) {
+      remote = match.keys[i] == block.record.key && match.tiers[i] == TierLevel::kRemote;
+    }
+    const bool hot = !remote && block.level == TierLevel::kHot;
+    if (remote) {
+      ++result.blocks_from_remote;
+      result.tokens_from_remote += block.record.token_count;
+      continue;
+    }
     (hot ? result.blocks_from_hot : result.blocks_from_ssd)++;
     (hot ? result.tokens_from_hot : result.tokens_from_ssd) += block.record.token_count;
   }

@@ -32,6 +32,7 @@ Status internal::EngineImpl::OpenTiers() {
         budget_, SharedHotBudget::Create({.capacity_bytes = options_.hot_capacity_bytes,
                                           .policy = options_.hot_policy}));
   }
+  PKV_RETURN_IF_ERROR(OpenRemote());
   PrefixCacheOptions cache_options;
   cache_options.encode = options_.encode;
   cache_options.decode_limits = options_.decode_limits;
@@ -39,8 +40,37 @@ Status internal::EngineImpl::OpenTiers() {
   return Status::OK();
 }
 
-StatusOr<EngineOwner> internal::EngineImpl::NewOwner(
-    const std::string& name, std::optional<uint64_t> quota_bytes) {
+Status internal::EngineImpl::OpenRemote() {
+  if (options_.remote.empty() && !options_.remote_store_factory) return Status::OK();
+  std::unique_ptr<RemoteStore> store;
+  if (options_.remote_store_factory) {
+    store = options_.remote_store_factory();
+    if (store == nullptr)
+      return Status::InvalidArgument("remote store factory gave none");
+  } else {
+    RedisClusterOptions c;
+    PKV_ASSIGN_OR_RETURN(c.seeds, ParseRedisSeeds(options_.remote));
+    c.request_timeout_ms = options_.remote_timeout_ms;
+    PKV_ASSIGN_OR_RETURN(store, OpenRedisClusterStore(c));
+  }
+  RemoteTierOptions o;
+  o.write_mode = options_.remote_write;
+  o.default_limits = options_.remote_limits;
+  o.clock = clock_;
+  o.log = options_.log;
+  if (options_.configure_remote) options_.configure_remote(o);
+  remote_ = RemoteTier::Open(std::move(store), std::move(o));
+  // on_spill: what the SSD tier evicts goes to the remote tier (without an
+  // SSD tier each stack hands it the hot tier's victims).
+  if (ssd_ != nullptr && options_.remote_write == RemoteWriteMode::kOnSpill) {
+    ssd_->SetEvictionListener(remote_.get());
+  }
+  return Status::OK();
+}
+
+StatusOr<EngineOwner> internal::EngineImpl::NewOwner(const std::string& name,
+                                                     std::optional<uint64_t> quota_bytes,
+                                                     bool with_remote) {
   EngineOwner o;
   o.name = name;
   if (budget_ != nullptr) {
@@ -50,6 +80,10 @@ StatusOr<EngineOwner> internal::EngineImpl::NewOwner(
   TierStackOptions stack_options;
   stack_options.promote_on_ssd_hit = options_.promote_on_ssd_hit;
   stack_options.write_through = options_.write_through;
+  if (with_remote && remote_ != nullptr) {
+    stack_options.remote = remote_.get();
+    stack_options.put_to_remote = options_.remote_write == RemoteWriteMode::kAlways;
+  }
   // The SSD tier is also the write-back target: it queues the hot view's dirty
   // victims for its background writers.
   o.stack =
@@ -82,8 +116,15 @@ StatusOr<Namespace> Engine::RegisterModel(const NamespaceSpec& spec,
   MutexLock lock(&impl_->mu_);
   for (const auto& m : impl_->models_) {
     if (m->fingerprint != fingerprint) continue;
+    const auto limits = [](const ModelOptions& o) {
+      return o.remote_limits.has_value()
+                 ? std::optional(std::pair(o.remote_limits->ttl_seconds,
+                                           o.remote_limits->max_bytes))
+                 : std::nullopt;
+    };
     if (m->options.store_partial_tail != options.store_partial_tail ||
-        m->options.hot_quota_bytes != options.hot_quota_bytes) {
+        m->options.hot_quota_bytes != options.hot_quota_bytes ||
+        limits(m->options) != limits(options)) {
       return Status::InvalidArgument("model " + spec.model +
                                      " is already registered with other options");
     }
@@ -102,7 +143,11 @@ StatusOr<Namespace> Engine::RegisterModel(const NamespaceSpec& spec,
       }
     }
   }
-  PKV_ASSIGN_OR_RETURN(model->tiers, impl_->NewOwner(name, options.hot_quota_bytes));
+  PKV_ASSIGN_OR_RETURN(
+      model->tiers, impl_->NewOwner(name, options.hot_quota_bytes, /*with_remote=*/true));
+  if (impl_->remote_ != nullptr && options.remote_limits.has_value()) {
+    impl_->remote_->SetNamespaceLimits(root, *options.remote_limits);
+  }
   NamespaceOptions ns_options;
   ns_options.tiers = model->tiers.stack.get();
   ns_options.owner = model->tiers.owner;
@@ -177,7 +222,11 @@ Status Engine::Flush() {
   if (TierStack* values = impl_->values_stack_.load(std::memory_order_acquire)) {
     PKV_RETURN_IF_ERROR(values->Flush());
   }
-  return impl_->ssd_ != nullptr ? impl_->ssd_->Flush() : Status::OK();
+  if (impl_->ssd_ != nullptr) PKV_RETURN_IF_ERROR(impl_->ssd_->Flush());
+  // Blocks queued for the remote tier are written or dropped (bounded by the
+  // cluster's timeouts; a remote failure is never an error here).
+  if (impl_->remote_ != nullptr) impl_->remote_->Flush();
+  return Status::OK();
 }
 
 Status Engine::Close() {
@@ -196,6 +245,8 @@ Status Engine::Close() {
   impl_->budget_.reset();
   Status closed = impl_->ssd_ != nullptr ? impl_->ssd_->Close() : Status::OK();
   impl_->ssd_.reset();
+  if (impl_->remote_ != nullptr) impl_->remote_->Flush();
+  impl_->remote_.reset();
   return flushed.ok() ? closed : flushed;
 }
 
@@ -204,6 +255,7 @@ bool Engine::closed() const { return impl_->closed_.load(std::memory_order_acqui
 PrefixCache& Engine::prefix_cache() { return *impl_->cache_; }
 SharedHotBudget* Engine::hot_budget() { return impl_->budget_.get(); }
 SsdTier* Engine::ssd_tier() { return impl_->ssd_.get(); }
+RemoteTier* Engine::remote_tier() { return impl_->remote_.get(); }
 const EngineOptions& Engine::options() const { return impl_->options_; }
 
 TierStack* Engine::tiers(Namespace ns) {

@@ -22,6 +22,7 @@
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/prefix_cache.h"
+#include "prefixkv/advanced/remote_tier.h"
 #include "prefixkv/advanced/shared_hot_budget.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "prefixkv/advanced/tier_stack.h"
@@ -63,13 +64,17 @@ class internal::EngineImpl {
  public:
   explicit EngineImpl(const EngineOptions& options) : options_(options) {}
 
-  // Opens the budget and the SSD tier (Engine::Open).
+  // Opens the budget, the SSD tier and the remote tier (Engine::Open).
   Status OpenTiers();
+  Status OpenRemote();
 
   // An owner of the budget with its hot view and stack (RegisterModel, the
   // key-value space). REQUIRES: mu_ held.
+  // A model's stack reaches the remote tier; the key-value space's does not
+  // (its values are mutable, remote blocks are immutable by key).
   StatusOr<EngineOwner> NewOwner(const std::string& name,
-                                 std::optional<uint64_t> quota_bytes) REQUIRES(mu_);
+                                 std::optional<uint64_t> quota_bytes, bool with_remote)
+      REQUIRES(mu_);
   // The model of a namespace handle, or null.
   EngineModel* Find(Namespace ns) const EXCLUDES(mu_);
   // The key-value space's stack, created on first use (under mu_; later calls
@@ -85,7 +90,10 @@ class internal::EngineImpl {
   const EngineOptions options_;
   Clock* const clock_ = options_.clock != nullptr ? options_.clock : Clock::System();
   std::shared_ptr<SharedHotBudget> budget_;  // null without a hot tier
-  std::unique_ptr<SsdTier> ssd_;             // null without data_dir
+  // Declared before ssd_ so it is destroyed after it: it is the SSD tier's
+  // eviction listener (write mode on_spill).
+  std::unique_ptr<RemoteTier> remote_;  // null without options_.remote
+  std::unique_ptr<SsdTier> ssd_;        // null without data_dir
   std::unique_ptr<PrefixCache> cache_;
   std::atomic<bool> closed_{false};
 

@@ -44,6 +44,11 @@ EngineStats Engine::Stats() const {
     s.ssd = impl.ssd_->Totals();
     s.ssd_queued_blocks = impl.ssd_->queued_blocks();
   }
+  if (impl.CheckOpen().ok() && impl.remote_ != nullptr) {
+    s.has_remote = true;
+    s.remote_describe = impl.remote_->Describe();
+    s.remote = impl.remote_->Counters();
+  }
   if (impl.CheckOpen().ok()) {
     MutexLock lock(&impl.mu_);
     for (const auto& m : impl.models_) {

@@ -11,18 +11,20 @@
 
 #include "commands.h"
 #include "prefixkv/advanced/ssd_tier.h"
+#include "remote_fields.h"
 
 namespace prefixkv::server {
 namespace {
 
 // INFO with no argument, "all", "everything" or "default" returns every
-// section; "tiers" the three engine sections; any other name that section only.
+// section; "tiers" the four engine sections; any other name that section only.
 bool WantSection(std::string_view want, std::string_view section) {
   if (want.empty() || want == "all" || want == "everything" || want == "default") {
     return true;
   }
   if (want == "tiers") {
-    return section == "tier_hot" || section == "owners" || section == "tier_ssd";
+    return section == "tier_hot" || section == "owners" || section == "tier_ssd" ||
+           section == "tier_remote";
   }
   return want == section;
 }
@@ -153,9 +155,9 @@ void ForEachCounter(const TierCounters& c,
 }
 
 // INFO [section]: "server", "clients" and "stats" from the running server,
-// "memory" and "keyspace", then "tier_hot", "owners" and "tier_ssd" from the
-// engine ("tiers": those three). An unknown section is an empty reply, as in
-// Redis.
+// "memory" and "keyspace", then "tier_hot", "owners", "tier_ssd" and
+// "tier_remote" from the engine ("tiers": those four). An unknown section is an empty
+// reply, as in Redis.
 void CmdInfo(CommandContext& ctx) {
   std::string want;
   if (ctx.args.size() > 1) {
@@ -179,11 +181,21 @@ void CmdInfo(CommandContext& ctx) {
     AppendTier("ssd", s.ssd, s.ssd_capacity_bytes, "queued_blocks", s.ssd_queued_blocks,
                &text);
   }
+  if (s.has_remote && wanted("tier_remote")) {
+    text += "# Tier_remote\r\nremote_cluster:" + s.remote_describe + "\r\n";
+    text += std::string("remote_available:") + (s.remote.available ? "1" : "0") + "\r\n";
+    for (const RemoteField& f : kRemoteFields) {
+      text += "remote_" + std::string(f.name) + ":" + std::to_string(s.remote.*f.field) +
+              "\r\n";
+    }
+    text += "\r\n";
+  }
   ctx.out->Bulk(text);
 }
 
 // PKV.STATS: a flat array of names and integers: "hot.<counter>" (every
-// owner), "owner.<name>.<counter>" per owner, "ssd.<counter>".
+// owner), "owner.<name>.<counter>" per owner, "ssd.<counter>",
+// "remote.<counter>".
 void CmdPkvStats(CommandContext& ctx) {
   const EngineStats s = ctx.dispatcher.engine()->Stats();
   std::vector<std::pair<std::string, uint64_t>> fields;
@@ -200,6 +212,12 @@ void CmdPkvStats(CommandContext& ctx) {
     fields.emplace_back("ssd.capacity_bytes", s.ssd_capacity_bytes);
     add("ssd.", s.ssd);
     fields.emplace_back("ssd.queued_blocks", s.ssd_queued_blocks);
+  }
+  if (s.has_remote) {
+    fields.emplace_back("remote.available", s.remote.available ? 1 : 0);
+    for (const RemoteField& f : kRemoteFields) {
+      fields.emplace_back("remote." + std::string(f.name), s.remote.*f.field);
+    }
   }
   ctx.out->ArrayHeader(fields.size() * 2);
   for (const auto& [name, v] : fields) {

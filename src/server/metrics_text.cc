@@ -5,6 +5,8 @@
 #include <functional>
 #include <utility>
 
+#include "remote_fields.h"
+
 namespace prefixkv::server {
 namespace {
 
@@ -177,6 +179,25 @@ void AddTierFamilies(std::vector<FamilyDef>& defs) {
                        }));
 }
 
+// The remote tier's families (only with a remote tier).
+void AddRemoteFamilies(std::vector<FamilyDef>& defs) {
+  defs.push_back(Gauge("prefixkv_remote_available", {},
+                       "1 when the last call to the remote tier's cluster succeeded",
+                       [](const Snapshot& s, Samples& out) {
+                         if (s.engine.has_remote)
+                           out.Add({}, uint64_t{s.engine.remote.available});
+                       }));
+  for (const RemoteField& f : kRemoteFields) {
+    defs.push_back({{std::string("prefixkv_remote_") + f.metric,
+                     f.counter ? MetricType::kCounter : MetricType::kGauge,
+                     {},
+                     f.help},
+                    [&f](const Snapshot& s, Samples& out) {
+                      if (s.engine.has_remote) out.Add({}, s.engine.remote.*f.field);
+                    }});
+  }
+}
+
 // Per-owner families: one sample per owner and tier.
 void AddOwnerFamilies(std::vector<FamilyDef>& defs) {
   defs.push_back(Gauge("prefixkv_owner_hot_quota_bytes", {"owner"},
@@ -246,6 +267,7 @@ const std::vector<FamilyDef>& FamilyDefs() {
   static const std::vector<FamilyDef>* defs = [] {
     auto* d = new std::vector<FamilyDef>;
     AddTierFamilies(*d);
+    AddRemoteFamilies(*d);
     AddOwnerFamilies(*d);
     AddServerFamilies(*d);
     return d;

@@ -11,6 +11,8 @@ std::string_view TierLevelName(TierLevel level) {
       return "hot";
     case TierLevel::kSsd:
       return "ssd";
+    case TierLevel::kRemote:
+      return "remote";
   }
   return "invalid";
 }
@@ -54,6 +56,17 @@ std::string_view EvictionPolicyName(EvictionPolicyKind kind) {
       return "chain";
   }
   return "unknown";
+}
+
+std::string_view RemoteWriteModeName(RemoteWriteMode mode) {
+  return mode == RemoteWriteMode::kAlways ? "always" : "on_spill";
+}
+
+StatusOr<RemoteWriteMode> ParseRemoteWriteMode(std::string_view name) {
+  if (name == "on_spill" || name == "on-spill") return RemoteWriteMode::kOnSpill;
+  if (name == "always") return RemoteWriteMode::kAlways;
+  return Status::InvalidArgument("unknown remote write mode '" + std::string(name) +
+                                 "' (on_spill or always)");
 }
 
 }  // namespace prefixkv

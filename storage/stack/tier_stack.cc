@@ -32,9 +32,17 @@ StatusOr<TierHit> TierStack::Get(const BlockKey& key, bool allow_promotion) {
     StatusOr<SharedBytes> hit = hot_->Get(key);
     if (hit.ok()) return TierHit{std::move(hit).value(), TierLevel::kHot};
   }
-  if (ssd_ == nullptr) return Status::NotFound("block " + key.ToHex() + " not cached");
-  MutexLock lock(&StripeFor(key));
-  return GetBelow(key, hot_ != nullptr && options_.promote_on_ssd_hit && allow_promotion);
+  if (ssd_ != nullptr) {
+    MutexLock lock(&StripeFor(key));
+    StatusOr<TierHit> hit =
+        GetBelow(key, hot_ != nullptr && options_.promote_on_ssd_hit && allow_promotion);
+    if (hit.ok() || options_.remote == nullptr || !allow_promotion) return hit;
+  }
+  if (options_.remote != nullptr && allow_promotion) {
+    StatusOr<SharedBytes> hit = options_.remote->Get(key);
+    if (hit.ok()) return TierHit{std::move(hit).value(), TierLevel::kRemote};
+  }
+  return Status::NotFound("block " + key.ToHex() + " not cached");
 }
 
 StatusOr<TierHit> TierStack::GetBelow(const BlockKey& key, bool promote) {
@@ -70,6 +78,15 @@ StatusOr<BlockMeta> TierStack::Peek(const BlockKey& key) const {
 }
 
 Status TierStack::Put(const BlockMeta& meta, SharedBytes payload) {
+  MutexLock lock(&StripeFor(meta.key));
+  if (options_.remote == nullptr || !options_.put_to_remote) {
+    return PutLocked(meta, std::move(payload));
+  }
+  PKV_RETURN_IF_ERROR(PutLocked(meta, payload));
+  return options_.remote->Put(meta, std::move(payload), /*dirty=*/false);  // queued
+}
+
+Status TierStack::Promote(const BlockMeta& meta, SharedBytes payload) {
   MutexLock lock(&StripeFor(meta.key));
   return PutLocked(meta, std::move(payload));
 }
@@ -244,6 +261,10 @@ void TierStack::OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool 
   // Clean victims are already stored below (or were never meant to be). Only
   // this copy's mark is cleared: a newer copy Put meanwhile keeps its own
   // (two copies share a buffer only when they are the same bytes).
+  if (ssd_ == nullptr && options_.remote != nullptr && !options_.put_to_remote) {
+    (void)options_.remote->Put(meta, payload,
+                               /*dirty=*/false);  // the lowest tier's victim
+  }
   if (!dirty || ssd_ == nullptr) return MarkCleanIf(meta.key, payload);
   // Called after the hot tier let go of its lock, so a newer Put, a Remove or
   // a Flush of the key may already have run: then this copy is stale.

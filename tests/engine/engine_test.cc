@@ -12,45 +12,17 @@
 
 #include "prefixkv/advanced/shared_hot_budget.h"
 #include "prefixkv/advanced/ssd_tier.h"
+#include "tests/engine/engine_test_util.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace {
 
-constexpr uint32_t kBlockTokens = 4;
-
-NamespaceSpec KvSpec(const std::string& model = "engine-model", size_t layers = 2) {
-  NamespaceSpec spec;
-  spec.model = model;
-  spec.block_tokens = kBlockTokens;
-  spec.dtype = DType::kFloat32;
-  spec.layer_types = std::vector<std::string>(layers, "KVCache");
-  return spec;
-}
-
-std::vector<int32_t> Tokens(size_t n, int32_t first = 0) {
-  std::vector<int32_t> t(n);
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
-
-// KVCache layers of `tokens` positions: keys and values [1, 2, tokens, 8].
-std::vector<LayerState> KvLayers(size_t layers, int64_t tokens, std::mt19937_64& rng) {
-  std::vector<LayerState> out(layers);
-  for (LayerState& l : out) {
-    l.cache_type = "KVCache";
-    l.meta = {std::to_string(tokens)};
-    for (int i = 0; i < 2; ++i) {
-      l.tensors.push_back(testing::RandomTensor(rng, DType::kFloat32, {1, 2, tokens, 8}));
-    }
-  }
-  return out;
-}
-
-EngineOptions Quiet(EngineOptions o) {
-  o.log = [](std::string_view) {};
-  return o;
-}
+using testing::kBlockTokens;
+using testing::KvLayers;
+using testing::KvSpec;
+using testing::Quiet;
+using testing::Tokens;
 
 class EngineTest : public ::testing::Test {
  protected:

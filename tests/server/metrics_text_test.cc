@@ -66,6 +66,17 @@ EngineStats FullSnapshot() {
   latency.counts.back() = 1;
   latency.sum_micros = 1234567;
   s.owners[0].restore_latency = latency;
+  s.has_remote = true;
+  s.remote_describe = "remote: redis cluster 127.0.0.1:7000 (3 masters)";
+  for (uint64_t RemoteCounters::*f :
+       {&RemoteCounters::hits, &RemoteCounters::misses, &RemoteCounters::corruptions,
+        &RemoteCounters::errors, &RemoteCounters::bytes_read,
+        &RemoteCounters::bytes_written, &RemoteCounters::writes, &RemoteCounters::dropped,
+        &RemoteCounters::over_quota, &RemoteCounters::queued_blocks,
+        &RemoteCounters::queued_bytes}) {
+    s.remote.*f = next++;
+  }
+  s.remote.available = true;
   return s;
 }
 
@@ -300,6 +311,30 @@ TEST(MetricsText, AFullSnapshotWritesEveryDeclaredFamilyInOrderWithItsLabels) {
       EXPECT_EQ(names, want) << sample.name;
     }
   }
+}
+
+TEST(MetricsText, EveryRemoteCounterIsTheSampleNamedForIt) {
+  const EngineStats s = FullSnapshot();
+  ASSERT_OK_AND_ASSIGN(PromExposition e,
+                       ParseExposition(RenderMetrics(s, SomeServerStats())));
+  const RemoteCounters& r = s.remote;
+  EXPECT_EQ(e.Value("prefixkv_remote_available"), 1);
+  EXPECT_EQ(e.Value("prefixkv_remote_hits_total"), r.hits);
+  EXPECT_EQ(e.Value("prefixkv_remote_misses_total"), r.misses);
+  EXPECT_EQ(e.Value("prefixkv_remote_checksum_failures_total"), r.corruptions);
+  EXPECT_EQ(e.Value("prefixkv_remote_errors_total"), r.errors);
+  EXPECT_EQ(e.Value("prefixkv_remote_read_bytes_total"), r.bytes_read);
+  EXPECT_EQ(e.Value("prefixkv_remote_written_bytes_total"), r.bytes_written);
+  EXPECT_EQ(e.Value("prefixkv_remote_writes_total"), r.writes);
+  EXPECT_EQ(e.Value("prefixkv_remote_dropped_total"), r.dropped);
+  EXPECT_EQ(e.Value("prefixkv_remote_over_quota_total"), r.over_quota);
+  EXPECT_EQ(e.Value("prefixkv_remote_queue_blocks"), r.queued_blocks);
+  EXPECT_EQ(e.Value("prefixkv_remote_queue_bytes"), r.queued_bytes);
+  // Without a remote tier, no remote family has a sample.
+  EngineStats local = s;
+  local.has_remote = false;
+  EXPECT_EQ(RenderMetrics(local, SomeServerStats()).find("prefixkv_remote_"),
+            std::string::npos);
 }
 
 TEST(MetricsText, OwnerNamesAreEscapedAndParseBack) {

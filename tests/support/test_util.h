@@ -7,9 +7,13 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <mutex>
 #include <random>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "prefixkv/block.h"
 #include "prefixkv/status.h"
@@ -88,5 +92,23 @@ BlockRecord RandomRecord(std::mt19937_64& rng, bool compressible = false);
 
 // A tensor of `shape` whose bytes come from `rng`.
 Tensor RandomTensor(std::mt19937_64& rng, DType dtype, std::vector<int64_t> shape);
+
+// Collects log lines (thread-safe) so tests can check what was said, once.
+struct LogLines {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  std::function<void(std::string_view)> Sink() {
+    return [this](std::string_view l) {
+      std::lock_guard<std::mutex> lock(mu);
+      lines.emplace_back(l);
+    };
+  }
+  int Count(std::string_view needle) {
+    std::lock_guard<std::mutex> lock(mu);
+    int n = 0;
+    for (const std::string& l : lines) n += l.find(needle) != std::string::npos ? 1 : 0;
+    return n;
+  }
+};
 
 }  // namespace prefixkv::testing

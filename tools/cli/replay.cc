@@ -4,12 +4,14 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <system_error>
 
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/json.h"
+#include "tools/cli/remote_flags.h"
 #include "tools/replay/policy_replay.h"
 #include "tools/replay/trace_replay.h"
 
@@ -21,24 +23,29 @@ using replay::ReplayConfig;
 using replay::ReplayReport;
 
 Flags ReplayFlags() {
-  return Flags(
-      "prefixkv replay TRACE.jsonl [flags]",
-      {{"trace-block-tokens", "tokens per hash id", false, "512"},
-       {"bytes-per-token", "synthetic payload bytes per token", false, "16"},
-       {"hot-capacity-tokens", "hot tier size in tokens (0: off)", false, "unlimited"},
-       {"hot-capacity-bytes", "hot tier size in charged bytes (0: off)", false, ""},
-       {"ssd-capacity-tokens", "SSD tier size in tokens (0: off)", false, "unlimited"},
-       {"ssd-capacity-bytes", "SSD tier size in bytes (0: off)", false, ""},
-       {"policy",
-        "hot tier eviction policy: lru, leaf-lru, chain (docs/eviction.md), or min: "
-        "Belady's offline optimum as a reference line (replay only; needs "
-        "--ssd-capacity-tokens 0)",
-        false, "lru"},
-       {"no-promote", "do not copy SSD hits into the hot tier", true, ""},
-       {"data-dir", "where the SSD tier's scratch directory is made", false,
-        "./prefixkv-data"},
-       {"keep-data", "keep the SSD tier's directory after the replay", true, ""},
-       {"json", "print one JSON object", true, ""}});
+  std::vector<FlagSpec> specs = {
+      {"trace-block-tokens", "tokens per hash id", false, "512"},
+      {"bytes-per-token", "synthetic payload bytes per token", false, "16"},
+      {"hot-capacity-tokens", "hot tier size in tokens (0: off)", false, "unlimited"},
+      {"hot-capacity-bytes", "hot tier size in charged bytes (0: off)", false, ""},
+      {"ssd-capacity-tokens", "SSD tier size in tokens (0: off)", false, "unlimited"},
+      {"ssd-capacity-bytes", "SSD tier size in bytes (0: off)", false, ""},
+      {"policy",
+       "hot tier eviction policy: lru, leaf-lru, chain (docs/eviction.md), or min: "
+       "Belady's offline optimum as a reference line (replay only; needs "
+       "--ssd-capacity-tokens 0)",
+       false, "lru"},
+      {"no-promote", "do not copy SSD hits into the hot tier", true, ""},
+      {"data-dir", "where the SSD tier's scratch directory is made", false,
+       "./prefixkv-data"},
+      {"keep-data", "keep the SSD tier's directory after the replay", true, ""},
+      {"nodes",
+       "replay over N nodes, each with the tiers above, request i on node i % N "
+       "(share blocks between them with --remote)",
+       false, "1"},
+      {"json", "print one JSON object", true, ""}};
+  for (FlagSpec& f : RemoteFlagSpecs()) specs.push_back(std::move(f));
+  return Flags("prefixkv replay TRACE.jsonl [flags]", std::move(specs));
 }
 
 // Reads --NAME-capacity-tokens / -bytes; false on a usage error.
@@ -138,6 +145,19 @@ std::string Configure(const Flags& flags, ReplayConfig* c, std::string* policy_n
   }
   c->promote_on_ssd_hit = !flags.GetBool("no-promote");
   if (flags.positional().size() != 1) return "expected exactly one TRACE.jsonl";
+  EngineOptions remote;
+  if (std::string e = ApplyRemoteFlags(flags, &remote); !e.empty()) return e;
+  // A replay's blocks need not outlive it by a day.
+  if (!flags.Has("remote-ttl")) remote.remote_limits.ttl_seconds = 3600;
+  c->remote = remote.remote;
+  c->remote_write = remote.remote_write;
+  c->remote_timeout_ms = remote.remote_timeout_ms;
+  c->remote_ttl_seconds = remote.remote_limits.ttl_seconds;
+  // One run's blocks are its own: runs sharing a cluster must not hit each
+  // other's (the nodes of this run share the prefix).
+  c->remote_key_prefix = "prefixkv:replay:" + std::to_string(::getpid()) + "-" +
+                         std::to_string(std::time(nullptr)) + ":";
+  if (!c->remote.empty() && *policy_name == "min") return "--policy min has no --remote";
   return "";
 }
 
@@ -172,15 +192,34 @@ int RunReplay(const std::vector<std::string>& args) {
     flags.GetBool("json") ? PrintJson(*r, config, policy) : PrintHuman(*r);
     return 0;
   }
-  if (!config.ssd.off()) config.ssd_path = dir.string();
+  std::optional<uint64_t> nodes = flags.GetSize("nodes", &error);
+  if (!error.empty() || !nodes || *nodes < 1 || *nodes > 64) {
+    return UsageError(flags, error.empty() ? "--nodes must be 1..64" : error);
+  }
+  if (policy == "min" && *nodes > 1)
+    return UsageError(flags, "--policy min has one node");
   int rc = 1;
   {
-    StatusOr<std::unique_ptr<replay::ReplayTiers>> tiers =
-        replay::ReplayTiers::Open(config);
-    if (!tiers.ok()) {
-      std::fprintf(stderr, "prefixkv replay: %s\n", tiers.status().ToString().c_str());
+    std::vector<std::unique_ptr<replay::ReplayTiers>> opened;
+    std::vector<replay::ReplayTiers*> tiers;
+    Status open_status;
+    for (uint64_t i = 0; i < *nodes && open_status.ok(); ++i) {
+      ReplayConfig node = config;
+      if (!config.ssd.off()) {
+        node.ssd_path =
+            (*nodes == 1 ? dir : dir / ("node-" + std::to_string(i))).string();
+      }
+      StatusOr<std::unique_ptr<replay::ReplayTiers>> t = replay::ReplayTiers::Open(node);
+      open_status = t.status();
+      if (t.ok()) {
+        tiers.push_back(t->get());
+        opened.push_back(std::move(t).value());
+      }
+    }
+    if (!open_status.ok()) {
+      std::fprintf(stderr, "prefixkv replay: %s\n", open_status.ToString().c_str());
     } else {
-      replay::TraceReplayer replayer(tiers->get(), config.block_tokens);
+      replay::TraceReplayer replayer(tiers, config.block_tokens);
       const bool tty = ::isatty(STDERR_FILENO) == 1;
       Status s = replayer.ReplayAll(*trace, tty ? DrawProgress : nullptr);
       if (!s.ok()) {
@@ -192,7 +231,7 @@ int RunReplay(const std::vector<std::string>& args) {
       }
     }
   }
-  if (!flags.GetBool("keep-data") && !config.ssd_path.empty()) fs::remove_all(dir, ec);
+  if (!flags.GetBool("keep-data") && !config.ssd.off()) fs::remove_all(dir, ec);
   return rc;
 }
 

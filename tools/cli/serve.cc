@@ -17,54 +17,58 @@
 #include "prefixkv/server.h"
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"
+#include "tools/cli/remote_flags.h"
 
 namespace prefixkv::cli {
 namespace {
 
 Flags ServeFlags() {
+  std::vector<FlagSpec> specs = {
+      {"data-dir", "directory of the SSD tier (created if missing)", false,
+       "./prefixkv-data"},
+      {"port", "TCP port; 0 picks a free one (printed)", false, "6380"},
+      {"bind", "address to listen on (loopback: the protocol is unencrypted)", false,
+       "127.0.0.1"},
+      {"threads", "I/O threads", false, "2"},
+      {"requirepass-file",
+       "file holding the password clients must AUTH with (one line); or set "
+       "PREFIXKV_REQUIREPASS; default: no password",
+       false, ""},
+      {"requirepass",
+       "the password itself (visible in ps: prefer --requirepass-file or the "
+       "environment variable)",
+       false, ""},
+      {"admin-pass-file",
+       "file holding the admin password (AUTH admin <pass>) that admin commands "
+       "(PKV.AUDIT) need; or set PREFIXKV_ADMIN_PASS; default: admin commands off",
+       false, ""},
+      {"admin-pass", "the admin password itself (visible in ps)", false, ""},
+      {"hot-capacity-bytes", "RAM tier budget (K/M/G suffixes)", false, "1G"},
+      {"ssd-capacity-bytes", "SSD tier capacity (K/M/G/T suffixes)", false, "64G"},
+      {"max-request-bytes", "largest accepted command (and value)", false, "512M"},
+      {"max-clients", "connections beyond this are refused", false, "10000"},
+      {"idle-timeout-ms", "close clients silent this long; 0 = never", false, "0"},
+      {"durability", "SSD durability: flush, wal or sync", false, "wal"},
+      {"write-through",
+       "store every SET/PKV.PUT on SSD before replying (survives kill -9 with "
+       "wal/sync); default: write-back, RAM first",
+       true, ""},
+      {"policy", "hot eviction order: lru, leaf-lru or chain (docs/eviction.md)", false,
+       "lru"},
+      {"max-models", "models PKV.REGISTER may register", false, "256"},
+      {"metrics-port",
+       "also serve Prometheus metrics over HTTP on this port (GET /metrics, on the "
+       "--bind address; 0 picks a free one, printed; docs/metrics.md); default: off",
+       false, ""}};
+  for (FlagSpec& f : RemoteFlagSpecs()) specs.push_back(std::move(f));
   return Flags(
       "prefixkv serve [--data-dir D] [--port P] [--bind ADDR] [--threads N] "
       "[--requirepass-file F | --requirepass S] [--admin-pass-file F | --admin-pass S] "
       "[--hot-capacity-bytes B] [--ssd-capacity-bytes B] [--max-request-bytes B] "
       "[--max-clients N] [--idle-timeout-ms MS] [--durability M] [--write-through] "
-      "[--policy P] "
-      "[--max-models N] [--metrics-port P]",
-      {{"data-dir", "directory of the SSD tier (created if missing)", false,
-        "./prefixkv-data"},
-       {"port", "TCP port; 0 picks a free one (printed)", false, "6380"},
-       {"bind", "address to listen on (loopback: the protocol is unencrypted)", false,
-        "127.0.0.1"},
-       {"threads", "I/O threads", false, "2"},
-       {"requirepass-file",
-        "file holding the password clients must AUTH with (one line); or set "
-        "PREFIXKV_REQUIREPASS; default: no password",
-        false, ""},
-       {"requirepass",
-        "the password itself (visible in ps: prefer --requirepass-file or the "
-        "environment variable)",
-        false, ""},
-       {"admin-pass-file",
-        "file holding the admin password (AUTH admin <pass>) that admin commands "
-        "(PKV.AUDIT) need; or set PREFIXKV_ADMIN_PASS; default: admin commands off",
-        false, ""},
-       {"admin-pass", "the admin password itself (visible in ps)", false, ""},
-       {"hot-capacity-bytes", "RAM tier budget (K/M/G suffixes)", false, "1G"},
-       {"ssd-capacity-bytes", "SSD tier capacity (K/M/G/T suffixes)", false, "64G"},
-       {"max-request-bytes", "largest accepted command (and value)", false, "512M"},
-       {"max-clients", "connections beyond this are refused", false, "10000"},
-       {"idle-timeout-ms", "close clients silent this long; 0 = never", false, "0"},
-       {"durability", "SSD durability: flush, wal or sync", false, "wal"},
-       {"write-through",
-        "store every SET/PKV.PUT on SSD before replying (survives kill -9 with "
-        "wal/sync); default: write-back, RAM first",
-        true, ""},
-       {"policy", "hot eviction order: lru, leaf-lru or chain (docs/eviction.md)", false,
-        "lru"},
-       {"max-models", "models PKV.REGISTER may register", false, "256"},
-       {"metrics-port",
-        "also serve Prometheus metrics over HTTP on this port (GET /metrics, on the "
-        "--bind address; 0 picks a free one, printed; docs/metrics.md); default: off",
-        false, ""}});
+      "[--policy P] [--max-models N] [--metrics-port P] " +
+          RemoteUsage(),
+      std::move(specs));
 }
 
 struct ServeConfig {
@@ -143,6 +147,7 @@ std::string ParseServeConfig(const Flags& flags, ServeConfig* config) {
   config->engine.hot_policy = *policy;
   config->engine.data_dir = flags.GetString("data-dir", "./prefixkv-data");
   config->engine.write_through = flags.GetBool("write-through");
+  if (std::string e = ApplyRemoteFlags(flags, &config->engine); !e.empty()) return e;
   config->server.port = static_cast<uint16_t>(port);
   config->server.io_threads = static_cast<int>(threads);
   config->server.bind_address = flags.GetString("bind", "127.0.0.1");
@@ -201,6 +206,10 @@ int RunServe(const std::vector<std::string>& args) {
   if (config.server.metrics_port) {
     std::printf("metrics on http://%s:%u/metrics\n", config.server.bind_address.c_str(),
                 server.metrics_port());
+  }
+  if (const EngineStats st = (*engine)->Stats(); st.has_remote) {
+    std::printf("%s (%s)\n", st.remote_describe.c_str(),
+                st.remote.available ? "available" : "unavailable: its blocks are misses");
   }
   std::fflush(stdout);
 

@@ -46,6 +46,17 @@ StatusOr<std::unique_ptr<ReplayTiers>> ReplayTiers::Open(const ReplayConfig& con
   o.durability = SsdDurability::kFlush;  // a replay measures hit ratios, not crash safety
   o.promote_on_ssd_hit = config.promote_on_ssd_hit;
   o.log = [](std::string_view) {};
+  o.remote = config.remote;
+  o.remote_write = config.remote_write;
+  o.remote_timeout_ms = config.remote_timeout_ms;
+  o.remote_limits.ttl_seconds = config.remote_ttl_seconds;
+  o.remote_store_factory = config.remote_store_factory;
+  o.configure_remote = [prefix = config.remote_key_prefix](RemoteTierOptions& r) {
+    r.key_prefix = prefix;
+    // A replay writes faster than a server: a deep queue so that blocks are
+    // not dropped (Flush at the end of each node's request drains it).
+    r.queue_blocks = 1 << 16;
+  };
   PKV_ASSIGN_OR_RETURN(t->engine_, Engine::Open(o));
   // The trace's blocks live in one model's namespace; its layout only names
   // the chains (payloads are synthetic and never decoded).
@@ -62,16 +73,25 @@ ReplayTiers::~ReplayTiers() = default;
 TierStack& ReplayTiers::stack() { return *engine_->tiers(ns_); }
 HotTier* ReplayTiers::hot() { return engine_->hot_tier(ns_); }
 SsdTier* ReplayTiers::ssd() { return engine_->ssd_tier(); }
+RemoteTier* ReplayTiers::remote() { return engine_->remote_tier(); }
 
 TraceReplayer::TraceReplayer(ReplayTiers* tiers, uint32_t block_tokens, Clock* clock)
-    : tiers_(tiers), block_tokens_(block_tokens), clock_(clock), root_(tiers->root()) {
+    : TraceReplayer(std::vector<ReplayTiers*>{tiers}, block_tokens, clock) {}
+
+TraceReplayer::TraceReplayer(std::vector<ReplayTiers*> nodes, uint32_t block_tokens,
+                             Clock* clock)
+    : nodes_(std::move(nodes)),
+      block_tokens_(block_tokens),
+      clock_(clock),
+      root_(nodes_.front()->root()) {
   uint8_t* out = nullptr;
-  payload_ = SharedBytes::Allocate(tiers->payload_bytes(), &out);
-  std::fill(out, out + tiers->payload_bytes(), uint8_t{0x5A});
+  payload_ = SharedBytes::Allocate(nodes_.front()->payload_bytes(), &out);
+  std::fill(out, out + nodes_.front()->payload_bytes(), uint8_t{0x5A});
 }
 
 Status TraceReplayer::Replay(const TraceRequest& request) {
-  TierStack& stack = tiers_->stack();
+  ReplayTiers& node = *nodes_[report_.requests % nodes_.size()];
+  TierStack& stack = node.stack();
   const size_t n = request.hash_ids.size();
   keys_.resize(n);
   BlockKey parent = root_;
@@ -85,6 +105,13 @@ Status TraceReplayer::Replay(const TraceRequest& request) {
   for (; hit < n; ++hit) {
     StatusOr<TierHit> h = stack.Get(keys_[hit]);
     if (!h.ok()) break;
+    if (h->level == TierLevel::kRemote) {
+      ++remote_hits_;
+      const BlockMeta meta{keys_[hit], hit == 0 ? root_ : keys_[hit - 1], root_, 0};
+      Status s = stack.Promote(meta, h->payload);
+      if (!s.ok() && !s.IsNoSpace()) return s;
+      continue;
+    }
     ++(h->level == TierLevel::kHot ? hot_hits_ : ssd_hits_);
   }
   for (size_t i = hit; i < n; ++i) {
@@ -101,6 +128,11 @@ Status TraceReplayer::Replay(const TraceRequest& request) {
       std::min<uint64_t>(uint64_t{hit} * block_tokens_, request.input_length);
   report_.hit_tokens += hit_tokens;
   report_.AddPrefillCost(hit_tokens, request.input_length);
+  // The next request may go to another node: this one's spills must be
+  // visible there, as they would be a moment later in a real deployment.
+  if (RemoteTier* remote = node.remote(); remote != nullptr && nodes_.size() > 1) {
+    remote->Flush();
+  }
   return Status::OK();
 }
 
@@ -118,13 +150,27 @@ Status TraceReplayer::ReplayAll(const std::vector<TraceRequest>& requests,
 
 ReplayReport TraceReplayer::Report() const {
   ReplayReport r = report_;
-  auto add = [&](BlockTier* tier, uint64_t hits) {
-    if (tier == nullptr) return;
-    const TierCounters c = tier->Totals();
-    r.tiers.push_back({std::string(tier->name()), hits, c.bytes, c.entries, c.evictions});
+  auto add = [&](const std::string& name, BlockTier* (*tier_of)(ReplayTiers&),
+                 uint64_t hits) {
+    ReplayTierReport t{name, hits, 0, 0, 0};
+    bool present = false;
+    for (ReplayTiers* node : nodes_) {
+      BlockTier* tier = tier_of(*node);
+      if (tier == nullptr) continue;
+      present = true;
+      const TierCounters c = tier->Totals();
+      t.bytes += c.bytes;
+      t.entries += c.entries;
+      t.evictions += c.evictions;
+    }
+    if (present) r.tiers.push_back(t);
   };
-  add(tiers_->hot(), hot_hits_);
-  add(tiers_->ssd(), ssd_hits_);
+  add(
+      "hot", [](ReplayTiers& n) -> BlockTier* { return n.hot(); }, hot_hits_);
+  add(
+      "ssd", [](ReplayTiers& n) -> BlockTier* { return n.ssd(); }, ssd_hits_);
+  add(
+      "remote", [](ReplayTiers& n) -> BlockTier* { return n.remote(); }, remote_hits_);
   return r;
 }
 

@@ -25,6 +25,7 @@
 
 #include "prefixkv/advanced/eviction_policy.h"
 #include "prefixkv/advanced/hot_tier.h"
+#include "prefixkv/advanced/remote_tier.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "prefixkv/advanced/tier_stack.h"
 #include "prefixkv/clock.h"
@@ -50,6 +51,17 @@ struct ReplayConfig {
   // (then InvalidArgument).
   std::string ssd_path;
   bool promote_on_ssd_hit = true;
+  // A shared remote tier (EngineOptions::remote; docs/remote.md): every node
+  // of a replay uses it. Empty and no factory: none.
+  std::string remote;
+  RemoteWriteMode remote_write = RemoteWriteMode::kOnSpill;
+  uint32_t remote_timeout_ms = 5;
+  uint32_t remote_ttl_seconds = 3600;
+  // Keys of this replay's blocks start with it, so runs sharing a cluster do
+  // not see each other's blocks (every node of one run must use the same).
+  std::string remote_key_prefix = "prefixkv:replay:";
+  // For tests: the store instead of a Redis Cluster client.
+  std::function<std::unique_ptr<RemoteStore>()> remote_store_factory;
 };
 
 // The tiers of one replay: an Engine built from a ReplayConfig with one
@@ -62,8 +74,9 @@ class ReplayTiers {
   ~ReplayTiers();
 
   TierStack& stack();
-  HotTier* hot();  // null when the hot tier is off
-  SsdTier* ssd();  // null when the SSD tier is off
+  HotTier* hot();        // null when the hot tier is off
+  SsdTier* ssd();        // null when the SSD tier is off
+  RemoteTier* remote();  // null without a remote tier
   uint64_t payload_bytes() const { return payload_bytes_; }
   // The chain root of the trace's blocks.
   const BlockKey& root() const { return ns_.root; }
@@ -76,7 +89,7 @@ class ReplayTiers {
 };
 
 struct ReplayTierReport {
-  std::string name;         // "hot", "ssd"
+  std::string name;         // "hot", "ssd", "remote" (summed over the nodes)
   uint64_t block_hits = 0;  // blocks of matched prefixes this tier served
   uint64_t bytes = 0;       // charged bytes resident at the end
   uint64_t entries = 0;     // blocks resident at the end
@@ -130,6 +143,13 @@ class TraceReplayer {
   // REQUIRES: `tiers` outlives the replayer.
   TraceReplayer(ReplayTiers* tiers, uint32_t block_tokens,
                 Clock* clock = Clock::System());
+  // Several nodes (each its own engine, normally sharing a remote tier):
+  // request i goes to node i % nodes.size(), as a router without affinity
+  // would send it. A block a node finds only remotely is a hit (counted as
+  // "remote") and is stored in that node's local tiers.
+  // REQUIRES: nodes non-empty, every node outlives the replayer.
+  TraceReplayer(std::vector<ReplayTiers*> nodes, uint32_t block_tokens,
+                Clock* clock = Clock::System());
 
   // Replays one request. An error only for a tier failure other than NoSpace.
   Status Replay(const TraceRequest& request);
@@ -139,13 +159,13 @@ class TraceReplayer {
   ReplayReport Report() const;
 
  private:
-  ReplayTiers* const tiers_;
+  const std::vector<ReplayTiers*> nodes_;
   const uint32_t block_tokens_;
   Clock* const clock_;
   const BlockKey root_;
   SharedBytes payload_;
   ReplayReport report_;
-  uint64_t hot_hits_ = 0, ssd_hits_ = 0;
+  uint64_t hot_hits_ = 0, ssd_hits_ = 0, remote_hits_ = 0;
   std::vector<BlockKey> keys_;  // scratch
 };
 

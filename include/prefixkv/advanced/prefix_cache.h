@@ -128,7 +128,10 @@ class PrefixCache {
   StatusOr<NamespaceSpec> Spec(Namespace ns) const;
 
   // The longest prefix of `tokens` whose blocks are all cached (stops at the
-  // first miss). Counts no hits.
+  // first miss). Counts no local hits. With a remote tier under the stack,
+  // the blocks after the local prefix are asked from it (kRemoteBatch per
+  // round trip) and the ones found are stored locally, so Restore reads
+  // them from RAM; their MatchResult::tiers entry is TierLevel::kRemote.
   StatusOr<MatchResult> Match(Namespace ns, std::span<const int32_t> tokens) const;
 
   // Loads, validates and assembles a match (see RestoreResult). A block that
@@ -150,6 +153,12 @@ class PrefixCache {
 
  private:
   StatusOr<cache::NamespaceState*> Find(Namespace ns) const;
+  // How many leading `keys` (a chain after `parent`, `tokens_per_block`
+  // tokens each) the remote tier holds; those are stored locally (Promote).
+  size_t FetchRemote(cache::NamespaceState& ns, std::span<const BlockKey> keys,
+                     BlockKey parent, size_t tokens_per_block) const;
+  // Blocks asked from the remote tier per round trip in Match.
+  static constexpr size_t kRemoteBatch = 32;
 
   TierStack* const default_tiers_;
   const PrefixCacheOptions options_;

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,7 +45,7 @@ class BlockTier {
  public:
   virtual ~BlockTier() = default;
 
-  // "hot", "ssd", "mem".
+  // "hot", "ssd", "mem", "remote".
   virtual std::string_view name() const = 0;
 
   // Stores or replaces a block. `dirty`: not yet stored in a lower tier (the
@@ -55,6 +57,17 @@ class BlockTier {
   // NotFound with a "corrupt" reason for a damaged block, after removing it and
   // counting it; it never returns wrong bytes.
   virtual StatusOr<SharedBytes> Get(const BlockKey& key) = 0;
+  // Get of each key, in order; nullopt for a miss. A tier that can batch the
+  // lookups (the remote tier pipelines them in one round trip) overrides it.
+  virtual std::vector<std::optional<SharedBytes>> GetMany(
+      std::span<const BlockKey> keys) {
+    std::vector<std::optional<SharedBytes>> out(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      StatusOr<SharedBytes> got = Get(keys[i]);
+      if (got.ok()) out[i] = std::move(got).value();
+    }
+    return out;
+  }
 
   // Metadata without counting a hit or touching recency; NotFound when absent.
   virtual StatusOr<BlockMeta> Peek(const BlockKey& key) const = 0;

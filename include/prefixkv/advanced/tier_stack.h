@@ -46,6 +46,19 @@ struct TierStackOptions {
   // hot tier. Default off: write-back, the SSD tier sees a block when the hot
   // tier evicts it or at Flush().
   bool write_through = false;
+  // The tier shared with other nodes, below the local ones (remote_tier.h;
+  // not owned; null: none). Get falls back to it after hot and SSD (serving
+  // the block without promoting it: the stack cannot know a remote block's
+  // owner); the prefix cache fetches whole chains from it in one batch at
+  // Match and stores them locally with Promote(). The stack never removes
+  // or rewrites a remote block: blocks are immutable by key and other
+  // nodes may still use them.
+  BlockTier* remote = nullptr;
+  // Every Put also hands the block to `remote` (RemoteWriteMode::kAlways).
+  // Otherwise `remote` receives the blocks the lowest local tier evicts:
+  // the SSD tier's victims (the engine makes `remote` its eviction
+  // listener), or the hot tier's when there is no SSD tier.
+  bool put_to_remote = false;
 };
 
 // A payload and the tier it came from.
@@ -71,15 +84,18 @@ class TierStack final : private EvictionListener {
 
   BlockTier* hot() const { return hot_; }
   BlockTier* ssd() const { return ssd_; }
+  BlockTier* remote() const { return options_.remote; }
   // The tier that survives a restart: the SSD tier when present, else hot.
   BlockTier* lowest() const { return ssd_ != nullptr ? ssd_ : hot_; }
   const TierStackOptions& options() const { return options_; }
 
-  // Hot, then SSD. NotFound (a miss) when no tier has the block. An SSD hit
-  // is promoted when the options say so and `allow_promotion` is true (reads
-  // that only inspect a block, like the tip strip, pass false).
+  // Hot, then SSD, then the remote tier. NotFound (a miss) when no tier has
+  // the block. An SSD hit is promoted when the options say so and
+  // `allow_promotion` is true (reads that only inspect a block, like the tip
+  // strip, pass false and do not ask the remote tier either).
   StatusOr<TierHit> Get(const BlockKey& key, bool allow_promotion = true);
-  // Where the block is, without counting a hit or touching recency.
+  // Where the block is locally (hot or SSD; never asks the remote tier),
+  // without counting a hit or touching recency.
   TierLevel Locate(const BlockKey& key) const;
   bool Contains(const BlockKey& key) const { return Locate(key) != TierLevel::kNone; }
   // Metadata from the first tier holding the block; NotFound when none does.
@@ -90,6 +106,9 @@ class TierStack final : private EvictionListener {
   // removed so it cannot shadow the new one (Busy when that copy is pinned).
   // NoSpace when no tier can hold it.
   Status Put(const BlockMeta& meta, SharedBytes payload);
+  // Stores a block fetched from the remote tier into the local tiers: Put,
+  // without handing it back to the remote tier.
+  Status Promote(const BlockMeta& meta, SharedBytes payload);
   // Stores into the lowest tier only (bypassing the hot tier): for small
   // records that must survive a restart.
   Status PutLowest(const BlockMeta& meta, SharedBytes payload);

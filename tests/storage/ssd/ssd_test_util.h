@@ -28,24 +28,6 @@ namespace prefixkv::testing {
 // ssd_tier_conformance_test runs it, the tests including this header do not.
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TierConformance);
 
-// Collects log lines (thread-safe) so tests can check what was said, once.
-struct LogLines {
-  std::mutex mu;
-  std::vector<std::string> lines;
-  std::function<void(std::string_view)> Sink() {
-    return [this](std::string_view l) {
-      std::lock_guard<std::mutex> lock(mu);
-      lines.emplace_back(l);
-    };
-  }
-  int Count(std::string_view needle) {
-    std::lock_guard<std::mutex> lock(mu);
-    int n = 0;
-    for (const std::string& l : lines) n += l.find(needle) != std::string::npos ? 1 : 0;
-    return n;
-  }
-};
-
 // Polls `done` for up to `seconds` of real time.
 inline bool WaitUntil(const std::function<bool()>& done, int seconds = 10) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);

@@ -1,0 +1,89 @@
+// RemoteStore: the key-value service under the remote tier (remote_tier.h),
+// seen as batched GET / SET / DEL of opaque byte strings. The production
+// implementation is a Redis Cluster client (OpenRedisClusterStore, below, on
+// Debian's hiredis); tests substitute an in-memory store with injected faults.
+//
+// Every call is bounded in time: a node that does not answer within the
+// request timeout fails that call (or that node's share of a batch) with
+// Unavailable / IOError, and the caller treats it as a miss. No call throws.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "prefixkv/status.h"
+
+namespace prefixkv {
+
+struct RemoteWrite {
+  std::string key;
+  std::string value;
+  uint32_t ttl_seconds = 0;  // 0: no expiry
+};
+
+// Thread-safe: every method may be called concurrently.
+class RemoteStore {
+ public:
+  virtual ~RemoteStore() = default;
+
+  // Values of `keys`, in order, pipelined (one round trip per node that owns
+  // some of the keys). `values` is resized to keys.size(); an absent key is
+  // nullopt. When some node failed, its keys are nullopt and the first error
+  // is returned (the other keys' values are still filled in).
+  virtual Status MultiGet(std::span<const std::string> keys,
+                          std::vector<std::optional<std::string>>* values) = 0;
+  // Stores every write, pipelined. The first error, if any (the other writes
+  // are still attempted).
+  virtual Status MultiSet(std::span<const RemoteWrite> writes) = 0;
+  // Deletes the keys (absent keys are not an error).
+  virtual Status Delete(std::span<const std::string> keys) = 0;
+  // Adds `delta` to the integer at `key` (created at 0) and returns the new
+  // value; when the key was created by this call and ttl_seconds > 0, it
+  // expires after ttl_seconds.
+  virtual StatusOr<int64_t> IncrBy(std::string_view key, int64_t delta,
+                                   uint32_t ttl_seconds) = 0;
+  // One line for logs and INFO, e.g. "redis cluster 127.0.0.1:7000 (3 masters)".
+  virtual std::string Describe() const = 0;
+};
+
+struct RedisClusterOptions {
+  // Seed nodes ("host:port"); any one reachable master or replica is enough
+  // to learn the slot map (CLUSTER SLOTS). A single node with cluster mode
+  // off is also accepted and then owns every slot.
+  std::vector<std::string> seeds;
+  // Bound of one request batch to one node (connect, send, read).
+  uint32_t request_timeout_ms = 5;
+  // Bound of a connection attempt.
+  uint32_t connect_timeout_ms = 50;
+  // Idle connections kept per node (more are opened under concurrency and
+  // closed when returned beyond this number).
+  uint32_t pool_per_node = 4;
+  // After a node failed, it is not contacted again for this long (its keys
+  // are misses at once) so a dead node costs one timeout, not one per call.
+  uint32_t down_backoff_ms = 1000;
+  // AUTH password, empty for none.
+  std::string password;
+};
+
+// Parses "redis://host:port[,host:port...]" (the scheme is optional) into
+// seeds. InvalidArgument names the bad part.
+StatusOr<std::vector<std::string>> ParseRedisSeeds(std::string_view uri);
+
+// The Redis Cluster key slot of `key`: CRC16 (XMODEM) of the key, or of its
+// {hash tag} when it has a non-empty one, modulo 16384.
+uint16_t RedisKeySlot(std::string_view key);
+
+// A Redis Cluster client: slot map from CLUSTER SLOTS (refreshed on MOVED and
+// after a node failure), MOVED/ASK redirects followed, a connection pool per
+// node, pipelined batches. Opening does not need the cluster to be up: when
+// no seed answers, the store starts without a slot map, every call fails
+// fast with Unavailable, and the map is fetched again after down_backoff_ms.
+StatusOr<std::unique_ptr<RemoteStore>> OpenRedisClusterStore(
+    const RedisClusterOptions& options);
+
+}  // namespace prefixkv

@@ -1,0 +1,44 @@
+// The remote tier's counters (RemoteCounters) as named fields, one table for
+// INFO tier_remote, PKV.STATS and the Prometheus families (docs/metrics.md).
+#pragma once
+
+#include <cstdint>
+
+#include "prefixkv/tier_types.h"
+
+namespace prefixkv::server {
+
+struct RemoteField {
+  const char* name;  // INFO / PKV.STATS field; the metric is prefixkv_remote_<metric>
+  const char* metric;
+  uint64_t RemoteCounters::*field;
+  bool counter;  // false: a gauge
+  const char* help;
+};
+
+inline constexpr RemoteField kRemoteFields[] = {
+    {"hits", "hits_total", &RemoteCounters::hits, true,
+     "Blocks read back intact from the remote tier"},
+    {"misses", "misses_total", &RemoteCounters::misses, true,
+     "Remote reads that found no usable block (absent, unreachable or damaged)"},
+    {"corruptions", "checksum_failures_total", &RemoteCounters::corruptions, true,
+     "Remote values that failed the envelope check (a miss; the value is deleted)"},
+    {"errors", "errors_total", &RemoteCounters::errors, true,
+     "Failed calls to the cluster (timeouts, refused connections, errors)"},
+    {"bytes_read", "read_bytes_total", &RemoteCounters::bytes_read, true,
+     "Payload bytes of remote hits"},
+    {"bytes_written", "written_bytes_total", &RemoteCounters::bytes_written, true,
+     "Payload bytes written to the cluster"},
+    {"writes", "writes_total", &RemoteCounters::writes, true,
+     "Blocks written to the cluster"},
+    {"dropped", "dropped_total", &RemoteCounters::dropped, true,
+     "Blocks not written: the write queue was full or the cluster failed"},
+    {"over_quota", "over_quota_total", &RemoteCounters::over_quota, true,
+     "Blocks not written: their namespace reached its max bytes"},
+    {"queued_blocks", "queue_blocks", &RemoteCounters::queued_blocks, false,
+     "Blocks waiting in the remote write queue"},
+    {"queued_bytes", "queue_bytes", &RemoteCounters::queued_bytes, false,
+     "Payload bytes waiting in the remote write queue"},
+};
+
+}  // namespace prefixkv::server

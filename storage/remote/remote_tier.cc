@@ -1,0 +1,451 @@
+// RemoteTier (remote_tier.h): the envelope, the bounded asynchronous write
+// queue and its writers, batched reads, and the counters.
+#include "prefixkv/advanced/remote_tier.h"
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "prefixkv/advanced/hash.h"
+#include "prefixkv/advanced/mutex.h"
+
+namespace prefixkv {
+
+namespace {
+
+// Envelope: magic, version, 3 zero bytes, key, parent, namespace (16 bytes
+// each, BlockKey::EncodeTo), payload length (u64 LE), XXH3-64 checksum (u64
+// LE) of the 64 bytes before it and the payload; then the payload.
+constexpr char kMagic[4] = {'P', 'K', 'V', 'R'};
+constexpr uint8_t kVersion = 1;
+constexpr size_t kHashedHeader = 64;
+constexpr size_t kHeader = kHashedHeader + 8;
+
+void PutU64(uint8_t* out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint64_t GetU64(const uint8_t* in) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(in[i]) << (8 * i);
+  return v;
+}
+
+uint64_t EnvelopeChecksum(const uint8_t* header, std::string_view payload) {
+  std::string hashed(reinterpret_cast<const char*>(header), kHashedHeader);
+  hashed.append(payload);
+  return Hash64(hashed.data(), hashed.size());
+}
+
+}  // namespace
+
+std::string RemoteTier::EncodeEnvelope(const BlockMeta& meta, std::string_view payload) {
+  std::string out(kHeader + payload.size(), '\0');
+  auto* p = reinterpret_cast<uint8_t*>(out.data());
+  std::memcpy(p, kMagic, 4);
+  p[4] = kVersion;
+  meta.key.EncodeTo(p + 8);
+  meta.parent.EncodeTo(p + 24);
+  meta.namespace_id.EncodeTo(p + 40);
+  PutU64(p + 56, payload.size());
+  PutU64(p + kHashedHeader, EnvelopeChecksum(p, payload));
+  std::memcpy(p + kHeader, payload.data(), payload.size());
+  return out;
+}
+
+StatusOr<RemoteTier::Decoded> RemoteTier::DecodeEnvelope(const BlockKey& key,
+                                                         std::string_view value) {
+  if (value.size() < kHeader) return Status::Corruption("remote value too short");
+  const auto* p = reinterpret_cast<const uint8_t*>(value.data());
+  if (std::memcmp(p, kMagic, 4) != 0 || p[4] != kVersion || p[5] != 0 || p[6] != 0 ||
+      p[7] != 0) {
+    return Status::Corruption("remote value has no prefixkv envelope");
+  }
+  const uint64_t length = GetU64(p + 56);
+  if (length != value.size() - kHeader) {
+    return Status::Corruption("remote value length " + std::to_string(value.size()) +
+                              " disagrees with its header");
+  }
+  const std::string_view payload = value.substr(kHeader);
+  if (GetU64(p + kHashedHeader) != EnvelopeChecksum(p, payload)) {
+    return Status::Corruption("remote value checksum mismatch");
+  }
+  Decoded out;
+  out.meta.key = BlockKey::DecodeFrom(p + 8);
+  out.meta.parent = BlockKey::DecodeFrom(p + 24);
+  out.meta.namespace_id = BlockKey::DecodeFrom(p + 40);
+  if (out.meta.key != key) {
+    return Status::Corruption("remote value stored under " + key.ToHex() + " is block " +
+                              out.meta.key.ToHex());
+  }
+  out.payload = SharedBytes::Copy(payload);
+  return out;
+}
+
+namespace internal {
+
+class RemoteTierImpl {
+ public:
+  RemoteTierImpl(std::unique_ptr<RemoteStore> store, RemoteTierOptions options)
+      : store_(std::move(store)), options_(std::move(options)) {
+    if (options_.clock == nullptr) options_.clock = Clock::System();
+    if (options_.write_batch_blocks == 0) options_.write_batch_blocks = 1;
+    const uint32_t writers = options_.writer_threads == 0 ? 1 : options_.writer_threads;
+    for (uint32_t i = 0; i < writers; ++i) writers_.emplace_back([this] { RunWriter(); });
+  }
+
+  ~RemoteTierImpl() {
+    {
+      MutexLock lock(&mu_);
+      stopping_ = true;
+      work_cv_.NotifyAll();
+    }
+    for (std::thread& t : writers_) t.join();
+  }
+
+  const RemoteTierOptions& options() const { return options_; }
+  std::string Describe() const { return "remote: " + store_->Describe(); }
+
+  std::string StoreKey(const BlockKey& key) const {
+    return options_.key_prefix + key.ToHex();
+  }
+
+  void SetLimits(const BlockKey& ns, RemoteNamespaceLimits limits) {
+    MutexLock lock(&mu_);
+    limits_[ns] = limits;
+  }
+
+  // Queues one block, or drops it (queue full; counted) or ignores it.
+  void Enqueue(const BlockMeta& meta, const SharedBytes& payload) {
+    if (meta.namespace_id.IsZero()) return;  // raw values stay local
+    MutexLock lock(&mu_);
+    if (stopping_ || queued_keys_.count(meta.key) > 0) return;
+    if (queue_.size() >= options_.queue_blocks ||
+        queued_bytes_ + payload.size() > options_.queue_bytes) {
+      ++dropped_;
+      return;
+    }
+    queued_bytes_ += payload.size();
+    queued_keys_.insert(meta.key);
+    queue_.push_back(Item{meta, payload});
+    work_cv_.NotifyOne();
+  }
+
+  void Flush() {
+    MutexLock lock(&mu_);
+    idle_cv_.Wait(lock,
+                  [&]() REQUIRES(mu_) { return queue_.empty() && in_flight_ == 0; });
+  }
+
+  std::vector<std::optional<SharedBytes>> Fetch(std::span<const BlockKey> keys,
+                                                std::vector<BlockMeta>* metas,
+                                                bool count) {
+    std::vector<std::optional<SharedBytes>> out(keys.size());
+    if (metas != nullptr) metas->assign(keys.size(), BlockMeta{});
+    if (keys.empty()) return out;
+    std::vector<std::string> store_keys;
+    store_keys.reserve(keys.size());
+    for (const BlockKey& k : keys) store_keys.push_back(StoreKey(k));
+    std::vector<std::optional<std::string>> values;
+    const Status s = store_->MultiGet(store_keys, &values);
+    NoteCall(s);
+    values.resize(keys.size());
+    std::vector<std::string> damaged;
+    uint64_t hits = 0, bytes = 0;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!values[i].has_value()) continue;
+      StatusOr<RemoteTier::Decoded> d = RemoteTier::DecodeEnvelope(keys[i], *values[i]);
+      if (!d.ok()) {
+        corruptions_.fetch_add(1, std::memory_order_relaxed);
+        if (!logged_corruption_.exchange(true)) {
+          Log("remote tier: " + d.status().ToString() + " for block " + keys[i].ToHex() +
+              " (a miss; the value is deleted; logged once)");
+        }
+        damaged.push_back(store_keys[i]);
+        continue;
+      }
+      ++hits;
+      bytes += d->payload.size();
+      if (metas != nullptr) (*metas)[i] = d->meta;
+      out[i] = std::move(d->payload);
+    }
+    if (count) {
+      hits_.fetch_add(hits, std::memory_order_relaxed);
+      misses_.fetch_add(keys.size() - hits, std::memory_order_relaxed);
+      bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
+    }
+    if (!damaged.empty()) NoteCall(store_->Delete(damaged));
+    return out;
+  }
+
+  RemoteCounters Counters() const {
+    RemoteCounters c;
+    c.hits = hits_.load(std::memory_order_relaxed);
+    c.misses = misses_.load(std::memory_order_relaxed);
+    c.corruptions = corruptions_.load(std::memory_order_relaxed);
+    c.errors = errors_.load(std::memory_order_relaxed);
+    c.bytes_read = bytes_read_.load(std::memory_order_relaxed);
+    c.available = available_.load(std::memory_order_relaxed);
+    MutexLock lock(&mu_);
+    c.bytes_written = bytes_written_;
+    c.writes = writes_;
+    c.dropped = dropped_;
+    c.over_quota = over_quota_;
+    c.queued_blocks = queue_.size() + in_flight_;
+    c.queued_bytes = queued_bytes_;
+    return c;
+  }
+
+  // The first call's result decides availability before any traffic.
+  void Probe() {
+    std::vector<std::optional<std::string>> values;
+    const std::string probe = options_.key_prefix + "probe";
+    const Status s = store_->MultiGet(std::span<const std::string>(&probe, 1), &values);
+    if (s.ok()) return NoteCall(s);
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    outage_logged_.store(true);
+    Log("remote tier unavailable at open (" + s.ToString() + "; " + Describe() +
+        "); its blocks are misses until it answers");
+  }
+
+ private:
+  struct Item {
+    BlockMeta meta;
+    SharedBytes payload;
+  };
+
+  void Log(const std::string& line) const {
+    if (options_.log) options_.log(line);
+  }
+
+  // Availability: an outage is logged when it starts and when it ends.
+  void NoteCall(const Status& s) {
+    if (s.ok()) {
+      if (!available_.exchange(true) && outage_logged_.exchange(false)) {
+        Log("remote tier available again: " + Describe());
+      }
+      return;
+    }
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    available_.store(false);
+    if (!outage_logged_.exchange(true)) {
+      Log("remote tier unavailable (" + s.ToString() +
+          "); its blocks are misses until it answers again");
+    }
+  }
+
+  RemoteNamespaceLimits LimitsFor(const BlockKey& ns) const REQUIRES(mu_) {
+    auto it = limits_.find(ns);
+    return it == limits_.end() ? options_.default_limits : it->second;
+  }
+
+  void DropQueued() REQUIRES(mu_) {
+    dropped_ += queue_.size();
+    for (const Item& i : queue_) {
+      queued_keys_.erase(i.meta.key);
+      queued_bytes_ -= i.payload.size();
+    }
+    queue_.clear();
+    if (in_flight_ == 0) idle_cv_.NotifyAll();
+  }
+
+  void RunWriter() {
+    MutexLock lock(&mu_);
+    while (true) {
+      work_cv_.Wait(lock, [&]() REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
+      if (stopping_) {
+        DropQueued();
+        return;
+      }
+      std::vector<Item> batch;
+      while (!queue_.empty() && batch.size() < options_.write_batch_blocks) {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      in_flight_ += batch.size();
+      std::unordered_map<BlockKey, RemoteNamespaceLimits, BlockKeyHash> limits;
+      for (const Item& i : batch)
+        limits.emplace(i.meta.namespace_id, LimitsFor(i.meta.namespace_id));
+      lock.Unlock();
+      const WriteResult r = WriteBatch(batch, limits);
+      lock.Lock();
+      for (const Item& i : batch) {
+        queued_keys_.erase(i.meta.key);
+        queued_bytes_ -= i.payload.size();
+      }
+      in_flight_ -= batch.size();
+      writes_ += r.written;
+      bytes_written_ += r.bytes;
+      dropped_ += r.failed;
+      over_quota_ += r.over_quota;
+      if (queue_.empty() && in_flight_ == 0) idle_cv_.NotifyAll();
+      if (r.failed > 0 && !stopping_) {
+        // The store is down: drop what is queued too (a cache may lose a
+        // copy; Flush must not wait out an outage) and pace the next try.
+        DropQueued();
+        const uint64_t nanos = uint64_t{options_.write_retry_ms} * 1000000;
+        options_.clock->WaitFor(work_cv_.native(), lock.native(), nanos,
+                                [&]() REQUIRES(mu_) { return stopping_; });
+      }
+    }
+  }
+
+  struct WriteResult {
+    uint64_t written = 0, bytes = 0, failed = 0, over_quota = 0;
+  };
+
+  WriteResult WriteBatch(
+      const std::vector<Item>& batch,
+      const std::unordered_map<BlockKey, RemoteNamespaceLimits, BlockKeyHash>& limits) {
+    WriteResult r;
+    // Quotas: one counter per namespace and TTL window, charged per batch.
+    std::unordered_set<BlockKey, BlockKeyHash> refused;
+    std::unordered_map<BlockKey, uint64_t, BlockKeyHash> bytes_per_ns;
+    for (const Item& i : batch) bytes_per_ns[i.meta.namespace_id] += i.payload.size();
+    for (const auto& [ns, bytes] : bytes_per_ns) {
+      const RemoteNamespaceLimits& l = limits.at(ns);
+      if (l.max_bytes == 0) continue;
+      StatusOr<int64_t> total =
+          store_->IncrBy(options_.key_prefix + "quota:" + ns.ToHex(),
+                         static_cast<int64_t>(bytes), l.ttl_seconds);
+      NoteCall(total.status());
+      if (!total.ok() || static_cast<uint64_t>(*total) > l.max_bytes) refused.insert(ns);
+    }
+    std::vector<RemoteWrite> writes;
+    std::vector<const Item*> written;
+    for (const Item& i : batch) {
+      if (refused.count(i.meta.namespace_id) > 0) {
+        ++r.over_quota;
+        continue;
+      }
+      writes.push_back(RemoteWrite{StoreKey(i.meta.key),
+                                   RemoteTier::EncodeEnvelope(i.meta, i.payload.view()),
+                                   limits.at(i.meta.namespace_id).ttl_seconds});
+      written.push_back(&i);
+    }
+    if (writes.empty()) return r;
+    const Status s = store_->MultiSet(writes);
+    NoteCall(s);
+    if (!s.ok()) {
+      r.failed = writes.size();
+      return r;
+    }
+    r.written = writes.size();
+    for (const Item* i : written) r.bytes += i->payload.size();
+    return r;
+  }
+
+  const std::unique_ptr<RemoteStore> store_;
+  RemoteTierOptions options_;
+  std::vector<std::thread> writers_;
+
+  std::atomic<uint64_t> hits_{0}, misses_{0}, corruptions_{0}, errors_{0}, bytes_read_{0};
+  std::atomic<bool> available_{false};
+  std::atomic<bool> outage_logged_{false};
+  std::atomic<bool> logged_corruption_{false};
+
+  mutable Mutex mu_;
+  CondVar work_cv_;
+  CondVar idle_cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::deque<Item> queue_ GUARDED_BY(mu_);
+  std::unordered_set<BlockKey, BlockKeyHash> queued_keys_ GUARDED_BY(mu_);
+  uint64_t queued_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t in_flight_ GUARDED_BY(mu_) = 0;
+  uint64_t writes_ GUARDED_BY(mu_) = 0;
+  uint64_t bytes_written_ GUARDED_BY(mu_) = 0;
+  uint64_t dropped_ GUARDED_BY(mu_) = 0;
+  uint64_t over_quota_ GUARDED_BY(mu_) = 0;
+  std::unordered_map<BlockKey, RemoteNamespaceLimits, BlockKeyHash> limits_
+      GUARDED_BY(mu_);
+};
+
+}  // namespace internal
+
+std::unique_ptr<RemoteTier> RemoteTier::Open(std::unique_ptr<RemoteStore> store,
+                                             RemoteTierOptions options) {
+  auto impl =
+      std::make_unique<internal::RemoteTierImpl>(std::move(store), std::move(options));
+  impl->Probe();
+  return std::unique_ptr<RemoteTier>(new RemoteTier(std::move(impl)));
+}
+
+RemoteTier::RemoteTier(std::unique_ptr<internal::RemoteTierImpl> impl)
+    : impl_(std::move(impl)) {}
+RemoteTier::~RemoteTier() = default;
+
+const RemoteTierOptions& RemoteTier::options() const { return impl_->options(); }
+std::string RemoteTier::Describe() const { return impl_->Describe(); }
+std::string RemoteTier::StoreKey(const BlockKey& key) const {
+  return impl_->StoreKey(key);
+}
+
+void RemoteTier::SetNamespaceLimits(const BlockKey& namespace_id,
+                                    RemoteNamespaceLimits limits) {
+  impl_->SetLimits(namespace_id, limits);
+}
+
+std::vector<std::optional<SharedBytes>> RemoteTier::GetMany(
+    std::span<const BlockKey> keys) {
+  return impl_->Fetch(keys, nullptr, /*count=*/true);
+}
+
+void RemoteTier::Flush() { impl_->Flush(); }
+RemoteCounters RemoteTier::Counters() const { return impl_->Counters(); }
+
+Status RemoteTier::Put(const BlockMeta& meta, SharedBytes payload, bool /*dirty*/) {
+  impl_->Enqueue(meta, payload);
+  return Status::OK();
+}
+
+void RemoteTier::OnEvict(const BlockMeta& meta, const SharedBytes& payload,
+                         bool /*dirty*/) {
+  impl_->Enqueue(meta, payload);
+}
+
+StatusOr<SharedBytes> RemoteTier::Get(const BlockKey& key) {
+  std::vector<std::optional<SharedBytes>> got =
+      impl_->Fetch(std::span<const BlockKey>(&key, 1), nullptr, /*count=*/true);
+  if (!got[0].has_value())
+    return Status::NotFound("no block " + key.ToHex() + " remotely");
+  return std::move(*got[0]);
+}
+
+StatusOr<BlockMeta> RemoteTier::Peek(const BlockKey& key) const {
+  std::vector<BlockMeta> metas;
+  std::vector<std::optional<SharedBytes>> got =
+      impl_->Fetch(std::span<const BlockKey>(&key, 1), &metas, /*count=*/false);
+  if (!got[0].has_value())
+    return Status::NotFound("no block " + key.ToHex() + " remotely");
+  return metas[0];
+}
+
+bool RemoteTier::Contains(const BlockKey& key) const { return Peek(key).ok(); }
+
+Status RemoteTier::Remove(const BlockKey& key) {
+  return Status::NotFound("the remote tier removes nothing (block " + key.ToHex() + ")");
+}
+
+TierCounters RemoteTier::Totals() const {
+  const RemoteCounters r = Counters();
+  TierCounters t;
+  t.hits = r.hits;
+  t.misses = r.misses;
+  t.inserts = r.writes;
+  t.corruptions = r.corruptions;
+  t.io_errors = r.errors;
+  return t;
+}
+
+TierCounters RemoteTier::OwnerCounters(OwnerId /*owner*/) const { return TierCounters{}; }
+
+Status RemoteTier::Audit(std::vector<AuditFinding>* /*findings*/) { return Status::OK(); }
+
+void RemoteTier::ForEach(
+    const std::function<void(const BlockMeta&, uint64_t bytes)>& /*fn*/) const {}
+
+void RemoteTier::SetEvictionListener(EvictionListener* /*listener*/) {}
+
+}  // namespace prefixkv

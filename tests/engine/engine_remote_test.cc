@@ -1,0 +1,187 @@
+// Engines sharing a remote tier (an in-memory store standing in for the Redis
+// Cluster; remote_cluster_integration_test runs the real one): what node A
+// stores, node B matches and restores; on_spill and always write modes; a
+// down or damaged store costs misses, never a failed request or wrong bytes.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "prefixkv/advanced/remote_tier.h"
+#include "prefixkv/advanced/ssd_tier.h"
+#include "tests/engine/engine_test_util.h"
+#include "tests/support/fake_remote_store.h"
+
+namespace prefixkv {
+namespace {
+
+using testing::FakeRemoteState;
+using testing::FakeRemoteStore;
+using testing::kBlockTokens;
+using testing::KvLayers;
+using testing::KvSpec;
+using testing::Tokens;
+
+class EngineRemoteTest : public ::testing::Test {
+ protected:
+  EngineOptions Node(const std::string& name, RemoteWriteMode mode,
+                     uint64_t hot_bytes = 16 << 20, bool on_disk = true) {
+    EngineOptions o = testing::Quiet({});
+    if (on_disk) o.data_dir = (dir_.path() / name).string();
+    o.hot_capacity_bytes = hot_bytes;
+    o.remote = "fake";
+    o.remote_write = mode;
+    o.remote_store_factory = [state = state_] {
+      return std::make_unique<FakeRemoteStore>(state);
+    };
+    o.log = log_.Sink();
+    return o;
+  }
+  std::unique_ptr<Engine> Open(const EngineOptions& o) {
+    StatusOr<std::unique_ptr<Engine>> e = Engine::Open(o);
+    EXPECT_OK(e);
+    return e.ok() ? std::move(e).value() : nullptr;
+  }
+
+  std::shared_ptr<FakeRemoteState> state_ = std::make_shared<FakeRemoteState>();
+  testing::LogLines log_;
+  testing::TempDir dir_;
+  std::mt19937_64 rng_{testing::TestSeed("EngineRemoteTest")};
+};
+
+TEST_F(EngineRemoteTest, NodeBRestoresWhatNodeAStoredByteForByte) {
+  auto a = Open(Node("a", RemoteWriteMode::kAlways));
+  auto b = Open(Node("b", RemoteWriteMode::kAlways));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace na, a->RegisterModel(KvSpec()));
+  ASSERT_OK_AND_ASSIGN(Namespace nb, b->RegisterModel(KvSpec()));
+  const std::vector<int32_t> tokens = Tokens(10 * kBlockTokens + 2);
+  const std::vector<LayerState> layers = KvLayers(2, tokens.size(), rng_);
+  ASSERT_OK(a->Store(na, tokens, layers).status());
+  ASSERT_OK(a->Flush());  // the remote write queue drained
+  EXPECT_EQ(state_->size(), 10u) << "full blocks only (no partial tail for this model)";
+
+  const uint64_t calls = state_->get_calls;
+  ASSERT_OK_AND_ASSIGN(MatchResult m, b->Match(nb, tokens));
+  EXPECT_EQ(m.tiers, std::vector<TierLevel>(10, TierLevel::kRemote));
+  EXPECT_EQ(state_->get_calls - calls, 1u)
+      << "10 blocks in one batch (+0: a miss ends it)";
+  ASSERT_OK_AND_ASSIGN(RestoreResult r, b->Restore(m));
+  EXPECT_EQ(r.restored_tokens, 10u * kBlockTokens);
+  EXPECT_EQ(r.blocks_from_remote, 10u);
+  EXPECT_EQ(r.tokens_from_remote, 10u * kBlockTokens);
+  EXPECT_EQ(r.blocks_from_hot + r.blocks_from_ssd, 0u);
+  ASSERT_OK_AND_ASSIGN(RestoreResult whole, a->Restore(*a->Match(na, tokens)));
+  EXPECT_EQ(r.layers, whole.layers) << "node B's restore equals node A's own";
+
+  // The blocks are now local on B: the next match asks nobody.
+  const uint64_t calls2 = state_->get_calls;
+  ASSERT_OK_AND_ASSIGN(MatchResult again, b->Match(nb, tokens));
+  EXPECT_EQ(again.tiers, std::vector<TierLevel>(10, TierLevel::kHot));
+  EXPECT_EQ(state_->get_calls, calls2) << "no full block after the local ones to ask for";
+  const EngineStats s = b->Stats();
+  EXPECT_TRUE(s.has_remote);
+  EXPECT_EQ(s.remote.hits, 10u);
+  EXPECT_TRUE(s.remote.available);
+}
+
+TEST_F(EngineRemoteTest, APartialTailComesFromTheRemoteTierToo) {
+  auto a = Open(Node("a", RemoteWriteMode::kAlways));
+  auto b = Open(Node("b", RemoteWriteMode::kAlways));
+  ModelOptions tail;
+  tail.store_partial_tail = true;
+  ASSERT_OK_AND_ASSIGN(Namespace na, a->RegisterModel(KvSpec(), tail));
+  ASSERT_OK_AND_ASSIGN(Namespace nb, b->RegisterModel(KvSpec(), tail));
+  const std::vector<int32_t> tokens = Tokens(3 * kBlockTokens + 3);
+  ASSERT_OK(a->Store(na, tokens, KvLayers(2, tokens.size(), rng_)).status());
+  ASSERT_OK(a->Flush());
+  std::vector<int32_t> longer = tokens;
+  longer.push_back(77);  // the next turn's prompt goes on past the tail
+  ASSERT_OK_AND_ASSIGN(MatchResult m, b->Match(nb, longer));
+  EXPECT_EQ(m.tokens.size(), tokens.size());
+  EXPECT_EQ(m.tiers, std::vector<TierLevel>(4, TierLevel::kRemote));
+}
+
+TEST_F(EngineRemoteTest, OnSpillWritesWhatTheSsdTierEvictsAndNothingBefore) {
+  EngineOptions o = Node("a", RemoteWriteMode::kOnSpill, /*hot_bytes=*/0);
+  o.ssd_capacity_bytes = 64 << 10;
+  o.configure_ssd = [](SsdTierOptions& s) { s.segment_bytes = 16 << 10; };
+  auto a = Open(o);
+  ASSERT_NE(a, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, a->RegisterModel(KvSpec()));
+  const std::vector<int32_t> first = Tokens(4 * kBlockTokens);
+  ASSERT_OK(a->Store(ns, first, KvLayers(2, first.size(), rng_)).status());
+  ASSERT_OK(a->Flush());
+  EXPECT_EQ(state_->size(), 0u) << "nothing evicted yet, nothing written remotely";
+  for (int32_t c = 1; c <= 20; ++c) {  // other conversations push the first one out
+    const std::vector<int32_t> t = Tokens(4 * kBlockTokens, 1000 * c);
+    ASSERT_OK(a->Store(ns, t, KvLayers(2, t.size(), rng_)).status());
+  }
+  ASSERT_OK(a->Flush());
+  const EngineStats s = a->Stats();
+  EXPECT_GT(s.ssd.evictions, 0u);
+  EXPECT_EQ(s.remote.writes, state_->size());
+  EXPECT_GT(state_->size(), 0u);
+  // The first conversation left the SSD tier and is served from the remote one.
+  ASSERT_OK_AND_ASSIGN(MatchResult m, a->Match(ns, first));
+  EXPECT_EQ(m.tokens.size(), first.size());
+  EXPECT_EQ(m.tiers.front(), TierLevel::kRemote);
+}
+
+TEST_F(EngineRemoteTest, WithoutAnSsdTierTheHotTiersVictimsGoRemote) {
+  auto a = Open(Node("a", RemoteWriteMode::kOnSpill, /*hot_bytes=*/24 << 10,
+                     /*on_disk=*/false));
+  ASSERT_NE(a, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, a->RegisterModel(KvSpec()));
+  for (int32_t c = 0; c < 20; ++c) {
+    const std::vector<int32_t> t = Tokens(4 * kBlockTokens, 1000 * c);
+    ASSERT_OK(a->Store(ns, t, KvLayers(2, t.size(), rng_)).status());
+  }
+  ASSERT_OK(a->Flush());
+  const EngineStats s = a->Stats();
+  EXPECT_GT(s.hot.evictions, 0u);
+  EXPECT_EQ(state_->size(), s.hot.evictions);
+}
+
+TEST_F(EngineRemoteTest, ADownStoreNeverFailsALocalRequest) {
+  state_->down = true;
+  auto a = Open(Node("a", RemoteWriteMode::kAlways));
+  ASSERT_NE(a, nullptr) << "the engine opens without its remote tier";
+  EXPECT_FALSE(a->Stats().remote.available);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, a->RegisterModel(KvSpec()));
+  const std::vector<int32_t> tokens = Tokens(5 * kBlockTokens);
+  const std::vector<LayerState> layers = KvLayers(2, tokens.size(), rng_);
+  ASSERT_OK(a->Store(ns, tokens, layers).status());
+  std::vector<int32_t> longer = tokens;
+  for (int i = 0; i < 8; ++i) longer.push_back(500 + i);
+  ASSERT_OK_AND_ASSIGN(MatchResult m, a->Match(ns, longer));
+  EXPECT_EQ(m.tokens.size(), tokens.size()) << "local blocks; the remote ones are misses";
+  ASSERT_OK_AND_ASSIGN(RestoreResult r, a->Restore(m));
+  EXPECT_EQ(r.layers, layers);
+  ASSERT_OK(a->Flush());
+  ASSERT_OK(a->Close());
+  EXPECT_EQ(log_.Count("remote tier unavailable"), 1);
+}
+
+TEST_F(EngineRemoteTest, ADamagedRemoteBlockEndsTheMatchBeforeItAndIsCounted) {
+  auto a = Open(Node("a", RemoteWriteMode::kAlways));
+  auto b = Open(Node("b", RemoteWriteMode::kAlways));
+  ASSERT_OK_AND_ASSIGN(Namespace na, a->RegisterModel(KvSpec()));
+  ASSERT_OK_AND_ASSIGN(Namespace nb, b->RegisterModel(KvSpec()));
+  const std::vector<int32_t> tokens = Tokens(6 * kBlockTokens);
+  ASSERT_OK(a->Store(na, tokens, KvLayers(2, tokens.size(), rng_)).status());
+  ASSERT_OK(a->Flush());
+  ASSERT_OK_AND_ASSIGN(MatchResult on_a, a->Match(na, tokens));
+  state_->FlipByte(a->remote_tier()->StoreKey(on_a.keys[3]), 200);
+  ASSERT_OK_AND_ASSIGN(MatchResult m, b->Match(nb, tokens));
+  EXPECT_EQ(m.keys.size(), 3u) << "blocks 0-2 only";
+  ASSERT_OK_AND_ASSIGN(RestoreResult r, b->Restore(m));
+  ASSERT_EQ(r.restored_tokens, 3u * kBlockTokens);
+  const std::vector<int32_t> three(tokens.begin(), tokens.begin() + 3 * kBlockTokens);
+  ASSERT_OK_AND_ASSIGN(RestoreResult on_a_three, a->Restore(*a->Match(na, three)));
+  EXPECT_EQ(r.layers, on_a_three.layers) << "the intact blocks, byte for byte";
+  EXPECT_EQ(b->Stats().remote.corruptions, 1u);
+}
+
+}  // namespace
+}  // namespace prefixkv

@@ -1,0 +1,259 @@
+// RemoteTier over an in-memory store: the envelope rejects every damaged
+// value, writes are queued (bounded, never blocking), reads are batched, a
+// down store degrades to misses logged once per outage, and the counters and
+// per-namespace limits hold.
+#include "prefixkv/advanced/remote_tier.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "tests/support/fake_remote_store.h"
+#include "tests/support/test_util.h"
+
+namespace prefixkv {
+namespace {
+
+using testing::FakeRemoteState;
+using testing::FakeRemoteStore;
+
+const BlockKey kNs{7, 7};
+
+BlockMeta Meta(uint64_t i, BlockKey ns = kNs) {
+  return BlockMeta{BlockKey{ns.hi, 1000 + i}, i == 0 ? ns : BlockKey{ns.hi, 999 + i}, ns,
+                   1};
+}
+
+SharedBytes Payload(uint64_t i, size_t size = 300) {
+  std::string s(size, '\0');
+  for (size_t j = 0; j < size; ++j) s[j] = static_cast<char>((i * 131 + j * 7) & 0xff);
+  return SharedBytes::Copy(s);
+}
+
+class RemoteTierTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<RemoteTier> Open(RemoteTierOptions o = {}) {
+    o.log = log_.Sink();
+    return RemoteTier::Open(std::make_unique<FakeRemoteStore>(state_), std::move(o));
+  }
+  std::shared_ptr<FakeRemoteState> state_ = std::make_shared<FakeRemoteState>();
+  testing::LogLines log_;
+};
+
+TEST(RemoteEnvelope, RoundTripsAndRejectsEveryFlippedByteAndAForeignKey) {
+  const BlockMeta m = Meta(3);
+  const SharedBytes p = Payload(3, 40);
+  const std::string value = RemoteTier::EncodeEnvelope(m, p.view());
+  ASSERT_OK_AND_ASSIGN(RemoteTier::Decoded d, RemoteTier::DecodeEnvelope(m.key, value));
+  EXPECT_EQ(d.payload.view(), p.view());
+  EXPECT_EQ(d.meta.key, m.key);
+  EXPECT_EQ(d.meta.parent, m.parent);
+  EXPECT_EQ(d.meta.namespace_id, m.namespace_id);
+  for (size_t i = 0; i < value.size(); ++i) {
+    std::string bad = value;
+    bad[i] ^= 0x01;
+    EXPECT_TRUE(RemoteTier::DecodeEnvelope(m.key, bad).status().IsCorruption())
+        << "byte " << i << " flipped";
+  }
+  EXPECT_TRUE(RemoteTier::DecodeEnvelope(m.key, value.substr(0, value.size() - 1))
+                  .status()
+                  .IsCorruption());
+  EXPECT_TRUE(RemoteTier::DecodeEnvelope(Meta(4).key, value).status().IsCorruption())
+      << "a value stored under another key";
+  EXPECT_TRUE(RemoteTier::DecodeEnvelope(m.key, "").status().IsCorruption());
+}
+
+TEST_F(RemoteTierTest, QueuedBlocksAreWrittenAndReadBackInOneBatchWithExactCounters) {
+  auto tier = Open();
+  for (uint64_t i = 0; i < 10; ++i) ASSERT_OK(tier->Put(Meta(i), Payload(i), false));
+  tier->Flush();
+  EXPECT_EQ(state_->size(), 10u);
+  std::vector<BlockKey> keys;
+  for (uint64_t i = 0; i < 12; ++i) keys.push_back(Meta(i).key);  // 2 never stored
+  const uint64_t calls_before = state_->get_calls;
+  std::vector<std::optional<SharedBytes>> got = tier->GetMany(keys);
+  EXPECT_EQ(state_->get_calls, calls_before + 1) << "one round trip for the batch";
+  ASSERT_EQ(got.size(), 12u);
+  for (uint64_t i = 0; i < 12; ++i) {
+    if (i < 10) {
+      ASSERT_TRUE(got[i].has_value()) << i;
+      EXPECT_EQ(got[i]->view(), Payload(i).view());
+    } else {
+      EXPECT_FALSE(got[i].has_value()) << i;
+    }
+  }
+  const RemoteCounters c = tier->Counters();
+  EXPECT_EQ(c.writes, 10u);
+  EXPECT_EQ(c.bytes_written, 10u * 300);
+  EXPECT_EQ(c.hits, 10u);
+  EXPECT_EQ(c.misses, 2u);
+  EXPECT_EQ(c.bytes_read, 10u * 300);
+  EXPECT_EQ(c.queued_blocks, 0u);
+  EXPECT_EQ(c.queued_bytes, 0u);
+  EXPECT_EQ(c.errors, 0u);
+  EXPECT_TRUE(c.available);
+  // Peek and Contains read the metadata without counting.
+  ASSERT_OK_AND_ASSIGN(BlockMeta meta, tier->Peek(Meta(4).key));
+  EXPECT_EQ(meta.parent, Meta(4).parent);
+  EXPECT_FALSE(tier->Contains(Meta(11).key));
+  EXPECT_EQ(tier->Counters().hits, 10u);
+  // Remove never removes a block other nodes may use.
+  EXPECT_TRUE(tier->Remove(Meta(4).key).IsNotFound());
+  EXPECT_TRUE(tier->Get(Meta(4).key).ok());
+}
+
+TEST_F(RemoteTierTest, RawValuesStayLocalAndTtlsFollowTheNamespaceLimits) {
+  RemoteTierOptions o;
+  o.default_limits.ttl_seconds = 60;
+  auto tier = Open(o);
+  const BlockKey other{9, 9};
+  tier->SetNamespaceLimits(other, {.ttl_seconds = 5, .max_bytes = 0});
+  ASSERT_OK(tier->Put(BlockMeta{BlockKey{1, 1}, {}, {}, 0}, Payload(1), false));  // raw
+  ASSERT_OK(tier->Put(Meta(0), Payload(0), false));
+  ASSERT_OK(tier->Put(Meta(0, other), Payload(0), false));
+  tier->Flush();
+  std::lock_guard<std::mutex> lock(state_->mu);
+  EXPECT_EQ(state_->values.size(), 2u) << "the raw value was not written";
+  EXPECT_EQ(state_->ttls.at(tier->StoreKey(Meta(0).key)), 60u);
+  EXPECT_EQ(state_->ttls.at(tier->StoreKey(Meta(0, other).key)), 5u);
+}
+
+TEST_F(RemoteTierTest, ADamagedValueIsACountedMissDeletedAndLoggedOnce) {
+  auto tier = Open();
+  for (uint64_t i = 0; i < 3; ++i) ASSERT_OK(tier->Put(Meta(i), Payload(i), false));
+  tier->Flush();
+  state_->FlipByte(tier->StoreKey(Meta(1).key), 100);
+  state_->FlipByte(tier->StoreKey(Meta(2).key), 5);
+  std::vector<BlockKey> keys = {Meta(0).key, Meta(1).key, Meta(2).key};
+  std::vector<std::optional<SharedBytes>> got = tier->GetMany(keys);
+  EXPECT_TRUE(got[0].has_value());
+  EXPECT_FALSE(got[1].has_value());
+  EXPECT_FALSE(got[2].has_value());
+  const RemoteCounters c = tier->Counters();
+  EXPECT_EQ(c.corruptions, 2u);
+  EXPECT_EQ(c.misses, 2u);
+  EXPECT_EQ(c.hits, 1u);
+  EXPECT_EQ(state_->size(), 1u) << "damaged values are deleted";
+  EXPECT_EQ(log_.Count("checksum mismatch") + log_.Count("envelope"), 1);
+}
+
+TEST_F(RemoteTierTest, ADownStoreIsMissesAndDroppedWritesLoggedOncePerOutage) {
+  auto tier = Open();
+  ASSERT_OK(tier->Put(Meta(0), Payload(0), false));
+  tier->Flush();
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->down = true;
+  }
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_TRUE(tier->Get(Meta(0).key).status().IsNotFound());
+  }
+  for (uint64_t i = 1; i < 5; ++i) ASSERT_OK(tier->Put(Meta(i), Payload(i), false));
+  tier->Flush();  // returns: the writes fail and are dropped
+  RemoteCounters c = tier->Counters();
+  EXPECT_FALSE(c.available);
+  EXPECT_EQ(c.misses, 20u);
+  EXPECT_GE(c.errors, 21u);
+  EXPECT_EQ(c.dropped, 4u);
+  EXPECT_EQ(c.writes, 1u);
+  EXPECT_EQ(log_.Count("remote tier unavailable"), 1) << "logged once per outage";
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->down = false;
+  }
+  ASSERT_OK_AND_ASSIGN(SharedBytes back, tier->Get(Meta(0).key));
+  EXPECT_EQ(back.view(), Payload(0).view());
+  EXPECT_TRUE(tier->Counters().available);
+  EXPECT_EQ(log_.Count("remote tier available again"), 1);
+}
+
+TEST_F(RemoteTierTest, AStoreDownAtOpenIsReportedUnavailable) {
+  state_->down = true;
+  auto tier = Open();
+  EXPECT_FALSE(tier->Counters().available);
+  EXPECT_EQ(log_.Count("unavailable at open"), 1);
+  EXPECT_FALSE(tier->Get(Meta(0).key).ok());
+}
+
+TEST_F(RemoteTierTest, AFullQueueDropsBlocksInsteadOfBlockingTheCaller) {
+  RemoteTierOptions o;
+  o.queue_blocks = 4;
+  o.write_batch_blocks = 1;
+  o.writer_threads = 1;
+  state_->hold_sets = true;  // the cluster is slow: the writer waits in its first write
+  auto tier = Open(o);
+  for (uint64_t i = 0; i < 20; ++i) ASSERT_OK(tier->Put(Meta(i), Payload(i), false));
+  // One in flight (held), 4 queued, the rest dropped; Put never waited.
+  RemoteCounters c = tier->Counters();
+  EXPECT_EQ(c.queued_blocks + c.dropped, 20u);
+  EXPECT_LE(c.queued_blocks, 5u);
+  EXPECT_GE(c.dropped, 15u);
+  state_->Release();
+  tier->Flush();
+  c = tier->Counters();
+  EXPECT_EQ(c.writes + c.dropped, 20u);
+  EXPECT_EQ(c.queued_blocks, 0u);
+  EXPECT_EQ(state_->size(), c.writes);
+}
+
+TEST_F(RemoteTierTest, ANamespaceStopsWritingAtItsByteLimitOthersDoNot) {
+  RemoteTierOptions o;
+  o.write_batch_blocks = 1;
+  auto tier = Open(o);
+  tier->SetNamespaceLimits(kNs, {.ttl_seconds = 60, .max_bytes = 1000});
+  const BlockKey other{9, 9};
+  for (uint64_t i = 0; i < 10; ++i) {
+    ASSERT_OK(tier->Put(Meta(i), Payload(i), false));  // 300 bytes each
+    ASSERT_OK(tier->Put(Meta(i, other), Payload(i), false));
+    tier->Flush();
+  }
+  const RemoteCounters c = tier->Counters();
+  EXPECT_EQ(c.over_quota, 7u) << "3 x 300 bytes fit in 1000";
+  EXPECT_EQ(c.writes, 13u);
+  std::vector<BlockKey> limited, unlimited;
+  for (uint64_t i = 0; i < 10; ++i) {
+    limited.push_back(Meta(i).key);
+    unlimited.push_back(Meta(i, other).key);
+  }
+  size_t found = 0;
+  for (const auto& v : tier->GetMany(limited)) found += v.has_value();
+  EXPECT_EQ(found, 3u);
+  found = 0;
+  for (const auto& v : tier->GetMany(unlimited)) found += v.has_value();
+  EXPECT_EQ(found, 10u);
+}
+
+TEST_F(RemoteTierTest, ConcurrentWritersAndReadersAgreeWithTheStore) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  RemoteTierOptions o;
+  o.writer_threads = 2;
+  auto tier = Open(o);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(seed + t);
+      for (int n = 0; n < 200; ++n) {
+        const uint64_t i = rng() % 64;
+        if (rng() % 2 == 0) {
+          (void)tier->Put(Meta(i), Payload(i), false);
+        } else {
+          StatusOr<SharedBytes> got = tier->Get(Meta(i).key);
+          if (got.ok()) {
+            EXPECT_EQ(got->view(), Payload(i).view()) << "block " << i;
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  tier->Flush();
+  const RemoteCounters c = tier->Counters();
+  EXPECT_EQ(c.queued_blocks, 0u);
+  EXPECT_EQ(c.dropped, 0u);
+  EXPECT_LE(state_->size(), 64u);
+}
+
+}  // namespace
+}  // namespace prefixkv

@@ -1,0 +1,106 @@
+// FakeRemoteStore: an in-memory RemoteStore for the remote tier's tests, with
+// the faults a real cluster has (down, failing writes, a flipped byte, an
+// evicted key). Shares its state through a shared_ptr so a test keeps a handle
+// after handing the store to an engine or a tier.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "prefixkv/advanced/remote_store.h"
+
+namespace prefixkv::testing {
+
+struct FakeRemoteState {
+  std::mutex mu;
+  std::map<std::string, std::string> values;
+  std::map<std::string, uint32_t> ttls;
+  bool down = false;        // every call fails with Unavailable
+  int failing_sets = 0;     // the next N MultiSet calls fail
+  uint64_t get_calls = 0;   // MultiGet round trips
+  uint64_t keys_asked = 0;  // keys over all MultiGet calls
+  uint64_t set_calls = 0;
+  // While true, MultiSet waits (a slow cluster holding the writer).
+  bool hold_sets = false;
+  std::condition_variable released;
+
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      hold_sets = false;
+    }
+    released.notify_all();
+  }
+
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mu);
+    return values.size();
+  }
+  // Flips one byte of the value at `key` (which must exist).
+  void FlipByte(const std::string& key, size_t offset) {
+    std::lock_guard<std::mutex> lock(mu);
+    std::string& v = values.at(key);
+    v[offset % v.size()] ^= 0x40;
+  }
+};
+
+class FakeRemoteStore final : public RemoteStore {
+ public:
+  explicit FakeRemoteStore(std::shared_ptr<FakeRemoteState> state)
+      : state_(std::move(state)) {}
+
+  Status MultiGet(std::span<const std::string> keys,
+                  std::vector<std::optional<std::string>>* values) override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    values->assign(keys.size(), std::nullopt);
+    if (state_->down) return Status::Unavailable("fake store is down");
+    ++state_->get_calls;
+    state_->keys_asked += keys.size();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      auto it = state_->values.find(keys[i]);
+      if (it != state_->values.end()) (*values)[i] = it->second;
+    }
+    return Status::OK();
+  }
+  Status MultiSet(std::span<const RemoteWrite> writes) override {
+    std::unique_lock<std::mutex> lock(state_->mu);
+    state_->released.wait(lock, [&] { return !state_->hold_sets; });
+    if (state_->down) return Status::Unavailable("fake store is down");
+    if (state_->failing_sets > 0) {
+      --state_->failing_sets;
+      return Status::IOError("fake store refused the write");
+    }
+    ++state_->set_calls;
+    for (const RemoteWrite& w : writes) {
+      state_->values[w.key] = w.value;
+      state_->ttls[w.key] = w.ttl_seconds;
+    }
+    return Status::OK();
+  }
+  Status Delete(std::span<const std::string> keys) override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->down) return Status::Unavailable("fake store is down");
+    for (const std::string& k : keys) state_->values.erase(k);
+    return Status::OK();
+  }
+  StatusOr<int64_t> IncrBy(std::string_view key, int64_t delta,
+                           uint32_t ttl_seconds) override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->down) return Status::Unavailable("fake store is down");
+    std::string& v = state_->values[std::string(key)];
+    const int64_t now = (v.empty() ? 0 : std::stoll(v)) + delta;
+    v = std::to_string(now);
+    if (now == delta) state_->ttls[std::string(key)] = ttl_seconds;
+    return now;
+  }
+  std::string Describe() const override { return "fake store"; }
+
+ private:
+  std::shared_ptr<FakeRemoteState> state_;
+};
+
+}  // namespace prefixkv::testing
