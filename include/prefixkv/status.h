@@ -25,6 +25,7 @@ enum class StatusCode : unsigned char {
   kNotSupported,     // a feature or layout this build does not handle
   kAborted,          // cancelled by the caller
   kInternal,         // a broken invariant inside prefixkv; always a bug
+  kUnavailable,      // a remote service did not answer in time or is down; retry later
 };
 
 // Name of a code, for logs and --json output ("Corruption", ...).
@@ -55,6 +56,9 @@ class [[nodiscard]] Status {
   }
   static Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+  static Status Unavailable(std::string m) {
+    return {StatusCode::kUnavailable, std::move(m)};
+  }
 
   // The code, the message (empty when OK) and one predicate per common code.
   bool ok() const { return code_ == StatusCode::kOk; }
@@ -66,6 +70,7 @@ class [[nodiscard]] Status {
   bool IsIOError() const { return code_ == StatusCode::kIOError; }
   bool IsBusy() const { return code_ == StatusCode::kBusy; }
   bool IsNoSpace() const { return code_ == StatusCode::kNoSpace; }
+  bool IsUnavailable() const { return code_ == StatusCode::kUnavailable; }
 
   // "Corruption: bad magic" or "OK".
   std::string ToString() const;

@@ -95,6 +95,16 @@ TEST(StatusOrDeathTest, DereferenceOnAnErrorAbortsPrintingTheStatus) {
   EXPECT_DEATH((void)const_error->size(), "on an error: Busy: try later");
 }
 
+// A remote service that is down or slow (the remote tier's store) is its own code.
+TEST(Status, UnavailableHasItsOwnCodeAndName) {
+  Status down = Status::Unavailable("node 127.0.0.1:7000 down");
+  EXPECT_TRUE(down.IsUnavailable());
+  EXPECT_FALSE(down.IsIOError());
+  EXPECT_FALSE(Status::IOError("x").IsUnavailable());
+  EXPECT_EQ(StatusCodeName(down.code()), "Unavailable");
+  EXPECT_EQ(down.ToString(), "Unavailable: node 127.0.0.1:7000 down");
+}
+
 TEST(StatusOr, ValueOnOkReturnsTheValue) {
   StatusOr<std::string> ok = std::string("seven");
   EXPECT_EQ(ok.value(), "seven");

@@ -1,0 +1,248 @@
+// RedisClusterStore's calls: every batch is routed by slot, pipelined per
+// master under one deadline, and redirected (redis_cluster_store.h). The slot
+// map, the node table and the connection pools are in redis_cluster_nodes.cc.
+#include "redis_cluster_store.h"
+
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <utility>
+
+namespace prefixkv {
+
+struct RedisClusterStore::Item {
+  size_t index = 0;  // into the call's keys
+  std::string_view key;
+  int slot = 0;
+  Node* ask = nullptr;  // set after -ASK: this command goes there, after ASKING
+  int redirects = 0;
+};
+
+// The items of one round that go to one node (with or without ASKING).
+struct RedisClusterStore::Batch {
+  Node* node = nullptr;
+  bool asking = false;
+  std::vector<Item> items;
+  std::unique_ptr<RedisConnection> connection;
+};
+
+namespace {
+
+void Note(Status* first, const Status& status) {
+  if (first->ok() && !status.ok()) *first = status;
+}
+
+Status ExpectInteger(const redisReply& reply, std::string_view command) {
+  if (reply.type == REDIS_REPLY_INTEGER) return Status::OK();
+  return Status::IOError("redis: unexpected reply to " + std::string(command));
+}
+
+}  // namespace
+
+Status RedisClusterStore::Execute(const std::vector<std::string_view>& keys,
+                                  const KeyOp& op) {
+  MaybeRefreshMap();
+  std::vector<Item> items(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    items[i].index = i;
+    items[i].key = keys[i];
+    items[i].slot = RedisKeySlot(keys[i]);
+  }
+  Status first;
+  while (!items.empty()) {
+    std::vector<Item> next;
+    Note(&first, RunRound(items, op, &next));
+    items.clear();
+    for (Item& item : next) {
+      if (item.redirects > kMaxRedirects) {
+        Note(&first, Status::IOError("redis: key redirected more than " +
+                                     std::to_string(kMaxRedirects) + " times"));
+      } else {
+        items.push_back(std::move(item));
+      }
+    }
+  }
+  return first;
+}
+
+Status RedisClusterStore::RunRound(const std::vector<Item>& items, const KeyOp& op,
+                                   std::vector<Item>* next) {
+  Status first;
+  std::vector<Batch> batches;
+  size_t unrouted = 0;
+  {
+    MutexLock lock(&mu_);
+    for (const Item& item : items) {
+      Node* node = item.ask != nullptr ? item.ask
+                   : slots_.empty()    ? nullptr
+                                       : slots_[item.slot];
+      if (node == nullptr) {
+        ++unrouted;
+        continue;
+      }
+      const bool asking = item.ask != nullptr;
+      auto it = std::find_if(batches.begin(), batches.end(), [&](const Batch& b) {
+        return b.node == node && b.asking == asking;
+      });
+      if (it == batches.end()) it = batches.insert(batches.end(), Batch{node, asking});
+      it->items.push_back(item);
+    }
+  }
+  if (unrouted > 0) {
+    Note(&first, Status::Unavailable("redis cluster " + seeds_text_ + ": " +
+                                     std::to_string(unrouted) +
+                                     " key(s) without a master (no slot map)"));
+  }
+  for (Batch& batch : batches) {
+    StatusOr<std::unique_ptr<RedisConnection>> connection = Acquire(*batch.node);
+    if (connection.ok()) {
+      batch.connection = std::move(connection).value();
+    } else {
+      Note(&first, connection.status());
+    }
+  }
+  // Everything is sent before anything is read, so the masters work in
+  // parallel and one deadline bounds the whole round.
+  const uint64_t deadline =
+      RedisNowNanos() + uint64_t{options_.request_timeout_ms} * 1000000;
+  for (Batch& batch : batches) {
+    if (batch.connection == nullptr) continue;
+    for (const Item& item : batch.items) {
+      if (batch.asking) batch.connection->Append({"ASKING"});
+      op.append(*batch.connection, item.index);
+    }
+    Status sent = batch.connection->Flush(deadline);
+    if (!sent.ok()) {
+      if (sent.IsUnavailable()) MarkDown(*batch.node);
+      Note(&first, sent);
+    }
+  }
+  for (Batch& batch : batches) {
+    if (batch.connection == nullptr) continue;
+    if (!batch.connection->broken()) Note(&first, ReadReplies(batch, deadline, op, next));
+    Release(*batch.node, std::move(batch.connection));
+  }
+  return first;
+}
+
+Status RedisClusterStore::ReadReplies(Batch& batch, uint64_t deadline, const KeyOp& op,
+                                      std::vector<Item>* next) {
+  Status first;
+  RedisConnection& connection = *batch.connection;
+  for (const Item& item : batch.items) {
+    if (batch.asking) {
+      StatusOr<RedisReplyPtr> asking = connection.Read(deadline);  // +OK
+      if (!asking.ok()) {
+        if (asking.status().IsUnavailable()) MarkDown(*batch.node);
+        return asking.status();
+      }
+    }
+    StatusOr<RedisReplyPtr> reply = connection.Read(deadline);
+    if (!reply.ok()) {
+      if (reply.status().IsUnavailable()) MarkDown(*batch.node);
+      return reply.status();  // this key and the rest of the batch fail
+    }
+    const redisReply& r = **reply;
+    if (std::optional<RedisRedirect> redirect = ParseRedirect(r, connection.host())) {
+      FollowRedirect(*redirect, item, next);
+    } else if (r.type == REDIS_REPLY_ERROR) {
+      Note(&first, ErrorReplyStatus(r, connection.name()));
+    } else {
+      Note(&first, op.accept(item.index, r));
+    }
+  }
+  return first;
+}
+
+void RedisClusterStore::FollowRedirect(const RedisRedirect& redirect, Item item,
+                                       std::vector<Item>* next) {
+  MutexLock lock(&mu_);
+  Node* target = NodeFor(redirect.target);
+  ++item.redirects;
+  if (redirect.ask) {
+    item.ask = target;  // this command only; the slot still belongs to the old master
+  } else {
+    item.ask = nullptr;
+    if (!slots_.empty()) slots_[redirect.slot] = target;
+    refresh_wanted_ = true;  // other slots may have moved too
+  }
+  next->push_back(item);
+}
+
+Status RedisClusterStore::MultiGet(std::span<const std::string> keys,
+                                   std::vector<std::optional<std::string>>* values) {
+  values->assign(keys.size(), std::nullopt);
+  KeyOp op;
+  op.append = [&](RedisConnection& c, size_t i) { c.Append({"GET", keys[i]}); };
+  op.accept = [&](size_t i, const redisReply& reply) {
+    if (reply.type == REDIS_REPLY_NIL) return Status::OK();
+    if (reply.type != REDIS_REPLY_STRING) {
+      return Status::IOError("redis: unexpected reply to GET");
+    }
+    (*values)[i] = std::string(reply.str, reply.len);
+    return Status::OK();
+  };
+  return Execute(std::vector<std::string_view>(keys.begin(), keys.end()), op);
+}
+
+Status RedisClusterStore::MultiSet(std::span<const RemoteWrite> writes) {
+  std::vector<std::string_view> keys;
+  std::vector<std::string> ttls;
+  for (const RemoteWrite& w : writes) {
+    keys.push_back(w.key);
+    ttls.push_back(std::to_string(w.ttl_seconds));
+  }
+  KeyOp op;
+  op.append = [&](RedisConnection& c, size_t i) {
+    if (writes[i].ttl_seconds == 0) {
+      c.Append({"SET", writes[i].key, writes[i].value});
+    } else {
+      c.Append({"SET", writes[i].key, writes[i].value, "EX", ttls[i]});
+    }
+  };
+  op.accept = [](size_t, const redisReply& reply) {
+    if (reply.type == REDIS_REPLY_STATUS) return Status::OK();
+    return Status::IOError("redis: unexpected reply to SET");
+  };
+  return Execute(keys, op);
+}
+
+Status RedisClusterStore::Delete(std::span<const std::string> keys) {
+  // One DEL per key: a DEL of keys in different slots is refused by a cluster.
+  KeyOp op;
+  op.append = [&](RedisConnection& c, size_t i) { c.Append({"DEL", keys[i]}); };
+  op.accept = [](size_t, const redisReply& reply) { return ExpectInteger(reply, "DEL"); };
+  return Execute(std::vector<std::string_view>(keys.begin(), keys.end()), op);
+}
+
+StatusOr<int64_t> RedisClusterStore::IncrBy(std::string_view key, int64_t delta,
+                                            uint32_t ttl_seconds) {
+  const std::vector<std::string_view> keys = {key};
+  const std::string delta_text = std::to_string(delta);
+  int64_t value = 0;
+  KeyOp incr;
+  incr.append = [&](RedisConnection& c, size_t) {
+    c.Append({"INCRBY", key, delta_text});
+  };
+  incr.accept = [&](size_t, const redisReply& reply) {
+    value = reply.integer;
+    return ExpectInteger(reply, "INCRBY");
+  };
+  PKV_RETURN_IF_ERROR(Execute(keys, incr));
+  if (ttl_seconds > 0 && value == delta) {
+    // Created by this call (as far as can be told): give it its expiry, unless
+    // a concurrent creator already did (NX, Redis >= 7.0).
+    const std::string ttl_text = std::to_string(ttl_seconds);
+    KeyOp expire;
+    expire.append = [&](RedisConnection& c, size_t) {
+      c.Append({"EXPIRE", key, ttl_text, "NX"});
+    };
+    expire.accept = [](size_t, const redisReply& reply) {
+      return ExpectInteger(reply, "EXPIRE");
+    };
+    PKV_RETURN_IF_ERROR(Execute(keys, expire));
+  }
+  return value;
+}
+
+}  // namespace prefixkv

@@ -1,0 +1,127 @@
+// RedisClusterStore: the RemoteStore on a Redis Cluster (or on one Redis node
+// with cluster mode off), behind OpenRedisClusterStore (remote_store.h).
+//
+// Routing: a slot map (16384 slots -> master) from CLUSTER SLOTS. A call
+// groups its keys by master, pipelines one command per key to each master
+// (all masters written first, then all read, against ONE deadline of
+// request_timeout_ms), and follows -MOVED (the slot is re-pointed at once and
+// the whole map fetched again at the start of the next call) and -ASK (ASKING
+// then the command on the target, map unchanged), at most kMaxRedirects times
+// per key.
+//
+// Failures: a node that cannot be connected, times out or closes the
+// connection is marked down for down_backoff_ms; its keys fail at once with
+// Unavailable during that time (no connect attempt), and the map is fetched
+// again. Without a map (no seed answered) every call is Unavailable at once
+// and the map is tried again every down_backoff_ms.
+//
+// Locking: mu_ guards the map and the node table; each node's mutex guards
+// its idle connections and its down deadline. No lock is held during network
+// I/O, and mu_ and a node's mutex are never held together.
+//
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "prefixkv/advanced/mutex.h"
+#include "prefixkv/advanced/remote_store.h"
+#include "prefixkv/clock.h"
+#include "redis_cluster_protocol.h"
+#include "redis_connection.h"
+
+namespace prefixkv {
+
+class RedisClusterStore final : public RemoteStore {
+ public:
+  // Redirections followed per key before the key fails with IOError.
+  static constexpr int kMaxRedirects = 3;
+
+  // `clock` times the down backoff and the map retry (socket deadlines are
+  // real time). REQUIRES: options checked by OpenRedisClusterStore.
+  RedisClusterStore(RedisClusterOptions options, std::vector<RedisAddress> seeds,
+                    const Clock* clock);
+  ~RedisClusterStore() override;
+
+  Status MultiGet(std::span<const std::string> keys,
+                  std::vector<std::optional<std::string>>* values) override;
+  Status MultiSet(std::span<const RemoteWrite> writes) override;
+  Status Delete(std::span<const std::string> keys) override;
+  StatusOr<int64_t> IncrBy(std::string_view key, int64_t delta,
+                           uint32_t ttl_seconds) override;
+  std::string Describe() const override;
+
+  // Fetches the slot map when it is missing or stale and the retry time has
+  // come (every call does this first).
+  void MaybeRefreshMap() EXCLUDES(mu_);
+
+  // For tests: the master the map routes `slot` to ("" without a map), how
+  // many maps were fetched, whether `node` ("host:port") is marked down.
+  std::string NodeOfSlot(uint16_t slot) const EXCLUDES(mu_);
+  uint64_t map_fetches() const EXCLUDES(mu_);
+  bool IsNodeDown(const std::string& node) const EXCLUDES(mu_);
+
+ private:
+  struct Node;
+  struct Item;
+  struct Batch;
+  // One command per key: queue it on a connection; take a (non-redirect) reply.
+  struct KeyOp {
+    std::function<void(RedisConnection&, size_t index)> append;
+    std::function<Status(size_t index, const redisReply& reply)> accept;
+  };
+
+  Status Execute(const std::vector<std::string_view>& keys, const KeyOp& op)
+      EXCLUDES(mu_);
+  // Sends one round of `items` (grouped by node) and collects the redirected
+  // ones into `next`; returns the first failure.
+  Status RunRound(const std::vector<Item>& items, const KeyOp& op,
+                  std::vector<Item>* next) EXCLUDES(mu_);
+  Status ReadReplies(Batch& batch, uint64_t deadline, const KeyOp& op,
+                     std::vector<Item>* next) EXCLUDES(mu_);
+  void FollowRedirect(const RedisRedirect& redirect, Item item, std::vector<Item>* next)
+      EXCLUDES(mu_);
+
+  StatusOr<std::unique_ptr<RedisConnection>> Acquire(Node& node) EXCLUDES(mu_);
+  void Release(Node& node, std::unique_ptr<RedisConnection> connection);
+  void MarkDown(Node& node) EXCLUDES(mu_);
+  // Unavailable while `node` is marked down, else OK.
+  Status DownStatus(Node& node) const;
+
+  // One CLUSTER SLOTS round trip to `node`; the slot map it describes.
+  struct Map {
+    std::vector<Node*> slots;  // kRedisSlots entries, nullptr: no master
+    bool standalone = false;
+  };
+  StatusOr<Map> FetchMap(Node& node) EXCLUDES(mu_);
+  Node* NodeFor(const RedisAddress& address) REQUIRES(mu_);
+
+  const RedisClusterOptions options_;
+  const Clock* const clock_;
+  std::string seeds_text_;  // "h:p,h:p" for Describe()
+
+  mutable Mutex mu_;
+  std::map<std::string, std::unique_ptr<Node>> nodes_ GUARDED_BY(mu_);  // never erased
+  std::vector<Node*> seeds_ GUARDED_BY(mu_);
+  std::vector<Node*> slots_ GUARDED_BY(mu_);  // kRedisSlots entries, or empty: no map
+  bool refresh_wanted_ GUARDED_BY(mu_) = true;
+  bool refreshing_ GUARDED_BY(mu_) = false;
+  uint64_t next_refresh_nanos_ GUARDED_BY(mu_) = 0;  // clock_ time
+  uint64_t map_fetches_ GUARDED_BY(mu_) = 0;
+  size_t masters_ GUARDED_BY(mu_) = 0;
+  bool standalone_ GUARDED_BY(mu_) = false;  // a node with cluster mode off
+};
+
+// OpenRedisClusterStore with the clock that times down backoffs.
+StatusOr<std::unique_ptr<RedisClusterStore>> OpenRedisClusterStoreWithClock(
+    const RedisClusterOptions& options, const Clock* clock);
+
+}  // namespace prefixkv

@@ -1,0 +1,79 @@
+// RedisConnection: one synchronous hiredis connection to one Redis node whose
+// every write and read ends by a deadline, so a pipelined batch to a slow or
+// dead node costs at most the request timeout. hiredis formats commands and
+// parses replies (no hand-written RESP); this class only bounds the socket
+// I/O (SO_RCVTIMEO/SO_SNDTIMEO re-armed to the time left before each system
+// call) and writes with MSG_NOSIGNAL, so a peer that died never raises SIGPIPE.
+//
+// After any error the connection is broken() and must be closed, not reused:
+// its pipeline is out of step with the replies.
+//
+// Thread-compatible: one thread uses a connection at a time (the node's pool
+// hands it out).
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "prefixkv/status.h"
+
+struct redisContext;
+struct redisReply;
+
+namespace prefixkv {
+
+struct RedisReplyDeleter {
+  void operator()(redisReply* reply) const;
+};
+using RedisReplyPtr = std::unique_ptr<redisReply, RedisReplyDeleter>;
+
+// Real monotonic time in nanoseconds (socket deadlines are real time).
+uint64_t RedisNowNanos();
+
+class RedisConnection {
+ public:
+  // Connects to `host`:`port` within connect_timeout_ms and authenticates when
+  // `password` is not empty. Unavailable when the node cannot be reached,
+  // IOError when it rejects AUTH.
+  static StatusOr<std::unique_ptr<RedisConnection>> Connect(const std::string& host,
+                                                            int port,
+                                                            uint32_t connect_timeout_ms,
+                                                            const std::string& password);
+  ~RedisConnection();
+  RedisConnection(const RedisConnection&) = delete;
+  RedisConnection& operator=(const RedisConnection&) = delete;
+
+  // Queues one command; arguments are binary-safe (any bytes, \0 included).
+  void Append(std::initializer_list<std::string_view> args);
+  // Writes every queued command before `deadline_nanos` (RedisNowNanos time).
+  Status Flush(uint64_t deadline_nanos);
+  // The next reply, read before `deadline_nanos`. An error reply (-ERR ...) is
+  // a reply, not an error Status; Unavailable on a timeout or a closed
+  // connection, IOError on a protocol error.
+  StatusOr<RedisReplyPtr> Read(uint64_t deadline_nanos);
+  // Flush, then one Read: a single command's round trip.
+  StatusOr<RedisReplyPtr> Call(std::initializer_list<std::string_view> args,
+                               uint64_t deadline_nanos);
+
+  bool broken() const { return broken_; }
+  const std::string& host() const { return host_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  RedisConnection(redisContext* context, std::string host, std::string name)
+      : context_(context), host_(std::move(host)), name_(std::move(name)) {}
+  // Sets the socket timeouts to the time left; Unavailable when none is left.
+  Status Arm(uint64_t deadline_nanos, std::string_view what);
+  // Marks the connection broken and returns `code` with the node's name.
+  Status Fail(bool protocol_error, std::string_view what);
+
+  redisContext* context_;
+  std::string host_;
+  std::string name_;  // "host:port", for messages
+  bool broken_ = false;
+};
+
+}  // namespace prefixkv

@@ -1,0 +1,167 @@
+// The Redis Cluster client when a master hangs (SIGSTOP) or dies (SIGKILL):
+// its keys fail with Unavailable within a bounded time, one timeout at most
+// per down_backoff_ms, while the other masters' keys keep working. And the
+// local cluster launcher leaves no process and no directory behind.
+#include <errno.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <regex>
+
+#include "redis_cluster_store.h"
+#include "tests/storage/remote/redis_test_util.h"
+
+namespace prefixkv {
+namespace {
+
+using testing::ClusterOptions;
+using testing::MillisSince;
+using testing::Raw;
+
+class RedisClusterFailureTest
+    : public testing::RedisClusterSuite<RedisClusterFailureTest> {
+ protected:
+  void SetUp() override {
+    RedisClusterSuite::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    // 300 keys over the three masters, written with generous timeouts.
+    ASSERT_OK_AND_ASSIGN(auto writer, OpenRedisClusterStore(ClusterOptions(*cluster_)));
+    keys_.clear();
+    writes_.clear();
+    for (int i = 0; i < 300; ++i) {
+      writes_.push_back({"f/" + std::to_string(i), "v" + std::to_string(i), 0});
+      keys_.push_back(writes_.back().key);
+    }
+    ASSERT_OK(writer->MultiSet(writes_));
+  }
+
+  // A store with the production time bounds: 5 ms per batch, 1 s backoff.
+  std::unique_ptr<RedisClusterStore> FastStore() {
+    RedisClusterOptions options = ClusterOptions(*cluster_);
+    options.request_timeout_ms = 5;
+    options.connect_timeout_ms = 50;
+    options.down_backoff_ms = 1000;
+    return testing::OpenStore(options);
+  }
+
+  // Reads every key `rounds` times; each call is Unavailable, answers every key
+  // of a live master and none of `dead` ("host:port"). The slowest call's time.
+  double ReadAround(RedisClusterStore& store, const std::string& dead, int rounds) {
+    double slowest = 0;
+    for (int round = 0; round < rounds; ++round) {
+      std::vector<std::optional<std::string>> values;
+      const auto start = std::chrono::steady_clock::now();
+      Status got = store.MultiGet(keys_, &values);
+      slowest = std::max(slowest, MillisSince(start));
+      EXPECT_TRUE(got.IsUnavailable()) << got.ToString();
+      for (size_t i = 0; i < keys_.size(); ++i) {
+        const bool on_dead = store.NodeOfSlot(RedisKeySlot(keys_[i])) == dead;
+        EXPECT_EQ(values[i], on_dead ? std::nullopt : std::optional(writes_[i].value))
+            << keys_[i] << " round " << round;
+      }
+    }
+    return slowest;
+  }
+
+  std::vector<std::string> keys_;
+  std::vector<RemoteWrite> writes_;
+};
+
+// Runs before the kill below (gtest keeps the order within a suite).
+TEST_F(RedisClusterFailureTest, AHungMasterCostsOneTimeoutThenFailsFast) {
+  auto store = FastStore();
+  std::vector<std::optional<std::string>> values;
+  ASSERT_OK(store->MultiGet(keys_, &values));  // pooled connections to every master
+  const std::string hung = "127.0.0.1:" + std::to_string(cluster_->ports()[1]);
+  ASSERT_EQ(kill(cluster_->pid(1), SIGSTOP), 0);
+  const auto start = std::chrono::steady_clock::now();
+  const double first = ReadAround(*store, hung, 1);
+  const double next = ReadAround(*store, hung, 20);
+  const double total = MillisSince(start);
+  kill(cluster_->pid(1), SIGCONT);
+  std::printf(
+      "[hung master] first call %.1f ms, slowest of the next 20 %.1f ms, "
+      "all 21 %.1f ms\n",
+      first, next, total);
+  EXPECT_GE(first, 4.0);  // it waited for the hung master once ...
+  EXPECT_LT(first, 50);
+  EXPECT_LT(next, 50);
+  EXPECT_LT(total, 100);  // ... and not again while it is down
+  EXPECT_TRUE(store->IsNodeDown(hung));
+}
+
+TEST_F(RedisClusterFailureTest, AKilledMasterFailsItsKeysFastAndTheOthersStillWork) {
+  auto store = FastStore();
+  std::vector<std::optional<std::string>> values;
+  ASSERT_OK(store->MultiGet(keys_, &values));
+  const std::string dead = "127.0.0.1:" + std::to_string(cluster_->ports()[0]);
+  cluster_->KillMaster(0);
+  const double slowest = ReadAround(*store, dead, 20);
+  std::printf("[killed master] slowest of 20 calls %.1f ms\n", slowest);
+  EXPECT_LT(slowest, 50);
+  EXPECT_TRUE(store->IsNodeDown(dead));
+  // Writes to the live masters go on; a write to the dead one is Unavailable.
+  std::vector<RemoteWrite> live;
+  for (const RemoteWrite& w : writes_) {
+    if (store->NodeOfSlot(RedisKeySlot(w.key)) != dead)
+      live.push_back({w.key, "again", 0});
+  }
+  ASSERT_FALSE(live.empty());
+  EXPECT_OK(store->MultiSet(live));
+  EXPECT_TRUE(store->MultiSet(writes_).IsUnavailable());
+  EXPECT_NE(store->Describe().find("(3 masters)"), std::string::npos);  // still its slots
+}
+
+TEST(LocalRedisCluster, StartThenStopLeavesNoProcessAndNoDirectory) {
+  if (!LocalRedisCluster::Available()) GTEST_SKIP() << "redis-server is not installed";
+  std::vector<std::string> log;  // Start() logs from this thread only
+  LocalRedisClusterOptions options;
+  options.maxmemory_bytes_per_node = 64 << 20;
+  options.log = [&log](std::string_view line) { log.emplace_back(line); };
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_OK_AND_ASSIGN(auto cluster, LocalRedisCluster::Start(options));
+  std::printf("[launcher] 3 masters up in %.0f ms\n", MillisSince(start));
+  EXPECT_TRUE(std::regex_match(
+      cluster->seeds(),
+      std::regex(R"(127\.0\.0\.1:\d+,127\.0\.0\.1:\d+,127\.0\.0\.1:\d+)")))
+      << cluster->seeds();
+  EXPECT_EQ(cluster->uri(), "redis://" + cluster->seeds());
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_NE(log[0].find(cluster->seeds()), std::string::npos) << log[0];
+  const std::string dir = cluster->dir();
+  EXPECT_TRUE(std::filesystem::is_directory(dir));
+  for (int port : cluster->ports()) {
+    EXPECT_NE(Raw(port, {"CLUSTER", "INFO"}).find("cluster_state:ok"), std::string::npos);
+    EXPECT_NE(Raw(port, {"CONFIG", "GET", "maxmemory-policy"}).find("allkeys-lru"),
+              std::string::npos);
+  }
+  std::vector<pid_t> pids;
+  for (int i = 0; i < 3; ++i) {
+    pids.push_back(cluster->pid(i));
+    EXPECT_EQ(kill(pids.back(), 0), 0);
+  }
+  cluster->KillMaster(2);  // killed and reaped: no zombie left
+  EXPECT_EQ(cluster->pid(2), -1);
+  EXPECT_EQ(kill(pids[2], 0), -1);
+  cluster->Stop();
+  cluster->Stop();  // idempotent
+  for (pid_t pid : pids) {
+    errno = 0;
+    EXPECT_EQ(kill(pid, 0), -1) << pid;
+    EXPECT_EQ(errno, ESRCH) << pid;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
+TEST(LocalRedisCluster, RefusesFewerThanThreeMasters) {
+  if (!LocalRedisCluster::Available()) GTEST_SKIP() << "redis-server is not installed";
+  LocalRedisClusterOptions options;
+  options.masters = 2;
+  EXPECT_TRUE(LocalRedisCluster::Start(options).status().IsInvalidArgument());
+}
+
+}  // namespace
+}  // namespace prefixkv

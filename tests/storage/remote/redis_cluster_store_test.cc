@@ -1,0 +1,387 @@
+// The Redis Cluster client (storage/remote/redis_cluster_store.h) against a
+// real 3-master cluster (tools/redis/local_redis_cluster.h): key slots, binary
+// round trips over every master, TTLs, MOVED and ASK during a live slot
+// migration, and the time bounds of a dead, a silent or an absent cluster.
+#include "redis_cluster_store.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "tests/storage/remote/redis_test_util.h"
+
+extern char** environ;
+
+namespace prefixkv {
+namespace {
+
+using testing::ClusterOptions;
+using testing::KeyInSlot;
+using testing::MillisSince;
+using testing::NodeId;
+using testing::OpenStore;
+using testing::OwnerPort;
+using testing::Raw;
+
+TEST(RedisKeySlot, MatchesTheClusterSpecification) {
+  EXPECT_EQ(RedisKeySlot("foo"), 12182);
+  EXPECT_EQ(RedisKeySlot("bar"), 5061);
+  EXPECT_EQ(RedisKeySlot("123456789"), 0x31C3 & 16383);  // the spec's CRC16 check value
+  EXPECT_EQ(RedisKeySlot(""), 0);
+  // Hash tags: only the first {...} with something inside counts.
+  EXPECT_EQ(RedisKeySlot("{user1000}.following"), RedisKeySlot("{user1000}.followers"));
+  EXPECT_EQ(RedisKeySlot("{user1000}.following"), RedisKeySlot("user1000"));
+  EXPECT_EQ(RedisKeySlot("foo{bar}{zap}"), RedisKeySlot("bar"));
+  EXPECT_EQ(RedisKeySlot("foo{{bar}}zap"), RedisKeySlot("{bar"));
+  EXPECT_EQ(RedisKeySlot("foo{}{bar}"), RedisKeySlot(std::string("foo{}{bar}")));
+  EXPECT_NE(RedisKeySlot("foo{}{bar}"), RedisKeySlot("bar"));
+  EXPECT_EQ(RedisKeySlot("{a"), RedisKeySlot(std::string("{a")));
+  EXPECT_EQ(RedisKeySlot(std::string("a\0b", 3)), RedisKeySlot(std::string("a\0b", 3)));
+  EXPECT_NE(RedisKeySlot(std::string("a\0b", 3)), RedisKeySlot("a"));
+}
+
+TEST(ParseRedisSeeds, AcceptsTheUriAndBareListsAndNamesTheBadPart) {
+  ASSERT_OK_AND_ASSIGN(auto seeds, ParseRedisSeeds("redis://127.0.0.1:7000,h2:7001"));
+  EXPECT_EQ(seeds, (std::vector<std::string>{"127.0.0.1:7000", "h2:7001"}));
+  ASSERT_OK_AND_ASSIGN(seeds, ParseRedisSeeds(" localhost:6379 "));
+  EXPECT_EQ(seeds, (std::vector<std::string>{"localhost:6379"}));
+  ASSERT_OK_AND_ASSIGN(seeds, ParseRedisSeeds("redis://[::1]:7000"));
+  EXPECT_EQ(seeds, (std::vector<std::string>{"[::1]:7000"}));
+  for (const char* bad :
+       {"", "redis://", "host", "host:", ":7000", "host:0", "host:70000", "host:7x",
+        "h:1,,h:2", "http://h:1", "rediss://h:1", "u@h:1"}) {
+    StatusOr<std::vector<std::string>> parsed = ParseRedisSeeds(bad);
+    EXPECT_TRUE(parsed.status().IsInvalidArgument()) << "'" << bad << "'";
+  }
+  EXPECT_NE(ParseRedisSeeds("redis://h:1,h:x").status().message().find("'h:x'"),
+            std::string::npos);
+}
+
+TEST(OpenRedisClusterStore, RejectsBadOptions) {
+  RedisClusterOptions options;
+  EXPECT_TRUE(OpenRedisClusterStore(options).status().IsInvalidArgument());
+  options.seeds = {"127.0.0.1:notaport"};
+  EXPECT_TRUE(OpenRedisClusterStore(options).status().IsInvalidArgument());
+  options.seeds = {"127.0.0.1:1"};
+  options.request_timeout_ms = 0;
+  EXPECT_TRUE(OpenRedisClusterStore(options).status().IsInvalidArgument());
+}
+
+// A loopback port nobody listens on (bound once, then released).
+int ClosedPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// A node that accepts connections (the kernel completes them) but never
+// answers: the slow or hung server. Counts the connections made to it.
+class SilentNode {
+ public:
+  SilentNode() {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(listen(fd_, 64), 0);
+    socklen_t len = sizeof(addr);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~SilentNode() {
+    for (int fd : accepted_) close(fd);
+    close(fd_);
+  }
+  std::string seed() const { return "127.0.0.1:" + std::to_string(port_); }
+  // Connections made so far (accepts what is pending).
+  int Connections() {
+    for (int fd; (fd = accept(fd_, nullptr, nullptr)) >= 0;) accepted_.push_back(fd);
+    return static_cast<int>(accepted_.size());
+  }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+  std::vector<int> accepted_;
+};
+
+TEST(RedisClusterStoreAbsent, OpensAndFailsFastWithUnavailable) {
+  RedisClusterOptions options;
+  options.seeds = {"127.0.0.1:" + std::to_string(ClosedPort())};
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RemoteStore> store,
+                       OpenRedisClusterStore(options));
+  EXPECT_LT(MillisSince(start), 50);
+  EXPECT_NE(store->Describe().find("(unavailable)"), std::string::npos)
+      << store->Describe();
+  const std::vector<std::string> keys = {"a", "b"};
+  std::vector<std::optional<std::string>> values;
+  for (int i = 0; i < 20; ++i) {
+    const auto call = std::chrono::steady_clock::now();
+    Status got = store->MultiGet(keys, &values);
+    EXPECT_TRUE(got.IsUnavailable()) << got.ToString();
+    EXPECT_LT(MillisSince(call), 50);
+    EXPECT_EQ(values,
+              (std::vector<std::optional<std::string>>{std::nullopt, std::nullopt}));
+  }
+  const RemoteWrite write{"a", "1", 0};
+  EXPECT_TRUE(store->MultiSet({&write, 1}).IsUnavailable());
+  EXPECT_TRUE(store->Delete(keys).IsUnavailable());
+  EXPECT_TRUE(store->IncrBy("n", 1, 0).status().IsUnavailable());
+}
+
+// A hung node costs one timeout; then it is down for down_backoff_ms (on the
+// store's clock) and contacted again only after that.
+TEST(RedisClusterStoreAbsent, AHungSeedCostsOneTimeoutPerBackoff) {
+  SilentNode silent;
+  FakeClock clock;
+  RedisClusterOptions options;
+  options.seeds = {silent.seed()};
+  options.request_timeout_ms = 20;
+  options.down_backoff_ms = 1000;
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RedisClusterStore> store,
+                       OpenRedisClusterStoreWithClock(options, &clock));
+  const double open_ms = MillisSince(start);
+  EXPECT_GE(open_ms, 19);   // it waited for CLUSTER SLOTS ...
+  EXPECT_LT(open_ms, 200);  // ... one request timeout, not more
+  EXPECT_EQ(silent.Connections(), 1);
+  EXPECT_TRUE(store->IsNodeDown(silent.seed()));
+  const std::vector<std::string> keys = {"k"};
+  std::vector<std::optional<std::string>> values;
+  start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 50; ++i)
+    EXPECT_TRUE(store->MultiGet(keys, &values).IsUnavailable());
+  EXPECT_LT(MillisSince(start), 50);  // no timeout while the backoff runs
+  EXPECT_EQ(silent.Connections(), 1);
+  clock.AdvanceMillis(1001);
+  EXPECT_TRUE(store->MultiGet(keys, &values).IsUnavailable());
+  EXPECT_EQ(silent.Connections(), 2);  // retried once after the backoff
+  EXPECT_EQ(store->map_fetches(), 0u);
+}
+
+// A single redis-server with cluster mode off owns every slot.
+TEST(RedisClusterStoreStandalone, ANodeWithoutClusterModeOwnsEverySlot) {
+  if (!LocalRedisCluster::Available()) GTEST_SKIP() << "redis-server is not installed";
+  const int port = ClosedPort();
+  const std::string p = std::to_string(port);
+  std::vector<std::string> args = {"/usr/bin/redis-server",
+                                   "--port",
+                                   p,
+                                   "--bind",
+                                   "127.0.0.1",
+                                   "--save",
+                                   "",
+                                   "--appendonly",
+                                   "no",
+                                   "--logfile",
+                                   "/dev/null"};
+  if (access(args[0].c_str(), X_OK) != 0) args[0] = "redis-server";
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  for (int i = 0; i < 250 && Raw(port, {"PING"}) != "PONG"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  {
+    RedisClusterOptions options;
+    options.seeds = {"127.0.0.1:" + p};
+    options.request_timeout_ms = 1000;
+    auto store = OpenStore(options);
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(store->Describe(),
+              "redis 127.0.0.1:" + p + " (one node, cluster mode off)");
+    EXPECT_EQ(store->NodeOfSlot(0), "127.0.0.1:" + p);
+    EXPECT_EQ(store->NodeOfSlot(16383), "127.0.0.1:" + p);
+    const std::vector<RemoteWrite> writes = {{"foo", "1", 0}, {"bar", "2", 0}};
+    EXPECT_OK(store->MultiSet(writes));
+    std::vector<std::optional<std::string>> values;
+    EXPECT_OK(store->MultiGet(std::vector<std::string>{"foo", "bar", "baz"}, &values));
+    EXPECT_EQ(values, (std::vector<std::optional<std::string>>{"1", "2", std::nullopt}));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+}
+
+// One 3-master cluster for the suite.
+class RedisClusterStoreTest : public testing::RedisClusterSuite<RedisClusterStoreTest> {};
+
+TEST_F(RedisClusterStoreTest, KeySlotAgreesWithClusterKeyslot) {
+  std::mt19937_64 rng(testing::TestSeed("KeySlotAgreesWithClusterKeyslot"));
+  const int port = cluster_->ports()[0];
+  for (int i = 0; i < 300; ++i) {
+    std::string key(rng() % 24, '\0');
+    for (char& c : key) c = "ab{}\0\r\nxyz"[rng() % 10];
+    EXPECT_EQ(std::to_string(RedisKeySlot(key)), Raw(port, {"CLUSTER", "KEYSLOT", key}))
+        << "key of " << key.size() << " bytes";
+  }
+}
+
+TEST_F(RedisClusterStoreTest, BinaryValuesRoundTripOverEveryMaster) {
+  auto store = OpenStore(ClusterOptions(*cluster_));
+  EXPECT_EQ(store->Describe(), "redis cluster " + cluster_->seeds() + " (3 masters)");
+  std::mt19937_64 rng(testing::TestSeed("BinaryValuesRoundTripOverEveryMaster"));
+  std::vector<RemoteWrite> writes;
+  std::set<std::string> masters;
+  for (int i = 0; i < 300; ++i) {
+    std::string value(rng() % 3000, '\0');
+    for (char& c : value) c = static_cast<char>(rng());
+    value += std::string("\0\r\n", 3);
+    writes.push_back({"rt/" + std::to_string(i) + std::string("\0\r\n", 3), value, 0});
+    masters.insert(store->NodeOfSlot(RedisKeySlot(writes.back().key)));
+  }
+  EXPECT_EQ(masters.size(), 3u);
+  ASSERT_OK(store->MultiSet(writes));
+  std::vector<std::string> keys;
+  for (const RemoteWrite& w : writes) {
+    keys.push_back(w.key);
+    keys.push_back(w.key + "/absent");
+  }
+  std::vector<std::optional<std::string>> values;
+  ASSERT_OK(store->MultiGet(keys, &values));
+  ASSERT_EQ(values.size(), keys.size());
+  for (size_t i = 0; i < writes.size(); ++i) {
+    EXPECT_EQ(values[2 * i], writes[i].value) << writes[i].key;
+    EXPECT_EQ(values[2 * i + 1], std::nullopt);
+  }
+  ASSERT_OK(store->Delete(keys));  // absent keys too
+  ASSERT_OK(store->MultiGet(keys, &values));
+  for (const auto& value : values) EXPECT_EQ(value, std::nullopt);
+}
+
+TEST_F(RedisClusterStoreTest, WritesCarryTheirTtl) {
+  auto store = OpenStore(ClusterOptions(*cluster_));
+  const std::vector<RemoteWrite> writes = {
+      {"ttl/a", "x", 100}, {"ttl/b", "y", 0}, {"ttl/c", "z", 1}};
+  ASSERT_OK(store->MultiSet(writes));
+  auto ttl_of = [&](const std::string& key) {
+    return std::stoll(Raw(OwnerPort(*cluster_, RedisKeySlot(key)), {"PTTL", key}));
+  };
+  EXPECT_GT(ttl_of("ttl/a"), 90'000);
+  EXPECT_LE(ttl_of("ttl/a"), 100'000);
+  EXPECT_EQ(ttl_of("ttl/b"), -1);  // no expiry
+  EXPECT_GT(ttl_of("ttl/c"), 0);
+  EXPECT_LE(ttl_of("ttl/c"), 1000);
+}
+
+TEST_F(RedisClusterStoreTest, IncrByCreatesWithTtlAndAddsWithoutResettingIt) {
+  auto store = OpenStore(ClusterOptions(*cluster_));
+  const std::vector<std::string> keys = {"ctr/ttl", "ctr/plain"};
+  ASSERT_OK(store->Delete(keys));
+  ASSERT_OK_AND_ASSIGN(int64_t value, store->IncrBy("ctr/ttl", 5, 100));
+  EXPECT_EQ(value, 5);
+  const int port = OwnerPort(*cluster_, RedisKeySlot("ctr/ttl"));
+  EXPECT_GT(std::stoll(Raw(port, {"PTTL", "ctr/ttl"})), 90'000);
+  ASSERT_EQ(Raw(port, {"PEXPIRE", "ctr/ttl", "500000"}), "1");
+  ASSERT_OK_AND_ASSIGN(value, store->IncrBy("ctr/ttl", 5, 100));
+  EXPECT_EQ(value, 10);
+  EXPECT_GT(std::stoll(Raw(port, {"PTTL", "ctr/ttl"})), 400'000);  // not reset to 100 s
+  ASSERT_OK_AND_ASSIGN(value, store->IncrBy("ctr/plain", -3, 0));
+  EXPECT_EQ(value, -3);
+  EXPECT_EQ(Raw(OwnerPort(*cluster_, RedisKeySlot("ctr/plain")), {"PTTL", "ctr/plain"}),
+            "-1");
+  const RemoteWrite text{"ctr/text", "not a number", 0};
+  ASSERT_OK(store->MultiSet({&text, 1}));
+  EXPECT_TRUE(store->IncrBy("ctr/text", 1, 0).status().IsIOError());
+}
+
+// Moves `slot` (and its keys) from the master on `from` to the one on `to`,
+// steps as redis-cli --cluster reshard does them. `finish` false stops in the
+// middle: `from` MIGRATING, `to` IMPORTING, only `move_keys` moved.
+void MigrateSlot(const LocalRedisCluster& cluster, int slot, int from, int to,
+                 const std::vector<std::string>& move_keys, bool finish) {
+  const std::string s = std::to_string(slot);
+  if (!move_keys.empty() || !finish) {
+    ASSERT_EQ(Raw(to, {"CLUSTER", "SETSLOT", s, "IMPORTING", NodeId(from)}), "OK");
+    ASSERT_EQ(Raw(from, {"CLUSTER", "SETSLOT", s, "MIGRATING", NodeId(to)}), "OK");
+  }
+  for (const std::string& key : move_keys) {
+    ASSERT_EQ(Raw(from, {"MIGRATE", "127.0.0.1", std::to_string(to), key, "0", "5000"}),
+              "OK");
+  }
+  if (!finish) return;
+  for (int port : {to, from}) {
+    ASSERT_EQ(Raw(port, {"CLUSTER", "SETSLOT", s, "NODE", NodeId(to)}), "OK");
+  }
+  for (int port : cluster.ports()) {
+    if (port != from && port != to)
+      Raw(port, {"CLUSTER", "SETSLOT", s, "NODE", NodeId(to)});
+  }
+}
+
+TEST_F(RedisClusterStoreTest, FollowsMovedAndRefreshesTheMap) {
+  // A store that learnt the map from one seed, then the slot moves.
+  RedisClusterOptions options = ClusterOptions(*cluster_);
+  options.seeds.resize(1);
+  auto store = OpenStore(options);
+  const int slot = 4242;
+  const std::string key = KeyInSlot(slot, "/moved");
+  const RemoteWrite write{key, "value", 0};
+  ASSERT_OK(store->MultiSet({&write, 1}));
+  const int from = OwnerPort(*cluster_, slot);
+  const int to =
+      from == cluster_->ports()[0] ? cluster_->ports()[1] : cluster_->ports()[0];
+  ASSERT_EQ(store->NodeOfSlot(slot), "127.0.0.1:" + std::to_string(from));
+  ASSERT_NO_FATAL_FAILURE(MigrateSlot(*cluster_, slot, from, to, {key}, true));
+  const uint64_t fetches = store->map_fetches();
+
+  std::vector<std::optional<std::string>> values;
+  ASSERT_OK(store->MultiGet(std::vector<std::string>{key}, &values));  // -MOVED, followed
+  EXPECT_EQ(values[0], "value");
+  EXPECT_EQ(store->NodeOfSlot(slot), "127.0.0.1:" + std::to_string(to));
+  ASSERT_OK(store->MultiGet(std::vector<std::string>{key}, &values));
+  EXPECT_EQ(store->map_fetches(), fetches + 1);  // the whole map, once
+  const RemoteWrite again{key, "new", 0};
+  ASSERT_OK(store->MultiSet({&again, 1}));
+  EXPECT_EQ(Raw(to, {"GET", key}), "new");
+}
+
+TEST_F(RedisClusterStoreTest, FollowsAskDuringAMigrationWithoutChangingTheMap) {
+  auto store = OpenStore(ClusterOptions(*cluster_));
+  const int slot = 777;
+  const std::string moved = KeyInSlot(slot, "/moved");
+  const std::string stays = KeyInSlot(slot, "/stays");
+  const std::string fresh = KeyInSlot(slot, "/fresh");
+  const std::vector<RemoteWrite> writes = {{moved, "m", 0}, {stays, "s", 0}};
+  ASSERT_OK(store->MultiSet(writes));
+  const int from = OwnerPort(*cluster_, slot);
+  const int to =
+      from == cluster_->ports()[0] ? cluster_->ports()[1] : cluster_->ports()[0];
+  ASSERT_NO_FATAL_FAILURE(MigrateSlot(*cluster_, slot, from, to, {moved}, false));
+  ASSERT_EQ(Raw(from, {"GET", moved}).rfind("ASK ", 0), 0u);
+
+  std::vector<std::optional<std::string>> values;
+  ASSERT_OK(store->MultiGet(std::vector<std::string>{moved, stays}, &values));
+  EXPECT_EQ(values[0], "m");  // -ASK, then ASKING + GET on the importing node
+  EXPECT_EQ(values[1], "s");
+  const RemoteWrite write{fresh, "f", 0};
+  ASSERT_OK(store->MultiSet({&write, 1}));  // a new key goes to the importing node
+  EXPECT_EQ(Raw(from, {"GET", fresh}).rfind("ASK ", 0), 0u);  // not on the old one
+  EXPECT_EQ(store->NodeOfSlot(slot), "127.0.0.1:" + std::to_string(from));
+
+  ASSERT_NO_FATAL_FAILURE(MigrateSlot(*cluster_, slot, from, to, {stays}, true));
+  ASSERT_OK(store->MultiGet(std::vector<std::string>{moved, stays, fresh}, &values));
+  EXPECT_EQ(values, (std::vector<std::optional<std::string>>{"m", "s", "f"}));
+  EXPECT_EQ(store->NodeOfSlot(slot), "127.0.0.1:" + std::to_string(to));
+}
+
+}  // namespace
+}  // namespace prefixkv
