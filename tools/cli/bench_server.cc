@@ -23,6 +23,7 @@
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/json.h"
+#include "tools/cli/redis_benchmark.h"
 
 extern char** environ;
 
@@ -118,25 +119,13 @@ bool WaitForPing(int port) {
 
 // Runs redis-benchmark for SET then GET; zero ops/s when it fails.
 Throughput RunBenchmark(int port, const Workload& w) {
-  std::string cmd = "redis-benchmark -h 127.0.0.1 -p " + std::to_string(port) +
-                    " -t set,get --csv -q -d " + std::to_string(w.value_bytes) + " -c " +
-                    std::to_string(w.clients) + " -P " + std::to_string(w.pipeline) +
-                    " -n " + std::to_string(w.requests) + " -r " +
-                    std::to_string(w.keyspace) + " 2>/dev/null";
-  Throughput t;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return t;
-  char line[512];
-  while (fgets(line, sizeof(line), p) != nullptr) {
-    // "SET","123456.78",...
-    std::string s(line);
-    double* target = s.rfind("\"SET\"", 0) == 0   ? &t.set_ops
-                     : s.rfind("\"GET\"", 0) == 0 ? &t.get_ops
-                                                  : nullptr;
-    if (target != nullptr && s.size() > 7) *target = std::atof(s.c_str() + 7);
-  }
-  pclose(p);
-  return t;
+  const RedisBenchmarkOps ops = RunRedisBenchmark({.port = port,
+                                                   .value_bytes = w.value_bytes,
+                                                   .clients = w.clients,
+                                                   .pipeline = w.pipeline,
+                                                   .requests = w.requests,
+                                                   .keyspace = w.keyspace});
+  return Throughput{ops.set_ops, ops.get_ops};
 }
 
 struct Servers {

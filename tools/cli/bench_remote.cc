@@ -1,0 +1,417 @@
+// `prefixkv bench remote`: the remote tier (docs/remote.md) on a Redis Cluster,
+// a local 3-master one (tools/redis/local_redis_cluster.h) unless --remote
+// names one.
+//
+// remote_restore_ratio_vs_redis_get: node A (an Engine, hot RAM only,
+// remote_write always) stores a 32-block chain and flushes its write queue;
+// node B (a second Engine, on_spill, warm connections) times Match + Restore
+// of that chain, every block fetched from the cluster (a new chain each
+// round, so B never has it locally). Model: 8 KVCache layers, 4 KV heads x
+// 128 dims, float16, 16-token blocks: 256 KiB of keys and values per block,
+// 8 MiB per chain. The limit, measured in the same round on the same cluster:
+// redis-benchmark GET of values of the block's payload size (3 clients, one
+// per master as redis-benchmark --cluster spreads them, pipeline 11: ~32
+// values in flight like B's one batch), bytes/s = requests/s x value size.
+//
+// two_node_hit_ratio vs one_node_hit_ratio: the Mooncake trace replayed
+// (tools/replay, 512-token blocks, hot RAM only) over two nodes with 3M hot
+// tokens each and the remote tier (always), request i on node i % 2; over one
+// node with 6M; and over two nodes without the remote tier (what sharing buys).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include "prefixkv/advanced/remote_store.h"
+#include "prefixkv/advanced/remote_tier.h"
+#include "prefixkv/engine.h"
+#include "tools/cli/command.h"
+#include "tools/cli/flags.h"
+#include "tools/cli/json.h"
+#include "tools/cli/redis_benchmark.h"
+#include "tools/redis/local_redis_cluster.h"
+#include "tools/replay/trace_replay.h"
+
+namespace prefixkv::cli {
+namespace {
+
+constexpr int kLayers = 8;
+constexpr int64_t kKvHeads = 4;
+constexpr int64_t kHeadDim = 128;
+constexpr int kBlockTokens = 16;
+constexpr int kBlocks = 32;
+constexpr int64_t kTokens = int64_t{kBlocks} * kBlockTokens;
+// One batch of 8 MiB over loopback takes longer than the default 5 ms bound
+// of EngineOptions::remote_timeout_ms; this measures throughput, not the bound.
+constexpr uint32_t kRestoreTimeoutMs = 2000;
+// redis-benchmark: one client per master, ~32 values in flight in all.
+constexpr int kRedisClients = 3;
+constexpr int kRedisPipeline = 11;
+
+constexpr uint32_t kTraceBlockTokens = 512;
+constexpr uint64_t kNodeHotTokens = 3000000;
+constexpr size_t kQuickRequests = 2000;
+
+void Progress(const std::string& line) {
+  std::fprintf(stderr, "bench remote: %s\n", line.c_str());
+}
+
+// Median, min and max of one figure over the rounds.
+struct Range {
+  double median = 0, min = 0, max = 0;
+};
+
+Range Summarize(std::vector<double> v) {
+  if (v.empty()) return {};
+  std::sort(v.begin(), v.end());
+  return Range{v[v.size() / 2], v.front(), v.back()};
+}
+
+// The cluster the bench runs against: started here unless --remote is given.
+struct Cluster {
+  std::string uri;
+  std::string host;  // a master, for redis-benchmark --cluster
+  int port = 0;
+  std::unique_ptr<LocalRedisCluster> local;
+};
+
+StatusOr<Cluster> OpenCluster(const std::string& remote) {
+  Cluster c;
+  if (remote.empty()) {
+    LocalRedisClusterOptions options;
+    options.log = [](std::string_view line) { Progress(std::string(line)); };
+    PKV_ASSIGN_OR_RETURN(c.local, LocalRedisCluster::Start(options));
+    c.uri = c.local->uri();
+  } else {
+    c.uri = remote;
+  }
+  PKV_ASSIGN_OR_RETURN(std::vector<std::string> seeds, ParseRedisSeeds(c.uri));
+  const std::string& first = seeds.front();
+  c.host = first.substr(0, first.rfind(':'));
+  c.port = std::atoi(first.substr(first.rfind(':') + 1).c_str());
+  return c;
+}
+
+// Keys of this run start with it, so runs sharing a cluster never see each
+// other's blocks.
+std::string RunKeyPrefix(const std::string& what) {
+  return "prefixkv:bench:" + what + ":" + std::to_string(::getpid()) + "-" +
+         std::to_string(Clock::System()->NowNanos()) + ":";
+}
+
+// ---- remote restore vs redis-benchmark GET
+
+struct RestoreFigures {
+  Range restore_mb_s, redis_get_mb_s, ratio;
+  uint64_t block_bytes = 0;  // payload (encoded record) bytes per block
+  bool identical = false;
+};
+
+std::vector<LayerState> RandomLayers(std::mt19937_64& rng) {
+  std::vector<LayerState> layers(kLayers);
+  const size_t bytes = static_cast<size_t>(kKvHeads * kTokens * kHeadDim * 2);
+  for (LayerState& l : layers) {
+    l.cache_type = "KVCache";
+    l.meta = {std::to_string(kTokens)};
+    for (int kv = 0; kv < 2; ++kv) {
+      uint8_t* out = nullptr;
+      SharedBytes b = SharedBytes::Allocate(bytes, &out);
+      for (size_t i = 0; i + 8 <= bytes; i += 8) {
+        const uint64_t v = rng();
+        std::memcpy(out + i, &v, 8);
+      }
+      l.tensors.push_back(
+          Tensor(DType::kFloat16, {1, kKvHeads, kTokens, kHeadDim}, std::move(b)));
+    }
+  }
+  return layers;
+}
+
+EngineOptions RemoteNode(const std::string& uri, RemoteWriteMode mode,
+                         const std::string& key_prefix) {
+  EngineOptions o;
+  o.hot_capacity_bytes = uint64_t{1} << 30;
+  o.remote = uri;
+  o.remote_write = mode;
+  o.remote_timeout_ms = kRestoreTimeoutMs;
+  o.configure_remote = [key_prefix](RemoteTierOptions& r) { r.key_prefix = key_prefix; };
+  return o;
+}
+
+// One node: an engine with the bench model registered.
+struct Node {
+  std::unique_ptr<Engine> engine;
+  Namespace ns;
+};
+
+StatusOr<Node> OpenNode(const EngineOptions& options) {
+  Node n;
+  PKV_ASSIGN_OR_RETURN(n.engine, Engine::Open(options));
+  NamespaceSpec spec{.model = "bench-remote-8l",
+                     .block_tokens = kBlockTokens,
+                     .dtype = DType::kFloat16,
+                     .layer_types = std::vector<std::string>(kLayers, "KVCache"),
+                     .salt = ""};
+  PKV_ASSIGN_OR_RETURN(n.ns, n.engine->RegisterModel(spec));
+  return n;
+}
+
+// A stores a fresh chain and waits until every block is in the cluster.
+Status StoreRemotely(Node& a, std::mt19937_64& rng, const std::vector<LayerState>& layers,
+                     std::vector<int32_t>* tokens) {
+  tokens->resize(kTokens);
+  for (int32_t& t : *tokens) t = static_cast<int32_t>(rng() % 128000);
+  PKV_ASSIGN_OR_RETURN(StoreResult stored, a.engine->Store(a.ns, *tokens, layers));
+  if (stored.blocks_written != static_cast<size_t>(kBlocks))
+    return Status::Internal("node A stored " + std::to_string(stored.blocks_written) +
+                            " blocks, not " + std::to_string(kBlocks));
+  a.engine->remote_tier()->Flush();
+  const RemoteCounters c = a.engine->remote_tier()->Counters();
+  if (c.dropped > 0 || c.errors > 0)
+    return Status::Unavailable("node A's remote writes failed (" +
+                               std::to_string(c.dropped) + " dropped, " +
+                               std::to_string(c.errors) + " errors)");
+  return Status::OK();
+}
+
+// Seconds of B's Match + Restore of `tokens`; every block must come remotely.
+StatusOr<double> RestoreRemotely(Node& b, const std::vector<int32_t>& tokens,
+                                 RestoreResult* out) {
+  const uint64_t start = Clock::System()->NowNanos();
+  PKV_ASSIGN_OR_RETURN(MatchResult m, b.engine->Match(b.ns, tokens));
+  PKV_ASSIGN_OR_RETURN(*out, b.engine->Restore(m));
+  const double s = static_cast<double>(Clock::System()->NowNanos() - start) * 1e-9;
+  if (out->restored_tokens != static_cast<uint64_t>(kTokens) ||
+      out->blocks_from_remote != static_cast<size_t>(kBlocks)) {
+    return Status::Unavailable("node B restored " + std::to_string(out->restored_tokens) +
+                               " tokens, " + std::to_string(out->blocks_from_remote) +
+                               " blocks from remote (" + out->reason + ")");
+  }
+  return s;
+}
+
+StatusOr<RestoreFigures> MeasureRestore(const Cluster& cluster, int repeats, bool quick) {
+  const std::string prefix = RunKeyPrefix("restore");
+  PKV_ASSIGN_OR_RETURN(
+      Node a, OpenNode(RemoteNode(cluster.uri, RemoteWriteMode::kAlways, prefix)));
+  PKV_ASSIGN_OR_RETURN(
+      Node b, OpenNode(RemoteNode(cluster.uri, RemoteWriteMode::kOnSpill, prefix)));
+  std::mt19937_64 rng(13);
+  const std::vector<LayerState> layers = RandomLayers(rng);
+  std::vector<double> restore_mb_s, redis_mb_s, ratio;
+  RestoreFigures f;
+  // Round 0 warms B's connections and checks the bytes; it is not counted.
+  for (int round = 0; round <= repeats; ++round) {
+    std::vector<int32_t> tokens;
+    PKV_RETURN_IF_ERROR(StoreRemotely(a, rng, layers, &tokens));
+    const uint64_t read_before = b.engine->remote_tier()->Counters().bytes_read;
+    RestoreResult restored;
+    PKV_ASSIGN_OR_RETURN(double seconds, RestoreRemotely(b, tokens, &restored));
+    const uint64_t bytes = b.engine->remote_tier()->Counters().bytes_read - read_before;
+    if (round == 0) {
+      f.identical = restored.layers == layers;
+      f.block_bytes = bytes / kBlocks;
+      continue;
+    }
+    const RedisBenchmarkOps ops =
+        RunRedisBenchmark({.host = cluster.host,
+                           .port = cluster.port,
+                           .cluster = true,
+                           .value_bytes = static_cast<int>(f.block_bytes),
+                           .clients = kRedisClients,
+                           .pipeline = kRedisPipeline,
+                           .requests = kBlocks * (quick ? 10 : 50),
+                           .keyspace = kBlocks});
+    if (ops.get_ops <= 0) return Status::Unavailable("redis-benchmark GET failed");
+    restore_mb_s.push_back(static_cast<double>(bytes) / seconds / 1e6);
+    redis_mb_s.push_back(ops.get_ops * static_cast<double>(f.block_bytes) / 1e6);
+    ratio.push_back(restore_mb_s.back() / redis_mb_s.back());
+    Progress("round " + std::to_string(round) + "/" + std::to_string(repeats) +
+             ": restore " + std::to_string(restore_mb_s.back()) + " MB/s, redis GET " +
+             std::to_string(redis_mb_s.back()) + " MB/s");
+  }
+  f.restore_mb_s = Summarize(restore_mb_s);
+  f.redis_get_mb_s = Summarize(redis_mb_s);
+  f.ratio = Summarize(ratio);
+  return f;
+}
+
+// ---- hit ratios of the trace over one and two nodes
+
+struct HitRatios {
+  double one_node = 0, two_node = 0, two_node_no_remote = 0;
+  uint64_t requests = 0;
+  uint64_t remote_block_hits = 0;  // of the two-node run with the remote tier
+};
+
+StatusOr<replay::ReplayReport> ReplayNodes(const std::vector<replay::TraceRequest>& trace,
+                                           int nodes, uint64_t hot_tokens_each,
+                                           const std::string& remote) {
+  replay::ReplayConfig config{.block_tokens = kTraceBlockTokens};
+  config.hot.tokens = hot_tokens_each;
+  config.remote = remote;
+  config.remote_write = RemoteWriteMode::kAlways;
+  config.remote_key_prefix = RunKeyPrefix("replay");
+  std::vector<std::unique_ptr<replay::ReplayTiers>> opened;
+  std::vector<replay::ReplayTiers*> tiers;
+  for (int i = 0; i < nodes; ++i) {
+    PKV_ASSIGN_OR_RETURN(opened.emplace_back(), replay::ReplayTiers::Open(config));
+    tiers.push_back(opened.back().get());
+  }
+  const std::string label =
+      std::to_string(nodes) + " node(s)" + (remote.empty() ? "" : " + remote");
+  replay::TraceReplayer replayer(tiers, kTraceBlockTokens);
+  PKV_RETURN_IF_ERROR(replayer.ReplayAll(trace, [&](size_t done, size_t total) {
+    if (done % 1000 == 0) {
+      Progress("replay " + label + ": " + std::to_string(done) + "/" +
+               std::to_string(total) + " requests");
+    }
+  }));
+  return replayer.Report();
+}
+
+StatusOr<HitRatios> MeasureHitRatios(const Cluster& cluster, const std::string& path,
+                                     bool quick) {
+  PKV_ASSIGN_OR_RETURN(std::vector<replay::TraceRequest> trace, replay::ReadTrace(path));
+  if (quick && trace.size() > kQuickRequests) trace.resize(kQuickRequests);
+  HitRatios h;
+  h.requests = trace.size();
+  PKV_ASSIGN_OR_RETURN(replay::ReplayReport one,
+                       ReplayNodes(trace, 1, 2 * kNodeHotTokens, ""));
+  PKV_ASSIGN_OR_RETURN(replay::ReplayReport two,
+                       ReplayNodes(trace, 2, kNodeHotTokens, cluster.uri));
+  PKV_ASSIGN_OR_RETURN(replay::ReplayReport alone,
+                       ReplayNodes(trace, 2, kNodeHotTokens, ""));
+  h.one_node = one.token_hit_ratio();
+  h.two_node = two.token_hit_ratio();
+  h.two_node_no_remote = alone.token_hit_ratio();
+  for (const replay::ReplayTierReport& t : two.tiers) {
+    if (t.name == "remote") h.remote_block_hits = t.block_hits;
+  }
+  return h;
+}
+
+// ---- output
+
+void RangeFields(JsonWriter& j, const std::string& key, const Range& r) {
+  j.Field(key, r.median).Field(key + "_min", r.min).Field(key + "_max", r.max);
+}
+
+void PrintJson(const std::string& cluster, int repeats, const RestoreFigures& f,
+               const HitRatios& h) {
+  JsonWriter j;
+  j.BeginObject()
+      .Field("suite", "remote")
+      .Field("cluster", cluster)
+      .Field("repeats", repeats);
+  j.Field("blocks", kBlocks)
+      .Field("block_tokens", kBlockTokens)
+      .Field("block_bytes", f.block_bytes);
+  RangeFields(j, "remote_restore_ratio_vs_redis_get", f.ratio);
+  RangeFields(j, "remote_restore_mb_per_s", f.restore_mb_s);
+  RangeFields(j, "redis_get_mb_per_s", f.redis_get_mb_s);
+  j.Field("byte_identical", f.identical)
+      .Field("trace_requests", h.requests)
+      .Field("one_node_hit_ratio", h.one_node)
+      .Field("two_node_hit_ratio", h.two_node)
+      .Field("two_node_no_remote_hit_ratio", h.two_node_no_remote)
+      .Field("two_node_minus_one_node", h.two_node - h.one_node)
+      .Field("two_node_remote_block_hits", h.remote_block_hits)
+      .EndObject();
+  std::printf("%s\n", j.str().c_str());
+}
+
+void PrintRange(const char* key, const Range& r, const char* unit, const char* note) {
+  std::printf("  %-36s %9.2f %-4s [%.2f .. %.2f]  %s\n", key, r.median, unit, r.min,
+              r.max, note);
+}
+
+void PrintTable(const std::string& cluster, int repeats, const RestoreFigures& f,
+                const HitRatios& h) {
+  std::printf("remote benchmark on %s\n", cluster.c_str());
+  std::printf(
+      "restore of a %d-block chain from the remote tier (%d tokens/block, %d layers, "
+      "%llu bytes/block), median [min .. max] of %d rounds%s\n",
+      kBlocks, kBlockTokens, kLayers, static_cast<unsigned long long>(f.block_bytes),
+      repeats, f.identical ? "" : " (NOT byte-identical)");
+  PrintRange("remote_restore_ratio_vs_redis_get", f.ratio, "x", "goal >= 0.8");
+  PrintRange("remote_restore_mb_per_s", f.restore_mb_s, "MB/s", "node B Match+Restore");
+  PrintRange("redis_get_mb_per_s", f.redis_get_mb_s, "MB/s", "redis-benchmark GET");
+  std::printf(
+      "token hit ratios of the trace (%llu requests, %u-token blocks, hot RAM only)\n",
+      static_cast<unsigned long long>(h.requests), kTraceBlockTokens);
+  std::printf("  %-36s %9.4f       6M hot tokens\n", "one_node_hit_ratio", h.one_node);
+  std::printf("  %-36s %9.4f       3M each + remote (%llu remote block hits)\n",
+              "two_node_hit_ratio", h.two_node,
+              static_cast<unsigned long long>(h.remote_block_hits));
+  std::printf("  %-36s %9.4f       3M each, nothing shared\n",
+              "two_node_no_remote_hit_ratio", h.two_node_no_remote);
+  std::printf("  %-36s %+9.4f       goal >= -0.01\n", "two_node_minus_one_node",
+              h.two_node - h.one_node);
+}
+
+int RunRemoteBench(const std::vector<std::string>& args) {
+  const std::string trace_default = "tests/data/mooncake_synthetic_trace.jsonl";
+  Flags flags(
+      "prefixkv bench remote [--json] [--repeats N] [--remote URI] [--quick] [--trace F]",
+      {{"json", "print one JSON object", true, ""},
+       {"repeats", "rounds of the restore figures (median, min and max)", false, "5"},
+       {"remote",
+        "redis://host:port[,...] of a Redis Cluster to use (default: start a local "
+        "3-master cluster with redis-server and stop it at the end)",
+        false, ""},
+       {"quick", "a short run: the trace's first 2000 requests, fewer redis GETs", true,
+        ""},
+       {"trace", "Mooncake-format trace for the hit ratios", false, trace_default}});
+  std::string error;
+  if (!flags.Parse(args, &error)) return UsageError(flags, error);
+  if (flags.help_requested()) {
+    std::printf("%s", flags.HelpText().c_str());
+    return 0;
+  }
+  std::optional<uint64_t> repeats = ParseSize(flags.GetString("repeats", "5"));
+  if (!repeats || *repeats == 0 || *repeats > 1000)
+    return UsageError(flags, "bad --repeats (1 to 1000)");
+  if (std::system("command -v redis-benchmark >/dev/null") != 0) {
+    std::fprintf(stderr,
+                 "bench remote: needs redis-benchmark (Debian package redis-tools)\n");
+    return 1;
+  }
+  StatusOr<Cluster> cluster = OpenCluster(flags.GetString("remote"));
+  if (!cluster.ok()) {
+    std::fprintf(stderr, "bench remote: %s\n", cluster.status().ToString().c_str());
+    return 1;
+  }
+  const bool quick = flags.GetBool("quick");
+  const int rounds = static_cast<int>(*repeats);
+  StatusOr<RestoreFigures> restore = MeasureRestore(*cluster, rounds, quick);
+  StatusOr<HitRatios> hits =
+      restore.ok()
+          ? MeasureHitRatios(*cluster, flags.GetString("trace", trace_default), quick)
+          : restore.status();
+  if (cluster->local != nullptr) cluster->local->Stop();
+  if (!hits.ok()) {
+    std::fprintf(stderr, "bench remote: %s\n", hits.status().ToString().c_str());
+    return 1;
+  }
+  const std::string where =
+      cluster->local ? "a local 3-master Redis Cluster" : cluster->uri;
+  if (flags.GetBool("json")) {
+    PrintJson(where, rounds, *restore, *hits);
+  } else {
+    PrintTable(where, rounds, *restore, *hits);
+  }
+  return restore->identical ? 0 : 1;
+}
+
+}  // namespace
+
+PKV_REGISTER_BENCH("remote",
+                   "remote-tier restore vs redis-benchmark GET; 2-node hit ratio",
+                   RunRemoteBench);
+
+}  // namespace prefixkv::cli
