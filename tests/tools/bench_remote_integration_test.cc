@@ -37,8 +37,8 @@ TEST(BenchRemote, QuickRunPrintsEveryFigureAsFinitePositiveNumbers) {
   if (!LocalRedisCluster::Available() || !Installed("redis-benchmark"))
     GTEST_SKIP() << "redis-server, redis-cli or redis-benchmark is not installed";
   const testing::CliRun run = testing::RunCli(
-      "bench remote --json --repeats 1 --quick --trace " + std::string(PREFIXKV_SOURCE_DIR) +
-      "/tests/data/mooncake_synthetic_trace.jsonl");
+      "bench remote --json --repeats 1 --quick --trace " +
+      std::string(PREFIXKV_SOURCE_DIR) + "/tests/data/mooncake_synthetic_trace.jsonl");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const std::string json = JsonLine(run.output);
   ASSERT_FALSE(json.empty()) << run.output;
@@ -59,7 +59,8 @@ TEST(BenchRemote, QuickRunPrintsEveryFigureAsFinitePositiveNumbers) {
   EXPECT_LE(Number(json, "block_bytes"), 300 << 10) << json;
   // Sharing through the remote tier serves blocks the other node computed.
   EXPECT_GT(Number(json, "two_node_remote_block_hits"), 0) << json;
-  EXPECT_GT(Number(json, "two_node_hit_ratio"), Number(json, "two_node_no_remote_hit_ratio"))
+  EXPECT_GT(Number(json, "two_node_hit_ratio"),
+            Number(json, "two_node_no_remote_hit_ratio"))
       << json;
 }
 
