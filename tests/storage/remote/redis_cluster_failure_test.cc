@@ -98,11 +98,13 @@ TEST_F(RedisClusterFailureTest, AKilledMasterFailsItsKeysFastAndTheOthersStillWo
   std::vector<std::optional<std::string>> values;
   ASSERT_OK(store->MultiGet(keys_, &values));
   const std::string dead = "127.0.0.1:" + std::to_string(cluster_->ports()[0]);
+  const uint64_t fetches = store->map_fetches();
   cluster_->KillMaster(0);
   const double slowest = ReadAround(*store, dead, 20);
   std::printf("[killed master] slowest of 20 calls %.1f ms\n", slowest);
   EXPECT_LT(slowest, 50);
   EXPECT_TRUE(store->IsNodeDown(dead));
+  EXPECT_EQ(store->map_fetches(), fetches + 1);  // asked a live master once
   // Writes to the live masters go on; a write to the dead one is Unavailable.
   std::vector<RemoteWrite> live;
   for (const RemoteWrite& w : writes_) {
