@@ -202,7 +202,8 @@ StatusOr<std::unique_ptr<RedisClusterStore>> OpenRedisClusterStoreWithClock(
   if (options.seeds.empty()) {
     return Status::InvalidArgument("redis cluster: no seed node given");
   }
-  if (options.request_timeout_ms == 0 || options.connect_timeout_ms == 0) {
+  if (options.request_timeout_ms == 0 || options.connect_timeout_ms == 0 ||
+      options.write_timeout_ms == 0) {
     return Status::InvalidArgument("redis cluster: timeouts must be > 0 ms");
   }
   std::vector<RedisAddress> seeds;

@@ -103,10 +103,13 @@ Status RedisClusterStore::RunRound(const std::vector<Item>& items, const KeyOp& 
   }
   // Everything is sent before anything is read, so the masters work in
   // parallel and one deadline bounds the whole round.
-  const uint64_t deadline =
-      RedisNowNanos() + uint64_t{options_.request_timeout_ms} * 1000000;
+  const uint64_t timeout_nanos =
+      uint64_t{op.write ? options_.write_timeout_ms : options_.request_timeout_ms} *
+      1000000;
+  const uint64_t deadline = RedisNowNanos() + timeout_nanos;
   for (Batch& batch : batches) {
     if (batch.connection == nullptr) continue;
+    batch.connection->set_idle_timeout_nanos(timeout_nanos);
     for (const Item& item : batch.items) {
       if (batch.asking) batch.connection->Append({"ASKING"});
       op.append(*batch.connection, item.index);
@@ -193,6 +196,7 @@ Status RedisClusterStore::MultiSet(std::span<const RemoteWrite> writes) {
     ttls.push_back(std::to_string(w.ttl_seconds));
   }
   KeyOp op;
+  op.write = true;
   op.append = [&](RedisConnection& c, size_t i) {
     if (writes[i].ttl_seconds == 0) {
       c.Append({"SET", writes[i].key, writes[i].value});
@@ -210,6 +214,7 @@ Status RedisClusterStore::MultiSet(std::span<const RemoteWrite> writes) {
 Status RedisClusterStore::Delete(std::span<const std::string> keys) {
   // One DEL per key: a DEL of keys in different slots is refused by a cluster.
   KeyOp op;
+  op.write = true;
   op.append = [&](RedisConnection& c, size_t i) { c.Append({"DEL", keys[i]}); };
   op.accept = [](size_t, const redisReply& reply) { return ExpectInteger(reply, "DEL"); };
   return Execute(std::vector<std::string_view>(keys.begin(), keys.end()), op);

@@ -77,6 +77,9 @@ class RedisClusterStore final : public RemoteStore {
   struct KeyOp {
     std::function<void(RedisConnection&, size_t index)> append;
     std::function<Status(size_t index, const redisReply& reply)> accept;
+    // How long a node may stay silent: request_timeout_ms for reads (the
+    // request path), write_timeout_ms for writes (background writers).
+    bool write = false;
   };
 
   Status Execute(const std::vector<std::string_view>& keys, const KeyOp& op)

@@ -87,6 +87,7 @@ Status RedisConnection::Arm(uint64_t deadline_nanos, std::string_view what) {
   // already arrived are still taken: a round reads its nodes one after the
   // other, and a hung node first must not fail the replies the others sent.
   const uint64_t now = RedisNowNanos();
+  deadline_nanos = std::max(deadline_nanos, progress_deadline_);
   const uint64_t left = deadline_nanos > now ? deadline_nanos - now : 0;
   pollfd ready{context_->fd, what == "send" ? short{POLLOUT} : short{POLLIN}, 0};
   timespec wait{static_cast<time_t>(left / 1000000000),
@@ -123,6 +124,7 @@ Status RedisConnection::Fail(bool protocol_error, std::string_view what) {
 
 Status RedisConnection::Flush(uint64_t deadline_nanos) {
   if (broken_) return Status::IOError("redis " + name_ + ": connection is broken");
+  Progress();  // the node's silence is counted from now
   while (sdslen(context_->obuf) > 0) {
     PKV_RETURN_IF_ERROR(Arm(deadline_nanos, "send"));
     const ssize_t n =
@@ -132,12 +134,14 @@ Status RedisConnection::Flush(uint64_t deadline_nanos) {
       return Fail(false, "send");
     }
     sdsrange(context_->obuf, static_cast<int>(n), -1);
+    if (n > 0) Progress();
   }
   return Status::OK();
 }
 
 StatusOr<RedisReplyPtr> RedisConnection::Read(uint64_t deadline_nanos) {
   if (broken_) return Status::IOError("redis " + name_ + ": connection is broken");
+  Progress();  // the node's silence is counted from now
   while (true) {
     void* reply = nullptr;
     if (redisGetReplyFromReader(context_, &reply) != REDIS_OK) {
@@ -148,7 +152,12 @@ StatusOr<RedisReplyPtr> RedisConnection::Read(uint64_t deadline_nanos) {
     if (redisBufferRead(context_) != REDIS_OK) {
       return Fail(context_->err == REDIS_ERR_PROTOCOL, "reply");
     }
+    Progress();  // redisBufferRead returned bytes (a closed peer is an error)
   }
+}
+
+void RedisConnection::Progress() {
+  if (idle_nanos_ != 0) progress_deadline_ = RedisNowNanos() + idle_nanos_;
 }
 
 StatusOr<RedisReplyPtr> RedisConnection::Call(

@@ -58,6 +58,13 @@ class RedisConnection {
   StatusOr<RedisReplyPtr> Call(std::initializer_list<std::string_view> args,
                                uint64_t deadline_nanos);
 
+  // With a non-zero idle timeout, a deadline only bounds the wait for the
+  // NEXT bytes: each Flush and Read call, and every send or read that moves
+  // bytes, extends it to now + the idle timeout. A node that stops answering
+  // still fails within the idle timeout (per call that waits on it), and a
+  // large batch (megabytes of blocks) is not cut off while its bytes keep
+  // flowing. 0 (the default): a deadline bounds the whole call.
+  void set_idle_timeout_nanos(uint64_t nanos) { idle_nanos_ = nanos; }
   bool broken() const { return broken_; }
   const std::string& host() const { return host_; }
   const std::string& name() const { return name_; }
@@ -74,6 +81,10 @@ class RedisConnection {
   std::string host_;
   std::string name_;  // "host:port", for messages
   bool broken_ = false;
+  uint64_t idle_nanos_ = 0;
+  uint64_t progress_deadline_ = 0;  // last progress + idle_nanos_
+  // Bytes moved: the deadline is pushed to now + the idle timeout.
+  void Progress();
 };
 
 }  // namespace prefixkv

@@ -56,8 +56,15 @@ struct RedisClusterOptions {
   // to learn the slot map (CLUSTER SLOTS). A single node with cluster mode
   // off is also accepted and then owns every slot.
   std::vector<std::string> seeds;
-  // Bound of one request batch to one node (connect, send, read).
+  // How long a node may stay silent within a request batch: sending and
+  // reading fail when no byte moves for this long (each byte that moves
+  // extends the wait), so a dead or hung node costs this much, while a batch
+  // of megabytes of blocks is not cut off while it flows.
   uint32_t request_timeout_ms = 5;
+  // The same for writes (SET, DEL, INCRBY), which the remote tier sends from
+  // background writers: a node ingesting megabytes of values may pause
+  // longer than a read may wait, and nothing waits for a write.
+  uint32_t write_timeout_ms = 1000;
   // Bound of a connection attempt.
   uint32_t connect_timeout_ms = 50;
   // Idle connections kept per node (more are opened under concurrency and
