@@ -374,7 +374,14 @@ void PrintTable(const std::string& cluster, int repeats, const RestoreFigures& f
 int RunRemoteBench(const std::vector<std::string>& args) {
   const std::string trace_default = "tests/data/mooncake_synthetic_trace.jsonl";
   Flags flags(
-      "prefixkv bench remote [--json] [--repeats N] [--remote URI] [--quick] [--trace F]",
+      "prefixkv bench remote [--json] [--repeats N] [--remote URI] [--quick] [--trace "
+      "F]\n\n"
+      "Node B restores a 32-block chain (256 KiB blocks) that node A stored in the\n"
+      "remote tier, timed against redis-benchmark GET of as many bytes on the same\n"
+      "cluster (remote_restore_ratio_vs_redis_get, goal >= 0.8); then the trace is\n"
+      "replayed over one node (6M hot tokens), two nodes with 3M each sharing the\n"
+      "remote tier, and two nodes without it (token hit ratios). Needs redis-server,\n"
+      "redis-cli and redis-benchmark (Debian: redis-server, redis-tools).",
       {{"json", "print one JSON object", true, ""},
        {"repeats", "rounds of the restore figures (median, min and max)", false, "5"},
        {"remote",
