@@ -9,6 +9,7 @@
 #include <list>
 #include <unordered_map>
 
+#include "tests/support/fake_remote_store.h"
 #include "tests/support/test_util.h"
 #include "tests/tools/trace_data.h"
 
@@ -47,6 +48,45 @@ struct SimpleLru {
   std::list<uint64_t> order;  // front: most recent
   std::unordered_map<uint64_t, std::list<uint64_t>::iterator> where;
 };
+
+ReplayReport RunNodes(const ReplayConfig& config, int nodes) {
+  std::vector<std::unique_ptr<ReplayTiers>> opened;
+  std::vector<ReplayTiers*> tiers;
+  for (int i = 0; i < nodes; ++i) {
+    StatusOr<std::unique_ptr<ReplayTiers>> t = ReplayTiers::Open(config);
+    EXPECT_OK(t);
+    if (!t.ok()) return {};
+    tiers.push_back(t->get());
+    opened.push_back(std::move(t).value());
+  }
+  TraceReplayer replayer(tiers, config.block_tokens);
+  EXPECT_OK(replayer.ReplayAll(Trace()));
+  return replayer.Report();
+}
+
+TEST(TraceReplay, TwoNodesSharingARemoteTierHitExactlyAsOneNode) {
+  // Requests alternate between two nodes; without sharing, a conversation's
+  // next turn usually lands where its prefix is not.
+  const ReplayReport one = RunReplay({});
+  const ReplayReport apart = RunNodes({}, 2);
+  EXPECT_LT(apart.token_hit_ratio(), one.token_hit_ratio() - 0.05);
+  auto state = std::make_shared<testing::FakeRemoteState>();
+  ReplayConfig shared;
+  shared.remote = "fake";
+  shared.remote_write = RemoteWriteMode::kAlways;
+  shared.remote_store_factory = [state] {
+    return std::make_unique<testing::FakeRemoteStore>(state);
+  };
+  const ReplayReport both = RunNodes(shared, 2);
+  // Unlimited RAM and every block shared at once: the same hits as one node.
+  EXPECT_EQ(both.hit_blocks, one.hit_blocks);
+  EXPECT_EQ(both.hit_tokens, one.hit_tokens);
+  ASSERT_EQ(both.tiers.size(), 2u);
+  EXPECT_EQ(both.tiers[1].name, "remote");
+  EXPECT_GT(both.tiers[1].block_hits, 0u);
+  EXPECT_EQ(both.tiers[0].block_hits + both.tiers[1].block_hits, both.hit_blocks);
+  EXPECT_EQ(state->size(), one.blocks - one.hit_blocks) << "every distinct block, once";
+}
 
 TEST(TraceReplay, UnlimitedCapacityGivesThePublishedHitRatios) {
   ReplayReport r = RunReplay({});
