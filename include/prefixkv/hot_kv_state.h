@@ -180,7 +180,7 @@ struct OpenOptions {
   bool* created = nullptr;
 };
 
-// What OpenFromPrefixCache restored. hot + ssd == restored_tokens.
+// What OpenFromPrefixCache restored. hot + ssd + remote == restored_tokens.
 struct PrefixRestore {
   // This call created the session. False: another caller had opened it at this
   // epoch meanwhile; it is returned as it is and nothing was restored.
@@ -189,7 +189,8 @@ struct PrefixRestore {
   int64_t restored_tokens = 0;  // positions the session opened with
   int64_t restored_hot_tokens = 0;
   int64_t restored_ssd_tokens = 0;
-  std::string reason;  // why restored < matched (Engine::Restore), if so
+  int64_t restored_remote_tokens = 0;  // blocks another node computed (remote tier)
+  std::string reason;                  // why restored < matched (Engine::Restore), if so
 };
 
 // What one store of a session into the prefix cache did.

@@ -99,6 +99,8 @@ class Restored:
     @property
     def tokens_from_ssd(self) -> int: ...
     @property
+    def tokens_from_remote(self) -> int: ...
+    @property
     def reason(self) -> str:
         """Empty when every matched token was restored; otherwise why not."""
     @property

@@ -312,6 +312,8 @@ void BindValues(py::module_& m) {
       .def_property_readonly("blocks_from_ssd", result(&RestoreResult::blocks_from_ssd))
       .def_property_readonly("tokens_from_hot", result(&RestoreResult::tokens_from_hot))
       .def_property_readonly("tokens_from_ssd", result(&RestoreResult::tokens_from_ssd))
+      .def_property_readonly("tokens_from_remote",
+                             result(&RestoreResult::tokens_from_remote))
       .def_property_readonly("reason", result(&RestoreResult::reason))
       .def_property_readonly(
           "window_tokens",

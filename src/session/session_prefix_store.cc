@@ -113,6 +113,7 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::OpenFromPrefixCache(
         r.restored_tokens = static_cast<int64_t>(restored.restored_tokens);
         r.restored_hot_tokens = static_cast<int64_t>(restored.tokens_from_hot);
         r.restored_ssd_tokens = static_cast<int64_t>(restored.tokens_from_ssd);
+        r.restored_remote_tokens = static_cast<int64_t>(restored.tokens_from_remote);
       }
     }
   }
