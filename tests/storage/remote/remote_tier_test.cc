@@ -224,36 +224,5 @@ TEST_F(RemoteTierTest, ANamespaceStopsWritingAtItsByteLimitOthersDoNot) {
   EXPECT_EQ(found, 10u);
 }
 
-TEST_F(RemoteTierTest, ConcurrentWritersAndReadersAgreeWithTheStore) {
-  const uint64_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  RemoteTierOptions o;
-  o.writer_threads = 2;
-  auto tier = Open(o);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&, t] {
-      std::mt19937_64 rng(seed + t);
-      for (int n = 0; n < 200; ++n) {
-        const uint64_t i = rng() % 64;
-        if (rng() % 2 == 0) {
-          (void)tier->Put(Meta(i), Payload(i), false);
-        } else {
-          StatusOr<SharedBytes> got = tier->Get(Meta(i).key);
-          if (got.ok()) {
-            EXPECT_EQ(got->view(), Payload(i).view()) << "block " << i;
-          }
-        }
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  tier->Flush();
-  const RemoteCounters c = tier->Counters();
-  EXPECT_EQ(c.queued_blocks, 0u);
-  EXPECT_EQ(c.dropped, 0u);
-  EXPECT_LE(state_->size(), 64u);
-}
-
 }  // namespace
 }  // namespace prefixkv
