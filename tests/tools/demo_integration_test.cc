@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tests/support/test_util.h"
+#include "tests/tools/cli_json.h"
 
 namespace prefixkv {
 namespace {
@@ -34,38 +35,9 @@ CliRun RunCli(const std::string& args) {
   return run;
 }
 
-// The text of the JSON value after "key": up to the matching close of an
-// object or array, or up to the next ',' / '}' for a scalar. The demo's
-// output has no strings containing brackets in the parts read here.
-std::string Value(const std::string& json, const std::string& key, size_t from = 0) {
-  const size_t k = json.find("\"" + key + "\":", from);
-  if (k == std::string::npos) return "";
-  size_t i = k + key.size() + 3;
-  if (json[i] != '{' && json[i] != '[')
-    return json.substr(i, json.find_first_of(",}]", i) - i);
-  int depth = 0;
-  for (size_t j = i; j < json.size(); ++j) {
-    if (json[j] == '{' || json[j] == '[') ++depth;
-    if ((json[j] == '}' || json[j] == ']') && --depth == 0)
-      return json.substr(i, j - i + 1);
-  }
-  return "";
-}
-
-// The flat objects of a JSON array, as text.
-std::vector<std::string> Objects(const std::string& array) {
-  std::vector<std::string> objects;
-  for (size_t b = array.find('{'); b != std::string::npos; b = array.find('{', b + 1)) {
-    objects.push_back(array.substr(b, array.find('}', b) - b + 1));
-  }
-  return objects;
-}
-
-uint64_t Count(const std::string& object, const std::string& key) {
-  const std::string v = Value(object, key);
-  EXPECT_FALSE(v.empty()) << key << " missing in " << object;
-  return v.empty() ? 0 : std::stoull(v);
-}
+using testing::Count;
+using testing::Objects;
+using testing::Value;
 
 constexpr uint64_t kBlockTokens = 16;  // what the demo reports as block_tokens
 

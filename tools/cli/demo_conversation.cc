@@ -76,14 +76,22 @@ std::vector<int32_t> UserMessage(int turn, int64_t vocab) {
 // The engine over `dir`: one RAM budget of kHotCapacityBytes for the demo
 // model's blocks (its quota; they spill to the SSD tier) plus `session_bytes`
 // for the live session's KV (the owner "sessions"), and the demo model's
-// namespace (partial tail on: sliding windows).
+// namespace (partial tail on: sliding windows). With `remote`, its remote tier
+// (--nodes 2).
 struct DemoTiers {
   std::unique_ptr<Engine> engine;
   Namespace ns;
   std::shared_ptr<MemoryCharge> sessions;
 
-  Status Open(const std::string& dir, const NamespaceSpec& spec, uint64_t session_bytes) {
+  Status Open(const std::string& dir, const NamespaceSpec& spec, uint64_t session_bytes,
+              const EngineOptions* remote = nullptr) {
     EngineOptions o;
+    if (remote != nullptr) {
+      o.remote = remote->remote;
+      o.remote_write = remote->remote_write;
+      o.remote_limits = remote->remote_limits;
+      o.remote_timeout_ms = remote->remote_timeout_ms;
+    }
     o.data_dir = dir;
     o.hot_capacity_bytes = kHotCapacityBytes + session_bytes;
     // No promotion on SSD hits: a restore reads the conversation oldest block
@@ -152,12 +160,30 @@ class DemoConversation {
     adapter_ = std::make_unique<KvBoundaryAdapter>(shard_.get(), manager_.get());
   }
 
+  // Continues `conversation` (another process served its turns: --nodes 2).
+  void SetConversation(std::vector<int32_t> conversation) {
+    conversation_ = std::move(conversation);
+  }
+
+  // Serve(), then the reply's parity with the model's stateless greedy decode.
+  StatusOr<DemoTurn> Turn(int turn) {
+    std::vector<int32_t> reply;
+    PKV_ASSIGN_OR_RETURN(DemoTurn out, Serve(turn, &reply));
+    // The conversation is now the prompt followed by the reply.
+    const std::span<const int32_t> prompt(conversation_.data(), out.prompt_tokens);
+    PKV_ASSIGN_OR_RETURN(std::vector<int32_t> stateless,
+                         model_->StatelessGreedy(prompt, kReplyTokens));
+    out.parity = stateless == reply;
+    return out;
+  }
+
   // One turn: appends `turn`'s user message and serves the whole conversation
   // as a new session. Its Prefill restores the cached prefix (the previous
-  // turns, hot or from SSD) and computes only the rest; the reply is decoded
-  // greedily; EndTurn stores the session's blocks (partial tail on, so the
-  // sliding-window state is kept at the exact end) and the session is released.
-  StatusOr<DemoTurn> Turn(int turn) {
+  // turns, hot, from SSD or remote) and computes only the rest; the reply is
+  // decoded greedily into `reply`; EndTurn stores the session's blocks (partial
+  // tail on, so the sliding-window state is kept at the exact end) and the
+  // session is released. Parity is left to the caller.
+  StatusOr<DemoTurn> Serve(int turn, std::vector<int32_t>* reply_out) {
     const std::vector<int32_t> msg = UserMessage(turn, model_->config().vocab_size);
     conversation_.insert(conversation_.end(), msg.begin(), msg.end());
     const std::vector<int32_t> prompt = conversation_;
@@ -174,6 +200,11 @@ class DemoConversation {
     PKV_ASSIGN_OR_RETURN(int32_t next, Step(/*prefill=*/true, epoch, step, &prefill));
     out.restored_hot_tokens = static_cast<uint64_t>(prefill.restore.restored_hot_tokens);
     out.restored_ssd_tokens = static_cast<uint64_t>(prefill.restore.restored_ssd_tokens);
+    // Engine::Restore counts blocks Match fetched from the remote tier apart
+    // from hot and SSD (restored = hot + ssd + remote); PrefixRestore carries
+    // the first two and the total.
+    out.restored_remote_tokens = static_cast<uint64_t>(prefill.restore.restored_tokens) -
+                                 out.restored_hot_tokens - out.restored_ssd_tokens;
     out.computed_tokens = static_cast<uint64_t>(prefill.computed_tokens);
     std::vector<int32_t> reply;
     while (true) {
@@ -194,10 +225,7 @@ class DemoConversation {
     }
     out.seconds = static_cast<double>(Clock::System()->NowNanos() - start_ns) / 1e9;
     out.reply_tokens = reply.size();
-
-    PKV_ASSIGN_OR_RETURN(std::vector<int32_t> stateless,
-                         model_->StatelessGreedy(prompt, kReplyTokens));
-    out.parity = stateless == reply;
+    *reply_out = std::move(reply);
     return out;
   }
 
@@ -267,6 +295,47 @@ StatusOr<DemoReport> RunDemoConversation(const DemoOptions& options) {
   report.audit_ok = report.audit_findings.empty();
   PKV_RETURN_IF_ERROR(tiers.Close());
   return report;
+}
+
+uint32_t DemoBlockTokens() { return kBlockTokens; }
+uint64_t DemoHotCapacityBytes() { return kHotCapacityBytes; }
+
+StatusOr<DemoNodeTurn> RunDemoNodeTurn(const DemoNodeTurnOptions& options) {
+  std::error_code ec;
+  std::filesystem::create_directories(options.dir, ec);
+  if (ec) return Status::IOError("cannot create " + options.dir + ": " + ec.message());
+  PKV_ASSIGN_OR_RETURN(std::unique_ptr<DemoConversation> conv,
+                       DemoConversation::Create());
+  DemoTiers tiers;
+  PKV_RETURN_IF_ERROR(tiers.Open(options.dir, conv->Spec(),
+                                 conv->SessionRoomBytes(options.turns), &options.remote));
+  conv->Bind(tiers);
+  conv->SetConversation(options.conversation);
+  DemoNodeTurn out;
+  StatusOr<DemoTurn> turn = conv->Serve(options.turn, &out.reply);
+  // Flush waits for the remote write queue: the next node reads what this
+  // one stored.
+  Status flushed = turn.ok() ? tiers.engine->Flush() : Status::OK();
+  if (tiers.engine != nullptr) out.remote = tiers.engine->Stats().remote;
+  Status closed = tiers.Close();
+  PKV_RETURN_IF_ERROR(turn.status());
+  PKV_RETURN_IF_ERROR(flushed);
+  PKV_RETURN_IF_ERROR(closed);
+  out.turn = *turn;
+  return out;
+}
+
+std::vector<int32_t> DemoPrompt(std::span<const int32_t> conversation, int turn) {
+  std::vector<int32_t> prompt(conversation.begin(), conversation.end());
+  const std::vector<int32_t> msg = UserMessage(turn, DemoModel().vocab_size);
+  prompt.insert(prompt.end(), msg.begin(), msg.end());
+  return prompt;
+}
+
+StatusOr<std::vector<int32_t>> DemoStatelessReply(std::span<const int32_t> prompt) {
+  PKV_ASSIGN_OR_RETURN(std::shared_ptr<const ReferenceModel> model,
+                       ReferenceModel::Create(DemoModel()));
+  return model->StatelessGreedy(prompt, kReplyTokens);
 }
 
 }  // namespace prefixkv::cli

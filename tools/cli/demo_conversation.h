@@ -18,9 +18,11 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "prefixkv/engine.h"
 #include "prefixkv/status.h"
 
 namespace prefixkv::cli {
@@ -32,16 +34,19 @@ struct DemoOptions {
   int turns = 8;
 };
 
-// What one turn did. Token counts are exact; restored = hot + ssd.
+// What one turn did. Token counts are exact; restored = hot + ssd + remote.
 struct DemoTurn {
   uint64_t prompt_tokens = 0;        // conversation so far + the new message
   uint64_t new_tokens = 0;           // the new user message (never cached yet)
   uint64_t restored_hot_tokens = 0;  // restored from blocks found in RAM
   uint64_t restored_ssd_tokens = 0;  // restored from blocks found on SSD
-  uint64_t computed_tokens = 0;      // prompt tokens the model ran
-  uint64_t reply_tokens = 0;         // greedily decoded tokens
-  double seconds = 0;                // match + restore + prefill + decode + store
-  bool parity = false;               // reply == stateless greedy decode
+  // Restored from blocks Match fetched from the remote tier (another node
+  // computed them); 0 without a remote tier.
+  uint64_t restored_remote_tokens = 0;
+  uint64_t computed_tokens = 0;  // prompt tokens the model ran
+  uint64_t reply_tokens = 0;     // greedily decoded tokens
+  double seconds = 0;            // match + restore + prefill + decode + store
+  bool parity = false;           // reply == stateless greedy decode
 };
 
 struct DemoReport {
@@ -60,5 +65,36 @@ struct DemoReport {
 // open the tiers, a store was rejected, ...); parity or audit failures are
 // reported in the DemoReport instead.
 StatusOr<DemoReport> RunDemoConversation(const DemoOptions& options);
+
+// --- Building blocks of `prefixkv demo --nodes 2` (demo_nodes.h) ---
+
+// Model and tier sizes, as DemoReport reports them.
+uint32_t DemoBlockTokens();
+uint64_t DemoHotCapacityBytes();
+
+// One turn served by one node: opens the engine over `dir` (created if
+// missing, kept across the node's turns) with the remote tier of `remote`,
+// continues `conversation` with turn `turn`'s user message exactly as a
+// RunDemoConversation turn does (restore, compute the rest, decode, store),
+// then flushes (the remote write queue too) and closes the engine.
+struct DemoNodeTurnOptions {
+  std::string dir;
+  int turn = 0;   // 0-based: picks the user message and the session epoch
+  int turns = 8;  // turns of the whole run: sizes the live session's RAM room
+  std::vector<int32_t> conversation;  // every token before this turn's message
+  // Only remote, remote_write, remote_limits and remote_timeout_ms are used.
+  EngineOptions remote;
+};
+struct DemoNodeTurn {
+  DemoTurn turn;  // parity false: the caller checks the reply
+  std::vector<int32_t> reply;
+  RemoteCounters remote;  // what this engine's remote tier did
+};
+StatusOr<DemoNodeTurn> RunDemoNodeTurn(const DemoNodeTurnOptions& options);
+
+// The prompt of turn `turn` after `conversation` (the conversation plus the
+// turn's user message), and the model's stateless greedy reply to `prompt`.
+std::vector<int32_t> DemoPrompt(std::span<const int32_t> conversation, int turn);
+StatusOr<std::vector<int32_t>> DemoStatelessReply(std::span<const int32_t> prompt);
 
 }  // namespace prefixkv::cli
