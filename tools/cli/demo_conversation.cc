@@ -200,11 +200,8 @@ class DemoConversation {
     PKV_ASSIGN_OR_RETURN(int32_t next, Step(/*prefill=*/true, epoch, step, &prefill));
     out.restored_hot_tokens = static_cast<uint64_t>(prefill.restore.restored_hot_tokens);
     out.restored_ssd_tokens = static_cast<uint64_t>(prefill.restore.restored_ssd_tokens);
-    // Engine::Restore counts blocks Match fetched from the remote tier apart
-    // from hot and SSD (restored = hot + ssd + remote); PrefixRestore carries
-    // the first two and the total.
-    out.restored_remote_tokens = static_cast<uint64_t>(prefill.restore.restored_tokens) -
-                                 out.restored_hot_tokens - out.restored_ssd_tokens;
+    out.restored_remote_tokens =
+        static_cast<uint64_t>(prefill.restore.restored_remote_tokens);
     out.computed_tokens = static_cast<uint64_t>(prefill.computed_tokens);
     std::vector<int32_t> reply;
     while (true) {
