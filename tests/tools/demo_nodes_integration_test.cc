@@ -7,10 +7,12 @@
 // Skipped without redis-server and redis-cli.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "prefixkv/clock.h"
 #include "tests/server/serve_process.h"
 #include "tests/support/test_util.h"
 #include "tests/tools/cli_json.h"
@@ -117,6 +119,50 @@ TEST_F(DemoNodesIntegration, WithRemoteItUsesTheGivenClusterAndStartsNone) {
   ExpectTwoNodeConversation(json);
   EXPECT_GT(ClusterKeys(*cluster), 0u) << "the blocks went to the test's cluster";
   cluster->Stop();
+}
+
+// The port of the first seed of the cluster the demo said it started.
+int StartedClusterPort(const std::string& output) {
+  const std::string said =
+      "started a local Redis Cluster (3 masters) at redis://127.0.0.1:";
+  const size_t at = output.find(said);
+  return at == std::string::npos ? 0 : std::stoi(output.substr(at + said.size()));
+}
+
+// A node process that dies, or hangs past --turn-timeout-s, fails the demo
+// with a message naming it, and the cluster the demo started is stopped.
+TEST_F(DemoNodesIntegration, ACrashedOrHungNodeProcessIsAClearErrorAndTheClusterStops) {
+  // The demo's fault hook (demo_nodes.cc), inherited by the CLI.
+  ASSERT_EQ(setenv("PREFIXKV_DEMO_FAULT", "crash:2", 1), 0);
+  const CliRun crashed = RunCli("demo --nodes 2 --turns 3 --data-dir " + dir_.str());
+  EXPECT_EQ(crashed.exit_code, 1) << crashed.output;
+  EXPECT_NE(
+      crashed.output.find(
+          "demo failed: IOError: node B's process for turn 2 was killed by signal 9"),
+      std::string::npos)
+      << crashed.output;
+
+  const uint64_t start_ms = Clock::System()->NowNanos() / 1000000;
+  ASSERT_EQ(setenv("PREFIXKV_DEMO_FAULT", "hang:3", 1), 0);
+  const CliRun hung =
+      RunCli("demo --nodes 2 --turns 3 --turn-timeout-s 1 --data-dir " + dir_.str());
+  unsetenv("PREFIXKV_DEMO_FAULT");
+  const uint64_t took_ms = Clock::System()->NowNanos() / 1000000 - start_ms;
+  EXPECT_EQ(hung.exit_code, 1) << hung.output;
+  EXPECT_NE(hung.output.find("node A's process for turn 3 did not finish in time and was "
+                             "killed"),
+            std::string::npos)
+      << hung.output;
+  EXPECT_LT(took_ms, 30000u) << "the 1 s turn bound held";
+
+  for (const CliRun* run : {&crashed, &hung}) {
+    const int port = StartedClusterPort(run->output);
+    ASSERT_NE(port, 0) << run->output;
+    EXPECT_EQ(testing::ShellOutput("redis-cli -h 127.0.0.1 -p " + std::to_string(port) +
+                                   " PING 2>/dev/null"),
+              "")
+        << "the demo's cluster still answers on port " << port;
+  }
 }
 
 TEST(DemoNodesUsage, BadNodesOrRemoteIsAUsageError) {

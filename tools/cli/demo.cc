@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "tools/cli/command.h"
@@ -201,6 +202,12 @@ int RunNodes(const Flags& flags, int turns, const std::string& dir) {
   options.turns = turns;
   std::string error = ApplyRemoteFlags(flags, &options.remote);
   if (!error.empty()) return UsageError(flags, error);
+  const std::optional<uint64_t> timeout_s =
+      flags.Has("turn-timeout-s") ? flags.GetSize("turn-timeout-s", &error) : 60;
+  if (!timeout_s || *timeout_s < 1 || *timeout_s > 3600) {
+    return UsageError(flags, error.empty() ? "--turn-timeout-s must be 1..3600" : error);
+  }
+  options.turn_timeout_ms = static_cast<uint32_t>(*timeout_s * 1000);
   if (!flags.Has("remote-timeout-ms"))
     options.remote.remote_timeout_ms = kDemoRemoteTimeoutMs;
   const bool json = flags.GetBool("json");
@@ -251,7 +258,11 @@ std::vector<FlagSpec> DemoFlagSpecs() {
       {"nodes",
        "1: one process with a restart; 2: turns alternate between two node processes "
        "sharing a remote tier (no restart)",
-       false, "1"}};
+       false, "1"},
+      {"turn-timeout-s",
+       "with --nodes 2: bound of one turn's node process; past it the process is killed "
+       "and the demo fails",
+       false, "60"}};
   for (FlagSpec& spec : RemoteFlagSpecs()) {
     if (spec.name == "remote") {
       spec.help =
@@ -273,7 +284,7 @@ int RunDemo(const std::vector<std::string>& args) {
   Flags flags(
       "prefixkv demo [--data-dir D] [--turns N] [--json] [--nodes 1|2] "
       "[--remote URI] [--remote-ttl S] [--remote-max-bytes B] "
-      "[--remote-timeout-ms MS]",
+      "[--remote-timeout-ms MS] [--turn-timeout-s S]",
       DemoFlagSpecs());
   std::string error;
   if (!flags.Parse(args, &error)) return UsageError(flags, error);
@@ -296,11 +307,11 @@ int RunDemo(const std::vector<std::string>& args) {
     if (*turns < 2) return UsageError(flags, "--nodes 2 needs --turns 2..64");
     return RunNodes(flags, options.turns, options.dir);
   }
-  for (const FlagSpec& spec : RemoteFlagSpecs()) {
+  std::vector<FlagSpec> nodes_only = RemoteFlagSpecs();
+  nodes_only.push_back({"turn-timeout-s", "", false, ""});
+  for (const FlagSpec& spec : nodes_only) {
     if (flags.Has(spec.name)) {
-      return UsageError(
-          flags,
-          "--" + spec.name + " needs --nodes 2 (one node has no one to share with)");
+      return UsageError(flags, "--" + spec.name + " needs --nodes 2");
     }
   }
   StatusOr<DemoReport> report = RunDemoConversation(options);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -81,10 +82,24 @@ bool WriteAll(int fd, std::string_view data) {
   return true;
 }
 
+// The fault-injection hook of the tests: PREFIXKV_DEMO_FAULT=crash:N makes
+// turn N's process die of SIGKILL before serving, hang:N makes it hang.
+void InjectFault(int turn) {
+  const char* fault = std::getenv("PREFIXKV_DEMO_FAULT");
+  if (fault == nullptr) return;
+  const std::string f(fault);
+  const std::string n = ":" + std::to_string(turn + 1);
+  if (f == "crash" + n) kill(getpid(), SIGKILL);
+  if (f == "hang" + n) {
+    while (true) pause();
+  }
+}
+
 // The child: serves the turn, writes the message, exits without running the
 // parent's destructors or atexit handlers (it shares their state).
 [[noreturn]] void ServeInChild(const DemoNodeTurnOptions& options, int fd) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the demo
+  InjectFault(options.turn);
   const bool written = WriteAll(fd, Encode(RunDemoNodeTurn(options)));
   close(fd);
   _exit(written ? 0 : 1);
