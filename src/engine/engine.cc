@@ -138,7 +138,7 @@ StatusOr<Namespace> Engine::RegisterModel(const NamespaceSpec& spec,
   if (impl_->budget_ != nullptr) {
     for (OwnerId o = 0; o < impl_->budget_->owner_count(); ++o) {
       if (impl_->budget_->OwnerName(o).value() == name) {
-        name += "@" + root.ToHex().substr(0, 8);  // same model, other layout
+        name.append("@").append(root.ToHex(), 0, 8);  // same model, other layout
         break;
       }
     }

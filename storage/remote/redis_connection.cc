@@ -82,10 +82,12 @@ void RedisConnection::Append(std::initializer_list<std::string_view> args) {
 }
 
 Status RedisConnection::Arm(uint64_t deadline_nanos, std::string_view what) {
-  // ppoll waits to the nanosecond; SO_RCVTIMEO alone would round up to
-  // jiffies (a 5 ms timeout became up to 12 ms). Past the deadline, bytes that
-  // already arrived are still taken: a round reads its nodes one after the
-  // other, and a hung node first must not fail the replies the others sent.
+  // ppoll waits to the nanosecond (SO_RCVTIMEO would round up to jiffies: a
+  // 5 ms timeout became up to 12 ms), and the send or recv that follows does
+  // not block (MSG_DONTWAIT), so no socket timeout is needed. Past the
+  // deadline, bytes that already arrived are still taken: a round reads its
+  // nodes one after the other, and a hung node first must not fail the
+  // replies the others sent.
   const uint64_t now = RedisNowNanos();
   deadline_nanos = std::max(deadline_nanos, progress_deadline_);
   const uint64_t left = deadline_nanos > now ? deadline_nanos - now : 0;
@@ -101,11 +103,6 @@ Status RedisConnection::Arm(uint64_t deadline_nanos, std::string_view what) {
     broken_ = true;
     return Status::Unavailable("redis " + name_ + ": " + std::string(what) +
                                ": request timeout");
-  }
-  // Ready: the next system call returns at once; its own timeout is a backstop.
-  if (redisSetTimeout(context_, ToTimeval(std::max<uint64_t>(left, 1000000))) !=
-      REDIS_OK) {
-    return Fail(false, what);
   }
   return Status::OK();
 }
@@ -127,10 +124,10 @@ Status RedisConnection::Flush(uint64_t deadline_nanos) {
   Progress();  // the node's silence is counted from now
   while (sdslen(context_->obuf) > 0) {
     PKV_RETURN_IF_ERROR(Arm(deadline_nanos, "send"));
-    const ssize_t n =
-        send(context_->fd, context_->obuf, sdslen(context_->obuf), MSG_NOSIGNAL);
+    const ssize_t n = send(context_->fd, context_->obuf, sdslen(context_->obuf),
+                           MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
-      if (errno == EINTR) continue;
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
       return Fail(false, "send");
     }
     sdsrange(context_->obuf, static_cast<int>(n), -1);
@@ -149,10 +146,24 @@ StatusOr<RedisReplyPtr> RedisConnection::Read(uint64_t deadline_nanos) {
     }
     if (reply != nullptr) return RedisReplyPtr(static_cast<redisReply*>(reply));
     PKV_RETURN_IF_ERROR(Arm(deadline_nanos, "reply"));
-    if (redisBufferRead(context_) != REDIS_OK) {
-      return Fail(context_->err == REDIS_ERR_PROTOCOL, "reply");
+    // Large reads (hiredis's own read takes 16 KiB at a time): a restore's
+    // batch is megabytes, and every read is a system call.
+    if (read_buffer_.empty()) read_buffer_.resize(kReadBufferBytes);
+    const ssize_t n =
+        recv(context_->fd, read_buffer_.data(), read_buffer_.size(), MSG_DONTWAIT);
+    if (n == 0) {
+      broken_ = true;
+      return Status::Unavailable("redis " + name_ + ": reply: connection closed");
     }
-    Progress();  // redisBufferRead returned bytes (a closed peer is an error)
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      return Fail(false, "reply");
+    }
+    if (redisReaderFeed(context_->reader, read_buffer_.data(), static_cast<size_t>(n)) !=
+        REDIS_OK) {
+      return Fail(true, "reply");
+    }
+    Progress();
   }
 }
 

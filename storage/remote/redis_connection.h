@@ -1,9 +1,10 @@
 // RedisConnection: one synchronous hiredis connection to one Redis node whose
 // every write and read ends by a deadline, so a pipelined batch to a slow or
 // dead node costs at most the request timeout. hiredis formats commands and
-// parses replies (no hand-written RESP); this class only bounds the socket
-// I/O (SO_RCVTIMEO/SO_SNDTIMEO re-armed to the time left before each system
-// call) and writes with MSG_NOSIGNAL, so a peer that died never raises SIGPIPE.
+// parses replies (no hand-written RESP: received bytes are fed to its reader);
+// this class only moves the bytes: ppoll until the socket is ready or the
+// deadline passes, then one non-blocking send or a large recv, with
+// MSG_NOSIGNAL so a peer that died never raises SIGPIPE.
 //
 // After any error the connection is broken() and must be closed, not reused:
 // its pipeline is out of step with the replies.
@@ -17,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "prefixkv/status.h"
 
@@ -81,6 +83,8 @@ class RedisConnection {
   std::string host_;
   std::string name_;  // "host:port", for messages
   bool broken_ = false;
+  static constexpr size_t kReadBufferBytes = 256 << 10;
+  std::vector<char> read_buffer_;  // allocated on the first read
   uint64_t idle_nanos_ = 0;
   uint64_t progress_deadline_ = 0;  // last progress + idle_nanos_
   // Bytes moved: the deadline is pushed to now + the idle timeout.

@@ -34,9 +34,10 @@ uint64_t GetU64(const uint8_t* in) {
 }
 
 uint64_t EnvelopeChecksum(const uint8_t* header, std::string_view payload) {
-  std::string hashed(reinterpret_cast<const char*>(header), kHashedHeader);
-  hashed.append(payload);
-  return Hash64(hashed.data(), hashed.size());
+  HashStream h(HashStream::Width::k64);
+  h.Update(header, kHashedHeader);
+  h.Update(payload.data(), payload.size());
+  return h.Digest64();
 }
 
 }  // namespace
@@ -56,7 +57,22 @@ std::string RemoteTier::EncodeEnvelope(const BlockMeta& meta, std::string_view p
 }
 
 StatusOr<RemoteTier::Decoded> RemoteTier::DecodeEnvelope(const BlockKey& key,
+                                                         std::string&& value) {
+  PKV_ASSIGN_OR_RETURN(Decoded d, CheckEnvelope(key, value));
+  const size_t length = value.size() - kHeader;
+  d.payload = SharedBytes::Adopt(std::move(value)).Slice(kHeader, length);
+  return d;
+}
+
+StatusOr<RemoteTier::Decoded> RemoteTier::DecodeEnvelope(const BlockKey& key,
                                                          std::string_view value) {
+  PKV_ASSIGN_OR_RETURN(Decoded d, CheckEnvelope(key, value));
+  d.payload = SharedBytes::Copy(value.substr(kHeader));
+  return d;
+}
+
+StatusOr<RemoteTier::Decoded> RemoteTier::CheckEnvelope(const BlockKey& key,
+                                                        std::string_view value) {
   if (value.size() < kHeader) return Status::Corruption("remote value too short");
   const auto* p = reinterpret_cast<const uint8_t*>(value.data());
   if (std::memcmp(p, kMagic, 4) != 0 || p[4] != kVersion || p[5] != 0 || p[6] != 0 ||
@@ -80,8 +96,7 @@ StatusOr<RemoteTier::Decoded> RemoteTier::DecodeEnvelope(const BlockKey& key,
     return Status::Corruption("remote value stored under " + key.ToHex() + " is block " +
                               out.meta.key.ToHex());
   }
-  out.payload = SharedBytes::Copy(payload);
-  return out;
+  return out;  // the payload is for the caller to take
 }
 
 namespace internal {
@@ -156,7 +171,8 @@ class RemoteTierImpl {
     uint64_t hits = 0, bytes = 0;
     for (size_t i = 0; i < keys.size(); ++i) {
       if (!values[i].has_value()) continue;
-      StatusOr<RemoteTier::Decoded> d = RemoteTier::DecodeEnvelope(keys[i], *values[i]);
+      StatusOr<RemoteTier::Decoded> d =
+          RemoteTier::DecodeEnvelope(keys[i], std::move(*values[i]));
       if (!d.ok()) {
         corruptions_.fetch_add(1, std::memory_order_relaxed);
         if (!logged_corruption_.exchange(true)) {

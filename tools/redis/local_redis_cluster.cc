@@ -262,7 +262,9 @@ void LocalRedisCluster::Log(const std::string& line) const {
 std::string LocalRedisCluster::seeds() const {
   std::string out;
   for (int port : ports_) {
-    out += (out.empty() ? "" : ",") + std::string("127.0.0.1:") + std::to_string(port);
+    if (!out.empty()) out += ',';
+    out += "127.0.0.1:";
+    out += std::to_string(port);
   }
   return out;
 }
