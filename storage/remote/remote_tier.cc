@@ -57,16 +57,12 @@ std::string RemoteTier::EncodeEnvelope(const BlockMeta& meta, std::string_view p
 }
 
 StatusOr<RemoteTier::Decoded> RemoteTier::DecodeEnvelope(const BlockKey& key,
-                                                         std::string&& value) {
-  PKV_ASSIGN_OR_RETURN(Decoded d, CheckEnvelope(key, value));
-  const size_t length = value.size() - kHeader;
-  d.payload = SharedBytes::Adopt(std::move(value)).Slice(kHeader, length);
-  return d;
-}
-
-StatusOr<RemoteTier::Decoded> RemoteTier::DecodeEnvelope(const BlockKey& key,
                                                          std::string_view value) {
   PKV_ASSIGN_OR_RETURN(Decoded d, CheckEnvelope(key, value));
+  // A copy into a 64-byte aligned buffer: the block's tensors are then
+  // aligned slices, so every later restore of it from RAM is zero-copy (a
+  // slice of the fetched string would be only 8-byte aligned, and restores
+  // would copy its tensors each time).
   d.payload = SharedBytes::Copy(value.substr(kHeader));
   return d;
 }
@@ -171,8 +167,7 @@ class RemoteTierImpl {
     uint64_t hits = 0, bytes = 0;
     for (size_t i = 0; i < keys.size(); ++i) {
       if (!values[i].has_value()) continue;
-      StatusOr<RemoteTier::Decoded> d =
-          RemoteTier::DecodeEnvelope(keys[i], std::move(*values[i]));
+      StatusOr<RemoteTier::Decoded> d = RemoteTier::DecodeEnvelope(keys[i], *values[i]);
       if (!d.ok()) {
         corruptions_.fetch_add(1, std::memory_order_relaxed);
         if (!logged_corruption_.exchange(true)) {

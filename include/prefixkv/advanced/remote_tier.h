@@ -114,9 +114,6 @@ class RemoteTier final : public BlockTier, public EvictionListener {
     SharedBytes payload;
   };
   static StatusOr<Decoded> DecodeEnvelope(const BlockKey& key, std::string_view value);
-  // The same, taking the value's buffer: the payload is a slice of it (no
-  // copy; 8-byte aligned when the string's buffer is malloc-aligned).
-  static StatusOr<Decoded> DecodeEnvelope(const BlockKey& key, std::string&& value);
 
  private:
   // The checks of DecodeEnvelope; the payload is left empty.
