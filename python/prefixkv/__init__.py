@@ -16,8 +16,8 @@ from . import errors
 from ._prefixkv import (Engine, Layer, Match, Namespace, Restored, RestoredBlock,
                         StoreResult)
 from .errors import (Aborted, Busy, Corruption, Error, Internal, InvalidArgument,
-                     NoSpace, NotFound, NotSupported)
+                     NoSpace, NotFound, NotSupported, Unavailable)
 
 __all__ = ["Engine", "Layer", "Match", "Namespace", "Restored", "RestoredBlock",
            "StoreResult", "Error", "NotFound", "Corruption", "InvalidArgument", "Busy",
-           "NoSpace", "NotSupported", "Aborted", "Internal", "errors"]
+           "NoSpace", "NotSupported", "Aborted", "Internal", "Unavailable", "errors"]
