@@ -6,8 +6,6 @@
 // engine usable. (`prefixkv demo --nodes 2` runs the two engines as separate
 // processes: tests/tools/demo_nodes_integration_test.cc.)
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,6 +13,7 @@
 
 #include "prefixkv/advanced/remote_tier.h"
 #include "tests/engine/engine_test_util.h"
+#include "tests/support/loopback.h"
 #include "tools/redis/local_redis_cluster.h"
 
 namespace prefixkv {
@@ -144,16 +143,8 @@ TEST_F(RemoteClusterTest, AByteChangedInsideRedisIsACountedMissNeverWrongBytes) 
 }
 
 TEST_F(RemoteClusterTest, AClusterAbsentAtStartLeavesTheEngineUsable) {
-  // A port nobody listens on: bind one, note it, close it.
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int port = ntohs(addr.sin_port);
-  ::close(fd);
+  const int port = testing::ClosedLoopbackPort();
+  ASSERT_NE(port, 0);
   auto a = Open(Node("a", "redis://127.0.0.1:" + std::to_string(port)));
   ASSERT_NE(a, nullptr);
   EXPECT_FALSE(a->Stats().remote.available);

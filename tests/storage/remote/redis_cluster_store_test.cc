@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "tests/storage/remote/redis_test_util.h"
+#include "tests/support/loopback.h"
 
 extern char** environ;
 
@@ -76,33 +77,13 @@ TEST(OpenRedisClusterStore, RejectsBadOptions) {
   EXPECT_TRUE(OpenRedisClusterStore(options).status().IsInvalidArgument());
 }
 
-// A loopback port nobody listens on (bound once, then released).
-int ClosedPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // A node that accepts connections (the kernel completes them) but never
 // answers: the slow or hung server. Counts the connections made to it.
 class SilentNode {
  public:
   SilentNode() {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    EXPECT_EQ(listen(fd_, 64), 0);
-    socklen_t len = sizeof(addr);
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    fd_ = testing::BindLoopback(&port_, /*backlog=*/64, SOCK_NONBLOCK);
+    EXPECT_GE(fd_, 0);
   }
   ~SilentNode() {
     for (int fd : accepted_) close(fd);
@@ -123,7 +104,7 @@ class SilentNode {
 
 TEST(RedisClusterStoreAbsent, OpensAndFailsFastWithUnavailable) {
   RedisClusterOptions options;
-  options.seeds = {"127.0.0.1:" + std::to_string(ClosedPort())};
+  options.seeds = {"127.0.0.1:" + std::to_string(testing::ClosedLoopbackPort())};
   const auto start = std::chrono::steady_clock::now();
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<RemoteStore> store,
                        OpenRedisClusterStore(options));
@@ -179,7 +160,7 @@ TEST(RedisClusterStoreAbsent, AHungSeedCostsOneTimeoutPerBackoff) {
 // A single redis-server with cluster mode off owns every slot.
 TEST(RedisClusterStoreStandalone, ANodeWithoutClusterModeOwnsEverySlot) {
   if (!LocalRedisCluster::Available()) GTEST_SKIP() << "redis-server is not installed";
-  const int port = ClosedPort();
+  const int port = testing::ClosedLoopbackPort();
   const std::string p = std::to_string(port);
   std::vector<std::string> args = {"/usr/bin/redis-server",
                                    "--port",

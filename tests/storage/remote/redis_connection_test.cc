@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "tests/support/loopback.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv {
@@ -29,15 +30,8 @@ class TricklingNode {
  public:
   TricklingNode(size_t size, int pieces, int gap_ms, int stop_after)
       : size_(size), pieces_(pieces), gap_ms_(gap_ms), stop_after_(stop_after) {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    EXPECT_EQ(listen(fd_, 4), 0);
-    socklen_t len = sizeof(addr);
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    fd_ = testing::BindLoopback(&port_, /*backlog=*/4);
+    EXPECT_GE(fd_, 0);
     thread_ = std::thread([this] { Serve(); });
   }
   ~TricklingNode() {
