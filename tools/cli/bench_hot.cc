@@ -11,6 +11,11 @@
 //                           listener (steady state).
 //   hit_copies_payload      false when Get and Pin hand out the stored buffer
 //                           itself (checked by address).
+//
+// The figures above are the default policy's (lru). Then, per eviction policy
+// (lru, leaf-lru, chain; docs/eviction.md) on the same blocks linked into
+// chains of 16 (so chain structure is real): its hit and insert+evict cost
+// and the ratio to lru's in the same run (`policies` in --json).
 #include <algorithm>
 #include <random>
 #include <unordered_map>
@@ -34,9 +39,25 @@ struct HotResult {
   bool copies = true;
 };
 
+// One policy's figures on chained blocks.
+struct PolicyResult {
+  EvictionPolicyKind policy = EvictionPolicyKind::kLru;
+  double hit_ns = 0, get_ns = 0, insert_evict_per_s = 0;
+};
+
+constexpr uint64_t kChainBlocks = 16;
+
 BlockMeta MetaOf(uint64_t id) {
   BlockMeta m;
   m.key = BlockKey{0xBE7C, id};
+  return m;
+}
+
+// Block `id` of chain id / 16: its parent is the previous block of the chain.
+BlockMeta ChainedMetaOf(uint64_t id) {
+  BlockMeta m = MetaOf(id);
+  m.namespace_id = BlockKey{0xBE7C, 0};
+  m.parent = id % kChainBlocks == 0 ? m.namespace_id : MetaOf(id - 1).key;
   return m;
 }
 
@@ -91,10 +112,14 @@ class CountingListener final : public EvictionListener {
   uint64_t victims = 0;
 };
 
-void MeasureInsertEvict(int repeats, HotResult* r) {
+// Put of new blocks into a full tier of `policy`, each evicting one block;
+// 0 when the run was not in steady state (a victim per insert).
+double InsertEvictPerSecond(int repeats, EvictionPolicyKind policy,
+                            BlockMeta (*meta_of)(uint64_t)) {
   constexpr uint64_t kResident = 1024, kInserts = 100000;
   auto tier =
-      HotTier::Create({.capacity_bytes = kResident * HotEntryCharge(kPayloadBytes)})
+      HotTier::Create(
+          {.capacity_bytes = kResident * HotEntryCharge(kPayloadBytes), .policy = policy})
           .value();
   CountingListener listener;
   tier->SetEvictionListener(&listener);
@@ -102,14 +127,36 @@ void MeasureInsertEvict(int repeats, HotResult* r) {
   // not the allocator.
   const SharedBytes payload = SharedBytes::Allocate(kPayloadBytes, nullptr);
   uint64_t next = 0;
-  for (; next < kResident; ++next) (void)tier->Put(MetaOf(next), payload, true);
+  for (; next < kResident; ++next) (void)tier->Put(meta_of(next), payload, true);
   const double s = MedianSeconds(repeats, [&] {
     for (uint64_t i = 0; i < kInserts; ++i)
-      (void)tier->Put(MetaOf(next++), payload, true);
+      (void)tier->Put(meta_of(next++), payload, true);
   });
-  r->insert_evict_per_s = kInserts / s;
-  if (listener.victims != next - kResident)
-    r->insert_evict_per_s = 0;  // not steady state
+  return listener.victims == next - kResident ? kInserts / s : 0;
+}
+
+void MeasureInsertEvict(int repeats, HotResult* r) {
+  r->insert_evict_per_s = InsertEvictPerSecond(repeats, EvictionPolicyKind::kLru, MetaOf);
+}
+
+PolicyResult MeasurePolicy(int repeats, EvictionPolicyKind policy) {
+  PolicyResult r;
+  r.policy = policy;
+  auto tier = HotTier::Create({.capacity_bytes = kBlocks * HotEntryCharge(kPayloadBytes),
+                               .policy = policy})
+                  .value();
+  const SharedBytes payload = SharedBytes::Allocate(kPayloadBytes, nullptr);
+  for (uint64_t i = 0; i < kBlocks; ++i)
+    (void)tier->Put(ChainedMetaOf(i), payload, false);
+  const std::vector<BlockKey> keys = ShuffledKeys();
+  r.hit_ns = NanosPerLookup(repeats, keys, [&](const BlockKey& k) {
+    std::optional<PinnedBlock> pin = tier->Pin(k);
+    DoNotOptimize(pin->payload().data());
+  });
+  r.get_ns = NanosPerLookup(
+      repeats, keys, [&](const BlockKey& k) { DoNotOptimize(tier->Get(k)->data()); });
+  r.insert_evict_per_s = InsertEvictPerSecond(repeats, policy, ChainedMetaOf);
+  return r;
 }
 
 int RunHotBench(const std::vector<std::string>& args) {
@@ -118,6 +165,13 @@ int RunHotBench(const std::vector<std::string>& args) {
   HotResult r;
   MeasureHits(bench.repeats, &r);
   MeasureInsertEvict(bench.repeats, &r);
+  std::vector<PolicyResult> policies;
+  for (EvictionPolicyKind p : {EvictionPolicyKind::kLru, EvictionPolicyKind::kLeafLru,
+                               EvictionPolicyKind::kChain}) {
+    policies.push_back(MeasurePolicy(bench.repeats, p));
+  }
+  const PolicyResult& lru = policies.front();
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   if (bench.json) {
     JsonWriter j;
     j.BeginObject()
@@ -127,8 +181,20 @@ int RunHotBench(const std::vector<std::string>& args) {
         .Field("limit_ns_per_lookup", r.limit_ns)
         .Field("hit_ratio_vs_limit", r.limit_ns / r.hit_ns)
         .Field("insert_evict_ops_per_s", r.insert_evict_per_s)
-        .Field("hit_copies_payload", r.copies)
-        .EndObject();
+        .Field("hit_copies_payload", r.copies);
+    j.Key("policies").BeginArray();
+    for (const PolicyResult& p : policies) {
+      j.BeginObject()
+          .Field("policy", EvictionPolicyName(p.policy))
+          .Field("hit_ns_per_block", p.hit_ns)
+          .Field("get_ns_per_block", p.get_ns)
+          .Field("insert_evict_ops_per_s", p.insert_evict_per_s)
+          .Field("hit_ns_ratio_vs_lru", ratio(p.hit_ns, lru.hit_ns))
+          .Field("insert_evict_ratio_vs_lru",
+                 ratio(p.insert_evict_per_s, lru.insert_evict_per_s))
+          .EndObject();
+    }
+    j.EndArray().EndObject();
     std::printf("%s\n", j.str().c_str());
   } else {
     std::printf("hot tier benchmark (medians of %d runs)\n", bench.repeats);
@@ -137,6 +203,16 @@ int RunHotBench(const std::vector<std::string>& args) {
     std::printf("  locked map lookup limit  %7.1f ns\n", r.limit_ns);
     std::printf("  insert+evict at full     %7.0f ops/s\n", r.insert_evict_per_s);
     std::printf("  hit copies payload       %s\n", r.copies ? "true" : "false");
+    std::printf("per policy, blocks in chains of %llu (ratios to lru in this run)\n",
+                static_cast<unsigned long long>(kChainBlocks));
+    std::printf("  %-9s %9s %9s %14s %12s %12s\n", "policy", "hit ns", "get ns",
+                "insert+evict/s", "hit vs lru", "churn vs lru");
+    for (const PolicyResult& p : policies) {
+      std::printf("  %-9s %9.1f %9.1f %14.0f %11.2fx %11.2fx\n",
+                  std::string(EvictionPolicyName(p.policy)).c_str(), p.hit_ns, p.get_ns,
+                  p.insert_evict_per_s, ratio(p.hit_ns, lru.hit_ns),
+                  ratio(p.insert_evict_per_s, lru.insert_evict_per_s));
+    }
   }
   return 0;
 }

@@ -1,0 +1,35 @@
+// `prefixkv bench hot --json` end to end: the default figures and one entry
+// per eviction policy, each measured in the same run and compared with lru.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/tools/cli_json.h"
+#include "tests/tools/data_dir_builder.h"
+
+namespace prefixkv {
+namespace {
+
+TEST(BenchHot, EveryPolicyIsMeasuredAndComparedWithLru) {
+  const testing::CliRun run = testing::RunCli("bench hot --json --repeats 1");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::string json = run.output.substr(run.output.find("{\"suite\":\"hot\""));
+  EXPECT_GT(std::stod(testing::Value(json, "hit_ns_per_block")), 0);
+  const std::vector<std::string> policies =
+      testing::Objects(testing::Value(json, "policies"));
+  ASSERT_EQ(policies.size(), 3u) << json;
+  const char* names[] = {"\"lru\"", "\"leaf-lru\"", "\"chain\""};
+  for (size_t i = 0; i < policies.size(); ++i) {
+    const std::string& p = policies[i];
+    EXPECT_EQ(testing::Value(p, "policy"), names[i]) << p;
+    EXPECT_GT(std::stod(testing::Value(p, "hit_ns_per_block")), 0) << p;
+    EXPECT_GT(std::stod(testing::Value(p, "get_ns_per_block")), 0) << p;
+    EXPECT_GT(std::stod(testing::Value(p, "insert_evict_ops_per_s")), 0)
+        << "not in steady state: " << p;
+    EXPECT_GT(std::stod(testing::Value(p, "hit_ns_ratio_vs_lru")), 0) << p;
+  }
+  EXPECT_EQ(std::stod(testing::Value(policies[0], "hit_ns_ratio_vs_lru")), 1.0);
+}
+
+}  // namespace
+}  // namespace prefixkv
