@@ -166,11 +166,13 @@ StatusOr<MatchResult> PrefixCache::Match(Namespace handle,
     return match;
   }
   if (ns->tiers->remote() == nullptr || tails.empty()) return match;
-  // tails[i] has block - 1 - i tokens (or fewer when the prompt is short).
+  // Every candidate in one round trip; tails[i] has `longest - i` tokens.
   const size_t longest = std::min<size_t>(block - 1, tokens.size() - start);
+  std::vector<std::optional<SharedBytes>> got = ns->tiers->remote()->GetMany(tails);
   for (size_t i = 0; i < tails.size(); ++i) {
     const size_t n = longest - i;
-    if (FetchRemote(*ns, std::span<const BlockKey>(&tails[i], 1), parent, n) == 1) {
+    if (got[i].has_value() &&
+        PromoteRemote(*ns, tails[i], parent, n, std::move(*got[i]))) {
       take(tails[i], TierLevel::kRemote, tokens.subspan(start, n));
       break;
     }
@@ -178,22 +180,31 @@ StatusOr<MatchResult> PrefixCache::Match(Namespace handle,
   return match;
 }
 
+bool PrefixCache::PromoteRemote(cache::NamespaceState& ns, const BlockKey& key,
+                                const BlockKey& parent, size_t tokens,
+                                SharedBytes payload) const {
+  // The envelope checked the bytes; the record must also be this block of
+  // this namespace (a chain key names the same block on every node).
+  StatusOr<RecordIdentity> id = PeekBlockIdentity(payload.view());
+  if (!id.ok() || id->key != key || id->parent != parent || id->namespace_id != ns.root ||
+      id->token_count != tokens) {
+    return false;
+  }
+  // Stored locally so Restore reads it from RAM (or SSD); when it cannot be
+  // stored (pinned copies, no space), Restore reads it remotely again.
+  (void)ns.tiers->Promote(ns.MetaFor(key, parent), std::move(payload));
+  return true;
+}
+
 size_t PrefixCache::FetchRemote(cache::NamespaceState& ns, std::span<const BlockKey> keys,
                                 BlockKey parent, size_t tokens_per_block) const {
   std::vector<std::optional<SharedBytes>> got = ns.tiers->remote()->GetMany(keys);
   size_t n = 0;
   for (; n < keys.size(); ++n) {
-    if (!got[n].has_value()) break;
-    // The envelope checked the bytes; the record must also be this block of
-    // this namespace (a chain key names the same block on every node).
-    StatusOr<RecordIdentity> id = PeekBlockIdentity(got[n]->view());
-    if (!id.ok() || id->key != keys[n] || id->parent != parent ||
-        id->namespace_id != ns.root || id->token_count != tokens_per_block) {
+    if (!got[n].has_value() ||
+        !PromoteRemote(ns, keys[n], parent, tokens_per_block, std::move(*got[n]))) {
       break;
     }
-    // Stored locally so Restore reads it from RAM (or SSD); when it cannot be
-    // stored (pinned copies, no space), Restore reads it remotely again.
-    (void)ns.tiers->Promote(ns.MetaFor(keys[n], parent), std::move(*got[n]));
     parent = keys[n];
   }
   return n;

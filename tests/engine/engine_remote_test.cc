@@ -92,14 +92,20 @@ TEST_F(EngineRemoteTest, APartialTailComesFromTheRemoteTierToo) {
   tail.store_partial_tail = true;
   ASSERT_OK_AND_ASSIGN(Namespace na, a->RegisterModel(KvSpec(), tail));
   ASSERT_OK_AND_ASSIGN(Namespace nb, b->RegisterModel(KvSpec(), tail));
-  const std::vector<int32_t> tokens = Tokens(3 * kBlockTokens + 3);
+  // A 1-token tail: Match tries the longer candidate (2 tokens) first.
+  const std::vector<int32_t> tokens = Tokens(3 * kBlockTokens + 1);
   ASSERT_OK(a->Store(na, tokens, KvLayers(2, tokens.size(), rng_)).status());
   ASSERT_OK(a->Flush());
   std::vector<int32_t> longer = tokens;
   longer.push_back(77);  // the next turn's prompt goes on past the tail
+  const uint64_t calls = state_->get_calls;
   ASSERT_OK_AND_ASSIGN(MatchResult m, b->Match(nb, longer));
   EXPECT_EQ(m.tokens.size(), tokens.size());
   EXPECT_EQ(m.tiers, std::vector<TierLevel>(4, TierLevel::kRemote));
+  // The 3 full blocks in one round trip, every tail candidate in one more.
+  EXPECT_EQ(state_->get_calls - calls, 2u);
+  ASSERT_OK_AND_ASSIGN(RestoreResult r, b->Restore(m));
+  EXPECT_EQ(r.tokens_from_remote, tokens.size());
 }
 
 TEST_F(EngineRemoteTest, OnSpillWritesWhatTheSsdTierEvictsAndNothingBefore) {

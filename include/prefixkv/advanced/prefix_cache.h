@@ -157,6 +157,10 @@ class PrefixCache {
   // tokens each) the remote tier holds; those are stored locally (Promote).
   size_t FetchRemote(cache::NamespaceState& ns, std::span<const BlockKey> keys,
                      BlockKey parent, size_t tokens_per_block) const;
+  // True when `payload` (from the remote tier) is block `key` of `ns` after
+  // `parent`, holding `tokens` tokens; it is then stored locally (Promote).
+  bool PromoteRemote(cache::NamespaceState& ns, const BlockKey& key,
+                     const BlockKey& parent, size_t tokens, SharedBytes payload) const;
   // Blocks asked from the remote tier per round trip in Match.
   static constexpr size_t kRemoteBatch = 32;
 
