@@ -26,6 +26,12 @@ SharedBytes SharedBytes::Adopt(std::string&& s) {
   return SharedBytes(std::move(owner), data, size);
 }
 
+SharedBytes SharedBytes::AdoptMalloced(void* data, size_t size) {
+  std::shared_ptr<const void> owner(
+      data, [](const void* q) { std::free(const_cast<void*>(q)); });
+  return SharedBytes(std::move(owner), static_cast<const uint8_t*>(data), size);
+}
+
 SharedBytes SharedBytes::Allocate(size_t size, uint8_t** writable) {
   constexpr size_t kAlign = 64;
   size_t rounded = (size + kAlign - 1) / kAlign * kAlign;

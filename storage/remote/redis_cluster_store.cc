@@ -145,7 +145,7 @@ Status RedisClusterStore::ReadReplies(Batch& batch, uint64_t deadline, const Key
       if (reply.status().IsUnavailable()) MarkDown(*batch.node);
       return reply.status();  // this key and the rest of the batch fail
     }
-    const redisReply& r = **reply;
+    redisReply& r = **reply;
     if (std::optional<RedisRedirect> redirect = ParseRedirect(r, connection.host())) {
       FollowRedirect(*redirect, item, next);
     } else if (r.type == REDIS_REPLY_ERROR) {
@@ -173,16 +173,16 @@ void RedisClusterStore::FollowRedirect(const RedisRedirect& redirect, Item item,
 }
 
 Status RedisClusterStore::MultiGet(std::span<const std::string> keys,
-                                   std::vector<std::optional<std::string>>* values) {
+                                   std::vector<std::optional<SharedBytes>>* values) {
   values->assign(keys.size(), std::nullopt);
   KeyOp op;
   op.append = [&](RedisConnection& c, size_t i) { c.Append({"GET", keys[i]}); };
-  op.accept = [&](size_t i, const redisReply& reply) {
+  op.accept = [&](size_t i, redisReply& reply) {
     if (reply.type == REDIS_REPLY_NIL) return Status::OK();
     if (reply.type != REDIS_REPLY_STRING) {
       return Status::IOError("redis: unexpected reply to GET");
     }
-    (*values)[i] = std::string(reply.str, reply.len);
+    (*values)[i] = TakeStringReply(reply);  // no copy
     return Status::OK();
   };
   return Execute(std::vector<std::string_view>(keys.begin(), keys.end()), op);
@@ -204,7 +204,7 @@ Status RedisClusterStore::MultiSet(std::span<const RemoteWrite> writes) {
       c.Append({"SET", writes[i].key, writes[i].value, "EX", ttls[i]});
     }
   };
-  op.accept = [](size_t, const redisReply& reply) {
+  op.accept = [](size_t, redisReply& reply) {
     if (reply.type == REDIS_REPLY_STATUS) return Status::OK();
     return Status::IOError("redis: unexpected reply to SET");
   };
@@ -216,7 +216,7 @@ Status RedisClusterStore::Delete(std::span<const std::string> keys) {
   KeyOp op;
   op.write = true;
   op.append = [&](RedisConnection& c, size_t i) { c.Append({"DEL", keys[i]}); };
-  op.accept = [](size_t, const redisReply& reply) { return ExpectInteger(reply, "DEL"); };
+  op.accept = [](size_t, redisReply& reply) { return ExpectInteger(reply, "DEL"); };
   return Execute(std::vector<std::string_view>(keys.begin(), keys.end()), op);
 }
 
@@ -229,7 +229,7 @@ StatusOr<int64_t> RedisClusterStore::IncrBy(std::string_view key, int64_t delta,
   incr.append = [&](RedisConnection& c, size_t) {
     c.Append({"INCRBY", key, delta_text});
   };
-  incr.accept = [&](size_t, const redisReply& reply) {
+  incr.accept = [&](size_t, redisReply& reply) {
     value = reply.integer;
     return ExpectInteger(reply, "INCRBY");
   };
@@ -242,7 +242,7 @@ StatusOr<int64_t> RedisClusterStore::IncrBy(std::string_view key, int64_t delta,
     expire.append = [&](RedisConnection& c, size_t) {
       c.Append({"EXPIRE", key, ttl_text, "NX"});
     };
-    expire.accept = [](size_t, const redisReply& reply) {
+    expire.accept = [](size_t, redisReply& reply) {
       return ExpectInteger(reply, "EXPIRE");
     };
     PKV_RETURN_IF_ERROR(Execute(keys, expire));

@@ -52,7 +52,7 @@ class RedisClusterStore final : public RemoteStore {
   ~RedisClusterStore() override;
 
   Status MultiGet(std::span<const std::string> keys,
-                  std::vector<std::optional<std::string>>* values) override;
+                  std::vector<std::optional<SharedBytes>>* values) override;
   Status MultiSet(std::span<const RemoteWrite> writes) override;
   Status Delete(std::span<const std::string> keys) override;
   StatusOr<int64_t> IncrBy(std::string_view key, int64_t delta,
@@ -76,7 +76,7 @@ class RedisClusterStore final : public RemoteStore {
   // One command per key: queue it on a connection; take a (non-redirect) reply.
   struct KeyOp {
     std::function<void(RedisConnection&, size_t index)> append;
-    std::function<Status(size_t index, const redisReply& reply)> accept;
+    std::function<Status(size_t index, redisReply& reply)> accept;  // may take its bytes
     // How long a node may stay silent: request_timeout_ms for reads (the
     // request path), write_timeout_ms for writes (background writers).
     bool write = false;

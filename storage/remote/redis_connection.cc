@@ -33,7 +33,49 @@ timeval ToTimeval(uint64_t nanos) {
   return tv;
 }
 
+// hiredis's createString, except that the string lands in a 64-byte aligned
+// buffer (from posix_memalign, so freeReplyObject's free() releases it): a
+// GET's value can then be handed on as SharedBytes without a copy
+// (TakeStringReply), aligned for the block's tensors.
+void* CreateAlignedString(const redisReadTask* task, char* str, size_t len) {
+  void* buf = nullptr;
+  if (posix_memalign(&buf, 64, len + 1) != 0) return nullptr;
+  auto* r = static_cast<redisReply*>(std::calloc(1, sizeof(redisReply)));
+  if (r == nullptr) {
+    std::free(buf);
+    return nullptr;
+  }
+  std::memcpy(buf, str, len);
+  static_cast<char*>(buf)[len] = '\0';
+  r->type = task->type;
+  r->str = static_cast<char*>(buf);
+  r->len = len;
+  if (task->parent != nullptr) {
+    auto* parent = static_cast<redisReply*>(task->parent->obj);
+    parent->element[task->idx] = r;
+  }
+  return r;
+}
+
+// hiredis's own reply functions with CreateAlignedString.
+redisReplyObjectFunctions* AlignedStringFunctions(
+    const redisReplyObjectFunctions* defaults) {
+  static redisReplyObjectFunctions functions = [defaults] {
+    redisReplyObjectFunctions f = *defaults;
+    f.createString = CreateAlignedString;
+    return f;
+  }();
+  return &functions;
+}
+
 }  // namespace
+
+SharedBytes TakeStringReply(redisReply& reply) {
+  SharedBytes bytes = SharedBytes::AdoptMalloced(reply.str, reply.len);
+  reply.str = nullptr;  // freeReplyObject frees nothing more
+  reply.len = 0;
+  return bytes;
+}
 
 StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::Connect(
     const std::string& host, int port, uint32_t connect_timeout_ms,
@@ -52,6 +94,7 @@ StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::Connect(
     redisFree(context);
     return status;
   }
+  context->reader->fn = AlignedStringFunctions(context->reader->fn);
   std::unique_ptr<RedisConnection> connection(new RedisConnection(context, host, name));
   if (!password.empty()) {
     PKV_ASSIGN_OR_RETURN(RedisReplyPtr reply,

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "prefixkv/bytes.h"
 #include "prefixkv/status.h"
 
 struct redisContext;
@@ -34,6 +35,10 @@ using RedisReplyPtr = std::unique_ptr<redisReply, RedisReplyDeleter>;
 
 // Real monotonic time in nanoseconds (socket deadlines are real time).
 uint64_t RedisNowNanos();
+
+// The bytes of a string reply (REDIS_REPLY_STRING) read by a RedisConnection,
+// taken out of it without a copy: 64-byte aligned. `reply` is left empty.
+SharedBytes TakeStringReply(redisReply& reply);
 
 class RedisConnection {
  public:

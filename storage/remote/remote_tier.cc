@@ -18,11 +18,14 @@ namespace {
 
 // Envelope: magic, version, 3 zero bytes, key, parent, namespace (16 bytes
 // each, BlockKey::EncodeTo), payload length (u64 LE), XXH3-64 checksum (u64
-// LE) of the 64 bytes before it and the payload; then the payload.
+// LE) of the 64 bytes before it and the payload, 56 zero bytes; then the
+// payload, at offset 128: in a 64-byte aligned value it is aligned too, so it
+// is handed on as a slice (no copy) with aligned tensors.
 constexpr char kMagic[4] = {'P', 'K', 'V', 'R'};
 constexpr uint8_t kVersion = 1;
 constexpr size_t kHashedHeader = 64;
-constexpr size_t kHeader = kHashedHeader + 8;
+constexpr size_t kChecksumEnd = kHashedHeader + 8;
+constexpr size_t kHeader = 128;
 
 void PutU64(uint8_t* out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(v >> (8 * i));
@@ -57,13 +60,20 @@ std::string RemoteTier::EncodeEnvelope(const BlockMeta& meta, std::string_view p
 }
 
 StatusOr<RemoteTier::Decoded> RemoteTier::DecodeEnvelope(const BlockKey& key,
+                                                         const SharedBytes& value) {
+  PKV_ASSIGN_OR_RETURN(Decoded d, CheckEnvelope(key, value.view()));
+  if (reinterpret_cast<uintptr_t>(value.data()) % 64 == 0) {
+    d.payload = value.Slice(kHeader, value.size() - kHeader);  // aligned: no copy
+  } else {
+    d.payload = SharedBytes::Copy(value.view().substr(kHeader));
+  }
+  return d;
+}
+
+StatusOr<RemoteTier::Decoded> RemoteTier::DecodeEnvelope(const BlockKey& key,
                                                          std::string_view value) {
   PKV_ASSIGN_OR_RETURN(Decoded d, CheckEnvelope(key, value));
-  // A copy into a 64-byte aligned buffer: the block's tensors are then
-  // aligned slices, so every later restore of it from RAM is zero-copy (a
-  // slice of the fetched string would be only 8-byte aligned, and restores
-  // would copy its tensors each time).
-  d.payload = SharedBytes::Copy(value.substr(kHeader));
+  d.payload = SharedBytes::Copy(value.substr(kHeader));  // 64-byte aligned
   return d;
 }
 
@@ -74,6 +84,9 @@ StatusOr<RemoteTier::Decoded> RemoteTier::CheckEnvelope(const BlockKey& key,
   if (std::memcmp(p, kMagic, 4) != 0 || p[4] != kVersion || p[5] != 0 || p[6] != 0 ||
       p[7] != 0) {
     return Status::Corruption("remote value has no prefixkv envelope");
+  }
+  for (size_t i = kChecksumEnd; i < kHeader; ++i) {
+    if (p[i] != 0) return Status::Corruption("remote value has non-zero header padding");
   }
   const uint64_t length = GetU64(p + 56);
   if (length != value.size() - kHeader) {
@@ -159,7 +172,7 @@ class RemoteTierImpl {
     std::vector<std::string> store_keys;
     store_keys.reserve(keys.size());
     for (const BlockKey& k : keys) store_keys.push_back(StoreKey(k));
-    std::vector<std::optional<std::string>> values;
+    std::vector<std::optional<SharedBytes>> values;
     const Status s = store_->MultiGet(store_keys, &values);
     NoteCall(s);
     values.resize(keys.size());
@@ -211,7 +224,7 @@ class RemoteTierImpl {
 
   // The first call's result decides availability before any traffic.
   void Probe() {
-    std::vector<std::optional<std::string>> values;
+    std::vector<std::optional<SharedBytes>> values;
     const std::string probe = options_.key_prefix + "probe";
     const Status s = store_->MultiGet(std::span<const std::string>(&probe, 1), &values);
     if (s.ok()) return NoteCall(s);

@@ -54,7 +54,7 @@ class FakeRemoteStore final : public RemoteStore {
       : state_(std::move(state)) {}
 
   Status MultiGet(std::span<const std::string> keys,
-                  std::vector<std::optional<std::string>>* values) override {
+                  std::vector<std::optional<SharedBytes>>* values) override {
     std::lock_guard<std::mutex> lock(state_->mu);
     values->assign(keys.size(), std::nullopt);
     if (state_->down) return Status::Unavailable("fake store is down");
@@ -62,7 +62,7 @@ class FakeRemoteStore final : public RemoteStore {
     state_->keys_asked += keys.size();
     for (size_t i = 0; i < keys.size(); ++i) {
       auto it = state_->values.find(keys[i]);
-      if (it != state_->values.end()) (*values)[i] = it->second;
+      if (it != state_->values.end()) (*values)[i] = SharedBytes::Copy(it->second);
     }
     return Status::OK();
   }

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "prefixkv/bytes.h"
 #include "prefixkv/status.h"
 
 namespace prefixkv {
@@ -34,9 +35,10 @@ class RemoteStore {
   // Values of `keys`, in order, pipelined (one round trip per node that owns
   // some of the keys). `values` is resized to keys.size(); an absent key is
   // nullopt. When some node failed, its keys are nullopt and the first error
-  // is returned (the other keys' values are still filled in).
+  // is returned (the other keys' values are still filled in). Values are
+  // 64-byte aligned buffers (the remote tier hands blocks on without a copy).
   virtual Status MultiGet(std::span<const std::string> keys,
-                          std::vector<std::optional<std::string>>* values) = 0;
+                          std::vector<std::optional<SharedBytes>>* values) = 0;
   // Stores every write, pipelined. The first error, if any (the other writes
   // are still attempted).
   virtual Status MultiSet(std::span<const RemoteWrite> writes) = 0;

@@ -114,6 +114,9 @@ class RemoteTier final : public BlockTier, public EvictionListener {
     SharedBytes payload;
   };
   static StatusOr<Decoded> DecodeEnvelope(const BlockKey& key, std::string_view value);
+  // The same for a value read from the store: when it is 64-byte aligned the
+  // payload is a slice of it (no copy; aligned, as the header is 128 bytes).
+  static StatusOr<Decoded> DecodeEnvelope(const BlockKey& key, const SharedBytes& value);
 
  private:
   // The checks of DecodeEnvelope; the payload is left empty.

@@ -9,6 +9,8 @@
 #include <chrono>
 #include <initializer_list>
 #include <memory>
+#include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -53,6 +55,19 @@ inline std::unique_ptr<RedisClusterStore> OpenStore(const RedisClusterOptions& o
   auto store = OpenRedisClusterStoreWithClock(options, Clock::System());
   EXPECT_OK(store);
   return store.ok() ? std::move(store).value() : nullptr;
+}
+
+// MultiGet with the values as text (the tests compare strings).
+inline Status MultiGetText(RemoteStore& store, std::span<const std::string> keys,
+                           std::vector<std::optional<std::string>>* values) {
+  std::vector<std::optional<SharedBytes>> bytes;
+  const Status s = store.MultiGet(keys, &bytes);
+  values->clear();
+  for (const std::optional<SharedBytes>& b : bytes) {
+    values->push_back(b.has_value() ? std::optional<std::string>(std::string(b->view()))
+                                    : std::nullopt);
+  }
+  return s;
 }
 
 // One command to 127.0.0.1:`port`, bypassing the client under test; the

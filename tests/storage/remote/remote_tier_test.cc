@@ -52,6 +52,13 @@ TEST(RemoteEnvelope, RoundTripsAndRejectsEveryFlippedByteAndAForeignKey) {
   EXPECT_EQ(d.meta.namespace_id, m.namespace_id);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(d.payload.data()) % 64, 0u)
       << "aligned: restores from RAM slice the tensors without copying";
+  // From an aligned value (as the store returns them): a slice, no copy.
+  const SharedBytes stored = SharedBytes::Copy(value);
+  ASSERT_OK_AND_ASSIGN(RemoteTier::Decoded sliced,
+                       RemoteTier::DecodeEnvelope(m.key, stored));
+  EXPECT_EQ(sliced.payload.view(), p.view());
+  EXPECT_EQ(sliced.payload.data(), stored.data() + (value.size() - p.size()));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(sliced.payload.data()) % 64, 0u);
   for (size_t i = 0; i < value.size(); ++i) {
     std::string bad = value;
     bad[i] ^= 0x01;
@@ -125,7 +132,7 @@ TEST_F(RemoteTierTest, ADamagedValueIsACountedMissDeletedAndLoggedOnce) {
   auto tier = Open();
   for (uint64_t i = 0; i < 3; ++i) ASSERT_OK(tier->Put(Meta(i), Payload(i), false));
   tier->Flush();
-  state_->FlipByte(tier->StoreKey(Meta(1).key), 100);
+  state_->FlipByte(tier->StoreKey(Meta(1).key), 200);
   state_->FlipByte(tier->StoreKey(Meta(2).key), 5);
   std::vector<BlockKey> keys = {Meta(0).key, Meta(1).key, Meta(2).key};
   std::vector<std::optional<SharedBytes>> got = tier->GetMany(keys);
