@@ -29,7 +29,8 @@ StatusOr<TierStack*> internal::EngineImpl::Values() {
   if (TierStack* stack = values_stack_.load(std::memory_order_acquire)) return stack;
   MutexLock lock(&mu_);
   if (values_ == nullptr) {
-    PKV_ASSIGN_OR_RETURN(EngineOwner owner, NewOwner("values", std::nullopt, /*with_remote=*/false));
+    PKV_ASSIGN_OR_RETURN(EngineOwner owner,
+                         NewOwner("values", std::nullopt, /*with_remote=*/false));
     values_ = std::make_unique<EngineOwner>(std::move(owner));
     values_stack_.store(values_->stack.get(), std::memory_order_release);
   }
