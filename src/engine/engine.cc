@@ -54,7 +54,6 @@ Status internal::EngineImpl::OpenRemote() {
     PKV_ASSIGN_OR_RETURN(store, OpenRedisClusterStore(c));
   }
   RemoteTierOptions o;
-  o.write_mode = options_.remote_write;
   o.default_limits = options_.remote_limits;
   o.clock = clock_;
   o.log = options_.log;

@@ -9,6 +9,8 @@
 // does not check out is a miss (counted as a corruption, and deleted from the
 // store), never wrong bytes.
 //
+// Which blocks reach it (RemoteWriteMode: the lowest local tier's victims or
+// every Put) is the wiring's choice: TierStackOptions and the Engine.
 // Writes are asynchronous: Put and OnEvict queue the block for background
 // writers and return at once. The queue is bounded (blocks and bytes); when
 // it is full the block is dropped and counted (backpressure never blocks a
@@ -40,7 +42,6 @@ class RemoteTierImpl;
 }
 
 struct RemoteTierOptions {
-  RemoteWriteMode write_mode = RemoteWriteMode::kOnSpill;
   // Limits of namespaces without their own (SetNamespaceLimits).
   RemoteNamespaceLimits default_limits;
   // Prefix of every key; nodes sharing a cache must use the same one.
