@@ -166,6 +166,7 @@ int RunHotBench(const std::vector<std::string>& args) {
   MeasureHits(bench.repeats, &r);
   MeasureInsertEvict(bench.repeats, &r);
   std::vector<PolicyResult> policies;
+  (void)MeasurePolicy(1, EvictionPolicyKind::kLru);  // warm-up: the first one pays it
   for (EvictionPolicyKind p : {EvictionPolicyKind::kLru, EvictionPolicyKind::kLeafLru,
                                EvictionPolicyKind::kChain}) {
     policies.push_back(MeasurePolicy(bench.repeats, p));
