@@ -23,12 +23,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <random>
 
 #include "prefixkv/advanced/remote_store.h"
 #include "prefixkv/advanced/remote_tier.h"
 #include "prefixkv/engine.h"
+#include "tools/cli/bench_util.h"
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/json.h"
@@ -108,26 +108,6 @@ struct RestoreFigures {
   uint64_t block_bytes = 0;    // payload (encoded record) bytes per block
   bool identical = false;
 };
-
-std::vector<LayerState> RandomLayers(std::mt19937_64& rng) {
-  std::vector<LayerState> layers(kLayers);
-  const size_t bytes = static_cast<size_t>(kKvHeads * kTokens * kHeadDim * 2);
-  for (LayerState& l : layers) {
-    l.cache_type = "KVCache";
-    l.meta = {std::to_string(kTokens)};
-    for (int kv = 0; kv < 2; ++kv) {
-      uint8_t* out = nullptr;
-      SharedBytes b = SharedBytes::Allocate(bytes, &out);
-      for (size_t i = 0; i + 8 <= bytes; i += 8) {
-        const uint64_t v = rng();
-        std::memcpy(out + i, &v, 8);
-      }
-      l.tensors.push_back(
-          Tensor(DType::kFloat16, {1, kKvHeads, kTokens, kHeadDim}, std::move(b)));
-    }
-  }
-  return layers;
-}
 
 EngineOptions RemoteNode(const std::string& uri, RemoteWriteMode mode,
                          const std::string& key_prefix) {
@@ -210,7 +190,8 @@ StatusOr<RestoreFigures> MeasureRestore(const Cluster& cluster, int repeats, boo
   PKV_ASSIGN_OR_RETURN(
       Node b, OpenNode(RemoteNode(cluster.uri, RemoteWriteMode::kOnSpill, prefix)));
   std::mt19937_64 rng(13);
-  const std::vector<LayerState> layers = RandomLayers(rng);
+  const std::vector<LayerState> layers =
+      RandomKvLayers(rng, kLayers, kKvHeads, kTokens, kHeadDim);
   std::vector<double> restore_mb_s, redis_mb_s, ratio, match_ms, restore_ms;
   RestoreFigures f;
   // Round 0 warms B's connections and checks the bytes; it is not counted.

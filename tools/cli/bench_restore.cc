@@ -34,17 +34,6 @@ constexpr int kBlockTokens = 256;
 constexpr int kBlocks = 32;
 constexpr int64_t kTokens = int64_t{kBlocks} * kBlockTokens;
 
-Tensor RandomHalf(std::mt19937_64& rng) {
-  const size_t bytes = static_cast<size_t>(kHeads * kTokens * kHeadDim * 2);
-  uint8_t* out = nullptr;
-  SharedBytes b = SharedBytes::Allocate(bytes, &out);
-  for (size_t i = 0; i + 8 <= bytes; i += 8) {
-    const uint64_t v = rng();
-    std::memcpy(out + i, &v, 8);
-  }
-  return Tensor(DType::kFloat16, {1, kHeads, kTokens, kHeadDim}, std::move(b));
-}
-
 struct RestoreBench {
   double restore_s = 0, memcpy_s = 0, fresh_pages_s = 0;
   double store_s = 0, store_fresh_pages_s = 0;  // Store of the whole chain
@@ -64,12 +53,8 @@ StatusOr<RestoreBench> Measure(int repeats) {
                      .salt = ""};
   PKV_ASSIGN_OR_RETURN(Namespace ns, engine->RegisterModel(spec));
   std::mt19937_64 rng(11);
-  std::vector<LayerState> layers(kLayers);
-  for (LayerState& l : layers) {
-    l.cache_type = "KVCache";
-    l.meta = {std::to_string(kTokens)};
-    l.tensors = {RandomHalf(rng), RandomHalf(rng)};
-  }
+  const std::vector<LayerState> layers =
+      RandomKvLayers(rng, kLayers, kHeads, kTokens, kHeadDim);
   std::vector<int32_t> tokens(kTokens);
   for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 128000);
   RestoreBench r;

@@ -1,15 +1,18 @@
 // Helpers for `prefixkv bench` suites: repeat a measurement and take the median,
-// and keep the optimiser from deleting measured work.
+// keep the optimiser from deleting measured work, and random KV caches.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "prefixkv/block.h"
 #include "prefixkv/clock.h"
 #include "tools/cli/flags.h"
 
@@ -25,6 +28,30 @@ inline double MedianSeconds(int repeats, const std::function<void()>& fn) {
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// `layers` KVCache layers of `tokens` positions: keys then values, each a
+// float16 [1, heads, tokens, head_dim] tensor of random bits from `rng`.
+inline std::vector<LayerState> RandomKvLayers(std::mt19937_64& rng, int layers,
+                                              int64_t heads, int64_t tokens,
+                                              int64_t head_dim) {
+  std::vector<LayerState> out(static_cast<size_t>(layers));
+  const size_t bytes = static_cast<size_t>(heads * tokens * head_dim * 2);
+  for (LayerState& l : out) {
+    l.cache_type = "KVCache";
+    l.meta = {std::to_string(tokens)};
+    for (int kv = 0; kv < 2; ++kv) {
+      uint8_t* data = nullptr;
+      SharedBytes b = SharedBytes::Allocate(bytes, &data);
+      for (size_t i = 0; i + 8 <= bytes; i += 8) {
+        const uint64_t v = rng();
+        std::memcpy(data + i, &v, 8);
+      }
+      l.tensors.push_back(
+          Tensor(DType::kFloat16, {1, heads, tokens, head_dim}, std::move(b)));
+    }
+  }
+  return out;
 }
 
 // The flags every ratio suite takes: --json and --repeats N.
