@@ -30,6 +30,16 @@ class SharedBytes {
   // An uninitialised, 64-byte aligned buffer of `size` bytes. `*writable` lets
   // the creator fill it before sharing; nobody may write through it afterwards.
   static SharedBytes Allocate(size_t size, uint8_t** writable);
+  // A buffer for AdoptBuffer, for code whose allocation callback must return a
+  // plain pointer (a parser's reply strings): `capacity` uninitialised bytes,
+  // 64-byte aligned. Large ones are recycled (already paged in) once freed.
+  // free() may release it instead, losing only the recycling.
+  static constexpr size_t kBufferAlign = 64;
+  static void* AllocateBuffer(size_t capacity);
+  // Takes ownership of a buffer from AllocateBuffer(capacity), viewed as its
+  // first `size` (<= capacity) bytes; it goes back to the recycler when the
+  // last copy goes.
+  static SharedBytes AdoptBuffer(void* data, size_t capacity, size_t size);
   // An uninitialised buffer of `capacity` (>= size) bytes aligned to
   // `alignment` (a power of two, >= 64), viewed as its first `size` bytes. For
   // O_DIRECT reads, which fill whole aligned blocks: the payload lands at offset

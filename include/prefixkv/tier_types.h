@@ -103,16 +103,17 @@ struct RemoteNamespaceLimits {
 
 // What the remote tier did, on this node.
 struct RemoteCounters {
-  uint64_t hits = 0;           // blocks read back intact
-  uint64_t misses = 0;         // absent, unreadable or corrupt
-  uint64_t corruptions = 0;    // values that failed the envelope check
-  uint64_t errors = 0;         // failed store calls (reads and writes)
-  uint64_t bytes_read = 0;     // payload bytes of hits
-  uint64_t bytes_written = 0;  // payload bytes stored
-  uint64_t writes = 0;         // blocks stored
-  uint64_t dropped = 0;        // blocks dropped: queue full or write failed
-  uint64_t over_quota = 0;     // blocks not written: namespace max_bytes
-  uint64_t queued_blocks = 0;  // now waiting in the write queue
+  uint64_t hits = 0;              // blocks read back intact
+  uint64_t misses = 0;            // absent, unreadable or corrupt
+  uint64_t corruptions = 0;       // values that failed the envelope check
+  uint64_t errors = 0;            // failed store calls (reads and writes)
+  uint64_t bytes_read = 0;        // payload bytes of hits
+  uint64_t bytes_written = 0;     // payload bytes stored
+  uint64_t writes = 0;            // blocks stored
+  uint64_t dropped = 0;           // blocks dropped: queue full or write failed
+  uint64_t over_quota = 0;        // blocks not written: namespace max_bytes
+  uint64_t rewrites_skipped = 0;  // victims not written: the cluster holds them
+  uint64_t queued_blocks = 0;     // now waiting in the write queue
   uint64_t queued_bytes = 0;
   bool available = false;  // the last store call succeeded
 };

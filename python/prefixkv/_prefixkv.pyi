@@ -151,7 +151,7 @@ class Engine:
         ssd_capacity_bytes, ssd, ssd_queued_blocks (counters are dicts),
         has_remote, remote (cluster, available, hits, misses, corruptions,
         errors, bytes_read, bytes_written, writes, dropped, over_quota,
-        queued_blocks, queued_bytes). Each
+        rewrites_skipped, queued_blocks, queued_bytes). Each
         owner: name, hot, hot_quota_bytes, ssd, restore_latency (models only:
         bucket_bounds_micros, counts, sum_micros, count; else None)."""
     def audit(self) -> dict[str, Any]:

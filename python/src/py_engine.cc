@@ -77,6 +77,7 @@ py::dict StatsDict(const EngineStats& s) {
   r["writes"] = s.remote.writes;
   r["dropped"] = s.remote.dropped;
   r["over_quota"] = s.remote.over_quota;
+  r["rewrites_skipped"] = s.remote.rewrites_skipped;
   r["queued_blocks"] = s.remote.queued_blocks;
   r["queued_bytes"] = s.remote.queued_bytes;
   d["remote"] = r;

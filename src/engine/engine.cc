@@ -82,6 +82,7 @@ StatusOr<EngineOwner> internal::EngineImpl::NewOwner(const std::string& name,
   if (with_remote && remote_ != nullptr) {
     stack_options.remote = remote_.get();
     stack_options.put_to_remote = options_.remote_write == RemoteWriteMode::kAlways;
+    stack_options.remote_spill = remote_.get();
   }
   // The SSD tier is also the write-back target: it queues the hot view's dirty
   // victims for its background writers.

@@ -35,6 +35,8 @@ inline constexpr RemoteField kRemoteFields[] = {
      "Blocks not written: the write queue was full or the cluster failed"},
     {"over_quota", "over_quota_total", &RemoteCounters::over_quota, true,
      "Blocks not written: their namespace reached its max bytes"},
+    {"rewrites_skipped", "rewrites_skipped_total", &RemoteCounters::rewrites_skipped,
+     true, "Evicted blocks not written again: this node read or wrote them recently"},
     {"queued_blocks", "queue_blocks", &RemoteCounters::queued_blocks, false,
      "Blocks waiting in the remote write queue"},
     {"queued_bytes", "queue_bytes", &RemoteCounters::queued_bytes, false,

@@ -32,27 +32,16 @@ SharedBytes SharedBytes::AdoptMalloced(void* data, size_t size) {
   return SharedBytes(std::move(owner), static_cast<const uint8_t*>(data), size);
 }
 
-SharedBytes SharedBytes::Allocate(size_t size, uint8_t** writable) {
-  constexpr size_t kAlign = 64;
-  size_t rounded = (size + kAlign - 1) / kAlign * kAlign;
-  if (rounded == 0) rounded = kAlign;
-  void* p = std::aligned_alloc(kAlign, rounded);
-  if (p == nullptr) throw std::bad_alloc();
-  auto* bytes = static_cast<uint8_t*>(p);
-  std::memset(bytes + size, 0, rounded - size);  // defined padding, never read
-  if (writable != nullptr) *writable = bytes;
-  std::shared_ptr<const void> owner(
-      p, [](const void* q) { std::free(const_cast<void*>(q)); });
-  return SharedBytes(std::move(owner), bytes, size);
-}
-
 namespace {
 
-// Recycles large aligned buffers (O_DIRECT read targets): a fresh 1 MiB
-// allocation is mmap'ed and page-faulted (zeroed) page by page, which costs
-// about as much as reading it from a fast SSD. Freed buffers of at least
-// kMinCached bytes are kept, up to kMaxHeld bytes in all, and reused for an
-// allocation of exactly the same size and alignment.
+// Recycles large aligned buffers (O_DIRECT read targets, fetched remote
+// blocks, restored layers): a fresh 1 MiB allocation is mmap'ed and
+// page-faulted (zeroed) page by page, which costs about as much as reading it
+// from a fast SSD or a socket. Freed buffers of at least kMinCached bytes are
+// kept, up to kMaxHeld bytes in all, and reused for an allocation of exactly
+// the same size and alignment. On a node whose hot tier is full every new
+// block replaces an evicted one of the same model, so the sizes repeat. Every
+// buffer comes from aligned_alloc, so free() may release any of them.
 class AlignedRecycler {
  public:
   static constexpr size_t kMinCached = 64 << 10;
@@ -96,7 +85,38 @@ AlignedRecycler& Recycler() {
   return *r;
 }
 
+size_t RoundedCapacity(size_t capacity) {
+  const size_t rounded = (capacity + SharedBytes::kBufferAlign - 1) /
+                         SharedBytes::kBufferAlign * SharedBytes::kBufferAlign;
+  return rounded == 0 ? SharedBytes::kBufferAlign : rounded;
+}
+
 }  // namespace
+
+SharedBytes SharedBytes::Allocate(size_t size, uint8_t** writable) {
+  constexpr size_t kAlign = 64;
+  size_t rounded = (size + kAlign - 1) / kAlign * kAlign;
+  if (rounded == 0) rounded = kAlign;
+  auto* bytes = static_cast<uint8_t*>(AllocateBuffer(rounded));
+  std::memset(bytes + size, 0, rounded - size);  // defined padding, never read
+  if (writable != nullptr) *writable = bytes;
+  return AdoptBuffer(bytes, rounded, size);
+}
+
+void* SharedBytes::AllocateBuffer(size_t capacity) {
+  void* p = Recycler().Get(RoundedCapacity(capacity), kBufferAlign);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+
+SharedBytes SharedBytes::AdoptBuffer(void* data, size_t capacity, size_t size) {
+  assert(size <= capacity);
+  const size_t rounded = RoundedCapacity(capacity);
+  std::shared_ptr<const void> owner(data, [rounded](const void* q) {
+    Recycler().Put(const_cast<void*>(q), rounded, kBufferAlign);
+  });
+  return SharedBytes(std::move(owner), static_cast<const uint8_t*>(data), size);
+}
 
 SharedBytes SharedBytes::AllocateAligned(size_t size, size_t capacity, size_t alignment,
                                          uint8_t** writable) {

@@ -4,8 +4,12 @@
 #include "redis_cluster_store.h"
 
 #include <hiredis/hiredis.h>
+#include <poll.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <ctime>
 #include <utility>
 
 namespace prefixkv {
@@ -120,41 +124,95 @@ Status RedisClusterStore::RunRound(const std::vector<Item>& items, const KeyOp& 
       Note(&first, sent);
     }
   }
+  Note(&first, ReadReplies(batches, deadline, op, next));
   for (Batch& batch : batches) {
-    if (batch.connection == nullptr) continue;
-    if (!batch.connection->broken()) Note(&first, ReadReplies(batch, deadline, op, next));
-    Release(*batch.node, std::move(batch.connection));
+    if (batch.connection != nullptr) Release(*batch.node, std::move(batch.connection));
   }
   return first;
 }
 
-Status RedisClusterStore::ReadReplies(Batch& batch, uint64_t deadline, const KeyOp& op,
-                                      std::vector<Item>* next) {
+Status RedisClusterStore::ReadReplies(std::vector<Batch>& batches, uint64_t deadline,
+                                      const KeyOp& op, std::vector<Item>* next) {
+  // The replies are read from whichever node has bytes, so every master keeps
+  // streaming: read one after the other, the others would stall on full
+  // socket buffers, each woken again only when its turn came.
+  struct Reading {
+    Batch* batch;
+    size_t replies = 0;  // taken so far; with ASKING, two per item
+  };
+  std::vector<Reading> reading;
+  for (Batch& batch : batches) {
+    if (batch.connection == nullptr || batch.connection->broken()) continue;
+    batch.connection->Progress();  // each node's silence is counted from now
+    reading.push_back(Reading{&batch});
+  }
   Status first;
-  RedisConnection& connection = *batch.connection;
-  for (const Item& item : batch.items) {
-    if (batch.asking) {
-      StatusOr<RedisReplyPtr> asking = connection.Read(deadline);  // +OK
-      if (!asking.ok()) {
-        if (asking.status().IsUnavailable()) MarkDown(*batch.node);
-        return asking.status();
+  const auto fail = [&](Reading& r, const Status& status) {
+    if (status.IsUnavailable()) MarkDown(*r.batch->node);
+    Note(&first, status);  // this key and the rest of the batch fail
+    r.batch = nullptr;
+  };
+  std::vector<pollfd> polled;
+  while (true) {
+    for (Reading& r : reading) {
+      if (r.batch == nullptr) continue;  // failed while waiting
+      const size_t per_item = r.batch->asking ? 2 : 1;
+      while (r.batch != nullptr && r.replies < r.batch->items.size() * per_item) {
+        StatusOr<RedisReplyPtr> reply = r.batch->connection->TakeBuffered();
+        if (!reply.ok()) {
+          fail(r, reply.status());
+          break;
+        }
+        if (*reply == nullptr) break;  // the rest has not arrived yet
+        ++r.replies;
+        if (per_item == 2 && r.replies % 2 == 1) continue;  // ASKING's +OK
+        const Item& item = r.batch->items[r.replies / per_item - 1];
+        Note(&first, Accept(**reply, item, *r.batch->connection, op, next));
       }
     }
-    StatusOr<RedisReplyPtr> reply = connection.Read(deadline);
-    if (!reply.ok()) {
-      if (reply.status().IsUnavailable()) MarkDown(*batch.node);
-      return reply.status();  // this key and the rest of the batch fail
+    std::erase_if(reading, [](const Reading& r) {
+      return r.batch == nullptr ||
+             r.replies == r.batch->items.size() * (r.batch->asking ? 2 : 1);
+    });
+    if (reading.empty()) return first;
+    // Wait for any of them, until the earliest deadline among them.
+    const uint64_t now = RedisNowNanos();
+    uint64_t until = UINT64_MAX;
+    polled.clear();
+    for (const Reading& r : reading) {
+      until = std::min(until, r.batch->connection->WaitDeadline(deadline));
+      polled.push_back(pollfd{r.batch->connection->fd(), POLLIN, 0});
     }
-    redisReply& r = **reply;
-    if (std::optional<RedisRedirect> redirect = ParseRedirect(r, connection.host())) {
-      FollowRedirect(*redirect, item, next);
-    } else if (r.type == REDIS_REPLY_ERROR) {
-      Note(&first, ErrorReplyStatus(r, connection.name()));
-    } else {
-      Note(&first, op.accept(item.index, r));
+    const uint64_t left = until > now ? until - now : 0;
+    timespec wait{static_cast<time_t>(left / 1000000000),
+                  static_cast<long>(left % 1000000000)};
+    int n;
+    do {
+      n = ppoll(polled.data(), polled.size(), &wait, nullptr);
+    } while (n < 0 && errno == EINTR);
+    const uint64_t after = RedisNowNanos();
+    for (size_t i = 0; i < reading.size(); ++i) {
+      Reading& r = reading[i];
+      RedisConnection& connection = *r.batch->connection;
+      if (n > 0 && polled[i].revents != 0) {
+        // Bytes, or the peer closed (the recv says which).
+        if (Status got = connection.Receive(); !got.ok()) fail(r, got);
+      } else if (after >= connection.WaitDeadline(deadline)) {
+        fail(r, connection.TimedOut("reply"));  // silent past its deadline
+      }
     }
   }
-  return first;
+}
+
+Status RedisClusterStore::Accept(redisReply& reply, const Item& item,
+                                 const RedisConnection& connection, const KeyOp& op,
+                                 std::vector<Item>* next) {
+  if (std::optional<RedisRedirect> redirect = ParseRedirect(reply, connection.host())) {
+    FollowRedirect(*redirect, item, next);
+    return Status::OK();
+  }
+  if (reply.type == REDIS_REPLY_ERROR) return ErrorReplyStatus(reply, connection.name());
+  return op.accept(item.index, reply);
 }
 
 void RedisClusterStore::FollowRedirect(const RedisRedirect& redirect, Item item,

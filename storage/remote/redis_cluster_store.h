@@ -88,8 +88,13 @@ class RedisClusterStore final : public RemoteStore {
   // ones into `next`; returns the first failure.
   Status RunRound(const std::vector<Item>& items, const KeyOp& op,
                   std::vector<Item>* next) EXCLUDES(mu_);
-  Status ReadReplies(Batch& batch, uint64_t deadline, const KeyOp& op,
+  // Reads every batch's replies; a batch whose node fails or stays silent
+  // past its deadline ends there (its keys fail).
+  Status ReadReplies(std::vector<Batch>& batches, uint64_t deadline, const KeyOp& op,
                      std::vector<Item>* next) EXCLUDES(mu_);
+  // One item's reply: follows a redirect, or hands it to `op`.
+  Status Accept(redisReply& reply, const Item& item, const RedisConnection& connection,
+                const KeyOp& op, std::vector<Item>* next) EXCLUDES(mu_);
   void FollowRedirect(const RedisRedirect& redirect, Item item, std::vector<Item>* next)
       EXCLUDES(mu_);
 

@@ -13,6 +13,7 @@ extern "C" {
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <vector>
 
 #include "prefixkv/clock.h"
@@ -34,12 +35,18 @@ timeval ToTimeval(uint64_t nanos) {
 }
 
 // hiredis's createString, except that the string lands in a 64-byte aligned
-// buffer (from posix_memalign, so freeReplyObject's free() releases it): a
-// GET's value can then be handed on as SharedBytes without a copy
-// (TakeStringReply), aligned for the block's tensors.
+// buffer from SharedBytes::AllocateBuffer (recycled when large, and
+// freeReplyObject's free() may release it): a GET's value can then be handed
+// on as SharedBytes without a copy (TakeStringReply), aligned for the block's
+// tensors and, on a node whose hot tier is full, in pages an evicted block
+// already faulted in.
 void* CreateAlignedString(const redisReadTask* task, char* str, size_t len) {
   void* buf = nullptr;
-  if (posix_memalign(&buf, 64, len + 1) != 0) return nullptr;
+  try {
+    buf = SharedBytes::AllocateBuffer(len + 1);
+  } catch (const std::bad_alloc&) {
+    return nullptr;  // hiredis reports out of memory
+  }
   auto* r = static_cast<redisReply*>(std::calloc(1, sizeof(redisReply)));
   if (r == nullptr) {
     std::free(buf);
@@ -71,7 +78,7 @@ redisReplyObjectFunctions* AlignedStringFunctions(
 }  // namespace
 
 SharedBytes TakeStringReply(redisReply& reply) {
-  SharedBytes bytes = SharedBytes::AdoptMalloced(reply.str, reply.len);
+  SharedBytes bytes = SharedBytes::AdoptBuffer(reply.str, reply.len + 1, reply.len);
   reply.str = nullptr;  // freeReplyObject frees nothing more
   reply.len = 0;
   return bytes;
@@ -95,6 +102,10 @@ StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::Connect(
     return status;
   }
   context->reader->fn = AlignedStringFunctions(context->reader->fn);
+  // hiredis frees its input buffer whenever it empties with more than maxbuf
+  // (16 KiB) spare, so every batch of megabytes would regrow it from fresh
+  // pages; it may keep a few reads' worth instead.
+  context->reader->maxbuf = kReaderKeepBytes;
   std::unique_ptr<RedisConnection> connection(new RedisConnection(context, host, name));
   if (!password.empty()) {
     PKV_ASSIGN_OR_RETURN(RedisReplyPtr reply,
@@ -132,7 +143,7 @@ Status RedisConnection::Arm(uint64_t deadline_nanos, std::string_view what) {
   // nodes one after the other, and a hung node first must not fail the
   // replies the others sent.
   const uint64_t now = RedisNowNanos();
-  deadline_nanos = std::max(deadline_nanos, progress_deadline_);
+  deadline_nanos = WaitDeadline(deadline_nanos);
   const uint64_t left = deadline_nanos > now ? deadline_nanos - now : 0;
   pollfd ready{context_->fd, what == "send" ? short{POLLOUT} : short{POLLIN}, 0};
   timespec wait{static_cast<time_t>(left / 1000000000),
@@ -142,11 +153,7 @@ Status RedisConnection::Arm(uint64_t deadline_nanos, std::string_view what) {
     n = ppoll(&ready, 1, &wait, nullptr);
   } while (n < 0 && errno == EINTR);
   if (n < 0) return Fail(false, what);
-  if (n == 0) {
-    broken_ = true;
-    return Status::Unavailable("redis " + name_ + ": " + std::string(what) +
-                               ": request timeout");
-  }
+  if (n == 0) return TimedOut(what);
   return Status::OK();
 }
 
@@ -183,31 +190,70 @@ StatusOr<RedisReplyPtr> RedisConnection::Read(uint64_t deadline_nanos) {
   if (broken_) return Status::IOError("redis " + name_ + ": connection is broken");
   Progress();  // the node's silence is counted from now
   while (true) {
-    void* reply = nullptr;
-    if (redisGetReplyFromReader(context_, &reply) != REDIS_OK) {
-      return Fail(context_->err == REDIS_ERR_PROTOCOL, "reply");
-    }
-    if (reply != nullptr) return RedisReplyPtr(static_cast<redisReply*>(reply));
+    PKV_ASSIGN_OR_RETURN(RedisReplyPtr reply, TakeBuffered());
+    if (reply != nullptr) return reply;
     PKV_RETURN_IF_ERROR(Arm(deadline_nanos, "reply"));
-    // Large reads (hiredis's own read takes 16 KiB at a time): a restore's
-    // batch is megabytes, and every read is a system call.
-    if (read_buffer_.empty()) read_buffer_.resize(kReadBufferBytes);
-    const ssize_t n =
-        recv(context_->fd, read_buffer_.data(), read_buffer_.size(), MSG_DONTWAIT);
-    if (n == 0) {
-      broken_ = true;
-      return Status::Unavailable("redis " + name_ + ": reply: connection closed");
-    }
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
-      return Fail(false, "reply");
-    }
-    if (redisReaderFeed(context_->reader, read_buffer_.data(), static_cast<size_t>(n)) !=
-        REDIS_OK) {
-      return Fail(true, "reply");
-    }
-    Progress();
+    PKV_RETURN_IF_ERROR(Receive());
   }
+}
+
+StatusOr<RedisReplyPtr> RedisConnection::TakeBuffered() {
+  if (broken_) return Status::IOError("redis " + name_ + ": connection is broken");
+  void* reply = nullptr;
+  if (redisGetReplyFromReader(context_, &reply) != REDIS_OK) {
+    return Fail(context_->err == REDIS_ERR_PROTOCOL, "reply");
+  }
+  return RedisReplyPtr(static_cast<redisReply*>(reply));
+}
+
+Status RedisConnection::Receive() {
+  if (broken_) return Status::IOError("redis " + name_ + ": connection is broken");
+  // The socket's bytes go straight into hiredis's input buffer, where
+  // redisReaderFeed would have copied them, in large reads (hiredis's own
+  // read takes 16 KiB at a time): a restore's batch is megabytes, every read
+  // is a system call and every copy a pass over the bytes. The buffer is
+  // handled as redisReaderFeed does (read.h's public fields, an sds string).
+  redisReader* r = context_->reader;
+  if (r->len == 0 && r->maxbuf != 0 && sdsavail(r->buf) > r->maxbuf) {
+    sdsfree(r->buf);  // emptied and far larger than needed
+    r->buf = sdsempty();
+    r->pos = 0;
+    if (r->buf == nullptr) return OutOfMemory();
+  }
+  sds room = sdsMakeRoomFor(r->buf, kReadBytes);
+  if (room == nullptr) return OutOfMemory();
+  r->buf = room;
+  const ssize_t n =
+      recv(context_->fd, r->buf + sdslen(r->buf), sdsavail(r->buf), MSG_DONTWAIT);
+  if (n == 0) {
+    broken_ = true;
+    return Status::Unavailable("redis " + name_ + ": reply: connection closed");
+  }
+  if (n < 0) {
+    if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) return Status::OK();
+    return Fail(false, "reply");
+  }
+  sdsIncrLen(r->buf, static_cast<int>(n));
+  r->len = sdslen(r->buf);
+  Progress();
+  return Status::OK();
+}
+
+Status RedisConnection::OutOfMemory() {
+  broken_ = true;
+  return Status::IOError("redis " + name_ + ": reply: out of memory");
+}
+
+int RedisConnection::fd() const { return context_->fd; }
+
+uint64_t RedisConnection::WaitDeadline(uint64_t deadline_nanos) const {
+  return std::max(deadline_nanos, progress_deadline_);
+}
+
+Status RedisConnection::TimedOut(std::string_view what) {
+  broken_ = true;
+  return Status::Unavailable("redis " + name_ + ": " + std::string(what) +
+                             ": request timeout");
 }
 
 void RedisConnection::Progress() {

@@ -61,6 +61,23 @@ class RedisConnection {
   // a reply, not an error Status; Unavailable on a timeout or a closed
   // connection, IOError on a protocol error.
   StatusOr<RedisReplyPtr> Read(uint64_t deadline_nanos);
+  // Reading several connections at once (poll on their fd()s): a reply whose
+  // bytes have all been received, or null (never waits); IOError on a
+  // protocol error.
+  StatusOr<RedisReplyPtr> TakeBuffered();
+  // Receives what the socket holds, without waiting (one recv, large);
+  // Unavailable when the node closed the connection.
+  Status Receive();
+  int fd() const;
+  // When a wait for this connection's next bytes must end: `deadline_nanos`,
+  // or later while bytes keep flowing (the idle timeout below).
+  uint64_t WaitDeadline(uint64_t deadline_nanos) const;
+  // Gives up waiting: the connection is broken; Unavailable.
+  Status TimedOut(std::string_view what);
+  // Bytes moved, or a wait starts: the idle deadline becomes now + the idle
+  // timeout.
+  void Progress();
+
   // Flush, then one Read: a single command's round trip.
   StatusOr<RedisReplyPtr> Call(std::initializer_list<std::string_view> args,
                                uint64_t deadline_nanos);
@@ -79,21 +96,22 @@ class RedisConnection {
  private:
   RedisConnection(redisContext* context, std::string host, std::string name)
       : context_(context), host_(std::move(host)), name_(std::move(name)) {}
-  // Sets the socket timeouts to the time left; Unavailable when none is left.
+  // Waits until the socket is ready or WaitDeadline passes (Unavailable).
   Status Arm(uint64_t deadline_nanos, std::string_view what);
   // Marks the connection broken and returns `code` with the node's name.
   Status Fail(bool protocol_error, std::string_view what);
+  Status OutOfMemory();
 
   redisContext* context_;
   std::string host_;
   std::string name_;  // "host:port", for messages
   bool broken_ = false;
-  static constexpr size_t kReadBufferBytes = 256 << 10;
-  std::vector<char> read_buffer_;  // allocated on the first read
+  // Room made for each recv, and what hiredis's reader may keep of its input
+  // buffer between replies.
+  static constexpr size_t kReadBytes = 256 << 10;
+  static constexpr size_t kReaderKeepBytes = 4 * kReadBytes;
   uint64_t idle_nanos_ = 0;
   uint64_t progress_deadline_ = 0;  // last progress + idle_nanos_
-  // Bytes moved: the deadline is pushed to now + the idle timeout.
-  void Progress();
 };
 
 }  // namespace prefixkv

@@ -2,7 +2,9 @@
 // queue and its writers, batched reads, and the counters.
 #include "prefixkv/advanced/remote_tier.h"
 
+#include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstring>
 #include <deque>
 #include <thread>
@@ -116,6 +118,10 @@ class RemoteTierImpl {
       : store_(std::move(store)), options_(std::move(options)) {
     if (options_.clock == nullptr) options_.clock = Clock::System();
     if (options_.write_batch_blocks == 0) options_.write_batch_blocks = 1;
+    if (options_.known_keys > 0) {
+      MutexLock lock(&mu_);
+      known_.resize(std::bit_ceil(size_t{options_.known_keys}));
+    }
     const uint32_t writers = options_.writer_threads == 0 ? 1 : options_.writer_threads;
     for (uint32_t i = 0; i < writers; ++i) writers_.emplace_back([this] { RunWriter(); });
   }
@@ -141,11 +147,16 @@ class RemoteTierImpl {
     limits_[ns] = limits;
   }
 
-  // Queues one block, or drops it (queue full; counted) or ignores it.
-  void Enqueue(const BlockMeta& meta, const SharedBytes& payload) {
+  // Queues one block, or drops it (queue full; counted) or ignores it. A
+  // victim (`evicted`) the cluster is known to hold is not written again.
+  void Enqueue(const BlockMeta& meta, const SharedBytes& payload, bool evicted) {
     if (meta.namespace_id.IsZero()) return;  // raw values stay local
     MutexLock lock(&mu_);
     if (stopping_ || queued_keys_.count(meta.key) > 0) return;
+    if (evicted && IsKnownPresent(meta)) {
+      ++rewrites_skipped_;
+      return;
+    }
     if (queue_.size() >= options_.queue_blocks ||
         queued_bytes_ + payload.size() > options_.queue_bytes) {
       ++dropped_;
@@ -177,6 +188,7 @@ class RemoteTierImpl {
     NoteCall(s);
     values.resize(keys.size());
     std::vector<std::string> damaged;
+    std::vector<BlockMeta> present;
     uint64_t hits = 0, bytes = 0;
     for (size_t i = 0; i < keys.size(); ++i) {
       if (!values[i].has_value()) continue;
@@ -192,6 +204,7 @@ class RemoteTierImpl {
       }
       ++hits;
       bytes += d->payload.size();
+      present.push_back(d->meta);
       if (metas != nullptr) (*metas)[i] = d->meta;
       out[i] = std::move(d->payload);
     }
@@ -199,6 +212,10 @@ class RemoteTierImpl {
       hits_.fetch_add(hits, std::memory_order_relaxed);
       misses_.fetch_add(keys.size() - hits, std::memory_order_relaxed);
       bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
+    }
+    if (!present.empty()) {
+      MutexLock lock(&mu_);
+      for (const BlockMeta& m : present) NoteKnownPresent(m);
     }
     if (!damaged.empty()) NoteCall(store_->Delete(damaged));
     return out;
@@ -217,6 +234,7 @@ class RemoteTierImpl {
     c.writes = writes_;
     c.dropped = dropped_;
     c.over_quota = over_quota_;
+    c.rewrites_skipped = rewrites_skipped_;
     c.queued_blocks = queue_.size() + in_flight_;
     c.queued_bytes = queued_bytes_;
     return c;
@@ -304,6 +322,7 @@ class RemoteTierImpl {
       bytes_written_ += r.bytes;
       dropped_ += r.failed;
       over_quota_ += r.over_quota;
+      for (const Item* i : r.written_items) NoteKnownPresent(i->meta);
       if (queue_.empty() && in_flight_ == 0) idle_cv_.NotifyAll();
       if (r.failed > 0 && !stopping_) {
         // The store is down: drop what is queued too (a cache may lose a
@@ -318,7 +337,39 @@ class RemoteTierImpl {
 
   struct WriteResult {
     uint64_t written = 0, bytes = 0, failed = 0, over_quota = 0;
+    std::vector<const Item*> written_items;
   };
+
+  // Blocks the cluster was recently seen to hold (read back intact, or
+  // written): a direct-mapped table of keys and times. A local victim found
+  // here within the window is not written again: every node that restored a
+  // chain would otherwise write it back when evicting it. A slot holds the
+  // newest of the keys that map to it, so a forgotten key is only written
+  // once more. The window is known_present_seconds, and at most half the
+  // namespace's TTL when it has one (a GET does not extend an expiry).
+  struct Known {
+    BlockKey key;
+    uint64_t nanos = 0;
+  };
+
+  Known* KnownSlot(const BlockKey& key) REQUIRES(mu_) {
+    if (known_.empty()) return nullptr;
+    return &known_[BlockKeyHash()(key) & (known_.size() - 1)];
+  }
+
+  void NoteKnownPresent(const BlockMeta& meta) REQUIRES(mu_) {
+    if (Known* slot = KnownSlot(meta.key))
+      *slot = Known{meta.key, options_.clock->NowNanos()};
+  }
+
+  bool IsKnownPresent(const BlockMeta& meta) REQUIRES(mu_) {
+    const Known* slot = KnownSlot(meta.key);
+    if (slot == nullptr || slot->key != meta.key || slot->nanos == 0) return false;
+    uint64_t window = uint64_t{options_.known_present_seconds};
+    const uint32_t ttl = LimitsFor(meta.namespace_id).ttl_seconds;
+    if (ttl > 0) window = std::min<uint64_t>(window, ttl / 2);
+    return options_.clock->NowNanos() - slot->nanos < window * 1000000000;
+  }
 
   WriteResult WriteBatch(
       const std::vector<Item>& batch,
@@ -358,6 +409,7 @@ class RemoteTierImpl {
     }
     r.written = writes.size();
     for (const Item* i : written) r.bytes += i->payload.size();
+    r.written_items = std::move(written);
     return r;
   }
 
@@ -382,6 +434,8 @@ class RemoteTierImpl {
   uint64_t bytes_written_ GUARDED_BY(mu_) = 0;
   uint64_t dropped_ GUARDED_BY(mu_) = 0;
   uint64_t over_quota_ GUARDED_BY(mu_) = 0;
+  uint64_t rewrites_skipped_ GUARDED_BY(mu_) = 0;
+  std::vector<Known> known_ GUARDED_BY(mu_);  // a power of two, or empty
   std::unordered_map<BlockKey, RemoteNamespaceLimits, BlockKeyHash> limits_
       GUARDED_BY(mu_);
 };
@@ -420,13 +474,13 @@ void RemoteTier::Flush() { impl_->Flush(); }
 RemoteCounters RemoteTier::Counters() const { return impl_->Counters(); }
 
 Status RemoteTier::Put(const BlockMeta& meta, SharedBytes payload, bool /*dirty*/) {
-  impl_->Enqueue(meta, payload);
+  impl_->Enqueue(meta, payload, /*evicted=*/false);
   return Status::OK();
 }
 
 void RemoteTier::OnEvict(const BlockMeta& meta, const SharedBytes& payload,
                          bool /*dirty*/) {
-  impl_->Enqueue(meta, payload);
+  impl_->Enqueue(meta, payload, /*evicted=*/true);
 }
 
 StatusOr<SharedBytes> RemoteTier::Get(const BlockKey& key) {

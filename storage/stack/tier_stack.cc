@@ -262,8 +262,12 @@ void TierStack::OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool 
   // this copy's mark is cleared: a newer copy Put meanwhile keeps its own
   // (two copies share a buffer only when they are the same bytes).
   if (ssd_ == nullptr && options_.remote != nullptr && !options_.put_to_remote) {
-    (void)options_.remote->Put(meta, payload,
-                               /*dirty=*/false);  // the lowest tier's victim
+    // The lowest tier's victim.
+    if (options_.remote_spill != nullptr) {
+      options_.remote_spill->OnEvict(meta, payload, /*dirty=*/false);
+    } else {
+      (void)options_.remote->Put(meta, payload, /*dirty=*/false);
+    }
   }
   if (!dirty || ssd_ == nullptr) return MarkCleanIf(meta.key, payload);
   // Called after the hot tier let go of its lock, so a newer Put, a Remove or

@@ -149,6 +149,37 @@ TEST_F(EngineRemoteTest, WithoutAnSsdTierTheHotTiersVictimsGoRemote) {
   EXPECT_EQ(state_->size(), s.hot.evictions);
 }
 
+TEST_F(EngineRemoteTest, BlocksRestoredFromTheClusterAreNotWrittenBackWhenEvicted) {
+  auto a = Open(Node("a", RemoteWriteMode::kAlways));
+  auto b = Open(Node("b", RemoteWriteMode::kOnSpill, /*hot_bytes=*/24 << 10,
+                     /*on_disk=*/false));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace na, a->RegisterModel(KvSpec()));
+  ASSERT_OK_AND_ASSIGN(Namespace nb, b->RegisterModel(KvSpec()));
+  std::vector<std::vector<int32_t>> chains;
+  for (int32_t c = 0; c < 20; ++c) {
+    chains.push_back(Tokens(4 * kBlockTokens, 1000 * c));
+    ASSERT_OK(
+        a->Store(na, chains.back(), KvLayers(2, chains.back().size(), rng_)).status());
+  }
+  a->remote_tier()->Flush();
+  const size_t written = state_->size();
+  ASSERT_EQ(written, 80u);
+  // B restores every chain from the cluster; its small hot tier evicts them.
+  for (const std::vector<int32_t>& t : chains) {
+    ASSERT_OK_AND_ASSIGN(MatchResult m, b->Match(nb, t));
+    ASSERT_OK_AND_ASSIGN(RestoreResult r, b->Restore(m));
+    EXPECT_EQ(r.tokens_from_remote, t.size());
+  }
+  b->remote_tier()->Flush();
+  const EngineStats s = b->Stats();
+  ASSERT_GT(s.hot.evictions, 0u);
+  EXPECT_EQ(s.remote.writes, 0u) << "the cluster holds them all";
+  EXPECT_EQ(s.remote.rewrites_skipped, s.hot.evictions);
+  EXPECT_EQ(state_->size(), written);
+}
+
 TEST_F(EngineRemoteTest, ADownStoreNeverFailsALocalRequest) {
   state_->down = true;
   auto a = Open(Node("a", RemoteWriteMode::kAlways));

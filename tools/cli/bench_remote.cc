@@ -4,14 +4,17 @@
 //
 // remote_restore_ratio_vs_redis_get: node A (an Engine, hot RAM only,
 // remote_write always) stores a 32-block chain and flushes its write queue;
-// node B (a second Engine, on_spill, warm connections) times Match + Restore
-// of that chain, every block fetched from the cluster (a new chain each
-// round, so B never has it locally). Model: 8 KVCache layers, 4 KV heads x
-// 128 dims, float16, 16-token blocks: 256 KiB of keys and values per block,
-// 8 MiB per chain. The limit, measured in the same round on the same cluster:
-// redis-benchmark GET of values of the block's payload size (3 clients, one
-// per master as redis-benchmark --cluster spreads them, pipeline 11: ~32
-// values in flight like B's one batch), bytes/s = requests/s x value size.
+// node B (a second Engine, on_spill, warm connections, its hot tier full)
+// times Match + Restore of that chain, every block fetched from the cluster
+// (a new chain each round, so B never has it locally). Model: 8 KVCache layers, 4 KV
+// heads x 128 dims, float16, 16-token blocks: 256 KiB of keys and values per block, 8 MiB
+// per chain. The limit, measured in the same round on the same cluster: redis-benchmark
+// GET of values of the block's payload size (3 clients, one per master as redis-benchmark
+// --cluster spreads them, pipeline 11: ~32 values in flight like B's one batch), bytes/s
+// = requests/s x value size. 32,000 GETs (8.4 GB, about 2.5 s): in cluster mode
+// redis-benchmark ends its runs on a 250 ms timer tick (its figures are requests / k x
+// 0.25 s), so a run of a few ticks would overstate its time by up to a tick. --quick runs
+// 3,200, about one tick: its limit is understated (a ratio too high).
 //
 // two_node_hit_ratio vs one_node_hit_ratio: the Mooncake trace replayed
 // (tools/replay, 512-token blocks, hot RAM only) over two nodes with 3M hot
@@ -48,6 +51,11 @@ constexpr int64_t kTokens = int64_t{kBlocks} * kBlockTokens;
 // redis-benchmark: one client per master, ~32 values in flight in all.
 constexpr int kRedisClients = 3;
 constexpr int kRedisPipeline = 11;
+// Node B's hot tier holds about 4 chains, so after the warm-up rounds it is
+// full, as on a serving node: every fetched chain replaces an older one, and
+// its blocks land in the pages of evicted ones (SharedBytes' recycler).
+constexpr uint64_t kNodeBHotBytes = 36ull << 20;
+constexpr int kWarmupRounds = 5;
 
 constexpr uint32_t kTraceBlockTokens = 512;
 constexpr uint64_t kNodeHotTokens = 3000000;
@@ -187,34 +195,38 @@ StatusOr<RestoreFigures> MeasureRestore(const Cluster& cluster, int repeats, boo
   const std::string prefix = RunKeyPrefix("restore");
   PKV_ASSIGN_OR_RETURN(
       Node a, OpenNode(RemoteNode(cluster.uri, RemoteWriteMode::kAlways, prefix)));
-  PKV_ASSIGN_OR_RETURN(
-      Node b, OpenNode(RemoteNode(cluster.uri, RemoteWriteMode::kOnSpill, prefix)));
+  EngineOptions b_options = RemoteNode(cluster.uri, RemoteWriteMode::kOnSpill, prefix);
+  b_options.hot_capacity_bytes = kNodeBHotBytes;
+  PKV_ASSIGN_OR_RETURN(Node b, OpenNode(b_options));
   std::mt19937_64 rng(13);
   const std::vector<LayerState> layers =
       RandomKvLayers(rng, kLayers, kKvHeads, kTokens, kHeadDim);
   std::vector<double> restore_mb_s, redis_mb_s, ratio, match_ms, restore_ms;
   RestoreFigures f;
-  // Round 0 warms B's connections and checks the bytes; it is not counted.
-  for (int round = 0; round <= repeats; ++round) {
+  // The warm-up rounds fill B's hot tier and warm its connections; the first
+  // checks the bytes. They are not counted.
+  for (int round = 1 - kWarmupRounds; round <= repeats; ++round) {
     std::vector<int32_t> tokens;
     PKV_RETURN_IF_ERROR(StoreRemotely(a, rng, layers, &tokens));
     const uint64_t read_before = b.engine->remote_tier()->Counters().bytes_read;
     RestoreResult restored;
     PKV_ASSIGN_OR_RETURN(RestoreSeconds seconds, RestoreRemotely(b, tokens, &restored));
     const uint64_t bytes = b.engine->remote_tier()->Counters().bytes_read - read_before;
-    if (round == 0) {
+    if (round == 1 - kWarmupRounds) {
       f.identical = restored.layers == layers;
       f.block_bytes = bytes / kBlocks;
-      continue;
     }
+    if (round <= 0) continue;
+    // The first run also SETs the values the later ones GET.
     const RedisBenchmarkOps ops =
         RunRedisBenchmark({.host = cluster.host,
                            .port = cluster.port,
                            .cluster = true,
+                           .tests = round == 1 ? "set,get" : "get",
                            .value_bytes = static_cast<int>(f.block_bytes),
                            .clients = kRedisClients,
                            .pipeline = kRedisPipeline,
-                           .requests = kBlocks * (quick ? 25 : 100),
+                           .requests = kBlocks * (quick ? 100 : 1000),
                            .keyspace = kBlocks});
     if (ops.get_ops <= 0) return Status::Unavailable("redis-benchmark GET failed");
     restore_mb_s.push_back(static_cast<double>(bytes) / seconds.total() / 1e6);

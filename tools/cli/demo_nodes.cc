@@ -181,6 +181,7 @@ void AddCounters(const RemoteCounters& c, RemoteCounters* sum) {
   sum->writes += c.writes;
   sum->dropped += c.dropped;
   sum->over_quota += c.over_quota;
+  sum->rewrites_skipped += c.rewrites_skipped;
   sum->available = c.available;
 }
 

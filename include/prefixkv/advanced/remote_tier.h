@@ -54,6 +54,12 @@ struct RemoteTierOptions {
   uint32_t writer_threads = 1;
   // Retry pacing after a failed write batch (the batch is dropped, counted).
   uint32_t write_retry_ms = 100;
+  // A local victim (OnEvict) that this node read back intact or wrote within
+  // known_present_seconds (at most half its namespace's TTL) is not written
+  // again (RemoteCounters::rewrites_skipped): the cluster holds it. Up to
+  // known_keys such keys are remembered (24 bytes each; 0: write every victim).
+  uint32_t known_present_seconds = 300;
+  uint32_t known_keys = 65536;
   Clock* clock = Clock::System();
   // One line per event worth an operator's attention (outage start and end,
   // first corruption); null: silent.

@@ -57,8 +57,11 @@ struct TierStackOptions {
   // Every Put also hands the block to `remote` (RemoteWriteMode::kAlways).
   // Otherwise `remote` receives the blocks the lowest local tier evicts:
   // the SSD tier's victims (the engine makes `remote` its eviction
-  // listener), or the hot tier's when there is no SSD tier.
+  // listener), or the hot tier's when there is no SSD tier: those go to
+  // `remote_spill` (the remote tier as an EvictionListener, which knows a
+  // victim from a new block; null: Put on `remote`).
   bool put_to_remote = false;
+  EvictionListener* remote_spill = nullptr;
 };
 
 // A payload and the tier it came from.

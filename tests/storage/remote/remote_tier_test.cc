@@ -128,6 +128,61 @@ TEST_F(RemoteTierTest, RawValuesStayLocalAndTtlsFollowTheNamespaceLimits) {
   EXPECT_EQ(state_->ttls.at(tier->StoreKey(Meta(0, other).key)), 5u);
 }
 
+TEST_F(RemoteTierTest, AVictimTheClusterIsKnownToHoldIsNotWrittenAgain) {
+  FakeClock clock;
+  RemoteTierOptions o;
+  o.clock = &clock;
+  o.known_present_seconds = 100;
+  auto tier = Open(o);
+  auto other = Open();                               // another node
+  ASSERT_OK(tier->Put(Meta(0), Payload(0), false));  // written by this node
+  ASSERT_OK(other->Put(Meta(1), Payload(1), false));
+  tier->Flush();
+  other->Flush();
+  const std::vector<BlockKey> keys = {Meta(1).key};
+  ASSERT_TRUE(tier->GetMany(keys)[0].has_value());  // read back by this node
+  ASSERT_EQ(tier->Counters().writes, 1u);
+
+  // Evicted locally: the two it knows are skipped, one it never saw is not.
+  for (uint64_t i : {0, 1, 2}) tier->OnEvict(Meta(i), Payload(i), false);
+  tier->Flush();
+  RemoteCounters c = tier->Counters();
+  EXPECT_EQ(c.rewrites_skipped, 2u);
+  EXPECT_EQ(c.writes, 2u) << "Meta(0) once, Meta(2)";
+  // A Put is a new block of this node (write mode always): always written.
+  ASSERT_OK(tier->Put(Meta(1), Payload(1), false));
+  tier->Flush();
+  EXPECT_EQ(tier->Counters().writes, 3u);
+
+  // Past the window the cluster may have dropped it: written again.
+  clock.AdvanceMillis(101 * 1000);
+  tier->OnEvict(Meta(1), Payload(1), false);
+  tier->Flush();
+  EXPECT_EQ(tier->Counters().writes, 4u);
+  // With a TTL the window is at most half of it (a GET extends no expiry).
+  tier->SetNamespaceLimits(kNs, {.ttl_seconds = 60, .max_bytes = 0});
+  clock.AdvanceMillis(29 * 1000);
+  tier->OnEvict(Meta(1), Payload(1), false);  // written 29 s ago: skipped
+  clock.AdvanceMillis(2 * 1000);
+  tier->OnEvict(Meta(2), Payload(2), false);  // written 31 s ago: written
+  tier->Flush();
+  c = tier->Counters();
+  EXPECT_EQ(c.rewrites_skipped, 3u);
+  EXPECT_EQ(c.writes, 5u);
+}
+
+TEST_F(RemoteTierTest, WithoutAKnownKeyTableEveryVictimIsWritten) {
+  RemoteTierOptions o;
+  o.known_keys = 0;
+  auto tier = Open(o);
+  ASSERT_OK(tier->Put(Meta(0), Payload(0), false));
+  tier->Flush();
+  tier->OnEvict(Meta(0), Payload(0), false);
+  tier->Flush();
+  EXPECT_EQ(tier->Counters().writes, 2u);
+  EXPECT_EQ(tier->Counters().rewrites_skipped, 0u);
+}
+
 TEST_F(RemoteTierTest, ADamagedValueIsACountedMissDeletedAndLoggedOnce) {
   auto tier = Open();
   for (uint64_t i = 0; i < 3; ++i) ASSERT_OK(tier->Put(Meta(i), Payload(i), false));
