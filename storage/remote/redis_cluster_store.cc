@@ -232,6 +232,12 @@ void RedisClusterStore::FollowRedirect(const RedisRedirect& redirect, Item item,
 
 Status RedisClusterStore::MultiGet(std::span<const std::string> keys,
                                    std::vector<std::optional<SharedBytes>>* values) {
+  return MultiGetEach(keys, values, nullptr);
+}
+
+Status RedisClusterStore::MultiGetEach(std::span<const std::string> keys,
+                                       std::vector<std::optional<SharedBytes>>* values,
+                                       const ValueArrived& arrived) {
   values->assign(keys.size(), std::nullopt);
   KeyOp op;
   op.append = [&](RedisConnection& c, size_t i) { c.Append({"GET", keys[i]}); };
@@ -241,6 +247,7 @@ Status RedisClusterStore::MultiGet(std::span<const std::string> keys,
       return Status::IOError("redis: unexpected reply to GET");
     }
     (*values)[i] = TakeStringReply(reply);  // no copy
+    if (arrived) arrived(i, *(*values)[i]);
     return Status::OK();
   };
   return Execute(std::vector<std::string_view>(keys.begin(), keys.end()), op);

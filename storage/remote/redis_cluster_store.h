@@ -53,6 +53,11 @@ class RedisClusterStore final : public RemoteStore {
 
   Status MultiGet(std::span<const std::string> keys,
                   std::vector<std::optional<SharedBytes>>* values) override;
+  // Each value is handed to `arrived` as its reply is read, while the other
+  // masters' replies are still streaming in.
+  Status MultiGetEach(std::span<const std::string> keys,
+                      std::vector<std::optional<SharedBytes>>* values,
+                      const ValueArrived& arrived) override;
   Status MultiSet(std::span<const RemoteWrite> writes) override;
   Status Delete(std::span<const std::string> keys) override;
   StatusOr<int64_t> IncrBy(std::string_view key, int64_t delta,

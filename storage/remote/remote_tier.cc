@@ -183,8 +183,13 @@ class RemoteTierImpl {
     std::vector<std::string> store_keys;
     store_keys.reserve(keys.size());
     for (const BlockKey& k : keys) store_keys.push_back(StoreKey(k));
+    // Each value is checked as it arrives, while the next ones are in flight.
+    std::vector<std::optional<StatusOr<RemoteTier::Decoded>>> decoded(keys.size());
     std::vector<std::optional<SharedBytes>> values;
-    const Status s = store_->MultiGet(store_keys, &values);
+    const Status s = store_->MultiGetEach(
+        store_keys, &values, [&](size_t i, const SharedBytes& value) {
+          if (i < keys.size()) decoded[i] = RemoteTier::DecodeEnvelope(keys[i], value);
+        });
     NoteCall(s);
     values.resize(keys.size());
     std::vector<std::string> damaged;
@@ -192,7 +197,10 @@ class RemoteTierImpl {
     uint64_t hits = 0, bytes = 0;
     for (size_t i = 0; i < keys.size(); ++i) {
       if (!values[i].has_value()) continue;
-      StatusOr<RemoteTier::Decoded> d = RemoteTier::DecodeEnvelope(keys[i], *values[i]);
+      if (!decoded[i].has_value()) {  // a store that did not report it
+        decoded[i] = RemoteTier::DecodeEnvelope(keys[i], *values[i]);
+      }
+      StatusOr<RemoteTier::Decoded>& d = *decoded[i];
       if (!d.ok()) {
         corruptions_.fetch_add(1, std::memory_order_relaxed);
         if (!logged_corruption_.exchange(true)) {

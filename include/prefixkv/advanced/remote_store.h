@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -39,6 +40,20 @@ class RemoteStore {
   // 64-byte aligned buffers (the remote tier hands blocks on without a copy).
   virtual Status MultiGet(std::span<const std::string> keys,
                           std::vector<std::optional<SharedBytes>>* values) = 0;
+  // MultiGet, calling `arrived(i, value)` for each value found, on the
+  // calling thread, as soon as it is in: the caller's work on one value (a
+  // checksum pass) then overlaps the transfer of the next. By default, after
+  // MultiGet returns.
+  using ValueArrived = std::function<void(size_t index, const SharedBytes& value)>;
+  virtual Status MultiGetEach(std::span<const std::string> keys,
+                              std::vector<std::optional<SharedBytes>>* values,
+                              const ValueArrived& arrived) {
+    Status s = MultiGet(keys, values);
+    for (size_t i = 0; i < values->size(); ++i) {
+      if ((*values)[i].has_value()) arrived(i, *(*values)[i]);
+    }
+    return s;
+  }
   // Stores every write, pipelined. The first error, if any (the other writes
   // are still attempted).
   virtual Status MultiSet(std::span<const RemoteWrite> writes) = 0;

@@ -253,6 +253,21 @@ TEST_F(RedisClusterStoreTest, BinaryValuesRoundTripOverEveryMaster) {
     EXPECT_EQ(raw[2 * i]->view(), writes[i].value);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(raw[2 * i]->data()) % 64, 0u) << writes[i].key;
   }
+  // MultiGetEach hands each value on as its reply is read: once per value
+  // found, the very buffer MultiGet returns.
+  std::vector<int> arrivals(keys.size(), 0);
+  std::vector<const uint8_t*> arrived_at(keys.size(), nullptr);
+  ASSERT_OK(store->MultiGetEach(keys, &raw, [&](size_t i, const SharedBytes& value) {
+    ASSERT_LT(i, keys.size());
+    ++arrivals[i];
+    arrived_at[i] = value.data();
+  }));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(arrivals[i], i % 2 == 0 ? 1 : 0) << keys[i];
+    if (raw[i].has_value()) {
+      EXPECT_EQ(arrived_at[i], raw[i]->data());
+    }
+  }
   ASSERT_OK(store->Delete(keys));  // absent keys too
   ASSERT_OK(testing::MultiGetText(*store, keys, &values));
   for (const auto& value : values) EXPECT_EQ(value, std::nullopt);
