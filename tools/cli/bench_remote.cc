@@ -115,6 +115,9 @@ struct RestoreFigures {
   Range match_ms, restore_ms;  // the timed operation's two steps
   uint64_t block_bytes = 0;    // payload (encoded record) bytes per block
   bool identical = false;
+  // Node B at the end: its hot tier's evictions (it was full) and the victims
+  // it did not write back to the cluster (they came from it).
+  uint64_t b_hot_evictions = 0, b_remote_writes = 0, b_rewrites_skipped = 0;
 };
 
 EngineOptions RemoteNode(const std::string& uri, RemoteWriteMode mode,
@@ -243,6 +246,11 @@ StatusOr<RestoreFigures> MeasureRestore(const Cluster& cluster, int repeats, boo
   f.ratio = Summarize(ratio);
   f.match_ms = Summarize(match_ms);
   f.restore_ms = Summarize(restore_ms);
+  b.engine->remote_tier()->Flush();
+  const EngineStats b_stats = b.engine->Stats();
+  f.b_hot_evictions = b_stats.hot.evictions;
+  f.b_remote_writes = b_stats.remote.writes;
+  f.b_rewrites_skipped = b_stats.remote.rewrites_skipped;
   return f;
 }
 
@@ -322,6 +330,9 @@ void PrintJson(const std::string& cluster, int repeats, const RestoreFigures& f,
   RangeFields(j, "redis_get_mb_per_s", f.redis_get_mb_s);
   RangeFields(j, "remote_match_ms", f.match_ms);
   RangeFields(j, "remote_restore_step_ms", f.restore_ms);
+  j.Field("node_b_hot_evictions", f.b_hot_evictions)
+      .Field("node_b_remote_writes", f.b_remote_writes)
+      .Field("node_b_rewrites_skipped", f.b_rewrites_skipped);
   j.Field("byte_identical", f.identical)
       .Field("trace_requests", h.requests)
       .Field("one_node_hit_ratio", h.one_node)
@@ -351,6 +362,12 @@ void PrintTable(const std::string& cluster, int repeats, const RestoreFigures& f
   PrintRange("redis_get_mb_per_s", f.redis_get_mb_s, "MB/s", "redis-benchmark GET");
   PrintRange("remote_match_ms", f.match_ms, "ms", "of which Match (remote fetch)");
   PrintRange("remote_restore_step_ms", f.restore_ms, "ms", "and Restore (local)");
+  std::printf(
+      "  node B's full hot tier evicted %llu blocks; %llu written back to the cluster, "
+      "%llu skipped (the cluster holds them)\n",
+      static_cast<unsigned long long>(f.b_hot_evictions),
+      static_cast<unsigned long long>(f.b_remote_writes),
+      static_cast<unsigned long long>(f.b_rewrites_skipped));
   std::printf(
       "token hit ratios of the trace (%llu requests, %u-token blocks, hot RAM only)\n",
       static_cast<unsigned long long>(h.requests), kTraceBlockTokens);
