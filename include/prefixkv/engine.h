@@ -81,9 +81,11 @@ struct EngineOptions {
   uint64_t hot_capacity_bytes = uint64_t{1} << 30;
   // Which hot blocks leave first when the budget is full.
   EvictionPolicyKind hot_policy = EvictionPolicyKind::kLru;
-  // Payload bytes the SSD tier keeps; beyond it the least recently used chain
-  // leaves are evicted.
+  // Payload bytes the SSD tier keeps; beyond it chain leaves are evicted, in
+  // the order of ssd_policy: leaf-first LRU (kLru and kLeafLru, the default)
+  // or kChain (docs/eviction.md).
   uint64_t ssd_capacity_bytes = uint64_t{64} << 30;
+  EvictionPolicyKind ssd_policy = EvictionPolicyKind::kLeafLru;
   // What an SSD write survives before it is acknowledged (tier_types.h).
   SsdDurability durability = SsdDurability::kWal;
   // Store() and PutValue() write the SSD tier before returning (a kill -9 then

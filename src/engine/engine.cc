@@ -21,6 +21,7 @@ Status internal::EngineImpl::OpenTiers() {
     SsdTierOptions o;
     o.path = options_.data_dir;
     o.capacity_bytes = options_.ssd_capacity_bytes;
+    o.policy = options_.ssd_policy;
     o.durability = options_.durability;
     if (options_.clock != nullptr) o.clock = options_.clock;
     o.log = options_.log;

@@ -2,6 +2,7 @@
 #include "ssd_index.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "ssd_segment.h"
 
@@ -13,8 +14,15 @@ const IndexEntry* SsdIndex::Find(const BlockKey& key) const {
 }
 
 void SsdIndex::Insert(const BlockKey& key, const IndexEntry& entry) {
+  uint32_t chain_hits = entry.chain_hits;
+  if (const IndexEntry* old = Find(key))
+    chain_hits = std::max(chain_hits, old->chain_hits);
+  if (const IndexEntry* parent = Find(entry.parent)) {
+    chain_hits = std::max(chain_hits, parent->chain_hits);  // frequency per chain
+  }
   Erase(key);
-  entries_.emplace(key, entry);
+  IndexEntry& e = entries_.emplace(key, entry).first->second;
+  e.chain_hits = chain_hits;
   TierCounters& o = owners_[entry.owner];
   o.entries += 1;
   o.bytes += entry.bytes;
@@ -73,11 +81,12 @@ std::vector<BlockKey> SsdIndex::KeysIn(uint64_t segment) const {
   return out;
 }
 
-void SsdIndex::Touch(const BlockKey& key, uint64_t access_seq) {
+void SsdIndex::Touch(const BlockKey& key, uint64_t access_seq, bool hit) {
   auto it = entries_.find(key);
   if (it == entries_.end()) return;
   DropLeaf(key);
   it->second.access_seq = access_seq;
+  if (hit && it->second.chain_hits < UINT32_MAX) ++it->second.chain_hits;
   max_seq_ = std::max(max_seq_, access_seq);
   AddLeaf(key);
 }
@@ -148,14 +157,23 @@ void SsdIndex::DropChild(const BlockKey& parent) {
   }
 }
 
+uint64_t SsdIndex::Rank(const IndexEntry& e) const {
+  // The chain policy: a reused chain's leaf sorts as if accessed as many
+  // blocks later as the tier holds blocks of its size (the hot tier's rank,
+  // docs/eviction.md). The window is fixed, so a rank never changes unseen.
+  if (chain_capacity_ == 0 || e.chain_hits == 0) return e.access_seq;
+  const uint64_t window = chain_capacity_ / std::max<uint64_t>(e.bytes, 1);
+  return e.access_seq > UINT64_MAX - window ? UINT64_MAX : e.access_seq + window;
+}
+
 void SsdIndex::AddLeaf(const BlockKey& key) {
   if (!IsLeaf(key)) return;
-  leaves_.emplace(entries_.at(key).access_seq, key);
+  leaves_.emplace(Rank(entries_.at(key)), key);
 }
 
 void SsdIndex::DropLeaf(const BlockKey& key) {
   auto it = entries_.find(key);
-  if (it != entries_.end()) leaves_.erase({it->second.access_seq, key});
+  if (it != entries_.end()) leaves_.erase({Rank(it->second), key});
 }
 
 }  // namespace prefixkv::ssd

@@ -1,8 +1,10 @@
 // SsdIndex: the SSD tier's in-memory view of what is stored, rebuilt from the
 // metadata records at Open. It answers lookups without touching the disk, keeps
 // the live counters per owner, and orders eviction candidates: only chain
-// leaves (blocks with no stored child) are candidates, least recently used
-// first, so an ancestor is never evicted before its descendants.
+// leaves (blocks with no stored child) are candidates, so an ancestor is never
+// evicted before its descendants; least recently used first, or with the
+// chain policy (SetChainCapacity) a leaf of a reused chain as if accessed one
+// tier's worth of blocks later (docs/eviction.md).
 //
 // Not thread-safe: ssd::TierImpl guards it with its index mutex (mu_).
 #pragma once
@@ -29,6 +31,10 @@ struct IndexEntry {
   bool dirty = false;    // see StoredMeta::dirty
   uint64_t segment = 0;  // where the payload's extent is (StoredMeta)
   uint64_t offset = 0;
+  // Reuse of the block's chain (the chain policy): hits on it, or on the
+  // stored parent it inherited them from when inserted. Not persisted: after
+  // a restart every chain starts as never reused.
+  uint32_t chain_hits = 0;
 };
 
 class SsdIndex {
@@ -38,8 +44,12 @@ class SsdIndex {
   void Insert(const BlockKey& key, const IndexEntry& entry);
   // Removes; adjusts entries/bytes. False when absent.
   bool Erase(const BlockKey& key);
-  // Records a new access; the block moves to the recent end of the order.
-  void Touch(const BlockKey& key, uint64_t access_seq);
+  // Records a new access; the block moves to the recent end of the order. A
+  // hit (a read) also counts as a reuse of its chain.
+  void Touch(const BlockKey& key, uint64_t access_seq, bool hit = false);
+  // The chain policy over a tier of `capacity_bytes` (0: leaf-first LRU, the
+  // default). REQUIRES: called before any Insert.
+  void SetChainCapacity(uint64_t capacity_bytes) { chain_capacity_ = capacity_bytes; }
   // The block's payload moved (segment compaction); nothing else changes.
   void Relocate(const BlockKey& key, uint64_t segment, uint64_t offset);
 
@@ -80,6 +90,8 @@ class SsdIndex {
 
  private:
   bool IsLeaf(const BlockKey& key) const;
+  // Where the entry sorts among the leaves.
+  uint64_t Rank(const IndexEntry& e) const;
   void AddChild(const BlockKey& parent);
   void DropChild(const BlockKey& parent);
   void AddLeaf(const BlockKey& key);
@@ -89,13 +101,14 @@ class SsdIndex {
   std::unordered_map<BlockKey, IndexEntry> entries_;
   // parent key -> stored (or pending) children; the parent need not be stored.
   std::unordered_map<BlockKey, uint32_t> children_;
-  std::set<std::pair<uint64_t, BlockKey>> leaves_;  // (access_seq, key), unclaimed leaves
+  std::set<std::pair<uint64_t, BlockKey>> leaves_;  // (Rank, key), unclaimed leaves
   std::set<BlockKey> claimed_;
   std::map<OwnerId, TierCounters> owners_;
   std::unordered_map<uint64_t, uint64_t> live_;  // segment -> live extent bytes
   uint64_t live_total_ = 0;                      // their sum
   uint64_t total_bytes_ = 0;
   uint64_t max_seq_ = 0;
+  uint64_t chain_capacity_ = 0;
 };
 
 }  // namespace prefixkv::ssd

@@ -59,7 +59,7 @@ Status ssd::TierImpl::RebuildIndex(rocksdb::WriteBatch* repairs) {
   ro.iterate_upper_bound = &upper;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
   // Built unlocked while the records are read; installed under mu_ at the end.
-  ssd::SsdIndex index;
+  ssd::SsdIndex index = EmptyIndex();
   uint64_t corrupt = 0;
   const std::string begin(1, ssd::kMetaTag);
   for (it->Seek(begin); it->Valid() && it->key().starts_with(begin); it->Next()) {

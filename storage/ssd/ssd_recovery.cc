@@ -70,6 +70,16 @@ ssd::TierImpl::TierImpl(const SsdTierOptions& options)
   write_options_.disableWAL = options.durability == SsdDurability::kFlush;
   write_options_.sync = options.durability == SsdDurability::kSync;
   relaxed_options_.disableWAL = write_options_.disableWAL;
+  MutexLock lock(&mu_);
+  index_ = EmptyIndex();
+}
+
+ssd::SsdIndex ssd::TierImpl::EmptyIndex() const {
+  SsdIndex index;
+  if (options_.policy == EvictionPolicyKind::kChain) {
+    index.SetChainCapacity(options_.capacity_bytes);
+  }
+  return index;
 }
 
 ssd::TierImpl::~TierImpl() { (void)Close(); }
@@ -146,7 +156,7 @@ Status ssd::TierImpl::OpenOrMoveAside() {
     // Damaged metadata: the segment files describe themselves.
     {
       MutexLock lock(&mu_);
-      index_ = ssd::SsdIndex();
+      index_ = EmptyIndex();
       unpersisted_.clear();
     }
     report_ = SsdOpenReport{};
@@ -156,7 +166,7 @@ Status ssd::TierImpl::OpenOrMoveAside() {
   PKV_RETURN_IF_ERROR(MoveAside(s));
   {
     MutexLock lock(&mu_);
-    index_ = ssd::SsdIndex();
+    index_ = EmptyIndex();
     unpersisted_.clear();
   }
   report_ = SsdOpenReport{.moved_aside_to = report_.moved_aside_to};

@@ -396,7 +396,7 @@ StatusOr<SharedBytes> ssd::TierImpl::Get(const BlockKey& key, bool touch) {
   {
     MutexLock lock(&mu_);
     touched.access_seq = ++next_seq_;
-    index_.Touch(key, touched.access_seq);
+    index_.Touch(key, touched.access_seq, /*hit=*/true);
     index_.Owner(e.owner).hits += 1;
     unpersisted_[e.owner].hits += 1;
   }

@@ -49,6 +49,8 @@ struct Access {
 class TierImpl {
  public:
   explicit TierImpl(const SsdTierOptions& options);
+  // An index with no entries, ordering its leaves by options_.policy.
+  SsdIndex EmptyIndex() const;
   ~TierImpl();
 
   // Checks the options Open relies on (path, clock, file system, sizes).

@@ -35,6 +35,10 @@ Flags ReplayFlags() {
        "Belady's offline optimum as a reference line (replay only; needs "
        "--ssd-capacity-tokens 0)",
        false, "lru"},
+      {"ssd-policy",
+       "SSD tier leaf order: leaf-lru (lru is the same: the SSD tier is always "
+       "leaf-first) or chain (docs/eviction.md)",
+       false, "leaf-lru"},
       {"no-promote", "do not copy SSD hits into the hot tier", true, ""},
       {"data-dir", "where the SSD tier's scratch directory is made", false,
        "./prefixkv-data"},
@@ -87,7 +91,8 @@ void PrintJson(const ReplayReport& r, const ReplayConfig& c, const std::string& 
       .Field("blocks_per_second", r.blocks_per_second())
       .Field("block_tokens", uint64_t{c.block_tokens})
       .Field("bytes_per_token", c.bytes_per_token)
-      .Field("policy", policy);
+      .Field("policy", policy)
+      .Field("ssd_policy", std::string(EvictionPolicyName(c.ssd_policy)));
   j.Key("tiers").BeginObject();
   for (const auto& t : r.tiers) {
     j.Key(t.name).BeginObject();
@@ -143,6 +148,12 @@ std::string Configure(const Flags& flags, ReplayConfig* c, std::string* policy_n
              "' (expected lru, leaf-lru, chain or min)";
     c->policy = *policy;
   }
+  StatusOr<EvictionPolicyKind> ssd_policy =
+      ParseEvictionPolicy(flags.GetString("ssd-policy", "leaf-lru"));
+  if (!ssd_policy.ok())
+    return "--ssd-policy: unknown policy '" + flags.GetString("ssd-policy") +
+           "' (expected lru, leaf-lru or chain)";
+  c->ssd_policy = *ssd_policy;
   c->promote_on_ssd_hit = !flags.GetBool("no-promote");
   if (flags.positional().size() != 1) return "expected exactly one TRACE.jsonl";
   EngineOptions remote;
@@ -192,7 +203,8 @@ int RunReplay(const std::vector<std::string>& args) {
     flags.GetBool("json") ? PrintJson(*r, config, policy) : PrintHuman(*r);
     return 0;
   }
-  std::optional<uint64_t> nodes = flags.GetSize("nodes", &error);
+  std::optional<uint64_t> nodes =
+      flags.Has("nodes") ? flags.GetSize("nodes", &error) : std::optional<uint64_t>(1);
   if (!error.empty() || !nodes || *nodes < 1 || *nodes > 64) {
     return UsageError(flags, error.empty() ? "--nodes must be 1..64" : error);
   }

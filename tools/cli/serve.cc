@@ -55,6 +55,9 @@ Flags ServeFlags() {
        true, ""},
       {"policy", "hot eviction order: lru, leaf-lru or chain (docs/eviction.md)", false,
        "lru"},
+      {"ssd-policy",
+       "SSD eviction order among chain leaves: leaf-lru (lru is the same) or chain",
+       false, "leaf-lru"},
       {"max-models", "models PKV.REGISTER may register", false, "256"},
       {"metrics-port",
        "also serve Prometheus metrics over HTTP on this port (GET /metrics, on the "
@@ -145,6 +148,10 @@ std::string ParseServeConfig(const Flags& flags, ServeConfig* config) {
       ParseEvictionPolicy(flags.GetString("policy", "lru"));
   if (!policy.ok()) return "--policy must be lru, leaf-lru or chain";
   config->engine.hot_policy = *policy;
+  StatusOr<EvictionPolicyKind> ssd_policy =
+      ParseEvictionPolicy(flags.GetString("ssd-policy", "leaf-lru"));
+  if (!ssd_policy.ok()) return "--ssd-policy must be lru, leaf-lru or chain";
+  config->engine.ssd_policy = *ssd_policy;
   config->engine.data_dir = flags.GetString("data-dir", "./prefixkv-data");
   config->engine.write_through = flags.GetBool("write-through");
   if (std::string e = ApplyRemoteFlags(flags, &config->engine); !e.empty()) return e;

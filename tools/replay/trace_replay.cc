@@ -43,6 +43,7 @@ StatusOr<std::unique_ptr<ReplayTiers>> ReplayTiers::Open(const ReplayConfig& con
   o.hot_policy = config.policy;
   o.data_dir = ssd_on ? config.ssd_path : "";
   o.ssd_capacity_bytes = ssd_bytes;
+  o.ssd_policy = config.ssd_policy;
   o.durability = SsdDurability::kFlush;  // a replay measures hit ratios, not crash safety
   o.promote_on_ssd_hit = config.promote_on_ssd_hit;
   o.log = [](std::string_view) {};

@@ -46,7 +46,8 @@ struct ReplayConfig {
   uint64_t bytes_per_token = 16;  // synthetic payload per token
   ReplayCapacity hot;
   ReplayCapacity ssd;
-  EvictionPolicyKind policy = EvictionPolicyKind::kLru;  // hot tier order
+  EvictionPolicyKind policy = EvictionPolicyKind::kLru;          // hot tier order
+  EvictionPolicyKind ssd_policy = EvictionPolicyKind::kLeafLru;  // SSD leaf order
   // The SSD tier's directory. Empty: no SSD tier unless a capacity is given
   // (then InvalidArgument).
   std::string ssd_path;

@@ -42,9 +42,15 @@ struct Access;   // storage/ssd/ssd_tier_impl.h: the module's own way to the Tie
 struct SsdTierOptions {
   // The data directory (created if missing). One tier per directory.
   std::string path;
-  // Total payload bytes kept; beyond it the least recently used chain leaves
-  // are evicted. A single payload larger than this is rejected with NoSpace.
+  // Total payload bytes kept; beyond it chain leaves are evicted (never a
+  // block with a stored child). A single payload larger than this is rejected
+  // with NoSpace.
   uint64_t capacity_bytes = 64ull << 30;
+  // The order of the leaves: kLru and kLeafLru are the same here (least
+  // recently used leaf first); kChain keeps the leaves of reused chains one
+  // tier's worth of blocks longer (docs/eviction.md). Reuse counts live in
+  // memory: after a restart every chain starts as never reused.
+  EvictionPolicyKind policy = EvictionPolicyKind::kLeafLru;
   // RocksDB compression for the metadata tables: "none", "lz4", "zstd",
   // "snappy". Payloads (already compressed by the codec) are never recompressed.
   std::string compression = "none";

@@ -1,4 +1,5 @@
-// SsdTier passes the same typed BlockTier suite as the in-memory tiers.
+// SsdTier passes the same typed BlockTier suite as the in-memory tiers, with
+// either order among its chain leaves.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -10,10 +11,12 @@
 namespace prefixkv {
 namespace {
 
-struct SsdTierFactory {
+template <EvictionPolicyKind kPolicy>
+struct SsdTierFactoryWith {
   static std::unique_ptr<BlockTier> Make(const testing::TempDir& dir,
                                          uint64_t capacity_bytes) {
     SsdTierOptions o;
+    o.policy = kPolicy;
     o.path = (dir.path() / "ssd").string();
     o.capacity_bytes =
         capacity_bytes == 0 ? std::numeric_limits<uint64_t>::max() : capacity_bytes;
@@ -24,9 +27,13 @@ struct SsdTierFactory {
     return tier.ok() ? std::move(tier).value() : nullptr;
   }
 };
+using SsdTierFactory = SsdTierFactoryWith<EvictionPolicyKind::kLeafLru>;
+// The chain order among leaves keeps every contract too.
+using SsdChainTierFactory = SsdTierFactoryWith<EvictionPolicyKind::kChain>;
 
 }  // namespace
 namespace testing {
-INSTANTIATE_TYPED_TEST_SUITE_P(Ssd, TierConformance, ::testing::Types<SsdTierFactory>);
+using SsdFactories = ::testing::Types<SsdTierFactory, SsdChainTierFactory>;
+INSTANTIATE_TYPED_TEST_SUITE_P(Ssd, TierConformance, SsdFactories);
 }  // namespace testing
 }  // namespace prefixkv

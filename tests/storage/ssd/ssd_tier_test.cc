@@ -135,6 +135,51 @@ TEST_F(SsdTierTest, EvictsLeastRecentlyUsedLeavesBeforeTheirAncestors) {
   testing::ExpectCountersMatchContents(*tier, {0});
 }
 
+TEST_F(SsdTierTest, TheChainPolicyKeepsAReusedChainsLeafOverANewerChainSeenOnce) {
+  // a0 <- a1, then a1 is read (chain A reused); b0 <- b1 and c0 come later,
+  // never read. Room for 5 blocks: putting c1 evicts one leaf (a1, b1 or c1).
+  // leaf-lru takes a1, the least recently used; chain takes b1, because A's
+  // leaf counts as accessed a tier's worth (5 blocks) later. An appended a2
+  // inherits A's reuse, so the next victim is B's again (b0, a leaf now).
+  for (EvictionPolicyKind policy :
+       {EvictionPolicyKind::kLeafLru, EvictionPolicyKind::kChain}) {
+    SCOPED_TRACE(std::string(EvictionPolicyName(policy)));
+    TempDir dir;
+    SsdTierOptions o = TestSsdOptions((dir.path() / "ssd").string());
+    o.capacity_bytes = 5 * 1000;
+    o.policy = policy;
+    auto tier = OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    testing::RecordingListener evicted;
+    tier->SetEvictionListener(&evicted);
+    const auto put = [&](uint64_t chain, uint64_t i) {
+      ASSERT_OK(
+          tier->Put(ChainBlock(chain, i), PayloadOf(ChainBlock(chain, i), 1000), false));
+    };
+    put(0, 0);
+    put(0, 1);
+    ASSERT_OK(tier->Get(ChainBlock(0, 1).key));
+    put(1, 0);
+    put(1, 1);
+    put(2, 0);
+    put(2, 1);
+    auto calls = evicted.calls();
+    ASSERT_EQ(calls.size(), 1u);
+    if (policy == EvictionPolicyKind::kChain) {
+      EXPECT_EQ(calls[0].meta.key, ChainBlock(1, 1).key);
+      put(0, 2);
+      calls = evicted.calls();
+      ASSERT_EQ(calls.size(), 2u);
+      EXPECT_EQ(calls[1].meta.key, ChainBlock(1, 0).key);
+      EXPECT_TRUE(tier->Contains(ChainBlock(0, 1).key));
+    } else {
+      EXPECT_EQ(calls[0].meta.key, ChainBlock(0, 1).key);
+    }
+    EXPECT_TRUE(tier->FindOrphans().empty());
+    testing::ExpectCountersMatchContents(*tier, {0});
+  }
+}
+
 TEST_F(SsdTierTest, GetForAuditVerifiesWithoutCountingOrReorderingEviction) {
   testing::RecordingListener evicted;
   auto tier = OpenRecordingEvictions(2 * 1000, &evicted);

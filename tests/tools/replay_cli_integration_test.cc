@@ -1,0 +1,40 @@
+// `prefixkv replay` as a user runs it: the trace and capacities, no other
+// flag (a default --nodes used to be refused), the policies in its JSON, and
+// bad policy names as usage errors.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/tools/data_dir_builder.h"
+
+namespace prefixkv {
+namespace {
+
+const std::string kTrace =
+    std::string(PREFIXKV_SOURCE_DIR) + "/tests/data/mooncake_synthetic_trace.jsonl";
+
+TEST(ReplayCli, RunsWithOnlyATraceAndCapacities) {
+  const testing::CliRun run =
+      testing::RunCli("replay " + kTrace +
+                      " --hot-capacity-tokens 3000000 --ssd-capacity-tokens 0 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  // lru at 3M hot tokens (docs/eviction.md), the SSD tier's default order.
+  EXPECT_NE(run.output.find("\"token_hit_ratio\":0.315"), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("\"policy\":\"lru\""), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("\"ssd_policy\":\"leaf-lru\""), std::string::npos)
+      << run.output;
+}
+
+TEST(ReplayCli, BadPolicyNamesAreUsageErrors) {
+  const testing::CliRun ssd = testing::RunCli("replay " + kTrace + " --ssd-policy fifo");
+  EXPECT_EQ(ssd.exit_code, 2) << ssd.output;
+  EXPECT_NE(ssd.output.find("--ssd-policy: unknown policy 'fifo'"), std::string::npos)
+      << ssd.output;
+  const testing::CliRun hot = testing::RunCli("replay " + kTrace + " --policy fifo");
+  EXPECT_EQ(hot.exit_code, 2) << hot.output;
+  EXPECT_EQ(testing::RunCli("replay " + kTrace + " --nodes 0").exit_code, 2);
+}
+
+}  // namespace
+}  // namespace prefixkv
