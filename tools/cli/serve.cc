@@ -69,7 +69,7 @@ Flags ServeFlags() {
       "[--requirepass-file F | --requirepass S] [--admin-pass-file F | --admin-pass S] "
       "[--hot-capacity-bytes B] [--ssd-capacity-bytes B] [--max-request-bytes B] "
       "[--max-clients N] [--idle-timeout-ms MS] [--durability M] [--write-through] "
-      "[--policy P] [--max-models N] [--metrics-port P] " +
+      "[--policy P] [--ssd-policy P] [--max-models N] [--metrics-port P] " +
           RemoteUsage(),
       std::move(specs));
 }
