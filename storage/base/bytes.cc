@@ -94,9 +94,7 @@ size_t RoundedCapacity(size_t capacity) {
 }  // namespace
 
 SharedBytes SharedBytes::Allocate(size_t size, uint8_t** writable) {
-  constexpr size_t kAlign = 64;
-  size_t rounded = (size + kAlign - 1) / kAlign * kAlign;
-  if (rounded == 0) rounded = kAlign;
+  const size_t rounded = RoundedCapacity(size);
   auto* bytes = static_cast<uint8_t*>(AllocateBuffer(rounded));
   std::memset(bytes + size, 0, rounded - size);  // defined padding, never read
   if (writable != nullptr) *writable = bytes;

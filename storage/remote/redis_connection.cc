@@ -139,9 +139,8 @@ Status RedisConnection::Arm(uint64_t deadline_nanos, std::string_view what) {
   // ppoll waits to the nanosecond (SO_RCVTIMEO would round up to jiffies: a
   // 5 ms timeout became up to 12 ms), and the send or recv that follows does
   // not block (MSG_DONTWAIT), so no socket timeout is needed. Past the
-  // deadline, bytes that already arrived are still taken: a round reads its
-  // nodes one after the other, and a hung node first must not fail the
-  // replies the others sent.
+  // deadline, bytes that already arrived are still taken (a zero wait still
+  // reports a ready socket).
   const uint64_t now = RedisNowNanos();
   deadline_nanos = WaitDeadline(deadline_nanos);
   const uint64_t left = deadline_nanos > now ? deadline_nanos - now : 0;

@@ -1,10 +1,12 @@
 // RedisConnection: one synchronous hiredis connection to one Redis node whose
 // every write and read ends by a deadline, so a pipelined batch to a slow or
 // dead node costs at most the request timeout. hiredis formats commands and
-// parses replies (no hand-written RESP: received bytes are fed to its reader);
-// this class only moves the bytes: ppoll until the socket is ready or the
-// deadline passes, then one non-blocking send or a large recv, with
-// MSG_NOSIGNAL so a peer that died never raises SIGPIPE.
+// parses replies (no hand-written RESP: received bytes go into its reader's
+// buffer); this class only moves the bytes: ppoll until the socket is ready or
+// the deadline passes, then one non-blocking send or a large recv, with
+// MSG_NOSIGNAL so a peer that died never raises SIGPIPE. TakeBuffered and
+// Receive let one thread read several connections at once (the cluster
+// store's rounds).
 //
 // After any error the connection is broken() and must be closed, not reused:
 // its pipeline is out of step with the replies.
