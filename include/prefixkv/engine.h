@@ -257,9 +257,11 @@ class Engine {
   StatusOr<PinnedRestore> RestorePinned(const MatchResult& match);
   // Stores the caches of `tokens` (one LayerState per layer covering every
   // token); blocks already cached are not rewritten. InvalidArgument when the
-  // layers do not fit the namespace layout.
+  // layers do not fit the namespace layout. `options.reuse` hints whether the
+  // blocks this store writes will be read again (ReuseHint; docs/eviction.md).
   StatusOr<StoreResult> Store(Namespace ns, std::span<const int32_t> tokens,
-                              const std::vector<LayerState>& layers);
+                              const std::vector<LayerState>& layers,
+                              const StoreOptions& options = {});
   // The namespace's recorded tips and the tip each extended, oldest first.
   StatusOr<std::vector<std::pair<BlockKey, BlockKey>>> RecordedTips(Namespace ns) const;
   // Stores block records encoded elsewhere (the RESP server's PKV.PUT) as one
@@ -269,7 +271,8 @@ class Engine {
   // (PrefixCache::StoreRecords has the rules). InvalidArgument naming the
   // first record that breaks one; nothing is written then.
   StatusOr<StoreResult> StoreRecords(Namespace ns,
-                                     const std::vector<SharedBytes>& records);
+                                     const std::vector<SharedBytes>& records,
+                                     const StoreOptions& options = {});
   // The encoded record of block `key` when it is cached in `ns`; NotFound
   // otherwise (another namespace's block, a key-value entry, a miss).
   StatusOr<SharedBytes> GetBlock(Namespace ns, const BlockKey& key);

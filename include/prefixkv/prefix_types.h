@@ -22,6 +22,22 @@ struct Namespace {
   BlockKey root;                // the chain root (fingerprint hash)
 };
 
+// What the embedder knows about whether a store's blocks will be read again.
+enum class ReuseHint : uint8_t {
+  kNormal,  // no hint: the hot tier's policy orders the blocks as usual
+  // Unlikely to be read again, e.g. a turn that ended with a long answer,
+  // after which conversations rarely continue (docs/eviction.md, "Reuse
+  // hints"). The blocks this store writes leave the hot tier before every
+  // block without the hint (the least recently used first) until one is read
+  // again. Blocks already cached keep their place; the SSD and remote tiers
+  // ignore the hint.
+  kUnlikely,
+};
+
+struct StoreOptions {
+  ReuseHint reuse = ReuseHint::kNormal;
+};
+
 // What one Store() did.
 struct StoreResult {
   size_t blocks = 0;               // full blocks covered by the tokens
@@ -31,6 +47,9 @@ struct StoreResult {
   bool tip_state_stored = false;   // tip-only layers landed in the tip, real
   bool tip_rewritten = false;      // an existing placeholder tip got the real state
   BlockKey stripped_tip;           // grandparent tip stripped; zero when none
+  // Written blocks the hot tier took ReuseHint::kUnlikely for (0 without the
+  // hint, or without a hot tier).
+  size_t blocks_hinted_unlikely = 0;
   std::string note;                // why tip-only state was not stored, if so
 };
 

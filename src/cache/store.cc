@@ -128,10 +128,13 @@ Status UpdateLineage(cache::NamespaceState& ns, const StoreChain& chain,
 }
 
 // Writes the chain's blocks that are not cached yet (a cached placeholder
-// copy of a real tip is rewritten in place), then the lineage.
+// copy of a real tip is rewritten in place, and counts as written for the
+// reuse hint), then the lineage.
 Status WriteChain(cache::NamespaceState& ns, const StoreChain& chain,
                   const BlockPayload& payload_of, const PrefixCacheOptions& options,
-                  StoreResult* result) REQUIRES(ns.store_mu) {
+                  const StoreOptions& store_options, StoreResult* result)
+    REQUIRES(ns.store_mu) {
+  const bool unlikely = store_options.reuse == ReuseHint::kUnlikely;
   for (size_t i = 0; i < chain.blocks.size(); ++i) {
     const PlannedBlock& block = chain.blocks[i];
     const bool real_tip = chain.tip_state && i + 1 == chain.blocks.size();
@@ -153,6 +156,7 @@ Status WriteChain(cache::NamespaceState& ns, const StoreChain& chain,
       // A recorded tip that had vanished comes back as a placeholder.
       if (!real_tip) ns.lineage.Forget(block.key);
     }
+    if (unlikely && ns.tiers->HintUnlikelyReuse(block.key)) ++result->blocks_hinted_unlikely;
   }
   result->tip_state_stored = chain.tip_state;
   if (!chain.tip_state) return Status::OK();
@@ -180,7 +184,8 @@ std::vector<PlannedBlock> PlanBlocks(const cache::NamespaceState& ns,
 
 StatusOr<StoreResult> PrefixCache::Store(Namespace handle,
                                          std::span<const int32_t> tokens,
-                                         const std::vector<LayerState>& layers) {
+                                         const std::vector<LayerState>& layers,
+                                         const StoreOptions& store_options) {
   PKV_ASSIGN_OR_RETURN(cache::NamespaceState * ns, Find(handle));
   PKV_RETURN_IF_ERROR(cache::CheckStoreLayers(*ns, tokens.size(), layers));
   StoreResult result;
@@ -202,12 +207,13 @@ StatusOr<StoreResult> PrefixCache::Store(Namespace handle,
     return EncodeBlock(rec, options_.encode);
   };
   MutexLock lock(&ns->store_mu);
-  PKV_RETURN_IF_ERROR(WriteChain(*ns, chain, build, options_, &result));
+  PKV_RETURN_IF_ERROR(WriteChain(*ns, chain, build, options_, store_options, &result));
   return result;
 }
 
 StatusOr<StoreResult> PrefixCache::StoreRecords(Namespace handle,
-                                                const std::vector<SharedBytes>& records) {
+                                                const std::vector<SharedBytes>& records,
+                                                const StoreOptions& store_options) {
   PKV_ASSIGN_OR_RETURN(cache::NamespaceState * ns, Find(handle));
   std::vector<BlockRecord> decoded;
   std::vector<int32_t> tokens;
@@ -224,7 +230,7 @@ StatusOr<StoreResult> PrefixCache::StoreRecords(Namespace handle,
   // Stored as encoded: PlanRecords verified every byte.
   auto as_sent = [&](size_t i, bool) -> StatusOr<SharedBytes> { return records[i]; };
   MutexLock lock(&ns->store_mu);
-  PKV_RETURN_IF_ERROR(WriteChain(*ns, chain, as_sent, options_, &result));
+  PKV_RETURN_IF_ERROR(WriteChain(*ns, chain, as_sent, options_, store_options, &result));
   return result;
 }
 

@@ -183,9 +183,10 @@ StatusOr<RestoreResult> Engine::Restore(const MatchResult& match) {
 }
 
 StatusOr<StoreResult> Engine::Store(Namespace ns, std::span<const int32_t> tokens,
-                                    const std::vector<LayerState>& layers) {
+                                    const std::vector<LayerState>& layers,
+                                    const StoreOptions& options) {
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());
-  return impl_->cache_->Store(ns, tokens, layers);
+  return impl_->cache_->Store(ns, tokens, layers, options);
 }
 
 StatusOr<std::vector<std::pair<BlockKey, BlockKey>>> Engine::RecordedTips(
@@ -195,9 +196,10 @@ StatusOr<std::vector<std::pair<BlockKey, BlockKey>>> Engine::RecordedTips(
 }
 
 StatusOr<StoreResult> Engine::StoreRecords(Namespace ns,
-                                           const std::vector<SharedBytes>& records) {
+                                           const std::vector<SharedBytes>& records,
+                                           const StoreOptions& options) {
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());
-  return impl_->cache_->StoreRecords(ns, records);
+  return impl_->cache_->StoreRecords(ns, records, options);
 }
 
 StatusOr<SharedBytes> Engine::GetBlock(Namespace ns, const BlockKey& key) {

@@ -9,14 +9,22 @@
 namespace prefixkv {
 namespace {
 
-// chain_hits fills what was padding: the per-block facts stay 32 bytes.
+// chain_hits fills what was padding, and unlikely_reuse its top bit: the
+// per-block facts stay 32 bytes.
 static_assert(sizeof(EvictionCandidate) == 32, "EvictionCandidate grew");
+
+// A block hinted unlikely to be reused (EvictionCandidate::unlikely_reuse)
+// ranks below every access sequence number (they start at 1), so hinted
+// blocks leave first, in the order of their last access (the tie-break).
+constexpr uint64_t kUnlikelyReuseRank = 0;
 
 class LruPolicy final : public EvictionPolicy {
  public:
   std::string_view name() const override { return "lru"; }
   bool MayEvict(const EvictionCandidate&) const override { return true; }
-  uint64_t Rank(const EvictionCandidate& c) const override { return c.last_access_seq; }
+  uint64_t Rank(const EvictionCandidate& c) const override {
+    return c.unlikely_reuse ? kUnlikelyReuseRank : c.last_access_seq;
+  }
 };
 
 // A block with a resident child stays until that child is gone, so a chain is
@@ -28,7 +36,9 @@ class LeafLruPolicy final : public EvictionPolicy {
   bool MayEvict(const EvictionCandidate& c) const override {
     return c.resident_children == 0;
   }
-  uint64_t Rank(const EvictionCandidate& c) const override { return c.last_access_seq; }
+  uint64_t Rank(const EvictionCandidate& c) const override {
+    return c.unlikely_reuse ? kUnlikelyReuseRank : c.last_access_seq;
+  }
 };
 
 // Leaf-first like leaf-lru, and a chain that was reused before (chain_hits >
@@ -47,6 +57,7 @@ class ChainPolicy final : public EvictionPolicy {
     return c.resident_children == 0;
   }
   uint64_t Rank(const EvictionCandidate& c) const override {
+    if (c.unlikely_reuse) return kUnlikelyReuseRank;
     if (c.chain_hits == 0) return c.last_access_seq;
     return c.last_access_seq + capacity_bytes_ / std::max<uint64_t>(c.charge_bytes, 1);
   }

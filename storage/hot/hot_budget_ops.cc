@@ -71,6 +71,7 @@ StatusOr<SharedBytes> BudgetState::Get(OwnerId owner, const BlockKey& key) {
     return Status::NotFound("hot tier: " + key.ToHex() + " not resident");
   }
   ++e->facts.chain_hits;  // before Touch: the rank includes it
+  e->facts.unlikely_reuse = 0;  // read after all
   Touch(*e);
   ++o.counters.hits;
   ++total_.hits;
@@ -91,6 +92,7 @@ std::optional<PinnedBlock> BudgetState::Pin(OwnerId owner, const BlockKey& key) 
     return std::nullopt;
   }
   ++e->facts.chain_hits;
+  e->facts.unlikely_reuse = 0;
   Touch(*e);  // a pinned entry keeps its place; victim selection skips it
   if (e->facts.pins++ == 0) {
     o.counters.pinned_bytes += e->facts.charge_bytes;
@@ -152,6 +154,18 @@ Status BudgetState::Remove(OwnerId owner, const BlockKey& key) {
   }
   o.entries.erase(it);
   return Status::OK();
+}
+
+bool BudgetState::HintUnlikelyReuse(OwnerId owner, const BlockKey& key) {
+  MutexLock lock(&mu_);
+  HotEntry* e = Find(owner, key);
+  if (e == nullptr) return false;  // absent, or being spilled: nothing to order
+  if (e->facts.unlikely_reuse) return true;
+  // Its last access stays: hinted blocks leave oldest first.
+  Unlink(*e);
+  e->facts.unlikely_reuse = 1;
+  Relink(*e);
+  return true;
 }
 
 void BudgetState::ForEach(

@@ -155,6 +155,9 @@ class BudgetState {
   StatusOr<BlockMeta> Peek(OwnerId owner, const BlockKey& key) const EXCLUDES(mu_);
   bool Contains(OwnerId owner, const BlockKey& key) const EXCLUDES(mu_);
   Status Remove(OwnerId owner, const BlockKey& key) EXCLUDES(mu_);
+  // Sets the block's unlikely_reuse fact and repositions it; false when the
+  // block is not resident.
+  bool HintUnlikelyReuse(OwnerId owner, const BlockKey& key) EXCLUDES(mu_);
   // Calls `fn` under mu_: it must not call back into the budget.
   void ForEach(OwnerId owner,
                const std::function<void(const BlockMeta&, uint64_t bytes)>& fn) const

@@ -71,6 +71,10 @@ bool HotTier::Contains(const BlockKey& key) const {
 
 Status HotTier::Remove(const BlockKey& key) { return state().Remove(owner_, key); }
 
+bool HotTier::HintUnlikelyReuse(const BlockKey& key) {
+  return state().HintUnlikelyReuse(owner_, key);
+}
+
 TierCounters HotTier::Totals() const { return state().OwnerCounters(owner_); }
 
 TierCounters HotTier::OwnerCounters(OwnerId owner) const {

@@ -74,6 +74,60 @@ TEST_F(EngineTest, RamOnlyEngineRestoresWhatItStoredByteForByte) {
   EXPECT_FALSE(e->Stats().has_ssd);
 }
 
+// ReuseHint::kUnlikely (docs/eviction.md, "Reuse hints"): a store's new
+// blocks leave the hot tier before older blocks without the hint, and a
+// restore (a read) clears the hint. RAM only, leaf-lru, room for 9 blocks.
+TEST_F(EngineTest, BlocksStoredAsUnlikelyToBeReusedLeaveTheHotTierFirst) {
+  uint64_t block_charge = 0;
+  {
+    auto probe = Open({.hot_capacity_bytes = 16 << 20});
+    ASSERT_NE(probe, nullptr);
+    ASSERT_OK_AND_ASSIGN(Namespace ns, probe->RegisterModel(KvSpec()));
+    StoreAll(*probe, ns, Tokens(kBlockTokens));
+    block_charge = probe->Stats().hot.bytes;
+  }
+  auto e = Open({.hot_capacity_bytes = 9 * block_charge,
+                 .hot_policy = EvictionPolicyKind::kLeafLru});
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+  const std::vector<int32_t> a = Tokens(4 * kBlockTokens, 1000);
+  const std::vector<int32_t> b = Tokens(3 * kBlockTokens, 2000);
+  StoreAll(*e, ns, a);
+  ASSERT_OK_AND_ASSIGN(
+      StoreResult stored_b,
+      e->Store(ns, b, KvLayers(2, static_cast<int64_t>(b.size()), rng_),
+               {.reuse = ReuseHint::kUnlikely}));
+  EXPECT_EQ(stored_b.blocks_written, 3u);
+  EXPECT_EQ(stored_b.blocks_hinted_unlikely, 3u);
+  // b extended by one block, hinted: only the block it writes is hinted.
+  std::vector<int32_t> b_longer = b;
+  for (int32_t t : Tokens(kBlockTokens, 3000)) b_longer.push_back(t);
+  ASSERT_OK_AND_ASSIGN(
+      StoreResult stored_longer,
+      e->Store(ns, b_longer, KvLayers(2, static_cast<int64_t>(b_longer.size()), rng_),
+               {.reuse = ReuseHint::kUnlikely}));
+  EXPECT_EQ(stored_longer.blocks_deduplicated, 3u);
+  EXPECT_EQ(stored_longer.blocks_hinted_unlikely, 1u);
+  // 8 blocks resident; c's 3 blocks need 2 more: b's chain leaves from its
+  // tip (hinted leaves first), a (older, no hint) stays whole.
+  StoreAll(*e, ns, Tokens(3 * kBlockTokens, 4000));
+  EXPECT_EQ(e->Stats().hot.evictions, 2u);
+  ASSERT_OK_AND_ASSIGN(MatchResult match_a, e->Match(ns, a));
+  EXPECT_EQ(match_a.keys.size(), 4u);
+  ASSERT_OK_AND_ASSIGN(MatchResult match_b, e->Match(ns, b_longer));
+  EXPECT_EQ(match_b.keys.size(), 2u);
+  // Reading b's two blocks clears their hint: the next victim is a's tip, the
+  // least recently used leaf, and b's blocks stay.
+  EXPECT_EQ(MatchAndRestore(*e, ns, b_longer).restored_tokens, 2u * kBlockTokens);
+  StoreAll(*e, ns, Tokens(kBlockTokens, 5000));
+  ASSERT_OK_AND_ASSIGN(match_b, e->Match(ns, b_longer));
+  EXPECT_EQ(match_b.keys.size(), 2u);
+  ASSERT_OK_AND_ASSIGN(match_a, e->Match(ns, a));
+  EXPECT_EQ(match_a.keys.size(), 3u);
+  ASSERT_OK_AND_ASSIGN(EngineAudit audit, e->Audit());
+  EXPECT_TRUE(audit.ok());
+}
+
 TEST_F(EngineTest, OptionsThatCannotWorkAreRejected) {
   EXPECT_TRUE(
       Engine::Open(Quiet({.hot_capacity_bytes = 0})).status().IsInvalidArgument());

@@ -1,6 +1,6 @@
 // `prefixkv replay` as a user runs it: the trace and capacities, no other
-// flag (a default --nodes used to be refused), the policies in its JSON, and
-// bad policy names as usage errors.
+// flag (a default --nodes used to be refused), the policies in its JSON,
+// reuse hints, and bad policy names and values as usage errors.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -24,6 +24,28 @@ TEST(ReplayCli, RunsWithOnlyATraceAndCapacities) {
   EXPECT_NE(run.output.find("\"policy\":\"lru\""), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("\"ssd_policy\":\"leaf-lru\""), std::string::npos)
       << run.output;
+}
+
+TEST(ReplayCli, HintUnlikelyAfterPutsLongAnswersBlocksAsUnlikelyToBeReused) {
+  const testing::CliRun run = testing::RunCli(
+      "replay " + kTrace +
+      " --hot-capacity-tokens 3000000 --ssd-capacity-tokens 0 --policy chain"
+      " --hint-unlikely-after 100 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  // chain with hints at 3M hot tokens (docs/eviction.md, "Reuse hints").
+  EXPECT_NE(run.output.find("\"token_hit_ratio\":0.352"), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("\"hint_unlikely_after\":100"), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("\"hinted_blocks\":"), std::string::npos) << run.output;
+  const testing::CliRun min = testing::RunCli(
+      "replay " + kTrace + " --ssd-capacity-tokens 0 --policy min --hint-unlikely-after 100");
+  EXPECT_EQ(min.exit_code, 2) << min.output;
+  EXPECT_NE(min.output.find("--policy min takes no --hint-unlikely-after"),
+            std::string::npos)
+      << min.output;
+  EXPECT_EQ(testing::RunCli("replay " + kTrace + " --hint-unlikely-after many").exit_code,
+            2);
 }
 
 TEST(ReplayCli, BadPolicyNamesAreUsageErrors) {

@@ -39,6 +39,11 @@ Flags ReplayFlags() {
        "SSD tier leaf order: leaf-lru (lru is the same: the SSD tier is always "
        "leaf-first) or chain (docs/eviction.md)",
        false, "leaf-lru"},
+      {"hint-unlikely-after",
+       "reuse hints: a request whose answer (output_length) is longer than N "
+       "tokens puts its blocks as unlikely to be reused, so they leave the hot "
+       "tier first (docs/eviction.md, \"Reuse hints\"; 100 is the measured best)",
+       false, "no hints"},
       {"no-promote", "do not copy SSD hits into the hot tier", true, ""},
       {"data-dir", "where the SSD tier's scratch directory is made", false,
        "./prefixkv-data"},
@@ -93,6 +98,10 @@ void PrintJson(const ReplayReport& r, const ReplayConfig& c, const std::string& 
       .Field("bytes_per_token", c.bytes_per_token)
       .Field("policy", policy)
       .Field("ssd_policy", std::string(EvictionPolicyName(c.ssd_policy)));
+  if (c.unlikely_reuse_after_output_tokens) {
+    j.Field("hint_unlikely_after", *c.unlikely_reuse_after_output_tokens)
+        .Field("hinted_blocks", r.hinted_blocks);
+  }
   j.Key("tiers").BeginObject();
   for (const auto& t : r.tiers) {
     j.Key(t.name).BeginObject();
@@ -113,6 +122,10 @@ void PrintHuman(const ReplayReport& r) {
   std::printf("prefill tokens saved %llu, prefill cost saved %.3f\n",
               static_cast<unsigned long long>(r.prefill_tokens_saved()),
               r.prefill_cost_saved_ratio());
+  if (r.hinted_blocks > 0) {
+    std::printf("blocks put as unlikely to be reused %llu\n",
+                static_cast<unsigned long long>(r.hinted_blocks));
+  }
   std::printf("%-5s %12s %16s %10s %10s\n", "tier", "block_hits", "bytes", "entries",
               "evictions");
   for (const auto& t : r.tiers) {
@@ -154,6 +167,10 @@ std::string Configure(const Flags& flags, ReplayConfig* c, std::string* policy_n
     return "--ssd-policy: unknown policy '" + flags.GetString("ssd-policy") +
            "' (expected lru, leaf-lru or chain)";
   c->ssd_policy = *ssd_policy;
+  c->unlikely_reuse_after_output_tokens = flags.GetSize("hint-unlikely-after", &error);
+  if (!error.empty()) return error;
+  if (c->unlikely_reuse_after_output_tokens && *policy_name == "min")
+    return "--policy min takes no --hint-unlikely-after (it knows the future)";
   c->promote_on_ssd_hit = !flags.GetBool("no-promote");
   if (flags.positional().size() != 1) return "expected exactly one TRACE.jsonl";
   EngineOptions remote;

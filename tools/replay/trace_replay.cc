@@ -59,6 +59,7 @@ StatusOr<std::unique_ptr<ReplayTiers>> ReplayTiers::Open(const ReplayConfig& con
     r.queue_blocks = 1 << 16;
   };
   PKV_ASSIGN_OR_RETURN(t->engine_, Engine::Open(o));
+  t->unlikely_reuse_after_output_tokens_ = config.unlikely_reuse_after_output_tokens;
   // The trace's blocks live in one model's namespace; its layout only names
   // the chains (payloads are synthetic and never decoded).
   NamespaceSpec spec;
@@ -115,11 +116,14 @@ Status TraceReplayer::Replay(const TraceRequest& request) {
     }
     ++(h->level == TierLevel::kHot ? hot_hits_ : ssd_hits_);
   }
+  const std::optional<uint64_t> hint_after = node.unlikely_reuse_after_output_tokens();
+  const bool unlikely = hint_after && request.output_length > *hint_after;
   for (size_t i = hit; i < n; ++i) {
     const BlockMeta meta{keys_[i], i == 0 ? root_ : keys_[i - 1], root_, 0};
     Status s = stack.Put(meta, payload_);
     // NoSpace: the block does not fit any tier (a capacity below one block).
     if (!s.ok() && !s.IsNoSpace()) return s;
+    if (unlikely && s.ok() && stack.HintUnlikelyReuse(keys_[i])) ++report_.hinted_blocks;
   }
   ++report_.requests;
   report_.blocks += n;

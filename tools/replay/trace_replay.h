@@ -48,6 +48,11 @@ struct ReplayConfig {
   ReplayCapacity ssd;
   EvictionPolicyKind policy = EvictionPolicyKind::kLru;          // hot tier order
   EvictionPolicyKind ssd_policy = EvictionPolicyKind::kLeafLru;  // SSD leaf order
+  // Reuse hints (docs/eviction.md, "Reuse hints"): a request whose answer
+  // (output_length) is longer than this many tokens puts its blocks with
+  // ReuseHint::kUnlikely, as a serving engine that stores a turn once its
+  // answer is done would. nullopt: no hints.
+  std::optional<uint64_t> unlikely_reuse_after_output_tokens;
   // The SSD tier's directory. Empty: no SSD tier unless a capacity is given
   // (then InvalidArgument).
   std::string ssd_path;
@@ -81,10 +86,15 @@ class ReplayTiers {
   uint64_t payload_bytes() const { return payload_bytes_; }
   // The chain root of the trace's blocks.
   const BlockKey& root() const { return ns_.root; }
+  // ReplayConfig::unlikely_reuse_after_output_tokens.
+  std::optional<uint64_t> unlikely_reuse_after_output_tokens() const {
+    return unlikely_reuse_after_output_tokens_;
+  }
 
  private:
   ReplayTiers() = default;
   uint64_t payload_bytes_ = 0;
+  std::optional<uint64_t> unlikely_reuse_after_output_tokens_;
   std::unique_ptr<Engine> engine_;
   Namespace ns_;
 };
@@ -118,6 +128,7 @@ struct ReplayReport {
   double prefill_cost = 0;        // sum of PrefillCost(input_length)
   double prefill_cost_saved = 0;  // sum of PrefillCost(hit tokens)
   double seconds = 0;             // replay time (parsing excluded)
+  uint64_t hinted_blocks = 0;     // blocks put with ReuseHint::kUnlikely
   std::vector<ReplayTierReport> tiers;
   void AddPrefillCost(uint64_t hit_tokens_of_request, uint64_t input_length) {
     prefill_cost += PrefillCost(input_length);

@@ -28,7 +28,13 @@ struct EvictionCandidate {
   // Times this block's chain was reused: a hit adds one; a block inserted
   // under a resident parent starts from the parent's count (the new turn of a
   // conversation that was resumed is as hot as the prefix it extends).
-  uint32_t chain_hits = 0;
+  uint32_t chain_hits : 31 = 0;
+  // The embedder hinted that the block is unlikely to be read again
+  // (ReuseHint::kUnlikely, BlockTier::HintUnlikelyReuse): every built-in
+  // policy ranks it before every block without the hint (Rank 0), so hinted
+  // blocks leave first, the least recently used first. A hit or pin clears
+  // it (the block was wanted after all); a replacement keeps it.
+  uint32_t unlikely_reuse : 1 = 0;
 };
 
 // Stateless after construction; safe to call from any thread.
@@ -43,7 +49,8 @@ class EvictionPolicy {
   virtual bool MayEvict(const EvictionCandidate& c) const = 0;
 
   // Evictable blocks leave in ascending (Rank, last_access_seq) order.
-  // Must depend only on the fields of `c`.
+  // Must depend only on the fields of `c`. The built-in policies return 0
+  // for a block with `unlikely_reuse`.
   virtual uint64_t Rank(const EvictionCandidate& c) const = 0;
 };
 

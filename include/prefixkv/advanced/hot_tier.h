@@ -105,6 +105,9 @@ class HotTier final : public BlockTier {
   bool Contains(const BlockKey& key) const override;
   // NotFound when absent; Busy when pinned (nothing changes).
   Status Remove(const BlockKey& key) override;
+  // Sets EvictionCandidate::unlikely_reuse (the block keeps its last access;
+  // a hit or pin clears the hint). Works under every policy.
+  bool HintUnlikelyReuse(const BlockKey& key) override;
 
   // This owner's counters (Totals() of a view is its owner's share; the
   // budget's Totals() sums all owners). OwnerCounters(o) is zero for o other

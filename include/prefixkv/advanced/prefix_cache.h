@@ -97,8 +97,10 @@ class PrefixCache {
   // only when the last stored block ends at tokens.size() (otherwise the
   // blocks hold placeholders and `note` says so).
   // InvalidArgument when the layers do not fit the namespace layout.
+  // `options.reuse` hints the blocks this store writes (ReuseHint).
   StatusOr<StoreResult> Store(Namespace ns, std::span<const int32_t> tokens,
-                              const std::vector<LayerState>& layers);
+                              const std::vector<LayerState>& layers,
+                              const StoreOptions& options = {});
 
   // Stores blocks encoded elsewhere (a client of the RESP server's PKV.PUT)
   // as one store: `records` are encoded block records (codec.h) of namespace
@@ -116,7 +118,8 @@ class PrefixCache {
   // stored as they were encoded. InvalidArgument (naming the record) when a
   // check fails, and nothing is written.
   StatusOr<StoreResult> StoreRecords(Namespace ns,
-                                     const std::vector<SharedBytes>& records);
+                                     const std::vector<SharedBytes>& records,
+                                     const StoreOptions& options = {});
 
   // The encoded record of block `key` when it is cached in namespace `ns`
   // (hot, then SSD: checksum-verified by the SSD tier; an SSD hit is

@@ -76,6 +76,13 @@ class BlockTier {
   // Removes a block; NotFound when absent.
   virtual Status Remove(const BlockKey& key) = 0;
 
+  // A hint from the embedder that the block is unlikely to be read again
+  // (docs/eviction.md, "Reuse hints"). A tier that orders its blocks for
+  // eviction lets it leave before every block without the hint until it is
+  // read again, and returns true; false when the block is absent or the tier
+  // ignores hints (the default). Counts nothing; never an error.
+  virtual bool HintUnlikelyReuse(const BlockKey& /*key*/) { return false; }
+
   virtual TierCounters Totals() const = 0;
   virtual TierCounters OwnerCounters(OwnerId owner) const = 0;
 

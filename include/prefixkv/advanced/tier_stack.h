@@ -121,6 +121,11 @@ class TierStack final : private EvictionListener {
   // Removes from every tier. NotFound when no tier held it; Busy when the hot
   // copy is pinned (the SSD copy is removed anyway).
   Status Remove(const BlockKey& key);
+  // Passes the hint to the hot tier (BlockTier::HintUnlikelyReuse); the SSD
+  // and remote tiers keep their order. Whether the hot tier took it.
+  bool HintUnlikelyReuse(const BlockKey& key) {
+    return hot_ != nullptr && hot_->HintUnlikelyReuse(key);
+  }
 
   // Writes every dirty hot block to the SSD tier (and marks the hot copy
   // clean), so a restart finds it. No-op without an SSD tier.

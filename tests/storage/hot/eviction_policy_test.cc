@@ -148,6 +148,82 @@ TEST(ChainPolicy, AnOwnerOverItsQuotaEvictsOnlyItsOwnBlocks) {
   ExpectAuditClean(*t.budget);
 }
 
+// Reuse hints (EvictionCandidate::unlikely_reuse). Budget of 3: 1, 2, 3 are
+// put in that order and 3, the newest, is hinted. Two more puts evict 3
+// first (hinted), then 1 (the least recent without the hint): under every
+// policy, as no block here has a child.
+std::vector<uint64_t> VictimsWithTheNewestHinted(EvictionPolicyKind policy) {
+  TwoOwners t(3, policy);
+  EXPECT_OK(t.a->Put(Meta(1), Payload(), true));
+  EXPECT_OK(t.a->Put(Meta(2), Payload(), true));
+  EXPECT_OK(t.a->Put(Meta(3), Payload(), true));
+  EXPECT_TRUE(t.a->HintUnlikelyReuse(Meta(3).key));
+  EXPECT_TRUE(t.a->HintUnlikelyReuse(Meta(3).key));  // again: no change
+  EXPECT_FALSE(t.a->HintUnlikelyReuse(Meta(99).key));  // not resident
+  EXPECT_OK(t.a->Put(Meta(4), Payload(), true));
+  EXPECT_OK(t.a->Put(Meta(5), Payload(), true));
+  ExpectAuditClean(*t.budget);
+  return EvictedIds(t.evicted_a);
+}
+
+TEST(ReuseHint, AHintedBlockLeavesFirstUnderEveryPolicy) {
+  for (auto policy : {EvictionPolicyKind::kLru, EvictionPolicyKind::kLeafLru,
+                      EvictionPolicyKind::kChain}) {
+    SCOPED_TRACE(EvictionPolicyName(policy));
+    EXPECT_EQ(VictimsWithTheNewestHinted(policy), (std::vector<uint64_t>{3, 1}));
+  }
+}
+
+// Hinted blocks among themselves leave least recently used first; a hit
+// clears the hint (3 was hinted, then read: it ranks by that read).
+TEST(ReuseHint, HintedBlocksLeaveOldestFirstAndAHitClearsTheHint) {
+  TwoOwners t(4, EvictionPolicyKind::kLru);
+  for (uint64_t id : {1, 2, 3, 4}) ASSERT_OK(t.a->Put(Meta(id), Payload(), true));
+  for (uint64_t id : {4, 2, 3}) ASSERT_TRUE(t.a->HintUnlikelyReuse(Meta(id).key));
+  ASSERT_OK(t.a->Get(Meta(3).key));  // the newest access now, no hint
+  for (uint64_t id : {5, 6, 7, 8}) ASSERT_OK(t.a->Put(Meta(id), Payload(), true));
+  EXPECT_EQ(EvictedIds(t.evicted_a), (std::vector<uint64_t>{2, 4, 1, 3}));
+  ExpectAuditClean(*t.budget);
+}
+
+// Leaf-first still holds: hinted inner block 1 waits for its child 2, which
+// is not hinted; the hinted leaf 10 goes first. A pin clears a hint too.
+TEST(ReuseHint, AHintedBlockWithAResidentChildStaysUnderLeafFirstPolicies) {
+  for (auto policy : {EvictionPolicyKind::kLeafLru, EvictionPolicyKind::kChain}) {
+    SCOPED_TRACE(EvictionPolicyName(policy));
+    TwoOwners t(4, policy);
+    ASSERT_OK(t.a->Put(Meta(1), Payload(), true));
+    ASSERT_OK(t.a->Put(Meta(2, 1), Payload(), true));
+    ASSERT_OK(t.a->Put(Meta(10), Payload(), true));
+    ASSERT_OK(t.a->Put(Meta(11), Payload(), true));
+    for (uint64_t id : {1, 10, 11}) ASSERT_TRUE(t.a->HintUnlikelyReuse(Meta(id).key));
+    std::optional<PinnedBlock> pin = t.a->Pin(Meta(11).key);
+    ASSERT_TRUE(pin.has_value());
+    pin->Release();
+    ASSERT_OK(t.a->Put(Meta(20), Payload(), true));  // evicts 10 (hinted leaf)
+    ASSERT_OK(t.a->Put(Meta(21), Payload(), true));  // 2, then 1 would be next:
+    // 2 (seq 2) is the least recent leaf without the hint; 11 was pinned since.
+    EXPECT_EQ(EvictedIds(t.evicted_a), (std::vector<uint64_t>{10, 2}));
+    ASSERT_OK(t.a->Put(Meta(22), Payload(), true));  // 1 is a hinted leaf now
+    EXPECT_EQ(EvictedIds(t.evicted_a), (std::vector<uint64_t>{10, 2, 1}));
+    ExpectAuditClean(*t.budget);
+  }
+}
+
+// Under the chain policy the hint also outranks a reused chain's window: 1 was
+// hit (chain_hits 1, rank 2 + a window of 3), then hinted: it goes first.
+TEST(ReuseHint, OutranksTheChainPolicysProtection) {
+  TwoOwners t(3, EvictionPolicyKind::kChain);
+  ASSERT_OK(t.a->Put(Meta(1), Payload(), true));
+  ASSERT_OK(t.a->Get(Meta(1).key));
+  ASSERT_OK(t.a->Put(Meta(2), Payload(), true));
+  ASSERT_OK(t.a->Put(Meta(3), Payload(), true));
+  ASSERT_TRUE(t.a->HintUnlikelyReuse(Meta(1).key));
+  ASSERT_OK(t.a->Put(Meta(4), Payload(), true));
+  EXPECT_EQ(EvictedIds(t.evicted_a), (std::vector<uint64_t>{1}));
+  ExpectAuditClean(*t.budget);
+}
+
 TEST(EvictionPolicy, ParsesTheCliNamesAndRejectsOthers) {
   EXPECT_EQ(ParseEvictionPolicy("lru").value(), EvictionPolicyKind::kLru);
   EXPECT_EQ(ParseEvictionPolicy("leaf-lru").value(), EvictionPolicyKind::kLeafLru);

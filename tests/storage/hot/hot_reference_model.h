@@ -11,6 +11,9 @@
 //   - under chain, candidates leave in order of last access plus, for a block
 //     whose chain was reused (hits and pins count one each; a new block starts
 //     from its resident parent's count), capacity / charge accesses;
+//   - a block hinted unlikely to be reused (HintUnlikelyReuse) ranks before
+//     every block without the hint, oldest access first, until a hit or pin
+//     clears the hint (a replacement keeps it);
 //   - when not enough can be evicted, nothing changes;
 //   - victims of an owner with a listener are handed over (dirty ones count
 //     as spills); all count as evictions;
@@ -48,6 +51,7 @@ class Model {
     uint32_t pins = 0;
     bool dirty;
     uint32_t chain_hits = 0;
+    bool unlikely = false;  // HintUnlikelyReuse since the last hit or pin
   };
   struct Owner {
     std::optional<uint64_t> quota;
@@ -109,7 +113,7 @@ class Model {
     uint32_t hits = e.chain_hits;
     if (is_new && parent != id && own.entries.contains(parent))
       hits = own.entries.at(parent).chain_hits;
-    e = Entry{charge, ++seq_, parent, ver, e.pins, dirty, hits};
+    e = Entry{charge, ++seq_, parent, ver, e.pins, dirty, hits, !is_new && e.unlikely};
     ++own.events.inserts;
     return true;
   }
@@ -166,8 +170,17 @@ class Model {
     ++owners_[o].events.hits;
     it->second.seq = ++seq_;
     ++it->second.chain_hits;
+    it->second.unlikely = false;
     if (pin) ++it->second.pins;
     return it->second;
+  }
+
+  // False: the block is not resident (HintUnlikelyReuse returns false).
+  bool Hint(OwnerId o, uint64_t id) {
+    auto it = owners_[o].entries.find(id);
+    if (it == owners_[o].entries.end()) return false;
+    it->second.unlikely = true;
+    return true;
   }
 
   void Unpin(OwnerId o, uint64_t id) { --owners_[o].entries.at(id).pins; }
@@ -227,7 +240,8 @@ class Model {
         const Slot slot{o, id};
         const uint64_t window =
             chain_ && e.chain_hits > 0 ? capacity_ / std::max<uint64_t>(e.charge, 1) : 0;
-        const std::pair<uint64_t, uint64_t> rank{e.seq + window, e.seq};
+        // A hinted block ranks 0: before every other, oldest access first.
+        const std::pair<uint64_t, uint64_t> rank{e.unlikely ? 0 : e.seq + window, e.seq};
         if ((o == plan.owner && id == plan.id) || e.pins > 0 || rank >= best_rank)
           continue;
         if (std::find(plan.doomed.begin(), plan.doomed.end(), slot) != plan.doomed.end())

@@ -2,7 +2,7 @@
 //
 // A plain reference model (tests/storage/hot/hot_reference_model.h: maps and
 // linear scans, no trees, no tentative victims) runs the same random
-// operations (insert/replace, lookup, pin, unpin, remove, quota changes,
+// operations (insert/replace, lookup, pin, unpin, remove, reuse hints, quota changes,
 // external charges and uncharges, several owners, both policies), and after
 // EVERY operation the test checks: the status matches (and a failed charge's
 // shortfall); the victims handed to each owner's listener, in order,
@@ -96,8 +96,10 @@ class Harness {
     const int dice = static_cast<int>(rng_() % 100);
     if (dice < 38) {
       DoPut(o, id, op);
-    } else if (dice < 58) {
+    } else if (dice < 55) {
       DoGet(o, id);
+    } else if (dice < 58) {
+      EXPECT_EQ(tiers_[o]->HintUnlikelyReuse(KeyOf(id)), model_.Hint(o, id)) << id;
     } else if (dice < 70) {
       pins_.size() < kMaxPins ? DoPin(o, id) : DoUnpin();
     } else if (dice < 82) {
