@@ -118,6 +118,8 @@ class StoreResult:
     @property
     def tip_state_stored(self) -> bool: ...
     @property
+    def blocks_hinted_unlikely(self) -> int: ...
+    @property
     def note(self) -> str: ...
 
 class Engine:
@@ -138,10 +140,13 @@ class Engine:
     def match(self, ns: Namespace, tokens: Tokens) -> Match: ...
     def restore(self, match: Match) -> Restored: ...
     def store(self, ns: Namespace, tokens: Tokens,
-              layers: Sequence[Union[Layer, Sequence[npt.NDArray[Any]]]]) -> StoreResult:
+              layers: Sequence[Union[Layer, Sequence[npt.NDArray[Any]]]],
+              reuse: str = "normal") -> StoreResult:
         """One entry per layer covering every token: a Layer, or a list of
         C-contiguous arrays of the namespace dtype (the layer's registered type,
-        no meta). The arrays are copied (without the GIL)."""
+        no meta). The arrays are copied (without the GIL). reuse="unlikely"
+        (ReuseHint::kUnlikely, e.g. after a long answer): the blocks this store
+        writes leave the hot tier first until one is read again."""
     def flush(self) -> None: ...
     def close(self) -> None: ...
     @property

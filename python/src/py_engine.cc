@@ -165,8 +165,16 @@ std::vector<LayerToStore> CheckLayers(const PyNamespace& ns, const py::sequence&
   return out;
 }
 
+// "normal" or "unlikely" (ReuseHint); ValueError otherwise.
+StoreOptions ParseStoreOptions(const std::string& reuse) {
+  if (reuse == "normal") return {};
+  if (reuse == "unlikely") return {.reuse = ReuseHint::kUnlikely};
+  throw py::value_error("reuse must be 'normal' or 'unlikely', not '" + reuse + "'");
+}
+
 StoreResult Store(PyEngine& engine, const PyNamespace& ns, const py::object& tokens,
-                  const py::sequence& layers) {
+                  const py::sequence& layers, const std::string& reuse) {
+  const StoreOptions options = ParseStoreOptions(reuse);
   const std::vector<int32_t> ids = Tokens(tokens);
   const std::vector<LayerToStore> checked = CheckLayers(ns, layers);
   return ValueOr(engine.Call([&](Engine& e) -> StatusOr<StoreResult> {
@@ -180,7 +188,7 @@ StoreResult Store(PyEngine& engine, const PyNamespace& ns, const py::object& tok
         states[l].tensors.push_back(CopyToTensor(bytes, ns.spec.dtype));
       }
     }
-    return e.Store(ns.ns, ids, states);
+    return e.Store(ns.ns, ids, states, options);
   }));
 }
 
@@ -331,6 +339,7 @@ void BindValues(py::module_& m) {
       .def_readonly("blocks_deduplicated", &StoreResult::blocks_deduplicated)
       .def_property_readonly("tip", [](const StoreResult& s) { return s.tip.ToHex(); })
       .def_readonly("tip_state_stored", &StoreResult::tip_state_stored)
+      .def_readonly("blocks_hinted_unlikely", &StoreResult::blocks_hinted_unlikely)
       .def_readonly("note", &StoreResult::note)
       .def("__repr__", [](const StoreResult& s) {
         return "StoreResult(blocks=" + std::to_string(s.blocks) +
@@ -369,7 +378,8 @@ void BindEngine(py::module_& m) {
                 ValueOr(e.Call([&](Engine& en) { return en.RestorePinned(m.match); })));
           },
           py::arg("match"))
-      .def("store", &Store, py::arg("ns"), py::arg("tokens"), py::arg("layers"))
+      .def("store", &Store, py::arg("ns"), py::arg("tokens"), py::arg("layers"),
+           py::arg("reuse") = "normal")
       .def("flush",
            [](PyEngine& e) { Check(e.Call([](Engine& en) { return en.Flush(); })); })
       .def("close", [](PyEngine& e) { Check(e.Close()); })

@@ -80,3 +80,22 @@ def test_a_ram_only_engine_needs_no_directory(rng):
         assert not e.stats()["has_ssd"]
         np.testing.assert_array_equal(e.restore(e.match(ns, [1, 2, 3, 4])).layers[0].tensors[0],
                                       layers[0][0])
+
+
+
+def test_a_store_hinted_unlikely_leaves_the_hot_tier_first(data_dir, rng, tmp_path):
+    with prefixkv.Engine.open(data_dir=str(tmp_path / "probe"), hot_bytes=64 << 20,
+                              quiet=True) as probe:
+        probe.store(register(probe), list(range(4)), kv_layers(rng, 2, 4))
+        block = probe.stats()["hot"]["bytes"]
+    # Room for 4 blocks; a (no hint) is older than b (hinted).
+    with prefixkv.Engine.open(data_dir=data_dir, hot_bytes=4 * block, quiet=True) as e:
+        ns = register(e)
+        a = e.store(ns, list(range(8)), kv_layers(rng, 2, 8))
+        b = e.store(ns, list(range(100, 108)), kv_layers(rng, 2, 8), reuse="unlikely")
+        assert (a.blocks_hinted_unlikely, b.blocks_hinted_unlikely) == (0, 2)
+        e.store(ns, list(range(200, 208)), kv_layers(rng, 2, 8))  # evicts two blocks
+        assert e.match(ns, list(range(8))).tiers == ["hot", "hot"]
+        assert e.match(ns, list(range(100, 108))).tiers == ["ssd", "ssd"]
+        with pytest.raises(ValueError, match="reuse must be"):
+            e.store(ns, list(range(8)), kv_layers(rng, 2, 8), reuse="never")

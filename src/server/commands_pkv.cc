@@ -120,19 +120,32 @@ void CmdPkvRegister(CommandContext& ctx) {
   ctx.out->Bulk(ns->root.ToHex());
 }
 
-// PKV.PUT <record> [<record> ...]: one store of a registered namespace (see
-// Engine::StoreRecords); replies with what it did.
+// PKV.PUT [UNLIKELY] <record> [<record> ...]: one store of a registered
+// namespace (see Engine::StoreRecords; UNLIKELY is ReuseHint::kUnlikely: a
+// record never equals the word, it starts with the codec's magic); replies
+// with what it did.
 void CmdPkvPut(CommandContext& ctx) {
-  StatusOr<RecordIdentity> id = PeekBlockIdentity(ctx.arg(1));
+  StoreOptions options;
+  size_t first = 1;
+  if (EqualsIgnoreCase(ctx.arg(1), "unlikely")) {
+    options.reuse = ReuseHint::kUnlikely;
+    first = 2;
+  }
+  if (first >= ctx.args.size()) {
+    return ctx.out->Error("ERR wrong number of arguments for 'pkv.put' command");
+  }
+  StatusOr<RecordIdentity> id = PeekBlockIdentity(ctx.arg(first));
   if (!id.ok()) {
     return ctx.out->Error("ERR invalid block record: record 0: " + id.status().message());
   }
   Namespace ns;
   if (!FindNamespace(ctx, id->namespace_id, &ns)) return;
   std::vector<SharedBytes> records;
-  records.reserve(ctx.args.size() - 1);
-  for (size_t i = 1; i < ctx.args.size(); ++i) records.push_back(DetachArg(ctx.args[i]));
-  StatusOr<StoreResult> r = ctx.dispatcher.engine()->StoreRecords(ns, records);
+  records.reserve(ctx.args.size() - first);
+  for (size_t i = first; i < ctx.args.size(); ++i) {
+    records.push_back(DetachArg(ctx.args[i]));
+  }
+  StatusOr<StoreResult> r = ctx.dispatcher.engine()->StoreRecords(ns, records, options);
   if (!r.ok()) {
     const Status& s = r.status();
     if (s.IsInvalidArgument() || s.IsCorruption()) {
@@ -140,7 +153,7 @@ void CmdPkvPut(CommandContext& ctx) {
     }
     return ReplyStatus(s, ctx.out);
   }
-  ctx.out->ArrayHeader(14);
+  ctx.out->ArrayHeader(16);
   ctx.out->Bulk("blocks");
   ctx.out->Integer(static_cast<int64_t>(r->blocks));
   ctx.out->Bulk("written");
@@ -159,6 +172,8 @@ void CmdPkvPut(CommandContext& ctx) {
   } else {
     ctx.out->Bulk(r->stripped_tip.ToHex());
   }
+  ctx.out->Bulk("hinted_unlikely");
+  ctx.out->Integer(static_cast<int64_t>(r->blocks_hinted_unlikely));
 }
 
 // PKV.GET <namespace root> <key>: the block's record, or nil.

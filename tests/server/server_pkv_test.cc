@@ -134,6 +134,24 @@ TEST_F(ServerPkvTest, AChainMayExtendACachedBlock) {
   EXPECT_EQ(c_->Call({"PKV.MATCH", root, "4", TokenBlob(Tokens(3))}).elems[0].integer, 3);
 }
 
+// PKV.PUT UNLIKELY: the reuse hint (ReuseHint::kUnlikely) on the blocks the
+// store writes; the reply counts the blocks the hot tier took it for.
+TEST_F(ServerPkvTest, PutUnlikelyHintsTheBlocksItWrites) {
+  const NamespaceSpec spec = KvOnlySpec();
+  ASSERT_EQ(c_->Call(RegisterArgs(spec)).type, '$');
+  const std::vector<std::string> records = EncodedStore(spec, Tokens(3));
+  const Reply hinted = c_->Call({"PKV.PUT", "unlikely", records[0], records[1]});
+  EXPECT_EQ(Field(hinted, "written").integer, 2);
+  EXPECT_EQ(Field(hinted, "hinted_unlikely").integer, 2);
+  // Again with the third block: two deduplicated (not hinted again), one new.
+  const Reply again = c_->Call({"PKV.PUT", "UNLIKELY", records[0], records[1], records[2]});
+  EXPECT_EQ(Field(again, "deduplicated").integer, 2);
+  EXPECT_EQ(Field(again, "hinted_unlikely").integer, 1);
+  EXPECT_EQ(Field(c_->Call(PutArgs({records[0]})), "hinted_unlikely").integer, 0);
+  EXPECT_EQ(c_->Call({"PKV.PUT", "UNLIKELY"}).str,
+            "ERR wrong number of arguments for 'pkv.put' command");
+}
+
 TEST_F(ServerPkvTest, SupersedeOnExtendStripsTheGrandparentTipOfAHybridModel) {
   const NamespaceSpec spec = HybridSpec();
   const std::string root = c_->Call(RegisterArgs(spec)).str;

@@ -24,7 +24,8 @@ TEST(BenchPolicy, PrintsEveryPolicyAtEveryCapacityAndDrawsTheCurves) {
   testing::TempDir dir;
   const std::string svg = dir.str() + "/curves.svg";
   const testing::CliRun run = testing::RunCli(
-      "bench policy --json --repeats 1 --capacities 1M,3M --policies lru,min --trace " +
+      "bench policy --json --repeats 1 --capacities 1M,3M --policies lru,chain+hint,min "
+      "--trace " +
       std::string(PREFIXKV_SOURCE_DIR) +
       "/tests/data/mooncake_synthetic_trace.jsonl --svg " + svg);
   ASSERT_EQ(run.exit_code, 0) << run.output;
@@ -32,7 +33,11 @@ TEST(BenchPolicy, PrintsEveryPolicyAtEveryCapacityAndDrawsTheCurves) {
       << run.output;
   EXPECT_NE(run.output.find("\"lru\":{"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("\"min\":{"), std::string::npos) << run.output;
-  EXPECT_EQ(Count(run.output, "\"token_hit_ratio\""), 4u) << run.output;
+  EXPECT_NE(run.output.find("\"chain+hint\":{"), std::string::npos) << run.output;
+  EXPECT_EQ(Count(run.output, "\"token_hit_ratio\""), 6u) << run.output;
+  // chain with reuse hints at 3M tokens (docs/eviction.md, "Reuse hints").
+  EXPECT_NE(run.output.find("\"token_hit_ratio\":0.352"), std::string::npos)
+      << run.output;
   // LRU at 3M tokens is the figure docs/benchmarks.md quotes.
   EXPECT_NE(run.output.find("\"token_hit_ratio\":0.315"), std::string::npos)
       << run.output;
@@ -44,14 +49,17 @@ TEST(BenchPolicy, PrintsEveryPolicyAtEveryCapacityAndDrawsTheCurves) {
   const std::string s = text.str();
   EXPECT_EQ(s.rfind("<svg ", 0), 0u) << s.substr(0, 200);
   EXPECT_NE(s.find("</svg>"), std::string::npos);
-  EXPECT_EQ(Count(s, "<polyline"), 2u);  // one curve per policy
-  EXPECT_EQ(Count(s, "<circle"), 4u);    // one point per policy and capacity
+  EXPECT_EQ(Count(s, "<polyline"), 3u);  // one curve per policy
+  EXPECT_EQ(Count(s, "<circle"), 6u);    // one point per policy and capacity
   EXPECT_NE(s.find(">lru</text>"), std::string::npos);
   EXPECT_NE(s.find(">min</text>"), std::string::npos);
 }
 
 TEST(BenchPolicy, RejectsAnUnknownPolicyAndABadCapacity) {
   EXPECT_EQ(testing::RunCli("bench policy --policies mru --capacities 1M").exit_code, 2);
+  EXPECT_EQ(testing::RunCli("bench policy --policies min+hint --capacities 1M").exit_code,
+            2);
+  EXPECT_EQ(testing::RunCli("bench policy --policies +hint --capacities 1M").exit_code, 2);
   EXPECT_EQ(testing::RunCli("bench policy --capacities 3X").exit_code, 2);
 }
 

@@ -1,7 +1,10 @@
 // `prefixkv bench policy`: every eviction policy (and Belady's offline MIN)
 // replayed over one trace at a range of hot-tier capacities, side by side in
 // one run: a table (or --json) of token hit ratios, prefill saved and replay
-// speed, and with --svg FILE the hit-ratio curves drawn as an SVG plot.
+// speed, and with --svg FILE the hit-ratio curves drawn as an SVG plot. A
+// policy named with "+hint" (e.g. chain+hint) replays with reuse hints:
+// requests whose answer is longer than --hint-unlikely-after tokens put their
+// blocks as unlikely to be reused (docs/eviction.md, "Reuse hints").
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +24,15 @@ namespace {
 
 using replay::ReplayConfig;
 using replay::ReplayReport;
+
+constexpr std::string_view kHintSuffix = "+hint";
+
+// "chain+hint" -> "chain" and true; "chain" -> "chain" and false.
+std::pair<std::string, bool> SplitHint(const std::string& policy) {
+  if (policy.size() > kHintSuffix.size() && policy.ends_with(kHintSuffix))
+    return {policy.substr(0, policy.size() - kHintSuffix.size()), true};
+  return {policy, false};
+}
 
 struct Curve {
   std::string policy;
@@ -226,8 +238,14 @@ int RunPolicyBench(const std::vector<std::string>& args) {
                 "tests/data/mooncake_synthetic_trace.jsonl"},
                {"capacities", "hot tier sizes in tokens, decimal (3M = 3,000,000)", false,
                 "1M,2M,3M,5M,10M,20M,50M"},
-               {"policies", "comma-separated: lru, leaf-lru, chain, min", false,
-                "lru,leaf-lru,chain,min"},
+               {"policies",
+                "comma-separated: lru, leaf-lru, chain, min; lru, leaf-lru or chain "
+                "with +hint replays with reuse hints",
+                false, "lru,leaf-lru,chain,chain+hint,min"},
+               {"hint-unlikely-after",
+                "for +hint policies: a request whose answer is longer than this many "
+                "tokens puts its blocks as unlikely to be reused",
+                false, "100"},
                {"trace-block-tokens", "tokens per hash id", false, "512"},
                {"repeats", "hit-path measurements per policy (median taken)", false, "5"},
                {"svg", "also draw the hit-ratio curves into this SVG file", false, ""},
@@ -251,12 +269,19 @@ int RunPolicyBench(const std::vector<std::string>& args) {
   if (!block || *block == 0 || *block > (1u << 22))
     return UsageError(flags, "--trace-block-tokens out of range");
   const std::vector<std::string> policies =
-      Split(flags.GetString("policies", "lru,leaf-lru,chain,min"));
+      Split(flags.GetString("policies", "lru,leaf-lru,chain,chain+hint,min"));
   const std::vector<std::string> known = replay::ReplayPolicyNames();
   for (const std::string& p : policies) {
-    if (std::find(known.begin(), known.end(), p) == known.end())
-      return UsageError(flags, "unknown policy '" + p + "' (lru, leaf-lru, chain, min)");
+    const auto [name, hinted] = SplitHint(p);
+    if (std::find(known.begin(), known.end(), name) == known.end() ||
+        (hinted && name == "min"))
+      return UsageError(flags, "unknown policy '" + p +
+                                   "' (lru, leaf-lru, chain, min; the first three "
+                                   "also with +hint)");
   }
+  std::optional<uint64_t> hint_after =
+      ParseSize(flags.GetString("hint-unlikely-after", "100"));
+  if (!hint_after) return UsageError(flags, "bad --hint-unlikely-after");
   const std::string path =
       flags.GetString("trace", "tests/data/mooncake_synthetic_trace.jsonl");
   StatusOr<std::vector<replay::TraceRequest>> trace = replay::ReadTrace(path);
@@ -274,14 +299,16 @@ int RunPolicyBench(const std::vector<std::string>& args) {
   std::vector<Curve> curves;
   for (const std::string& policy : policies) {
     Curve curve{policy, {}};
+    const auto [name, hinted] = SplitHint(policy);
     for (uint64_t cap : caps) {
       ReplayConfig config = base;
       config.hot.tokens = cap;
-      StatusOr<ReplayReport> r = replay::ReplayWithPolicy(*trace, config, policy);
+      if (hinted) config.unlikely_reuse_after_output_tokens = hint_after;
+      StatusOr<ReplayReport> r = replay::ReplayWithPolicy(*trace, config, name);
       if (!r.ok()) return UsageError(flags, r.status().ToString());
       curve.points.push_back(*r);
     }
-    StatusOr<EvictionPolicyKind> kind = ParseEvictionPolicy(policy);
+    StatusOr<EvictionPolicyKind> kind = ParseEvictionPolicy(name);
     if (kind.ok()) curve.hit_ns = HitNanos(*kind, repeats);  // min has no hit path
     curves.push_back(std::move(curve));
   }
