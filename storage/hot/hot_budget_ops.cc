@@ -156,6 +156,29 @@ Status BudgetState::Remove(OwnerId owner, const BlockKey& key) {
   return Status::OK();
 }
 
+StatusOr<SharedBytes> BudgetState::PeekPayload(OwnerId owner, const BlockKey& key) const {
+  MutexLock lock(&mu_);
+  const auto& entries = Owner(owner).entries;
+  auto it = entries.find(key);
+  if (it == entries.end() && !Owner(owner).spilling.empty()) {
+    WaitForSpill(lock, owner, key);
+    it = entries.find(key);
+  }
+  if (it == entries.end()) return Status::NotFound("hot tier: " + key.ToHex());
+  return it->second.payload;
+}
+
+bool BudgetState::MarkClean(OwnerId owner, const BlockKey& key, const SharedBytes& payload) {
+  MutexLock lock(&mu_);
+  HotEntry* e = Find(owner, key);
+  if (e == nullptr || e->payload.data() != payload.data() ||
+      e->payload.size() != payload.size()) {
+    return false;  // gone, or replaced by a newer payload that is still dirty
+  }
+  e->dirty = false;
+  return true;
+}
+
 bool BudgetState::HintUnlikelyReuse(OwnerId owner, const BlockKey& key) {
   MutexLock lock(&mu_);
   HotEntry* e = Find(owner, key);

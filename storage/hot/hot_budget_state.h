@@ -158,6 +158,13 @@ class BudgetState {
   // Sets the block's unlikely_reuse fact and repositions it; false when the
   // block is not resident.
   bool HintUnlikelyReuse(OwnerId owner, const BlockKey& key) EXCLUDES(mu_);
+  // The payload without counting a hit or touching the block.
+  StatusOr<SharedBytes> PeekPayload(OwnerId owner, const BlockKey& key) const
+      EXCLUDES(mu_);
+  // Clears the dirty flag when the block's payload is still `payload`;
+  // counts nothing, moves nothing. Whether it did.
+  bool MarkClean(OwnerId owner, const BlockKey& key, const SharedBytes& payload)
+      EXCLUDES(mu_);
   // Calls `fn` under mu_: it must not call back into the budget.
   void ForEach(OwnerId owner,
                const std::function<void(const BlockMeta&, uint64_t bytes)>& fn) const

@@ -75,6 +75,14 @@ bool HotTier::HintUnlikelyReuse(const BlockKey& key) {
   return state().HintUnlikelyReuse(owner_, key);
 }
 
+StatusOr<SharedBytes> HotTier::PeekPayload(const BlockKey& key) {
+  return state().PeekPayload(owner_, key);
+}
+
+bool HotTier::MarkStoredBelow(const BlockMeta& meta, const SharedBytes& payload) {
+  return state().MarkClean(owner_, meta.key, payload);
+}
+
 TierCounters HotTier::Totals() const { return state().OwnerCounters(owner_); }
 
 TierCounters HotTier::OwnerCounters(OwnerId owner) const {

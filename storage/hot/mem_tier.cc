@@ -133,6 +133,28 @@ StatusOr<BlockMeta> MemTier::Peek(const BlockKey& key) const {
   return found->second.meta;
 }
 
+StatusOr<SharedBytes> MemTier::PeekPayload(const BlockKey& key) {
+  MutexLock lock(&mu_);
+  auto found = entries_.find(key);
+  if (found == entries_.end() && !spilling_.empty()) {
+    WaitForSpill(lock, key);
+    found = entries_.find(key);
+  }
+  if (found == entries_.end()) return Status::NotFound("mem tier: " + key.ToHex());
+  return found->second.payload;
+}
+
+bool MemTier::MarkStoredBelow(const BlockMeta& meta, const SharedBytes& payload) {
+  MutexLock lock(&mu_);
+  auto found = entries_.find(meta.key);
+  if (found == entries_.end() || found->second.payload.data() != payload.data() ||
+      found->second.payload.size() != payload.size()) {
+    return false;
+  }
+  found->second.dirty = false;
+  return true;
+}
+
 bool MemTier::Contains(const BlockKey& key) const {
   MutexLock lock(&mu_);
   if (entries_.contains(key) || spilling_.empty()) return entries_.contains(key);

@@ -281,8 +281,9 @@ void TierStack::OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool 
 
 Status TierStack::FlushKey(const BlockKey& key) {
   if (!IsMarkedDirty(key)) return Status::OK();  // written by OnEvict meanwhile
+  // Maintenance reads: no hit counted, the eviction order left alone.
   StatusOr<BlockMeta> meta = hot_->Peek(key);
-  StatusOr<SharedBytes> payload = hot_->Get(key);
+  StatusOr<SharedBytes> payload = hot_->PeekPayload(key);
   if (!meta.ok() || !payload.ok()) {  // evicted meanwhile: written by OnEvict
     MarkClean(key);
     return Status::OK();
@@ -294,7 +295,7 @@ Status TierStack::FlushKey(const BlockKey& key) {
     return s;
   }
   // Same bytes, now clean: a later eviction need not write them again.
-  (void)hot_->Put(*meta, *payload, /*dirty=*/false);
+  (void)hot_->MarkStoredBelow(*meta, *payload);
   return Status::OK();
 }
 

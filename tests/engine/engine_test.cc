@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/advanced/shared_hot_budget.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "tests/engine/engine_test_util.h"
@@ -126,6 +127,39 @@ TEST_F(EngineTest, BlocksStoredAsUnlikelyToBeReusedLeaveTheHotTierFirst) {
   EXPECT_EQ(match_a.keys.size(), 3u);
   ASSERT_OK_AND_ASSIGN(EngineAudit audit, e->Audit());
   EXPECT_TRUE(audit.ok());
+}
+
+// Flush and Audit are maintenance: the hot tier's hit and insert counters
+// stay as the stores and restores left them, and so does the eviction
+// order (a hinted block is still the first victim).
+TEST_F(EngineTest, FlushAndAuditCountNoHitsAndKeepTheEvictionOrder) {
+  auto e = Open(OnDisk(16 << 20));
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+  const std::vector<int32_t> a = Tokens(3 * kBlockTokens, 100);
+  StoreAll(*e, ns, a);
+  ASSERT_OK(e->Store(ns, Tokens(kBlockTokens, 900),
+                     KvLayers(2, kBlockTokens, rng_), {.reuse = ReuseHint::kUnlikely}));
+  MatchAndRestore(*e, ns, a);
+  const TierCounters before = e->Stats().hot;
+  ASSERT_OK(e->Flush());
+  ASSERT_OK_AND_ASSIGN(EngineAudit audit, e->Audit());
+  EXPECT_TRUE(audit.ok());
+  const TierCounters after = e->Stats().hot;
+  EXPECT_EQ(after.hits, before.hits);
+  EXPECT_EQ(after.misses, before.misses);
+  EXPECT_EQ(after.inserts, before.inserts);
+  EXPECT_EQ(e->Stats().dirty_blocks, 0u);
+  // The hinted block is still the hot tier's first victim: a quota one byte
+  // under the model's share evicts exactly it.
+  HotTier* hot = e->hot_tier(ns);
+  ASSERT_NE(hot, nullptr);
+  ASSERT_OK_AND_ASSIGN(MatchResult hinted, e->Match(ns, Tokens(kBlockTokens, 900)));
+  ASSERT_EQ(hinted.keys.size(), 1u);
+  ASSERT_OK(hot->budget().SetOwnerQuota(hot->owner(), after.bytes - 1));
+  EXPECT_FALSE(hot->Contains(hinted.keys[0]));
+  ASSERT_OK_AND_ASSIGN(MatchResult still, e->Match(ns, a));
+  EXPECT_EQ(still.tiers, std::vector<TierLevel>(3, TierLevel::kHot));
 }
 
 TEST_F(EngineTest, OptionsThatCannotWorkAreRejected) {

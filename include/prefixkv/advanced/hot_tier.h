@@ -108,6 +108,9 @@ class HotTier final : public BlockTier {
   // Sets EvictionCandidate::unlikely_reuse (the block keeps its last access;
   // a hit or pin clears the hint). Works under every policy.
   bool HintUnlikelyReuse(const BlockKey& key) override;
+  // No hit counted, no touch (BlockTier).
+  StatusOr<SharedBytes> PeekPayload(const BlockKey& key) override;
+  bool MarkStoredBelow(const BlockMeta& meta, const SharedBytes& payload) override;
 
   // This owner's counters (Totals() of a view is its owner's share; the
   // budget's Totals() sums all owners). OwnerCounters(o) is zero for o other

@@ -53,6 +53,9 @@ class MemTier final : public BlockTier {
   // the most recently used.
   StatusOr<SharedBytes> Get(const BlockKey& key) override;
   StatusOr<BlockMeta> Peek(const BlockKey& key) const override;
+  // No hit counted, no touch (BlockTier).
+  StatusOr<SharedBytes> PeekPayload(const BlockKey& key) override;
+  bool MarkStoredBelow(const BlockMeta& meta, const SharedBytes& payload) override;
   bool Contains(const BlockKey& key) const override;
   Status Remove(const BlockKey& key) override;
   TierCounters Totals() const override;

@@ -83,6 +83,19 @@ class BlockTier {
   // ignores hints (the default). Counts nothing; never an error.
   virtual bool HintUnlikelyReuse(const BlockKey& /*key*/) { return false; }
 
+  // Maintenance access for the tier stack's Flush: like a read and a clean
+  // re-put, but counting no hit or insert and leaving the block's place in
+  // the eviction order (and its reuse facts) alone, so a flush or an audit
+  // changes no counter a user audits and no eviction decision.
+  // The payload as stored; NotFound when absent. Default: Get.
+  virtual StatusOr<SharedBytes> PeekPayload(const BlockKey& key) { return Get(key); }
+  // The block is now stored in a lower tier: clears its dirty flag when its
+  // payload is still `payload` (the same buffer), so evicting it writes
+  // nothing more. Whether it did. Default: a clean Put of `payload`.
+  virtual bool MarkStoredBelow(const BlockMeta& meta, const SharedBytes& payload) {
+    return Put(meta, payload, /*dirty=*/false).ok();
+  }
+
   virtual TierCounters Totals() const = 0;
   virtual TierCounters OwnerCounters(OwnerId owner) const = 0;
 

@@ -64,6 +64,16 @@ class GatedTier final : public BlockTier, private EvictionListener {
   bool Contains(const BlockKey& key) const override { return inner_->Contains(key); }
   Status WriteBackStatus() const override { return inner_->WriteBackStatus(); }
   Status Remove(const BlockKey& key) override { return inner_->Remove(key); }
+  // Maintenance calls and hints pass through ungated.
+  bool HintUnlikelyReuse(const BlockKey& key) override {
+    return inner_->HintUnlikelyReuse(key);
+  }
+  StatusOr<SharedBytes> PeekPayload(const BlockKey& key) override {
+    return inner_->PeekPayload(key);
+  }
+  bool MarkStoredBelow(const BlockMeta& meta, const SharedBytes& payload) override {
+    return inner_->MarkStoredBelow(meta, payload);
+  }
   TierCounters Totals() const override { return inner_->Totals(); }
   TierCounters OwnerCounters(OwnerId owner) const override {
     return inner_->OwnerCounters(owner);

@@ -99,6 +99,27 @@ TEST_F(TierStackTest, FlushWritesDirtyBlocksBelowOnce) {
   EXPECT_EQ(ssd_.Totals().inserts, 2u);
 }
 
+// A flush is maintenance, not a read: it counts no hot hit or insert and
+// leaves the eviction order alone (it used to Get and re-Put every dirty
+// block, touching them in hash order).
+TEST_F(TierStackTest, FlushCountsNoHitNorInsertAndKeepsTheEvictionOrder) {
+  for (uint64_t i = 1; i <= 3; ++i) ASSERT_OK(stack_.Put(Meta(i), Payload('a')));
+  ASSERT_OK(stack_.Get(Meta(1).key));  // LRU order now 2, 3, 1
+  const TierCounters before = hot_.Totals();
+  ASSERT_OK(stack_.Flush());
+  const TierCounters after = hot_.Totals();
+  EXPECT_EQ(after.hits, before.hits);
+  EXPECT_EQ(after.inserts, before.inserts);
+  EXPECT_EQ(stack_.dirty_blocks(), 0u);
+  ASSERT_OK(stack_.Put(Meta(4), Payload('b')));
+  ASSERT_OK(stack_.Put(Meta(5), Payload('b')));
+  EXPECT_TRUE(hot_.Contains(Meta(1).key));
+  EXPECT_FALSE(hot_.Contains(Meta(2).key));
+  EXPECT_FALSE(hot_.Contains(Meta(3).key));
+  // They were clean: evicting them wrote nothing more below.
+  EXPECT_EQ(ssd_.Totals().inserts, 3u);
+}
+
 TEST_F(TierStackTest, RewriteReplacesTheBlockInEveryTierHoldingIt) {
   ASSERT_OK(stack_.Put(Meta(1), Payload('a')));
   ASSERT_OK(stack_.Flush());
