@@ -37,7 +37,7 @@ TEST(BenchRemote, QuickRunPrintsEveryFigureAsFinitePositiveNumbers) {
   if (!LocalRedisCluster::Available() || !Installed("redis-benchmark"))
     GTEST_SKIP() << "redis-server, redis-cli or redis-benchmark is not installed";
   const testing::CliRun run = testing::RunCli(
-      "bench remote --json --repeats 1 --quick --trace " +
+      "bench remote --json --repeats 2 --quick --trace " +
       std::string(PREFIXKV_SOURCE_DIR) + "/tests/data/mooncake_synthetic_trace.jsonl");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const std::string json = JsonLine(run.output);
@@ -46,7 +46,12 @@ TEST(BenchRemote, QuickRunPrintsEveryFigureAsFinitePositiveNumbers) {
        {"remote_restore_ratio_vs_redis_get", "remote_restore_ratio_vs_redis_get_min",
         "remote_restore_ratio_vs_redis_get_max", "remote_restore_mb_per_s",
         "redis_get_mb_per_s", "one_node_hit_ratio", "two_node_hit_ratio",
-        "two_node_no_remote_hit_ratio"}) {
+        "two_node_no_remote_hit_ratio",
+        // CPU per chain (the second round measures the limit's: the first
+        // also SETs), and the ratio that CPU allows on this machine.
+        "restore_cpu_ms_per_chain", "restore_redis_cpu_ms_per_chain",
+        "limit_cpu_ms_per_chain", "limit_redis_cpu_ms_per_chain", "cpu_bound_ratio",
+        "cores"}) {
     const double v = Number(json, key);
     EXPECT_TRUE(std::isfinite(v) && v > 0) << key << " = " << v << " in " << json;
   }

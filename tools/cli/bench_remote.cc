@@ -16,10 +16,21 @@
 // 0.25 s), so a run of a few ticks would overstate its time by up to a tick. --quick runs
 // 3,200, about one tick: its limit is understated (a ratio too high).
 //
+// CPU per chain (local cluster only): the CPU time this process (node B's
+// Match + Restore; getrusage) and the masters (/proc/PID/task/*/schedstat)
+// spend per restored chain, and that redis-benchmark (RUSAGE_CHILDREN) and
+// the masters spend per chain's worth of GETs. cpu_bound_ratio is the ratio
+// the restore would reach if its CPU time were spread perfectly over every
+// core of the machine: bytes x cores / (restore CPU) over the limit's rate.
+// Below the goal, no amount of overlap reaches it here; only less work per
+// byte would.
+//
 // two_node_hit_ratio vs one_node_hit_ratio: the Mooncake trace replayed
 // (tools/replay, 512-token blocks, hot RAM only) over two nodes with 3M hot
 // tokens each and the remote tier (always), request i on node i % 2; over one
 // node with 6M; and over two nodes without the remote tier (what sharing buys).
+#include <dirent.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -108,11 +119,62 @@ std::string RunKeyPrefix(const std::string& what) {
          std::to_string(Clock::System()->NowNanos()) + ":";
 }
 
+// ---- CPU time
+
+uint64_t RusageNanos(int who) {
+  rusage u{};
+  getrusage(who, &u);
+  return uint64_t(u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1'000'000'000ull +
+         uint64_t(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1000ull;
+}
+// This process's CPU time (every thread, user + system), in ns.
+uint64_t SelfCpuNanos() { return RusageNanos(RUSAGE_SELF); }
+// CPU time of the children waited for (redis-benchmark), in ns.
+uint64_t ChildrenCpuNanos() { return RusageNanos(RUSAGE_CHILDREN); }
+
+// CPU time of every thread of `pid` (the first field of each
+// /proc/PID/task/TID/schedstat: ns on a CPU); 0 when unreadable.
+uint64_t ProcessCpuNanos(pid_t pid) {
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  DIR* dir = opendir(tasks.c_str());
+  if (dir == nullptr) return 0;
+  uint64_t total = 0;
+  while (dirent* d = readdir(dir)) {
+    if (d->d_name[0] == '.') continue;
+    const std::string path = tasks + "/" + d->d_name + "/schedstat";
+    if (FILE* f = std::fopen(path.c_str(), "r")) {
+      unsigned long long ns = 0;
+      if (std::fscanf(f, "%llu", &ns) == 1) total += ns;
+      std::fclose(f);
+    }
+  }
+  closedir(dir);
+  return total;
+}
+
+// The masters' CPU time, or 0 for a cluster this bench did not start.
+uint64_t ClusterCpuNanos(const LocalRedisCluster* local) {
+  if (local == nullptr) return 0;
+  uint64_t total = 0;
+  for (size_t i = 0; i < local->ports().size(); ++i) {
+    total += ProcessCpuNanos(local->pid(static_cast<int>(i)));
+  }
+  return total;
+}
+
 // ---- remote restore vs redis-benchmark GET
 
 struct RestoreFigures {
   Range restore_mb_s, redis_get_mb_s, ratio;
   Range match_ms, restore_ms;  // the timed operation's two steps
+  // CPU ms per chain (sums over the timed rounds, divided by chains): node B
+  // and the masters while restoring; redis-benchmark and the masters while
+  // GETting a chain's worth of bytes. Only for a local cluster (cpu_measured).
+  bool cpu_measured = false;
+  double restore_cpu_ms = 0, restore_redis_cpu_ms = 0;
+  double limit_cpu_ms = 0, limit_redis_cpu_ms = 0;
+  double cpu_bound_ratio = 0;
+  long cores = 0;
   uint64_t block_bytes = 0;    // payload (encoded record) bytes per block
   bool identical = false;
   // Node B at the end: its hot tier's evictions (it was full) and the victims
@@ -195,6 +257,10 @@ StatusOr<RestoreSeconds> RestoreRemotely(Node& b, const std::vector<int32_t>& to
 }
 
 StatusOr<RestoreFigures> MeasureRestore(const Cluster& cluster, int repeats, bool quick) {
+  const LocalRedisCluster* local = cluster.local.get();
+  uint64_t restore_self_ns = 0, restore_redis_ns = 0, limit_child_ns = 0,
+           limit_redis_ns = 0;
+  double limit_chains = 0;
   const std::string prefix = RunKeyPrefix("restore");
   PKV_ASSIGN_OR_RETURN(
       Node a, OpenNode(RemoteNode(cluster.uri, RemoteWriteMode::kAlways, prefix)));
@@ -213,14 +279,20 @@ StatusOr<RestoreFigures> MeasureRestore(const Cluster& cluster, int repeats, boo
     PKV_RETURN_IF_ERROR(StoreRemotely(a, rng, layers, &tokens));
     const uint64_t read_before = b.engine->remote_tier()->Counters().bytes_read;
     RestoreResult restored;
+    const uint64_t self0 = SelfCpuNanos(), redis0 = ClusterCpuNanos(local);
     PKV_ASSIGN_OR_RETURN(RestoreSeconds seconds, RestoreRemotely(b, tokens, &restored));
+    const uint64_t self1 = SelfCpuNanos(), redis1 = ClusterCpuNanos(local);
     const uint64_t bytes = b.engine->remote_tier()->Counters().bytes_read - read_before;
     if (round == 1 - kWarmupRounds) {
       f.identical = restored.layers == layers;
       f.block_bytes = bytes / kBlocks;
     }
     if (round <= 0) continue;
-    // The first run also SETs the values the later ones GET.
+    restore_self_ns += self1 - self0;
+    restore_redis_ns += redis1 - redis0;
+    // The first run also SETs the values the later ones GET (its CPU is not
+    // counted).
+    const uint64_t child0 = ChildrenCpuNanos(), limit_redis0 = ClusterCpuNanos(local);
     const RedisBenchmarkOps ops =
         RunRedisBenchmark({.host = cluster.host,
                            .port = cluster.port,
@@ -232,6 +304,11 @@ StatusOr<RestoreFigures> MeasureRestore(const Cluster& cluster, int repeats, boo
                            .requests = kBlocks * (quick ? 100 : 1000),
                            .keyspace = kBlocks});
     if (ops.get_ops <= 0) return Status::Unavailable("redis-benchmark GET failed");
+    if (round > 1) {
+      limit_child_ns += ChildrenCpuNanos() - child0;
+      limit_redis_ns += ClusterCpuNanos(local) - limit_redis0;
+      limit_chains += quick ? 100 : 1000;  // chains' worth of GETs in the run
+    }
     restore_mb_s.push_back(static_cast<double>(bytes) / seconds.total() / 1e6);
     match_ms.push_back(seconds.match * 1e3);
     restore_ms.push_back(seconds.restore * 1e3);
@@ -246,6 +323,19 @@ StatusOr<RestoreFigures> MeasureRestore(const Cluster& cluster, int repeats, boo
   f.ratio = Summarize(ratio);
   f.match_ms = Summarize(match_ms);
   f.restore_ms = Summarize(restore_ms);
+  f.cores = sysconf(_SC_NPROCESSORS_ONLN);
+  f.cpu_measured = local != nullptr;
+  f.restore_cpu_ms = double(restore_self_ns) / 1e6 / repeats;
+  f.restore_redis_cpu_ms = double(restore_redis_ns) / 1e6 / repeats;
+  if (limit_chains > 0) {
+    f.limit_cpu_ms = double(limit_child_ns) / 1e6 / limit_chains;
+    f.limit_redis_cpu_ms = double(limit_redis_ns) / 1e6 / limit_chains;
+  }
+  const double chain_cpu_s = (f.restore_cpu_ms + f.restore_redis_cpu_ms) / 1e3;
+  if (f.cpu_measured && chain_cpu_s > 0 && f.redis_get_mb_s.median > 0) {
+    const double chain_mb = double(f.block_bytes) * kBlocks / 1e6;
+    f.cpu_bound_ratio = chain_mb * double(f.cores) / chain_cpu_s / f.redis_get_mb_s.median;
+  }
   b.engine->remote_tier()->Flush();
   const EngineStats b_stats = b.engine->Stats();
   f.b_hot_evictions = b_stats.hot.evictions;
@@ -330,6 +420,14 @@ void PrintJson(const std::string& cluster, int repeats, const RestoreFigures& f,
   RangeFields(j, "redis_get_mb_per_s", f.redis_get_mb_s);
   RangeFields(j, "remote_match_ms", f.match_ms);
   RangeFields(j, "remote_restore_step_ms", f.restore_ms);
+  if (f.cpu_measured) {
+    j.Field("cores", int64_t{f.cores})
+        .Field("restore_cpu_ms_per_chain", f.restore_cpu_ms)
+        .Field("restore_redis_cpu_ms_per_chain", f.restore_redis_cpu_ms)
+        .Field("limit_cpu_ms_per_chain", f.limit_cpu_ms)
+        .Field("limit_redis_cpu_ms_per_chain", f.limit_redis_cpu_ms)
+        .Field("cpu_bound_ratio", f.cpu_bound_ratio);
+  }
   j.Field("node_b_hot_evictions", f.b_hot_evictions)
       .Field("node_b_remote_writes", f.b_remote_writes)
       .Field("node_b_rewrites_skipped", f.b_rewrites_skipped);
@@ -362,6 +460,14 @@ void PrintTable(const std::string& cluster, int repeats, const RestoreFigures& f
   PrintRange("redis_get_mb_per_s", f.redis_get_mb_s, "MB/s", "redis-benchmark GET");
   PrintRange("remote_match_ms", f.match_ms, "ms", "of which Match (remote fetch)");
   PrintRange("remote_restore_step_ms", f.restore_ms, "ms", "and Restore (local)");
+  if (f.cpu_measured) {
+    std::printf(
+        "  CPU per chain: restore %.2f ms (node B) + %.2f ms (masters); limit %.2f ms "
+        "(redis-benchmark) + %.2f ms (masters)\n",
+        f.restore_cpu_ms, f.restore_redis_cpu_ms, f.limit_cpu_ms, f.limit_redis_cpu_ms);
+    std::printf("  %-36s %9.2f x     the restore's CPU spread over all %ld cores\n",
+                "cpu_bound_ratio", f.cpu_bound_ratio, f.cores);
+  }
   std::printf(
       "  node B's full hot tier evicted %llu blocks; %llu written back to the cluster, "
       "%llu skipped (the cluster holds them)\n",
