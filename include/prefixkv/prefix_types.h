@@ -47,10 +47,10 @@ struct StoreResult {
   bool tip_state_stored = false;   // tip-only layers landed in the tip, real
   bool tip_rewritten = false;      // an existing placeholder tip got the real state
   BlockKey stripped_tip;           // grandparent tip stripped; zero when none
+  std::string note;                // why tip-only state was not stored, if so
   // Written blocks the hot tier took ReuseHint::kUnlikely for (0 without the
   // hint, or without a hot tier).
   size_t blocks_hinted_unlikely = 0;
-  std::string note;                // why tip-only state was not stored, if so
 };
 
 // The longest cached prefix of a prompt.

@@ -156,7 +156,8 @@ Status WriteChain(cache::NamespaceState& ns, const StoreChain& chain,
       // A recorded tip that had vanished comes back as a placeholder.
       if (!real_tip) ns.lineage.Forget(block.key);
     }
-    if (unlikely && ns.tiers->HintUnlikelyReuse(block.key)) ++result->blocks_hinted_unlikely;
+    if (unlikely && ns.tiers->HintUnlikelyReuse(block.key))
+      ++result->blocks_hinted_unlikely;
   }
   result->tip_state_stored = chain.tip_state;
   if (!chain.tip_state) return Status::OK();

@@ -70,7 +70,7 @@ StatusOr<SharedBytes> BudgetState::Get(OwnerId owner, const BlockKey& key) {
     ++total_.misses;
     return Status::NotFound("hot tier: " + key.ToHex() + " not resident");
   }
-  ++e->facts.chain_hits;  // before Touch: the rank includes it
+  ++e->facts.chain_hits;        // before Touch: the rank includes it
   e->facts.unlikely_reuse = 0;  // read after all
   Touch(*e);
   ++o.counters.hits;
@@ -168,7 +168,8 @@ StatusOr<SharedBytes> BudgetState::PeekPayload(OwnerId owner, const BlockKey& ke
   return it->second.payload;
 }
 
-bool BudgetState::MarkClean(OwnerId owner, const BlockKey& key, const SharedBytes& payload) {
+bool BudgetState::MarkClean(OwnerId owner, const BlockKey& key,
+                            const SharedBytes& payload) {
   MutexLock lock(&mu_);
   HotEntry* e = Find(owner, key);
   if (e == nullptr || e->payload.data() != payload.data() ||

@@ -94,10 +94,9 @@ TEST_F(EngineTest, BlocksStoredAsUnlikelyToBeReusedLeaveTheHotTierFirst) {
   const std::vector<int32_t> a = Tokens(4 * kBlockTokens, 1000);
   const std::vector<int32_t> b = Tokens(3 * kBlockTokens, 2000);
   StoreAll(*e, ns, a);
-  ASSERT_OK_AND_ASSIGN(
-      StoreResult stored_b,
-      e->Store(ns, b, KvLayers(2, static_cast<int64_t>(b.size()), rng_),
-               {.reuse = ReuseHint::kUnlikely}));
+  ASSERT_OK_AND_ASSIGN(StoreResult stored_b,
+                       e->Store(ns, b, KvLayers(2, static_cast<int64_t>(b.size()), rng_),
+                                {.reuse = ReuseHint::kUnlikely}));
   EXPECT_EQ(stored_b.blocks_written, 3u);
   EXPECT_EQ(stored_b.blocks_hinted_unlikely, 3u);
   // b extended by one block, hinted: only the block it writes is hinted.
@@ -138,8 +137,8 @@ TEST_F(EngineTest, FlushAndAuditCountNoHitsAndKeepTheEvictionOrder) {
   ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
   const std::vector<int32_t> a = Tokens(3 * kBlockTokens, 100);
   StoreAll(*e, ns, a);
-  ASSERT_OK(e->Store(ns, Tokens(kBlockTokens, 900),
-                     KvLayers(2, kBlockTokens, rng_), {.reuse = ReuseHint::kUnlikely}));
+  ASSERT_OK(e->Store(ns, Tokens(kBlockTokens, 900), KvLayers(2, kBlockTokens, rng_),
+                     {.reuse = ReuseHint::kUnlikely}));
   MatchAndRestore(*e, ns, a);
   const TierCounters before = e->Stats().hot;
   ASSERT_OK(e->Flush());

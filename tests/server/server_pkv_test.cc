@@ -144,7 +144,8 @@ TEST_F(ServerPkvTest, PutUnlikelyHintsTheBlocksItWrites) {
   EXPECT_EQ(Field(hinted, "written").integer, 2);
   EXPECT_EQ(Field(hinted, "hinted_unlikely").integer, 2);
   // Again with the third block: two deduplicated (not hinted again), one new.
-  const Reply again = c_->Call({"PKV.PUT", "UNLIKELY", records[0], records[1], records[2]});
+  const Reply again =
+      c_->Call({"PKV.PUT", "UNLIKELY", records[0], records[1], records[2]});
   EXPECT_EQ(Field(again, "deduplicated").integer, 2);
   EXPECT_EQ(Field(again, "hinted_unlikely").integer, 1);
   EXPECT_EQ(Field(c_->Call(PutArgs({records[0]})), "hinted_unlikely").integer, 0);

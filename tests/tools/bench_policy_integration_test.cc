@@ -59,7 +59,8 @@ TEST(BenchPolicy, RejectsAnUnknownPolicyAndABadCapacity) {
   EXPECT_EQ(testing::RunCli("bench policy --policies mru --capacities 1M").exit_code, 2);
   EXPECT_EQ(testing::RunCli("bench policy --policies min+hint --capacities 1M").exit_code,
             2);
-  EXPECT_EQ(testing::RunCli("bench policy --policies +hint --capacities 1M").exit_code, 2);
+  EXPECT_EQ(testing::RunCli("bench policy --policies +hint --capacities 1M").exit_code,
+            2);
   EXPECT_EQ(testing::RunCli("bench policy --capacities 3X").exit_code, 2);
 }
 

@@ -38,8 +38,9 @@ TEST(ReplayCli, HintUnlikelyAfterPutsLongAnswersBlocksAsUnlikelyToBeReused) {
   EXPECT_NE(run.output.find("\"hint_unlikely_after\":100"), std::string::npos)
       << run.output;
   EXPECT_NE(run.output.find("\"hinted_blocks\":"), std::string::npos) << run.output;
-  const testing::CliRun min = testing::RunCli(
-      "replay " + kTrace + " --ssd-capacity-tokens 0 --policy min --hint-unlikely-after 100");
+  const testing::CliRun min =
+      testing::RunCli("replay " + kTrace +
+                      " --ssd-capacity-tokens 0 --policy min --hint-unlikely-after 100");
   EXPECT_EQ(min.exit_code, 2) << min.output;
   EXPECT_NE(min.output.find("--policy min takes no --hint-unlikely-after"),
             std::string::npos)

@@ -175,7 +175,7 @@ struct RestoreFigures {
   double limit_cpu_ms = 0, limit_redis_cpu_ms = 0;
   double cpu_bound_ratio = 0;
   long cores = 0;
-  uint64_t block_bytes = 0;    // payload (encoded record) bytes per block
+  uint64_t block_bytes = 0;  // payload (encoded record) bytes per block
   bool identical = false;
   // Node B at the end: its hot tier's evictions (it was full) and the victims
   // it did not write back to the cluster (they came from it).
@@ -334,7 +334,8 @@ StatusOr<RestoreFigures> MeasureRestore(const Cluster& cluster, int repeats, boo
   const double chain_cpu_s = (f.restore_cpu_ms + f.restore_redis_cpu_ms) / 1e3;
   if (f.cpu_measured && chain_cpu_s > 0 && f.redis_get_mb_s.median > 0) {
     const double chain_mb = double(f.block_bytes) * kBlocks / 1e6;
-    f.cpu_bound_ratio = chain_mb * double(f.cores) / chain_cpu_s / f.redis_get_mb_s.median;
+    f.cpu_bound_ratio =
+        chain_mb * double(f.cores) / chain_cpu_s / f.redis_get_mb_s.median;
   }
   b.engine->remote_tier()->Flush();
   const EngineStats b_stats = b.engine->Stats();

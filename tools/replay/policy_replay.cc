@@ -41,7 +41,8 @@ StatusOr<ReplayReport> ReplayWithPolicy(const std::vector<TraceRequest>& request
           "policy min models the hot tier alone: turn the SSD tier off");
     if (config.hot.off()) return Status::InvalidArgument("--policy min needs a hot tier");
     if (config.unlikely_reuse_after_output_tokens)
-      return Status::InvalidArgument("policy min takes no reuse hints: it knows the future");
+      return Status::InvalidArgument(
+          "policy min takes no reuse hints: it knows the future");
     const uint64_t start = Clock::System()->NowNanos();
     ReplayReport r = ReplayMin(requests, CapacityBlocks(config), config.block_tokens);
     r.seconds = static_cast<double>(Clock::System()->NowNanos() - start) * 1e-9;

@@ -158,7 +158,7 @@ std::vector<uint64_t> VictimsWithTheNewestHinted(EvictionPolicyKind policy) {
   EXPECT_OK(t.a->Put(Meta(2), Payload(), true));
   EXPECT_OK(t.a->Put(Meta(3), Payload(), true));
   EXPECT_TRUE(t.a->HintUnlikelyReuse(Meta(3).key));
-  EXPECT_TRUE(t.a->HintUnlikelyReuse(Meta(3).key));  // again: no change
+  EXPECT_TRUE(t.a->HintUnlikelyReuse(Meta(3).key));    // again: no change
   EXPECT_FALSE(t.a->HintUnlikelyReuse(Meta(99).key));  // not resident
   EXPECT_OK(t.a->Put(Meta(4), Payload(), true));
   EXPECT_OK(t.a->Put(Meta(5), Payload(), true));
