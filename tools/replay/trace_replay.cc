@@ -120,10 +120,13 @@ Status TraceReplayer::Replay(const TraceRequest& request) {
   const bool unlikely = hint_after && request.output_length > *hint_after;
   for (size_t i = hit; i < n; ++i) {
     const BlockMeta meta{keys_[i], i == 0 ? root_ : keys_[i - 1], root_, 0};
+    // As Engine::Store, the hint covers the blocks the request writes, not
+    // one still resident past its first miss.
+    const bool hint = unlikely && !stack.Contains(keys_[i]);
     Status s = stack.Put(meta, payload_);
     // NoSpace: the block does not fit any tier (a capacity below one block).
     if (!s.ok() && !s.IsNoSpace()) return s;
-    if (unlikely && s.ok() && stack.HintUnlikelyReuse(keys_[i])) ++report_.hinted_blocks;
+    if (hint && s.ok() && stack.HintUnlikelyReuse(keys_[i])) ++report_.hinted_blocks;
   }
   ++report_.requests;
   report_.blocks += n;

@@ -49,9 +49,9 @@ struct ReplayConfig {
   EvictionPolicyKind policy = EvictionPolicyKind::kLru;          // hot tier order
   EvictionPolicyKind ssd_policy = EvictionPolicyKind::kLeafLru;  // SSD leaf order
   // Reuse hints (docs/eviction.md, "Reuse hints"): a request whose answer
-  // (output_length) is longer than this many tokens puts its blocks with
-  // ReuseHint::kUnlikely, as a serving engine that stores a turn once its
-  // answer is done would. nullopt: no hints.
+  // (output_length) is longer than this many tokens puts the blocks it
+  // writes with ReuseHint::kUnlikely, as a serving engine that stores a turn
+  // once its answer is done would. nullopt: no hints.
   std::optional<uint64_t> unlikely_reuse_after_output_tokens;
   // The SSD tier's directory. Empty: no SSD tier unless a capacity is given
   // (then InvalidArgument).
