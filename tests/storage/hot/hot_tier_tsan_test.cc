@@ -1,9 +1,9 @@
 // Eight threads hammer one SharedHotBudget through three owners' views:
 // inserts and replacements, lookups, pins held across other threads'
 // evictions, removals, external charges and uncharges (each thread returns
-// what it charged), quota changes, listener swaps and audits, while the
-// listeners call back into the budget. Run under ThreadSanitizer by
-// `tools/run test`.
+// what it charged), reuse hints, flush-style peeks and clean marks, quota
+// changes, listener swaps and audits, while the listeners call back into the
+// budget. Run under ThreadSanitizer by `tools/run test`.
 // At the end: no wrong byte was ever read, every victim reached its owner's
 // listener exactly as counted, the budget total equals the sum of the owners,
 // the budget was never exceeded, no charge is left, and Audit() finds nothing.
@@ -87,9 +87,16 @@ void Worker(Shared* s, uint64_t seed) {
     if (dice < 40) {
       const Status st = tier.Put(meta, PayloadOf(id, rng() % 6000), rng() % 2 == 0);
       if (!st.ok() && !st.IsNoSpace()) ++s->wrong;
-    } else if (dice < 70) {
+    } else if (dice < 66) {
       StatusOr<SharedBytes> got = tier.Get(meta.key);
       if (got.ok() && !Intact(id, *got)) ++s->wrong;
+    } else if (dice < 68) {
+      (void)tier.HintUnlikelyReuse(meta.key);
+    } else if (dice < 70) {
+      // The stack's Flush path: read without a hit, mark clean.
+      StatusOr<SharedBytes> got = tier.PeekPayload(meta.key);
+      if (got.ok() && !Intact(id, *got)) ++s->wrong;
+      if (got.ok()) (void)tier.MarkStoredBelow(meta, *got);
     } else if (dice < 80 && pins.size() < 4) {
       if (std::optional<PinnedBlock> pin = tier.Pin(meta.key))
         pins.emplace_back(id, std::move(*pin));
