@@ -13,11 +13,11 @@ const IndexEntry* SsdIndex::Find(const BlockKey& key) const {
   return it == entries_.end() ? nullptr : &it->second;
 }
 
-void SsdIndex::Insert(const BlockKey& key, const IndexEntry& entry) {
+void SsdIndex::Insert(const BlockKey& key, const IndexEntry& entry, bool inherit) {
   uint32_t chain_hits = entry.chain_hits;
-  if (const IndexEntry* old = Find(key))
+  if (const IndexEntry* old = Find(key); inherit && old != nullptr)
     chain_hits = std::max(chain_hits, old->chain_hits);
-  if (const IndexEntry* parent = Find(entry.parent)) {
+  if (const IndexEntry* parent = Find(entry.parent); inherit && parent != nullptr) {
     chain_hits = std::max(chain_hits, parent->chain_hits);  // frequency per chain
   }
   Erase(key);

@@ -32,16 +32,20 @@ struct IndexEntry {
   uint64_t segment = 0;  // where the payload's extent is (StoredMeta)
   uint64_t offset = 0;
   // Reuse of the block's chain (the chain policy): hits on it, or on the
-  // stored parent it inherited them from when inserted. Not persisted: after
-  // a restart every chain starts as never reused.
+  // stored parent it inherited them from when inserted. Persisted in the
+  // metadata record (StoredMeta::chain_hits, saturated at 65535) with every
+  // write and every read, so a restart keeps it.
   uint32_t chain_hits = 0;
 };
 
 class SsdIndex {
  public:
   const IndexEntry* Find(const BlockKey& key) const;
-  // Inserts or replaces; adjusts entries/bytes of the owners involved.
-  void Insert(const BlockKey& key, const IndexEntry& entry);
+  // Inserts or replaces; adjusts entries/bytes of the owners involved. The
+  // entry's chain_hits becomes the most of its own, the replaced entry's and
+  // the stored parent's (`inherit`; a rebuild from persisted records, which
+  // hold the counts already, passes false).
+  void Insert(const BlockKey& key, const IndexEntry& entry, bool inherit = true);
   // Removes; adjusts entries/bytes. False when absent.
   bool Erase(const BlockKey& key);
   // Records a new access; the block moves to the recent end of the order. A

@@ -83,7 +83,9 @@ std::string EncodeMeta(const StoredMeta& m) {
   std::string v(kMetaBytes, '\0');
   char* p = v.data();
   p[0] = static_cast<char>(kMetaVersion);
-  p[1] = static_cast<char>(m.dirty ? 1 : 0);  // flags; [2..3] reserved, zero
+  p[1] = static_cast<char>(m.dirty ? 1 : 0);  // flags
+  p[2] = static_cast<char>(m.chain_hits & 0xFF);
+  p[3] = static_cast<char>(m.chain_hits >> 8);
   PutLE32(p + 4, m.owner);
   m.parent.EncodeTo(reinterpret_cast<uint8_t*>(p + 8));
   PutLE64(p + 24, m.payload_bytes);
@@ -112,6 +114,8 @@ Status DecodeMeta(std::string_view v, StoredMeta* m) {
   m->payload_xxh3 = GetLE64(p + 32);
   m->access_seq = GetLE64(p + 40);
   m->dirty = (p[1] & 1) != 0;
+  m->chain_hits = static_cast<uint16_t>(static_cast<uint8_t>(p[2]) |
+                                        (static_cast<uint8_t>(p[3]) << 8));
   m->segment = GetLE64(p + 48);
   m->offset = GetLE64(p + 56);
   return Status::OK();

@@ -49,7 +49,16 @@ struct StoredMeta {
   bool dirty = false;         // Put's flag: not stored in any other tier (flags bit 0)
   uint64_t segment = 0;       // segment file id holding the payload's extent
   uint64_t offset = 0;        // byte offset of the extent in it (4096-aligned)
+  // Reuse of the block's chain (IndexEntry::chain_hits, the chain policy's
+  // fact), saturated at 65535, in bytes 2..3, which records written before it
+  // existed hold as 0 (never reused).
+  uint16_t chain_hits = 0;
 };
+
+// IndexEntry::chain_hits as StoredMeta keeps it.
+inline uint16_t PersistedChainHits(uint32_t hits) {
+  return hits > 0xFFFF ? uint16_t{0xFFFF} : static_cast<uint16_t>(hits);
+}
 
 std::string EncodeMeta(const StoredMeta& m);
 // Corruption for a bad length or checksum; NotSupported for an unknown version.

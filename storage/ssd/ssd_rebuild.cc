@@ -81,9 +81,11 @@ Status ssd::TierImpl::RebuildIndex(rocksdb::WriteBatch* repairs) {
       corrupt += 1;
       continue;
     }
-    index.Insert(key,
-                 ssd::IndexEntry{ns, m.parent, m.owner, m.payload_bytes, m.payload_xxh3,
-                                 m.access_seq, m.dirty, m.segment, m.offset});
+    index.Insert(
+        key,
+        ssd::IndexEntry{ns, m.parent, m.owner, m.payload_bytes, m.payload_xxh3,
+                        m.access_seq, m.dirty, m.segment, m.offset, m.chain_hits},
+        /*inherit=*/false);
   }
   PKV_RETURN_IF_ERROR(FromRocks(it->status(), "scan block metadata"));
   MutexLock lock(&mu_);

@@ -149,8 +149,10 @@ Status ssd::TierImpl::Relocate(uint64_t segment) {
               cur->offset != moving[i].e.offset || cur->checksum != moving[i].e.checksum)
             continue;
           still[i] = true;
-          ssd::StoredMeta m{cur->owner,      cur->parent, cur->bytes,    cur->checksum,
-                            cur->access_seq, cur->dirty,  to[i].segment, to[i].offset};
+          ssd::StoredMeta m{
+              cur->owner,    cur->parent,     cur->bytes,
+              cur->checksum, cur->access_seq, cur->dirty,
+              to[i].segment, to[i].offset,    ssd::PersistedChainHits(cur->chain_hits)};
           batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, cur->namespace_id, moving[i].key),
                     ssd::EncodeMeta(m));
         }

@@ -263,11 +263,25 @@ Status ssd::TierImpl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
     {
       MutexLock lock(&mu_);
       for (size_t i = 0; i < items.size(); ++i) {
+        uint32_t hits = 0;
         if (const IndexEntry* e = index_.Find(items[i].meta.key)) {
           old[i] = *e;
           replaced = true;
+          hits = e->chain_hits;
         }
         stored[i].access_seq = ++next_seq_;
+        // The reuse count SsdIndex::Insert will give it (the most of its old
+        // one and its parent's, the parent possibly earlier in this batch),
+        // persisted with the record.
+        if (const IndexEntry* p = index_.Find(items[i].meta.parent)) {
+          hits = std::max(hits, p->chain_hits);
+        }
+        for (size_t j = 0; j < i; ++j) {
+          if (items[j].meta.key == items[i].meta.parent) {
+            hits = std::max<uint32_t>(hits, stored[j].chain_hits);
+          }
+        }
+        stored[i].chain_hits = ssd::PersistedChainHits(hits);
       }
     }
     rocksdb::WriteBatch batch;
@@ -293,10 +307,11 @@ Status ssd::TierImpl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
     for (size_t i = 0; i < items.size(); ++i) {
       const BlockMeta& meta = items[i].meta;
       if (s.ok()) {
-        index_.Insert(meta.key, IndexEntry{meta.namespace_id, meta.parent, meta.owner,
-                                           stored[i].payload_bytes,
-                                           stored[i].payload_xxh3, stored[i].access_seq,
-                                           dirty, stored[i].segment, stored[i].offset});
+        index_.Insert(meta.key,
+                      IndexEntry{meta.namespace_id, meta.parent, meta.owner,
+                                 stored[i].payload_bytes, stored[i].payload_xxh3,
+                                 stored[i].access_seq, dirty, stored[i].segment,
+                                 stored[i].offset, stored[i].chain_hits});
         index_.Owner(meta.owner).inserts += 1;
       }
       index_.EndPendingChild(meta.parent);
@@ -397,6 +412,9 @@ StatusOr<SharedBytes> ssd::TierImpl::Get(const BlockKey& key, bool touch) {
     MutexLock lock(&mu_);
     touched.access_seq = ++next_seq_;
     index_.Touch(key, touched.access_seq, /*hit=*/true);
+    if (const IndexEntry* now = index_.Find(key)) {
+      touched.chain_hits = ssd::PersistedChainHits(now->chain_hits);
+    }
     index_.Owner(e.owner).hits += 1;
     unpersisted_[e.owner].hits += 1;
   }

@@ -217,6 +217,47 @@ TEST_F(SsdTierTest, AccessOrderIsPersistedAcrossRestarts) {
   EXPECT_TRUE(tier->Contains(ChainBlock(2, 0).key));
 }
 
+// The chain policy's reuse counts are persisted with the access order (the
+// metadata record's bytes 2..3). As in the test above: a1 was read, so after
+// a restart putting c1 still evicts b1, not a1 (the least recently used
+// leaf, which a restart that forgot the counts would evict), and an a2
+// appended after the restart inherits A's reuse: b0 goes next.
+TEST_F(SsdTierTest, TheChainPolicysReuseCountsSurviveARestart) {
+  TempDir dir;
+  SsdTierOptions o = TestSsdOptions((dir.path() / "ssd").string());
+  o.capacity_bytes = 5 * 1000;
+  o.policy = EvictionPolicyKind::kChain;
+  const auto put = [](SsdTier& tier, uint64_t chain, uint64_t i) {
+    ASSERT_OK(
+        tier.Put(ChainBlock(chain, i), PayloadOf(ChainBlock(chain, i), 1000), false));
+  };
+  {
+    auto tier = OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    put(*tier, 0, 0);
+    put(*tier, 0, 1);
+    ASSERT_OK(tier->Get(ChainBlock(0, 1).key));
+    put(*tier, 1, 0);
+    put(*tier, 1, 1);
+    put(*tier, 2, 0);
+  }
+  auto tier = OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  testing::RecordingListener evicted;
+  tier->SetEvictionListener(&evicted);
+  put(*tier, 2, 1);
+  auto calls = evicted.calls();
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].meta.key, ChainBlock(1, 1).key);
+  put(*tier, 0, 2);
+  calls = evicted.calls();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[1].meta.key, ChainBlock(1, 0).key);
+  EXPECT_TRUE(tier->Contains(ChainBlock(0, 1).key));
+  EXPECT_TRUE(tier->FindOrphans().empty());
+  testing::ExpectCountersMatchContents(*tier, {0});
+}
+
 TEST_F(SsdTierTest, APayloadLargerThanTheCapacityIsRejectedWithNoSpace) {
   auto tier = OpenSsd(Options(1000));
   EXPECT_TRUE(
