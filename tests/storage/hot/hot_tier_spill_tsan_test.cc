@@ -69,7 +69,7 @@ void ExpectNoSpillGap(BlockTier* tier) {
   std::atomic<int> finished{0};
   bool contained = true;
   Status removed;
-  StatusOr<SharedBytes> got = Status::OK();
+  StatusOr<SharedBytes> got = Status::Internal("not looked up yet");
   std::thread contains([&] {
     contained = tier->Contains(Meta(1).key);
     finished++;
