@@ -112,16 +112,22 @@ void BudgetState::Unpin(HotEntry* e) {
   }
 }
 
-StatusOr<BlockMeta> BudgetState::Peek(OwnerId owner, const BlockKey& key) const {
-  MutexLock lock(&mu_);
+const HotEntry* BudgetState::FindSettled(MutexLock& lock, OwnerId owner,
+                                         const BlockKey& key) const {
   const auto& entries = Owner(owner).entries;
   auto it = entries.find(key);
   if (it == entries.end() && !Owner(owner).spilling.empty()) {
     WaitForSpill(lock, owner, key);
     it = entries.find(key);
   }
-  if (it == entries.end()) return Status::NotFound("hot tier: " + key.ToHex());
-  return it->second.meta;
+  return it == entries.end() ? nullptr : &it->second;
+}
+
+StatusOr<BlockMeta> BudgetState::Peek(OwnerId owner, const BlockKey& key) const {
+  MutexLock lock(&mu_);
+  const HotEntry* e = FindSettled(lock, owner, key);
+  if (e == nullptr) return Status::NotFound("hot tier: " + key.ToHex());
+  return e->meta;
 }
 
 bool BudgetState::Contains(OwnerId owner, const BlockKey& key) const {
@@ -158,14 +164,9 @@ Status BudgetState::Remove(OwnerId owner, const BlockKey& key) {
 
 StatusOr<SharedBytes> BudgetState::PeekPayload(OwnerId owner, const BlockKey& key) const {
   MutexLock lock(&mu_);
-  const auto& entries = Owner(owner).entries;
-  auto it = entries.find(key);
-  if (it == entries.end() && !Owner(owner).spilling.empty()) {
-    WaitForSpill(lock, owner, key);
-    it = entries.find(key);
-  }
-  if (it == entries.end()) return Status::NotFound("hot tier: " + key.ToHex());
-  return it->second.payload;
+  const HotEntry* e = FindSettled(lock, owner, key);
+  if (e == nullptr) return Status::NotFound("hot tier: " + key.ToHex());
+  return e->payload;
 }
 
 bool BudgetState::MarkClean(OwnerId owner, const BlockKey& key,

@@ -181,6 +181,10 @@ class BudgetState {
   OwnerState& Owner(OwnerId id) REQUIRES(mu_) { return *owners_[id]; }
   const OwnerState& Owner(OwnerId id) const REQUIRES(mu_) { return *owners_[id]; }
   HotEntry* Find(OwnerId owner, const BlockKey& key) REQUIRES(mu_);
+  // The entry of `key` once no spill of it is in flight (WaitForSpill); null
+  // when absent.
+  const HotEntry* FindSettled(MutexLock& lock, OwnerId owner, const BlockKey& key) const
+      REQUIRES(mu_);
 
   // Ordered-set maintenance. Linkable: belongs in the orders (pinned or not).
   bool Linkable(const HotEntry& e) const REQUIRES(mu_) {

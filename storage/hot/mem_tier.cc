@@ -122,26 +122,27 @@ StatusOr<SharedBytes> MemTier::Get(const BlockKey& key) {
   return e.payload;
 }
 
-StatusOr<BlockMeta> MemTier::Peek(const BlockKey& key) const {
-  MutexLock lock(&mu_);
+const MemTier::Entry* MemTier::FindSettled(MutexLock& lock, const BlockKey& key) const {
   auto found = entries_.find(key);
   if (found == entries_.end() && !spilling_.empty()) {
     WaitForSpill(lock, key);
     found = entries_.find(key);
   }
-  if (found == entries_.end()) return Status::NotFound("mem tier: " + key.ToHex());
-  return found->second.meta;
+  return found == entries_.end() ? nullptr : &found->second;
+}
+
+StatusOr<BlockMeta> MemTier::Peek(const BlockKey& key) const {
+  MutexLock lock(&mu_);
+  const Entry* e = FindSettled(lock, key);
+  if (e == nullptr) return Status::NotFound("mem tier: " + key.ToHex());
+  return e->meta;
 }
 
 StatusOr<SharedBytes> MemTier::PeekPayload(const BlockKey& key) {
   MutexLock lock(&mu_);
-  auto found = entries_.find(key);
-  if (found == entries_.end() && !spilling_.empty()) {
-    WaitForSpill(lock, key);
-    found = entries_.find(key);
-  }
-  if (found == entries_.end()) return Status::NotFound("mem tier: " + key.ToHex());
-  return found->second.payload;
+  const Entry* e = FindSettled(lock, key);
+  if (e == nullptr) return Status::NotFound("mem tier: " + key.ToHex());
+  return e->payload;
 }
 
 bool MemTier::MarkStoredBelow(const BlockMeta& meta, const SharedBytes& payload) {

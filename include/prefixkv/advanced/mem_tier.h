@@ -94,6 +94,8 @@ class MemTier final : public BlockTier {
   TierCounters& Owner(OwnerId owner) REQUIRES(mu_) { return owners_[owner]; }
   // Waits while `key` is being spilled, releasing mu_ meanwhile.
   void WaitForSpill(MutexLock& lock, const BlockKey& key) const REQUIRES(mu_);
+  // The entry of `key` once no spill of it is in flight; null when absent.
+  const Entry* FindSettled(MutexLock& lock, const BlockKey& key) const REQUIRES(mu_);
 
   const MemTierOptions options_;
   mutable Mutex mu_;
