@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <unordered_map>
 
 #include "ssd_layout.h"
 #include "ssd_tier_impl.h"
@@ -261,6 +262,8 @@ Status ssd::TierImpl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
     BatchLock batch_lock(this, keys);
     std::vector<std::optional<IndexEntry>> old(items.size());
     {
+      // Reuse counts given earlier in this batch, for a child in the same batch.
+      std::unordered_map<BlockKey, uint32_t, BlockKeyHash> batch_hits;
       MutexLock lock(&mu_);
       for (size_t i = 0; i < items.size(); ++i) {
         uint32_t hits = 0;
@@ -276,11 +279,11 @@ Status ssd::TierImpl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
         if (const IndexEntry* p = index_.Find(items[i].meta.parent)) {
           hits = std::max(hits, p->chain_hits);
         }
-        for (size_t j = 0; j < i; ++j) {
-          if (items[j].meta.key == items[i].meta.parent) {
-            hits = std::max<uint32_t>(hits, stored[j].chain_hits);
-          }
+        if (auto in_batch = batch_hits.find(items[i].meta.parent);
+            in_batch != batch_hits.end()) {
+          hits = std::max(hits, in_batch->second);
         }
+        if (items.size() > 1) batch_hits[items[i].meta.key] = hits;
         stored[i].chain_hits = ssd::PersistedChainHits(hits);
       }
     }
