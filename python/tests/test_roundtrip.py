@@ -82,7 +82,6 @@ def test_a_ram_only_engine_needs_no_directory(rng):
                                       layers[0][0])
 
 
-
 def test_a_store_hinted_unlikely_leaves_the_hot_tier_first(data_dir, rng, tmp_path):
     with prefixkv.Engine.open(data_dir=str(tmp_path / "probe"), hot_bytes=64 << 20,
                               quiet=True) as probe:
