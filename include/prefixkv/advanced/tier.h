@@ -83,15 +83,17 @@ class BlockTier {
   // ignores hints (the default). Counts nothing; never an error.
   virtual bool HintUnlikelyReuse(const BlockKey& /*key*/) { return false; }
 
-  // Maintenance access for the tier stack's Flush: like a read and a clean
-  // re-put, but counting no hit or insert and leaving the block's place in
-  // the eviction order (and its reuse facts) alone, so a flush or an audit
-  // changes no counter a user audits and no eviction decision.
-  // The payload as stored; NotFound when absent. Default: Get.
+  // Maintenance access, used by TierStack::Flush on the tier above another:
+  // like a read and a clean re-put, but counting no hit or insert and leaving
+  // the block's place in the eviction order (and its reuse facts) alone, so a
+  // flush or an audit changes no counter a user audits and no eviction
+  // decision. HotTier and MemTier implement both that way; the defaults (Get,
+  // and a clean Put, which do count) serve tiers never stacked above another.
+  // The payload as stored; NotFound when absent.
   virtual StatusOr<SharedBytes> PeekPayload(const BlockKey& key) { return Get(key); }
   // The block is now stored in a lower tier: clears its dirty flag when its
   // payload is still `payload` (the same buffer), so evicting it writes
-  // nothing more. Whether it did. Default: a clean Put of `payload`.
+  // nothing more. Whether it did.
   virtual bool MarkStoredBelow(const BlockMeta& meta, const SharedBytes& payload) {
     return Put(meta, payload, /*dirty=*/false).ok();
   }
