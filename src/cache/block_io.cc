@@ -4,8 +4,10 @@
 namespace prefixkv::cache {
 
 StatusOr<LoadedBlock> LoadBlock(const cache::NamespaceState& ns, const BlockKey& key,
-                                bool allow_promotion, const DecodeLimits& limits) {
-  PKV_ASSIGN_OR_RETURN(TierHit hit, ns.tiers->Get(key, allow_promotion));
+                                BlockRead read, const DecodeLimits& limits) {
+  PKV_ASSIGN_OR_RETURN(TierHit hit, read == BlockRead::kRestore
+                                        ? ns.tiers->Get(key)
+                                        : ns.tiers->PeekPayload(key));
   // Hot bytes were encoded by this process, or fully verified when they were
   // stored (StoreRecords), and never left memory since: decode in place
   // without a checksum pass. SSD bytes are verified again here on top

@@ -11,12 +11,18 @@ struct LoadedBlock {
   TierLevel level = TierLevel::kNone;
 };
 
+// How LoadBlock reads: a restore's read (TierStack::Get: counted as a hit,
+// recency touched, SSD and remote hits promoted), or the cache's own
+// bookkeeping (TierStack::PeekPayload: counts and moves nothing, local tiers
+// only).
+enum class BlockRead { kRestore, kBookkeeping };
+
 // Reads and decodes one block. Hot hits are decoded in place (their tensors
 // view the hot tier's bytes: zero copy); SSD reads were verified by the tier
 // and are decoded with the checksum check as well. NotFound for a miss,
 // Corruption for a record that does not decode.
 StatusOr<LoadedBlock> LoadBlock(const cache::NamespaceState& ns, const BlockKey& key,
-                                bool allow_promotion, const DecodeLimits& limits);
+                                BlockRead read, const DecodeLimits& limits);
 
 // Encodes `record` and puts it as a new block.
 Status PutBlock(const cache::NamespaceState& ns, const BlockRecord& record,

@@ -29,10 +29,11 @@ PrefixCache::~PrefixCache() = default;
 namespace {
 
 // Reads the persisted lineage; a missing or unreadable record starts empty
-// (the cost is only that the next grandparent is not stripped).
+// (the cost is only that the next grandparent is not stripped). Bookkeeping:
+// no hit or miss counted.
 TipLineage LoadLineage(const cache::NamespaceState& ns, const DecodeLimits& limits) {
   BlockTier* lowest = ns.tiers->lowest();
-  StatusOr<SharedBytes> payload = lowest->Get(TipLineage::RecordKey(ns.root));
+  StatusOr<SharedBytes> payload = lowest->PeekPayload(TipLineage::RecordKey(ns.root));
   if (!payload.ok()) return {};
   StatusOr<BlockRecord> rec = DecodeBlock(*payload, limits);
   if (!rec.ok()) return {};

@@ -31,7 +31,8 @@ std::vector<LoadedBlock> LoadValidBlocks(const cache::NamespaceState& ns,
   blocks.reserve(match.keys.size());
   const size_t b = ns.spec.block_tokens;
   for (size_t i = 0; i < match.keys.size(); ++i) {
-    StatusOr<LoadedBlock> block = cache::LoadBlock(ns, match.keys[i], true, limits);
+    StatusOr<LoadedBlock> block =
+        cache::LoadBlock(ns, match.keys[i], cache::BlockRead::kRestore, limits);
     Status s = block.status();
     if (s.ok()) {
       const BlockKey parent = i == 0 ? ns.root : match.keys[i - 1];
@@ -114,7 +115,8 @@ std::vector<LoadedBlock> LoadOffChainTip(cache::NamespaceState& ns,
     });
   }
   if (best_tip.IsZero()) return {};
-  StatusOr<LoadedBlock> tip = cache::LoadBlock(ns, best_tip, true, limits);
+  StatusOr<LoadedBlock> tip =
+      cache::LoadBlock(ns, best_tip, cache::BlockRead::kRestore, limits);
   if (!tip.ok()) return {};
   const BlockKey parent = best_blocks == 0 ? ns.root : match.keys[best_blocks - 1];
   if (!cache::ValidateBlock(ns, tip->record, best_blocks * b, parent,

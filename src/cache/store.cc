@@ -26,7 +26,8 @@ using BlockPayload = std::function<StatusOr<SharedBytes>(size_t i, bool real_tip
 // True when the cached block `key` carries real tip-only state.
 bool IsRealTip(const cache::NamespaceState& ns, const BlockKey& key,
                const DecodeLimits& limits) {
-  StatusOr<cache::LoadedBlock> block = cache::LoadBlock(ns, key, false, limits);
+  StatusOr<cache::LoadedBlock> block =
+      cache::LoadBlock(ns, key, cache::BlockRead::kBookkeeping, limits);
   return block.ok() && cache::HasRealTipState(ns.families, block->record);
 }
 
@@ -34,7 +35,7 @@ bool IsRealTip(const cache::NamespaceState& ns, const BlockKey& key,
 Status StripTip(const cache::NamespaceState& ns, const BlockKey& key,
                 const PrefixCacheOptions& options) {
   StatusOr<cache::LoadedBlock> block =
-      cache::LoadBlock(ns, key, false, options.decode_limits);
+      cache::LoadBlock(ns, key, cache::BlockRead::kBookkeeping, options.decode_limits);
   if (block.status().IsNotFound()) return Status::OK();  // evicted: nothing to strip
   if (!block.ok()) return block.status();
   if (!cache::StripTipState(ns.families, &block->record)) return Status::OK();
@@ -62,7 +63,8 @@ bool PartialTipOnChain(const cache::NamespaceState& ns, const StoreChain& chain,
     return ChainKey(parent, chain.tokens.subspan(at - tokens_start, count)) == key;
   }
   const PlannedBlock& next = chain.ancestors[at / ns.spec.block_tokens];
-  StatusOr<cache::LoadedBlock> block = cache::LoadBlock(ns, next.key, false, limits);
+  StatusOr<cache::LoadedBlock> block =
+      cache::LoadBlock(ns, next.key, cache::BlockRead::kBookkeeping, limits);
   if (!block.ok() || block->record.tokens.size() < count) return false;
   return ChainKey(parent, std::span<const int32_t>(block->record.tokens).first(count)) ==
          key;

@@ -45,6 +45,23 @@ StatusOr<TierHit> TierStack::Get(const BlockKey& key, bool allow_promotion) {
   return Status::NotFound("block " + key.ToHex() + " not cached");
 }
 
+StatusOr<TierHit> TierStack::PeekPayload(const BlockKey& key) {
+  if (hot_ != nullptr) {
+    StatusOr<SharedBytes> hit = hot_->PeekPayload(key);
+    if (hit.ok()) return TierHit{std::move(hit).value(), TierLevel::kHot};
+  }
+  if (ssd_ != nullptr) {
+    StatusOr<SharedBytes> hit = ssd_->PeekPayload(key);
+    if (hit.ok()) return TierHit{std::move(hit).value(), TierLevel::kSsd};
+    // Moved up meanwhile (a promotion or a Put): it is in the hot tier now.
+    if (hot_ != nullptr) {
+      StatusOr<SharedBytes> again = hot_->PeekPayload(key);
+      if (again.ok()) return TierHit{std::move(again).value(), TierLevel::kHot};
+    }
+  }
+  return Status::NotFound("block " + key.ToHex() + " not cached");
+}
+
 StatusOr<TierHit> TierStack::GetBelow(const BlockKey& key, bool promote) {
   // A Put may have landed in the hot tier between the miss and the stripe.
   if (hot_ != nullptr && hot_->Contains(key)) {

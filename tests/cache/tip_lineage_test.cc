@@ -1,6 +1,7 @@
 // Tip lineage: branches never record interior blocks as tips, the lineage
 // survives a restart, a grandparent that lives only on SSD is stripped there,
-// and the persisted record round-trips and rejects damage.
+// the lineage's reads count no hits, and the persisted record round-trips and
+// rejects damage.
 #include "prefixkv/advanced/tip_lineage.h"
 
 #include <gtest/gtest.h>
@@ -97,6 +98,24 @@ TEST(TipLineage, StoreBranchingOffThePreviousTipStripsItsGrandparentOnce) {
   EXPECT_EQ(RotatingShape(*tiers.hot, t2), kRealRotatingShape);
 }
 
+// The lineage's reads (its record when the model registers; during a store,
+// is the cached tip real? strip the grandparent) are the cache's own
+// bookkeeping: they count no hit or miss and touch nothing, so the hot tier's
+// counters are the users' reads only.
+TEST(TipLineage, StoresCountNoHitsForTheirLineageReads) {
+  TestTiers tiers(kHotBytes, "");
+  PrefixCache& cache = tiers.cache();
+  Namespace ns = tiers.Register(HybridSpec()).value();
+  StoreTokens(cache, ns, Tokens(1));
+  StoreTokens(cache, ns, Tokens(2));
+  StatusOr<StoreResult> r = cache.Store(ns, Tokens(3), HybridLayers(12));
+  ASSERT_OK(r);
+  EXPECT_FALSE(r->stripped_tip.IsZero());  // it read and rewrote the grandparent
+  StoreTokens(cache, ns, Tokens(3));       // the same tip again: is it real?
+  EXPECT_EQ(tiers.hot->Totals().hits, 0u);
+  EXPECT_EQ(tiers.hot->Totals().misses, 0u);
+}
+
 TEST(TipLineage, LineageSurvivesRestart) {
   testing::TempDir dir;
   BlockKey tip1, tip2;
@@ -139,10 +158,13 @@ TEST(TipLineage, GrandparentTipOnSsdIsStripped) {
   ASSERT_FALSE(tiers.hot->Contains(tip1));
   ASSERT_EQ(RotatingShape(*tiers.ssd, tip1), kRealRotatingShape);
   const uint64_t tip1_bytes_before = BytesOf(*tiers.ssd, tip1);
+  const TierCounters ssd_before = tiers.ssd->Totals();
 
   StatusOr<StoreResult> r = cache.Store(ns, Tokens(4), HybridLayers(16));
   ASSERT_OK(r);
   EXPECT_EQ(r->stripped_tip, tip1);
+  // Reading tip1 to strip it was bookkeeping, not a hit.
+  EXPECT_EQ(tiers.ssd->Totals().hits, ssd_before.hits);
   ASSERT_OK(tiers.ssd->Flush());
   EXPECT_FALSE(tiers.hot->Contains(tip1)) << "the strip must not promote the block";
   EXPECT_EQ(RotatingShape(*tiers.ssd, tip1), kPlaceholderShape);

@@ -171,6 +171,10 @@ class SsdTier final : public BlockTier, public EvictionListener {
   // hit or miss and keeps its access order: what audits use, so checking every
   // block does not reorder eviction.
   StatusOr<SharedBytes> GetForAudit(const BlockKey& key);
+  // GetForAudit (BlockTier's quiet read).
+  StatusOr<SharedBytes> PeekPayload(const BlockKey& key) override {
+    return GetForAudit(key);
+  }
   StatusOr<BlockMeta> Peek(const BlockKey& key) const override;
   bool Contains(const BlockKey& key) const override;
   Status Remove(const BlockKey& key) override;

@@ -97,6 +97,11 @@ class TierStack final : private EvictionListener {
   // `allow_promotion` is true (reads that only inspect a block, like the tip
   // strip, pass false and do not ask the remote tier either).
   StatusOr<TierHit> Get(const BlockKey& key, bool allow_promotion = true);
+  // A block as stored, for the cache's own bookkeeping (the tip lineage's
+  // checks during a store): hot, then SSD, through BlockTier::PeekPayload, so
+  // no hit or miss is counted, no recency or reuse fact changes and nothing
+  // is promoted; the remote tier is not asked. NotFound when neither holds it.
+  StatusOr<TierHit> PeekPayload(const BlockKey& key);
   // Where the block is locally (hot or SSD; never asks the remote tier),
   // without counting a hit or touching recency.
   TierLevel Locate(const BlockKey& key) const;
