@@ -94,8 +94,8 @@ class TierStack final : private EvictionListener {
 
   // Hot, then SSD, then the remote tier. NotFound (a miss) when no tier has
   // the block. An SSD hit is promoted when the options say so and
-  // `allow_promotion` is true (reads that only inspect a block, like the tip
-  // strip, pass false and do not ask the remote tier either).
+  // `allow_promotion` is true; false also skips the remote tier. Either way
+  // the read counts as a hit and touches recency (PeekPayload does neither).
   StatusOr<TierHit> Get(const BlockKey& key, bool allow_promotion = true);
   // A block as stored, for the cache's own bookkeeping (the tip lineage's
   // checks during a store): hot, then SSD, through BlockTier::PeekPayload, so
