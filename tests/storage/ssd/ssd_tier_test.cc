@@ -296,6 +296,50 @@ class WriterGate {
   bool open_ = false;
 };
 
+// A block whose parent is written in the same write-back batch persists the
+// reuse count it inherits through that parent (the parent is not in the index
+// yet when the batch's records are encoded): after a restart it still
+// outranks a newer block that was never reused. Without the in-batch lookup
+// the tip would persist 0 and leave first.
+TEST_F(SsdTierTest, AReuseCountInheritedInsideAWriteBackBatchSurvivesARestart) {
+  TempDir dir;
+  SsdTierOptions o = TestSsdOptions((dir.path() / "ssd").string());
+  o.capacity_bytes = 5 * 1000;
+  o.policy = EvictionPolicyKind::kChain;
+  o.writer_threads = 1;
+  const auto payload = [](uint64_t chain, uint64_t i) {
+    return PayloadOf(ChainBlock(chain, i), 1000);
+  };
+  {
+    WriterGate gate;
+    auto tier = testing::OpenSsdWithCommitHook(o, gate.Hook());
+    ASSERT_NE(tier, nullptr);
+    ASSERT_OK(tier->Put(ChainBlock(0, 0), payload(0, 0), false));
+    ASSERT_OK(tier->Get(ChainBlock(0, 0).key));  // chain 0 is reused
+    tier->OnEvict(ChainBlock(9, 0), payload(9, 0), true);
+    gate.WaitForWaiters(1);  // the writer holds block 9: the next two queue up
+    tier->OnEvict(ChainBlock(0, 1), payload(0, 1), true);
+    tier->OnEvict(ChainBlock(0, 2), payload(0, 2), true);
+    gate.Open();
+    ASSERT_OK(tier->Flush());
+    ASSERT_OK(tier->Put(ChainBlock(1, 0), payload(1, 0), false));  // never reused
+    ASSERT_OK(tier->Close());
+  }
+  auto tier = OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  testing::RecordingListener evicted;
+  tier->SetEvictionListener(&evicted);
+  ASSERT_OK(tier->Put(ChainBlock(2, 0), payload(2, 0), false));
+  ASSERT_OK(tier->Put(ChainBlock(3, 0), payload(3, 0), false));
+  const auto calls = evicted.calls();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].meta.key, ChainBlock(9, 0).key);  // oldest, never reused
+  EXPECT_EQ(calls[1].meta.key, ChainBlock(1, 0).key);  // not chain 0's tip
+  EXPECT_TRUE(tier->Contains(ChainBlock(0, 2).key));
+  EXPECT_TRUE(tier->FindOrphans().empty());
+  testing::ExpectCountersMatchContents(*tier, {0});
+}
+
 TEST_F(SsdTierTest, FullWriteBackQueueMakesTheEvictingCallerWriteInline) {
   WriterGate gate;
   SsdTierOptions o = Options();
