@@ -29,7 +29,6 @@
 // the destructor), which must not run while another call is in flight.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -45,6 +44,7 @@
 #include "prefixkv/bytes.h"
 #include "prefixkv/clock.h"
 #include "prefixkv/codec.h"
+#include "prefixkv/latency_histogram.h"
 #include "prefixkv/memory_charge.h"
 #include "prefixkv/prefix_types.h"
 #include "prefixkv/status.h"
@@ -138,21 +138,8 @@ struct ModelOptions {
 };
 
 // How long one model's Engine::Restore calls took (by the engine's Clock, every
-// call that reached the prefix cache, errors included), in fixed buckets.
-struct RestoreLatencyStats {
-  // Upper bounds of the buckets in microseconds (a restore of d us lands in
-  // the first bucket with d <= bound); a last bucket holds the slower ones.
-  static constexpr std::array<uint64_t, 14> kBucketBoundsMicros = {
-      10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 1000000};
-  // Restores per bucket (not cumulative); counts.back(): above the last bound.
-  std::array<uint64_t, kBucketBoundsMicros.size() + 1> counts{};
-  uint64_t sum_micros = 0;  // total time of the restores counted
-  uint64_t count() const {
-    uint64_t n = 0;
-    for (uint64_t c : counts) n += c;
-    return n;
-  }
-};
+// call that reached the prefix cache, errors included).
+using RestoreLatencyStats = LatencyHistogram;
 
 // One owner of the shared hot budget: a model, the key-value space, or a
 // memory charge (OpenMemoryCharge).

@@ -18,9 +18,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "prefixkv/clock.h"
 #include "prefixkv/engine.h"
+#include "prefixkv/latency_histogram.h"
 #include "prefixkv/status.h"
 
 namespace prefixkv {
@@ -93,6 +95,21 @@ struct ServerOptions {
   Clock* clock = nullptr;
 };
 
+// One RESP command's calls and their time inside the server (INFO
+// commandstats, the prefixkv_command_* metrics). Redis's counting: a call is
+// one that ran; a call that was refused before it ran (wrong number of
+// arguments, no AUTH, no admin permission) is rejected, not a call.
+struct CommandStats {
+  std::string name;             // lowercase, as COMMAND reports it ("pkv.get")
+  uint64_t calls = 0;           // ran
+  uint64_t failed_calls = 0;    // ran and answered an error (a bad key, a missing model)
+  uint64_t rejected_calls = 0;  // refused before running
+  // Time from the handler's start to its reply being queued, by
+  // ServerOptions::clock: the server's own share of a request's latency
+  // (not the network's, nor the time a pipelined request waited behind others).
+  LatencyHistogram latency;
+};
+
 // Counters the server keeps about itself (INFO "clients" and "stats").
 struct ServerStats {
   uint64_t connected_clients = 0;
@@ -103,6 +120,9 @@ struct ServerStats {
   uint64_t idle_disconnections = 0;
   uint64_t auth_failures = 0;  // failed AUTH / HELLO AUTH
   uint64_t out_of_memory = 0;  // requests refused because an allocation failed
+  // Every command the server knows, in COMMAND's order (unknown names are
+  // counted only in total_commands_processed).
+  std::vector<CommandStats> commands;
 };
 
 // Thread-safe: every method may be called from any thread; Start/Stop once each.

@@ -8,6 +8,7 @@
 
 #include "convert.h"
 #include "prefixkv/advanced/hot_tier.h"
+#include "prefixkv/remote_counter_fields.h"
 #include "py_types.h"
 
 namespace prefixkv::python {
@@ -68,18 +69,7 @@ py::dict StatsDict(const EngineStats& s) {
   py::dict r;
   r["cluster"] = s.remote_describe;
   r["available"] = s.remote.available;
-  r["hits"] = s.remote.hits;
-  r["misses"] = s.remote.misses;
-  r["corruptions"] = s.remote.corruptions;
-  r["errors"] = s.remote.errors;
-  r["bytes_read"] = s.remote.bytes_read;
-  r["bytes_written"] = s.remote.bytes_written;
-  r["writes"] = s.remote.writes;
-  r["dropped"] = s.remote.dropped;
-  r["over_quota"] = s.remote.over_quota;
-  r["rewrites_skipped"] = s.remote.rewrites_skipped;
-  r["queued_blocks"] = s.remote.queued_blocks;
-  r["queued_bytes"] = s.remote.queued_bytes;
+  for (const RemoteCounterField& f : kRemoteCounterFields) r[f.name] = s.remote.*f.field;
   d["remote"] = r;
   return d;
 }

@@ -25,6 +25,12 @@ def test_an_absent_cluster_leaves_the_engine_usable(data_dir, rng):
         assert stats["has_remote"] is True
         assert stats["remote"]["available"] is False
         assert "unavailable" in stats["remote"]["cluster"]
+        # Every counter of INFO's # Tier_remote (one shared table), each a count.
+        counters = {"hits", "misses", "corruptions", "errors", "bytes_read",
+                    "bytes_written", "writes", "dropped", "over_quota",
+                    "rewrites_skipped", "queued_blocks", "queued_bytes"}
+        assert set(stats["remote"]) == counters | {"cluster", "available"}
+        assert all(isinstance(stats["remote"][c], int) for c in counters)
         ns = register(e)
         tokens = list(range(12))
         e.store(ns, tokens, kv_layers(rng, 2, 12))

@@ -38,26 +38,13 @@ struct EngineOwner {
   std::unique_ptr<TierStack> stack;
 };
 
-// Restore latencies of one model (RestoreLatencyStats), recorded without a
-// lock: a snapshot taken during a Record may see the bucket before the sum.
-class RestoreLatencyRecorder {
- public:
-  void Record(uint64_t micros);
-  RestoreLatencyStats Snapshot() const;
-
- private:
-  std::array<std::atomic<uint64_t>, RestoreLatencyStats::kBucketBoundsMicros.size() + 1>
-      counts_{};
-  std::atomic<uint64_t> sum_micros_{0};
-};
-
 // A registered model.
 struct EngineModel {
   std::string fingerprint;
   ModelOptions options;
   Namespace ns;
   EngineOwner tiers;
-  RestoreLatencyRecorder restore_latency;
+  LatencyRecorder restore_latency;  // Engine::Restore's, this model's
 };
 
 class internal::EngineImpl {

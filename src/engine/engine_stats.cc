@@ -5,23 +5,6 @@
 
 namespace prefixkv {
 
-void RestoreLatencyRecorder::Record(uint64_t micros) {
-  const auto& bounds = RestoreLatencyStats::kBucketBoundsMicros;
-  const size_t bucket = static_cast<size_t>(
-      std::lower_bound(bounds.begin(), bounds.end(), micros) - bounds.begin());
-  counts_[bucket].fetch_add(1, std::memory_order_relaxed);
-  sum_micros_.fetch_add(micros, std::memory_order_relaxed);
-}
-
-RestoreLatencyStats RestoreLatencyRecorder::Snapshot() const {
-  RestoreLatencyStats s;
-  for (size_t i = 0; i < counts_.size(); ++i) {
-    s.counts[i] = counts_[i].load(std::memory_order_relaxed);
-  }
-  s.sum_micros = sum_micros_.load(std::memory_order_relaxed);
-  return s;
-}
-
 EngineStats Engine::Stats() const {
   EngineStats s;
   const internal::EngineImpl& impl = *impl_;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "command_stats.h"
+
 namespace prefixkv::server {
 namespace {
 
@@ -127,26 +129,32 @@ void Dispatcher::Execute(const RespArgs& args, ClientState* client,
                          ReplyBuffer* out) const {
   if (args.empty()) return out->Error("ERR empty command");  // parsers never send one
   const CommandSpec* spec = Find(args[0].view());
-  if (spec == nullptr || (!client->authenticated && !spec->before_auth)) {
-    if (!client->authenticated) {
-      out->Error(kNoAuth);
-    } else {
-      UnknownCommand(args, out);
-    }
-    return;
+  if (spec == nullptr) {
+    return client->authenticated ? UnknownCommand(args, out) : out->Error(kNoAuth);
   }
+  CommandStatsRecorder* stats = config_.command_stats;
+  const size_t index = static_cast<size_t>(spec - Table().data());
+  const auto reject = [&](std::string_view error) {
+    if (stats != nullptr) stats->Rejected(index);
+    out->Error(error);
+  };
+  if (!client->authenticated && !spec->before_auth) return reject(kNoAuth);
   if (spec->admin && !client->admin) {
-    out->Error(config_.admin_pass.empty() ? kAdminOff : kNoPerm);
-    return;
+    return reject(config_.admin_pass.empty() ? kAdminOff : kNoPerm);
   }
   int n = static_cast<int>(std::min<size_t>(args.size(), 1 << 30));
   if ((spec->arity > 0 && n != spec->arity) || (spec->arity < 0 && n < -spec->arity)) {
-    out->Error(std::string("ERR wrong number of arguments for '") + spec->name +
-               "' command");
-    return;
+    return reject(std::string("ERR wrong number of arguments for '") + spec->name +
+                  "' command");
   }
   CommandContext ctx{*this, args, client, out};
+  if (stats == nullptr) return spec->handler(ctx);
+  const uint64_t errors_before = out->errors();
+  const uint64_t start_nanos = config_.clock->NowNanos();
   spec->handler(ctx);
+  const uint64_t end_nanos = config_.clock->NowNanos();
+  stats->Ran(index, end_nanos > start_nanos ? (end_nanos - start_nanos) / 1000 : 0,
+             out->errors() > errors_before);
 }
 
 bool PasswordMatches(std::string_view given, std::string_view expected) {

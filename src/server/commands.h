@@ -27,6 +27,8 @@ struct ClientState {
   size_t auth_failures = 0;      // failed AUTH / HELLO AUTH on this connection
 };
 
+class CommandStatsRecorder;  // command_stats.h
+
 struct DispatcherConfig {
   std::string requirepass;  // empty: no AUTH needed
   std::string admin_pass;   // empty: admin commands are off
@@ -39,6 +41,10 @@ struct DispatcherConfig {
   std::function<void(const std::function<bool(std::string_view)>& wanted,
                      std::string* out)>
       append_server_info;
+  // Where each command's calls, failures, rejections and time are counted
+  // (ServerStats::commands), timed by `clock`; null: not counted.
+  CommandStatsRecorder* command_stats = nullptr;
+  Clock* clock = nullptr;  // required with command_stats
 };
 
 class Dispatcher;

@@ -11,14 +11,19 @@
 
 #include "commands.h"
 #include "prefixkv/advanced/ssd_tier.h"
-#include "remote_fields.h"
+#include "prefixkv/remote_counter_fields.h"
 
 namespace prefixkv::server {
 namespace {
 
 // INFO with no argument, "all", "everything" or "default" returns every
-// section; "tiers" the four engine sections; any other name that section only.
+// section but "commandstats" (as in Redis, only "all", "everything" and its own
+// name ask for it); "tiers" the four engine sections; any other name that
+// section only.
 bool WantSection(std::string_view want, std::string_view section) {
+  if (section == "commandstats") {
+    return want == "all" || want == "everything" || want == section;
+  }
   if (want.empty() || want == "all" || want == "everything" || want == "default") {
     return true;
   }
@@ -154,10 +159,10 @@ void ForEachCounter(const TierCounters& c,
   fn("external_bytes", c.external_bytes);
 }
 
-// INFO [section]: "server", "clients" and "stats" from the running server,
-// "memory" and "keyspace", then "tier_hot", "owners", "tier_ssd" and
-// "tier_remote" from the engine ("tiers": those four). An unknown section is an empty
-// reply, as in Redis.
+// INFO [section]: "server", "clients", "stats" and "commandstats" from the
+// running server, "memory" and "keyspace", then "tier_hot", "owners",
+// "tier_ssd" and "tier_remote" from the engine ("tiers": those four). An
+// unknown section is an empty reply, as in Redis.
 void CmdInfo(CommandContext& ctx) {
   std::string want;
   if (ctx.args.size() > 1) {
@@ -184,7 +189,7 @@ void CmdInfo(CommandContext& ctx) {
   if (s.has_remote && wanted("tier_remote")) {
     text += "# Tier_remote\r\nremote_cluster:" + s.remote_describe + "\r\n";
     text += std::string("remote_available:") + (s.remote.available ? "1" : "0") + "\r\n";
-    for (const RemoteField& f : kRemoteFields) {
+    for (const RemoteCounterField& f : kRemoteCounterFields) {
       text += "remote_" + std::string(f.name) + ":" + std::to_string(s.remote.*f.field) +
               "\r\n";
     }
@@ -215,7 +220,7 @@ void CmdPkvStats(CommandContext& ctx) {
   }
   if (s.has_remote) {
     fields.emplace_back("remote.available", s.remote.available ? 1 : 0);
-    for (const RemoteField& f : kRemoteFields) {
+    for (const RemoteCounterField& f : kRemoteCounterFields) {
       fields.emplace_back("remote." + std::string(f.name), s.remote.*f.field);
     }
   }

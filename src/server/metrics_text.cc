@@ -5,7 +5,7 @@
 #include <functional>
 #include <utility>
 
-#include "remote_fields.h"
+#include "prefixkv/remote_counter_fields.h"
 
 namespace prefixkv::server {
 namespace {
@@ -76,9 +76,9 @@ std::string MicrosAsSeconds(uint64_t micros) {
   return out;
 }
 
-void AppendHistogram(const RestoreLatencyStats& h, const Labels& labels, Samples& s) {
+void AppendHistogram(const LatencyHistogram& h, const Labels& labels, Samples& s) {
   uint64_t cumulative = 0;
-  const auto& bounds = RestoreLatencyStats::kBucketBoundsMicros;
+  const auto& bounds = LatencyHistogram::kBucketBoundsMicros;
   for (size_t i = 0; i <= bounds.size(); ++i) {
     cumulative += h.counts[i];
     const std::string le = i < bounds.size() ? MicrosAsSeconds(bounds[i]) : "+Inf";
@@ -187,7 +187,7 @@ void AddRemoteFamilies(std::vector<FamilyDef>& defs) {
                          if (s.engine.has_remote)
                            out.Add({}, uint64_t{s.engine.remote.available});
                        }));
-  for (const RemoteField& f : kRemoteFields) {
+  for (const RemoteCounterField& f : kRemoteCounterFields) {
     defs.push_back({{std::string("prefixkv_remote_") + f.metric,
                      f.counter ? MetricType::kCounter : MetricType::kGauge,
                      {},
@@ -236,6 +236,46 @@ void AddOwnerFamilies(std::vector<FamilyDef>& defs) {
                   }});
 }
 
+// Per-command families (INFO commandstats): a series for every command the
+// server knows, called or not, so a rate over them never starts from nothing.
+struct CommandField {
+  const char* suffix;
+  uint64_t CommandStats::*field;
+  const char* help;
+};
+
+constexpr CommandField kCommandFields[] = {
+    {"calls_total", &CommandStats::calls, "RESP commands run, per command"},
+    {"failed_calls_total", &CommandStats::failed_calls,
+     "RESP commands that ran and answered an error, per command"},
+    {"rejected_calls_total", &CommandStats::rejected_calls,
+     "RESP commands refused before running (arity, AUTH, admin permission), per "
+     "command"},
+};
+
+void AddCommandFamilies(std::vector<FamilyDef>& defs) {
+  for (const CommandField& f : kCommandFields) {
+    defs.push_back({{std::string("prefixkv_command_") + f.suffix,
+                     MetricType::kCounter,
+                     {"command"},
+                     f.help},
+                    [&f](const Snapshot& s, Samples& out) {
+                      for (const CommandStats& c : s.server.commands) {
+                        out.Add({{"command", c.name}}, c.*f.field);
+                      }
+                    }});
+  }
+  defs.push_back({{"prefixkv_command_duration_seconds",
+                   MetricType::kHistogram,
+                   {"command", "le"},
+                   "Time inside the server of RESP commands that ran, per command"},
+                  [](const Snapshot& s, Samples& out) {
+                    for (const CommandStats& c : s.server.commands) {
+                      AppendHistogram(c.latency, {{"command", c.name}}, out);
+                    }
+                  }});
+}
+
 void AddServerFamilies(std::vector<FamilyDef>& defs) {
   defs.push_back(Gauge(
       "prefixkv_server_connected_clients", {}, "Open RESP connections",
@@ -261,6 +301,7 @@ void AddServerFamilies(std::vector<FamilyDef>& defs) {
   defs.push_back(Counter("prefixkv_server_out_of_memory_refusals_total",
                          "RESP requests refused because an allocation failed",
                          [](const ServerStats& s) { return s.out_of_memory; }));
+  AddCommandFamilies(defs);
 }
 
 const std::vector<FamilyDef>& FamilyDefs() {

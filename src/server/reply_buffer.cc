@@ -29,6 +29,7 @@ void ReplyBuffer::Error(std::string_view s) {
   AppendText("-");
   AppendText(clean);
   AppendText("\r\n");
+  ++errors_;
 }
 
 void ReplyBuffer::Integer(int64_t v) { AppendHeader(':', v); }

@@ -40,6 +40,9 @@ class ReplyBuffer {
   // Total bytes of every reply appended so far.
   size_t bytes() const { return bytes_; }
   bool empty() const { return bytes_ == 0; }
+  // Error replies appended since the buffer was made (Clear keeps the count):
+  // a command's handler failed when this grew while it ran.
+  uint64_t errors() const { return errors_; }
   void Clear();
 
   // Visits the bytes in order as contiguous pieces (for a gather write).
@@ -60,6 +63,7 @@ class ReplyBuffer {
   // (offset in text_ where the payload goes, payload), in order.
   std::vector<std::pair<size_t, SharedBytes>> refs_;
   size_t bytes_ = 0;
+  uint64_t errors_ = 0;
 };
 
 }  // namespace prefixkv::server

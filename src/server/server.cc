@@ -24,6 +24,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "command_stats.h"
 #include "commands.h"
 #include "connection.h"
 #include "metrics_http.h"
@@ -89,6 +90,7 @@ class internal::ServerImpl {
   ServerOptions options_;
   Clock* clock_;
   Engine* const engine_;
+  server::CommandStatsRecorder command_stats_;  // before dispatcher_, which uses it
   server::Dispatcher dispatcher_;
   server::ServerCounters counters_;
   server::ConnectionEnv env_;
@@ -121,7 +123,8 @@ internal::ServerImpl::ServerImpl(ServerOptions options, Engine* engine)
                               options_.max_auth_failures, options_.max_models,
                               [this](const auto& wanted, std::string* out) {
                                 AppendInfo(wanted, out);
-                              }}) {
+                              },
+                              &command_stats_, clock_}) {
   env_.dispatcher = &dispatcher_;
   env_.options = &options_;
   env_.clock = clock_;
@@ -291,6 +294,7 @@ ServerStats internal::ServerImpl::Stats() const {
   s.idle_disconnections = counters_.idle_disconnections.load();
   s.auth_failures = counters_.auth_failures.load();
   s.out_of_memory = counters_.out_of_memory.load();
+  s.commands = command_stats_.Snapshot();
   return s;
 }
 
@@ -327,6 +331,24 @@ void internal::ServerImpl::AppendInfo(const std::function<bool(std::string_view)
     line("idle_disconnections", std::to_string(s.idle_disconnections));
     line("auth_failures", std::to_string(s.auth_failures));
     line("out_of_memory_refusals", std::to_string(s.out_of_memory));
+    *out += "\r\n";
+  }
+  if (wanted("commandstats")) {
+    // Redis's format; only commands that ran or were refused at least once.
+    *out += "# Commandstats\r\n";
+    for (const CommandStats& c : s.commands) {
+      if (c.calls == 0 && c.rejected_calls == 0) continue;
+      char per_call[32];
+      std::snprintf(per_call, sizeof(per_call), "%.2f",
+                    c.calls == 0 ? 0.0
+                                 : static_cast<double>(c.latency.sum_micros) /
+                                       static_cast<double>(c.calls));
+      *out += "cmdstat_" + c.name + ":calls=" + std::to_string(c.calls) +
+              ",usec=" + std::to_string(c.latency.sum_micros) +
+              ",usec_per_call=" + per_call +
+              ",rejected_calls=" + std::to_string(c.rejected_calls) +
+              ",failed_calls=" + std::to_string(c.failed_calls) + "\r\n";
+    }
     *out += "\r\n";
   }
 }

@@ -3,27 +3,13 @@
 // engine's Clock, per model; owners that are not models have none.
 #include <gtest/gtest.h>
 
-#include <atomic>
-
 #include "prefixkv/engine.h"
 #include "tests/cache/cache_test_util.h"
+#include "tests/support/stepping_clock.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace {
-
-// Moves `step_nanos` forward on every reading: with no SSD tier the engine
-// reads its clock only around a restore, so a restore takes exactly one step.
-class SteppingClock final : public Clock {
- public:
-  uint64_t NowNanos() const override {
-    return now_.fetch_add(step_nanos.load(), std::memory_order_relaxed);
-  }
-  std::atomic<uint64_t> step_nanos{0};
-
- private:
-  mutable std::atomic<uint64_t> now_{1'000'000'000};
-};
 
 const EngineOwnerStats* Owner(const EngineStats& s, const std::string& name) {
   for (const EngineOwnerStats& o : s.owners) {
@@ -59,7 +45,9 @@ class EngineRestoreLatency : public ::testing::Test {
                                               : RestoreLatencyStats{};
   }
 
-  SteppingClock clock_;
+  // With no SSD tier the engine reads its clock only around a restore, so a
+  // restore takes exactly one step.
+  testing::SteppingClock clock_;
   std::unique_ptr<Engine> engine_;
   Namespace ns_;
   std::vector<int32_t> tokens_;

@@ -116,6 +116,8 @@ TEST_F(MetricsIntegration, ScrapedMetricsAreWellFormedAndAgreeWithInfo) {
   EXPECT_EQ(c.Call({"GET", "key0"}).str, value);   // from SSD
   EXPECT_EQ(c.Call({"GET", "key39"}).str, value);  // from RAM
   EXPECT_TRUE(c.Call({"GET", "absent"}).null);
+  EXPECT_TRUE(c.Call({"GET"}).IsError());                  // a rejected call
+  EXPECT_TRUE(c.Call({"PKV.GET", "zz", "zz"}).IsError());  // a failed one
 
   // Wait until the write-back queue is empty: nothing changes any more.
   std::string headers, body;
@@ -190,6 +192,61 @@ TEST_F(MetricsIntegration, ScrapedMetricsAreWellFormedAndAgreeWithInfo) {
             info.fields.at("auth_failures"));
   EXPECT_EQ(e.Value("prefixkv_server_out_of_memory_refusals_total"),
             info.fields.at("out_of_memory_refusals"));
+  // Each command's counters and total time, as INFO commandstats has them
+  // (INFO itself ran since the scrape: it is the one line that differs).
+  std::map<std::string, std::map<std::string, std::string>> cmdstats;
+  {
+    std::istringstream in(c.Call({"INFO", "commandstats"}).str);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.rfind("cmdstat_", 0) != 0) continue;
+      const size_t colon = line.find(':');
+      std::istringstream parts(line.substr(colon + 1));
+      std::string part;
+      auto& fields = cmdstats[line.substr(8, colon - 8)];
+      while (std::getline(parts, part, ',')) {
+        const size_t eq = part.find('=');
+        fields[part.substr(0, eq)] = part.substr(eq + 1);
+      }
+    }
+  }
+  for (const char* command : {"set", "get", "pkv.register", "pkv.put", "pkv.get"}) {
+    ASSERT_TRUE(cmdstats.count(command)) << command;
+  }
+  EXPECT_EQ(cmdstats.at("get").at("rejected_calls"), "1");
+  EXPECT_EQ(cmdstats.at("pkv.get").at("failed_calls"), "1");
+  size_t commands_compared = 0;
+  const testing::PromFamily* calls = e.Find("prefixkv_command_calls_total");
+  ASSERT_NE(calls, nullptr);
+  for (const testing::PromSample& sample : calls->samples) {
+    const std::string name = sample.Label("command").value_or("");
+    if (name == "info") continue;
+    const testing::PromLabels labels = {{"command", name}};
+    if (!cmdstats.count(name)) {  // never called: zero everywhere
+      EXPECT_EQ(sample.value, 0) << name;
+      EXPECT_EQ(e.Value("prefixkv_command_rejected_calls_total", labels), 0) << name;
+      continue;
+    }
+    const auto& f = cmdstats.at(name);
+    EXPECT_EQ(sample.value, std::stoull(f.at("calls"))) << name;
+    EXPECT_EQ(e.Value("prefixkv_command_failed_calls_total", labels),
+              std::stoull(f.at("failed_calls")))
+        << name;
+    EXPECT_EQ(e.Value("prefixkv_command_rejected_calls_total", labels),
+              std::stoull(f.at("rejected_calls")))
+        << name;
+    EXPECT_EQ(e.Value("prefixkv_command_duration_seconds_count", labels),
+              std::stoull(f.at("calls")))
+        << name;
+    const std::optional<double> sum =
+        e.Value("prefixkv_command_duration_seconds_sum", labels);
+    ASSERT_TRUE(sum.has_value()) << name;
+    EXPECT_NEAR(*sum * 1e6, static_cast<double>(std::stoull(f.at("usec"))), 0.5) << name;
+    ++commands_compared;
+  }
+  EXPECT_EQ(commands_compared, cmdstats.size() - 1);  // every line but INFO's
+
   // The model's restore histogram exists (PKV.GET does not call Restore).
   EXPECT_EQ(e.Value("prefixkv_restore_duration_seconds_count", {{"owner", spec.model}}),
             0);

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <sstream>
+#include <string_view>
 
 #include "tests/server/exposition_check.h"
 #include "tests/support/test_util.h"
@@ -89,6 +91,19 @@ ServerStats SomeServerStats() {
           .idle_disconnections = 4,
           .auth_failures = 6,
           .out_of_memory = 8};
+}
+
+// SomeServerStats plus two commands, one with calls of every kind: every
+// command family has samples.
+ServerStats FullServerStats() {
+  ServerStats s = SomeServerStats();
+  CommandStats get{.name = "get", .calls = 5, .failed_calls = 1, .rejected_calls = 2};
+  get.latency.counts[0] = 3;  // <= 10 us
+  get.latency.counts[7] = 2;  // <= 2.5 ms
+  get.latency.sum_micros = 4321;
+  s.commands.push_back(get);
+  s.commands.push_back({.name = "pkv.get"});
+  return s;
 }
 
 TEST(MetricsText, RendersAKnownSnapshotExactly) {
@@ -295,7 +310,7 @@ TEST(MetricsText, EveryTierAndOwnerCounterIsTheSampleNamedForIt) {
 
 TEST(MetricsText, AFullSnapshotWritesEveryDeclaredFamilyInOrderWithItsLabels) {
   ASSERT_OK_AND_ASSIGN(PromExposition e,
-                       ParseExposition(RenderMetrics(FullSnapshot(), SomeServerStats())));
+                       ParseExposition(RenderMetrics(FullSnapshot(), FullServerStats())));
   const std::vector<MetricFamilyInfo>& declared = MetricFamilies();
   ASSERT_EQ(e.families.size(), declared.size());
   for (size_t i = 0; i < declared.size(); ++i) {
@@ -311,6 +326,48 @@ TEST(MetricsText, AFullSnapshotWritesEveryDeclaredFamilyInOrderWithItsLabels) {
       EXPECT_EQ(names, want) << sample.name;
     }
   }
+}
+
+// Each command's three counters and its latency histogram (cumulative
+// buckets, exact seconds), a command never called included.
+TEST(MetricsText, RendersEveryCommandsCountersAndLatency) {
+  const std::string text = RenderMetrics(EngineStats{}, FullServerStats());
+  const size_t start = text.find("# HELP prefixkv_command_calls_total");
+  ASSERT_NE(start, std::string::npos) << text;
+  std::string expected =
+      R"(# HELP prefixkv_command_calls_total RESP commands run, per command
+# TYPE prefixkv_command_calls_total counter
+prefixkv_command_calls_total{command="get"} 5
+prefixkv_command_calls_total{command="pkv.get"} 0
+# HELP prefixkv_command_failed_calls_total RESP commands that ran and answered an error, per command
+# TYPE prefixkv_command_failed_calls_total counter
+prefixkv_command_failed_calls_total{command="get"} 1
+prefixkv_command_failed_calls_total{command="pkv.get"} 0
+# HELP prefixkv_command_rejected_calls_total RESP commands refused before running (arity, AUTH, admin permission), per command
+# TYPE prefixkv_command_rejected_calls_total counter
+prefixkv_command_rejected_calls_total{command="get"} 2
+prefixkv_command_rejected_calls_total{command="pkv.get"} 0
+# HELP prefixkv_command_duration_seconds Time inside the server of RESP commands that ran, per command
+# TYPE prefixkv_command_duration_seconds histogram
+)";
+  const char* les[] = {"0.00001", "0.000025", "0.00005", "0.0001", "0.00025",
+                       "0.0005",  "0.001",    "0.0025",  "0.005",  "0.01",
+                       "0.025",   "0.05",     "0.1",     "1",      "+Inf"};
+  for (const char* command : {"get", "pkv.get"}) {
+    const bool get = std::string_view(command) == "get";
+    for (size_t i = 0; i < std::size(les); ++i) {
+      const int cumulative = !get ? 0 : i < 7 ? 3 : 5;
+      expected += std::string("prefixkv_command_duration_seconds_bucket{command=\"") +
+                  command + "\",le=\"" + les[i] + "\"} " + std::to_string(cumulative) +
+                  "\n";
+    }
+    expected += std::string("prefixkv_command_duration_seconds_sum{command=\"") +
+                command + "\"} " + (get ? "0.004321" : "0") + "\n";
+    expected += std::string("prefixkv_command_duration_seconds_count{command=\"") +
+                command + "\"} " + (get ? "5" : "0") + "\n";
+  }
+  EXPECT_EQ(text.substr(start), expected);
+  EXPECT_OK(ParseExposition(text).status());
 }
 
 TEST(MetricsText, EveryRemoteCounterIsTheSampleNamedForIt) {

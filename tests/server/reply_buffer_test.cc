@@ -56,5 +56,25 @@ TEST(ReplyBuffer, StopsCopyingRepeatedPayloadsOnceItsCopyBudgetIsSpent) {
   EXPECT_EQ(all.substr(all.size() - 4098), std::string(value.view()) + "\r\n");
 }
 
+// errors() counts error replies only, and Clear (a sent reply) keeps the
+// count: the dispatcher compares it before and after a command.
+TEST(ReplyBuffer, CountsErrorRepliesAcrossClears) {
+  ReplyBuffer r;
+  r.Simple("OK");
+  r.Bulk("-not an error");
+  r.Integer(-1);
+  r.Null();
+  EXPECT_EQ(r.errors(), 0u);
+  r.Error("ERR one");
+  r.ArrayHeader(2);
+  r.Integer(1);
+  r.Error("ERR two");
+  EXPECT_EQ(r.errors(), 2u);
+  r.Clear();
+  EXPECT_EQ(r.errors(), 2u);
+  r.Error("ERR three");
+  EXPECT_EQ(r.errors(), 3u);
+}
+
 }  // namespace
 }  // namespace prefixkv::server

@@ -1,14 +1,17 @@
-// The remote tier's counters (RemoteCounters) as named fields, one table for
-// INFO tier_remote, PKV.STATS and the Prometheus families (docs/metrics.md).
+// The remote tier's counters (RemoteCounters) as named fields: one table for
+// every place that shows them (INFO tier_remote, PKV.STATS, the Prometheus
+// families in docs/metrics.md, Python's Engine.stats()["remote"]), so a new
+// counter is added once and shown everywhere.
 #pragma once
 
 #include <cstdint>
+#include <iterator>
 
 #include "prefixkv/tier_types.h"
 
-namespace prefixkv::server {
+namespace prefixkv {
 
-struct RemoteField {
+struct RemoteCounterField {
   const char* name;  // INFO / PKV.STATS field; the metric is prefixkv_remote_<metric>
   const char* metric;
   uint64_t RemoteCounters::*field;
@@ -16,7 +19,7 @@ struct RemoteField {
   const char* help;
 };
 
-inline constexpr RemoteField kRemoteFields[] = {
+inline constexpr RemoteCounterField kRemoteCounterFields[] = {
     {"hits", "hits_total", &RemoteCounters::hits, true,
      "Blocks read back intact from the remote tier"},
     {"misses", "misses_total", &RemoteCounters::misses, true,
@@ -43,4 +46,10 @@ inline constexpr RemoteField kRemoteFields[] = {
      "Payload bytes waiting in the remote write queue"},
 };
 
-}  // namespace prefixkv::server
+// Every uint64_t of RemoteCounters is in the table (the struct is those
+// counters plus `available`): a counter added there without a row here fails
+// to compile.
+static_assert(sizeof(RemoteCounters) ==
+              sizeof(uint64_t) * (std::size(kRemoteCounterFields) + 1));
+
+}  // namespace prefixkv

@@ -1,0 +1,41 @@
+#include "command_stats.h"
+
+#include <utility>
+
+#include "commands.h"
+
+namespace prefixkv::server {
+
+CommandStatsRecorder::CommandStatsRecorder()
+    : size_(Dispatcher::Table().size()), slots_(std::make_unique<Slot[]>(size_)) {}
+
+void CommandStatsRecorder::Ran(size_t index, uint64_t micros, bool failed) {
+  if (index >= size_) return;
+  Slot& slot = slots_[index];
+  slot.calls.fetch_add(1, std::memory_order_relaxed);
+  if (failed) slot.failed.fetch_add(1, std::memory_order_relaxed);
+  slot.latency.Record(micros);
+}
+
+void CommandStatsRecorder::Rejected(size_t index) {
+  if (index < size_) slots_[index].rejected.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::vector<CommandStats> CommandStatsRecorder::Snapshot() const {
+  std::vector<CommandStats> out;
+  out.reserve(size_);
+  const auto& table = Dispatcher::Table();
+  for (size_t i = 0; i < size_; ++i) {
+    const Slot& slot = slots_[i];
+    CommandStats c;
+    c.name = table[i].name;
+    c.calls = slot.calls.load(std::memory_order_relaxed);
+    c.failed_calls = slot.failed.load(std::memory_order_relaxed);
+    c.rejected_calls = slot.rejected.load(std::memory_order_relaxed);
+    c.latency = slot.latency.Snapshot();
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace prefixkv::server

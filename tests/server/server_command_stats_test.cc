@@ -1,0 +1,126 @@
+// Per-command counters and latency (ServerStats::commands): INFO
+// commandstats in Redis's format, counted as Redis counts (a rejected
+// command is not a call, an error reply makes a failed call, unknown names
+// are not counted), and each call's time by the server's clock.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "commands.h"
+#include "tests/server/server_fixture.h"
+#include "tests/support/stepping_clock.h"
+
+namespace prefixkv {
+namespace {
+
+// "cmdstat_<name>:<fields>" lines of an INFO text, by command name.
+std::map<std::string, std::string> CommandLines(const std::string& info) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(info);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.rfind("cmdstat_", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    out[line.substr(8, colon - 8)] = line.substr(colon + 1);
+  }
+  return out;
+}
+
+class ServerCommandStatsTest : public testing::ServerFixture {
+ protected:
+  void SetUp() override {
+    options_.clock = &clock_;
+    StartServer();
+  }
+  // Every reading of the server's clock moves it this far; nothing but the
+  // dispatcher reads it while a command runs, so a command takes one step.
+  testing::SteppingClock clock_;
+};
+
+TEST_F(ServerCommandStatsTest, CountsCallsFailuresAndRejectionsAsRedisDoes) {
+  auto c = Connect();
+  clock_.step_nanos = 30'000;                       // 30 us: the (25, 50] us bucket
+  EXPECT_TRUE(c->Call({"GET", "k"}).null);          // ran
+  EXPECT_EQ(c->Call({"SET", "k", "v"}).str, "OK");  // ran
+  EXPECT_EQ(c->Call({"GET", "k"}).str, "v");        // ran
+  EXPECT_TRUE(c->Call({"GET"}).IsError());          // rejected: arity
+  EXPECT_TRUE(c->Call({"PKV.GET", "zz", "zz"}).IsError());  // ran, failed
+  EXPECT_TRUE(c->Call({"PKV.AUDIT"}).IsError());            // rejected: admin off
+  EXPECT_TRUE(c->Call({"NOSUCH"}).IsError());               // not counted
+  clock_.step_nanos = 0;
+
+  const std::map<std::string, std::string> lines =
+      CommandLines(c->Call({"INFO", "commandstats"}).str);
+  EXPECT_EQ(lines.size(), 4u);  // the commands that ran or were refused; not INFO yet
+  EXPECT_EQ(lines.at("get"),
+            "calls=2,usec=60,usec_per_call=30.00,rejected_calls=1,failed_calls=0");
+  EXPECT_EQ(lines.at("set"),
+            "calls=1,usec=30,usec_per_call=30.00,rejected_calls=0,failed_calls=0");
+  EXPECT_EQ(lines.at("pkv.get"),
+            "calls=1,usec=30,usec_per_call=30.00,rejected_calls=0,failed_calls=1");
+  EXPECT_EQ(lines.at("pkv.audit"),
+            "calls=0,usec=0,usec_per_call=0.00,rejected_calls=1,failed_calls=0");
+  // INFO counts once it has run.
+  EXPECT_EQ(CommandLines(c->Call({"INFO", "commandstats"}).str).at("info"),
+            "calls=1,usec=0,usec_per_call=0.00,rejected_calls=0,failed_calls=0");
+}
+
+TEST_F(ServerCommandStatsTest, OnlyAllEverythingAndItsNameShowTheSection) {
+  auto c = Connect();
+  EXPECT_EQ(c->Call({"PING"}).str, "PONG");
+  for (const char* section : {"", "default", "stats", "tiers"}) {
+    std::vector<std::string> cmd = {"INFO"};
+    if (*section != '\0') cmd.push_back(section);
+    EXPECT_EQ(c->Call(cmd).str.find("# Commandstats"), std::string::npos) << section;
+  }
+  for (const char* section : {"all", "everything", "commandstats", "CommandStats"}) {
+    const std::string info = c->Call({"INFO", section}).str;
+    EXPECT_NE(info.find("# Commandstats\r\ncmdstat_"), std::string::npos) << section;
+    EXPECT_NE(info.find("cmdstat_ping:calls=1,"), std::string::npos) << section;
+  }
+}
+
+TEST_F(ServerCommandStatsTest, EachCallsTimeLandsInItsBucket) {
+  auto c = Connect();
+  for (uint64_t micros : {5, 30, 30, 2000, 3'000'000}) {
+    clock_.step_nanos = micros * 1000;
+    EXPECT_EQ(c->Call({"ECHO", "x"}).str, "x");
+  }
+  clock_.step_nanos = 0;
+  const std::string info = c->Call({"INFO", "commandstats"}).str;
+  EXPECT_EQ(CommandLines(info).at("echo"),
+            "calls=5,usec=3002065,usec_per_call=600413.00,rejected_calls=0,"
+            "failed_calls=0");
+  const ServerStats stats = server_->stats();
+  ASSERT_EQ(stats.commands.size(), server::Dispatcher::Table().size());
+  const CommandStats* echo = nullptr;
+  for (const CommandStats& cs : stats.commands) {
+    if (cs.name == "echo") echo = &cs;
+  }
+  ASSERT_NE(echo, nullptr);
+  LatencyHistogram want;
+  want.counts[0] = 1;      // 5 us: <= 10 us
+  want.counts[2] = 2;      // 30 us: (25, 50] us
+  want.counts[7] = 1;      // 2 ms: (1, 2.5] ms
+  want.counts.back() = 1;  // 3 s: above the last bound (1 s)
+  EXPECT_EQ(echo->latency.counts, want.counts);
+  EXPECT_EQ(echo->latency.sum_micros, 3'002'065u);
+  EXPECT_EQ(echo->calls, 5u);
+}
+
+// Every command of the table has its entry, in COMMAND's order, called or not.
+TEST_F(ServerCommandStatsTest, StatsListEveryCommandInTableOrder) {
+  const ServerStats stats = server_->stats();
+  const auto& table = server::Dispatcher::Table();
+  ASSERT_EQ(stats.commands.size(), table.size());
+  for (size_t i = 0; i < table.size(); ++i) {
+    EXPECT_EQ(stats.commands[i].name, table[i].name);
+    EXPECT_EQ(stats.commands[i].calls + stats.commands[i].rejected_calls, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace prefixkv
