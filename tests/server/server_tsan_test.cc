@@ -1,12 +1,15 @@
 // Many clients at once on several I/O threads, over an engine whose small hot
 // tier evicts (write-back to the SSD tier) and promotes all the time, while
 // other clients store, match and read prefix-cache blocks: every client reads
-// its own writes, shared keys only ever hold a value some client wrote, and
-// the engine audits clean. Built and run under ThreadSanitizer by `tools/run test`.
+// its own writes, shared keys only ever hold a value some client wrote, the
+// engine audits clean, and every command is counted exactly once in the
+// per-command statistics read meanwhile. Built and run under ThreadSanitizer
+// by `tools/run test`.
 #include <gtest/gtest.h>
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <random>
 #include <thread>
 
@@ -117,15 +120,40 @@ TEST_F(ServerConcurrencyTest, ClientsOnSeveralThreadsReadTheirOwnWrites) {
   for (int id = 0; id < 6; ++id) {
     clients.emplace_back(ClientLoop, server_->port(), id, seed, ops, &blocks, &failures);
   }
-  // Connections that come and go while the others work.
+  // Connections that come and go while the others work (their INFO renders
+  // the per-command counters the others are adding to), and a reader of
+  // Server::stats().
   clients.emplace_back([&] {
     for (int i = 0; i < 30; ++i) {
       RespClient c(server_->port());
-      if (c.Call({"INFO"}).type != '$') ++failures;
+      if (c.Call({"INFO", "everything"}).type != '$') ++failures;
+    }
+  });
+  std::atomic<bool> done{false};
+  std::thread stats_reader([&] {
+    while (!done.load()) {
+      if (server_->stats().commands.empty()) ++failures;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   });
   for (auto& t : clients) t.join();
+  done = true;
+  stats_reader.join();
   EXPECT_EQ(failures.load(), 0);
+  // Every command the clients sent ran and was counted once, none failed.
+  uint64_t client_calls = 0;
+  for (const CommandStats& c : server_->stats().commands) {
+    EXPECT_EQ(c.failed_calls, 0u) << c.name;
+    EXPECT_EQ(c.rejected_calls, 0u) << c.name;
+    EXPECT_EQ(c.calls, c.latency.count()) << c.name;
+    if (c.name == "info") {
+      EXPECT_EQ(c.calls, 30u);
+    }
+    for (const char* name : {"set", "get", "del", "pkv.put", "pkv.match", "pkv.stats"}) {
+      if (c.name == name) client_calls += c.calls;
+    }
+  }
+  EXPECT_EQ(client_calls, 6u * static_cast<uint64_t>(ops));
   EXPECT_GT(engine_->Stats().hot.evictions, 0u);
   ASSERT_OK_AND_ASSIGN(EngineAudit audit, engine_->Audit());
   EXPECT_TRUE(audit.ok()) << (audit.findings.empty() ? "orphans"
