@@ -81,8 +81,9 @@ struct ServerOptions {
   // Bytes read from a socket at a time (bulk arguments larger than this are
   // read straight into their final buffer).
   size_t read_chunk_bytes = 64 << 10;
-  // Connections idle (no bytes received) for longer than this are closed;
-  // 0 disables the timeout.
+  // Connections idle (no bytes received from the client nor taken in by it)
+  // for longer than this are closed; 0 disables the timeout. A client reading
+  // a long reply is not idle; one that stops reading it is.
   uint64_t idle_timeout_ms = 0;
   // How often the server looks for idle connections (real time).
   uint64_t idle_check_interval_ms = 1000;
@@ -150,9 +151,10 @@ class Server {
   // returns no command touches the engine. Idempotent.
   void Stop();
 
-  // Closes connections that received nothing for longer than idle_timeout_ms,
-  // by the options' clock. The server calls it every idle_check_interval_ms;
-  // tests call it after advancing a FakeClock. Returns how many it closed.
+  // Closes connections idle (nothing received, nothing sent) for longer than
+  // idle_timeout_ms, by the options' clock. The server calls it every
+  // idle_check_interval_ms; tests call it after advancing a FakeClock.
+  // Returns how many it closed.
   size_t SweepIdleConnections();
 
   ServerStats stats() const;

@@ -176,9 +176,16 @@ void Connection::Flush() {
   writing_.ForEachPiece(
       [this](const void* p, size_t n) { write_pieces_.emplace_back(p, n); });
   writing_in_flight_ = true;
-  asio::async_write(socket_, write_pieces_, [self = shared_from_this()](auto ec, size_t) {
-    self->OnWritten(ec);
-  });
+  // Every piece of the reply the client takes in is activity: a client reading
+  // a long reply is not idle (one that stops reading is, once its socket
+  // buffers are full). The completion condition runs after each write.
+  asio::async_write(
+      socket_, write_pieces_,
+      [this](const boost::system::error_code& ec, size_t written) -> size_t {
+        if (written > 0) Touch();
+        return asio::transfer_all()(ec, written);
+      },
+      [self = shared_from_this()](auto ec, size_t) { self->OnWritten(ec); });
 }
 
 void Connection::OnWritten(const boost::system::error_code& ec) {

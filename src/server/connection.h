@@ -64,8 +64,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Closes now (idle timeout, end of the shutdown grace period).
   void PostClose();
 
-  // Clock milliseconds of the last bytes received (idle means nothing was
-  // received; time spent sending a reply to a slow reader counts as idle).
+  // Clock milliseconds of the last bytes received from the client or written
+  // to it (idle: neither; a client that stops reading a long reply is idle
+  // from the last bytes its socket took).
   uint64_t last_activity_ms() const {
     return last_activity_ms_.load(std::memory_order_relaxed);
   }

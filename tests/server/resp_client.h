@@ -6,9 +6,11 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -100,6 +102,26 @@ class RespClient {
       }
     }
     return r;
+  }
+
+  // The next `n` bytes as they come, whatever they are (part of a reply).
+  bool ReadBytes(size_t n, std::string* out) { return ReadExact(n, out); }
+
+  // Bytes the kernel holds for this client, not read yet.
+  size_t BytesWaiting() const {
+    int n = 0;
+    return ::ioctl(fd_, FIONREAD, &n) == 0 && n > 0 ? static_cast<size_t>(n) : 0;
+  }
+
+  // True when the server closed the connection, after whatever it had sent
+  // (end-of-file, or a reset); false when it stays open past the timeout.
+  bool ReadsEofAfterDraining() {
+    char buf[65536];
+    for (;;) {
+      ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+      if (n == 0) return true;
+      if (n < 0) return errno == ECONNRESET;
+    }
   }
 
   // True when the server closed the connection (reads end-of-file).

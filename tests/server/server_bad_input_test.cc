@@ -4,6 +4,9 @@
 // stored changes.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "prefixkv/server.h"
 #include "tests/server/server_fixture.h"
 
@@ -119,6 +122,57 @@ TEST_F(ServerBadInputTest, ClosesOnlyConnectionsIdleLongerThanTheTimeout) {
   EXPECT_EQ(server_->SweepIdleConnections(), 1u);
   EXPECT_TRUE(idle->ReadsEof());
   EXPECT_EQ(active->Call({"PING"}).str, "PONG");
+  EXPECT_EQ(server_->stats().idle_disconnections, 1u);
+}
+
+// A client taking in a reply longer than the socket buffers is not idle, even
+// when the whole reply takes longer than the timeout (it used to be cut off
+// mid-value: only received bytes counted as activity). One that stops reading
+// is idle from the last bytes its socket took.
+TEST_F(ServerBadInputTest, AClientReadingALongReplyIsNotIdleButOneThatStopsIs) {
+  FakeClock clock;
+  options_.clock = &clock;
+  options_.idle_timeout_ms = 1000;
+  options_.idle_check_interval_ms = 3'600'000;  // sweeps only when the test asks
+  StartServer();
+  constexpr size_t kValue = size_t{48} << 20;
+  // More than the loopback socket buffers (send and receive, a few MiB each)
+  // can hold: reading this much after advancing the clock means the server
+  // wrote to the socket after the advance.
+  constexpr size_t kPastBuffers = size_t{16} << 20;
+  std::string value(kValue, 'v');
+  for (size_t i = 0; i < value.size(); i += 4096)
+    value[i] = static_cast<char>('a' + i % 23);
+  ASSERT_EQ(Connect()->Call({"SET", "big", value}).str, "OK");
+  const std::string header = "$" + std::to_string(kValue) + "\r\n";
+
+  auto reader = Connect();
+  auto stalled = Connect();
+  ASSERT_TRUE(reader->SendRaw(EncodeCommand({"GET", "big"})));
+  ASSERT_TRUE(stalled->SendRaw(EncodeCommand({"GET", "big"})));
+  std::string got, part;
+  ASSERT_TRUE(reader->ReadBytes(header.size(), &part));
+  ASSERT_EQ(part, header);
+  // Let the server fill the stalled client's socket before the clock moves:
+  // its last write is then at 0 ms (settled when the bytes waiting stop growing).
+  for (size_t waiting = 0, same = 0, tries = 0; same < 3 && tries < 200; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const size_t now = stalled->BytesWaiting();
+    same = now == waiting && now > 0 ? same + 1 : 0;
+    waiting = now;
+  }
+  for (int step = 0; step < 2; ++step) {
+    clock.AdvanceMillis(600);  // 1,200 ms after the GET in all
+    ASSERT_TRUE(reader->ReadBytes(kPastBuffers, &part));
+    got += part;
+    EXPECT_EQ(server_->SweepIdleConnections(), step == 0 ? 0u : 1u)
+        << "step " << step;  // the stalled client's GET was 1,200 ms ago
+  }
+  EXPECT_TRUE(stalled->ReadsEofAfterDraining());
+  ASSERT_TRUE(reader->ReadBytes(kValue - got.size() + 2, &part));
+  got += part;
+  EXPECT_EQ(got, value + "\r\n");
+  EXPECT_EQ(reader->Call({"PING"}).str, "PONG");
   EXPECT_EQ(server_->stats().idle_disconnections, 1u);
 }
 
