@@ -177,7 +177,7 @@ StatusOr<RestoreResult> Engine::Restore(const MatchResult& match) {
   const uint64_t start_nanos = impl_->clock_->NowNanos();
   StatusOr<RestoreResult> result = impl_->cache_->Restore(match);
   if (EngineModel* model = impl_->Find(match.ns)) {
-    model->restore_latency.Record((impl_->clock_->NowNanos() - start_nanos) / 1000);
+    model->restore_latency.RecordNanos(impl_->clock_->NowNanos() - start_nanos);
   }
   return result;
 }

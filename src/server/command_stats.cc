@@ -9,12 +9,12 @@ namespace prefixkv::server {
 CommandStatsRecorder::CommandStatsRecorder()
     : size_(Dispatcher::Table().size()), slots_(std::make_unique<Slot[]>(size_)) {}
 
-void CommandStatsRecorder::Ran(size_t index, uint64_t micros, bool failed) {
+void CommandStatsRecorder::Ran(size_t index, uint64_t nanos, bool failed) {
   if (index >= size_) return;
   Slot& slot = slots_[index];
   slot.calls.fetch_add(1, std::memory_order_relaxed);
   if (failed) slot.failed.fetch_add(1, std::memory_order_relaxed);
-  slot.latency.Record(micros);
+  slot.latency.RecordNanos(nanos);
 }
 
 void CommandStatsRecorder::Rejected(size_t index) {

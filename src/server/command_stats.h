@@ -19,7 +19,7 @@ class CommandStatsRecorder {
   CommandStatsRecorder();  // one slot per command of Dispatcher::Table()
 
   // `index`: the command's position in Dispatcher::Table().
-  void Ran(size_t index, uint64_t micros, bool failed);
+  void Ran(size_t index, uint64_t nanos, bool failed);
   void Rejected(size_t index);
 
   // In table order, every command (those never called included).

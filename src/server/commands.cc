@@ -153,7 +153,7 @@ void Dispatcher::Execute(const RespArgs& args, ClientState* client,
   const uint64_t start_nanos = config_.clock->NowNanos();
   spec->handler(ctx);
   const uint64_t end_nanos = config_.clock->NowNanos();
-  stats->Ran(index, end_nanos > start_nanos ? (end_nanos - start_nanos) / 1000 : 0,
+  stats->Ran(index, end_nanos > start_nanos ? end_nanos - start_nanos : 0,
              out->errors() > errors_before);
 }
 

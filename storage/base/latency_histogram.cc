@@ -4,12 +4,17 @@
 
 namespace prefixkv {
 
-void LatencyRecorder::Record(uint64_t micros) {
+void LatencyRecorder::RecordNanos(uint64_t nanos) {
   const auto& bounds = LatencyHistogram::kBucketBoundsMicros;
-  const size_t bucket = static_cast<size_t>(
-      std::lower_bound(bounds.begin(), bounds.end(), micros) - bounds.begin());
+  // The first bound b with nanos <= b * 1000.
+  const size_t bucket =
+      static_cast<size_t>(std::lower_bound(bounds.begin(), bounds.end(), nanos,
+                                           [](uint64_t bound_micros, uint64_t n) {
+                                             return bound_micros * 1000 < n;
+                                           }) -
+                          bounds.begin());
   counts_[bucket].fetch_add(1, std::memory_order_relaxed);
-  sum_micros_.fetch_add(micros, std::memory_order_relaxed);
+  sum_nanos_.fetch_add(nanos, std::memory_order_relaxed);
 }
 
 LatencyHistogram LatencyRecorder::Snapshot() const {
@@ -17,7 +22,7 @@ LatencyHistogram LatencyRecorder::Snapshot() const {
   for (size_t i = 0; i < counts_.size(); ++i) {
     s.counts[i] = counts_[i].load(std::memory_order_relaxed);
   }
-  s.sum_micros = sum_micros_.load(std::memory_order_relaxed);
+  s.sum_micros = sum_nanos_.load(std::memory_order_relaxed) / 1000;
   return s;
 }
 
