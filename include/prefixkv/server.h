@@ -98,8 +98,9 @@ struct ServerOptions {
 
 // One RESP command's calls and their time inside the server (INFO
 // commandstats, the prefixkv_command_* metrics). Redis's counting: a call is
-// one that ran; a call that was refused before it ran (wrong number of
-// arguments, no AUTH, no admin permission) is rejected, not a call.
+// one that ran; a call that was refused before it ran (a number of arguments
+// outside the command's arity, no AUTH, no admin permission) is rejected, not
+// a call.
 struct CommandStats {
   std::string name;             // lowercase, as COMMAND reports it ("pkv.get")
   uint64_t calls = 0;           // ran
