@@ -115,8 +115,8 @@ struct CommandStats {
 // Counters the server keeps about itself (INFO "clients" and "stats").
 struct ServerStats {
   uint64_t connected_clients = 0;
-  uint64_t total_connections_received = 0;
-  uint64_t rejected_connections = 0;  // over max_connections
+  uint64_t total_connections_received = 0;  // accepted and served
+  uint64_t rejected_connections = 0;        // over max_connections (not received)
   uint64_t total_commands_processed = 0;
   uint64_t protocol_errors = 0;  // connections closed for malformed input
   uint64_t idle_disconnections = 0;

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "prefixkv/advanced/ssd_tier.h"
@@ -159,18 +161,25 @@ void ForEachCounter(const TierCounters& c,
   fn("external_bytes", c.external_bytes);
 }
 
-// INFO [section]: "server", "clients", "stats" and "commandstats" from the
+// INFO [section ...]: "server", "clients", "stats" and "commandstats" from the
 // running server, "memory" and "keyspace", then "tier_hot", "owners",
 // "tier_ssd" and "tier_remote" from the engine ("tiers": those four). An
 // unknown section is an empty reply, as in Redis.
 void CmdInfo(CommandContext& ctx) {
-  std::string want;
-  if (ctx.args.size() > 1) {
-    want = std::string(ctx.arg(1));
+  std::vector<std::string> wants;  // none: the default sections
+  for (size_t i = 1; i < ctx.args.size(); ++i) {
+    std::string want(ctx.arg(i));
     for (char& c : want)
       c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    wants.push_back(std::move(want));
   }
-  auto wanted = [&want](std::string_view section) { return WantSection(want, section); };
+  if (wants.empty()) wants.emplace_back();
+  // Several names (Redis 7): every section one of them asks for, once each.
+  auto wanted = [&wants](std::string_view section) {
+    return std::any_of(wants.begin(), wants.end(), [section](const std::string& want) {
+      return WantSection(want, section);
+    });
+  };
   std::string text;
   const auto& server_info = ctx.dispatcher.config().append_server_info;
   if (server_info) server_info(wanted, &text);

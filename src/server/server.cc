@@ -196,7 +196,6 @@ void internal::ServerImpl::AcceptNext() {
 }
 
 void internal::ServerImpl::OnAccepted(tcp::socket socket) {
-  counters_.total_connections_received.fetch_add(1, std::memory_order_relaxed);
   boost::system::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
   std::shared_ptr<Connection> conn;
@@ -221,6 +220,9 @@ void internal::ServerImpl::OnAccepted(tcp::socket socket) {
     socket.close(ignored);
     return;
   }
+  // As in Redis, a connection refused over max_connections is counted only
+  // in rejected_connections.
+  counters_.total_connections_received.fetch_add(1, std::memory_order_relaxed);
   conn->PostStart();
 }
 

@@ -146,6 +146,13 @@ TEST_F(ServerAccessTest, InfoReturnsTheNamedSectionOnly) {
   EXPECT_EQ(c->Call({"INFO", "clients"}).str.rfind("# Clients\r\n", 0), 0u);
   EXPECT_EQ(c->Call({"INFO", "STATS"}).str.rfind("# Stats\r\n", 0), 0u);
   EXPECT_EQ(c->Call({"INFO", "nosuchsection"}).str, "");
+  // Several names (Redis 7): each section named, once, in the usual order.
+  const std::string two = c->Call({"INFO", "stats", "Server", "nosuch", "server"}).str;
+  EXPECT_EQ(two.rfind("# Server\r\n", 0), 0u) << two;
+  EXPECT_NE(two.find("\r\n# Stats\r\n"), std::string::npos) << two;
+  EXPECT_EQ(two.find("# Server", 1), std::string::npos) << two;
+  EXPECT_EQ(two.find("# Clients"), std::string::npos) << two;
+  EXPECT_EQ(two.find("# Memory"), std::string::npos) << two;
   const std::string all = c->Call({"INFO"}).str;
   for (const char* section : {"# Server", "# Clients", "# Stats", "# Memory",
                               "# Keyspace", "# Tier_hot", "# Owners", "# Tier_ssd"}) {

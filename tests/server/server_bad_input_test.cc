@@ -104,6 +104,7 @@ TEST_F(ServerBadInputTest, TurnsAwayConnectionsOverTheLimit) {
   EXPECT_TRUE(c->ReadsEof());
   EXPECT_EQ(a->Call({"PING"}).str, "PONG");
   EXPECT_EQ(server_->stats().rejected_connections, 1u);
+  EXPECT_EQ(server_->stats().total_connections_received, 2u);  // as in Redis
 }
 
 TEST_F(ServerBadInputTest, ClosesOnlyConnectionsIdleLongerThanTheTimeout) {
