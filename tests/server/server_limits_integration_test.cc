@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 
 #include <cstdio>
 #include <fstream>
@@ -170,6 +171,40 @@ TEST(ServerLimits, PasswordsComeFromAFileOrTheEnvironment) {
 }
 
 // Every --flag that `serve --help` explains appears in its usage line.
+// Ports, counts and times take digits only: "--port 20K" used to listen on
+// 20480 (read as a size), "--port -1" was "not a size", and "--max-clients 0"
+// started a server that refused every client. Each is a usage error now
+// (exit 2), before anything is opened.
+TEST(ServerLimits, ServeRefusesPortsAndCountsThatAreNotPlainNumbers) {
+  testing::TempDir dir;
+  const struct {
+    std::string flags;
+    std::string error;
+  } cases[] = {
+      {"--port 20K", "--port: '20K' is not a whole number"},
+      {"--port -1", "--port: '-1' is not a whole number"},
+      {"--port 70000", "--port must be in [0, 65535]"},
+      {"--threads 2x", "--threads: '2x' is not a whole number"},
+      {"--metrics-port 1M", "--metrics-port: '1M' is not a whole number"},
+      {"--idle-timeout-ms 1.5", "--idle-timeout-ms: '1.5' is not a whole number"},
+      {"--max-clients 0", "--max-clients must be > 0"},
+  };
+  for (const auto& c : cases) {
+    const std::string cmd = std::string(PREFIXKV_CLI) + " serve --data-dir " + dir.str() +
+                            "/data " + c.flags + " 2>&1";
+    FILE* pipe = ::popen(cmd.c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+    const int status = ::pclose(pipe);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << c.flags << "\n" << out;
+    EXPECT_NE(out.find(c.error), std::string::npos) << c.flags << "\n" << out;
+    EXPECT_EQ(out.find("listening"), std::string::npos) << c.flags << "\n" << out;
+  }
+}
+
 TEST(ServerLimits, ServeHelpUsageNamesEveryFlag) {
   FILE* pipe = ::popen((std::string(PREFIXKV_CLI) + " serve --help 2>&1").c_str(), "r");
   ASSERT_NE(pipe, nullptr);

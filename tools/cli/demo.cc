@@ -203,7 +203,7 @@ int RunNodes(const Flags& flags, int turns, const std::string& dir) {
   std::string error = ApplyRemoteFlags(flags, &options.remote);
   if (!error.empty()) return UsageError(flags, error);
   const std::optional<uint64_t> timeout_s =
-      flags.Has("turn-timeout-s") ? flags.GetSize("turn-timeout-s", &error) : 60;
+      flags.Has("turn-timeout-s") ? flags.GetCount("turn-timeout-s", &error) : 60;
   if (!timeout_s || *timeout_s < 1 || *timeout_s > 3600) {
     return UsageError(flags, error.empty() ? "--turn-timeout-s must be 1..3600" : error);
   }
@@ -292,7 +292,8 @@ int RunDemo(const std::vector<std::string>& args) {
     std::printf("%s%s", kAbout, flags.HelpText().c_str());
     return 0;
   }
-  std::optional<uint64_t> turns = flags.Has("turns") ? flags.GetSize("turns", &error) : 8;
+  std::optional<uint64_t> turns =
+      flags.Has("turns") ? flags.GetCount("turns", &error) : 8;
   if (!turns || *turns < 1 || *turns > 64) {
     return UsageError(flags, error.empty() ? "--turns must be 1..64" : error);
   }

@@ -107,6 +107,21 @@ std::optional<uint64_t> Flags::GetSize(const std::string& name,
   return v;
 }
 
+std::optional<uint64_t> Flags::GetCount(const std::string& name,
+                                        std::string* error) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return std::nullopt;
+  const std::string& text = it->second;
+  uint64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+    *error =
+        "--" + name + ": '" + text + "' is not a whole number (digits only, e.g. 6380)";
+    return std::nullopt;
+  }
+  return v;
+}
+
 int UsageError(const Flags& flags, const std::string& error) {
   std::fprintf(stderr, "prefixkv: %s\n%s", error.c_str(), flags.HelpText().c_str());
   return 2;

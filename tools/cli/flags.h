@@ -34,6 +34,9 @@ class Flags {
   // Parses an unsigned integer with optional K/M/G/T suffix (powers of 1024);
   // sets `error` when malformed.
   std::optional<uint64_t> GetSize(const std::string& name, std::string* error) const;
+  // Parses a plain unsigned decimal integer (a port, a count, milliseconds:
+  // no suffix, no sign); sets `error` when malformed.
+  std::optional<uint64_t> GetCount(const std::string& name, std::string* error) const;
   const std::vector<std::string>& positional() const { return positional_; }
 
  private:

@@ -221,7 +221,7 @@ int RunReplay(const std::vector<std::string>& args) {
     return 0;
   }
   std::optional<uint64_t> nodes =
-      flags.Has("nodes") ? flags.GetSize("nodes", &error) : std::optional<uint64_t>(1);
+      flags.Has("nodes") ? flags.GetCount("nodes", &error) : std::optional<uint64_t>(1);
   if (!error.empty() || !nodes || *nodes < 1 || *nodes > 64) {
     return UsageError(flags, error.empty() ? "--nodes must be 1..64" : error);
   }

@@ -121,16 +121,25 @@ std::string ParseServeConfig(const Flags& flags, ServeConfig* config) {
     std::optional<uint64_t> v = flags.GetSize(name, &error);
     return v.value_or(0);
   };
-  uint64_t port = size("port", "6380");
-  uint64_t threads = size("threads", "2");
+  // Ports, counts and times take digits only ("20K" is no port).
+  auto count = [&](const char* name, uint64_t def) -> uint64_t {
+    if (!flags.Has(name)) return def;
+    std::optional<uint64_t> v = flags.GetCount(name, &error);
+    return v.value_or(0);
+  };
+  uint64_t port = count("port", 6380);
+  uint64_t threads = count("threads", 2);
   config->engine.hot_capacity_bytes = size("hot-capacity-bytes", "1G");
   config->engine.ssd_capacity_bytes = size("ssd-capacity-bytes", "64G");
-  config->server.max_models = size("max-models", "256");
+  config->server.max_models = count("max-models", 256);
   config->server.max_request_bytes = size("max-request-bytes", "512M");
-  config->server.max_connections = size("max-clients", "10000");
-  config->server.idle_timeout_ms = size("idle-timeout-ms", "0");
-  uint64_t metrics_port = size("metrics-port", "0");
+  config->server.max_connections = count("max-clients", 10000);
+  config->server.idle_timeout_ms = count("idle-timeout-ms", 0);
+  uint64_t metrics_port = count("metrics-port", 0);
   if (!error.empty()) return error;
+  if (config->server.max_connections == 0) {
+    return "--max-clients must be > 0 (0 would refuse every client)";
+  }
   if (port > 65535) return "--port must be in [0, 65535]";
   if (metrics_port > 65535) return "--metrics-port must be in [0, 65535]";
   if (flags.Has("metrics-port")) {
