@@ -256,7 +256,14 @@ void CmdQuit(CommandContext& ctx) {
 
 void CmdSelect(CommandContext& ctx) {
   if (ctx.arg(1) == "0") return ctx.out->Simple("OK");
-  ctx.out->Error("ERR DB index is out of range");
+  const std::string_view index = ctx.arg(1);
+  const bool integer =
+      !index.empty() && std::all_of(index.begin() + (index[0] == '-' ? 1 : 0), index.end(),
+                                    [](char c) { return c >= '0' && c <= '9'; }) &&
+      index != "-";
+  // Redis's replies: a number other than 0 names a database this server does not have.
+  ctx.out->Error(integer ? "ERR DB index is out of range"
+                         : "ERR value is not an integer or out of range");
 }
 
 void CmdCommand(CommandContext& ctx) {
@@ -281,7 +288,7 @@ void CmdCommand(CommandContext& ctx) {
     }
   } else {
     ctx.out->Error("ERR unknown subcommand " + Quoted(ctx.arg(1)) +
-                   ". Try COMMAND HELP.");
+                   ". COMMAND takes COUNT, INFO name... or DOCS.");
   }
 }
 
