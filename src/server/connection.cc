@@ -129,7 +129,9 @@ void Connection::ProcessInput() {
       Execute();
     } else if (r == RespParser::Result::kError) {
       queued_.Error("ERR " + parser_.error());
-      env_->counters->protocol_errors.fetch_add(1, std::memory_order_relaxed);
+      (parser_.out_of_memory() ? env_->counters->out_of_memory
+                               : env_->counters->protocol_errors)
+          .fetch_add(1, std::memory_order_relaxed);
       client_.close_requested = stop_reading_ = true;
     }
   }

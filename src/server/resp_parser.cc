@@ -102,6 +102,7 @@ bool RespParser::AllocateBody(size_t n) {
   } catch (const std::bad_alloc&) {
     arena_ = SharedBytes();
     arena_data_ = nullptr;
+    out_of_memory_ = true;
     Fail("out of memory for a " + std::to_string(n) + "-byte argument");
     return false;
   }
@@ -123,6 +124,7 @@ bool RespParser::GrowBody() {
     body_data_ = data;
     body_cap_ = cap;
   } catch (const std::bad_alloc&) {
+    out_of_memory_ = true;
     Fail("out of memory after " + std::to_string(body_filled_) + " bytes of a " +
          std::to_string(body_size_) + "-byte argument");
     return false;

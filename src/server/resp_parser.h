@@ -69,6 +69,9 @@ class RespParser {
 
   // "Protocol error: ..." after kError.
   const std::string& error() const { return error_; }
+  // After kError: the input was fine but an allocation for it failed (the
+  // server counts it as an out-of-memory refusal, not a protocol error).
+  bool out_of_memory() const { return out_of_memory_; }
 
   // Replaces the limits; they apply from the next header line on (the
   // connection tightens them before AUTH, see ServerOptions).
@@ -114,6 +117,7 @@ class RespParser {
   State state_ = State::kStart;
   std::string line_;  // a header or inline line being assembled
   std::string error_;
+  bool out_of_memory_ = false;
   RespArgs pending_;          // arguments of the command being assembled
   size_t expected_args_ = 0;  // array length of the current command
   size_t request_bytes_ = 0;  // argument bytes of the current command so far
