@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 
 #include "command_stats.h"
 
@@ -257,10 +258,10 @@ void CmdQuit(CommandContext& ctx) {
 void CmdSelect(CommandContext& ctx) {
   if (ctx.arg(1) == "0") return ctx.out->Simple("OK");
   const std::string_view index = ctx.arg(1);
-  const bool integer =
-      !index.empty() && std::all_of(index.begin() + (index[0] == '-' ? 1 : 0), index.end(),
-                                    [](char c) { return c >= '0' && c <= '9'; }) &&
-      index != "-";
+  int64_t number = 0;
+  const auto [end, ec] =
+      std::from_chars(index.data(), index.data() + index.size(), number);
+  const bool integer = ec == std::errc() && end == index.data() + index.size();
   // Redis's replies: a number other than 0 names a database this server does not have.
   ctx.out->Error(integer ? "ERR DB index is out of range"
                          : "ERR value is not an integer or out of range");

@@ -203,8 +203,11 @@ TEST_F(ServerTest, DescribesItsCommandsForRedisCli) {
   EXPECT_EQ(c->Call({"SELECT", "0"}).str, "OK");
   EXPECT_EQ(c->Call({"SELECT", "1"}).str, "ERR DB index is out of range");
   EXPECT_EQ(c->Call({"SELECT", "-3"}).str, "ERR DB index is out of range");
-  EXPECT_EQ(c->Call({"SELECT", "abc"}).str, "ERR value is not an integer or out of range");
+  EXPECT_EQ(c->Call({"SELECT", "abc"}).str,
+            "ERR value is not an integer or out of range");
   EXPECT_EQ(c->Call({"SELECT", "-"}).str, "ERR value is not an integer or out of range");
+  EXPECT_EQ(c->Call({"SELECT", "99999999999999999999"}).str,
+            "ERR value is not an integer or out of range");
   // The error names what COMMAND does take (there is no COMMAND HELP).
   EXPECT_EQ(c->Call({"COMMAND", "HELP"}).str,
             "ERR unknown subcommand 'HELP'. COMMAND takes COUNT, INFO name... or DOCS.");
