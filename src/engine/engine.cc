@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "engine_impl.h"
+#include "prefixkv/codec.h"
 
 namespace prefixkv {
 
@@ -25,6 +26,15 @@ Status internal::EngineImpl::OpenTiers() {
     o.durability = options_.durability;
     if (options_.clock != nullptr) o.clock = options_.clock;
     o.log = options_.log;
+    // A rebuilt block's parent is in its record's header (the segment
+    // extents do not keep it); a payload that is not this block's record
+    // leaves it a chain root.
+    o.rebuilt_parent = [](const BlockKey& key, const BlockKey& ns,
+                          std::string_view payload) {
+      StatusOr<RecordIdentity> id = PeekBlockIdentity(payload);
+      return id.ok() && id->key == key && id->namespace_id == ns ? id->parent
+                                                                 : BlockKey();
+    };
     if (options_.configure_ssd) options_.configure_ssd(o);
     PKV_ASSIGN_OR_RETURN(ssd_, SsdTier::Open(o));
   }

@@ -13,12 +13,15 @@
 //   - no journaled removal names this key with these payload bytes;
 //   - every other intact, unremoved extent of the key holds the same bytes
 //     (two versions and no order between them: neither is provable).
-// A restored block is owner 0, clean, without a parent (a chain root for
-// eviction), in access order of its position in the segments.
+// A restored block is owner 0, clean, in access order of its position in the
+// segments; its parent is what SsdTierOptions::rebuilt_parent reads from its
+// payload (the Engine: the block record's header), else none (a chain root).
 #include <rocksdb/write_batch.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <string_view>
 #include <vector>
 
 #include "ssd_journal.h"
@@ -31,11 +34,16 @@ namespace {
 
 struct Candidate {
   BlockKey namespace_id;
+  BlockKey parent;  // from the payload (SsdTierOptions::rebuilt_parent), or none
   uint64_t length = 0, checksum = 0, segment = 0, offset = 0;
 };
 
+using ParentOf =
+    std::function<BlockKey(const BlockKey&, const BlockKey&, std::string_view)>;
+
 // Appends the intact extents of one segment file to `out`; counts damaged ones.
 Status WalkSegment(FileSystem* fs, const std::string& path, uint64_t id,
+                   const ParentOf& parent_of,
                    std::vector<std::pair<BlockKey, Candidate>>* out, uint64_t* damaged) {
   PKV_ASSIGN_OR_RETURN(std::unique_ptr<FileHandle> f,
                        fs->OpenFile(path, {.mode = OpenMode::kRead}));
@@ -53,7 +61,14 @@ Status WalkSegment(FileSystem* fs, const std::string& path, uint64_t id,
     }
     const uint64_t start = end - ssd::ExtentBytes(footer.length);
     if (ssd::PayloadChecksum(buf.data() + start, footer.length) == footer.checksum) {
-      out->push_back({footer.key, Candidate{footer.namespace_id, footer.length,
+      BlockKey parent;
+      if (parent_of && !footer.namespace_id.IsZero()) {
+        parent =
+            parent_of(footer.key, footer.namespace_id,
+                      std::string_view(reinterpret_cast<const char*>(buf.data() + start),
+                                       footer.length));
+      }
+      out->push_back({footer.key, Candidate{footer.namespace_id, parent, footer.length,
                                             footer.checksum, id, start}});
     } else {
       *damaged += 1;
@@ -93,7 +108,8 @@ Status ssd::TierImpl::RebuildFromSegments(const Status& why) {
       uint64_t id = 0;
       if (!ssd::ParseSegmentFileName(name, &id)) continue;
       files += 1;
-      PKV_RETURN_IF_ERROR(WalkSegment(fs, seg_dir + "/" + name, id, &found, &damaged));
+      PKV_RETURN_IF_ERROR(WalkSegment(fs, seg_dir + "/" + name, id,
+                                      options_.rebuilt_parent, &found, &damaged));
     }
   }
   const ssd::JournalContents journal = ssd::LoadJournal(fs, seg_dir);
@@ -142,10 +158,11 @@ Status ssd::TierImpl::RebuildFromSegments(const Status& why) {
   rocksdb::WriteBatch batch;
   batch.Put(std::string(ssd::kFormatKey), std::string(ssd::kFormatValue));
   TierCounters owner0;
-  uint64_t seq = 0;
+  uint64_t seq = 0, linked = 0;
   for (const auto& [key, c] : restored) {
-    ssd::StoredMeta m{0,     BlockKey(), c.length,  c.checksum,
-                      ++seq, false,      c.segment, c.offset};
+    ssd::StoredMeta m{0,     c.parent, c.length,  c.checksum,
+                      ++seq, false,    c.segment, c.offset};
+    linked += c.parent.IsZero() ? 0 : 1;
     batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, c.namespace_id, key),
               ssd::EncodeMeta(m));
     owner0.entries += 1;
@@ -162,8 +179,9 @@ Status ssd::TierImpl::RebuildFromSegments(const Status& why) {
   report_.rebuild_damaged_extents = damaged;
   Log("metadata at " + options_.path + " is damaged (" + why.ToString() +
       "); rebuilt from " + std::to_string(files) +
-      " segment files: " + std::to_string(restored.size()) + " blocks restored, " +
-      std::to_string(unprovable) + " intact records not provably current" +
+      " segment files: " + std::to_string(restored.size()) + " blocks restored (" +
+      std::to_string(linked) + " linked to their parent), " + std::to_string(unprovable) +
+      " intact records not provably current" +
       (journal.usable ? "" : " (" + journal.problem + ")") + ", " +
       std::to_string(damaged) + " damaged records; the damaged files are kept in " +
       kept);

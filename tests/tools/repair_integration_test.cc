@@ -96,5 +96,47 @@ TEST(RepairCli, AFlippedLogByteIsReportedByAuditAndRepairedWithoutLoss) {
   EXPECT_EQ(serve.StopWith(SIGINT), 0);
 }
 
+std::string LongestChainLine(const std::string& inspect_output) {
+  const size_t at = inspect_output.find("longest chain:");
+  return at == std::string::npos
+             ? ""
+             : inspect_output.substr(at, inspect_output.find('\n', at) - at);
+}
+
+// Segment extents keep no parent link, so a rebuild used to restore every
+// chain block as a chain root: inspect's longest chain fell from 14 blocks to
+// 1, and every later audit reported each block "corrupt" (its record's parent
+// against the stored zero), forever. The rebuild now takes each block's
+// parent from its record's header (SsdTierOptions::rebuilt_parent, set by the
+// Engine): after the repair the chains and the audit are as before the damage.
+TEST(RepairCli, ARebuiltDirectoryKeepsItsChainsAndAuditsClean) {
+  testing::TempDir dir;
+  const fs::path data = dir.path() / "demo";
+  testing::CliRun demo = RunCli("demo --turns 3 --data-dir " + dir.path().string());
+  ASSERT_EQ(demo.exit_code, 0) << demo.output;
+  ASSERT_TRUE(fs::exists(data / "CURRENT")) << demo.output;
+  const testing::CliRun inspect_before = RunCli("inspect --data-dir " + data.string());
+  ASSERT_EQ(inspect_before.exit_code, 0) << inspect_before.output;
+  const std::string chain = LongestChainLine(inspect_before.output);
+  ASSERT_FALSE(chain.empty()) << inspect_before.output;
+  ASSERT_EQ(chain.find("longest chain: 1 blocks"), std::string::npos) << chain;
+
+  std::ofstream(data / "CURRENT", std::ios::trunc) << "garbage\n";
+  testing::CliRun repair = RunCli("repair --data-dir " + data.string());
+  EXPECT_EQ(repair.exit_code, 0) << repair.output;
+  EXPECT_NE(repair.output.find("rebuilt:"), std::string::npos) << repair.output;
+  EXPECT_NE(repair.output.find("linked to their parent"), std::string::npos)
+      << repair.output;
+  EXPECT_EQ(repair.output.find("(0 linked to their parent)"), std::string::npos)
+      << repair.output;
+
+  for (int i = 0; i < 2; ++i) {
+    testing::CliRun audit = RunCli("audit --data-dir " + data.string());
+    EXPECT_EQ(audit.exit_code, 0) << "audit " << i << ":\n" << audit.output;
+  }
+  const testing::CliRun inspect_after = RunCli("inspect --data-dir " + data.string());
+  EXPECT_EQ(LongestChainLine(inspect_after.output), chain) << inspect_after.output;
+}
+
 }  // namespace
 }  // namespace prefixkv

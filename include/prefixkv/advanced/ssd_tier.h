@@ -103,6 +103,13 @@ struct SsdTierOptions {
   FileSystem* file_system = FileSystem::Default();
   // Receives one line per notable event (recovery, errors). Null: stderr.
   std::function<void(std::string_view line)> log;
+  // How a metadata rebuild finds a restored block's parent, which segment
+  // extents do not keep: given its key, namespace and intact payload, the
+  // parent (a zero key: none). Unset, every rebuilt block is a chain root.
+  // The Engine reads it from the block record's header.
+  std::function<BlockKey(const BlockKey& key, const BlockKey& namespace_id,
+                         std::string_view payload)>
+      rebuilt_parent;
 };
 
 // What Open found. Also logged as one line.

@@ -4,8 +4,10 @@
 // (ssd_repair_test.cc flips every kind of metadata file).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "prefixkv/advanced/ssd_tier.h"
@@ -100,6 +102,61 @@ TEST(SsdCorruption, FlippedBytesInSegmentAndTableFilesAreNeverServed) {
                                           {"wrong_payloads_served", t.wrong}});
   EXPECT_EQ(t.wrong, 0u);
   EXPECT_GT(t.corrupt_misses + t.moved_aside, 0u) << "the flips must have been noticed";
+}
+
+// Segment extents keep no parent link: a rebuild takes each block's parent
+// from its payload through SsdTierOptions::rebuilt_parent (the Engine reads
+// the record header), so the chains survive it. Here the payload starts with
+// the parent's two words; without the option every block comes back a root.
+TEST(SsdCorruption, ARebuildTakesEachBlocksParentFromItsPayload) {
+  const auto payload_naming_parent = [](const BlockMeta& m) {
+    std::string bytes(300, 'p');
+    std::memcpy(bytes.data(), &m.parent.hi, 8);
+    std::memcpy(bytes.data() + 8, &m.parent.lo, 8);
+    return SharedBytes::Copy(bytes.data(), bytes.size());
+  };
+  for (const bool with_option : {true, false}) {
+    SCOPED_TRACE(with_option ? "rebuilt_parent set" : "rebuilt_parent unset");
+    testing::TempDir dir;
+    SsdTierOptions o = testing::TestSsdOptions((dir.path() / "ssd").string());
+    std::map<BlockKey, BlockKey> parents;
+    {
+      auto tier = testing::OpenSsd(o);
+      for (uint64_t chain = 0; chain < 2; ++chain) {
+        for (uint64_t i = 0; i < 3; ++i) {
+          const BlockMeta m = ChainBlock(chain, i);
+          parents[m.key] = m.parent;
+          ASSERT_OK(tier->Put(m, payload_naming_parent(m), true));
+        }
+      }
+    }
+    std::ofstream(fs::path(o.path) / "CURRENT", std::ios::trunc) << "garbage";
+    uint64_t calls = 0;
+    if (with_option) {
+      o.rebuilt_parent = [&calls](const BlockKey&, const BlockKey&, std::string_view p) {
+        ++calls;
+        BlockKey parent;
+        if (p.size() >= 16) {
+          std::memcpy(&parent.hi, p.data(), 8);
+          std::memcpy(&parent.lo, p.data() + 8, 8);
+        }
+        return parent;
+      };
+    }
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_FALSE(tier->open_report().metadata_damage.empty());
+    EXPECT_EQ(tier->open_report().rebuilt_blocks, 6u);
+    std::map<BlockKey, BlockKey> rebuilt;
+    tier->ForEach([&](const BlockMeta& m, uint64_t) { rebuilt[m.key] = m.parent; });
+    ASSERT_EQ(rebuilt.size(), parents.size());
+    for (const auto& [key, parent] : parents) {
+      EXPECT_EQ(rebuilt[key], with_option ? parent : BlockKey()) << key.ToHex();
+    }
+    EXPECT_EQ(calls, with_option ? 6u : 0u);
+    EXPECT_TRUE(tier->FindOrphans().empty());
+    testing::ExpectAuditClean(*tier);
+  }
 }
 
 // An unopenable database (here a MANIFEST overwritten with garbage) is rebuilt
