@@ -95,6 +95,16 @@ TEST_F(AuditTest, RecordStoredUnderOtherMetadataIsReported) {
       << run.output;
   EXPECT_NE(run.output.find("record key " + data_.keys()[1].ToHex()), std::string::npos)
       << run.output;
+  // Its payload is intact, so the audit keeps it, says so (it used to say
+  // "removed"), and the next audit reports it again.
+  EXPECT_NE(run.output.find("(kept: its payload is intact)"), std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("(removed)"), std::string::npos) << run.output;
+  CliRun again = RunCli("audit --json --data-dir " + data_.dir());
+  EXPECT_EQ(again.exit_code, 1) << again.output;
+  EXPECT_NE(again.output.find("\"key\":\"" + data_.keys()[3].ToHex()), std::string::npos)
+      << again.output;
+  EXPECT_NE(again.output.find("\"removed\":false"), std::string::npos) << again.output;
 }
 
 TEST_F(AuditTest, LineageRecordThatIsNoLineageIsReported) {

@@ -26,15 +26,18 @@ Checks the SSD tier in the data directory of a stopped prefixkv process:
   - every block record of a model namespace, decoded with the block codec:
     its own checksum, and its key, parent and namespace against the metadata.
 Reading a record counts no hit and leaves the block's eviction order as it was.
-A damaged block is reported once: the audit removes it, so the next audit no
-longer sees it (a child it leaves behind is then reported as an orphan).
+A block whose payload fails its checksum is reported once: the audit removes
+it, so the next audit no longer sees it (a child it leaves behind is then
+reported as an orphan). A record that does not decode or disagrees with its
+metadata, though its payload is intact, is reported and kept ("kept" in the
+text, "removed": false in the JSON), so every audit reports it again.
 Run it only while no other process has the directory open.
 A metadata database that cannot be opened or read (a damaged log, table,
 MANIFEST or CURRENT) is reported (exit 1) and left as it is: the audit never
 moves or rebuilds anything; `prefixkv repair` rebuilds it from the segments.
 
 --json prints one object: ok, blocks_checked, corrupt_blocks (list of
-{key, detail}), orphan_blocks (list of {key, parent}), counter_mismatches
+{key, detail, removed}), orphan_blocks (list of {key, parent}), counter_mismatches
 (list of {what, detail}); when the audit cannot run (no such directory, a
 tier that cannot be opened) it prints {"ok":false,"error":"..."} instead,
 with the same exit code as without --json.
@@ -46,6 +49,7 @@ not be read), 2 usage error (bad flags, missing data directory).
 struct BlockProblem {
   std::string key;  // block key, hex
   std::string detail;
+  bool removed = false;  // a failed payload checksum: the tier dropped the block
 };
 
 struct AuditReport {
@@ -66,7 +70,7 @@ void Classify(const std::vector<AuditFinding>& findings, AuditReport* report) {
     const bool block = f.what.starts_with("block ") && f.what.size() > 6 + 32;
     const std::string tail = block ? f.what.substr(6 + 32) : "";
     if (tail == " checksum" || tail == " record") {
-      report->corrupt.push_back({f.what.substr(6, 32), f.detail});
+      report->corrupt.push_back({f.what.substr(6, 32), f.detail, tail == " checksum"});
     } else {
       report->mismatches.push_back(f);
     }
@@ -126,7 +130,11 @@ void PrintJson(const AuditReport& r) {
   j.BeginObject().Field("ok", r.ok()).Field("blocks_checked", r.blocks_checked);
   j.Key("corrupt_blocks").BeginArray();
   for (const BlockProblem& p : r.corrupt) {
-    j.BeginObject().Field("key", p.key).Field("detail", p.detail).EndObject();
+    j.BeginObject()
+        .Field("key", p.key)
+        .Field("detail", p.detail)
+        .Field("removed", p.removed)
+        .EndObject();
   }
   j.EndArray().Key("orphan_blocks").BeginArray();
   for (const BlockProblem& p : r.orphans) {
@@ -155,7 +163,8 @@ void PrintHuman(const AuditReport& r) {
     std::printf("  note: the last process did not close the tier cleanly\n");
   }
   for (const BlockProblem& p : r.corrupt) {
-    std::printf("  corrupt block %s: %s (removed)\n", p.key.c_str(), p.detail.c_str());
+    std::printf("  corrupt block %s: %s (%s)\n", p.key.c_str(), p.detail.c_str(),
+                p.removed ? "removed" : "kept: its payload is intact");
   }
   for (const BlockProblem& p : r.orphans) {
     std::printf("  orphan block %s: parent %s is not stored\n", p.key.c_str(),
