@@ -59,5 +59,22 @@ TEST(ReplayCli, BadPolicyNamesAreUsageErrors) {
   EXPECT_EQ(testing::RunCli("replay " + kTrace + " --nodes 0").exit_code, 2);
 }
 
+// Each block's synthetic payload is allocated: --bytes-per-token 100M aborted
+// on std::bad_alloc (leaving its scratch directory behind), and 2^55
+// overflowed to empty payloads. Both, and 0, are usage errors now.
+TEST(ReplayCli, BytesPerTokenBeyondA64MBlockIsAUsageError) {
+  for (const char* bpt : {"100M", "36028797018963968", "0", "131073"}) {
+    const testing::CliRun run =
+        testing::RunCli("replay " + kTrace +
+                        " --hot-capacity-tokens 100000 "
+                        "--ssd-capacity-tokens 0 --bytes-per-token " +
+                        bpt);
+    EXPECT_EQ(run.exit_code, 2) << bpt << "\n" << run.output;
+    EXPECT_NE(run.output.find("--bytes-per-token must be at least 1"), std::string::npos)
+        << bpt << "\n"
+        << run.output;
+  }
+}
+
 }  // namespace
 }  // namespace prefixkv

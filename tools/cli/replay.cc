@@ -3,6 +3,7 @@
 // tools/replay/trace_replay.h and docs/prefix_cache.md).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -149,6 +150,16 @@ std::string Configure(const Flags& flags, ReplayConfig* c, std::string* policy_n
   std::optional<uint64_t> bpt = flags.GetSize("bytes-per-token", &error);
   if (bpt) c->bytes_per_token = *bpt;
   if (!error.empty()) return error;
+  // Each block's synthetic payload is allocated: 100M per token used to abort
+  // on std::bad_alloc, and 2^55 overflowed to empty payloads.
+  constexpr uint64_t kMaxBlockPayload = uint64_t{64} << 20;
+  if (c->bytes_per_token == 0 ||
+      c->bytes_per_token > kMaxBlockPayload / std::max<uint64_t>(c->block_tokens, 1)) {
+    return "--bytes-per-token must be at least 1, and a block's payload (" +
+           std::to_string(c->block_tokens) +
+           " tokens × bytes per token) at most 64M: at most " +
+           std::to_string(kMaxBlockPayload / std::max<uint64_t>(c->block_tokens, 1));
+  }
   if (!ReadCapacity(flags, "hot", &c->hot, &error)) return error;
   if (!ReadCapacity(flags, "ssd", &c->ssd, &error)) return error;
   *policy_name = flags.GetString("policy", "lru");
