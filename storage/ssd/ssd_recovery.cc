@@ -177,7 +177,12 @@ Status ssd::TierImpl::OpenOrMoveAside() {
 
 Status ssd::TierImpl::Open() {
   (void)ReleaseReserveForOpen();  // room for the database's recovery (ssd_space.cc)
-  PKV_RETURN_IF_ERROR(OpenOrMoveAside());
+  if (Status s = OpenOrMoveAside(); !s.ok()) {
+    // The reserve may be another process's (the database is locked by it):
+    // put it back as it was before returning.
+    if (options_.reserve_bytes > 0) (void)WriteReserveFile();
+    return s;
+  }
   PKV_RETURN_IF_ERROR(OpenSegments());
   PKV_RETURN_IF_ERROR(OpenJournal());
   FillReserve();

@@ -121,7 +121,12 @@ TEST(RepairCli, ARebuiltDirectoryKeepsItsChainsAndAuditsClean) {
   ASSERT_FALSE(chain.empty()) << inspect_before.output;
   ASSERT_EQ(chain.find("longest chain: 1 blocks"), std::string::npos) << chain;
 
-  std::ofstream(data / "CURRENT", std::ios::trunc) << "garbage\n";
+  // A lost CURRENT beside intact segments is damage: audit reports it (exit
+  // 1, not a usage error), repair rebuilds (it used to refuse: "holds no
+  // prefixkv database").
+  fs::remove(data / "CURRENT");
+  testing::CliRun damaged = RunCli("audit --data-dir " + data.string());
+  EXPECT_EQ(damaged.exit_code, 1) << damaged.output;
   testing::CliRun repair = RunCli("repair --data-dir " + data.string());
   EXPECT_EQ(repair.exit_code, 0) << repair.output;
   EXPECT_NE(repair.output.find("rebuilt:"), std::string::npos) << repair.output;

@@ -17,9 +17,20 @@ StatusOr<std::unique_ptr<Engine>> OpenExistingEngine(const std::string& dir,
   if (!fs::is_directory(dir, ec)) {
     return Status::NotFound("data directory " + dir + " does not exist");
   }
-  // RocksDB's CURRENT file names the live manifest: no CURRENT, no database.
+  // RocksDB's CURRENT file names the live manifest, and segments/ holds the
+  // blocks: with neither there is no database. A lost CURRENT beside intact
+  // segments is damage (audit and inspect report it, repair rebuilds).
   if (!fs::exists(fs::path(dir) / "CURRENT", ec)) {
-    return Status::NotFound(dir + " holds no prefixkv database");
+    if (!fs::is_directory(fs::path(dir) / "segments", ec)) {
+      return Status::NotFound(dir + " holds no prefixkv database");
+    }
+    // Opening it would have RocksDB try to create a database there: audit and
+    // inspect must not write, so they stop here.
+    if (!repair) {
+      return Status::Corruption("metadata at " + dir +
+                                " is damaged: its CURRENT file is missing (the "
+                                "segments are there; `prefixkv repair` rebuilds it)");
+    }
   }
   EngineOptions options;
   options.data_dir = dir;

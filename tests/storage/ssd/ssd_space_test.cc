@@ -53,6 +53,21 @@ class SsdSpaceTest : public ::testing::Test {
   testing::LogLines log_;
 };
 
+// An open that fails because another tier holds the directory (here in
+// this process; `prefixkv audit` beside a running server) used to leave that
+// tier without its space reserve: the reserve is released before the
+// database opens. It is written back when the open fails.
+TEST_F(SsdSpaceTest, AnOpenRefusedByTheLockLeavesTheOwnersReserveInPlace) {
+  auto owner = SsdTier::Open(Options());
+  ASSERT_OK(owner);
+  ASSERT_EQ(std::filesystem::file_size(reserve()), 1u << 20);
+  StatusOr<std::unique_ptr<SsdTier>> second = SsdTier::Open(Options());
+  ASSERT_FALSE(second.ok());
+  ASSERT_TRUE(std::filesystem::exists(reserve()));
+  EXPECT_EQ(std::filesystem::file_size(reserve()), 1u << 20);
+  ASSERT_OK((*owner)->Close());
+}
+
 TEST_F(SsdSpaceTest, FailedSegmentWritesLeaveNoFilesBehind) {
   SsdTierOptions o = Options();
   o.reserve_bytes = 0;  // every Put really tries to write
