@@ -2,6 +2,7 @@
 #include "ssd_journal.h"
 
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "prefixkv/advanced/hash.h"
@@ -71,9 +72,10 @@ JournalContents LoadJournal(FileSystem* fs, const std::string& dir) {
       out.barrier = LoadLE64(r + 8);
       continue;
     }
-    out.removed.insert({BlockKey::DecodeFrom(r), LoadLE64(r + 16)});
-    out.records.push_back(
-        {BlockKey::DecodeFrom(r), LoadLE64(r + 16), LoadLE64(r + 24), LoadLE64(r + 32)});
+    const JournalRecord rec{BlockKey::DecodeFrom(r), LoadLE64(r + 16), LoadLE64(r + 24),
+                            LoadLE64(r + 32)};
+    if (!IsCommitRecord(rec)) out.removed.insert({rec.key, rec.checksum});
+    out.records.push_back(rec);
   }
   if (n == 0) {
     out.problem = "removal journal is empty";
@@ -85,22 +87,37 @@ JournalContents LoadJournal(FileSystem* fs, const std::string& dir) {
 
 StatusOr<std::unique_ptr<RemovalJournal>> RemovalJournal::Open(
     FileSystem* fs, const std::string& dir, uint64_t barrier_if_new,
-    std::function<bool(uint64_t)> keep) {
+    std::function<bool(uint64_t)> keep, const std::vector<JournalRecord>* regenerated) {
   std::unique_ptr<RemovalJournal> j(new RemovalJournal(fs, dir, std::move(keep)));
   MutexLock lock(&j->mu_);
-  PKV_RETURN_IF_ERROR(j->Rewrite(barrier_if_new));
+  PKV_RETURN_IF_ERROR(j->Rewrite(barrier_if_new, regenerated));
   return j;
 }
 
-Status RemovalJournal::Rewrite(uint64_t barrier_if_new) {
+Status RemovalJournal::Rewrite(uint64_t barrier_if_new,
+                               const std::vector<JournalRecord>* regenerated) {
   JournalContents old = LoadJournal(fs_, dir_);
   // A missing or damaged journal proves nothing about the segments that
-  // exist now: they all fall under the new barrier.
-  const uint64_t barrier = old.usable ? old.barrier : barrier_if_new;
+  // exist now: they all fall under the new barrier, unless the caller
+  // regenerated their removals from intact metadata.
+  uint64_t barrier = old.usable ? old.barrier : barrier_if_new;
+  if (!old.usable && regenerated != nullptr) {
+    barrier = 0;
+    old.records = *regenerated;
+  }
+  // Of the commit records, the last per segment is enough to tell a rolled
+  // back database (ssd_journal.h): a lost suffix of commits always includes
+  // the last commit of every segment it touched.
+  std::map<uint64_t, size_t> last_commit;  // segment -> index in old.records
+  for (size_t i = 0; i < old.records.size(); ++i) {
+    if (IsCommitRecord(old.records[i])) last_commit[old.records[i].segment] = i;
+  }
   std::vector<uint8_t> buf(kJournalRecordBytes);
   EncodeHeader(barrier, buf.data());
-  for (const JournalRecord& m : old.records) {
+  for (size_t i = 0; i < old.records.size(); ++i) {
+    const JournalRecord& m = old.records[i];
     if (!keep_(m.segment)) continue;
+    if (IsCommitRecord(m) && last_commit[m.segment] != i) continue;
     const size_t at = buf.size();
     buf.resize(at + kJournalRecordBytes);
     EncodeRemoval({m.key, m.checksum, m.segment, m.offset}, buf.data() + at);
@@ -144,6 +161,12 @@ Status RemovalJournal::Append(const BlockKey& key, uint64_t checksum, uint64_t s
   file_.reset();
   (void)fs_->DeleteFile(PathIn(dir_));
   return s;
+}
+
+Status RemovalJournal::Sync() {
+  MutexLock lock(&mu_);
+  if (!broken_.ok()) return broken_;
+  return file_ ? file_->DataSync() : Status::IOError("no journal");
 }
 
 }  // namespace prefixkv::ssd

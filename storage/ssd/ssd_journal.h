@@ -12,6 +12,13 @@
 //   header  (first): "pkvrmj01" (8) | barrier segment id (8) | zero (24)
 //   removal        : block key (16, BlockKey::EncodeTo) | payload XXH3-64 (8)
 //                    | segment id (8) | extent offset (8)
+//   commit         : zero key (16) | kCommitTag (8) | segment id (8)
+//                    | offset of the batch's last extent (8)
+// A commit record is appended AFTER a metadata commit that made extents
+// live (a store, a compaction move). It is how Open tells metadata that is
+// older than the segments (a lost log: the database rolled back) from crash
+// garbage: an extent a commit record names must be referenced by the
+// metadata or named by a removal record; if not, the metadata lost it.
 // A rebuild excludes every extent of the key whose payload checksum equals a
 // removed one (not only the extent named): a copy of a removed version made
 // by segment compaction must not come back either.
@@ -46,13 +53,21 @@ struct JournalRecord {
   uint64_t checksum = 0, segment = 0, offset = 0;
 };
 
+// The payload-checksum field of a commit record (its key is zero, which no
+// block has): "commit\0\0" as a little-endian u64.
+inline constexpr uint64_t kCommitTag = 0x74696d6d6f63ULL;
+
+inline bool IsCommitRecord(const JournalRecord& r) {
+  return r.key.IsZero() && r.checksum == kCommitTag;
+}
+
 // What a rebuild may take from a journal file.
 struct JournalContents {
   bool usable = false;  // false: missing or damaged, no removal is provable
   std::string problem;  // why not usable
   uint64_t barrier = 0;
   std::set<std::pair<BlockKey, uint64_t>> removed;  // (key, payload checksum)
-  std::vector<JournalRecord> records;
+  std::vector<JournalRecord> records;               // removals and commits, in order
 };
 // Reads `dir`/kJournalName. A damaged record anywhere makes it unusable (the
 // removal it held is unknown); a partial record at the end (a write cut by
@@ -63,22 +78,32 @@ class RemovalJournal {
  public:
   static constexpr uint64_t kCompactRecords = 1 << 20;
   // Rewrites (or creates, with `barrier_if_new` as the barrier) the journal in
-  // `dir`, keeping the removal records for which `keep(segment)` is true,
-  // and opens it for appending.
+  // `dir`, keeping the removal records for which `keep(segment)` is true
+  // and the last commit record of each such segment, and opens it for
+  // appending. `regenerated`, when given, replaces a missing or damaged
+  // journal: barrier 0 and these records (what intact metadata proves dead).
   static StatusOr<std::unique_ptr<RemovalJournal>> Open(
       FileSystem* fs, const std::string& dir, uint64_t barrier_if_new,
-      std::function<bool(uint64_t segment)> keep);
+      std::function<bool(uint64_t segment)> keep,
+      const std::vector<JournalRecord>* regenerated = nullptr);
 
   // Appends one removal. On failure the journal file is deleted (so a rebuild
   // finds no journal and proves no removal) and every later append is a no-op
   // returning the first error.
   Status Append(const BlockKey& key, uint64_t checksum, uint64_t segment, uint64_t offset)
       EXCLUDES(mu_);
+  // Makes every record appended so far durable (fdatasync).
+  Status Sync() EXCLUDES(mu_);
+  // Appends one commit record (see above); fails like Append.
+  Status AppendCommit(uint64_t segment, uint64_t offset) EXCLUDES(mu_) {
+    return Append(BlockKey(), kCommitTag, segment, offset);
+  }
 
  private:
   RemovalJournal(FileSystem* fs, std::string dir, std::function<bool(uint64_t)> keep)
       : fs_(fs), dir_(std::move(dir)), keep_(std::move(keep)) {}
-  Status Rewrite(uint64_t barrier_if_new) REQUIRES(mu_);
+  Status Rewrite(uint64_t barrier_if_new,
+                 const std::vector<JournalRecord>* regenerated = nullptr) REQUIRES(mu_);
 
   FileSystem* const fs_;
   const std::string dir_;

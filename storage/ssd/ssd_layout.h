@@ -23,6 +23,9 @@ inline constexpr char kMetaTag = 'm';
 inline constexpr char kCounterTag = 'c';
 inline constexpr std::string_view kFormatKey = "fformat";
 inline constexpr std::string_view kCleanKey = "fclean";
+// A file in the data directory while a metadata rebuild runs (ssd_salvage.cc):
+// an open that finds it rebuilds again instead of trusting what is there.
+inline constexpr char kRebuildMarker[] = "metadata.rebuilding";
 inline constexpr std::string_view kFormatValue = "prefixkv-ssd/2";
 
 inline constexpr size_t kBlockRecordKeyBytes = 33;

@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "ssd_layout.h"
+#include "ssd_salvage.h"
 #include "ssd_tier_impl.h"
 
 namespace prefixkv {
@@ -29,6 +30,12 @@ Status ssd::TierImpl::CheckFormat() {
     it->SeekToFirst();
     if (it->Valid()) return Status::Corruption("records without a format marker");
     PKV_RETURN_IF_ERROR(FromRocks(it->status(), "scan"));
+    if (ssd::SegmentsHoldData(options_.file_system, options_.path + "/segments")) {
+      // Its files were lost (or a rebuild died before writing it): the
+      // segments hold the blocks, so this is damage, not a new tier.
+      return Status::Corruption(
+          "the metadata database is empty beside segment files that hold blocks");
+    }
     report_.created = true;
     rocksdb::WriteOptions w;
     w.sync = true;

@@ -143,8 +143,12 @@ Status ssd::TierImpl::MoveAside(const Status& why) {
 
 Status ssd::TierImpl::OpenOrMoveAside() {
   PKV_RETURN_IF_ERROR(options_.file_system->CreateDir(options_.path));
-  Status s = OpenDb();
+  // Missing metadata beside segments that hold blocks is damage: opening it
+  // would create an empty database (ssd_rollforward.cc).
+  Status s = CheckMetadataPresent();
+  if (s.ok()) s = OpenDb();
   if (s.ok()) s = Rebuild();
+  if (s.ok()) s = CheckAgainstJournal();  // older than the segments: rolled forward
   // A held lock, a full disk or missing permissions are not damage: report them.
   if (s.ok() || s.IsBusy() || s.IsNoSpace() ||
       s.message().find("LOCK:") != std::string::npos ||

@@ -16,11 +16,13 @@
 // A restored block is owner 0, clean, in access order of its position in the
 // segments; its parent is what SsdTierOptions::rebuilt_parent reads from its
 // payload (the Engine: the block record's header), else none (a chain root).
+#include "ssd_salvage.h"
+
 #include <rocksdb/write_batch.h>
 
 #include <algorithm>
-#include <functional>
 #include <map>
+#include <set>
 #include <string_view>
 #include <vector>
 
@@ -32,19 +34,9 @@
 namespace prefixkv {
 namespace {
 
-struct Candidate {
-  BlockKey namespace_id;
-  BlockKey parent;  // from the payload (SsdTierOptions::rebuilt_parent), or none
-  uint64_t length = 0, checksum = 0, segment = 0, offset = 0;
-};
-
-using ParentOf =
-    std::function<BlockKey(const BlockKey&, const BlockKey&, std::string_view)>;
-
 // Appends the intact extents of one segment file to `out`; counts damaged ones.
 Status WalkSegment(FileSystem* fs, const std::string& path, uint64_t id,
-                   const ParentOf& parent_of,
-                   std::vector<std::pair<BlockKey, Candidate>>* out, uint64_t* damaged) {
+                   const ssd::ParentOf& parent_of, ssd::SegmentScan* out) {
   PKV_ASSIGN_OR_RETURN(std::unique_ptr<FileHandle> f,
                        fs->OpenFile(path, {.mode = OpenMode::kRead}));
   PKV_ASSIGN_OR_RETURN(uint64_t size, f->Size());
@@ -68,22 +60,146 @@ Status WalkSegment(FileSystem* fs, const std::string& path, uint64_t id,
                       std::string_view(reinterpret_cast<const char*>(buf.data() + start),
                                        footer.length));
       }
-      out->push_back({footer.key, Candidate{footer.namespace_id, parent, footer.length,
-                                            footer.checksum, id, start}});
+      out->extents.push_back(ssd::FoundExtent{footer.key, footer.namespace_id, parent,
+                                              footer.length, footer.checksum, id, start});
     } else {
-      *damaged += 1;
+      out->damaged += 1;
     }
     end = start;
   }
   return Status::OK();
 }
 
+// Moves the segment files that hold no restored block but an intact extent
+// the journal does not prove dead into `kept`/segments/; returns how many.
+StatusOr<uint64_t> SetAsideUnprovable(FileSystem* fs, const std::string& seg_dir,
+                                      const std::string& kept,
+                                      const ssd::SegmentScan& scan,
+                                      const std::vector<ssd::FoundExtent>& restored,
+                                      const ssd::JournalContents& journal) {
+  std::set<uint64_t> used, undead;
+  for (const ssd::FoundExtent& c : restored) used.insert(c.segment);
+  for (const ssd::FoundExtent& c : scan.extents) {
+    if (!journal.usable || !journal.removed.contains({c.key, c.checksum})) {
+      undead.insert(c.segment);
+    }
+  }
+  uint64_t moved = 0;
+  for (uint64_t id : undead) {
+    if (used.contains(id)) continue;
+    if (moved == 0) PKV_RETURN_IF_ERROR(fs->CreateDir(kept + "/segments"));
+    const std::string name = ssd::SegmentFileName(id);
+    PKV_RETURN_IF_ERROR(fs->RenameFile(seg_dir + "/" + name, kept + "/segments/" + name));
+    moved += 1;
+  }
+  if (moved > 0) {
+    PKV_RETURN_IF_ERROR(fs->SyncDir(seg_dir));
+    PKV_RETURN_IF_ERROR(fs->SyncDir(kept + "/segments"));
+  }
+  return moved;
+}
+
 }  // namespace
+
+StatusOr<ssd::SegmentScan> ssd::WalkSegments(FileSystem* fs, const std::string& seg_dir,
+                                             const ParentOf& parent_of,
+                                             const std::function<bool(uint64_t)>& only) {
+  SegmentScan scan;
+  StatusOr<std::vector<std::string>> names = fs->ListDir(seg_dir);
+  if (!names.ok()) return scan;  // no segments directory: nothing to find
+  for (const std::string& name : *names) {
+    uint64_t id = 0;
+    if (!ParseSegmentFileName(name, &id) || (only && !only(id))) continue;
+    scan.files += 1;
+    PKV_RETURN_IF_ERROR(WalkSegment(fs, seg_dir + "/" + name, id, parent_of, &scan));
+  }
+  return scan;
+}
+
+std::map<BlockKey, ssd::FoundExtent> ssd::ProvableVersions(
+    const std::vector<FoundExtent>& found, const JournalContents& journal,
+    uint64_t* unprovable) {
+  std::map<BlockKey, std::vector<const FoundExtent*>> by_key;
+  for (const FoundExtent& c : found) {
+    if (!journal.usable || c.segment <= journal.barrier ||
+        journal.removed.contains({c.key, c.checksum})) {
+      *unprovable += 1;
+      continue;
+    }
+    by_key[c.key].push_back(&c);
+  }
+  std::map<BlockKey, FoundExtent> out;
+  for (const auto& [key, cs] : by_key) {
+    const FoundExtent& first = *cs.front();
+    const bool agree = std::all_of(cs.begin(), cs.end(), [&](const FoundExtent* c) {
+      return c->namespace_id == first.namespace_id && c->length == first.length &&
+             c->checksum == first.checksum;
+    });
+    if (!agree) {
+      *unprovable += cs.size();
+      continue;
+    }
+    // The same bytes in several places (a compaction copy): the newest file.
+    out[key] = **std::max_element(cs.begin(), cs.end(), [](const auto* a, const auto* b) {
+      return std::pair(a->segment, a->offset) < std::pair(b->segment, b->offset);
+    });
+  }
+  return out;
+}
+
+std::vector<ssd::JournalRecord> ssd::NotTaken(
+    const SegmentScan& scan, const JournalContents& journal,
+    const std::set<std::pair<BlockKey, uint64_t>>& kept) {
+  std::vector<JournalRecord> out;
+  for (const FoundExtent& c : scan.extents) {
+    if (journal.removed.contains({c.key, c.checksum}) ||
+        kept.contains({c.key, c.checksum})) {
+      continue;
+    }
+    out.push_back({c.key, c.checksum, c.segment, c.offset});
+  }
+  return out;
+}
+
+Status ssd::AppendToJournal(FileSystem* fs, const std::string& seg_dir,
+                            const std::vector<JournalRecord>& records) {
+  if (records.empty()) return Status::OK();
+  PKV_ASSIGN_OR_RETURN(std::unique_ptr<RemovalJournal> j,
+                       RemovalJournal::Open(fs, seg_dir, /*barrier_if_new=*/0,
+                                            [](uint64_t) { return true; }));
+  for (const JournalRecord& r : records) {
+    PKV_RETURN_IF_ERROR(j->Append(r.key, r.checksum, r.segment, r.offset));
+  }
+  return j->Sync();
+}
+
+bool ssd::SegmentsHoldData(FileSystem* fs, const std::string& seg_dir) {
+  StatusOr<std::vector<std::string>> names = fs->ListDir(seg_dir);
+  if (!names.ok()) return false;
+  for (const std::string& name : *names) {
+    uint64_t id = 0;
+    if (!ParseSegmentFileName(name, &id)) continue;
+    StatusOr<uint64_t> size = fs->FileSize(seg_dir + "/" + name);
+    if (size.ok() && *size >= kExtentAlign) return true;
+  }
+  return false;
+}
 
 Status ssd::TierImpl::RebuildFromSegments(const Status& why) {
   db_.reset();
   FileSystem* fs = options_.file_system;
   const std::string seg_dir = options_.path + "/segments";
+  // 0. Until the new database is complete, an open that finds the marker
+  // rebuilds again (CheckMetadataPresent): a kill at any moment of this
+  // function, then another open, gives what one uninterrupted run gives.
+  // Nothing below changes the segments or the journal before step 4 is done.
+  const std::string marker = options_.path + "/" + ssd::kRebuildMarker;
+  {
+    PKV_ASSIGN_OR_RETURN(std::unique_ptr<FileHandle> m,
+                         fs->OpenFile(marker, {.mode = OpenMode::kCreateOrTruncate}));
+    PKV_RETURN_IF_ERROR(m->Sync());
+  }
+  PKV_RETURN_IF_ERROR(fs->SyncDir(options_.path));
   // 1. The damaged database's files go to a directory of their own; the
   // segment files stay where they are.
   const std::string kept =
@@ -93,77 +209,45 @@ Status ssd::TierImpl::RebuildFromSegments(const Status& why) {
   for (const std::string& name : names) {
     const std::string from = options_.path + "/" + name;
     if (name == "segments" || name == "space-reserve" || name == "LOCK" ||
-        name.starts_with("metadata.broken-") || !fs->FileSize(from).ok()) {
+        name == ssd::kRebuildMarker || name.starts_with("metadata.broken-") ||
+        !fs->FileSize(from).ok()) {
       continue;  // not the database's, or a directory
     }
     PKV_RETURN_IF_ERROR(fs->RenameFile(from, kept + "/" + name));
   }
   PKV_RETURN_IF_ERROR(fs->SyncDir(options_.path));
   // 2. What the segments hold, and what the journal says was removed.
-  std::vector<std::pair<BlockKey, Candidate>> found;
-  uint64_t damaged = 0, files = 0;
-  StatusOr<std::vector<std::string>> segs = fs->ListDir(seg_dir);
-  if (segs.ok()) {
-    for (const std::string& name : *segs) {
-      uint64_t id = 0;
-      if (!ssd::ParseSegmentFileName(name, &id)) continue;
-      files += 1;
-      PKV_RETURN_IF_ERROR(WalkSegment(fs, seg_dir + "/" + name, id,
-                                      options_.rebuilt_parent, &found, &damaged));
-    }
-  }
+  PKV_ASSIGN_OR_RETURN(ssd::SegmentScan scan,
+                       ssd::WalkSegments(fs, seg_dir, options_.rebuilt_parent));
   const ssd::JournalContents journal = ssd::LoadJournal(fs, seg_dir);
-  if (!journal.usable && segs.ok()) {
-    // Nothing is provable: the segments join the damaged files (a post-mortem
-    // can still read them) instead of being deleted as unreferenced.
-    PKV_RETURN_IF_ERROR(fs->RenameFile(seg_dir, kept + "/segments"));
-    PKV_RETURN_IF_ERROR(fs->SyncDir(options_.path));
-  }
   // 3. One provable version per key, or none.
-  std::map<BlockKey, std::vector<Candidate>> by_key;
   uint64_t unprovable = 0;
-  for (auto& [key, c] : found) {
-    if (!journal.usable || c.segment <= journal.barrier ||
-        journal.removed.contains({key, c.checksum})) {
-      unprovable += 1;
-      continue;
-    }
-    by_key[key].push_back(c);
-  }
-  std::vector<std::pair<BlockKey, Candidate>> restored;
-  for (auto& [key, cs] : by_key) {
-    const Candidate& first = cs.front();
-    const bool agree = std::all_of(cs.begin(), cs.end(), [&](const Candidate& c) {
-      return c.namespace_id == first.namespace_id && c.length == first.length &&
-             c.checksum == first.checksum;
-    });
-    if (!agree) {
-      unprovable += cs.size();
-      continue;
-    }
-    // The same bytes in several places (a compaction copy): the newest file.
-    restored.push_back(
-        {key, *std::max_element(cs.begin(), cs.end(),
-                                [](const Candidate& a, const Candidate& b) {
-                                  return std::pair(a.segment, a.offset) <
-                                         std::pair(b.segment, b.offset);
-                                })});
+  std::vector<ssd::FoundExtent> restored;
+  for (auto& [key, c] : ssd::ProvableVersions(scan.extents, journal, &unprovable)) {
+    restored.push_back(c);
   }
   std::sort(restored.begin(), restored.end(), [](const auto& a, const auto& b) {
-    return std::pair(a.second.segment, a.second.offset) <
-           std::pair(b.second.segment, b.second.offset);
+    return std::pair(a.segment, a.offset) < std::pair(b.segment, b.offset);
   });
+  // What is not taken is journaled as removed before the new database says
+  // so: a rerun after a kill, or a later rebuild, decides the same.
+  if (journal.usable) {
+    std::set<std::pair<BlockKey, uint64_t>> taken;
+    for (const ssd::FoundExtent& c : restored) taken.insert({c.key, c.checksum});
+    PKV_RETURN_IF_ERROR(
+        ssd::AppendToJournal(fs, seg_dir, ssd::NotTaken(scan, journal, taken)));
+  }
   // 4. A new database holding them.
   PKV_RETURN_IF_ERROR(OpenDb());
   rocksdb::WriteBatch batch;
   batch.Put(std::string(ssd::kFormatKey), std::string(ssd::kFormatValue));
   TierCounters owner0;
   uint64_t seq = 0, linked = 0;
-  for (const auto& [key, c] : restored) {
+  for (const ssd::FoundExtent& c : restored) {
     ssd::StoredMeta m{0,     c.parent, c.length,  c.checksum,
                       ++seq, false,    c.segment, c.offset};
     linked += c.parent.IsZero() ? 0 : 1;
-    batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, c.namespace_id, key),
+    batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, c.namespace_id, c.key),
               ssd::EncodeMeta(m));
     owner0.entries += 1;
     owner0.bytes += c.length;
@@ -172,19 +256,32 @@ Status ssd::TierImpl::RebuildFromSegments(const Status& why) {
   rocksdb::WriteOptions w;
   w.sync = true;
   PKV_RETURN_IF_ERROR(FromRocks(db_->Write(w, &batch), "write rebuilt metadata"));
+  // 5. Segment files no restored block references would be deleted as
+  // garbage at OpenSegments. Only those whose every intact extent the journal
+  // names as removed are garbage; the others (unprovable versions: a missing
+  // journal, the barrier, two versions of a key) join the damaged files, so
+  // a post-mortem can still read them. Nothing is deleted that was not
+  // proven dead.
+  PKV_ASSIGN_OR_RETURN(uint64_t set_aside,
+                       SetAsideUnprovable(fs, seg_dir, kept, scan, restored, journal));
+  PKV_RETURN_IF_ERROR(fs->DeleteFile(marker));
+  PKV_RETURN_IF_ERROR(fs->SyncDir(options_.path));
   report_.metadata_damage = why.ToString();
   report_.damaged_metadata_kept = kept;
   report_.rebuilt_blocks = restored.size();
   report_.rebuild_unprovable = unprovable;
-  report_.rebuild_damaged_extents = damaged;
+  report_.rebuild_damaged_extents = scan.damaged;
   Log("metadata at " + options_.path + " is damaged (" + why.ToString() +
-      "); rebuilt from " + std::to_string(files) +
+      "); rebuilt from " + std::to_string(scan.files) +
       " segment files: " + std::to_string(restored.size()) + " blocks restored (" +
       std::to_string(linked) + " linked to their parent), " + std::to_string(unprovable) +
       " intact records not provably current" +
       (journal.usable ? "" : " (" + journal.problem + ")") + ", " +
-      std::to_string(damaged) + " damaged records; the damaged files are kept in " +
-      kept);
+      std::to_string(scan.damaged) + " damaged records; the damaged files" +
+      (set_aside == 0 ? ""
+                      : " and " + std::to_string(set_aside) +
+                            " segment files holding only unprovable records") +
+      " are kept in " + kept);
   return Status::OK();
 }
 
@@ -192,10 +289,28 @@ Status ssd::TierImpl::OpenJournal() {
   uint64_t max_id = 0;
   for (const ssd::SegmentState& st : store_->Snapshot()) max_id = std::max(max_id, st.id);
   ssd::SegmentStore* store = store_.get();
-  PKV_ASSIGN_OR_RETURN(
-      journal_,
-      ssd::RemovalJournal::Open(options_.file_system, options_.path + "/segments", max_id,
-                                [store](uint64_t id) { return store->Has(id); }));
+  std::vector<ssd::JournalRecord> regenerated;
+  if (!report_.journal_problem.empty()) {
+    if (!options_.repair_damaged_metadata) {
+      // audit and inspect report it and change nothing: no journal is written
+      // (removals they make are not journaled; the journal proves nothing).
+      return Status::OK();
+    }
+    // The metadata is intact (a damaged one was rebuilt, which needs a
+    // journal): every intact extent it does not reference is dead.
+    PKV_ASSIGN_OR_RETURN(regenerated, RegenerateJournal());
+    report_.journal_regenerated = true;
+    report_.journal_regenerated_removals = regenerated.size();
+    Log("removal journal of " + options_.path + " was unusable (" +
+        report_.journal_problem +
+        "); regenerated from the intact metadata: " + std::to_string(regenerated.size()) +
+        " removals of extents it does not reference");
+  }
+  PKV_ASSIGN_OR_RETURN(journal_,
+                       ssd::RemovalJournal::Open(
+                           options_.file_system, options_.path + "/segments", max_id,
+                           [store](uint64_t id) { return store->Has(id); },
+                           report_.journal_regenerated ? &regenerated : nullptr));
   return Status::OK();
 }
 
@@ -203,6 +318,10 @@ void ssd::TierImpl::JournalRemoval(const BlockKey& key, uint64_t checksum,
                                    uint64_t segment, uint64_t offset) {
   // A failed append deletes the journal: a rebuild then proves nothing.
   if (journal_ != nullptr) (void)journal_->Append(key, checksum, segment, offset);
+}
+
+void ssd::TierImpl::JournalCommit(uint64_t segment, uint64_t offset) {
+  if (journal_ != nullptr) (void)journal_->AppendCommit(segment, offset);
 }
 
 }  // namespace prefixkv

@@ -320,6 +320,18 @@ Status ssd::TierImpl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
       index_.EndPendingChild(meta.parent);
     }
   }
+  if (s.ok()) {
+    // The metadata knows these extents now: a later Open whose metadata does
+    // not is older than the segments (ssd_journal.h).
+    JournalCommit(locations.back().segment, locations.back().offset);
+  } else {
+    // Never acknowledged: a rebuild or roll-forward must not bring them back
+    // (the key may be removed later, which would not name these extents).
+    for (size_t i = 0; i < items.size(); ++i) {
+      JournalRemoval(items[i].meta.key, stored[i].payload_xxh3, stored[i].segment,
+                     stored[i].offset);
+    }
+  }
   // After the index update: a reclaim pass that sees the segment no longer
   // pending also sees the new references.
   store_->EndPending(locations.front().segment);

@@ -26,6 +26,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <set>
 #include <thread>
 
 #include "prefixkv/advanced/mutex.h"
@@ -118,9 +119,27 @@ class TierImpl {
   // ssd_salvage.cc: rebuilds a damaged database from the segment records;
   // opens the removal journal (after OpenSegments) and appends to it.
   Status RebuildFromSegments(const Status& why);
+  // ssd_rollforward.cc (docs/ssd.md "Metadata older than the segments"):
+  // Corruption when the database is missing beside segments that hold
+  // blocks, or a rebuild of it was interrupted (both: rebuilt, not created).
+  Status CheckMetadataPresent();
+  // After the index is built from an intact database: the removal journal's
+  // records against it. Metadata that lacks committed extents or still holds
+  // journaled removals is older than the segments: rolled forward in place
+  // (repair_damaged_metadata), else Corruption. Records journal_problem.
+  Status CheckAgainstJournal() EXCLUDES(mu_);
+  Status RollForward(const JournalContents& journal,
+                     const std::set<uint64_t>& lost_segments, const std::string& why)
+      EXCLUDES(mu_);
+  // A missing or damaged journal beside intact metadata: the removals the
+  // metadata proves (every intact extent it does not reference), for
+  // RemovalJournal::Open. Walks the segments.
+  StatusOr<std::vector<JournalRecord>> RegenerateJournal() EXCLUDES(mu_);
   Status OpenJournal();
   void JournalRemoval(const BlockKey& key, uint64_t checksum, uint64_t segment,
                       uint64_t offset);
+  // After a metadata commit that made extents live (ssd_journal.h).
+  void JournalCommit(uint64_t segment, uint64_t offset);
   Status CheckFormat();
   Status RebuildIndex(rocksdb::WriteBatch* repairs) EXCLUDES(mu_);
   Status RepairCounters() EXCLUDES(mu_);

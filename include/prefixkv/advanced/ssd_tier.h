@@ -135,6 +135,18 @@ struct SsdOpenReport {
   uint64_t rebuilt_blocks = 0;           // restored from segment records
   uint64_t rebuild_unprovable = 0;       // intact records not restored (see docs)
   uint64_t rebuild_damaged_extents = 0;  // records whose payload failed its checksum
+  // The metadata was intact but older than the segments and the removal
+  // journal (a lost or deleted log): why, and what rolling it forward did.
+  std::string metadata_rollback;         // non-empty: the database was rolled forward
+  uint64_t rolled_forward_restored = 0;  // committed blocks it had lost, restored
+  uint64_t rolled_forward_removed = 0;   // journaled removals it had lost, applied
+  uint64_t rollforward_unprovable = 0;   // lost extents not provably current (dropped)
+  // The removal journal was missing or damaged (a later rebuild could prove
+  // nothing with it): what was wrong, and how many removals a repairing open
+  // regenerated from the intact metadata (0 when it only reported).
+  std::string journal_problem;
+  uint64_t journal_regenerated_removals = 0;
+  bool journal_regenerated = false;
 };
 
 // Blocks and bytes of one namespace.

@@ -202,28 +202,49 @@ TEST(SsdRepair, WithRepairOffADamagedDatabaseIsAnErrorAndNothingMoves) {
 namespace prefixkv {
 namespace {
 
-// A directory from before the removal journal opens as it did (the journal is
-// created, its barrier above every existing segment). A rebuild cannot prove
-// the removals in those older segments, so it restores none of their blocks
-// (they leave with their segments, like unreferenced ones); blocks written
-// after the journal existed are restored.
-TEST(SsdRepair, ADirectoryFromBeforeTheJournalOpensAndItsOldSegmentsAreNotGuessed) {
+// A directory whose journal is gone (from before the journal existed, or
+// lost): audit-mode opens report it and write nothing; an open that repairs
+// regenerates it from the intact metadata, so a later rebuild proves every
+// block again (issue 24: it used to put every existing segment under the
+// barrier, and a later rebuild restored 0 of 1,900 blocks).
+TEST(SsdRepair, AMissingJournalIsRegeneratedSoALaterRebuildRestoresEveryBlock) {
   testing::TempDir dir;
   const fs::path path = dir.path() / "ssd";
   const BlockMeta old_block = ChainBlock(0, 0), new_block = ChainBlock(1, 0);
+  const BlockMeta gone = ChainBlock(2, 0);
   {
     auto tier = testing::OpenSsd(Options(path.string()));
     ASSERT_OK(tier->Put(old_block, PayloadOf(old_block.key, 0), false));
+    ASSERT_OK(tier->Put(gone, PayloadOf(gone.key, 0), false));
+    ASSERT_OK(tier->Remove(gone.key));  // its extent stays in the segment
     ASSERT_OK(tier->Close());
   }
-  fs::remove(path / "segments" / "removals.pkvj");  // as written before it existed
+  fs::remove(path / "segments" / "removals.pkvj");
+  {
+    SsdTierOptions o = Options(path.string());
+    o.repair_damaged_metadata = false;
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    EXPECT_NE(tier->open_report().journal_problem, "");
+    EXPECT_FALSE(tier->open_report().journal_regenerated);
+    ASSERT_OK(tier->Close());
+    EXPECT_FALSE(fs::exists(path / "segments" / "removals.pkvj"));
+  }
   {
     auto tier = testing::OpenSsd(Options(path.string()));
     ASSERT_NE(tier, nullptr);
     EXPECT_TRUE(tier->open_report().metadata_damage.empty());
+    EXPECT_NE(tier->open_report().journal_problem, "");
+    EXPECT_TRUE(tier->open_report().journal_regenerated);
+    EXPECT_EQ(tier->open_report().journal_regenerated_removals, 1u);  // `gone`
     EXPECT_OK(tier->Get(old_block.key));
     EXPECT_TRUE(fs::exists(path / "segments" / "removals.pkvj"));
     ASSERT_OK(tier->Put(new_block, PayloadOf(new_block.key, 0), false));
+    ASSERT_OK(tier->Close());
+  }
+  {
+    auto tier = testing::OpenSsd(Options(path.string()));
+    EXPECT_EQ(tier->open_report().journal_problem, "");
     ASSERT_OK(tier->Close());
   }
   for (const fs::path& m : Matching(path, "MANIFEST-")) {
@@ -233,12 +254,14 @@ TEST(SsdRepair, ADirectoryFromBeforeTheJournalOpensAndItsOldSegmentsAreNotGuesse
   ASSERT_NE(tier, nullptr);
   const SsdOpenReport& r = tier->open_report();
   ASSERT_FALSE(r.metadata_damage.empty());
-  EXPECT_EQ(r.rebuilt_blocks, 1u);
-  EXPECT_EQ(r.rebuild_unprovable, 1u);
-  EXPECT_TRUE(tier->Get(old_block.key).status().IsNotFound());
-  StatusOr<SharedBytes> got = tier->Get(new_block.key);
-  ASSERT_OK(got);
-  EXPECT_EQ(got->view(), PayloadOf(new_block.key, 0).view());
+  EXPECT_EQ(r.rebuilt_blocks, 2u);
+  EXPECT_EQ(r.rebuild_unprovable, 1u);  // the removed one stays removed
+  EXPECT_TRUE(tier->Get(gone.key).status().IsNotFound());
+  for (const BlockMeta& b : {old_block, new_block}) {
+    StatusOr<SharedBytes> got = tier->Get(b.key);
+    ASSERT_OK(got);
+    EXPECT_EQ(got->view(), PayloadOf(b.key, 0).view());
+  }
 }
 
 }  // namespace

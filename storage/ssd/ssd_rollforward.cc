@@ -1,0 +1,219 @@
+// The SSD tier's truth is its segment records plus the removal journal; the
+// RocksDB metadata is an index that can always be rebuilt from them
+// (docs/ssd.md "Metadata older than the segments"). This file holds the
+// checks Open makes so that no open ever trusts metadata that is missing or
+// older than the segments, and never deletes what it could rebuild:
+//
+//   - CheckMetadataPresent: a directory whose database files are gone beside
+//     segment files that hold blocks, or whose rebuild was interrupted, is
+//     damaged, not new (RocksDB would happily create an empty database, and
+//     every segment would then be deleted as unreferenced);
+//   - CheckAgainstJournal: an intact database that still holds extents the
+//     journal says were removed, or lacks extents the journal says were
+//     committed, lost its log (or was restored from an old copy): it is
+//     rolled forward in place, in one atomic batch;
+//   - RegenerateJournal: a missing or damaged journal beside intact metadata
+//     is rebuilt from what that metadata proves dead.
+#include <rocksdb/write_batch.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "ssd_journal.h"
+#include "ssd_layout.h"
+#include "ssd_salvage.h"
+#include "ssd_segment.h"
+#include "ssd_tier_impl.h"
+
+namespace prefixkv {
+namespace {
+
+using Location = std::pair<uint64_t, uint64_t>;  // segment, offset
+
+std::set<uint64_t> SegmentIds(FileSystem* fs, const std::string& seg_dir) {
+  std::set<uint64_t> ids;
+  StatusOr<std::vector<std::string>> names = fs->ListDir(seg_dir);
+  if (!names.ok()) return ids;
+  for (const std::string& name : *names) {
+    uint64_t id = 0;
+    if (ssd::ParseSegmentFileName(name, &id)) ids.insert(id);
+  }
+  return ids;
+}
+
+}  // namespace
+
+Status ssd::TierImpl::CheckMetadataPresent() {
+  FileSystem* fs = options_.file_system;
+  if (fs->FileSize(options_.path + "/" + ssd::kRebuildMarker).ok()) {
+    return Status::Corruption("a metadata rebuild of " + options_.path +
+                              " was interrupted (" + ssd::kRebuildMarker + " is there)");
+  }
+  if (!fs->FileSize(options_.path + "/CURRENT").ok() &&
+      ssd::SegmentsHoldData(fs, options_.path + "/segments")) {
+    return Status::Corruption(
+        "the metadata database is missing (no CURRENT file) beside segment files that "
+        "hold blocks");
+  }
+  return Status::OK();
+}
+
+Status ssd::TierImpl::CheckAgainstJournal() {
+  FileSystem* fs = options_.file_system;
+  const std::string seg_dir = options_.path + "/segments";
+  const ssd::JournalContents journal = ssd::LoadJournal(fs, seg_dir);
+  if (!journal.usable) {
+    bool holds_blocks = false;
+    {
+      MutexLock lock(&mu_);
+      holds_blocks = index_.size() > 0;
+    }
+    // A new directory has no journal yet; one that holds blocks must.
+    if (holds_blocks || ssd::SegmentsHoldData(fs, seg_dir)) {
+      report_.journal_problem = journal.problem;
+    }
+    return Status::OK();
+  }
+  std::set<Location> removed_at;
+  std::map<uint64_t, uint64_t> last_commit;  // segment -> offset of its last commit
+  for (const ssd::JournalRecord& r : journal.records) {
+    if (ssd::IsCommitRecord(r)) {
+      last_commit[r.segment] = std::max(last_commit[r.segment], r.offset);
+    } else {
+      removed_at.insert({r.segment, r.offset});
+    }
+  }
+  const std::set<uint64_t> existing = SegmentIds(fs, seg_dir);
+  uint64_t stale = 0;
+  std::set<Location> referenced;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [key, e] : index_.entries()) {
+      referenced.insert({e.segment, e.offset});
+      if (removed_at.contains({e.segment, e.offset})) stale += 1;
+    }
+  }
+  // A segment whose last committed extent the metadata neither references
+  // nor saw removed: the metadata lost every commit since some point, and
+  // this segment took one of them (ssd_journal.h).
+  std::set<uint64_t> lost_segments;
+  for (const auto& [segment, offset] : last_commit) {
+    if (existing.contains(segment) && !referenced.contains({segment, offset}) &&
+        !removed_at.contains({segment, offset})) {
+      lost_segments.insert(segment);
+    }
+  }
+  if (stale == 0 && lost_segments.empty()) return Status::OK();
+  const std::string why =
+      "the metadata is older than the segments and the removal journal: it holds " +
+      std::to_string(stale) + " blocks removed since, and lacks the last commit to " +
+      std::to_string(lost_segments.size()) + " segment files (a lost or deleted log?)";
+  if (!options_.repair_damaged_metadata) {
+    return Status::Corruption(why + "; `prefixkv repair` rolls it forward");
+  }
+  return RollForward(journal, lost_segments, why);
+}
+
+Status ssd::TierImpl::RollForward(const ssd::JournalContents& journal,
+                                  const std::set<uint64_t>& lost_segments,
+                                  const std::string& why) {
+  FileSystem* fs = options_.file_system;
+  const std::string seg_dir = options_.path + "/segments";
+  // What the lost commits wrote: only the segments they went to hold them.
+  PKV_ASSIGN_OR_RETURN(ssd::SegmentScan scan,
+                       ssd::WalkSegments(fs, seg_dir, options_.rebuilt_parent,
+                                         [&lost_segments](uint64_t id) {
+                                           return lost_segments.contains(id);
+                                         }));
+  uint64_t unprovable = 0;
+  std::map<BlockKey, ssd::FoundExtent> provable =
+      ssd::ProvableVersions(scan.extents, journal, &unprovable);
+  std::set<Location> removed_at;
+  for (const ssd::JournalRecord& r : journal.records) {
+    if (!ssd::IsCommitRecord(r)) removed_at.insert({r.segment, r.offset});
+  }
+  rocksdb::WriteBatch batch;
+  Deltas deltas;
+  uint64_t removed = 0, restored = 0, seq = 0;
+  std::set<std::pair<BlockKey, uint64_t>> kept;  // versions the tier keeps
+  {
+    MutexLock lock(&mu_);
+    seq = index_.max_access_seq();
+    for (const auto& [key, e] : index_.entries()) {
+      if (!removed_at.contains({e.segment, e.offset})) {
+        // Not removed since: the metadata's version stands (a committed
+        // overwrite journals the version it replaces before it commits).
+        if (auto p = provable.find(key);
+            p != provable.end() && p->second.checksum != e.checksum) {
+          unprovable += 1;
+        }
+        provable.erase(key);
+        kept.insert({key, e.checksum});
+        continue;
+      }
+      batch.Delete(ssd::BlockRecordKey(ssd::kMetaTag, e.namespace_id, key));
+      deltas[e.owner].entries -= 1;
+      deltas[e.owner].bytes -= e.bytes;
+      removed += 1;
+    }
+  }
+  std::vector<ssd::FoundExtent> add;
+  for (const auto& [key, c] : provable) add.push_back(c);
+  std::sort(add.begin(), add.end(), [](const auto& a, const auto& b) {
+    return Location(a.segment, a.offset) < Location(b.segment, b.offset);
+  });
+  for (const ssd::FoundExtent& c : add) {
+    const ssd::StoredMeta m{0,     c.parent, c.length,  c.checksum,
+                            ++seq, false,    c.segment, c.offset};
+    batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, c.namespace_id, c.key),
+              ssd::EncodeMeta(m));
+    deltas[0].entries += 1;
+    deltas[0].bytes += c.length;
+    restored += 1;
+  }
+  for (const auto& [o, d] : deltas) {
+    if (!ssd::IsZero(d)) batch.Merge(ssd::CounterKey(o), ssd::EncodeCounters(d));
+  }
+  for (const ssd::FoundExtent& c : add) kept.insert({c.key, c.checksum});
+  // What is not taken is journaled first (ssd_salvage.h NotTaken).
+  PKV_RETURN_IF_ERROR(
+      ssd::AppendToJournal(fs, seg_dir, ssd::NotTaken(scan, journal, kept)));
+  // One atomic, synced batch: a kill before it leaves the database as it
+  // was (the next open decides the same), after it the work is done.
+  rocksdb::WriteOptions w;
+  w.sync = true;
+  PKV_RETURN_IF_ERROR(FromRocks(db_->Write(w, &batch), "roll the metadata forward"));
+  report_.metadata_rollback = why;
+  report_.rolled_forward_restored = restored;
+  report_.rolled_forward_removed = removed;
+  report_.rollforward_unprovable = unprovable;
+  Log(why + "; rolled forward from " + std::to_string(scan.files) +
+      " segment files: " + std::to_string(restored) + " blocks restored, " +
+      std::to_string(removed) + " journaled removals applied, " +
+      std::to_string(unprovable) + " intact records not provably current, " +
+      std::to_string(scan.damaged) + " damaged records");
+  // The index (and counters) again, from the database as it is now.
+  return Rebuild();
+}
+
+StatusOr<std::vector<ssd::JournalRecord>> ssd::TierImpl::RegenerateJournal() {
+  PKV_ASSIGN_OR_RETURN(
+      ssd::SegmentScan scan,
+      ssd::WalkSegments(options_.file_system, options_.path + "/segments",
+                        /*parent_of=*/nullptr));
+  std::vector<ssd::JournalRecord> dead;
+  MutexLock lock(&mu_);
+  for (const ssd::FoundExtent& c : scan.extents) {
+    const ssd::IndexEntry* e = index_.Find(c.key);
+    if (e != nullptr && e->segment == c.segment && e->offset == c.offset) continue;
+    // A copy of the live bytes elsewhere (a compaction's source) is harmless;
+    // journaling it would hide the live version from a rebuild.
+    if (e != nullptr && e->checksum == c.checksum) continue;
+    dead.push_back({c.key, c.checksum, c.segment, c.offset});
+  }
+  return dead;
+}
+
+}  // namespace prefixkv

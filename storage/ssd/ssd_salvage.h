@@ -1,0 +1,76 @@
+// What the segment files prove on their own (docs/ssd.md "Metadata repair"):
+// the intact extents a walk finds, and per key the one version a rebuild or a
+// roll-forward may take as current. Shared by ssd_salvage.cc (a damaged or
+// missing database rebuilt from scratch) and ssd_rollforward.cc (an intact
+// database that is older than the segments, brought forward in place).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "prefixkv/advanced/file_system.h"
+#include "prefixkv/advanced/tier.h"
+#include "prefixkv/status.h"
+#include "ssd_journal.h"
+
+namespace prefixkv::ssd {
+
+// One intact extent: footer and payload checksum agree.
+struct FoundExtent {
+  BlockKey key;
+  BlockKey namespace_id;
+  BlockKey parent;  // from the payload (SsdTierOptions::rebuilt_parent), or none
+  uint64_t length = 0, checksum = 0, segment = 0, offset = 0;
+};
+
+using ParentOf =
+    std::function<BlockKey(const BlockKey&, const BlockKey&, std::string_view)>;
+
+// What WalkSegments found.
+struct SegmentScan {
+  std::vector<FoundExtent> extents;  // intact, in no particular order
+  uint64_t files = 0;                // segment files walked
+  uint64_t damaged = 0;              // extents whose footer or payload is damaged
+};
+
+// Walks every segment file in `seg_dir` backward from its end (footer to
+// footer; past a damaged footer it resyncs on the previous valid one). A
+// missing directory is an empty scan. `only`, when given, picks the
+// segment ids to walk.
+StatusOr<SegmentScan> WalkSegments(FileSystem* fs, const std::string& seg_dir,
+                                   const ParentOf& parent_of,
+                                   const std::function<bool(uint64_t)>& only = nullptr);
+
+// Per key, the version the segments and the journal prove current: in a
+// segment above the journal's barrier, not named by a journaled removal
+// (key and payload checksum), and every other such extent of the key holds
+// the same bytes (then the newest location). Keys with two different
+// surviving versions get none; `unprovable` counts every extent not taken.
+// An unusable journal proves nothing: every extent is unprovable.
+std::map<BlockKey, FoundExtent> ProvableVersions(const std::vector<FoundExtent>& found,
+                                                 const JournalContents& journal,
+                                                 uint64_t* unprovable);
+
+// The intact extents of `scan` that the journal does not name yet and whose
+// (key, payload checksum) is not in `kept`: what a rebuild or roll-forward
+// decided not to take. Journaling them keeps every later decision the same
+// (a segment compacted away later cannot turn a conflict into a winner).
+std::vector<JournalRecord> NotTaken(const SegmentScan& scan,
+                                    const JournalContents& journal,
+                                    const std::set<std::pair<BlockKey, uint64_t>>& kept);
+
+// Appends `records` to the journal in `seg_dir` (which must be usable) and
+// syncs it.
+Status AppendToJournal(FileSystem* fs, const std::string& seg_dir,
+                       const std::vector<JournalRecord>& records);
+
+// True when `seg_dir` holds a segment file with at least one extent's worth
+// of bytes: a directory whose metadata is gone beside it is damaged, not new.
+bool SegmentsHoldData(FileSystem* fs, const std::string& seg_dir);
+
+}  // namespace prefixkv::ssd
