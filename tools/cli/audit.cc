@@ -27,18 +27,24 @@ Checks the SSD tier in the data directory of a stopped prefixkv process:
     its own checksum, and its key, parent and namespace against the metadata.
 Reading a record counts no hit and leaves the block's eviction order as it was.
 A block whose payload fails its checksum is reported once: the audit removes
-it, so the next audit no longer sees it (a child it leaves behind is then
-reported as an orphan). A record that does not decode or disagrees with its
+it, so the next audit no longer sees it, and with it every block chained
+below it (they can never be matched again; reported as unreachable, removed).
+A block whose parent is missing (an orphan) is reported; `prefixkv repair`
+removes it and the blocks below it. A record that does not decode or disagrees with its
 metadata, though its payload is intact, is reported and kept ("kept" in the
 text, "removed": false in the JSON), so every audit reports it again.
 Run it only while no other process has the directory open.
 A metadata database that cannot be opened or read (a damaged log, table,
-MANIFEST or CURRENT) is reported (exit 1) and left as it is: the audit never
-moves or rebuilds anything; `prefixkv repair` rebuilds it from the segments.
+MANIFEST or CURRENT), or that is older than the segment files and the removal
+journal (a lost log), is reported (exit 1) and left as it is: the audit never
+moves, rebuilds or rolls forward anything; `prefixkv repair` does. A missing
+or damaged removal journal is a problem too (a rebuild could prove nothing
+with it): `prefixkv repair` regenerates it from the intact metadata.
 
 --json prints one object: ok, blocks_checked, corrupt_blocks (list of
-{key, detail, removed}), orphan_blocks (list of {key, parent}), counter_mismatches
-(list of {what, detail}); when the audit cannot run (no such directory, a
+{key, detail, removed}), unreachable_blocks (list of {key, below}: removed
+with a corrupt ancestor), orphan_blocks (list of {key, parent}),
+counter_mismatches (list of {what, detail}); when the audit cannot run (no such directory, a
 tier that cannot be opened) it prints {"ok":false,"error":"..."} instead,
 with the same exit code as without --json.
 
@@ -56,11 +62,15 @@ struct AuditReport {
   std::string dir;
   uint64_t blocks_checked = 0;
   std::vector<BlockProblem> corrupt;
-  std::vector<BlockProblem> orphans;  // detail: the missing parent, hex
+  std::vector<BlockProblem> orphans;      // detail: the missing parent, hex
+  std::vector<BlockProblem> unreachable;  // detail: the removed ancestor, hex
   std::vector<AuditFinding> mismatches;
   bool previous_shutdown_clean = true;
 
-  bool ok() const { return corrupt.empty() && orphans.empty() && mismatches.empty(); }
+  bool ok() const {
+    return corrupt.empty() && orphans.empty() && unreachable.empty() &&
+           mismatches.empty();
+  }
 };
 
 // "block <32 hex> checksum" / "block <32 hex> record" name a damaged block;
@@ -101,6 +111,13 @@ void AddOpenFindings(const SsdOpenReport& open, const std::vector<std::string>& 
         {"records of an unknown layout version",
          std::to_string(open.incompatible_records) + " kept but not verifiable"});
   }
+  if (!open.journal_problem.empty()) {
+    report->mismatches.push_back(
+        {"removal journal",
+         open.journal_problem +
+             " (a metadata rebuild could prove no block with it; `prefixkv repair` "
+             "regenerates it from the intact metadata)"});
+  }
   for (const AuditFinding& f : open.counter_repairs) {
     report->mismatches.push_back(
         {"persisted " + f.what, f.detail + " (repaired at open)"});
@@ -116,6 +133,17 @@ Status RunAudit(SsdTier& tier, const std::vector<std::string>& log, AuditReport*
   const std::map<BlockKey, StoredBlock> blocks = Inventory(tier);
   CheckRecords(tier, blocks, &findings);
   Classify(findings, report);
+  // The blocks chained below a removed one can never be matched again: they
+  // go too, so the next audit is clean (issue 24).
+  for (const BlockProblem& p : report->corrupt) {
+    if (!p.removed) continue;
+    StatusOr<BlockKey> root = BlockKey::FromHex(p.key);
+    if (!root.ok()) continue;
+    PKV_ASSIGN_OR_RETURN(std::vector<BlockKey> below,
+                         RemoveUnreachable(tier, {*root}, /*remove_roots=*/false));
+    for (const BlockKey& k : below)
+      report->unreachable.push_back({k.ToHex(), p.key, true});
+  }
   for (const BlockKey& key : tier.FindOrphans()) {
     auto it = blocks.find(key);
     const std::string parent =
@@ -135,6 +163,10 @@ void PrintJson(const AuditReport& r) {
         .Field("detail", p.detail)
         .Field("removed", p.removed)
         .EndObject();
+  }
+  j.EndArray().Key("unreachable_blocks").BeginArray();
+  for (const BlockProblem& p : r.unreachable) {
+    j.BeginObject().Field("key", p.key).Field("below", p.detail).EndObject();
   }
   j.EndArray().Key("orphan_blocks").BeginArray();
   for (const BlockProblem& p : r.orphans) {
@@ -166,14 +198,20 @@ void PrintHuman(const AuditReport& r) {
     std::printf("  corrupt block %s: %s (%s)\n", p.key.c_str(), p.detail.c_str(),
                 p.removed ? "removed" : "kept: its payload is intact");
   }
+  for (const BlockProblem& p : r.unreachable) {
+    std::printf("  unreachable block %s: chained below removed block %s (removed)\n",
+                p.key.c_str(), p.detail.c_str());
+  }
   for (const BlockProblem& p : r.orphans) {
-    std::printf("  orphan block %s: parent %s is not stored\n", p.key.c_str(),
-                p.detail.c_str());
+    std::printf(
+        "  orphan block %s: parent %s is not stored (`prefixkv repair` removes it)\n",
+        p.key.c_str(), p.detail.c_str());
   }
   for (const AuditFinding& f : r.mismatches) {
     std::printf("  mismatch %s: %s\n", f.what.c_str(), f.detail.c_str());
   }
-  const size_t problems = r.corrupt.size() + r.orphans.size() + r.mismatches.size();
+  const size_t problems =
+      r.corrupt.size() + r.unreachable.size() + r.orphans.size() + r.mismatches.size();
   if (problems == 0) {
     std::printf("verdict: OK, everything agrees\n");
   } else {

@@ -98,6 +98,37 @@ void CheckRecords(SsdTier& tier, const std::map<BlockKey, StoredBlock>& blocks,
   }
 }
 
+StatusOr<std::vector<BlockKey>> RemoveUnreachable(SsdTier& tier,
+                                                  const std::vector<BlockKey>& roots,
+                                                  bool remove_roots) {
+  std::unordered_map<BlockKey, std::vector<BlockKey>, BlockKeyHash> children;
+  tier.ForEach([&](const BlockMeta& meta, uint64_t) {
+    if (!meta.parent.IsZero()) children[meta.parent].push_back(meta.key);
+  });
+  std::vector<BlockKey> removed;
+  std::vector<BlockKey> todo;
+  for (const BlockKey& root : roots) {
+    if (remove_roots) {
+      PKV_RETURN_IF_ERROR(tier.Remove(root));
+      removed.push_back(root);
+    }
+    todo.push_back(root);
+  }
+  // Each key has one parent, so a block is reached (and removed) once.
+  while (!todo.empty()) {
+    const BlockKey at = todo.back();
+    todo.pop_back();
+    auto it = children.find(at);
+    if (it == children.end()) continue;
+    for (const BlockKey& child : it->second) {
+      PKV_RETURN_IF_ERROR(tier.Remove(child));
+      removed.push_back(child);
+      todo.push_back(child);
+    }
+  }
+  return removed;
+}
+
 std::map<BlockKey, ChainSummary> LongestChains(
     const std::map<BlockKey, StoredBlock>& blocks) {
   auto is_chain_block = [](const StoredBlock& b) {

@@ -43,6 +43,15 @@ std::map<BlockKey, StoredBlock> Inventory(const SsdTier& tier);
 void CheckRecords(SsdTier& tier, const std::map<BlockKey, StoredBlock>& blocks,
                   std::vector<AuditFinding>* findings);
 
+// Removes every stored block whose parent link leads (through stored blocks)
+// to one of `roots` (blocks just removed, or orphans, which are removed too
+// when `remove_roots`): a prefix match walks from the namespace root, so
+// such a block can never be served again, and an audit would report it
+// forever (issue 24). Returns the removed keys; a failed Remove stops it.
+StatusOr<std::vector<BlockKey>> RemoveUnreachable(SsdTier& tier,
+                                                  const std::vector<BlockKey>& roots,
+                                                  bool remove_roots);
+
 // The longest parent-linked chain of one namespace.
 struct ChainSummary {
   BlockKey tip;         // last block of the chain

@@ -14,18 +14,32 @@ namespace prefixkv::cli {
 namespace {
 
 constexpr const char* kRepairHelp = R"(
-Opens the SSD tier in the data directory of a stopped prefixkv process. When
-its metadata database (RocksDB: log, tables, MANIFEST, CURRENT) cannot be
-opened or read, it is rebuilt from the segment files, whose extents carry
-their own key, length and checksum: a block is restored when its payload is
-intact and it is provably the key's current value (the removal journal names
-every removed or superseded extent; two different versions of one key are
-both dropped). The damaged files are kept in D/metadata.broken-<nanoseconds>/.
-The server does the same at open (and logs it); `prefixkv audit` only reports.
-Run it only while no other process has the directory open.
+Opens the SSD tier in the data directory of a stopped prefixkv process and
+brings its metadata (RocksDB: an index of the segment files) back in line
+with the segment files and the removal journal, which are the truth:
+  - a metadata database that cannot be opened or read, or is missing beside
+    segment files that hold blocks, is rebuilt from the segment files, whose
+    extents carry their own key, length and checksum: a block is restored
+    when its payload is intact and it is provably the key's current value
+    (the removal journal names every removed or superseded extent; two
+    different versions of one key are both dropped). The damaged files, and
+    segment files holding only blocks it could not prove, are kept in
+    D/metadata.broken-<nanoseconds>/. The new database is built before the
+    old one is trusted again: a kill at any moment, then repair again, gives
+    the same result as one run;
+  - an intact database older than the segments (its log was lost or deleted:
+    it lacks committed blocks, or still holds removed ones) is rolled forward
+    in place, in one atomic write;
+  - a missing or damaged removal journal is regenerated from the intact
+    metadata (every extent it does not reference is dead);
+  - blocks whose parent is missing (orphans), and every block chained below
+    them, are removed: no prefix match can reach them.
+The server does the first three at open too (and logs them); `prefixkv audit`
+only reports. Run it only while no other process has the directory open.
 
-exit codes: 0 the database is intact or was rebuilt, 1 it could not be
-opened or rebuilt, 2 usage error (bad flags, missing data directory).
+exit codes: 0 the tier is consistent now (repaired or already intact), 1 it
+could not be opened or repaired, 2 usage error (bad flags, missing data
+directory).
 )";
 
 int Repair(const std::vector<std::string>& args) {
@@ -49,15 +63,19 @@ int Repair(const std::vector<std::string>& args) {
     std::fprintf(stderr, "prefixkv repair: %s\n", engine.status().ToString().c_str());
     return 1;
   }
-  const SsdOpenReport report = (*engine)->ssd_tier()->open_report();
-  if (Status s = (*engine)->Close(); !s.ok()) {
-    std::fprintf(stderr, "prefixkv repair: %s\n", s.ToString().c_str());
+  SsdTier& tier = *(*engine)->ssd_tier();
+  const SsdOpenReport report = tier.open_report();
+  StatusOr<std::vector<BlockKey>> orphans =
+      RemoveUnreachable(tier, tier.FindOrphans(), /*remove_roots=*/true);
+  Status closed = (*engine)->Close();
+  if (!orphans.ok() || !closed.ok()) {
+    std::fprintf(stderr, "prefixkv repair: %s\n",
+                 (!orphans.ok() ? orphans.status() : closed).ToString().c_str());
     return 1;
   }
-  if (report.metadata_damage.empty()) {
-    std::printf("metadata intact: %llu blocks, nothing to repair\n",
-                static_cast<unsigned long long>(report.blocks));
-  } else {
+  bool repaired = false;
+  if (!report.metadata_damage.empty()) {
+    repaired = true;
     std::printf(
         "rebuilt: %llu blocks restored, %llu intact records not provably current, %llu "
         "damaged records; damaged files kept in %s\n",
@@ -65,6 +83,32 @@ int Repair(const std::vector<std::string>& args) {
         static_cast<unsigned long long>(report.rebuild_unprovable),
         static_cast<unsigned long long>(report.rebuild_damaged_extents),
         report.damaged_metadata_kept.c_str());
+  }
+  if (!report.metadata_rollback.empty()) {
+    repaired = true;
+    std::printf(
+        "rolled forward: %llu blocks the metadata had lost restored, %llu removals it "
+        "had lost applied, %llu intact records not provably current\n",
+        static_cast<unsigned long long>(report.rolled_forward_restored),
+        static_cast<unsigned long long>(report.rolled_forward_removed),
+        static_cast<unsigned long long>(report.rollforward_unprovable));
+  }
+  if (report.journal_regenerated) {
+    repaired = true;
+    std::printf("removal journal regenerated (%s): %llu removals\n",
+                report.journal_problem.c_str(),
+                static_cast<unsigned long long>(report.journal_regenerated_removals));
+  }
+  if (!orphans->empty()) {
+    repaired = true;
+    std::printf(
+        "removed %zu blocks unreachable from their namespace root (orphans and "
+        "the blocks below them)\n",
+        orphans->size());
+  }
+  if (!repaired) {
+    std::printf("metadata intact: %llu blocks, nothing to repair\n",
+                static_cast<unsigned long long>(report.blocks));
   }
   return 0;
 }
