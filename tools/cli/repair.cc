@@ -32,8 +32,10 @@ with the segment files and the removal journal, which are the truth:
     in place, in one atomic write;
   - a missing or damaged removal journal is regenerated from the intact
     metadata (every extent it does not reference is dead);
-  - blocks whose parent is missing (orphans), and every block chained below
-    them, are removed: no prefix match can reach them.
+  - every payload is read and verified: a damaged block is removed, and so
+    is every block chained below it, and every block whose parent is missing
+    (an orphan) with the blocks below it: no prefix match can reach them.
+    This reads the whole tier once.
 The server does the first three at open too (and logs them); `prefixkv audit`
 only reports. Run it only while no other process has the directory open.
 
@@ -65,8 +67,23 @@ int Repair(const std::vector<std::string>& args) {
   }
   SsdTier& tier = *(*engine)->ssd_tier();
   const SsdOpenReport report = tier.open_report();
+  // Every payload verified (SsdTier::Audit drops a damaged one), then what
+  // no prefix match can reach any more: below a dropped block, and orphans.
+  std::vector<AuditFinding> findings;
+  Status audited = tier.Audit(&findings);
+  std::vector<BlockKey> damaged;
+  for (const AuditFinding& f : findings) {
+    if (!f.what.starts_with("block ") || !f.what.ends_with(" checksum")) continue;
+    if (StatusOr<BlockKey> k = BlockKey::FromHex(f.what.substr(6, 32)); k.ok()) {
+      damaged.push_back(*k);
+    }
+  }
+  StatusOr<std::vector<BlockKey>> below =
+      audited.ok() ? RemoveUnreachable(tier, damaged, /*remove_roots=*/false)
+                   : StatusOr<std::vector<BlockKey>>(audited);
   StatusOr<std::vector<BlockKey>> orphans =
-      RemoveUnreachable(tier, tier.FindOrphans(), /*remove_roots=*/true);
+      below.ok() ? RemoveUnreachable(tier, tier.FindOrphans(), /*remove_roots=*/true)
+                 : below;
   Status closed = (*engine)->Close();
   if (!orphans.ok() || !closed.ok()) {
     std::fprintf(stderr, "prefixkv repair: %s\n",
@@ -98,6 +115,13 @@ int Repair(const std::vector<std::string>& args) {
     std::printf("removal journal regenerated (%s): %llu removals\n",
                 report.journal_problem.c_str(),
                 static_cast<unsigned long long>(report.journal_regenerated_removals));
+  }
+  if (!damaged.empty()) {
+    repaired = true;
+    std::printf(
+        "removed %zu blocks whose payload failed its checksum and %zu blocks "
+        "chained below them\n",
+        damaged.size(), below->size());
   }
   if (!orphans->empty()) {
     repaired = true;
