@@ -14,4 +14,39 @@ StatusOr<std::unique_ptr<SsdTier>> SsdTierTestPeer::OpenWithCommitHook(
   return ssd::Access::Wrap(std::move(impl));
 }
 
+namespace {
+
+rocksdb::Slice ToSlice(std::string_view v) { return rocksdb::Slice(v.data(), v.size()); }
+
+// The tier's metadata database; an error (not a crash) once it is closed.
+StatusOr<rocksdb::DB*> DbOf(SsdTier& tier) {
+  rocksdb::DB* db = ssd::Access::ImplOf(tier).DbForTest();
+  if (db == nullptr) return Status::InvalidArgument("test peer: the ssd tier is closed");
+  return db;
+}
+
+}  // namespace
+
+StatusOr<std::string> SsdTierTestPeer::ReadRaw(SsdTier& tier, std::string_view key) {
+  PKV_ASSIGN_OR_RETURN(rocksdb::DB * db, DbOf(tier));
+  std::string value;
+  PKV_RETURN_IF_ERROR(
+      FromRocks(db->Get(rocksdb::ReadOptions(), ToSlice(key), &value), "test peer read"));
+  return value;
+}
+
+Status SsdTierTestPeer::PutRaw(SsdTier& tier, std::string_view key,
+                               std::string_view value) {
+  PKV_ASSIGN_OR_RETURN(rocksdb::DB * db, DbOf(tier));
+  return FromRocks(db->Put(rocksdb::WriteOptions(), ToSlice(key), ToSlice(value)),
+                   "test peer put");
+}
+
+Status SsdTierTestPeer::MergeRaw(SsdTier& tier, std::string_view key,
+                                 std::string_view value) {
+  PKV_ASSIGN_OR_RETURN(rocksdb::DB * db, DbOf(tier));
+  return FromRocks(db->Merge(rocksdb::WriteOptions(), ToSlice(key), ToSlice(value)),
+                   "test peer merge");
+}
+
 }  // namespace prefixkv

@@ -7,11 +7,15 @@
 // Errors of the payload files are injected through the FileSystem seam
 // (SsdTierOptions::file_system, fault_injection_file_system.h); this peer
 // covers the metadata database's writes, whose RocksDB errors (and RocksDB's
-// reaction to them) are not what those tests are about.
+// reaction to them) are not what those tests are about, and writes records
+// into an open tier's database that the tier did not write (damage RocksDB's
+// own checksums cannot see).
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include "prefixkv/advanced/ssd_tier.h"
 
@@ -26,6 +30,17 @@ class SsdTierTestPeer {
   // (counted, logged once, returned; nothing changes).
   static StatusOr<std::unique_ptr<SsdTier>> OpenWithCommitHook(
       const SsdTierOptions& options, std::function<Status()> before_commit);
+
+  // The value under `key` in the tier's metadata database (ssd_layout.h's
+  // keys), read straight from RocksDB; NotFound when absent.
+  static StatusOr<std::string> ReadRaw(SsdTier& tier, std::string_view key);
+  // Writes straight into the tier's metadata database, behind its index and
+  // live counters: a Put of `value` under `key`, or a merge operand (for a
+  // counter record, an EncodeCounters delta). RocksDB checksums it like any
+  // other write, so only the tier's own checks can tell it is wrong.
+  // REQUIRES: no block operation runs on `tier` meanwhile.
+  static Status PutRaw(SsdTier& tier, std::string_view key, std::string_view value);
+  static Status MergeRaw(SsdTier& tier, std::string_view key, std::string_view value);
 };
 
 }  // namespace prefixkv

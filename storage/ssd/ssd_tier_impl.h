@@ -62,6 +62,9 @@ class TierImpl {
   void SetCommitHookForTest(std::function<Status()> hook) {
     commit_hook_ = std::move(hook);
   }
+  // Test seam (SsdTierTestPeer only): the metadata database, for writes
+  // behind the index's back. Null before Open and after Close.
+  rocksdb::DB* DbForTest() { return db_.get(); }
 
   // ssd_recovery.cc. Open runs before the tier is shared; Close after.
   Status Open() EXCLUDES(mu_, gc_mu_);

@@ -8,13 +8,13 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <mutex>
 #include <thread>
 
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/advanced/mem_tier.h"
 #include "tests/storage/hot/hot_test_util.h"
+#include "tests/support/gate.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv {
@@ -28,32 +28,21 @@ using hot_test::Payload;
 class GatedListener final : public EvictionListener {
  public:
   void OnEvict(const BlockMeta& meta, const SharedBytes&, bool dirty) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    ++entered_;
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return open_; });
+    gate_.Pass();
+    std::lock_guard<std::mutex> lock(mu_);
     keys_.push_back(meta.key);
     dirty_ = dirty_ || dirty;
   }
-  void WaitEntered(int n) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return entered_ >= n; });
-  }
-  void Open() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
+  void WaitEntered(int n) { gate_.WaitForArrivals(n); }
+  void Open() { gate_.Open(); }
   std::vector<BlockKey> keys() {
     std::lock_guard<std::mutex> lock(mu_);
     return keys_;
   }
 
  private:
+  testing::Gate gate_;
   std::mutex mu_;
-  std::condition_variable cv_;
-  int entered_ = 0;
-  bool open_ = false;
   bool dirty_ = false;
   std::vector<BlockKey> keys_;
 };

@@ -11,6 +11,8 @@
 #include <random>
 
 #include "prefixkv/advanced/ssd_tier.h"
+#include "ssd_layout.h"
+#include "ssd_test_peer.h"
 #include "tests/storage/ssd/ssd_test_util.h"
 #include "tests/support/test_util.h"
 
@@ -241,6 +243,79 @@ TEST(SsdCorruption, ADamagedPayloadDoesNotFailOpenOrAudit) {
   EXPECT_TRUE(tier->Get(meta.key).status().IsNotFound());  // a damaged block is a miss
   EXPECT_EQ(tier->Totals().corruptions, 1u);
   EXPECT_EQ(tier->Totals().entries, 0u);
+}
+
+}  // namespace
+}  // namespace prefixkv
+
+namespace prefixkv {
+namespace {
+
+// The persisted counters drifting from the records while the tier is open
+// (Open would repair them first: PersistedCountersThatDisagree... in
+// ssd_tier_test.cc): Audit names each disagreement, and only those.
+TEST(SsdCorruption, AuditNamesPersistedCountersThatDisagreeWhileOpen) {
+  testing::TempDir dir;
+  const SsdTierOptions o = testing::TestSsdOptions((dir.path() / "ssd").string());
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  for (uint64_t i = 0; i < 3; ++i) {
+    ASSERT_OK(tier->Put(ChainBlock(0, i), PayloadOf(ChainBlock(0, i).key), true));
+  }
+  testing::ExpectAuditClean(*tier);
+  TierCounters wrong;  // a delta no block change made
+  wrong.entries = 1;
+  wrong.bytes = 4096;
+  ASSERT_OK(
+      SsdTierTestPeer::MergeRaw(*tier, ssd::CounterKey(0), ssd::EncodeCounters(wrong)));
+  std::vector<AuditFinding> findings;
+  ASSERT_OK(tier->Audit(&findings));
+  std::map<std::string, std::string> found;
+  for (const AuditFinding& f : findings) found[f.what] = f.detail;
+  const uint64_t bytes = tier->Totals().bytes;
+  EXPECT_EQ(
+      found,
+      (std::map<std::string, std::string>{
+          {"owner 0 persisted entries", "counter 4, recomputed 3"},
+          {"owner 0 persisted bytes", "counter " + std::to_string(bytes + 4096) +
+                                          ", recomputed " + std::to_string(bytes)}}));
+}
+
+// A metadata record whose own checksum fails although RocksDB's block
+// checksums pass (written through RocksDB's API: the owner byte flipped, so
+// the record still decodes to a plausible block with an intact payload) is
+// removed at Open and counted, never indexed or served under the wrong owner.
+TEST(SsdCorruption, ARecordFailingItsOwnChecksumIsRemovedNotServed) {
+  testing::TempDir dir;
+  const SsdTierOptions o = testing::TestSsdOptions((dir.path() / "ssd").string());
+  const BlockMeta damaged = ChainBlock(0, 0, 1, /*owner=*/2);
+  // Owner 0, which is charged the corruption (a damaged record names no owner).
+  const BlockMeta intact = ChainBlock(1, 0);
+  {
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_OK(tier->Put(damaged, PayloadOf(damaged.key), true));
+    ASSERT_OK(tier->Put(intact, PayloadOf(intact.key), true));
+    const std::string key =
+        ssd::BlockRecordKey(ssd::kMetaTag, damaged.namespace_id, damaged.key);
+    ASSERT_OK_AND_ASSIGN(std::string record, SsdTierTestPeer::ReadRaw(*tier, key));
+    ASSERT_EQ(record.size(), ssd::kMetaBytes);
+    record[4] ^= 0x01;  // owner 2 -> 3 (u32 LE at offset 4)
+    ASSERT_OK(SsdTierTestPeer::PutRaw(*tier, key, record));
+    ASSERT_OK(tier->Close());
+  }
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->open_report().corrupt_records_removed, 1u);
+  EXPECT_EQ(tier->open_report().blocks, 1u);
+  EXPECT_FALSE(tier->Contains(damaged.key));
+  EXPECT_TRUE(tier->Get(damaged.key).status().IsNotFound());
+  EXPECT_EQ(tier->OwnerCounters(3).entries, 0u);
+  EXPECT_EQ(tier->Totals().corruptions, 1u);
+  StatusOr<SharedBytes> got = tier->Get(intact.key);
+  ASSERT_OK(got);
+  EXPECT_EQ(got->view(), PayloadOf(intact.key).view());
+  testing::ExpectCountersMatchContents(*tier, {0, 2, 3});  // and Audit is clean
 }
 
 }  // namespace

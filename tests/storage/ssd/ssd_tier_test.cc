@@ -5,15 +5,21 @@
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 
-#include <condition_variable>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
+#include <mutex>
 #include <thread>
 
 #include "prefixkv/advanced/fault_injection_file_system.h"
 #include "ssd_layout.h"
 #include "ssd_segment.h"
 #include "tests/storage/ssd/ssd_test_util.h"
+#include "tests/support/gate.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv {
@@ -132,6 +138,46 @@ TEST_F(SsdTierTest, EvictsLeastRecentlyUsedLeavesBeforeTheirAncestors) {
   EXPECT_TRUE(tier->FindOrphans().empty());
   EXPECT_EQ(tier->Totals().evictions, 3u);
   EXPECT_EQ(tier->Totals().spills, 2u);  // only the dirty ones
+  testing::ExpectCountersMatchContents(*tier, {0});
+}
+
+// Runs `body` on another thread. If it has not returned within `seconds`, the
+// test fails and the process exits at once: a hung tier can be neither joined
+// nor destroyed, and a hang must fail fast rather than stall the suite.
+void WithinSeconds(int seconds, const std::function<void()>& body) {
+  std::future<void> done = std::async(std::launch::async, body);
+  if (done.wait_for(std::chrono::seconds(seconds)) == std::future_status::ready) return;
+  ADD_FAILURE() << "did not return within " << seconds << " s (a hang); exiting";
+  std::fflush(stdout);
+  std::_Exit(1);
+}
+
+// A parent read after its child was stored moves to the recent end of the
+// access order, but must not become a leaf again: a0 <- a1, read a0, read a1,
+// then b0 <- b1 makes room for one block less than stored. The one victim is
+// a1 (the least recently used leaf), never a0 (older, but a1's parent). Were
+// a0 taken for a leaf, EnforceCapacity would claim it, find the child and
+// release it forever (b1's Put never returns), or evict it under a1.
+TEST_F(SsdTierTest, AReadParentWithAStoredChildIsNeverEvicted) {
+  testing::RecordingListener evicted;
+  auto tier = OpenRecordingEvictions(3 * 1000, &evicted);
+  ASSERT_NE(tier, nullptr);
+  const BlockMeta a0 = ChainBlock(0, 0), a1 = ChainBlock(0, 1);
+  const BlockMeta b0 = ChainBlock(1, 0), b1 = ChainBlock(1, 1);
+  ASSERT_OK(tier->Put(a0, PayloadOf(a0, 1000), false));
+  ASSERT_OK(tier->Put(a1, PayloadOf(a1, 1000), false));
+  ASSERT_OK(tier->Get(a0.key));
+  ASSERT_OK(tier->Get(a1.key));
+  ASSERT_OK(tier->Put(b0, PayloadOf(b0, 1000), false));  // full, nothing evicted
+  WithinSeconds(5, [&] { EXPECT_OK(tier->Put(b1, PayloadOf(b1, 1000), false)); });
+  const auto calls = evicted.calls();
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].meta.key, a1.key);
+  EXPECT_TRUE(tier->Contains(a0.key));
+  EXPECT_TRUE(tier->Contains(b0.key));
+  EXPECT_TRUE(tier->Contains(b1.key));
+  EXPECT_TRUE(tier->FindOrphans().empty());
+  EXPECT_EQ(tier->Totals().evictions, 1u);
   testing::ExpectCountersMatchContents(*tier, {0});
 }
 
@@ -270,30 +316,16 @@ class WriterGate {
  public:
   std::function<Status()> Hook() {
     return [this]() {
-      if (std::this_thread::get_id() == test_thread_) return Status::OK();
-      std::unique_lock<std::mutex> lock(mu_);
-      ++waiting_;
-      cv_.notify_all();
-      cv_.wait(lock, [&] { return open_; });
+      if (std::this_thread::get_id() != test_thread_) gate_.Pass();
       return Status::OK();
     };
   }
-  void WaitForWaiters(int n) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return waiting_ >= n; });
-  }
-  void Open() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
+  void WaitForWaiters(int n) { gate_.WaitForArrivals(n); }
+  void Open() { gate_.Open(); }
 
  private:
   std::thread::id test_thread_ = std::this_thread::get_id();
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int waiting_ = 0;
-  bool open_ = false;
+  testing::Gate gate_;
 };
 
 // A block whose parent is written in the same write-back batch persists the

@@ -1,14 +1,21 @@
 // SsdTier under concurrent Put, Get, Remove, write-back, eviction and segment
 // reclamation (also run under ThreadSanitizer): no wrong payload is ever served and the
-// counters equal the recomputed sums afterwards.
+// counters equal the recomputed sums afterwards. And the write-back queue's
+// two writers store a chain parents first, in whatever order it was handed over.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 
 #include "prefixkv/advanced/ssd_tier.h"
+#include "ssd_writer.h"
 #include "tests/storage/ssd/ssd_test_util.h"
+#include "tests/support/gate.h"
 #include "tests/support/rocksdb_tsan_suppressions.h"
 #include "tests/support/test_util.h"
 
@@ -68,6 +75,81 @@ TEST(SsdTierConcurrency, MixedOperationsNeverServeAWrongPayloadAndKeepCountersEx
   const SsdSpaceUsage space = tier->SpaceUsage();
   EXPECT_LE(space.live_bytes, space.file_bytes);
   testing::ExpectCountersMatchContents(*tier, {0, 1});
+}
+
+// A write-back queue's write function that logs each batch's start and end
+// on one tick counter, behind a gate that holds the writers until Open().
+class BatchLog {
+ public:
+  struct Span {
+    uint64_t start = 0, end = 0, batch = 0;
+  };
+
+  Status Write(const std::vector<ssd::WriteBackItem>& items) {
+    gate_.Pass();
+    const uint64_t start = ++tick_;
+    // In flight a moment, so the other writer takes its next batch meanwhile.
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    std::lock_guard<std::mutex> lock(mu_);
+    const Span span{start, ++tick_, ++batches_};
+    for (const ssd::WriteBackItem& item : items) written_[item.meta.key] = span;
+    return Status::OK();
+  }
+  void WaitForWaiters(int n) { gate_.WaitForArrivals(n); }
+  void Open() { gate_.Open(); }
+  std::map<BlockKey, Span> written() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return written_;
+  }
+
+ private:
+  testing::Gate gate_;
+  std::atomic<uint64_t> tick_{0};
+  std::mutex mu_;
+  uint64_t batches_ = 0;
+  std::map<BlockKey, Span> written_;
+};
+
+// A chain handed to the write-back queue in random order (the hot tier may
+// evict a child before its parent) is stored parents first: each block's
+// parent is in the same (atomic) batch, or in a batch that ended before the
+// block's began. Only the kill -9 loop noticed a child stored first before.
+TEST(SsdWriteBackOrder, AChainHandedOverInRandomOrderIsStoredParentsFirst) {
+  const uint64_t rounds = testing::Iterations(20, 500);
+  std::mt19937_64 rng(testing::TestSeed("SsdWriteBackOrder.RandomChain"));
+  for (uint64_t round = 0; round < rounds; ++round) {
+    std::vector<BlockMeta> chain;
+    for (uint64_t i = 0; i < 64; ++i) chain.push_back(testing::ChainBlock(0, i));
+    std::vector<BlockMeta> handed = chain;
+    std::shuffle(handed.begin(), handed.end(), rng);
+    BatchLog log;
+    {
+      ssd::WriteBackQueue queue(/*depth=*/128, /*threads=*/2, /*retry_interval_ms=*/1000,
+                                Clock::System(),
+                                [&](const auto& b) { return log.Write(b); });
+      // An unrelated block holds each writer at the gate, so the whole chain is
+      // queued before either takes a block of it.
+      for (int w = 1; w <= 2; ++w) {
+        const BlockMeta plug = testing::ChainBlock(w, 0);
+        EXPECT_TRUE(queue.Enqueue(plug, PayloadOf(plug.key), false));
+        log.WaitForWaiters(w);
+      }
+      for (const BlockMeta& m : handed)
+        EXPECT_TRUE(queue.Enqueue(m, PayloadOf(m.key), false));
+      log.Open();
+      EXPECT_OK(queue.Flush());
+    }
+    const std::map<BlockKey, BatchLog::Span> written = log.written();
+    ASSERT_EQ(written.size(), chain.size() + 2);
+    for (size_t i = 1; i < chain.size(); ++i) {
+      const BatchLog::Span& parent = written.at(chain[i - 1].key);
+      const BatchLog::Span& child = written.at(chain[i].key);
+      EXPECT_TRUE(parent.batch == child.batch || parent.end < child.start)
+          << "round " << round << ": block " << i << " in batch " << child.batch
+          << " (ticks " << child.start << "-" << child.end << "), its parent in batch "
+          << parent.batch << " (ticks " << parent.start << "-" << parent.end << ")";
+    }
+  }
 }
 
 }  // namespace
