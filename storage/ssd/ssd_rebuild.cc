@@ -123,6 +123,9 @@ Status ssd::TierImpl::RepairCounters() {
   std::set<OwnerId> owners;
   for (const auto& [o, c] : persisted) owners.insert(o);
   for (const auto& [o, c] : index_.owners()) owners.insert(o);
+  // An owner whose only news is a corruption the scan found (owner 0 with no
+  // block and no counter record yet) must still see it counted.
+  for (const auto& [o, c] : unpersisted_) owners.insert(o);
   for (OwnerId o : owners) {
     const TierCounters recomputed = index_.OwnerCounters(o);
     TierCounters live = persisted[o];

@@ -289,8 +289,9 @@ TEST(SsdCorruption, ARecordFailingItsOwnChecksumIsRemovedNotServed) {
   testing::TempDir dir;
   const SsdTierOptions o = testing::TestSsdOptions((dir.path() / "ssd").string());
   const BlockMeta damaged = ChainBlock(0, 0, 1, /*owner=*/2);
-  // Owner 0, which is charged the corruption (a damaged record names no owner).
-  const BlockMeta intact = ChainBlock(1, 0);
+  // Owner 4: owner 0, which is charged the corruption (a damaged record names
+  // no owner), has no block and no counter record, and must count it anyway.
+  const BlockMeta intact = ChainBlock(1, 0, 1, /*owner=*/4);
   {
     auto tier = testing::OpenSsd(o);
     ASSERT_NE(tier, nullptr);
@@ -315,7 +316,7 @@ TEST(SsdCorruption, ARecordFailingItsOwnChecksumIsRemovedNotServed) {
   StatusOr<SharedBytes> got = tier->Get(intact.key);
   ASSERT_OK(got);
   EXPECT_EQ(got->view(), PayloadOf(intact.key).view());
-  testing::ExpectCountersMatchContents(*tier, {0, 2, 3});  // and Audit is clean
+  testing::ExpectCountersMatchContents(*tier, {0, 2, 3, 4});  // and Audit is clean
 }
 
 }  // namespace
