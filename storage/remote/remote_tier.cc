@@ -287,6 +287,17 @@ class RemoteTierImpl {
     }
   }
 
+  // A write call where some masters failed their keys (down, or -OOM at
+  // maxmemory) while the others wrote theirs: the cluster answers, so it is
+  // no outage; the failed call is counted and its first cause logged once.
+  void NotePartialWrite(const Status& s) {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    if (!logged_write_failure_.exchange(true)) {
+      Log("remote tier: some writes failed (" + s.ToString() +
+          "); only those blocks are lost, counted in write_failures (logged once)");
+    }
+  }
+
   RemoteNamespaceLimits LimitsFor(const BlockKey& ns) const REQUIRES(mu_) {
     auto it = limits_.find(ns);
     return it == limits_.end() ? options_.default_limits : it->second;
@@ -407,7 +418,6 @@ class RemoteTierImpl {
     if (writes.empty()) return r;
     std::vector<Status> results;
     const Status s = store_->MultiSetEach(writes, &results);
-    NoteCall(s);
     results.resize(writes.size(), s);  // a store that left some out
     for (size_t k = 0; k < writes.size(); ++k) {
       if (!results[k].ok()) {
@@ -417,6 +427,11 @@ class RemoteTierImpl {
       ++r.written;
       r.bytes += sent[k]->payload.size();
       r.written_items.push_back(sent[k]);
+    }
+    if (s.ok() || r.written == 0) {
+      NoteCall(s);
+    } else {
+      NotePartialWrite(s);
     }
     return r;
   }
@@ -429,6 +444,7 @@ class RemoteTierImpl {
   std::atomic<bool> available_{false};
   std::atomic<bool> outage_logged_{false};
   std::atomic<bool> logged_corruption_{false};
+  std::atomic<bool> logged_write_failure_{false};
 
   mutable Mutex mu_;
   CondVar work_cv_;
