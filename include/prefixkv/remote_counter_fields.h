@@ -35,7 +35,10 @@ inline constexpr RemoteCounterField kRemoteCounterFields[] = {
     {"writes", "writes_total", &RemoteCounters::writes, true,
      "Blocks written to the cluster"},
     {"dropped", "dropped_total", &RemoteCounters::dropped, true,
-     "Blocks not written: the write queue was full or the cluster failed"},
+     "Blocks not written: the write queue was full"},
+    {"write_failures", "write_failures_total", &RemoteCounters::write_failures, true,
+     "Blocks whose write the cluster refused or did not acknowledge (a master down or "
+     "out of memory); only those blocks are lost"},
     {"over_quota", "over_quota_total", &RemoteCounters::over_quota, true,
      "Blocks not written: their namespace reached its max bytes"},
     {"rewrites_skipped", "rewrites_skipped_total", &RemoteCounters::rewrites_skipped,

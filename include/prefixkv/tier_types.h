@@ -110,7 +110,8 @@ struct RemoteCounters {
   uint64_t bytes_read = 0;        // payload bytes of hits
   uint64_t bytes_written = 0;     // payload bytes stored
   uint64_t writes = 0;            // blocks stored
-  uint64_t dropped = 0;           // blocks dropped: queue full or write failed
+  uint64_t dropped = 0;           // blocks not written: the queue was full
+  uint64_t write_failures = 0;    // blocks the cluster refused or did not acknowledge
   uint64_t over_quota = 0;        // blocks not written: namespace max_bytes
   uint64_t rewrites_skipped = 0;  // victims not written: the cluster holds them
   uint64_t queued_blocks = 0;     // now waiting in the write queue

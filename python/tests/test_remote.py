@@ -27,8 +27,8 @@ def test_an_absent_cluster_leaves_the_engine_usable(data_dir, rng):
         assert "unavailable" in stats["remote"]["cluster"]
         # Every counter of INFO's # Tier_remote (one shared table), each a count.
         counters = {"hits", "misses", "corruptions", "errors", "bytes_read",
-                    "bytes_written", "writes", "dropped", "over_quota",
-                    "rewrites_skipped", "queued_blocks", "queued_bytes"}
+                    "bytes_written", "writes", "dropped", "write_failures",
+                    "over_quota", "rewrites_skipped", "queued_blocks", "queued_bytes"}
         assert set(stats["remote"]) == counters | {"cluster", "available"}
         assert all(isinstance(stats["remote"][c], int) for c in counters)
         ns = register(e)

@@ -30,11 +30,23 @@ struct RedisClusterStore::Batch {
   std::unique_ptr<RedisConnection> connection;
 };
 
-namespace {
+// A call's outcome: its first failure, and each key's own when the caller
+// asked for them. Only the keys that failed are failed: a master down or out
+// of memory costs its own keys, never the others of the call.
+struct RedisClusterStore::Outcome {
+  Status first;
+  std::vector<Status>* each = nullptr;  // one per key of the call, or null
 
-void Note(Status* first, const Status& status) {
-  if (first->ok() && !status.ok()) *first = status;
-}
+  void Fail(size_t index, const Status& status) {
+    if (first.ok()) first = status;
+    if (each != nullptr) (*each)[index] = status;
+  }
+  void FailAll(std::span<const Item> items, const Status& status) {
+    for (const Item& item : items) Fail(item.index, status);
+  }
+};
+
+namespace {
 
 Status ExpectInteger(const redisReply& reply, std::string_view command) {
   if (reply.type == REDIS_REPLY_INTEGER) return Status::OK();
@@ -44,36 +56,37 @@ Status ExpectInteger(const redisReply& reply, std::string_view command) {
 }  // namespace
 
 Status RedisClusterStore::Execute(const std::vector<std::string_view>& keys,
-                                  const KeyOp& op) {
+                                  const KeyOp& op, std::vector<Status>* results) {
   MaybeRefreshMap();
+  if (results != nullptr) results->assign(keys.size(), Status::OK());
+  Outcome outcome{Status::OK(), results};
   std::vector<Item> items(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     items[i].index = i;
     items[i].key = keys[i];
     items[i].slot = RedisKeySlot(keys[i]);
   }
-  Status first;
   while (!items.empty()) {
     std::vector<Item> next;
-    Note(&first, RunRound(items, op, &next));
+    RunRound(items, op, &next, &outcome);
     items.clear();
     for (Item& item : next) {
       if (item.redirects > kMaxRedirects) {
-        Note(&first, Status::IOError("redis: key redirected more than " +
+        outcome.Fail(item.index,
+                     Status::IOError("redis: key redirected more than " +
                                      std::to_string(kMaxRedirects) + " times"));
       } else {
         items.push_back(std::move(item));
       }
     }
   }
-  return first;
+  return outcome.first;
 }
 
-Status RedisClusterStore::RunRound(const std::vector<Item>& items, const KeyOp& op,
-                                   std::vector<Item>* next) {
-  Status first;
+void RedisClusterStore::RunRound(const std::vector<Item>& items, const KeyOp& op,
+                                 std::vector<Item>* next, Outcome* outcome) {
   std::vector<Batch> batches;
-  size_t unrouted = 0;
+  std::vector<Item> unrouted;
   {
     MutexLock lock(&mu_);
     for (const Item& item : items) {
@@ -81,7 +94,7 @@ Status RedisClusterStore::RunRound(const std::vector<Item>& items, const KeyOp& 
                    : slots_.empty()    ? nullptr
                                        : slots_[item.slot];
       if (node == nullptr) {
-        ++unrouted;
+        unrouted.push_back(item);
         continue;
       }
       const bool asking = item.ask != nullptr;
@@ -92,17 +105,18 @@ Status RedisClusterStore::RunRound(const std::vector<Item>& items, const KeyOp& 
       it->items.push_back(item);
     }
   }
-  if (unrouted > 0) {
-    Note(&first, Status::Unavailable("redis cluster " + seeds_text_ + ": " +
-                                     std::to_string(unrouted) +
-                                     " key(s) without a master (no slot map)"));
+  if (!unrouted.empty()) {
+    outcome->FailAll(unrouted,
+                     Status::Unavailable("redis cluster " + seeds_text_ + ": " +
+                                         std::to_string(unrouted.size()) +
+                                         " key(s) without a master (no slot map)"));
   }
   for (Batch& batch : batches) {
     StatusOr<std::unique_ptr<RedisConnection>> connection = Acquire(*batch.node);
     if (connection.ok()) {
       batch.connection = std::move(connection).value();
     } else {
-      Note(&first, connection.status());
+      outcome->FailAll(batch.items, connection.status());
     }
   }
   // Everything is sent before anything is read, so the masters work in
@@ -119,20 +133,20 @@ Status RedisClusterStore::RunRound(const std::vector<Item>& items, const KeyOp& 
       op.append(*batch.connection, item.index);
     }
     Status sent = batch.connection->Flush(deadline);
-    if (!sent.ok()) {
+    if (!sent.ok()) {  // the connection is broken: no reply is read from it
       if (sent.IsUnavailable()) MarkDown(*batch.node);
-      Note(&first, sent);
+      outcome->FailAll(batch.items, sent);
     }
   }
-  Note(&first, ReadReplies(batches, deadline, op, next));
+  ReadReplies(batches, deadline, op, next, outcome);
   for (Batch& batch : batches) {
     if (batch.connection != nullptr) Release(*batch.node, std::move(batch.connection));
   }
-  return first;
 }
 
-Status RedisClusterStore::ReadReplies(std::vector<Batch>& batches, uint64_t deadline,
-                                      const KeyOp& op, std::vector<Item>* next) {
+void RedisClusterStore::ReadReplies(std::vector<Batch>& batches, uint64_t deadline,
+                                    const KeyOp& op, std::vector<Item>* next,
+                                    Outcome* outcome) {
   // The replies are read from whichever node has bytes, so every master keeps
   // streaming: read one after the other, the others would stall on full
   // socket buffers, each woken again only when its turn came.
@@ -146,10 +160,11 @@ Status RedisClusterStore::ReadReplies(std::vector<Batch>& batches, uint64_t dead
     batch.connection->Progress();  // each node's silence is counted from now
     reading.push_back(Reading{&batch});
   }
-  Status first;
   const auto fail = [&](Reading& r, const Status& status) {
     if (status.IsUnavailable()) MarkDown(*r.batch->node);
-    Note(&first, status);  // this key and the rest of the batch fail
+    // The keys without a reply fail; those answered keep their outcome.
+    const size_t answered = r.replies / (r.batch->asking ? 2 : 1);
+    outcome->FailAll(std::span<const Item>(r.batch->items).subspan(answered), status);
     r.batch = nullptr;
   };
   std::vector<pollfd> polled;
@@ -167,14 +182,15 @@ Status RedisClusterStore::ReadReplies(std::vector<Batch>& batches, uint64_t dead
         ++r.replies;
         if (per_item == 2 && r.replies % 2 == 1) continue;  // ASKING's +OK
         const Item& item = r.batch->items[r.replies / per_item - 1];
-        Note(&first, Accept(**reply, item, *r.batch->connection, op, next));
+        const Status accepted = Accept(**reply, item, *r.batch->connection, op, next);
+        if (!accepted.ok()) outcome->Fail(item.index, accepted);  // -OOM: this key
       }
     }
     std::erase_if(reading, [](const Reading& r) {
       return r.batch == nullptr ||
              r.replies == r.batch->items.size() * (r.batch->asking ? 2 : 1);
     });
-    if (reading.empty()) return first;
+    if (reading.empty()) return;
     // Wait for any of them, until the earliest deadline among them.
     const uint64_t now = RedisNowNanos();
     uint64_t until = UINT64_MAX;
@@ -250,10 +266,20 @@ Status RedisClusterStore::MultiGetEach(std::span<const std::string> keys,
     if (arrived) arrived(i, *(*values)[i]);
     return Status::OK();
   };
-  return Execute(std::vector<std::string_view>(keys.begin(), keys.end()), op);
+  return Execute(std::vector<std::string_view>(keys.begin(), keys.end()), op, nullptr);
 }
 
 Status RedisClusterStore::MultiSet(std::span<const RemoteWrite> writes) {
+  return Set(writes, nullptr);
+}
+
+Status RedisClusterStore::MultiSetEach(std::span<const RemoteWrite> writes,
+                                       std::vector<Status>* results) {
+  return Set(writes, results);
+}
+
+Status RedisClusterStore::Set(std::span<const RemoteWrite> writes,
+                              std::vector<Status>* results) {
   std::vector<std::string_view> keys;
   std::vector<std::string> ttls;
   for (const RemoteWrite& w : writes) {
@@ -273,7 +299,7 @@ Status RedisClusterStore::MultiSet(std::span<const RemoteWrite> writes) {
     if (reply.type == REDIS_REPLY_STATUS) return Status::OK();
     return Status::IOError("redis: unexpected reply to SET");
   };
-  return Execute(keys, op);
+  return Execute(keys, op, results);
 }
 
 Status RedisClusterStore::Delete(std::span<const std::string> keys) {
@@ -282,7 +308,7 @@ Status RedisClusterStore::Delete(std::span<const std::string> keys) {
   op.write = true;
   op.append = [&](RedisConnection& c, size_t i) { c.Append({"DEL", keys[i]}); };
   op.accept = [](size_t, redisReply& reply) { return ExpectInteger(reply, "DEL"); };
-  return Execute(std::vector<std::string_view>(keys.begin(), keys.end()), op);
+  return Execute(std::vector<std::string_view>(keys.begin(), keys.end()), op, nullptr);
 }
 
 StatusOr<int64_t> RedisClusterStore::IncrBy(std::string_view key, int64_t delta,
@@ -298,7 +324,7 @@ StatusOr<int64_t> RedisClusterStore::IncrBy(std::string_view key, int64_t delta,
     value = reply.integer;
     return ExpectInteger(reply, "INCRBY");
   };
-  PKV_RETURN_IF_ERROR(Execute(keys, incr));
+  PKV_RETURN_IF_ERROR(Execute(keys, incr, nullptr));
   if (ttl_seconds > 0 && value == delta) {
     // Created by this call (as far as can be told): give it its expiry, unless
     // a concurrent creator already did (NX, Redis >= 7.0).
@@ -310,7 +336,7 @@ StatusOr<int64_t> RedisClusterStore::IncrBy(std::string_view key, int64_t delta,
     expire.accept = [](size_t, redisReply& reply) {
       return ExpectInteger(reply, "EXPIRE");
     };
-    PKV_RETURN_IF_ERROR(Execute(keys, expire));
+    PKV_RETURN_IF_ERROR(Execute(keys, expire, nullptr));
   }
   return value;
 }

@@ -13,7 +13,9 @@
 // connection is marked down for down_backoff_ms; its keys fail at once with
 // Unavailable during that time (no connect attempt), and the map is fetched
 // again. Without a map (no seed answered) every call is Unavailable at once
-// and the map is tried again every down_backoff_ms.
+// and the map is tried again every down_backoff_ms. A failure costs only the
+// keys it touched (MultiSetEach reports each write's): an error reply fails
+// its key, a failed node its unanswered keys.
 //
 // Locking: mu_ guards the map and the node table; each node's mutex guards
 // its idle connections and its down deadline. No lock is held during network
@@ -59,6 +61,9 @@ class RedisClusterStore final : public RemoteStore {
                       std::vector<std::optional<SharedBytes>>* values,
                       const ValueArrived& arrived) override;
   Status MultiSet(std::span<const RemoteWrite> writes) override;
+  // A write fails only when its own master failed it (down, silent, -OOM).
+  Status MultiSetEach(std::span<const RemoteWrite> writes,
+                      std::vector<Status>* results) override;
   Status Delete(std::span<const std::string> keys) override;
   StatusOr<int64_t> IncrBy(std::string_view key, int64_t delta,
                            uint32_t ttl_seconds) override;
@@ -78,6 +83,7 @@ class RedisClusterStore final : public RemoteStore {
   struct Node;
   struct Item;
   struct Batch;
+  struct Outcome;
   // One command per key: queue it on a connection; take a (non-redirect) reply.
   struct KeyOp {
     std::function<void(RedisConnection&, size_t index)> append;
@@ -87,16 +93,20 @@ class RedisClusterStore final : public RemoteStore {
     bool write = false;
   };
 
-  Status Execute(const std::vector<std::string_view>& keys, const KeyOp& op)
-      EXCLUDES(mu_);
-  // Sends one round of `items` (grouped by node) and collects the redirected
-  // ones into `next`; returns the first failure.
-  Status RunRound(const std::vector<Item>& items, const KeyOp& op,
-                  std::vector<Item>* next) EXCLUDES(mu_);
+  // Runs `op` on every key; the first failure, and each key's own in
+  // `results` (keys.size() entries) unless it is null.
+  Status Execute(const std::vector<std::string_view>& keys, const KeyOp& op,
+                 std::vector<Status>* results) EXCLUDES(mu_);
+  // Sends one round of `items` (grouped by node), collects the redirected
+  // ones into `next` and fails the others that failed in `outcome`.
+  void RunRound(const std::vector<Item>& items, const KeyOp& op, std::vector<Item>* next,
+                Outcome* outcome) EXCLUDES(mu_);
   // Reads every batch's replies; a batch whose node fails or stays silent
-  // past its deadline ends there (its keys fail).
-  Status ReadReplies(std::vector<Batch>& batches, uint64_t deadline, const KeyOp& op,
-                     std::vector<Item>* next) EXCLUDES(mu_);
+  // past its deadline ends there (its unanswered keys fail).
+  void ReadReplies(std::vector<Batch>& batches, uint64_t deadline, const KeyOp& op,
+                   std::vector<Item>* next, Outcome* outcome) EXCLUDES(mu_);
+  // SET of every write (MultiSet, MultiSetEach).
+  Status Set(std::span<const RemoteWrite> writes, std::vector<Status>* results);
   // One item's reply: follows a redirect, or hands it to `op`.
   Status Accept(redisReply& reply, const Item& item, const RedisConnection& connection,
                 const KeyOp& op, std::vector<Item>* next) EXCLUDES(mu_);

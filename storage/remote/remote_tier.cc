@@ -241,6 +241,7 @@ class RemoteTierImpl {
     c.bytes_written = bytes_written_;
     c.writes = writes_;
     c.dropped = dropped_;
+    c.write_failures = write_failures_;
     c.over_quota = over_quota_;
     c.rewrites_skipped = rewrites_skipped_;
     c.queued_blocks = queue_.size() + in_flight_;
@@ -286,6 +287,17 @@ class RemoteTierImpl {
     }
   }
 
+  // A write call where some masters failed their keys (down, or -OOM at
+  // maxmemory) while the others wrote theirs: the cluster answers, so it is
+  // no outage; the failed call is counted and its first cause logged once.
+  void NotePartialWrite(const Status& s) {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    if (!logged_write_failure_.exchange(true)) {
+      Log("remote tier: some writes failed (" + s.ToString() +
+          "); only those blocks are lost, counted in write_failures (logged once)");
+    }
+  }
+
   RemoteNamespaceLimits LimitsFor(const BlockKey& ns) const REQUIRES(mu_) {
     auto it = limits_.find(ns);
     return it == limits_.end() ? options_.default_limits : it->second;
@@ -326,26 +338,21 @@ class RemoteTierImpl {
         queued_bytes_ -= i.payload.size();
       }
       in_flight_ -= batch.size();
+      // A failed write costs its block only (counted); the queue goes on.
+      // An outage does not hold it up: the store fails a down master's keys
+      // at once for down_backoff_ms, so Flush never waits one out.
       writes_ += r.written;
       bytes_written_ += r.bytes;
-      dropped_ += r.failed;
+      write_failures_ += r.failed;
       over_quota_ += r.over_quota;
       for (const Item* i : r.written_items) NoteKnownPresent(i->meta);
       if (queue_.empty() && in_flight_ == 0) idle_cv_.NotifyAll();
-      if (r.failed > 0 && !stopping_) {
-        // The store is down: drop what is queued too (a cache may lose a
-        // copy; Flush must not wait out an outage) and pace the next try.
-        DropQueued();
-        const uint64_t nanos = uint64_t{options_.write_retry_ms} * 1000000;
-        options_.clock->WaitFor(work_cv_.native(), lock.native(), nanos,
-                                [&]() REQUIRES(mu_) { return stopping_; });
-      }
     }
   }
 
   struct WriteResult {
     uint64_t written = 0, bytes = 0, failed = 0, over_quota = 0;
-    std::vector<const Item*> written_items;
+    std::vector<const Item*> written_items;  // not those that failed
   };
 
   // Blocks the cluster was recently seen to hold (read back intact, or
@@ -397,7 +404,7 @@ class RemoteTierImpl {
       if (!total.ok() || static_cast<uint64_t>(*total) > l.max_bytes) refused.insert(ns);
     }
     std::vector<RemoteWrite> writes;
-    std::vector<const Item*> written;
+    std::vector<const Item*> sent;  // the item of each write
     for (const Item& i : batch) {
       if (refused.count(i.meta.namespace_id) > 0) {
         ++r.over_quota;
@@ -406,18 +413,26 @@ class RemoteTierImpl {
       writes.push_back(RemoteWrite{StoreKey(i.meta.key),
                                    RemoteTier::EncodeEnvelope(i.meta, i.payload.view()),
                                    limits.at(i.meta.namespace_id).ttl_seconds});
-      written.push_back(&i);
+      sent.push_back(&i);
     }
     if (writes.empty()) return r;
-    const Status s = store_->MultiSet(writes);
-    NoteCall(s);
-    if (!s.ok()) {
-      r.failed = writes.size();
-      return r;
+    std::vector<Status> results;
+    const Status s = store_->MultiSetEach(writes, &results);
+    results.resize(writes.size(), s);  // a store that left some out
+    for (size_t k = 0; k < writes.size(); ++k) {
+      if (!results[k].ok()) {
+        ++r.failed;
+        continue;
+      }
+      ++r.written;
+      r.bytes += sent[k]->payload.size();
+      r.written_items.push_back(sent[k]);
     }
-    r.written = writes.size();
-    for (const Item* i : written) r.bytes += i->payload.size();
-    r.written_items = std::move(written);
+    if (s.ok() || r.written == 0) {
+      NoteCall(s);
+    } else {
+      NotePartialWrite(s);
+    }
     return r;
   }
 
@@ -429,6 +444,7 @@ class RemoteTierImpl {
   std::atomic<bool> available_{false};
   std::atomic<bool> outage_logged_{false};
   std::atomic<bool> logged_corruption_{false};
+  std::atomic<bool> logged_write_failure_{false};
 
   mutable Mutex mu_;
   CondVar work_cv_;
@@ -441,6 +457,7 @@ class RemoteTierImpl {
   uint64_t writes_ GUARDED_BY(mu_) = 0;
   uint64_t bytes_written_ GUARDED_BY(mu_) = 0;
   uint64_t dropped_ GUARDED_BY(mu_) = 0;
+  uint64_t write_failures_ GUARDED_BY(mu_) = 0;
   uint64_t over_quota_ GUARDED_BY(mu_) = 0;
   uint64_t rewrites_skipped_ GUARDED_BY(mu_) = 0;
   std::vector<Known> known_ GUARDED_BY(mu_);  // a power of two, or empty

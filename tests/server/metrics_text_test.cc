@@ -74,8 +74,9 @@ EngineStats FullSnapshot() {
        {&RemoteCounters::hits, &RemoteCounters::misses, &RemoteCounters::corruptions,
         &RemoteCounters::errors, &RemoteCounters::bytes_read,
         &RemoteCounters::bytes_written, &RemoteCounters::writes, &RemoteCounters::dropped,
-        &RemoteCounters::over_quota, &RemoteCounters::rewrites_skipped,
-        &RemoteCounters::queued_blocks, &RemoteCounters::queued_bytes}) {
+        &RemoteCounters::write_failures, &RemoteCounters::over_quota,
+        &RemoteCounters::rewrites_skipped, &RemoteCounters::queued_blocks,
+        &RemoteCounters::queued_bytes}) {
     s.remote.*f = next++;
   }
   s.remote.available = true;
@@ -384,6 +385,7 @@ TEST(MetricsText, EveryRemoteCounterIsTheSampleNamedForIt) {
   EXPECT_EQ(e.Value("prefixkv_remote_written_bytes_total"), r.bytes_written);
   EXPECT_EQ(e.Value("prefixkv_remote_writes_total"), r.writes);
   EXPECT_EQ(e.Value("prefixkv_remote_dropped_total"), r.dropped);
+  EXPECT_EQ(e.Value("prefixkv_remote_write_failures_total"), r.write_failures);
   EXPECT_EQ(e.Value("prefixkv_remote_over_quota_total"), r.over_quota);
   EXPECT_EQ(e.Value("prefixkv_remote_rewrites_skipped_total"), r.rewrites_skipped);
   EXPECT_EQ(e.Value("prefixkv_remote_queue_blocks"), r.queued_blocks);

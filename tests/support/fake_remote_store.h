@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,8 +20,11 @@ struct FakeRemoteState {
   std::mutex mu;
   std::map<std::string, std::string> values;
   std::map<std::string, uint32_t> ttls;
-  bool down = false;        // every call fails with Unavailable
-  int failing_sets = 0;     // the next N MultiSet calls fail
+  bool down = false;     // every call fails with Unavailable
+  int failing_sets = 0;  // the next N MultiSet calls fail
+  // Writes of these keys fail (a master at maxmemory answers -OOM); the
+  // others of the same call are stored.
+  std::set<std::string> refused_keys;
   uint64_t get_calls = 0;   // MultiGet round trips
   uint64_t keys_asked = 0;  // keys over all MultiGet calls
   uint64_t set_calls = 0;
@@ -67,19 +71,35 @@ class FakeRemoteStore final : public RemoteStore {
     return Status::OK();
   }
   Status MultiSet(std::span<const RemoteWrite> writes) override {
+    std::vector<Status> results;
+    return MultiSetEach(writes, &results);
+  }
+  Status MultiSetEach(std::span<const RemoteWrite> writes,
+                      std::vector<Status>* results) override {
     std::unique_lock<std::mutex> lock(state_->mu);
     state_->released.wait(lock, [&] { return !state_->hold_sets; });
-    if (state_->down) return Status::Unavailable("fake store is down");
-    if (state_->failing_sets > 0) {
+    Status call;
+    if (state_->down) {
+      call = Status::Unavailable("fake store is down");
+    } else if (state_->failing_sets > 0) {
       --state_->failing_sets;
-      return Status::IOError("fake store refused the write");
+      call = Status::IOError("fake store refused the write");
     }
+    results->assign(writes.size(), call);
+    if (!call.ok()) return call;
     ++state_->set_calls;
-    for (const RemoteWrite& w : writes) {
+    Status first;
+    for (size_t i = 0; i < writes.size(); ++i) {
+      const RemoteWrite& w = writes[i];
+      if (state_->refused_keys.count(w.key) > 0) {
+        (*results)[i] = Status::IOError("fake store: OOM for " + w.key);
+        if (first.ok()) first = (*results)[i];
+        continue;
+      }
       state_->values[w.key] = w.value;
       state_->ttls[w.key] = w.ttl_seconds;
     }
-    return Status::OK();
+    return first;
   }
   Status Delete(std::span<const std::string> keys) override {
     std::lock_guard<std::mutex> lock(state_->mu);

@@ -225,9 +225,10 @@ Status StoreRemotely(Node& a, std::mt19937_64& rng, const std::vector<LayerState
                             " blocks, not " + std::to_string(kBlocks));
   a.engine->remote_tier()->Flush();
   const RemoteCounters c = a.engine->remote_tier()->Counters();
-  if (c.dropped > 0 || c.errors > 0)
+  if (c.dropped > 0 || c.write_failures > 0 || c.errors > 0)
     return Status::Unavailable("node A's remote writes failed (" +
                                std::to_string(c.dropped) + " dropped, " +
+                               std::to_string(c.write_failures) + " failed, " +
                                std::to_string(c.errors) + " errors)");
   return Status::OK();
 }

@@ -136,6 +136,7 @@ void WriteRemoteCounters(JsonWriter& w, const RemoteCounters& c) {
       .Field("errors", c.errors)
       .Field("corruptions", c.corruptions)
       .Field("dropped", c.dropped)
+      .Field("write_failures", c.write_failures)
       .EndObject();
 }
 
@@ -177,14 +178,15 @@ void PrintNodesTable(const DemoNodesReport& r, const std::string& dir,
   const RemoteCounters& c = r.remote;
   std::printf(
       "\nremote tier, both nodes: %llu hits, %llu misses, %llu writes, %llu KiB written, "
-      "%llu KiB read, %llu errors, %llu corrupt, %llu dropped\n",
+      "%llu KiB read, %llu errors, %llu corrupt, %llu dropped, %llu failed writes\n",
       static_cast<unsigned long long>(c.hits), static_cast<unsigned long long>(c.misses),
       static_cast<unsigned long long>(c.writes),
       static_cast<unsigned long long>(c.bytes_written / 1024),
       static_cast<unsigned long long>(c.bytes_read / 1024),
       static_cast<unsigned long long>(c.errors),
       static_cast<unsigned long long>(c.corruptions),
-      static_cast<unsigned long long>(c.dropped));
+      static_cast<unsigned long long>(c.dropped),
+      static_cast<unsigned long long>(c.write_failures));
   std::printf("token parity with stateless greedy decode: %s\n",
               r.parity ? "yes, every turn" : "NO");
   std::printf("every turn after the first restored cached tokens: %s\n",

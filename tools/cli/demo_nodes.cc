@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "prefixkv/clock.h"
+#include "prefixkv/remote_counter_fields.h"
 
 namespace prefixkv::cli {
 namespace {
@@ -171,17 +172,11 @@ StatusOr<DemoNodeTurn> ServeInProcess(const DemoNodeTurnOptions& options, char n
   return served;
 }
 
+// Every counter summed (gauges: each turn's process ends with an empty queue).
 void AddCounters(const RemoteCounters& c, RemoteCounters* sum) {
-  sum->hits += c.hits;
-  sum->misses += c.misses;
-  sum->corruptions += c.corruptions;
-  sum->errors += c.errors;
-  sum->bytes_read += c.bytes_read;
-  sum->bytes_written += c.bytes_written;
-  sum->writes += c.writes;
-  sum->dropped += c.dropped;
-  sum->over_quota += c.over_quota;
-  sum->rewrites_skipped += c.rewrites_skipped;
+  for (const RemoteCounterField& f : kRemoteCounterFields) {
+    if (f.counter) sum->*f.field += c.*f.field;
+  }
   sum->available = c.available;
 }
 

@@ -57,6 +57,17 @@ class RemoteStore {
   // Stores every write, pipelined. The first error, if any (the other writes
   // are still attempted).
   virtual Status MultiSet(std::span<const RemoteWrite> writes) = 0;
+  // MultiSet, with each write's own outcome in `results` (resized to
+  // writes.size()): a master down or out of memory fails its writes only, and
+  // the caller counts exactly those. A failed write leaves the key as it was,
+  // or (a reply lost after the SET ran) holding the whole value. By default
+  // every write gets MultiSet's status (a store that cannot tell them apart).
+  virtual Status MultiSetEach(std::span<const RemoteWrite> writes,
+                              std::vector<Status>* results) {
+    Status s = MultiSet(writes);
+    results->assign(writes.size(), s);
+    return s;
+  }
   // Deletes the keys (absent keys are not an error).
   virtual Status Delete(std::span<const std::string> keys) = 0;
   // Adds `delta` to the integer at `key` (created at 0) and returns the new

@@ -14,8 +14,10 @@
 // Writes are asynchronous: Put and OnEvict queue the block for background
 // writers and return at once. The queue is bounded (blocks and bytes); when
 // it is full the block is dropped and counted (backpressure never blocks a
-// Store). Reads are synchronous and bounded by the store's request timeout: a
-// down or slow store degrades to misses, counted and logged once per outage.
+// Store). A write the cluster fails (a master down or out of memory) costs
+// that block only, counted in RemoteCounters::write_failures. Reads are synchronous and
+// bounded by the store's request timeout: a down or slow store degrades to misses,
+// counted and logged once per outage.
 //
 // Only chain blocks (non-zero namespace) are stored; the key-value space's
 // raw values are mutable and stay local. Remove() removes nothing remotely:
@@ -52,8 +54,6 @@ struct RemoteTierOptions {
   // Blocks per pipelined write batch, and background writers.
   uint32_t write_batch_blocks = 64;
   uint32_t writer_threads = 1;
-  // Retry pacing after a failed write batch (the batch is dropped, counted).
-  uint32_t write_retry_ms = 100;
   // A local victim (OnEvict) that this node read back intact or wrote within
   // known_present_seconds (at most half its namespace's TTL) is not written
   // again (RemoteCounters::rewrites_skipped): the cluster holds it. Up to

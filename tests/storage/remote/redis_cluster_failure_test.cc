@@ -1,6 +1,8 @@
 // The Redis Cluster client when a master hangs (SIGSTOP) or dies (SIGKILL):
 // its keys fail with Unavailable within a bounded time, one timeout at most
-// per down_backoff_ms, while the other masters' keys keep working. And the
+// per down_backoff_ms, while the other masters' keys keep working. The remote
+// tier's writes when a master is full (maxmemory, noeviction) or dead: only
+// that master's blocks fail (counted), every other block lands. And the
 // local cluster launcher leaves no process and no directory behind.
 #include <errno.h>
 #include <gtest/gtest.h>
@@ -11,6 +13,7 @@
 #include <filesystem>
 #include <regex>
 
+#include "prefixkv/advanced/remote_tier.h"
 #include "redis_cluster_store.h"
 #include "tests/storage/remote/redis_test_util.h"
 
@@ -66,8 +69,57 @@ class RedisClusterFailureTest
     return slowest;
   }
 
+  // Queues kTierBlocks blocks (spread over every slot) on a remote tier over
+  // the cluster, all before the first batch is sent; flushes; checks that
+  // every block not on `bad` ("host:port") reads back intact, and that those
+  // on it are counted as failed writes and read as clean misses.
+  void WriteThroughTierAround(const std::string& bad) {
+    auto store = testing::OpenStore(ClusterOptions(*cluster_));
+    ASSERT_NE(store, nullptr);
+    RedisClusterStore* router = store.get();  // owned by the tier below
+    RemoteTierOptions options;
+    options.key_prefix = "tier/" + std::to_string(++tier_runs_) + "/";
+    options.write_batch_blocks = 16;
+    auto tier = RemoteTier::Open(std::move(store), options);
+    const BlockKey ns{5, 5};
+    std::vector<BlockKey> keys;
+    std::vector<std::string> payloads;
+    uint64_t on_bad = 0;
+    for (uint64_t i = 0; i < kTierBlocks; ++i) {
+      keys.push_back(BlockKey{ns.hi, 100 + i});
+      payloads.push_back(std::string(1000, static_cast<char>('a' + i % 26)));
+      on_bad += router->NodeOfSlot(RedisKeySlot(tier->StoreKey(keys[i]))) == bad;
+    }
+    ASSERT_GT(on_bad, 0u);
+    ASSERT_LT(on_bad, kTierBlocks);
+    for (uint64_t i = 0; i < kTierBlocks; ++i) {
+      ASSERT_OK(tier->Put(BlockMeta{keys[i], ns, ns, 1}, SharedBytes::Copy(payloads[i]),
+                          false));
+    }
+    tier->Flush();
+    const RemoteCounters c = tier->Counters();
+    std::printf("[tier over %s] %llu of %llu blocks failed, %llu written\n", bad.c_str(),
+                static_cast<unsigned long long>(c.write_failures),
+                static_cast<unsigned long long>(kTierBlocks),
+                static_cast<unsigned long long>(c.writes));
+    EXPECT_EQ(c.write_failures, on_bad);
+    EXPECT_EQ(c.writes, kTierBlocks - on_bad);
+    EXPECT_EQ(c.dropped, 0u) << "nothing else was lost";
+    const std::vector<std::optional<SharedBytes>> got = tier->GetMany(keys);
+    for (uint64_t i = 0; i < kTierBlocks; ++i) {
+      const bool lost = router->NodeOfSlot(RedisKeySlot(tier->StoreKey(keys[i]))) == bad;
+      EXPECT_EQ(got[i].has_value(), !lost) << i;
+      if (!lost && got[i].has_value()) {
+        EXPECT_EQ(got[i]->view(), payloads[i]) << i;
+      }
+    }
+    EXPECT_EQ(tier->Counters().corruptions, 0u);
+  }
+
+  static constexpr uint64_t kTierBlocks = 240;
   std::vector<std::string> keys_;
   std::vector<RemoteWrite> writes_;
+  int tier_runs_ = 0;
 };
 
 // Runs before the kill below (gtest keeps the order within a suite).
@@ -94,6 +146,20 @@ TEST_F(RedisClusterFailureTest, AHungMasterCostsOneTimeoutThenFailsFast) {
   EXPECT_TRUE(store->IsNodeDown(hung));
 }
 
+// Runs before the kill below. A master at maxmemory with noeviction answers
+// every SET with -OOM.
+TEST_F(RedisClusterFailureTest, AFullMasterCostsTheRemoteTierOnlyItsOwnBlocks) {
+  const int port = cluster_->ports()[2];
+  ASSERT_EQ(Raw(port, {"CONFIG", "SET", "maxmemory-policy", "noeviction"}), "OK");
+  ASSERT_EQ(Raw(port, {"CONFIG", "SET", "maxmemory", "1"}), "OK");
+  std::string reply = "MOVED";
+  for (int i = 0; reply.rfind("MOVED", 0) == 0 && i < 1000; ++i)
+    reply = Raw(port, {"SET", "full/" + std::to_string(i), "x"});  // one of its keys
+  EXPECT_EQ(reply.rfind("OOM", 0), 0u) << reply;
+  WriteThroughTierAround("127.0.0.1:" + std::to_string(port));
+  EXPECT_EQ(Raw(port, {"CONFIG", "SET", "maxmemory", "0"}), "OK");
+}
+
 TEST_F(RedisClusterFailureTest, AKilledMasterFailsItsKeysFastAndTheOthersStillWork) {
   auto store = FastStore();
   std::vector<std::optional<std::string>> values;
@@ -115,7 +181,17 @@ TEST_F(RedisClusterFailureTest, AKilledMasterFailsItsKeysFastAndTheOthersStillWo
   ASSERT_FALSE(live.empty());
   EXPECT_OK(store->MultiSet(live));
   EXPECT_TRUE(store->MultiSet(writes_).IsUnavailable());
+  std::vector<Status> results;  // each write's own: only the dead master's fail
+  EXPECT_TRUE(store->MultiSetEach(writes_, &results).IsUnavailable());
+  ASSERT_EQ(results.size(), writes_.size());
+  for (size_t i = 0; i < writes_.size(); ++i) {
+    const bool on_dead = store->NodeOfSlot(RedisKeySlot(writes_[i].key)) == dead;
+    EXPECT_EQ(results[i].IsUnavailable(), on_dead) << writes_[i].key;
+    EXPECT_EQ(results[i].ok(), !on_dead) << writes_[i].key;
+  }
   EXPECT_NE(store->Describe().find("(3 masters)"), std::string::npos);  // still its slots
+  // The remote tier over the cluster loses the dead master's blocks only.
+  WriteThroughTierAround(dead);
 }
 
 TEST(LocalRedisCluster, StartThenStopLeavesNoProcessAndNoDirectory) {

@@ -202,7 +202,7 @@ TEST_F(RemoteTierTest, ADamagedValueIsACountedMissDeletedAndLoggedOnce) {
   EXPECT_EQ(log_.Count("checksum mismatch") + log_.Count("envelope"), 1);
 }
 
-TEST_F(RemoteTierTest, ADownStoreIsMissesAndDroppedWritesLoggedOncePerOutage) {
+TEST_F(RemoteTierTest, ADownStoreIsMissesAndFailedWritesLoggedOncePerOutage) {
   auto tier = Open();
   ASSERT_OK(tier->Put(Meta(0), Payload(0), false));
   tier->Flush();
@@ -214,12 +214,13 @@ TEST_F(RemoteTierTest, ADownStoreIsMissesAndDroppedWritesLoggedOncePerOutage) {
     EXPECT_TRUE(tier->Get(Meta(0).key).status().IsNotFound());
   }
   for (uint64_t i = 1; i < 5; ++i) ASSERT_OK(tier->Put(Meta(i), Payload(i), false));
-  tier->Flush();  // returns: the writes fail and are dropped
+  tier->Flush();  // returns: the writes fail at once, each counted
   RemoteCounters c = tier->Counters();
   EXPECT_FALSE(c.available);
   EXPECT_EQ(c.misses, 20u);
   EXPECT_GE(c.errors, 21u);
-  EXPECT_EQ(c.dropped, 4u);
+  EXPECT_EQ(c.write_failures, 4u);
+  EXPECT_EQ(c.dropped, 0u);
   EXPECT_EQ(c.writes, 1u);
   EXPECT_EQ(log_.Count("remote tier unavailable"), 1) << "logged once per outage";
   {
@@ -230,6 +231,63 @@ TEST_F(RemoteTierTest, ADownStoreIsMissesAndDroppedWritesLoggedOncePerOutage) {
   EXPECT_EQ(back.view(), Payload(0).view());
   EXPECT_TRUE(tier->Counters().available);
   EXPECT_EQ(log_.Count("remote tier available again"), 1);
+}
+
+TEST_F(RemoteTierTest, AFailedWriteCostsOnlyThatBlockNeverTheQueue) {
+  RemoteTierOptions o;
+  o.write_batch_blocks = 8;
+  auto tier = Open(o);
+  constexpr uint64_t kBlocks = 60;
+  {
+    // Every third block lives on a master at maxmemory: its SET fails. The
+    // writer is held so that every block is queued before the first batch
+    // (a batch of 2 or more, or Meta(0) alone, holds a block that is stored).
+    std::lock_guard<std::mutex> lock(state_->mu);
+    for (uint64_t i = 1; i < kBlocks; i += 3)
+      state_->refused_keys.insert(tier->StoreKey(Meta(i).key));
+    state_->hold_sets = true;
+  }
+  for (uint64_t i = 0; i < kBlocks; ++i) ASSERT_OK(tier->Put(Meta(i), Payload(i), false));
+  state_->Release();
+  tier->Flush();
+  RemoteCounters c = tier->Counters();
+  EXPECT_EQ(c.write_failures, kBlocks / 3);
+  EXPECT_EQ(c.writes, kBlocks - kBlocks / 3);
+  EXPECT_EQ(c.bytes_written, (kBlocks - kBlocks / 3) * 300);
+  EXPECT_EQ(c.dropped, 0u) << "nothing else was lost";
+  EXPECT_EQ(c.queued_blocks, 0u);
+  EXPECT_EQ(state_->size(), kBlocks - kBlocks / 3);
+  // The cluster answered: no outage, the first cause logged once.
+  EXPECT_TRUE(c.available);
+  EXPECT_GE(c.errors, 1u);
+  EXPECT_EQ(log_.Count("remote tier unavailable"), 0);
+  EXPECT_EQ(log_.Count("some writes failed"), 1);
+  // Every other block reads back intact; a failed one is a clean miss.
+  std::vector<BlockKey> keys;
+  for (uint64_t i = 0; i < kBlocks; ++i) keys.push_back(Meta(i).key);
+  std::vector<std::optional<SharedBytes>> got = tier->GetMany(keys);
+  for (uint64_t i = 0; i < kBlocks; ++i) {
+    if (i % 3 == 1) {
+      EXPECT_FALSE(got[i].has_value()) << i;
+    } else {
+      ASSERT_TRUE(got[i].has_value()) << i;
+      EXPECT_EQ(got[i]->view(), Payload(i).view()) << i;
+    }
+  }
+  EXPECT_EQ(tier->Counters().corruptions, 0u);
+  // A failed block is not taken for present: evicted later, it is written.
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->refused_keys.clear();
+  }
+  tier->OnEvict(Meta(0), Payload(0), false);
+  tier->OnEvict(Meta(1), Payload(1), false);
+  tier->Flush();
+  c = tier->Counters();
+  EXPECT_EQ(c.writes, kBlocks - kBlocks / 3 + 1);
+  EXPECT_EQ(c.rewrites_skipped, 1u);
+  ASSERT_OK_AND_ASSIGN(SharedBytes back, tier->Get(Meta(1).key));
+  EXPECT_EQ(back.view(), Payload(1).view());
 }
 
 TEST_F(RemoteTierTest, AStoreDownAtOpenIsReportedUnavailable) {
