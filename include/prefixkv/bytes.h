@@ -24,9 +24,6 @@ class SharedBytes {
   static SharedBytes Copy(std::string_view s) { return Copy(s.data(), s.size()); }
   // Takes ownership of a string's buffer without copying it.
   static SharedBytes Adopt(std::string&& s);
-  // Takes ownership of [data, data+size), a buffer from malloc, aligned_alloc
-  // or posix_memalign; it is released with free() when the last copy goes.
-  static SharedBytes AdoptMalloced(void* data, size_t size);
   // An uninitialised, 64-byte aligned buffer of `size` bytes. `*writable` lets
   // the creator fill it before sharing; nobody may write through it afterwards.
   static SharedBytes Allocate(size_t size, uint8_t** writable);

@@ -55,7 +55,6 @@ class Tensor {
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t dim(size_t i) const { return shape_[i]; }
   size_t ndim() const { return shape_.size(); }
-  int64_t num_elements() const;
   size_t nbytes() const { return bytes_.size(); }
   const SharedBytes& bytes() const { return bytes_; }
   const uint8_t* data() const { return bytes_.data(); }

@@ -88,7 +88,6 @@ enum class RemoteWriteMode : uint8_t {
   kOnSpill,  // blocks the lowest local tier evicts (default)
   kAlways,   // every block stored, as soon as it is stored locally
 };
-std::string_view RemoteWriteModeName(RemoteWriteMode mode);
 StatusOr<RemoteWriteMode> ParseRemoteWriteMode(std::string_view name);
 
 // Limits of one namespace's blocks in the remote store.

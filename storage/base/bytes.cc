@@ -26,12 +26,6 @@ SharedBytes SharedBytes::Adopt(std::string&& s) {
   return SharedBytes(std::move(owner), data, size);
 }
 
-SharedBytes SharedBytes::AdoptMalloced(void* data, size_t size) {
-  std::shared_ptr<const void> owner(
-      data, [](const void* q) { std::free(const_cast<void*>(q)); });
-  return SharedBytes(std::move(owner), static_cast<const uint8_t*>(data), size);
-}
-
 namespace {
 
 // Recycles large aligned buffers (O_DIRECT read targets, fetched remote

@@ -70,8 +70,6 @@ int64_t NumElements(const std::vector<int64_t>& shape) {
   return n;
 }
 
-int64_t Tensor::num_elements() const { return NumElements(shape_); }
-
 StatusOr<Tensor> Tensor::Make(DType dtype, std::vector<int64_t> shape,
                               SharedBytes bytes) {
   if (!IsValidDType(static_cast<uint8_t>(dtype))) {

@@ -58,10 +58,6 @@ std::string_view EvictionPolicyName(EvictionPolicyKind kind) {
   return "unknown";
 }
 
-std::string_view RemoteWriteModeName(RemoteWriteMode mode) {
-  return mode == RemoteWriteMode::kAlways ? "always" : "on_spill";
-}
-
 StatusOr<RemoteWriteMode> ParseRemoteWriteMode(std::string_view name) {
   if (name == "on_spill" || name == "on-spill") return RemoteWriteMode::kOnSpill;
   if (name == "always") return RemoteWriteMode::kAlways;

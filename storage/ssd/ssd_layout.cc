@@ -143,12 +143,6 @@ void AddCounters(TierCounters* into, const TierCounters& delta) {
   for (size_t i = 0; i < kCounterFields; ++i) *a[i] += *b[i];  // wraps on purpose
 }
 
-TierCounters NegateCounters(const TierCounters& c) {
-  TierCounters n = c;
-  for (uint64_t* f : Fields(n)) *f = 0 - *f;
-  return n;
-}
-
 bool IsZero(const TierCounters& c) { return c == TierCounters{}; }
 
 uint64_t PayloadChecksum(const void* data, size_t size) { return Hash64(data, size); }

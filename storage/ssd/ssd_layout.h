@@ -72,7 +72,6 @@ Status DecodeMeta(std::string_view v, StoredMeta* m);
 std::string EncodeCounters(const TierCounters& c);
 bool DecodeCounters(std::string_view v, TierCounters* c);
 void AddCounters(TierCounters* into, const TierCounters& delta);
-TierCounters NegateCounters(const TierCounters& c);
 bool IsZero(const TierCounters& c);
 
 uint64_t PayloadChecksum(const void* data, size_t size);

@@ -65,7 +65,6 @@ class LocalRedisCluster {
   // Process id of master `i`, -1 once killed or stopped.
   pid_t pid(int i) const { return pids_[i]; }
   const std::string& dir() const { return dir_; }
-  const std::string& log_path() const { return log_path_; }
 
   // SIGKILLs master `i` and reaps it (a crash, for fault tests).
   void KillMaster(int i);
