@@ -4,8 +4,6 @@
 // ancestor always outlives its stored descendants and no stored block is left
 // without its parent. Access order is the persisted access sequence, so the
 // order survives restarts. Eviction runs after each Put on the putting thread.
-#include <rocksdb/write_batch.h>
-
 #include "ssd_layout.h"
 #include "ssd_tier_impl.h"
 
@@ -84,21 +82,11 @@ Status ssd::TierImpl::Evict(const BlockKey& key) {
       if (!read.ok()) return read.status().IsNotFound() ? Status::OK() : read.status();
       payload = *read;
     }
-    rocksdb::WriteBatch batch;
-    AddDeletes(&batch, key, e);
-    Deltas deltas;
-    deltas[e.owner].entries -= 1;
-    deltas[e.owner].bytes -= e.bytes;
-    deltas[e.owner].evictions += 1;
-    const bool spill = listener != nullptr && dirty;
-    if (spill) deltas[e.owner].spills += 1;
-    PKV_RETURN_IF_ERROR(Commit(&batch, std::move(deltas), e.owner));
-    MutexLock lock(&mu_);
-    index_.Erase(key);
-    index_.Owner(e.owner).evictions += 1;
-    if (spill) index_.Owner(e.owner).spills += 1;
+    TierCounters events;
+    events.evictions = 1;
+    events.spills = listener != nullptr && dirty ? 1 : 0;
+    PKV_RETURN_IF_ERROR(DropEntry(key, e, events, /*erase_on_failure=*/false));
   }
-  WakeReclaimer();  // the victim's extent is garbage now
   // Outside every lock: the listener may block (its own backpressure).
   if (listener != nullptr) listener->OnEvict(meta, payload, dirty);
   return Status::OK();

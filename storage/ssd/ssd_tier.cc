@@ -201,6 +201,28 @@ void ssd::TierImpl::AddDeletes(rocksdb::WriteBatch* batch, const BlockKey& key,
   batch->Delete(ssd::BlockRecordKey(ssd::kMetaTag, e.namespace_id, key));
 }
 
+Status ssd::TierImpl::DropEntry(const BlockKey& key, const IndexEntry& e,
+                                const TierCounters& events, bool erase_on_failure) {
+  rocksdb::WriteBatch batch;
+  AddDeletes(&batch, key, e);  // the journal append comes before the commit
+  Deltas deltas;
+  TierCounters& delta = deltas[e.owner];
+  delta = events;
+  delta.entries -= 1;  // wraps: a delta subtracts (ssd_layout.h)
+  delta.bytes -= e.bytes;
+  Status s = Commit(&batch, std::move(deltas), e.owner);
+  if (!s.ok() && !erase_on_failure) return s;
+  {
+    MutexLock lock(&mu_);
+    index_.Erase(key);
+    ssd::AddCounters(&index_.Owner(e.owner), events);
+    // Keep the persisted counters right at the next successful write.
+    if (!s.ok()) ssd::AddCounters(&unpersisted_[e.owner], events);
+  }
+  WakeReclaimer();  // the block's extent is garbage now
+  return s;
+}
+
 // ---- write path -------------------------------------------------------------------
 
 Status ssd::TierImpl::Put(const BlockMeta& meta, const SharedBytes& payload, bool dirty) {
@@ -377,20 +399,9 @@ Status ssd::TierImpl::Remove(const BlockKey& key) {
     }
     e = *found;
   }
-  rocksdb::WriteBatch batch;
-  AddDeletes(&batch, key, e);
-  Deltas deltas;
-  deltas[e.owner].entries -= 1;
-  deltas[e.owner].bytes -= e.bytes;
-  deltas[e.owner].removes += 1;
-  PKV_RETURN_IF_ERROR(Commit(&batch, std::move(deltas), e.owner));
-  {
-    MutexLock lock(&mu_);
-    index_.Erase(key);
-    index_.Owner(e.owner).removes += 1;
-  }
-  WakeReclaimer();
-  return Status::OK();
+  TierCounters events;
+  events.removes = 1;
+  return DropEntry(key, e, events, /*erase_on_failure=*/false);
 }
 
 // ---- read path --------------------------------------------------------------------
@@ -470,28 +481,11 @@ StatusOr<SharedBytes> ssd::TierImpl::ReadVerified(const BlockKey& key,
 Status ssd::TierImpl::DropCorrupt(const BlockKey& key, const IndexEntry& e,
                                   const std::string& why) {
   Log("block " + key.ToHex() + " is corrupt (" + why + "); removed");
-  rocksdb::WriteBatch batch;
-  AddDeletes(&batch, key, e);
-  Deltas deltas;
-  deltas[e.owner].entries -= 1;
-  deltas[e.owner].bytes -= e.bytes;
-  deltas[e.owner].corruptions += 1;
-  deltas[e.owner].misses += 1;
-  Status s = Commit(&batch, std::move(deltas), e.owner);
-  {
-    MutexLock lock(&mu_);
-    // Even if the delete failed the block is never served again this session.
-    index_.Erase(key);
-    index_.Owner(e.owner).corruptions += 1;
-    index_.Owner(e.owner).misses += 1;
-    if (!s.ok()) {
-      // Keep the persisted counters right at the next successful write.
-      unpersisted_[e.owner].corruptions += 1;
-      unpersisted_[e.owner].misses += 1;
-    }
-  }
-  WakeReclaimer();
-  return s;
+  TierCounters events;
+  events.corruptions = 1;
+  events.misses = 1;
+  // Even if the delete fails the block is never served again this session.
+  return DropEntry(key, e, events, /*erase_on_failure=*/true);
 }
 
 StatusOr<BlockMeta> ssd::TierImpl::Peek(const BlockKey& key) const {

@@ -212,6 +212,16 @@ class TierImpl {
   [[gnu::noinline]] rocksdb::Status DbWrite(const rocksdb::WriteOptions& o,
                                             rocksdb::WriteBatch* batch);
   void AddDeletes(rocksdb::WriteBatch* batch, const BlockKey& key, const IndexEntry& e);
+  // Drops one stored block (Remove, Evict, DropCorrupt): journals its extent
+  // (AddDeletes), then commits the record's delete with the entry and byte
+  // decrements and `events` (its owner's event counts: removes, evictions,
+  // ...). Once committed, erases the index entry, counts `events` live and
+  // wakes the reclaimer; on a failed commit it returns the error and changes
+  // nothing, or with `erase_on_failure` erases and counts all the same and
+  // keeps `events` unpersisted for the next successful write.
+  // REQUIRES: as DropCorrupt.
+  Status DropEntry(const BlockKey& key, const IndexEntry& e, const TierCounters& events,
+                   bool erase_on_failure) REQUIRES_SHARED(pause_) EXCLUDES(mu_, gc_mu_);
   // Removes a block whose payload failed verification and counts it.
   // REQUIRES: stripe(key) held (with pause_ shared: BlockLock), or pause_
   // held exclusively (the analysis checks the pause_ part).

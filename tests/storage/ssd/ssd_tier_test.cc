@@ -505,6 +505,42 @@ TEST_F(SsdTierTest, APayloadThatFailsItsChecksumIsAMissCountedAndRemoved) {
   testing::ExpectCountersMatchContents(*tier, {0});
 }
 
+// DropEntry's erase_on_failure: a corrupt block whose record delete fails is
+// still never served again, and its event counts reach the database with the
+// next successful commit.
+TEST_F(SsdTierTest, ACorruptBlockWhoseDeleteFailsIsDroppedAndCountedAllTheSame) {
+  const BlockMeta m = ChainBlock(0, 0);
+  {
+    auto tier = OpenSsd(Options());
+    ASSERT_OK(tier->Put(m, PayloadOf(m), true));
+  }
+  {
+    std::vector<std::filesystem::path> segs = testing::SegmentFiles(Options().path);
+    ASSERT_EQ(segs.size(), 1u);
+    testing::XorByteAt(segs[0], 1000, 0x40);
+  }
+  std::atomic<bool> fail{false};
+  auto tier = testing::OpenSsdWithCommitHook(
+      Options(), [&]() { return fail ? Status::IOError("injected EIO") : Status::OK(); });
+  fail = true;
+  StatusOr<SharedBytes> got = tier->Get(m.key);
+  ASSERT_TRUE(got.status().IsNotFound());
+  EXPECT_NE(got.status().message().find("corrupt"), std::string::npos);
+  EXPECT_FALSE(tier->Contains(m.key));
+  EXPECT_TRUE(tier->Get(m.key).status().IsNotFound());
+  EXPECT_EQ(tier->Totals().corruptions, 1u);
+  EXPECT_EQ(tier->Totals().io_errors, 1u);
+  fail = false;
+  const BlockMeta other = ChainBlock(1, 0);
+  ASSERT_OK(tier->Put(other, PayloadOf(other), true));
+  ASSERT_OK(tier->Close());
+  auto reopened = OpenSsd(Options());
+  EXPECT_EQ(reopened->Totals().corruptions, 1u);
+  EXPECT_EQ(reopened->Totals().io_errors, 1u);
+  EXPECT_FALSE(reopened->Contains(m.key));
+  EXPECT_OK(reopened->Get(other.key));
+}
+
 TEST_F(SsdTierTest, PurgeNamespaceRemovesOnlyThatNamespaceForGood) {
   {
     auto tier = OpenSsd(Options());
