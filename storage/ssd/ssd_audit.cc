@@ -6,7 +6,11 @@
 // may Remove it, or keep it in another tier), so it is not a finding.
 //
 // Block operations are paused (pause_ held exclusively) for the duration, so the records,
-// the index and the counters describe one moment.
+// the index and the counters describe one moment. The steps, in the order their findings
+// are reported: ScanRecords (every metadata record against the index),
+// ReportMissingSegments, VerifyPayloads (length and checksum, read from the segment),
+// ReadPersistedCounters, CompareCounters (live and persisted against the recomputed ones)
+// and ReportUnrecordedEntries (index entries without a record).
 #include <rocksdb/iterator.h>
 
 #include <set>
@@ -16,6 +20,15 @@
 #include "ssd_tier_impl.h"
 
 namespace prefixkv {
+
+// What the scan of the metadata records found (Audit's first step).
+struct ssd::TierImpl::AuditScan {
+  std::map<OwnerId, TierCounters> recomputed;              // from the records
+  std::set<BlockKey> on_disk;                              // keys with a record
+  std::map<uint64_t, uint64_t> segments_referenced;        // segment -> blocks
+  std::vector<std::pair<BlockKey, IndexEntry>> to_verify;  // every record's payload
+};
+
 namespace {
 
 void Compare(std::vector<AuditFinding>* findings, const std::string& what,
@@ -25,36 +38,102 @@ void Compare(std::vector<AuditFinding>* findings, const std::string& what,
                                  std::to_string(recomputed)});
 }
 
+// The records of one tag (ssd_layout.h: 'm' metadata, 'c' counters) in key
+// order; the iterator's upper bound keeps it from reading the next tag's.
+// Not copyable: the iterator points at upper_.
+class TagRange {
+ public:
+  TagRange(rocksdb::DB* db, char tag)
+      : begin_(1, tag), end_(1, static_cast<char>(tag + 1)), upper_(end_) {
+    rocksdb::ReadOptions ro;
+    ro.iterate_upper_bound = &upper_;
+    it_.reset(db->NewIterator(ro));
+    it_->Seek(begin_);
+  }
+  TagRange(const TagRange&) = delete;
+  TagRange& operator=(const TagRange&) = delete;
+
+  bool Valid() const { return it_->Valid() && it_->key().starts_with(begin_); }
+  void Next() { it_->Next(); }
+  std::string_view key() const { return it_->key().ToStringView(); }
+  std::string_view value() const { return it_->value().ToStringView(); }
+  Status status(std::string_view context) const {
+    return FromRocks(it_->status(), context);
+  }
+
+ private:
+  const std::string begin_;
+  const std::string end_;
+  const rocksdb::Slice upper_;
+  std::unique_ptr<rocksdb::Iterator> it_;
+};
+
+// Segment files the records point into that are gone.
+void ReportMissingSegments(const ssd::SegmentStore& store,
+                           const std::map<uint64_t, uint64_t>& referenced,
+                           std::vector<AuditFinding>* findings) {
+  for (const auto& [segment, blocks] : referenced) {
+    if (!store.Has(segment)) {
+      findings->push_back(
+          {"segment " + ssd::SegmentFileName(segment),
+           "missing; referenced by " + std::to_string(blocks) + " blocks"});
+    }
+  }
+}
+
+// The persisted counters (merged records) per owner; a record that does not
+// parse is a finding.
+Status ReadPersistedCounters(rocksdb::DB* db, std::map<OwnerId, TierCounters>* persisted,
+                             std::vector<AuditFinding>* findings) {
+  TagRange range(db, ssd::kCounterTag);
+  for (; range.Valid(); range.Next()) {
+    OwnerId o;
+    TierCounters c;
+    if (ssd::ParseCounterKey(range.key(), &o) && ssd::DecodeCounters(range.value(), &c)) {
+      (*persisted)[o] = c;
+    } else {
+      findings->push_back({"counter record", "malformed"});
+    }
+  }
+  return range.status("audit counters");
+}
+
+// counters[o], or zeros for an owner without any.
+TierCounters CountersOf(const std::map<OwnerId, TierCounters>& counters, OwnerId o) {
+  auto it = counters.find(o);
+  return it == counters.end() ? TierCounters{} : it->second;
+}
+
 }  // namespace
 
 Status ssd::TierImpl::Audit(std::vector<AuditFinding>* findings) {
   PKV_RETURN_IF_ERROR(queue_->Flush());
   WriterLock paused(&pause_);
+  AuditScan scan;
+  PKV_RETURN_IF_ERROR(ScanRecords(&scan, findings));
+  ReportMissingSegments(*store_, scan.segments_referenced, findings);
+  VerifyPayloads(&scan, findings);
+  std::map<OwnerId, TierCounters> persisted;
+  PKV_RETURN_IF_ERROR(ReadPersistedCounters(db_.get(), &persisted, findings));
+  MutexLock lock(&mu_);
+  CompareCounters(scan.recomputed, persisted, findings);
+  ReportUnrecordedEntries(scan.on_disk, findings);
+  return Status::OK();
+}
 
-  // 1. Every metadata record against the index; every payload verified.
-  std::map<OwnerId, TierCounters> recomputed;
-  std::set<BlockKey> on_disk;
-  std::map<uint64_t, uint64_t> segments_referenced;  // segment -> blocks
-  std::vector<std::pair<BlockKey, ssd::IndexEntry>> corrupt;
-  // Bounded to the metadata range; payloads are verified one by one below,
-  // where a damaged one is a finding, not a failed scan.
-  rocksdb::ReadOptions meta_ro;
-  const std::string meta_end(1, static_cast<char>(ssd::kMetaTag + 1));
-  const rocksdb::Slice meta_upper(meta_end);
-  meta_ro.iterate_upper_bound = &meta_upper;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(meta_ro));
-  const std::string begin(1, ssd::kMetaTag);
-  for (it->Seek(begin); it->Valid() && it->key().starts_with(begin); it->Next()) {
+Status ssd::TierImpl::ScanRecords(AuditScan* scan, std::vector<AuditFinding>* findings) {
+  // Bounded to the metadata range; payloads are verified one by one later
+  // (VerifyPayloads), where a damaged one is a finding, not a failed scan.
+  TagRange range(db_.get(), ssd::kMetaTag);
+  for (; range.Valid(); range.Next()) {
     BlockKey ns, key;
     ssd::StoredMeta m;
-    if (!ssd::ParseBlockRecordKey(it->key().ToStringView(), &ns, &key) ||
-        !ssd::DecodeMeta(it->value().ToStringView(), &m).ok()) {
+    if (!ssd::ParseBlockRecordKey(range.key(), &ns, &key) ||
+        !ssd::DecodeMeta(range.value(), &m).ok()) {
       continue;  // unknown versions are kept but not counted; see open_report()
     }
-    on_disk.insert(key);
-    ssd::IndexEntry e{ns,           m.parent, m.owner,   m.payload_bytes, m.payload_xxh3,
-                      m.access_seq, m.dirty,  m.segment, m.offset};
-    segments_referenced[m.segment] += 1;
+    scan->on_disk.insert(key);
+    scan->segments_referenced[m.segment] += 1;
     {
       MutexLock lock(&mu_);
       const ssd::IndexEntry* live = index_.Find(key);
@@ -64,69 +143,51 @@ Status ssd::TierImpl::Audit(std::vector<AuditFinding>* findings) {
         findings->push_back({"block " + key.ToHex(), "record disagrees with the index"});
       }
     }
-    recomputed[m.owner].entries += 1;
-    recomputed[m.owner].bytes += m.payload_bytes;
-    corrupt.push_back({key, e});  // verified below, outside the iterator
+    scan->recomputed[m.owner].entries += 1;
+    scan->recomputed[m.owner].bytes += m.payload_bytes;
+    ssd::IndexEntry e{ns,           m.parent, m.owner,   m.payload_bytes, m.payload_xxh3,
+                      m.access_seq, m.dirty,  m.segment, m.offset};
+    scan->to_verify.push_back({key, e});  // verified later, outside the iterator
   }
-  PKV_RETURN_IF_ERROR(FromRocks(it->status(), "audit scan"));
-  for (const auto& [segment, blocks] : segments_referenced) {
-    if (!store_->Has(segment)) {
-      findings->push_back(
-          {"segment " + ssd::SegmentFileName(segment),
-           "missing; referenced by " + std::to_string(blocks) + " blocks"});
-    }
-  }
-  for (const auto& [key, e] : corrupt) {
+  return range.status("audit scan");
+}
+
+void ssd::TierImpl::VerifyPayloads(AuditScan* scan, std::vector<AuditFinding>* findings) {
+  for (const auto& [key, e] : scan->to_verify) {
     StatusOr<SharedBytes> read = ReadVerified(key, e);  // drops and counts a bad one
     if (read.ok()) continue;
     findings->push_back({"block " + key.ToHex() + " checksum", read.status().ToString()});
-    recomputed[e.owner].entries -= 1;
-    recomputed[e.owner].bytes -= e.bytes;
+    scan->recomputed[e.owner].entries -= 1;
+    scan->recomputed[e.owner].bytes -= e.bytes;
   }
+}
 
-  // 2. Persisted counters (merged records).
-  std::map<OwnerId, TierCounters> persisted;
-  rocksdb::ReadOptions counter_ro;
-  const std::string counter_end(1, static_cast<char>(ssd::kCounterTag + 1));
-  const rocksdb::Slice counter_upper(counter_end);
-  counter_ro.iterate_upper_bound = &counter_upper;
-  std::unique_ptr<rocksdb::Iterator> cit(db_->NewIterator(counter_ro));
-  const std::string cbegin(1, ssd::kCounterTag);
-  for (cit->Seek(cbegin); cit->Valid() && cit->key().starts_with(cbegin); cit->Next()) {
-    OwnerId o;
-    TierCounters c;
-    if (ssd::ParseCounterKey(cit->key().ToStringView(), &o) &&
-        ssd::DecodeCounters(cit->value().ToStringView(), &c)) {
-      persisted[o] = c;
-    } else {
-      findings->push_back({"counter record", "malformed"});
-    }
-  }
-  PKV_RETURN_IF_ERROR(FromRocks(cit->status(), "audit counters"));
-
-  // 3. Live and persisted state counters against the recomputed ones.
-  MutexLock lock(&mu_);
+void ssd::TierImpl::CompareCounters(const std::map<OwnerId, TierCounters>& recomputed,
+                                    const std::map<OwnerId, TierCounters>& persisted,
+                                    std::vector<AuditFinding>* findings) {
   std::set<OwnerId> owners;
   for (const auto& [o, c] : index_.owners()) owners.insert(o);
   for (const auto& [o, c] : recomputed) owners.insert(o);
   for (const auto& [o, c] : persisted) owners.insert(o);
   for (OwnerId o : owners) {
     const TierCounters live = index_.OwnerCounters(o);
-    const TierCounters& r = recomputed[o];
-    const TierCounters& p = persisted[o];
+    const TierCounters r = CountersOf(recomputed, o);
+    const TierCounters p = CountersOf(persisted, o);
     const std::string name = "owner " + std::to_string(o);
     Compare(findings, name + " entries", live.entries, r.entries);
     Compare(findings, name + " bytes", live.bytes, r.bytes);
     Compare(findings, name + " persisted entries", p.entries, r.entries);
     Compare(findings, name + " persisted bytes", p.bytes, r.bytes);
   }
-  // 4. Index entries without records.
+}
+
+void ssd::TierImpl::ReportUnrecordedEntries(const std::set<BlockKey>& on_disk,
+                                            std::vector<AuditFinding>* findings) {
   for (const auto& [key, e] : index_.entries()) {
     if (on_disk.count(key) == 0) {
       findings->push_back({"block " + key.ToHex(), "indexed but not on disk"});
     }
   }
-  return Status::OK();
 }
 
 std::vector<BlockKey> ssd::TierImpl::FindOrphans() const {

@@ -88,6 +88,14 @@ Status ssd::TierImpl::MakeMetadataDurable() {
   return Status::OK();
 }
 
+// A payload being moved by Relocate: the block's index entry when it was read
+// back, and the verified bytes.
+struct ssd::TierImpl::RelocatedBlock {
+  BlockKey key;
+  ssd::IndexEntry e;
+  SharedBytes payload;
+};
+
 Status ssd::TierImpl::Relocate(uint64_t segment) {
   std::vector<BlockKey> keys;
   {
@@ -95,90 +103,110 @@ Status ssd::TierImpl::Relocate(uint64_t segment) {
     keys = index_.KeysIn(segment);
   }
   for (size_t at = 0; at < keys.size();) {
-    // Read back (verified) up to a write-back batch's worth.
-    struct Moving {
-      BlockKey key;
-      ssd::IndexEntry e;
-      SharedBytes payload;
-    };
-    std::vector<Moving> moving;
-    uint64_t bytes = 0;
-    for (; at < keys.size() && moving.size() < ssd::WriteBackQueue::kMaxBatchBlocks &&
-           bytes < ssd::WriteBackQueue::kMaxBatchBytes;
-         ++at) {
-      BlockLock block_lock(this, keys[at]);
-      ssd::IndexEntry e;
-      {
-        MutexLock lock(&mu_);
-        const ssd::IndexEntry* found = index_.Find(keys[at]);
-        if (found == nullptr || found->segment != segment) continue;  // moved on
-        e = *found;
-      }
-      StatusOr<SharedBytes> read = ReadVerified(keys[at], e);  // drops a damaged one
-      if (read.status().IsNotFound()) continue;
-      PKV_RETURN_IF_ERROR(read.status());
-      bytes += e.bytes;
-      moving.push_back({keys[at], e, *std::move(read)});
-    }
+    std::vector<RelocatedBlock> moving;
+    PKV_RETURN_IF_ERROR(ReadBackForRelocation(segment, keys, &at, &moving));
     if (moving.empty()) continue;
-    std::vector<ssd::ExtentSpec> extents;
-    for (const Moving& m : moving) {
-      extents.push_back({m.e.namespace_id, m.key, &m.payload, m.e.checksum});
-    }
-    // Synced: the old copy is unlinked after this, in every mode.
     std::vector<ssd::ExtentLocation> to;
-    PKV_RETURN_IF_ERROR(CheckDiskSpace());  // a copy needs room first
-    if (Status w = store_->Append(extents, /*sync=*/true, &to); !w.ok()) {
-      NoteNoSpace(w);
-      return w;
-    }
-    std::vector<BlockKey> moving_keys;
-    for (const Moving& m : moving) moving_keys.push_back(m.key);
-    Status s;
-    {
-      BatchLock batch_lock(this, moving_keys);
-      rocksdb::WriteBatch batch;
-      std::vector<bool> still(moving.size(), false);
-      {
-        MutexLock lock(&mu_);
-        for (size_t i = 0; i < moving.size(); ++i) {
-          const ssd::IndexEntry* cur = index_.Find(moving[i].key);
-          // Repointed only if nothing replaced or removed it meanwhile (a read's
-          // new access order is taken from the index here, so it is kept).
-          if (cur == nullptr || cur->segment != segment ||
-              cur->offset != moving[i].e.offset || cur->checksum != moving[i].e.checksum)
-            continue;
-          still[i] = true;
-          ssd::StoredMeta m{
-              cur->owner,    cur->parent,     cur->bytes,
-              cur->checksum, cur->access_seq, cur->dirty,
-              to[i].segment, to[i].offset,    ssd::PersistedChainHits(cur->chain_hits)};
-          batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, cur->namespace_id, moving[i].key),
-                    ssd::EncodeMeta(m));
-        }
-      }
-      for (size_t i = 0; i < moving.size(); ++i) {
-        // A copy of a block replaced or removed meanwhile is garbage from
-        // birth: journaled (outside mu_), so a metadata rebuild does not take
-        // it for a live block.
-        if (!still[i]) {
-          JournalRemoval(moving[i].key, moving[i].e.checksum, to[i].segment,
-                         to[i].offset);
-        }
-      }
-      if (batch.Count() > 0) s = Commit(&batch, {}, moving.front().e.owner);
-      if (s.ok() && batch.Count() > 0) JournalCommit(to.back().segment, to.back().offset);
-      if (s.ok()) {
-        MutexLock lock(&mu_);
-        for (size_t i = 0; i < moving.size(); ++i) {
-          if (still[i]) index_.Relocate(moving[i].key, to[i].segment, to[i].offset);
-        }
-      }
-    }
+    PKV_RETURN_IF_ERROR(CopyRelocated(moving, &to));
+    Status s = RepointRelocated(segment, moving, to);
     store_->EndPending(to.front().segment);
     PKV_RETURN_IF_ERROR(s);
   }
   return Status::OK();
+}
+
+Status ssd::TierImpl::ReadBackForRelocation(uint64_t segment,
+                                            const std::vector<BlockKey>& keys, size_t* at,
+                                            std::vector<RelocatedBlock>* moving) {
+  // Up to a write-back batch's worth.
+  uint64_t bytes = 0;
+  for (; *at < keys.size() && moving->size() < ssd::WriteBackQueue::kMaxBatchBlocks &&
+         bytes < ssd::WriteBackQueue::kMaxBatchBytes;
+       ++*at) {
+    const BlockKey& key = keys[*at];
+    BlockLock block_lock(this, key);
+    ssd::IndexEntry e;
+    {
+      MutexLock lock(&mu_);
+      const ssd::IndexEntry* found = index_.Find(key);
+      if (found == nullptr || found->segment != segment) continue;  // moved on
+      e = *found;
+    }
+    StatusOr<SharedBytes> read = ReadVerified(key, e);  // drops a damaged one
+    if (read.status().IsNotFound()) continue;
+    PKV_RETURN_IF_ERROR(read.status());
+    bytes += e.bytes;
+    moving->push_back({key, e, *std::move(read)});
+  }
+  return Status::OK();
+}
+
+Status ssd::TierImpl::CopyRelocated(const std::vector<RelocatedBlock>& moving,
+                                    std::vector<ssd::ExtentLocation>* to) {
+  std::vector<ssd::ExtentSpec> extents;
+  for (const RelocatedBlock& m : moving) {
+    extents.push_back({m.e.namespace_id, m.key, &m.payload, m.e.checksum});
+  }
+  PKV_RETURN_IF_ERROR(CheckDiskSpace());  // a copy needs room first
+  // Synced: the old copy is unlinked after this, in every mode.
+  Status w = store_->Append(extents, /*sync=*/true, to);
+  if (!w.ok()) NoteNoSpace(w);
+  return w;
+}
+
+Status ssd::TierImpl::RepointRelocated(uint64_t segment,
+                                       const std::vector<RelocatedBlock>& moving,
+                                       const std::vector<ssd::ExtentLocation>& to) {
+  std::vector<BlockKey> moving_keys;
+  for (const RelocatedBlock& m : moving) moving_keys.push_back(m.key);
+  BatchLock batch_lock(this, moving_keys);
+  rocksdb::WriteBatch batch;
+  std::vector<bool> still;
+  {
+    MutexLock lock(&mu_);
+    still = AddRepoints(segment, moving, to, &batch);
+  }
+  for (size_t i = 0; i < moving.size(); ++i) {
+    // A copy of a block replaced or removed meanwhile is garbage from
+    // birth: journaled (outside mu_), so a metadata rebuild does not take
+    // it for a live block.
+    if (!still[i]) {
+      JournalRemoval(moving[i].key, moving[i].e.checksum, to[i].segment, to[i].offset);
+    }
+  }
+  Status s;
+  if (batch.Count() > 0) s = Commit(&batch, {}, moving.front().e.owner);
+  if (s.ok() && batch.Count() > 0) JournalCommit(to.back().segment, to.back().offset);
+  if (s.ok()) {
+    MutexLock lock(&mu_);
+    for (size_t i = 0; i < moving.size(); ++i) {
+      if (still[i]) index_.Relocate(moving[i].key, to[i].segment, to[i].offset);
+    }
+  }
+  return s;
+}
+
+std::vector<bool> ssd::TierImpl::AddRepoints(uint64_t segment,
+                                             const std::vector<RelocatedBlock>& moving,
+                                             const std::vector<ssd::ExtentLocation>& to,
+                                             rocksdb::WriteBatch* batch) {
+  std::vector<bool> still(moving.size(), false);
+  for (size_t i = 0; i < moving.size(); ++i) {
+    const ssd::IndexEntry* cur = index_.Find(moving[i].key);
+    // Repointed only if nothing replaced or removed it meanwhile (a read's
+    // new access order is taken from the index here, so it is kept).
+    if (cur == nullptr || cur->segment != segment || cur->offset != moving[i].e.offset ||
+        cur->checksum != moving[i].e.checksum)
+      continue;
+    still[i] = true;
+    ssd::StoredMeta m{
+        cur->owner,    cur->parent,     cur->bytes,
+        cur->checksum, cur->access_seq, cur->dirty,
+        to[i].segment, to[i].offset,    ssd::PersistedChainHits(cur->chain_hits)};
+    batch->Put(ssd::BlockRecordKey(ssd::kMetaTag, cur->namespace_id, moving[i].key),
+               ssd::EncodeMeta(m));
+  }
+  return still;
 }
 
 void ssd::TierImpl::ThrottleWrites() {

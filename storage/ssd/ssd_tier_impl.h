@@ -148,6 +148,24 @@ class TierImpl {
   Status RepairCounters() EXCLUDES(mu_);
   Status OpenSegments() EXCLUDES(mu_);
 
+  // ssd_audit.cc: Audit's steps, called with pause_ held exclusively.
+  struct AuditScan;
+  // Every metadata record against the index; fills `scan` (counters
+  // recomputed from the records, the payloads to verify).
+  Status ScanRecords(AuditScan* scan, std::vector<AuditFinding>* findings)
+      REQUIRES(pause_) EXCLUDES(mu_);
+  // Reads back every scanned payload; a damaged one (dropped and counted by
+  // ReadVerified) is a finding and leaves the recomputed counters.
+  void VerifyPayloads(AuditScan* scan, std::vector<AuditFinding>* findings)
+      REQUIRES(pause_) EXCLUDES(mu_, gc_mu_);
+  // The live and persisted entries and bytes per owner against `recomputed`.
+  void CompareCounters(const std::map<OwnerId, TierCounters>& recomputed,
+                       const std::map<OwnerId, TierCounters>& persisted,
+                       std::vector<AuditFinding>* findings) REQUIRES(mu_);
+  // Index entries whose key has no record (`on_disk`).
+  void ReportUnrecordedEntries(const std::set<BlockKey>& on_disk,
+                               std::vector<AuditFinding>* findings) REQUIRES(mu_);
+
   // ssd_reclaim.cc
   void StartReclaimer() EXCLUDES(gc_mu_);
   void StopReclaimer() EXCLUDES(gc_mu_);
@@ -166,8 +184,32 @@ class TierImpl {
       REQUIRES(gc_run_mu_);
   // Compacts sealed segments, sparsest first, until the files fit `target`.
   Status CompactDownTo(uint64_t target) REQUIRES(gc_run_mu_) EXCLUDES(pause_, mu_);
-  // Copies the live payloads of `segment` to an active segment.
+  // Copies the live payloads of `segment` to an active segment, a batch at a
+  // time: ReadBackForRelocation, CopyRelocated, RepointRelocated.
   Status Relocate(uint64_t segment) REQUIRES(gc_run_mu_) EXCLUDES(pause_, mu_);
+  struct RelocatedBlock;
+  // Reads back (verified, each under its block's lock) the blocks of
+  // keys[*at...] still in `segment`, up to a write-back batch's worth;
+  // advances *at past them. A damaged one is dropped and skipped.
+  Status ReadBackForRelocation(uint64_t segment, const std::vector<BlockKey>& keys,
+                               size_t* at, std::vector<RelocatedBlock>* moving)
+      REQUIRES(gc_run_mu_) EXCLUDES(pause_, mu_);
+  // Appends the payloads to an active segment, synced; `to` gets their new
+  // extents. The caller ends the append's pending state (EndPending).
+  Status CopyRelocated(const std::vector<RelocatedBlock>& moving,
+                       std::vector<ExtentLocation>* to) REQUIRES(gc_run_mu_);
+  // Under the blocks' locks, points the records and the index of the blocks
+  // nothing replaced or removed meanwhile at their copies `to` (one commit);
+  // the other copies are journaled as garbage.
+  Status RepointRelocated(uint64_t segment, const std::vector<RelocatedBlock>& moving,
+                          const std::vector<ExtentLocation>& to) REQUIRES(gc_run_mu_)
+      EXCLUDES(pause_, mu_);
+  // Adds to `batch` a repointed record for each block still at its old
+  // extent in `segment`; true at those positions.
+  std::vector<bool> AddRepoints(uint64_t segment,
+                                const std::vector<RelocatedBlock>& moving,
+                                const std::vector<ExtentLocation>& to,
+                                rocksdb::WriteBatch* batch) REQUIRES(mu_);
   // Makes every committed metadata change survive what the mode promises
   // before a segment it no longer references is unlinked.
   Status MakeMetadataDurable();
