@@ -1,4 +1,10 @@
-// Store-side block construction (see block_builder.h).
+// Store-side block construction (block_builder.h): checks a store's layer
+// caches against the namespace layout (CheckStoreLayers: layer count, each
+// layer's family, dtype and token length), then cuts them into one record per
+// block. Sliceable layers are sliced along the token axis; tip-only layers
+// (sliding windows, recurrent state) are kept whole only in the tip and
+// replaced by placeholders elsewhere, since their state is valid at one
+// position only. A layer that does not fit is InvalidArgument naming the layer.
 #include "block_builder.h"
 
 #include <charconv>

@@ -1,4 +1,9 @@
-// Block reads and writes through the tier stack (see block_io.h).
+// Block reads and writes through a namespace's TierStack (block_io.h): the one
+// place where a BlockRecord becomes tier bytes and back. Payloads from the hot
+// tier were encoded or verified by this process and never left memory, so they
+// are decoded without a checksum pass; anything from SSD or the remote tier is
+// verified again on top of the tier's own check, and a record stored under the
+// wrong key is Corruption, never served.
 #include "block_io.h"
 
 namespace prefixkv::cache {

@@ -1,4 +1,9 @@
-// Restore-side block validation (see block_validation.h).
+// Restore-side block validation (block_validation.h): a block read back must
+// fit the namespace layout (layer count, cache families, shapes and dtypes) and
+// the chain position it was matched at before any of its bytes are served. The
+// codec has already checked the bytes; this checks their meaning, so a block
+// from another layout or a stale position is Corruption naming the layer,
+// never KV of the wrong shape handed to a model.
 #include "block_validation.h"
 
 #include <algorithm>

@@ -1,4 +1,9 @@
-// TipLineage: map, ordering and the record encoding.
+// TipLineage (tip_lineage.h): the map from each recorded tip to the tip it
+// extended, which supersede-on-extend needs to find the grandparent tip to
+// strip, and its persistent form. The map is stored as an ordinary block record
+// under a reserved key, so the block codec checksums it and every tier keeps it
+// like any block; FromRecord checks the record's shape, magic, version, size
+// against the count and every entry's flags, and answers Corruption otherwise.
 #include "prefixkv/advanced/tip_lineage.h"
 
 #include <algorithm>

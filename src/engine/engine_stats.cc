@@ -1,4 +1,9 @@
-// Engine::Stats and Engine::Audit: every tier counter, and their recomputation.
+// Engine::Stats and Engine::Audit: the engine-wide view of every tier's
+// counters (hot budget per owner, SSD tier, remote tier, dirty blocks, restore
+// latency) and the audit that recomputes them. Stats only takes each tier's own
+// snapshot, so it is cheap and safe to call at any time; Audit flushes first,
+// then lets each tier recompute and compare its own counters, and prefixes
+// every finding with its tier so one report covers the whole engine.
 #include <algorithm>
 
 #include "engine_impl.h"

@@ -1,4 +1,9 @@
-// Plain loops with a fixed evaluation order (see kernels.h for why).
+// The reference model's numeric kernels (kernels.h): dot products, row matrix
+// products, RMSNorm, rotary embeddings, SiLU and attention, written as plain
+// loops whose summation order is fixed in the source. No vectorizing library
+// and no blocking that depends on the row count: a kernel must give the same
+// bits for one row as for that row within a batch, which is what lets a cached
+// decode match the stateless runner exactly instead of approximately.
 #include "kernels.h"
 
 #include <algorithm>

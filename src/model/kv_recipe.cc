@@ -1,4 +1,9 @@
-// KV recipes: canonical architecture names, validation and fingerprints.
+// KV recipes (kv_recipe.h): canonical architecture names, the checks a recipe
+// must pass to exist at all, and its fingerprint. The fingerprint is a readable
+// string of every field that changes how KV is laid out or read (architecture,
+// dtype, head geometry, layer count, owned range, per-layer windows), so two
+// shards may share a session's cache exactly when their fingerprints are equal.
+// Only certified architectures canonicalize; anything else fails closed.
 #include "prefixkv/kv_recipe.h"
 
 #include <algorithm>

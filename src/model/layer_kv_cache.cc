@@ -1,4 +1,10 @@
-// One layer's KV state: a growable head-major buffer, or a ring for sliding windows.
+// LayerKvCache (layer_kv_cache.h): one layer's keys and values for one
+// session, either a growable head-major buffer (full attention) or a ring of the
+// last window positions (sliding window). Head-major with spare capacity so that
+// appending a decoded token is one small copy per head; Export and Restore turn
+// it into the tensors (and rotating meta) the prefix cache stores. Restore
+// checks the tensors and the meta against the layer's geometry (InvalidArgument
+// otherwise), since restored bytes come from outside the session.
 #include "prefixkv/layer_kv_cache.h"
 
 #include <algorithm>

@@ -1,4 +1,9 @@
-// The reference dense Llama: seeded weights, one layer kernel, the stateless runner.
+// The reference dense Llama (reference_model.h): config validation, seeded
+// weights, one layer's forward pass, the final norm and LM head, and the
+// stateless greedy runner. It is the oracle of the project: cached and restored
+// decoding is checked against StatelessGreedy, so everything here shares the
+// kernels of kernels.cc and sums over positions in absolute order, so that the
+// two paths give identical logits.
 #include "prefixkv/reference_model.h"
 
 #include <algorithm>

@@ -1,4 +1,9 @@
-// A layer range of the reference model behind the ShardComputation interface.
+// ReferenceShard: a contiguous layer range of the reference model behind the
+// ShardComputation interface, the shape a real inference worker has. It lets the
+// session and boundary adapter code run against a model split across shards
+// without a real model. CheckRunInputs rejects what a caller could get wrong
+// (hidden state shape, non-consecutive positions, past KV of another length or
+// window) with InvalidArgument before any layer runs.
 #include <string>
 
 #include "prefixkv/reference_model.h"

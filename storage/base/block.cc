@@ -1,4 +1,9 @@
-// BlockKey text and byte encodings; LayerState/BlockRecord helpers.
+// BlockKey's hex and byte encodings and the small helpers of LayerState and
+// BlockRecord (payload sizes, equality, tip-only placeholders). The 16-byte
+// form is little-endian, low half first (the codec's and the journal's field
+// order); the on-disk keys that must sort are built big-endian elsewhere
+// (ssd_layout.cc). FromHex accepts exactly 32 hex digits and answers
+// InvalidArgument otherwise, so a key typed into a tool is checked, not guessed.
 #include "prefixkv/block.h"
 
 #include <cstring>

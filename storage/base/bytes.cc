@@ -1,4 +1,9 @@
-// SharedBytes allocation and slicing.
+// SharedBytes allocation, adoption and slicing (bytes.h). Every block payload
+// lives in one of these: immutable once shared, so readers on any thread need no
+// lock, and slices share the owner instead of copying. Large buffers come from a
+// recycler (below) because O_DIRECT reads, remote fetches and restored layers
+// allocate the same sizes over and over, and a fresh large allocation costs as
+// much as the read that fills it.
 #include "prefixkv/bytes.h"
 
 #include <cassert>

@@ -1,4 +1,9 @@
-// XXH3-128 chain keys and namespace roots from fingerprints (block_key.h).
+// Chain keys (block_key.h): a block's key is XXH3-128 of its parent's key, its
+// tokens and any extra keys, and a namespace's root is XXH3-128 of its
+// fingerprint. Chaining through the parent makes a key name the whole prefix,
+// not just the block's tokens, so equal keys mean equal prefixes (up to a 128-bit
+// collision). Small blocks are hashed in one shot from a stack buffer, larger
+// ones streamed.
 #include <bit>
 #include <cstring>
 

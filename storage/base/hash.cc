@@ -1,4 +1,8 @@
-// The one place that includes xxHash (see prefixkv/advanced/hash.h).
+// The one place that includes xxHash (prefixkv/advanced/hash.h): one-shot
+// 64- and 128-bit XXH3 and a streaming state. Keeping xxHash out of every header
+// means one copy of its inline code, and the public API names only prefixkv
+// types; the streaming state lives in an opaque aligned buffer of the header's
+// class for the same reason.
 #include "prefixkv/advanced/hash.h"
 
 #include <new>

@@ -1,4 +1,7 @@
-// Status names and formatting.
+// Status (status.h): code names, the text form and WithContext, plus the
+// abort behind StatusOr::value() on an error. That abort runs in every build,
+// not only with assertions on: reading a value that is not there is a bug that
+// must stop the process with the error printed, never return garbage bytes.
 #include "prefixkv/status.h"
 
 #include <cstdio>

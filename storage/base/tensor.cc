@@ -1,4 +1,9 @@
-// Tensor slicing and concatenation along one axis (row-major byte moves only).
+// Tensor (tensor.h): dtypes and their names, construction, and slicing and
+// concatenation along one axis. Only byte moves, never arithmetic: the cache
+// stores and restores tensors, it does not compute with them, so any dtype
+// (quantized ones included) is handled the same way. Make checks that the bytes
+// match shape times dtype size (InvalidArgument otherwise, overflow included),
+// so every tensor in the process is well formed.
 #include "prefixkv/tensor.h"
 
 #include <cstring>

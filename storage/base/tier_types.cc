@@ -1,4 +1,8 @@
-// Names of the tier value types (prefixkv/tier_types.h).
+// Names and parsers of the tier value types (tier_types.h): tier levels, SSD
+// durability modes, eviction policies and remote write modes. The CLI's flags
+// and every printed report go through these, so the spelling a user types is
+// the one they read back; an unknown name is InvalidArgument listing the valid
+// ones, never a silent default.
 #include "prefixkv/tier_types.h"
 
 namespace prefixkv {

@@ -1,4 +1,11 @@
-// Block record encoder and bounded, verifying decoder. Layout: docs/format.md.
+// The block record codec (codec.h; the byte layout is docs/format.md): the
+// encoder, with optional zstd per tensor, and the decoder every tier's bytes go
+// through on the way back. The decoder treats its input as hostile: every
+// length and count is checked against DecodeLimits and the buffer before it is
+// used, the layout must be the canonical one (zero padding included), and the
+// checksum covers the uncompressed bytes, so a damaged or forged record is
+// Corruption, never a crash or a record with wrong bytes. Raw tensors are
+// views into the encoded buffer: decoding copies nothing it does not have to.
 #include "prefixkv/codec.h"
 
 #include <zstd.h>

@@ -1,4 +1,8 @@
-// Counter arithmetic and comparison for Audit() implementations.
+// Counter arithmetic and comparison shared by the hot tiers' Audit()
+// (counter_audit.h): summing TierCounters and turning each counter that
+// disagrees with its recomputed value into one AuditFinding, with both numbers
+// in it. One helper, so every audit names a disagreement the same way and a
+// test or an operator can read which counter drifted and by how much.
 #include "counter_audit.h"
 
 namespace prefixkv::audit {

@@ -1,4 +1,10 @@
-// SsdIndex: lookups, leaf-first LRU order and live counters (see ssd_index.h).
+// SsdIndex (ssd_index.h): the SSD tier's in-memory view of its records, so
+// lookups, eviction choices and reclamation never read RocksDB. Besides the
+// entries it keeps three derived structures in step with every Insert, Erase
+// and Relocate: the live counters per owner, the live payload bytes per segment
+// (which the reclaimer compacts by) and the set of chain leaves in eviction
+// order (a block with a stored or in-flight child is never a victim, so no
+// stored block loses its parent to eviction).
 #include "ssd_index.h"
 
 #include <algorithm>

@@ -1,4 +1,9 @@
-// SsdTier inventory: counters, iteration, namespaces and purge.
+// The SSD tier's inventory: live counters, iteration, per-namespace usage and
+// the namespace purge. All of it reads the index under mu_ and copies what it
+// needs before calling out (ForEach's callback may be slow, and runs without
+// the lock). PurgeNamespace removes through Remove, so each removal is
+// journaled and counted like any other, then deletes by key range the records
+// the index never loaded (unknown layout versions).
 #include <rocksdb/write_batch.h>
 
 #include <map>

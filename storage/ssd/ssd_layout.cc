@@ -1,4 +1,9 @@
-// Encoding and decoding of the SSD tier's records (see ssd_layout.h).
+// Encoding and decoding of the SSD tier's RocksDB records (ssd_layout.h, byte
+// by byte in docs/ssd.md): record keys, metadata values, counter records and
+// little-endian helpers. Keys are big-endian so that one namespace's records
+// are contiguous and a purge is one range; counters are fixed-width u64 fields
+// merged by addition, so a delta is written without reading the record first.
+// The decoders check lengths and the version and refuse what they do not know.
 #include "ssd_layout.h"
 
 #include <array>

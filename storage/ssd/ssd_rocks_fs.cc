@@ -1,4 +1,10 @@
-// RocksDB's writes through prefixkv's FileSystem (see ssd_rocks_fs.h).
+// RocksDB's writes through prefixkv's FileSystem seam (ssd_rocks_fs.h): an
+// adapter from RocksDB's FileSystem and file classes to ours. It exists so that
+// a fault-injecting FileSystem sees the metadata database's writes as well as
+// the segment files': a simulated power loss then drops RocksDB's unsynced log
+// tail and new files too, and a crash test sees the database and the segments
+// lose the same unsynced writes. Reads, locking and RocksDB's info log stay on
+// RocksDB's own file system.
 #include "ssd_rocks_fs.h"
 
 #include <rocksdb/file_system.h>

@@ -1,4 +1,11 @@
-// SegmentStore: append-only payload files with O_DIRECT (see ssd_segment.h).
+// SegmentStore (ssd_segment.h): the payload files, append-only, each payload
+// one 4096-aligned extent with a self-describing footer, written with O_DIRECT
+// (falling back to buffered I/O where the file system refuses it). Payloads
+// stay out of RocksDB so that its compactions never rewrite them, and the
+// footers let a damaged metadata database be rebuilt from the segments alone.
+// Appenders own one active segment each, so concurrent writers never share a
+// file offset; a segment with appends not yet committed is pending and never
+// reclaimed.
 #include "ssd_segment.h"
 
 #include <algorithm>

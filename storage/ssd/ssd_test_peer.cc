@@ -1,4 +1,9 @@
-// SsdTierTestPeer (see ssd_test_peer.h).
+// SsdTierTestPeer (ssd_test_peer.h): what the SSD tier's own tests may do that
+// the public API does not offer, namely a commit hook before every metadata
+// write and raw reads and writes of the metadata database behind the index's
+// back. It lives in the module, not in tests/, because it needs ssd::TierImpl
+// (through ssd::Access, like SsdTier::Open); every raw access on a closed tier
+// is InvalidArgument, never a null dereference.
 #include "ssd_test_peer.h"
 
 #include "ssd_tier_impl.h"

@@ -1,3 +1,10 @@
+// What `prefixkv audit` and `prefixkv inspect` (and `prefixkv repair`) share:
+// opening a stopped cache's data directory without ever creating one, listing
+// its SSD tier's blocks, decoding each record with the block codec to check it
+// is the block its key says, and walking the parent links (chains, unreachable
+// blocks). Kept out of main.cc so both commands check the same things the same
+// way; the tools read through the public Engine and SsdTier API only, so they
+// see exactly what a restarted cache would see.
 #include "tools/cli/audit_scan.h"
 
 #include <filesystem>

@@ -1,4 +1,9 @@
-// `prefixkv bench SUITE`: dispatches to the registered benchmark suites.
+// `prefixkv bench SUITE`: the dispatcher in front of the benchmark suites, each
+// registered by its own file (PKV_REGISTER_BENCH in command.h), so a suite is
+// added without touching this one. Every suite prints its figures as ratios to
+// a limit measured in the same run on the same machine (memcpy, raw hashing,
+// raw O_DIRECT I/O, Redis itself), because absolute numbers from a shared
+// machine say little.
 #include <cstdio>
 
 #include "tools/cli/command.h"

@@ -1,3 +1,10 @@
+// `prefixkv demo`: the end-to-end walk through of demo_conversation.h, a
+// conversation on the reference model whose KV is stored in and restored from a
+// real engine (hot RAM spilling to SSD, then a restart). Also the one-turn entry
+// point the two-node demo's child processes call (RunDemoNodeTurn), so both
+// demos run the same model, messages and checks. Every reply is compared with
+// the model's stateless greedy decode of the same prompt: the demo checks that
+// restored KV answers as recomputing everything would, not only that it runs.
 #include "tools/cli/demo_conversation.h"
 
 #include <filesystem>

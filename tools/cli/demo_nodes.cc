@@ -1,3 +1,10 @@
+// `prefixkv demo --nodes 2` (demo_nodes.h): the parent process that forks one
+// child per turn, alternating node A and node B over one shared remote tier, and
+// the pipe protocol the child reports back with. Processes instead of threads,
+// because two nodes must not share anything but the remote tier (no hot budget,
+// no SSD tier, no address space); the parent opens no engine and stays
+// single-threaded so fork() is safe. A child is bounded in time and reaped on
+// every path, so a hung node cannot hang the demo.
 #include "tools/cli/demo_nodes.h"
 
 #include <poll.h>

@@ -1,4 +1,8 @@
-// Flag parsing shared by every subcommand.
+// The strict flag parser every subcommand shares (flags.h): `--name value`,
+// `--name=value` and boolean `--name`, sizes with K/M/G/T (binary) suffixes, and
+// the usage error. Strict on purpose: an unknown flag, a missing value or a size
+// that overflows is an error with the usage text, never ignored, so a typo in a
+// capacity cannot silently run a cache of the default size.
 #include "tools/cli/flags.h"
 
 #include <charconv>

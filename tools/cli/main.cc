@@ -1,4 +1,9 @@
-// prefixkv: the command-line entry point. Dispatches to registered subcommands.
+// prefixkv: the command-line entry point. Each subcommand registers itself
+// from its own file (PKV_REGISTER_COMMAND in command.h) into the tables kept
+// here, so main only looks the name up and runs it, and the tools stay thin
+// binaries over the library. The tables are function-local statics, so the
+// other files' registrations (static initializers) find them constructed
+// whatever the link order; they are never destroyed, so nothing runs at exit.
 #include <cstdio>
 #include <string>
 #include <vector>

@@ -1,4 +1,8 @@
-// RunRedisBenchmark (redis_benchmark.h): popen redis-benchmark --csv -q.
+// RunRedisBenchmark (redis_benchmark.h): runs Debian's redis-benchmark with
+// --csv -q and reads its SET and GET figures, the same-run limit the server and
+// remote bench suites compare against. A missing tool or unreadable output
+// leaves the figures at zero, and each suite checks for that before it divides
+// (the remote suite fails with Unavailable, the server suite prints no ratio).
 #include "tools/cli/redis_benchmark.h"
 
 #include <cstdio>

@@ -1,4 +1,8 @@
-// The remote-tier flags (remote_flags.h).
+// The remote-tier flags (remote_flags.h) shared by serve, demo and replay:
+// their specs, their usage text and how they fill EngineOptions. In one place
+// so that the three commands spell and check them alike: a bad seed list, write
+// mode, size or timeout, or a remote-tier flag without --remote, is a usage
+// error naming the flag, never a silently ignored setting.
 #include "tools/cli/remote_flags.h"
 
 #include <cstdint>

@@ -1,4 +1,9 @@
-// ReplayWithPolicy: dispatch between the Engine-backed replayer and MIN.
+// ReplayWithPolicy (policy_replay.h): one trace replay under a policy named on
+// the command line, either a hot-tier eviction policy over a real Engine or
+// Belady's offline MIN, which needs the whole trace in advance and so exists
+// only in replay. MIN models the hot tier alone: a configuration it cannot
+// model (an SSD tier, reuse hints, no hot tier) is InvalidArgument rather than
+// a figure that compares unlike things.
 #include "policy_replay.h"
 
 #include <limits>

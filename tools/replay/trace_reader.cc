@@ -1,4 +1,9 @@
-// A small recursive-descent parser for one trace line (see trace_reader.h).
+// A small recursive-descent parser for one Mooncake trace line (trace_reader.h):
+// a JSON object with timestamp, input and output lengths and hash ids. Written
+// by hand because such a line holds only numbers, strings, booleans, null and
+// arrays of numbers, which does not warrant a JSON library dependency; it
+// accepts exactly that, skips other keys, and reports the first problem with
+// its column instead of crashing on bad input.
 #include "trace_reader.h"
 
 #include <fstream>
