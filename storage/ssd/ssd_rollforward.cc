@@ -20,6 +20,7 @@
 #include <map>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "ssd_journal.h"
 #include "ssd_layout.h"
@@ -31,6 +32,14 @@ namespace prefixkv {
 namespace {
 
 using Location = std::pair<uint64_t, uint64_t>;  // segment, offset
+
+struct LocationHash {
+  size_t operator()(const Location& l) const {
+    return std::hash<uint64_t>()(l.first * 0x9E3779B97F4A7C15ULL ^ l.second);
+  }
+};
+// Checked once per indexed block at every open: hashed, not ordered.
+using LocationSet = std::unordered_set<Location, LocationHash>;
 
 std::set<uint64_t> SegmentIds(FileSystem* fs, const std::string& seg_dir) {
   std::set<uint64_t> ids;
@@ -76,7 +85,7 @@ Status ssd::TierImpl::CheckAgainstJournal() {
     }
     return Status::OK();
   }
-  std::set<Location> removed_at;
+  LocationSet removed_at;
   std::map<uint64_t, uint64_t> last_commit;  // segment -> offset of its last commit
   for (const ssd::JournalRecord& r : journal.records) {
     if (ssd::IsCommitRecord(r)) {
@@ -86,13 +95,15 @@ Status ssd::TierImpl::CheckAgainstJournal() {
     }
   }
   const std::set<uint64_t> existing = SegmentIds(fs, seg_dir);
+  LocationSet last_commits, referenced;  // referenced: of the last commits only
+  for (const auto& [segment, offset] : last_commit) last_commits.insert({segment, offset});
   uint64_t stale = 0;
-  std::set<Location> referenced;
   {
     MutexLock lock(&mu_);
     for (const auto& [key, e] : index_.entries()) {
-      referenced.insert({e.segment, e.offset});
-      if (removed_at.contains({e.segment, e.offset})) stale += 1;
+      const Location at{e.segment, e.offset};
+      if (last_commits.contains(at)) referenced.insert(at);
+      if (removed_at.contains(at)) stale += 1;
     }
   }
   // A segment whose last committed extent the metadata neither references
@@ -130,7 +141,7 @@ Status ssd::TierImpl::RollForward(const ssd::JournalContents& journal,
   uint64_t unprovable = 0;
   std::map<BlockKey, ssd::FoundExtent> provable =
       ssd::ProvableVersions(scan.extents, journal, &unprovable);
-  std::set<Location> removed_at;
+  LocationSet removed_at;
   for (const ssd::JournalRecord& r : journal.records) {
     if (!ssd::IsCommitRecord(r)) removed_at.insert({r.segment, r.offset});
   }
