@@ -104,6 +104,10 @@ class TierImpl {
   // could not write are still queued.
   Status WriteBackStatus() const { return queue_ ? queue_->Health() : Status::OK(); }
   uint64_t queued_blocks() const { return queue_ ? queue_->size() : 0; }
+  SsdWriteBackState WriteBackState() const {
+    if (!queue_) return {};
+    return {queue_->size(), queue_->failed_blocks(), queue_->failed_attempts()};
+  }
   const SsdOpenReport& report() const { return report_; }
 
  private:

@@ -8,13 +8,17 @@
 // succeeds again.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include "prefixkv/advanced/fault_injection_file_system.h"
 #include "prefixkv/advanced/ssd_tier.h"
+#include "ssd_writer.h"
 #include "tests/storage/ssd/ssd_test_util.h"
 
 namespace prefixkv {
@@ -205,6 +209,84 @@ TEST_F(SsdSpaceTest, AFailingWriteBackIsReportedUntilItSucceedsAgain) {
   EXPECT_OK(tier->WriteBackStatus());
   EXPECT_EQ(log_.Count("segment I/O succeeds again"), 1);
   EXPECT_EQ(tier->Get(m.key)->view(), PayloadOf(m).view());
+}
+
+// Issue 24, point 6: two writers, one whose segment still takes writes (a
+// file opened before segments/ went read-only) and one that needs a new
+// file and fails. The first one's success used to clear the failure
+// ("the last attempt failed"), so write-back looked healthy while a block
+// it could not write was still waiting, and Puts were acknowledged again.
+TEST(WriteBackQueueHealth, AnotherBatchsSuccessDoesNotClearAFailureStillWaiting) {
+  const BlockMeta good = ChainBlock(0, 0), bad = ChainBlock(1, 0);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool good_entered = false, good_may_finish = false;
+  std::atomic<bool> bad_fails{true};
+  FakeClock clock;
+  ssd::WriteBackQueue queue(8, 2, 3'600'000, &clock,
+                            [&](const std::vector<ssd::WriteBackItem>& batch) {
+                              for (const ssd::WriteBackItem& item : batch) {
+                                if (item.meta.key == bad.key && bad_fails)
+                                  return Status::IOError("EROFS");
+                              }
+                              if (batch.front().meta.key == good.key) {
+                                std::unique_lock<std::mutex> lock(mu);
+                                good_entered = true;
+                                cv.notify_all();
+                                cv.wait(lock, [&] { return good_may_finish; });
+                              }
+                              return Status::OK();
+                            });
+  ASSERT_TRUE(queue.Enqueue(good, PayloadOf(good)));
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return good_entered; });  // one writer holds `good`
+  }
+  ASSERT_TRUE(queue.Enqueue(bad, PayloadOf(bad)));  // the other one fails it
+  ASSERT_TRUE(testing::WaitUntil([&] { return !queue.Health().ok(); }));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    good_may_finish = true;
+    cv.notify_all();
+  }
+  ASSERT_TRUE(testing::WaitUntil([&] { return queue.size() == 1; }));  // `good` written
+  EXPECT_TRUE(queue.Health().IsIOError()) << "`bad` is still waiting";
+  EXPECT_EQ(queue.failed_blocks(), 1u);
+  EXPECT_EQ(queue.failed_attempts(), 1u);
+  // Writable again: the retry (an hour of clock time later) clears it.
+  bad_fails = false;
+  clock.AdvanceMillis(3'600'000);
+  ASSERT_TRUE(testing::WaitUntil([&] { return queue.Health().ok(); }));
+  EXPECT_EQ(queue.size(), 0u);
+  EXPECT_EQ(queue.failed_blocks(), 0u);
+}
+
+// At close, the one last attempt per block says exactly what is lost.
+TEST(WriteBackQueueHealth, StopNamesTheBlocksAndBytesItCouldNotWrite) {
+  FakeClock clock;
+  ssd::WriteBackQueue queue(8, 1, 3'600'000, &clock,
+                            [](const std::vector<ssd::WriteBackItem>& batch) {
+                              for (const ssd::WriteBackItem& item : batch) {
+                                if (item.meta.key.lo % 2 == 0)
+                                  return Status::IOError("EROFS");
+                              }
+                              return Status::OK();
+                            });
+  uint64_t lost_bytes = 0;
+  for (uint64_t i = 0; i < 4; ++i) {
+    const BlockMeta m = ChainBlock(i, i);  // key.lo = i + 1: 2 and 4 fail
+    if ((i + 1) % 2 == 0) lost_bytes += PayloadOf(m).size();
+    ASSERT_TRUE(queue.Enqueue(m, PayloadOf(m)));
+  }
+  Status s = queue.Stop();
+  EXPECT_TRUE(s.IsIOError());
+  // (1 and 3 may have been written before, or at Stop: 2 and 4 never are.)
+  EXPECT_NE(s.ToString().find("write-back at close: 2 of "), std::string::npos)
+      << s.ToString();
+  EXPECT_NE(s.ToString().find("blocks (" + std::to_string(lost_bytes) +
+                              " bytes) could not be written and are lost"),
+            std::string::npos)
+      << s.ToString();
 }
 
 }  // namespace
