@@ -36,6 +36,33 @@ std::string Value(int i) {
   return v;
 }
 
+// Restarts the server on `data` and counts the `acked` values it does not
+// return intact (-1: it did not start).
+int LostAfterRestart(const std::string& data, const std::vector<std::string>& flags,
+                     const std::vector<int>& acked) {
+  ServeProcess again(data, flags);
+  if (again.port() == 0) return -1;
+  RespClient c(again.port());
+  int lost = 0;
+  for (int k : acked) {
+    Reply r = c.Call({"GET", Key(k)});
+    if (r.type != '$' || r.null || r.str != Value(k)) ++lost;
+  }
+  return lost;
+}
+
+// SETs keys [0, n), each acknowledged, before the disk fails.
+void SetFirst(RespClient& c, int n, std::vector<int>* acked) {
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(c.Call({"SET", Key(i), Value(i)}).type, '+');
+    acked->push_back(i);
+  }
+}
+
+// The tester's flags in issue 24.
+const std::vector<std::string> kSmallTiers = {"--hot-capacity-bytes", "2M",
+                                              "--ssd-capacity-bytes", "32M"};
+
 uint64_t InfoField(RespClient& c, const std::string& field) {
   const std::string info = c.Call({"INFO"}).str;
   const size_t at = info.find(field + ":");
@@ -97,15 +124,8 @@ TEST(ServerWriteBackFailure, SetsAnswerAnErrorOnceWriteBackFailsAndNothingAckedI
     acked.push_back(next);
     EXPECT_EQ(serve.StopWith(SIGTERM), 0);
   }
-  ServeProcess again(data, flags);
-  ASSERT_NE(again.port(), 0);
-  RespClient c(again.port());
-  int lost = 0;
-  for (int k : acked) {
-    Reply r = c.Call({"GET", Key(k)});
-    if (r.type != '$' || r.null || r.str != Value(k)) ++lost;
-  }
-  EXPECT_EQ(lost, 0) << "of " << acked.size() << " acknowledged values";
+  EXPECT_EQ(LostAfterRestart(data, flags, acked), 0)
+      << "of " << acked.size() << " acknowledged values";
 }
 
 // Issue 24, point 6, with the tester's flags. Before: in 2 of 4 runs every
@@ -119,18 +139,14 @@ TEST(ServerWriteBackFailure,
   testing::TempDir dir;
   const std::string data = dir.str() + "/data";
   const std::string log = dir.str() + "/serve.log";
-  const std::vector<std::string> flags = {"--hot-capacity-bytes", "2M",
-                                          "--ssd-capacity-bytes", "32M"};
+  const std::vector<std::string>& flags = kSmallTiers;
   std::vector<int> acked;
   {
     ServeProcess serve(data, flags, log);
     ASSERT_NE(serve.port(), 0) << "prefixkv serve did not start";
     RespClient c(serve.port());
-    int i = 0;
-    for (; i < 300; ++i) {
-      ASSERT_EQ(c.Call({"SET", Key(i), Value(i)}).type, '+');
-      acked.push_back(i);
-    }
+    int i = 300;
+    SetFirst(c, i, &acked);
     testing::ReadOnlyBindMount read_only(data + "/segments");
     if (!read_only.mounted()) GTEST_SKIP() << read_only.why_not();
     uint64_t max_queued = 0;
@@ -170,15 +186,8 @@ TEST(ServerWriteBackFailure,
     EXPECT_EQ(InfoField(c, "ssd_write_back_failing"), 0u);
     EXPECT_EQ(serve.StopWith(SIGTERM), 0);
   }
-  ServeProcess again(data, flags, log);
-  ASSERT_NE(again.port(), 0);
-  RespClient c(again.port());
-  int lost = 0;
-  for (int k : acked) {
-    Reply r = c.Call({"GET", Key(k)});
-    if (r.type != '$' || r.null || r.str != Value(k)) ++lost;
-  }
-  EXPECT_EQ(lost, 0) << "of " << acked.size() << " acknowledged values";
+  EXPECT_EQ(LostAfterRestart(data, flags, acked), 0)
+      << "of " << acked.size() << " acknowledged values";
 }
 
 // The same failure, but segments/ stays read-only through the SIGTERM: what
@@ -188,18 +197,14 @@ TEST(ServerWriteBackFailure, AStopWhileSegmentsStayReadOnlyLogsExactlyWhatIsLost
   testing::TempDir dir;
   const std::string data = dir.str() + "/data";
   const std::string log = dir.str() + "/serve.log";
-  const std::vector<std::string> flags = {"--hot-capacity-bytes", "2M",
-                                          "--ssd-capacity-bytes", "32M"};
+  const std::vector<std::string>& flags = kSmallTiers;
   std::vector<int> acked;
   {
     ServeProcess serve(data, flags, log);
     ASSERT_NE(serve.port(), 0) << "prefixkv serve did not start";
     RespClient c(serve.port());
-    int i = 0;
-    for (; i < 300; ++i) {
-      ASSERT_EQ(c.Call({"SET", Key(i), Value(i)}).type, '+');
-      acked.push_back(i);
-    }
+    int i = 300;
+    SetFirst(c, i, &acked);
     testing::ReadOnlyBindMount read_only(data + "/segments");
     if (!read_only.mounted()) GTEST_SKIP() << read_only.why_not();
     int refused_in_a_row = 0;
@@ -227,14 +232,7 @@ TEST(ServerWriteBackFailure, AStopWhileSegmentsStayReadOnlyLogsExactlyWhatIsLost
   const int dirty = count_before(" dirty blocks (");
   const int queued = count_before(" queued blocks (");
   EXPECT_GT(dirty + queued, 0) << lines;
-  ServeProcess again(data, flags);
-  ASSERT_NE(again.port(), 0);
-  RespClient c(again.port());
-  int lost = 0;
-  for (int k : acked) {
-    Reply r = c.Call({"GET", Key(k)});
-    if (r.type != '$' || r.null || r.str != Value(k)) ++lost;
-  }
+  const int lost = LostAfterRestart(data, flags, acked);
   std::printf("%zu acknowledged, %d lost; the log names %d dirty + %d queued blocks\n",
               acked.size(), lost, dirty, queued);
   EXPECT_EQ(lost, dirty + queued) << lines;
