@@ -7,6 +7,7 @@
 // data disk; a failing write-back is reported (WriteBackStatus, one log line) until it
 // succeeds again.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <chrono>
@@ -18,6 +19,7 @@
 
 #include "prefixkv/advanced/fault_injection_file_system.h"
 #include "prefixkv/advanced/ssd_tier.h"
+#include "ssd_tier_impl.h"
 #include "ssd_writer.h"
 #include "tests/storage/ssd/ssd_test_util.h"
 
@@ -287,6 +289,60 @@ TEST(WriteBackQueueHealth, StopNamesTheBlocksAndBytesItCouldNotWrite) {
                               " bytes) could not be written and are lost"),
             std::string::npos)
       << s.ToString();
+}
+
+// Issue 24, point 7: RocksDB's space needs follow the tier's capacity, so a
+// data directory on a 64 MB disk holds them; large tiers keep the defaults.
+TEST(SsdSpaceBounds, RocksDbsMemtablesLogAndManifestAreBoundedByTheCapacity) {
+  SsdTierOptions small;
+  small.capacity_bytes = 32ull << 20;
+  small = ssd::TierImpl::WithSpaceBounds(small);
+  rocksdb::Options db;
+  ssd::TierImpl::BoundDbSpace(small, &db);
+  EXPECT_EQ(small.write_buffer_bytes, 512u << 10);  // capacity / 64
+  EXPECT_EQ(db.write_buffer_size, 512u << 10);
+  EXPECT_LE(db.max_total_wal_size, 2u << 20);  // the log preallocation's cap too
+  EXPECT_LE(db.manifest_preallocation_size, 512u << 10);
+  EXPECT_LE(db.max_manifest_file_size, 1u << 20);
+  SsdTierOptions tiny;
+  tiny.capacity_bytes = 1 << 20;
+  EXPECT_EQ(ssd::TierImpl::WithSpaceBounds(tiny).write_buffer_bytes, 256u << 10);
+  SsdTierOptions large;  // 64 GiB: the defaults
+  large = ssd::TierImpl::WithSpaceBounds(large);
+  rocksdb::Options large_db;
+  const rocksdb::Options defaults;
+  ssd::TierImpl::BoundDbSpace(large, &large_db);
+  EXPECT_EQ(large.write_buffer_bytes, 64u << 20);
+  EXPECT_EQ(large_db.write_buffer_size, 64u << 20);
+  EXPECT_EQ(large_db.manifest_preallocation_size, defaults.manifest_preallocation_size);
+  EXPECT_EQ(large_db.max_manifest_file_size, defaults.max_manifest_file_size);
+}
+
+// What a file system that keeps allocations (ext4, xfs) holds for the log
+// after the first write: 1.1 memtables were preallocated, 70 MB with the
+// default 64 MiB memtable whatever the capacity (a 64 MB disk was full at
+// once). Bytes allocated, not the file's size (fallocate keeps the size).
+TEST(SsdSpaceBounds, ASmallTierPreallocatesLittleLog) {
+  testing::TempDir dir;
+  SsdTierOptions o;
+  o.path = dir.str() + "/ssd";
+  o.capacity_bytes = 32ull << 20;
+  o.reserve_bytes = 1 << 20;
+  o.log = [](std::string_view) {};
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  const BlockMeta m = ChainBlock(0, 0);
+  ASSERT_OK(tier->Put(m, PayloadOf(m), false));
+  uint64_t allocated = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(o.path)) {
+    struct stat st;
+    if (entry.path().extension() == ".log" && ::stat(entry.path().c_str(), &st) == 0) {
+      allocated += static_cast<uint64_t>(st.st_blocks) * 512;
+    }
+  }
+  std::printf("log bytes allocated for a 32 MiB tier: %llu\n",
+              static_cast<unsigned long long>(allocated));
+  EXPECT_LE(allocated, 2u << 20);
 }
 
 }  // namespace
