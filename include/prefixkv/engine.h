@@ -169,6 +169,10 @@ struct EngineStats {
   uint64_t ssd_capacity_bytes = 0;
   TierCounters ssd;
   uint64_t ssd_queued_blocks = 0;  // write-back queue depth
+  // Queued blocks whose last write attempt failed: nonzero while the SSD
+  // tier's write-back fails, and write-back Puts (SETs) are then refused.
+  uint64_t ssd_write_back_failed_blocks = 0;
+  uint64_t ssd_write_back_failures = 0;  // failed write-back attempts since open
   bool has_remote = false;
   std::string remote_describe;  // the cluster, e.g. "remote: redis cluster ..."
   RemoteCounters remote;        // this node's view of the remote tier
@@ -291,7 +295,9 @@ class Engine {
 
   // Writes every dirty hot block to the SSD tier and waits for its write-back
   // queue, so a crash after it loses nothing stored before it (with wal or
-  // sync durability). No-op without an SSD tier.
+  // sync durability). No-op without an SSD tier. On a failing SSD every block
+  // is still tried, and the first error says how many blocks (and bytes) are
+  // not on SSD (at Close: lost).
   Status Flush();
   // See the header comment. Idempotent: a second call returns OK.
   Status Close();

@@ -225,8 +225,13 @@ Status PrefixCache::Flush() {
     if (default_tiers_ != nullptr) stacks.push_back(default_tiers_);
     for (const auto& ns : namespaces_) stacks.push_back(ns->tiers);
   }
-  for (TierStack* s : stacks) PKV_RETURN_IF_ERROR(s->Flush());
-  return Status::OK();
+  // Every stack, even after one failed: each error says what is not below.
+  Status first;
+  for (TierStack* s : stacks) {
+    Status flushed = s->Flush();
+    if (first.ok()) first = flushed;
+  }
+  return first;
 }
 
 }  // namespace prefixkv

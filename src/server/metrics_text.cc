@@ -177,6 +177,21 @@ void AddTierFamilies(std::vector<FamilyDef>& defs) {
                        [](const Snapshot& s, Samples& out) {
                          if (s.engine.has_ssd) out.Add({}, s.engine.ssd_queued_blocks);
                        }));
+  defs.push_back(Gauge("prefixkv_ssd_write_back_failed_blocks", {},
+                       "Queued blocks whose last write attempt failed: above 0 while "
+                       "write-back fails (write-back SETs are refused)",
+                       [](const Snapshot& s, Samples& out) {
+                         if (s.engine.has_ssd)
+                           out.Add({}, s.engine.ssd_write_back_failed_blocks);
+                       }));
+  defs.push_back({{"prefixkv_ssd_write_back_failures_total",
+                   MetricType::kCounter,
+                   {},
+                   "Failed write-back attempts of the SSD tier (a batch, or an "
+                   "inline write while the queue was full)"},
+                  [](const Snapshot& s, Samples& out) {
+                    if (s.engine.has_ssd) out.Add({}, s.engine.ssd_write_back_failures);
+                  }});
 }
 
 // The remote tier's families (only with a remote tier).

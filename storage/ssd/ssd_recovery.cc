@@ -92,7 +92,7 @@ rocksdb::Options ssd::TierImpl::DbOptions(bool direct_io) const {
   // Metadata, counters and markers only (payloads are in segment files), so
   // buffered I/O and RocksDB's software CRC32c cost little.
   o.compression = ParseCompression(options_.compression);
-  o.write_buffer_size = options_.write_buffer_bytes;
+  BoundDbSpace(options_, &o);  // write_buffer_size and the log's size (ssd_space.cc)
   o.max_write_buffer_number = 4;
   o.max_background_flushes = 1;
   o.max_background_compactions = 1;

@@ -54,6 +54,7 @@ StatusOr<uint64_t> SsdTier::PurgeNamespace(const BlockKey& ns) {
 std::vector<SsdNamespaceUsage> SsdTier::Namespaces() const { return impl_->Namespaces(); }
 const SsdOpenReport& SsdTier::open_report() const { return impl_->report(); }
 uint64_t SsdTier::queued_blocks() const { return impl_->queued_blocks(); }
+SsdWriteBackState SsdTier::WriteBackState() const { return impl_->WriteBackState(); }
 
 std::unique_ptr<SsdTier> ssd::Access::Wrap(std::unique_ptr<ssd::TierImpl> impl) {
   return std::unique_ptr<SsdTier>(new SsdTier(std::move(impl)));
@@ -358,11 +359,15 @@ void ssd::TierImpl::PaceMemtableFlush(const std::vector<ssd::WriteBackItem>& ite
 }
 
 void ssd::TierImpl::OnEvict(const BlockMeta& meta, const SharedBytes& payload) {
-  if (queue_->Enqueue(meta, payload, /*force=*/false)) return;
+  if (queue_->Enqueue(meta, payload)) return;
   // Backpressure: the queue is full, so the evicting thread pays for the write.
-  if (Put(meta, payload, /*dirty=*/true).ok()) return;
-  // Never drop a dirty block: keep it queued (over depth) for the retries.
-  (void)queue_->Enqueue(meta, payload, /*force=*/true);
+  Status s = Put(meta, payload, /*dirty=*/true);
+  if (s.ok()) return;
+  // Never drop a dirty block: keep it queued (over depth) for the retries,
+  // and report write-back as failing at once, so the tier stack stops
+  // acknowledging new Puts: only evictions already under way can still go
+  // over the bound (docs/ssd.md "Write-back failures").
+  queue_->EnqueueFailed(meta, payload, s);
 }
 
 Status ssd::TierImpl::Remove(const BlockKey& key) {

@@ -56,6 +56,18 @@ class TierImpl {
 
   // Checks the options Open relies on (path, clock, file system, sizes).
   static Status ValidateOptions(const SsdTierOptions& options);
+  // ssd_space.cc. The options in effect: segment_bytes at most capacity / 16
+  // (at least 64 KiB), so that a small tier's garbage is in sealed segments
+  // the reclaimer can unlink, not in one huge active segment; and
+  // write_buffer_bytes at most capacity / 64 (at least 256 KiB): the
+  // metadata is ~110 bytes per block of at least 4 KiB on disk, and RocksDB
+  // preallocates 1.1 memtables of log up front (issue 24: 70 MB on a 64 MB
+  // disk). 64 GiB and up keep the 64 MiB default.
+  static SsdTierOptions WithSpaceBounds(SsdTierOptions o);
+  // RocksDB's other space needs bounded by those options in effect (`o`,
+  // from WithSpaceBounds): the log's total size and preallocation, the
+  // MANIFEST's preallocation and size (docs/ssd.md "Small disks").
+  static void BoundDbSpace(const SsdTierOptions& o, rocksdb::Options* db);
   // Test seam (SsdTierTestPeer only, before Open): called before every
   // metadata commit; a non-OK result is handled exactly like the database
   // returning that error.
@@ -108,6 +120,10 @@ class TierImpl {
   // could not write are still queued.
   Status WriteBackStatus() const { return queue_ ? queue_->Health() : Status::OK(); }
   uint64_t queued_blocks() const { return queue_ ? queue_->size() : 0; }
+  SsdWriteBackState WriteBackState() const {
+    if (!queue_) return {};
+    return {queue_->size(), queue_->failed_blocks(), queue_->failed_attempts()};
+  }
   const SsdOpenReport& report() const { return report_; }
 
  private:
@@ -245,10 +261,6 @@ class TierImpl {
   void NoteNoSpace(const Status& s);
   Status WriteReserveFile();
   std::optional<uint64_t> FreeDiskBytes() const;  // statvfs of the data directory
-  // The options in effect: segment_bytes at most capacity / 16 (at least
-  // 64 KiB), so that a small tier's garbage is in sealed segments the
-  // reclaimer can unlink, not in one huge active segment.
-  static SsdTierOptions WithSpaceBounds(SsdTierOptions o);
   // Disk use is bounded by the capacity (capacity >= 16 segments): the live
   // extents are kept below capacity - 2 segments (LiveBudget, by eviction),
   // and writers compact until the segment files fit the capacity.

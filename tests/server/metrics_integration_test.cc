@@ -153,6 +153,11 @@ TEST_F(MetricsIntegration, ScrapedMetricsAreWellFormedAndAgreeWithInfo) {
   EXPECT_EQ(e.Value("prefixkv_hot_dirty_blocks"), info.fields.at("hot_dirty_blocks"));
   EXPECT_EQ(e.Value("prefixkv_ssd_write_back_queue_blocks"),
             info.fields.at("ssd_queued_blocks"));
+  EXPECT_EQ(e.Value("prefixkv_ssd_write_back_failed_blocks"),
+            info.fields.at("ssd_write_back_failed_blocks"));
+  EXPECT_EQ(e.Value("prefixkv_ssd_write_back_failures_total"),
+            info.fields.at("ssd_write_back_failures"));
+  EXPECT_EQ(info.fields.at("ssd_write_back_failing"), 0u);
   // Each owner's share of the hot tier ("# Owners"), and its SSD share, whose
   // sum is the SSD tier's (a fresh directory: every owner is of this run).
   ASSERT_EQ(info.owners.size(), 2u);  // "values" and the model

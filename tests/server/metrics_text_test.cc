@@ -55,6 +55,8 @@ EngineStats FullSnapshot() {
   s.ssd_capacity_bytes = 1 << 30;
   s.ssd = Distinct(&next);
   s.ssd_queued_blocks = next++;
+  s.ssd_write_back_failed_blocks = next++;
+  s.ssd_write_back_failures = next++;
   for (const char* name : {"llama-3", "values", "sessions"}) {
     EngineOwnerStats o;
     o.name = name;
@@ -276,6 +278,9 @@ TEST(MetricsText, EveryTierAndOwnerCounterIsTheSampleNamedForIt) {
   EXPECT_EQ(e.Value("prefixkv_tier_capacity_bytes", {{"tier", "ssd"}}), 1 << 30);
   EXPECT_EQ(e.Value("prefixkv_hot_dirty_blocks"), s.dirty_blocks);
   EXPECT_EQ(e.Value("prefixkv_ssd_write_back_queue_blocks"), s.ssd_queued_blocks);
+  EXPECT_EQ(e.Value("prefixkv_ssd_write_back_failed_blocks"),
+            s.ssd_write_back_failed_blocks);
+  EXPECT_EQ(e.Value("prefixkv_ssd_write_back_failures_total"), s.ssd_write_back_failures);
   EXPECT_EQ(e.Value("prefixkv_owner_hot_quota_bytes", {{"owner", "llama-3"}}), 4096);
   EXPECT_EQ(e.Value("prefixkv_owner_hot_quota_bytes", {{"owner", "values"}}),
             std::nullopt);

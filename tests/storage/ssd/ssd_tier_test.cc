@@ -397,6 +397,52 @@ TEST_F(SsdTierTest, FullWriteBackQueueMakesTheEvictingCallerWriteInline) {
   for (uint64_t c = 0; c < 4; ++c) EXPECT_OK(reopened->Get(ChainBlock(c, 0).key)) << c;
 }
 
+// Issue 24, point 6: with the queue full, the evicting caller writes inline;
+// when that write fails (a read-only segments/ refuses the new segment file,
+// while the writer's open segment still takes writes), write-back counts as
+// failing at once. Before, only a writer's failed batch did: the inline
+// failure was queued over the bound while WriteBackStatus stayed OK, so the
+// tier stack went on acknowledging Puts and the queue grew past 1,150 blocks.
+// Then the retry runs on the tier's clock and write-back resumes by itself.
+TEST_F(SsdTierTest, AFailedInlineWriteOfAFullQueueReportsWriteBackFailingAtOnce) {
+  WriterGate gate;
+  FaultInjectionFileSystem fs;
+  FakeClock clock;
+  SsdTierOptions o = Options();
+  o.file_system = &fs;
+  o.clock = &clock;
+  o.retry_interval_ms = 3'600'000;  // an hour: only fake time gets there
+  o.writer_threads = 1;
+  o.queue_depth = 1;
+  auto tier = testing::OpenSsdWithCommitHook(o, gate.Hook());
+  ASSERT_NE(tier, nullptr);
+  const auto evict = [&](uint64_t c) {
+    tier->OnEvict(ChainBlock(c, 0), PayloadOf(ChainBlock(c, 0)), true);
+  };
+  evict(0);
+  gate.WaitForWaiters(1);  // block 0 is written, its commit held
+  evict(1);                // queued: the queue is full
+  fs.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg"});
+  evict(2);  // full: written inline, which fails; queued over the bound
+  EXPECT_TRUE(tier->WriteBackStatus().IsIOError()) << tier->WriteBackStatus().ToString();
+  EXPECT_EQ(tier->WriteBackState().failed_blocks, 1u);
+  EXPECT_EQ(tier->WriteBackState().failed_attempts, 1u);
+  EXPECT_EQ(tier->queued_blocks(), 3u);  // 0 in flight, 1 and 2 queued
+  gate.Open();  // block 0 lands: the failure of block 2 still stands
+  ASSERT_TRUE(testing::WaitUntil([&] { return tier->queued_blocks() == 2; }));
+  EXPECT_TRUE(tier->WriteBackStatus().IsIOError());
+  // The writer's attempt at 1 and 2 fails too; then it waits an hour of
+  // clock time. Writable again: the clock, not a Flush, brings them in.
+  ASSERT_TRUE(
+      testing::WaitUntil([&] { return tier->WriteBackState().failed_blocks == 2; }));
+  fs.ClearFaults();
+  clock.AdvanceMillis(o.retry_interval_ms);
+  ASSERT_TRUE(testing::WaitUntil([&] { return tier->WriteBackStatus().ok(); }));
+  EXPECT_EQ(tier->queued_blocks(), 0u);
+  for (uint64_t c = 0; c < 3; ++c) EXPECT_OK(tier->Get(ChainBlock(c, 0).key)) << c;
+  EXPECT_EQ(tier->Totals().entries, 3u);
+}
+
 TEST_F(SsdTierTest, CloseStoresEveryQueuedBlock) {
   const uint64_t n = testing::Iterations(200, 5000);
   {
