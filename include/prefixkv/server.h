@@ -122,6 +122,11 @@ struct ServerStats {
   uint64_t idle_disconnections = 0;
   uint64_t auth_failures = 0;  // failed AUTH / HELLO AUTH
   uint64_t out_of_memory = 0;  // requests refused because an allocation failed
+  // Heap bytes the open connections' buffers hold now (read buffers, partial
+  // requests, queued replies; not stored values a reply references). A
+  // connection that has sent nothing holds none; buffers over a few KiB are
+  // freed once used (docs/protocol.md, "Limits and bad input").
+  uint64_t client_buffer_bytes = 0;
   // Every command the server knows, in COMMAND's order (unknown names are
   // counted only in total_commands_processed).
   std::vector<CommandStats> commands;
@@ -153,7 +158,8 @@ class Server {
   void Stop();
 
   // Closes connections idle (nothing received, nothing sent) for longer than
-  // idle_timeout_ms, by the options' clock. The server calls it every
+  // idle_timeout_ms, by the options' clock, and has those idle for 2 s free
+  // the buffers they keep for their next requests. The server calls it every
   // idle_check_interval_ms; tests call it after advancing a FakeClock.
   // Returns how many it closed.
   size_t SweepIdleConnections();

@@ -280,6 +280,11 @@ void AddServerFamilies(std::vector<FamilyDef>& defs) {
   defs.push_back(Gauge(
       "prefixkv_server_connected_clients", {}, "Open RESP connections",
       [](const Snapshot& s, Samples& out) { out.Add({}, s.server.connected_clients); }));
+  defs.push_back(Gauge("prefixkv_server_client_buffer_bytes", {},
+                       "Heap bytes held by the buffers of open RESP connections",
+                       [](const Snapshot& s, Samples& out) {
+                         out.Add({}, s.server.client_buffer_bytes);
+                       }));
   defs.push_back(
       Counter("prefixkv_server_connections_received_total", "RESP connections accepted",
               [](const ServerStats& s) { return s.total_connections_received; }));

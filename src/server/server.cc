@@ -43,6 +43,9 @@ namespace {
 constexpr auto kShutdownGrace = std::chrono::seconds(2);
 // Pause before accepting again after an accept error such as EMFILE.
 constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(50);
+// A connection idle this long (by the options' clock) gives back the buffers
+// it keeps for its next requests (Connection::PostReleaseBuffers).
+constexpr uint64_t kReleaseBuffersAfterIdleMs = 2000;
 
 // Physical memory plus swap: the most a request could ever occupy.
 uint64_t MachineMemoryBytes() {
@@ -243,15 +246,18 @@ void internal::ServerImpl::ScheduleSweep() {
 }
 
 size_t internal::ServerImpl::SweepIdle() {
-  if (options_.idle_timeout_ms == 0) return 0;
-  uint64_t now = clock_->NowMillis();
+  const uint64_t now = clock_->NowMillis();
+  const uint64_t timeout = options_.idle_timeout_ms;
   size_t closed = 0;
   MutexLock lock(&mu_);
   for (auto& [ptr, conn] : connections_) {
-    uint64_t last = conn->last_activity_ms();
-    if (now > last && now - last > options_.idle_timeout_ms) {
+    const uint64_t last = conn->last_activity_ms();
+    const uint64_t idle_ms = now > last ? now - last : 0;
+    if (timeout != 0 && idle_ms > timeout) {
       conn->PostClose();
       ++closed;
+    } else if (idle_ms >= kReleaseBuffersAfterIdleMs && conn->buffer_bytes() > 0) {
+      conn->PostReleaseBuffers();
     }
   }
   counters_.idle_disconnections.fetch_add(closed, std::memory_order_relaxed);
@@ -296,6 +302,7 @@ ServerStats internal::ServerImpl::Stats() const {
   s.idle_disconnections = counters_.idle_disconnections.load();
   s.auth_failures = counters_.auth_failures.load();
   s.out_of_memory = counters_.out_of_memory.load();
+  s.client_buffer_bytes = counters_.client_buffer_bytes.load();
   s.commands = command_stats_.Snapshot();
   return s;
 }
@@ -322,6 +329,7 @@ void internal::ServerImpl::AppendInfo(const std::function<bool(std::string_view)
     *out += "# Clients\r\n";
     line("connected_clients", std::to_string(s.connected_clients));
     line("maxclients", std::to_string(options_.max_connections));
+    line("client_buffer_bytes", std::to_string(s.client_buffer_bytes));
     *out += "\r\n";
   }
   if (wanted("stats")) {
