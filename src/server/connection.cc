@@ -232,6 +232,7 @@ void Connection::ProcessInput() {
 void Connection::Execute() {
   const bool was_authenticated = client_.authenticated;
   const size_t failures = client_.auth_failures;
+  const size_t throttled = client_.auth_throttled;
   try {
     env_->dispatcher->Execute(args_, &client_, &queued_);
   } catch (const std::bad_alloc&) {
@@ -250,9 +251,11 @@ void Connection::Execute() {
   }
   if (client_.authenticated != was_authenticated) ApplyLimits();
   if (client_.close_requested) stop_reading_ = true;
-  if (client_.auth_failures > failures) {
+  if (client_.auth_failures > failures || client_.auth_throttled > throttled) {
     env_->counters->auth_failures.fetch_add(client_.auth_failures - failures,
                                             std::memory_order_relaxed);
+    env_->counters->auth_throttled.fetch_add(client_.auth_throttled - throttled,
+                                             std::memory_order_relaxed);
     if (!client_.close_requested) DelayAfterAuthFailure();
   }
 }

@@ -44,6 +44,7 @@ struct ServerCounters {
   std::atomic<uint64_t> protocol_errors{0};
   std::atomic<uint64_t> idle_disconnections{0};
   std::atomic<uint64_t> auth_failures{0};
+  std::atomic<uint64_t> auth_throttled{0};  // refused unchecked (AuthThrottle)
   std::atomic<uint64_t> out_of_memory{0};
   // Heap bytes of every connection's buffers (Connection::BufferBytes()),
   // updated by differences (modulo 2^64, so the sum is exact).

@@ -303,6 +303,9 @@ void AddServerFamilies(std::vector<FamilyDef>& defs) {
   defs.push_back(Counter("prefixkv_server_auth_failures_total",
                          "Failed AUTH (and HELLO AUTH) attempts",
                          [](const ServerStats& s) { return s.auth_failures; }));
+  defs.push_back(Counter("prefixkv_server_auth_throttled_total",
+                         "AUTH attempts refused unchecked over the server-wide budget",
+                         [](const ServerStats& s) { return s.auth_throttled; }));
   defs.push_back(Counter("prefixkv_server_out_of_memory_refusals_total",
                          "RESP requests refused because an allocation failed",
                          [](const ServerStats& s) { return s.out_of_memory; }));

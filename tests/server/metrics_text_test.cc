@@ -90,6 +90,7 @@ ServerStats SomeServerStats() {
           .protocol_errors = 5,
           .idle_disconnections = 4,
           .auth_failures = 6,
+          .auth_throttled = 10,
           .out_of_memory = 8,
           .client_buffer_bytes = 9};
 }
@@ -250,6 +251,9 @@ prefixkv_server_idle_disconnections_total 4
 # HELP prefixkv_server_auth_failures_total Failed AUTH (and HELLO AUTH) attempts
 # TYPE prefixkv_server_auth_failures_total counter
 prefixkv_server_auth_failures_total 6
+# HELP prefixkv_server_auth_throttled_total AUTH attempts refused unchecked over the server-wide budget
+# TYPE prefixkv_server_auth_throttled_total counter
+prefixkv_server_auth_throttled_total 10
 # HELP prefixkv_server_out_of_memory_refusals_total RESP requests refused because an allocation failed
 # TYPE prefixkv_server_out_of_memory_refusals_total counter
 prefixkv_server_out_of_memory_refusals_total 8
@@ -309,6 +313,7 @@ TEST(MetricsText, EveryTierAndOwnerCounterIsTheSampleNamedForIt) {
   EXPECT_EQ(e.Value("prefixkv_server_idle_disconnections_total"),
             server.idle_disconnections);
   EXPECT_EQ(e.Value("prefixkv_server_auth_failures_total"), server.auth_failures);
+  EXPECT_EQ(e.Value("prefixkv_server_auth_throttled_total"), server.auth_throttled);
   EXPECT_EQ(e.Value("prefixkv_server_out_of_memory_refusals_total"),
             server.out_of_memory);
 }
@@ -417,7 +422,7 @@ TEST(MetricsText, NoTierMeansNoSamplesOfIt) {
   EXPECT_EQ(text.find("tier="), std::string::npos) << text;
   EXPECT_EQ(text.find("prefixkv_hot_dirty_blocks"), std::string::npos);
   ASSERT_OK_AND_ASSIGN(PromExposition e, ParseExposition(text));
-  EXPECT_EQ(e.families.size(), 9u);  // the server's
+  EXPECT_EQ(e.families.size(), 10u);  // the server's
 }
 
 // docs/metrics.md's table: one row per family, in order, with its type and
