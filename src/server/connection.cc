@@ -172,27 +172,38 @@ void Connection::OnReadable(const boost::system::error_code& ec) {
     reading_ = false;
     return Close();
   }
-  boost::system::error_code ignored;
-  const size_t want =
-      std::clamp(socket_.available(ignored), kMinReadBytes, ReadChunkBytes());
-  if (read_cap_ < want) {
-    read_buf_.reset();
-    read_cap_ = 0;
-    try {
-      read_buf_.reset(new char[want]);
-    } catch (const std::bad_alloc&) {
-      env_->counters->out_of_memory.fetch_add(1, std::memory_order_relaxed);
-      reading_ = false;
-      return Close();
-    }
-    read_cap_ = want;
+  if (!SizeReadBuffer()) {
+    env_->counters->out_of_memory.fetch_add(1, std::memory_order_relaxed);
+    reading_ = false;
+    return Close();
   }
   boost::system::error_code read_ec;
   const size_t n = socket_.read_some(asio::buffer(read_buf_.get(), read_cap_), read_ec);
   if (read_ec == asio::error::would_block || read_ec == asio::error::try_again) {
     return WaitReadable();  // woken with nothing to read
   }
+  // A full buffer: more may be waiting, so size the next one by it.
+  grow_read_ = !read_ec && n == read_cap_ && read_cap_ < ReadChunkBytes();
   OnRead(read_ec, n);
+}
+
+bool Connection::SizeReadBuffer() {
+  // A kept buffer serves as it is unless the last read filled it (one ioctl
+  // spared per read of a client that sends small requests).
+  if (read_cap_ != 0 && !grow_read_) return true;
+  boost::system::error_code ignored;
+  const size_t want =
+      std::clamp(socket_.available(ignored), kMinReadBytes, ReadChunkBytes());
+  if (read_cap_ >= want) return true;
+  read_buf_.reset();
+  read_cap_ = 0;
+  try {
+    read_buf_.reset(new char[want]);
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  read_cap_ = want;
+  return true;
 }
 
 void Connection::OnRead(const boost::system::error_code& ec, size_t n) {

@@ -100,6 +100,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void WaitReadable();
   // Reads what is waiting into a read buffer sized for it.
   void OnReadable(const boost::system::error_code& ec);
+  // Allocates or grows the read buffer for what is waiting; false when the
+  // allocation failed.
+  bool SizeReadBuffer();
   void OnRead(const boost::system::error_code& ec, size_t n);
   // The most one read takes: read_chunk_bytes, and no more than the
   // unauthenticated limit before AUTH.
@@ -131,6 +134,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   RespArgs args_;
   std::unique_ptr<char[]> read_buf_;  // null until bytes arrive
   size_t read_cap_ = 0;               // bytes of read_buf_
+  bool grow_read_ = false;            // the last read filled read_buf_
   size_t read_pos_ = 0;               // unparsed input is read_buf_[read_pos_, read_end_)
   size_t read_end_ = 0;
   // This connection's share of client_buffer_bytes; written on its thread.
