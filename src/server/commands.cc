@@ -6,6 +6,7 @@
 #include <cctype>
 #include <charconv>
 
+#include "auth_throttle.h"
 #include "command_stats.h"
 
 namespace prefixkv::server {
@@ -42,11 +43,37 @@ void UnknownCommand(const RespArgs& args, ReplyBuffer* out) {
   out->Error(msg);
 }
 
+// A failed or refused AUTH counts; the max_auth_failures-th closes the
+// connection after its reply.
+void CountAuthFailure(CommandContext& ctx) {
+  const DispatcherConfig& config = ctx.dispatcher.config();
+  if (config.max_auth_failures != 0 &&
+      ctx.client->auth_failures + ctx.client->auth_throttled >=
+          config.max_auth_failures) {
+    ctx.client->close_requested = true;
+  }
+}
+
+enum class AuthOutcome { kOk, kWrong, kThrottled };
+
 // Checks `pass` for `user` ("default": requirepass, "admin": admin_pass) and
 // records the outcome in the client: a success authenticates it (and makes an
-// admin of it), a failure counts, and the max_auth_failures-th one closes it.
-bool CheckPassword(CommandContext& ctx, std::string_view user, std::string_view pass) {
+// admin of it), a failure counts. Past the server-wide budget (AuthThrottle)
+// the password is not compared and the attempt counts as refused. Appends the
+// error reply of a failure; the caller replies to a success.
+AuthOutcome CheckPassword(CommandContext& ctx, std::string_view user,
+                          std::string_view pass) {
   const DispatcherConfig& config = ctx.dispatcher.config();
+  AuthThrottle* throttle = config.auth_throttle;
+  if (throttle != nullptr && !throttle->TryAcquire()) {
+    ++ctx.client->auth_throttled;
+    CountAuthFailure(ctx);
+    ctx.out->Error(
+        "ERR too many failed AUTH attempts on this server: the password was not "
+        "checked; retry in " +
+        std::to_string(throttle->RetryAfterMs()) + " ms");
+    return AuthOutcome::kThrottled;
+  }
   const bool admin = user == "admin";
   const std::string& expected = admin ? config.admin_pass : config.requirepass;
   // An unknown user or an unset password compares too, so that failures all
@@ -54,16 +81,15 @@ bool CheckPassword(CommandContext& ctx, std::string_view user, std::string_view 
   const bool ok = PasswordMatches(pass, expected) && !expected.empty() &&
                   (admin || user == "default");
   if (ok) {
+    if (throttle != nullptr) throttle->Refund();  // only failures spend the budget
     ctx.client->authenticated = true;
     ctx.client->admin = ctx.client->admin || admin;
-    return true;
+    return AuthOutcome::kOk;
   }
   ++ctx.client->auth_failures;
-  if (config.max_auth_failures != 0 &&
-      ctx.client->auth_failures >= config.max_auth_failures) {
-    ctx.client->close_requested = true;
-  }
-  return false;
+  CountAuthFailure(ctx);
+  ctx.out->Error(kWrongPass);
+  return AuthOutcome::kWrong;
 }
 
 void ReplyCommandSpec(const CommandSpec& spec, ReplyBuffer* out) {
@@ -198,10 +224,8 @@ void CmdAuth(CommandContext& ctx) {
         "ERR AUTH <password> called without any password configured for the default "
         "user. Are you sure your configuration is correct?");
   } else if (CheckPassword(ctx, ctx.args.size() == 3 ? ctx.arg(1) : "default",
-                           ctx.arg(ctx.args.size() - 1))) {
+                           ctx.arg(ctx.args.size() - 1)) == AuthOutcome::kOk) {
     ctx.out->Simple("OK");
-  } else {
-    ctx.out->Error(kWrongPass);
   }
 }
 
@@ -217,9 +241,7 @@ void CmdHello(CommandContext& ctx) {
   for (size_t i = 2; i < ctx.args.size(); ++i) {
     std::string opt = Lower(ctx.arg(i));
     if (opt == "auth" && i + 2 < ctx.args.size()) {
-      if (!CheckPassword(ctx, ctx.arg(i + 1), ctx.arg(i + 2))) {
-        return ctx.out->Error(kWrongPass);
-      }
+      if (CheckPassword(ctx, ctx.arg(i + 1), ctx.arg(i + 2)) != AuthOutcome::kOk) return;
       i += 2;
     } else if (opt == "setname" && i + 1 < ctx.args.size()) {
       ++i;  // client names are accepted and not kept

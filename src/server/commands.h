@@ -25,8 +25,12 @@ struct ClientState {
   bool close_requested = false;  // QUIT: close after the reply is sent
   bool admin = false;            // AUTH admin <admin password> succeeded
   size_t auth_failures = 0;      // failed AUTH / HELLO AUTH on this connection
+  // AUTH / HELLO AUTH refused unchecked by the server-wide AuthThrottle; they
+  // count toward max_auth_failures too.
+  size_t auth_throttled = 0;
 };
 
+class AuthThrottle;          // auth_throttle.h
 class CommandStatsRecorder;  // command_stats.h
 
 struct DispatcherConfig {
@@ -34,6 +38,8 @@ struct DispatcherConfig {
   std::string admin_pass;   // empty: admin commands are off
   // The failed AUTH that closes the connection (after its reply); 0: never.
   size_t max_auth_failures = 3;
+  // The server-wide budget of password checks; null: none.
+  AuthThrottle* auth_throttle = nullptr;
   size_t max_models = 256;  // models PKV.REGISTER may register
   // Appends those of the "server", "clients" and "stats" INFO sections that
   // `wanted(name)` accepts (RESP-free text, "name:value\r\n" lines) for the

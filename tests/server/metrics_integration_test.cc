@@ -195,6 +195,8 @@ TEST_F(MetricsIntegration, ScrapedMetricsAreWellFormedAndAgreeWithInfo) {
             info.fields.at("total_commands_processed"));
   EXPECT_EQ(e.Value("prefixkv_server_auth_failures_total"),
             info.fields.at("auth_failures"));
+  EXPECT_EQ(e.Value("prefixkv_server_auth_throttled_total"),
+            info.fields.at("auth_throttled"));
   EXPECT_EQ(e.Value("prefixkv_server_out_of_memory_refusals_total"),
             info.fields.at("out_of_memory_refusals"));
   // Each command's counters and total time, as INFO commandstats has them

@@ -261,6 +261,48 @@ TEST_F(ServerTest, AnswersPipelinedCommandsInOrder) {
   }
 }
 
+// A connection's buffers grow for a big request or reply and are given back
+// once it is done; what it keeps for small requests goes once it idles. After
+// 2,000 pipelined SETs and a 230 KB MGET reply a connection used to keep
+// the reply's 256 KiB text buffer, the 64 KiB read buffer and a 32 KiB
+// argument list for as long as it stayed open.
+TEST_F(ServerTest, GivesBuffersBackOnceARequestIsDoneAndWhenIdle) {
+  FakeClock clock;
+  options_.clock = &clock;
+  options_.idle_check_interval_ms = 3600 * 1000;  // the test sweeps
+  StartServer();
+  auto c = Connect();
+  std::string batch;
+  std::vector<std::string> mget = {"MGET"};
+  for (int i = 0; i < 2000; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    batch += testing::EncodeCommand({"SET", key, std::string(100, 'a' + i % 26)});
+    mget.push_back(key);
+  }
+  ASSERT_TRUE(c->SendRaw(batch));
+  for (int i = 0; i < 2000; ++i) ASSERT_EQ(c->Read().str, "OK") << i;
+  Reply values = c->Call(mget);
+  ASSERT_EQ(values.elems.size(), 2000u);
+  EXPECT_EQ(values.elems[1999].str, std::string(100, 'a' + 1999 % 26));
+  // Only small buffers stay: the read buffer, the small-argument buffer.
+  EXPECT_TRUE(testing::WaitUntil([&] {
+    return server_->stats().client_buffer_bytes <= 24 << 10;
+  })) << server_->stats().client_buffer_bytes;
+  // Not yet idle for 2 s: kept for the next request.
+  clock.AdvanceMillis(1999);
+  server_->SweepIdleConnections();
+  EXPECT_EQ(c->Call({"PING"}).str, "PONG");
+  EXPECT_GT(server_->stats().client_buffer_bytes, 0u);
+  clock.AdvanceMillis(2000);
+  // Swept until the PING's write has completed on the server's side too.
+  EXPECT_TRUE(testing::WaitUntil([&] {
+    server_->SweepIdleConnections();
+    return server_->stats().client_buffer_bytes == 0;
+  })) << server_->stats().client_buffer_bytes;
+  // And it goes on serving.
+  EXPECT_EQ(c->Call({"GET", "k7"}).str, std::string(100, 'h'));
+}
+
 TEST_F(ServerTest, FinishesAcceptedCommandsOnStop) {
   StartServer();
   auto c = Connect();
