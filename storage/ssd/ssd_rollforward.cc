@@ -86,34 +86,35 @@ Status ssd::TierImpl::CheckAgainstJournal() {
     return Status::OK();
   }
   LocationSet removed_at;
-  std::map<uint64_t, uint64_t> last_commit;  // segment -> offset of its last commit
+  std::map<uint64_t, ssd::JournalRecord> last_commit;  // segment -> its last commit
   for (const ssd::JournalRecord& r : journal.records) {
-    if (ssd::IsCommitRecord(r)) {
-      last_commit[r.segment] = std::max(last_commit[r.segment], r.offset);
-    } else {
+    if (!ssd::IsCommitRecord(r)) {
       removed_at.insert({r.segment, r.offset});
+    } else if (auto it = last_commit.find(r.segment);
+               it == last_commit.end() || it->second.offset < r.offset) {
+      last_commit[r.segment] = r;
     }
   }
   const std::set<uint64_t> existing = SegmentIds(fs, seg_dir);
-  LocationSet last_commits, referenced;  // referenced: of the last commits only
-  for (const auto& [segment, offset] : last_commit) last_commits.insert({segment, offset});
   uint64_t stale = 0;
+  // A segment whose last committed extent the metadata does not know — not
+  // at its place, not as the same key and bytes elsewhere (a compaction moved
+  // it), not as removed: the metadata lost every commit since some point,
+  // and this segment took one of them (ssd_journal.h).
+  std::set<uint64_t> lost_segments;
   {
     MutexLock lock(&mu_);
     for (const auto& [key, e] : index_.entries()) {
-      const Location at{e.segment, e.offset};
-      if (last_commits.contains(at)) referenced.insert(at);
-      if (removed_at.contains(at)) stale += 1;
+      if (removed_at.contains({e.segment, e.offset})) stale += 1;
     }
-  }
-  // A segment whose last committed extent the metadata neither references
-  // nor saw removed: the metadata lost every commit since some point, and
-  // this segment took one of them (ssd_journal.h).
-  std::set<uint64_t> lost_segments;
-  for (const auto& [segment, offset] : last_commit) {
-    if (existing.contains(segment) && !referenced.contains({segment, offset}) &&
-        !removed_at.contains({segment, offset})) {
-      lost_segments.insert(segment);
+    for (const auto& [segment, c] : last_commit) {
+      const ssd::IndexEntry* e = index_.Find(c.key);
+      const bool known = e != nullptr && e->checksum == c.checksum;
+      if (existing.contains(segment) && !known &&
+          !removed_at.contains({segment, c.offset}) &&
+          !journal.removed.contains({c.key, c.checksum})) {
+        lost_segments.insert(segment);
+      }
     }
   }
   if (stale == 0 && lost_segments.empty()) return Status::OK();

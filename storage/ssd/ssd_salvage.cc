@@ -320,8 +320,9 @@ void ssd::TierImpl::JournalRemoval(const BlockKey& key, uint64_t checksum,
   if (journal_ != nullptr) (void)journal_->Append(key, checksum, segment, offset);
 }
 
-void ssd::TierImpl::JournalCommit(uint64_t segment, uint64_t offset) {
-  if (journal_ != nullptr) (void)journal_->AppendCommit(segment, offset);
+void ssd::TierImpl::JournalCommit(const BlockKey& key, uint64_t checksum,
+                                  uint64_t segment, uint64_t offset) {
+  if (journal_ != nullptr) (void)journal_->AppendCommit(key, checksum, segment, offset);
 }
 
 }  // namespace prefixkv

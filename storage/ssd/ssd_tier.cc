@@ -324,7 +324,8 @@ Status ssd::TierImpl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
   if (s.ok()) {
     // The metadata knows these extents now: a later Open whose metadata does
     // not is older than the segments (ssd_journal.h).
-    JournalCommit(locations.back().segment, locations.back().offset);
+    JournalCommit(items.back().meta.key, stored.back().payload_xxh3,
+                  locations.back().segment, locations.back().offset);
   } else {
     // Never acknowledged: a rebuild or roll-forward must not bring them back
     // (the key may be removed later, which would not name these extents).

@@ -158,7 +158,8 @@ class TierImpl {
   void JournalRemoval(const BlockKey& key, uint64_t checksum, uint64_t segment,
                       uint64_t offset);
   // After a metadata commit that made extents live (ssd_journal.h).
-  void JournalCommit(uint64_t segment, uint64_t offset);
+  void JournalCommit(const BlockKey& key, uint64_t checksum, uint64_t segment,
+                     uint64_t offset);
   Status CheckFormat();
   Status RebuildIndex(rocksdb::WriteBatch* repairs) EXCLUDES(mu_);
   Status RepairCounters() EXCLUDES(mu_);
