@@ -30,7 +30,8 @@ void EncodeRecord(const JournalRecord& m, uint8_t* r) {
   m.key.EncodeTo(r);
   StoreLE64(r + 16, m.checksum);
   StoreLE64(r + 24, m.segment);
-  StoreLE64(r + 32, m.commit ? m.offset | kCommitFlag : m.offset);
+  StoreLE64(r + 32,
+            m.offset | (m.commit ? kCommitFlag : 0) | (m.confirm ? kConfirmFlag : 0));
   Seal(r);
 }
 
@@ -76,9 +77,13 @@ JournalContents LoadJournal(FileSystem* fs, const std::string& dir) {
       continue;
     }
     const uint64_t offset = LoadLE64(r + 32);
-    const JournalRecord rec{BlockKey::DecodeFrom(r), LoadLE64(r + 16), LoadLE64(r + 24),
-                            offset & ~kCommitFlag, (offset & kCommitFlag) != 0};
-    if (!IsCommitRecord(rec)) out.removed.insert({rec.key, rec.checksum});
+    const JournalRecord rec{BlockKey::DecodeFrom(r),
+                            LoadLE64(r + 16),
+                            LoadLE64(r + 24),
+                            offset & kOffsetMask,
+                            (offset & kCommitFlag) != 0,
+                            (offset & kConfirmFlag) != 0};
+    if (IsRemovalRecord(rec)) out.removed.insert({rec.key, rec.checksum});
     out.records.push_back(rec);
   }
   if (n == 0) {
@@ -153,8 +158,9 @@ Status RemovalJournal::Append(const BlockKey& key, uint64_t checksum, uint64_t s
     }
   }
   uint8_t r[kJournalRecordBytes];
-  EncodeRecord(
-      {key, checksum, segment, offset & ~kCommitFlag, (offset & kCommitFlag) != 0}, r);
+  EncodeRecord({key, checksum, segment, offset & kOffsetMask, (offset & kCommitFlag) != 0,
+                (offset & kConfirmFlag) != 0},
+               r);
   Status s = file_ ? file_->Write(size_, r, sizeof r) : Status::IOError("no journal");
   if (s.ok()) {
     size_ += sizeof r;

@@ -21,6 +21,12 @@
 // segment's last commit record names must be known to the metadata (at that
 // location, or as the same key and bytes moved elsewhere by compaction) or
 // be named by a removal record; if not, the metadata lost it.
+//   confirm        : a removal's four fields, offset with bit 62 set
+// A confirm record follows the commit of a removal that succeeded. Only a
+// confirmed removal still held by the metadata shows that the metadata lost
+// it (a removal whose commit failed or never ran leaves the block live, and
+// must not take it away at the next open); a rebuild, which has no metadata
+// to trust, excludes confirmed and unconfirmed removals alike.
 // The header magic is "pkvrmj02" since commit records exist; "pkvrmj01"
 // files (removals only) are read as before. A reader that knows only 01
 // finds no header in a 02 file, takes it as unusable, and restores nothing
@@ -57,12 +63,17 @@ inline constexpr size_t kJournalRecordBytes = 48;
 struct JournalRecord {
   BlockKey key;
   uint64_t checksum = 0, segment = 0, offset = 0;
-  bool commit = false;  // a commit record (above), else a removal
+  bool commit = false;   // a commit record (above)
+  bool confirm = false;  // a confirm record; neither: a removal
 };
 
-// Bit 63 of a record's offset field marks a commit record (offsets are far
-// below 2^63).
+// Bits 63 and 62 of a record's offset field mark a commit and a confirm
+// record (offsets are far below 2^62).
 inline constexpr uint64_t kCommitFlag = uint64_t{1} << 63;
+inline constexpr uint64_t kConfirmFlag = uint64_t{1} << 62;
+inline constexpr uint64_t kOffsetMask = kConfirmFlag - 1;
+
+inline bool IsRemovalRecord(const JournalRecord& r) { return !r.commit && !r.confirm; }
 
 inline bool IsCommitRecord(const JournalRecord& r) { return r.commit; }
 
@@ -99,6 +110,11 @@ class RemovalJournal {
       EXCLUDES(mu_);
   // Makes every record appended so far durable (fdatasync).
   Status Sync() EXCLUDES(mu_);
+  // Appends one confirm record (see above); fails like Append.
+  Status AppendConfirm(const BlockKey& key, uint64_t checksum, uint64_t segment,
+                       uint64_t offset) EXCLUDES(mu_) {
+    return Append(key, checksum, segment, offset | kConfirmFlag);
+  }
   // Appends one commit record (see above); fails like Append.
   Status AppendCommit(const BlockKey& key, uint64_t checksum, uint64_t segment,
                       uint64_t offset) EXCLUDES(mu_) {

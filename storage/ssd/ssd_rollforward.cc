@@ -85,11 +85,13 @@ Status ssd::TierImpl::CheckAgainstJournal() {
     }
     return Status::OK();
   }
-  LocationSet removed_at;
+  LocationSet removed_at, confirmed_at;  // removals, and those whose commit succeeded
   std::map<uint64_t, ssd::JournalRecord> last_commit;  // segment -> its last commit
   for (const ssd::JournalRecord& r : journal.records) {
-    if (!ssd::IsCommitRecord(r)) {
+    if (ssd::IsRemovalRecord(r)) {
       removed_at.insert({r.segment, r.offset});
+    } else if (r.confirm) {
+      confirmed_at.insert({r.segment, r.offset});
     } else if (auto it = last_commit.find(r.segment);
                it == last_commit.end() || it->second.offset < r.offset) {
       last_commit[r.segment] = r;
@@ -104,8 +106,10 @@ Status ssd::TierImpl::CheckAgainstJournal() {
   std::set<uint64_t> lost_segments;
   {
     MutexLock lock(&mu_);
+    // Only a confirmed removal: one whose commit failed (or never ran) left
+    // the block live, and the metadata is right to hold it.
     for (const auto& [key, e] : index_.entries()) {
-      if (removed_at.contains({e.segment, e.offset})) stale += 1;
+      if (confirmed_at.contains({e.segment, e.offset})) stale += 1;
     }
     for (const auto& [segment, c] : last_commit) {
       const ssd::IndexEntry* e = index_.Find(c.key);
@@ -142,9 +146,9 @@ Status ssd::TierImpl::RollForward(const ssd::JournalContents& journal,
   uint64_t unprovable = 0;
   std::map<BlockKey, ssd::FoundExtent> provable =
       ssd::ProvableVersions(scan.extents, journal, &unprovable);
-  LocationSet removed_at;
+  LocationSet confirmed_at;
   for (const ssd::JournalRecord& r : journal.records) {
-    if (!ssd::IsCommitRecord(r)) removed_at.insert({r.segment, r.offset});
+    if (r.confirm) confirmed_at.insert({r.segment, r.offset});
   }
   rocksdb::WriteBatch batch;
   Deltas deltas;
@@ -154,7 +158,7 @@ Status ssd::TierImpl::RollForward(const ssd::JournalContents& journal,
     MutexLock lock(&mu_);
     seq = index_.max_access_seq();
     for (const auto& [key, e] : index_.entries()) {
-      if (!removed_at.contains({e.segment, e.offset})) {
+      if (!confirmed_at.contains({e.segment, e.offset})) {
         // Not removed since: the metadata's version stands (a committed
         // overwrite journals the version it replaces before it commits).
         if (auto p = provable.find(key);

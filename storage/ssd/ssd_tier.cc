@@ -184,6 +184,7 @@ Status ssd::TierImpl::Commit(rocksdb::WriteBatch* batch, Deltas deltas, OwnerId 
     s = FromRocks(rs, "write");
   }
   NoteWriteResult(s);
+  ConfirmRemovals(s.ok());  // the removals this commit made, if it made them
   if (!s.ok()) {
     NoteNoSpace(s);  // the reserve gives the database room to resume
     MutexLock lock(&mu_);
@@ -331,7 +332,7 @@ Status ssd::TierImpl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
     // (the key may be removed later, which would not name these extents).
     for (size_t i = 0; i < items.size(); ++i) {
       JournalRemoval(items[i].meta.key, stored[i].payload_xxh3, stored[i].segment,
-                     stored[i].offset);
+                     stored[i].offset, /*awaits_commit=*/false);
     }
   }
   // After the index update: a reclaim pass that sees the segment no longer

@@ -155,8 +155,14 @@ class TierImpl {
   // RemovalJournal::Open. Walks the segments.
   StatusOr<std::vector<JournalRecord>> RegenerateJournal() EXCLUDES(mu_);
   Status OpenJournal();
+  // Journals an extent that stops being live. `awaits_commit`: the metadata
+  // commit that removes it follows on this thread, and Commit confirms the
+  // removal when it succeeds (false: garbage no metadata ever referenced).
   void JournalRemoval(const BlockKey& key, uint64_t checksum, uint64_t segment,
-                      uint64_t offset);
+                      uint64_t offset, bool awaits_commit = true);
+  // Called by Commit: appends a confirm record for each removal this thread
+  // journaled since its last commit, if `committed`; forgets them either way.
+  void ConfirmRemovals(bool committed);
   // After a metadata commit that made extents live (ssd_journal.h).
   void JournalCommit(const BlockKey& key, uint64_t checksum, uint64_t segment,
                      uint64_t offset);
