@@ -11,7 +11,10 @@
 // writes of one key are serialized at the commit (the last commit wins; a
 // superseded extent is garbage) while different keys proceed in parallel.
 // Reads, removes, evictions and segment compaction hold the block's stripe
-// (BlockLock). Audit holds pause_ exclusively. mu_ guards the in-memory index
+// (BlockLock); a reads' access-order batch (ssd_access_order.cc) holds the
+// stripes of its blocks (BatchLock) across reading their index entries and
+// its commit, taken after the reading thread let go of its BlockLock. Audit
+// holds pause_ exclusively. mu_ guards the in-memory index
 // (including live bytes per segment), the not-yet-persisted event counters
 // and the eviction listener; it is never held across I/O or while taking
 // another lock. Lock order: gc_run_mu_, pause_, stripes (ascending), then
