@@ -191,6 +191,10 @@ bool PrefixCache::PromoteRemote(cache::NamespaceState& ns, const BlockKey& key,
       id->token_count != tokens) {
     return false;
   }
+  // The record's own checksum too, once, before the local tiers hold it:
+  // their reads are decoded without it (block_io.cc). A value another node
+  // wrote with a sound envelope around a damaged record is not taken.
+  if (!VerifyBlock(payload).ok()) return false;
   // Stored locally so Restore reads it from RAM (or SSD); when it cannot be
   // stored (pinned copies, no space), Restore reads it remotely again.
   (void)ns.tiers->Promote(ns.MetaFor(key, parent), std::move(payload));

@@ -231,6 +231,9 @@ Status ssd::TierImpl::Close() {
   // Payloads on the device before the metadata that points at them is flushed.
   Status synced = store_ ? store_->SyncActive() : Status::OK();
   if (first.ok()) first = synced;
+  // The reads' access order, before the clean marker: a clean restart keeps
+  // the eviction order. Not an error of Close when it fails (blocks age).
+  (void)FlushAccessOrder();
   rocksdb::WriteBatch batch;
   batch.Put(std::string(ssd::kCleanKey), "1");
   Status s = Commit(&batch, {}, 0);  // also persists the event counters

@@ -410,6 +410,16 @@ StatusOr<SharedBytes> ssd::TierImpl::Get(const BlockKey& key, bool touch) {
     }
     return *queued;
   }
+  bool flush = false;
+  StatusOr<SharedBytes> payload = GetIndexed(key, touch, &flush);
+  // Outside the block's lock (the batch takes the stripes of its keys).
+  // A failure is counted and logged; the read still succeeded.
+  if (flush) (void)FlushAccessOrder();
+  return payload;
+}
+
+StatusOr<SharedBytes> ssd::TierImpl::GetIndexed(const BlockKey& key, bool touch,
+                                                bool* flush) {
   BlockLock block_lock(this, key);
   IndexEntry e;
   {
@@ -427,24 +437,13 @@ StatusOr<SharedBytes> ssd::TierImpl::Get(const BlockKey& key, bool touch) {
   }
   PKV_ASSIGN_OR_RETURN(SharedBytes payload, ReadVerified(key, e));
   if (!touch) return payload;
-  // Persist the new access order; losing it in a crash only ages the block.
-  ssd::StoredMeta touched{e.owner, e.parent, e.bytes,   e.checksum,
-                          0,       e.dirty,  e.segment, e.offset};
-  {
-    MutexLock lock(&mu_);
-    touched.access_seq = ++next_seq_;
-    index_.Touch(key, touched.access_seq, /*hit=*/true);
-    if (const IndexEntry* now = index_.Find(key)) {
-      touched.chain_hits = ssd::PersistedChainHits(now->chain_hits);
-    }
-    index_.Owner(e.owner).hits += 1;
-    unpersisted_[e.owner].hits += 1;
-  }
-  rocksdb::WriteBatch batch;
-  batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, e.namespace_id, key),
-            ssd::EncodeMeta(touched));
-  (void)Commit(&batch, {}, e.owner,
-               /*relaxed=*/true);  // counted; the read still succeeded
+  // The new access order reaches the metadata with the next batch
+  // (ssd_access_order.cc); the hit rides along with the next write.
+  MutexLock lock(&mu_);
+  index_.Touch(key, ++next_seq_, /*hit=*/true);
+  index_.Owner(e.owner).hits += 1;
+  unpersisted_[e.owner].hits += 1;
+  *flush = NoteAccess(key);
   return payload;
 }
 

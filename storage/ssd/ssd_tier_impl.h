@@ -11,7 +11,10 @@
 // writes of one key are serialized at the commit (the last commit wins; a
 // superseded extent is garbage) while different keys proceed in parallel.
 // Reads, removes, evictions and segment compaction hold the block's stripe
-// (BlockLock). Audit holds pause_ exclusively. mu_ guards the in-memory index
+// (BlockLock); a reads' access-order batch (ssd_access_order.cc) holds the
+// stripes of its blocks (BatchLock) across reading their index entries and
+// its commit, taken after the reading thread let go of its BlockLock. Audit
+// holds pause_ exclusively. mu_ guards the in-memory index
 // (including live bytes per segment), the not-yet-persisted event counters
 // and the eviction listener; it is never held across I/O or while taking
 // another lock. Lock order: gc_run_mu_, pause_, stripes (ascending), then
@@ -28,6 +31,7 @@
 #include <memory>
 #include <set>
 #include <thread>
+#include <unordered_set>
 
 #include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/ssd_tier.h"
@@ -89,7 +93,8 @@ class TierImpl {
   // Stores blocks as one atomic write (no queue interplay, no capacity
   // enforcement). REQUIRES: distinct keys, at least one block.
   Status Store(const std::vector<WriteBackItem>& items, bool dirty) EXCLUDES(pause_, mu_);
-  // `touch`: count the hit (or miss) and refresh the access order.
+  // `touch`: count the hit (or miss) and refresh the access order (in the
+  // index at once; in the metadata with the next access-order batch).
   StatusOr<SharedBytes> Get(const BlockKey& key, bool touch = true) EXCLUDES(pause_, mu_);
   StatusOr<BlockMeta> Peek(const BlockKey& key) const EXCLUDES(mu_);
   Status Remove(const BlockKey& key) EXCLUDES(pause_, mu_);
@@ -195,7 +200,24 @@ class TierImpl {
   // before a segment it no longer references is unlinked.
   Status MakeMetadataDurable();
 
+  // ssd_access_order.cc (docs/ssd.md "Reads"): a read's new access order
+  // (and chain reuse count) reaches the metadata in batches, not per hit.
+  // Marks `key` as read since the last batch; true when the batch is due
+  // (kAccessBatch keys pending, or the oldest pending for kAccessIntervalNanos
+  // on the tier's clock).
+  bool NoteAccess(const BlockKey& key) REQUIRES(mu_);
+  // Writes the pending updates as one relaxed (never synced) batch, each
+  // re-encoded from the block's index entry under the blocks' stripes: a block
+  // removed, evicted or dropped meanwhile is skipped, one replaced meanwhile
+  // gets its new record again, never the old one. A failure is counted and
+  // logged by Commit; the updates are then lost (the blocks only age).
+  Status FlushAccessOrder() EXCLUDES(pause_, mu_);
+
   // ssd_tier.cc
+  // Get's read of an indexed block, under its BlockLock; `*flush` is set
+  // when an access-order batch is due (written after the lock is released).
+  StatusOr<SharedBytes> GetIndexed(const BlockKey& key, bool touch, bool* flush)
+      EXCLUDES(pause_, mu_);
   Mutex& Stripe(const BlockKey& key);
   // Holds pause_ shared and stripe(key): the lock of one block operation.
   // (The analysis sees pause_; which stripe a key maps to it cannot name,
@@ -286,6 +308,10 @@ class TierImpl {
   void EndListenerCall() EXCLUDES(mu_);
 
   static constexpr size_t kStripes = 64;
+  // An access-order batch is written at this many pending blocks, or with
+  // the first read this long after the oldest pending one (and at Close).
+  static constexpr size_t kAccessBatch = 256;
+  static constexpr uint64_t kAccessIntervalNanos = 1'000'000'000;
 
   const SsdTierOptions options_;
   std::function<Status()> commit_hook_;  // tests only; set before Open
@@ -309,6 +335,9 @@ class TierImpl {
   SsdIndex index_ GUARDED_BY(mu_);
   Deltas unpersisted_ GUARDED_BY(mu_);  // event counts not yet in the db
   uint64_t next_seq_ GUARDED_BY(mu_) = 0;
+  // Blocks read since the last access-order batch, and when the first was.
+  std::unordered_set<BlockKey, BlockKeyHash> access_pending_ GUARDED_BY(mu_);
+  uint64_t access_pending_since_nanos_ GUARDED_BY(mu_) = 0;
   EvictionListener* listener_ GUARDED_BY(mu_) = nullptr;
   uint32_t listener_calls_ GUARDED_BY(mu_) = 0;  // evictions using listener_
   CondVar listener_idle_;  // signalled when listener_calls_ drops to 0 (mu_)
