@@ -113,7 +113,12 @@ const std::vector<CommandSpec>& Dispatcher::Table() {
       {"echo", 2, false, false, 0, 0, 0, CmdEcho},
       {"auth", -2, true, false, 0, 0, 0, CmdAuth},
       {"hello", -1, true, false, 0, 0, 0, CmdHello},
-      {"quit", -1, true, false, 0, 0, 0, CmdQuit},
+      {"quit", -1, true, false, 0, 0, 0, CmdQuit, false, /*immediate_in_multi=*/true},
+      {"multi", 1, false, false, 0, 0, 0, CmdMulti, false, true},
+      {"exec", 1, false, false, 0, 0, 0, CmdExec, false, true},
+      {"discard", 1, false, false, 0, 0, 0, CmdDiscard, false, true},
+      {"watch", -2, false, false, 1, -1, 1, CmdWatch, false, true},
+      {"unwatch", 1, false, false, 0, 0, 0, CmdUnwatch},
       {"select", 2, false, false, 0, 0, 0, CmdSelect},
       {"command", -1, false, false, 0, 0, 0, CmdCommand},
       {"config", -2, false, false, 0, 0, 0, CmdConfig},
@@ -152,36 +157,87 @@ const CommandSpec* Dispatcher::Find(std::string_view name) {
 Dispatcher::Dispatcher(Engine* engine, DispatcherConfig config)
     : engine_(engine), config_(std::move(config)) {}
 
+std::string Dispatcher::Refusal(const CommandSpec& spec, const RespArgs& args,
+                                const ClientState& client) const {
+  if (!client.authenticated && !spec.before_auth) return std::string(kNoAuth);
+  if (spec.admin && !client.admin) {
+    return std::string(config_.admin_pass.empty() ? kAdminOff : kNoPerm);
+  }
+  int n = static_cast<int>(std::min<size_t>(args.size(), 1 << 30));
+  if ((spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity)) {
+    return std::string("ERR wrong number of arguments for '") + spec.name + "' command";
+  }
+  return "";
+}
+
 void Dispatcher::Execute(const RespArgs& args, ClientState* client,
                          ReplyBuffer* out) const {
   if (args.empty()) return out->Error("ERR empty command");  // parsers never send one
   const CommandSpec* spec = Find(args[0].view());
   if (spec == nullptr) {
-    return client->authenticated ? UnknownCommand(args, out) : out->Error(kNoAuth);
+    if (!client->authenticated) return out->Error(kNoAuth);
+    client->multi_dirty = client->in_multi;  // as Redis: EXEC will abort
+    return UnknownCommand(args, out);
   }
-  CommandStatsRecorder* stats = config_.command_stats;
-  const size_t index = static_cast<size_t>(spec - Table().data());
-  const auto reject = [&](std::string_view error) {
-    if (stats != nullptr) stats->Rejected(index);
-    out->Error(error);
-  };
-  if (!client->authenticated && !spec->before_auth) return reject(kNoAuth);
-  if (spec->admin && !client->admin) {
-    return reject(config_.admin_pass.empty() ? kAdminOff : kNoPerm);
+  if (std::string refusal = Refusal(*spec, args, *client); !refusal.empty()) {
+    if (config_.command_stats != nullptr) {
+      config_.command_stats->Rejected(static_cast<size_t>(spec - Table().data()));
+    }
+    client->multi_dirty = client->multi_dirty || client->in_multi;
+    return out->Error(refusal);
   }
-  int n = static_cast<int>(std::min<size_t>(args.size(), 1 << 30));
-  if ((spec->arity > 0 && n != spec->arity) || (spec->arity < 0 && n < -spec->arity)) {
-    return reject(std::string("ERR wrong number of arguments for '") + spec->name +
-                  "' command");
-  }
+  if (client->in_multi && !spec->immediate_in_multi) return Queue(args, client, out);
+  if (spec->handler == CmdExec) return Run(*spec, args, client, out);  // locks itself
+  ReaderLock lock(&exec_mu_);
+  Run(*spec, args, client, out);
+}
+
+void Dispatcher::Run(const CommandSpec& spec, const RespArgs& args, ClientState* client,
+                     ReplyBuffer* out) const {
   CommandContext ctx{*this, args, client, out};
-  if (stats == nullptr) return spec->handler(ctx);
+  CommandStatsRecorder* stats = config_.command_stats;
+  if (stats == nullptr) return spec.handler(ctx);
+  const size_t index = static_cast<size_t>(&spec - Table().data());
   const uint64_t errors_before = out->errors();
   const uint64_t start_nanos = config_.clock->NowNanos();
-  spec->handler(ctx);
+  spec.handler(ctx);
   const uint64_t end_nanos = config_.clock->NowNanos();
   stats->Ran(index, end_nanos > start_nanos ? end_nanos - start_nanos : 0,
              out->errors() > errors_before);
+}
+
+void Dispatcher::Queue(const RespArgs& args, ClientState* client,
+                       ReplyBuffer* out) const {
+  size_t bytes = 0;
+  for (const SharedBytes& arg : args) bytes += arg.size();
+  if (bytes >
+      config_.max_multi_bytes - std::min(config_.max_multi_bytes, client->multi_bytes)) {
+    client->multi_dirty = true;
+    return out->Error("ERR transaction too large: its commands exceed " +
+                      std::to_string(config_.max_multi_bytes) + " bytes");
+  }
+  RespArgs kept;
+  kept.reserve(args.size());
+  for (const SharedBytes& arg : args) kept.push_back(DetachArg(arg));
+  client->multi_queue.push_back(std::move(kept));
+  client->multi_bytes += bytes;
+  out->Simple("QUEUED");
+}
+
+void Dispatcher::ExecQueued(ClientState* client, ReplyBuffer* out) const {
+  std::vector<RespArgs> queue = std::move(client->multi_queue);
+  const bool dirty = client->multi_dirty;
+  client->in_multi = client->multi_dirty = false;
+  client->multi_queue.clear();
+  client->multi_bytes = 0;
+  if (dirty) {
+    return out->Error("EXECABORT Transaction discarded because of previous errors.");
+  }
+  WriterLock lock(&exec_mu_);
+  out->ArrayHeader(queue.size());
+  // Each was checked when queued (a command's checks do not change meanwhile:
+  // AUTH only widens what a client may run).
+  for (const RespArgs& args : queue) Run(*Find(args[0].view()), args, client, out);
 }
 
 bool PasswordMatches(std::string_view given, std::string_view expected) {

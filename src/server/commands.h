@@ -6,6 +6,7 @@
 // arities and whether a command may run before AUTH.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <string>
@@ -28,6 +29,15 @@ struct ClientState {
   // AUTH / HELLO AUTH refused unchecked by the server-wide AuthThrottle; they
   // count toward max_auth_failures too.
   size_t auth_throttled = 0;
+  // MULTI ... EXEC: the commands queued since MULTI (arguments detached from
+  // the parser's buffers), their argument bytes, and whether one was refused
+  // at queue time (EXEC then answers -EXECABORT).
+  bool in_multi = false;
+  bool multi_dirty = false;
+  std::vector<RespArgs> multi_queue;
+  size_t multi_bytes = 0;
+  uint64_t id = 0;   // CLIENT ID: unique per dispatcher, from 1
+  std::string name;  // CLIENT SETNAME / HELLO SETNAME; empty: none
 };
 
 class AuthThrottle;          // auth_throttle.h
@@ -51,6 +61,9 @@ struct DispatcherConfig {
   // (ServerStats::commands), timed by `clock`; null: not counted.
   CommandStatsRecorder* command_stats = nullptr;
   Clock* clock = nullptr;  // required with command_stats
+  // Argument bytes one transaction (MULTI) may queue; past it the command is
+  // refused and EXEC answers -EXECABORT.
+  size_t max_multi_bytes = size_t{512} << 20;
 };
 
 class Dispatcher;
@@ -77,22 +90,33 @@ struct CommandSpec {
   int key_step;
   CommandHandler handler;
   bool admin = false;  // needs AUTH admin (off without an admin password)
+  // Runs at once inside MULTI instead of being queued (MULTI, EXEC, DISCARD,
+  // WATCH, QUIT, as in Redis).
+  bool immediate_in_multi = false;
 };
 
 // Thread-safe: Execute may be called concurrently (per-client state is in
-// ClientState; PKV.REGISTER is serialised by register_mu_).
+// ClientState; PKV.REGISTER is serialised by register_mu_). Every command runs
+// holding exec_mu_ shared and EXEC holds it exclusively, so no other client's
+// command runs between a transaction's commands.
 class Dispatcher {
  public:
   // REQUIRES: `engine` outlives the dispatcher.
   Dispatcher(Engine* engine, DispatcherConfig config);
 
-  // Runs one command and appends exactly one reply to `out`.
+  // Runs one command (or queues it inside MULTI) and appends exactly one
+  // reply to `out`.
   void Execute(const RespArgs& args, ClientState* client, ReplyBuffer* out) const;
 
-  // The initial state of a new connection.
+  // EXEC: runs the client's queued commands in order, holding exec_mu_
+  // exclusively, and replies with the array of their replies.
+  void ExecQueued(ClientState* client, ReplyBuffer* out) const;
+
+  // The initial state of a new connection (with the next CLIENT ID).
   ClientState NewClient() const {
     ClientState client;
     client.authenticated = config_.requirepass.empty();
+    client.id = next_client_id_.fetch_add(1, std::memory_order_relaxed);
     return client;
   }
 
@@ -107,9 +131,20 @@ class Dispatcher {
   static const CommandSpec* Find(std::string_view name);
 
  private:
+  // Why `spec` may not run now for `client` ("" when it may).
+  std::string Refusal(const CommandSpec& spec, const RespArgs& args,
+                      const ClientState& client) const;
+  // Runs a command that passed the checks (timed and counted).
+  void Run(const CommandSpec& spec, const RespArgs& args, ClientState* client,
+           ReplyBuffer* out) const;
+  // Queues a command inside MULTI, or refuses it when the transaction is full.
+  void Queue(const RespArgs& args, ClientState* client, ReplyBuffer* out) const;
+
   Engine* const engine_;
   const DispatcherConfig config_;
   mutable Mutex register_mu_;
+  mutable SharedMutex exec_mu_;
+  mutable std::atomic<uint64_t> next_client_id_{1};
 };
 
 // Handlers by group: commands.cc (connection), commands_keys.cc (raw keys),
@@ -119,6 +154,11 @@ void CmdEcho(CommandContext& ctx);
 void CmdAuth(CommandContext& ctx);
 void CmdHello(CommandContext& ctx);
 void CmdQuit(CommandContext& ctx);
+void CmdMulti(CommandContext& ctx);
+void CmdExec(CommandContext& ctx);
+void CmdDiscard(CommandContext& ctx);
+void CmdWatch(CommandContext& ctx);
+void CmdUnwatch(CommandContext& ctx);
 void CmdSelect(CommandContext& ctx);
 void CmdCommand(CommandContext& ctx);
 void CmdConfig(CommandContext& ctx);

@@ -63,7 +63,7 @@ size_t Connection::ReadChunkBytes() const {
 size_t Connection::BufferBytes() const {
   return read_cap_ + parser_.buffer_bytes() + args_.capacity() * sizeof(SharedBytes) +
          queued_.buffer_bytes() + writing_.buffer_bytes() +
-         write_pieces_.capacity() * sizeof(asio::const_buffer);
+         write_pieces_.capacity() * sizeof(asio::const_buffer) + client_.multi_bytes;
 }
 
 void Connection::AccountBuffers() {

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
+#include <thread>
 
 #include "tests/server/server_fixture.h"
 #include "tests/support/test_util.h"
@@ -108,6 +110,105 @@ TEST_F(ServerTest, ReportsWrongArityAndUnknownCommands) {
   EXPECT_EQ(c->Call({"FLUSHALL"}).str,
             "ERR unknown command 'FLUSHALL', with args beginning with: ");
   EXPECT_EQ(c->Call({"PING"}).str, "PONG");  // the connection is still usable
+}
+
+TEST_F(ServerTest, RunsATransactionsQueuedCommandsInOrderAtExec) {
+  StartServer();
+  auto c = Connect();
+  auto other = Connect();
+  EXPECT_EQ(c->Call({"MULTI"}).str, "OK");
+  EXPECT_EQ(c->Call({"SET", "a", "1"}).str, "QUEUED");
+  EXPECT_EQ(c->Call({"GET", "a"}).str, "QUEUED");
+  EXPECT_EQ(c->Call({"DEL", "a", "b"}).str, "QUEUED");
+  EXPECT_EQ(c->Call({"SET", "a", "2", "EX", "1"}).str, "QUEUED");  // fails at EXEC
+  EXPECT_EQ(c->Call({"SET", "b", "3"}).str, "QUEUED");
+  EXPECT_TRUE(other->Call({"GET", "a"}).null);  // queued, not run
+  Reply exec = c->Call({"EXEC"});
+  ASSERT_EQ(exec.type, '*');
+  ASSERT_EQ(exec.elems.size(), 5u);
+  EXPECT_EQ(exec.elems[0].str, "OK");
+  EXPECT_EQ(exec.elems[1].str, "1");
+  EXPECT_EQ(exec.elems[2].integer, 1);
+  EXPECT_TRUE(exec.elems[3].IsError());  // as Redis: the others still run
+  EXPECT_EQ(exec.elems[4].str, "OK");
+  EXPECT_EQ(other->Call({"GET", "b"}).str, "3");
+  EXPECT_EQ(c->Call({"GET", "b"}).str, "3");  // no longer queueing
+  EXPECT_EQ(c->Call({"MULTI"}).str, "OK");
+  EXPECT_EQ(c->Call({"EXEC"}).elems.size(), 0u);
+}
+
+TEST_F(ServerTest, AbortsATransactionWithACommandRefusedWhenQueued) {
+  StartServer();
+  auto c = Connect();
+  ASSERT_EQ(c->Call({"MULTI"}).str, "OK");
+  EXPECT_EQ(c->Call({"SET", "a", "1"}).str, "QUEUED");
+  EXPECT_EQ(c->Call({"GET"}).str, "ERR wrong number of arguments for 'get' command");
+  EXPECT_EQ(c->Call({"NOSUCH", "x"}).str.rfind("ERR unknown command 'NOSUCH'", 0), 0u);
+  EXPECT_EQ(c->Call({"EXEC"}).str,
+            "EXECABORT Transaction discarded because of previous errors.");
+  EXPECT_TRUE(c->Call({"GET", "a"}).null);
+  // Only an unknown name aborts too.
+  ASSERT_EQ(c->Call({"MULTI"}).str, "OK");
+  EXPECT_EQ(c->Call({"SET", "a", "1"}).str, "QUEUED");
+  EXPECT_TRUE(c->Call({"NOSUCH"}).IsError());
+  EXPECT_TRUE(c->Call({"EXEC"}).IsError());
+  EXPECT_TRUE(c->Call({"GET", "a"}).null);
+  // An admin command without the permission aborts it as well.
+  ASSERT_EQ(c->Call({"MULTI"}).str, "OK");
+  EXPECT_TRUE(c->Call({"PKV.AUDIT"}).IsError());
+  EXPECT_EQ(c->Call({"EXEC"}).str.rfind("EXECABORT", 0), 0u);
+}
+
+TEST_F(ServerTest, AnswersMisplacedTransactionCommandsAsRedisDoes) {
+  StartServer();
+  auto c = Connect();
+  EXPECT_EQ(c->Call({"EXEC"}).str, "ERR EXEC without MULTI");
+  EXPECT_EQ(c->Call({"DISCARD"}).str, "ERR DISCARD without MULTI");
+  EXPECT_EQ(c->Call({"WATCH", "k"}).str.rfind("ERR WATCH is not supported", 0), 0u);
+  EXPECT_EQ(c->Call({"UNWATCH"}).str, "OK");
+  ASSERT_EQ(c->Call({"MULTI"}).str, "OK");
+  EXPECT_EQ(c->Call({"MULTI"}).str, "ERR MULTI calls can not be nested");
+  EXPECT_EQ(c->Call({"WATCH", "k"}).str, "ERR WATCH inside MULTI is not allowed");
+  EXPECT_EQ(c->Call({"SET", "k", "v"}).str, "QUEUED");
+  EXPECT_EQ(c->Call({"DISCARD"}).str, "OK");  // drops the queue
+  EXPECT_TRUE(c->Call({"GET", "k"}).null);
+  ASSERT_EQ(c->Call({"MULTI"}).str, "OK");
+  EXPECT_EQ(c->Call({"MULTI"}).type, '-');  // a nested MULTI does not abort
+  EXPECT_EQ(c->Call({"SET", "k", "v"}).str, "QUEUED");
+  EXPECT_EQ(c->Call({"EXEC"}).elems.size(), 1u);
+  EXPECT_EQ(c->Call({"GET", "k"}).str, "v");
+}
+
+// A reader on another I/O thread never sees the value a transaction holds
+// only between two of its commands.
+TEST_F(ServerTest, RunsATransactionWithoutOtherClientsCommandsInBetween) {
+  options_.io_threads = 2;
+  StartServer();
+  auto writer = Connect();
+  auto reading = Connect();
+  std::string pipeline =
+      testing::EncodeCommand({"MULTI"}) + testing::EncodeCommand({"SET", "k", "mid"});
+  for (int i = 0; i < 3000; ++i) pipeline += testing::EncodeCommand({"EXISTS", "k"});
+  pipeline += testing::EncodeCommand({"DEL", "k"}) + testing::EncodeCommand({"EXEC"});
+  std::atomic<bool> done{false};
+  std::atomic<int> seen_mid{0}, reads{0};
+  std::thread reader([&] {
+    while (!done.load()) {
+      Reply r = reading->Call({"GET", "k"});
+      if (r.str == "mid") ++seen_mid;
+      ++reads;
+    }
+  });
+  for (int round = 0; round < 20; ++round) {
+    ASSERT_TRUE(writer->SendRaw(pipeline));
+    for (int i = 0; i < 3003; ++i) ASSERT_NE(writer->Read().type, 0);
+    Reply exec = writer->Read();
+    ASSERT_EQ(exec.elems.size(), 3002u);
+  }
+  done = true;
+  reader.join();
+  EXPECT_GT(reads.load(), 0);
+  EXPECT_EQ(seen_mid.load(), 0);
 }
 
 TEST_F(ServerTest, RequiresAuthWhenAPasswordIsSet) {
