@@ -22,20 +22,6 @@ constexpr std::string_view kAdminOff =
 constexpr std::string_view kNoPerm =
     "NOPERM this is an admin command: AUTH admin <admin password> first";
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-// A client-supplied word made safe and short for an error message.
-std::string Quoted(std::string_view s) {
-  std::string out = "'";
-  for (char c : s.substr(0, 64))
-    out += std::isprint(static_cast<unsigned char>(c)) ? c : '?';
-  return out + "'";
-}
-
 void UnknownCommand(const RespArgs& args, ReplyBuffer* out) {
   std::string msg =
       "ERR unknown command " + Quoted(args[0].view()) + ", with args beginning with: ";
@@ -107,6 +93,20 @@ void ReplyCommandSpec(const CommandSpec& spec, ReplyBuffer* out) {
 
 }  // namespace
 
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// A client-supplied word made safe and short for an error message.
+std::string Quoted(std::string_view s) {
+  std::string out = "'";
+  for (char c : s.substr(0, 64))
+    out += std::isprint(static_cast<unsigned char>(c)) ? c : '?';
+  return out + "'";
+}
+
 const std::vector<CommandSpec>& Dispatcher::Table() {
   static const std::vector<CommandSpec> table = {
       {"ping", -1, false, false, 0, 0, 0, CmdPing},
@@ -122,6 +122,7 @@ const std::vector<CommandSpec>& Dispatcher::Table() {
       {"select", 2, false, false, 0, 0, 0, CmdSelect},
       {"command", -1, false, false, 0, 0, 0, CmdCommand},
       {"config", -2, false, false, 0, 0, 0, CmdConfig},
+      {"client", -2, false, false, 0, 0, 0, CmdClient},
       {"info", -1, false, false, 0, 0, 0, CmdInfo},
       {"get", 2, false, false, 1, 1, 1, CmdGet},
       {"set", -3, false, true, 1, 1, 1, CmdSet},
@@ -170,10 +171,30 @@ std::string Dispatcher::Refusal(const CommandSpec& spec, const RespArgs& args,
   return "";
 }
 
+ClientState Dispatcher::NewClient(std::string addr, std::string laddr) const {
+  ClientState client;
+  client.authenticated = config_.requirepass.empty();
+  client.record = clients_->Add(std::move(addr), std::move(laddr), NowMillis());
+  return client;
+}
+
 void Dispatcher::Execute(const RespArgs& args, ClientState* client,
                          ReplyBuffer* out) const {
+  Dispatch(args, client, out);
+  ClientRecord& record = *client->record;
+  record.last_command_ms.store(NowMillis(), std::memory_order_relaxed);
+  record.multi.store(
+      client->in_multi ? static_cast<int64_t>(client->multi_queue.size()) : -1,
+      std::memory_order_relaxed);
+  record.admin.store(client->admin, std::memory_order_relaxed);
+}
+
+void Dispatcher::Dispatch(const RespArgs& args, ClientState* client,
+                          ReplyBuffer* out) const {
   if (args.empty()) return out->Error("ERR empty command");  // parsers never send one
   const CommandSpec* spec = Find(args[0].view());
+  if (spec != nullptr)
+    client->record->last_command.store(spec, std::memory_order_relaxed);
   if (spec == nullptr) {
     if (!client->authenticated) return out->Error(kNoAuth);
     client->multi_dirty = client->in_multi;  // as Redis: EXEC will abort
@@ -294,17 +315,26 @@ void CmdHello(CommandContext& ctx) {
     if (proto != 2)
       return ctx.out->Error("NOPROTO sorry, this protocol version is not supported.");
   }
+  // As Redis: every option is checked before the password, and the name is
+  // set only once the client is authenticated.
+  std::string_view user, pass, name;
+  bool auth = false, setname = false;
   for (size_t i = 2; i < ctx.args.size(); ++i) {
     std::string opt = Lower(ctx.arg(i));
     if (opt == "auth" && i + 2 < ctx.args.size()) {
-      if (CheckPassword(ctx, ctx.arg(i + 1), ctx.arg(i + 2)) != AuthOutcome::kOk) return;
+      user = ctx.arg(i + 1);
+      pass = ctx.arg(i + 2);
+      auth = true;
       i += 2;
     } else if (opt == "setname" && i + 1 < ctx.args.size()) {
-      ++i;  // client names are accepted and not kept
+      name = ctx.arg(++i);
+      setname = true;
+      if (!ValidClientName(name)) return ctx.out->Error(kBadClientName);
     } else {
       return ctx.out->Error("ERR Syntax error in HELLO option " + Quoted(ctx.arg(i)));
     }
   }
+  if (auth && CheckPassword(ctx, user, pass) != AuthOutcome::kOk) return;
   if (!ctx.client->authenticated) {
     return ctx.out->Error(
         "NOAUTH HELLO must be called with the client already authenticated, otherwise "
@@ -318,8 +348,9 @@ void CmdHello(CommandContext& ctx) {
   ctx.out->Bulk("0.1.0");
   ctx.out->Bulk("proto");
   ctx.out->Integer(2);
+  if (setname) ctx.client->record->set_name(std::string(name));
   ctx.out->Bulk("id");
-  ctx.out->Integer(0);
+  ctx.out->Integer(static_cast<int64_t>(ctx.client->record->id));
   ctx.out->Bulk("mode");
   ctx.out->Bulk("standalone");
   ctx.out->Bulk("role");

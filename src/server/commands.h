@@ -9,10 +9,12 @@
 #include <atomic>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "client_registry.h"
 #include "prefixkv/advanced/mutex.h"
 #include "prefixkv/engine.h"
 #include "reply_buffer.h"
@@ -36,8 +38,8 @@ struct ClientState {
   bool multi_dirty = false;
   std::vector<RespArgs> multi_queue;
   size_t multi_bytes = 0;
-  uint64_t id = 0;   // CLIENT ID: unique per dispatcher, from 1
-  std::string name;  // CLIENT SETNAME / HELLO SETNAME; empty: none
+  // What CLIENT LIST shows of this client (id, name...); never null.
+  std::shared_ptr<ClientRecord> record;
 };
 
 class AuthThrottle;          // auth_throttle.h
@@ -60,7 +62,7 @@ struct DispatcherConfig {
   // Where each command's calls, failures, rejections and time are counted
   // (ServerStats::commands), timed by `clock`; null: not counted.
   CommandStatsRecorder* command_stats = nullptr;
-  Clock* clock = nullptr;  // required with command_stats
+  Clock* clock = nullptr;  // required with command_stats; CLIENT LIST's ages
   // Argument bytes one transaction (MULTI) may queue; past it the command is
   // refused and EXEC answers -EXECABORT.
   size_t max_multi_bytes = size_t{512} << 20;
@@ -112,13 +114,11 @@ class Dispatcher {
   // exclusively, and replies with the array of their replies.
   void ExecQueued(ClientState* client, ReplyBuffer* out) const;
 
-  // The initial state of a new connection (with the next CLIENT ID).
-  ClientState NewClient() const {
-    ClientState client;
-    client.authenticated = config_.requirepass.empty();
-    client.id = next_client_id_.fetch_add(1, std::memory_order_relaxed);
-    return client;
-  }
+  // The initial state of a new connection from `addr` to `laddr` ("ip:port"),
+  // listed by CLIENT LIST for as long as the state (or a copy) lives.
+  ClientState NewClient(std::string addr = "", std::string laddr = "") const;
+  const ClientRegistry& clients() const { return *clients_; }
+  uint64_t NowMillis() const { return config_.clock ? config_.clock->NowMillis() : 0; }
 
   Engine* engine() const { return engine_; }
   const DispatcherConfig& config() const { return config_; }
@@ -134,6 +134,8 @@ class Dispatcher {
   // Why `spec` may not run now for `client` ("" when it may).
   std::string Refusal(const CommandSpec& spec, const RespArgs& args,
                       const ClientState& client) const;
+  // Execute() before the client's record is brought up to date.
+  void Dispatch(const RespArgs& args, ClientState* client, ReplyBuffer* out) const;
   // Runs a command that passed the checks (timed and counted).
   void Run(const CommandSpec& spec, const RespArgs& args, ClientState* client,
            ReplyBuffer* out) const;
@@ -144,7 +146,7 @@ class Dispatcher {
   const DispatcherConfig config_;
   mutable Mutex register_mu_;
   mutable SharedMutex exec_mu_;
-  mutable std::atomic<uint64_t> next_client_id_{1};
+  const std::shared_ptr<ClientRegistry> clients_ = std::make_shared<ClientRegistry>();
 };
 
 // Handlers by group: commands.cc (connection), commands_keys.cc (raw keys),
@@ -161,6 +163,7 @@ void CmdWatch(CommandContext& ctx);
 void CmdUnwatch(CommandContext& ctx);
 void CmdSelect(CommandContext& ctx);
 void CmdCommand(CommandContext& ctx);
+void CmdClient(CommandContext& ctx);
 void CmdConfig(CommandContext& ctx);
 void CmdInfo(CommandContext& ctx);
 void CmdGet(CommandContext& ctx);
@@ -183,6 +186,11 @@ bool PasswordMatches(std::string_view given, std::string_view expected);
 // Visits every TierCounters field as (name, value), in declaration order.
 void ForEachCounter(const TierCounters& c,
                     const std::function<void(std::string_view, uint64_t)>& fn);
+
+// `s` in lowercase (ASCII).
+std::string Lower(std::string_view s);
+// A client-supplied word made safe and short for an error message, in quotes.
+std::string Quoted(std::string_view s);
 
 // "ERR <status>" for a failed engine operation.
 void ReplyStatus(const Status& status, ReplyBuffer* out);

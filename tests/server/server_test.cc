@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <thread>
 
@@ -209,6 +211,63 @@ TEST_F(ServerTest, RunsATransactionWithoutOtherClientsCommandsInBetween) {
   reader.join();
   EXPECT_GT(reads.load(), 0);
   EXPECT_EQ(seen_mid.load(), 0);
+}
+
+TEST_F(ServerTest, NamesIdentifiesAndListsItsClients) {
+  StartServer();
+  auto a = Connect();
+  auto b = Connect();
+  const int64_t id_a = a->Call({"CLIENT", "ID"}).integer;
+  const int64_t id_b = b->Call({"client", "id"}).integer;
+  EXPECT_GT(id_a, 0);
+  EXPECT_NE(id_a, id_b);
+  EXPECT_TRUE(a->Call({"CLIENT", "GETNAME"}).null);
+  EXPECT_EQ(a->Call({"CLIENT", "SETNAME", "worker-1"}).str, "OK");
+  EXPECT_EQ(a->Call({"CLIENT", "GETNAME"}).str, "worker-1");
+  EXPECT_EQ(a->Call({"CLIENT", "SETNAME", "two words"}).str,
+            "ERR Client names cannot contain spaces, newlines or special characters.");
+  EXPECT_EQ(a->Call({"CLIENT", "GETNAME"}).str, "worker-1");
+  const std::string info = a->Call({"CLIENT", "INFO"}).str;
+  EXPECT_EQ(info.rfind("id=" + std::to_string(id_a) + " addr=127.0.0.1:", 0), 0u) << info;
+  EXPECT_NE(info.find(" name=worker-1 "), std::string::npos) << info;
+  EXPECT_NE(info.find(" cmd=client "), std::string::npos) << info;
+  ASSERT_EQ(a->Call({"MULTI"}).str, "OK");
+  const std::string list = b->Call({"CLIENT", "LIST"}).str;
+  EXPECT_EQ(std::count(list.begin(), list.end(), '\n'), 2) << list;
+  EXPECT_NE(list.find("name=worker-1 age=0 idle=0 flags=x db=0 multi=0"),
+            std::string::npos)
+      << list;
+  const std::string only_b = b->Call({"CLIENT", "LIST", "ID", std::to_string(id_b)}).str;
+  EXPECT_EQ(only_b.rfind("id=" + std::to_string(id_b) + " ", 0), 0u) << only_b;
+  EXPECT_EQ(std::count(only_b.begin(), only_b.end(), '\n'), 1);
+  EXPECT_EQ(b->Call({"CLIENT", "LIST", "ID", "x"}).str, "ERR Invalid client ID");
+  EXPECT_EQ(b->Call({"CLIENT", "KILL", "x"}).str,
+            "ERR unknown subcommand 'KILL'. Try CLIENT HELP.");
+  EXPECT_TRUE(b->Call({"CLIENT", "SETNAME"}).IsError());
+  EXPECT_EQ(b->Call({"CLIENT", "SETINFO", "LIB-NAME", "redis-py"}).str, "OK");
+  // A closed client leaves the list.
+  a.reset();
+  std::string after;
+  for (int i = 0; i < 200; ++i) {
+    after = b->Call({"CLIENT", "LIST"}).str;
+    if (std::count(after.begin(), after.end(), '\n') == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(after.find("worker-1"), std::string::npos) << after;
+}
+
+TEST_F(ServerTest, HelloSetsTheNameAndReportsTheClientId) {
+  StartServer();
+  auto c = Connect();
+  const int64_t id = c->Call({"CLIENT", "ID"}).integer;
+  Reply hello = c->Call({"HELLO", "2", "SETNAME", "pipeline-7"});
+  ASSERT_EQ(hello.elems.size(), 14u);
+  EXPECT_EQ(hello.elems[6].str, "id");
+  EXPECT_EQ(hello.elems[7].integer, id);
+  EXPECT_EQ(c->Call({"CLIENT", "GETNAME"}).str, "pipeline-7");
+  EXPECT_EQ(c->Call({"HELLO", "2", "SETNAME", "a\nb"}).str,
+            "ERR Client names cannot contain spaces, newlines or special characters.");
+  EXPECT_EQ(c->Call({"CLIENT", "GETNAME"}).str, "pipeline-7");
 }
 
 TEST_F(ServerTest, RequiresAuthWhenAPasswordIsSet) {
