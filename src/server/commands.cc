@@ -115,7 +115,7 @@ const std::vector<CommandSpec>& Dispatcher::Table() {
       {"hello", -1, true, false, 0, 0, 0, CmdHello},
       {"quit", -1, true, false, 0, 0, 0, CmdQuit, false, /*immediate_in_multi=*/true},
       {"multi", 1, false, false, 0, 0, 0, CmdMulti, false, true},
-      {"exec", 1, false, false, 0, 0, 0, CmdExec, false, true},
+      {"exec", 1, false, false, 0, 0, 0, CmdExec, false, true, /*exclusive=*/true},
       {"discard", 1, false, false, 0, 0, 0, CmdDiscard, false, true},
       {"watch", -2, false, false, 1, -1, 1, CmdWatch, false, true},
       {"unwatch", 1, false, false, 0, 0, 0, CmdUnwatch},
@@ -127,6 +127,12 @@ const std::vector<CommandSpec>& Dispatcher::Table() {
       {"get", 2, false, false, 1, 1, 1, CmdGet},
       {"set", -3, false, true, 1, 1, 1, CmdSet},
       {"del", -2, false, true, 1, -1, 1, CmdDel},
+      {"unlink", -2, false, true, 1, -1, 1, CmdDel},
+      {"dbsize", 1, false, false, 0, 0, 0, CmdDbsize},
+      {"flushdb", -1, false, true, 0, 0, 0, CmdFlushdb, true, false, true},
+      {"flushall", -1, false, true, 0, 0, 0, CmdFlushdb, true, false, true},
+      {"scan", -2, false, false, 0, 0, 0, CmdScan},
+      {"keys", 2, false, false, 0, 0, 0, CmdScan},
       {"exists", -2, false, false, 1, -1, 1, CmdExists},
       {"mget", -2, false, false, 1, -1, 1, CmdMget},
       {"mset", -3, false, true, 1, -1, 2, CmdMset},
@@ -208,7 +214,10 @@ void Dispatcher::Dispatch(const RespArgs& args, ClientState* client,
     return out->Error(refusal);
   }
   if (client->in_multi && !spec->immediate_in_multi) return Queue(args, client, out);
-  if (spec->handler == CmdExec) return Run(*spec, args, client, out);  // locks itself
+  if (spec->exclusive) {
+    WriterLock lock(&exec_mu_);
+    return Run(*spec, args, client, out);
+  }
   ReaderLock lock(&exec_mu_);
   Run(*spec, args, client, out);
 }
@@ -254,7 +263,6 @@ void Dispatcher::ExecQueued(ClientState* client, ReplyBuffer* out) const {
   if (dirty) {
     return out->Error("EXECABORT Transaction discarded because of previous errors.");
   }
-  WriterLock lock(&exec_mu_);
   out->ArrayHeader(queue.size());
   // Each was checked when queued (a command's checks do not change meanwhile:
   // AUTH only widens what a client may run).

@@ -95,12 +95,15 @@ struct CommandSpec {
   // Runs at once inside MULTI instead of being queued (MULTI, EXEC, DISCARD,
   // WATCH, QUIT, as in Redis).
   bool immediate_in_multi = false;
+  // Runs holding the dispatcher's lock exclusively: no other client's command
+  // runs meanwhile (EXEC, FLUSHDB).
+  bool exclusive = false;
 };
 
 // Thread-safe: Execute may be called concurrently (per-client state is in
 // ClientState; PKV.REGISTER is serialised by register_mu_). Every command runs
-// holding exec_mu_ shared and EXEC holds it exclusively, so no other client's
-// command runs between a transaction's commands.
+// holding exec_mu_ shared, and EXEC and FLUSHDB hold it exclusively, so no
+// other client's command runs between a transaction's commands.
 class Dispatcher {
  public:
   // REQUIRES: `engine` outlives the dispatcher.
@@ -110,8 +113,8 @@ class Dispatcher {
   // reply to `out`.
   void Execute(const RespArgs& args, ClientState* client, ReplyBuffer* out) const;
 
-  // EXEC: runs the client's queued commands in order, holding exec_mu_
-  // exclusively, and replies with the array of their replies.
+  // EXEC: runs the client's queued commands in order (the caller holds
+  // exec_mu_ exclusively) and replies with the array of their replies.
   void ExecQueued(ClientState* client, ReplyBuffer* out) const;
 
   // The initial state of a new connection from `addr` to `laddr` ("ip:port"),
@@ -169,6 +172,9 @@ void CmdInfo(CommandContext& ctx);
 void CmdGet(CommandContext& ctx);
 void CmdSet(CommandContext& ctx);
 void CmdDel(CommandContext& ctx);
+void CmdDbsize(CommandContext& ctx);
+void CmdFlushdb(CommandContext& ctx);
+void CmdScan(CommandContext& ctx);
 void CmdExists(CommandContext& ctx);
 void CmdMget(CommandContext& ctx);
 void CmdMset(CommandContext& ctx);
