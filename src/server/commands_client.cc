@@ -10,8 +10,9 @@
 namespace prefixkv::server {
 namespace {
 
-// One line of CLIENT LIST / INFO, in Redis's "key=value" format (the fields
-// prefixkv knows; Redis has more, and parsers take what is there).
+// One line of CLIENT LIST / INFO, with Redis 7's fields in its order (client
+// libraries parse some as integers). Buffer and pub/sub fields prefixkv does
+// not track per client (qbuf, argv-mem, obl, omem, tot-mem...) are 0; fd is -1.
 std::string ClientLine(const ClientRecord& r, uint64_t now_ms) {
   const auto since = [now_ms](uint64_t ms) {
     return std::to_string(now_ms > ms ? (now_ms - ms) / 1000 : 0);
@@ -19,12 +20,15 @@ std::string ClientLine(const ClientRecord& r, uint64_t now_ms) {
   const int64_t multi = r.multi.load(std::memory_order_relaxed);
   const CommandSpec* cmd = r.last_command.load(std::memory_order_relaxed);
   return "id=" + std::to_string(r.id) + " addr=" + r.addr + " laddr=" + r.laddr +
-         " name=" + r.name() + " age=" + since(r.created_ms) +
+         " fd=-1 name=" + r.name() + " age=" + since(r.created_ms) +
          " idle=" + since(r.last_command_ms.load(std::memory_order_relaxed)) +
-         " flags=" + (multi >= 0 ? "x" : "N") + " db=0 multi=" + std::to_string(multi) +
-         " cmd=" + (cmd != nullptr ? cmd->name : "NULL") +
+         " flags=" + (multi >= 0 ? "x" : "N") +
+         " db=0 sub=0 psub=0 ssub=0 multi=" + std::to_string(multi) +
+         " qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0"
+         " tot-mem=0 events=r cmd=" +
+         (cmd != nullptr ? cmd->name : "NULL") +
          " user=" + (r.admin.load(std::memory_order_relaxed) ? "admin" : "default") +
-         " resp=2\n";
+         " redir=-1 resp=2\n";
 }
 
 // CLIENT LIST [TYPE normal] [ID id ...]

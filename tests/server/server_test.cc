@@ -234,8 +234,9 @@ TEST_F(ServerTest, NamesIdentifiesAndListsItsClients) {
   ASSERT_EQ(a->Call({"MULTI"}).str, "OK");
   const std::string list = b->Call({"CLIENT", "LIST"}).str;
   EXPECT_EQ(std::count(list.begin(), list.end(), '\n'), 2) << list;
-  EXPECT_NE(list.find("name=worker-1 age=0 idle=0 flags=x db=0 multi=0"),
-            std::string::npos)
+  EXPECT_NE(
+      list.find("name=worker-1 age=0 idle=0 flags=x db=0 sub=0 psub=0 ssub=0 multi=0"),
+      std::string::npos)
       << list;
   const std::string only_b = b->Call({"CLIENT", "LIST", "ID", std::to_string(id_b)}).str;
   EXPECT_EQ(only_b.rfind("id=" + std::to_string(id_b) + " ", 0), 0u) << only_b;
