@@ -215,3 +215,20 @@ def test_scan_is_refused_with_the_reason_on_prefixkv(prefixkv_port):
     c = redis.Redis(port=prefixkv_port, socket_timeout=10)
     with pytest.raises(redis.exceptions.ResponseError, match="not supported"):
         c.scan(0, match="k*", count=10)
+
+
+def test_ttl_and_type_of_keys_without_expiry(both):
+    def run(c):
+        c.set("t", "1")
+        return (c.ttl("t"), c.pttl("t"), c.ttl("none"), c.pttl("none"), c.persist("t"),
+                c.type("t"), c.type("none"))
+
+    assert same_on_both(both, run) == (-1, -1, -2, -2, False, b"string", b"none")
+
+
+def test_expire_is_refused_with_the_reason_on_prefixkv(prefixkv_port):
+    c = redis.Redis(port=prefixkv_port, socket_timeout=10)
+    c.set("e", "1")
+    with pytest.raises(redis.exceptions.ResponseError, match="do not expire"):
+        c.expire("e", 10)
+    assert c.ttl("e") == -1

@@ -1,5 +1,5 @@
 // Raw-key commands: GET, SET, DEL (UNLINK), EXISTS, MGET, MSET, DBSIZE,
-// FLUSHDB (FLUSHALL), over the engine's
+// FLUSHDB (FLUSHALL), TTL, PTTL, PERSIST, TYPE, over the engine's
 // key-value space (Engine::GetValue...: its own hot-budget owner "values" over
 // the shared SSD tier, keys apart from every model's blocks). The engine's
 // tier stack serialises the operations of one key, so a value read from SSD
@@ -67,6 +67,24 @@ void CmdFlushdb(CommandContext& ctx) {
   StatusOr<uint64_t> removed = ctx.dispatcher.engine()->ClearValues();
   if (!removed.ok()) return ReplyStatus(removed.status(), ctx.out);
   ctx.out->Simple("OK");
+}
+
+// Values never expire: TTL / PTTL answer -1 for a key (no expiry) and -2 for
+// a missing one, PERSIST 0 (nothing to remove), TYPE "string" or "none".
+void CmdTtl(CommandContext& ctx) {
+  ctx.out->Integer(ctx.dispatcher.engine()->ContainsValue(ctx.arg(1)) ? -1 : -2);
+}
+void CmdPersist(CommandContext& ctx) { ctx.out->Integer(0); }
+void CmdType(CommandContext& ctx) {
+  ctx.out->Simple(ctx.dispatcher.engine()->ContainsValue(ctx.arg(1)) ? "string" : "none");
+}
+
+// EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT: refused, not accepted and ignored (a
+// client would count on the key going away).
+void CmdExpire(CommandContext& ctx) {
+  ctx.out->Error("ERR " + Lower(ctx.arg(0)) +
+                 " is not supported: prefixkv values do not expire (the cache is "
+                 "bounded by capacity, and evicts the least recently used)");
 }
 
 // SCAN and KEYS would list key names, which are not stored: a raw key lives

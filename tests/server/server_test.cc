@@ -295,6 +295,22 @@ TEST_F(ServerTest, CountsEachRawKeyOnceWhicheverTiersHoldIt) {
   EXPECT_TRUE(c->Call({"KEYS", "*"}).IsError());
 }
 
+// Nothing expires: TTL -1 for a key, -2 for none, TYPE string; EXPIRE is
+// refused rather than ignored.
+TEST_F(ServerTest, AnswersExpiryQueriesForValuesThatNeverExpire) {
+  StartServer();
+  auto c = Connect();
+  ASSERT_EQ(c->Call({"SET", "b", "v"}).str, "OK");
+  EXPECT_EQ(c->Call({"TTL", "b"}).integer, -1);
+  EXPECT_EQ(c->Call({"PTTL", "zz"}).integer, -2);
+  EXPECT_EQ(c->Call({"PERSIST", "b"}).integer, 0);
+  EXPECT_EQ(c->Call({"TYPE", "b"}).str, "string");
+  EXPECT_EQ(c->Call({"TYPE", "zz"}).str, "none");
+  EXPECT_EQ(c->Call({"EXPIRE", "b", "10"}).str.rfind("ERR expire is not supported", 0),
+            0u);
+  EXPECT_EQ(c->Call({"TTL", "b"}).integer, -1);
+}
+
 TEST_F(ServerTest, RequiresAuthWhenAPasswordIsSet) {
   options_.requirepass = "s3cret";
   StartServer();
