@@ -244,39 +244,6 @@ void Dispatcher::Run(const CommandSpec& spec, const RespArgs& args, ClientState*
              out->errors() > errors_before);
 }
 
-void Dispatcher::Queue(const RespArgs& args, ClientState* client,
-                       ReplyBuffer* out) const {
-  size_t bytes = 0;
-  for (const SharedBytes& arg : args) bytes += arg.size();
-  if (bytes >
-      config_.max_multi_bytes - std::min(config_.max_multi_bytes, client->multi_bytes)) {
-    client->multi_dirty = true;
-    return out->Error("ERR transaction too large: its commands exceed " +
-                      std::to_string(config_.max_multi_bytes) + " bytes");
-  }
-  RespArgs kept;
-  kept.reserve(args.size());
-  for (const SharedBytes& arg : args) kept.push_back(DetachArg(arg));
-  client->multi_queue.push_back(std::move(kept));
-  client->multi_bytes += bytes;
-  out->Simple("QUEUED");
-}
-
-void Dispatcher::ExecQueued(ClientState* client, ReplyBuffer* out) const {
-  std::vector<RespArgs> queue = std::move(client->multi_queue);
-  const bool dirty = client->multi_dirty;
-  client->in_multi = client->multi_dirty = false;
-  client->multi_queue.clear();
-  client->multi_bytes = 0;
-  if (dirty) {
-    return out->Error("EXECABORT Transaction discarded because of previous errors.");
-  }
-  out->ArrayHeader(queue.size());
-  // Each was checked when queued (a command's checks do not change meanwhile:
-  // AUTH only widens what a client may run).
-  for (const RespArgs& args : queue) Run(*Find(args[0].view()), args, client, out);
-}
-
 bool PasswordMatches(std::string_view given, std::string_view expected) {
   // Every byte of `given` is compared (against `expected` repeated, or a
   // zero byte when it is empty) and the lengths are folded into the result.
