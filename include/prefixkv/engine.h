@@ -280,6 +280,17 @@ class Engine {
   Status PutValue(std::string_view key, SharedBytes value);
   StatusOr<bool> DeleteValue(std::string_view key);
   bool ContainsValue(std::string_view key) const;
+  // How many keys the key-value space holds: each counted once, whether in
+  // RAM, on SSD or both. Waits for the SSD write-back queue, then walks both
+  // indexes (time in proportion to their entries). Entries of the older
+  // naming scheme still on SSD (unreachable by name) count too. Exact unless
+  // values are put or deleted meanwhile.
+  StatusOr<uint64_t> CountValues();
+  // Removes every key of the key-value space from every tier; returns how
+  // many there were. Keys put meanwhile may survive it: a caller that needs
+  // all gone serialises it with its writers (the server runs FLUSHDB alone).
+  // Blocks of registered models are not touched.
+  StatusOr<uint64_t> ClearValues();
 
   // Opens a charge to the RAM budget for memory held outside the blocks
   // (memory_charge.h; HotKvStateConfig::memory charges live sessions' KV to

@@ -32,13 +32,22 @@ RespLimits LimitsFrom(const ServerOptions& o, bool authenticated) {
   return limits;
 }
 
+// "ip:port" of one end of the socket ("" when it is not connected).
+std::string EndpointText(const tcp::socket& socket, bool remote) {
+  boost::system::error_code ec;
+  const tcp::endpoint e = remote ? socket.remote_endpoint(ec) : socket.local_endpoint(ec);
+  if (ec) return "";
+  return e.address().to_string() + ":" + std::to_string(e.port());
+}
+
 }  // namespace
 
 Connection::Connection(tcp::socket socket, const ConnectionEnv* env)
     : socket_(std::move(socket)),
       env_(env),
       parser_(LimitsFrom(*env->options, true)),
-      client_(env->dispatcher->NewClient()),
+      client_(env->dispatcher->NewClient(EndpointText(socket_, true),
+                                         EndpointText(socket_, false))),
       delay_timer_(socket_.get_executor()) {
   // Reads are attempted only after a wait for readability; a wake with
   // nothing to read must not block the I/O thread.
@@ -63,7 +72,7 @@ size_t Connection::ReadChunkBytes() const {
 size_t Connection::BufferBytes() const {
   return read_cap_ + parser_.buffer_bytes() + args_.capacity() * sizeof(SharedBytes) +
          queued_.buffer_bytes() + writing_.buffer_bytes() +
-         write_pieces_.capacity() * sizeof(asio::const_buffer);
+         write_pieces_.capacity() * sizeof(asio::const_buffer) + client_.multi_bytes;
 }
 
 void Connection::AccountBuffers() {

@@ -103,6 +103,35 @@ TEST_F(ServerAccessTest, FailedAuthIsDelayedAndClosesTheConnectionAfterAFew) {
   EXPECT_TRUE(hello->ReadsEof());
 }
 
+// HELLO ... AUTH is an AUTH: it spends the server-wide budget and is refused
+// unchecked past it; its other options are checked before the password.
+TEST_F(ServerAccessTest, HelloAuthGoesThroughTheAuthThrottle) {
+  FakeClock clock;
+  options_.clock = &clock;
+  options_.idle_check_interval_ms = 3600 * 1000;
+  options_.requirepass = "s3cret";
+  options_.auth_failure_delay_ms = 0;
+  options_.max_auth_failures = 0;
+  options_.auth_failures_per_second = 1;
+  options_.auth_failure_burst = 1;
+  StartServer();
+  auto c = Connect();
+  EXPECT_EQ(c->Call({"HELLO", "2", "AUTH", "default", "x", "SETNAME", "a b"}).str,
+            "ERR Client names cannot contain spaces, newlines or special characters.");
+  EXPECT_EQ(c->Call({"HELLO", "2", "AUTH", "default", "x"}).str.rfind("WRONGPASS", 0),
+            0u);
+  EXPECT_EQ(c->Call({"HELLO", "2", "AUTH", "default", "s3cret", "SETNAME", "n"})
+                .str.rfind("ERR too many failed AUTH attempts", 0),
+            0u);
+  EXPECT_EQ(c->Call({"CLIENT", "GETNAME"}).str, "NOAUTH Authentication required.");
+  clock.AdvanceMillis(1000);
+  EXPECT_EQ(c->Call({"HELLO", "2", "AUTH", "default", "s3cret", "SETNAME", "n"}).type,
+            '*');
+  EXPECT_EQ(c->Call({"CLIENT", "GETNAME"}).str, "n");
+  EXPECT_EQ(InfoField(c->Call({"INFO", "stats"}).str, "auth_failures"), 1);
+  EXPECT_EQ(InfoField(c->Call({"INFO", "stats"}).str, "auth_throttled"), 1);
+}
+
 // The per-connection pause did not stop parallel guessing: 10 connections
 // made 150 guesses/s. Now every password check spends one server-wide budget
 // (the default 10/s with a burst of 10, on a fake clock here): however many
