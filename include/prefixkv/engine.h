@@ -169,6 +169,10 @@ struct EngineStats {
   uint64_t ssd_capacity_bytes = 0;
   TierCounters ssd;
   uint64_t ssd_queued_blocks = 0;  // write-back queue depth
+  // Queued blocks whose last write attempt failed: nonzero while the SSD
+  // tier's write-back fails, and write-back Puts (SETs) are then refused.
+  uint64_t ssd_write_back_failed_blocks = 0;
+  uint64_t ssd_write_back_failures = 0;  // failed write-back attempts since open
   bool has_remote = false;
   std::string remote_describe;  // the cluster, e.g. "remote: redis cluster ..."
   RemoteCounters remote;        // this node's view of the remote tier
@@ -276,6 +280,17 @@ class Engine {
   Status PutValue(std::string_view key, SharedBytes value);
   StatusOr<bool> DeleteValue(std::string_view key);
   bool ContainsValue(std::string_view key) const;
+  // How many keys the key-value space holds: each counted once, whether in
+  // RAM, on SSD or both. Waits for the SSD write-back queue, then walks both
+  // indexes (time in proportion to their entries). Entries of the older
+  // naming scheme still on SSD (unreachable by name) count too. Exact unless
+  // values are put or deleted meanwhile.
+  StatusOr<uint64_t> CountValues();
+  // Removes every key of the key-value space from every tier; returns how
+  // many there were. Keys put meanwhile may survive it: a caller that needs
+  // all gone serialises it with its writers (the server runs FLUSHDB alone).
+  // Blocks of registered models are not touched.
+  StatusOr<uint64_t> ClearValues();
 
   // Opens a charge to the RAM budget for memory held outside the blocks
   // (memory_charge.h; HotKvStateConfig::memory charges live sessions' KV to
@@ -291,7 +306,9 @@ class Engine {
 
   // Writes every dirty hot block to the SSD tier and waits for its write-back
   // queue, so a crash after it loses nothing stored before it (with wal or
-  // sync durability). No-op without an SSD tier.
+  // sync durability). No-op without an SSD tier. On a failing SSD every block
+  // is still tried, and the first error says how many blocks (and bytes) are
+  // not on SSD (at Close: lost).
   Status Flush();
   // See the header comment. Idempotent: a second call returns OK.
   Status Close();

@@ -15,9 +15,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "prefixkv/clock.h"
@@ -57,6 +59,19 @@ struct ServerOptions {
   // the max_auth_failures-th failure closes it after the reply.
   uint64_t auth_failure_delay_ms = 100;
   size_t max_auth_failures = 3;
+  // Across all connections, passwords are checked on a budget refilled at
+  // auth_failures_per_second up to auth_failure_burst: every AUTH (and HELLO
+  // ... AUTH) takes one check, a correct password gives it back. With the
+  // budget spent, AUTH is answered "-ERR too many failed AUTH attempts on this
+  // server: the password was not checked; retry in N ms" without the password
+  // being compared (even a correct one: otherwise guessing would go on at any
+  // rate), counts toward max_auth_failures and in ServerStats::auth_throttled,
+  // and `log` says so (at most one line per 10 s). So many connections guess
+  // no faster than auth_failures_per_second together; while they do, a client
+  // with the right password waits its turn for a check. 0: no server-wide
+  // limit. Time is `clock`'s. Both at most 1,000,000.
+  uint64_t auth_failures_per_second = 10;
+  uint64_t auth_failure_burst = 10;
   // While a connection has not authenticated (requirepass set), its requests,
   // inline lines and unsent replies are limited to this many bytes and its
   // commands to 16 arguments: an anonymous client cannot make the server
@@ -94,6 +109,9 @@ struct ServerOptions {
   size_t max_models = 256;
   // Time source for idle accounting and uptime; nullptr = Clock::System().
   Clock* clock = nullptr;
+  // Where the server reports what an operator should know (AUTH throttling),
+  // one line per call; empty: standard error.
+  std::function<void(std::string_view)> log;
 };
 
 // One RESP command's calls and their time inside the server (INFO
@@ -120,8 +138,14 @@ struct ServerStats {
   uint64_t total_commands_processed = 0;
   uint64_t protocol_errors = 0;  // connections closed for malformed input
   uint64_t idle_disconnections = 0;
-  uint64_t auth_failures = 0;  // failed AUTH / HELLO AUTH
-  uint64_t out_of_memory = 0;  // requests refused because an allocation failed
+  uint64_t auth_failures = 0;   // failed AUTH / HELLO AUTH (a wrong password)
+  uint64_t auth_throttled = 0;  // AUTH refused unchecked over the server-wide budget
+  uint64_t out_of_memory = 0;   // requests refused because an allocation failed
+  // Heap bytes the open connections' buffers hold now (read buffers, partial
+  // requests, queued replies; not stored values a reply references). A
+  // connection that has sent nothing holds none; buffers over a few KiB are
+  // freed once used (docs/protocol.md, "Limits and bad input").
+  uint64_t client_buffer_bytes = 0;
   // Every command the server knows, in COMMAND's order (unknown names are
   // counted only in total_commands_processed).
   std::vector<CommandStats> commands;
@@ -153,7 +177,8 @@ class Server {
   void Stop();
 
   // Closes connections idle (nothing received, nothing sent) for longer than
-  // idle_timeout_ms, by the options' clock. The server calls it every
+  // idle_timeout_ms, by the options' clock, and has those idle for 2 s free
+  // the buffers they keep for their next requests. The server calls it every
   // idle_check_interval_ms; tests call it after advancing a FakeClock.
   // Returns how many it closed.
   size_t SweepIdleConnections();

@@ -153,7 +153,8 @@ class Engine:
     def closed(self) -> bool: ...
     def stats(self) -> dict[str, Any]:
         """EngineStats: hot_capacity_bytes, hot, owners, dirty_blocks, has_ssd,
-        ssd_capacity_bytes, ssd, ssd_queued_blocks (counters are dicts),
+        ssd_capacity_bytes, ssd, ssd_queued_blocks, ssd_write_back_failed_blocks,
+        ssd_write_back_failures (counters are dicts),
         has_remote, remote (cluster, available, hits, misses, corruptions,
         errors, bytes_read, bytes_written, writes, dropped, over_quota,
         rewrites_skipped, queued_blocks, queued_bytes). Each

@@ -65,6 +65,8 @@ py::dict StatsDict(const EngineStats& s) {
   d["ssd_capacity_bytes"] = s.ssd_capacity_bytes;
   d["ssd"] = CountersDict(s.ssd);
   d["ssd_queued_blocks"] = s.ssd_queued_blocks;
+  d["ssd_write_back_failed_blocks"] = s.ssd_write_back_failed_blocks;
+  d["ssd_write_back_failures"] = s.ssd_write_back_failures;
   d["has_remote"] = s.has_remote;
   py::dict r;
   r["cluster"] = s.remote_describe;

@@ -13,13 +13,15 @@ StatusOr<LoadedBlock> LoadBlock(const cache::NamespaceState& ns, const BlockKey&
   PKV_ASSIGN_OR_RETURN(TierHit hit, read == BlockRead::kRestore
                                         ? ns.tiers->Get(key)
                                         : ns.tiers->PeekPayload(key));
-  // Hot bytes were encoded by this process, or fully verified when they were
-  // stored (StoreRecords), and never left memory since: decode in place
-  // without a checksum pass. SSD bytes are verified again here on top
-  // of the tier's own check.
-  PKV_ASSIGN_OR_RETURN(BlockRecord record, hit.level == TierLevel::kHot
-                                               ? DecodeTrustedBlock(hit.payload, limits)
-                                               : DecodeBlock(hit.payload, limits));
+  // What the local tiers hold was encoded by this process, or fully verified
+  // before it was stored (StoreRecords; a remote value's record in
+  // PromoteRemote). Hot bytes never left memory since; the SSD tier checked
+  // its bytes' XXH3-64 against the one it computed when they were stored.
+  // Both are decoded without a second checksum pass (one hash pass per SSD
+  // read). A remote hit crossed the network: verified in full here.
+  const bool local = hit.level == TierLevel::kHot || hit.level == TierLevel::kSsd;
+  PKV_ASSIGN_OR_RETURN(BlockRecord record, local ? DecodeTrustedBlock(hit.payload, limits)
+                                                 : DecodeBlock(hit.payload, limits));
   if (record.key != key) {
     return Status::Corruption("block " + key.ToHex() + " holds record " +
                               record.key.ToHex());

@@ -18,9 +18,10 @@ struct LoadedBlock {
 enum class BlockRead { kRestore, kBookkeeping };
 
 // Reads and decodes one block. Hot hits are decoded in place (their tensors
-// view the hot tier's bytes: zero copy); SSD reads were verified by the tier
-// and are decoded with the checksum check as well. NotFound for a miss,
-// Corruption for a record that does not decode.
+// view the hot tier's bytes: zero copy); hot and SSD hits are decoded without
+// the record's checksum pass (the SSD tier verified its read; every local
+// copy was verified or encoded before it was stored), remote hits with it.
+// NotFound for a miss, Corruption for a record that does not decode.
 StatusOr<LoadedBlock> LoadBlock(const cache::NamespaceState& ns, const BlockKey& key,
                                 BlockRead read, const DecodeLimits& limits);
 

@@ -191,6 +191,10 @@ bool PrefixCache::PromoteRemote(cache::NamespaceState& ns, const BlockKey& key,
       id->token_count != tokens) {
     return false;
   }
+  // The record's own checksum too, once, before the local tiers hold it:
+  // their reads are decoded without it (block_io.cc). A value another node
+  // wrote with a sound envelope around a damaged record is not taken.
+  if (!VerifyBlock(payload).ok()) return false;
   // Stored locally so Restore reads it from RAM (or SSD); when it cannot be
   // stored (pinned copies, no space), Restore reads it remotely again.
   (void)ns.tiers->Promote(ns.MetaFor(key, parent), std::move(payload));
@@ -225,8 +229,13 @@ Status PrefixCache::Flush() {
     if (default_tiers_ != nullptr) stacks.push_back(default_tiers_);
     for (const auto& ns : namespaces_) stacks.push_back(ns->tiers);
   }
-  for (TierStack* s : stacks) PKV_RETURN_IF_ERROR(s->Flush());
-  return Status::OK();
+  // Every stack, even after one failed: each error says what is not below.
+  Status first;
+  for (TierStack* s : stacks) {
+    Status flushed = s->Flush();
+    if (first.ok()) first = flushed;
+  }
+  return first;
 }
 
 }  // namespace prefixkv

@@ -230,16 +230,22 @@ size_t Engine::model_count() const {
 Status Engine::Flush() {
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());
   // Every model's dirty hot blocks, then the key-value space's, then the SSD
-  // tier's write-back queue (blocks evicted before this call).
-  PKV_RETURN_IF_ERROR(impl_->cache_->Flush());
+  // tier's write-back queue (blocks evicted before this call). Each step runs
+  // even when one before failed (a failing disk at shutdown: each error says
+  // what could not be written); the first error is returned.
+  Status first = impl_->cache_->Flush();
   if (TierStack* values = impl_->values_stack_.load(std::memory_order_acquire)) {
-    PKV_RETURN_IF_ERROR(values->Flush());
+    Status s = values->Flush();
+    if (first.ok()) first = s;
   }
-  if (impl_->ssd_ != nullptr) PKV_RETURN_IF_ERROR(impl_->ssd_->Flush());
+  if (impl_->ssd_ != nullptr) {
+    Status s = impl_->ssd_->Flush();
+    if (first.ok()) first = s;
+  }
   // Blocks queued for the remote tier are written or dropped (bounded by the
   // cluster's timeouts; a remote failure is never an error here).
   if (impl_->remote_ != nullptr) impl_->remote_->Flush();
-  return Status::OK();
+  return first;
 }
 
 Status Engine::Close() {

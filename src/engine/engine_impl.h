@@ -67,6 +67,9 @@ class internal::EngineImpl {
   // The key-value space's stack, created on first use (under mu_; later calls
   // read it without a lock).
   StatusOr<TierStack*> Values() EXCLUDES(mu_);
+  // The key-value space's keys in RAM, once the SSD write-back queue is empty
+  // (so every other one is stored on SSD).
+  StatusOr<std::vector<BlockKey>> ValueKeysInRam() EXCLUDES(mu_);
 
   Status CheckOpen() const {
     return closed_.load(std::memory_order_acquire)

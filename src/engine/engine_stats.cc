@@ -30,7 +30,10 @@ EngineStats Engine::Stats() const {
     s.has_ssd = true;
     s.ssd_capacity_bytes = impl.options_.ssd_capacity_bytes;
     s.ssd = impl.ssd_->Totals();
-    s.ssd_queued_blocks = impl.ssd_->queued_blocks();
+    const SsdWriteBackState wb = impl.ssd_->WriteBackState();
+    s.ssd_queued_blocks = wb.queued_blocks;
+    s.ssd_write_back_failed_blocks = wb.failed_blocks;
+    s.ssd_write_back_failures = wb.failed_attempts;
   }
   if (impl.CheckOpen().ok() && impl.remote_ != nullptr) {
     s.has_remote = true;

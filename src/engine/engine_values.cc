@@ -8,6 +8,9 @@
 // root begins with those 4 bytes (a salt found in 2^32 tries) could reach;
 // such entries of an older data directory are no longer found by name and
 // leave as SSD capacity evicts them (docs/protocol.md).
+#include <algorithm>
+#include <vector>
+
 #include "engine_impl.h"
 #include "prefixkv/advanced/hash.h"
 
@@ -24,6 +27,23 @@ BlockKey ValueKey(std::string_view name) {
 }
 
 }  // namespace
+
+StatusOr<std::vector<BlockKey>> internal::EngineImpl::ValueKeysInRam() {
+  std::vector<BlockKey> keys;
+  if (ssd_ != nullptr) PKV_RETURN_IF_ERROR(ssd_->Flush());  // queued ones are stored
+  PKV_RETURN_IF_ERROR(Values().status());
+  HotTier* hot = nullptr;
+  {
+    MutexLock lock(&mu_);
+    hot = values_->hot.get();
+  }
+  if (hot == nullptr) return keys;
+  // Collected first: the SSD tier is not asked under the hot tier's lock.
+  hot->ForEach([&](const BlockMeta& meta, uint64_t) {
+    if (meta.namespace_id.IsZero()) keys.push_back(meta.key);
+  });
+  return keys;
+}
 
 StatusOr<TierStack*> internal::EngineImpl::Values() {
   if (TierStack* stack = values_stack_.load(std::memory_order_acquire)) return stack;
@@ -65,6 +85,43 @@ bool Engine::ContainsValue(std::string_view key) const {
   if (!impl_->CheckOpen().ok()) return false;
   StatusOr<TierStack*> stack = impl_->Values();
   return stack.ok() && (*stack)->Contains(ValueKey(key));
+}
+
+StatusOr<uint64_t> Engine::CountValues() {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  PKV_ASSIGN_OR_RETURN(std::vector<BlockKey> hot, impl_->ValueKeysInRam());
+  SsdTier* ssd = impl_->ssd_.get();
+  uint64_t n = 0;
+  if (ssd != nullptr) {
+    ssd->ForEach([&](const BlockMeta& meta, uint64_t) {
+      if (meta.namespace_id.IsZero()) ++n;
+    });
+  }
+  for (const BlockKey& key : hot) n += ssd != nullptr && ssd->Contains(key) ? 0 : 1;
+  return n;
+}
+
+StatusOr<uint64_t> Engine::ClearValues() {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  PKV_ASSIGN_OR_RETURN(std::vector<BlockKey> keys, impl_->ValueKeysInRam());
+  if (SsdTier* ssd = impl_->ssd_.get()) {
+    ssd->ForEach([&](const BlockMeta& meta, uint64_t) {
+      if (meta.namespace_id.IsZero()) keys.push_back(meta.key);
+    });
+  }
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  PKV_ASSIGN_OR_RETURN(TierStack * stack, impl_->Values());
+  uint64_t removed = 0;
+  for (const BlockKey& key : keys) {
+    Status s = stack->Remove(key);
+    if (s.ok()) {
+      ++removed;
+    } else if (!s.IsNotFound()) {
+      return s;
+    }
+  }
+  return removed;
 }
 
 }  // namespace prefixkv

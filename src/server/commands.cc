@@ -6,6 +6,7 @@
 #include <cctype>
 #include <charconv>
 
+#include "auth_throttle.h"
 #include "command_stats.h"
 
 namespace prefixkv::server {
@@ -21,20 +22,6 @@ constexpr std::string_view kAdminOff =
 constexpr std::string_view kNoPerm =
     "NOPERM this is an admin command: AUTH admin <admin password> first";
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-// A client-supplied word made safe and short for an error message.
-std::string Quoted(std::string_view s) {
-  std::string out = "'";
-  for (char c : s.substr(0, 64))
-    out += std::isprint(static_cast<unsigned char>(c)) ? c : '?';
-  return out + "'";
-}
-
 void UnknownCommand(const RespArgs& args, ReplyBuffer* out) {
   std::string msg =
       "ERR unknown command " + Quoted(args[0].view()) + ", with args beginning with: ";
@@ -42,11 +29,37 @@ void UnknownCommand(const RespArgs& args, ReplyBuffer* out) {
   out->Error(msg);
 }
 
+// A failed or refused AUTH counts; the max_auth_failures-th closes the
+// connection after its reply.
+void CountAuthFailure(CommandContext& ctx) {
+  const DispatcherConfig& config = ctx.dispatcher.config();
+  if (config.max_auth_failures != 0 &&
+      ctx.client->auth_failures + ctx.client->auth_throttled >=
+          config.max_auth_failures) {
+    ctx.client->close_requested = true;
+  }
+}
+
+enum class AuthOutcome { kOk, kWrong, kThrottled };
+
 // Checks `pass` for `user` ("default": requirepass, "admin": admin_pass) and
 // records the outcome in the client: a success authenticates it (and makes an
-// admin of it), a failure counts, and the max_auth_failures-th one closes it.
-bool CheckPassword(CommandContext& ctx, std::string_view user, std::string_view pass) {
+// admin of it), a failure counts. Past the server-wide budget (AuthThrottle)
+// the password is not compared and the attempt counts as refused. Appends the
+// error reply of a failure; the caller replies to a success.
+AuthOutcome CheckPassword(CommandContext& ctx, std::string_view user,
+                          std::string_view pass) {
   const DispatcherConfig& config = ctx.dispatcher.config();
+  AuthThrottle* throttle = config.auth_throttle;
+  if (throttle != nullptr && !throttle->TryAcquire()) {
+    ++ctx.client->auth_throttled;
+    CountAuthFailure(ctx);
+    ctx.out->Error(
+        "ERR too many failed AUTH attempts on this server: the password was not "
+        "checked; retry in " +
+        std::to_string(throttle->RetryAfterMs()) + " ms");
+    return AuthOutcome::kThrottled;
+  }
   const bool admin = user == "admin";
   const std::string& expected = admin ? config.admin_pass : config.requirepass;
   // An unknown user or an unset password compares too, so that failures all
@@ -54,16 +67,15 @@ bool CheckPassword(CommandContext& ctx, std::string_view user, std::string_view 
   const bool ok = PasswordMatches(pass, expected) && !expected.empty() &&
                   (admin || user == "default");
   if (ok) {
+    if (throttle != nullptr) throttle->Refund();  // only failures spend the budget
     ctx.client->authenticated = true;
     ctx.client->admin = ctx.client->admin || admin;
-    return true;
+    return AuthOutcome::kOk;
   }
   ++ctx.client->auth_failures;
-  if (config.max_auth_failures != 0 &&
-      ctx.client->auth_failures >= config.max_auth_failures) {
-    ctx.client->close_requested = true;
-  }
-  return false;
+  CountAuthFailure(ctx);
+  ctx.out->Error(kWrongPass);
+  return AuthOutcome::kWrong;
 }
 
 void ReplyCommandSpec(const CommandSpec& spec, ReplyBuffer* out) {
@@ -81,20 +93,54 @@ void ReplyCommandSpec(const CommandSpec& spec, ReplyBuffer* out) {
 
 }  // namespace
 
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// A client-supplied word made safe and short for an error message.
+std::string Quoted(std::string_view s) {
+  std::string out = "'";
+  for (char c : s.substr(0, 64))
+    out += std::isprint(static_cast<unsigned char>(c)) ? c : '?';
+  return out + "'";
+}
+
 const std::vector<CommandSpec>& Dispatcher::Table() {
   static const std::vector<CommandSpec> table = {
       {"ping", -1, false, false, 0, 0, 0, CmdPing},
       {"echo", 2, false, false, 0, 0, 0, CmdEcho},
       {"auth", -2, true, false, 0, 0, 0, CmdAuth},
       {"hello", -1, true, false, 0, 0, 0, CmdHello},
-      {"quit", -1, true, false, 0, 0, 0, CmdQuit},
+      {"quit", -1, true, false, 0, 0, 0, CmdQuit, false, /*immediate_in_multi=*/true},
+      {"multi", 1, false, false, 0, 0, 0, CmdMulti, false, true},
+      {"exec", 1, false, false, 0, 0, 0, CmdExec, false, true, /*exclusive=*/true},
+      {"discard", 1, false, false, 0, 0, 0, CmdDiscard, false, true},
+      {"watch", -2, false, false, 1, -1, 1, CmdWatch, false, true},
+      {"unwatch", 1, false, false, 0, 0, 0, CmdUnwatch},
       {"select", 2, false, false, 0, 0, 0, CmdSelect},
       {"command", -1, false, false, 0, 0, 0, CmdCommand},
       {"config", -2, false, false, 0, 0, 0, CmdConfig},
+      {"client", -2, false, false, 0, 0, 0, CmdClient},
       {"info", -1, false, false, 0, 0, 0, CmdInfo},
       {"get", 2, false, false, 1, 1, 1, CmdGet},
       {"set", -3, false, true, 1, 1, 1, CmdSet},
       {"del", -2, false, true, 1, -1, 1, CmdDel},
+      {"unlink", -2, false, true, 1, -1, 1, CmdDel},
+      {"dbsize", 1, false, false, 0, 0, 0, CmdDbsize},
+      {"flushdb", -1, false, true, 0, 0, 0, CmdFlushdb, true, false, true},
+      {"flushall", -1, false, true, 0, 0, 0, CmdFlushdb, true, false, true},
+      {"scan", -2, false, false, 0, 0, 0, CmdScan},
+      {"keys", 2, false, false, 0, 0, 0, CmdScan},
+      {"ttl", 2, false, false, 1, 1, 1, CmdTtl},
+      {"pttl", 2, false, false, 1, 1, 1, CmdTtl},
+      {"persist", 2, false, true, 1, 1, 1, CmdPersist},
+      {"type", 2, false, false, 1, 1, 1, CmdType},
+      {"expire", -3, false, true, 1, 1, 1, CmdExpire},
+      {"pexpire", -3, false, true, 1, 1, 1, CmdExpire},
+      {"expireat", -3, false, true, 1, 1, 1, CmdExpire},
+      {"pexpireat", -3, false, true, 1, 1, 1, CmdExpire},
       {"exists", -2, false, false, 1, -1, 1, CmdExists},
       {"mget", -2, false, false, 1, -1, 1, CmdMget},
       {"mset", -3, false, true, 1, -1, 2, CmdMset},
@@ -109,7 +155,7 @@ const std::vector<CommandSpec>& Dispatcher::Table() {
 }
 
 const CommandSpec* Dispatcher::Find(std::string_view name) {
-  // Runs for every command: lowercase on the stack, then a scan of ~21 names
+  // Runs for every command: lowercase on the stack, then a scan of ~35 names
   // (cheaper than hashing a freshly allocated string).
   char buf[16];
   if (name.size() > sizeof(buf)) return nullptr;
@@ -126,33 +172,73 @@ const CommandSpec* Dispatcher::Find(std::string_view name) {
 Dispatcher::Dispatcher(Engine* engine, DispatcherConfig config)
     : engine_(engine), config_(std::move(config)) {}
 
-void Dispatcher::Execute(const RespArgs& args, ClientState* client,
-                         ReplyBuffer* out) const {
-  if (args.empty()) return out->Error("ERR empty command");  // parsers never send one
-  const CommandSpec* spec = Find(args[0].view());
-  if (spec == nullptr) {
-    return client->authenticated ? UnknownCommand(args, out) : out->Error(kNoAuth);
-  }
-  CommandStatsRecorder* stats = config_.command_stats;
-  const size_t index = static_cast<size_t>(spec - Table().data());
-  const auto reject = [&](std::string_view error) {
-    if (stats != nullptr) stats->Rejected(index);
-    out->Error(error);
-  };
-  if (!client->authenticated && !spec->before_auth) return reject(kNoAuth);
-  if (spec->admin && !client->admin) {
-    return reject(config_.admin_pass.empty() ? kAdminOff : kNoPerm);
+std::string Dispatcher::Refusal(const CommandSpec& spec, const RespArgs& args,
+                                const ClientState& client) const {
+  if (!client.authenticated && !spec.before_auth) return std::string(kNoAuth);
+  if (spec.admin && !client.admin) {
+    return std::string(config_.admin_pass.empty() ? kAdminOff : kNoPerm);
   }
   int n = static_cast<int>(std::min<size_t>(args.size(), 1 << 30));
-  if ((spec->arity > 0 && n != spec->arity) || (spec->arity < 0 && n < -spec->arity)) {
-    return reject(std::string("ERR wrong number of arguments for '") + spec->name +
-                  "' command");
+  if ((spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity)) {
+    return std::string("ERR wrong number of arguments for '") + spec.name + "' command";
   }
+  return "";
+}
+
+ClientState Dispatcher::NewClient(std::string addr, std::string laddr) const {
+  ClientState client;
+  client.authenticated = config_.requirepass.empty();
+  client.record = clients_->Add(std::move(addr), std::move(laddr), NowMillis());
+  return client;
+}
+
+void Dispatcher::Execute(const RespArgs& args, ClientState* client,
+                         ReplyBuffer* out) const {
+  Dispatch(args, client, out);
+  ClientRecord& record = *client->record;
+  record.last_command_ms.store(NowMillis(), std::memory_order_relaxed);
+  record.multi.store(
+      client->in_multi ? static_cast<int64_t>(client->multi_queue.size()) : -1,
+      std::memory_order_relaxed);
+  record.admin.store(client->admin, std::memory_order_relaxed);
+}
+
+void Dispatcher::Dispatch(const RespArgs& args, ClientState* client,
+                          ReplyBuffer* out) const {
+  if (args.empty()) return out->Error("ERR empty command");  // parsers never send one
+  const CommandSpec* spec = Find(args[0].view());
+  if (spec != nullptr)
+    client->record->last_command.store(spec, std::memory_order_relaxed);
+  if (spec == nullptr) {
+    if (!client->authenticated) return out->Error(kNoAuth);
+    client->multi_dirty = client->in_multi;  // as Redis: EXEC will abort
+    return UnknownCommand(args, out);
+  }
+  if (std::string refusal = Refusal(*spec, args, *client); !refusal.empty()) {
+    if (config_.command_stats != nullptr) {
+      config_.command_stats->Rejected(static_cast<size_t>(spec - Table().data()));
+    }
+    client->multi_dirty = client->multi_dirty || client->in_multi;
+    return out->Error(refusal);
+  }
+  if (client->in_multi && !spec->immediate_in_multi) return Queue(args, client, out);
+  if (spec->exclusive) {
+    WriterLock lock(&exec_mu_);
+    return Run(*spec, args, client, out);
+  }
+  ReaderLock lock(&exec_mu_);
+  Run(*spec, args, client, out);
+}
+
+void Dispatcher::Run(const CommandSpec& spec, const RespArgs& args, ClientState* client,
+                     ReplyBuffer* out) const {
   CommandContext ctx{*this, args, client, out};
-  if (stats == nullptr) return spec->handler(ctx);
+  CommandStatsRecorder* stats = config_.command_stats;
+  if (stats == nullptr) return spec.handler(ctx);
+  const size_t index = static_cast<size_t>(&spec - Table().data());
   const uint64_t errors_before = out->errors();
   const uint64_t start_nanos = config_.clock->NowNanos();
-  spec->handler(ctx);
+  spec.handler(ctx);
   const uint64_t end_nanos = config_.clock->NowNanos();
   stats->Ran(index, end_nanos > start_nanos ? end_nanos - start_nanos : 0,
              out->errors() > errors_before);
@@ -198,10 +284,8 @@ void CmdAuth(CommandContext& ctx) {
         "ERR AUTH <password> called without any password configured for the default "
         "user. Are you sure your configuration is correct?");
   } else if (CheckPassword(ctx, ctx.args.size() == 3 ? ctx.arg(1) : "default",
-                           ctx.arg(ctx.args.size() - 1))) {
+                           ctx.arg(ctx.args.size() - 1)) == AuthOutcome::kOk) {
     ctx.out->Simple("OK");
-  } else {
-    ctx.out->Error(kWrongPass);
   }
 }
 
@@ -214,19 +298,26 @@ void CmdHello(CommandContext& ctx) {
     if (proto != 2)
       return ctx.out->Error("NOPROTO sorry, this protocol version is not supported.");
   }
+  // As Redis: every option is checked before the password, and the name is
+  // set only once the client is authenticated.
+  std::string_view user, pass, name;
+  bool auth = false, setname = false;
   for (size_t i = 2; i < ctx.args.size(); ++i) {
     std::string opt = Lower(ctx.arg(i));
     if (opt == "auth" && i + 2 < ctx.args.size()) {
-      if (!CheckPassword(ctx, ctx.arg(i + 1), ctx.arg(i + 2))) {
-        return ctx.out->Error(kWrongPass);
-      }
+      user = ctx.arg(i + 1);
+      pass = ctx.arg(i + 2);
+      auth = true;
       i += 2;
     } else if (opt == "setname" && i + 1 < ctx.args.size()) {
-      ++i;  // client names are accepted and not kept
+      name = ctx.arg(++i);
+      setname = true;
+      if (!ValidClientName(name)) return ctx.out->Error(kBadClientName);
     } else {
       return ctx.out->Error("ERR Syntax error in HELLO option " + Quoted(ctx.arg(i)));
     }
   }
+  if (auth && CheckPassword(ctx, user, pass) != AuthOutcome::kOk) return;
   if (!ctx.client->authenticated) {
     return ctx.out->Error(
         "NOAUTH HELLO must be called with the client already authenticated, otherwise "
@@ -240,8 +331,9 @@ void CmdHello(CommandContext& ctx) {
   ctx.out->Bulk("0.1.0");
   ctx.out->Bulk("proto");
   ctx.out->Integer(2);
+  if (setname) ctx.client->record->set_name(std::string(name));
   ctx.out->Bulk("id");
-  ctx.out->Integer(0);
+  ctx.out->Integer(static_cast<int64_t>(ctx.client->record->id));
   ctx.out->Bulk("mode");
   ctx.out->Bulk("standalone");
   ctx.out->Bulk("role");

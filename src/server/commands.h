@@ -6,12 +6,15 @@
 // arities and whether a command may run before AUTH.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "client_registry.h"
 #include "prefixkv/advanced/mutex.h"
 #include "prefixkv/engine.h"
 #include "reply_buffer.h"
@@ -25,8 +28,21 @@ struct ClientState {
   bool close_requested = false;  // QUIT: close after the reply is sent
   bool admin = false;            // AUTH admin <admin password> succeeded
   size_t auth_failures = 0;      // failed AUTH / HELLO AUTH on this connection
+  // AUTH / HELLO AUTH refused unchecked by the server-wide AuthThrottle; they
+  // count toward max_auth_failures too.
+  size_t auth_throttled = 0;
+  // MULTI ... EXEC: the commands queued since MULTI (arguments detached from
+  // the parser's buffers), their argument bytes, and whether one was refused
+  // at queue time (EXEC then answers -EXECABORT).
+  bool in_multi = false;
+  bool multi_dirty = false;
+  std::vector<RespArgs> multi_queue;
+  size_t multi_bytes = 0;
+  // What CLIENT LIST shows of this client (id, name...); never null.
+  std::shared_ptr<ClientRecord> record;
 };
 
+class AuthThrottle;          // auth_throttle.h
 class CommandStatsRecorder;  // command_stats.h
 
 struct DispatcherConfig {
@@ -34,6 +50,8 @@ struct DispatcherConfig {
   std::string admin_pass;   // empty: admin commands are off
   // The failed AUTH that closes the connection (after its reply); 0: never.
   size_t max_auth_failures = 3;
+  // The server-wide budget of password checks; null: none.
+  AuthThrottle* auth_throttle = nullptr;
   size_t max_models = 256;  // models PKV.REGISTER may register
   // Appends those of the "server", "clients" and "stats" INFO sections that
   // `wanted(name)` accepts (RESP-free text, "name:value\r\n" lines) for the
@@ -44,7 +62,10 @@ struct DispatcherConfig {
   // Where each command's calls, failures, rejections and time are counted
   // (ServerStats::commands), timed by `clock`; null: not counted.
   CommandStatsRecorder* command_stats = nullptr;
-  Clock* clock = nullptr;  // required with command_stats
+  Clock* clock = nullptr;  // required with command_stats; CLIENT LIST's ages
+  // Argument bytes one transaction (MULTI) may queue; past it the command is
+  // refused and EXEC answers -EXECABORT.
+  size_t max_multi_bytes = size_t{512} << 20;
 };
 
 class Dispatcher;
@@ -71,24 +92,36 @@ struct CommandSpec {
   int key_step;
   CommandHandler handler;
   bool admin = false;  // needs AUTH admin (off without an admin password)
+  // Runs at once inside MULTI instead of being queued (MULTI, EXEC, DISCARD,
+  // WATCH, QUIT, as in Redis).
+  bool immediate_in_multi = false;
+  // Runs holding the dispatcher's lock exclusively: no other client's command
+  // runs meanwhile (EXEC, FLUSHDB).
+  bool exclusive = false;
 };
 
 // Thread-safe: Execute may be called concurrently (per-client state is in
-// ClientState; PKV.REGISTER is serialised by register_mu_).
+// ClientState; PKV.REGISTER is serialised by register_mu_). Every command runs
+// holding exec_mu_ shared, and EXEC and FLUSHDB hold it exclusively, so no
+// other client's command runs between a transaction's commands.
 class Dispatcher {
  public:
   // REQUIRES: `engine` outlives the dispatcher.
   Dispatcher(Engine* engine, DispatcherConfig config);
 
-  // Runs one command and appends exactly one reply to `out`.
+  // Runs one command (or queues it inside MULTI) and appends exactly one
+  // reply to `out`.
   void Execute(const RespArgs& args, ClientState* client, ReplyBuffer* out) const;
 
-  // The initial state of a new connection.
-  ClientState NewClient() const {
-    ClientState client;
-    client.authenticated = config_.requirepass.empty();
-    return client;
-  }
+  // EXEC: runs the client's queued commands in order (the caller holds
+  // exec_mu_ exclusively) and replies with the array of their replies.
+  void ExecQueued(ClientState* client, ReplyBuffer* out) const;
+
+  // The initial state of a new connection from `addr` to `laddr` ("ip:port"),
+  // listed by CLIENT LIST for as long as the state (or a copy) lives.
+  ClientState NewClient(std::string addr = "", std::string laddr = "") const;
+  const ClientRegistry& clients() const { return *clients_; }
+  uint64_t NowMillis() const { return config_.clock ? config_.clock->NowMillis() : 0; }
 
   Engine* engine() const { return engine_; }
   const DispatcherConfig& config() const { return config_; }
@@ -101,9 +134,22 @@ class Dispatcher {
   static const CommandSpec* Find(std::string_view name);
 
  private:
+  // Why `spec` may not run now for `client` ("" when it may).
+  std::string Refusal(const CommandSpec& spec, const RespArgs& args,
+                      const ClientState& client) const;
+  // Execute() before the client's record is brought up to date.
+  void Dispatch(const RespArgs& args, ClientState* client, ReplyBuffer* out) const;
+  // Runs a command that passed the checks (timed and counted).
+  void Run(const CommandSpec& spec, const RespArgs& args, ClientState* client,
+           ReplyBuffer* out) const;
+  // Queues a command inside MULTI, or refuses it when the transaction is full.
+  void Queue(const RespArgs& args, ClientState* client, ReplyBuffer* out) const;
+
   Engine* const engine_;
   const DispatcherConfig config_;
   mutable Mutex register_mu_;
+  mutable SharedMutex exec_mu_;
+  const std::shared_ptr<ClientRegistry> clients_ = std::make_shared<ClientRegistry>();
 };
 
 // Handlers by group: commands.cc (connection), commands_keys.cc (raw keys),
@@ -113,13 +159,26 @@ void CmdEcho(CommandContext& ctx);
 void CmdAuth(CommandContext& ctx);
 void CmdHello(CommandContext& ctx);
 void CmdQuit(CommandContext& ctx);
+void CmdMulti(CommandContext& ctx);
+void CmdExec(CommandContext& ctx);
+void CmdDiscard(CommandContext& ctx);
+void CmdWatch(CommandContext& ctx);
+void CmdUnwatch(CommandContext& ctx);
 void CmdSelect(CommandContext& ctx);
 void CmdCommand(CommandContext& ctx);
+void CmdClient(CommandContext& ctx);
 void CmdConfig(CommandContext& ctx);
 void CmdInfo(CommandContext& ctx);
 void CmdGet(CommandContext& ctx);
 void CmdSet(CommandContext& ctx);
 void CmdDel(CommandContext& ctx);
+void CmdDbsize(CommandContext& ctx);
+void CmdFlushdb(CommandContext& ctx);
+void CmdScan(CommandContext& ctx);
+void CmdTtl(CommandContext& ctx);
+void CmdPersist(CommandContext& ctx);
+void CmdType(CommandContext& ctx);
+void CmdExpire(CommandContext& ctx);
 void CmdExists(CommandContext& ctx);
 void CmdMget(CommandContext& ctx);
 void CmdMset(CommandContext& ctx);
@@ -137,6 +196,11 @@ bool PasswordMatches(std::string_view given, std::string_view expected);
 // Visits every TierCounters field as (name, value), in declaration order.
 void ForEachCounter(const TierCounters& c,
                     const std::function<void(std::string_view, uint64_t)>& fn);
+
+// `s` in lowercase (ASCII).
+std::string Lower(std::string_view s);
+// A client-supplied word made safe and short for an error message, in quotes.
+std::string Quoted(std::string_view s);
 
 // "ERR <status>" for a failed engine operation.
 void ReplyStatus(const Status& status, ReplyBuffer* out);

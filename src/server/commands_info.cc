@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "commands.h"
@@ -116,15 +118,20 @@ std::string InfoName(std::string_view name) {
   return out;
 }
 
+// The tier's counters, then its own `extras` (name without the tier prefix).
 void AppendTier(std::string_view name, const TierCounters& c, uint64_t capacity_bytes,
-                std::string_view extra_name, uint64_t extra, std::string* out) {
+                std::initializer_list<std::pair<std::string_view, uint64_t>> extras,
+                std::string* out) {
   const std::string tier(name);
   *out += "# Tier_" + tier + "\r\n";
   *out += tier + "_capacity_bytes:" + std::to_string(capacity_bytes) + "\r\n";
   ForEachCounter(c, [&](std::string_view field, uint64_t v) {
     *out += tier + "_" + std::string(field) + ":" + std::to_string(v) + "\r\n";
   });
-  *out += tier + "_" + std::string(extra_name) + ":" + std::to_string(extra) + "\r\n\r\n";
+  for (const auto& [extra_name, v] : extras) {
+    *out += tier + "_" + std::string(extra_name) + ":" + std::to_string(v) + "\r\n";
+  }
+  *out += "\r\n";
 }
 
 // "# Owners", one line per owner of the hot budget, Redis keyspace style:
@@ -188,11 +195,17 @@ void CmdInfo(CommandContext& ctx) {
   if (wanted("memory")) AppendMemory(s, engine->options(), &text);
   if (wanted("keyspace")) AppendKeyspace(engine, s, &text);
   if (wanted("tier_hot")) {
-    AppendTier("hot", s.hot, s.hot_capacity_bytes, "dirty_blocks", s.dirty_blocks, &text);
+    AppendTier("hot", s.hot, s.hot_capacity_bytes, {{"dirty_blocks", s.dirty_blocks}},
+               &text);
   }
   if (wanted("owners")) AppendOwners(s, &text);
   if (s.has_ssd && wanted("tier_ssd")) {
-    AppendTier("ssd", s.ssd, s.ssd_capacity_bytes, "queued_blocks", s.ssd_queued_blocks,
+    // Write-back failing: SETs are refused until the failed blocks are written.
+    AppendTier("ssd", s.ssd, s.ssd_capacity_bytes,
+               {{"queued_blocks", s.ssd_queued_blocks},
+                {"write_back_failing", uint64_t{s.ssd_write_back_failed_blocks > 0}},
+                {"write_back_failed_blocks", s.ssd_write_back_failed_blocks},
+                {"write_back_failures", s.ssd_write_back_failures}},
                &text);
   }
   if (s.has_remote && wanted("tier_remote")) {
@@ -226,6 +239,8 @@ void CmdPkvStats(CommandContext& ctx) {
     fields.emplace_back("ssd.capacity_bytes", s.ssd_capacity_bytes);
     add("ssd.", s.ssd);
     fields.emplace_back("ssd.queued_blocks", s.ssd_queued_blocks);
+    fields.emplace_back("ssd.write_back_failed_blocks", s.ssd_write_back_failed_blocks);
+    fields.emplace_back("ssd.write_back_failures", s.ssd_write_back_failures);
   }
   if (s.has_remote) {
     fields.emplace_back("remote.available", s.remote.available ? 1 : 0);

@@ -1,4 +1,5 @@
-// Raw-key commands: GET, SET, DEL, EXISTS, MGET, MSET, over the engine's
+// Raw-key commands: GET, SET, DEL (UNLINK), EXISTS, MGET, MSET, DBSIZE,
+// FLUSHDB (FLUSHALL), TTL, PTTL, PERSIST, TYPE, over the engine's
 // key-value space (Engine::GetValue...: its own hot-budget owner "values" over
 // the shared SSD tier, keys apart from every model's blocks). The engine's
 // tier stack serialises the operations of one key, so a value read from SSD
@@ -43,6 +44,55 @@ void CmdDel(CommandContext& ctx) {
     removed += *r ? 1 : 0;
   }
   ctx.out->Integer(removed);
+}
+
+// DBSIZE: the raw keys, each counted once whatever tiers hold it
+// (Engine::CountValues: walks both indexes).
+void CmdDbsize(CommandContext& ctx) {
+  StatusOr<uint64_t> n = ctx.dispatcher.engine()->CountValues();
+  if (!n.ok()) return ReplyStatus(n.status(), ctx.out);
+  ctx.out->Integer(static_cast<int64_t>(*n));
+}
+
+// FLUSHDB / FLUSHALL [ASYNC | SYNC]: an admin command that removes every raw
+// key (the only Redis database); blocks of registered models stay. It runs
+// alone (CommandSpec::exclusive), so no SET lands in the middle of it; ASYNC
+// is accepted and runs synchronously.
+void CmdFlushdb(CommandContext& ctx) {
+  if (ctx.args.size() > 2) return ctx.out->Error("ERR syntax error");
+  if (ctx.args.size() == 2) {
+    const std::string mode = Lower(ctx.arg(1));
+    if (mode != "async" && mode != "sync") return ctx.out->Error("ERR syntax error");
+  }
+  StatusOr<uint64_t> removed = ctx.dispatcher.engine()->ClearValues();
+  if (!removed.ok()) return ReplyStatus(removed.status(), ctx.out);
+  ctx.out->Simple("OK");
+}
+
+// Values never expire: TTL / PTTL answer -1 for a key (no expiry) and -2 for
+// a missing one, PERSIST 0 (nothing to remove), TYPE "string" or "none".
+void CmdTtl(CommandContext& ctx) {
+  ctx.out->Integer(ctx.dispatcher.engine()->ContainsValue(ctx.arg(1)) ? -1 : -2);
+}
+void CmdPersist(CommandContext& ctx) { ctx.out->Integer(0); }
+void CmdType(CommandContext& ctx) {
+  ctx.out->Simple(ctx.dispatcher.engine()->ContainsValue(ctx.arg(1)) ? "string" : "none");
+}
+
+// EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT: refused, not accepted and ignored (a
+// client would count on the key going away).
+void CmdExpire(CommandContext& ctx) {
+  ctx.out->Error("ERR " + Lower(ctx.arg(0)) +
+                 " is not supported: prefixkv values do not expire (the cache is "
+                 "bounded by capacity, and evicts the least recently used)");
+}
+
+// SCAN and KEYS would list key names, which are not stored: a raw key lives
+// under a hash of its name (docs/protocol.md, "Raw keys").
+void CmdScan(CommandContext& ctx) {
+  ctx.out->Error("ERR " + Lower(ctx.arg(0)) +
+                 " is not supported: prefixkv stores a raw key under a hash of its "
+                 "name, not the name, so it cannot list key names");
 }
 
 // Like Redis, a key named twice is counted twice.

@@ -8,6 +8,7 @@
 #endif
 #include "connection.h"
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <chrono>
@@ -31,17 +32,55 @@ RespLimits LimitsFrom(const ServerOptions& o, bool authenticated) {
   return limits;
 }
 
+// "ip:port" of one end of the socket ("" when it is not connected).
+std::string EndpointText(const tcp::socket& socket, bool remote) {
+  boost::system::error_code ec;
+  const tcp::endpoint e = remote ? socket.remote_endpoint(ec) : socket.local_endpoint(ec);
+  if (ec) return "";
+  return e.address().to_string() + ":" + std::to_string(e.port());
+}
+
 }  // namespace
 
 Connection::Connection(tcp::socket socket, const ConnectionEnv* env)
     : socket_(std::move(socket)),
       env_(env),
       parser_(LimitsFrom(*env->options, true)),
-      client_(env->dispatcher->NewClient()),
-      read_buf_(env->options->read_chunk_bytes),
+      client_(env->dispatcher->NewClient(EndpointText(socket_, true),
+                                         EndpointText(socket_, false))),
       delay_timer_(socket_.get_executor()) {
+  // Reads are attempted only after a wait for readability; a wake with
+  // nothing to read must not block the I/O thread.
+  boost::system::error_code ignored;
+  socket_.non_blocking(true, ignored);
   ApplyLimits();
   Touch();
+}
+
+Connection::~Connection() {
+  env_->counters->client_buffer_bytes.fetch_sub(buffer_bytes(),
+                                                std::memory_order_relaxed);
+}
+
+size_t Connection::ReadChunkBytes() const {
+  const ServerOptions& o = *env_->options;
+  if (client_.authenticated) return o.read_chunk_bytes;
+  return std::min(o.read_chunk_bytes,
+                  std::max(kMinReadBytes, o.max_unauthenticated_bytes));
+}
+
+size_t Connection::BufferBytes() const {
+  return read_cap_ + parser_.buffer_bytes() + args_.capacity() * sizeof(SharedBytes) +
+         queued_.buffer_bytes() + writing_.buffer_bytes() +
+         write_pieces_.capacity() * sizeof(asio::const_buffer) + client_.multi_bytes;
+}
+
+void Connection::AccountBuffers() {
+  const size_t now = BufferBytes();
+  // Unsigned: a shrink adds its two's complement, which subtracts.
+  env_->counters->client_buffer_bytes.fetch_add(now - buffer_bytes(),
+                                                std::memory_order_relaxed);
+  accounted_bytes_.store(now, std::memory_order_relaxed);
 }
 
 void Connection::ApplyLimits() {
@@ -73,6 +112,26 @@ void Connection::PostClose() {
   asio::post(socket_.get_executor(), [self = shared_from_this()] { self->Close(); });
 }
 
+void Connection::PostReleaseBuffers() {
+  asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    // Idle: waiting for the client's next bytes, every byte parsed, no reply
+    // pending (a connection reading a large value straight into its final
+    // buffer is not idle: that buffer is the value).
+    if (self->closed_ || !self->reading_ || self->writing_in_flight_ ||
+        !self->queued_.empty() || self->parser_.body_capacity() > kSharedArgBytes) {
+      return;
+    }
+    self->read_buf_.reset();
+    self->read_cap_ = 0;
+    self->parser_.ReleaseIdleBuffers();
+    RespArgs().swap(self->args_);
+    self->queued_.Release();
+    self->writing_.Release();
+    decltype(self->write_pieces_)().swap(self->write_pieces_);
+    self->AccountBuffers();
+  });
+}
+
 void Connection::Touch() {
   last_activity_ms_.store(env_->clock->NowMillis(), std::memory_order_relaxed);
 }
@@ -82,14 +141,23 @@ void Connection::Pump() {
   ProcessInput();
   Flush();
   if (stop_reading_) {
-    if (!reading_ && !writing_in_flight_ && queued_.empty() && !delayed_) Close();
-    return;
+    if (!reading_ && !writing_in_flight_ && queued_.empty() && !delayed_) return Close();
+  } else {
+    MaybeRead();
   }
+  AccountBuffers();
+}
+
+void Connection::MaybeRead() {
   bool paused = PendingReplyBytes() > ReplyLimit();
   if (reading_ || paused || read_pos_ < read_end_) return;  // OnWritten resumes
   read_pos_ = read_end_ = 0;
+  if (read_cap_ > kKeepReadBytes) {  // every byte is parsed: give a large one back
+    read_buf_.reset();
+    read_cap_ = 0;
+  }
   reading_ = true;
-  std::span<uint8_t> direct = parser_.DirectTarget(read_buf_.size());
+  std::span<uint8_t> direct = parser_.DirectTarget(env_->options->read_chunk_bytes);
   if (!direct.empty()) {
     // A large bulk argument: read it straight into its final buffer.
     socket_.async_read_some(asio::buffer(direct.data(), direct.size()),
@@ -98,10 +166,53 @@ void Connection::Pump() {
                               self->OnRead(ec, 0);
                             });
   } else {
-    socket_.async_read_some(
-        asio::buffer(read_buf_),
-        [self = shared_from_this()](auto ec, size_t n) { self->OnRead(ec, n); });
+    WaitReadable();
   }
+}
+
+void Connection::WaitReadable() {
+  socket_.async_wait(tcp::socket::wait_read,
+                     [self = shared_from_this()](auto ec) { self->OnReadable(ec); });
+}
+
+void Connection::OnReadable(const boost::system::error_code& ec) {
+  if (closed_) return;
+  if (ec) {
+    reading_ = false;
+    return Close();
+  }
+  if (!SizeReadBuffer()) {
+    env_->counters->out_of_memory.fetch_add(1, std::memory_order_relaxed);
+    reading_ = false;
+    return Close();
+  }
+  boost::system::error_code read_ec;
+  const size_t n = socket_.read_some(asio::buffer(read_buf_.get(), read_cap_), read_ec);
+  if (read_ec == asio::error::would_block || read_ec == asio::error::try_again) {
+    return WaitReadable();  // woken with nothing to read
+  }
+  // A full buffer: more may be waiting, so size the next one by it.
+  grow_read_ = !read_ec && n == read_cap_ && read_cap_ < ReadChunkBytes();
+  OnRead(read_ec, n);
+}
+
+bool Connection::SizeReadBuffer() {
+  // A kept buffer serves as it is unless the last read filled it (one ioctl
+  // spared per read of a client that sends small requests).
+  if (read_cap_ != 0 && !grow_read_) return true;
+  boost::system::error_code ignored;
+  const size_t want =
+      std::clamp(socket_.available(ignored), kMinReadBytes, ReadChunkBytes());
+  if (read_cap_ >= want) return true;
+  read_buf_.reset();
+  read_cap_ = 0;
+  try {
+    read_buf_.reset(new char[want]);
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  read_cap_ = want;
+  return true;
 }
 
 void Connection::OnRead(const boost::system::error_code& ec, size_t n) {
@@ -122,7 +233,7 @@ void Connection::OnRead(const boost::system::error_code& ec, size_t n) {
 void Connection::ProcessInput() {
   while (read_pos_ < read_end_ && !client_.close_requested && !delayed_ &&
          PendingReplyBytes() <= ReplyLimit()) {
-    std::string_view in(read_buf_.data() + read_pos_, read_end_ - read_pos_);
+    std::string_view in(read_buf_.get() + read_pos_, read_end_ - read_pos_);
     RespParser::Result r = parser_.Parse(&in, &args_);
     read_pos_ = read_end_ - in.size();
     if (r == RespParser::Result::kCommand) {
@@ -141,6 +252,7 @@ void Connection::ProcessInput() {
 void Connection::Execute() {
   const bool was_authenticated = client_.authenticated;
   const size_t failures = client_.auth_failures;
+  const size_t throttled = client_.auth_throttled;
   try {
     env_->dispatcher->Execute(args_, &client_, &queued_);
   } catch (const std::bad_alloc&) {
@@ -150,12 +262,20 @@ void Connection::Execute() {
     client_.close_requested = true;
   }
   env_->counters->total_commands_processed.fetch_add(1, std::memory_order_relaxed);
-  args_.clear();  // stored values are now owned by the tiers alone
+  // Stored values are now owned by the tiers alone; the list of a command of
+  // many arguments is freed.
+  if (args_.capacity() * sizeof(SharedBytes) > kKeepReadBytes) {
+    RespArgs().swap(args_);
+  } else {
+    args_.clear();
+  }
   if (client_.authenticated != was_authenticated) ApplyLimits();
   if (client_.close_requested) stop_reading_ = true;
-  if (client_.auth_failures > failures) {
+  if (client_.auth_failures > failures || client_.auth_throttled > throttled) {
     env_->counters->auth_failures.fetch_add(client_.auth_failures - failures,
                                             std::memory_order_relaxed);
+    env_->counters->auth_throttled.fetch_add(client_.auth_throttled - throttled,
+                                             std::memory_order_relaxed);
     if (!client_.close_requested) DelayAfterAuthFailure();
   }
 }
@@ -193,6 +313,9 @@ void Connection::Flush() {
 void Connection::OnWritten(const boost::system::error_code& ec) {
   writing_in_flight_ = false;
   writing_.Clear();
+  if (write_pieces_.capacity() * sizeof(asio::const_buffer) > kKeepReadBytes) {
+    decltype(write_pieces_)().swap(write_pieces_);
+  }
   if (closed_) return;
   if (ec) {
     Close();
@@ -209,6 +332,9 @@ void Connection::Close() {
   socket_.close(ignored);
   delay_timer_.cancel();
   queued_.Clear();
+  read_buf_.reset();
+  read_cap_ = 0;
+  AccountBuffers();
   if (env_->on_closed) env_->on_closed(this);
 }
 

@@ -11,6 +11,12 @@
 // runs out of memory. Before AUTH the parser's and the reply queue's limits
 // are ServerOptions::max_unauthenticated_bytes; a failed AUTH pauses the
 // connection (auth_failure_delay_ms) before its next command.
+// Memory: a connection allocates its read buffer only when bytes arrive (it
+// waits for readability with no buffer), sized to what is waiting, and frees
+// it once its bytes are parsed when it is over kKeepReadBytes; the parser and
+// the reply buffers free large buffers once used the same way. The server's
+// sweep frees the small ones too once a connection idles (PostReleaseBuffers).
+// What it holds is summed in ServerCounters::client_buffer_bytes.
 #pragma once
 
 #include <atomic>
@@ -38,7 +44,11 @@ struct ServerCounters {
   std::atomic<uint64_t> protocol_errors{0};
   std::atomic<uint64_t> idle_disconnections{0};
   std::atomic<uint64_t> auth_failures{0};
+  std::atomic<uint64_t> auth_throttled{0};  // refused unchecked (AuthThrottle)
   std::atomic<uint64_t> out_of_memory{0};
+  // Heap bytes of every connection's buffers (Connection::BufferBytes()),
+  // updated by differences (modulo 2^64, so the sum is exact).
+  std::atomic<uint64_t> client_buffer_bytes{0};
 };
 
 // What a connection needs from its server; everything outlives the connection.
@@ -55,7 +65,13 @@ struct ConnectionEnv {
 // on the connection's executor.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
+  // A read buffer is at least kMinReadBytes; one over kKeepReadBytes is freed
+  // once its bytes are parsed.
+  static constexpr size_t kMinReadBytes = 512;
+  static constexpr size_t kKeepReadBytes = 4 << 10;
+
   Connection(boost::asio::ip::tcp::socket socket, const ConnectionEnv* env);
+  ~Connection();  // takes its buffers out of client_buffer_bytes
 
   // Starts reading (posted to the connection's executor).
   void PostStart();
@@ -63,6 +79,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void PostShutdown();
   // Closes now (idle timeout, end of the shutdown grace period).
   void PostClose();
+  // Frees every buffer an idle connection keeps for its next requests; does
+  // nothing while a request or reply is under way.
+  void PostReleaseBuffers();
 
   // Clock milliseconds of the last bytes received from the client or written
   // to it (idle: neither; a client that stops reading a long reply is idle
@@ -70,11 +89,27 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint64_t last_activity_ms() const {
     return last_activity_ms_.load(std::memory_order_relaxed);
   }
+  // Heap bytes of its buffers when last counted (any thread).
+  size_t buffer_bytes() const { return accounted_bytes_.load(std::memory_order_relaxed); }
 
  private:
   // Parses what is buffered, starts a write, and reads more unless paused.
   void Pump();
+  // Starts a read when the connection may take more input.
+  void MaybeRead();
+  void WaitReadable();
+  // Reads what is waiting into a read buffer sized for it.
+  void OnReadable(const boost::system::error_code& ec);
+  // Allocates or grows the read buffer for what is waiting; false when the
+  // allocation failed.
+  bool SizeReadBuffer();
   void OnRead(const boost::system::error_code& ec, size_t n);
+  // The most one read takes: read_chunk_bytes, and no more than the
+  // unauthenticated limit before AUTH.
+  size_t ReadChunkBytes() const;
+  // Heap bytes of the connection's buffers, and their update in the counters.
+  size_t BufferBytes() const;
+  void AccountBuffers();
   // Parses and executes buffered input until it is used up, the reply queue is
   // over its limit, or the stream must close.
   void ProcessInput();
@@ -97,9 +132,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   RespParser parser_;
   ClientState client_;
   RespArgs args_;
-  std::vector<char> read_buf_;
-  size_t read_pos_ = 0;  // unparsed input is read_buf_[read_pos_, read_end_)
+  std::unique_ptr<char[]> read_buf_;  // null until bytes arrive
+  size_t read_cap_ = 0;               // bytes of read_buf_
+  bool grow_read_ = false;            // the last read filled read_buf_
+  size_t read_pos_ = 0;               // unparsed input is read_buf_[read_pos_, read_end_)
   size_t read_end_ = 0;
+  // This connection's share of client_buffer_bytes; written on its thread.
+  std::atomic<size_t> accounted_bytes_{0};
   ReplyBuffer queued_;   // replies not yet handed to the socket
   ReplyBuffer writing_;  // replies of the write in flight
   std::vector<boost::asio::const_buffer> write_pieces_;

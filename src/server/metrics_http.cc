@@ -1,7 +1,9 @@
 // MetricsHttpServer on Boost.Beast: one io_context and one thread; each
-// connection a Session that reads a request (bounded by a flat_buffer limit
-// and the parser's header and body limits), answers it, and reads the next
-// while the client keeps the connection alive.
+// connection a Session that reads a request (bounded by a flat_buffer limit,
+// the parser's header and body limits and a deadline), answers it, and reads
+// the next while the client keeps the connection alive. The listener keeps
+// the open sessions in accept order, so at the connection limit it can close
+// the one that has waited longest for a request.
 
 // Boost.Asio brackets handler calls with std::atomic_thread_fence, which GCC
 // warns about under ThreadSanitizer (-Wtsan); see server.cc.
@@ -16,7 +18,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <list>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "metrics_text.h"
@@ -32,23 +36,34 @@ using tcp = asio::ip::tcp;
 // Pause before accepting again after an accept error such as EMFILE.
 constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(50);
 
+namespace {
+class Session;
+}  // namespace
+
 class MetricsHttpImpl {
  public:
-  explicit MetricsHttpImpl(std::function<std::string()> render)
-      : render_(std::move(render)) {}
+  MetricsHttpImpl(std::function<std::string()> render, MetricsHttpOptions options)
+      : render_(std::move(render)), options_(options) {}
   Status Start(const std::string& address, uint16_t port);
   void Stop();
   uint16_t port() const { return port_.load(std::memory_order_acquire); }
+  uint64_t evicted() const { return evicted_.load(std::memory_order_relaxed); }
 
   const std::function<std::string()>& render() const { return render_; }
-  std::atomic<size_t>& open_connections() { return open_; }
+  const MetricsHttpOptions& options() const { return options_; }
+  // The open sessions, oldest first (the metrics thread only).
+  std::list<Session*>& sessions() { return sessions_; }
 
  private:
   void AcceptNext();
+  // Makes room for one more session when at the limit.
+  void EvictOne();
 
   const std::function<std::string()> render_;
+  const MetricsHttpOptions options_;
   std::atomic<uint16_t> port_{0};
-  std::atomic<size_t> open_{0};
+  std::atomic<uint64_t> evicted_{0};
+  std::list<Session*> sessions_;
   std::optional<asio::io_context> context_;
   std::optional<tcp::acceptor> acceptor_;  // on context_
   std::thread thread_;
@@ -89,25 +104,48 @@ Response MakeResponse(const Request& req, const std::function<std::string()>& re
   return res;
 }
 
-// One HTTP connection; owned by the handlers in flight (shared_from_this).
+// One HTTP connection; owned by the handlers in flight (shared_from_this),
+// listed in its owner's sessions() while open.
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, MetricsHttpImpl* owner)
-      : stream_(std::move(socket)), owner_(owner) {}
-  ~Session() { owner_->open_connections().fetch_sub(1, std::memory_order_relaxed); }
+      : stream_(std::move(socket)),
+        owner_(owner),
+        listed_(owner->sessions().insert(owner->sessions().end(), this)) {}
+  ~Session() { Unlist(); }
 
   void Read() {
     parser_.emplace();
     parser_->header_limit(MetricsHttpServer::kMaxRequestBytes);
     parser_->body_limit(MetricsHttpServer::kMaxRequestBytes);
-    stream_.expires_after(MetricsHttpServer::kIdleTimeout);
+    // One deadline for the whole request: a client sending it a byte at a
+    // time does not extend it.
+    stream_.expires_after(owner_->options().request_timeout);
+    waiting_ = true;
     http::async_read(
         stream_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
   }
 
+  // Waiting for (the rest of) a request rather than answering one.
+  bool waiting() const { return waiting_; }
+
+  // Closes the connection and leaves the list at once (its handlers finish
+  // with operation_aborted).
+  void Evict() {
+    Unlist();
+    Close();
+  }
+
  private:
+  void Unlist() {
+    if (!listed_) return;
+    owner_->sessions().erase(*listed_);
+    listed_.reset();
+  }
+
   void OnRead(beast::error_code ec) {
+    waiting_ = false;
     if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
         ec == asio::error::operation_aborted || ec == asio::error::connection_reset) {
       return Close();
@@ -122,7 +160,7 @@ class Session : public std::enable_shared_from_this<Session> {
     } else {
       response_ = MakeResponse(parser_->get(), owner_->render());
     }
-    stream_.expires_after(MetricsHttpServer::kIdleTimeout);
+    stream_.expires_after(owner_->options().write_timeout);
     http::async_write(stream_, response_,
                       [self = shared_from_this()](beast::error_code write_ec, size_t) {
                         self->OnWritten(write_ec);
@@ -142,6 +180,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   beast::tcp_stream stream_;
   MetricsHttpImpl* const owner_;
+  std::optional<std::list<Session*>::iterator> listed_;  // empty once unlisted
+  bool waiting_ = false;
   beast::flat_buffer buffer_{MetricsHttpServer::kMaxRequestBytes};
   std::optional<http::request_parser<http::string_body>> parser_;
   Response response_;
@@ -185,16 +225,23 @@ void MetricsHttpImpl::AcceptNext() {
           });
           return;
         }
-        if (open_.fetch_add(1, std::memory_order_relaxed) <
-            MetricsHttpServer::kMaxConnections) {
-          std::make_shared<Session>(std::move(socket), this)->Read();
-        } else {  // over the limit: closed unanswered
-          open_.fetch_sub(1, std::memory_order_relaxed);
-          boost::system::error_code ignored;
-          socket.close(ignored);
-        }
+        if (sessions_.size() >= options_.max_connections) EvictOne();
+        std::make_shared<Session>(std::move(socket), this)->Read();
         AcceptNext();
       });
+}
+
+void MetricsHttpImpl::EvictOne() {
+  if (sessions_.empty()) return;
+  Session* victim = sessions_.front();  // the oldest, when every one is answering
+  for (Session* s : sessions_) {
+    if (s->waiting()) {
+      victim = s;
+      break;
+    }
+  }
+  victim->Evict();
+  evicted_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void MetricsHttpImpl::Stop() {
@@ -213,13 +260,15 @@ void MetricsHttpImpl::Stop() {
   context_.reset();
 }
 
-MetricsHttpServer::MetricsHttpServer(std::function<std::string()> render)
-    : impl_(std::make_unique<MetricsHttpImpl>(std::move(render))) {}
+MetricsHttpServer::MetricsHttpServer(std::function<std::string()> render,
+                                     MetricsHttpOptions options)
+    : impl_(std::make_unique<MetricsHttpImpl>(std::move(render), options)) {}
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 Status MetricsHttpServer::Start(const std::string& address, uint16_t port) {
   return impl_->Start(address, port);
 }
 uint16_t MetricsHttpServer::port() const { return impl_->port(); }
+uint64_t MetricsHttpServer::evicted_connections() const { return impl_->evicted(); }
 void MetricsHttpServer::Stop() { impl_->Stop(); }
 
 }  // namespace prefixkv::server

@@ -7,8 +7,14 @@
 //   any other method on /metrics     405 (Allow: GET)
 //   a request over kMaxRequestBytes  400, then the connection is closed
 //
-// Keep-alive is honoured; a connection silent for kIdleTimeout is closed, and
-// at most kMaxConnections are open at once (others are closed at accept).
+// Keep-alive is honoured. Slow or idle clients cannot keep a scrape out: a
+// request must arrive whole within MetricsHttpOptions::request_timeout (from
+// the connection's opening or the previous response), a response be taken
+// within write_timeout, and at most max_connections are open; at the limit a
+// new connection is still served: the one that has waited longest for a
+// request is closed to make room (when every one is being answered, the
+// oldest, its response cut). Sessions run concurrently on the listener's
+// thread (asynchronous I/O); only rendering is one at a time.
 // The Boost.Beast/Asio types stay in metrics_http.cc.
 #pragma once
 
@@ -25,17 +31,27 @@ namespace prefixkv::server {
 
 class MetricsHttpImpl;  // metrics_http.cc
 
+struct MetricsHttpOptions {
+  // Most connections open at once (Prometheus needs one or two).
+  size_t max_connections = 16;
+  // Time for a whole request (line, headers, body) to arrive, from the
+  // connection's opening or the end of the previous response; then it is
+  // closed (a silent keep-alive connection too).
+  std::chrono::milliseconds request_timeout{10'000};
+  // Time for the client to take a response.
+  std::chrono::milliseconds write_timeout{10'000};
+};
+
 // Thread-safe: Start and Stop once each, from any thread.
 class MetricsHttpServer {
  public:
   // Request line plus headers (and any body) of one request.
   static constexpr size_t kMaxRequestBytes = 8 << 10;
-  static constexpr size_t kMaxConnections = 64;
-  static constexpr std::chrono::seconds kIdleTimeout{30};
 
   // `render` returns the exposition text; it runs on the metrics thread, one
   // scrape at a time.
-  explicit MetricsHttpServer(std::function<std::string()> render);
+  explicit MetricsHttpServer(std::function<std::string()> render,
+                             MetricsHttpOptions options = {});
   ~MetricsHttpServer();  // Stop()s
   MetricsHttpServer(const MetricsHttpServer&) = delete;
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
@@ -47,6 +63,9 @@ class MetricsHttpServer {
   // Closes the listener and every connection (a response being written is
   // cut), joins the thread. Idempotent.
   void Stop();
+
+  // Connections closed to make room for a new one (see above).
+  uint64_t evicted_connections() const;
 
  private:
   std::unique_ptr<MetricsHttpImpl> impl_;

@@ -177,6 +177,21 @@ void AddTierFamilies(std::vector<FamilyDef>& defs) {
                        [](const Snapshot& s, Samples& out) {
                          if (s.engine.has_ssd) out.Add({}, s.engine.ssd_queued_blocks);
                        }));
+  defs.push_back(Gauge("prefixkv_ssd_write_back_failed_blocks", {},
+                       "Queued blocks whose last write attempt failed: above 0 while "
+                       "write-back fails (write-back SETs are refused)",
+                       [](const Snapshot& s, Samples& out) {
+                         if (s.engine.has_ssd)
+                           out.Add({}, s.engine.ssd_write_back_failed_blocks);
+                       }));
+  defs.push_back({{"prefixkv_ssd_write_back_failures_total",
+                   MetricType::kCounter,
+                   {},
+                   "Failed write-back attempts of the SSD tier (a batch, or an "
+                   "inline write while the queue was full)"},
+                  [](const Snapshot& s, Samples& out) {
+                    if (s.engine.has_ssd) out.Add({}, s.engine.ssd_write_back_failures);
+                  }});
 }
 
 // The remote tier's families (only with a remote tier).
@@ -280,6 +295,11 @@ void AddServerFamilies(std::vector<FamilyDef>& defs) {
   defs.push_back(Gauge(
       "prefixkv_server_connected_clients", {}, "Open RESP connections",
       [](const Snapshot& s, Samples& out) { out.Add({}, s.server.connected_clients); }));
+  defs.push_back(Gauge("prefixkv_server_client_buffer_bytes", {},
+                       "Heap bytes held by the buffers of open RESP connections",
+                       [](const Snapshot& s, Samples& out) {
+                         out.Add({}, s.server.client_buffer_bytes);
+                       }));
   defs.push_back(
       Counter("prefixkv_server_connections_received_total", "RESP connections accepted",
               [](const ServerStats& s) { return s.total_connections_received; }));
@@ -298,6 +318,9 @@ void AddServerFamilies(std::vector<FamilyDef>& defs) {
   defs.push_back(Counter("prefixkv_server_auth_failures_total",
                          "Failed AUTH (and HELLO AUTH) attempts",
                          [](const ServerStats& s) { return s.auth_failures; }));
+  defs.push_back(Counter("prefixkv_server_auth_throttled_total",
+                         "AUTH attempts refused unchecked over the server-wide budget",
+                         [](const ServerStats& s) { return s.auth_throttled; }));
   defs.push_back(Counter("prefixkv_server_out_of_memory_refusals_total",
                          "RESP requests refused because an allocation failed",
                          [](const ServerStats& s) { return s.out_of_memory; }));

@@ -57,9 +57,30 @@ void ReplyBuffer::Null() { AppendText("$-1\r\n"); }
 void ReplyBuffer::ArrayHeader(size_t n) { AppendHeader('*', static_cast<int64_t>(n)); }
 
 void ReplyBuffer::Clear() {
-  text_.clear();
-  refs_.clear();
+  if (text_.capacity() > kKeepBytes) {
+    std::string().swap(text_);
+  } else {
+    text_.clear();
+  }
+  if (refs_.capacity() * sizeof(refs_[0]) > kKeepBytes) {
+    decltype(refs_)().swap(refs_);
+  } else {
+    refs_.clear();
+  }
   bytes_ = 0;
+}
+
+void ReplyBuffer::Release() {
+  std::string().swap(text_);
+  decltype(refs_)().swap(refs_);
+  bytes_ = 0;
+}
+
+size_t ReplyBuffer::buffer_bytes() const {
+  // A short string lives inside the object (no heap bytes).
+  const size_t text =
+      text_.capacity() > std::string().capacity() ? text_.capacity() + 1 : 0;
+  return text + refs_.capacity() * sizeof(refs_[0]);
 }
 
 void ReplyBuffer::ForEachPiece(const std::function<void(const void*, size_t)>& fn) const {

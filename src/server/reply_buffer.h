@@ -2,7 +2,9 @@
 //
 // Small replies are appended to one owned string; large bulk payloads (a GET of
 // a 1 MiB value) are referenced by their SharedBytes and go out with a gather
-// write, so the server never copies a stored value to send it.
+// write, so the server never copies a stored value to send it. Clear() gives
+// back the memory of a large reply (kKeepBytes), so a connection that once
+// sent a big reply does not hold its buffer while it idles.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +29,9 @@ class ReplyBuffer {
   // k k k ...) cannot make the server copy it without bound.
   static constexpr size_t kCopyBudgetBytes = 1 << 20;
   static constexpr size_t kMinReferenceBytes = 64;
+  // Clear() keeps buffers up to this size for the next replies and frees
+  // larger ones.
+  static constexpr size_t kKeepBytes = 4 << 10;
 
   void Simple(std::string_view s);  // "+s\r\n"; s must not contain CR or LF
   // "-s\r\n"; CR and LF in s become spaces so a reply can never be split.
@@ -43,7 +48,13 @@ class ReplyBuffer {
   // Error replies appended since the buffer was made (Clear keeps the count):
   // a command's handler failed when this grew while it ran.
   uint64_t errors() const { return errors_; }
+  // Empties the buffer; frees its memory when it is over kKeepBytes.
   void Clear();
+  // Empties the buffer and frees all its memory (an idle connection's).
+  void Release();
+  // Heap bytes the buffer holds (its text and its list of references, not the
+  // referenced payloads, which the tiers own).
+  size_t buffer_bytes() const;
 
   // Visits the bytes in order as contiguous pieces (for a gather write).
   // The pieces stay valid until the next mutation.

@@ -11,8 +11,14 @@ namespace {
 
 // "*" or "$", up to 18 digits and a sign, "\r": anything longer is malformed.
 constexpr size_t kMaxHeaderLine = 32;
-// Size of the buffers small arguments are carved from.
-constexpr size_t kArenaBytes = 16 << 10;
+// A line buffer or an argument list larger than this (after a long inline
+// line, a command of many arguments) is freed once used.
+constexpr size_t kKeepBytes = 4 << 10;
+
+// Heap bytes of a string's buffer (0 for a short string kept in the object).
+size_t HeapBytes(const std::string& s) {
+  return s.capacity() > std::string().capacity() ? s.capacity() + 1 : 0;
+}
 
 // Removes the '\r' that must end a header line; false when it is missing.
 bool StripCr(std::string* line) {
@@ -95,13 +101,19 @@ bool RespParser::AllocateBody(size_t n) {
       body_ = SharedBytes::Allocate(body_cap_, &body_data_);
       return true;
     }
-    if (arena_data_ == nullptr || arena_used_ + n > kArenaBytes) {
-      arena_ = SharedBytes::Allocate(kArenaBytes, &arena_data_);
+    if (arena_data_ == nullptr || arena_used_ + n > arena_cap_) {
+      const size_t cap =
+          std::min(kArenaBytes, std::max(kFirstArenaBytes, arena_cap_ * 2));
+      arena_ = SharedBytes();  // the old one stays alive as long as its arguments
+      arena_data_ = nullptr;
+      arena_ = SharedBytes::Allocate(cap, &arena_data_);
+      arena_cap_ = cap;
       arena_used_ = 0;
     }
   } catch (const std::bad_alloc&) {
     arena_ = SharedBytes();
     arena_data_ = nullptr;
+    arena_cap_ = 0;
     out_of_memory_ = true;
     Fail("out of memory for a " + std::to_string(n) + "-byte argument");
     return false;
@@ -142,7 +154,11 @@ RespParser::Result RespParser::OnInline(RespArgs* args) {
     while (i < line_.size() && line_[i] != ' ' && line_[i] != '\t') ++i;
     if (i > start) args->push_back(SharedBytes::Copy(line_.data() + start, i - start));
   }
-  line_.clear();
+  if (line_.capacity() > kKeepBytes) {
+    std::string().swap(line_);
+  } else {
+    line_.clear();
+  }
   state_ = State::kStart;
   if (args->size() > limits_.max_array_elements) return Fail("too many inline arguments");
   return args->empty() ? Result::kNeedMore : Result::kCommand;
@@ -168,9 +184,29 @@ RespParser::Result RespParser::Finish(RespArgs* args) {
     return Result::kNeedMore;
   }
   args->swap(pending_);
-  pending_.clear();
+  if (pending_.capacity() * sizeof(SharedBytes) > kKeepBytes) {
+    RespArgs().swap(pending_);  // what a command of many arguments left
+  } else {
+    pending_.clear();
+  }
   state_ = State::kStart;
   return Result::kCommand;
+}
+
+void RespParser::ReleaseIdleBuffers() {
+  arena_ = SharedBytes();  // arguments carved from it keep it alive
+  arena_data_ = nullptr;
+  arena_cap_ = arena_used_ = 0;
+  line_.shrink_to_fit();
+  if (pending_.empty()) RespArgs().swap(pending_);
+}
+
+size_t RespParser::buffer_bytes() const {
+  const bool own_body = (state_ == State::kBulkBody || state_ == State::kBulkEnd) &&
+                        body_size_ > kSharedArgBytes;
+  const size_t body = own_body ? body_cap_ : 0;
+  return (arena_data_ != nullptr ? arena_cap_ : 0) + body + HeapBytes(line_) +
+         pending_.capacity() * sizeof(SharedBytes);
 }
 
 RespParser::Result RespParser::Parse(std::string_view* input, RespArgs* args) {

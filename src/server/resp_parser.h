@@ -38,8 +38,13 @@ using RespArgs = std::vector<SharedBytes>;
 
 // Arguments up to this size are carved out of a shared per-connection buffer
 // (names and keys cost no allocation); larger ones own their buffer. Keep a
-// small argument beyond the command only through DetachArg().
+// small argument beyond the command only through DetachArg(). The first such
+// buffer of a connection is kFirstArenaBytes and each next one twice the last,
+// up to kArenaBytes: a client that sends one AUTH holds 1 KiB, a busy one
+// allocates once per 16 KiB of small arguments.
 inline constexpr size_t kSharedArgBytes = 256;
+inline constexpr size_t kFirstArenaBytes = 1 << 10;
+inline constexpr size_t kArenaBytes = 16 << 10;
 
 // An argument safe to keep: small ones are copied out of the shared buffer (so
 // a stored 10-byte value does not pin kilobytes of other arguments).
@@ -94,6 +99,14 @@ class RespParser {
   // True between commands (no partial command buffered).
   bool AtCommandBoundary() const { return state_ == State::kStart && line_.empty(); }
 
+  // Heap bytes the parser holds: its small-argument buffer, the bulk argument
+  // being received, the line being assembled and the argument list.
+  size_t buffer_bytes() const;
+  // Frees what it keeps for the next arguments (an idle connection's): the
+  // small-argument buffer (the next one starts at kFirstArenaBytes again) and
+  // unused capacity. A partial command is kept.
+  void ReleaseIdleBuffers();
+
  private:
   enum class State { kStart, kArrayHeader, kBulkHeader, kBulkBody, kBulkEnd, kInline };
 
@@ -132,6 +145,7 @@ class RespParser {
   SharedBytes arena_;    // where small arguments are carved from
   uint8_t* arena_data_ = nullptr;
   size_t arena_used_ = 0;
+  size_t arena_cap_ = 0;  // 0: none yet
 };
 
 // Parses a RESP length: optional '-', 1..18 decimal digits, nothing else.

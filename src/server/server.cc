@@ -24,6 +24,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "auth_throttle.h"
 #include "command_stats.h"
 #include "commands.h"
 #include "connection.h"
@@ -43,6 +44,12 @@ namespace {
 constexpr auto kShutdownGrace = std::chrono::seconds(2);
 // Pause before accepting again after an accept error such as EMFILE.
 constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(50);
+// A connection idle this long (by the options' clock) gives back the buffers
+// it keeps for its next requests (Connection::PostReleaseBuffers).
+constexpr uint64_t kReleaseBuffersAfterIdleMs = 2000;
+// Most auth_failures_per_second and auth_failure_burst (the throttle's token
+// arithmetic stays far from overflow).
+constexpr uint64_t kMaxAuthRate = 1'000'000;
 
 // Physical memory plus swap: the most a request could ever occupy.
 uint64_t MachineMemoryBytes() {
@@ -63,6 +70,24 @@ void RunLoop(asio::io_context* ctx) {
       std::fprintf(stderr, "prefixkv server: an I/O handler failed: %s\n", e.what());
     }
   }
+}
+
+// The server-wide AUTH budget; null when the options turn it off (or are out
+// of range: Start() refuses them).
+std::unique_ptr<server::AuthThrottle> NewAuthThrottle(const ServerOptions& o,
+                                                      Clock* clock) {
+  if (o.auth_failures_per_second == 0 || o.auth_failures_per_second > kMaxAuthRate ||
+      o.auth_failure_burst == 0 || o.auth_failure_burst > kMaxAuthRate) {
+    return nullptr;
+  }
+  std::function<void(std::string_view)> log = o.log;
+  if (!log) {
+    log = [](std::string_view line) {
+      std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
+    };
+  }
+  return std::make_unique<server::AuthThrottle>(
+      o.auth_failures_per_second, o.auth_failure_burst, clock, std::move(log));
 }
 
 }  // namespace
@@ -91,6 +116,7 @@ class internal::ServerImpl {
   Clock* clock_;
   Engine* const engine_;
   server::CommandStatsRecorder command_stats_;  // before dispatcher_, which uses it
+  std::unique_ptr<server::AuthThrottle> auth_throttle_;  // null: no server-wide limit
   server::Dispatcher dispatcher_;
   server::ServerCounters counters_;
   server::ConnectionEnv env_;
@@ -118,13 +144,14 @@ internal::ServerImpl::ServerImpl(ServerOptions options, Engine* engine)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : Clock::System()),
       engine_(engine),
-      dispatcher_(engine, server::DispatcherConfig{
-                              options_.requirepass, options_.admin_pass,
-                              options_.max_auth_failures, options_.max_models,
-                              [this](const auto& wanted, std::string* out) {
-                                AppendInfo(wanted, out);
-                              },
-                              &command_stats_, clock_}) {
+      auth_throttle_(NewAuthThrottle(options_, clock_)),
+      dispatcher_(
+          engine,
+          server::DispatcherConfig{
+              options_.requirepass, options_.admin_pass, options_.max_auth_failures,
+              auth_throttle_.get(), options_.max_models,
+              [this](const auto& wanted, std::string* out) { AppendInfo(wanted, out); },
+              &command_stats_, clock_, options_.max_request_bytes}) {
   env_.dispatcher = &dispatcher_;
   env_.options = &options_;
   env_.clock = clock_;
@@ -139,6 +166,13 @@ Status internal::ServerImpl::Start() {
   if (options_.io_threads < 1) return Status::InvalidArgument("io_threads must be >= 1");
   if (options_.read_chunk_bytes < 512) {
     return Status::InvalidArgument("read_chunk_bytes must be >= 512");
+  }
+  if (options_.auth_failures_per_second > kMaxAuthRate ||
+      options_.auth_failure_burst > kMaxAuthRate ||
+      (options_.auth_failures_per_second != 0 && options_.auth_failure_burst == 0)) {
+    return Status::InvalidArgument(
+        "auth_failures_per_second and auth_failure_burst must be <= 1000000, and the "
+        "burst >= 1 unless the rate is 0");
   }
   // No request can be larger than the memory that would hold it.
   options_.max_request_bytes =
@@ -243,15 +277,18 @@ void internal::ServerImpl::ScheduleSweep() {
 }
 
 size_t internal::ServerImpl::SweepIdle() {
-  if (options_.idle_timeout_ms == 0) return 0;
-  uint64_t now = clock_->NowMillis();
+  const uint64_t now = clock_->NowMillis();
+  const uint64_t timeout = options_.idle_timeout_ms;
   size_t closed = 0;
   MutexLock lock(&mu_);
   for (auto& [ptr, conn] : connections_) {
-    uint64_t last = conn->last_activity_ms();
-    if (now > last && now - last > options_.idle_timeout_ms) {
+    const uint64_t last = conn->last_activity_ms();
+    const uint64_t idle_ms = now > last ? now - last : 0;
+    if (timeout != 0 && idle_ms > timeout) {
       conn->PostClose();
       ++closed;
+    } else if (idle_ms >= kReleaseBuffersAfterIdleMs && conn->buffer_bytes() > 0) {
+      conn->PostReleaseBuffers();
     }
   }
   counters_.idle_disconnections.fetch_add(closed, std::memory_order_relaxed);
@@ -295,7 +332,9 @@ ServerStats internal::ServerImpl::Stats() const {
   s.protocol_errors = counters_.protocol_errors.load();
   s.idle_disconnections = counters_.idle_disconnections.load();
   s.auth_failures = counters_.auth_failures.load();
+  s.auth_throttled = counters_.auth_throttled.load();
   s.out_of_memory = counters_.out_of_memory.load();
+  s.client_buffer_bytes = counters_.client_buffer_bytes.load();
   s.commands = command_stats_.Snapshot();
   return s;
 }
@@ -322,6 +361,7 @@ void internal::ServerImpl::AppendInfo(const std::function<bool(std::string_view)
     *out += "# Clients\r\n";
     line("connected_clients", std::to_string(s.connected_clients));
     line("maxclients", std::to_string(options_.max_connections));
+    line("client_buffer_bytes", std::to_string(s.client_buffer_bytes));
     *out += "\r\n";
   }
   if (wanted("stats")) {
@@ -332,6 +372,7 @@ void internal::ServerImpl::AppendInfo(const std::function<bool(std::string_view)
     line("protocol_errors", std::to_string(s.protocol_errors));
     line("idle_disconnections", std::to_string(s.idle_disconnections));
     line("auth_failures", std::to_string(s.auth_failures));
+    line("auth_throttled", std::to_string(s.auth_throttled));
     line("out_of_memory_refusals", std::to_string(s.out_of_memory));
     *out += "\r\n";
   }

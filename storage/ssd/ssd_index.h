@@ -34,7 +34,7 @@ struct IndexEntry {
   // Reuse of the block's chain (the chain policy): hits on it, or on the
   // stored parent it inherited them from when inserted. Persisted in the
   // metadata record (StoredMeta::chain_hits, saturated at 65535) with every
-  // write and every read, so a restart keeps it.
+  // write and with the reads' access-order batches, so a restart keeps it.
   uint32_t chain_hits = 0;
 };
 

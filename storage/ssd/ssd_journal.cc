@@ -11,7 +11,9 @@
 namespace prefixkv::ssd {
 namespace {
 
-constexpr char kJournalMagic[8] = {'p', 'k', 'v', 'r', 'm', 'j', '0', '1'};
+constexpr char kJournalMagic[8] = {'p', 'k', 'v', 'r', 'm', 'j', '0', '2'};
+// Removals only, before commit records: still read.
+constexpr char kJournalMagicV1[8] = {'p', 'k', 'v', 'r', 'm', 'j', '0', '1'};
 
 constexpr size_t kBody = kJournalRecordBytes - 8;
 
@@ -24,11 +26,12 @@ void EncodeHeader(uint64_t barrier, uint8_t* r) {
   Seal(r);
 }
 
-void EncodeRemoval(const JournalRecord& m, uint8_t* r) {
+void EncodeRecord(const JournalRecord& m, uint8_t* r) {
   m.key.EncodeTo(r);
   StoreLE64(r + 16, m.checksum);
   StoreLE64(r + 24, m.segment);
-  StoreLE64(r + 32, m.offset);
+  StoreLE64(r + 32,
+            m.offset | (m.commit ? kCommitFlag : 0) | (m.confirm ? kConfirmFlag : 0));
   Seal(r);
 }
 
@@ -65,16 +68,22 @@ JournalContents LoadJournal(FileSystem* fs, const std::string& dir) {
       return out;
     }
     if (i == 0) {
-      if (std::memcmp(r, kJournalMagic, 8) != 0) {
+      if (std::memcmp(r, kJournalMagic, 8) != 0 &&
+          std::memcmp(r, kJournalMagicV1, 8) != 0) {
         out.problem = "removal journal has no header";
         return out;
       }
       out.barrier = LoadLE64(r + 8);
       continue;
     }
-    const JournalRecord rec{BlockKey::DecodeFrom(r), LoadLE64(r + 16), LoadLE64(r + 24),
-                            LoadLE64(r + 32)};
-    if (!IsCommitRecord(rec)) out.removed.insert({rec.key, rec.checksum});
+    const uint64_t offset = LoadLE64(r + 32);
+    const JournalRecord rec{BlockKey::DecodeFrom(r),
+                            LoadLE64(r + 16),
+                            LoadLE64(r + 24),
+                            offset & kOffsetMask,
+                            (offset & kCommitFlag) != 0,
+                            (offset & kConfirmFlag) != 0};
+    if (IsRemovalRecord(rec)) out.removed.insert({rec.key, rec.checksum});
     out.records.push_back(rec);
   }
   if (n == 0) {
@@ -120,7 +129,7 @@ Status RemovalJournal::Rewrite(uint64_t barrier_if_new,
     if (IsCommitRecord(m) && last_commit[m.segment] != i) continue;
     const size_t at = buf.size();
     buf.resize(at + kJournalRecordBytes);
-    EncodeRemoval({m.key, m.checksum, m.segment, m.offset}, buf.data() + at);
+    EncodeRecord(m, buf.data() + at);
   }
   const std::string tmp = PathIn(dir_) + ".tmp";
   PKV_ASSIGN_OR_RETURN(std::unique_ptr<FileHandle> f,
@@ -149,7 +158,9 @@ Status RemovalJournal::Append(const BlockKey& key, uint64_t checksum, uint64_t s
     }
   }
   uint8_t r[kJournalRecordBytes];
-  EncodeRemoval({key, checksum, segment, offset}, r);
+  EncodeRecord({key, checksum, segment, offset & kOffsetMask, (offset & kCommitFlag) != 0,
+                (offset & kConfirmFlag) != 0},
+               r);
   Status s = file_ ? file_->Write(size_, r, sizeof r) : Status::IOError("no journal");
   if (s.ok()) {
     size_ += sizeof r;

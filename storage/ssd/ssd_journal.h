@@ -12,13 +12,25 @@
 //   header  (first): "pkvrmj01" (8) | barrier segment id (8) | zero (24)
 //   removal        : block key (16, BlockKey::EncodeTo) | payload XXH3-64 (8)
 //                    | segment id (8) | extent offset (8)
-//   commit         : zero key (16) | kCommitTag (8) | segment id (8)
-//                    | offset of the batch's last extent (8)
-// A commit record is appended AFTER a metadata commit that made extents
-// live (a store, a compaction move). It is how Open tells metadata that is
-// older than the segments (a lost log: the database rolled back) from crash
-// garbage: an extent a commit record names must be referenced by the
-// metadata or named by a removal record; if not, the metadata lost it.
+//   commit         : block key (16) | payload XXH3-64 (8) | segment id (8)
+//                    | extent offset with bit 63 set (8)
+// A commit record names the last extent of a metadata commit that made
+// extents live (a store batch, a compaction move); it is appended AFTER the
+// commit. It is how Open tells metadata that is older than the segments (a
+// lost log: the database rolled back) from crash garbage: the extent a
+// segment's last commit record names must be known to the metadata (at that
+// location, or as the same key and bytes moved elsewhere by compaction) or
+// be named by a removal record; if not, the metadata lost it.
+//   confirm        : a removal's four fields, offset with bit 62 set
+// A confirm record follows the commit of a removal that succeeded. Only a
+// confirmed removal still held by the metadata shows that the metadata lost
+// it (a removal whose commit failed or never ran leaves the block live, and
+// must not take it away at the next open); a rebuild, which has no metadata
+// to trust, excludes confirmed and unconfirmed removals alike.
+// The header magic is "pkvrmj02" since commit records exist; "pkvrmj01"
+// files (removals only) are read as before. A reader that knows only 01
+// finds no header in a 02 file, takes it as unusable, and restores nothing
+// rather than mistake a commit record for a removal.
 // A rebuild excludes every extent of the key whose payload checksum equals a
 // removed one (not only the extent named): a copy of a removed version made
 // by segment compaction must not come back either.
@@ -51,15 +63,19 @@ inline constexpr size_t kJournalRecordBytes = 48;
 struct JournalRecord {
   BlockKey key;
   uint64_t checksum = 0, segment = 0, offset = 0;
+  bool commit = false;   // a commit record (above)
+  bool confirm = false;  // a confirm record; neither: a removal
 };
 
-// The payload-checksum field of a commit record (its key is zero, which no
-// block has): "commit\0\0" as a little-endian u64.
-inline constexpr uint64_t kCommitTag = 0x74696d6d6f63ULL;
+// Bits 63 and 62 of a record's offset field mark a commit and a confirm
+// record (offsets are far below 2^62).
+inline constexpr uint64_t kCommitFlag = uint64_t{1} << 63;
+inline constexpr uint64_t kConfirmFlag = uint64_t{1} << 62;
+inline constexpr uint64_t kOffsetMask = kConfirmFlag - 1;
 
-inline bool IsCommitRecord(const JournalRecord& r) {
-  return r.key.IsZero() && r.checksum == kCommitTag;
-}
+inline bool IsRemovalRecord(const JournalRecord& r) { return !r.commit && !r.confirm; }
+
+inline bool IsCommitRecord(const JournalRecord& r) { return r.commit; }
 
 // What a rebuild may take from a journal file.
 struct JournalContents {
@@ -94,9 +110,15 @@ class RemovalJournal {
       EXCLUDES(mu_);
   // Makes every record appended so far durable (fdatasync).
   Status Sync() EXCLUDES(mu_);
+  // Appends one confirm record (see above); fails like Append.
+  Status AppendConfirm(const BlockKey& key, uint64_t checksum, uint64_t segment,
+                       uint64_t offset) EXCLUDES(mu_) {
+    return Append(key, checksum, segment, offset | kConfirmFlag);
+  }
   // Appends one commit record (see above); fails like Append.
-  Status AppendCommit(uint64_t segment, uint64_t offset) EXCLUDES(mu_) {
-    return Append(BlockKey(), kCommitTag, segment, offset);
+  Status AppendCommit(const BlockKey& key, uint64_t checksum, uint64_t segment,
+                      uint64_t offset) EXCLUDES(mu_) {
+    return Append(key, checksum, segment, offset | kCommitFlag);
   }
 
  private:

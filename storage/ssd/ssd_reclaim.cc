@@ -176,7 +176,10 @@ Status ssd::TierImpl::RepointRelocated(uint64_t segment,
   }
   Status s;
   if (batch.Count() > 0) s = Commit(&batch, {}, moving.front().e.owner);
-  if (s.ok() && batch.Count() > 0) JournalCommit(to.back().segment, to.back().offset);
+  if (s.ok() && batch.Count() > 0) {
+    JournalCommit(moving.back().key, moving.back().e.checksum, to.back().segment,
+                  to.back().offset);
+  }
   if (s.ok()) {
     MutexLock lock(&mu_);
     for (size_t i = 0; i < moving.size(); ++i) {

@@ -92,7 +92,7 @@ rocksdb::Options ssd::TierImpl::DbOptions(bool direct_io) const {
   // Metadata, counters and markers only (payloads are in segment files), so
   // buffered I/O and RocksDB's software CRC32c cost little.
   o.compression = ParseCompression(options_.compression);
-  o.write_buffer_size = options_.write_buffer_bytes;
+  BoundDbSpace(options_, &o);  // write_buffer_size and the log's size (ssd_space.cc)
   o.max_write_buffer_number = 4;
   o.max_background_flushes = 1;
   o.max_background_compactions = 1;
@@ -231,6 +231,9 @@ Status ssd::TierImpl::Close() {
   // Payloads on the device before the metadata that points at them is flushed.
   Status synced = store_ ? store_->SyncActive() : Status::OK();
   if (first.ok()) first = synced;
+  // The reads' access order, before the clean marker: a clean restart keeps
+  // the eviction order. Not an error of Close when it fails (blocks age).
+  (void)FlushAccessOrder();
   rocksdb::WriteBatch batch;
   batch.Put(std::string(ssd::kCleanKey), "1");
   Status s = Commit(&batch, {}, 0);  // also persists the event counters

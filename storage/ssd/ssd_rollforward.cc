@@ -20,6 +20,7 @@
 #include <map>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "ssd_journal.h"
 #include "ssd_layout.h"
@@ -31,6 +32,14 @@ namespace prefixkv {
 namespace {
 
 using Location = std::pair<uint64_t, uint64_t>;  // segment, offset
+
+struct LocationHash {
+  size_t operator()(const Location& l) const {
+    return std::hash<uint64_t>()(l.first * 0x9E3779B97F4A7C15ULL ^ l.second);
+  }
+};
+// Checked once per indexed block at every open: hashed, not ordered.
+using LocationSet = std::unordered_set<Location, LocationHash>;
 
 std::set<uint64_t> SegmentIds(FileSystem* fs, const std::string& seg_dir) {
   std::set<uint64_t> ids;
@@ -76,33 +85,40 @@ Status ssd::TierImpl::CheckAgainstJournal() {
     }
     return Status::OK();
   }
-  std::set<Location> removed_at;
-  std::map<uint64_t, uint64_t> last_commit;  // segment -> offset of its last commit
+  LocationSet removed_at, confirmed_at;  // removals, and those whose commit succeeded
+  std::map<uint64_t, ssd::JournalRecord> last_commit;  // segment -> its last commit
   for (const ssd::JournalRecord& r : journal.records) {
-    if (ssd::IsCommitRecord(r)) {
-      last_commit[r.segment] = std::max(last_commit[r.segment], r.offset);
-    } else {
+    if (ssd::IsRemovalRecord(r)) {
       removed_at.insert({r.segment, r.offset});
+    } else if (r.confirm) {
+      confirmed_at.insert({r.segment, r.offset});
+    } else if (auto it = last_commit.find(r.segment);
+               it == last_commit.end() || it->second.offset < r.offset) {
+      last_commit[r.segment] = r;
     }
   }
   const std::set<uint64_t> existing = SegmentIds(fs, seg_dir);
   uint64_t stale = 0;
-  std::set<Location> referenced;
+  // A segment whose last committed extent the metadata does not know — not
+  // at its place, not as the same key and bytes elsewhere (a compaction moved
+  // it), not as removed: the metadata lost every commit since some point,
+  // and this segment took one of them (ssd_journal.h).
+  std::set<uint64_t> lost_segments;
   {
     MutexLock lock(&mu_);
+    // Only a confirmed removal: one whose commit failed (or never ran) left
+    // the block live, and the metadata is right to hold it.
     for (const auto& [key, e] : index_.entries()) {
-      referenced.insert({e.segment, e.offset});
-      if (removed_at.contains({e.segment, e.offset})) stale += 1;
+      if (confirmed_at.contains({e.segment, e.offset})) stale += 1;
     }
-  }
-  // A segment whose last committed extent the metadata neither references
-  // nor saw removed: the metadata lost every commit since some point, and
-  // this segment took one of them (ssd_journal.h).
-  std::set<uint64_t> lost_segments;
-  for (const auto& [segment, offset] : last_commit) {
-    if (existing.contains(segment) && !referenced.contains({segment, offset}) &&
-        !removed_at.contains({segment, offset})) {
-      lost_segments.insert(segment);
+    for (const auto& [segment, c] : last_commit) {
+      const ssd::IndexEntry* e = index_.Find(c.key);
+      const bool known = e != nullptr && e->checksum == c.checksum;
+      if (existing.contains(segment) && !known &&
+          !removed_at.contains({segment, c.offset}) &&
+          !journal.removed.contains({c.key, c.checksum})) {
+        lost_segments.insert(segment);
+      }
     }
   }
   if (stale == 0 && lost_segments.empty()) return Status::OK();
@@ -130,9 +146,9 @@ Status ssd::TierImpl::RollForward(const ssd::JournalContents& journal,
   uint64_t unprovable = 0;
   std::map<BlockKey, ssd::FoundExtent> provable =
       ssd::ProvableVersions(scan.extents, journal, &unprovable);
-  std::set<Location> removed_at;
+  LocationSet confirmed_at;
   for (const ssd::JournalRecord& r : journal.records) {
-    if (!ssd::IsCommitRecord(r)) removed_at.insert({r.segment, r.offset});
+    if (r.confirm) confirmed_at.insert({r.segment, r.offset});
   }
   rocksdb::WriteBatch batch;
   Deltas deltas;
@@ -142,7 +158,7 @@ Status ssd::TierImpl::RollForward(const ssd::JournalContents& journal,
     MutexLock lock(&mu_);
     seq = index_.max_access_seq();
     for (const auto& [key, e] : index_.entries()) {
-      if (!removed_at.contains({e.segment, e.offset})) {
+      if (!confirmed_at.contains({e.segment, e.offset})) {
         // Not removed since: the metadata's version stands (a committed
         // overwrite journals the version it replaces before it commits).
         if (auto p = provable.find(key);

@@ -314,14 +314,42 @@ Status ssd::TierImpl::OpenJournal() {
   return Status::OK();
 }
 
+namespace {
+
+// Removals this thread journaled for the metadata commit it is about to make
+// (JournalRemoval, then Commit on the same thread): confirmed when it
+// succeeds (ssd_journal.h). Tagged with their tier: tests run several.
+struct PendingRemoval {
+  const void* tier;
+  ssd::JournalRecord record;
+};
+thread_local std::vector<PendingRemoval> t_pending_removals;
+
+}  // namespace
+
 void ssd::TierImpl::JournalRemoval(const BlockKey& key, uint64_t checksum,
-                                   uint64_t segment, uint64_t offset) {
+                                   uint64_t segment, uint64_t offset,
+                                   bool awaits_commit) {
+  if (journal_ == nullptr) return;
   // A failed append deletes the journal: a rebuild then proves nothing.
-  if (journal_ != nullptr) (void)journal_->Append(key, checksum, segment, offset);
+  if (journal_->Append(key, checksum, segment, offset).ok() && awaits_commit) {
+    t_pending_removals.push_back({this, {key, checksum, segment, offset}});
+  }
 }
 
-void ssd::TierImpl::JournalCommit(uint64_t segment, uint64_t offset) {
-  if (journal_ != nullptr) (void)journal_->AppendCommit(segment, offset);
+void ssd::TierImpl::ConfirmRemovals(bool committed) {
+  for (const PendingRemoval& p : t_pending_removals) {
+    if (committed && p.tier == this && journal_ != nullptr) {
+      const ssd::JournalRecord& r = p.record;
+      (void)journal_->AppendConfirm(r.key, r.checksum, r.segment, r.offset);
+    }
+  }
+  t_pending_removals.clear();
+}
+
+void ssd::TierImpl::JournalCommit(const BlockKey& key, uint64_t checksum,
+                                  uint64_t segment, uint64_t offset) {
+  if (journal_ != nullptr) (void)journal_->AppendCommit(key, checksum, segment, offset);
 }
 
 }  // namespace prefixkv

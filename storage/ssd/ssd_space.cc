@@ -11,6 +11,7 @@
 // segments, or an operator freed space), writes go on. At open, a reserve
 // left by the previous run is deleted before the database opens (its room
 // to recover in on a full disk) and written again afterwards.
+#include <rocksdb/options.h>
 #include <sys/statvfs.h>
 
 #include <algorithm>
@@ -26,7 +27,25 @@ SsdTierOptions ssd::TierImpl::WithSpaceBounds(SsdTierOptions o) {
   const uint64_t sixteenth =
       (o.capacity_bytes / 16 + kExtentAlign - 1) / kExtentAlign * kExtentAlign;
   o.segment_bytes = std::min(o.segment_bytes, std::max(kMinSegment, sixteenth));
+  static constexpr uint64_t kMinWriteBuffer = 256 << 10;
+  o.write_buffer_bytes =
+      std::min(o.write_buffer_bytes, std::max(kMinWriteBuffer, o.capacity_bytes / 64));
   return o;
+}
+
+void ssd::TierImpl::BoundDbSpace(const SsdTierOptions& o, rocksdb::Options* db) {
+  // The log is preallocated (fallocate) in blocks of min(1.1 memtables,
+  // max_total_wal_size); where the file system keeps a failed allocation
+  // (ext4), a 64 MiB memtable's 70 MB took a small disk whole. The logs of
+  // the (up to 4) memtables not yet flushed are what it must hold.
+  db->write_buffer_size = o.write_buffer_bytes;
+  db->max_total_wal_size = 4 * o.write_buffer_bytes;
+  // The MANIFEST: 4 MiB preallocated by default, rolled over at 1 GiB.
+  static constexpr uint64_t kMinManifest = 1 << 20;
+  db->manifest_preallocation_size =
+      std::min<uint64_t>(db->manifest_preallocation_size, o.write_buffer_bytes);
+  db->max_manifest_file_size = std::min<uint64_t>(
+      db->max_manifest_file_size, std::max(kMinManifest, o.capacity_bytes / 64));
 }
 
 Status ssd::TierImpl::ReleaseReserveForOpen() {

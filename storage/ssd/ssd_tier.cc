@@ -54,6 +54,7 @@ StatusOr<uint64_t> SsdTier::PurgeNamespace(const BlockKey& ns) {
 std::vector<SsdNamespaceUsage> SsdTier::Namespaces() const { return impl_->Namespaces(); }
 const SsdOpenReport& SsdTier::open_report() const { return impl_->report(); }
 uint64_t SsdTier::queued_blocks() const { return impl_->queued_blocks(); }
+SsdWriteBackState SsdTier::WriteBackState() const { return impl_->WriteBackState(); }
 
 std::unique_ptr<SsdTier> ssd::Access::Wrap(std::unique_ptr<ssd::TierImpl> impl) {
   return std::unique_ptr<SsdTier>(new SsdTier(std::move(impl)));
@@ -183,6 +184,7 @@ Status ssd::TierImpl::Commit(rocksdb::WriteBatch* batch, Deltas deltas, OwnerId 
     s = FromRocks(rs, "write");
   }
   NoteWriteResult(s);
+  ConfirmRemovals(s.ok());  // the removals this commit made, if it made them
   if (!s.ok()) {
     NoteNoSpace(s);  // the reserve gives the database room to resume
     MutexLock lock(&mu_);
@@ -345,13 +347,14 @@ Status ssd::TierImpl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
   if (s.ok()) {
     // The metadata knows these extents now: a later Open whose metadata does
     // not is older than the segments (ssd_journal.h).
-    JournalCommit(locations.back().segment, locations.back().offset);
+    JournalCommit(items.back().meta.key, stored.back().payload_xxh3,
+                  locations.back().segment, locations.back().offset);
   } else {
     // Never acknowledged: a rebuild or roll-forward must not bring them back
     // (the key may be removed later, which would not name these extents).
     for (size_t i = 0; i < items.size(); ++i) {
       JournalRemoval(items[i].meta.key, stored[i].payload_xxh3, stored[i].segment,
-                     stored[i].offset);
+                     stored[i].offset, /*awaits_commit=*/false);
     }
   }
   // After the index update: a reclaim pass that sees the segment no longer
@@ -380,11 +383,15 @@ void ssd::TierImpl::PaceMemtableFlush(const std::vector<ssd::WriteBackItem>& ite
 }
 
 void ssd::TierImpl::OnEvict(const BlockMeta& meta, const SharedBytes& payload) {
-  if (queue_->Enqueue(meta, payload, /*force=*/false)) return;
+  if (queue_->Enqueue(meta, payload)) return;
   // Backpressure: the queue is full, so the evicting thread pays for the write.
-  if (Put(meta, payload, /*dirty=*/true).ok()) return;
-  // Never drop a dirty block: keep it queued (over depth) for the retries.
-  (void)queue_->Enqueue(meta, payload, /*force=*/true);
+  Status s = Put(meta, payload, /*dirty=*/true);
+  if (s.ok()) return;
+  // Never drop a dirty block: keep it queued (over depth) for the retries,
+  // and report write-back as failing at once, so the tier stack stops
+  // acknowledging new Puts: only evictions already under way can still go
+  // over the bound (docs/ssd.md "Write-back failures").
+  queue_->EnqueueFailed(meta, payload, s);
 }
 
 Status ssd::TierImpl::Remove(const BlockKey& key) {
@@ -414,6 +421,16 @@ StatusOr<SharedBytes> ssd::TierImpl::Get(const BlockKey& key, bool touch) {
     }
     return *queued;
   }
+  bool flush = false;
+  StatusOr<SharedBytes> payload = GetIndexed(key, touch, &flush);
+  // Outside the block's lock (the batch takes the stripes of its keys).
+  // A failure is counted and logged; the read still succeeded.
+  if (flush) (void)FlushAccessOrder();
+  return payload;
+}
+
+StatusOr<SharedBytes> ssd::TierImpl::GetIndexed(const BlockKey& key, bool touch,
+                                                bool* flush) {
   BlockLock block_lock(this, key);
   IndexEntry e;
   {
@@ -431,24 +448,13 @@ StatusOr<SharedBytes> ssd::TierImpl::Get(const BlockKey& key, bool touch) {
   }
   PKV_ASSIGN_OR_RETURN(SharedBytes payload, ReadVerified(key, e));
   if (!touch) return payload;
-  // Persist the new access order; losing it in a crash only ages the block.
-  ssd::StoredMeta touched{e.owner, e.parent, e.bytes,   e.checksum,
-                          0,       e.dirty,  e.segment, e.offset};
-  {
-    MutexLock lock(&mu_);
-    touched.access_seq = ++next_seq_;
-    index_.Touch(key, touched.access_seq, /*hit=*/true);
-    if (const IndexEntry* now = index_.Find(key)) {
-      touched.chain_hits = ssd::PersistedChainHits(now->chain_hits);
-    }
-    index_.Owner(e.owner).hits += 1;
-    unpersisted_[e.owner].hits += 1;
-  }
-  rocksdb::WriteBatch batch;
-  batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, e.namespace_id, key),
-            ssd::EncodeMeta(touched));
-  (void)Commit(&batch, {}, e.owner,
-               /*relaxed=*/true);  // counted; the read still succeeded
+  // The new access order reaches the metadata with the next batch
+  // (ssd_access_order.cc); the hit rides along with the next write.
+  MutexLock lock(&mu_);
+  index_.Touch(key, ++next_seq_, /*hit=*/true);
+  index_.Owner(e.owner).hits += 1;
+  unpersisted_[e.owner].hits += 1;
+  *flush = NoteAccess(key);
   return payload;
 }
 

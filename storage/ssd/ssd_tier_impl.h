@@ -11,7 +11,10 @@
 // writes of one key are serialized at the commit (the last commit wins; a
 // superseded extent is garbage) while different keys proceed in parallel.
 // Reads, removes, evictions and segment compaction hold the block's stripe
-// (BlockLock). Audit holds pause_ exclusively. mu_ guards the in-memory index
+// (BlockLock); a reads' access-order batch (ssd_access_order.cc) holds the
+// stripes of its blocks (BatchLock) across reading their index entries and
+// its commit, taken after the reading thread let go of its BlockLock. Audit
+// holds pause_ exclusively. mu_ guards the in-memory index
 // (including live bytes per segment), the not-yet-persisted event counters
 // and the eviction listener; it is never held across I/O or while taking
 // another lock. Lock order: gc_run_mu_, pause_, stripes (ascending), then
@@ -28,6 +31,7 @@
 #include <memory>
 #include <set>
 #include <thread>
+#include <unordered_set>
 
 #include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/ssd_tier.h"
@@ -56,6 +60,18 @@ class TierImpl {
 
   // Checks the options Open relies on (path, clock, file system, sizes).
   static Status ValidateOptions(const SsdTierOptions& options);
+  // ssd_space.cc. The options in effect: segment_bytes at most capacity / 16
+  // (at least 64 KiB), so that a small tier's garbage is in sealed segments
+  // the reclaimer can unlink, not in one huge active segment; and
+  // write_buffer_bytes at most capacity / 64 (at least 256 KiB): the
+  // metadata is ~110 bytes per block of at least 4 KiB on disk, and RocksDB
+  // preallocates 1.1 memtables of log up front (issue 24: 70 MB on a 64 MB
+  // disk). 64 GiB and up keep the 64 MiB default.
+  static SsdTierOptions WithSpaceBounds(SsdTierOptions o);
+  // RocksDB's other space needs bounded by those options in effect (`o`,
+  // from WithSpaceBounds): the log's total size and preallocation, the
+  // MANIFEST's preallocation and size (docs/ssd.md "Small disks").
+  static void BoundDbSpace(const SsdTierOptions& o, rocksdb::Options* db);
   // Test seam (SsdTierTestPeer only, before Open): called before every
   // metadata commit; a non-OK result is handled exactly like the database
   // returning that error.
@@ -77,7 +93,8 @@ class TierImpl {
   // Stores blocks as one atomic write (no queue interplay, no capacity
   // enforcement). REQUIRES: distinct keys, at least one block.
   Status Store(const std::vector<WriteBackItem>& items, bool dirty) EXCLUDES(pause_, mu_);
-  // `touch`: count the hit (or miss) and refresh the access order.
+  // `touch`: count the hit (or miss) and refresh the access order (in the
+  // index at once; in the metadata with the next access-order batch).
   StatusOr<SharedBytes> Get(const BlockKey& key, bool touch = true) EXCLUDES(pause_, mu_);
   StatusOr<BlockMeta> Peek(const BlockKey& key) const EXCLUDES(mu_);
   Status Remove(const BlockKey& key) EXCLUDES(pause_, mu_);
@@ -108,6 +125,10 @@ class TierImpl {
   // could not write are still queued.
   Status WriteBackStatus() const { return queue_ ? queue_->Health() : Status::OK(); }
   uint64_t queued_blocks() const { return queue_ ? queue_->size() : 0; }
+  SsdWriteBackState WriteBackState() const {
+    if (!queue_) return {};
+    return {queue_->size(), queue_->failed_blocks(), queue_->failed_attempts()};
+  }
   const SsdOpenReport& report() const { return report_; }
 
  private:
@@ -139,10 +160,17 @@ class TierImpl {
   // RemovalJournal::Open. Walks the segments.
   StatusOr<std::vector<JournalRecord>> RegenerateJournal() EXCLUDES(mu_);
   Status OpenJournal();
+  // Journals an extent that stops being live. `awaits_commit`: the metadata
+  // commit that removes it follows on this thread, and Commit confirms the
+  // removal when it succeeds (false: garbage no metadata ever referenced).
   void JournalRemoval(const BlockKey& key, uint64_t checksum, uint64_t segment,
-                      uint64_t offset);
+                      uint64_t offset, bool awaits_commit = true);
+  // Called by Commit: appends a confirm record for each removal this thread
+  // journaled since its last commit, if `committed`; forgets them either way.
+  void ConfirmRemovals(bool committed);
   // After a metadata commit that made extents live (ssd_journal.h).
-  void JournalCommit(uint64_t segment, uint64_t offset);
+  void JournalCommit(const BlockKey& key, uint64_t checksum, uint64_t segment,
+                     uint64_t offset);
   Status CheckFormat();
   Status RebuildIndex(rocksdb::WriteBatch* repairs) EXCLUDES(mu_);
   Status RepairCounters() EXCLUDES(mu_);
@@ -214,7 +242,24 @@ class TierImpl {
   // before a segment it no longer references is unlinked.
   Status MakeMetadataDurable();
 
+  // ssd_access_order.cc (docs/ssd.md "Reads"): a read's new access order
+  // (and chain reuse count) reaches the metadata in batches, not per hit.
+  // Marks `key` as read since the last batch; true when the batch is due
+  // (kAccessBatch keys pending, or the oldest pending for kAccessIntervalNanos
+  // on the tier's clock).
+  bool NoteAccess(const BlockKey& key) REQUIRES(mu_);
+  // Writes the pending updates as one relaxed (never synced) batch, each
+  // re-encoded from the block's index entry under the blocks' stripes: a block
+  // removed, evicted or dropped meanwhile is skipped, one replaced meanwhile
+  // gets its new record again, never the old one. A failure is counted and
+  // logged by Commit; the updates are then lost (the blocks only age).
+  Status FlushAccessOrder() EXCLUDES(pause_, mu_);
+
   // ssd_tier.cc
+  // Get's read of an indexed block, under its BlockLock; `*flush` is set
+  // when an access-order batch is due (written after the lock is released).
+  StatusOr<SharedBytes> GetIndexed(const BlockKey& key, bool touch, bool* flush)
+      EXCLUDES(pause_, mu_);
   Mutex& Stripe(const BlockKey& key);
   // Holds pause_ shared and stripe(key): the lock of one block operation.
   // (The analysis sees pause_; which stripe a key maps to it cannot name,
@@ -297,10 +342,6 @@ class TierImpl {
   void NoteNoSpace(const Status& s);
   Status WriteReserveFile();
   std::optional<uint64_t> FreeDiskBytes() const;  // statvfs of the data directory
-  // The options in effect: segment_bytes at most capacity / 16 (at least
-  // 64 KiB), so that a small tier's garbage is in sealed segments the
-  // reclaimer can unlink, not in one huge active segment.
-  static SsdTierOptions WithSpaceBounds(SsdTierOptions o);
   // Disk use is bounded by the capacity (capacity >= 16 segments): the live
   // extents are kept below capacity - 2 segments (LiveBudget, by eviction),
   // and writers compact until the segment files fit the capacity.
@@ -319,6 +360,10 @@ class TierImpl {
   void EndListenerCall() EXCLUDES(mu_);
 
   static constexpr size_t kStripes = 64;
+  // An access-order batch is written at this many pending blocks, or with
+  // the first read this long after the oldest pending one (and at Close).
+  static constexpr size_t kAccessBatch = 256;
+  static constexpr uint64_t kAccessIntervalNanos = 1'000'000'000;
 
   const SsdTierOptions options_;
   std::function<Status()> commit_hook_;  // tests only; set before Open
@@ -342,6 +387,9 @@ class TierImpl {
   SsdIndex index_ GUARDED_BY(mu_);
   Deltas unpersisted_ GUARDED_BY(mu_);  // event counts not yet in the db
   uint64_t next_seq_ GUARDED_BY(mu_) = 0;
+  // Blocks read since the last access-order batch, and when the first was.
+  std::unordered_set<BlockKey, BlockKeyHash> access_pending_ GUARDED_BY(mu_);
+  uint64_t access_pending_since_nanos_ GUARDED_BY(mu_) = 0;
   EvictionListener* listener_ GUARDED_BY(mu_) = nullptr;
   uint32_t listener_calls_ GUARDED_BY(mu_) = 0;  // evictions using listener_
   CondVar listener_idle_;  // signalled when listener_calls_ drops to 0 (mu_)

@@ -18,18 +18,31 @@ WriteBackQueue::WriteBackQueue(uint32_t depth, uint32_t threads,
 
 WriteBackQueue::~WriteBackQueue() { (void)Stop(); }
 
-bool WriteBackQueue::Enqueue(const BlockMeta& meta, const SharedBytes& payload,
-                             bool force) {
+bool WriteBackQueue::Enqueue(const BlockMeta& meta, const SharedBytes& payload) {
   MutexLock lock(&mu_);
   if (auto it = queued_.find(meta.key); it != queued_.end()) {
     it->second = Item{meta, payload};  // newer version; keeps its place
     return true;
   }
-  if (!force && queued_.size() >= depth_) return false;
+  if (queued_.size() >= depth_) return false;
   queued_.emplace(meta.key, Item{meta, payload});
   order_.push_back(meta.key);
   work_cv_.NotifyOne();
   return true;
+}
+
+void WriteBackQueue::EnqueueFailed(const BlockMeta& meta, const SharedBytes& payload,
+                                   const Status& error) {
+  MutexLock lock(&mu_);
+  NoteFailure(error);
+  failed_.insert(meta.key);
+  if (auto it = queued_.find(meta.key); it != queued_.end()) {
+    it->second = Item{meta, payload};
+    return;
+  }
+  queued_.emplace(meta.key, Item{meta, payload});
+  order_.push_back(meta.key);
+  work_cv_.NotifyOne();
 }
 
 std::optional<SharedBytes> WriteBackQueue::Find(const BlockKey& key) const {
@@ -58,6 +71,7 @@ bool WriteBackQueue::Cancel(const BlockKey& key) {
     std::erase(order_, key);
     done_cv_.NotifyAll();
   }
+  failed_.erase(key);  // nothing of the key waits any more
   return found;
 }
 
@@ -85,12 +99,20 @@ Status WriteBackQueue::Stop() {
   // One last attempt per block, parents first, on the calling thread. Nothing
   // is in flight any more, so some queued block always has no queued parent.
   Status first;
+  uint64_t lost = 0, lost_bytes = 0, total = 0;
+  auto attempt = [&](const Item& item) {
+    ++total;
+    Status s = write_({item});
+    if (s.ok()) return;
+    if (first.ok()) first = s;
+    ++lost;
+    lost_bytes += item.payload.size();
+  };
   MutexLock lock(&mu_);
   Item item;
   while (TakeNext({}, &item)) {
     lock.Unlock();
-    Status s = write_({item});
-    if (!s.ok() && first.ok()) first = s.WithContext("write-back at close");
+    attempt(item);
     lock.Lock();
     in_flight_.erase(item.meta.key);
   }
@@ -99,13 +121,16 @@ Status WriteBackQueue::Stop() {
   for (const BlockKey& key : order_) left.push_back(std::move(queued_.at(key)));
   order_.clear();
   queued_.clear();
+  failed_.clear();
   lock.Unlock();
-  for (const Item& i : left) {
-    Status s = write_({i});
-    if (!s.ok() && first.ok()) first = s.WithContext("write-back at close");
-  }
+  for (const Item& i : left) attempt(i);
   done_cv_.NotifyAll();
-  return first;
+  if (first.ok()) return first;
+  // Exactly what is lost: those blocks were acknowledged and live nowhere else.
+  return first.WithContext("write-back at close: " + std::to_string(lost) + " of " +
+                           std::to_string(total) + " queued blocks (" +
+                           std::to_string(lost_bytes) +
+                           " bytes) could not be written and are lost");
 }
 
 uint64_t WriteBackQueue::size() const {
@@ -115,10 +140,22 @@ uint64_t WriteBackQueue::size() const {
 
 Status WriteBackQueue::Health() const {
   MutexLock lock(&mu_);
-  if (!last_attempt_failed_ || (queued_.empty() && in_flight_.empty())) {
-    return Status::OK();
-  }
-  return last_error_;
+  return failed_.empty() ? Status::OK() : last_error_;
+}
+
+uint64_t WriteBackQueue::failed_blocks() const {
+  MutexLock lock(&mu_);
+  return failed_.size();
+}
+
+uint64_t WriteBackQueue::failed_attempts() const {
+  MutexLock lock(&mu_);
+  return failures_;
+}
+
+void WriteBackQueue::NoteFailure(const Status& s) {
+  ++failures_;
+  last_error_ = s;
 }
 
 bool WriteBackQueue::TakeNext(const std::vector<Item>& batch, Item* item) {
@@ -182,17 +219,21 @@ void WriteBackQueue::Run() {
 }
 
 void WriteBackQueue::Finish(const std::vector<Item>& batch, const Status& s) {
-  last_attempt_failed_ = !s.ok();
   if (!s.ok()) {
-    ++failures_;
-    last_error_ = s;
+    NoteFailure(s);
     paused_after_error_ = true;
   }
   // Back at the front, in order, unless a newer version was queued meanwhile.
   for (auto it = batch.rbegin(); it != batch.rend(); ++it) {
-    in_flight_.erase(it->meta.key);
-    if (!s.ok() && queued_.emplace(it->meta.key, *it).second)
-      order_.push_front(it->meta.key);
+    const BlockKey& key = it->meta.key;
+    in_flight_.erase(key);
+    if (s.ok()) {
+      // Written. A newer version queued meanwhile keeps the key's mark.
+      if (!queued_.contains(key)) failed_.erase(key);
+      continue;
+    }
+    failed_.insert(key);
+    if (queued_.emplace(key, *it).second) order_.push_front(key);
   }
   done_cv_.NotifyAll();
   work_cv_.NotifyAll();

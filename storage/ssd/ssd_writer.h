@@ -3,7 +3,9 @@
 //
 // Guarantees: a queued block is findable (Find) until it is stored; it is never
 // dropped (a failed write puts it back and is retried every retry interval of
-// the given Clock's time, or at once on Flush);
+// the given Clock's time, or at once on Flush); a block whose last write
+// attempt failed counts as failing (Health) until it is written, whatever other
+// blocks' writes do meanwhile;
 // blocks are taken in FIFO order, except that a block whose parent is queued
 // or being written waits for the parent's write, so a parent is never stored
 // after its child (whichever was handed over first). A writer takes up to kMaxBatchBlocks
@@ -18,6 +20,7 @@
 #include <set>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "prefixkv/advanced/mutex.h"
@@ -47,9 +50,13 @@ class WriteBackQueue {
   ~WriteBackQueue();  // Stop()
 
   // Queues a block or replaces the queued version of the same key. False when
-  // the queue is full (the caller then writes inline), unless `force`.
-  bool Enqueue(const BlockMeta& meta, const SharedBytes& payload, bool force)
-      EXCLUDES(mu_);
+  // the queue is full (the caller then writes inline).
+  bool Enqueue(const BlockMeta& meta, const SharedBytes& payload) EXCLUDES(mu_);
+  // Queues a block whose inline write (the queue was full) failed with
+  // `error`, over the bound: a dirty block is never dropped. It counts as a
+  // failed attempt, and write-back is failing (Health) until it is written.
+  void EnqueueFailed(const BlockMeta& meta, const SharedBytes& payload,
+                     const Status& error) EXCLUDES(mu_);
   // The payload/metadata of a queued or in-flight block.
   std::optional<SharedBytes> Find(const BlockKey& key) const EXCLUDES(mu_);
   std::optional<BlockMeta> FindMeta(const BlockKey& key) const EXCLUDES(mu_);
@@ -60,13 +67,20 @@ class WriteBackQueue {
   // attempt made after the call failed (its Status is returned).
   Status Flush() EXCLUDES(mu_);
   // Writes what is left with one attempt per block, then joins the threads.
-  // Returns the first failure (those blocks are lost) or OK.
+  // OK, or the first failure, saying how many blocks (and bytes) could not be
+  // written: those are lost.
   Status Stop() EXCLUDES(mu_);
   uint64_t size() const EXCLUDES(mu_);
-  // OK, or the error of the last write attempt when it failed and blocks are
-  // still waiting (queued or in flight) — write-back is failing: the blocks
-  // live in RAM only, and the tier stack refuses new write-back Puts.
+  // OK while no waiting block's last write attempt failed; else the latest
+  // failure: write-back is failing, those blocks live in RAM only, and the
+  // tier stack refuses new write-back Puts. A write of other blocks that
+  // succeeds meanwhile (another writer's segment still takes writes) does
+  // not clear it; only writing the failed blocks does.
   Status Health() const EXCLUDES(mu_);
+  // Blocks whose last write attempt failed and that still wait.
+  uint64_t failed_blocks() const EXCLUDES(mu_);
+  // Failed write attempts so far (a writer's batch, or an inline write).
+  uint64_t failed_attempts() const EXCLUDES(mu_);
 
  private:
   using Item = WriteBackItem;
@@ -78,6 +92,7 @@ class WriteBackQueue {
   // Up to the batch limits.
   std::vector<Item> TakeBatch() REQUIRES(mu_);
   void Finish(const std::vector<Item>& batch, const Status& s) REQUIRES(mu_);
+  void NoteFailure(const Status& s) REQUIRES(mu_);
 
   const uint32_t depth_;
   const uint64_t retry_interval_ms_;
@@ -93,7 +108,8 @@ class WriteBackQueue {
   std::unordered_map<BlockKey, Item> in_flight_ GUARDED_BY(mu_);
   uint64_t failures_ GUARDED_BY(mu_) = 0;  // failed attempts so far
   Status last_error_ GUARDED_BY(mu_);
-  bool last_attempt_failed_ GUARDED_BY(mu_) = false;
+  // Keys queued or in flight whose last write attempt failed.
+  std::unordered_set<BlockKey> failed_ GUARDED_BY(mu_);
   // Writers wait retry_interval before retrying; Flush() clears it.
   bool paused_after_error_ GUARDED_BY(mu_) = false;
   bool stopping_ GUARDED_BY(mu_) = false;

@@ -70,7 +70,9 @@ StatusOr<TierHit> TierStack::GetBelow(const BlockKey& key, bool promote) {
   }
   StatusOr<SharedBytes> hit = ssd_->Get(key);
   if (!hit.ok()) return hit.status();
-  if (promote) {
+  // No promotion while write-back fails: it could evict a dirty block the
+  // tier below cannot take, past its queue's bound.
+  if (promote && ssd_->WriteBackStatus().ok()) {
     StatusOr<BlockMeta> meta = ssd_->Peek(key);
     // A promotion is an optimisation: when the block does not fit in the hot
     // tier (NoSpace) it is simply served from SSD.
@@ -296,7 +298,8 @@ void TierStack::OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool 
   EndWriteBelow(meta.key);
 }
 
-Status TierStack::FlushKey(const BlockKey& key) {
+Status TierStack::FlushKey(const BlockKey& key, uint64_t* bytes) {
+  *bytes = 0;
   if (!IsMarkedDirty(key)) return Status::OK();  // written by OnEvict meanwhile
   // Maintenance reads: no hit counted, the eviction order left alone.
   StatusOr<BlockMeta> meta = hot_->Peek(key);
@@ -307,6 +310,7 @@ Status TierStack::FlushKey(const BlockKey& key) {
   }
   MarkClean(key);  // the copy read above is the newest: no older one may land
   WaitForWriteBelow(key);
+  *bytes = payload->size();
   if (Status s = ssd_->Put(*meta, *payload, /*dirty=*/false); !s.ok()) {
     MarkDirty(key, *payload);  // still only in RAM: its eviction writes it
     return s;
@@ -324,13 +328,25 @@ Status TierStack::Flush() {
     keys.reserve(dirty_.size());
     for (const auto& [key, bytes] : dirty_) keys.push_back(key);
   }
+  // Every block is tried, so the error says exactly what is not below (at
+  // shutdown: what is lost).
+  Status first;
+  uint64_t failed = 0, failed_bytes = 0;
   for (const BlockKey& key : keys) {
     // Under the stripe no Put of the key runs, so the copy written below is
     // the newest and marking it clean loses nothing.
     MutexLock lock(&StripeFor(key));
-    PKV_RETURN_IF_ERROR(FlushKey(key));
+    uint64_t bytes = 0;
+    Status s = FlushKey(key, &bytes);
+    if (s.ok()) continue;
+    if (first.ok()) first = s;
+    ++failed;
+    failed_bytes += bytes;
   }
-  return Status::OK();
+  if (first.ok()) return first;
+  return first.WithContext(std::to_string(failed) + " of " + std::to_string(keys.size()) +
+                           " dirty blocks (" + std::to_string(failed_bytes) +
+                           " bytes) not written below");
 }
 
 }  // namespace prefixkv

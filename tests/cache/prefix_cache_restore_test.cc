@@ -101,6 +101,41 @@ TEST_F(PrefixCacheRestoreTest, RoundTripFromSsdIsByteIdenticalAndPromotes) {
             std::vector<TierLevel>(5, TierLevel::kHot));
 }
 
+// An SSD read is hashed once: the tier checks its bytes' XXH3-64 against the
+// one it computed when storing them, and the record is decoded without its
+// own checksum pass (DecodeTrustedBlock), as hot hits are. Seen here with
+// bytes only the tier vouches for: a record damaged before it was put into
+// the SSD tier directly (the cache never stores unverified bytes) is restored
+// from it, while DecodeBlock, which every copy of other origin goes through,
+// still rejects the same bytes.
+TEST_F(PrefixCacheRestoreTest, SsdReadsAreDecodedOnTheTiersOwnCheckAlone) {
+  const std::vector<int32_t> tokens = Tokens(3);
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const std::vector<LayerState> layers = {KvLayer(n, &rng_), KvLayer(n, &rng_)};
+  tiers_ = std::make_unique<TestTiers>(kHotBytes, dir_.str());
+  Namespace ns = Register(KvOnlySpec());
+  ASSERT_OK(tiers_->cache().Store(ns, tokens, layers));
+  ASSERT_OK(tiers_->cache().Flush());
+  const std::vector<BlockKey> keys = ChainKeys(ns.root, tokens, kBlockTokens);
+  std::string bytes(
+      EncodeBlock(testing::ReadBlock(*tiers_->hot, keys[2])).value().view());
+  bytes.back() ^= 0x40;  // the last token's last value: a tensor byte
+  const SharedBytes damaged = SharedBytes::Copy(bytes);
+  ASSERT_TRUE(DecodeBlock(damaged).status().IsCorruption());
+  // A restart, then the damaged record put under block 2 in the SSD tier.
+  tiers_.reset();
+  tiers_ = std::make_unique<TestTiers>(kHotBytes, dir_.str());
+  ns = Register(KvOnlySpec());
+  ASSERT_OK(tiers_->ssd->Put({keys[2], keys[1], ns.root, 0}, damaged, /*dirty=*/false));
+
+  RestoreResult r = MatchAndRestore(ns, tokens);
+  EXPECT_EQ(r.restored_tokens, tokens.size()) << r.reason;
+  EXPECT_EQ(r.blocks_from_ssd, 3u);
+  ASSERT_EQ(r.layers.size(), 2u);
+  EXPECT_EQ(r.layers[0], layers[0]);
+  EXPECT_NE(r.layers[1], layers[1]) << "the tier's bytes, decoded without a second pass";
+}
+
 TEST_F(PrefixCacheRestoreTest, RegisteringAModelTwiceGivesTheSameNamespace) {
   Namespace a = Register(KvOnlySpec());
   Namespace b = Register(KvOnlySpec());

@@ -4,6 +4,7 @@
 // down or damaged store costs misses, never a failed request or wrong bytes.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 
 #include "prefixkv/advanced/remote_tier.h"
@@ -22,7 +23,7 @@ using testing::KvSpec;
 using testing::Tokens;
 
 class EngineRemoteTest : public ::testing::Test {
- protected:
+ public:
   EngineOptions Node(const std::string& name, RemoteWriteMode mode,
                      uint64_t hot_bytes = 16 << 20, bool on_disk = true) {
     EngineOptions o = testing::Quiet({});
@@ -200,24 +201,57 @@ TEST_F(EngineRemoteTest, ADownStoreNeverFailsALocalRequest) {
   EXPECT_EQ(log_.Count("remote tier unavailable"), 1);
 }
 
-TEST_F(EngineRemoteTest, ADamagedRemoteBlockEndsTheMatchBeforeItAndIsCounted) {
-  auto a = Open(Node("a", RemoteWriteMode::kAlways));
-  auto b = Open(Node("b", RemoteWriteMode::kAlways));
-  ASSERT_OK_AND_ASSIGN(Namespace na, a->RegisterModel(KvSpec()));
-  ASSERT_OK_AND_ASSIGN(Namespace nb, b->RegisterModel(KvSpec()));
+// Node A stores six blocks and writes them to the store; `damage` changes the
+// store's value of the fourth (`store_key`, block key `fourth`). Node B's
+// match then ends before it, and B's restore equals A's restore of the three
+// intact blocks, byte for byte. Returns node B.
+std::unique_ptr<Engine> ExpectTheMatchEndsBeforeADamagedFourthBlock(
+    EngineRemoteTest& t,
+    const std::function<void(const std::string& store_key, const BlockKey& fourth)>&
+        damage) {
+  auto a = t.Open(t.Node("a", RemoteWriteMode::kAlways));
+  auto b = t.Open(t.Node("b", RemoteWriteMode::kAlways));
+  Namespace na = a->RegisterModel(KvSpec()).value();
+  Namespace nb = b->RegisterModel(KvSpec()).value();
   const std::vector<int32_t> tokens = Tokens(6 * kBlockTokens);
-  ASSERT_OK(a->Store(na, tokens, KvLayers(2, tokens.size(), rng_)).status());
-  ASSERT_OK(a->Flush());
-  ASSERT_OK_AND_ASSIGN(MatchResult on_a, a->Match(na, tokens));
-  state_->FlipByte(a->remote_tier()->StoreKey(on_a.keys[3]), 200);
-  ASSERT_OK_AND_ASSIGN(MatchResult m, b->Match(nb, tokens));
+  EXPECT_OK(a->Store(na, tokens, KvLayers(2, tokens.size(), t.rng_)).status());
+  EXPECT_OK(a->Flush());
+  const MatchResult on_a = a->Match(na, tokens).value();
+  damage(a->remote_tier()->StoreKey(on_a.keys[3]), on_a.keys[3]);
+  const MatchResult m = b->Match(nb, tokens).value();
   EXPECT_EQ(m.keys.size(), 3u) << "blocks 0-2 only";
-  ASSERT_OK_AND_ASSIGN(RestoreResult r, b->Restore(m));
-  ASSERT_EQ(r.restored_tokens, 3u * kBlockTokens);
+  const RestoreResult r = b->Restore(m).value();
+  EXPECT_EQ(r.restored_tokens, 3u * kBlockTokens);
   const std::vector<int32_t> three(tokens.begin(), tokens.begin() + 3 * kBlockTokens);
-  ASSERT_OK_AND_ASSIGN(RestoreResult on_a_three, a->Restore(*a->Match(na, three)));
+  const RestoreResult on_a_three = a->Restore(*a->Match(na, three)).value();
   EXPECT_EQ(r.layers, on_a_three.layers) << "the intact blocks, byte for byte";
+  return b;
+}
+
+TEST_F(EngineRemoteTest, ADamagedRemoteBlockEndsTheMatchBeforeItAndIsCounted) {
+  auto b = ExpectTheMatchEndsBeforeADamagedFourthBlock(
+      *this, [&](const std::string& store_key, const BlockKey&) {
+        state_->FlipByte(store_key, 200);
+      });
   EXPECT_EQ(b->Stats().remote.corruptions, 1u);
+}
+
+// A value whose envelope checks out but whose record is damaged (written that
+// way by another node): the record's own checksum is verified before the
+// block is stored locally, so the match ends before it. Local copies are
+// restored without that check (block_io.cc); without this one the damaged
+// bytes would be restored from B's hot tier.
+TEST_F(EngineRemoteTest, ARemoteRecordDamagedInsideASoundEnvelopeIsNeverRestored) {
+  ExpectTheMatchEndsBeforeADamagedFourthBlock(
+      *this, [&](const std::string& store_key, const BlockKey& fourth) {
+        std::lock_guard<std::mutex> lock(state_->mu);
+        std::string& value = state_->values.at(store_key);
+        ASSERT_OK_AND_ASSIGN(RemoteTier::Decoded d,
+                             RemoteTier::DecodeEnvelope(fourth, value));
+        std::string record(d.payload.view());
+        record.back() ^= 0x40;  // a tensor byte
+        value = RemoteTier::EncodeEnvelope(d.meta, record);
+      });
 }
 
 }  // namespace

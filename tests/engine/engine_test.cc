@@ -338,6 +338,38 @@ TEST_F(EngineTest, ValuesLiveApartFromBlocksAndSurviveARestart) {
   EXPECT_FALSE(e->ContainsValue("gone"));
 }
 
+// CountValues counts a key once whatever tiers hold it; ClearValues removes
+// every value from every tier, for good.
+TEST_F(EngineTest, CountsAndClearsValuesInEveryTier) {
+  const auto put = [](Engine* e, const char* k) {
+    return e->PutValue(k, SharedBytes::Copy(std::string_view(k)));
+  };
+  {
+    auto e = Open(OnDisk());
+    ASSERT_NE(e, nullptr);
+    for (const char* k : {"a", "b", "c"}) ASSERT_OK(put(e.get(), k));
+    ASSERT_OK_AND_ASSIGN(uint64_t n, e->CountValues());
+    EXPECT_EQ(n, 3u);
+  }
+  auto e = Open(OnDisk());  // the values are on SSD only now
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK(e->GetValue("a").status());  // promoted: in RAM and on SSD
+  ASSERT_OK(put(e.get(), "d"));          // in RAM only
+  ASSERT_OK_AND_ASSIGN(uint64_t n, e->CountValues());
+  EXPECT_EQ(n, 4u);
+  ASSERT_OK_AND_ASSIGN(uint64_t removed, e->ClearValues());
+  EXPECT_EQ(removed, 4u);
+  ASSERT_OK_AND_ASSIGN(n, e->CountValues());
+  EXPECT_EQ(n, 0u);
+  EXPECT_TRUE(e->GetValue("b").status().IsNotFound());
+  ASSERT_OK(e->Close());
+  EXPECT_TRUE(e->CountValues().status().IsInvalidArgument());
+  auto reopened = Open(OnDisk());
+  ASSERT_NE(reopened, nullptr);
+  ASSERT_OK_AND_ASSIGN(n, reopened->CountValues());
+  EXPECT_EQ(n, 0u);
+}
+
 TEST_F(EngineTest, FlushMakesEveryStoredBlockDurableOnSsd) {
   auto e = Open(OnDisk());
   ASSERT_NE(e, nullptr);

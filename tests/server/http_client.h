@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <string>
 
@@ -67,6 +68,20 @@ class HttpConnection {
   HttpResponse Request(const std::string& method, const std::string& target) {
     Send(method + " " + target + " HTTP/1.1\r\nHost: localhost\r\n\r\n");
     return Read();
+  }
+
+  // Sends without failing the test when the server has closed the connection.
+  bool TrySend(const std::string& bytes) {
+    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(bytes.size());
+  }
+
+  // True when the server has closed the connection (or reset it) by now;
+  // does not wait.
+  bool ClosedByServer() {
+    char c;
+    const ssize_t n = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
   }
 
   // True when the server closed the connection.

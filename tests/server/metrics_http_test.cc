@@ -1,12 +1,17 @@
 // The metrics HTTP listener of an in-process Server (ServerOptions::
 // metrics_port): GET /metrics answers the engine's counters in the text
 // format; other paths 404, other methods 405, oversized requests 400 and a
-// close; keep-alive; Stop() closes idle scrapers; a taken port fails Start.
+// close; keep-alive; slow and idle clients neither keep a scrape out nor stay
+// past the request timeout; Stop() closes idle scrapers; a taken port fails
+// Start.
 #include "metrics_http.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
 
 #include "tests/server/exposition_check.h"
 #include "tests/server/http_client.h"
@@ -121,6 +126,71 @@ TEST_F(MetricsHttp, StopClosesIdleScrapersPromptly) {
   EXPECT_TRUE(idle.ReadsEof());
   EXPECT_TRUE(kept.ReadsEof());
   EXPECT_FALSE(HttpConnection(server_->metrics_port()).connected());
+}
+
+// 64 idle or slow clients used to fill the listener (64 connections at most,
+// 30 s each): a scrape was closed unanswered until they timed out. Now at the
+// limit (16) the connection that has waited longest for a request is closed
+// to make room, and the scrape is answered at once.
+TEST_F(MetricsHttp, IdleAndSlowClientsDoNotKeepAScrapeOut) {
+  std::vector<std::unique_ptr<HttpConnection>> slow;
+  for (int i = 0; i < 64; ++i) {
+    slow.push_back(std::make_unique<HttpConnection>(server_->metrics_port()));
+    ASSERT_TRUE(slow.back()->connected()) << i;
+    if (i % 2 == 1) slow.back()->Send("GET /metr");  // begun, never finished
+  }
+  for (int scrape = 0; scrape < 3; ++scrape) {
+    const auto start = std::chrono::steady_clock::now();
+    HttpConnection http(server_->metrics_port());
+    EXPECT_EQ(http.Request("GET", "/metrics").status, 200) << scrape;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2))
+        << scrape;
+  }
+  EXPECT_TRUE(slow.front()->ReadsEof());  // the oldest made room
+}
+
+// A request must arrive whole within request_timeout, however it trickles in
+// (a byte every 40 ms would renew a timeout per read forever): such a
+// connection and an idle one are closed at the deadline, and a prompt request
+// is answered meanwhile.
+TEST(MetricsHttpTimeouts, ARequestMustArriveWithinTheRequestTimeout) {
+  server::MetricsHttpServer metrics([] { return std::string("up 1\n"); },
+                                    {.request_timeout = std::chrono::milliseconds(300)});
+  ASSERT_OK(metrics.Start("127.0.0.1", 0));
+  const auto start = std::chrono::steady_clock::now();
+  HttpConnection idle(metrics.port());
+  HttpConnection dribbler(metrics.port());
+  const std::string request = "GET /metrics HTTP/1.1\r\nHost: a\r\nX-Slow: ";
+  for (size_t i = 0; i < 40 && !dribbler.ClosedByServer(); ++i) {  // 1.6 s at most
+    dribbler.TrySend(std::string(1, i < request.size() ? request[i] : 'x'));
+    if (i == 2) {  // served while the slow ones are open
+      EXPECT_EQ(HttpConnection(metrics.port()).Request("GET", "/metrics").status, 200);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  }
+  EXPECT_TRUE(dribbler.ClosedByServer());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1200));
+  EXPECT_TRUE(idle.ReadsEof());
+  EXPECT_EQ(metrics.evicted_connections(), 0u);  // timed out, not evicted
+}
+
+// At the limit with every connection being answered (clients that asked for a
+// large response and do not read it), the oldest is cut for the new one.
+TEST(MetricsHttpTimeouts, AtTheLimitTheOldestResponseIsCutForANewScrape) {
+  const std::string body(16 << 20, 'x');  // more than the socket buffers hold
+  server::MetricsHttpServer metrics([&] { return body; }, {.max_connections = 2});
+  ASSERT_OK(metrics.Start("127.0.0.1", 0));
+  HttpConnection first(metrics.port());
+  HttpConnection second(metrics.port());
+  first.Send("GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n");
+  second.Send("GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // both being answered
+  HttpConnection scrape(metrics.port());
+  HttpResponse r = scrape.Request("GET", "/metrics");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body.size(), body.size());
+  EXPECT_EQ(metrics.evicted_connections(), 1u);
+  EXPECT_EQ(first.Read().status, 0);  // cut: its response never completes
 }
 
 TEST_F(MetricsHttp, AMetricsPortInUseFailsStart) {

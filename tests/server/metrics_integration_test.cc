@@ -153,6 +153,11 @@ TEST_F(MetricsIntegration, ScrapedMetricsAreWellFormedAndAgreeWithInfo) {
   EXPECT_EQ(e.Value("prefixkv_hot_dirty_blocks"), info.fields.at("hot_dirty_blocks"));
   EXPECT_EQ(e.Value("prefixkv_ssd_write_back_queue_blocks"),
             info.fields.at("ssd_queued_blocks"));
+  EXPECT_EQ(e.Value("prefixkv_ssd_write_back_failed_blocks"),
+            info.fields.at("ssd_write_back_failed_blocks"));
+  EXPECT_EQ(e.Value("prefixkv_ssd_write_back_failures_total"),
+            info.fields.at("ssd_write_back_failures"));
+  EXPECT_EQ(info.fields.at("ssd_write_back_failing"), 0u);
   // Each owner's share of the hot tier ("# Owners"), and its SSD share, whose
   // sum is the SSD tier's (a fresh directory: every owner is of this run).
   ASSERT_EQ(info.owners.size(), 2u);  // "values" and the model
@@ -190,6 +195,8 @@ TEST_F(MetricsIntegration, ScrapedMetricsAreWellFormedAndAgreeWithInfo) {
             info.fields.at("total_commands_processed"));
   EXPECT_EQ(e.Value("prefixkv_server_auth_failures_total"),
             info.fields.at("auth_failures"));
+  EXPECT_EQ(e.Value("prefixkv_server_auth_throttled_total"),
+            info.fields.at("auth_throttled"));
   EXPECT_EQ(e.Value("prefixkv_server_out_of_memory_refusals_total"),
             info.fields.at("out_of_memory_refusals"));
   // Each command's counters and total time, as INFO commandstats has them

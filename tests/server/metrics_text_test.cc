@@ -55,6 +55,8 @@ EngineStats FullSnapshot() {
   s.ssd_capacity_bytes = 1 << 30;
   s.ssd = Distinct(&next);
   s.ssd_queued_blocks = next++;
+  s.ssd_write_back_failed_blocks = next++;
+  s.ssd_write_back_failures = next++;
   for (const char* name : {"llama-3", "values", "sessions"}) {
     EngineOwnerStats o;
     o.name = name;
@@ -91,7 +93,9 @@ ServerStats SomeServerStats() {
           .protocol_errors = 5,
           .idle_disconnections = 4,
           .auth_failures = 6,
-          .out_of_memory = 8};
+          .auth_throttled = 10,
+          .out_of_memory = 8,
+          .client_buffer_bytes = 9};
 }
 
 // SomeServerStats plus two commands, one with calls of every kind: every
@@ -229,6 +233,9 @@ prefixkv_restore_duration_seconds_count{owner="m\"1\\"} 4
 # HELP prefixkv_server_connected_clients Open RESP connections
 # TYPE prefixkv_server_connected_clients gauge
 prefixkv_server_connected_clients 3
+# HELP prefixkv_server_client_buffer_bytes Heap bytes held by the buffers of open RESP connections
+# TYPE prefixkv_server_client_buffer_bytes gauge
+prefixkv_server_client_buffer_bytes 9
 # HELP prefixkv_server_connections_received_total RESP connections accepted
 # TYPE prefixkv_server_connections_received_total counter
 prefixkv_server_connections_received_total 17
@@ -247,6 +254,9 @@ prefixkv_server_idle_disconnections_total 4
 # HELP prefixkv_server_auth_failures_total Failed AUTH (and HELLO AUTH) attempts
 # TYPE prefixkv_server_auth_failures_total counter
 prefixkv_server_auth_failures_total 6
+# HELP prefixkv_server_auth_throttled_total AUTH attempts refused unchecked over the server-wide budget
+# TYPE prefixkv_server_auth_throttled_total counter
+prefixkv_server_auth_throttled_total 10
 # HELP prefixkv_server_out_of_memory_refusals_total RESP requests refused because an allocation failed
 # TYPE prefixkv_server_out_of_memory_refusals_total counter
 prefixkv_server_out_of_memory_refusals_total 8
@@ -276,6 +286,9 @@ TEST(MetricsText, EveryTierAndOwnerCounterIsTheSampleNamedForIt) {
   EXPECT_EQ(e.Value("prefixkv_tier_capacity_bytes", {{"tier", "ssd"}}), 1 << 30);
   EXPECT_EQ(e.Value("prefixkv_hot_dirty_blocks"), s.dirty_blocks);
   EXPECT_EQ(e.Value("prefixkv_ssd_write_back_queue_blocks"), s.ssd_queued_blocks);
+  EXPECT_EQ(e.Value("prefixkv_ssd_write_back_failed_blocks"),
+            s.ssd_write_back_failed_blocks);
+  EXPECT_EQ(e.Value("prefixkv_ssd_write_back_failures_total"), s.ssd_write_back_failures);
   EXPECT_EQ(e.Value("prefixkv_owner_hot_quota_bytes", {{"owner", "llama-3"}}), 4096);
   EXPECT_EQ(e.Value("prefixkv_owner_hot_quota_bytes", {{"owner", "values"}}),
             std::nullopt);
@@ -295,6 +308,7 @@ TEST(MetricsText, EveryTierAndOwnerCounterIsTheSampleNamedForIt) {
             std::nullopt);  // not a model
   const ServerStats server = SomeServerStats();
   EXPECT_EQ(e.Value("prefixkv_server_connected_clients"), server.connected_clients);
+  EXPECT_EQ(e.Value("prefixkv_server_client_buffer_bytes"), server.client_buffer_bytes);
   EXPECT_EQ(e.Value("prefixkv_server_connections_received_total"),
             server.total_connections_received);
   EXPECT_EQ(e.Value("prefixkv_server_rejected_connections_total"),
@@ -305,6 +319,7 @@ TEST(MetricsText, EveryTierAndOwnerCounterIsTheSampleNamedForIt) {
   EXPECT_EQ(e.Value("prefixkv_server_idle_disconnections_total"),
             server.idle_disconnections);
   EXPECT_EQ(e.Value("prefixkv_server_auth_failures_total"), server.auth_failures);
+  EXPECT_EQ(e.Value("prefixkv_server_auth_throttled_total"), server.auth_throttled);
   EXPECT_EQ(e.Value("prefixkv_server_out_of_memory_refusals_total"),
             server.out_of_memory);
 }
@@ -414,7 +429,7 @@ TEST(MetricsText, NoTierMeansNoSamplesOfIt) {
   EXPECT_EQ(text.find("tier="), std::string::npos) << text;
   EXPECT_EQ(text.find("prefixkv_hot_dirty_blocks"), std::string::npos);
   ASSERT_OK_AND_ASSIGN(PromExposition e, ParseExposition(text));
-  EXPECT_EQ(e.families.size(), 8u);  // the server's
+  EXPECT_EQ(e.families.size(), 10u);  // the server's
 }
 
 // docs/metrics.md's table: one row per family, in order, with its type and

@@ -76,5 +76,25 @@ TEST(ReplyBuffer, CountsErrorRepliesAcrossClears) {
   EXPECT_EQ(r.errors(), 3u);
 }
 
+// A connection's reply buffer is reused; one grown for a large reply is
+// freed when cleared, so an idle connection does not keep it.
+TEST(ReplyBuffer, ClearFreesALargeBufferAndReleaseEveryBuffer) {
+  ReplyBuffer r;
+  r.Bulk(std::string(1000, 'x'));
+  r.Clear();
+  EXPECT_GT(r.buffer_bytes(), 1000u);  // kept for the next replies
+  EXPECT_TRUE(r.empty());
+  r.Bulk(std::string(100000, 'x'));
+  EXPECT_GT(r.buffer_bytes(), 100000u);
+  r.Clear();
+  EXPECT_EQ(r.buffer_bytes(), 0u);
+  r.Bulk(std::string(1000, 'x'));
+  r.Release();
+  EXPECT_EQ(r.buffer_bytes(), 0u);
+  EXPECT_TRUE(r.empty());
+  r.Simple("OK");
+  EXPECT_EQ(r.ToString(), "+OK\r\n");
+}
+
 }  // namespace
 }  // namespace prefixkv::server

@@ -2,6 +2,7 @@
 // free loopback port, for tests that talk to it like any other Redis server.
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -32,9 +33,11 @@ inline std::string ShellOutput(const std::string& command) {
 class ServeProcess {
  public:
   // Starts `prefixkv serve --data-dir DIR --port 0 EXTRA...` and waits for the
-  // "listening on ...:PORT" line. port() is 0 when it did not start.
+  // "listening on ...:PORT" line. port() is 0 when it did not start. A
+  // non-empty `stderr_path` receives the server's log (appended).
   explicit ServeProcess(const std::string& data_dir,
-                        const std::vector<std::string>& extra = {}) {
+                        const std::vector<std::string>& extra = {},
+                        const std::string& stderr_path = "") {
     std::vector<std::string> argv = {PREFIXKV_CLI, "serve",  "--data-dir",
                                      data_dir,     "--port", "0"};
     argv.insert(argv.end(), extra.begin(), extra.end());
@@ -47,6 +50,10 @@ class ServeProcess {
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
     posix_spawn_file_actions_addclose(&actions, fds[0]);
+    if (!stderr_path.empty()) {
+      posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, stderr_path.c_str(),
+                                       O_WRONLY | O_CREAT | O_APPEND, 0644);
+    }
     if (posix_spawn(&pid_, cargv[0], &actions, nullptr, cargv.data(), environ) != 0)
       pid_ = -1;
     posix_spawn_file_actions_destroy(&actions);

@@ -6,9 +6,13 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "prefixkv/advanced/ssd_tier.h"
@@ -66,6 +70,30 @@ class ServerFixture : public ::testing::Test {
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<Server> server_;
 };
+
+// Polls `done` until it holds or `bound` (real time) passes; its last answer.
+inline bool WaitUntil(const std::function<bool()>& done,
+                      std::chrono::milliseconds bound = std::chrono::seconds(10)) {
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return done();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+// Raises this process's open-file limit toward `wanted` (up to the hard
+// limit); the limit in force after.
+inline size_t RaiseOpenFileLimit(size_t wanted) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return 0;
+  if (limit.rlim_cur < wanted) {
+    limit.rlim_cur = std::min<rlim_t>(wanted, limit.rlim_max);
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+    ::getrlimit(RLIMIT_NOFILE, &limit);
+  }
+  return limit.rlim_cur;
+}
 
 // PKV.REGISTER's arguments for `spec`.
 inline std::vector<std::string> RegisterArgs(const NamespaceSpec& spec,

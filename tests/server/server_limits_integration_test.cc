@@ -4,13 +4,15 @@
 // (it used to abort on std::bad_alloc and lose the write-back values); clients
 // that have not authenticated cannot make it buffer their streams (RSS read
 // from /proc); passwords come from a file or the environment, not the command
-// line that ps shows; `serve --help` names every flag in its usage line.
+// line that ps shows; failed AUTHs have a server-wide budget; `serve --help`
+// names every flag in its usage line.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -217,6 +219,46 @@ TEST(ServerLimits, PasswordsComeFromAFileOrTheEnvironment) {
   }
 }
 
+// --auth-failures-per-second is the server-wide budget of failed AUTHs:
+// guesses from fresh connections (one each, so no per-connection pause slows
+// them) get 10 checks (the burst) plus one per second at 1/s; the rest are
+// refused unchecked. With 0 there is no server-wide limit.
+TEST(ServerLimits, ServeLimitsFailedAuthAcrossConnections) {
+  testing::TempDir dir;
+  ::setenv("PREFIXKV_REQUIREPASS", "pw", 1);
+  ServeProcess limited(dir.str() + "/a", {"--auth-failures-per-second", "1"});
+  ServeProcess unlimited(dir.str() + "/b", {"--auth-failures-per-second", "0"});
+  ::unsetenv("PREFIXKV_REQUIREPASS");
+  ASSERT_NE(limited.port(), 0) << "prefixkv serve did not start";
+  ASSERT_NE(unlimited.port(), 0) << "prefixkv serve did not start";
+  auto guess = [](uint16_t port, int n, int* wrong, int* throttled) {
+    for (int i = 0; i < n; ++i) {
+      const std::string reply = RespClient(port).Call({"AUTH", "guess"}).str;
+      *wrong += reply.rfind("WRONGPASS", 0) == 0 ? 1 : 0;
+      *throttled += reply.rfind("ERR too many failed AUTH", 0) == 0 ? 1 : 0;
+    }
+  };
+  int wrong = 0, throttled = 0;
+  const auto start = std::chrono::steady_clock::now();
+  guess(limited.port(), 20, &wrong, &throttled);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(wrong + throttled, 20);
+  EXPECT_LE(wrong, 10 + static_cast<int>(seconds) + 1) << seconds << " s";
+  EXPECT_GE(throttled, 1) << seconds << " s";
+  RespClient info(limited.port());
+  // The right password once a check is free (1 s at 1/s).
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  ASSERT_EQ(info.Call({"AUTH", "pw"}).str, "OK");
+  EXPECT_NE(info.Call({"INFO", "stats"})
+                .str.find("auth_throttled:" + std::to_string(throttled)),
+            std::string::npos);
+  wrong = throttled = 0;
+  guess(unlimited.port(), 20, &wrong, &throttled);
+  EXPECT_EQ(wrong, 20);
+  EXPECT_EQ(throttled, 0);
+}
+
 // Every --flag that `serve --help` explains appears in its usage line.
 // Ports, counts and times take digits only: "--port 20K" used to listen on
 // 20480 (read as a size), "--port -1" was "not a size", and "--max-clients 0"
@@ -235,6 +277,10 @@ TEST(ServerLimits, ServeRefusesPortsAndCountsThatAreNotPlainNumbers) {
       {"--metrics-port 1M", "--metrics-port: '1M' is not a whole number"},
       {"--idle-timeout-ms 1.5", "--idle-timeout-ms: '1.5' is not a whole number"},
       {"--max-clients 0", "--max-clients must be > 0"},
+      {"--auth-failures-per-second 5/s",
+       "--auth-failures-per-second: '5/s' is not a whole number"},
+      {"--auth-failures-per-second 2000000",
+       "--auth-failures-per-second must be in [0, 1000000]"},
   };
   for (const auto& c : cases) {
     const std::string cmd = std::string(PREFIXKV_CLI) + " serve --data-dir " + dir.str() +
@@ -277,6 +323,7 @@ TEST(ServerLimits, ServeHelpUsageNamesEveryFlag) {
   ASSERT_FALSE(usage.empty()) << help;
   EXPECT_TRUE(explained.contains("--max-clients")) << help;
   EXPECT_TRUE(explained.contains("--idle-timeout-ms")) << help;
+  EXPECT_TRUE(explained.contains("--auth-failures-per-second")) << help;
   for (const std::string& flag : explained) {
     if (flag == "--help") continue;
     const bool named = usage.find(flag + " ") != std::string::npos ||

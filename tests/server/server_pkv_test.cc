@@ -230,6 +230,31 @@ TEST_F(ServerPkvTest, KeySpacesAreDisjoint) {
   EXPECT_TRUE(c_->Call({"GET", KeyOf(block)}).null);
 }
 
+// FLUSHDB / FLUSHALL: admin commands that remove every raw key, in RAM and on
+// SSD; blocks are not Redis keys and stay.
+TEST_F(ServerPkvTest, FlushdbRemovesEveryRawKeyAndNoBlock) {
+  const NamespaceSpec spec = KvOnlySpec();
+  const std::string root = c_->Call(RegisterArgs(spec)).str;
+  const std::string block = EncodedStore(spec, Tokens(1))[0];
+  ASSERT_EQ(c_->Call(PutArgs({block})).type, '*');
+  ASSERT_EQ(c_->Call({"MSET", "a", "1", "b", "2"}).str, "OK");
+  ASSERT_OK(engine_->Flush());                       // on SSD and clean in RAM
+  ASSERT_EQ(c_->Call({"SET", "c", "3"}).str, "OK");  // in RAM only
+  EXPECT_EQ(c_->Call({"FLUSHDB"}).str.rfind("NOPERM", 0), 0u);
+  EXPECT_EQ(c_->Call({"DBSIZE"}).integer, 3);
+  ASSERT_EQ(c_->Call({"AUTH", "admin", "adm"}).str, "OK");
+  EXPECT_EQ(c_->Call({"FLUSHDB", "NOW"}).str, "ERR syntax error");
+  EXPECT_EQ(c_->Call({"FLUSHDB"}).str, "OK");
+  EXPECT_EQ(c_->Call({"DBSIZE"}).integer, 0);
+  EXPECT_EQ(c_->Call({"EXISTS", "a", "b", "c"}).integer, 0);
+  EXPECT_EQ(c_->Call({"PKV.GET", root, KeyOf(block)}).str, block);
+  ASSERT_EQ(c_->Call({"SET", "d", "4"}).str, "OK");
+  EXPECT_EQ(c_->Call({"FLUSHALL", "ASYNC"}).str, "OK");
+  EXPECT_TRUE(c_->Call({"GET", "d"}).null);
+  EXPECT_EQ(c_->Call({"PKV.GET", root, KeyOf(block)}).str, block);
+  EXPECT_EQ(c_->Call({"PKV.AUDIT"}).elems.size(), 0u);  // every counter agrees
+}
+
 // A chain key hashes its parent's 16 bytes, then the tokens. Raw keys used to
 // hash "raw|" + name: a namespace whose root begins with the bytes "raw|"
 // (this salt was found by trying 2^32 of them) made the name root[4..16) +

@@ -4,7 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <map>
+#include <thread>
 
 #include "tests/server/server_fixture.h"
 #include "tests/support/test_util.h"
@@ -105,9 +109,206 @@ TEST_F(ServerTest, ReportsWrongArityAndUnknownCommands) {
   EXPECT_EQ(c->Call({"MSET", "a", "1", "b"}).str,
             "ERR wrong number of arguments for 'mset' command");
   EXPECT_EQ(c->Call({"SET", "a", "1", "EX", "10"}).str, "ERR syntax error");
-  EXPECT_EQ(c->Call({"FLUSHALL"}).str,
-            "ERR unknown command 'FLUSHALL', with args beginning with: ");
+  EXPECT_EQ(c->Call({"NOSUCH"}).str,
+            "ERR unknown command 'NOSUCH', with args beginning with: ");
   EXPECT_EQ(c->Call({"PING"}).str, "PONG");  // the connection is still usable
+}
+
+TEST_F(ServerTest, RunsATransactionsQueuedCommandsInOrderAtExec) {
+  StartServer();
+  auto c = Connect();
+  auto other = Connect();
+  EXPECT_EQ(c->Call({"MULTI"}).str, "OK");
+  EXPECT_EQ(c->Call({"SET", "a", "1"}).str, "QUEUED");
+  EXPECT_EQ(c->Call({"GET", "a"}).str, "QUEUED");
+  EXPECT_EQ(c->Call({"DEL", "a", "b"}).str, "QUEUED");
+  EXPECT_EQ(c->Call({"SET", "a", "2", "EX", "1"}).str, "QUEUED");  // fails at EXEC
+  EXPECT_EQ(c->Call({"SET", "b", "3"}).str, "QUEUED");
+  EXPECT_TRUE(other->Call({"GET", "a"}).null);  // queued, not run
+  Reply exec = c->Call({"EXEC"});
+  ASSERT_EQ(exec.type, '*');
+  ASSERT_EQ(exec.elems.size(), 5u);
+  EXPECT_EQ(exec.elems[0].str, "OK");
+  EXPECT_EQ(exec.elems[1].str, "1");
+  EXPECT_EQ(exec.elems[2].integer, 1);
+  EXPECT_TRUE(exec.elems[3].IsError());  // as Redis: the others still run
+  EXPECT_EQ(exec.elems[4].str, "OK");
+  EXPECT_EQ(other->Call({"GET", "b"}).str, "3");
+  EXPECT_EQ(c->Call({"GET", "b"}).str, "3");  // no longer queueing
+  EXPECT_EQ(c->Call({"MULTI"}).str, "OK");
+  EXPECT_EQ(c->Call({"EXEC"}).elems.size(), 0u);
+}
+
+TEST_F(ServerTest, AbortsATransactionWithACommandRefusedWhenQueued) {
+  StartServer();
+  auto c = Connect();
+  ASSERT_EQ(c->Call({"MULTI"}).str, "OK");
+  EXPECT_EQ(c->Call({"SET", "a", "1"}).str, "QUEUED");
+  EXPECT_EQ(c->Call({"GET"}).str, "ERR wrong number of arguments for 'get' command");
+  EXPECT_EQ(c->Call({"NOSUCH", "x"}).str.rfind("ERR unknown command 'NOSUCH'", 0), 0u);
+  EXPECT_EQ(c->Call({"EXEC"}).str,
+            "EXECABORT Transaction discarded because of previous errors.");
+  EXPECT_TRUE(c->Call({"GET", "a"}).null);
+  // Only an unknown name aborts too.
+  ASSERT_EQ(c->Call({"MULTI"}).str, "OK");
+  EXPECT_EQ(c->Call({"SET", "a", "1"}).str, "QUEUED");
+  EXPECT_TRUE(c->Call({"NOSUCH"}).IsError());
+  EXPECT_TRUE(c->Call({"EXEC"}).IsError());
+  EXPECT_TRUE(c->Call({"GET", "a"}).null);
+  // An admin command without the permission aborts it as well.
+  ASSERT_EQ(c->Call({"MULTI"}).str, "OK");
+  EXPECT_TRUE(c->Call({"PKV.AUDIT"}).IsError());
+  EXPECT_EQ(c->Call({"EXEC"}).str.rfind("EXECABORT", 0), 0u);
+}
+
+TEST_F(ServerTest, AnswersMisplacedTransactionCommandsAsRedisDoes) {
+  StartServer();
+  auto c = Connect();
+  EXPECT_EQ(c->Call({"EXEC"}).str, "ERR EXEC without MULTI");
+  EXPECT_EQ(c->Call({"DISCARD"}).str, "ERR DISCARD without MULTI");
+  EXPECT_EQ(c->Call({"WATCH", "k"}).str.rfind("ERR WATCH is not supported", 0), 0u);
+  EXPECT_EQ(c->Call({"UNWATCH"}).str, "OK");
+  ASSERT_EQ(c->Call({"MULTI"}).str, "OK");
+  EXPECT_EQ(c->Call({"MULTI"}).str, "ERR MULTI calls can not be nested");
+  EXPECT_EQ(c->Call({"WATCH", "k"}).str, "ERR WATCH inside MULTI is not allowed");
+  EXPECT_EQ(c->Call({"SET", "k", "v"}).str, "QUEUED");
+  EXPECT_EQ(c->Call({"DISCARD"}).str, "OK");  // drops the queue
+  EXPECT_TRUE(c->Call({"GET", "k"}).null);
+  ASSERT_EQ(c->Call({"MULTI"}).str, "OK");
+  EXPECT_EQ(c->Call({"MULTI"}).type, '-');  // a nested MULTI does not abort
+  EXPECT_EQ(c->Call({"SET", "k", "v"}).str, "QUEUED");
+  EXPECT_EQ(c->Call({"EXEC"}).elems.size(), 1u);
+  EXPECT_EQ(c->Call({"GET", "k"}).str, "v");
+}
+
+// A reader on another I/O thread never sees the value a transaction holds
+// only between two of its commands.
+TEST_F(ServerTest, RunsATransactionWithoutOtherClientsCommandsInBetween) {
+  options_.io_threads = 2;
+  StartServer();
+  auto writer = Connect();
+  auto reading = Connect();
+  std::string pipeline =
+      testing::EncodeCommand({"MULTI"}) + testing::EncodeCommand({"SET", "k", "mid"});
+  for (int i = 0; i < 3000; ++i) pipeline += testing::EncodeCommand({"EXISTS", "k"});
+  pipeline += testing::EncodeCommand({"DEL", "k"}) + testing::EncodeCommand({"EXEC"});
+  std::atomic<bool> done{false};
+  std::atomic<int> seen_mid{0}, reads{0};
+  std::thread reader([&] {
+    while (!done.load()) {
+      Reply r = reading->Call({"GET", "k"});
+      if (r.str == "mid") ++seen_mid;
+      ++reads;
+    }
+  });
+  for (int round = 0; round < 20; ++round) {
+    ASSERT_TRUE(writer->SendRaw(pipeline));
+    for (int i = 0; i < 3003; ++i) ASSERT_NE(writer->Read().type, 0);
+    Reply exec = writer->Read();
+    ASSERT_EQ(exec.elems.size(), 3002u);
+  }
+  done = true;
+  reader.join();
+  EXPECT_GT(reads.load(), 0);
+  EXPECT_EQ(seen_mid.load(), 0);
+}
+
+TEST_F(ServerTest, NamesIdentifiesAndListsItsClients) {
+  StartServer();
+  auto a = Connect();
+  auto b = Connect();
+  const int64_t id_a = a->Call({"CLIENT", "ID"}).integer;
+  const int64_t id_b = b->Call({"client", "id"}).integer;
+  EXPECT_GT(id_a, 0);
+  EXPECT_NE(id_a, id_b);
+  EXPECT_TRUE(a->Call({"CLIENT", "GETNAME"}).null);
+  EXPECT_EQ(a->Call({"CLIENT", "SETNAME", "worker-1"}).str, "OK");
+  EXPECT_EQ(a->Call({"CLIENT", "GETNAME"}).str, "worker-1");
+  EXPECT_EQ(a->Call({"CLIENT", "SETNAME", "two words"}).str,
+            "ERR Client names cannot contain spaces, newlines or special characters.");
+  EXPECT_EQ(a->Call({"CLIENT", "GETNAME"}).str, "worker-1");
+  const std::string info = a->Call({"CLIENT", "INFO"}).str;
+  EXPECT_EQ(info.rfind("id=" + std::to_string(id_a) + " addr=127.0.0.1:", 0), 0u) << info;
+  EXPECT_NE(info.find(" name=worker-1 "), std::string::npos) << info;
+  EXPECT_NE(info.find(" cmd=client "), std::string::npos) << info;
+  ASSERT_EQ(a->Call({"MULTI"}).str, "OK");
+  const std::string list = b->Call({"CLIENT", "LIST"}).str;
+  EXPECT_EQ(std::count(list.begin(), list.end(), '\n'), 2) << list;
+  EXPECT_NE(
+      list.find("name=worker-1 age=0 idle=0 flags=x db=0 sub=0 psub=0 ssub=0 multi=0"),
+      std::string::npos)
+      << list;
+  const std::string only_b = b->Call({"CLIENT", "LIST", "ID", std::to_string(id_b)}).str;
+  EXPECT_EQ(only_b.rfind("id=" + std::to_string(id_b) + " ", 0), 0u) << only_b;
+  EXPECT_EQ(std::count(only_b.begin(), only_b.end(), '\n'), 1);
+  EXPECT_EQ(b->Call({"CLIENT", "LIST", "ID", "x"}).str, "ERR Invalid client ID");
+  EXPECT_EQ(b->Call({"CLIENT", "KILL", "x"}).str,
+            "ERR unknown subcommand 'KILL'. Try CLIENT HELP.");
+  EXPECT_TRUE(b->Call({"CLIENT", "SETNAME"}).IsError());
+  EXPECT_EQ(b->Call({"CLIENT", "SETINFO", "LIB-NAME", "redis-py"}).str, "OK");
+  // A closed client leaves the list.
+  a.reset();
+  std::string after;
+  for (int i = 0; i < 200; ++i) {
+    after = b->Call({"CLIENT", "LIST"}).str;
+    if (std::count(after.begin(), after.end(), '\n') == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(after.find("worker-1"), std::string::npos) << after;
+}
+
+TEST_F(ServerTest, HelloSetsTheNameAndReportsTheClientId) {
+  StartServer();
+  auto c = Connect();
+  const int64_t id = c->Call({"CLIENT", "ID"}).integer;
+  Reply hello = c->Call({"HELLO", "2", "SETNAME", "pipeline-7"});
+  ASSERT_EQ(hello.elems.size(), 14u);
+  EXPECT_EQ(hello.elems[6].str, "id");
+  EXPECT_EQ(hello.elems[7].integer, id);
+  EXPECT_EQ(c->Call({"CLIENT", "GETNAME"}).str, "pipeline-7");
+  EXPECT_EQ(c->Call({"HELLO", "2", "SETNAME", "a\nb"}).str,
+            "ERR Client names cannot contain spaces, newlines or special characters.");
+  EXPECT_EQ(c->Call({"CLIENT", "GETNAME"}).str, "pipeline-7");
+}
+
+// DBSIZE counts each raw key once: INFO's db0 line counts a key in RAM and on
+// SSD twice (here 3 for 2 keys).
+TEST_F(ServerTest, CountsEachRawKeyOnceWhicheverTiersHoldIt) {
+  options_.admin_pass = "adm";
+  StartServer(/*hot_capacity_bytes=*/8 << 10);  // room for one 4 KiB value
+  auto c = Connect();
+  EXPECT_EQ(c->Call({"DBSIZE"}).integer, 0);
+  ASSERT_EQ(c->Call({"SET", "a", std::string(4000, 'a')}).str, "OK");
+  ASSERT_EQ(c->Call({"SET", "b", std::string(4000, 'b')}).str, "OK");  // a to SSD
+  ASSERT_EQ(c->Call({"GET", "a"}).str.size(), 4000u);  // promoted: in RAM and on SSD
+  ASSERT_EQ(c->Call({"SET", "c", "small"}).str, "OK");
+  EXPECT_EQ(c->Call({"DBSIZE"}).integer, 3);
+  EXPECT_EQ(c->Call({"UNLINK", "a", "zz", "c"}).integer, 2);  // UNLINK is DEL
+  EXPECT_TRUE(c->Call({"GET", "a"}).null);
+  EXPECT_EQ(c->Call({"DBSIZE"}).integer, 1);
+  // FLUSHDB also reaches a key only on SSD ("b" was evicted by "a").
+  ASSERT_EQ(c->Call({"AUTH", "admin", "adm"}).str, "OK");
+  EXPECT_EQ(c->Call({"FLUSHDB"}).str, "OK");
+  EXPECT_EQ(c->Call({"DBSIZE"}).integer, 0);
+  EXPECT_TRUE(c->Call({"GET", "b"}).null);
+  EXPECT_EQ(c->Call({"SCAN", "0"}).str.rfind("ERR scan is not supported", 0), 0u);
+  EXPECT_TRUE(c->Call({"KEYS", "*"}).IsError());
+}
+
+// Nothing expires: TTL -1 for a key, -2 for none, TYPE string; EXPIRE is
+// refused rather than ignored.
+TEST_F(ServerTest, AnswersExpiryQueriesForValuesThatNeverExpire) {
+  StartServer();
+  auto c = Connect();
+  ASSERT_EQ(c->Call({"SET", "b", "v"}).str, "OK");
+  EXPECT_EQ(c->Call({"TTL", "b"}).integer, -1);
+  EXPECT_EQ(c->Call({"PTTL", "zz"}).integer, -2);
+  EXPECT_EQ(c->Call({"PERSIST", "b"}).integer, 0);
+  EXPECT_EQ(c->Call({"TYPE", "b"}).str, "string");
+  EXPECT_EQ(c->Call({"TYPE", "zz"}).str, "none");
+  EXPECT_EQ(c->Call({"EXPIRE", "b", "10"}).str.rfind("ERR expire is not supported", 0),
+            0u);
+  EXPECT_EQ(c->Call({"TTL", "b"}).integer, -1);
 }
 
 TEST_F(ServerTest, RequiresAuthWhenAPasswordIsSet) {
@@ -259,6 +460,48 @@ TEST_F(ServerTest, AnswersPipelinedCommandsInOrder) {
     EXPECT_EQ(c->Read().str, "OK");
     EXPECT_EQ(c->Read().str, std::to_string(i));
   }
+}
+
+// A connection's buffers grow for a big request or reply and are given back
+// once it is done; what it keeps for small requests goes once it idles. After
+// 2,000 pipelined SETs and a 230 KB MGET reply a connection used to keep
+// the reply's 256 KiB text buffer, the 64 KiB read buffer and a 32 KiB
+// argument list for as long as it stayed open.
+TEST_F(ServerTest, GivesBuffersBackOnceARequestIsDoneAndWhenIdle) {
+  FakeClock clock;
+  options_.clock = &clock;
+  options_.idle_check_interval_ms = 3600 * 1000;  // the test sweeps
+  StartServer();
+  auto c = Connect();
+  std::string batch;
+  std::vector<std::string> mget = {"MGET"};
+  for (int i = 0; i < 2000; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    batch += testing::EncodeCommand({"SET", key, std::string(100, 'a' + i % 26)});
+    mget.push_back(key);
+  }
+  ASSERT_TRUE(c->SendRaw(batch));
+  for (int i = 0; i < 2000; ++i) ASSERT_EQ(c->Read().str, "OK") << i;
+  Reply values = c->Call(mget);
+  ASSERT_EQ(values.elems.size(), 2000u);
+  EXPECT_EQ(values.elems[1999].str, std::string(100, 'a' + 1999 % 26));
+  // Only small buffers stay: the read buffer, the small-argument buffer.
+  EXPECT_TRUE(testing::WaitUntil([&] {
+    return server_->stats().client_buffer_bytes <= 24 << 10;
+  })) << server_->stats().client_buffer_bytes;
+  // Not yet idle for 2 s: kept for the next request.
+  clock.AdvanceMillis(1999);
+  server_->SweepIdleConnections();
+  EXPECT_EQ(c->Call({"PING"}).str, "PONG");
+  EXPECT_GT(server_->stats().client_buffer_bytes, 0u);
+  clock.AdvanceMillis(2000);
+  // Swept until the PING's write has completed on the server's side too.
+  EXPECT_TRUE(testing::WaitUntil([&] {
+    server_->SweepIdleConnections();
+    return server_->stats().client_buffer_bytes == 0;
+  })) << server_->stats().client_buffer_bytes;
+  // And it goes on serving.
+  EXPECT_EQ(c->Call({"GET", "k7"}).str, std::string(100, 'h'));
 }
 
 TEST_F(ServerTest, FinishesAcceptedCommandsOnStop) {

@@ -165,23 +165,28 @@ bool TierRead(SsdTier& tier, const std::vector<SharedBytes>& blocks, double* s) 
 // (raw, tier, raw, tier, ...; caches dropped before each), and each side's
 // median is taken, so both see the same disk at the same moments (this
 // virtual disk's read rate drifts by 2x within seconds).
+// `*tier_cpu_s`: the process's CPU seconds during the tier's reads (median).
 bool ColdReads(const fs::path& raw_file, const SsdTierOptions& o,
                const std::vector<SharedBytes>& blocks, int repeats, double* raw_s,
-               double* tier_s) {
+               double* tier_s, double* tier_cpu_s) {
   DropCaches(o.path);
   auto tier = SsdTier::Open(o);
   if (!tier.ok()) return false;
-  std::vector<double> raw(repeats), mine(repeats);
+  std::vector<double> raw(repeats), mine(repeats), cpu(repeats);
   for (int r = 0; r < repeats; ++r) {
     DropCaches(raw_file.parent_path());
     if (!RawRead(raw_file, blocks.size(), blocks[0].size(), &raw[r])) return false;
     DropCaches(o.path);
+    const double cpu_start = ProcessCpuSeconds();
     if (!TierRead(**tier, blocks, &mine[r])) return false;
+    cpu[r] = ProcessCpuSeconds() - cpu_start;
   }
   std::sort(raw.begin(), raw.end());
   std::sort(mine.begin(), mine.end());
+  std::sort(cpu.begin(), cpu.end());
   *raw_s = raw[repeats / 2];
   *tier_s = mine[repeats / 2];
+  *tier_cpu_s = cpu[repeats / 2];
   return (*tier)->Close().ok();
 }
 
@@ -242,6 +247,8 @@ struct SsdResult {
          wal_write_s = 0;
   double fpb_write_s = 0, fpb_read_s = 0, tier_small_write_s = 0, tier_small_read_s = 0;
   double open_s = 0;
+  double flush_read_cpu_s = 0;  // CPU seconds of the 1 MiB cold reads
+  size_t big_blocks = 0;
 };
 
 bool RunAll(const fs::path& dir, uint64_t total, uint64_t open_blocks, int repeats,
@@ -252,7 +259,9 @@ bool RunAll(const fs::path& dir, uint64_t total, uint64_t open_blocks, int repea
     if (!RawWrite(raw_file, big, &r->raw_write_s)) return false;
     const SsdTierOptions flush = BenchOptions(dir / "flush", SsdDurability::kFlush);
     if (!TierWrite(flush, big, &r->flush_write_s)) return false;
-    if (!ColdReads(raw_file, flush, big, repeats, &r->raw_read_s, &r->flush_read_s))
+    r->big_blocks = big.size();
+    if (!ColdReads(raw_file, flush, big, repeats, &r->raw_read_s, &r->flush_read_s,
+                   &r->flush_read_cpu_s))
       return false;
     fs::remove(raw_file);
     fs::remove_all(flush.path);
@@ -288,6 +297,8 @@ void Print(const SsdResult& r, uint64_t total, uint64_t open_blocks, bool json) 
         .Field("total_bytes", total)
         .Field("write_ratio_vs_raw", r.raw_write_s / r.flush_write_s)
         .Field("read_ratio_vs_raw", r.raw_read_s / r.flush_read_s)
+        .Field("read_cpu_us_per_block",
+               r.flush_read_cpu_s * 1e6 / static_cast<double>(r.big_blocks))
         .Field("write_ratio_vs_raw_wal", r.raw_write_s / r.wal_write_s)
         .Field("write_ratio_vs_file_per_block", r.fpb_write_s / r.tier_small_write_s)
         .Field("read_ratio_vs_file_per_block", r.fpb_read_s / r.tier_small_read_s)

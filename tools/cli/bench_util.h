@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <optional>
 #include <random>
@@ -28,6 +29,14 @@ inline double MedianSeconds(int repeats, const std::function<void()>& fn) {
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// CPU seconds the whole process (every thread) has used so far: the work a
+// measured path does, less disturbed than its wall time by a noisy disk.
+inline double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 // `layers` KVCache layers of `tokens` positions: keys then values, each a

@@ -47,6 +47,11 @@ Flags ServeFlags() {
       {"ssd-capacity-bytes", "SSD tier capacity (K/M/G/T suffixes)", false, "64G"},
       {"max-request-bytes", "largest accepted command (and value)", false, "512M"},
       {"max-clients", "connections beyond this are refused", false, "10000"},
+      {"auth-failures-per-second",
+       "failed AUTH allowed per second across all connections (bursts of 10); past it "
+       "AUTH is refused without checking the password, counted (INFO stats "
+       "auth_throttled) and logged; 0 = no server-wide limit; at most 1000000",
+       false, "10"},
       {"idle-timeout-ms", "close clients silent this long; 0 = never", false, "0"},
       {"durability", "SSD durability: flush, wal or sync", false, "wal"},
       {"write-through",
@@ -68,7 +73,8 @@ Flags ServeFlags() {
       "prefixkv serve [--data-dir D] [--port P] [--bind ADDR] [--threads N] "
       "[--requirepass-file F | --requirepass S] [--admin-pass-file F | --admin-pass S] "
       "[--hot-capacity-bytes B] [--ssd-capacity-bytes B] [--max-request-bytes B] "
-      "[--max-clients N] [--idle-timeout-ms MS] [--durability M] [--write-through] "
+      "[--max-clients N] [--auth-failures-per-second N] [--idle-timeout-ms MS] "
+      "[--durability M] [--write-through] "
       "[--policy P] [--ssd-policy P] [--max-models N] [--metrics-port P] " +
           RemoteUsage(),
       std::move(specs));
@@ -135,12 +141,16 @@ std::string ParseServeConfig(const Flags& flags, ServeConfig* config) {
   config->server.max_request_bytes = size("max-request-bytes", "512M");
   config->server.max_connections = count("max-clients", 10000);
   config->server.idle_timeout_ms = count("idle-timeout-ms", 0);
+  config->server.auth_failures_per_second = count("auth-failures-per-second", 10);
   uint64_t metrics_port = count("metrics-port", 0);
   if (!error.empty()) return error;
   if (config->server.max_connections == 0) {
     return "--max-clients must be > 0 (0 would refuse every client)";
   }
   if (port > 65535) return "--port must be in [0, 65535]";
+  if (config->server.auth_failures_per_second > 1'000'000) {
+    return "--auth-failures-per-second must be in [0, 1000000]";
+  }
   if (metrics_port > 65535) return "--metrics-port must be in [0, 65535]";
   if (flags.Has("metrics-port")) {
     config->server.metrics_port = static_cast<uint16_t>(metrics_port);

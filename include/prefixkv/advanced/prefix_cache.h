@@ -148,6 +148,7 @@ class PrefixCache {
   StatusOr<std::vector<std::pair<BlockKey, BlockKey>>> RecordedTips(Namespace ns) const;
 
   // Writes dirty hot blocks of every stack to SSD (before a clean shutdown).
+  // Tries every stack; returns the first error.
   Status Flush();
 
   // Window sizes from the metadata of a block's layers (rotating meta parsed

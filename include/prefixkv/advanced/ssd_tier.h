@@ -165,6 +165,18 @@ struct SsdSpaceUsage {
   uint64_t active_segments = 0;  // still being appended to
 };
 
+// The write-back queue now (docs/ssd.md "Write-back failures").
+struct SsdWriteBackState {
+  uint64_t queued_blocks = 0;  // waiting to be written, or being written
+  // Of those, blocks whose last write attempt failed. Nonzero: write-back is
+  // failing (WriteBackStatus is its error) until they are written; another
+  // block's successful write meanwhile does not clear it.
+  uint64_t failed_blocks = 0;
+  // Failed write attempts since Open: a writer's batch, or the inline write
+  // of a block evicted while the queue was full.
+  uint64_t failed_attempts = 0;
+};
+
 // Thread-safe: every method may be called concurrently, except that nothing may
 // be called during or after Close() and the destructor.
 class SsdTier final : public BlockTier, public EvictionListener {
@@ -220,9 +232,11 @@ class SsdTier final : public BlockTier, public EvictionListener {
   // queue is full by writing inline; on a write error the block stays queued
   // and is retried.
   void OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool dirty) override;
-  // OK, or the error of the write-back queue's last attempt while blocks it
-  // could not store are still queued (they live in RAM only).
+  // OK, or the latest write-back error while blocks whose last write attempt
+  // failed are still queued (they live in RAM only). A full queue whose
+  // inline write fails counts at once.
   Status WriteBackStatus() const override;
+  SsdWriteBackState WriteBackState() const;
 
   // Waits until every block queued before the call is stored. Returns the
   // error of the last failed attempt if the queue could not be emptied.

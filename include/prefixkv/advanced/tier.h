@@ -115,8 +115,8 @@ class BlockTier {
   virtual void SetEvictionListener(EvictionListener* listener) = 0;
 
   // For a tier that stores blocks evicted dirty from the tier above
-  // (write-back): OK, or why such blocks cannot be stored right now (the
-  // last attempt failed and blocks are still waiting). TierStack then
+  // (write-back): OK, or why such blocks cannot be stored right now (a
+  // waiting block's last attempt failed). TierStack then
   // refuses new write-back Puts with this error instead of acknowledging
   // bytes it cannot persist. Other tiers: OK.
   virtual Status WriteBackStatus() const { return Status::OK(); }

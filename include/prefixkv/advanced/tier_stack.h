@@ -133,7 +133,8 @@ class TierStack final : private EvictionListener {
   }
 
   // Writes every dirty hot block to the SSD tier (and marks the hot copy
-  // clean), so a restart finds it. No-op without an SSD tier.
+  // clean), so a restart finds it. No-op without an SSD tier. Tries every
+  // block; an error names how many blocks (and bytes) are still only in RAM.
   Status Flush();
   // Hot blocks not yet written below.
   size_t dirty_blocks() const;
@@ -165,7 +166,8 @@ class TierStack final : private EvictionListener {
   // Write-back Put: removes the SSD copy (stored or queued) of a key about to
   // get newer bytes in RAM only. REQUIRES: the stripe held, the mark set.
   Status DropCopyBelow(const BlockKey& key);
-  Status FlushKey(const BlockKey& key);
+  // `bytes`: the payload size of a block it tried to write (0 if none).
+  Status FlushKey(const BlockKey& key, uint64_t* bytes);
 
   // The lock serialising per-key operations on `key`. Never taken by the
   // eviction listener (a victim is another key, and its writer must not wait

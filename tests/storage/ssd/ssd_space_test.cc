@@ -7,14 +7,20 @@
 // data disk; a failing write-back is reported (WriteBackStatus, one log line) until it
 // succeeds again.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include "prefixkv/advanced/fault_injection_file_system.h"
 #include "prefixkv/advanced/ssd_tier.h"
+#include "ssd_tier_impl.h"
+#include "ssd_writer.h"
 #include "tests/storage/ssd/ssd_test_util.h"
 
 namespace prefixkv {
@@ -205,6 +211,138 @@ TEST_F(SsdSpaceTest, AFailingWriteBackIsReportedUntilItSucceedsAgain) {
   EXPECT_OK(tier->WriteBackStatus());
   EXPECT_EQ(log_.Count("segment I/O succeeds again"), 1);
   EXPECT_EQ(tier->Get(m.key)->view(), PayloadOf(m).view());
+}
+
+// Issue 24, point 6: two writers, one whose segment still takes writes (a
+// file opened before segments/ went read-only) and one that needs a new
+// file and fails. The first one's success used to clear the failure
+// ("the last attempt failed"), so write-back looked healthy while a block
+// it could not write was still waiting, and Puts were acknowledged again.
+TEST(WriteBackQueueHealth, AnotherBatchsSuccessDoesNotClearAFailureStillWaiting) {
+  const BlockMeta good = ChainBlock(0, 0), bad = ChainBlock(1, 0);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool good_entered = false, good_may_finish = false;
+  std::atomic<bool> bad_fails{true};
+  FakeClock clock;
+  ssd::WriteBackQueue queue(8, 2, 3'600'000, &clock,
+                            [&](const std::vector<ssd::WriteBackItem>& batch) {
+                              for (const ssd::WriteBackItem& item : batch) {
+                                if (item.meta.key == bad.key && bad_fails)
+                                  return Status::IOError("EROFS");
+                              }
+                              if (batch.front().meta.key == good.key) {
+                                std::unique_lock<std::mutex> lock(mu);
+                                good_entered = true;
+                                cv.notify_all();
+                                cv.wait(lock, [&] { return good_may_finish; });
+                              }
+                              return Status::OK();
+                            });
+  ASSERT_TRUE(queue.Enqueue(good, PayloadOf(good)));
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return good_entered; });  // one writer holds `good`
+  }
+  ASSERT_TRUE(queue.Enqueue(bad, PayloadOf(bad)));  // the other one fails it
+  ASSERT_TRUE(testing::WaitUntil([&] { return !queue.Health().ok(); }));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    good_may_finish = true;
+    cv.notify_all();
+  }
+  ASSERT_TRUE(testing::WaitUntil([&] { return queue.size() == 1; }));  // `good` written
+  EXPECT_TRUE(queue.Health().IsIOError()) << "`bad` is still waiting";
+  EXPECT_EQ(queue.failed_blocks(), 1u);
+  EXPECT_EQ(queue.failed_attempts(), 1u);
+  // Writable again: the retry (an hour of clock time later) clears it.
+  bad_fails = false;
+  clock.AdvanceMillis(3'600'000);
+  ASSERT_TRUE(testing::WaitUntil([&] { return queue.Health().ok(); }));
+  EXPECT_EQ(queue.size(), 0u);
+  EXPECT_EQ(queue.failed_blocks(), 0u);
+}
+
+// At close, the one last attempt per block says exactly what is lost.
+TEST(WriteBackQueueHealth, StopNamesTheBlocksAndBytesItCouldNotWrite) {
+  FakeClock clock;
+  ssd::WriteBackQueue queue(8, 1, 3'600'000, &clock,
+                            [](const std::vector<ssd::WriteBackItem>& batch) {
+                              for (const ssd::WriteBackItem& item : batch) {
+                                if (item.meta.key.lo % 2 == 0)
+                                  return Status::IOError("EROFS");
+                              }
+                              return Status::OK();
+                            });
+  uint64_t lost_bytes = 0;
+  for (uint64_t i = 0; i < 4; ++i) {
+    const BlockMeta m = ChainBlock(i, i);  // key.lo = i + 1: 2 and 4 fail
+    if ((i + 1) % 2 == 0) lost_bytes += PayloadOf(m).size();
+    ASSERT_TRUE(queue.Enqueue(m, PayloadOf(m)));
+  }
+  Status s = queue.Stop();
+  EXPECT_TRUE(s.IsIOError());
+  // (1 and 3 may have been written before, or at Stop: 2 and 4 never are.)
+  EXPECT_NE(s.ToString().find("write-back at close: 2 of "), std::string::npos)
+      << s.ToString();
+  EXPECT_NE(s.ToString().find("blocks (" + std::to_string(lost_bytes) +
+                              " bytes) could not be written and are lost"),
+            std::string::npos)
+      << s.ToString();
+}
+
+// Issue 24, point 7: RocksDB's space needs follow the tier's capacity, so a
+// data directory on a 64 MB disk holds them; large tiers keep the defaults.
+TEST(SsdSpaceBounds, RocksDbsMemtablesLogAndManifestAreBoundedByTheCapacity) {
+  SsdTierOptions small;
+  small.capacity_bytes = 32ull << 20;
+  small = ssd::TierImpl::WithSpaceBounds(small);
+  rocksdb::Options db;
+  ssd::TierImpl::BoundDbSpace(small, &db);
+  EXPECT_EQ(small.write_buffer_bytes, 512u << 10);  // capacity / 64
+  EXPECT_EQ(db.write_buffer_size, 512u << 10);
+  EXPECT_LE(db.max_total_wal_size, 2u << 20);  // the log preallocation's cap too
+  EXPECT_LE(db.manifest_preallocation_size, 512u << 10);
+  EXPECT_LE(db.max_manifest_file_size, 1u << 20);
+  SsdTierOptions tiny;
+  tiny.capacity_bytes = 1 << 20;
+  EXPECT_EQ(ssd::TierImpl::WithSpaceBounds(tiny).write_buffer_bytes, 256u << 10);
+  SsdTierOptions large;  // 64 GiB: the defaults
+  large = ssd::TierImpl::WithSpaceBounds(large);
+  rocksdb::Options large_db;
+  const rocksdb::Options defaults;
+  ssd::TierImpl::BoundDbSpace(large, &large_db);
+  EXPECT_EQ(large.write_buffer_bytes, 64u << 20);
+  EXPECT_EQ(large_db.write_buffer_size, 64u << 20);
+  EXPECT_EQ(large_db.manifest_preallocation_size, defaults.manifest_preallocation_size);
+  EXPECT_EQ(large_db.max_manifest_file_size, defaults.max_manifest_file_size);
+}
+
+// What a file system that keeps allocations (ext4, xfs) holds for the log
+// after the first write: 1.1 memtables were preallocated, 70 MB with the
+// default 64 MiB memtable whatever the capacity (a 64 MB disk was full at
+// once). Bytes allocated, not the file's size (fallocate keeps the size).
+TEST(SsdSpaceBounds, ASmallTierPreallocatesLittleLog) {
+  testing::TempDir dir;
+  SsdTierOptions o;
+  o.path = dir.str() + "/ssd";
+  o.capacity_bytes = 32ull << 20;
+  o.reserve_bytes = 1 << 20;
+  o.log = [](std::string_view) {};
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  const BlockMeta m = ChainBlock(0, 0);
+  ASSERT_OK(tier->Put(m, PayloadOf(m), false));
+  uint64_t allocated = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(o.path)) {
+    struct stat st;
+    if (entry.path().extension() == ".log" && ::stat(entry.path().c_str(), &st) == 0) {
+      allocated += static_cast<uint64_t>(st.st_blocks) * 512;
+    }
+  }
+  std::printf("log bytes allocated for a 32 MiB tier: %llu\n",
+              static_cast<unsigned long long>(allocated));
+  EXPECT_LE(allocated, 2u << 20);
 }
 
 }  // namespace

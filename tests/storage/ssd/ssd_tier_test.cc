@@ -311,6 +311,127 @@ TEST_F(SsdTierTest, APayloadLargerThanTheCapacityIsRejectedWithNoSpace) {
   EXPECT_EQ(tier->Totals().entries, 0u);
 }
 
+// Reads reorder eviction in the index at once but write no metadata per hit:
+// the access-order records go in batches (ssd::TierImpl::kAccessBatch = 256
+// pending blocks, or the first read a second after the oldest pending one on
+// the tier's clock). The hits ride along with the batch.
+TEST_F(SsdTierTest, ReadsCommitNoMetadataUntilAnAccessOrderBatchIsDue) {
+  constexpr uint64_t kBatch = 256;
+  FakeClock clock;
+  SsdTierOptions o = Options();
+  o.clock = &clock;
+  std::atomic<int> commits{0};
+  {
+    auto tier = testing::OpenSsdWithCommitHook(o, [&] {
+      ++commits;
+      return Status::OK();
+    });
+    ASSERT_NE(tier, nullptr);
+    for (uint64_t c = 0; c < kBatch; ++c) {
+      ASSERT_OK(tier->Put(ChainBlock(c, 0), PayloadOf(ChainBlock(c, 0), 100), false));
+    }
+    commits = 0;
+    for (uint64_t c = 0; c + 1 < kBatch; ++c) ASSERT_OK(tier->Get(ChainBlock(c, 0).key));
+    ASSERT_OK(tier->Get(ChainBlock(0, 0).key));  // pending already: still 255
+    EXPECT_EQ(commits, 0);
+    EXPECT_EQ(tier->Totals().hits, kBatch);
+    ASSERT_OK(tier->Get(ChainBlock(kBatch - 1, 0).key));  // the 256th block
+    EXPECT_EQ(commits, 1);
+    ASSERT_OK(tier->Get(ChainBlock(0, 0).key));
+    clock.AdvanceMillis(999);
+    ASSERT_OK(tier->Get(ChainBlock(1, 0).key));
+    EXPECT_EQ(commits, 1);
+    clock.AdvanceMillis(1);
+    ASSERT_OK(tier->Get(ChainBlock(2, 0).key));  // a second after the oldest
+    EXPECT_EQ(commits, 2);
+    ASSERT_OK(tier->Close());
+  }
+  auto tier = OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->Totals().hits, kBatch + 4);
+  testing::ExpectCountersMatchContents(*tier, {0});
+}
+
+// A block read, then removed or replaced before its access-order update is
+// written (here by Close): the update takes the index entry as it is then, so
+// the removed block stays removed and the replaced one keeps its new bytes.
+TEST_F(SsdTierTest, AnAccessOrderUpdateNeverRevivesARemovedOrReplacedRecord) {
+  const BlockMeta gone = ChainBlock(0, 0), replaced = ChainBlock(1, 0);
+  const BlockMeta kept = ChainBlock(2, 0);
+  {
+    auto tier = OpenSsd(Options());
+    ASSERT_NE(tier, nullptr);
+    for (const BlockMeta& m : {gone, replaced, kept}) {
+      ASSERT_OK(tier->Put(m, PayloadOf(m, 1000), false));
+      ASSERT_OK(tier->Get(m.key));
+    }
+    ASSERT_OK(tier->Remove(gone.key));
+    ASSERT_OK(tier->Put(replaced, PayloadOf(replaced, 1500), false));
+    ASSERT_OK(tier->Close());
+  }
+  auto tier = OpenSsd(Options());
+  ASSERT_NE(tier, nullptr);
+  EXPECT_FALSE(tier->Contains(gone.key));
+  StatusOr<SharedBytes> got = tier->Get(replaced.key);
+  ASSERT_OK(got);
+  EXPECT_EQ(got->view(), PayloadOf(replaced, 1500).view());
+  EXPECT_OK(tier->Get(kept.key));
+  EXPECT_EQ(tier->Totals().entries, 2u);
+  std::vector<AuditFinding> findings;
+  ASSERT_OK(tier->Audit(&findings));
+  EXPECT_TRUE(findings.empty()) << findings.front().what;
+  testing::ExpectCountersMatchContents(*tier, {0});
+}
+
+// A Remove of a block whose access-order update is being written waits for
+// the batch, which holds the blocks' stripes from reading their entries until
+// its write: the removal lands after it, and the block stays removed after a
+// restart. The hook starts the Remove while the batch is about to be written
+// and gives it 200 ms; were the batch written without the stripes, the Remove
+// would finish inside them and the batch would write the record back.
+TEST_F(SsdTierTest, ARemoveRacingAnAccessOrderBatchNeverBringsTheBlockBack) {
+  constexpr uint64_t kBatch = 256;
+  const BlockKey victim = ChainBlock(0, 0).key;
+  std::atomic<bool> armed{false};
+  std::atomic<bool> removed_during_batch{false};
+  std::future<Status> removal;
+  SsdTier* racing = nullptr;
+  {
+    auto tier = testing::OpenSsdWithCommitHook(Options(), [&] {
+      if (!armed.exchange(false)) return Status::OK();
+      removal = std::async(std::launch::async, [&] { return racing->Remove(victim); });
+      removed_during_batch =
+          removal.wait_for(std::chrono::milliseconds(200)) == std::future_status::ready;
+      return Status::OK();
+    });
+    ASSERT_NE(tier, nullptr);
+    racing = tier.get();
+    for (uint64_t c = 0; c < kBatch; ++c) {
+      ASSERT_OK(tier->Put(ChainBlock(c, 0), PayloadOf(ChainBlock(c, 0), 100), false));
+    }
+    for (uint64_t c = 0; c + 1 < kBatch; ++c) ASSERT_OK(tier->Get(ChainBlock(c, 0).key));
+    armed = true;
+    ASSERT_OK(tier->Get(ChainBlock(kBatch - 1, 0).key));  // writes the batch
+    ASSERT_TRUE(removal.valid()) << "no access-order batch was written";
+    EXPECT_OK(removal.get());
+    EXPECT_FALSE(removed_during_batch);
+    EXPECT_FALSE(tier->Contains(victim));
+    // No record in the metadata (a reopen would repair one from the removal
+    // journal: that is the damage this rules out, not a fix for it).
+    EXPECT_TRUE(SsdTierTestPeer::ReadRaw(
+                    *tier, ssd::BlockRecordKey(ssd::kMetaTag,
+                                               ChainBlock(0, 0).namespace_id, victim))
+                    .status()
+                    .IsNotFound());
+    ASSERT_OK(tier->Close());
+  }
+  auto tier = OpenSsd(Options());
+  ASSERT_NE(tier, nullptr);
+  EXPECT_FALSE(tier->Contains(victim));
+  EXPECT_EQ(tier->Totals().entries, kBatch - 1);
+  testing::ExpectCountersMatchContents(*tier, {0});
+}
+
 // Holds writer threads (every thread but the test's) inside the write hook.
 class WriterGate {
  public:
@@ -395,6 +516,52 @@ TEST_F(SsdTierTest, FullWriteBackQueueMakesTheEvictingCallerWriteInline) {
   ASSERT_OK(tier->Close());
   auto reopened = OpenSsd(Options());
   for (uint64_t c = 0; c < 4; ++c) EXPECT_OK(reopened->Get(ChainBlock(c, 0).key)) << c;
+}
+
+// Issue 24, point 6: with the queue full, the evicting caller writes inline;
+// when that write fails (a read-only segments/ refuses the new segment file,
+// while the writer's open segment still takes writes), write-back counts as
+// failing at once. Before, only a writer's failed batch did: the inline
+// failure was queued over the bound while WriteBackStatus stayed OK, so the
+// tier stack went on acknowledging Puts and the queue grew past 1,150 blocks.
+// Then the retry runs on the tier's clock and write-back resumes by itself.
+TEST_F(SsdTierTest, AFailedInlineWriteOfAFullQueueReportsWriteBackFailingAtOnce) {
+  WriterGate gate;
+  FaultInjectionFileSystem fs;
+  FakeClock clock;
+  SsdTierOptions o = Options();
+  o.file_system = &fs;
+  o.clock = &clock;
+  o.retry_interval_ms = 3'600'000;  // an hour: only fake time gets there
+  o.writer_threads = 1;
+  o.queue_depth = 1;
+  auto tier = testing::OpenSsdWithCommitHook(o, gate.Hook());
+  ASSERT_NE(tier, nullptr);
+  const auto evict = [&](uint64_t c) {
+    tier->OnEvict(ChainBlock(c, 0), PayloadOf(ChainBlock(c, 0)), true);
+  };
+  evict(0);
+  gate.WaitForWaiters(1);  // block 0 is written, its commit held
+  evict(1);                // queued: the queue is full
+  fs.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg"});
+  evict(2);  // full: written inline, which fails; queued over the bound
+  EXPECT_TRUE(tier->WriteBackStatus().IsIOError()) << tier->WriteBackStatus().ToString();
+  EXPECT_EQ(tier->WriteBackState().failed_blocks, 1u);
+  EXPECT_EQ(tier->WriteBackState().failed_attempts, 1u);
+  EXPECT_EQ(tier->queued_blocks(), 3u);  // 0 in flight, 1 and 2 queued
+  gate.Open();  // block 0 lands: the failure of block 2 still stands
+  ASSERT_TRUE(testing::WaitUntil([&] { return tier->queued_blocks() == 2; }));
+  EXPECT_TRUE(tier->WriteBackStatus().IsIOError());
+  // The writer's attempt at 1 and 2 fails too; then it waits an hour of
+  // clock time. Writable again: the clock, not a Flush, brings them in.
+  ASSERT_TRUE(
+      testing::WaitUntil([&] { return tier->WriteBackState().failed_blocks == 2; }));
+  fs.ClearFaults();
+  clock.AdvanceMillis(o.retry_interval_ms);
+  ASSERT_TRUE(testing::WaitUntil([&] { return tier->WriteBackStatus().ok(); }));
+  EXPECT_EQ(tier->queued_blocks(), 0u);
+  for (uint64_t c = 0; c < 3; ++c) EXPECT_OK(tier->Get(ChainBlock(c, 0).key)) << c;
+  EXPECT_EQ(tier->Totals().entries, 3u);
 }
 
 TEST_F(SsdTierTest, CloseStoresEveryQueuedBlock) {

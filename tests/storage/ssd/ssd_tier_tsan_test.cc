@@ -131,11 +131,11 @@ TEST(SsdWriteBackOrder, AChainHandedOverInRandomOrderIsStoredParentsFirst) {
       // queued before either takes a block of it.
       for (int w = 1; w <= 2; ++w) {
         const BlockMeta plug = testing::ChainBlock(w, 0);
-        EXPECT_TRUE(queue.Enqueue(plug, PayloadOf(plug.key), false));
+        EXPECT_TRUE(queue.Enqueue(plug, PayloadOf(plug.key)));
         log.WaitForWaiters(w);
       }
       for (const BlockMeta& m : handed)
-        EXPECT_TRUE(queue.Enqueue(m, PayloadOf(m.key), false));
+        EXPECT_TRUE(queue.Enqueue(m, PayloadOf(m.key)));
       log.Open();
       EXPECT_OK(queue.Flush());
     }

@@ -1,0 +1,234 @@
+"""The Redis dialect real clients use (issue 26): the same redis-py calls
+against a real redis-server and against `prefixkv serve`, replies compared.
+
+Both servers are started here on free loopback ports and stopped at the end
+(each start bounded by START_TIMEOUT_S). Both have a user "admin" (an ACL user
+on redis-server, --admin-pass on prefixkv) so FLUSHDB runs on both. Skipped
+with the reason when redis-py, redis-server or the prefixkv binary
+(PREFIXKV_CLI, set by ctest) is missing.
+"""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+redis = pytest.importorskip("redis", reason="python3-redis is not installed")
+
+START_TIMEOUT_S = 10
+ADMIN_PASS = "dialect-admin"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_ping(port, deadline):
+    while time.monotonic() < deadline:
+        try:
+            if redis.Redis(port=port, socket_timeout=1).ping():
+                return True
+        except redis.exceptions.ConnectionError:
+            time.sleep(0.05)
+    return False
+
+
+def stop(proc):
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def redis_port(tmp_path_factory):
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.skip("redis-server is not installed (Debian package redis-server)")
+    port = free_port()
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+         "no", "--dir", str(tmp_path_factory.mktemp("redis")),
+         "--user", "admin", "on", ">" + ADMIN_PASS, "~*", "&*", "+@all"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        if not wait_for_ping(port, time.monotonic() + START_TIMEOUT_S):
+            pytest.fail(f"redis-server did not answer on port {port}")
+        yield port
+    finally:
+        stop(proc)
+
+
+@pytest.fixture(scope="module")
+def prefixkv_port(tmp_path_factory):
+    exe = os.environ.get("PREFIXKV_CLI", "")
+    if not os.path.exists(exe):
+        pytest.skip("PREFIXKV_CLI does not name the prefixkv binary (ctest sets it)")
+    env = dict(os.environ, PREFIXKV_ADMIN_PASS=ADMIN_PASS)
+    proc = subprocess.Popen(
+        [exe, "serve", "--data-dir", str(tmp_path_factory.mktemp("pkv")), "--port", "0",
+         "--hot-capacity-bytes", "64M", "--ssd-capacity-bytes", "256M"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
+    try:
+        line = proc.stdout.readline()  # "listening on 127.0.0.1:PORT"
+        assert line.startswith("listening on "), line
+        port = int(line.rsplit(":", 1)[1])
+        assert wait_for_ping(port, time.monotonic() + START_TIMEOUT_S)
+        yield port
+    finally:
+        stop(proc)
+
+
+@pytest.fixture
+def both(redis_port, prefixkv_port):
+    """An admin client of each server, on an empty database."""
+    clients = {name: redis.Redis(port=port, username="admin", password=ADMIN_PASS,
+                                 socket_timeout=10)
+               for name, port in (("redis", redis_port), ("prefixkv", prefixkv_port))}
+    for c in clients.values():
+        assert c.flushdb() is True
+    return clients
+
+
+def outcome(fn):
+    """What a call gave: its value, or its exception's type and text."""
+    try:
+        return fn()
+    except redis.exceptions.RedisError as e:
+        return (type(e).__name__, str(e))
+
+
+def same_on_both(both, fn):
+    got = {name: outcome(lambda: fn(c)) for name, c in both.items()}
+    assert got["prefixkv"] == got["redis"], got
+    return got["redis"]
+
+
+@pytest.mark.parametrize("transaction", [True, False])
+def test_pipelines_with_and_without_a_transaction(both, transaction):
+    def run(c):
+        p = c.pipeline(transaction=transaction)
+        p.set("a", "1").get("a").mset({"b": "2", "c": "3"}).mget("a", "b", "zz")
+        p.delete("a", "zz").exists("a", "b", "b").unlink("c").get("c")
+        return p.execute()
+
+    got = same_on_both(both, run)
+    assert got == [True, b"1", True, [b"1", b"2", None], 1, 2, 1, None]
+
+
+def test_a_transaction_with_a_command_refused_when_queued_is_aborted(both):
+    def run(c):
+        p = c.pipeline(transaction=True)
+        p.set("x", "1")
+        p.execute_command("GET")  # wrong arity: refused at queue time
+        result = outcome(p.execute)
+        return result, c.get("x")
+
+    (error, text), value = same_on_both(both, run)
+    assert "wrong number of arguments" in text and value is None
+
+
+def test_an_error_inside_exec_does_not_stop_the_others(both):
+    def run(c):
+        p = c.pipeline(transaction=True)
+        p.set("y", "1").execute_command("PING", "a", "b").get("y")
+        replies = p.execute(raise_on_error=False)
+        return [(type(r).__name__, str(r)) if isinstance(r, Exception) else r
+                for r in replies]
+
+    got = same_on_both(both, run)
+    assert got[0] is True and got[2] == b"1" and got[1][0] == "ResponseError"
+
+
+def test_transaction_commands_out_of_place(both):
+    def run(c):
+        with c.client() as one:  # one connection: MULTI state is per connection
+            seq = [("EXEC",), ("DISCARD",), ("MULTI",), ("MULTI",), ("SET", "k", "v"),
+                   ("DISCARD",), ("GET", "k"), ("MULTI",), ("SET", "k", "w"), ("EXEC",),
+                   ("UNWATCH",)]
+            return [outcome(lambda: one.execute_command(*cmd)) for cmd in seq]
+
+    same_on_both(both, run)
+
+
+def test_client_name_id_info_and_list(redis_port, prefixkv_port):
+    for port in (redis_port, prefixkv_port):
+        c = redis.Redis(port=port, client_name="dialect-worker", socket_timeout=10)
+        assert c.client_getname() == "dialect-worker"
+        assert c.client_setname("renamed") is True
+        info = c.client_info()
+        assert info["name"] == "renamed" and int(info["id"]) == c.client_id()
+        assert any(e["name"] == "renamed" for e in c.client_list())
+        with pytest.raises(redis.exceptions.ResponseError, match="cannot contain spaces"):
+            c.client_setname("two words")
+
+
+def test_health_check_pings_before_a_command_on_an_idle_connection(redis_port,
+                                                                    prefixkv_port):
+    for port in (redis_port, prefixkv_port):
+        c = redis.Redis(port=port, health_check_interval=1, socket_timeout=10)
+        pings = lambda: c.info("commandstats").get("cmdstat_ping", {}).get("calls", 0)
+        before = pings()
+        assert c.set("h", "1") is True
+        time.sleep(1.2)
+        assert c.get("h") == b"1"
+        assert pings() > before, port
+
+
+def test_hello_2_and_3(both):
+    def run(c):
+        with c.client() as one:
+            reply = one.execute_command("HELLO", "2")
+            return reply[::2], reply[reply.index(b"proto") + 1]
+
+    fields, proto = same_on_both(both, run)
+    assert proto == 2 and b"id" in fields
+    with pytest.raises(redis.exceptions.ResponseError, match="NOPROTO|not supported"):
+        both["prefixkv"].execute_command("HELLO", "3")
+
+
+def test_dbsize_and_flushes(both):
+    def run(c):
+        c.mset({"k1": "a", "k2": "b", "k3": "c"})
+        counts = [c.dbsize()]
+        c.delete("k1")
+        counts.append(c.dbsize())
+        return counts, c.flushdb(), c.dbsize(), c.set("k4", "d"), c.flushall(), c.dbsize()
+
+    assert same_on_both(both, run) == ([3, 2], True, 0, True, True, 0)
+
+
+def test_flushdb_needs_the_admin_user_on_prefixkv(prefixkv_port):
+    c = redis.Redis(port=prefixkv_port, socket_timeout=10)
+    with pytest.raises(redis.exceptions.ResponseError, match="admin command"):
+        c.flushdb()
+
+
+def test_scan_is_refused_with_the_reason_on_prefixkv(prefixkv_port):
+    c = redis.Redis(port=prefixkv_port, socket_timeout=10)
+    with pytest.raises(redis.exceptions.ResponseError, match="not supported"):
+        c.scan(0, match="k*", count=10)
+
+
+def test_ttl_and_type_of_keys_without_expiry(both):
+    def run(c):
+        c.set("t", "1")
+        return (c.ttl("t"), c.pttl("t"), c.ttl("none"), c.pttl("none"), c.persist("t"),
+                c.type("t"), c.type("none"))
+
+    assert same_on_both(both, run) == (-1, -1, -2, -2, False, b"string", b"none")
+
+
+def test_expire_is_refused_with_the_reason_on_prefixkv(prefixkv_port):
+    c = redis.Redis(port=prefixkv_port, socket_timeout=10)
+    c.set("e", "1")
+    with pytest.raises(redis.exceptions.ResponseError, match="do not expire"):
+        c.expire("e", 10)
+    assert c.ttl("e") == -1

@@ -1,0 +1,84 @@
+// Transactions: MULTI, EXEC, DISCARD, and WATCH / UNWATCH (WATCH refused).
+//
+// MULTI starts queueing: every later command except these and QUIT is checked
+// (name, arity, AUTH, admin) and answered +QUEUED, or refused, which marks the
+// transaction so that EXEC answers -EXECABORT. EXEC runs the queue in order
+// under the dispatcher's exclusive lock (Dispatcher::ExecQueued), so no other
+// client's command runs in between; a command failing inside it does not stop
+// the others (as in Redis: no rollback).
+#include "commands.h"
+
+#include <algorithm>
+#include <string>
+
+namespace prefixkv::server {
+
+void Dispatcher::Queue(const RespArgs& args, ClientState* client,
+                       ReplyBuffer* out) const {
+  size_t bytes = 0;
+  for (const SharedBytes& arg : args) bytes += arg.size();
+  if (bytes >
+      config_.max_multi_bytes - std::min(config_.max_multi_bytes, client->multi_bytes)) {
+    client->multi_dirty = true;
+    return out->Error("ERR transaction too large: its commands exceed " +
+                      std::to_string(config_.max_multi_bytes) + " bytes");
+  }
+  RespArgs kept;
+  kept.reserve(args.size());
+  for (const SharedBytes& arg : args) kept.push_back(DetachArg(arg));
+  client->multi_queue.push_back(std::move(kept));
+  client->multi_bytes += bytes;
+  out->Simple("QUEUED");
+}
+
+void Dispatcher::ExecQueued(ClientState* client, ReplyBuffer* out) const {
+  std::vector<RespArgs> queue = std::move(client->multi_queue);
+  const bool dirty = client->multi_dirty;
+  client->in_multi = client->multi_dirty = false;
+  client->multi_queue.clear();
+  client->multi_bytes = 0;
+  if (dirty) {
+    return out->Error("EXECABORT Transaction discarded because of previous errors.");
+  }
+  out->ArrayHeader(queue.size());
+  // Each was checked when queued (a command's checks do not change meanwhile:
+  // AUTH only widens what a client may run).
+  for (const RespArgs& args : queue) Run(*Find(args[0].view()), args, client, out);
+}
+
+void CmdMulti(CommandContext& ctx) {
+  if (ctx.client->in_multi) return ctx.out->Error("ERR MULTI calls can not be nested");
+  ctx.client->in_multi = true;
+  ctx.out->Simple("OK");
+}
+
+void CmdExec(CommandContext& ctx) {
+  if (!ctx.client->in_multi) return ctx.out->Error("ERR EXEC without MULTI");
+  ctx.dispatcher.ExecQueued(ctx.client, ctx.out);
+}
+
+void CmdDiscard(CommandContext& ctx) {
+  if (!ctx.client->in_multi) return ctx.out->Error("ERR DISCARD without MULTI");
+  ctx.client->in_multi = ctx.client->multi_dirty = false;
+  ctx.client->multi_queue.clear();
+  ctx.client->multi_bytes = 0;
+  ctx.out->Simple("OK");
+}
+
+// Optimistic locking would need a modification stamp per key, which the
+// engine does not keep: WATCH is refused rather than accepted and ignored
+// (an ignored WATCH would let a check-and-set transaction overwrite a value
+// changed meanwhile).
+void CmdWatch(CommandContext& ctx) {
+  if (ctx.client->in_multi) {
+    return ctx.out->Error("ERR WATCH inside MULTI is not allowed");
+  }
+  ctx.out->Error(
+      "ERR WATCH is not supported by prefixkv: MULTI/EXEC transactions run "
+      "isolated, but without optimistic locking");
+}
+
+// Nothing is ever watched, so there is nothing to forget.
+void CmdUnwatch(CommandContext& ctx) { ctx.out->Simple("OK"); }
+
+}  // namespace prefixkv::server
