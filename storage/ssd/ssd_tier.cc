@@ -214,6 +214,11 @@ Status ssd::TierImpl::DropEntry(const BlockKey& key, const IndexEntry& e,
   delta.bytes -= e.bytes;
   Status s = Commit(&batch, std::move(deltas), e.owner);
   if (!s.ok() && !erase_on_failure) return s;
+  if (!s.ok() && journal_ != nullptr) {
+    // Dropped all the same (damaged bytes): confirmed as if the commit had
+    // succeeded, so the next open finishes the removal (ssd_journal.h).
+    (void)journal_->AppendConfirm(key, e.checksum, e.segment, e.offset);
+  }
   {
     MutexLock lock(&mu_);
     index_.Erase(key);
