@@ -331,6 +331,25 @@ TEST(RepairCli, AllMetadataGoneIsRebuiltFromTheSegmentsNotDeleted) {
   }
 }
 
+// Kills `prefixkv repair --data-dir data` after `delay_us`; true when the kill
+// landed before it finished.
+bool KillRepairAfter(const fs::path& data, uint64_t delay_us) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 1);
+    ::dup2(devnull, 2);
+    ::execl(PREFIXKV_CLI, PREFIXKV_CLI, "repair", "--data-dir", data.c_str(),
+            static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ::usleep(static_cast<useconds_t>(delay_us));
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFSIGNALED(status);
+}
+
 // What an uninterrupted repair of `data` leaves: every stored key's payload,
 // read by a tier opened without repair (it must open: the repair is done).
 std::map<std::string, std::string> Contents(const fs::path& data) {
@@ -383,23 +402,7 @@ TEST(RepairCli, RepairKilledAtAnyMomentThenRunAgainGivesTheSameResult) {
     fs::remove_all(work);
     fs::copy(damaged, work, fs::copy_options::recursive);
     // Several kills in a row, then one run to the end.
-    for (int k = 0; k < 3; ++k) {
-      const uint64_t delay = rng() % span_us;
-      const pid_t pid = fork();
-      if (pid == 0) {
-        const int devnull = ::open("/dev/null", O_WRONLY);
-        ::dup2(devnull, 1);
-        ::dup2(devnull, 2);
-        ::execl(PREFIXKV_CLI, PREFIXKV_CLI, "repair", "--data-dir", work.c_str(),
-                static_cast<char*>(nullptr));
-        _exit(127);
-      }
-      ::usleep(static_cast<useconds_t>(delay));
-      ::kill(pid, SIGKILL);
-      int status = 0;
-      ::waitpid(pid, &status, 0);
-      if (WIFSIGNALED(status)) ++killed;
-    }
+    for (int k = 0; k < 3; ++k) killed += KillRepairAfter(work, rng() % span_us);
     testing::CliRun finish = RunCli("repair --data-dir " + work.string());
     ASSERT_EQ(finish.exit_code, 0) << "round " << r << "\n" << finish.output;
     const std::map<std::string, std::string> got = Contents(work);
@@ -417,25 +420,6 @@ TEST(RepairCli, RepairKilledAtAnyMomentThenRunAgainGivesTheSameResult) {
 
 namespace prefixkv {
 namespace {
-
-// Kills `prefixkv repair --data-dir data` after `delay_us`; true when the kill
-// landed before it finished.
-bool KillRepairAfter(const fs::path& data, uint64_t delay_us) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int devnull = ::open("/dev/null", O_WRONLY);
-    ::dup2(devnull, 1);
-    ::dup2(devnull, 2);
-    ::execl(PREFIXKV_CLI, PREFIXKV_CLI, "repair", "--data-dir", data.c_str(),
-            static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  ::usleep(static_cast<useconds_t>(delay_us));
-  ::kill(pid, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFSIGNALED(status);
-}
 
 void XorFileByte(const fs::path& file, uint64_t offset, char mask) {
   if (fs::file_size(file) == 0) return;
