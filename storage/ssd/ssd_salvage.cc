@@ -192,7 +192,9 @@ Status ssd::TierImpl::RebuildFromSegments(const Status& why) {
   // 0. Until the new database is complete, an open that finds the marker
   // rebuilds again (CheckMetadataPresent): a kill at any moment of this
   // function, then another open, gives what one uninterrupted run gives.
-  // Nothing below changes the segments or the journal before step 4 is done.
+  // Before step 4 is done nothing below changes the segments, and the journal
+  // only gains removals of extents this rebuild does not take, which a rerun
+  // would not take either.
   const std::string marker = options_.path + "/" + ssd::kRebuildMarker;
   {
     PKV_ASSIGN_OR_RETURN(std::unique_ptr<FileHandle> m,
