@@ -4,6 +4,12 @@
 #include <rocksdb/merge_operator.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 #include "ssd_layout.h"
 #include "ssd_rocks_fs.h"
@@ -30,6 +36,27 @@ class CounterAddOperator : public rocksdb::AssociativeMergeOperator {
   }
   const char* Name() const override { return "prefixkv.CounterAdd"; }
 };
+
+// The process holding a lock on `lock_file`, from /proc/locks (Linux); 0
+// when it cannot be told.
+pid_t LockHolder(const std::string& lock_file) {
+  struct stat st;
+  if (::stat(lock_file.c_str(), &st) != 0) return 0;
+  std::ifstream locks("/proc/locks");
+  std::string line;
+  // "1: POSIX  ADVISORY  WRITE 4242 fd:01:1234567 0 EOF"
+  while (std::getline(locks, line)) {
+    std::istringstream in(line);
+    std::string id, kind, mode, rw, pid, dev_inode;
+    if (!(in >> id >> kind >> mode >> rw >> pid >> dev_inode)) continue;
+    const size_t colon = dev_inode.rfind(':');
+    if (colon == std::string::npos) continue;
+    if (dev_inode.substr(colon + 1) == std::to_string(st.st_ino)) {
+      return static_cast<pid_t>(std::strtol(pid.c_str(), nullptr, 10));
+    }
+  }
+  return 0;
+}
 
 rocksdb::CompressionType ParseCompression(const std::string& name) {
   if (name == "lz4") return rocksdb::kLZ4Compression;
@@ -149,6 +176,17 @@ Status ssd::TierImpl::OpenOrMoveAside() {
   if (s.ok()) s = OpenDb();
   if (s.ok()) s = Rebuild();
   if (s.ok()) s = CheckAgainstJournal();  // older than the segments: rolled forward
+  // Another process (or tier) has the directory open: one line that says so,
+  // not RocksDB's raw lock error.
+  if (!s.ok() && s.message().find("/LOCK") != std::string::npos) {
+    const pid_t holder = LockHolder(options_.path + "/LOCK");
+    return Status::Busy(
+        "data directory " + options_.path + " is in use by " +
+        (holder == 0 ? std::string("another process")
+         : holder == ::getpid()
+             ? "this process (pid " + std::to_string(holder) + ", another tier)"
+             : "another process (pid " + std::to_string(holder) + ")"));
+  }
   // A held lock, a full disk or missing permissions are not damage: report them.
   if (s.ok() || s.IsBusy() || s.IsNoSpace() ||
       s.message().find("LOCK:") != std::string::npos ||

@@ -2,6 +2,8 @@
 // flipped payload byte, a record stored under the wrong metadata and a
 // removed parent each fail naming the block; usage errors exit 2 (as JSON
 // with --json).
+#include <signal.h>
+
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -9,6 +11,7 @@
 #include "prefixkv/advanced/prefix_cache.h"
 #include "prefixkv/advanced/tier_stack.h"
 #include "prefixkv/advanced/tip_lineage.h"
+#include "tests/server/serve_process.h"
 #include "tests/support/test_util.h"
 #include "tests/tools/data_dir_builder.h"
 
@@ -241,6 +244,24 @@ TEST(AuditUsageTest, JsonReportsADirectoryItCannotOpenAsJson) {
   const std::string line = run.output.substr(at, run.output.find('\n', at) - at);
   EXPECT_EQ(line.back(), '}') << line;
   EXPECT_NE(line.find("nothing-here"), std::string::npos) << line;
+}
+
+// A data directory a running server holds: one line naming its PID (issue
+// 26), not RocksDB's raw lock error; exit 1, and nothing changes.
+TEST(AuditUsageTest, ADirectoryInUseNamesTheProcessHoldingIt) {
+  testing::TempDir dir;
+  const std::string data = dir.str() + "/data";
+  testing::ServeProcess serve(data);
+  ASSERT_NE(serve.port(), 0) << "prefixkv serve did not start";
+  CliRun run = RunCli("audit --data-dir " + data);
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("is in use by another process (pid " +
+                            std::to_string(serve.pid()) + ")"),
+            std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("Resource temporarily unavailable"), std::string::npos)
+      << run.output;
+  EXPECT_EQ(serve.StopWith(SIGTERM), 0);
 }
 
 TEST(AuditUsageTest, UnknownFlagIsAUsageError) {
