@@ -1,11 +1,11 @@
 // CLIENT ID / SETNAME / GETNAME / INFO / LIST / SETINFO / HELP: what client
 // libraries send on connect (redis-py's client_name, lib-name) and what
 // operators list. The clients are the server's ClientRegistry.
-#include "commands.h"
-
 #include <algorithm>
 #include <iterator>
 #include <string>
+
+#include "commands.h"
 
 namespace prefixkv::server {
 namespace {

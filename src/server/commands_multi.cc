@@ -6,10 +6,10 @@
 // under the dispatcher's exclusive lock (Dispatcher::ExecQueued), so no other
 // client's command runs in between; a command failing inside it does not stop
 // the others (as in Redis: no rollback).
-#include "commands.h"
-
 #include <algorithm>
 #include <string>
+
+#include "commands.h"
 
 namespace prefixkv::server {
 

@@ -31,15 +31,8 @@
 namespace prefixkv {
 namespace {
 
-using Location = std::pair<uint64_t, uint64_t>;  // segment, offset
-
-struct LocationHash {
-  size_t operator()(const Location& l) const {
-    return std::hash<uint64_t>()(l.first * 0x9E3779B97F4A7C15ULL ^ l.second);
-  }
-};
-// Checked once per indexed block at every open: hashed, not ordered.
-using LocationSet = std::unordered_set<Location, LocationHash>;
+using ssd::Location;
+using ssd::LocationSet;
 
 std::set<uint64_t> SegmentIds(FileSystem* fs, const std::string& seg_dir) {
   std::set<uint64_t> ids;
@@ -129,10 +122,11 @@ Status ssd::TierImpl::CheckAgainstJournal() {
   if (!options_.repair_damaged_metadata) {
     return Status::Corruption(why + "; `prefixkv repair` rolls it forward");
   }
-  return RollForward(journal, lost_segments, why);
+  return RollForward(journal, confirmed_at, lost_segments, why);
 }
 
 Status ssd::TierImpl::RollForward(const ssd::JournalContents& journal,
+                                  const ssd::LocationSet& confirmed_at,
                                   const std::set<uint64_t>& lost_segments,
                                   const std::string& why) {
   FileSystem* fs = options_.file_system;
@@ -146,10 +140,6 @@ Status ssd::TierImpl::RollForward(const ssd::JournalContents& journal,
   uint64_t unprovable = 0;
   std::map<BlockKey, ssd::FoundExtent> provable =
       ssd::ProvableVersions(scan.extents, journal, &unprovable);
-  LocationSet confirmed_at;
-  for (const ssd::JournalRecord& r : journal.records) {
-    if (r.confirm) confirmed_at.insert({r.segment, r.offset});
-  }
   rocksdb::WriteBatch batch;
   Deltas deltas;
   uint64_t removed = 0, restored = 0, seq = 0;

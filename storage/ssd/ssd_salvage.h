@@ -11,6 +11,8 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "prefixkv/advanced/file_system.h"
@@ -19,6 +21,16 @@
 #include "ssd_journal.h"
 
 namespace prefixkv::ssd {
+
+// A place in the segment files: segment id, extent offset.
+using Location = std::pair<uint64_t, uint64_t>;
+struct LocationHash {
+  size_t operator()(const Location& l) const {
+    return std::hash<uint64_t>()(l.first * 0x9E3779B97F4A7C15ULL ^ l.second);
+  }
+};
+// Checked once per indexed block at every open: hashed, not ordered.
+using LocationSet = std::unordered_set<Location, LocationHash>;
 
 // One intact extent: footer and payload checksum agree.
 struct FoundExtent {

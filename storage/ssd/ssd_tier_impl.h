@@ -37,6 +37,7 @@
 #include "prefixkv/advanced/ssd_tier.h"
 #include "ssd_index.h"
 #include "ssd_journal.h"
+#include "ssd_salvage.h"
 #include "ssd_segment.h"
 #include "ssd_writer.h"
 
@@ -152,7 +153,8 @@ class TierImpl {
   // journaled removals is older than the segments: rolled forward in place
   // (repair_damaged_metadata), else Corruption. Records journal_problem.
   Status CheckAgainstJournal() EXCLUDES(mu_);
-  Status RollForward(const JournalContents& journal,
+  // `confirmed_at`: the places of the journal's confirmed removals.
+  Status RollForward(const JournalContents& journal, const LocationSet& confirmed_at,
                      const std::set<uint64_t>& lost_segments, const std::string& why)
       EXCLUDES(mu_);
   // A missing or damaged journal beside intact metadata: the removals the

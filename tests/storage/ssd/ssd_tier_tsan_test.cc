@@ -134,8 +134,7 @@ TEST(SsdWriteBackOrder, AChainHandedOverInRandomOrderIsStoredParentsFirst) {
         EXPECT_TRUE(queue.Enqueue(plug, PayloadOf(plug.key)));
         log.WaitForWaiters(w);
       }
-      for (const BlockMeta& m : handed)
-        EXPECT_TRUE(queue.Enqueue(m, PayloadOf(m.key)));
+      for (const BlockMeta& m : handed) EXPECT_TRUE(queue.Enqueue(m, PayloadOf(m.key)));
       log.Open();
       EXPECT_OK(queue.Flush());
     }
