@@ -39,7 +39,8 @@ Status StripTip(const cache::NamespaceState& ns, const BlockKey& key,
   if (block.status().IsNotFound()) return Status::OK();  // evicted: nothing to strip
   if (!block.ok()) return block.status();
   if (!cache::StripTipState(ns.families, &block->record)) return Status::OK();
-  return cache::RewriteBlock(ns, block->record, options.encode);
+  Status s = cache::RewriteBlock(ns, block->record, options.encode);
+  return s.IsNotFound() ? Status::OK() : s;  // evicted since it was read
 }
 
 Status PersistLineage(cache::NamespaceState& ns) REQUIRES(ns.store_mu) {
@@ -147,12 +148,15 @@ Status WriteChain(cache::NamespaceState& ns, const StoreChain& chain,
     }
     PKV_ASSIGN_OR_RETURN(SharedBytes payload, payload_of(i, real_tip));
     const BlockMeta meta = ns.MetaFor(block.key, block.parent);
+    Status rewritten = Status::NotFound("not cached");
     if (cached) {
       // The new tip exists as an interior block of a longer chain: give it
-      // the real state in place.
-      PKV_RETURN_IF_ERROR(ns.tiers->Rewrite(meta, std::move(payload)));
-      result->tip_rewritten = true;
-    } else {
+      // the real state in place (unless every tier evicted it meanwhile).
+      rewritten = ns.tiers->Rewrite(meta, payload);
+      if (!rewritten.ok() && !rewritten.IsNotFound()) return rewritten;
+      result->tip_rewritten = rewritten.ok();
+    }
+    if (!rewritten.ok()) {
       PKV_RETURN_IF_ERROR(ns.tiers->Put(meta, std::move(payload)));
       ++result->blocks_written;
       // A recorded tip that had vanished comes back as a placeholder.

@@ -172,32 +172,46 @@ Status TierStack::PutLowest(const BlockMeta& meta, SharedBytes payload) {
   return ssd_->Put(meta, std::move(payload), /*dirty=*/false);
 }
 
-Status TierStack::RewriteIn(BlockTier* tier, const BlockMeta& meta,
-                            const SharedBytes& payload, bool dirty) {
-  Status removed = tier->Remove(meta.key);
-  // A pinned hot block cannot be removed; Put then replaces it in place and
-  // the pin holder keeps the old bytes.
-  if (!removed.ok() && !removed.IsBusy()) return removed;
-  return tier->Put(meta, payload, dirty);
-}
-
 Status TierStack::Rewrite(const BlockMeta& meta, SharedBytes payload) {
   MutexLock lock(&StripeFor(meta.key));
-  if (ssd_ != nullptr) WaitForWriteBelow(meta.key);  // a copy being evicted lands first
-  const bool in_hot = hot_ != nullptr && hot_->Contains(meta.key);
-  const bool in_ssd = ssd_ != nullptr && ssd_->Contains(meta.key);
-  if (!in_hot && !in_ssd)
-    return Status::NotFound("block " + meta.key.ToHex() + " not cached");
-  if (in_ssd) PKV_RETURN_IF_ERROR(RewriteIn(ssd_, meta, payload, /*dirty=*/false));
-  if (in_hot) {
+  // The hot tier evicts without the stripe, so its copy can go below between
+  // the check and its removal. Nothing brings a key back up while the stripe
+  // is held, so a second pass finds it below.
+  for (int pass = 0;; ++pass) {
+    if (ssd_ != nullptr) WaitForWriteBelow(meta.key);  // a copy being evicted lands first
+    const bool in_hot = hot_ != nullptr && hot_->Contains(meta.key);
+    const bool in_ssd = ssd_ != nullptr && ssd_->Contains(meta.key);
+    if (!in_hot && !in_ssd)
+      return Status::NotFound("block " + meta.key.ToHex() + " not cached");
+    if (in_ssd) {
+      Status removed = ssd_->Remove(meta.key);
+      if (!removed.ok() && !removed.IsNotFound()) return removed;
+      PKV_RETURN_IF_ERROR(ssd_->Put(meta, payload, /*dirty=*/false));
+    }
+    if (!in_hot) return Status::OK();
+    // Removed before the new copy is marked dirty: the old copy's eviction,
+    // if it wins the race, still finds its own mark and goes below.
+    Status removed = hot_->Remove(meta.key);
+    if (removed.IsNotFound()) {
+      if (in_ssd) return Status::OK();  // the copy below already holds the new bytes
+      if (ssd_ != nullptr && pass == 0) continue;  // evicted below meanwhile
+      return removed;
+    }
+    // A pinned hot block cannot be removed; Put then replaces it in place and
+    // the pin holder keeps the old bytes.
+    if (!removed.ok() && !removed.IsBusy()) return removed;
     // The hot copy is dirty unless the SSD tier holds the same new bytes.
     const bool dirty = ssd_ != nullptr && !in_ssd;
     if (dirty) MarkDirty(meta.key, payload);
-    Status s = RewriteIn(hot_, meta, payload, dirty);
-    if (!s.ok() && dirty) MarkClean(meta.key);
-    PKV_RETURN_IF_ERROR(s);
+    Status s = hot_->Put(meta, payload, dirty);
+    if (s.ok()) return s;
+    if (dirty) MarkClean(meta.key);
+    // No room in RAM now: the copy below is the block (the old RAM copy is gone).
+    if (s.IsNoSpace() && in_ssd) return Status::OK();
+    if (s.IsNoSpace() && ssd_ != nullptr)
+      return ssd_->Put(meta, payload, /*dirty=*/false);
+    return s;
   }
-  return Status::OK();
 }
 
 Status TierStack::Remove(const BlockKey& key) {

@@ -42,12 +42,15 @@ struct Blocks {
 void BlockOp(RespClient& c, const Blocks& blocks, std::mt19937_64& rng,
              std::atomic<int>* failures) {
   switch (rng() % 3) {
-    case 0:
-      if (c.Call(testing::PutArgs(blocks.chains[rng() % blocks.chains.size()])).type !=
-          '*') {
+    case 0: {
+      testing::Reply r =
+          c.Call(testing::PutArgs(blocks.chains[rng() % blocks.chains.size()]));
+      if (r.type != '*') {
+        fprintf(stderr, "PKV.PUT failed: %s\n", r.str.c_str());
         ++*failures;
       }
       break;
+    }
     case 1: {
       testing::Reply m = c.Call({"PKV.MATCH", blocks.root, "4", blocks.prompt});
       if (m.type != '*' || m.elems.size() != 2) ++*failures;

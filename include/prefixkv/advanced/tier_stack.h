@@ -121,7 +121,9 @@ class TierStack final : private EvictionListener {
   // records that must survive a restart.
   Status PutLowest(const BlockMeta& meta, SharedBytes payload);
   // Replaces a block's payload in every tier that holds it (Remove + Put in
-  // each). NotFound when no tier holds it.
+  // each). A hot copy evicted meanwhile is replaced where it went; a new hot
+  // copy that no longer fits in RAM is stored below instead. NotFound when no
+  // tier holds it.
   Status Rewrite(const BlockMeta& meta, SharedBytes payload);
   // Removes from every tier. NotFound when no tier held it; Busy when the hot
   // copy is pinned (the SSD copy is removed anyway).
@@ -157,8 +159,6 @@ class TierStack final : private EvictionListener {
   // and its mark cleared, so that no older copy can start one afterwards.
   void WaitForWriteBelow(const BlockKey& key);
   Status WriteBelow(const BlockMeta& meta, const SharedBytes& payload);
-  Status RewriteIn(BlockTier* tier, const BlockMeta& meta, const SharedBytes& payload,
-                   bool dirty);
   // REQUIRES: the key's stripe held.
   StatusOr<TierHit> GetBelow(const BlockKey& key, bool promote);
   Status PutLocked(const BlockMeta& meta, SharedBytes payload);

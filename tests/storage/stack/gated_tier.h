@@ -11,7 +11,8 @@
 //
 // kGet holds after the wrapped tier read the value (the caller has it, not
 // yet returned); kPut holds before the wrapped tier stores it; kEvict holds a
-// victim of the wrapped tier before it reaches this wrapper's listener.
+// victim of the wrapped tier before it reaches this wrapper's listener;
+// kRemove holds before the wrapped tier removes the key.
 #pragma once
 
 #include <chrono>
@@ -26,7 +27,7 @@ namespace prefixkv::testing {
 // Thread-safe: every method may be called concurrently.
 class GatedTier final : public BlockTier, private EvictionListener {
  public:
-  enum class Op { kGet, kPut, kEvict };
+  enum class Op { kGet, kPut, kEvict, kRemove };
 
   explicit GatedTier(BlockTier* inner) : inner_(inner) {}
 
@@ -63,7 +64,10 @@ class GatedTier final : public BlockTier, private EvictionListener {
   }
   bool Contains(const BlockKey& key) const override { return inner_->Contains(key); }
   Status WriteBackStatus() const override { return inner_->WriteBackStatus(); }
-  Status Remove(const BlockKey& key) override { return inner_->Remove(key); }
+  Status Remove(const BlockKey& key) override {
+    MaybeHold(Op::kRemove, key);
+    return inner_->Remove(key);
+  }
   // Maintenance calls and hints pass through ungated.
   bool HintUnlikelyReuse(const BlockKey& key) override {
     return inner_->HintUnlikelyReuse(key);

@@ -297,6 +297,48 @@ TEST(TierStackGuard, TheLateEvictionOfAnOlderCopyLeavesTheNewerCopyDirty) {
   EXPECT_EQ(ssd.Get(Meta(1).key)->view(), Payload('n').view());
 }
 
+// Rewrite checks which tiers hold the block, then removes the hot copy; the
+// hot tier evicts without the key's stripe, so the copy can go below in
+// between. The new bytes must still land (where the copy went), and the old
+// dirty copy must still reach the SSD tier meanwhile, never be dropped.
+void EvictWhileRewriteRemoves(GatedTier& hot, MemTier& ram, TierStack& stack,
+                              bool clean_below) {
+  ASSERT_OK(stack.Put(Meta(1), Payload('o')));
+  if (clean_below) {
+    ASSERT_OK(stack.Flush());
+  }
+  hot.Arm(GatedTier::Op::kRemove, Meta(1).key);
+  Status rewritten;
+  std::thread writer([&] { rewritten = stack.Rewrite(Meta(1), Payload('n')); });
+  hot.WaitHeld();  // the stack saw block 1 in RAM and is about to remove it
+  ASSERT_OK(ram.Put(Meta(2), Payload('x'), /*dirty=*/false));  // evicts block 1
+  hot.Open();
+  writer.join();
+  EXPECT_OK(rewritten) << "a block evicted half way through its rewrite was lost";
+}
+
+TEST(TierStackGuard, ARewriteOfADirtyBlockEvictedMeanwhileLandsBelow) {
+  MemTier ram({.capacity_bytes = kCharge}), ssd;  // one block fits
+  GatedTier hot(&ram);
+  TierStack stack(&hot, &ssd);
+  EvictWhileRewriteRemoves(hot, ram, stack, /*clean_below=*/false);
+  ASSERT_TRUE(stack.Contains(Meta(1).key));
+  EXPECT_EQ(stack.Get(Meta(1).key, /*allow_promotion=*/false)->payload.view(),
+            Payload('n').view());
+  ASSERT_OK(stack.Flush());
+  EXPECT_EQ(ssd.Get(Meta(1).key)->view(), Payload('n').view());
+}
+
+TEST(TierStackGuard, ARewriteOfACleanBlockEvictedMeanwhileLandsBelow) {
+  MemTier ram({.capacity_bytes = kCharge}), ssd;
+  GatedTier hot(&ram);
+  TierStack stack(&hot, &ssd);
+  EvictWhileRewriteRemoves(hot, ram, stack, /*clean_below=*/true);
+  EXPECT_EQ(ssd.Get(Meta(1).key)->view(), Payload('n').view());
+  EXPECT_EQ(stack.Get(Meta(1).key, false)->payload.view(), Payload('n').view());
+  EXPECT_EQ(stack.dirty_blocks(), 0u);
+}
+
 // A dirty copy evicted from RAM reaches the stack's listener after the hot
 // tier let go of its lock: by then a newer Put or a Remove of the key may
 // have run. Such a late copy must not land below.
