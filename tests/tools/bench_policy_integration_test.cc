@@ -42,6 +42,11 @@ TEST(BenchPolicy, PrintsEveryPolicyAtEveryCapacityAndDrawsTheCurves) {
   EXPECT_NE(run.output.find("\"token_hit_ratio\":0.315"), std::string::npos)
       << run.output;
   EXPECT_NE(run.output.find("\"unlimited_token_hit_ratio\":0.651"), std::string::npos);
+  // One trace: chain+hint beats lru at both capacities there.
+  EXPECT_NE(run.output.find("\"chain+hint\":{\"worst_ratio\":"), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("\"wins_on_every_trace\":true"), std::string::npos)
+      << run.output;
 
   std::ifstream in(svg);
   std::stringstream text;
@@ -53,6 +58,42 @@ TEST(BenchPolicy, PrintsEveryPolicyAtEveryCapacityAndDrawsTheCurves) {
   EXPECT_EQ(Count(s, "<circle"), 6u);    // one point per policy and capacity
   EXPECT_NE(s.find(">lru</text>"), std::string::npos);
   EXPECT_NE(s.find(">min</text>"), std::string::npos);
+}
+
+std::string Trace(const std::string& name) {
+  return std::string(PREFIXKV_SOURCE_DIR) + "/tests/data/" + name;
+}
+
+// A win on one trace is not a default: the hints that gain on the Mooncake
+// trace lose on the chat-shaped one (tools/gen_chat_trace.py), and the bench
+// says so, naming the trace and capacity of the worst ratio.
+TEST(BenchPolicy, APolicyMustWinOnEveryTraceGiven) {
+  testing::TempDir dir;
+  const std::string svg = dir.str() + "/curves.svg";
+  const testing::CliRun run = testing::RunCli(
+      "bench policy --json --repeats 1 --capacities 3M --policies lru,chain+hint "
+      "--trace " +
+      Trace("mooncake_synthetic_trace.jsonl") + " --trace " +
+      Trace("chat_synthetic_trace.jsonl") + " --svg " + svg);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(Count(run.output, "\"unlimited_token_hit_ratio\""), 2u) << run.output;
+  EXPECT_EQ(Count(run.output, "\"token_hit_ratio\""), 4u) << run.output;
+  EXPECT_NE(run.output.find("\"wins_on_every_trace\":false"), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("\"worst_trace\":\"" + Trace("chat_synthetic_trace.jsonl")),
+            std::string::npos)
+      << run.output;
+  EXPECT_TRUE(std::ifstream(svg).good());
+  EXPECT_TRUE(std::ifstream(dir.str() + "/curves-2.svg").good());
+
+  const testing::CliRun text = testing::RunCli(
+      "bench policy --repeats 1 --capacities 3M --policies lru,chain+hint --trace " +
+      Trace("mooncake_synthetic_trace.jsonl") + " --trace " +
+      Trace("chat_synthetic_trace.jsonl"));
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("does not win on every trace: not a default"),
+            std::string::npos)
+      << text.output;
 }
 
 TEST(BenchPolicy, RejectsAnUnknownPolicyAndABadCapacity) {

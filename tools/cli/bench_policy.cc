@@ -1,10 +1,14 @@
 // `prefixkv bench policy`: every eviction policy (and Belady's offline MIN)
-// replayed over one trace at a range of hot-tier capacities, side by side in
-// one run: a table (or --json) of token hit ratios, prefill saved and replay
-// speed, and with --svg FILE the hit-ratio curves drawn as an SVG plot. A
-// policy named with "+hint" (e.g. chain+hint) replays with reuse hints:
-// requests whose answer is longer than --hint-unlikely-after tokens put their
-// blocks as unlikely to be reused (docs/eviction.md, "Reuse hints").
+// replayed over every trace it is given (both traces of tests/data by
+// default) at a range of hot-tier capacities, side by side in one run: per
+// trace a table (or --json) of token hit ratios, prefill saved and replay
+// speed, and with --svg FILE the hit-ratio curves drawn as SVG plots; then
+// each policy's worst ratio to lru over all traces and capacities, since a
+// policy becomes a default only if it wins on every trace (a win on one
+// trace can be a property of its generator). A policy named with "+hint"
+// (e.g. chain+hint) replays with reuse hints: requests whose answer is longer
+// than --hint-unlikely-after tokens put their blocks as unlikely to be reused
+// (docs/eviction.md, "Reuse hints").
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -26,6 +30,9 @@ using replay::ReplayConfig;
 using replay::ReplayReport;
 
 constexpr std::string_view kHintSuffix = "+hint";
+// The traces replayed when no --trace is given (paths from the source root).
+constexpr const char* kMooncakeTrace = "tests/data/mooncake_synthetic_trace.jsonl";
+constexpr const char* kAgentTrace = "tests/data/agent_synthetic_trace.jsonl";
 
 // "chain+hint" -> "chain" and true; "chain" -> "chain" and false.
 std::pair<std::string, bool> SplitHint(const std::string& policy) {
@@ -203,14 +210,20 @@ void PrintTable(const std::vector<uint64_t>& caps, const std::vector<Curve>& cur
   }
 }
 
-void PrintJson(const std::string& trace, const std::vector<uint64_t>& caps,
-               const std::vector<Curve>& curves, double unlimited) {
-  JsonWriter j;
-  j.BeginObject().Field("trace", trace).Field("unlimited_token_hit_ratio", unlimited);
+// One trace's results.
+struct TraceResult {
+  std::string trace;
+  std::vector<Curve> curves;
+  double unlimited = 0;  // token hit ratio with unlimited capacity
+};
+
+void WriteTraceJson(JsonWriter& j, const std::vector<uint64_t>& caps,
+                    const TraceResult& t) {
+  j.BeginObject().Field("trace", t.trace).Field("unlimited_token_hit_ratio", t.unlimited);
   j.Key("capacities_tokens").BeginArray();
   for (uint64_t c : caps) j.Uint(c);
   j.EndArray().Key("policies").BeginObject();
-  for (const Curve& c : curves) {
+  for (const Curve& c : t.curves) {
     j.Key(c.policy).BeginObject();
     j.Field("replay_blocks_per_second", MedianSpeed(c));
     if (c.hit_ns > 0) j.Field("hit_ns_per_block", c.hit_ns);
@@ -229,13 +242,93 @@ void PrintJson(const std::string& trace, const std::vector<uint64_t>& caps,
     j.EndArray().EndObject();
   }
   j.EndObject().EndObject();
+}
+
+// A policy against lru over every trace and capacity: the worst ratio of its
+// token hit ratio to lru's, and where. A default may only change to a policy
+// whose worst ratio is above 1 (it wins on every trace given).
+struct Verdict {
+  std::string policy;
+  double worst_ratio = 0;
+  std::string worst_trace;
+  uint64_t worst_capacity = 0;
+  bool wins_everywhere() const { return worst_ratio > 1.0; }
+};
+
+std::vector<Verdict> VersusLru(const std::vector<uint64_t>& caps,
+                               const std::vector<TraceResult>& traces) {
+  std::vector<Verdict> out;
+  if (traces.empty()) return out;
+  for (size_t p = 0; p < traces[0].curves.size(); ++p) {
+    const std::string& policy = traces[0].curves[p].policy;
+    if (policy == "lru" || policy == "min") continue;
+    Verdict v{policy, 1e300, "", 0};
+    for (const TraceResult& t : traces) {
+      auto lru = std::find_if(t.curves.begin(), t.curves.end(),
+                              [](const Curve& c) { return c.policy == "lru"; });
+      if (lru == t.curves.end()) return {};
+      for (size_t i = 0; i < caps.size(); ++i) {
+        const double base = lru->points[i].token_hit_ratio();
+        const double ratio =
+            base > 0 ? t.curves[p].points[i].token_hit_ratio() / base : 1.0;
+        if (ratio < v.worst_ratio) v = {policy, ratio, t.trace, caps[i]};
+      }
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+void PrintVerdicts(const std::vector<Verdict>& verdicts, size_t traces) {
+  if (verdicts.empty()) return;
+  std::printf("\nagainst lru on all %zu trace(s) (worst token hit ratio / lru's):\n",
+              traces);
+  for (const Verdict& v : verdicts) {
+    std::printf("%-12s %.3fx at %s tokens on %s: %s\n", v.policy.c_str(), v.worst_ratio,
+                Tokens(v.worst_capacity).c_str(), v.worst_trace.c_str(),
+                v.wins_everywhere() ? "wins on every trace"
+                                    : "does not win on every trace: not a default");
+  }
+}
+
+void PrintJson(const std::vector<uint64_t>& caps, const std::vector<TraceResult>& traces,
+               const std::vector<Verdict>& verdicts) {
+  JsonWriter j;
+  j.BeginObject().Key("traces").BeginArray();
+  for (const TraceResult& t : traces) WriteTraceJson(j, caps, t);
+  j.EndArray().Key("versus_lru").BeginObject();
+  for (const Verdict& v : verdicts) {
+    j.Key(v.policy)
+        .BeginObject()
+        .Field("worst_ratio", v.worst_ratio)
+        .Field("worst_trace", v.worst_trace)
+        .Field("worst_capacity_tokens", v.worst_capacity)
+        .Field("wins_on_every_trace", v.wins_everywhere())
+        .EndObject();
+  }
+  j.EndObject().EndObject();
   std::printf("%s\n", j.str().c_str());
+}
+
+// --svg FILE for the n-th trace (from 0): FILE itself for the first, then
+// FILE with "-2", "-3"... before its extension.
+std::string SvgPath(const std::string& file, size_t n) {
+  if (n == 0) return file;
+  const size_t dot = file.rfind('.');
+  const size_t slash = file.rfind('/');
+  const std::string suffix = "-" + std::to_string(n + 1);
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash))
+    return file + suffix;
+  return file.substr(0, dot) + suffix + file.substr(dot);
 }
 
 int RunPolicyBench(const std::vector<std::string>& args) {
   Flags flags("prefixkv bench policy [flags]",
-              {{"trace", "Mooncake-format trace to replay", false,
-                "tests/data/mooncake_synthetic_trace.jsonl"},
+              {{"trace",
+                "Mooncake-format trace to replay; repeat the flag to compare policies "
+                "on several traces (each gets its table; --svg FILE writes FILE, "
+                "FILE-2, ...)",
+                false, std::string(kMooncakeTrace) + " and " + kAgentTrace},
                {"capacities", "hot tier sizes in tokens, decimal (3M = 3,000,000)", false,
                 "1M,2M,3M,5M,10M,20M,50M"},
                {"policies",
@@ -282,48 +375,67 @@ int RunPolicyBench(const std::vector<std::string>& args) {
   std::optional<uint64_t> hint_after =
       ParseSize(flags.GetString("hint-unlikely-after", "100"));
   if (!hint_after) return UsageError(flags, "bad --hint-unlikely-after");
-  const std::string path =
-      flags.GetString("trace", "tests/data/mooncake_synthetic_trace.jsonl");
-  StatusOr<std::vector<replay::TraceRequest>> trace = replay::ReadTrace(path);
-  if (!trace.ok()) {
-    std::fprintf(stderr, "prefixkv bench policy: %s\n",
-                 trace.status().ToString().c_str());
-    return 1;
-  }
+  std::vector<std::string> paths = flags.GetAll("trace");
+  if (paths.empty()) paths = {kMooncakeTrace, kAgentTrace};
   std::optional<uint64_t> reps = ParseSize(flags.GetString("repeats", "5"));
   if (!reps || *reps == 0 || *reps > 1000) return UsageError(flags, "bad --repeats");
   const int repeats = static_cast<int>(*reps);
   ReplayConfig base;
   base.block_tokens = static_cast<uint32_t>(*block);
   base.ssd.tokens = 0;
-  std::vector<Curve> curves;
-  for (const std::string& policy : policies) {
-    Curve curve{policy, {}};
-    const auto [name, hinted] = SplitHint(policy);
-    for (uint64_t cap : caps) {
-      ReplayConfig config = base;
-      config.hot.tokens = cap;
-      if (hinted) config.unlikely_reuse_after_output_tokens = hint_after;
-      StatusOr<ReplayReport> r = replay::ReplayWithPolicy(*trace, config, name);
-      if (!r.ok()) return UsageError(flags, r.status().ToString());
-      curve.points.push_back(*r);
-    }
-    StatusOr<EvictionPolicyKind> kind = ParseEvictionPolicy(name);
-    if (kind.ok()) curve.hit_ns = HitNanos(*kind, repeats);  // min has no hit path
-    curves.push_back(std::move(curve));
+  // The hit path does not depend on the trace: measured once per policy.
+  std::vector<double> hit_ns(policies.size(), 0);
+  for (size_t p = 0; p < policies.size(); ++p) {
+    StatusOr<EvictionPolicyKind> kind = ParseEvictionPolicy(SplitHint(policies[p]).first);
+    if (kind.ok()) hit_ns[p] = HitNanos(*kind, repeats);  // min has no hit path
   }
-  StatusOr<ReplayReport> unlimited = replay::ReplayWithPolicy(
-      *trace, ReplayConfig{.block_tokens = base.block_tokens}, "lru");
-  if (!unlimited.ok()) return UsageError(flags, unlimited.status().ToString());
-  const double best = unlimited->token_hit_ratio();
-  flags.GetBool("json") ? PrintJson(path, caps, curves, best)
-                        : PrintTable(caps, curves, best);
+  std::vector<TraceResult> results;
+  for (const std::string& path : paths) {
+    StatusOr<std::vector<replay::TraceRequest>> trace = replay::ReadTrace(path);
+    if (!trace.ok()) {
+      std::fprintf(stderr, "prefixkv bench policy: %s\n",
+                   trace.status().ToString().c_str());
+      return 1;
+    }
+    TraceResult result{path, {}, 0};
+    for (size_t p = 0; p < policies.size(); ++p) {
+      Curve curve{policies[p], {}, hit_ns[p]};
+      const auto [name, hinted] = SplitHint(policies[p]);
+      for (uint64_t cap : caps) {
+        ReplayConfig config = base;
+        config.hot.tokens = cap;
+        if (hinted) config.unlikely_reuse_after_output_tokens = hint_after;
+        StatusOr<ReplayReport> r = replay::ReplayWithPolicy(*trace, config, name);
+        if (!r.ok()) return UsageError(flags, r.status().ToString());
+        curve.points.push_back(*r);
+      }
+      result.curves.push_back(std::move(curve));
+    }
+    StatusOr<ReplayReport> unlimited = replay::ReplayWithPolicy(
+        *trace, ReplayConfig{.block_tokens = base.block_tokens}, "lru");
+    if (!unlimited.ok()) return UsageError(flags, unlimited.status().ToString());
+    result.unlimited = unlimited->token_hit_ratio();
+    results.push_back(std::move(result));
+  }
+  const std::vector<Verdict> verdicts = VersusLru(caps, results);
+  if (flags.GetBool("json")) {
+    PrintJson(caps, results, verdicts);
+  } else {
+    for (const TraceResult& t : results) {
+      std::printf("trace %s\n", t.trace.c_str());
+      PrintTable(caps, t.curves, t.unlimited);
+      std::printf("\n");
+    }
+    PrintVerdicts(verdicts, results.size());
+  }
   const std::string svg = flags.GetString("svg", "");
-  if (!svg.empty()) {
-    std::ofstream out(svg);
-    out << Svg(caps, curves, best, "token hit ratio by policy: " + path);
+  for (size_t i = 0; !svg.empty() && i < results.size(); ++i) {
+    const TraceResult& t = results[i];
+    std::ofstream out(SvgPath(svg, i));
+    out << Svg(caps, t.curves, t.unlimited, "token hit ratio by policy: " + t.trace);
     if (!out) {
-      std::fprintf(stderr, "prefixkv bench policy: cannot write %s\n", svg.c_str());
+      std::fprintf(stderr, "prefixkv bench policy: cannot write %s\n",
+                   SvgPath(svg, i).c_str());
       return 1;
     }
   }

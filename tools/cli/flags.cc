@@ -55,6 +55,7 @@ bool Flags::Parse(const std::vector<std::string>& args, std::string* error) {
       value = args[++i];
     }
     values_[name] = *value;
+    all_values_[name].push_back(*value);
   }
   return true;
 }

@@ -37,6 +37,12 @@ class Flags {
   // Parses a plain unsigned decimal integer (a port, a count, milliseconds:
   // no suffix, no sign); sets `error` when malformed.
   std::optional<uint64_t> GetCount(const std::string& name, std::string* error) const;
+  // Every value a flag was given, in order (a flag given more than once;
+  // GetString returns the last).
+  std::vector<std::string> GetAll(const std::string& name) const {
+    auto it = all_values_.find(name);
+    return it == all_values_.end() ? std::vector<std::string>{} : it->second;
+  }
   const std::vector<std::string>& positional() const { return positional_; }
 
  private:
@@ -45,6 +51,7 @@ class Flags {
   std::string usage_;
   std::vector<FlagSpec> specs_;
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::vector<std::string>> all_values_;
   std::vector<std::string> positional_;
   bool help_ = false;
 };
