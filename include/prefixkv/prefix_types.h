@@ -25,10 +25,10 @@ struct Namespace {
 // What the embedder knows about whether a store's blocks will be read again.
 enum class ReuseHint : uint8_t {
   kNormal,  // no hint: the hot tier's policy orders the blocks as usual
-  // Unlikely to be read again, e.g. a turn that ended with a long answer,
-  // after which conversations rarely continue (docs/eviction.md, "Reuse
-  // hints"). The blocks this store writes leave the hot tier before every
-  // block without the hint (the least recently used first) until one is read
+  // Unlikely to be read again, by a predictor the embedder measured on its
+  // own traffic (answer length predicts it on some traces and not on others:
+  // docs/eviction.md, "Reuse hints"). The blocks this store writes leave the hot tier
+  // before every block without the hint (the least recently used first) until one is read
   // again. Blocks already cached keep their place; the SSD and remote tiers
   // ignore the hint.
   kUnlikely,
