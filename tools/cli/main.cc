@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "prefixkv/version.h"
 #include "tools/cli/command.h"
 
 namespace prefixkv::cli {
@@ -47,6 +48,14 @@ int main(int argc, char** argv) {
   std::string name = argv[1];
   if (name == "--help" || name == "-h" || name == "help") {
     PrintHelp(stdout);
+    return 0;
+  }
+  if (name == "--version" || name == "version") {
+    if (argc > 2) {
+      std::fprintf(stderr, "prefixkv: %s takes no arguments\n", name.c_str());
+      return 2;
+    }
+    std::printf("prefixkv %s\n", PREFIXKV_VERSION_STRING);
     return 0;
   }
   auto it = Commands().find(name);
