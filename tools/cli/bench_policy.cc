@@ -285,11 +285,7 @@ int RunPolicyBench(const std::vector<std::string>& args) {
   const std::string path =
       flags.GetString("trace", "tests/data/mooncake_synthetic_trace.jsonl");
   StatusOr<std::vector<replay::TraceRequest>> trace = replay::ReadTrace(path);
-  if (!trace.ok()) {
-    std::fprintf(stderr, "prefixkv bench policy: %s\n",
-                 trace.status().ToString().c_str());
-    return 1;
-  }
+  if (!trace.ok()) return OpenError(flags, "bench policy", trace.status());
   std::optional<uint64_t> reps = ParseSize(flags.GetString("repeats", "5"));
   if (!reps || *reps == 0 || *reps > 1000) return UsageError(flags, "bad --repeats");
   const int repeats = static_cast<int>(*reps);
@@ -322,12 +318,9 @@ int RunPolicyBench(const std::vector<std::string>& args) {
   if (!svg.empty()) {
     std::ofstream out(svg);
     out << Svg(caps, curves, best, "token hit ratio by policy: " + path);
-    if (!out) {
-      std::fprintf(stderr, "prefixkv bench policy: cannot write %s\n", svg.c_str());
-      return 1;
-    }
+    if (!out) return Failure(flags, "bench policy", "cannot write " + svg);
   }
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace
