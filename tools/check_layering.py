@@ -45,6 +45,7 @@ OWNERS = {
     "tier_types.h": "prefixkv_base",
     "remote_counter_fields.h": "prefixkv_base",
     "latency_histogram.h": "prefixkv_base",
+    "version.h": "prefixkv_base",  # generated from version.h.in (CMakeLists.txt)
     "advanced/tier.h": "prefixkv_base",
     "codec.h": "prefixkv_codec",
     "advanced/hot_tier.h": "prefixkv_hot",

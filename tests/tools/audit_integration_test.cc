@@ -1,7 +1,9 @@
 // `prefixkv audit` against real data directories: a clean one passes; a
 // flipped payload byte, a record stored under the wrong metadata and a
 // removed parent each fail naming the block; usage errors exit 2 (as JSON
-// with --json).
+// with --json). And the exit-code table every command keeps (CliExitCodes,
+// tools/cli/flags.h): 0 ok, 1 a problem found, 2 usage, each failure as
+// {"ok":false,"error":"..."} under --json.
 #include <signal.h>
 
 #include <filesystem>
@@ -11,6 +13,7 @@
 #include "prefixkv/advanced/prefix_cache.h"
 #include "prefixkv/advanced/tier_stack.h"
 #include "prefixkv/advanced/tip_lineage.h"
+#include "prefixkv/version.h"
 #include "tests/server/serve_process.h"
 #include "tests/support/test_util.h"
 #include "tests/tools/data_dir_builder.h"
@@ -272,6 +275,97 @@ TEST(AuditUsageTest, HelpExplainsExitCodes) {
   CliRun run = RunCli("audit --help");
   EXPECT_EQ(run.exit_code, 0);
   EXPECT_NE(run.output.find("exit codes"), std::string::npos) << run.output;
+}
+
+// One row of the exit-code table: the arguments ({data}: a clean data
+// directory, {missing}: a path that does not exist, {bad_trace}: a trace
+// that is not JSON, {scratch}: a directory for commands that would write),
+// the exit code, and what the output says: the error (in
+// the JSON line with --json, else on stderr) or, on success, stdout.
+struct CliCase {
+  const char* args;
+  int exit_code;
+  const char* says;
+};
+
+constexpr CliCase kCliCases[] = {
+    // 0: success.
+    {"--version", 0, "prefixkv " PREFIXKV_VERSION_STRING "\n"},
+    {"version", 0, "prefixkv " PREFIXKV_VERSION_STRING "\n"},
+    {"--help", 0, "2  usage"},
+    {"audit --json --data-dir {data}", 0, "\"ok\":true"},
+    {"inspect --json --data-dir {data}", 0, "\"namespaces\""},
+    // 1: the command ran on valid arguments and failed.
+    {"replay {bad_trace}", 1, "InvalidArgument"},
+    {"replay --json {bad_trace}", 1, "InvalidArgument"},
+    // 2: usage. Stray arguments, for every command.
+    {"demo --data-dir {scratch} extra", 2, "unexpected argument 'extra'"},
+    {"demo --json --data-dir {scratch} extra", 2, "unexpected argument 'extra'"},
+    {"audit --json --data-dir {data} extra", 2, "unexpected argument 'extra'"},
+    {"inspect --json extra", 2, "unexpected argument 'extra'"},
+    {"repair extra", 2, "unexpected argument 'extra'"},
+    {"serve --data-dir {scratch} --port 0 extra", 2, "unexpected argument 'extra'"},
+    {"replay --json {bad_trace} extra", 2, "unexpected argument 'extra'"},
+    {"bench core --json extra", 2, "unexpected argument 'extra'"},
+    {"--version extra", 2, "takes no arguments"},
+    // Unknown commands and flags, bad or missing values, missing arguments.
+    {"", 2, "usage: prefixkv COMMAND"},
+    {"frobnicate --json", 2, "unknown command 'frobnicate'"},
+    {"demo --json --frobnicate", 2, "unknown flag --frobnicate"},
+    {"inspect --frobnicate", 2, "unknown flag --frobnicate"},
+    {"demo --json --turns 0", 2, "--turns must be 1..64"},
+    {"audit --json --data-dir", 2, "--data-dir needs a value"},
+    {"serve --port six", 2, "--port"},
+    {"bench frobnicate --json", 2, "unknown suite 'frobnicate'"},
+    {"bench core --json --repeats 0", 2, "bad --repeats"},
+    {"replay --json", 2, "expected exactly one TRACE.jsonl"},
+    // An input path the user named that does not exist.
+    {"audit --json --data-dir {missing}", 2, "does not exist"},
+    {"inspect --json --data-dir {missing}", 2, "does not exist"},
+    {"repair --data-dir {missing}", 2, "does not exist"},
+    {"replay --json {missing}", 2, "cannot open trace"},
+};
+
+std::string Expand(std::string text, const std::string& name, const std::string& value) {
+  for (size_t at = text.find(name); at != std::string::npos; at = text.find(name, at))
+    text.replace(at, name.size(), value);
+  return text;
+}
+
+// Every command keeps the table; with --json a failure is exactly one line
+// {"ok":false,"error":"..."} on stdout, without it nothing JSON-like.
+TEST(CliExitCodes, EveryCommandKeepsTheTableAndReportsFailuresAsJson) {
+  DataDirBuilder data(testing::TestSeed("CliExitCodes"));
+  data.StoreChain();
+  testing::TempDir tmp;
+  const std::string bad_trace = tmp.str() + "/bad.jsonl";
+  std::ofstream(bad_trace) << "this is not a trace\n";
+  for (const CliCase& c : kCliCases) {
+    std::string args = Expand(c.args, "{data}", data.dir());
+    args = Expand(args, "{missing}", tmp.str() + "/missing");
+    args = Expand(args, "{bad_trace}", bad_trace);
+    args = Expand(args, "{scratch}", tmp.str() + "/scratch");
+    SCOPED_TRACE("prefixkv " + args);
+    const CliRun run = testing::RunCliSplit(args);
+    EXPECT_EQ(run.exit_code, c.exit_code) << run.output << run.errors;
+    if (c.exit_code == 0) {
+      EXPECT_NE(run.output.find(c.says), std::string::npos) << run.output;
+      continue;
+    }
+    const std::string prefix = "{\"ok\":false,\"error\":\"";
+    if (args.find("--json") == std::string::npos) {
+      EXPECT_EQ(run.output.find(prefix), std::string::npos) << run.output;
+      EXPECT_NE(run.errors.find(c.says), std::string::npos) << run.errors;
+      continue;
+    }
+    if (run.output.rfind(prefix, 0) != 0) {
+      ADD_FAILURE() << "no JSON error line first on stdout: " << run.output;
+      continue;  // the next rows still run
+    }
+    EXPECT_EQ(run.output.find('\n'), run.output.size() - 1) << run.output;
+    EXPECT_EQ(run.output.substr(run.output.size() - 3), "\"}\n") << run.output;
+    EXPECT_NE(run.output.find(c.says), std::string::npos) << run.output;
+  }
 }
 
 }  // namespace

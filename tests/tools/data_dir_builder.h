@@ -22,21 +22,42 @@ namespace prefixkv::testing {
 
 struct CliRun {
   int exit_code = -1;
-  std::string output;  // stdout and stderr together
+  std::string output;  // stdout and stderr together (RunCli), or stdout only
+  std::string errors;  // RunCliSplit only: stderr
 };
 
-// Runs `prefixkv ARGS` (the binary the build made) and waits for it.
-inline CliRun RunCli(const std::string& args) {
-  CliRun run;
-  const std::string command = std::string(PREFIXKV_CLI) + " " + args + " 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return run;
+inline std::string ReadAll(FILE* f) {
+  std::string out;
   std::array<char, 4096> buf;
   size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0)
-    run.output.append(buf.data(), n);
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
+  return out;
+}
+
+// Runs `prefixkv ARGS` (the binary the build made) and waits for it.
+// `redirect` is the shell redirection of its stderr.
+inline CliRun RunCliWith(const std::string& args, const std::string& redirect) {
+  CliRun run;
+  const std::string command = std::string(PREFIXKV_CLI) + " " + args + " " + redirect;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return run;
+  run.output = ReadAll(pipe);
   const int status = ::pclose(pipe);
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
+inline CliRun RunCli(const std::string& args) { return RunCliWith(args, "2>&1"); }
+
+// As RunCli, with stdout in `output` and stderr in `errors`.
+inline CliRun RunCliSplit(const std::string& args) {
+  TempDir tmp;
+  const std::string errors_path = tmp.str() + "/stderr";
+  CliRun run = RunCliWith(args, "2>" + errors_path);
+  if (FILE* f = std::fopen(errors_path.c_str(), "r")) {
+    run.errors = ReadAll(f);
+    std::fclose(f);
+  }
   return run;
 }
 

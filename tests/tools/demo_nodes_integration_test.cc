@@ -138,7 +138,7 @@ TEST_F(DemoNodesIntegration, ACrashedOrHungNodeProcessIsAClearErrorAndTheCluster
   EXPECT_EQ(crashed.exit_code, 1) << crashed.output;
   EXPECT_NE(
       crashed.output.find(
-          "demo failed: IOError: node B's process for turn 2 was killed by signal 9"),
+          "prefixkv demo: IOError: node B's process for turn 2 was killed by signal 9"),
       std::string::npos)
       << crashed.output;
 

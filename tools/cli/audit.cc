@@ -48,8 +48,8 @@ counter_mismatches (list of {what, detail}); when the audit cannot run (no such 
 tier that cannot be opened) it prints {"ok":false,"error":"..."} instead,
 with the same exit code as without --json.
 
-exit codes: 0 everything agrees, 1 a discrepancy was found (or the tier could
-not be read), 2 usage error (bad flags, missing data directory).
+Exit code 1: a discrepancy was found (or the tier could not be read); 2: a
+usage error, a data directory that does not exist among them.
 )";
 
 struct BlockProblem {
@@ -180,13 +180,6 @@ void PrintJson(const AuditReport& r) {
   std::printf("%s\n", j.str().c_str());
 }
 
-// What --json prints when the audit could not run: {"ok":false,"error":"..."}.
-void PrintJsonError(const Status& status) {
-  JsonWriter j;
-  j.BeginObject().Field("ok", false).Field("error", status.ToString()).EndObject();
-  std::printf("%s\n", j.str().c_str());
-}
-
 void PrintHuman(const AuditReport& r) {
   std::printf("prefixkv audit %s\n", r.dir.c_str());
   std::printf("  blocks checked: %llu\n",
@@ -229,28 +222,16 @@ int Audit(const std::vector<std::string>& args) {
     std::printf("%s%s", flags.HelpText().c_str(), kAuditHelp);
     return 0;
   }
-  if (!flags.positional().empty()) return UsageError(flags, "unexpected argument");
   AuditReport report;
   report.dir = flags.GetString("data-dir", "./prefixkv-data");
   std::vector<std::string> log;
-  const bool json = flags.GetBool("json");
   StatusOr<std::unique_ptr<Engine>> engine = OpenExistingEngine(report.dir, &log);
-  if (!engine.ok()) {
-    if (json) PrintJsonError(engine.status());
-    if (engine.status().IsNotFound())
-      return UsageError(flags, engine.status().ToString());
-    std::fprintf(stderr, "prefixkv audit: %s\n", engine.status().ToString().c_str());
-    return 1;
-  }
+  if (!engine.ok()) return OpenError(flags, "audit", engine.status());
   Status s = RunAudit(*(*engine)->ssd_tier(), log, &report);
   if (s.ok()) s = (*engine)->Close();
-  if (!s.ok()) {
-    if (json) PrintJsonError(s);
-    std::fprintf(stderr, "prefixkv audit: %s\n", s.ToString().c_str());
-    return 1;
-  }
+  if (!s.ok()) return Failure(flags, "audit", s.ToString());
   flags.GetBool("json") ? PrintJson(report) : PrintHuman(report);
-  return report.ok() ? 0 : 1;
+  return report.ok() ? kExitOk : kExitProblem;
 }
 
 }  // namespace

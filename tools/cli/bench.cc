@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "tools/cli/command.h"
+#include "tools/cli/flags.h"
 
 namespace prefixkv::cli {
 namespace {
@@ -27,10 +28,9 @@ int RunBench(const std::vector<std::string>& args) {
   }
   auto it = BenchSuites().find(args[0]);
   if (it == BenchSuites().end()) {
-    std::fprintf(stderr,
-                 "prefixkv bench: unknown suite '%s' (see prefixkv bench --help)\n",
-                 args[0].c_str());
-    return 2;
+    return ReportError(HasJsonArg(args), "prefixkv bench",
+                       "unknown suite '" + args[0] + "' (see prefixkv bench --help)",
+                       kExitUsage);
   }
   return it->second.run(std::vector<std::string>(args.begin() + 1, args.end()));
 }

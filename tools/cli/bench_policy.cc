@@ -392,11 +392,7 @@ int RunPolicyBench(const std::vector<std::string>& args) {
   std::vector<TraceResult> results;
   for (const std::string& path : paths) {
     StatusOr<std::vector<replay::TraceRequest>> trace = replay::ReadTrace(path);
-    if (!trace.ok()) {
-      std::fprintf(stderr, "prefixkv bench policy: %s\n",
-                   trace.status().ToString().c_str());
-      return 1;
-    }
+    if (!trace.ok()) return OpenError(flags, "bench policy", trace.status());
     TraceResult result{path, {}, 0};
     for (size_t p = 0; p < policies.size(); ++p) {
       Curve curve{policies[p], {}, hit_ns[p]};
@@ -433,13 +429,9 @@ int RunPolicyBench(const std::vector<std::string>& args) {
     const TraceResult& t = results[i];
     std::ofstream out(SvgPath(svg, i));
     out << Svg(caps, t.curves, t.unlimited, "token hit ratio by policy: " + t.trace);
-    if (!out) {
-      std::fprintf(stderr, "prefixkv bench policy: cannot write %s\n",
-                   SvgPath(svg, i).c_str());
-      return 1;
-    }
+    if (!out) return Failure(flags, "bench policy", "cannot write " + SvgPath(svg, i));
   }
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace

@@ -519,15 +519,11 @@ int RunRemoteBench(const std::vector<std::string>& args) {
   if (!repeats || *repeats == 0 || *repeats > 1000)
     return UsageError(flags, "bad --repeats (1 to 1000)");
   if (std::system("command -v redis-benchmark >/dev/null") != 0) {
-    std::fprintf(stderr,
-                 "bench remote: needs redis-benchmark (Debian package redis-tools)\n");
-    return 1;
+    return Failure(flags, "bench remote",
+                   "needs redis-benchmark (Debian package redis-tools)");
   }
   StatusOr<Cluster> cluster = OpenCluster(flags.GetString("remote"));
-  if (!cluster.ok()) {
-    std::fprintf(stderr, "bench remote: %s\n", cluster.status().ToString().c_str());
-    return 1;
-  }
+  if (!cluster.ok()) return Failure(flags, "bench remote", cluster.status().ToString());
   const bool quick = flags.GetBool("quick");
   const int rounds = static_cast<int>(*repeats);
   StatusOr<RestoreFigures> restore = MeasureRestore(*cluster, rounds, quick);
@@ -536,10 +532,7 @@ int RunRemoteBench(const std::vector<std::string>& args) {
           ? MeasureHitRatios(*cluster, flags.GetString("trace", trace_default), quick)
           : restore.status();
   if (cluster->local != nullptr) cluster->local->Stop();
-  if (!hits.ok()) {
-    std::fprintf(stderr, "bench remote: %s\n", hits.status().ToString().c_str());
-    return 1;
-  }
+  if (!hits.ok()) return Failure(flags, "bench remote", hits.status().ToString());
   const std::string where =
       cluster->local ? "a local 3-master Redis Cluster" : cluster->uri;
   if (flags.GetBool("json")) {

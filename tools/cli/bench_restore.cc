@@ -224,8 +224,8 @@ int RunRestoreBench(const std::vector<std::string>& args) {
   if (std::optional<int> done = ParseBenchArgs("restore", 7, args, &bench)) return *done;
   StatusOr<RestoreBench> r = Measure(bench.repeats);
   if (!r.ok()) {
-    std::fprintf(stderr, "prefixkv bench restore: %s\n", r.status().ToString().c_str());
-    return 1;
+    return ReportError(bench.json, "prefixkv bench restore", r.status().ToString(),
+                       kExitProblem);
   }
   const double ratio = r->memcpy_s / r->restore_s;
   const double gb_s = static_cast<double>(r->bytes) / r->restore_s / 1e9;

@@ -241,13 +241,12 @@ int RunServerBench(const std::vector<std::string>& args) {
   if (!rounds || *rounds == 0 || *rounds > 50) return UsageError(flags, "bad --rounds");
   if (std::system("command -v redis-server >/dev/null && command -v redis-benchmark "
                   ">/dev/null") != 0) {
-    std::fprintf(stderr,
-                 "bench server: needs redis-server and redis-benchmark "
-                 "(Debian packages redis-server, redis-tools)\n");
-    return 1;
+    return Failure(flags, "bench server",
+                   "needs redis-server and redis-benchmark "
+                   "(Debian packages redis-server, redis-tools)");
   }
   char tmpl[] = "/tmp/prefixkv-bench-server-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) return 1;
+  if (mkdtemp(tmpl) == nullptr) return Failure(flags, "bench server", "mkdtemp failed");
   std::filesystem::path dir(tmpl);
   Servers servers;
   bool started = StartServers(dir, static_cast<int>(*threads), &servers);
@@ -260,10 +259,7 @@ int RunServerBench(const std::vector<std::string>& args) {
   Terminate(servers.prefixkv);
   Terminate(servers.redis);
   std::filesystem::remove_all(dir);
-  if (!started) {
-    std::fprintf(stderr, "bench server: could not start both servers\n");
-    return 1;
-  }
+  if (!started) return Failure(flags, "bench server", "could not start both servers");
   if (flags.GetBool("json")) {
     PrintJson(workloads, results, static_cast<int>(*rounds));
   } else {

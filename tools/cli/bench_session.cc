@@ -135,12 +135,9 @@ int RunSessionBenchCommand(const std::vector<std::string>& args) {
   SessionBenchResult r;
   Status s =
       RunSessionBench(static_cast<int64_t>(*context), static_cast<int>(*steps), &r);
-  if (!s.ok()) {
-    std::fprintf(stderr, "prefixkv bench session: %s\n", s.ToString().c_str());
-    return 1;
-  }
+  if (!s.ok()) return Failure(flags, "bench session", s.ToString());
   Print(r, flags.GetBool("json"));
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace

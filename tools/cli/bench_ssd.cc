@@ -364,12 +364,10 @@ int RunSsdBench(const std::vector<std::string>& args) {
   const bool ok = RunAll(dir, *total, *open_blocks, static_cast<int>(*repeats), &r);
   fs::remove_all(dir, ec);
   if (!ok) {
-    std::fprintf(stderr,
-                 "prefixkv bench ssd: a measurement failed (O_DIRECT unsupported?)\n");
-    return 1;
+    return Failure(flags, "bench ssd", "a measurement failed (O_DIRECT unsupported?)");
   }
   Print(r, *total, *open_blocks, flags.GetBool("json"));
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace

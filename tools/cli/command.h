@@ -2,7 +2,8 @@
 //
 // Each tools/cli/*.cc file registers its subcommand with PKV_REGISTER_COMMAND;
 // main.cc dispatches on the first argument. Exit codes: 0 success, 1 the
-// command ran and found a problem (or failed), 2 usage error.
+// command ran and found a problem (or failed), 2 usage error (the table and
+// the reporters that keep it are in flags.h).
 #pragma once
 
 #include <functional>

@@ -216,19 +216,20 @@ int RunNodes(const Flags& flags, int turns, const std::string& dir) {
   std::unique_ptr<LocalRedisCluster> cluster;
   if (options.remote.remote.empty()) {
     if (!LocalRedisCluster::Available()) {
-      std::fprintf(stderr,
-                   "prefixkv demo --nodes 2 needs a Redis Cluster: pass --remote "
-                   "redis://host:port[,host:port...], or install redis-server and "
-                   "redis-cli (Debian: apt-get install redis-server redis-tools) so the "
-                   "demo can start a local one\n");
-      return 2;
+      return ReportError(
+          json, "prefixkv demo",
+          "--nodes 2 needs a Redis Cluster: pass --remote "
+          "redis://host:port[,host:port...], or install redis-server and "
+          "redis-cli (Debian: apt-get install redis-server redis-tools) so "
+          "the demo can start a local one",
+          kExitUsage);
     }
     StatusOr<std::unique_ptr<LocalRedisCluster>> started =
         LocalRedisCluster::Start(LocalRedisClusterOptions{});
     if (!started.ok()) {
-      std::fprintf(stderr, "demo failed: cannot start a local Redis Cluster: %s\n",
-                   started.status().ToString().c_str());
-      return 1;
+      return Failure(
+          flags, "demo",
+          "cannot start a local Redis Cluster: " + started.status().ToString());
     }
     cluster = std::move(*started);
     options.remote.remote = cluster->uri();
@@ -238,16 +239,13 @@ int RunNodes(const Flags& flags, int turns, const std::string& dir) {
   }
   StatusOr<DemoNodesReport> report = RunDemoNodes(options);
   if (cluster != nullptr) cluster->Stop();
-  if (!report.ok()) {
-    std::fprintf(stderr, "demo failed: %s\n", report.status().ToString().c_str());
-    return 1;
-  }
+  if (!report.ok()) return Failure(flags, "demo", report.status().ToString());
   if (json) {
     PrintNodesJson(*report, options.remote.remote, cluster != nullptr);
   } else {
     PrintNodesTable(*report, dir, options.remote.remote);
   }
-  return report->pass() ? 0 : 1;
+  return report->pass() ? kExitOk : kExitProblem;
 }
 
 std::vector<FlagSpec> DemoFlagSpecs() {
@@ -318,16 +316,13 @@ int RunDemo(const std::vector<std::string>& args) {
     }
   }
   StatusOr<DemoReport> report = RunDemoConversation(options);
-  if (!report.ok()) {
-    std::fprintf(stderr, "demo failed: %s\n", report.status().ToString().c_str());
-    return 1;
-  }
+  if (!report.ok()) return Failure(flags, "demo", report.status().ToString());
   if (flags.GetBool("json")) {
     PrintJson(*report);
   } else {
     PrintTable(*report, options.dir);
   }
-  return report->parity && report->audit_ok ? 0 : 1;
+  return report->parity && report->audit_ok ? kExitOk : kExitProblem;
 }
 
 }  // namespace

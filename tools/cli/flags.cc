@@ -5,8 +5,11 @@
 // capacity cannot silently run a cache of the default size.
 #include "tools/cli/flags.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
+
+#include "tools/cli/json.h"
 
 namespace prefixkv::cli {
 
@@ -17,7 +20,17 @@ const FlagSpec* Flags::Find(const std::string& name) const {
   return nullptr;
 }
 
+const char kExitCodeHelp[] =
+    "exit codes:\n"
+    "  0  success (audit: everything agrees)\n"
+    "  1  a problem found or an operation failed on valid input (audit findings,\n"
+    "     a failed check, I/O or corruption errors, a port or data directory in use)\n"
+    "  2  usage: unknown command or flag, bad or missing value, stray argument, an\n"
+    "     input path given that does not exist or cannot be read\n"
+    "with --json a failure prints {\"ok\":false,\"error\":\"...\"} on stdout\n";
+
 bool Flags::Parse(const std::vector<std::string>& args, std::string* error) {
+  json_ = Find("json") != nullptr && HasJsonArg(args);
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") {
@@ -25,6 +38,10 @@ bool Flags::Parse(const std::vector<std::string>& args, std::string* error) {
       continue;
     }
     if (a.rfind("--", 0) != 0 || a == "--") {
+      if (positional_.size() == max_positional_) {
+        *error = "unexpected argument '" + a + "'";
+        return false;
+      }
       positional_.push_back(a);
       continue;
     }
@@ -71,7 +88,7 @@ std::string Flags::HelpText() const {
     out += "\n";
   }
   out += "  --help                         show this help\n";
-  return out;
+  return out + "\n" + kExitCodeHelp;
 }
 
 std::string Flags::GetString(const std::string& name, const std::string& def) const {
@@ -127,9 +144,35 @@ std::optional<uint64_t> Flags::GetCount(const std::string& name,
   return v;
 }
 
+bool HasJsonArg(const std::vector<std::string>& args) {
+  return std::find(args.begin(), args.end(), "--json") != args.end();
+}
+
+int ReportError(bool json, const std::string& who, const std::string& error,
+                int exit_code) {
+  if (json) {
+    JsonWriter j;
+    j.BeginObject().Field("ok", false).Field("error", error).EndObject();
+    std::printf("%s\n", j.str().c_str());
+    std::fflush(stdout);
+  }
+  std::fprintf(stderr, "%s: %s\n", who.c_str(), error.c_str());
+  return exit_code;
+}
+
 int UsageError(const Flags& flags, const std::string& error) {
-  std::fprintf(stderr, "prefixkv: %s\n%s", error.c_str(), flags.HelpText().c_str());
-  return 2;
+  ReportError(flags.json_requested(), "prefixkv", error, kExitUsage);
+  std::fprintf(stderr, "%s", flags.HelpText().c_str());
+  return kExitUsage;
+}
+
+int Failure(const Flags& flags, const std::string& command, const std::string& error) {
+  return ReportError(flags.json_requested(), "prefixkv " + command, error, kExitProblem);
+}
+
+int OpenError(const Flags& flags, const std::string& command, const Status& status) {
+  if (status.IsNotFound()) return UsageError(flags, status.ToString());
+  return Failure(flags, command, status.ToString());
 }
 
 }  // namespace prefixkv::cli

@@ -1,5 +1,8 @@
 // A small, strict flag parser for subcommands: `--name value`, `--name=value`
-// and boolean `--name`. Unknown flags and missing values are usage errors.
+// and boolean `--name`. Unknown flags, missing values and positional
+// arguments beyond the command's count are usage errors. Also the exit codes
+// every command shares and the error reporters that keep them (and --json's
+// {"ok":false,"error":"..."}) the same everywhere.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +11,22 @@
 #include <string>
 #include <vector>
 
+#include "prefixkv/status.h"
+
 namespace prefixkv::cli {
+
+// The exit codes of every command (`prefixkv --help` prints this table).
+//   0  success (audit: clean)
+//   1  a problem found or an operation failed on valid input: audit findings,
+//      a demo parity failure, an I/O or corruption error, a port in use, a
+//      data directory another process holds
+//   2  usage: an unknown command or flag, a malformed or missing value, a
+//      stray argument, contradictory flags, an input path the user named that
+//      does not exist or cannot be read (a data directory, a trace)
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitProblem = 1;
+inline constexpr int kExitUsage = 2;
+extern const char kExitCodeHelp[];  // the table above, for --help
 
 struct FlagSpec {
   std::string name;          // without the leading dashes
@@ -19,13 +37,20 @@ struct FlagSpec {
 
 class Flags {
  public:
-  Flags(std::string usage, std::vector<FlagSpec> specs)
-      : usage_(std::move(usage)), specs_(std::move(specs)) {}
+  // `max_positional`: how many positional arguments the command takes (more
+  // are a usage error naming the first extra one).
+  Flags(std::string usage, std::vector<FlagSpec> specs, size_t max_positional = 0)
+      : usage_(std::move(usage)),
+        specs_(std::move(specs)),
+        max_positional_(max_positional) {}
 
   // Parses args. Returns false and fills `error` on a usage error. `--help`
   // sets help_requested(). Positional arguments are collected in order.
   bool Parse(const std::vector<std::string>& args, std::string* error);
   bool help_requested() const { return help_; }
+  // The command has a --json flag and the arguments hold it: set by Parse
+  // before anything else, so even a usage error is reported as JSON.
+  bool json_requested() const { return json_; }
   std::string HelpText() const;
 
   bool Has(const std::string& name) const { return values_.count(name) > 0; }
@@ -52,14 +77,35 @@ class Flags {
   std::vector<FlagSpec> specs_;
   std::map<std::string, std::string> values_;
   std::map<std::string, std::vector<std::string>> all_values_;
+  size_t max_positional_ = 0;
   std::vector<std::string> positional_;
   bool help_ = false;
+  bool json_ = false;
 };
 
 // Parses "123", "4K", "16M", "2G", "1T" (powers of 1024). nullopt on error.
 std::optional<uint64_t> ParseSize(const std::string& text);
 
-// Prints `error` and the usage line to stderr; returns 2 (the usage exit code).
+// Whether `args` hold --json, for errors found before a command's Flags
+// parse them (an unknown command or bench suite).
+bool HasJsonArg(const std::vector<std::string>& args);
+
+// Prints "prefixkv WHO: error" to stderr and, when `json`, the line
+// {"ok":false,"error":"..."} to stdout; returns `exit_code`.
+int ReportError(bool json, const std::string& who, const std::string& error,
+                int exit_code);
+
+// Prints `error` and the usage text to stderr (and the JSON error line with
+// --json); returns kExitUsage.
 int UsageError(const Flags& flags, const std::string& error);
+
+// A command that ran on valid input and failed: ReportError as `command`
+// ("prefixkv audit: ..."), JSON with --json; returns kExitProblem.
+int Failure(const Flags& flags, const std::string& command, const std::string& error);
+
+// An input the user named (a data directory, a trace) that could not be
+// opened: NotFound is a usage error, anything else (damage, I/O, a directory
+// another process holds) a Failure.
+int OpenError(const Flags& flags, const std::string& command, const Status& status);
 
 }  // namespace prefixkv::cli

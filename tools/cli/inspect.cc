@@ -24,7 +24,7 @@ tip lineage (decoded from the namespace's lineage record, when present).
 There is no hot tier to show: it lives only in a running process.
 Reads only the lineage records (which refreshes their access order).
 
-exit codes: 0 printed, 1 the tier could not be read, 2 usage error (bad flags,
+Exit codes here: 0 printed, 1 the tier could not be read, 2 usage error (bad flags,
 missing data directory).
 )";
 
@@ -157,23 +157,16 @@ int Inspect(const std::vector<std::string>& args) {
     std::printf("%s%s", flags.HelpText().c_str(), kInspectHelp);
     return 0;
   }
-  if (!flags.positional().empty()) return UsageError(flags, "unexpected argument");
   const std::string dir = flags.GetString("data-dir", "./prefixkv-data");
   std::vector<std::string> log;
   StatusOr<std::unique_ptr<Engine>> engine = OpenExistingEngine(dir, &log);
-  if (engine.status().IsNotFound()) return UsageError(flags, engine.status().ToString());
-  if (!engine.ok()) {
-    std::fprintf(stderr, "prefixkv inspect: %s\n", engine.status().ToString().c_str());
-    return 1;
-  }
+  if (!engine.ok()) return OpenError(flags, "inspect", engine.status());
   const std::vector<NamespaceView> views = Collect(*(*engine)->ssd_tier());
   const TierCounters ssd = (*engine)->Stats().ssd;
-  if (Status s = (*engine)->Close(); !s.ok()) {
-    std::fprintf(stderr, "prefixkv inspect: %s\n", s.ToString().c_str());
-    return 1;
-  }
+  if (Status s = (*engine)->Close(); !s.ok())
+    return Failure(flags, "inspect", s.ToString());
   flags.GetBool("json") ? PrintJson(dir, ssd, views) : PrintHuman(dir, ssd, views);
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace

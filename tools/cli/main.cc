@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "prefixkv/version.h"
 #include "tools/cli/command.h"
+#include "tools/cli/flags.h"
 
 namespace prefixkv::cli {
 
@@ -27,12 +29,15 @@ namespace {
 void PrintHelp(FILE* out) {
   std::fprintf(
       out,
-      "prefixkv: a paged prefix-cache storage engine for LLM inference\n\n"
-      "usage: prefixkv COMMAND [OPTIONS]   (prefixkv COMMAND --help for details)\n\n"
-      "commands:\n");
+      "prefixkv %s: a paged prefix-cache storage engine for LLM inference\n\n"
+      "usage: prefixkv COMMAND [OPTIONS]   (prefixkv COMMAND --help for details)\n"
+      "       prefixkv --version\n\n"
+      "commands:\n",
+      PREFIXKV_VERSION_STRING);
   for (const auto& [name, info] : Commands()) {
     std::fprintf(out, "  %-10s %s\n", name.c_str(), info.summary.c_str());
   }
+  std::fprintf(out, "\n%s", kExitCodeHelp);
 }
 
 }  // namespace
@@ -42,19 +47,27 @@ int main(int argc, char** argv) {
   using namespace prefixkv::cli;
   if (argc < 2) {
     PrintHelp(stderr);
-    return 2;
+    return kExitUsage;
   }
   std::string name = argv[1];
   if (name == "--help" || name == "-h" || name == "help") {
     PrintHelp(stdout);
     return 0;
   }
-  auto it = Commands().find(name);
-  if (it == Commands().end()) {
-    std::fprintf(stderr, "prefixkv: unknown command '%s'\n\n", name.c_str());
-    PrintHelp(stderr);
-    return 2;
+  if (name == "--version" || name == "version") {
+    if (argc > 2) {
+      return ReportError(false, "prefixkv", name + " takes no arguments", kExitUsage);
+    }
+    std::printf("prefixkv %s\n", PREFIXKV_VERSION_STRING);
+    return kExitOk;
   }
   std::vector<std::string> args(argv + 2, argv + argc);
+  auto it = Commands().find(name);
+  if (it == Commands().end()) {
+    ReportError(HasJsonArg(args), "prefixkv", "unknown command '" + name + "'",
+                kExitUsage);
+    PrintHelp(stderr);
+    return kExitUsage;
+  }
   return it->second.run(args);
 }

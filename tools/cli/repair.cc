@@ -39,7 +39,7 @@ with the segment files and the removal journal, which are the truth:
 The server does the first three at open too (and logs them); `prefixkv audit`
 only reports. Run it only while no other process has the directory open.
 
-exit codes: 0 the tier is consistent now (repaired or already intact), 1 it
+Exit codes here: 0 the tier is consistent now (repaired or already intact), 1 it
 could not be opened or repaired, 2 usage error (bad flags, missing data
 directory).
 )";
@@ -53,18 +53,12 @@ int Repair(const std::vector<std::string>& args) {
     std::printf("%s%s", flags.HelpText().c_str(), kRepairHelp);
     return 0;
   }
-  if (!flags.positional().empty()) return UsageError(flags, "unexpected argument");
   const std::string dir = flags.GetString("data-dir", "./prefixkv-data");
   std::vector<std::string> log;
   StatusOr<std::unique_ptr<Engine>> engine =
       OpenExistingEngine(dir, &log, /*repair=*/true);
   for (const std::string& line : log) std::printf("%s\n", line.c_str());
-  if (!engine.ok()) {
-    if (engine.status().IsNotFound())
-      return UsageError(flags, engine.status().ToString());
-    std::fprintf(stderr, "prefixkv repair: %s\n", engine.status().ToString().c_str());
-    return 1;
-  }
+  if (!engine.ok()) return OpenError(flags, "repair", engine.status());
   SsdTier& tier = *(*engine)->ssd_tier();
   const SsdOpenReport report = tier.open_report();
   // Every payload verified (SsdTier::Audit drops a damaged one), then what
@@ -86,9 +80,8 @@ int Repair(const std::vector<std::string>& args) {
                  : below;
   Status closed = (*engine)->Close();
   if (!orphans.ok() || !closed.ok()) {
-    std::fprintf(stderr, "prefixkv repair: %s\n",
-                 (!orphans.ok() ? orphans.status() : closed).ToString().c_str());
-    return 1;
+    return Failure(flags, "repair",
+                   (!orphans.ok() ? orphans.status() : closed).ToString());
   }
   bool repaired = false;
   if (!report.metadata_damage.empty()) {

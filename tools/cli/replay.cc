@@ -57,7 +57,8 @@ Flags ReplayFlags() {
        false, "1"},
       {"json", "print one JSON object", true, ""}};
   for (FlagSpec& f : RemoteFlagSpecs()) specs.push_back(std::move(f));
-  return Flags("prefixkv replay TRACE.jsonl [flags]", std::move(specs));
+  return Flags("prefixkv replay TRACE.jsonl [flags]", std::move(specs),
+               /*max_positional=*/1);
 }
 
 // Reads --NAME-capacity-tokens / -bytes; false on a usage error.
@@ -216,22 +217,18 @@ int RunReplay(const std::vector<std::string>& args) {
   if (!error.empty()) return UsageError(flags, error);
   StatusOr<std::vector<replay::TraceRequest>> trace =
       replay::ReadTrace(flags.positional()[0]);
-  if (!trace.ok()) {
-    std::fprintf(stderr, "prefixkv replay: %s\n", trace.status().ToString().c_str());
-    return 1;
-  }
+  // A trace that cannot be opened is a usage error; one that is malformed
+  // (InvalidArgument naming the line) a problem found.
+  if (!trace.ok()) return OpenError(flags, "replay", trace.status());
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path dir = fs::path(flags.GetString("data-dir", "./prefixkv-data")) /
                        ("replay-" + std::to_string(::getpid()));
   if (policy == "min") {
     StatusOr<ReplayReport> r = replay::ReplayWithPolicy(*trace, config, policy);
-    if (!r.ok()) {
-      std::fprintf(stderr, "prefixkv replay: %s\n", r.status().ToString().c_str());
-      return 1;
-    }
+    if (!r.ok()) return Failure(flags, "replay", r.status().ToString());
     flags.GetBool("json") ? PrintJson(*r, config, policy) : PrintHuman(*r);
-    return 0;
+    return kExitOk;
   }
   std::optional<uint64_t> nodes =
       flags.Has("nodes") ? flags.GetCount("nodes", &error) : std::optional<uint64_t>(1);
@@ -240,7 +237,7 @@ int RunReplay(const std::vector<std::string>& args) {
   }
   if (policy == "min" && *nodes > 1)
     return UsageError(flags, "--policy min has one node");
-  int rc = 1;
+  int rc = kExitProblem;
   {
     std::vector<std::unique_ptr<replay::ReplayTiers>> opened;
     std::vector<replay::ReplayTiers*> tiers;
@@ -259,17 +256,17 @@ int RunReplay(const std::vector<std::string>& args) {
       }
     }
     if (!open_status.ok()) {
-      std::fprintf(stderr, "prefixkv replay: %s\n", open_status.ToString().c_str());
+      Failure(flags, "replay", open_status.ToString());
     } else {
       replay::TraceReplayer replayer(tiers, config.block_tokens);
       const bool tty = ::isatty(STDERR_FILENO) == 1;
       Status s = replayer.ReplayAll(*trace, tty ? DrawProgress : nullptr);
       if (!s.ok()) {
-        std::fprintf(stderr, "prefixkv replay: %s\n", s.ToString().c_str());
+        Failure(flags, "replay", s.ToString());
       } else {
         flags.GetBool("json") ? PrintJson(replayer.Report(), config, policy)
                               : PrintHuman(replayer.Report());
-        rc = 0;
+        rc = kExitOk;
       }
     }
   }

@@ -212,22 +212,15 @@ int RunServe(const std::vector<std::string>& args) {
     std::printf("%s", flags.HelpText().c_str());
     return 0;
   }
-  if (!flags.positional().empty()) return UsageError(flags, "unexpected argument");
   ServeConfig config;
   error = ParseServeConfig(flags, &config);
   if (!error.empty()) return UsageError(flags, error);
 
   sigset_t stop_signals = BlockStopSignals();
   StatusOr<std::unique_ptr<Engine>> engine = Engine::Open(config.engine);
-  if (!engine.ok()) {
-    std::fprintf(stderr, "prefixkv serve: %s\n", engine.status().ToString().c_str());
-    return 1;
-  }
+  if (!engine.ok()) return Failure(flags, "serve", engine.status().ToString());
   Server server(config.server, engine->get());
-  if (Status s = server.Start(); !s.ok()) {
-    std::fprintf(stderr, "prefixkv serve: %s\n", s.ToString().c_str());
-    return 1;
-  }
+  if (Status s = server.Start(); !s.ok()) return Failure(flags, "serve", s.ToString());
   std::printf("listening on %s:%u\n", config.server.bind_address.c_str(), server.port());
   if (config.server.metrics_port) {
     std::printf("metrics on http://%s:%u/metrics\n", config.server.bind_address.c_str(),
@@ -244,12 +237,9 @@ int RunServe(const std::vector<std::string>& args) {
                sig == SIGINT ? "SIGINT" : "SIGTERM");
   server.Stop();
   Status s = (*engine)->Close();
-  if (!s.ok()) {
-    std::fprintf(stderr, "prefixkv serve: shutdown: %s\n", s.ToString().c_str());
-    return 1;
-  }
+  if (!s.ok()) return Failure(flags, "serve", "shutdown: " + s.ToString());
   std::fprintf(stderr, "prefixkv serve: stopped cleanly\n");
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace
