@@ -46,6 +46,7 @@ OWNERS = {
     "remote_counter_fields.h": "prefixkv_base",
     "latency_histogram.h": "prefixkv_base",
     "version.h": "prefixkv_base",  # generated from version.h.in (CMakeLists.txt)
+    "prefix_token_fields.h": "prefixkv_engine",
     "advanced/tier.h": "prefixkv_base",
     "codec.h": "prefixkv_codec",
     "advanced/hot_tier.h": "prefixkv_hot",
@@ -152,7 +153,8 @@ def main():
         header = inc[len("prefixkv/"):]
         owner = OWNERS.get(header)
         if owner is None:
-            if not os.path.exists(os.path.join(ROOT, "include", inc)):
+            if not os.path.exists(os.path.join(ROOT, "include", inc)) and not \
+                    os.path.exists(os.path.join(ROOT, "include", inc + ".in")):
                 err(path, line, f'"{inc}" does not exist')
             else:
                 err(path, line, f'"{inc}" has no owner in tools/check_layering.py OWNERS')

@@ -46,6 +46,7 @@
 #include "prefixkv/codec.h"
 #include "prefixkv/latency_histogram.h"
 #include "prefixkv/memory_charge.h"
+#include "prefixkv/prefix_token_fields.h"
 #include "prefixkv/prefix_types.h"
 #include "prefixkv/status.h"
 #include "prefixkv/tier_types.h"
@@ -137,8 +138,9 @@ struct ModelOptions {
   std::optional<RemoteNamespaceLimits> remote_limits;
 };
 
-// How long one model's Engine::Restore calls took (by the engine's Clock, every
-// call that reached the prefix cache, errors included).
+// How long one model's restores took: its Engine::Restore calls (by the
+// engine's Clock, every call that reached the prefix cache, errors included)
+// and the served restores a RESP server reports (RecordServedRestore).
 using RestoreLatencyStats = LatencyHistogram;
 
 // One owner of the shared hot budget: a model, the key-value space, or a
@@ -155,6 +157,8 @@ struct EngineOwnerStats {
   TierCounters ssd;
   // Models only: Restore latencies since the engine opened.
   std::optional<RestoreLatencyStats> restore_latency;
+  // Models only: tokens matched and restored since the engine opened.
+  std::optional<PrefixTokenCounters> prefix_tokens;
 };
 
 // Every counter the engine's tiers keep. hot.bytes is the whole budget's
@@ -232,10 +236,12 @@ class Engine {
   StatusOr<Namespace> FindModel(const BlockKey& root) const;
 
   // The longest cached prefix of `tokens` (hot, then SSD; stops at the first
-  // missing block). Counts no hits.
+  // missing block). Counts no tier hits; counts tokens.size() query tokens and
+  // the matched tokens as hit tokens of the model (PrefixTokenCounters).
   StatusOr<MatchResult> Match(Namespace ns, std::span<const int32_t> tokens) const;
   // Loads a match into per-layer caches (RestoreResult). Restoring less than
-  // matched is a value with a reason, not an error.
+  // matched is a value with a reason, not an error. Timed in the model's
+  // restore_latency; its restored tokens are counted by tier.
   StatusOr<RestoreResult> Restore(const MatchResult& match);
   // Restore, plus every restored block as stored (the partial tip the restore
   // ended at included), each pinned in the hot tier when resident there: the
@@ -269,6 +275,12 @@ class Engine {
   StatusOr<SharedBytes> GetBlock(Namespace ns, const BlockKey& key);
   // The spec `ns` was registered with.
   StatusOr<NamespaceSpec> ModelSpec(Namespace ns) const;
+  // For a server whose clients restore block by block (PKV.MATCH, then
+  // PKV.GET of the matched blocks) instead of calling Restore: records one
+  // restore of `ns` that took `duration_nanos` in the model's restore_latency
+  // and adds `tokens` to its PrefixTokenCounters. NotFound for an unknown ns.
+  Status RecordServedRestore(Namespace ns, uint64_t duration_nanos,
+                             const PrefixTokenCounters& tokens);
   // How many models are registered.
   size_t model_count() const;
 

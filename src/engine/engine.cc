@@ -179,7 +179,13 @@ StatusOr<Namespace> Engine::FindModel(const BlockKey& root) const {
 
 StatusOr<MatchResult> Engine::Match(Namespace ns, std::span<const int32_t> tokens) const {
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());
-  return impl_->cache_->Match(ns, tokens);
+  StatusOr<MatchResult> match = impl_->cache_->Match(ns, tokens);
+  if (!match.ok()) return match;
+  if (EngineModel* model = impl_->Find(ns)) {
+    model->prefix_tokens.Add(
+        {.query_tokens = tokens.size(), .hit_tokens = match->matched_tokens()});
+  }
+  return match;
 }
 
 StatusOr<RestoreResult> Engine::Restore(const MatchResult& match) {
@@ -188,8 +194,23 @@ StatusOr<RestoreResult> Engine::Restore(const MatchResult& match) {
   StatusOr<RestoreResult> result = impl_->cache_->Restore(match);
   if (EngineModel* model = impl_->Find(match.ns)) {
     model->restore_latency.RecordNanos(impl_->clock_->NowNanos() - start_nanos);
+    if (result.ok()) {
+      model->prefix_tokens.Add({.restored_tokens_hot = result->tokens_from_hot,
+                                .restored_tokens_ssd = result->tokens_from_ssd,
+                                .restored_tokens_remote = result->tokens_from_remote});
+    }
   }
   return result;
+}
+
+Status Engine::RecordServedRestore(Namespace ns, uint64_t duration_nanos,
+                                   const PrefixTokenCounters& tokens) {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  EngineModel* model = impl_->Find(ns);
+  if (model == nullptr) return Status::NotFound("no registered model has this namespace");
+  model->restore_latency.RecordNanos(duration_nanos);
+  model->prefix_tokens.Add(tokens);
+  return Status::OK();
 }
 
 StatusOr<StoreResult> Engine::Store(Namespace ns, std::span<const int32_t> tokens,

@@ -38,6 +38,26 @@ struct EngineOwner {
   std::unique_ptr<TierStack> stack;
 };
 
+// PrefixTokenCounters, lock-free: Add and Snapshot may run on many threads.
+class PrefixTokenRecorder {
+ public:
+  void Add(const PrefixTokenCounters& delta) {
+    for (size_t i = 0; i < counts_.size(); ++i) {
+      counts_[i].fetch_add(delta.*kPrefixTokenFields[i].field, std::memory_order_relaxed);
+    }
+  }
+  PrefixTokenCounters Snapshot() const {
+    PrefixTokenCounters s;
+    for (size_t i = 0; i < counts_.size(); ++i) {
+      s.*kPrefixTokenFields[i].field = counts_[i].load(std::memory_order_relaxed);
+    }
+    return s;
+  }
+
+ private:
+  std::array<std::atomic<uint64_t>, std::size(kPrefixTokenFields)> counts_{};
+};
+
 // A registered model.
 struct EngineModel {
   std::string fingerprint;
@@ -45,6 +65,7 @@ struct EngineModel {
   Namespace ns;
   EngineOwner tiers;
   LatencyRecorder restore_latency;  // Engine::Restore's, this model's
+  PrefixTokenRecorder prefix_tokens;
 };
 
 class internal::EngineImpl {

@@ -46,6 +46,7 @@ EngineStats Engine::Stats() const {
       s.dirty_blocks += m->tiers.stack->dirty_blocks();
       if (m->tiers.owner < s.owners.size()) {
         s.owners[m->tiers.owner].restore_latency = m->restore_latency.Snapshot();
+        s.owners[m->tiers.owner].prefix_tokens = m->prefix_tokens.Snapshot();
       }
     }
     if (impl.values_ != nullptr) s.dirty_blocks += impl.values_->stack->dirty_blocks();

@@ -8,6 +8,7 @@
 
 #include "auth_throttle.h"
 #include "command_stats.h"
+#include "prefixkv/version.h"
 
 namespace prefixkv::server {
 namespace {
@@ -328,7 +329,7 @@ void CmdHello(CommandContext& ctx) {
   ctx.out->Bulk("server");
   ctx.out->Bulk("prefixkv");
   ctx.out->Bulk("version");
-  ctx.out->Bulk("0.1.0");
+  ctx.out->Bulk(PREFIXKV_VERSION_STRING);
   ctx.out->Bulk("proto");
   ctx.out->Integer(2);
   if (setname) ctx.client->record->set_name(std::string(name));

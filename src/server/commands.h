@@ -19,6 +19,7 @@
 #include "prefixkv/engine.h"
 #include "reply_buffer.h"
 #include "resp_parser.h"
+#include "served_restore.h"
 
 namespace prefixkv::server {
 
@@ -38,6 +39,8 @@ struct ClientState {
   bool multi_dirty = false;
   std::vector<RespArgs> multi_queue;
   size_t multi_bytes = 0;
+  // This connection's PKV.MATCH + PKV.GET sequence (served_restore.h).
+  ServedRestore restore;
   // What CLIENT LIST shows of this client (id, name...); never null.
   std::shared_ptr<ClientRecord> record;
 };
@@ -122,6 +125,8 @@ class Dispatcher {
   ClientState NewClient(std::string addr = "", std::string laddr = "") const;
   const ClientRegistry& clients() const { return *clients_; }
   uint64_t NowMillis() const { return config_.clock ? config_.clock->NowMillis() : 0; }
+  // The config's clock, or the system's.
+  Clock* clock() const { return config_.clock ? config_.clock : Clock::System(); }
 
   Engine* engine() const { return engine_; }
   const DispatcherConfig& config() const { return config_; }

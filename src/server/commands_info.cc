@@ -15,6 +15,7 @@
 
 #include "commands.h"
 #include "prefixkv/advanced/ssd_tier.h"
+#include "prefixkv/prefix_token_fields.h"
 #include "prefixkv/remote_counter_fields.h"
 
 namespace prefixkv::server {
@@ -145,6 +146,12 @@ void AppendOwners(const EngineStats& s, std::string* out) {
       *out += "," + std::string(field) + "=" + std::to_string(v);
     });
     if (o.hot_quota_bytes) *out += ",quota_bytes=" + std::to_string(*o.hot_quota_bytes);
+    if (o.prefix_tokens) {
+      for (const PrefixTokenField& f : kPrefixTokenFields) {
+        *out +=
+            "," + std::string(f.name) + "=" + std::to_string(*o.prefix_tokens.*f.field);
+      }
+    }
     *out += "\r\n";
   }
   *out += "\r\n";
@@ -221,7 +228,8 @@ void CmdInfo(CommandContext& ctx) {
 }
 
 // PKV.STATS: a flat array of names and integers: "hot.<counter>" (every
-// owner), "owner.<name>.<counter>" per owner, "ssd.<counter>",
+// owner), "owner.<name>.<counter>" per owner (models: and their token
+// counters, kPrefixTokenFields), "ssd.<counter>",
 // "remote.<counter>".
 void CmdPkvStats(CommandContext& ctx) {
   const EngineStats s = ctx.dispatcher.engine()->Stats();
@@ -234,7 +242,13 @@ void CmdPkvStats(CommandContext& ctx) {
   fields.emplace_back("hot.capacity_bytes", s.hot_capacity_bytes);
   add("hot.", s.hot);
   fields.emplace_back("hot.dirty_blocks", s.dirty_blocks);
-  for (const EngineOwnerStats& o : s.owners) add("owner." + o.name + ".", o.hot);
+  for (const EngineOwnerStats& o : s.owners) {
+    add("owner." + o.name + ".", o.hot);
+    if (!o.prefix_tokens) continue;
+    for (const PrefixTokenField& f : kPrefixTokenFields) {
+      fields.emplace_back("owner." + o.name + "." + f.name, *o.prefix_tokens.*f.field);
+    }
+  }
   if (s.has_ssd) {
     fields.emplace_back("ssd.capacity_bytes", s.ssd_capacity_bytes);
     add("ssd.", s.ssd);

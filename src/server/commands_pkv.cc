@@ -176,14 +176,19 @@ void CmdPkvPut(CommandContext& ctx) {
   ctx.out->Integer(static_cast<int64_t>(r->blocks_hinted_unlikely));
 }
 
-// PKV.GET <namespace root> <key>: the block's record, or nil.
+// PKV.GET <namespace root> <key>: the block's record, or nil. A block of the
+// connection's last PKV.MATCH counts toward its served restore.
 void CmdPkvGet(CommandContext& ctx) {
   BlockKey root, key;
   if (!ParseKey(ctx, 1, &root) || !ParseKey(ctx, 2, &key)) return;
   Namespace ns;
   if (!FindNamespace(ctx, root, &ns)) return;
   StatusOr<SharedBytes> value = ctx.dispatcher.engine()->GetBlock(ns, key);
-  if (value.ok()) return ctx.out->Bulk(*value);
+  if (value.ok()) {
+    ctx.client->restore.OnGet(ctx.dispatcher.engine(), ns, key,
+                              ctx.dispatcher.clock()->NowNanos());
+    return ctx.out->Bulk(*value);
+  }
   if (value.status().IsNotFound()) return ctx.out->Null();
   ReplyStatus(value.status(), ctx.out);
 }
@@ -191,6 +196,7 @@ void CmdPkvGet(CommandContext& ctx) {
 // PKV.MATCH <namespace root> <block_tokens> <tokens>: the cached prefix of
 // the token sequence, as [count, [key...]].
 void CmdPkvMatch(CommandContext& ctx) {
+  const uint64_t start_nanos = ctx.dispatcher.clock()->NowNanos();
   BlockKey root;
   if (!ParseKey(ctx, 1, &root)) return;
   uint32_t block_tokens = 0;
@@ -216,6 +222,7 @@ void CmdPkvMatch(CommandContext& ctx) {
   // bounded by what is cached, not by the length of the token blob.
   StatusOr<MatchResult> match = engine->Match(ns, tokens);
   if (!match.ok()) return ReplyStatus(match.status(), ctx.out);
+  ctx.client->restore.OnMatch(engine, *match, block_tokens, start_nanos);
   ctx.out->ArrayHeader(2);
   ctx.out->Integer(static_cast<int64_t>(match->keys.size()));
   ctx.out->ArrayHeader(match->keys.size());

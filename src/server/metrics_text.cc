@@ -2,10 +2,13 @@
 // that writes its samples from a snapshot; the table's order is the output's.
 #include "metrics_text.h"
 
+#include <charconv>
 #include <functional>
 #include <utility>
 
+#include "prefixkv/prefix_token_fields.h"
 #include "prefixkv/remote_counter_fields.h"
+#include "prefixkv/version.h"
 
 namespace prefixkv::server {
 namespace {
@@ -14,6 +17,7 @@ namespace {
 struct Snapshot {
   const EngineStats& engine;
   const ServerStats& server;
+  const ProcessStats* process;  // null: no process_* samples
   bool has_hot() const { return engine.hot_capacity_bytes > 0; }
 };
 
@@ -58,6 +62,12 @@ class Samples {
     body_ += '\n';
   }
   void Add(const Labels& labels, uint64_t value) { Add(labels, std::to_string(value)); }
+  // The shortest decimal that reads back as `value` (no exponent).
+  void AddDouble(const Labels& labels, double value) {
+    char buf[64];
+    const auto r = std::to_chars(buf, buf + sizeof(buf), value, std::chars_format::fixed);
+    Add(labels, std::string_view(buf, r.ec == std::errc() ? r.ptr - buf : 0));
+  }
 
   const std::string& body() const { return body_; }
 
@@ -213,6 +223,37 @@ void AddRemoteFamilies(std::vector<FamilyDef>& defs) {
   }
 }
 
+// Token counters per model (kPrefixTokenFields): the rows sharing a metric
+// are one family, told apart by their `tier` label.
+void AddPrefixTokenFamilies(std::vector<FamilyDef>& defs) {
+  for (size_t i = 0; i < std::size(kPrefixTokenFields); ++i) {
+    const PrefixTokenField& first = kPrefixTokenFields[i];
+    if (i > 0 && std::string_view(kPrefixTokenFields[i - 1].metric) == first.metric) {
+      continue;
+    }
+    std::vector<std::string> labels = {"owner"};
+    if (first.tier != nullptr) labels.insert(labels.begin(), "tier");
+    defs.push_back({{std::string("prefixkv_") + first.metric, MetricType::kCounter,
+                     std::move(labels), first.help},
+                    [&first](const Snapshot& s, Samples& out) {
+                      for (const PrefixTokenField* f = &first;
+                           f != std::end(kPrefixTokenFields) &&
+                           std::string_view(f->metric) == first.metric;
+                           ++f) {
+                        for (const EngineOwnerStats& o : s.engine.owners) {
+                          if (!o.prefix_tokens) continue;
+                          const uint64_t v = *o.prefix_tokens.*f->field;
+                          if (f->tier == nullptr) {
+                            out.Add({{"owner", o.name}}, v);
+                          } else {
+                            out.Add({{"tier", f->tier}, {"owner", o.name}}, v);
+                          }
+                        }
+                      }
+                    }});
+  }
+}
+
 // Per-owner families: one sample per owner and tier.
 void AddOwnerFamilies(std::vector<FamilyDef>& defs) {
   defs.push_back(Gauge("prefixkv_owner_hot_quota_bytes", {"owner"},
@@ -249,6 +290,7 @@ void AddOwnerFamilies(std::vector<FamilyDef>& defs) {
                       }
                     }
                   }});
+  AddPrefixTokenFamilies(defs);
 }
 
 // Per-command families (INFO commandstats): a series for every command the
@@ -291,6 +333,50 @@ void AddCommandFamilies(std::vector<FamilyDef>& defs) {
                   }});
 }
 
+// prefixkv_build_info: always 1, its labels say which build this is.
+void AddBuildInfo(std::vector<FamilyDef>& defs) {
+#if defined(__clang__)
+  static const std::string compiler = std::string("clang ") + __clang_version__;
+#elif defined(__GNUC__)
+  static const std::string compiler = std::string("gcc ") + __VERSION__;
+#else
+  static const std::string compiler = "unknown";
+#endif
+  defs.push_back(
+      Gauge("prefixkv_build_info", {"version", "compiler"},
+            "Always 1; the labels name the version and compiler of this build",
+            [](const Snapshot&, Samples& out) {
+              out.Add({{"version", PREFIXKV_VERSION_STRING}, {"compiler", compiler}},
+                      uint64_t{1});
+            }));
+}
+
+// The process collector's families, with the client libraries' names and help.
+void AddProcessFamilies(std::vector<FamilyDef>& defs) {
+  using Field = std::function<double(const ProcessStats&)>;
+  auto add = [&defs](const char* name, MetricType type, const char* help, Field field) {
+    defs.push_back({{name, type, {}, help},
+                    [field = std::move(field)](const Snapshot& s, Samples& out) {
+                      if (s.process != nullptr) out.AddDouble({}, field(*s.process));
+                    }});
+  };
+  add("process_cpu_seconds_total", MetricType::kCounter,
+      "Total user and system CPU time spent in seconds.",
+      [](const ProcessStats& p) { return p.cpu_seconds; });
+  add("process_open_fds", MetricType::kGauge, "Number of open file descriptors.",
+      [](const ProcessStats& p) { return static_cast<double>(p.open_fds); });
+  add("process_max_fds", MetricType::kGauge, "Maximum number of open file descriptors.",
+      [](const ProcessStats& p) { return static_cast<double>(p.max_fds); });
+  add("process_virtual_memory_bytes", MetricType::kGauge, "Virtual memory size in bytes.",
+      [](const ProcessStats& p) { return static_cast<double>(p.virtual_memory_bytes); });
+  add("process_resident_memory_bytes", MetricType::kGauge,
+      "Resident memory size in bytes.",
+      [](const ProcessStats& p) { return static_cast<double>(p.resident_memory_bytes); });
+  add("process_start_time_seconds", MetricType::kGauge,
+      "Start time of the process since unix epoch in seconds.",
+      [](const ProcessStats& p) { return p.start_time_seconds; });
+}
+
 void AddServerFamilies(std::vector<FamilyDef>& defs) {
   defs.push_back(Gauge(
       "prefixkv_server_connected_clients", {}, "Open RESP connections",
@@ -330,10 +416,12 @@ void AddServerFamilies(std::vector<FamilyDef>& defs) {
 const std::vector<FamilyDef>& FamilyDefs() {
   static const std::vector<FamilyDef>* defs = [] {
     auto* d = new std::vector<FamilyDef>;
+    AddBuildInfo(*d);
     AddTierFamilies(*d);
     AddRemoteFamilies(*d);
     AddOwnerFamilies(*d);
     AddServerFamilies(*d);
+    AddProcessFamilies(*d);
     return d;
   }();
   return *defs;
@@ -377,8 +465,9 @@ const std::vector<MetricFamilyInfo>& MetricFamilies() {
   return *infos;
 }
 
-std::string RenderMetrics(const EngineStats& engine, const ServerStats& server) {
-  const Snapshot snapshot{engine, server};
+std::string RenderMetrics(const EngineStats& engine, const ServerStats& server,
+                          const ProcessStats* process) {
+  const Snapshot snapshot{engine, server, process};
   std::string out;
   for (const FamilyDef& d : FamilyDefs()) {
     Samples samples(d.info.name);

@@ -4,10 +4,10 @@
 // Every family is declared once in MetricFamilies() (name, type, labels, help),
 // which is also what docs/metrics.md lists; RenderMetrics writes the families
 // that have samples, in that order, each as "# HELP", "# TYPE", then its
-// samples. Tier-wide series carry a `tier` label ("hot", "ssd"); per-owner
-// series (each registered model, "values", memory charges) add `owner`, the
-// owner's name; the tier-wide value is the sum over owners (the SSD's may be
-// larger: blocks of owner ids an earlier run wrote).
+// samples; prefixkv_build_info first, the process_* families last. Tier-wide series carry
+// a `tier` label ("hot", "ssd"); per-owner series (each registered model, "values",
+// memory charges) add `owner`, the owner's name; the tier-wide value is the sum over
+// owners (the SSD's may be larger: blocks of owner ids an earlier run wrote).
 #pragma once
 
 #include <string>
@@ -16,6 +16,7 @@
 
 #include "prefixkv/engine.h"
 #include "prefixkv/server.h"
+#include "process_stats.h"
 
 namespace prefixkv::server {
 
@@ -34,8 +35,10 @@ struct MetricFamilyInfo {
 // Every family RenderMetrics may write, in the order it writes them.
 const std::vector<MetricFamilyInfo>& MetricFamilies();
 
-// The exposition of one snapshot. Pure: no locks, no I/O.
-std::string RenderMetrics(const EngineStats& engine, const ServerStats& server);
+// The exposition of one snapshot. Pure: no locks, no I/O. `process` (the
+// process_* families) is written when given.
+std::string RenderMetrics(const EngineStats& engine, const ServerStats& server,
+                          const ProcessStats* process = nullptr);
 
 // The Content-Type of RenderMetrics' text.
 inline constexpr std::string_view kMetricsContentType =

@@ -31,6 +31,7 @@
 #include "metrics_http.h"
 #include "metrics_text.h"
 #include "prefixkv/advanced/mutex.h"
+#include "prefixkv/version.h"
 
 namespace prefixkv {
 
@@ -199,8 +200,12 @@ Status internal::ServerImpl::Start() {
                            std::to_string(options_.port) + ": " + ec.message());
   }
   if (options_.metrics_port) {
-    metrics_ = std::make_unique<server::MetricsHttpServer>(
-        [this] { return server::RenderMetrics(engine_->Stats(), Stats()); });
+    metrics_ = std::make_unique<server::MetricsHttpServer>([this] {
+      // Without /proc the process_* families are left out, nothing else.
+      const StatusOr<server::ProcessStats> process = server::ReadProcessStats();
+      return server::RenderMetrics(engine_->Stats(), Stats(),
+                                   process.ok() ? &*process : nullptr);
+    });
     PKV_RETURN_IF_ERROR(metrics_->Start(options_.bind_address, *options_.metrics_port));
   }
   port_ = acceptor_->local_endpoint().port();
@@ -347,7 +352,7 @@ void internal::ServerImpl::AppendInfo(const std::function<bool(std::string_view)
   };
   if (wanted("server")) {
     *out += "# Server\r\n";
-    line("prefixkv_version", "0.1.0");
+    line("prefixkv_version", PREFIXKV_VERSION_STRING);
     line("redis_version", "7.0.0");  // the protocol level clients may check
     line("redis_mode", "standalone");
     line("tcp_port", std::to_string(port_));

@@ -1,6 +1,8 @@
 // Engine::Restore's latency histogram (EngineOwnerStats::restore_latency):
 // every restore of a model lands in the bucket of its duration by the
-// engine's Clock, per model; owners that are not models have none.
+// engine's Clock, per model; owners that are not models have none. And the
+// token counters beside it (EngineOwnerStats::prefix_tokens): tokens asked
+// and found by Match, restored by Restore or a served restore, per model.
 #include <gtest/gtest.h>
 
 #include "prefixkv/engine.h"
@@ -35,6 +37,12 @@ class EngineRestoreLatency : public ::testing::Test {
     ASSERT_OK_AND_ASSIGN(RestoreResult r, engine_->Restore(match_));
     EXPECT_EQ(r.restored_blocks, match_.keys.size());
     clock_.step_nanos = 0;
+  }
+  PrefixTokenCounters Tokens(const std::string& model = testing::KvOnlySpec().model) {
+    const EngineStats s = engine_->Stats();
+    const EngineOwnerStats* o = Owner(s, model);
+    EXPECT_TRUE(o != nullptr && o->prefix_tokens.has_value());
+    return o != nullptr && o->prefix_tokens ? *o->prefix_tokens : PrefixTokenCounters{};
   }
   RestoreLatencyStats Latency() {
     const EngineStats s = engine_->Stats();
@@ -84,6 +92,7 @@ TEST_F(EngineRestoreLatency, IsKeptPerModelAndOnlyForModels) {
   EXPECT_EQ(Owner(s, testing::KvOnlySpec().model)->restore_latency->count(), 1u);
   ASSERT_NE(Owner(s, "values"), nullptr);
   EXPECT_FALSE(Owner(s, "values")->restore_latency.has_value());
+  EXPECT_FALSE(Owner(s, "values")->prefix_tokens.has_value());
   (void)other_ns;
 }
 
@@ -92,6 +101,52 @@ TEST_F(EngineRestoreLatency, ARestoreOfAnUnknownNamespaceIsNotCounted) {
   stray.ns.index = 1000;
   EXPECT_FALSE(engine_->Restore(stray).ok());
   EXPECT_EQ(Latency().count(), 0u);
+}
+
+TEST_F(EngineRestoreLatency, MatchCountsTokensAskedAndTokensFoundPerModel) {
+  const PrefixTokenCounters before = Tokens();  // SetUp matched tokens_ once
+  EXPECT_EQ(before.query_tokens, tokens_.size());
+  EXPECT_EQ(before.hit_tokens, tokens_.size());
+  std::vector<int32_t> longer = tokens_;
+  for (int i = 0; i < 5; ++i) longer.push_back(-1 - i);  // not cached
+  ASSERT_OK_AND_ASSIGN(MatchResult m, engine_->Match(ns_, longer));
+  EXPECT_EQ(m.matched_tokens(), tokens_.size());
+  const std::vector<int32_t> miss = {-7, -8, -9};
+  ASSERT_OK(engine_->Match(ns_, miss).status());
+  const PrefixTokenCounters after = Tokens();
+  EXPECT_EQ(after.query_tokens, 2 * tokens_.size() + 5 + 3);
+  EXPECT_EQ(after.hit_tokens, 2 * tokens_.size());
+  EXPECT_EQ(after.restored_tokens_hot, 0u);  // matching restores nothing
+  NamespaceSpec other = testing::KvOnlySpec();
+  other.model = "other-model";
+  ASSERT_OK(engine_->RegisterModel(other).status());
+  EXPECT_EQ(Tokens(other.model).query_tokens, 0u);
+}
+
+TEST_F(EngineRestoreLatency, RestoreCountsRestoredTokensByTier) {
+  RestoreTaking(10);
+  ASSERT_OK(engine_->RestorePinned(match_).status());
+  const PrefixTokenCounters t = Tokens();
+  EXPECT_EQ(t.restored_tokens_hot, 2 * tokens_.size());  // no SSD tier: all from RAM
+  EXPECT_EQ(t.restored_tokens_ssd, 0u);
+  EXPECT_EQ(t.restored_tokens_remote, 0u);
+}
+
+TEST_F(EngineRestoreLatency, AServedRestoreIsTimedAndCountedLikeARestore) {
+  ASSERT_OK(engine_->RecordServedRestore(
+      ns_, 300'000,
+      {.restored_tokens_hot = 4, .restored_tokens_ssd = 2, .restored_tokens_remote = 1}));
+  const RestoreLatencyStats h = Latency();
+  EXPECT_EQ(h.count(), 1u);
+  EXPECT_EQ(h.counts[5], 1u);  // 300 us: (250 us, 500 us]
+  EXPECT_EQ(h.sum_micros, 300u);
+  const PrefixTokenCounters t = Tokens();
+  EXPECT_EQ(t.restored_tokens_hot, 4u);
+  EXPECT_EQ(t.restored_tokens_ssd, 2u);
+  EXPECT_EQ(t.restored_tokens_remote, 1u);
+  Namespace stray = ns_;
+  stray.index = 1000;
+  EXPECT_TRUE(engine_->RecordServedRestore(stray, 1, {}).IsNotFound());
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 // Stricter than Prometheus' own parser where prefixkv's renderer has no
 // reason to differ: every family has exactly one "# HELP" and one "# TYPE",
 // both before its first sample; no free comments and no blank lines; a
-// family's samples are contiguous; counters are named *_total and are never
+// family's samples are contiguous; counters, and only counters, are named
+// *_total (as `promtool check metrics` lints), and are never
 // negative; histograms have, per label set, _bucket lines with strictly
 // ascending `le` ending in "+Inf", cumulative counts, a _sum, and a _count
 // equal to the +Inf bucket.
@@ -276,6 +277,10 @@ inline Status ParseComment(std::string_view line, std::vector<PromFamily>& famil
   if (!kTypes.count(text)) return Status::InvalidArgument("unknown type for " + name);
   if (text == "counter" && !name.ends_with("_total")) {
     return Status::InvalidArgument("counter " + name + " does not end in _total");
+  }
+  if (text != "counter" && name.ends_with("_total")) {  // promtool's lint too
+    return Status::InvalidArgument(std::string(text) + " " + name +
+                                   " ends in _total: only counters do");
   }
   f.type = std::string(text);
   return Status::OK();

@@ -79,6 +79,8 @@ TEST(ExpositionCheck, RejectsEachKindOfMalformedText) {
       {"two spaces", "bad value", "# HELP g x\n# TYPE g gauge\ng  1\n"},
       {"bad timestamp", "bad timestamp", "# HELP g x\n# TYPE g gauge\ng 1 1.5\n"},
       {"counter not _total", "_total", "# HELP c x\n# TYPE c counter\nc 1\n"},
+      {"gauge named _total", "only counters",
+       "# HELP g_total x\n# TYPE g_total gauge\ng_total 1\n"},
       {"negative counter", "negative",
        "# HELP c_total x\n# TYPE c_total counter\nc_total -1\n"},
       {"le outside a bucket", "le outside",

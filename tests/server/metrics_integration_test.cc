@@ -1,16 +1,20 @@
 // `prefixkv serve --metrics-port 0` scraped with a real HTTP client (curl):
-// every line passes the strict exposition-format check, every tier and owner
-// counter equals what INFO reports over the RESP port at the same moment, every
-// family is in docs/metrics.md, other paths and methods are refused, and the
-// listener goes away with the server on SIGTERM.
+// every line passes the strict exposition-format check (and promtool's, when
+// installed), every tier and owner counter equals what INFO reports over the
+// RESP port at the same moment, a served restore (PKV.MATCH + PKV.GET) is in
+// the restore histogram and token counters, the build and process families
+// are there, every family is in docs/metrics.md, other paths and methods are
+// refused, and the listener goes away with the server on SIGTERM.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <ctime>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <thread>
 
+#include "prefixkv/version.h"
 #include "tests/server/exposition_check.h"
 #include "tests/server/serve_process.h"
 #include "tests/server/server_fixture.h"
@@ -118,6 +122,14 @@ TEST_F(MetricsIntegration, ScrapedMetricsAreWellFormedAndAgreeWithInfo) {
   EXPECT_TRUE(c.Call({"GET", "absent"}).null);
   EXPECT_TRUE(c.Call({"GET"}).IsError());                  // a rejected call
   EXPECT_TRUE(c.Call({"PKV.GET", "zz", "zz"}).IsError());  // a failed one
+  // A served restore: PKV.MATCH of 5 tokens (one block found), then PKV.GET
+  // of the matched block.
+  const std::string root = NamespaceRoot(spec)->ToHex();
+  const testing::Reply match =
+      c.Call({"PKV.MATCH", root, "4", testing::TokenBlob(testing::Tokens(1))});
+  ASSERT_EQ(match.elems.size(), 2u) << match.str;
+  ASSERT_EQ(match.elems[1].elems.size(), 1u) << match.str;
+  EXPECT_EQ(c.Call({"PKV.GET", root, match.elems[1].elems[0].str}).type, '$');
 
   // Wait until the write-back queue is empty: nothing changes any more.
   std::string headers, body;
@@ -254,9 +266,45 @@ TEST_F(MetricsIntegration, ScrapedMetricsAreWellFormedAndAgreeWithInfo) {
   }
   EXPECT_EQ(commands_compared, cmdstats.size() - 1);  // every line but INFO's
 
-  // The model's restore histogram exists (PKV.GET does not call Restore).
+  // The served restore is in the model's restore histogram (a few
+  // microseconds at least: a real clock) and its 4 tokens in the restored
+  // tokens, from whichever tier PKV.MATCH found the block in; the token
+  // counters are INFO's Owners fields.
   EXPECT_EQ(e.Value("prefixkv_restore_duration_seconds_count", {{"owner", spec.model}}),
-            0);
+            1);
+  EXPECT_GT(e.Value("prefixkv_restore_duration_seconds_sum", {{"owner", spec.model}}), 0);
+  double restored = 0;
+  for (const char* tier : {"hot", "ssd", "remote"}) {
+    const std::optional<double> v = e.Value("prefixkv_restored_tokens_total",
+                                            {{"tier", tier}, {"owner", spec.model}});
+    ASSERT_TRUE(v.has_value()) << tier;
+    EXPECT_EQ(*v,
+              std::stoull(
+                  info.owners.at(spec.model).at(std::string("restored_tokens_") + tier)))
+        << tier;
+    restored += *v;
+  }
+  EXPECT_EQ(restored, 4);
+  EXPECT_EQ(e.Value("prefixkv_prefix_cache_queries_total", {{"owner", spec.model}}), 4);
+  EXPECT_EQ(e.Value("prefixkv_prefix_cache_hits_total", {{"owner", spec.model}}), 4);
+  EXPECT_EQ(info.owners.at(spec.model).at("prefix_query_tokens"), "4");
+  EXPECT_EQ(info.owners.at(spec.model).at("prefix_hit_tokens"), "4");
+  // The build and the process.
+  const testing::PromFamily* build = e.Find("prefixkv_build_info");
+  ASSERT_NE(build, nullptr);
+  ASSERT_EQ(build->samples.size(), 1u);
+  EXPECT_EQ(build->samples[0].Label("version"), PREFIXKV_VERSION_STRING);
+  EXPECT_EQ(build->samples[0].value, 1);
+  EXPECT_GT(e.Value("process_resident_memory_bytes").value_or(0), 1 << 20);
+  EXPECT_GE(e.Value("process_virtual_memory_bytes").value_or(0),
+            e.Value("process_resident_memory_bytes").value_or(0));
+  EXPECT_GT(e.Value("process_open_fds").value_or(0), 3);  // the listeners at least
+  EXPECT_GE(e.Value("process_max_fds").value_or(0),
+            e.Value("process_open_fds").value_or(0));
+  EXPECT_GE(e.Value("process_cpu_seconds_total").value_or(-1), 0);
+  const double now = static_cast<double>(std::time(nullptr));
+  EXPECT_LE(e.Value("process_start_time_seconds").value_or(0), now + 1);
+  EXPECT_GT(e.Value("process_start_time_seconds").value_or(0), now - 600);
 
   // Every family scraped is documented.
   std::ifstream doc(std::string(PREFIXKV_SOURCE_DIR) + "/docs/metrics.md");
@@ -266,6 +314,39 @@ TEST_F(MetricsIntegration, ScrapedMetricsAreWellFormedAndAgreeWithInfo) {
     EXPECT_NE(doc_text.find("| `" + f.name + "` | " + f.type + " |"), std::string::npos)
         << f.name << " is not in docs/metrics.md";
   }
+}
+
+// Prometheus' own checker (`promtool check metrics`, Debian's prometheus
+// package) on a scrape where every kind of family has samples: it parses the
+// text and lints names, types, help and units.
+TEST_F(MetricsIntegration, PromtoolChecksTheScrapeClean) {
+  if (std::system("command -v promtool >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "promtool not installed (Debian package prometheus): "
+                    "`promtool check metrics` not run";
+  }
+  testing::RespClient c(serve_->port());
+  ASSERT_TRUE(c.connected());
+  const NamespaceSpec spec = testing::KvOnlySpec();
+  ASSERT_FALSE(c.Call(testing::RegisterArgs(spec)).IsError());
+  const std::vector<std::string> records =
+      testing::EncodedStore(spec, testing::Tokens(2));
+  ASSERT_FALSE(c.Call(testing::PutArgs(records)).IsError());
+  const std::string root = NamespaceRoot(spec)->ToHex();
+  const testing::Reply match =
+      c.Call({"PKV.MATCH", root, "4", testing::TokenBlob(testing::Tokens(2))});
+  ASSERT_EQ(match.elems.size(), 2u) << match.str;
+  for (const testing::Reply& key : match.elems[1].elems) {
+    EXPECT_EQ(c.Call({"PKV.GET", root, key.str}).type, '$');
+  }
+  const std::string body = Scrape().second;
+  ASSERT_OK(testing::ParseExposition(body).status());
+  ASSERT_NE(body.find("prefixkv_restored_tokens_total{"), std::string::npos);
+  ASSERT_NE(body.find("process_open_fds "), std::string::npos);
+  const std::string path = dir_.str() + "/metrics.txt";
+  std::ofstream(path) << body;
+  const std::string out =
+      testing::ShellOutput("promtool check metrics < " + path + " 2>&1; echo \"rc=$?\"");
+  EXPECT_EQ(out, "rc=0\n") << out;
 }
 
 TEST_F(MetricsIntegration, OtherPathsAndMethodsAreRefusedAndSigtermStopsTheListener) {

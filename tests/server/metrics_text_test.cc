@@ -3,14 +3,19 @@
 // snapshot, and docs/metrics.md against the family table.
 #include "metrics_text.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include <ctime>
 #include <fstream>
 #include <iterator>
 #include <regex>
 #include <sstream>
 #include <string_view>
 
+#include "prefixkv/version.h"
 #include "tests/server/exposition_check.h"
 #include "tests/support/test_util.h"
 
@@ -70,6 +75,10 @@ EngineStats FullSnapshot() {
   latency.counts.back() = 1;
   latency.sum_micros = 1234567;
   s.owners[0].restore_latency = latency;
+  s.owners[0].prefix_tokens = PrefixTokenCounters{};
+  for (const PrefixTokenField& f : kPrefixTokenFields) {
+    s.owners[0].prefix_tokens.value().*f.field = next++;
+  }
   s.has_remote = true;
   s.remote_describe = "remote: redis cluster 127.0.0.1:7000 (3 masters)";
   for (uint64_t RemoteCounters::*f :
@@ -127,6 +136,11 @@ TEST(MetricsText, RendersAKnownSnapshotExactly) {
   latency.counts[14] = 1;  // > 1 s
   latency.sum_micros = 2001605;
   model.restore_latency = latency;
+  model.prefix_tokens = PrefixTokenCounters{.query_tokens = 96,
+                                            .hit_tokens = 64,
+                                            .restored_tokens_hot = 48,
+                                            .restored_tokens_ssd = 16,
+                                            .restored_tokens_remote = 0};
   s.owners.push_back(model);
 
   const std::string expected =
@@ -230,6 +244,17 @@ prefixkv_restore_duration_seconds_bucket{owner="m\"1\\",le="1"} 3
 prefixkv_restore_duration_seconds_bucket{owner="m\"1\\",le="+Inf"} 4
 prefixkv_restore_duration_seconds_sum{owner="m\"1\\"} 2.001605
 prefixkv_restore_duration_seconds_count{owner="m\"1\\"} 4
+# HELP prefixkv_prefix_cache_queries_total Prefix cache queries in tokens: tokens asked in a match, per model
+# TYPE prefixkv_prefix_cache_queries_total counter
+prefixkv_prefix_cache_queries_total{owner="m\"1\\"} 96
+# HELP prefixkv_prefix_cache_hits_total Prefix cache hits in tokens: tokens a match found cached, per model
+# TYPE prefixkv_prefix_cache_hits_total counter
+prefixkv_prefix_cache_hits_total{owner="m\"1\\"} 64
+# HELP prefixkv_restored_tokens_total Tokens restored, per model and the tier their blocks came from
+# TYPE prefixkv_restored_tokens_total counter
+prefixkv_restored_tokens_total{tier="hot",owner="m\"1\\"} 48
+prefixkv_restored_tokens_total{tier="ssd",owner="m\"1\\"} 16
+prefixkv_restored_tokens_total{tier="remote",owner="m\"1\\"} 0
 # HELP prefixkv_server_connected_clients Open RESP connections
 # TYPE prefixkv_server_connected_clients gauge
 prefixkv_server_connected_clients 3
@@ -262,7 +287,18 @@ prefixkv_server_auth_throttled_total 10
 prefixkv_server_out_of_memory_refusals_total 8
 )";
   const std::string text = RenderMetrics(s, SomeServerStats());
-  EXPECT_EQ(text, expected);
+  // First the build, whose compiler label depends on the build; then the rest.
+  const std::regex build_info(
+      std::string("# HELP prefixkv_build_info Always 1; the labels name the version and "
+                  "compiler of this build\n"
+                  "# TYPE prefixkv_build_info gauge\n"
+                  "prefixkv_build_info\\{version=\"") +
+      PREFIXKV_VERSION_STRING + "\",compiler=\"(gcc|clang) [^\"\\n]+\"\\} 1\n");
+  std::smatch m;
+  ASSERT_TRUE(
+      std::regex_search(text, m, build_info, std::regex_constants::match_continuous))
+      << text.substr(0, 300);
+  EXPECT_EQ(text.substr(m.length()), expected);
   EXPECT_OK(ParseExposition(text).status());
 }
 
@@ -324,9 +360,21 @@ TEST(MetricsText, EveryTierAndOwnerCounterIsTheSampleNamedForIt) {
             server.out_of_memory);
 }
 
+// Every process_* family has a sample.
+ProcessStats SomeProcessStats() {
+  return {.cpu_seconds = 12.5,
+          .open_fds = 42,
+          .max_fds = 1024,
+          .virtual_memory_bytes = 1 << 30,
+          .resident_memory_bytes = 1 << 25,
+          .start_time_seconds = 1733350000.25};
+}
+
 TEST(MetricsText, AFullSnapshotWritesEveryDeclaredFamilyInOrderWithItsLabels) {
-  ASSERT_OK_AND_ASSIGN(PromExposition e,
-                       ParseExposition(RenderMetrics(FullSnapshot(), FullServerStats())));
+  const ProcessStats process = SomeProcessStats();
+  ASSERT_OK_AND_ASSIGN(
+      PromExposition e,
+      ParseExposition(RenderMetrics(FullSnapshot(), FullServerStats(), &process)));
   const std::vector<MetricFamilyInfo>& declared = MetricFamilies();
   ASSERT_EQ(e.families.size(), declared.size());
   for (size_t i = 0; i < declared.size(); ++i) {
@@ -429,7 +477,107 @@ TEST(MetricsText, NoTierMeansNoSamplesOfIt) {
   EXPECT_EQ(text.find("tier="), std::string::npos) << text;
   EXPECT_EQ(text.find("prefixkv_hot_dirty_blocks"), std::string::npos);
   ASSERT_OK_AND_ASSIGN(PromExposition e, ParseExposition(text));
-  EXPECT_EQ(e.families.size(), 10u);  // the server's
+  EXPECT_EQ(e.families.size(), 11u);                    // the build's and the server's
+  EXPECT_EQ(text.find("process_"), std::string::npos);  // no ProcessStats given
+}
+
+// Each model's token counters: queries and hits per model, restored tokens
+// per model and tier; owners that are not models have none.
+TEST(MetricsText, TokenCountersAreTheSamplesNamedForThem) {
+  const EngineStats s = FullSnapshot();
+  ASSERT_OK_AND_ASSIGN(PromExposition e,
+                       ParseExposition(RenderMetrics(s, SomeServerStats())));
+  const PrefixTokenCounters& t = *s.owners[0].prefix_tokens;
+  const std::string model = s.owners[0].name;
+  EXPECT_EQ(e.Value("prefixkv_prefix_cache_queries_total", {{"owner", model}}),
+            t.query_tokens);
+  EXPECT_EQ(e.Value("prefixkv_prefix_cache_hits_total", {{"owner", model}}),
+            t.hit_tokens);
+  EXPECT_EQ(
+      e.Value("prefixkv_restored_tokens_total", {{"tier", "hot"}, {"owner", model}}),
+      t.restored_tokens_hot);
+  EXPECT_EQ(
+      e.Value("prefixkv_restored_tokens_total", {{"tier", "ssd"}, {"owner", model}}),
+      t.restored_tokens_ssd);
+  EXPECT_EQ(
+      e.Value("prefixkv_restored_tokens_total", {{"tier", "remote"}, {"owner", model}}),
+      t.restored_tokens_remote);
+  EXPECT_EQ(e.Value("prefixkv_prefix_cache_queries_total", {{"owner", "values"}}),
+            std::nullopt);
+  ASSERT_NE(e.Find("prefixkv_restored_tokens_total"), nullptr);
+  EXPECT_EQ(e.Find("prefixkv_restored_tokens_total")->samples.size(), 3u);
+}
+
+// The process collector's families under the client libraries' names,
+// types and help texts, values exact (fractions kept).
+TEST(MetricsText, ProcessFamiliesAreTheClientLibrariesOnes) {
+  const ProcessStats p = SomeProcessStats();
+  ASSERT_OK_AND_ASSIGN(PromExposition e,
+                       ParseExposition(RenderMetrics(EngineStats{}, {}, &p)));
+  EXPECT_EQ(e.Value("process_cpu_seconds_total"), 12.5);
+  ASSERT_EQ(e.families.size(), 11u + 6);  // the build's, the server's, the process's
+  EXPECT_EQ(e.Find("process_cpu_seconds_total")->type, "counter");
+  EXPECT_EQ(e.Find("process_cpu_seconds_total")->help,
+            "Total user and system CPU time spent in seconds.");
+  EXPECT_EQ(e.Value("process_open_fds"), 42);
+  EXPECT_EQ(e.Value("process_max_fds"), 1024);
+  EXPECT_EQ(e.Value("process_virtual_memory_bytes"), 1 << 30);
+  EXPECT_EQ(e.Value("process_resident_memory_bytes"), 1 << 25);
+  EXPECT_EQ(e.Value("process_start_time_seconds"), 1733350000.25);
+  for (const char* gauge :
+       {"process_open_fds", "process_max_fds", "process_virtual_memory_bytes",
+        "process_resident_memory_bytes", "process_start_time_seconds"}) {
+    ASSERT_NE(e.Find(gauge), nullptr) << gauge;
+    EXPECT_EQ(e.Find(gauge)->type, "gauge") << gauge;
+  }
+}
+
+// /proc/<pid>/stat's fields count from after the last ')': a command name
+// with spaces and parentheses in it shifts nothing.
+TEST(ProcessStats, ParsesStatWhateverTheCommandName) {
+  const std::string stat =
+      "4242 (pkv) (x) y) S 1 4242 4242 0 -1 4194560 500 0 0 0 250 125 0 0 20 0 7 0 "
+      "360000 2147483648 5000 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0\n";
+  const std::string proc_stat = "cpu  1 2 3 4\nintr 5\nbtime 1733000000\nprocesses 9\n";
+  ASSERT_OK_AND_ASSIGN(ProcessStats p, ParseProcessStat(stat, proc_stat, 100, 4096));
+  EXPECT_EQ(p.cpu_seconds, 3.75);  // (250 + 125) ticks
+  EXPECT_EQ(p.virtual_memory_bytes, 2147483648u);
+  EXPECT_EQ(p.resident_memory_bytes, 5000u * 4096);
+  EXPECT_EQ(p.start_time_seconds, 1733003600.0);  // btime + 360000 ticks
+}
+
+TEST(ProcessStats, MalformedTextsAreCorruptionNotACrash) {
+  const std::string btime = "btime 1733000000\n";
+  EXPECT_TRUE(ParseProcessStat("", btime, 100, 4096).status().IsCorruption());
+  EXPECT_TRUE(
+      ParseProcessStat("1 (x) S 1 2 3", btime, 100, 4096).status().IsCorruption());
+  const std::string good = "1 (x) S 1 1 1 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 1 4096 1 0\n";
+  EXPECT_OK(ParseProcessStat(good, btime, 100, 4096).status());
+  std::string bad = good;
+  bad.replace(bad.find(" 4096 "), 6, " 4x96 ");
+  EXPECT_TRUE(ParseProcessStat(bad, btime, 100, 4096).status().IsCorruption());
+  EXPECT_TRUE(ParseProcessStat(good, "cpu 1 2\n", 100, 4096).status().IsCorruption());
+  EXPECT_FALSE(ParseProcessStat(good, btime, 0, 4096).ok());
+}
+
+// This very process, read from /proc: one more descriptor open is one more
+// process_open_fds; it started before now and after the machine booted.
+TEST(ProcessStats, ReadsThisProcess) {
+  ASSERT_OK_AND_ASSIGN(ProcessStats before, ReadProcessStats());
+  const int fd = ::open("/dev/null", O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_OK_AND_ASSIGN(ProcessStats after, ReadProcessStats());
+  ::close(fd);
+  EXPECT_EQ(after.open_fds, before.open_fds + 1);
+  rlimit limit{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
+  EXPECT_EQ(after.max_fds, static_cast<uint64_t>(limit.rlim_cur));
+  EXPECT_GT(after.resident_memory_bytes, 0u);
+  EXPECT_GE(after.virtual_memory_bytes, after.resident_memory_bytes);
+  EXPECT_GE(after.cpu_seconds, before.cpu_seconds);
+  const double now = static_cast<double>(::time(nullptr));
+  EXPECT_LE(after.start_time_seconds, now + 1);
+  EXPECT_GT(after.start_time_seconds, now - 24 * 3600.0);  // a test runs for seconds
 }
 
 // docs/metrics.md's table: one row per family, in order, with its type and
@@ -437,7 +585,8 @@ TEST(MetricsText, NoTierMeansNoSamplesOfIt) {
 TEST(MetricsText, TheDocListsEveryFamilyWithItsTypeAndLabels) {
   std::ifstream in(std::string(PREFIXKV_SOURCE_DIR) + "/docs/metrics.md");
   ASSERT_TRUE(in.good());
-  const std::regex row(R"(^\| `(prefixkv_[a-z_]+)` \| ([a-z]+) \| ([^|]+) \| [^|]+ \|$)");
+  const std::regex row(
+      R"(^\| `((?:prefixkv|process)_[a-z_]+)` \| ([a-z]+) \| ([^|]+) \| [^|]+ \|$)");
   std::vector<std::string> rows;
   std::string line;
   while (std::getline(in, line)) {

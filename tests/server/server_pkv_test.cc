@@ -337,5 +337,91 @@ TEST_F(ServerPkvTest, HotTotalsInStatsAndInfoAreTheSumOfTheOwners) {
   EXPECT_TRUE(audit.elems.empty());
 }
 
+// A PKV.MATCH and the PKV.GETs of its blocks on one connection are one
+// restore of the model (ServedRestore): timed from the MATCH to the GET that
+// reads the last matched block, by the server's clock, into the model's
+// restore histogram, and its tokens counted by tier.
+class ServerPkvServedRestoreTest : public testing::ServerFixture {
+ protected:
+  void SetUp() override {
+    options_.clock = &clock_;
+    StartServer();
+    c_ = Connect();
+    root_ = c_->Call(RegisterArgs(spec_)).str;
+    records_ = EncodedStore(spec_, Tokens(3));
+    ASSERT_EQ(c_->Call(PutArgs(records_)).type, '*');
+  }
+  const EngineOwnerStats Model() {
+    for (const EngineOwnerStats& o : engine_->Stats().owners) {
+      if (o.name == spec_.model) return o;
+    }
+    ADD_FAILURE() << "no owner " << spec_.model;
+    return {};
+  }
+  void Match(testing::RespClient& c, size_t blocks) {
+    const Reply m = c.Call({"PKV.MATCH", root_, "4", TokenBlob(Tokens(blocks))});
+    ASSERT_EQ(m.elems.size(), 2u) << m.str;
+    ASSERT_EQ(m.elems[0].integer, static_cast<int64_t>(std::min<size_t>(blocks, 3)));
+  }
+  void Get(testing::RespClient& c, size_t block) {
+    EXPECT_EQ(c.Call({"PKV.GET", root_, KeyOf(records_[block])}).str, records_[block]);
+  }
+
+  FakeClock clock_;
+  const NamespaceSpec spec_ = KvOnlySpec();
+  std::unique_ptr<testing::RespClient> c_;
+  std::string root_;
+  std::vector<std::string> records_;
+};
+
+TEST_F(ServerPkvServedRestoreTest, AMatchThenAGetOfEveryMatchedBlockIsOneTimedRestore) {
+  Match(*c_, 4);  // 16 tokens asked, 12 found
+  clock_.AdvanceNanos(300'000);
+  Get(*c_, 1);  // any order, other commands between
+  EXPECT_EQ(c_->Call({"PING"}).str, "PONG");
+  Get(*c_, 0);
+  EXPECT_EQ(Model().restore_latency->count(), 0u);  // a block is still unread
+  clock_.AdvanceNanos(400'000);
+  Get(*c_, 1);  // read again: nothing more
+  Get(*c_, 2);  // the last: 700 us after the MATCH
+  const EngineOwnerStats m = Model();
+  ASSERT_TRUE(m.restore_latency && m.prefix_tokens);
+  EXPECT_EQ(m.restore_latency->count(), 1u);
+  EXPECT_EQ(m.restore_latency->counts[6], 1u);  // (500 us, 1 ms]
+  EXPECT_EQ(m.restore_latency->sum_micros, 700u);
+  EXPECT_EQ(m.prefix_tokens->query_tokens, 16u);
+  EXPECT_EQ(m.prefix_tokens->hit_tokens, 12u);
+  EXPECT_EQ(m.prefix_tokens->restored_tokens_hot, 12u);  // PKV.MATCH found them in RAM
+  EXPECT_EQ(m.prefix_tokens->restored_tokens_ssd, 0u);
+  Get(*c_, 0);  // after the restore: not another one
+  EXPECT_EQ(Model().restore_latency->count(), 1u);
+}
+
+TEST_F(ServerPkvServedRestoreTest, APartlyReadMatchIsRecordedAtTheNextMatch) {
+  Match(*c_, 3);
+  clock_.AdvanceNanos(20'000);
+  Get(*c_, 0);
+  clock_.AdvanceNanos(5'000'000);  // after the last GET: not part of it
+  EXPECT_EQ(Model().restore_latency->count(), 0u);
+  Match(*c_, 3);  // records the first: 20 us, one block's 4 tokens
+  EngineOwnerStats m = Model();
+  EXPECT_EQ(m.restore_latency->count(), 1u);
+  EXPECT_EQ(m.restore_latency->sum_micros, 20u);
+  EXPECT_EQ(m.prefix_tokens->restored_tokens_hot, 4u);
+  // Another connection's GETs, unmatched keys and a match of nothing read
+  // nothing of this connection's restore.
+  auto other = Connect();
+  Get(*other, 0);
+  Get(*other, 1);
+  Get(*other, 2);
+  EXPECT_TRUE(c_->Call({"PKV.GET", root_, std::string(32, 'a')}).null);
+  EXPECT_EQ(Model().restore_latency->count(), 1u);
+  const Reply none = c_->Call({"PKV.MATCH", root_, "4", TokenBlob({-1, -2, -3, -4})});
+  EXPECT_EQ(none.elems[0].integer, 0);  // nothing read of the second match: no restore
+  m = Model();
+  EXPECT_EQ(m.restore_latency->count(), 1u);
+  EXPECT_EQ(m.prefix_tokens->restored_tokens_hot, 4u);
+}
+
 }  // namespace
 }  // namespace prefixkv
