@@ -88,25 +88,6 @@ py::dict AuditDict(const EngineAudit& a) {
   return d;
 }
 
-// Token ids as int32; InvalidArgument for a value outside int32.
-std::vector<int32_t> Tokens(const py::object& tokens) {
-  auto wide =
-      py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(tokens);
-  if (!wide || wide.ndim() != 1) {
-    Raise(Status::InvalidArgument("tokens: a 1-D sequence of integers is needed"));
-  }
-  std::vector<int32_t> out(static_cast<size_t>(wide.size()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    const int64_t v = wide.data()[i];
-    if (v < INT32_MIN || v > INT32_MAX) {
-      Raise(Status::InvalidArgument("tokens[" + std::to_string(i) + "] = " +
-                                    std::to_string(v) + " does not fit in int32"));
-    }
-    out[i] = static_cast<int32_t>(v);
-  }
-  return out;
-}
-
 // One layer to store: a Layer, or a sequence of arrays taking the namespace's
 // layer type and no meta.
 struct LayerToStore {
@@ -146,10 +127,7 @@ std::vector<LayerToStore> CheckLayers(const PyNamespace& ns, const py::sequence&
     for (size_t i = 0; i < tensors.size(); ++i) {
       const std::string what =
           "layer " + std::to_string(l) + " tensor " + std::to_string(i);
-      py::object t = tensors[i];
-      if (!py::isinstance<py::array>(t))
-        Raise(Status::InvalidArgument(what + ": not a numpy array"));
-      py::array array = t.cast<py::array>();
+      py::array array = AsArray(tensors[i], what);
       layer.tensors.push_back(ValueOr(CheckArray(array, ns.spec.dtype, what)));
       layer.arrays.append(array);
     }
@@ -167,7 +145,7 @@ StoreOptions ParseStoreOptions(const std::string& reuse) {
 StoreResult Store(PyEngine& engine, const PyNamespace& ns, const py::object& tokens,
                   const py::sequence& layers, const std::string& reuse) {
   const StoreOptions options = ParseStoreOptions(reuse);
-  const std::vector<int32_t> ids = Tokens(tokens);
+  const std::vector<int32_t> ids = TokenIds(tokens);
   const std::vector<LayerToStore> checked = CheckLayers(ns, layers);
   return ValueOr(engine.Call([&](Engine& e) -> StatusOr<StoreResult> {
     // The copies run here, without the GIL.
@@ -358,7 +336,7 @@ void BindEngine(py::module_& m) {
       .def(
           "match",
           [](PyEngine& e, const PyNamespace& ns, const py::object& tokens) {
-            const std::vector<int32_t> ids = Tokens(tokens);
+            const std::vector<int32_t> ids = TokenIds(tokens);
             return PyMatch{
                 ns, ValueOr(e.Call([&](Engine& en) { return en.Match(ns.ns, ids); }))};
           },
@@ -400,6 +378,18 @@ void BindEngine(py::module_& m) {
                 });
             if (!bytes.ok()) return py::none();
             return py::cast(reinterpret_cast<uintptr_t>(bytes->data()));
+          },
+          py::arg("ns"), py::arg("key"))
+      .def(
+          "get_block",
+          [](PyEngine& e, const PyNamespace& ns, const std::string& key) -> py::object {
+            const BlockKey k = ValueOr(BlockKey::FromHex(key));
+            StatusOr<SharedBytes> bytes =
+                e.Call([&](Engine& en) { return en.GetBlock(ns.ns, k); });
+            if (!bytes.ok() && bytes.status().code() == StatusCode::kNotFound)
+              return py::none();
+            const SharedBytes record = ValueOr(std::move(bytes));
+            return py::bytes(reinterpret_cast<const char*>(record.data()), record.size());
           },
           py::arg("ns"), py::arg("key"))
       .def("__enter__", [](std::shared_ptr<PyEngine> e) { return e; })
