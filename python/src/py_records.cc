@@ -107,8 +107,9 @@ std::string NamespaceRootHex(const std::string& model,
 }  // namespace
 
 void BindRecords(py::module_& m) {
-  py::class_<PyBlockRecord>(m, "BlockRecord", R"doc(
-One cached block as the block codec encodes it (docs/format.md): what
+  py::class_<PyBlockRecord>(
+      m, "BlockRecord",
+      R"doc(One cached block as the block codec encodes it (docs/format.md): what
 PKV.PUT takes and PKV.GET returns. Keys are 32 lowercase hex digits. A
 decoded record's arrays are read-only views of its bytes.)doc")
       .def(py::init([](std::string key, std::string parent, std::string namespace_id,
