@@ -10,6 +10,7 @@ import numpy as np
 
 from ._prefixkv import Engine, namespace_root
 from .errors import Internal
+from .tensors import as_numpy
 
 # The RAM-only engine encode_store cuts records with holds its blocks and
 # their headers: the arrays' bytes twice over, plus this.
@@ -56,10 +57,10 @@ class Model:
         rotating/arrays state, the others placeholders. ``layers`` as
         ``Engine.store`` takes them, covering every token.
 
-        Cut by a private RAM-only engine, so the records are what the C++
+        Empty when ``tokens`` fill no block. Cut by a private RAM-only engine, so the records are what the C++
         prefix cache stores. Send the ones the server lacks: the blocks after
         the ``n`` PKV.MATCH reports cached (``records[n:]``)."""
-        nbytes = sum(np.asarray(t).nbytes for layer in layers
+        nbytes = sum(as_numpy(t).nbytes for layer in layers
                      for t in (layer.tensors if hasattr(layer, "tensors") else layer))
         with Engine.open(hot_bytes=2 * nbytes + _ENCODER_SLACK_BYTES, quiet=True) as e:
             ns = e.register_model(self.model, self.layer_types,

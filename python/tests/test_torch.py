@@ -97,3 +97,12 @@ def test_tensors_that_cannot_be_viewed_are_refused(engine):
                                          torch.zeros((1, 2, 4, 8))]])
     with pytest.raises(prefixkv.InvalidArgument, match="bfloat16 bits are uint16"):
         prefixkv.as_torch(np.zeros(4, np.float32), bfloat16=True)
+
+
+def test_resp_records_encode_from_bfloat16_tensors(engine):
+    gen = torch.Generator().manual_seed(5)
+    layers = [bf16_kv(gen, 8)]
+    model = prefixkv.resp.Model("m", ["KVCache"], block_tokens=4, dtype="bfloat16")
+    records = model.encode_store(list(range(8)), layers)
+    tail = prefixkv.decode_block(records[1]).layers[0].tensors[0]
+    assert torch.equal(bits(prefixkv.as_torch(tail)), bits(layers[0][0][:, :, 4:8]))
