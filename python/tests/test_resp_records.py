@@ -99,6 +99,8 @@ def test_a_multi_turn_conversation_over_resp(tmp_path, rng):
     kv = example.conversation_kv(rng, len(turns[-1]))
     with prefixkv_serve(tmp_path / "pkv", "--hot-capacity-bytes", "16M") as (_, r):
         blocks = example.converse(r, turns, kv)
+        again = example.converse(r, turns, kv)  # everything cached: nothing to put
+        assert [b.key for b in again] == [b.key for b in blocks]
         assert r.execute_command("PKV.GET", blocks[0].namespace_id, "0" * 32) is None
     assert len(blocks) == 7 and blocks[0].parent == blocks[0].namespace_id
     for i, block in enumerate(blocks):
