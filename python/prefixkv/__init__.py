@@ -12,12 +12,16 @@ Python bindings of the C++ engine (docs/python.md)::
 
 Errors are :class:`prefixkv.Error` subclasses named after the C++ Status code.
 """
-from . import errors
-from ._prefixkv import (Engine, Layer, Match, Namespace, Restored, RestoredBlock,
-                        StoreResult)
+from . import errors, resp
+from ._prefixkv import (BlockRecord, Engine, Layer, Match, Namespace, Restored,
+                        RestoredBlock, StoreResult, chain_key, decode_block,
+                        encode_block, namespace_root)
 from .errors import (Aborted, Busy, Corruption, Error, Internal, InvalidArgument,
                      NoSpace, NotFound, NotSupported, Unavailable)
+from .tensors import as_numpy, as_torch
 
 __all__ = ["Engine", "Layer", "Match", "Namespace", "Restored", "RestoredBlock",
            "StoreResult", "Error", "NotFound", "Corruption", "InvalidArgument", "Busy",
-           "NoSpace", "NotSupported", "Aborted", "Internal", "Unavailable", "errors"]
+           "NoSpace", "NotSupported", "Aborted", "Internal", "Unavailable", "errors",
+           "BlockRecord", "encode_block", "decode_block", "chain_key", "namespace_root",
+           "resp", "as_numpy", "as_torch"]

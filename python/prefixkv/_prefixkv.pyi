@@ -10,68 +10,85 @@ Tokens = Union[Sequence[int], npt.NDArray[np.integer[Any]]]
 class Namespace:
     """A registered model (Engine.register_model)."""
     @property
-    def model(self) -> str: ...
+    def model(self) -> str:
+        """The model name it was registered with."""
     @property
-    def index(self) -> int: ...
+    def index(self) -> int:
+        """The engine's index of the model."""
     @property
     def root(self) -> str:
         """The chain root: 32 hex digits."""
     @property
-    def block_tokens(self) -> int: ...
+    def block_tokens(self) -> int:
+        """Tokens per block."""
     @property
     def dtype(self) -> str:
         """float16, float32 or bfloat16 (stored and restored as uint16 bits)."""
     @property
-    def layer_types(self) -> list[str]: ...
+    def layer_types(self) -> list[str]:
+        """The cache type name of each layer."""
 
 class Match:
     """The longest cached prefix of a prompt (Engine.match)."""
     @property
-    def ns(self) -> Namespace: ...
+    def ns(self) -> Namespace:
+        """The namespace matched in."""
     @property
-    def matched_tokens(self) -> int: ...
+    def matched_tokens(self) -> int:
+        """How many tokens the cached prefix covers."""
     @property
-    def keys(self) -> list[str]: ...
+    def keys(self) -> list[str]:
+        """The matched blocks' keys (32 hex digits), in order."""
     @property
     def tiers(self) -> list[str]:
         """Where each matched block is: "hot" or "ssd"."""
     @property
-    def tokens(self) -> list[int]: ...
+    def tokens(self) -> list[int]:
+        """The prompt's token ids."""
 
 class Layer:
     """One layer's cache: type name, meta strings, tensors (numpy arrays).
 
     Sliceable layers (KVCache) hold tensors whose token axis is ndim - 2, e.g.
     [1, kv_heads, tokens, head_dim]. Rotating layers (RotatingKVCache) hold the
-    window and meta (keep, max_size, offset, idx) with offset == len(tokens).
-    """
+    window and meta (keep, max_size, offset, idx) with offset == len(tokens)."""
     cache_type: str
     meta: list[str]
     tensors: list[npt.NDArray[Any]]
     placeholder: bool
     def __init__(self, cache_type: str, tensors: Sequence[npt.NDArray[Any]],
-                 meta: Sequence[str] = ..., placeholder: bool = ...) -> None: ...
+                 meta: Sequence[str] = ..., placeholder: bool = ...) -> None:
+        """A layer: its cache type name, its tensors (numpy arrays or CPU torch
+        tensors), its meta strings, and whether it is a placeholder (no state)."""
 
 class RestoredBlock:
     """One restored block as the tier holds it. layers' arrays are read-only
     views of payload (the hot tier's own buffer when level == "hot"); the block
     stays pinned in the hot tier while any of them lives."""
     @property
-    def key(self) -> str: ...
+    def key(self) -> str:
+        """The block's key: 32 hex digits."""
     @property
-    def level(self) -> str: ...
+    def level(self) -> str:
+        """"hot" (pinned, the tier's bytes) or "ssd"."""
     @property
-    def pinned(self) -> bool: ...
+    def pinned(self) -> bool:
+        """True while the block is pinned in the hot tier."""
     @property
-    def token_count(self) -> int: ...
+    def token_count(self) -> int:
+        """Tokens the block covers."""
     @property
-    def partial(self) -> bool: ...
+    def partial(self) -> bool:
+        """True: a marked partial tail."""
     @property
-    def payload_address(self) -> int: ...
+    def payload_address(self) -> int:
+        """Address of the encoded record's buffer."""
     @property
-    def payload_size(self) -> int: ...
+    def payload_size(self) -> int:
+        """Size of the encoded record in bytes."""
     @property
-    def layers(self) -> list[Layer]: ...
+    def layers(self) -> list[Layer]:
+        """Per layer: a Layer viewing the payload."""
 
 class Restored:
     """Per-layer caches ready to continue at position restored_tokens.
@@ -80,47 +97,64 @@ class Restored:
     block, and every rotating/arrays layer (the tip's state), views the hot
     tier's bytes (no copy, pinned while the array lives); a sliceable layer
     spanning several blocks is one concatenated copy the array owns. blocks
-    gives the zero-copy per-block views.
-    """
+    gives the zero-copy per-block views."""
     @property
-    def layers(self) -> list[Layer]: ...
+    def layers(self) -> list[Layer]:
+        """Per layer: a Layer of read-only arrays."""
     @property
-    def blocks(self) -> list[RestoredBlock]: ...
+    def blocks(self) -> list[RestoredBlock]:
+        """The zero-copy per-block views (RestoredBlock)."""
     @property
-    def restored_tokens(self) -> int: ...
+    def restored_tokens(self) -> int:
+        """Tokens restored: continue at this position."""
     @property
-    def restored_blocks(self) -> int: ...
+    def restored_blocks(self) -> int:
+        """Blocks restored."""
     @property
-    def blocks_from_hot(self) -> int: ...
+    def blocks_from_hot(self) -> int:
+        """Blocks read from the hot tier."""
     @property
-    def blocks_from_ssd(self) -> int: ...
+    def blocks_from_ssd(self) -> int:
+        """Blocks read from the SSD tier."""
     @property
-    def tokens_from_hot(self) -> int: ...
+    def tokens_from_hot(self) -> int:
+        """Tokens read from the hot tier."""
     @property
-    def tokens_from_ssd(self) -> int: ...
+    def tokens_from_ssd(self) -> int:
+        """Tokens read from the SSD tier."""
     @property
-    def tokens_from_remote(self) -> int: ...
+    def tokens_from_remote(self) -> int:
+        """Tokens read from the remote tier."""
     @property
     def reason(self) -> str:
         """Empty when every matched token was restored; otherwise why not."""
     @property
-    def window_tokens(self) -> list[int]: ...
+    def window_tokens(self) -> list[int]:
+        """The token ids in a rotating layer's window."""
 
 class StoreResult:
+    """What a store did (Engine.store)."""
     @property
-    def blocks(self) -> int: ...
+    def blocks(self) -> int:
+        """Blocks in the store."""
     @property
-    def blocks_written(self) -> int: ...
+    def blocks_written(self) -> int:
+        """Blocks written now."""
     @property
-    def blocks_deduplicated(self) -> int: ...
+    def blocks_deduplicated(self) -> int:
+        """Blocks already cached (not rewritten)."""
     @property
-    def tip(self) -> str: ...
+    def tip(self) -> str:
+        """The tip's key: 32 hex digits."""
     @property
-    def tip_state_stored(self) -> bool: ...
+    def tip_state_stored(self) -> bool:
+        """True: the tip carries real rotating/arrays state."""
     @property
-    def blocks_hinted_unlikely(self) -> int: ...
+    def blocks_hinted_unlikely(self) -> int:
+        """Written blocks the hot tier took as reuse="unlikely"."""
     @property
-    def note(self) -> str: ...
+    def note(self) -> str:
+        """Why a store did less than asked (empty otherwise)."""
 
 class Engine:
     """prefixkv::Engine. Thread-safe; every call releases the GIL."""
@@ -136,21 +170,33 @@ class Engine:
     def register_model(self, model: str, layer_types: Sequence[str], *,
                        block_tokens: int = 256, dtype: str = "float16", salt: str = "",
                        store_partial_tail: bool = False,
-                       hot_quota_bytes: Optional[int] = None) -> Namespace: ...
-    def match(self, ns: Namespace, tokens: Tokens) -> Match: ...
-    def restore(self, match: Match) -> Restored: ...
+                       hot_quota_bytes: Optional[int] = None) -> Namespace:
+        """Registers a model (Engine::RegisterModel): its cache type per layer, tokens
+        per block, dtype (float16, float32, bfloat16), tenant salt. store_partial_tail:
+        the last block of a store may be a marked partial block. hot_quota_bytes: the
+        model's cap in the hot tier."""
+    def match(self, ns: Namespace, tokens: Tokens) -> Match:
+        """The longest cached prefix of `tokens` (a sequence or 1-D array of ints,
+        each fitting int32)."""
+    def restore(self, match: Match) -> Restored:
+        """Restores a match (Engine::RestorePinned): the hot blocks stay pinned
+        while the Restored object or any of its arrays lives."""
     def store(self, ns: Namespace, tokens: Tokens,
               layers: Sequence[Union[Layer, Sequence[npt.NDArray[Any]]]],
               reuse: str = "normal") -> StoreResult:
         """One entry per layer covering every token: a Layer, or a list of
         C-contiguous arrays of the namespace dtype (the layer's registered type,
-        no meta). The arrays are copied (without the GIL). reuse="unlikely"
-        (ReuseHint::kUnlikely, e.g. after a long answer): the blocks this store
-        writes leave the hot tier first until one is read again."""
-    def flush(self) -> None: ...
-    def close(self) -> None: ...
+        no meta); CPU torch tensors are read in place. The arrays are copied
+        (without the GIL). reuse="unlikely" (ReuseHint::kUnlikely, e.g. after a
+        long answer): the blocks this store writes leave the hot tier first until
+        one is read again."""
+    def flush(self) -> None:
+        """Writes every dirty block to its tier (Engine::Flush)."""
+    def close(self) -> None:
+        """Flushes and closes (Engine::Close); waits for calls in flight."""
     @property
-    def closed(self) -> bool: ...
+    def closed(self) -> bool:
+        """True after close()."""
     def stats(self) -> dict[str, Any]:
         """EngineStats: hot_capacity_bytes, hot, owners, dirty_blocks, has_ssd,
         ssd_capacity_bytes, ssd, ssd_queued_blocks, ssd_write_back_failed_blocks,
@@ -165,6 +211,46 @@ class Engine:
     def hot_block_address(self, ns: Namespace, key: str) -> Optional[int]:
         """Diagnostic: the address of the hot tier's buffer of block `key`
         (None when not resident). Counts a hot hit."""
-    def __enter__(self) -> Engine: ...
+    def get_block(self, ns: Namespace, key: str) -> Optional[bytes]:
+        """The encoded record of block `key` (bytes, what PKV.GET returns), or None
+        when it is not cached in the namespace. Checksum-verified when read from SSD."""
+    def __enter__(self) -> Engine:
+        """Returns the engine: `with Engine.open(...) as e:`."""
     def __exit__(self, exc_type: Optional[type[BaseException]],
-                 exc: Optional[BaseException], tb: Optional[TracebackType]) -> bool: ...
+                 exc: Optional[BaseException], tb: Optional[TracebackType]) -> bool:
+        """Closes the engine."""
+
+class BlockRecord:
+    """One cached block as the block codec encodes it (docs/format.md): what
+    PKV.PUT takes and PKV.GET returns. Keys are 32 lowercase hex digits. A
+    decoded record's arrays are read-only views of its bytes."""
+    key: str
+    parent: str
+    namespace_id: str
+    token_count: int
+    partial: bool
+    tokens: list[int]
+    layers: list[Layer]
+    def __init__(self, key: str, parent: str, namespace_id: str, token_count: int,
+                 layers: Sequence[Layer], tokens: Optional[Tokens] = ...,
+                 partial: bool = ...) -> None:
+        """A record: its key (the chain hash of parent and tokens), its parent's key
+        (the namespace root for a chain's first block), the namespace root, how
+        many tokens it covers, one Layer per model layer, the token ids
+        (optional) and whether it is a marked partial tail."""
+
+def encode_block(record: BlockRecord, *, compress: bool = ...) -> bytes:
+    """EncodeBlock: the record's canonical encoding (bytes), checksummed.
+    Each tensor's element type is its array's dtype (uint16 or a
+    torch.bfloat16 tensor: bfloat16). compress: zstd per tensor when it
+    saves 5%. InvalidArgument for a record that cannot be encoded."""
+def decode_block(data: bytes) -> BlockRecord:
+    """DecodeBlock: decodes and verifies an encoded record (PKV.GET's reply).
+    Corruption for damaged or malformed bytes."""
+def chain_key(parent: str, tokens: Tokens) -> str:
+    """ChainKey: the key of the block holding `tokens` after block `parent`
+    (32 hex digits each; docs/format.md)."""
+def namespace_root(model: str, layer_types: Sequence[str], *, block_tokens: int = ...,
+                   dtype: str = ..., salt: str = ...) -> str:
+    """NamespaceRoot: the root key of a model's namespace, the same in every
+    process (what Namespace.root and PKV.REGISTER give)."""

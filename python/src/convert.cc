@@ -61,7 +61,7 @@ py::array ViewTensor(const Tensor& tensor, std::shared_ptr<const void> pin) {
 }
 
 StatusOr<ArrayBytes> CheckArray(const py::array& array, DType dtype,
-                                const std::string& what) {
+                                const std::string& what, size_t min_ndim) {
   const py::dtype want = NumpyDType(dtype);
   if (!array.dtype().is(want) && !array.dtype().equal(want)) {
     return Status::InvalidArgument(
@@ -74,7 +74,7 @@ StatusOr<ArrayBytes> CheckArray(const py::array& array, DType dtype,
                                    ": not C-contiguous (numpy.ascontiguousarray makes "
                                    "a contiguous copy)");
   }
-  if (array.ndim() < 2) {
+  if (static_cast<size_t>(array.ndim()) < min_ndim) {
     return Status::InvalidArgument(what + ": " + std::to_string(array.ndim()) +
                                    " dimension(s); the token axis is ndim - 2, so at "
                                    "least 2 are needed");
@@ -83,6 +83,40 @@ StatusOr<ArrayBytes> CheckArray(const py::array& array, DType dtype,
   out.data = array.data();
   out.nbytes = static_cast<size_t>(array.nbytes());
   out.shape.assign(array.shape(), array.shape() + array.ndim());
+  return out;
+}
+
+py::array AsArray(const py::object& tensor, const std::string& what) {
+  if (py::isinstance<py::array>(tensor)) return tensor.cast<py::array>();
+  return py::module_::import("prefixkv.tensors").attr("as_numpy")(tensor, what);
+}
+
+StatusOr<DType> DTypeOfArray(const py::array& array, const std::string& what) {
+  for (int raw = 0; raw < 256; ++raw) {
+    if (!IsValidDType(static_cast<uint8_t>(raw))) continue;
+    const auto dtype = static_cast<DType>(raw);
+    if (array.dtype().equal(NumpyDType(dtype))) return dtype;
+  }
+  return Status::InvalidArgument(what + ": numpy dtype " +
+                                 py::str(py::object(array.dtype())).cast<std::string>() +
+                                 " has no block format type");
+}
+
+std::vector<int32_t> TokenIds(const py::object& tokens) {
+  auto wide =
+      py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(tokens);
+  if (!wide || wide.ndim() != 1) {
+    Raise(Status::InvalidArgument("tokens: a 1-D sequence of integers is needed"));
+  }
+  std::vector<int32_t> out(static_cast<size_t>(wide.size()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int64_t v = wide.data()[i];
+    if (v < INT32_MIN || v > INT32_MAX) {
+      Raise(Status::InvalidArgument("tokens[" + std::to_string(i) + "] = " +
+                                    std::to_string(v) + " does not fit in int32"));
+    }
+    out[i] = static_cast<int32_t>(v);
+  }
   return out;
 }
 

@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "prefixkv/engine.h"
 
@@ -50,10 +51,24 @@ struct ArrayBytes {
 };
 
 // Checks `array` for a namespace whose elements are `dtype`: C-contiguous, the
-// matching numpy dtype (uint16 for bfloat16), at least 2 dimensions.
+// matching numpy dtype (uint16 for bfloat16), at least `min_ndim` dimensions
+// (2 for a sliceable layer: the token axis is ndim - 2).
 // InvalidArgument naming `what` otherwise.
 StatusOr<ArrayBytes> CheckArray(const py::array& array, DType dtype,
-                                const std::string& what);
+                                const std::string& what, size_t min_ndim = 2);
+
+// `tensor` as a numpy array: a numpy array itself, or a CPU torch tensor
+// viewed without a copy (torch.bfloat16 as uint16 bits; prefixkv/tensors.py).
+// InvalidArgument naming `what` for anything else.
+py::array AsArray(const py::object& tensor, const std::string& what);
+
+// The DType of an array's elements (uint16: bfloat16). InvalidArgument naming
+// `what` for a numpy dtype the block format has no type for.
+StatusOr<DType> DTypeOfArray(const py::array& array, const std::string& what);
+
+// Token ids as int32 from a sequence or 1-D array of ints; InvalidArgument
+// for anything else or a value outside int32.
+std::vector<int32_t> TokenIds(const py::object& tokens);
 
 // A Tensor of `dtype` with a copy of the bytes into a fresh 64-byte aligned
 // buffer. Needs no GIL (the caller holds the array).

@@ -10,4 +10,5 @@ PYBIND11_MODULE(_prefixkv, m) {
   // missing file fails at import, not at the first error.
   pybind11::module_::import("prefixkv.errors");
   prefixkv::python::BindEngine(m);
+  prefixkv::python::BindRecords(m);
 }

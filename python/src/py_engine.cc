@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "convert.h"
+#include "docstrings.h"
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/remote_counter_fields.h"
 #include "py_types.h"
@@ -88,25 +89,6 @@ py::dict AuditDict(const EngineAudit& a) {
   return d;
 }
 
-// Token ids as int32; InvalidArgument for a value outside int32.
-std::vector<int32_t> Tokens(const py::object& tokens) {
-  auto wide =
-      py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(tokens);
-  if (!wide || wide.ndim() != 1) {
-    Raise(Status::InvalidArgument("tokens: a 1-D sequence of integers is needed"));
-  }
-  std::vector<int32_t> out(static_cast<size_t>(wide.size()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    const int64_t v = wide.data()[i];
-    if (v < INT32_MIN || v > INT32_MAX) {
-      Raise(Status::InvalidArgument("tokens[" + std::to_string(i) + "] = " +
-                                    std::to_string(v) + " does not fit in int32"));
-    }
-    out[i] = static_cast<int32_t>(v);
-  }
-  return out;
-}
-
 // One layer to store: a Layer, or a sequence of arrays taking the namespace's
 // layer type and no meta.
 struct LayerToStore {
@@ -146,10 +128,7 @@ std::vector<LayerToStore> CheckLayers(const PyNamespace& ns, const py::sequence&
     for (size_t i = 0; i < tensors.size(); ++i) {
       const std::string what =
           "layer " + std::to_string(l) + " tensor " + std::to_string(i);
-      py::object t = tensors[i];
-      if (!py::isinstance<py::array>(t))
-        Raise(Status::InvalidArgument(what + ": not a numpy array"));
-      py::array array = t.cast<py::array>();
+      py::array array = AsArray(tensors[i], what);
       layer.tensors.push_back(ValueOr(CheckArray(array, ns.spec.dtype, what)));
       layer.arrays.append(array);
     }
@@ -167,7 +146,7 @@ StoreOptions ParseStoreOptions(const std::string& reuse) {
 StoreResult Store(PyEngine& engine, const PyNamespace& ns, const py::object& tokens,
                   const py::sequence& layers, const std::string& reuse) {
   const StoreOptions options = ParseStoreOptions(reuse);
-  const std::vector<int32_t> ids = Tokens(tokens);
+  const std::vector<int32_t> ids = TokenIds(tokens);
   const std::vector<LayerToStore> checked = CheckLayers(ns, layers);
   return ValueOr(engine.Call([&](Engine& e) -> StatusOr<StoreResult> {
     // The copies run here, without the GIL.
@@ -234,105 +213,131 @@ PyNamespace RegisterModel(PyEngine& engine, const std::string& model,
 }
 
 void BindValues(py::module_& m) {
-  py::class_<PyNamespace>(m, "Namespace")
-      .def_property_readonly("model", [](const PyNamespace& n) { return n.spec.model; })
-      .def_property_readonly("index", [](const PyNamespace& n) { return n.ns.index; })
-      .def_property_readonly("root",
-                             [](const PyNamespace& n) { return n.ns.root.ToHex(); })
-      .def_property_readonly("block_tokens",
-                             [](const PyNamespace& n) { return n.spec.block_tokens; })
+  py::class_<PyNamespace>(m, "Namespace", doc::kNamespace)
+      .def_property_readonly(
+          "model", [](const PyNamespace& n) { return n.spec.model; },
+          doc::kNamespaceModel)
+      .def_property_readonly(
+          "index", [](const PyNamespace& n) { return n.ns.index; }, doc::kNamespaceIndex)
+      .def_property_readonly(
+          "root", [](const PyNamespace& n) { return n.ns.root.ToHex(); },
+          doc::kNamespaceRoot)
+      .def_property_readonly(
+          "block_tokens", [](const PyNamespace& n) { return n.spec.block_tokens; },
+          doc::kNamespaceBlockTokens)
       .def_property_readonly(
           "dtype",
-          [](const PyNamespace& n) { return std::string(DTypeName(n.spec.dtype)); })
-      .def_property_readonly("layer_types",
-                             [](const PyNamespace& n) { return n.spec.layer_types; })
+          [](const PyNamespace& n) { return std::string(DTypeName(n.spec.dtype)); },
+          doc::kNamespaceDType)
+      .def_property_readonly(
+          "layer_types", [](const PyNamespace& n) { return n.spec.layer_types; },
+          doc::kNamespaceLayerTypes)
       .def("__repr__", [](const PyNamespace& n) {
         return "Namespace(model=" + n.spec.model + ", root=" + n.ns.root.ToHex() + ")";
       });
 
-  py::class_<PyMatch>(m, "Match")
-      .def_readonly("ns", &PyMatch::ns)
-      .def_property_readonly("matched_tokens",
-                             [](const PyMatch& p) { return p.match.matched_tokens(); })
-      .def_property_readonly("keys",
-                             [](const PyMatch& p) {
-                               std::vector<std::string> keys;
-                               for (const BlockKey& k : p.match.keys)
-                                 keys.push_back(k.ToHex());
-                               return keys;
-                             })
-      .def_property_readonly("tiers",
-                             [](const PyMatch& p) {
-                               std::vector<std::string> tiers;
-                               for (TierLevel t : p.match.tiers)
-                                 tiers.emplace_back(TierLevelName(t));
-                               return tiers;
-                             })
-      .def_property_readonly("tokens", [](const PyMatch& p) { return p.match.tokens; })
+  py::class_<PyMatch>(m, "Match", doc::kMatch)
+      .def_readonly("ns", &PyMatch::ns, doc::kMatchNs)
+      .def_property_readonly(
+          "matched_tokens", [](const PyMatch& p) { return p.match.matched_tokens(); },
+          doc::kMatchTokens)
+      .def_property_readonly(
+          "keys",
+          [](const PyMatch& p) {
+            std::vector<std::string> keys;
+            for (const BlockKey& k : p.match.keys) keys.push_back(k.ToHex());
+            return keys;
+          },
+          doc::kMatchKeys)
+      .def_property_readonly(
+          "tiers",
+          [](const PyMatch& p) {
+            std::vector<std::string> tiers;
+            for (TierLevel t : p.match.tiers) tiers.emplace_back(TierLevelName(t));
+            return tiers;
+          },
+          doc::kMatchTiers)
+      .def_property_readonly(
+          "tokens", [](const PyMatch& p) { return p.match.tokens; }, doc::kMatchTokenIds)
       .def("__repr__", [](const PyMatch& p) {
         return "Match(matched_tokens=" + std::to_string(p.match.matched_tokens()) +
                ", blocks=" + std::to_string(p.match.keys.size()) + ")";
       });
 
-  py::class_<PyLayer>(m, "Layer")
+  py::class_<PyLayer>(m, "Layer", doc::kLayer)
       .def(py::init([](std::string cache_type, py::list tensors,
                        std::vector<std::string> meta, bool placeholder) {
              return PyLayer{std::move(cache_type), std::move(meta), std::move(tensors),
                             placeholder};
            }),
            py::arg("cache_type"), py::arg("tensors"),
-           py::arg("meta") = std::vector<std::string>{}, py::arg("placeholder") = false)
-      .def_readwrite("cache_type", &PyLayer::cache_type)
-      .def_readwrite("meta", &PyLayer::meta)
-      .def_readwrite("tensors", &PyLayer::tensors)
-      .def_readwrite("placeholder", &PyLayer::placeholder)
+           py::arg("meta") = std::vector<std::string>{}, py::arg("placeholder") = false,
+           doc::kLayerInit)
+      .def_readwrite("cache_type", &PyLayer::cache_type, doc::kLayerCacheType)
+      .def_readwrite("meta", &PyLayer::meta, doc::kLayerMeta)
+      .def_readwrite("tensors", &PyLayer::tensors, doc::kLayerTensors)
+      .def_readwrite("placeholder", &PyLayer::placeholder, doc::kLayerPlaceholder)
       .def("__repr__", [](const PyLayer& l) {
         return "Layer(" + l.cache_type + ", " + std::to_string(l.tensors.size()) +
                " tensors" + (l.placeholder ? ", placeholder)" : ")");
       });
 
-  py::class_<PyRestoredBlock>(m, "RestoredBlock")
-      .def_readonly("key", &PyRestoredBlock::key)
-      .def_readonly("level", &PyRestoredBlock::level)
-      .def_readonly("pinned", &PyRestoredBlock::pinned)
-      .def_readonly("token_count", &PyRestoredBlock::token_count)
-      .def_readonly("partial", &PyRestoredBlock::partial)
-      .def_readonly("payload_address", &PyRestoredBlock::payload_address)
-      .def_readonly("payload_size", &PyRestoredBlock::payload_size)
-      .def_readonly("layers", &PyRestoredBlock::layers);
+  py::class_<PyRestoredBlock>(m, "RestoredBlock", doc::kRestoredBlock)
+      .def_readonly("key", &PyRestoredBlock::key, doc::kBlockKey)
+      .def_readonly("level", &PyRestoredBlock::level, doc::kBlockLevel)
+      .def_readonly("pinned", &PyRestoredBlock::pinned, doc::kBlockPinned)
+      .def_readonly("token_count", &PyRestoredBlock::token_count, doc::kBlockTokenCount)
+      .def_readonly("partial", &PyRestoredBlock::partial, doc::kBlockPartial)
+      .def_readonly("payload_address", &PyRestoredBlock::payload_address,
+                    doc::kBlockPayloadAddress)
+      .def_readonly("payload_size", &PyRestoredBlock::payload_size,
+                    doc::kBlockPayloadSize)
+      .def_readonly("layers", &PyRestoredBlock::layers, doc::kBlockLayers);
 
   auto result = [](auto field) {
     return [field](const PyRestored& r) { return r.restore->result.*field; };
   };
-  py::class_<PyRestored>(m, "Restored")
-      .def_readonly("layers", &PyRestored::layers)
-      .def_property_readonly("blocks", &PyRestored::Blocks)
-      .def_property_readonly("restored_tokens", result(&RestoreResult::restored_tokens))
-      .def_property_readonly("restored_blocks", result(&RestoreResult::restored_blocks))
-      .def_property_readonly("blocks_from_hot", result(&RestoreResult::blocks_from_hot))
-      .def_property_readonly("blocks_from_ssd", result(&RestoreResult::blocks_from_ssd))
-      .def_property_readonly("tokens_from_hot", result(&RestoreResult::tokens_from_hot))
-      .def_property_readonly("tokens_from_ssd", result(&RestoreResult::tokens_from_ssd))
+  py::class_<PyRestored>(m, "Restored", doc::kRestored)
+      .def_readonly("layers", &PyRestored::layers, doc::kRestoredLayers)
+      .def_property_readonly("blocks", &PyRestored::Blocks, doc::kRestoredBlocks)
+      .def_property_readonly("restored_tokens", result(&RestoreResult::restored_tokens),
+                             doc::kRestoredTokens)
+      .def_property_readonly("restored_blocks", result(&RestoreResult::restored_blocks),
+                             doc::kRestoredBlockCount)
+      .def_property_readonly("blocks_from_hot", result(&RestoreResult::blocks_from_hot),
+                             doc::kBlocksFromHot)
+      .def_property_readonly("blocks_from_ssd", result(&RestoreResult::blocks_from_ssd),
+                             doc::kBlocksFromSsd)
+      .def_property_readonly("tokens_from_hot", result(&RestoreResult::tokens_from_hot),
+                             doc::kTokensFromHot)
+      .def_property_readonly("tokens_from_ssd", result(&RestoreResult::tokens_from_ssd),
+                             doc::kTokensFromSsd)
       .def_property_readonly("tokens_from_remote",
-                             result(&RestoreResult::tokens_from_remote))
-      .def_property_readonly("reason", result(&RestoreResult::reason))
+                             result(&RestoreResult::tokens_from_remote),
+                             doc::kTokensFromRemote)
+      .def_property_readonly("reason", result(&RestoreResult::reason), doc::kReason)
       .def_property_readonly(
           "window_tokens",
-          [](const PyRestored& r) { return r.restore->result.window.window_tokens; })
+          [](const PyRestored& r) { return r.restore->result.window.window_tokens; },
+          doc::kWindowTokens)
       .def("__repr__", [](const PyRestored& r) {
         return "Restored(restored_tokens=" +
                std::to_string(r.restore->result.restored_tokens) +
                ", blocks=" + std::to_string(r.restore->result.restored_blocks) + ")";
       });
 
-  py::class_<StoreResult>(m, "StoreResult")
-      .def_readonly("blocks", &StoreResult::blocks)
-      .def_readonly("blocks_written", &StoreResult::blocks_written)
-      .def_readonly("blocks_deduplicated", &StoreResult::blocks_deduplicated)
-      .def_property_readonly("tip", [](const StoreResult& s) { return s.tip.ToHex(); })
-      .def_readonly("tip_state_stored", &StoreResult::tip_state_stored)
-      .def_readonly("blocks_hinted_unlikely", &StoreResult::blocks_hinted_unlikely)
-      .def_readonly("note", &StoreResult::note)
+  py::class_<StoreResult>(m, "StoreResult", doc::kStoreResult)
+      .def_readonly("blocks", &StoreResult::blocks, doc::kStoreBlocks)
+      .def_readonly("blocks_written", &StoreResult::blocks_written, doc::kStoreWritten)
+      .def_readonly("blocks_deduplicated", &StoreResult::blocks_deduplicated,
+                    doc::kStoreDeduplicated)
+      .def_property_readonly(
+          "tip", [](const StoreResult& s) { return s.tip.ToHex(); }, doc::kStoreTip)
+      .def_readonly("tip_state_stored", &StoreResult::tip_state_stored,
+                    doc::kStoreTipState)
+      .def_readonly("blocks_hinted_unlikely", &StoreResult::blocks_hinted_unlikely,
+                    doc::kStoreHinted)
+      .def_readonly("note", &StoreResult::note, doc::kStoreNote)
       .def("__repr__", [](const StoreResult& s) {
         return "StoreResult(blocks=" + std::to_string(s.blocks) +
                ", written=" + std::to_string(s.blocks_written) + ")";
@@ -343,47 +348,54 @@ void BindValues(py::module_& m) {
 
 void BindEngine(py::module_& m) {
   BindValues(m);
-  py::class_<PyEngine, std::shared_ptr<PyEngine>>(m, "Engine")
+  py::class_<PyEngine, std::shared_ptr<PyEngine>>(m, "Engine", doc::kEngine)
       .def_static("open", &OpenEngine, py::kw_only(), py::arg("data_dir") = py::none(),
                   py::arg("hot_bytes") = uint64_t{1} << 30,
                   py::arg("ssd_bytes") = uint64_t{64} << 30,
                   py::arg("durability") = "wal", py::arg("write_through") = false,
                   py::arg("create_if_missing") = true, py::arg("hot_policy") = "lru",
                   py::arg("quiet") = false, py::arg("remote") = "",
-                  py::arg("remote_write") = "on_spill")
+                  py::arg("remote_write") = "on_spill", doc::kOpen)
       .def("register_model", &RegisterModel, py::arg("model"), py::arg("layer_types"),
            py::kw_only(), py::arg("block_tokens") = 256, py::arg("dtype") = "float16",
            py::arg("salt") = "", py::arg("store_partial_tail") = false,
-           py::arg("hot_quota_bytes") = py::none())
+           py::arg("hot_quota_bytes") = py::none(), doc::kRegisterModel)
       .def(
           "match",
           [](PyEngine& e, const PyNamespace& ns, const py::object& tokens) {
-            const std::vector<int32_t> ids = Tokens(tokens);
+            const std::vector<int32_t> ids = TokenIds(tokens);
             return PyMatch{
                 ns, ValueOr(e.Call([&](Engine& en) { return en.Match(ns.ns, ids); }))};
           },
-          py::arg("ns"), py::arg("tokens"))
+          py::arg("ns"), py::arg("tokens"), doc::kMatchCall)
       .def(
           "restore",
           [](PyEngine& e, const PyMatch& m) {
             return MakeRestored(
                 ValueOr(e.Call([&](Engine& en) { return en.RestorePinned(m.match); })));
           },
-          py::arg("match"))
+          py::arg("match"), doc::kRestoreCall)
       .def("store", &Store, py::arg("ns"), py::arg("tokens"), py::arg("layers"),
-           py::arg("reuse") = "normal")
-      .def("flush",
-           [](PyEngine& e) { Check(e.Call([](Engine& en) { return en.Flush(); })); })
-      .def("close", [](PyEngine& e) { Check(e.Close()); })
-      .def_property_readonly("closed", &PyEngine::closed)
-      .def("stats",
-           [](PyEngine& e) {
-             return StatsDict(e.Call([](Engine& en) { return en.Stats(); }));
-           })
-      .def("audit",
-           [](PyEngine& e) {
-             return AuditDict(ValueOr(e.Call([](Engine& en) { return en.Audit(); })));
-           })
+           py::arg("reuse") = "normal", doc::kStore)
+      .def(
+          "flush",
+          [](PyEngine& e) { Check(e.Call([](Engine& en) { return en.Flush(); })); },
+          doc::kFlush)
+      .def(
+          "close", [](PyEngine& e) { Check(e.Close()); }, doc::kClose)
+      .def_property_readonly("closed", &PyEngine::closed, doc::kClosed)
+      .def(
+          "stats",
+          [](PyEngine& e) {
+            return StatsDict(e.Call([](Engine& en) { return en.Stats(); }));
+          },
+          doc::kStats)
+      .def(
+          "audit",
+          [](PyEngine& e) {
+            return AuditDict(ValueOr(e.Call([](Engine& en) { return en.Audit(); })));
+          },
+          doc::kAudit)
       .def(
           "hot_block_address",
           [](PyEngine& e, const PyNamespace& ns, const std::string& key) -> py::object {
@@ -401,12 +413,28 @@ void BindEngine(py::module_& m) {
             if (!bytes.ok()) return py::none();
             return py::cast(reinterpret_cast<uintptr_t>(bytes->data()));
           },
-          py::arg("ns"), py::arg("key"))
-      .def("__enter__", [](std::shared_ptr<PyEngine> e) { return e; })
-      .def("__exit__", [](PyEngine& e, py::args) {
-        Check(e.Close());
-        return false;
-      });
+          py::arg("ns"), py::arg("key"), doc::kHotBlockAddress)
+      .def(
+          "get_block",
+          [](PyEngine& e, const PyNamespace& ns, const std::string& key) -> py::object {
+            const BlockKey k = ValueOr(BlockKey::FromHex(key));
+            StatusOr<SharedBytes> bytes =
+                e.Call([&](Engine& en) { return en.GetBlock(ns.ns, k); });
+            if (!bytes.ok() && bytes.status().code() == StatusCode::kNotFound)
+              return py::none();
+            const SharedBytes record = ValueOr(std::move(bytes));
+            return py::bytes(reinterpret_cast<const char*>(record.data()), record.size());
+          },
+          py::arg("ns"), py::arg("key"), doc::kGetBlock)
+      .def(
+          "__enter__", [](std::shared_ptr<PyEngine> e) { return e; }, doc::kEnter)
+      .def(
+          "__exit__",
+          [](PyEngine& e, py::args) {
+            Check(e.Close());
+            return false;
+          },
+          doc::kExit);
 }
 
 }  // namespace prefixkv::python

@@ -93,5 +93,7 @@ PyRestored MakeRestored(PinnedRestore restore);
 
 // Registers the classes above and the Engine methods on `m` (py_engine.cc).
 void BindEngine(py::module_& m);
+// Registers BlockRecord and the codec functions on `m` (py_records.cc).
+void BindRecords(py::module_& m);
 
 }  // namespace prefixkv::python

@@ -7,6 +7,12 @@ import pytest
 
 import prefixkv
 
+# python.pip_install (install_and_test.py) runs the suite against an installed
+# copy: it must be the one imported, not the build tree's.
+if os.environ.get("PREFIXKV_PACKAGE_DIR"):
+    assert os.path.dirname(prefixkv.__file__) == os.environ["PREFIXKV_PACKAGE_DIR"], \
+        f"prefixkv imported from {prefixkv.__file__}"
+
 SEED = int(os.environ.get("PREFIXKV_SEED", random.randrange(1 << 32)))
 print(f"[seed] python suite: PREFIXKV_SEED={SEED}")
 

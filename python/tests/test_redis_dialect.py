@@ -9,12 +9,12 @@ with the reason when redis-py, redis-server or the prefixkv binary
 """
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
 
 import pytest
+from servers import stop
 
 redis = pytest.importorskip("redis", reason="python3-redis is not installed")
 
@@ -36,15 +36,6 @@ def wait_for_ping(port, deadline):
         except redis.exceptions.ConnectionError:
             time.sleep(0.05)
     return False
-
-
-def stop(proc):
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,148 @@
+// The runtime documentation of the Engine and its value classes (py_engine.cc;
+// py_records.cc keeps the codec's next to its bindings): what
+// help(prefixkv.Engine.store) and friends print. The one source of the text;
+// python/prefixkv/_prefixkv.pyi repeats it for editors, and
+// python/tests/test_docstrings.py fails when the two differ or a public
+// callable has none.
+#pragma once
+
+namespace prefixkv::python::doc {
+
+inline constexpr const char* kNamespace = "A registered model (Engine.register_model).";
+inline constexpr const char* kNamespaceModel = "The model name it was registered with.";
+inline constexpr const char* kNamespaceIndex = "The engine's index of the model.";
+inline constexpr const char* kNamespaceRoot = "The chain root: 32 hex digits.";
+inline constexpr const char* kNamespaceBlockTokens = "Tokens per block.";
+inline constexpr const char* kNamespaceDType =
+    "float16, float32 or bfloat16 (stored and restored as uint16 bits).";
+inline constexpr const char* kNamespaceLayerTypes = "The cache type name of each layer.";
+
+inline constexpr const char* kMatch =
+    "The longest cached prefix of a prompt (Engine.match).";
+inline constexpr const char* kMatchNs = "The namespace matched in.";
+inline constexpr const char* kMatchTokens = "How many tokens the cached prefix covers.";
+inline constexpr const char* kMatchKeys =
+    "The matched blocks' keys (32 hex digits), in order.";
+inline constexpr const char* kMatchTiers =
+    R"doc(Where each matched block is: "hot" or "ssd".)doc";
+inline constexpr const char* kMatchTokenIds = "The prompt's token ids.";
+
+inline constexpr const char* kLayer =
+    R"doc(One layer's cache: type name, meta strings, tensors (numpy arrays).
+
+Sliceable layers (KVCache) hold tensors whose token axis is ndim - 2, e.g.
+[1, kv_heads, tokens, head_dim]. Rotating layers (RotatingKVCache) hold the
+window and meta (keep, max_size, offset, idx) with offset == len(tokens).)doc";
+inline constexpr const char* kLayerInit =
+    "A layer: its cache type name, its tensors (numpy arrays or CPU torch\n"
+    "tensors), its meta strings, and whether it is a placeholder (no state).";
+inline constexpr const char* kLayerCacheType = "The cache type name, e.g. KVCache.";
+inline constexpr const char* kLayerMeta = "The cache type's meta state, as strings.";
+inline constexpr const char* kLayerTensors = "The tensors, e.g. [keys, values].";
+inline constexpr const char* kLayerPlaceholder =
+    "True: a stand-in that carries no state.";
+
+inline constexpr const char* kRestoredBlock =
+    R"doc(One restored block as the tier holds it. layers' arrays are read-only
+views of payload (the hot tier's own buffer when level == "hot"); the block
+stays pinned in the hot tier while any of them lives.)doc";
+inline constexpr const char* kBlockKey = "The block's key: 32 hex digits.";
+inline constexpr const char* kBlockLevel =
+    R"doc("hot" (pinned, the tier's bytes) or "ssd".)doc";
+inline constexpr const char* kBlockPinned =
+    "True while the block is pinned in the hot tier.";
+inline constexpr const char* kBlockTokenCount = "Tokens the block covers.";
+inline constexpr const char* kBlockPartial = "True: a marked partial tail.";
+inline constexpr const char* kBlockPayloadAddress =
+    "Address of the encoded record's buffer.";
+inline constexpr const char* kBlockPayloadSize = "Size of the encoded record in bytes.";
+inline constexpr const char* kBlockLayers = "Per layer: a Layer viewing the payload.";
+
+inline constexpr const char* kRestored =
+    R"doc(Per-layer caches ready to continue at position restored_tokens.
+
+layers[l].tensors are read-only numpy arrays. A layer restored from one
+block, and every rotating/arrays layer (the tip's state), views the hot
+tier's bytes (no copy, pinned while the array lives); a sliceable layer
+spanning several blocks is one concatenated copy the array owns. blocks
+gives the zero-copy per-block views.)doc";
+inline constexpr const char* kRestoredLayers = "Per layer: a Layer of read-only arrays.";
+inline constexpr const char* kRestoredBlocks =
+    "The zero-copy per-block views (RestoredBlock).";
+inline constexpr const char* kRestoredTokens =
+    "Tokens restored: continue at this position.";
+inline constexpr const char* kRestoredBlockCount = "Blocks restored.";
+inline constexpr const char* kBlocksFromHot = "Blocks read from the hot tier.";
+inline constexpr const char* kBlocksFromSsd = "Blocks read from the SSD tier.";
+inline constexpr const char* kTokensFromHot = "Tokens read from the hot tier.";
+inline constexpr const char* kTokensFromSsd = "Tokens read from the SSD tier.";
+inline constexpr const char* kTokensFromRemote = "Tokens read from the remote tier.";
+inline constexpr const char* kReason =
+    "Empty when every matched token was restored; otherwise why not.";
+inline constexpr const char* kWindowTokens =
+    "The token ids in a rotating layer's window.";
+
+inline constexpr const char* kStoreResult = "What a store did (Engine.store).";
+inline constexpr const char* kStoreBlocks = "Blocks in the store.";
+inline constexpr const char* kStoreWritten = "Blocks written now.";
+inline constexpr const char* kStoreDeduplicated =
+    "Blocks already cached (not rewritten).";
+inline constexpr const char* kStoreTip = "The tip's key: 32 hex digits.";
+inline constexpr const char* kStoreTipState =
+    "True: the tip carries real rotating/arrays state.";
+inline constexpr const char* kStoreHinted =
+    R"doc(Written blocks the hot tier took as reuse="unlikely".)doc";
+inline constexpr const char* kStoreNote =
+    "Why a store did less than asked (empty otherwise).";
+
+inline constexpr const char* kEngine =
+    "prefixkv::Engine. Thread-safe; every call releases the GIL.";
+inline constexpr const char* kOpen =
+    R"doc(Opens the tiers. data_dir None: RAM only, nothing survives close().
+remote: a Redis Cluster shared by every node, "redis://host:port[,...]"
+(docs/remote.md); remote_write: "on_spill" or "always".)doc";
+inline constexpr const char* kRegisterModel =
+    R"doc(Registers a model (Engine::RegisterModel): its cache type per layer, tokens
+per block, dtype (float16, float32, bfloat16), tenant salt. store_partial_tail:
+the last block of a store may be a marked partial block. hot_quota_bytes: the
+model's cap in the hot tier.)doc";
+inline constexpr const char* kMatchCall =
+    "The longest cached prefix of `tokens` (a sequence or 1-D array of ints,\n"
+    "each fitting int32).";
+inline constexpr const char* kRestoreCall =
+    "Restores a match (Engine::RestorePinned): the hot blocks stay pinned\n"
+    "while the Restored object or any of its arrays lives.";
+inline constexpr const char* kStore =
+    R"doc(One entry per layer covering every token: a Layer, or a list of
+C-contiguous arrays of the namespace dtype (the layer's registered type,
+no meta); CPU torch tensors are read in place. The arrays are copied
+(without the GIL). reuse="unlikely" (ReuseHint::kUnlikely, e.g. after a
+long answer): the blocks this store writes leave the hot tier first until
+one is read again.)doc";
+inline constexpr const char* kFlush =
+    "Writes every dirty block to its tier (Engine::Flush).";
+inline constexpr const char* kClose =
+    "Flushes and closes (Engine::Close); waits for calls in flight.";
+inline constexpr const char* kClosed = "True after close().";
+inline constexpr const char* kStats =
+    R"doc(EngineStats: hot_capacity_bytes, hot, owners, dirty_blocks, has_ssd,
+ssd_capacity_bytes, ssd, ssd_queued_blocks, ssd_write_back_failed_blocks,
+ssd_write_back_failures (counters are dicts),
+has_remote, remote (cluster, available, hits, misses, corruptions,
+errors, bytes_read, bytes_written, writes, dropped, over_quota,
+rewrites_skipped, queued_blocks, queued_bytes). Each
+owner: name, hot, hot_quota_bytes, ssd, restore_latency (models only:
+bucket_bounds_micros, counts, sum_micros, count; else None).)doc";
+inline constexpr const char* kAudit =
+    R"doc({"ok": bool, "findings": [(what, detail)], "orphans": [hex key]}.)doc";
+inline constexpr const char* kHotBlockAddress =
+    R"doc(Diagnostic: the address of the hot tier's buffer of block `key`
+(None when not resident). Counts a hot hit.)doc";
+inline constexpr const char* kGetBlock =
+    R"doc(The encoded record of block `key` (bytes, what PKV.GET returns), or None
+when it is not cached in the namespace. Checksum-verified when read from SSD.)doc";
+inline constexpr const char* kEnter =
+    "Returns the engine: `with Engine.open(...) as e:`.";
+inline constexpr const char* kExit = "Closes the engine.";
+
+}  // namespace prefixkv::python::doc

@@ -1,0 +1,108 @@
+"""torch without a copy (issue 26): restored arrays as torch tensors sharing
+their memory (prefixkv.as_torch), torch tensors stored directly, and
+bfloat16 in and out bit-exactly. Skipped without Debian's python3-torch."""
+import numpy as np
+import pytest
+
+import prefixkv
+from conftest import register
+
+torch = pytest.importorskip("torch", reason="python3-torch is not installed")
+
+
+def address(array):
+    return array.__array_interface__["data"][0]
+
+
+def bf16_kv(gen, tokens):
+    """[keys, values] as torch.bfloat16 from random bits (NaNs and all)."""
+    return [torch.randint(-(1 << 15), 1 << 15, (1, 2, tokens, 8), generator=gen,
+                          dtype=torch.int16).view(torch.bfloat16) for _ in range(2)]
+
+
+def bits(tensor):
+    return tensor.view(torch.int16)
+
+
+def test_restored_arrays_are_torch_tensors_without_a_copy(engine, rng):
+    ns = register(engine, layers=1)
+    engine.store(ns, list(range(8)), [[rng.standard_normal((1, 2, 8, 8)).astype(np.float32)
+                                       for _ in range(2)]])
+    r = engine.restore(engine.match(ns, list(range(8))))
+    arrays = [a for block in r.blocks for a in block.layers[0].tensors]
+    arrays += r.layers[0].tensors  # the concatenation of both blocks: its own buffer
+    for array in arrays:
+        tensor = prefixkv.as_torch(array)
+        assert tensor.data_ptr() == address(array) and tensor.dtype == torch.float32
+        assert np.shares_memory(tensor.numpy(), array)
+        assert torch.equal(tensor, torch.tensor(array))
+    block = r.blocks[1]
+    tensor = prefixkv.as_torch(block.layers[0].tensors[1])
+    assert block.payload_address <= tensor.data_ptr() < \
+        block.payload_address + block.payload_size, "the hot tier's own buffer"
+
+
+def test_a_stored_torch_tensor_is_read_in_place(engine):
+    """store reads a CPU torch tensor's memory (as_numpy views it): a write
+    through torch is what the numpy view sees, and what gets stored."""
+    keys = torch.zeros((1, 2, 4, 8), dtype=torch.float16)
+    view = prefixkv.as_numpy(keys)
+    keys[0, 1, 2, 3] = 7.0
+    assert view[0, 1, 2, 3] == 7.0 and view.ctypes.data == keys.data_ptr()
+    ns = register(engine, layers=1, dtype="float16")
+    engine.store(ns, [1, 2, 3, 4], [[keys, keys + 1]])
+    r = engine.restore(engine.match(ns, [1, 2, 3, 4]))
+    assert torch.equal(prefixkv.as_torch(r.layers[0].tensors[0]), keys)
+    assert torch.equal(prefixkv.as_torch(r.layers[0].tensors[1]), keys + 1)
+
+
+def test_bfloat16_round_trips_bit_exactly(engine):
+    gen = torch.Generator().manual_seed(7)
+    ns = register(engine, layers=2, dtype="bfloat16")
+    layers = [bf16_kv(gen, 12) for _ in range(2)]
+    engine.store(ns, list(range(12)), layers)
+    r = engine.restore(engine.match(ns, list(range(12))))
+    for got, want in zip(r.layers, layers):
+        for array, tensor in zip(got.tensors, want):
+            assert array.dtype == np.uint16  # the documented bits path
+            out = prefixkv.as_torch(array)
+            assert out.dtype == torch.bfloat16 and out.data_ptr() == address(array)
+            assert torch.equal(bits(out), bits(tensor))
+    # The uint16 bits path in: the same bits stored from numpy restore the same.
+    as_bits = [[prefixkv.as_numpy(t).copy() for t in layer] for layer in layers]
+    assert as_bits[0][0].dtype == np.uint16
+    ns2 = register(engine, layers=2, dtype="bfloat16", salt="bits")
+    engine.store(ns2, list(range(12)), as_bits)
+    r2 = engine.restore(engine.match(ns2, list(range(12))))
+    np.testing.assert_array_equal(r2.layers[1].tensors[0], as_bits[1][0])
+
+
+def test_a_bfloat16_record_encodes_from_torch():
+    gen = torch.Generator().manual_seed(3)
+    keys, values = bf16_kv(gen, 4)
+    root = prefixkv.namespace_root("m", ["KVCache"], block_tokens=4, dtype="bfloat16")
+    record = prefixkv.BlockRecord(prefixkv.chain_key(root, [1, 2, 3, 4]), root, root, 4,
+                                  [prefixkv.Layer("KVCache", [keys, values])])
+    decoded = prefixkv.decode_block(prefixkv.encode_block(record))
+    assert torch.equal(bits(prefixkv.as_torch(decoded.layers[0].tensors[1])), bits(values))
+
+
+def test_tensors_that_cannot_be_viewed_are_refused(engine):
+    ns = register(engine, layers=1, dtype="float16")
+    strided = torch.zeros((1, 2, 8, 8), dtype=torch.float16)[:, :, ::2]
+    with pytest.raises(prefixkv.InvalidArgument, match="layer 0 tensor 0: not C-contiguous"):
+        engine.store(ns, [1, 2, 3, 4], [[strided, strided]])
+    with pytest.raises(prefixkv.InvalidArgument, match="tensor 1: dtype float32"):
+        engine.store(ns, [1, 2, 3, 4], [[torch.zeros((1, 2, 4, 8), dtype=torch.float16),
+                                         torch.zeros((1, 2, 4, 8))]])
+    with pytest.raises(prefixkv.InvalidArgument, match="bfloat16 bits are uint16"):
+        prefixkv.as_torch(np.zeros(4, np.float32), bfloat16=True)
+
+
+def test_resp_records_encode_from_bfloat16_tensors(engine):
+    gen = torch.Generator().manual_seed(5)
+    layers = [bf16_kv(gen, 8)]
+    model = prefixkv.resp.Model("m", ["KVCache"], block_tokens=4, dtype="bfloat16")
+    records = model.encode_store(list(range(8)), layers)
+    tail = prefixkv.decode_block(records[1]).layers[0].tensors[0]
+    assert torch.equal(bits(prefixkv.as_torch(tail)), bits(layers[0][0][:, :, 4:8]))
