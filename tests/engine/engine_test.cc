@@ -7,9 +7,11 @@
 #include <filesystem>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "prefixkv/advanced/hash.h"
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/advanced/shared_hot_budget.h"
 #include "prefixkv/advanced/ssd_tier.h"
@@ -25,6 +27,9 @@ using testing::KvSpec;
 using testing::Quiet;
 using testing::Tokens;
 
+// A fake time that reads as a plausible Unix time (2026).
+constexpr uint64_t kUnixNanos = 1'780'000'000'000ull * 1'000'000;
+
 class EngineTest : public ::testing::Test {
  protected:
   std::unique_ptr<Engine> Open(EngineOptions o) {
@@ -36,6 +41,12 @@ class EngineTest : public ::testing::Test {
     EngineOptions o;
     o.data_dir = dir_.str();
     o.hot_capacity_bytes = hot_bytes;
+    return o;
+  }
+  // On disk, with time from clock_ (a Unix time in 2026).
+  EngineOptions OnDiskOnFakeClock() {
+    EngineOptions o = OnDisk();
+    o.clock = &clock_;
     return o;
   }
   // Stores `tokens` with fresh random layers and returns the layers.
@@ -59,6 +70,7 @@ class EngineTest : public ::testing::Test {
 
   std::mt19937_64 rng_{testing::TestSeed("EngineTest")};
   testing::TempDir dir_;
+  FakeClock clock_{kUnixNanos};
 };
 
 TEST_F(EngineTest, RamOnlyEngineRestoresWhatItStoredByteForByte) {
@@ -368,6 +380,203 @@ TEST_F(EngineTest, CountsAndClearsValuesInEveryTier) {
   ASSERT_NE(reopened, nullptr);
   ASSERT_OK_AND_ASSIGN(n, reopened->CountValues());
   EXPECT_EQ(n, 0u);
+}
+
+// An expiring value: gone on the engine's clock, and still gone after a
+// restart (the expiry is stored with the value), while one that has time
+// left keeps it and one without expiry keeps none.
+TEST_F(EngineTest, ValuesExpireOnTheEngineClockAcrossARestart) {
+  FakeClock& clock = clock_;
+  const EngineOptions o = OnDiskOnFakeClock();
+  const uint64_t t0 = clock.UnixMillis();
+  {
+    auto e = Open(o);
+    ASSERT_NE(e, nullptr);
+    ASSERT_OK(
+        e->SetValue("short", SharedBytes::Copy("s"), {.expires_at_unix_ms = t0 + 1000})
+            .status());
+    ASSERT_OK(
+        e->SetValue("long", SharedBytes::Copy("l"), {.expires_at_unix_ms = t0 + 10000})
+            .status());
+    ASSERT_OK(e->PutValue("forever", SharedBytes::Copy("f")));
+    EXPECT_EQ(e->ValueTtlMillis("short").value(), 1000);
+    EXPECT_EQ(e->ValueTtlMillis("forever").value(), -1);
+    EXPECT_EQ(e->ValueTtlMillis("absent").value(), -2);
+    clock.AdvanceMillis(999);
+    ASSERT_OK_AND_ASSIGN(SharedBytes v, e->GetValue("short"));
+    EXPECT_EQ(v.view(), "s");
+  }
+  clock.AdvanceMillis(1);  // "short" expires while the engine is closed
+  auto e = Open(o);
+  ASSERT_NE(e, nullptr);
+  EXPECT_TRUE(e->GetValue("short").status().IsNotFound());
+  EXPECT_FALSE(e->ContainsValue("short"));
+  EXPECT_EQ(e->ValueTtlMillis("short").value(), -2);
+  EXPECT_EQ(e->ValueTtlMillis("long").value(), 9000);
+  EXPECT_EQ(e->GetValue("long").value().view(), "l");
+  EXPECT_EQ(e->ValueTtlMillis("forever").value(), -1);
+  // PERSIST, then an expiry in the past (removes it), then KEEPTTL.
+  ASSERT_OK_AND_ASSIGN(bool changed, e->SetValueExpiry("long", 0));
+  EXPECT_TRUE(changed);
+  EXPECT_EQ(e->ValueTtlMillis("long").value(), -1);
+  ASSERT_OK_AND_ASSIGN(changed, e->SetValueExpiry("forever", t0));
+  EXPECT_TRUE(changed);
+  EXPECT_FALSE(e->ContainsValue("forever"));
+  ASSERT_OK(e->SetValueExpiry("long", t0 + 5000).status());
+  ASSERT_OK(e->SetValue("long", SharedBytes::Copy("l2"), {.keep_ttl = true}).status());
+  EXPECT_EQ(e->ValueTtlMillis("long").value(), 4000);
+  ASSERT_OK(e->PutValue("long", SharedBytes::Copy("l3")));  // a plain SET clears it
+  EXPECT_EQ(e->ValueTtlMillis("long").value(), -1);
+}
+
+std::string OldValue(const SetValueResult& r) {
+  return r.old.has_value() ? std::string(r.old->view()) : "<none>";
+}
+
+// SET's conditions and GET, and EXPIRE's, as Redis answers them.
+TEST_F(EngineTest, SetValueAndSetValueExpiryHonourTheirConditions) {
+  FakeClock& clock = clock_;
+  const EngineOptions o = OnDiskOnFakeClock();
+  auto e = Open(o);
+  ASSERT_NE(e, nullptr);
+  using Condition = SetValueOptions::Condition;
+  const uint64_t t0 = clock.UnixMillis();
+  ASSERT_OK_AND_ASSIGN(
+      SetValueResult r,
+      e->SetValue("k", SharedBytes::Copy("1"), {.condition = Condition::kIfPresent}));
+  EXPECT_FALSE(r.written);
+  ASSERT_OK_AND_ASSIGN(
+      r, e->SetValue("k", SharedBytes::Copy("1"),
+                     {.condition = Condition::kIfAbsent, .return_old = true}));
+  EXPECT_TRUE(r.written);
+  EXPECT_EQ(OldValue(r), "<none>");
+  ASSERT_OK_AND_ASSIGN(
+      r, e->SetValue("k", SharedBytes::Copy("2"),
+                     {.condition = Condition::kIfAbsent, .return_old = true}));
+  EXPECT_FALSE(r.written);
+  EXPECT_EQ(OldValue(r), "1");
+  ASSERT_OK_AND_ASSIGN(r, e->SetValue("k", SharedBytes::Copy("3"), {.return_old = true}));
+  EXPECT_EQ(OldValue(r), "1");
+  EXPECT_EQ(e->GetValue("k").value().view(), "3");
+  EXPECT_FALSE(e->SetValueExpiry("k", t0 + 100, ExpiryCondition::kIfSet).value());
+  EXPECT_FALSE(e->SetValueExpiry("k", t0 + 100, ExpiryCondition::kIfLater).value());
+  EXPECT_TRUE(e->SetValueExpiry("k", t0 + 100, ExpiryCondition::kIfEarlier).value());
+  EXPECT_FALSE(e->SetValueExpiry("k", t0 + 200, ExpiryCondition::kIfNone).value());
+  EXPECT_FALSE(e->SetValueExpiry("k", t0 + 50, ExpiryCondition::kIfLater).value());
+  EXPECT_TRUE(e->SetValueExpiry("k", t0 + 200, ExpiryCondition::kIfLater).value());
+  EXPECT_TRUE(
+      e->SetValueExpiry("k", t0 + 150, ExpiryCondition::kIfSetAndEarlier).value());
+  EXPECT_EQ(e->ValueTtlMillis("k").value(), 150);
+  EXPECT_FALSE(e->SetValueExpiry("absent", t0 + 100).value());
+  clock.AdvanceMillis(150);  // expired: absent to a conditional SET
+  ASSERT_OK_AND_ASSIGN(
+      r, e->SetValue("k", SharedBytes::Copy("4"), {.condition = Condition::kIfAbsent}));
+  EXPECT_TRUE(r.written);
+  EXPECT_TRUE(e->SetValue(std::string(70000, 'n'), SharedBytes::Copy("x"), {})
+                  .status()
+                  .IsInvalidArgument());
+}
+
+// Expired values leave without being read: each write sweeps a few, a sweep
+// (DBSIZE's) the rest, also after a restart; the hot tier's bytes go with them.
+TEST_F(EngineTest, ExpiredValuesAreReclaimedWithoutBeingRead) {
+  FakeClock& clock = clock_;
+  const EngineOptions o = OnDiskOnFakeClock();
+  const uint64_t t0 = clock.UnixMillis();
+  {
+    auto e = Open(o);
+    ASSERT_NE(e, nullptr);
+    for (int i = 0; i < 10; ++i) {
+      ASSERT_OK(e->SetValue("t" + std::to_string(i),
+                            SharedBytes::Copy(std::string(1000, 'x')),
+                            {.expires_at_unix_ms = t0 + 100})
+                    .status());
+    }
+    clock.AdvanceMillis(100);
+    ASSERT_OK(e->PutValue("writer", SharedBytes::Copy("w")));  // sweeps 4
+    EXPECT_EQ(e->CountValues().value(), 7u);
+    EXPECT_EQ(e->Stats().owners[0].hot.entries, 7u);
+    ASSERT_OK_AND_ASSIGN(uint64_t removed, e->RemoveExpiredValues(100));
+    EXPECT_EQ(removed, 6u);
+    EXPECT_EQ(e->CountValues().value(), 1u);
+    ASSERT_OK(
+        e->SetValue("later", SharedBytes::Copy("l"), {.expires_at_unix_ms = t0 + 500})
+            .status());
+  }
+  clock.AdvanceMillis(400);
+  auto e = Open(o);  // "later" expired while closed; the sweep learns of it
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->CountValues().value(), 2u);
+  ASSERT_OK_AND_ASSIGN(uint64_t removed, e->RemoveExpiredValues(100));
+  EXPECT_EQ(removed, 1u);
+  EXPECT_EQ(e->CountValues().value(), 1u);
+  const EngineStats s = e->Stats();
+  EXPECT_EQ(s.ssd.evictions, 0u) << "removed, not evicted";
+}
+
+// A walk (ScanValues) returns every key present for all of it at least once,
+// while others come and go, and after a restart (names are stored).
+TEST_F(EngineTest, AValueWalkReturnsEveryKeyPresentThroughout) {
+  std::set<std::string> stable;
+  {
+    auto e = Open(OnDisk(/*hot_bytes=*/8 << 10));  // most values on SSD only
+    ASSERT_NE(e, nullptr);
+    for (int i = 0; i < 60; ++i) {
+      const std::string k = "key:" + std::to_string(i);
+      ASSERT_OK(e->PutValue(k, SharedBytes::Copy(std::string(500, 'v'))));
+      stable.insert(k);
+    }
+  }
+  auto e = Open(OnDisk(/*hot_bytes=*/8 << 10));
+  ASSERT_NE(e, nullptr);
+  std::set<std::string> seen;
+  uint64_t cursor = 0;
+  int page = 0;
+  do {
+    ASSERT_OK_AND_ASSIGN(ValueScanPage p, e->ScanValues(cursor, 7));
+    seen.insert(p.keys.begin(), p.keys.end());
+    cursor = p.next_cursor;
+    // Churn between pages: new keys, and deleted ones leave `stable`.
+    ASSERT_OK(e->PutValue("new:" + std::to_string(page), SharedBytes::Copy("n")));
+    const std::string gone = "key:" + std::to_string(page * 3);
+    ASSERT_OK(e->DeleteValue(gone).status());
+    stable.erase(gone);
+    ++page;
+  } while (cursor != 0 && page < 1000);
+  for (const std::string& k : stable) EXPECT_EQ(seen.count(k), 1u) << k;
+  EXPECT_GT(page, 5);
+}
+
+// Values stored before value records (the bare bytes under the v2 key) still
+// read, without expiry; a write replaces them with a record.
+TEST_F(EngineTest, ValuesOfTheOlderSchemeStillRead) {
+  {
+    SsdTierOptions so;
+    so.path = dir_.str();
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<SsdTier> ssd, SsdTier::Open(so));
+    HashStream h(HashStream::Width::k128);
+    h.Update("prefixkv/raw/v2|old", 19);
+    BlockMeta meta;
+    meta.key = h.Digest128();
+    ASSERT_OK(ssd->Put(meta, SharedBytes::Copy("old bytes"), /*dirty=*/false));
+    ASSERT_OK(ssd->Close());
+  }
+  auto e = Open(OnDisk());
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->GetValue("old").value().view(), "old bytes");
+  EXPECT_EQ(e->ValueTtlMillis("old").value(), -1);
+  ASSERT_OK_AND_ASSIGN(ValueScanPage p, e->ScanValues(0, 100));
+  EXPECT_TRUE(p.keys.empty()) << "its name is not stored";
+  ASSERT_OK_AND_ASSIGN(bool changed,
+                       e->SetValueExpiry("old", e->clock()->UnixMillis() + 60000));
+  EXPECT_TRUE(changed);
+  EXPECT_EQ(e->GetValue("old").value().view(), "old bytes");
+  EXPECT_EQ(e->CountValues().value(), 1u) << "the old entry is replaced, not kept";
+  ASSERT_OK_AND_ASSIGN(p, e->ScanValues(0, 100));
+  EXPECT_EQ(p.keys, std::vector<std::string>{"old"});
+  ASSERT_OK_AND_ASSIGN(bool deleted, e->DeleteValue("old"));
+  EXPECT_TRUE(deleted);
+  EXPECT_TRUE(e->GetValue("old").status().IsNotFound());
 }
 
 TEST_F(EngineTest, FlushMakesEveryStoredBlockDurableOnSsd) {
