@@ -563,7 +563,8 @@ TEST_F(EngineTest, ValuesOfTheOlderSchemeStillRead) {
   }
   auto e = Open(OnDisk());
   ASSERT_NE(e, nullptr);
-  EXPECT_EQ(e->GetValue("old").value().view(), "old bytes");
+  ASSERT_OK_AND_ASSIGN(SharedBytes v, e->GetValue("old"));
+  EXPECT_EQ(v.view(), "old bytes");
   EXPECT_EQ(e->ValueTtlMillis("old").value(), -1);
   ASSERT_OK_AND_ASSIGN(ValueScanPage p, e->ScanValues(0, 100));
   EXPECT_TRUE(p.keys.empty()) << "its name is not stored";
