@@ -17,6 +17,7 @@
 #include "prefixkv/advanced/ssd_tier.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/support/test_util.h"
+#include "value_record.h"
 
 namespace prefixkv {
 namespace {
@@ -621,6 +622,39 @@ TEST_F(EngineTest, TheReadmeExampleRuns) {
   ASSERT_OK_AND_ASSIGN(Namespace ns, engine->RegisterModel(spec));
   EXPECT_EQ(MatchAndRestore(*engine, ns, prompt_tokens).restored_tokens,
             prompt_tokens.size());
+}
+
+// docs/format.md section 4's example, and what a decoder refuses.
+TEST(ValueRecord, EncodesAsTheFormatPageShowsAndChecksItsKey) {
+  const SharedBytes r = internal::EncodeValueRecord("k", 0, SharedBytes::Copy("v"));
+  std::string hex;
+  for (uint8_t b : r.view()) {
+    hex += "0123456789abcdef"[b >> 4];
+    hex += "0123456789abcdef"[b & 15];
+  }
+  EXPECT_EQ(hex,
+            "504b5656"
+            "0100"
+            "0000"
+            "01000000"
+            "00000000"
+            "0000000000000000"
+            "6b76");
+  ASSERT_OK_AND_ASSIGN(internal::ValueRecord d,
+                       internal::DecodeValueRecord(r, internal::ValueKey("k")));
+  EXPECT_EQ(d.name, "k");
+  EXPECT_EQ(d.value.view(), "v");
+  EXPECT_TRUE(
+      internal::DecodeValueRecord(r, internal::ValueKey("j")).status().IsCorruption());
+  std::string bad(r.view());
+  bad[8] = 9;  // a name running past the end
+  EXPECT_TRUE(internal::DecodeValueRecord(SharedBytes::Copy(bad), internal::ValueKey("k"))
+                  .status()
+                  .IsCorruption());
+  EXPECT_TRUE(
+      internal::DecodeValueRecord(SharedBytes::Copy("PKV"), internal::ValueKey("k"))
+          .status()
+          .IsCorruption());
 }
 
 }  // namespace
