@@ -7,7 +7,8 @@
 //
 // Expiry is lazy plus a bounded sweep: a read of an expired value removes it
 // and answers absent; each SetValue then removes up to kSweepPerWrite values
-// the catalog knows to be due (value_catalog.h). The writers of one key and
+// the catalog knows to be due, and forgets as many catalog entries of values
+// evicted meanwhile (value_catalog.h). The writers of one key and
 // the removal of an expired one hold that key's stripe of value_locks_, so
 // SET NX, KEEPTTL and EXPIRE read and write as one step; plain reads do not.
 #include <algorithm>
@@ -45,10 +46,12 @@ struct Presence {
 };
 
 // The record under `key` (ValueKey of some name), decoded; NotFound when no
-// tier holds it. Notes it in the catalog. REQUIRES: the key's stripe held.
+// tier holds it. Notes it in the catalog. `promote`: read it as GET does (a
+// hit, an SSD copy promoted), for a reader that will likely GET it next.
+// REQUIRES: the key's stripe held.
 StatusOr<ValueRecord> PeekRecord(EngineImpl& impl, TierStack& stack, const BlockKey& key,
-                                 SharedBytes* payload) {
-  PKV_ASSIGN_OR_RETURN(TierHit hit, stack.PeekPayload(key));
+                                 SharedBytes* payload, bool promote = false) {
+  PKV_ASSIGN_OR_RETURN(TierHit hit, promote ? stack.Get(key) : stack.PeekPayload(key));
   *payload = std::move(hit.payload);
   PKV_ASSIGN_OR_RETURN(ValueRecord r, internal::DecodeValueRecord(*payload, key));
   impl.value_catalog_.NoteIfUnknown(key, r.name, r.expires_at_ms);
@@ -56,16 +59,17 @@ StatusOr<ValueRecord> PeekRecord(EngineImpl& impl, TierStack& stack, const Block
 }
 
 // REQUIRES: ValueKey(name)'s stripe held (the catalog is exact for the keys
-// it knows, so a known key's expiry needs no read).
+// it knows, so a known key's expiry needs no read; an unknown one's record is
+// read once, promoted when `promote`).
 StatusOr<Presence> Probe(EngineImpl& impl, TierStack& stack, std::string_view name,
-                         uint64_t now_ms) {
+                         uint64_t now_ms, bool promote = false) {
   const BlockKey key = internal::ValueKey(name);
   Presence p;
   if (stack.Contains(key)) {
     std::optional<uint64_t> expiry = impl.value_catalog_.ExpiryOf(key);
     if (!expiry.has_value()) {
       SharedBytes payload;
-      StatusOr<ValueRecord> r = PeekRecord(impl, stack, key, &payload);
+      StatusOr<ValueRecord> r = PeekRecord(impl, stack, key, &payload, promote);
       // A record that does not decode is replaced by a write (GET reports it).
       if (r.ok() || r.status().IsCorruption()) expiry = r.ok() ? r->expires_at_ms : 0;
       if (!r.ok() && !r.status().IsNotFound() && !r.status().IsCorruption()) {
@@ -148,10 +152,6 @@ StatusOr<SharedBytes> ReadValue(EngineImpl& impl, TierStack& stack, std::string_
     PKV_RETURN_IF_ERROR(RemoveIfExpired(impl, stack, key, now_ms).status());
     return Status::NotFound("expired");
   }
-  if (!impl.value_catalog_.Knows(key)) {
-    MutexLock lock(&StripeOf(impl, key));
-    impl.value_catalog_.NoteIfUnknown(key, r.name, r.expires_at_ms);
-  }
   return std::move(r.value);
 }
 
@@ -179,12 +179,20 @@ Status FillCatalog(EngineImpl& impl, TierStack& stack) {
   return Status::OK();
 }
 
+// Removes up to `max_keys` values whose expiry passed, and forgets up to as
+// many catalog entries whose values the tiers evicted (the catalog's hand
+// goes round, so it stays about the size of what the tiers hold).
 StatusOr<uint64_t> SweepDue(EngineImpl& impl, TierStack& stack, size_t max_keys) {
   const uint64_t now_ms = impl.clock_->UnixMillis();
   uint64_t removed = 0;
   for (const BlockKey& key : impl.value_catalog_.DueBy(now_ms, max_keys)) {
     PKV_ASSIGN_OR_RETURN(bool gone, RemoveIfExpired(impl, stack, key, now_ms));
     removed += gone ? 1 : 0;
+  }
+  for (const BlockKey& key : impl.value_catalog_.NextAfterHand(max_keys)) {
+    if (stack.Contains(key)) continue;
+    MutexLock lock(&StripeOf(impl, key));
+    if (!stack.Contains(key)) impl.value_catalog_.Forget(key);
   }
   return removed;
 }
@@ -214,7 +222,7 @@ StatusOr<int64_t> TtlMillis(EngineImpl& impl, std::string_view name) {
   PKV_ASSIGN_OR_RETURN(TierStack * stack, impl.Values());
   MutexLock lock(&StripeOf(impl, internal::ValueKey(name)));
   const uint64_t now_ms = impl.clock_->UnixMillis();
-  PKV_ASSIGN_OR_RETURN(Presence p, Probe(impl, *stack, name, now_ms));
+  PKV_ASSIGN_OR_RETURN(Presence p, Probe(impl, *stack, name, now_ms, /*promote=*/true));
   if (p.expired) PKV_RETURN_IF_ERROR(RemoveBoth(impl, *stack, name));
   if (!p.present) return int64_t{-2};
   if (p.expires_at_ms == 0) return int64_t{-1};
@@ -273,12 +281,20 @@ StatusOr<SetValueResult> Engine::SetValue(std::string_view key, SharedBytes valu
   {
     MutexLock lock(&StripeOf(*impl_, internal::ValueKey(key)));
     const uint64_t now_ms = impl_->clock_->UnixMillis();
-    PKV_ASSIGN_OR_RETURN(Presence p, Probe(*impl_, *stack, key, now_ms));
+    using Condition = SetValueOptions::Condition;
+    // A plain SET needs no look at the old value (after a restart that could
+    // mean reading a record from SSD): only whether a legacy copy is to drop.
+    Presence p;
+    if (options.condition != Condition::kAlways || options.keep_ttl ||
+        options.return_old) {
+      PKV_ASSIGN_OR_RETURN(p, Probe(*impl_, *stack, key, now_ms));
+    } else {
+      p.legacy = stack->Contains(internal::LegacyValueKey(key));
+    }
     if (options.return_old && p.present) {
       PKV_ASSIGN_OR_RETURN(SharedBytes old, ReadValue(*impl_, *stack, key, false));
       result.old = std::move(old);
     }
-    using Condition = SetValueOptions::Condition;
     if ((options.condition == Condition::kIfAbsent && p.present) ||
         (options.condition == Condition::kIfPresent && !p.present)) {
       return result;

@@ -3,20 +3,25 @@
 // is called.
 #include "value_catalog.h"
 
+#include <algorithm>
+
 namespace prefixkv::internal {
 
 void ValueCatalog::Note(const BlockKey& key, std::string_view name,
                         uint64_t expires_at_ms) {
   MutexLock lock(&mu_);
   ForgetLocked(key);
-  by_key_.emplace(key, Entry{key, std::string(name), expires_at_ms});
-  if (expires_at_ms != 0) by_expiry_.emplace(expires_at_ms, key);
+  InsertLocked(key, name, expires_at_ms);
 }
 
 void ValueCatalog::NoteIfUnknown(const BlockKey& key, std::string_view name,
                                  uint64_t expires_at_ms) {
   MutexLock lock(&mu_);
-  if (by_key_.count(key) != 0) return;
+  if (by_key_.count(key) == 0) InsertLocked(key, name, expires_at_ms);
+}
+
+void ValueCatalog::InsertLocked(const BlockKey& key, std::string_view name,
+                                uint64_t expires_at_ms) {
   by_key_.emplace(key, Entry{key, std::string(name), expires_at_ms});
   if (expires_at_ms != 0) by_expiry_.emplace(expires_at_ms, key);
 }
@@ -58,6 +63,19 @@ ValueCatalog::Page ValueCatalog::From(uint64_t cursor, size_t count) const {
   // The next key's high half exceeds a returned one's, so it is never 0.
   page.next_cursor = it == by_key_.end() ? 0 : it->first.hi;
   return page;
+}
+
+std::vector<BlockKey> ValueCatalog::NextAfterHand(size_t n) {
+  MutexLock lock(&mu_);
+  std::vector<BlockKey> keys;
+  auto it = by_key_.upper_bound(hand_);
+  while (keys.size() < std::min(n, by_key_.size())) {
+    if (it == by_key_.end()) it = by_key_.begin();
+    keys.push_back(it->first);
+    hand_ = it->first;
+    ++it;
+  }
+  return keys;
 }
 
 std::vector<BlockKey> ValueCatalog::DueBy(uint64_t now_ms, size_t max) const {

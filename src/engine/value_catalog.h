@@ -1,10 +1,11 @@
 // ValueCatalog: the key-value space's names and expiries in RAM, by key, so
 // that SCAN walks names in key order and the expiry sweep finds due keys
 // without reading values. The records in the tiers are the truth; the catalog
-// is a cache of their headers: it learns a key when a value is written or
-// read, and all the keys the tiers hold when Engine fills it (the first SCAN,
-// DBSIZE or sweep after an open reads each record once). An entry may outlive
-// its record (a key evicted for capacity): readers check the tiers.
+// is a cache of their headers: it learns a key when a value is written or a
+// command probes its expiry, and all the keys the tiers hold when Engine
+// fills it (the first SCAN, DBSIZE or sweep after an open reads each record
+// once). An entry may outlive its record (a key evicted for capacity):
+// readers check the tiers, and the sweep's hand forgets such entries.
 // Thread-safe.
 #pragma once
 
@@ -49,6 +50,9 @@ class ValueCatalog {
   // The expiry noted for `key` (0: never); nullopt when unknown.
   std::optional<uint64_t> ExpiryOf(const BlockKey& key) const EXCLUDES(mu_);
   Page From(uint64_t cursor, size_t count) const EXCLUDES(mu_);
+  // The next `n` keys after the hand, which then moves past them (wrapping
+  // round): the sweep checks them for values evicted meanwhile.
+  std::vector<BlockKey> NextAfterHand(size_t n) EXCLUDES(mu_);
   // Up to `max` keys whose expiry is at or before `now_ms`, earliest first.
   std::vector<BlockKey> DueBy(uint64_t now_ms, size_t max) const EXCLUDES(mu_);
 
@@ -58,10 +62,13 @@ class ValueCatalog {
 
  private:
   void ForgetLocked(const BlockKey& key) REQUIRES(mu_);
+  void InsertLocked(const BlockKey& key, std::string_view name, uint64_t expires_at_ms)
+      REQUIRES(mu_);
 
   mutable Mutex mu_;
   std::map<BlockKey, Entry> by_key_ GUARDED_BY(mu_);
   std::set<std::pair<uint64_t, BlockKey>> by_expiry_ GUARDED_BY(mu_);
+  BlockKey hand_ GUARDED_BY(mu_);
   std::atomic<bool> filled_{false};
 };
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <numeric>
 #include <random>
@@ -17,6 +18,7 @@
 #include "prefixkv/advanced/ssd_tier.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/support/test_util.h"
+#include "value_catalog.h"
 #include "value_record.h"
 
 namespace prefixkv {
@@ -655,6 +657,33 @@ TEST(ValueRecord, EncodesAsTheFormatPageShowsAndChecksItsKey) {
       internal::DecodeValueRecord(SharedBytes::Copy("PKV"), internal::ValueKey("k"))
           .status()
           .IsCorruption());
+}
+
+// The catalog's hand visits every entry in turn and wraps round; From pages
+// in key order and never splits keys sharing their high half.
+TEST(ValueCatalog, TheHandGoesRoundAndPagesKeepHighHalvesTogether) {
+  internal::ValueCatalog c;
+  for (uint64_t i = 1; i <= 5; ++i) c.Note(BlockKey{i, 0}, "k" + std::to_string(i), 0);
+  c.Note(BlockKey{3, 7}, "k3b", 0);  // shares its high half with k3
+  std::vector<uint64_t> seen;
+  for (int round = 0; round < 4; ++round) {
+    for (const BlockKey& k : c.NextAfterHand(4)) seen.push_back(k.hi);
+  }
+  EXPECT_EQ(seen.size(), 16u);
+  // 16 visits of 6 entries in key order: the first four thrice, the rest twice.
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1u), 3);
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 3u), 6);  // k3 and k3b
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 5u), 2);
+  internal::ValueCatalog::Page p = c.From(0, 3);
+  ASSERT_EQ(p.entries.size(), 4u);  // k1 k2 k3 k3b: k3b is not left for the next page
+  EXPECT_EQ(p.entries[3].name, "k3b");
+  EXPECT_EQ(p.next_cursor, 4u);
+  p = c.From(p.next_cursor, 3);
+  EXPECT_EQ(p.entries.size(), 2u);
+  EXPECT_EQ(p.next_cursor, 0u);
+  c.Forget(BlockKey{3, 7});
+  EXPECT_FALSE(c.Knows(BlockKey{3, 7}));
+  EXPECT_EQ(c.NextAfterHand(100).size(), 5u);
 }
 
 }  // namespace
