@@ -107,7 +107,9 @@ StatusOr<bool> RemoveIfExpired(EngineImpl& impl, TierStack& stack, const BlockKe
   if (!expiry.has_value()) {
     SharedBytes payload;
     StatusOr<ValueRecord> r = PeekRecord(impl, stack, key, &payload);
-    if (!r.ok()) return r.status().IsNotFound() ? StatusOr<bool>(false) : r.status();
+    // Gone, or a record that does not decode (GET reports it): nothing due.
+    if (r.status().IsNotFound() || r.status().IsCorruption()) return false;
+    PKV_RETURN_IF_ERROR(r.status());
     expiry = r->expires_at_ms;
   }
   if (!stack.Contains(key)) {
@@ -179,6 +181,14 @@ Status FillCatalog(EngineImpl& impl, TierStack& stack) {
   return Status::OK();
 }
 
+// Forgets the catalog entry of a value no tier holds (evicted for capacity).
+// Checked again under the key's stripe: a SET meanwhile keeps its entry.
+void ForgetIfGone(EngineImpl& impl, TierStack& stack, const BlockKey& key) {
+  if (stack.Contains(key)) return;
+  MutexLock lock(&StripeOf(impl, key));
+  if (!stack.Contains(key)) impl.value_catalog_.Forget(key);
+}
+
 // Removes up to `max_keys` values whose expiry passed, and forgets up to as
 // many catalog entries whose values the tiers evicted (the catalog's hand
 // goes round, so it stays about the size of what the tiers hold).
@@ -190,9 +200,7 @@ StatusOr<uint64_t> SweepDue(EngineImpl& impl, TierStack& stack, size_t max_keys)
     removed += gone ? 1 : 0;
   }
   for (const BlockKey& key : impl.value_catalog_.NextAfterHand(max_keys)) {
-    if (stack.Contains(key)) continue;
-    MutexLock lock(&StripeOf(impl, key));
-    if (!stack.Contains(key)) impl.value_catalog_.Forget(key);
+    ForgetIfGone(impl, stack, key);
   }
   return removed;
 }
@@ -309,7 +317,9 @@ StatusOr<SetValueResult> Engine::SetValue(std::string_view key, SharedBytes valu
     }
     result.written = true;
   }
-  PKV_RETURN_IF_ERROR(SweepDue(*impl_, *stack, kSweepPerWrite).status());
+  // The write is done: a failing sweep step is retried by the next one.
+  StatusOr<uint64_t> swept = SweepDue(*impl_, *stack, kSweepPerWrite);
+  static_cast<void>(swept);
   return result;
 }
 
@@ -367,7 +377,7 @@ StatusOr<ValueScanPage> Engine::ScanValues(uint64_t cursor, size_t count) {
   for (internal::ValueCatalog::Entry& e : page.entries) {
     if (e.expires_at_ms != 0 && e.expires_at_ms <= now_ms) continue;  // the sweep's
     if (!stack->Contains(e.key)) {
-      impl_->value_catalog_.Forget(e.key);  // evicted for capacity
+      ForgetIfGone(*impl_, *stack, e.key);  // evicted for capacity
       continue;
     }
     out.keys.push_back(std::move(e.name));
