@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "prefixkv/advanced/hash.h"
@@ -434,6 +435,35 @@ TEST_F(EngineTest, ValuesExpireOnTheEngineClockAcrossARestart) {
 
 std::string OldValue(const SetValueResult& r) {
   return r.old.has_value() ? std::string(r.old->view()) : "<none>";
+}
+
+// SET NX from many threads at once: exactly one writer wins each key, and
+// the value it wrote is the one stored (the check and the write are one step).
+TEST_F(EngineTest, ConcurrentSetIfAbsentHasExactlyOneWinnerPerKey) {
+  auto e = Open(OnDisk());
+  ASSERT_NE(e, nullptr);
+  constexpr int kThreads = 8, kKeys = 1000;
+  std::vector<std::vector<int>> won(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int k = 0; k < kKeys; ++k) {
+        StatusOr<SetValueResult> r =
+            e->SetValue("nx:" + std::to_string(k), SharedBytes::Copy(std::to_string(t)),
+                        {.condition = SetValueOptions::Condition::kIfAbsent});
+        if (r.ok() && r->written) won[t].push_back(k);
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  std::vector<int> winners(kKeys, 0);
+  for (int t = 0; t < kThreads; ++t) {
+    for (int k : won[t]) {
+      ++winners[k];
+      EXPECT_EQ(e->GetValue("nx:" + std::to_string(k)).value().view(), std::to_string(t));
+    }
+  }
+  EXPECT_EQ(std::count(winners.begin(), winners.end(), 1), kKeys);
 }
 
 // SET's conditions and GET, and EXPIRE's, as Redis answers them.
