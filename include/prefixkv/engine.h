@@ -241,7 +241,7 @@ enum class ExpiryCondition {
   kIfSet,            // XX: only when it has one
   kIfLater,          // GT: only when the new time is later than the current one
   kIfEarlier,        // LT: only when it is earlier
-  kIfSetAndEarlier,  // XX LT: only when the key has an expiry and it is later
+  kIfSetAndEarlier,  // XX LT: only when the key has an expiry and the new time is earlier
 };
 
 // Engine::ScanValues's value: a page of key names and the cursor of the next.
