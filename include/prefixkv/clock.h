@@ -23,6 +23,10 @@ class Clock {
   virtual uint64_t NowNanos() const = 0;
   uint64_t NowMicros() const { return NowNanos() / 1000; }
   uint64_t NowMillis() const { return NowNanos() / 1000000; }
+  // Wall-clock time: milliseconds since the Unix epoch, for what must mean the
+  // same instant after a restart (a raw key's expiry, Redis' EXPIREAT). May
+  // jump when the system time is set. The default reads the system clock.
+  virtual uint64_t UnixMillis() const;
 
   // Waits on `cv` until `done()` returns true (checked before the first wait
   // and after every wakeup) or until `timeout_nanos` of THIS clock's time have
@@ -43,6 +47,8 @@ class FakeClock final : public Clock {
  public:
   explicit FakeClock(uint64_t start_nanos = 1'000'000'000) : now_(start_nanos) {}
   uint64_t NowNanos() const override { return now_.load(std::memory_order_acquire); }
+  // The fake time read as Unix time, so that one SetNanos/Advance moves both.
+  uint64_t UnixMillis() const override { return NowMillis(); }
   void AdvanceNanos(uint64_t d) { now_.fetch_add(d, std::memory_order_acq_rel); }
   void AdvanceMillis(uint64_t ms) { AdvanceNanos(ms * 1000000); }
   void SetNanos(uint64_t t) { now_.store(t, std::memory_order_release); }

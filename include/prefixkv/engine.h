@@ -214,6 +214,46 @@ struct PinnedRestore {
   std::vector<RestoredBlock> blocks;  // result.restored_blocks blocks, chain order
 };
 
+// Engine::SetValue's options: Redis' SET options on the key-value space.
+struct SetValueOptions {
+  enum class Condition {
+    kAlways,
+    kIfAbsent,   // NX: only when the key is absent
+    kIfPresent,  // XX: only when the key is present
+  };
+  Condition condition = Condition::kAlways;
+  // When the key expires, in Unix milliseconds (Clock::UnixMillis); 0: never.
+  // A time already past stores nothing and removes the key.
+  uint64_t expires_at_unix_ms = 0;
+  // KEEPTTL: keep the expiry the key has (expires_at_unix_ms is ignored).
+  bool keep_ttl = false;
+  // GET: SetValueResult::old gets the value the key had.
+  bool return_old = false;
+};
+
+// Engine::SetValue's value.
+struct SetValueResult {
+  bool written = false;            // false when the condition did not hold
+  std::optional<SharedBytes> old;  // with return_old: the previous value, if any
+};
+
+// When Engine::SetValueExpiry changes an expiry (Redis 7's EXPIRE options);
+// a key without expiry counts as expiring never (later than any time).
+enum class ExpiryCondition {
+  kAlways,
+  kIfNone,           // NX: only when the key has no expiry
+  kIfSet,            // XX: only when it has one
+  kIfLater,          // GT: only when the new time is later than the current one
+  kIfEarlier,        // LT: only when it is earlier
+  kIfSetAndEarlier,  // XX LT: only when the key has an expiry and the new time is earlier
+};
+
+// Engine::ScanValues's value: a page of key names and the cursor of the next.
+struct ValueScanPage {
+  std::vector<std::string> keys;
+  uint64_t next_cursor = 0;  // 0: the walk is complete
+};
+
 class Engine {
  public:
   // Opens (or creates) the engine's tiers. InvalidArgument for contradictory
@@ -283,6 +323,9 @@ class Engine {
                              const PrefixTokenCounters& tokens);
   // How many models are registered.
   size_t model_count() const;
+  // The clock the engine reads (EngineOptions::clock, or the system's): a
+  // value's expiry is in its UnixMillis.
+  Clock* clock() const;
 
   // The key-value space: opaque values by name, in the same tiers (a hot
   // owner "values", then SSD), apart from every model's blocks. Get returns
@@ -303,6 +346,32 @@ class Engine {
   // all gone serialises it with its writers (the server runs FLUSHDB alone).
   // Blocks of registered models are not touched.
   StatusOr<uint64_t> ClearValues();
+
+  // Redis' SET with its options (see SetValueOptions); PutValue is SetValue
+  // with none. A value's expiry is stored with it (it survives a restart),
+  // and an expired value is never served: Get, Contains and the TTL read it
+  // as absent, and remove it (docs/protocol.md, "Expiry"). InvalidArgument
+  // for a key longer than 64 KiB.
+  StatusOr<SetValueResult> SetValue(std::string_view key, SharedBytes value,
+                                    const SetValueOptions& options);
+  // Milliseconds until `key` expires; -1 when it never does, -2 when absent.
+  StatusOr<int64_t> ValueTtlMillis(std::string_view key);
+  // Sets the expiry of `key` (Unix ms; 0 removes it, as PERSIST) when it is
+  // present and `condition` holds; returns whether it changed (EXPIRE's 1 or
+  // 0; PERSIST answers 0 for a key without expiry). A time already past
+  // removes the key (and counts as a change). Rewrites the value (one copy).
+  StatusOr<bool> SetValueExpiry(std::string_view key, uint64_t expires_at_unix_ms,
+                                ExpiryCondition condition = ExpiryCondition::kAlways);
+  // One page of a walk over the key-value space's names (SCAN): about
+  // `count` names from `cursor` (0 starts a walk). Every key present for a
+  // whole walk is returned at least once; expired keys are not returned.
+  // Keys of data directories older than the value records (docs/format.md,
+  // section 4) are not listed until written again. The first walk, DBSIZE or
+  // sweep after an open reads every value record once to learn its name.
+  StatusOr<ValueScanPage> ScanValues(uint64_t cursor, size_t count);
+  // Removes up to `max_keys` expired values (the bounded sweep that SetValue
+  // also runs, a few keys at a time); returns how many it removed.
+  StatusOr<uint64_t> RemoveExpiredValues(size_t max_keys);
 
   // Opens a charge to the RAM budget for memory held outside the blocks
   // (memory_charge.h; HotKvStateConfig::memory charges live sessions' KV to

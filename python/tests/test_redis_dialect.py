@@ -202,12 +202,6 @@ def test_flushdb_needs_the_admin_user_on_prefixkv(prefixkv_port):
         c.flushdb()
 
 
-def test_scan_is_refused_with_the_reason_on_prefixkv(prefixkv_port):
-    c = redis.Redis(port=prefixkv_port, socket_timeout=10)
-    with pytest.raises(redis.exceptions.ResponseError, match="not supported"):
-        c.scan(0, match="k*", count=10)
-
-
 def test_ttl_and_type_of_keys_without_expiry(both):
     def run(c):
         c.set("t", "1")
@@ -217,9 +211,76 @@ def test_ttl_and_type_of_keys_without_expiry(both):
     assert same_on_both(both, run) == (-1, -1, -2, -2, False, b"string", b"none")
 
 
-def test_expire_is_refused_with_the_reason_on_prefixkv(prefixkv_port):
-    c = redis.Redis(port=prefixkv_port, socket_timeout=10)
-    c.set("e", "1")
-    with pytest.raises(redis.exceptions.ResponseError, match="do not expire"):
-        c.expire("e", 10)
-    assert c.ttl("e") == -1
+def test_set_options(both):
+    def run(c):
+        return [outcome(lambda: c.execute_command(*cmd)) for cmd in [
+            ("SET", "s", "1", "XX"), ("SET", "s", "1", "NX"), ("SET", "s", "2", "NX"),
+            ("SET", "s", "2", "NX", "GET"), ("SET", "s", "3", "XX", "GET", "EX", "100"),
+            ("TTL", "s"), ("SET", "s", "4", "KEEPTTL"), ("TTL", "s"), ("SET", "s", "5"),
+            ("TTL", "s"), ("SET", "s", "6", "PX", "100000"), ("TTL", "s"),
+            ("SET", "s", "7", "EXAT", str(int(time.time()) + 200)), ("TTL", "s"),
+            ("SET", "s", "8", "PXAT", str(int(time.time() * 1000) + 300000)), ("TTL", "s"),
+            ("SET", "n", "v", "GET"), ("GET", "n"), ("GET", "s"),
+            ("SET", "s", "v", "NX", "XX"), ("SET", "s", "v", "EX", "1", "PX", "5"),
+            ("SET", "s", "v", "EX", "1", "KEEPTTL"), ("SET", "s", "v", "EX"),
+            ("SET", "s", "v", "EX", "ten"), ("SET", "s", "v", "EX", "0"),
+            ("SET", "s", "v", "PX", "-5"), ("SET", "s", "v", "FOREVER"), ("GET", "s")]]
+
+    got = same_on_both(both, run)
+    assert got[1] is True and got[2] is None and got[5] == 100 and got[-1] == b"8"
+
+
+def test_expire_family_and_persist(both):
+    def run(c):
+        c.mset({"e": "1", "f": "2", "g": "3"})
+        now = int(time.time())
+        return [outcome(lambda: c.execute_command(*cmd)) for cmd in [
+            ("EXPIRE", "e", "100"), ("TTL", "e"), ("EXPIRE", "e", "50", "GT"),
+            ("EXPIRE", "e", "200", "GT"), ("TTL", "e"), ("EXPIRE", "e", "300", "LT"),
+            ("EXPIRE", "e", "60", "LT"), ("TTL", "e"), ("EXPIRE", "e", "70", "NX"),
+            ("EXPIRE", "f", "70", "XX"), ("EXPIRE", "f", "70", "LT"), ("TTL", "f"),
+            ("EXPIRE", "g", "80", "XX", "LT"), ("EXPIRE", "g", "80", "GT"),
+            ("PEXPIRE", "g", "90000"), ("TTL", "g"), ("EXPIREAT", "g", str(now + 400)),
+            ("TTL", "g"), ("PEXPIREAT", "g", str((now + 500) * 1000)), ("TTL", "g"),
+            ("PERSIST", "g"), ("PERSIST", "g"), ("TTL", "g"), ("EXPIRE", "absent", "10"),
+            ("PERSIST", "absent"), ("EXPIRE", "g", "-1"), ("EXISTS", "g"),
+            ("EXPIREAT", "f", "1"), ("GET", "f"), ("EXPIRE", "e", "x"),
+            ("EXPIRE", "e", "10", "NX", "XX"), ("EXPIRE", "e", "10", "GT", "LT"),
+            ("EXPIRE", "e", "10", "SOON"), ("EXPIRE", "e", "9223372036854775807"),
+            ("PEXPIRE", "e", "9223372036854775807")]]
+
+    got = same_on_both(both, run)
+    assert got[0] == 1 and got[1] == 100 and got[2] == 0 and got[-9] == 0
+
+
+def test_expired_keys_are_gone(both):
+    def run(c):
+        c.set("short", "1", px=150)
+        c.set("long", "2", ex=100)
+        c.pexpire("long", 150)
+        time.sleep(0.3)
+        return (c.get("short"), c.exists("short", "long"), c.ttl("short"), c.pttl("long"),
+                c.type("short"), c.delete("long"), c.set("short", "3", nx=True))
+
+    assert same_on_both(both, run) == (None, 0, -2, -2, b"none", 0, True)
+
+
+def test_scan_match_count_type_and_keys(both):
+    names = [f"model@{i % 3}@{i:04x}" for i in range(40)] + ["other", "h[a]llo", "a*b"]
+
+    def run(c):
+        c.mset({n: n for n in names})
+        walks = {}
+        for match, count in [(None, 5), ("model@1@*", 7), ("model@?@00[0-1]?", 100),
+                             ("h\\[a]llo", 10), ("a\\*b", 10), ("zz*", 3)]:
+            walks[(match, count)] = sorted(c.scan_iter(match=match, count=count))
+        typed = (sorted(c.scan_iter(count=1000, _type="string")),
+                 sorted(c.scan_iter(count=1000, _type="hash")))
+        errors = [outcome(lambda: c.execute_command(*cmd)) for cmd in [
+            ("SCAN", "x"), ("SCAN", "0", "COUNT", "0"), ("SCAN", "0", "COUNT"),
+            ("SCAN", "0", "COUNT", "many"), ("SCAN", "0", "LIMIT", "3")]]
+        return walks, typed, sorted(c.keys("model@2@*")), sorted(c.keys("*")), errors
+
+    walks, typed, keys2, keys, _ = same_on_both(both, run)
+    assert len(walks[(None, 5)]) == len(names) and len(keys2) == 13
+    assert typed[1] == [] and len(typed[0]) == len(names) and len(keys) == len(names)

@@ -27,6 +27,7 @@
 #include "prefixkv/advanced/ssd_tier.h"
 #include "prefixkv/advanced/tier_stack.h"
 #include "prefixkv/engine.h"
+#include "value_catalog.h"
 
 namespace prefixkv {
 
@@ -115,6 +116,11 @@ class internal::EngineImpl {
   std::unique_ptr<EngineOwner> values_ GUARDED_BY(mu_);
   // values_->stack once created; what every GET/SET reads, without mu_.
   std::atomic<TierStack*> values_stack_{nullptr};
+  // The key-value space's names and expiries (engine_values.cc), and the
+  // striped locks that make a read-modify-write of one key (SET NX, EXPIRE,
+  // removing an expired value) atomic against the other writers of that key.
+  internal::ValueCatalog value_catalog_;
+  std::array<Mutex, 64> value_locks_;
   // Memory charges' owners by name (OpenMemoryCharge).
   std::vector<std::pair<std::string, OwnerId>> charges_ GUARDED_BY(mu_);
 };

@@ -1,29 +1,240 @@
-// Engine's key-value space: opaque values by name in their own hot owner
-// ("values") over the shared SSD tier. A name becomes a BlockKey as
-// XXH3-128(kValueDomain + name) with a zero namespace. The 16-byte domain
-// keeps the key spaces apart: a namespace root hashes "prefixkv/v1|...", and
-// a chain key hashes its 16-byte parent key first, so a chain input equals a
-// value's only if a root or block key equals the domain itself (a 128-bit
-// preimage). Before it, names hashed "raw|" + name, which a namespace whose
-// root begins with those 4 bytes (a salt found in 2^32 tries) could reach;
-// such entries of an older data directory are no longer found by name and
-// leave as SSD capacity evicts them (docs/protocol.md).
+// Engine's key-value space: values by name in their own hot owner ("values")
+// over the shared SSD tier, each stored as a value record (value_record.h:
+// the name, the expiry and the bytes, under ValueKey(name)), so the tiers
+// keep what SCAN lists and what TTL reads, across restarts. Values of the
+// previous scheme (the bare bytes under LegacyValueKey(name)) still read, as
+// values without expiry; any write of the key replaces them.
+//
+// Expiry is lazy plus a bounded sweep: a read of an expired value removes it
+// and answers absent; each SetValue then removes up to kSweepPerWrite values
+// the catalog knows to be due, and forgets as many catalog entries of values
+// evicted meanwhile (value_catalog.h). The writers of one key and
+// the removal of an expired one hold that key's stripe of value_locks_, so
+// SET NX, KEEPTTL and EXPIRE read and write as one step; plain reads do not.
 #include <algorithm>
 #include <vector>
 
 #include "engine_impl.h"
-#include "prefixkv/advanced/hash.h"
+#include "value_record.h"
 
 namespace prefixkv {
 namespace {
 
-BlockKey ValueKey(std::string_view name) {
-  static constexpr char kValueDomain[16] = {'p', 'r', 'e', 'f', 'i', 'x', 'k', 'v',
-                                            '/', 'r', 'a', 'w', '/', 'v', '2', '|'};
-  HashStream h(HashStream::Width::k128);
-  h.Update(kValueDomain, sizeof(kValueDomain));
-  h.Update(name.data(), name.size());
-  return h.Digest128();
+using internal::EngineImpl;
+using internal::ValueRecord;
+
+constexpr size_t kSweepPerWrite = 4;
+
+Mutex& StripeOf(EngineImpl& impl, const BlockKey& key) {
+  return impl.value_locks_[key.lo % impl.value_locks_.size()];
+}
+
+Status CheckName(std::string_view name) {
+  if (name.size() > internal::kMaxValueNameBytes) {
+    return Status::InvalidArgument("key of " + std::to_string(name.size()) +
+                                   " bytes is longer than the limit of 64 KiB");
+  }
+  return Status::OK();
+}
+
+// What a key holds, as its writers see it.
+struct Presence {
+  bool present = false;  // a live value (not expired)
+  bool expired = false;  // a record whose expiry has passed (to remove)
+  bool legacy = false;   // the value is under LegacyValueKey
+  uint64_t expires_at_ms = 0;
+};
+
+// The record under `key` (ValueKey of some name), decoded; NotFound when no
+// tier holds it. Notes it in the catalog. `promote`: read it as GET does (a
+// hit, an SSD copy promoted), for a reader that will likely GET it next.
+// REQUIRES: the key's stripe held.
+StatusOr<ValueRecord> PeekRecord(EngineImpl& impl, TierStack& stack, const BlockKey& key,
+                                 SharedBytes* payload, bool promote = false) {
+  PKV_ASSIGN_OR_RETURN(TierHit hit, promote ? stack.Get(key) : stack.PeekPayload(key));
+  *payload = std::move(hit.payload);
+  PKV_ASSIGN_OR_RETURN(ValueRecord r, internal::DecodeValueRecord(*payload, key));
+  impl.value_catalog_.NoteIfUnknown(key, r.name, r.expires_at_ms);
+  return r;
+}
+
+// REQUIRES: ValueKey(name)'s stripe held (the catalog is exact for the keys
+// it knows, so a known key's expiry needs no read; an unknown one's record is
+// read once, promoted when `promote`).
+StatusOr<Presence> Probe(EngineImpl& impl, TierStack& stack, std::string_view name,
+                         uint64_t now_ms, bool promote = false) {
+  const BlockKey key = internal::ValueKey(name);
+  Presence p;
+  if (stack.Contains(key)) {
+    std::optional<uint64_t> expiry = impl.value_catalog_.ExpiryOf(key);
+    if (!expiry.has_value()) {
+      SharedBytes payload;
+      StatusOr<ValueRecord> r = PeekRecord(impl, stack, key, &payload, promote);
+      // A record that does not decode is replaced by a write (GET reports it).
+      if (r.ok() || r.status().IsCorruption()) expiry = r.ok() ? r->expires_at_ms : 0;
+      if (!r.ok() && !r.status().IsNotFound() && !r.status().IsCorruption()) {
+        return r.status();
+      }
+    }
+    if (expiry.has_value()) {
+      p.expires_at_ms = *expiry;
+      p.expired = *expiry != 0 && *expiry <= now_ms;
+      p.present = !p.expired;
+      return p;
+    }
+  }
+  p.legacy = p.present = stack.Contains(internal::LegacyValueKey(name));
+  return p;
+}
+
+// Removes both forms of `name`. REQUIRES: its stripe held.
+Status RemoveBoth(EngineImpl& impl, TierStack& stack, std::string_view name) {
+  const BlockKey key = internal::ValueKey(name);
+  for (const BlockKey& k : {key, internal::LegacyValueKey(name)}) {
+    Status s = stack.Remove(k);
+    if (!s.ok() && !s.IsNotFound()) return s;
+  }
+  impl.value_catalog_.Forget(key);
+  return Status::OK();
+}
+
+// Removes the record under `key` if it is expired at `now_ms` (or forgets a
+// key no tier holds any more); whether it removed one.
+StatusOr<bool> RemoveIfExpired(EngineImpl& impl, TierStack& stack, const BlockKey& key,
+                               uint64_t now_ms) {
+  MutexLock lock(&StripeOf(impl, key));
+  std::optional<uint64_t> expiry = impl.value_catalog_.ExpiryOf(key);
+  if (!expiry.has_value()) {
+    SharedBytes payload;
+    StatusOr<ValueRecord> r = PeekRecord(impl, stack, key, &payload);
+    // Gone, or a record that does not decode (GET reports it): nothing due.
+    if (r.status().IsNotFound() || r.status().IsCorruption()) return false;
+    PKV_RETURN_IF_ERROR(r.status());
+    expiry = r->expires_at_ms;
+  }
+  if (!stack.Contains(key)) {
+    impl.value_catalog_.Forget(key);
+    return false;
+  }
+  if (*expiry == 0 || *expiry > now_ms) return false;
+  Status s = stack.Remove(key);
+  if (!s.ok() && !s.IsNotFound()) return s;
+  impl.value_catalog_.Forget(key);
+  return s.ok();
+}
+
+// Stores `name`'s record and drops a legacy copy. REQUIRES: its stripe held.
+Status WriteRecord(EngineImpl& impl, TierStack& stack, std::string_view name,
+                   uint64_t expires_at_ms, const SharedBytes& value, bool drop_legacy) {
+  BlockMeta meta;
+  meta.key = internal::ValueKey(name);
+  PKV_RETURN_IF_ERROR(
+      stack.Put(meta, internal::EncodeValueRecord(name, expires_at_ms, value)));
+  impl.value_catalog_.Note(meta.key, name, expires_at_ms);
+  if (!drop_legacy) return Status::OK();
+  Status s = stack.Remove(internal::LegacyValueKey(name));
+  return s.IsNotFound() ? Status::OK() : s;
+}
+
+// The value of `name`, whichever form holds it; NotFound when absent.
+StatusOr<SharedBytes> ReadValue(EngineImpl& impl, TierStack& stack, std::string_view name,
+                                bool promote) {
+  const BlockKey key = internal::ValueKey(name);
+  StatusOr<TierHit> hit = promote ? stack.Get(key) : stack.PeekPayload(key);
+  if (hit.status().IsNotFound()) {
+    const BlockKey legacy = internal::LegacyValueKey(name);
+    PKV_ASSIGN_OR_RETURN(TierHit old,
+                         promote ? stack.Get(legacy) : stack.PeekPayload(legacy));
+    return std::move(old.payload);
+  }
+  PKV_RETURN_IF_ERROR(hit.status());
+  PKV_ASSIGN_OR_RETURN(ValueRecord r, internal::DecodeValueRecord(hit->payload, key));
+  const uint64_t now_ms = impl.clock_->UnixMillis();
+  if (r.ExpiredAt(now_ms)) {
+    PKV_RETURN_IF_ERROR(RemoveIfExpired(impl, stack, key, now_ms).status());
+    return Status::NotFound("expired");
+  }
+  return std::move(r.value);
+}
+
+// Notes every record the tiers hold, once after an open (SCAN's guarantee
+// needs every name; the sweep every expiry).
+Status FillCatalog(EngineImpl& impl, TierStack& stack) {
+  if (impl.value_catalog_.filled()) return Status::OK();
+  PKV_ASSIGN_OR_RETURN(std::vector<BlockKey> keys, impl.ValueKeysInRam());
+  if (SsdTier* ssd = impl.ssd_.get()) {
+    ssd->ForEach([&](const BlockMeta& meta, uint64_t) {
+      if (meta.namespace_id.IsZero()) keys.push_back(meta.key);
+    });
+  }
+  for (const BlockKey& key : keys) {
+    if (impl.value_catalog_.Knows(key)) continue;
+    MutexLock lock(&StripeOf(impl, key));
+    SharedBytes payload;
+    // A legacy value (no record) or one removed meanwhile is skipped.
+    StatusOr<ValueRecord> r = PeekRecord(impl, stack, key, &payload);
+    if (!r.ok() && !r.status().IsNotFound() && !r.status().IsCorruption()) {
+      return r.status();
+    }
+  }
+  impl.value_catalog_.MarkFilled();
+  return Status::OK();
+}
+
+// Forgets the catalog entry of a value no tier holds (evicted for capacity).
+// Checked again under the key's stripe: a SET meanwhile keeps its entry.
+void ForgetIfGone(EngineImpl& impl, TierStack& stack, const BlockKey& key) {
+  if (stack.Contains(key)) return;
+  MutexLock lock(&StripeOf(impl, key));
+  if (!stack.Contains(key)) impl.value_catalog_.Forget(key);
+}
+
+// Removes up to `max_keys` values whose expiry passed, and forgets up to as
+// many catalog entries whose values the tiers evicted (the catalog's hand
+// goes round, so it stays about the size of what the tiers hold).
+StatusOr<uint64_t> SweepDue(EngineImpl& impl, TierStack& stack, size_t max_keys) {
+  const uint64_t now_ms = impl.clock_->UnixMillis();
+  uint64_t removed = 0;
+  for (const BlockKey& key : impl.value_catalog_.DueBy(now_ms, max_keys)) {
+    PKV_ASSIGN_OR_RETURN(bool gone, RemoveIfExpired(impl, stack, key, now_ms));
+    removed += gone ? 1 : 0;
+  }
+  for (const BlockKey& key : impl.value_catalog_.NextAfterHand(max_keys)) {
+    ForgetIfGone(impl, stack, key);
+  }
+  return removed;
+}
+
+bool ExpiryConditionHolds(ExpiryCondition c, uint64_t current, uint64_t wanted) {
+  // 0 is "never": later than any time.
+  switch (c) {
+    case ExpiryCondition::kAlways:
+      return true;
+    case ExpiryCondition::kIfNone:
+      return current == 0;
+    case ExpiryCondition::kIfSet:
+      return current != 0;
+    case ExpiryCondition::kIfLater:
+      return current != 0 && (wanted == 0 || wanted > current);
+    case ExpiryCondition::kIfEarlier:
+      return wanted != 0 && (current == 0 || wanted < current);
+    case ExpiryCondition::kIfSetAndEarlier:
+      return current != 0 && wanted != 0 && wanted < current;
+  }
+  return false;
+}
+
+// Engine::ValueTtlMillis (ContainsValue's too, which is const).
+StatusOr<int64_t> TtlMillis(EngineImpl& impl, std::string_view name) {
+  PKV_RETURN_IF_ERROR(impl.CheckOpen());
+  PKV_ASSIGN_OR_RETURN(TierStack * stack, impl.Values());
+  MutexLock lock(&StripeOf(impl, internal::ValueKey(name)));
+  const uint64_t now_ms = impl.clock_->UnixMillis();
+  PKV_ASSIGN_OR_RETURN(Presence p, Probe(impl, *stack, name, now_ms, /*promote=*/true));
+  if (p.expired) PKV_RETURN_IF_ERROR(RemoveBoth(impl, *stack, name));
+  if (!p.present) return int64_t{-2};
+  if (p.expires_at_ms == 0) return int64_t{-1};
+  return static_cast<int64_t>(p.expires_at_ms - now_ms);
 }
 
 }  // namespace
@@ -57,34 +268,128 @@ StatusOr<TierStack*> internal::EngineImpl::Values() {
   return values_->stack.get();
 }
 
+Clock* Engine::clock() const { return impl_->clock_; }
+
 StatusOr<SharedBytes> Engine::GetValue(std::string_view key) {
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());
   PKV_ASSIGN_OR_RETURN(TierStack * stack, impl_->Values());
-  PKV_ASSIGN_OR_RETURN(TierHit hit, stack->Get(ValueKey(key)));
-  return std::move(hit.payload);
+  return ReadValue(*impl_, *stack, key, /*promote=*/true);
 }
 
 Status Engine::PutValue(std::string_view key, SharedBytes value) {
+  return SetValue(key, std::move(value), SetValueOptions{}).status();
+}
+
+StatusOr<SetValueResult> Engine::SetValue(std::string_view key, SharedBytes value,
+                                          const SetValueOptions& options) {
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  PKV_RETURN_IF_ERROR(CheckName(key));
   PKV_ASSIGN_OR_RETURN(TierStack * stack, impl_->Values());
-  BlockMeta meta;
-  meta.key = ValueKey(key);
-  return stack->Put(meta, std::move(value));
+  SetValueResult result;
+  {
+    MutexLock lock(&StripeOf(*impl_, internal::ValueKey(key)));
+    const uint64_t now_ms = impl_->clock_->UnixMillis();
+    using Condition = SetValueOptions::Condition;
+    // A plain SET needs no look at the old value (after a restart that could
+    // mean reading a record from SSD): only whether a legacy copy is to drop.
+    Presence p;
+    if (options.condition != Condition::kAlways || options.keep_ttl ||
+        options.return_old) {
+      PKV_ASSIGN_OR_RETURN(p, Probe(*impl_, *stack, key, now_ms));
+    } else {
+      p.legacy = stack->Contains(internal::LegacyValueKey(key));
+    }
+    if (options.return_old && p.present) {
+      PKV_ASSIGN_OR_RETURN(SharedBytes old, ReadValue(*impl_, *stack, key, false));
+      result.old = std::move(old);
+    }
+    if ((options.condition == Condition::kIfAbsent && p.present) ||
+        (options.condition == Condition::kIfPresent && !p.present)) {
+      return result;
+    }
+    const uint64_t expires_at_ms =
+        options.keep_ttl ? (p.present ? p.expires_at_ms : 0) : options.expires_at_unix_ms;
+    if (expires_at_ms != 0 && expires_at_ms <= now_ms) {
+      PKV_RETURN_IF_ERROR(RemoveBoth(*impl_, *stack, key));
+    } else {
+      PKV_RETURN_IF_ERROR(
+          WriteRecord(*impl_, *stack, key, expires_at_ms, value, p.legacy));
+    }
+    result.written = true;
+  }
+  // The write is done: a failing sweep step is retried by the next one.
+  StatusOr<uint64_t> swept = SweepDue(*impl_, *stack, kSweepPerWrite);
+  static_cast<void>(swept);
+  return result;
 }
 
 StatusOr<bool> Engine::DeleteValue(std::string_view key) {
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());
   PKV_ASSIGN_OR_RETURN(TierStack * stack, impl_->Values());
-  Status s = stack->Remove(ValueKey(key));
-  if (s.IsNotFound()) return false;
-  PKV_RETURN_IF_ERROR(s);
-  return true;
+  MutexLock lock(&StripeOf(*impl_, internal::ValueKey(key)));
+  PKV_ASSIGN_OR_RETURN(Presence p,
+                       Probe(*impl_, *stack, key, impl_->clock_->UnixMillis()));
+  if (!p.present && !p.expired) return false;
+  PKV_RETURN_IF_ERROR(RemoveBoth(*impl_, *stack, key));
+  return p.present;
 }
 
 bool Engine::ContainsValue(std::string_view key) const {
-  if (!impl_->CheckOpen().ok()) return false;
-  StatusOr<TierStack*> stack = impl_->Values();
-  return stack.ok() && (*stack)->Contains(ValueKey(key));
+  StatusOr<int64_t> ttl = TtlMillis(*impl_, key);
+  return ttl.ok() && *ttl != -2;
+}
+
+StatusOr<int64_t> Engine::ValueTtlMillis(std::string_view key) {
+  return TtlMillis(*impl_, key);
+}
+
+StatusOr<bool> Engine::SetValueExpiry(std::string_view key, uint64_t expires_at_unix_ms,
+                                      ExpiryCondition condition) {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  PKV_ASSIGN_OR_RETURN(TierStack * stack, impl_->Values());
+  MutexLock lock(&StripeOf(*impl_, internal::ValueKey(key)));
+  const uint64_t now_ms = impl_->clock_->UnixMillis();
+  PKV_ASSIGN_OR_RETURN(Presence p, Probe(*impl_, *stack, key, now_ms));
+  if (p.expired) PKV_RETURN_IF_ERROR(RemoveBoth(*impl_, *stack, key));
+  if (!p.present ||
+      !ExpiryConditionHolds(condition, p.expires_at_ms, expires_at_unix_ms)) {
+    return false;
+  }
+  if (expires_at_unix_ms == 0 && p.expires_at_ms == 0) return false;  // PERSIST
+  if (expires_at_unix_ms != 0 && expires_at_unix_ms <= now_ms) {
+    PKV_RETURN_IF_ERROR(RemoveBoth(*impl_, *stack, key));
+    return true;
+  }
+  PKV_ASSIGN_OR_RETURN(SharedBytes value, ReadValue(*impl_, *stack, key, false));
+  PKV_RETURN_IF_ERROR(
+      WriteRecord(*impl_, *stack, key, expires_at_unix_ms, value, p.legacy));
+  return true;
+}
+
+StatusOr<ValueScanPage> Engine::ScanValues(uint64_t cursor, size_t count) {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  PKV_ASSIGN_OR_RETURN(TierStack * stack, impl_->Values());
+  PKV_RETURN_IF_ERROR(FillCatalog(*impl_, *stack));
+  internal::ValueCatalog::Page page = impl_->value_catalog_.From(cursor, count);
+  const uint64_t now_ms = impl_->clock_->UnixMillis();
+  ValueScanPage out;
+  out.next_cursor = page.next_cursor;
+  for (internal::ValueCatalog::Entry& e : page.entries) {
+    if (e.expires_at_ms != 0 && e.expires_at_ms <= now_ms) continue;  // the sweep's
+    if (!stack->Contains(e.key)) {
+      ForgetIfGone(*impl_, *stack, e.key);  // evicted for capacity
+      continue;
+    }
+    out.keys.push_back(std::move(e.name));
+  }
+  return out;
+}
+
+StatusOr<uint64_t> Engine::RemoveExpiredValues(size_t max_keys) {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  PKV_ASSIGN_OR_RETURN(TierStack * stack, impl_->Values());
+  PKV_RETURN_IF_ERROR(FillCatalog(*impl_, *stack));
+  return SweepDue(*impl_, *stack, max_keys);
 }
 
 StatusOr<uint64_t> Engine::CountValues() {
@@ -115,6 +420,7 @@ StatusOr<uint64_t> Engine::ClearValues() {
   uint64_t removed = 0;
   for (const BlockKey& key : keys) {
     Status s = stack->Remove(key);
+    impl_->value_catalog_.Forget(key);
     if (s.ok()) {
       ++removed;
     } else if (!s.IsNotFound()) {

@@ -133,7 +133,7 @@ const std::vector<CommandSpec>& Dispatcher::Table() {
       {"flushdb", -1, false, true, 0, 0, 0, CmdFlushdb, true, false, true},
       {"flushall", -1, false, true, 0, 0, 0, CmdFlushdb, true, false, true},
       {"scan", -2, false, false, 0, 0, 0, CmdScan},
-      {"keys", 2, false, false, 0, 0, 0, CmdScan},
+      {"keys", 2, false, false, 0, 0, 0, CmdKeys},
       {"ttl", 2, false, false, 1, 1, 1, CmdTtl},
       {"pttl", 2, false, false, 1, 1, 1, CmdTtl},
       {"persist", 2, false, true, 1, 1, 1, CmdPersist},

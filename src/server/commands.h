@@ -180,6 +180,7 @@ void CmdDel(CommandContext& ctx);
 void CmdDbsize(CommandContext& ctx);
 void CmdFlushdb(CommandContext& ctx);
 void CmdScan(CommandContext& ctx);
+void CmdKeys(CommandContext& ctx);
 void CmdTtl(CommandContext& ctx);
 void CmdPersist(CommandContext& ctx);
 void CmdType(CommandContext& ctx);

@@ -1,7 +1,9 @@
-// Raw-key commands: GET, SET, DEL (UNLINK), EXISTS, MGET, MSET, DBSIZE,
-// FLUSHDB (FLUSHALL), TTL, PTTL, PERSIST, TYPE, over the engine's
+// Raw-key commands: GET, DEL (UNLINK), EXISTS, MGET, MSET, DBSIZE, FLUSHDB
+// (FLUSHALL), TYPE, over the engine's
 // key-value space (Engine::GetValue...: its own hot-budget owner "values" over
-// the shared SSD tier, keys apart from every model's blocks). The engine's
+// the shared SSD tier, keys apart from every model's blocks); SET and the
+// expiry commands are in commands_expiry.cc, SCAN and KEYS in
+// commands_scan.cc. The engine's
 // tier stack serialises the operations of one key, so a value read from SSD
 // and promoted never overwrites one stored meanwhile.
 #include "commands.h"
@@ -27,15 +29,6 @@ bool ReplyValue(CommandContext& ctx, std::string_view key) {
 
 void CmdGet(CommandContext& ctx) { ReplyValue(ctx, ctx.arg(1)); }
 
-// SET key value. Expiry and condition options (EX, NX...) are not supported:
-// this is a cache whose eviction is by capacity, not by time.
-void CmdSet(CommandContext& ctx) {
-  if (ctx.args.size() != 3) return ctx.out->Error("ERR syntax error");
-  Status s = ctx.dispatcher.engine()->PutValue(ctx.arg(1), DetachArg(ctx.args[2]));
-  if (!s.ok()) return ReplyStatus(s, ctx.out);
-  ctx.out->Simple("OK");
-}
-
 void CmdDel(CommandContext& ctx) {
   int64_t removed = 0;
   for (size_t i = 1; i < ctx.args.size(); ++i) {
@@ -47,8 +40,13 @@ void CmdDel(CommandContext& ctx) {
 }
 
 // DBSIZE: the raw keys, each counted once whatever tiers hold it
-// (Engine::CountValues: walks both indexes).
+// (Engine::CountValues: walks both indexes), after removing up to
+// kDbsizeSweep expired ones; as in Redis, an expired key not yet removed
+// still counts.
 void CmdDbsize(CommandContext& ctx) {
+  constexpr size_t kDbsizeSweep = 1000;
+  StatusOr<uint64_t> swept = ctx.dispatcher.engine()->RemoveExpiredValues(kDbsizeSweep);
+  if (!swept.ok()) return ReplyStatus(swept.status(), ctx.out);
   StatusOr<uint64_t> n = ctx.dispatcher.engine()->CountValues();
   if (!n.ok()) return ReplyStatus(n.status(), ctx.out);
   ctx.out->Integer(static_cast<int64_t>(*n));
@@ -69,30 +67,9 @@ void CmdFlushdb(CommandContext& ctx) {
   ctx.out->Simple("OK");
 }
 
-// Values never expire: TTL / PTTL answer -1 for a key (no expiry) and -2 for
-// a missing one, PERSIST 0 (nothing to remove), TYPE "string" or "none".
-void CmdTtl(CommandContext& ctx) {
-  ctx.out->Integer(ctx.dispatcher.engine()->ContainsValue(ctx.arg(1)) ? -1 : -2);
-}
-void CmdPersist(CommandContext& ctx) { ctx.out->Integer(0); }
+// TYPE: "string" for a raw key (an expired one is absent), "none" otherwise.
 void CmdType(CommandContext& ctx) {
   ctx.out->Simple(ctx.dispatcher.engine()->ContainsValue(ctx.arg(1)) ? "string" : "none");
-}
-
-// EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT: refused, not accepted and ignored (a
-// client would count on the key going away).
-void CmdExpire(CommandContext& ctx) {
-  ctx.out->Error("ERR " + Lower(ctx.arg(0)) +
-                 " is not supported: prefixkv values do not expire (the cache is "
-                 "bounded by capacity, and evicts the least recently used)");
-}
-
-// SCAN and KEYS would list key names, which are not stored: a raw key lives
-// under a hash of its name (docs/protocol.md, "Raw keys").
-void CmdScan(CommandContext& ctx) {
-  ctx.out->Error("ERR " + Lower(ctx.arg(0)) +
-                 " is not supported: prefixkv stores a raw key under a hash of its "
-                 "name, not the name, so it cannot list key names");
 }
 
 // Like Redis, a key named twice is counted twice.

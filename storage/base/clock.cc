@@ -19,6 +19,12 @@ class SteadyClock final : public Clock {
 
 }  // namespace
 
+uint64_t Clock::UnixMillis() const {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
 bool Clock::WaitFor(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
                     uint64_t timeout_nanos, const std::function<bool()>& done) const {
   // Capped (about 36 years) so that now() + timeout cannot overflow.

@@ -230,12 +230,12 @@ TEST_F(StoreRecordsTest, GetBlockServesOnlyTheNamespacesOwnBlocks) {
   EXPECT_TRUE(tiers_.engine->GetBlock(ns_, TipLineage::RecordKey(ns_.root))
                   .status()
                   .IsNotFound());
-  // A key-value entry is stored under XXH3-128("prefixkv/raw/v2|" + name)
-  // (src/engine/engine_values.cc); it is not a block of any namespace.
+  // A key-value entry is stored under XXH3-128("prefixkv/raw/v3|" + name)
+  // (src/engine/value_record.cc); it is not a block of any namespace.
   ASSERT_OK(tiers_.engine->PutValue("k", SharedBytes::Copy("v")));
   ASSERT_TRUE(tiers_.engine->ContainsValue("k"));
   HashStream h(HashStream::Width::k128);
-  h.Update("prefixkv/raw/v2|k", 17);
+  h.Update("prefixkv/raw/v3|k", 17);
   EXPECT_TRUE(tiers_.engine->GetBlock(ns_, h.Digest128()).status().IsNotFound());
   EXPECT_EQ(tiers_.engine->model_count(), 2u);
   EXPECT_EQ(tiers_.engine->ModelSpec(kv)->layer_types, KvOnlySpec().layer_types);

@@ -4,17 +4,23 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "prefixkv/advanced/hash.h"
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/advanced/shared_hot_budget.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/support/test_util.h"
+#include "value_catalog.h"
+#include "value_record.h"
 
 namespace prefixkv {
 namespace {
@@ -24,6 +30,9 @@ using testing::KvLayers;
 using testing::KvSpec;
 using testing::Quiet;
 using testing::Tokens;
+
+// A fake time that reads as a plausible Unix time (2026).
+constexpr uint64_t kUnixNanos = 1'780'000'000'000ull * 1'000'000;
 
 class EngineTest : public ::testing::Test {
  protected:
@@ -36,6 +45,12 @@ class EngineTest : public ::testing::Test {
     EngineOptions o;
     o.data_dir = dir_.str();
     o.hot_capacity_bytes = hot_bytes;
+    return o;
+  }
+  // On disk, with time from clock_ (a Unix time in 2026).
+  EngineOptions OnDiskOnFakeClock() {
+    EngineOptions o = OnDisk();
+    o.clock = &clock_;
     return o;
   }
   // Stores `tokens` with fresh random layers and returns the layers.
@@ -59,6 +74,7 @@ class EngineTest : public ::testing::Test {
 
   std::mt19937_64 rng_{testing::TestSeed("EngineTest")};
   testing::TempDir dir_;
+  FakeClock clock_{kUnixNanos};
 };
 
 TEST_F(EngineTest, RamOnlyEngineRestoresWhatItStoredByteForByte) {
@@ -370,6 +386,233 @@ TEST_F(EngineTest, CountsAndClearsValuesInEveryTier) {
   EXPECT_EQ(n, 0u);
 }
 
+// An expiring value: gone on the engine's clock, and still gone after a
+// restart (the expiry is stored with the value), while one that has time
+// left keeps it and one without expiry keeps none.
+TEST_F(EngineTest, ValuesExpireOnTheEngineClockAcrossARestart) {
+  FakeClock& clock = clock_;
+  const EngineOptions o = OnDiskOnFakeClock();
+  const uint64_t t0 = clock.UnixMillis();
+  {
+    auto e = Open(o);
+    ASSERT_NE(e, nullptr);
+    ASSERT_OK(
+        e->SetValue("short", SharedBytes::Copy("s"), {.expires_at_unix_ms = t0 + 1000})
+            .status());
+    ASSERT_OK(
+        e->SetValue("long", SharedBytes::Copy("l"), {.expires_at_unix_ms = t0 + 10000})
+            .status());
+    ASSERT_OK(e->PutValue("forever", SharedBytes::Copy("f")));
+    EXPECT_EQ(e->ValueTtlMillis("short").value(), 1000);
+    EXPECT_EQ(e->ValueTtlMillis("forever").value(), -1);
+    EXPECT_EQ(e->ValueTtlMillis("absent").value(), -2);
+    clock.AdvanceMillis(999);
+    ASSERT_OK_AND_ASSIGN(SharedBytes v, e->GetValue("short"));
+    EXPECT_EQ(v.view(), "s");
+  }
+  clock.AdvanceMillis(1);  // "short" expires while the engine is closed
+  auto e = Open(o);
+  ASSERT_NE(e, nullptr);
+  EXPECT_TRUE(e->GetValue("short").status().IsNotFound());
+  EXPECT_FALSE(e->ContainsValue("short"));
+  EXPECT_EQ(e->ValueTtlMillis("short").value(), -2);
+  EXPECT_EQ(e->ValueTtlMillis("long").value(), 9000);
+  EXPECT_EQ(e->GetValue("long").value().view(), "l");
+  EXPECT_EQ(e->ValueTtlMillis("forever").value(), -1);
+  // PERSIST, then an expiry in the past (removes it), then KEEPTTL.
+  ASSERT_OK_AND_ASSIGN(bool changed, e->SetValueExpiry("long", 0));
+  EXPECT_TRUE(changed);
+  EXPECT_EQ(e->ValueTtlMillis("long").value(), -1);
+  ASSERT_OK_AND_ASSIGN(changed, e->SetValueExpiry("forever", t0));
+  EXPECT_TRUE(changed);
+  EXPECT_FALSE(e->ContainsValue("forever"));
+  ASSERT_OK(e->SetValueExpiry("long", t0 + 5000).status());
+  ASSERT_OK(e->SetValue("long", SharedBytes::Copy("l2"), {.keep_ttl = true}).status());
+  EXPECT_EQ(e->ValueTtlMillis("long").value(), 4000);
+  ASSERT_OK(e->PutValue("long", SharedBytes::Copy("l3")));  // a plain SET clears it
+  EXPECT_EQ(e->ValueTtlMillis("long").value(), -1);
+}
+
+std::string OldValue(const SetValueResult& r) {
+  return r.old.has_value() ? std::string(r.old->view()) : "<none>";
+}
+
+// SET NX from many threads at once: exactly one writer wins each key, and
+// the value it wrote is the one stored (the check and the write are one step).
+TEST_F(EngineTest, ConcurrentSetIfAbsentHasExactlyOneWinnerPerKey) {
+  auto e = Open(OnDisk());
+  ASSERT_NE(e, nullptr);
+  constexpr int kThreads = 8, kKeys = 1000;
+  std::vector<std::vector<int>> won(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int k = 0; k < kKeys; ++k) {
+        StatusOr<SetValueResult> r =
+            e->SetValue("nx:" + std::to_string(k), SharedBytes::Copy(std::to_string(t)),
+                        {.condition = SetValueOptions::Condition::kIfAbsent});
+        if (r.ok() && r->written) won[t].push_back(k);
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  std::vector<int> winners(kKeys, 0);
+  for (int t = 0; t < kThreads; ++t) {
+    for (int k : won[t]) {
+      ++winners[k];
+      EXPECT_EQ(e->GetValue("nx:" + std::to_string(k)).value().view(), std::to_string(t));
+    }
+  }
+  EXPECT_EQ(std::count(winners.begin(), winners.end(), 1), kKeys);
+}
+
+// SET's conditions and GET, and EXPIRE's, as Redis answers them.
+TEST_F(EngineTest, SetValueAndSetValueExpiryHonourTheirConditions) {
+  FakeClock& clock = clock_;
+  const EngineOptions o = OnDiskOnFakeClock();
+  auto e = Open(o);
+  ASSERT_NE(e, nullptr);
+  using Condition = SetValueOptions::Condition;
+  const uint64_t t0 = clock.UnixMillis();
+  ASSERT_OK_AND_ASSIGN(
+      SetValueResult r,
+      e->SetValue("k", SharedBytes::Copy("1"), {.condition = Condition::kIfPresent}));
+  EXPECT_FALSE(r.written);
+  ASSERT_OK_AND_ASSIGN(
+      r, e->SetValue("k", SharedBytes::Copy("1"),
+                     {.condition = Condition::kIfAbsent, .return_old = true}));
+  EXPECT_TRUE(r.written);
+  EXPECT_EQ(OldValue(r), "<none>");
+  ASSERT_OK_AND_ASSIGN(
+      r, e->SetValue("k", SharedBytes::Copy("2"),
+                     {.condition = Condition::kIfAbsent, .return_old = true}));
+  EXPECT_FALSE(r.written);
+  EXPECT_EQ(OldValue(r), "1");
+  ASSERT_OK_AND_ASSIGN(r, e->SetValue("k", SharedBytes::Copy("3"), {.return_old = true}));
+  EXPECT_EQ(OldValue(r), "1");
+  EXPECT_EQ(e->GetValue("k").value().view(), "3");
+  EXPECT_FALSE(e->SetValueExpiry("k", t0 + 100, ExpiryCondition::kIfSet).value());
+  EXPECT_FALSE(e->SetValueExpiry("k", t0 + 100, ExpiryCondition::kIfLater).value());
+  EXPECT_TRUE(e->SetValueExpiry("k", t0 + 100, ExpiryCondition::kIfEarlier).value());
+  EXPECT_FALSE(e->SetValueExpiry("k", t0 + 200, ExpiryCondition::kIfNone).value());
+  EXPECT_FALSE(e->SetValueExpiry("k", t0 + 50, ExpiryCondition::kIfLater).value());
+  EXPECT_TRUE(e->SetValueExpiry("k", t0 + 200, ExpiryCondition::kIfLater).value());
+  EXPECT_TRUE(
+      e->SetValueExpiry("k", t0 + 150, ExpiryCondition::kIfSetAndEarlier).value());
+  EXPECT_EQ(e->ValueTtlMillis("k").value(), 150);
+  EXPECT_FALSE(e->SetValueExpiry("absent", t0 + 100).value());
+  clock.AdvanceMillis(150);  // expired: absent to a conditional SET
+  ASSERT_OK_AND_ASSIGN(
+      r, e->SetValue("k", SharedBytes::Copy("4"), {.condition = Condition::kIfAbsent}));
+  EXPECT_TRUE(r.written);
+  EXPECT_TRUE(e->SetValue(std::string(70000, 'n'), SharedBytes::Copy("x"), {})
+                  .status()
+                  .IsInvalidArgument());
+}
+
+// Expired values leave without being read: each write sweeps a few, a sweep
+// (DBSIZE's) the rest, also after a restart; the hot tier's bytes go with them.
+TEST_F(EngineTest, ExpiredValuesAreReclaimedWithoutBeingRead) {
+  FakeClock& clock = clock_;
+  const EngineOptions o = OnDiskOnFakeClock();
+  const uint64_t t0 = clock.UnixMillis();
+  {
+    auto e = Open(o);
+    ASSERT_NE(e, nullptr);
+    for (int i = 0; i < 10; ++i) {
+      ASSERT_OK(e->SetValue("t" + std::to_string(i),
+                            SharedBytes::Copy(std::string(1000, 'x')),
+                            {.expires_at_unix_ms = t0 + 100})
+                    .status());
+    }
+    clock.AdvanceMillis(100);
+    ASSERT_OK(e->PutValue("writer", SharedBytes::Copy("w")));  // sweeps 4
+    EXPECT_EQ(e->CountValues().value(), 7u);
+    EXPECT_EQ(e->Stats().owners[0].hot.entries, 7u);
+    ASSERT_OK_AND_ASSIGN(uint64_t removed, e->RemoveExpiredValues(100));
+    EXPECT_EQ(removed, 6u);
+    EXPECT_EQ(e->CountValues().value(), 1u);
+    ASSERT_OK(
+        e->SetValue("later", SharedBytes::Copy("l"), {.expires_at_unix_ms = t0 + 500})
+            .status());
+  }
+  clock.AdvanceMillis(400);
+  auto e = Open(o);  // "later" expired while closed; the sweep learns of it
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->CountValues().value(), 2u);
+  ASSERT_OK_AND_ASSIGN(uint64_t removed, e->RemoveExpiredValues(100));
+  EXPECT_EQ(removed, 1u);
+  EXPECT_EQ(e->CountValues().value(), 1u);
+  const EngineStats s = e->Stats();
+  EXPECT_EQ(s.ssd.evictions, 0u) << "removed, not evicted";
+}
+
+// A walk (ScanValues) returns every key present for all of it at least once,
+// while others come and go, and after a restart (names are stored).
+TEST_F(EngineTest, AValueWalkReturnsEveryKeyPresentThroughout) {
+  std::set<std::string> stable;
+  {
+    auto e = Open(OnDisk(/*hot_bytes=*/8 << 10));  // most values on SSD only
+    ASSERT_NE(e, nullptr);
+    for (int i = 0; i < 60; ++i) {
+      const std::string k = "key:" + std::to_string(i);
+      ASSERT_OK(e->PutValue(k, SharedBytes::Copy(std::string(500, 'v'))));
+      stable.insert(k);
+    }
+  }
+  auto e = Open(OnDisk(/*hot_bytes=*/8 << 10));
+  ASSERT_NE(e, nullptr);
+  std::set<std::string> seen;
+  uint64_t cursor = 0;
+  int page = 0;
+  do {
+    ASSERT_OK_AND_ASSIGN(ValueScanPage p, e->ScanValues(cursor, 7));
+    seen.insert(p.keys.begin(), p.keys.end());
+    cursor = p.next_cursor;
+    // Churn between pages: new keys, and deleted ones leave `stable`.
+    ASSERT_OK(e->PutValue("new:" + std::to_string(page), SharedBytes::Copy("n")));
+    const std::string gone = "key:" + std::to_string(page * 3);
+    ASSERT_OK(e->DeleteValue(gone).status());
+    stable.erase(gone);
+    ++page;
+  } while (cursor != 0 && page < 1000);
+  for (const std::string& k : stable) EXPECT_EQ(seen.count(k), 1u) << k;
+  EXPECT_GT(page, 5);
+}
+
+// Values stored before value records (the bare bytes under the v2 key) still
+// read, without expiry; a write replaces them with a record.
+TEST_F(EngineTest, ValuesOfTheOlderSchemeStillRead) {
+  {
+    SsdTierOptions so;
+    so.path = dir_.str();
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<SsdTier> ssd, SsdTier::Open(so));
+    HashStream h(HashStream::Width::k128);
+    h.Update("prefixkv/raw/v2|old", 19);
+    BlockMeta meta;
+    meta.key = h.Digest128();
+    ASSERT_OK(ssd->Put(meta, SharedBytes::Copy("old bytes"), /*dirty=*/false));
+    ASSERT_OK(ssd->Close());
+  }
+  auto e = Open(OnDisk());
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(SharedBytes v, e->GetValue("old"));
+  EXPECT_EQ(v.view(), "old bytes");
+  EXPECT_EQ(e->ValueTtlMillis("old").value(), -1);
+  ASSERT_OK_AND_ASSIGN(ValueScanPage p, e->ScanValues(0, 100));
+  EXPECT_TRUE(p.keys.empty()) << "its name is not stored";
+  ASSERT_OK_AND_ASSIGN(bool changed,
+                       e->SetValueExpiry("old", e->clock()->UnixMillis() + 60000));
+  EXPECT_TRUE(changed);
+  EXPECT_EQ(e->GetValue("old").value().view(), "old bytes");
+  EXPECT_EQ(e->CountValues().value(), 1u) << "the old entry is replaced, not kept";
+  ASSERT_OK_AND_ASSIGN(p, e->ScanValues(0, 100));
+  EXPECT_EQ(p.keys, std::vector<std::string>{"old"});
+  ASSERT_OK_AND_ASSIGN(bool deleted, e->DeleteValue("old"));
+  EXPECT_TRUE(deleted);
+  EXPECT_TRUE(e->GetValue("old").status().IsNotFound());
+}
+
 TEST_F(EngineTest, FlushMakesEveryStoredBlockDurableOnSsd) {
   auto e = Open(OnDisk());
   ASSERT_NE(e, nullptr);
@@ -411,6 +654,66 @@ TEST_F(EngineTest, TheReadmeExampleRuns) {
   ASSERT_OK_AND_ASSIGN(Namespace ns, engine->RegisterModel(spec));
   EXPECT_EQ(MatchAndRestore(*engine, ns, prompt_tokens).restored_tokens,
             prompt_tokens.size());
+}
+
+// docs/format.md section 4's example, and what a decoder refuses.
+TEST(ValueRecord, EncodesAsTheFormatPageShowsAndChecksItsKey) {
+  const SharedBytes r = internal::EncodeValueRecord("k", 0, SharedBytes::Copy("v"));
+  std::string hex;
+  for (uint8_t b : r.view()) {
+    hex += "0123456789abcdef"[b >> 4];
+    hex += "0123456789abcdef"[b & 15];
+  }
+  EXPECT_EQ(hex,
+            "504b5656"
+            "0100"
+            "0000"
+            "01000000"
+            "00000000"
+            "0000000000000000"
+            "6b76");
+  ASSERT_OK_AND_ASSIGN(internal::ValueRecord d,
+                       internal::DecodeValueRecord(r, internal::ValueKey("k")));
+  EXPECT_EQ(d.name, "k");
+  EXPECT_EQ(d.value.view(), "v");
+  EXPECT_TRUE(
+      internal::DecodeValueRecord(r, internal::ValueKey("j")).status().IsCorruption());
+  std::string bad(r.view());
+  bad[8] = 9;  // a name running past the end
+  EXPECT_TRUE(internal::DecodeValueRecord(SharedBytes::Copy(bad), internal::ValueKey("k"))
+                  .status()
+                  .IsCorruption());
+  EXPECT_TRUE(
+      internal::DecodeValueRecord(SharedBytes::Copy("PKV"), internal::ValueKey("k"))
+          .status()
+          .IsCorruption());
+}
+
+// The catalog's hand visits every entry in turn and wraps round; From pages
+// in key order and never splits keys sharing their high half.
+TEST(ValueCatalog, TheHandGoesRoundAndPagesKeepHighHalvesTogether) {
+  internal::ValueCatalog c;
+  for (uint64_t i = 1; i <= 5; ++i) c.Note(BlockKey{i, 0}, "k" + std::to_string(i), 0);
+  c.Note(BlockKey{3, 7}, "k3b", 0);  // shares its high half with k3
+  std::vector<uint64_t> seen;
+  for (int round = 0; round < 4; ++round) {
+    for (const BlockKey& k : c.NextAfterHand(4)) seen.push_back(k.hi);
+  }
+  EXPECT_EQ(seen.size(), 16u);
+  // 16 visits of 6 entries in key order: the first four thrice, the rest twice.
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1u), 3);
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 3u), 6);  // k3 and k3b
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 5u), 2);
+  internal::ValueCatalog::Page p = c.From(0, 3);
+  ASSERT_EQ(p.entries.size(), 4u);  // k1 k2 k3 k3b: k3b is not left for the next page
+  EXPECT_EQ(p.entries[3].name, "k3b");
+  EXPECT_EQ(p.next_cursor, 4u);
+  p = c.From(p.next_cursor, 3);
+  EXPECT_EQ(p.entries.size(), 2u);
+  EXPECT_EQ(p.next_cursor, 0u);
+  c.Forget(BlockKey{3, 7});
+  EXPECT_FALSE(c.Knows(BlockKey{3, 7}));
+  EXPECT_EQ(c.NextAfterHand(100).size(), 5u);
 }
 
 }  // namespace

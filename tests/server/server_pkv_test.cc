@@ -220,10 +220,10 @@ TEST_F(ServerPkvTest, KeySpacesAreDisjoint) {
   ASSERT_EQ(c_->Call(PutArgs({block})).type, '*');
   ASSERT_EQ(c_->Call({"SET", "k", "v"}).str, "OK");
   ASSERT_OK(engine_->Flush());  // both on the SSD tier every namespace shares
-  // A raw key lives under XXH3-128("prefixkv/raw/v2|" + key) with a zero
+  // A raw key lives under XXH3-128("prefixkv/raw/v3|" + key) with a zero
   // namespace: not a block of any namespace.
   HashStream h(HashStream::Width::k128);
-  h.Update("prefixkv/raw/v2|k", 17);
+  h.Update("prefixkv/raw/v3|k", 17);
   EXPECT_TRUE(c_->Call({"PKV.GET", root, h.Digest128().ToHex()}).null);
   EXPECT_TRUE(c_->Call({"PKV.GET", kv_root, KeyOf(block)}).null);  // another namespace
   EXPECT_EQ(c_->Call({"PKV.GET", root, KeyOf(block)}).str, block);

@@ -8,8 +8,10 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <set>
 #include <thread>
 
+#include "glob.h"
 #include "tests/server/server_fixture.h"
 #include "tests/support/test_util.h"
 
@@ -108,7 +110,7 @@ TEST_F(ServerTest, ReportsWrongArityAndUnknownCommands) {
             "ERR wrong number of arguments for 'get' command");
   EXPECT_EQ(c->Call({"MSET", "a", "1", "b"}).str,
             "ERR wrong number of arguments for 'mset' command");
-  EXPECT_EQ(c->Call({"SET", "a", "1", "EX", "10"}).str, "ERR syntax error");
+  EXPECT_EQ(c->Call({"SET", "a", "1", "EXX", "10"}).str, "ERR syntax error");
   EXPECT_EQ(c->Call({"NOSUCH"}).str,
             "ERR unknown command 'NOSUCH', with args beginning with: ");
   EXPECT_EQ(c->Call({"PING"}).str, "PONG");  // the connection is still usable
@@ -122,7 +124,7 @@ TEST_F(ServerTest, RunsATransactionsQueuedCommandsInOrderAtExec) {
   EXPECT_EQ(c->Call({"SET", "a", "1"}).str, "QUEUED");
   EXPECT_EQ(c->Call({"GET", "a"}).str, "QUEUED");
   EXPECT_EQ(c->Call({"DEL", "a", "b"}).str, "QUEUED");
-  EXPECT_EQ(c->Call({"SET", "a", "2", "EX", "1"}).str, "QUEUED");  // fails at EXEC
+  EXPECT_EQ(c->Call({"SET", "a", "2", "EX", "0"}).str, "QUEUED");  // fails at EXEC
   EXPECT_EQ(c->Call({"SET", "b", "3"}).str, "QUEUED");
   EXPECT_TRUE(other->Call({"GET", "a"}).null);  // queued, not run
   Reply exec = c->Call({"EXEC"});
@@ -291,24 +293,166 @@ TEST_F(ServerTest, CountsEachRawKeyOnceWhicheverTiersHoldIt) {
   EXPECT_EQ(c->Call({"FLUSHDB"}).str, "OK");
   EXPECT_EQ(c->Call({"DBSIZE"}).integer, 0);
   EXPECT_TRUE(c->Call({"GET", "b"}).null);
-  EXPECT_EQ(c->Call({"SCAN", "0"}).str.rfind("ERR scan is not supported", 0), 0u);
-  EXPECT_TRUE(c->Call({"KEYS", "*"}).IsError());
 }
 
-// Nothing expires: TTL -1 for a key, -2 for none, TYPE string; EXPIRE is
-// refused rather than ignored.
-TEST_F(ServerTest, AnswersExpiryQueriesForValuesThatNeverExpire) {
+// A fake clock at a plausible Unix time (2026) that outlives the fixture's
+// engine (TearDown closes it after the test body).
+FakeClock& FakeUnixClock() {
+  static FakeClock* clock = new FakeClock();
+  clock->SetNanos(1'780'000'000'000ull * 1'000'000);
+  return *clock;
+}
+
+// A key's expiry runs on the engine's clock: SET EX, TTL and PTTL, EXPIRE
+// and PERSIST, and an expired key is absent to every command.
+TEST_F(ServerTest, ExpiresKeysOnTheEngineClock) {
+  FakeClock& clock = FakeUnixClock();
+  engine_options_.clock = &clock;
   StartServer();
   auto c = Connect();
-  ASSERT_EQ(c->Call({"SET", "b", "v"}).str, "OK");
-  EXPECT_EQ(c->Call({"TTL", "b"}).integer, -1);
-  EXPECT_EQ(c->Call({"PTTL", "zz"}).integer, -2);
-  EXPECT_EQ(c->Call({"PERSIST", "b"}).integer, 0);
-  EXPECT_EQ(c->Call({"TYPE", "b"}).str, "string");
-  EXPECT_EQ(c->Call({"TYPE", "zz"}).str, "none");
-  EXPECT_EQ(c->Call({"EXPIRE", "b", "10"}).str.rfind("ERR expire is not supported", 0),
+  ASSERT_EQ(c->Call({"SET", "k", "v", "EX", "10"}).str, "OK");
+  EXPECT_EQ(c->Call({"TTL", "k"}).integer, 10);
+  EXPECT_EQ(c->Call({"PTTL", "k"}).integer, 10000);
+  clock.AdvanceMillis(9499);
+  EXPECT_EQ(c->Call({"TTL", "k"}).integer, 1);  // rounded, as Redis does
+  EXPECT_EQ(c->Call({"GET", "k"}).str, "v");
+  clock.AdvanceMillis(501);
+  EXPECT_TRUE(c->Call({"GET", "k"}).null);
+  EXPECT_EQ(c->Call({"EXISTS", "k"}).integer, 0);
+  EXPECT_EQ(c->Call({"TTL", "k"}).integer, -2);
+  EXPECT_EQ(c->Call({"TYPE", "k"}).str, "none");
+  ASSERT_EQ(c->Call({"SET", "p", "v"}).str, "OK");
+  EXPECT_EQ(c->Call({"TTL", "p"}).integer, -1);
+  EXPECT_EQ(c->Call({"PERSIST", "p"}).integer, 0);
+  EXPECT_EQ(c->Call({"PEXPIRE", "p", "1500"}).integer, 1);
+  EXPECT_EQ(c->Call({"PTTL", "p"}).integer, 1500);
+  EXPECT_EQ(c->Call({"PERSIST", "p"}).integer, 1);
+  EXPECT_EQ(c->Call({"TTL", "p"}).integer, -1);
+  const int64_t now_s = static_cast<int64_t>(clock.UnixMillis() / 1000);
+  EXPECT_EQ(c->Call({"EXPIREAT", "p", std::to_string(now_s + 100)}).integer, 1);
+  EXPECT_EQ(c->Call({"TTL", "p"}).integer, 100);
+  EXPECT_EQ(c->Call({"EXPIRE", "p", "50", "GT"}).integer, 0);
+  EXPECT_EQ(c->Call({"EXPIRE", "p", "50", "LT"}).integer, 1);
+  EXPECT_EQ(c->Call({"EXPIRE", "p", "60", "NX"}).integer, 0);
+  EXPECT_EQ(c->Call({"EXPIRE", "zz", "60"}).integer, 0);
+  EXPECT_EQ(c->Call({"EXPIRE", "p", "-1"}).integer, 1);  // in the past: removed
+  EXPECT_EQ(c->Call({"EXISTS", "p"}).integer, 0);
+  EXPECT_EQ(c->Call({"EXPIRE", "p", "x"}).str,
+            "ERR value is not an integer or out of range");
+  EXPECT_EQ(c->Call({"EXPIRE", "p", "10", "NX", "XX"}).str,
+            "ERR NX and XX, GT or LT options at the same time are not compatible");
+  EXPECT_EQ(c->Call({"EXPIRE", "p", "10", "GT", "LT"}).str,
+            "ERR GT and LT options at the same time are not compatible");
+  EXPECT_EQ(c->Call({"EXPIRE", "p", "10", "SOON"}).str, "ERR Unsupported option SOON");
+  EXPECT_EQ(c->Call({"EXPIRE", "p", "9223372036854775807"}).str,
+            "ERR invalid expire time in 'expire' command");
+}
+
+// SET's options: NX, XX, GET, KEEPTTL, EX / PX / EXAT / PXAT, with Redis'
+// replies and errors.
+TEST_F(ServerTest, TakesSetsOptionsAsRedisDoes) {
+  FakeClock& clock = FakeUnixClock();
+  engine_options_.clock = &clock;
+  StartServer();
+  auto c = Connect();
+  EXPECT_TRUE(c->Call({"SET", "k", "1", "XX"}).null);
+  EXPECT_EQ(c->Call({"SET", "k", "1", "NX"}).str, "OK");
+  EXPECT_TRUE(c->Call({"SET", "k", "2", "NX"}).null);
+  EXPECT_EQ(c->Call({"SET", "k", "2", "nx", "GET"}).str, "1");  // not replaced
+  EXPECT_EQ(c->Call({"SET", "k", "3", "XX", "GET", "PX", "2500"}).str, "1");
+  EXPECT_EQ(c->Call({"PTTL", "k"}).integer, 2500);
+  EXPECT_EQ(c->Call({"SET", "k", "4", "KEEPTTL"}).str, "OK");
+  EXPECT_EQ(c->Call({"PTTL", "k"}).integer, 2500);
+  EXPECT_EQ(c->Call({"SET", "k", "5"}).str, "OK");
+  EXPECT_EQ(c->Call({"PTTL", "k"}).integer, -1);
+  const uint64_t now_ms = clock.UnixMillis();
+  EXPECT_EQ(c->Call({"SET", "k", "6", "PXAT", std::to_string(now_ms + 700)}).str, "OK");
+  EXPECT_EQ(c->Call({"PTTL", "k"}).integer, 700);
+  EXPECT_EQ(c->Call({"SET", "k", "7", "EXAT", std::to_string(now_ms / 1000 + 3)}).str,
+            "OK");
+  EXPECT_EQ(c->Call({"PTTL", "k"}).integer, static_cast<int64_t>(3000 - now_ms % 1000));
+  EXPECT_TRUE(c->Call({"SET", "new", "v", "GET"}).null);
+  EXPECT_EQ(c->Call({"GET", "new"}).str, "v");
+  EXPECT_EQ(c->Call({"SET", "k", "v", "NX", "XX"}).str, "ERR syntax error");
+  EXPECT_EQ(c->Call({"SET", "k", "v", "EX", "1", "PX", "5"}).str, "ERR syntax error");
+  EXPECT_EQ(c->Call({"SET", "k", "v", "EX", "1", "KEEPTTL"}).str, "ERR syntax error");
+  EXPECT_EQ(c->Call({"SET", "k", "v", "EX"}).str, "ERR syntax error");
+  EXPECT_EQ(c->Call({"SET", "k", "v", "FOREVER"}).str, "ERR syntax error");
+  EXPECT_EQ(c->Call({"SET", "k", "v", "EX", "ten"}).str,
+            "ERR value is not an integer or out of range");
+  EXPECT_EQ(c->Call({"SET", "k", "v", "EX", "0"}).str,
+            "ERR invalid expire time in 'set' command");
+  EXPECT_EQ(c->Call({"SET", "k", "v", "PX", "-5"}).str,
+            "ERR invalid expire time in 'set' command");
+  EXPECT_EQ(c->Call({"GET", "k"}).str, "7") << "a refused SET changes nothing";
+}
+
+// SCAN walks the raw keys' names with MATCH, COUNT and TYPE; KEYS lists them
+// with the same glob.
+TEST_F(ServerTest, ScansAndListsKeysByGlob) {
+  StartServer(/*hot_capacity_bytes=*/16 << 10);  // most of them on SSD only
+  auto c = Connect();
+  std::set<std::string> all;
+  for (int i = 0; i < 40; ++i) {
+    const std::string k = (i % 2 == 0 ? "model@0@" : "other:") + std::to_string(i);
+    ASSERT_EQ(c->Call({"SET", k, std::string(1000, 'x')}).str, "OK");
+    all.insert(k);
+  }
+  std::set<std::string> seen, matched;
+  std::string cursor = "0";
+  int pages = 0;
+  do {
+    Reply r = c->Call({"SCAN", cursor, "COUNT", "5"});
+    ASSERT_EQ(r.elems.size(), 2u);
+    cursor = r.elems[0].str;
+    for (const Reply& k : r.elems[1].elems) seen.insert(k.str);
+    ++pages;
+  } while (cursor != "0" && pages < 100);
+  EXPECT_EQ(seen, all);
+  EXPECT_GT(pages, 4);
+  cursor = "0";
+  do {
+    Reply r = c->Call({"SCAN", cursor, "MATCH", "model@?@[0-9]*", "COUNT", "1000"});
+    cursor = r.elems[0].str;
+    for (const Reply& k : r.elems[1].elems) matched.insert(k.str);
+  } while (cursor != "0");
+  EXPECT_EQ(matched.size(), 20u);
+  EXPECT_EQ(c->Call({"SCAN", "0", "COUNT", "1000", "TYPE", "hash"}).elems[1].elems.size(),
             0u);
-  EXPECT_EQ(c->Call({"TTL", "b"}).integer, -1);
+  EXPECT_EQ(
+      c->Call({"SCAN", "0", "COUNT", "1000", "TYPE", "string"}).elems[1].elems.size(),
+      40u);
+  EXPECT_EQ(c->Call({"KEYS", "other:1*"}).elems.size(), 6u);  // 1, 11, 13, 15, 17, 19
+  EXPECT_EQ(c->Call({"KEYS", "*"}).elems.size(), 40u);
+  EXPECT_EQ(c->Call({"SCAN", "x"}).str, "ERR invalid cursor");
+  EXPECT_EQ(c->Call({"SCAN", "0", "COUNT", "0"}).str, "ERR syntax error");
+  EXPECT_EQ(c->Call({"SCAN", "0", "COUNT"}).str, "ERR syntax error");
+  EXPECT_EQ(c->Call({"SCAN", "0", "LIMIT", "3"}).str, "ERR syntax error");
+}
+
+TEST(GlobMatch, MatchesAsRedisDoes) {
+  using server::GlobMatch;
+  EXPECT_TRUE(GlobMatch("*", ""));
+  EXPECT_TRUE(GlobMatch("a*b", "ab"));
+  EXPECT_TRUE(GlobMatch("a*b", "a-x-b"));
+  EXPECT_FALSE(GlobMatch("a*b", "a-x-bc"));
+  EXPECT_TRUE(GlobMatch("h?llo", "hallo"));
+  EXPECT_FALSE(GlobMatch("h?llo", "hllo"));
+  EXPECT_TRUE(GlobMatch("h[ae]llo", "hello"));
+  EXPECT_FALSE(GlobMatch("h[ae]llo", "hillo"));
+  EXPECT_TRUE(GlobMatch("h[^e]llo", "hallo"));
+  EXPECT_FALSE(GlobMatch("h[^e]llo", "hello"));
+  EXPECT_TRUE(GlobMatch("h[a-b]llo", "hbllo"));
+  EXPECT_TRUE(GlobMatch("h[b-a]llo", "hallo"));  // a reversed range, as Redis
+  EXPECT_TRUE(GlobMatch("a\\*b", "a*b"));
+  EXPECT_FALSE(GlobMatch("a\\*b", "axb"));
+  EXPECT_TRUE(GlobMatch("[\\]]", "]"));
+  EXPECT_FALSE(GlobMatch("ab[", "ab["));  // an unclosed set, as Redis reads it
+  EXPECT_TRUE(GlobMatch("ab[c", "abc"));
+  EXPECT_TRUE(GlobMatch("a\\", "a\\"));  // a trailing backslash is itself
+  EXPECT_TRUE(GlobMatch("model@*@*", "model@0@abc"));
+  // Backtracking stays bounded (Redis' guard): this returns at once.
+  EXPECT_FALSE(GlobMatch("a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*b", std::string(5000, 'a')));
 }
 
 TEST_F(ServerTest, RequiresAuthWhenAPasswordIsSet) {
