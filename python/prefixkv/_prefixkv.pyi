@@ -205,7 +205,9 @@ class Engine:
         errors, bytes_read, bytes_written, writes, dropped, over_quota,
         rewrites_skipped, queued_blocks, queued_bytes). Each
         owner: name, hot, hot_quota_bytes, ssd, restore_latency (models only:
-        bucket_bounds_micros, counts, sum_micros, count; else None)."""
+        bucket_bounds_micros, counts, sum_micros, count; else None), prefix_tokens
+        (models only: prefix_query_tokens, prefix_hit_tokens, restored_tokens_hot,
+        restored_tokens_ssd, restored_tokens_remote; else None)."""
     def audit(self) -> dict[str, Any]:
         """{"ok": bool, "findings": [(what, detail)], "orphans": [hex key]}."""
     def hot_block_address(self, ns: Namespace, key: str) -> Optional[int]:

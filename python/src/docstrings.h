@@ -132,7 +132,9 @@ has_remote, remote (cluster, available, hits, misses, corruptions,
 errors, bytes_read, bytes_written, writes, dropped, over_quota,
 rewrites_skipped, queued_blocks, queued_bytes). Each
 owner: name, hot, hot_quota_bytes, ssd, restore_latency (models only:
-bucket_bounds_micros, counts, sum_micros, count; else None).)doc";
+bucket_bounds_micros, counts, sum_micros, count; else None), prefix_tokens
+(models only: prefix_query_tokens, prefix_hit_tokens, restored_tokens_hot,
+restored_tokens_ssd, restored_tokens_remote; else None).)doc";
 inline constexpr const char* kAudit =
     R"doc({"ok": bool, "findings": [(what, detail)], "orphans": [hex key]}.)doc";
 inline constexpr const char* kHotBlockAddress =

@@ -9,6 +9,7 @@
 #include "convert.h"
 #include "docstrings.h"
 #include "prefixkv/advanced/hot_tier.h"
+#include "prefixkv/prefix_token_fields.h"
 #include "prefixkv/remote_counter_fields.h"
 #include "py_types.h"
 
@@ -58,6 +59,15 @@ py::dict StatsDict(const EngineStats& s) {
     od["ssd"] = CountersDict(o.ssd);
     od["restore_latency"] =
         o.restore_latency ? py::object(LatencyDict(*o.restore_latency)) : py::none();
+    // A registered model's token counters, under their INFO/PKV.STATS names.
+    if (o.prefix_tokens) {
+      py::dict tokens;
+      for (const PrefixTokenField& f : kPrefixTokenFields)
+        tokens[f.name] = (*o.prefix_tokens).*f.field;
+      od["prefix_tokens"] = tokens;
+    } else {
+      od["prefix_tokens"] = py::none();
+    }
     owners.append(od);
   }
   d["owners"] = owners;

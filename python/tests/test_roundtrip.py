@@ -58,6 +58,11 @@ def test_stats_and_audit_report_the_tiers(engine, rng):
     latency = engine.stats()["owners"][0]["restore_latency"]
     assert latency["count"] == 1 == sum(latency["counts"]), "restore() is a timed Restore"
     assert len(latency["counts"]) == len(latency["bucket_bounds_micros"]) + 1
+    # Token counters: 8 tokens asked and found by match(), 8 restored from RAM.
+    tokens = engine.stats()["owners"][0]["prefix_tokens"]
+    assert tokens == {"prefix_query_tokens": 8, "prefix_hit_tokens": 8,
+                      "restored_tokens_hot": 8, "restored_tokens_ssd": 0,
+                      "restored_tokens_remote": 0}
     assert s["hot"]["bytes"] <= s["hot_capacity_bytes"]
     engine.flush()
     assert engine.stats()["dirty_blocks"] == 0

@@ -293,6 +293,7 @@ constexpr CliCase kCliCases[] = {
     {"--version", 0, "prefixkv " PREFIXKV_VERSION_STRING "\n"},
     {"version", 0, "prefixkv " PREFIXKV_VERSION_STRING "\n"},
     {"--help", 0, "2  usage"},
+    {"help audit", 0, "usage: prefixkv audit"},
     {"audit --json --data-dir {data}", 0, "\"ok\":true"},
     {"inspect --json --data-dir {data}", 0, "\"namespaces\""},
     // 1: the command ran on valid arguments and failed.
@@ -308,6 +309,8 @@ constexpr CliCase kCliCases[] = {
     {"replay --json {bad_trace} extra", 2, "unexpected argument 'extra'"},
     {"bench core --json extra", 2, "unexpected argument 'extra'"},
     {"--version extra", 2, "takes no arguments"},
+    {"help audit extra", 2, "takes at most one argument"},
+    {"help frobnicate", 2, "takes at most one argument"},
     // Unknown commands and flags, bad or missing values, missing arguments.
     {"", 2, "usage: prefixkv COMMAND"},
     {"frobnicate --json", 2, "unknown command 'frobnicate'"},

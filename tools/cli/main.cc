@@ -51,8 +51,18 @@ int main(int argc, char** argv) {
   }
   std::string name = argv[1];
   if (name == "--help" || name == "-h" || name == "help") {
-    PrintHelp(stdout);
-    return 0;
+    if (argc == 2) {
+      PrintHelp(stdout);
+      return kExitOk;
+    }
+    // `prefixkv help COMMAND` is `prefixkv COMMAND --help`.
+    auto command = Commands().find(argv[2]);
+    if (name != "help" || argc > 3 || command == Commands().end()) {
+      return ReportError(false, "prefixkv",
+                         name + " takes at most one argument, a command name",
+                         kExitUsage);
+    }
+    return command->second.run({"--help"});
   }
   if (name == "--version" || name == "version") {
     if (argc > 2) {
