@@ -166,7 +166,13 @@ TEST_F(RedisClusterFailureTest, AFullMasterCostsTheRemoteTierOnlyItsOwnBlocks) {
 }
 
 TEST_F(RedisClusterFailureTest, AKilledMasterFailsItsKeysFastAndTheOthersStillWork) {
-  auto store = FastStore();
+  // A dead master refuses connections at once, so its keys fail without any
+  // wait; the request timeout only bounds the live masters' replies. It is
+  // wide (200 ms) so a live master never times out under ASan on a loaded
+  // machine (with 5 ms, a live master's batch missed it once), and any wait
+  // for the dead one would show as a call of 200 ms or more.
+  constexpr double kTimeoutMs = 200;
+  auto store = FastStore(static_cast<uint32_t>(kTimeoutMs));
   std::vector<std::optional<std::string>> values;
   ASSERT_OK(testing::MultiGetText(*store, keys_, &values));
   const std::string dead = "127.0.0.1:" + std::to_string(cluster_->ports()[0]);
@@ -174,7 +180,7 @@ TEST_F(RedisClusterFailureTest, AKilledMasterFailsItsKeysFastAndTheOthersStillWo
   cluster_->KillMaster(0);
   const double slowest = ReadAround(*store, dead, 20);
   std::printf("[killed master] slowest of 20 calls %.1f ms\n", slowest);
-  EXPECT_LT(slowest, 50);
+  EXPECT_LT(slowest, 0.75 * kTimeoutMs);
   EXPECT_TRUE(store->IsNodeDown(dead));
   EXPECT_EQ(store->map_fetches(), fetches + 1);  // asked a live master once
   // Writes to the live masters go on; a write to the dead one is Unavailable.
