@@ -44,6 +44,7 @@ OWNERS = {
     "advanced/fault_injection_file_system.h": "prefixkv_base",
     "tier_types.h": "prefixkv_base",
     "remote_counter_fields.h": "prefixkv_base",
+    "tier_counter_fields.h": "prefixkv_base",
     "latency_histogram.h": "prefixkv_base",
     "version.h": "prefixkv_base",  # generated from version.h.in (CMakeLists.txt)
     "prefix_token_fields.h": "prefixkv_engine",
