@@ -84,7 +84,7 @@ THIRD_PARTY = {
     "zstd": ["storage/codec"],
     "hiredis/": ["storage/remote", "tests/storage/remote", "tools/redis"],
     # The hash itself, and two places that measure or check against raw XXH3.
-    "xxh": ["storage/base", "tools/cli/bench_core.cc", "tests/core/block_key_test.cc"],
+    "xxh": ["storage/base", "tools/bench/bench_core.cc", "tests/core/block_key_test.cc"],
 }
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)

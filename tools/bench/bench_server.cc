@@ -20,10 +20,11 @@
 #include <string>
 #include <vector>
 
-#include "tools/cli/command.h"
+#include "tools/bench/redis_benchmark.h"
+#include "tools/bench/suite.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/json.h"
-#include "tools/cli/redis_benchmark.h"
+#include "tools/cli/sibling_binary.h"
 
 extern char** environ;
 
@@ -135,8 +136,8 @@ struct Servers {
 
 bool StartServers(const std::filesystem::path& dir, int threads, Servers* s) {
   s->prefixkv = Spawn(
-      {"/proc/self/exe", "serve", "--data-dir", (dir / "prefixkv").string(), "--port",
-       "0", "--threads", std::to_string(threads), "--hot-capacity-bytes", "2G"},
+      {SiblingBinaryPath("prefixkv"), "serve", "--data-dir", (dir / "prefixkv").string(),
+       "--port", "0", "--threads", std::to_string(threads), "--hot-capacity-bytes", "2G"},
       /*capture_stdout=*/true);
   char line[256] = {0};
   if (s->prefixkv.out == nullptr ||

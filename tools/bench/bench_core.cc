@@ -13,8 +13,8 @@
 
 #include "prefixkv/block_key.h"
 #include "prefixkv/codec.h"
-#include "tools/cli/bench_util.h"
-#include "tools/cli/command.h"
+#include "tools/bench/bench_util.h"
+#include "tools/bench/suite.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/json.h"
 

@@ -17,8 +17,8 @@
 #include <sstream>
 
 #include "prefixkv/advanced/hot_tier.h"
-#include "tools/cli/bench_util.h"
-#include "tools/cli/command.h"
+#include "tools/bench/bench_util.h"
+#include "tools/bench/suite.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/json.h"
 #include "tools/replay/policy_replay.h"

@@ -13,8 +13,8 @@
 
 #include "prefixkv/boundary_adapter.h"
 #include "prefixkv/reference_model.h"
-#include "tools/cli/bench_util.h"
-#include "tools/cli/command.h"
+#include "tools/bench/bench_util.h"
+#include "tools/bench/suite.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/json.h"
 

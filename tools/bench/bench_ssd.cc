@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "prefixkv/advanced/ssd_tier.h"
-#include "tools/cli/bench_util.h"
-#include "tools/cli/command.h"
+#include "tools/bench/bench_util.h"
+#include "tools/bench/suite.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/json.h"
 
