@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/bench/bench_util.h"
 #include "tools/bench/redis_benchmark.h"
 #include "tools/bench/suite.h"
 #include "tools/cli/flags.h"
@@ -229,17 +230,11 @@ int RunServerBench(const std::vector<std::string>& args) {
               {{"json", "print one JSON object", true, ""},
                {"threads", "I/O threads of prefixkv serve", false, "2"},
                {"rounds", "measurements per figure (median taken)", false, "5"}});
-  std::string error;
-  if (!flags.Parse(args, &error)) return UsageError(flags, error);
-  if (flags.help_requested()) {
-    std::printf("%s", flags.HelpText().c_str());
-    return 0;
-  }
-  std::optional<uint64_t> threads = ParseSize(flags.GetString("threads", "2"));
-  if (!threads || *threads == 0 || *threads > 64)
-    return UsageError(flags, "bad --threads");
-  std::optional<uint64_t> rounds = ParseSize(flags.GetString("rounds", "5"));
-  if (!rounds || *rounds == 0 || *rounds > 50) return UsageError(flags, "bad --rounds");
+  if (std::optional<int> done = ParseSuiteFlags(flags, args)) return *done;
+  std::optional<uint64_t> threads = ParseCount(flags, "threads", "2", 64);
+  if (!threads) return UsageError(flags, "bad --threads");
+  std::optional<uint64_t> rounds = ParseCount(flags, "rounds", "5", 50);
+  if (!rounds) return UsageError(flags, "bad --rounds");
   if (std::system("command -v redis-server >/dev/null && command -v redis-benchmark "
                   ">/dev/null") != 0) {
     return Failure(flags, "bench server",

@@ -121,17 +121,11 @@ int RunSessionBenchCommand(const std::vector<std::string>& args) {
               {{"json", "print one JSON object", true, ""},
                {"context", "cached tokens before each decode step", false, "1024"},
                {"steps", "decode steps measured (median taken)", false, "32"}});
-  std::string error;
-  if (!flags.Parse(args, &error)) return UsageError(flags, error);
-  if (flags.help_requested()) {
-    std::printf("%s", flags.HelpText().c_str());
-    return 0;
-  }
-  std::optional<uint64_t> context = ParseSize(flags.GetString("context", "1024"));
-  std::optional<uint64_t> steps = ParseSize(flags.GetString("steps", "32"));
-  if (!context || *context == 0 || *context > 65536)
-    return UsageError(flags, "bad --context");
-  if (!steps || *steps == 0 || *steps > 10000) return UsageError(flags, "bad --steps");
+  if (std::optional<int> done = ParseSuiteFlags(flags, args)) return *done;
+  std::optional<uint64_t> context = ParseCount(flags, "context", "1024", 65536);
+  std::optional<uint64_t> steps = ParseCount(flags, "steps", "32", 10000);
+  if (!context) return UsageError(flags, "bad --context");
+  if (!steps) return UsageError(flags, "bad --steps");
   SessionBenchResult r;
   Status s =
       RunSessionBench(static_cast<int64_t>(*context), static_cast<int>(*steps), &r);

@@ -338,21 +338,15 @@ int RunSsdBench(const std::vector<std::string>& args) {
         "$TMPDIR/prefixkv-bench-ssd"},
        {"total-bytes", "bytes written per figure (K/M/G suffixes)", false, "1G"},
        {"open-blocks", "blocks stored before timing a reopen", false, "100000"}});
-  std::string error;
-  if (!flags.Parse(args, &error)) return UsageError(flags, error);
-  if (flags.help_requested()) {
-    std::printf("%s", flags.HelpText().c_str());
-    return 0;
-  }
+  if (std::optional<int> done = ParseSuiteFlags(flags, args)) return *done;
   std::optional<uint64_t> total = ParseSize(flags.GetString("total-bytes", "1G"));
   std::optional<uint64_t> open_blocks =
       ParseSize(flags.GetString("open-blocks", "100000"));
   if (!total || *total < (4 << 20))
     return UsageError(flags, "--total-bytes must be >= 4M");
   if (!open_blocks || *open_blocks == 0) return UsageError(flags, "bad --open-blocks");
-  std::optional<uint64_t> repeats = ParseSize(flags.GetString("repeats", "3"));
-  if (!repeats || *repeats == 0 || *repeats > 100)
-    return UsageError(flags, "bad --repeats (1 to 100)");
+  std::optional<uint64_t> repeats = ParseCount(flags, "repeats", "3", 100);
+  if (!repeats) return UsageError(flags, "bad --repeats (1 to 100)");
   const fs::path base = flags.Has("dir")
                             ? fs::path(flags.GetString("dir"))
                             : fs::temp_directory_path() / "prefixkv-bench-ssd";
