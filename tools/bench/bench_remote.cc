@@ -388,11 +388,9 @@ void RangeFields(JsonWriter& j, const std::string& key, const Range& r) {
 
 void PrintJson(const std::string& cluster, int repeats, const RestoreFigures& f,
                const HitRatios& h) {
-  JsonWriter j;
-  j.BeginObject()
-      .Field("suite", "remote")
-      .Field("cluster", cluster)
-      .Field("repeats", repeats);
+  SuiteJson out("remote");
+  JsonWriter& j = out.j();
+  j.Field("cluster", cluster).Field("repeats", repeats);
   j.Field("blocks", kModel.blocks)
       .Field("block_tokens", kModel.block_tokens)
       .Field("block_bytes", f.block_bytes);
@@ -418,9 +416,8 @@ void PrintJson(const std::string& cluster, int repeats, const RestoreFigures& f,
       .Field("two_node_hit_ratio", h.two_node)
       .Field("two_node_no_remote_hit_ratio", h.two_node_no_remote)
       .Field("two_node_minus_one_node", h.two_node - h.one_node)
-      .Field("two_node_remote_block_hits", h.remote_block_hits)
-      .EndObject();
-  std::printf("%s\n", j.str().c_str());
+      .Field("two_node_remote_block_hits", h.remote_block_hits);
+  out.Print();
 }
 
 void PrintRange(const char* key, const Range& r, const char* unit, const char* note) {

@@ -220,10 +220,9 @@ int RunRestoreBench(const std::vector<std::string>& args) {
   const double ratio = r->memcpy_s / r->restore_s;
   const double gb_s = static_cast<double>(r->bytes) / r->restore_s / 1e9;
   if (bench.json) {
-    JsonWriter j;
-    j.BeginObject()
-        .Field("suite", "restore")
-        .Field("restore_ratio_vs_memcpy", ratio)
+    SuiteJson out("restore");
+    JsonWriter& j = out.j();
+    j.Field("restore_ratio_vs_memcpy", ratio)
         .Field("restore_gb_per_second", gb_s)
         .Field("restore_ratio_vs_memcpy_fresh_pages", r->memcpy_s / r->fresh_pages_s)
         .Field("store_ratio_vs_memcpy", r->memcpy_s / r->store_s)
@@ -237,9 +236,8 @@ int RunRestoreBench(const std::vector<std::string>& args) {
                static_cast<double>(r->segment_bytes) / r->raw_read_s / 1e9)
         .Field("bytes", r->bytes)
         .Field("blocks", kModel.blocks)
-        .Field("byte_identical", r->identical && r->ssd_identical)
-        .EndObject();
-    std::printf("%s\n", j.str().c_str());
+        .Field("byte_identical", r->identical && r->ssd_identical);
+    out.Print();
   } else {
     std::printf(
         "restore of %d blocks x %d layers (%llu bytes): %.2f GB/s, %.2fx memcpy%s\n",

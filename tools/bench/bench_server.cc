@@ -193,8 +193,9 @@ Figures Measure(const Servers& s, const Workload& w, int rounds) {
 
 void PrintJson(const Workload* workloads, const std::vector<Figures>& results,
                int rounds) {
-  JsonWriter j;
-  j.BeginObject().Field("suite", "server").Field("rounds", rounds);
+  SuiteJson out("server");
+  JsonWriter& j = out.j();
+  j.Field("rounds", rounds);
   for (size_t i = 0; i < results.size(); ++i) {
     std::string n = workloads[i].name;
     const Figures& f = results[i];
@@ -205,8 +206,7 @@ void PrintJson(const Workload* workloads, const std::vector<Figures>& results,
         .Field("redis_get_" + n + "_ops_per_s", f.redis.get_ops)
         .Field("redis_set_" + n + "_ops_per_s", f.redis.set_ops);
   }
-  j.EndObject();
-  std::printf("%s\n", j.str().c_str());
+  out.Print();
 }
 
 void PrintTable(const Workload* workloads, const std::vector<Figures>& results,

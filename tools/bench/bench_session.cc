@@ -88,18 +88,16 @@ Status RunSessionBench(int64_t context, int steps, SessionBenchResult* r) {
 
 void Print(const SessionBenchResult& r, bool json) {
   if (json) {
-    JsonWriter j;
-    j.BeginObject()
-        .Field("suite", "session")
-        .Field("context_tokens", r.context_tokens)
+    SuiteJson out("session");
+    JsonWriter& j = out.j();
+    j.Field("context_tokens", r.context_tokens)
         .Field("decode_steps", r.steps)
         .Field("manager_overhead_ratio", r.manager_overhead_ratio)
         .Field("manager_overhead_us", r.overhead_us)
         .Field("decode_step_us", r.step_us)
         .Field("decode_tokens_per_s", r.decode_tokens_per_s)
-        .Field("prefill_tokens_per_s", r.prefill_tokens_per_s)
-        .EndObject();
-    std::printf("%s\n", j.str().c_str());
+        .Field("prefill_tokens_per_s", r.prefill_tokens_per_s);
+    out.Print();
     return;
   }
   std::printf(

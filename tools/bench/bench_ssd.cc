@@ -291,10 +291,9 @@ bool RunAll(const fs::path& dir, uint64_t total, uint64_t open_blocks, int repea
 void Print(const SsdResult& r, uint64_t total, uint64_t open_blocks, bool json) {
   const double gb = static_cast<double>(total) / 1e9;
   if (json) {
-    JsonWriter j;
-    j.BeginObject()
-        .Field("suite", "ssd")
-        .Field("total_bytes", total)
+    SuiteJson out("ssd");
+    JsonWriter& j = out.j();
+    j.Field("total_bytes", total)
         .Field("write_ratio_vs_raw", r.raw_write_s / r.flush_write_s)
         .Field("read_ratio_vs_raw", r.raw_read_s / r.flush_read_s)
         .Field("read_cpu_us_per_block",
@@ -305,9 +304,8 @@ void Print(const SsdResult& r, uint64_t total, uint64_t open_blocks, bool json) 
         .Field("open_seconds_100k_blocks", r.open_s)
         .Field("open_blocks", open_blocks)
         .Field("raw_write_gb_per_s", gb / r.raw_write_s)
-        .Field("raw_read_gb_per_s", gb / r.raw_read_s)
-        .EndObject();
-    std::printf("%s\n", j.str().c_str());
+        .Field("raw_read_gb_per_s", gb / r.raw_read_s);
+    out.Print();
     return;
   }
   std::printf("ssd benchmark (%.2f GB per figure, %d threads)\n", gb, kThreads);

@@ -19,6 +19,7 @@
 #include "prefixkv/block_key.h"
 #include "prefixkv/clock.h"
 #include "tools/cli/flags.h"
+#include "tools/cli/json.h"
 
 namespace prefixkv::cli {
 
@@ -149,6 +150,21 @@ inline std::optional<int> ParseBenchArgs(const std::string& suite, int default_r
   out->repeats = static_cast<int>(*repeats);
   return std::nullopt;
 }
+
+// The one JSON line a suite prints with --json: {"suite":"NAME", then the
+// fields the suite adds to j()}; Print() closes the object and prints it.
+class SuiteJson {
+ public:
+  explicit SuiteJson(std::string_view suite) { j_.BeginObject().Field("suite", suite); }
+  JsonWriter& j() { return j_; }
+  void Print() {
+    j_.EndObject();
+    std::printf("%s\n", j_.str().c_str());
+  }
+
+ private:
+  JsonWriter j_;
+};
 
 template <typename T>
 inline void DoNotOptimize(T const& value) {
