@@ -1,7 +1,8 @@
 # `cmake --install`: the static libraries behind prefixkv::prefixkv, the
 # public headers (include/prefixkv/*.h and the generated version.h; the
 # advanced/ headers are internals no public header includes, so they stay
-# out), the `prefixkv` CLI, and the files users find it with:
+# out), the `prefixkv` CLI and `prefixkv-bench` beside it (`prefixkv bench`
+# runs it), and the files users find it with:
 #   lib/cmake/prefixkv/prefixkvConfig.cmake (+ ConfigVersion, Targets,
 #     Dependencies)  find_package(prefixkv) -> prefixkv::prefixkv
 #   lib/pkgconfig/prefixkv.pc                 pkg-config --cflags --libs prefixkv
@@ -17,7 +18,7 @@ target_include_directories(prefixkv INTERFACE
   $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 install(TARGETS prefixkv ${prefixkv_modules} EXPORT prefixkvTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(TARGETS prefixkv_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS prefixkv_cli prefixkv_bench RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY include/prefixkv/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/prefixkv
         FILES_MATCHING PATTERN "*.h" PATTERN "advanced" EXCLUDE)
 install(FILES ${PROJECT_BINARY_DIR}/include/prefixkv/version.h

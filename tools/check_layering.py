@@ -44,6 +44,7 @@ OWNERS = {
     "advanced/fault_injection_file_system.h": "prefixkv_base",
     "tier_types.h": "prefixkv_base",
     "remote_counter_fields.h": "prefixkv_base",
+    "tier_counter_fields.h": "prefixkv_base",
     "latency_histogram.h": "prefixkv_base",
     "version.h": "prefixkv_base",  # generated from version.h.in (CMakeLists.txt)
     "prefix_token_fields.h": "prefixkv_engine",
@@ -83,7 +84,7 @@ THIRD_PARTY = {
     "zstd": ["storage/codec"],
     "hiredis/": ["storage/remote", "tests/storage/remote", "tools/redis"],
     # The hash itself, and two places that measure or check against raw XXH3.
-    "xxh": ["storage/base", "tools/cli/bench_core.cc", "tests/core/block_key_test.cc"],
+    "xxh": ["storage/base", "tools/bench/bench_core.cc", "tests/core/block_key_test.cc"],
 }
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)

@@ -11,6 +11,7 @@
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/prefix_token_fields.h"
 #include "prefixkv/remote_counter_fields.h"
+#include "prefixkv/tier_counter_fields.h"
 #include "py_types.h"
 
 namespace prefixkv::python {
@@ -18,18 +19,7 @@ namespace {
 
 py::dict CountersDict(const TierCounters& c) {
   py::dict d;
-  d["entries"] = c.entries;
-  d["bytes"] = c.bytes;
-  d["pinned_bytes"] = c.pinned_bytes;
-  d["hits"] = c.hits;
-  d["misses"] = c.misses;
-  d["inserts"] = c.inserts;
-  d["removes"] = c.removes;
-  d["evictions"] = c.evictions;
-  d["spills"] = c.spills;
-  d["corruptions"] = c.corruptions;
-  d["io_errors"] = c.io_errors;
-  d["external_bytes"] = c.external_bytes;
+  for (const TierCounterField& f : kTierCounterFields) d[f.name] = c.*f.field;
   return d;
 }
 

@@ -17,6 +17,7 @@
 #include "prefixkv/advanced/ssd_tier.h"
 #include "prefixkv/prefix_token_fields.h"
 #include "prefixkv/remote_counter_fields.h"
+#include "prefixkv/tier_counter_fields.h"
 
 namespace prefixkv::server {
 namespace {
@@ -161,18 +162,7 @@ void AppendOwners(const EngineStats& s, std::string* out) {
 
 void ForEachCounter(const TierCounters& c,
                     const std::function<void(std::string_view, uint64_t)>& fn) {
-  fn("entries", c.entries);
-  fn("bytes", c.bytes);
-  fn("pinned_bytes", c.pinned_bytes);
-  fn("hits", c.hits);
-  fn("misses", c.misses);
-  fn("inserts", c.inserts);
-  fn("removes", c.removes);
-  fn("evictions", c.evictions);
-  fn("spills", c.spills);
-  fn("corruptions", c.corruptions);
-  fn("io_errors", c.io_errors);
-  fn("external_bytes", c.external_bytes);
+  for (const TierCounterField& f : kTierCounterFields) fn(f.name, c.*f.field);
 }
 
 // INFO [section ...]: "server", "clients", "stats" and "commandstats" from the

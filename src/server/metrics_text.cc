@@ -8,6 +8,7 @@
 
 #include "prefixkv/prefix_token_fields.h"
 #include "prefixkv/remote_counter_fields.h"
+#include "prefixkv/tier_counter_fields.h"
 #include "prefixkv/version.h"
 
 namespace prefixkv::server {
@@ -100,41 +101,20 @@ void AppendHistogram(const LatencyHistogram& h, const Labels& labels, Samples& s
   s.Add(labels, std::to_string(cumulative), "_count");
 }
 
-// A TierCounters field as a metric name suffix.
-struct TierField {
-  const char* suffix;
-  uint64_t TierCounters::*field;
-  MetricType type;
-  const char* help;
-};
+// The TierCounters families in the order they are written: the table's
+// gauges, then its counters (docs/metrics.md).
+template <typename Fn>
+void ForEachTierFamily(Fn fn) {
+  for (bool counters : {false, true}) {
+    for (const TierCounterField& f : kTierCounterFields) {
+      if (f.counter == counters) fn(f);
+    }
+  }
+}
 
-constexpr TierField kTierFields[] = {
-    {"blocks", &TierCounters::entries, MetricType::kGauge, "Blocks resident"},
-    {"bytes", &TierCounters::bytes, MetricType::kGauge,
-     "Charged bytes of resident blocks plus external charges (hot: payload and "
-     "per-entry overhead; ssd: payload)"},
-    {"pinned_bytes", &TierCounters::pinned_bytes, MetricType::kGauge,
-     "Charged bytes of blocks pinned by readers (hot)"},
-    {"external_bytes", &TierCounters::external_bytes, MetricType::kGauge,
-     "Bytes charged for memory held outside the blocks, such as live sessions' KV "
-     "(hot)"},
-    {"hits_total", &TierCounters::hits, MetricType::kCounter,
-     "Reads that found the block"},
-    {"misses_total", &TierCounters::misses, MetricType::kCounter,
-     "Reads that did not find the block (damaged blocks included)"},
-    {"inserts_total", &TierCounters::inserts, MetricType::kCounter,
-     "Blocks stored, new or replacing one"},
-    {"removes_total", &TierCounters::removes, MetricType::kCounter,
-     "Blocks removed explicitly"},
-    {"evictions_total", &TierCounters::evictions, MetricType::kCounter,
-     "Blocks removed to make room"},
-    {"spills_total", &TierCounters::spills, MetricType::kCounter,
-     "Evicted blocks handed to the next tier (hot: to the SSD write-back)"},
-    {"checksum_failures_total", &TierCounters::corruptions, MetricType::kCounter,
-     "Blocks that failed their checksum or decoding when read"},
-    {"io_errors_total", &TierCounters::io_errors, MetricType::kCounter,
-     "Failed reads or writes of the medium"},
-};
+MetricType TierFieldType(const TierCounterField& f) {
+  return f.counter ? MetricType::kCounter : MetricType::kGauge;
+}
 
 struct FamilyDef {
   MetricFamilyInfo info;
@@ -166,9 +146,9 @@ void AddTierFamilies(std::vector<FamilyDef>& defs) {
                            out.Add({{"tier", "ssd"}}, s.engine.ssd_capacity_bytes);
                          }
                        }));
-  for (const TierField& f : kTierFields) {
-    defs.push_back({{std::string("prefixkv_tier_") + f.suffix,
-                     f.type,
+  ForEachTierFamily([&defs](const TierCounterField& f) {
+    defs.push_back({{std::string("prefixkv_tier_") + f.metric,
+                     TierFieldType(f),
                      {"tier"},
                      std::string(f.help) + ", whole tier"},
                     [&f](const Snapshot& s, Samples& out) {
@@ -176,7 +156,7 @@ void AddTierFamilies(std::vector<FamilyDef>& defs) {
                       if (s.engine.has_ssd)
                         out.Add({{"tier", "ssd"}}, s.engine.ssd.*f.field);
                     }});
-  }
+  });
   defs.push_back(Gauge("prefixkv_hot_dirty_blocks", {},
                        "Hot blocks not yet written to the SSD tier",
                        [](const Snapshot& s, Samples& out) {
@@ -264,9 +244,9 @@ void AddOwnerFamilies(std::vector<FamilyDef>& defs) {
                              out.Add({{"owner", o.name}}, *o.hot_quota_bytes);
                          }
                        }));
-  for (const TierField& f : kTierFields) {
-    defs.push_back({{std::string("prefixkv_owner_") + f.suffix,
-                     f.type,
+  ForEachTierFamily([&defs](const TierCounterField& f) {
+    defs.push_back({{std::string("prefixkv_owner_") + f.metric,
+                     TierFieldType(f),
                      {"tier", "owner"},
                      std::string(f.help) + ", per owner of the hot budget"},
                     [&f](const Snapshot& s, Samples& out) {
@@ -278,7 +258,7 @@ void AddOwnerFamilies(std::vector<FamilyDef>& defs) {
                         out.Add({{"tier", "ssd"}, {"owner", o.name}}, o.ssd.*f.field);
                       }
                     }});
-  }
+  });
   defs.push_back({{"prefixkv_restore_duration_seconds",
                    MetricType::kHistogram,
                    {"owner", "le"},

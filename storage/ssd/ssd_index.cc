@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "prefixkv/tier_counter_fields.h"
 #include "ssd_segment.h"
 
 namespace prefixkv::ssd {
@@ -128,19 +129,7 @@ TierCounters SsdIndex::OwnerCounters(OwnerId owner) const {
 
 TierCounters SsdIndex::Totals() const {
   TierCounters t;
-  for (const auto& [owner, c] : owners_) {
-    t.entries += c.entries;
-    t.bytes += c.bytes;
-    t.pinned_bytes += c.pinned_bytes;
-    t.hits += c.hits;
-    t.misses += c.misses;
-    t.inserts += c.inserts;
-    t.removes += c.removes;
-    t.evictions += c.evictions;
-    t.spills += c.spills;
-    t.corruptions += c.corruptions;
-    t.io_errors += c.io_errors;
-  }
+  for (const auto& [owner, c] : owners_) AddTierCounters(&t, c);
   return t;
 }
 

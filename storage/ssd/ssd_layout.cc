@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "prefixkv/advanced/hash.h"
+#include "prefixkv/tier_counter_fields.h"
 
 namespace prefixkv::ssd {
 namespace {
@@ -39,11 +40,12 @@ uint32_t GetLE32(const char* p) {
   return v;
 }
 
-// TierCounters fields in declaration order; the counter record's layout.
+// The counter record's fields: the first rows of kTierCounterFields.
 std::array<uint64_t*, kCounterFields> Fields(TierCounters& c) {
-  return {&c.entries, &c.bytes,       &c.pinned_bytes, &c.hits,
-          &c.misses,  &c.inserts,     &c.removes,      &c.evictions,
-          &c.spills,  &c.corruptions, &c.io_errors};
+  static_assert(kCounterFields == kTierCounterRecordFields);
+  std::array<uint64_t*, kCounterFields> out{};
+  for (size_t i = 0; i < kCounterFields; ++i) out[i] = &(c.*kTierCounterFields[i].field);
+  return out;
 }
 
 }  // namespace

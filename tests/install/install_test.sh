@@ -28,7 +28,7 @@ fi
 step "cmake --install $build --prefix $work/prefix"
 bounded cmake --install "$build" --prefix "$work/prefix" >"$work/install.log" ||
   { cat "$work/install.log"; exit 1; }
-for f in include/prefixkv/engine.h include/prefixkv/version.h bin/prefixkv \
+for f in include/prefixkv/engine.h include/prefixkv/version.h bin/prefixkv bin/prefixkv-bench \
          "$libdir/cmake/prefixkv/prefixkvConfig.cmake" "$libdir/pkgconfig/prefixkv.pc"; do
   [ -e "$work/prefix/$f" ] || { echo "FAIL: $f not installed"; exit 1; }
 done
@@ -37,6 +37,8 @@ if [ -e "$work/prefix/include/prefixkv/advanced" ]; then
   exit 1
 fi
 "$work/prefix/bin/prefixkv" --version
+"$work/prefix/bin/prefixkv" bench --help >/dev/null ||
+  { echo "FAIL: the installed prefixkv bench does not find prefixkv-bench"; exit 1; }
 
 step "find_package(prefixkv): configure, build, run"
 bounded cmake -S "$src/examples/cpp" -B "$work/cmake-build" -DCMAKE_CXX_COMPILER="$cxx" \

@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <ctime>
 #include <fstream>
 #include <iterator>
@@ -15,6 +16,8 @@
 #include <sstream>
 #include <string_view>
 
+#include "commands.h"
+#include "prefixkv/tier_counter_fields.h"
 #include "prefixkv/version.h"
 #include "tests/server/exposition_check.h"
 #include "tests/support/test_util.h"
@@ -358,6 +361,34 @@ TEST(MetricsText, EveryTierAndOwnerCounterIsTheSampleNamedForIt) {
   EXPECT_EQ(e.Value("prefixkv_server_auth_throttled_total"), server.auth_throttled);
   EXPECT_EQ(e.Value("prefixkv_server_out_of_memory_refusals_total"),
             server.out_of_memory);
+}
+
+// INFO, PKV.STATS, Python and the audits name TierCounters fields by the
+// table's `name`, the metrics by its `metric`: both schemes as documented
+// (docs/protocol.md, docs/metrics.md), every field once, with its own value.
+TEST(TierCounterFields, BothNamingSchemesAreTheDocumentedOnes) {
+  const std::vector<std::string> info_names = {
+      "entries", "bytes",       "pinned_bytes", "hits",
+      "misses",  "inserts",     "removes",      "evictions",
+      "spills",  "corruptions", "io_errors",    "external_bytes"};
+  uint64_t next = 1;
+  const TierCounters c = Distinct(&next);
+  std::vector<std::pair<std::string, uint64_t>> shown;
+  ForEachCounter(c,
+                 [&](std::string_view name, uint64_t v) { shown.emplace_back(name, v); });
+  ASSERT_EQ(shown.size(), info_names.size());
+  for (size_t i = 0; i < shown.size(); ++i) {
+    EXPECT_EQ(shown[i].first, info_names[i]);
+    EXPECT_EQ(shown[i].second, c.*kTierCounterFields[i].field) << info_names[i];
+  }
+  for (const auto& [suffix, field] : kFields) {
+    const auto row =
+        std::find_if(std::begin(kTierCounterFields), std::end(kTierCounterFields),
+                     [&](const TierCounterField& f) { return f.field == field; });
+    ASSERT_NE(row, std::end(kTierCounterFields)) << suffix;
+    EXPECT_EQ(row->metric, suffix);
+    EXPECT_EQ(row->counter, suffix.ends_with("_total")) << suffix;
+  }
 }
 
 // Every process_* family has a sample.

@@ -2,6 +2,7 @@
 // per eviction policy, each measured in the same run and compared with lru.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "tests/tools/cli_json.h"
@@ -29,6 +30,34 @@ TEST(BenchHot, EveryPolicyIsMeasuredAndComparedWithLru) {
     EXPECT_GT(std::stod(testing::Value(p, "hit_ns_ratio_vs_lru")), 0) << p;
   }
   EXPECT_EQ(std::stod(testing::Value(policies[0], "hit_ns_ratio_vs_lru")), 1.0);
+}
+
+// `prefixkv bench` runs the prefixkv-bench binary beside it; a `prefixkv`
+// copied alone says so (exit 1, the JSON error line with --json), it does not
+// crash or run anything else.
+TEST(BenchCli, WithoutPrefixkvBenchBesideItIsAClearError) {
+  testing::TempDir dir;
+  const std::filesystem::path alone = dir.path() / "prefixkv";
+  std::filesystem::copy_file(PREFIXKV_CLI, alone);
+  const testing::CliRun run =
+      testing::RunCliWith("bench hot --json --repeats 1", "2>&1", alone.string());
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("{\"ok\":false"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("prefixkv bench: prefixkv-bench not found next to this "
+                            "binary (" +
+                            (dir.path() / "prefixkv-bench").string()),
+            std::string::npos)
+      << run.output;
+}
+
+// ... and with it, the suite's own exit codes and output come through.
+TEST(BenchCli, RunsTheSiblingWithTheSameArguments) {
+  const testing::CliRun help = testing::RunCli("bench --help");
+  EXPECT_EQ(help.exit_code, 0) << help.output;
+  EXPECT_NE(help.output.find("usage: prefixkv-bench SUITE"), std::string::npos)
+      << help.output;
+  EXPECT_NE(help.output.find("  hot "), std::string::npos) << help.output;
+  EXPECT_EQ(testing::RunCli("bench").exit_code, 2);
 }
 
 }  // namespace

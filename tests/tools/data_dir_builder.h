@@ -36,9 +36,11 @@ inline std::string ReadAll(FILE* f) {
 
 // Runs `prefixkv ARGS` (the binary the build made) and waits for it.
 // `redirect` is the shell redirection of its stderr.
-inline CliRun RunCliWith(const std::string& args, const std::string& redirect) {
+// `binary` replaces the built prefixkv (a copy elsewhere, for instance).
+inline CliRun RunCliWith(const std::string& args, const std::string& redirect,
+                         const std::string& binary = PREFIXKV_CLI) {
   CliRun run;
-  const std::string command = std::string(PREFIXKV_CLI) + " " + args + " " + redirect;
+  const std::string command = binary + " " + args + " " + redirect;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return run;
   run.output = ReadAll(pipe);

@@ -28,22 +28,10 @@ struct CommandRegistrar {
   }
 };
 
-// `prefixkv bench NAME` suites register the same way.
-std::map<std::string, CommandInfo>& BenchSuites();
-
-struct BenchRegistrar {
-  BenchRegistrar(const std::string& name, std::string summary, CommandFn fn) {
-    BenchSuites()[name] = CommandInfo{std::move(summary), std::move(fn)};
-  }
-};
-
 }  // namespace prefixkv::cli
 
 #define PKV_CLI_CONCAT_INNER(a, b) a##b
 #define PKV_CLI_CONCAT(a, b) PKV_CLI_CONCAT_INNER(a, b)
 #define PKV_REGISTER_COMMAND(name, summary, fn)                                \
   static ::prefixkv::cli::CommandRegistrar PKV_CLI_CONCAT(pkv_cmd_, __LINE__)( \
-      name, summary, fn)
-#define PKV_REGISTER_BENCH(name, summary, fn)                                  \
-  static ::prefixkv::cli::BenchRegistrar PKV_CLI_CONCAT(pkv_bench_, __LINE__)( \
       name, summary, fn)

@@ -1,6 +1,7 @@
 // prefixkv: the command-line entry point. Each subcommand registers itself
 // from its own file (PKV_REGISTER_COMMAND in command.h) into the tables kept
-// here, so main only looks the name up and runs it, and the tools stay thin
+// here (the benchmark suites are the prefixkv-bench binary, tools/bench/),
+// so main only looks the name up and runs it, and the tools stay thin
 // binaries over the library. The tables are function-local statics, so the
 // other files' registrations (static initializers) find them constructed
 // whatever the link order; they are never destroyed, so nothing runs at exit.
@@ -15,11 +16,6 @@
 namespace prefixkv::cli {
 
 std::map<std::string, CommandInfo>& Commands() {
-  static auto* m = new std::map<std::string, CommandInfo>();
-  return *m;
-}
-
-std::map<std::string, CommandInfo>& BenchSuites() {
   static auto* m = new std::map<std::string, CommandInfo>();
   return *m;
 }

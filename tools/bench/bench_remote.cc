@@ -42,23 +42,18 @@
 #include "prefixkv/advanced/remote_store.h"
 #include "prefixkv/advanced/remote_tier.h"
 #include "prefixkv/engine.h"
-#include "tools/cli/bench_util.h"
-#include "tools/cli/command.h"
+#include "tools/bench/bench_util.h"
+#include "tools/bench/redis_benchmark.h"
+#include "tools/bench/suite.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/json.h"
-#include "tools/cli/redis_benchmark.h"
 #include "tools/redis/local_redis_cluster.h"
 #include "tools/replay/trace_replay.h"
 
 namespace prefixkv::cli {
 namespace {
 
-constexpr int kLayers = 8;
-constexpr int64_t kKvHeads = 4;
-constexpr int64_t kHeadDim = 128;
-constexpr int kBlockTokens = 16;
-constexpr int kBlocks = 32;
-constexpr int64_t kTokens = int64_t{kBlocks} * kBlockTokens;
+constexpr BenchModel kModel{.name = "bench-remote-8l", .kv_heads = 4, .block_tokens = 16};
 // redis-benchmark: one client per master, ~32 values in flight in all.
 constexpr int kRedisClients = 3;
 constexpr int kRedisPipeline = 11;
@@ -74,17 +69,6 @@ constexpr size_t kQuickRequests = 2000;
 
 void Progress(const std::string& line) {
   std::fprintf(stderr, "bench remote: %s\n", line.c_str());
-}
-
-// Median, min and max of one figure over the rounds.
-struct Range {
-  double median = 0, min = 0, max = 0;
-};
-
-Range Summarize(std::vector<double> v) {
-  if (v.empty()) return {};
-  std::sort(v.begin(), v.end());
-  return Range{v[v.size() / 2], v.front(), v.back()};
 }
 
 // The cluster the bench runs against: started here unless --remote is given.
@@ -205,11 +189,7 @@ struct Node {
 StatusOr<Node> OpenNode(const EngineOptions& options) {
   Node n;
   PKV_ASSIGN_OR_RETURN(n.engine, Engine::Open(options));
-  NamespaceSpec spec{.model = "bench-remote-8l",
-                     .block_tokens = kBlockTokens,
-                     .dtype = DType::kFloat16,
-                     .layer_types = std::vector<std::string>(kLayers, "KVCache"),
-                     .salt = ""};
+  const NamespaceSpec spec = kModel.Spec();
   PKV_ASSIGN_OR_RETURN(n.ns, n.engine->RegisterModel(spec));
   return n;
 }
@@ -217,12 +197,12 @@ StatusOr<Node> OpenNode(const EngineOptions& options) {
 // A stores a fresh chain and waits until every block is in the cluster.
 Status StoreRemotely(Node& a, std::mt19937_64& rng, const std::vector<LayerState>& layers,
                      std::vector<int32_t>* tokens) {
-  tokens->resize(kTokens);
+  tokens->resize(kModel.chain_tokens());
   for (int32_t& t : *tokens) t = static_cast<int32_t>(rng() % 128000);
   PKV_ASSIGN_OR_RETURN(StoreResult stored, a.engine->Store(a.ns, *tokens, layers));
-  if (stored.blocks_written != static_cast<size_t>(kBlocks))
+  if (stored.blocks_written != static_cast<size_t>(kModel.blocks))
     return Status::Internal("node A stored " + std::to_string(stored.blocks_written) +
-                            " blocks, not " + std::to_string(kBlocks));
+                            " blocks, not " + std::to_string(kModel.blocks));
   a.engine->remote_tier()->Flush();
   const RemoteCounters c = a.engine->remote_tier()->Counters();
   if (c.dropped > 0 || c.write_failures > 0 || c.errors > 0)
@@ -247,8 +227,8 @@ StatusOr<RestoreSeconds> RestoreRemotely(Node& b, const std::vector<int32_t>& to
   const uint64_t matched = Clock::System()->NowNanos();
   PKV_ASSIGN_OR_RETURN(*out, b.engine->Restore(m));
   const uint64_t end = Clock::System()->NowNanos();
-  if (out->restored_tokens != static_cast<uint64_t>(kTokens) ||
-      out->blocks_from_remote != static_cast<size_t>(kBlocks)) {
+  if (out->restored_tokens != static_cast<uint64_t>(kModel.chain_tokens()) ||
+      out->blocks_from_remote != static_cast<size_t>(kModel.blocks)) {
     return Status::Unavailable("node B restored " + std::to_string(out->restored_tokens) +
                                " tokens, " + std::to_string(out->blocks_from_remote) +
                                " blocks from remote (" + out->reason + ")");
@@ -269,8 +249,7 @@ StatusOr<RestoreFigures> MeasureRestore(const Cluster& cluster, int repeats, boo
   b_options.hot_capacity_bytes = kNodeBHotBytes;
   PKV_ASSIGN_OR_RETURN(Node b, OpenNode(b_options));
   std::mt19937_64 rng(13);
-  const std::vector<LayerState> layers =
-      RandomKvLayers(rng, kLayers, kKvHeads, kTokens, kHeadDim);
+  const std::vector<LayerState> layers = kModel.RandomChain(rng);
   std::vector<double> restore_mb_s, redis_mb_s, ratio, match_ms, restore_ms;
   RestoreFigures f;
   // The warm-up rounds fill B's hot tier and warm its connections; the first
@@ -286,7 +265,7 @@ StatusOr<RestoreFigures> MeasureRestore(const Cluster& cluster, int repeats, boo
     const uint64_t bytes = b.engine->remote_tier()->Counters().bytes_read - read_before;
     if (round == 1 - kWarmupRounds) {
       f.identical = restored.layers == layers;
-      f.block_bytes = bytes / kBlocks;
+      f.block_bytes = bytes / kModel.blocks;
     }
     if (round <= 0) continue;
     restore_self_ns += self1 - self0;
@@ -302,8 +281,8 @@ StatusOr<RestoreFigures> MeasureRestore(const Cluster& cluster, int repeats, boo
                            .value_bytes = static_cast<int>(f.block_bytes),
                            .clients = kRedisClients,
                            .pipeline = kRedisPipeline,
-                           .requests = kBlocks * (quick ? 100 : 1000),
-                           .keyspace = kBlocks});
+                           .requests = kModel.blocks * (quick ? 100 : 1000),
+                           .keyspace = kModel.blocks});
     if (ops.get_ops <= 0) return Status::Unavailable("redis-benchmark GET failed");
     if (round > 1) {
       limit_child_ns += ChildrenCpuNanos() - child0;
@@ -334,7 +313,7 @@ StatusOr<RestoreFigures> MeasureRestore(const Cluster& cluster, int repeats, boo
   }
   const double chain_cpu_s = (f.restore_cpu_ms + f.restore_redis_cpu_ms) / 1e3;
   if (f.cpu_measured && chain_cpu_s > 0 && f.redis_get_mb_s.median > 0) {
-    const double chain_mb = double(f.block_bytes) * kBlocks / 1e6;
+    const double chain_mb = double(f.block_bytes) * kModel.blocks / 1e6;
     f.cpu_bound_ratio =
         chain_mb * double(f.cores) / chain_cpu_s / f.redis_get_mb_s.median;
   }
@@ -409,13 +388,11 @@ void RangeFields(JsonWriter& j, const std::string& key, const Range& r) {
 
 void PrintJson(const std::string& cluster, int repeats, const RestoreFigures& f,
                const HitRatios& h) {
-  JsonWriter j;
-  j.BeginObject()
-      .Field("suite", "remote")
-      .Field("cluster", cluster)
-      .Field("repeats", repeats);
-  j.Field("blocks", kBlocks)
-      .Field("block_tokens", kBlockTokens)
+  SuiteJson out("remote");
+  JsonWriter& j = out.j();
+  j.Field("cluster", cluster).Field("repeats", repeats);
+  j.Field("blocks", kModel.blocks)
+      .Field("block_tokens", kModel.block_tokens)
       .Field("block_bytes", f.block_bytes);
   RangeFields(j, "remote_restore_ratio_vs_redis_get", f.ratio);
   RangeFields(j, "remote_restore_mb_per_s", f.restore_mb_s);
@@ -439,9 +416,8 @@ void PrintJson(const std::string& cluster, int repeats, const RestoreFigures& f,
       .Field("two_node_hit_ratio", h.two_node)
       .Field("two_node_no_remote_hit_ratio", h.two_node_no_remote)
       .Field("two_node_minus_one_node", h.two_node - h.one_node)
-      .Field("two_node_remote_block_hits", h.remote_block_hits)
-      .EndObject();
-  std::printf("%s\n", j.str().c_str());
+      .Field("two_node_remote_block_hits", h.remote_block_hits);
+  out.Print();
 }
 
 void PrintRange(const char* key, const Range& r, const char* unit, const char* note) {
@@ -455,8 +431,9 @@ void PrintTable(const std::string& cluster, int repeats, const RestoreFigures& f
   std::printf(
       "restore of a %d-block chain from the remote tier (%d tokens/block, %d layers, "
       "%llu bytes/block), median [min .. max] of %d rounds%s\n",
-      kBlocks, kBlockTokens, kLayers, static_cast<unsigned long long>(f.block_bytes),
-      repeats, f.identical ? "" : " (NOT byte-identical)");
+      kModel.blocks, kModel.block_tokens, kModel.layers,
+      static_cast<unsigned long long>(f.block_bytes), repeats,
+      f.identical ? "" : " (NOT byte-identical)");
   PrintRange("remote_restore_ratio_vs_redis_get", f.ratio, "x", "goal >= 0.8");
   PrintRange("remote_restore_mb_per_s", f.restore_mb_s, "MB/s", "node B Match+Restore");
   PrintRange("redis_get_mb_per_s", f.redis_get_mb_s, "MB/s", "redis-benchmark GET");
@@ -509,15 +486,9 @@ int RunRemoteBench(const std::vector<std::string>& args) {
        {"quick", "a short run: the trace's first 2000 requests, fewer redis GETs", true,
         ""},
        {"trace", "Mooncake-format trace for the hit ratios", false, trace_default}});
-  std::string error;
-  if (!flags.Parse(args, &error)) return UsageError(flags, error);
-  if (flags.help_requested()) {
-    std::printf("%s", flags.HelpText().c_str());
-    return 0;
-  }
-  std::optional<uint64_t> repeats = ParseSize(flags.GetString("repeats", "5"));
-  if (!repeats || *repeats == 0 || *repeats > 1000)
-    return UsageError(flags, "bad --repeats (1 to 1000)");
+  if (std::optional<int> done = ParseSuiteFlags(flags, args)) return *done;
+  std::optional<uint64_t> repeats = ParseCount(flags, "repeats", "5", 1000);
+  if (!repeats) return UsageError(flags, "bad --repeats (1 to 1000)");
   if (std::system("command -v redis-benchmark >/dev/null") != 0) {
     return Failure(flags, "bench remote",
                    "needs redis-benchmark (Debian package redis-tools)");

@@ -20,10 +20,12 @@
 #include <string>
 #include <vector>
 
-#include "tools/cli/command.h"
+#include "tools/bench/bench_util.h"
+#include "tools/bench/redis_benchmark.h"
+#include "tools/bench/suite.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/json.h"
-#include "tools/cli/redis_benchmark.h"
+#include "tools/cli/sibling_binary.h"
 
 extern char** environ;
 
@@ -135,8 +137,8 @@ struct Servers {
 
 bool StartServers(const std::filesystem::path& dir, int threads, Servers* s) {
   s->prefixkv = Spawn(
-      {"/proc/self/exe", "serve", "--data-dir", (dir / "prefixkv").string(), "--port",
-       "0", "--threads", std::to_string(threads), "--hot-capacity-bytes", "2G"},
+      {SiblingBinaryPath("prefixkv"), "serve", "--data-dir", (dir / "prefixkv").string(),
+       "--port", "0", "--threads", std::to_string(threads), "--hot-capacity-bytes", "2G"},
       /*capture_stdout=*/true);
   char line[256] = {0};
   if (s->prefixkv.out == nullptr ||
@@ -191,8 +193,9 @@ Figures Measure(const Servers& s, const Workload& w, int rounds) {
 
 void PrintJson(const Workload* workloads, const std::vector<Figures>& results,
                int rounds) {
-  JsonWriter j;
-  j.BeginObject().Field("suite", "server").Field("rounds", rounds);
+  SuiteJson out("server");
+  JsonWriter& j = out.j();
+  j.Field("rounds", rounds);
   for (size_t i = 0; i < results.size(); ++i) {
     std::string n = workloads[i].name;
     const Figures& f = results[i];
@@ -203,8 +206,7 @@ void PrintJson(const Workload* workloads, const std::vector<Figures>& results,
         .Field("redis_get_" + n + "_ops_per_s", f.redis.get_ops)
         .Field("redis_set_" + n + "_ops_per_s", f.redis.set_ops);
   }
-  j.EndObject();
-  std::printf("%s\n", j.str().c_str());
+  out.Print();
 }
 
 void PrintTable(const Workload* workloads, const std::vector<Figures>& results,
@@ -228,17 +230,11 @@ int RunServerBench(const std::vector<std::string>& args) {
               {{"json", "print one JSON object", true, ""},
                {"threads", "I/O threads of prefixkv serve", false, "2"},
                {"rounds", "measurements per figure (median taken)", false, "5"}});
-  std::string error;
-  if (!flags.Parse(args, &error)) return UsageError(flags, error);
-  if (flags.help_requested()) {
-    std::printf("%s", flags.HelpText().c_str());
-    return 0;
-  }
-  std::optional<uint64_t> threads = ParseSize(flags.GetString("threads", "2"));
-  if (!threads || *threads == 0 || *threads > 64)
-    return UsageError(flags, "bad --threads");
-  std::optional<uint64_t> rounds = ParseSize(flags.GetString("rounds", "5"));
-  if (!rounds || *rounds == 0 || *rounds > 50) return UsageError(flags, "bad --rounds");
+  if (std::optional<int> done = ParseSuiteFlags(flags, args)) return *done;
+  std::optional<uint64_t> threads = ParseCount(flags, "threads", "2", 64);
+  if (!threads) return UsageError(flags, "bad --threads");
+  std::optional<uint64_t> rounds = ParseCount(flags, "rounds", "5", 50);
+  if (!rounds) return UsageError(flags, "bad --rounds");
   if (std::system("command -v redis-server >/dev/null && command -v redis-benchmark "
                   ">/dev/null") != 0) {
     return Failure(flags, "bench server",

@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "prefixkv/advanced/ssd_tier.h"
-#include "tools/cli/bench_util.h"
-#include "tools/cli/command.h"
+#include "tools/bench/bench_util.h"
+#include "tools/bench/suite.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/json.h"
 
@@ -291,10 +291,9 @@ bool RunAll(const fs::path& dir, uint64_t total, uint64_t open_blocks, int repea
 void Print(const SsdResult& r, uint64_t total, uint64_t open_blocks, bool json) {
   const double gb = static_cast<double>(total) / 1e9;
   if (json) {
-    JsonWriter j;
-    j.BeginObject()
-        .Field("suite", "ssd")
-        .Field("total_bytes", total)
+    SuiteJson out("ssd");
+    JsonWriter& j = out.j();
+    j.Field("total_bytes", total)
         .Field("write_ratio_vs_raw", r.raw_write_s / r.flush_write_s)
         .Field("read_ratio_vs_raw", r.raw_read_s / r.flush_read_s)
         .Field("read_cpu_us_per_block",
@@ -305,9 +304,8 @@ void Print(const SsdResult& r, uint64_t total, uint64_t open_blocks, bool json) 
         .Field("open_seconds_100k_blocks", r.open_s)
         .Field("open_blocks", open_blocks)
         .Field("raw_write_gb_per_s", gb / r.raw_write_s)
-        .Field("raw_read_gb_per_s", gb / r.raw_read_s)
-        .EndObject();
-    std::printf("%s\n", j.str().c_str());
+        .Field("raw_read_gb_per_s", gb / r.raw_read_s);
+    out.Print();
     return;
   }
   std::printf("ssd benchmark (%.2f GB per figure, %d threads)\n", gb, kThreads);
@@ -338,21 +336,15 @@ int RunSsdBench(const std::vector<std::string>& args) {
         "$TMPDIR/prefixkv-bench-ssd"},
        {"total-bytes", "bytes written per figure (K/M/G suffixes)", false, "1G"},
        {"open-blocks", "blocks stored before timing a reopen", false, "100000"}});
-  std::string error;
-  if (!flags.Parse(args, &error)) return UsageError(flags, error);
-  if (flags.help_requested()) {
-    std::printf("%s", flags.HelpText().c_str());
-    return 0;
-  }
+  if (std::optional<int> done = ParseSuiteFlags(flags, args)) return *done;
   std::optional<uint64_t> total = ParseSize(flags.GetString("total-bytes", "1G"));
   std::optional<uint64_t> open_blocks =
       ParseSize(flags.GetString("open-blocks", "100000"));
   if (!total || *total < (4 << 20))
     return UsageError(flags, "--total-bytes must be >= 4M");
   if (!open_blocks || *open_blocks == 0) return UsageError(flags, "bad --open-blocks");
-  std::optional<uint64_t> repeats = ParseSize(flags.GetString("repeats", "3"));
-  if (!repeats || *repeats == 0 || *repeats > 100)
-    return UsageError(flags, "bad --repeats (1 to 100)");
+  std::optional<uint64_t> repeats = ParseCount(flags, "repeats", "3", 100);
+  if (!repeats) return UsageError(flags, "bad --repeats (1 to 100)");
   const fs::path base = flags.Has("dir")
                             ? fs::path(flags.GetString("dir"))
                             : fs::temp_directory_path() / "prefixkv-bench-ssd";

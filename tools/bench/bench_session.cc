@@ -13,8 +13,8 @@
 
 #include "prefixkv/boundary_adapter.h"
 #include "prefixkv/reference_model.h"
-#include "tools/cli/bench_util.h"
-#include "tools/cli/command.h"
+#include "tools/bench/bench_util.h"
+#include "tools/bench/suite.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/json.h"
 
@@ -88,18 +88,16 @@ Status RunSessionBench(int64_t context, int steps, SessionBenchResult* r) {
 
 void Print(const SessionBenchResult& r, bool json) {
   if (json) {
-    JsonWriter j;
-    j.BeginObject()
-        .Field("suite", "session")
-        .Field("context_tokens", r.context_tokens)
+    SuiteJson out("session");
+    JsonWriter& j = out.j();
+    j.Field("context_tokens", r.context_tokens)
         .Field("decode_steps", r.steps)
         .Field("manager_overhead_ratio", r.manager_overhead_ratio)
         .Field("manager_overhead_us", r.overhead_us)
         .Field("decode_step_us", r.step_us)
         .Field("decode_tokens_per_s", r.decode_tokens_per_s)
-        .Field("prefill_tokens_per_s", r.prefill_tokens_per_s)
-        .EndObject();
-    std::printf("%s\n", j.str().c_str());
+        .Field("prefill_tokens_per_s", r.prefill_tokens_per_s);
+    out.Print();
     return;
   }
   std::printf(
@@ -121,17 +119,11 @@ int RunSessionBenchCommand(const std::vector<std::string>& args) {
               {{"json", "print one JSON object", true, ""},
                {"context", "cached tokens before each decode step", false, "1024"},
                {"steps", "decode steps measured (median taken)", false, "32"}});
-  std::string error;
-  if (!flags.Parse(args, &error)) return UsageError(flags, error);
-  if (flags.help_requested()) {
-    std::printf("%s", flags.HelpText().c_str());
-    return 0;
-  }
-  std::optional<uint64_t> context = ParseSize(flags.GetString("context", "1024"));
-  std::optional<uint64_t> steps = ParseSize(flags.GetString("steps", "32"));
-  if (!context || *context == 0 || *context > 65536)
-    return UsageError(flags, "bad --context");
-  if (!steps || *steps == 0 || *steps > 10000) return UsageError(flags, "bad --steps");
+  if (std::optional<int> done = ParseSuiteFlags(flags, args)) return *done;
+  std::optional<uint64_t> context = ParseCount(flags, "context", "1024", 65536);
+  std::optional<uint64_t> steps = ParseCount(flags, "steps", "32", 10000);
+  if (!context) return UsageError(flags, "bad --context");
+  if (!steps) return UsageError(flags, "bad --steps");
   SessionBenchResult r;
   Status s =
       RunSessionBench(static_cast<int64_t>(*context), static_cast<int>(*steps), &r);

@@ -30,20 +30,15 @@
 #include <random>
 
 #include "prefixkv/engine.h"
-#include "tools/cli/bench_util.h"
-#include "tools/cli/command.h"
+#include "tools/bench/bench_util.h"
+#include "tools/bench/suite.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/json.h"
 
 namespace prefixkv::cli {
 namespace {
 
-constexpr int kLayers = 8;
-constexpr int64_t kHeads = 8;
-constexpr int64_t kHeadDim = 128;
-constexpr int kBlockTokens = 256;
-constexpr int kBlocks = 32;
-constexpr int64_t kTokens = int64_t{kBlocks} * kBlockTokens;
+constexpr BenchModel kModel{};  // 8 layers of 8 KV heads, 256-token blocks
 
 struct RestoreBench {
   double restore_s = 0, memcpy_s = 0, fresh_pages_s = 0;
@@ -58,11 +53,7 @@ struct RestoreBench {
 
 namespace fs = std::filesystem;
 
-const NamespaceSpec kSpec{.model = "bench-8l",
-                          .block_tokens = kBlockTokens,
-                          .dtype = DType::kFloat16,
-                          .layer_types = std::vector<std::string>(kLayers, "KVCache"),
-                          .salt = ""};
+const NamespaceSpec kSpec = kModel.Spec();
 
 // Sequential O_DIRECT read of every file under `dir`, 1 MiB at a time; false
 // on an error. `*bytes`: how many were read.
@@ -127,7 +118,7 @@ Status MeasureColdSsd(int repeats, const std::vector<int32_t>& tokens,
     PKV_ASSIGN_OR_RETURN(RestoreResult out, engine->Restore(m));
     cpu_s.push_back(ProcessCpuSeconds() - cpu0);
     restore_s.push_back(static_cast<double>(Clock::System()->NowNanos() - t0) * 1e-9);
-    if (out.blocks_from_ssd != static_cast<size_t>(kBlocks)) {
+    if (out.blocks_from_ssd != static_cast<size_t>(kModel.blocks)) {
       return Status::Internal("the cold restore did not read every block from SSD");
     }
     if (i == 0) r->ssd_identical = out.layers == layers;
@@ -151,9 +142,8 @@ StatusOr<RestoreBench> Measure(int repeats) {
   const NamespaceSpec& spec = kSpec;
   PKV_ASSIGN_OR_RETURN(Namespace ns, engine->RegisterModel(spec));
   std::mt19937_64 rng(11);
-  const std::vector<LayerState> layers =
-      RandomKvLayers(rng, kLayers, kHeads, kTokens, kHeadDim);
-  std::vector<int32_t> tokens(kTokens);
+  const std::vector<LayerState> layers = kModel.RandomChain(rng);
+  std::vector<int32_t> tokens(kModel.chain_tokens());
   for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 128000);
   RestoreBench r;
   PKV_RETURN_IF_ERROR(engine->Store(ns, tokens, layers).status());
@@ -173,7 +163,7 @@ StatusOr<RestoreBench> Measure(int repeats) {
       const uint64_t start = Clock::System()->NowNanos();
       StatusOr<StoreResult> stored = (*fresh)->Store(*fresh_ns, tokens, layers);
       t.push_back(static_cast<double>(Clock::System()->NowNanos() - start) * 1e-9);
-      if (!stored.ok() || stored->blocks_written != static_cast<size_t>(kBlocks)) {
+      if (!stored.ok() || stored->blocks_written != static_cast<size_t>(kModel.blocks)) {
         store_failed = Status::Internal("store failed");
       }
     }
@@ -191,12 +181,12 @@ StatusOr<RestoreBench> Measure(int repeats) {
   };
   // Checked once, outside the timing: the restore is exact.
   PKV_ASSIGN_OR_RETURN(RestoreResult first, restore());
-  r.identical = first.restored_tokens == kTokens && first.layers == layers;
+  r.identical = first.restored_tokens == kModel.chain_tokens() && first.layers == layers;
   first = RestoreResult{};
   Status failed;
   auto timed = [&] {
     StatusOr<RestoreResult> out = restore();
-    if (!out.ok() || out->restored_tokens != kTokens)
+    if (!out.ok() || out->restored_tokens != kModel.chain_tokens())
       failed = Status::Internal("restore failed");
     DoNotOptimize(out);
   };
@@ -230,10 +220,9 @@ int RunRestoreBench(const std::vector<std::string>& args) {
   const double ratio = r->memcpy_s / r->restore_s;
   const double gb_s = static_cast<double>(r->bytes) / r->restore_s / 1e9;
   if (bench.json) {
-    JsonWriter j;
-    j.BeginObject()
-        .Field("suite", "restore")
-        .Field("restore_ratio_vs_memcpy", ratio)
+    SuiteJson out("restore");
+    JsonWriter& j = out.j();
+    j.Field("restore_ratio_vs_memcpy", ratio)
         .Field("restore_gb_per_second", gb_s)
         .Field("restore_ratio_vs_memcpy_fresh_pages", r->memcpy_s / r->fresh_pages_s)
         .Field("store_ratio_vs_memcpy", r->memcpy_s / r->store_s)
@@ -246,15 +235,14 @@ int RunRestoreBench(const std::vector<std::string>& args) {
         .Field("raw_read_gb_per_second",
                static_cast<double>(r->segment_bytes) / r->raw_read_s / 1e9)
         .Field("bytes", r->bytes)
-        .Field("blocks", kBlocks)
-        .Field("byte_identical", r->identical && r->ssd_identical)
-        .EndObject();
-    std::printf("%s\n", j.str().c_str());
+        .Field("blocks", kModel.blocks)
+        .Field("byte_identical", r->identical && r->ssd_identical);
+    out.Print();
   } else {
     std::printf(
         "restore of %d blocks x %d layers (%llu bytes): %.2f GB/s, %.2fx memcpy%s\n",
-        kBlocks, kLayers, static_cast<unsigned long long>(r->bytes), gb_s, ratio,
-        r->identical ? "" : " (NOT byte-identical)");
+        kModel.blocks, kModel.layers, static_cast<unsigned long long>(r->bytes), gb_s,
+        ratio, r->identical ? "" : " (NOT byte-identical)");
     std::printf("store of the same chain: %.2fx memcpy (%.2fx with fresh pages)\n",
                 r->memcpy_s / r->store_s, r->memcpy_s / r->store_fresh_pages_s);
     std::printf(

@@ -17,8 +17,8 @@
 #include <sstream>
 
 #include "prefixkv/advanced/hot_tier.h"
-#include "tools/cli/bench_util.h"
-#include "tools/cli/command.h"
+#include "tools/bench/bench_util.h"
+#include "tools/bench/suite.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/json.h"
 #include "tools/replay/policy_replay.h"
@@ -343,12 +343,7 @@ int RunPolicyBench(const std::vector<std::string>& args) {
                {"repeats", "hit-path measurements per policy (median taken)", false, "5"},
                {"svg", "also draw the hit-ratio curves into this SVG file", false, ""},
                {"json", "print one JSON object", true, ""}});
-  std::string error;
-  if (!flags.Parse(args, &error)) return UsageError(flags, error);
-  if (flags.help_requested()) {
-    std::printf("%s", flags.HelpText().c_str());
-    return 0;
-  }
+  if (std::optional<int> done = ParseSuiteFlags(flags, args)) return *done;
   std::vector<uint64_t> caps;
   for (const std::string& c :
        Split(flags.GetString("capacities", "1M,2M,3M,5M,10M,20M,50M"))) {
@@ -377,8 +372,8 @@ int RunPolicyBench(const std::vector<std::string>& args) {
   if (!hint_after) return UsageError(flags, "bad --hint-unlikely-after");
   std::vector<std::string> paths = flags.GetAll("trace");
   if (paths.empty()) paths = {kMooncakeTrace, kAgentTrace};
-  std::optional<uint64_t> reps = ParseSize(flags.GetString("repeats", "5"));
-  if (!reps || *reps == 0 || *reps > 1000) return UsageError(flags, "bad --repeats");
+  std::optional<uint64_t> reps = ParseCount(flags, "repeats", "5", 1000);
+  if (!reps) return UsageError(flags, "bad --repeats");
   const int repeats = static_cast<int>(*reps);
   ReplayConfig base;
   base.block_tokens = static_cast<uint32_t>(*block);

@@ -22,8 +22,8 @@
 
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/advanced/mutex.h"
-#include "tools/cli/bench_util.h"
-#include "tools/cli/command.h"
+#include "tools/bench/bench_util.h"
+#include "tools/bench/suite.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/json.h"
 
@@ -174,10 +174,9 @@ int RunHotBench(const std::vector<std::string>& args) {
   const PolicyResult& lru = policies.front();
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   if (bench.json) {
-    JsonWriter j;
-    j.BeginObject()
-        .Field("suite", "hot")
-        .Field("hit_ns_per_block", r.hit_ns)
+    SuiteJson out("hot");
+    JsonWriter& j = out.j();
+    j.Field("hit_ns_per_block", r.hit_ns)
         .Field("get_ns_per_block", r.get_ns)
         .Field("limit_ns_per_lookup", r.limit_ns)
         .Field("hit_ratio_vs_limit", r.limit_ns / r.hit_ns)
@@ -195,8 +194,8 @@ int RunHotBench(const std::vector<std::string>& args) {
                  ratio(p.insert_evict_per_s, lru.insert_evict_per_s))
           .EndObject();
     }
-    j.EndArray().EndObject();
-    std::printf("%s\n", j.str().c_str());
+    j.EndArray();
+    out.Print();
   } else {
     std::printf("hot tier benchmark (medians of %d runs)\n", bench.repeats);
     std::printf("  hit (pin + unpin)        %7.1f ns/block  (goal <= 250)\n", r.hit_ns);

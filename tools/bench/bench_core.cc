@@ -13,8 +13,8 @@
 
 #include "prefixkv/block_key.h"
 #include "prefixkv/codec.h"
-#include "tools/cli/bench_util.h"
-#include "tools/cli/command.h"
+#include "tools/bench/bench_util.h"
+#include "tools/bench/suite.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/json.h"
 
@@ -111,16 +111,14 @@ int RunCoreBench(const std::vector<std::string>& args) {
   MeasureKeyHash(bench.repeats, &r);
   MeasureCodec(bench.repeats, &r);
   if (bench.json) {
-    JsonWriter j;
-    j.BeginObject()
-        .Field("suite", "core")
-        .Field("key_hash_ratio_vs_xxh3", r.key_hash_ratio)
+    SuiteJson out("core");
+    JsonWriter& j = out.j();
+    j.Field("key_hash_ratio_vs_xxh3", r.key_hash_ratio)
         .Field("chain_keys_per_second", r.keys_per_s)
         .Field("decode_ratio_vs_memcpy", r.decode_ratio)
         .Field("encode_ratio_vs_memcpy", r.encode_ratio)
-        .Field("memcpy_gb_per_s", r.memcpy_gb_s)
-        .EndObject();
-    std::printf("%s\n", j.str().c_str());
+        .Field("memcpy_gb_per_s", r.memcpy_gb_s);
+    out.Print();
   } else {
     std::printf("core benchmark (medians of %d runs)\n", bench.repeats);
     std::printf(

@@ -3,7 +3,7 @@
 // remote bench suites compare against. A missing tool or unreadable output
 // leaves the figures at zero, and each suite checks for that before it divides
 // (the remote suite fails with Unavailable, the server suite prints no ratio).
-#include "tools/cli/redis_benchmark.h"
+#include "tools/bench/redis_benchmark.h"
 
 #include <cstdio>
 #include <cstdlib>
