@@ -41,7 +41,8 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::MakeSession(
     LayerKvGeometry want = recipe_.layer_geometry(layer);
     const LayerKvGeometry& got = cache.geometry();
     if (!recipe_.owns_layer(layer) || got.n_kv_heads != want.n_kv_heads ||
-        got.head_dim != want.head_dim || got.window_tokens != want.window_tokens) {
+        got.head_dim != want.head_dim || got.window_tokens != want.window_tokens ||
+        got.recurrent != want.recurrent) {
       return Status::InvalidArgument("initial layer " + std::to_string(layer) +
                                      " does not match the recipe " +
                                      recipe_.fingerprint());
