@@ -211,8 +211,13 @@ struct HotKvStats {
   // Prefix cache traffic (zero without SessionPrefixCache):
   uint64_t prefix_restores = 0;         // sessions opened with a restored prefix
   uint64_t prefix_restored_tokens = 0;  // positions those sessions opened with
-  uint64_t sessions_stored = 0;         // stores that reached Engine::Store
-  uint64_t blocks_stored = 0;           // blocks those stores wrote
+  // Opens whose Match found a cached prefix but that restored none of it: its
+  // window or recurrent state was stripped or is gone, or its first block failed
+  // validation (PrefixRestore::reason says which). A clean miss: the session
+  // opens empty and computes the whole prompt.
+  uint64_t prefix_unrestorable = 0;
+  uint64_t sessions_stored = 0;  // stores that reached Engine::Store
+  uint64_t blocks_stored = 0;    // blocks those stores wrote
   uint64_t stores_skipped_unknown_tokens = 0;
   uint64_t store_failures = 0;  // automatic stores (release, eviction) that failed
   std::string last_store_error;

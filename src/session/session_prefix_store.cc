@@ -135,6 +135,10 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::OpenFromPrefixCache(
     r = PrefixRestore{};
     return session;
   }
+  if (r.matched_tokens > 0 && r.restored_tokens == 0) {
+    MutexLock lock(&state_->mu);
+    state_->stats.prefix_unrestorable++;
+  }
   if (r.restored_tokens > 0) {
     {
       // What was restored is in the prefix cache already.
