@@ -238,7 +238,8 @@ class HotKvStateManager {
 
   // Opens (session, epoch), or returns it when already open at that epoch (then
   // initial_layers must be empty). A newer epoch supersedes and frees the old one.
-  // Errors: stale epoch, incompatible recipe, bad initial layers (InvalidArgument),
+  // Errors: stale epoch, incompatible recipe, a manager recipe whose KV dtype
+  // is not float32 (what LayerKvCache holds), bad initial layers (InvalidArgument),
   // initial state larger than the whole budget (NoSpace; nothing is created).
   StatusOr<std::shared_ptr<HotKvSession>> Open(const std::string& session_id,
                                                uint64_t epoch, OpenOptions options = {});

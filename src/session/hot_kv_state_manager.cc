@@ -84,6 +84,13 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::Open(const std::strin
   if (options.recipe && !recipe_.is_compatible(*options.recipe)) {
     return IncompatibleRecipeError(recipe_, *options.recipe);
   }
+  // LayerKvCache holds float32: a session of another KV dtype would hold (and
+  // store) float32 bytes under a recipe, charge and namespace that say otherwise.
+  if (recipe_.kv_dtype() != DType::kFloat32) {
+    return Status::InvalidArgument(
+        "the hot KV state holds float32 KV; a recipe of KV dtype " +
+        std::string(DTypeName(recipe_.kv_dtype())) + " is refused");
+  }
   bool prefilled = !options.initial_layers.empty();
   PKV_ASSIGN_OR_RETURN(std::shared_ptr<HotKvSession> session,
                        MakeSession(id, epoch, std::move(options.initial_layers),
