@@ -211,8 +211,13 @@ struct HotKvStats {
   // Prefix cache traffic (zero without SessionPrefixCache):
   uint64_t prefix_restores = 0;         // sessions opened with a restored prefix
   uint64_t prefix_restored_tokens = 0;  // positions those sessions opened with
-  uint64_t sessions_stored = 0;         // stores that reached Engine::Store
-  uint64_t blocks_stored = 0;           // blocks those stores wrote
+  // Opens whose Match found a cached prefix but that restored none of it: its
+  // window or recurrent state was stripped or is gone, or its first block failed
+  // validation (PrefixRestore::reason says which). A clean miss: the session
+  // opens empty and computes the whole prompt.
+  uint64_t prefix_unrestorable = 0;
+  uint64_t sessions_stored = 0;  // stores that reached Engine::Store
+  uint64_t blocks_stored = 0;    // blocks those stores wrote
   uint64_t stores_skipped_unknown_tokens = 0;
   uint64_t store_failures = 0;  // automatic stores (release, eviction) that failed
   std::string last_store_error;
@@ -233,7 +238,8 @@ class HotKvStateManager {
 
   // Opens (session, epoch), or returns it when already open at that epoch (then
   // initial_layers must be empty). A newer epoch supersedes and frees the old one.
-  // Errors: stale epoch, incompatible recipe, bad initial layers (InvalidArgument),
+  // Errors: stale epoch, incompatible recipe, a manager recipe whose KV dtype
+  // is not float32 (what LayerKvCache holds), bad initial layers (InvalidArgument),
   // initial state larger than the whole budget (NoSpace; nothing is created).
   StatusOr<std::shared_ptr<HotKvSession>> Open(const std::string& session_id,
                                                uint64_t epoch, OpenOptions options = {});

@@ -33,6 +33,9 @@ struct KvRecipeSpec {
   // Sliding window of every model layer in tokens (0 = full attention). Empty means
   // every layer is full attention; otherwise exactly total_layers entries.
   std::vector<int64_t> layer_window_tokens;
+  // The recurrent state shape of every model layer (channels 0: attention). Empty
+  // means no recurrent layer; otherwise exactly total_layers entries.
+  std::vector<RecurrentShape> layer_recurrent;
 };
 
 // The canonical name of a certified architecture, or NotSupported ("uncertified
@@ -60,6 +63,8 @@ class KvCacheRecipe {
   }
   // 0 for a full-attention layer, else its window in tokens.
   int64_t layer_window_tokens(int layer) const;
+  // The recurrent state shape of `layer` (empty for attention layers).
+  RecurrentShape layer_recurrent(int layer) const;
   // Geometry of owned layer `layer` (REQUIRES: owns_layer(layer)).
   LayerKvGeometry layer_geometry(int layer) const;
 
@@ -69,7 +74,9 @@ class KvCacheRecipe {
   uint64_t bytes_per_token() const;
 
   // "kv-recipe/v1|arch=dense-llama|dtype=float32|kv_heads=4|head_dim=8|layers=6|
-  // owned=2-3|windows=0,0" (windows of the owned layers). Equal for aliases.
+  // owned=2-3|windows=0,0" (windows of the owned layers), plus
+  // "|recurrent=-,3x32:4x8,-" (conv_tokens x channels : heads x state_dim per owned
+  // layer) when any model layer is recurrent. Equal for aliases.
   const std::string& fingerprint() const { return fingerprint_; }
   bool is_compatible(const KvCacheRecipe& other) const {
     return fingerprint_ == other.fingerprint_;

@@ -11,6 +11,15 @@
 // layer's query at position p attends to positions (p - W, p]. Windowed layers keep
 // a rotating KV state in cached runs; the stateless runner applies the same mask.
 //
+// Optional recurrent layers (a hybrid model): `layer_kinds` names every layer's
+// kind, one letter per layer: 'G' full attention, 'W' sliding window (needs
+// sliding_window_tokens > 0), 'R' recurrent. A recurrent layer is a small gated
+// linear-attention layer in the Mamba/GLA style: u = in_proj(norm(x)), a causal
+// depthwise convolution of width conv_kernel over u, SiLU, then per head a state
+// S (head_dim x head_dim) updated token by token, S = decay * S + k v^T, read as
+// q S, gated by SiLU(z) and projected back. Its cached state is fixed-size: the
+// last conv_kernel - 1 inputs u plus S (LayerKvCache's recurrent kind).
+//
 // Bit-exact parity: cached and stateless runs share every kernel, and every sum
 // (dot products, softmax, weighted values) runs over positions in absolute order,
 // so the logits are identical, not merely close.
@@ -42,6 +51,9 @@ struct ModelConfig {
   uint64_t seed = 20260716;           // weight generator seed
   int64_t sliding_window_tokens = 0;  // 0: every layer global
   int global_layer_every = 4;         // with a window: every Nth layer is global
+  // Empty: the window rule above. Otherwise n_layers letters of G, W, R.
+  std::string layer_kinds;
+  int64_t conv_kernel = 4;  // recurrent layers' convolution width (>= 2)
 
   int64_t head_dim() const { return n_heads > 0 ? hidden_size / n_heads : 0; }
   // InvalidArgument naming the first inconsistent field.
@@ -62,8 +74,14 @@ class ReferenceModel {
   const ModelConfig& config() const { return config_; }
   // "dense-llama": the canonical architecture adapter of this model.
   static constexpr std::string_view kArchitecture = "dense-llama";
-  // 0 for a global layer, else the window in tokens.
+  // 0 for a global or recurrent layer, else the window in tokens.
   int64_t LayerWindowTokens(int layer) const;
+  // The recurrent state shape of `layer`; empty (channels 0) unless recurrent.
+  RecurrentShape LayerRecurrentShape(int layer) const;
+  bool IsRecurrentLayer(int layer) const;
+  // Floats RunLayer writes to new_keys / new_values for `rows` new positions.
+  int64_t NewKeyFloats(int layer, int64_t rows) const;
+  int64_t NewValueFloats(int layer, int64_t rows) const;
 
   // --- stateless whole-sequence runner (ground truth) ---
   // Logits (vocab_size floats) after the last token of `token_ids`,
@@ -81,9 +99,10 @@ class ReferenceModel {
   StatusOr<HiddenStates> Embed(std::span<const int32_t> token_ids) const;
   // Runs layer `layer` in place over x at consecutive `positions` starting at
   // past length (0 without `past`). Writes this chunk's post-RoPE keys/values,
-  // [n_kv_heads][rows][head_dim], to new_keys/new_values. REQUIRES: a valid
-  // layer index, positions.size() == x->rows, and new_keys/new_values sized
-  // n_kv_heads * rows * head_dim (ReferenceShard checks these for callers).
+  // [n_kv_heads][rows][head_dim], to new_keys/new_values; a recurrent layer writes
+  // its conv inputs [1][rows][hidden] and the state after the last row. REQUIRES: a
+  // valid layer index, positions.size() == x->rows, and new_keys/new_values sized
+  // NewKeyFloats / NewValueFloats (ReferenceShard checks these for callers).
   void RunLayer(int layer, HiddenStates* x, std::span<const int64_t> positions,
                 const LayerKvCache* past, float* new_keys, float* new_values) const;
   // RMSNorm with the final norm's weights, row by row.
@@ -94,6 +113,12 @@ class ReferenceModel {
  private:
   struct Weights;
   ReferenceModel(const ModelConfig& config, std::unique_ptr<Weights> weights);
+  void RunAttention(int layer, HiddenStates* x, std::span<const int64_t> positions,
+                    const LayerKvCache* past, float* new_keys, float* new_values) const;
+  void RunRecurrent(int layer, HiddenStates* x, std::span<const int64_t> positions,
+                    const LayerKvCache* past, float* new_conv, float* new_state) const;
+  void RunMlp(int layer, HiddenStates* x) const;
+  char LayerKind(int layer) const;
 
   ModelConfig config_;
   std::unique_ptr<Weights> weights_;
@@ -117,6 +142,7 @@ class ReferenceShard final : public ShardComputation {
   int64_t hidden_size() const override { return model_->config().hidden_size; }
   KvGeometry kv_geometry() const override;
   int64_t layer_window_tokens(int layer) const override;
+  RecurrentShape layer_recurrent_shape(int layer) const override;
   StatusOr<HiddenStates> EmbedTokens(std::span<const int32_t> token_ids) const override;
   StatusOr<CachedRunResult> RunLayersCached(
       const HiddenStates& hidden, std::span<const int64_t> positions, const PastKv& past,

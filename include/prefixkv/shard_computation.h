@@ -31,7 +31,8 @@ struct HiddenStates {
 };
 
 // The new keys and values one run produced for one layer:
-// float32 [kv_heads, tokens, head_dim] each (post-RoPE keys).
+// float32 [kv_heads, tokens, head_dim] each (post-RoPE keys). A recurrent layer:
+// keys float32 [1, tokens, channels] (conv inputs), values its state after them.
 struct LayerKvChunk {
   Tensor keys;
   Tensor values;
@@ -69,6 +70,8 @@ class ShardComputation {
   virtual KvGeometry kv_geometry() const = 0;
   // 0 for a full-attention layer, else the sliding window of `layer` in tokens.
   virtual int64_t layer_window_tokens(int layer) const = 0;
+  // The recurrent state of `layer`; empty (channels 0) for attention layers.
+  virtual RecurrentShape layer_recurrent_shape(int /*layer*/) const { return {}; }
 
   bool is_head() const { return start_layer() == 0; }
   bool is_tail() const { return end_layer() == total_layers() - 1; }

@@ -54,6 +54,17 @@ KvCacheRecipe::KvCacheRecipe(KvRecipeSpec spec) : spec_(std::move(spec)) {
     if (layer > spec_.start_layer) fingerprint_ += ",";
     fingerprint_ += std::to_string(layer_window_tokens(layer));
   }
+  if (spec_.layer_recurrent.empty()) return;  // attention-only: the v1 form unchanged
+  fingerprint_ += "|recurrent=";
+  for (int layer = spec_.start_layer; layer <= spec_.end_layer; ++layer) {
+    if (layer > spec_.start_layer) fingerprint_ += ",";
+    RecurrentShape r = layer_recurrent(layer);
+    fingerprint_ +=
+        r.is_recurrent()
+            ? std::to_string(r.conv_tokens) + "x" + std::to_string(r.channels) + ":" +
+                  std::to_string(r.state_heads) + "x" + std::to_string(r.state_dim)
+            : "-";
+  }
 }
 
 StatusOr<KvCacheRecipe> KvCacheRecipe::Make(KvRecipeSpec spec) {
@@ -80,6 +91,23 @@ StatusOr<KvCacheRecipe> KvCacheRecipe::Make(KvRecipeSpec spec) {
       if (w < 0) return Status::InvalidArgument("kv recipe: negative window");
     }
   }
+  if (!spec.layer_recurrent.empty()) {
+    if (spec.layer_recurrent.size() != static_cast<size_t>(spec.total_layers)) {
+      return Status::InvalidArgument(
+          "kv recipe: one recurrent shape per model layer required");
+    }
+    for (size_t l = 0; l < spec.layer_recurrent.size(); ++l) {
+      const RecurrentShape& r = spec.layer_recurrent[l];
+      bool empty = r == RecurrentShape{};
+      bool valid = r.conv_tokens > 0 && r.channels > 0 && r.state_heads > 0 &&
+                   r.state_dim > 0 &&
+                   (spec.layer_window_tokens.empty() || spec.layer_window_tokens[l] == 0);
+      if (!empty && !valid) {
+        return Status::InvalidArgument("kv recipe: layer " + std::to_string(l) +
+                                       " has an invalid recurrent shape");
+      }
+    }
+  }
   return KvCacheRecipe(std::move(spec));
 }
 
@@ -95,8 +123,15 @@ int64_t KvCacheRecipe::layer_window_tokens(int layer) const {
   return spec_.layer_window_tokens[static_cast<size_t>(layer)];
 }
 
+RecurrentShape KvCacheRecipe::layer_recurrent(int layer) const {
+  if (spec_.layer_recurrent.empty() || layer < 0 || layer >= spec_.total_layers)
+    return {};
+  return spec_.layer_recurrent[static_cast<size_t>(layer)];
+}
+
 LayerKvGeometry KvCacheRecipe::layer_geometry(int layer) const {
-  return {layer, spec_.n_kv_heads, spec_.head_dim, layer_window_tokens(layer)};
+  return {layer, spec_.n_kv_heads, spec_.head_dim, layer_window_tokens(layer),
+          layer_recurrent(layer)};
 }
 
 uint64_t KvCacheRecipe::bytes_per_token() const {
@@ -114,13 +149,18 @@ StatusOr<KvCacheRecipe> KvRecipeFor(const ShardComputation& shard) {
                     shard.total_layers(),
                     shard.start_layer(),
                     shard.end_layer(),
+                    {},
                     {}};
   bool any_window = false;
+  bool any_recurrent = false;
   for (int layer = 0; layer < shard.total_layers(); ++layer) {
     spec.layer_window_tokens.push_back(shard.layer_window_tokens(layer));
     any_window = any_window || spec.layer_window_tokens.back() > 0;
+    spec.layer_recurrent.push_back(shard.layer_recurrent_shape(layer));
+    any_recurrent = any_recurrent || spec.layer_recurrent.back().is_recurrent();
   }
   if (!any_window) spec.layer_window_tokens.clear();  // all full: same as the plain form
+  if (!any_recurrent) spec.layer_recurrent.clear();
   return KvCacheRecipe::Make(std::move(spec));
 }
 

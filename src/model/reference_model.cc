@@ -24,6 +24,9 @@ using model_internal::RmsNormRows;
 
 struct LayerWeights {
   std::vector<float> in_norm, q, k, v, o, post_norm, gate, up, down;
+  // Recurrent layers only (q, k, v unused): input, conv, output-gate and decay
+  // projections and the recurrent q/k/v read from the conv output.
+  std::vector<float> in_proj, conv, z, decay, rq, rk, rv;
 };
 
 struct ReferenceModel::Weights {
@@ -80,6 +83,17 @@ Status ModelConfig::Validate() const {
   }
   if (!(rms_eps > 0) || !(rope_theta > 0))
     return bad("rms_eps and rope_theta must be positive");
+  if (!layer_kinds.empty()) {
+    if (layer_kinds.size() != static_cast<size_t>(n_layers))
+      return bad("layer_kinds needs one letter per layer");
+    for (char k : layer_kinds) {
+      if (k != 'G' && k != 'W' && k != 'R')
+        return bad(std::string("layer kind '") + k + "' is not G, W or R");
+      if (k == 'W' && sliding_window_tokens <= 0)
+        return bad("a W layer needs sliding_window_tokens > 0");
+    }
+  }
+  if (conv_kernel < 2) return bad("conv_kernel must be at least 2");
   return Status::OK();
 }
 
@@ -103,9 +117,20 @@ StatusOr<std::shared_ptr<const ReferenceModel>> ReferenceModel::Create(
   for (int i = 0; i < c.n_layers; ++i) {
     LayerWeights l;
     l.in_norm = gen.Fill(Sz(h), 0.02f, 1.0f);
-    l.q = gen.Fill(Sz(h * h), scale(h));
-    l.k = gen.Fill(Sz(kv * h), scale(h));
-    l.v = gen.Fill(Sz(kv * h), scale(h));
+    if (!c.layer_kinds.empty() && c.layer_kinds[Sz(i)] == 'R') {
+      // Channels == hidden: the state heads are the query heads.
+      l.in_proj = gen.Fill(Sz(h * h), scale(h));
+      l.conv = gen.Fill(Sz(c.conv_kernel * h), 0.5f / std::sqrt(float(c.conv_kernel)));
+      l.z = gen.Fill(Sz(h * h), scale(h));
+      l.decay = gen.Fill(Sz(c.n_heads * h), scale(h));
+      l.rq = gen.Fill(Sz(h * h), scale(h));
+      l.rk = gen.Fill(Sz(h * h), scale(h));
+      l.rv = gen.Fill(Sz(h * h), scale(h));
+    } else {
+      l.q = gen.Fill(Sz(h * h), scale(h));
+      l.k = gen.Fill(Sz(kv * h), scale(h));
+      l.v = gen.Fill(Sz(kv * h), scale(h));
+    }
     l.o = gen.Fill(Sz(h * h), scale(h));
     l.post_norm = gen.Fill(Sz(h), 0.02f, 1.0f);
     l.gate = gen.Fill(Sz(im * h), scale(h));
@@ -122,10 +147,32 @@ StatusOr<std::shared_ptr<const ReferenceModel>> ReferenceModel::Create(
   return std::shared_ptr<const ReferenceModel>(new ReferenceModel(c, std::move(w)));
 }
 
+char ReferenceModel::LayerKind(int layer) const {
+  if (!config_.layer_kinds.empty()) return config_.layer_kinds[Sz(layer)];
+  if (config_.sliding_window_tokens == 0) return 'G';
+  return (layer + 1) % config_.global_layer_every == 0 ? 'G' : 'W';
+}
+
 int64_t ReferenceModel::LayerWindowTokens(int layer) const {
-  if (config_.sliding_window_tokens == 0) return 0;
-  bool global = (layer + 1) % config_.global_layer_every == 0;
-  return global ? 0 : config_.sliding_window_tokens;
+  return LayerKind(layer) == 'W' ? config_.sliding_window_tokens : 0;
+}
+
+bool ReferenceModel::IsRecurrentLayer(int layer) const { return LayerKind(layer) == 'R'; }
+
+RecurrentShape ReferenceModel::LayerRecurrentShape(int layer) const {
+  if (!IsRecurrentLayer(layer)) return {};
+  return {config_.conv_kernel - 1, config_.hidden_size, config_.n_heads,
+          config_.head_dim()};
+}
+
+int64_t ReferenceModel::NewKeyFloats(int layer, int64_t rows) const {
+  if (IsRecurrentLayer(layer)) return rows * config_.hidden_size;
+  return config_.n_kv_heads * rows * config_.head_dim();
+}
+
+int64_t ReferenceModel::NewValueFloats(int layer, int64_t rows) const {
+  if (IsRecurrentLayer(layer)) return LayerRecurrentShape(layer).state_floats();
+  return NewKeyFloats(layer, rows);
 }
 
 StatusOr<HiddenStates> ReferenceModel::Embed(std::span<const int32_t> token_ids) const {
@@ -147,6 +194,84 @@ void ReferenceModel::RunLayer(int layer, HiddenStates* x,
                               std::span<const int64_t> positions,
                               const LayerKvCache* past, float* new_keys,
                               float* new_values) const {
+  if (IsRecurrentLayer(layer)) {
+    RunRecurrent(layer, x, positions, past, new_keys, new_values);
+  } else {
+    RunAttention(layer, x, positions, past, new_keys, new_values);
+  }
+  RunMlp(layer, x);
+}
+
+void ReferenceModel::RunRecurrent(int layer, HiddenStates* x,
+                                  std::span<const int64_t> positions,
+                                  const LayerKvCache* past, float* new_conv,
+                                  float* new_state) const {
+  const LayerWeights& w = weights_->layers[Sz(layer)];
+  const ModelConfig& c = config_;
+  const int64_t rows = x->rows, h = c.hidden_size, heads = c.n_heads, d = c.head_dim(),
+                k_width = c.conv_kernel;
+  std::vector<float> normed(Sz(rows * h)), z(Sz(rows * h)), a(Sz(rows * heads)),
+      conv(Sz(rows * h)), q(Sz(rows * h)), k(Sz(rows * h)), v(Sz(rows * h)),
+      y(Sz(rows * h)), proj(Sz(rows * h));
+  RmsNormRows(x->values.data(), rows, h, w.in_norm.data(), c.rms_eps, normed.data());
+  MatMulRows(normed.data(), rows, h, w.in_proj.data(), h, new_conv);
+  MatMulRows(normed.data(), rows, h, w.z.data(), h, z.data());
+  MatMulRows(normed.data(), rows, h, w.decay.data(), heads, a.data());
+  const int64_t past_len = past ? past->length() : 0;
+  // The conv input at an absolute position: the past ring, this chunk, or (before
+  // position 0) nothing, which contributes no term.
+  auto input = [&](int64_t pos) -> const float* {
+    if (pos < 0) return nullptr;
+    if (pos < past_len) return past->ConvRow(pos);
+    return new_conv + (pos - past_len) * h;
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t p = positions[Sz(r)];
+    for (int64_t ch = 0; ch < h; ++ch) {
+      float acc = 0;
+      for (int64_t j = 0; j < k_width; ++j) {
+        const float* in = input(p - (k_width - 1) + j);
+        if (in != nullptr) acc += w.conv[Sz(j * h + ch)] * in[ch];
+      }
+      conv[Sz(r * h + ch)] = model_internal::Silu(acc);
+    }
+  }
+  MatMulRows(conv.data(), rows, h, w.rq.data(), h, q.data());
+  MatMulRows(conv.data(), rows, h, w.rk.data(), h, k.data());
+  MatMulRows(conv.data(), rows, h, w.rv.data(), h, v.data());
+  std::vector<float> state(Sz(heads * d * d), 0.0f);
+  if (past != nullptr) std::copy_n(past->State(), state.size(), state.data());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  // Token by token in position order: the same steps whether the rows come in one
+  // run or one per decode.
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t hh = 0; hh < heads; ++hh) {
+      const float decay = 1.0f / (1.0f + std::exp(-(a[Sz(r * heads + hh)] + 2.0f)));
+      const float* qh = q.data() + r * h + hh * d;
+      const float* kh = k.data() + r * h + hh * d;
+      const float* vh = v.data() + r * h + hh * d;
+      float* s = state.data() + hh * d * d;
+      for (int64_t i = 0; i < d; ++i) {
+        for (int64_t j = 0; j < d; ++j)
+          s[i * d + j] = decay * s[i * d + j] + kh[i] * vh[j];
+      }
+      for (int64_t j = 0; j < d; ++j) {
+        float acc = 0;
+        for (int64_t i = 0; i < d; ++i) acc += qh[i] * s[i * d + j];
+        const int64_t at = r * h + hh * d + j;
+        y[Sz(at)] = acc * scale * model_internal::Silu(z[Sz(at)]);
+      }
+    }
+  }
+  std::copy(state.begin(), state.end(), new_state);
+  MatMulRows(y.data(), rows, h, w.o.data(), h, proj.data());
+  for (size_t i = 0; i < proj.size(); ++i) x->values[i] += proj[i];
+}
+
+void ReferenceModel::RunAttention(int layer, HiddenStates* x,
+                                  std::span<const int64_t> positions,
+                                  const LayerKvCache* past, float* new_keys,
+                                  float* new_values) const {
   const LayerWeights& w = weights_->layers[Sz(layer)];
   const ModelConfig& c = config_;
   int64_t rows = x->rows, h = c.hidden_size, hd = c.head_dim(), kvw = c.n_kv_heads * hd;
@@ -174,6 +299,13 @@ void ReferenceModel::RunLayer(int layer, HiddenStates* x,
   AttendRows(q.data(), rows, positions.data(), shape, src, attn.data());
   MatMulRows(attn.data(), rows, h, w.o.data(), h, proj.data());
   for (size_t i = 0; i < proj.size(); ++i) x->values[i] += proj[i];
+}
+
+void ReferenceModel::RunMlp(int layer, HiddenStates* x) const {
+  const LayerWeights& w = weights_->layers[Sz(layer)];
+  const ModelConfig& c = config_;
+  const int64_t rows = x->rows, h = c.hidden_size;
+  std::vector<float> normed(Sz(rows * h)), proj(Sz(rows * h));
   // SwiGLU MLP on the post-attention norm.
   int64_t im = c.intermediate_size;
   std::vector<float> gate(Sz(rows * im)), up(Sz(rows * im));
@@ -206,10 +338,11 @@ StatusOr<std::vector<float>> ReferenceModel::NextTokenLogits(
   PKV_ASSIGN_OR_RETURN(HiddenStates x, Embed(token_ids));
   std::vector<int64_t> positions(token_ids.size());
   for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int64_t>(i);
-  size_t kv_size = Sz(config_.n_kv_heads * x.rows * config_.head_dim());
-  std::vector<float> keys(kv_size), values(kv_size);
+  std::vector<float> keys, values;
   // Stateless: every layer sees only this run's keys (no past), all positions at once.
   for (int layer = 0; layer < config_.n_layers; ++layer) {
+    keys.resize(Sz(NewKeyFloats(layer, x.rows)));
+    values.resize(Sz(NewValueFloats(layer, x.rows)));
     RunLayer(layer, &x, positions, nullptr, keys.data(), values.data());
   }
   HiddenStates last{1, x.width,

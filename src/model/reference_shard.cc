@@ -36,6 +36,10 @@ int64_t ReferenceShard::layer_window_tokens(int layer) const {
   return model_->LayerWindowTokens(layer);
 }
 
+RecurrentShape ReferenceShard::layer_recurrent_shape(int layer) const {
+  return model_->LayerRecurrentShape(layer);
+}
+
 StatusOr<HiddenStates> ReferenceShard::EmbedTokens(
     std::span<const int32_t> token_ids) const {
   return model_->Embed(token_ids);
@@ -78,6 +82,10 @@ Status ReferenceShard::CheckRunInputs(const HiddenStates& hidden,
       return Status::InvalidArgument("layer " + std::to_string(layer) +
                                      " past KV has a different attention window");
     }
+    if (cache && cache->geometry().recurrent != layer_recurrent_shape(layer)) {
+      return Status::InvalidArgument("layer " + std::to_string(layer) +
+                                     " past state has a different recurrent shape");
+    }
   }
   return Status::OK();
 }
@@ -88,23 +96,30 @@ StatusOr<CachedRunResult> ReferenceShard::RunLayersCached(
   PKV_RETURN_IF_ERROR(CheckRunInputs(hidden, positions, past));
   CachedRunResult result{hidden, {}};
   KvGeometry g = kv_geometry();
-  size_t kv_bytes =
-      static_cast<size_t>(g.n_kv_heads * hidden.rows * g.head_dim) * sizeof(float);
   for (int layer = start_; layer <= end_; ++layer) {
     if (IsCancelled(cancel)) {
       return Status::Aborted("cancelled before layer " + std::to_string(layer));
     }
     uint8_t* keys = nullptr;
     uint8_t* values = nullptr;
-    SharedBytes key_bytes = SharedBytes::Allocate(kv_bytes, &keys);
-    SharedBytes value_bytes = SharedBytes::Allocate(kv_bytes, &values);
+    SharedBytes key_bytes = SharedBytes::Allocate(
+        static_cast<size_t>(model_->NewKeyFloats(layer, hidden.rows)) * sizeof(float),
+        &keys);
+    SharedBytes value_bytes = SharedBytes::Allocate(
+        static_cast<size_t>(model_->NewValueFloats(layer, hidden.rows)) * sizeof(float),
+        &values);
     auto it = past.find(layer);
     model_->RunLayer(layer, &result.hidden, positions,
                      it == past.end() ? nullptr : it->second,
                      reinterpret_cast<float*>(keys), reinterpret_cast<float*>(values));
     std::vector<int64_t> shape = {g.n_kv_heads, hidden.rows, g.head_dim};
+    std::vector<int64_t> value_shape = shape;
+    if (RecurrentShape r = layer_recurrent_shape(layer); r.is_recurrent()) {
+      shape = {1, hidden.rows, r.channels};
+      value_shape = {r.state_heads, r.state_dim, r.state_dim};
+    }
     result.new_kv[layer] = {Tensor(DType::kFloat32, shape, std::move(key_bytes)),
-                            Tensor(DType::kFloat32, shape, std::move(value_bytes))};
+                            Tensor(DType::kFloat32, value_shape, std::move(value_bytes))};
   }
   if (IsCancelled(cancel)) return Status::Aborted("cancelled after the last layer");
   return result;

@@ -41,7 +41,8 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::MakeSession(
     LayerKvGeometry want = recipe_.layer_geometry(layer);
     const LayerKvGeometry& got = cache.geometry();
     if (!recipe_.owns_layer(layer) || got.n_kv_heads != want.n_kv_heads ||
-        got.head_dim != want.head_dim || got.window_tokens != want.window_tokens) {
+        got.head_dim != want.head_dim || got.window_tokens != want.window_tokens ||
+        got.recurrent != want.recurrent) {
       return Status::InvalidArgument("initial layer " + std::to_string(layer) +
                                      " does not match the recipe " +
                                      recipe_.fingerprint());
@@ -82,6 +83,13 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::Open(const std::strin
   StoreRemovedOnExit store_removed(this);
   if (options.recipe && !recipe_.is_compatible(*options.recipe)) {
     return IncompatibleRecipeError(recipe_, *options.recipe);
+  }
+  // LayerKvCache holds float32: a session of another KV dtype would hold (and
+  // store) float32 bytes under a recipe, charge and namespace that say otherwise.
+  if (recipe_.kv_dtype() != DType::kFloat32) {
+    return Status::InvalidArgument(
+        "the hot KV state holds float32 KV; a recipe of KV dtype " +
+        std::string(DTypeName(recipe_.kv_dtype())) + " is refused");
   }
   bool prefilled = !options.initial_layers.empty();
   PKV_ASSIGN_OR_RETURN(std::shared_ptr<HotKvSession> session,

@@ -31,7 +31,8 @@ StatusOr<std::vector<LayerKvCache>> CachesFromRestore(const KvCacheRecipe& recip
       return Status::InvalidArgument(where + " carries no keys and values");
     }
     std::optional<RotatingMeta> meta;
-    if (CacheTypeRegistry::IsRotatingFamily(layer.cache_type)) {
+    if (CacheTypeRegistry::IsRotatingFamily(layer.cache_type) ||
+        CacheTypeRegistry::IsArraysFamily(layer.cache_type)) {
       StatusOr<RotatingMeta> parsed = RotatingMeta::Parse(layer.meta);
       if (!parsed.ok())
         return Status::InvalidArgument(where + ": " + parsed.status().message());
@@ -58,10 +59,11 @@ std::vector<LayerState> LayerStatesFromExport(std::map<int, LayerKvExport> expor
   for (auto& [layer, e] : exports) {
     LayerState s;
     s.cache_type = std::string(e.cache_type);
-    // A full-attention layer's meta is its length (the keys' token axis).
-    s.meta = e.rotating_meta
-                 ? e.rotating_meta->ToStrings()
-                 : std::vector<std::string>{std::to_string(e.keys.shape()[1])};
+    // A full-attention layer's meta is its length (the keys' token axis); a
+    // recurrent layer's is its conv ring's (keep, max_size, offset, idx), offset
+    // being the position its state is valid at.
+    s.meta = e.rotating_meta ? e.rotating_meta->ToStrings()
+                             : std::vector<std::string>{std::to_string(e.length)};
     s.tensors = {std::move(e.keys), std::move(e.values)};
     layers.push_back(std::move(s));
   }
@@ -81,8 +83,10 @@ NamespaceSpec SessionNamespaceSpec(const KvCacheRecipe& recipe, std::string mode
   spec.block_tokens = block_tokens;
   spec.dtype = DType::kFloat32;  // what LayerKvCache holds
   for (int layer : recipe.owned_layers()) {
-    spec.layer_types.push_back(recipe.layer_window_tokens(layer) > 0 ? "RotatingKVCache"
-                                                                     : "KVCache");
+    spec.layer_types.push_back(recipe.layer_recurrent(layer).is_recurrent()
+                                   ? "ArraysCache"
+                               : recipe.layer_window_tokens(layer) > 0 ? "RotatingKVCache"
+                                                                       : "KVCache");
   }
   return spec;
 }
@@ -130,6 +134,10 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::OpenFromPrefixCache(
   if (!r.created) {
     r = PrefixRestore{};
     return session;
+  }
+  if (r.matched_tokens > 0 && r.restored_tokens == 0) {
+    MutexLock lock(&state_->mu);
+    state_->stats.prefix_unrestorable++;
   }
   if (r.restored_tokens > 0) {
     {

@@ -183,11 +183,11 @@ Status TierStack::Rewrite(const BlockMeta& meta, SharedBytes payload) {
     const bool in_ssd = ssd_ != nullptr && ssd_->Contains(meta.key);
     if (!in_hot && !in_ssd)
       return Status::NotFound("block " + meta.key.ToHex() + " not cached");
-    if (in_ssd) {
-      Status removed = ssd_->Remove(meta.key);
-      if (!removed.ok() && !removed.IsNotFound()) return removed;
-      PKV_RETURN_IF_ERROR(ssd_->Put(meta, payload, /*dirty=*/false));
-    }
+    // The SSD copy is replaced in place: a replacing Put commits the new
+    // version and journals the old one in one metadata batch, so a kill -9 at
+    // any moment leaves one of the two. (Remove then Put left a window with
+    // neither: the block's children orphaned and the chain through it cut.)
+    if (in_ssd) PKV_RETURN_IF_ERROR(ssd_->Put(meta, payload, /*dirty=*/false));
     if (!in_hot) return Status::OK();
     // Removed before the new copy is marked dirty: the old copy's eviction,
     // if it wins the race, still finds its own mark and goes below.

@@ -73,6 +73,17 @@ inline LayerState RotatingLayer(int64_t seq_len,
   return s;
 }
 
+// A recurrent (arrays) layer at position `seq_len`: a conv ring [1, 3, 16] and a
+// state [4, 8, 8], meta (keep 0, max_size 3, offset seq_len, idx seq_len % 3).
+inline LayerState ArraysLayer(int64_t seq_len) {
+  LayerState s;
+  s.cache_type = "ArraysCache";
+  s.meta = RotatingMeta{0, 3, seq_len, seq_len % 3}.ToStrings();
+  s.tensors = {Tensor::Filled(DType::kFloat32, {1, 3, 16}, 1),
+               Tensor::Filled(DType::kFloat32, {4, 8, 8}, 1)};
+  return s;
+}
+
 inline std::vector<LayerState> HybridLayers(int64_t seq_len,
                                             const std::string& type = "RotatingKVCache") {
   return {KvLayer(seq_len), RotatingLayer(seq_len, type)};

@@ -297,6 +297,33 @@ TEST_F(PrefixCacheRestoreTest, PrefillReadyRotatingNameReconstructsWithRotatingH
   EXPECT_EQ(meta->max_size, kWindow);
   EXPECT_EQ(meta->offset, kBlockTokens);
   EXPECT_EQ(meta->offset, static_cast<int64_t>(r.restored_tokens));
+  // The window of a real restore comes from the tip's meta, found by family.
+  EXPECT_EQ(r.window.max_window_tokens, kWindow);
+  EXPECT_EQ(r.window.window_tokens, (std::vector<int64_t>{0, kWindow}));
+
+  // The strict path checks it: a tip whose offset is not its end is refused on
+  // store and, written behind the cache's back, on restore (an exact-name check
+  // for "RotatingKVCache" would skip both checks for this name).
+  for (const std::string type : {"PrefillReadyRotatingKVCache", "BufferedRotatingKVCache",
+                                 "BatchRotatingKVCache"}) {
+    LayerState wrong = RotatingLayer(kBlockTokens, type);
+    wrong.meta = RotatingMeta{0, kWindow, kBlockTokens + 1, kWindow}.ToStrings();
+    EXPECT_TRUE(tiers_->cache()
+                    .Store(ns, Tokens(2), {KvLayer(2 * kBlockTokens), wrong})
+                    .status()
+                    .IsInvalidArgument())
+        << type;
+    const BlockKey tip = ChainKeys(ns.root, Tokens(1), kBlockTokens)[0];
+    BlockRecord rec = testing::ReadBlock(*tiers_->hot, tip);
+    rec.layers[1].cache_type = type;
+    rec.layers[1].meta = wrong.meta;
+    ASSERT_OK(
+        tiers_->stack->Rewrite({tip, ns.root, ns.root, 0}, EncodeBlock(rec).value()));
+    RestoreResult refused = MatchAndRestore(ns, Tokens(1));
+    EXPECT_EQ(refused.restored_tokens, 0u) << type;
+    EXPECT_NE(refused.reason.find("rotating offset"), std::string::npos)
+        << type << ": " << refused.reason;
+  }
 }
 
 TEST(PrefixCacheWindow, PrefillReadyRotatingNameDetectsWindowPadding) {

@@ -187,6 +187,37 @@ TEST_F(RotatingTipStripTest, MixedRotatingNamesShareOneFamily) {
   EXPECT_EQ(RotatingShape(*tiers_.hot, tip1), kPlaceholderShape);
 }
 
+TEST_F(RotatingTipStripTest, RecurrentAndWindowStateStrippedTogether) {
+  // A hybrid block: KV slice, window and recurrent state. The grandparent tip
+  // loses both tip-only layers at once; the KV slice stays byte for byte.
+  NamespaceSpec spec = HybridSpec();
+  spec.layer_types.push_back("ArraysCache");
+  Use(spec);
+  std::vector<BlockKey> tips;
+  for (size_t blocks : {2, 3, 4}) {
+    std::vector<int32_t> tokens = Tokens(blocks);
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    StatusOr<StoreResult> r = tiers_.cache().Store(
+        ns_, tokens,
+        {testing::KvLayer(n), testing::RotatingLayer(n), testing::ArraysLayer(n)});
+    ASSERT_OK(r);
+    tips.push_back(r->tip);
+  }
+  const BlockRecord stripped = testing::ReadBlock(*tiers_.hot, tips[0]);
+  EXPECT_EQ(stripped.layers.at(0).tensors.at(0).shape(),
+            (std::vector<int64_t>{1, 2, 4, 8}));
+  EXPECT_EQ(stripped.layers.at(1), MakePlaceholder("RotatingKVCache"));
+  EXPECT_EQ(stripped.layers.at(2), MakePlaceholder("ArraysCache"));
+  for (const BlockKey& kept : {tips[1], tips[2]}) {
+    const BlockRecord whole = testing::ReadBlock(*tiers_.hot, kept);
+    EXPECT_FALSE(whole.layers.at(1).placeholder);
+    EXPECT_FALSE(whole.layers.at(2).placeholder);
+    EXPECT_EQ(whole.layers.at(2).tensors.at(1).shape(), (std::vector<int64_t>{4, 8, 8}));
+  }
+  EXPECT_EQ(tiers_.hot->Totals().bytes, RecomputedBytes());
+  ExpectCleanAudit();
+}
+
 TEST(RotatingTipStrip, RegistryRotatingFamily) {
   // Also covered by tests/core/cache_types_test.cc; repeated here because the
   // strip and restore paths above depend on exactly these answers.

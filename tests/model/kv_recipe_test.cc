@@ -85,5 +85,35 @@ TEST(KvRecipe, RecipeOfAShardCarriesItsGeometryAndWindows) {
   EXPECT_NE(recipe->fingerprint().find("windows=5,0,5"), std::string::npos);
 }
 
+// The recipe of a whole 4-layer model with window 5 and these layer kinds.
+StatusOr<KvCacheRecipe> WholeModelRecipe(const std::string& kinds) {
+  ModelConfig config;
+  config.n_layers = 4;
+  config.sliding_window_tokens = 5;
+  config.layer_kinds = kinds;
+  PKV_ASSIGN_OR_RETURN(auto model, ReferenceModel::Create(config));
+  PKV_ASSIGN_OR_RETURN(auto shard, ReferenceShard::Create(model, 0, 3));
+  return KvRecipeFor(*shard);
+}
+
+TEST(KvRecipe, RecipeOfAHybridShardNamesItsRecurrentLayers) {
+  auto recipe = WholeModelRecipe("GRWR");
+  ASSERT_OK(recipe);
+  EXPECT_TRUE(recipe->layer_geometry(1).recurrent.is_recurrent());
+  EXPECT_FALSE(recipe->layer_geometry(2).recurrent.is_recurrent());
+  EXPECT_EQ(recipe->layer_window_tokens(2), 5);
+  EXPECT_NE(
+      recipe->fingerprint().find("|windows=0,0,5,0|recurrent=-,3x32:4x8,-,3x32:4x8"),
+      std::string::npos)
+      << recipe->fingerprint();
+  // The same shapes with attention in place of the recurrent layers differ.
+  auto attention_recipe = WholeModelRecipe("GGWG");
+  ASSERT_OK(attention_recipe);
+  EXPECT_FALSE(recipe->is_compatible(*attention_recipe));
+  KvRecipeSpec bad = Spec("llama", 0, 5);
+  bad.layer_recurrent = {RecurrentShape{3, 32, 0, 8}, {}, {}, {}, {}, {}};
+  EXPECT_TRUE(KvCacheRecipe::Make(bad).status().IsInvalidArgument());
+}
+
 }  // namespace
 }  // namespace prefixkv

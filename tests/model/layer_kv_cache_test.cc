@@ -112,5 +112,59 @@ TEST(LayerKvCache, RestoreRejectsInconsistentRotatingMeta) {
                   .IsInvalidArgument());  // full layer with ring meta
 }
 
+// A recurrent layer: 3 conv inputs of 6 channels, 2 heads of 2x2 state.
+LayerKvGeometry Recurrent() { return {5, 1, 1, 0, {3, 6, 2, 2}}; }
+
+TEST(LayerKvCache, RecurrentLayerKeepsTheLastConvInputsAndTheNewestState) {
+  LayerKvCache cache(Recurrent());
+  EXPECT_TRUE(cache.is_recurrent());
+  EXPECT_TRUE(cache.Append(Chunk(1, 2, 6), Chunk(1, 2, 6)).IsInvalidArgument());
+  EXPECT_TRUE(cache.Append(Chunk(1, 2, 5), Chunk(2, 2, 2)).IsInvalidArgument());
+  ASSERT_OK(cache.Append(Chunk(1, 5, 6), Chunk(2, 2, 2, 7)));
+  ASSERT_OK(cache.Append(Chunk(1, 1, 6, 50), Chunk(2, 2, 2, 9)));
+  EXPECT_EQ(cache.length(), 6);
+  EXPECT_EQ(cache.held_tokens(), 3);
+  EXPECT_EQ(cache.payload_bytes(), (3 * 6 + 8) * 4u);
+  EXPECT_EQ(cache.ConvRow(5)[0], 50.0f);  // the decoded token's input
+  EXPECT_EQ(cache.ConvRow(4)[1], 4.01f);  // the prefill's last input
+  EXPECT_EQ(cache.State()[0], 9.0f);      // the state after the newest append
+  EXPECT_TRUE(cache.CanTruncate(6));
+  EXPECT_FALSE(cache.CanTruncate(5));  // a state cannot be rewound
+  EXPECT_TRUE(cache.Truncate(5).IsInvalidArgument());
+}
+
+TEST(LayerKvCache, RecurrentExportThenRestoreReproducesTheState) {
+  LayerKvCache cache(Recurrent());
+  ASSERT_OK(cache.Append(Chunk(1, 7, 6), Chunk(2, 2, 2, 0.5f)));
+  LayerKvExport exported = cache.Export();
+  EXPECT_EQ(exported.cache_type, "ArraysCache");
+  EXPECT_EQ(exported.length, 7);
+  EXPECT_EQ(exported.keys.shape(), (std::vector<int64_t>{1, 3, 6}));
+  EXPECT_EQ(exported.values.shape(), (std::vector<int64_t>{2, 2, 2}));
+  ASSERT_TRUE(exported.rotating_meta.has_value());
+  auto restored = LayerKvCache::Restore(cache.geometry(), exported.keys, exported.values,
+                                        exported.rotating_meta);
+  ASSERT_OK(restored);
+  EXPECT_EQ(restored->length(), 7);
+  for (int64_t pos = 4; pos < 7; ++pos)
+    EXPECT_EQ(std::memcmp(restored->ConvRow(pos), cache.ConvRow(pos), 24), 0) << pos;
+  EXPECT_EQ(std::memcmp(restored->State(), cache.State(), 32), 0);
+  // A state claimed for another position, a missing meta, a wrong state shape.
+  RotatingMeta wrong = *exported.rotating_meta;
+  wrong.offset = 8;
+  EXPECT_TRUE(
+      LayerKvCache::Restore(cache.geometry(), exported.keys, exported.values, wrong)
+          .status()
+          .IsInvalidArgument());
+  EXPECT_TRUE(LayerKvCache::Restore(cache.geometry(), exported.keys, exported.values,
+                                    std::nullopt)
+                  .status()
+                  .IsInvalidArgument());
+  EXPECT_TRUE(LayerKvCache::Restore(cache.geometry(), exported.keys, exported.keys,
+                                    exported.rotating_meta)
+                  .status()
+                  .IsInvalidArgument());
+}
+
 }  // namespace
 }  // namespace prefixkv

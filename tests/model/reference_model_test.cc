@@ -1,6 +1,7 @@
 // The reference model: determinism, config validation, and bit-exact parity of the
 // shard's cached runner against the stateless whole-sequence runner (MHA, GQA and
-// sliding-window layers), driven here without the session manager.
+// sliding-window layers, and hybrid mixes with recurrent layers), driven here without
+// the session manager.
 #include "prefixkv/reference_model.h"
 
 #include <gtest/gtest.h>
@@ -45,7 +46,7 @@ std::vector<std::vector<float>> CachedLogits(std::shared_ptr<const ReferenceMode
   for (int l = 0; l < model->config().n_layers; ++l) {
     caches.emplace(
         l, LayerKvCache({l, model->config().n_kv_heads, model->config().head_dim(),
-                         model->LayerWindowTokens(l)}));
+                         model->LayerWindowTokens(l), model->LayerRecurrentShape(l)}));
     past[l] = &caches.at(l);
   }
   std::vector<std::vector<float>> logits;
@@ -100,6 +101,57 @@ TEST(ReferenceModel, CachedDecodeIsBitExactWithStatelessForSlidingWindowLayers) 
   // Window 3 with a 5-token prefill: the ring wraps during prefill and again while
   // decoding, and the global layers (3 and 7) still see every position.
   ExpectBitExactParity(Windowed(), 5);
+}
+
+ModelConfig Hybrid(const std::string& kinds) {
+  ModelConfig c = Gqa();
+  c.n_layers = static_cast<int>(kinds.size());
+  c.sliding_window_tokens = 3;
+  c.layer_kinds = kinds;
+  return c;
+}
+
+TEST(ReferenceModel, CachedDecodeIsBitExactWithStatelessForEveryHybridMix) {
+  // Conv kernel 4 keeps 3 inputs: prefill 1 leaves the ring short, 3 fills it, 5
+  // wraps it; the window-3 layers wrap too. Every mix of the three kinds.
+  for (const std::string kinds : {"R", "GR", "RW", "WRG", "RGWR", "GWRRWG", "RRR"}) {
+    for (size_t prefill : {1, 3, 5}) {
+      SCOPED_TRACE(kinds + " prefill " + std::to_string(prefill));
+      ExpectBitExactParity(Hybrid(kinds), prefill);
+    }
+  }
+}
+
+TEST(ReferenceModel, RecurrentStateCarriesTokensBeyondTheConvolution) {
+  // A recurrent-only model: the first token is far outside the conv kernel, so
+  // only the state can carry it. Guards the hybrid parity test against a state
+  // that is silently ignored, and the R layers against being attention layers.
+  std::vector<int32_t> a = {2, 17, 8, 25, 6, 40, 1, 33, 12};
+  std::vector<int32_t> b = a;
+  b[0] = 30;
+  auto model = Model(Hybrid("RRR"));
+  auto la = model->NextTokenLogits(a);
+  auto lb = model->NextTokenLogits(b);
+  auto attention = Model(Hybrid("GGG"))->NextTokenLogits(a);
+  ASSERT_OK(la);
+  ASSERT_OK(lb);
+  ASSERT_OK(attention);
+  EXPECT_NE(*la, *lb);
+  EXPECT_NE(*la, *attention);
+  EXPECT_TRUE(model->IsRecurrentLayer(1));
+  EXPECT_EQ(model->LayerRecurrentShape(1).state_floats(), 4 * 8 * 8);
+}
+
+TEST(ReferenceModel, RejectsBadLayerKinds) {
+  for (const std::string kinds : {"GR", "GRX", "GWR"}) {
+    ModelConfig c = Hybrid("GRR");
+    c.layer_kinds = kinds;
+    if (kinds == "GWR") c.sliding_window_tokens = 0;  // W without a window
+    EXPECT_TRUE(ReferenceModel::Create(c).status().IsInvalidArgument()) << kinds;
+  }
+  ModelConfig short_kernel = Hybrid("GRR");
+  short_kernel.conv_kernel = 1;
+  EXPECT_TRUE(ReferenceModel::Create(short_kernel).status().IsInvalidArgument());
 }
 
 TEST(ReferenceModel, SlidingWindowChangesTheModelsOutput) {

@@ -108,6 +108,27 @@ TEST(HotKvState, NewRouteEpochSupersedesAndFreesOldEpoch) {
   EXPECT_EQ(manager->stats().superseded, 1u);
 }
 
+TEST(HotKvState, AFloat16RecipeIsRefusedRatherThanHeldAsFloat32) {
+  // LayerKvCache holds float32; a float16 manager would charge and store
+  // float32 bytes as if they were float16.
+  auto model = SeedModel();
+  auto f16 = KvCacheRecipe::Make(KvRecipeSpec{"dense-llama",
+                                              DType::kFloat16,
+                                              model->config().n_kv_heads,
+                                              model->config().head_dim(),
+                                              model->config().n_layers,
+                                              0,
+                                              model->config().n_layers - 1,
+                                              {}});
+  ASSERT_OK(f16);
+  HotKvStateManager manager(*f16);
+  Status opened = manager.Open("s", 0).status();
+  EXPECT_TRUE(opened.IsInvalidArgument()) << opened.ToString();
+  EXPECT_NE(opened.message().find("float16"), std::string::npos) << opened.ToString();
+  EXPECT_EQ(manager.session_count(), 0u);
+  EXPECT_EQ(manager.total_bytes(), 0u);
+}
+
 TEST(HotKvState, IncompatibleCacheRecipeIsRejected) {
   auto model = SeedModel();
   auto shard = FullShard(model);

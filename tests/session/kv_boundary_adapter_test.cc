@@ -178,8 +178,10 @@ TEST(KvBoundaryAdapter, SlidingWindowCachedDecodeMatchesStatelessAcrossASeam) {
   EXPECT_EQ(exported.at(3).keys.dim(1), 17);
 }
 
-TEST(KvBoundaryAdapter, FourInterleavedSessionsHaveNoKvCrossTalk) {
-  auto model = SeedModel();
+// Four sessions decoded round-robin on one manager of `config`'s model: tokens
+// and every step's logits equal the stateless runner's.
+void ExpectFourInterleavedSessionsHaveNoKvCrossTalk(const ModelConfig& config) {
+  auto model = SeedModel(config);
   auto shard = FullShard(model);
   auto manager = ManagerFor(*shard);
   KvBoundaryAdapter adapter(shard.get(), manager.get());
@@ -197,19 +199,41 @@ TEST(KvBoundaryAdapter, FourInterleavedSessionsHaveNoKvCrossTalk) {
   // The four prompts must actually diverge, else "no cross-talk" is vacuous.
   ASSERT_EQ(distinct.size(), 4u);
   std::map<std::string, std::vector<int32_t>> generated;
+  std::map<std::string, std::vector<std::vector<float>>> logits;
   for (const auto& [sid, prompt] : prompts) {
-    generated[sid] = {ExpectTail(adapter.Prefill(sid, 0, Tokens(prompt))).token_id};
+    TailOutput out = ExpectTail(adapter.Prefill(sid, 0, Tokens(prompt)));
+    generated[sid] = {out.token_id};
+    logits[sid] = {out.logits};
   }
   // Round-robin decode: every session takes one step per round, interleaved.
   for (int i = 1; i < n_new; ++i) {
     for (const auto& [sid, prompt] : prompts) {
-      generated[sid].push_back(
-          ExpectTail(adapter.Decode(sid, 0, Tokens({generated[sid].back()}))).token_id);
+      TailOutput out =
+          ExpectTail(adapter.Decode(sid, 0, Tokens({generated[sid].back()})));
+      generated[sid].push_back(out.token_id);
+      logits[sid].push_back(out.logits);
     }
   }
-  for (const auto& [sid, prompt] : prompts)
+  for (const auto& [sid, prompt] : prompts) {
     EXPECT_EQ(generated[sid], references[sid]) << sid;
+    SCOPED_TRACE(sid);
+    testing::ExpectStatelessLogits(*model, prompt, generated[sid], logits[sid]);
+  }
   EXPECT_EQ(manager->session_count(), 4u);
+}
+
+TEST(KvBoundaryAdapter, FourInterleavedSessionsHaveNoKvCrossTalk) {
+  ExpectFourInterleavedSessionsHaveNoKvCrossTalk(ModelConfig{});
+}
+
+TEST(KvBoundaryAdapter, FourInterleavedHybridSessionsHaveNoStateCrossTalk) {
+  // Window, recurrent and full-attention layers: the recurrent states of four
+  // sessions advance in turn on one manager.
+  ModelConfig hybrid;
+  hybrid.n_kv_heads = 2;
+  hybrid.sliding_window_tokens = 3;
+  hybrid.layer_kinds = "WRGWRG";
+  ExpectFourInterleavedSessionsHaveNoKvCrossTalk(hybrid);
 }
 
 TEST(KvBoundaryAdapter, SeqLenMismatchIsAnExplicitCacheMiss) {

@@ -36,6 +36,14 @@ inline ModelConfig HybridModelConfig() {
   return c;
 }
 
+// HybridModelConfig with every kind of layer: 6-token windows (W), recurrent
+// layers (R: a conv kernel of 4 and a 4 x 8 x 8 state) and full attention (G).
+inline ModelConfig RecurrentHybridModelConfig() {
+  ModelConfig c = HybridModelConfig();
+  c.layer_kinds = "WRGWRG";
+  return c;
+}
+
 // An engine over `dir`: a hot tier spilling to the SSD tier, no promotion on
 // SSD hits. Namespaces register with the partial tail on (sliding windows).
 // `sessions` charges live sessions' KV to the same RAM budget (Bind).

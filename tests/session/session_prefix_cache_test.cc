@@ -21,6 +21,7 @@ using testing::FullModelSessions;
 using testing::HybridModelConfig;
 using testing::Message;
 using testing::RecipeOf;
+using testing::RecurrentHybridModelConfig;
 using testing::RunTurn;
 using testing::SeedModel;
 using testing::StatelessGreedy;
@@ -53,8 +54,7 @@ struct Conversation {
   }
 };
 
-TEST_F(SessionPrefixCache, EachNewTurnRestoresTheConversationAndComputesOnlyItsMessage) {
-  FullModelSessions s(stack);
+void ExpectEachNewTurnRestoresOnlyItsMessage(FullModelSessions& s) {
   Conversation conv;
   const int64_t vocab = s.model->config().vocab_size;
   for (int turn = 0; turn < 5; ++turn) {
@@ -75,6 +75,18 @@ TEST_F(SessionPrefixCache, EachNewTurnRestoresTheConversationAndComputesOnlyItsM
   EXPECT_EQ(stats.sessions_stored, 5u);
   EXPECT_EQ(stats.prefix_restores, 4u);
   EXPECT_EQ(stats.store_failures, 0u) << stats.last_store_error;
+  EXPECT_EQ(stats.prefix_unrestorable, 0u);
+}
+
+TEST_F(SessionPrefixCache, EachNewTurnRestoresTheConversationAndComputesOnlyItsMessage) {
+  FullModelSessions s(stack);
+  ExpectEachNewTurnRestoresOnlyItsMessage(s);
+}
+
+TEST_F(SessionPrefixCache, EachNewTurnOfARecurrentHybridModelComputesOnlyItsMessage) {
+  // Windows, recurrent states and full KV restored together from each turn's tip.
+  FullModelSessions s(stack, {}, nullptr, RecurrentHybridModelConfig());
+  ExpectEachNewTurnRestoresOnlyItsMessage(s);
 }
 
 TEST_F(SessionPrefixCache, TtlEvictedSessionResumesFromThePrefixCacheWithParity) {
@@ -155,15 +167,15 @@ TEST_F(SessionPrefixCache, LruEvictedSessionResumesFromThePrefixCache) {
   EXPECT_EQ(s.manager->stats().sessions_stored, 2u);
 }
 
-TEST(SessionPrefixCacheRestart, ConversationContinuesAfterARestartRestoredFromSsd) {
+void ExpectConversationContinuesAfterARestart(const ModelConfig& config) {
   TempDir dir;
   Conversation conv;
-  std::shared_ptr<const ReferenceModel> model = SeedModel(HybridModelConfig());
+  std::shared_ptr<const ReferenceModel> model = SeedModel(config);
   const int64_t vocab = model->config().vocab_size;
   {
     CacheStack stack;
     stack.Open(dir.str());
-    FullModelSessions s(stack);
+    FullModelSessions s(stack, {}, nullptr, config);
     for (int turn = 0; turn < 3; ++turn) {
       // The session stays live across turns: each prefill runs the new message.
       const size_t held = conv.tokens.size();
@@ -182,7 +194,7 @@ TEST(SessionPrefixCacheRestart, ConversationContinuesAfterARestartRestoredFromSs
   }
   CacheStack stack;
   stack.Open(dir.str());
-  FullModelSessions s(stack);
+  FullModelSessions s(stack, {}, nullptr, config);
   const int64_t cached = static_cast<int64_t>(conv.tokens.size());
   std::vector<int32_t> prompt = conv.Ask(3, vocab);
   auto r = RunTurn(*s.adapter, "chat", 0, prompt, kReply);
@@ -190,6 +202,14 @@ TEST(SessionPrefixCacheRestart, ConversationContinuesAfterARestartRestoredFromSs
   EXPECT_EQ(r.prefill.restore.restored_ssd_tokens, cached);  // the hot tier is new
   EXPECT_EQ(r.reply, StatelessGreedy(*s.model, prompt, kReply));
   stack.Close();
+}
+
+TEST(SessionPrefixCacheRestart, ConversationContinuesAfterARestartRestoredFromSsd) {
+  ExpectConversationContinuesAfterARestart(HybridModelConfig());
+}
+
+TEST(SessionPrefixCacheRestart, ARecurrentHybridConversationContinuesAfterARestart) {
+  ExpectConversationContinuesAfterARestart(RecurrentHybridModelConfig());
 }
 
 TEST_F(SessionPrefixCache, EndTurnStoresOnceAndReleaseAfterItStoresNothingNew) {
@@ -269,8 +289,7 @@ TEST_F(SessionPrefixCache, TheHeadNeverRestoresTheWholePrompt) {
   EXPECT_EQ(r.reply, StatelessGreedy(*s.model, prompt, 3));
 }
 
-TEST_F(SessionPrefixCache, AResentPromptOfAHybridModelRestoresOnlyAtAnEarlierTip) {
-  FullModelSessions s(stack);
+void ExpectAResentPromptRestoresOnlyAtAnEarlierTip(FullModelSessions& s) {
   const int64_t vocab = s.model->config().vocab_size;
   // Two blocks: the first store's tip is a full block, which the next store
   // extends (a tip off the chain, such as a partial tail, would not be found).
@@ -290,8 +309,59 @@ TEST_F(SessionPrefixCache, AResentPromptOfAHybridModelRestoresOnlyAtAnEarlierTip
   EXPECT_EQ(r.reply, StatelessGreedy(*s.model, prompt, 3));
 }
 
-TEST_F(SessionPrefixCache, RegeneratingAnAnswerRestoresTheConversationBeforeIt) {
+TEST_F(SessionPrefixCache, AResentPromptOfAHybridModelRestoresOnlyAtAnEarlierTip) {
   FullModelSessions s(stack);
+  ExpectAResentPromptRestoresOnlyAtAnEarlierTip(s);
+}
+
+TEST_F(SessionPrefixCache, AResentPromptOfARecurrentHybridModelRestoresAtAnEarlierTip) {
+  // A recurrent state cannot roll back either: the same walk-back.
+  FullModelSessions s(stack, {}, nullptr, RecurrentHybridModelConfig());
+  ExpectAResentPromptRestoresOnlyAtAnEarlierTip(s);
+}
+
+// `n` tokens: `prefix`, then filler `fill` up to n.
+std::vector<int32_t> Extended(std::vector<int32_t> prefix, size_t n, int32_t fill) {
+  prefix.resize(n, fill);
+  return prefix;
+}
+
+TEST_F(SessionPrefixCache,
+       ARecurrentHybridPrefixWhoseStateWasStrippedIsACleanCountedMiss) {
+  FullModelSessions s(stack, {}, nullptr, RecurrentHybridModelConfig());
+  const int64_t vocab = s.model->config().vocab_size;
+  constexpr size_t b = testing::kSessionBlockTokens;
+  // Three stores, each extending the last by two blocks, each a tip on the chain:
+  // the third supersedes the first, whose window and recurrent layers are
+  // stripped to placeholders (supersede-on-extend); the second stays whole.
+  const std::vector<int32_t> t1 = Extended(Message(0, vocab), 2 * b, 11);
+  const std::vector<int32_t> t2 = Extended(t1, 4 * b, 13);
+  const std::vector<int32_t> t3 = Extended(t2, 6 * b, 17);
+  int id = 0;
+  for (const std::vector<int32_t>* t : {&t1, &t2, &t3}) {
+    RunTurn(*s.adapter, "turn" + std::to_string(id), 0, *t, 0);
+    ASSERT_TRUE(s.manager->Release("turn" + std::to_string(id++), 0).value());
+  }
+  // A prompt that leaves the conversation right after t1: its only tip is t1's,
+  // which lost its recurrent state, so nothing is restored (never a wrong state),
+  // the session opens empty, and the miss is counted.
+  auto forked = RunTurn(*s.adapter, "fork1", 0, Extended(t1, 2 * b + 3, 29), 4);
+  EXPECT_EQ(forked.prefill.restore.matched_tokens, static_cast<int64_t>(2 * b));
+  EXPECT_EQ(forked.prefill.restore.restored_tokens, 0);
+  EXPECT_NE(forked.prefill.restore.reason.find("no matched block carries real"),
+            std::string::npos)
+      << forked.prefill.restore.reason;
+  EXPECT_EQ(forked.prefill.computed_tokens, static_cast<int64_t>(2 * b + 3));
+  EXPECT_EQ(forked.reply, StatelessGreedy(*s.model, Extended(t1, 2 * b + 3, 29), 4));
+  EXPECT_EQ(s.manager->stats().prefix_unrestorable, 1u);
+  // Leaving right after t2 restores t2's tip: the walk-back fallback kept whole.
+  auto after_t2 = RunTurn(*s.adapter, "fork2", 0, Extended(t2, 4 * b + 3, 29), 4);
+  EXPECT_EQ(after_t2.prefill.restore.restored_tokens, static_cast<int64_t>(4 * b));
+  EXPECT_EQ(after_t2.reply, StatelessGreedy(*s.model, Extended(t2, 4 * b + 3, 29), 4));
+  EXPECT_EQ(s.manager->stats().prefix_unrestorable, 1u);
+}
+
+void ExpectRegeneratingRestoresTheConversationBeforeIt(FullModelSessions& s) {
   const int64_t vocab = s.model->config().vocab_size;
   Conversation conv;
   std::vector<int32_t> first = conv.Ask(0, vocab);
@@ -309,6 +379,16 @@ TEST_F(SessionPrefixCache, RegeneratingAnAnswerRestoresTheConversationBeforeIt) 
   EXPECT_EQ(again.prefill.restore.restored_tokens, before)
       << again.prefill.restore.reason;
   EXPECT_EQ(again.reply, StatelessGreedy(*s.model, second, kReply));
+}
+
+TEST_F(SessionPrefixCache, RegeneratingAnAnswerRestoresTheConversationBeforeIt) {
+  FullModelSessions s(stack);
+  ExpectRegeneratingRestoresTheConversationBeforeIt(s);
+}
+
+TEST_F(SessionPrefixCache, RegeneratingARecurrentHybridAnswerRestoresTheTurnBeforeIt) {
+  FullModelSessions s(stack, {}, nullptr, RecurrentHybridModelConfig());
+  ExpectRegeneratingRestoresTheConversationBeforeIt(s);
 }
 
 TEST_F(SessionPrefixCache, PipelineShardsRestoreTheSamePrefix) {
@@ -458,6 +538,11 @@ TEST_F(SessionPrefixCache, NamespaceSpecNamesTheShardAndItsLayerTypes) {
       SessionNamespaceSpec(RecipeOf(*testing::Shard(model, 3, 5)), "m", 16);
   EXPECT_EQ(part.model, "m/layers=3-5");
   EXPECT_EQ(part.layer_types.size(), 3u);
+  NamespaceSpec hybrid = SessionNamespaceSpec(
+      RecipeOf(*testing::FullShard(SeedModel(RecurrentHybridModelConfig()))), "m", 16);
+  EXPECT_EQ(hybrid.layer_types,
+            (std::vector<std::string>{"RotatingKVCache", "ArraysCache", "KVCache",
+                                      "RotatingKVCache", "ArraysCache", "KVCache"}));
 }
 
 }  // namespace

@@ -100,6 +100,23 @@ inline std::vector<int32_t> CachedGreedy(KvBoundaryAdapter& adapter,
   return tokens;
 }
 
+// Each of `logits` (one per step, the step after `prompt` + tokens[0..i)) equals
+// the stateless runner's logits there bit for bit: stricter than the tokens where
+// the tiny model's greedy tokens barely vary.
+inline void ExpectStatelessLogits(const ReferenceModel& model,
+                                  const std::vector<int32_t>& prompt,
+                                  const std::vector<int32_t>& tokens,
+                                  const std::vector<std::vector<float>>& logits) {
+  ASSERT_EQ(logits.size(), tokens.size());
+  std::vector<int32_t> seq = prompt;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    auto stateless = model.NextTokenLogits(seq);
+    ASSERT_OK(stateless);
+    EXPECT_TRUE(*stateless == logits[i]) << "logits differ at step " << i;
+    seq.push_back(tokens[i]);
+  }
+}
+
 inline std::vector<int32_t> StatelessGreedy(const ReferenceModel& model,
                                             const std::vector<int32_t>& prompt,
                                             int n_new) {

@@ -317,6 +317,8 @@ constexpr CliCase kCliCases[] = {
     {"demo --json --frobnicate", 2, "unknown flag --frobnicate"},
     {"inspect --frobnicate", 2, "unknown flag --frobnicate"},
     {"demo --json --turns 0", 2, "--turns must be 1..64"},
+    {"demo --json --model mamba", 2, "--model must be sliding or hybrid"},
+    {"demo --json --model hybrid --nodes 2", 2, "--model hybrid needs --nodes 1"},
     {"audit --json --data-dir", 2, "--data-dir needs a value"},
     {"serve --port six", 2, "--port"},
     {"bench frobnicate --json", 2, "unknown suite 'frobnicate'"},

@@ -1,13 +1,16 @@
 // Runs the real `prefixkv demo --json` binary in a temporary data directory
 // and checks what the demo claims: later turns reuse cached KV and compute
 // little more than their new message, the turn after the restart comes from
-// SSD, replies equal stateless greedy decode, and the tiers audit clean.
+// SSD, replies (tokens and logits) equal stateless greedy decode, and the tiers
+// audit clean. Every check runs on both demo models: "sliding" (window and full
+// attention) and "hybrid" (window, recurrent and full attention layers).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -41,21 +44,32 @@ using testing::Value;
 
 constexpr uint64_t kBlockTokens = 16;  // what the demo reports as block_tokens
 
-class DemoIntegration : public ::testing::Test {
+// One demo run per model, shared by that model's tests.
+class DemoIntegration : public ::testing::TestWithParam<std::string> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new testing::TempDir();
-    run_ = new CliRun(RunCli("demo --json --data-dir " + dir_->str()));
+  void SetUp() override {
+    auto it = runs_->find(GetParam());
+    if (it == runs_->end()) {
+      testing::TempDir dir;
+      it = runs_
+               ->emplace(GetParam(), RunCli("demo --json --model " + GetParam() +
+                                            " --data-dir " + dir.str()))
+               .first;
+    }
+    run_ = &it->second;
   }
+  static void SetUpTestSuite() { runs_ = new std::map<std::string, CliRun>(); }
   static void TearDownTestSuite() {
-    delete run_;
-    delete dir_;
+    delete runs_;
+    runs_ = nullptr;
   }
-  static inline testing::TempDir* dir_ = nullptr;
-  static inline CliRun* run_ = nullptr;
+  static inline std::map<std::string, CliRun>* runs_ = nullptr;
+  const CliRun* run_ = nullptr;
 };
 
-TEST_F(DemoIntegration, ExitsZeroWithParityAndACleanAudit) {
+INSTANTIATE_TEST_SUITE_P(Models, DemoIntegration, ::testing::Values("sliding", "hybrid"));
+
+TEST_P(DemoIntegration, ExitsZeroWithParityAndACleanAudit) {
   ASSERT_TRUE(std::filesystem::exists(PREFIXKV_CLI)) << "build the prefixkv binary first";
   EXPECT_EQ(run_->exit_code, 0) << run_->out;
   // The top-level "parity" is the last one: it follows the per-turn ones.
@@ -63,9 +77,24 @@ TEST_F(DemoIntegration, ExitsZeroWithParityAndACleanAudit) {
       << run_->out;
   EXPECT_EQ(Value(run_->out, "audit_ok"), "true") << run_->out;
   EXPECT_EQ(Value(run_->out, "block_tokens"), std::to_string(kBlockTokens));
+  EXPECT_EQ(Value(run_->out, "model"), "\"" + GetParam() + "\"");
+  // Logits, not only tokens, on every turn and the restart.
+  std::vector<std::string> turns = Objects(Value(run_->out, "turns"));
+  turns.push_back(Value(run_->out, "restart"));
+  for (const std::string& t : turns) EXPECT_EQ(Value(t, "logit_parity"), "true") << t;
 }
 
-TEST_F(DemoIntegration, EveryLaterTurnRestoresAndComputesOnlyItsNewTokensPlusABlock) {
+TEST_P(DemoIntegration, TheHybridModelHasEveryLayerKindAndReusesAsMuchAsTheSlidingOne) {
+  const std::string kinds = Value(run_->out, "layer_kinds");
+  EXPECT_NE(kinds.find('W'), std::string::npos) << kinds;
+  EXPECT_NE(kinds.find('G'), std::string::npos) << kinds;
+  EXPECT_EQ(kinds.find('R') != std::string::npos, GetParam() == "hybrid") << kinds;
+  // Every turn restores all but its new message (plus at most a block), so the
+  // hit ratio over the turns is far from the 0% hybrid models get elsewhere.
+  EXPECT_GT(std::stod(Value(run_->out, "hit_ratio")), 0.75) << run_->out;
+}
+
+TEST_P(DemoIntegration, EveryLaterTurnRestoresAndComputesOnlyItsNewTokensPlusABlock) {
   const std::vector<std::string> turns = Objects(Value(run_->out, "turns"));
   ASSERT_EQ(turns.size(), 8u) << run_->out;
   EXPECT_EQ(Count(turns[0], "computed_tokens"), Count(turns[0], "prompt_tokens"));
@@ -82,7 +111,7 @@ TEST_F(DemoIntegration, EveryLaterTurnRestoresAndComputesOnlyItsNewTokensPlusABl
   }
 }
 
-TEST_F(DemoIntegration, BeforeTheRestartTurnsRestoreFromBothHotAndSpilledSsdBlocks) {
+TEST_P(DemoIntegration, BeforeTheRestartTurnsRestoreFromBothHotAndSpilledSsdBlocks) {
   uint64_t from_hot = 0;
   uint64_t from_ssd = 0;
   for (const std::string& t : Objects(Value(run_->out, "turns"))) {
@@ -94,7 +123,7 @@ TEST_F(DemoIntegration, BeforeTheRestartTurnsRestoreFromBothHotAndSpilledSsdBloc
   EXPECT_GT(Count(run_->out, "hot_evictions"), 0u);
 }
 
-TEST_F(DemoIntegration, TheTurnAfterTheRestartIsRestoredFromSsd) {
+TEST_P(DemoIntegration, TheTurnAfterTheRestartIsRestoredFromSsd) {
   const std::string restart = Value(run_->out, "restart");
   ASSERT_FALSE(restart.empty()) << run_->out;
   EXPECT_GT(Count(restart, "restored_ssd_tokens"), 0u) << restart;

@@ -34,7 +34,12 @@ constexpr const char* kAbout =
     "runs one more turn restored from SSD, checks every reply against the\n"
     "model's stateless greedy decode and audits the tiers.\n"
     "<data-dir>/demo is WIPED at start, so reruns are reproducible.\n"
-    "Exit 0 only when parity and the audit hold.\n\n"
+    "Exit 0 only when parity and the audit hold. Parity: every reply token and\n"
+    "the logits it was picked from equal the stateless runner's, bit for bit.\n\n"
+    "--model hybrid runs the same on a hybrid model of all three layer kinds\n"
+    "(WRWGWRWG: W a 32-token window, R a recurrent layer with a fixed-size\n"
+    "state, G full attention); windows and recurrent states are kept only at\n"
+    "each stored tip (docs/session.md, \"Hybrid models\").\n\n"
     "--nodes 2 serves the same conversation from two prefixkv nodes that share\n"
     "a remote tier on a Redis Cluster (docs/remote.md, \"Two nodes\"): turns\n"
     "1, 3, 5... run on node A, turns 2, 4, 6... on node B. The nodes are\n"
@@ -65,14 +70,15 @@ void WriteTurn(JsonWriter& w, const DemoTurn& t, char node = 0) {
   if (node != 0) w.Field("restored_remote_tokens", t.restored_remote_tokens);
   w.Field("computed_tokens", t.computed_tokens)
       .Field("new_tokens", t.new_tokens)
-      .Field("seconds", t.seconds)
-      .Field("parity", t.parity)
-      .EndObject();
+      .Field("seconds", t.seconds);
+  if (node == 0) w.Field("logit_parity", t.logit_parity);
+  w.Field("parity", t.parity).EndObject();
 }
 
 void PrintJson(const DemoReport& r) {
   JsonWriter w;
-  w.BeginObject().Field("block_tokens", static_cast<uint64_t>(r.block_tokens));
+  w.BeginObject().Field("model", r.model).Field("layer_kinds", r.layer_kinds);
+  w.Field("block_tokens", static_cast<uint64_t>(r.block_tokens));
   w.Field("hot_capacity_bytes", r.hot_capacity_bytes)
       .Field("hot_evictions", r.hot_evictions);
   w.Key("turns").BeginArray();
@@ -80,6 +86,7 @@ void PrintJson(const DemoReport& r) {
   w.EndArray();
   w.Key("restart");
   WriteTurn(w, r.restart);
+  w.Field("hit_ratio", r.hit_ratio);
   w.Field("parity", r.parity).Field("audit_ok", r.audit_ok);
   w.Key("audit_findings").BeginArray();
   for (const std::string& f : r.audit_findings) w.String(f);
@@ -99,11 +106,14 @@ void PrintRow(const std::string& label, const DemoTurn& t, char node = 0) {
   std::printf("%7llu %5llu %9llu %9llu ", u(t.prompt_tokens), u(t.new_tokens),
               u(t.restored_hot_tokens), u(t.restored_ssd_tokens));
   if (node != 0) std::printf("%12llu ", u(t.restored_remote_tokens));
+  const bool ok = t.parity && (node != 0 || t.logit_parity);
   std::printf("%9llu %9.3f  %s\n", u(t.computed_tokens), t.seconds,
-              t.parity ? "ok" : "MISMATCH");
+              ok ? "ok" : (t.parity ? "LOGITS DIFFER" : "MISMATCH"));
 }
 
 void PrintTable(const DemoReport& r, const std::string& dir) {
+  std::printf("model %s, layers %s (G full attention, W 32-token window, R recurrent)\n",
+              r.model.c_str(), r.layer_kinds.c_str());
   std::printf(
       "data directory %s (wiped at start); blocks of %u tokens; hot tier %llu KiB\n\n",
       dir.c_str(), r.block_tokens,
@@ -116,7 +126,8 @@ void PrintTable(const DemoReport& r, const std::string& dir) {
       static_cast<unsigned long long>(r.ssd_blocks_after_restart),
       static_cast<unsigned long long>(r.hot_evictions));
   PrintRow("restart", r.restart);
-  std::printf("\ntoken parity with stateless greedy decode: %s\n",
+  std::printf("\nhit ratio (restored / prompt tokens, every turn): %.3f\n", r.hit_ratio);
+  std::printf("token and logit parity with stateless greedy decode: %s\n",
               r.parity ? "yes, every turn" : "NO");
   std::printf("audit (hot budget, SSD tier, orphans): %s\n",
               r.audit_ok ? "clean" : "FINDINGS");
@@ -255,6 +266,10 @@ std::vector<FlagSpec> DemoFlagSpecs() {
       {"turns", "conversation turns before the restart (1..64; 2..64 with --nodes 2)",
        false, "8"},
       {"json", "print one JSON object instead of the table", true, ""},
+      {"model",
+       "sliding: 6 of 8 layers with a sliding window; hybrid: window, recurrent and "
+       "full-attention layers (one node only)",
+       false, "sliding"},
       {"nodes",
        "1: one process with a restart; 2: turns alternate between two node processes "
        "sharing a remote tier (no restart)",
@@ -282,7 +297,8 @@ std::vector<FlagSpec> DemoFlagSpecs() {
 
 int RunDemo(const std::vector<std::string>& args) {
   Flags flags(
-      "prefixkv demo [--data-dir D] [--turns N] [--json] [--nodes 1|2] "
+      "prefixkv demo [--data-dir D] [--turns N] [--json] [--model sliding|hybrid] "
+      "[--nodes 1|2] "
       "[--remote URI] [--remote-ttl S] [--remote-max-bytes B] "
       "[--remote-timeout-ms MS] [--turn-timeout-s S]",
       DemoFlagSpecs());
@@ -304,7 +320,12 @@ int RunDemo(const std::vector<std::string>& args) {
       (std::filesystem::path(flags.GetString("data-dir", "./prefixkv-data")) / "demo")
           .string();
   options.turns = static_cast<int>(*turns);
+  options.model = flags.GetString("model", "sliding");
+  if (!DemoLayerKinds(options.model).ok())
+    return UsageError(flags, "--model must be sliding or hybrid");
   if (nodes == "2") {
+    if (options.model != "sliding")
+      return UsageError(flags, "--model hybrid needs --nodes 1");
     if (*turns < 2) return UsageError(flags, "--nodes 2 needs --turns 2..64");
     return RunNodes(flags, options.turns, options.dir);
   }

@@ -7,6 +7,7 @@
 // restored KV answers as recomputing everything would, not only that it runs.
 #include "tools/cli/demo_conversation.h"
 
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -29,8 +30,9 @@ namespace prefixkv::cli {
 namespace {
 
 // Small enough to run in seconds, big enough to have real structure: 8 layers
-// of which layers 3 and 7 are global and the rest use a 32-token window.
-ModelConfig DemoModel() {
+// of which layers 3 and 7 are global and the rest use a 32-token window; the
+// hybrid model turns layers 1 and 5 into recurrent layers.
+ModelConfig DemoModel(const std::string& layer_kinds = "") {
   ModelConfig c;
   c.vocab_size = 256;
   c.hidden_size = 64;
@@ -41,7 +43,19 @@ ModelConfig DemoModel() {
   c.seed = 20261202;
   c.sliding_window_tokens = 32;
   c.global_layer_every = 4;
+  c.layer_kinds = layer_kinds;
   return c;
+}
+
+constexpr const char* kHybridKinds = "WRWGWRWG";
+
+// One letter per layer of `model`: R recurrent, W windowed, G full attention.
+std::string KindsOf(const ReferenceModel& model) {
+  std::string kinds;
+  for (int l = 0; l < model.config().n_layers; ++l) {
+    kinds += model.IsRecurrentLayer(l) ? 'R' : model.LayerWindowTokens(l) > 0 ? 'W' : 'G';
+  }
+  return kinds;
 }
 
 constexpr uint32_t kBlockTokens = 16;
@@ -134,9 +148,11 @@ struct DemoTiers {
 
 class DemoConversation {
  public:
-  static StatusOr<std::unique_ptr<DemoConversation>> Create() {
+  // `layer_kinds` empty: the sliding-window model.
+  static StatusOr<std::unique_ptr<DemoConversation>> Create(
+      const std::string& layer_kinds = "") {
     PKV_ASSIGN_OR_RETURN(std::shared_ptr<const ReferenceModel> model,
-                         ReferenceModel::Create(DemoModel()));
+                         ReferenceModel::Create(DemoModel(layer_kinds)));
     const int last = model->config().n_layers - 1;
     PKV_ASSIGN_OR_RETURN(std::unique_ptr<ReferenceShard> shard,
                          ReferenceShard::Create(model, 0, last));
@@ -146,10 +162,14 @@ class DemoConversation {
   }
 
   // One namespace for the whole model: "RotatingKVCache" for the windowed
-  // layers, "KVCache" for the global ones.
+  // layers, "ArraysCache" for the recurrent ones, "KVCache" for the global ones.
   NamespaceSpec Spec() const {
-    return SessionNamespaceSpec(recipe_, "demo-llama", kBlockTokens);
+    const bool hybrid = !model_->config().layer_kinds.empty();
+    return SessionNamespaceSpec(recipe_, hybrid ? "demo-hybrid" : "demo-llama",
+                                kBlockTokens);
   }
+
+  std::string LayerKinds() const { return KindsOf(*model_); }
 
   // The RAM the demo's live session may need (DemoTiers::Open).
   uint64_t SessionRoomBytes(int turns) const { return MaxSessionBytes(recipe_, turns); }
@@ -172,15 +192,23 @@ class DemoConversation {
     conversation_ = std::move(conversation);
   }
 
-  // Serve(), then the reply's parity with the model's stateless greedy decode.
+  // Serve(), then the reply's parity with the model's stateless greedy decode:
+  // every reply token, and the logits it was picked from, bit for bit.
   StatusOr<DemoTurn> Turn(int turn) {
     std::vector<int32_t> reply;
-    PKV_ASSIGN_OR_RETURN(DemoTurn out, Serve(turn, &reply));
+    std::vector<std::vector<float>> logits;
+    PKV_ASSIGN_OR_RETURN(DemoTurn out, Serve(turn, &reply, &logits));
     // The conversation is now the prompt followed by the reply.
-    const std::span<const int32_t> prompt(conversation_.data(), out.prompt_tokens);
-    PKV_ASSIGN_OR_RETURN(std::vector<int32_t> stateless,
-                         model_->StatelessGreedy(prompt, kReplyTokens));
-    out.parity = stateless == reply;
+    out.parity = reply.size() == kReplyTokens && logits.size() == reply.size();
+    out.logit_parity = out.parity;
+    for (size_t i = 0; i < reply.size() && out.parity; ++i) {
+      const std::span<const int32_t> prefix(conversation_.data(), out.prompt_tokens + i);
+      PKV_ASSIGN_OR_RETURN(std::vector<float> stateless, model_->NextTokenLogits(prefix));
+      out.parity = ArgMax(stateless) == reply[i];
+      out.logit_parity = out.logit_parity && stateless.size() == logits[i].size() &&
+                         std::memcmp(stateless.data(), logits[i].data(),
+                                     stateless.size() * sizeof(float)) == 0;
+    }
     return out;
   }
 
@@ -189,8 +217,10 @@ class DemoConversation {
   // turns, hot, from SSD or remote) and computes only the rest; the reply is
   // decoded greedily into `reply`; EndTurn stores the session's blocks (partial
   // tail on, so the sliding-window state is kept at the exact end) and the
-  // session is released. Parity is left to the caller.
-  StatusOr<DemoTurn> Serve(int turn, std::vector<int32_t>* reply_out) {
+  // session is released. Parity is left to the caller; `logits_out` (optional)
+  // gets the logits each reply token was picked from.
+  StatusOr<DemoTurn> Serve(int turn, std::vector<int32_t>* reply_out,
+                           std::vector<std::vector<float>>* logits_out = nullptr) {
     const std::vector<int32_t> msg = UserMessage(turn, model_->config().vocab_size);
     conversation_.insert(conversation_.end(), msg.begin(), msg.end());
     const std::vector<int32_t> prompt = conversation_;
@@ -204,7 +234,9 @@ class DemoConversation {
     StepInput step;
     step.token_ids = prompt;
     StepStats prefill;
-    PKV_ASSIGN_OR_RETURN(int32_t next, Step(/*prefill=*/true, epoch, step, &prefill));
+    std::vector<std::vector<float>> logits(1);
+    PKV_ASSIGN_OR_RETURN(int32_t next,
+                         Step(/*prefill=*/true, epoch, step, &prefill, &logits.back()));
     out.restored_hot_tokens = static_cast<uint64_t>(prefill.restore.restored_hot_tokens);
     out.restored_ssd_tokens = static_cast<uint64_t>(prefill.restore.restored_ssd_tokens);
     out.restored_remote_tokens =
@@ -217,9 +249,12 @@ class DemoConversation {
       // The last reply token also runs so the stored caches cover it.
       step.token_ids = {next};
       step.expected_seq_len = static_cast<int64_t>(conversation_.size()) - 1;
-      PKV_ASSIGN_OR_RETURN(next, Step(/*prefill=*/false, epoch, step, nullptr));
+      logits.emplace_back();
+      PKV_ASSIGN_OR_RETURN(next,
+                           Step(/*prefill=*/false, epoch, step, nullptr, &logits.back()));
       if (reply.size() == kReplyTokens) break;
     }
+    logits.pop_back();  // the step after the last reply token picked nothing
     PKV_ASSIGN_OR_RETURN(SessionStoreResult stored, adapter_->EndTurn(kSession, epoch));
     PKV_RETURN_IF_ERROR(manager_->Release(kSession, epoch).status());
     if (stored.stored_tokens != static_cast<int64_t>(conversation_.size())) {
@@ -230,6 +265,7 @@ class DemoConversation {
     out.seconds = static_cast<double>(Clock::System()->NowNanos() - start_ns) / 1e9;
     out.reply_tokens = reply.size();
     *reply_out = std::move(reply);
+    if (logits_out != nullptr) *logits_out = std::move(logits);
     return out;
   }
 
@@ -240,13 +276,17 @@ class DemoConversation {
                    std::unique_ptr<ReferenceShard> shard, KvCacheRecipe recipe)
       : model_(std::move(model)), shard_(std::move(shard)), recipe_(std::move(recipe)) {}
 
-  // One adapter step of the head+tail shard: the greedy next token.
+  // One adapter step of the head+tail shard: the greedy next token (and its
+  // logits into `logits`).
   StatusOr<int32_t> Step(bool prefill, uint64_t epoch, const StepInput& input,
-                         StepStats* stats) {
+                         StepStats* stats, std::vector<float>* logits) {
     PKV_ASSIGN_OR_RETURN(StepOutput output,
                          prefill ? adapter_->Prefill(kSession, epoch, input, stats)
                                  : adapter_->Decode(kSession, epoch, input, stats));
-    if (const TailOutput* tail = std::get_if<TailOutput>(&output)) return tail->token_id;
+    if (TailOutput* tail = std::get_if<TailOutput>(&output)) {
+      *logits = std::move(tail->logits);
+      return tail->token_id;
+    }
     return Status::Internal(std::holds_alternative<CacheMiss>(output)
                                 ? "the session's KV went missing mid-turn"
                                 : "the full-model shard returned a boundary bundle");
@@ -260,9 +300,32 @@ class DemoConversation {
   std::vector<int32_t> conversation_;
 };
 
+// Restored tokens over prompt tokens across `turns`.
+double HitRatio(const std::vector<DemoTurn>& turns) {
+  uint64_t restored = 0;
+  uint64_t prompt = 0;
+  for (const DemoTurn& t : turns) {
+    restored += t.restored_hot_tokens + t.restored_ssd_tokens + t.restored_remote_tokens;
+    prompt += t.prompt_tokens;
+  }
+  return prompt == 0 ? 0 : static_cast<double>(restored) / static_cast<double>(prompt);
+}
+
 }  // namespace
 
+StatusOr<std::string> DemoLayerKinds(const std::string& model) {
+  if (model == "sliding") {
+    PKV_ASSIGN_OR_RETURN(std::shared_ptr<const ReferenceModel> m,
+                         ReferenceModel::Create(DemoModel()));
+    return KindsOf(*m);
+  }
+  if (model == "hybrid") return std::string(kHybridKinds);
+  return Status::InvalidArgument("unknown demo model '" + model +
+                                 "' (sliding or hybrid)");
+}
+
 StatusOr<DemoReport> RunDemoConversation(const DemoOptions& options) {
+  PKV_ASSIGN_OR_RETURN(const std::string kinds, DemoLayerKinds(options.model));
   std::error_code ec;
   std::filesystem::remove_all(options.dir, ec);
   if (ec) return Status::IOError("cannot wipe " + options.dir + ": " + ec.message());
@@ -270,9 +333,11 @@ StatusOr<DemoReport> RunDemoConversation(const DemoOptions& options) {
   if (ec) return Status::IOError("cannot create " + options.dir + ": " + ec.message());
 
   PKV_ASSIGN_OR_RETURN(std::unique_ptr<DemoConversation> conv,
-                       DemoConversation::Create());
+                       DemoConversation::Create(options.model == "hybrid" ? kinds : ""));
   const NamespaceSpec spec = conv->Spec();
   DemoReport report;
+  report.model = options.model;
+  report.layer_kinds = conv->LayerKinds();  // of the model that ran
   report.block_tokens = kBlockTokens;
   report.hot_capacity_bytes = kHotCapacityBytes;
   report.parity = true;
@@ -284,7 +349,7 @@ StatusOr<DemoReport> RunDemoConversation(const DemoOptions& options) {
   conv->Bind(tiers);
   for (int t = 0; t < options.turns; ++t) {
     PKV_ASSIGN_OR_RETURN(DemoTurn turn, conv->Turn(t));
-    report.parity = report.parity && turn.parity;
+    report.parity = report.parity && turn.parity && turn.logit_parity;
     report.turns.push_back(turn);
   }
   report.hot_evictions = tiers.engine->Stats().hot.evictions;
@@ -294,7 +359,10 @@ StatusOr<DemoReport> RunDemoConversation(const DemoOptions& options) {
   conv->Bind(tiers);
   report.ssd_blocks_after_restart = tiers.engine->ssd_tier()->open_report().blocks;
   PKV_ASSIGN_OR_RETURN(report.restart, conv->Turn(options.turns));
-  report.parity = report.parity && report.restart.parity;
+  report.parity = report.parity && report.restart.parity && report.restart.logit_parity;
+  std::vector<DemoTurn> all = report.turns;
+  all.push_back(report.restart);
+  report.hit_ratio = HitRatio(all);
   PKV_RETURN_IF_ERROR(tiers.Audit(&report.audit_findings));
   report.audit_ok = report.audit_findings.empty();
   PKV_RETURN_IF_ERROR(tiers.Close());

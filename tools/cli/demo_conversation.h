@@ -1,6 +1,8 @@
 // The end-to-end demo behind `prefixkv demo`: a multi-turn conversation on the
-// reference model (with sliding-window layers) whose KV caches are stored in,
-// and restored from, a real PrefixCache over a hot RAM tier spilling to SSD.
+// reference model (with sliding-window layers; `--model hybrid`: sliding-window,
+// recurrent and full-attention layers) whose KV caches and recurrent states are
+// stored in, and restored from, a real PrefixCache over a hot RAM tier spilling
+// to SSD.
 //
 // Every turn opens a new session of a HotKvStateManager bound to the prefix
 // cache and prefills the whole conversation through a KvBoundaryAdapter (one
@@ -11,8 +13,8 @@
 // every turn) and the session is released. Then the tiers are flushed and
 // closed, reopened from the data directory (a restart, with a new manager) and
 // one more turn runs, restored from SSD. Every turn's reply is compared with
-// the model's stateless greedy decode of the same prompt, and the tiers are
-// audited.
+// the model's stateless greedy decode of the same prompt, token for token and
+// every decode step's logits bit for bit, and the tiers are audited.
 //
 // Not thread-safe: one demo run at a time per data directory.
 #pragma once
@@ -32,7 +34,14 @@ struct DemoOptions {
   std::string dir;
   // Conversation turns before the restart (the restart turn comes on top).
   int turns = 8;
+  // "sliding": 8 layers, 6 with a 32-token window. "hybrid": 8 layers of all
+  // three kinds (DemoLayerKinds). Anything else: InvalidArgument.
+  std::string model = "sliding";
 };
+
+// The layer kinds of the demo model `model` (ModelConfig::layer_kinds), or
+// InvalidArgument naming the models there are.
+StatusOr<std::string> DemoLayerKinds(const std::string& model);
 
 // What one turn did. Token counts are exact; restored = hot + ssd + remote.
 struct DemoTurn {
@@ -47,15 +56,22 @@ struct DemoTurn {
   uint64_t reply_tokens = 0;     // greedily decoded tokens
   double seconds = 0;            // match + restore + prefill + decode + store
   bool parity = false;           // reply == stateless greedy decode
+  // Every decode step's logits are bit-identical to the stateless runner's
+  // (RunDemoConversation only; --nodes 2 compares tokens).
+  bool logit_parity = false;
 };
 
 struct DemoReport {
+  std::string model;        // DemoOptions::model
+  std::string layer_kinds;  // one letter per layer: G full, W window, R recurrent
   uint32_t block_tokens = 0;
   uint64_t hot_capacity_bytes = 0;
   uint64_t hot_evictions = 0;  // blocks the hot tier spilled before the restart
   std::vector<DemoTurn> turns;
   DemoTurn restart;
-  bool parity = false;    // every turn, restart included
+  // Restored prompt tokens over all prompt tokens, every turn and the restart.
+  double hit_ratio = 0;
+  bool parity = false;    // tokens and logits, every turn, restart included
   bool audit_ok = false;  // budget + SSD audits clean and no SSD orphans
   std::vector<std::string> audit_findings;  // "what: detail", empty when clean
   uint64_t ssd_blocks_after_restart = 0;    // blocks indexed when reopened

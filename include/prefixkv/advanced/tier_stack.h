@@ -11,8 +11,9 @@
 //           SSD copy first, so a kill -9 cannot bring it back.
 //   Remove  from every tier holding the block.
 //   Rewrite a block in place, in every tier that holds it, through each tier's
-//           normal Remove + Put paths, so every byte counter stays exact (the
-//           supersede-on-extend tip strip uses this).
+//           normal paths (hot: Remove + Put; SSD: one replacing Put, so a kill
+//           -9 finds the old or the new copy, never neither), so every byte
+//           counter stays exact (the supersede-on-extend tip strip uses this).
 // Either tier may be absent (null), not both. The stack does not own tiers.
 //
 // Per-key operations that span tiers (Put, PutLowest, Rewrite, Remove, the
@@ -120,10 +121,10 @@ class TierStack final : private EvictionListener {
   // Stores into the lowest tier only (bypassing the hot tier): for small
   // records that must survive a restart.
   Status PutLowest(const BlockMeta& meta, SharedBytes payload);
-  // Replaces a block's payload in every tier that holds it (Remove + Put in
-  // each). A hot copy evicted meanwhile is replaced where it went; a new hot
-  // copy that no longer fits in RAM is stored below instead. NotFound when no
-  // tier holds it.
+  // Replaces a block's payload in every tier that holds it (the SSD copy by one
+  // replacing Put, the hot copy by Remove + Put). A hot copy evicted meanwhile is
+  // replaced where it went; a new hot copy that no longer fits in RAM is stored below
+  // instead. NotFound when no tier holds it.
   Status Rewrite(const BlockMeta& meta, SharedBytes payload);
   // Removes from every tier. NotFound when no tier held it; Busy when the hot
   // copy is pinned (the SSD copy is removed anyway).

@@ -222,6 +222,28 @@ struct GatedSsdStack {
   TierStack stack{&hot, &ssd};
 };
 
+// A kill -9 during a rewrite (supersede-on-extend strips a tip this way) must
+// find the old or the new copy below, never neither: the SSD copy is replaced
+// by one Put. Removing it first cut the chain through it and orphaned its
+// children (found by the hybrid sessions' kill loop).
+TEST(TierStackGuard, ARewriteNeverLeavesTheBlockAbsentBelow) {
+  GatedSsdStack s(3 * kCharge);
+  ASSERT_OK(s.stack.Put(Meta(1), Payload('o')));
+  ASSERT_OK(s.stack.Flush());
+  s.ssd.Arm(GatedTier::Op::kPut, Meta(1).key);
+  std::thread rewriter([&] { EXPECT_OK(s.stack.Rewrite(Meta(1), Payload('n'))); });
+  s.ssd.WaitHeld();  // the new bytes are about to be stored below
+  StatusOr<SharedBytes> below = s.below.Get(Meta(1).key);
+  EXPECT_TRUE(below.ok()) << "the block is on no durable tier mid-rewrite";
+  if (below.ok()) {
+    EXPECT_EQ(below->view(), Payload('o').view());
+  }
+  s.ssd.Open();
+  rewriter.join();
+  EXPECT_EQ(s.below.Get(Meta(1).key)->view(), Payload('n').view());
+  EXPECT_EQ(s.stack.Get(Meta(1).key)->payload.view(), Payload('n').view());
+}
+
 // Runs `first` on a thread until `gate` holds it at its armed operation, then
 // `while_held` on this thread, then `second` on another thread. Returns
 // whether `second` finished within kPatience while `first` was held: with the
