@@ -307,9 +307,39 @@ void TierStack::OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool 
   // a Flush of the key may already have run: then this copy is stale.
   if (!BeginWriteBelow(meta.key, payload)) return;
   // A failed synchronous write loses a cached block, never correctness: the
-  // next Match simply misses it.
-  (void)WriteBelow(meta, payload);
+  // next Match simply misses it. So does a victim admission skips.
+  if (AdmitBelow(meta, payload.size())) (void)WriteBelow(meta, payload);
   EndWriteBelow(meta.key);
+}
+
+bool TierStack::MaySkip(const BlockMeta& meta) const {
+  return options_.admission != nullptr &&
+         options_.admission->kind() == SsdAdmissionKind::kBudget &&
+         options_.admission_may_skip && !meta.namespace_id.IsZero();
+}
+
+bool TierStack::ParentIsLocal(const BlockMeta& meta) const {
+  return meta.parent.IsZero() || meta.parent == meta.namespace_id ||
+         (hot_ != nullptr && hot_->Contains(meta.parent)) || ssd_->Contains(meta.parent);
+}
+
+bool TierStack::AdmitBelow(const BlockMeta& meta, uint64_t bytes) {
+  SsdAdmission* admission = options_.admission;
+  if (admission == nullptr) return true;
+  const bool allowed = admission->Allows(bytes);
+  if (MaySkip(meta)) {
+    if (!ParentIsLocal(meta)) {
+      admission->RecordUnreachable(bytes);
+      return false;
+    }
+    // A block with a child below stays: skipping it would orphan the child.
+    if (!allowed && !ssd_->HasStoredChildren(meta.key)) {
+      admission->RecordSkipped(bytes);
+      return false;
+    }
+  }
+  admission->RecordWritten(bytes, /*forced=*/!allowed);
+  return true;
 }
 
 Status TierStack::FlushKey(const BlockKey& key, uint64_t* bytes) {
@@ -322,6 +352,9 @@ Status TierStack::FlushKey(const BlockKey& key, uint64_t* bytes) {
     MarkClean(key);
     return Status::OK();
   }
+  // Its parent was skipped or evicted: below, it would be an orphan no match
+  // reaches. It stays dirty in RAM (admission, tier_stack.h).
+  if (MaySkip(*meta) && !ParentIsLocal(*meta)) return Status::OK();
   MarkClean(key);  // the copy read above is the newest: no older one may land
   WaitForWriteBelow(key);
   *bytes = payload->size();

@@ -34,6 +34,7 @@
 #include <unordered_set>
 
 #include "prefixkv/advanced/mutex.h"
+#include "prefixkv/advanced/ssd_admission.h"
 #include "prefixkv/advanced/tier.h"
 
 namespace prefixkv {
@@ -62,6 +63,17 @@ struct TierStackOptions {
   // victim from a new block; null: Put on `remote`).
   bool put_to_remote = false;
   EvictionListener* remote_spill = nullptr;
+  // Which of the hot tier's dirty victims are written to `ssd` (not owned;
+  // null: every one). Under SsdAdmissionKind::kBudget a victim is left
+  // unwritten, and counted, only when all of these hold: admission_may_skip;
+  // it is a prefix block (namespace_id not zero: a raw value is an
+  // acknowledged write and always written); and either its parent is in no
+  // local tier (it was skipped or evicted: no match reaches it, and writing
+  // it would leave an orphan), or the budget is spent and the SSD tier holds
+  // no child of it (BlockTier::HasStoredChildren). Flush never skips a
+  // block, except that it leaves such an unreachable one in RAM.
+  SsdAdmission* admission = nullptr;
+  bool admission_may_skip = true;
 };
 
 // A payload and the tier it came from.
@@ -159,6 +171,13 @@ class TierStack final : private EvictionListener {
   // and its mark cleared, so that no older copy can start one afterwards.
   void WaitForWriteBelow(const BlockKey& key);
   Status WriteBelow(const BlockMeta& meta, const SharedBytes& payload);
+  // Admission of one evicted dirty victim (TierStackOptions::admission):
+  // whether to write it; counts the decision.
+  bool AdmitBelow(const BlockMeta& meta, uint64_t bytes);
+  // Admission may leave this block unwritten (a prefix block under a budget).
+  bool MaySkip(const BlockMeta& meta) const;
+  // The block's parent is its chain's root or held by the hot or SSD tier.
+  bool ParentIsLocal(const BlockMeta& meta) const;
   // REQUIRES: the key's stripe held.
   StatusOr<TierHit> GetBelow(const BlockKey& key, bool promote);
   Status PutLocked(const BlockMeta& meta, SharedBytes payload);
