@@ -94,21 +94,16 @@ enum class SsdAdmissionKind : unsigned char {
 std::string_view SsdAdmissionName(SsdAdmissionKind kind);
 StatusOr<SsdAdmissionKind> ParseSsdAdmission(std::string_view name);
 
-// What SSD admission decided, since open. Every dirty victim of a prefix
-// cache's hot tier is counted once, as written, skipped or unreachable.
+// What SSD admission decided, since open. Every dirty victim the hot tier
+// hands to the SSD tier's write-back is counted once, as written or skipped.
 struct SsdAdmissionCounters {
   uint64_t written_blocks = 0;  // handed to the SSD tier
   uint64_t written_bytes = 0;   // their payload bytes
   // Of those, written although the budget was spent: a raw value (never
-  // skipped: an acknowledged write) or a block with a child stored below.
+  // skipped: an acknowledged write) or a block with a child in RAM or on SSD.
   uint64_t forced_blocks = 0;
   uint64_t skipped_blocks = 0;  // not written: over the budget
   uint64_t skipped_bytes = 0;
-  // Not written (kBudget only): the block's parent is in no local tier (it was
-  // skipped or evicted), so no prefix match could reach the block and writing
-  // it would leave an orphan.
-  uint64_t unreachable_blocks = 0;
-  uint64_t unreachable_bytes = 0;
   bool operator==(const SsdAdmissionCounters&) const = default;
 };
 

@@ -66,12 +66,6 @@ void SsdAdmission::RecordSkipped(uint64_t bytes) {
   counters_.skipped_bytes += bytes;
 }
 
-void SsdAdmission::RecordUnreachable(uint64_t bytes) {
-  MutexLock lock(&mu_);
-  counters_.unreachable_blocks += 1;
-  counters_.unreachable_bytes += bytes;
-}
-
 SsdAdmissionCounters SsdAdmission::Counters() const {
   MutexLock lock(&mu_);
   return counters_;

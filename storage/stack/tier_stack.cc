@@ -318,25 +318,20 @@ bool TierStack::MaySkip(const BlockMeta& meta) const {
          options_.admission_may_skip && !meta.namespace_id.IsZero();
 }
 
-bool TierStack::ParentIsLocal(const BlockMeta& meta) const {
-  return meta.parent.IsZero() || meta.parent == meta.namespace_id ||
-         (hot_ != nullptr && hot_->Contains(meta.parent)) || ssd_->Contains(meta.parent);
+bool TierStack::HasLocalChildren(const BlockKey& key) const {
+  return (hot_ != nullptr && hot_->HasStoredChildren(key)) ||
+         ssd_->HasStoredChildren(key);
 }
 
 bool TierStack::AdmitBelow(const BlockMeta& meta, uint64_t bytes) {
   SsdAdmission* admission = options_.admission;
   if (admission == nullptr) return true;
   const bool allowed = admission->Allows(bytes);
-  if (MaySkip(meta)) {
-    if (!ParentIsLocal(meta)) {
-      admission->RecordUnreachable(bytes);
-      return false;
-    }
-    // A block with a child below stays: skipping it would orphan the child.
-    if (!allowed && !ssd_->HasStoredChildren(meta.key)) {
-      admission->RecordSkipped(bytes);
-      return false;
-    }
+  // Only a leaf may stay unwritten: a child in RAM would reach SSD with its
+  // parent nowhere (an orphan), and one on SSD already would be one.
+  if (!allowed && MaySkip(meta) && !HasLocalChildren(meta.key)) {
+    admission->RecordSkipped(bytes);
+    return false;
   }
   admission->RecordWritten(bytes, /*forced=*/!allowed);
   return true;
@@ -352,9 +347,6 @@ Status TierStack::FlushKey(const BlockKey& key, uint64_t* bytes) {
     MarkClean(key);
     return Status::OK();
   }
-  // Its parent was skipped or evicted: below, it would be an orphan no match
-  // reaches. It stays dirty in RAM (admission, tier_stack.h).
-  if (MaySkip(*meta) && !ParentIsLocal(*meta)) return Status::OK();
   MarkClean(key);  // the copy read above is the newest: no older one may land
   WaitForWriteBelow(key);
   *bytes = payload->size();

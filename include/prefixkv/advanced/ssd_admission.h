@@ -8,8 +8,8 @@
 // `burst_seconds` of it; a victim that does not fit the allowance is skipped
 // (and counted) when it may safely stay unwritten, and written (counted as
 // forced) otherwise. A write is never blocked. Which blocks may be skipped is
-// the stack's call (tier_stack.h): never a raw value, never a block with a
-// child stored below.
+// the stack's call (tier_stack.h): never a raw value, only a block with no
+// child in RAM or on SSD.
 #pragma once
 
 #include <cstdint>
@@ -54,7 +54,6 @@ class SsdAdmission {
   // (which may go below zero: a forced write is paid back by later refills).
   void RecordWritten(uint64_t bytes, bool forced) EXCLUDES(mu_);
   void RecordSkipped(uint64_t bytes) EXCLUDES(mu_);
-  void RecordUnreachable(uint64_t bytes) EXCLUDES(mu_);
   SsdAdmissionCounters Counters() const EXCLUDES(mu_);
 
  private:

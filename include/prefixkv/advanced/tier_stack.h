@@ -65,13 +65,12 @@ struct TierStackOptions {
   EvictionListener* remote_spill = nullptr;
   // Which of the hot tier's dirty victims are written to `ssd` (not owned;
   // null: every one). Under SsdAdmissionKind::kBudget a victim is left
-  // unwritten, and counted, only when all of these hold: admission_may_skip;
-  // it is a prefix block (namespace_id not zero: a raw value is an
-  // acknowledged write and always written); and either its parent is in no
-  // local tier (it was skipped or evicted: no match reaches it, and writing
-  // it would leave an orphan), or the budget is spent and the SSD tier holds
-  // no child of it (BlockTier::HasStoredChildren). Flush never skips a
-  // block, except that it leaves such an unreachable one in RAM.
+  // unwritten, and counted, only when all of these hold: the budget is spent;
+  // admission_may_skip; it is a prefix block (namespace_id not zero: a raw
+  // value is an acknowledged write and always written); and it is a leaf:
+  // no child of it is in the hot tier or on SSD (BlockTier::
+  // HasStoredChildren), so no stored block loses its parent. Flush and
+  // write-through never skip.
   SsdAdmission* admission = nullptr;
   bool admission_may_skip = true;
 };
@@ -176,8 +175,9 @@ class TierStack final : private EvictionListener {
   bool AdmitBelow(const BlockMeta& meta, uint64_t bytes);
   // Admission may leave this block unwritten (a prefix block under a budget).
   bool MaySkip(const BlockMeta& meta) const;
-  // The block's parent is its chain's root or held by the hot or SSD tier.
-  bool ParentIsLocal(const BlockMeta& meta) const;
+  // A child of `key` is in the hot tier or stored (or queued) on SSD. Never
+  // waits for a spill: called from the eviction listener.
+  bool HasLocalChildren(const BlockKey& key) const;
   // REQUIRES: the key's stripe held.
   StatusOr<TierHit> GetBelow(const BlockKey& key, bool promote);
   Status PutLocked(const BlockMeta& meta, SharedBytes payload);
