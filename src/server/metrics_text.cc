@@ -173,18 +173,22 @@ void AddWearFamilies(std::vector<FamilyDef>& defs) {
           "Bytes written to the SSD tier's segment files (payload extents with padding "
           "and footers, compaction moves included; not the metadata database)",
           [](const EngineStats& e) { return e.ssd_bytes_written; });
-  gauge("prefixkv_ssd_write_rate_bytes_per_day",
-        "SSD segment bytes written per day over the wear window (default one hour)",
-        [](const EngineStats& e) { return e.ssd_write_bytes_per_day; });
+  // Base units (seconds), as Prometheus wants; INFO wear says it per day.
+  gauge("prefixkv_ssd_write_rate_bytes_per_second",
+        "SSD segment bytes written per second over the wear window (default one hour)",
+        [](const EngineStats& e) { return e.ssd_write_bytes_per_day / 86400; });
   gauge("prefixkv_ssd_endurance_bytes",
         "The drive's rated endurance in bytes written (0: not configured)",
         [](const EngineStats& e) { return double(e.ssd_endurance_bytes); });
-  gauge("prefixkv_ssd_projected_lifetime_days",
-        "Days until the rated endurance is written at the current rate (0: unknown)",
-        [](const EngineStats& e) { return e.ssd_projected_lifetime_days; });
-  gauge("prefixkv_ssd_write_budget_bytes_per_day",
-        "SSD admission's write budget (0: admission 'all', every evicted block written)",
-        [](const EngineStats& e) { return double(e.ssd_write_budget_bytes_per_day); });
+  gauge("prefixkv_ssd_projected_lifetime_seconds",
+        "Time until the rated endurance is written at the current rate (0: unknown)",
+        [](const EngineStats& e) { return e.ssd_projected_lifetime_days * 86400; });
+  gauge("prefixkv_ssd_write_budget_bytes_per_second",
+        "SSD admission's write budget per second (0: admission 'all', every evicted "
+        "block written)",
+        [](const EngineStats& e) {
+          return double(e.ssd_write_budget_bytes_per_day) / 86400;
+        });
   counter("prefixkv_ssd_admission_written_bytes_total",
           "Payload bytes of evicted hot blocks SSD admission wrote",
           [](const EngineStats& e) { return e.ssd_admission_counters.written_bytes; });
