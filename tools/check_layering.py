@@ -56,6 +56,7 @@ OWNERS = {
     "advanced/mem_tier.h": "prefixkv_hot",
     "advanced/ssd_tier.h": "prefixkv_ssd",
     "advanced/tier_stack.h": "prefixkv_stack",
+    "advanced/ssd_admission.h": "prefixkv_stack",
     "advanced/remote_store.h": "prefixkv_remote",
     "advanced/remote_tier.h": "prefixkv_remote",
     "cache_types.h": "prefixkv_core",

@@ -96,6 +96,27 @@ struct EngineOptions {
   bool write_through = false;
   // Copy a block found only on SSD into the hot tier when a restore reads it.
   bool promote_on_ssd_hit = true;
+  // SSD admission (docs/eviction.md, "SSD admission"): which blocks the hot
+  // tier evicts are written to the SSD tier. kAll (default): every one.
+  // kBudget: while ssd_write_budget_bytes_per_day allows (a token bucket on
+  // `clock` holding ssd_write_budget_burst_seconds of it); beyond it prefix
+  // blocks with no child on SSD are skipped and counted, never blocked. Raw
+  // values (PutValue, SET) are always written. Write-through Puts, blocks too
+  // large for RAM and Flush() are not subject to it.
+  SsdAdmissionKind ssd_admission = SsdAdmissionKind::kAll;
+  uint64_t ssd_write_budget_bytes_per_day = 0;  // kBudget only, then > 0
+  uint64_t ssd_write_budget_burst_seconds = 60;
+  // The drive's rated endurance, for EngineStats' projected lifetime
+  // (docs/ssd.md, "Wear"): total bytes written (a TBW rating times 10^12),
+  // or drive writes per day times ssd_drive_capacity_bytes (0: use
+  // ssd_capacity_bytes) times ssd_warranty_years. At most one of the two;
+  // neither: unknown, no projection.
+  uint64_t ssd_endurance_bytes = 0;
+  double ssd_drive_writes_per_day = 0;
+  uint64_t ssd_drive_capacity_bytes = 0;
+  uint32_t ssd_warranty_years = 5;
+  // The window the SSD write rate is measured over, in seconds of `clock`.
+  uint32_t ssd_wear_window_seconds = 3600;
   // How blocks are encoded (compression) and the bounds for decoding them.
   EncodeOptions encode;
   DecodeLimits decode_limits;
@@ -177,6 +198,20 @@ struct EngineStats {
   // tier's write-back fails, and write-back Puts (SETs) are then refused.
   uint64_t ssd_write_back_failed_blocks = 0;
   uint64_t ssd_write_back_failures = 0;  // failed write-back attempts since open
+  // Wear (docs/ssd.md, "Wear"): segment bytes written since open (block
+  // payloads as stored, padding, footers and compaction moves; the metadata
+  // database's writes are not counted), their rate per day over the last
+  // ssd_wear_window_seconds (since open while younger; sampled at each
+  // Stats()), the rated endurance, and the days until it is written at that
+  // rate (0: rate or endurance unknown).
+  uint64_t ssd_bytes_written = 0;
+  double ssd_write_bytes_per_day = 0;
+  uint64_t ssd_endurance_bytes = 0;
+  double ssd_projected_lifetime_days = 0;
+  // SSD admission (EngineOptions::ssd_admission) and what it decided.
+  SsdAdmissionKind ssd_admission = SsdAdmissionKind::kAll;
+  uint64_t ssd_write_budget_bytes_per_day = 0;
+  SsdAdmissionCounters ssd_admission_counters;
   bool has_remote = false;
   std::string remote_describe;  // the cluster, e.g. "remote: redis cluster ..."
   RemoteCounters remote;        // this node's view of the remote tier

@@ -83,6 +83,30 @@ enum class EvictionPolicyKind : unsigned char {
 StatusOr<EvictionPolicyKind> ParseEvictionPolicy(std::string_view name);
 std::string_view EvictionPolicyName(EvictionPolicyKind kind);
 
+// Which of the hot tier's dirty victims are written to the SSD tier
+// (docs/eviction.md, "SSD admission"; advanced/ssd_admission.h).
+enum class SsdAdmissionKind : unsigned char {
+  kAll,     // every one (the default, and the behaviour before admission)
+  kBudget,  // while a write budget (bytes per day) allows; beyond it prefix
+            // blocks that may safely stay unwritten are skipped and counted
+};
+// "all", "budget"; and back (InvalidArgument for anything else).
+std::string_view SsdAdmissionName(SsdAdmissionKind kind);
+StatusOr<SsdAdmissionKind> ParseSsdAdmission(std::string_view name);
+
+// What SSD admission decided, since open. Every dirty victim the hot tier
+// hands to the SSD tier's write-back is counted once, as written or skipped.
+struct SsdAdmissionCounters {
+  uint64_t written_blocks = 0;  // handed to the SSD tier
+  uint64_t written_bytes = 0;   // their payload bytes
+  // Of those, written although the budget was spent: a raw value (never
+  // skipped: an acknowledged write) or a block with a child in RAM or on SSD.
+  uint64_t forced_blocks = 0;
+  uint64_t skipped_blocks = 0;  // not written: over the budget
+  uint64_t skipped_bytes = 0;
+  bool operator==(const SsdAdmissionCounters&) const = default;
+};
+
 // The remote tier (advanced/remote_tier.h, docs/remote.md).
 enum class RemoteWriteMode : uint8_t {
   kOnSpill,  // blocks the lowest local tier evicts (default)

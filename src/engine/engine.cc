@@ -37,6 +37,7 @@ Status internal::EngineImpl::OpenTiers() {
     };
     if (options_.configure_ssd) options_.configure_ssd(o);
     PKV_ASSIGN_OR_RETURN(ssd_, SsdTier::Open(o));
+    PKV_RETURN_IF_ERROR(OpenWear());
   }
   if (options_.hot_capacity_bytes > 0) {
     PKV_ASSIGN_OR_RETURN(
@@ -48,6 +49,34 @@ Status internal::EngineImpl::OpenTiers() {
   cache_options.encode = options_.encode;
   cache_options.decode_limits = options_.decode_limits;
   cache_ = std::make_unique<PrefixCache>(/*default_tiers=*/nullptr, cache_options);
+  return Status::OK();
+}
+
+Status internal::EngineImpl::OpenWear() {
+  const EngineOptions& o = options_;
+  PKV_ASSIGN_OR_RETURN(
+      admission_,
+      SsdAdmission::Create({.kind = o.ssd_admission,
+                            .budget_bytes_per_day = o.ssd_write_budget_bytes_per_day,
+                            .burst_seconds = o.ssd_write_budget_burst_seconds,
+                            .clock = clock_}));
+  if (o.ssd_endurance_bytes > 0 && o.ssd_drive_writes_per_day != 0)
+    return Status::InvalidArgument(
+        "give the ssd endurance as bytes written or as drive writes per day, not both");
+  if (!(o.ssd_drive_writes_per_day >= 0) || o.ssd_drive_writes_per_day > 1e6)
+    return Status::InvalidArgument("ssd drive writes per day must be between 0 and 1e6");
+  if (o.ssd_wear_window_seconds == 0)
+    return Status::InvalidArgument("ssd wear window must be > 0 seconds");
+  const uint64_t drive =
+      o.ssd_drive_capacity_bytes > 0 ? o.ssd_drive_capacity_bytes : o.ssd_capacity_bytes;
+  endurance_bytes_ = o.ssd_endurance_bytes > 0
+                         ? o.ssd_endurance_bytes
+                         : static_cast<uint64_t>(o.ssd_drive_writes_per_day *
+                                                 static_cast<double>(drive) * 365.0 *
+                                                 o.ssd_warranty_years);
+  wear_ = std::make_unique<internal::WearMeter>(
+      uint64_t{o.ssd_wear_window_seconds} * 1'000'000'000, clock_->NowNanos(),
+      ssd_->SpaceUsage().bytes_written);
   return Status::OK();
 }
 
@@ -95,6 +124,9 @@ StatusOr<EngineOwner> internal::EngineImpl::NewOwner(const std::string& name,
     stack_options.put_to_remote = options_.remote_write == RemoteWriteMode::kAlways;
     stack_options.remote_spill = remote_.get();
   }
+  stack_options.admission = admission_.get();
+  // The key-value space's values are acknowledged writes: never skipped.
+  stack_options.admission_may_skip = with_remote;
   // The SSD tier is also the write-back target: it queues the hot view's dirty
   // victims for its background writers.
   o.stack =

@@ -28,6 +28,7 @@
 #include "prefixkv/advanced/tier_stack.h"
 #include "prefixkv/engine.h"
 #include "value_catalog.h"
+#include "wear_meter.h"
 
 namespace prefixkv {
 
@@ -76,6 +77,8 @@ class internal::EngineImpl {
   // Opens the budget, the SSD tier and the remote tier (Engine::Open).
   Status OpenTiers();
   Status OpenRemote();
+  // The SSD tier's admission, wear meter and rated endurance.
+  Status OpenWear();
 
   // An owner of the budget with its hot view and stack (RegisterModel, the
   // key-value space). REQUIRES: mu_ held.
@@ -106,6 +109,10 @@ class internal::EngineImpl {
   // eviction listener (write mode on_spill).
   std::unique_ptr<RemoteTier> remote_;  // null without options_.remote
   std::unique_ptr<SsdTier> ssd_;        // null without data_dir
+  // With an SSD tier: every stack's admission, and the write-rate meter.
+  std::unique_ptr<SsdAdmission> admission_;
+  std::unique_ptr<internal::WearMeter> wear_;
+  uint64_t endurance_bytes_ = 0;
   std::unique_ptr<PrefixCache> cache_;
   std::atomic<bool> closed_{false};
 

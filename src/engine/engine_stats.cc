@@ -34,6 +34,15 @@ EngineStats Engine::Stats() const {
     s.ssd_queued_blocks = wb.queued_blocks;
     s.ssd_write_back_failed_blocks = wb.failed_blocks;
     s.ssd_write_back_failures = wb.failed_attempts;
+    s.ssd_bytes_written = impl.ssd_->SpaceUsage().bytes_written;
+    s.ssd_write_bytes_per_day =
+        impl.wear_->Observe(impl.clock_->NowNanos(), s.ssd_bytes_written);
+    s.ssd_endurance_bytes = impl.endurance_bytes_;
+    s.ssd_projected_lifetime_days =
+        internal::ProjectedLifetimeDays(s.ssd_endurance_bytes, s.ssd_write_bytes_per_day);
+    s.ssd_admission = impl.admission_->kind();
+    s.ssd_write_budget_bytes_per_day = impl.admission_->options().budget_bytes_per_day;
+    s.ssd_admission_counters = impl.admission_->Counters();
   }
   if (impl.CheckOpen().ok() && impl.remote_ != nullptr) {
     s.has_remote = true;

@@ -121,6 +121,31 @@ std::string InfoName(std::string_view name) {
 }
 
 // The tier's counters, then its own `extras` (name without the tier prefix).
+// "# Wear": the SSD tier's write volume, rate, endurance and admission
+// (docs/ssd.md "Wear").
+void AppendWear(const EngineStats& s, std::string* out) {
+  char rate[64], days[64];
+  std::snprintf(rate, sizeof(rate), "%.0f", s.ssd_write_bytes_per_day);
+  std::snprintf(days, sizeof(days), "%.1f", s.ssd_projected_lifetime_days);
+  const SsdAdmissionCounters& a = s.ssd_admission_counters;
+  *out += "# Wear\r\n";
+  *out += "ssd_written_bytes:" + std::to_string(s.ssd_bytes_written) + "\r\n";
+  *out += "ssd_written_bytes_human:" + HumanBytes(s.ssd_bytes_written) + "\r\n";
+  *out += std::string("ssd_write_bytes_per_day:") + rate + "\r\n";
+  *out += "ssd_write_per_day_human:" +
+          HumanBytes(static_cast<uint64_t>(s.ssd_write_bytes_per_day)) + "\r\n";
+  *out += "ssd_endurance_bytes:" + std::to_string(s.ssd_endurance_bytes) + "\r\n";
+  *out += std::string("ssd_projected_lifetime_days:") + days + "\r\n";
+  *out += "ssd_admission:" + std::string(SsdAdmissionName(s.ssd_admission)) + "\r\n";
+  *out += "ssd_write_budget_bytes_per_day:" +
+          std::to_string(s.ssd_write_budget_bytes_per_day) + "\r\n";
+  *out += "ssd_admission_written_blocks:" + std::to_string(a.written_blocks) + "\r\n";
+  *out += "ssd_admission_written_bytes:" + std::to_string(a.written_bytes) + "\r\n";
+  *out += "ssd_admission_forced_blocks:" + std::to_string(a.forced_blocks) + "\r\n";
+  *out += "ssd_admission_skipped_blocks:" + std::to_string(a.skipped_blocks) + "\r\n";
+  *out += "ssd_admission_skipped_bytes:" + std::to_string(a.skipped_bytes) + "\r\n\r\n";
+}
+
 void AppendTier(std::string_view name, const TierCounters& c, uint64_t capacity_bytes,
                 std::initializer_list<std::pair<std::string_view, uint64_t>> extras,
                 std::string* out) {
@@ -205,6 +230,7 @@ void CmdInfo(CommandContext& ctx) {
                 {"write_back_failures", s.ssd_write_back_failures}},
                &text);
   }
+  if (s.has_ssd && wanted("wear")) AppendWear(s, &text);
   if (s.has_remote && wanted("tier_remote")) {
     text += "# Tier_remote\r\nremote_cluster:" + s.remote_describe + "\r\n";
     text += std::string("remote_available:") + (s.remote.available ? "1" : "0") + "\r\n";

@@ -135,6 +135,55 @@ FamilyDef Counter(std::string name, std::string help,
           }};
 }
 
+// SSD wear and admission (docs/ssd.md "Wear"; only with an SSD tier).
+void AddWearFamilies(std::vector<FamilyDef>& defs) {
+  auto counter = [&defs](std::string name, std::string help, auto value) {
+    defs.push_back({{std::move(name), MetricType::kCounter, {}, std::move(help)},
+                    [value](const Snapshot& s, Samples& out) {
+                      if (s.engine.has_ssd) out.Add({}, value(s.engine));
+                    }});
+  };
+  auto gauge = [&defs](std::string name, std::string help, auto value) {
+    defs.push_back(Gauge(std::move(name), {}, std::move(help),
+                         [value](const Snapshot& s, Samples& out) {
+                           if (s.engine.has_ssd) out.AddDouble({}, value(s.engine));
+                         }));
+  };
+  counter("prefixkv_ssd_written_bytes_total",
+          "Bytes written to the SSD tier's segment files (payload extents with padding "
+          "and footers, compaction moves included; not the metadata database)",
+          [](const EngineStats& e) { return e.ssd_bytes_written; });
+  // Base units (seconds), as Prometheus wants; INFO wear says it per day.
+  gauge("prefixkv_ssd_write_rate_bytes_per_second",
+        "SSD segment bytes written per second over the wear window (default one hour)",
+        [](const EngineStats& e) { return e.ssd_write_bytes_per_day / 86400; });
+  gauge("prefixkv_ssd_endurance_bytes",
+        "The drive's rated endurance in bytes written (0: not configured)",
+        [](const EngineStats& e) { return double(e.ssd_endurance_bytes); });
+  gauge("prefixkv_ssd_projected_lifetime_seconds",
+        "Time until the rated endurance is written at the current rate (0: unknown)",
+        [](const EngineStats& e) { return e.ssd_projected_lifetime_days * 86400; });
+  gauge("prefixkv_ssd_write_budget_bytes_per_second",
+        "SSD admission's write budget per second (0: admission 'all', every evicted "
+        "block written)",
+        [](const EngineStats& e) {
+          return double(e.ssd_write_budget_bytes_per_day) / 86400;
+        });
+  counter("prefixkv_ssd_admission_written_bytes_total",
+          "Payload bytes of evicted hot blocks SSD admission wrote",
+          [](const EngineStats& e) { return e.ssd_admission_counters.written_bytes; });
+  counter("prefixkv_ssd_admission_forced_blocks_total",
+          "Evicted blocks written although the budget was spent (raw values, blocks "
+          "with a child)",
+          [](const EngineStats& e) { return e.ssd_admission_counters.forced_blocks; });
+  counter("prefixkv_ssd_admission_skipped_blocks_total",
+          "Evicted prefix blocks not written to SSD: over the write budget",
+          [](const EngineStats& e) { return e.ssd_admission_counters.skipped_blocks; });
+  counter("prefixkv_ssd_admission_skipped_bytes_total",
+          "Payload bytes of the evicted prefix blocks not written to SSD",
+          [](const EngineStats& e) { return e.ssd_admission_counters.skipped_bytes; });
+}
+
 // Tier-wide families: one sample per tier present.
 void AddTierFamilies(std::vector<FamilyDef>& defs) {
   defs.push_back(Gauge("prefixkv_tier_capacity_bytes", {"tier"},
@@ -182,6 +231,7 @@ void AddTierFamilies(std::vector<FamilyDef>& defs) {
                   [](const Snapshot& s, Samples& out) {
                     if (s.engine.has_ssd) out.Add({}, s.engine.ssd_write_back_failures);
                   }});
+  AddWearFamilies(defs);
 }
 
 // The remote tier's families (only with a remote tier).

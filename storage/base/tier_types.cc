@@ -69,4 +69,15 @@ StatusOr<RemoteWriteMode> ParseRemoteWriteMode(std::string_view name) {
                                  "' (on_spill or always)");
 }
 
+std::string_view SsdAdmissionName(SsdAdmissionKind kind) {
+  return kind == SsdAdmissionKind::kBudget ? "budget" : "all";
+}
+
+StatusOr<SsdAdmissionKind> ParseSsdAdmission(std::string_view name) {
+  if (name == "all") return SsdAdmissionKind::kAll;
+  if (name == "budget") return SsdAdmissionKind::kBudget;
+  return Status::InvalidArgument("unknown ssd admission '" + std::string(name) +
+                                 "' (all or budget)");
+}
+
 }  // namespace prefixkv

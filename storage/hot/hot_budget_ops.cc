@@ -130,6 +130,11 @@ StatusOr<BlockMeta> BudgetState::Peek(OwnerId owner, const BlockKey& key) const 
   return e->meta;
 }
 
+bool BudgetState::HasResidentChildren(OwnerId owner, const BlockKey& key) const {
+  MutexLock lock(&mu_);
+  return Owner(owner).child_counts.contains(key);
+}
+
 bool BudgetState::Contains(OwnerId owner, const BlockKey& key) const {
   MutexLock lock(&mu_);
   if (Owner(owner).entries.contains(key)) return true;

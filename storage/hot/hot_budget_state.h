@@ -154,6 +154,9 @@ class BudgetState {
   void Unpin(HotEntry* entry) EXCLUDES(mu_);
   StatusOr<BlockMeta> Peek(OwnerId owner, const BlockKey& key) const EXCLUDES(mu_);
   bool Contains(OwnerId owner, const BlockKey& key) const EXCLUDES(mu_);
+  // A resident block of `owner` has `key` as its parent (resident or not).
+  // Never waits for a spill: safe from an eviction listener.
+  bool HasResidentChildren(OwnerId owner, const BlockKey& key) const EXCLUDES(mu_);
   Status Remove(OwnerId owner, const BlockKey& key) EXCLUDES(mu_);
   // Sets the block's unlikely_reuse fact and repositions it; false when the
   // block is not resident.

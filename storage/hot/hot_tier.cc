@@ -65,6 +65,10 @@ StatusOr<BlockMeta> HotTier::Peek(const BlockKey& key) const {
   return state().Peek(owner_, key);
 }
 
+bool HotTier::HasStoredChildren(const BlockKey& key) const {
+  return state().HasResidentChildren(owner_, key);
+}
+
 bool HotTier::Contains(const BlockKey& key) const {
   return state().Contains(owner_, key);
 }

@@ -337,6 +337,7 @@ Status ssd::TierImpl::Compact() {
 
 SsdSpaceUsage ssd::TierImpl::SpaceUsage() const {
   SsdSpaceUsage u;
+  u.bytes_written = store_->bytes_written();
   for (const ssd::SegmentState& st : store_->Snapshot()) {
     u.segments += 1;
     u.file_bytes += st.bytes;

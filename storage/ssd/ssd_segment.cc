@@ -260,6 +260,7 @@ Status SegmentStore::Append(const std::vector<ExtentSpec>& extents, bool sync,
     SegmentState& st = segments_.at(id).state;
     st.bytes += total;  // reserved even if the write fails: never rewritten
     total_bytes_ += total;
+    bytes_written_ += total;
     st.pending += 1;
   }
   a->size += total;
@@ -347,6 +348,11 @@ void SegmentStore::Usage(uint64_t* bytes, uint64_t* active) const {
   MutexLock lock(&mu_);
   *bytes = total_bytes_;
   *active = active_;
+}
+
+uint64_t SegmentStore::bytes_written() const {
+  MutexLock lock(&mu_);
+  return bytes_written_;
 }
 
 std::vector<SegmentState> SegmentStore::Snapshot() const {

@@ -137,6 +137,8 @@ class SegmentStore {
   std::vector<SegmentState> Snapshot() const EXCLUDES(mu_);
   // Total segment bytes and the number of active segments, cheaply.
   void Usage(uint64_t* bytes, uint64_t* active) const EXCLUDES(mu_);
+  // Extent bytes Append wrote (or tried to) since the store was made.
+  uint64_t bytes_written() const EXCLUDES(mu_);
   bool Has(uint64_t id) const EXCLUDES(mu_);
 
  private:
@@ -164,7 +166,8 @@ class SegmentStore {
   std::vector<std::unique_ptr<Appender>> idle_ GUARDED_BY(mu_);
   uint64_t next_id_ GUARDED_BY(mu_) = 1;
   uint64_t total_bytes_ GUARDED_BY(mu_) = 0;  // of all segments
-  uint64_t active_ GUARDED_BY(mu_) = 0;       // not sealed
+  uint64_t bytes_written_ GUARDED_BY(mu_) = 0;
+  uint64_t active_ GUARDED_BY(mu_) = 0;  // not sealed
 };
 
 }  // namespace prefixkv::ssd

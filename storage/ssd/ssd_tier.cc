@@ -36,6 +36,9 @@ Status SsdTier::Audit(std::vector<AuditFinding>* findings) {
   return impl_->Audit(findings);
 }
 std::vector<BlockKey> SsdTier::FindOrphans() const { return impl_->FindOrphans(); }
+bool SsdTier::HasStoredChildren(const BlockKey& key) const {
+  return impl_->HasStoredChildren(key);
+}
 void SsdTier::ForEach(const std::function<void(const BlockMeta&, uint64_t)>& fn) const {
   impl_->ForEach(fn);
 }
@@ -497,6 +500,14 @@ Status ssd::TierImpl::DropCorrupt(const BlockKey& key, const IndexEntry& e,
   events.misses = 1;
   // Even if the delete fails the block is never served again this session.
   return DropEntry(key, e, events, /*erase_on_failure=*/true);
+}
+
+bool ssd::TierImpl::HasStoredChildren(const BlockKey& key) const {
+  // The queue first: a child leaves it only after its commit, when the
+  // index (which counts pending children too) already has it.
+  if (queue_->HasChildOf(key)) return true;
+  MutexLock lock(&mu_);
+  return index_.ChildCount(key) > 0;
 }
 
 StatusOr<BlockMeta> ssd::TierImpl::Peek(const BlockKey& key) const {

@@ -116,6 +116,7 @@ class TierImpl {
   // ssd_audit.cc
   Status Audit(std::vector<AuditFinding>* findings) EXCLUDES(pause_, mu_);
   std::vector<BlockKey> FindOrphans() const EXCLUDES(mu_);
+  bool HasStoredChildren(const BlockKey& key) const EXCLUDES(mu_);
 
   // ssd_reclaim.cc
   Status Compact() EXCLUDES(gc_run_mu_, pause_, mu_);

@@ -59,6 +59,13 @@ std::optional<BlockMeta> WriteBackQueue::FindMeta(const BlockKey& key) const {
   return std::nullopt;
 }
 
+bool WriteBackQueue::HasChildOf(const BlockKey& key) const {
+  MutexLock lock(&mu_);
+  const auto child = [&](const auto& entry) { return entry.second.meta.parent == key; };
+  return std::any_of(queued_.begin(), queued_.end(), child) ||
+         std::any_of(in_flight_.begin(), in_flight_.end(), child);
+}
+
 bool WriteBackQueue::Cancel(const BlockKey& key) {
   MutexLock lock(&mu_);
   bool found = false;

@@ -60,6 +60,8 @@ class WriteBackQueue {
   // The payload/metadata of a queued or in-flight block.
   std::optional<SharedBytes> Find(const BlockKey& key) const EXCLUDES(mu_);
   std::optional<BlockMeta> FindMeta(const BlockKey& key) const EXCLUDES(mu_);
+  // A queued or in-flight block's parent is `key` (a scan of the queue).
+  bool HasChildOf(const BlockKey& key) const EXCLUDES(mu_);
   // Drops a queued block (a direct Put or Remove superseded it); waits first
   // if it is being written. True when something was queued or in flight.
   bool Cancel(const BlockKey& key) EXCLUDES(mu_);

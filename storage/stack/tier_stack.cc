@@ -307,9 +307,34 @@ void TierStack::OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool 
   // a Flush of the key may already have run: then this copy is stale.
   if (!BeginWriteBelow(meta.key, payload)) return;
   // A failed synchronous write loses a cached block, never correctness: the
-  // next Match simply misses it.
-  (void)WriteBelow(meta, payload);
+  // next Match simply misses it. So does a victim admission skips.
+  if (AdmitBelow(meta, payload.size())) (void)WriteBelow(meta, payload);
   EndWriteBelow(meta.key);
+}
+
+bool TierStack::MaySkip(const BlockMeta& meta) const {
+  return options_.admission != nullptr &&
+         options_.admission->kind() == SsdAdmissionKind::kBudget &&
+         options_.admission_may_skip && !meta.namespace_id.IsZero();
+}
+
+bool TierStack::HasLocalChildren(const BlockKey& key) const {
+  return (hot_ != nullptr && hot_->HasStoredChildren(key)) ||
+         ssd_->HasStoredChildren(key);
+}
+
+bool TierStack::AdmitBelow(const BlockMeta& meta, uint64_t bytes) {
+  SsdAdmission* admission = options_.admission;
+  if (admission == nullptr) return true;
+  const bool allowed = admission->Allows(bytes);
+  // Only a leaf may stay unwritten: a child in RAM would reach SSD with its
+  // parent nowhere (an orphan), and one on SSD already would be one.
+  if (!allowed && MaySkip(meta) && !HasLocalChildren(meta.key)) {
+    admission->RecordSkipped(bytes);
+    return false;
+  }
+  admission->RecordWritten(bytes, /*forced=*/!allowed);
+  return true;
 }
 
 Status TierStack::FlushKey(const BlockKey& key, uint64_t* bytes) {

@@ -3,19 +3,31 @@
 // without blocks; it makes room by evicting cached blocks, which spill to
 // SSD and stay readable; each handle returns only its own bytes, and what it
 // still holds when destroyed.
+//
+// And what reaches the SSD tier (EngineWearTest): its wear (bytes written per
+// day, rated endurance, projected lifetime) and SSD admission under a write
+// budget, on a fake clock.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "prefixkv/engine.h"
 #include "prefixkv/memory_charge.h"
+#include "tests/engine/engine_test_util.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace {
 
+using testing::kBlockTokens;
+using testing::KvLayers;
+using testing::KvSpec;
+using testing::Quiet;
 using testing::TempDir;
+using testing::Tokens;
 
 constexpr uint64_t kCapacity = 64 << 10;
 
@@ -126,6 +138,224 @@ TEST(EngineMemoryCharge, AChargeThatCannotFitReportsItsShortfall) {
   ASSERT_OK(a->Uncharge(50));
   ASSERT_OK(b->Charge(150, nullptr));
   EXPECT_EQ(engine->Stats().hot.bytes, kCapacity);
+}
+
+// SSD wear and admission (docs/ssd.md "Wear", docs/eviction.md "SSD
+// admission"), on a fake clock.
+class EngineWearTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Engine> Open(EngineOptions o) {
+    StatusOr<std::unique_ptr<Engine>> e = Engine::Open(Quiet(std::move(o)));
+    EXPECT_OK(e);
+    return e.ok() ? std::move(e).value() : nullptr;
+  }
+  EngineOptions OnDisk() {
+    EngineOptions o;
+    o.data_dir = dir_.str();
+    o.hot_capacity_bytes = 1 << 20;
+    return o;
+  }
+  EngineOptions OnDiskOnFakeClock() {
+    EngineOptions o = OnDisk();
+    o.clock = &clock_;
+    return o;
+  }
+  std::vector<LayerState> StoreAll(Engine& e, Namespace ns,
+                                   const std::vector<int32_t>& tokens) {
+    std::vector<LayerState> layers =
+        KvLayers(2, static_cast<int64_t>(tokens.size()), rng_);
+    EXPECT_OK(e.Store(ns, tokens, layers));
+    return layers;
+  }
+  RestoreResult MatchAndRestore(Engine& e, Namespace ns,
+                                const std::vector<int32_t>& tokens) {
+    StatusOr<MatchResult> m = e.Match(ns, tokens);
+    EXPECT_OK(m);
+    if (!m.ok()) return {};
+    StatusOr<RestoreResult> r = e.Restore(*m);
+    EXPECT_OK(r);
+    return r.ok() ? std::move(r).value() : RestoreResult{};
+  }
+  static constexpr uint64_t kDayNanos = 86400ull * 1'000'000'000;
+  // One KVCache block's SSD charge (its payload bytes) and hot charge.
+  void MeasureBlock() {
+    auto probe = Open(
+        {.data_dir = (dir_.path() / "probe").string(), .hot_capacity_bytes = 16 << 20});
+    ASSERT_NE(probe, nullptr);
+    ASSERT_OK_AND_ASSIGN(Namespace ns, probe->RegisterModel(KvSpec()));
+    StoreAll(*probe, ns, Tokens(kBlockTokens));
+    hot_charge_ = probe->Stats().hot.bytes;
+    ASSERT_OK(probe->Flush());
+    payload_ = probe->Stats().ssd.bytes;
+    ASSERT_GT(payload_, 0u);
+  }
+  // Room for `blocks` blocks in RAM; write-back of the rest under `admission`.
+  EngineOptions Budgeted(uint64_t blocks, EvictionPolicyKind policy,
+                         uint64_t budget_bytes_per_day) {
+    EngineOptions o = OnDiskOnFakeClock();
+    o.hot_capacity_bytes = blocks * hot_charge_;
+    o.hot_policy = policy;
+    o.ssd_admission = SsdAdmissionKind::kBudget;
+    o.ssd_write_budget_bytes_per_day = budget_bytes_per_day;
+    o.ssd_write_budget_burst_seconds = 86400;  // the bucket holds one day
+    return o;
+  }
+  std::mt19937_64 rng_{testing::TestSeed("EngineWearTest")};
+  TempDir dir_;
+  FakeClock clock_;
+  uint64_t hot_charge_ = 0;
+  uint64_t payload_ = 0;
+};
+
+TEST_F(EngineWearTest, TheWriteRateIsSegmentBytesPerDayOverTheWindow) {
+  EngineOptions o = OnDiskOnFakeClock();
+  o.hot_capacity_bytes = 0;  // every block straight to SSD
+  o.ssd_drive_writes_per_day = 1;
+  o.ssd_drive_capacity_bytes = 1'000'000'000'000;
+  o.ssd_wear_window_seconds = 3600;
+  auto e = Open(o);
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+  const uint64_t endurance = 1'000'000'000'000ull * 365 * 5;
+  EXPECT_EQ(e->Stats().ssd_endurance_bytes, endurance);
+  const uint64_t b0 = e->Stats().ssd_bytes_written;
+  StoreAll(*e, ns, Tokens(kBlockTokens, 100));
+  const uint64_t b1 = e->Stats().ssd_bytes_written;
+  // One extent: the payload rounded up to 4096 with its footer.
+  EXPECT_EQ(b1 - b0, (e->Stats().ssd.bytes + 64 + 4095) / 4096 * 4096);
+  EXPECT_EQ(e->Stats().ssd_write_bytes_per_day, 0);  // no time has passed
+  EXPECT_EQ(e->Stats().ssd_projected_lifetime_days, 0);
+  clock_.AdvanceNanos(kDayNanos / 48);  // 30 minutes
+  EngineStats s = e->Stats();
+  EXPECT_DOUBLE_EQ(s.ssd_write_bytes_per_day, 48.0 * b1);
+  EXPECT_DOUBLE_EQ(s.ssd_projected_lifetime_days, double(endurance) / (48.0 * b1));
+  clock_.AdvanceNanos(kDayNanos / 24);  // 1.5 h: the write left the window
+  EXPECT_EQ(e->Stats().ssd_write_bytes_per_day, 0);
+  StoreAll(*e, ns, Tokens(2 * kBlockTokens, 200));
+  const uint64_t b2 = e->Stats().ssd_bytes_written - b1;
+  EXPECT_EQ(b2, 2 * (b1 - b0));
+  clock_.AdvanceNanos(kDayNanos / 48);  // 2 h: the window starts at 0.5 h
+  EXPECT_DOUBLE_EQ(e->Stats().ssd_write_bytes_per_day, 16.0 * b2);
+}
+
+TEST_F(EngineWearTest, WearAndAdmissionOptionsAreChecked) {
+  EngineOptions o = OnDisk();
+  o.ssd_endurance_bytes = 1;
+  o.ssd_drive_writes_per_day = 1;
+  EXPECT_TRUE(Engine::Open(Quiet(o)).status().IsInvalidArgument());
+  o = OnDisk();
+  o.ssd_admission = SsdAdmissionKind::kBudget;  // no budget
+  EXPECT_TRUE(Engine::Open(Quiet(o)).status().IsInvalidArgument());
+  o = OnDisk();
+  o.ssd_write_budget_bytes_per_day = 1000;  // a budget under "all"
+  EXPECT_TRUE(Engine::Open(Quiet(o)).status().IsInvalidArgument());
+  o = OnDisk();
+  o.ssd_wear_window_seconds = 0;
+  EXPECT_TRUE(Engine::Open(Quiet(o)).status().IsInvalidArgument());
+  EXPECT_TRUE(ParseSsdAdmission("some").status().IsInvalidArgument());
+  ASSERT_OK_AND_ASSIGN(SsdAdmissionKind k, ParseSsdAdmission("budget"));
+  EXPECT_EQ(SsdAdmissionName(k), "budget");
+}
+
+// Single-block chains (no parent to lose, no child below): the budget holds
+// exactly three blocks; the rest are skipped until the clock refills it.
+TEST_F(EngineWearTest, ABudgetWritesWhatItAllowsAndSkipsAndCountsTheRest) {
+  MeasureBlock();
+  EngineOptions o = Budgeted(2, EvictionPolicyKind::kLru, 3 * payload_);
+  o.promote_on_ssd_hit = false;  // reading back evicts nothing
+  auto e = Open(o);
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+  std::vector<std::vector<LayerState>> layers;
+  for (int i = 0; i < 10; ++i)
+    layers.push_back(StoreAll(*e, ns, Tokens(kBlockTokens, 1000 * i)));
+  SsdAdmissionCounters c = e->Stats().ssd_admission_counters;
+  EXPECT_EQ(c.written_blocks, 3u);
+  EXPECT_EQ(c.written_bytes, 3 * payload_);
+  EXPECT_EQ(c.skipped_blocks, 5u);
+  EXPECT_EQ(c.skipped_bytes, 5 * payload_);
+  EXPECT_EQ(c.forced_blocks, 0u);
+  clock_.AdvanceNanos(kDayNanos / 3);  // one block's worth
+  layers.push_back(StoreAll(*e, ns, Tokens(kBlockTokens, 10000)));
+  c = e->Stats().ssd_admission_counters;
+  EXPECT_EQ(c.written_blocks, 4u);
+  EXPECT_EQ(c.skipped_blocks, 5u);
+  // Written: the first three and the ninth; skipped: the fourth to eighth;
+  // in RAM: the last two. Each is found with its bytes or not at all.
+  for (int i = 0; i < 11; ++i) {
+    const std::vector<int32_t> tokens = Tokens(kBlockTokens, 1000 * i);
+    const bool kept = i < 3 || i >= 8;
+    RestoreResult r = MatchAndRestore(*e, ns, tokens);
+    EXPECT_EQ(r.restored_tokens, kept ? tokens.size() : 0u) << "chain " << i;
+    if (kept) {
+      EXPECT_EQ(r.layers, layers[i]) << "chain " << i;
+    }
+  }
+  ASSERT_OK_AND_ASSIGN(EngineAudit audit, e->Audit());
+  EXPECT_TRUE(audit.ok());
+}
+
+TEST_F(EngineWearTest, ABudgetNeverSkipsRawValues) {
+  MeasureBlock();
+  auto e = Open(Budgeted(2, EvictionPolicyKind::kLru, 1));
+  ASSERT_NE(e, nullptr);
+  const std::string big(payload_, 'v');
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_OK(e->PutValue("key" + std::to_string(i),
+                          SharedBytes::Copy(big + std::to_string(i))));
+  }
+  const SsdAdmissionCounters c = e->Stats().ssd_admission_counters;
+  EXPECT_GT(c.written_blocks, 10u);
+  EXPECT_EQ(c.forced_blocks, c.written_blocks);  // the budget was spent at once
+  EXPECT_EQ(c.skipped_blocks, 0u);
+  ASSERT_OK(e->Close());
+  e = Open(Budgeted(2, EvictionPolicyKind::kLru, 1));
+  ASSERT_NE(e, nullptr);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_OK_AND_ASSIGN(SharedBytes v, e->GetValue("key" + std::to_string(i)));
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(v.data()), v.size()),
+              big + std::to_string(i));
+  }
+}
+
+// Chains of four blocks under both hot orders: lru evicts parents before
+// their children (a parent with a child in RAM is written although the budget
+// is spent), leaf-lru children first (a skipped tip leaves its parent a
+// leaf). The audit finds no orphan, and every full match restores the bytes
+// stored.
+TEST_F(EngineWearTest, SkipsLeaveNoOrphanAndTheAuditClean) {
+  MeasureBlock();
+  for (EvictionPolicyKind policy :
+       {EvictionPolicyKind::kLru, EvictionPolicyKind::kLeafLru}) {
+    SCOPED_TRACE(EvictionPolicyName(policy));
+    TempDir dir;
+    EngineOptions o = Budgeted(6, policy, 8 * payload_);
+    o.data_dir = dir.str();
+    auto e = Open(o);
+    ASSERT_NE(e, nullptr);
+    ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+    std::vector<std::vector<LayerState>> layers;
+    for (int i = 0; i < 12; ++i) {
+      layers.push_back(StoreAll(*e, ns, Tokens(4 * kBlockTokens, 1000 * i)));
+      clock_.AdvanceNanos(kDayNanos / 16);  // half a block's budget
+    }
+    const SsdAdmissionCounters c = e->Stats().ssd_admission_counters;
+    EXPECT_GT(c.skipped_blocks, 0u);
+    // Under lru a chain's parents leave first, with children in RAM: forced.
+    if (policy == EvictionPolicyKind::kLru) {
+      EXPECT_GT(c.forced_blocks, 0u);
+    }
+    ASSERT_OK_AND_ASSIGN(EngineAudit audit, e->Audit());
+    EXPECT_TRUE(audit.findings.empty());
+    EXPECT_TRUE(audit.orphans.empty()) << audit.orphans.size() << " orphans";
+    for (int i = 0; i < 12; ++i) {
+      const std::vector<int32_t> tokens = Tokens(4 * kBlockTokens, 1000 * i);
+      RestoreResult r = MatchAndRestore(*e, ns, tokens);
+      if (r.restored_tokens == tokens.size()) {
+        EXPECT_EQ(r.layers, layers[i]);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -521,7 +521,13 @@ TEST_F(ServerTest, ReportsEveryTierAndOwnerCounterInInfo) {
                             "owner0:name=values,entries=1,bytes=",
                             "# Tier_ssd",
                             "ssd_entries:0",
-                            "ssd_queued_blocks:"}) {
+                            "ssd_queued_blocks:",
+                            "# Wear",
+                            "ssd_written_bytes:",
+                            "ssd_write_bytes_per_day:",
+                            "ssd_projected_lifetime_days:0.0",
+                            "ssd_admission:all",
+                            "ssd_admission_skipped_blocks:0"}) {
     EXPECT_NE(info.find(field), std::string::npos) << field << "\n" << info;
   }
   std::string tiers_only = c->Call({"INFO", "tiers"}).str;
@@ -530,6 +536,10 @@ TEST_F(ServerTest, ReportsEveryTierAndOwnerCounterInInfo) {
   std::string ssd_only = c->Call({"INFO", "tier_ssd"}).str;
   EXPECT_EQ(ssd_only.find("hot_entries"), std::string::npos);
   EXPECT_NE(ssd_only.find("ssd_entries"), std::string::npos);
+  EXPECT_EQ(ssd_only.find("# Wear"), std::string::npos);
+  std::string wear_only = c->Call({"INFO", "wear"}).str;
+  EXPECT_EQ(wear_only.find("ssd_entries"), std::string::npos);
+  EXPECT_NE(wear_only.find("ssd_written_bytes:"), std::string::npos);
 }
 
 TEST_F(ServerTest, DescribesItsCommandsForRedisCli) {

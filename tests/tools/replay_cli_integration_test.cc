@@ -60,6 +60,35 @@ TEST(ReplayCli, BadPolicyNamesAreUsageErrors) {
   EXPECT_EQ(testing::RunCli("replay " + kTrace + " --nodes 0").exit_code, 2);
 }
 
+// SSD admission (docs/eviction.md "SSD admission"): the flags' usage errors,
+// and a budget's run reports what it wrote and skipped.
+TEST(ReplayCli, SsdAdmissionFlagsAndTheirReport) {
+  const testing::CliRun bad =
+      testing::RunCli("replay " + kTrace + " --ssd-admission some");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--ssd-admission must be all or budget"), std::string::npos)
+      << bad.output;
+  EXPECT_EQ(testing::RunCli("replay " + kTrace + " --ssd-admission budget").exit_code, 2);
+  EXPECT_EQ(testing::RunCli("replay " + kTrace + " --ssd-write-budget 1G").exit_code, 2);
+  testing::TempDir dir;
+  const testing::CliRun run =
+      testing::RunCli("replay " + kTrace +
+                      " --hot-capacity-tokens 1000000 --ssd-capacity-tokens 50000000" +
+                      " --policy leaf-lru --bytes-per-token 1 --ssd-admission budget "
+                      "--ssd-write-budget 10M" +
+                      " --data-dir " + dir.str() + " --json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("\"ssd_admission\":\"budget\""), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("\"ssd_write_budget_bytes_per_day\":10485760"),
+            std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("\"ssd_skipped_blocks\":0,"), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("\"ssd_bytes_written_per_hit\":"), std::string::npos)
+      << run.output;
+}
+
 // The SSD tier's counters in the report include every block evicted to it:
 // they were read while blocks still waited for write-back, a different
 // number each run (1,397, 1,425, 1,412 SSD entries for 1,493 hot evictions).

@@ -7,7 +7,9 @@
 
 #include <fstream>
 #include <list>
+#include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "tests/support/fake_remote_store.h"
 #include "tests/support/test_util.h"
@@ -147,6 +149,129 @@ TEST(TraceReplay, SsdTierTurnsHotOnlyMissesIntoHits) {
   ASSERT_EQ(tiered.tiers.size(), 2u);
   EXPECT_GT(tiered.tiers[1].block_hits, 0u);
   EXPECT_GT(tiered.tiers[0].evictions, 0u);
+}
+
+// The SSD write model of a replay with an LRU hot tier of `hot_blocks` and an
+// unlimited SSD tier, each block one of `payload` bytes: a Put drops the SSD
+// copy (write-back: RAM holds the newer bytes) and makes the hot copy dirty; a
+// dirty victim is written unless a budget of `budget_per_day` bytes (a bucket
+// of 60 s, on the trace's timestamps) is spent and the block has no child in
+// RAM or on SSD; an SSD hit is promoted clean.
+struct SsdWriteModel {
+  SsdWriteModel(size_t hot_blocks, uint64_t payload, uint64_t budget_per_day)
+      : lru(hot_blocks),
+        payload(payload),
+        budget(budget_per_day),
+        units(static_cast<SsdAdmissionUnits>(budget_per_day) * 60 * 1'000'000'000) {}
+  static constexpr uint64_t kRoot = ~uint64_t{0};
+  void Hot(uint64_t id, bool dirty) {
+    if (lru.where.count(id)) {
+      lru.Touch(id);
+      dirty_[id] = dirty_[id] || dirty;
+      return;
+    }
+    std::optional<uint64_t> victim;
+    if (lru.order.size() == lru.capacity) victim = lru.order.back();
+    lru.Insert(id);
+    ++hot_children[parent.at(id)];
+    dirty_[id] = dirty;
+    if (!victim) return;
+    --hot_children[parent.at(*victim)];
+    if (dirty_[*victim]) Evict(*victim);
+    dirty_.erase(*victim);
+  }
+  void Evict(uint64_t id) {
+    const SsdAdmissionUnits need =
+        static_cast<SsdAdmissionUnits>(payload) * 86400 * 1'000'000'000;
+    const bool allowed = budget == 0 || units >= need;
+    if (!allowed && hot_children[id] == 0 && ssd_children[id] == 0) {
+      ++skipped;
+      return;
+    }
+    if (budget != 0) units -= need;
+    ++written;
+    forced += allowed ? 0 : 1;
+    ssd.insert(id);
+    ++ssd_children[parent.at(id)];
+  }
+  void Request(const TraceRequest& req) {
+    if (budget != 0 && req.timestamp_ms * 1'000'000 > now) {
+      const SsdAdmissionUnits cap =
+          static_cast<SsdAdmissionUnits>(budget) * 60 * 1'000'000'000;
+      units = std::min(cap, units + static_cast<SsdAdmissionUnits>(
+                                        req.timestamp_ms * 1'000'000 - now) *
+                                        budget);
+      now = req.timestamp_ms * 1'000'000;
+    }
+    uint64_t p = kRoot;
+    for (uint64_t id : req.hash_ids) parent.emplace(id, p), p = id;
+    size_t hit = 0;
+    for (; hit < req.hash_ids.size(); ++hit) {
+      const uint64_t id = req.hash_ids[hit];
+      if (lru.where.count(id)) {
+        lru.Touch(id);
+      } else if (ssd.count(id)) {
+        ++ssd_hits;
+        Hot(id, /*dirty=*/false);
+      } else {
+        break;
+      }
+    }
+    for (size_t i = hit; i < req.hash_ids.size(); ++i) {
+      const uint64_t id = req.hash_ids[i];
+      if (ssd.erase(id)) --ssd_children[parent.at(id)];
+      Hot(id, /*dirty=*/true);
+    }
+  }
+  SimpleLru lru;
+  const uint64_t payload, budget;
+  SsdAdmissionUnits units;
+  uint64_t now = 0;
+  std::unordered_map<uint64_t, uint64_t> parent;
+  std::unordered_map<uint64_t, bool> dirty_;
+  std::unordered_map<uint64_t, int64_t> hot_children, ssd_children;
+  std::unordered_set<uint64_t> ssd;
+  uint64_t written = 0, forced = 0, skipped = 0, ssd_hits = 0;
+};
+
+// Replay's SSD counters (written, forced, skipped, bytes per SSD hit) equal
+// the model's on the Mooncake trace, writing every victim and under a budget
+// small enough that both skips and forced writes happen.
+TEST(TraceReplay, SsdWritesAndSkipsEqualASimpleModel) {
+  for (uint64_t budget_per_day : {uint64_t{0}, uint64_t{10'000'000}}) {
+    SCOPED_TRACE(budget_per_day);
+    testing::TempDir dir;
+    ReplayConfig config;
+    config.bytes_per_token = 1;  // 512-byte payloads keep the test fast
+    config.hot.tokens = 1'000'000;
+    config.ssd_path = dir.str();  // unsized: unlimited
+    config.policy = EvictionPolicyKind::kLru;
+    if (budget_per_day > 0) {
+      config.ssd_admission = SsdAdmissionKind::kBudget;
+      config.ssd_write_budget_bytes_per_day = budget_per_day;
+    }
+    // The first 2,000 requests (of 3,993) keep the test short.
+    const std::vector<TraceRequest> head(Trace().begin(), Trace().begin() + 2000);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReplayTiers> tiers, ReplayTiers::Open(config));
+    TraceReplayer replayer(tiers.get(), config.block_tokens);
+    ASSERT_OK(replayer.ReplayAll(head));
+    const ReplayReport r = replayer.Report();
+    SsdWriteModel model(1'000'000 / kTraceBlockTokens, kTraceBlockTokens, budget_per_day);
+    for (const TraceRequest& req : head) model.Request(req);
+    EXPECT_EQ(r.ssd_admission.written_blocks, model.written);
+    EXPECT_EQ(r.ssd_admission.written_bytes, model.written * kTraceBlockTokens);
+    EXPECT_EQ(r.ssd_admission.forced_blocks, model.forced);
+    EXPECT_EQ(r.ssd_admission.skipped_blocks, model.skipped);
+    EXPECT_EQ(r.ssd_hit_blocks, model.ssd_hits);
+    EXPECT_DOUBLE_EQ(r.ssd_bytes_written_per_hit(),
+                     double(model.written * kTraceBlockTokens) / double(model.ssd_hits));
+    if (budget_per_day > 0) {
+      EXPECT_GT(model.skipped, 100u);
+      EXPECT_GT(model.forced, 100u);
+    } else {
+      EXPECT_EQ(model.skipped, 0u);
+    }
+  }
 }
 
 TEST(TraceReader, ParsesALineWithAnyKeyOrderAndExtraKeys) {

@@ -13,6 +13,7 @@
 #include "tools/cli/flags.h"
 #include "tools/cli/json.h"
 #include "tools/cli/remote_flags.h"
+#include "tools/cli/wear_flags.h"
 #include "tools/replay/policy_replay.h"
 #include "tools/replay/trace_replay.h"
 
@@ -57,6 +58,13 @@ Flags ReplayFlags() {
        false, "1"},
       {"json", "print one JSON object", true, ""}};
   for (FlagSpec& f : RemoteFlagSpecs()) specs.push_back(std::move(f));
+  // Admission only: a replay projects no drive lifetime.
+  for (FlagSpec& f : WearFlagSpecs()) {
+    if (f.name == "ssd-admission" || f.name == "ssd-write-budget") {
+      if (f.name == "ssd-write-budget") f.help += ", of trace time (timestamps)";
+      specs.push_back(std::move(f));
+    }
+  }
   return Flags("prefixkv replay TRACE.jsonl [flags]", std::move(specs),
                /*max_positional=*/1);
 }
@@ -101,7 +109,16 @@ void PrintJson(const ReplayReport& r, const ReplayConfig& c, const std::string& 
       .Field("block_tokens", uint64_t{c.block_tokens})
       .Field("bytes_per_token", c.bytes_per_token)
       .Field("policy", policy)
-      .Field("ssd_policy", std::string(EvictionPolicyName(c.ssd_policy)));
+      .Field("ssd_policy", std::string(EvictionPolicyName(c.ssd_policy)))
+      .Field("ssd_admission", std::string(SsdAdmissionName(c.ssd_admission)))
+      .Field("ssd_write_budget_bytes_per_day", c.ssd_write_budget_bytes_per_day)
+      .Field("ssd_written_blocks", r.ssd_admission.written_blocks)
+      .Field("ssd_written_bytes", r.ssd_admission.written_bytes)
+      .Field("ssd_forced_blocks", r.ssd_admission.forced_blocks)
+      .Field("ssd_skipped_blocks", r.ssd_admission.skipped_blocks)
+      .Field("ssd_skipped_bytes", r.ssd_admission.skipped_bytes)
+      .Field("ssd_segment_bytes_written", r.ssd_segment_bytes_written)
+      .Field("ssd_bytes_written_per_hit", r.ssd_bytes_written_per_hit());
   if (c.unlikely_reuse_after_output_tokens) {
     j.Field("hint_unlikely_after", *c.unlikely_reuse_after_output_tokens)
         .Field("hinted_blocks", r.hinted_blocks);
@@ -129,6 +146,17 @@ void PrintHuman(const ReplayReport& r) {
   if (r.hinted_blocks > 0) {
     std::printf("blocks put as unlikely to be reused %llu\n",
                 static_cast<unsigned long long>(r.hinted_blocks));
+  }
+  if (r.ssd_admission.written_blocks + r.ssd_admission.skipped_blocks > 0) {
+    std::printf(
+        "ssd written %llu blocks (%llu bytes, %llu forced), skipped %llu (%llu bytes), "
+        "%.0f bytes written per ssd hit\n",
+        static_cast<unsigned long long>(r.ssd_admission.written_blocks),
+        static_cast<unsigned long long>(r.ssd_admission.written_bytes),
+        static_cast<unsigned long long>(r.ssd_admission.forced_blocks),
+        static_cast<unsigned long long>(r.ssd_admission.skipped_blocks),
+        static_cast<unsigned long long>(r.ssd_admission.skipped_bytes),
+        r.ssd_bytes_written_per_hit());
   }
   std::printf("%-5s %12s %16s %10s %10s\n", "tier", "block_hits", "bytes", "entries",
               "evictions");
@@ -186,6 +214,12 @@ std::string Configure(const Flags& flags, ReplayConfig* c, std::string* policy_n
   if (c->unlikely_reuse_after_output_tokens && *policy_name == "min")
     return "--policy min takes no --hint-unlikely-after (it knows the future)";
   c->promote_on_ssd_hit = !flags.GetBool("no-promote");
+  EngineOptions wear;
+  if (std::string e = ApplyWearFlags(flags, &wear); !e.empty()) return e;
+  c->ssd_admission = wear.ssd_admission;
+  c->ssd_write_budget_bytes_per_day = wear.ssd_write_budget_bytes_per_day;
+  if (c->ssd_admission != SsdAdmissionKind::kAll && *policy_name == "min")
+    return "--policy min has no SSD tier to admit to";
   if (flags.positional().size() != 1) return "expected exactly one TRACE.jsonl";
   EngineOptions remote;
   if (std::string e = ApplyRemoteFlags(flags, &remote); !e.empty()) return e;

@@ -18,6 +18,7 @@
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/remote_flags.h"
+#include "tools/cli/wear_flags.h"
 
 namespace prefixkv::cli {
 namespace {
@@ -69,6 +70,7 @@ Flags ServeFlags() {
        "--bind address; 0 picks a free one, printed; docs/metrics.md); default: off",
        false, ""}};
   for (FlagSpec& f : RemoteFlagSpecs()) specs.push_back(std::move(f));
+  for (FlagSpec& f : WearFlagSpecs()) specs.push_back(std::move(f));
   return Flags(
       "prefixkv serve [--data-dir D] [--port P] [--bind ADDR] [--threads N] "
       "[--requirepass-file F | --requirepass S] [--admin-pass-file F | --admin-pass S] "
@@ -76,7 +78,7 @@ Flags ServeFlags() {
       "[--max-clients N] [--auth-failures-per-second N] [--idle-timeout-ms MS] "
       "[--durability M] [--write-through] "
       "[--policy P] [--ssd-policy P] [--max-models N] [--metrics-port P] " +
-          RemoteUsage(),
+          RemoteUsage() + WearUsage(),
       std::move(specs));
 }
 
@@ -174,6 +176,7 @@ std::string ParseServeConfig(const Flags& flags, ServeConfig* config) {
   config->engine.data_dir = flags.GetString("data-dir", "./prefixkv-data");
   config->engine.write_through = flags.GetBool("write-through");
   if (std::string e = ApplyRemoteFlags(flags, &config->engine); !e.empty()) return e;
+  if (std::string e = ApplyWearFlags(flags, &config->engine); !e.empty()) return e;
   config->server.port = static_cast<uint16_t>(port);
   config->server.io_threads = static_cast<int>(threads);
   config->server.bind_address = flags.GetString("bind", "127.0.0.1");

@@ -46,6 +46,10 @@ StatusOr<std::unique_ptr<ReplayTiers>> ReplayTiers::Open(const ReplayConfig& con
   o.ssd_policy = config.ssd_policy;
   o.durability = SsdDurability::kFlush;  // a replay measures hit ratios, not crash safety
   o.promote_on_ssd_hit = config.promote_on_ssd_hit;
+  o.ssd_admission = config.ssd_admission;
+  o.ssd_write_budget_bytes_per_day = config.ssd_write_budget_bytes_per_day;
+  // Budgeted: a day is a day of the trace. Else the system clock, as before.
+  if (config.ssd_admission == SsdAdmissionKind::kBudget) o.clock = &t->trace_clock_;
   o.log = [](std::string_view) {};
   o.remote = config.remote;
   o.remote_write = config.remote_write;
@@ -72,6 +76,11 @@ StatusOr<std::unique_ptr<ReplayTiers>> ReplayTiers::Open(const ReplayConfig& con
 
 ReplayTiers::~ReplayTiers() = default;
 
+void ReplayTiers::AdvanceTraceClock(uint64_t timestamp_ms) {
+  const uint64_t nanos = timestamp_ms * 1'000'000;
+  if (nanos > trace_clock_.NowNanos()) trace_clock_.SetNanos(nanos);
+}
+
 TierStack& ReplayTiers::stack() { return *engine_->tiers(ns_); }
 HotTier* ReplayTiers::hot() { return engine_->hot_tier(ns_); }
 SsdTier* ReplayTiers::ssd() { return engine_->ssd_tier(); }
@@ -93,6 +102,7 @@ TraceReplayer::TraceReplayer(std::vector<ReplayTiers*> nodes, uint32_t block_tok
 
 Status TraceReplayer::Replay(const TraceRequest& request) {
   ReplayTiers& node = *nodes_[report_.requests % nodes_.size()];
+  node.AdvanceTraceClock(request.timestamp_ms);
   TierStack& stack = node.stack();
   const size_t n = request.hash_ids.size();
   keys_.resize(n);
@@ -185,6 +195,17 @@ ReplayReport TraceReplayer::Report() const {
       "ssd", [](ReplayTiers& n) -> BlockTier* { return n.ssd(); }, ssd_hits_);
   add(
       "remote", [](ReplayTiers& n) -> BlockTier* { return n.remote(); }, remote_hits_);
+  r.ssd_hit_blocks = ssd_hits_;
+  for (ReplayTiers* node : nodes_) {
+    const EngineStats s = node->stats();
+    r.ssd_segment_bytes_written += s.ssd_bytes_written;
+    const SsdAdmissionCounters& a = s.ssd_admission_counters;
+    r.ssd_admission.written_blocks += a.written_blocks;
+    r.ssd_admission.written_bytes += a.written_bytes;
+    r.ssd_admission.forced_blocks += a.forced_blocks;
+    r.ssd_admission.skipped_blocks += a.skipped_blocks;
+    r.ssd_admission.skipped_bytes += a.skipped_bytes;
+  }
   return r;
 }
 

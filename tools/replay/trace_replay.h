@@ -53,6 +53,11 @@ struct ReplayConfig {
   // writes with ReuseHint::kUnlikely, as a serving engine that stores a turn
   // once its answer is done would. nullopt: no hints.
   std::optional<uint64_t> unlikely_reuse_after_output_tokens;
+  // SSD admission (EngineOptions::ssd_admission, docs/eviction.md). Under a
+  // budget the engine's clock is the trace's: each request's timestamp_ms
+  // (the budget is bytes per day of trace time).
+  SsdAdmissionKind ssd_admission = SsdAdmissionKind::kAll;
+  uint64_t ssd_write_budget_bytes_per_day = 0;
   // The SSD tier's directory. Empty: no SSD tier unless a capacity is given
   // (then InvalidArgument).
   std::string ssd_path;
@@ -90,11 +95,16 @@ class ReplayTiers {
   std::optional<uint64_t> unlikely_reuse_after_output_tokens() const {
     return unlikely_reuse_after_output_tokens_;
   }
+  // Moves the trace clock (the engine's under a write budget) forward to a
+  // request's timestamp; never back.
+  void AdvanceTraceClock(uint64_t timestamp_ms);
+  EngineStats stats() const { return engine_->Stats(); }
 
  private:
   ReplayTiers() = default;
   uint64_t payload_bytes_ = 0;
   std::optional<uint64_t> unlikely_reuse_after_output_tokens_;
+  FakeClock trace_clock_{0};  // declared before the engine that reads it
   std::unique_ptr<Engine> engine_;
   Namespace ns_;
 };
@@ -129,6 +139,16 @@ struct ReplayReport {
   double prefill_cost_saved = 0;  // sum of PrefillCost(hit tokens)
   double seconds = 0;             // replay time (parsing excluded)
   uint64_t hinted_blocks = 0;     // blocks put with ReuseHint::kUnlikely
+  // SSD writes (summed over the nodes): what SSD admission decided about the
+  // hot tier's dirty victims (payload bytes), and the segment bytes written.
+  SsdAdmissionCounters ssd_admission;
+  uint64_t ssd_segment_bytes_written = 0;
+  uint64_t ssd_hit_blocks = 0;  // blocks served by the SSD tier
+  // Payload bytes written to SSD per block it served (0 without SSD hits).
+  double ssd_bytes_written_per_hit() const {
+    return ssd_hit_blocks ? double(ssd_admission.written_bytes) / double(ssd_hit_blocks)
+                          : 0;
+  }
   std::vector<ReplayTierReport> tiers;
   void AddPrefillCost(uint64_t hit_tokens_of_request, uint64_t input_length) {
     prefill_cost += PrefillCost(input_length);

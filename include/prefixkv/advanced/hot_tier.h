@@ -103,6 +103,8 @@ class HotTier final : public BlockTier {
 
   StatusOr<BlockMeta> Peek(const BlockKey& key) const override;
   bool Contains(const BlockKey& key) const override;
+  // A resident block of this owner has `key` as its parent.
+  bool HasStoredChildren(const BlockKey& key) const override;
   // NotFound when absent; Busy when pinned (nothing changes).
   Status Remove(const BlockKey& key) override;
   // Sets EvictionCandidate::unlikely_reuse (the block keeps its last access;

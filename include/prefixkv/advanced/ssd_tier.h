@@ -163,6 +163,11 @@ struct SsdSpaceUsage {
   uint64_t live_bytes = 0;       // extents referenced by stored blocks (payload
                                  // rounded up to 4096 with its 64-byte footer)
   uint64_t active_segments = 0;  // still being appended to
+  // Bytes this process wrote to segment files since Open: every extent
+  // (payload rounded up with its footer) of block writes and of compaction
+  // moves, including writes that failed. What wears the drive, apart from
+  // the metadata database's own writes (not counted).
+  uint64_t bytes_written = 0;
 };
 
 // The write-back queue now (docs/ssd.md "Write-back failures").
@@ -219,6 +224,8 @@ class SsdTier final : public BlockTier, public EvictionListener {
   // stored here. Eviction never creates one; an explicit Remove of a parent,
   // or a parent kept in another tier, can.
   std::vector<BlockKey> FindOrphans() const;
+  // A child of `key` is stored, being committed, queued or being written.
+  bool HasStoredChildren(const BlockKey& key) const override;
   // Stored blocks only (not those still queued).
   void ForEach(
       const std::function<void(const BlockMeta&, uint64_t bytes)>& fn) const override;

@@ -98,6 +98,12 @@ class BlockTier {
     return Put(meta, payload, /*dirty=*/false).ok();
   }
 
+  // Whether a block whose parent is `key` is stored (or being stored) here,
+  // so that leaving `key` out of this tier would orphan it. The default,
+  // true, is the safe answer for a tier that cannot tell (SSD admission
+  // then never skips a block above it).
+  virtual bool HasStoredChildren(const BlockKey& /*key*/) const { return true; }
+
   virtual TierCounters Totals() const = 0;
   virtual TierCounters OwnerCounters(OwnerId owner) const = 0;
 

@@ -35,6 +35,7 @@
 #include <unordered_set>
 
 #include "prefixkv/advanced/mutex.h"
+#include "prefixkv/advanced/ssd_admission.h"
 #include "prefixkv/advanced/tier.h"
 
 namespace prefixkv {
@@ -63,6 +64,16 @@ struct TierStackOptions {
   // victim from a new block; null: Put on `remote`).
   bool put_to_remote = false;
   EvictionListener* remote_spill = nullptr;
+  // Which of the hot tier's dirty victims are written to `ssd` (not owned;
+  // null: every one). Under SsdAdmissionKind::kBudget a victim is left
+  // unwritten, and counted, only when all of these hold: the budget is spent;
+  // admission_may_skip; it is a prefix block (namespace_id not zero: a raw
+  // value is an acknowledged write and always written); and it is a leaf:
+  // no child of it is in the hot tier or on SSD (BlockTier::
+  // HasStoredChildren), so no stored block loses its parent. Flush and
+  // write-through never skip.
+  SsdAdmission* admission = nullptr;
+  bool admission_may_skip = true;
 };
 
 // A payload and the tier it came from.
@@ -160,6 +171,14 @@ class TierStack final : private EvictionListener {
   // and its mark cleared, so that no older copy can start one afterwards.
   void WaitForWriteBelow(const BlockKey& key);
   Status WriteBelow(const BlockMeta& meta, const SharedBytes& payload);
+  // Admission of one evicted dirty victim (TierStackOptions::admission):
+  // whether to write it; counts the decision.
+  bool AdmitBelow(const BlockMeta& meta, uint64_t bytes);
+  // Admission may leave this block unwritten (a prefix block under a budget).
+  bool MaySkip(const BlockMeta& meta) const;
+  // A child of `key` is in the hot tier or stored (or queued) on SSD. Never
+  // waits for a spill: called from the eviction listener.
+  bool HasLocalChildren(const BlockKey& key) const;
   // REQUIRES: the key's stripe held.
   StatusOr<TierHit> GetBelow(const BlockKey& key, bool promote);
   Status PutLocked(const BlockMeta& meta, SharedBytes payload);
