@@ -80,7 +80,8 @@ Status internal::EngineImpl::OpenRemote() {
 
 StatusOr<EngineOwner> internal::EngineImpl::NewOwner(const std::string& name,
                                                      std::optional<uint64_t> quota_bytes,
-                                                     bool with_remote) {
+                                                     bool with_remote,
+                                                     uint32_t advisor_block_tokens) {
   EngineOwner o;
   o.name = name;
   if (budget_ != nullptr) {
@@ -90,6 +91,10 @@ StatusOr<EngineOwner> internal::EngineImpl::NewOwner(const std::string& name,
   TierStackOptions stack_options;
   stack_options.promote_on_ssd_hit = options_.promote_on_ssd_hit;
   stack_options.write_through = options_.write_through;
+  if (advisor_block_tokens > 0) {
+    stack_options.advisor = advisor_.get();
+    stack_options.advisor_block_tokens = advisor_block_tokens;
+  }
   if (with_remote && remote_ != nullptr) {
     stack_options.remote = remote_.get();
     stack_options.put_to_remote = options_.remote_write == RemoteWriteMode::kAlways;
@@ -155,7 +160,8 @@ StatusOr<Namespace> Engine::RegisterModel(const NamespaceSpec& spec,
     }
   }
   PKV_ASSIGN_OR_RETURN(
-      model->tiers, impl_->NewOwner(name, options.hot_quota_bytes, /*with_remote=*/true));
+      model->tiers, impl_->NewOwner(name, options.hot_quota_bytes, /*with_remote=*/true,
+                                    spec.block_tokens));
   if (impl_->remote_ != nullptr && options.remote_limits.has_value()) {
     impl_->remote_->SetNamespaceLimits(root, *options.remote_limits);
   }

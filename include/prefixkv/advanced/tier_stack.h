@@ -33,6 +33,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "prefixkv/advanced/capacity_advisor.h"
 #include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/tier.h"
 
@@ -62,6 +63,11 @@ struct TierStackOptions {
   // victim from a new block; null: Put on `remote`).
   bool put_to_remote = false;
   EvictionListener* remote_spill = nullptr;
+  // The capacity advisor (capacity_advisor.h; not owned; null: none) sees
+  // every Get and Put of a sampled key, each weighing `advisor_block_tokens`
+  // tokens. Keys not sampled cost one hash and one compare.
+  CapacityAdvisor* advisor = nullptr;
+  uint32_t advisor_block_tokens = 0;
 };
 
 // A payload and the tier it came from.
@@ -161,6 +167,7 @@ class TierStack final : private EvictionListener {
   Status WriteBelow(const BlockMeta& meta, const SharedBytes& payload);
   // REQUIRES: the key's stripe held.
   StatusOr<TierHit> GetBelow(const BlockKey& key, bool promote);
+  StatusOr<TierHit> GetFromTiers(const BlockKey& key, bool allow_promotion);
   Status PutLocked(const BlockMeta& meta, SharedBytes payload);
   Status DropStaleHotCopy(const BlockKey& key);
   // Write-back Put: removes the SSD copy (stored or queued) of a key about to
