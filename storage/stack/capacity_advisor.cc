@@ -9,9 +9,11 @@
 namespace prefixkv {
 namespace {
 
+// Distances below kLinear blocks have one bucket per block (exact for small
+// caches); above, kBucketsPerDoubling per doubling (about 2% apart).
+constexpr size_t kLinear = 256;
 constexpr int kBucketsPerDoubling = 32;
-constexpr int kDoublings = 48;
-// Approximate bytes of one std::map node holding a sampled block.
+constexpr size_t kBuckets = kLinear + kBucketsPerDoubling * 40;
 constexpr uint64_t kMapNodeBytes = 64;
 
 double Rate(uint64_t threshold) {
@@ -20,11 +22,13 @@ double Rate(uint64_t threshold) {
 }
 // Bucket b holds distances in [Lower(b), Lower(b + 1)).
 double Lower(size_t b) {
-  return std::exp2(static_cast<double>(b) / kBucketsPerDoubling) - 1;
+  if (b <= kLinear) return static_cast<double>(b);
+  return kLinear * std::exp2(static_cast<double>(b - kLinear) / kBucketsPerDoubling);
 }
 size_t BucketOf(double distance) {
-  const double b = std::floor(std::log2(distance + 1) * kBucketsPerDoubling);
-  return std::min(static_cast<size_t>(b), size_t{kBucketsPerDoubling * kDoublings - 1});
+  if (distance < kLinear) return static_cast<size_t>(distance);
+  const double b = std::floor(std::log2(distance / kLinear) * kBucketsPerDoubling);
+  return std::min(kLinear + static_cast<size_t>(b), kBuckets - 1);
 }
 
 }  // namespace
@@ -35,7 +39,7 @@ CapacityAdvisor::CapacityAdvisor(CapacityAdvisorOptions options)
   const size_t slots = 2 * size_t{std::max<uint32_t>(options_.max_keys, 1)} + 2;
   owner_.assign(slots, 0);
   fenwick_.assign(slots, 0);
-  histogram_.assign(kBucketsPerDoubling * kDoublings, 0);
+  histogram_.assign(kBuckets, 0);
 }
 
 void CapacityAdvisor::SetCapacities(uint64_t hot_bytes, uint64_t hot_blocks,

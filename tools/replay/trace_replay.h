@@ -83,6 +83,7 @@ class ReplayTiers {
   HotTier* hot();        // null when the hot tier is off
   SsdTier* ssd();        // null when the SSD tier is off
   RemoteTier* remote();  // null without a remote tier
+  Engine& engine() { return *engine_; }
   uint64_t payload_bytes() const { return payload_bytes_; }
   // The chain root of the trace's blocks.
   const BlockKey& root() const { return ns_.root; }
