@@ -47,6 +47,7 @@ StatusOr<std::vector<double>> ReplayPoints(const std::vector<TraceRequest>& requ
     const AdvisorPoint& p = report.points[i];
     ReplayConfig c;
     c.block_tokens = config.block_tokens;
+    c.bytes_per_token = config.bytes_per_token;
     const bool ssd = p.tier == "ssd";
     c.hot.tokens = ssd ? config.hot_tokens : p.capacity_bytes;
     c.ssd.tokens = ssd ? p.capacity_bytes : 0;

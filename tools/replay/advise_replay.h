@@ -14,9 +14,10 @@
 namespace prefixkv::replay {
 
 struct AdviseConfig {
-  uint32_t block_tokens = 512;  // tokens per hash id
-  uint64_t hot_tokens = 0;      // current hot tier size (0: no hot points)
-  uint64_t ssd_tokens = 0;      // current SSD tier size (0: no SSD points)
+  uint32_t block_tokens = 512;    // tokens per hash id
+  uint64_t hot_tokens = 0;        // current hot tier size (0: no hot points)
+  uint64_t ssd_tokens = 0;        // current SSD tier size (0: no SSD points)
+  uint64_t bytes_per_token = 16;  // ReplayPoints' synthetic payload per token
   CapacityAdvisorOptions advisor;
 };
 
