@@ -132,7 +132,10 @@ has_remote, remote (cluster, available, hits, misses, corruptions,
 errors, bytes_read, bytes_written, writes, dropped, over_quota,
 rewrites_skipped, queued_blocks, queued_bytes). Each
 owner: name, hot, hot_quota_bytes, ssd, restore_latency (models only:
-bucket_bounds_micros, counts, sum_micros, count; else None).)doc";
+bucket_bounds_micros, counts, sum_micros, count; else None). advisor: the
+capacity advisor (sampling_rate, sampled_keys, memory_bytes, references,
+points: [{tier, factor, capacity_bytes, capacity_blocks, hit_ratio}], the
+estimated token hit ratio at 1/4x..8x of each tier; docs/eviction.md).)doc";
 inline constexpr const char* kAudit =
     R"doc({"ok": bool, "findings": [(what, detail)], "orphans": [hex key]}.)doc";
 inline constexpr const char* kHotBlockAddress =

@@ -81,7 +81,9 @@ void CapacityAdvisor::Reference(uint64_t hash, bool count, bool missed_get,
     if (inserted) {
       cold_tokens_ += weight;
     } else {
-      const int64_t newer = FenwickSum(next_stamp_ - 1) - FenwickSum(it->second.stamp);
+      // Every remembered block has one live stamp: those after this one's.
+      const int64_t newer =
+          static_cast<int64_t>(keys_.size()) - FenwickSum(it->second.stamp);
       histogram_[BucketOf(static_cast<double>(newer) / rate)] += weight;
     }
   }

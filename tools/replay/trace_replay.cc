@@ -46,6 +46,7 @@ StatusOr<std::unique_ptr<ReplayTiers>> ReplayTiers::Open(const ReplayConfig& con
   o.ssd_policy = config.ssd_policy;
   o.durability = SsdDurability::kFlush;  // a replay measures hit ratios, not crash safety
   o.promote_on_ssd_hit = config.promote_on_ssd_hit;
+  o.advisor_max_keys = config.advisor_max_keys;
   o.log = [](std::string_view) {};
   o.remote = config.remote;
   o.remote_write = config.remote_write;

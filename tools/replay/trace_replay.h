@@ -57,6 +57,8 @@ struct ReplayConfig {
   // (then InvalidArgument).
   std::string ssd_path;
   bool promote_on_ssd_hit = true;
+  // The engine's capacity advisor (EngineOptions::advisor_max_keys; 0: off).
+  uint32_t advisor_max_keys = 32768;
   // A shared remote tier (EngineOptions::remote; docs/remote.md): every node
   // of a replay uses it. Empty and no factory: none.
   std::string remote;
