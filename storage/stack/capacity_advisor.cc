@@ -40,6 +40,7 @@ CapacityAdvisor::CapacityAdvisor(CapacityAdvisorOptions options)
   owner_.assign(slots, 0);
   fenwick_.assign(slots, 0);
   histogram_.assign(kBuckets, 0);
+  keys_.reserve(options_.max_keys + 1);
 }
 
 void CapacityAdvisor::SetCapacities(uint64_t hot_bytes, uint64_t hot_blocks,
@@ -88,6 +89,7 @@ void CapacityAdvisor::Reference(uint64_t hash, bool count, bool missed_get,
     }
   }
   it->second.missed_get = missed_get;
+  if (inserted) largest_.push(hash);
   Touch(it->second, hash);
   if (inserted && keys_.size() > options_.max_keys) Shrink();
 }
@@ -105,10 +107,12 @@ void CapacityAdvisor::Touch(Entry& e, uint64_t hash) {
 
 void CapacityAdvisor::Shrink() {
   while (keys_.size() > options_.max_keys) {
-    auto last = std::prev(keys_.end());
+    const uint64_t hash = largest_.top();
+    largest_.pop();
+    auto last = keys_.find(hash);
     owner_[last->second.stamp] = 0;
     FenwickAdd(last->second.stamp, -1);
-    threshold_.store(last->first, std::memory_order_relaxed);
+    threshold_.store(hash, std::memory_order_relaxed);
     keys_.erase(last);
   }
 }

@@ -28,8 +28,9 @@
 
 #include <atomic>
 #include <cstdint>
-#include <map>
+#include <queue>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "prefixkv/advanced/mutex.h"
@@ -93,9 +94,10 @@ class CapacityAdvisor {
   const CapacityAdvisorOptions options_;
   std::atomic<uint64_t> threshold_{~uint64_t{0}};
   mutable Mutex mu_;
-  std::map<uint64_t, Entry> keys_ GUARDED_BY(mu_);  // by hash: largest leaves first
-  std::vector<uint64_t> owner_ GUARDED_BY(mu_);     // stamp -> hash (0: free)
-  std::vector<int64_t> fenwick_ GUARDED_BY(mu_);    // 1-based, live stamps
+  std::unordered_map<uint64_t, Entry> keys_ GUARDED_BY(mu_);  // by hash
+  std::priority_queue<uint64_t> largest_ GUARDED_BY(mu_);     // keys_' hashes
+  std::vector<uint64_t> owner_ GUARDED_BY(mu_);               // stamp -> hash (0: free)
+  std::vector<int64_t> fenwick_ GUARDED_BY(mu_);              // 1-based, live stamps
   uint32_t next_stamp_ GUARDED_BY(mu_) = 1;
   // Token-weighted histogram of scaled reuse distances in log buckets
   // (kBucketsPerDoubling per doubling); cold references in `cold_tokens_`.
