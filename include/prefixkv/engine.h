@@ -126,7 +126,8 @@ struct EngineOptions {
   std::function<std::unique_ptr<RemoteStore>()> remote_store_factory;
   // The capacity advisor (docs/eviction.md, "The capacity advisor"): the
   // sampled blocks it remembers at most (about 100 bytes each), whatever the
-  // traffic; 0 turns it off. Default 32768 (about 3 MB).
+  // traffic; 0 turns it off; at most 2^24 (Open: InvalidArgument). Default
+  // 32768 (about 3 MB).
   uint32_t advisor_max_keys = 32768;
 };
 

@@ -14,6 +14,14 @@ Status internal::EngineImpl::OpenTiers() {
   if (options_.hot_capacity_bytes == 0 && options_.data_dir.empty()) {
     return Status::InvalidArgument("engine needs a hot tier or a data_dir (or both)");
   }
+  if (options_.advisor_max_keys > kMaxAdvisorKeys) {
+    return Status::InvalidArgument("advisor_max_keys must be at most " +
+                                   std::to_string(kMaxAdvisorKeys));
+  }
+  if (options_.advisor_max_keys > 0) {
+    advisor_ = std::make_unique<CapacityAdvisor>(
+        CapacityAdvisorOptions{.max_keys = options_.advisor_max_keys});
+  }
   if (!options_.data_dir.empty()) {
     std::error_code ec;
     if (!options_.create_if_missing && !std::filesystem::exists(options_.data_dir, ec)) {

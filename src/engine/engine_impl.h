@@ -104,13 +104,9 @@ class internal::EngineImpl {
 
   const EngineOptions options_;
   Clock* const clock_ = options_.clock != nullptr ? options_.clock : Clock::System();
-  // Sees the models' stacks (declared before them: it outlives them); null
-  // when options_.advisor_max_keys is 0.
-  const std::unique_ptr<CapacityAdvisor> advisor_ =
-      options_.advisor_max_keys == 0
-          ? nullptr
-          : std::make_unique<CapacityAdvisor>(
-                CapacityAdvisorOptions{.max_keys = options_.advisor_max_keys});
+  // Sees the models' stacks (declared before them: it outlives them); made
+  // by OpenTiers, null when options_.advisor_max_keys is 0.
+  std::unique_ptr<CapacityAdvisor> advisor_;
   std::shared_ptr<SharedHotBudget> budget_;  // null without a hot tier
   // Declared before ssd_ so it is destroyed after it: it is the SSD tier's
   // eviction listener (write mode on_spill).

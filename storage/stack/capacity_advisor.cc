@@ -34,9 +34,12 @@ size_t BucketOf(double distance) {
 }  // namespace
 
 CapacityAdvisor::CapacityAdvisor(CapacityAdvisorOptions options)
-    : options_(std::move(options)) {
+    : options_([&] {
+        options.max_keys = std::clamp<uint32_t>(options.max_keys, 1, kMaxAdvisorKeys);
+        return std::move(options);
+      }()) {
   MutexLock lock(&mu_);
-  const size_t slots = 2 * size_t{std::max<uint32_t>(options_.max_keys, 1)} + 2;
+  const size_t slots = 2 * size_t{options_.max_keys} + 2;
   owner_.assign(slots, 0);
   fenwick_.assign(slots, 0);
   histogram_.assign(kBuckets, 0);

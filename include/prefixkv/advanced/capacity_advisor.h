@@ -39,8 +39,13 @@
 
 namespace prefixkv {
 
+// The largest CapacityAdvisorOptions::max_keys (and EngineOptions::
+// advisor_max_keys; Engine::Open refuses more).
+inline constexpr uint32_t kMaxAdvisorKeys = uint32_t{1} << 24;
+
 struct CapacityAdvisorOptions {
-  // Sampled blocks remembered at most (about 100 bytes each). Default 32768 (3 MB).
+  // Sampled blocks remembered at most, 1..kMaxAdvisorKeys (about 100 bytes each). Default
+  // 32768 (3 MB).
   uint32_t max_keys = 32768;
   // Sizes estimated, as multiples of each tier's current capacity.
   std::vector<double> factors = {0.25, 0.5, 1, 2, 4, 8};
