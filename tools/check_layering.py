@@ -57,6 +57,8 @@ OWNERS = {
     "advanced/ssd_tier.h": "prefixkv_ssd",
     "advanced/tier_stack.h": "prefixkv_stack",
     "advanced/ssd_admission.h": "prefixkv_stack",
+    "advanced/capacity_advisor.h": "prefixkv_stack",
+    "advisor_types.h": "prefixkv_base",  # plain structs (EngineStats::advisor)
     "advanced/remote_store.h": "prefixkv_remote",
     "advanced/remote_tier.h": "prefixkv_remote",
     "cache_types.h": "prefixkv_core",

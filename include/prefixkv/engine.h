@@ -39,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "prefixkv/advisor_types.h"
 #include "prefixkv/block.h"
 #include "prefixkv/block_key.h"
 #include "prefixkv/bytes.h"
@@ -144,6 +145,11 @@ struct EngineOptions {
   // Advanced, for tests: the store under the remote tier instead of a Redis
   // Cluster client (then `remote` is only its name in Stats).
   std::function<std::unique_ptr<RemoteStore>()> remote_store_factory;
+  // The capacity advisor (docs/eviction.md, "The capacity advisor"): the
+  // sampled blocks it remembers at most (about 100 bytes each), whatever the
+  // traffic; 0 turns it off; at most 2^24 (Open: InvalidArgument). Default
+  // 32768 (about 3 MB).
+  uint32_t advisor_max_keys = 32768;
 };
 
 // How one model's blocks are kept.
@@ -215,6 +221,9 @@ struct EngineStats {
   bool has_remote = false;
   std::string remote_describe;  // the cluster, e.g. "remote: redis cluster ..."
   RemoteCounters remote;        // this node's view of the remote tier
+  // The capacity advisor's estimates (Engine::AdvisorStats); no points when
+  // it is off.
+  AdvisorReport advisor;
 };
 
 // What Audit() found. Empty findings and orphans: every counter agrees with
@@ -431,6 +440,12 @@ class Engine {
   bool closed() const;
 
   EngineStats Stats() const;
+  // The capacity advisor's estimates for the models' blocks (also in
+  // Stats().advisor): the token hit ratio at 1/4x to 8x the hot and SSD
+  // capacities (a tier's capacity in blocks from its bytes and the models'
+  // mean charge per block; no points for a tier that is absent or holds no
+  // model block yet). No points when the advisor is off.
+  AdvisorReport AdvisorStats() const;
   // Flushes, then recomputes every counter of the hot budget and the SSD tier
   // from their contents, verifies every SSD payload checksum (a damaged block
   // is removed and reported) and every SSD chain link. An error only when the

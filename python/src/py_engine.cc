@@ -74,6 +74,23 @@ py::dict StatsDict(const EngineStats& s) {
   r["available"] = s.remote.available;
   for (const RemoteCounterField& f : kRemoteCounterFields) r[f.name] = s.remote.*f.field;
   d["remote"] = r;
+  py::dict a;
+  a["sampling_rate"] = s.advisor.sampling_rate;
+  a["sampled_keys"] = s.advisor.sampled_keys;
+  a["memory_bytes"] = s.advisor.memory_bytes;
+  a["references"] = s.advisor.references;
+  py::list points;
+  for (const AdvisorPoint& p : s.advisor.points) {
+    py::dict pd;
+    pd["tier"] = p.tier;
+    pd["factor"] = p.factor;
+    pd["capacity_bytes"] = p.capacity_bytes;
+    pd["capacity_blocks"] = p.capacity_blocks;
+    pd["hit_ratio"] = p.hit_ratio;
+    points.append(pd);
+  }
+  a["points"] = points;
+  d["advisor"] = a;
   return d;
 }
 

@@ -14,6 +14,14 @@ Status internal::EngineImpl::OpenTiers() {
   if (options_.hot_capacity_bytes == 0 && options_.data_dir.empty()) {
     return Status::InvalidArgument("engine needs a hot tier or a data_dir (or both)");
   }
+  if (options_.advisor_max_keys > kMaxAdvisorKeys) {
+    return Status::InvalidArgument("advisor_max_keys must be at most " +
+                                   std::to_string(kMaxAdvisorKeys));
+  }
+  if (options_.advisor_max_keys > 0) {
+    advisor_ = std::make_unique<CapacityAdvisor>(
+        CapacityAdvisorOptions{.max_keys = options_.advisor_max_keys});
+  }
   if (!options_.data_dir.empty()) {
     std::error_code ec;
     if (!options_.create_if_missing && !std::filesystem::exists(options_.data_dir, ec)) {
@@ -109,7 +117,8 @@ Status internal::EngineImpl::OpenRemote() {
 
 StatusOr<EngineOwner> internal::EngineImpl::NewOwner(const std::string& name,
                                                      std::optional<uint64_t> quota_bytes,
-                                                     bool with_remote) {
+                                                     bool with_remote,
+                                                     uint32_t advisor_block_tokens) {
   EngineOwner o;
   o.name = name;
   if (budget_ != nullptr) {
@@ -119,6 +128,10 @@ StatusOr<EngineOwner> internal::EngineImpl::NewOwner(const std::string& name,
   TierStackOptions stack_options;
   stack_options.promote_on_ssd_hit = options_.promote_on_ssd_hit;
   stack_options.write_through = options_.write_through;
+  if (advisor_block_tokens > 0) {
+    stack_options.advisor = advisor_.get();
+    stack_options.advisor_block_tokens = advisor_block_tokens;
+  }
   if (with_remote && remote_ != nullptr) {
     stack_options.remote = remote_.get();
     stack_options.put_to_remote = options_.remote_write == RemoteWriteMode::kAlways;
@@ -187,7 +200,8 @@ StatusOr<Namespace> Engine::RegisterModel(const NamespaceSpec& spec,
     }
   }
   PKV_ASSIGN_OR_RETURN(
-      model->tiers, impl_->NewOwner(name, options.hot_quota_bytes, /*with_remote=*/true));
+      model->tiers, impl_->NewOwner(name, options.hot_quota_bytes, /*with_remote=*/true,
+                                    spec.block_tokens));
   if (impl_->remote_ != nullptr && options.remote_limits.has_value()) {
     impl_->remote_->SetNamespaceLimits(root, *options.remote_limits);
   }

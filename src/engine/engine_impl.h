@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "prefixkv/advanced/capacity_advisor.h"
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/prefix_cache.h"
@@ -84,9 +85,11 @@ class internal::EngineImpl {
   // key-value space). REQUIRES: mu_ held.
   // A model's stack reaches the remote tier; the key-value space's does not
   // (its values are mutable, remote blocks are immutable by key).
+  // `advisor_block_tokens`: the tokens of one of the owner's blocks, for the
+  // capacity advisor (0: the advisor does not see this owner's blocks).
   StatusOr<EngineOwner> NewOwner(const std::string& name,
-                                 std::optional<uint64_t> quota_bytes, bool with_remote)
-      REQUIRES(mu_);
+                                 std::optional<uint64_t> quota_bytes, bool with_remote,
+                                 uint32_t advisor_block_tokens) REQUIRES(mu_);
   // The model of a namespace handle, or null.
   EngineModel* Find(Namespace ns) const EXCLUDES(mu_);
   // The key-value space's stack, created on first use (under mu_; later calls
@@ -104,6 +107,9 @@ class internal::EngineImpl {
 
   const EngineOptions options_;
   Clock* const clock_ = options_.clock != nullptr ? options_.clock : Clock::System();
+  // Sees the models' stacks (declared before them: it outlives them); made
+  // by OpenTiers, null when options_.advisor_max_keys is 0.
+  std::unique_ptr<CapacityAdvisor> advisor_;
   std::shared_ptr<SharedHotBudget> budget_;  // null without a hot tier
   // Declared before ssd_ so it is destroyed after it: it is the SSD tier's
   // eviction listener (write mode on_spill).

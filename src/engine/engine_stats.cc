@@ -9,6 +9,38 @@
 #include "engine_impl.h"
 
 namespace prefixkv {
+namespace {
+
+// A tier's capacity in blocks: its bytes over the models' mean charge per
+// block (0 while the models have no block there).
+uint64_t CapacityBlocks(uint64_t capacity_bytes, uint64_t bytes, uint64_t entries) {
+  if (entries == 0 || bytes == 0) return 0;
+  return capacity_bytes / std::max<uint64_t>(bytes / entries, 1);
+}
+
+// The advisor's estimates at the tiers' capacities in `s`, in blocks of the
+// models' mean charge.
+AdvisorReport AdvisorOf(const internal::EngineImpl& impl, const EngineStats& s) {
+  uint64_t hot_bytes = 0, hot_entries = 0, ssd_bytes = 0, ssd_entries = 0;
+  {
+    MutexLock lock(&impl.mu_);
+    for (const auto& m : impl.models_) {
+      if (m->tiers.owner >= s.owners.size()) continue;
+      const EngineOwnerStats& o = s.owners[m->tiers.owner];
+      hot_bytes += o.hot.bytes;
+      hot_entries += o.hot.entries;
+      ssd_bytes += o.ssd.bytes;
+      ssd_entries += o.ssd.entries;
+    }
+  }
+  impl.advisor_->SetCapacities(
+      s.hot_capacity_bytes, CapacityBlocks(s.hot_capacity_bytes, hot_bytes, hot_entries),
+      s.has_ssd ? s.ssd_capacity_bytes : 0,
+      s.has_ssd ? CapacityBlocks(s.ssd_capacity_bytes, ssd_bytes, ssd_entries) : 0);
+  return impl.advisor_->Report();
+}
+
+}  // namespace
 
 EngineStats Engine::Stats() const {
   EngineStats s;
@@ -60,8 +92,11 @@ EngineStats Engine::Stats() const {
     }
     if (impl.values_ != nullptr) s.dirty_blocks += impl.values_->stack->dirty_blocks();
   }
+  if (impl.CheckOpen().ok() && impl.advisor_ != nullptr) s.advisor = AdvisorOf(impl, s);
   return s;
 }
+
+AdvisorReport Engine::AdvisorStats() const { return Stats().advisor; }
 
 StatusOr<EngineAudit> Engine::Audit() {
   PKV_RETURN_IF_ERROR(Flush());

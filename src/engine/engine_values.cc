@@ -261,7 +261,8 @@ StatusOr<TierStack*> internal::EngineImpl::Values() {
   MutexLock lock(&mu_);
   if (values_ == nullptr) {
     PKV_ASSIGN_OR_RETURN(EngineOwner owner,
-                         NewOwner("values", std::nullopt, /*with_remote=*/false));
+                         NewOwner("values", std::nullopt, /*with_remote=*/false,
+                                  /*advisor_block_tokens=*/0));
     values_ = std::make_unique<EngineOwner>(std::move(owner));
     values_stack_.store(values_->stack.get(), std::memory_order_release);
   }

@@ -190,10 +190,32 @@ void ForEachCounter(const TierCounters& c,
   for (const TierCounterField& f : kTierCounterFields) fn(f.name, c.*f.field);
 }
 
+// "# Advisor": the capacity advisor's estimated token hit ratio at 1/4x to 8x
+// each tier's capacity (docs/eviction.md, "The capacity advisor"), one line
+// per point: advisor_<tier>_<factor>x:capacity_bytes=N,hit_ratio=R.
+void AppendAdvisor(const AdvisorReport& r, std::string* out) {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf),
+                "# Advisor\r\nadvisor_sampling_rate:%.6f\r\nadvisor_sampled_keys:%llu\r\n"
+                "advisor_memory_bytes:%llu\r\nadvisor_references:%llu\r\n",
+                r.sampling_rate, static_cast<unsigned long long>(r.sampled_keys),
+                static_cast<unsigned long long>(r.memory_bytes),
+                static_cast<unsigned long long>(r.references));
+  *out += buf;
+  for (const AdvisorPoint& p : r.points) {
+    std::snprintf(buf, sizeof(buf),
+                  "advisor_%s_%gx:capacity_bytes=%llu,hit_ratio=%.4f\r\n", p.tier.c_str(),
+                  p.factor, static_cast<unsigned long long>(p.capacity_bytes),
+                  p.hit_ratio);
+    *out += buf;
+  }
+  *out += "\r\n";
+}
+
 // INFO [section ...]: "server", "clients", "stats" and "commandstats" from the
 // running server, "memory" and "keyspace", then "tier_hot", "owners",
-// "tier_ssd" and "tier_remote" from the engine ("tiers": those four). An
-// unknown section is an empty reply, as in Redis.
+// "tier_ssd" and "tier_remote" from the engine ("tiers": those four), then
+// "advisor". An unknown section is an empty reply, as in Redis.
 void CmdInfo(CommandContext& ctx) {
   std::vector<std::string> wants;  // none: the default sections
   for (size_t i = 1; i < ctx.args.size(); ++i) {
@@ -240,6 +262,7 @@ void CmdInfo(CommandContext& ctx) {
     }
     text += "\r\n";
   }
+  if (wanted("advisor")) AppendAdvisor(engine->AdvisorStats(), &text);
   ctx.out->Bulk(text);
 }
 

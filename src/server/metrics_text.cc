@@ -234,6 +234,27 @@ void AddTierFamilies(std::vector<FamilyDef>& defs) {
   AddWearFamilies(defs);
 }
 
+// The capacity advisor's curve (docs/eviction.md, "The capacity advisor").
+void AddAdvisorFamilies(std::vector<FamilyDef>& defs) {
+  defs.push_back(Gauge("prefixkv_advisor_hit_ratio", {"tier", "capacity_bytes"},
+                       "Estimated token hit ratio if the tier had capacity_bytes (1/4x "
+                       "to 8x its capacity; ssd: behind the hot tier as it is)",
+                       [](const Snapshot& s, Samples& out) {
+                         for (const AdvisorPoint& p : s.engine.advisor.points) {
+                           out.AddDouble(
+                               {{"tier", p.tier},
+                                {"capacity_bytes", std::to_string(p.capacity_bytes)}},
+                               p.hit_ratio);
+                         }
+                       }));
+  defs.push_back(Gauge("prefixkv_advisor_sampling_rate", {},
+                       "Share of block keys the capacity advisor samples",
+                       [](const Snapshot& s, Samples& out) {
+                         if (!s.engine.advisor.points.empty())
+                           out.AddDouble({}, s.engine.advisor.sampling_rate);
+                       }));
+}
+
 // The remote tier's families (only with a remote tier).
 void AddRemoteFamilies(std::vector<FamilyDef>& defs) {
   defs.push_back(Gauge("prefixkv_remote_available", {},
@@ -450,6 +471,7 @@ const std::vector<FamilyDef>& FamilyDefs() {
     AddTierFamilies(*d);
     AddRemoteFamilies(*d);
     AddOwnerFamilies(*d);
+    AddAdvisorFamilies(*d);
     AddServerFamilies(*d);
     AddProcessFamilies(*d);
     return d;

@@ -28,6 +28,13 @@ TierStack::~TierStack() {
 }
 
 StatusOr<TierHit> TierStack::Get(const BlockKey& key, bool allow_promotion) {
+  StatusOr<TierHit> hit = GetFromTiers(key, allow_promotion);
+  if (CapacityAdvisor* a = options_.advisor; a != nullptr && a->Sampled(key))
+    a->OnGet(key, hit.ok(), options_.advisor_block_tokens);
+  return hit;
+}
+
+StatusOr<TierHit> TierStack::GetFromTiers(const BlockKey& key, bool allow_promotion) {
   if (hot_ != nullptr) {
     StatusOr<SharedBytes> hit = hot_->Get(key);
     if (hit.ok()) return TierHit{std::move(hit).value(), TierLevel::kHot};
@@ -97,6 +104,8 @@ StatusOr<BlockMeta> TierStack::Peek(const BlockKey& key) const {
 }
 
 Status TierStack::Put(const BlockMeta& meta, SharedBytes payload) {
+  if (CapacityAdvisor* a = options_.advisor; a != nullptr && a->Sampled(meta.key))
+    a->OnPut(meta.key, options_.advisor_block_tokens);
   MutexLock lock(&StripeFor(meta.key));
   if (options_.remote == nullptr || !options_.put_to_remote) {
     return PutLocked(meta, std::move(payload));

@@ -180,6 +180,10 @@ TEST_F(EngineTest, FlushAndAuditCountNoHitsAndKeepTheEvictionOrder) {
 TEST_F(EngineTest, OptionsThatCannotWorkAreRejected) {
   EXPECT_TRUE(
       Engine::Open(Quiet({.hot_capacity_bytes = 0})).status().IsInvalidArgument());
+  // An advisor that would allocate gigabytes: refused, not a bad_alloc.
+  EngineOptions huge_advisor;
+  huge_advisor.advisor_max_keys = uint32_t{1} << 30;
+  EXPECT_TRUE(Engine::Open(Quiet(huge_advisor)).status().IsInvalidArgument());
   EngineOptions missing = OnDisk();
   missing.data_dir = (dir_.path() / "absent").string();
   missing.create_if_missing = false;

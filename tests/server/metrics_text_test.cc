@@ -94,6 +94,8 @@ EngineStats FullSnapshot() {
     s.remote.*f = next++;
   }
   s.remote.available = true;
+  s.advisor.sampling_rate = 0.25;
+  s.advisor.points = {{"hot", 0.5, 512, 4, 0.125}, {"ssd", 2, 8192, 64, 0.75}};
   return s;
 }
 
@@ -609,6 +611,22 @@ TEST(ProcessStats, ReadsThisProcess) {
   const double now = static_cast<double>(::time(nullptr));
   EXPECT_LE(after.start_time_seconds, now + 1);
   EXPECT_GT(after.start_time_seconds, now - 24 * 3600.0);  // a test runs for seconds
+}
+
+// The capacity advisor's curve: one sample per point, by tier and size.
+TEST(MetricsText, TheAdvisorsPointsAreSamplesByTierAndCapacity) {
+  const std::string text = RenderMetrics(FullSnapshot(), FullServerStats());
+  EXPECT_NE(text.find("prefixkv_advisor_hit_ratio{tier=\"hot\",capacity_bytes=\"512\"} "
+                      "0.125\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("prefixkv_advisor_hit_ratio{tier=\"ssd\",capacity_bytes=\"8192\"} "
+                      "0.75\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("prefixkv_advisor_sampling_rate 0.25\n"), std::string::npos);
+  // No advisor (or no points yet): no family.
+  EXPECT_EQ(RenderMetrics(EngineStats{}, FullServerStats()).find("prefixkv_advisor"),
+            std::string::npos);
 }
 
 // docs/metrics.md's table: one row per family, in order, with its type and

@@ -122,6 +122,31 @@ TEST_F(ServerPkvTest, AStoredChainMatchesAndReadsBack) {
   EXPECT_EQ(Field(c_->Call(PutArgs(records)), "deduplicated").integer, 3);
 }
 
+// INFO advisor: the capacity advisor counts the models' block reads and
+// writes (not raw keys) and, once the hot tier holds model blocks, estimates
+// 1/4x to 8x of its capacity.
+TEST_F(ServerPkvTest, InfoAdvisorEstimatesFromTheModelsBlocksOnly) {
+  const NamespaceSpec spec = HybridSpec();
+  const std::string root = c_->Call(RegisterArgs(spec)).str;
+  ASSERT_EQ(c_->Call({"SET", "k", "v"}).str, "OK");
+  std::string info = c_->Call({"INFO", "advisor"}).str;
+  EXPECT_EQ(info.rfind("# Advisor\r\n", 0), 0u) << info;
+  EXPECT_NE(info.find("advisor_references:0\r\n"), std::string::npos) << info;
+  EXPECT_EQ(info.find("advisor_hot_"), std::string::npos) << info;
+  const std::vector<std::string> records = EncodedStore(spec, Tokens(3));
+  ASSERT_EQ(c_->Call(PutArgs(records)).type, '*');
+  EXPECT_EQ(c_->Call({"PKV.GET", root, KeyOf(records[0])}).str, records[0]);
+  info = c_->Call({"INFO", "advisor"}).str;
+  EXPECT_NE(info.find("advisor_references:4\r\n"), std::string::npos) << info;
+  EXPECT_NE(info.find("advisor_sampling_rate:1.000000\r\n"), std::string::npos) << info;
+  for (const char* f :
+       {"advisor_hot_0.25x:capacity_bytes=", "advisor_hot_1x:capacity_bytes=",
+        "advisor_hot_8x:capacity_bytes="}) {
+    EXPECT_NE(info.find(f), std::string::npos) << f << "\n" << info;
+  }
+  EXPECT_NE(c_->Call({"INFO"}).str.find("# Advisor"), std::string::npos);
+}
+
 TEST_F(ServerPkvTest, AChainMayExtendACachedBlock) {
   const NamespaceSpec spec = KvOnlySpec();
   const std::string root = c_->Call(RegisterArgs(spec)).str;

@@ -299,6 +299,7 @@ constexpr CliCase kCliCases[] = {
     // 1: the command ran on valid arguments and failed.
     {"replay {bad_trace}", 1, "InvalidArgument"},
     {"replay --json {bad_trace}", 1, "InvalidArgument"},
+    {"advise --json {bad_trace} --hot-capacity-tokens 3M", 1, "InvalidArgument"},
     // 2: usage. Stray arguments, for every command.
     {"demo --data-dir {scratch} extra", 2, "unexpected argument 'extra'"},
     {"demo --json --data-dir {scratch} extra", 2, "unexpected argument 'extra'"},
@@ -307,6 +308,7 @@ constexpr CliCase kCliCases[] = {
     {"repair extra", 2, "unexpected argument 'extra'"},
     {"serve --data-dir {scratch} --port 0 extra", 2, "unexpected argument 'extra'"},
     {"replay --json {bad_trace} extra", 2, "unexpected argument 'extra'"},
+    {"advise --json {bad_trace} extra", 2, "unexpected argument 'extra'"},
     {"bench core --json extra", 2, "unexpected argument 'extra'"},
     {"--version extra", 2, "takes no arguments"},
     {"help audit extra", 2, "takes at most one argument"},
@@ -324,11 +326,16 @@ constexpr CliCase kCliCases[] = {
     {"bench frobnicate --json", 2, "unknown suite 'frobnicate'"},
     {"bench core --json --repeats 0", 2, "bad --repeats"},
     {"replay --json", 2, "expected exactly one TRACE.jsonl"},
+    {"advise --json --hot-capacity-tokens 3M", 2, "expected one TRACE.jsonl"},
+    {"advise --json {bad_trace}", 2, "--hot-capacity-tokens must be at least one block"},
+    {"advise --json {bad_trace} --hot-capacity-tokens 3M --max-keys 3", 2,
+     "--max-keys must be 16..16777216"},
     // An input path the user named that does not exist.
     {"audit --json --data-dir {missing}", 2, "does not exist"},
     {"inspect --json --data-dir {missing}", 2, "does not exist"},
     {"repair --data-dir {missing}", 2, "does not exist"},
     {"replay --json {missing}", 2, "cannot open trace"},
+    {"advise --json {missing} --hot-capacity-tokens 3M", 2, "cannot open trace"},
 };
 
 std::string Expand(std::string text, const std::string& name, const std::string& value) {

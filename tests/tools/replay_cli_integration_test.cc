@@ -27,6 +27,20 @@ TEST(ReplayCli, RunsWithOnlyATraceAndCapacities) {
       << run.output;
 }
 
+// `prefixkv advise`: six hot points, and with --check the replay at each,
+// within 0.02 (docs/eviction.md, "The capacity advisor").
+TEST(AdviseCli, EstimatesEveryHotSizeAndChecksItAgainstAReplay) {
+  const testing::CliRun run =
+      testing::RunCli("advise " + kTrace + " --hot-capacity-tokens 3000000 --check");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  for (const char* line : {"hot    0.25", "hot    1.00", "hot    8.00"})
+    EXPECT_NE(run.output.find(line), std::string::npos) << line << "\n" << run.output;
+  EXPECT_EQ(run.output.find("ssd "), std::string::npos) << run.output;
+  const size_t at = run.output.find("largest difference ");
+  ASSERT_NE(at, std::string::npos) << run.output;
+  EXPECT_LT(std::stod(run.output.substr(at + 19)), 0.02) << run.output;
+}
+
 TEST(ReplayCli, HintUnlikelyAfterPutsLongAnswersBlocksAsUnlikelyToBeReused) {
   const testing::CliRun run = testing::RunCli(
       "replay " + kTrace +

@@ -16,12 +16,22 @@
 // (lru, leaf-lru, chain; docs/eviction.md) on the same blocks linked into
 // chains of 16 (so chain structure is real): its hit and insert+evict cost
 // and the ratio to lru's in the same run (`policies` in --json).
+//
+//   advisor                 the capacity advisor's cost on the TierStack's
+//                           hit path (docs/eviction.md, "The capacity
+//                           advisor"): Get of a resident block through a
+//                           stack without and with the advisor, alternating
+//                           (five rounds; min and max of the ratio), at the
+//                           sampling rate of 2M distinct blocks seen and at
+//                           rate 1 (every block sampled: a new engine).
 #include <algorithm>
 #include <random>
 #include <unordered_map>
 
+#include "prefixkv/advanced/capacity_advisor.h"
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/advanced/mutex.h"
+#include "prefixkv/advanced/tier_stack.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/suite.h"
 #include "tools/cli/flags.h"
@@ -159,6 +169,48 @@ PolicyResult MeasurePolicy(int repeats, EvictionPolicyKind policy) {
   return r;
 }
 
+// The advisor's cost on the stack's hit path: ratios (with / without) over
+// alternating rounds.
+struct AdvisorCost {
+  double rate = 0;  // the sampling rate of the primed advisor
+  double plain_ns = 0, min_ratio = 0, max_ratio = 0, full_min = 0, full_max = 0;
+};
+
+AdvisorCost MeasureAdvisor(int repeats) {
+  auto tier = HotTier::Create({.capacity_bytes = kBlocks * HotEntryCharge(kPayloadBytes)})
+                  .value();
+  const SharedBytes payload = SharedBytes::Allocate(kPayloadBytes, nullptr);
+  for (uint64_t i = 0; i < kBlocks; ++i) (void)tier->Put(MetaOf(i), payload, false);
+  CapacityAdvisor primed, full;
+  for (uint64_t i = 0; i < 2'000'000; ++i) {
+    const BlockKey k{0xAD5, i * 0x9E3779B97F4A7C15ull};
+    if (primed.Sampled(k)) primed.OnGet(k, true, 1);
+  }
+  TierStack plain(tier.get(), nullptr);
+  TierStack with_primed(tier.get(), nullptr, nullptr,
+                        {.advisor = &primed, .advisor_block_tokens = 1});
+  TierStack with_full(tier.get(), nullptr, nullptr,
+                      {.advisor = &full, .advisor_block_tokens = 1});
+  const std::vector<BlockKey> keys = ShuffledKeys();
+  auto ns = [&](TierStack& s) {
+    return NanosPerLookup(repeats, keys, [&](const BlockKey& k) {
+      DoNotOptimize(s.Get(k)->payload.data());
+    });
+  };
+  AdvisorCost c;
+  c.min_ratio = c.full_min = 1e9;
+  for (int round = 0; round < 5; ++round) {
+    const double p = ns(plain), a = ns(with_primed), f = ns(with_full);
+    c.plain_ns = round == 0 ? p : std::min(c.plain_ns, p);
+    c.min_ratio = std::min(c.min_ratio, a / p);
+    c.max_ratio = std::max(c.max_ratio, a / p);
+    c.full_min = std::min(c.full_min, f / p);
+    c.full_max = std::max(c.full_max, f / p);
+  }
+  c.rate = primed.Report().sampling_rate;
+  return c;
+}
+
 int RunHotBench(const std::vector<std::string>& args) {
   BenchArgs bench;
   if (std::optional<int> done = ParseBenchArgs("hot", 9, args, &bench)) return *done;
@@ -172,6 +224,7 @@ int RunHotBench(const std::vector<std::string>& args) {
     policies.push_back(MeasurePolicy(bench.repeats, p));
   }
   const PolicyResult& lru = policies.front();
+  const AdvisorCost advisor = MeasureAdvisor(bench.repeats);
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   if (bench.json) {
     SuiteJson out("hot");
@@ -195,6 +248,15 @@ int RunHotBench(const std::vector<std::string>& args) {
           .EndObject();
     }
     j.EndArray();
+    j.Key("advisor")
+        .BeginObject()
+        .Field("stack_get_ns_per_block", advisor.plain_ns)
+        .Field("sampling_rate", advisor.rate)
+        .Field("ratio_min", advisor.min_ratio)
+        .Field("ratio_max", advisor.max_ratio)
+        .Field("every_block_sampled_ratio_min", advisor.full_min)
+        .Field("every_block_sampled_ratio_max", advisor.full_max)
+        .EndObject();
     out.Print();
   } else {
     std::printf("hot tier benchmark (medians of %d runs)\n", bench.repeats);
@@ -213,6 +275,11 @@ int RunHotBench(const std::vector<std::string>& args) {
                   p.insert_evict_per_s, ratio(p.hit_ns, lru.hit_ns),
                   ratio(p.insert_evict_per_s, lru.insert_evict_per_s));
     }
+    std::printf("capacity advisor on the stack's hit path (get %.1f ns/block without)\n",
+                advisor.plain_ns);
+    std::printf("  sampling rate %.4f: %.3fx..%.3fx; every block sampled: %.3fx..%.3fx\n",
+                advisor.rate, advisor.min_ratio, advisor.max_ratio, advisor.full_min,
+                advisor.full_max);
   }
   return 0;
 }

@@ -50,6 +50,7 @@ StatusOr<std::unique_ptr<ReplayTiers>> ReplayTiers::Open(const ReplayConfig& con
   o.ssd_write_budget_bytes_per_day = config.ssd_write_budget_bytes_per_day;
   // Budgeted: a day is a day of the trace. Else the system clock, as before.
   if (config.ssd_admission == SsdAdmissionKind::kBudget) o.clock = &t->trace_clock_;
+  o.advisor_max_keys = config.advisor_max_keys;
   o.log = [](std::string_view) {};
   o.remote = config.remote;
   o.remote_write = config.remote_write;

@@ -62,6 +62,8 @@ struct ReplayConfig {
   // (then InvalidArgument).
   std::string ssd_path;
   bool promote_on_ssd_hit = true;
+  // The engine's capacity advisor (EngineOptions::advisor_max_keys; 0: off).
+  uint32_t advisor_max_keys = 32768;
   // A shared remote tier (EngineOptions::remote; docs/remote.md): every node
   // of a replay uses it. Empty and no factory: none.
   std::string remote;
@@ -88,6 +90,7 @@ class ReplayTiers {
   HotTier* hot();        // null when the hot tier is off
   SsdTier* ssd();        // null when the SSD tier is off
   RemoteTier* remote();  // null without a remote tier
+  Engine& engine() { return *engine_; }
   uint64_t payload_bytes() const { return payload_bytes_; }
   // The chain root of the trace's blocks.
   const BlockKey& root() const { return ns_.root; }

@@ -34,6 +34,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "prefixkv/advanced/capacity_advisor.h"
 #include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/ssd_admission.h"
 #include "prefixkv/advanced/tier.h"
@@ -74,6 +75,11 @@ struct TierStackOptions {
   // write-through never skip.
   SsdAdmission* admission = nullptr;
   bool admission_may_skip = true;
+  // The capacity advisor (capacity_advisor.h; not owned; null: none) sees
+  // every Get and Put of a sampled key, each weighing `advisor_block_tokens`
+  // tokens. Keys not sampled cost one hash and one compare.
+  CapacityAdvisor* advisor = nullptr;
+  uint32_t advisor_block_tokens = 0;
 };
 
 // A payload and the tier it came from.
@@ -181,6 +187,7 @@ class TierStack final : private EvictionListener {
   bool HasLocalChildren(const BlockKey& key) const;
   // REQUIRES: the key's stripe held.
   StatusOr<TierHit> GetBelow(const BlockKey& key, bool promote);
+  StatusOr<TierHit> GetFromTiers(const BlockKey& key, bool allow_promotion);
   Status PutLocked(const BlockMeta& meta, SharedBytes payload);
   Status DropStaleHotCopy(const BlockKey& key);
   // Write-back Put: removes the SSD copy (stored or queued) of a key about to

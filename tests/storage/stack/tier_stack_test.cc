@@ -7,7 +7,10 @@
 
 #include <chrono>
 #include <functional>
+#include <list>
+#include <random>
 #include <thread>
+#include <unordered_map>
 
 #include "prefixkv/advanced/mem_tier.h"
 #include "tests/storage/stack/gated_tier.h"
@@ -435,6 +438,121 @@ TEST(TierStackGuard, AWriteBackPutWaitsForTheOlderCopyInFlight) {
       << "the older copy stays below the newer one";
   EXPECT_EQ(s.stack.Get(Meta(1).key)->payload.view(), Payload('n').view());
 }
+
+// The capacity advisor (capacity_advisor.h; docs/eviction.md, "The capacity
+// advisor").
+namespace advisor_test {
+
+// Replay semantics on ids: look the chain up until the first miss (an LRU
+// of `capacity` blocks), then touch or insert every block. Returns the hits.
+struct PrefixLru {
+  explicit PrefixLru(size_t capacity) : capacity(capacity) {}
+  size_t Request(const std::vector<uint64_t>& chain) {
+    size_t hit = 0;
+    while (hit < chain.size() && where.count(chain[hit])) Touch(chain[hit++]);
+    for (size_t i = hit; i < chain.size(); ++i) {
+      if (where.count(chain[i])) {
+        Touch(chain[i]);
+        continue;
+      }
+      if (order.size() == capacity) {
+        where.erase(order.back());
+        order.pop_back();
+      }
+      order.push_front(chain[i]);
+      where[chain[i]] = order.begin();
+    }
+    return hit;
+  }
+  void Touch(uint64_t id) { order.splice(order.begin(), order, where.at(id)); }
+  size_t capacity;
+  std::list<uint64_t> order;
+  std::unordered_map<uint64_t, std::list<uint64_t>::iterator> where;
+};
+
+// Random prefix traffic: chains in a tree of `fanout` children per block.
+std::vector<std::vector<uint64_t>> RandomChains(uint64_t seed, size_t requests) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<uint64_t>> out;
+  for (size_t r = 0; r < requests; ++r) {
+    std::vector<uint64_t> chain;
+    uint64_t id = 1;
+    const size_t depth = 1 + rng() % 12;
+    for (size_t d = 0; d < depth; ++d) {
+      id = id * 5 + 1 + rng() % (d < 2 ? 3 : 5);
+      chain.push_back(id);
+    }
+    out.push_back(std::move(chain));
+  }
+  return out;
+}
+
+// Every block sampled: the per-block estimate (a block hits a cache of C
+// blocks when its reuse distance is below C) equals the prefix hits that an
+// LRU cache serves, stopping at the first miss, at every small size.
+TEST(CapacityAdvisorTest, UnsampledEstimateEqualsPrefixHitsOfAnLruCache) {
+  const uint64_t seed = testing::TestSeed("CapacityAdvisorTest");
+  const auto chains = RandomChains(seed, 4000);
+  CapacityAdvisor advisor({.max_keys = 1 << 15});
+  uint64_t blocks = 0;
+  for (const auto& chain : chains) {
+    for (uint64_t id : chain) {
+      ASSERT_TRUE(advisor.Sampled(BlockKey{3, id}));
+      advisor.OnGet(BlockKey{3, id}, /*hit=*/true, 1);
+    }
+    blocks += chain.size();
+  }
+  for (size_t capacity : {1u, 4u, 16u, 50u, 120u, 250u}) {
+    PrefixLru lru(capacity);
+    uint64_t hits = 0;
+    for (const auto& chain : chains) hits += lru.Request(chain);
+    EXPECT_NEAR(advisor.HitRatioAt(double(capacity)), double(hits) / double(blocks), 1e-9)
+        << "capacity " << capacity << ", seed " << seed;
+  }
+  EXPECT_EQ(advisor.Report().sampling_rate, 1.0);
+}
+
+// More distinct blocks than the budget: the sample stays at max_keys, the
+// rate drops, and a loop over 4x the keys is still estimated (all misses
+// below its size, all hits above).
+TEST(CapacityAdvisorTest, TheSampleStaysWithinItsBudgetAndScalesDistances) {
+  CapacityAdvisor advisor({.max_keys = 512});
+  constexpr uint64_t kLoop = 20000;
+  for (int round = 0; round < 6; ++round) {
+    for (uint64_t i = 0; i < kLoop; ++i) {
+      const BlockKey key{i * 0x9E3779B97F4A7C15ull, i};
+      if (advisor.Sampled(key)) advisor.OnGet(key, true, 1);
+    }
+  }
+  const AdvisorReport r = advisor.Report();
+  EXPECT_LE(r.sampled_keys, 512u);
+  EXPECT_LT(r.sampling_rate, 0.05);
+  EXPECT_LT(r.memory_bytes, 200u * 1024);
+  EXPECT_LT(advisor.HitRatioAt(kLoop * 0.8), 0.05);
+  EXPECT_NEAR(advisor.HitRatioAt(kLoop * 1.2), 5.0 / 6.0, 0.05);
+}
+
+// Through the stack: a Get that misses and the Put that stores the block are
+// one reference; a Put of a block not looked up (past a request's first miss)
+// is one; the Put does not count a second time.
+TEST(CapacityAdvisorTest, TheStackReportsEachReferenceOnce) {
+  CapacityAdvisor advisor({.max_keys = 1024});
+  MemTier hot({.capacity_bytes = 100 * kCharge});
+  TierStack stack(&hot, nullptr, nullptr,
+                  {.advisor = &advisor, .advisor_block_tokens = 16});
+  EXPECT_FALSE(stack.Get(Meta(1).key).ok());    // miss: cold reference
+  ASSERT_OK(stack.Put(Meta(1), Payload('a')));  // the same reference
+  ASSERT_OK(stack.Put(Meta(2), Payload('b')));  // past the miss: cold reference
+  ASSERT_OK(stack.Get(Meta(1).key).status());   // distance 1
+  ASSERT_OK(stack.Put(Meta(2), Payload('b')));  // resident, put again: distance 1
+  const AdvisorReport r = advisor.Report();
+  EXPECT_EQ(r.references, 4u);
+  EXPECT_EQ(r.tokens, 4u * 16);
+  EXPECT_DOUBLE_EQ(advisor.HitRatioAt(1), 0.0);
+  EXPECT_DOUBLE_EQ(advisor.HitRatioAt(2), 0.5);
+}
+
+}  // namespace advisor_test
 
 }  // namespace
 }  // namespace prefixkv

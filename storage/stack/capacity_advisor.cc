@@ -1,0 +1,200 @@
+// The capacity advisor's sampled LRU recency (capacity_advisor.h): a map of
+// sampled hashes to stamps, and a Fenwick tree counting the live stamps, so a
+// reuse distance is one prefix sum.
+#include "prefixkv/advanced/capacity_advisor.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace prefixkv {
+namespace {
+
+// Distances below kLinear blocks have one bucket per block (exact for small
+// caches); above, kBucketsPerDoubling per doubling (about 2% apart).
+constexpr size_t kLinear = 256;
+constexpr int kBucketsPerDoubling = 32;
+constexpr size_t kBuckets = kLinear + kBucketsPerDoubling * 40;
+constexpr uint64_t kMapNodeBytes = 64;
+
+double Rate(uint64_t threshold) {
+  return threshold == ~uint64_t{0} ? 1.0
+                                   : std::ldexp(static_cast<double>(threshold), -64);
+}
+// Bucket b holds distances in [Lower(b), Lower(b + 1)).
+double Lower(size_t b) {
+  if (b <= kLinear) return static_cast<double>(b);
+  return kLinear * std::exp2(static_cast<double>(b - kLinear) / kBucketsPerDoubling);
+}
+size_t BucketOf(double distance) {
+  if (distance < kLinear) return static_cast<size_t>(distance);
+  const double b = std::floor(std::log2(distance / kLinear) * kBucketsPerDoubling);
+  return std::min(kLinear + static_cast<size_t>(b), kBuckets - 1);
+}
+
+}  // namespace
+
+CapacityAdvisor::CapacityAdvisor(CapacityAdvisorOptions options)
+    : options_([&] {
+        options.max_keys = std::clamp<uint32_t>(options.max_keys, 1, kMaxAdvisorKeys);
+        return std::move(options);
+      }()) {
+  MutexLock lock(&mu_);
+  const size_t slots = 2 * size_t{options_.max_keys} + 2;
+  owner_.assign(slots, 0);
+  fenwick_.assign(slots, 0);
+  histogram_.assign(kBuckets, 0);
+  keys_.reserve(options_.max_keys + 1);
+}
+
+void CapacityAdvisor::SetCapacities(uint64_t hot_bytes, uint64_t hot_blocks,
+                                    uint64_t ssd_bytes, uint64_t ssd_blocks) {
+  MutexLock lock(&mu_);
+  hot_bytes_ = hot_bytes;
+  hot_blocks_ = hot_blocks;
+  ssd_bytes_ = ssd_bytes;
+  ssd_blocks_ = ssd_blocks;
+}
+
+void CapacityAdvisor::OnGet(const BlockKey& key, bool hit, uint32_t tokens) {
+  MutexLock lock(&mu_);
+  Reference(HashOf(key), true, !hit, tokens);
+}
+
+void CapacityAdvisor::OnPut(const BlockKey& key, uint32_t tokens) {
+  MutexLock lock(&mu_);
+  const uint64_t hash = HashOf(key);
+  auto it = keys_.find(hash);
+  const bool after_miss = it != keys_.end() && it->second.missed_get;
+  Reference(hash, !after_miss, false, tokens);
+}
+
+void CapacityAdvisor::Reference(uint64_t hash, bool count, bool missed_get,
+                                uint32_t tokens) {
+  const uint64_t threshold = threshold_.load(std::memory_order_relaxed);
+  if (hash >= threshold) return;  // dropped from the sample meanwhile
+  auto [it, inserted] = keys_.try_emplace(hash);
+  if (count) {
+    // Each reference stands for 1/R references of the whole traffic: counted
+    // at the rate of its time, so a period sampled at a higher rate (the
+    // start, before the sample filled up) does not weigh more.
+    const double rate = Rate(threshold);
+    const double weight = tokens / rate;
+    ++references_;
+    raw_tokens_ += tokens;
+    total_tokens_ += weight;
+    if (inserted) {
+      cold_tokens_ += weight;
+    } else {
+      // Every remembered block has one live stamp: those after this one's.
+      const int64_t newer =
+          static_cast<int64_t>(keys_.size()) - FenwickSum(it->second.stamp);
+      histogram_[BucketOf(static_cast<double>(newer) / rate)] += weight;
+    }
+  }
+  it->second.missed_get = missed_get;
+  if (inserted) largest_.push(hash);
+  Touch(it->second, hash);
+  if (inserted && keys_.size() > options_.max_keys) Shrink();
+}
+
+void CapacityAdvisor::Touch(Entry& e, uint64_t hash) {
+  if (e.stamp != 0) {
+    owner_[e.stamp] = 0;
+    FenwickAdd(e.stamp, -1);
+  }
+  if (next_stamp_ >= owner_.size()) Compact();
+  e.stamp = next_stamp_++;
+  owner_[e.stamp] = hash;
+  FenwickAdd(e.stamp, 1);
+}
+
+void CapacityAdvisor::Shrink() {
+  while (keys_.size() > options_.max_keys) {
+    const uint64_t hash = largest_.top();
+    largest_.pop();
+    auto last = keys_.find(hash);
+    owner_[last->second.stamp] = 0;
+    FenwickAdd(last->second.stamp, -1);
+    threshold_.store(hash, std::memory_order_relaxed);
+    keys_.erase(last);
+  }
+}
+
+// Renumbers the live stamps 1..n in their order (the stamps run out every
+// max_keys references or so).
+void CapacityAdvisor::Compact() {
+  std::vector<uint64_t> live;
+  live.reserve(keys_.size());
+  for (size_t s = 1; s < owner_.size(); ++s) {
+    if (owner_[s] != 0) live.push_back(owner_[s]);
+  }
+  std::fill(owner_.begin(), owner_.end(), 0);
+  std::fill(fenwick_.begin(), fenwick_.end(), 0);
+  next_stamp_ = 1;
+  for (uint64_t hash : live) {
+    const uint32_t s = next_stamp_++;
+    keys_[hash].stamp = s;
+    owner_[s] = hash;
+    FenwickAdd(s, 1);
+  }
+}
+
+void CapacityAdvisor::FenwickAdd(uint32_t i, int64_t d) {
+  for (; i < fenwick_.size(); i += i & (~i + 1)) fenwick_[i] += d;
+}
+
+int64_t CapacityAdvisor::FenwickSum(uint32_t i) const {
+  int64_t s = 0;
+  for (; i > 0; i -= i & (~i + 1)) s += fenwick_[i];
+  return s;
+}
+
+double CapacityAdvisor::HitRatioAt(double blocks) const {
+  MutexLock lock(&mu_);
+  return HitRatioAtLocked(blocks);
+}
+
+// Tokens whose scaled distance is below `blocks`, interpolating linearly
+// inside the bucket that `blocks` falls into.
+double CapacityAdvisor::HitRatioAtLocked(double blocks) const {
+  if (total_tokens_ <= 0) return 0;
+  double hit = 0;
+  for (size_t b = 0; b < histogram_.size(); ++b) {
+    const double lo = Lower(b), hi = Lower(b + 1);
+    if (hi <= blocks) {
+      hit += histogram_[b];
+    } else {
+      if (lo < blocks) hit += histogram_[b] * (blocks - lo) / (hi - lo);
+      break;
+    }
+  }
+  return hit / total_tokens_;
+}
+
+AdvisorReport CapacityAdvisor::Report() const {
+  MutexLock lock(&mu_);
+  AdvisorReport r;
+  r.sampling_rate = Rate(threshold_.load(std::memory_order_relaxed));
+  r.sampled_keys = keys_.size();
+  r.memory_bytes = keys_.size() * kMapNodeBytes + owner_.size() * 16 +
+                   histogram_.size() * sizeof(double);
+  r.references = references_;
+  r.tokens = raw_tokens_;
+  auto add = [&](const char* tier, uint64_t bytes, uint64_t blocks, uint64_t base) {
+    if (blocks == 0) return;
+    for (double f : options_.factors) {
+      AdvisorPoint p;
+      p.tier = tier;
+      p.factor = f;
+      p.capacity_bytes = static_cast<uint64_t>(std::llround(f * double(bytes)));
+      p.capacity_blocks = static_cast<uint64_t>(std::llround(f * double(blocks)));
+      p.hit_ratio = HitRatioAtLocked(double(base) + double(p.capacity_blocks));
+      r.points.push_back(std::move(p));
+    }
+  };
+  add("hot", hot_bytes_, hot_blocks_, 0);
+  add("ssd", ssd_bytes_, ssd_blocks_, hot_blocks_);
+  return r;
+}
+
+}  // namespace prefixkv

@@ -1,0 +1,130 @@
+// `prefixkv advise TRACE.jsonl`: the capacity advisor (docs/eviction.md, "The
+// capacity advisor") over a trace: the estimated token hit ratio at 1/4x to
+// 8x the given hot and SSD sizes, and with --check the full replay at each.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "tools/cli/command.h"
+#include "tools/cli/flags.h"
+#include "tools/cli/json.h"
+#include "tools/replay/advise_replay.h"
+
+namespace prefixkv::cli {
+namespace {
+
+Flags AdviseFlags() {
+  return Flags(
+      "prefixkv advise TRACE.jsonl --hot-capacity-tokens N [flags]",
+      {{"trace-block-tokens", "tokens per hash id", false, "512"},
+       {"hot-capacity-tokens", "the hot tier's current size in tokens", false, ""},
+       {"ssd-capacity-tokens", "the SSD tier's current size in tokens", false, "none"},
+       {"max-keys", "sampled blocks the advisor remembers at most", false, "32768"},
+       {"check", "also replay the trace at every size and print the difference", true,
+        ""},
+       {"data-dir", "where --check makes its SSD tiers' scratch directories", false,
+        "./prefixkv-data"},
+       {"json", "print one JSON object", true, ""}},
+      /*max_positional=*/1);
+}
+
+void Print(const Flags& flags, const AdvisorReport& r,
+           const std::vector<double>& replayed) {
+  if (flags.GetBool("json")) {
+    JsonWriter j;
+    j.BeginObject()
+        .Field("sampling_rate", r.sampling_rate)
+        .Field("sampled_keys", r.sampled_keys)
+        .Field("memory_bytes", r.memory_bytes)
+        .Field("references", r.references);
+    j.Key("points").BeginArray();
+    for (size_t i = 0; i < r.points.size(); ++i) {
+      const AdvisorPoint& p = r.points[i];
+      j.BeginObject()
+          .Field("tier", p.tier)
+          .Field("factor", p.factor)
+          .Field("capacity_tokens", p.capacity_bytes)
+          .Field("hit_ratio", p.hit_ratio);
+      if (i < replayed.size()) j.Field("replayed_hit_ratio", replayed[i]);
+      j.EndObject();
+    }
+    j.EndArray().EndObject();
+    std::printf("%s\n", j.str().c_str());
+    return;
+  }
+  std::printf("sampling rate %.4f, %llu sampled blocks, %llu bytes, %llu references\n",
+              r.sampling_rate, static_cast<unsigned long long>(r.sampled_keys),
+              static_cast<unsigned long long>(r.memory_bytes),
+              static_cast<unsigned long long>(r.references));
+  std::printf("%-4s %6s %14s %10s%s\n", "tier", "factor", "tokens", "estimated",
+              replayed.empty() ? "" : "   replayed  difference");
+  double worst = 0;
+  for (size_t i = 0; i < r.points.size(); ++i) {
+    const AdvisorPoint& p = r.points[i];
+    std::printf("%-4s %6.2f %14llu %10.4f", p.tier.c_str(), p.factor,
+                static_cast<unsigned long long>(p.capacity_bytes), p.hit_ratio);
+    if (i < replayed.size()) {
+      std::printf(" %10.4f %+11.4f", replayed[i], p.hit_ratio - replayed[i]);
+      worst = std::max(worst, std::fabs(p.hit_ratio - replayed[i]));
+    }
+    std::printf("\n");
+  }
+  if (!replayed.empty()) std::printf("largest difference %.4f\n", worst);
+}
+
+int RunAdvise(const std::vector<std::string>& args) {
+  Flags flags = AdviseFlags();
+  std::string error;
+  if (!flags.Parse(args, &error)) return UsageError(flags, error);
+  if (flags.help_requested()) {
+    std::printf("%s", flags.HelpText().c_str());
+    return 0;
+  }
+  replay::AdviseConfig config;
+  std::optional<uint64_t> block = flags.GetSize("trace-block-tokens", &error);
+  std::optional<uint64_t> hot = flags.GetSize("hot-capacity-tokens", &error);
+  std::optional<uint64_t> ssd = flags.GetSize("ssd-capacity-tokens", &error);
+  std::optional<uint64_t> keys = flags.GetCount("max-keys", &error);
+  if (!error.empty()) return UsageError(flags, error);
+  if (flags.positional().size() != 1)
+    return UsageError(flags, "expected one TRACE.jsonl");
+  if (block && (*block == 0 || *block > (1u << 22)))
+    return UsageError(flags, "--trace-block-tokens out of range");
+  if (block) config.block_tokens = static_cast<uint32_t>(*block);
+  if (!hot || *hot < config.block_tokens)
+    return UsageError(flags, "--hot-capacity-tokens must be at least one block");
+  if (keys && (*keys < 16 || *keys > (1u << 24)))
+    return UsageError(flags, "--max-keys must be 16..16777216");
+  config.hot_tokens = *hot;
+  config.ssd_tokens = ssd.value_or(0);
+  if (keys) config.advisor.max_keys = static_cast<uint32_t>(*keys);
+  StatusOr<std::vector<replay::TraceRequest>> trace =
+      replay::ReadTrace(flags.positional()[0]);
+  if (!trace.ok()) return OpenError(flags, "advise", trace.status());
+  const AdvisorReport report = replay::AdviseTrace(*trace, config);
+  std::vector<double> replayed;
+  if (flags.GetBool("check")) {
+    const std::filesystem::path dir =
+        std::filesystem::path(flags.GetString("data-dir", "./prefixkv-data")) /
+        ("advise-" + std::to_string(::getpid()));
+    StatusOr<std::vector<double>> r =
+        replay::ReplayPoints(*trace, config, report, dir.string());
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    if (!r.ok()) return Failure(flags, "advise", r.status().ToString());
+    replayed = std::move(r).value();
+  }
+  Print(flags, report, replayed);
+  return kExitOk;
+}
+
+}  // namespace
+
+PKV_REGISTER_COMMAND("advise",
+                     "estimate the hit ratio of other hot and SSD sizes from a trace "
+                     "(the capacity advisor; --check replays each size)",
+                     RunAdvise);
+
+}  // namespace prefixkv::cli
