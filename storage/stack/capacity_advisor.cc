@@ -180,7 +180,8 @@ AdvisorReport CapacityAdvisor::Report() const {
                    histogram_.size() * sizeof(double);
   r.references = references_;
   r.tokens = raw_tokens_;
-  auto add = [&](const char* tier, uint64_t bytes, uint64_t blocks, uint64_t base) {
+  auto add = [&](const char* tier, uint64_t bytes, uint64_t blocks,
+                 uint64_t base) REQUIRES(mu_) {
     if (blocks == 0) return;
     for (double f : options_.factors) {
       AdvisorPoint p;
