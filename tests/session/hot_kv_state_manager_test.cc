@@ -54,8 +54,11 @@ TEST(HotKvState, ReleaseOneSessionLeavesOthersIntactAndReturnsMemory) {
       {"keep-1", {1, 2, 3}}, {"drop", {10, 11, 12, 13}}, {"keep-2", {5, 6, 7}}};
   const int n_new = 6;
   std::map<std::string, std::vector<int32_t>> gen;
+  std::map<std::string, std::vector<std::vector<float>>> logits;
   for (const auto& [sid, prompt] : prompts) {
-    gen[sid] = {ExpectTail(adapter.Prefill(sid, 0, Tokens(prompt))).token_id};
+    TailOutput out = ExpectTail(adapter.Prefill(sid, 0, Tokens(prompt)));
+    gen[sid] = {out.token_id};
+    logits[sid] = {out.logits};
   }
   uint64_t bytes_before = manager->total_bytes();
   EXPECT_EQ(manager->Release("drop", 0).value(), true);
@@ -67,12 +70,16 @@ TEST(HotKvState, ReleaseOneSessionLeavesOthersIntactAndReturnsMemory) {
   EXPECT_EQ(manager->Release("drop", 0).value(), false);
   for (int i = 1; i < n_new; ++i) {
     for (const char* sid : {"keep-1", "keep-2"}) {
-      gen[sid].push_back(
-          ExpectTail(adapter.Decode(sid, 0, Tokens({gen[sid].back()}))).token_id);
+      TailOutput out = ExpectTail(adapter.Decode(sid, 0, Tokens({gen[sid].back()})));
+      gen[sid].push_back(out.token_id);
+      logits[sid].push_back(out.logits);
     }
   }
   for (const char* sid : {"keep-1", "keep-2"}) {
     EXPECT_EQ(gen[sid], testing::StatelessGreedy(*model, prompts[sid], n_new)) << sid;
+    // Bit for bit, where the tiny model's greedy tokens barely vary.
+    SCOPED_TRACE(sid);
+    testing::ExpectStatelessLogits(*model, prompts[sid], gen[sid], logits[sid]);
   }
 }
 

@@ -87,15 +87,19 @@ CacheMiss ExpectMiss(const StatusOr<Variant>& out) {
   return miss ? *miss : CacheMiss{};
 }
 
-// Greedy decode of one full-model session through the KV manager.
-inline std::vector<int32_t> CachedGreedy(KvBoundaryAdapter& adapter,
-                                         const std::string& sid, uint64_t epoch,
-                                         const std::vector<int32_t>& prompt, int n_new) {
+// Greedy decode of one full-model session through the KV manager; each
+// step's logits go to `logits` when given.
+inline std::vector<int32_t> CachedGreedy(
+    KvBoundaryAdapter& adapter, const std::string& sid, uint64_t epoch,
+    const std::vector<int32_t>& prompt, int n_new,
+    std::vector<std::vector<float>>* logits = nullptr) {
   TailOutput out = ExpectTail(adapter.Prefill(sid, epoch, Tokens(prompt)));
   std::vector<int32_t> tokens = {out.token_id};
+  if (logits != nullptr) logits->push_back(out.logits);
   for (int i = 1; i < n_new; ++i) {
     out = ExpectTail(adapter.Decode(sid, epoch, Tokens({out.token_id})));
     tokens.push_back(out.token_id);
+    if (logits != nullptr) logits->push_back(out.logits);
   }
   return tokens;
 }
