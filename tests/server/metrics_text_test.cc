@@ -383,7 +383,9 @@ TEST(TierCounterFields, BothNamingSchemesAreTheDocumentedOnes) {
     EXPECT_EQ(shown[i].first, info_names[i]);
     EXPECT_EQ(shown[i].second, c.*kTierCounterFields[i].field) << info_names[i];
   }
-  for (const auto& [suffix, field] : kFields) {
+  for (const auto& [suffix, member] : kFields) {
+    const auto field =
+        member;  // a lambda may not capture a structured binding (clang 14)
     const auto row =
         std::find_if(std::begin(kTierCounterFields), std::end(kTierCounterFields),
                      [&](const TierCounterField& f) { return f.field == field; });
