@@ -142,40 +142,9 @@ TEST(EngineMemoryCharge, AChargeThatCannotFitReportsItsShortfall) {
 
 // SSD wear and admission (docs/ssd.md "Wear", docs/eviction.md "SSD
 // admission"), on a fake clock.
-class EngineWearTest : public ::testing::Test {
+class EngineWearTest : public testing::EngineFixture {
  protected:
-  std::unique_ptr<Engine> Open(EngineOptions o) {
-    StatusOr<std::unique_ptr<Engine>> e = Engine::Open(Quiet(std::move(o)));
-    EXPECT_OK(e);
-    return e.ok() ? std::move(e).value() : nullptr;
-  }
-  EngineOptions OnDisk() {
-    EngineOptions o;
-    o.data_dir = dir_.str();
-    o.hot_capacity_bytes = 1 << 20;
-    return o;
-  }
-  EngineOptions OnDiskOnFakeClock() {
-    EngineOptions o = OnDisk();
-    o.clock = &clock_;
-    return o;
-  }
-  std::vector<LayerState> StoreAll(Engine& e, Namespace ns,
-                                   const std::vector<int32_t>& tokens) {
-    std::vector<LayerState> layers =
-        KvLayers(2, static_cast<int64_t>(tokens.size()), rng_);
-    EXPECT_OK(e.Store(ns, tokens, layers));
-    return layers;
-  }
-  RestoreResult MatchAndRestore(Engine& e, Namespace ns,
-                                const std::vector<int32_t>& tokens) {
-    StatusOr<MatchResult> m = e.Match(ns, tokens);
-    EXPECT_OK(m);
-    if (!m.ok()) return {};
-    StatusOr<RestoreResult> r = e.Restore(*m);
-    EXPECT_OK(r);
-    return r.ok() ? std::move(r).value() : RestoreResult{};
-  }
+  EngineWearTest() : EngineFixture("EngineWearTest") {}
   static constexpr uint64_t kDayNanos = 86400ull * 1'000'000'000;
   // One KVCache block's SSD charge (its payload bytes) and hot charge.
   void MeasureBlock() {
@@ -200,9 +169,6 @@ class EngineWearTest : public ::testing::Test {
     o.ssd_write_budget_burst_seconds = 86400;  // the bucket holds one day
     return o;
   }
-  std::mt19937_64 rng_{testing::TestSeed("EngineWearTest")};
-  TempDir dir_;
-  FakeClock clock_;
   uint64_t hot_charge_ = 0;
   uint64_t payload_ = 0;
 };

@@ -34,47 +34,9 @@ using testing::Tokens;
 // A fake time that reads as a plausible Unix time (2026).
 constexpr uint64_t kUnixNanos = 1'780'000'000'000ull * 1'000'000;
 
-class EngineTest : public ::testing::Test {
+class EngineTest : public testing::EngineFixture {
  protected:
-  std::unique_ptr<Engine> Open(EngineOptions o) {
-    StatusOr<std::unique_ptr<Engine>> e = Engine::Open(Quiet(std::move(o)));
-    EXPECT_OK(e);
-    return e.ok() ? std::move(e).value() : nullptr;
-  }
-  EngineOptions OnDisk(uint64_t hot_bytes = 1 << 20) {
-    EngineOptions o;
-    o.data_dir = dir_.str();
-    o.hot_capacity_bytes = hot_bytes;
-    return o;
-  }
-  // On disk, with time from clock_ (a Unix time in 2026).
-  EngineOptions OnDiskOnFakeClock() {
-    EngineOptions o = OnDisk();
-    o.clock = &clock_;
-    return o;
-  }
-  // Stores `tokens` with fresh random layers and returns the layers.
-  std::vector<LayerState> StoreAll(Engine& e, Namespace ns,
-                                   const std::vector<int32_t>& tokens) {
-    std::vector<LayerState> layers =
-        KvLayers(2, static_cast<int64_t>(tokens.size()), rng_);
-    StatusOr<StoreResult> r = e.Store(ns, tokens, layers);
-    EXPECT_OK(r);
-    return layers;
-  }
-  RestoreResult MatchAndRestore(Engine& e, Namespace ns,
-                                const std::vector<int32_t>& tokens) {
-    StatusOr<MatchResult> m = e.Match(ns, tokens);
-    EXPECT_OK(m);
-    if (!m.ok()) return {};
-    StatusOr<RestoreResult> r = e.Restore(*m);
-    EXPECT_OK(r);
-    return r.ok() ? std::move(r).value() : RestoreResult{};
-  }
-
-  std::mt19937_64 rng_{testing::TestSeed("EngineTest")};
-  testing::TempDir dir_;
-  FakeClock clock_{kUnixNanos};
+  EngineTest() : EngineFixture("EngineTest", kUnixNanos) {}  // a Unix time in 2026
 };
 
 TEST_F(EngineTest, RamOnlyEngineRestoresWhatItStoredByteForByte) {

@@ -2,7 +2,10 @@
 // KVCache layers and options that keep the engine quiet.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -50,5 +53,54 @@ inline EngineOptions Quiet(EngineOptions o) {
   o.log = [](std::string_view) {};
   return o;
 }
+
+// The fixture of the engine tests: a temporary data directory, a fake clock
+// from `start_nanos`, a random generator seeded by TestSeed(seed_name), and
+// the open/store/restore steps they share.
+class EngineFixture : public ::testing::Test {
+ protected:
+  explicit EngineFixture(std::string_view seed_name, uint64_t start_nanos = 1'000'000'000)
+      : rng_(TestSeed(std::string(seed_name))), clock_(start_nanos) {}
+
+  std::unique_ptr<Engine> Open(EngineOptions o) {
+    StatusOr<std::unique_ptr<Engine>> e = Engine::Open(Quiet(std::move(o)));
+    EXPECT_OK(e);
+    return e.ok() ? std::move(e).value() : nullptr;
+  }
+  EngineOptions OnDisk(uint64_t hot_bytes = 1 << 20) {
+    EngineOptions o;
+    o.data_dir = dir_.str();
+    o.hot_capacity_bytes = hot_bytes;
+    return o;
+  }
+  // On disk, with time from clock_.
+  EngineOptions OnDiskOnFakeClock() {
+    EngineOptions o = OnDisk();
+    o.clock = &clock_;
+    return o;
+  }
+  // Stores `tokens` with fresh random layers and returns the layers.
+  std::vector<LayerState> StoreAll(Engine& e, Namespace ns,
+                                   const std::vector<int32_t>& tokens) {
+    std::vector<LayerState> layers =
+        KvLayers(2, static_cast<int64_t>(tokens.size()), rng_);
+    StatusOr<StoreResult> r = e.Store(ns, tokens, layers);
+    EXPECT_OK(r);
+    return layers;
+  }
+  RestoreResult MatchAndRestore(Engine& e, Namespace ns,
+                                const std::vector<int32_t>& tokens) {
+    StatusOr<MatchResult> m = e.Match(ns, tokens);
+    EXPECT_OK(m);
+    if (!m.ok()) return {};
+    StatusOr<RestoreResult> r = e.Restore(*m);
+    EXPECT_OK(r);
+    return r.ok() ? std::move(r).value() : RestoreResult{};
+  }
+
+  std::mt19937_64 rng_;
+  TempDir dir_;
+  FakeClock clock_;
+};
 
 }  // namespace prefixkv::testing
