@@ -44,6 +44,7 @@
 #include "prefixkv/block_key.h"
 #include "prefixkv/bytes.h"
 #include "prefixkv/clock.h"
+#include "prefixkv/kv_events.h"
 #include "prefixkv/codec.h"
 #include "prefixkv/latency_histogram.h"
 #include "prefixkv/memory_charge.h"
@@ -123,6 +124,10 @@ struct EngineOptions {
   DecodeLimits decode_limits;
   // Time source for the tiers (access order, retries). Null: Clock::System().
   Clock* clock = nullptr;
+  // Receives every KV event (kv_events.h: a block stored in, removed from or
+  // moved between the local tiers), synchronously and possibly under a tier's
+  // lock: it must be quick and must not call into the engine. Null: none.
+  KvEventCallback on_kv_event;
   // Receives one line per notable event (SSD recovery, I/O errors). Null:
   // stderr.
   std::function<void(std::string_view line)> log;

@@ -1,0 +1,88 @@
+// KV events: what a node's tiers hold, as a stream of changes (docs/events.md).
+//
+// Every change of where a block lives emits one KvEvent: a block stored in a
+// tier, removed from one (and why), or moved from one tier to another. A
+// consumer that applies the events in order to a set of (tier, key) pairs
+// holds exactly the blocks the node's local tiers hold; a prefix-aware router
+// does this for every node it routes to.
+//
+// Ordering: the events of one key arrive in the order of its changes (the
+// tier emitting an event does so under the lock that makes the change).
+// Events of different keys may interleave in any order.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string_view>
+
+#include "prefixkv/block.h"
+#include "prefixkv/tier_types.h"
+
+namespace prefixkv {
+
+enum class KvEventKind : uint8_t {
+  // The block is now in `tier` (new, replaced, promoted, fetched from the
+  // remote tier, or written below by a Flush).
+  kStored = 1,
+  // The block left `tier`; `reason` says why and `copy_remains` whether
+  // another local tier still holds it.
+  kRemoved = 2,
+  // The block left `from` and is now in `tier` (a dirty hot block written
+  // back to SSD when evicted).
+  kMoved = 3,
+  // Every block of `tier` is gone at once, with no per-block event: the hot
+  // tier at open (RAM does not survive a restart). The key fields are zero.
+  kCleared = 4,
+};
+
+enum class KvRemoveReason : uint8_t {
+  kNone = 0,        // not a removal
+  kEvicted = 1,     // for capacity (LRU or the policy's choice)
+  kRemoved = 2,     // an explicit Remove (a raw key deleted, a value replaced)
+  kStripped = 3,    // a superseded tip's window/recurrent state stripped
+  kSuperseded = 4,  // replaced by a newer copy of the same key
+  kCorrupt = 5,     // a checksum or decode failure dropped it
+  kExpired = 6,     // its TTL ran out
+  kNotAdmitted = 7, // an evicted dirty block admission chose not to write below
+};
+
+// "stored", "removed", "moved", "cleared".
+std::string_view KvEventKindName(KvEventKind kind);
+// "none", "evicted", "removed", "stripped", "superseded", "corrupt",
+// "expired", "not_admitted".
+std::string_view KvRemoveReasonName(KvRemoveReason reason);
+
+struct KvEvent {
+  // Position in the engine's event log, from 1, monotonic across restarts;
+  // 0 when no log numbers the events.
+  uint64_t seq = 0;
+  KvEventKind kind = KvEventKind::kStored;
+  KvRemoveReason reason = KvRemoveReason::kNone;
+  // Stored in, removed from, moved to, cleared.
+  TierLevel tier = TierLevel::kNone;
+  // kMoved: the tier the block left. Otherwise kNone.
+  TierLevel from = TierLevel::kNone;
+  // kRemoved: another local tier (hot or SSD) still holds the block.
+  bool copy_remains = false;
+  // The budget owner charged for the block (a model, or the key-value space).
+  OwnerId owner = 0;
+  // The chain root (zero for raw values), the block and its parent (zero for
+  // a chain's first block and for raw values).
+  BlockKey namespace_id;
+  BlockKey key;
+  BlockKey parent;
+  // The payload's size in bytes (0 for kCleared).
+  uint64_t bytes = 0;
+  // When the event was emitted: milliseconds since the Unix epoch on the
+  // engine's clock.
+  int64_t unix_ms = 0;
+
+  bool operator==(const KvEvent&) const = default;
+};
+
+// Receives events synchronously, possibly under a tier's lock: it must be
+// quick, must not block on other engine calls and must not call back into the
+// engine or its tiers.
+using KvEventCallback = std::function<void(const KvEvent&)>;
+
+}  // namespace prefixkv
