@@ -44,8 +44,8 @@
 #include "prefixkv/block_key.h"
 #include "prefixkv/bytes.h"
 #include "prefixkv/clock.h"
-#include "prefixkv/kv_events.h"
 #include "prefixkv/codec.h"
+#include "prefixkv/kv_events.h"
 #include "prefixkv/latency_histogram.h"
 #include "prefixkv/memory_charge.h"
 #include "prefixkv/prefix_token_fields.h"
@@ -128,6 +128,19 @@ struct EngineOptions {
   // moved between the local tiers), synchronously and possibly under a tier's
   // lock: it must be quick and must not call into the engine. Null: none.
   KvEventCallback on_kv_event;
+  // The KV event log (docs/events.md): every event numbered (KvEvent::seq,
+  // monotonic across restarts), kept within the retention below for
+  // Engine::Events / EventSnapshot and the server's XREAD, in
+  // data_dir/events (in RAM without a data_dir). Off: events reach
+  // on_kv_event unnumbered and nothing is kept.
+  bool event_log = true;
+  // The log keeps at least the events of the last event_retention_ms and at
+  // most about event_retention_bytes of them (89 bytes each; dropped a
+  // segment of an eighth of it at a time). At least 8 KiB and 1 ms. Defaults:
+  // 64 MiB (about 720,000 events) and 24 hours. The retained events are also
+  // held in RAM, with the log's key set (about 100 bytes per block held).
+  uint64_t event_retention_bytes = uint64_t{64} << 20;
+  uint64_t event_retention_ms = uint64_t{24} * 3600 * 1000;
   // Receives one line per notable event (SSD recovery, I/O errors). Null:
   // stderr.
   std::function<void(std::string_view line)> log;
@@ -456,6 +469,37 @@ class Engine {
   // is removed and reported) and every SSD chain link. An error only when the
   // audit could not run.
   StatusOr<EngineAudit> Audit();
+
+  // KV events (kv_events.h, docs/events.md). Events numbered from
+  // `from_seq` on (the last seq a consumer applied, plus one; 0 or 1: the
+  // oldest the log holds when it holds the start), at most `max_events`,
+  // waiting up to `wait_ms` (of the engine's clock) for the first when none
+  // is newer yet. OutOfRange when the log cannot continue after from_seq - 1
+  // (retention dropped the next events, or the number is from a run whose
+  // last events were lost, or beyond the head): the consumer must take an
+  // EventSnapshot and continue from its seq + 1. NotSupported with
+  // event_log off.
+  //
+  //   uint64_t next = snap.seq + 1;
+  //   for (;;) {
+  //     StatusOr<KvEventPage> p = engine->Events(next, 1024, /*wait_ms=*/1000);
+  //     if (p.status().IsOutOfRange()) { /* resnapshot */ }
+  //     for (const KvEvent& e : p->events) Apply(e);
+  //     next = p->next_seq;
+  //   }
+  StatusOr<KvEventPage> Events(uint64_t from_seq, size_t max_events = 1024,
+                               uint64_t wait_ms = 0) const;
+  // Calls `wake` once, on the thread that appends it, when an event with seq
+  // >= from_seq is there; at once (on this thread) when one already is or
+  // Events(from_seq) would be OutOfRange. `wake` runs under a tier's lock:
+  // it must be quick and must not call the engine. Returns the id for
+  // UnwatchEvents (0: it already ran).
+  StatusOr<uint64_t> WatchEvents(uint64_t from_seq, std::function<void()> wake) const;
+  void UnwatchEvents(uint64_t watch_id) const;
+  // The blocks of the hot and SSD tiers as the events say, with the seq they
+  // are consistent with (after that event, before the next).
+  StatusOr<KvEventSnapshot> EventSnapshot() const;
+  KvEventLogStats EventLogStats() const;
 
   // Advanced: the pieces the engine wires, for tools and tests
   // (include/prefixkv/advanced/). Valid until Close().

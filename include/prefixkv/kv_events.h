@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <string_view>
+#include <vector>
 
 #include "prefixkv/block.h"
 #include "prefixkv/tier_types.h"
@@ -36,20 +37,25 @@ enum class KvEventKind : uint8_t {
 };
 
 enum class KvRemoveReason : uint8_t {
-  kNone = 0,        // not a removal
-  kEvicted = 1,     // for capacity (LRU or the policy's choice)
-  kRemoved = 2,     // an explicit Remove (a raw key deleted, a value replaced)
-  kStripped = 3,    // a superseded tip's window/recurrent state stripped
-  kSuperseded = 4,  // replaced by a newer copy of the same key
-  kCorrupt = 5,     // a checksum or decode failure dropped it
-  kExpired = 6,     // its TTL ran out
-  kNotAdmitted = 7, // an evicted dirty block admission chose not to write below
+  kNone = 0,         // not a removal
+  kEvicted = 1,      // for capacity (LRU or the policy's choice)
+  kRemoved = 2,      // an explicit Remove (a raw key deleted, a value replaced)
+  kStripped = 3,     // a superseded tip's window/recurrent state stripped
+  kSuperseded = 4,   // replaced by a newer copy of the same key
+  kCorrupt = 5,      // a checksum or decode failure dropped it
+  kExpired = 6,      // its TTL ran out
+  kNotAdmitted = 7,  // an evicted dirty block admission chose not to write below
+  // A correction the event log emits at open (kStored or kRemoved): the SSD
+  // tier holds (or no longer holds) a block the log's own replay says it does
+  // not (or does), because a kill -9 fell between a change and its event
+  // (docs/events.md, "Reconciliation").
+  kReconciled = 8,
 };
 
 // "stored", "removed", "moved", "cleared".
 std::string_view KvEventKindName(KvEventKind kind);
 // "none", "evicted", "removed", "stripped", "superseded", "corrupt",
-// "expired", "not_admitted".
+// "expired", "not_admitted", "reconciled".
 std::string_view KvRemoveReasonName(KvRemoveReason reason);
 
 struct KvEvent {
@@ -84,5 +90,52 @@ struct KvEvent {
 // quick, must not block on other engine calls and must not call back into the
 // engine or its tiers.
 using KvEventCallback = std::function<void(const KvEvent&)>;
+
+// Engine::Events' value: the events from the asked sequence number on.
+struct KvEventPage {
+  std::vector<KvEvent>
+      events;  // ascending seq; consecutive unless a gap was proved empty
+  // The from_seq of the next call (the last event's seq + 1, or the asked one
+  // when no event is newer yet).
+  uint64_t next_seq = 0;
+};
+
+// One block a local tier holds, as the event log knows it.
+struct KvSnapshotBlock {
+  BlockKey namespace_id;
+  BlockKey key;
+  BlockKey parent;
+  OwnerId owner = 0;
+  uint64_t bytes = 0;
+
+  bool operator==(const KvSnapshotBlock&) const = default;
+};
+
+// Engine::EventSnapshot's value: every block of the hot and SSD tiers after
+// the event `seq` and before the next one. A consumer applies the events from
+// seq + 1 on (Engine::Events(seq + 1)).
+struct KvEventSnapshot {
+  uint64_t seq = 0;  // the last event applied (0: none yet)
+  std::vector<KvSnapshotBlock> hot;
+  std::vector<KvSnapshotBlock> ssd;
+};
+
+// The event log's state and counters (Engine::EventLogStats, INFO "events").
+struct KvEventLogStats {
+  bool enabled = false;     // EngineOptions::event_log
+  bool persistent = false;  // kept in data_dir/events (else in RAM only)
+  uint64_t head_seq = 0;    // the last event's seq (0: none yet)
+  uint64_t first_seq = 0;   // the oldest retained event's seq (0: none)
+  uint64_t events = 0;      // events retained
+  uint64_t bytes = 0;       // their encoded bytes (the files' size when persistent)
+  uint64_t retention_bytes = 0;
+  uint64_t retention_ms = 0;
+  uint64_t appended = 0;      // events appended since open
+  uint64_t trimmed = 0;       // events dropped by retention since open
+  uint64_t reconciled = 0;    // corrective events emitted at open (kReconciled)
+  uint64_t write_errors = 0;  // appends the file system refused (kept in RAM only)
+  uint64_t keys_hot = 0;      // blocks the log's key set holds per tier
+  uint64_t keys_ssd = 0;
+};
 
 }  // namespace prefixkv

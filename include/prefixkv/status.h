@@ -26,6 +26,7 @@ enum class StatusCode : unsigned char {
   kAborted,          // cancelled by the caller
   kInternal,         // a broken invariant inside prefixkv; always a bug
   kUnavailable,      // a remote service did not answer in time or is down; retry later
+  kOutOfRange,  // a position outside what is kept (an event log reader must resnapshot)
 };
 
 // Name of a code, for logs and --json output ("Corruption", ...).
@@ -59,6 +60,9 @@ class [[nodiscard]] Status {
   static Status Unavailable(std::string m) {
     return {StatusCode::kUnavailable, std::move(m)};
   }
+  static Status OutOfRange(std::string m) {
+    return {StatusCode::kOutOfRange, std::move(m)};
+  }
 
   // The code, the message (empty when OK) and one predicate per common code.
   bool ok() const { return code_ == StatusCode::kOk; }
@@ -71,6 +75,7 @@ class [[nodiscard]] Status {
   bool IsBusy() const { return code_ == StatusCode::kBusy; }
   bool IsNoSpace() const { return code_ == StatusCode::kNoSpace; }
   bool IsUnavailable() const { return code_ == StatusCode::kUnavailable; }
+  bool IsOutOfRange() const { return code_ == StatusCode::kOutOfRange; }
 
   // "Corruption: bad magic" or "OK".
   std::string ToString() const;

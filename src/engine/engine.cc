@@ -18,6 +18,7 @@ Status internal::EngineImpl::OpenTiers() {
     return Status::InvalidArgument("advisor_max_keys must be at most " +
                                    std::to_string(kMaxAdvisorKeys));
   }
+  FileSystem* fs = FileSystem::Default();
   if (options_.advisor_max_keys > 0) {
     advisor_ = std::make_unique<CapacityAdvisor>(
         CapacityAdvisorOptions{.max_keys = options_.advisor_max_keys});
@@ -44,6 +45,7 @@ Status internal::EngineImpl::OpenTiers() {
                                                                  : BlockKey();
     };
     if (options_.configure_ssd) options_.configure_ssd(o);
+    fs = o.file_system;
     PKV_ASSIGN_OR_RETURN(ssd_, SsdTier::Open(o));
     PKV_RETURN_IF_ERROR(OpenWear());
   }
@@ -57,7 +59,7 @@ Status internal::EngineImpl::OpenTiers() {
   cache_options.encode = options_.encode;
   cache_options.decode_limits = options_.decode_limits;
   cache_ = std::make_unique<PrefixCache>(/*default_tiers=*/nullptr, cache_options);
-  return Status::OK();
+  return OpenEvents(fs);
 }
 
 Status internal::EngineImpl::OpenWear() {
@@ -263,7 +265,9 @@ StatusOr<StoreResult> Engine::Store(Namespace ns, std::span<const int32_t> token
                                     const std::vector<LayerState>& layers,
                                     const StoreOptions& options) {
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());
-  return impl_->cache_->Store(ns, tokens, layers, options);
+  StatusOr<StoreResult> r = impl_->cache_->Store(ns, tokens, layers, options);
+  impl_->SyncEvents();
+  return r;
 }
 
 StatusOr<std::vector<std::pair<BlockKey, BlockKey>>> Engine::RecordedTips(
@@ -276,7 +280,9 @@ StatusOr<StoreResult> Engine::StoreRecords(Namespace ns,
                                            const std::vector<SharedBytes>& records,
                                            const StoreOptions& options) {
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());
-  return impl_->cache_->StoreRecords(ns, records, options);
+  StatusOr<StoreResult> r = impl_->cache_->StoreRecords(ns, records, options);
+  impl_->SyncEvents();
+  return r;
 }
 
 StatusOr<SharedBytes> Engine::GetBlock(Namespace ns, const BlockKey& key) {
@@ -312,6 +318,7 @@ Status Engine::Flush() {
   // Blocks queued for the remote tier are written or dropped (bounded by the
   // cluster's timeouts; a remote failure is never an error here).
   if (impl_->remote_ != nullptr) impl_->remote_->Flush();
+  impl_->SyncEvents();
   return first;
 }
 
@@ -331,6 +338,7 @@ Status Engine::Close() {
   impl_->budget_.reset();
   Status closed = impl_->ssd_ != nullptr ? impl_->ssd_->Close() : Status::OK();
   impl_->ssd_.reset();
+  impl_->CloseEvents();
   if (impl_->remote_ != nullptr) impl_->remote_->Flush();
   impl_->remote_.reset();
   return flushed.ok() ? closed : flushed;

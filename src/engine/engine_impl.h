@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "event_log.h"
 #include "prefixkv/advanced/capacity_advisor.h"
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/advanced/mutex.h"
@@ -99,6 +100,20 @@ class internal::EngineImpl {
   // (so every other one is stored on SSD).
   StatusOr<std::vector<BlockKey>> ValueKeysInRam() EXCLUDES(mu_);
 
+  // Numbers `e` in the event log and hands it to options_.on_kv_event; the
+  // one door of every tier's change (engine_events.cc). Quick; may run under
+  // a tier's lock; never calls into the tiers.
+  void EmitKvEvent(KvEvent& e);
+  // Opens the event log (after the tiers), emits the hot tier's kCleared and
+  // reconciles the SSD key set (engine_events.cc).
+  Status OpenEvents(FileSystem* fs);
+  void ReconcileSsdEvents();
+  // With kSync durability: the events so far are durable (before a change is
+  // acknowledged).
+  void SyncEvents();
+  // Checkpoints and closes the log's files (Engine::Close, after the SSD tier).
+  void CloseEvents();
+
   Status CheckOpen() const {
     return closed_.load(std::memory_order_acquire)
                ? Status::InvalidArgument("engine is closed")
@@ -121,6 +136,10 @@ class internal::EngineImpl {
   uint64_t endurance_bytes_ = 0;
   std::unique_ptr<PrefixCache> cache_;
   std::atomic<bool> closed_{false};
+  // The event log (null with options_.event_log off); EmitKvEvent uses it
+  // once events_ready_ is set.
+  std::unique_ptr<internal::EventLog> events_;
+  std::atomic<bool> events_ready_{false};
 
   // Guards the tables below. Taken before the prefix cache's and the
   // budget's locks (RegisterModel calls into both while holding it).

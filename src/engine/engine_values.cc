@@ -321,6 +321,7 @@ StatusOr<SetValueResult> Engine::SetValue(std::string_view key, SharedBytes valu
   // The write is done: a failing sweep step is retried by the next one.
   StatusOr<uint64_t> swept = SweepDue(*impl_, *stack, kSweepPerWrite);
   static_cast<void>(swept);
+  impl_->SyncEvents();
   return result;
 }
 
@@ -332,6 +333,7 @@ StatusOr<bool> Engine::DeleteValue(std::string_view key) {
                        Probe(*impl_, *stack, key, impl_->clock_->UnixMillis()));
   if (!p.present && !p.expired) return false;
   PKV_RETURN_IF_ERROR(RemoveBoth(*impl_, *stack, key));
+  impl_->SyncEvents();
   return p.present;
 }
 
@@ -359,11 +361,13 @@ StatusOr<bool> Engine::SetValueExpiry(std::string_view key, uint64_t expires_at_
   if (expires_at_unix_ms == 0 && p.expires_at_ms == 0) return false;  // PERSIST
   if (expires_at_unix_ms != 0 && expires_at_unix_ms <= now_ms) {
     PKV_RETURN_IF_ERROR(RemoveBoth(*impl_, *stack, key));
+    impl_->SyncEvents();
     return true;
   }
   PKV_ASSIGN_OR_RETURN(SharedBytes value, ReadValue(*impl_, *stack, key, false));
   PKV_RETURN_IF_ERROR(
       WriteRecord(*impl_, *stack, key, expires_at_unix_ms, value, p.legacy));
+  impl_->SyncEvents();
   return true;
 }
 
@@ -428,6 +432,7 @@ StatusOr<uint64_t> Engine::ClearValues() {
       return s;
     }
   }
+  impl_->SyncEvents();
   return removed;
 }
 

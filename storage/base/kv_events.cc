@@ -36,6 +36,8 @@ std::string_view KvRemoveReasonName(KvRemoveReason reason) {
       return "expired";
     case KvRemoveReason::kNotAdmitted:
       return "not_admitted";
+    case KvRemoveReason::kReconciled:
+      return "reconciled";
   }
   return "invalid";
 }

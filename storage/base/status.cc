@@ -33,6 +33,8 @@ std::string_view StatusCodeName(StatusCode code) {
       return "Internal";
     case StatusCode::kUnavailable:
       return "Unavailable";
+    case StatusCode::kOutOfRange:
+      return "OutOfRange";
   }
   return "Unknown";
 }

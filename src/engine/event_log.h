@@ -1,0 +1,148 @@
+// EventLog: the engine's KV event log (docs/events.md). It numbers every
+// event, keeps the recent ones for readers (Engine::Events, XREAD) within a
+// byte and age retention, and keeps the key set per tier the events add up
+// to (Engine::EventSnapshot), all under one leaf mutex: Append runs inside
+// the tiers' locks and never calls into them.
+//
+// Persistent (a directory): events are appended to segment files
+// (event_log_file.h: CRC-framed records, a torn tail cut at open) with one
+// write per event, so a kill -9 loses none that Append returned; Sync()
+// makes them survive power loss too. Sequence numbers are reserved ahead in
+// a small file, so a number handed out before a crash is never handed out
+// again: the log resumes above the reservation, and the skipped numbers are
+// a gap readers cannot cross (Read: OutOfRange, resnapshot). The SSD key set
+// is checkpointed at open and at Close, and rebuilt at open from the last
+// checkpoint plus the events after it (Engine's reconciliation compares it
+// with the SSD tier).
+//
+// In RAM (no directory): the same retention, nothing survives; numbers start
+// above the clock's milliseconds times 65536, so a reader of an earlier run
+// is told to resnapshot rather than handed another run's numbers.
+//
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "event_log_file.h"
+#include "prefixkv/advanced/file_system.h"
+#include "prefixkv/advanced/mutex.h"
+#include "prefixkv/clock.h"
+#include "prefixkv/kv_events.h"
+#include "prefixkv/status.h"
+
+namespace prefixkv::internal {
+
+struct EventLogOptions {
+  // Directory of the segment files; empty: RAM only.
+  std::string dir;
+  FileSystem* fs = FileSystem::Default();
+  Clock* clock = Clock::System();
+  // Retention: the oldest segment is dropped while the log is over
+  // retention_bytes or its newest event is older than retention_ms (the
+  // segment being written is never dropped).
+  uint64_t retention_bytes = uint64_t{64} << 20;
+  uint64_t retention_ms = uint64_t{24} * 3600 * 1000;
+  // Bytes per segment; 0: retention_bytes / 8, at least 4 KiB.
+  uint64_t segment_bytes = 0;
+  // Sequence numbers reserved durably at a time.
+  uint64_t reserve_ahead = uint64_t{1} << 16;
+  // Receives one line per notable event (a torn tail cut, a write error).
+  std::function<void(std::string_view)> log;
+};
+
+// The least segment size (EventLogOptions::segment_bytes).
+inline constexpr uint64_t kMinEventSegmentBytes = 4096;
+
+using KvKeySet = std::unordered_map<BlockKey, KvSnapshotBlock, BlockKeyHash>;
+
+class EventLog {
+ public:
+  // Opens (creating the directory) or starts a RAM log. IOError when the
+  // directory cannot be used.
+  static StatusOr<std::unique_ptr<EventLog>> Open(const EventLogOptions& options);
+  ~EventLog();
+
+  // Numbers `e` (e.seq), records it, applies it to the key sets and wakes
+  // the watchers it satisfies (their callbacks run on this thread, after the
+  // log's mutex is released).
+  void Append(KvEvent& e) EXCLUDES(mu_);
+  // Makes every appended event durable (fdatasync); OK in RAM.
+  Status Sync() EXCLUDES(mu_);
+
+  // Up to `max_events` events with seq >= from_seq (0 reads as 1).
+  // OutOfRange when the events between the reader's last one (from_seq - 1)
+  // and the next are not all in the log: older than retention, numbers lost
+  // in a crash, or beyond the head. The reader must resnapshot.
+  StatusOr<KvEventPage> Read(uint64_t from_seq, size_t max_events) const EXCLUDES(mu_);
+  // Calls `wake` once when an event with seq >= from_seq is appended, at
+  // once (on this thread) when one is already there or from_seq must
+  // resnapshot. Returns an id for Unwatch (0 when it already ran).
+  uint64_t Watch(uint64_t from_seq, std::function<void()> wake) EXCLUDES(mu_);
+  // Forgets a watch (no-op when it ran).
+  void Unwatch(uint64_t id) EXCLUDES(mu_);
+
+  KvEventSnapshot Snapshot() const EXCLUDES(mu_);
+  KvEventLogStats Stats() const EXCLUDES(mu_);
+  // The SSD key set as the events say; whether the log could rebuild it at
+  // open (false: no checkpoint, or the events after it were trimmed).
+  KvKeySet SsdKeys() const EXCLUDES(mu_);
+  bool ssd_keys_proven() const { return ssd_keys_proven_; }
+  void CountReconciled(uint64_t n) EXCLUDES(mu_);
+  // Writes the SSD key set checkpoint at the head (persistent logs).
+  Status Checkpoint() EXCLUDES(mu_);
+  // Checkpoints and closes the files; Append after it keeps events in RAM.
+  Status Close() EXCLUDES(mu_);
+
+ private:
+  struct Segment {
+    uint64_t prev_seq = 0;  // the event before its first one (0: none)
+    uint64_t last_seq = 0;
+    uint64_t count = 0;
+    uint64_t bytes = 0;
+    int64_t last_unix_ms = 0;
+    std::string path;  // empty in RAM
+  };
+  explicit EventLog(const EventLogOptions& options);
+  Status Load() EXCLUDES(mu_);
+  Status LoadSegments() REQUIRES(mu_);
+  void Apply(const KvEvent& e) REQUIRES(mu_);
+  void Record(const KvEvent& e, uint64_t bytes) REQUIRES(mu_);
+  Status Reserve(uint64_t through) REQUIRES(mu_);
+  Status StartSegment() REQUIRES(mu_);
+  void Trim() REQUIRES(mu_);
+  bool Continues(uint64_t last_seen) const REQUIRES(mu_);
+  Status CheckpointLocked() REQUIRES(mu_);
+  void Log(const std::string& line) const;
+  uint64_t segment_bytes() const;
+
+  const EventLogOptions options_;
+  bool ssd_keys_proven_ = false;  // set by Load
+  mutable Mutex mu_;
+  std::deque<KvEvent> events_ GUARDED_BY(mu_);
+  std::deque<Segment> segments_ GUARDED_BY(mu_);
+  std::unique_ptr<EventSegmentWriter> writer_ GUARDED_BY(mu_);  // null in RAM
+  uint64_t next_seq_ GUARDED_BY(mu_) = 1;
+  uint64_t reserved_ GUARDED_BY(mu_) = 0;     // numbers below it may be handed out
+  uint64_t trimmed_seq_ GUARDED_BY(mu_) = 0;  // first segment's prev_seq
+  uint64_t bytes_ GUARDED_BY(mu_) = 0;
+  bool closed_ GUARDED_BY(mu_) = false;
+  KvKeySet hot_ GUARDED_BY(mu_);
+  KvKeySet ssd_ GUARDED_BY(mu_);
+  KvEventLogStats counts_ GUARDED_BY(mu_);
+  uint64_t next_watch_ GUARDED_BY(mu_) = 1;
+  struct Watcher {
+    uint64_t from_seq;
+    std::function<void()> wake;
+  };
+  std::map<uint64_t, Watcher> watchers_ GUARDED_BY(mu_);
+};
+
+}  // namespace prefixkv::internal
