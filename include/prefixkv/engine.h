@@ -242,6 +242,8 @@ struct EngineStats {
   // The capacity advisor's estimates (Engine::AdvisorStats); no points when
   // it is off.
   AdvisorReport advisor;
+  // The KV event log (Engine::EventLogStats; enabled false when it is off).
+  KvEventLogStats events;
 };
 
 // What Audit() found. Empty findings and orphans: every counter agrees with
@@ -489,6 +491,12 @@ class Engine {
   //   }
   StatusOr<KvEventPage> Events(uint64_t from_seq, size_t max_events = 1024,
                                uint64_t wait_ms = 0) const;
+  // The retained events with first_seq <= seq <= last_seq, at most
+  // `max_events`, ascending (descending from last_seq with `reverse`). No
+  // continuity check: what the log keeps (the server's XRANGE).
+  StatusOr<std::vector<KvEvent>> EventRange(uint64_t first_seq, uint64_t last_seq,
+                                            size_t max_events,
+                                            bool reverse = false) const;
   // Calls `wake` once, on the thread that appends it, when an event with seq
   // >= from_seq is there; at once (on this thread) when one already is or
   // Events(from_seq) would be OutOfRange. `wake` runs under a tier's lock:

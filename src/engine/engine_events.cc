@@ -143,6 +143,13 @@ StatusOr<KvEventPage> Engine::Events(uint64_t from_seq, size_t max_events,
   return impl_->events_->Read(from_seq, max_events);
 }
 
+StatusOr<std::vector<KvEvent>> Engine::EventRange(uint64_t first_seq, uint64_t last_seq,
+                                                  size_t max_events, bool reverse) const {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  if (impl_->events_ == nullptr) return NoLog();
+  return impl_->events_->Range(first_seq, last_seq, max_events, reverse);
+}
+
 StatusOr<uint64_t> Engine::WatchEvents(uint64_t from_seq,
                                        std::function<void()> wake) const {
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());

@@ -45,6 +45,7 @@ AdvisorReport AdvisorOf(const internal::EngineImpl& impl, const EngineStats& s) 
 EngineStats Engine::Stats() const {
   EngineStats s;
   const internal::EngineImpl& impl = *impl_;
+  s.events = EventLogStats();
   if (impl.CheckOpen().ok() && impl.budget_ != nullptr) {
     const SharedHotBudget& budget = *impl.budget_;
     s.hot_capacity_bytes = budget.capacity_bytes();

@@ -44,6 +44,11 @@ uint64_t EventLog::segment_bytes() const {
   return std::max(s, kMinEventSegmentBytes);
 }
 
+uint64_t EventLog::FirstSeq() const {
+  if (options_.first_seq > 0) return options_.first_seq;
+  return std::max<uint64_t>(1, options_.clock->UnixMillis() << 16);
+}
+
 Status EventLog::Load() {
   MutexLock lock(&mu_);
   counts_.enabled = true;
@@ -51,8 +56,7 @@ Status EventLog::Load() {
   counts_.retention_bytes = options_.retention_bytes;
   counts_.retention_ms = options_.retention_ms;
   if (options_.dir.empty()) {
-    // Above every number an earlier run of this process can have used.
-    next_seq_ = std::max<uint64_t>(1, options_.clock->UnixMillis() << 16);
+    next_seq_ = FirstSeq();
     reserved_ = UINT64_MAX;
     segments_.push_back({});
     ssd_keys_proven_ = true;
@@ -65,7 +69,7 @@ Status EventLog::Load() {
   if (reserved.ok()) {
     next_seq_ = std::max(last + 1, *reserved);
   } else if (reserved.status().IsNotFound() && segments_.empty()) {
-    next_seq_ = 1;
+    next_seq_ = FirstSeq();
   } else {
     Log(reserved.status().ToString() + ": numbering resumes far above seq " +
         std::to_string(last));
@@ -277,6 +281,23 @@ StatusOr<KvEventPage> EventLog::Read(uint64_t from_seq, size_t max_events) const
   }
   if (!page.events.empty()) page.next_seq = page.events.back().seq + 1;
   return page;
+}
+
+std::vector<KvEvent> EventLog::Range(uint64_t first_seq, uint64_t last_seq,
+                                     size_t max_events, bool reverse) const {
+  std::vector<KvEvent> out;
+  MutexLock lock(&mu_);
+  const auto by_seq = [](const KvEvent& e, uint64_t s) { return e.seq < s; };
+  auto lo = std::lower_bound(events_.begin(), events_.end(), first_seq, by_seq);
+  auto hi = last_seq == UINT64_MAX
+                ? events_.end()
+                : std::lower_bound(lo, events_.end(), last_seq + 1, by_seq);
+  if (!reverse) {
+    for (; lo < hi && out.size() < max_events; ++lo) out.push_back(*lo);
+  } else {
+    for (; hi > lo && out.size() < max_events; --hi) out.push_back(*(hi - 1));
+  }
+  return out;
 }
 
 uint64_t EventLog::Watch(uint64_t from_seq, std::function<void()> wake) {

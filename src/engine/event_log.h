@@ -15,9 +15,10 @@
 // checkpoint plus the events after it (Engine's reconciliation compares it
 // with the SSD tier).
 //
-// In RAM (no directory): the same retention, nothing survives; numbers start
-// above the clock's milliseconds times 65536, so a reader of an earlier run
-// is told to resnapshot rather than handed another run's numbers.
+// In RAM (no directory): the same retention, nothing survives. A new log
+// (RAM, or no files yet) starts numbering above the clock's milliseconds
+// times 65536, so a reader of an earlier run or of a deleted log is told to
+// resnapshot rather than handed another log's numbers.
 //
 // Thread-safe.
 #pragma once
@@ -52,6 +53,11 @@ struct EventLogOptions {
   uint64_t retention_ms = uint64_t{24} * 3600 * 1000;
   // Bytes per segment; 0: retention_bytes / 8, at least 4 KiB.
   uint64_t segment_bytes = 0;
+  // The first number of a new log (no files yet, or RAM); 0: the clock's
+  // Unix milliseconds times 65536, so that a consumer of a log that was
+  // deleted, or of an earlier RAM run, is never handed another log's numbers
+  // (it is told to resnapshot). Tests set 1.
+  uint64_t first_seq = 0;
   // Sequence numbers reserved durably at a time.
   uint64_t reserve_ahead = uint64_t{1} << 16;
   // Receives one line per notable event (a torn tail cut, a write error).
@@ -82,6 +88,11 @@ class EventLog {
   // and the next are not all in the log: older than retention, numbers lost
   // in a crash, or beyond the head. The reader must resnapshot.
   StatusOr<KvEventPage> Read(uint64_t from_seq, size_t max_events) const EXCLUDES(mu_);
+  // Up to `max_events` retained events with first_seq <= seq <= last_seq,
+  // ascending (descending with `reverse`, from last_seq down). No gap check:
+  // a range read (XRANGE) shows what is kept.
+  std::vector<KvEvent> Range(uint64_t first_seq, uint64_t last_seq, size_t max_events,
+                             bool reverse) const EXCLUDES(mu_);
   // Calls `wake` once when an event with seq >= from_seq is appended, at
   // once (on this thread) when one is already there or from_seq must
   // resnapshot. Returns an id for Unwatch (0 when it already ran).
@@ -122,6 +133,7 @@ class EventLog {
   Status CheckpointLocked() REQUIRES(mu_);
   void Log(const std::string& line) const;
   uint64_t segment_bytes() const;
+  uint64_t FirstSeq() const;
 
   const EventLogOptions options_;
   bool ssd_keys_proven_ = false;  // set by Load

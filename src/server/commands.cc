@@ -151,6 +151,11 @@ const std::vector<CommandSpec>& Dispatcher::Table() {
       {"pkv.match", 4, false, false, 0, 0, 0, CmdPkvMatch},
       {"pkv.stats", 1, false, false, 0, 0, 0, CmdPkvStats},
       {"pkv.audit", 1, false, false, 0, 0, 0, CmdPkvAudit, /*admin=*/true},
+      {"xread", -4, false, false, 0, 0, 0, CmdXread},
+      {"xrange", -4, false, false, 1, 1, 1, CmdXrange},
+      {"xrevrange", -4, false, false, 1, 1, 1, CmdXrevrange},
+      {"xlen", 2, false, false, 1, 1, 1, CmdXlen},
+      {"xinfo", -2, false, false, 0, 0, 0, CmdXinfo},
   };
   return table;
 }

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +23,15 @@
 #include "served_restore.h"
 
 namespace prefixkv::server {
+
+// An XREAD BLOCK that found nothing yet (commands_streams.cc): the
+// connection waits for an event at or after from_seq, or the timeout
+// (0: none), then replies (connection.cc).
+struct BlockedRead {
+  uint64_t from_seq = 0;
+  size_t count = 0;
+  uint64_t timeout_ms = 0;
+};
 
 // Per-connection protocol state.
 struct ClientState {
@@ -41,6 +51,11 @@ struct ClientState {
   size_t multi_bytes = 0;
   // This connection's PKV.MATCH + PKV.GET sequence (served_restore.h).
   ServedRestore restore;
+  // EXEC is running the queue (a BLOCK does not block then).
+  bool in_exec = false;
+  // Set by an XREAD that is to block, with no reply appended; the connection
+  // takes it (and replies later).
+  std::optional<BlockedRead> block;
   // What CLIENT LIST shows of this client (id, name...); never null.
   std::shared_ptr<ClientRecord> record;
 };
@@ -194,6 +209,18 @@ void CmdPkvGet(CommandContext& ctx);
 void CmdPkvMatch(CommandContext& ctx);
 void CmdPkvStats(CommandContext& ctx);
 void CmdPkvAudit(CommandContext& ctx);
+void CmdXread(CommandContext& ctx);
+void CmdXrange(CommandContext& ctx);
+void CmdXrevrange(CommandContext& ctx);
+void CmdXlen(CommandContext& ctx);
+void CmdXinfo(CommandContext& ctx);
+
+// XREAD's reply for the events from `from_seq` (at most `count`): the
+// entries, or a RESNAPSHOT error when the log cannot continue there. When
+// there are none yet, appends a null array if `final`, else nothing; returns
+// whether it appended a reply.
+bool ReplyStreamRead(Engine* engine, uint64_t from_seq, size_t count, bool final,
+                     ReplyBuffer* out);
 
 // True when `given` equals `expected`, in time that depends only on the
 // length of `given` (not on `expected`'s length or the first difference).

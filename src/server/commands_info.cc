@@ -212,10 +212,33 @@ void AppendAdvisor(const AdvisorReport& r, std::string* out) {
   *out += "\r\n";
 }
 
+// "# Events": the KV event log (docs/events.md), when it is on.
+void AppendEvents(const KvEventLogStats& e, std::string* out) {
+  *out += "# Events\r\n";
+  const std::pair<const char*, uint64_t> fields[] = {
+      {"events_persistent", e.persistent ? 1 : 0},
+      {"events_head_seq", e.head_seq},
+      {"events_first_seq", e.first_seq},
+      {"events_retained", e.events},
+      {"events_bytes", e.bytes},
+      {"events_retention_bytes", e.retention_bytes},
+      {"events_retention_ms", e.retention_ms},
+      {"events_appended", e.appended},
+      {"events_trimmed", e.trimmed},
+      {"events_reconciled", e.reconciled},
+      {"events_write_errors", e.write_errors},
+      {"events_keys_hot", e.keys_hot},
+      {"events_keys_ssd", e.keys_ssd},
+  };
+  for (const auto& [name, v] : fields)
+    *out += std::string(name) + ":" + std::to_string(v) + "\r\n";
+  *out += "\r\n";
+}
+
 // INFO [section ...]: "server", "clients", "stats" and "commandstats" from the
 // running server, "memory" and "keyspace", then "tier_hot", "owners",
 // "tier_ssd" and "tier_remote" from the engine ("tiers": those four), then
-// "advisor". An unknown section is an empty reply, as in Redis.
+// "advisor" and "events". An unknown section is an empty reply, as in Redis.
 void CmdInfo(CommandContext& ctx) {
   std::vector<std::string> wants;  // none: the default sections
   for (size_t i = 1; i < ctx.args.size(); ++i) {
@@ -263,6 +286,7 @@ void CmdInfo(CommandContext& ctx) {
     text += "\r\n";
   }
   if (wanted("advisor")) AppendAdvisor(engine->AdvisorStats(), &text);
+  if (s.events.enabled && wanted("events")) AppendEvents(s.events, &text);
   ctx.out->Bulk(text);
 }
 

@@ -43,7 +43,9 @@ void Dispatcher::ExecQueued(ClientState* client, ReplyBuffer* out) const {
   out->ArrayHeader(queue.size());
   // Each was checked when queued (a command's checks do not change meanwhile:
   // AUTH only widens what a client may run).
+  client->in_exec = true;
   for (const RespArgs& args : queue) Run(*Find(args[0].view()), args, client, out);
+  client->in_exec = false;
 }
 
 void CmdMulti(CommandContext& ctx) {

@@ -48,7 +48,8 @@ Connection::Connection(tcp::socket socket, const ConnectionEnv* env)
       parser_(LimitsFrom(*env->options, true)),
       client_(env->dispatcher->NewClient(EndpointText(socket_, true),
                                          EndpointText(socket_, false))),
-      delay_timer_(socket_.get_executor()) {
+      delay_timer_(socket_.get_executor()),
+      block_timer_(socket_.get_executor()) {
   // Reads are attempted only after a wait for readability; a wake with
   // nothing to read must not block the I/O thread.
   boost::system::error_code ignored;
@@ -141,7 +142,9 @@ void Connection::Pump() {
   ProcessInput();
   Flush();
   if (stop_reading_) {
-    if (!reading_ && !writing_in_flight_ && queued_.empty() && !delayed_) return Close();
+    if (!reading_ && !writing_in_flight_ && queued_.empty() && !delayed_ && !blocked_) {
+      return Close();
+    }
   } else {
     MaybeRead();
   }
@@ -231,7 +234,7 @@ void Connection::OnRead(const boost::system::error_code& ec, size_t n) {
 }
 
 void Connection::ProcessInput() {
-  while (read_pos_ < read_end_ && !client_.close_requested && !delayed_ &&
+  while (read_pos_ < read_end_ && !client_.close_requested && !delayed_ && !blocked_ &&
          PendingReplyBytes() <= ReplyLimit()) {
     std::string_view in(read_buf_.get() + read_pos_, read_end_ - read_pos_);
     RespParser::Result r = parser_.Parse(&in, &args_);
@@ -262,6 +265,11 @@ void Connection::Execute() {
     client_.close_requested = true;
   }
   env_->counters->total_commands_processed.fetch_add(1, std::memory_order_relaxed);
+  if (client_.block.has_value()) {
+    const BlockedRead read = *client_.block;
+    client_.block.reset();
+    StartBlockedRead(read);
+  }
   // Stored values are now owned by the tiers alone; the list of a command of
   // many arguments is freed.
   if (args_.capacity() * sizeof(SharedBytes) > kKeepReadBytes) {
@@ -289,6 +297,57 @@ void Connection::DelayAfterAuthFailure() {
     self->delayed_ = false;
     self->Pump();
   });
+}
+
+void Connection::StartBlockedRead(const BlockedRead& read) {
+  blocked_ = true;
+  block_ = read;
+  const uint64_t generation = ++block_generation_;
+  if (read.timeout_ms > 0) {
+    block_timer_.expires_after(std::chrono::milliseconds(read.timeout_ms));
+    block_timer_.async_wait(
+        [weak = weak_from_this(), generation](const boost::system::error_code& ec) {
+          auto self = weak.lock();
+          if (!ec && self) self->ResumeBlockedRead(generation, true);
+        });
+  }
+  WatchBlockedRead();
+}
+
+void Connection::WatchBlockedRead() {
+  const uint64_t generation = block_generation_;
+  std::weak_ptr<Connection> weak = weak_from_this();
+  auto executor = socket_.get_executor();
+  // Runs on the thread appending the event, under a tier's lock: only posts.
+  StatusOr<uint64_t> watch = env_->dispatcher->engine()->WatchEvents(
+      block_.from_seq, [weak, executor, generation] {
+        asio::post(executor, [weak, generation] {
+          if (auto self = weak.lock()) self->ResumeBlockedRead(generation, false);
+        });
+      });
+  block_watch_ = watch.ok() ? *watch : 0;
+  if (!watch.ok()) ResumeBlockedRead(generation, true);  // replies the error
+}
+
+void Connection::ResumeBlockedRead(uint64_t generation, bool timed_out) {
+  if (!blocked_ || closed_ || generation != block_generation_) return;
+  if (!timed_out) block_watch_ = 0;  // a watch runs once: this one is gone
+  if (!ReplyStreamRead(env_->dispatcher->engine(), block_.from_seq, block_.count,
+                       timed_out, &queued_)) {
+    return WatchBlockedRead();  // woken for nothing newer: wait again
+  }
+  EndBlockedRead();
+  Touch();
+  Pump();
+}
+
+void Connection::EndBlockedRead() {
+  if (!blocked_) return;
+  blocked_ = false;
+  ++block_generation_;
+  if (block_watch_ != 0) env_->dispatcher->engine()->UnwatchEvents(block_watch_);
+  block_watch_ = 0;
+  block_timer_.cancel();
 }
 
 void Connection::Flush() {
@@ -331,6 +390,7 @@ void Connection::Close() {
   socket_.shutdown(tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
   delay_timer_.cancel();
+  EndBlockedRead();
   queued_.Clear();
   read_buf_.reset();
   read_cap_ = 0;

@@ -126,6 +126,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Execute();
   // Pauses command execution for the auth failure delay.
   void DelayAfterAuthFailure();
+  // XREAD BLOCK (commands_streams.cc): command execution pauses until the
+  // engine's event log has an event at or after from_seq (WatchEvents posts
+  // the wakeup here) or the timer ends it with a null reply. The I/O thread
+  // serves other connections meanwhile.
+  void StartBlockedRead(const BlockedRead& read);
+  void WatchBlockedRead();
+  void ResumeBlockedRead(uint64_t generation, bool timed_out);
+  void EndBlockedRead();
 
   boost::asio::ip::tcp::socket socket_;
   const ConnectionEnv* env_;
@@ -148,6 +156,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool closed_ = false;
   bool delayed_ = false;  // a failed AUTH's pause is running
   boost::asio::steady_timer delay_timer_;
+  bool blocked_ = false;  // an XREAD BLOCK waits
+  BlockedRead block_;
+  uint64_t block_generation_ = 0;  // tells a stale wakeup from the current one
+  uint64_t block_watch_ = 0;       // Engine::WatchEvents id (0: none)
+  boost::asio::steady_timer block_timer_;
   std::atomic<uint64_t> last_activity_ms_{0};
 };
 

@@ -184,6 +184,42 @@ void AddWearFamilies(std::vector<FamilyDef>& defs) {
           [](const EngineStats& e) { return e.ssd_admission_counters.skipped_bytes; });
 }
 
+// The KV event log (docs/events.md; only when it is on).
+void AddEventFamilies(std::vector<FamilyDef>& defs) {
+  auto add = [&defs](MetricType type, std::string name, std::string help, auto value) {
+    defs.push_back({{std::move(name), type, {}, std::move(help)},
+                    [value](const Snapshot& s, Samples& out) {
+                      if (s.engine.events.enabled) out.Add({}, value(s.engine.events));
+                    }});
+  };
+  using E = const KvEventLogStats&;
+  add(MetricType::kGauge, "prefixkv_events_head_seq",
+      "Sequence number of the newest KV event (XREAD id <seq>-0)",
+      [](E e) { return e.head_seq; });
+  add(MetricType::kGauge, "prefixkv_events_first_seq",
+      "Sequence number of the oldest KV event retained (0: none)",
+      [](E e) { return e.first_seq; });
+  add(MetricType::kGauge, "prefixkv_events_retained", "KV events retained (XLEN)",
+      [](E e) { return e.events; });
+  add(MetricType::kGauge, "prefixkv_events_bytes", "Bytes of the retained KV events",
+      [](E e) { return e.bytes; });
+  add(MetricType::kGauge, "prefixkv_events_retention_bytes",
+      "The event log's retention in bytes", [](E e) { return e.retention_bytes; });
+  add(MetricType::kGauge, "prefixkv_events_retention_seconds",
+      "The event log's retention in seconds", [](E e) { return e.retention_ms / 1000; });
+  add(MetricType::kCounter, "prefixkv_events_appended_total",
+      "KV events appended since the engine opened", [](E e) { return e.appended; });
+  add(MetricType::kCounter, "prefixkv_events_trimmed_total",
+      "KV events dropped by retention since the engine opened",
+      [](E e) { return e.trimmed; });
+  add(MetricType::kCounter, "prefixkv_events_reconciled_total",
+      "Corrective KV events emitted at open (reason reconciled)",
+      [](E e) { return e.reconciled; });
+  add(MetricType::kCounter, "prefixkv_events_write_errors_total",
+      "KV event appends the file system refused (kept in RAM only)",
+      [](E e) { return e.write_errors; });
+}
+
 // Tier-wide families: one sample per tier present.
 void AddTierFamilies(std::vector<FamilyDef>& defs) {
   defs.push_back(Gauge("prefixkv_tier_capacity_bytes", {"tier"},
@@ -472,6 +508,7 @@ const std::vector<FamilyDef>& FamilyDefs() {
     AddRemoteFamilies(*d);
     AddOwnerFamilies(*d);
     AddAdvisorFamilies(*d);
+    AddEventFamilies(*d);
     AddServerFamilies(*d);
     AddProcessFamilies(*d);
     return d;

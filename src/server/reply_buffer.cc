@@ -55,6 +55,7 @@ void ReplyBuffer::Bulk(const SharedBytes& b) {
 void ReplyBuffer::Null() { AppendText("$-1\r\n"); }
 
 void ReplyBuffer::ArrayHeader(size_t n) { AppendHeader('*', static_cast<int64_t>(n)); }
+void ReplyBuffer::NullArray() { AppendHeader('*', -1); }
 
 void ReplyBuffer::Clear() {
   if (text_.capacity() > kKeepBytes) {

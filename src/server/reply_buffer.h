@@ -41,6 +41,7 @@ class ReplyBuffer {
   void Bulk(const SharedBytes& b);  // the same, referencing large payloads
   void Null();                      // "$-1\r\n"
   void ArrayHeader(size_t n);       // "*n\r\n"; the caller appends n replies
+  void NullArray();                 // "*-1\r\n" (XREAD that timed out)
 
   // Total bytes of every reply appended so far.
   size_t bytes() const { return bytes_; }

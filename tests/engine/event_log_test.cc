@@ -1,14 +1,26 @@
 // EventLog (src/engine/event_log.cc): numbering across reopens and crashes,
 // torn tails, retention by bytes and by age, the resnapshot status, the key
-// sets and their checkpoint, watchers.
+// sets and their checkpoint, watchers. Then the engine's events
+// (src/engine/engine_events.cc): the hot tier's kCleared at open, the SSD
+// reconciliation, and a kill -9 loop in write-through mode whose consumer's
+// SSD key set must equal the SSD tier's after every restart.
 #include "event_log.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <thread>
 
 #include "event_log_file.h"
+#include "prefixkv/advanced/ssd_tier.h"
+#include "tests/engine/engine_test_util.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv::internal {
@@ -39,6 +51,7 @@ class EventLogTest : public ::testing::Test {
     EventLogOptions o;
     o.dir = dir_.str() + "/events";
     o.clock = &clock_;
+    o.first_seq = 1;
     return o;
   }
   std::unique_ptr<EventLog> OpenLog(EventLogOptions o) {
@@ -274,6 +287,7 @@ TEST_F(EventLogTest, WatchWakesOnceAtTheFirstEventAtOrAfterItsSeq) {
 TEST_F(EventLogTest, RamLogNumbersAboveEveryEarlierRunOfTheClock) {
   EventLogOptions o = Options();
   o.dir.clear();
+  o.first_seq = 0;  // the engine's: above the clock
   uint64_t first_run_last = 0;
   {
     auto log = OpenLog(o);
@@ -300,3 +314,192 @@ TEST_F(EventLogTest, DamagedSeqFileResumesFarAboveTheLog) {
 
 }  // namespace
 }  // namespace prefixkv::internal
+
+namespace prefixkv::testing {
+namespace {
+
+// A consumer as docs/events.md describes it: applies events in order to one
+// key set per tier, and takes a snapshot when told to resnapshot.
+struct Consumer {
+  uint64_t next = 0;
+  uint64_t last_seq = 0;
+  std::set<BlockKey> hot, ssd;
+  int resnapshots = 0;
+
+  std::set<BlockKey>* Set(TierLevel t) {
+    return t == TierLevel::kHot ? &hot : t == TierLevel::kSsd ? &ssd : nullptr;
+  }
+  void Apply(const KvEvent& e) {
+    EXPECT_GT(e.seq, last_seq) << "events out of order or repeated";
+    last_seq = e.seq;
+    std::set<BlockKey>* to = Set(e.tier);
+    if (e.kind == KvEventKind::kMoved && Set(e.from) != nullptr)
+      Set(e.from)->erase(e.key);
+    if (to == nullptr) return;
+    if (e.kind == KvEventKind::kStored || e.kind == KvEventKind::kMoved)
+      to->insert(e.key);
+    if (e.kind == KvEventKind::kRemoved) to->erase(e.key);
+    if (e.kind == KvEventKind::kCleared) to->clear();
+  }
+  void Resnapshot(Engine& engine) {
+    StatusOr<KvEventSnapshot> snap = engine.EventSnapshot();
+    ASSERT_OK(snap);
+    hot.clear();
+    ssd.clear();
+    for (const KvSnapshotBlock& b : snap->hot) hot.insert(b.key);
+    for (const KvSnapshotBlock& b : snap->ssd) ssd.insert(b.key);
+    next = snap->seq + 1;
+    last_seq = snap->seq;
+    ++resnapshots;
+  }
+  // Reads every event there is.
+  void CatchUp(Engine& engine) {
+    for (int guard = 0; guard < 100000; ++guard) {
+      StatusOr<KvEventPage> page = engine.Events(next, 4096);
+      if (page.status().IsOutOfRange()) {
+        Resnapshot(engine);
+        continue;
+      }
+      ASSERT_OK(page);
+      for (const KvEvent& e : page->events) Apply(e);
+      next = page->next_seq;
+      if (page->events.empty()) return;
+    }
+  }
+};
+
+std::set<BlockKey> SsdKeys(Engine& engine) {
+  std::set<BlockKey> keys;
+  engine.ssd_tier()->ForEach([&](const BlockMeta& m, uint64_t) { keys.insert(m.key); });
+  return keys;
+}
+
+class EngineEventsTest : public EngineFixture {
+ protected:
+  EngineEventsTest() : EngineFixture("EngineEventsTest") {}
+  EngineOptions WriteThrough() {
+    EngineOptions o = OnDisk(64 << 10);
+    o.write_through = true;
+    return o;
+  }
+};
+
+TEST_F(EngineEventsTest, OpenEmitsTheHotTiersClearedFirst) {
+  EngineOptions o;
+  o.hot_capacity_bytes = 1 << 20;
+  auto engine = Open(o);
+  ASSERT_OK_AND_ASSIGN(KvEventPage page, engine->Events(0));
+  ASSERT_FALSE(page.events.empty());
+  EXPECT_EQ(page.events[0].kind, KvEventKind::kCleared);
+  EXPECT_EQ(page.events[0].tier, TierLevel::kHot);
+  const KvEventLogStats s = engine->EventLogStats();
+  EXPECT_TRUE(s.enabled);
+  EXPECT_FALSE(s.persistent);
+  EXPECT_EQ(s.head_seq, page.events.back().seq);
+}
+
+TEST_F(EngineEventsTest, EventLogOffIsNotSupportedAndKeepsNothing) {
+  EngineOptions o = OnDisk();
+  o.event_log = false;
+  auto engine = Open(o);
+  EXPECT_EQ(engine->Events(0).status().code(), StatusCode::kNotSupported);
+  EXPECT_FALSE(engine->EventLogStats().enabled);
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "events"));
+}
+
+TEST_F(EngineEventsTest, BadRetentionIsRefused) {
+  EngineOptions o = OnDisk();
+  o.event_retention_bytes = 100;
+  EXPECT_TRUE(Engine::Open(Quiet(o)).status().IsInvalidArgument());
+}
+
+TEST_F(EngineEventsTest, ConsumerHoldsTheSsdKeySetAfterEveryReopen) {
+  Consumer c;
+  for (int run = 0; run < 3; ++run) {
+    auto engine = Open(WriteThrough());
+    for (int i = 0; i < 40; ++i) {
+      ASSERT_OK(
+          engine->PutValue("k" + std::to_string(run * 20 + i), SharedBytes::Copy("v")));
+    }
+    for (int i = 0; i < 10; ++i) {
+      ASSERT_OK(engine->DeleteValue("k" + std::to_string(run * 20 + i)));
+    }
+    ASSERT_OK(engine->Close());
+    engine = Open(WriteThrough());
+    c.CatchUp(*engine);
+    EXPECT_EQ(c.ssd, SsdKeys(*engine)) << "run " << run;
+    EXPECT_TRUE(c.hot.empty());
+  }
+  EXPECT_EQ(c.resnapshots, 0);
+}
+
+TEST_F(EngineEventsTest, DeletedLogRestartsAboveTheOldNumbersAndIsReconciled) {
+  Consumer c;
+  {
+    auto engine = Open(WriteThrough());
+    for (int i = 0; i < 20; ++i) {
+      ASSERT_OK(engine->PutValue("k" + std::to_string(i), SharedBytes::Copy("v")));
+    }
+    c.CatchUp(*engine);
+  }
+  // The log is gone (an operator removed it): the new one numbers above the
+  // old, reconciles the SSD key set into the stream, and the old consumer is
+  // told to resnapshot.
+  std::filesystem::remove_all(dir_.path() / "events");
+  auto engine = Open(WriteThrough());
+  EXPECT_TRUE(engine->Events(c.next).status().IsOutOfRange());
+  c.CatchUp(*engine);
+  EXPECT_EQ(c.resnapshots, 1);
+  EXPECT_EQ(c.ssd, SsdKeys(*engine));
+  EXPECT_EQ(c.ssd.size(), 20u);
+  EXPECT_EQ(engine->EventLogStats().reconciled, 20u);
+  Consumer fresh;  // from the start of the new log: the same set
+  fresh.CatchUp(*engine);
+  EXPECT_EQ(fresh.ssd, c.ssd);
+  EXPECT_EQ(fresh.resnapshots, 0);
+}
+
+// The child of the kill loop: puts and deletes raw keys in write-through
+// mode until it is killed. Never returns.
+[[noreturn]] void RunWriter(const EngineOptions& options, uint64_t seed) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  StatusOr<std::unique_ptr<Engine>> engine = Engine::Open(Quiet(options));
+  if (!engine.ok()) _exit(3);
+  std::mt19937_64 rng(seed);
+  for (;;) {
+    const std::string key = "k" + std::to_string(rng() % 200);
+    if (rng() % 3 == 0) {
+      (void)(*engine)->DeleteValue(key);
+    } else {
+      (void)(*engine)->PutValue(key,
+                                SharedBytes::Copy(std::string(100 + rng() % 900, 'x')));
+    }
+  }
+}
+
+TEST_F(EngineEventsTest, KillLoopConsumerEqualsTheSsdTierAfterEveryRestart) {
+  const uint64_t seed = TestSeed("EngineEventsTest.KillLoop");
+  std::mt19937_64 rng(seed);
+  const uint64_t rounds = Iterations(4, 40);
+  Consumer c;
+  for (uint64_t round = 0; round < rounds; ++round) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) RunWriter(WriteThrough(), seed + round);
+    std::this_thread::sleep_for(std::chrono::milliseconds(150 + rng() % 250));
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the writer exited with " << status;
+    auto engine = Open(WriteThrough());
+    ASSERT_NE(engine, nullptr);
+    c.CatchUp(*engine);
+    EXPECT_EQ(c.ssd, SsdKeys(*engine)) << "round " << round << " seed " << seed;
+    ASSERT_OK(engine->Close());
+  }
+  // Every event the consumer read was kept: it never had to resnapshot.
+  EXPECT_EQ(c.resnapshots, 0);
+}
+
+}  // namespace
+}  // namespace prefixkv::testing

@@ -1,0 +1,240 @@
+// The KV event log in the Redis Streams dialect (docs/events.md, "RESP"):
+// one read-only stream, prefixkv:events, whose entry IDs are "<seq>-0".
+// XREAD [COUNT n] [BLOCK ms] STREAMS prefixkv:events <id>, XRANGE,
+// XREVRANGE, XLEN and XINFO STREAM. An XREAD that finds nothing and may block
+// leaves ClientState::block set and no reply: the connection waits for the
+// log's watch or its timer on its own I/O thread, which is never held
+// (connection.cc, StartBlockedRead).
+#include <charconv>
+
+#include "commands.h"
+
+namespace prefixkv::server {
+namespace {
+
+constexpr std::string_view kStream = "prefixkv:events";
+constexpr size_t kFieldPairs = 11;
+// XRANGE/XREAD without COUNT: at most this many entries per reply.
+constexpr size_t kDefaultCount = 10'000;
+
+bool ParseU64(std::string_view s, uint64_t* v) {
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return ec == std::errc() && end == s.data() + s.size() && !s.empty();
+}
+
+// A stream ID "<ms>-<n>" or "<ms>" as the seq it stands for: an entry's seq
+// is its first part. `after`: the last seq an ID covers (XREAD's id, an
+// exclusive range start), else the first seq at or after it.
+bool ParseId(std::string_view id, bool after, uint64_t* seq) {
+  const size_t dash = id.find('-');
+  uint64_t part = 0;
+  if (!ParseU64(id.substr(0, dash), seq)) return false;
+  if (dash == std::string_view::npos) return true;
+  if (!ParseU64(id.substr(dash + 1), &part)) return false;
+  // "<seq>-<n>" with n > 0 lies after entry seq and before seq + 1.
+  if (part > 0 && !after) *seq += 1;
+  return true;
+}
+
+std::string IdOf(uint64_t seq) { return std::to_string(seq) + "-0"; }
+
+bool WrongStream(CommandContext& ctx, std::string_view key) {
+  if (key == kStream) return false;
+  ctx.out->Error("ERR prefixkv has one stream, " + std::string(kStream) + ", not " +
+                 Quoted(key));
+  return true;
+}
+
+void ReplyEntry(const KvEvent& e, ReplyBuffer* out) {
+  out->ArrayHeader(2);
+  out->Bulk(IdOf(e.seq));
+  out->ArrayHeader(2 * kFieldPairs);
+  const auto field = [out](std::string_view name, std::string_view value) {
+    out->Bulk(name);
+    out->Bulk(value);
+  };
+  field("kind", KvEventKindName(e.kind));
+  field("reason", KvRemoveReasonName(e.reason));
+  field("tier", TierLevelName(e.tier));
+  field("from", TierLevelName(e.from));
+  field("copy_remains", e.copy_remains ? "1" : "0");
+  field("owner", std::to_string(e.owner));
+  field("namespace", e.namespace_id.ToHex());
+  field("key", e.key.ToHex());
+  field("parent", e.parent.ToHex());
+  field("bytes", std::to_string(e.bytes));
+  field("unix_ms", std::to_string(e.unix_ms));
+}
+
+void ReplyEntries(const std::vector<KvEvent>& events, ReplyBuffer* out) {
+  out->ArrayHeader(events.size());
+  for (const KvEvent& e : events) ReplyEntry(e, out);
+}
+
+// "COUNT n" at args[i], i+1; false (with the error replied) when malformed.
+bool ParseCount(CommandContext& ctx, size_t i, size_t* count) {
+  uint64_t n = 0;
+  if (!ParseU64(ctx.arg(i + 1), &n)) {
+    ctx.out->Error("ERR value is not an integer or out of range");
+    return false;
+  }
+  *count =
+      n == 0 ? kDefaultCount : static_cast<size_t>(std::min<uint64_t>(n, kDefaultCount));
+  return true;
+}
+
+// XRANGE / XREVRANGE key a b [COUNT n]: `first`/`last` are the bounds in
+// seq order.
+void Range(CommandContext& ctx, bool reverse) {
+  if (WrongStream(ctx, ctx.arg(1))) return;
+  std::string_view lo = ctx.arg(reverse ? 3 : 2);
+  std::string_view hi = ctx.arg(reverse ? 2 : 3);
+  uint64_t first = 0;
+  uint64_t last = UINT64_MAX;
+  const bool lo_open = lo.starts_with('(');
+  const bool hi_open = hi.starts_with('(');
+  if (lo_open) lo.remove_prefix(1);
+  if (hi_open) hi.remove_prefix(1);
+  if ((lo != "-" && !ParseId(lo, lo_open, &first)) ||
+      (hi != "+" && !ParseId(hi, /*after=*/true, &last))) {
+    return ctx.out->Error("ERR Invalid stream ID specified as stream command argument");
+  }
+  if (lo_open) first += 1;
+  if (hi_open && hi != "+") {
+    uint64_t exact = 0;
+    if (!ParseId(hi, false, &exact) || exact == 0) return ctx.out->ArrayHeader(0);
+    last = exact - 1;
+  }
+  size_t count = kDefaultCount;
+  for (size_t i = 4; i < ctx.args.size(); i += 2) {
+    if (Lower(ctx.arg(i)) != "count" || i + 1 >= ctx.args.size()) {
+      return ctx.out->Error("ERR syntax error");
+    }
+    if (!ParseCount(ctx, i, &count)) return;
+  }
+  if (first > last) return ctx.out->ArrayHeader(0);
+  StatusOr<std::vector<KvEvent>> events =
+      ctx.dispatcher.engine()->EventRange(first, last, count, reverse);
+  if (!events.ok()) return ReplyStatus(events.status(), ctx.out);
+  ReplyEntries(*events, ctx.out);
+}
+
+}  // namespace
+
+bool ReplyStreamRead(Engine* engine, uint64_t from_seq, size_t count, bool final,
+                     ReplyBuffer* out) {
+  StatusOr<KvEventPage> page = engine->Events(from_seq, count);
+  if (!page.ok()) {
+    if (page.status().IsOutOfRange()) {
+      out->Error("RESNAPSHOT " + page.status().message());
+    } else {
+      ReplyStatus(page.status(), out);
+    }
+    return true;
+  }
+  if (page->events.empty()) {
+    if (final) out->NullArray();
+    return final;
+  }
+  out->ArrayHeader(1);
+  out->ArrayHeader(2);
+  out->Bulk(kStream);
+  ReplyEntries(page->events, out);
+  return true;
+}
+
+// XREAD [COUNT n] [BLOCK ms] STREAMS prefixkv:events <id>
+void CmdXread(CommandContext& ctx) {
+  size_t count = kDefaultCount;
+  std::optional<uint64_t> block_ms;
+  size_t i = 1;
+  for (; i < ctx.args.size(); i += 2) {
+    const std::string word = Lower(ctx.arg(i));
+    if (word == "streams") break;
+    if (i + 1 >= ctx.args.size()) return ctx.out->Error("ERR syntax error");
+    if (word == "count") {
+      if (!ParseCount(ctx, i, &count)) return;
+    } else if (word == "block") {
+      uint64_t ms = 0;
+      if (!ParseU64(ctx.arg(i + 1), &ms)) {
+        return ctx.out->Error("ERR timeout is not an integer or out of range");
+      }
+      block_ms = ms;
+    } else {
+      return ctx.out->Error("ERR syntax error");
+    }
+  }
+  if (i + 3 != ctx.args.size()) {
+    return ctx.out->Error(i + 3 > ctx.args.size() || (ctx.args.size() - i - 1) % 2 != 0
+                              ? "ERR Unbalanced 'xread' list of streams: for each stream "
+                                "key an ID or '$' must be specified."
+                              : "ERR prefixkv has one stream, " + std::string(kStream));
+  }
+  if (WrongStream(ctx, ctx.arg(i + 1))) return;
+  const std::string_view id = ctx.arg(i + 2);
+  uint64_t last_seen = 0;
+  if (id == "$") {
+    last_seen = ctx.dispatcher.engine()->EventLogStats().head_seq;
+  } else if (!ParseId(id, /*after=*/true, &last_seen)) {
+    return ctx.out->Error("ERR Invalid stream ID specified as stream command argument");
+  }
+  // Inside EXEC a BLOCK does not block (as in Redis).
+  const bool may_block = block_ms.has_value() && !ctx.client->in_exec;
+  if (ReplyStreamRead(ctx.dispatcher.engine(), last_seen + 1, count, !may_block,
+                      ctx.out)) {
+    return;
+  }
+  ctx.client->block =
+      BlockedRead{.from_seq = last_seen + 1, .count = count, .timeout_ms = *block_ms};
+}
+
+void CmdXrange(CommandContext& ctx) { Range(ctx, /*reverse=*/false); }
+void CmdXrevrange(CommandContext& ctx) { Range(ctx, /*reverse=*/true); }
+
+void CmdXlen(CommandContext& ctx) {
+  if (WrongStream(ctx, ctx.arg(1))) return;
+  ctx.out->Integer(static_cast<int64_t>(ctx.dispatcher.engine()->EventLogStats().events));
+}
+
+// XINFO STREAM prefixkv:events: Redis' fields (no consumer groups, no
+// deletions) and the log's retention.
+void CmdXinfo(CommandContext& ctx) {
+  if (Lower(ctx.arg(1)) != "stream" || ctx.args.size() != 3) {
+    return ctx.out->Error("ERR prefixkv supports XINFO STREAM " + std::string(kStream));
+  }
+  if (WrongStream(ctx, ctx.arg(2))) return;
+  Engine* engine = ctx.dispatcher.engine();
+  const KvEventLogStats s = engine->EventLogStats();
+  const auto entry = [&](uint64_t seq) {
+    StatusOr<std::vector<KvEvent>> e = engine->EventRange(seq, seq, 1, false);
+    if (seq == 0 || !e.ok() || e->empty()) return ctx.out->Null();
+    ReplyEntry(e->front(), ctx.out);
+  };
+  ctx.out->ArrayHeader(2 * 14);
+  const auto number = [&](std::string_view name, uint64_t v) {
+    ctx.out->Bulk(name);
+    ctx.out->Integer(static_cast<int64_t>(std::min<uint64_t>(v, INT64_MAX)));
+  };
+  const auto id = [&](std::string_view name, uint64_t seq) {
+    ctx.out->Bulk(name);
+    ctx.out->Bulk(IdOf(seq));
+  };
+  number("length", s.events);
+  number("radix-tree-keys", 0);
+  number("radix-tree-nodes", 0);
+  id("last-generated-id", s.head_seq);
+  id("max-deleted-entry-id", s.first_seq > 0 ? s.first_seq - 1 : 0);
+  number("entries-added", s.appended);
+  id("recorded-first-entry-id", s.first_seq);
+  number("groups", 0);
+  ctx.out->Bulk("first-entry");
+  entry(s.first_seq);
+  ctx.out->Bulk("last-entry");
+  entry(s.head_seq);
+  number("retention-bytes", s.retention_bytes);
+  number("retention-ms", s.retention_ms);
+  number("bytes", s.bytes);
+  number("persistent", s.persistent ? 1 : 0);
+}
+
+}  // namespace prefixkv::server
