@@ -668,5 +668,73 @@ TEST_F(ServerTest, FinishesAcceptedCommandsOnStop) {
   EXPECT_FALSE(testing::RespClient(server_->port()).connected());
 }
 
+// The event stream (docs/events.md, "RESP"): an XREAD BLOCK parks its
+// connection, not its I/O thread: with one I/O thread another client is
+// answered meanwhile, and the blocked client's pipelined command waits for
+// the XREAD's reply.
+TEST_F(ServerTest, XreadBlockDoesNotHoldTheIoThread) {
+  options_.io_threads = 1;
+  StartServer();
+  auto blocked = Connect();
+  auto other = Connect();
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(blocked->SendRaw(testing::EncodeCommand({"XREAD", "BLOCK", "400", "STREAMS",
+                                                       "prefixkv:events", "$"}) +
+                               testing::EncodeCommand({"PING"})));
+  EXPECT_EQ(other->Call({"PING"}).str, "PONG");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(400));
+  Reply timed_out = blocked->Read();
+  EXPECT_TRUE(timed_out.null) << timed_out.str;
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(400));
+  EXPECT_EQ(blocked->Read().str, "PONG");
+}
+
+TEST_F(ServerTest, StreamCommandsServeTheEventLog) {
+  StartServer();
+  auto c = Connect();
+  EXPECT_EQ(c->Call({"XLEN", "prefixkv:events"}).integer, 1);  // the hot tier's kCleared
+  Reply range = c->Call({"XRANGE", "prefixkv:events", "-", "+"});
+  ASSERT_EQ(range.elems.size(), 1u);
+  const std::string id = range.elems[0].elems[0].str;
+  EXPECT_TRUE(id.ends_with("-0")) << id;
+  const Reply& fields = range.elems[0].elems[1];
+  ASSERT_EQ(fields.elems.size(), 22u);
+  EXPECT_EQ(fields.elems[0].str, "kind");
+  EXPECT_EQ(fields.elems[1].str, "cleared");
+  EXPECT_EQ(fields.elems[5].str, "hot");
+  // XREAD from 0 returns it; from its own id nothing (no BLOCK: a null).
+  Reply read = c->Call({"XREAD", "COUNT", "5", "STREAMS", "prefixkv:events", "0"});
+  ASSERT_EQ(read.elems.size(), 1u);
+  EXPECT_EQ(read.elems[0].elems[0].str, "prefixkv:events");
+  EXPECT_EQ(read.elems[0].elems[1].elems[0].elems[0].str, id);
+  EXPECT_TRUE(c->Call({"XREAD", "STREAMS", "prefixkv:events", id}).null);
+  EXPECT_EQ(
+      c->Call({"XREVRANGE", "prefixkv:events", "+", "-", "COUNT", "1"}).elems.size(), 1u);
+  Reply info = c->Call({"XINFO", "STREAM", "prefixkv:events"});
+  ASSERT_GE(info.elems.size(), 4u);
+  EXPECT_EQ(info.elems[0].str, "length");
+  EXPECT_EQ(info.elems[1].integer, 1);
+  EXPECT_NE(c->Call({"INFO", "events"})
+                .str.find("events_head_seq:" + id.substr(0, id.size() - 2)),
+            std::string::npos);
+}
+
+TEST_F(ServerTest, StreamCommandsRefuseBadInputClearly) {
+  StartServer();
+  auto c = Connect();
+  // A consumer ahead of the log (an id of another node, or lost in a crash).
+  Reply ahead =
+      c->Call({"XREAD", "STREAMS", "prefixkv:events", "18446744073709551614-0"});
+  ASSERT_TRUE(ahead.IsError());
+  EXPECT_TRUE(ahead.str.starts_with("RESNAPSHOT ")) << ahead.str;
+  EXPECT_TRUE(c->Call({"XLEN", "other"}).IsError());
+  EXPECT_TRUE(c->Call({"XRANGE", "prefixkv:events", "x", "+"}).IsError());
+  EXPECT_TRUE(
+      c->Call({"XREAD", "BLOCK", "-1", "STREAMS", "prefixkv:events", "$"}).IsError());
+  EXPECT_TRUE(c->Call({"XREAD", "STREAMS", "prefixkv:events"}).IsError());
+  EXPECT_TRUE(c->Call({"XINFO", "GROUPS", "prefixkv:events"}).IsError());
+  EXPECT_EQ(c->Call({"PING"}).str, "PONG");  // the connection goes on
+}
+
 }  // namespace
 }  // namespace prefixkv
