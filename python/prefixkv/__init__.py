@@ -17,11 +17,11 @@ from ._prefixkv import (BlockRecord, Engine, Layer, Match, Namespace, Restored,
                         RestoredBlock, StoreResult, chain_key, decode_block,
                         encode_block, namespace_root)
 from .errors import (Aborted, Busy, Corruption, Error, Internal, InvalidArgument,
-                     NoSpace, NotFound, NotSupported, Unavailable)
+                     NoSpace, NotFound, NotSupported, OutOfRange, Unavailable)
 from .tensors import as_numpy, as_torch
 
 __all__ = ["Engine", "Layer", "Match", "Namespace", "Restored", "RestoredBlock",
            "StoreResult", "Error", "NotFound", "Corruption", "InvalidArgument", "Busy",
-           "NoSpace", "NotSupported", "Aborted", "Internal", "Unavailable", "errors",
+           "NoSpace", "NotSupported", "Aborted", "Internal", "Unavailable", "OutOfRange", "errors",
            "BlockRecord", "encode_block", "decode_block", "chain_key", "namespace_root",
            "resp", "as_numpy", "as_torch"]

@@ -156,6 +156,17 @@ class StoreResult:
     def note(self) -> str:
         """Why a store did less than asked (empty otherwise)."""
 
+class EventIterator:
+    """Iterates KV events (Engine.events); next_seq is where to resume."""
+    def __iter__(self) -> EventIterator:
+        """The iterator itself."""
+    def __next__(self) -> dict[str, Any]:
+        """The next event; StopIteration once caught up and nothing came within
+        wait_ms."""
+    @property
+    def next_seq(self) -> int:
+        """The seq to resume from: after the last event handed out."""
+
 class Engine:
     """prefixkv::Engine. Thread-safe; every call releases the GIL."""
     @staticmethod
@@ -163,10 +174,11 @@ class Engine:
              ssd_bytes: int = 64 << 30, durability: str = "wal",
              write_through: bool = False, create_if_missing: bool = True,
              hot_policy: str = "lru", quiet: bool = False, remote: str = "",
-             remote_write: str = "on_spill") -> Engine:
+             remote_write: str = "on_spill", event_log: bool = True) -> Engine:
         """Opens the tiers. data_dir None: RAM only, nothing survives close().
         remote: a Redis Cluster shared by every node, "redis://host:port[,...]"
-        (docs/remote.md); remote_write: "on_spill" or "always"."""
+        (docs/remote.md); remote_write: "on_spill" or "always". event_log: keep the
+        numbered KV event log (events(), docs/events.md)."""
     def register_model(self, model: str, layer_types: Sequence[str], *,
                        block_tokens: int = 256, dtype: str = "float16", salt: str = "",
                        store_partial_tail: bool = False,
@@ -213,6 +225,22 @@ class Engine:
         estimated token hit ratio at 1/4x..8x of each tier; docs/eviction.md)."""
     def audit(self) -> dict[str, Any]:
         """{"ok": bool, "findings": [(what, detail)], "orphans": [hex key]}."""
+    def events(self, from_seq: int = 0, *, wait_ms: int = 0) -> EventIterator:
+        """The KV events from seq `from_seq` on (the last seq applied plus one; 0:
+        from the start of the log), oldest first, as an EventIterator of dicts: seq,
+        kind (stored, removed, moved, cleared), reason, tier, from, copy_remains,
+        owner, namespace, key, parent (hex), bytes, unix_ms (docs/events.md). Once
+        caught up it waits up to wait_ms for the next event, then stops. Raises
+        OutOfRange when the log cannot continue after from_seq - 1: take
+        event_snapshot() and resume from its seq + 1."""
+    def event_snapshot(self) -> dict[str, Any]:
+        """{"seq": int, "hot": [block], "ssd": [block]}: every block of the hot and
+        SSD tiers as the events say, after event `seq`; each block a dict of
+        namespace, key, parent (hex), owner, bytes."""
+    def event_log_stats(self) -> dict[str, Any]:
+        """The event log (Engine::EventLogStats): enabled, persistent, head_seq,
+        first_seq, events, bytes, retention_bytes, retention_ms, appended, trimmed,
+        reconciled, write_errors, keys_hot, keys_ssd."""
     def hot_block_address(self, ns: Namespace, key: str) -> Optional[int]:
         """Diagnostic: the address of the hot tier's buffer of block `key`
         (None when not resident). Counts a hot hit."""

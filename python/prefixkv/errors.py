@@ -64,5 +64,11 @@ class Unavailable(Error):
     """A remote service did not answer in time or is down; retry later."""
 
 
+class OutOfRange(Error, LookupError):
+    """A position outside what is kept: an event log consumer must take a
+    snapshot (Engine.event_snapshot) and resume from its seq + 1."""
+
+
 __all__ = ["Error", "NotFound", "Corruption", "InvalidArgument", "IOError", "Busy",
-           "NoSpace", "NotSupported", "Aborted", "Internal", "Unavailable"]
+           "NoSpace", "NotSupported", "Aborted", "Internal", "Unavailable",
+           "OutOfRange"]

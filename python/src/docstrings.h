@@ -100,7 +100,8 @@ inline constexpr const char* kEngine =
 inline constexpr const char* kOpen =
     R"doc(Opens the tiers. data_dir None: RAM only, nothing survives close().
 remote: a Redis Cluster shared by every node, "redis://host:port[,...]"
-(docs/remote.md); remote_write: "on_spill" or "always".)doc";
+(docs/remote.md); remote_write: "on_spill" or "always". event_log: keep the
+numbered KV event log (events(), docs/events.md).)doc";
 inline constexpr const char* kRegisterModel =
     R"doc(Registers a model (Engine::RegisterModel): its cache type per layer, tokens
 per block, dtype (float16, float32, bfloat16), tenant salt. store_partial_tail:
@@ -149,5 +150,29 @@ when it is not cached in the namespace. Checksum-verified when read from SSD.)do
 inline constexpr const char* kEnter =
     "Returns the engine: `with Engine.open(...) as e:`.";
 inline constexpr const char* kExit = "Closes the engine.";
+inline constexpr const char* kEvents =
+    R"doc(The KV events from seq `from_seq` on (the last seq applied plus one; 0:
+from the start of the log), oldest first, as an EventIterator of dicts: seq,
+kind (stored, removed, moved, cleared), reason, tier, from, copy_remains,
+owner, namespace, key, parent (hex), bytes, unix_ms (docs/events.md). Once
+caught up it waits up to wait_ms for the next event, then stops. Raises
+OutOfRange when the log cannot continue after from_seq - 1: take
+event_snapshot() and resume from its seq + 1.)doc";
+inline constexpr const char* kEventSnapshot =
+    R"doc({"seq": int, "hot": [block], "ssd": [block]}: every block of the hot and
+SSD tiers as the events say, after event `seq`; each block a dict of
+namespace, key, parent (hex), owner, bytes.)doc";
+inline constexpr const char* kEventLogStats =
+    R"doc(The event log (Engine::EventLogStats): enabled, persistent, head_seq,
+first_seq, events, bytes, retention_bytes, retention_ms, appended, trimmed,
+reconciled, write_errors, keys_hot, keys_ssd.)doc";
+inline constexpr const char* kEventIterator =
+    "Iterates KV events (Engine.events); next_seq is where to resume.";
+inline constexpr const char* kEventIter = "The iterator itself.";
+inline constexpr const char* kEventNext =
+    R"doc(The next event; StopIteration once caught up and nothing came within
+wait_ms.)doc";
+inline constexpr const char* kEventNextSeq =
+    "The seq to resume from: after the last event handed out.";
 
 }  // namespace prefixkv::python::doc

@@ -186,8 +186,9 @@ std::shared_ptr<PyEngine> OpenEngine(std::optional<std::string> data_dir,
                                      bool create_if_missing,
                                      const std::string& hot_policy, bool quiet,
                                      const std::string& remote,
-                                     const std::string& remote_write) {
+                                     const std::string& remote_write, bool event_log) {
   EngineOptions o;
+  o.event_log = event_log;
   o.remote = remote;
   o.remote_write = ValueOr(ParseRemoteWriteMode(remote_write));
   o.data_dir = data_dir.value_or("");
@@ -365,14 +366,15 @@ void BindValues(py::module_& m) {
 
 void BindEngine(py::module_& m) {
   BindValues(m);
-  py::class_<PyEngine, std::shared_ptr<PyEngine>>(m, "Engine", doc::kEngine)
-      .def_static("open", &OpenEngine, py::kw_only(), py::arg("data_dir") = py::none(),
-                  py::arg("hot_bytes") = uint64_t{1} << 30,
-                  py::arg("ssd_bytes") = uint64_t{64} << 30,
-                  py::arg("durability") = "wal", py::arg("write_through") = false,
-                  py::arg("create_if_missing") = true, py::arg("hot_policy") = "lru",
-                  py::arg("quiet") = false, py::arg("remote") = "",
-                  py::arg("remote_write") = "on_spill", doc::kOpen)
+  py::class_<PyEngine, std::shared_ptr<PyEngine>> engine(m, "Engine", doc::kEngine);
+  engine
+      .def_static(
+          "open", &OpenEngine, py::kw_only(), py::arg("data_dir") = py::none(),
+          py::arg("hot_bytes") = uint64_t{1} << 30,
+          py::arg("ssd_bytes") = uint64_t{64} << 30, py::arg("durability") = "wal",
+          py::arg("write_through") = false, py::arg("create_if_missing") = true,
+          py::arg("hot_policy") = "lru", py::arg("quiet") = false, py::arg("remote") = "",
+          py::arg("remote_write") = "on_spill", py::arg("event_log") = true, doc::kOpen)
       .def("register_model", &RegisterModel, py::arg("model"), py::arg("layer_types"),
            py::kw_only(), py::arg("block_tokens") = 256, py::arg("dtype") = "float16",
            py::arg("salt") = "", py::arg("store_partial_tail") = false,
@@ -452,6 +454,7 @@ void BindEngine(py::module_& m) {
             return false;
           },
           doc::kExit);
+  BindEvents(m, engine);
 }
 
 }  // namespace prefixkv::python

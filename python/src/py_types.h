@@ -93,6 +93,9 @@ PyRestored MakeRestored(PinnedRestore restore);
 
 // Registers the classes above and the Engine methods on `m` (py_engine.cc).
 void BindEngine(py::module_& m);
+// Registers Engine.events, event_snapshot, event_log_stats and the
+// EventIterator class (py_events.cc).
+void BindEvents(py::module_& m, py::class_<PyEngine, std::shared_ptr<PyEngine>>& engine);
 // Registers BlockRecord and the codec functions on `m` (py_records.cc).
 void BindRecords(py::module_& m);
 

@@ -1,0 +1,128 @@
+// Engine.events / event_snapshot / event_log_stats: the KV event log
+// (docs/events.md) for Python. events() returns an EventIterator that reads
+// pages of Engine::Events without the GIL and hands out one dict per event.
+#include <deque>
+#include <utility>
+
+#include "convert.h"
+#include "docstrings.h"
+#include "py_types.h"
+
+namespace prefixkv::python {
+namespace {
+
+// Pages read at a time.
+constexpr size_t kPageEvents = 1024;
+
+// The field names of the RESP stream entries (docs/events.md), plus "seq".
+py::dict EventDict(const KvEvent& e) {
+  py::dict d;
+  d["seq"] = e.seq;
+  d["kind"] = std::string(KvEventKindName(e.kind));
+  d["reason"] = std::string(KvRemoveReasonName(e.reason));
+  d["tier"] = std::string(TierLevelName(e.tier));
+  d["from"] = std::string(TierLevelName(e.from));
+  d["copy_remains"] = e.copy_remains;
+  d["owner"] = e.owner;
+  d["namespace"] = e.namespace_id.ToHex();
+  d["key"] = e.key.ToHex();
+  d["parent"] = e.parent.ToHex();
+  d["bytes"] = e.bytes;
+  d["unix_ms"] = e.unix_ms;
+  return d;
+}
+
+py::list BlocksList(const std::vector<KvSnapshotBlock>& blocks) {
+  py::list out;
+  for (const KvSnapshotBlock& b : blocks) {
+    py::dict d;
+    d["namespace"] = b.namespace_id.ToHex();
+    d["key"] = b.key.ToHex();
+    d["parent"] = b.parent.ToHex();
+    d["owner"] = b.owner;
+    d["bytes"] = b.bytes;
+    out.append(std::move(d));
+  }
+  return out;
+}
+
+py::dict LogStatsDict(const KvEventLogStats& s) {
+  py::dict d;
+  d["enabled"] = s.enabled;
+  d["persistent"] = s.persistent;
+  d["head_seq"] = s.head_seq;
+  d["first_seq"] = s.first_seq;
+  d["events"] = s.events;
+  d["bytes"] = s.bytes;
+  d["retention_bytes"] = s.retention_bytes;
+  d["retention_ms"] = s.retention_ms;
+  d["appended"] = s.appended;
+  d["trimmed"] = s.trimmed;
+  d["reconciled"] = s.reconciled;
+  d["write_errors"] = s.write_errors;
+  d["keys_hot"] = s.keys_hot;
+  d["keys_ssd"] = s.keys_ssd;
+  return d;
+}
+
+// Iterates the events from next_seq on; stops once caught up and nothing
+// came within wait_ms.
+struct EventIterator {
+  std::shared_ptr<PyEngine> engine;
+  uint64_t next_seq = 0;
+  uint64_t wait_ms = 0;
+  std::deque<KvEvent> buffered;
+
+  py::dict Next() {
+    if (buffered.empty()) {
+      KvEventPage page = ValueOr(engine->Call(
+          [&](Engine& e) { return e.Events(next_seq, kPageEvents, wait_ms); }));
+      if (page.events.empty()) throw py::stop_iteration();
+      next_seq = page.next_seq;
+      buffered.assign(page.events.begin(), page.events.end());
+    }
+    KvEvent e = buffered.front();
+    buffered.pop_front();
+    return EventDict(e);
+  }
+  // The seq to resume from: after the last event handed out.
+  uint64_t Resume() const { return buffered.empty() ? next_seq : buffered.front().seq; }
+};
+
+}  // namespace
+
+void BindEvents(py::module_& m, py::class_<PyEngine, std::shared_ptr<PyEngine>>& engine) {
+  py::class_<EventIterator>(m, "EventIterator", doc::kEventIterator)
+      .def(
+          "__iter__", [](EventIterator& it) -> EventIterator& { return it; },
+          doc::kEventIter)
+      .def("__next__", &EventIterator::Next, doc::kEventNext)
+      .def_property_readonly("next_seq", &EventIterator::Resume, doc::kEventNextSeq);
+  engine
+      .def(
+          "events",
+          [](std::shared_ptr<PyEngine> e, uint64_t from_seq, uint64_t wait_ms) {
+            return EventIterator{std::move(e), from_seq, wait_ms, {}};
+          },
+          py::arg("from_seq") = 0, py::kw_only(), py::arg("wait_ms") = 0, doc::kEvents)
+      .def(
+          "event_snapshot",
+          [](PyEngine& e) {
+            KvEventSnapshot s =
+                ValueOr(e.Call([](Engine& en) { return en.EventSnapshot(); }));
+            py::dict d;
+            d["seq"] = s.seq;
+            d["hot"] = BlocksList(s.hot);
+            d["ssd"] = BlocksList(s.ssd);
+            return d;
+          },
+          doc::kEventSnapshot)
+      .def(
+          "event_log_stats",
+          [](PyEngine& e) {
+            return LogStatsDict(e.Call([](Engine& en) { return en.EventLogStats(); }));
+          },
+          doc::kEventLogStats);
+}
+
+}  // namespace prefixkv::python
