@@ -183,13 +183,13 @@ void EventLog::Append(KvEvent& e) {
       Status s = StartSegment();
       if (!s.ok()) Log("starting a segment failed (events kept in RAM): " + s.ToString());
     }
-    std::string record;
-    EncodeEventRecord(e, &record);
+    char record[kEventRecordBytes];
+    EncodeEventRecord(e, record);
     if (writer_ != nullptr) {
-      Status s = writer_->Append(record);
+      Status s = writer_->Append(record, sizeof(record));
       if (!s.ok() && counts_.write_errors++ == 0) Log("append failed: " + s.ToString());
     }
-    Record(e, record.size());
+    Record(e, sizeof(record));
     Trim();
     for (auto it = watchers_.begin(); it != watchers_.end();) {
       if (it->second.from_seq > e.seq) {

@@ -83,24 +83,28 @@ Status ReplaceFile(FileSystem* fs, const std::string& dir, const std::string& na
 
 }  // namespace
 
-void EncodeEventRecord(const KvEvent& e, std::string* out) {
-  std::string p;
-  p.reserve(kPayloadBytes);
-  Put(&p, e.seq, 8);
-  Put(&p, static_cast<uint8_t>(e.kind), 1);
-  Put(&p, static_cast<uint8_t>(e.reason), 1);
-  Put(&p, static_cast<uint8_t>(e.tier), 1);
-  Put(&p, static_cast<uint8_t>(e.from), 1);
-  Put(&p, e.copy_remains ? 1 : 0, 1);
-  Put(&p, e.owner, 4);
-  PutKey(&p, e.namespace_id);
-  PutKey(&p, e.key);
-  PutKey(&p, e.parent);
-  Put(&p, e.bytes, 8);
-  Put(&p, static_cast<uint64_t>(e.unix_ms), 8);
-  Put(out, p.size(), 4);
-  Put(out, Check(p.data(), p.size()) & 0xffffffffu, 4);
-  out->append(p);
+void EncodeEventRecord(const KvEvent& e, char* out) {
+  // No allocation: Append runs under the tiers' locks.
+  char* p = out + 8;
+  const auto put = [&p](uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) *p++ = static_cast<char>(v >> (8 * i));
+  };
+  put(e.seq, 8);
+  put(static_cast<uint8_t>(e.kind), 1);
+  put(static_cast<uint8_t>(e.reason), 1);
+  put(static_cast<uint8_t>(e.tier), 1);
+  put(static_cast<uint8_t>(e.from), 1);
+  put(e.copy_remains ? 1 : 0, 1);
+  put(e.owner, 4);
+  for (const BlockKey* k : {&e.namespace_id, &e.key, &e.parent}) {
+    put(k->lo, 8);
+    put(k->hi, 8);
+  }
+  put(e.bytes, 8);
+  put(static_cast<uint64_t>(e.unix_ms), 8);
+  p = out;
+  put(kPayloadBytes, 4);
+  put(Check(out + 8, kPayloadBytes) & 0xffffffffu, 4);
 }
 
 StatusOr<EventSegmentScan> ReadEventSegment(FileSystem* fs, const std::string& path) {
@@ -162,9 +166,9 @@ StatusOr<std::unique_ptr<EventSegmentWriter>> EventSegmentWriter::Reopen(
   return std::unique_ptr<EventSegmentWriter>(new EventSegmentWriter(std::move(f), size));
 }
 
-Status EventSegmentWriter::Append(const std::string& bytes) {
-  PKV_RETURN_IF_ERROR(file_->Write(size_, bytes.data(), bytes.size()));
-  size_ += bytes.size();
+Status EventSegmentWriter::Append(const char* bytes, size_t n) {
+  PKV_RETURN_IF_ERROR(file_->Write(size_, bytes, n));
+  size_ += n;
   return Status::OK();
 }
 

@@ -27,8 +27,8 @@ namespace prefixkv::internal {
 inline constexpr uint64_t kEventRecordBytes = 8 + 81;
 inline constexpr uint64_t kEventSegmentHeaderBytes = 24;
 
-// Appends the record of `e` to `out` (kEventRecordBytes).
-void EncodeEventRecord(const KvEvent& e, std::string* out);
+// Writes the record of `e` to out[0, kEventRecordBytes).
+void EncodeEventRecord(const KvEvent& e, char* out);
 
 // What a segment file holds up to its first bad record.
 struct EventSegmentScan {
@@ -52,7 +52,7 @@ class EventSegmentWriter {
                                                               const std::string& path,
                                                               uint64_t size);
   // One write per call.
-  Status Append(const std::string& bytes);
+  Status Append(const char* bytes, size_t n);
   Status Sync();
   uint64_t size() const { return size_; }
 

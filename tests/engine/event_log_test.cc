@@ -148,10 +148,10 @@ TEST_F(EventLogTest, TornTailIsCutAtOpenNeverMisread) {
   const uint64_t intact = std::filesystem::file_size(path);
   {
     // Half a record, then a whole record with a flipped byte after it.
-    std::string rec;
+    std::string rec(kEventRecordBytes, '\0');
     KvEvent e = Stored(9);
     e.seq = 5;
-    EncodeEventRecord(e, &rec);
+    EncodeEventRecord(e, rec.data());
     std::ofstream f(path, std::ios::app | std::ios::binary);
     std::string bad = rec;
     bad[20] ^= 1;
