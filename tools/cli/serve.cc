@@ -65,6 +65,13 @@ Flags ServeFlags() {
        "SSD eviction order among chain leaves: leaf-lru (lru is the same) or chain",
        false, "leaf-lru"},
       {"max-models", "models PKV.REGISTER may register", false, "256"},
+      {"event-retention-bytes",
+       "the KV event log (XREAD prefixkv:events, docs/events.md) keeps at most about "
+       "this much (K/M/G suffixes; at least 8K)",
+       false, "64M"},
+      {"event-retention-ms", "and the events of at least this long", false, "86400000"},
+      {"no-event-log", "keep no KV event log (the stream commands answer an error)", true,
+       ""},
       {"metrics-port",
        "also serve Prometheus metrics over HTTP on this port (GET /metrics, on the "
        "--bind address; 0 picks a free one, printed; docs/metrics.md); default: off",
@@ -77,7 +84,8 @@ Flags ServeFlags() {
       "[--hot-capacity-bytes B] [--ssd-capacity-bytes B] [--max-request-bytes B] "
       "[--max-clients N] [--auth-failures-per-second N] [--idle-timeout-ms MS] "
       "[--durability M] [--write-through] "
-      "[--policy P] [--ssd-policy P] [--max-models N] [--metrics-port P] " +
+      "[--policy P] [--ssd-policy P] [--max-models N] [--event-retention-bytes B] "
+      "[--event-retention-ms MS] [--no-event-log] [--metrics-port P] " +
           RemoteUsage() + WearUsage(),
       std::move(specs));
 }
@@ -145,7 +153,14 @@ std::string ParseServeConfig(const Flags& flags, ServeConfig* config) {
   config->server.idle_timeout_ms = count("idle-timeout-ms", 0);
   config->server.auth_failures_per_second = count("auth-failures-per-second", 10);
   uint64_t metrics_port = count("metrics-port", 0);
+  config->engine.event_retention_bytes = size("event-retention-bytes", "64M");
+  config->engine.event_retention_ms = count("event-retention-ms", 86'400'000);
+  config->engine.event_log = !flags.GetBool("no-event-log");
   if (!error.empty()) return error;
+  if (config->engine.event_retention_bytes < 8192 ||
+      config->engine.event_retention_ms == 0) {
+    return "--event-retention-bytes must be at least 8K and --event-retention-ms > 0";
+  }
   if (config->server.max_connections == 0) {
     return "--max-clients must be > 0 (0 would refuse every client)";
   }
