@@ -96,6 +96,18 @@ EngineStats FullSnapshot() {
   s.remote.available = true;
   s.advisor.sampling_rate = 0.25;
   s.advisor.points = {{"hot", 0.5, 512, 4, 0.125}, {"ssd", 2, 8192, 64, 0.75}};
+  s.events = {.enabled = true,
+              .persistent = true,
+              .head_seq = 900,
+              .first_seq = 100,
+              .events = 801,
+              .bytes = 801 * 89,
+              .retention_bytes = 64 << 20,
+              .retention_ms = 86'400'000,
+              .appended = 850,
+              .trimmed = 49,
+              .reconciled = 2,
+              .write_errors = 1};
   return s;
 }
 
