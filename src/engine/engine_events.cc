@@ -22,6 +22,12 @@ namespace prefixkv {
 
 void internal::EngineImpl::EmitKvEvent(KvEvent& e) {
   e.unix_ms = static_cast<int64_t>(clock_->UnixMillis());
+  // Under the SSD tier's lock: the budget's lock comes after it, and the
+  // budget never calls into the SSD tier holding its own.
+  if (e.kind == KvEventKind::kRemoved && e.tier == TierLevel::kSsd &&
+      budget_ != nullptr) {
+    e.copy_remains = budget_->HoldsNow(e.owner, e.key);
+  }
   if (options_.event_log) {
     // Before the log is open (the SSD tier's own recovery) events are
     // dropped: the reconciliation that follows accounts for them.

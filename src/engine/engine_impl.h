@@ -22,6 +22,7 @@
 #include "event_log.h"
 #include "prefixkv/advanced/capacity_advisor.h"
 #include "prefixkv/advanced/hot_tier.h"
+#include "prefixkv/advanced/kv_event_sink.h"
 #include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/prefix_cache.h"
 #include "prefixkv/advanced/remote_tier.h"
@@ -100,10 +101,6 @@ class internal::EngineImpl {
   // (so every other one is stored on SSD).
   StatusOr<std::vector<BlockKey>> ValueKeysInRam() EXCLUDES(mu_);
 
-  // Numbers `e` in the event log and hands it to options_.on_kv_event; the
-  // one door of every tier's change (engine_events.cc). Quick; may run under
-  // a tier's lock; never calls into the tiers.
-  void EmitKvEvent(KvEvent& e);
   // Opens the event log (after the tiers), emits the hot tier's kCleared and
   // reconciles the SSD key set (engine_events.cc).
   Status OpenEvents(FileSystem* fs);
@@ -122,6 +119,26 @@ class internal::EngineImpl {
 
   const EngineOptions options_;
   Clock* const clock_ = options_.clock != nullptr ? options_.clock : Clock::System();
+
+  // The one sink of every tier's KV events (engine_events.cc): stamps them,
+  // numbers them in the event log and hands them to options_.on_kv_event.
+  // Quick; runs under a tier's lock; never calls into the tiers. Declared
+  // before the tiers: it outlives them.
+  class EventSink final : public KvEventSink {
+   public:
+    explicit EventSink(EngineImpl* impl) : impl_(impl) {}
+    void Emit(KvEvent& event) override { impl_->EmitKvEvent(event); }
+
+   private:
+    EngineImpl* const impl_;
+  };
+  void EmitKvEvent(KvEvent& event);
+  // The sink the tiers report to; null when nobody consumes events (no log,
+  // no callback).
+  KvEventSink* kv_events() {
+    return options_.on_kv_event || options_.event_log ? &kv_event_sink_ : nullptr;
+  }
+  EventSink kv_event_sink_{this};
   // Sees the models' stacks (declared before them: it outlives them); made
   // by OpenTiers, null when options_.advisor_max_keys is 0.
   std::unique_ptr<CapacityAdvisor> advisor_;

@@ -39,7 +39,7 @@ bool DecodeEvent(const char* p, KvEvent* e) {
   const auto tier = static_cast<uint8_t>(p[10]);
   const auto from = static_cast<uint8_t>(p[11]);
   const auto copy = static_cast<uint8_t>(p[12]);
-  if (e->seq == 0 || kind < 1 || kind > 4 || reason > 8 || tier > 3 || from > 3 ||
+  if (e->seq == 0 || kind < 1 || kind > 4 || reason > 7 || tier > 3 || from > 3 ||
       copy > 1) {
     return false;
   }
