@@ -463,6 +463,22 @@ TEST_F(EngineEventsTest, DeletedLogRestartsAboveTheOldNumbersAndIsReconciled) {
   EXPECT_EQ(fresh.resnapshots, 0);
 }
 
+TEST_F(EngineEventsTest, ConsumerBehindRetentionIsToldToResnapshot) {
+  EngineOptions o = WriteThrough();
+  o.event_retention_bytes = 16 << 10;
+  auto engine = Open(o);
+  Consumer c;
+  c.CatchUp(*engine);
+  for (int i = 0; i < 400; ++i) {
+    ASSERT_OK(engine->PutValue("k" + std::to_string(i), SharedBytes::Copy("v")));
+  }
+  EXPECT_TRUE(engine->Events(c.next).status().IsOutOfRange());
+  c.CatchUp(*engine);
+  EXPECT_EQ(c.resnapshots, 1);
+  EXPECT_EQ(c.ssd, SsdKeys(*engine));
+  EXPECT_EQ(c.ssd.size(), 400u);
+}
+
 // The child of the kill loop: puts and deletes raw keys in write-through
 // mode until it is killed. Never returns.
 [[noreturn]] void RunWriter(const EngineOptions& options, uint64_t seed) {

@@ -689,6 +689,23 @@ TEST_F(ServerTest, XreadBlockDoesNotHoldTheIoThread) {
   EXPECT_EQ(blocked->Read().str, "PONG");
 }
 
+TEST_F(ServerTest, XreadBlockWakesOnTheNextChange) {
+  StartServer();
+  auto reader = Connect();
+  auto writer = Connect();
+  ASSERT_TRUE(reader->SendRaw(testing::EncodeCommand(
+      {"XREAD", "BLOCK", "0", "STREAMS", "prefixkv:events", "$"})));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(writer->Call({"SET", "k", "v"}).str, "OK");
+  Reply r = reader->Read();
+  ASSERT_EQ(r.elems.size(), 1u) << r.str;
+  const Reply& entries = r.elems[0].elems[1];
+  ASSERT_GE(entries.elems.size(), 1u);
+  const Reply& fields = entries.elems[0].elems[1];
+  EXPECT_EQ(fields.elems[1].str, "stored");
+  EXPECT_EQ(fields.elems[5].str, "hot");
+}
+
 TEST_F(ServerTest, StreamCommandsServeTheEventLog) {
   StartServer();
   auto c = Connect();
