@@ -105,8 +105,8 @@ void internal::EngineImpl::ReconcileSsdEvents() {
 }
 
 void internal::EngineImpl::SyncEvents() {
-  if (events_ == nullptr || options_.durability != SsdDurability::kSync) return;
-  Status s = events_->Sync();
+  if (events_ == nullptr) return;
+  Status s = events_->Flush(options_.durability == SsdDurability::kSync);
   if (!s.ok() && options_.log) options_.log("event log: sync failed: " + s.ToString());
 }
 

@@ -105,8 +105,8 @@ class internal::EngineImpl {
   // reconciles the SSD key set (engine_events.cc).
   Status OpenEvents(FileSystem* fs);
   void ReconcileSsdEvents();
-  // With kSync durability: the events so far are durable (before a change is
-  // acknowledged).
+  // Before a change is acknowledged: the events so far are written (they
+  // survive a kill -9), and with kSync durability synced.
   void SyncEvents();
   // Checkpoints and closes the log's files (Engine::Close, after the SSD tier).
   void CloseEvents();

@@ -26,7 +26,19 @@ KvSnapshotBlock BlockOf(const KvEvent& e) {
 
 EventLog::EventLog(const EventLogOptions& options) : options_(options) {}
 
-EventLog::~EventLog() = default;
+EventLog::~EventLog() {
+  MutexLock lock(&mu_);
+  WritePending();
+}
+
+void EventLog::WritePending() {
+  if (pending_.empty()) return;
+  if (writer_ != nullptr) {
+    Status s = writer_->Append(pending_.data(), pending_.size());
+    if (!s.ok() && counts_.write_errors++ == 0) Log("append failed: " + s.ToString());
+  }
+  pending_.clear();
+}
 
 StatusOr<std::unique_ptr<EventLog>> EventLog::Open(const EventLogOptions& options) {
   std::unique_ptr<EventLog> log(new EventLog(options));
@@ -152,7 +164,8 @@ Status EventLog::StartSegment() {
     segments_.push_back({.prev_seq = prev, .last_seq = prev});
     return Status::OK();
   }
-  if (writer_ != nullptr) (void)writer_->Sync();  // a Sync() only syncs the newest
+  WritePending();  // the buffered records are the old segment's
+  if (writer_ != nullptr) (void)writer_->Sync();  // a Flush(sync) syncs only the newest
   const std::string path = EventSegmentPath(options_.dir, next_seq_);
   StatusOr<std::unique_ptr<EventSegmentWriter>> w =
       EventSegmentWriter::Create(options_.fs, path, prev);
@@ -183,13 +196,13 @@ void EventLog::Append(KvEvent& e) {
       Status s = StartSegment();
       if (!s.ok()) Log("starting a segment failed (events kept in RAM): " + s.ToString());
     }
-    char record[kEventRecordBytes];
-    EncodeEventRecord(e, record);
     if (writer_ != nullptr) {
-      Status s = writer_->Append(record, sizeof(record));
-      if (!s.ok() && counts_.write_errors++ == 0) Log("append failed: " + s.ToString());
+      const size_t at = pending_.size();
+      pending_.resize(at + kEventRecordBytes);
+      EncodeEventRecord(e, pending_.data() + at);
+      if (pending_.size() >= kEventWriteBufferBytes) WritePending();
     }
-    Record(e, sizeof(record));
+    Record(e, kEventRecordBytes);
     Trim();
     for (auto it = watchers_.begin(); it != watchers_.end();) {
       if (it->second.from_seq > e.seq) {
@@ -261,9 +274,10 @@ bool EventLog::Continues(uint64_t last_seen) const {
   return it != events_.end() && it->seq == last_seen;
 }
 
-StatusOr<KvEventPage> EventLog::Read(uint64_t from_seq, size_t max_events) const {
+StatusOr<KvEventPage> EventLog::Read(uint64_t from_seq, size_t max_events) {
   const uint64_t from = std::max<uint64_t>(from_seq, 1);
   MutexLock lock(&mu_);
+  WritePending();
   if (!Continues(from - 1)) {
     const uint64_t head = segments_.back().last_seq;
     return Status::OutOfRange("the event log cannot continue after seq " +
@@ -284,9 +298,10 @@ StatusOr<KvEventPage> EventLog::Read(uint64_t from_seq, size_t max_events) const
 }
 
 std::vector<KvEvent> EventLog::Range(uint64_t first_seq, uint64_t last_seq,
-                                     size_t max_events, bool reverse) const {
+                                     size_t max_events, bool reverse) {
   std::vector<KvEvent> out;
   MutexLock lock(&mu_);
+  WritePending();
   const auto by_seq = [](const KvEvent& e, uint64_t s) { return e.seq < s; };
   auto lo = std::lower_bound(events_.begin(), events_.end(), first_seq, by_seq);
   auto hi = last_seq == UINT64_MAX
@@ -352,9 +367,10 @@ void EventLog::CountReconciled(uint64_t n) {
   counts_.reconciled += n;
 }
 
-Status EventLog::Sync() {
+Status EventLog::Flush(bool sync) {
   MutexLock lock(&mu_);
-  return writer_ != nullptr ? writer_->Sync() : Status::OK();
+  WritePending();
+  return sync && writer_ != nullptr ? writer_->Sync() : Status::OK();
 }
 
 Status EventLog::CheckpointLocked() {
@@ -364,6 +380,7 @@ Status EventLog::CheckpointLocked() {
   c.blocks.reserve(ssd_.size());
   for (const auto& [key, b] : ssd_) c.blocks.push_back(b);
   // The events up to the checkpoint are on disk before it names them.
+  WritePending();
   if (writer_ != nullptr) PKV_RETURN_IF_ERROR(writer_->Sync());
   return WriteSsdKeysCheckpoint(options_.fs, options_.dir, c);
 }

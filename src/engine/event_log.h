@@ -5,8 +5,9 @@
 // the tiers' locks and never calls into them.
 //
 // Persistent (a directory): events are appended to segment files
-// (event_log_file.h: CRC-framed records, a torn tail cut at open) with one
-// write per event, so a kill -9 loses none that Append returned; Sync()
+// (event_log_file.h: CRC-framed records, a torn tail cut at open), buffered
+// and written in batches: before any reader sees them, before the engine
+// call that caused them returns (Flush), and every 64 KiB; Flush(sync)
 // makes them survive power loss too. Sequence numbers are reserved ahead in
 // a small file, so a number handed out before a crash is never handed out
 // again: the log resumes above the reservation, and the skipped numbers are
@@ -64,6 +65,8 @@ struct EventLogOptions {
   std::function<void(std::string_view)> log;
 };
 
+// Records buffered before a write (EventLog::Append).
+inline constexpr size_t kEventWriteBufferBytes = 64 << 10;
 // The least segment size (EventLogOptions::segment_bytes).
 inline constexpr uint64_t kMinEventSegmentBytes = 4096;
 
@@ -78,21 +81,26 @@ class EventLog {
 
   // Numbers `e` (e.seq), records it, applies it to the key sets and wakes
   // the watchers it satisfies (their callbacks run on this thread, after the
-  // log's mutex is released).
+  // log's mutex is released). The record is buffered (up to
+  // kEventWriteBufferBytes) and written by the next Flush, read, checkpoint
+  // or full buffer: one write per batch.
   void Append(KvEvent& e) EXCLUDES(mu_);
-  // Makes every appended event durable (fdatasync); OK in RAM.
-  Status Sync() EXCLUDES(mu_);
+  // Writes the buffered records (they then survive a kill -9); with `sync`
+  // also fdatasyncs them (they survive power loss). OK in RAM.
+  Status Flush(bool sync) EXCLUDES(mu_);
 
   // Up to `max_events` events with seq >= from_seq (0 reads as 1).
   // OutOfRange when the events between the reader's last one (from_seq - 1)
   // and the next are not all in the log: older than retention, numbers lost
   // in a crash, or beyond the head. The reader must resnapshot.
-  StatusOr<KvEventPage> Read(uint64_t from_seq, size_t max_events) const EXCLUDES(mu_);
+  // Writes the buffered records first: a reader is never handed an event a
+  // kill -9 could take back.
+  StatusOr<KvEventPage> Read(uint64_t from_seq, size_t max_events) EXCLUDES(mu_);
   // Up to `max_events` retained events with first_seq <= seq <= last_seq,
   // ascending (descending with `reverse`, from last_seq down). No gap check:
   // a range read (XRANGE) shows what is kept.
   std::vector<KvEvent> Range(uint64_t first_seq, uint64_t last_seq, size_t max_events,
-                             bool reverse) const EXCLUDES(mu_);
+                             bool reverse) EXCLUDES(mu_);
   // Calls `wake` once when an event with seq >= from_seq is appended, at
   // once (on this thread) when one is already there or from_seq must
   // resnapshot. Returns an id for Unwatch (0 when it already ran).
@@ -131,6 +139,7 @@ class EventLog {
   void Trim() REQUIRES(mu_);
   bool Continues(uint64_t last_seen) const REQUIRES(mu_);
   Status CheckpointLocked() REQUIRES(mu_);
+  void WritePending() REQUIRES(mu_);
   void Log(const std::string& line) const;
   uint64_t segment_bytes() const;
   uint64_t FirstSeq() const;
@@ -141,6 +150,7 @@ class EventLog {
   std::deque<KvEvent> events_ GUARDED_BY(mu_);
   std::deque<Segment> segments_ GUARDED_BY(mu_);
   std::unique_ptr<EventSegmentWriter> writer_ GUARDED_BY(mu_);  // null in RAM
+  std::string pending_ GUARDED_BY(mu_);  // records not yet written to writer_
   uint64_t next_seq_ GUARDED_BY(mu_) = 1;
   uint64_t reserved_ GUARDED_BY(mu_) = 0;     // numbers below it may be handed out
   uint64_t trimmed_seq_ GUARDED_BY(mu_) = 0;  // first segment's prev_seq
