@@ -105,7 +105,13 @@ void internal::EngineImpl::ReconcileSsdEvents() {
 }
 
 void internal::EngineImpl::SyncEvents() {
-  if (events_ == nullptr) return;
+  // Write-back acknowledges changes that only RAM holds (a kill -9 loses
+  // them, and the hot tier is cleared at open): their events need not be
+  // written first. Write-through and kSync acknowledge durable changes.
+  if (events_ == nullptr ||
+      (!options_.write_through && options_.durability != SsdDurability::kSync)) {
+    return;
+  }
   Status s = events_->Flush(options_.durability == SsdDurability::kSync);
   if (!s.ok() && options_.log) options_.log("event log: sync failed: " + s.ToString());
 }

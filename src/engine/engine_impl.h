@@ -105,8 +105,8 @@ class internal::EngineImpl {
   // reconciles the SSD key set (engine_events.cc).
   Status OpenEvents(FileSystem* fs);
   void ReconcileSsdEvents();
-  // Before a change is acknowledged: the events so far are written (they
-  // survive a kill -9), and with kSync durability synced.
+  // Before a change is acknowledged, with write_through or kSync: the events
+  // so far are written (they survive a kill -9), with kSync also synced.
   void SyncEvents();
   // Checkpoints and closes the log's files (Engine::Close, after the SSD tier).
   void CloseEvents();

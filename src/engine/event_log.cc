@@ -100,7 +100,7 @@ Status EventLog::Load() {
   }
   ssd_keys_proven_ = base.seq <= last && Continues(base.seq);
   if (ssd_keys_proven_) {
-    for (const KvSnapshotBlock& b : base.blocks) ssd_[b.key] = b;
+    for (const KvSnapshotBlock& b : base.blocks) ssd_.Put(b);
     for (const KvEvent& e : events_) {
       if (e.seq > base.seq) Apply(e);
     }
@@ -203,7 +203,7 @@ void EventLog::Append(KvEvent& e) {
       if (pending_.size() >= kEventWriteBufferBytes) WritePending();
     }
     Record(e, kEventRecordBytes);
-    Trim();
+    Trim(e.unix_ms);
     for (auto it = watchers_.begin(); it != watchers_.end();) {
       if (it->second.from_seq > e.seq) {
         ++it;
@@ -229,29 +229,28 @@ void EventLog::Record(const KvEvent& e, uint64_t bytes) {
 }
 
 void EventLog::Apply(const KvEvent& e) {
-  const auto set = [this](TierLevel t) -> KvKeySet* {
+  const auto table = [this](TierLevel t) -> KeyTable* {
     return t == TierLevel::kHot ? &hot_ : t == TierLevel::kSsd ? &ssd_ : nullptr;
   };
-  KvKeySet* to = set(e.tier);
+  KeyTable* to = table(e.tier);
   switch (e.kind) {
     case KvEventKind::kMoved:
-      if (KvKeySet* from = set(e.from)) from->erase(e.key);
+      if (KeyTable* from = table(e.from)) from->Erase(e.key);
       [[fallthrough]];
     case KvEventKind::kStored:
-      if (to != nullptr) (*to)[e.key] = BlockOf(e);
+      if (to != nullptr) to->Put(BlockOf(e));
       break;
     case KvEventKind::kRemoved:
-      if (to != nullptr) to->erase(e.key);
+      if (to != nullptr) to->Erase(e.key);
       break;
     case KvEventKind::kCleared:
-      if (to != nullptr) to->clear();
+      if (to != nullptr) to->Clear();
       break;
   }
 }
 
-void EventLog::Trim() {
-  const int64_t now = static_cast<int64_t>(options_.clock->UnixMillis());
-  const int64_t oldest = now - static_cast<int64_t>(options_.retention_ms);
+void EventLog::Trim(int64_t now_unix_ms) {
+  const int64_t oldest = now_unix_ms - static_cast<int64_t>(options_.retention_ms);
   while (segments_.size() > 1 &&
          (bytes_ > options_.retention_bytes || segments_.front().last_unix_ms < oldest)) {
     Segment& s = segments_.front();
@@ -340,8 +339,8 @@ KvEventSnapshot EventLog::Snapshot() const {
   MutexLock lock(&mu_);
   KvEventSnapshot s;
   s.seq = segments_.back().last_seq;
-  for (const auto& [key, b] : hot_) s.hot.push_back(b);
-  for (const auto& [key, b] : ssd_) s.ssd.push_back(b);
+  hot_.ForEach([&s](const KvSnapshotBlock& b) { s.hot.push_back(b); });
+  ssd_.ForEach([&s](const KvSnapshotBlock& b) { s.ssd.push_back(b); });
   return s;
 }
 
@@ -359,7 +358,10 @@ KvEventLogStats EventLog::Stats() const {
 
 KvKeySet EventLog::SsdKeys() const {
   MutexLock lock(&mu_);
-  return ssd_;
+  KvKeySet out;
+  out.reserve(ssd_.size());
+  ssd_.ForEach([&out](const KvSnapshotBlock& b) { out.emplace(b.key, b); });
+  return out;
 }
 
 void EventLog::CountReconciled(uint64_t n) {
@@ -378,7 +380,7 @@ Status EventLog::CheckpointLocked() {
   SsdKeysCheckpoint c;
   c.seq = segments_.back().last_seq;
   c.blocks.reserve(ssd_.size());
-  for (const auto& [key, b] : ssd_) c.blocks.push_back(b);
+  ssd_.ForEach([&c](const KvSnapshotBlock& b) { c.blocks.push_back(b); });
   // The events up to the checkpoint are on disk before it names them.
   WritePending();
   if (writer_ != nullptr) PKV_RETURN_IF_ERROR(writer_->Sync());

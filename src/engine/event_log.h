@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "event_log_file.h"
+#include "key_table.h"
 #include "prefixkv/advanced/file_system.h"
 #include "prefixkv/advanced/mutex.h"
 #include "prefixkv/clock.h"
@@ -136,7 +137,9 @@ class EventLog {
   void Record(const KvEvent& e, uint64_t bytes) REQUIRES(mu_);
   Status Reserve(uint64_t through) REQUIRES(mu_);
   Status StartSegment() REQUIRES(mu_);
-  void Trim() REQUIRES(mu_);
+  // Drops old segments; `now_unix_ms`: the newest event's time (the clock
+  // is not read again per event).
+  void Trim(int64_t now_unix_ms) REQUIRES(mu_);
   bool Continues(uint64_t last_seen) const REQUIRES(mu_);
   Status CheckpointLocked() REQUIRES(mu_);
   void WritePending() REQUIRES(mu_);
@@ -156,8 +159,8 @@ class EventLog {
   uint64_t trimmed_seq_ GUARDED_BY(mu_) = 0;  // first segment's prev_seq
   uint64_t bytes_ GUARDED_BY(mu_) = 0;
   bool closed_ GUARDED_BY(mu_) = false;
-  KvKeySet hot_ GUARDED_BY(mu_);
-  KvKeySet ssd_ GUARDED_BY(mu_);
+  KeyTable hot_ GUARDED_BY(mu_);
+  KeyTable ssd_ GUARDED_BY(mu_);
   KvEventLogStats counts_ GUARDED_BY(mu_);
   uint64_t next_watch_ GUARDED_BY(mu_) = 1;
   struct Watcher {

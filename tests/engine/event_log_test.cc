@@ -15,6 +15,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -261,6 +262,38 @@ TEST_F(EventLogTest, SsdKeysAreUnprovenWhenEventsAfterTheCheckpointWereTrimmed) 
   }
   auto log = OpenLog(o);
   EXPECT_FALSE(log->ssd_keys_proven());
+}
+
+TEST(KeyTable, AgreesWithAnUnorderedMapUnderRandomPutsAndErases) {
+  const uint64_t seed = ::prefixkv::testing::TestSeed("KeyTable");
+  std::mt19937_64 rng(seed);
+  KeyTable table;
+  KvKeySet model;
+  for (int step = 0; step < 200000; ++step) {
+    // Few distinct keys, some sharing their low bits: long probe runs.
+    const BlockKey key{.hi = rng() % 4, .lo = (rng() % 3000) << (rng() % 2 ? 0 : 20)};
+    if (rng() % 3 == 0) {
+      EXPECT_EQ(table.Erase(key), model.erase(key) == 1) << "seed " << seed;
+    } else {
+      const KvSnapshotBlock b{.key = key, .bytes = rng()};
+      table.Put(b);
+      model[key] = b;
+    }
+    if (step % 50000 == 0) {
+      table.Clear();
+      model.clear();
+    }
+  }
+  ASSERT_EQ(table.size(), model.size()) << "seed " << seed;
+  size_t seen = 0;
+  table.ForEach([&](const KvSnapshotBlock& b) {
+    ++seen;
+    auto it = model.find(b.key);
+    ASSERT_NE(it, model.end());
+    EXPECT_EQ(it->second, b);
+  });
+  EXPECT_EQ(seen, model.size());
+  for (const auto& [key, b] : model) EXPECT_TRUE(table.Contains(key));
 }
 
 TEST_F(EventLogTest, WatchWakesOnceAtTheFirstEventAtOrAfterItsSeq) {
