@@ -100,23 +100,24 @@ struct Round {
   uint64_t events = 0, event_bytes = 0;
 };
 
+// Runs `step` on every chain in both sides, `a` first for even chains and
+// `b` first for odd ones.
+Status Alternate(Side& a, Side& b, const std::vector<Chain>& chains,
+                 Status (*step)(Side&, const Chain&)) {
+  for (size_t i = 0; i < chains.size(); ++i) {
+    PKV_RETURN_IF_ERROR(step(i % 2 == 0 ? a : b, chains[i]));
+    PKV_RETURN_IF_ERROR(step(i % 2 == 0 ? b : a, chains[i]));
+  }
+  return Status::OK();
+}
+
 StatusOr<Round> RunRound(const std::vector<Chain>& chains) {
   PKV_ASSIGN_OR_RETURN(Side on, OpenSide(true));
   PKV_ASSIGN_OR_RETURN(Side off, OpenSide(false));
   const KvEventLogStats before = on.engine->EventLogStats();
-  for (size_t i = 0; i < chains.size(); ++i) {
-    Side& first = i % 2 == 0 ? on : off;
-    Side& second = i % 2 == 0 ? off : on;
-    PKV_RETURN_IF_ERROR(StoreChain(first, chains[i]));
-    PKV_RETURN_IF_ERROR(StoreChain(second, chains[i]));
-  }
+  PKV_RETURN_IF_ERROR(Alternate(on, off, chains, StoreChain));
   const KvEventLogStats after = on.engine->EventLogStats();
-  for (size_t i = 0; i < chains.size(); ++i) {
-    Side& first = i % 2 == 0 ? off : on;
-    Side& second = i % 2 == 0 ? on : off;
-    PKV_RETURN_IF_ERROR(RestoreChain(first, chains[i]));
-    PKV_RETURN_IF_ERROR(RestoreChain(second, chains[i]));
-  }
+  PKV_RETURN_IF_ERROR(Alternate(off, on, chains, RestoreChain));
   Round r{.store_on_s = on.store_s,
           .store_off_s = off.store_s,
           .restore_on_s = on.restore_s,
