@@ -40,7 +40,7 @@ OWNERS = {
     "block_key.h": "prefixkv_base",  # chain keys; NamespaceSpec::Fingerprint is core's
     "advanced/hash.h": "prefixkv_base",
     "advanced/mutex.h": "prefixkv_base",
-    "advanced/file_system.h": "prefixkv_base",
+    "file_system.h": "prefixkv_base",
     "tier_types.h": "prefixkv_base",
     "kv_events.h": "prefixkv_base",
     "advanced/kv_event_sink.h": "prefixkv_base",

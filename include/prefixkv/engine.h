@@ -44,6 +44,7 @@
 #include "prefixkv/block_key.h"
 #include "prefixkv/bytes.h"
 #include "prefixkv/clock.h"
+#include "prefixkv/file_system.h"
 #include "prefixkv/kv_events.h"
 #include "prefixkv/codec.h"
 #include "prefixkv/latency_histogram.h"
@@ -124,6 +125,10 @@ struct EngineOptions {
   DecodeLimits decode_limits;
   // Time source for the tiers (access order, retries). Null: Clock::System().
   Clock* clock = nullptr;
+  // Every file operation of the SSD tier (segments, fsyncs, directories; its
+  // RocksDB metadata too) goes through it (file_system.h; not owned, must
+  // outlive the engine). Null: FileSystem::Default(), the POSIX one.
+  FileSystem* file_system = nullptr;
   // Receives every KV event (kv_events.h: a block stored in, removed from or
   // moved between the local tiers), synchronously and possibly under a tier's
   // lock: it must be quick and must not call into the engine. Null: none.

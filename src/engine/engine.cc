@@ -33,6 +33,7 @@ Status internal::EngineImpl::OpenTiers() {
     o.policy = options_.ssd_policy;
     o.durability = options_.durability;
     if (options_.clock != nullptr) o.clock = options_.clock;
+    if (options_.file_system != nullptr) o.file_system = options_.file_system;
     o.log = options_.log;
     o.events = kv_events();
     // A rebuilt block's parent is in its record's header (the segment
