@@ -57,10 +57,12 @@ StatusOr<std::vector<int64_t>> CheckTensorDestination(const TensorDestination& d
 
 // Copies a row-major, contiguous tensor of `shape` with `element_bytes`
 // elements from `src` to `dst` laid out by `dst_strides` (bytes), one memcpy
-// per run of elements that is contiguous on both sides.
+// per run of elements that is contiguous on both sides. `stream`: write with
+// non-temporal stores where the CPU has them (x86-64), bypassing the cache,
+// for copies much larger than it whose destination is not read again soon.
 // REQUIRES: dst_strides passed CheckTensorDestination for this shape.
 void CopyToStrided(const uint8_t* src, std::span<const int64_t> shape,
                    size_t element_bytes, uint8_t* dst,
-                   std::span<const int64_t> dst_strides);
+                   std::span<const int64_t> dst_strides, bool stream = false);
 
 }  // namespace prefixkv

@@ -103,11 +103,16 @@ StatusOr<std::vector<std::vector<TensorCopy>>> Plan(
   return plan;
 }
 
-void Copy(const TensorCopy& copy) {
+// Restores at least this large are copied with non-temporal stores: they
+// exceed the CPU caches, so plain stores would only add a read of every
+// destination line (measured in docs/benchmarks.md, "RestoreInto").
+constexpr uint64_t kStreamingRestoreBytes = uint64_t{16} << 20;
+
+void Copy(const TensorCopy& copy, bool stream) {
   const size_t element_bytes = DTypeSize(copy.restored.dtype);
   uint8_t* dst = copy.data;
   for (const Tensor* part : copy.parts) {
-    CopyToStrided(part->data(), part->shape(), element_bytes, dst, copy.strides);
+    CopyToStrided(part->data(), part->shape(), element_bytes, dst, copy.strides, stream);
     if (copy.parts.size() > 1) dst += part->dim(copy.axis) * copy.strides[copy.axis];
   }
 }
@@ -130,11 +135,14 @@ StatusOr<RestoreIntoResult> PrefixCache::RestoreInto(
   if (blocks.empty()) return out;
   PKV_ASSIGN_OR_RETURN(std::vector<std::vector<TensorCopy>> plan,
                        Plan(*ns, blocks, destinations));
+  uint64_t bytes = 0;
+  for (const LoadedBlock& block : blocks) bytes += block.record.PayloadBytes();
+  const bool stream = bytes >= kStreamingRestoreBytes;
   for (size_t l = 0; l < plan.size(); ++l) {
     out.result.layers.push_back(cache::RestoredLayerHead(*ns, blocks, l));
     out.written.emplace_back();
     for (const TensorCopy& copy : plan[l]) {
-      Copy(copy);
+      Copy(copy, stream);
       out.written.back().push_back(copy.restored);
     }
     if (on_layer) on_layer(l);

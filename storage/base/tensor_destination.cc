@@ -10,6 +10,10 @@
 #include <cstring>
 #include <string>
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 namespace prefixkv {
 namespace {
 
@@ -32,6 +36,10 @@ std::vector<int64_t> RowMajorStrides(std::span<const int64_t> shape,
   }
   return strides;
 }
+
+// Runs shorter than this are copied with plain stores even when streaming
+// (the head and tail alignment would dominate).
+constexpr size_t kStreamRunBytes = 256;
 
 // a * b + c, or UINT64_MAX when it overflows (then larger than any buffer).
 uint64_t MulAdd(uint64_t a, uint64_t b, uint64_t c) {
@@ -62,6 +70,31 @@ Status CheckNoOverlap(std::span<const int64_t> shape, std::span<const int64_t> s
         MulAdd(static_cast<uint64_t>(strides[d]), static_cast<uint64_t>(shape[d]), 0);
   }
   return Status::OK();
+}
+
+// memcpy with non-temporal stores: the destination's lines are written
+// without being read into the cache first (a plain store reads each line
+// before writing it, which for a copy larger than the cache is a third
+// memory pass). glibc's memcpy does the same for one large copy; a strided
+// copy is many smaller ones, which it would not stream. Ordered by the
+// sfence in CopyToStrided.
+void StreamCopy(uint8_t* dst, const uint8_t* src, size_t n) {
+#if defined(__x86_64__)
+  const size_t head = std::min(n, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
+  std::memcpy(dst, src, head);
+  dst += head, src += head, n -= head;
+  for (; n >= 64; n -= 64, dst += 64, src += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 48), d);
+  }
+#endif
+  std::memcpy(dst, src, n);
 }
 
 }  // namespace
@@ -110,7 +143,7 @@ StatusOr<std::vector<int64_t>> CheckTensorDestination(const TensorDestination& d
 
 void CopyToStrided(const uint8_t* src, std::span<const int64_t> shape,
                    size_t element_bytes, uint8_t* dst,
-                   std::span<const int64_t> dst_strides) {
+                   std::span<const int64_t> dst_strides, bool stream) {
   const size_t n = shape.size();
   for (int64_t d : shape) {
     if (d == 0) return;
@@ -128,12 +161,19 @@ void CopyToStrided(const uint8_t* src, std::span<const int64_t> shape,
   for (;;) {
     int64_t offset = 0;
     for (size_t i = 0; i < outer; ++i) offset += index[i] * dst_strides[i];
-    std::memcpy(dst + offset, src, run);
+    if (stream && run >= kStreamRunBytes) {
+      StreamCopy(dst + offset, src, run);
+    } else {
+      std::memcpy(dst + offset, src, run);
+    }
     src += run;
     size_t i = outer;
     while (i > 0 && ++index[i - 1] == shape[i - 1]) index[--i] = 0;
-    if (i == 0) return;
+    if (i == 0) break;
   }
+#if defined(__x86_64__)
+  if (stream) _mm_sfence();  // the streamed stores are visible before we return
+#endif
 }
 
 }  // namespace prefixkv
