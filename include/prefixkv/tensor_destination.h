@@ -37,6 +37,11 @@ struct TensorDestination {
   // least the extent of the smaller ones; dimensions of size 1 are free).
   // Empty: the tensor row-major and contiguous at `data`.
   std::vector<int64_t> strides_bytes;
+  // The shape of the caller's array, when `data` is one (a strided view of a
+  // larger array): the restored tensor must have as many dimensions and fit
+  // inside it along each, so no write lands in the gaps between its rows.
+  // Empty: only size_bytes bounds the writes.
+  std::vector<int64_t> shape;
 };
 
 // Where one restored layer goes: one destination per tensor of the layer, in
@@ -49,8 +54,9 @@ struct LayerDestination {
 // The effective byte strides of writing a tensor of `dtype` and `shape` into
 // `dest` (its strides, or the row-major ones when it has none), after
 // checking that it fits: data not null, the same dtype, one stride per
-// dimension, none negative, no two elements on the same bytes, and every
-// element's bytes inside size_bytes. InvalidArgument saying what is wrong.
+// dimension, none negative, no two elements on the same bytes, the shape
+// inside dest.shape when it has one, and every element's bytes inside
+// size_bytes. InvalidArgument saying what is wrong.
 StatusOr<std::vector<int64_t>> CheckTensorDestination(const TensorDestination& dest,
                                                       DType dtype,
                                                       std::span<const int64_t> shape);

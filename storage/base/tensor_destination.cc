@@ -117,6 +117,15 @@ StatusOr<std::vector<int64_t>> CheckTensorDestination(const TensorDestination& d
         " strides for a tensor of " + std::to_string(shape.size()) + " dimensions " +
         ShapeString(shape));
   }
+  if (!dest.shape.empty()) {
+    bool fits = dest.shape.size() == shape.size();
+    for (size_t i = 0; fits && i < shape.size(); ++i) fits = shape[i] <= dest.shape[i];
+    if (!fits) {
+      return Status::InvalidArgument(
+          "the restored " + std::string(DTypeName(dtype)) + ShapeString(shape) +
+          " does not fit the destination's " + ShapeString(dest.shape));
+    }
+  }
   std::vector<int64_t> strides = dest.strides_bytes.empty()
                                      ? RowMajorStrides(shape, element_bytes)
                                      : dest.strides_bytes;

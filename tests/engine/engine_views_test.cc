@@ -518,6 +518,10 @@ TEST_F(RestoreIntoTest, BadDestinationsAreRefusedWithNothingWritten) {
        [](CallerBuffers& b) {
          b.destinations[1].tensors[1].strides_bytes = {0, INT64_MAX, 32, 4};
        }},
+      {"array shape",
+       [](CallerBuffers& b) {
+         b.destinations[1].tensors[1].shape = {1, 2, 7, 8};  // 8 tokens restored
+       }},
       {"tensor count", [](CallerBuffers& b) { b.destinations[1].tensors.pop_back(); }},
       {"layer count", [](CallerBuffers& b) { b.destinations.pop_back(); }},
   };
