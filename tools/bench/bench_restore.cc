@@ -4,6 +4,13 @@
 //
 // Model: 8 sliceable KVCache layers, 8 KV heads x 128 dims, float16, 256-token
 // blocks; a 32-block chain (8192 tokens, 256 MiB of keys and values).
+// `--model llama3-8b` is Llama 3 8B's KV shape instead (32 layers, 16-token
+// blocks) and `--tokens N` the chain's length.
+//
+// RestoreInto (restore_into_bench.h): the same chain restored into caller
+// memory against memcpy into the same memory, in alternating pairs, into one
+// warm buffer and into fresh pages; and the time until layer 0 is complete
+// next to the whole restore, hot and cold from SSD.
 //
 // Two figures each for restore and store: with glibc's default malloc every
 // restore's 16 MiB output tensors (and every store's block slices and encoded
