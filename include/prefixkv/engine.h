@@ -5,6 +5,7 @@
 //   Namespace ns = engine->RegisterModel(spec).value();
 //   MatchResult m = engine->Match(ns, prompt).value();      // hot, then SSD
 //   RestoreResult r = engine->Restore(m).value();           // per-layer caches
+//   // or engine->RestoreInto(m, destinations): into memory the caller owns
 //   ... prefill prompt[r.restored_tokens:], decode ...
 //   engine->Store(ns, all_tokens, layers);                  // new blocks only
 //   engine->Close();                                        // or let it go
@@ -352,7 +353,8 @@ class Engine {
   // written, for a wrong count, dtype or stride, a null or too small buffer.
   // `on_layer` (optional) is told, on this thread, as each layer completes,
   // in layer order; all blocks are read before the first layer (a block
-  // holds every layer). Counted and timed as Restore.
+  // holds every layer). Counted and timed as Restore (the callbacks' time
+  // included).
   StatusOr<RestoreIntoResult> RestoreInto(const MatchResult& match,
                                           std::span<const LayerDestination> destinations,
                                           const LayerRestoredCallback& on_layer = {});
