@@ -116,13 +116,14 @@ inline constexpr const char* kRestoreIntoCall =
     R"doc(Restores a match straight into your memory (Engine::RestoreInto):
 dests has one entry per layer, each a list with one writable destination per
 restored tensor (keys, values): a numpy array, a CPU torch tensor (a pinned
-one too) or any writable buffer, of the restored dtype (bfloat16: uint16 or
-torch.bfloat16), as many dimensions as the restored tensor and at least its
-size along each (a [1, heads, max_tokens, dim] array takes any shorter
-restore in its first positions; strided views are written in place). Each
-block's bytes are copied once, from the tier into the destination, without
-the GIL. Every destination is checked first: InvalidArgument, and nothing
-written, for a read-only, too small, wrongly typed or shaped one.
+one too), any writable buffer or a DLPack tensor in host memory, of the
+restored dtype (bfloat16: uint16 or torch.bfloat16), as many dimensions as
+the restored tensor and at least its size along each (a [1, heads,
+max_tokens, dim] array takes any shorter restore in its first positions;
+strided views are written in place). Each block's bytes are copied once,
+from the tier into the destination, without the GIL. Every destination is
+checked first: InvalidArgument, and nothing written, for a read-only, too
+small, wrongly typed or shaped one.
 on_layer(l), when given, is called (with the GIL) as each layer completes,
 in order; an exception it raises is raised after the restore.)doc";
 inline constexpr const char* kRestoreCounters =

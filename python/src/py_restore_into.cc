@@ -1,9 +1,11 @@
 // Engine.restore_into: a restore written straight into memory the caller
-// owns (numpy arrays, CPU torch tensors, any writable buffer), through
+// owns (numpy arrays, CPU torch tensors, any writable buffer or DLPack
+// host tensor), through
 // Engine::RestoreInto. Each Python object is described to the engine as a
 // TensorDestination (pointer, extent, dtype, byte strides, shape) from its
 // writable buffer; the buffers stay acquired until the restore returns, so
 // nothing moves or is freed under the copy, which runs without the GIL.
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -16,20 +18,60 @@
 namespace prefixkv::python {
 namespace {
 
-// A destination object, its buffer held writable, and the object the views
-// of the written part keep alive.
-struct HeldDestination {
-  py::object owner;
-  std::unique_ptr<py::buffer_info> buffer;
+// DLPack's ABI (dlpack.h, v0.8; stable since v0.2): what a "dltensor"
+// capsule points to.
+struct DLDevice {
+  int32_t device_type;  // 1: CPU, 3: CUDA host (pinned) memory
+  int32_t device_id;
+};
+struct DLDataType {
+  uint8_t code;  // 0 int, 1 uint, 2 float, 4 bfloat
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DLTensor {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;  // in elements; null: row-major compact
+  uint64_t byte_offset;
+};
+struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensor* self);
 };
 
-// Acquires `obj`'s buffer for writing and describes it.
-TensorDestination Describe(const py::handle& obj, const std::string& what,
-                           HeldDestination* held) {
-  py::object target = py::reinterpret_borrow<py::object>(obj);
-  if (!py::isinstance<py::array>(target) && !PyObject_CheckBuffer(target.ptr())) {
-    target = AsArray(target, what);  // a CPU torch tensor's memory, or InvalidArgument
+// A destination object, its memory held (a writable buffer, or a consumed
+// DLPack tensor) until the restore is done, and where the written views go.
+struct HeldDestination {
+  py::object owner;  // what the views of the written part keep alive
+  std::unique_ptr<py::buffer_info> buffer;
+  std::shared_ptr<DLManagedTensor> dlpack;
+  void* data = nullptr;
+  std::vector<py::ssize_t> strides;  // bytes
+};
+
+// The bytes from `data` to the end of the last element of an array of
+// `shape` and byte `strides`: the memory the array may be written in.
+uint64_t ExtentBytes(const TensorDestination& d, size_t itemsize,
+                     const std::string& what) {
+  uint64_t end = itemsize;
+  for (size_t i = 0; i < d.shape.size(); ++i) {
+    if (d.strides_bytes[i] < 0)
+      Raise(Status::InvalidArgument(what + ": negative strides"));
+    if (d.shape[i] == 0) return 0;
+    end +=
+        static_cast<uint64_t>(d.shape[i] - 1) * static_cast<uint64_t>(d.strides_bytes[i]);
   }
+  return end;
+}
+
+// Acquires `target`'s buffer for writing and describes it.
+TensorDestination DescribeBuffer(const py::object& target, const std::string& what,
+                                 HeldDestination* held) {
   auto* view = new Py_buffer();
   if (PyObject_GetBuffer(target.ptr(), view,
                          PyBUF_WRITABLE | PyBUF_STRIDES | PyBUF_FORMAT) != 0) {
@@ -40,32 +82,103 @@ TensorDestination Describe(const py::handle& obj, const std::string& what,
                                   "); restore_into writes into it"));
   }
   held->buffer = std::make_unique<py::buffer_info>(view, /*ownview=*/true);
-  held->owner = target;
   const py::buffer_info& info = *held->buffer;
   TensorDestination d;
   d.data = info.ptr;
   d.dtype = ValueOr(DTypeOfNumpy(py::dtype(info), what));
   d.strides_bytes.assign(info.strides.begin(), info.strides.end());
   d.shape.assign(info.shape.begin(), info.shape.end());
-  // The extent of the buffer: its last element's end.
-  uint64_t end = static_cast<uint64_t>(info.itemsize);
-  for (size_t i = 0; i < d.shape.size(); ++i) {
-    if (d.strides_bytes[i] < 0)
-      Raise(Status::InvalidArgument(what + ": negative strides"));
-    if (d.shape[i] == 0) end = 0;
-    if (end == 0) break;
-    end +=
-        static_cast<uint64_t>(d.shape[i] - 1) * static_cast<uint64_t>(d.strides_bytes[i]);
+  d.size_bytes = ExtentBytes(d, static_cast<size_t>(info.itemsize), what);
+  return d;
+}
+
+// DLPack type code and bits of each block format type (uint16: bfloat16's
+// bits, as the arrays carry them).
+struct DlpackType {
+  uint8_t code, bits;
+  DType dtype;
+};
+constexpr DlpackType kDlpackTypes[] = {
+    {2, 16, DType::kFloat16},  {2, 32, DType::kFloat32},  {2, 64, DType::kFloat64},
+    {4, 16, DType::kBFloat16}, {1, 16, DType::kBFloat16}, {0, 8, DType::kInt8},
+    {1, 8, DType::kUInt8},     {0, 32, DType::kInt32},    {1, 32, DType::kUInt32},
+    {0, 64, DType::kInt64}};
+
+StatusOr<DType> DTypeOfDlpack(const DLDataType& t) {
+  for (const DlpackType& known : kDlpackTypes) {
+    if (t.lanes == 1 && t.code == known.code && t.bits == known.bits) return known.dtype;
   }
-  d.size_bytes = end;
+  return Status::InvalidArgument("DLPack dtype code " + std::to_string(t.code) +
+                                 " bits " + std::to_string(t.bits) + " lanes " +
+                                 std::to_string(t.lanes) + " has no block format type");
+}
+
+// Consumes `obj.__dlpack__()` (host memory only) and describes it. DLPack
+// before 1.0 cannot say read-only: the exporter decides (numpy refuses to
+// export a read-only array).
+TensorDestination DescribeDlpack(const py::object& obj, const std::string& what,
+                                 HeldDestination* held) {
+  py::object capsule = obj.attr("__dlpack__")();
+  auto* m =
+      static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+  if (m == nullptr) {
+    PyErr_Clear();
+    Raise(Status::InvalidArgument(what + ": __dlpack__ gave no unused dltensor capsule"));
+  }
+  PyCapsule_SetName(capsule.ptr(), "used_dltensor");  // ours now: we call its deleter
+  held->dlpack.reset(m, [](DLManagedTensor* t) {
+    if (t->deleter != nullptr) t->deleter(t);
+  });
+  const DLTensor& t = m->dl_tensor;
+  if (t.device.device_type != 1 && t.device.device_type != 3) {
+    Raise(Status::InvalidArgument(
+        what + ": DLPack device type " + std::to_string(t.device.device_type) +
+        " is not host memory; restore into host memory and copy"));
+  }
+  TensorDestination d;
+  d.data = static_cast<uint8_t*>(t.data) + t.byte_offset;
+  StatusOr<DType> dtype = DTypeOfDlpack(t.dtype);
+  if (!dtype.ok()) Raise(Status::InvalidArgument(what + ": " + dtype.status().message()));
+  d.dtype = *dtype;
+  const int64_t itemsize = t.dtype.bits / 8;
+  d.shape.assign(t.shape, t.shape + t.ndim);
+  d.strides_bytes.resize(d.shape.size());
+  int64_t compact = itemsize;
+  for (size_t i = d.shape.size(); i-- > 0;) {
+    d.strides_bytes[i] = t.strides != nullptr ? t.strides[i] * itemsize : compact;
+    compact *= d.shape[i];
+  }
+  d.size_bytes = ExtentBytes(d, static_cast<size_t>(itemsize), what);
+  return d;
+}
+
+bool IsTorchTensor(const py::handle& obj) {
+  py::object torch = py::module_::import("sys").attr("modules").attr("get")("torch");
+  return !torch.is_none() && py::isinstance(obj, torch.attr("Tensor"));
+}
+
+// Describes `obj` for writing: a numpy array or any object with the buffer
+// protocol, a CPU torch tensor (through its numpy view), or a DLPack object.
+TensorDestination Describe(const py::handle& obj, const std::string& what,
+                           HeldDestination* held) {
+  py::object target = py::reinterpret_borrow<py::object>(obj);
+  const bool buffer =
+      py::isinstance<py::array>(target) || PyObject_CheckBuffer(target.ptr());
+  const bool dlpack =
+      !buffer && !IsTorchTensor(target) && py::hasattr(target, "__dlpack__");
+  if (!buffer && !dlpack)
+    target = AsArray(target, what);  // CPU torch, or InvalidArgument
+  held->owner = target;
+  TensorDestination d =
+      dlpack ? DescribeDlpack(target, what, held) : DescribeBuffer(target, what, held);
+  held->data = d.data;
+  held->strides.assign(d.strides_bytes.begin(), d.strides_bytes.end());
   return d;
 }
 
 // A writable array of the written part of `held`'s memory.
 py::array WrittenView(const RestoredTensorShape& written, const HeldDestination& held) {
-  std::vector<py::ssize_t> strides(held.buffer->strides.begin(),
-                                   held.buffer->strides.end());
-  return py::array(NumpyDType(written.dtype), written.shape, strides, held.buffer->ptr,
+  return py::array(NumpyDType(written.dtype), written.shape, held.strides, held.data,
                    held.owner);
 }
 

@@ -1,4 +1,6 @@
 """Store then restore returns the same bytes, for every supported dtype."""
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -231,3 +233,69 @@ def test_an_exception_in_on_layer_is_raised_after_the_restore(engine, rng):
     with pytest.raises(RuntimeError, match="stop at 0"):
         engine.restore_into(engine.match(ns, list(range(8))), dests, on_layer=fail)
     assert not (dests[1][1] == -7).all(), "the restore itself ran to the end"
+
+
+class DlpackOnly:
+    """An object with nothing but DLPack (no buffer protocol), over `array`."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, stream=None):
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p)]
+
+
+class FakeDeviceTensor:
+    """A DLPack export of `array`'s memory that claims to live on a GPU
+    (device type 2, CUDA)."""
+
+    def __init__(self, array):
+        self.array, self.shape = array, (ctypes.c_int64 * array.ndim)(*array.shape)
+        self.managed = DLManagedTensor(DLTensor(
+            array.ctypes.data, DLDevice(2, 0), array.ndim, DLDataType(2, 32, 1), self.shape,
+            None, 0), None, None)
+
+    def __dlpack__(self, stream=None):
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p,
+                                                       ctypes.c_void_p]
+        return new(ctypes.addressof(self.managed), b"dltensor", None)
+
+
+def test_restore_into_takes_dlpack_host_tensors_and_refuses_device_ones(engine, rng):
+    ns = register(engine, layers=1)
+    layers = kv_layers(rng, 1, 8)
+    engine.store(ns, list(range(8)), layers)
+    m = engine.match(ns, list(range(8)))
+    arrays = blank_dests(1, 8)
+    got = engine.restore_into(m, [[DlpackOnly(a) for a in arrays[0]]])
+    assert got.restored_tokens == 8
+    for array, want in zip(arrays[0], layers[0]):
+        np.testing.assert_array_equal(array, want)
+    device = blank_dests(1, 8)
+    with pytest.raises(prefixkv.InvalidArgument,
+                       match="layer 0 tensor 1: DLPack device type 2 is not host memory"):
+        engine.restore_into(m, [[device[0][0], FakeDeviceTensor(device[0][1])]])
+    assert (device[0][0] == -7).all() and (device[0][1] == -7).all(), "nothing written"
