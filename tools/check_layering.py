@@ -36,6 +36,7 @@ OWNERS = {
     "bytes.h": "prefixkv_base",
     "clock.h": "prefixkv_base",
     "tensor.h": "prefixkv_base",
+    "tensor_destination.h": "prefixkv_base",
     "block.h": "prefixkv_base",
     "block_key.h": "prefixkv_base",  # chain keys; NamespaceSpec::Fingerprint is core's
     "advanced/hash.h": "prefixkv_base",
