@@ -12,6 +12,7 @@
 #include <set>
 
 #include "prefixkv/namespace_manifest.h"
+#include "tests/support/namespace_fields.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv {
@@ -243,54 +244,14 @@ TEST(NamespaceFingerprint, BadLaterFieldsAreRefused) {
   EXPECT_TRUE(spec.Fingerprint().status().IsInvalidArgument());
 }
 
+NamespaceSpec FullSpec() { return testing::WithEveryField(LlamaSpec()); }
+
 // One mutation per field that changes the bytes: each gives another root, and
 // DiffSpecs names exactly that field.
-struct FieldCase {
-  const char* field;
-  void (*mutate)(NamespaceSpec*);
-};
-
-const FieldCase kFieldCases[] = {
-    {"model", [](NamespaceSpec* s) { s->model = "llama-3-8b-instruct"; }},
-    {"revision", [](NamespaceSpec* s) { s->revision = "rev2"; }},
-    {"tokenizer hash", [](NamespaceSpec* s) { s->tokenizer_hash = "def"; }},
-    {"layer 1 cache type",
-     [](NamespaceSpec* s) { s->layer_types[1] = "RotatingKVCache"; }},
-    {"layer count",
-     [](NamespaceSpec* s) {
-       s->layer_types.push_back("KVCache");
-       s->layer_shapes.push_back(s->layer_shapes[0]);
-     }},
-    {"layer 0 shape", [](NamespaceSpec* s) { s->layer_shapes[0].kv_heads = 4; }},
-    {"layer 1 shape", [](NamespaceSpec* s) { s->layer_shapes[1].head_dim = 64; }},
-    {"layer 1 shape", [](NamespaceSpec* s) { s->layer_shapes[1].window_tokens = 512; }},
-    {"layer 0 shape", [](NamespaceSpec* s) { s->layer_shapes[0].state_dim = 8; }},
-    {"layer shapes", [](NamespaceSpec* s) { s->layer_shapes.clear(); }},
-    {"dtype", [](NamespaceSpec* s) { s->dtype = DType::kBFloat16; }},
-    {"quantization", [](NamespaceSpec* s) { s->quantization = "int4"; }},
-    {"block tokens", [](NamespaceSpec* s) { s->block_tokens = 8; }},
-    {"tensor-parallel rank/size", [](NamespaceSpec* s) { s->tp_rank = 1; }},
-    {"tensor-parallel rank/size", [](NamespaceSpec* s) { s->tp_size = 4; }},
-    {"pipeline-parallel rank/size", [](NamespaceSpec* s) { s->pp_size = 2; }},
-    {"salt", [](NamespaceSpec* s) { s->salt = "tenant-b"; }},
-};
-
-NamespaceSpec FullSpec() {
-  NamespaceSpec spec = LlamaSpec("tenant-a");
-  spec.revision = "rev1";
-  spec.tokenizer_hash = "abc";
-  spec.layer_shapes = {{.kv_heads = 8, .head_dim = 128},
-                       {.kv_heads = 8, .head_dim = 128}};
-  spec.quantization = "int8";
-  spec.tp_rank = 0;
-  spec.tp_size = 2;
-  return spec;
-}
-
 TEST(NamespaceFingerprint, EveryFieldSeparatesNamespacesAndIsNamed) {
   const NamespaceSpec stored = FullSpec();
   const BlockKey stored_root = NamespaceRoot(stored).value();
-  for (const FieldCase& c : kFieldCases) {
+  for (const testing::SpecFieldCase& c : testing::kSpecFieldCases) {
     NamespaceSpec asked = stored;
     c.mutate(&asked);
     SCOPED_TRACE(c.field);
@@ -352,6 +313,7 @@ TEST(NamespaceManifest, DamagedManifestsAreRefusedWithAReason) {
   EXPECT_TRUE(replaced("tokenizer_hash=abc", "tokenizer_hash=abd").IsCorruption());
   EXPECT_TRUE(replaced("block_tokens=4", "block_tokens=4x").IsCorruption());
   EXPECT_TRUE(replaced("\ntp=0/2", "\ntp=0-2").IsCorruption());
+  EXPECT_TRUE(replaced("\nsalt=tenant-a", "\nsalt=tenant-b").IsCorruption());
   EXPECT_TRUE(replaced("layer_shapes=8x128", "layer_shapes=8y128").IsCorruption());
   EXPECT_TRUE(replaced("\ndtype=float16", "\ndtype=float17").IsCorruption());
   EXPECT_TRUE(replaced("salt=tenant-a\n", "").IsCorruption());
