@@ -39,6 +39,10 @@ StatusOr<std::string> EncodeManifest(const NamespaceSpec& spec);
 // this process knows every layer type of the manifest).
 StatusOr<NamespaceManifest> DecodeManifest(std::string_view text);
 
+// Parses a layer_shapes value: LayerShape::ToString per layer, comma-separated
+// ("8x128,8x128w4096,0x0r3x32:4x8"). InvalidArgument naming the bad entry.
+StatusOr<std::vector<LayerShape>> ParseLayerShapes(std::string_view text);
+
 // One field that gives two specs different fingerprints.
 struct ManifestDifference {
   std::string field;  // "tokenizer hash", "layer 2 shape", "block tokens", ...

@@ -41,7 +41,9 @@ std::string ShapesText(const std::vector<LayerShape>& shapes) {
   return Join(parts);
 }
 
+// "" when never set (0/0), so a manifest and inspect read "unset".
 std::string ParallelText(uint32_t rank, uint32_t size) {
+  if (rank == 0 && size == 0) return "";
   return std::to_string(rank) + "/" + std::to_string(size);
 }
 
@@ -83,6 +85,10 @@ bool ParseShape(std::string_view text, LayerShape* out) {
 }
 
 bool ParseParallel(std::string_view text, uint32_t* rank, uint32_t* size) {
+  if (text.empty()) {
+    *rank = *size = 0;
+    return true;
+  }
   Scanner sc{text};
   return sc.Number(rank) && sc.Take('/') && sc.Number(size) && sc.s.empty();
 }
@@ -110,10 +116,9 @@ Status SetField(const std::string& name, std::string_view v, NamespaceSpec* spec
   } else if (name == "layer_types") {
     spec->layer_types = Split(v, ',');
   } else if (name == "layer_shapes") {
-    for (const std::string& part : Split(v, ',')) {
-      if (!ParseShape(part, &spec->layer_shapes.emplace_back()))
-        return Malformed(name, v);
-    }
+    StatusOr<std::vector<LayerShape>> shapes = ParseLayerShapes(v);
+    if (!shapes.ok()) return Malformed(name, v);
+    spec->layer_shapes = std::move(shapes).value();
   } else if (name == "quantization") {
     spec->quantization = v;
   } else if (name == "tp") {
@@ -170,6 +175,17 @@ void DiffShapes(const NamespaceSpec& a, const NamespaceSpec& b,
 }
 
 }  // namespace
+
+StatusOr<std::vector<LayerShape>> ParseLayerShapes(std::string_view text) {
+  std::vector<LayerShape> out;
+  for (const std::string& part : Split(text, ',')) {
+    if (!ParseShape(part, &out.emplace_back())) {
+      return Status::InvalidArgument("layer shape '" + part +
+                                     "' is not HxD[wW][rCxCH:SHxSD] (e.g. 8x128w4096)");
+    }
+  }
+  return out;
+}
 
 std::vector<std::pair<std::string, std::string>> ManifestFields(
     const NamespaceSpec& spec) {
