@@ -226,6 +226,8 @@ TEST(NamespaceFingerprint, SetLaterFieldsAreAppendedInOrder) {
             "prefixkv/v1|model=llama-3-8b|layers=2|block=4|dtype=float16|layout=KK|salt=t"
             "|rev=abc123|tokenizer=tok9|shapes=8x128,8x128w4096|quant=int8/group64"
             "|tp=1/4|pp=0/2");
+  // docs/format.md's vector (computed with libxxhash's XXH3_128bits directly).
+  EXPECT_EQ(NamespaceRoot(spec).value().ToHex(), "b2d919b69cca94fb02cf7dcca887b770");
 }
 
 TEST(NamespaceFingerprint, BadLaterFieldsAreRefused) {
