@@ -39,6 +39,13 @@ StatusOr<std::string> EncodeManifest(const NamespaceSpec& spec);
 // this process knows every layer type of the manifest).
 StatusOr<NamespaceManifest> DecodeManifest(std::string_view text);
 
+// Sets the field `name` of `spec` (a manifest field name: model, revision,
+// tokenizer_hash, block_tokens, dtype, layer_types, layer_shapes, quantization,
+// tp, pp, salt) from `value` as a manifest writes it ("1/4" for tp, "" for an
+// unset one). InvalidArgument for another name or a malformed value. What the
+// CLI's, the server's and Python's spec options go through.
+Status SetSpecField(NamespaceSpec* spec, const std::string& name, std::string_view value);
+
 // Parses a layer_shapes value: LayerShape::ToString per layer, comma-separated
 // ("8x128,8x128w4096,0x0r3x32:4x8"). InvalidArgument naming the bad entry.
 StatusOr<std::vector<LayerShape>> ParseLayerShapes(std::string_view text);

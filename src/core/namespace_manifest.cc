@@ -94,11 +94,13 @@ bool ParseParallel(std::string_view text, uint32_t* rank, uint32_t* size) {
 }
 
 Status Malformed(const std::string& field, std::string_view value) {
-  return Status::Corruption("manifest field " + field + " is malformed: '" +
-                            std::string(value) + "'");
+  return Status::InvalidArgument("spec field " + field + " is malformed: '" +
+                                 std::string(value) + "'");
 }
 
-Status SetField(const std::string& name, std::string_view v, NamespaceSpec* spec) {
+}  // namespace
+
+Status SetSpecField(NamespaceSpec* spec, const std::string& name, std::string_view v) {
   if (name == "model") {
     spec->model = v;
   } else if (name == "revision") {
@@ -116,20 +118,22 @@ Status SetField(const std::string& name, std::string_view v, NamespaceSpec* spec
   } else if (name == "layer_types") {
     spec->layer_types = Split(v, ',');
   } else if (name == "layer_shapes") {
-    StatusOr<std::vector<LayerShape>> shapes = ParseLayerShapes(v);
-    if (!shapes.ok()) return Malformed(name, v);
-    spec->layer_shapes = std::move(shapes).value();
+    PKV_ASSIGN_OR_RETURN(spec->layer_shapes, ParseLayerShapes(v));
   } else if (name == "quantization") {
     spec->quantization = v;
   } else if (name == "tp") {
     if (!ParseParallel(v, &spec->tp_rank, &spec->tp_size)) return Malformed(name, v);
   } else if (name == "pp") {
     if (!ParseParallel(v, &spec->pp_rank, &spec->pp_size)) return Malformed(name, v);
-  } else {
+  } else if (name == "salt") {
     spec->salt = v;
+  } else {
+    return Status::InvalidArgument("no spec field named " + name);
   }
   return Status::OK();
 }
+
+namespace {
 
 // The family letter of a layer type, '?' for a name this process does not know.
 char Letter(const std::string& type) {
@@ -242,7 +246,9 @@ StatusOr<NamespaceManifest> DecodeManifest(std::string_view text) {
     auto it = fields.find(name);
     if (it == fields.end())
       return Status::Corruption(std::string("manifest has no ") + name);
-    PKV_RETURN_IF_ERROR(SetField(name, it->second, &m.spec));
+    if (Status set = SetSpecField(&m.spec, name, it->second); !set.ok()) {
+      return Status::Corruption("manifest: " + set.message());
+    }
   }
   if (fields.size() != std::size(kFieldNames) + 1)
     return Status::Corruption("manifest has unknown fields");

@@ -301,6 +301,18 @@ TEST(NamespaceManifest, RoundTripsEveryField) {
   EXPECT_EQ(EncodeManifest(m.spec).value(), text);
 }
 
+TEST(NamespaceManifest, SetSpecFieldTakesManifestValuesAndNamesBadOnes) {
+  NamespaceSpec spec = LlamaSpec();
+  ASSERT_OK(SetSpecField(&spec, "tp", "1/4"));
+  ASSERT_OK(SetSpecField(&spec, "layer_shapes", "8x128,8x128w64"));
+  EXPECT_EQ(spec.tp_rank, 1u);
+  EXPECT_EQ(spec.layer_shapes[1].window_tokens, 64u);
+  EXPECT_TRUE(SetSpecField(&spec, "colour", "red").IsInvalidArgument());
+  Status bad = SetSpecField(&spec, "tp", "4");
+  EXPECT_EQ(bad.message(), "spec field tp is malformed: '4'");
+  EXPECT_TRUE(SetSpecField(&spec, "block_tokens", "-1").IsInvalidArgument());
+}
+
 TEST(NamespaceManifest, DamagedManifestsAreRefusedWithAReason) {
   const std::string text = EncodeManifest(FullSpec()).value();
   EXPECT_TRUE(DecodeManifest("prefixkv-manifest/2\n").status().code() ==

@@ -189,7 +189,7 @@ TEST_F(ExplainMissCliTest, BadInputIsAUsageErrorNamingIt) {
       {"1 2 3 4", "--model nobody", "no stored namespace of model nobody"},
       {"1 2 3 4", "--model cli-model --shapes 2y8", "layer shape '2y8'"},
       {"1 2 3 4", "--model cli-model --tp 4/4", "outside its size"},
-      {"1 2 3 4", "--model cli-model --tp 4", "--tp wants RANK/SIZE"},
+      {"1 2 3 4", "--model cli-model --tp 4", "--tp: spec field tp is malformed: '4'"},
       {"1 2 3 4", "--model m --layers NoSuchCache", "NoSuchCache"},
       {"1 2 3 4", "--model cli-model --tokens " + tmp_.str() + "/absent.txt",
        "cannot read token file"},

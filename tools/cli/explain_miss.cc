@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "prefixkv/namespace_manifest.h"
@@ -53,7 +54,7 @@ const std::vector<FlagSpec> kSpecFlags = {
     {"tokenizer-hash", "the caller's tokenizer hash", false, ""},
     {"shapes", "layer shapes, e.g. 8x128,8x128w4096 ('' for unset)", false, ""},
     {"quantization", "quantization name", false, ""},
-    {"tp", "tensor-parallel rank/size, e.g. 1/4", false, ""},
+    {"tp", "tensor-parallel RANK/SIZE, e.g. 1/4", false, ""},
     {"pp", "pipeline-parallel rank/size", false, ""},
     {"salt", "tenant salt", false, ""},
 };
@@ -94,17 +95,6 @@ StatusOr<std::vector<int32_t>> ReadTokens(const std::string& path) {
   return out;
 }
 
-bool ParseRankSize(const std::string& text, uint32_t* rank, uint32_t* size) {
-  const size_t slash = text.find('/');
-  if (slash == std::string::npos) return false;
-  auto number = [](std::string_view s, uint32_t* v) {
-    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
-    return ec == std::errc() && p == s.data() + s.size() && !s.empty();
-  };
-  return number(std::string_view(text).substr(0, slash), rank) &&
-         number(std::string_view(text).substr(slash + 1), size);
-}
-
 // The stored manifest of `model`; an error says why there is not exactly one.
 StatusOr<NamespaceSpec> StoredSpec(Engine& engine, const std::string& model) {
   PKV_ASSIGN_OR_RETURN(std::vector<StoredManifest> stored, engine.Manifests());
@@ -121,44 +111,26 @@ StatusOr<NamespaceSpec> StoredSpec(Engine& engine, const std::string& model) {
                           model + ": give --layers and the other spec flags to pick one");
 }
 
-// Applies every spec flag given to `spec`; an error names the flag.
+// Applies every spec flag given to `spec` (through SetSpecField, as a
+// manifest field); an error names the flag.
 Status ApplyFlags(const Flags& flags, NamespaceSpec* spec) {
-  std::string error;
-  if (flags.Has("layers")) {
-    spec->layer_types.clear();
-    std::string rest = flags.GetString("layers");
-    for (size_t at = 0; at <= rest.size();) {
-      const size_t comma = std::min(rest.find(',', at), rest.size());
-      spec->layer_types.push_back(rest.substr(at, comma - at));
-      at = comma + 1;
+  static const std::pair<const char*, const char*> kFields[] = {
+      {"layers", "layer_types"},
+      {"block-tokens", "block_tokens"},
+      {"dtype", "dtype"},
+      {"revision", "revision"},
+      {"tokenizer-hash", "tokenizer_hash"},
+      {"shapes", "layer_shapes"},
+      {"quantization", "quantization"},
+      {"tp", "tp"},
+      {"pp", "pp"},
+      {"salt", "salt"}};
+  for (const auto& [flag, field] : kFields) {
+    if (!flags.Has(flag)) continue;
+    if (Status s = SetSpecField(spec, field, flags.GetString(flag)); !s.ok()) {
+      return Status::InvalidArgument("--" + std::string(flag) + ": " + s.message());
     }
   }
-  if (flags.Has("block-tokens")) {
-    std::optional<uint64_t> b = flags.GetCount("block-tokens", &error);
-    if (!b || *b == 0 || *b > UINT32_MAX)
-      return Status::InvalidArgument(
-          "--block-tokens: " +
-          (error.empty() ? "must be 1.." + std::to_string(UINT32_MAX) : error));
-    spec->block_tokens = static_cast<uint32_t>(*b);
-  }
-  if (flags.Has("dtype")) {
-    PKV_ASSIGN_OR_RETURN(spec->dtype, ParseDType(flags.GetString("dtype")));
-  }
-  if (flags.Has("shapes")) {
-    PKV_ASSIGN_OR_RETURN(spec->layer_shapes, ParseLayerShapes(flags.GetString("shapes")));
-  }
-  for (const auto& [flag, field] :
-       {std::pair{"revision", &spec->revision},
-        std::pair{"tokenizer-hash", &spec->tokenizer_hash},
-        std::pair{"quantization", &spec->quantization}, std::pair{"salt", &spec->salt}}) {
-    if (flags.Has(flag)) *field = flags.GetString(flag);
-  }
-  if (flags.Has("tp") &&
-      !ParseRankSize(flags.GetString("tp"), &spec->tp_rank, &spec->tp_size))
-    return Status::InvalidArgument("--tp wants RANK/SIZE, e.g. 1/4");
-  if (flags.Has("pp") &&
-      !ParseRankSize(flags.GetString("pp"), &spec->pp_rank, &spec->pp_size))
-    return Status::InvalidArgument("--pp wants RANK/SIZE, e.g. 0/2");
   return spec->Fingerprint().status();
 }
 
