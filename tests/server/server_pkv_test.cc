@@ -9,6 +9,7 @@
 
 #include "prefixkv/advanced/hash.h"
 #include "tests/server/server_fixture.h"
+#include "tests/support/namespace_fields.h"
 
 namespace prefixkv {
 namespace {
@@ -66,15 +67,7 @@ TEST_F(ServerPkvTest, RegisteringAModelRepliesWithItsNamespaceRootAndIsIdempoten
 // Fail-closed namespaces through the protocol: every later spec field is a
 // keyword, keyed only when given, and a bad value is refused by name.
 TEST_F(ServerPkvTest, RegisterKeysEveryLaterSpecField) {
-  NamespaceSpec spec = HybridSpec();
-  spec.revision = "r1";
-  spec.tokenizer_hash = "abc";
-  spec.layer_shapes = {{.kv_heads = 2, .head_dim = 8},
-                       {.kv_heads = 2, .head_dim = 8, .window_tokens = 4}};
-  spec.quantization = "int8";
-  spec.tp_rank = 1;
-  spec.tp_size = 2;
-  spec.pp_rank = 0;
+  NamespaceSpec spec = testing::WithEveryField(HybridSpec());
   spec.pp_size = 3;
   EXPECT_EQ(c_->Call(RegisterArgs(spec)).str, RootOf(spec));
   NamespaceSpec other = spec;
