@@ -63,6 +63,7 @@ OWNERS = {
     "advanced/remote_store.h": "prefixkv_remote",
     "advanced/remote_tier.h": "prefixkv_remote",
     "cache_types.h": "prefixkv_core",
+    "namespace_manifest.h": "prefixkv_core",
     "advanced/prefix_cache.h": "prefixkv_cache",
     "advanced/tip_lineage.h": "prefixkv_cache",
     "prefix_types.h": "prefixkv_cache",

@@ -105,7 +105,18 @@ inline constexpr const char* kRegisterModel =
     R"doc(Registers a model (Engine::RegisterModel): its cache type per layer, tokens
 per block, dtype (float16, float32, bfloat16), tenant salt. store_partial_tail:
 the last block of a store may be a marked partial block. hot_quota_bytes: the
-model's cap in the hot tier.)doc";
+model's cap in the hot tier. More spec fields as keywords (each keyed only when
+set): revision, tokenizer_hash, layer_shapes (one "HxD[wW][rCxCH:SHxSD]" string
+per layer, e.g. "8x128w4096"), quantization, tp_rank, tp_size, pp_rank, pp_size.)doc";
+inline constexpr const char* kExplainMiss =
+    R"doc(Why `tokens` do not fully hit (Engine::ExplainMiss): the spec of `ns`
+(a Namespace; or none) with each keyword (model, layer_types, block_tokens,
+dtype, salt and the register_model spec keywords) replacing its field; the
+spec need not be registered. A dict: kind (none, never-stored, not-stored,
+evicted, removed, corrupt-dropped, stripped, other-namespace), reason,
+first_missed_block (-1: none), first_missed_key, cached_blocks,
+restorable_tokens, other_namespace and differences (field, stored, asked,
+text, e.g. "tokenizer hash differs: stored abc, asked def").)doc";
 inline constexpr const char* kMatchCall =
     "The longest cached prefix of `tokens` (a sequence or 1-D array of ints,\n"
     "each fitting int32).";

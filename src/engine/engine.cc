@@ -190,10 +190,11 @@ StatusOr<Namespace> Engine::RegisterModel(const NamespaceSpec& spec,
     }
     return m->ns;
   }
+  const BlockKey root = NamespaceRootFromFingerprint(fingerprint);
+  PKV_RETURN_IF_ERROR(impl_->StoreManifest(spec, fingerprint, root));
   auto model = std::make_unique<EngineModel>();
   model->fingerprint = fingerprint;
   model->options = options;
-  const BlockKey root = NamespaceRootFromFingerprint(fingerprint);
   std::string name = spec.model;
   if (impl_->budget_ != nullptr) {
     for (OwnerId o = 0; o < impl_->budget_->owner_count(); ++o) {

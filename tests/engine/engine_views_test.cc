@@ -3,13 +3,18 @@
 // Engine::RestoreInto: the same blocks copied once into the caller's memory,
 // byte for byte what Restore returns, on every cache family, with bad
 // destinations refused before anything is written.
+// And the views of what a data directory holds: namespace manifests
+// (Engine::Manifests) and why a prompt misses (Engine::ExplainMiss).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <numeric>
 #include <random>
 #include <string>
@@ -20,7 +25,9 @@
 #include "prefixkv/cache_types.h"
 #include "prefixkv/engine.h"
 #include "tests/engine/engine_test_util.h"
+#include "tests/support/namespace_fields.h"
 #include "tests/support/test_util.h"
+#include "tests/tools/data_dir_builder.h"
 
 namespace prefixkv {
 namespace {
@@ -45,6 +52,9 @@ class EngineViewsTest : public ::testing::Test {
     EngineOptions o;
     if (on_disk) o.data_dir = dir_.str();
     o.hot_capacity_bytes = hot_bytes;
+    return OpenWith(o);
+  }
+  std::unique_ptr<Engine> OpenWith(EngineOptions o) {
     o.log = [](std::string_view) {};
     StatusOr<std::unique_ptr<Engine>> e = Engine::Open(o);
     EXPECT_OK(e);
@@ -574,6 +584,204 @@ TEST_F(RestoreIntoTest, NothingRestoredWritesNothingAndIsCounted) {
   EXPECT_EQ(calls, 0);
   EXPECT_EQ(e->Stats().owners[0].restore_latency->count(), 1u) << "timed as Restore";
   EXPECT_TRUE(e->RestoreInto(m, {}).status().IsInvalidArgument()) << "layer count";
+}
+
+// ---- Manifests and ExplainMiss ------------------------------------------------
+
+MissExplanation Explain(Engine& e, const NamespaceSpec& spec,
+                        const std::vector<int32_t>& tokens) {
+  StatusOr<MissExplanation> m = e.ExplainMiss(spec, tokens);
+  EXPECT_OK(m);
+  return m.ok() ? std::move(m).value() : MissExplanation{};
+}
+
+// Flips one byte of the first segment file that holds `pattern`; false if none does.
+bool DamageOnDisk(const std::string& dir, std::string_view pattern) {
+  for (const auto& entry : std::filesystem::directory_iterator(dir + "/segments")) {
+    std::string bytes;
+    {
+      std::ifstream in(entry.path(), std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    const size_t at = bytes.find(pattern);
+    if (at == std::string::npos) continue;
+    bytes[at + 5] ^= 0x40;
+    std::ofstream(entry.path(), std::ios::binary | std::ios::trunc) << bytes;
+    return true;
+  }
+  return false;
+}
+
+TEST_F(EngineViewsTest, RegisterStoresTheManifestAndARestartReadsIt) {
+  const NamespaceSpec spec = testing::WithEveryField(KvSpec());
+  {
+    auto e = Open(1 << 20);
+    ASSERT_NE(e, nullptr);
+    ASSERT_OK(e->RegisterModel(spec));
+    ASSERT_OK(e->RegisterModel(spec));  // idempotent: still one manifest
+    ASSERT_OK(e->Close());
+  }
+  auto e = Open(1 << 20);
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(std::vector<StoredManifest> stored, e->Manifests());
+  ASSERT_EQ(stored.size(), 1u);
+  EXPECT_EQ(stored[0].root, NamespaceRoot(spec).value());
+  ASSERT_OK(stored[0].decoded);
+  EXPECT_EQ(stored[0].decoded->fingerprint, spec.Fingerprint().value());
+  EXPECT_TRUE(DiffSpecs(stored[0].decoded->spec, spec).empty());
+  EXPECT_EQ(stored[0].text, EncodeManifest(spec).value());
+}
+
+TEST_F(EngineViewsTest, AStoredManifestOfAnotherFingerprintRefusesTheRoot) {
+  auto e = Open(1 << 20);
+  ASSERT_NE(e, nullptr);
+  NamespaceSpec other = KvSpec();
+  other.tokenizer_hash = "other";
+  // A record that claims the root of KvSpec() for another spec (what a
+  // damaged record or a hash collision would look like).
+  ASSERT_OK(e->ssd_tier()->PutManifest(NamespaceRoot(KvSpec()).value(),
+                                       EncodeManifest(other).value()));
+  StatusOr<Namespace> ns = e->RegisterModel(KvSpec());
+  EXPECT_TRUE(ns.status().IsCorruption()) << ns.status().ToString();
+  EXPECT_EQ(e->model_count(), 0u);
+}
+
+// A spec that differs from the stored one in any single field is another
+// namespace: it does not hit, and ExplainMiss names that field (from the
+// manifest on disk after a restart, and from the registered model before).
+TEST_F(EngineViewsTest, ExplainMissNamesEveryFieldThatSeparatesNamespaces) {
+  const NamespaceSpec stored = testing::WithEveryField(KvSpec());
+  const std::vector<int32_t> tokens = Tokens(3 * kBlockTokens);
+  for (bool restarted : {false, true}) {
+    SCOPED_TRACE(restarted ? "after a restart" : "registered");
+    testing::TempDir dir;
+    EngineOptions o;
+    o.data_dir = dir.str();
+    o.hot_capacity_bytes = 16 << 20;
+    auto e = OpenWith(o);
+    ASSERT_NE(e, nullptr);
+    ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(stored));
+    Store(*e, ns, tokens);
+    if (restarted) {
+      ASSERT_OK(e->Close());
+      e = OpenWith(o);
+      ASSERT_NE(e, nullptr);
+    }
+    for (const testing::SpecFieldCase& c : testing::kSpecFieldCases) {
+      SCOPED_TRACE(c.field);
+      NamespaceSpec asked = stored;
+      c.mutate(&asked);
+      MissExplanation m = Explain(*e, asked, tokens);
+      EXPECT_EQ(m.kind, MissKind::kOtherNamespace) << m.reason;
+      EXPECT_EQ(m.first_missed_block, 0);
+      EXPECT_EQ(m.other_root, NamespaceRoot(stored).value());
+      ASSERT_EQ(m.differences.size(), 1u) << m.reason;
+      EXPECT_EQ(m.differences[0].field, c.field);
+      EXPECT_NE(m.reason.find(m.differences[0].ToString()), std::string::npos)
+          << m.reason;
+      ASSERT_OK_AND_ASSIGN(Namespace other, e->RegisterModel(asked));
+      ASSERT_OK_AND_ASSIGN(MatchResult match, e->Match(other, tokens));
+      EXPECT_EQ(match.matched_tokens(), 0u);  // never a silent reuse
+    }
+    MissExplanation hit = Explain(*e, stored, tokens);
+    EXPECT_EQ(hit.kind, MissKind::kNone) << hit.reason;
+    EXPECT_EQ(hit.restorable_tokens, tokens.size());
+  }
+}
+
+TEST_F(EngineViewsTest, ExplainMissTellsEvictedRemovedCorruptAndNeverStoredApart) {
+  EngineOptions o;
+  o.data_dir = dir_.str();
+  o.hot_capacity_bytes = 0;  // SSD only: every block is on disk at once
+  o.ssd_capacity_bytes = 24 << 10;
+  auto e = OpenWith(o);
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+  const std::vector<int32_t> evicted = Tokens(2 * kBlockTokens, 1000);
+  Store(*e, ns, evicted);
+  for (int32_t i = 0; i < 40; ++i)
+    Store(*e, ns, Tokens(2 * kBlockTokens, 2000 + 100 * i));
+  MissExplanation m = Explain(*e, KvSpec(), evicted);
+  EXPECT_EQ(m.kind, MissKind::kEvicted) << m.reason;
+  EXPECT_EQ(m.first_missed_block, 0);
+  EXPECT_NE(m.reason.find("evicted"), std::string::npos) << m.reason;
+
+  const std::vector<int32_t> removed = Tokens(2 * kBlockTokens, 9000);
+  Store(*e, ns, removed);
+  const std::vector<BlockKey> keys = ChainKeys(m.root, removed, kBlockTokens);
+  ASSERT_OK(e->ssd_tier()->Remove(keys[1]));
+  m = Explain(*e, KvSpec(), removed);
+  EXPECT_EQ(m.kind, MissKind::kRemoved) << m.reason;
+  EXPECT_EQ(m.first_missed_block, 1);
+  EXPECT_EQ(m.first_missed_key, keys[1]);
+  EXPECT_EQ(m.cached_blocks, 1u);
+  EXPECT_EQ(m.restorable_tokens, kBlockTokens);
+
+  m = Explain(*e, KvSpec(), Tokens(2 * kBlockTokens, 50000));
+  EXPECT_EQ(m.kind, MissKind::kNeverStored) << m.reason;
+
+  const std::vector<int32_t> damaged = Tokens(2 * kBlockTokens, 7000);
+  std::vector<LayerState> layers = Store(*e, ns, damaged);
+  ASSERT_OK(e->Close());
+  const Tensor block1 = Slice(layers, 0, 0, 1);
+  ASSERT_TRUE(DamageOnDisk(dir_.str(), std::string(block1.bytes().view())));
+  e = OpenWith(o);
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK(e->Audit());  // verifies every payload: drops the damaged block
+  m = Explain(*e, KvSpec(), damaged);
+  EXPECT_EQ(m.kind, MissKind::kCorruptDropped) << m.reason;
+  EXPECT_EQ(m.first_missed_block, 1);
+  EXPECT_EQ(MissKindName(m.kind), "corrupt-dropped");
+}
+
+TEST_F(EngineViewsTest, WithoutAnSsdTierAMissIsNotStoredWithoutMoreHistory) {
+  auto e = Open(1 << 20, /*on_disk=*/false);
+  ASSERT_NE(e, nullptr);
+  MissExplanation m = Explain(*e, KvSpec(), Tokens(2 * kBlockTokens));
+  EXPECT_EQ(m.kind, MissKind::kNotStored) << m.reason;
+  EXPECT_NE(m.reason.find("never stored or evicted"), std::string::npos) << m.reason;
+  NamespaceSpec bad = KvSpec();
+  bad.layer_types.clear();
+  EXPECT_TRUE(e->ExplainMiss(bad, Tokens(4)).status().IsInvalidArgument());
+}
+
+// A data directory written before manifests: its blocks are keyed by the old
+// fingerprint (the documented string, built here by hand), and it holds no
+// manifest. The unchanged spec still hits it and registering writes the
+// manifest; a spec with a new field set is another namespace, explained.
+TEST_F(EngineViewsTest, ADataDirectoryWithoutManifestsKeepsWorking) {
+  testing::DataDirBuilder old(testing::TestSeed("EngineViewsTest.old"));
+  old.StoreChain();
+  ASSERT_EQ(old.root(),
+            NamespaceRootFromFingerprint("prefixkv/v1|model=audit-test|layers=1|block=16|"
+                                         "dtype=float16|layout=K|salt="));
+  EngineOptions o;
+  o.data_dir = old.dir();
+  o.hot_capacity_bytes = 1 << 20;
+  auto e = OpenWith(o);
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(std::vector<StoredManifest> none, e->Manifests());
+  EXPECT_TRUE(none.empty());
+  NamespaceSpec newer = old.spec();
+  newer.tokenizer_hash = "def";
+  MissExplanation m = Explain(*e, newer, old.tokens());
+  EXPECT_EQ(m.kind, MissKind::kOtherNamespace) << m.reason;
+  EXPECT_EQ(m.other_root, old.root());
+  EXPECT_FALSE(m.other_has_manifest);
+  EXPECT_NE(m.reason.find("no manifest"), std::string::npos) << m.reason;
+
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(old.spec()));
+  ASSERT_OK_AND_ASSIGN(MatchResult match, e->Match(ns, old.tokens()));
+  EXPECT_EQ(match.matched_tokens(), old.tokens().size());
+  ASSERT_OK_AND_ASSIGN(RestoreResult restored, e->Restore(match));
+  EXPECT_EQ(restored.restored_tokens, old.tokens().size());
+  ASSERT_OK_AND_ASSIGN(std::vector<StoredManifest> written, e->Manifests());
+  ASSERT_EQ(written.size(), 1u);
+  EXPECT_EQ(written[0].root, old.root());
+  m = Explain(*e, newer, old.tokens());
+  ASSERT_EQ(m.differences.size(), 1u) << m.reason;
+  EXPECT_EQ(m.differences[0].ToString(),
+            "tokenizer hash differs: stored unset, asked def");
 }
 
 }  // namespace
