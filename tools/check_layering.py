@@ -43,6 +43,7 @@ OWNERS = {
     "advanced/file_system.h": "prefixkv_base",
     "advanced/fault_injection_file_system.h": "prefixkv_base",
     "tier_types.h": "prefixkv_base",
+    "kv_events.h": "prefixkv_base",
     "remote_counter_fields.h": "prefixkv_base",
     "tier_counter_fields.h": "prefixkv_base",
     "latency_histogram.h": "prefixkv_base",
@@ -75,6 +76,7 @@ OWNERS = {
     "hot_kv_state.h": "prefixkv_session",
     "boundary_adapter.h": "prefixkv_session",
     "server.h": "prefixkv_server",
+    "router.h": "prefixkv_router",
 }
 
 # tests/fuzz/ targets and the folder whose private headers each drives.
