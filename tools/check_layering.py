@@ -87,7 +87,7 @@ THIRD_PARTY = {
     "rocksdb/": ["storage/ssd", "tests/storage/ssd"],
     "boost/": ["storage/hot", "src/server"],
     "zstd": ["storage/codec"],
-    "hiredis/": ["storage/remote", "tests/storage/remote", "tools/redis"],
+    "hiredis/": ["storage/remote", "tests/storage/remote", "tools/redis", "tools/route"],
     # The hash itself, and two places that measure or check against raw XXH3.
     "xxh": ["storage/base", "tools/bench/bench_core.cc", "tests/core/block_key_test.cc"],
 }

@@ -2,9 +2,7 @@
 // hit ratio next to one node with N times the capacity, and the per-node load.
 #include "tools/cli/replay_routed.h"
 
-#include <cmath>
 #include <cstdio>
-#include <cstdlib>
 
 #include "tools/cli/json.h"
 #include "tools/replay/routed_replay.h"
@@ -130,22 +128,6 @@ std::vector<FlagSpec> RouterFlagSpecs() {
        "this many later requests were routed",
        false, "4"},
       {"seed", "random router: the seed", false, "1"}};
-}
-
-double GetReal(const Flags& flags, const std::string& name, double def, double lo,
-               double hi, std::string* error) {
-  if (!flags.Has(name)) return def;
-  const std::string text = flags.GetString(name);
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v) || v < lo ||
-      v > hi) {
-    char range[64];
-    std::snprintf(range, sizeof range, "%g..%g", lo, hi);
-    *error = "--" + name + " must be a number in " + range + ", not '" + text + "'";
-    return def;
-  }
-  return v;
 }
 
 int RunRoutedReplayCommand(const Flags& flags, const replay::ReplayConfig& node,

@@ -13,9 +13,6 @@ namespace prefixkv::cli {
 // --router, --load-bound, --ssd-block-weight, --event-delay-requests,
 // --in-flight-per-node, --seed: to append to the replay command's flags.
 std::vector<FlagSpec> RouterFlagSpecs();
-// Parses a real number flag in [lo, hi]; sets `error` when malformed.
-double GetReal(const Flags& flags, const std::string& name, double def, double lo,
-               double hi, std::string* error);
 
 // Replays `trace` over `nodes` engines configured as `node` (SSD tiers under
 // `ssd_dir`), routed as the flags say; prints the report. An exit code.

@@ -2,14 +2,23 @@
 // the index follows stored / removed / moved / cleared events and a node's
 // restart, the choice takes the longest RAM prefix then SSD, the load bound
 // sends requests away from a busy node, and the least-loaded node takes what
-// no node holds.
+// no node holds. Then `prefixkv route` (tools/route) over RESP, its node
+// feeds tailing real Redis streams that the tests fill with XADD.
+#include "prefixkv/router.h"
+
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <functional>
+#include <thread>
 #include <vector>
 
 #include "prefixkv/block_key.h"
-#include "prefixkv/router.h"
 #include "tests/support/test_util.h"
+#include "tools/redis/local_redis_cluster.h"
+#include "tools/route/event_feed.h"
+#include "tools/route/resp_client.h"
+#include "tools/route/route_server.h"
 
 namespace prefixkv {
 namespace {
@@ -227,6 +236,185 @@ TEST(PrefixRouter, OpenRejectsBadOptions) {
   const auto c = Chain(1, 1);
   r->Apply(63, Stored(kHot, c[0]));
   EXPECT_EQ(r->Route(c, 1).node, 63u);
+}
+
+// ---- The router as a RESP service, fed by real Redis streams ----
+
+using route::RespClient;
+using route::RespValue;
+
+// Waits up to 10 s for `done`.
+bool Eventually(const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+std::string Call(RespClient& c, const std::vector<std::string>& args) {
+  StatusOr<RespValue> r = c.Command(args);
+  return r.ok() ? (r->type == RespValue::Type::kError ? "ERR:" + r->str : r->Text())
+                : "io: " + r.status().ToString();
+}
+
+// XADD of one event with the given id to a node's stream.
+std::string Xadd(RespClient& node, const std::string& id, const std::string& kind,
+                 const std::string& tier, const BlockKey& key) {
+  return Call(node, {"XADD", "prefixkv:events", id, "kind", kind, "tier", tier, "key",
+                     key.ToHex(), "reason", "none"});
+}
+
+class RouteServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!LocalRedisCluster::Available()) GTEST_SKIP() << "redis-server is not installed";
+    LocalRedisClusterOptions o;
+    o.masters = 2;
+    o.cluster = false;
+    ASSERT_OK_AND_ASSIGN(redis_, LocalRedisCluster::Start(o));
+    for (int port : redis_->ports()) {
+      ASSERT_OK_AND_ASSIGN(auto c, RespClient::Connect("127.0.0.1", port, 2000));
+      nodes_.push_back(std::move(c));
+      addrs_.push_back("127.0.0.1:" + std::to_string(port));
+    }
+    spec_.model = "m";
+    spec_.block_tokens = 4;
+    spec_.layer_types = {"KVCache"};
+    for (int32_t t = 0; t < 12; ++t) tokens_.push_back(t);
+    keys_ = ChainKeys(NamespaceRoot(spec_).value(), tokens_, 4);
+  }
+
+  void StartRouter() {
+    route::RouteServerOptions o;
+    o.nodes = addrs_;
+    o.models = {spec_};
+    o.feed.block_ms = 50;
+    o.feed.retry_ms = 20;
+    ASSERT_OK_AND_ASSIGN(server_, route::RouteServer::Start(o));
+    ASSERT_OK_AND_ASSIGN(client_,
+                         RespClient::Connect("127.0.0.1", server_->port(), 2000));
+  }
+
+  std::vector<std::string> RouteArgs() {
+    std::vector<std::string> args = {"ROUTE", "m"};
+    for (int32_t t : tokens_) args.push_back(std::to_string(t));
+    return args;
+  }
+  bool EventsApplied(uint64_t n) {
+    return Eventually([&] { return server_->router().Stats().events >= n; });
+  }
+
+  std::unique_ptr<LocalRedisCluster> redis_;
+  std::vector<std::unique_ptr<RespClient>> nodes_;
+  std::vector<std::string> addrs_;
+  NamespaceSpec spec_;
+  std::vector<int32_t> tokens_;
+  std::vector<BlockKey> keys_;
+  std::unique_ptr<route::RouteServer> server_;
+  std::unique_ptr<RespClient> client_;
+};
+
+TEST_F(RouteServerTest, RoutesByWhatEachNodesStreamSays) {
+  // Node 1 holds the request's three blocks in RAM before the router starts:
+  // the feed reads the stream from its start.
+  for (int i = 0; i < 3; ++i)
+    ASSERT_EQ(Xadd(*nodes_[1], std::to_string(i + 1) + "-0", "stored", "hot", keys_[i]),
+              std::to_string(i + 1) + "-0");
+  ASSERT_EQ(Xadd(*nodes_[0], "1-0", "stored", "ssd", keys_[0]), "1-0");
+  StartRouter();
+  ASSERT_TRUE(EventsApplied(4));
+  EXPECT_EQ(Call(*client_, RouteArgs()), addrs_[1] + " 1 3 3");
+  EXPECT_EQ(Call(*client_, {"ROUTE.DONE", "1", "12"}), "OK");
+  // An eviction on node 1 after the router started: its RAM prefix is 1
+  // block now, node 0's SSD copy does not beat it.
+  ASSERT_EQ(Xadd(*nodes_[1], "4-0", "removed", "hot", keys_[1]), "4-0");
+  ASSERT_TRUE(EventsApplied(5));
+  EXPECT_EQ(Call(*client_, RouteArgs()), addrs_[1] + " 1 1 1");
+  EXPECT_EQ(Call(*client_, {"ROUTE.DONE", "1", "12"}), "OK");
+  // A gap in node 1's numbers (events 5..9 lost): the router forgets it.
+  ASSERT_EQ(Xadd(*nodes_[1], "10-0", "stored", "ssd", keys_[2]), "10-0");
+  ASSERT_TRUE(EventsApplied(6));
+  EXPECT_EQ(server_->router().Stats().node_resets, 1u);
+  EXPECT_EQ(Call(*client_, RouteArgs()), addrs_[0] + " 0 0 1");
+  const std::string stats = Call(*client_, {"ROUTE.STATS"});
+  EXPECT_NE(stats.find("node1:addr=" + addrs_[1] + ",connected=1,applied=5"),
+            std::string::npos)
+      << stats;
+}
+
+TEST_F(RouteServerTest, ANodeThatCannotServeItsStreamIsForgotten) {
+  ASSERT_EQ(Xadd(*nodes_[0], "1-0", "stored", "hot", keys_[0]), "1-0");
+  StartRouter();
+  ASSERT_TRUE(EventsApplied(1));
+  EXPECT_EQ(Call(*client_, RouteArgs()), addrs_[0] + " 0 1 1");
+  // XREAD now answers an error (as a node that no longer holds the events
+  // after the feed's last id does): what the router knew of it is dropped.
+  ASSERT_EQ(Call(*nodes_[0], {"DEL", "prefixkv:events"}), "1");
+  ASSERT_EQ(Call(*nodes_[0], {"SET", "prefixkv:events", "not a stream"}), "OK");
+  ASSERT_TRUE(Eventually([&] { return server_->feeds()[0]->resnapshots() > 0; }));
+  EXPECT_FALSE(server_->router().Holds(0, keys_[0], TierLevel::kHot));
+  // Its stream back, from a fresh start: the feed reads it from the beginning.
+  ASSERT_EQ(Call(*nodes_[0], {"DEL", "prefixkv:events"}), "1");
+  ASSERT_EQ(Xadd(*nodes_[0], "1-0", "stored", "hot", keys_[0]), "1-0");
+  ASSERT_TRUE(
+      Eventually([&] { return server_->router().Holds(0, keys_[0], TierLevel::kHot); }));
+}
+
+TEST_F(RouteServerTest, BadRequestsGetClearErrors) {
+  StartRouter();
+  EXPECT_EQ(Call(*client_, {"PING"}), "PONG");
+  EXPECT_EQ(Call(*client_, {"ROUTE", "m"}),
+            "ERR:ERR wrong number of arguments: ROUTE model token [token ...]");
+  EXPECT_EQ(Call(*client_, {"ROUTE", "other", "1"}), "ERR:ERR unknown model 'other'");
+  EXPECT_EQ(Call(*client_, {"ROUTE", "m", "1", "x"}),
+            "ERR:ERR token 'x' is not a 32-bit integer");
+  EXPECT_EQ(Call(*client_, {"ROUTE", "m", "2147483648"}),
+            "ERR:ERR token '2147483648' is not a 32-bit integer");
+  EXPECT_EQ(Call(*client_, {"ROUTE.DONE", "2", "1"}),
+            "ERR:ERR node '2' is not a node index (0..1)");
+  EXPECT_EQ(Call(*client_, {"NOPE"}), "ERR:ERR unknown command 'NOPE'");
+  // Fewer tokens than a block: no key, the least-loaded node.
+  EXPECT_NE(Call(*client_, {"ROUTE", "m", "-5"}).find(" 0 0"), std::string::npos);
+  route::RouteServerOptions bad;
+  EXPECT_TRUE(route::RouteServer::Start(bad).status().IsInvalidArgument());
+  bad.nodes = {"127.0.0.1"};
+  EXPECT_TRUE(route::RouteServer::Start(bad).status().IsInvalidArgument());
+}
+
+TEST(EventFeed, ParsesStreamEntriesAndRefusesMalformedOnes) {
+  auto str = [](std::string s) {
+    RespValue v;
+    v.type = RespValue::Type::kString;
+    v.str = std::move(s);
+    return v;
+  };
+  auto entry = [&](std::string id, std::vector<std::string> fields) {
+    RespValue e, f;
+    e.type = f.type = RespValue::Type::kArray;
+    for (auto& x : fields) f.elements.push_back(str(x));
+    e.elements = {str(std::move(id)), f};
+    return e;
+  };
+  const BlockKey key = Chain(1, 1)[0];
+  ASSERT_OK_AND_ASSIGN(
+      KvEvent e,
+      route::ParseStreamEntry(entry("42-0", {"kind", "moved", "tier", "ssd", "from",
+                                             "hot", "key", key.ToHex(), "owner", "3"})));
+  EXPECT_EQ(e.seq, 42u);
+  EXPECT_EQ(e.kind, KvEventKind::kMoved);
+  EXPECT_EQ(e.tier, TierLevel::kSsd);
+  EXPECT_EQ(e.from, TierLevel::kHot);
+  EXPECT_EQ(e.key, key);
+  for (const RespValue& bad :
+       {entry("x-0", {"kind", "stored", "tier", "hot"}), entry("1-0", {"kind", "stored"}),
+        entry("1-0", {"kind", "gone", "tier", "hot"}),
+        entry("1-0", {"kind", "stored", "tier", "disk"}),
+        entry("1-0", {"kind", "stored", "tier", "hot", "key", "zz"}),
+        entry("1-0", {"kind", "stored", "tier"}), str("1-0")}) {
+    EXPECT_TRUE(route::ParseStreamEntry(bad).status().IsInvalidArgument()) << bad.Text();
+  }
 }
 
 }  // namespace
