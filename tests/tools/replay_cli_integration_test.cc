@@ -74,6 +74,29 @@ TEST(ReplayCli, BadPolicyNamesAreUsageErrors) {
   EXPECT_EQ(testing::RunCli("replay " + kTrace + " --nodes 0").exit_code, 2);
 }
 
+// `--nodes N --router`: the routed replay's report, and its flags' usage
+// errors.
+TEST(ReplayCli, RouterReportsTheNodesNextToOneBigNode) {
+  const testing::CliRun run =
+      testing::RunCli("replay " + kTrace +
+                      " --nodes 4 --router round-robin --hot-capacity-tokens 3000000 "
+                      "--ssd-capacity-tokens 0"
+                      " --json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  // The figures of issue 27 (docs/events.md, "Router").
+  for (const char* field : {"\"router\":\"round-robin\"", "\"token_hit_ratio\":0.257952",
+                            "\"one_node_token_hit_ratio\":0.607443", "\"per_node\":[{"})
+    EXPECT_NE(run.output.find(field), std::string::npos) << field << "\n" << run.output;
+  for (const char* bad : {" --nodes 2 --router nearest", " --nodes 2 --load-bound 1.5",
+                          " --nodes 2 --router prefix --load-bound 0.5",
+                          " --nodes 2 --router prefix --ssd-block-weight x",
+                          " --nodes 2 --router prefix --in-flight-per-node 0",
+                          " --nodes 2 --router prefix --remote redis://127.0.0.1:1"}) {
+    const testing::CliRun r = testing::RunCli("replay " + kTrace + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad << "\n" << r.output;
+  }
+}
+
 // SSD admission (docs/eviction.md "SSD admission"): the flags' usage errors,
 // and a budget's run reports what it wrote and skipped.
 TEST(ReplayCli, SsdAdmissionFlagsAndTheirReport) {
