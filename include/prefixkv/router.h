@@ -1,5 +1,5 @@
 // A prefix-aware router over N prefixkv nodes, fed only by their KV event
-// streams (kv_events.h; docs/events.md, "Router").
+// streams (kv_events.h; docs/router.md).
 //
 // The router never asks a node what it holds: it applies each node's events
 // to an index of which node holds which block in RAM (the hot tier) and on
@@ -61,11 +61,11 @@ struct RouterOptions {
   // (local_blocks - ram_blocks). 0 (default): the longest RAM prefix wins and
   // the longest RAM-or-SSD prefix breaks ties. 0..1.
   double ssd_block_weight = 0;
-  // Most distinct blocks the index holds (about 56 bytes each, whatever the
-  // number of nodes holding the block: docs/events.md, "Router"). A stored
+  // Most distinct blocks the index holds (about 64 bytes each, whatever the
+  // number of nodes holding the block: docs/router.md). A stored
   // event for a new block beyond it is dropped (RouterStats::dropped_blocks):
   // the router then routes as if that node did not hold it. Default: 16M
-  // blocks (about 0.9 GiB).
+  // blocks (about 1 GiB).
   size_t max_blocks = size_t{1} << 24;
 };
 

@@ -7,6 +7,7 @@
 #include "prefixkv/router.h"
 
 #include <gtest/gtest.h>
+#include <malloc.h>
 
 #include <chrono>
 #include <functional>
@@ -216,6 +217,27 @@ TEST(PrefixRouter, MaxBlocksBoundsTheIndex) {
   EXPECT_EQ(r->Stats().dropped_blocks, 1u);
   EXPECT_TRUE(r->Holds(1, c[0], kHot));
   EXPECT_FALSE(r->Holds(0, c[2], kHot));
+}
+
+// docs/router.md: about 64 bytes per distinct block (a 40-byte hash node,
+// 48 with malloc's header, and 8 to 16 for its bucket), whatever the number
+// of nodes holding it.
+TEST(PrefixRouter, TheIndexTakesUnderSeventyTwoBytesPerBlock) {
+  auto r = Router(64);
+  const auto c = Chain(1, 200'000);
+  // Small blocks (the nodes) and mmap'ed ones (the bucket array).
+  auto heap = [] { return mallinfo2().uordblks + mallinfo2().hblkhd; };
+  const size_t before = heap();
+  for (size_t i = 0; i < c.size(); ++i) {
+    r->Apply(i % 64, Stored(kHot, c[i]));
+    r->Apply((i + 1) % 64, Stored(kSsd, c[i]));
+  }
+  const size_t after = heap();
+  if (after <= before) GTEST_SKIP() << "mallinfo2 does not count this allocator";
+  const double per_block = double(after - before) / double(c.size());
+  std::printf("router index: %.1f bytes per block\n", per_block);
+  EXPECT_GT(per_block, 40);
+  EXPECT_LT(per_block, 72);
 }
 
 TEST(PrefixRouter, OpenRejectsBadOptions) {

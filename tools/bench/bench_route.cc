@@ -1,6 +1,6 @@
 // `prefixkv bench route`: the prefix router against round-robin and random
 // routing and against one node with N times the capacity, on several traces
-// and node counts (tools/replay/routed_replay.h; docs/events.md, "Router";
+// and node counts (tools/replay/routed_replay.h; docs/router.md;
 // figures in docs/benchmarks.md). Prints a table per trace, the issue's
 // goals at 4 nodes, and with --svg FILE one grouped bar chart per trace side
 // by side.

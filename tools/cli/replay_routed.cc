@@ -110,7 +110,7 @@ std::vector<FlagSpec> RouterFlagSpecs() {
        "with --nodes: route each request by a router fed by the nodes' KV events: "
        "prefix (longest cached prefix under a load bound), round-robin or random; "
        "the report sets the N nodes next to one node with N times the capacity "
-       "(docs/events.md, \"Router\")",
+       "(docs/router.md)",
        false, "none: request i on node i % N"},
       {"load-bound",
        "prefix router: no node takes a request by prefix above this times the mean "

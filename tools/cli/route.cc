@@ -1,6 +1,6 @@
 // `prefixkv route --nodes host:port,... --model SPEC`: the prefix-aware
-// router as a RESP service (tools/route/route_server.h; docs/events.md,
-// "Router"), until SIGINT or SIGTERM.
+// router as a RESP service (tools/route/route_server.h; docs/router.md),
+// until SIGINT or SIGTERM.
 #include <cstdio>
 #include <sstream>
 
@@ -23,7 +23,7 @@ Flags RouteFlags() {
       "(XREAD ... STREAMS prefixkv:events), picks the node holding the longest prefix\n"
       "in RAM, then on SSD, among the nodes under the load bound, else the least\n"
       "loaded. A request weighs its token count until ROUTE.DONE <node index> <tokens>.\n"
-      "ROUTE.STATS shows the index and each node's feed. docs/events.md, \"Router\".",
+      "ROUTE.STATS shows the index and each node's feed. docs/router.md.",
       {{"nodes", "the prefixkv serve nodes, comma-separated host:port (at most 64)",
         false, ""},
        {"model",
@@ -41,7 +41,7 @@ Flags RouteFlags() {
         "a block on SSD counts this much next to one in RAM (0: the longest RAM prefix "
         "wins, SSD breaks ties)",
         false, "0"},
-       {"max-blocks", "most distinct blocks the index holds (about 56 bytes each)", false,
+       {"max-blocks", "most distinct blocks the index holds (about 64 bytes each)", false,
         "16M"},
        {"xread-block-ms", "XREAD BLOCK of the node feeds", false, "500"}});
 }

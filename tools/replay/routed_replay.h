@@ -1,6 +1,6 @@
-// Routed replay (`prefixkv replay --nodes N --router ...`; docs/events.md,
-// "Router"): a trace replayed through N in-process engines, each request sent
-// to the node a router picks, next to one engine with N times the capacity.
+// Routed replay (`prefixkv replay --nodes N --router ...`; docs/router.md):
+// a trace replayed through N in-process engines, each request sent to the
+// node a router picks, next to one engine with N times the capacity.
 //
 // The prefix router (router.h) learns what each node holds only from the
 // nodes' KV events (EngineOptions::on_kv_event). The event delay is modelled

@@ -1,6 +1,6 @@
 // The router's view of one node: a thread that tails the node's KV event
 // stream over RESP in the Redis Streams dialect and applies every event to
-// the router (docs/events.md, "Router").
+// the router (docs/router.md).
 //
 //   XREAD COUNT n BLOCK ms STREAMS prefixkv:events <last id>
 //

@@ -1,6 +1,5 @@
 // `prefixkv route`: a RESP listener that answers ROUTE requests from a
-// PrefixRouter fed by the nodes' event streams (event_feed.h; docs/events.md,
-// "Router").
+// PrefixRouter fed by the nodes' event streams (event_feed.h; docs/router.md).
 //
 //   ROUTE <model> <token> [token ...]  -> [node "host:port", node index,
 //                                          RAM prefix blocks, local prefix blocks]
