@@ -44,11 +44,11 @@ RouteChoice PrefixRouter::Route(std::span<const BlockKey> keys, uint64_t load) {
   uint64_t total = load;
   for (uint64_t l : s.in_flight) total += l;
   const double limit = options_.load_bound * static_cast<double>(total) / double(n);
-  auto under_bound = [&](size_t i) {
+  auto under_bound = [&](size_t i) REQUIRES(s.mu) {
     return options_.load_bound == 0 || s.in_flight[i] == 0 ||
            static_cast<double>(s.in_flight[i] + load) <= limit;
   };
-  auto score = [&](size_t i) {
+  auto score = [&](size_t i) REQUIRES(s.mu) {
     return double(s.ram[i]) + options_.ssd_block_weight * double(s.local[i] - s.ram[i]);
   };
   // Visiting from a rotating start spreads ties (idle nodes at the start of
