@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -210,7 +211,8 @@ void RouteServer::Serve(Conn* conn) {
 
 std::string RouteServer::Execute(const std::vector<std::string>& args, bool* close) {
   std::string name = args[0];
-  std::transform(name.begin(), name.end(), name.begin(), ::toupper);
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::toupper(ch)); });
   if (name == "PING") return "+PONG\r\n";
   if (name == "QUIT") {
     *close = true;
