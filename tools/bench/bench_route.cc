@@ -188,6 +188,8 @@ int RunRouteBench(const std::vector<std::string>& args) {
   std::optional<uint64_t> block = ParseSize(flags.GetString("trace-block-tokens", "512"));
   std::optional<uint64_t> hot = Decimal(flags.GetString("hot-capacity-tokens", "3M"));
   if (!error.empty()) return UsageError(flags, error);
+  if (base.router_options.load_bound != 0 && base.router_options.load_bound < 1)
+    return UsageError(flags, "--load-bound must be >= 1 (0: no bound)");
   if (!delay || !in_flight || *in_flight == 0 || !block || *block == 0 ||
       *block > (1u << 22) || !hot || *hot == 0)
     return UsageError(flags,
