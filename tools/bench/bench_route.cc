@@ -172,7 +172,7 @@ int RunRouteBench(const std::vector<std::string>& args) {
                {"load-bound", "the prefix router's load bound (0: none)", false, "1.25"},
                {"event-delay-requests", "events reach the router this many requests late",
                 false, "0"},
-               {"in-flight-per-node", "requests in flight per node", false, "4"},
+               {"in-flight-per-node", "requests in flight per node", false, "32"},
                {"trace-block-tokens", "tokens per hash id", false, "512"},
                {"svg", "also draw the hit ratios into this SVG file", false, ""},
                {"json", "print one JSON object", true, ""}});
@@ -184,7 +184,7 @@ int RunRouteBench(const std::vector<std::string>& args) {
                                       ? flags.GetCount("event-delay-requests", &error)
                                       : std::optional<uint64_t>(0);
   std::optional<uint64_t> in_flight =
-      ParseCount(flags, "in-flight-per-node", "4", 1'000'000);
+      ParseCount(flags, "in-flight-per-node", "32", 1'000'000);
   std::optional<uint64_t> block = ParseSize(flags.GetString("trace-block-tokens", "512"));
   std::optional<uint64_t> hot = Decimal(flags.GetString("hot-capacity-tokens", "3M"));
   if (!error.empty()) return UsageError(flags, error);

@@ -94,7 +94,7 @@ std::string Configure(const Flags& flags, RoutedReplayConfig* c) {
     return v ? *v : def;
   };
   c->event_delay_requests = count("event-delay-requests", 0);
-  c->in_flight_per_node = count("in-flight-per-node", 4);
+  c->in_flight_per_node = count("in-flight-per-node", 32);
   c->seed = count("seed", 1);
   if (!error.empty()) return error;
   if (c->in_flight_per_node < 1 || c->in_flight_per_node > 1'000'000)
@@ -126,7 +126,7 @@ std::vector<FlagSpec> RouterFlagSpecs() {
       {"in-flight-per-node",
        "requests in flight per node: a request weighs its prompt tokens until N times "
        "this many later requests were routed",
-       false, "4"},
+       false, "32"},
       {"seed", "random router: the seed", false, "1"}};
 }
 

@@ -10,9 +10,10 @@
 //
 // Load: a request weighs its prompt tokens (input_length) and stays in flight
 // until in_flight_per_node * N later requests have been routed (a fixed
-// concurrency; the trace's timestamps do not say when a request ends). The
-// load bound acts on this in-flight load; the report gives the total tokens
-// and requests each node took.
+// concurrency, 32 per node by default, as a continuously batching server
+// runs dozens of sequences at once; the trace's timestamps do not say when
+// a request ends). The load bound acts on this in-flight load; the report
+// gives the total tokens and requests each node took.
 #pragma once
 
 #include <cstdint>
@@ -36,9 +37,9 @@ struct RoutedReplayConfig {
   RouterKind router = RouterKind::kPrefix;
   RouterOptions router_options;  // `nodes` is set from above
   uint64_t event_delay_requests = 0;
-  uint64_t in_flight_per_node = 4;  // >= 1
-  uint64_t seed = 1;                // for kRandom
-  bool compare_one_node = true;     // also replay one node with N x the capacity
+  uint64_t in_flight_per_node = 32;  // >= 1
+  uint64_t seed = 1;                 // for kRandom
+  bool compare_one_node = true;      // also replay one node with N x the capacity
 };
 
 struct NodeLoad {
