@@ -382,6 +382,10 @@ TEST_F(RouteServerTest, ANodeThatCannotServeItsStreamIsForgotten) {
   ASSERT_EQ(Xadd(*nodes_[0], "1-0", "stored", "hot", keys_[0]), "1-0");
   ASSERT_TRUE(
       Eventually([&] { return server_->router().Holds(0, keys_[0], TierLevel::kHot); }));
+  // An entry the feed cannot read (an unknown kind): the node is forgotten.
+  ASSERT_EQ(Xadd(*nodes_[0], "2-0", "vanished", "hot", keys_[1]), "2-0");
+  ASSERT_TRUE(Eventually([&] { return server_->feeds()[0]->bad_replies() > 0; }));
+  EXPECT_FALSE(server_->router().Holds(0, keys_[0], TierLevel::kHot));
 }
 
 TEST_F(RouteServerTest, BadRequestsGetClearErrors) {

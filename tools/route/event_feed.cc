@@ -138,6 +138,7 @@ void EventFeed::Tail(RespClient& client) {
     if (!ParseXreadReply(*reply, &events, &last).ok()) {
       // A reply the router cannot read: trust nothing it said of the node.
       router_->ForgetNode(options_.node);
+      ++bad_replies_;
       return;
     }
     for (const KvEvent& e : events) router_->Apply(options_.node, e);

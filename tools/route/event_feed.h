@@ -55,6 +55,9 @@ class EventFeed {
   uint64_t applied() const { return applied_.load(); }
   uint64_t reconnects() const { return reconnects_.load(); }
   uint64_t resnapshots() const { return resnapshots_.load(); }
+  // XREAD replies the feed could not read (each makes the router forget the
+  // node; the feed reconnects and asks again).
+  uint64_t bad_replies() const { return bad_replies_.load(); }
   bool connected() const { return connected_.load(); }
   const EventFeedOptions& options() const { return options_; }
 
@@ -68,7 +71,7 @@ class EventFeed {
   std::string last_id_ = "0";  // the feed thread's
   std::atomic<bool> stop_{false};
   std::atomic<bool> connected_{false};
-  std::atomic<uint64_t> applied_{0}, reconnects_{0}, resnapshots_{0};
+  std::atomic<uint64_t> applied_{0}, reconnects_{0}, resnapshots_{0}, bad_replies_{0};
   std::thread thread_;
 };
 

@@ -270,6 +270,7 @@ std::string RouteServer::StatsText() const {
            ",applied=" + std::to_string(f.applied()) +
            ",reconnects=" + std::to_string(f.reconnects()) +
            ",resnapshots=" + std::to_string(f.resnapshots()) +
+           ",bad_replies=" + std::to_string(f.bad_replies()) +
            ",in_flight=" + std::to_string(router_->in_flight(i)) + "\r\n";
   }
   return out;
