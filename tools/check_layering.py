@@ -44,6 +44,7 @@ OWNERS = {
     "advanced/fault_injection_file_system.h": "prefixkv_base",
     "tier_types.h": "prefixkv_base",
     "kv_events.h": "prefixkv_base",
+    "advanced/kv_event_sink.h": "prefixkv_base",
     "remote_counter_fields.h": "prefixkv_base",
     "tier_counter_fields.h": "prefixkv_base",
     "latency_histogram.h": "prefixkv_base",

@@ -327,6 +327,13 @@ class Engine {
   // The longest cached prefix of `tokens` (hot, then SSD; stops at the first
   // missing block). Counts no tier hits; counts tokens.size() query tokens and
   // the matched tokens as hit tokens of the model (PrefixTokenCounters).
+  // Reads and moves nothing local: a block on SSD stays there until Restore
+  // reads (and promotes) it. With a remote tier, the blocks after the local
+  // prefix are fetched from it (one round trip per cluster master for up to
+  // 256 blocks, docs/remote.md) and each one that is the block asked for
+  // (record identity and checksum) is stored in the local tiers, hot first, as
+  // a Put would (so `const` means: no cached block changes or leaves; copies
+  // may be added). MatchResult::tiers says kRemote for those.
   StatusOr<MatchResult> Match(Namespace ns, std::span<const int32_t> tokens) const;
   // Loads a match into per-layer caches (RestoreResult). Restoring less than
   // matched is a value with a reason, not an error. Timed in the model's

@@ -27,8 +27,9 @@ enum class KvEventKind : uint8_t {
   // The block left `tier`; `reason` says why and `copy_remains` whether
   // another local tier still holds it.
   kRemoved = 2,
-  // The block left `from` and is now in `tier` (a dirty hot block written
-  // back to SSD when evicted).
+  // The block is now in `tier`, taken from `from` (a dirty hot block handed to
+  // the SSD tier's write-back when evicted; its removal from `from` is
+  // reported before, as kRemoved with reason kEvicted).
   kMoved = 3,
   // Every block of `tier` is gone at once, with no per-block event: the hot
   // tier at open (RAM does not survive a restart). The key fields are zero.
@@ -43,13 +44,12 @@ enum class KvRemoveReason : uint8_t {
   kSuperseded = 4,  // replaced by a newer copy of the same key
   kCorrupt = 5,     // a checksum or decode failure dropped it
   kExpired = 6,     // its TTL ran out
-  kNotAdmitted = 7, // an evicted dirty block admission chose not to write below
 };
 
 // "stored", "removed", "moved", "cleared".
 std::string_view KvEventKindName(KvEventKind kind);
 // "none", "evicted", "removed", "stripped", "superseded", "corrupt",
-// "expired", "not_admitted".
+// "expired".
 std::string_view KvRemoveReasonName(KvRemoveReason reason);
 
 struct KvEvent {
@@ -57,17 +57,21 @@ struct KvEvent {
   // 0 when no log numbers the events.
   uint64_t seq = 0;
   KvEventKind kind = KvEventKind::kStored;
+  // kRemoved: why. kStored of a block the tier already held (a replacement):
+  // kStripped for a tip's state stripped in place, else kNone.
   KvRemoveReason reason = KvRemoveReason::kNone;
   // Stored in, removed from, moved to, cleared.
   TierLevel tier = TierLevel::kNone;
   // kMoved: the tier the block left. Otherwise kNone.
   TierLevel from = TierLevel::kNone;
-  // kRemoved: another local tier (hot or SSD) still holds the block.
+  // kRemoved: another local tier (hot or SSD) held the block when the event
+  // was emitted. For the hot tier: the block was clean (written below) and
+  // the engine has an SSD tier; an SSD eviction of it is reported on its own.
   bool copy_remains = false;
   // The budget owner charged for the block (a model, or the key-value space).
   OwnerId owner = 0;
-  // The chain root (zero for raw values), the block and its parent (zero for
-  // a chain's first block and for raw values).
+  // The chain root (zero for raw values), the block and its parent (the
+  // chain root for a chain's first block; zero for raw values).
   BlockKey namespace_id;
   BlockKey key;
   BlockKey parent;

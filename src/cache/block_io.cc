@@ -38,7 +38,8 @@ Status PutBlock(const cache::NamespaceState& ns, const BlockRecord& record,
 Status RewriteBlock(const cache::NamespaceState& ns, const BlockRecord& record,
                     const EncodeOptions& options) {
   PKV_ASSIGN_OR_RETURN(SharedBytes payload, EncodeBlock(record, options));
-  return ns.tiers->Rewrite(ns.MetaFor(record.key, record.parent), std::move(payload));
+  return ns.tiers->Rewrite(ns.MetaFor(record.key, record.parent), std::move(payload),
+                           KvRemoveReason::kStripped);
 }
 
 }  // namespace prefixkv::cache

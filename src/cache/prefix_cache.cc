@@ -135,22 +135,46 @@ StatusOr<MatchResult> PrefixCache::Match(Namespace handle,
     if (level == TierLevel::kNone) break;
     take(key, level, part);
   }
-  // The next full blocks from the remote tier, a batch per round trip.
-  bool remote_chain_ended = false;
-  while (ns->tiers->remote() != nullptr && !remote_chain_ended &&
-         start + block <= tokens.size()) {
+  // The blocks after the local prefix from the remote tier, one batch per
+  // kRemoteBatch blocks (a batch is one round trip per cluster master): every
+  // remaining full block and, with the last of them, the partial tails that
+  // would follow the whole chain, so a prompt the remote tier holds to its end
+  // costs one batch. Taken while each is the block asked for.
+  std::vector<BlockKey> tail_keys;                      // fetched with the chain
+  std::vector<std::optional<SharedBytes>> tail_values;  // (longest first)
+  bool remote_chain_ended = !ns->tiers->has_remote();
+  while (!remote_chain_ended && start < tokens.size()) {
     std::vector<BlockKey> keys;
     BlockKey p = parent;
-    for (size_t at = start; at + block <= tokens.size() && keys.size() < kRemoteBatch;
-         at += block) {
+    size_t at = start;
+    for (; at + block <= tokens.size() && keys.size() < kRemoteBatch; at += block) {
       keys.push_back(ChainKey(p, tokens.subspan(at, block)));
       p = keys.back();
     }
-    const size_t got = FetchRemote(*ns, keys, parent, block);
-    for (size_t i = 0; i < got; ++i) {
-      take(keys[i], TierLevel::kRemote, tokens.subspan(start, block));
+    const size_t full = keys.size();
+    const bool last_batch = at + block > tokens.size();
+    if (last_batch && ns->partial_tail) {
+      for (size_t n = std::min<size_t>(block - 1, tokens.size() - at); n > 0; --n) {
+        keys.push_back(ChainKey(p, tokens.subspan(at, n)));
+      }
     }
-    remote_chain_ended = got < keys.size();
+    if (keys.empty()) break;
+    std::vector<std::optional<SharedBytes>> got = ns->tiers->FetchRemote(keys);
+    size_t taken = 0;
+    for (; taken < full; ++taken) {
+      if (!got[taken].has_value() ||
+          !PromoteRemote(*ns, keys[taken], parent, block, std::move(*got[taken]))) {
+        break;
+      }
+      take(keys[taken], TierLevel::kRemote, tokens.subspan(start, block));
+    }
+    remote_chain_ended = taken < full || last_batch;
+    if (taken == full && last_batch) {
+      tail_keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(full), keys.end());
+      tail_values.assign(
+          std::make_move_iterator(got.begin() + static_cast<std::ptrdiff_t>(full)),
+          std::make_move_iterator(got.end()));
+    }
   }
   if (!ns->partial_tail) return match;
   // The longest partial tail stored after the last matched full block.
@@ -166,10 +190,12 @@ StatusOr<MatchResult> PrefixCache::Match(Namespace handle,
     take(key, level, part);
     return match;
   }
-  if (ns->tiers->remote() == nullptr || tails.empty()) return match;
-  // Every candidate in one round trip; tails[i] has `longest - i` tokens.
+  if (!ns->tiers->has_remote() || tails.empty()) return match;
+  // Fetched with the chain when it matched to its end; else one more batch.
+  std::vector<std::optional<SharedBytes>> got =
+      tail_keys == tails ? std::move(tail_values) : ns->tiers->FetchRemote(tails);
+  // tails[i] has `longest - i` tokens.
   const size_t longest = std::min<size_t>(block - 1, tokens.size() - start);
-  std::vector<std::optional<SharedBytes>> got = ns->tiers->remote()->GetMany(tails);
   for (size_t i = 0; i < tails.size(); ++i) {
     const size_t n = longest - i;
     if (got[i].has_value() &&
@@ -199,20 +225,6 @@ bool PrefixCache::PromoteRemote(cache::NamespaceState& ns, const BlockKey& key,
   // stored (pinned copies, no space), Restore reads it remotely again.
   (void)ns.tiers->Promote(ns.MetaFor(key, parent), std::move(payload));
   return true;
-}
-
-size_t PrefixCache::FetchRemote(cache::NamespaceState& ns, std::span<const BlockKey> keys,
-                                BlockKey parent, size_t tokens_per_block) const {
-  std::vector<std::optional<SharedBytes>> got = ns.tiers->remote()->GetMany(keys);
-  size_t n = 0;
-  for (; n < keys.size(); ++n) {
-    if (!got[n].has_value() ||
-        !PromoteRemote(ns, keys[n], parent, tokens_per_block, std::move(*got[n]))) {
-      break;
-    }
-    parent = keys[n];
-  }
-  return n;
 }
 
 StatusOr<std::vector<std::pair<BlockKey, BlockKey>>> PrefixCache::RecordedTips(

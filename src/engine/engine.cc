@@ -34,6 +34,7 @@ Status internal::EngineImpl::OpenTiers() {
     o.durability = options_.durability;
     if (options_.clock != nullptr) o.clock = options_.clock;
     o.log = options_.log;
+    o.events = kv_events();
     // A rebuilt block's parent is in its record's header (the segment
     // extents do not keep it); a payload that is not this block's record
     // leaves it a chain root.
@@ -50,7 +51,9 @@ Status internal::EngineImpl::OpenTiers() {
   if (options_.hot_capacity_bytes > 0) {
     PKV_ASSIGN_OR_RETURN(
         budget_, SharedHotBudget::Create({.capacity_bytes = options_.hot_capacity_bytes,
-                                          .policy = options_.hot_policy}));
+                                          .policy = options_.hot_policy,
+                                          .events = kv_events(),
+                                          .clean_blocks_are_below = ssd_ != nullptr}));
   }
   PKV_RETURN_IF_ERROR(OpenRemote());
   PrefixCacheOptions cache_options;

@@ -21,6 +21,7 @@
 
 #include "prefixkv/advanced/capacity_advisor.h"
 #include "prefixkv/advanced/hot_tier.h"
+#include "prefixkv/advanced/kv_event_sink.h"
 #include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/prefix_cache.h"
 #include "prefixkv/advanced/remote_tier.h"
@@ -107,6 +108,22 @@ class internal::EngineImpl {
 
   const EngineOptions options_;
   Clock* const clock_ = options_.clock != nullptr ? options_.clock : Clock::System();
+
+  // The one sink of every tier's KV events (engine_events.cc): stamps them and
+  // hands them to options_.on_kv_event. Declared before the tiers: it
+  // outlives them.
+  class EventSink final : public KvEventSink {
+   public:
+    explicit EventSink(EngineImpl* impl) : impl_(impl) {}
+    void Emit(KvEvent& event) override { impl_->EmitKvEvent(event); }
+
+   private:
+    EngineImpl* const impl_;
+  };
+  void EmitKvEvent(KvEvent& event);
+  // The sink the tiers report to; null when nobody consumes events.
+  KvEventSink* kv_events() { return options_.on_kv_event ? &kv_event_sink_ : nullptr; }
+  EventSink kv_event_sink_{this};
   // Sees the models' stacks (declared before them: it outlives them); made
   // by OpenTiers, null when options_.advisor_max_keys is 0.
   std::unique_ptr<CapacityAdvisor> advisor_;

@@ -88,10 +88,11 @@ StatusOr<Presence> Probe(EngineImpl& impl, TierStack& stack, std::string_view na
 }
 
 // Removes both forms of `name`. REQUIRES: its stripe held.
-Status RemoveBoth(EngineImpl& impl, TierStack& stack, std::string_view name) {
+Status RemoveBoth(EngineImpl& impl, TierStack& stack, std::string_view name,
+                  KvRemoveReason reason = KvRemoveReason::kRemoved) {
   const BlockKey key = internal::ValueKey(name);
   for (const BlockKey& k : {key, internal::LegacyValueKey(name)}) {
-    Status s = stack.Remove(k);
+    Status s = stack.Remove(k, reason);
     if (!s.ok() && !s.IsNotFound()) return s;
   }
   impl.value_catalog_.Forget(key);
@@ -117,7 +118,7 @@ StatusOr<bool> RemoveIfExpired(EngineImpl& impl, TierStack& stack, const BlockKe
     return false;
   }
   if (*expiry == 0 || *expiry > now_ms) return false;
-  Status s = stack.Remove(key);
+  Status s = stack.Remove(key, KvRemoveReason::kExpired);
   if (!s.ok() && !s.IsNotFound()) return s;
   impl.value_catalog_.Forget(key);
   return s.ok();
@@ -132,7 +133,7 @@ Status WriteRecord(EngineImpl& impl, TierStack& stack, std::string_view name,
       stack.Put(meta, internal::EncodeValueRecord(name, expires_at_ms, value)));
   impl.value_catalog_.Note(meta.key, name, expires_at_ms);
   if (!drop_legacy) return Status::OK();
-  Status s = stack.Remove(internal::LegacyValueKey(name));
+  Status s = stack.Remove(internal::LegacyValueKey(name), KvRemoveReason::kSuperseded);
   return s.IsNotFound() ? Status::OK() : s;
 }
 
@@ -231,7 +232,8 @@ StatusOr<int64_t> TtlMillis(EngineImpl& impl, std::string_view name) {
   MutexLock lock(&StripeOf(impl, internal::ValueKey(name)));
   const uint64_t now_ms = impl.clock_->UnixMillis();
   PKV_ASSIGN_OR_RETURN(Presence p, Probe(impl, *stack, name, now_ms, /*promote=*/true));
-  if (p.expired) PKV_RETURN_IF_ERROR(RemoveBoth(impl, *stack, name));
+  if (p.expired)
+    PKV_RETURN_IF_ERROR(RemoveBoth(impl, *stack, name, KvRemoveReason::kExpired));
   if (!p.present) return int64_t{-2};
   if (p.expires_at_ms == 0) return int64_t{-1};
   return static_cast<int64_t>(p.expires_at_ms - now_ms);
@@ -351,7 +353,8 @@ StatusOr<bool> Engine::SetValueExpiry(std::string_view key, uint64_t expires_at_
   MutexLock lock(&StripeOf(*impl_, internal::ValueKey(key)));
   const uint64_t now_ms = impl_->clock_->UnixMillis();
   PKV_ASSIGN_OR_RETURN(Presence p, Probe(*impl_, *stack, key, now_ms));
-  if (p.expired) PKV_RETURN_IF_ERROR(RemoveBoth(*impl_, *stack, key));
+  if (p.expired)
+    PKV_RETURN_IF_ERROR(RemoveBoth(*impl_, *stack, key, KvRemoveReason::kExpired));
   if (!p.present ||
       !ExpiryConditionHolds(condition, p.expires_at_ms, expires_at_unix_ms)) {
     return false;

@@ -2,6 +2,8 @@
 // the event log's consumers read (RESP fields, JSON, INFO).
 #include "prefixkv/kv_events.h"
 
+#include "prefixkv/advanced/kv_event_sink.h"
+
 namespace prefixkv {
 
 std::string_view KvEventKindName(KvEventKind kind) {
@@ -34,10 +36,34 @@ std::string_view KvRemoveReasonName(KvRemoveReason reason) {
       return "corrupt";
     case KvRemoveReason::kExpired:
       return "expired";
-    case KvRemoveReason::kNotAdmitted:
-      return "not_admitted";
   }
   return "invalid";
 }
+
+KvEvent MakeKvEvent(KvEventKind kind, TierLevel tier, const BlockMeta& meta,
+                    uint64_t bytes, KvRemoveReason reason) {
+  KvEvent e;
+  e.kind = kind;
+  e.reason = reason;
+  e.tier = tier;
+  e.owner = meta.owner;
+  e.namespace_id = meta.namespace_id;
+  e.key = meta.key;
+  e.parent = meta.parent;
+  e.bytes = bytes;
+  return e;
+}
+
+namespace {
+thread_local KvRemoveReason current_reason = KvRemoveReason::kNone;
+}  // namespace
+
+KvReasonScope::KvReasonScope(KvRemoveReason reason) : previous_(current_reason) {
+  current_reason = reason;
+}
+
+KvReasonScope::~KvReasonScope() { current_reason = previous_; }
+
+KvRemoveReason CurrentKvReason() { return current_reason; }
 
 }  // namespace prefixkv

@@ -27,6 +27,8 @@ uint64_t BudgetState::TakeVictim(HotEntry& victim, std::vector<HotEntry*>* victi
 void BudgetState::CommitVictims(const std::vector<HotEntry*>& victims,
                                 std::vector<Delivery>* out) {
   for (HotEntry* v : victims) {
+    EmitEvent(KvEventKind::kRemoved, *v,
+              KvRemoveReason::kEvicted);  // before the payload moves
     OwnerState& owner = Owner(v->facts.owner);
     const bool handed_over = owner.listener != nullptr;
     for (TierCounters* c : {&owner.counters, &total_}) {
@@ -159,11 +161,15 @@ Status BudgetState::Put(OwnerId owner_id, const BlockMeta& meta_in, SharedBytes 
                              std::to_string(charge) + " charged bytes");
     }
     CommitVictims(victims, &deliveries);
+    HotEntry* stored = existing;
     if (existing != nullptr) {
       Replace(owner, *existing, meta, std::move(payload), dirty);
     } else {
       InsertNew(owner, meta, std::move(payload), dirty);
+      stored = Find(owner_id, meta.key);
     }
+    EmitEvent(KvEventKind::kStored, *stored,
+              existing != nullptr ? CurrentKvReason() : KvRemoveReason::kNone);
     ++owner.counters.inserts;
     ++total_.inserts;
   }

@@ -156,6 +156,9 @@ Status BudgetState::Remove(OwnerId owner, const BlockKey& key) {
   if (it == o.entries.end()) return Status::NotFound("hot tier: " + key.ToHex());
   HotEntry& e = it->second;
   if (e.facts.pins > 0) return Status::Busy("hot tier: " + key.ToHex() + " is pinned");
+  const KvRemoveReason reason = CurrentKvReason();
+  EmitEvent(KvEventKind::kRemoved, e,
+            reason == KvRemoveReason::kNone ? KvRemoveReason::kRemoved : reason);
   Unlink(e);
   AddChildRef(o, e.meta, -1);
   for (TierCounters* c : {&o.counters, &total_}) {

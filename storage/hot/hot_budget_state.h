@@ -139,6 +139,7 @@ class BudgetState {
   size_t owner_count() const EXCLUDES(mu_);
   TierCounters Totals() const EXCLUDES(mu_);
   TierCounters OwnerCounters(OwnerId owner) const EXCLUDES(mu_);
+  bool HoldsNow(OwnerId owner, const BlockKey& key) const EXCLUDES(mu_);
   // Returns once no delivery to the previous listener is in flight.
   // REQUIRES: not called from an eviction listener.
   void SetListener(OwnerId owner, EvictionListener* listener) EXCLUDES(mu_);
@@ -241,8 +242,14 @@ class BudgetState {
         lock, [&]() REQUIRES(mu_) { return !Owner(owner).spilling.contains(key); });
   }
 
+  // Reports a change of `e`'s block (kv_event_sink.h), under mu_.
+  void EmitEvent(KvEventKind kind, const HotEntry& e, KvRemoveReason reason)
+      REQUIRES(mu_);
+
   const uint64_t capacity_bytes_;
   const std::unique_ptr<EvictionPolicy> policy_;
+  KvEventSink* const events_;
+  const bool clean_blocks_are_below_;
 
   mutable Mutex mu_;
   // Signalled (after mu_ is released) when in-flight counts drop.

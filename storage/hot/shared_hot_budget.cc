@@ -33,7 +33,17 @@ void BudgetState::Deliver(const std::vector<Delivery>& deliveries) {
 
 BudgetState::BudgetState(const SharedHotBudgetOptions& options)
     : capacity_bytes_(options.capacity_bytes),
-      policy_(MakeEvictionPolicy(options.policy, options.capacity_bytes)) {}
+      policy_(MakeEvictionPolicy(options.policy, options.capacity_bytes)),
+      events_(options.events),
+      clean_blocks_are_below_(options.clean_blocks_are_below) {}
+
+void BudgetState::EmitEvent(KvEventKind kind, const HotEntry& e, KvRemoveReason reason) {
+  if (events_ == nullptr) return;
+  KvEvent event = MakeKvEvent(kind, TierLevel::kHot, e.meta, e.payload.size(), reason);
+  event.copy_remains =
+      kind == KvEventKind::kRemoved && !e.dirty && clean_blocks_are_below_;
+  events_->Emit(event);
+}
 
 BudgetState::~BudgetState() {
   assert(total_.pinned_bytes == 0 && "a PinnedBlock outlived its SharedHotBudget");
@@ -121,6 +131,11 @@ TierCounters BudgetState::OwnerCounters(OwnerId id) const {
   return id < owners_.size() ? Owner(id).counters : TierCounters{};
 }
 
+bool BudgetState::HoldsNow(OwnerId id, const BlockKey& key) const {
+  MutexLock lock(&mu_);
+  return id < owners_.size() && Owner(id).entries.contains(key);
+}
+
 void BudgetState::SetListener(OwnerId id, EvictionListener* listener) {
   MutexLock lock(&mu_);
   OwnerState& owner = Owner(id);
@@ -168,6 +183,10 @@ size_t SharedHotBudget::owner_count() const { return state_->owner_count(); }
 uint64_t SharedHotBudget::capacity_bytes() const { return state_->capacity_bytes(); }
 std::string_view SharedHotBudget::policy_name() const { return state_->policy_name(); }
 TierCounters SharedHotBudget::Totals() const { return state_->Totals(); }
+
+bool SharedHotBudget::HoldsNow(OwnerId owner, const BlockKey& key) const {
+  return state_->HoldsNow(owner, key);
+}
 
 Status SharedHotBudget::Charge(OwnerId owner, uint64_t bytes, uint64_t* shortfall_bytes) {
   return state_->Charge(owner, bytes, shortfall_bytes);

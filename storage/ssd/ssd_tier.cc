@@ -225,6 +225,7 @@ Status ssd::TierImpl::DropEntry(const BlockKey& key, const IndexEntry& e,
   {
     MutexLock lock(&mu_);
     index_.Erase(key);
+    EmitRemoved(key, e, events);
     ssd::AddCounters(&index_.Owner(e.owner), events);
     // Keep the persisted counters right at the next successful write.
     if (!s.ok()) ssd::AddCounters(&unpersisted_[e.owner], events);
@@ -348,6 +349,13 @@ Status ssd::TierImpl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
                                  stored[i].access_seq, dirty, stored[i].segment,
                                  stored[i].offset, stored[i].chain_hits});
         index_.Owner(meta.owner).inserts += 1;
+        // Write-back items were reported when they entered the queue.
+        if (!dirty && options_.events != nullptr) {
+          KvEvent event = MakeKvEvent(
+              KvEventKind::kStored, TierLevel::kSsd, meta, stored[i].payload_bytes,
+              old[i].has_value() ? CurrentKvReason() : KvRemoveReason::kNone);
+          options_.events->Emit(event);
+        }
       }
       index_.EndPendingChild(meta.parent);
     }
@@ -390,7 +398,31 @@ void ssd::TierImpl::PaceMemtableFlush(const std::vector<ssd::WriteBackItem>& ite
   (void)db_->Flush(fo);  // background; an error surfaces at the next write
 }
 
+void ssd::TierImpl::EmitRemoved(const BlockKey& key, const IndexEntry& e,
+                                const TierCounters& events) {
+  if (options_.events == nullptr) return;
+  KvRemoveReason reason = CurrentKvReason();
+  if (events.corruptions > 0) {
+    reason = KvRemoveReason::kCorrupt;
+  } else if (events.evictions > 0) {
+    reason = KvRemoveReason::kEvicted;
+  } else if (reason == KvRemoveReason::kNone) {
+    reason = KvRemoveReason::kRemoved;
+  }
+  KvEvent event =
+      MakeKvEvent(KvEventKind::kRemoved, TierLevel::kSsd,
+                  BlockMeta{key, e.parent, e.namespace_id, e.owner}, e.bytes, reason);
+  options_.events->Emit(event);
+}
+
 void ssd::TierImpl::OnEvict(const BlockMeta& meta, const SharedBytes& payload) {
+  if (options_.events != nullptr) {
+    // Readable from the queue from here on; its commit reports nothing more.
+    KvEvent event =
+        MakeKvEvent(KvEventKind::kMoved, TierLevel::kSsd, meta, payload.size());
+    event.from = TierLevel::kHot;
+    options_.events->Emit(event);
+  }
   if (queue_->Enqueue(meta, payload)) return;
   // Backpressure: the queue is full, so the evicting thread pays for the write.
   Status s = Put(meta, payload, /*dirty=*/true);
@@ -403,6 +435,8 @@ void ssd::TierImpl::OnEvict(const BlockMeta& meta, const SharedBytes& payload) {
 }
 
 Status ssd::TierImpl::Remove(const BlockKey& key) {
+  const std::optional<BlockMeta> queued = queue_->FindMeta(key);
+  const std::optional<SharedBytes> queued_payload = queue_->Find(key);
   const bool was_queued = queue_->Cancel(key);
   BlockLock block_lock(this, key);
   IndexEntry e;
@@ -410,6 +444,15 @@ Status ssd::TierImpl::Remove(const BlockKey& key) {
     MutexLock lock(&mu_);
     const IndexEntry* found = index_.Find(key);
     if (found == nullptr) {
+      if (was_queued && queued.has_value() && options_.events != nullptr) {
+        // Never committed: it leaves with the queue entry.
+        EmitRemoved(key,
+                    IndexEntry{.namespace_id = queued->namespace_id,
+                               .parent = queued->parent,
+                               .owner = queued->owner,
+                               .bytes = queued_payload ? queued_payload->size() : 0},
+                    TierCounters{});
+      }
       return was_queued ? Status::OK() : Status::NotFound("block not in the ssd tier");
     }
     e = *found;

@@ -99,6 +99,11 @@ class TierImpl {
   StatusOr<SharedBytes> Get(const BlockKey& key, bool touch = true) EXCLUDES(pause_, mu_);
   StatusOr<BlockMeta> Peek(const BlockKey& key) const EXCLUDES(mu_);
   Status Remove(const BlockKey& key) EXCLUDES(pause_, mu_);
+  // Reports the removal of `key` (its entry `e`) to options_.events; the
+  // reason follows `events` (a corruption, an eviction) or the caller's
+  // KvReasonScope. Called where the index entry goes, under mu_.
+  void EmitRemoved(const BlockKey& key, const IndexEntry& e, const TierCounters& events)
+      REQUIRES(mu_);
   void OnEvict(const BlockMeta& meta, const SharedBytes& payload)
       EXCLUDES(gc_run_mu_, pause_, mu_);
   StatusOr<uint64_t> PurgeNamespace(const BlockKey& ns) EXCLUDES(pause_, mu_);

@@ -114,6 +114,13 @@ Status TierStack::Put(const BlockMeta& meta, SharedBytes payload) {
   return options_.remote->Put(meta, std::move(payload), /*dirty=*/false);  // queued
 }
 
+std::vector<std::optional<SharedBytes>> TierStack::FetchRemote(
+    std::span<const BlockKey> keys) {
+  if (options_.remote == nullptr)
+    return std::vector<std::optional<SharedBytes>>(keys.size());
+  return options_.remote->GetMany(keys);
+}
+
 Status TierStack::Promote(const BlockMeta& meta, SharedBytes payload) {
   MutexLock lock(&StripeFor(meta.key));
   return PutLocked(meta, std::move(payload));
@@ -181,8 +188,10 @@ Status TierStack::PutLowest(const BlockMeta& meta, SharedBytes payload) {
   return ssd_->Put(meta, std::move(payload), /*dirty=*/false);
 }
 
-Status TierStack::Rewrite(const BlockMeta& meta, SharedBytes payload) {
+Status TierStack::Rewrite(const BlockMeta& meta, SharedBytes payload,
+                          KvRemoveReason reason) {
   MutexLock lock(&StripeFor(meta.key));
+  KvReasonScope events_say(reason);
   // The hot tier evicts without the stripe, so its copy can go below between
   // the check and its removal. Nothing brings a key back up while the stripe
   // is held, so a second pass finds it below.
@@ -223,8 +232,9 @@ Status TierStack::Rewrite(const BlockMeta& meta, SharedBytes payload) {
   }
 }
 
-Status TierStack::Remove(const BlockKey& key) {
+Status TierStack::Remove(const BlockKey& key, KvRemoveReason reason) {
   MutexLock lock(&StripeFor(key));
+  KvReasonScope events_say(reason);
   Status hot = hot_ != nullptr ? hot_->Remove(key) : Status::NotFound("no hot tier");
   // A pinned hot copy stays, and so does its mark (it is written back when
   // evicted). Any other copy being evicted must not come back below.

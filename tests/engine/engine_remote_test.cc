@@ -43,10 +43,29 @@ class EngineRemoteTest : public ::testing::Test {
     return e.ok() ? std::move(e).value() : nullptr;
   }
 
+  // Nodes "a" and "b" on the remote store, a model with partial tails on
+  // each; `tokens` stored on A and flushed to the store; B in node_b_.
+  void StoreOnNodeA(const std::vector<int32_t>& tokens) {
+    ModelOptions tail;
+    tail.store_partial_tail = true;
+    node_a_.first = Open(Node("a", RemoteWriteMode::kAlways));
+    node_b_.first = Open(Node("b", RemoteWriteMode::kAlways));
+    ASSERT_NE(node_a_.first, nullptr);
+    ASSERT_NE(node_b_.first, nullptr);
+    ASSERT_OK_AND_ASSIGN(node_a_.second, node_a_.first->RegisterModel(KvSpec(), tail));
+    ASSERT_OK_AND_ASSIGN(node_b_.second, node_b_.first->RegisterModel(KvSpec(), tail));
+    ASSERT_OK(
+        node_a_.first->Store(node_a_.second, tokens, KvLayers(2, tokens.size(), rng_))
+            .status());
+    ASSERT_OK(node_a_.first->Flush());
+  }
+
   std::shared_ptr<FakeRemoteState> state_ = std::make_shared<FakeRemoteState>();
   testing::LogLines log_;
   testing::TempDir dir_;
   std::mt19937_64 rng_{testing::TestSeed("EngineRemoteTest")};
+  // Last: closed before the log and the directory they use.
+  std::pair<std::unique_ptr<Engine>, Namespace> node_a_, node_b_;
 };
 
 TEST_F(EngineRemoteTest, NodeBRestoresWhatNodeAStoredByteForByte) {
@@ -65,8 +84,7 @@ TEST_F(EngineRemoteTest, NodeBRestoresWhatNodeAStoredByteForByte) {
   const uint64_t calls = state_->get_calls;
   ASSERT_OK_AND_ASSIGN(MatchResult m, b->Match(nb, tokens));
   EXPECT_EQ(m.tiers, std::vector<TierLevel>(10, TierLevel::kRemote));
-  EXPECT_EQ(state_->get_calls - calls, 1u)
-      << "10 blocks in one batch (+0: a miss ends it)";
+  EXPECT_EQ(state_->get_calls - calls, 1u) << "10 blocks in one batch";
   ASSERT_OK_AND_ASSIGN(RestoreResult r, b->Restore(m));
   EXPECT_EQ(r.restored_tokens, 10u * kBlockTokens);
   EXPECT_EQ(r.blocks_from_remote, 10u);
@@ -87,26 +105,47 @@ TEST_F(EngineRemoteTest, NodeBRestoresWhatNodeAStoredByteForByte) {
 }
 
 TEST_F(EngineRemoteTest, APartialTailComesFromTheRemoteTierToo) {
-  auto a = Open(Node("a", RemoteWriteMode::kAlways));
-  auto b = Open(Node("b", RemoteWriteMode::kAlways));
-  ModelOptions tail;
-  tail.store_partial_tail = true;
-  ASSERT_OK_AND_ASSIGN(Namespace na, a->RegisterModel(KvSpec(), tail));
-  ASSERT_OK_AND_ASSIGN(Namespace nb, b->RegisterModel(KvSpec(), tail));
   // A 1-token tail: Match tries the longer candidate (2 tokens) first.
   const std::vector<int32_t> tokens = Tokens(3 * kBlockTokens + 1);
-  ASSERT_OK(a->Store(na, tokens, KvLayers(2, tokens.size(), rng_)).status());
-  ASSERT_OK(a->Flush());
+  StoreOnNodeA(tokens);
+  auto& [b, nb] = node_b_;
   std::vector<int32_t> longer = tokens;
   longer.push_back(77);  // the next turn's prompt goes on past the tail
   const uint64_t calls = state_->get_calls;
   ASSERT_OK_AND_ASSIGN(MatchResult m, b->Match(nb, longer));
   EXPECT_EQ(m.tokens.size(), tokens.size());
   EXPECT_EQ(m.tiers, std::vector<TierLevel>(4, TierLevel::kRemote));
-  // The 3 full blocks in one round trip, every tail candidate in one more.
-  EXPECT_EQ(state_->get_calls - calls, 2u);
+  // The 3 full blocks and every tail candidate after them in one round trip.
+  EXPECT_EQ(state_->get_calls - calls, 1u);
   ASSERT_OK_AND_ASSIGN(RestoreResult r, b->Restore(m));
   EXPECT_EQ(r.tokens_from_remote, tokens.size());
+}
+
+// A long prompt the cluster holds to its end costs one round trip, and a
+// chain that ends inside the prompt one more for its tail candidates.
+TEST_F(EngineRemoteTest, ALongRemoteChainIsOneRoundTripAndAnEarlyEndOneMore) {
+  const std::vector<int32_t> tokens = Tokens(100 * kBlockTokens + 3);
+  StoreOnNodeA(tokens);
+  auto& [b, nb] = node_b_;
+  ModelOptions tail;
+  tail.store_partial_tail = true;
+  uint64_t calls = state_->get_calls;
+  ASSERT_OK_AND_ASSIGN(MatchResult m, b->Match(nb, tokens));
+  EXPECT_EQ(m.tokens.size(), tokens.size());
+  EXPECT_EQ(state_->get_calls - calls, 1u) << "100 blocks and the tail in one batch";
+
+  // Another prompt sharing 60 blocks: the chain ends inside it (local now on
+  // B up to 60 blocks), so a third node asks once for the chain and once more
+  // for the tail candidates after block 60.
+  auto c = Open(Node("c", RemoteWriteMode::kAlways));
+  ASSERT_OK_AND_ASSIGN(Namespace nc, c->RegisterModel(KvSpec(), tail));
+  std::vector<int32_t> other(tokens.begin(), tokens.begin() + 60 * kBlockTokens);
+  for (int32_t t = 0; t < 10 * static_cast<int32_t>(kBlockTokens) + 2; ++t)
+    other.push_back(5000 + t);
+  calls = state_->get_calls;
+  ASSERT_OK_AND_ASSIGN(MatchResult m2, c->Match(nc, other));
+  EXPECT_EQ(m2.tokens.size(), 60u * kBlockTokens);
+  EXPECT_EQ(state_->get_calls - calls, 2u);
 }
 
 TEST_F(EngineRemoteTest, OnSpillWritesWhatTheSsdTierEvictsAndNothingBefore) {

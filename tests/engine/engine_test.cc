@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <set>
@@ -680,6 +683,264 @@ TEST(ValueCatalog, TheHandGoesRoundAndPagesKeepHighHalvesTogether) {
   c.Forget(BlockKey{3, 7});
   EXPECT_FALSE(c.Knows(BlockKey{3, 7}));
   EXPECT_EQ(c.NextAfterHand(100).size(), 5u);
+}
+
+// ---- KV events ----------------------------------------------------------------------
+
+// A consumer of KV events: applies them, strictly, to a set of (tier, key)
+// pairs. A removal of a pair it does not hold, or a move into a tier that
+// already holds the block, is an ordering error.
+class KvEventMirror {
+ public:
+  void Apply(const KvEvent& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++events_;
+    by_reason_[e.kind == KvEventKind::kRemoved ? e.reason : KvRemoveReason::kNone] += 1;
+    const auto at = std::pair(e.tier, e.key);
+    switch (e.kind) {
+      case KvEventKind::kStored:
+        held_.insert(at);
+        break;
+      case KvEventKind::kRemoved:
+        if (held_.erase(at) == 0) errors_.push_back("removed absent " + Name(e));
+        break;
+      case KvEventKind::kMoved:
+        if (held_.contains(std::pair(e.from, e.key)))
+          errors_.push_back("moved held " + Name(e));
+        if (!held_.insert(at).second) errors_.push_back("moved into held " + Name(e));
+        break;
+      case KvEventKind::kCleared:
+        std::erase_if(held_, [&](const auto& p) { return p.first == e.tier; });
+        break;
+    }
+  }
+  std::set<BlockKey> Keys(TierLevel tier) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::set<BlockKey> out;
+    for (const auto& [t, k] : held_) {
+      if (t == tier) out.insert(k);
+    }
+    return out;
+  }
+  std::vector<std::string> errors() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return errors_;
+  }
+  uint64_t count(KvRemoveReason r) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = by_reason_.find(r);
+    return it == by_reason_.end() ? 0 : it->second;
+  }
+  uint64_t events() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_;
+  }
+
+ private:
+  static std::string Name(const KvEvent& e) {
+    return std::string(TierLevelName(e.tier)) + " " + e.key.ToHex();
+  }
+  mutable std::mutex mu_;
+  std::set<std::pair<TierLevel, BlockKey>> held_;
+  std::map<KvRemoveReason, uint64_t> by_reason_;
+  std::vector<std::string> errors_;
+  uint64_t events_ = 0;
+};
+
+class EngineKvEventsTest : public testing::EngineFixture {
+ protected:
+  EngineKvEventsTest() : EngineFixture("EngineKvEventsTest") {}
+
+  // The mirror holds exactly what the tiers hold: every SSD block by key, and
+  // as many hot blocks as the budget, each of which it holds.
+  void ExpectMirrorIsExact(Engine& e, const std::vector<Namespace>& models) {
+    ASSERT_OK(e.Flush());  // the write-back queue drained: nothing in flight
+    std::set<BlockKey> ssd;
+    e.ssd_tier()->ForEach([&](const BlockMeta& m, uint64_t) { ssd.insert(m.key); });
+    EXPECT_EQ(mirror_.Keys(TierLevel::kSsd), ssd);
+    std::set<BlockKey> hot;
+    for (Namespace ns : models) {
+      e.hot_tier(ns)->ForEach([&](const BlockMeta& m, uint64_t) { hot.insert(m.key); });
+    }
+    const std::set<BlockKey> mirrored_hot = mirror_.Keys(TierLevel::kHot);
+    // The key-value space's hot blocks are not enumerable from here: every
+    // model block must match, and the total must.
+    for (const BlockKey& k : hot) EXPECT_TRUE(mirrored_hot.contains(k)) << k.ToHex();
+    EXPECT_EQ(mirrored_hot.size(), e.hot_budget()->Totals().entries);
+    EXPECT_EQ(mirror_.errors(), std::vector<std::string>{});
+  }
+
+  KvEventMirror mirror_;
+};
+
+// Random stores, restores (promotions), value puts, deletes and expiries on
+// small tiers (hot evictions with write-back, SSD evictions): after every
+// round, the events applied in order reproduce the tiers' contents exactly.
+TEST_F(EngineKvEventsTest, EventsAppliedInOrderReproduceEveryTiersContents) {
+  EngineOptions o = OnDiskOnFakeClock();
+  o.hot_capacity_bytes = 48 << 10;
+  o.ssd_capacity_bytes = 64 << 10;
+  o.on_kv_event = [&](const KvEvent& ev) { mirror_.Apply(ev); };
+  std::unique_ptr<Engine> e = Open(o);
+  ASSERT_NE(e, nullptr);
+  std::vector<Namespace> models = {e->RegisterModel(KvSpec("a")).value(),
+                                   e->RegisterModel(KvSpec("b")).value()};
+  std::uniform_int_distribution<int> pick(0, 99);
+  for (int round = 0; round < 12; ++round) {
+    for (int op = 0; op < 25; ++op) {
+      const Namespace ns = models[pick(rng_) % 2];
+      const int what = pick(rng_);
+      // Chains share their first blocks: prefixes 0..3, lengths 1..12 blocks.
+      const int32_t prefix = pick(rng_) % 4 * 1000;
+      const size_t blocks = 1 + pick(rng_) % 12;
+      const std::vector<int32_t> tokens = Tokens(blocks * kBlockTokens, prefix);
+      const std::string key = "v" + std::to_string(pick(rng_) % 10);
+      if (what < 45) {
+        StoreAll(*e, ns, tokens);
+      } else if (what < 70) {
+        (void)MatchAndRestore(*e, ns, tokens);
+      } else if (what < 82) {
+        ASSERT_OK(e->PutValue(key, SharedBytes::Copy(std::string(700, 'x'))));
+      } else if (what < 90) {
+        ASSERT_OK(e->DeleteValue(key).status());
+      } else {
+        SetValueOptions so;
+        so.expires_at_unix_ms = clock_.UnixMillis() + 5;
+        ASSERT_OK(
+            e->SetValue(key, SharedBytes::Copy(std::string_view("short")), so).status());
+        clock_.AdvanceMillis(10);
+        EXPECT_TRUE(e->GetValue(key).status().IsNotFound());
+      }
+    }
+    ExpectMirrorIsExact(*e, models);
+  }
+  // The workload reached every kind of change.
+  EXPECT_GT(mirror_.count(KvRemoveReason::kEvicted), 0u);
+  EXPECT_GT(mirror_.count(KvRemoveReason::kRemoved), 0u);
+  EXPECT_GT(mirror_.count(KvRemoveReason::kExpired), 0u);
+  EXPECT_GT(e->Stats().ssd.evictions, 0u);
+  ASSERT_OK(e->Close());
+}
+
+// Threads storing, restoring, putting and deleting the same keys at once:
+// each key's events still arrive in the order of its changes (the mirror
+// never removes what it does not hold) and reproduce the tiers at the end.
+TEST_F(EngineKvEventsTest, ConcurrentWritersOfTheSameKeysKeepEachKeysEventsInOrder) {
+  EngineOptions o = OnDisk(/*hot_bytes=*/32 << 10);
+  o.ssd_capacity_bytes = 96 << 10;
+  o.on_kv_event = [&](const KvEvent& ev) { mirror_.Apply(ev); };
+  std::unique_ptr<Engine> e = Open(o);
+  ASSERT_NE(e, nullptr);
+  const std::vector<Namespace> models = {e->RegisterModel(KvSpec()).value()};
+  const uint64_t seed = rng_();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(seed + t);
+      for (int op = 0; op < 150; ++op) {
+        const std::vector<int32_t> tokens = Tokens(
+            (1 + rng() % 6) * kBlockTokens, static_cast<int32_t>(rng() % 3) * 1000);
+        const std::string key = "v" + std::to_string(rng() % 4);
+        switch (rng() % 4) {
+          case 0:
+            (void)e->Store(models[0], tokens,
+                           KvLayers(2, static_cast<int64_t>(tokens.size()), rng));
+            break;
+          case 1:
+            if (StatusOr<MatchResult> m = e->Match(models[0], tokens); m.ok())
+              (void)e->Restore(*m);
+            break;
+          case 2:
+            (void)e->PutValue(key, SharedBytes::Copy(std::string(900, 'y')));
+            break;
+          default:
+            (void)e->DeleteValue(key);
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ExpectMirrorIsExact(*e, models);
+  EXPECT_GT(mirror_.count(KvRemoveReason::kEvicted), 0u);
+  ASSERT_OK(e->Close());
+}
+
+// A corrupt SSD block found by a read leaves with reason "corrupt".
+TEST_F(EngineKvEventsTest, ACorruptSsdBlockLeavesWithReasonCorrupt) {
+  std::vector<KvEvent> seen;
+  std::mutex mu;
+  EngineOptions o = OnDisk(/*hot_bytes=*/0);
+  o.on_kv_event = [&](const KvEvent& ev) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.push_back(ev);
+  };
+  std::unique_ptr<Engine> e = Open(o);
+  ASSERT_NE(e, nullptr);
+  const Namespace ns = e->RegisterModel(KvSpec()).value();
+  StoreAll(*e, ns, Tokens(2 * kBlockTokens));
+  ASSERT_OK(e->Flush());
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(seen.size(), 2u);  // two blocks stored on SSD, nothing else
+    for (const KvEvent& ev : seen) {
+      EXPECT_EQ(ev.kind, KvEventKind::kStored);
+      EXPECT_EQ(ev.tier, TierLevel::kSsd);
+      EXPECT_GT(ev.bytes, 0u);
+      EXPECT_GT(ev.unix_ms, 0);
+    }
+    EXPECT_EQ(seen[0].parent, seen[0].namespace_id);  // a chain's first block
+    EXPECT_EQ(seen[1].parent, seen[0].key);
+    seen.clear();
+  }
+  // Damage every payload extent on disk (a byte per 512), then read.
+  for (const auto& seg : std::filesystem::recursive_directory_iterator(dir_.str())) {
+    if (seg.path().extension() != ".seg") continue;
+    std::fstream f(seg.path(), std::ios::in | std::ios::out | std::ios::binary);
+    const auto size = static_cast<std::streamoff>(std::filesystem::file_size(seg.path()));
+    for (std::streamoff at = 0; at < size; at += 512) {
+      char c = 0;
+      f.seekg(at);
+      f.read(&c, 1);
+      c = static_cast<char>(c ^ 0x5a);
+      f.seekp(at);
+      f.write(&c, 1);
+    }
+  }
+  StatusOr<MatchResult> m = e->Match(ns, Tokens(2 * kBlockTokens));
+  ASSERT_OK(m);
+  (void)e->Restore(*m);
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen[0].kind, KvEventKind::kRemoved);
+  EXPECT_EQ(seen[0].reason, KvRemoveReason::kCorrupt);
+  EXPECT_EQ(seen[0].tier, TierLevel::kSsd);
+  EXPECT_FALSE(seen[0].copy_remains);
+}
+
+// Write-through keeps every block in RAM and on SSD; when the small SSD tier
+// evicts one the hot tier still holds, its removal says a copy remains.
+TEST_F(EngineKvEventsTest, AnSsdEvictionOfABlockStillInRamSaysACopyRemains) {
+  uint64_t kept = 0, lost = 0;
+  std::mutex mu;
+  EngineOptions o = OnDisk(/*hot_bytes=*/4 << 20);
+  o.write_through = true;
+  o.ssd_capacity_bytes = 24 << 10;
+  o.on_kv_event = [&](const KvEvent& ev) {
+    if (ev.kind != KvEventKind::kRemoved || ev.tier != TierLevel::kSsd) return;
+    std::lock_guard<std::mutex> lock(mu);
+    (ev.copy_remains ? kept : lost) += 1;
+  };
+  std::unique_ptr<Engine> e = Open(o);
+  ASSERT_NE(e, nullptr);
+  const Namespace ns = e->RegisterModel(KvSpec()).value();
+  for (int32_t chain = 0; chain < 20; ++chain) {
+    StoreAll(*e, ns, Tokens(4 * kBlockTokens, chain * 1000));
+  }
+  ASSERT_OK(e->Flush());
+  EXPECT_EQ(e->Stats().hot.evictions, 0u);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_GT(kept, 0u);
+  EXPECT_EQ(lost, 0u);
 }
 
 }  // namespace

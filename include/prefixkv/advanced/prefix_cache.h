@@ -132,9 +132,13 @@ class PrefixCache {
 
   // The longest prefix of `tokens` whose blocks are all cached (stops at the
   // first miss). Counts no local hits. With a remote tier under the stack,
-  // the blocks after the local prefix are asked from it (kRemoteBatch per
-  // round trip) and the ones found are stored locally, so Restore reads
-  // them from RAM; their MatchResult::tiers entry is TierLevel::kRemote.
+  // the blocks after the local prefix are asked from it through the stack
+  // (TierStack::FetchRemote): every remaining full block and the partial
+  // tails after the last one in one batch (one round trip per cluster master)
+  // for up to kRemoteBatch blocks, then one batch per kRemoteBatch more. Each
+  // block found that is the block asked for (its record's identity and
+  // checksum) is stored locally (TierStack::Promote), so Restore reads it
+  // from RAM; its MatchResult::tiers entry is TierLevel::kRemote.
   StatusOr<MatchResult> Match(Namespace ns, std::span<const int32_t> tokens) const;
 
   // Loads, validates and assembles a match (see RestoreResult). A block that
@@ -157,16 +161,13 @@ class PrefixCache {
 
  private:
   StatusOr<cache::NamespaceState*> Find(Namespace ns) const;
-  // How many leading `keys` (a chain after `parent`, `tokens_per_block`
-  // tokens each) the remote tier holds; those are stored locally (Promote).
-  size_t FetchRemote(cache::NamespaceState& ns, std::span<const BlockKey> keys,
-                     BlockKey parent, size_t tokens_per_block) const;
   // True when `payload` (from the remote tier) is block `key` of `ns` after
   // `parent`, holding `tokens` tokens; it is then stored locally (Promote).
   bool PromoteRemote(cache::NamespaceState& ns, const BlockKey& key,
                      const BlockKey& parent, size_t tokens, SharedBytes payload) const;
-  // Blocks asked from the remote tier per round trip in Match.
-  static constexpr size_t kRemoteBatch = 32;
+  // Full blocks asked from the remote tier per batch in Match (a batch holds
+  // every payload it finds at once).
+  static constexpr size_t kRemoteBatch = 256;
 
   TierStack* const default_tiers_;
   const PrefixCacheOptions options_;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "prefixkv/advanced/eviction_policy.h"
+#include "prefixkv/advanced/kv_event_sink.h"
 #include "prefixkv/advanced/tier.h"
 #include "prefixkv/status.h"
 
@@ -43,6 +44,13 @@ struct SharedHotBudgetOptions {
   uint64_t capacity_bytes = uint64_t{1} << 30;
   // Which blocks leave first (see eviction_policy.h).
   EvictionPolicyKind policy = EvictionPolicyKind::kLru;
+  // Receives a kStored event for every Put and a kRemoved one for every Remove
+  // and eviction, under the budget's lock (kv_event_sink.h; not owned; null:
+  // none).
+  KvEventSink* events = nullptr;
+  // A clean block has a copy in a lower tier (an SSD tier is below every
+  // owner): removal events of clean blocks say copy_remains.
+  bool clean_blocks_are_below = false;
 };
 
 // Thread-safe: every method may be called concurrently. All owners share one
@@ -96,6 +104,10 @@ class SharedHotBudget {
   // InvalidArgument, changing nothing, for an unknown owner or more bytes than
   // it has charged.
   Status Uncharge(OwnerId owner, uint64_t bytes);
+
+  // Whether `owner` holds `key` right now, without waiting for a spill of it
+  // in flight (which then counts as gone): for the KV events' copy_remains.
+  bool HoldsNow(OwnerId owner, const BlockKey& key) const;
 
   // Sum over all owners.
   TierCounters Totals() const;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "prefixkv/advanced/file_system.h"
+#include "prefixkv/advanced/kv_event_sink.h"
 #include "prefixkv/advanced/tier.h"
 #include "prefixkv/clock.h"
 
@@ -110,6 +111,11 @@ struct SsdTierOptions {
   std::function<BlockKey(const BlockKey& key, const BlockKey& namespace_id,
                          std::string_view payload)>
       rebuilt_parent;
+  // Receives the tier's KV events (kv_event_sink.h; not owned; null: none):
+  // kStored when a direct Put commits, kMoved (from the hot tier) when an
+  // evicted dirty block enters the write-back queue, kRemoved on Remove,
+  // eviction and a corrupt drop. Blocks found at Open are not reported.
+  KvEventSink* events = nullptr;
 };
 
 // What Open found. Also logged as one line.

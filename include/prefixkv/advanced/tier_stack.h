@@ -30,11 +30,15 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "prefixkv/advanced/capacity_advisor.h"
+#include "prefixkv/advanced/kv_event_sink.h"
 #include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/ssd_admission.h"
 #include "prefixkv/advanced/tier.h"
@@ -105,7 +109,9 @@ class TierStack final : private EvictionListener {
 
   BlockTier* hot() const { return hot_; }
   BlockTier* ssd() const { return ssd_; }
-  BlockTier* remote() const { return options_.remote; }
+  // Whether a remote tier is below the local ones (reached only through
+  // Get, FetchRemote and the write paths: the stack is its one road).
+  bool has_remote() const { return options_.remote != nullptr; }
   // The tier that survives a restart: the SSD tier when present, else hot.
   BlockTier* lowest() const { return ssd_ != nullptr ? ssd_ : hot_; }
   const TierStackOptions& options() const { return options_; }
@@ -132,6 +138,11 @@ class TierStack final : private EvictionListener {
   // removed so it cannot shadow the new one (Busy when that copy is pinned).
   // NoSpace when no tier can hold it.
   Status Put(const BlockMeta& meta, SharedBytes payload);
+  // Reads `keys` from the remote tier in one batch (pipelined: one round trip
+  // per cluster master); nullopt for a miss, and for every key without a
+  // remote tier. Nothing is stored locally: the caller checks that each
+  // payload is the block it asked for, then Promote()s it.
+  std::vector<std::optional<SharedBytes>> FetchRemote(std::span<const BlockKey> keys);
   // Stores a block fetched from the remote tier into the local tiers: Put,
   // without handing it back to the remote tier.
   Status Promote(const BlockMeta& meta, SharedBytes payload);
@@ -141,11 +152,14 @@ class TierStack final : private EvictionListener {
   // Replaces a block's payload in every tier that holds it (the SSD copy by one
   // replacing Put, the hot copy by Remove + Put). A hot copy evicted meanwhile is
   // replaced where it went; a new hot copy that no longer fits in RAM is stored below
-  // instead. NotFound when no tier holds it.
-  Status Rewrite(const BlockMeta& meta, SharedBytes payload);
+  // instead. NotFound when no tier holds it. `reason`: what the KV events of
+  // the replacement say (kStripped for a tip's state stripped in place).
+  Status Rewrite(const BlockMeta& meta, SharedBytes payload,
+                 KvRemoveReason reason = KvRemoveReason::kNone);
   // Removes from every tier. NotFound when no tier held it; Busy when the hot
-  // copy is pinned (the SSD copy is removed anyway).
-  Status Remove(const BlockKey& key);
+  // copy is pinned (the SSD copy is removed anyway). `reason`: what the KV
+  // events of the removal say (kExpired, kSuperseded...).
+  Status Remove(const BlockKey& key, KvRemoveReason reason = KvRemoveReason::kRemoved);
   // Passes the hint to the hot tier (BlockTier::HintUnlikelyReuse); the SSD
   // and remote tiers keep their order. Whether the hot tier took it.
   bool HintUnlikelyReuse(const BlockKey& key) {
