@@ -51,10 +51,10 @@ struct RouterOptions {
   // Nodes routed to, numbered 0..nodes-1; 1..kMaxRouterNodes.
   size_t nodes = 1;
   // The load bound: a node takes a request by prefix only while its in-flight
-  // load plus the request's stays at or below load_bound times the mean
-  // in-flight load over all nodes (the request included); an idle node always
-  // may. Above every node's bound the request goes to the least-loaded node.
-  // >= 1; 0 turns the bound off. Default: 1.25.
+  // load is at most load_bound times the mean in-flight load over all nodes
+  // (the request included), so no node goes above the bound by more than one
+  // request. Above every node's bound the request goes to the least-loaded
+  // node. >= 1; 0 turns the bound off. Default: 1.25.
   double load_bound = 1.25;
   // What a block on SSD (not in RAM) is worth next to one in RAM when prefixes
   // are compared: a node's score is ram_blocks + ssd_block_weight *

@@ -45,8 +45,10 @@ RouteChoice PrefixRouter::Route(std::span<const BlockKey> keys, uint64_t load) {
   for (uint64_t l : s.in_flight) total += l;
   const double limit = options_.load_bound * static_cast<double>(total) / double(n);
   auto under_bound = [&](size_t i) REQUIRES(s.mu) {
-    return options_.load_bound == 0 || s.in_flight[i] == 0 ||
-           static_cast<double>(s.in_flight[i] + load) <= limit;
+    // The node's load before this request: a node at the bound may still
+    // take one more (with equal loads every node is at the mean, and a bound
+    // that counted the request would send everything to the least loaded).
+    return options_.load_bound == 0 || static_cast<double>(s.in_flight[i]) <= limit;
   };
   auto score = [&](size_t i) REQUIRES(s.mu) {
     return double(s.ram[i]) + options_.ssd_block_weight * double(s.local[i] - s.ram[i]);

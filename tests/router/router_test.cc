@@ -205,6 +205,22 @@ TEST(PrefixRouter, TheLoadBoundSendsRequestsAwayFromABusyNode) {
   for (int i = 0; i < 5; ++i) EXPECT_EQ(unbounded->Route(c, 10).node, 0u);
 }
 
+// The bound looks at a node's load before the request: with every node
+// equally busy, the holder of the prefix takes it (1 + 1 > 1.25 * 5 / 4 would
+// refuse every node).
+TEST(PrefixRouter, WithEqualLoadsThePrefixHolderStillTakesTheRequest) {
+  auto r = Router(4);
+  const auto c = Chain(1, 2);
+  StoreChain(*r, 2, c, 2, kHot);
+  for (int i = 0; i < 4; ++i) r->Route(Chain(10 + i, 1), 1);
+  for (size_t i = 0; i < 4; ++i) ASSERT_EQ(r->in_flight(i), 1u);
+  RouteChoice choice = r->Route(c, 1);
+  EXPECT_TRUE(choice.by_prefix);
+  EXPECT_EQ(choice.node, 2u);
+  // Node 2 at 2, the others at 1: 2 > 1.25 * 6 / 4, the bound holds.
+  EXPECT_FALSE(r->Route(c, 1).by_prefix);
+}
+
 TEST(PrefixRouter, MaxBlocksBoundsTheIndex) {
   RouterOptions o;
   o.nodes = 2;
