@@ -84,7 +84,7 @@ struct RouterStats {
   uint64_t events = 0;          // applied
   uint64_t ignored_events = 0;  // for a node out of range or a remote tier
   uint64_t dropped_blocks = 0;  // stored events refused at max_blocks
-  uint64_t node_resets = 0;     // ForgetNode calls and sequence gaps
+  uint64_t node_resets = 0;     // ForgetNode calls
   uint64_t blocks = 0;          // distinct blocks in the index now
   uint64_t routed = 0;          // Route calls
   uint64_t routed_by_prefix = 0;
@@ -100,14 +100,16 @@ class PrefixRouter {
   PrefixRouter& operator=(const PrefixRouter&) = delete;
 
   // Applies one event of `node`'s stream; events of a node must come in the
-  // node's order. A numbered event (seq > 0) that does not follow the
-  // node's previous numbered one (a gap: events were lost; or a step back:
-  // the node's log started over) first forgets everything known of the node,
-  // since the index can no longer be trusted for it. kRemote events are
-  // ignored (the remote tier is shared, not a node's).
+  // node's order, none missing. The numbers are not checked: a node's log
+  // skips numbers after a restart without losing events, and tells a
+  // consumer that asks for events it no longer holds to resnapshot (the
+  // consumer then calls ForgetNode and reads again). kRemote events are
+  // ignored (the remote tier is shared, not a node's). A node's restart
+  // needs nothing more: its kCleared event empties its RAM bits, its SSD
+  // bits stay true.
   void Apply(size_t node, const KvEvent& event);
-  // Forgets every block of `node` (a node restarted without its log, or a
-  // consumer that must resnapshot). Its in-flight load stays.
+  // Forgets every block of `node` (a consumer that lost the node's events
+  // and must resnapshot). Its in-flight load stays.
   void ForgetNode(size_t node);
 
   // Picks a node for a request whose prompt blocks have chain keys `keys` (in

@@ -6,7 +6,7 @@
 namespace prefixkv::internal {
 
 RouterIndex::RouterIndex(size_t nodes, size_t max_blocks)
-    : max_blocks_(max_blocks), last_seq_(nodes, 0) {}
+    : nodes_(nodes), max_blocks_(max_blocks) {}
 
 uint64_t* RouterIndex::TierMask(Masks& m, TierLevel tier) {
   if (tier == TierLevel::kHot) return &m.hot;
@@ -45,22 +45,13 @@ void RouterIndex::ClearAll(uint64_t hot_clear, uint64_t ssd_clear) {
 void RouterIndex::Forget(size_t node) {
   const uint64_t bit = uint64_t{1} << node;
   ClearAll(bit, bit);
-  last_seq_[node] = 0;
 }
 
 void RouterIndex::Apply(size_t node, const KvEvent& e, RouterStats* stats) {
   const bool tier_ok = e.tier == TierLevel::kHot || e.tier == TierLevel::kSsd;
-  if (node >= last_seq_.size() || !tier_ok) {
+  if (node >= nodes_ || !tier_ok) {
     ++stats->ignored_events;
     return;
-  }
-  if (e.seq != 0) {
-    // A gap or a step back: what the index knows of the node may be wrong.
-    if (last_seq_[node] != 0 && e.seq != last_seq_[node] + 1) {
-      Forget(node);
-      ++stats->node_resets;
-    }
-    last_seq_[node] = e.seq;
   }
   ++stats->events;
   switch (e.kind) {
@@ -85,7 +76,7 @@ void RouterIndex::Apply(size_t node, const KvEvent& e, RouterStats* stats) {
 
 void RouterIndex::Match(std::span<const BlockKey> keys, std::vector<size_t>* ram,
                         std::vector<size_t>* local) const {
-  const size_t nodes = last_seq_.size();
+  const size_t nodes = nodes_;
   ram->assign(nodes, 0);
   local->assign(nodes, 0);
   const uint64_t all = nodes == 64 ? ~uint64_t{0} : (uint64_t{1} << nodes) - 1;
@@ -112,7 +103,7 @@ void RouterIndex::Match(std::span<const BlockKey> keys, std::vector<size_t>* ram
 
 bool RouterIndex::Holds(size_t node, const BlockKey& key, TierLevel tier) const {
   auto it = map_.find(key);
-  if (node >= last_seq_.size() || it == map_.end()) return false;
+  if (node >= nodes_ || it == map_.end()) return false;
   const uint64_t mask = tier == TierLevel::kHot   ? it->second.hot
                         : tier == TierLevel::kSsd ? it->second.ssd
                                                   : 0;

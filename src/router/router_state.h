@@ -51,9 +51,9 @@ class RouterIndex {
   void Clear(size_t node, const BlockKey& key, TierLevel tier);
   void ClearAll(uint64_t hot_clear, uint64_t ssd_clear);
 
+  const size_t nodes_;
   const size_t max_blocks_;
   std::unordered_map<BlockKey, Masks, KeyHash> map_;
-  std::vector<uint64_t> last_seq_;  // per node: its last numbered event, 0: none
 };
 
 class RouterState {

@@ -91,6 +91,17 @@ Status ParseXreadReply(const RespValue& reply, std::vector<KvEvent>* events,
   return Status::OK();
 }
 
+std::string LastGeneratedId(const RespValue& xinfo) {
+  if (xinfo.type != Type::kArray) return "";
+  const std::vector<RespValue>& f = xinfo.elements;
+  for (size_t i = 0; i + 1 < f.size(); i += 2) {
+    if (f[i].str == "last-generated-id" && f[i + 1].type == Type::kString &&
+        ParseIdSeq(f[i + 1].str).ok())
+      return f[i + 1].str;
+  }
+  return "";
+}
+
 EventFeed::EventFeed(EventFeedOptions options, PrefixRouter* router)
     : options_(std::move(options)), router_(router), thread_([this] { Run(); }) {}
 
@@ -125,11 +136,19 @@ void EventFeed::Tail(RespClient& client) {
          std::to_string(options_.block_ms), "STREAMS", options_.stream, last_id_});
     if (!reply.ok()) return;  // reconnect
     if (reply->type == Type::kError) {
-      // The node no longer holds what follows last_id_: what the router
-      // knows of it may be stale. Start over from its oldest event.
+      // The node no longer holds what follows last_id_ (RESNAPSHOT): what the
+      // router knows of it may be stale. Read its whole log again; when even
+      // that is refused (retention dropped its start), go on from its head,
+      // knowing only the changes from then on.
       router_->ForgetNode(options_.node);
       ++resnapshots_;
-      last_id_.assign(1, '0');
+      std::string head;
+      if (last_id_ == "0") {
+        StatusOr<RespValue> info = client.Command({"XINFO", "STREAM", options_.stream});
+        if (!info.ok()) return;
+        head = LastGeneratedId(*info);
+      }
+      last_id_ = head.empty() ? std::string(1, '0') : head;
       std::this_thread::sleep_for(std::chrono::milliseconds(options_.retry_ms));
       continue;
     }

@@ -8,9 +8,11 @@
 // entry's id is "<seq>-<n>"; its fields name the event (`kind`, `tier`,
 // `from`, `key` as 32 hex digits; others are ignored). When the connection
 // drops the feed reconnects and resumes from the last id; when the node
-// answers XREAD with an error (it no longer holds the events after that id:
-// the consumer must resnapshot) the router forgets the node and the feed
-// starts again from the node's oldest retained event.
+// answers XREAD with an error (RESNAPSHOT: it no longer holds the events
+// after that id) the router forgets the node and the feed reads the node's
+// whole log again from id 0; when that is refused too (retention dropped the
+// log's start) it goes on from the stream's head (XINFO STREAM's
+// last-generated-id), the router knowing only the changes from then on.
 #pragma once
 
 #include <atomic>
@@ -32,6 +34,10 @@ StatusOr<KvEvent> ParseStreamEntry(const RespValue& entry);
 // to the last entry's id.
 Status ParseXreadReply(const RespValue& reply, std::vector<KvEvent>* events,
                        std::string* last_id);
+
+// XINFO STREAM's "last-generated-id" (the stream's head); empty when the
+// reply holds none.
+std::string LastGeneratedId(const RespValue& xinfo);
 
 struct EventFeedOptions {
   std::string host = "127.0.0.1";
