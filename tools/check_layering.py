@@ -41,7 +41,6 @@ OWNERS = {
     "advanced/hash.h": "prefixkv_base",
     "advanced/mutex.h": "prefixkv_base",
     "advanced/file_system.h": "prefixkv_base",
-    "advanced/fault_injection_file_system.h": "prefixkv_base",
     "tier_types.h": "prefixkv_base",
     "kv_events.h": "prefixkv_base",
     "advanced/kv_event_sink.h": "prefixkv_base",
@@ -55,7 +54,6 @@ OWNERS = {
     "advanced/hot_tier.h": "prefixkv_hot",
     "advanced/shared_hot_budget.h": "prefixkv_hot",
     "advanced/eviction_policy.h": "prefixkv_hot",
-    "advanced/mem_tier.h": "prefixkv_hot",
     "advanced/ssd_tier.h": "prefixkv_ssd",
     "advanced/tier_stack.h": "prefixkv_stack",
     "advanced/ssd_admission.h": "prefixkv_stack",
@@ -82,6 +80,8 @@ OWNERS = {
 
 # tests/fuzz/ targets and the folder whose private headers each drives.
 FUZZ_MIRRORS = {"resp_fuzzer.cc": "src/server", "codec_fuzzer.cc": "storage/codec"}
+# tests/support/ files that use one folder's private helpers.
+SUPPORT_MIRRORS = {"mem_tier.cc": "storage/hot"}
 
 # Third-party include prefixes and the folders allowed to use them.
 THIRD_PARTY = {
@@ -231,6 +231,8 @@ def main():
             mirror = "tools/replay"
         if rel == "fuzz":
             mirror = FUZZ_MIRRORS.get(os.path.basename(path))
+        if rel == "support":
+            mirror = SUPPORT_MIRRORS.get(os.path.basename(path))
         for line, angle, inc in includes(path):
             if angle:
                 if not third_party_ok(path, inc):
