@@ -36,11 +36,12 @@ OWNERS = {
     "bytes.h": "prefixkv_base",
     "clock.h": "prefixkv_base",
     "tensor.h": "prefixkv_base",
+    "tensor_destination.h": "prefixkv_base",
     "block.h": "prefixkv_base",
     "block_key.h": "prefixkv_base",  # chain keys; NamespaceSpec::Fingerprint is core's
     "advanced/hash.h": "prefixkv_base",
     "advanced/mutex.h": "prefixkv_base",
-    "advanced/file_system.h": "prefixkv_base",
+    "file_system.h": "prefixkv_base",
     "tier_types.h": "prefixkv_base",
     "kv_events.h": "prefixkv_base",
     "advanced/kv_event_sink.h": "prefixkv_base",

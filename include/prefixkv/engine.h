@@ -5,6 +5,7 @@
 //   Namespace ns = engine->RegisterModel(spec).value();
 //   MatchResult m = engine->Match(ns, prompt).value();      // hot, then SSD
 //   RestoreResult r = engine->Restore(m).value();           // per-layer caches
+//   // or engine->RestoreInto(m, destinations): into memory the caller owns
 //   ... prefill prompt[r.restored_tokens:], decode ...
 //   engine->Store(ns, all_tokens, layers);                  // new blocks only
 //   engine->Close();                                        // or let it go
@@ -44,13 +45,15 @@
 #include "prefixkv/block_key.h"
 #include "prefixkv/bytes.h"
 #include "prefixkv/clock.h"
-#include "prefixkv/kv_events.h"
 #include "prefixkv/codec.h"
+#include "prefixkv/file_system.h"
+#include "prefixkv/kv_events.h"
 #include "prefixkv/latency_histogram.h"
 #include "prefixkv/memory_charge.h"
 #include "prefixkv/prefix_token_fields.h"
 #include "prefixkv/prefix_types.h"
 #include "prefixkv/status.h"
+#include "prefixkv/tensor_destination.h"
 #include "prefixkv/tier_types.h"
 
 namespace prefixkv {
@@ -124,6 +127,10 @@ struct EngineOptions {
   DecodeLimits decode_limits;
   // Time source for the tiers (access order, retries). Null: Clock::System().
   Clock* clock = nullptr;
+  // Every file operation of the SSD tier (segments, fsyncs, directories; its
+  // RocksDB metadata too) goes through it (file_system.h; not owned, must
+  // outlive the engine). Null: FileSystem::Default(), the POSIX one.
+  FileSystem* file_system = nullptr;
   // Receives every KV event (kv_events.h: a block stored in, removed from or
   // moved between the local tiers), synchronously and possibly under a tier's
   // lock: it must be quick and must not call into the engine. Null: none.
@@ -348,6 +355,21 @@ class Engine {
   // or a block's read error when one left every tier between the restore
   // and its pin.
   StatusOr<PinnedRestore> RestorePinned(const MatchResult& match);
+  // Restore straight into the caller's memory (docs/prefix_cache.md,
+  // "Restoring into the caller's buffers"): one LayerDestination per layer of
+  // the namespace, one TensorDestination per restored tensor of that layer
+  // (tensor_destination.h: base pointer, bytes, dtype, byte strides). Each
+  // block's slice goes from the tier to its place in the destination in one
+  // copy, byte for byte what Restore would return. Every destination is
+  // checked before the first byte is written: InvalidArgument, and nothing
+  // written, for a wrong count, dtype or stride, a null or too small buffer.
+  // `on_layer` (optional) is told, on this thread, as each layer completes,
+  // in layer order; all blocks are read before the first layer (a block
+  // holds every layer). Counted and timed as Restore (the callbacks' time
+  // included).
+  StatusOr<RestoreIntoResult> RestoreInto(const MatchResult& match,
+                                          std::span<const LayerDestination> destinations,
+                                          const LayerRestoredCallback& on_layer = {});
   // Stores the caches of `tokens` (one LayerState per layer covering every
   // token); blocks already cached are not rewritten. InvalidArgument when the
   // layers do not fit the namespace layout. `options.reuse` hints whether the

@@ -311,37 +311,14 @@ void BindValues(py::module_& m) {
                     doc::kBlockPayloadSize)
       .def_readonly("layers", &PyRestoredBlock::layers, doc::kBlockLayers);
 
-  auto result = [](auto field) {
-    return [field](const PyRestored& r) { return r.restore->result.*field; };
-  };
-  py::class_<PyRestored>(m, "Restored", doc::kRestored)
-      .def_readonly("layers", &PyRestored::layers, doc::kRestoredLayers)
-      .def_property_readonly("blocks", &PyRestored::Blocks, doc::kRestoredBlocks)
-      .def_property_readonly("restored_tokens", result(&RestoreResult::restored_tokens),
-                             doc::kRestoredTokens)
-      .def_property_readonly("restored_blocks", result(&RestoreResult::restored_blocks),
-                             doc::kRestoredBlockCount)
-      .def_property_readonly("blocks_from_hot", result(&RestoreResult::blocks_from_hot),
-                             doc::kBlocksFromHot)
-      .def_property_readonly("blocks_from_ssd", result(&RestoreResult::blocks_from_ssd),
-                             doc::kBlocksFromSsd)
-      .def_property_readonly("tokens_from_hot", result(&RestoreResult::tokens_from_hot),
-                             doc::kTokensFromHot)
-      .def_property_readonly("tokens_from_ssd", result(&RestoreResult::tokens_from_ssd),
-                             doc::kTokensFromSsd)
-      .def_property_readonly("tokens_from_remote",
-                             result(&RestoreResult::tokens_from_remote),
-                             doc::kTokensFromRemote)
-      .def_property_readonly("reason", result(&RestoreResult::reason), doc::kReason)
-      .def_property_readonly(
-          "window_tokens",
-          [](const PyRestored& r) { return r.restore->result.window.window_tokens; },
-          doc::kWindowTokens)
-      .def("__repr__", [](const PyRestored& r) {
-        return "Restored(restored_tokens=" +
-               std::to_string(r.restore->result.restored_tokens) +
-               ", blocks=" + std::to_string(r.restore->result.restored_blocks) + ")";
-      });
+  py::class_<PyRestored, PyRestoreCounters> restored(m, "Restored", doc::kRestored);
+  restored.def_readonly("layers", &PyRestored::layers, doc::kRestoredLayers)
+      .def_property_readonly("blocks", &PyRestored::Blocks, doc::kRestoredBlocks);
+  restored.def("__repr__", [](const PyRestored& r) {
+    return "Restored(restored_tokens=" +
+           std::to_string(r.restore->result.restored_tokens) +
+           ", blocks=" + std::to_string(r.restore->result.restored_blocks) + ")";
+  });
 
   py::class_<StoreResult>(m, "StoreResult", doc::kStoreResult)
       .def_readonly("blocks", &StoreResult::blocks, doc::kStoreBlocks)
@@ -364,6 +341,7 @@ void BindValues(py::module_& m) {
 }  // namespace
 
 void BindEngine(py::module_& m) {
+  BindRestoredInto(m);  // RestoreCounters first: Restored derives from it
   BindValues(m);
   py::class_<PyEngine, std::shared_ptr<PyEngine>>(m, "Engine", doc::kEngine)
       .def_static("open", &OpenEngine, py::kw_only(), py::arg("data_dir") = py::none(),
@@ -392,6 +370,8 @@ void BindEngine(py::module_& m) {
                 ValueOr(e.Call([&](Engine& en) { return en.RestorePinned(m.match); })));
           },
           py::arg("match"), doc::kRestoreCall)
+      .def("restore_into", &RestoreInto, py::arg("match"), py::arg("dests"),
+           py::kw_only(), py::arg("on_layer") = py::none(), doc::kRestoreIntoCall)
       .def("store", &Store, py::arg("ns"), py::arg("tokens"), py::arg("layers"),
            py::arg("reuse") = "normal", doc::kStore)
       .def(

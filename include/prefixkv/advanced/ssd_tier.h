@@ -29,7 +29,7 @@
 #include <string_view>
 #include <vector>
 
-#include "prefixkv/advanced/file_system.h"
+#include "prefixkv/file_system.h"
 #include "prefixkv/advanced/kv_event_sink.h"
 #include "prefixkv/advanced/tier.h"
 #include "prefixkv/clock.h"
