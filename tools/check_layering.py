@@ -77,6 +77,7 @@ OWNERS = {
     "hot_kv_state.h": "prefixkv_session",
     "boundary_adapter.h": "prefixkv_session",
     "server.h": "prefixkv_server",
+    "router.h": "prefixkv_router",
 }
 
 # tests/fuzz/ targets and the folder whose private headers each drives.
@@ -89,7 +90,7 @@ THIRD_PARTY = {
     "rocksdb/": ["storage/ssd", "tests/storage/ssd"],
     "boost/": ["storage/hot", "src/server"],
     "zstd": ["storage/codec"],
-    "hiredis/": ["storage/remote", "tests/storage/remote", "tools/redis"],
+    "hiredis/": ["storage/remote", "tests/storage/remote", "tools/redis", "tools/route"],
     # The hash itself, and two places that measure or check against raw XXH3.
     "xxh": ["storage/base", "tools/bench/bench_core.cc", "tests/core/block_key_test.cc"],
 }
