@@ -5,6 +5,7 @@
 //   Namespace ns = engine->RegisterModel(spec).value();
 //   MatchResult m = engine->Match(ns, prompt).value();      // hot, then SSD
 //   RestoreResult r = engine->Restore(m).value();           // per-layer caches
+//   // or engine->RestoreInto(m, destinations): into memory the caller owns
 //   ... prefill prompt[r.restored_tokens:], decode ...
 //   engine->Store(ns, all_tokens, layers);                  // new blocks only
 //   engine->Close();                                        // or let it go
@@ -45,12 +46,15 @@
 #include "prefixkv/bytes.h"
 #include "prefixkv/clock.h"
 #include "prefixkv/codec.h"
+#include "prefixkv/file_system.h"
 #include "prefixkv/kv_events.h"
 #include "prefixkv/latency_histogram.h"
 #include "prefixkv/memory_charge.h"
+#include "prefixkv/namespace_manifest.h"
 #include "prefixkv/prefix_token_fields.h"
 #include "prefixkv/prefix_types.h"
 #include "prefixkv/status.h"
+#include "prefixkv/tensor_destination.h"
 #include "prefixkv/tier_types.h"
 
 namespace prefixkv {
@@ -124,6 +128,10 @@ struct EngineOptions {
   DecodeLimits decode_limits;
   // Time source for the tiers (access order, retries). Null: Clock::System().
   Clock* clock = nullptr;
+  // Every file operation of the SSD tier (segments, fsyncs, directories; its
+  // RocksDB metadata too) goes through it (file_system.h; not owned, must
+  // outlive the engine). Null: FileSystem::Default(), the POSIX one.
+  FileSystem* file_system = nullptr;
   // Receives every KV event (kv_events.h: a block stored in, removed from or
   // moved between the local tiers), synchronously and possibly under a tier's
   // lock: it must be quick and must not call into the engine. Null: none.
@@ -254,6 +262,51 @@ struct EngineAudit {
   bool ok() const { return findings.empty() && orphans.empty(); }
 };
 
+// Why a prompt's blocks are not (all) cached (Engine::ExplainMiss).
+enum class MissKind : uint8_t {
+  kNone,            // every full block is cached and a restore gets them all
+  kNeverStored,     // no tier holds the block and the SSD tier's removal
+                    // history, which still holds every removal, has none of it
+  kNotStored,       // never stored or evicted: no history reaches back to it
+                    // (no SSD tier, or a full history ring)
+  kEvicted,         // evicted from the SSD tier for capacity (history)
+  kRemoved,         // removed explicitly: a purge or a repair (history)
+  kCorruptDropped,  // dropped after its bytes failed verification (history)
+  kStripped,        // cached, but its tip-only (window/recurrent) state is a
+                    // placeholder, so a restore walks back before it
+  kOtherNamespace,  // the prompt's first block is stored under another
+                    // namespace: `differences` names the fields
+};
+std::string_view MissKindName(MissKind kind);  // "none", "never-stored", ...
+
+// Engine::ExplainMiss's value: where a prompt stops hitting and why.
+struct MissExplanation {
+  BlockKey root;  // the asked spec's namespace root
+  uint64_t prompt_tokens = 0;
+  uint64_t full_blocks = 0;    // the prompt's full blocks
+  uint64_t cached_blocks = 0;  // leading blocks some local tier holds
+  // Tokens a restore would give now (after the tip-only walk-back).
+  uint64_t restorable_tokens = 0;
+  int64_t first_missed_block = -1;  // index among the full blocks; -1: none
+  BlockKey first_missed_key;        // zero when none
+  MissKind kind = MissKind::kNone;
+  std::string reason;  // one sentence naming the block and the cause
+  // kOtherNamespace: the namespace holding the prompt's first block, how many
+  // leading blocks it holds, and every field its manifest differs in (empty
+  // with other_has_manifest false: written before manifests).
+  BlockKey other_root;
+  uint64_t other_cached_blocks = 0;
+  bool other_has_manifest = false;
+  std::vector<ManifestDifference> differences;
+};
+
+// A namespace's stored manifest (Engine::Manifests).
+struct StoredManifest {
+  BlockKey root;
+  std::string text;  // as stored (namespace_manifest.h)
+  StatusOr<NamespaceManifest> decoded = Status::NotFound("not decoded");
+};
+
 // One block of a PinnedRestore, as the tier holds it: its record's tensors
 // view `payload` without a copy.
 struct RestoredBlock {
@@ -331,9 +384,12 @@ class Engine {
 
   // Registers a model: a hot-budget owner named spec.model (suffixed with its
   // root when the name is taken) with its own counters, and a namespace whose
-  // chains start at the fingerprint's root. Registering the same spec with
-  // the same options again returns the same Namespace. InvalidArgument for a
-  // bad spec (NamespaceSpec::Fingerprint) or the same spec with other options.
+  // chains start at the fingerprint's root. With an SSD tier the namespace's
+  // manifest (its spec) is stored the first time; a stored manifest of the
+  // same root whose fingerprint differs (a damaged record or a hash
+  // collision) refuses the registration (Corruption): never a silent reuse. Registering
+  // the same spec with the same options again returns the same Namespace. InvalidArgument
+  // for a bad spec (NamespaceSpec::Fingerprint) or the same spec with other options.
   StatusOr<Namespace> RegisterModel(const NamespaceSpec& spec,
                                     const ModelOptions& options = {});
   // The registered namespace with this root; NotFound when none is.
@@ -363,6 +419,21 @@ class Engine {
   // or a block's read error when one left every tier between the restore
   // and its pin.
   StatusOr<PinnedRestore> RestorePinned(const MatchResult& match);
+  // Restore straight into the caller's memory (docs/prefix_cache.md,
+  // "Restoring into the caller's buffers"): one LayerDestination per layer of
+  // the namespace, one TensorDestination per restored tensor of that layer
+  // (tensor_destination.h: base pointer, bytes, dtype, byte strides). Each
+  // block's slice goes from the tier to its place in the destination in one
+  // copy, byte for byte what Restore would return. Every destination is
+  // checked before the first byte is written: InvalidArgument, and nothing
+  // written, for a wrong count, dtype or stride, a null or too small buffer.
+  // `on_layer` (optional) is told, on this thread, as each layer completes,
+  // in layer order; all blocks are read before the first layer (a block
+  // holds every layer). Counted and timed as Restore (the callbacks' time
+  // included).
+  StatusOr<RestoreIntoResult> RestoreInto(const MatchResult& match,
+                                          std::span<const LayerDestination> destinations,
+                                          const LayerRestoredCallback& on_layer = {});
   // Stores the caches of `tokens` (one LayerState per layer covering every
   // token); blocks already cached are not rewritten. InvalidArgument when the
   // layers do not fit the namespace layout. `options.reuse` hints whether the
@@ -392,6 +463,19 @@ class Engine {
   // and adds `tokens` to its PrefixTokenCounters. NotFound for an unknown ns.
   Status RecordServedRestore(Namespace ns, uint64_t duration_nanos,
                              const PrefixTokenCounters& tokens);
+  // Why `tokens` do not fully hit under `spec` (which need not be
+  // registered; nothing is registered, counted or promoted): the first full
+  // block that no local tier (hot, SSD) holds, or the first whose tip-only
+  // state is a placeholder, and the cause: the SSD tier's removal history
+  // (evicted, removed, corrupt-dropped), or, when even the first block is
+  // missing, another namespace (stored manifests and registered models)
+  // holding it, with the fields its spec differs in. docs/prefix_cache.md
+  // "Explaining a miss". InvalidArgument for a bad spec.
+  StatusOr<MissExplanation> ExplainMiss(const NamespaceSpec& spec,
+                                        std::span<const int32_t> tokens);
+  // Every namespace manifest in the SSD tier (RegisterModel writes one per
+  // namespace; docs/format.md §5), by root; empty without an SSD tier.
+  StatusOr<std::vector<StoredManifest>> Manifests() const;
   // How many models are registered.
   size_t model_count() const;
   // The clock the engine reads (EngineOptions::clock, or the system's): a

@@ -2,7 +2,9 @@
 // what a store did, a match, a restore.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -92,5 +94,27 @@ struct RestoreResult {
   // vanished or failed validation, or walk-back dropped trailing blocks).
   std::string reason;
 };
+
+// The dtype and shape of one tensor a RestoreInto wrote: the tensor Restore
+// would have returned in its place.
+struct RestoredTensorShape {
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  bool operator==(const RestoredTensorShape&) const = default;
+};
+
+// RestoreInto's value.
+struct RestoreIntoResult {
+  // Exactly what Restore returns, except that layers[l].tensors are empty:
+  // their bytes are in the caller's destinations (cache_type, meta and
+  // placeholder are set as Restore sets them).
+  RestoreResult result;
+  // Per layer, per tensor: what was written (empty when nothing was restored).
+  std::vector<std::vector<RestoredTensorShape>> written;
+};
+
+// Told that layer `layer` is completely written (RestoreInto calls it once
+// per layer, in layer order, on the calling thread, holding no lock).
+using LayerRestoredCallback = std::function<void(size_t layer)>;
 
 }  // namespace prefixkv

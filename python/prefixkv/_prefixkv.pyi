@@ -1,6 +1,6 @@
 # Type stubs of the extension module prefixkv._prefixkv (python/src/).
 from types import TracebackType
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -90,20 +90,8 @@ class RestoredBlock:
     def layers(self) -> list[Layer]:
         """Per layer: a Layer viewing the payload."""
 
-class Restored:
-    """Per-layer caches ready to continue at position restored_tokens.
-
-    layers[l].tensors are read-only numpy arrays. A layer restored from one
-    block, and every rotating/arrays layer (the tip's state), views the hot
-    tier's bytes (no copy, pinned while the array lives); a sliceable layer
-    spanning several blocks is one concatenated copy the array owns. blocks
-    gives the zero-copy per-block views."""
-    @property
-    def layers(self) -> list[Layer]:
-        """Per layer: a Layer of read-only arrays."""
-    @property
-    def blocks(self) -> list[RestoredBlock]:
-        """The zero-copy per-block views (RestoredBlock)."""
+class RestoreCounters:
+    """What a restore read: Restored and RestoredInto have these counters."""
     @property
     def restored_tokens(self) -> int:
         """Tokens restored: continue at this position."""
@@ -131,6 +119,29 @@ class Restored:
     @property
     def window_tokens(self) -> list[int]:
         """The token ids in a rotating layer's window."""
+
+class Restored(RestoreCounters):
+    """Per-layer caches ready to continue at position restored_tokens.
+
+    layers[l].tensors are read-only numpy arrays. A layer restored from one
+    block, and every rotating/arrays layer (the tip's state), views the hot
+    tier's bytes (no copy, pinned while the array lives); a sliceable layer
+    spanning several blocks is one concatenated copy the array owns. blocks
+    gives the zero-copy per-block views."""
+    @property
+    def layers(self) -> list[Layer]:
+        """Per layer: a Layer of read-only arrays."""
+    @property
+    def blocks(self) -> list[RestoredBlock]:
+        """The zero-copy per-block views (RestoredBlock)."""
+
+class RestoredInto(RestoreCounters):
+    """What Engine.restore_into wrote: the restore's counters, and per
+    layer a Layer whose tensors are writable views of your destinations cut to
+    the restored shape."""
+    @property
+    def layers(self) -> list[Layer]:
+        """Per layer: a Layer (type, meta) viewing the written part of each destination."""
 
 class StoreResult:
     """What a store did (Engine.store)."""
@@ -182,17 +193,45 @@ class Engine:
     def register_model(self, model: str, layer_types: Sequence[str], *,
                        block_tokens: int = 256, dtype: str = "float16", salt: str = "",
                        store_partial_tail: bool = False,
-                       hot_quota_bytes: Optional[int] = None) -> Namespace:
+                       hot_quota_bytes: Optional[int] = None,
+                       **spec_fields: Any) -> Namespace:
         """Registers a model (Engine::RegisterModel): its cache type per layer, tokens
         per block, dtype (float16, float32, bfloat16), tenant salt. store_partial_tail:
         the last block of a store may be a marked partial block. hot_quota_bytes: the
-        model's cap in the hot tier."""
+        model's cap in the hot tier. More spec fields as keywords (each keyed only when
+        set): revision, tokenizer_hash, layer_shapes (one "HxD[wW][rCxCH:SHxSD]" string
+        per layer, e.g. "8x128w4096"), quantization, tp_rank, tp_size, pp_rank, pp_size."""
+    def explain_miss(self, tokens: Tokens, ns: Optional[Namespace] = None,
+                     **spec_fields: Any) -> Dict[str, Any]:
+        """Why `tokens` do not fully hit (Engine::ExplainMiss): the spec of `ns`
+        (a Namespace; or none) with each keyword (model, layer_types, block_tokens,
+        dtype, salt and the register_model spec keywords) replacing its field; the
+        spec need not be registered. A dict: kind (none, never-stored, not-stored,
+        evicted, removed, corrupt-dropped, stripped, other-namespace), reason,
+        first_missed_block (-1: none), first_missed_key, cached_blocks,
+        restorable_tokens, other_namespace and differences (field, stored, asked,
+        text, e.g. "tokenizer hash differs: stored abc, asked def")."""
     def match(self, ns: Namespace, tokens: Tokens) -> Match:
         """The longest cached prefix of `tokens` (a sequence or 1-D array of ints,
         each fitting int32)."""
     def restore(self, match: Match) -> Restored:
         """Restores a match (Engine::RestorePinned): the hot blocks stay pinned
         while the Restored object or any of its arrays lives."""
+    def restore_into(self, match: Match, dests: Sequence[Sequence[Any]], *,
+                     on_layer: Optional[Callable[[int], None]] = None) -> RestoredInto:
+        """Restores a match straight into your memory (Engine::RestoreInto):
+        dests has one entry per layer, each a list with one writable destination per
+        restored tensor (keys, values): a numpy array, a CPU torch tensor (a pinned
+        one too), any writable buffer or a DLPack tensor in host memory, of the
+        restored dtype (bfloat16: uint16 or torch.bfloat16), as many dimensions as
+        the restored tensor and at least its size along each (a [1, heads,
+        max_tokens, dim] array takes any shorter restore in its first positions;
+        strided views are written in place). Each block's bytes are copied once,
+        from the tier into the destination, without the GIL. Every destination is
+        checked first: InvalidArgument, and nothing written, for a read-only, too
+        small, wrongly typed or shaped one.
+        on_layer(l), when given, is called (with the GIL) as each layer completes,
+        in order; an exception it raises is raised after the restore."""
     def store(self, ns: Namespace, tokens: Tokens,
               layers: Sequence[Union[Layer, Sequence[npt.NDArray[Any]]]],
               reuse: str = "normal") -> StoreResult:

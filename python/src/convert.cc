@@ -92,13 +92,17 @@ py::array AsArray(const py::object& tensor, const std::string& what) {
 }
 
 StatusOr<DType> DTypeOfArray(const py::array& array, const std::string& what) {
+  return DTypeOfNumpy(array.dtype(), what);
+}
+
+StatusOr<DType> DTypeOfNumpy(const py::dtype& numpy_dtype, const std::string& what) {
   for (int raw = 0; raw < 256; ++raw) {
     if (!IsValidDType(static_cast<uint8_t>(raw))) continue;
     const auto dtype = static_cast<DType>(raw);
-    if (array.dtype().equal(NumpyDType(dtype))) return dtype;
+    if (numpy_dtype.equal(NumpyDType(dtype))) return dtype;
   }
   return Status::InvalidArgument(what + ": numpy dtype " +
-                                 py::str(py::object(array.dtype())).cast<std::string>() +
+                                 py::str(py::object(numpy_dtype)).cast<std::string>() +
                                  " has no block format type");
 }
 

@@ -65,6 +65,8 @@ py::array AsArray(const py::object& tensor, const std::string& what);
 // The DType of an array's elements (uint16: bfloat16). InvalidArgument naming
 // `what` for a numpy dtype the block format has no type for.
 StatusOr<DType> DTypeOfArray(const py::array& array, const std::string& what);
+// The same for a numpy dtype (a buffer's, py::dtype(buffer_info)).
+StatusOr<DType> DTypeOfNumpy(const py::dtype& numpy_dtype, const std::string& what);
 
 // Token ids as int32 from a sequence or 1-D array of ints; InvalidArgument
 // for anything else or a value outside int32.

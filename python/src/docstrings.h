@@ -106,13 +106,46 @@ inline constexpr const char* kRegisterModel =
     R"doc(Registers a model (Engine::RegisterModel): its cache type per layer, tokens
 per block, dtype (float16, float32, bfloat16), tenant salt. store_partial_tail:
 the last block of a store may be a marked partial block. hot_quota_bytes: the
-model's cap in the hot tier.)doc";
+model's cap in the hot tier. More spec fields as keywords (each keyed only when
+set): revision, tokenizer_hash, layer_shapes (one "HxD[wW][rCxCH:SHxSD]" string
+per layer, e.g. "8x128w4096"), quantization, tp_rank, tp_size, pp_rank, pp_size.)doc";
+inline constexpr const char* kExplainMiss =
+    R"doc(Why `tokens` do not fully hit (Engine::ExplainMiss): the spec of `ns`
+(a Namespace; or none) with each keyword (model, layer_types, block_tokens,
+dtype, salt and the register_model spec keywords) replacing its field; the
+spec need not be registered. A dict: kind (none, never-stored, not-stored,
+evicted, removed, corrupt-dropped, stripped, other-namespace), reason,
+first_missed_block (-1: none), first_missed_key, cached_blocks,
+restorable_tokens, other_namespace and differences (field, stored, asked,
+text, e.g. "tokenizer hash differs: stored abc, asked def").)doc";
 inline constexpr const char* kMatchCall =
     "The longest cached prefix of `tokens` (a sequence or 1-D array of ints,\n"
     "each fitting int32).";
 inline constexpr const char* kRestoreCall =
     "Restores a match (Engine::RestorePinned): the hot blocks stay pinned\n"
     "while the Restored object or any of its arrays lives.";
+inline constexpr const char* kRestoreIntoCall =
+    R"doc(Restores a match straight into your memory (Engine::RestoreInto):
+dests has one entry per layer, each a list with one writable destination per
+restored tensor (keys, values): a numpy array, a CPU torch tensor (a pinned
+one too), any writable buffer or a DLPack tensor in host memory, of the
+restored dtype (bfloat16: uint16 or torch.bfloat16), as many dimensions as
+the restored tensor and at least its size along each (a [1, heads,
+max_tokens, dim] array takes any shorter restore in its first positions;
+strided views are written in place). Each block's bytes are copied once,
+from the tier into the destination, without the GIL. Every destination is
+checked first: InvalidArgument, and nothing written, for a read-only, too
+small, wrongly typed or shaped one.
+on_layer(l), when given, is called (with the GIL) as each layer completes,
+in order; an exception it raises is raised after the restore.)doc";
+inline constexpr const char* kRestoreCounters =
+    "What a restore read: Restored and RestoredInto have these counters.";
+inline constexpr const char* kRestoredInto =
+    R"doc(What Engine.restore_into wrote: the restore's counters, and per
+layer a Layer whose tensors are writable views of your destinations cut to
+the restored shape.)doc";
+inline constexpr const char* kRestoredIntoLayers =
+    "Per layer: a Layer (type, meta) viewing the written part of each destination.";
 inline constexpr const char* kStore =
     R"doc(One entry per layer covering every token: a Layer, or a list of
 C-contiguous arrays of the namespace dtype (the layer's registered type,

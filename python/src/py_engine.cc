@@ -212,22 +212,101 @@ std::shared_ptr<PyEngine> OpenEngine(std::optional<std::string> data_dir,
   return std::make_shared<PyEngine>(std::move(engine));
 }
 
+// Sets the spec field `key` (a register_model / explain_miss keyword) from
+// `v`; TypeError for a name that is no spec field.
+void SetSpecField(NamespaceSpec* spec, const std::string& key, const py::handle& v) {
+  if (key == "model") {
+    spec->model = v.cast<std::string>();
+  } else if (key == "layer_types") {
+    spec->layer_types = v.cast<std::vector<std::string>>();
+  } else if (key == "block_tokens") {
+    spec->block_tokens = v.cast<uint32_t>();
+  } else if (key == "dtype") {
+    spec->dtype = ValueOr(ParseDType(v.cast<std::string>()));
+  } else if (key == "layer_shapes") {
+    std::string joined;
+    for (const std::string& s : v.cast<std::vector<std::string>>()) {
+      joined += (joined.empty() ? "" : ",") + s;
+    }
+    spec->layer_shapes = ValueOr(ParseLayerShapes(joined));
+  } else {
+    const std::pair<const char*, std::string*> strings[] = {
+        {"salt", &spec->salt},
+        {"revision", &spec->revision},
+        {"tokenizer_hash", &spec->tokenizer_hash},
+        {"quantization", &spec->quantization}};
+    const std::pair<const char*, uint32_t*> numbers[] = {{"tp_rank", &spec->tp_rank},
+                                                         {"tp_size", &spec->tp_size},
+                                                         {"pp_rank", &spec->pp_rank},
+                                                         {"pp_size", &spec->pp_size}};
+    for (const auto& [name, field] : strings) {
+      if (key == name) return void(*field = v.cast<std::string>());
+    }
+    for (const auto& [name, field] : numbers) {
+      if (key == name) return void(*field = v.cast<uint32_t>());
+    }
+    throw py::type_error("no spec field named '" + key + "'");
+  }
+}
+
 PyNamespace RegisterModel(PyEngine& engine, const std::string& model,
                           const std::vector<std::string>& layer_types,
                           uint32_t block_tokens, const std::string& dtype,
                           const std::string& salt, bool store_partial_tail,
-                          std::optional<uint64_t> hot_quota_bytes) {
+                          std::optional<uint64_t> hot_quota_bytes,
+                          const py::kwargs& more) {
   PyNamespace out;
   out.spec.model = model;
   out.spec.layer_types = layer_types;
   out.spec.block_tokens = block_tokens;
   out.spec.dtype = ValueOr(ParseDType(dtype));
   out.spec.salt = salt;
+  for (const auto& [key, value] : more)
+    SetSpecField(&out.spec, key.cast<std::string>(), value);
   const ModelOptions options{.store_partial_tail = store_partial_tail,
                              .hot_quota_bytes = hot_quota_bytes};
   out.ns =
       ValueOr(engine.Call([&](Engine& e) { return e.RegisterModel(out.spec, options); }));
   return out;
+}
+
+py::dict MissDict(const MissExplanation& m) {
+  py::dict d;
+  d["kind"] = std::string(MissKindName(m.kind));
+  d["reason"] = m.reason;
+  d["root"] = m.root.ToHex();
+  d["prompt_tokens"] = m.prompt_tokens;
+  d["full_blocks"] = m.full_blocks;
+  d["cached_blocks"] = m.cached_blocks;
+  d["restorable_tokens"] = m.restorable_tokens;
+  d["first_missed_block"] = m.first_missed_block;
+  d["first_missed_key"] = m.first_missed_key.IsZero() ? "" : m.first_missed_key.ToHex();
+  d["other_namespace"] = m.other_root.IsZero() ? "" : m.other_root.ToHex();
+  d["other_cached_blocks"] = m.other_cached_blocks;
+  d["other_has_manifest"] = m.other_has_manifest;
+  py::list differences;
+  for (const ManifestDifference& diff : m.differences) {
+    py::dict one;
+    one["field"] = diff.field;
+    one["stored"] = diff.stored;
+    one["asked"] = diff.asked;
+    one["text"] = diff.ToString();
+    differences.append(one);
+  }
+  d["differences"] = differences;
+  return d;
+}
+
+// Engine.explain_miss: the spec of `ns` (or an empty one) with every keyword
+// replacing its field.
+py::dict ExplainMiss(PyEngine& engine, const py::object& tokens,
+                     const std::optional<PyNamespace>& ns, const py::kwargs& fields) {
+  NamespaceSpec spec = ns ? ns->spec : NamespaceSpec{};
+  for (const auto& [key, value] : fields)
+    SetSpecField(&spec, key.cast<std::string>(), value);
+  const std::vector<int32_t> ids = TokenIds(tokens);
+  return MissDict(
+      ValueOr(engine.Call([&](Engine& e) { return e.ExplainMiss(spec, ids); })));
 }
 
 void BindValues(py::module_& m) {
@@ -312,37 +391,14 @@ void BindValues(py::module_& m) {
                     doc::kBlockPayloadSize)
       .def_readonly("layers", &PyRestoredBlock::layers, doc::kBlockLayers);
 
-  auto result = [](auto field) {
-    return [field](const PyRestored& r) { return r.restore->result.*field; };
-  };
-  py::class_<PyRestored>(m, "Restored", doc::kRestored)
-      .def_readonly("layers", &PyRestored::layers, doc::kRestoredLayers)
-      .def_property_readonly("blocks", &PyRestored::Blocks, doc::kRestoredBlocks)
-      .def_property_readonly("restored_tokens", result(&RestoreResult::restored_tokens),
-                             doc::kRestoredTokens)
-      .def_property_readonly("restored_blocks", result(&RestoreResult::restored_blocks),
-                             doc::kRestoredBlockCount)
-      .def_property_readonly("blocks_from_hot", result(&RestoreResult::blocks_from_hot),
-                             doc::kBlocksFromHot)
-      .def_property_readonly("blocks_from_ssd", result(&RestoreResult::blocks_from_ssd),
-                             doc::kBlocksFromSsd)
-      .def_property_readonly("tokens_from_hot", result(&RestoreResult::tokens_from_hot),
-                             doc::kTokensFromHot)
-      .def_property_readonly("tokens_from_ssd", result(&RestoreResult::tokens_from_ssd),
-                             doc::kTokensFromSsd)
-      .def_property_readonly("tokens_from_remote",
-                             result(&RestoreResult::tokens_from_remote),
-                             doc::kTokensFromRemote)
-      .def_property_readonly("reason", result(&RestoreResult::reason), doc::kReason)
-      .def_property_readonly(
-          "window_tokens",
-          [](const PyRestored& r) { return r.restore->result.window.window_tokens; },
-          doc::kWindowTokens)
-      .def("__repr__", [](const PyRestored& r) {
-        return "Restored(restored_tokens=" +
-               std::to_string(r.restore->result.restored_tokens) +
-               ", blocks=" + std::to_string(r.restore->result.restored_blocks) + ")";
-      });
+  py::class_<PyRestored, PyRestoreCounters> restored(m, "Restored", doc::kRestored);
+  restored.def_readonly("layers", &PyRestored::layers, doc::kRestoredLayers)
+      .def_property_readonly("blocks", &PyRestored::Blocks, doc::kRestoredBlocks);
+  restored.def("__repr__", [](const PyRestored& r) {
+    return "Restored(restored_tokens=" +
+           std::to_string(r.restore->result.restored_tokens) +
+           ", blocks=" + std::to_string(r.restore->result.restored_blocks) + ")";
+  });
 
   py::class_<StoreResult>(m, "StoreResult", doc::kStoreResult)
       .def_readonly("blocks", &StoreResult::blocks, doc::kStoreBlocks)
@@ -365,6 +421,7 @@ void BindValues(py::module_& m) {
 }  // namespace
 
 void BindEngine(py::module_& m) {
+  BindRestoredInto(m);  // RestoreCounters first: Restored derives from it
   BindValues(m);
   py::class_<PyEngine, std::shared_ptr<PyEngine>> engine(m, "Engine", doc::kEngine);
   engine
@@ -379,6 +436,8 @@ void BindEngine(py::module_& m) {
            py::kw_only(), py::arg("block_tokens") = 256, py::arg("dtype") = "float16",
            py::arg("salt") = "", py::arg("store_partial_tail") = false,
            py::arg("hot_quota_bytes") = py::none(), doc::kRegisterModel)
+      .def("explain_miss", &ExplainMiss, py::arg("tokens"), py::arg("ns") = py::none(),
+           doc::kExplainMiss)
       .def(
           "match",
           [](PyEngine& e, const PyNamespace& ns, const py::object& tokens) {
@@ -394,6 +453,8 @@ void BindEngine(py::module_& m) {
                 ValueOr(e.Call([&](Engine& en) { return en.RestorePinned(m.match); })));
           },
           py::arg("match"), doc::kRestoreCall)
+      .def("restore_into", &RestoreInto, py::arg("match"), py::arg("dests"),
+           py::kw_only(), py::arg("on_layer") = py::none(), doc::kRestoreIntoCall)
       .def("store", &Store, py::arg("ns"), py::arg("tokens"), py::arg("layers"),
            py::arg("reuse") = "normal", doc::kStore)
       .def(

@@ -39,6 +39,7 @@ PyRestored MakeRestored(PinnedRestore restore) {
   for (const LayerState& layer : r->result.layers) {
     out.layers.append(ToPyLayer(layer, *r, nullptr, /*per_block=*/false));
   }
+  out.counters = std::shared_ptr<const RestoreResult>(r, &r->result);
   out.restore = std::move(r);
   out.blocks = py::none();
   return out;

@@ -54,12 +54,25 @@ struct PyRestoredBlock {
   py::list layers;  // PyLayer, tensors viewing the payload
 };
 
-struct PyRestored {
+// The counters of a restore (RestoreCounters in Python): the base class of
+// Restored and RestoredInto.
+struct PyRestoreCounters {
+  std::shared_ptr<const RestoreResult> counters;
+};
+
+struct PyRestored : PyRestoreCounters {
   std::shared_ptr<const PinnedRestore> restore;
   py::list layers;  // PyLayer
   // PyRestoredBlock list, built on first access (most callers only want layers).
   py::object blocks;
   py::list Blocks();
+};
+
+// Engine.restore_into's value: the restore's counters (its layers' tensors
+// empty: the bytes are the caller's) and, per layer, views of the caller's
+// memory the restore wrote (py_restore_into.cc).
+struct PyRestoredInto : PyRestoreCounters {
+  py::list layers;  // PyLayer: tensors are writable views of the destinations
 };
 
 // The Engine behind the GIL: every call releases the GIL and holds `mu_`
@@ -90,6 +103,14 @@ class PyEngine {
 
 // Builds the Python value of a restore (arrays viewing the blocks' bytes).
 PyRestored MakeRestored(PinnedRestore restore);
+
+// Engine.restore_into (py_restore_into.cc): restores `match` into `dests`
+// (per layer, per tensor: a writable buffer or CPU torch tensor), telling
+// `on_layer` (None or a callable) each completed layer.
+PyRestoredInto RestoreInto(PyEngine& engine, const PyMatch& match,
+                           const py::object& dests, const py::object& on_layer);
+// Registers RestoreCounters and RestoredInto on `m` (py_restore_into.cc).
+void BindRestoredInto(py::module_& m);
 
 // Registers the classes above and the Engine methods on `m` (py_engine.cc).
 void BindEngine(py::module_& m);

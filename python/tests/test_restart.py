@@ -2,6 +2,7 @@
 import gc
 
 import numpy as np
+import pytest
 
 import prefixkv
 from conftest import kv_layers, register
@@ -37,3 +38,31 @@ def test_without_a_hot_tier_blocks_are_unpinned_ssd_reads(data_dir, rng):
         r = e.restore(e.match(ns, list(range(8))))
         assert [(b.level, b.pinned) for b in r.blocks] == [("ssd", False)] * 2
         np.testing.assert_array_equal(r.blocks[1].layers[0].tensors[0], layers[0][0][:, :, 4:])
+
+
+def test_explain_miss_names_the_field_a_restarted_spec_differs_in(data_dir, rng):
+    """Fail-closed namespaces: a spec that differs in one field (here the
+    tokenizer hash) is another namespace, and explain_miss names the field."""
+    tokens = list(range(12))
+    with prefixkv.Engine.open(data_dir=data_dir, hot_bytes=1 << 20, quiet=True) as e:
+        ns = register(e, tokenizer_hash="abc", layer_shapes=["2x8", "2x8"])
+        e.store(ns, tokens, kv_layers(rng, 2, len(tokens)))
+    with prefixkv.Engine.open(data_dir=data_dir, hot_bytes=1 << 20, quiet=True) as e:
+        asked = register(e, tokenizer_hash="def", layer_shapes=["2x8", "2x8"])
+        assert e.match(asked, tokens).matched_tokens == 0
+        m = e.explain_miss(tokens, asked)
+        assert m["kind"] == "other-namespace", m["reason"]
+        assert m["first_missed_block"] == 0
+        assert [d["text"] for d in m["differences"]] == [
+            "tokenizer hash differs: stored abc, asked def"]
+        # The same spec through keywords, unregistered: it hits.
+        hit = e.explain_miss(tokens, model="test-model", layer_types=["KVCache"] * 2,
+                             block_tokens=4, dtype="float32", tokenizer_hash="abc",
+                             layer_shapes=["2x8", "2x8"])
+        assert (hit["kind"], hit["restorable_tokens"]) == ("none", 12), hit["reason"]
+        never = e.explain_miss(list(range(100, 108)), asked, tokenizer_hash="abc")
+        assert never["kind"] == "never-stored", never["reason"]
+        with pytest.raises(TypeError):
+            e.explain_miss(tokens, asked, colour="red")
+        with pytest.raises(prefixkv.errors.InvalidArgument):
+            e.explain_miss(tokens, asked, layer_shapes=["2y8", "2x8"])

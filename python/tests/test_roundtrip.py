@@ -1,4 +1,6 @@
 """Store then restore returns the same bytes, for every supported dtype."""
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -117,3 +119,183 @@ def test_a_store_hinted_unlikely_leaves_the_hot_tier_first(data_dir, rng, tmp_pa
         assert e.match(ns, list(range(100, 108))).tiers == ["ssd", "ssd"]
         with pytest.raises(ValueError, match="reuse must be"):
             e.store(ns, list(range(8)), kv_layers(rng, 2, 8), reuse="never")
+
+
+# --- restore_into: your own memory ------------------------------------------
+
+def blank_dests(layers, tokens, heads=2, dim=8, dtype=np.float32, fill=-7):
+    """Per layer [keys, values] arrays of `tokens` positions, filled with `fill`."""
+    return [[np.full((1, heads, tokens, dim), fill, dtype) for _ in range(2)]
+            for _ in range(layers)]
+
+
+@pytest.mark.parametrize("dtype,np_dtype", [("float32", np.float32), ("float16", np.float16),
+                                            ("bfloat16", np.uint16)])
+def test_restore_into_writes_what_restore_returns(engine, rng, dtype, np_dtype):
+    ns = register(engine, dtype=dtype)
+    tokens = list(range(100, 120))
+    layers = kv_layers(rng, 2, len(tokens), dtype=np_dtype)
+    engine.store(ns, tokens, layers)
+    m = engine.match(ns, tokens + [1, 2])
+    want = engine.restore(m)
+    dests = blank_dests(2, 20, dtype=np_dtype, fill=0)
+    told = []
+    got = engine.restore_into(m, dests, on_layer=told.append)
+    assert told == [0, 1]
+    assert (got.restored_tokens, got.restored_blocks, got.blocks_from_hot) == (20, 5, 5)
+    assert got.reason == want.reason and got.window_tokens == want.window_tokens
+    for l in range(2):
+        assert got.layers[l].cache_type == want.layers[l].cache_type
+        assert got.layers[l].meta == want.layers[l].meta
+        for t in range(2):
+            np.testing.assert_array_equal(dests[l][t], want.layers[l].tensors[t])
+            view = got.layers[l].tensors[t]
+            assert np.shares_memory(view, dests[l][t]) and view.flags.writeable
+
+
+def test_restore_into_fills_the_first_positions_of_a_larger_strided_array(engine, rng):
+    ns = register(engine)
+    tokens = list(range(12))
+    layers = kv_layers(rng, 2, 12)
+    engine.store(ns, tokens, layers)
+    # Token-major buffers with room for 32 tokens, viewed as [1, heads, 32, dim].
+    buffers = [[np.full((1, 32, 2, 8), -7, np.float32) for _ in range(2)] for _ in range(2)]
+    dests = [[b.transpose(0, 2, 1, 3) for b in layer] for layer in buffers]
+    got = engine.restore_into(engine.match(ns, tokens), dests)
+    assert got.restored_tokens == 12
+    for l in range(2):
+        for t in range(2):
+            np.testing.assert_array_equal(dests[l][t][:, :, :12], layers[l][t])
+            assert (dests[l][t][:, :, 12:] == -7).all(), "positions past the restore untouched"
+            assert got.layers[l].tensors[t].shape == (1, 2, 12, 8)
+
+
+def test_restore_into_takes_any_writable_buffer(engine, rng):
+    ns = register(engine, layers=1)
+    layers = kv_layers(rng, 1, 4)
+    engine.store(ns, list(range(4)), layers)
+    raw = [bytearray(2 * 4 * 8 * 4) for _ in range(2)]
+    dests = [[memoryview(b).cast("B").cast("f", (1, 2, 4, 8)) for b in raw]]
+    engine.restore_into(engine.match(ns, list(range(4))), dests)
+    for b, want in zip(raw, layers[0]):
+        assert bytes(b) == want.tobytes()
+
+
+@pytest.mark.parametrize("case,match", [
+    ("read-only", "layer 1 tensor 1: not a writable buffer"),
+    ("dtype", "layer 1 tensor 1: destination dtype float16"),
+    ("too few tokens", r"layer 1 tensor 1: the restored float32\[1,2,8,8\] does not fit the "
+                       r"destination's \[1,3,7,8\]"),
+    ("dimensions", "layer 1 tensor 1: destination has 3 strides for a tensor of 4"),
+    ("not a buffer", "layer 1 tensor 1: not a numpy array or torch tensor"),
+    ("tensor count", "layer 1: 1 destinations for 2 restored tensors"),
+    ("layer count", "1 layer destinations for a namespace of 2 layers"),
+])
+def test_bad_destinations_are_refused_and_nothing_is_written(engine, rng, case, match):
+    ns = register(engine)
+    engine.store(ns, list(range(8)), kv_layers(rng, 2, 8))
+    dests = blank_dests(2, 8)
+    spoiled = [list(layer) for layer in dests]
+    if case == "read-only":
+        spoiled[1][1] = dests[1][1].copy()
+        spoiled[1][1].setflags(write=False)
+    elif case == "dtype":
+        spoiled[1][1] = np.zeros((1, 2, 8, 8), np.float16)
+    elif case == "too few tokens":
+        # A view whose bytes would hold 8 tokens of 2 heads, but whose rows
+        # end after 7: token 7 is another array's memory.
+        parent = np.full((1, 3, 8, 8), -7, np.float32)
+        dests.append([parent])
+        spoiled[1][1] = parent[:, :, :7]
+    elif case == "dimensions":
+        spoiled[1][1] = dests[1][1].reshape(2, 8, 8)
+    elif case == "not a buffer":
+        spoiled[1][1] = [0.0] * 128
+    elif case == "tensor count":
+        spoiled[1].pop()
+    else:
+        spoiled.pop()
+    with pytest.raises(prefixkv.InvalidArgument, match=match):
+        engine.restore_into(engine.match(ns, list(range(8))), spoiled)
+    for layer in dests:
+        for array in layer:
+            assert (array == -7).all(), f"{case}: the caller's memory was written"
+
+
+def test_an_exception_in_on_layer_is_raised_after_the_restore(engine, rng):
+    ns = register(engine)
+    engine.store(ns, list(range(8)), kv_layers(rng, 2, 8))
+    dests = blank_dests(2, 8)
+
+    def fail(layer):
+        raise RuntimeError(f"stop at {layer}")
+
+    with pytest.raises(RuntimeError, match="stop at 0"):
+        engine.restore_into(engine.match(ns, list(range(8))), dests, on_layer=fail)
+    assert not (dests[1][1] == -7).all(), "the restore itself ran to the end"
+
+
+class DlpackOnly:
+    """An object with nothing but DLPack (no buffer protocol), over `array`."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, stream=None):
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p)]
+
+
+class FakeDeviceTensor:
+    """A DLPack export of `array`'s memory that claims to live on a GPU
+    (device type 2, CUDA)."""
+
+    def __init__(self, array):
+        self.array, self.shape = array, (ctypes.c_int64 * array.ndim)(*array.shape)
+        self.managed = DLManagedTensor(DLTensor(
+            array.ctypes.data, DLDevice(2, 0), array.ndim, DLDataType(2, 32, 1), self.shape,
+            None, 0), None, None)
+
+    def __dlpack__(self, stream=None):
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p,
+                                                       ctypes.c_void_p]
+        return new(ctypes.addressof(self.managed), b"dltensor", None)
+
+
+def test_restore_into_takes_dlpack_host_tensors_and_refuses_device_ones(engine, rng):
+    ns = register(engine, layers=1)
+    layers = kv_layers(rng, 1, 8)
+    engine.store(ns, list(range(8)), layers)
+    m = engine.match(ns, list(range(8)))
+    arrays = blank_dests(1, 8)
+    got = engine.restore_into(m, [[DlpackOnly(a) for a in arrays[0]]])
+    assert got.restored_tokens == 8
+    for array, want in zip(arrays[0], layers[0]):
+        np.testing.assert_array_equal(array, want)
+    device = blank_dests(1, 8)
+    with pytest.raises(prefixkv.InvalidArgument,
+                       match="layer 0 tensor 1: DLPack device type 2 is not host memory"):
+        engine.restore_into(m, [[device[0][0], FakeDeviceTensor(device[0][1])]])
+    assert (device[0][0] == -7).all() and (device[0][1] == -7).all(), "nothing written"

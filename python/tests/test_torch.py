@@ -106,3 +106,37 @@ def test_resp_records_encode_from_bfloat16_tensors(engine):
     records = model.encode_store(list(range(8)), layers)
     tail = prefixkv.decode_block(records[1]).layers[0].tensors[0]
     assert torch.equal(bits(prefixkv.as_torch(tail)), bits(layers[0][0][:, :, 4:8]))
+
+
+def test_restore_into_writes_torch_tensors_in_place(engine):
+    """restore_into a CPU torch tensor (pinned host memory where this torch
+    can pin it: what a device copy reads at bus speed), bfloat16 included."""
+    gen = torch.Generator().manual_seed(11)
+    ns = register(engine, layers=2, dtype="bfloat16")
+    layers = [bf16_kv(gen, 12) for _ in range(2)]
+    engine.store(ns, list(range(12)), layers)
+    pin = torch.cuda.is_available()
+    dests = [[torch.zeros((1, 2, 16, 8), dtype=torch.bfloat16, pin_memory=pin)
+              for _ in range(2)] for _ in range(2)]
+    before = [t.data_ptr() for layer in dests for t in layer]
+    got = engine.restore_into(engine.match(ns, list(range(12))), dests)
+    assert got.restored_tokens == 12
+    assert [t.data_ptr() for layer in dests for t in layer] == before
+    for dest, want in zip(dests, layers):
+        for tensor, stored in zip(dest, want):
+            assert torch.equal(bits(tensor[:, :, :12]), bits(stored))
+            assert torch.equal(bits(tensor[:, :, 12:]), torch.zeros((1, 2, 4, 8),
+                                                                    dtype=torch.int16))
+    view = got.layers[0].tensors[0]
+    assert view.dtype == np.uint16 and address(view) == dests[0][0].data_ptr()
+
+
+def test_restore_into_refuses_a_tensor_of_the_wrong_dtype(engine):
+    ns = register(engine, layers=1, dtype="float16")
+    keys = torch.ones((1, 2, 4, 8), dtype=torch.float16)
+    engine.store(ns, [1, 2, 3, 4], [[keys, keys]])
+    dests = [[torch.zeros((1, 2, 4, 8), dtype=torch.float16),
+              torch.zeros((1, 2, 4, 8), dtype=torch.float32)]]
+    with pytest.raises(prefixkv.InvalidArgument, match="layer 0 tensor 1: destination dtype"):
+        engine.restore_into(engine.match(ns, [1, 2, 3, 4]), dests)
+    assert not dests[0][0].any(), "nothing written"

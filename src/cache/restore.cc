@@ -16,6 +16,7 @@
 #include "namespace_state.h"
 #include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/prefix_cache.h"
+#include "restore_blocks.h"
 
 namespace prefixkv {
 namespace {
@@ -132,19 +133,12 @@ std::vector<LoadedBlock> LoadOffChainTip(cache::NamespaceState& ns,
   return out;
 }
 
-StatusOr<LayerState> AssembleSliceable(const std::vector<LoadedBlock>& blocks, size_t l) {
-  const LayerState& newest = blocks.back().record.layers[l];
-  LayerState out;
-  out.cache_type = newest.cache_type;
-  out.meta = newest.meta;
+StatusOr<Tensor> AssembleSliceable(const std::vector<LoadedBlock>& blocks, size_t l,
+                                   size_t t) {
   std::vector<Tensor> parts(blocks.size());
-  for (size_t t = 0; t < newest.tensors.size(); ++t) {
-    for (size_t b = 0; b < blocks.size(); ++b)
-      parts[b] = blocks[b].record.layers[l].tensors[t];
-    PKV_ASSIGN_OR_RETURN(Tensor whole, Tensor::Concat(parts, cache::TokenAxis(parts[0])));
-    out.tensors.push_back(std::move(whole));
-  }
-  return out;
+  for (size_t b = 0; b < blocks.size(); ++b)
+    parts[b] = blocks[b].record.layers[l].tensors[t];
+  return Tensor::Concat(parts, cache::TokenAxis(parts[0]));
 }
 
 StatusOr<std::vector<LayerState>> Assemble(const cache::NamespaceState& ns,
@@ -153,14 +147,15 @@ StatusOr<std::vector<LayerState>> Assemble(const cache::NamespaceState& ns,
   layers.reserve(ns.families.size());
   const BlockRecord& tip = blocks.back().record;
   for (size_t l = 0; l < ns.families.size(); ++l) {
-    if (IsSliceable(ns.families[l])) {
-      PKV_ASSIGN_OR_RETURN(LayerState layer, AssembleSliceable(blocks, l));
-      layers.push_back(std::move(layer));
-      continue;
+    LayerState layer = cache::RestoredLayerHead(ns, blocks, l);
+    if (!IsSliceable(ns.families[l])) {
+      layer.tensors = tip.layers[l].tensors;  // views of the tip's bytes
+    } else {
+      for (size_t t = 0; t < tip.layers[l].tensors.size(); ++t) {
+        PKV_ASSIGN_OR_RETURN(Tensor whole, AssembleSliceable(blocks, l, t));
+        layer.tensors.push_back(std::move(whole));
+      }
     }
-    LayerState layer = tip.layers[l];  // tensors view the tip's bytes
-    if (ns.families[l] == CacheFamily::kRotating)
-      layer.cache_type = kRestoredRotatingType;
     layers.push_back(std::move(layer));
   }
   return layers;
@@ -184,40 +179,54 @@ WindowPadding PrefixCache::DetectWindowPadding(const std::vector<LayerState>& la
   return w;
 }
 
-StatusOr<RestoreResult> PrefixCache::Restore(const MatchResult& match) {
-  PKV_ASSIGN_OR_RETURN(cache::NamespaceState * ns, Find(match.ns));
+namespace cache {
+
+LayerState RestoredLayerHead(const NamespaceState& ns,
+                             const std::vector<LoadedBlock>& blocks, size_t l) {
+  const LayerState& tip = blocks.back().record.layers[l];
+  LayerState head;
+  head.cache_type = ns.families[l] == CacheFamily::kRotating
+                        ? std::string(kRestoredRotatingType)
+                        : tip.cache_type;
+  head.meta = tip.meta;  // sliceable: the newest block's
+  head.placeholder = !IsSliceable(ns.families[l]) && tip.placeholder;
+  return head;
+}
+
+StatusOr<std::vector<LoadedBlock>> LoadRestoreBlocks(NamespaceState& ns,
+                                                     const MatchResult& match,
+                                                     const DecodeLimits& limits,
+                                                     RestoreResult* result) {
   // Every matched block is full except perhaps a partial last one.
-  const size_t b = ns->spec.block_tokens;
+  const size_t b = ns.spec.block_tokens;
   const size_t k = match.keys.size();
   if (k != match.tiers.size() || match.tokens.size() > k * b ||
       (k > 0 && match.tokens.size() <= (k - 1) * b) ||
       (k == 0 && !match.tokens.empty())) {
     return Status::InvalidArgument("inconsistent MatchResult");
   }
-  RestoreResult result;
   const std::vector<LoadedBlock> loaded =
-      LoadValidBlocks(*ns, match, options_.decode_limits, &result.reason);
+      LoadValidBlocks(ns, match, limits, &result->reason);
   std::vector<LoadedBlock> blocks = loaded;  // shares the records' bytes
-  std::string walk_back = WalkBack(*ns, &blocks);
-  if (ns->has_tip_only && !walk_back.empty()) {
+  std::string walk_back = WalkBack(ns, &blocks);
+  if (ns.has_tip_only && !walk_back.empty()) {
     std::vector<LoadedBlock> beside =
-        LoadOffChainTip(*ns, match, loaded, TokensOf(blocks), options_.decode_limits);
+        LoadOffChainTip(ns, match, loaded, TokensOf(blocks), limits);
     if (!beside.empty()) {
       blocks = std::move(beside);
       walk_back += "; restored up to the partial tip at token " +
                    std::to_string(TokensOf(blocks)) + " instead";
     }
   }
-  if (result.reason.empty()) {
-    result.reason = std::move(walk_back);
+  if (result->reason.empty()) {
+    result->reason = std::move(walk_back);
   } else if (!walk_back.empty()) {
-    result.reason += "; " + walk_back;
+    result->reason += "; " + walk_back;
   }
-  if (blocks.empty()) return result;
-  PKV_ASSIGN_OR_RETURN(result.layers, Assemble(*ns, blocks));
-  result.restored_blocks = blocks.size();
+  if (blocks.empty()) return blocks;
+  result->restored_blocks = blocks.size();
   for (const LoadedBlock& block : blocks) {
-    result.restored_tokens += block.record.token_count;
+    result->restored_tokens += block.record.token_count;
     // A block Match fetched from the remote tier counts as remote even when
     // it was read back from the local copy Match stored.
     bool remote = block.level == TierLevel::kRemote;
@@ -226,14 +235,27 @@ StatusOr<RestoreResult> PrefixCache::Restore(const MatchResult& match) {
     }
     const bool hot = !remote && block.level == TierLevel::kHot;
     if (remote) {
-      ++result.blocks_from_remote;
-      result.tokens_from_remote += block.record.token_count;
+      ++result->blocks_from_remote;
+      result->tokens_from_remote += block.record.token_count;
       continue;
     }
-    (hot ? result.blocks_from_hot : result.blocks_from_ssd)++;
-    (hot ? result.tokens_from_hot : result.tokens_from_ssd) += block.record.token_count;
+    (hot ? result->blocks_from_hot : result->blocks_from_ssd)++;
+    (hot ? result->tokens_from_hot : result->tokens_from_ssd) += block.record.token_count;
   }
-  result.window = DetectWindowPadding(blocks.back().record.layers);
+  result->window = PrefixCache::DetectWindowPadding(blocks.back().record.layers);
+  return blocks;
+}
+
+}  // namespace cache
+
+StatusOr<RestoreResult> PrefixCache::Restore(const MatchResult& match) {
+  PKV_ASSIGN_OR_RETURN(cache::NamespaceState * ns, Find(match.ns));
+  RestoreResult result;
+  PKV_ASSIGN_OR_RETURN(
+      std::vector<LoadedBlock> blocks,
+      cache::LoadRestoreBlocks(*ns, match, options_.decode_limits, &result));
+  if (blocks.empty()) return result;
+  PKV_ASSIGN_OR_RETURN(result.layers, Assemble(*ns, blocks));
   return result;
 }
 

@@ -34,6 +34,7 @@ Status internal::EngineImpl::OpenTiers() {
     o.policy = options_.ssd_policy;
     o.durability = options_.durability;
     if (options_.clock != nullptr) o.clock = options_.clock;
+    if (options_.file_system != nullptr) o.file_system = options_.file_system;
     o.log = options_.log;
     o.events = kv_events();
     // A rebuilt block's parent is in its record's header (the segment
@@ -191,10 +192,11 @@ StatusOr<Namespace> Engine::RegisterModel(const NamespaceSpec& spec,
     }
     return m->ns;
   }
+  const BlockKey root = NamespaceRootFromFingerprint(fingerprint);
+  PKV_RETURN_IF_ERROR(impl_->StoreManifest(spec, fingerprint, root));
   auto model = std::make_unique<EngineModel>();
   model->fingerprint = fingerprint;
   model->options = options;
-  const BlockKey root = NamespaceRootFromFingerprint(fingerprint);
   std::string name = spec.model;
   if (impl_->budget_ != nullptr) {
     for (OwnerId o = 0; o < impl_->budget_->owner_count(); ++o) {
@@ -239,19 +241,41 @@ StatusOr<MatchResult> Engine::Match(Namespace ns, std::span<const int32_t> token
   return match;
 }
 
+namespace {
+
+// Records one restore of `ns` that began at `start_nanos` in its model's
+// latency and, when it succeeded, its restored tokens.
+void RecordRestore(internal::EngineImpl& impl, Namespace ns, uint64_t start_nanos,
+                   const RestoreResult* result) {
+  EngineModel* model = impl.Find(ns);
+  if (model == nullptr) return;
+  model->restore_latency.RecordNanos(impl.clock_->NowNanos() - start_nanos);
+  if (result != nullptr) {
+    model->prefix_tokens.Add({.restored_tokens_hot = result->tokens_from_hot,
+                              .restored_tokens_ssd = result->tokens_from_ssd,
+                              .restored_tokens_remote = result->tokens_from_remote});
+  }
+}
+
+}  // namespace
+
 StatusOr<RestoreResult> Engine::Restore(const MatchResult& match) {
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());
   const uint64_t start_nanos = impl_->clock_->NowNanos();
   StatusOr<RestoreResult> result = impl_->cache_->Restore(match);
-  if (EngineModel* model = impl_->Find(match.ns)) {
-    model->restore_latency.RecordNanos(impl_->clock_->NowNanos() - start_nanos);
-    if (result.ok()) {
-      model->prefix_tokens.Add({.restored_tokens_hot = result->tokens_from_hot,
-                                .restored_tokens_ssd = result->tokens_from_ssd,
-                                .restored_tokens_remote = result->tokens_from_remote});
-    }
-  }
+  RecordRestore(*impl_, match.ns, start_nanos, result.ok() ? &*result : nullptr);
   return result;
+}
+
+StatusOr<RestoreIntoResult> Engine::RestoreInto(
+    const MatchResult& match, std::span<const LayerDestination> destinations,
+    const LayerRestoredCallback& on_layer) {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  const uint64_t start_nanos = impl_->clock_->NowNanos();
+  StatusOr<RestoreIntoResult> out =
+      impl_->cache_->RestoreInto(match, destinations, on_layer);
+  RecordRestore(*impl_, match.ns, start_nanos, out.ok() ? &out->result : nullptr);
+  return out;
 }
 
 Status Engine::RecordServedRestore(Namespace ns, uint64_t duration_nanos,

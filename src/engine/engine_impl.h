@@ -92,6 +92,11 @@ class internal::EngineImpl {
   StatusOr<EngineOwner> NewOwner(const std::string& name,
                                  std::optional<uint64_t> quota_bytes, bool with_remote,
                                  uint32_t advisor_block_tokens) REQUIRES(mu_);
+  // engine_manifest.cc: with an SSD tier, stores the manifest of `spec`
+  // (root `root`) unless one is stored; Corruption when the stored one has
+  // another fingerprint. REQUIRES: mu_ held (registration).
+  Status StoreManifest(const NamespaceSpec& spec, const std::string& fingerprint,
+                       const BlockKey& root) REQUIRES(mu_);
   // The model of a namespace handle, or null.
   EngineModel* Find(Namespace ns) const EXCLUDES(mu_);
   // The key-value space's stack, created on first use (under mu_; later calls

@@ -35,7 +35,7 @@
 
 #include "event_log_file.h"
 #include "key_table.h"
-#include "prefixkv/advanced/file_system.h"
+#include "prefixkv/file_system.h"
 #include "prefixkv/advanced/mutex.h"
 #include "prefixkv/clock.h"
 #include "prefixkv/kv_events.h"

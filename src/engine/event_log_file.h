@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "prefixkv/advanced/file_system.h"
+#include "prefixkv/file_system.h"
 #include "prefixkv/kv_events.h"
 #include "prefixkv/status.h"
 

@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "prefixkv/block_key.h"
 #include "prefixkv/codec.h"
+#include "prefixkv/namespace_manifest.h"
 
 namespace prefixkv::server {
 namespace {
@@ -66,6 +67,22 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   return true;
 }
 
+// The spec field (namespace_manifest.h) a PKV.REGISTER keyword sets, or null.
+const char* RegisterField(std::string_view keyword) {
+  static const std::pair<const char*, const char*> kKeywords[] = {
+      {"salt", "salt"},
+      {"revision", "revision"},
+      {"tokenizer", "tokenizer_hash"},
+      {"shapes", "layer_shapes"},
+      {"quant", "quantization"},
+      {"tp", "tp"},
+      {"pp", "pp"}};
+  for (const auto& [word, field] : kKeywords) {
+    if (EqualsIgnoreCase(keyword, word)) return field;
+  }
+  return nullptr;
+}
+
 // The spec and options of PKV.REGISTER; false after an error reply.
 bool ParseRegister(CommandContext& ctx, NamespaceSpec* spec, ModelOptions* options) {
   spec->model = std::string(ctx.arg(1));
@@ -84,12 +101,17 @@ bool ParseRegister(CommandContext& ctx, NamespaceSpec* spec, ModelOptions* optio
     types.remove_prefix(comma + 1);
   }
   for (size_t i = 5; i < ctx.args.size(); ++i) {
-    if (EqualsIgnoreCase(ctx.arg(i), "salt") && i + 1 < ctx.args.size()) {
-      spec->salt = std::string(ctx.arg(++i));
-    } else if (EqualsIgnoreCase(ctx.arg(i), "partial_tail")) {
+    if (EqualsIgnoreCase(ctx.arg(i), "partial_tail")) {
       options->store_partial_tail = true;
-    } else {
+      continue;
+    }
+    const char* field = RegisterField(ctx.arg(i));
+    if (field == nullptr || i + 1 >= ctx.args.size()) {
       ctx.out->Error("ERR syntax error");
+      return false;
+    }
+    if (Status set = SetSpecField(spec, field, ctx.arg(++i)); !set.ok()) {
+      ctx.out->Error("ERR invalid model spec: " + set.message());
       return false;
     }
   }
@@ -99,6 +121,7 @@ bool ParseRegister(CommandContext& ctx, NamespaceSpec* spec, ModelOptions* optio
 }  // namespace
 
 // PKV.REGISTER <model> <block_tokens> <dtype> <layer types> [SALT s]
+// [REVISION r] [TOKENIZER t] [SHAPES s] [QUANT q] [TP rank/size] [PP rank/size]
 // [PARTIAL_TAIL]: the namespace root, as 32 hex digits.
 void CmdPkvRegister(CommandContext& ctx) {
   NamespaceSpec spec;

@@ -1,6 +1,6 @@
 // FileSystem::Default(): files and directories through POSIX calls (open,
 // pread, pwrite, fdatasync, rename, unlink, opendir...), O_DIRECT where asked
-// and granted. See prefixkv/advanced/file_system.h.
+// and granted. See prefixkv/file_system.h.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <string_view>
 
-#include "prefixkv/advanced/file_system.h"
+#include "prefixkv/file_system.h"
 
 namespace prefixkv {
 namespace {

@@ -17,6 +17,7 @@
 
 #include "ssd_layout.h"
 #include "ssd_segment.h"
+#include "ssd_tag_range.h"
 #include "ssd_tier_impl.h"
 
 namespace prefixkv {
@@ -38,36 +39,6 @@ void Compare(std::vector<AuditFinding>* findings, const std::string& what,
                                  std::to_string(recomputed)});
 }
 
-// The records of one tag (ssd_layout.h: 'm' metadata, 'c' counters) in key
-// order; the iterator's upper bound keeps it from reading the next tag's.
-// Not copyable: the iterator points at upper_.
-class TagRange {
- public:
-  TagRange(rocksdb::DB* db, char tag)
-      : begin_(1, tag), end_(1, static_cast<char>(tag + 1)), upper_(end_) {
-    rocksdb::ReadOptions ro;
-    ro.iterate_upper_bound = &upper_;
-    it_.reset(db->NewIterator(ro));
-    it_->Seek(begin_);
-  }
-  TagRange(const TagRange&) = delete;
-  TagRange& operator=(const TagRange&) = delete;
-
-  bool Valid() const { return it_->Valid() && it_->key().starts_with(begin_); }
-  void Next() { it_->Next(); }
-  std::string_view key() const { return it_->key().ToStringView(); }
-  std::string_view value() const { return it_->value().ToStringView(); }
-  Status status(std::string_view context) const {
-    return FromRocks(it_->status(), context);
-  }
-
- private:
-  const std::string begin_;
-  const std::string end_;
-  const rocksdb::Slice upper_;
-  std::unique_ptr<rocksdb::Iterator> it_;
-};
-
 // Segment files the records point into that are gone.
 void ReportMissingSegments(const ssd::SegmentStore& store,
                            const std::map<uint64_t, uint64_t>& referenced,
@@ -85,7 +56,7 @@ void ReportMissingSegments(const ssd::SegmentStore& store,
 // parse is a finding.
 Status ReadPersistedCounters(rocksdb::DB* db, std::map<OwnerId, TierCounters>* persisted,
                              std::vector<AuditFinding>* findings) {
-  TagRange range(db, ssd::kCounterTag);
+  ssd::TagRange range(db, ssd::kCounterTag);
   for (; range.Valid(); range.Next()) {
     OwnerId o;
     TierCounters c;
@@ -124,7 +95,7 @@ Status ssd::TierImpl::Audit(std::vector<AuditFinding>* findings) {
 Status ssd::TierImpl::ScanRecords(AuditScan* scan, std::vector<AuditFinding>* findings) {
   // Bounded to the metadata range; payloads are verified one by one later
   // (VerifyPayloads), where a damaged one is a finding, not a failed scan.
-  TagRange range(db_.get(), ssd::kMetaTag);
+  ssd::TagRange range(db_.get(), ssd::kMetaTag);
   for (; range.Valid(); range.Next()) {
     BlockKey ns, key;
     ssd::StoredMeta m;

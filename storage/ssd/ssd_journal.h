@@ -50,7 +50,7 @@
 #include <utility>
 #include <vector>
 
-#include "prefixkv/advanced/file_system.h"
+#include "prefixkv/file_system.h"
 #include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/tier.h"
 #include "prefixkv/status.h"

@@ -66,6 +66,12 @@ std::string BlockRecordKey(char tag, const BlockKey& ns, const BlockKey& key) {
   return k;
 }
 
+bool ParseNamespacePrefix(std::string_view k, BlockKey* ns) {
+  if (k.size() != 17) return false;
+  *ns = BlockKey{GetBE64(k.data() + 1), GetBE64(k.data() + 9)};
+  return true;
+}
+
 bool ParseBlockRecordKey(std::string_view k, BlockKey* ns, BlockKey* key) {
   if (k.size() != kBlockRecordKeyBytes) return false;
   *ns = BlockKey{GetBE64(k.data() + 1), GetBE64(k.data() + 9)};

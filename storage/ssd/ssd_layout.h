@@ -5,6 +5,8 @@
 //   'c' | owner (u32 BE)                                         -> counters (merge-add)
 //   'f' "format"                                                 -> "prefixkv-ssd/2"
 //   'f' "clean"                                                  -> "1" after Close()
+//   'n' | namespace (16, BE)                                     -> namespace manifest
+//   'r' | slot (u32 BE)                                          -> removal record
 // Big-endian keys keep one namespace contiguous, so a purge is a range.
 // Payload bytes are not in RocksDB: the metadata record points at an extent
 // in a segment file (storage/ssd_segment.h).
@@ -21,6 +23,10 @@ namespace prefixkv::ssd {
 
 inline constexpr char kMetaTag = 'm';
 inline constexpr char kCounterTag = 'c';
+inline constexpr char kManifestTag = 'n';
+inline constexpr char kRemovalTag = 'r';
+inline constexpr uint8_t kRemovalVersion = 1;
+inline constexpr size_t kRemovalBytes = 42;  // version, reason, seq u64, key, namespace
 inline constexpr std::string_view kFormatKey = "fformat";
 inline constexpr std::string_view kCleanKey = "fclean";
 // A file in the data directory while a metadata rebuild runs (ssd_salvage.cc):
@@ -37,6 +43,8 @@ inline constexpr size_t kCounterBytes = kCounterFields * 8;
 std::string BlockRecordKey(char tag, const BlockKey& ns, const BlockKey& key);
 // The 17-byte prefix shared by every record of `tag` in namespace `ns`.
 std::string NamespacePrefix(char tag, const BlockKey& ns);
+// Parses a 17-byte NamespacePrefix (an 'n' key). False when malformed.
+bool ParseNamespacePrefix(std::string_view k, BlockKey* ns);
 // Parses a 33-byte 'm' key. False when malformed.
 bool ParseBlockRecordKey(std::string_view k, BlockKey* ns, BlockKey* key);
 std::string CounterKey(OwnerId owner);

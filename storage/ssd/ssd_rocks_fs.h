@@ -17,7 +17,7 @@
 #include <memory>
 #include <string_view>
 
-#include "prefixkv/advanced/file_system.h"
+#include "prefixkv/file_system.h"
 
 namespace prefixkv::ssd {
 

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "prefixkv/advanced/file_system.h"
+#include "prefixkv/file_system.h"
 #include "prefixkv/advanced/tier.h"
 #include "prefixkv/status.h"
 #include "ssd_journal.h"

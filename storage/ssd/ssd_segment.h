@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "prefixkv/advanced/file_system.h"
+#include "prefixkv/file_system.h"
 #include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/tier.h"
 #include "prefixkv/bytes.h"

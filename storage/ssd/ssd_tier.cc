@@ -55,6 +55,16 @@ StatusOr<uint64_t> SsdTier::PurgeNamespace(const BlockKey& ns) {
   return impl_->PurgeNamespace(ns);
 }
 std::vector<SsdNamespaceUsage> SsdTier::Namespaces() const { return impl_->Namespaces(); }
+Status SsdTier::PutManifest(const BlockKey& ns, std::string_view manifest) {
+  return impl_->PutManifest(ns, manifest);
+}
+StatusOr<std::vector<std::pair<BlockKey, std::string>>> SsdTier::Manifests() const {
+  return impl_->Manifests();
+}
+StatusOr<std::vector<SsdRemoval>> SsdTier::Removals() const { return impl_->Removals(); }
+uint32_t SsdTier::removal_history_entries() const {
+  return impl_->removal_history_entries();
+}
 const SsdOpenReport& SsdTier::open_report() const { return impl_->report(); }
 uint64_t SsdTier::queued_blocks() const { return impl_->queued_blocks(); }
 SsdWriteBackState SsdTier::WriteBackState() const { return impl_->WriteBackState(); }
@@ -210,6 +220,7 @@ Status ssd::TierImpl::DropEntry(const BlockKey& key, const IndexEntry& e,
                                 const TierCounters& events, bool erase_on_failure) {
   rocksdb::WriteBatch batch;
   AddDeletes(&batch, key, e);  // the journal append comes before the commit
+  AddRemovalRecord(&batch, key, e.namespace_id, events);
   Deltas deltas;
   TierCounters& delta = deltas[e.owner];
   delta = events;

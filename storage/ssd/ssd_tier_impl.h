@@ -29,6 +29,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <thread>
 #include <unordered_set>
@@ -108,6 +109,16 @@ class TierImpl {
       EXCLUDES(gc_run_mu_, pause_, mu_);
   StatusOr<uint64_t> PurgeNamespace(const BlockKey& ns) EXCLUDES(pause_, mu_);
   std::vector<SsdNamespaceUsage> Namespaces() const EXCLUDES(mu_);
+  // ssd_namespace_records.cc: manifests and the removal history.
+  Status PutManifest(const BlockKey& ns, std::string_view manifest);
+  StatusOr<std::vector<std::pair<BlockKey, std::string>>> Manifests() const;
+  StatusOr<std::vector<SsdRemoval>> Removals() const;
+  uint32_t removal_history_entries() const { return options_.removal_history_entries; }
+  // Adds the removal record of `key` (why: from `events`) to its removal's
+  // batch. No-op for the zero namespace or with the history off.
+  void AddRemovalRecord(rocksdb::WriteBatch* batch, const BlockKey& key,
+                        const BlockKey& ns, const TierCounters& events)
+      EXCLUDES(removal_mu_);
   TierCounters Totals() const EXCLUDES(mu_);
   TierCounters OwnerCounters(OwnerId owner) const EXCLUDES(mu_);
   void ForEach(const std::function<void(const BlockMeta&, uint64_t)>& fn) const
@@ -414,6 +425,10 @@ class TierImpl {
   // ssd_space.cc: the reserve is released and payload writes refuse.
   std::atomic<bool> disk_full_{false};
   std::atomic<uint64_t> last_space_check_nanos_{0};
+  // The removal history's next sequence number, read from the records at the
+  // first removal (the largest stored + 1). A leaf lock.
+  Mutex removal_mu_;
+  std::optional<uint64_t> next_removal_seq_ GUARDED_BY(removal_mu_);
   Mutex reserve_mu_;  // serializes writing and deleting the reserve file (a leaf)
   std::atomic<uint64_t> last_resume_nanos_{0};
   std::unique_ptr<WriteBackQueue> queue_;

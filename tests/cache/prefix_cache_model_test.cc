@@ -11,7 +11,7 @@
 #include <cstring>
 #include <functional>
 
-#include "prefixkv/advanced/mem_tier.h"
+#include "tests/support/mem_tier.h"
 #include "tests/cache/cache_test_util.h"
 #include "tests/support/test_util.h"
 

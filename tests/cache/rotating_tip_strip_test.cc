@@ -218,6 +218,34 @@ TEST_F(RotatingTipStripTest, RecurrentAndWindowStateStrippedTogether) {
   ExpectCleanAudit();
 }
 
+// Engine::ExplainMiss names a stripped tip: the prompt of the first turn is
+// still cached block for block, but its window is a placeholder now, so a
+// restore walks back to nothing.
+TEST(RotatingTipStrip, ExplainMissNamesAStrippedTip) {
+  EngineOptions o;
+  o.hot_capacity_bytes = 10u << 20;
+  o.log = [](std::string_view) {};
+  std::unique_ptr<Engine> e = Engine::Open(o).value();
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(HybridSpec()));
+  for (size_t blocks : {2, 3, 4}) {
+    const int64_t n = static_cast<int64_t>(blocks * kBlockTokens);
+    ASSERT_OK(e->Store(ns, Tokens(blocks), HybridLayers(n)));
+  }
+  ASSERT_OK_AND_ASSIGN(MissExplanation m, e->ExplainMiss(HybridSpec(), Tokens(2)));
+  EXPECT_EQ(m.kind, MissKind::kStripped) << m.reason;
+  EXPECT_EQ(m.cached_blocks, 2u);
+  EXPECT_EQ(m.restorable_tokens, 0u);
+  EXPECT_EQ(m.first_missed_block, 0);
+  EXPECT_NE(m.reason.find("placeholder"), std::string::npos) << m.reason;
+  ASSERT_OK_AND_ASSIGN(MatchResult match, e->Match(ns, Tokens(2)));
+  ASSERT_OK_AND_ASSIGN(RestoreResult restored, e->Restore(match));
+  EXPECT_EQ(restored.restored_tokens, m.restorable_tokens);  // what a restore gets
+  // The two newest tips are whole: the third turn's prompt restores fully.
+  ASSERT_OK_AND_ASSIGN(m, e->ExplainMiss(HybridSpec(), Tokens(3)));
+  EXPECT_EQ(m.kind, MissKind::kNone) << m.reason;
+  EXPECT_EQ(m.restorable_tokens, 3 * kBlockTokens);
+}
+
 TEST(RotatingTipStrip, RegistryRotatingFamily) {
   // Also covered by tests/core/cache_types_test.cc; repeated here because the
   // strip and restore paths above depend on exactly these answers.

@@ -11,6 +11,8 @@
 #include <random>
 #include <set>
 
+#include "prefixkv/namespace_manifest.h"
+#include "tests/support/namespace_fields.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv {
@@ -194,6 +196,144 @@ TEST(BlockKey, HexRoundTripsAndRejectsGarbage) {
   EXPECT_EQ(bytes[0], 0x10);   // lo, little-endian, first
   EXPECT_EQ(bytes[15], 0x01);  // hi's top byte last
   EXPECT_EQ(BlockKey::DecodeFrom(bytes), k);
+}
+
+// The later fields (revision, tokenizer, shapes, quantization, parallel
+// position) enter the fingerprint only when set: a spec that leaves them unset
+// keeps the fingerprint and root every data directory was written with.
+TEST(NamespaceFingerprint, AnOldSpecKeepsItsFingerprint) {
+  NamespaceSpec spec = LlamaSpec();
+  spec.tp_size = 1;  // unsharded is unset
+  spec.pp_size = 1;
+  EXPECT_EQ(
+      spec.Fingerprint().value(),
+      "prefixkv/v1|model=llama-3-8b|layers=2|block=4|dtype=float16|layout=KK|salt=");
+  EXPECT_EQ(NamespaceRoot(spec).value().ToHex(), "6f828d1889caa729c5ea8fe48f971694");
+}
+
+TEST(NamespaceFingerprint, SetLaterFieldsAreAppendedInOrder) {
+  NamespaceSpec spec = LlamaSpec("t");
+  spec.revision = "abc123";
+  spec.tokenizer_hash = "tok9";
+  spec.layer_shapes = {{.kv_heads = 8, .head_dim = 128},
+                       {.kv_heads = 8, .head_dim = 128, .window_tokens = 4096}};
+  spec.quantization = "int8/group64";
+  spec.tp_rank = 1;
+  spec.tp_size = 4;
+  spec.pp_rank = 0;
+  spec.pp_size = 2;
+  EXPECT_EQ(spec.Fingerprint().value(),
+            "prefixkv/v1|model=llama-3-8b|layers=2|block=4|dtype=float16|layout=KK|salt=t"
+            "|rev=abc123|tokenizer=tok9|shapes=8x128,8x128w4096|quant=int8/group64"
+            "|tp=1/4|pp=0/2");
+  // docs/format.md's vector (computed with libxxhash's XXH3_128bits directly).
+  EXPECT_EQ(NamespaceRoot(spec).value().ToHex(), "b2d919b69cca94fb02cf7dcca887b770");
+}
+
+TEST(NamespaceFingerprint, BadLaterFieldsAreRefused) {
+  NamespaceSpec spec = LlamaSpec();
+  spec.tokenizer_hash = "a|b";
+  EXPECT_TRUE(spec.Fingerprint().status().IsInvalidArgument());
+  spec = LlamaSpec();
+  spec.layer_shapes = {{.kv_heads = 8, .head_dim = 128}};  // 1 shape, 2 layers
+  EXPECT_TRUE(spec.Fingerprint().status().IsInvalidArgument());
+  spec = LlamaSpec();
+  spec.tp_rank = 4;
+  spec.tp_size = 4;
+  EXPECT_TRUE(spec.Fingerprint().status().IsInvalidArgument());
+  spec = LlamaSpec();
+  spec.pp_rank = 1;  // a rank without a size
+  EXPECT_TRUE(spec.Fingerprint().status().IsInvalidArgument());
+}
+
+NamespaceSpec FullSpec() { return testing::WithEveryField(LlamaSpec()); }
+
+// One mutation per field that changes the bytes: each gives another root, and
+// DiffSpecs names exactly that field.
+TEST(NamespaceFingerprint, EveryFieldSeparatesNamespacesAndIsNamed) {
+  const NamespaceSpec stored = FullSpec();
+  const BlockKey stored_root = NamespaceRoot(stored).value();
+  for (const testing::SpecFieldCase& c : testing::kSpecFieldCases) {
+    NamespaceSpec asked = stored;
+    c.mutate(&asked);
+    SCOPED_TRACE(c.field);
+    EXPECT_NE(NamespaceRoot(asked).value(), stored_root);
+    std::vector<ManifestDifference> diff = DiffSpecs(stored, asked);
+    ASSERT_EQ(diff.size(), 1u);
+    EXPECT_EQ(diff[0].field, c.field);
+  }
+  EXPECT_TRUE(DiffSpecs(stored, stored).empty());
+  NamespaceSpec same_family = stored;
+  same_family.layer_types[0] = "PrefillReadyRotatingKVCache";
+  NamespaceSpec rotating = stored;
+  rotating.layer_types[0] = "RotatingKVCache";
+  EXPECT_TRUE(DiffSpecs(rotating, same_family).empty());  // keyed by family
+}
+
+TEST(NamespaceFingerprint, DifferencesReadAsSentences) {
+  NamespaceSpec stored = LlamaSpec(), asked = LlamaSpec();
+  stored.tokenizer_hash = "abc";
+  asked.tokenizer_hash = "def";
+  asked.revision = "r2";
+  std::vector<ManifestDifference> diff = DiffSpecs(stored, asked);
+  ASSERT_EQ(diff.size(), 2u);
+  EXPECT_EQ(diff[0].ToString(), "revision differs: stored unset, asked r2");
+  EXPECT_EQ(diff[1].ToString(), "tokenizer hash differs: stored abc, asked def");
+}
+
+TEST(NamespaceManifest, RoundTripsEveryField) {
+  NamespaceSpec spec = FullSpec();
+  spec.layer_shapes[1] = {.kv_heads = 0,
+                          .head_dim = 0,
+                          .conv_tokens = 3,
+                          .channels = 32,
+                          .state_heads = 4,
+                          .state_dim = 8};
+  spec.layer_types[1] = "ArraysCache";
+  spec.pp_rank = 1;
+  spec.pp_size = 3;
+  const std::string text = EncodeManifest(spec).value();
+  EXPECT_TRUE(text.starts_with("prefixkv-manifest/1\nfingerprint=prefixkv/v1|model="));
+  EXPECT_NE(text.find("\nlayer_shapes=8x128,0x0r3x32:4x8\n"), std::string::npos) << text;
+  NamespaceManifest m = DecodeManifest(text).value();
+  EXPECT_EQ(m.fingerprint, spec.Fingerprint().value());
+  EXPECT_TRUE(DiffSpecs(m.spec, spec).empty());
+  EXPECT_EQ(EncodeManifest(m.spec).value(), text);
+}
+
+TEST(NamespaceManifest, SetSpecFieldTakesManifestValuesAndNamesBadOnes) {
+  NamespaceSpec spec = LlamaSpec();
+  ASSERT_OK(SetSpecField(&spec, "tp", "1/4"));
+  ASSERT_OK(SetSpecField(&spec, "layer_shapes", "8x128,8x128w64"));
+  EXPECT_EQ(spec.tp_rank, 1u);
+  EXPECT_EQ(spec.layer_shapes[1].window_tokens, 64u);
+  EXPECT_TRUE(SetSpecField(&spec, "colour", "red").IsInvalidArgument());
+  Status bad = SetSpecField(&spec, "tp", "4");
+  EXPECT_EQ(bad.message(), "spec field tp is malformed: '4'");
+  EXPECT_TRUE(SetSpecField(&spec, "block_tokens", "-1").IsInvalidArgument());
+}
+
+TEST(NamespaceManifest, DamagedManifestsAreRefusedWithAReason) {
+  const std::string text = EncodeManifest(FullSpec()).value();
+  EXPECT_TRUE(DecodeManifest("prefixkv-manifest/2\n").status().code() ==
+              StatusCode::kNotSupported);
+  EXPECT_TRUE(DecodeManifest("hello").status().IsCorruption());
+  EXPECT_TRUE(DecodeManifest("").status().IsCorruption());
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    t.replace(t.find(from), from.size(), to);
+    return DecodeManifest(t).status();
+  };
+  EXPECT_TRUE(replaced("tokenizer_hash=abc", "tokenizer_hash=abd").IsCorruption());
+  EXPECT_TRUE(replaced("block_tokens=4", "block_tokens=4x").IsCorruption());
+  EXPECT_TRUE(replaced("\ntp=0/2", "\ntp=0-2").IsCorruption());
+  EXPECT_TRUE(replaced("\nsalt=tenant-a", "\nsalt=tenant-b").IsCorruption());
+  EXPECT_TRUE(replaced("layer_shapes=8x128", "layer_shapes=8y128").IsCorruption());
+  EXPECT_TRUE(replaced("\ndtype=float16", "\ndtype=float17").IsCorruption());
+  EXPECT_TRUE(replaced("salt=tenant-a\n", "").IsCorruption());
+  EXPECT_TRUE(replaced("\nsalt=", "\nmodel=x\nsalt=").IsCorruption());
+  Status unknown = replaced("\nsalt=", "\ncolour=red\nsalt=");
+  EXPECT_TRUE(unknown.IsCorruption()) << unknown.ToString();
 }
 
 }  // namespace

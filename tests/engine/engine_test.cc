@@ -21,6 +21,7 @@
 #include "prefixkv/advanced/shared_hot_budget.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "tests/engine/engine_test_util.h"
+#include "tests/support/fault_injection_file_system.h"
 #include "tests/support/test_util.h"
 #include "value_catalog.h"
 #include "value_record.h"
@@ -683,6 +684,30 @@ TEST(ValueCatalog, TheHandGoesRoundAndPagesKeepHighHalvesTogether) {
   c.Forget(BlockKey{3, 7});
   EXPECT_FALSE(c.Knows(BlockKey{3, 7}));
   EXPECT_EQ(c.NextAfterHand(100).size(), 5u);
+}
+
+// EngineOptions::file_system carries every SSD file operation: a write fault
+// injected there fails the engine's SSD writes, and nothing else is touched.
+TEST(EngineFileSystem, TheSsdTierWritesThroughTheEnginesFileSystem) {
+  testing::TempDir dir;
+  FaultInjectionFileSystem fs;
+  EngineOptions o = Quiet({});
+  o.data_dir = dir.str();
+  o.hot_capacity_bytes = 0;  // every block straight to SSD
+  o.file_system = &fs;
+  StatusOr<std::unique_ptr<Engine>> e = Engine::Open(o);
+  ASSERT_OK(e);
+  const Namespace ns = (*e)->RegisterModel(KvSpec()).value();
+  std::mt19937_64 rng(testing::TestSeed("EngineFileSystem"));
+  const std::vector<int32_t> tokens = Tokens(2 * kBlockTokens);
+  ASSERT_OK((*e)->Store(ns, tokens, KvLayers(2, 2 * kBlockTokens, rng)).status());
+  fs.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg"});
+  EXPECT_FALSE(
+      (*e)->Store(ns, Tokens(kBlockTokens, 500), KvLayers(2, kBlockTokens, rng)).ok());
+  EXPECT_GT(fs.faults_injected(), 0u);
+  fs.ClearFaults();
+  EXPECT_EQ((*e)->Match(ns, tokens).value().tokens.size(), tokens.size());
+  ASSERT_OK((*e)->Close());
 }
 
 // ---- KV events ----------------------------------------------------------------------

@@ -1,9 +1,20 @@
 // Engine::RestorePinned: per-block views of the hot tier's own buffers, held
 // pinned while a view lives, released with the last pin (even after Close).
+// Engine::RestoreInto: the same blocks copied once into the caller's memory,
+// byte for byte what Restore returns, on every cache family, with bad
+// destinations refused before anything is written.
+// And the views of what a data directory holds: namespace manifests
+// (Engine::Manifests) and why a prompt misses (Engine::ExplainMiss).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
 #include <numeric>
 #include <random>
 #include <string>
@@ -11,38 +22,23 @@
 #include <vector>
 
 #include "prefixkv/advanced/hot_tier.h"
+#include "prefixkv/cache_types.h"
 #include "prefixkv/engine.h"
+#include "tests/engine/engine_test_util.h"
+#include "tests/support/namespace_fields.h"
 #include "tests/support/test_util.h"
+#include "tests/tools/data_dir_builder.h"
 
 namespace prefixkv {
 namespace {
 
-constexpr uint32_t kBlockTokens = 4;
+using testing::kBlockTokens;
+using testing::Tokens;
 
-NamespaceSpec KvSpec() {
-  NamespaceSpec spec;
-  spec.model = "views-model";
-  spec.block_tokens = kBlockTokens;
-  spec.dtype = DType::kFloat32;
-  spec.layer_types = {"KVCache", "KVCache"};
-  return spec;
-}
+NamespaceSpec KvSpec() { return testing::KvSpec("views-model"); }
 
-std::vector<int32_t> Tokens(size_t n, int32_t first = 0) {
-  std::vector<int32_t> t(n);
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
-
-// Keys and values [1, 2, tokens, 8] per layer.
 std::vector<LayerState> KvLayers(int64_t tokens, std::mt19937_64& rng) {
-  std::vector<LayerState> out(2);
-  for (LayerState& l : out) {
-    l.cache_type = "KVCache";
-    for (int i = 0; i < 2; ++i)
-      l.tensors.push_back(testing::RandomTensor(rng, DType::kFloat32, {1, 2, tokens, 8}));
-  }
-  return out;
+  return testing::KvLayers(2, tokens, rng);
 }
 
 bool Inside(const Tensor& t, const SharedBytes& buffer) {
@@ -56,6 +52,9 @@ class EngineViewsTest : public ::testing::Test {
     EngineOptions o;
     if (on_disk) o.data_dir = dir_.str();
     o.hot_capacity_bytes = hot_bytes;
+    return OpenWith(o);
+  }
+  std::unique_ptr<Engine> OpenWith(EngineOptions o) {
     o.log = [](std::string_view) {};
     StatusOr<std::unique_ptr<Engine>> e = Engine::Open(o);
     EXPECT_OK(e);
@@ -244,6 +243,545 @@ TEST_F(EngineViewsTest, NothingRestoredIsNoBlocksAndAClosedEngineRefuses) {
   ASSERT_OK_AND_ASSIGN(MatchResult m, e->Match(ns, Tokens(kBlockTokens)));
   ASSERT_OK(e->Close());
   EXPECT_TRUE(e->RestorePinned(m).status().IsInvalidArgument());
+}
+
+// --- Engine::RestoreInto -------------------------------------------------
+
+constexpr uint8_t kSentinel = 0xA5;  // what the caller's memory holds before
+
+// A rotating (sliding-window) layer at position `tokens`: a window of
+// [1, 2, 4, 8] random keys and values and its meta.
+LayerState RotatingLayer(int64_t tokens, std::mt19937_64& rng) {
+  LayerState l;
+  l.cache_type = "RotatingKVCache";
+  l.meta = RotatingMeta{0, 4, tokens, 4}.ToStrings();
+  for (int i = 0; i < 2; ++i)
+    l.tensors.push_back(testing::RandomTensor(rng, DType::kFloat32, {1, 2, 4, 8}));
+  return l;
+}
+
+// A recurrent (arrays) layer at position `tokens`: a random conv ring
+// [1, 3, 16] and state [4, 8, 8].
+LayerState ArraysLayer(int64_t tokens, std::mt19937_64& rng) {
+  LayerState l;
+  l.cache_type = "ArraysCache";
+  l.meta = RotatingMeta{0, 3, tokens, tokens % 3}.ToStrings();
+  l.tensors = {testing::RandomTensor(rng, DType::kFloat32, {1, 3, 16}),
+               testing::RandomTensor(rng, DType::kFloat32, {4, 8, 8})};
+  return l;
+}
+
+NamespaceSpec SpecOf(const std::vector<std::string>& layer_types) {
+  NamespaceSpec spec = testing::KvSpec("into-model");
+  spec.layer_types = layer_types;
+  return spec;
+}
+
+// The caller's memory: one buffer per restored tensor, filled with
+// kSentinel, and the destinations describing it.
+struct CallerBuffers {
+  std::vector<std::vector<std::vector<uint8_t>>> bytes;  // [layer][tensor]
+  std::vector<LayerDestination> destinations;
+
+  // Contiguous buffers shaped like `expected`'s tensors.
+  explicit CallerBuffers(const RestoreResult& expected) {
+    for (const LayerState& layer : expected.layers) {
+      bytes.emplace_back();
+      destinations.emplace_back();
+      for (const Tensor& t : layer.tensors) {
+        bytes.back().emplace_back(t.nbytes(), kSentinel);
+        destinations.back().tensors.push_back({.data = bytes.back().back().data(),
+                                               .size_bytes = t.nbytes(),
+                                               .dtype = t.dtype()});
+      }
+    }
+  }
+  bool Untouched() const {
+    for (const auto& layer : bytes) {
+      for (const std::vector<uint8_t>& b : layer) {
+        if (std::count(b.begin(), b.end(), kSentinel) != static_cast<int64_t>(b.size()))
+          return false;
+      }
+    }
+    return true;
+  }
+  bool Holds(size_t l, size_t t, const Tensor& expected) const {
+    const std::vector<uint8_t>& b = bytes[l][t];
+    return b.size() == expected.nbytes() &&
+           std::equal(b.begin(), b.end(), expected.data());
+  }
+};
+
+class RestoreIntoTest : public testing::EngineFixture {
+ protected:
+  RestoreIntoTest() : EngineFixture("RestoreIntoTest") {}
+
+  // An engine holding `blocks` KvSpec blocks in RAM, their match and what
+  // Restore returns for it.
+  struct Stored {
+    std::unique_ptr<Engine> engine;
+    MatchResult match;
+    RestoreResult expected;
+  };
+  Stored StoreBlocks(size_t blocks) {
+    Stored s;
+    s.engine = Open(OnDisk(16 << 20));
+    if (s.engine == nullptr) return s;
+    StatusOr<Namespace> ns = s.engine->RegisterModel(KvSpec());
+    EXPECT_OK(ns);
+    const std::vector<int32_t> tokens = Tokens(blocks * kBlockTokens);
+    StoreAll(*s.engine, *ns, tokens);
+    s.expected = MatchAndRestore(*s.engine, *ns, tokens);
+    StatusOr<MatchResult> m = s.engine->Match(*ns, tokens);
+    EXPECT_OK(m);
+    if (m.ok()) s.match = std::move(m).value();
+    return s;
+  }
+
+  // Restores `prompt` with Restore, then with RestoreInto into contiguous
+  // caller buffers, and checks that both restored the same: every byte,
+  // shape, cache type, meta and counter.
+  RestoreIntoResult ExpectSameAsRestore(Engine& e, Namespace ns,
+                                        const std::vector<int32_t>& prompt) {
+    const RestoreResult expected = MatchAndRestore(e, ns, prompt);
+    EXPECT_GT(expected.restored_tokens, 0u);
+    CallerBuffers buffers(expected);
+    StatusOr<MatchResult> m = e.Match(ns, prompt);
+    EXPECT_OK(m);
+    StatusOr<RestoreIntoResult> got = e.RestoreInto(*m, buffers.destinations);
+    EXPECT_OK(got);
+    if (!got.ok()) return {};
+    const RestoreResult& r = got->result;
+    EXPECT_EQ(r.restored_tokens, expected.restored_tokens);
+    EXPECT_EQ(r.restored_blocks, expected.restored_blocks);
+    EXPECT_EQ(r.reason, expected.reason);
+    EXPECT_EQ(r.window.window_tokens, expected.window.window_tokens);
+    EXPECT_EQ(r.layers.size(), expected.layers.size());
+    EXPECT_EQ(got->written.size(), expected.layers.size());
+    for (size_t l = 0; l < std::min(r.layers.size(), got->written.size()); ++l) {
+      const LayerState& want = expected.layers[l];
+      EXPECT_EQ(r.layers[l].cache_type, want.cache_type) << "layer " << l;
+      EXPECT_EQ(r.layers[l].meta, want.meta) << "layer " << l;
+      EXPECT_EQ(r.layers[l].placeholder, want.placeholder) << "layer " << l;
+      EXPECT_TRUE(r.layers[l].tensors.empty()) << "the bytes are in the destinations";
+      EXPECT_EQ(got->written[l].size(), want.tensors.size());
+      for (size_t t = 0; t < want.tensors.size(); ++t) {
+        EXPECT_TRUE(buffers.Holds(l, t, want.tensors[t]))
+            << "layer " << l << " tensor " << t;
+        if (t < got->written[l].size()) {
+          EXPECT_EQ(got->written[l][t], (RestoredTensorShape{want.tensors[t].dtype(),
+                                                             want.tensors[t].shape()}));
+        }
+      }
+    }
+    return got.ok() ? std::move(got).value() : RestoreIntoResult{};
+  }
+};
+
+TEST_F(RestoreIntoTest, FullLayersFromRamAreRestoresBytes) {
+  auto e = Open(OnDisk(16 << 20));
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+  const std::vector<int32_t> tokens = Tokens(3 * kBlockTokens);
+  StoreAll(*e, ns, tokens);
+  RestoreIntoResult r = ExpectSameAsRestore(*e, ns, Tokens(3 * kBlockTokens + 2));
+  EXPECT_EQ(r.result.blocks_from_hot, 3u);
+  EXPECT_EQ(r.result.restored_tokens, tokens.size());
+}
+
+TEST_F(RestoreIntoTest, FullLayersFromSsdAreRestoresBytes) {
+  auto e = Open(OnDisk(0));  // no hot tier: every block is an SSD read
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+  StoreAll(*e, ns, Tokens(2 * kBlockTokens));
+  RestoreIntoResult r = ExpectSameAsRestore(*e, ns, Tokens(2 * kBlockTokens));
+  EXPECT_EQ(r.result.blocks_from_ssd, 2u);
+}
+
+TEST_F(RestoreIntoTest, RotatingAndArraysTipsAreRestoresBytes) {
+  auto e = Open(OnDisk(16 << 20));
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(
+      Namespace ns,
+      e->RegisterModel(SpecOf({"KVCache", "RotatingKVCache", "ArraysCache"})));
+  const std::vector<int32_t> tokens = Tokens(3 * kBlockTokens);
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  std::vector<LayerState> layers = testing::KvLayers(1, n, rng_);
+  layers.push_back(RotatingLayer(n, rng_));
+  layers.push_back(ArraysLayer(n, rng_));
+  ASSERT_OK(e->Store(ns, tokens, layers));
+  RestoreIntoResult r = ExpectSameAsRestore(*e, ns, tokens);
+  EXPECT_EQ(r.result.restored_tokens, tokens.size());
+  ASSERT_EQ(r.result.layers.size(), 3u);
+  EXPECT_EQ(r.result.layers[1].cache_type, kRestoredRotatingType);
+}
+
+TEST_F(RestoreIntoTest, PartialTipsAndWalkBackAreRestoresBytes) {
+  auto e = Open(OnDisk(16 << 20));
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns,
+                       e->RegisterModel(SpecOf({"KVCache", "RotatingKVCache"}),
+                                        {.store_partial_tail = true}));
+  // A turn ending mid-block (a partial tip at 10), then a longer turn (its
+  // tip at 16). A prompt branching off at 12 matches three full blocks whose
+  // rotating layers are placeholders: walk-back returns to the partial tip.
+  for (int64_t n : {10, 16}) {
+    std::vector<LayerState> layers = testing::KvLayers(1, n, rng_);
+    layers.push_back(RotatingLayer(n, rng_));
+    ASSERT_OK(e->Store(ns, Tokens(static_cast<size_t>(n)), layers));
+  }
+  std::vector<int32_t> prompt = Tokens(3 * kBlockTokens);
+  prompt.push_back(999);
+  RestoreIntoResult r = ExpectSameAsRestore(*e, ns, prompt);
+  EXPECT_EQ(r.result.restored_tokens, 10u);
+  EXPECT_EQ(r.result.restored_blocks, 3u);
+  EXPECT_NE(r.result.reason.find("partial tip"), std::string::npos) << r.result.reason;
+}
+
+TEST_F(RestoreIntoTest, QuantizedLayersOfMixedDtypesAreRestoresBytes) {
+  auto e = Open(OnDisk(16 << 20));
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(SpecOf({"QuantizedKVCache"})));
+  const std::vector<int32_t> tokens = Tokens(3 * kBlockTokens);
+  LayerState q;
+  q.cache_type = "QuantizedKVCache";
+  q.tensors = {testing::RandomTensor(rng_, DType::kUInt32, {1, 2, 12, 2}),
+               testing::RandomTensor(rng_, DType::kFloat16, {1, 2, 12, 1}),
+               testing::RandomTensor(rng_, DType::kFloat16, {1, 2, 12, 1})};
+  ASSERT_OK(e->Store(ns, tokens, {q}));
+  ExpectSameAsRestore(*e, ns, tokens);
+}
+
+TEST_F(RestoreIntoTest, StridedDestinationsTakeTheRestoredPositionsOnly) {
+  Stored s = StoreBlocks(3);
+  ASSERT_NE(s.engine, nullptr);
+  const RestoreResult& expected = s.expected;
+  ASSERT_EQ(expected.layers.size(), 2u);
+  // Keys [1, 2, T, 8] float32 go to the caller's [1, 2, 20, 8] (room for 20
+  // tokens); values go token-major, [1, 20, 2, 16] with every other float.
+  constexpr int64_t kMax = 20, kT = 12;
+  std::vector<std::vector<uint8_t>> keys(
+      2, std::vector<uint8_t>(kMax * 2 * 8 * 4, kSentinel));
+  std::vector<std::vector<uint8_t>> values(
+      2, std::vector<uint8_t>(kMax * 2 * 16 * 4, kSentinel));
+  std::vector<LayerDestination> dests(2);
+  for (size_t l = 0; l < 2; ++l) {
+    dests[l].tensors = {
+        {keys[l].data(), keys[l].size(), DType::kFloat32, {0, kMax * 8 * 4, 8 * 4, 4}},
+        {values[l].data(),
+         values[l].size(),
+         DType::kFloat32,
+         {0, 16 * 4, 2 * 16 * 4, 8}}};
+  }
+  ASSERT_OK_AND_ASSIGN(RestoreIntoResult r, s.engine->RestoreInto(s.match, dests));
+  EXPECT_EQ(r.result.restored_tokens, static_cast<uint64_t>(kT));
+  for (size_t l = 0; l < 2; ++l) {
+    const float* k = expected.layers[l].tensors[0].data_as<float>();
+    const float* v = expected.layers[l].tensors[1].data_as<float>();
+    for (int64_t h = 0; h < 2; ++h) {
+      for (int64_t p = 0; p < kMax; ++p) {
+        for (int64_t d = 0; d < 8; ++d) {
+          const uint8_t* kd = keys[l].data() + ((h * kMax + p) * 8 + d) * 4;
+          const uint8_t* vd = values[l].data() + ((p * 2 + h) * 16 + 2 * d) * 4;
+          const uint8_t* gap = vd + 4;  // the float between two values
+          const size_t at = static_cast<size_t>((h * kT + p) * 8 + d);
+          if (p < kT) {
+            EXPECT_EQ(std::memcmp(kd, k + at, 4), 0)
+                << l << " " << h << " " << p << " " << d;
+            EXPECT_EQ(std::memcmp(vd, v + at, 4), 0)
+                << l << " " << h << " " << p << " " << d;
+          } else {
+            EXPECT_EQ(kd[0], kSentinel) << "position " << p << " was not restored";
+            EXPECT_EQ(vd[0], kSentinel) << "position " << p << " was not restored";
+          }
+          EXPECT_EQ(gap[0], kSentinel) << "the value stride skips it";
+        }
+      }
+    }
+  }
+}
+
+TEST_F(RestoreIntoTest, BadDestinationsAreRefusedWithNothingWritten) {
+  Stored s = StoreBlocks(2);
+  ASSERT_NE(s.engine, nullptr);
+  // Each case spoils the last tensor of the last layer only: a restore that
+  // wrote before checking would have filled every other buffer.
+  const std::vector<std::pair<std::string, std::function<void(CallerBuffers&)>>> cases = {
+      {"too small",
+       [](CallerBuffers& b) { b.destinations[1].tensors[1].size_bytes -= 1; }},
+      {"wrong dtype",
+       [](CallerBuffers& b) { b.destinations[1].tensors[1].dtype = DType::kFloat16; }},
+      {"null", [](CallerBuffers& b) { b.destinations[1].tensors[1].data = nullptr; }},
+      {"stride count",
+       [](CallerBuffers& b) {
+         b.destinations[1].tensors[1].strides_bytes = {4, 4};
+       }},
+      {"negative stride",
+       [](CallerBuffers& b) {
+         b.destinations[1].tensors[1].strides_bytes = {0, 256, -32, 4};
+       }},
+      {"overlapping strides",
+       [](CallerBuffers& b) {
+         b.destinations[1].tensors[1].strides_bytes = {0, 128, 16, 4};
+       }},
+      {"overflowing stride",
+       [](CallerBuffers& b) {
+         b.destinations[1].tensors[1].strides_bytes = {0, INT64_MAX, 32, 4};
+       }},
+      {"array shape",
+       [](CallerBuffers& b) {
+         b.destinations[1].tensors[1].shape = {1, 2, 7, 8};  // 8 tokens restored
+       }},
+      {"tensor count", [](CallerBuffers& b) { b.destinations[1].tensors.pop_back(); }},
+      {"layer count", [](CallerBuffers& b) { b.destinations.pop_back(); }},
+  };
+  for (const auto& [name, spoil] : cases) {
+    CallerBuffers buffers(s.expected);
+    spoil(buffers);
+    StatusOr<RestoreIntoResult> r = s.engine->RestoreInto(s.match, buffers.destinations);
+    EXPECT_TRUE(r.status().IsInvalidArgument()) << name << ": " << r.status().ToString();
+    EXPECT_TRUE(buffers.Untouched()) << name << ": the caller's memory was written";
+  }
+}
+
+TEST_F(RestoreIntoTest, EachLayerIsCompleteWhenItsCallbackRunsAndNextOnesAreNot) {
+  auto e = Open(OnDisk(16 << 20));
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(testing::KvSpec("into-model", 4)));
+  const std::vector<int32_t> tokens = Tokens(3 * kBlockTokens);
+  ASSERT_OK(e->Store(ns, tokens, testing::KvLayers(4, 12, rng_)));
+  const RestoreResult expected = MatchAndRestore(*e, ns, tokens);
+  CallerBuffers buffers(expected);
+  std::vector<size_t> told;
+  ASSERT_OK_AND_ASSIGN(MatchResult m, e->Match(ns, tokens));
+  ASSERT_OK(e->RestoreInto(m, buffers.destinations, [&](size_t layer) {
+    told.push_back(layer);
+    for (size_t l = 0; l < expected.layers.size(); ++l) {
+      for (size_t t = 0; t < 2; ++t) {
+        const bool done = buffers.Holds(l, t, expected.layers[l].tensors[t]);
+        const bool blank =
+            std::count(buffers.bytes[l][t].begin(), buffers.bytes[l][t].end(),
+                       kSentinel) == static_cast<int64_t>(buffers.bytes[l][t].size());
+        EXPECT_TRUE(l <= layer ? done : blank)
+            << "told layer " << layer << ": layer " << l << " tensor " << t;
+      }
+    }
+  }));
+  EXPECT_EQ(told, (std::vector<size_t>{0, 1, 2, 3}));
+}
+
+TEST_F(RestoreIntoTest, NothingRestoredWritesNothingAndIsCounted) {
+  auto e = Open(OnDiskOnFakeClock());
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+  ASSERT_OK_AND_ASSIGN(MatchResult m, e->Match(ns, Tokens(kBlockTokens)));
+  std::vector<LayerDestination> dests(2);
+  int calls = 0;
+  ASSERT_OK_AND_ASSIGN(RestoreIntoResult r,
+                       e->RestoreInto(m, dests, [&](size_t) { ++calls; }));
+  EXPECT_EQ(r.result.restored_tokens, 0u);
+  EXPECT_TRUE(r.written.empty());
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ(e->Stats().owners[0].restore_latency->count(), 1u) << "timed as Restore";
+  EXPECT_TRUE(e->RestoreInto(m, {}).status().IsInvalidArgument()) << "layer count";
+}
+
+// ---- Manifests and ExplainMiss ------------------------------------------------
+
+MissExplanation Explain(Engine& e, const NamespaceSpec& spec,
+                        const std::vector<int32_t>& tokens) {
+  StatusOr<MissExplanation> m = e.ExplainMiss(spec, tokens);
+  EXPECT_OK(m);
+  return m.ok() ? std::move(m).value() : MissExplanation{};
+}
+
+// Flips one byte of the first segment file that holds `pattern`; false if none does.
+bool DamageOnDisk(const std::string& dir, std::string_view pattern) {
+  for (const auto& entry : std::filesystem::directory_iterator(dir + "/segments")) {
+    std::string bytes;
+    {
+      std::ifstream in(entry.path(), std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    const size_t at = bytes.find(pattern);
+    if (at == std::string::npos) continue;
+    bytes[at + 5] ^= 0x40;
+    std::ofstream(entry.path(), std::ios::binary | std::ios::trunc) << bytes;
+    return true;
+  }
+  return false;
+}
+
+TEST_F(EngineViewsTest, RegisterStoresTheManifestAndARestartReadsIt) {
+  const NamespaceSpec spec = testing::WithEveryField(KvSpec());
+  {
+    auto e = Open(1 << 20);
+    ASSERT_NE(e, nullptr);
+    ASSERT_OK(e->RegisterModel(spec));
+    ASSERT_OK(e->RegisterModel(spec));  // idempotent: still one manifest
+    ASSERT_OK(e->Close());
+  }
+  auto e = Open(1 << 20);
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(std::vector<StoredManifest> stored, e->Manifests());
+  ASSERT_EQ(stored.size(), 1u);
+  EXPECT_EQ(stored[0].root, NamespaceRoot(spec).value());
+  ASSERT_OK(stored[0].decoded);
+  EXPECT_EQ(stored[0].decoded->fingerprint, spec.Fingerprint().value());
+  EXPECT_TRUE(DiffSpecs(stored[0].decoded->spec, spec).empty());
+  EXPECT_EQ(stored[0].text, EncodeManifest(spec).value());
+}
+
+TEST_F(EngineViewsTest, AStoredManifestOfAnotherFingerprintRefusesTheRoot) {
+  auto e = Open(1 << 20);
+  ASSERT_NE(e, nullptr);
+  NamespaceSpec other = KvSpec();
+  other.tokenizer_hash = "other";
+  // A record that claims the root of KvSpec() for another spec (what a
+  // damaged record or a hash collision would look like).
+  ASSERT_OK(e->ssd_tier()->PutManifest(NamespaceRoot(KvSpec()).value(),
+                                       EncodeManifest(other).value()));
+  StatusOr<Namespace> ns = e->RegisterModel(KvSpec());
+  EXPECT_TRUE(ns.status().IsCorruption()) << ns.status().ToString();
+  EXPECT_EQ(e->model_count(), 0u);
+}
+
+// A spec that differs from the stored one in any single field is another
+// namespace: it does not hit, and ExplainMiss names that field (from the
+// manifest on disk after a restart, and from the registered model before).
+TEST_F(EngineViewsTest, ExplainMissNamesEveryFieldThatSeparatesNamespaces) {
+  const NamespaceSpec stored = testing::WithEveryField(KvSpec());
+  const std::vector<int32_t> tokens = Tokens(3 * kBlockTokens);
+  for (bool restarted : {false, true}) {
+    SCOPED_TRACE(restarted ? "after a restart" : "registered");
+    testing::TempDir dir;
+    EngineOptions o;
+    o.data_dir = dir.str();
+    o.hot_capacity_bytes = 16 << 20;
+    auto e = OpenWith(o);
+    ASSERT_NE(e, nullptr);
+    ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(stored));
+    Store(*e, ns, tokens);
+    if (restarted) {
+      ASSERT_OK(e->Close());
+      e = OpenWith(o);
+      ASSERT_NE(e, nullptr);
+    }
+    for (const testing::SpecFieldCase& c : testing::kSpecFieldCases) {
+      SCOPED_TRACE(c.field);
+      NamespaceSpec asked = stored;
+      c.mutate(&asked);
+      MissExplanation m = Explain(*e, asked, tokens);
+      EXPECT_EQ(m.kind, MissKind::kOtherNamespace) << m.reason;
+      EXPECT_EQ(m.first_missed_block, 0);
+      EXPECT_EQ(m.other_root, NamespaceRoot(stored).value());
+      ASSERT_EQ(m.differences.size(), 1u) << m.reason;
+      EXPECT_EQ(m.differences[0].field, c.field);
+      EXPECT_NE(m.reason.find(m.differences[0].ToString()), std::string::npos)
+          << m.reason;
+      ASSERT_OK_AND_ASSIGN(Namespace other, e->RegisterModel(asked));
+      ASSERT_OK_AND_ASSIGN(MatchResult match, e->Match(other, tokens));
+      EXPECT_EQ(match.matched_tokens(), 0u);  // never a silent reuse
+    }
+    MissExplanation hit = Explain(*e, stored, tokens);
+    EXPECT_EQ(hit.kind, MissKind::kNone) << hit.reason;
+    EXPECT_EQ(hit.restorable_tokens, tokens.size());
+  }
+}
+
+TEST_F(EngineViewsTest, ExplainMissTellsEvictedRemovedCorruptAndNeverStoredApart) {
+  EngineOptions o;
+  o.data_dir = dir_.str();
+  o.hot_capacity_bytes = 0;  // SSD only: every block is on disk at once
+  o.ssd_capacity_bytes = 24 << 10;
+  auto e = OpenWith(o);
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+  const std::vector<int32_t> evicted = Tokens(2 * kBlockTokens, 1000);
+  Store(*e, ns, evicted);
+  for (int32_t i = 0; i < 40; ++i)
+    Store(*e, ns, Tokens(2 * kBlockTokens, 2000 + 100 * i));
+  MissExplanation m = Explain(*e, KvSpec(), evicted);
+  EXPECT_EQ(m.kind, MissKind::kEvicted) << m.reason;
+  EXPECT_EQ(m.first_missed_block, 0);
+  EXPECT_NE(m.reason.find("evicted"), std::string::npos) << m.reason;
+
+  const std::vector<int32_t> removed = Tokens(2 * kBlockTokens, 9000);
+  Store(*e, ns, removed);
+  const std::vector<BlockKey> keys = ChainKeys(m.root, removed, kBlockTokens);
+  ASSERT_OK(e->ssd_tier()->Remove(keys[1]));
+  m = Explain(*e, KvSpec(), removed);
+  EXPECT_EQ(m.kind, MissKind::kRemoved) << m.reason;
+  EXPECT_EQ(m.first_missed_block, 1);
+  EXPECT_EQ(m.first_missed_key, keys[1]);
+  EXPECT_EQ(m.cached_blocks, 1u);
+  EXPECT_EQ(m.restorable_tokens, kBlockTokens);
+
+  m = Explain(*e, KvSpec(), Tokens(2 * kBlockTokens, 50000));
+  EXPECT_EQ(m.kind, MissKind::kNeverStored) << m.reason;
+
+  const std::vector<int32_t> damaged = Tokens(2 * kBlockTokens, 7000);
+  std::vector<LayerState> layers = Store(*e, ns, damaged);
+  ASSERT_OK(e->Close());
+  const Tensor block1 = Slice(layers, 0, 0, 1);
+  ASSERT_TRUE(DamageOnDisk(dir_.str(), std::string(block1.bytes().view())));
+  e = OpenWith(o);
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK(e->Audit());  // verifies every payload: drops the damaged block
+  m = Explain(*e, KvSpec(), damaged);
+  EXPECT_EQ(m.kind, MissKind::kCorruptDropped) << m.reason;
+  EXPECT_EQ(m.first_missed_block, 1);
+  EXPECT_EQ(MissKindName(m.kind), "corrupt-dropped");
+}
+
+TEST_F(EngineViewsTest, WithoutAnSsdTierAMissIsNotStoredWithoutMoreHistory) {
+  auto e = Open(1 << 20, /*on_disk=*/false);
+  ASSERT_NE(e, nullptr);
+  MissExplanation m = Explain(*e, KvSpec(), Tokens(2 * kBlockTokens));
+  EXPECT_EQ(m.kind, MissKind::kNotStored) << m.reason;
+  EXPECT_NE(m.reason.find("never stored or evicted"), std::string::npos) << m.reason;
+  NamespaceSpec bad = KvSpec();
+  bad.layer_types.clear();
+  EXPECT_TRUE(e->ExplainMiss(bad, Tokens(4)).status().IsInvalidArgument());
+}
+
+// A data directory written before manifests: its blocks are keyed by the old
+// fingerprint (the documented string, built here by hand), and it holds no
+// manifest. The unchanged spec still hits it and registering writes the
+// manifest; a spec with a new field set is another namespace, explained.
+TEST_F(EngineViewsTest, ADataDirectoryWithoutManifestsKeepsWorking) {
+  testing::DataDirBuilder old(testing::TestSeed("EngineViewsTest.old"));
+  old.StoreChain();
+  ASSERT_EQ(old.root(),
+            NamespaceRootFromFingerprint("prefixkv/v1|model=audit-test|layers=1|block=16|"
+                                         "dtype=float16|layout=K|salt="));
+  EngineOptions o;
+  o.data_dir = old.dir();
+  o.hot_capacity_bytes = 1 << 20;
+  auto e = OpenWith(o);
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(std::vector<StoredManifest> none, e->Manifests());
+  EXPECT_TRUE(none.empty());
+  NamespaceSpec newer = old.spec();
+  newer.tokenizer_hash = "def";
+  MissExplanation m = Explain(*e, newer, old.tokens());
+  EXPECT_EQ(m.kind, MissKind::kOtherNamespace) << m.reason;
+  EXPECT_EQ(m.other_root, old.root());
+  EXPECT_FALSE(m.other_has_manifest);
+  EXPECT_NE(m.reason.find("no manifest"), std::string::npos) << m.reason;
+
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(old.spec()));
+  ASSERT_OK_AND_ASSIGN(MatchResult match, e->Match(ns, old.tokens()));
+  EXPECT_EQ(match.matched_tokens(), old.tokens().size());
+  ASSERT_OK_AND_ASSIGN(RestoreResult restored, e->Restore(match));
+  EXPECT_EQ(restored.restored_tokens, old.tokens().size());
+  ASSERT_OK_AND_ASSIGN(std::vector<StoredManifest> written, e->Manifests());
+  ASSERT_EQ(written.size(), 1u);
+  EXPECT_EQ(written[0].root, old.root());
+  m = Explain(*e, newer, old.tokens());
+  ASSERT_EQ(m.differences.size(), 1u) << m.reason;
+  EXPECT_EQ(m.differences[0].ToString(),
+            "tokenizer hash differs: stored unset, asked def");
 }
 
 }  // namespace

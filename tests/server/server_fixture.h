@@ -19,6 +19,7 @@
 #include "prefixkv/block_key.h"
 #include "prefixkv/codec.h"
 #include "prefixkv/engine.h"
+#include "prefixkv/namespace_manifest.h"
 #include "prefixkv/server.h"
 #include "tests/cache/cache_test_util.h"
 #include "tests/server/resp_client.h"
@@ -104,6 +105,18 @@ inline std::vector<std::string> RegisterArgs(const NamespaceSpec& spec,
                                    std::to_string(spec.block_tokens),
                                    std::string(DTypeName(spec.dtype)), types};
   if (!spec.salt.empty()) args.insert(args.end(), {"SALT", spec.salt});
+  // The later spec fields, each when set, as the manifest writes them.
+  const std::pair<const char*, const char*> keywords[] = {{"revision", "REVISION"},
+                                                          {"tokenizer_hash", "TOKENIZER"},
+                                                          {"layer_shapes", "SHAPES"},
+                                                          {"quantization", "QUANT"},
+                                                          {"tp", "TP"},
+                                                          {"pp", "PP"}};
+  for (const auto& [field, value] : ManifestFields(spec)) {
+    for (const auto& [name, keyword] : keywords) {
+      if (field == name && !value.empty()) args.insert(args.end(), {keyword, value});
+    }
+  }
   if (partial_tail) args.push_back("PARTIAL_TAIL");
   return args;
 }

@@ -9,6 +9,7 @@
 
 #include "prefixkv/advanced/hash.h"
 #include "tests/server/server_fixture.h"
+#include "tests/support/namespace_fields.h"
 
 namespace prefixkv {
 namespace {
@@ -61,6 +62,30 @@ TEST_F(ServerPkvTest, RegisteringAModelRepliesWithItsNamespaceRootAndIsIdempoten
   EXPECT_EQ(c_->Call(RegisterArgs(salted)).str, RootOf(salted));
   EXPECT_NE(RootOf(salted), RootOf(spec));
   EXPECT_EQ(engine_->model_count(), 2u);
+}
+
+// Fail-closed namespaces through the protocol: every later spec field is a
+// keyword, keyed only when given, and a bad value is refused by name.
+TEST_F(ServerPkvTest, RegisterKeysEveryLaterSpecField) {
+  NamespaceSpec spec = testing::WithEveryField(HybridSpec());
+  spec.pp_size = 3;
+  EXPECT_EQ(c_->Call(RegisterArgs(spec)).str, RootOf(spec));
+  NamespaceSpec other = spec;
+  other.tokenizer_hash = "def";
+  EXPECT_EQ(c_->Call(RegisterArgs(other)).str, RootOf(other));
+  EXPECT_NE(RootOf(other), RootOf(spec));
+  EXPECT_EQ(RootOf(HybridSpec()), c_->Call(RegisterArgs(HybridSpec())).str);
+  EXPECT_EQ(c_->Call({"PKV.REGISTER", "m", "4", "float32", "KVCache", "SHAPES", "2y8"})
+                .str.rfind("ERR invalid model spec: layer shape '2y8'", 0),
+            0u);
+  EXPECT_EQ(c_->Call({"PKV.REGISTER", "m", "4", "float32", "KVCache", "TP", "2/2"})
+                .str.rfind("ERR invalid model spec: tensor-parallel rank 2", 0),
+            0u);
+  EXPECT_EQ(c_->Call({"PKV.REGISTER", "m", "4", "float32", "KVCache", "TOKENIZER"}).str,
+            "ERR syntax error");
+  EXPECT_EQ(engine_->model_count(), 3u);
+  ASSERT_OK_AND_ASSIGN(std::vector<StoredManifest> stored, engine_->Manifests());
+  EXPECT_EQ(stored.size(), 3u);
 }
 
 TEST_F(ServerPkvTest, RegisterRejectsABadSpec) {

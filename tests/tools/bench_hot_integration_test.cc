@@ -1,5 +1,6 @@
 // `prefixkv bench hot --json` end to end: the default figures and one entry
 // per eviction policy, each measured in the same run and compared with lru.
+// Also `bench restore`'s model options and RestoreInto figures (a tiny chain).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -30,6 +31,29 @@ TEST(BenchHot, EveryPolicyIsMeasuredAndComparedWithLru) {
     EXPECT_GT(std::stod(testing::Value(p, "hit_ns_ratio_vs_lru")), 0) << p;
   }
   EXPECT_EQ(std::stod(testing::Value(policies[0], "hit_ns_ratio_vs_lru")), 1.0);
+}
+
+TEST(BenchRestore, TheLlamaShapeRunsAndReportsRestoreIntoWithTimeToFirstLayer) {
+  const testing::CliRun run =
+      testing::RunCli("bench restore --json --repeats 1 --model llama3-8b --tokens 32");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::string json = run.output.substr(run.output.find("{\"suite\":\"restore\""));
+  EXPECT_EQ(testing::Value(json, "model"), "\"llama3-8b\"");
+  EXPECT_EQ(testing::Value(json, "layers"), "32");
+  EXPECT_EQ(testing::Value(json, "blocks"), "2");
+  EXPECT_EQ(testing::Value(json, "byte_identical"), "true");
+  const double first = std::stod(testing::Value(json, "restore_into_first_layer_ms"));
+  EXPECT_GT(first, 0);
+  EXPECT_LE(first, std::stod(testing::Value(json, "restore_into_ms")));
+  EXPECT_GT(std::stod(testing::Value(json, "restore_into_ratio_vs_memcpy_fresh_pages")),
+            0);
+  EXPECT_GT(std::stod(testing::Value(json, "ssd_restore_into_first_layer_ms")), 0);
+  for (const char* bad :
+       {"--model gpt", "--tokens 100", "--model llama3-8b --tokens 0"}) {
+    const testing::CliRun usage =
+        testing::RunCli(std::string("bench restore --json ") + bad);
+    EXPECT_EQ(usage.exit_code, 2) << bad << ": " << usage.output;
+  }
 }
 
 // `prefixkv bench` runs the prefixkv-bench binary beside it; a `prefixkv`

@@ -105,5 +105,34 @@ TEST(BenchPolicy, RejectsAnUnknownPolicyAndABadCapacity) {
   EXPECT_EQ(testing::RunCli("bench policy --capacities 3X").exit_code, 2);
 }
 
+// `prefixkv bench route` (docs/router.md): every router at every node count,
+// the one big node, and a bar per router and node count in the SVG.
+TEST(BenchRoute, ComparesTheRoutersWithOneBigNodeAndDrawsTheBars) {
+  testing::TempDir dir;
+  const std::string svg = dir.str() + "/route.svg";
+  const testing::CliRun run = testing::RunCli(
+      "bench route --json --nodes 2,4 --trace " + std::string(PREFIXKV_SOURCE_DIR) +
+      "/tests/data/mooncake_synthetic_trace.jsonl --svg " + svg);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(Count(run.output, "\"prefix\":{"), 2u) << run.output;
+  EXPECT_EQ(Count(run.output, "\"round-robin\":{"), 2u) << run.output;
+  EXPECT_EQ(Count(run.output, "\"random\":{"), 2u) << run.output;
+  // One node of 4 x 3M tokens (docs/benchmarks.md), and the verdict at 4.
+  EXPECT_NE(run.output.find("\"nodes\":4,\"one_node\":0.607"), std::string::npos)
+      << run.output;
+  EXPECT_EQ(Count(run.output, "\"meets_goals\":"), 1u) << run.output;
+  std::ifstream in(svg);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string s = text.str();
+  EXPECT_EQ(s.rfind("<svg ", 0), 0u) << s.substr(0, 200);
+  EXPECT_NE(s.find("</svg>"), std::string::npos);
+  // The background, four legend swatches, four bars per node count.
+  EXPECT_EQ(Count(s, "<rect"), 1u + 4 + 8);
+  EXPECT_NE(s.find(">N=4</text>"), std::string::npos);
+  EXPECT_EQ(testing::RunCli("bench route --nodes 0").exit_code, 2);
+  EXPECT_EQ(testing::RunCli("bench route --load-bound 0.5x").exit_code, 2);
+}
+
 }  // namespace
 }  // namespace prefixkv

@@ -1,8 +1,11 @@
 // `prefixkv inspect` over a real data directory: per-namespace blocks and
-// bytes, the longest chain past a shorter fork, and the decoded tip lineage.
+// bytes, the longest chain past a shorter fork, the decoded tip lineage and
+// each namespace's manifest; and `prefixkv explain-miss` over one.
+#include <fstream>
 #include <string>
 
 #include "prefixkv/advanced/tip_lineage.h"
+#include "prefixkv/engine.h"
 #include "tests/support/test_util.h"
 #include "tests/tools/data_dir_builder.h"
 
@@ -12,6 +15,10 @@ namespace {
 using testing::CliRun;
 using testing::DataDirBuilder;
 using testing::RunCli;
+
+bool Has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 class InspectTest : public ::testing::Test {
  protected:
@@ -32,10 +39,6 @@ class InspectTest : public ::testing::Test {
     ASSERT_OK(tier->Put(BlockMeta{record_key, data_.root(), data_.root(), 0},
                         EncodeBlock(lineage.ToRecord(data_.root())).value(), false));
     ASSERT_OK(tier->Close());
-  }
-
-  bool Has(const std::string& text, const std::string& part) {
-    return text.find(part) != std::string::npos;
   }
 
   DataDirBuilder data_{testing::TestSeed("InspectTest")};
@@ -80,6 +83,146 @@ TEST(InspectUsageTest, MissingDirectoryIsAUsageError) {
   CliRun run = RunCli("inspect --data-dir " + (tmp.path() / "absent").string());
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_FALSE(std::filesystem::exists(tmp.path() / "absent"));
+}
+
+TEST_F(InspectTest, ANamespaceWrittenBeforeManifestsSaysSo) {
+  CliRun run = RunCli("inspect --data-dir " + data_.dir());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(Has(run.output, "manifest: none (written before manifests")) << run.output;
+  run = RunCli("inspect --json --data-dir " + data_.dir());
+  EXPECT_TRUE(Has(run.output, "\"model\":\"\",\"has_manifest\":false")) << run.output;
+}
+
+// A data directory an Engine wrote: one namespace with a manifest, one stored
+// prompt, and a token file of that prompt.
+class ExplainMissCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    spec_.model = "cli-model";
+    spec_.block_tokens = 4;
+    spec_.dtype = DType::kFloat32;
+    spec_.layer_types = {"KVCache"};
+    spec_.tokenizer_hash = "abc";
+    spec_.layer_shapes = {{.kv_heads = 2, .head_dim = 8}};
+    EngineOptions o;
+    o.data_dir = data_dir();
+    o.hot_capacity_bytes = 1 << 20;
+    o.log = [](std::string_view) {};
+    std::unique_ptr<Engine> e = Engine::Open(o).value();
+    const Namespace ns = e->RegisterModel(spec_).value();
+    std::vector<int32_t> tokens = {5, 6, 7, 8, 9, 10, 11, 12, 13};
+    LayerState layer;
+    layer.cache_type = "KVCache";
+    layer.meta = {"9"};
+    layer.tensors = {Tensor::Filled(DType::kFloat32, {1, 2, 9, 8}, 1),
+                     Tensor::Filled(DType::kFloat32, {1, 2, 9, 8}, 2)};
+    ASSERT_OK(e->Store(ns, tokens, {layer}));
+    ASSERT_OK(e->Close());
+    WriteTokens("5 6 7 8, 9 10 11 12\n13\n");
+  }
+  std::string data_dir() const { return tmp_.str() + "/data"; }
+  std::string tokens_path() const { return tmp_.str() + "/tokens.txt"; }
+  void WriteTokens(const std::string& text) { std::ofstream(tokens_path()) << text; }
+  CliRun Explain(const std::string& more) {
+    return RunCli("explain-miss --data-dir " + data_dir() + " --tokens " + tokens_path() +
+                  " " + more);
+  }
+
+  testing::TempDir tmp_;
+  NamespaceSpec spec_;
+};
+
+TEST_F(ExplainMissCliTest, InspectShowsTheManifestByModelName) {
+  CliRun run = RunCli("inspect --data-dir " + data_dir());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(
+      Has(run.output, NamespaceRoot(spec_).value().ToHex() + " (model cli-model)"))
+      << run.output;
+  EXPECT_TRUE(Has(run.output, "tokenizer_hash: abc")) << run.output;
+  EXPECT_TRUE(Has(run.output, "layer_shapes:   2x8")) << run.output;
+  EXPECT_TRUE(Has(run.output, "revision:       unset")) << run.output;
+  run = RunCli("inspect --json --data-dir " + data_dir());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(Has(run.output, "\"model\":\"cli-model\",\"has_manifest\":true"))
+      << run.output;
+  EXPECT_TRUE(Has(run.output, "\"fingerprint\":\"" + spec_.Fingerprint().value() + "\""))
+      << run.output;
+  EXPECT_TRUE(Has(run.output, "\"tokenizer_hash\":\"abc\",\"block_tokens\":\"4\""))
+      << run.output;
+}
+
+TEST_F(ExplainMissCliTest, TheStoredPromptHitsAndAnotherTokenizerIsNamed) {
+  CliRun run = Explain("--model cli-model");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(Has(run.output, "none: no miss: every full block (2) is cached"))
+      << run.output;
+  run = Explain("--model cli-model --tokenizer-hash def");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(Has(run.output, "other-namespace: block 0")) << run.output;
+  EXPECT_TRUE(Has(run.output, "tokenizer hash differs: stored abc, asked def"))
+      << run.output;
+  run = Explain("--model cli-model --shapes 2x16 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(Has(run.output, "\"kind\":\"other-namespace\"")) << run.output;
+  EXPECT_TRUE(Has(run.output,
+                  "{\"field\":\"layer 0 shape\",\"stored\":\"2x8\","
+                  "\"asked\":\"2x16\"}"))
+      << run.output;
+  WriteTokens("[5, 6, 7, 8, 1, 2, 3, 4]");
+  run = Explain("--model cli-model --json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(Has(run.output, "\"kind\":\"never-stored\"")) << run.output;
+  EXPECT_TRUE(Has(run.output, "\"first_missed_block\":1")) << run.output;
+}
+
+TEST_F(ExplainMissCliTest, BadInputIsAUsageErrorNamingIt) {
+  // Each case: the token file, the arguments, and what the error must say.
+  const struct {
+    const char* tokens;
+    std::string args;
+    const char* says;
+  } cases[] = {
+      {"1 2 x 4", "--model cli-model", "token 2 'x'"},
+      {"1 2 99999999999", "--model cli-model", "is not an int32"},
+      {" \n", "--model cli-model", "holds no tokens"},
+      {"1 2 3 4", "--tokenizer-hash x", "--model is required"},
+      {"1 2 3 4", "--model nobody", "no stored namespace of model nobody"},
+      {"1 2 3 4", "--model cli-model --shapes 2y8", "layer shape '2y8'"},
+      {"1 2 3 4", "--model cli-model --tp 4/4", "outside its size"},
+      {"1 2 3 4", "--model cli-model --tp 4", "--tp: spec field tp is malformed: '4'"},
+      {"1 2 3 4", "--model m --layers NoSuchCache", "NoSuchCache"},
+      {"1 2 3 4", "--model cli-model --tokens " + tmp_.str() + "/absent.txt",
+       "cannot read token file"},
+      {"1 2 3 4", "--model cli-model --json --data-dir " + tmp_.str() + "/absent",
+       "{\"ok\":false"},
+  };
+  for (const auto& c : cases) {
+    WriteTokens(c.tokens);
+    CliRun run = Explain(c.args);  // a later --tokens / --data-dir wins
+    EXPECT_EQ(run.exit_code, 2) << c.args << ": " << run.output;
+    EXPECT_TRUE(Has(run.output, c.says)) << c.args << ": " << run.output;
+  }
+}
+
+TEST(ExplainMissOldDirectoryTest, ASpecGivenByFlagsExplainsADirectoryWithoutManifests) {
+  DataDirBuilder data(testing::TestSeed("ExplainMissOldDirectoryTest"));
+  data.StoreChain();
+  testing::TempDir tmp;
+  std::string text;
+  for (int32_t t : data.tokens()) text += std::to_string(t) + " ";
+  std::ofstream(tmp.str() + "/tokens") << text;
+  const std::string base = "explain-miss --data-dir " + data.dir() + " --tokens " +
+                           tmp.str() +
+                           "/tokens --model audit-test --layers KVCache "
+                           "--block-tokens 16";
+  CliRun run = RunCli(base);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(Has(run.output, "every full block (4) is cached")) << run.output;
+  run = RunCli(base + " --revision r2");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(Has(run.output, "namespace " + data.root().ToHex() + " holds 4 leading"))
+      << run.output;
+  EXPECT_TRUE(Has(run.output, "no manifest (written before manifests)")) << run.output;
 }
 
 }  // namespace

@@ -1,12 +1,21 @@
 // `prefixkv replay` as a user runs it: the trace and capacities, no other
 // flag (a default --nodes used to be refused), the policies in its JSON,
-// reuse hints, and bad policy names and values as usage errors.
+// reuse hints, and bad policy names and values as usage errors. And
+// `prefixkv route`, the router as a process, until SIGTERM.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <string>
 
+#include "tests/support/loopback.h"
 #include "tests/tools/data_dir_builder.h"
+#include "tools/route/resp_client.h"
+
+extern char** environ;
 
 namespace prefixkv {
 namespace {
@@ -72,6 +81,29 @@ TEST(ReplayCli, BadPolicyNamesAreUsageErrors) {
   const testing::CliRun hot = testing::RunCli("replay " + kTrace + " --policy fifo");
   EXPECT_EQ(hot.exit_code, 2) << hot.output;
   EXPECT_EQ(testing::RunCli("replay " + kTrace + " --nodes 0").exit_code, 2);
+}
+
+// `--nodes N --router`: the routed replay's report, and its flags' usage
+// errors.
+TEST(ReplayCli, RouterReportsTheNodesNextToOneBigNode) {
+  const testing::CliRun run =
+      testing::RunCli("replay " + kTrace +
+                      " --nodes 4 --router round-robin --hot-capacity-tokens 3000000 "
+                      "--ssd-capacity-tokens 0"
+                      " --json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  // The figures of issue 27 (docs/events.md, "Router").
+  for (const char* field : {"\"router\":\"round-robin\"", "\"token_hit_ratio\":0.257952",
+                            "\"one_node_token_hit_ratio\":0.607443", "\"per_node\":[{"})
+    EXPECT_NE(run.output.find(field), std::string::npos) << field << "\n" << run.output;
+  for (const char* bad : {" --nodes 2 --router nearest", " --nodes 2 --load-bound 1.5",
+                          " --nodes 2 --router prefix --load-bound 0.5",
+                          " --nodes 2 --router prefix --ssd-block-weight x",
+                          " --nodes 2 --router prefix --in-flight-per-node 0",
+                          " --nodes 2 --router prefix --remote redis://127.0.0.1:1"}) {
+    const testing::CliRun r = testing::RunCli("replay " + kTrace + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad << "\n" << r.output;
+  }
 }
 
 // SSD admission (docs/eviction.md "SSD admission"): the flags' usage errors,
@@ -148,6 +180,51 @@ TEST(ReplayCli, BytesPerTokenBeyondA64MBlockIsAUsageError) {
         << bpt << "\n"
         << run.output;
   }
+}
+
+// `prefixkv route` starts, says where it listens, answers ROUTE from a node
+// it cannot reach yet (no prefix: the least-loaded node) and stops cleanly
+// on SIGTERM.
+TEST(RouteCli, ServesRouteUntilSigterm) {
+  const std::string node = "127.0.0.1:" + std::to_string(testing::ClosedLoopbackPort());
+  std::vector<std::string> argv = {PREFIXKV_CLI, "route",   "--nodes",
+                                   node,         "--model", "m:4:float16:KVCache",
+                                   "--port",     "0"};
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, cargv[0], &actions, nullptr, cargv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  close(fds[1]);
+  std::string line;
+  char c;
+  while (read(fds[0], &c, 1) == 1 && c != '\n') line += c;
+  close(fds[0]);
+  const size_t colon = line.rfind(':');
+  ASSERT_EQ(line.rfind("routing on 127.0.0.1:", 0), 0u) << line;
+  const int port = std::atoi(line.c_str() + colon + 1);
+  EXPECT_NE(line.find(" over 1 nodes"), std::string::npos) << line;
+  {
+    auto client = route::RespClient::Connect("127.0.0.1", port, 2000);
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    auto reply = (*client)->Command({"ROUTE", "m", "1", "2", "3", "4"});
+    ASSERT_TRUE(reply.ok());
+    EXPECT_EQ(reply->Text(), node + " 0 0 0");
+    auto stats = (*client)->Command({"ROUTE.STATS"});
+    ASSERT_TRUE(stats.ok());
+    EXPECT_NE(stats->str.find("connected=0"), std::string::npos) << stats->str;
+  }
+  kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "tests/support/test_util.h"
 #include "tests/tools/trace_data.h"
 #include "tools/replay/advise_replay.h"
+#include "tools/replay/routed_replay.h"
 
 namespace prefixkv::replay {
 namespace {
@@ -284,6 +285,91 @@ TEST(TraceReplay, SsdWritesAndSkipsEqualASimpleModel) {
 // SSD (3M hot + 50M SSD) at 1/4x..8x; SSD points below 1x are printed, not
 // checked: the SSD tier then holds fewer blocks than its nominal size (its
 // segments' reclaim headroom), which an LRU model of that size overstates.
+// Routed replay (routed_replay.h): round-robin is the unrouted multi-node
+// replay, the comparison is one node with N times the capacity.
+TEST(RoutedReplay, RoundRobinIsTheUnroutedReplayAndOneNodeHasNTimesTheCapacity) {
+  ReplayConfig node;
+  node.hot.tokens = 3'000'000;
+  node.ssd.tokens = 0;
+  node.advisor_max_keys = 0;
+  RoutedReplayConfig c;
+  c.node = node;
+  c.nodes = 4;
+  c.router = RouterKind::kRoundRobin;
+  ASSERT_OK_AND_ASSIGN(RoutedReplayReport r, RunRoutedReplay(Trace(), c));
+  EXPECT_EQ(r.routed.hit_tokens, RunNodes(node, 4).hit_tokens);
+  ReplayConfig big = node;
+  big.hot.tokens = 12'000'000;
+  EXPECT_EQ(r.one_node.hit_tokens, RunReplay(big).hit_tokens);
+  // Round-robin: every node takes a quarter of the requests.
+  EXPECT_LT(r.max_over_mean_requests(), 1.01);
+  uint64_t requests = 0;
+  for (const NodeLoad& l : r.loads) requests += l.requests;
+  EXPECT_EQ(requests, Trace().size());
+}
+
+// Seven conversations of four blocks in turn, six rounds: round-robin over
+// four nodes sends each to every node (7 and 4 are coprime) and no node holds
+// the 28 blocks; one node with four times the capacity holds them all; the
+// prefix router, knowing from the events where each conversation lives, sends
+// it there again.
+std::vector<TraceRequest> Conversations() {
+  std::vector<TraceRequest> trace;
+  for (uint64_t round = 0; round < 6; ++round) {
+    for (uint64_t c = 0; c < 7; ++c) {
+      TraceRequest r;
+      r.input_length = 4 * 16;
+      for (uint64_t b = 0; b < 4; ++b) r.hash_ids.push_back(c * 100 + b);
+      trace.push_back(r);
+    }
+  }
+  return trace;
+}
+
+TEST(RoutedReplay, PrefixRoutingFollowsTheNodesEvents) {
+  RoutedReplayConfig c;
+  c.node.block_tokens = 16;
+  c.node.hot.tokens = 8 * 16;  // 8 blocks per node, 32 in all
+  c.node.ssd.tokens = 0;
+  c.node.advisor_max_keys = 0;
+  c.nodes = 4;
+  c.in_flight_per_node = 1;
+  const std::vector<TraceRequest> trace = Conversations();
+  ASSERT_OK_AND_ASSIGN(RoutedReplayReport prefix, RunRoutedReplay(trace, c));
+  c.router = RouterKind::kRoundRobin;
+  ASSERT_OK_AND_ASSIGN(RoutedReplayReport rr, RunRoutedReplay(trace, c));
+  EXPECT_GT(prefix.events, 0u);
+  // All but the last request's (still on their way when the trace ends).
+  EXPECT_GT(prefix.router.events, prefix.events * 9 / 10);
+  EXPECT_GT(prefix.router.routed_by_prefix, 20u);
+  // Five of six rounds hit in full, as on the one big node.
+  EXPECT_DOUBLE_EQ(prefix.one_node.token_hit_ratio(), 5.0 / 6);
+  EXPECT_DOUBLE_EQ(prefix.routed.token_hit_ratio(), 5.0 / 6);
+  EXPECT_LT(rr.routed.token_hit_ratio(), 0.3);
+  EXPECT_LE(prefix.max_over_mean_tokens(), 1.35);
+  // Events that arrive after the whole trace: the router knows nothing.
+  c.router = RouterKind::kPrefix;
+  c.event_delay_requests = trace.size();
+  ASSERT_OK_AND_ASSIGN(RoutedReplayReport late, RunRoutedReplay(trace, c));
+  EXPECT_EQ(late.router.routed_by_prefix, 0u);
+  EXPECT_LT(late.routed.token_hit_ratio(), 0.5);
+}
+
+TEST(RoutedReplay, RefusesABadConfiguration) {
+  RoutedReplayConfig c;
+  c.nodes = 0;
+  EXPECT_TRUE(RunRoutedReplay(Trace(), c).status().IsInvalidArgument());
+  c.nodes = 2;
+  c.in_flight_per_node = 0;
+  EXPECT_TRUE(RunRoutedReplay(Trace(), c).status().IsInvalidArgument());
+  c.in_flight_per_node = 1;
+  c.node.remote = "redis://127.0.0.1:1";
+  EXPECT_TRUE(RunRoutedReplay(Trace(), c).status().IsInvalidArgument());
+  EXPECT_TRUE(ParseRouterKind("nearest").status().IsInvalidArgument());
+  ASSERT_OK_AND_ASSIGN(RouterKind k, ParseRouterKind("round-robin"));
+  EXPECT_EQ(k, RouterKind::kRoundRobin);
+}
+
 TEST(CapacityAdvisor, EstimatesAreWithinTwoHundredthsOfFullReplays) {
   const bool long_run = testing::Iterations(0, 1) == 1;
   std::vector<std::pair<std::string, std::vector<TraceRequest>>> traces;

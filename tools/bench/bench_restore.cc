@@ -4,6 +4,13 @@
 //
 // Model: 8 sliceable KVCache layers, 8 KV heads x 128 dims, float16, 256-token
 // blocks; a 32-block chain (8192 tokens, 256 MiB of keys and values).
+// `--model llama3-8b` is Llama 3 8B's KV shape instead (32 layers, 16-token
+// blocks) and `--tokens N` the chain's length.
+//
+// RestoreInto (restore_into_bench.h): the same chain restored into caller
+// memory against memcpy into the same memory, in alternating pairs, into one
+// warm buffer and into fresh pages; and the time until layer 0 is complete
+// next to the whole restore, hot and cold from SSD.
 //
 // Two figures each for restore and store: with glibc's default malloc every
 // restore's 16 MiB output tensors (and every store's block slices and encoded
@@ -31,14 +38,13 @@
 
 #include "prefixkv/engine.h"
 #include "tools/bench/bench_util.h"
+#include "tools/bench/restore_into_bench.h"
 #include "tools/bench/suite.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/json.h"
 
 namespace prefixkv::cli {
 namespace {
-
-constexpr BenchModel kModel{};  // 8 layers of 8 KV heads, 256-token blocks
 
 struct RestoreBench {
   double restore_s = 0, memcpy_s = 0, fresh_pages_s = 0;
@@ -49,11 +55,21 @@ struct RestoreBench {
   double ssd_restore_s = 0, raw_read_s = 0, ssd_restore_cpu_s = 0;
   uint64_t segment_bytes = 0;
   bool ssd_identical = false;
+  // RestoreInto: into caller memory (hot), and cold from SSD into warm
+  // caller memory (medians), with the time until layer 0 was complete.
+  RestoreIntoFigures into;
+  double ssd_into_s = 0, ssd_into_first_layer_s = 0;
 };
 
 namespace fs = std::filesystem;
 
-const NamespaceSpec kSpec = kModel.Spec();
+// A hot tier with room for the chain twice (its blocks and their overhead).
+uint64_t HotBytes(const BenchModel& model) {
+  const uint64_t chain = static_cast<uint64_t>(model.layers) * 2 *
+                         static_cast<uint64_t>(model.kv_heads * model.head_dim * 2) *
+                         static_cast<uint64_t>(model.chain_tokens());
+  return std::max<uint64_t>(uint64_t{1} << 30, 2 * chain);
+}
 
 // Sequential O_DIRECT read of every file under `dir`, 1 MiB at a time; false
 // on an error. `*bytes`: how many were read.
@@ -83,17 +99,19 @@ bool RawReadFiles(const fs::path& dir, uint64_t* bytes) {
 
 // The cold SSD restore against the raw read of the same segment files,
 // alternating `repeats` times (the disk's rate drifts; docs/benchmarks.md).
-Status MeasureColdSsd(int repeats, const std::vector<int32_t>& tokens,
+Status MeasureColdSsd(const BenchModel& model, int repeats,
+                      const std::vector<int32_t>& tokens,
                       const std::vector<LayerState>& layers, RestoreBench* r) {
+  const NamespaceSpec spec = model.Spec();
   const fs::path dir = fs::temp_directory_path() / "prefixkv-bench-restore";
   std::error_code ec;
   fs::remove_all(dir, ec);
   const EngineOptions on_disk{.data_dir = dir.string(),
-                              .hot_capacity_bytes = 1ull << 30,
+                              .hot_capacity_bytes = HotBytes(model),
                               .log = [](std::string_view) {}};
   {
     PKV_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(on_disk));
-    PKV_ASSIGN_OR_RETURN(Namespace ns, engine->RegisterModel(kSpec));
+    PKV_ASSIGN_OR_RETURN(Namespace ns, engine->RegisterModel(spec));
     PKV_RETURN_IF_ERROR(engine->Store(ns, tokens, layers).status());
     PKV_RETURN_IF_ERROR(engine->Close());
   }
@@ -103,7 +121,10 @@ Status MeasureColdSsd(int repeats, const std::vector<int32_t>& tokens,
   }
   if (segments.empty())
     return Status::NotFound("no segments directory in " + dir.string());
-  std::vector<double> restore_s, raw_s, cpu_s;
+  std::vector<double> restore_s, raw_s, cpu_s, into_s, into_first_s;
+  CallerMemory caller(layers);
+  if (!caller.ok()) return Status::NoSpace("cannot map the caller memory");
+  caller.Touch();
   for (int i = 0; i < repeats; ++i) {
     const uint64_t start = Clock::System()->NowNanos();
     if (!RawReadFiles(segments, &r->segment_bytes)) {
@@ -111,19 +132,33 @@ Status MeasureColdSsd(int repeats, const std::vector<int32_t>& tokens,
     }
     raw_s.push_back(static_cast<double>(Clock::System()->NowNanos() - start) * 1e-9);
     PKV_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(on_disk));
-    PKV_ASSIGN_OR_RETURN(Namespace ns, engine->RegisterModel(kSpec));
+    PKV_ASSIGN_OR_RETURN(Namespace ns, engine->RegisterModel(spec));
     const uint64_t t0 = Clock::System()->NowNanos();
     const double cpu0 = ProcessCpuSeconds();
     PKV_ASSIGN_OR_RETURN(MatchResult m, engine->Match(ns, tokens));
     PKV_ASSIGN_OR_RETURN(RestoreResult out, engine->Restore(m));
     cpu_s.push_back(ProcessCpuSeconds() - cpu0);
     restore_s.push_back(static_cast<double>(Clock::System()->NowNanos() - t0) * 1e-9);
-    if (out.blocks_from_ssd != static_cast<size_t>(kModel.blocks)) {
+    if (out.blocks_from_ssd != static_cast<size_t>(model.blocks)) {
       return Status::Internal("the cold restore did not read every block from SSD");
     }
     if (i == 0) r->ssd_identical = out.layers == layers;
     PKV_RETURN_IF_ERROR(engine->Close());
+    // The same cold read, into the caller's memory.
+    PKV_ASSIGN_OR_RETURN(engine, Engine::Open(on_disk));
+    PKV_ASSIGN_OR_RETURN(ns, engine->RegisterModel(spec));
+    PKV_ASSIGN_OR_RETURN(TimedRestoreInto into,
+                         TimeRestoreInto(*engine, ns, tokens, caller));
+    if (into.out.result.blocks_from_ssd != static_cast<size_t>(model.blocks)) {
+      return Status::Internal("the cold RestoreInto did not read every block from SSD");
+    }
+    into_s.push_back(into.whole_s);
+    into_first_s.push_back(into.first_layer_s);
+    if (i == 0) r->ssd_identical &= caller.Holds(layers);
+    PKV_RETURN_IF_ERROR(engine->Close());
   }
+  r->ssd_into_s = Summarize(into_s).median;
+  r->ssd_into_first_layer_s = Summarize(into_first_s).median;
   std::sort(restore_s.begin(), restore_s.end());
   std::sort(raw_s.begin(), raw_s.end());
   std::sort(cpu_s.begin(), cpu_s.end());
@@ -135,15 +170,15 @@ Status MeasureColdSsd(int repeats, const std::vector<int32_t>& tokens,
 }
 
 // Stores the chain once, then times Match + Restore against memcpy.
-StatusOr<RestoreBench> Measure(int repeats) {
+StatusOr<RestoreBench> Measure(const BenchModel& model, int repeats) {
   // RAM only: this measures the hot path (the SSD tier has `bench ssd`).
-  const EngineOptions ram_only{.hot_capacity_bytes = 1ull << 30};
+  const EngineOptions ram_only{.hot_capacity_bytes = HotBytes(model)};
   PKV_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(ram_only));
-  const NamespaceSpec& spec = kSpec;
+  const NamespaceSpec spec = model.Spec();
   PKV_ASSIGN_OR_RETURN(Namespace ns, engine->RegisterModel(spec));
   std::mt19937_64 rng(11);
-  const std::vector<LayerState> layers = kModel.RandomChain(rng);
-  std::vector<int32_t> tokens(kModel.chain_tokens());
+  const std::vector<LayerState> layers = model.RandomChain(rng);
+  std::vector<int32_t> tokens(model.chain_tokens());
   for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 128000);
   RestoreBench r;
   PKV_RETURN_IF_ERROR(engine->Store(ns, tokens, layers).status());
@@ -163,7 +198,7 @@ StatusOr<RestoreBench> Measure(int repeats) {
       const uint64_t start = Clock::System()->NowNanos();
       StatusOr<StoreResult> stored = (*fresh)->Store(*fresh_ns, tokens, layers);
       t.push_back(static_cast<double>(Clock::System()->NowNanos() - start) * 1e-9);
-      if (!stored.ok() || stored->blocks_written != static_cast<size_t>(kModel.blocks)) {
+      if (!stored.ok() || stored->blocks_written != static_cast<size_t>(model.blocks)) {
         store_failed = Status::Internal("store failed");
       }
     }
@@ -181,12 +216,13 @@ StatusOr<RestoreBench> Measure(int repeats) {
   };
   // Checked once, outside the timing: the restore is exact.
   PKV_ASSIGN_OR_RETURN(RestoreResult first, restore());
-  r.identical = first.restored_tokens == kModel.chain_tokens() && first.layers == layers;
+  r.identical = first.restored_tokens == static_cast<uint64_t>(model.chain_tokens()) &&
+                first.layers == layers;
   first = RestoreResult{};
   Status failed;
   auto timed = [&] {
     StatusOr<RestoreResult> out = restore();
-    if (!out.ok() || out->restored_tokens != kModel.chain_tokens())
+    if (!out.ok() || out->restored_tokens != static_cast<uint64_t>(model.chain_tokens()))
       failed = Status::Internal("restore failed");
     DoNotOptimize(out);
   };
@@ -200,19 +236,55 @@ StatusOr<RestoreBench> Measure(int repeats) {
   (void)median_store();  // warm the heap for stores too
   r.store_s = median_store();
   PKV_RETURN_IF_ERROR(store_failed);
-  std::vector<uint8_t> src(r.bytes, 1), dst(r.bytes, 0);
-  r.memcpy_s = MedianSeconds(repeats, [&] {
-    std::memcpy(dst.data(), src.data(), r.bytes);
-    DoNotOptimize(dst.data());
-  });
-  PKV_RETURN_IF_ERROR(MeasureColdSsd(repeats, tokens, layers, &r));
+  {
+    std::vector<uint8_t> src(r.bytes, 1), dst(r.bytes, 0);
+    r.memcpy_s = MedianSeconds(repeats, [&] {
+      std::memcpy(dst.data(), src.data(), r.bytes);
+      DoNotOptimize(dst.data());
+    });
+  }
+  PKV_ASSIGN_OR_RETURN(r.into, MeasureRestoreInto(*engine, ns, tokens, layers, repeats));
+  PKV_RETURN_IF_ERROR(MeasureColdSsd(model, repeats, tokens, layers, &r));
   return r;
+}
+
+// The model of `--model`, with `--tokens` tokens: "default" (8 layers, 8 KV
+// heads x 128, fp16, 256-token blocks, 32 blocks) or "llama3-8b" (Llama 3 8B's
+// KV shape: 32 layers, 8 KV heads x 128, fp16: 128 KiB per token; 16-token,
+// 2 MiB blocks; 8192 tokens, 1 GiB, unless --tokens says otherwise).
+std::string ParseModel(const Flags& flags, BenchModel* model) {
+  const std::string name = flags.GetString("model", "default");
+  if (name == "llama3-8b") {
+    *model =
+        BenchModel{.name = "llama3-8b", .layers = 32, .block_tokens = 16, .blocks = 512};
+  } else if (name != "default") {
+    return "unknown --model " + name + " (default or llama3-8b)";
+  }
+  if (!flags.Has("tokens")) return "";
+  std::string error;
+  std::optional<uint64_t> tokens = flags.GetCount("tokens", &error);
+  if (!tokens || *tokens == 0 ||
+      *tokens % static_cast<uint64_t>(model->block_tokens) != 0 ||
+      *tokens > (uint64_t{1} << 20)) {
+    return "bad --tokens: a multiple of " + std::to_string(model->block_tokens) +
+           " up to 1048576";
+  }
+  model->blocks = static_cast<int>(*tokens / static_cast<uint64_t>(model->block_tokens));
+  return "";
 }
 
 int RunRestoreBench(const std::vector<std::string>& args) {
   BenchArgs bench;
-  if (std::optional<int> done = ParseBenchArgs("restore", 7, args, &bench)) return *done;
-  StatusOr<RestoreBench> r = Measure(bench.repeats);
+  BenchModel model;
+  if (std::optional<int> done = ParseBenchArgs(
+          "restore", 7, args, &bench,
+          {{"model", "default (8 layers, 256-token blocks) or llama3-8b", false,
+            "default"},
+           {"tokens", "the restored prefix, in tokens (default: 32 blocks)", false, ""}},
+          [&](const Flags& flags) { return ParseModel(flags, &model); })) {
+    return *done;
+  }
+  StatusOr<RestoreBench> r = Measure(model, bench.repeats);
   if (!r.ok()) {
     return ReportError(bench.json, "prefixkv bench restore", r.status().ToString(),
                        kExitProblem);
@@ -234,14 +306,28 @@ int RunRestoreBench(const std::vector<std::string>& args) {
         .Field("ssd_restore_cpu_ms", r->ssd_restore_cpu_s * 1e3)
         .Field("raw_read_gb_per_second",
                static_cast<double>(r->segment_bytes) / r->raw_read_s / 1e9)
+        .Field("restore_into_ratio_vs_memcpy", r->into.ratio_warm.median)
+        .Field("restore_into_ratio_vs_memcpy_min", r->into.ratio_warm.min)
+        .Field("restore_into_ratio_vs_memcpy_max", r->into.ratio_warm.max)
+        .Field("restore_into_ratio_vs_memcpy_fresh_pages", r->into.ratio_fresh.median)
+        .Field("restore_into_ratio_vs_memcpy_fresh_pages_min", r->into.ratio_fresh.min)
+        .Field("restore_into_ratio_vs_memcpy_fresh_pages_max", r->into.ratio_fresh.max)
+        .Field("restore_into_ms", r->into.whole_ms.median)
+        .Field("restore_into_first_layer_ms", r->into.first_layer_ms.median)
+        .Field("ssd_restore_into_ms", r->ssd_into_s * 1e3)
+        .Field("ssd_restore_into_first_layer_ms", r->ssd_into_first_layer_s * 1e3)
+        .Field("ssd_restore_into_ratio_vs_raw_read", r->raw_read_s / r->ssd_into_s)
+        .Field("model", model.name)
+        .Field("layers", model.layers)
+        .Field("block_tokens", model.block_tokens)
         .Field("bytes", r->bytes)
-        .Field("blocks", kModel.blocks)
-        .Field("byte_identical", r->identical && r->ssd_identical);
+        .Field("blocks", model.blocks)
+        .Field("byte_identical", r->identical && r->ssd_identical && r->into.identical);
     out.Print();
   } else {
     std::printf(
         "restore of %d blocks x %d layers (%llu bytes): %.2f GB/s, %.2fx memcpy%s\n",
-        kModel.blocks, kModel.layers, static_cast<unsigned long long>(r->bytes), gb_s,
+        model.blocks, model.layers, static_cast<unsigned long long>(r->bytes), gb_s,
         ratio, r->identical ? "" : " (NOT byte-identical)");
     std::printf("store of the same chain: %.2fx memcpy (%.2fx with fresh pages)\n",
                 r->memcpy_s / r->store_s, r->memcpy_s / r->store_fresh_pages_s);
@@ -250,13 +336,26 @@ int RunRestoreBench(const std::vector<std::string>& args) {
         static_cast<double>(r->bytes) / r->ssd_restore_s / 1e9,
         r->raw_read_s / r->ssd_restore_s,
         r->ssd_identical ? "" : " (NOT byte-identical)");
+    std::printf(
+        "RestoreInto caller memory: %.2fx memcpy [%.2f-%.2f] into the same warm buffer, "
+        "%.2fx [%.2f-%.2f] into fresh pages%s\n",
+        r->into.ratio_warm.median, r->into.ratio_warm.min, r->into.ratio_warm.max,
+        r->into.ratio_fresh.median, r->into.ratio_fresh.min, r->into.ratio_fresh.max,
+        r->into.identical ? "" : " (NOT byte-identical)");
+    std::printf(
+        "  first layer after %.2f ms of %.2f ms; cold from SSD: %.2f ms of %.2f ms "
+        "(%.2fx the raw read)\n",
+        r->into.first_layer_ms.median, r->into.whole_ms.median,
+        r->ssd_into_first_layer_s * 1e3, r->ssd_into_s * 1e3,
+        r->raw_read_s / r->ssd_into_s);
   }
-  return r->identical && r->ssd_identical ? 0 : 1;
+  return r->identical && r->ssd_identical && r->into.identical ? 0 : 1;
 }
 
 }  // namespace
 
-PKV_REGISTER_BENCH("restore", "hot-tier restore of a 32-block chain vs memcpy",
+PKV_REGISTER_BENCH("restore",
+                   "hot-tier restore (and RestoreInto) of a 32-block chain vs memcpy",
                    RunRestoreBench);
 
 }  // namespace prefixkv::cli

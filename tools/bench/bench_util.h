@@ -136,16 +136,27 @@ struct BenchArgs {
 
 // Parses `prefixkv bench SUITE` arguments into `out`. Returns an exit code when
 // the command ends here (0 after --help, 2 on a usage error), nullopt otherwise.
-inline std::optional<int> ParseBenchArgs(const std::string& suite, int default_repeats,
-                                         const std::vector<std::string>& args,
-                                         BenchArgs* out) {
+// A suite with flags of its own passes them in `extra` and reads them in
+// `parse_extra`, which returns a usage error ("" when they are good).
+inline std::optional<int> ParseBenchArgs(
+    const std::string& suite, int default_repeats, const std::vector<std::string>& args,
+    BenchArgs* out, std::vector<FlagSpec> extra = {},
+    const std::function<std::string(const Flags&)>& parse_extra = nullptr) {
   const std::string def = std::to_string(default_repeats);
-  Flags flags("prefixkv bench " + suite + " [--json] [--repeats N]",
-              {{"json", "print one JSON object", true, ""},
-               {"repeats", "measurements per figure (median taken)", false, def}});
+  std::string usage = "prefixkv bench " + suite + " [--json] [--repeats N]";
+  for (const FlagSpec& f : extra) usage += " [--" + f.name + (f.is_bool ? "]" : " X]");
+  std::vector<FlagSpec> specs = {
+      {"json", "print one JSON object", true, ""},
+      {"repeats", "measurements per figure (median taken)", false, def}};
+  specs.insert(specs.end(), extra.begin(), extra.end());
+  Flags flags(usage, std::move(specs));
   if (std::optional<int> done = ParseSuiteFlags(flags, args)) return *done;
   std::optional<uint64_t> repeats = ParseCount(flags, "repeats", def, 1000);
   if (!repeats) return UsageError(flags, "bad --repeats (1 to 1000)");
+  if (parse_extra) {
+    const std::string error = parse_extra(flags);
+    if (!error.empty()) return UsageError(flags, error);
+  }
   out->json = flags.GetBool("json");
   out->repeats = static_cast<int>(*repeats);
   return std::nullopt;

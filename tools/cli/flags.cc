@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 
 #include "tools/cli/json.h"
@@ -173,6 +174,22 @@ int Failure(const Flags& flags, const std::string& command, const std::string& e
 int OpenError(const Flags& flags, const std::string& command, const Status& status) {
   if (status.IsNotFound()) return UsageError(flags, status.ToString());
   return Failure(flags, command, status.ToString());
+}
+
+double GetReal(const Flags& flags, const std::string& name, double def, double lo,
+               double hi, std::string* error) {
+  if (!flags.Has(name)) return def;
+  const std::string text = flags.GetString(name);
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v) || v < lo ||
+      v > hi) {
+    char range[64];
+    std::snprintf(range, sizeof range, "%g..%g", lo, hi);
+    *error = "--" + name + " must be a number in " + range + ", not '" + text + "'";
+    return def;
+  }
+  return v;
 }
 
 }  // namespace prefixkv::cli

@@ -83,6 +83,11 @@ class Flags {
   bool json_ = false;
 };
 
+// A real-number flag in [lo, hi]; `def` when absent. Sets `error` (naming the
+// flag and the range) when malformed or out of range.
+double GetReal(const Flags& flags, const std::string& name, double def, double lo,
+               double hi, std::string* error);
+
 // Parses "123", "4K", "16M", "2G", "1T" (powers of 1024). nullopt on error.
 std::optional<uint64_t> ParseSize(const std::string& text);
 

@@ -1,12 +1,16 @@
 // `prefixkv inspect --data-dir D [--json]`: what a stopped cache left in its
 // data directory: the SSD tier's size, each namespace's blocks and bytes, its
-// longest chain, and its recorded tip lineage.
+// manifest (the spec it was registered with), its longest chain, and its
+// recorded tip lineage.
+#include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "prefixkv/advanced/tip_lineage.h"
 #include "prefixkv/codec.h"
+#include "prefixkv/namespace_manifest.h"
 #include "tools/cli/audit_scan.h"
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"
@@ -19,8 +23,12 @@ constexpr const char* kInspectHelp = R"(
 Describes the SSD tier in the data directory of a stopped prefixkv process:
 its block and byte counters, then per namespace (chain root, hex; the zero
 namespace holds raw blobs of the server's GET/SET) the stored blocks and
-payload bytes, the longest parent-linked chain, and the recorded tips of the
-tip lineage (decoded from the namespace's lineage record, when present).
+payload bytes, its manifest (model, revision, tokenizer hash, block tokens,
+dtype, layer types and shapes, quantization, tensor/pipeline-parallel
+rank/size, salt: what registered it; "none" for a namespace last registered
+before manifests existed), the longest parent-linked chain, and the recorded
+tips of the tip lineage (decoded from the namespace's lineage record, when
+present). A namespace with a manifest and no blocks is listed too.
 There is no hot tier to show: it lives only in a running process.
 Reads only the lineage records (which refreshes their access order).
 
@@ -39,6 +47,7 @@ struct LineageTip {
 
 struct NamespaceView {
   SsdNamespaceUsage usage;
+  std::optional<StoredManifest> manifest;  // none: written before manifests
   ChainSummary longest;
   bool has_lineage = false;
   std::string lineage_error;     // non-empty: the record exists but is unreadable
@@ -67,12 +76,23 @@ void ReadLineage(SsdTier& tier, NamespaceView* view) {
   }
 }
 
-std::vector<NamespaceView> Collect(SsdTier& tier) {
+std::vector<NamespaceView> Collect(SsdTier& tier, std::vector<StoredManifest> manifests) {
   const std::map<BlockKey, ChainSummary> chains = LongestChains(Inventory(tier));
+  std::vector<SsdNamespaceUsage> usages = tier.Namespaces();
+  for (const StoredManifest& m : manifests) {  // registered, nothing stored yet
+    const auto same = [&](const SsdNamespaceUsage& u) {
+      return u.namespace_id == m.root;
+    };
+    if (std::none_of(usages.begin(), usages.end(), same))
+      usages.push_back({m.root, 0, 0});
+  }
   std::vector<NamespaceView> views;
-  for (const SsdNamespaceUsage& usage : tier.Namespaces()) {
+  for (const SsdNamespaceUsage& usage : usages) {
     NamespaceView view;
     view.usage = usage;
+    for (StoredManifest& m : manifests) {
+      if (m.root == usage.namespace_id) view.manifest = std::move(m);
+    }
     if (auto it = chains.find(usage.namespace_id); it != chains.end()) {
       view.longest = it->second;
     }
@@ -83,6 +103,43 @@ std::vector<NamespaceView> Collect(SsdTier& tier) {
 }
 
 std::string KeyOrNone(const BlockKey& key) { return key.IsZero() ? "none" : key.ToHex(); }
+
+// The model name a namespace is shown by ("" without a readable manifest).
+std::string ModelName(const NamespaceView& v) {
+  return v.manifest && v.manifest->decoded.ok() ? v.manifest->decoded->spec.model : "";
+}
+
+void ManifestJson(const NamespaceView& v, JsonWriter& j) {
+  j.Field("model", ModelName(v)).Field("has_manifest", v.manifest.has_value());
+  const bool readable = v.manifest && v.manifest->decoded.ok();
+  j.Field("manifest_error",
+          v.manifest && !readable ? v.manifest->decoded.status().ToString() : "");
+  j.Key("manifest").BeginObject();
+  if (readable) {
+    j.Field("fingerprint", v.manifest->decoded->fingerprint);
+    for (const auto& [name, value] : ManifestFields(v.manifest->decoded->spec)) {
+      j.Field(name, value);
+    }
+  }
+  j.EndObject();
+}
+
+void ManifestHuman(const NamespaceView& v) {
+  if (v.usage.namespace_id.IsZero()) return;
+  if (!v.manifest) {
+    std::printf(
+        "  manifest: none (written before manifests; registering the model writes it)\n");
+  } else if (!v.manifest->decoded.ok()) {
+    std::printf("  manifest: unreadable (%s)\n",
+                v.manifest->decoded.status().ToString().c_str());
+  } else {
+    std::printf("  manifest:\n");
+    for (const auto& [name, value] : ManifestFields(v.manifest->decoded->spec)) {
+      std::printf("    %-15s %s\n", (name + ":").c_str(),
+                  value.empty() ? "unset" : value.c_str());
+    }
+  }
+}
 
 void PrintJson(const std::string& dir, const TierCounters& ssd,
                const std::vector<NamespaceView>& views) {
@@ -110,7 +167,9 @@ void PrintJson(const std::string& dir, const TierCounters& ssd,
       j.Field("token_count", uint64_t{t.place.token_count});
       j.Field("partial", t.place.partial).Field("stored", t.stored).EndObject();
     }
-    j.EndArray().EndObject();
+    j.EndArray();
+    ManifestJson(v, j);
+    j.EndObject();
   }
   j.EndArray().EndObject();
   std::printf("%s\n", j.str().c_str());
@@ -124,11 +183,15 @@ void PrintHuman(const std::string& dir, const TierCounters& ssd,
               static_cast<unsigned long long>(ssd.entries),
               static_cast<unsigned long long>(ssd.bytes));
   for (const NamespaceView& v : views) {
+    const std::string name = ModelName(v);
+    const std::string label = v.usage.namespace_id.IsZero() ? " (raw blobs)"
+                              : name.empty()                ? ""
+                                                            : " (model " + name + ")";
     std::printf("namespace %s%s: %llu blocks, %llu bytes\n",
-                v.usage.namespace_id.ToHex().c_str(),
-                v.usage.namespace_id.IsZero() ? " (raw blobs)" : "",
+                v.usage.namespace_id.ToHex().c_str(), label.c_str(),
                 static_cast<unsigned long long>(v.usage.blocks),
                 static_cast<unsigned long long>(v.usage.bytes));
+    ManifestHuman(v);
     if (v.longest.blocks > 0) {
       std::printf("  longest chain: %llu blocks, tip %s\n",
                   static_cast<unsigned long long>(v.longest.blocks),
@@ -161,7 +224,10 @@ int Inspect(const std::vector<std::string>& args) {
   std::vector<std::string> log;
   StatusOr<std::unique_ptr<Engine>> engine = OpenExistingEngine(dir, &log);
   if (!engine.ok()) return OpenError(flags, "inspect", engine.status());
-  const std::vector<NamespaceView> views = Collect(*(*engine)->ssd_tier());
+  StatusOr<std::vector<StoredManifest>> manifests = (*engine)->Manifests();
+  if (!manifests.ok()) return Failure(flags, "inspect", manifests.status().ToString());
+  const std::vector<NamespaceView> views =
+      Collect(*(*engine)->ssd_tier(), std::move(manifests).value());
   const TierCounters ssd = (*engine)->Stats().ssd;
   if (Status s = (*engine)->Close(); !s.ok())
     return Failure(flags, "inspect", s.ToString());

@@ -31,7 +31,7 @@ void PrintHelp(FILE* out) {
       "commands:\n",
       PREFIXKV_VERSION_STRING);
   for (const auto& [name, info] : Commands()) {
-    std::fprintf(out, "  %-10s %s\n", name.c_str(), info.summary.c_str());
+    std::fprintf(out, "  %-12s %s\n", name.c_str(), info.summary.c_str());
   }
   std::fprintf(out, "\n%s", kExitCodeHelp);
 }

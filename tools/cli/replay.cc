@@ -13,6 +13,7 @@
 #include "tools/cli/flags.h"
 #include "tools/cli/json.h"
 #include "tools/cli/remote_flags.h"
+#include "tools/cli/replay_routed.h"
 #include "tools/cli/wear_flags.h"
 #include "tools/replay/policy_replay.h"
 #include "tools/replay/trace_replay.h"
@@ -61,6 +62,7 @@ Flags ReplayFlags() {
        "(share blocks between them with --remote)",
        false, "1"},
       {"json", "print one JSON object", true, ""}};
+  for (FlagSpec& f : RouterFlagSpecs()) specs.push_back(std::move(f));
   for (FlagSpec& f : RemoteFlagSpecs()) specs.push_back(std::move(f));
   // Admission only: a replay projects no drive lifetime.
   for (FlagSpec& f : WearFlagSpecs()) {
@@ -281,6 +283,16 @@ int RunReplay(const std::vector<std::string>& args) {
   }
   if (policy == "min" && *nodes > 1)
     return UsageError(flags, "--policy min has one node");
+  for (const FlagSpec& f : RouterFlagSpecs()) {
+    if (f.name != "router" && flags.Has(f.name) && !flags.Has("router"))
+      return UsageError(flags, "--" + f.name + " needs --router");
+  }
+  if (flags.Has("router")) {
+    const int routed =
+        RunRoutedReplayCommand(flags, config, *nodes, *trace, dir.string());
+    if (!flags.GetBool("keep-data") && !config.ssd.off()) fs::remove_all(dir, ec);
+    return routed;
+  }
   int rc = kExitProblem;
   {
     std::vector<std::unique_ptr<replay::ReplayTiers>> opened;

@@ -18,6 +18,7 @@
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/remote_flags.h"
+#include "tools/cli/stop_signals.h"
 #include "tools/cli/wear_flags.h"
 
 namespace prefixkv::cli {
@@ -202,24 +203,6 @@ std::string ParseServeConfig(const Flags& flags, ServeConfig* config) {
   }
   return ReadSecret(flags, "admin-pass", "PREFIXKV_ADMIN_PASS",
                     &config->server.admin_pass);
-}
-
-// Blocks SIGINT and SIGTERM in this thread and every thread it starts later,
-// so that WaitForStopSignal() is the only place they are delivered.
-sigset_t BlockStopSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return set;
-}
-
-int WaitForStopSignal(const sigset_t& set) {
-  int sig = 0;
-  while (sigwait(&set, &sig) != 0) {
-  }
-  return sig;
 }
 
 int RunServe(const std::vector<std::string>& args) {

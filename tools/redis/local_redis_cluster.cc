@@ -123,8 +123,10 @@ StatusOr<std::unique_ptr<LocalRedisCluster>> LocalRedisCluster::Start(
         "redis-server and redis-cli are needed for a local "
         "Redis Cluster (Debian: apt-get install redis-server)");
   }
-  if (options.masters < 3) {
-    return Status::InvalidArgument("a Redis Cluster needs at least 3 masters");
+  if (options.masters < (options.cluster ? 3 : 1)) {
+    return Status::InvalidArgument(options.cluster
+                                       ? "a Redis Cluster needs at least 3 masters"
+                                       : "at least 1 server");
   }
   std::unique_ptr<LocalRedisCluster> cluster(new LocalRedisCluster(options));
   const char* tmp = getenv("TMPDIR");
@@ -150,6 +152,7 @@ Status LocalRedisCluster::Launch(uint64_t deadline) {
     pids_.push_back(-1);
     PKV_RETURN_IF_ERROR(StartServer(i, deadline));
   }
+  if (!options_.cluster) return Status::OK();
   PKV_RETURN_IF_ERROR(CreateCluster(deadline));
   return WaitUntilAgreed(deadline);
 }
@@ -165,12 +168,17 @@ Status LocalRedisCluster::StartServer(int i, uint64_t deadline) {
     const int port = PickPort(ports_);
     if (port < 0) break;
     const std::string p = std::to_string(port);
-    std::vector<std::string> args = {
-        server, "--port", p, "--bind", "127.0.0.1", "--cluster-enabled", "yes",
-        "--cluster-config-file", "nodes-" + p + ".conf", "--dir", dir_, "--save", "",
-        "--appendonly", "no", "--daemonize", "no", "--logfile", "",
-        // A dead master loses its own slots only; the others keep serving.
-        "--cluster-require-full-coverage", "no", "--cluster-node-timeout", "5000"};
+    std::vector<std::string> args = {server,      "--port",       p,    "--bind",
+                                     "127.0.0.1", "--dir",        dir_, "--save",
+                                     "",          "--appendonly", "no", "--daemonize",
+                                     "no",        "--logfile",    ""};
+    if (options_.cluster) {
+      args.insert(
+          args.end(),
+          {"--cluster-enabled", "yes", "--cluster-config-file", "nodes-" + p + ".conf",
+           // A dead master loses its own slots only; the others keep serving.
+           "--cluster-require-full-coverage", "no", "--cluster-node-timeout", "5000"});
+    }
     if (options_.maxmemory_bytes_per_node > 0) {
       args.insert(args.end(),
                   {"--maxmemory", std::to_string(options_.maxmemory_bytes_per_node),

@@ -31,6 +31,9 @@ namespace prefixkv {
 struct LocalRedisClusterOptions {
   // Masters (no replicas). A cluster needs at least 3.
   int masters = 3;
+  // False: `masters` standalone servers (no cluster mode; at least 1), e.g.
+  // stand-ins for nodes whose event streams a test feeds with XADD.
+  bool cluster = true;
   // Per node maxmemory with maxmemory-policy allkeys-lru; 0: no limit.
   uint64_t maxmemory_bytes_per_node = 0;
   // Parent of the cluster's own fresh directory (nodes-*.conf, redis.log);

@@ -57,6 +57,7 @@ StatusOr<std::unique_ptr<ReplayTiers>> ReplayTiers::Open(const ReplayConfig& con
   o.remote_timeout_ms = config.remote_timeout_ms;
   o.remote_limits.ttl_seconds = config.remote_ttl_seconds;
   o.remote_store_factory = config.remote_store_factory;
+  o.on_kv_event = config.on_kv_event;
   o.configure_remote = [prefix = config.remote_key_prefix](RemoteTierOptions& r) {
     r.key_prefix = prefix;
     // A replay writes faster than a server: a deep queue so that blocks are
@@ -102,9 +103,6 @@ TraceReplayer::TraceReplayer(std::vector<ReplayTiers*> nodes, uint32_t block_tok
 }
 
 Status TraceReplayer::Replay(const TraceRequest& request) {
-  ReplayTiers& node = *nodes_[report_.requests % nodes_.size()];
-  node.AdvanceTraceClock(request.timestamp_ms);
-  TierStack& stack = node.stack();
   const size_t n = request.hash_ids.size();
   keys_.resize(n);
   BlockKey parent = root_;
@@ -114,6 +112,11 @@ Status TraceReplayer::Replay(const TraceRequest& request) {
                                static_cast<int32_t>(id >> 32)};
     parent = keys_[i] = ChainKey(parent, tokens);
   }
+  const size_t node_index = chooser_ ? chooser_(request, keys_) % nodes_.size()
+                                     : report_.requests % nodes_.size();
+  ReplayTiers& node = *nodes_[node_index];
+  node.AdvanceTraceClock(request.timestamp_ms);
+  TierStack& stack = node.stack();
   size_t hit = 0;
   for (; hit < n; ++hit) {
     StatusOr<TierHit> h = stack.Get(keys_[hit]);
@@ -147,6 +150,7 @@ Status TraceReplayer::Replay(const TraceRequest& request) {
       std::min<uint64_t>(uint64_t{hit} * block_tokens_, request.input_length);
   report_.hit_tokens += hit_tokens;
   report_.AddPrefillCost(hit_tokens, request.input_length);
+  if (done_) done_(node_index, request, hit);
   // The next request may go to another node: this one's spills must be
   // visible there, as they would be a moment later in a real deployment.
   if (RemoteTier* remote = node.remote(); remote != nullptr && nodes_.size() > 1) {

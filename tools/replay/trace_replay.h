@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,9 @@ struct ReplayConfig {
   std::string remote_key_prefix = "prefixkv:replay:";
   // For tests: the store instead of a Redis Cluster client.
   std::function<std::unique_ptr<RemoteStore>()> remote_store_factory;
+  // EngineOptions::on_kv_event of the node's engine (a routed replay feeds
+  // its router from it; routed_replay.h). Null: none.
+  KvEventCallback on_kv_event;
 };
 
 // The tiers of one replay: an Engine built from a ReplayConfig with one
@@ -186,6 +190,19 @@ class TraceReplayer {
   TraceReplayer(std::vector<ReplayTiers*> nodes, uint32_t block_tokens,
                 Clock* clock = Clock::System());
 
+  // Picks the node of a request (an index into the nodes) from the request
+  // and the chain keys of its blocks; `done` is called after it was replayed
+  // with the node and the request's hit blocks. Without a chooser request i
+  // goes to node i % nodes.
+  using NodeChooser =
+      std::function<size_t(const TraceRequest& request, std::span<const BlockKey> keys)>;
+  using RequestDone =
+      std::function<void(size_t node, const TraceRequest& request, size_t hit_blocks)>;
+  void set_chooser(NodeChooser chooser, RequestDone done) {
+    chooser_ = std::move(chooser);
+    done_ = std::move(done);
+  }
+
   // Replays one request. An error only for a tier failure other than NoSpace.
   Status Replay(const TraceRequest& request);
   // Replays all, calling `progress(done, total)` every few hundred requests.
@@ -202,6 +219,8 @@ class TraceReplayer {
   ReplayReport report_;
   uint64_t hot_hits_ = 0, ssd_hits_ = 0, remote_hits_ = 0;
   std::vector<BlockKey> keys_;  // scratch
+  NodeChooser chooser_;
+  RequestDone done_;
 };
 
 }  // namespace prefixkv::replay

@@ -44,6 +44,7 @@
 #include "prefixkv/codec.h"
 #include "prefixkv/prefix_types.h"
 #include "prefixkv/status.h"
+#include "prefixkv/tensor_destination.h"
 
 namespace prefixkv {
 
@@ -146,6 +147,16 @@ class PrefixCache {
   // trailing blocks whose tip-only layers are placeholders. Restoring less
   // than matched is a value with a reason, not an error.
   StatusOr<RestoreResult> Restore(const MatchResult& match);
+  // Restore into the caller's memory: the same blocks, the same bytes, each
+  // copied once from the tier into `destinations` (one per namespace layer;
+  // tensor_destination.h), layer by layer, `on_layer` (may be empty) told as
+  // each layer completes. Every destination is checked before anything is
+  // written: InvalidArgument (and the caller's memory untouched) for a
+  // wrong layer or tensor count, dtype, stride, null or too small a buffer.
+  // Restoring nothing writes nothing and checks only the layer count.
+  StatusOr<RestoreIntoResult> RestoreInto(const MatchResult& match,
+                                          std::span<const LayerDestination> destinations,
+                                          const LayerRestoredCallback& on_layer = {});
 
   // The recorded tips of a namespace and the tip each one extended (zero key:
   // none), oldest first. Always empty for namespaces without tip-only layers.

@@ -27,9 +27,10 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
-#include "prefixkv/advanced/file_system.h"
+#include "prefixkv/file_system.h"
 #include "prefixkv/advanced/kv_event_sink.h"
 #include "prefixkv/advanced/tier.h"
 #include "prefixkv/clock.h"
@@ -83,6 +84,12 @@ struct SsdTierOptions {
   // `<path>/metadata.broken-<nanoseconds>/`). false: Open returns the error
   // and changes nothing (`prefixkv audit`). docs/ssd.md "Metadata repair".
   bool repair_damaged_metadata = true;
+  // How many block removals the metadata database remembers (a ring of
+  // records written in each removal's own metadata batch: key, namespace,
+  // evicted / removed / corrupt; docs/ssd.md "Removal history"), so
+  // `prefixkv explain-miss` can tell an evicted block from one never stored.
+  // Blocks of the zero namespace (raw values) are not recorded. 0: none.
+  uint32_t removal_history_entries = 16384;
   // Disk space held back for the metadata database (a file `space-reserve`
   // in the data directory, written at open). When a write finds the disk
   // full, the file is deleted: the metadata database then has this much
@@ -160,6 +167,22 @@ struct SsdNamespaceUsage {
   BlockKey namespace_id;
   uint64_t blocks = 0;
   uint64_t bytes = 0;
+};
+
+// Why a block left the SSD tier (SsdTier::Removals).
+enum class SsdRemovalReason : uint8_t {
+  kEvicted = 1,  // capacity eviction (handed to the listener, if any)
+  kRemoved = 2,  // an explicit Remove (a purge, a repair, a rewrite's hot copy)
+  kCorrupt = 3,  // its payload failed verification and it was dropped
+};
+std::string_view SsdRemovalReasonName(SsdRemovalReason reason);  // "evicted", ...
+
+// One record of the removal history.
+struct SsdRemoval {
+  BlockKey key;
+  BlockKey namespace_id;
+  SsdRemovalReason reason = SsdRemovalReason::kRemoved;
+  uint64_t sequence = 0;  // larger: removed later (per data directory)
 };
 
 // Disk use of the payload segments.
@@ -262,6 +285,18 @@ class SsdTier final : public BlockTier, public EvictionListener {
   // versions); returns how many indexed blocks went.
   StatusOr<uint64_t> PurgeNamespace(const BlockKey& namespace_id);
   std::vector<SsdNamespaceUsage> Namespaces() const;
+  // Namespace manifests (docs/ssd.md "Namespace manifests"): opaque bytes
+  // kept per namespace root in the metadata database, synced per durability
+  // like a block's metadata. Put replaces. A purge keeps the manifest; a
+  // metadata rebuild from the segments loses it (the next registration of
+  // the model writes it again).
+  Status PutManifest(const BlockKey& namespace_id, std::string_view manifest);
+  // Every stored manifest, by root (ascending).
+  StatusOr<std::vector<std::pair<BlockKey, std::string>>> Manifests() const;
+  // The removal history (SsdTierOptions::removal_history_entries), oldest
+  // first. A block stored again after its removal keeps its record.
+  StatusOr<std::vector<SsdRemoval>> Removals() const;
+  uint32_t removal_history_entries() const;  // the ring's size in effect
 
   // Reclaims segment space now (normally a background thread does it): every
   // sealed segment below reclaim_live_fraction is compacted, every empty one

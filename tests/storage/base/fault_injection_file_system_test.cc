@@ -1,7 +1,7 @@
 // FaultInjectionFileSystem: injected faults, and a simulated power loss that
 // leaves exactly what was made durable (file syncs for contents, directory
 // syncs for new names).
-#include "prefixkv/advanced/fault_injection_file_system.h"
+#include "tests/support/fault_injection_file_system.h"
 
 #include <gtest/gtest.h>
 

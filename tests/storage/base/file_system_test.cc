@@ -1,5 +1,5 @@
 // FileSystem::Default(): the POSIX file system behind the SSD tier's seam.
-#include "prefixkv/advanced/file_system.h"
+#include "prefixkv/file_system.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // MemTier: the conformance suite plus what is specific to it (exact charge,
 // plain LRU order, capacity errors).
-#include "prefixkv/advanced/mem_tier.h"
+#include "tests/support/mem_tier.h"
 
 #include <gtest/gtest.h>
 

@@ -251,6 +251,81 @@ TEST(SsdCorruption, ADamagedPayloadDoesNotFailOpenOrAudit) {
   EXPECT_EQ(tier->Totals().entries, 0u);
 }
 
+// The removal history remembers why each block left: a damaged one as
+// corrupt, an evicted one as evicted, a removed one as removed, in the batch
+// that removes it; it keeps the newest removal_history_entries records across
+// restarts, never blocks of the zero namespace (raw values).
+TEST(SsdCorruption, TheRemovalHistoryKeepsTheNewestReasonsInABoundedRing) {
+  testing::TempDir dir;
+  SsdTierOptions o = testing::TestSsdOptions(dir.str());
+  o.removal_history_entries = 4;
+  o.capacity_bytes = 3 * 4096;
+  const BlockMeta damaged = ChainBlock(1, 0);
+  {
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_OK(
+        tier->Put(damaged, testing::ConformancePayload(damaged.key, 0, 1000), false));
+    ASSERT_OK(tier->Close());
+  }
+  testing::XorByteAt(testing::SegmentFiles(dir.path()).at(0), 500, 0x5A);
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_TRUE(tier->Get(damaged.key).status().IsNotFound());
+  ASSERT_OK_AND_ASSIGN(std::vector<SsdRemoval> history, tier->Removals());
+  ASSERT_EQ(history.size(), 1u);
+  EXPECT_EQ(history[0].key, damaged.key);
+  EXPECT_EQ(history[0].namespace_id, damaged.namespace_id);
+  EXPECT_EQ(history[0].reason, SsdRemovalReason::kCorrupt);
+  // Six chains of one block in three blocks' room: the first three are evicted.
+  for (uint64_t c = 2; c <= 7; ++c) {
+    const BlockMeta m = ChainBlock(c, 0);
+    ASSERT_OK(tier->Put(m, testing::ConformancePayload(m.key, 0, 4000), false));
+  }
+  const BlockMeta value{BlockKey{9, 9}, {}, {}, 0};  // zero namespace: not recorded
+  ASSERT_OK(tier->Put(value, SharedBytes::Copy(std::string_view("v")), false));
+  ASSERT_OK(tier->Remove(value.key));
+  ASSERT_OK(tier->Remove(ChainBlock(7, 0).key));
+  ASSERT_OK(tier->Close());
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_OK_AND_ASSIGN(history, tier->Removals());
+  ASSERT_EQ(history.size(), 4u);  // the corrupt one (sequence 1) fell out
+  std::vector<std::string> seen;
+  for (const SsdRemoval& r : history) {
+    seen.push_back(std::to_string(r.sequence) + " " +
+                   std::string(SsdRemovalReasonName(r.reason)));
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"2 evicted", "3 evicted", "4 evicted",
+                                            "5 removed"}))
+      << "capacity " << o.capacity_bytes;
+  EXPECT_EQ(history.back().key, ChainBlock(7, 0).key);
+}
+
+TEST(SsdCorruption, ManifestsSurviveARestartAndAPurge) {
+  testing::TempDir dir;
+  const SsdTierOptions o = testing::TestSsdOptions(dir.str());
+  const BlockMeta m = ChainBlock(1, 0);
+  {
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_OK(tier->PutManifest(m.namespace_id, "first"));
+    ASSERT_OK(tier->PutManifest(m.namespace_id, "second"));  // replaces
+    ASSERT_OK(tier->PutManifest(BlockKey{7, 7}, "other"));
+    ASSERT_OK(tier->Put(m, testing::ConformancePayload(m.key, 0, 1000), false));
+    ASSERT_OK(tier->Close());
+  }
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->open_report().blocks, 1u);  // 'n' records are not blocks
+  ASSERT_OK(tier->PurgeNamespace(m.namespace_id));
+  ASSERT_OK_AND_ASSIGN(auto manifests, tier->Manifests());
+  ASSERT_EQ(manifests.size(), 2u);
+  EXPECT_EQ(manifests[0], std::pair(m.namespace_id, std::string("second")));
+  EXPECT_EQ(manifests[1], std::pair(BlockKey{7, 7}, std::string("other")));
+  testing::ExpectAuditClean(*tier);
+}
+
 }  // namespace
 }  // namespace prefixkv
 

@@ -17,7 +17,7 @@
 #include <mutex>
 #include <thread>
 
-#include "prefixkv/advanced/fault_injection_file_system.h"
+#include "tests/support/fault_injection_file_system.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "ssd_tier_impl.h"
 #include "ssd_writer.h"

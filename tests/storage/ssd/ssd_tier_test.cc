@@ -15,7 +15,7 @@
 #include <mutex>
 #include <thread>
 
-#include "prefixkv/advanced/fault_injection_file_system.h"
+#include "tests/support/fault_injection_file_system.h"
 #include "ssd_layout.h"
 #include "ssd_segment.h"
 #include "tests/storage/ssd/ssd_test_util.h"

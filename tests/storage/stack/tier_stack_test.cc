@@ -12,7 +12,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "prefixkv/advanced/mem_tier.h"
+#include "tests/support/mem_tier.h"
 #include "tests/storage/stack/gated_tier.h"
 #include "tests/support/test_util.h"
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "prefixkv/advanced/hot_tier.h"
-#include "prefixkv/advanced/mem_tier.h"
+#include "tests/support/mem_tier.h"
 #include "prefixkv/advanced/tier_stack.h"
 #include "tests/support/test_util.h"
 

@@ -8,8 +8,8 @@
 #include <chrono>
 #include <thread>
 
-#include "prefixkv/advanced/fault_injection_file_system.h"
-#include "prefixkv/advanced/mem_tier.h"
+#include "tests/support/fault_injection_file_system.h"
+#include "tests/support/mem_tier.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "prefixkv/advanced/tier_stack.h"
 #include "tests/support/test_util.h"

@@ -3,12 +3,12 @@
 // listener that blocks (backpressure from a slower tier) never stalls readers
 // of other keys; a key whose dirty victim is being handed over makes its own
 // lookups wait until the listener has it (no spill gap).
-#include "prefixkv/advanced/mem_tier.h"
+#include "tests/support/mem_tier.h"
 
 #include <string>
 #include <utility>
 
-#include "counter_audit.h"
+#include "counter_audit.h"  // storage/hot (tests/CMakeLists.txt)
 
 namespace prefixkv {
 namespace {

@@ -39,7 +39,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "prefixkv/advanced/file_system.h"
+#include "prefixkv/file_system.h"
 #include "prefixkv/advanced/mutex.h"
 
 namespace prefixkv {

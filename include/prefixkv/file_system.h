@@ -1,9 +1,11 @@
 // FileSystem: the one seam through which the SSD tier touches files.
 //
 // Every segment read and write, every fsync and every directory operation of
-// the SSD tier goes through a FileSystem (SsdTierOptions::file_system), so
-// tests swap in one that injects errors or simulates power loss
-// (fault_injection_file_system.h) instead of needing a broken disk. The
+// the SSD tier goes through a FileSystem (EngineOptions::file_system,
+// SsdTierOptions::file_system), so an embedder can put the tier on its own
+// storage layer and tests swap in one that injects errors or simulates power
+// loss (tests/support/fault_injection_file_system.h) instead of needing a
+// broken disk. The
 // interface holds what the tier needs and nothing more (LevelDB's Env and
 // RocksDB's FileSystem have the same shape): files opened for positional I/O,
 // optionally with O_DIRECT, and the directory operations around them.

@@ -1,6 +1,6 @@
 // FaultInjectionFileSystem: injected faults and simulated power loss over
 // another FileSystem (see prefixkv/advanced/fault_injection_file_system.h).
-#include "prefixkv/advanced/fault_injection_file_system.h"
+#include "tests/support/fault_injection_file_system.h"
 
 #include <algorithm>
 #include <cstdlib>

@@ -1,0 +1,293 @@
+// Namespace manifests (namespace_manifest.h): the text encoding of a
+// NamespaceSpec, its decoding, and the field-by-field comparison that names
+// why two specs are different namespaces. The format is docs/format.md §5.
+#include "prefixkv/namespace_manifest.h"
+
+#include <charconv>
+#include <map>
+
+#include "prefixkv/cache_types.h"
+
+namespace prefixkv {
+namespace {
+
+constexpr const char* kFieldNames[] = {"model",        "revision",     "tokenizer_hash",
+                                       "block_tokens", "dtype",        "layer_types",
+                                       "layer_shapes", "quantization", "tp",
+                                       "pp",           "salt"};
+
+std::string Join(const std::vector<std::string>& parts) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) out += (i > 0 ? "," : "") + parts[i];
+  return out;
+}
+
+std::vector<std::string> Split(std::string_view s, char sep) {
+  std::vector<std::string> out;
+  if (s.empty()) return out;
+  size_t start = 0;
+  for (size_t i = 0; i <= s.size(); ++i) {
+    if (i == s.size() || s[i] == sep) {
+      out.emplace_back(s.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  return out;
+}
+
+std::string ShapesText(const std::vector<LayerShape>& shapes) {
+  std::vector<std::string> parts;
+  for (const LayerShape& s : shapes) parts.push_back(s.ToString());
+  return Join(parts);
+}
+
+// "" when never set (0/0), so a manifest and inspect read "unset".
+std::string ParallelText(uint32_t rank, uint32_t size) {
+  if (rank == 0 && size == 0) return "";
+  return std::to_string(rank) + "/" + std::to_string(size);
+}
+
+// What the fingerprint keys of a parallel position: nothing when unsharded.
+std::string ParallelKeyed(uint32_t rank, uint32_t size) {
+  return size > 1 ? ParallelText(rank, size) : "";
+}
+
+// A small cursor over "12x34w5r1x2:3x4"-style text.
+struct Scanner {
+  std::string_view s;
+  bool Number(uint32_t* v) {
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
+    if (ec != std::errc() || p == s.data()) return false;
+    s.remove_prefix(static_cast<size_t>(p - s.data()));
+    return true;
+  }
+  bool Take(char c) {
+    if (s.empty() || s.front() != c) return false;
+    s.remove_prefix(1);
+    return true;
+  }
+};
+
+bool ParseShape(std::string_view text, LayerShape* out) {
+  Scanner sc{text};
+  LayerShape s;
+  if (!sc.Number(&s.kv_heads) || !sc.Take('x') || !sc.Number(&s.head_dim)) return false;
+  if (sc.Take('w') && (!sc.Number(&s.window_tokens) || s.window_tokens == 0))
+    return false;
+  if (sc.Take('r') &&
+      !(sc.Number(&s.conv_tokens) && sc.Take('x') && sc.Number(&s.channels) &&
+        sc.Take(':') && sc.Number(&s.state_heads) && sc.Take('x') &&
+        sc.Number(&s.state_dim))) {
+    return false;
+  }
+  *out = s;
+  return sc.s.empty() && s.ToString() == text;  // canonical text only
+}
+
+bool ParseParallel(std::string_view text, uint32_t* rank, uint32_t* size) {
+  if (text.empty()) {
+    *rank = *size = 0;
+    return true;
+  }
+  Scanner sc{text};
+  return sc.Number(rank) && sc.Take('/') && sc.Number(size) && sc.s.empty();
+}
+
+Status Malformed(const std::string& field, std::string_view value) {
+  return Status::InvalidArgument("spec field " + field + " is malformed: '" +
+                                 std::string(value) + "'");
+}
+
+}  // namespace
+
+Status SetSpecField(NamespaceSpec* spec, const std::string& name, std::string_view v) {
+  if (name == "model") {
+    spec->model = v;
+  } else if (name == "revision") {
+    spec->revision = v;
+  } else if (name == "tokenizer_hash") {
+    spec->tokenizer_hash = v;
+  } else if (name == "block_tokens") {
+    if (!Scanner{v}.Number(&spec->block_tokens) ||
+        std::to_string(spec->block_tokens) != v)
+      return Malformed(name, v);
+  } else if (name == "dtype") {
+    StatusOr<DType> d = ParseDType(v);
+    if (!d.ok()) return Malformed(name, v);
+    spec->dtype = *d;
+  } else if (name == "layer_types") {
+    spec->layer_types = Split(v, ',');
+  } else if (name == "layer_shapes") {
+    PKV_ASSIGN_OR_RETURN(spec->layer_shapes, ParseLayerShapes(v));
+  } else if (name == "quantization") {
+    spec->quantization = v;
+  } else if (name == "tp") {
+    if (!ParseParallel(v, &spec->tp_rank, &spec->tp_size)) return Malformed(name, v);
+  } else if (name == "pp") {
+    if (!ParseParallel(v, &spec->pp_rank, &spec->pp_size)) return Malformed(name, v);
+  } else if (name == "salt") {
+    spec->salt = v;
+  } else {
+    return Status::InvalidArgument("no spec field named " + name);
+  }
+  return Status::OK();
+}
+
+namespace {
+
+// The family letter of a layer type, '?' for a name this process does not know.
+char Letter(const std::string& type) {
+  StatusOr<CacheFamily> f = CacheTypeRegistry::Lookup(type);
+  return f.ok() ? CacheFamilyLetter(*f) : '?';
+}
+
+std::string TypeText(const std::string& type) {
+  return type + " (" + std::string(1, Letter(type)) + ")";
+}
+
+void DiffLayers(const NamespaceSpec& a, const NamespaceSpec& b,
+                std::vector<ManifestDifference>* out) {
+  if (a.layer_types.size() != b.layer_types.size()) {
+    out->push_back({"layer count", std::to_string(a.layer_types.size()),
+                    std::to_string(b.layer_types.size())});
+    return;
+  }
+  for (size_t i = 0; i < a.layer_types.size(); ++i) {
+    const char la = Letter(a.layer_types[i]), lb = Letter(b.layer_types[i]);
+    if (la != lb || (la == '?' && a.layer_types[i] != b.layer_types[i])) {
+      out->push_back({"layer " + std::to_string(i) + " cache type",
+                      TypeText(a.layer_types[i]), TypeText(b.layer_types[i])});
+    }
+  }
+}
+
+void DiffShapes(const NamespaceSpec& a, const NamespaceSpec& b,
+                std::vector<ManifestDifference>* out) {
+  const bool both_set = !a.layer_shapes.empty() && !b.layer_shapes.empty();
+  if (both_set && a.layer_types.size() != b.layer_types.size()) return;  // layer count
+  if (a.layer_shapes.size() != b.layer_shapes.size()) {
+    out->push_back(
+        {"layer shapes", ShapesText(a.layer_shapes), ShapesText(b.layer_shapes)});
+    return;
+  }
+  for (size_t i = 0; i < a.layer_shapes.size(); ++i) {
+    if (a.layer_shapes[i] != b.layer_shapes[i]) {
+      out->push_back({"layer " + std::to_string(i) + " shape",
+                      a.layer_shapes[i].ToString(), b.layer_shapes[i].ToString()});
+    }
+  }
+}
+
+}  // namespace
+
+StatusOr<std::vector<LayerShape>> ParseLayerShapes(std::string_view text) {
+  std::vector<LayerShape> out;
+  for (const std::string& part : Split(text, ',')) {
+    if (!ParseShape(part, &out.emplace_back())) {
+      return Status::InvalidArgument("layer shape '" + part +
+                                     "' is not HxD[wW][rCxCH:SHxSD] (e.g. 8x128w4096)");
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> ManifestFields(
+    const NamespaceSpec& spec) {
+  const std::string values[] = {spec.model,
+                                spec.revision,
+                                spec.tokenizer_hash,
+                                std::to_string(spec.block_tokens),
+                                std::string(DTypeName(spec.dtype)),
+                                Join(spec.layer_types),
+                                ShapesText(spec.layer_shapes),
+                                spec.quantization,
+                                ParallelText(spec.tp_rank, spec.tp_size),
+                                ParallelText(spec.pp_rank, spec.pp_size),
+                                spec.salt};
+  std::vector<std::pair<std::string, std::string>> out;
+  for (size_t i = 0; i < std::size(kFieldNames); ++i)
+    out.emplace_back(kFieldNames[i], values[i]);
+  return out;
+}
+
+StatusOr<std::string> EncodeManifest(const NamespaceSpec& spec) {
+  PKV_ASSIGN_OR_RETURN(std::string fingerprint, spec.Fingerprint());
+  for (const std::string& t : spec.layer_types) {
+    if (t.find_first_of(",\n") != std::string::npos)
+      return Status::InvalidArgument("layer type '" + t + "' has a ',' or a newline");
+  }
+  std::string out =
+      std::string(kManifestVersionLine) + "\nfingerprint=" + fingerprint + "\n";
+  for (const auto& [name, value] : ManifestFields(spec)) out += name + "=" + value + "\n";
+  return out;
+}
+
+StatusOr<NamespaceManifest> DecodeManifest(std::string_view text) {
+  std::vector<std::string> lines = Split(text, '\n');
+  if (lines.empty() || lines.front() != kManifestVersionLine) {
+    const std::string first = lines.empty() ? "" : lines.front();
+    if (first.starts_with("prefixkv-manifest/"))
+      return Status::NotSupported("manifest version " + first + " is not supported");
+    return Status::Corruption("not a namespace manifest");
+  }
+  if (lines.back().empty()) lines.pop_back();  // the last line's newline
+  std::map<std::string, std::string> fields;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const size_t eq = lines[i].find('=');
+    if (eq == std::string::npos) return Status::Corruption("manifest line without '='");
+    if (!fields.emplace(lines[i].substr(0, eq), lines[i].substr(eq + 1)).second)
+      return Status::Corruption("manifest field " + lines[i].substr(0, eq) + " repeated");
+  }
+  NamespaceManifest m;
+  auto fp = fields.find("fingerprint");
+  if (fp == fields.end()) return Status::Corruption("manifest has no fingerprint");
+  m.fingerprint = fp->second;
+  for (const char* name : kFieldNames) {
+    auto it = fields.find(name);
+    if (it == fields.end())
+      return Status::Corruption(std::string("manifest has no ") + name);
+    if (Status set = SetSpecField(&m.spec, name, it->second); !set.ok()) {
+      return Status::Corruption("manifest: " + set.message());
+    }
+  }
+  if (fields.size() != std::size(kFieldNames) + 1)
+    return Status::Corruption("manifest has unknown fields");
+  StatusOr<std::string> recomputed = m.spec.Fingerprint();
+  bool known_types = true;
+  for (const std::string& t : m.spec.layer_types)
+    known_types = known_types && Letter(t) != '?';
+  if (known_types && (!recomputed.ok() || *recomputed != m.fingerprint)) {
+    return Status::Corruption("manifest fields do not give its fingerprint " +
+                              m.fingerprint);
+  }
+  return m;
+}
+
+std::string ManifestDifference::ToString() const {
+  return field + " differs: stored " + (stored.empty() ? "unset" : stored) + ", asked " +
+         (asked.empty() ? "unset" : asked);
+}
+
+std::vector<ManifestDifference> DiffSpecs(const NamespaceSpec& a,
+                                          const NamespaceSpec& b) {
+  std::vector<ManifestDifference> out;
+  auto field = [&](const char* name, const std::string& x, const std::string& y) {
+    if (x != y) out.push_back({name, x, y});
+  };
+  field("model", a.model, b.model);
+  DiffLayers(a, b, &out);
+  field("block tokens", std::to_string(a.block_tokens), std::to_string(b.block_tokens));
+  field("dtype", std::string(DTypeName(a.dtype)), std::string(DTypeName(b.dtype)));
+  field("salt", a.salt, b.salt);
+  field("revision", a.revision, b.revision);
+  field("tokenizer hash", a.tokenizer_hash, b.tokenizer_hash);
+  DiffShapes(a, b, &out);
+  field("quantization", a.quantization, b.quantization);
+  field("tensor-parallel rank/size", ParallelKeyed(a.tp_rank, a.tp_size),
+        ParallelKeyed(b.tp_rank, b.tp_size));
+  field("pipeline-parallel rank/size", ParallelKeyed(a.pp_rank, a.pp_size),
+        ParallelKeyed(b.pp_rank, b.pp_size));
+  return out;
+}
+
+}  // namespace prefixkv

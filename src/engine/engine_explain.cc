@@ -1,0 +1,254 @@
+// Engine::ExplainMiss: why a prompt stops hitting. It walks the prompt's
+// chain keys through the local tiers (no hit counted, nothing promoted),
+// finds where a restore would stop (the first missing block, or the walk-back
+// past blocks whose tip-only state is a placeholder), and names the cause:
+// the SSD tier's removal history (evicted, removed, corrupt-dropped), or, when
+// the first block is missing, another namespace that holds it with the fields
+// its manifest differs in. docs/prefix_cache.md "Explaining a miss".
+#include <algorithm>
+#include <optional>
+
+#include "engine_impl.h"
+#include "prefixkv/cache_types.h"
+
+namespace prefixkv {
+namespace {
+
+// Where a namespace's blocks are looked up: a registered model's stack (hot,
+// then SSD), else the SSD tier alone.
+struct BlockSource {
+  TierStack* stack = nullptr;
+  SsdTier* ssd = nullptr;
+
+  bool Has(const BlockKey& key) const {
+    if (stack != nullptr) return stack->Locate(key) != TierLevel::kNone;
+    return ssd != nullptr && ssd->Contains(key);
+  }
+  // A quiet read (no hit, no promotion); a damaged SSD copy is dropped and
+  // recorded as corrupt by the SSD tier.
+  StatusOr<SharedBytes> Peek(const BlockKey& key) const {
+    if (stack != nullptr) {
+      PKV_ASSIGN_OR_RETURN(TierHit hit, stack->PeekPayload(key));
+      return std::move(hit.payload);
+    }
+    if (ssd != nullptr) return ssd->PeekPayload(key);
+    return Status::NotFound("no tier");
+  }
+  // How many leading blocks of `tokens` under `root` are held.
+  uint64_t LeadingBlocks(const BlockKey& root, std::span<const int32_t> tokens,
+                         uint32_t block_tokens) const {
+    uint64_t n = 0;
+    for (const BlockKey& key : ChainKeys(root, tokens, block_tokens)) {
+      if (!Has(key)) break;
+      ++n;
+    }
+    return n;
+  }
+};
+
+// Another namespace ExplainMiss may find the prompt under.
+struct Candidate {
+  BlockKey root;
+  std::optional<NamespaceSpec> spec;  // none: no manifest (an older directory)
+  BlockSource source;
+};
+
+// Whether every tip-only layer of a block is real (what a restore needs at
+// the block it ends on).
+bool TipStateIsReal(const BlockRecord& rec, const std::vector<bool>& tip_only) {
+  if (rec.layers.size() != tip_only.size()) return false;
+  for (size_t i = 0; i < tip_only.size(); ++i) {
+    if (tip_only[i] && rec.layers[i].placeholder) return false;
+  }
+  return true;
+}
+
+std::string Block(int64_t index, const BlockKey& key) {
+  return "block " + std::to_string(index) + " (" + key.ToHex() + ")";
+}
+
+}  // namespace
+
+std::string_view MissKindName(MissKind kind) {
+  // In MissKind's order.
+  static constexpr std::string_view kNames[] = {
+      "none",    "never-stored",    "not-stored", "evicted",
+      "removed", "corrupt-dropped", "stripped",   "other-namespace"};
+  const size_t i = static_cast<size_t>(kind);
+  return i < std::size(kNames) ? kNames[i] : "unknown";
+}
+
+namespace {
+
+// Every namespace other than `root` that the engine knows: stored manifests,
+// registered models, and SSD namespaces without a manifest.
+std::vector<Candidate> OtherNamespaces(internal::EngineImpl& impl, const Engine& engine,
+                                       const BlockKey& root) {
+  std::vector<Candidate> out;
+  auto known = [&](const BlockKey& r) {
+    return r == root || r.IsZero() ||
+           std::any_of(out.begin(), out.end(),
+                       [&](const Candidate& c) { return c.root == r; });
+  };
+  {
+    MutexLock lock(&impl.mu_);
+    for (const auto& m : impl.models_) {
+      StatusOr<NamespaceSpec> spec = impl.cache_->Spec(m->ns);
+      if (known(m->ns.root) || !spec.ok()) continue;
+      out.push_back({m->ns.root, *spec, {m->tiers.stack.get(), nullptr}});
+    }
+  }
+  if (impl.ssd_ == nullptr) return out;
+  StatusOr<std::vector<StoredManifest>> manifests = engine.Manifests();
+  for (const StoredManifest& m :
+       manifests.ok() ? *manifests : std::vector<StoredManifest>{}) {
+    if (known(m.root) || !m.decoded.ok()) continue;
+    out.push_back({m.root, m.decoded->spec, {nullptr, impl.ssd_.get()}});
+  }
+  for (const SsdNamespaceUsage& u : impl.ssd_->Namespaces()) {
+    if (!known(u.namespace_id))
+      out.push_back({u.namespace_id, std::nullopt, {nullptr, impl.ssd_.get()}});
+  }
+  return out;
+}
+
+// The namespace holding the most leading blocks of the prompt; false if none.
+bool FindOtherNamespace(std::vector<Candidate> candidates, const NamespaceSpec& asked,
+                        std::span<const int32_t> tokens, MissExplanation* out) {
+  uint64_t best = 0;
+  for (const Candidate& c : candidates) {
+    const uint32_t block = c.spec ? c.spec->block_tokens : asked.block_tokens;
+    const uint64_t n = c.source.LeadingBlocks(c.root, tokens, block);
+    if (n <= best) continue;
+    best = n;
+    out->other_root = c.root;
+    out->other_cached_blocks = n;
+    out->other_has_manifest = c.spec.has_value();
+    out->differences =
+        c.spec ? DiffSpecs(*c.spec, asked) : std::vector<ManifestDifference>{};
+  }
+  if (best == 0) return false;
+  out->kind = MissKind::kOtherNamespace;
+  std::string why;
+  for (const ManifestDifference& d : out->differences) {
+    why += (why.empty() ? "" : "; ") + d.ToString();
+  }
+  if (!out->other_has_manifest) why = "it has no manifest (written before manifests)";
+  out->reason = Block(0, out->first_missed_key) + " is not cached, but namespace " +
+                out->other_root.ToHex() + " holds " + std::to_string(best) +
+                " leading block(s) of this prompt: " + why;
+  return true;
+}
+
+// The cause of a missing block from the SSD tier's removal history.
+void FromHistory(const SsdTier* ssd, MissExplanation* out) {
+  const std::string block = Block(out->first_missed_block, out->first_missed_key);
+  const uint32_t history_entries = ssd != nullptr ? ssd->removal_history_entries() : 0;
+  if (history_entries == 0) {
+    out->kind = MissKind::kNotStored;
+    out->reason = block +
+                  " is not stored (never stored or evicted: no SSD tier keeps a "
+                  "removal history here)";
+    return;
+  }
+  StatusOr<std::vector<SsdRemoval>> removals = ssd->Removals();
+  const std::vector<SsdRemoval> none;
+  const std::vector<SsdRemoval>& history = removals.ok() ? *removals : none;
+  for (auto it = history.rbegin(); it != history.rend(); ++it) {
+    if (it->key != out->first_missed_key) continue;
+    out->kind = it->reason == SsdRemovalReason::kEvicted   ? MissKind::kEvicted
+                : it->reason == SsdRemovalReason::kCorrupt ? MissKind::kCorruptDropped
+                                                           : MissKind::kRemoved;
+    out->reason = block + " was " +
+                  (it->reason == SsdRemovalReason::kEvicted ? "evicted from the SSD tier"
+                   : it->reason == SsdRemovalReason::kCorrupt
+                       ? "dropped as corrupt (its bytes failed verification)"
+                       : "removed (a purge or a repair)") +
+                  " (removal " + std::to_string(it->sequence) + ")";
+    return;
+  }
+  const bool full = !removals.ok() || history.size() >= history_entries;
+  out->kind = full ? MissKind::kNotStored : MissKind::kNeverStored;
+  out->reason = full ? block + " is not stored (never stored, or removed before the " +
+                           std::to_string(history.size()) + " removals the history holds)"
+                     : block +
+                           " was never stored (no tier holds it and no removal of it is "
+                           "recorded)";
+}
+
+}  // namespace
+
+StatusOr<MissExplanation> Engine::ExplainMiss(const NamespaceSpec& spec,
+                                              std::span<const int32_t> tokens) {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  PKV_ASSIGN_OR_RETURN(std::string fingerprint, spec.Fingerprint());
+  MissExplanation out;
+  out.root = NamespaceRootFromFingerprint(fingerprint);
+  out.prompt_tokens = tokens.size();
+  BlockSource source{nullptr, impl_->ssd_.get()};
+  {
+    MutexLock lock(&impl_->mu_);
+    for (const auto& m : impl_->models_) {
+      if (m->fingerprint == fingerprint) source = {m->tiers.stack.get(), nullptr};
+    }
+  }
+  std::vector<bool> tip_only;
+  for (const std::string& t : spec.layer_types) {
+    tip_only.push_back(IsTipOnly(CacheTypeRegistry::Lookup(t).value()));
+  }
+  const bool any_tip_only = std::count(tip_only.begin(), tip_only.end(), true) > 0;
+  const std::vector<BlockKey> keys = ChainKeys(out.root, tokens, spec.block_tokens);
+  out.full_blocks = keys.size();
+  uint64_t cached = 0;
+  while (cached < keys.size() && source.Has(keys[cached])) ++cached;
+  // The walk-back: the deepest cached block whose tip-only state is real. A
+  // block that fails to read (dropped as corrupt) ends the cached run there.
+  uint64_t restorable = any_tip_only ? 0 : cached;
+  for (uint64_t j = cached; any_tip_only && j > 0; --j) {
+    StatusOr<SharedBytes> payload = source.Peek(keys[j - 1]);
+    StatusOr<BlockRecord> rec = payload.ok()
+                                    ? DecodeBlock(*payload, impl_->options_.decode_limits)
+                                    : StatusOr<BlockRecord>(payload.status());
+    if (!rec.ok()) {
+      cached = j - 1;
+      continue;
+    }
+    if (TipStateIsReal(*rec, tip_only)) {
+      restorable = j;
+      break;
+    }
+  }
+  out.cached_blocks = cached;
+  out.restorable_tokens = restorable * spec.block_tokens;
+  if (restorable == keys.size()) {
+    out.reason =
+        "no miss: every full block (" + std::to_string(keys.size()) + ") is cached";
+    if (tokens.size() > out.restorable_tokens) {
+      out.reason += "; the last " +
+                    std::to_string(tokens.size() - out.restorable_tokens) +
+                    " token(s) are not a full block";
+    }
+    return out;
+  }
+  out.first_missed_block =
+      static_cast<int64_t>(restorable < cached ? restorable : cached);
+  out.first_missed_key = keys[out.first_missed_block];
+  if (restorable < cached) {
+    out.kind = MissKind::kStripped;
+    out.reason =
+        Block(out.first_missed_block, out.first_missed_key) + " to block " +
+        std::to_string(cached - 1) +
+        " are cached, but their window/recurrent state is a placeholder (interior "
+        "blocks, or tips stripped by supersede-on-extend): a restore walks back to " +
+        std::to_string(out.restorable_tokens) + " tokens";
+    return out;
+  }
+  if (cached == 0 &&
+      FindOtherNamespace(OtherNamespaces(*impl_, *this, out.root), spec, tokens, &out)) {
+    return out;
+  }
+  FromHistory(impl_->ssd_.get(), &out);
+  return out;
+}
+
+}  // namespace prefixkv

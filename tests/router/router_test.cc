@@ -1,0 +1,469 @@
+// The prefix router (src/router, router.h) against synthetic event streams:
+// the index follows stored / removed / moved / cleared events and a node's
+// restart, the choice takes the longest RAM prefix then SSD, the load bound
+// sends requests away from a busy node, and the least-loaded node takes what
+// no node holds. Then `prefixkv route` (tools/route) over RESP, its node
+// feeds tailing real Redis streams that the tests fill with XADD.
+#include "prefixkv/router.h"
+
+#include <gtest/gtest.h>
+#include <malloc.h>
+
+#include <chrono>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "prefixkv/block_key.h"
+#include "tests/support/test_util.h"
+#include "tools/redis/local_redis_cluster.h"
+#include "tools/route/event_feed.h"
+#include "tools/route/resp_client.h"
+#include "tools/route/route_server.h"
+
+namespace prefixkv {
+namespace {
+
+constexpr TierLevel kHot = TierLevel::kHot;
+constexpr TierLevel kSsd = TierLevel::kSsd;
+
+// The chain keys of blocks 0..n-1 of one conversation (one token per block).
+std::vector<BlockKey> Chain(int32_t conversation, size_t n) {
+  std::vector<int32_t> tokens;
+  for (size_t i = 0; i < n; ++i) tokens.push_back(conversation * 1000 + int32_t(i));
+  return ChainKeys(NamespaceRootFromFingerprint("router-test"), tokens, 1);
+}
+
+KvEvent Event(KvEventKind kind, TierLevel tier, const BlockKey& key, uint64_t seq = 0) {
+  KvEvent e;
+  e.kind = kind;
+  e.tier = tier;
+  e.key = key;
+  e.seq = seq;
+  return e;
+}
+KvEvent Stored(TierLevel tier, const BlockKey& key, uint64_t seq = 0) {
+  return Event(KvEventKind::kStored, tier, key, seq);
+}
+
+std::unique_ptr<PrefixRouter> Router(size_t nodes, double load_bound = 1.25) {
+  RouterOptions o;
+  o.nodes = nodes;
+  o.load_bound = load_bound;
+  auto r = PrefixRouter::Open(o);
+  EXPECT_OK(r);
+  return std::move(r).value();
+}
+
+// Node `node` stores the first `n` blocks of `chain` in `tier`.
+void StoreChain(PrefixRouter& r, size_t node, const std::vector<BlockKey>& chain,
+                size_t n, TierLevel tier) {
+  for (size_t i = 0; i < n; ++i) r.Apply(node, Stored(tier, chain[i]));
+}
+
+TEST(PrefixRouter, IndexFollowsStoredRemovedAndMovedEvents) {
+  auto r = Router(2);
+  const auto c = Chain(1, 3);
+  r->Apply(0, Stored(kHot, c[0]));
+  r->Apply(1, Stored(kSsd, c[0]));
+  EXPECT_TRUE(r->Holds(0, c[0], kHot));
+  EXPECT_FALSE(r->Holds(0, c[0], kSsd));
+  EXPECT_TRUE(r->Holds(1, c[0], kSsd));
+  EXPECT_EQ(r->Stats().blocks, 1u);  // one entry however many nodes hold it
+
+  KvEvent moved = Event(KvEventKind::kMoved, kSsd, c[0]);
+  moved.from = kHot;
+  r->Apply(0, moved);
+  EXPECT_FALSE(r->Holds(0, c[0], kHot));
+  EXPECT_TRUE(r->Holds(0, c[0], kSsd));
+
+  r->Apply(0, Event(KvEventKind::kRemoved, kSsd, c[0]));
+  EXPECT_FALSE(r->Holds(0, c[0], kSsd));
+  EXPECT_TRUE(r->Holds(1, c[0], kSsd));
+  r->Apply(1, Event(KvEventKind::kRemoved, kSsd, c[0]));
+  EXPECT_EQ(r->Stats().blocks, 0u);  // no node holds it: the entry is gone
+  EXPECT_EQ(r->Stats().events, 5u);
+}
+
+TEST(PrefixRouter, ClearedEmptiesOneTierOfOneNode) {
+  auto r = Router(2);
+  const auto c = Chain(1, 2);
+  r->Apply(0, Stored(kHot, c[0]));
+  r->Apply(0, Stored(kSsd, c[1]));
+  r->Apply(1, Stored(kHot, c[0]));
+  r->Apply(0, Event(KvEventKind::kCleared, kHot, BlockKey{}));
+  EXPECT_FALSE(r->Holds(0, c[0], kHot));
+  EXPECT_TRUE(r->Holds(0, c[1], kSsd));  // SSD survives the node's restart
+  EXPECT_TRUE(r->Holds(1, c[0], kHot));  // the other node is untouched
+}
+
+// A node's log skips numbers at a restart (a reservation) without losing
+// events: the index keeps what it knew. A consumer told to resnapshot calls
+// ForgetNode.
+TEST(PrefixRouter, SkippedNumbersKeepTheIndexForgetNodeClearsIt) {
+  auto r = Router(2);
+  const auto c = Chain(1, 3);
+  r->Apply(0, Stored(kSsd, c[0], 1));
+  r->Apply(0, Stored(kSsd, c[1], 2));
+  r->Apply(1, Stored(kSsd, c[0], 7));
+  // The node restarted: its RAM is gone, its SSD holds, its numbers jumped.
+  r->Apply(0, Event(KvEventKind::kCleared, kHot, BlockKey{}, 65'538));
+  r->Apply(0, Stored(kHot, c[2], 65'539));
+  EXPECT_TRUE(r->Holds(0, c[0], kSsd));
+  EXPECT_TRUE(r->Holds(0, c[2], kHot));
+  EXPECT_EQ(r->Stats().node_resets, 0u);
+  r->ForgetNode(0);
+  EXPECT_FALSE(r->Holds(0, c[0], kSsd));
+  EXPECT_FALSE(r->Holds(0, c[2], kHot));
+  EXPECT_TRUE(r->Holds(1, c[0], kSsd));  // the other node is untouched
+  EXPECT_EQ(r->Stats().node_resets, 1u);
+}
+
+TEST(PrefixRouter, IgnoresTheRemoteTierAndUnknownNodes) {
+  auto r = Router(2);
+  const auto c = Chain(1, 1);
+  r->Apply(0, Stored(TierLevel::kRemote, c[0]));
+  r->Apply(2, Stored(kHot, c[0]));
+  EXPECT_EQ(r->Stats().blocks, 0u);
+  EXPECT_EQ(r->Stats().ignored_events, 2u);
+}
+
+TEST(PrefixRouter, RoutesToTheLongestRamPrefixThenSsd) {
+  auto r = Router(3, /*load_bound=*/0);
+  const auto c = Chain(1, 6);
+  StoreChain(*r, 0, c, 2, kHot);  // 2 in RAM
+  StoreChain(*r, 1, c, 3, kHot);  // 3 in RAM
+  StoreChain(*r, 2, c, 1, kHot);  // 1 in RAM, then 5 on SSD
+  StoreChain(*r, 2, c, 6, kSsd);
+  RouteChoice choice = r->Route(c, 1);
+  EXPECT_EQ(choice.node, 1u);
+  EXPECT_EQ(choice.ram_blocks, 3u);
+  EXPECT_TRUE(choice.by_prefix);
+  // A RAM tie goes to the longer RAM-or-SSD prefix.
+  StoreChain(*r, 2, c, 3, kHot);
+  choice = r->Route(c, 1);
+  EXPECT_EQ(choice.node, 2u);
+  EXPECT_EQ(choice.local_blocks, 6u);
+  // A prefix stops at the first block missing: node 0 holding block 4 but
+  // not block 2 has a 2-block prefix.
+  r->Apply(0, Stored(kHot, c[4]));
+  EXPECT_EQ(r->Route(c, 1).node, 2u);
+}
+
+TEST(PrefixRouter, SsdBlockWeightLetsALongSsdPrefixWin) {
+  RouterOptions o;
+  o.nodes = 2;
+  o.load_bound = 0;
+  o.ssd_block_weight = 0.5;
+  ASSERT_OK_AND_ASSIGN(auto r, PrefixRouter::Open(o));
+  const auto c = Chain(1, 10);
+  StoreChain(*r, 0, c, 1, kHot);
+  StoreChain(*r, 1, c, 10, kSsd);
+  EXPECT_EQ(r->Route(c, 1).node, 1u);  // 0.5 * 10 > 1
+  EXPECT_EQ(Router(2, 0)->Route(c, 1).by_prefix, false);
+}
+
+TEST(PrefixRouter, FallsBackToTheLeastLoadedNodeWhenNoneHoldsThePrefix) {
+  auto r = Router(3);
+  const auto held = Chain(1, 2);
+  StoreChain(*r, 0, held, 2, kHot);
+  r->Route(held, 5);  // node 0: 5
+  const auto other = Chain(2, 2);
+  RouteChoice a = r->Route(other, 3);
+  EXPECT_FALSE(a.by_prefix);
+  EXPECT_NE(a.node, 0u);
+  RouteChoice b = r->Route(other, 3);
+  EXPECT_FALSE(b.by_prefix);
+  EXPECT_NE(b.node, 0u);
+  EXPECT_NE(b.node, a.node);  // the least loaded of the three
+  r->Finish(a.node, 3);
+  EXPECT_EQ(r->in_flight(a.node), 0u);
+  EXPECT_EQ(r->Route(other, 1).node, a.node);
+}
+
+TEST(PrefixRouter, TheLoadBoundSendsRequestsAwayFromABusyNode) {
+  auto r = Router(4);  // default bound 1.25 x mean
+  const auto c = Chain(1, 4);
+  StoreChain(*r, 0, c, 4, kHot);
+  StoreChain(*r, 1, c, 2, kHot);
+  // Idle nodes: the longest prefix wins.
+  EXPECT_EQ(r->Route(c, 10).node, 0u);
+  // Node 0 at 10, the others at 0: 10 + 10 > 1.25 * 20 / 4; node 1 holds the
+  // next longest prefix and is idle.
+  RouteChoice second = r->Route(c, 10);
+  EXPECT_EQ(second.node, 1u);
+  EXPECT_TRUE(second.by_prefix);
+  // Both holders are over their bound: the least-loaded node, by load only.
+  RouteChoice third = r->Route(c, 10);
+  EXPECT_FALSE(third.by_prefix);
+  EXPECT_GE(third.node, 2u);
+  // Without a bound, node 0 takes everything.
+  auto unbounded = Router(4, 0);
+  StoreChain(*unbounded, 0, c, 4, kHot);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(unbounded->Route(c, 10).node, 0u);
+}
+
+// The bound looks at a node's load before the request: with every node
+// equally busy, the holder of the prefix takes it (1 + 1 > 1.25 * 5 / 4 would
+// refuse every node).
+TEST(PrefixRouter, WithEqualLoadsThePrefixHolderStillTakesTheRequest) {
+  auto r = Router(4);
+  const auto c = Chain(1, 2);
+  StoreChain(*r, 2, c, 2, kHot);
+  for (int i = 0; i < 4; ++i) r->Route(Chain(10 + i, 1), 1);
+  for (size_t i = 0; i < 4; ++i) ASSERT_EQ(r->in_flight(i), 1u);
+  RouteChoice choice = r->Route(c, 1);
+  EXPECT_TRUE(choice.by_prefix);
+  EXPECT_EQ(choice.node, 2u);
+  // Node 2 at 2, the others at 1: 2 > 1.25 * 6 / 4, the bound holds.
+  EXPECT_FALSE(r->Route(c, 1).by_prefix);
+}
+
+TEST(PrefixRouter, MaxBlocksBoundsTheIndex) {
+  RouterOptions o;
+  o.nodes = 2;
+  o.max_blocks = 2;
+  ASSERT_OK_AND_ASSIGN(auto r, PrefixRouter::Open(o));
+  const auto c = Chain(1, 3);
+  StoreChain(*r, 0, c, 3, kHot);
+  r->Apply(1, Stored(kHot, c[0]));  // an existing entry takes another node
+  EXPECT_EQ(r->Stats().blocks, 2u);
+  EXPECT_EQ(r->Stats().dropped_blocks, 1u);
+  EXPECT_TRUE(r->Holds(1, c[0], kHot));
+  EXPECT_FALSE(r->Holds(0, c[2], kHot));
+}
+
+// docs/router.md: about 64 bytes per distinct block (a 40-byte hash node,
+// 48 with malloc's header, and 8 to 16 for its bucket), whatever the number
+// of nodes holding it.
+TEST(PrefixRouter, TheIndexTakesUnderSeventyTwoBytesPerBlock) {
+  auto r = Router(64);
+  const auto c = Chain(1, 200'000);
+  // Small blocks (the nodes) and mmap'ed ones (the bucket array).
+  auto heap = [] { return mallinfo2().uordblks + mallinfo2().hblkhd; };
+  const size_t before = heap();
+  for (size_t i = 0; i < c.size(); ++i) {
+    r->Apply(i % 64, Stored(kHot, c[i]));
+    r->Apply((i + 1) % 64, Stored(kSsd, c[i]));
+  }
+  const size_t after = heap();
+  if (after <= before) GTEST_SKIP() << "mallinfo2 does not count this allocator";
+  const double per_block = double(after - before) / double(c.size());
+  std::printf("router index: %.1f bytes per block\n", per_block);
+  EXPECT_GT(per_block, 40);
+  EXPECT_LT(per_block, 72);
+}
+
+TEST(PrefixRouter, OpenRejectsBadOptions) {
+  auto bad = [](auto mutate) {
+    RouterOptions o;
+    mutate(o);
+    return PrefixRouter::Open(o).status().IsInvalidArgument();
+  };
+  EXPECT_TRUE(bad([](RouterOptions& o) { o.nodes = 0; }));
+  EXPECT_TRUE(bad([](RouterOptions& o) { o.nodes = kMaxRouterNodes + 1; }));
+  EXPECT_TRUE(bad([](RouterOptions& o) { o.load_bound = 0.5; }));
+  EXPECT_TRUE(bad([](RouterOptions& o) { o.load_bound = -1; }));
+  EXPECT_TRUE(bad([](RouterOptions& o) { o.ssd_block_weight = 2; }));
+  EXPECT_TRUE(bad([](RouterOptions& o) { o.max_blocks = 0; }));
+  RouterOptions max;
+  max.nodes = kMaxRouterNodes;
+  ASSERT_OK_AND_ASSIGN(auto r, PrefixRouter::Open(max));
+  const auto c = Chain(1, 1);
+  r->Apply(63, Stored(kHot, c[0]));
+  EXPECT_EQ(r->Route(c, 1).node, 63u);
+}
+
+// ---- The router as a RESP service, fed by real Redis streams ----
+
+using route::RespClient;
+using route::RespValue;
+
+// Waits up to 10 s for `done`.
+bool Eventually(const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+std::string Call(RespClient& c, const std::vector<std::string>& args) {
+  StatusOr<RespValue> r = c.Command(args);
+  return r.ok() ? (r->type == RespValue::Type::kError ? "ERR:" + r->str : r->Text())
+                : "io: " + r.status().ToString();
+}
+
+// XADD of one event with the given id to a node's stream.
+std::string Xadd(RespClient& node, const std::string& id, const std::string& kind,
+                 const std::string& tier, const BlockKey& key) {
+  return Call(node, {"XADD", "prefixkv:events", id, "kind", kind, "tier", tier, "key",
+                     key.ToHex(), "reason", "none"});
+}
+
+class RouteServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!LocalRedisCluster::Available()) GTEST_SKIP() << "redis-server is not installed";
+    LocalRedisClusterOptions o;
+    o.masters = 2;
+    o.cluster = false;
+    ASSERT_OK_AND_ASSIGN(redis_, LocalRedisCluster::Start(o));
+    for (int port : redis_->ports()) {
+      ASSERT_OK_AND_ASSIGN(auto c, RespClient::Connect("127.0.0.1", port, 2000));
+      nodes_.push_back(std::move(c));
+      addrs_.push_back("127.0.0.1:" + std::to_string(port));
+    }
+    spec_.model = "m";
+    spec_.block_tokens = 4;
+    spec_.layer_types = {"KVCache"};
+    for (int32_t t = 0; t < 12; ++t) tokens_.push_back(t);
+    keys_ = ChainKeys(NamespaceRoot(spec_).value(), tokens_, 4);
+  }
+
+  void StartRouter() {
+    route::RouteServerOptions o;
+    o.nodes = addrs_;
+    o.models = {spec_};
+    o.feed.block_ms = 50;
+    o.feed.retry_ms = 20;
+    ASSERT_OK_AND_ASSIGN(server_, route::RouteServer::Start(o));
+    ASSERT_OK_AND_ASSIGN(client_,
+                         RespClient::Connect("127.0.0.1", server_->port(), 2000));
+  }
+
+  std::vector<std::string> RouteArgs() {
+    std::vector<std::string> args = {"ROUTE", "m"};
+    for (int32_t t : tokens_) args.push_back(std::to_string(t));
+    return args;
+  }
+  bool EventsApplied(uint64_t n) {
+    return Eventually([&] { return server_->router().Stats().events >= n; });
+  }
+
+  std::unique_ptr<LocalRedisCluster> redis_;
+  std::vector<std::unique_ptr<RespClient>> nodes_;
+  std::vector<std::string> addrs_;
+  NamespaceSpec spec_;
+  std::vector<int32_t> tokens_;
+  std::vector<BlockKey> keys_;
+  std::unique_ptr<route::RouteServer> server_;
+  std::unique_ptr<RespClient> client_;
+};
+
+TEST_F(RouteServerTest, RoutesByWhatEachNodesStreamSays) {
+  // Node 1 holds the request's three blocks in RAM before the router starts:
+  // the feed reads the stream from its start.
+  for (int i = 0; i < 3; ++i)
+    ASSERT_EQ(Xadd(*nodes_[1], std::to_string(i + 1) + "-0", "stored", "hot", keys_[i]),
+              std::to_string(i + 1) + "-0");
+  ASSERT_EQ(Xadd(*nodes_[0], "1-0", "stored", "ssd", keys_[0]), "1-0");
+  StartRouter();
+  ASSERT_TRUE(EventsApplied(4));
+  EXPECT_EQ(Call(*client_, RouteArgs()), addrs_[1] + " 1 3 3");
+  EXPECT_EQ(Call(*client_, {"ROUTE.DONE", "1", "12"}), "OK");
+  // An eviction on node 1 after the router started: its RAM prefix is 1
+  // block now, node 0's SSD copy does not beat it.
+  ASSERT_EQ(Xadd(*nodes_[1], "4-0", "removed", "hot", keys_[1]), "4-0");
+  ASSERT_TRUE(EventsApplied(5));
+  EXPECT_EQ(Call(*client_, RouteArgs()), addrs_[1] + " 1 1 1");
+  EXPECT_EQ(Call(*client_, {"ROUTE.DONE", "1", "12"}), "OK");
+  // Numbers skipped (a node's restart reserves ahead): nothing is lost, the
+  // SSD copy of block 1 joins node 1's local prefix.
+  ASSERT_EQ(Xadd(*nodes_[1], "70000-0", "stored", "ssd", keys_[1]), "70000-0");
+  ASSERT_TRUE(EventsApplied(6));
+  EXPECT_EQ(server_->router().Stats().node_resets, 0u);
+  EXPECT_EQ(Call(*client_, RouteArgs()), addrs_[1] + " 1 1 3");
+  const std::string stats = Call(*client_, {"ROUTE.STATS"});
+  EXPECT_NE(stats.find("node1:addr=" + addrs_[1] + ",connected=1,applied=5"),
+            std::string::npos)
+      << stats;
+}
+
+TEST_F(RouteServerTest, ANodeThatCannotServeItsStreamIsForgotten) {
+  ASSERT_EQ(Xadd(*nodes_[0], "1-0", "stored", "hot", keys_[0]), "1-0");
+  StartRouter();
+  ASSERT_TRUE(EventsApplied(1));
+  EXPECT_EQ(Call(*client_, RouteArgs()), addrs_[0] + " 0 1 1");
+  // XREAD now answers an error (as a node that no longer holds the events
+  // after the feed's last id does): what the router knew of it is dropped.
+  ASSERT_EQ(Call(*nodes_[0], {"DEL", "prefixkv:events"}), "1");
+  ASSERT_EQ(Call(*nodes_[0], {"SET", "prefixkv:events", "not a stream"}), "OK");
+  ASSERT_TRUE(Eventually([&] { return server_->feeds()[0]->resnapshots() > 0; }));
+  EXPECT_FALSE(server_->router().Holds(0, keys_[0], TierLevel::kHot));
+  // Its stream back, from a fresh start: the feed reads it from the beginning.
+  ASSERT_EQ(Call(*nodes_[0], {"DEL", "prefixkv:events"}), "1");
+  ASSERT_EQ(Xadd(*nodes_[0], "1-0", "stored", "hot", keys_[0]), "1-0");
+  ASSERT_TRUE(
+      Eventually([&] { return server_->router().Holds(0, keys_[0], TierLevel::kHot); }));
+  // An entry the feed cannot read (an unknown kind): the node is forgotten.
+  ASSERT_EQ(Xadd(*nodes_[0], "2-0", "vanished", "hot", keys_[1]), "2-0");
+  ASSERT_TRUE(Eventually([&] { return server_->feeds()[0]->bad_replies() > 0; }));
+  EXPECT_FALSE(server_->router().Holds(0, keys_[0], TierLevel::kHot));
+}
+
+TEST_F(RouteServerTest, BadRequestsGetClearErrors) {
+  StartRouter();
+  EXPECT_EQ(Call(*client_, {"PING"}), "PONG");
+  EXPECT_EQ(Call(*client_, {"ROUTE", "m"}),
+            "ERR:ERR wrong number of arguments: ROUTE model token [token ...]");
+  EXPECT_EQ(Call(*client_, {"ROUTE", "other", "1"}), "ERR:ERR unknown model 'other'");
+  EXPECT_EQ(Call(*client_, {"ROUTE", "m", "1", "x"}),
+            "ERR:ERR token 'x' is not a 32-bit integer");
+  EXPECT_EQ(Call(*client_, {"ROUTE", "m", "2147483648"}),
+            "ERR:ERR token '2147483648' is not a 32-bit integer");
+  EXPECT_EQ(Call(*client_, {"ROUTE.DONE", "2", "1"}),
+            "ERR:ERR node '2' is not a node index (0..1)");
+  EXPECT_EQ(Call(*client_, {"NOPE"}), "ERR:ERR unknown command 'NOPE'");
+  // Fewer tokens than a block: no key, the least-loaded node.
+  EXPECT_NE(Call(*client_, {"ROUTE", "m", "-5"}).find(" 0 0"), std::string::npos);
+  route::RouteServerOptions bad;
+  EXPECT_TRUE(route::RouteServer::Start(bad).status().IsInvalidArgument());
+  bad.nodes = {"127.0.0.1"};
+  EXPECT_TRUE(route::RouteServer::Start(bad).status().IsInvalidArgument());
+}
+
+TEST(EventFeed, ParsesStreamEntriesAndRefusesMalformedOnes) {
+  auto str = [](std::string s) {
+    RespValue v;
+    v.type = RespValue::Type::kString;
+    v.str = std::move(s);
+    return v;
+  };
+  auto entry = [&](std::string id, std::vector<std::string> fields) {
+    RespValue e, f;
+    e.type = f.type = RespValue::Type::kArray;
+    for (auto& x : fields) f.elements.push_back(str(x));
+    e.elements = {str(std::move(id)), f};
+    return e;
+  };
+  const BlockKey key = Chain(1, 1)[0];
+  ASSERT_OK_AND_ASSIGN(
+      KvEvent e,
+      route::ParseStreamEntry(entry("42-0", {"kind", "moved", "tier", "ssd", "from",
+                                             "hot", "key", key.ToHex(), "owner", "3"})));
+  EXPECT_EQ(e.seq, 42u);
+  EXPECT_EQ(e.kind, KvEventKind::kMoved);
+  EXPECT_EQ(e.tier, TierLevel::kSsd);
+  EXPECT_EQ(e.from, TierLevel::kHot);
+  EXPECT_EQ(e.key, key);
+  RespValue info;
+  info.type = RespValue::Type::kArray;
+  info.elements = {str("length"), str("3"), str("last-generated-id"), str("70000-0")};
+  EXPECT_EQ(route::LastGeneratedId(info), "70000-0");
+  info.elements[3] = str("none");
+  EXPECT_EQ(route::LastGeneratedId(info), "");
+  EXPECT_EQ(route::LastGeneratedId(str("x")), "");
+  for (const RespValue& bad :
+       {entry("x-0", {"kind", "stored", "tier", "hot"}), entry("1-0", {"kind", "stored"}),
+        entry("1-0", {"kind", "gone", "tier", "hot"}),
+        entry("1-0", {"kind", "stored", "tier", "disk"}),
+        entry("1-0", {"kind", "stored", "tier", "hot", "key", "zz"}),
+        entry("1-0", {"kind", "stored", "tier"}), str("1-0")}) {
+    EXPECT_TRUE(route::ParseStreamEntry(bad).status().IsInvalidArgument()) << bad.Text();
+  }
+}
+
+}  // namespace
+}  // namespace prefixkv

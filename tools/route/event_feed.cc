@@ -1,0 +1,169 @@
+// EventFeed (event_feed.h): XREAD replies parsed into KvEvents, applied to
+// the router; reconnection and resnapshot.
+#include "tools/route/event_feed.h"
+
+#include <chrono>
+#include <cstdlib>
+
+namespace prefixkv::route {
+namespace {
+
+using Type = RespValue::Type;
+
+Status Bad(const std::string& what) {
+  return Status::InvalidArgument("stream entry: " + what);
+}
+
+StatusOr<TierLevel> ParseTier(const std::string& name) {
+  for (TierLevel t :
+       {TierLevel::kNone, TierLevel::kHot, TierLevel::kSsd, TierLevel::kRemote}) {
+    if (name == TierLevelName(t)) return t;
+  }
+  return Bad("unknown tier '" + name + "'");
+}
+
+StatusOr<KvEventKind> ParseKind(const std::string& name) {
+  for (KvEventKind k : {KvEventKind::kStored, KvEventKind::kRemoved, KvEventKind::kMoved,
+                        KvEventKind::kCleared}) {
+    if (name == KvEventKindName(k)) return k;
+  }
+  return Bad("unknown kind '" + name + "'");
+}
+
+// "<seq>-<n>": the sequence number.
+StatusOr<uint64_t> ParseIdSeq(const std::string& id) {
+  const size_t dash = id.find('-');
+  const std::string head = id.substr(0, dash);
+  char* end = nullptr;
+  const uint64_t seq = std::strtoull(head.c_str(), &end, 10);
+  if (head.empty() || end != head.c_str() + head.size() || head[0] == '-')
+    return Bad("id '" + id + "' is not <seq>-<n>");
+  return seq;
+}
+
+}  // namespace
+
+StatusOr<KvEvent> ParseStreamEntry(const RespValue& entry) {
+  if (entry.type != Type::kArray || entry.elements.size() != 2 ||
+      entry.elements[0].type != Type::kString || entry.elements[1].type != Type::kArray)
+    return Bad("not [id, [field, value, ...]]");
+  KvEvent e;
+  PKV_ASSIGN_OR_RETURN(e.seq, ParseIdSeq(entry.elements[0].str));
+  const std::vector<RespValue>& f = entry.elements[1].elements;
+  if (f.size() % 2 != 0) return Bad("an odd number of field values");
+  bool has_kind = false, has_tier = false;
+  for (size_t i = 0; i + 1 < f.size(); i += 2) {
+    const std::string& name = f[i].str;
+    const std::string& value = f[i + 1].str;
+    if (name == "kind") {
+      PKV_ASSIGN_OR_RETURN(e.kind, ParseKind(value));
+      has_kind = true;
+    } else if (name == "tier") {
+      PKV_ASSIGN_OR_RETURN(e.tier, ParseTier(value));
+      has_tier = true;
+    } else if (name == "from") {
+      PKV_ASSIGN_OR_RETURN(e.from, ParseTier(value));
+    } else if (name == "key") {
+      StatusOr<BlockKey> key = BlockKey::FromHex(value);
+      if (!key.ok()) return Bad("key '" + value + "' is not 32 hex digits");
+      e.key = *key;
+    }
+  }
+  if (!has_kind || !has_tier) return Bad("no kind or no tier field");
+  return e;
+}
+
+Status ParseXreadReply(const RespValue& reply, std::vector<KvEvent>* events,
+                       std::string* last_id) {
+  if (reply.type == Type::kNil) return Status::OK();
+  if (reply.type != Type::kArray)
+    return Status::InvalidArgument("XREAD reply is not an array");
+  for (const RespValue& stream : reply.elements) {
+    if (stream.type != Type::kArray || stream.elements.size() != 2 ||
+        stream.elements[1].type != Type::kArray)
+      return Status::InvalidArgument("XREAD reply: not [stream, [entries]]");
+    for (const RespValue& entry : stream.elements[1].elements) {
+      PKV_ASSIGN_OR_RETURN(KvEvent e, ParseStreamEntry(entry));
+      events->push_back(e);
+      *last_id = entry.elements[0].str;
+    }
+  }
+  return Status::OK();
+}
+
+std::string LastGeneratedId(const RespValue& xinfo) {
+  if (xinfo.type != Type::kArray) return "";
+  const std::vector<RespValue>& f = xinfo.elements;
+  for (size_t i = 0; i + 1 < f.size(); i += 2) {
+    if (f[i].str == "last-generated-id" && f[i + 1].type == Type::kString &&
+        ParseIdSeq(f[i + 1].str).ok())
+      return f[i + 1].str;
+  }
+  return "";
+}
+
+EventFeed::EventFeed(EventFeedOptions options, PrefixRouter* router)
+    : options_(std::move(options)), router_(router), thread_([this] { Run(); }) {}
+
+EventFeed::~EventFeed() { Stop(); }
+
+void EventFeed::Stop() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void EventFeed::Run() {
+  while (!stop_) {
+    StatusOr<std::unique_ptr<RespClient>> client =
+        RespClient::Connect(options_.host, options_.port, options_.timeout_ms);
+    if (client.ok() &&
+        (*client)->SetTimeout(options_.block_ms + options_.timeout_ms).ok()) {
+      connected_ = true;
+      Tail(**client);
+      connected_ = false;
+    }
+    if (stop_) break;
+    ++reconnects_;
+    std::this_thread::sleep_for(std::chrono::milliseconds(options_.retry_ms));
+  }
+}
+
+void EventFeed::Tail(RespClient& client) {
+  std::vector<KvEvent> events;
+  while (!stop_) {
+    StatusOr<RespValue> reply = client.Command(
+        {"XREAD", "COUNT", std::to_string(options_.count), "BLOCK",
+         std::to_string(options_.block_ms), "STREAMS", options_.stream, last_id_});
+    if (!reply.ok()) return;  // reconnect
+    if (reply->type == Type::kError) {
+      // The node no longer holds what follows last_id_ (RESNAPSHOT): what the
+      // router knows of it may be stale. Read its whole log again; when even
+      // that is refused (retention dropped its start), go on from its head,
+      // knowing only the changes from then on.
+      router_->ForgetNode(options_.node);
+      ++resnapshots_;
+      std::string head;
+      if (last_id_ == "0") {
+        StatusOr<RespValue> info = client.Command({"XINFO", "STREAM", options_.stream});
+        if (!info.ok()) return;
+        head = LastGeneratedId(*info);
+      }
+      last_id_ = head.empty() ? std::string(1, '0') : head;
+      std::this_thread::sleep_for(std::chrono::milliseconds(options_.retry_ms));
+      continue;
+    }
+    events.clear();
+    std::string last = last_id_;
+    if (!ParseXreadReply(*reply, &events, &last).ok()) {
+      // A reply the router cannot read: trust nothing it said of the node.
+      router_->ForgetNode(options_.node);
+      ++bad_replies_;
+      return;
+    }
+    for (const KvEvent& e : events) router_->Apply(options_.node, e);
+    applied_ += events.size();
+    last_id_ = last;
+  }
+}
+
+}  // namespace prefixkv::route

@@ -1,0 +1,84 @@
+// The router's view of one node: a thread that tails the node's KV event
+// stream over RESP in the Redis Streams dialect and applies every event to
+// the router (docs/router.md).
+//
+//   XREAD COUNT n BLOCK ms STREAMS prefixkv:events <last id>
+//
+// from id 0 (every event the node retains), then from the last id read. An
+// entry's id is "<seq>-<n>"; its fields name the event (`kind`, `tier`,
+// `from`, `key` as 32 hex digits; others are ignored). When the connection
+// drops the feed reconnects and resumes from the last id; when the node
+// answers XREAD with an error (RESNAPSHOT: it no longer holds the events
+// after that id) the router forgets the node and the feed reads the node's
+// whole log again from id 0; when that is refused too (retention dropped the
+// log's start) it goes on from the stream's head (XINFO STREAM's
+// last-generated-id), the router knowing only the changes from then on.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "prefixkv/kv_events.h"
+#include "prefixkv/router.h"
+#include "tools/route/resp_client.h"
+
+namespace prefixkv::route {
+
+// One stream entry ([id, [field, value, ...]]) as a KvEvent whose seq is the
+// id's first number. InvalidArgument naming what is wrong.
+StatusOr<KvEvent> ParseStreamEntry(const RespValue& entry);
+// The entries of an XREAD reply for one stream (nil: none); `last_id` is set
+// to the last entry's id.
+Status ParseXreadReply(const RespValue& reply, std::vector<KvEvent>* events,
+                       std::string* last_id);
+
+// XINFO STREAM's "last-generated-id" (the stream's head); empty when the
+// reply holds none.
+std::string LastGeneratedId(const RespValue& xinfo);
+
+struct EventFeedOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;
+  size_t node = 0;  // the node's index in the router
+  std::string stream = "prefixkv:events";
+  uint32_t block_ms = 500;     // XREAD BLOCK: also how soon Stop() returns
+  uint32_t count = 1024;       // XREAD COUNT
+  uint32_t timeout_ms = 1000;  // connect, and a reply beyond BLOCK
+  uint32_t retry_ms = 200;     // between reconnection attempts
+};
+
+// Thread-safe: the feed's thread applies events; the counters are atomic.
+class EventFeed {
+ public:
+  // Starts the thread. REQUIRES: `router` outlives the feed.
+  EventFeed(EventFeedOptions options, PrefixRouter* router);
+  ~EventFeed();  // Stop()
+  void Stop();
+
+  uint64_t applied() const { return applied_.load(); }
+  uint64_t reconnects() const { return reconnects_.load(); }
+  uint64_t resnapshots() const { return resnapshots_.load(); }
+  // XREAD replies the feed could not read (each makes the router forget the
+  // node; the feed reconnects and asks again).
+  uint64_t bad_replies() const { return bad_replies_.load(); }
+  bool connected() const { return connected_.load(); }
+  const EventFeedOptions& options() const { return options_; }
+
+ private:
+  void Run();
+  // Reads until Stop() or a connection failure.
+  void Tail(RespClient& client);
+
+  const EventFeedOptions options_;
+  PrefixRouter* const router_;
+  std::string last_id_ = "0";  // the feed thread's
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> connected_{false};
+  std::atomic<uint64_t> applied_{0}, reconnects_{0}, resnapshots_{0}, bad_replies_{0};
+  std::thread thread_;
+};
+
+}  // namespace prefixkv::route
