@@ -153,7 +153,9 @@ StatusOr<MatchResult> PrefixCache::Match(Namespace handle,
     }
     const size_t full = keys.size();
     const bool last_batch = at + block > tokens.size();
-    if (last_batch && ns->partial_tail) {
+    // With no full block to ask for, the tails are looked for locally first
+    // (below): a prompt cached here to its tail costs no round trip.
+    if (last_batch && ns->partial_tail && full > 0) {
       for (size_t n = std::min<size_t>(block - 1, tokens.size() - at); n > 0; --n) {
         keys.push_back(ChainKey(p, tokens.subspan(at, n)));
       }

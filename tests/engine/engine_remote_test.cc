@@ -119,6 +119,11 @@ TEST_F(EngineRemoteTest, APartialTailComesFromTheRemoteTierToo) {
   EXPECT_EQ(state_->get_calls - calls, 1u);
   ASSERT_OK_AND_ASSIGN(RestoreResult r, b->Restore(m));
   EXPECT_EQ(r.tokens_from_remote, tokens.size());
+  // Everything is local on B now, the tail too: the next match asks nobody.
+  const uint64_t calls2 = state_->get_calls;
+  ASSERT_OK_AND_ASSIGN(MatchResult again, b->Match(nb, longer));
+  EXPECT_EQ(again.tokens.size(), tokens.size());
+  EXPECT_EQ(state_->get_calls, calls2);
 }
 
 // A long prompt the cluster holds to its end costs one round trip, and a
