@@ -35,9 +35,9 @@
 
 #include "event_log_file.h"
 #include "key_table.h"
-#include "prefixkv/file_system.h"
 #include "prefixkv/advanced/mutex.h"
 #include "prefixkv/clock.h"
+#include "prefixkv/file_system.h"
 #include "prefixkv/kv_events.h"
 #include "prefixkv/status.h"
 

@@ -50,9 +50,9 @@
 #include <utility>
 #include <vector>
 
-#include "prefixkv/file_system.h"
 #include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/tier.h"
+#include "prefixkv/file_system.h"
 #include "prefixkv/status.h"
 
 namespace prefixkv::ssd {

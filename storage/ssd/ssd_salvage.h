@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "prefixkv/file_system.h"
 #include "prefixkv/advanced/tier.h"
+#include "prefixkv/file_system.h"
 #include "prefixkv/status.h"
 #include "ssd_journal.h"
 

@@ -33,10 +33,10 @@
 #include <string>
 #include <vector>
 
-#include "prefixkv/file_system.h"
 #include "prefixkv/advanced/mutex.h"
 #include "prefixkv/advanced/tier.h"
 #include "prefixkv/bytes.h"
+#include "prefixkv/file_system.h"
 #include "prefixkv/status.h"
 
 namespace prefixkv::ssd {

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <functional>
 
-#include "tests/support/mem_tier.h"
 #include "tests/cache/cache_test_util.h"
+#include "tests/support/mem_tier.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv {

@@ -30,10 +30,10 @@
 #include <utility>
 #include <vector>
 
-#include "prefixkv/file_system.h"
 #include "prefixkv/advanced/kv_event_sink.h"
 #include "prefixkv/advanced/tier.h"
 #include "prefixkv/clock.h"
+#include "prefixkv/file_system.h"
 
 namespace prefixkv {
 namespace ssd {

@@ -12,9 +12,9 @@
 #include <thread>
 
 #include "prefixkv/advanced/hot_tier.h"
-#include "tests/support/mem_tier.h"
 #include "tests/storage/hot/hot_test_util.h"
 #include "tests/support/gate.h"
+#include "tests/support/mem_tier.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv {

@@ -7,9 +7,9 @@
 #include <functional>
 #include <thread>
 
-#include "tests/support/fault_injection_file_system.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "tests/storage/ssd/ssd_test_util.h"
+#include "tests/support/fault_injection_file_system.h"
 
 namespace prefixkv {
 namespace {
