@@ -11,7 +11,7 @@ namespace prefixkv::cache {
 StatusOr<LoadedBlock> LoadBlock(const cache::NamespaceState& ns, const BlockKey& key,
                                 BlockRead read, const DecodeLimits& limits) {
   PKV_ASSIGN_OR_RETURN(TierHit hit, read == BlockRead::kRestore
-                                        ? ns.tiers->Get(key)
+                                        ? ns.tiers->Get(key, ns.Read())
                                         : ns.tiers->PeekPayload(key));
   // What the local tiers hold was encoded by this process, or fully verified
   // before it was stored (StoreRecords; a remote value's record in

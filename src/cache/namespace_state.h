@@ -30,6 +30,8 @@ class cache::NamespaceState {
   BlockMeta MetaFor(const BlockKey& key, const BlockKey& parent) const {
     return BlockMeta{key, parent, root, owner};
   }
+  // A lookup of this namespace's blocks (its owner's read).
+  TierRead Read() const { return TierRead{.owner = owner}; }
 };
 
 }  // namespace prefixkv

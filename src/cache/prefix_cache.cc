@@ -21,8 +21,8 @@ PrefixCacheOptions WithTokens(PrefixCacheOptions options) {
 
 }  // namespace
 
-PrefixCache::PrefixCache(TierStack* default_tiers, PrefixCacheOptions options)
-    : default_tiers_(default_tiers), options_(WithTokens(std::move(options))) {}
+PrefixCache::PrefixCache(TierStack* tiers, PrefixCacheOptions options)
+    : tiers_(tiers), options_(WithTokens(std::move(options))) {}
 
 PrefixCache::~PrefixCache() = default;
 
@@ -46,14 +46,11 @@ TipLineage LoadLineage(const cache::NamespaceState& ns, const DecodeLimits& limi
 StatusOr<Namespace> PrefixCache::RegisterModel(const NamespaceSpec& spec,
                                                const NamespaceOptions& options) {
   PKV_ASSIGN_OR_RETURN(std::string fingerprint, spec.Fingerprint());
-  TierStack* tiers = options.tiers != nullptr ? options.tiers : default_tiers_;
-  if (tiers == nullptr)
-    return Status::InvalidArgument("no tiers for namespace " + spec.model);
   MutexLock lock(&mu_);
   for (size_t i = 0; i < namespaces_.size(); ++i) {
     const cache::NamespaceState& known = *namespaces_[i];
     if (known.fingerprint != fingerprint) continue;
-    if (known.tiers != tiers || known.owner != options.owner ||
+    if (known.owner != options.owner ||
         known.partial_tail != options.store_partial_tail) {
       return Status::InvalidArgument("namespace " + spec.model +
                                      " is already registered with other options");
@@ -69,7 +66,7 @@ StatusOr<Namespace> PrefixCache::RegisterModel(const NamespaceSpec& spec,
     ns->families.push_back(family);
     ns->has_tip_only = ns->has_tip_only || IsTipOnly(family);
   }
-  ns->tiers = tiers;
+  ns->tiers = tiers_;
   ns->owner = options.owner;
   ns->partial_tail = options.store_partial_tail;
   if (ns->has_tip_only) {
@@ -99,7 +96,7 @@ StatusOr<SharedBytes> PrefixCache::GetBlock(Namespace handle, const BlockKey& ke
     return Status::NotFound("no block " + key.ToHex() + " in namespace " +
                             ns->root.ToHex());
   }
-  PKV_ASSIGN_OR_RETURN(TierHit hit, ns->tiers->Get(key));
+  PKV_ASSIGN_OR_RETURN(TierHit hit, ns->tiers->Get(key, ns->Read()));
   StatusOr<RecordIdentity> id = PeekBlockIdentity(hit.payload.view());
   if (!id.ok() || id->key != key || id->namespace_id != ns->root) {
     return Status::NotFound("no block " + key.ToHex() + " in namespace " +
@@ -236,20 +233,6 @@ StatusOr<std::vector<std::pair<BlockKey, BlockKey>>> PrefixCache::RecordedTips(
   return ns->lineage.Entries();
 }
 
-Status PrefixCache::Flush() {
-  std::vector<TierStack*> stacks;
-  {
-    MutexLock lock(&mu_);
-    if (default_tiers_ != nullptr) stacks.push_back(default_tiers_);
-    for (const auto& ns : namespaces_) stacks.push_back(ns->tiers);
-  }
-  // Every stack, even after one failed: each error says what is not below.
-  Status first;
-  for (TierStack* s : stacks) {
-    Status flushed = s->Flush();
-    if (first.ok()) first = flushed;
-  }
-  return first;
-}
+Status PrefixCache::Flush() { return tiers_->Flush(); }
 
 }  // namespace prefixkv

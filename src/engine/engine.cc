@@ -59,11 +59,36 @@ Status internal::EngineImpl::OpenTiers() {
                                           .clean_blocks_are_below = ssd_ != nullptr}));
   }
   PKV_RETURN_IF_ERROR(OpenRemote());
+  PKV_RETURN_IF_ERROR(OpenStack());
   PrefixCacheOptions cache_options;
   cache_options.encode = options_.encode;
   cache_options.decode_limits = options_.decode_limits;
-  cache_ = std::make_unique<PrefixCache>(/*default_tiers=*/nullptr, cache_options);
+  cache_ = std::make_unique<PrefixCache>(stack_.get(), cache_options);
   return OpenEvents(fs);
+}
+
+Status internal::EngineImpl::OpenStack() {
+  if (budget_ != nullptr) {
+    PKV_ASSIGN_OR_RETURN(hot_, HotTier::OpenShared(budget_));
+  }
+  TierStackOptions o;
+  o.promote_on_ssd_hit = options_.promote_on_ssd_hit;
+  o.write_through = options_.write_through;
+  o.advisor = advisor_.get();  // each owner's block tokens: NewOwner
+  if (remote_ != nullptr) {
+    // on_spill: what the lowest local tier evicts goes to the remote tier
+    // (the stack is the SSD tier's eviction listener for it).
+    o.remote = remote_.get();
+    o.put_to_remote = options_.remote_write == RemoteWriteMode::kAlways;
+    o.remote_spill = remote_.get();
+  }
+  // Raw values (the key-value space's) are acknowledged writes: admission
+  // never skips them (TierStack::MaySkip), nor do they reach the remote tier.
+  o.admission = admission_.get();
+  // The SSD tier is also the write-back target: it queues the hot tier's
+  // dirty victims for its background writers.
+  stack_ = std::make_unique<TierStack>(hot_.get(), ssd_.get(), ssd_.get(), o);
+  return Status::OK();
 }
 
 Status internal::EngineImpl::OpenWear() {
@@ -113,17 +138,11 @@ Status internal::EngineImpl::OpenRemote() {
   o.log = options_.log;
   if (options_.configure_remote) options_.configure_remote(o);
   remote_ = RemoteTier::Open(std::move(store), std::move(o));
-  // on_spill: what the SSD tier evicts goes to the remote tier (without an
-  // SSD tier each stack hands it the hot tier's victims).
-  if (ssd_ != nullptr && options_.remote_write == RemoteWriteMode::kOnSpill) {
-    ssd_->SetEvictionListener(remote_.get());
-  }
   return Status::OK();
 }
 
 StatusOr<EngineOwner> internal::EngineImpl::NewOwner(const std::string& name,
                                                      std::optional<uint64_t> quota_bytes,
-                                                     bool with_remote,
                                                      uint32_t advisor_block_tokens) {
   EngineOwner o;
   o.name = name;
@@ -131,25 +150,7 @@ StatusOr<EngineOwner> internal::EngineImpl::NewOwner(const std::string& name,
     PKV_ASSIGN_OR_RETURN(o.owner, budget_->RegisterOwner(name, quota_bytes));
     PKV_ASSIGN_OR_RETURN(o.hot, HotTier::Open(budget_, o.owner));
   }
-  TierStackOptions stack_options;
-  stack_options.promote_on_ssd_hit = options_.promote_on_ssd_hit;
-  stack_options.write_through = options_.write_through;
-  if (advisor_block_tokens > 0) {
-    stack_options.advisor = advisor_.get();
-    stack_options.advisor_block_tokens = advisor_block_tokens;
-  }
-  if (with_remote && remote_ != nullptr) {
-    stack_options.remote = remote_.get();
-    stack_options.put_to_remote = options_.remote_write == RemoteWriteMode::kAlways;
-    stack_options.remote_spill = remote_.get();
-  }
-  stack_options.admission = admission_.get();
-  // The key-value space's values are acknowledged writes: never skipped.
-  stack_options.admission_may_skip = with_remote;
-  // The SSD tier is also the write-back target: it queues the hot view's dirty
-  // victims for its background writers.
-  o.stack =
-      std::make_unique<TierStack>(o.hot.get(), ssd_.get(), ssd_.get(), stack_options);
+  if (advisor_ != nullptr) stack_->SetAdvisorTokens(o.owner, advisor_block_tokens);
   return o;
 }
 
@@ -206,14 +207,12 @@ StatusOr<Namespace> Engine::RegisterModel(const NamespaceSpec& spec,
       }
     }
   }
-  PKV_ASSIGN_OR_RETURN(
-      model->tiers, impl_->NewOwner(name, options.hot_quota_bytes, /*with_remote=*/true,
-                                    spec.block_tokens));
+  PKV_ASSIGN_OR_RETURN(model->tiers,
+                       impl_->NewOwner(name, options.hot_quota_bytes, spec.block_tokens));
   if (impl_->remote_ != nullptr && options.remote_limits.has_value()) {
     impl_->remote_->SetNamespaceLimits(root, *options.remote_limits);
   }
   NamespaceOptions ns_options;
-  ns_options.tiers = model->tiers.stack.get();
   ns_options.owner = model->tiers.owner;
   ns_options.store_partial_tail = options.store_partial_tail;
   PKV_ASSIGN_OR_RETURN(model->ns, impl_->cache_->RegisterModel(spec, ns_options));
@@ -329,15 +328,11 @@ size_t Engine::model_count() const {
 
 Status Engine::Flush() {
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());
-  // Every model's dirty hot blocks, then the key-value space's, then the SSD
-  // tier's write-back queue (blocks evicted before this call). Each step runs
+  // The dirty hot blocks (every model's and the key-value space's), then the
+  // SSD tier's write-back queue (blocks evicted before this call). Each step runs
   // even when one before failed (a failing disk at shutdown: each error says
   // what could not be written); the first error is returned.
-  Status first = impl_->cache_->Flush();
-  if (TierStack* values = impl_->values_stack_.load(std::memory_order_acquire)) {
-    Status s = values->Flush();
-    if (first.ok()) first = s;
-  }
+  Status first = impl_->stack_->Flush();
   if (impl_->ssd_ != nullptr) {
     Status s = impl_->ssd_->Flush();
     if (first.ok()) first = s;
@@ -354,7 +349,7 @@ Status Engine::Close() {
   Status flushed = Flush();
   impl_->closed_.store(true, std::memory_order_release);
   // Top down: nothing below may be destroyed while something above uses it.
-  // The stacks unregister themselves as their hot views' listeners.
+  // The stack unregisters itself as the tiers' eviction listener.
   impl_->cache_.reset();
   {
     MutexLock lock(&impl_->mu_);
@@ -362,6 +357,8 @@ Status Engine::Close() {
     impl_->values_.reset();
     impl_->models_.clear();
   }
+  impl_->stack_.reset();
+  impl_->hot_.reset();
   impl_->budget_.reset();
   Status closed = impl_->ssd_ != nullptr ? impl_->ssd_->Close() : Status::OK();
   impl_->ssd_.reset();
@@ -381,7 +378,7 @@ const EngineOptions& Engine::options() const { return impl_->options_; }
 
 TierStack* Engine::tiers(Namespace ns) {
   EngineModel* m = impl_->Find(ns);
-  return m != nullptr ? m->tiers.stack.get() : nullptr;
+  return m != nullptr ? impl_->stack_.get() : nullptr;
 }
 
 HotTier* Engine::hot_tier(Namespace ns) {

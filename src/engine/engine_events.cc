@@ -26,7 +26,7 @@ void internal::EngineImpl::EmitKvEvent(KvEvent& e) {
   // budget never calls into the SSD tier holding its own.
   if (e.kind == KvEventKind::kRemoved && e.tier == TierLevel::kSsd &&
       budget_ != nullptr) {
-    e.copy_remains = budget_->HoldsNow(e.owner, e.key);
+    e.copy_remains = budget_->HoldsNow(kEveryOwner, e.key);  // one key space
   }
   if (options_.event_log) {
     // Before the log is open (the SSD tier's own recovery) events are

@@ -95,7 +95,7 @@ std::vector<Candidate> OtherNamespaces(internal::EngineImpl& impl, const Engine&
     for (const auto& m : impl.models_) {
       StatusOr<NamespaceSpec> spec = impl.cache_->Spec(m->ns);
       if (known(m->ns.root) || !spec.ok()) continue;
-      out.push_back({m->ns.root, *spec, {m->tiers.stack.get(), nullptr}});
+      out.push_back({m->ns.root, *spec, {impl.stack_.get(), nullptr}});
     }
   }
   if (impl.ssd_ == nullptr) return out;
@@ -189,7 +189,7 @@ StatusOr<MissExplanation> Engine::ExplainMiss(const NamespaceSpec& spec,
   {
     MutexLock lock(&impl_->mu_);
     for (const auto& m : impl_->models_) {
-      if (m->fingerprint == fingerprint) source = {m->tiers.stack.get(), nullptr};
+      if (m->fingerprint == fingerprint) source = {impl_->stack_.get(), nullptr};
     }
   }
   std::vector<bool> tip_only;

@@ -1,9 +1,12 @@
 // internal::EngineImpl: the tiers one Engine owns and how they are wired.
 //
-//   SharedHotBudget (one)  -- owner per model (+ "values") --> HotTier view
-//   SsdTier (one, optional) <-- write-back of each view's dirty victims
-//   TierStack per owner: its HotTier view over the SsdTier
-//   PrefixCache: one namespace per model, on that model's stack
+//   SharedHotBudget (one): an owner per model (+ "values"); one budget-wide
+//     HotTier view (the stack's) and a read-only view per owner (stats,
+//     Engine::hot_tier)
+//   SsdTier (one, optional), RemoteTier (one, optional)
+//   TierStack (one): the only road between the tiers and their only
+//     eviction listener; each block names its owner
+//   PrefixCache: one namespace per model, all on the one stack
 //   MemoryCharge handles: budget owners without blocks (engine_memory.cc)
 //
 // Models are append-only (a registered model lives until Close), so the
@@ -35,12 +38,11 @@
 
 namespace prefixkv {
 
-// One owner of the hot budget and the stack its blocks live in.
+// One owner of the hot budget (its blocks live in the one stack).
 struct EngineOwner {
   std::string name;
   OwnerId owner = 0;
-  std::unique_ptr<HotTier> hot;  // null without a hot tier
-  std::unique_ptr<TierStack> stack;
+  std::unique_ptr<HotTier> hot;  // its own view, to read; null without a hot tier
 };
 
 // PrefixTokenCounters, lock-free: Add and Snapshot may run on many threads.
@@ -83,14 +85,14 @@ class internal::EngineImpl {
   // The SSD tier's admission, wear meter and rated endurance.
   Status OpenWear();
 
-  // An owner of the budget with its hot view and stack (RegisterModel, the
-  // key-value space). REQUIRES: mu_ held.
-  // A model's stack reaches the remote tier; the key-value space's does not
-  // (its values are mutable, remote blocks are immutable by key).
+  // The one stack over the tiers (OpenTiers, once they are open).
+  Status OpenStack();
+  // An owner of the budget with its own view (RegisterModel, the key-value
+  // space). REQUIRES: mu_ held.
   // `advisor_block_tokens`: the tokens of one of the owner's blocks, for the
   // capacity advisor (0: the advisor does not see this owner's blocks).
   StatusOr<EngineOwner> NewOwner(const std::string& name,
-                                 std::optional<uint64_t> quota_bytes, bool with_remote,
+                                 std::optional<uint64_t> quota_bytes,
                                  uint32_t advisor_block_tokens) REQUIRES(mu_);
   // engine_manifest.cc: with an SSD tier, stores the manifest of `spec`
   // (root `root`) unless one is stored; Corruption when the stored one has
@@ -99,9 +101,16 @@ class internal::EngineImpl {
                        const BlockKey& root) REQUIRES(mu_);
   // The model of a namespace handle, or null.
   EngineModel* Find(Namespace ns) const EXCLUDES(mu_);
-  // The key-value space's stack, created on first use (under mu_; later calls
-  // read it without a lock).
+  // The stack, once the key-value space's owner is registered (on first use,
+  // under mu_; later calls read it without a lock).
   StatusOr<TierStack*> Values() EXCLUDES(mu_);
+  // A read of the key-value space: its owner's, never the remote tier's (it
+  // holds no raw value). REQUIRES: Values() succeeded.
+  TierRead ValueRead(bool promote = true) const {
+    return TierRead{.owner = values_owner_.load(std::memory_order_acquire),
+                    .promote = promote,
+                    .remote = false};
+  }
   // The key-value space's keys in RAM, once the SSD write-back queue is empty
   // (so every other one is stored on SSD).
   StatusOr<std::vector<BlockKey>> ValueKeysInRam() EXCLUDES(mu_);
@@ -156,6 +165,10 @@ class internal::EngineImpl {
   std::unique_ptr<SsdAdmission> admission_;
   std::unique_ptr<internal::WearMeter> wear_;
   uint64_t endurance_bytes_ = 0;
+  // The budget-wide view the stack writes through (null without a hot
+  // tier), and the one stack; declared after the tiers, destroyed first.
+  std::unique_ptr<HotTier> hot_;
+  std::unique_ptr<TierStack> stack_;
   std::unique_ptr<PrefixCache> cache_;
   std::atomic<bool> closed_{false};
   // The event log (null with options_.event_log off); EmitKvEvent uses it
@@ -168,8 +181,10 @@ class internal::EngineImpl {
   mutable Mutex mu_;
   std::vector<std::unique_ptr<EngineModel>> models_ GUARDED_BY(mu_);
   std::unique_ptr<EngineOwner> values_ GUARDED_BY(mu_);
-  // values_->stack once created; what every GET/SET reads, without mu_.
+  // stack_ once the key-value space's owner (values_owner_) is registered;
+  // what every GET/SET reads, without mu_.
   std::atomic<TierStack*> values_stack_{nullptr};
+  std::atomic<OwnerId> values_owner_{0};
   // The key-value space's names and expiries (engine_values.cc), and the
   // striped locks that make a read-modify-write of one key (SET NX, EXPIRE,
   // removing an expired value) atomic against the other writers of that key.

@@ -85,13 +85,12 @@ EngineStats Engine::Stats() const {
   if (impl.CheckOpen().ok()) {
     MutexLock lock(&impl.mu_);
     for (const auto& m : impl.models_) {
-      s.dirty_blocks += m->tiers.stack->dirty_blocks();
       if (m->tiers.owner < s.owners.size()) {
         s.owners[m->tiers.owner].restore_latency = m->restore_latency.Snapshot();
         s.owners[m->tiers.owner].prefix_tokens = m->prefix_tokens.Snapshot();
       }
     }
-    if (impl.values_ != nullptr) s.dirty_blocks += impl.values_->stack->dirty_blocks();
+    s.dirty_blocks = impl.stack_->dirty_blocks();
   }
   if (impl.CheckOpen().ok() && impl.advisor_ != nullptr) s.advisor = AdvisorOf(impl, s);
   return s;

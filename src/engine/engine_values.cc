@@ -51,7 +51,8 @@ struct Presence {
 // REQUIRES: the key's stripe held.
 StatusOr<ValueRecord> PeekRecord(EngineImpl& impl, TierStack& stack, const BlockKey& key,
                                  SharedBytes* payload, bool promote = false) {
-  PKV_ASSIGN_OR_RETURN(TierHit hit, promote ? stack.Get(key) : stack.PeekPayload(key));
+  PKV_ASSIGN_OR_RETURN(
+      TierHit hit, promote ? stack.Get(key, impl.ValueRead()) : stack.PeekPayload(key));
   *payload = std::move(hit.payload);
   PKV_ASSIGN_OR_RETURN(ValueRecord r, internal::DecodeValueRecord(*payload, key));
   impl.value_catalog_.NoteIfUnknown(key, r.name, r.expires_at_ms);
@@ -129,6 +130,7 @@ Status WriteRecord(EngineImpl& impl, TierStack& stack, std::string_view name,
                    uint64_t expires_at_ms, const SharedBytes& value, bool drop_legacy) {
   BlockMeta meta;
   meta.key = internal::ValueKey(name);
+  meta.owner = impl.ValueRead().owner;
   PKV_RETURN_IF_ERROR(
       stack.Put(meta, internal::EncodeValueRecord(name, expires_at_ms, value)));
   impl.value_catalog_.Note(meta.key, name, expires_at_ms);
@@ -141,11 +143,12 @@ Status WriteRecord(EngineImpl& impl, TierStack& stack, std::string_view name,
 StatusOr<SharedBytes> ReadValue(EngineImpl& impl, TierStack& stack, std::string_view name,
                                 bool promote) {
   const BlockKey key = internal::ValueKey(name);
-  StatusOr<TierHit> hit = promote ? stack.Get(key) : stack.PeekPayload(key);
+  StatusOr<TierHit> hit =
+      promote ? stack.Get(key, impl.ValueRead()) : stack.PeekPayload(key);
   if (hit.status().IsNotFound()) {
     const BlockKey legacy = internal::LegacyValueKey(name);
-    PKV_ASSIGN_OR_RETURN(TierHit old,
-                         promote ? stack.Get(legacy) : stack.PeekPayload(legacy));
+    PKV_ASSIGN_OR_RETURN(TierHit old, promote ? stack.Get(legacy, impl.ValueRead())
+                                              : stack.PeekPayload(legacy));
     return std::move(old.payload);
   }
   PKV_RETURN_IF_ERROR(hit.status());
@@ -263,12 +266,12 @@ StatusOr<TierStack*> internal::EngineImpl::Values() {
   MutexLock lock(&mu_);
   if (values_ == nullptr) {
     PKV_ASSIGN_OR_RETURN(EngineOwner owner,
-                         NewOwner("values", std::nullopt, /*with_remote=*/false,
-                                  /*advisor_block_tokens=*/0));
+                         NewOwner("values", std::nullopt, /*advisor_block_tokens=*/0));
     values_ = std::make_unique<EngineOwner>(std::move(owner));
-    values_stack_.store(values_->stack.get(), std::memory_order_release);
+    values_owner_.store(values_->owner, std::memory_order_release);
+    values_stack_.store(stack_.get(), std::memory_order_release);
   }
-  return values_->stack.get();
+  return stack_.get();
 }
 
 Clock* Engine::clock() const { return impl_->clock_; }

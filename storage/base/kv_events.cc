@@ -3,6 +3,7 @@
 #include "prefixkv/kv_events.h"
 
 #include "prefixkv/advanced/kv_event_sink.h"
+#include "prefixkv/advanced/tier.h"
 
 namespace prefixkv {
 
@@ -67,5 +68,17 @@ KvReasonScope::KvReasonScope(KvRemoveReason reason) : previous_(current_reason) 
 KvReasonScope::~KvReasonScope() { current_reason = previous_; }
 
 KvRemoveReason CurrentKvReason() { return current_reason; }
+
+namespace {
+thread_local OwnerId current_read_owner = kEveryOwner;
+}  // namespace
+
+ReadOwnerScope::ReadOwnerScope(OwnerId owner) : previous_(current_read_owner) {
+  current_read_owner = owner;
+}
+
+ReadOwnerScope::~ReadOwnerScope() { current_read_owner = previous_; }
+
+OwnerId CurrentReadOwner() { return current_read_owner; }
 
 }  // namespace prefixkv

@@ -11,11 +11,12 @@
 namespace prefixkv::hot_internal {
 namespace {
 
-using ChildCounts = std::unordered_map<BlockKey, uint32_t, BlockKeyHash>;
+using ChildCounts = ChildCountMap;
 
-ChildCounts RecountChildren(const OwnerState& owner) {
+template <typename Entries>
+ChildCounts RecountChildren(const Entries& entries) {
   ChildCounts counts;
-  for (const auto& [key, e] : owner.entries) {
+  for (const auto& [key, e] : entries) {
     if (!e.meta.parent.IsZero() && e.meta.parent != key) ++counts[e.meta.parent];
   }
   return counts;
@@ -28,18 +29,13 @@ uint32_t CountOf(const ChildCounts& counts, const BlockKey& key) {
 
 }  // namespace
 
-void BudgetState::AuditOwner(OwnerId id, TierCounters* recomputed, size_t* linked_count,
+void BudgetState::AuditOwner(OwnerId id, const ChildCountMap& children,
+                             TierCounters* recomputed, size_t* linked_count,
                              std::vector<AuditFinding>* findings) const {
   const OwnerState& owner = Owner(id);
   const std::string prefix = "owner " + std::to_string(id) + " (" + owner.name + ")";
-  const ChildCounts children = RecountChildren(owner);
-  if (children != owner.child_counts) {
-    findings->push_back(
-        {prefix + " child counts", std::to_string(owner.child_counts.size()) +
-                                       " parents counted, " +
-                                       std::to_string(children.size()) + " recomputed"});
-  }
-  for (const auto& [key, e] : owner.entries) {
+  for (const auto& [key, e] : entries_) {
+    if (e.facts.owner != id) continue;
     // Names are built only for findings: Audit runs after every operation of
     // the model-based stress test.
     auto block = [&, k = key](const char* what) {  // clang 14: no binding capture
@@ -84,12 +80,26 @@ void BudgetState::AuditOwner(OwnerId id, TierCounters* recomputed, size_t* linke
 void BudgetState::Audit(std::vector<AuditFinding>* findings) const {
   MutexLock lock(&mu_);
   TierCounters sum;
+  sum.misses = unattributed_misses_;  // budget-wide lookups of nobody's block
   size_t linked_total = 0;
+  const ChildCounts children = RecountChildren(entries_);
+  if (children != child_counts_) {
+    findings->push_back(
+        {"child counts", std::to_string(child_counts_.size()) + " parents counted, " +
+                             std::to_string(children.size()) + " recomputed"});
+  }
+  for (const auto& [key, e] : entries_) {
+    if (e.facts.owner >= owners_.size()) {
+      findings->push_back(
+          {"block " + key.ToHex() + " owner",
+           "owner " + std::to_string(e.facts.owner) + " is not registered"});
+    }
+  }
   for (OwnerId id = 0; id < owners_.size(); ++id) {
     const TierCounters& c = Owner(id).counters;
     TierCounters recomputed;
     size_t linked = 0;
-    AuditOwner(id, &recomputed, &linked, findings);
+    AuditOwner(id, children, &recomputed, &linked, findings);
     const std::string prefix = "owner " + std::to_string(id);
     audit::Compare(prefix + " entries", c.entries, recomputed.entries, findings);
     audit::Compare(prefix + " bytes", c.bytes, recomputed.bytes, findings);

@@ -19,7 +19,7 @@ namespace prefixkv::hot_internal {
 uint64_t BudgetState::TakeVictim(HotEntry& victim, std::vector<HotEntry*>* victims) {
   Unlink(victim);
   victim.in_flight = true;
-  AddChildRef(Owner(victim.facts.owner), victim.meta, -1);
+  AddChildRef(victim.meta, -1);
   victims->push_back(&victim);
   return victim.facts.charge_bytes;
 }
@@ -30,7 +30,9 @@ void BudgetState::CommitVictims(const std::vector<HotEntry*>& victims,
     EmitEvent(KvEventKind::kRemoved, *v,
               KvRemoveReason::kEvicted);  // before the payload moves
     OwnerState& owner = Owner(v->facts.owner);
-    const bool handed_over = owner.listener != nullptr;
+    const bool shared = owner.listener == nullptr;
+    EvictionListener* listener = shared ? shared_listener_ : owner.listener;
+    const bool handed_over = listener != nullptr;
     for (TierCounters* c : {&owner.counters, &total_}) {
       --c->entries;
       c->bytes -= v->facts.charge_bytes;
@@ -38,12 +40,12 @@ void BudgetState::CommitVictims(const std::vector<HotEntry*>& victims,
       if (handed_over && v->dirty) ++c->spills;
     }
     if (handed_over) {
-      ++owner.deliveries_in_flight;
-      if (v->dirty) ++owner.spilling[v->meta.key];
-      out->push_back({owner.listener, v->meta, std::move(v->payload), v->dirty});
+      ++(shared ? shared_deliveries_in_flight_ : owner.deliveries_in_flight);
+      if (v->dirty) ++spilling_[v->meta.key];
+      out->push_back({listener, shared, v->meta, std::move(v->payload), v->dirty});
     }
     const BlockKey key = v->meta.key;
-    owner.entries.erase(key);
+    entries_.erase(key);
   }
 }
 
@@ -51,7 +53,7 @@ void BudgetState::RollbackVictims(const std::vector<HotEntry*>& victims) {
   for (auto it = victims.rbegin(); it != victims.rend(); ++it) {
     HotEntry& v = **it;
     v.in_flight = false;
-    AddChildRef(Owner(v.facts.owner), v.meta, +1);
+    AddChildRef(v.meta, +1);
     Relink(v);
   }
 }
@@ -83,8 +85,8 @@ uint64_t BudgetState::PlanRoom(OwnerState& owner, uint64_t owner_after,
 void BudgetState::Replace(OwnerState& owner, HotEntry& e, const BlockMeta& meta,
                           SharedBytes payload, bool dirty) {
   if (e.meta.parent != meta.parent) {
-    AddChildRef(owner, e.meta, -1);
-    AddChildRef(owner, meta, +1);
+    AddChildRef(e.meta, -1);
+    AddChildRef(meta, +1);
   }
   const uint64_t old_charge = e.facts.charge_bytes;
   const uint64_t charge = HotEntryCharge(payload.size());
@@ -104,18 +106,18 @@ void BudgetState::Replace(OwnerState& owner, HotEntry& e, const BlockMeta& meta,
 
 void BudgetState::InsertNew(OwnerState& owner, const BlockMeta& meta, SharedBytes payload,
                             bool dirty) {
-  HotEntry& e = owner.entries.try_emplace(meta.key).first->second;
+  HotEntry& e = entries_.try_emplace(meta.key).first->second;
   e.meta = meta;
   e.payload = std::move(payload);
   e.dirty = dirty;
   e.facts.owner = meta.owner;
   e.facts.charge_bytes = HotEntryCharge(e.payload.size());
-  auto children = owner.child_counts.find(meta.key);
-  e.facts.resident_children = children == owner.child_counts.end() ? 0 : children->second;
+  auto children = child_counts_.find(meta.key);
+  e.facts.resident_children = children == child_counts_.end() ? 0 : children->second;
   e.facts.last_access_seq = ++access_seq_;
   // A chain's reuse count passes down to the blocks appended under it.
-  auto parent = owner.entries.find(meta.parent);
-  if (parent != owner.entries.end() && &parent->second != &e)
+  auto parent = entries_.find(meta.parent);
+  if (parent != entries_.end() && &parent->second != &e)
     e.facts.chain_hits = parent->second.facts.chain_hits;
   Relink(e);
   for (TierCounters* c : {&owner.counters, &total_}) {
@@ -127,35 +129,44 @@ void BudgetState::InsertNew(OwnerState& owner, const BlockMeta& meta, SharedByte
 Status BudgetState::Put(OwnerId owner_id, const BlockMeta& meta_in, SharedBytes payload,
                         bool dirty) {
   BlockMeta meta = meta_in;
+  if (owner_id == kEveryOwner) owner_id = meta.owner;  // a budget-wide view
   meta.owner = owner_id;
   const uint64_t charge = HotEntryCharge(payload.size());
   std::vector<Delivery> deliveries;
   {
     MutexLock lock(&mu_);
+    if (owner_id >= owners_.size()) {
+      return Status::InvalidArgument("hot tier: block owner " + std::to_string(owner_id) +
+                                     " is not registered");
+    }
     OwnerState& owner = Owner(owner_id);
     if (charge > capacity_bytes_ || (owner.quota_bytes && charge > *owner.quota_bytes)) {
       return Status::NoSpace("hot tier: block of " + std::to_string(charge) +
                              " charged bytes exceeds the budget or the owner's quota");
     }
-    HotEntry* existing = Find(owner_id, meta.key);
+    // The key's block, whoever owns it: one key space (a Put by another owner
+    // replaces it and takes over its charge).
+    HotEntry* existing = Find(kEveryOwner, meta.key);
     const uint64_t old_charge = existing != nullptr ? existing->facts.charge_bytes : 0;
+    const uint64_t owner_old_charge =
+        existing != nullptr && existing->facts.owner == owner_id ? old_charge : 0;
     // The block itself is never a victim. A new block counts as its parent's
     // resident child from here on, so leaf-lru never evicts that parent for it.
     if (existing != nullptr) {
       Unlink(*existing);
       existing->in_flight = true;
     } else {
-      AddChildRef(owner, meta, +1);
+      AddChildRef(meta, +1);
     }
     std::vector<HotEntry*> victims;
-    if (PlanRoom(owner, owner.counters.bytes - old_charge + charge,
+    if (PlanRoom(owner, owner.counters.bytes - owner_old_charge + charge,
                  total_.bytes - old_charge + charge, &victims) != 0) {
       RollbackVictims(victims);
       if (existing != nullptr) {
         existing->in_flight = false;
         Relink(*existing);
       } else {
-        AddChildRef(owner, meta, -1);
+        AddChildRef(meta, -1);
       }
       return Status::NoSpace("hot tier: not enough unpinned blocks to evict for " +
                              std::to_string(charge) + " charged bytes");
@@ -163,10 +174,11 @@ Status BudgetState::Put(OwnerId owner_id, const BlockMeta& meta_in, SharedBytes 
     CommitVictims(victims, &deliveries);
     HotEntry* stored = existing;
     if (existing != nullptr) {
+      if (existing->facts.owner != owner_id) TransferOwner(*existing, owner_id);
       Replace(owner, *existing, meta, std::move(payload), dirty);
     } else {
       InsertNew(owner, meta, std::move(payload), dirty);
-      stored = Find(owner_id, meta.key);
+      stored = Find(kEveryOwner, meta.key);
     }
     EmitEvent(KvEventKind::kStored, *stored,
               existing != nullptr ? CurrentKvReason() : KvRemoveReason::kNone);

@@ -10,9 +10,35 @@
 namespace prefixkv::hot_internal {
 
 HotEntry* BudgetState::Find(OwnerId owner, const BlockKey& key) {
-  auto& entries = Owner(owner).entries;
-  auto it = entries.find(key);
-  return it == entries.end() ? nullptr : &it->second;
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return nullptr;
+  return owner == kEveryOwner || it->second.meta.owner == owner ? &it->second : nullptr;
+}
+
+void BudgetState::CountMiss(OwnerId owner) {
+  if (owner == kEveryOwner) owner = CurrentReadOwner();
+  if (owner < owners_.size()) {
+    ++Owner(owner).counters.misses;
+  } else {
+    ++unattributed_misses_;
+  }
+  ++total_.misses;
+}
+
+void BudgetState::TransferOwner(HotEntry& e, OwnerId to) {
+  OwnerState& from = Owner(e.facts.owner);
+  OwnerState& into = Owner(to);
+  const uint64_t charge = e.facts.charge_bytes;
+  --from.counters.entries;
+  from.counters.bytes -= charge;
+  ++into.counters.entries;
+  into.counters.bytes += charge;
+  if (e.facts.pins > 0) {
+    from.counters.pinned_bytes -= charge;
+    into.counters.pinned_bytes += charge;
+  }
+  e.facts.owner = to;
+  e.meta.owner = to;
 }
 
 void BudgetState::Unlink(HotEntry& e) {
@@ -39,18 +65,18 @@ void BudgetState::Touch(HotEntry& e) {
   Relink(e);
 }
 
-void BudgetState::AddChildRef(OwnerState& owner, const BlockMeta& child, int delta) {
+void BudgetState::AddChildRef(const BlockMeta& child, int delta) {
   if (child.parent.IsZero() || child.parent == child.key) return;
   uint32_t count;
   if (delta > 0) {
-    count = ++owner.child_counts[child.parent];
+    count = ++child_counts_[child.parent];
   } else {
-    auto it = owner.child_counts.find(child.parent);
+    auto it = child_counts_.find(child.parent);
     count = --it->second;
-    if (count == 0) owner.child_counts.erase(it);
+    if (count == 0) child_counts_.erase(it);
   }
-  auto parent = owner.entries.find(child.parent);
-  if (parent == owner.entries.end()) return;
+  auto parent = entries_.find(child.parent);
+  if (parent == entries_.end()) return;
   HotEntry& p = parent->second;
   Unlink(p);
   p.facts.resident_children = count;
@@ -60,20 +86,18 @@ void BudgetState::AddChildRef(OwnerState& owner, const BlockMeta& child, int del
 StatusOr<SharedBytes> BudgetState::Get(OwnerId owner, const BlockKey& key) {
   MutexLock lock(&mu_);
   HotEntry* e = Find(owner, key);
-  if (e == nullptr && !Owner(owner).spilling.empty()) {
+  if (e == nullptr && !spilling_.empty()) {
     WaitForSpill(lock, owner, key);  // then it is in the lower tier
     e = Find(owner, key);            // or was put again meanwhile
   }
-  OwnerState& o = Owner(owner);
   if (e == nullptr) {
-    ++o.counters.misses;
-    ++total_.misses;
+    CountMiss(owner);
     return Status::NotFound("hot tier: " + key.ToHex() + " not resident");
   }
   ++e->facts.chain_hits;        // before Touch: the rank includes it
   e->facts.unlikely_reuse = 0;  // read after all
   Touch(*e);
-  ++o.counters.hits;
+  ++Owner(e->facts.owner).counters.hits;
   ++total_.hits;
   return e->payload;
 }
@@ -81,16 +105,15 @@ StatusOr<SharedBytes> BudgetState::Get(OwnerId owner, const BlockKey& key) {
 std::optional<PinnedBlock> BudgetState::Pin(OwnerId owner, const BlockKey& key) {
   MutexLock lock(&mu_);
   HotEntry* e = Find(owner, key);
-  if (e == nullptr && !Owner(owner).spilling.empty()) {
+  if (e == nullptr && !spilling_.empty()) {
     WaitForSpill(lock, owner, key);
     e = Find(owner, key);
   }
-  OwnerState& o = Owner(owner);
   if (e == nullptr) {
-    ++o.counters.misses;
-    ++total_.misses;
+    CountMiss(owner);
     return std::nullopt;
   }
+  OwnerState& o = Owner(e->facts.owner);
   ++e->facts.chain_hits;
   e->facts.unlikely_reuse = 0;
   Touch(*e);  // a pinned entry keeps its place; victim selection skips it
@@ -114,13 +137,17 @@ void BudgetState::Unpin(HotEntry* e) {
 
 const HotEntry* BudgetState::FindSettled(MutexLock& lock, OwnerId owner,
                                          const BlockKey& key) const {
-  const auto& entries = Owner(owner).entries;
-  auto it = entries.find(key);
-  if (it == entries.end() && !Owner(owner).spilling.empty()) {
+  auto find = [&]() REQUIRES(mu_) -> const HotEntry* {
+    auto it = entries_.find(key);
+    if (it == entries_.end()) return nullptr;
+    return owner == kEveryOwner || it->second.meta.owner == owner ? &it->second : nullptr;
+  };
+  const HotEntry* e = find();
+  if (e == nullptr && !spilling_.empty()) {
     WaitForSpill(lock, owner, key);
-    it = entries.find(key);
+    e = find();
   }
-  return it == entries.end() ? nullptr : &it->second;
+  return e;
 }
 
 StatusOr<BlockMeta> BudgetState::Peek(OwnerId owner, const BlockKey& key) const {
@@ -131,42 +158,36 @@ StatusOr<BlockMeta> BudgetState::Peek(OwnerId owner, const BlockKey& key) const 
 }
 
 bool BudgetState::HasResidentChildren(OwnerId owner, const BlockKey& key) const {
+  (void)owner;  // one key space: a child names its parent whoever owns it
   MutexLock lock(&mu_);
-  return Owner(owner).child_counts.contains(key);
+  return child_counts_.contains(key);
 }
 
 bool BudgetState::Contains(OwnerId owner, const BlockKey& key) const {
   MutexLock lock(&mu_);
-  if (Owner(owner).entries.contains(key)) return true;
-  if (Owner(owner).spilling.empty()) return false;
-  WaitForSpill(lock, owner, key);
-  return Owner(owner).entries.contains(key);
+  return FindSettled(lock, owner, key) != nullptr;
 }
 
 Status BudgetState::Remove(OwnerId owner, const BlockKey& key) {
   MutexLock lock(&mu_);
-  OwnerState& o = Owner(owner);
-  auto it = o.entries.find(key);
   // A block being spilled is removed from the lower tier by the caller, which
-  // must find it there: wait until the listener has taken it.
-  if (it == o.entries.end() && !o.spilling.empty()) {
-    WaitForSpill(lock, owner, key);
-    it = o.entries.find(key);
-  }
-  if (it == o.entries.end()) return Status::NotFound("hot tier: " + key.ToHex());
-  HotEntry& e = it->second;
+  // must find it there: FindSettled waits until the listener has taken it.
+  HotEntry* found = const_cast<HotEntry*>(FindSettled(lock, owner, key));
+  if (found == nullptr) return Status::NotFound("hot tier: " + key.ToHex());
+  HotEntry& e = *found;
+  OwnerState& o = Owner(e.facts.owner);
   if (e.facts.pins > 0) return Status::Busy("hot tier: " + key.ToHex() + " is pinned");
   const KvRemoveReason reason = CurrentKvReason();
   EmitEvent(KvEventKind::kRemoved, e,
             reason == KvRemoveReason::kNone ? KvRemoveReason::kRemoved : reason);
   Unlink(e);
-  AddChildRef(o, e.meta, -1);
+  AddChildRef(e.meta, -1);
   for (TierCounters* c : {&o.counters, &total_}) {
     --c->entries;
     c->bytes -= e.facts.charge_bytes;
     ++c->removes;
   }
-  o.entries.erase(it);
+  entries_.erase(key);
   return Status::OK();
 }
 
@@ -205,7 +226,9 @@ void BudgetState::ForEach(
     OwnerId owner,
     const std::function<void(const BlockMeta&, uint64_t bytes)>& fn) const {
   MutexLock lock(&mu_);
-  for (const auto& [key, e] : Owner(owner).entries) fn(e.meta, e.facts.charge_bytes);
+  for (const auto& [key, e] : entries_) {
+    if (owner == kEveryOwner || e.meta.owner == owner) fn(e.meta, e.facts.charge_bytes);
+  }
 }
 
 }  // namespace prefixkv::hot_internal

@@ -1,7 +1,8 @@
 // The state behind SharedHotBudget and its HotTier views (private header).
 //
-// One mutex guards everything: every owner's key map, the child counts that
-// leaf-lru needs, the counters, and intrusive ordered sets of candidate
+// One mutex guards everything: the key map (one for every owner: a block's
+// owner is a field of its entry), the child counts that leaf-lru needs, the
+// counters, and intrusive ordered sets of candidate
 // entries sorted by (policy rank, last access): one across all owners (the
 // global LRU) and, for owners with a quota, one per owner. An entry is linked
 // exactly when it is not in flight and the policy may evict it; any change to
@@ -22,7 +23,7 @@
 // run after it is released (Deliver); waits for a spill in flight
 // (WaitForSpill, SetListener) release it while they wait. OwnerState and
 // HotEntry have no annotations of their own: they are reached only through
-// owners_ (GUARDED_BY mu_), via Owner() and Find(), which REQUIRE mu_, or,
+// owners_ and entries_ (GUARDED_BY mu_), via Owner() and Find(), which REQUIRE mu_, or,
 // for a pinned entry, through Unpin(), which takes it.
 #pragma once
 
@@ -87,7 +88,10 @@ using OwnerOrder =
             bi::compare<EntryOrder>>;
 
 // One owner's part of the budget; every field is guarded by the BudgetState's
-// mu_ (reached only through BudgetState::Owner(), which REQUIRES it).
+// mu_ (reached only through BudgetState::Owner(), which REQUIRES it). The
+// blocks themselves are in BudgetState::entries_: one key space for every
+// owner, as on the SSD tier (chain keys are rooted in a namespace, so two
+// owners never name the same block); a block's owner is a field of it.
 struct OwnerState {
   std::string name;
   std::optional<uint64_t> quota_bytes;  // nullopt: limited by the budget only
@@ -95,26 +99,24 @@ struct OwnerState {
   // External charges (Charge/Uncharge): what Audit() recomputes
   // counters.external_bytes (and their share of counters.bytes) from.
   uint64_t charged_bytes = 0;
+  // This owner's own listener (HotTier::Open views); null: the budget-wide
+  // one (BudgetState::shared_listener_), if any.
   EvictionListener* listener = nullptr;
   // Deliveries to `listener` committed but not yet returned; SetListener
   // waits for zero so a replaced listener is never called afterwards.
   uint32_t deliveries_in_flight = 0;
-  // Keys of dirty victims handed to `listener` whose OnEvict has not returned:
-  // for that moment the block is in neither tier, so lookups and removals of
-  // such a key wait (WaitForSpill) instead of answering "absent".
-  std::unordered_map<BlockKey, uint32_t, BlockKeyHash> spilling;
-  // Node-based: entry addresses are stable, which pins and the orders rely on.
-  std::unordered_map<BlockKey, HotEntry, BlockKeyHash> entries;
-  // parent key -> resident entries naming it as parent (parent resident or not).
-  std::unordered_map<BlockKey, uint32_t, BlockKeyHash> child_counts;
   // This owner's candidates, maintained only while it has a quota (only quota
   // eviction needs them). Declared last, destroyed first.
   OwnerOrder order;
 };
 
+// parent key -> resident entries naming it as parent.
+using ChildCountMap = std::unordered_map<BlockKey, uint32_t, BlockKeyHash>;
+
 // A victim to hand to its owner's listener once the mutex is released.
 struct Delivery {
   EvictionListener* listener;
+  bool shared;     // `listener` is the budget-wide one (whose in-flight count)
   BlockMeta meta;  // meta.owner: whose listener and in-flight count
   SharedBytes payload;
   bool dirty;
@@ -208,7 +210,13 @@ class BudgetState {
   void Touch(HotEntry& e) REQUIRES(mu_);
   // Adds `delta` to the resident-children count of `child`'s parent and
   // refreshes the parent's place in the orders if it is resident.
-  void AddChildRef(OwnerState& owner, const BlockMeta& child, int delta) REQUIRES(mu_);
+  void AddChildRef(const BlockMeta& child, int delta) REQUIRES(mu_);
+  // Counts a miss against the lookup's owner: `owner`, or for a budget-wide
+  // lookup the thread's ReadOwnerScope when it names a registered owner.
+  void CountMiss(OwnerId owner) REQUIRES(mu_);
+  // Moves a resident block's charge (and pinned charge) to `to` (a Put of
+  // its key by another owner). REQUIRES: `e` unlinked.
+  void TransferOwner(HotEntry& e, OwnerId to) REQUIRES(mu_);
 
   // Victim selection (hot_budget_insert.cc). TakeVictim unlinks `victim`
   // (the first unpinned entry of an order) tentatively and returns its charge.
@@ -230,16 +238,17 @@ class BudgetState {
                  bool dirty) REQUIRES(mu_);
 
   // Audit helpers (hot_budget_audit.cc).
-  void AuditOwner(OwnerId id, TierCounters* recomputed, size_t* linked_count,
-                  std::vector<AuditFinding>* findings) const REQUIRES(mu_);
+  void AuditOwner(OwnerId id, const ChildCountMap& children, TierCounters* recomputed,
+                  size_t* linked_count, std::vector<AuditFinding>* findings) const
+      REQUIRES(mu_);
 
   // Blocks until no dirty delivery of `key` is in flight (see OwnerState::
   // spilling), releasing mu_ while it waits. REQUIRES: not called from an
   // eviction listener for the key it is delivering.
   void WaitForSpill(MutexLock& lock, OwnerId owner, const BlockKey& key) const
       REQUIRES(mu_) {
-    deliveries_done_.Wait(
-        lock, [&]() REQUIRES(mu_) { return !Owner(owner).spilling.contains(key); });
+    (void)owner;
+    deliveries_done_.Wait(lock, [&]() REQUIRES(mu_) { return !spilling_.contains(key); });
   }
 
   // Reports a change of `e`'s block (kv_event_sink.h), under mu_.
@@ -255,6 +264,22 @@ class BudgetState {
   // Signalled (after mu_ is released) when in-flight counts drop.
   mutable CondVar deliveries_done_;
   std::vector<std::unique_ptr<OwnerState>> owners_ GUARDED_BY(mu_);  // index = OwnerId
+  // Every owner's blocks. Node-based: entry addresses are stable, which pins
+  // and the orders rely on.
+  std::unordered_map<BlockKey, HotEntry, BlockKeyHash> entries_ GUARDED_BY(mu_);
+  // parent key -> resident entries naming it as parent (parent resident or not).
+  ChildCountMap child_counts_ GUARDED_BY(mu_);
+  // Keys of dirty victims handed to a listener whose OnEvict has not
+  // returned: for that moment the block is in neither tier, so lookups and
+  // removals of such a key wait (WaitForSpill) instead of answering "absent".
+  std::unordered_map<BlockKey, uint32_t, BlockKeyHash> spilling_ GUARDED_BY(mu_);
+  // The listener of every owner without its own (the engine's one TierStack:
+  // HotTier::OpenShared views), and its deliveries not yet returned.
+  EvictionListener* shared_listener_ GUARDED_BY(mu_) = nullptr;
+  uint32_t shared_deliveries_in_flight_ GUARDED_BY(mu_) = 0;
+  // Misses of budget-wide lookups made without a registered read owner
+  // (ReadOwnerScope): part of total_, in no owner's counters.
+  uint64_t unattributed_misses_ GUARDED_BY(mu_) = 0;
   TierCounters total_ GUARDED_BY(mu_);
   uint64_t access_seq_ GUARDED_BY(mu_) = 0;
   GlobalOrder order_ GUARDED_BY(mu_);  // every owner's candidates, pinned or not

@@ -41,6 +41,12 @@ StatusOr<std::unique_ptr<HotTier>> HotTier::Open(std::shared_ptr<SharedHotBudget
   return std::unique_ptr<HotTier>(new HotTier(std::move(budget), owner));
 }
 
+StatusOr<std::unique_ptr<HotTier>> HotTier::OpenShared(
+    std::shared_ptr<SharedHotBudget> budget) {
+  if (budget == nullptr) return Status::InvalidArgument("hot tier: null budget");
+  return std::unique_ptr<HotTier>(new HotTier(std::move(budget), kEveryOwner));
+}
+
 StatusOr<std::unique_ptr<HotTier>> HotTier::Create(
     const SharedHotBudgetOptions& options) {
   PKV_ASSIGN_OR_RETURN(std::shared_ptr<SharedHotBudget> budget,
@@ -87,10 +93,13 @@ bool HotTier::MarkStoredBelow(const BlockMeta& meta, const SharedBytes& payload)
   return state().MarkClean(owner_, meta.key, payload);
 }
 
-TierCounters HotTier::Totals() const { return state().OwnerCounters(owner_); }
+TierCounters HotTier::Totals() const {
+  return owner_ == kEveryOwner ? state().Totals() : state().OwnerCounters(owner_);
+}
 
 TierCounters HotTier::OwnerCounters(OwnerId owner) const {
-  return owner == owner_ ? state().OwnerCounters(owner_) : TierCounters{};
+  return owner == owner_ || owner_ == kEveryOwner ? state().OwnerCounters(owner)
+                                                  : TierCounters{};
 }
 
 Status HotTier::Audit(std::vector<AuditFinding>* findings) {

@@ -21,11 +21,11 @@ void BudgetState::Deliver(const std::vector<Delivery>& deliveries) {
   {
     MutexLock lock(&mu_);
     for (const Delivery& d : deliveries) {
-      OwnerState& owner = Owner(d.meta.owner);
-      --owner.deliveries_in_flight;
+      --(d.shared ? shared_deliveries_in_flight_
+                  : Owner(d.meta.owner).deliveries_in_flight);
       if (!d.dirty) continue;
-      auto it = owner.spilling.find(d.meta.key);
-      if (--it->second == 0) owner.spilling.erase(it);
+      auto it = spilling_.find(d.meta.key);
+      if (--it->second == 0) spilling_.erase(it);
     }
   }
   deliveries_done_.NotifyAll();
@@ -50,6 +50,7 @@ BudgetState::~BudgetState() {
   // Unlink everything before the entries (and their hooks) are destroyed.
   order_.clear();
   for (auto& owner : owners_) owner->order.clear();
+  entries_.clear();
 }
 
 StatusOr<OwnerId> BudgetState::RegisterOwner(const std::string& name,
@@ -86,8 +87,8 @@ Status BudgetState::SetOwnerQuota(OwnerId id, std::optional<uint64_t> quota_byte
     if (!quota_bytes) {
       owner.order.clear();
     } else if (!had_quota) {
-      for (auto& [key, e] : owner.entries) {
-        if (e.global_hook.is_linked()) owner.order.insert(e);
+      for (auto& [key, e] : entries_) {
+        if (e.facts.owner == id && e.global_hook.is_linked()) owner.order.insert(e);
       }
     }
     // Shrink to the new quota as far as unpinned blocks allow.
@@ -133,11 +134,18 @@ TierCounters BudgetState::OwnerCounters(OwnerId id) const {
 
 bool BudgetState::HoldsNow(OwnerId id, const BlockKey& key) const {
   MutexLock lock(&mu_);
-  return id < owners_.size() && Owner(id).entries.contains(key);
+  auto it = entries_.find(key);
+  return it != entries_.end() && (id == kEveryOwner || it->second.facts.owner == id);
 }
 
 void BudgetState::SetListener(OwnerId id, EvictionListener* listener) {
   MutexLock lock(&mu_);
+  if (id == kEveryOwner) {
+    shared_listener_ = listener;
+    deliveries_done_.Wait(
+        lock, [&]() REQUIRES(mu_) { return shared_deliveries_in_flight_ == 0; });
+    return;
+  }
   OwnerState& owner = Owner(id);
   owner.listener = listener;
   // New victims already go to `listener`; wait out calls to the old one so

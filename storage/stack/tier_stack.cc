@@ -21,20 +21,39 @@ TierStack::TierStack(BlockTier* hot, BlockTier* ssd, EvictionListener* ssd_write
     : hot_(hot), ssd_(ssd), ssd_writer_(ssd_writer), options_(options) {
   assert(hot_ != nullptr || ssd_ != nullptr);
   if (hot_ != nullptr) hot_->SetEvictionListener(this);
+  if (ssd_ != nullptr && SpillsToRemote()) ssd_->SetEvictionListener(&ssd_victims_);
 }
 
 TierStack::~TierStack() {
   if (hot_ != nullptr) hot_->SetEvictionListener(nullptr);
+  if (ssd_ != nullptr && SpillsToRemote()) ssd_->SetEvictionListener(nullptr);
 }
 
-StatusOr<TierHit> TierStack::Get(const BlockKey& key, bool allow_promotion) {
-  StatusOr<TierHit> hit = GetFromTiers(key, allow_promotion);
-  if (CapacityAdvisor* a = options_.advisor; a != nullptr && a->Sampled(key))
-    a->OnGet(key, hit.ok(), options_.advisor_block_tokens);
+void TierStack::SetAdvisorTokens(OwnerId owner, uint32_t tokens) {
+  MutexLock lock(&mu_);
+  if (advisor_tokens_.size() <= owner) advisor_tokens_.resize(owner + 1, 0);
+  advisor_tokens_[owner] = tokens;
+}
+
+uint32_t TierStack::AdvisorTokens(OwnerId owner) const {
+  MutexLock lock(&mu_);
+  return owner < advisor_tokens_.size() ? advisor_tokens_[owner]
+                                        : options_.advisor_block_tokens;
+}
+
+StatusOr<TierHit> TierStack::Get(const BlockKey& key, const TierRead& read) {
+  StatusOr<TierHit> hit = GetFromTiers(key, read);
+  if (CapacityAdvisor* a = options_.advisor; a != nullptr && a->Sampled(key)) {
+    if (const uint32_t tokens = AdvisorTokens(read.owner); tokens > 0)
+      a->OnGet(key, hit.ok(), tokens);
+  }
   return hit;
 }
 
-StatusOr<TierHit> TierStack::GetFromTiers(const BlockKey& key, bool allow_promotion) {
+StatusOr<TierHit> TierStack::GetFromTiers(const BlockKey& key, const TierRead& read) {
+  const bool allow_promotion = read.promote;
+  const bool allow_remote = read.remote && options_.remote != nullptr;
+  ReadOwnerScope reader(read.owner);  // whose miss it is, in each tier
   if (hot_ != nullptr) {
     StatusOr<SharedBytes> hit = hot_->Get(key);
     if (hit.ok()) return TierHit{std::move(hit).value(), TierLevel::kHot};
@@ -43,9 +62,9 @@ StatusOr<TierHit> TierStack::GetFromTiers(const BlockKey& key, bool allow_promot
     MutexLock lock(&StripeFor(key));
     StatusOr<TierHit> hit =
         GetBelow(key, hot_ != nullptr && options_.promote_on_ssd_hit && allow_promotion);
-    if (hit.ok() || options_.remote == nullptr || !allow_promotion) return hit;
+    if (hit.ok() || !allow_remote) return hit;
   }
-  if (options_.remote != nullptr && allow_promotion) {
+  if (allow_remote) {
     StatusOr<SharedBytes> hit = options_.remote->Get(key);
     if (hit.ok()) return TierHit{std::move(hit).value(), TierLevel::kRemote};
   }
@@ -104,10 +123,13 @@ StatusOr<BlockMeta> TierStack::Peek(const BlockKey& key) const {
 }
 
 Status TierStack::Put(const BlockMeta& meta, SharedBytes payload) {
-  if (CapacityAdvisor* a = options_.advisor; a != nullptr && a->Sampled(meta.key))
-    a->OnPut(meta.key, options_.advisor_block_tokens);
+  if (CapacityAdvisor* a = options_.advisor; a != nullptr && a->Sampled(meta.key)) {
+    if (const uint32_t tokens = AdvisorTokens(meta.owner); tokens > 0)
+      a->OnPut(meta.key, tokens);
+  }
   MutexLock lock(&StripeFor(meta.key));
-  if (options_.remote == nullptr || !options_.put_to_remote) {
+  if (options_.remote == nullptr || !options_.put_to_remote ||
+      meta.namespace_id.IsZero()) {
     return PutLocked(meta, std::move(payload));
   }
   PKV_RETURN_IF_ERROR(PutLocked(meta, payload));
@@ -313,14 +335,7 @@ void TierStack::OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool 
   // Clean victims are already stored below (or were never meant to be). Only
   // this copy's mark is cleared: a newer copy Put meanwhile keeps its own
   // (two copies share a buffer only when they are the same bytes).
-  if (ssd_ == nullptr && options_.remote != nullptr && !options_.put_to_remote) {
-    // The lowest tier's victim.
-    if (options_.remote_spill != nullptr) {
-      options_.remote_spill->OnEvict(meta, payload, /*dirty=*/false);
-    } else {
-      (void)options_.remote->Put(meta, payload, /*dirty=*/false);
-    }
-  }
+  if (ssd_ == nullptr && SpillsToRemote()) SpillToRemote(meta, payload);  // the lowest
   if (!dirty || ssd_ == nullptr) return MarkCleanIf(meta.key, payload);
   // Called after the hot tier let go of its lock, so a newer Put, a Remove or
   // a Flush of the key may already have run: then this copy is stale.
@@ -329,6 +344,15 @@ void TierStack::OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool 
   // next Match simply misses it. So does a victim admission skips.
   if (AdmitBelow(meta, payload.size())) (void)WriteBelow(meta, payload);
   EndWriteBelow(meta.key);
+}
+
+void TierStack::SpillToRemote(const BlockMeta& meta, const SharedBytes& payload) {
+  if (meta.namespace_id.IsZero()) return;  // a raw value: mutable, stays local
+  if (options_.remote_spill != nullptr) {
+    options_.remote_spill->OnEvict(meta, payload, /*dirty=*/false);
+  } else {
+    (void)options_.remote->Put(meta, payload, /*dirty=*/false);
+  }
 }
 
 bool TierStack::MaySkip(const BlockMeta& meta) const {

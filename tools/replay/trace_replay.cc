@@ -117,9 +117,12 @@ Status TraceReplayer::Replay(const TraceRequest& request) {
   ReplayTiers& node = *nodes_[node_index];
   node.AdvanceTraceClock(request.timestamp_ms);
   TierStack& stack = node.stack();
+  // The namespace owner's read: its misses and the advisor's block weight.
+  // Without a hot tier every owner is 0 (no budget registers them).
+  const TierRead read{.owner = node.hot() != nullptr ? node.hot()->owner() : OwnerId{0}};
   size_t hit = 0;
   for (; hit < n; ++hit) {
-    StatusOr<TierHit> h = stack.Get(keys_[hit]);
+    StatusOr<TierHit> h = stack.Get(keys_[hit], read);
     if (!h.ok()) break;
     if (h->level == TierLevel::kRemote) {
       ++remote_hits_;

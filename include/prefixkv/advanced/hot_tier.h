@@ -81,18 +81,28 @@ class HotTier final : public BlockTier {
   // owner or a null budget.
   static StatusOr<std::unique_ptr<HotTier>> Open(std::shared_ptr<SharedHotBudget> budget,
                                                  OwnerId owner);
+  // A view of every owner's blocks: Put charges meta.owner (InvalidArgument
+  // for an unregistered one), lookups find any owner's block, misses count
+  // against the thread's ReadOwnerScope (tier.h; unattributed without one),
+  // and its eviction listener receives the victims of every owner that has
+  // no listener of its own. The engine's one TierStack reads and writes
+  // through such a view. InvalidArgument for a null budget.
+  static StatusOr<std::unique_ptr<HotTier>> OpenShared(
+      std::shared_ptr<SharedHotBudget> budget);
   // A tier with a private budget and a single owner "default" (id 0).
   static StatusOr<std::unique_ptr<HotTier>> Create(const SharedHotBudgetOptions& options);
 
   std::string_view name() const override { return "hot"; }
 
   // Stores or replaces a block charged to this view's owner (meta.owner is
-  // ignored and reported back as the view's owner). Makes room by evicting,
-  // in policy order, first this owner's blocks while it would exceed its
-  // quota, then any owner's blocks while the budget would be exceeded. The
-  // block being inserted and, under leaf-lru, its resident parent are never
-  // victims. NoSpace when the charge exceeds the budget or the quota, or when
-  // not enough unpinned blocks are evictable: then nothing changes.
+  // ignored and reported back as the view's owner; a budget-wide view
+  // charges meta.owner). The budget has one key space: a Put of a key
+  // another owner holds replaces that block and takes over its charge. Makes room by
+  // evicting, in policy order, first this owner's blocks while it would exceed its quota,
+  // then any owner's blocks while the budget would be exceeded. The block being inserted
+  // and, under leaf-lru, its resident parent are never victims. NoSpace when the charge
+  // exceeds the budget or the quota, or when not enough unpinned blocks are evictable:
+  // then nothing changes.
   Status Put(const BlockMeta& meta, SharedBytes payload, bool dirty) override;
 
   // The stored SharedBytes itself; a hit makes the block most recently used.
@@ -115,8 +125,9 @@ class HotTier final : public BlockTier {
   bool MarkStoredBelow(const BlockMeta& meta, const SharedBytes& payload) override;
 
   // This owner's counters (Totals() of a view is its owner's share; the
-  // budget's Totals() sums all owners). OwnerCounters(o) is zero for o other
-  // than owner().
+  // budget's Totals() sums all owners, as does a budget-wide view's).
+  // OwnerCounters(o) is zero for o other than owner() (a budget-wide view
+  // gives every owner's).
   TierCounters Totals() const override;
   TierCounters OwnerCounters(OwnerId owner) const override;
   // Audits the whole budget (its state is shared by all views).
@@ -130,6 +141,7 @@ class HotTier final : public BlockTier {
   // an eviction listener.
   void SetEvictionListener(EvictionListener* listener) override;
 
+  // kEveryOwner for a budget-wide view.
   OwnerId owner() const { return owner_; }
   SharedHotBudget& budget() const { return *budget_; }
 

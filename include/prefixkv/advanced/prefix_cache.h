@@ -53,10 +53,8 @@ class NamespaceState;  // src/cache/namespace_state.h
 }  // namespace cache
 
 struct NamespaceOptions {
-  // The tiers this model's blocks live in; null: the cache's default stack.
-  // A model with its own hot-tier owner view needs its own stack.
-  TierStack* tiers = nullptr;
-  // Owner charged for the blocks (BlockMeta::owner).
+  // Owner charged for the blocks (BlockMeta::owner) and whose reads the
+  // namespace's lookups are (TierRead::owner).
   OwnerId owner = 0;
   // Store the tokens after the last full block as one marked partial block
   // (BlockRecord::partial), which then is the store's tip and carries the
@@ -77,17 +75,18 @@ struct PrefixCacheOptions {
 
 class PrefixCache {
  public:
-  // REQUIRES: `default_tiers` (may be null when every namespace brings its
-  // own) outlives the cache.
-  explicit PrefixCache(TierStack* default_tiers, PrefixCacheOptions options = {});
+  // Every namespace's blocks live in `tiers`, the engine's one stack; each
+  // block names its owner. REQUIRES: `tiers` is not null and outlives the
+  // cache.
+  explicit PrefixCache(TierStack* tiers, PrefixCacheOptions options = {});
   ~PrefixCache();
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
 
   // Registers a model; the same fingerprint with the same options returns
   // the same Namespace. Loads the namespace's persisted tip lineage.
-  // InvalidArgument for a bad spec (see NamespaceSpec::Fingerprint), no
-  // tiers, or a fingerprint already registered with other options.
+  // InvalidArgument for a bad spec (see NamespaceSpec::Fingerprint) or a
+  // fingerprint already registered with other options.
   StatusOr<Namespace> RegisterModel(const NamespaceSpec& spec,
                                     const NamespaceOptions& options = {});
 
@@ -180,7 +179,7 @@ class PrefixCache {
   // every payload it finds at once).
   static constexpr size_t kRemoteBatch = 256;
 
-  TierStack* const default_tiers_;
+  TierStack* const tiers_;
   const PrefixCacheOptions options_;
   mutable Mutex mu_;
   std::vector<std::unique_ptr<cache::NamespaceState>> namespaces_

@@ -1,11 +1,13 @@
 // SharedHotBudget: one RAM byte budget shared by every model in the process.
 //
-// Each model registers as an owner and reads and writes its blocks through a
-// HotTier view (hot_tier.h). All owners' blocks sit in ONE eviction order, so
-// an insert by owner A may evict owner B's least recently used block; that
-// victim goes to B's eviction listener (B's spill path to its SSD tier), never
-// A's. An optional per-owner quota caps one owner's share, so a small
-// auxiliary model cannot take half the cache.
+// Each model registers as an owner; a block's owner is a field of it
+// (BlockMeta::owner), and all owners' blocks share ONE key space (as on the
+// SSD tier: chain keys are rooted in their namespace) and ONE eviction order,
+// so an insert by owner A may evict owner B's least recently used block; that
+// victim goes to B's eviction listener if B has one (a HotTier::Open view's),
+// else to the budget-wide listener (the engine's one TierStack, through a
+// HotTier::OpenShared view), never to A's. An optional per-owner quota caps
+// one owner's share, so a small auxiliary model cannot take half the cache.
 //
 // The limit is soft in one sense only: unpinned blocks are evicted to make
 // room; when what remains is pinned, the insert fails with NoSpace and
@@ -105,8 +107,9 @@ class SharedHotBudget {
   // it has charged.
   Status Uncharge(OwnerId owner, uint64_t bytes);
 
-  // Whether `owner` holds `key` right now, without waiting for a spill of it
-  // in flight (which then counts as gone): for the KV events' copy_remains.
+  // Whether `owner` (kEveryOwner: anyone) holds `key` right now, without
+  // waiting for a spill of it in flight (which then counts as gone): for the
+  // KV events' copy_remains.
   bool HoldsNow(OwnerId owner, const BlockKey& key) const;
 
   // Sum over all owners.

@@ -30,6 +30,27 @@ struct BlockMeta {
   OwnerId owner = 0;
 };
 
+// Not an owner: a lookup of any owner's block (HotTier::OpenShared's view).
+inline constexpr OwnerId kEveryOwner = ~OwnerId{0};
+
+// Whose read the tier calls on this thread are, for counting a miss (a key
+// alone does not say whose it would have been). The one TierStack sets it
+// from its read options; a tier without a scope counts misses unattributed.
+class ReadOwnerScope {
+ public:
+  explicit ReadOwnerScope(OwnerId owner);
+  ~ReadOwnerScope();
+  ReadOwnerScope(const ReadOwnerScope&) = delete;
+  ReadOwnerScope& operator=(const ReadOwnerScope&) = delete;
+
+ private:
+  OwnerId previous_;
+};
+
+// The owner of the innermost ReadOwnerScope on this thread; kEveryOwner
+// without one.
+OwnerId CurrentReadOwner();
+
 // Receives blocks a tier evicts for capacity. `dirty` is true when the block is
 // not yet stored in any lower tier: the listener must keep it (write-back) or
 // the block is lost. Called without the tier's locks held; may block

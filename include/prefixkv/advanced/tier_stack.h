@@ -25,6 +25,14 @@
 // key's newest copy, one at a time per key, and every direct SSD write or
 // removal of a key first waits for such a write in flight: a late write-back
 // never lands over a newer value or brings back a removed one.
+//
+// One stack serves every owner (the engine's models and its key-value space):
+// the owner is a field of each block (BlockMeta::owner, charged by a
+// budget-wide hot view, HotTier::OpenShared), and a read says whose it is
+// (TierRead). The stack is the only eviction listener of the hot tier and,
+// with a remote tier written on spill, of the SSD tier: every movement
+// between tiers starts here. Raw values (namespace_id zero) never reach the
+// remote tier (they are mutable; remote blocks are immutable by key).
 // REQUIRES: dirty blocks enter the hot tier only through the stack.
 #pragma once
 
@@ -63,8 +71,8 @@ struct TierStackOptions {
   BlockTier* remote = nullptr;
   // Every Put also hands the block to `remote` (RemoteWriteMode::kAlways).
   // Otherwise `remote` receives the blocks the lowest local tier evicts:
-  // the SSD tier's victims (the engine makes `remote` its eviction
-  // listener), or the hot tier's when there is no SSD tier: those go to
+  // the SSD tier's victims (the stack is then the SSD tier's eviction
+  // listener), or the hot tier's when there is no SSD tier: both go to
   // `remote_spill` (the remote tier as an EvictionListener, which knows a
   // victim from a new block; null: Put on `remote`).
   bool put_to_remote = false;
@@ -80,10 +88,24 @@ struct TierStackOptions {
   SsdAdmission* admission = nullptr;
   bool admission_may_skip = true;
   // The capacity advisor (capacity_advisor.h; not owned; null: none) sees
-  // every Get and Put of a sampled key, each weighing `advisor_block_tokens`
-  // tokens. Keys not sampled cost one hash and one compare.
+  // every Get and Put of a sampled key, each weighing its owner's block
+  // tokens (SetAdvisorTokens; `advisor_block_tokens` for an owner without
+  // any). Keys not sampled cost one hash and one compare.
   CapacityAdvisor* advisor = nullptr;
   uint32_t advisor_block_tokens = 0;
+};
+
+// Whose read a lookup is, and how far it may go.
+struct TierRead {
+  // The reader (a model's owner, the key-value space's): a miss counts
+  // against it, and the advisor weighs the block by its tokens. kEveryOwner:
+  // nobody's in particular.
+  OwnerId owner = kEveryOwner;
+  // An SSD hit is copied into the hot tier (when the options promote).
+  bool promote = true;
+  // A miss of the local tiers asks the remote tier. Off for raw values: the
+  // remote tier never holds them.
+  bool remote = true;
 };
 
 // A payload and the tier it came from.
@@ -117,10 +139,17 @@ class TierStack final : private EvictionListener {
   const TierStackOptions& options() const { return options_; }
 
   // Hot, then SSD, then the remote tier. NotFound (a miss) when no tier has
-  // the block. An SSD hit is promoted when the options say so and
-  // `allow_promotion` is true; false also skips the remote tier. Either way
-  // the read counts as a hit and touches recency (PeekPayload does neither).
-  StatusOr<TierHit> Get(const BlockKey& key, bool allow_promotion = true);
+  // the block. An SSD hit is promoted when the options and `read.promote`
+  // say so; the remote tier is asked when `read.remote`. Either way the read
+  // counts as a hit and touches recency (PeekPayload does neither).
+  StatusOr<TierHit> Get(const BlockKey& key, const TierRead& read);
+  // Nobody's read; `allow_promotion` false also skips the remote tier.
+  StatusOr<TierHit> Get(const BlockKey& key, bool allow_promotion = true) {
+    return Get(key, TierRead{.promote = allow_promotion, .remote = allow_promotion});
+  }
+  // The tokens one block of `owner` weighs for the capacity advisor (set when
+  // the owner registers; 0: the advisor does not see its blocks).
+  void SetAdvisorTokens(OwnerId owner, uint32_t tokens);
   // A block as stored, for the cache's own bookkeeping (the tip lineage's
   // checks during a store): hot, then SSD, through BlockTier::PeekPayload, so
   // no hit or miss is counted, no recency or reuse fact changes and nothing
@@ -176,6 +205,24 @@ class TierStack final : private EvictionListener {
  private:
   // EvictionListener (the hot tier's victims).
   void OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool dirty) override;
+  // The SSD tier's victims, with a remote tier written on spill: to it.
+  class SsdVictims final : public EvictionListener {
+   public:
+    explicit SsdVictims(TierStack* stack) : stack_(stack) {}
+    void OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool dirty) override {
+      stack_->SpillToRemote(meta, payload);
+    }
+
+   private:
+    TierStack* const stack_;
+  };
+  // Hands a block the lowest local tier evicted to the remote tier (a raw
+  // value never goes there).
+  void SpillToRemote(const BlockMeta& meta, const SharedBytes& payload);
+  bool SpillsToRemote() const {
+    return options_.remote != nullptr && !options_.put_to_remote;
+  }
+  uint32_t AdvisorTokens(OwnerId owner) const EXCLUDES(mu_);
   // The dirty-key set remembers which copy of a key is dirty (its payload
   // buffer), so the late eviction of an older copy cannot unmark a newer one.
   void MarkDirty(const BlockKey& key, const SharedBytes& payload);
@@ -201,7 +248,7 @@ class TierStack final : private EvictionListener {
   bool HasLocalChildren(const BlockKey& key) const;
   // REQUIRES: the key's stripe held.
   StatusOr<TierHit> GetBelow(const BlockKey& key, bool promote);
-  StatusOr<TierHit> GetFromTiers(const BlockKey& key, bool allow_promotion);
+  StatusOr<TierHit> GetFromTiers(const BlockKey& key, const TierRead& read);
   Status PutLocked(const BlockMeta& meta, SharedBytes payload);
   Status DropStaleHotCopy(const BlockKey& key);
   // Write-back Put: removes the SSD copy (stored or queued) of a key about to
@@ -226,6 +273,8 @@ class TierStack final : private EvictionListener {
   CondVar written_below_;
   std::unordered_map<BlockKey, const uint8_t*, BlockKeyHash> dirty_ GUARDED_BY(mu_);
   std::unordered_set<BlockKey, BlockKeyHash> writing_below_ GUARDED_BY(mu_);
+  std::vector<uint32_t> advisor_tokens_ GUARDED_BY(mu_);  // by owner; 0: default
+  SsdVictims ssd_victims_{this};
 };
 
 }  // namespace prefixkv

@@ -3,6 +3,8 @@
 // under the budget's mutex, as every change of its state does.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <functional>
 
 #include "hot_budget_state.h"
@@ -25,7 +27,9 @@ class HotBudgetTestPeer {
                           const std::function<void(hot_internal::HotEntry&)>& change) {
     hot_internal::BudgetState& state = hot_internal::Access::StateOf(budget);
     MutexLock lock(&state.mu_);
-    change(state.Owner(owner).entries.at(key));
+    hot_internal::HotEntry& e = state.entries_.at(key);
+    ASSERT_EQ(e.facts.owner, owner);
+    change(e);
   }
 };
 

@@ -37,7 +37,11 @@ constexpr uint64_t kKeys = 24;  // ids 1..kKeys per owner
 constexpr uint64_t kCapacity = 64 << 10;
 constexpr size_t kMaxPins = 12;
 
-BlockKey KeyOf(uint64_t id) { return id == 0 ? BlockKey{} : BlockKey{0x5EED, id}; }
+// The budget has one key space for every owner (as the SSD tier): each owner
+// of the model has its own ids, so its blocks get keys of its own.
+BlockKey KeyOf(OwnerId o, uint64_t id) {
+  return id == 0 ? BlockKey{} : BlockKey{0x5EED0000ull + o, id};
+}
 
 // Chains of eight: 1 <- 2 <- ... <- 8, 9 <- 10 ...
 uint64_t DefaultParent(uint64_t id) { return id % 8 == 1 ? 0 : id - 1; }
@@ -99,7 +103,7 @@ class Harness {
     } else if (dice < 55) {
       DoGet(o, id);
     } else if (dice < 58) {
-      EXPECT_EQ(tiers_[o]->HintUnlikelyReuse(KeyOf(id)), model_.Hint(o, id)) << id;
+      EXPECT_EQ(tiers_[o]->HintUnlikelyReuse(KeyOf(o, id)), model_.Hint(o, id)) << id;
     } else if (dice < 70) {
       pins_.size() < kMaxPins ? DoPin(o, id) : DoUnpin();
     } else if (dice < 82) {
@@ -113,7 +117,7 @@ class Harness {
     } else if (dice < 98) {
       DoUncharge(o);
     } else {
-      EXPECT_EQ(tiers_[o]->Contains(KeyOf(id)), model_.owner(o).entries.contains(id));
+      EXPECT_EQ(tiers_[o]->Contains(KeyOf(o, id)), model_.owner(o).entries.contains(id));
     }
     CheckInvariants();
     if (::testing::Test::HasFailure()) {
@@ -152,8 +156,8 @@ class Harness {
     const uint64_t parent = rng_() % 20 == 0 ? rng_() % (kKeys + 1) : DefaultParent(id);
     const bool dirty = rng_() % 3 != 0;
     BlockMeta meta;
-    meta.key = KeyOf(id);
-    meta.parent = KeyOf(parent);
+    meta.key = KeyOf(o, id);
+    meta.parent = KeyOf(o, parent);
     const bool expect_ok = model_.Put(o, id, parent, size, dirty, version);
     const Status s = tiers_[o]->Put(meta, MakePayload(size, version), dirty);
     EXPECT_EQ(s.ok(), expect_ok) << s.ToString();
@@ -163,14 +167,14 @@ class Harness {
 
   void DoGet(OwnerId o, uint64_t id) {
     const auto expected = model_.Lookup(o, id, /*pin=*/false);
-    StatusOr<SharedBytes> got = tiers_[o]->Get(KeyOf(id));
+    StatusOr<SharedBytes> got = tiers_[o]->Get(KeyOf(o, id));
     ASSERT_EQ(got.ok(), expected.has_value());
     if (expected) ExpectPayload(*got, *expected);
   }
 
   void DoPin(OwnerId o, uint64_t id) {
     const auto expected = model_.Lookup(o, id, /*pin=*/true);
-    std::optional<PinnedBlock> pin = tiers_[o]->Pin(KeyOf(id));
+    std::optional<PinnedBlock> pin = tiers_[o]->Pin(KeyOf(o, id));
     ASSERT_EQ(pin.has_value(), expected.has_value());
     if (!pin) return;
     ExpectPayload(pin->payload(), *expected);
@@ -190,7 +194,7 @@ class Harness {
 
   void DoRemove(OwnerId o, uint64_t id) {
     const int expected = model_.Remove(o, id);
-    const Status s = tiers_[o]->Remove(KeyOf(id));
+    const Status s = tiers_[o]->Remove(KeyOf(o, id));
     EXPECT_EQ(s.ok(), expected == 0);
     EXPECT_EQ(s.IsNotFound(), expected == 1);
     EXPECT_EQ(s.IsBusy(), expected == 2);

@@ -27,6 +27,7 @@ using hot_test::kPayload;
 using hot_test::Meta;
 using hot_test::Payload;
 using hot_test::TwoOwners;
+using testing::RecordingListener;
 
 TEST(SharedHotBudget, CreateRejectsZeroCapacityAndRegisterRejectsBadOwners) {
   EXPECT_TRUE(
@@ -57,6 +58,81 @@ TEST(SharedHotBudget, InsertByOneOwnerEvictsAnotherOwnersBlockThroughItsListener
   EXPECT_EQ(t.b->Totals().spills, 1u);
   EXPECT_EQ(t.a->Totals().evictions, 0u);
   ExpectAuditClean(*t.budget);
+}
+
+// The engine's one TierStack reads and writes every owner's blocks through
+// one budget-wide view: the owner is a field of the block.
+TEST(SharedHotBudget, ABudgetWideViewChargesEachBlocksOwnerAndFindsEveryOwnersBlock) {
+  auto budget = SharedHotBudget::Create({.capacity_bytes = 3 * kCharge}).value();
+  const OwnerId a = budget->RegisterOwner("a").value();
+  const OwnerId b = budget->RegisterOwner("b").value();
+  auto all = HotTier::OpenShared(budget).value();
+  auto view_b = HotTier::Open(budget, b).value();
+  RecordingListener shared_listener, own_listener;
+  all->SetEvictionListener(&shared_listener);
+  view_b->SetEvictionListener(&own_listener);  // b's own listener wins for b
+
+  BlockMeta m1 = Meta(1);
+  m1.owner = a;
+  BlockMeta m2 = Meta(2);
+  m2.owner = b;
+  ASSERT_OK(all->Put(m1, Payload(), /*dirty=*/true));
+  ASSERT_OK(all->Put(m2, Payload(), true));
+  EXPECT_EQ(budget->OwnerCounters(a).bytes, kCharge);
+  EXPECT_EQ(budget->OwnerCounters(b).bytes, kCharge);
+  EXPECT_EQ(all->Peek(m2.key).value().owner, b);
+  EXPECT_TRUE(all->Get(m1.key).ok());
+  EXPECT_EQ(budget->OwnerCounters(a).hits, 1u);  // the block's owner's hit
+  EXPECT_FALSE(view_b->Contains(m1.key));        // an owner's view sees its own
+  BlockMeta unknown = Meta(9);
+  unknown.owner = 7;
+  EXPECT_TRUE(all->Put(unknown, Payload(), true).IsInvalidArgument());
+
+  // A miss counts against the reader the scope names, else nobody's.
+  {
+    ReadOwnerScope reader(b);
+    EXPECT_TRUE(all->Get(Meta(5).key).status().IsNotFound());
+  }
+  EXPECT_TRUE(all->Get(Meta(6).key).status().IsNotFound());
+  EXPECT_EQ(budget->OwnerCounters(b).misses, 1u);
+  EXPECT_EQ(budget->OwnerCounters(a).misses, 0u);
+  EXPECT_EQ(budget->Totals().misses, 2u);
+  ExpectAuditClean(*budget);
+
+  // One key space: a Put of a's key by b replaces the block and moves its
+  // charge to b, exactly.
+  BlockMeta m1_by_b = Meta(1);
+  m1_by_b.owner = b;
+  ASSERT_OK(all->Put(m1_by_b, Payload(kPayload / 2), true));
+  EXPECT_EQ(budget->OwnerCounters(a).bytes, 0u);
+  EXPECT_EQ(budget->OwnerCounters(a).entries, 0u);
+  EXPECT_EQ(budget->OwnerCounters(b).bytes, kCharge + HotEntryCharge(kPayload / 2));
+  EXPECT_EQ(budget->OwnerCounters(b).entries, 2u);
+  EXPECT_EQ(all->Totals().entries, 2u);
+  ExpectAuditClean(*budget);
+
+  // Victims go to their owner's listener, or to the budget-wide one.
+  BlockMeta m3 = Meta(3);
+  m3.owner = a;
+  BlockMeta m4 = Meta(4);
+  m4.owner = a;
+  ASSERT_OK(all->Put(m3, Payload(), true));
+  ASSERT_OK(all->Put(m4, Payload(), true));  // evicts b's oldest (m2)
+  ASSERT_OK(all->Get(m4.key).status());
+  ASSERT_OK(all->Put(Meta(3), Payload(), true));  // m3 again, charged to a
+  BlockMeta m5 = Meta(5);
+  m5.owner = a;
+  ASSERT_OK(all->Put(m5, Payload(), true));  // evicts b's m1
+  EXPECT_EQ(EvictedIds(own_listener), (std::vector<uint64_t>{2, 1}));
+  EXPECT_TRUE(shared_listener.calls().empty());
+  BlockMeta m6 = Meta(6);
+  m6.owner = a;
+  ASSERT_OK(all->Put(m6, Payload(), true));  // evicts a's oldest: m4
+  EXPECT_EQ(EvictedIds(shared_listener), (std::vector<uint64_t>{4}));
+  EXPECT_EQ(shared_listener.calls()[0].meta.owner, a);
+  ExpectAuditClean(*budget);
+  all->SetEvictionListener(nullptr);
+  view_b->SetEvictionListener(nullptr);
 }
 
 TEST(SharedHotBudget, PinnedEntriesAreNeverEvicted) {
