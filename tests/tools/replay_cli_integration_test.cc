@@ -196,22 +196,13 @@ class RouteProcess {
     std::vector<std::string> argv = {PREFIXKV_CLI, "route"};
     argv.insert(argv.end(), args.begin(), args.end());
     argv.insert(argv.end(), {"--port", "0"});
-    std::vector<char*> cargv;
-    for (std::string& a : argv) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    int fds[2];
-    if (pipe(fds) != 0) return;
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-    posix_spawn_file_actions_addclose(&actions, fds[0]);
-    if (posix_spawn(&pid_, cargv[0], &actions, nullptr, cargv.data(), environ) != 0)
-      pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
-    close(fds[1]);
+    const testing::SpawnedChild child = testing::SpawnWithStdoutPipe(std::move(argv));
+    pid_ = child.pid;
+    if (child.stdout_fd < 0) return;
+    const int fd = child.stdout_fd;
     char c;
-    while (pid_ > 0 && read(fds[0], &c, 1) == 1 && c != '\n') line_ += c;
-    close(fds[0]);
+    while (pid_ > 0 && read(fd, &c, 1) == 1 && c != '\n') line_ += c;
+    close(fd);
     if (line_.rfind("routing on 127.0.0.1:", 0) == 0)
       port_ = std::atoi(line_.c_str() + line_.rfind(':') + 1);
   }
