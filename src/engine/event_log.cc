@@ -56,9 +56,14 @@ void EventLog::WriterLoop() {
     bool checkpoint = false;
     {
       MutexLock lock(&mu_);
-      writer_cv_.Wait(lock, [this]() REQUIRES(mu_) { return wake_ || stop_; });
+      // A due checkpoint is work even when another thread's Drain took the
+      // records (and cleared wake_) before this thread woke.
+      const auto due = [this]() REQUIRES(mu_) {
+        return files_ && counts_.appended - checkpointed_at_ >= checkpoint_events();
+      };
+      writer_cv_.Wait(lock, [&]() REQUIRES(mu_) { return wake_ || stop_ || due(); });
       if (stop_) return;
-      checkpoint = counts_.appended - checkpointed_at_ >= checkpoint_events();
+      checkpoint = due();
     }
     MutexLock io(&io_mu_);
     if (checkpoint) {
