@@ -14,11 +14,13 @@
 #include <string>
 #include <thread>
 
+#include "prefixkv/router.h"
 #include "tests/server/resp_client.h"
 #include "tests/server/serve_process.h"
 #include "tests/server/server_fixture.h"
 #include "tests/support/loopback.h"
 #include "tests/tools/data_dir_builder.h"
+#include "tools/route/event_feed.h"
 #include "tools/route/resp_client.h"
 
 extern char** environ;
@@ -313,6 +315,37 @@ TEST(RouteCli, RoutesToTheServeNodeThatHoldsThePrefixInRam) {
   }
   EXPECT_TRUE(wait_for(addr_b + " 1 4 4")) << routed();
   EXPECT_EQ(route.Stop(SIGTERM), 0);
+}
+
+// A node whose log no longer holds its start (retention) answers XREAD from 0
+// with RESNAPSHOT: the router's feed then bootstraps from the node's
+// PKV.SNAPSHOT, so the router knows every block the node held before (not
+// only the changes from then on), and tails the stream after the snapshot.
+TEST(RouteCli, AFeedBehindRetentionBootstrapsFromPkvSnapshot) {
+  testing::TempDir dir;
+  testing::ServeProcess node(dir.str() + "/n", {"--event-retention-bytes", "8K"});
+  ASSERT_NE(node.port(), 0);
+  testing::RespClient c(node.port());
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_EQ(c.Call({"SET", "k" + std::to_string(i), "v"}).str, "OK");
+  }
+  ASSERT_TRUE(c.Call({"XREAD", "STREAMS", "prefixkv:events", "0"}).IsError());
+  StatusOr<std::unique_ptr<PrefixRouter>> router = PrefixRouter::Open({.nodes = 1});
+  ASSERT_TRUE(router.ok()) << router.status().ToString();
+  route::EventFeed feed({.port = node.port(), .node = 0}, router->get());
+  const auto blocks_become = [&](uint64_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while ((*router)->Stats().blocks != n &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return (*router)->Stats().blocks;
+  };
+  EXPECT_EQ(blocks_become(300), 300u);
+  EXPECT_EQ(feed.resnapshots(), 1u);
+  ASSERT_EQ(c.Call({"SET", "k300", "v"}).str, "OK");
+  EXPECT_EQ(blocks_become(301), 301u);
+  EXPECT_EQ(feed.resnapshots(), 1u);
 }
 
 }  // namespace
