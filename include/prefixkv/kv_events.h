@@ -138,7 +138,10 @@ struct KvEventLogStats {
   uint64_t trimmed = 0;       // events dropped by retention since open
   uint64_t reconciled = 0;    // corrective events emitted at open (kReconciled)
   uint64_t write_errors = 0;  // appends the file system refused (kept in RAM only)
-  uint64_t keys_hot = 0;      // blocks the log's key set holds per tier
+  // Appends that waited for the log's writer thread because its queue was
+  // full (a file write stalled; docs/events.md, "Durability").
+  uint64_t append_waits = 0;
+  uint64_t keys_hot = 0;  // blocks the log's key set holds per tier
   uint64_t keys_ssd = 0;
 };
 

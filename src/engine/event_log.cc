@@ -1,8 +1,12 @@
-// EventLog (event_log.h): numbering, appending, retention, readers and the
-// key sets. Opening a persistent log: the segments are scanned in order and
-// cut at the first torn or damaged record (later segments are dropped: they
-// cannot follow a hole), the next number is put above the SEQ reservation,
-// and the SSD key set is rebuilt from the checkpoint and the events after it.
+// EventLog (event_log.h): numbering, appending, retention, readers, the key
+// sets, and the writer thread that does the file work. Opening a persistent
+// log: the segments are scanned in order and cut at the first torn or
+// damaged record (later segments are dropped: they cannot follow a hole),
+// the next number is put above the SEQ reservation, and the SSD key set is
+// rebuilt from the checkpoint and the events after it.
+//
+// Locks: io_mu_ (the files: held across a batch's writes) before mu_ (the
+// RAM state: never held across a file operation). Append takes only mu_.
 #include "event_log.h"
 
 #include <algorithm>
@@ -27,17 +31,48 @@ KvSnapshotBlock BlockOf(const KvEvent& e) {
 EventLog::EventLog(const EventLogOptions& options) : options_(options) {}
 
 EventLog::~EventLog() {
-  MutexLock lock(&mu_);
-  WritePending();
+  StopWriter();
+  MutexLock io(&io_mu_);
+  (void)Drain(false);
 }
 
-void EventLog::WritePending() {
-  if (pending_.empty()) return;
-  if (writer_ != nullptr) {
-    Status s = writer_->Append(pending_.data(), pending_.size());
-    if (!s.ok() && counts_.write_errors++ == 0) Log("append failed: " + s.ToString());
+void EventLog::StopWriter() {
+  {
+    MutexLock lock(&mu_);
+    stop_ = true;
+    writer_cv_.NotifyAll();
   }
-  pending_.clear();
+  if (writer_thread_.joinable()) writer_thread_.join();
+}
+
+void EventLog::WakeWriter() {
+  if (wake_) return;
+  wake_ = true;
+  writer_cv_.NotifyOne();
+}
+
+void EventLog::WriterLoop() {
+  for (;;) {
+    bool checkpoint = false;
+    {
+      MutexLock lock(&mu_);
+      // A due checkpoint is work even when another thread's Drain took the
+      // records (and cleared wake_) before this thread woke.
+      const auto due = [this]() REQUIRES(mu_) {
+        return files_ && counts_.appended - checkpointed_at_ >= checkpoint_events();
+      };
+      writer_cv_.Wait(lock, [&]() REQUIRES(mu_) { return wake_ || stop_ || due(); });
+      if (stop_) return;
+      checkpoint = due();
+    }
+    MutexLock io(&io_mu_);
+    if (checkpoint) {
+      Status s = CheckpointDrained(/*close=*/false);
+      if (!s.ok()) Log("checkpoint failed: " + s.ToString());
+    } else {
+      (void)Drain(false);  // write errors are counted and logged
+    }
+  }
 }
 
 StatusOr<std::unique_ptr<EventLog>> EventLog::Open(const EventLogOptions& options) {
@@ -56,12 +91,18 @@ uint64_t EventLog::segment_bytes() const {
   return std::max(s, kMinEventSegmentBytes);
 }
 
+uint64_t EventLog::checkpoint_events() const {
+  if (options_.checkpoint_events > 0) return options_.checkpoint_events;
+  return std::max<uint64_t>(1, segment_bytes() / kEventRecordBytes);
+}
+
 uint64_t EventLog::FirstSeq() const {
   if (options_.first_seq > 0) return options_.first_seq;
   return std::max<uint64_t>(1, options_.clock->UnixMillis() << 16);
 }
 
 Status EventLog::Load() {
+  MutexLock io(&io_mu_);
   MutexLock lock(&mu_);
   counts_.enabled = true;
   counts_.persistent = !options_.dir.empty();
@@ -87,7 +128,9 @@ Status EventLog::Load() {
         std::to_string(last));
     next_seq_ = last + kSeqJumpAfterDamage;
   }
-  PKV_RETURN_IF_ERROR(Reserve(next_seq_ + options_.reserve_ahead));
+  PKV_RETURN_IF_ERROR(Reserve(next_seq_, next_seq_));
+  reserved_ = durable_reserved_;
+  written_seq_ = next_seq_ - 1;
   // The SSD key set: the checkpoint (or nothing at seq 0) plus every event
   // after it, when the log still holds all of them.
   SsdKeysCheckpoint base;
@@ -105,7 +148,17 @@ Status EventLog::Load() {
       if (e.seq > base.seq) Apply(e);
     }
   }
-  return StartSegment();
+  const uint64_t prev = segments_.empty() ? trimmed_seq_ : segments_.back().last_seq;
+  const std::string path = EventSegmentPath(options_.dir, next_seq_);
+  PKV_RETURN_IF_ERROR(CreateSegmentFile(path, prev));
+  segments_.push_back({.prev_seq = prev,
+                       .last_seq = prev,
+                       .bytes = kEventSegmentHeaderBytes,
+                       .path = path});
+  bytes_ += kEventSegmentHeaderBytes;
+  files_ = true;
+  writer_thread_ = std::thread([this] { WriterLoop(); });
+  return Status::OK();
 }
 
 Status EventLog::LoadSegments() {
@@ -152,55 +205,75 @@ Status EventLog::LoadSegments() {
   return Status::OK();
 }
 
-Status EventLog::Reserve(uint64_t through) {
+Status EventLog::Reserve(uint64_t last_seq, uint64_t head) {
+  if (last_seq < durable_reserved_ &&
+      head + options_.reserve_ahead / 2 < durable_reserved_)
+    return Status::OK();
+  const uint64_t through = head + options_.reserve_ahead;
   PKV_RETURN_IF_ERROR(WriteSeqReservation(options_.fs, options_.dir, through));
-  reserved_ = through;
+  durable_reserved_ = through;
   return Status::OK();
 }
 
-Status EventLog::StartSegment() {
-  const uint64_t prev = segments_.empty() ? trimmed_seq_ : segments_.back().last_seq;
-  if (options_.dir.empty() || closed_) {
-    segments_.push_back({.prev_seq = prev, .last_seq = prev});
-    return Status::OK();
-  }
-  WritePending();  // the buffered records are the old segment's
+Status EventLog::CreateSegmentFile(const std::string& path, uint64_t prev_seq) {
   if (writer_ != nullptr) (void)writer_->Sync();  // a Flush(sync) syncs only the newest
-  const std::string path = EventSegmentPath(options_.dir, next_seq_);
-  StatusOr<std::unique_ptr<EventSegmentWriter>> w =
-      EventSegmentWriter::Create(options_.fs, path, prev);
-  if (!w.ok()) {
-    writer_.reset();
-    segments_.push_back({.prev_seq = prev, .last_seq = prev});
-    return w.status();
+  writer_.reset();
+  PKV_ASSIGN_OR_RETURN(writer_, EventSegmentWriter::Create(options_.fs, path, prev_seq));
+  return Status::OK();
+}
+
+void EventLog::Enqueue(FileOp op) {
+  if (!pending_.empty()) {
+    ops_.push_back({.kind = FileOp::kWrite,
+                    .bytes = std::move(pending_),
+                    .first_seq = pending_first_seq_});
+    pending_.clear();
   }
-  writer_ = std::move(*w);
+  ops_.push_back(std::move(op));
+  WakeWriter();
+}
+
+void EventLog::StartSegment() {
+  const uint64_t prev = segments_.empty() ? trimmed_seq_ : segments_.back().last_seq;
+  if (!files_) {
+    segments_.push_back({.prev_seq = prev, .last_seq = prev});
+    return;
+  }
+  const std::string path = EventSegmentPath(options_.dir, next_seq_);
   segments_.push_back({.prev_seq = prev,
                        .last_seq = prev,
                        .bytes = kEventSegmentHeaderBytes,
                        .path = path});
   bytes_ += kEventSegmentHeaderBytes;
-  return Status::OK();
+  Enqueue({.kind = FileOp::kCreate, .prev_seq = prev, .path = path});
 }
 
 void EventLog::Append(KvEvent& e) {
   std::vector<std::function<void()>> wake;
   {
     MutexLock lock(&mu_);
-    if (next_seq_ >= reserved_) {
-      Status s = Reserve(next_seq_ + options_.reserve_ahead);
-      if (!s.ok()) Log("reserving sequence numbers failed: " + s.ToString());
+    if (files_ && queued_bytes_ >= kEventQueueLimitBytes) {
+      // The writer is that far behind (a stalled disk): wait for it rather
+      // than drop an event or grow without bound.
+      counts_.append_waits++;
+      WakeWriter();
+      space_cv_.Wait(lock, [this]() REQUIRES(mu_) {
+        return queued_bytes_ < kEventQueueLimitBytes || !files_;
+      });
     }
     e.seq = next_seq_++;
-    if (segments_.back().bytes >= segment_bytes()) {
-      Status s = StartSegment();
-      if (!s.ok()) Log("starting a segment failed (events kept in RAM): " + s.ToString());
-    }
-    if (writer_ != nullptr) {
+    if (segments_.back().bytes >= segment_bytes()) StartSegment();
+    if (files_) {
+      if (pending_.empty()) pending_first_seq_ = e.seq;
       const size_t at = pending_.size();
       pending_.resize(at + kEventRecordBytes);
       EncodeEventRecord(e, pending_.data() + at);
-      if (pending_.size() >= kEventWriteBufferBytes) WritePending();
+      queued_bytes_ += kEventRecordBytes;
+      if (pending_.size() >= kEventWriteBufferBytes ||
+          e.seq + options_.reserve_ahead / 2 >= reserved_ ||
+          counts_.appended + 1 - checkpointed_at_ >= checkpoint_events()) {
+        WakeWriter();
+      }
     }
     Record(e, kEventRecordBytes);
     Trim(e.unix_ms);
@@ -214,6 +287,82 @@ void EventLog::Append(KvEvent& e) {
     }
   }
   for (auto& w : wake) w();
+}
+
+Status EventLog::Drain(bool sync, const std::function<void()>& at_head) {
+  Batch batch;
+  {
+    MutexLock lock(&mu_);
+    wake_ = false;
+    batch.ops = std::move(ops_);
+    ops_.clear();
+    if (!pending_.empty()) {
+      batch.ops.push_back({.kind = FileOp::kWrite,
+                           .bytes = std::move(pending_),
+                           .first_seq = pending_first_seq_});
+      pending_ = std::move(spare_);  // the last batch's buffer, its capacity kept
+      pending_.clear();
+    }
+    queued_bytes_ = 0;
+    batch.head = next_seq_ - 1;
+    if (at_head) at_head();
+    space_cv_.NotifyAll();
+  }
+  const uint64_t errors = WriteBatch(batch);
+  Status s = errors > 0
+                 ? Status::IOError(std::to_string(errors) + " event log writes failed")
+             : sync && writer_ != nullptr ? writer_->Sync()
+                                          : Status::OK();
+  if (!batch.ops.empty() && batch.ops.back().kind == FileOp::kWrite) {
+    spare_ = std::move(batch.ops.back().bytes);
+  }
+  MutexLock lock(&mu_);
+  written_seq_ = std::max(written_seq_, batch.head);
+  reserved_ = durable_reserved_;
+  counts_.write_errors += errors;
+  return s;
+}
+
+uint64_t EventLog::WriteBatch(Batch& batch) {
+  if (batch.ops.empty()) return 0;
+  uint64_t last = 0;  // the batch's last record
+  for (const FileOp& op : batch.ops) {
+    if (op.kind == FileOp::kWrite)
+      last = op.first_seq + op.bytes.size() / kEventRecordBytes - 1;
+  }
+  // No record is written before the reservation above its number is durable.
+  Status r = Reserve(last, batch.head);
+  if (!r.ok()) Log("reserving sequence numbers failed: " + r.ToString());
+  uint64_t errors = 0;
+  for (const FileOp& op : batch.ops) {
+    Status s;
+    if (op.kind == FileOp::kCreate) {
+      s = CreateSegmentFile(op.path, op.prev_seq);
+      if (!s.ok()) Log("starting a segment failed (events kept in RAM): " + s.ToString());
+      continue;
+    }
+    if (op.kind == FileOp::kDelete) {
+      s = options_.fs->DeleteFile(op.path);
+      if (!s.ok()) Log("dropping " + op.path + " failed: " + s.ToString());
+      continue;
+    }
+    const uint64_t records = op.bytes.size() / kEventRecordBytes;
+    const uint64_t allowed =
+        durable_reserved_ > op.first_seq ? durable_reserved_ - op.first_seq : 0;
+    const size_t n = std::min(records, allowed) * kEventRecordBytes;
+    if (writer_ == nullptr) {
+      s = Status::IOError("no segment file");
+    } else if (n > 0) {
+      s = writer_->Append(op.bytes.data(), n);
+    }
+    if (s.ok() && n < op.bytes.size())
+      s = Status::IOError("sequence numbers not reserved");
+    if (s.ok()) continue;
+    ++errors;
+    if (!logged_write_error_) Log("append failed (events kept in RAM): " + s.ToString());
+    logged_write_error_ = true;
+  }
+  return errors;
 }
 
 void EventLog::Record(const KvEvent& e, uint64_t bytes) {
@@ -258,10 +407,7 @@ void EventLog::Trim(int64_t now_unix_ms) {
     trimmed_seq_ = s.last_seq;
     bytes_ -= s.bytes;
     counts_.trimmed += s.count;
-    if (!s.path.empty()) {
-      Status d = options_.fs->DeleteFile(s.path);
-      if (!d.ok()) Log("dropping " + s.path + " failed: " + d.ToString());
-    }
+    if (!s.path.empty() && files_) Enqueue({.kind = FileOp::kDelete, .path = s.path});
     segments_.pop_front();
   }
 }
@@ -275,8 +421,13 @@ bool EventLog::Continues(uint64_t last_seen) const {
 
 StatusOr<KvEventPage> EventLog::Read(uint64_t from_seq, size_t max_events) {
   const uint64_t from = std::max<uint64_t>(from_seq, 1);
+  if (!options_.dir.empty()) {
+    MutexLock io(&io_mu_);
+    (void)Drain(false);  // write errors are counted; the events stay in RAM
+  }
   MutexLock lock(&mu_);
-  WritePending();
+  // Only written events: not those appended since the drain.
+  const uint64_t limit = files_ ? written_seq_ : UINT64_MAX;
   if (!Continues(from - 1)) {
     const uint64_t head = segments_.back().last_seq;
     return Status::OutOfRange("the event log cannot continue after seq " +
@@ -289,7 +440,8 @@ StatusOr<KvEventPage> EventLog::Read(uint64_t from_seq, size_t max_events) {
   page.next_seq = from_seq;
   auto it = std::lower_bound(events_.begin(), events_.end(), from,
                              [](const KvEvent& e, uint64_t s) { return e.seq < s; });
-  for (; it != events_.end() && page.events.size() < max_events; ++it) {
+  for (; it != events_.end() && it->seq <= limit && page.events.size() < max_events;
+       ++it) {
     page.events.push_back(*it);
   }
   if (!page.events.empty()) page.next_seq = page.events.back().seq + 1;
@@ -299,8 +451,12 @@ StatusOr<KvEventPage> EventLog::Read(uint64_t from_seq, size_t max_events) {
 std::vector<KvEvent> EventLog::Range(uint64_t first_seq, uint64_t last_seq,
                                      size_t max_events, bool reverse) {
   std::vector<KvEvent> out;
+  if (!options_.dir.empty()) {
+    MutexLock io(&io_mu_);
+    (void)Drain(false);
+  }
   MutexLock lock(&mu_);
-  WritePending();
+  if (files_) last_seq = std::min(last_seq, written_seq_);
   const auto by_seq = [](const KvEvent& e, uint64_t s) { return e.seq < s; };
   auto lo = std::lower_bound(events_.begin(), events_.end(), first_seq, by_seq);
   auto hi = last_seq == UINT64_MAX
@@ -335,12 +491,24 @@ void EventLog::Unwatch(uint64_t id) {
   watchers_.erase(id);
 }
 
-KvEventSnapshot EventLog::Snapshot() const {
-  MutexLock lock(&mu_);
+KvEventSnapshot EventLog::Snapshot() {
   KvEventSnapshot s;
-  s.seq = segments_.back().last_seq;
-  hot_.ForEach([&s](const KvSnapshotBlock& b) { s.hot.push_back(b); });
-  ssd_.ForEach([&s](const KvSnapshotBlock& b) { s.ssd.push_back(b); });
+  const auto take = [this, &s]() REQUIRES(mu_) {
+    s.seq = segments_.back().last_seq;
+    hot_.ForEach([&s](const KvSnapshotBlock& b) { s.hot.push_back(b); });
+    ssd_.ForEach([&s](const KvSnapshotBlock& b) { s.ssd.push_back(b); });
+  };
+  if (options_.dir.empty()) {
+    MutexLock lock(&mu_);
+    take();
+  } else {
+    // Taken at the head of a batch that is written before it is returned.
+    MutexLock io(&io_mu_);
+    (void)Drain(false, [&] {
+      mu_.AssertHeld();
+      take();
+    });
+  }
   return s;
 }
 
@@ -370,33 +538,41 @@ void EventLog::CountReconciled(uint64_t n) {
 }
 
 Status EventLog::Flush(bool sync) {
-  MutexLock lock(&mu_);
-  WritePending();
-  return sync && writer_ != nullptr ? writer_->Sync() : Status::OK();
+  if (options_.dir.empty()) return Status::OK();
+  MutexLock io(&io_mu_);
+  return Drain(sync);
 }
 
-Status EventLog::CheckpointLocked() {
-  if (options_.dir.empty() || closed_) return Status::OK();
+Status EventLog::CheckpointDrained(bool close) {
   SsdKeysCheckpoint c;
-  c.seq = segments_.back().last_seq;
-  c.blocks.reserve(ssd_.size());
-  ssd_.ForEach([&c](const KvSnapshotBlock& b) { c.blocks.push_back(b); });
-  // The events up to the checkpoint are on disk before it names them.
-  WritePending();
-  if (writer_ != nullptr) PKV_RETURN_IF_ERROR(writer_->Sync());
+  bool files = false;
+  // The checkpoint's key set is taken at the head of a batch; the batch is
+  // written and synced before the checkpoint names its events.
+  Status s = Drain(/*sync=*/true, [&] {
+    mu_.AssertHeld();
+    files = files_;
+    if (close) files_ = false;
+    checkpointed_at_ = counts_.appended;
+    if (!files) return;
+    c.seq = segments_.back().last_seq;
+    c.blocks.reserve(ssd_.size());
+    ssd_.ForEach([&c](const KvSnapshotBlock& b) { c.blocks.push_back(b); });
+  });
+  if (!files) return Status::OK();
+  PKV_RETURN_IF_ERROR(s);
   return WriteSsdKeysCheckpoint(options_.fs, options_.dir, c);
 }
 
 Status EventLog::Checkpoint() {
-  MutexLock lock(&mu_);
-  return CheckpointLocked();
+  MutexLock io(&io_mu_);
+  return CheckpointDrained(/*close=*/false);
 }
 
 Status EventLog::Close() {
-  MutexLock lock(&mu_);
-  Status s = CheckpointLocked();
+  StopWriter();
+  MutexLock io(&io_mu_);
+  Status s = CheckpointDrained(/*close=*/true);
   writer_.reset();
-  closed_ = true;
   return s;
 }
 

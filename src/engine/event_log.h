@@ -5,16 +5,26 @@
 // the tiers' locks and never calls into them.
 //
 // Persistent (a directory): events are appended to segment files
-// (event_log_file.h: CRC-framed records, a torn tail cut at open), buffered
-// and written in batches: before any reader sees them, before the engine
-// call that caused them returns (Flush), and every 64 KiB; Flush(sync)
-// makes them survive power loss too. Sequence numbers are reserved ahead in
-// a small file, so a number handed out before a crash is never handed out
-// again: the log resumes above the reservation, and the skipped numbers are
-// a gap readers cannot cross (Read: OutOfRange, resnapshot). The SSD key set
-// is checkpointed at open and at Close, and rebuilt at open from the last
-// checkpoint plus the events after it (Engine's reconciliation compares it
-// with the SSD tier).
+// (event_log_file.h: CRC-framed records, a torn tail cut at open). Append
+// never touches a file: it numbers the event, encodes its record into a
+// RAM queue and returns. A writer thread takes the queue and does the file
+// work outside the log's mutex: writes the records (one write per batch),
+// creates segments, deletes the ones retention dropped, reserves sequence
+// numbers ahead (when half of the reservation is used) and checkpoints the
+// SSD key set every `checkpoint_events`. The queue is bounded
+// (kEventQueueLimitBytes): when the writer falls that far behind (a stalled
+// disk), Append waits for it (counted: KvEventLogStats::append_waits),
+// never drops an event. Readers (Read, Range, Snapshot) and Flush write the
+// queue themselves first, so a reader is never handed an event a kill -9
+// could take back, and Flush(sync) makes them survive power loss too.
+// Sequence numbers are reserved ahead in a small file, and no record is
+// written before the reservation covering its number is durable, so a
+// number a reader saw is never handed out again after a crash: the log
+// resumes above the reservation, and the skipped numbers are a gap readers
+// cannot cross (Read: OutOfRange, resnapshot). The SSD key set is
+// checkpointed at open, periodically and at Close, and rebuilt at open from
+// the last checkpoint plus the events after it (Engine's reconciliation
+// compares it with the SSD tier).
 //
 // In RAM (no directory): the same retention, nothing survives. A new log
 // (RAM, or no files yet) starts numbering above the clock's milliseconds
@@ -30,6 +40,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -60,14 +71,24 @@ struct EventLogOptions {
   // deleted, or of an earlier RAM run, is never handed another log's numbers
   // (it is told to resnapshot). Tests set 1.
   uint64_t first_seq = 0;
-  // Sequence numbers reserved durably at a time.
+  // Sequence numbers reserved durably at a time (the writer reserves the
+  // next range when half of the current one is handed out).
   uint64_t reserve_ahead = uint64_t{1} << 16;
+  // Events between two checkpoints of the SSD key set (by the writer
+  // thread); 0: a segment's worth (segment_bytes / kEventRecordBytes), so a
+  // checkpoint is never older than retention and the reconciliation after
+  // a kill -9 replays at most that many events.
+  uint64_t checkpoint_events = 0;
   // Receives one line per notable event (a torn tail cut, a write error).
   std::function<void(std::string_view)> log;
 };
 
-// Records buffered before a write (EventLog::Append).
+// Records queued before Append wakes the writer thread.
 inline constexpr size_t kEventWriteBufferBytes = 64 << 10;
+// Records queued and not yet taken by the writer at most: Append waits for
+// the writer beyond it (about 47,000 events; twice that in RAM with the
+// batch being written).
+inline constexpr size_t kEventQueueLimitBytes = 4 << 20;
 // The least segment size (EventLogOptions::segment_bytes).
 inline constexpr uint64_t kMinEventSegmentBytes = 4096;
 
@@ -82,13 +103,13 @@ class EventLog {
 
   // Numbers `e` (e.seq), records it, applies it to the key sets and wakes
   // the watchers it satisfies (their callbacks run on this thread, after the
-  // log's mutex is released). The record is buffered (up to
-  // kEventWriteBufferBytes) and written by the next Flush, read, checkpoint
-  // or full buffer: one write per batch.
-  void Append(KvEvent& e) EXCLUDES(mu_);
-  // Writes the buffered records (they then survive a kill -9); with `sync`
+  // log's mutex is released). No file work: the record is queued for the
+  // writer thread (woken every kEventWriteBufferBytes); waits only when the
+  // queue is at kEventQueueLimitBytes.
+  void Append(KvEvent& e) EXCLUDES(io_mu_, mu_);
+  // Writes the queued records (they then survive a kill -9); with `sync`
   // also fdatasyncs them (they survive power loss). OK in RAM.
-  Status Flush(bool sync) EXCLUDES(mu_);
+  Status Flush(bool sync) EXCLUDES(io_mu_, mu_);
 
   // Up to `max_events` events with seq >= from_seq (0 reads as 1).
   // OutOfRange when the events between the reader's last one (from_seq - 1)
@@ -96,12 +117,12 @@ class EventLog {
   // in a crash, or beyond the head. The reader must resnapshot.
   // Writes the buffered records first: a reader is never handed an event a
   // kill -9 could take back.
-  StatusOr<KvEventPage> Read(uint64_t from_seq, size_t max_events) EXCLUDES(mu_);
+  StatusOr<KvEventPage> Read(uint64_t from_seq, size_t max_events) EXCLUDES(io_mu_, mu_);
   // Up to `max_events` retained events with first_seq <= seq <= last_seq,
   // ascending (descending with `reverse`, from last_seq down). No gap check:
   // a range read (XRANGE) shows what is kept.
   std::vector<KvEvent> Range(uint64_t first_seq, uint64_t last_seq, size_t max_events,
-                             bool reverse) EXCLUDES(mu_);
+                             bool reverse) EXCLUDES(io_mu_, mu_);
   // Calls `wake` once when an event with seq >= from_seq is appended, at
   // once (on this thread) when one is already there or from_seq must
   // resnapshot. Returns an id for Unwatch (0 when it already ran).
@@ -109,7 +130,9 @@ class EventLog {
   // Forgets a watch (no-op when it ran).
   void Unwatch(uint64_t id) EXCLUDES(mu_);
 
-  KvEventSnapshot Snapshot() const EXCLUDES(mu_);
+  // Writes the queued records first (the snapshot's seq is one a reader
+  // may continue after).
+  KvEventSnapshot Snapshot() EXCLUDES(io_mu_, mu_);
   KvEventLogStats Stats() const EXCLUDES(mu_);
   // The SSD key set as the events say; whether the log could rebuild it at
   // open (false: no checkpoint, or the events after it were trimmed).
@@ -117,9 +140,10 @@ class EventLog {
   bool ssd_keys_proven() const { return ssd_keys_proven_; }
   void CountReconciled(uint64_t n) EXCLUDES(mu_);
   // Writes the SSD key set checkpoint at the head (persistent logs).
-  Status Checkpoint() EXCLUDES(mu_);
-  // Checkpoints and closes the files; Append after it keeps events in RAM.
-  Status Close() EXCLUDES(mu_);
+  Status Checkpoint() EXCLUDES(io_mu_, mu_);
+  // Stops the writer thread, writes every queued record, checkpoints and
+  // closes the files; Append after it keeps events in RAM.
+  Status Close() EXCLUDES(io_mu_, mu_);
 
  private:
   struct Segment {
@@ -130,35 +154,85 @@ class EventLog {
     int64_t last_unix_ms = 0;
     std::string path;  // empty in RAM
   };
+  // A file operation queued by Append for the writer, in order.
+  struct FileOp {
+    enum Kind { kWrite, kCreate, kDelete } kind = kWrite;
+    std::string bytes;       // kWrite: records of consecutive seqs
+    uint64_t first_seq = 0;  // kWrite: the first record's seq
+    uint64_t prev_seq = 0;   // kCreate: the segment header's
+    std::string path;        // kCreate, kDelete
+  };
+  // What the writer took from the queue at once.
+  struct Batch {
+    std::vector<FileOp> ops;  // the last one is the tail of records
+    uint64_t head = 0;        // the last seq handed out when taken
+  };
+
   explicit EventLog(const EventLogOptions& options);
-  Status Load() EXCLUDES(mu_);
+  Status Load() EXCLUDES(io_mu_, mu_);
   Status LoadSegments() REQUIRES(mu_);
   void Apply(const KvEvent& e) REQUIRES(mu_);
   void Record(const KvEvent& e, uint64_t bytes) REQUIRES(mu_);
-  Status Reserve(uint64_t through) REQUIRES(mu_);
-  Status StartSegment() REQUIRES(mu_);
+  // Makes the SEQ reservation durable above `last_seq` (the last record
+  // about to be written) and, once half of it is handed out, above `head`.
+  Status Reserve(uint64_t last_seq, uint64_t head) REQUIRES(io_mu_);
+  // Starts a segment: in RAM, or queued for the writer.
+  void StartSegment() REQUIRES(mu_);
+  void Enqueue(FileOp op) REQUIRES(mu_);
   // Drops old segments; `now_unix_ms`: the newest event's time (the clock
   // is not read again per event).
   void Trim(int64_t now_unix_ms) REQUIRES(mu_);
   bool Continues(uint64_t last_seen) const REQUIRES(mu_);
-  Status CheckpointLocked() REQUIRES(mu_);
-  void WritePending() REQUIRES(mu_);
+  // Takes the queue (running `at_head` under mu_ at that point) and does its
+  // file work; with `sync` fdatasyncs the segment. The writer thread and
+  // every caller that needs the records written go through it.
+  Status Drain(bool sync, const std::function<void()>& at_head = {}) REQUIRES(io_mu_)
+      EXCLUDES(mu_);
+  // The file work of one batch; the count of writes that failed.
+  uint64_t WriteBatch(Batch& batch) REQUIRES(io_mu_) EXCLUDES(mu_);
+  Status CreateSegmentFile(const std::string& path, uint64_t prev_seq) REQUIRES(io_mu_);
+  // Drains, syncs and writes the SSD key set checkpoint at the batch head;
+  // `close`: the log queues no more records.
+  Status CheckpointDrained(bool close) REQUIRES(io_mu_) EXCLUDES(mu_);
+  void WakeWriter() REQUIRES(mu_);
+  void WriterLoop() EXCLUDES(io_mu_, mu_);
+  void StopWriter() EXCLUDES(io_mu_, mu_);
   void Log(const std::string& line) const;
   uint64_t segment_bytes() const;
+  uint64_t checkpoint_events() const;
   uint64_t FirstSeq() const;
 
   const EventLogOptions options_;
   bool ssd_keys_proven_ = false;  // set by Load
+  // The file side: held across a batch's file work (never by Append).
+  Mutex io_mu_ ACQUIRED_BEFORE(mu_);
+  std::unique_ptr<EventSegmentWriter> writer_ GUARDED_BY(io_mu_);  // null in RAM
+  uint64_t durable_reserved_ GUARDED_BY(io_mu_) = 0;  // the SEQ file's ceiling
+  std::string spare_ GUARDED_BY(io_mu_);  // the writer's buffer, swapped with pending_
+  bool logged_write_error_ GUARDED_BY(io_mu_) = false;
+  std::thread writer_thread_;  // persistent logs, until Close
+
   mutable Mutex mu_;
+  CondVar writer_cv_;  // the writer waits for work
+  CondVar space_cv_;   // Append waits for room in the queue
   std::deque<KvEvent> events_ GUARDED_BY(mu_);
   std::deque<Segment> segments_ GUARDED_BY(mu_);
-  std::unique_ptr<EventSegmentWriter> writer_ GUARDED_BY(mu_);  // null in RAM
-  std::string pending_ GUARDED_BY(mu_);  // records not yet written to writer_
+  // The queue: file operations, then the records after them.
+  std::vector<FileOp> ops_ GUARDED_BY(mu_);
+  std::string pending_ GUARDED_BY(mu_);
+  uint64_t pending_first_seq_ GUARDED_BY(mu_) = 0;
+  uint64_t queued_bytes_ GUARDED_BY(mu_) = 0;
+  bool wake_ GUARDED_BY(mu_) = false;   // the writer has work
+  bool stop_ GUARDED_BY(mu_) = false;   // the writer exits
+  bool files_ GUARDED_BY(mu_) = false;  // persistent and not closed: queue records
   uint64_t next_seq_ GUARDED_BY(mu_) = 1;
-  uint64_t reserved_ GUARDED_BY(mu_) = 0;     // numbers below it may be handed out
+  uint64_t reserved_ GUARDED_BY(mu_) = 0;  // durable_reserved_ as the writer last saw it
+  uint64_t written_seq_ GUARDED_BY(mu_) =
+      0;  // records through it were written (or failed)
+  uint64_t checkpointed_at_ GUARDED_BY(mu_) =
+      0;                                      // counts_.appended at the last checkpoint
   uint64_t trimmed_seq_ GUARDED_BY(mu_) = 0;  // first segment's prev_seq
   uint64_t bytes_ GUARDED_BY(mu_) = 0;
-  bool closed_ GUARDED_BY(mu_) = false;
   KeyTable hot_ GUARDED_BY(mu_);
   KeyTable ssd_ GUARDED_BY(mu_);
   KvEventLogStats counts_ GUARDED_BY(mu_);

@@ -204,6 +204,7 @@ void CmdExists(CommandContext& ctx);
 void CmdMget(CommandContext& ctx);
 void CmdMset(CommandContext& ctx);
 void CmdPkvRegister(CommandContext& ctx);
+void CmdPkvSnapshot(CommandContext& ctx);
 void CmdPkvPut(CommandContext& ctx);
 void CmdPkvGet(CommandContext& ctx);
 void CmdPkvMatch(CommandContext& ctx);

@@ -227,6 +227,7 @@ void AppendEvents(const KvEventLogStats& e, std::string* out) {
       {"events_trimmed", e.trimmed},
       {"events_reconciled", e.reconciled},
       {"events_write_errors", e.write_errors},
+      {"events_append_waits", e.append_waits},
       {"events_keys_hot", e.keys_hot},
       {"events_keys_ssd", e.keys_ssd},
   };

@@ -1,10 +1,11 @@
 // The KV event log in the Redis Streams dialect (docs/events.md, "RESP"):
 // one read-only stream, prefixkv:events, whose entry IDs are "<seq>-0".
 // XREAD [COUNT n] [BLOCK ms] STREAMS prefixkv:events <id>, XRANGE,
-// XREVRANGE, XLEN and XINFO STREAM. An XREAD that finds nothing and may block
-// leaves ClientState::block set and no reply: the connection waits for the
-// log's watch or its timer on its own I/O thread, which is never held
-// (connection.cc, StartBlockedRead).
+// XREVRANGE, XLEN and XINFO STREAM, and PKV.SNAPSHOT (the key sets the
+// stream adds up to, with the ID to continue after). An XREAD that finds nothing and may
+// block leaves ClientState::block set and no reply: the connection waits for the log's
+// watch or its timer on its own I/O thread, which is never held (connection.cc,
+// StartBlockedRead).
 #include <charconv>
 
 #include "commands.h"
@@ -235,6 +236,32 @@ void CmdXinfo(CommandContext& ctx) {
   number("retention-ms", s.retention_ms);
   number("bytes", s.bytes);
   number("persistent", s.persistent ? 1 : 0);
+}
+
+// PKV.SNAPSHOT: the bootstrap of a stream consumer (Engine::EventSnapshot):
+// ["id", "<seq>-0", "hot", blocks, "ssd", blocks], each block
+// [key, parent, namespace, owner, bytes]; the consumer goes on with
+// XREAD ... STREAMS prefixkv:events <seq>-0.
+void CmdPkvSnapshot(CommandContext& ctx) {
+  StatusOr<KvEventSnapshot> snap = ctx.dispatcher.engine()->EventSnapshot();
+  if (!snap.ok()) return ReplyStatus(snap.status(), ctx.out);
+  const auto blocks = [&](std::string_view tier, const std::vector<KvSnapshotBlock>& bs) {
+    ctx.out->Bulk(tier);
+    ctx.out->ArrayHeader(bs.size());
+    for (const KvSnapshotBlock& b : bs) {
+      ctx.out->ArrayHeader(5);
+      ctx.out->Bulk(b.key.ToHex());
+      ctx.out->Bulk(b.parent.ToHex());
+      ctx.out->Bulk(b.namespace_id.ToHex());
+      ctx.out->Integer(static_cast<int64_t>(b.owner));
+      ctx.out->Integer(static_cast<int64_t>(std::min<uint64_t>(b.bytes, INT64_MAX)));
+    }
+  };
+  ctx.out->ArrayHeader(6);
+  ctx.out->Bulk("id");
+  ctx.out->Bulk(IdOf(snap->seq));
+  blocks("hot", snap->hot);
+  blocks("ssd", snap->ssd);
 }
 
 }  // namespace prefixkv::server

@@ -301,6 +301,7 @@ void Connection::DelayAfterAuthFailure() {
 
 void Connection::StartBlockedRead(const BlockedRead& read) {
   blocked_ = true;
+  blocked_read_.store(true, std::memory_order_relaxed);
   block_ = read;
   const uint64_t generation = ++block_generation_;
   if (read.timeout_ms > 0) {
@@ -344,6 +345,7 @@ void Connection::ResumeBlockedRead(uint64_t generation, bool timed_out) {
 void Connection::EndBlockedRead() {
   if (!blocked_) return;
   blocked_ = false;
+  blocked_read_.store(false, std::memory_order_relaxed);
   ++block_generation_;
   if (block_watch_ != 0) env_->dispatcher->engine()->UnwatchEvents(block_watch_);
   block_watch_ = 0;

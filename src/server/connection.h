@@ -89,6 +89,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint64_t last_activity_ms() const {
     return last_activity_ms_.load(std::memory_order_relaxed);
   }
+  // An XREAD BLOCK waits on it (any thread): the idle sweep leaves it open,
+  // as Redis's `timeout` leaves blocked clients.
+  bool blocked_read() const { return blocked_read_.load(std::memory_order_relaxed); }
   // Heap bytes of its buffers when last counted (any thread).
   size_t buffer_bytes() const { return accounted_bytes_.load(std::memory_order_relaxed); }
 
@@ -162,6 +165,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint64_t block_watch_ = 0;       // Engine::WatchEvents id (0: none)
   boost::asio::steady_timer block_timer_;
   std::atomic<uint64_t> last_activity_ms_{0};
+  std::atomic<bool> blocked_read_{false};  // blocked_, for the idle sweep
 };
 
 }  // namespace prefixkv::server

@@ -218,6 +218,9 @@ void AddEventFamilies(std::vector<FamilyDef>& defs) {
   add(MetricType::kCounter, "prefixkv_events_write_errors_total",
       "KV event appends the file system refused (kept in RAM only)",
       [](E e) { return e.write_errors; });
+  add(MetricType::kCounter, "prefixkv_events_append_waits_total",
+      "KV event appends that waited for the log's writer thread (its queue was full)",
+      [](E e) { return e.append_waits; });
 }
 
 // Tier-wide families: one sample per tier present.

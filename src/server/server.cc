@@ -287,6 +287,9 @@ size_t internal::ServerImpl::SweepIdle() {
   size_t closed = 0;
   MutexLock lock(&mu_);
   for (auto& [ptr, conn] : connections_) {
+    // A client waiting in XREAD BLOCK is not idle (its block ends with a
+    // reply, which counts as activity).
+    if (conn->blocked_read()) continue;
     const uint64_t last = conn->last_activity_ms();
     const uint64_t idle_ms = now > last ? now - last : 0;
     if (timeout != 0 && idle_ms > timeout) {

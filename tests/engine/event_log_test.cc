@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -22,12 +23,35 @@
 #include "event_log_file.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "tests/engine/engine_test_util.h"
+#include "tests/support/gated_file_system.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv::internal {
 namespace {
 
+using ::prefixkv::testing::GatedFileSystem;
 using ::prefixkv::testing::TempDir;
+
+}  // namespace
+
+// Polls `done` every millisecond for up to `seconds`; its last answer.
+template <typename Pred>
+bool WaitUntil(Pred done, int seconds = 10) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (!done() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return done();
+}
+
+namespace {
+
+// Every event of the log from seq `first`, checked consecutive.
+void ExpectConsecutive(EventLog& log, uint64_t first, uint64_t count) {
+  ASSERT_OK_AND_ASSIGN(KvEventPage page, log.Read(first, count + 1));
+  ASSERT_EQ(page.events.size(), count);
+  for (uint64_t i = 0; i < count; ++i) ASSERT_EQ(page.events[i].seq, first + i);
+}
 
 KvEvent Stored(uint64_t k, TierLevel tier = TierLevel::kSsd) {
   return KvEvent{.kind = KvEventKind::kStored,
@@ -255,6 +279,7 @@ TEST_F(EventLogTest, SsdKeysAreUnprovenWhenEventsAfterTheCheckpointWereTrimmed) 
   EventLogOptions o = Options();
   o.retention_bytes = 16 << 10;
   o.segment_bytes = 4 << 10;
+  o.checkpoint_events = UINT64_MAX;  // only the one at open
   {
     auto log = OpenLog(o);
     ASSERT_OK(log->Checkpoint());
@@ -262,6 +287,108 @@ TEST_F(EventLogTest, SsdKeysAreUnprovenWhenEventsAfterTheCheckpointWereTrimmed) 
   }
   auto log = OpenLog(o);
   EXPECT_FALSE(log->ssd_keys_proven());
+}
+
+// Append does no file work: while every write and sync of the log's files
+// stalls (a disk that stopped), appends go on — across several write
+// batches, reservations and a segment switch — and nothing is lost once the
+// disk comes back.
+TEST_F(EventLogTest, AppendsCompleteWhileTheLogsFileWritesStall) {
+  GatedFileSystem fs;
+  EventLogOptions o = Options();
+  o.fs = &fs;
+  o.reserve_ahead = 256;  // a dozen reservations fall into the stall
+  o.segment_bytes = 128 << 10;
+  auto log = OpenLog(o);
+  fs.Arm("/events/");
+  constexpr uint64_t kEvents = 3000;  // 267 KB of records: four batches
+  std::atomic<uint64_t> appended{0};
+  std::thread appender([&] {
+    for (uint64_t k = 1; k <= kEvents; ++k) {
+      Append(*log, Stored(k));
+      appended.store(k);
+    }
+  });
+  fs.gate().WaitForArrivals(1);  // a write of the log is stalled
+  const bool all = WaitUntil([&] { return appended.load() == kEvents; });
+  const uint64_t before_open = appended.load();
+  fs.gate().Open();
+  appender.join();
+  EXPECT_TRUE(all) << "Append waited for a stalled file write after " << before_open
+                   << " events";
+  EXPECT_EQ(log->Stats().append_waits, 0u);
+  ASSERT_OK(log->Flush(true));
+  ExpectConsecutive(*log, 1, kEvents);
+  log.reset();  // a kill -9 after the flush: every event is in the files
+  log = OpenLog(o);
+  ExpectConsecutive(*log, 1, kEvents);
+}
+
+// The queue is bounded: behind a stalled disk, Append waits (counted) once
+// kEventQueueLimitBytes are queued, and goes on without a loss when the
+// disk comes back.
+TEST_F(EventLogTest, AppendWaitsOnlyWhenTheQueueIsFull) {
+  GatedFileSystem fs;
+  EventLogOptions o = Options();
+  o.fs = &fs;
+  o.retention_bytes = uint64_t{256} << 20;
+  auto log = OpenLog(o);
+  fs.Arm("/events/");
+  const uint64_t events = 3 * kEventQueueLimitBytes / kEventRecordBytes;
+  std::atomic<uint64_t> appended{0};
+  std::thread appender([&] {
+    for (uint64_t k = 1; k <= events; ++k) {
+      Append(*log, Stored(k));
+      appended.store(k);
+    }
+  });
+  fs.gate().WaitForArrivals(1);
+  // The appender goes on to the bound, then stops: the writer holds one
+  // batch, the queue is full. (No call into the log here: it must not be
+  // the one that waits.)
+  uint64_t seen = 0;
+  auto still = std::chrono::steady_clock::now();
+  EXPECT_TRUE(WaitUntil([&] {
+    if (appended.load() != seen) {
+      seen = appended.load();
+      still = std::chrono::steady_clock::now();
+    }
+    return std::chrono::steady_clock::now() - still > std::chrono::milliseconds(200);
+  }));
+  const uint64_t stopped_at = appended.load();
+  fs.gate().Open();
+  appender.join();
+  EXPECT_GE(stopped_at, kEventQueueLimitBytes / kEventRecordBytes);
+  EXPECT_LE(stopped_at, 2 * kEventQueueLimitBytes / kEventRecordBytes + 1);
+  EXPECT_GE(log->Stats().append_waits, 1u);
+  ExpectConsecutive(*log, 1, events);
+}
+
+// The writer checkpoints the SSD key set every checkpoint_events: after a
+// kill -9 the key set is rebuilt from a recent checkpoint, even when
+// retention has long dropped the events after the one taken at open.
+TEST_F(EventLogTest, SsdKeysAreCheckpointedPeriodicallyAndProvenAfterACrash) {
+  EventLogOptions o = Options();
+  o.retention_bytes = 16 << 10;
+  o.segment_bytes = 4096;  // checkpoint_events: 46
+  const uint64_t every = 4096 / kEventRecordBytes;
+  uint64_t last = 0;
+  {
+    auto log = OpenLog(o);
+    ASSERT_OK(log->Checkpoint());  // as the engine's open does
+    for (uint64_t k = 1; k <= 500; ++k) last = Append(*log, Stored(k));
+    for (uint64_t k = 1; k <= 100; ++k) last = Append(*log, Removed(k));
+    ASSERT_OK(log->Flush(false));
+    EXPECT_TRUE(WaitUntil([&] {
+      StatusOr<SsdKeysCheckpoint> c = ReadSsdKeysCheckpoint(o.fs, o.dir);
+      return c.ok() && c->seq + every >= last;
+    })) << "no checkpoint within "
+        << every << " events of the head";
+    // Destroyed without Close: a kill -9.
+  }
+  auto log = OpenLog(o);
+  EXPECT_TRUE(log->ssd_keys_proven());
+  EXPECT_EQ(log->SsdKeys().size(), 400u);
 }
 
 TEST(KeyTable, AgreesWithAnUnorderedMapUnderRandomPutsAndErases) {
@@ -510,6 +637,34 @@ TEST_F(EngineEventsTest, ConsumerBehindRetentionIsToldToResnapshot) {
   EXPECT_EQ(c.resnapshots, 1);
   EXPECT_EQ(c.ssd, SsdKeys(*engine));
   EXPECT_EQ(c.ssd.size(), 400u);
+}
+
+// In write-back mode a put into the hot tier emits its event under the
+// tier's lock: it completes while the event log's files stall.
+TEST_F(EngineEventsTest, HotPutsCompleteWhileTheEventLogsWritesStall) {
+  GatedFileSystem fs;
+  EngineOptions o = OnDisk(16 << 20);
+  o.file_system = &fs;
+  auto engine = Open(o);
+  ASSERT_NE(engine, nullptr);
+  fs.Arm("/events/");
+  constexpr int kPuts = 3000;  // 267 KB of event records
+  std::atomic<int> done{0};
+  std::thread writer([&] {
+    for (int i = 0; i < kPuts; ++i) {
+      EXPECT_OK(engine->PutValue("k" + std::to_string(i), SharedBytes::Copy("v")));
+      done.store(i + 1);
+    }
+  });
+  fs.gate().WaitForArrivals(1);
+  const bool all = internal::WaitUntil([&] { return done.load() == kPuts; });
+  const int before_open = done.load();
+  fs.gate().Open();
+  writer.join();
+  EXPECT_TRUE(all) << "a put waited for the event log's file after " << before_open;
+  Consumer c;
+  c.CatchUp(*engine);
+  EXPECT_EQ(c.hot.size(), static_cast<size_t>(kPuts));
 }
 
 // The child of the kill loop: puts and deletes raw keys in write-through

@@ -107,7 +107,8 @@ EngineStats FullSnapshot() {
               .appended = 850,
               .trimmed = 49,
               .reconciled = 2,
-              .write_errors = 1};
+              .write_errors = 1,
+              .append_waits = 3};
   return s;
 }
 

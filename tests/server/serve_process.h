@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 extern char** environ;
@@ -29,6 +30,37 @@ inline std::string ShellOutput(const std::string& command) {
   return out;
 }
 
+// Starts `argv` (argv[0] a path) with its stdout into a pipe (and stderr
+// appended to `stderr_path` when not empty); the child's pid (-1 when it
+// could not start) and the pipe's read end (-1 when none).
+struct SpawnedChild {
+  pid_t pid = -1;
+  int stdout_fd = -1;
+};
+inline SpawnedChild SpawnWithStdoutPipe(std::vector<std::string> argv,
+                                        const std::string& stderr_path = "") {
+  SpawnedChild child;
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  int fds[2];
+  if (pipe(fds) != 0) return child;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  if (!stderr_path.empty()) {
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, stderr_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
+  }
+  if (posix_spawn(&child.pid, cargv[0], &actions, nullptr, cargv.data(), environ) != 0)
+    child.pid = -1;
+  posix_spawn_file_actions_destroy(&actions);
+  close(fds[1]);
+  child.stdout_fd = fds[0];
+  return child;
+}
+
 // Not thread-safe. The destructor kills the child if it still runs.
 class ServeProcess {
  public:
@@ -41,24 +73,10 @@ class ServeProcess {
     std::vector<std::string> argv = {PREFIXKV_CLI, "serve",  "--data-dir",
                                      data_dir,     "--port", "0"};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    std::vector<char*> cargv;
-    for (std::string& a : argv) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    int fds[2];
-    if (pipe(fds) != 0) return;
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-    posix_spawn_file_actions_addclose(&actions, fds[0]);
-    if (!stderr_path.empty()) {
-      posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, stderr_path.c_str(),
-                                       O_WRONLY | O_CREAT | O_APPEND, 0644);
-    }
-    if (posix_spawn(&pid_, cargv[0], &actions, nullptr, cargv.data(), environ) != 0)
-      pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
-    close(fds[1]);
-    out_ = fdopen(fds[0], "r");
+    const SpawnedChild child = SpawnWithStdoutPipe(std::move(argv), stderr_path);
+    pid_ = child.pid;
+    if (child.stdout_fd < 0) return;
+    out_ = fdopen(child.stdout_fd, "r");
     char line[256];
     if (pid_ > 0 && out_ != nullptr && fgets(line, sizeof(line), out_) != nullptr) {
       std::string l(line);

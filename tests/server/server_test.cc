@@ -706,6 +706,64 @@ TEST_F(ServerTest, XreadBlockWakesOnTheNextChange) {
   EXPECT_EQ(fields.elems[5].str, "hot");
 }
 
+// --idle-timeout-ms does not close a connection while its XREAD BLOCK waits
+// (longer than the timeout); it does once the connection idles afterwards.
+TEST_F(ServerTest, XreadBlockIsNotClosedByTheIdleTimeout) {
+  FakeClock clock;
+  options_.clock = &clock;
+  options_.idle_timeout_ms = 1000;
+  options_.idle_check_interval_ms = 3600 * 1000;  // the test sweeps
+  StartServer();
+  auto reader = Connect();
+  auto writer = Connect();
+  ASSERT_TRUE(reader->SendRaw(testing::EncodeCommand(
+      {"XREAD", "BLOCK", "0", "STREAMS", "prefixkv:events", "$"})));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // it blocks
+  clock.AdvanceMillis(5000);
+  EXPECT_EQ(writer->Call({"PING"}).str, "PONG");  // the writer is fresh again
+  EXPECT_EQ(server_->SweepIdleConnections(), 0u);
+  EXPECT_EQ(writer->Call({"SET", "k", "v"}).str, "OK");
+  Reply r = reader->Read();
+  ASSERT_EQ(r.elems.size(), 1u) << "type " << r.type << " " << r.str;
+  // Idle after its reply: closed like any other connection.
+  clock.AdvanceMillis(5000);
+  EXPECT_TRUE(testing::WaitUntil([&] { return server_->SweepIdleConnections() > 0; }));
+  EXPECT_TRUE(reader->Read().closed());
+}
+
+// Snapshot + tail over RESP: PKV.SNAPSHOT's key sets and ID, then XREAD from
+// that ID gives exactly the changes after it.
+TEST_F(ServerTest, PkvSnapshotBootstrapsAStreamConsumer) {
+  StartServer();
+  auto c = Connect();
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(c->Call({"SET", "k" + std::to_string(i), "v"}).str, "OK");
+  Reply snap = c->Call({"PKV.SNAPSHOT"});
+  ASSERT_EQ(snap.elems.size(), 6u) << snap.str;
+  EXPECT_EQ(snap.elems[0].str, "id");
+  const std::string id = snap.elems[1].str;
+  EXPECT_EQ(id, c->Call({"XINFO", "STREAM", "prefixkv:events"}).elems[7].str);
+  EXPECT_EQ(snap.elems[2].str, "hot");
+  ASSERT_EQ(snap.elems[3].elems.size(), 5u);
+  const Reply& block = snap.elems[3].elems[0];
+  ASSERT_EQ(block.elems.size(), 5u);
+  EXPECT_EQ(block.elems[0].str.size(), 32u);  // the key in hex
+  EXPECT_EQ(block.elems[4].type, ':');        // bytes
+  EXPECT_EQ(snap.elems[4].str, "ssd");
+  // The tail after the snapshot: nothing yet, then exactly the next change.
+  EXPECT_TRUE(c->Call({"XREAD", "STREAMS", "prefixkv:events", id}).null);
+  EXPECT_EQ(c->Call({"DEL", "k0"}).integer, 1);
+  Reply tail = c->Call({"XREAD", "STREAMS", "prefixkv:events", id});
+  ASSERT_EQ(tail.elems.size(), 1u) << tail.str;
+  const Reply& entries = tail.elems[0].elems[1];
+  ASSERT_EQ(entries.elems.size(), 1u);
+  EXPECT_EQ(entries.elems[0].elems[1].elems[1].str, "removed");
+  std::set<std::string> hot;
+  for (const Reply& b : snap.elems[3].elems) hot.insert(b.elems[0].str);
+  EXPECT_TRUE(hot.contains(entries.elems[0].elems[1].elems[15].str));  // its key
+  EXPECT_TRUE(c->Call({"PKV.SNAPSHOT", "extra"}).IsError());
+}
+
 TEST_F(ServerTest, StreamCommandsServeTheEventLog) {
   StartServer();
   auto c = Connect();

@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "prefixkv/advanced/ssd_tier.h"
 #include "tests/server/server_fixture.h"
 #include "tests/support/rocksdb_tsan_suppressions.h"
 #include "tests/support/test_util.h"
@@ -162,6 +163,103 @@ TEST_F(ServerConcurrencyTest, ClientsOnSeveralThreadsReadTheirOwnWrites) {
   EXPECT_TRUE(audit.ok()) << (audit.findings.empty() ? "orphans"
                                                      : audit.findings[0].what + ": " +
                                                            audit.findings[0].detail);
+}
+
+// The KV event log under concurrency: appenders on several threads (SETs and
+// DELs over RESP, and puts through the engine, whose small hot tier evicts
+// to the SSD tier), a reader tailing Engine::Events, an XREAD BLOCK client,
+// snapshots, and the log's writer thread (small segments: it creates, drops
+// and checkpoints them all the time). Every reader sees consecutive numbers
+// in order (a resnapshot when retention passed it).
+TEST_F(ServerConcurrencyTest, EventLogAppendersReadersAndWriterThread) {
+  options_.io_threads = 2;
+  engine_options_.event_retention_bytes = 256 << 10;  // segments of 32 KiB
+  StartServer(/*hot_capacity_bytes=*/64 << 10);
+  const int ops = static_cast<int>(testing::Iterations(400, 5000));
+  std::atomic<int> failures{0};
+  std::atomic<bool> done{false};
+  std::vector<std::thread> appenders;
+  for (int id = 0; id < 2; ++id) {
+    appenders.emplace_back([&, id] {
+      RespClient c(server_->port());
+      for (int i = 0; i < ops; ++i) {
+        const std::string key = "r" + std::to_string(id) + ":" + std::to_string(i % 50);
+        if (c.Call({i % 3 == 2 ? "DEL" : "SET", key, std::string(600, 'v')}).type == '-')
+          ++failures;
+      }
+    });
+    appenders.emplace_back([&, id] {
+      for (int i = 0; i < ops; ++i) {
+        const std::string key = "e" + std::to_string(id) + ":" + std::to_string(i % 50);
+        if (!engine_->PutValue(key, SharedBytes::Copy(std::string(900, 'w'))).ok())
+          ++failures;
+      }
+    });
+  }
+  // Applies a page: consecutive numbers after the last one seen.
+  const auto follow = [&](uint64_t* last, const std::vector<uint64_t>& seqs) {
+    for (uint64_t seq : seqs) {
+      if (*last != 0 && seq != *last + 1) {
+        fprintf(stderr, "event %llu after %llu\n", static_cast<unsigned long long>(seq),
+                static_cast<unsigned long long>(*last));
+        ++failures;
+      }
+      *last = seq;
+    }
+  };
+  std::atomic<int> resnapshots{0};
+  std::thread reader([&] {
+    uint64_t last = 0;
+    while (!done.load()) {
+      StatusOr<KvEventPage> page = engine_->Events(last + 1, 256, /*wait_ms=*/5);
+      if (page.status().IsOutOfRange()) {
+        ++resnapshots;
+        StatusOr<KvEventSnapshot> snap = engine_->EventSnapshot();
+        if (!snap.ok()) ++failures;
+        last = snap.ok() ? snap->seq : 0;
+        continue;
+      }
+      if (!page.ok()) ++failures;
+      std::vector<uint64_t> seqs;
+      for (const KvEvent& e : page->events) seqs.push_back(e.seq);
+      follow(&last, seqs);
+    }
+  });
+  std::thread xreader([&] {
+    RespClient c(server_->port());
+    std::string last = "0";
+    uint64_t last_seq = 0;
+    while (!done.load()) {
+      testing::Reply r = c.Call(
+          {"XREAD", "BLOCK", "5", "COUNT", "256", "STREAMS", "prefixkv:events", last});
+      if (r.type == '-') {  // RESNAPSHOT: start over at the log's first event
+        last = "0";
+        last_seq = 0;
+        continue;
+      }
+      if (r.type != '*' || r.elems.empty()) continue;  // timed out
+      std::vector<uint64_t> seqs;
+      for (const testing::Reply& entry : r.elems[0].elems[1].elems) {
+        last = entry.elems[0].str;
+        seqs.push_back(std::stoull(last.substr(0, last.find('-'))));
+      }
+      follow(&last_seq, seqs);
+    }
+  });
+  for (auto& t : appenders) t.join();
+  done = true;
+  reader.join();
+  xreader.join();
+  EXPECT_EQ(failures.load(), 0);
+  const KvEventLogStats s = engine_->EventLogStats();
+  EXPECT_GT(s.trimmed, 0u);  // segments were dropped meanwhile
+  EXPECT_EQ(s.write_errors, 0u);
+  // The log's key sets equal the engine's tiers after it all.
+  ASSERT_OK(engine_->Flush());
+  ASSERT_OK_AND_ASSIGN(KvEventSnapshot snap, engine_->EventSnapshot());
+  size_t on_ssd = 0;
+  engine_->ssd_tier()->ForEach([&](const BlockMeta&, uint64_t) { ++on_ssd; });
+  EXPECT_EQ(snap.ssd.size(), on_ssd);
 }
 
 TEST_F(ServerConcurrencyTest, StopsGracefullyWhileClientsAreBusy) {

@@ -1,18 +1,26 @@
 // `prefixkv replay` as a user runs it: the trace and capacities, no other
 // flag (a default --nodes used to be refused), the policies in its JSON,
 // reuse hints, and bad policy names and values as usage errors. And
-// `prefixkv route`, the router as a process, until SIGTERM.
+// `prefixkv route`, the router as a process, until SIGTERM, and in front of
+// two real `prefixkv serve` nodes.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <string>
+#include <thread>
 
+#include "prefixkv/router.h"
+#include "tests/server/resp_client.h"
+#include "tests/server/serve_process.h"
+#include "tests/server/server_fixture.h"
 #include "tests/support/loopback.h"
 #include "tests/tools/data_dir_builder.h"
+#include "tools/route/event_feed.h"
 #include "tools/route/resp_client.h"
 
 extern char** environ;
@@ -182,37 +190,57 @@ TEST(ReplayCli, BytesPerTokenBeyondA64MBlockIsAUsageError) {
   }
 }
 
+// `prefixkv route ARGS... --port 0` as a child process; port() is 0 when it
+// did not say where it listens. The destructor kills it if it still runs.
+class RouteProcess {
+ public:
+  explicit RouteProcess(std::vector<std::string> args) {
+    std::vector<std::string> argv = {PREFIXKV_CLI, "route"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), {"--port", "0"});
+    const testing::SpawnedChild child = testing::SpawnWithStdoutPipe(std::move(argv));
+    pid_ = child.pid;
+    if (child.stdout_fd < 0) return;
+    const int fd = child.stdout_fd;
+    char c;
+    while (pid_ > 0 && read(fd, &c, 1) == 1 && c != '\n') line_ += c;
+    close(fd);
+    if (line_.rfind("routing on 127.0.0.1:", 0) == 0)
+      port_ = std::atoi(line_.c_str() + line_.rfind(':') + 1);
+  }
+  ~RouteProcess() {
+    if (pid_ > 0) Stop(SIGKILL);
+  }
+  RouteProcess(const RouteProcess&) = delete;
+  RouteProcess& operator=(const RouteProcess&) = delete;
+
+  int port() const { return port_; }
+  const std::string& line() const { return line_; }
+  // Sends `sig`, waits; the wait status.
+  int Stop(int sig) {
+    kill(pid_, sig);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::string line_;  // the first line it printed
+  int port_ = 0;
+};
+
 // `prefixkv route` starts, says where it listens, answers ROUTE from a node
 // it cannot reach yet (no prefix: the least-loaded node) and stops cleanly
 // on SIGTERM.
 TEST(RouteCli, ServesRouteUntilSigterm) {
   const std::string node = "127.0.0.1:" + std::to_string(testing::ClosedLoopbackPort());
-  std::vector<std::string> argv = {PREFIXKV_CLI, "route",   "--nodes",
-                                   node,         "--model", "m:4:float16:KVCache",
-                                   "--port",     "0"};
-  std::vector<char*> cargv;
-  for (std::string& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&actions, fds[0]);
-  pid_t pid = -1;
-  ASSERT_EQ(posix_spawn(&pid, cargv[0], &actions, nullptr, cargv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
-  close(fds[1]);
-  std::string line;
-  char c;
-  while (read(fds[0], &c, 1) == 1 && c != '\n') line += c;
-  close(fds[0]);
-  const size_t colon = line.rfind(':');
-  ASSERT_EQ(line.rfind("routing on 127.0.0.1:", 0), 0u) << line;
-  const int port = std::atoi(line.c_str() + colon + 1);
-  EXPECT_NE(line.find(" over 1 nodes"), std::string::npos) << line;
+  RouteProcess route({"--nodes", node, "--model", "m:4:float16:KVCache"});
+  ASSERT_NE(route.port(), 0) << route.line();
+  EXPECT_NE(route.line().find(" over 1 nodes"), std::string::npos) << route.line();
   {
-    auto client = route::RespClient::Connect("127.0.0.1", port, 2000);
+    auto client = route::RespClient::Connect("127.0.0.1", route.port(), 2000);
     ASSERT_TRUE(client.ok()) << client.status().ToString();
     auto reply = (*client)->Command({"ROUTE", "m", "1", "2", "3", "4"});
     ASSERT_TRUE(reply.ok());
@@ -221,10 +249,103 @@ TEST(RouteCli, ServesRouteUntilSigterm) {
     ASSERT_TRUE(stats.ok());
     EXPECT_NE(stats->str.find("connected=0"), std::string::npos) << stats->str;
   }
-  kill(pid, SIGTERM);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  const int status = route.Stop(SIGTERM);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+// `prefixkv route` in front of two real `prefixkv serve` nodes, fed by their
+// event streams: a prefix stored on node a (PKV.PUT) is routed to a with all
+// its blocks in RAM; once node b holds it too and a evicted it from RAM (to
+// its SSD tier), the router moves on to b, which holds it in RAM.
+TEST(RouteCli, RoutesToTheServeNodeThatHoldsThePrefixInRam) {
+  testing::TempDir dir;
+  const std::vector<std::string> flags = {"--hot-capacity-bytes", "256K"};
+  testing::ServeProcess a(dir.str() + "/a", flags), b(dir.str() + "/b", flags);
+  ASSERT_NE(a.port(), 0);
+  ASSERT_NE(b.port(), 0);
+  const std::string addr_a = "127.0.0.1:" + std::to_string(a.port());
+  const std::string addr_b = "127.0.0.1:" + std::to_string(b.port());
+  const NamespaceSpec spec = testing::KvOnlySpec();
+  const std::string model = spec.model + ":" + std::to_string(spec.block_tokens) + ":" +
+                            std::string(DTypeName(spec.dtype)) + ":KVCache,KVCache";
+  RouteProcess route({"--nodes", addr_a + "," + addr_b, "--model", model});
+  ASSERT_NE(route.port(), 0) << route.line();
+  auto router = route::RespClient::Connect("127.0.0.1", route.port(), 2000);
+  ASSERT_TRUE(router.ok()) << router.status().ToString();
+  const std::vector<int32_t> tokens = testing::Tokens(4);
+  // ROUTE, then ROUTE.DONE: the load stays zero, only the prefixes decide.
+  const auto routed = [&]() -> std::string {
+    std::vector<std::string> args = {"ROUTE", spec.model};
+    for (int32_t t : tokens) args.push_back(std::to_string(t));
+    StatusOr<route::RespValue> r = (*router)->Command(args);
+    if (!r.ok() || r->elements.size() != 4)
+      return r.ok() ? r->Text() : r.status().ToString();
+    (void)(*router)->Command(
+        {"ROUTE.DONE", r->elements[1].Text(), std::to_string(tokens.size())});
+    return r->Text();
+  };
+  // Ties rotate between the nodes: an answer counts when four in a row agree.
+  const auto steady = [&](const std::string& want) {
+    for (int i = 0; i < 4; ++i) {
+      if (routed() != want) return false;
+    }
+    return true;
+  };
+  const auto wait_for = [&](const std::string& want) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!steady(want) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return steady(want);
+  };
+  const std::vector<std::string> prefix = testing::EncodedStore(spec, tokens);
+  testing::RespClient na(a.port()), nb(b.port());
+  for (testing::RespClient* n : {&na, &nb}) {
+    ASSERT_FALSE(n->Call(testing::RegisterArgs(spec)).IsError());
+  }
+  ASSERT_EQ(na.Call(testing::PutArgs(prefix)).type, '*');
+  EXPECT_TRUE(wait_for(addr_a + " 0 4 4")) << routed();
+  // b holds it too (a tie), then other prompts fill a's RAM: the prefix
+  // moves to a's SSD tier.
+  ASSERT_EQ(nb.Call(testing::PutArgs(prefix)).type, '*');
+  for (int i = 1; i <= 200 && !steady(addr_b + " 1 4 4"); ++i) {
+    std::vector<int32_t> other = testing::Tokens(8);
+    for (int32_t& t : other) t += 1000 * i;
+    ASSERT_EQ(na.Call(testing::PutArgs(testing::EncodedStore(spec, other))).type, '*');
+  }
+  EXPECT_TRUE(wait_for(addr_b + " 1 4 4")) << routed();
+  EXPECT_EQ(route.Stop(SIGTERM), 0);
+}
+
+// A node whose log no longer holds its start (retention) answers XREAD from 0
+// with RESNAPSHOT: the router's feed then bootstraps from the node's
+// PKV.SNAPSHOT, so the router knows every block the node held before (not
+// only the changes from then on), and tails the stream after the snapshot.
+TEST(RouteCli, AFeedBehindRetentionBootstrapsFromPkvSnapshot) {
+  testing::TempDir dir;
+  testing::ServeProcess node(dir.str() + "/n", {"--event-retention-bytes", "8K"});
+  ASSERT_NE(node.port(), 0);
+  testing::RespClient c(node.port());
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_EQ(c.Call({"SET", "k" + std::to_string(i), "v"}).str, "OK");
+  }
+  ASSERT_TRUE(c.Call({"XREAD", "STREAMS", "prefixkv:events", "0"}).IsError());
+  StatusOr<std::unique_ptr<PrefixRouter>> router = PrefixRouter::Open({.nodes = 1});
+  ASSERT_TRUE(router.ok()) << router.status().ToString();
+  route::EventFeed feed({.port = node.port(), .node = 0}, router->get());
+  const auto blocks_become = [&](uint64_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while ((*router)->Stats().blocks != n &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return (*router)->Stats().blocks;
+  };
+  EXPECT_EQ(blocks_become(300), 300u);
+  EXPECT_EQ(feed.resnapshots(), 1u);
+  ASSERT_EQ(c.Call({"SET", "k300", "v"}).str, "OK");
+  EXPECT_EQ(blocks_become(301), 301u);
+  EXPECT_EQ(feed.resnapshots(), 1u);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <list>
 #include <optional>
@@ -324,6 +325,18 @@ std::vector<TraceRequest> Conversations() {
     }
   }
   return trace;
+}
+
+TEST(TraceReplay, EnginesKeepNoEventLog) {
+  testing::TempDir dir;
+  ReplayConfig config;
+  config.bytes_per_token = 1;
+  config.hot.tokens = 1000;
+  config.ssd.tokens = 10000;
+  config.ssd_path = dir.str();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReplayTiers> tiers, ReplayTiers::Open(config));
+  EXPECT_FALSE(tiers->engine().EventLogStats().enabled);
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "events"));
 }
 
 TEST(RoutedReplay, PrefixRoutingFollowsTheNodesEvents) {

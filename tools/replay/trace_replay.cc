@@ -57,6 +57,10 @@ StatusOr<std::unique_ptr<ReplayTiers>> ReplayTiers::Open(const ReplayConfig& con
   o.remote_timeout_ms = config.remote_timeout_ms;
   o.remote_limits.ttl_seconds = config.remote_ttl_seconds;
   o.remote_store_factory = config.remote_store_factory;
+  // No event log: a routed replay feeds its router from on_kv_event (the
+  // tiers' events, unnumbered), and nothing else reads events; a log would
+  // cost every node RAM, files and a writer thread.
+  o.event_log = false;
   o.on_kv_event = config.on_kv_event;
   o.configure_remote = [prefix = config.remote_key_prefix](RemoteTierOptions& r) {
     r.key_prefix = prefix;

@@ -91,6 +91,30 @@ Status ParseXreadReply(const RespValue& reply, std::vector<KvEvent>* events,
   return Status::OK();
 }
 
+Status ParseSnapshotReply(const RespValue& reply, std::vector<KvEvent>* blocks,
+                          std::string* id) {
+  if (reply.type != Type::kArray || reply.elements.size() != 6 ||
+      reply.elements[1].type != Type::kString)
+    return Status::InvalidArgument(
+        "PKV.SNAPSHOT reply is not [id, <id>, hot, [...], ssd, [...]]");
+  PKV_RETURN_IF_ERROR(ParseIdSeq(reply.elements[1].str).status());
+  for (size_t t = 2; t < 6; t += 2) {
+    PKV_ASSIGN_OR_RETURN(TierLevel tier, ParseTier(reply.elements[t].str));
+    if (reply.elements[t + 1].type != Type::kArray)
+      return Status::InvalidArgument(
+          "PKV.SNAPSHOT reply: a tier's blocks are not an array");
+    for (const RespValue& b : reply.elements[t + 1].elements) {
+      if (b.type != Type::kArray || b.elements.empty())
+        return Status::InvalidArgument("PKV.SNAPSHOT reply: a block is not an array");
+      StatusOr<BlockKey> key = BlockKey::FromHex(b.elements[0].str);
+      if (!key.ok()) return Bad("key '" + b.elements[0].str + "' is not 32 hex digits");
+      blocks->push_back({.kind = KvEventKind::kStored, .tier = tier, .key = *key});
+    }
+  }
+  *id = reply.elements[1].str;
+  return Status::OK();
+}
+
 std::string LastGeneratedId(const RespValue& xinfo) {
   if (xinfo.type != Type::kArray) return "";
   const std::vector<RespValue>& f = xinfo.elements;
@@ -137,11 +161,22 @@ void EventFeed::Tail(RespClient& client) {
     if (!reply.ok()) return;  // reconnect
     if (reply->type == Type::kError) {
       // The node no longer holds what follows last_id_ (RESNAPSHOT): what the
-      // router knows of it may be stale. Read its whole log again; when even
-      // that is refused (retention dropped its start), go on from its head,
-      // knowing only the changes from then on.
+      // router knows of it may be stale. A prefixkv node answers PKV.SNAPSHOT:
+      // its key sets and the id to go on after. Else read its whole log
+      // again; when even that is refused (retention dropped its start), go
+      // on from its head, knowing only the changes from then on.
       router_->ForgetNode(options_.node);
       ++resnapshots_;
+      StatusOr<RespValue> snap = client.Command({"PKV.SNAPSHOT"});
+      if (!snap.ok()) return;  // reconnect
+      std::vector<KvEvent> blocks;
+      std::string id;
+      if (ParseSnapshotReply(*snap, &blocks, &id).ok()) {
+        for (const KvEvent& e : blocks) router_->Apply(options_.node, e);
+        applied_ += blocks.size();
+        last_id_ = id;
+        continue;
+      }
       std::string head;
       if (last_id_ == "0") {
         StatusOr<RespValue> info = client.Command({"XINFO", "STREAM", options_.stream});

@@ -35,6 +35,12 @@ StatusOr<KvEvent> ParseStreamEntry(const RespValue& entry);
 Status ParseXreadReply(const RespValue& reply, std::vector<KvEvent>* events,
                        std::string* last_id);
 
+// PKV.SNAPSHOT's reply (docs/protocol.md): one kStored event per block of
+// its hot and SSD key sets, and the stream id they are consistent with.
+// InvalidArgument for anything else (an error reply: a server without it).
+Status ParseSnapshotReply(const RespValue& reply, std::vector<KvEvent>* blocks,
+                          std::string* id);
+
 // XINFO STREAM's "last-generated-id" (the stream's head); empty when the
 // reply holds none.
 std::string LastGeneratedId(const RespValue& xinfo);
