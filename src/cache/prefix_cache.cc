@@ -63,7 +63,8 @@ StatusOr<Namespace> PrefixCache::RegisterModel(const NamespaceSpec& spec,
   auto ns = std::make_unique<cache::NamespaceState>();
   ns->spec = spec;
   ns->fingerprint = fingerprint;
-  ns->root = NamespaceRootFromFingerprint(fingerprint);
+  ns->root =
+      options.root.IsZero() ? NamespaceRootFromFingerprint(fingerprint) : options.root;
   for (const std::string& type : spec.layer_types) {
     PKV_ASSIGN_OR_RETURN(CacheFamily family, CacheTypeRegistry::Lookup(type));
     ns->families.push_back(family);

@@ -183,13 +183,17 @@ StatusOr<MissExplanation> Engine::ExplainMiss(const NamespaceSpec& spec,
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());
   PKV_ASSIGN_OR_RETURN(std::string fingerprint, spec.Fingerprint());
   MissExplanation out;
-  out.root = NamespaceRootFromFingerprint(fingerprint);
+  // A namespace written before its shapes were keyed is found under its old root.
+  PKV_ASSIGN_OR_RETURN(RootChoice choice, impl_->ChooseRoot(spec, fingerprint));
+  out.root = choice.root;
   out.prompt_tokens = tokens.size();
   BlockSource source{nullptr, impl_->ssd_.get()};
   {
     MutexLock lock(&impl_->mu_);
     for (const auto& m : impl_->models_) {
-      if (m->fingerprint == fingerprint) source = {m->tiers.stack.get(), nullptr};
+      if (m->fingerprint != fingerprint) continue;
+      source = {m->tiers.stack.get(), nullptr};
+      out.root = m->ns.root;
     }
   }
   std::vector<bool> tip_only;
