@@ -569,15 +569,6 @@ std::vector<int32_t> ReleasedTurn(FullModelSessions& s,
 TEST_F(SessionPrefixCache, RecipesDifferingOnlyInALayerShapeNeverShareBlocks) {
   FullModelSessions a(stack);
   FullModelSessions b(stack, {}, nullptr, OtherShapeConfig());
-  const NamespaceSpec spec_a = SessionNamespaceSpec(RecipeOf(*a.shard), "hybrid", 4);
-  const NamespaceSpec spec_b = SessionNamespaceSpec(RecipeOf(*b.shard), "hybrid", 4);
-  ASSERT_EQ(spec_a.layer_shapes.size(), 6u);
-  EXPECT_EQ(spec_a.layer_shapes[0].ToString(), "2x8w6");
-  EXPECT_EQ(spec_b.layer_shapes[0].ToString(), "2x4w6");
-  EXPECT_EQ(spec_a.layer_shapes[2].ToString(), "2x8");
-  std::vector<ManifestDifference> diff = DiffSpecs(spec_a, spec_b);
-  ASSERT_EQ(diff.size(), 6u);
-  EXPECT_EQ(diff[0].field, "layer 0 shape");
   std::vector<int32_t> conv = Message(0, a.model->config().vocab_size);
   std::vector<int32_t> reply = ReleasedTurn(a, conv, 1, 0);
   conv.insert(conv.end(), reply.begin(), reply.end());
@@ -591,6 +582,26 @@ TEST_F(SessionPrefixCache, RecipesDifferingOnlyInALayerShapeNeverShareBlocks) {
       stack.engine->Match(b.manager->config().prefix_cache.ns, conv)->matched_tokens(),
       0u);
   ReleasedTurn(b, conv, 1, 0);  // computed from scratch, with parity
+  // Every layer's shape is keyed and named.
+  const NamespaceSpec spec_a = SessionNamespaceSpec(RecipeOf(*a.shard), "hybrid", 4);
+  const NamespaceSpec spec_b = SessionNamespaceSpec(RecipeOf(*b.shard), "hybrid", 4);
+  ASSERT_EQ(spec_a.layer_shapes.size(), 6u);
+  EXPECT_EQ(spec_a.layer_shapes[0].ToString(), "2x8w6");
+  EXPECT_EQ(spec_b.layer_shapes[0].ToString(), "2x4w6");
+  EXPECT_EQ(spec_a.layer_shapes[2].ToString(), "2x8");
+  std::vector<ManifestDifference> diff = DiffSpecs(spec_a, spec_b);
+  ASSERT_EQ(diff.size(), 6u);
+  EXPECT_EQ(diff[0].field, "layer 0 shape");
+  // A recurrent layer's conv ring and state are keyed too.
+  ModelConfig shorter_conv = RecurrentHybridModelConfig();
+  shorter_conv.conv_kernel = 3;
+  const NamespaceSpec recurrent = SessionNamespaceSpec(
+      RecipeOf(*FullShard(SeedModel(RecurrentHybridModelConfig()))), "hybrid", 4);
+  const NamespaceSpec recurrent_b =
+      SessionNamespaceSpec(RecipeOf(*FullShard(SeedModel(shorter_conv))), "hybrid", 4);
+  EXPECT_EQ(recurrent.layer_shapes.at(1).ToString(), "0x0r3x32:4x8");
+  EXPECT_EQ(recurrent_b.layer_shapes.at(1).ToString(), "0x0r2x32:4x8");
+  EXPECT_NE(NamespaceRoot(recurrent).value(), NamespaceRoot(recurrent_b).value());
 }
 
 // SessionNamespaceSpec as it was before it keyed the layer shapes.
