@@ -341,5 +341,36 @@ TEST_F(EngineRemoteTest, ANamespaceAdoptedFromBeforeShapesStaysOutOfTheRemoteTie
   EXPECT_EQ(none.matched_tokens(), 0u);
 }
 
+// ExplainMiss on a node whose local tiers miss what another node stored: the
+// remote tier holds it, and a Match would fetch it (looked up without
+// counting). Once fetched, no miss; a prompt nobody stored is not in-remote.
+TEST_F(EngineRemoteTest, ExplainMissSaysTheRemoteTierHoldsWhatTheLocalTiersMiss) {
+  const std::vector<int32_t> tokens = Tokens(6 * kBlockTokens + 2);
+  StoreOnNodeA(tokens);
+  Engine& b = *node_b_.first;
+  const RemoteCounters before = b.Stats().remote;
+  ASSERT_OK_AND_ASSIGN(MissExplanation m, b.ExplainMiss(KvSpec(), tokens));
+  EXPECT_EQ(m.kind, MissKind::kInRemote) << m.reason;
+  EXPECT_EQ(MissKindName(m.kind), "in-remote");
+  EXPECT_EQ(m.cached_blocks, 0u);
+  EXPECT_EQ(m.first_missed_block, 0);
+  EXPECT_EQ(m.remote_blocks, 6u);
+  EXPECT_EQ(m.restorable_with_remote_tokens, 6u * kBlockTokens);
+  EXPECT_NE(m.reason.find("the remote tier holds it and 5 block(s) after it"),
+            std::string::npos)
+      << m.reason;
+  const RemoteCounters after = b.Stats().remote;
+  EXPECT_EQ(after.hits, before.hits);
+  EXPECT_EQ(after.misses, before.misses);
+  ASSERT_OK_AND_ASSIGN(MatchResult match, b.Match(node_b_.second, tokens));
+  EXPECT_GE(match.matched_tokens(), 6u * kBlockTokens);
+  ASSERT_OK_AND_ASSIGN(MissExplanation fetched, b.ExplainMiss(KvSpec(), tokens));
+  EXPECT_EQ(fetched.kind, MissKind::kNone) << fetched.reason;
+  ASSERT_OK_AND_ASSIGN(MissExplanation nobody,
+                       b.ExplainMiss(KvSpec(), Tokens(3 * kBlockTokens, 5000)));
+  EXPECT_NE(nobody.kind, MissKind::kInRemote) << nobody.reason;
+  EXPECT_EQ(nobody.remote_blocks, 0u);
+}
+
 }  // namespace
 }  // namespace prefixkv
