@@ -549,8 +549,7 @@ TEST_F(SessionPrefixCache, NamespaceSpecNamesTheShardAndItsLayerTypes) {
 
 // HybridModelConfig with 8 query heads of 4 elements (the same 6 layers,
 // windows, KV heads, block size and dtype): only the layer shapes differ.
-ModelConfig OtherShapeConfig() {
-  ModelConfig c = HybridModelConfig();
+ModelConfig OtherShapeConfig(ModelConfig c = HybridModelConfig()) {
   c.n_heads = 8;
   return c;
 }
@@ -611,16 +610,19 @@ NamespaceSpec LegacySessionSpec(const KvCacheRecipe& recipe) {
   return spec;
 }
 
-TEST(SessionNamespaceMigration,
-     ADirectoryFromBeforeShapesKeepsHittingAndRefusesOtherShapes) {
+// A directory written under the spec without shapes by a model of `config`
+// (`layout`: its family letters): kept by the spec with shapes on two opens,
+// never given to a model of other head dims that registers first.
+void ExpectAnOldDirectoryIsKeptForItsShapesOnly(const ModelConfig& config,
+                                                const std::string& layout) {
   TempDir dir;
-  auto model = SeedModel(HybridModelConfig());
+  auto model = SeedModel(config);
   const KvCacheRecipe recipe = RecipeOf(*FullShard(model));
   const NamespaceSpec legacy = LegacySessionSpec(recipe);
   // The fingerprint data directories were written under.
-  EXPECT_EQ(
-      legacy.Fingerprint().value(),
-      "prefixkv/v1|model=hybrid|layers=6|block=4|dtype=float32|layout=RRKRRK|salt=");
+  EXPECT_EQ(legacy.Fingerprint().value(),
+            "prefixkv/v1|model=hybrid|layers=6|block=4|dtype=float32|layout=" + layout +
+                "|salt=");
   const BlockKey legacy_root = NamespaceRoot(legacy).value();
   std::vector<int32_t> conv = Message(0, model->config().vocab_size);
   {
@@ -642,13 +644,13 @@ TEST(SessionNamespaceMigration,
     stack.Open(dir.str());
     {
       // Another shape first (the second time): never the adopted namespace.
-      FullModelSessions other(stack, {}, nullptr, OtherShapeConfig());
+      FullModelSessions other(stack, {}, nullptr, OtherShapeConfig(config));
       const Namespace ns = other.manager->config().prefix_cache.ns;
       EXPECT_NE(ns.root, legacy_root);
       EXPECT_EQ(stack.engine->Match(ns, conv)->matched_tokens(), 0u);
       if (open == 1) ReleasedTurn(other, conv, 1, 0);
     }
-    FullModelSessions s(stack);
+    FullModelSessions s(stack, {}, nullptr, config);
     const Namespace ns = s.manager->config().prefix_cache.ns;
     EXPECT_EQ(ns.root, legacy_root);
     EXPECT_EQ(stack.engine->Match(ns, conv)->matched_tokens(), conv.size());
@@ -674,6 +676,16 @@ TEST(SessionNamespaceMigration,
     EXPECT_TRUE(found);
     stack.Close();
   }
+}
+
+TEST(SessionNamespaceMigration,
+     ADirectoryFromBeforeShapesKeepsHittingAndRefusesOtherShapes) {
+  ExpectAnOldDirectoryIsKeptForItsShapesOnly(HybridModelConfig(), "RRKRRK");
+}
+
+TEST(SessionNamespaceMigration, ARecurrentHybridDirectoryFromBeforeShapesToo) {
+  // The recurrent layers' conv ring and state are checked against the shapes.
+  ExpectAnOldDirectoryIsKeptForItsShapesOnly(RecurrentHybridModelConfig(), "RAKRAK");
 }
 
 }  // namespace
