@@ -89,6 +89,17 @@ Status internal::EngineImpl::StoreManifest(const NamespaceSpec& spec,
                                 " has a stored manifest of " + m->fingerprint + ", not " +
                                 fingerprint + ": refusing to reuse its blocks");
     }
+    // Adopted by a spec with layer shapes (docs/format.md §5.1): a spec
+    // without them could store blocks of other shapes there.
+    if (m.ok() && m->shapes_recorded_later) {
+      std::string shapes;
+      for (const LayerShape& l : m->spec.layer_shapes)
+        shapes += (shapes.empty() ? "" : ",") + l.ToString();
+      return Status::InvalidArgument(
+          "namespace " + root.ToHex() + " of model " + spec.model +
+          " serves layer shapes " + shapes +
+          " (kept from before shapes were keyed): register the spec with them");
+    }
     // The same fingerprint (a manifest of a newer version or a damaged one
     // is rewritten: the root is the hash of the fingerprint it describes).
     if (m.ok()) return Status::OK();

@@ -326,6 +326,12 @@ TEST_F(EngineRemoteTest, ANamespaceAdoptedFromBeforeShapesStaysOutOfTheRemoteTie
   ASSERT_NE(a, nullptr);
   ASSERT_OK_AND_ASSIGN(Namespace adopted, a->RegisterModel(shaped, tail));
   EXPECT_EQ(adopted.root, NamespaceRoot(legacy).value());
+  // The spec without shapes could store other shapes there: refused.
+  StatusOr<Namespace> unshaped = a->RegisterModel(legacy, tail);
+  EXPECT_TRUE(unshaped.status().IsInvalidArgument()) << unshaped.status().ToString();
+  EXPECT_NE(unshaped.status().message().find("serves layer shapes 2x8,2x8"),
+            std::string::npos)
+      << unshaped.status().ToString();
   ASSERT_OK_AND_ASSIGN(MatchResult m, a->Match(adopted, tokens));
   EXPECT_EQ(m.matched_tokens(), tokens.size());  // from its own SSD tier
   const std::vector<int32_t> more = Tokens(6 * kBlockTokens, 1000);
