@@ -276,6 +276,8 @@ enum class MissKind : uint8_t {
                     // placeholder, so a restore walks back before it
   kOtherNamespace,  // the prompt's first block is stored under another
                     // namespace: `differences` names the fields
+  kInRemote,        // not in the local tiers, but the remote tier holds it
+                    // (and `remote_blocks` - 1 after it): a Match fetches them
 };
 std::string_view MissKindName(MissKind kind);  // "none", "never-stored", ...
 
@@ -298,6 +300,12 @@ struct MissExplanation {
   uint64_t other_cached_blocks = 0;
   bool other_has_manifest = false;
   std::vector<ManifestDifference> differences;
+  // With a remote tier the namespace uses: the blocks from the first one the
+  // local tiers miss on that the remote tier holds in a row (at most 256
+  // looked up, without counting), and the tokens a restore would give once a
+  // Match fetched them (after the tip-only walk-back). 0 without one.
+  uint64_t remote_blocks = 0;
+  uint64_t restorable_with_remote_tokens = 0;
 };
 
 // A namespace's stored manifest (Engine::Manifests).
@@ -469,8 +477,10 @@ class Engine {
   // state is a placeholder, and the cause: the SSD tier's removal history
   // (evicted, removed, corrupt-dropped), or, when even the first block is
   // missing, another namespace (stored manifests and registered models)
-  // holding it, with the fields its spec differs in. docs/prefix_cache.md
-  // "Explaining a miss". InvalidArgument for a bad spec.
+  // holding it, with the fields its spec differs in. With a remote tier,
+  // blocks it holds after the local ones come first (kInRemote: a Match
+  // would fetch them). docs/prefix_cache.md "Explaining a miss".
+  // InvalidArgument for a bad spec.
   StatusOr<MissExplanation> ExplainMiss(const NamespaceSpec& spec,
                                         std::span<const int32_t> tokens);
   // Every namespace manifest in the SSD tier (RegisterModel writes one per

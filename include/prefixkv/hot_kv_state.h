@@ -85,9 +85,13 @@ struct SessionPrefixCache {
 };
 
 // The namespace spec of a manager's owned layers: float32 caches (what
-// LayerKvCache holds), "RotatingKVCache" for windowed layers, "KVCache"
-// otherwise. A shard owning only part of the model gets "/layers=S-E" appended
-// to `model`, so each shard of a pipeline has its own namespace.
+// LayerKvCache holds), "RotatingKVCache" for windowed layers, "ArraysCache"
+// for recurrent ones, "KVCache" otherwise, and every layer's tensor shape
+// (layer_shapes: heads x head dim, window, recurrent state), so recipes that
+// differ in any shape never share a key (docs/format.md §5.1 for data
+// directories written before). A shard owning only part of the model gets
+// "/layers=S-E" appended to `model`, so each shard of a pipeline has its own
+// namespace.
 NamespaceSpec SessionNamespaceSpec(const KvCacheRecipe& recipe, std::string model,
                                    uint32_t block_tokens);
 

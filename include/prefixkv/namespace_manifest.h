@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "prefixkv/block.h"
 #include "prefixkv/block_key.h"
 #include "prefixkv/status.h"
 
@@ -29,11 +30,24 @@ inline constexpr std::string_view kManifestVersionLine = "prefixkv-manifest/1";
 struct NamespaceManifest {
   NamespaceSpec spec;
   std::string fingerprint;  // as stored; its XXH3-128 is the namespace root
+  // The layer shapes were recorded after the namespace's blocks had been
+  // written under the fingerprint without them (a data directory from before
+  // session namespaces keyed their shapes, docs/format.md §5 "Shapes recorded
+  // later"): `fingerprint` is WithoutLayerShapes(spec)'s, and the namespace
+  // serves exactly `spec.layer_shapes`.
+  bool shapes_recorded_later = false;
 };
 
+// `spec` with its layer shapes unset: the spec whose fingerprint keys the
+// blocks of a namespace written before its shapes were keyed.
+NamespaceSpec WithoutLayerShapes(NamespaceSpec spec);
+
 // The manifest of `spec`. InvalidArgument for a spec Fingerprint refuses or a
-// layer type name with a ',' in it.
-StatusOr<std::string> EncodeManifest(const NamespaceSpec& spec);
+// layer type name with a ',' in it. With `shapes_recorded_later` (a spec with
+// layer shapes): the fingerprint is WithoutLayerShapes(spec)'s and a last line
+// "keys_without=layer_shapes" says so.
+StatusOr<std::string> EncodeManifest(const NamespaceSpec& spec,
+                                     bool shapes_recorded_later = false);
 // NotSupported for another version line; Corruption for a missing, repeated
 // or malformed field, or a fingerprint that does not match the fields (when
 // this process knows every layer type of the manifest).
@@ -49,6 +63,14 @@ Status SetSpecField(NamespaceSpec* spec, const std::string& name, std::string_vi
 // Parses a layer_shapes value: LayerShape::ToString per layer, comma-separated
 // ("8x128,8x128w4096,0x0r3x32:4x8"). InvalidArgument naming the bad entry.
 StatusOr<std::vector<LayerShape>> ParseLayerShapes(std::string_view text);
+
+// Whether the tensors of a stored block fit `shapes` (one per layer): every
+// layer that carries state has keys [..., kv_heads, tokens, head_dim] and, with
+// a window, rotating meta of that window; a recurrent layer a conv ring of
+// `channels` wide rows in a ring of `conv_tokens` and a state [..., state_heads,
+// state_dim, state_dim]. Placeholders fit anything. InvalidArgument naming the
+// first layer that does not fit, or a layer count other than shapes.size().
+Status CheckLayerShapes(const BlockRecord& record, const std::vector<LayerShape>& shapes);
 
 // One field that gives two specs different fingerprints.
 struct ManifestDifference {

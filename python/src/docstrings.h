@@ -114,9 +114,10 @@ inline constexpr const char* kExplainMiss =
 (a Namespace; or none) with each keyword (model, layer_types, block_tokens,
 dtype, salt and the register_model spec keywords) replacing its field; the
 spec need not be registered. A dict: kind (none, never-stored, not-stored,
-evicted, removed, corrupt-dropped, stripped, other-namespace), reason,
-first_missed_block (-1: none), first_missed_key, cached_blocks,
-restorable_tokens, other_namespace and differences (field, stored, asked,
+evicted, removed, corrupt-dropped, stripped, other-namespace, in-remote),
+reason, first_missed_block (-1: none), first_missed_key, cached_blocks,
+restorable_tokens, other_namespace, remote_blocks,
+restorable_with_remote_tokens and differences (field, stored, asked,
 text, e.g. "tokenizer hash differs: stored abc, asked def").)doc";
 inline constexpr const char* kMatchCall =
     "The longest cached prefix of `tokens` (a sequence or 1-D array of ints,\n"

@@ -284,6 +284,8 @@ py::dict MissDict(const MissExplanation& m) {
   d["other_namespace"] = m.other_root.IsZero() ? "" : m.other_root.ToHex();
   d["other_cached_blocks"] = m.other_cached_blocks;
   d["other_has_manifest"] = m.other_has_manifest;
+  d["remote_blocks"] = m.remote_blocks;
+  d["restorable_with_remote_tokens"] = m.restorable_with_remote_tokens;
   py::list differences;
   for (const ManifestDifference& diff : m.differences) {
     py::dict one;

@@ -62,6 +62,8 @@ def test_explain_miss_names_the_field_a_restarted_spec_differs_in(data_dir, rng)
         assert (hit["kind"], hit["restorable_tokens"]) == ("none", 12), hit["reason"]
         never = e.explain_miss(list(range(100, 108)), asked, tokenizer_hash="abc")
         assert never["kind"] == "never-stored", never["reason"]
+        # No remote tier: nothing looked up there.
+        assert (never["remote_blocks"], never["restorable_with_remote_tokens"]) == (0, 0)
         with pytest.raises(TypeError):
             e.explain_miss(tokens, asked, colour="red")
         with pytest.raises(prefixkv.errors.InvalidArgument):

@@ -22,6 +22,7 @@ class cache::NamespaceState {
   bool has_tip_only = false;          // any rotating/arrays/composite layer
   TierStack* tiers = nullptr;
   OwnerId owner = 0;
+  bool remote = true;         // NamespaceOptions::remote
   bool partial_tail = false;  // NamespaceOptions::store_partial_tail
 
   Mutex store_mu;  // serialises Store() and lineage access
@@ -31,7 +32,8 @@ class cache::NamespaceState {
     return BlockMeta{key, parent, root, owner};
   }
   // A lookup of this namespace's blocks (its owner's read).
-  TierRead Read() const { return TierRead{.owner = owner}; }
+  TierRead Read() const { return TierRead{.owner = owner, .remote = remote}; }
+  bool UsesRemote() const { return remote && tiers->has_remote(); }
 };
 
 }  // namespace prefixkv

@@ -60,7 +60,8 @@ StatusOr<Namespace> PrefixCache::RegisterModel(const NamespaceSpec& spec,
   auto ns = std::make_unique<cache::NamespaceState>();
   ns->spec = spec;
   ns->fingerprint = fingerprint;
-  ns->root = NamespaceRootFromFingerprint(fingerprint);
+  ns->root =
+      options.root.IsZero() ? NamespaceRootFromFingerprint(fingerprint) : options.root;
   for (const std::string& type : spec.layer_types) {
     PKV_ASSIGN_OR_RETURN(CacheFamily family, CacheTypeRegistry::Lookup(type));
     ns->families.push_back(family);
@@ -68,6 +69,7 @@ StatusOr<Namespace> PrefixCache::RegisterModel(const NamespaceSpec& spec,
   }
   ns->tiers = tiers_;
   ns->owner = options.owner;
+  ns->remote = options.remote;
   ns->partial_tail = options.store_partial_tail;
   if (ns->has_tip_only) {
     MutexLock lock(&ns->store_mu);  // not shared yet; the lock states the rule
@@ -139,7 +141,7 @@ StatusOr<MatchResult> PrefixCache::Match(Namespace handle,
   // costs one batch. Taken while each is the block asked for.
   std::vector<BlockKey> tail_keys;                      // fetched with the chain
   std::vector<std::optional<SharedBytes>> tail_values;  // (longest first)
-  bool remote_chain_ended = !ns->tiers->has_remote();
+  bool remote_chain_ended = !ns->UsesRemote();
   while (!remote_chain_ended && start < tokens.size()) {
     std::vector<BlockKey> keys;
     BlockKey p = parent;
@@ -189,7 +191,7 @@ StatusOr<MatchResult> PrefixCache::Match(Namespace handle,
     take(key, level, part);
     return match;
   }
-  if (!ns->tiers->has_remote() || tails.empty()) return match;
+  if (!ns->UsesRemote() || tails.empty()) return match;
   // Fetched with the chain when it matched to its end; else one more batch.
   std::vector<std::optional<SharedBytes>> got =
       tail_keys == tails ? std::move(tail_values) : ns->tiers->FetchRemote(tails);

@@ -15,6 +15,8 @@ constexpr const char* kFieldNames[] = {"model",        "revision",     "tokenize
                                        "block_tokens", "dtype",        "layer_types",
                                        "layer_shapes", "quantization", "tp",
                                        "pp",           "salt"};
+// The optional last field of a manifest whose shapes were recorded later.
+constexpr const char* kKeysWithout = "keys_without";
 
 std::string Join(const std::vector<std::string>& parts) {
   std::string out;
@@ -210,8 +212,19 @@ std::vector<std::pair<std::string, std::string>> ManifestFields(
   return out;
 }
 
-StatusOr<std::string> EncodeManifest(const NamespaceSpec& spec) {
-  PKV_ASSIGN_OR_RETURN(std::string fingerprint, spec.Fingerprint());
+NamespaceSpec WithoutLayerShapes(NamespaceSpec spec) {
+  spec.layer_shapes.clear();
+  return spec;
+}
+
+StatusOr<std::string> EncodeManifest(const NamespaceSpec& spec,
+                                     bool shapes_recorded_later) {
+  if (shapes_recorded_later && spec.layer_shapes.empty())
+    return Status::InvalidArgument("shapes recorded later need layer shapes");
+  PKV_RETURN_IF_ERROR(spec.Fingerprint().status());
+  PKV_ASSIGN_OR_RETURN(std::string fingerprint,
+                       shapes_recorded_later ? WithoutLayerShapes(spec).Fingerprint()
+                                             : spec.Fingerprint());
   for (const std::string& t : spec.layer_types) {
     if (t.find_first_of(",\n") != std::string::npos)
       return Status::InvalidArgument("layer type '" + t + "' has a ',' or a newline");
@@ -219,6 +232,7 @@ StatusOr<std::string> EncodeManifest(const NamespaceSpec& spec) {
   std::string out =
       std::string(kManifestVersionLine) + "\nfingerprint=" + fingerprint + "\n";
   for (const auto& [name, value] : ManifestFields(spec)) out += name + "=" + value + "\n";
+  if (shapes_recorded_later) out += std::string(kKeysWithout) + "=layer_shapes\n";
   return out;
 }
 
@@ -250,9 +264,18 @@ StatusOr<NamespaceManifest> DecodeManifest(std::string_view text) {
       return Status::Corruption("manifest: " + set.message());
     }
   }
-  if (fields.size() != std::size(kFieldNames) + 1)
+  size_t known_fields = std::size(kFieldNames) + 1;
+  if (auto later = fields.find(kKeysWithout); later != fields.end()) {
+    if (later->second != "layer_shapes" || m.spec.layer_shapes.empty())
+      return Status::Corruption("manifest: keys_without=" + later->second);
+    m.shapes_recorded_later = true;
+    ++known_fields;
+  }
+  if (fields.size() != known_fields)
     return Status::Corruption("manifest has unknown fields");
-  StatusOr<std::string> recomputed = m.spec.Fingerprint();
+  StatusOr<std::string> recomputed = m.shapes_recorded_later
+                                         ? WithoutLayerShapes(m.spec).Fingerprint()
+                                         : m.spec.Fingerprint();
   bool known_types = true;
   for (const std::string& t : m.spec.layer_types)
     known_types = known_types && Letter(t) != '?';
@@ -288,6 +311,68 @@ std::vector<ManifestDifference> DiffSpecs(const NamespaceSpec& a,
   field("pipeline-parallel rank/size", ParallelKeyed(a.pp_rank, a.pp_size),
         ParallelKeyed(b.pp_rank, b.pp_size));
   return out;
+}
+
+}  // namespace prefixkv
+
+namespace prefixkv {
+namespace {
+
+// The last `n` dims of `t` ("" when it has fewer): what a shape check compares.
+std::string LastDims(const Tensor& t, size_t n) {
+  if (t.ndim() < n) return "";
+  std::string out;
+  for (size_t i = t.ndim() - n; i < t.ndim(); ++i)
+    out += (out.empty() ? "" : "x") + std::to_string(t.dim(i));
+  return out;
+}
+
+// The ring size of a layer's rotating meta; 0 without one.
+uint32_t RingSize(const LayerState& layer) {
+  StatusOr<RotatingMeta> meta = RotatingMeta::Parse(layer.meta);
+  return meta.ok() ? static_cast<uint32_t>(meta->max_size) : 0;
+}
+
+// What `layer` holds, written as LayerShape::ToString writes the shape it
+// must equal.
+std::string StoredShape(const LayerState& layer, const LayerShape& asked) {
+  const bool recurrent = asked.channels > 0 || asked.state_dim > 0;
+  const Tensor& keys = layer.tensors[0];
+  if (!recurrent) {
+    const std::string kv = LastDims(keys, 3);
+    const size_t x = kv.find('x');
+    const std::string heads_dim =
+        x == std::string::npos ? kv
+                               : kv.substr(0, x) + "x" + kv.substr(kv.rfind('x') + 1);
+    const uint32_t ring =
+        CacheTypeRegistry::IsRotatingFamily(layer.cache_type) ? RingSize(layer) : 0;
+    return heads_dim + (ring > 0 ? "w" + std::to_string(ring) : "");
+  }
+  const std::string state = layer.tensors.size() > 1 ? LastDims(layer.tensors[1], 3) : "";
+  const size_t x = state.find('x');
+  return "0x0r" + std::to_string(RingSize(layer)) + "x" + LastDims(keys, 1) + ":" +
+         (x == std::string::npos ? state : state.substr(0, state.rfind('x')));
+}
+
+}  // namespace
+
+Status CheckLayerShapes(const BlockRecord& record,
+                        const std::vector<LayerShape>& shapes) {
+  if (record.layers.size() != shapes.size()) {
+    return Status::InvalidArgument("the block has " +
+                                   std::to_string(record.layers.size()) +
+                                   " layers, not " + std::to_string(shapes.size()));
+  }
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const LayerState& layer = record.layers[i];
+    if (layer.placeholder || layer.tensors.empty()) continue;
+    const std::string stored = StoredShape(layer, shapes[i]);
+    if (stored != shapes[i].ToString()) {
+      return Status::InvalidArgument("layer " + std::to_string(i) + " holds " + stored +
+                                     ", not " + shapes[i].ToString());
+    }
+  }
+  return Status::OK();
 }
 
 }  // namespace prefixkv

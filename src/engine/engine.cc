@@ -193,8 +193,10 @@ StatusOr<Namespace> Engine::RegisterModel(const NamespaceSpec& spec,
     }
     return m->ns;
   }
-  const BlockKey root = NamespaceRootFromFingerprint(fingerprint);
-  PKV_RETURN_IF_ERROR(impl_->StoreManifest(spec, fingerprint, root));
+  PKV_ASSIGN_OR_RETURN(RootChoice choice, impl_->ChooseRoot(spec, fingerprint));
+  const BlockKey root = choice.root;
+  const bool with_remote = !choice.shapes_recorded_later;
+  PKV_RETURN_IF_ERROR(impl_->StoreManifest(spec, fingerprint, choice));
   auto model = std::make_unique<EngineModel>();
   model->fingerprint = fingerprint;
   model->options = options;
@@ -209,12 +211,15 @@ StatusOr<Namespace> Engine::RegisterModel(const NamespaceSpec& spec,
   }
   PKV_ASSIGN_OR_RETURN(model->tiers,
                        impl_->NewOwner(name, options.hot_quota_bytes, spec.block_tokens));
-  if (impl_->remote_ != nullptr && options.remote_limits.has_value()) {
+  if (!with_remote) impl_->stack_->KeepLocal(root);
+  if (impl_->remote_ != nullptr && with_remote && options.remote_limits.has_value()) {
     impl_->remote_->SetNamespaceLimits(root, *options.remote_limits);
   }
   NamespaceOptions ns_options;
   ns_options.owner = model->tiers.owner;
   ns_options.store_partial_tail = options.store_partial_tail;
+  ns_options.root = root;
+  ns_options.remote = with_remote;
   PKV_ASSIGN_OR_RETURN(model->ns, impl_->cache_->RegisterModel(spec, ns_options));
   impl_->models_.push_back(std::move(model));
   return impl_->models_.back()->ns;

@@ -72,8 +72,9 @@ std::string Block(int64_t index, const BlockKey& key) {
 std::string_view MissKindName(MissKind kind) {
   // In MissKind's order.
   static constexpr std::string_view kNames[] = {
-      "none",    "never-stored",    "not-stored", "evicted",
-      "removed", "corrupt-dropped", "stripped",   "other-namespace"};
+      "none",     "never-stored",    "not-stored",
+      "evicted",  "removed",         "corrupt-dropped",
+      "stripped", "other-namespace", "in-remote"};
   const size_t i = static_cast<size_t>(kind);
   return i < std::size(kNames) ? kNames[i] : "unknown";
 }
@@ -140,6 +141,41 @@ bool FindOtherNamespace(std::vector<Candidate> candidates, const NamespaceSpec& 
   return true;
 }
 
+// With a remote tier: the blocks it holds from keys[from] on, in a row (one
+// batch of at most 256, not counted), and the tokens a restore would give
+// once a Match fetched them: up to the deepest fetched block whose tip-only
+// state is real, else `restorable` blocks. True when the fetch would restore
+// more than the local tiers.
+bool FromRemote(const RemoteTier& remote, const std::vector<BlockKey>& keys,
+                uint64_t from, uint64_t restorable, const std::vector<bool>& tip_only,
+                uint32_t block_tokens, const DecodeLimits& limits, MissExplanation* out) {
+  const size_t n = std::min<size_t>(keys.size() - from, 256);
+  const std::vector<std::optional<SharedBytes>> got =
+      remote.PeekMany(std::span<const BlockKey>(keys.data() + from, n));
+  uint64_t held = 0;
+  while (held < got.size() && got[held].has_value()) ++held;
+  const bool any_tip_only = std::count(tip_only.begin(), tip_only.end(), true) > 0;
+  uint64_t after = restorable;
+  for (uint64_t j = from + held; j > from; --j) {
+    StatusOr<BlockRecord> rec =
+        any_tip_only ? DecodeBlock(*got[j - 1 - from], limits) : BlockRecord{};
+    if (!any_tip_only || (rec.ok() && TipStateIsReal(*rec, tip_only))) {
+      after = j;
+      break;
+    }
+  }
+  out->remote_blocks = held;
+  out->restorable_with_remote_tokens = after * block_tokens;
+  if (after <= restorable) return false;
+  out->kind = MissKind::kInRemote;
+  out->reason = Block(out->first_missed_block, out->first_missed_key) +
+                " is not in the local tiers, but the remote tier holds it and " +
+                std::to_string(held - 1) + " block(s) after it: a Match fetches them (" +
+                std::to_string(out->restorable_with_remote_tokens) +
+                " tokens restorable then)";
+  return true;
+}
+
 // The cause of a missing block from the SSD tier's removal history.
 void FromHistory(const SsdTier* ssd, MissExplanation* out) {
   const std::string block = Block(out->first_missed_block, out->first_missed_key);
@@ -183,13 +219,17 @@ StatusOr<MissExplanation> Engine::ExplainMiss(const NamespaceSpec& spec,
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());
   PKV_ASSIGN_OR_RETURN(std::string fingerprint, spec.Fingerprint());
   MissExplanation out;
-  out.root = NamespaceRootFromFingerprint(fingerprint);
+  // A namespace written before its shapes were keyed is found under its old root.
+  PKV_ASSIGN_OR_RETURN(RootChoice choice, impl_->ChooseRoot(spec, fingerprint));
+  out.root = choice.root;
   out.prompt_tokens = tokens.size();
   BlockSource source{nullptr, impl_->ssd_.get()};
   {
     MutexLock lock(&impl_->mu_);
     for (const auto& m : impl_->models_) {
-      if (m->fingerprint == fingerprint) source = {impl_->stack_.get(), nullptr};
+      if (m->fingerprint != fingerprint) continue;
+      source = {impl_->stack_.get(), nullptr};
+      out.root = m->ns.root;
     }
   }
   std::vector<bool> tip_only;
@@ -241,6 +281,11 @@ StatusOr<MissExplanation> Engine::ExplainMiss(const NamespaceSpec& spec,
         " are cached, but their window/recurrent state is a placeholder (interior "
         "blocks, or tips stripped by supersede-on-extend): a restore walks back to " +
         std::to_string(out.restorable_tokens) + " tokens";
+    return out;
+  }
+  if (impl_->remote_ != nullptr && !choice.shapes_recorded_later &&
+      FromRemote(*impl_->remote_, keys, cached, restorable, tip_only, spec.block_tokens,
+                 impl_->options_.decode_limits, &out)) {
     return out;
   }
   if (cached == 0 &&

@@ -66,6 +66,16 @@ class PrefixTokenRecorder {
 };
 
 // A registered model.
+// Where a namespace's blocks live (EngineImpl::ChooseRoot).
+struct RootChoice {
+  BlockKey root;  // the chain root of the namespace's keys
+  // Written before its layer shapes were keyed: `root` is the root of the
+  // spec without shapes, and the namespace stays out of the remote tier
+  // (whose keys other nodes' legacy namespaces of other shapes share).
+  bool shapes_recorded_later = false;
+  bool record_shapes = false;  // adopted now: the manifest must record the shapes
+};
+
 struct EngineModel {
   std::string fingerprint;
   ModelOptions options;
@@ -94,11 +104,17 @@ class internal::EngineImpl {
   StatusOr<EngineOwner> NewOwner(const std::string& name,
                                  std::optional<uint64_t> quota_bytes,
                                  uint32_t advisor_block_tokens) REQUIRES(mu_);
-  // engine_manifest.cc: with an SSD tier, stores the manifest of `spec`
-  // (root `root`) unless one is stored; Corruption when the stored one has
-  // another fingerprint. REQUIRES: mu_ held (registration).
+  // engine_manifest.cc: where the blocks of `spec` (whose fingerprint is
+  // `fingerprint`) live in this data directory (docs/format.md §5 "Shapes
+  // recorded later"). Reads the SSD tier's manifests; changes nothing.
+  StatusOr<RootChoice> ChooseRoot(const NamespaceSpec& spec,
+                                  const std::string& fingerprint) const;
+  // With an SSD tier, stores the manifest of `spec` at `choice.root` unless
+  // one is stored (records the shapes of an adopted namespace); Corruption
+  // when the stored one has another fingerprint. REQUIRES: mu_ held
+  // (registration).
   Status StoreManifest(const NamespaceSpec& spec, const std::string& fingerprint,
-                       const BlockKey& root) REQUIRES(mu_);
+                       const RootChoice& choice) REQUIRES(mu_);
   // The model of a namespace handle, or null.
   EngineModel* Find(Namespace ns) const EXCLUDES(mu_);
   // The stack, once the key-value space's owner is registered (on first use,

@@ -83,10 +83,26 @@ NamespaceSpec SessionNamespaceSpec(const KvCacheRecipe& recipe, std::string mode
   spec.block_tokens = block_tokens;
   spec.dtype = DType::kFloat32;  // what LayerKvCache holds
   for (int layer : recipe.owned_layers()) {
-    spec.layer_types.push_back(recipe.layer_recurrent(layer).is_recurrent()
-                                   ? "ArraysCache"
-                               : recipe.layer_window_tokens(layer) > 0 ? "RotatingKVCache"
-                                                                       : "KVCache");
+    const LayerKvGeometry g = recipe.layer_geometry(layer);
+    spec.layer_types.push_back(g.recurrent.is_recurrent() ? "ArraysCache"
+                               : g.window_tokens > 0      ? "RotatingKVCache"
+                                                          : "KVCache");
+    // Every tensor shape is keyed (docs/format.md §5 "Shapes recorded later"
+    // for directories written before): a recurrent layer's KV heads and head
+    // dim are unused, so they are 0.
+    const auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
+    LayerShape shape;
+    if (g.recurrent.is_recurrent()) {
+      shape.conv_tokens = u32(g.recurrent.conv_tokens);
+      shape.channels = u32(g.recurrent.channels);
+      shape.state_heads = u32(g.recurrent.state_heads);
+      shape.state_dim = u32(g.recurrent.state_dim);
+    } else {
+      shape.kv_heads = u32(g.n_kv_heads);
+      shape.head_dim = u32(g.head_dim);
+      shape.window_tokens = u32(g.window_tokens);
+    }
+    spec.layer_shapes.push_back(shape);
   }
   return spec;
 }

@@ -495,6 +495,11 @@ std::vector<std::optional<SharedBytes>> RemoteTier::GetMany(
   return impl_->Fetch(keys, nullptr, /*count=*/true);
 }
 
+std::vector<std::optional<SharedBytes>> RemoteTier::PeekMany(
+    std::span<const BlockKey> keys) const {
+  return impl_->Fetch(keys, nullptr, /*count=*/false);
+}
+
 void RemoteTier::Flush() { impl_->Flush(); }
 RemoteCounters RemoteTier::Counters() const { return impl_->Counters(); }
 

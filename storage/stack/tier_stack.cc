@@ -35,6 +35,19 @@ void TierStack::SetAdvisorTokens(OwnerId owner, uint32_t tokens) {
   advisor_tokens_[owner] = tokens;
 }
 
+void TierStack::KeepLocal(const BlockKey& namespace_id) {
+  MutexLock lock(&mu_);
+  local_only_.insert(namespace_id);
+  any_local_only_.store(true, std::memory_order_release);
+}
+
+bool TierStack::MayGoRemote(const BlockMeta& meta) const {
+  if (meta.namespace_id.IsZero()) return false;  // a raw value: mutable, stays local
+  if (!any_local_only_.load(std::memory_order_acquire)) return true;
+  MutexLock lock(&mu_);
+  return !local_only_.contains(meta.namespace_id);
+}
+
 uint32_t TierStack::AdvisorTokens(OwnerId owner) const {
   MutexLock lock(&mu_);
   return owner < advisor_tokens_.size() ? advisor_tokens_[owner]
@@ -128,8 +141,7 @@ Status TierStack::Put(const BlockMeta& meta, SharedBytes payload) {
       a->OnPut(meta.key, tokens);
   }
   MutexLock lock(&StripeFor(meta.key));
-  if (options_.remote == nullptr || !options_.put_to_remote ||
-      meta.namespace_id.IsZero()) {
+  if (options_.remote == nullptr || !options_.put_to_remote || !MayGoRemote(meta)) {
     return PutLocked(meta, std::move(payload));
   }
   PKV_RETURN_IF_ERROR(PutLocked(meta, payload));
@@ -347,7 +359,7 @@ void TierStack::OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool 
 }
 
 void TierStack::SpillToRemote(const BlockMeta& meta, const SharedBytes& payload) {
-  if (meta.namespace_id.IsZero()) return;  // a raw value: mutable, stays local
+  if (!MayGoRemote(meta)) return;
   if (options_.remote_spill != nullptr) {
     options_.remote_spill->OnEvict(meta, payload, /*dirty=*/false);
   } else {

@@ -336,5 +336,67 @@ TEST(NamespaceManifest, DamagedManifestsAreRefusedWithAReason) {
   EXPECT_TRUE(unknown.IsCorruption()) << unknown.ToString();
 }
 
+TEST(NamespaceManifest, ShapesRecordedLaterKeepTheFingerprintWithoutThem) {
+  const NamespaceSpec spec = FullSpec();
+  const std::string text = EncodeManifest(spec, /*shapes_recorded_later=*/true).value();
+  EXPECT_TRUE(text.ends_with("\nsalt=tenant-a\nkeys_without=layer_shapes\n")) << text;
+  NamespaceManifest m = DecodeManifest(text).value();
+  EXPECT_TRUE(m.shapes_recorded_later);
+  EXPECT_EQ(m.fingerprint, WithoutLayerShapes(spec).Fingerprint().value());
+  EXPECT_EQ(m.spec.layer_shapes, spec.layer_shapes);
+  EXPECT_EQ(EncodeManifest(m.spec, true).value(), text);
+  EXPECT_FALSE(DecodeManifest(EncodeManifest(spec).value())->shapes_recorded_later);
+  EXPECT_TRUE(
+      EncodeManifest(WithoutLayerShapes(spec), true).status().IsInvalidArgument());
+  auto replaced = [&](std::string t, const std::string& from, const std::string& to) {
+    t.replace(t.find(from), from.size(), to);
+    return DecodeManifest(t).status();
+  };
+  EXPECT_TRUE(
+      replaced(text, "keys_without=layer_shapes", "keys_without=salt").IsCorruption());
+  // The line only says how the fingerprint was made: it must still match.
+  EXPECT_TRUE(replaced(EncodeManifest(spec).value(), "salt=tenant-a\n",
+                       "salt=tenant-a\nkeys_without=layer_shapes\n")
+                  .IsCorruption());
+}
+
+LayerState StoredLayer(std::string type, std::vector<int64_t> keys,
+                       std::vector<int64_t> values, std::vector<std::string> meta) {
+  LayerState l;
+  l.cache_type = std::move(type);
+  l.meta = std::move(meta);
+  l.tensors = {Tensor::Filled(DType::kFloat16, std::move(keys), 0),
+               Tensor::Filled(DType::kFloat16, std::move(values), 0)};
+  return l;
+}
+
+TEST(NamespaceManifest, CheckLayerShapesComparesAStoredBlockWithTheShapes) {
+  BlockRecord rec;
+  rec.layers = {StoredLayer("KVCache", {8, 4, 128}, {8, 4, 128}, {"4"}),
+                StoredLayer("RotatingKVCache", {1, 8, 4, 128}, {1, 8, 4, 128},
+                            {"0", "4096", "10", "10"}),
+                StoredLayer("ArraysCache", {1, 3, 32}, {4, 8, 8}, {"0", "3", "5", "2"}),
+                MakePlaceholder("RotatingKVCache")};
+  const std::vector<LayerShape> shapes =
+      ParseLayerShapes("8x128,8x128w4096,0x0r3x32:4x8,8x128w4096").value();
+  EXPECT_OK(CheckLayerShapes(rec, shapes));
+  auto refused = [&](size_t layer, const std::string& shape) {
+    std::vector<LayerShape> asked = shapes;
+    asked[layer] = ParseLayerShapes(shape).value()[0];
+    return CheckLayerShapes(rec, asked);
+  };
+  EXPECT_EQ(refused(0, "8x64").message(), "layer 0 holds 8x128, not 8x64");
+  EXPECT_EQ(refused(0, "4x128").message(), "layer 0 holds 8x128, not 4x128");
+  EXPECT_EQ(refused(1, "8x128w2048").message(),
+            "layer 1 holds 8x128w4096, not 8x128w2048");
+  EXPECT_EQ(refused(1, "8x128").message(), "layer 1 holds 8x128w4096, not 8x128");
+  EXPECT_EQ(refused(2, "0x0r2x32:4x8").message(),
+            "layer 2 holds 0x0r3x32:4x8, not 0x0r2x32:4x8");
+  EXPECT_TRUE(refused(2, "0x0r3x32:4x4").IsInvalidArgument());
+  EXPECT_TRUE(refused(2, "0x0r3x16:4x8").IsInvalidArgument());
+  EXPECT_OK(refused(3, "1x1w1"));  // a placeholder carries no state
+  EXPECT_TRUE(CheckLayerShapes(rec, {shapes[0]}).IsInvalidArgument());
+}
+
 }  // namespace
 }  // namespace prefixkv

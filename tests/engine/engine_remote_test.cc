@@ -9,6 +9,7 @@
 
 #include "prefixkv/advanced/remote_tier.h"
 #include "prefixkv/advanced/ssd_tier.h"
+#include "prefixkv/namespace_manifest.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/support/fake_remote_store.h"
 
@@ -296,6 +297,85 @@ TEST_F(EngineRemoteTest, ARemoteRecordDamagedInsideASoundEnvelopeIsNeverRestored
         record.back() ^= 0x40;  // a tensor byte
         value = RemoteTier::EncodeEnvelope(d.meta, record);
       });
+}
+
+// A data directory written before its spec keyed the layer shapes keeps its
+// blocks (docs/format.md §5.1) but never reads or writes the remote tier under
+// the old root: other nodes' old namespaces there may hold other shapes.
+TEST_F(EngineRemoteTest, ANamespaceAdoptedFromBeforeShapesStaysOutOfTheRemoteTier) {
+  ModelOptions tail;
+  tail.store_partial_tail = true;
+  const NamespaceSpec legacy = KvSpec();
+  NamespaceSpec shaped = legacy;
+  shaped.layer_shapes = ParseLayerShapes("2x8,2x8").value();
+  const std::vector<int32_t> tokens = Tokens(4 * kBlockTokens);
+  {
+    auto old = Open(Node("a", RemoteWriteMode::kAlways));
+    ASSERT_NE(old, nullptr);
+    ASSERT_OK_AND_ASSIGN(Namespace ns, old->RegisterModel(legacy, tail));
+    ASSERT_OK(old->Store(ns, tokens, KvLayers(2, tokens.size(), rng_)).status());
+    ASSERT_OK(old->Close());
+  }
+  auto remote_values = [&] {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    return state_->values.size();
+  };
+  const size_t legacy_remote = remote_values();
+  EXPECT_GT(legacy_remote, 0u);
+  auto a = Open(Node("a", RemoteWriteMode::kAlways));
+  ASSERT_NE(a, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace adopted, a->RegisterModel(shaped, tail));
+  EXPECT_EQ(adopted.root, NamespaceRoot(legacy).value());
+  // The spec without shapes could store other shapes there: refused.
+  StatusOr<Namespace> unshaped = a->RegisterModel(legacy, tail);
+  EXPECT_TRUE(unshaped.status().IsInvalidArgument()) << unshaped.status().ToString();
+  EXPECT_NE(unshaped.status().message().find("serves layer shapes 2x8,2x8"),
+            std::string::npos)
+      << unshaped.status().ToString();
+  ASSERT_OK_AND_ASSIGN(MatchResult m, a->Match(adopted, tokens));
+  EXPECT_EQ(m.matched_tokens(), tokens.size());  // from its own SSD tier
+  const std::vector<int32_t> more = Tokens(6 * kBlockTokens, 1000);
+  ASSERT_OK(a->Store(adopted, more, KvLayers(2, more.size(), rng_)).status());
+  ASSERT_OK(a->Flush());
+  EXPECT_EQ(remote_values(), legacy_remote);  // nothing written back
+  // A fresh node takes the new root: the old remote blocks are not its.
+  auto b = Open(Node("b", RemoteWriteMode::kAlways));
+  ASSERT_NE(b, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace fresh, b->RegisterModel(shaped, tail));
+  EXPECT_EQ(fresh.root, NamespaceRoot(shaped).value());
+  ASSERT_OK_AND_ASSIGN(MatchResult none, b->Match(fresh, tokens));
+  EXPECT_EQ(none.matched_tokens(), 0u);
+}
+
+// ExplainMiss on a node whose local tiers miss what another node stored: the
+// remote tier holds it, and a Match would fetch it (looked up without
+// counting). Once fetched, no miss; a prompt nobody stored is not in-remote.
+TEST_F(EngineRemoteTest, ExplainMissSaysTheRemoteTierHoldsWhatTheLocalTiersMiss) {
+  const std::vector<int32_t> tokens = Tokens(6 * kBlockTokens + 2);
+  StoreOnNodeA(tokens);
+  Engine& b = *node_b_.first;
+  const RemoteCounters before = b.Stats().remote;
+  ASSERT_OK_AND_ASSIGN(MissExplanation m, b.ExplainMiss(KvSpec(), tokens));
+  EXPECT_EQ(m.kind, MissKind::kInRemote) << m.reason;
+  EXPECT_EQ(MissKindName(m.kind), "in-remote");
+  EXPECT_EQ(m.cached_blocks, 0u);
+  EXPECT_EQ(m.first_missed_block, 0);
+  EXPECT_EQ(m.remote_blocks, 6u);
+  EXPECT_EQ(m.restorable_with_remote_tokens, 6u * kBlockTokens);
+  EXPECT_NE(m.reason.find("the remote tier holds it and 5 block(s) after it"),
+            std::string::npos)
+      << m.reason;
+  const RemoteCounters after = b.Stats().remote;
+  EXPECT_EQ(after.hits, before.hits);
+  EXPECT_EQ(after.misses, before.misses);
+  ASSERT_OK_AND_ASSIGN(MatchResult match, b.Match(node_b_.second, tokens));
+  EXPECT_GE(match.matched_tokens(), 6u * kBlockTokens);
+  ASSERT_OK_AND_ASSIGN(MissExplanation fetched, b.ExplainMiss(KvSpec(), tokens));
+  EXPECT_EQ(fetched.kind, MissKind::kNone) << fetched.reason;
+  ASSERT_OK_AND_ASSIGN(MissExplanation nobody,
+                       b.ExplainMiss(KvSpec(), Tokens(3 * kBlockTokens, 5000)));
+  EXPECT_NE(nobody.kind, MissKind::kInRemote) << nobody.reason;
+  EXPECT_EQ(nobody.remote_blocks, 0u);
 }
 
 }  // namespace

@@ -18,7 +18,9 @@ using testing::CacheStack;
 using testing::ExpectMiss;
 using testing::ExpectTail;
 using testing::FullModelSessions;
+using testing::FullShard;
 using testing::HybridModelConfig;
+using testing::kSessionBlockTokens;
 using testing::Message;
 using testing::RecipeOf;
 using testing::RecurrentHybridModelConfig;
@@ -543,6 +545,147 @@ TEST_F(SessionPrefixCache, NamespaceSpecNamesTheShardAndItsLayerTypes) {
   EXPECT_EQ(hybrid.layer_types,
             (std::vector<std::string>{"RotatingKVCache", "ArraysCache", "KVCache",
                                       "RotatingKVCache", "ArraysCache", "KVCache"}));
+}
+
+// HybridModelConfig with 8 query heads of 4 elements (the same 6 layers,
+// windows, KV heads, block size and dtype): only the layer shapes differ.
+ModelConfig OtherShapeConfig(ModelConfig c = HybridModelConfig()) {
+  c.n_heads = 8;
+  return c;
+}
+
+// One conversation turn on `s` (a new session at `epoch`), released (stored).
+std::vector<int32_t> ReleasedTurn(FullModelSessions& s,
+                                  const std::vector<int32_t>& prompt, uint64_t epoch,
+                                  int64_t expected_restored) {
+  auto r = RunTurn(*s.adapter, "chat", epoch, prompt, kReply);
+  EXPECT_EQ(r.reply, StatelessGreedy(*s.model, prompt, kReply));
+  EXPECT_EQ(r.prefill.restore.restored_tokens, expected_restored);
+  EXPECT_TRUE(s.manager->Release("chat", epoch).value());
+  return r.reply;
+}
+
+TEST_F(SessionPrefixCache, RecipesDifferingOnlyInALayerShapeNeverShareBlocks) {
+  FullModelSessions a(stack);
+  FullModelSessions b(stack, {}, nullptr, OtherShapeConfig());
+  std::vector<int32_t> conv = Message(0, a.model->config().vocab_size);
+  std::vector<int32_t> reply = ReleasedTurn(a, conv, 1, 0);
+  conv.insert(conv.end(), reply.begin(), reply.end());
+  // The remote tier only sees keys: the namespaces' keys differ from the root on.
+  EXPECT_NE(a.manager->config().prefix_cache.ns.root,
+            b.manager->config().prefix_cache.ns.root);
+  EXPECT_EQ(
+      stack.engine->Match(a.manager->config().prefix_cache.ns, conv)->matched_tokens(),
+      conv.size());
+  EXPECT_EQ(
+      stack.engine->Match(b.manager->config().prefix_cache.ns, conv)->matched_tokens(),
+      0u);
+  ReleasedTurn(b, conv, 1, 0);  // computed from scratch, with parity
+  // Every layer's shape is keyed and named.
+  const NamespaceSpec spec_a = SessionNamespaceSpec(RecipeOf(*a.shard), "hybrid", 4);
+  const NamespaceSpec spec_b = SessionNamespaceSpec(RecipeOf(*b.shard), "hybrid", 4);
+  ASSERT_EQ(spec_a.layer_shapes.size(), 6u);
+  EXPECT_EQ(spec_a.layer_shapes[0].ToString(), "2x8w6");
+  EXPECT_EQ(spec_b.layer_shapes[0].ToString(), "2x4w6");
+  EXPECT_EQ(spec_a.layer_shapes[2].ToString(), "2x8");
+  std::vector<ManifestDifference> diff = DiffSpecs(spec_a, spec_b);
+  ASSERT_EQ(diff.size(), 6u);
+  EXPECT_EQ(diff[0].field, "layer 0 shape");
+  // A recurrent layer's conv ring and state are keyed too.
+  ModelConfig shorter_conv = RecurrentHybridModelConfig();
+  shorter_conv.conv_kernel = 3;
+  const NamespaceSpec recurrent = SessionNamespaceSpec(
+      RecipeOf(*FullShard(SeedModel(RecurrentHybridModelConfig()))), "hybrid", 4);
+  const NamespaceSpec recurrent_b =
+      SessionNamespaceSpec(RecipeOf(*FullShard(SeedModel(shorter_conv))), "hybrid", 4);
+  EXPECT_EQ(recurrent.layer_shapes.at(1).ToString(), "0x0r3x32:4x8");
+  EXPECT_EQ(recurrent_b.layer_shapes.at(1).ToString(), "0x0r2x32:4x8");
+  EXPECT_NE(NamespaceRoot(recurrent).value(), NamespaceRoot(recurrent_b).value());
+}
+
+// SessionNamespaceSpec as it was before it keyed the layer shapes.
+NamespaceSpec LegacySessionSpec(const KvCacheRecipe& recipe) {
+  NamespaceSpec spec = SessionNamespaceSpec(recipe, "hybrid", kSessionBlockTokens);
+  spec.layer_shapes.clear();
+  return spec;
+}
+
+// A directory written under the spec without shapes by a model of `config`
+// (`layout`: its family letters): kept by the spec with shapes on two opens,
+// never given to a model of other head dims that registers first.
+void ExpectAnOldDirectoryIsKeptForItsShapesOnly(const ModelConfig& config,
+                                                const std::string& layout) {
+  TempDir dir;
+  auto model = SeedModel(config);
+  const KvCacheRecipe recipe = RecipeOf(*FullShard(model));
+  const NamespaceSpec legacy = LegacySessionSpec(recipe);
+  // The fingerprint data directories were written under.
+  EXPECT_EQ(legacy.Fingerprint().value(),
+            "prefixkv/v1|model=hybrid|layers=6|block=4|dtype=float32|layout=" + layout +
+                "|salt=");
+  const BlockKey legacy_root = NamespaceRoot(legacy).value();
+  std::vector<int32_t> conv = Message(0, model->config().vocab_size);
+  {
+    CacheStack old;
+    old.Open(dir.str());
+    const Namespace ns =
+        old.engine->RegisterModel(legacy, {.store_partial_tail = true}).value();
+    auto shard = FullShard(model);
+    HotKvStateManager manager(recipe, old.Bind({}, ns));
+    KvBoundaryAdapter adapter(shard.get(), &manager);
+    auto r = RunTurn(adapter, "chat", 1, conv, kReply);
+    conv.insert(conv.end(), r.reply.begin(), r.reply.end());
+    ASSERT_TRUE(manager.Release("chat", 1).value());
+    old.Close();
+  }
+  for (int open = 0; open < 2; ++open) {  // adopting it, then adopted
+    SCOPED_TRACE("open " + std::to_string(open));
+    CacheStack stack;
+    stack.Open(dir.str());
+    {
+      // Another shape first (the second time): never the adopted namespace.
+      FullModelSessions other(stack, {}, nullptr, OtherShapeConfig(config));
+      const Namespace ns = other.manager->config().prefix_cache.ns;
+      EXPECT_NE(ns.root, legacy_root);
+      EXPECT_EQ(stack.engine->Match(ns, conv)->matched_tokens(), 0u);
+      if (open == 1) ReleasedTurn(other, conv, 1, 0);
+    }
+    FullModelSessions s(stack, {}, nullptr, config);
+    const Namespace ns = s.manager->config().prefix_cache.ns;
+    EXPECT_EQ(ns.root, legacy_root);
+    EXPECT_EQ(stack.engine->Match(ns, conv)->matched_tokens(), conv.size());
+    std::vector<int32_t> prompt = conv;
+    std::vector<int32_t> msg = Message(1 + open, model->config().vocab_size);
+    prompt.insert(prompt.end(), msg.begin(), msg.end());
+    std::vector<int32_t> reply =
+        ReleasedTurn(s, prompt, 10 + open, static_cast<int64_t>(conv.size()));
+    conv = prompt;
+    conv.insert(conv.end(), reply.begin(), reply.end());
+    // The manifest now records the shapes the old blocks are served for.
+    bool found = false;
+    auto manifests = stack.engine->Manifests();
+    ASSERT_OK(manifests);
+    for (const StoredManifest& m : *manifests) {
+      if (m.root != legacy_root) continue;
+      found = true;
+      ASSERT_OK(m.decoded);
+      EXPECT_TRUE(m.decoded->shapes_recorded_later);
+      EXPECT_EQ(m.decoded->spec.layer_shapes,
+                SessionNamespaceSpec(recipe, "hybrid", kSessionBlockTokens).layer_shapes);
+    }
+    EXPECT_TRUE(found);
+    stack.Close();
+  }
+}
+
+TEST(SessionNamespaceMigration,
+     ADirectoryFromBeforeShapesKeepsHittingAndRefusesOtherShapes) {
+  ExpectAnOldDirectoryIsKeptForItsShapesOnly(HybridModelConfig(), "RRKRRK");
+}
+
+TEST(SessionNamespaceMigration, ARecurrentHybridDirectoryFromBeforeShapesToo) {
+  // The recurrent layers' conv ring and state are checked against the shapes.
+  ExpectAnOldDirectoryIsKeptForItsShapesOnly(RecurrentHybridModelConfig(), "RAKRAK");
 }
 
 }  // namespace

@@ -320,7 +320,7 @@ constexpr CliCase kCliCases[] = {
     {"inspect --frobnicate", 2, "unknown flag --frobnicate"},
     {"demo --json --turns 0", 2, "--turns must be 1..64"},
     {"demo --json --model mamba", 2, "--model must be sliding or hybrid"},
-    {"demo --json --model hybrid --nodes 2", 2, "--model hybrid needs --nodes 1"},
+    {"demo --json --model mamba --nodes 2", 2, "--model must be sliding or hybrid"},
     {"audit --json --data-dir", 2, "--data-dir needs a value"},
     {"serve --port six", 2, "--port"},
     {"route --nodes x --model m:16:float16:KVCache", 2, "--nodes: 'x' is not host:port"},

@@ -48,6 +48,16 @@ TEST(BenchRestore, TheLlamaShapeRunsAndReportsRestoreIntoWithTimeToFirstLayer) {
   EXPECT_GT(std::stod(testing::Value(json, "restore_into_ratio_vs_memcpy_fresh_pages")),
             0);
   EXPECT_GT(std::stod(testing::Value(json, "ssd_restore_into_first_layer_ms")), 0);
+  // The hybrid layout: windows and recurrent states restored from the tip,
+  // byte for byte (Restore, SSD and RestoreInto).
+  const testing::CliRun hybrid =
+      testing::RunCli("bench restore --json --repeats 1 --model hybrid --tokens 512");
+  ASSERT_EQ(hybrid.exit_code, 0) << hybrid.output;
+  const std::string h =
+      hybrid.output.substr(hybrid.output.find("{\"suite\":\"restore\""));
+  EXPECT_EQ(testing::Value(h, "model"), "\"hybrid\"");
+  EXPECT_EQ(testing::Value(h, "blocks"), "2");
+  EXPECT_EQ(testing::Value(h, "byte_identical"), "true");
   for (const char* bad :
        {"--model gpt", "--tokens 100", "--model llama3-8b --tokens 0"}) {
     const testing::CliRun usage =

@@ -101,15 +101,19 @@ TEST_F(DemoNodesIntegration, ANodeBTurnRestoresNodeAsTurnFromTheClusterItStarted
   EXPECT_TRUE(std::filesystem::is_directory(dir_.path() / "demo" / "node-b"));
 }
 
+// On the hybrid model (window, recurrent and full-attention layers): each
+// node restores the other's tip, recurrent state included, with token parity.
 TEST_F(DemoNodesIntegration, WithRemoteItUsesTheGivenClusterAndStartsNone) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalRedisCluster> cluster,
                        LocalRedisCluster::Start(LocalRedisClusterOptions{}));
   ASSERT_EQ(ClusterKeys(*cluster), 0u);
   const CliRun run =
-      RunCli("demo --nodes 2 --turns " + std::to_string(kTurns) + " --json --remote " +
-             cluster->uri() + " --data-dir " + dir_.str());
+      RunCli("demo --nodes 2 --model hybrid --turns " + std::to_string(kTurns) +
+             " --json --remote " + cluster->uri() + " --data-dir " + dir_.str());
   EXPECT_EQ(run.exit_code, 0) << run.output;
   const std::string json = Json(run);
+  EXPECT_EQ(Value(json, "model"), "\"hybrid\"") << json;
+  EXPECT_EQ(Value(json, "layer_kinds"), "\"WRWGWRWG\"") << json;
   EXPECT_EQ(Value(json, "cluster_started"), "false") << json;
   EXPECT_EQ(run.output.find("started a local Redis Cluster"), std::string::npos);
   // The value is cut at its first ',': the first seed.

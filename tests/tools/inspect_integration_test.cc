@@ -8,6 +8,7 @@
 #include "prefixkv/engine.h"
 #include "tests/support/test_util.h"
 #include "tests/tools/data_dir_builder.h"
+#include "tools/redis/local_redis_cluster.h"
 
 namespace prefixkv {
 namespace {
@@ -111,14 +112,19 @@ class ExplainMissCliTest : public ::testing::Test {
     std::unique_ptr<Engine> e = Engine::Open(o).value();
     const Namespace ns = e->RegisterModel(spec_).value();
     std::vector<int32_t> tokens = {5, 6, 7, 8, 9, 10, 11, 12, 13};
-    LayerState layer;
-    layer.cache_type = "KVCache";
-    layer.meta = {"9"};
-    layer.tensors = {Tensor::Filled(DType::kFloat32, {1, 2, 9, 8}, 1),
-                     Tensor::Filled(DType::kFloat32, {1, 2, 9, 8}, 2)};
-    ASSERT_OK(e->Store(ns, tokens, {layer}));
+    ASSERT_OK(e->Store(ns, tokens, {KvLayer(tokens.size())}));
     ASSERT_OK(e->Close());
     WriteTokens("5 6 7 8, 9 10 11 12\n13\n");
+  }
+  // The one KVCache layer of spec_ (2 x 8) over `tokens` tokens.
+  static LayerState KvLayer(size_t tokens) {
+    const int64_t n = static_cast<int64_t>(tokens);
+    LayerState layer;
+    layer.cache_type = "KVCache";
+    layer.meta = {std::to_string(n)};
+    layer.tensors = {Tensor::Filled(DType::kFloat32, {1, 2, n, 8}, 1),
+                     Tensor::Filled(DType::kFloat32, {1, 2, n, 8}, 2)};
+    return layer;
   }
   std::string data_dir() const { return tmp_.str() + "/data"; }
   std::string tokens_path() const { return tmp_.str() + "/tokens.txt"; }
@@ -126,6 +132,13 @@ class ExplainMissCliTest : public ::testing::Test {
   CliRun Explain(const std::string& more) {
     return RunCli("explain-miss --data-dir " + data_dir() + " --tokens " + tokens_path() +
                   " " + more);
+  }
+
+  // Explains with `args`: exit 0 and an output that says each of `says`.
+  void ExpectExplained(const std::string& args, const std::vector<std::string>& says) {
+    const CliRun run = Explain(args);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    for (const std::string& text : says) EXPECT_TRUE(Has(run.output, text)) << run.output;
   }
 
   testing::TempDir tmp_;
@@ -173,6 +186,39 @@ TEST_F(ExplainMissCliTest, TheStoredPromptHitsAndAnotherTokenizerIsNamed) {
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_TRUE(Has(run.output, "\"kind\":\"never-stored\"")) << run.output;
   EXPECT_TRUE(Has(run.output, "\"first_missed_block\":1")) << run.output;
+}
+
+// A block another node stored in a real Redis Cluster: with --remote it is
+// in-remote (a Match would fetch it), without it the local cause.
+TEST_F(ExplainMissCliTest, WithRemoteABlockOnlyTheClusterHoldsIsInRemote) {
+  if (!LocalRedisCluster::Available()) GTEST_SKIP() << "redis-server is not installed";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalRedisCluster> cluster,
+                       LocalRedisCluster::Start(LocalRedisClusterOptions{}));
+  {
+    EngineOptions o;
+    o.data_dir = tmp_.str() + "/other-node";
+    o.hot_capacity_bytes = 1 << 20;
+    o.remote = cluster->uri();
+    o.remote_write = RemoteWriteMode::kAlways;
+    o.remote_timeout_ms = 1000;
+    o.log = [](std::string_view) {};
+    std::unique_ptr<Engine> e = Engine::Open(o).value();
+    const Namespace ns = e->RegisterModel(spec_).value();
+    const std::vector<int32_t> tokens = {5, 6, 7, 8, 9, 10, 11, 12, 20, 21, 22, 23};
+    ASSERT_OK(e->Store(ns, tokens, {KvLayer(tokens.size())}));
+    ASSERT_OK(e->Flush());
+    ASSERT_OK(e->Close());
+  }
+  WriteTokens("5 6 7 8 9 10 11 12 20 21 22 23");
+  ExpectExplained(
+      "--model cli-model --json --remote-timeout-ms 1000 --remote " + cluster->uri(),
+      {"\"kind\":\"in-remote\"", "\"first_missed_block\":2",
+       "\"remote_blocks\":1,\"restorable_with_remote_tokens\":12"});
+  ExpectExplained("--model cli-model", {"never-stored: block 2"});
+  CliRun run = Explain("--model cli-model --remote-timeout-ms 5");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(Has(run.output, "need --remote")) << run.output;
+  cluster->Stop();
 }
 
 TEST_F(ExplainMissCliTest, BadInputIsAUsageErrorNamingIt) {

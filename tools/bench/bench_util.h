@@ -90,19 +90,53 @@ struct BenchModel {
   int64_t head_dim = 128;
   int block_tokens = 256;
   int blocks = 32;
+  // Empty: every layer KVCache. Else one letter per layer: G KVCache, W a
+  // RotatingKVCache of window_tokens, R an ArraysCache (conv ring of
+  // conv_tokens x kv_heads * head_dim, state kv_heads x head_dim x head_dim):
+  // the window and recurrent state live only in the chain's tip.
+  std::string kinds;
+  int64_t window_tokens = 1024;
+  int64_t conv_tokens = 3;
 
   constexpr int64_t chain_tokens() const { return int64_t{blocks} * block_tokens; }
-  NamespaceSpec Spec() const {
-    return NamespaceSpec{
-        .model = name,
-        .block_tokens = static_cast<uint32_t>(block_tokens),
-        .dtype = DType::kFloat16,
-        .layer_types = std::vector<std::string>(static_cast<size_t>(layers), "KVCache"),
-        .salt = ""};
+  char Kind(int layer) const {
+    return kinds.empty() ? 'G' : kinds[static_cast<size_t>(layer)];
   }
-  // The KV cache of one whole chain, random bits from `rng`.
+  NamespaceSpec Spec() const {
+    std::vector<std::string> types;
+    for (int l = 0; l < layers; ++l) {
+      types.push_back(Kind(l) == 'W'   ? "RotatingKVCache"
+                      : Kind(l) == 'R' ? "ArraysCache"
+                                       : "KVCache");
+    }
+    return NamespaceSpec{.model = name,
+                         .block_tokens = static_cast<uint32_t>(block_tokens),
+                         .dtype = DType::kFloat16,
+                         .layer_types = std::move(types),
+                         .salt = ""};
+  }
+  // The caches of one whole chain, random bits from `rng`: a full KV per
+  // G layer, a ring at the chain's end per W layer, a conv ring and a
+  // state per R layer.
   std::vector<LayerState> RandomChain(std::mt19937_64& rng) const {
-    return RandomKvLayers(rng, layers, kv_heads, chain_tokens(), head_dim);
+    std::vector<LayerState> out =
+        RandomKvLayers(rng, layers, kv_heads, chain_tokens(), head_dim);
+    const int64_t t = chain_tokens();
+    for (int l = 0; l < layers; ++l) {
+      const char kind = Kind(l);
+      if (kind == 'G') continue;
+      const bool window = kind == 'W';
+      const int64_t ring = window ? window_tokens : conv_tokens;
+      LayerState& s = out[static_cast<size_t>(l)];
+      s = RandomKvLayers(rng, 1, window ? kv_heads : 1, std::min(ring, t),
+                         window ? head_dim : kv_heads * head_dim)[0];
+      s.cache_type = window ? "RotatingKVCache" : "ArraysCache";
+      s.meta = {"0", std::to_string(ring), std::to_string(t), std::to_string(t % ring)};
+      if (!window) {
+        s.tensors[1] = RandomKvLayers(rng, 1, kv_heads, head_dim, head_dim)[0].tensors[0];
+      }
+    }
+    return out;
   }
 };
 

@@ -18,7 +18,8 @@ namespace prefixkv::cli {
 
 StatusOr<std::unique_ptr<Engine>> OpenExistingEngine(const std::string& dir,
                                                      std::vector<std::string>* log,
-                                                     bool repair) {
+                                                     bool repair,
+                                                     const EngineOptions* remote) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -48,6 +49,10 @@ StatusOr<std::unique_ptr<Engine>> OpenExistingEngine(const std::string& dir,
     ssd.writer_threads = 1;                // nothing is queued: the tools only read
     ssd.repair_damaged_metadata = repair;  // audit and inspect only report
   };
+  if (remote != nullptr) {
+    options.remote = remote->remote;
+    options.remote_timeout_ms = remote->remote_timeout_ms;
+  }
   return Engine::Open(options);
 }
 

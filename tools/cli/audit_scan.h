@@ -22,9 +22,11 @@ namespace prefixkv::cli {
 // SSD tier logs is appended to `log`. A damaged metadata database is an
 // error that changes nothing on disk unless `repair` (prefixkv repair): then
 // it is rebuilt from the segment files (docs/ssd.md "Metadata repair").
-StatusOr<std::unique_ptr<Engine>> OpenExistingEngine(const std::string& dir,
-                                                     std::vector<std::string>* log,
-                                                     bool repair = false);
+// `remote` (explain-miss): its remote tier settings (remote,
+// remote_timeout_ms) are used; nothing is written to the remote tier.
+StatusOr<std::unique_ptr<Engine>> OpenExistingEngine(
+    const std::string& dir, std::vector<std::string>* log, bool repair = false,
+    const EngineOptions* remote = nullptr);
 
 struct StoredBlock {
   BlockMeta meta;

@@ -40,8 +40,9 @@ constexpr const char* kAbout =
     "(WRWGWRWG: W a 32-token window, R a recurrent layer with a fixed-size\n"
     "state, G full attention); windows and recurrent states are kept only at\n"
     "each stored tip (docs/session.md, \"Hybrid models\").\n\n"
-    "--nodes 2 serves the same conversation from two prefixkv nodes that share\n"
-    "a remote tier on a Redis Cluster (docs/remote.md, \"Two nodes\"): turns\n"
+    "--nodes 2 serves the same conversation (either model) from two prefixkv\n"
+    "nodes that share a remote tier on a Redis Cluster (docs/remote.md, \"Two\n"
+    "nodes\"): turns\n"
     "1, 3, 5... run on node A, turns 2, 4, 6... on node B. The nodes are\n"
     "separate processes with separate data directories (<data-dir>/demo/node-a\n"
     "and node-b, wiped at start); each turn is a fresh process of its node, so\n"
@@ -155,6 +156,8 @@ void PrintNodesJson(const DemoNodesReport& r, const std::string& remote, bool st
   JsonWriter w;
   w.BeginObject()
       .Field("nodes", 2)
+      .Field("model", r.model)
+      .Field("layer_kinds", r.layer_kinds)
       .Field("remote", remote)
       .Field("cluster_started", started);
   w.Field("block_tokens", static_cast<uint64_t>(r.block_tokens))
@@ -176,9 +179,9 @@ void PrintNodesTable(const DemoNodesReport& r, const std::string& dir,
                      const std::string& remote) {
   std::printf(
       "nodes A and B: one process per turn over %s/node-a and node-b (wiped at start)\n"
-      "remote tier %s (remote_write always); blocks of %u tokens; hot tier %llu KiB "
-      "per node\n\n",
-      dir.c_str(), remote.c_str(), r.block_tokens,
+      "model %s (layers %s); remote tier %s (remote_write always); blocks of %u "
+      "tokens; hot tier %llu KiB per node\n\n",
+      dir.c_str(), r.model.c_str(), r.layer_kinds.c_str(), remote.c_str(), r.block_tokens,
       static_cast<unsigned long long>(r.hot_capacity_bytes / 1024));
   std::printf("%-5s %-4s %7s %5s %9s %9s %12s %9s %9s  %s\n", "turn", "node", "prompt",
               "new", "from-hot", "from-ssd", "from-remote", "computed", "seconds",
@@ -209,10 +212,12 @@ void PrintNodesTable(const DemoNodesReport& r, const std::string& dir,
 
 // --nodes 2: the remote tier of the flags, or a local cluster started here
 // (from the main thread, before any fork) and stopped on every return.
-int RunNodes(const Flags& flags, int turns, const std::string& dir) {
+int RunNodes(const Flags& flags, const DemoOptions& demo) {
   DemoNodesOptions options;
-  options.dir = dir;
-  options.turns = turns;
+  options.dir = demo.dir;
+  options.turns = demo.turns;
+  options.model = demo.model;
+  const std::string& dir = demo.dir;
   std::string error = ApplyRemoteFlags(flags, &options.remote);
   if (!error.empty()) return UsageError(flags, error);
   const std::optional<uint64_t> timeout_s =
@@ -268,7 +273,7 @@ std::vector<FlagSpec> DemoFlagSpecs() {
       {"json", "print one JSON object instead of the table", true, ""},
       {"model",
        "sliding: 6 of 8 layers with a sliding window; hybrid: window, recurrent and "
-       "full-attention layers (one node only)",
+       "full-attention layers",
        false, "sliding"},
       {"nodes",
        "1: one process with a restart; 2: turns alternate between two node processes "
@@ -324,10 +329,8 @@ int RunDemo(const std::vector<std::string>& args) {
   if (!DemoLayerKinds(options.model).ok())
     return UsageError(flags, "--model must be sliding or hybrid");
   if (nodes == "2") {
-    if (options.model != "sliding")
-      return UsageError(flags, "--model hybrid needs --nodes 1");
     if (*turns < 2) return UsageError(flags, "--nodes 2 needs --turns 2..64");
-    return RunNodes(flags, options.turns, options.dir);
+    return RunNodes(flags, options);
   }
   std::vector<FlagSpec> nodes_only = RemoteFlagSpecs();
   nodes_only.push_back({"turn-timeout-s", "", false, ""});

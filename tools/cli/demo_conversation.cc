@@ -324,8 +324,19 @@ StatusOr<std::string> DemoLayerKinds(const std::string& model) {
                                  "' (sliding or hybrid)");
 }
 
+namespace {
+
+// The ModelConfig::layer_kinds a demo model is built with ("" for the
+// sliding-window model, whose kinds follow its window rule).
+StatusOr<std::string> CreateKinds(const std::string& model) {
+  PKV_ASSIGN_OR_RETURN(const std::string kinds, DemoLayerKinds(model));
+  return model == "hybrid" ? kinds : std::string();
+}
+
+}  // namespace
+
 StatusOr<DemoReport> RunDemoConversation(const DemoOptions& options) {
-  PKV_ASSIGN_OR_RETURN(const std::string kinds, DemoLayerKinds(options.model));
+  PKV_ASSIGN_OR_RETURN(const std::string kinds, CreateKinds(options.model));
   std::error_code ec;
   std::filesystem::remove_all(options.dir, ec);
   if (ec) return Status::IOError("cannot wipe " + options.dir + ": " + ec.message());
@@ -333,7 +344,7 @@ StatusOr<DemoReport> RunDemoConversation(const DemoOptions& options) {
   if (ec) return Status::IOError("cannot create " + options.dir + ": " + ec.message());
 
   PKV_ASSIGN_OR_RETURN(std::unique_ptr<DemoConversation> conv,
-                       DemoConversation::Create(options.model == "hybrid" ? kinds : ""));
+                       DemoConversation::Create(kinds));
   const NamespaceSpec spec = conv->Spec();
   DemoReport report;
   report.model = options.model;
@@ -376,8 +387,9 @@ StatusOr<DemoNodeTurn> RunDemoNodeTurn(const DemoNodeTurnOptions& options) {
   std::error_code ec;
   std::filesystem::create_directories(options.dir, ec);
   if (ec) return Status::IOError("cannot create " + options.dir + ": " + ec.message());
+  PKV_ASSIGN_OR_RETURN(const std::string kinds, CreateKinds(options.model));
   PKV_ASSIGN_OR_RETURN(std::unique_ptr<DemoConversation> conv,
-                       DemoConversation::Create());
+                       DemoConversation::Create(kinds));
   DemoTiers tiers;
   PKV_RETURN_IF_ERROR(tiers.Open(options.dir, conv->Spec(),
                                  conv->SessionRoomBytes(options.turns), &options.remote));
@@ -404,9 +416,11 @@ std::vector<int32_t> DemoPrompt(std::span<const int32_t> conversation, int turn)
   return prompt;
 }
 
-StatusOr<std::vector<int32_t>> DemoStatelessReply(std::span<const int32_t> prompt) {
+StatusOr<std::vector<int32_t>> DemoStatelessReply(std::span<const int32_t> prompt,
+                                                  const std::string& model_name) {
+  PKV_ASSIGN_OR_RETURN(const std::string kinds, CreateKinds(model_name));
   PKV_ASSIGN_OR_RETURN(std::shared_ptr<const ReferenceModel> model,
-                       ReferenceModel::Create(DemoModel()));
+                       ReferenceModel::Create(DemoModel(kinds)));
   return model->StatelessGreedy(prompt, kReplyTokens);
 }
 

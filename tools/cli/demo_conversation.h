@@ -98,6 +98,7 @@ struct DemoNodeTurnOptions {
   int turn = 0;   // 0-based: picks the user message and the session epoch
   int turns = 8;  // turns of the whole run: sizes the live session's RAM room
   std::vector<int32_t> conversation;  // every token before this turn's message
+  std::string model = "sliding";      // DemoOptions::model
   // Only remote, remote_write, remote_limits and remote_timeout_ms are used.
   EngineOptions remote;
 };
@@ -109,8 +110,10 @@ struct DemoNodeTurn {
 StatusOr<DemoNodeTurn> RunDemoNodeTurn(const DemoNodeTurnOptions& options);
 
 // The prompt of turn `turn` after `conversation` (the conversation plus the
-// turn's user message), and the model's stateless greedy reply to `prompt`.
+// turn's user message), and the stateless greedy reply of demo model `model`
+// (DemoOptions::model) to `prompt`.
 std::vector<int32_t> DemoPrompt(std::span<const int32_t> conversation, int turn);
-StatusOr<std::vector<int32_t>> DemoStatelessReply(std::span<const int32_t> prompt);
+StatusOr<std::vector<int32_t>> DemoStatelessReply(std::span<const int32_t> prompt,
+                                                  const std::string& model = "sliding");
 
 }  // namespace prefixkv::cli

@@ -205,12 +205,15 @@ StatusOr<DemoNodesReport> RunDemoNodes(const DemoNodesOptions& options) {
   const std::filesystem::path dir(options.dir);
   PKV_RETURN_IF_ERROR(WipeNodeDirs(dir));
   DemoNodesReport report;
+  report.model = options.model;
+  PKV_ASSIGN_OR_RETURN(report.layer_kinds, DemoLayerKinds(options.model));
   report.block_tokens = DemoBlockTokens();
   report.hot_capacity_bytes = DemoHotCapacityBytes();
   report.parity = true;
   report.later_turns_restored = true;
   DemoNodeTurnOptions turn;
   turn.turns = options.turns;
+  turn.model = options.model;
   turn.remote = options.remote;
   turn.remote.remote_write = RemoteWriteMode::kAlways;
   for (int t = 0; t < options.turns; ++t) {
@@ -225,7 +228,8 @@ StatusOr<DemoNodesReport> RunDemoNodes(const DemoNodesOptions& options) {
                               std::to_string(served.turn.prompt_tokens) +
                               " tokens, not " + std::to_string(prompt.size()));
     }
-    PKV_ASSIGN_OR_RETURN(std::vector<int32_t> stateless, DemoStatelessReply(prompt));
+    PKV_ASSIGN_OR_RETURN(std::vector<int32_t> stateless,
+                         DemoStatelessReply(prompt, options.model));
     served.turn.parity = stateless == served.reply;
     report.parity = report.parity && served.turn.parity;
     const DemoTurn& d = served.turn;

@@ -30,6 +30,7 @@ struct DemoNodesOptions {
   // Parent of node-a/ and node-b/; wiped (removed and recreated) at start.
   std::string dir;
   int turns = 8;
+  std::string model = "sliding";  // DemoOptions::model: sliding or hybrid
   // The remote tier (EngineOptions::remote must be set); remote_write is
   // forced to always.
   EngineOptions remote;
@@ -43,6 +44,8 @@ struct DemoNodesTurn {
 };
 
 struct DemoNodesReport {
+  std::string model;        // DemoNodesOptions::model
+  std::string layer_kinds;  // one letter per layer: G full, W window, R recurrent
   uint32_t block_tokens = 0;
   uint64_t hot_capacity_bytes = 0;  // of each node
   std::vector<DemoNodesTurn> turns;

@@ -15,6 +15,7 @@
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/json.h"
+#include "tools/cli/remote_flags.h"
 
 namespace prefixkv::cli {
 namespace {
@@ -37,7 +38,10 @@ It prints the first of the prompt's full blocks that misses and the cause:
   stripped         cached, but its window/recurrent state is a placeholder
   other-namespace  stored under another namespace: the fields that differ
                    ("tokenizer hash differs: stored abc, asked def")
-Reads only (a damaged block it reads is dropped, as any read does).
+  in-remote        not in the local tiers, but the remote tier (--remote)
+                   holds it: a Match would fetch it
+Reads only (a damaged block it reads is dropped, as any read does; the
+remote tier is only looked up, nothing is written to it).
 
 Exit codes here: 0 explained (whatever the cause), 1 the tier could not be
 read, 2 usage error (bad flags, missing data directory or token file, a bad
@@ -65,6 +69,9 @@ std::vector<FlagSpec> AllFlags() {
       {"tokens", "file of token ids (required)", false, ""},
       {"json", "print one JSON object", true, ""}};
   flags.insert(flags.end(), kSpecFlags.begin(), kSpecFlags.end());
+  for (const FlagSpec& spec : RemoteFlagSpecs()) {
+    if (spec.name == "remote" || spec.name == "remote-timeout-ms") flags.push_back(spec);
+  }
   return flags;
 }
 
@@ -147,6 +154,8 @@ void PrintJson(const MissExplanation& m) {
   j.Field("other_namespace", m.other_root.IsZero() ? "" : m.other_root.ToHex());
   j.Field("other_cached_blocks", m.other_cached_blocks);
   j.Field("other_has_manifest", m.other_has_manifest);
+  j.Field("remote_blocks", m.remote_blocks);
+  j.Field("restorable_with_remote_tokens", m.restorable_with_remote_tokens);
   j.Key("differences").BeginArray();
   for (const ManifestDifference& d : m.differences) {
     j.BeginObject()
@@ -176,7 +185,7 @@ void PrintHuman(const MissExplanation& m) {
 int ExplainMiss(const std::vector<std::string>& args) {
   Flags flags(
       "prefixkv explain-miss --model M --tokens FILE [--data-dir D] [spec flags] "
-      "[--json]",
+      "[--remote URI [--remote-timeout-ms MS]] [--json]",
       AllFlags());
   std::string error;
   if (!flags.Parse(args, &error)) return UsageError(flags, error);
@@ -190,8 +199,12 @@ int ExplainMiss(const std::vector<std::string>& args) {
   StatusOr<std::vector<int32_t>> tokens = ReadTokens(flags.GetString("tokens"));
   if (!tokens.ok()) return UsageError(flags, tokens.status().message());
   const std::string dir = flags.GetString("data-dir", "./prefixkv-data");
+  EngineOptions remote;
+  if (std::string bad = ApplyRemoteFlags(flags, &remote); !bad.empty())
+    return UsageError(flags, bad);
   std::vector<std::string> log;
-  StatusOr<std::unique_ptr<Engine>> engine = OpenExistingEngine(dir, &log);
+  StatusOr<std::unique_ptr<Engine>> engine =
+      OpenExistingEngine(dir, &log, /*repair=*/false, &remote);
   if (!engine.ok()) return OpenError(flags, "explain-miss", engine.status());
   NamespaceSpec spec;
   spec.model = flags.GetString("model");

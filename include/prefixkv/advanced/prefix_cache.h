@@ -64,6 +64,14 @@ struct NamespaceOptions {
   // store ends on a block boundary. Recommended for models with sliding-window
   // or recurrent layers, whose turns rarely end on a boundary.
   bool store_partial_tail = false;
+  // The chain root of the namespace's keys; zero: the spec fingerprint's.
+  // (The Engine passes another one for a namespace written before its layer
+  // shapes were keyed, docs/format.md §5 "Shapes recorded later".)
+  BlockKey root;
+  // The namespace's blocks may be read from and written to the remote tier
+  // (false: a namespace kept from before its layer shapes were keyed; the
+  // Engine also tells the stack, TierStack::KeepLocal).
+  bool remote = true;
 };
 
 struct PrefixCacheOptions {

@@ -84,6 +84,9 @@ class RemoteTier final : public BlockTier, public EvictionListener {
   // Payloads of `keys` in one pipelined batch, in order; nullopt for a miss.
   std::vector<std::optional<SharedBytes>> GetMany(
       std::span<const BlockKey> keys) override;
+  // GetMany without counting hits, misses or corruptions (Engine::ExplainMiss
+  // looks, nothing is served).
+  std::vector<std::optional<SharedBytes>> PeekMany(std::span<const BlockKey> keys) const;
   // Waits until the write queue is empty (every block written or dropped).
   void Flush();
   RemoteCounters Counters() const;

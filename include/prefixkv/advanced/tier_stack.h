@@ -37,6 +37,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -150,6 +151,11 @@ class TierStack final : private EvictionListener {
   // The tokens one block of `owner` weighs for the capacity advisor (set when
   // the owner registers; 0: the advisor does not see its blocks).
   void SetAdvisorTokens(OwnerId owner, uint32_t tokens);
+  // Blocks of namespace `namespace_id` never go to the remote tier (a
+  // namespace kept from before its layer shapes were keyed: other nodes may
+  // hold other shapes under the same keys). Its reads ask with
+  // TierRead::remote false.
+  void KeepLocal(const BlockKey& namespace_id);
   // A block as stored, for the cache's own bookkeeping (the tip lineage's
   // checks during a store): hot, then SSD, through BlockTier::PeekPayload, so
   // no hit or miss is counted, no recency or reuse fact changes and nothing
@@ -223,6 +229,9 @@ class TierStack final : private EvictionListener {
     return options_.remote != nullptr && !options_.put_to_remote;
   }
   uint32_t AdvisorTokens(OwnerId owner) const EXCLUDES(mu_);
+  // A block that may be written to the remote tier (not a raw value, not of
+  // a KeepLocal namespace).
+  bool MayGoRemote(const BlockMeta& meta) const EXCLUDES(mu_);
   // The dirty-key set remembers which copy of a key is dirty (its payload
   // buffer), so the late eviction of an older copy cannot unmark a newer one.
   void MarkDirty(const BlockKey& key, const SharedBytes& payload);
@@ -274,6 +283,8 @@ class TierStack final : private EvictionListener {
   std::unordered_map<BlockKey, const uint8_t*, BlockKeyHash> dirty_ GUARDED_BY(mu_);
   std::unordered_set<BlockKey, BlockKeyHash> writing_below_ GUARDED_BY(mu_);
   std::vector<uint32_t> advisor_tokens_ GUARDED_BY(mu_);  // by owner; 0: default
+  std::unordered_set<BlockKey, BlockKeyHash> local_only_ GUARDED_BY(mu_);
+  std::atomic<bool> any_local_only_{false};
   SsdVictims ssd_victims_{this};
 };
 
