@@ -31,14 +31,24 @@ size_t BucketOf(double distance) {
   return std::min(kLinear + static_cast<size_t>(b), kBuckets - 1);
 }
 
+uint64_t ThresholdOf(double max_rate) {
+  if (!(max_rate > 0) || max_rate >= 1) return ~uint64_t{0};
+  return static_cast<uint64_t>(std::ldexp(max_rate, 64));
+}
+
+constexpr uint64_t kNanosPerSecond = 1'000'000'000;
+
 }  // namespace
 
 CapacityAdvisor::CapacityAdvisor(CapacityAdvisorOptions options)
     : options_([&] {
         options.max_keys = std::clamp<uint32_t>(options.max_keys, 1, kMaxAdvisorKeys);
         return std::move(options);
-      }()) {
+      }()),
+      clock_(options_.clock != nullptr ? options_.clock : Clock::System()),
+      threshold_(ThresholdOf(options_.max_rate)) {
   MutexLock lock(&mu_);
+  decayed_at_nanos_ = clock_->NowNanos();
   const size_t slots = 2 * size_t{options_.max_keys} + 2;
   owner_.assign(slots, 0);
   fenwick_.assign(slots, 0);
@@ -74,6 +84,7 @@ void CapacityAdvisor::Reference(uint64_t hash, bool count, bool missed_get,
   if (hash >= threshold) return;  // dropped from the sample meanwhile
   auto [it, inserted] = keys_.try_emplace(hash);
   if (count) {
+    Decay();
     // Each reference stands for 1/R references of the whole traffic: counted
     // at the rate of its time, so a period sampled at a higher rate (the
     // start, before the sample filled up) does not weigh more.
@@ -95,6 +106,22 @@ void CapacityAdvisor::Reference(uint64_t hash, bool count, bool missed_get,
   if (inserted) largest_.push(hash);
   Touch(it->second, hash);
   if (inserted && keys_.size() > options_.max_keys) Shrink();
+}
+
+void CapacityAdvisor::Decay() {
+  if (options_.half_life_seconds == 0) return;
+  const uint64_t half_life = options_.half_life_seconds * kNanosPerSecond;
+  const uint64_t now = clock_->NowNanos();
+  if (now < decayed_at_nanos_ + half_life) return;
+  const uint64_t halvings = (now - decayed_at_nanos_) / half_life;
+  decayed_at_nanos_ += halvings * half_life;
+  const double f = std::exp2(-static_cast<double>(std::min<uint64_t>(halvings, 2000)));
+  const uint64_t all = AllTokens();
+  all_decayed_ = (all_decayed_ + static_cast<double>(all - all_at_decay_)) * f;
+  all_at_decay_ = all;
+  for (double& h : histogram_) h *= f;
+  cold_tokens_ *= f;
+  total_tokens_ *= f;
 }
 
 void CapacityAdvisor::Touch(Entry& e, uint64_t hash) {
@@ -149,15 +176,28 @@ int64_t CapacityAdvisor::FenwickSum(uint32_t i) const {
   return s;
 }
 
+uint64_t CapacityAdvisor::AllTokens() const {
+  uint64_t sum = 0;
+  for (const Stripe& s : all_tokens_) sum += s.n.load(std::memory_order_relaxed);
+  return sum;
+}
+
+double CapacityAdvisor::AllTokensLocked() const {
+  return all_decayed_ + static_cast<double>(AllTokens() - all_at_decay_);
+}
+
 double CapacityAdvisor::HitRatioAt(double blocks) const {
   MutexLock lock(&mu_);
   return HitRatioAtLocked(blocks);
 }
 
 // Tokens whose scaled distance is below `blocks`, interpolating linearly
-// inside the bucket that `blocks` falls into.
+// inside the bucket that `blocks` falls into; with every reference counted
+// (Count), plus the tokens the sample's total misses (or minus those it
+// overstates), as hits at the smallest distance, of that count.
 double CapacityAdvisor::HitRatioAtLocked(double blocks) const {
   if (total_tokens_ <= 0) return 0;
+  const double all = AllTokensLocked();
   double hit = 0;
   for (size_t b = 0; b < histogram_.size(); ++b) {
     const double lo = Lower(b), hi = Lower(b + 1);
@@ -168,7 +208,8 @@ double CapacityAdvisor::HitRatioAtLocked(double blocks) const {
       break;
     }
   }
-  return hit / total_tokens_;
+  if (all <= 0 || blocks < 1) return hit / total_tokens_;
+  return std::clamp((hit + all - total_tokens_) / all, 0.0, 1.0);
 }
 
 AdvisorReport CapacityAdvisor::Report() const {

@@ -29,8 +29,10 @@ TierStack::~TierStack() {
 
 StatusOr<TierHit> TierStack::Get(const BlockKey& key, bool allow_promotion) {
   StatusOr<TierHit> hit = GetFromTiers(key, allow_promotion);
-  if (CapacityAdvisor* a = options_.advisor; a != nullptr && a->Sampled(key))
-    a->OnGet(key, hit.ok(), options_.advisor_block_tokens);
+  if (CapacityAdvisor* a = options_.advisor; a != nullptr) {
+    if (hit.ok()) a->Count(key, options_.advisor_block_tokens);
+    if (a->Sampled(key)) a->OnGet(key, hit.ok(), options_.advisor_block_tokens);
+  }
   return hit;
 }
 
@@ -104,8 +106,10 @@ StatusOr<BlockMeta> TierStack::Peek(const BlockKey& key) const {
 }
 
 Status TierStack::Put(const BlockMeta& meta, SharedBytes payload) {
-  if (CapacityAdvisor* a = options_.advisor; a != nullptr && a->Sampled(meta.key))
-    a->OnPut(meta.key, options_.advisor_block_tokens);
+  if (CapacityAdvisor* a = options_.advisor; a != nullptr) {
+    a->Count(meta.key, options_.advisor_block_tokens);
+    if (a->Sampled(meta.key)) a->OnPut(meta.key, options_.advisor_block_tokens);
+  }
   MutexLock lock(&StripeFor(meta.key));
   if (options_.remote == nullptr || !options_.put_to_remote) {
     return PutLocked(meta, std::move(payload));
@@ -333,7 +337,7 @@ void TierStack::OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool 
 
 bool TierStack::MaySkip(const BlockMeta& meta) const {
   return options_.admission != nullptr &&
-         options_.admission->kind() == SsdAdmissionKind::kBudget &&
+         options_.admission->kind() != SsdAdmissionKind::kAll &&
          options_.admission_may_skip && !meta.namespace_id.IsZero();
 }
 
@@ -345,11 +349,11 @@ bool TierStack::HasLocalChildren(const BlockKey& key) const {
 bool TierStack::AdmitBelow(const BlockMeta& meta, uint64_t bytes) {
   SsdAdmission* admission = options_.admission;
   if (admission == nullptr) return true;
-  const bool allowed = admission->Allows(bytes);
+  const bool allowed = admission->Allows(meta.key, bytes);
   // Only a leaf may stay unwritten: a child in RAM would reach SSD with its
   // parent nowhere (an orphan), and one on SSD already would be one.
   if (!allowed && MaySkip(meta) && !HasLocalChildren(meta.key)) {
-    admission->RecordSkipped(bytes);
+    admission->RecordSkipped(meta.key, bytes);
     return false;
   }
   admission->RecordWritten(bytes, /*forced=*/!allowed);

@@ -112,7 +112,8 @@ TEST(ReplayCli, SsdAdmissionFlagsAndTheirReport) {
   const testing::CliRun bad =
       testing::RunCli("replay " + kTrace + " --ssd-admission some");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
-  EXPECT_NE(bad.output.find("--ssd-admission must be all or budget"), std::string::npos)
+  EXPECT_NE(bad.output.find("--ssd-admission must be all, budget or ghost"),
+            std::string::npos)
       << bad.output;
   EXPECT_EQ(testing::RunCli("replay " + kTrace + " --ssd-admission budget").exit_code, 2);
   EXPECT_EQ(testing::RunCli("replay " + kTrace + " --ssd-write-budget 1G").exit_code, 2);
