@@ -97,9 +97,11 @@ std::string CurvesSvg(const AdvisorReport& r, const std::vector<double>& replaye
     << "</text>\n";
   for (int i = 0; i <= 5; ++i) {
     const double h = i / 5.0, f = std::exp2(i - 2);
+    char factor[16];
+    std::snprintf(factor, sizeof factor, "%gx", f);
     s << "<text x=\"" << kPad - 6 << "\" y=\"" << y(h) + 4 << "\" text-anchor=\"end\">"
       << h << "</text>\n<text x=\"" << x(f) << "\" y=\"" << kH - kPad + 16
-      << "\" text-anchor=\"middle\">" << f << "x</text>\n";
+      << "\" text-anchor=\"middle\">" << factor << "</text>\n";
   }
   s << "<rect x=\"" << kPad << "\" y=\"" << kPad << "\" width=\"" << kW - 2 * kPad
     << "\" height=\"" << kH - 2 * kPad << "\" fill=\"none\" stroke=\"black\"/>\n"
