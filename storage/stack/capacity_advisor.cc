@@ -52,7 +52,10 @@ CapacityAdvisor::CapacityAdvisor(CapacityAdvisorOptions options)
   owner_.assign(slots, 0);
   fenwick_.assign(slots, 0);
   histogram_.assign(kBuckets, 0);
-  table_bits_ = 10;
+  table_bits_ = 4;  // grows to 2 * max_keys slots at most
+  while ((size_t{1} << table_bits_) <
+         2 * size_t{std::min<uint32_t>(options_.max_keys, 512)})
+    ++table_bits_;
   keys_.assign(size_t{1} << table_bits_, Slot{});
 }
 

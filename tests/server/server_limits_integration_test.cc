@@ -334,7 +334,7 @@ TEST(ServerLimits, ServeHelpUsageNamesEveryFlag) {
 
 // `serve --advisor-max-keys N` bounds the capacity advisor's memory (INFO
 // advisor's advisor_memory_bytes): about 1 MB of slots for the default 32768
-// keys, a few KB for 64.
+// keys, tens of KB for 64 (most of it the histogram).
 TEST(ServerLimits, AdvisorMaxKeysBoundsTheAdvisorsMemory) {
   auto memory = [](const std::vector<std::string>& flags) -> int64_t {
     testing::TempDir dir;
@@ -349,7 +349,7 @@ TEST(ServerLimits, AdvisorMaxKeysBoundsTheAdvisorsMemory) {
   EXPECT_GT(memory({}), 1'000'000);
   const int64_t small = memory({"--advisor-max-keys", "64", "--advisor-half-life", "60"});
   EXPECT_GT(small, 0);
-  EXPECT_LT(small, 20'000);
+  EXPECT_LT(small, 50'000);
 }
 
 }  // namespace
