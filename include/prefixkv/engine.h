@@ -107,8 +107,10 @@ struct EngineOptions {
   // kBudget: while ssd_write_budget_bytes_per_day allows (a token bucket on
   // `clock` holding ssd_write_budget_burst_seconds of it); beyond it prefix
   // blocks with no child on SSD are skipped and counted, never blocked. Raw
-  // values (PutValue, SET) are always written. Write-through Puts, blocks too
-  // large for RAM and Flush() are not subject to it.
+  // values (PutValue, SET) are always written. kGhost: reject first, such a
+  // block is skipped at its first eviction and its key remembered; written
+  // at its next eviction (best under a leaf-first hot_policy). Write-through
+  // Puts, blocks too large for RAM and Flush() are not subject to it.
   SsdAdmissionKind ssd_admission = SsdAdmissionKind::kAll;
   uint64_t ssd_write_budget_bytes_per_day = 0;  // kBudget only, then > 0
   uint64_t ssd_write_budget_burst_seconds = 60;
@@ -176,6 +178,10 @@ struct EngineOptions {
   // traffic; 0 turns it off; at most 2^24 (Open: InvalidArgument). Default
   // 32768 (about 3 MB).
   uint32_t advisor_max_keys = 32768;
+  // The advisor's decay: every this many seconds of `clock` time the traffic
+  // so far counts half, so the estimate follows a shift in the traffic. 0:
+  // cumulative since the engine opened. Default one hour.
+  uint64_t advisor_half_life_seconds = 3600;
 };
 
 // How one model's blocks are kept.

@@ -89,8 +89,11 @@ enum class SsdAdmissionKind : unsigned char {
   kAll,     // every one (the default, and the behaviour before admission)
   kBudget,  // while a write budget (bytes per day) allows; beyond it prefix
             // blocks that may safely stay unwritten are skipped and counted
+  kGhost,   // reject first: a prefix block that may safely stay unwritten is
+            // skipped at its first eviction and its key remembered (a ghost);
+            // written when it is evicted again (it was asked for and stored again)
 };
-// "all", "budget"; and back (InvalidArgument for anything else).
+// "all", "budget", "ghost"; and back (InvalidArgument for anything else).
 std::string_view SsdAdmissionName(SsdAdmissionKind kind);
 StatusOr<SsdAdmissionKind> ParseSsdAdmission(std::string_view name);
 
@@ -99,8 +102,9 @@ StatusOr<SsdAdmissionKind> ParseSsdAdmission(std::string_view name);
 struct SsdAdmissionCounters {
   uint64_t written_blocks = 0;  // handed to the SSD tier
   uint64_t written_bytes = 0;   // their payload bytes
-  // Of those, written although the budget was spent: a raw value (never
-  // skipped: an acknowledged write) or a block with a child in RAM or on SSD.
+  // Of those, written although the budget was spent (ghost: although its key
+  // was not in the ghost): a raw value (never skipped: an acknowledged write)
+  // or a block with a child in RAM or on SSD.
   uint64_t forced_blocks = 0;
   uint64_t skipped_blocks = 0;  // not written: over the budget
   uint64_t skipped_bytes = 0;

@@ -74,16 +74,18 @@ def test_stats_and_audit_report_the_tiers(engine, rng):
 
 def test_stats_carry_the_capacity_advisors_estimates(engine, rng):
     ns = register(engine)
-    engine.store(ns, list(range(8)), kv_layers(rng, 2, 8))
-    engine.restore(engine.match(ns, list(range(8))))
+    # 1,024 blocks of 4 tokens: about 128 sampled (the advisor samples at most 1/8).
+    tokens = list(range(4096))
+    engine.store(ns, tokens, kv_layers(rng, 2, len(tokens), heads=1, dim=2))
+    engine.restore(engine.match(ns, tokens))
     a = engine.stats()["advisor"]
-    assert a["sampling_rate"] == 1.0 and a["references"] >= 4, "2 puts, 2 restored reads"
+    assert a["sampling_rate"] == 0.125 and a["references"] >= 100, "puts, restored reads"
     hot = [p for p in a["points"] if p["tier"] == "hot"]
     assert [p["factor"] for p in hot] == [0.25, 0.5, 1, 2, 4, 8]
     capacity = engine.stats()["hot_capacity_bytes"]
     assert [p["capacity_bytes"] for p in hot] == [int(f * capacity) for f in (0.25, 0.5, 1, 2, 4, 8)]
     assert all(0 <= p["hit_ratio"] <= 1 for p in a["points"])
-    assert hot[-1]["hit_ratio"] == 0.5, "each block read once after its store"
+    assert abs(hot[-1]["hit_ratio"] - 0.5) < 0.1, "each block read once after its store"
 
 
 def test_the_context_manager_closes_the_engine(data_dir):

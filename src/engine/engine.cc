@@ -21,7 +21,9 @@ Status internal::EngineImpl::OpenTiers() {
   FileSystem* fs = FileSystem::Default();
   if (options_.advisor_max_keys > 0) {
     advisor_ = std::make_unique<CapacityAdvisor>(
-        CapacityAdvisorOptions{.max_keys = options_.advisor_max_keys});
+        CapacityAdvisorOptions{.max_keys = options_.advisor_max_keys,
+                               .half_life_seconds = options_.advisor_half_life_seconds,
+                               .clock = clock_});
   }
   if (!options_.data_dir.empty()) {
     std::error_code ec;

@@ -70,14 +70,23 @@ StatusOr<RemoteWriteMode> ParseRemoteWriteMode(std::string_view name) {
 }
 
 std::string_view SsdAdmissionName(SsdAdmissionKind kind) {
-  return kind == SsdAdmissionKind::kBudget ? "budget" : "all";
+  switch (kind) {
+    case SsdAdmissionKind::kBudget:
+      return "budget";
+    case SsdAdmissionKind::kGhost:
+      return "ghost";
+    case SsdAdmissionKind::kAll:
+      break;
+  }
+  return "all";
 }
 
 StatusOr<SsdAdmissionKind> ParseSsdAdmission(std::string_view name) {
   if (name == "all") return SsdAdmissionKind::kAll;
   if (name == "budget") return SsdAdmissionKind::kBudget;
+  if (name == "ghost") return SsdAdmissionKind::kGhost;
   return Status::InvalidArgument("unknown ssd admission '" + std::string(name) +
-                                 "' (all or budget)");
+                                 "' (all, budget or ghost)");
 }
 
 }  // namespace prefixkv

@@ -14,7 +14,6 @@ namespace {
 constexpr size_t kLinear = 256;
 constexpr int kBucketsPerDoubling = 32;
 constexpr size_t kBuckets = kLinear + kBucketsPerDoubling * 40;
-constexpr uint64_t kMapNodeBytes = 64;
 
 double Rate(uint64_t threshold) {
   return threshold == ~uint64_t{0} ? 1.0
@@ -31,19 +30,33 @@ size_t BucketOf(double distance) {
   return std::min(kLinear + static_cast<size_t>(b), kBuckets - 1);
 }
 
+uint64_t ThresholdOf(double max_rate) {
+  if (!(max_rate > 0) || max_rate >= 1) return ~uint64_t{0};
+  return static_cast<uint64_t>(std::ldexp(max_rate, 64));
+}
+
+constexpr uint64_t kNanosPerSecond = 1'000'000'000;
+
 }  // namespace
 
 CapacityAdvisor::CapacityAdvisor(CapacityAdvisorOptions options)
     : options_([&] {
         options.max_keys = std::clamp<uint32_t>(options.max_keys, 1, kMaxAdvisorKeys);
         return std::move(options);
-      }()) {
+      }()),
+      clock_(options_.clock != nullptr ? options_.clock : Clock::System()),
+      threshold_(ThresholdOf(options_.max_rate)) {
   MutexLock lock(&mu_);
+  decayed_at_nanos_ = clock_->NowNanos();
   const size_t slots = 2 * size_t{options_.max_keys} + 2;
   owner_.assign(slots, 0);
   fenwick_.assign(slots, 0);
   histogram_.assign(kBuckets, 0);
-  keys_.reserve(options_.max_keys + 1);
+  table_bits_ = 4;  // grows to 2 * max_keys slots at most
+  while ((size_t{1} << table_bits_) <
+         2 * size_t{std::min<uint32_t>(options_.max_keys, 512)})
+    ++table_bits_;
+  keys_.assign(size_t{1} << table_bits_, Slot{});
 }
 
 void CapacityAdvisor::SetCapacities(uint64_t hot_bytes, uint64_t hot_blocks,
@@ -57,23 +70,24 @@ void CapacityAdvisor::SetCapacities(uint64_t hot_bytes, uint64_t hot_blocks,
 
 void CapacityAdvisor::OnGet(const BlockKey& key, bool hit, uint32_t tokens) {
   MutexLock lock(&mu_);
-  Reference(HashOf(key), true, !hit, tokens);
+  Reference(HashOf(key), /*put=*/false, !hit, tokens);
 }
 
 void CapacityAdvisor::OnPut(const BlockKey& key, uint32_t tokens) {
   MutexLock lock(&mu_);
-  const uint64_t hash = HashOf(key);
-  auto it = keys_.find(hash);
-  const bool after_miss = it != keys_.end() && it->second.missed_get;
-  Reference(hash, !after_miss, false, tokens);
+  Reference(HashOf(key), /*put=*/true, false, tokens);
 }
 
-void CapacityAdvisor::Reference(uint64_t hash, bool count, bool missed_get,
+void CapacityAdvisor::Reference(uint64_t hash, bool put, bool missed_get,
                                 uint32_t tokens) {
   const uint64_t threshold = threshold_.load(std::memory_order_relaxed);
   if (hash >= threshold) return;  // dropped from the sample meanwhile
-  auto [it, inserted] = keys_.try_emplace(hash);
-  if (count) {
+  hash = Nonzero(hash);           // 0 marks a free slot and stamp
+  bool inserted = false;
+  Entry& entry = FindOrInsert(hash, &inserted);  // one lookup per reference
+  // A Put after a Get that missed is that Get's reference, not a new one.
+  if (!put || inserted || !entry.missed_get) {
+    Decay();
     // Each reference stands for 1/R references of the whole traffic: counted
     // at the rate of its time, so a period sampled at a higher rate (the
     // start, before the sample filled up) does not weigh more.
@@ -86,15 +100,95 @@ void CapacityAdvisor::Reference(uint64_t hash, bool count, bool missed_get,
       cold_tokens_ += weight;
     } else {
       // Every remembered block has one live stamp: those after this one's.
-      const int64_t newer =
-          static_cast<int64_t>(keys_.size()) - FenwickSum(it->second.stamp);
+      const int64_t newer = static_cast<int64_t>(size_) - FenwickSum(entry.stamp);
       histogram_[BucketOf(static_cast<double>(newer) / rate)] += weight;
     }
   }
-  it->second.missed_get = missed_get;
+  entry.missed_get = missed_get;
   if (inserted) largest_.push(hash);
-  Touch(it->second, hash);
-  if (inserted && keys_.size() > options_.max_keys) Shrink();
+  Touch(entry, hash);
+  if (inserted && size_ > options_.max_keys) Shrink();
+}
+
+size_t CapacityAdvisor::Home(uint64_t hash) const {
+  // Sampled hashes are below the threshold (their top bits are zero): mix.
+  return static_cast<size_t>((hash * 0x9E3779B97F4A7C15ull) >> (64 - table_bits_));
+}
+
+CapacityAdvisor::Entry& CapacityAdvisor::FindOrInsert(uint64_t hash, bool* inserted) {
+  hash = Nonzero(hash);
+  const size_t mask = keys_.size() - 1;
+  for (size_t i = Home(hash);; i = (i + 1) & mask) {
+    if (keys_[i].hash == hash) {
+      *inserted = false;
+      return keys_[i].e;
+    }
+    if (keys_[i].hash != 0) continue;
+    if (2 * (size_ + 1) <= keys_.size()) {
+      *inserted = true;
+      ++size_;
+      keys_[i].hash = hash;
+      return keys_[i].e;
+    }
+    // At half full: double, rehash, insert again.
+    std::vector<Slot> old(size_t{1} << ++table_bits_);
+    old.swap(keys_);
+    const size_t m = keys_.size() - 1;
+    for (const Slot& s : old) {
+      if (s.hash == 0) continue;
+      size_t j = Home(s.hash);
+      while (keys_[j].hash != 0) j = (j + 1) & m;
+      keys_[j] = s;
+    }
+    return FindOrInsert(hash, inserted);
+  }
+}
+
+CapacityAdvisor::Entry* CapacityAdvisor::Find(uint64_t hash) {
+  hash = Nonzero(hash);
+  const size_t mask = keys_.size() - 1;
+  for (size_t i = Home(hash); keys_[i].hash != 0; i = (i + 1) & mask) {
+    if (keys_[i].hash == hash) return &keys_[i].e;
+  }
+  return nullptr;
+}
+
+// Backward-shift deletion: later slots of the probe run move up when their
+// home is not between the hole and them, so no tombstones are needed.
+void CapacityAdvisor::Erase(uint64_t hash) {
+  hash = Nonzero(hash);
+  const size_t mask = keys_.size() - 1;
+  size_t hole = Home(hash);
+  while (keys_[hole].hash != hash) {
+    if (keys_[hole].hash == 0) return;
+    hole = (hole + 1) & mask;
+  }
+  for (size_t j = (hole + 1) & mask; keys_[j].hash != 0; j = (j + 1) & mask) {
+    const size_t home = Home(keys_[j].hash);
+    // Stays when its home lies cyclically in (hole, j].
+    const bool stays = hole < j ? (home > hole && home <= j) : (home > hole || home <= j);
+    if (stays) continue;
+    keys_[hole] = keys_[j];
+    hole = j;
+  }
+  keys_[hole] = Slot{};
+  --size_;
+}
+
+void CapacityAdvisor::Decay() {
+  if (options_.half_life_seconds == 0) return;
+  const uint64_t half_life = options_.half_life_seconds * kNanosPerSecond;
+  const uint64_t now = clock_->NowNanos();
+  if (now < decayed_at_nanos_ + half_life) return;
+  const uint64_t halvings = (now - decayed_at_nanos_) / half_life;
+  decayed_at_nanos_ += halvings * half_life;
+  const double f = std::exp2(-static_cast<double>(std::min<uint64_t>(halvings, 2000)));
+  const uint64_t all = AllTokens();
+  all_decayed_ = (all_decayed_ + static_cast<double>(all - all_at_decay_)) * f;
+  all_at_decay_ = all;
+  for (double& h : histogram_) h *= f;
+  cold_tokens_ *= f;
+  total_tokens_ *= f;
 }
 
 void CapacityAdvisor::Touch(Entry& e, uint64_t hash) {
@@ -109,14 +203,14 @@ void CapacityAdvisor::Touch(Entry& e, uint64_t hash) {
 }
 
 void CapacityAdvisor::Shrink() {
-  while (keys_.size() > options_.max_keys) {
+  while (size_ > options_.max_keys) {
     const uint64_t hash = largest_.top();
     largest_.pop();
-    auto last = keys_.find(hash);
-    owner_[last->second.stamp] = 0;
-    FenwickAdd(last->second.stamp, -1);
+    const uint32_t stamp = Find(hash)->stamp;
+    owner_[stamp] = 0;
+    FenwickAdd(stamp, -1);
     threshold_.store(hash, std::memory_order_relaxed);
-    keys_.erase(last);
+    Erase(hash);
   }
 }
 
@@ -124,7 +218,7 @@ void CapacityAdvisor::Shrink() {
 // max_keys references or so).
 void CapacityAdvisor::Compact() {
   std::vector<uint64_t> live;
-  live.reserve(keys_.size());
+  live.reserve(size_);
   for (size_t s = 1; s < owner_.size(); ++s) {
     if (owner_[s] != 0) live.push_back(owner_[s]);
   }
@@ -133,7 +227,7 @@ void CapacityAdvisor::Compact() {
   next_stamp_ = 1;
   for (uint64_t hash : live) {
     const uint32_t s = next_stamp_++;
-    keys_[hash].stamp = s;
+    Find(hash)->stamp = s;
     owner_[s] = hash;
     FenwickAdd(s, 1);
   }
@@ -149,15 +243,28 @@ int64_t CapacityAdvisor::FenwickSum(uint32_t i) const {
   return s;
 }
 
+uint64_t CapacityAdvisor::AllTokens() const {
+  uint64_t sum = 0;
+  for (const Stripe& s : all_tokens_) sum += s.n.load(std::memory_order_relaxed);
+  return sum;
+}
+
+double CapacityAdvisor::AllTokensLocked() const {
+  return all_decayed_ + static_cast<double>(AllTokens() - all_at_decay_);
+}
+
 double CapacityAdvisor::HitRatioAt(double blocks) const {
   MutexLock lock(&mu_);
   return HitRatioAtLocked(blocks);
 }
 
 // Tokens whose scaled distance is below `blocks`, interpolating linearly
-// inside the bucket that `blocks` falls into.
+// inside the bucket that `blocks` falls into; with every reference counted
+// (Count), plus the tokens the sample's total misses (or minus those it
+// overstates), as hits at the smallest distance, of that count.
 double CapacityAdvisor::HitRatioAtLocked(double blocks) const {
   if (total_tokens_ <= 0) return 0;
+  const double all = AllTokensLocked();
   double hit = 0;
   for (size_t b = 0; b < histogram_.size(); ++b) {
     const double lo = Lower(b), hi = Lower(b + 1);
@@ -168,16 +275,17 @@ double CapacityAdvisor::HitRatioAtLocked(double blocks) const {
       break;
     }
   }
-  return hit / total_tokens_;
+  if (all <= 0 || blocks < 1) return hit / total_tokens_;
+  return std::clamp((hit + all - total_tokens_) / all, 0.0, 1.0);
 }
 
 AdvisorReport CapacityAdvisor::Report() const {
   MutexLock lock(&mu_);
   AdvisorReport r;
   r.sampling_rate = Rate(threshold_.load(std::memory_order_relaxed));
-  r.sampled_keys = keys_.size();
-  r.memory_bytes = keys_.size() * kMapNodeBytes + owner_.size() * 16 +
-                   histogram_.size() * sizeof(double);
+  r.sampled_keys = size_;
+  r.memory_bytes = keys_.size() * sizeof(Slot) + size_ * sizeof(uint64_t) +
+                   owner_.size() * 16 + histogram_.size() * sizeof(double);
   r.references = references_;
   r.tokens = raw_tokens_;
   auto add = [&](const char* tier, uint64_t bytes, uint64_t blocks,

@@ -10,6 +10,11 @@ namespace {
 
 constexpr SsdAdmissionUnits kNanosPerDay = SsdAdmissionUnits{86400} * 1'000'000'000;
 
+// A key's ghost hash, never 0 (an empty slot).
+uint64_t GhostHash(const BlockKey& key) {
+  return (key.lo ^ (key.hi * 0x9E3779B97F4A7C15ull)) | 1;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<SsdAdmission>> SsdAdmission::Create(
@@ -22,6 +27,8 @@ StatusOr<std::unique_ptr<SsdAdmission>> SsdAdmission::Create(
     return Status::InvalidArgument("an ssd write budget needs ssd admission 'budget'");
   if (options.burst_seconds == 0)
     return Status::InvalidArgument("ssd admission burst must be > 0 seconds");
+  if (options.kind == SsdAdmissionKind::kGhost && options.ghost_keys == 0)
+    return Status::InvalidArgument("ssd admission 'ghost' needs ghost_keys > 0");
   return std::unique_ptr<SsdAdmission>(new SsdAdmission(options));
 }
 
@@ -31,7 +38,12 @@ SsdAdmission::SsdAdmission(const SsdAdmissionOptions& options)
       capacity_units_(SsdAdmissionUnits{options.budget_bytes_per_day} *
                       options.burst_seconds * 1'000'000'000),
       units_(capacity_units_),
-      refilled_at_nanos_(clock_->NowNanos()) {}
+      refilled_at_nanos_(clock_->NowNanos()) {
+  if (options.kind == SsdAdmissionKind::kGhost) {
+    MutexLock lock(&mu_);
+    ghost_.assign(options.ghost_keys, 0);
+  }
+}
 
 void SsdAdmission::Refill() {
   const uint64_t now = clock_->NowNanos();
@@ -47,6 +59,25 @@ bool SsdAdmission::Allows(uint64_t bytes) {
   MutexLock lock(&mu_);
   Refill();
   return units_ >= SsdAdmissionUnits{bytes} * kNanosPerDay;
+}
+
+bool SsdAdmission::Allows(const BlockKey& key, uint64_t bytes) {
+  if (options_.kind != SsdAdmissionKind::kGhost) return Allows(bytes);
+  const uint64_t h = GhostHash(key);
+  MutexLock lock(&mu_);
+  uint64_t& slot = ghost_[h % ghost_.size()];
+  if (slot != h) return false;
+  slot = 0;
+  return true;
+}
+
+void SsdAdmission::RecordSkipped(const BlockKey& key, uint64_t bytes) {
+  if (options_.kind == SsdAdmissionKind::kGhost) {
+    const uint64_t h = GhostHash(key);
+    MutexLock lock(&mu_);
+    ghost_[h % ghost_.size()] = h;
+  }
+  RecordSkipped(bytes);
 }
 
 void SsdAdmission::RecordWritten(uint64_t bytes, bool forced) {

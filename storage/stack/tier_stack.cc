@@ -30,9 +30,8 @@ TierStack::~TierStack() {
 }
 
 void TierStack::SetAdvisorTokens(OwnerId owner, uint32_t tokens) {
-  MutexLock lock(&mu_);
-  if (advisor_tokens_.size() <= owner) advisor_tokens_.resize(owner + 1, 0);
-  advisor_tokens_[owner] = tokens;
+  if (owner < advisor_tokens_.size())
+    advisor_tokens_[owner].store(tokens, std::memory_order_relaxed);
 }
 
 void TierStack::KeepLocal(const BlockKey& namespace_id) {
@@ -49,16 +48,21 @@ bool TierStack::MayGoRemote(const BlockMeta& meta) const {
 }
 
 uint32_t TierStack::AdvisorTokens(OwnerId owner) const {
-  MutexLock lock(&mu_);
-  return owner < advisor_tokens_.size() ? advisor_tokens_[owner]
-                                        : options_.advisor_block_tokens;
+  if (owner < advisor_tokens_.size()) {
+    const uint32_t t = advisor_tokens_[owner].load(std::memory_order_relaxed);
+    if (t > 0) return t;
+  }
+  return options_.advisor_block_tokens;
 }
 
 StatusOr<TierHit> TierStack::Get(const BlockKey& key, const TierRead& read) {
   StatusOr<TierHit> hit = GetFromTiers(key, read);
-  if (CapacityAdvisor* a = options_.advisor; a != nullptr && a->Sampled(key)) {
-    if (const uint32_t tokens = AdvisorTokens(read.owner); tokens > 0)
-      a->OnGet(key, hit.ok(), tokens);
+  if (CapacityAdvisor* a = options_.advisor; a != nullptr) {
+    const uint32_t tokens = AdvisorTokens(read.owner);
+    if (tokens > 0) {
+      if (hit.ok()) a->Count(key, tokens);
+      if (a->Sampled(key)) a->OnGet(key, hit.ok(), tokens);
+    }
   }
   return hit;
 }
@@ -136,9 +140,11 @@ StatusOr<BlockMeta> TierStack::Peek(const BlockKey& key) const {
 }
 
 Status TierStack::Put(const BlockMeta& meta, SharedBytes payload) {
-  if (CapacityAdvisor* a = options_.advisor; a != nullptr && a->Sampled(meta.key)) {
-    if (const uint32_t tokens = AdvisorTokens(meta.owner); tokens > 0)
-      a->OnPut(meta.key, tokens);
+  if (CapacityAdvisor* a = options_.advisor; a != nullptr) {
+    if (const uint32_t tokens = AdvisorTokens(meta.owner); tokens > 0) {
+      a->Count(meta.key, tokens);
+      if (a->Sampled(meta.key)) a->OnPut(meta.key, tokens);
+    }
   }
   MutexLock lock(&StripeFor(meta.key));
   if (options_.remote == nullptr || !options_.put_to_remote || !MayGoRemote(meta)) {
@@ -369,7 +375,7 @@ void TierStack::SpillToRemote(const BlockMeta& meta, const SharedBytes& payload)
 
 bool TierStack::MaySkip(const BlockMeta& meta) const {
   return options_.admission != nullptr &&
-         options_.admission->kind() == SsdAdmissionKind::kBudget &&
+         options_.admission->kind() != SsdAdmissionKind::kAll &&
          options_.admission_may_skip && !meta.namespace_id.IsZero();
 }
 
@@ -381,11 +387,11 @@ bool TierStack::HasLocalChildren(const BlockKey& key) const {
 bool TierStack::AdmitBelow(const BlockMeta& meta, uint64_t bytes) {
   SsdAdmission* admission = options_.admission;
   if (admission == nullptr) return true;
-  const bool allowed = admission->Allows(bytes);
+  const bool allowed = admission->Allows(meta.key, bytes);
   // Only a leaf may stay unwritten: a child in RAM would reach SSD with its
   // parent nowhere (an orphan), and one on SSD already would be one.
   if (!allowed && MaySkip(meta) && !HasLocalChildren(meta.key)) {
-    admission->RecordSkipped(bytes);
+    admission->RecordSkipped(meta.key, bytes);
     return false;
   }
   admission->RecordWritten(bytes, /*forced=*/!allowed);

@@ -261,6 +261,39 @@ TEST_F(EngineWearTest, ABudgetWritesWhatItAllowsAndSkipsAndCountsTheRest) {
   EXPECT_TRUE(audit.ok());
 }
 
+// Reject first with a ghost (SsdAdmissionKind::kGhost): a leaf's first
+// eviction skips it and remembers its key; stored again after a miss and
+// evicted again, it is written, and restored from SSD with its bytes.
+TEST_F(EngineWearTest, AGhostSkipsAFirstEvictionAndWritesTheNext) {
+  MeasureBlock();
+  EngineOptions o = Budgeted(2, EvictionPolicyKind::kLru, 0);
+  o.ssd_admission = SsdAdmissionKind::kGhost;
+  o.promote_on_ssd_hit = false;
+  auto e = Open(o);
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+  auto tokens = [](int i) { return Tokens(kBlockTokens, 1000 * i); };
+  for (int i = 0; i < 6; ++i) StoreAll(*e, ns, tokens(i));  // 0..3 evicted
+  SsdAdmissionCounters c = e->Stats().ssd_admission_counters;
+  EXPECT_EQ(c.written_blocks, 0u);
+  EXPECT_EQ(c.skipped_blocks, 4u);
+  EXPECT_EQ(MatchAndRestore(*e, ns, tokens(0)).restored_tokens, 0u);
+  const std::vector<LayerState> again = StoreAll(*e, ns, tokens(0));  // evicts 4
+  StoreAll(*e, ns, tokens(6));                                        // evicts 5
+  StoreAll(*e, ns, tokens(7));  // evicts 0 again: in the ghost, written
+  c = e->Stats().ssd_admission_counters;
+  EXPECT_EQ(c.written_blocks, 1u);
+  EXPECT_EQ(c.written_bytes, payload_);
+  EXPECT_EQ(c.skipped_blocks, 6u);
+  EXPECT_EQ(c.forced_blocks, 0u);
+  const RestoreResult r = MatchAndRestore(*e, ns, tokens(0));
+  EXPECT_EQ(r.restored_tokens, tokens(0).size());
+  EXPECT_EQ(r.layers, again);
+  EXPECT_EQ(MatchAndRestore(*e, ns, tokens(1)).restored_tokens, 0u);
+  ASSERT_OK_AND_ASSIGN(EngineAudit audit, e->Audit());
+  EXPECT_TRUE(audit.ok());
+}
+
 TEST_F(EngineWearTest, ABudgetNeverSkipsRawValues) {
   MeasureBlock();
   auto e = Open(Budgeted(2, EvictionPolicyKind::kLru, 1));

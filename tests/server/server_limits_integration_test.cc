@@ -332,5 +332,25 @@ TEST(ServerLimits, ServeHelpUsageNamesEveryFlag) {
   }
 }
 
+// `serve --advisor-max-keys N` bounds the capacity advisor's memory (INFO
+// advisor's advisor_memory_bytes): about 1 MB of slots for the default 32768
+// keys, tens of KB for 64 (most of it the histogram).
+TEST(ServerLimits, AdvisorMaxKeysBoundsTheAdvisorsMemory) {
+  auto memory = [](const std::vector<std::string>& flags) -> int64_t {
+    testing::TempDir dir;
+    ServeProcess serve(dir.str() + "/data", flags);
+    if (serve.port() == 0) return -1;
+    RespClient c(serve.port());
+    const std::string info = c.Call({"INFO", "advisor"}).str;
+    const std::string field = "advisor_memory_bytes:";
+    const size_t at = info.find(field);
+    return at == std::string::npos ? -2 : std::stoll(info.substr(at + field.size()));
+  };
+  EXPECT_GT(memory({}), 1'000'000);
+  const int64_t small = memory({"--advisor-max-keys", "64", "--advisor-half-life", "60"});
+  EXPECT_GT(small, 0);
+  EXPECT_LT(small, 50'000);
+}
+
 }  // namespace
 }  // namespace prefixkv

@@ -120,7 +120,8 @@ TEST(ReplayCli, SsdAdmissionFlagsAndTheirReport) {
   const testing::CliRun bad =
       testing::RunCli("replay " + kTrace + " --ssd-admission some");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
-  EXPECT_NE(bad.output.find("--ssd-admission must be all or budget"), std::string::npos)
+  EXPECT_NE(bad.output.find("--ssd-admission must be all, budget or ghost"),
+            std::string::npos)
       << bad.output;
   EXPECT_EQ(testing::RunCli("replay " + kTrace + " --ssd-admission budget").exit_code, 2);
   EXPECT_EQ(testing::RunCli("replay " + kTrace + " --ssd-write-budget 1G").exit_code, 2);
@@ -141,6 +142,21 @@ TEST(ReplayCli, SsdAdmissionFlagsAndTheirReport) {
       << run.output;
   EXPECT_NE(run.output.find("\"ssd_bytes_written_per_hit\":"), std::string::npos)
       << run.output;
+  // Reject first (ghost): skips without a budget, and takes none.
+  EXPECT_EQ(
+      testing::RunCli("replay " + kTrace + " --ssd-admission ghost --ssd-write-budget 1G")
+          .exit_code,
+      2);
+  const testing::CliRun ghost =
+      testing::RunCli("replay " + kTrace +
+                      " --hot-capacity-tokens 1000000 --ssd-capacity-tokens 50000000" +
+                      " --policy leaf-lru --bytes-per-token 1 --ssd-admission ghost" +
+                      " --data-dir " + dir.str() + "/ghost --json");
+  ASSERT_EQ(ghost.exit_code, 0) << ghost.output;
+  EXPECT_NE(ghost.output.find("\"ssd_admission\":\"ghost\""), std::string::npos)
+      << ghost.output;
+  EXPECT_EQ(ghost.output.find("\"ssd_skipped_blocks\":0,"), std::string::npos)
+      << ghost.output;
 }
 
 // The SSD tier's counters in the report include every block evicted to it:

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"
@@ -22,6 +24,10 @@ Flags AdviseFlags() {
        {"hot-capacity-tokens", "the hot tier's current size in tokens", false, ""},
        {"ssd-capacity-tokens", "the SSD tier's current size in tokens", false, "none"},
        {"max-keys", "sampled blocks the advisor remembers at most", false, "32768"},
+       {"max-rate", "the largest share of blocks sampled, (0, 1]", false, "0.125"},
+       {"svg",
+        "also draw the estimated (and with --check the replayed) curves to this file",
+        false, ""},
        {"check", "also replay the trace at every size and print the difference", true,
         ""},
        {"data-dir", "where --check makes its SSD tiers' scratch directories", false,
@@ -74,6 +80,54 @@ void Print(const Flags& flags, const AdvisorReport& r,
   if (!replayed.empty()) std::printf("largest difference %.4f\n", worst);
 }
 
+// The estimated (solid) and replayed (dashed) curves of each tier as SVG:
+// the size as a multiple of the tier's capacity (log scale) against the
+// token hit ratio.
+std::string CurvesSvg(const AdvisorReport& r, const std::vector<double>& replayed,
+                      const std::string& title) {
+  constexpr double kW = 640, kH = 400, kPad = 60;
+  auto x = [&](double f) { return kPad + (std::log2(f) + 2) / 5 * (kW - 2 * kPad); };
+  auto y = [&](double h) { return kH - kPad - h * (kH - 2 * kPad); };
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(1);
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kW << "\" height=\"" << kH
+    << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" "
+    << "height=\"100%\" fill=\"white\"/>\n<text x=\"" << kPad << "\" y=\"24\">" << title
+    << "</text>\n";
+  for (int i = 0; i <= 5; ++i) {
+    const double h = i / 5.0, f = std::exp2(i - 2);
+    char factor[16];
+    std::snprintf(factor, sizeof factor, "%gx", f);
+    s << "<text x=\"" << kPad - 6 << "\" y=\"" << y(h) + 4 << "\" text-anchor=\"end\">"
+      << h << "</text>\n<text x=\"" << x(f) << "\" y=\"" << kH - kPad + 16
+      << "\" text-anchor=\"middle\">" << factor << "</text>\n";
+  }
+  s << "<rect x=\"" << kPad << "\" y=\"" << kPad << "\" width=\"" << kW - 2 * kPad
+    << "\" height=\"" << kH - 2 * kPad << "\" fill=\"none\" stroke=\"black\"/>\n"
+    << "<text x=\"" << kW / 2 << "\" y=\"" << kH - 20
+    << "\" text-anchor=\"middle\">size / current capacity (log scale); solid: "
+    << "estimated, dashed: replayed</text>\n";
+  int legend = 0;
+  for (const char* tier : {"hot", "ssd"}) {
+    const char* colour = std::string(tier) == "hot" ? "#d62728" : "#1f77b4";
+    for (int kind = 0; kind < (replayed.empty() ? 1 : 2); ++kind) {
+      s << "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"" << colour << "\""
+        << (kind == 1 ? " stroke-dasharray=\"6,4\"" : "") << " points=\"";
+      for (size_t i = 0; i < r.points.size(); ++i) {
+        if (r.points[i].tier != tier) continue;
+        const double h = kind == 0 ? r.points[i].hit_ratio : replayed[i];
+        s << x(r.points[i].factor) << "," << y(h) << " ";
+      }
+      s << "\"/>\n";
+    }
+    s << "<text x=\"" << kW - kPad - 80 << "\" y=\"" << kH - kPad - 12 - 16 * legend++
+      << "\" fill=\"" << colour << "\">" << tier << " tier</text>\n";
+  }
+  s << "</svg>\n";
+  return s.str();
+}
+
 int RunAdvise(const std::vector<std::string>& args) {
   Flags flags = AdviseFlags();
   std::string error;
@@ -100,6 +154,9 @@ int RunAdvise(const std::vector<std::string>& args) {
   config.hot_tokens = *hot;
   config.ssd_tokens = ssd.value_or(0);
   if (keys) config.advisor.max_keys = static_cast<uint32_t>(*keys);
+  config.advisor.max_rate =
+      GetReal(flags, "max-rate", config.advisor.max_rate, 1e-6, 1, &error);
+  if (!error.empty()) return UsageError(flags, error);
   StatusOr<std::vector<replay::TraceRequest>> trace =
       replay::ReadTrace(flags.positional()[0]);
   if (!trace.ok()) return OpenError(flags, "advise", trace.status());
@@ -115,6 +172,14 @@ int RunAdvise(const std::vector<std::string>& args) {
     std::filesystem::remove_all(dir, ec);
     if (!r.ok()) return Failure(flags, "advise", r.status().ToString());
     replayed = std::move(r).value();
+  }
+  if (const std::string svg = flags.GetString("svg", ""); !svg.empty()) {
+    std::ofstream out(svg);
+    out << CurvesSvg(
+        report, replayed,
+        "token hit ratio: " +
+            std::filesystem::path(flags.positional()[0]).filename().string());
+    if (!out) return Failure(flags, "advise", "cannot write " + svg);
   }
   Print(flags, report, replayed);
   return kExitOk;

@@ -50,10 +50,6 @@ Flags ReplayFlags() {
        "loses 12% on a real chat trace (docs/eviction.md, \"Reuse hints\")",
        false, "no hints"},
       {"no-promote", "do not copy SSD hits into the hot tier", true, ""},
-      {"advisor-max-keys",
-       "the engine's capacity advisor: sampled blocks it remembers (0: off; "
-       "docs/eviction.md)",
-       false, "32768"},
       {"data-dir", "where the SSD tier's scratch directory is made", false,
        "./prefixkv-data"},
       {"keep-data", "keep the SSD tier's directory after the replay", true, ""},
@@ -63,6 +59,7 @@ Flags ReplayFlags() {
        false, "1"},
       {"json", "print one JSON object", true, ""}};
   for (FlagSpec& f : RouterFlagSpecs()) specs.push_back(std::move(f));
+  for (FlagSpec& f : AdvisorFlagSpecs()) specs.push_back(std::move(f));
   for (FlagSpec& f : RemoteFlagSpecs()) specs.push_back(std::move(f));
   // Admission only: a replay projects no drive lifetime.
   for (FlagSpec& f : WearFlagSpecs()) {
@@ -226,12 +223,10 @@ std::string Configure(const Flags& flags, ReplayConfig* c, std::string* policy_n
   c->ssd_write_budget_bytes_per_day = wear.ssd_write_budget_bytes_per_day;
   if (c->ssd_admission != SsdAdmissionKind::kAll && *policy_name == "min")
     return "--policy min has no SSD tier to admit to";
-  if (flags.Has("advisor-max-keys")) {
-    std::optional<uint64_t> keys = flags.GetCount("advisor-max-keys", &error);
-    if (!error.empty()) return error;
-    if (!keys || *keys > (1u << 24)) return "--advisor-max-keys must be 0..16777216";
-    c->advisor_max_keys = static_cast<uint32_t>(*keys);
-  }
+  EngineOptions advisor;
+  if (std::string e = ApplyAdvisorFlags(flags, &advisor); !e.empty()) return e;
+  c->advisor_max_keys = advisor.advisor_max_keys;
+  c->advisor_half_life_seconds = advisor.advisor_half_life_seconds;
   if (flags.positional().size() != 1) return "expected exactly one TRACE.jsonl";
   EngineOptions remote;
   if (std::string e = ApplyRemoteFlags(flags, &remote); !e.empty()) return e;

@@ -79,6 +79,7 @@ Flags ServeFlags() {
        false, ""}};
   for (FlagSpec& f : RemoteFlagSpecs()) specs.push_back(std::move(f));
   for (FlagSpec& f : WearFlagSpecs()) specs.push_back(std::move(f));
+  for (FlagSpec& f : AdvisorFlagSpecs()) specs.push_back(std::move(f));
   return Flags(
       "prefixkv serve [--data-dir D] [--port P] [--bind ADDR] [--threads N] "
       "[--requirepass-file F | --requirepass S] [--admin-pass-file F | --admin-pass S] "
@@ -86,7 +87,8 @@ Flags ServeFlags() {
       "[--max-clients N] [--auth-failures-per-second N] [--idle-timeout-ms MS] "
       "[--durability M] [--write-through] "
       "[--policy P] [--ssd-policy P] [--max-models N] [--event-retention-bytes B] "
-      "[--event-retention-ms MS] [--no-event-log] [--metrics-port P] " +
+      "[--event-retention-ms MS] [--no-event-log] [--metrics-port P] "
+      "[--advisor-max-keys N] [--advisor-half-life S] " +
           RemoteUsage() + WearUsage(),
       std::move(specs));
 }
@@ -193,6 +195,7 @@ std::string ParseServeConfig(const Flags& flags, ServeConfig* config) {
   config->engine.write_through = flags.GetBool("write-through");
   if (std::string e = ApplyRemoteFlags(flags, &config->engine); !e.empty()) return e;
   if (std::string e = ApplyWearFlags(flags, &config->engine); !e.empty()) return e;
+  if (std::string e = ApplyAdvisorFlags(flags, &config->engine); !e.empty()) return e;
   config->server.port = static_cast<uint16_t>(port);
   config->server.io_threads = static_cast<int>(threads);
   config->server.bind_address = flags.GetString("bind", "127.0.0.1");

@@ -5,14 +5,18 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "prefixkv/advanced/capacity_advisor.h"
+
 namespace prefixkv::cli {
 
 std::vector<FlagSpec> WearFlagSpecs() {
   return {
       {"ssd-admission",
-       "which blocks the hot tier evicts are written to SSD: all, or budget (prefix "
-       "blocks without a child beyond --ssd-write-budget are skipped and counted; raw "
-       "values always written; docs/eviction.md)",
+       "which blocks the hot tier evicts are written to SSD: all, budget (prefix "
+       "blocks without a child beyond --ssd-write-budget are skipped and counted), or "
+       "ghost (such a block is skipped at its first eviction and written when it is "
+       "evicted again; best with --policy leaf-lru or chain). Raw values are always "
+       "written; docs/eviction.md",
        false, "all"},
       {"ssd-write-budget",
        "with --ssd-admission budget: bytes of evicted blocks SSD may take per day "
@@ -31,14 +35,15 @@ std::vector<FlagSpec> WearFlagSpecs() {
 }
 
 std::string WearUsage() {
-  return " [--ssd-admission all|budget] [--ssd-write-budget B] [--ssd-endurance-bytes B "
+  return " [--ssd-admission all|budget|ghost] [--ssd-write-budget B] "
+         "[--ssd-endurance-bytes B "
          "| --ssd-drive-writes-per-day N [--ssd-drive-capacity-bytes B]]";
 }
 
 std::string ApplyWearFlags(const Flags& flags, EngineOptions* options) {
   StatusOr<SsdAdmissionKind> kind =
       ParseSsdAdmission(flags.GetString("ssd-admission", "all"));
-  if (!kind.ok()) return "--ssd-admission must be all or budget";
+  if (!kind.ok()) return "--ssd-admission must be all, budget or ghost";
   options->ssd_admission = *kind;
   std::string error;
   auto size = [&](const char* name) -> uint64_t {
@@ -61,6 +66,33 @@ std::string ApplyWearFlags(const Flags& flags, EngineOptions* options) {
     if (flags.Has("ssd-endurance-bytes"))
       return "give --ssd-endurance-bytes or --ssd-drive-writes-per-day, not both";
     options->ssd_drive_writes_per_day = dwpd;
+  }
+  return "";
+}
+
+std::vector<FlagSpec> AdvisorFlagSpecs() {
+  return {{"advisor-max-keys",
+           "the capacity advisor: sampled blocks it remembers at most, about 100 bytes "
+           "each (0: off; at most 16777216; docs/eviction.md)",
+           false, "32768"},
+          {"advisor-half-life",
+           "the capacity advisor's decay: seconds after which the traffic seen so far "
+           "counts half (0: cumulative)",
+           false, "3600"}};
+}
+
+std::string ApplyAdvisorFlags(const Flags& flags, EngineOptions* options) {
+  std::string error;
+  if (flags.Has("advisor-max-keys")) {
+    std::optional<uint64_t> keys = flags.GetCount("advisor-max-keys", &error);
+    if (!keys || *keys > kMaxAdvisorKeys) return "--advisor-max-keys must be 0..16777216";
+    options->advisor_max_keys = static_cast<uint32_t>(*keys);
+  }
+  if (flags.Has("advisor-half-life")) {
+    std::optional<uint64_t> s = flags.GetCount("advisor-half-life", &error);
+    if (!s || *s > (uint64_t{1} << 32))
+      return "--advisor-half-life must be 0..4294967296 seconds";
+    options->advisor_half_life_seconds = *s;
   }
   return "";
 }

@@ -5,6 +5,9 @@
 //   --ssd-endurance-bytes B             the drive's rated TBW, in bytes
 //   --ssd-drive-writes-per-day N        or its DWPD rating (with the drive's
 //   --ssd-drive-capacity-bytes B        capacity; default the tier's)
+// and the capacity advisor's (docs/eviction.md, "The capacity advisor"):
+//   --advisor-max-keys N                sampled blocks remembered (0: off)
+//   --advisor-half-life S               seconds after which traffic counts half
 #pragma once
 
 #include <string>
@@ -21,5 +24,9 @@ std::vector<FlagSpec> WearFlagSpecs();
 std::string WearUsage();
 // Applies the flags to `options`; returns an error message or "".
 std::string ApplyWearFlags(const Flags& flags, EngineOptions* options);
+
+// The advisor's FlagSpecs, and applying them (an error message or "").
+std::vector<FlagSpec> AdvisorFlagSpecs();
+std::string ApplyAdvisorFlags(const Flags& flags, EngineOptions* options);
 
 }  // namespace prefixkv::cli

@@ -30,8 +30,9 @@ AdvisorReport AdviseTrace(const std::vector<TraceRequest>& requests,
       const int32_t tokens[2] = {static_cast<int32_t>(id & 0xFFFFFFFFu),
                                  static_cast<int32_t>(id >> 32)};
       parent = ChainKey(parent, tokens);
-      if (advisor.Sampled(parent))
-        advisor.OnGet(parent, /*hit=*/true, BlockTokens(r.input_length, i, bt));
+      const uint32_t t = BlockTokens(r.input_length, i, bt);
+      advisor.Count(parent, t);
+      if (advisor.Sampled(parent)) advisor.OnGet(parent, /*hit=*/true, t);
     }
   }
   return advisor.Report();

@@ -51,6 +51,7 @@ StatusOr<std::unique_ptr<ReplayTiers>> ReplayTiers::Open(const ReplayConfig& con
   // Budgeted: a day is a day of the trace. Else the system clock, as before.
   if (config.ssd_admission == SsdAdmissionKind::kBudget) o.clock = &t->trace_clock_;
   o.advisor_max_keys = config.advisor_max_keys;
+  o.advisor_half_life_seconds = config.advisor_half_life_seconds;
   o.log = [](std::string_view) {};
   o.remote = config.remote;
   o.remote_write = config.remote_write;

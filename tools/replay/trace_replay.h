@@ -65,6 +65,7 @@ struct ReplayConfig {
   bool promote_on_ssd_hit = true;
   // The engine's capacity advisor (EngineOptions::advisor_max_keys; 0: off).
   uint32_t advisor_max_keys = 32768;
+  uint64_t advisor_half_life_seconds = 3600;
   // A shared remote tier (EngineOptions::remote; docs/remote.md): every node
   // of a replay uses it. Empty and no factory: none.
   std::string remote;

@@ -228,7 +228,7 @@ class TierStack final : private EvictionListener {
   bool SpillsToRemote() const {
     return options_.remote != nullptr && !options_.put_to_remote;
   }
-  uint32_t AdvisorTokens(OwnerId owner) const EXCLUDES(mu_);
+  uint32_t AdvisorTokens(OwnerId owner) const;
   // A block that may be written to the remote tier (not a raw value, not of
   // a KeepLocal namespace).
   bool MayGoRemote(const BlockMeta& meta) const EXCLUDES(mu_);
@@ -282,7 +282,9 @@ class TierStack final : private EvictionListener {
   CondVar written_below_;
   std::unordered_map<BlockKey, const uint8_t*, BlockKeyHash> dirty_ GUARDED_BY(mu_);
   std::unordered_set<BlockKey, BlockKeyHash> writing_below_ GUARDED_BY(mu_);
-  std::vector<uint32_t> advisor_tokens_ GUARDED_BY(mu_);  // by owner; 0: default
+  // By owner (the first 256; later ones weigh advisor_block_tokens); 0: the
+  // default. Read on every Get without a lock.
+  std::array<std::atomic<uint32_t>, 256> advisor_tokens_{};
   std::unordered_set<BlockKey, BlockKeyHash> local_only_ GUARDED_BY(mu_);
   std::atomic<bool> any_local_only_{false};
   SsdVictims ssd_victims_{this};
