@@ -181,6 +181,37 @@ WindowPadding PrefixCache::DetectWindowPadding(const std::vector<LayerState>& la
 
 namespace cache {
 
+StatusOr<TensorParts> GatherTensorParts(const std::vector<LoadedBlock>& blocks,
+                                        bool sliceable, size_t l, size_t t) {
+  TensorParts out;
+  const Tensor& tip = blocks.back().record.layers[l].tensors[t];
+  out.restored = {tip.dtype(), tip.shape()};
+  if (!sliceable) {
+    out.parts = {&tip};
+    return out;
+  }
+  const Tensor& first = blocks.front().record.layers[l].tensors[t];
+  out.axis = TokenAxis(first);
+  std::vector<int64_t> across = first.shape();  // every dimension but the token axis
+  across[out.axis] = 0;
+  out.restored.shape = across;
+  for (const LoadedBlock& block : blocks) {
+    const Tensor& part = block.record.layers[l].tensors[t];
+    std::vector<int64_t> shape = part.shape();
+    const bool same_kind = part.dtype() == first.dtype() && shape.size() == first.ndim();
+    const int64_t tokens = same_kind ? shape[out.axis] : 0;
+    if (same_kind) shape[out.axis] = 0;
+    if (!same_kind || shape != across) {
+      return Status::Corruption(
+          "layer " + std::to_string(l) + " tensor " + std::to_string(t) +
+          ": blocks disagree: " + first.DebugString() + " and " + part.DebugString());
+    }
+    out.parts.push_back(&part);
+    out.restored.shape[out.axis] += tokens;
+  }
+  return out;
+}
+
 LayerState RestoredLayerHead(const NamespaceState& ns,
                              const std::vector<LoadedBlock>& blocks, size_t l) {
   const LayerState& tip = blocks.back().record.layers[l];

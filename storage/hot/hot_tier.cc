@@ -32,13 +32,15 @@ void PinnedBlock::Release() {
 }
 
 StatusOr<std::unique_ptr<HotTier>> HotTier::Open(std::shared_ptr<SharedHotBudget> budget,
-                                                 OwnerId owner) {
+                                                 OwnerId owner,
+                                                 std::shared_ptr<MemoryResource> memory) {
   if (budget == nullptr) return Status::InvalidArgument("hot tier: null budget");
   if (owner >= budget->owner_count()) {
     return Status::InvalidArgument("hot tier: owner " + std::to_string(owner) +
                                    " is not registered");
   }
-  return std::unique_ptr<HotTier>(new HotTier(std::move(budget), owner));
+  return std::unique_ptr<HotTier>(
+      new HotTier(std::move(budget), owner, std::move(memory)));
 }
 
 StatusOr<std::unique_ptr<HotTier>> HotTier::Create(
@@ -50,6 +52,17 @@ StatusOr<std::unique_ptr<HotTier>> HotTier::Create(
 }
 
 Status HotTier::Put(const BlockMeta& meta, SharedBytes payload, bool dirty) {
+  // Blocks encoded by this process are allocated in the resource already;
+  // SSD reads and remote fetches are copied in once, here.
+  if (memory_ != nullptr && !payload.empty() &&
+      !memory_->Contains(payload.data(), payload.size())) {
+    SharedBytes copy = SharedBytes::CopyIn(memory_, payload.data(), payload.size());
+    if (copy.data() == nullptr) {
+      return Status::NoSpace("hot tier: the memory resource has no room for " +
+                             std::to_string(payload.size()) + " bytes");
+    }
+    payload = std::move(copy);
+  }
   return state().Put(owner_, meta, std::move(payload), dirty);
 }
 

@@ -19,6 +19,7 @@
 
 #include "prefixkv/advanced/shared_hot_budget.h"
 #include "prefixkv/advanced/tier.h"
+#include "prefixkv/memory_resource.h"
 
 namespace prefixkv {
 
@@ -77,10 +78,13 @@ class PinnedBlock {
 class HotTier final : public BlockTier {
  public:
   // A view of `budget` for a registered `owner`. Several views of one owner
-  // share its blocks, counters and listener. InvalidArgument for an unknown
-  // owner or a null budget.
-  static StatusOr<std::unique_ptr<HotTier>> Open(std::shared_ptr<SharedHotBudget> budget,
-                                                 OwnerId owner);
+  // share its blocks, counters and listener. With `memory`, every payload
+  // this view stores lies in it (memory_resource.h): Put copies a payload
+  // from elsewhere into it first. InvalidArgument for an unknown owner or a
+  // null budget.
+  static StatusOr<std::unique_ptr<HotTier>> Open(
+      std::shared_ptr<SharedHotBudget> budget, OwnerId owner,
+      std::shared_ptr<MemoryResource> memory = nullptr);
   // A tier with a private budget and a single owner "default" (id 0).
   static StatusOr<std::unique_ptr<HotTier>> Create(const SharedHotBudgetOptions& options);
 
@@ -92,7 +96,8 @@ class HotTier final : public BlockTier {
   // quota, then any owner's blocks while the budget would be exceeded. The
   // block being inserted and, under leaf-lru, its resident parent are never
   // victims. NoSpace when the charge exceeds the budget or the quota, or when
-  // not enough unpinned blocks are evictable: then nothing changes.
+  // not enough unpinned blocks are evictable: then nothing changes (also
+  // when the view's memory resource has no room for the copy).
   Status Put(const BlockMeta& meta, SharedBytes payload, bool dirty) override;
 
   // The stored SharedBytes itself; a hit makes the block most recently used.
@@ -134,12 +139,14 @@ class HotTier final : public BlockTier {
   SharedHotBudget& budget() const { return *budget_; }
 
  private:
-  HotTier(std::shared_ptr<SharedHotBudget> budget, OwnerId owner)
-      : budget_(std::move(budget)), owner_(owner) {}
+  HotTier(std::shared_ptr<SharedHotBudget> budget, OwnerId owner,
+          std::shared_ptr<MemoryResource> memory)
+      : budget_(std::move(budget)), owner_(owner), memory_(std::move(memory)) {}
   hot_internal::BudgetState& state() const { return *budget_->state_; }
 
   std::shared_ptr<SharedHotBudget> budget_;
   OwnerId owner_;
+  std::shared_ptr<MemoryResource> memory_;  // null: payloads stay where they are
 };
 
 }  // namespace prefixkv
