@@ -129,8 +129,8 @@ Status WriteRecord(EngineImpl& impl, TierStack& stack, std::string_view name,
                    uint64_t expires_at_ms, const SharedBytes& value, bool drop_legacy) {
   BlockMeta meta;
   meta.key = internal::ValueKey(name);
-  PKV_RETURN_IF_ERROR(
-      stack.Put(meta, internal::EncodeValueRecord(name, expires_at_ms, value)));
+  PKV_RETURN_IF_ERROR(stack.Put(
+      meta, internal::EncodeValueRecord(name, expires_at_ms, value, impl.memory_)));
   impl.value_catalog_.Note(meta.key, name, expires_at_ms);
   if (!drop_legacy) return Status::OK();
   Status s = stack.Remove(internal::LegacyValueKey(name), KvRemoveReason::kSuperseded);

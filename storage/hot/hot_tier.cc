@@ -52,9 +52,12 @@ StatusOr<std::unique_ptr<HotTier>> HotTier::Create(
 }
 
 Status HotTier::Put(const BlockMeta& meta, SharedBytes payload, bool dirty) {
-  // Blocks encoded by this process are allocated in the resource already;
-  // SSD reads and remote fetches are copied in once, here.
-  if (memory_ != nullptr && !payload.empty() &&
+  // Blocks and values encoded by this process are allocated in the resource
+  // already; clean blocks from below (SSD reads, remote fetches) are copied
+  // in once, here. A dirty payload from elsewhere (a record a client sent)
+  // stays where it is: the stack tracks a dirty block by its buffer until
+  // it is written back, so it must stay the very buffer it put.
+  if (memory_ != nullptr && !dirty && !payload.empty() &&
       !memory_->Contains(payload.data(), payload.size())) {
     SharedBytes copy = SharedBytes::CopyIn(memory_, payload.data(), payload.size());
     if (copy.data() == nullptr) {

@@ -78,10 +78,11 @@ class PinnedBlock {
 class HotTier final : public BlockTier {
  public:
   // A view of `budget` for a registered `owner`. Several views of one owner
-  // share its blocks, counters and listener. With `memory`, every payload
-  // this view stores lies in it (memory_resource.h): Put copies a payload
-  // from elsewhere into it first. InvalidArgument for an unknown owner or a
-  // null budget.
+  // share its blocks, counters and listener. With `memory`, a clean payload
+  // Put from elsewhere (an SSD read, a remote fetch) is copied into it first
+  // (memory_resource.h); a dirty one is kept as it is (the stack above
+  // tracks it by its buffer until it is written back). InvalidArgument for
+  // an unknown owner or a null budget.
   static StatusOr<std::unique_ptr<HotTier>> Open(
       std::shared_ptr<SharedHotBudget> budget, OwnerId owner,
       std::shared_ptr<MemoryResource> memory = nullptr);
