@@ -100,6 +100,12 @@ struct EngineOptions {
   std::shared_ptr<MemoryResource> memory_resource;
   // The default arena's regions on transparent huge pages (MADV_HUGEPAGE).
   bool arena_huge_pages = false;
+  // Bytes of regions the default arena maps and faults in at Open (at most
+  // hot_capacity_bytes plus one region are kept): the first stores then
+  // write to memory already faulted in. Default 0: regions are mapped when
+  // first needed (each faulted in at once) and kept, so only the first fill
+  // of the hot tier pays for fresh pages.
+  uint64_t arena_prefault_bytes = 0;
   // Told of every region of the memory resource, once when it is mapped (or
   // at Open, for regions mapped before) and once before it is unmapped: the
   // place to register the memory for DMA (cudaHostRegister and

@@ -82,6 +82,9 @@ struct ArenaOptions {
   // pages; beyond it an empty region is unmapped. The engine uses its hot
   // capacity plus one region.
   size_t retain_bytes = size_t{1} << 30;
+  // Regions (of max_region_bytes) mapped and faulted in when the arena is
+  // made, so the first allocations do not wait for a mapping either.
+  size_t prefault_bytes = 0;
   // Fault every page in when a region is mapped (MAP_POPULATE), so the first
   // write to it costs no page fault.
   bool populate = true;

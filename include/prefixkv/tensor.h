@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -69,7 +70,10 @@ class Tensor {
 
   // Concatenates along `axis`; all other dimensions and the dtype must agree.
   // One part is returned as is (no copy).
-  static StatusOr<Tensor> Concat(const std::vector<Tensor>& parts, size_t axis);
+  // The result is allocated in `memory` when given (and it has room), else
+  // on the heap.
+  static StatusOr<Tensor> Concat(const std::vector<Tensor>& parts, size_t axis,
+                                 const std::shared_ptr<MemoryResource>& memory = nullptr);
 
   // Same dtype, shape and bytes.
   bool operator==(const Tensor& other) const;

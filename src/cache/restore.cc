@@ -133,16 +133,20 @@ std::vector<LoadedBlock> LoadOffChainTip(cache::NamespaceState& ns,
   return out;
 }
 
+// The restored tensor is allocated in `memory` (the engine's memory
+// resource: pre-faulted, and registered for DMA when the embedder asked).
 StatusOr<Tensor> AssembleSliceable(const std::vector<LoadedBlock>& blocks, size_t l,
-                                   size_t t) {
+                                   size_t t,
+                                   const std::shared_ptr<MemoryResource>& memory) {
   std::vector<Tensor> parts(blocks.size());
   for (size_t b = 0; b < blocks.size(); ++b)
     parts[b] = blocks[b].record.layers[l].tensors[t];
-  return Tensor::Concat(parts, cache::TokenAxis(parts[0]));
+  return Tensor::Concat(parts, cache::TokenAxis(parts[0]), memory);
 }
 
-StatusOr<std::vector<LayerState>> Assemble(const cache::NamespaceState& ns,
-                                           const std::vector<LoadedBlock>& blocks) {
+StatusOr<std::vector<LayerState>> Assemble(
+    const cache::NamespaceState& ns, const std::vector<LoadedBlock>& blocks,
+    const std::shared_ptr<MemoryResource>& memory) {
   std::vector<LayerState> layers;
   layers.reserve(ns.families.size());
   const BlockRecord& tip = blocks.back().record;
@@ -152,7 +156,7 @@ StatusOr<std::vector<LayerState>> Assemble(const cache::NamespaceState& ns,
       layer.tensors = tip.layers[l].tensors;  // views of the tip's bytes
     } else {
       for (size_t t = 0; t < tip.layers[l].tensors.size(); ++t) {
-        PKV_ASSIGN_OR_RETURN(Tensor whole, AssembleSliceable(blocks, l, t));
+        PKV_ASSIGN_OR_RETURN(Tensor whole, AssembleSliceable(blocks, l, t, memory));
         layer.tensors.push_back(std::move(whole));
       }
     }
@@ -286,7 +290,7 @@ StatusOr<RestoreResult> PrefixCache::Restore(const MatchResult& match) {
       std::vector<LoadedBlock> blocks,
       cache::LoadRestoreBlocks(*ns, match, options_.decode_limits, &result));
   if (blocks.empty()) return result;
-  PKV_ASSIGN_OR_RETURN(result.layers, Assemble(*ns, blocks));
+  PKV_ASSIGN_OR_RETURN(result.layers, Assemble(*ns, blocks, options_.encode.memory));
   return result;
 }
 

@@ -75,11 +75,13 @@ void internal::EngineImpl::OpenMemory() {
     constexpr size_t kMinRegion = size_t{2} << 20, kMaxRegion = size_t{256} << 20;
     const size_t region =
         std::clamp<size_t>(options_.hot_capacity_bytes / 8, kMinRegion, kMaxRegion);
-    memory_ =
-        NewArenaMemoryResource({.max_region_bytes = region,
-                                .min_region_bytes = kMinRegion,
-                                .retain_bytes = options_.hot_capacity_bytes + region,
-                                .huge_pages = options_.arena_huge_pages});
+    memory_ = NewArenaMemoryResource(
+        {.max_region_bytes = region,
+         .min_region_bytes = kMinRegion,
+         .retain_bytes = options_.hot_capacity_bytes + region,
+         .prefault_bytes = std::min<uint64_t>(options_.arena_prefault_bytes,
+                                              options_.hot_capacity_bytes + region),
+         .huge_pages = options_.arena_huge_pages});
   }
   if (options_.on_region.mapped || options_.on_region.unmapping) {
     memory_->SetRegionCallbacks(options_.on_region);

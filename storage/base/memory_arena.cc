@@ -183,18 +183,29 @@ class Arena final : public MemoryResource {
       if (region->bytes == next_region_bytes_)
         next_region_bytes_ = std::min(next_region_bytes_ * 2, options_.max_region_bytes);
     }
-    region->base = MapRegion(region->bytes, options_);
-    if (region->base == nullptr) return nullptr;
-    ASAN_POISON_MEMORY_REGION(region->base, region->bytes);
-    region->AddFree(0, region->bytes);
-    std::shared_ptr<const RegionCallbacks> callbacks = Callbacks();
-    if (callbacks->mapped) callbacks->mapped(region->base, region->bytes);
+    if (!Map(region.get())) return nullptr;
     MutexLock lock(&mu_);
     uint8_t* p = region->Carve(need, alignment);
     assert(p != nullptr);
-    mapped_bytes_ += region->bytes;
-    regions_.emplace(reinterpret_cast<uintptr_t>(region->base), std::move(region));
+    Add(std::move(region));
     return Handed(p, bytes);
+  }
+
+  // Maps regions of max_region_bytes until `bytes` are mapped (Open's
+  // prefault: the first stores then find their pages faulted in).
+  void Prefault(size_t bytes) {
+    while (true) {
+      auto region = std::make_unique<Region>();
+      {
+        MutexLock lock(&mu_);
+        if (mapped_bytes_ >= bytes) return;
+        region->bytes = std::min(options_.max_region_bytes,
+                                 RoundUp(bytes - mapped_bytes_, kRegionAlign));
+      }
+      if (!Map(region.get())) return;
+      MutexLock lock(&mu_);
+      Add(std::move(region));
+    }
   }
 
   void Deallocate(void* p, size_t bytes, size_t /*alignment*/) override {
@@ -248,6 +259,22 @@ class Arena final : public MemoryResource {
  private:
   using RegionMap = std::map<uintptr_t, std::unique_ptr<Region>>;
 
+  // Maps `region` (its bytes set) all free and reports it; false when the
+  // kernel refuses.
+  bool Map(Region* region) {
+    region->base = MapRegion(region->bytes, options_);
+    if (region->base == nullptr) return false;
+    ASAN_POISON_MEMORY_REGION(region->base, region->bytes);
+    region->AddFree(0, region->bytes);
+    std::shared_ptr<const RegionCallbacks> callbacks = Callbacks();
+    if (callbacks->mapped) callbacks->mapped(region->base, region->bytes);
+    return true;
+  }
+  void Add(std::unique_ptr<Region> region) REQUIRES(mu_) {
+    mapped_bytes_ += region->bytes;
+    regions_.emplace(reinterpret_cast<uintptr_t>(region->base), std::move(region));
+  }
+
   void* Handed(uint8_t* p, size_t bytes) {
     ASAN_UNPOISON_MEMORY_REGION(p, bytes);
     return p;
@@ -289,7 +316,9 @@ class Arena final : public MemoryResource {
 }  // namespace
 
 std::shared_ptr<MemoryResource> NewArenaMemoryResource(const ArenaOptions& options) {
-  return std::make_shared<Arena>(options);
+  auto arena = std::make_shared<Arena>(options);
+  arena->Prefault(options.prefault_bytes);
+  return arena;
 }
 
 }  // namespace prefixkv

@@ -8,6 +8,8 @@
 
 #include <cstring>
 
+#include "prefixkv/memory_resource.h"
+
 namespace prefixkv {
 
 size_t DTypeSize(DType dtype) {
@@ -143,7 +145,8 @@ StatusOr<Tensor> Tensor::SliceAxis(size_t axis, int64_t start, int64_t length) c
   return Tensor(dtype_, std::move(shape), std::move(copy));
 }
 
-StatusOr<Tensor> Tensor::Concat(const std::vector<Tensor>& parts, size_t axis) {
+StatusOr<Tensor> Tensor::Concat(const std::vector<Tensor>& parts, size_t axis,
+                                const std::shared_ptr<MemoryResource>& memory) {
   if (parts.empty()) return Status::InvalidArgument("concat of no tensors");
   if (parts.size() == 1) return parts[0];
   const Tensor& first = parts[0];
@@ -165,7 +168,12 @@ StatusOr<Tensor> Tensor::Concat(const std::vector<Tensor>& parts, size_t axis) {
   shape[axis] = total;
   size_t out_row = s.inner_bytes * static_cast<size_t>(total);
   uint8_t* out = nullptr;
-  SharedBytes bytes = SharedBytes::Allocate(out_row * static_cast<size_t>(s.outer), &out);
+  const size_t size = out_row * static_cast<size_t>(s.outer);
+  SharedBytes bytes;
+  if (memory != nullptr) {
+    bytes = SharedBytes::AllocateIn(memory, size, size, SharedBytes::kBufferAlign, &out);
+  }
+  if (out == nullptr) bytes = SharedBytes::Allocate(size, &out);
   size_t offset = 0;
   for (const Tensor& p : parts) {
     size_t part_row = s.inner_bytes * static_cast<size_t>(p.shape_[axis]);

@@ -286,6 +286,11 @@ TEST(EngineMemoryResource, HotBlocksLiveInItAndNoRegionGoesBeforeItsLastView) {
     ASSERT_OK_AND_ASSIGN(MatchResult m, e->Match(ns, tokens));
     ASSERT_OK_AND_ASSIGN(views, e->RestorePinned(m));
     EXPECT_EQ(views.result.blocks_from_ssd, 3u);
+    for (const LayerState& layer : views.result.layers) {
+      for (const Tensor& t : layer.tensors) {
+        EXPECT_TRUE(memory->Contains(t.data(), t.nbytes())) << "restored layers too";
+      }
+    }
     EXPECT_EQ(e->Stats().hot.bytes, ExpectHotBlocksIn(*e, ns, *memory));
     ASSERT_OK_AND_ASSIGN(EngineAudit audit, e->Audit());
     EXPECT_TRUE(audit.ok());

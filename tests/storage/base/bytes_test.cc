@@ -176,6 +176,19 @@ TEST(ArenaMemoryResource, CallbacksSetLaterHearOfTheRegionsMappedBefore) {
   EXPECT_FALSE(arena->Contains(&out, 1));
 }
 
+TEST(ArenaMemoryResource, PrefaultedRegionsAreMappedAndReportedUpFront) {
+  RegionLog log;
+  ArenaOptions o = SmallArena(&log, /*retain_bytes=*/8 << 20);
+  o.prefault_bytes = 5 << 20;
+  std::shared_ptr<MemoryResource> arena = NewArenaMemoryResource(o);
+  ASSERT_EQ(log.mapped.size(), 2u) << "4 MiB, then the rest rounded to 2 MiB";
+  EXPECT_EQ(log.mapped[0].bytes + log.mapped[1].bytes, size_t{6} << 20);
+  uint8_t* out = nullptr;
+  const SharedBytes b = SharedBytes::AllocateIn(arena, 1 << 20, 1 << 20, 4096, &out);
+  ASSERT_NE(out, nullptr);
+  EXPECT_EQ(log.mapped.size(), 2u) << "no new region";
+}
+
 #if defined(__SANITIZE_ADDRESS__)
 TEST(ArenaMemoryResourceDeathTest, AsanSeesAnOverflowIntoTheNextAllocation) {
   std::shared_ptr<MemoryResource> arena = NewArenaMemoryResource();
