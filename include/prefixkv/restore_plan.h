@@ -53,15 +53,19 @@ struct PlannedTensor {
   uint64_t nbytes = 0;        // row-major and contiguous from `offset`
 };
 
+// One restored layer: its contiguous layout and the ranges that fill it.
+// The gaps between tensors (64-byte alignment) are covered by no range.
 struct PlannedLayer {
   uint64_t bytes = 0;                  // the layout's size
   std::vector<PlannedTensor> tensors;  // in the layer's tensor order
   std::vector<PlanRange> ranges;       // cover every tensor's bytes once
 };
 
-// Move-only in spirit: copies share the hold, and the blocks stay pinned
-// until the last copy is released or destroyed. It may outlive the Engine
-// (it keeps the RAM budget and the memory resource alive).
+// Engine::PlanRestore's value. Copies share one hold: the blocks stay
+// pinned, and the ranges valid, until every copy is released or destroyed.
+// It may outlive the Engine (the hold keeps the RAM budget and the memory
+// resource alive). Not thread-safe itself; its ranges may be read from any
+// thread while it is held.
 struct RestorePlan {
   // What Restore returns, except that layers carry no tensors (cache type,
   // meta and placeholder flag only): their bytes are in the ranges.
@@ -74,9 +78,9 @@ struct RestorePlan {
   void Release() { hold.reset(); }
 };
 
-// Applies layer `l` of `plan` with memcpy into `dst` (layers[l].bytes bytes):
-// what a copy engine would do, for CPU callers and tests.
-// REQUIRES: the plan is held.
+// Applies `layer`'s ranges with memcpy into `dst` (layer.bytes writable
+// bytes): what a copy engine would do, for CPU callers and tests.
+// REQUIRES: the plan `layer` belongs to is held.
 void CopyPlannedLayer(const PlannedLayer& layer, void* dst);
 
 }  // namespace prefixkv
