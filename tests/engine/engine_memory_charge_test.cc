@@ -305,9 +305,10 @@ TEST(EngineMemoryResource, HotBlocksLiveInItAndNoRegionGoesBeforeItsLastView) {
   const Tensor want =
       layers[1].tensors[0].SliceAxis(2, 2 * kBlockTokens, kBlockTokens).value();
   EXPECT_EQ(std::memcmp(keys.data(), want.data(), want.nbytes()), 0);
+  const uint8_t* key_bytes = keys.data();  // `keys` goes with the views
   views = PinnedRestore{};
   EXPECT_EQ(memory->live(), 0u);
-  EXPECT_TRUE(events.Unmapped(keys.data())) << "returned with its last view";
+  EXPECT_TRUE(events.Unmapped(key_bytes)) << "returned with its last view";
   // Each region reported once when mapped and once before it went.
   std::lock_guard<std::mutex> lock(events.mu);
   auto by_base = [](const MemoryRegion& a, const MemoryRegion& b) {
