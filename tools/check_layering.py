@@ -34,6 +34,7 @@ if len(sys.argv) == 3 and sys.argv[1] == "--root":
 OWNERS = {
     "status.h": "prefixkv_base",
     "bytes.h": "prefixkv_base",
+    "memory_resource.h": "prefixkv_base",
     "clock.h": "prefixkv_base",
     "tensor.h": "prefixkv_base",
     "tensor_destination.h": "prefixkv_base",
@@ -67,6 +68,7 @@ OWNERS = {
     "advanced/prefix_cache.h": "prefixkv_cache",
     "advanced/tip_lineage.h": "prefixkv_cache",
     "prefix_types.h": "prefixkv_cache",
+    "restore_plan.h": "prefixkv_cache",
     "engine.h": "prefixkv_engine",
     "memory_charge.h": "prefixkv_engine",  # an interface; the engine implements it
     "cancellation.h": "prefixkv_model",

@@ -14,6 +14,8 @@
 
 namespace prefixkv {
 
+class MemoryResource;  // memory_resource.h
+
 // Thread-safe for concurrent readers (the bytes never change after creation).
 class SharedBytes {
  public:
@@ -43,6 +45,19 @@ class SharedBytes {
   // 0 and the tail beyond `size` stays allocated but invisible (no copy).
   static SharedBytes AllocateAligned(size_t size, size_t capacity, size_t alignment,
                                      uint8_t** writable);
+
+  // An uninitialised buffer of `capacity` (>= size) bytes aligned to
+  // `alignment` (a power of two, 64 to 4096) from `memory`, viewed as its
+  // first `size` bytes. The buffer, and `memory` itself, are held until the
+  // last copy (or slice) goes; then the buffer is deallocated. An empty
+  // SharedBytes with data() null when `memory` has no room left.
+  static SharedBytes AllocateIn(const std::shared_ptr<MemoryResource>& memory,
+                                size_t size, size_t capacity, size_t alignment,
+                                uint8_t** writable);
+  // A copy of [data, data+size) in `memory` (64-byte aligned); data() null
+  // when it has no room left.
+  static SharedBytes CopyIn(const std::shared_ptr<MemoryResource>& memory,
+                            const void* data, size_t size);
 
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }

@@ -8,9 +8,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "prefixkv/block.h"
 #include "prefixkv/bytes.h"
+#include "prefixkv/memory_resource.h"
 #include "prefixkv/status.h"
 
 namespace prefixkv {
@@ -29,6 +31,10 @@ struct EncodeOptions {
   size_t min_compress_bytes = 4096;    // tensors smaller than this stay raw
   double min_compression_gain = 0.05;  // keep zstd only when >= 5% smaller
   bool store_tokens = true;            // write BlockRecord::tokens when present
+  // Where encoded records are allocated (memory_resource.h), so a block goes
+  // into the hot tier without another copy. Null: the process heap; also the
+  // fallback when the resource has no room.
+  std::shared_ptr<MemoryResource> memory;
 };
 
 struct DecodeLimits {

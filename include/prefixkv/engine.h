@@ -50,9 +50,11 @@
 #include "prefixkv/kv_events.h"
 #include "prefixkv/latency_histogram.h"
 #include "prefixkv/memory_charge.h"
+#include "prefixkv/memory_resource.h"
 #include "prefixkv/namespace_manifest.h"
 #include "prefixkv/prefix_token_fields.h"
 #include "prefixkv/prefix_types.h"
+#include "prefixkv/restore_plan.h"
 #include "prefixkv/status.h"
 #include "prefixkv/tensor_destination.h"
 #include "prefixkv/tier_types.h"
@@ -88,6 +90,29 @@ struct EngineOptions {
   uint64_t hot_capacity_bytes = uint64_t{1} << 30;
   // Which hot blocks leave first when the budget is full.
   EvictionPolicyKind hot_policy = EvictionPolicyKind::kLru;
+  // Where the hot tier's blocks, the records Store encodes and the buffers a
+  // restore plan stages live (memory_resource.h). The budget still charges
+  // each block its exact payload bytes, not its share of a region. Null: an
+  // arena (NewArenaMemoryResource) of pre-faulted regions growing from
+  // 2 MiB to min(hot_capacity_bytes / 8, 256 MiB) each, keeping empty
+  // regions mapped up to hot_capacity_bytes plus one region. It is held by
+  // every block and view of its memory, so it outlives Close() while any is.
+  std::shared_ptr<MemoryResource> memory_resource;
+  // The default arena's regions on transparent huge pages (MADV_HUGEPAGE).
+  bool arena_huge_pages = false;
+  // Bytes of regions the default arena maps and faults in at Open (at most
+  // hot_capacity_bytes plus one region are kept): the first stores then
+  // write to memory already faulted in. Default 0: regions are mapped when
+  // first needed (each faulted in at once) and kept, so only the first fill
+  // of the hot tier pays for fresh pages.
+  uint64_t arena_prefault_bytes = 0;
+  // Told of every region of the memory resource, once when it is mapped (or
+  // at Open, for regions mapped before) and once before it is unmapped: the
+  // place to register the memory for DMA (cudaHostRegister and
+  // cudaHostUnregister). Every range of a RestorePlan lies in such a region.
+  // The unmapping call may come after Close(), when the last view of a
+  // region goes. See RegionCallbacks for what they may do.
+  RegionCallbacks on_region;
   // Payload bytes the SSD tier keeps; beyond it chain leaves are evicted, in
   // the order of ssd_policy: leaf-first LRU (kLru and kLeafLru, the default)
   // or kChain (docs/eviction.md).
@@ -448,6 +473,17 @@ class Engine {
   StatusOr<RestoreIntoResult> RestoreInto(const MatchResult& match,
                                           std::span<const LayerDestination> destinations,
                                           const LayerRestoredCallback& on_layer = {});
+  // Restore as a plan for a copy engine (restore_plan.h): per layer, the
+  // host ranges holding its bytes and where each goes in a contiguous
+  // per-layer layout; applying them reproduces Restore byte for byte (every
+  // cache family: rotating and arrays tips, partial tails and quantized
+  // layers are stored as they are restored, so no family needs a transform).
+  // Every range lies in a region of the memory resource (on_region told of
+  // it). The hot blocks used are pinned (never evicted) until the plan is
+  // released; SSD and remote hits and compressed tensors are staged in the
+  // resource and held by the plan. Each pin counts one more hot hit. Counted
+  // and timed as Restore. NoSpace when the resource has no room to stage.
+  StatusOr<RestorePlan> PlanRestore(const MatchResult& match);
   // Stores the caches of `tokens` (one LayerState per layer covering every
   // token); blocks already cached are not rewritten. InvalidArgument when the
   // layers do not fit the namespace layout. `options.reuse` hints whether the
@@ -625,6 +661,10 @@ class Engine {
   TierStack* tiers(Namespace ns);   // the model's stack; null for an unknown ns
   HotTier* hot_tier(Namespace ns);  // the model's hot view; null as above
   const EngineOptions& options() const;
+  // The memory resource hot blocks and restore plans live in
+  // (EngineOptions::memory_resource or the default arena). Stays valid after
+  // Close() for as long as the caller holds it.
+  std::shared_ptr<MemoryResource> memory_resource() const;
 
  private:
   explicit Engine(std::unique_ptr<internal::EngineImpl> impl);

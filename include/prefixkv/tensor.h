@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -64,12 +65,18 @@ class Tensor {
   }
 
   // Rows [start, start+length) along `axis`. Shares the bytes (no copy) when every
-  // dimension before `axis` is 1; copies otherwise.
-  StatusOr<Tensor> SliceAxis(size_t axis, int64_t start, int64_t length) const;
+  // dimension before `axis` is 1; copies otherwise (into `memory` when given
+  // and it has room, else the heap).
+  StatusOr<Tensor> SliceAxis(
+      size_t axis, int64_t start, int64_t length,
+      const std::shared_ptr<MemoryResource>& memory = nullptr) const;
 
   // Concatenates along `axis`; all other dimensions and the dtype must agree.
   // One part is returned as is (no copy).
-  static StatusOr<Tensor> Concat(const std::vector<Tensor>& parts, size_t axis);
+  // The result is allocated in `memory` when given (and it has room), else
+  // on the heap.
+  static StatusOr<Tensor> Concat(const std::vector<Tensor>& parts, size_t axis,
+                                 const std::shared_ptr<MemoryResource>& memory = nullptr);
 
   // Same dtype, shape and bytes.
   bool operator==(const Tensor& other) const;

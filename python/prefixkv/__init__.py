@@ -15,14 +15,14 @@ Errors are :class:`prefixkv.Error` subclasses named after the C++ Status code.
 """
 from . import errors, resp
 from ._prefixkv import (BlockRecord, Engine, Layer, Match, Namespace, Restored,
-                        RestoredBlock, RestoredInto, StoreResult, chain_key, decode_block,
-                        encode_block, namespace_root)
+                        RestoredBlock, RestoredInto, RestorePlan, StoreResult, chain_key,
+                        decode_block, encode_block, namespace_root)
 from .errors import (Aborted, Busy, Corruption, Error, Internal, InvalidArgument,
                      NoSpace, NotFound, NotSupported, OutOfRange, Unavailable)
 from .tensors import as_numpy, as_torch
 
 __all__ = ["Engine", "Layer", "Match", "Namespace", "Restored", "RestoredBlock", "RestoredInto",
-           "StoreResult", "Error", "NotFound", "Corruption", "InvalidArgument", "Busy",
+           "RestorePlan", "StoreResult", "Error", "NotFound", "Corruption", "InvalidArgument", "Busy",
            "NoSpace", "NotSupported", "Aborted", "Internal", "Unavailable", "OutOfRange", "errors",
            "BlockRecord", "encode_block", "decode_block", "chain_key", "namespace_root",
            "resp", "as_numpy", "as_torch"]

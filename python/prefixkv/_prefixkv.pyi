@@ -143,6 +143,26 @@ class RestoredInto(RestoreCounters):
     def layers(self) -> list[Layer]:
         """Per layer: a Layer (type, meta) viewing the written part of each destination."""
 
+class RestorePlan(RestoreCounters):
+    """What Engine.plan_restore planned: the restore's counters, and per layer
+    the host ranges holding its bytes. The hot blocks stay pinned until
+    release() or until the plan is garbage collected."""
+    @property
+    def layers(self) -> list[dict[str, Any]]:
+        """Per layer: a dict with "bytes" (the size of the layer's contiguous
+        layout), "tensors" (dtype name, shape, offset, nbytes of each tensor in the
+        layout) and "ranges" (src_address, bytes, count, src_stride, dst_offset,
+        dst_stride: count chunks of bytes, chunk i read at src_address + i * src_stride
+        and written at dst_offset + i * dst_stride of the layout)."""
+    @property
+    def held(self) -> bool:
+        """True until release()."""
+    def copy_layer(self, layer: int, dest: Any) -> None:
+        """Applies layer `layer`'s ranges with memcpy into `dest`, a writable
+        C-contiguous buffer of at least its bytes (what a copy engine does)."""
+    def release(self) -> None:
+        """Unpins the blocks and frees the staging; the ranges dangle after."""
+
 class StoreResult:
     """What a store did (Engine.store)."""
     @property
@@ -233,6 +253,14 @@ class Engine:
         small, wrongly typed or shaped one.
         on_layer(l), when given, is called (with the GIL) as each layer completes,
         in order; an exception it raises is raised after the restore."""
+    def plan_restore(self, match: Match) -> RestorePlan:
+        """Plans a restore for a copy engine (Engine::PlanRestore): per layer, the
+        host ranges holding its bytes and where each goes in a contiguous layout,
+        every range inside a region memory_regions() lists; the hot blocks stay
+        pinned until the plan is released."""
+    def memory_regions(self) -> list[tuple[int, int]]:
+        """The regions (address, bytes) of the engine's memory resource, where hot
+        blocks and restore plans live: the memory to register for DMA."""
     def store(self, ns: Namespace, tokens: Tokens,
               layers: Sequence[Union[Layer, Sequence[npt.NDArray[Any]]]],
               reuse: str = "normal") -> StoreResult:

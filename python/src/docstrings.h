@@ -139,6 +139,30 @@ checked first: InvalidArgument, and nothing written, for a read-only, too
 small, wrongly typed or shaped one.
 on_layer(l), when given, is called (with the GIL) as each layer completes,
 in order; an exception it raises is raised after the restore.)doc";
+inline constexpr const char* kRestorePlan =
+    R"doc(What Engine.plan_restore planned: the restore's counters, and per layer
+the host ranges holding its bytes. The hot blocks stay pinned until
+release() or until the plan is garbage collected.)doc";
+inline constexpr const char* kRestorePlanLayers =
+    R"doc(Per layer: a dict with "bytes" (the size of the layer's contiguous
+layout), "tensors" (dtype name, shape, offset, nbytes of each tensor in the
+layout) and "ranges" (src_address, bytes, count, src_stride, dst_offset,
+dst_stride: count chunks of bytes, chunk i read at src_address + i * src_stride
+and written at dst_offset + i * dst_stride of the layout).)doc";
+inline constexpr const char* kRestorePlanHeld = R"doc(True until release().)doc";
+inline constexpr const char* kRestorePlanCopyLayer =
+    R"doc(Applies layer `layer`'s ranges with memcpy into `dest`, a writable
+C-contiguous buffer of at least its bytes (what a copy engine does).)doc";
+inline constexpr const char* kRestorePlanRelease =
+    R"doc(Unpins the blocks and frees the staging; the ranges dangle after.)doc";
+inline constexpr const char* kPlanRestoreCall =
+    R"doc(Plans a restore for a copy engine (Engine::PlanRestore): per layer, the
+host ranges holding its bytes and where each goes in a contiguous layout,
+every range inside a region memory_regions() lists; the hot blocks stay
+pinned until the plan is released.)doc";
+inline constexpr const char* kMemoryRegions =
+    R"doc(The regions (address, bytes) of the engine's memory resource, where hot
+blocks and restore plans live: the memory to register for DMA.)doc";
 inline constexpr const char* kRestoreCounters =
     "What a restore read: Restored and RestoredInto have these counters.";
 inline constexpr const char* kRestoredInto =

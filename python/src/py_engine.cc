@@ -518,6 +518,7 @@ void BindEngine(py::module_& m) {
           },
           doc::kExit);
   BindEvents(m, engine);
+  BindRestorePlan(m, engine);
 }
 
 }  // namespace prefixkv::python

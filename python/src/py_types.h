@@ -117,6 +117,10 @@ void BindEngine(py::module_& m);
 // Registers Engine.events, event_snapshot, event_log_stats and the
 // EventIterator class (py_events.cc).
 void BindEvents(py::module_& m, py::class_<PyEngine, std::shared_ptr<PyEngine>>& engine);
+// Registers RestorePlan and Engine.plan_restore / memory_regions
+// (py_restore_plan.cc).
+void BindRestorePlan(py::module_& m,
+                     py::class_<PyEngine, std::shared_ptr<PyEngine>>& engine);
 // Registers BlockRecord and the codec functions on `m` (py_records.cc).
 void BindRecords(py::module_& m);
 

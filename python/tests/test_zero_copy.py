@@ -1,5 +1,7 @@
 """restore() hands out numpy arrays that view the hot tier's own buffers,
-pinned in the tier while any array of the block lives (docs/python.md)."""
+pinned in the tier while any array of the block lives (docs/python.md).
+plan_restore() lists where a restore's bytes are, inside memory_regions(),
+pinned until released."""
 import gc
 import time
 
@@ -86,6 +88,36 @@ def test_a_pinned_block_is_not_evicted(data_dir, rng):
         for i in range(30, 60):
             e.store(ns, list(range(100 * i, 100 * i + 4)), kv_layers(rng, 2, 4))
         assert e.match(ns, [0, 1, 2, 3]).tiers == ["ssd"], "unpinned, it is evicted"
+
+
+def test_a_plan_applied_is_the_restore_and_lies_in_the_memory_regions(data_dir, rng):
+    with prefixkv.Engine.open(data_dir=data_dir, hot_bytes=16 << 10, quiet=True) as e:
+        ns = register(e)
+        layers = kv_layers(rng, 2, 12)
+        e.store(ns, list(range(12)), layers)
+        plan = e.plan_restore(e.match(ns, list(range(12))))
+        assert plan.held and plan.restored_tokens == 12 and plan.blocks_from_hot == 3
+        regions = e.memory_regions()
+        for l, layer in enumerate(plan.layers):
+            for src, nbytes, count, src_stride, _, _ in layer["ranges"]:
+                last = src + (count - 1) * src_stride + nbytes
+                assert any(base <= src and last <= base + size for base, size in regions)
+            out = np.zeros(layer["bytes"], dtype=np.uint8)
+            plan.copy_layer(l, out)
+            for t, (dtype, shape, offset, nbytes) in enumerate(layer["tensors"]):
+                assert dtype == "float32" and shape == (1, 2, 12, 8)
+                got = out[offset:offset + nbytes].view(np.float32).reshape(shape)
+                np.testing.assert_array_equal(got, layers[l][t])
+        with pytest.raises(prefixkv.InvalidArgument):
+            plan.copy_layer(0, np.zeros(8, dtype=np.uint8))
+        assert e.stats()["hot"]["pinned_bytes"] > 0
+        for i in range(1, 30):  # fills the budget many times over
+            e.store(ns, list(range(100 * i, 100 * i + 4)), kv_layers(rng, 2, 4))
+        assert e.match(ns, list(range(12))).tiers == ["hot"] * 3, "planned: not evicted"
+        plan.release()
+        assert not plan.held and e.stats()["hot"]["pinned_bytes"] == 0
+        with pytest.raises(prefixkv.InvalidArgument):
+            plan.layers
 
 
 def test_arrays_outlive_the_engine(data_dir, rng):

@@ -63,14 +63,15 @@ bool IsOffsetMeta(const std::vector<std::string>& meta) {
   return ec == std::errc() && p == meta[0].data() + meta[0].size();
 }
 
-StatusOr<LayerState> SliceLayer(const LayerState& layer, int64_t start, int64_t length) {
+StatusOr<LayerState> SliceLayer(const LayerState& layer, int64_t start, int64_t length,
+                                const std::shared_ptr<MemoryResource>& memory) {
   LayerState out;
   out.cache_type = layer.cache_type;
   out.meta = layer.meta;
   if (IsOffsetMeta(out.meta)) out.meta[0] = std::to_string(start + length);
   out.tensors.reserve(layer.tensors.size());
   for (const Tensor& t : layer.tensors) {
-    PKV_ASSIGN_OR_RETURN(Tensor slice, t.SliceAxis(TokenAxis(t), start, length));
+    PKV_ASSIGN_OR_RETURN(Tensor slice, t.SliceAxis(TokenAxis(t), start, length, memory));
     out.tensors.push_back(std::move(slice));
   }
   return out;
@@ -104,7 +105,8 @@ Status CheckStoreLayers(const cache::NamespaceState& ns, size_t token_count,
 StatusOr<BlockRecord> BuildBlock(const cache::NamespaceState& ns,
                                  std::span<const int32_t> tokens,
                                  const std::vector<LayerState>& layers,
-                                 const PlannedBlock& block, bool with_tip_state) {
+                                 const PlannedBlock& block, bool with_tip_state,
+                                 const std::shared_ptr<MemoryResource>& memory) {
   const int64_t start = static_cast<int64_t>(block.start);
   const int64_t count = block.count;
   BlockRecord rec;
@@ -117,7 +119,7 @@ StatusOr<BlockRecord> BuildBlock(const cache::NamespaceState& ns,
   rec.layers.reserve(layers.size());
   for (size_t i = 0; i < layers.size(); ++i) {
     if (IsSliceable(ns.families[i])) {
-      PKV_ASSIGN_OR_RETURN(LayerState slice, SliceLayer(layers[i], start, count));
+      PKV_ASSIGN_OR_RETURN(LayerState slice, SliceLayer(layers[i], start, count, memory));
       rec.layers.push_back(std::move(slice));
     } else if (with_tip_state) {
       rec.layers.push_back(layers[i]);

@@ -10,10 +10,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "namespace_state.h"
+#include "prefixkv/memory_resource.h"
 
 namespace prefixkv::cache {
 
@@ -34,11 +36,14 @@ struct PlannedBlock {
 
 // The record of `block` cut from a store's layers. `with_tip_state`: tip-only
 // layers carry the real state (else placeholders). A block shorter than
-// block_tokens is marked partial. REQUIRES: CheckStoreLayers passed.
+// block_tokens is marked partial. Slices that must be copied are copied
+// into `memory` (the engine's pre-faulted arena) when given.
+// REQUIRES: CheckStoreLayers passed.
 StatusOr<BlockRecord> BuildBlock(const cache::NamespaceState& ns,
                                  std::span<const int32_t> tokens,
                                  const std::vector<LayerState>& layers,
-                                 const PlannedBlock& block, bool with_tip_state);
+                                 const PlannedBlock& block, bool with_tip_state,
+                                 const std::shared_ptr<MemoryResource>& memory = nullptr);
 
 // Replaces every tip-only layer of `record` with its placeholder. Returns
 // false when there was nothing to strip.

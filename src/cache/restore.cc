@@ -133,16 +133,20 @@ std::vector<LoadedBlock> LoadOffChainTip(cache::NamespaceState& ns,
   return out;
 }
 
+// The restored tensor is allocated in `memory` (the engine's memory
+// resource: pre-faulted, and registered for DMA when the embedder asked).
 StatusOr<Tensor> AssembleSliceable(const std::vector<LoadedBlock>& blocks, size_t l,
-                                   size_t t) {
+                                   size_t t,
+                                   const std::shared_ptr<MemoryResource>& memory) {
   std::vector<Tensor> parts(blocks.size());
   for (size_t b = 0; b < blocks.size(); ++b)
     parts[b] = blocks[b].record.layers[l].tensors[t];
-  return Tensor::Concat(parts, cache::TokenAxis(parts[0]));
+  return Tensor::Concat(parts, cache::TokenAxis(parts[0]), memory);
 }
 
-StatusOr<std::vector<LayerState>> Assemble(const cache::NamespaceState& ns,
-                                           const std::vector<LoadedBlock>& blocks) {
+StatusOr<std::vector<LayerState>> Assemble(
+    const cache::NamespaceState& ns, const std::vector<LoadedBlock>& blocks,
+    const std::shared_ptr<MemoryResource>& memory) {
   std::vector<LayerState> layers;
   layers.reserve(ns.families.size());
   const BlockRecord& tip = blocks.back().record;
@@ -152,7 +156,7 @@ StatusOr<std::vector<LayerState>> Assemble(const cache::NamespaceState& ns,
       layer.tensors = tip.layers[l].tensors;  // views of the tip's bytes
     } else {
       for (size_t t = 0; t < tip.layers[l].tensors.size(); ++t) {
-        PKV_ASSIGN_OR_RETURN(Tensor whole, AssembleSliceable(blocks, l, t));
+        PKV_ASSIGN_OR_RETURN(Tensor whole, AssembleSliceable(blocks, l, t, memory));
         layer.tensors.push_back(std::move(whole));
       }
     }
@@ -180,6 +184,37 @@ WindowPadding PrefixCache::DetectWindowPadding(const std::vector<LayerState>& la
 }
 
 namespace cache {
+
+StatusOr<TensorParts> GatherTensorParts(const std::vector<LoadedBlock>& blocks,
+                                        bool sliceable, size_t l, size_t t) {
+  TensorParts out;
+  const Tensor& tip = blocks.back().record.layers[l].tensors[t];
+  out.restored = {tip.dtype(), tip.shape()};
+  if (!sliceable) {
+    out.parts = {&tip};
+    return out;
+  }
+  const Tensor& first = blocks.front().record.layers[l].tensors[t];
+  out.axis = TokenAxis(first);
+  std::vector<int64_t> across = first.shape();  // every dimension but the token axis
+  across[out.axis] = 0;
+  out.restored.shape = across;
+  for (const LoadedBlock& block : blocks) {
+    const Tensor& part = block.record.layers[l].tensors[t];
+    std::vector<int64_t> shape = part.shape();
+    const bool same_kind = part.dtype() == first.dtype() && shape.size() == first.ndim();
+    const int64_t tokens = same_kind ? shape[out.axis] : 0;
+    if (same_kind) shape[out.axis] = 0;
+    if (!same_kind || shape != across) {
+      return Status::Corruption(
+          "layer " + std::to_string(l) + " tensor " + std::to_string(t) +
+          ": blocks disagree: " + first.DebugString() + " and " + part.DebugString());
+    }
+    out.parts.push_back(&part);
+    out.restored.shape[out.axis] += tokens;
+  }
+  return out;
+}
 
 LayerState RestoredLayerHead(const NamespaceState& ns,
                              const std::vector<LoadedBlock>& blocks, size_t l) {
@@ -255,7 +290,7 @@ StatusOr<RestoreResult> PrefixCache::Restore(const MatchResult& match) {
       std::vector<LoadedBlock> blocks,
       cache::LoadRestoreBlocks(*ns, match, options_.decode_limits, &result));
   if (blocks.empty()) return result;
-  PKV_ASSIGN_OR_RETURN(result.layers, Assemble(*ns, blocks));
+  PKV_ASSIGN_OR_RETURN(result.layers, Assemble(*ns, blocks, options_.encode.memory));
   return result;
 }
 

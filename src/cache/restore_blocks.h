@@ -20,6 +20,20 @@ StatusOr<std::vector<LoadedBlock>> LoadRestoreBlocks(NamespaceState& ns,
                                                      const DecodeLimits& limits,
                                                      RestoreResult* result);
 
+// One restored tensor's pieces: a slice per block stacked on `axis` for
+// sliceable layers, the tip's tensor otherwise, and the shape they make.
+struct TensorParts {
+  RestoredTensorShape restored;
+  std::vector<const Tensor*> parts;  // views of the loaded blocks' bytes
+  size_t axis = 0;                   // the token axis the parts are stacked on
+};
+
+// The parts of tensor `t` of layer `l` and the shape they make together (the
+// shape Tensor::Concat would produce, checked the same way: Corruption when
+// the blocks disagree).
+StatusOr<TensorParts> GatherTensorParts(const std::vector<LoadedBlock>& blocks,
+                                        bool sliceable, size_t l, size_t t);
+
 // Restored layer `l` without its tensors: cache type (the restored rotating
 // type for rotating layers), meta and placeholder flag as Restore sets them.
 // REQUIRES: `blocks` not empty.

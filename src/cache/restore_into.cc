@@ -23,54 +23,14 @@ namespace {
 
 using cache::LoadedBlock;
 
-// One tensor of the restore: its pieces (a slice per block for sliceable
-// layers, the tip's tensor otherwise) and where each goes.
-struct TensorCopy {
-  RestoredTensorShape restored;
-  std::vector<const Tensor*> parts;  // views of the loaded blocks' bytes
-  size_t axis = 0;                   // the token axis the parts are stacked on
+// One tensor of the restore: its pieces and where they go.
+struct TensorCopy : cache::TensorParts {
   uint8_t* data = nullptr;
   std::vector<int64_t> strides;  // checked destination strides
 };
 
 std::string Where(size_t l, size_t t) {
   return "layer " + std::to_string(l) + " tensor " + std::to_string(t) + ": ";
-}
-
-Status Disagree(size_t l, size_t t, const Tensor& a, const Tensor& b) {
-  return Status::Corruption(Where(l, t) + "blocks disagree: " + a.DebugString() +
-                            " and " + b.DebugString());
-}
-
-// The parts of tensor `t` of layer `l`, and the shape they make together
-// (the shape Tensor::Concat would produce, checked the same way).
-StatusOr<TensorCopy> PlanTensor(const std::vector<LoadedBlock>& blocks, bool sliceable,
-                                size_t l, size_t t) {
-  TensorCopy copy;
-  const Tensor& tip = blocks.back().record.layers[l].tensors[t];
-  copy.restored = {tip.dtype(), tip.shape()};
-  if (!sliceable) {
-    copy.parts = {&tip};
-    return copy;
-  }
-  const Tensor& first = blocks.front().record.layers[l].tensors[t];
-  copy.axis = cache::TokenAxis(first);
-  std::vector<int64_t> across = first.shape();  // every dimension but the token axis
-  across[copy.axis] = 0;
-  copy.restored.shape = across;
-  for (const LoadedBlock& block : blocks) {
-    const Tensor& part = block.record.layers[l].tensors[t];
-    std::vector<int64_t> shape = part.shape();
-    if (part.dtype() != first.dtype() || shape.size() != first.ndim()) {
-      return Disagree(l, t, first, part);
-    }
-    const int64_t tokens = shape[copy.axis];
-    shape[copy.axis] = 0;
-    if (shape != across) return Disagree(l, t, first, part);
-    copy.parts.push_back(&part);
-    copy.restored.shape[copy.axis] += tokens;
-  }
-  return copy;
 }
 
 // Every tensor of the restore, each checked against its destination.
@@ -87,8 +47,10 @@ StatusOr<std::vector<std::vector<TensorCopy>>> Plan(
                                      " restored tensors");
     }
     for (size_t t = 0; t < tensors; ++t) {
-      PKV_ASSIGN_OR_RETURN(TensorCopy copy,
-                           PlanTensor(blocks, IsSliceable(ns.families[l]), l, t));
+      TensorCopy copy;
+      PKV_ASSIGN_OR_RETURN(
+          static_cast<cache::TensorParts&>(copy),
+          cache::GatherTensorParts(blocks, IsSliceable(ns.families[l]), l, t));
       const TensorDestination& dest = destinations[l].tensors[t];
       StatusOr<std::vector<int64_t>> strides =
           CheckTensorDestination(dest, copy.restored.dtype, copy.restored.shape);

@@ -209,8 +209,9 @@ StatusOr<StoreResult> PrefixCache::Store(Namespace handle,
     result.note = "tokens do not end on a block boundary: tip-only state not stored";
   }
   auto build = [&](size_t i, bool real_tip) -> StatusOr<SharedBytes> {
-    PKV_ASSIGN_OR_RETURN(BlockRecord rec, cache::BuildBlock(*ns, tokens, layers,
-                                                            chain.blocks[i], real_tip));
+    PKV_ASSIGN_OR_RETURN(BlockRecord rec,
+                         cache::BuildBlock(*ns, tokens, layers, chain.blocks[i], real_tip,
+                                           options_.encode.memory));
     return EncodeBlock(rec, options_.encode);
   };
   MutexLock lock(&ns->store_mu);

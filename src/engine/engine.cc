@@ -3,6 +3,7 @@
 // engine_stats.cc.
 #include "prefixkv/engine.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "engine_impl.h"
@@ -19,6 +20,7 @@ Status internal::EngineImpl::OpenTiers() {
                                    std::to_string(kMaxAdvisorKeys));
   }
   FileSystem* fs = FileSystem::Default();
+  OpenMemory();
   if (options_.advisor_max_keys > 0) {
     advisor_ = std::make_unique<CapacityAdvisor>(
         CapacityAdvisorOptions{.max_keys = options_.advisor_max_keys,
@@ -64,6 +66,7 @@ Status internal::EngineImpl::OpenTiers() {
   PKV_RETURN_IF_ERROR(OpenStack());
   PrefixCacheOptions cache_options;
   cache_options.encode = options_.encode;
+  if (cache_options.encode.memory == nullptr) cache_options.encode.memory = memory_;
   cache_options.decode_limits = options_.decode_limits;
   cache_ = std::make_unique<PrefixCache>(stack_.get(), cache_options);
   return OpenEvents(fs);
@@ -71,7 +74,7 @@ Status internal::EngineImpl::OpenTiers() {
 
 Status internal::EngineImpl::OpenStack() {
   if (budget_ != nullptr) {
-    PKV_ASSIGN_OR_RETURN(hot_, HotTier::OpenShared(budget_));
+    PKV_ASSIGN_OR_RETURN(hot_, HotTier::OpenShared(budget_, memory_));
   }
   TierStackOptions o;
   o.promote_on_ssd_hit = options_.promote_on_ssd_hit;
@@ -91,6 +94,25 @@ Status internal::EngineImpl::OpenStack() {
   // dirty victims for its background writers.
   stack_ = std::make_unique<TierStack>(hot_.get(), ssd_.get(), ssd_.get(), o);
   return Status::OK();
+}
+
+void internal::EngineImpl::OpenMemory() {
+  memory_ = options_.memory_resource;
+  if (memory_ == nullptr) {
+    constexpr size_t kMinRegion = size_t{2} << 20, kMaxRegion = size_t{256} << 20;
+    const size_t region =
+        std::clamp<size_t>(options_.hot_capacity_bytes / 8, kMinRegion, kMaxRegion);
+    memory_ = NewArenaMemoryResource(
+        {.max_region_bytes = region,
+         .min_region_bytes = kMinRegion,
+         .retain_bytes = options_.hot_capacity_bytes + region,
+         .prefault_bytes = std::min<uint64_t>(options_.arena_prefault_bytes,
+                                              options_.hot_capacity_bytes + region),
+         .huge_pages = options_.arena_huge_pages});
+  }
+  if (options_.on_region.mapped || options_.on_region.unmapping) {
+    memory_->SetRegionCallbacks(options_.on_region);
+  }
 }
 
 Status internal::EngineImpl::OpenWear() {
@@ -150,7 +172,7 @@ StatusOr<EngineOwner> internal::EngineImpl::NewOwner(const std::string& name,
   o.name = name;
   if (budget_ != nullptr) {
     PKV_ASSIGN_OR_RETURN(o.owner, budget_->RegisterOwner(name, quota_bytes));
-    PKV_ASSIGN_OR_RETURN(o.hot, HotTier::Open(budget_, o.owner));
+    PKV_ASSIGN_OR_RETURN(o.hot, HotTier::Open(budget_, o.owner, memory_));
   }
   if (advisor_ != nullptr) stack_->SetAdvisorTokens(o.owner, advisor_block_tokens);
   return o;
@@ -247,12 +269,8 @@ StatusOr<MatchResult> Engine::Match(Namespace ns, std::span<const int32_t> token
   return match;
 }
 
-namespace {
-
-// Records one restore of `ns` that began at `start_nanos` in its model's
-// latency and, when it succeeded, its restored tokens.
-void RecordRestore(internal::EngineImpl& impl, Namespace ns, uint64_t start_nanos,
-                   const RestoreResult* result) {
+void internal::RecordRestore(internal::EngineImpl& impl, Namespace ns,
+                             uint64_t start_nanos, const RestoreResult* result) {
   EngineModel* model = impl.Find(ns);
   if (model == nullptr) return;
   model->restore_latency.RecordNanos(impl.clock_->NowNanos() - start_nanos);
@@ -263,13 +281,12 @@ void RecordRestore(internal::EngineImpl& impl, Namespace ns, uint64_t start_nano
   }
 }
 
-}  // namespace
-
 StatusOr<RestoreResult> Engine::Restore(const MatchResult& match) {
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());
   const uint64_t start_nanos = impl_->clock_->NowNanos();
   StatusOr<RestoreResult> result = impl_->cache_->Restore(match);
-  RecordRestore(*impl_, match.ns, start_nanos, result.ok() ? &*result : nullptr);
+  internal::RecordRestore(*impl_, match.ns, start_nanos,
+                          result.ok() ? &*result : nullptr);
   return result;
 }
 
@@ -280,7 +297,8 @@ StatusOr<RestoreIntoResult> Engine::RestoreInto(
   const uint64_t start_nanos = impl_->clock_->NowNanos();
   StatusOr<RestoreIntoResult> out =
       impl_->cache_->RestoreInto(match, destinations, on_layer);
-  RecordRestore(*impl_, match.ns, start_nanos, out.ok() ? &out->result : nullptr);
+  internal::RecordRestore(*impl_, match.ns, start_nanos,
+                          out.ok() ? &out->result : nullptr);
   return out;
 }
 
@@ -379,6 +397,7 @@ bool Engine::closed() const { return impl_->closed_.load(std::memory_order_acqui
 
 PrefixCache& Engine::prefix_cache() { return *impl_->cache_; }
 SharedHotBudget* Engine::hot_budget() { return impl_->budget_.get(); }
+std::shared_ptr<MemoryResource> Engine::memory_resource() const { return impl_->memory_; }
 SsdTier* Engine::ssd_tier() { return impl_->ssd_.get(); }
 RemoteTier* Engine::remote_tier() { return impl_->remote_.get(); }
 const EngineOptions& Engine::options() const { return impl_->options_; }

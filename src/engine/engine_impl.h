@@ -92,6 +92,8 @@ class internal::EngineImpl {
   // Opens the budget, the SSD tier and the remote tier (Engine::Open).
   Status OpenTiers();
   Status OpenRemote();
+  // The memory resource and its region callbacks (memory_).
+  void OpenMemory();
   // The SSD tier's admission, wear meter and rated endurance.
   Status OpenWear();
 
@@ -172,6 +174,10 @@ class internal::EngineImpl {
   // Sees the models' stacks (declared before them: it outlives them); made
   // by OpenTiers, null when options_.advisor_max_keys is 0.
   std::unique_ptr<CapacityAdvisor> advisor_;
+  // The memory of hot blocks, encoded records and restore plans
+  // (EngineOptions::memory_resource, or the default arena); never null once
+  // open.
+  std::shared_ptr<MemoryResource> memory_;
   std::shared_ptr<SharedHotBudget> budget_;  // null without a hot tier
   // Declared before ssd_ so it is destroyed after it: it is the SSD tier's
   // eviction listener (write mode on_spill).
@@ -209,5 +215,12 @@ class internal::EngineImpl {
   // Memory charges' owners by name (OpenMemoryCharge).
   std::vector<std::pair<std::string, OwnerId>> charges_ GUARDED_BY(mu_);
 };
+
+namespace internal {
+// Records one restore of `ns` that began at `start_nanos` in its model's
+// latency and, when it succeeded (`result` not null), its restored tokens.
+void RecordRestore(EngineImpl& impl, Namespace ns, uint64_t start_nanos,
+                   const RestoreResult* result);
+}  // namespace internal
 
 }  // namespace prefixkv

@@ -131,8 +131,8 @@ Status WriteRecord(EngineImpl& impl, TierStack& stack, std::string_view name,
   BlockMeta meta;
   meta.key = internal::ValueKey(name);
   meta.owner = impl.ValueRead().owner;
-  PKV_RETURN_IF_ERROR(
-      stack.Put(meta, internal::EncodeValueRecord(name, expires_at_ms, value)));
+  PKV_RETURN_IF_ERROR(stack.Put(
+      meta, internal::EncodeValueRecord(name, expires_at_ms, value, impl.memory_)));
   impl.value_catalog_.Note(meta.key, name, expires_at_ms);
   if (!drop_legacy) return Status::OK();
   Status s = stack.Remove(internal::LegacyValueKey(name), KvRemoveReason::kSuperseded);

@@ -1,6 +1,8 @@
 // Engine::RestorePinned: a restore plus its blocks as the tiers hold them,
 // hot ones pinned, for callers that read the per-block tensors in place (the
-// Python bindings' zero-copy arrays, docs/python.md).
+// Python bindings' zero-copy arrays, docs/python.md). Engine::PlanRestore:
+// the same pins around a plan of host ranges (restore_plan.h) for a copy
+// engine.
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -47,7 +49,41 @@ StatusOr<std::vector<BlockKey>> RestoredKeys(const MatchResult& match,
   return keys;
 }
 
+// Whether `record` views `payload` (some tensor lies in it): a pin of that
+// payload keeps the record's bytes in the hot tier. A block replaced since
+// it was loaded has another payload.
+bool Views(const BlockRecord& record, const SharedBytes& payload) {
+  for (const LayerState& layer : record.layers) {
+    for (const Tensor& t : layer.tensors) {
+      if (t.nbytes() > 0 && t.data() >= payload.data() &&
+          t.data() + t.nbytes() <= payload.data() + payload.size()) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 }  // namespace
+
+StatusOr<RestorePlan> Engine::PlanRestore(const MatchResult& match) {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  const uint64_t start_nanos = impl_->clock_->NowNanos();
+  const EngineModel* model = impl_->Find(match.ns);
+  HotTier* hot = model != nullptr ? model->tiers.hot.get() : nullptr;
+  std::shared_ptr<SharedHotBudget> budget = impl_->budget_;
+  auto pin = [hot, &budget](const BlockRecord& record) -> std::shared_ptr<const void> {
+    // Contains first: a block that left meanwhile counts no second miss.
+    if (hot == nullptr || !hot->Contains(record.key)) return nullptr;
+    std::optional<PinnedBlock> pinned = hot->Pin(record.key);
+    if (!pinned || !Views(record, pinned->payload())) return nullptr;
+    return std::make_shared<const HotPin>(HotPin{budget, std::move(*pinned)});
+  };
+  StatusOr<RestorePlan> plan = impl_->cache_->PlanRestore(match, impl_->memory_, pin);
+  internal::RecordRestore(*impl_, match.ns, start_nanos,
+                          plan.ok() ? &plan->result : nullptr);
+  return plan;
+}
 
 StatusOr<PinnedRestore> Engine::RestorePinned(const MatchResult& match) {
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());

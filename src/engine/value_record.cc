@@ -47,10 +47,15 @@ BlockKey LegacyValueKey(std::string_view name) {
 }
 
 SharedBytes EncodeValueRecord(std::string_view name, uint64_t expires_at_ms,
-                              const SharedBytes& value) {
+                              const SharedBytes& value,
+                              const std::shared_ptr<MemoryResource>& memory) {
   uint8_t* out = nullptr;
-  SharedBytes record =
-      SharedBytes::Allocate(kValueHeaderBytes + name.size() + value.size(), &out);
+  const size_t size = kValueHeaderBytes + name.size() + value.size();
+  SharedBytes record;
+  if (memory != nullptr) {
+    record = SharedBytes::AllocateIn(memory, size, size, SharedBytes::kBufferAlign, &out);
+  }
+  if (out == nullptr) record = SharedBytes::Allocate(size, &out);
   std::memcpy(out, kMagic, sizeof(kMagic));
   PutLe<uint16_t>(out + 4, kVersion);
   PutLe<uint16_t>(out + 6, 0);  // flags

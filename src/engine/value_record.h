@@ -8,10 +8,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string_view>
 
 #include "prefixkv/block.h"
 #include "prefixkv/bytes.h"
+#include "prefixkv/memory_resource.h"
 #include "prefixkv/status.h"
 
 namespace prefixkv::internal {
@@ -34,10 +36,12 @@ struct ValueRecord {
   }
 };
 
-// Header + name + value in one new buffer (one copy of the value).
+// Header + name + value in one new buffer (one copy of the value), in
+// `memory` when given and it has room (the hot tier's memory), else on the heap.
 // REQUIRES: name.size() <= kMaxValueNameBytes.
 SharedBytes EncodeValueRecord(std::string_view name, uint64_t expires_at_ms,
-                              const SharedBytes& value);
+                              const SharedBytes& value,
+                              const std::shared_ptr<MemoryResource>& memory = nullptr);
 // The record `payload` holds, checked to be the record of `key` (the name
 // hashes to it); Corruption otherwise. `payload` must outlive the views.
 StatusOr<ValueRecord> DecodeValueRecord(const SharedBytes& payload, const BlockKey& key);

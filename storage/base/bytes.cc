@@ -6,6 +6,7 @@
 // much as the read that fills it.
 #include "prefixkv/bytes.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <utility>
 
 #include "prefixkv/advanced/mutex.h"
+#include "prefixkv/memory_resource.h"
 
 namespace prefixkv {
 
@@ -127,6 +129,29 @@ SharedBytes SharedBytes::AllocateAligned(size_t size, size_t capacity, size_t al
     Recycler().Put(const_cast<void*>(q), rounded, alignment);
   });
   return SharedBytes(std::move(owner), static_cast<const uint8_t*>(p), size);
+}
+
+SharedBytes SharedBytes::AllocateIn(const std::shared_ptr<MemoryResource>& memory,
+                                    size_t size, size_t capacity, size_t alignment,
+                                    uint8_t** writable) {
+  assert(capacity >= size && alignment >= 64 && (alignment & (alignment - 1)) == 0);
+  const size_t bytes = std::max<size_t>(capacity, 1);
+  void* p = memory->Allocate(bytes, alignment);
+  if (p == nullptr) return SharedBytes();
+  if (writable != nullptr) *writable = static_cast<uint8_t*>(p);
+  // The deleter holds the resource: its regions outlive every view.
+  std::shared_ptr<const void> owner(p, [memory, bytes, alignment](const void* q) {
+    memory->Deallocate(const_cast<void*>(q), bytes, alignment);
+  });
+  return SharedBytes(std::move(owner), static_cast<const uint8_t*>(p), size);
+}
+
+SharedBytes SharedBytes::CopyIn(const std::shared_ptr<MemoryResource>& memory,
+                                const void* data, size_t size) {
+  uint8_t* out = nullptr;
+  SharedBytes b = AllocateIn(memory, size, size, kBufferAlign, &out);
+  if (out != nullptr && size > 0) std::memcpy(out, data, size);
+  return b;
 }
 
 SharedBytes SharedBytes::Slice(size_t offset, size_t length) const {

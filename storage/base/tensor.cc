@@ -8,6 +8,8 @@
 
 #include <cstring>
 
+#include "prefixkv/memory_resource.h"
+
 namespace prefixkv {
 
 size_t DTypeSize(DType dtype) {
@@ -119,7 +121,25 @@ AxisSplit SplitAt(const std::vector<int64_t>& shape, size_t axis, DType dtype) {
 
 }  // namespace
 
-StatusOr<Tensor> Tensor::SliceAxis(size_t axis, int64_t start, int64_t length) const {
+namespace {
+
+// `size` uninitialised bytes in `memory` when given and it has room, else on
+// the heap.
+SharedBytes AllocateOutput(const std::shared_ptr<MemoryResource>& memory, size_t size,
+                           uint8_t** out) {
+  *out = nullptr;
+  SharedBytes bytes;
+  if (memory != nullptr) {
+    bytes = SharedBytes::AllocateIn(memory, size, size, SharedBytes::kBufferAlign, out);
+  }
+  if (*out == nullptr) bytes = SharedBytes::Allocate(size, out);
+  return bytes;
+}
+
+}  // namespace
+
+StatusOr<Tensor> Tensor::SliceAxis(size_t axis, int64_t start, int64_t length,
+                                   const std::shared_ptr<MemoryResource>& memory) const {
   if (axis >= shape_.size()) return Status::InvalidArgument("slice axis out of range");
   if (start < 0 || length < 0 || start > shape_[axis] || length > shape_[axis] - start) {
     return Status::InvalidArgument("slice [" + std::to_string(start) + ", +" +
@@ -134,7 +154,7 @@ StatusOr<Tensor> Tensor::SliceAxis(size_t axis, int64_t start, int64_t length) c
                   bytes_.Slice(s.inner_bytes * static_cast<size_t>(start), row));
   }
   uint8_t* out = nullptr;
-  SharedBytes copy = SharedBytes::Allocate(row * static_cast<size_t>(s.outer), &out);
+  SharedBytes copy = AllocateOutput(memory, row * static_cast<size_t>(s.outer), &out);
   size_t src_stride = s.inner_bytes * static_cast<size_t>(s.axis_len);
   const uint8_t* src = bytes_.data() + s.inner_bytes * static_cast<size_t>(start);
   for (int64_t o = 0; o < s.outer; ++o) {
@@ -143,7 +163,8 @@ StatusOr<Tensor> Tensor::SliceAxis(size_t axis, int64_t start, int64_t length) c
   return Tensor(dtype_, std::move(shape), std::move(copy));
 }
 
-StatusOr<Tensor> Tensor::Concat(const std::vector<Tensor>& parts, size_t axis) {
+StatusOr<Tensor> Tensor::Concat(const std::vector<Tensor>& parts, size_t axis,
+                                const std::shared_ptr<MemoryResource>& memory) {
   if (parts.empty()) return Status::InvalidArgument("concat of no tensors");
   if (parts.size() == 1) return parts[0];
   const Tensor& first = parts[0];
@@ -165,7 +186,8 @@ StatusOr<Tensor> Tensor::Concat(const std::vector<Tensor>& parts, size_t axis) {
   shape[axis] = total;
   size_t out_row = s.inner_bytes * static_cast<size_t>(total);
   uint8_t* out = nullptr;
-  SharedBytes bytes = SharedBytes::Allocate(out_row * static_cast<size_t>(s.outer), &out);
+  SharedBytes bytes =
+      AllocateOutput(memory, out_row * static_cast<size_t>(s.outer), &out);
   size_t offset = 0;
   for (const Tensor& p : parts) {
     size_t part_row = s.inner_bytes * static_cast<size_t>(p.shape_[axis]);

@@ -153,7 +153,12 @@ StatusOr<SharedBytes> EncodeBlock(const BlockRecord& r, const EncodeOptions& opt
     end = st.offset + st.stored_len();
   }
   uint8_t* out = nullptr;
-  SharedBytes bytes = SharedBytes::Allocate(end, &out);
+  SharedBytes bytes;
+  if (opt.memory != nullptr) {
+    bytes =
+        SharedBytes::AllocateIn(opt.memory, end, end, SharedBytes::kBufferAlign, &out);
+  }
+  if (out == nullptr) bytes = SharedBytes::Allocate(end, &out);
   Writer w(out);
   w.U32(kRecordMagic);
   w.U16(kRecordFormatVersion);

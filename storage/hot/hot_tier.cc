@@ -32,19 +32,21 @@ void PinnedBlock::Release() {
 }
 
 StatusOr<std::unique_ptr<HotTier>> HotTier::Open(std::shared_ptr<SharedHotBudget> budget,
-                                                 OwnerId owner) {
+                                                 OwnerId owner,
+                                                 std::shared_ptr<MemoryResource> memory) {
   if (budget == nullptr) return Status::InvalidArgument("hot tier: null budget");
   if (owner >= budget->owner_count()) {
     return Status::InvalidArgument("hot tier: owner " + std::to_string(owner) +
                                    " is not registered");
   }
-  return std::unique_ptr<HotTier>(new HotTier(std::move(budget), owner));
+  return std::unique_ptr<HotTier>(
+      new HotTier(std::move(budget), owner, std::move(memory)));
 }
 
 StatusOr<std::unique_ptr<HotTier>> HotTier::OpenShared(
-    std::shared_ptr<SharedHotBudget> budget) {
+    std::shared_ptr<SharedHotBudget> budget, std::shared_ptr<MemoryResource> memory) {
   if (budget == nullptr) return Status::InvalidArgument("hot tier: null budget");
-  return std::unique_ptr<HotTier>(new HotTier(std::move(budget), kEveryOwner));
+  return std::unique_ptr<HotTier>(new HotTier(std::move(budget), kEveryOwner, std::move(memory)));
 }
 
 StatusOr<std::unique_ptr<HotTier>> HotTier::Create(
@@ -56,6 +58,20 @@ StatusOr<std::unique_ptr<HotTier>> HotTier::Create(
 }
 
 Status HotTier::Put(const BlockMeta& meta, SharedBytes payload, bool dirty) {
+  // Blocks and values encoded by this process are allocated in the resource
+  // already; clean blocks from below (SSD reads, remote fetches) are copied
+  // in once, here. A dirty payload from elsewhere (a record a client sent)
+  // stays where it is: the stack tracks a dirty block by its buffer until
+  // it is written back, so it must stay the very buffer it put.
+  if (memory_ != nullptr && !dirty && !payload.empty() &&
+      !memory_->Contains(payload.data(), payload.size())) {
+    SharedBytes copy = SharedBytes::CopyIn(memory_, payload.data(), payload.size());
+    if (copy.data() == nullptr) {
+      return Status::NoSpace("hot tier: the memory resource has no room for " +
+                             std::to_string(payload.size()) + " bytes");
+    }
+    payload = std::move(copy);
+  }
   return state().Put(owner_, meta, std::move(payload), dirty);
 }
 

@@ -4,18 +4,29 @@
 // SSD and stay readable; each handle returns only its own bytes, and what it
 // still holds when destroyed.
 //
+// The engine's memory resource (EngineMemoryResource): with a fake one, every
+// hot block lies in it with an exact charge, every region is reported once,
+// and none is returned while a view refers into it, even after Close.
+//
 // And what reaches the SSD tier (EngineWearTest): its wear (bytes written per
 // day, rated endurance, projected lifetime) and SSD admission under a write
 // budget, on a fake clock.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/engine.h"
 #include "prefixkv/memory_charge.h"
+#include "prefixkv/memory_resource.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/support/test_util.h"
 
@@ -138,6 +149,176 @@ TEST(EngineMemoryCharge, AChargeThatCannotFitReportsItsShortfall) {
   ASSERT_OK(a->Uncharge(50));
   ASSERT_OK(b->Charge(150, nullptr));
   EXPECT_EQ(engine->Stats().hot.bytes, kCapacity);
+}
+
+// A MemoryResource whose every allocation is a region of its own, reported
+// when made and before it is returned; a returned one is scribbled over
+// first, so a view that outlived it would read garbage.
+class FakeMemoryResource final : public MemoryResource {
+ public:
+  void* Allocate(size_t bytes, size_t /*alignment*/) override {
+    void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    RegionCallbacks callbacks;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_[p] = bytes;
+      callbacks = callbacks_;
+    }
+    if (callbacks.mapped) callbacks.mapped(p, bytes);
+    return p;
+  }
+  void Deallocate(void* p, size_t bytes, size_t /*alignment*/) override {
+    RegionCallbacks callbacks;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = live_.find(p);
+      EXPECT_TRUE(it != live_.end() && it->second == bytes) << "returned as allocated";
+      if (it != live_.end()) live_.erase(it);
+      callbacks = callbacks_;
+    }
+    if (callbacks.unmapping) callbacks.unmapping(p, bytes);
+    std::memset(p, 0xdd, bytes);
+    std::free(p);
+  }
+  bool Contains(const void* p, size_t bytes) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.upper_bound(p);
+    if (it == live_.begin()) return false;
+    --it;
+    const auto* base = static_cast<const uint8_t*>(it->first);
+    const auto* q = static_cast<const uint8_t*>(p);
+    return q + bytes <= base + it->second;
+  }
+  std::vector<MemoryRegion> Regions() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<MemoryRegion> out;
+    for (const auto& [p, n] : live_) out.push_back({const_cast<void*>(p), n});
+    return out;
+  }
+  void SetRegionCallbacks(RegionCallbacks callbacks) override {
+    for (const MemoryRegion& r : Regions()) {
+      if (callbacks.mapped) callbacks.mapped(r.base, r.bytes);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    callbacks_ = std::move(callbacks);
+  }
+  size_t live() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_.size();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<const void*, size_t> live_;
+  RegionCallbacks callbacks_;
+};
+
+// Every region callback, in order.
+struct RegionEvents {
+  std::mutex mu;
+  std::vector<MemoryRegion> mapped, unmapped;
+  RegionCallbacks Callbacks() {
+    return {.mapped =
+                [this](void* p, size_t n) {
+                  std::lock_guard<std::mutex> lock(mu);
+                  mapped.push_back({p, n});
+                },
+            .unmapping =
+                [this](void* p, size_t n) {
+                  std::lock_guard<std::mutex> lock(mu);
+                  unmapped.push_back({p, n});
+                }};
+  }
+  bool Unmapped(const void* p) {
+    std::lock_guard<std::mutex> lock(mu);
+    return std::any_of(unmapped.begin(), unmapped.end(), [p](const MemoryRegion& r) {
+      return p >= r.base && p < static_cast<const uint8_t*>(r.base) + r.bytes;
+    });
+  }
+};
+
+// Every hot block of `ns` lies in `memory`, charged its exact payload bytes
+// plus the entry overhead; returns the sum of those charges.
+uint64_t ExpectHotBlocksIn(Engine& e, Namespace ns, const MemoryResource& memory) {
+  std::vector<std::pair<BlockKey, uint64_t>> charged;
+  e.hot_tier(ns)->ForEach([&](const BlockMeta& meta, uint64_t bytes) {
+    charged.emplace_back(meta.key, bytes);
+  });
+  EXPECT_FALSE(charged.empty());
+  uint64_t sum = 0;
+  for (const auto& [key, bytes] : charged) {
+    StatusOr<SharedBytes> payload = e.hot_tier(ns)->PeekPayload(key);
+    EXPECT_OK(payload);
+    if (!payload.ok()) continue;
+    EXPECT_TRUE(memory.Contains(payload->data(), payload->size())) << key.ToHex();
+    EXPECT_EQ(bytes, HotEntryCharge(payload->size())) << "exact bytes, not regions";
+    sum += bytes;
+  }
+  return sum;
+}
+
+TEST(EngineMemoryResource, HotBlocksLiveInItAndNoRegionGoesBeforeItsLastView) {
+  TempDir dir;
+  auto memory = std::make_shared<FakeMemoryResource>();
+  RegionEvents events;
+  EngineOptions o;
+  o.data_dir = dir.str();
+  o.hot_capacity_bytes = 1 << 20;
+  o.memory_resource = memory;
+  o.on_region = events.Callbacks();
+  std::mt19937_64 rng(testing::TestSeed("EngineMemoryResource"));
+  const std::vector<int32_t> tokens = Tokens(3 * kBlockTokens);
+  const std::vector<LayerState> layers = KvLayers(2, 12, rng);
+  {
+    ASSERT_OK_AND_ASSIGN(auto e, Engine::Open(Quiet(o)));
+    ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+    ASSERT_OK(e->Store(ns, tokens, layers).status());
+    EXPECT_EQ(e->Stats().hot.bytes, ExpectHotBlocksIn(*e, ns, *memory));
+    ASSERT_OK_AND_ASSIGN(EngineAudit audit, e->Audit());
+    EXPECT_TRUE(audit.ok());
+  }
+  EXPECT_EQ(memory->live(), 0u) << "closed with no view left: everything returned";
+  PinnedRestore views;
+  {
+    // Reopened: the blocks come from SSD and are promoted into the resource.
+    ASSERT_OK_AND_ASSIGN(auto e, Engine::Open(Quiet(o)));
+    ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+    ASSERT_OK_AND_ASSIGN(MatchResult m, e->Match(ns, tokens));
+    ASSERT_OK_AND_ASSIGN(views, e->RestorePinned(m));
+    EXPECT_EQ(views.result.blocks_from_ssd, 3u);
+    for (const LayerState& layer : views.result.layers) {
+      for (const Tensor& t : layer.tensors) {
+        EXPECT_TRUE(memory->Contains(t.data(), t.nbytes())) << "restored layers too";
+      }
+    }
+    EXPECT_EQ(e->Stats().hot.bytes, ExpectHotBlocksIn(*e, ns, *memory));
+    ASSERT_OK_AND_ASSIGN(EngineAudit audit, e->Audit());
+    EXPECT_TRUE(audit.ok());
+    ASSERT_OK(e->Close());
+  }
+  // The engine is gone; the views still read the hot tier's bytes.
+  ASSERT_EQ(views.blocks.size(), 3u);
+  const Tensor& keys = views.blocks[2].record.layers[1].tensors[0];
+  EXPECT_EQ(views.blocks[2].level, TierLevel::kHot);
+  EXPECT_TRUE(memory->Contains(keys.data(), keys.nbytes()));
+  EXPECT_FALSE(events.Unmapped(keys.data()));
+  const Tensor want =
+      layers[1].tensors[0].SliceAxis(2, 2 * kBlockTokens, kBlockTokens).value();
+  EXPECT_EQ(std::memcmp(keys.data(), want.data(), want.nbytes()), 0);
+  const uint8_t* key_bytes = keys.data();  // `keys` goes with the views
+  views = PinnedRestore{};
+  EXPECT_EQ(memory->live(), 0u);
+  EXPECT_TRUE(events.Unmapped(key_bytes)) << "returned with its last view";
+  // Each region reported once when mapped and once before it went.
+  std::lock_guard<std::mutex> lock(events.mu);
+  auto by_base = [](const MemoryRegion& a, const MemoryRegion& b) {
+    return std::make_pair(a.base, a.bytes) < std::make_pair(b.base, b.bytes);
+  };
+  std::vector<MemoryRegion> mapped = events.mapped, unmapped = events.unmapped;
+  EXPECT_EQ(mapped.size(), unmapped.size());
+  std::sort(mapped.begin(), mapped.end(), by_base);
+  std::sort(unmapped.begin(), unmapped.end(), by_base);
+  EXPECT_EQ(mapped, unmapped);
 }
 
 // SSD wear and admission (docs/ssd.md "Wear", docs/eviction.md "SSD

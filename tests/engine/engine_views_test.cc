@@ -3,6 +3,9 @@
 // Engine::RestoreInto: the same blocks copied once into the caller's memory,
 // byte for byte what Restore returns, on every cache family, with bad
 // destinations refused before anything is written.
+// Engine::PlanRestore: the same restores as host ranges in regions the
+// engine's memory resource reported; applied with memcpy they are Restore's
+// bytes, and the planned blocks stay in RAM until the plan is released.
 // And the views of what a data directory holds: namespace manifests
 // (Engine::Manifests) and why a prompt misses (Engine::ExplainMiss).
 #include <gtest/gtest.h>
@@ -15,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <string>
@@ -24,6 +28,8 @@
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/cache_types.h"
 #include "prefixkv/engine.h"
+#include "prefixkv/memory_resource.h"
+#include "prefixkv/restore_plan.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/support/namespace_fields.h"
 #include "tests/support/test_util.h"
@@ -312,9 +318,45 @@ struct CallerBuffers {
   }
 };
 
+// The regions a memory resource reported (callbacks may run on any thread).
+class RegionLog {
+ public:
+  RegionCallbacks Callbacks(const std::shared_ptr<RegionLog>& self) {
+    return {
+        .mapped = [self](void* p, size_t n) { self->Add(&self->mapped_, p, n); },
+        .unmapping = [self](void* p, size_t n) { self->Add(&self->unmapped_, p, n); }};
+  }
+  // Whether [p, p + n) lies in a region reported mapped and not unmapped.
+  bool Covers(const uint8_t* p, uint64_t n) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const MemoryRegion& r : mapped_) {
+      const auto* base = static_cast<const uint8_t*>(r.base);
+      if (p >= base && p + n <= base + r.bytes &&
+          std::find(unmapped_.begin(), unmapped_.end(), r) == unmapped_.end()) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+ private:
+  void Add(std::vector<MemoryRegion>* to, void* p, size_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    to->push_back({p, n});
+  }
+  mutable std::mutex mu_;
+  std::vector<MemoryRegion> mapped_, unmapped_;
+};
+
 class RestoreIntoTest : public testing::EngineFixture {
  protected:
   RestoreIntoTest() : EngineFixture("RestoreIntoTest") {}
+
+  // Every engine of these tests reports its regions to regions_.
+  std::unique_ptr<Engine> Open(EngineOptions o) {
+    o.on_region = regions_->Callbacks(regions_);
+    return EngineFixture::Open(std::move(o));
+  }
 
   // An engine holding `blocks` KvSpec blocks in RAM, their match and what
   // Restore returns for it.
@@ -374,8 +416,55 @@ class RestoreIntoTest : public testing::EngineFixture {
         }
       }
     }
+    ExpectPlanIsRestore(e, ns, prompt, expected);
     return got.ok() ? std::move(got).value() : RestoreIntoResult{};
   }
+
+  // Plans `prompt`'s restore, applies the plan's ranges with memcpy into one
+  // buffer per layer and checks that they hold what Restore returned, every
+  // range read from a reported region.
+  void ExpectPlanIsRestore(Engine& e, Namespace ns, const std::vector<int32_t>& prompt,
+                           const RestoreResult& expected) {
+    ASSERT_OK_AND_ASSIGN(MatchResult m, e.Match(ns, prompt));
+    ASSERT_OK_AND_ASSIGN(RestorePlan plan, e.PlanRestore(m));
+    EXPECT_EQ(plan.result.restored_tokens, expected.restored_tokens);
+    EXPECT_EQ(plan.result.restored_blocks, expected.restored_blocks);
+    EXPECT_EQ(plan.result.reason, expected.reason);
+    ASSERT_EQ(plan.layers.size(), expected.layers.size());
+    for (size_t l = 0; l < plan.layers.size(); ++l) {
+      const LayerState& want = expected.layers[l];
+      EXPECT_EQ(plan.result.layers[l].cache_type, want.cache_type) << "layer " << l;
+      EXPECT_EQ(plan.result.layers[l].meta, want.meta) << "layer " << l;
+      EXPECT_EQ(plan.result.layers[l].placeholder, want.placeholder) << "layer " << l;
+      std::vector<uint8_t> layout(plan.layers[l].bytes, kSentinel);
+      for (const PlanRange& r : plan.layers[l].ranges) {
+        for (uint64_t i = 0; i < r.count; ++i) {
+          const uint8_t* src = r.src + i * r.src_stride_bytes;
+          const uint64_t at = r.dst_offset + i * r.dst_stride_bytes;
+          EXPECT_TRUE(regions_->Covers(src, r.bytes)) << "layer " << l;
+          ASSERT_LE(at + r.bytes, layout.size()) << "layer " << l;
+          std::memcpy(layout.data() + at, src, r.bytes);
+        }
+      }
+      ASSERT_EQ(plan.layers[l].tensors.size(), want.tensors.size()) << "layer " << l;
+      for (size_t t = 0; t < want.tensors.size(); ++t) {
+        const PlannedTensor& planned = plan.layers[l].tensors[t];
+        EXPECT_EQ(planned.shape, (RestoredTensorShape{want.tensors[t].dtype(),
+                                                      want.tensors[t].shape()}));
+        ASSERT_EQ(planned.nbytes, want.tensors[t].nbytes());
+        EXPECT_EQ(planned.offset % 64, 0u);
+        EXPECT_EQ(std::memcmp(layout.data() + planned.offset, want.tensors[t].data(),
+                              planned.nbytes),
+                  0)
+            << "layer " << l << " tensor " << t;
+      }
+      std::vector<uint8_t> copied(plan.layers[l].bytes, kSentinel);
+      CopyPlannedLayer(plan.layers[l], copied.data());
+      EXPECT_EQ(copied, layout) << "CopyPlannedLayer applies the same ranges";
+    }
+  }
+
+  std::shared_ptr<RegionLog> regions_ = std::make_shared<RegionLog>();
 };
 
 TEST_F(RestoreIntoTest, FullLayersFromRamAreRestoresBytes) {
@@ -584,6 +673,76 @@ TEST_F(RestoreIntoTest, NothingRestoredWritesNothingAndIsCounted) {
   EXPECT_EQ(calls, 0);
   EXPECT_EQ(e->Stats().owners[0].restore_latency->count(), 1u) << "timed as Restore";
   EXPECT_TRUE(e->RestoreInto(m, {}).status().IsInvalidArgument()) << "layer count";
+}
+
+TEST_F(RestoreIntoTest, PlannedBlocksStayInRamUntilThePlanIsReleased) {
+  // Room for about six 4-token blocks of this model.
+  EngineOptions o = OnDisk(6 * (4 * 256 + 1024));
+  auto e = Open(o);
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+  const std::vector<int32_t> tokens = Tokens(3 * kBlockTokens);
+  StoreAll(*e, ns, tokens);
+  const RestoreResult expected = MatchAndRestore(*e, ns, tokens);
+  ASSERT_OK_AND_ASSIGN(MatchResult m, e->Match(ns, tokens));
+  ASSERT_OK_AND_ASSIGN(RestorePlan plan, e->PlanRestore(m));
+  EXPECT_EQ(plan.result.blocks_from_hot, 3u);
+  EXPECT_GT(e->Stats().hot.pinned_bytes, 0u);
+  // Other prompts fill the budget many times over: least recently used
+  // first, the planned blocks would go first.
+  auto fill = [&](int32_t first) {
+    for (int32_t i = 0; i < 12; ++i) {
+      StoreAll(*e, ns, Tokens(2 * kBlockTokens, first + 1000 * i));
+    }
+  };
+  fill(10000);
+  EXPECT_GT(e->Stats().hot.evictions, 0u);
+  for (const BlockKey& key : m.keys) EXPECT_TRUE(e->hot_tier(ns)->Contains(key));
+  ExpectPlanIsRestore(*e, ns, tokens, expected);  // another plan of the same blocks
+  for (size_t l = 0; l < plan.layers.size(); ++l) {
+    std::vector<uint8_t> layout(plan.layers[l].bytes);
+    CopyPlannedLayer(plan.layers[l], layout.data());
+    for (size_t t = 0; t < plan.layers[l].tensors.size(); ++t) {
+      EXPECT_EQ(std::memcmp(layout.data() + plan.layers[l].tensors[t].offset,
+                            expected.layers[l].tensors[t].data(),
+                            plan.layers[l].tensors[t].nbytes),
+                0);
+    }
+  }
+  plan.Release();
+  EXPECT_EQ(e->Stats().hot.pinned_bytes, 0u);
+  fill(20000);
+  size_t resident = 0;
+  for (const BlockKey& key : m.keys) resident += e->hot_tier(ns)->Contains(key) ? 1 : 0;
+  EXPECT_LT(resident, m.keys.size()) << "released: evictable again";
+  ASSERT_OK_AND_ASSIGN(EngineAudit audit, e->Audit());
+  EXPECT_TRUE(audit.ok());
+}
+
+TEST_F(RestoreIntoTest, APlanOutlivesCloseAndNothingRestoredPlansNothing) {
+  Stored s = StoreBlocks(2);
+  ASSERT_NE(s.engine, nullptr);
+  ASSERT_OK_AND_ASSIGN(RestorePlan plan, s.engine->PlanRestore(s.match));
+  ASSERT_OK_AND_ASSIGN(MatchResult none,
+                       s.engine->Match(s.match.ns, Tokens(kBlockTokens, 5000)));
+  ASSERT_OK_AND_ASSIGN(RestorePlan empty, s.engine->PlanRestore(none));
+  EXPECT_EQ(empty.result.restored_tokens, 0u);
+  EXPECT_TRUE(empty.layers.empty());
+  EXPECT_EQ(s.engine->Stats().owners[0].restore_latency->count(), 3u)
+      << "timed as Restore";
+  ASSERT_OK(s.engine->Close());
+  EXPECT_TRUE(s.engine->PlanRestore(s.match).status().IsInvalidArgument());
+  s.engine.reset();
+  // The pins keep the budget, the records keep the memory resource.
+  for (size_t l = 0; l < plan.layers.size(); ++l) {
+    std::vector<uint8_t> layout(plan.layers[l].bytes);
+    CopyPlannedLayer(plan.layers[l], layout.data());
+    EXPECT_EQ(std::memcmp(layout.data(), s.expected.layers[l].tensors[0].data(),
+                          s.expected.layers[l].tensors[0].nbytes()),
+              0);
+  }
+  plan.Release();
+  EXPECT_EQ(plan.hold, nullptr);
 }
 
 // ---- Manifests and ExplainMiss ------------------------------------------------

@@ -52,6 +52,14 @@ namespace {
 struct RestoreBench {
   double restore_s = 0, memcpy_s = 0, fresh_pages_s = 0;
   double store_s = 0, store_fresh_pages_s = 0;  // Store of the whole chain
+  // Store into a new engine whose arena was faulted in at Open
+  // (EngineOptions::arena_prefault_bytes), before the mallopt below.
+  double store_prefaulted_s = 0;
+  // PlanRestore of the hot chain (Match included), and the plan applied with
+  // CopyPlannedLayer into one warm buffer per layer (a CPU stand-in for a
+  // copy engine), medians; whether the applied plan is Restore's bytes.
+  double plan_s = 0, plan_apply_s = 0;
+  bool plan_identical = false;
   uint64_t bytes = 0;
   bool identical = false;
   // Cold SSD restore and the raw read of the segment files (medians).
@@ -189,6 +197,48 @@ Status MeasureColdSsd(const BenchModel& model, int repeats,
   return Status::OK();
 }
 
+// Times Match + PlanRestore of the hot chain, and the plan applied with
+// CopyPlannedLayer (checked once against the stored layers).
+Status MeasurePlan(Engine& engine, Namespace ns, const std::vector<int32_t>& tokens,
+                   const std::vector<LayerState>& layers, int repeats, RestoreBench* r) {
+  auto plan = [&]() -> StatusOr<RestorePlan> {
+    PKV_ASSIGN_OR_RETURN(MatchResult m, engine.Match(ns, tokens));
+    return engine.PlanRestore(m);
+  };
+  PKV_ASSIGN_OR_RETURN(RestorePlan first, plan());
+  std::vector<std::vector<uint8_t>> dst(first.layers.size());
+  r->plan_identical = first.layers.size() == layers.size();
+  for (size_t l = 0; l < first.layers.size() && r->plan_identical; ++l) {
+    dst[l].assign(first.layers[l].bytes, 0);
+    CopyPlannedLayer(first.layers[l], dst[l].data());
+    for (size_t t = 0; t < layers[l].tensors.size(); ++t) {
+      const Tensor& want = layers[l].tensors[t];
+      const PlannedTensor& got = first.layers[l].tensors[t];
+      r->plan_identical =
+          r->plan_identical && got.nbytes == want.nbytes() &&
+          std::memcmp(dst[l].data() + got.offset, want.data(), got.nbytes) == 0;
+    }
+  }
+  first.Release();
+  Status failed;
+  r->plan_s = MedianSeconds(repeats, [&] {
+    StatusOr<RestorePlan> p = plan();
+    if (!p.ok()) failed = p.status();
+    DoNotOptimize(p);
+  });
+  r->plan_apply_s = MedianSeconds(repeats, [&] {
+    StatusOr<RestorePlan> p = plan();
+    if (!p.ok()) {
+      failed = p.status();
+      return;
+    }
+    for (size_t l = 0; l < p->layers.size(); ++l)
+      CopyPlannedLayer(p->layers[l], dst[l].data());
+    DoNotOptimize(dst[0].data());
+  });
+  return failed;
+}
+
 // Stores the chain once, then times Match + Restore against memcpy.
 StatusOr<RestoreBench> Measure(const BenchModel& model, int repeats) {
   // RAM only: this measures the hot path (the SSD tier has `bench ssd`).
@@ -205,10 +255,10 @@ StatusOr<RestoreBench> Measure(const BenchModel& model, int repeats) {
   // Median seconds of one Store of the chain into a new, empty cache (the
   // cache is built and torn down outside the timing).
   Status store_failed;
-  auto median_store = [&]() -> double {
+  auto median_store = [&](const EngineOptions& options) -> double {
     std::vector<double> t;
     for (int i = 0; i < repeats; ++i) {
-      StatusOr<std::unique_ptr<Engine>> fresh = Engine::Open(ram_only);
+      StatusOr<std::unique_ptr<Engine>> fresh = Engine::Open(options);
       StatusOr<Namespace> fresh_ns =
           fresh.ok() ? (*fresh)->RegisterModel(spec) : fresh.status();
       if (!fresh_ns.ok()) {
@@ -225,7 +275,10 @@ StatusOr<RestoreBench> Measure(const BenchModel& model, int repeats) {
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
   };
-  r.store_fresh_pages_s = median_store();
+  r.store_fresh_pages_s = median_store(ram_only);
+  EngineOptions prefaulted = ram_only;
+  prefaulted.arena_prefault_bytes = HotBytes(model) / 2 + (uint64_t{64} << 20);
+  r.store_prefaulted_s = median_store(prefaulted);
 
   for (const LayerState& l : layers) {
     for (const Tensor& t : l.tensors) r.bytes += t.nbytes();
@@ -253,8 +306,13 @@ StatusOr<RestoreBench> Measure(const BenchModel& model, int repeats) {
   timed();  // warm the heap once
   r.restore_s = MedianSeconds(repeats, timed);
   PKV_RETURN_IF_ERROR(failed);
-  (void)median_store();  // warm the heap for stores too
-  r.store_s = median_store();
+  // Warm: the stores' engines share one arena, as one long-running engine
+  // reuses its regions (a new engine's own arena would be fresh pages).
+  EngineOptions warm = ram_only;
+  warm.memory_resource = NewArenaMemoryResource(
+      {.max_region_bytes = size_t{256} << 20, .retain_bytes = HotBytes(model)});
+  (void)median_store(warm);  // warm the heap and the arena for stores too
+  r.store_s = median_store(warm);
   PKV_RETURN_IF_ERROR(store_failed);
   {
     std::vector<uint8_t> src(r.bytes, 1), dst(r.bytes, 0);
@@ -264,6 +322,7 @@ StatusOr<RestoreBench> Measure(const BenchModel& model, int repeats) {
     });
   }
   PKV_ASSIGN_OR_RETURN(r.into, MeasureRestoreInto(*engine, ns, tokens, layers, repeats));
+  PKV_RETURN_IF_ERROR(MeasurePlan(*engine, ns, tokens, layers, repeats, &r));
   PKV_RETURN_IF_ERROR(MeasureColdSsd(model, repeats, tokens, layers, &r));
   return r;
 }
@@ -325,6 +384,8 @@ int RunRestoreBench(const std::vector<std::string>& args) {
         .Field("restore_ratio_vs_memcpy_fresh_pages", r->memcpy_s / r->fresh_pages_s)
         .Field("store_ratio_vs_memcpy", r->memcpy_s / r->store_s)
         .Field("store_ratio_vs_memcpy_fresh_pages", r->memcpy_s / r->store_fresh_pages_s)
+        .Field("store_ratio_vs_memcpy_prefaulted_arena",
+               r->memcpy_s / r->store_prefaulted_s)
         .Field("memcpy_gb_per_second", static_cast<double>(r->bytes) / r->memcpy_s / 1e9)
         .Field("ssd_restore_ratio_vs_raw_read", r->raw_read_s / r->ssd_restore_s)
         .Field("ssd_restore_gb_per_second",
@@ -343,20 +404,30 @@ int RunRestoreBench(const std::vector<std::string>& args) {
         .Field("ssd_restore_into_ms", r->ssd_into_s * 1e3)
         .Field("ssd_restore_into_first_layer_ms", r->ssd_into_first_layer_s * 1e3)
         .Field("ssd_restore_into_ratio_vs_raw_read", r->raw_read_s / r->ssd_into_s)
+        .Field("plan_restore_ms", r->plan_s * 1e3)
+        .Field("plan_apply_ratio_vs_memcpy", r->memcpy_s / r->plan_apply_s)
         .Field("model", model.name)
         .Field("layers", model.layers)
         .Field("block_tokens", model.block_tokens)
         .Field("bytes", r->bytes)
         .Field("blocks", model.blocks)
-        .Field("byte_identical", r->identical && r->ssd_identical && r->into.identical);
+        .Field("byte_identical", r->identical && r->ssd_identical && r->into.identical &&
+                                     r->plan_identical);
     out.Print();
   } else {
     std::printf(
         "restore of %d blocks x %d layers (%llu bytes): %.2f GB/s, %.2fx memcpy%s\n",
         model.blocks, model.layers, static_cast<unsigned long long>(r->bytes), gb_s,
         ratio, r->identical ? "" : " (NOT byte-identical)");
-    std::printf("store of the same chain: %.2fx memcpy (%.2fx with fresh pages)\n",
-                r->memcpy_s / r->store_s, r->memcpy_s / r->store_fresh_pages_s);
+    std::printf(
+        "store of the same chain: %.2fx memcpy (%.2fx with fresh pages, %.2fx into an "
+        "arena prefaulted at Open)\n",
+        r->memcpy_s / r->store_s, r->memcpy_s / r->store_fresh_pages_s,
+        r->memcpy_s / r->store_prefaulted_s);
+    std::printf(
+        "PlanRestore: %.3f ms to plan; plan applied with memcpy: %.2fx memcpy%s\n",
+        r->plan_s * 1e3, r->memcpy_s / r->plan_apply_s,
+        r->plan_identical ? "" : " (NOT byte-identical)");
     std::printf(
         "cold SSD restore: %.2f GB/s, %.2fx a raw O_DIRECT read of the segments%s\n",
         static_cast<double>(r->bytes) / r->ssd_restore_s / 1e9,

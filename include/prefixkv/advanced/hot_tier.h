@@ -19,6 +19,7 @@
 
 #include "prefixkv/advanced/shared_hot_budget.h"
 #include "prefixkv/advanced/tier.h"
+#include "prefixkv/memory_resource.h"
 
 namespace prefixkv {
 
@@ -77,18 +78,24 @@ class PinnedBlock {
 class HotTier final : public BlockTier {
  public:
   // A view of `budget` for a registered `owner`. Several views of one owner
-  // share its blocks, counters and listener. InvalidArgument for an unknown
-  // owner or a null budget.
-  static StatusOr<std::unique_ptr<HotTier>> Open(std::shared_ptr<SharedHotBudget> budget,
-                                                 OwnerId owner);
+  // share its blocks, counters and listener. With `memory`, a clean payload
+  // Put from elsewhere (an SSD read, a remote fetch) is copied into it first
+  // (memory_resource.h); a dirty one is kept as it is (the stack above
+  // tracks it by its buffer until it is written back). InvalidArgument for
+  // an unknown owner or a null budget.
+  static StatusOr<std::unique_ptr<HotTier>> Open(
+      std::shared_ptr<SharedHotBudget> budget, OwnerId owner,
+      std::shared_ptr<MemoryResource> memory = nullptr);
   // A view of every owner's blocks: Put charges meta.owner (InvalidArgument
   // for an unregistered one), lookups find any owner's block, misses count
   // against the thread's ReadOwnerScope (tier.h; unattributed without one),
   // and its eviction listener receives the victims of every owner that has
   // no listener of its own. The engine's one TierStack reads and writes
-  // through such a view. InvalidArgument for a null budget.
+  // through such a view. `memory` as for Open. InvalidArgument for a null
+  // budget.
   static StatusOr<std::unique_ptr<HotTier>> OpenShared(
-      std::shared_ptr<SharedHotBudget> budget);
+      std::shared_ptr<SharedHotBudget> budget,
+      std::shared_ptr<MemoryResource> memory = nullptr);
   // A tier with a private budget and a single owner "default" (id 0).
   static StatusOr<std::unique_ptr<HotTier>> Create(const SharedHotBudgetOptions& options);
 
@@ -97,12 +104,13 @@ class HotTier final : public BlockTier {
   // Stores or replaces a block charged to this view's owner (meta.owner is
   // ignored and reported back as the view's owner; a budget-wide view
   // charges meta.owner). The budget has one key space: a Put of a key
-  // another owner holds replaces that block and takes over its charge. Makes room by
-  // evicting, in policy order, first this owner's blocks while it would exceed its quota,
-  // then any owner's blocks while the budget would be exceeded. The block being inserted
-  // and, under leaf-lru, its resident parent are never victims. NoSpace when the charge
-  // exceeds the budget or the quota, or when not enough unpinned blocks are evictable:
-  // then nothing changes.
+  // another owner holds replaces that block and takes over its charge. Makes
+  // room by evicting, in policy order, first this owner's blocks while it
+  // would exceed its quota, then any owner's blocks while the budget would be
+  // exceeded. The block being inserted and, under leaf-lru, its resident
+  // parent are never victims. NoSpace when the charge exceeds the budget or
+  // the quota, or when not enough unpinned blocks are evictable: then nothing
+  // changes (also when the view's memory resource has no room for the copy).
   Status Put(const BlockMeta& meta, SharedBytes payload, bool dirty) override;
 
   // The stored SharedBytes itself; a hit makes the block most recently used.
@@ -146,12 +154,14 @@ class HotTier final : public BlockTier {
   SharedHotBudget& budget() const { return *budget_; }
 
  private:
-  HotTier(std::shared_ptr<SharedHotBudget> budget, OwnerId owner)
-      : budget_(std::move(budget)), owner_(owner) {}
+  HotTier(std::shared_ptr<SharedHotBudget> budget, OwnerId owner,
+          std::shared_ptr<MemoryResource> memory)
+      : budget_(std::move(budget)), owner_(owner), memory_(std::move(memory)) {}
   hot_internal::BudgetState& state() const { return *budget_->state_; }
 
   std::shared_ptr<SharedHotBudget> budget_;
   OwnerId owner_;
+  std::shared_ptr<MemoryResource> memory_;  // null: payloads stay where they are
 };
 
 }  // namespace prefixkv

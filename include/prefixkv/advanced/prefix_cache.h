@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -42,7 +43,9 @@
 #include "prefixkv/block.h"
 #include "prefixkv/block_key.h"
 #include "prefixkv/codec.h"
+#include "prefixkv/memory_resource.h"
 #include "prefixkv/prefix_types.h"
+#include "prefixkv/restore_plan.h"
 #include "prefixkv/status.h"
 #include "prefixkv/tensor_destination.h"
 
@@ -164,6 +167,19 @@ class PrefixCache {
   StatusOr<RestoreIntoResult> RestoreInto(const MatchResult& match,
                                           std::span<const LayerDestination> destinations,
                                           const LayerRestoredCallback& on_layer = {});
+
+  // Pins one loaded block (its record's tensors view the tier's bytes) for
+  // a restore plan: a hold that keeps the very buffer the record views
+  // resident in the hot tier, or null when that block is not resident there.
+  using PlanPinner =
+      std::function<std::shared_ptr<const void>(const BlockRecord& record)>;
+  // Restore as a plan of host ranges (restore_plan.h): the same blocks, the
+  // same bytes, every range inside `memory` (parts outside it are staged
+  // there: NoSpace when it has no room); each block `pin` gives a hold for
+  // stays pinned while the plan is held. Errors as Restore.
+  StatusOr<RestorePlan> PlanRestore(const MatchResult& match,
+                                    const std::shared_ptr<MemoryResource>& memory,
+                                    const PlanPinner& pin);
 
   // The recorded tips of a namespace and the tip each one extended (zero key:
   // none), oldest first. Always empty for namespaces without tip-only layers.

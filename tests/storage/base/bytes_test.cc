@@ -1,12 +1,17 @@
 // SharedBytes: copies share bytes; large buffers are recycled once freed (a
 // fresh one costs a page fault per 4 KiB), small ones are not; a buffer from
 // AllocateBuffer is adopted without a copy, or released with free().
+// The arena MemoryResource: every region reported once when mapped and once
+// before it is unmapped, which is only after the last view into it is gone.
 #include "prefixkv/bytes.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
+
+#include "prefixkv/memory_resource.h"
 
 namespace prefixkv {
 namespace {
@@ -64,6 +69,143 @@ TEST(SharedBytes, AnAdoptedBufferIsNotCopiedAndIsRecycled) {
   void* small = SharedBytes::AllocateBuffer(10);
   std::free(small);
 }
+
+// Records every region callback.
+struct RegionLog {
+  std::vector<MemoryRegion> mapped, unmapped;
+  RegionCallbacks Callbacks() {
+    return {.mapped =
+                [this](void* p, size_t n) {
+                  mapped.push_back({p, n});
+                },
+            .unmapping =
+                [this](void* p, size_t n) {
+                  unmapped.push_back({p, n});
+                }};
+  }
+};
+
+ArenaOptions SmallArena(RegionLog* log, size_t retain_bytes = 0) {
+  return {.max_region_bytes = 4 << 20,
+          .min_region_bytes = 2 << 20,
+          .retain_bytes = retain_bytes,
+          .callbacks = log->Callbacks()};
+}
+
+bool Inside(const MemoryRegion& r, const SharedBytes& b) {
+  const auto* base = static_cast<const uint8_t*>(r.base);
+  return b.data() >= base && b.data() + b.size() <= base + r.bytes;
+}
+
+TEST(ArenaMemoryResource, ARegionIsUnmappedOnlyAfterItsLastViewGoes) {
+  RegionLog log;
+  std::shared_ptr<MemoryResource> arena = NewArenaMemoryResource(SmallArena(&log));
+  uint8_t* out = nullptr;
+  SharedBytes b = SharedBytes::AllocateIn(arena, 100000, 100000, 4096, &out);
+  ASSERT_NE(out, nullptr);
+  std::memset(out, 0x5a, 100000);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % 4096, 0u);
+  ASSERT_EQ(log.mapped.size(), 1u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(log.mapped[0].base) % (2 << 20), 0u);
+  EXPECT_TRUE(Inside(log.mapped[0], b));
+  EXPECT_TRUE(arena->Contains(b.data(), b.size()));
+  EXPECT_EQ(arena->Regions(), log.mapped);
+  SharedBytes slice = b.Slice(50000, 10);
+  b = SharedBytes();
+  arena.reset();  // the views hold the arena
+  EXPECT_TRUE(log.unmapped.empty()) << "a slice still views the region";
+  EXPECT_EQ(slice.data()[9], 0x5a);
+  slice = SharedBytes();
+  ASSERT_EQ(log.unmapped.size(), 1u);
+  EXPECT_EQ(log.unmapped[0], log.mapped[0]);
+  EXPECT_EQ(log.mapped.size(), 1u) << "each region reported once";
+}
+
+TEST(ArenaMemoryResource, GrowsByRegionsReusesFreedRangesAndKeepsItsRetainBudget) {
+  RegionLog log;
+  std::shared_ptr<MemoryResource> arena =
+      NewArenaMemoryResource(SmallArena(&log, /*retain_bytes=*/6 << 20));
+  // Just under 1 MiB each (with ASan's red zone too): two fill the first
+  // 2 MiB region, four the next one of 4 MiB.
+  constexpr size_t kBlock = (1 << 20) - 128;
+  std::vector<SharedBytes> blocks;
+  for (int i = 0; i < 6; ++i) {
+    uint8_t* out = nullptr;
+    blocks.push_back(SharedBytes::AllocateIn(arena, kBlock, kBlock, 64, &out));
+    ASSERT_NE(out, nullptr);
+    std::memset(out, i, kBlock);
+  }
+  ASSERT_EQ(log.mapped.size(), 2u);
+  EXPECT_EQ(log.mapped[0].bytes, size_t{2} << 20);
+  EXPECT_EQ(log.mapped[1].bytes, size_t{4} << 20);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(blocks[i].data()[12345], i);
+  const uint8_t* freed = blocks[1].data();
+  blocks[1] = SharedBytes();
+  uint8_t* out = nullptr;
+  blocks[1] = SharedBytes::AllocateIn(arena, kBlock, kBlock, 64, &out);
+  EXPECT_EQ(blocks[1].data(), freed) << "the freed range, already faulted in";
+  // A large allocation gets a region of its own, unmapped when it is freed
+  // since the arena then maps more than it retains.
+  SharedBytes big = SharedBytes::AllocateIn(arena, 9 << 20, 9 << 20, 64, &out);
+  ASSERT_NE(out, nullptr);
+  ASSERT_EQ(log.mapped.size(), 3u);
+  EXPECT_GE(log.mapped[2].bytes, size_t{9} << 20);
+  big = SharedBytes();
+  ASSERT_EQ(log.unmapped.size(), 1u);
+  EXPECT_EQ(log.unmapped[0], log.mapped[2]);
+  blocks.clear();  // within the retain budget: both regions stay mapped
+  EXPECT_EQ(log.unmapped.size(), 1u);
+  EXPECT_EQ(arena->Regions().size(), 2u);
+}
+
+TEST(ArenaMemoryResource, CallbacksSetLaterHearOfTheRegionsMappedBefore) {
+  std::shared_ptr<MemoryResource> arena = NewArenaMemoryResource({.retain_bytes = 0});
+  uint8_t* out = nullptr;
+  SharedBytes b = SharedBytes::CopyIn(arena, "abc", 3);
+  ASSERT_NE(b.data(), nullptr);
+  EXPECT_EQ(b.view(), "abc");
+  RegionLog log;
+  arena->SetRegionCallbacks(log.Callbacks());
+  EXPECT_EQ(log.mapped, arena->Regions());
+  ASSERT_EQ(log.mapped.size(), 1u);
+  b = SharedBytes();
+  EXPECT_EQ(log.unmapped, log.mapped);
+  EXPECT_EQ(arena->Allocate(0, 64), nullptr) << "zero bytes";
+  EXPECT_EQ(arena->Allocate(64, 48), nullptr) << "not a power of two";
+  EXPECT_EQ(arena->Allocate(64, 8192), nullptr) << "beyond 4096";
+  EXPECT_FALSE(arena->Contains(&out, 1));
+}
+
+TEST(ArenaMemoryResource, PrefaultedRegionsAreMappedAndReportedUpFront) {
+  RegionLog log;
+  ArenaOptions o = SmallArena(&log, /*retain_bytes=*/8 << 20);
+  o.prefault_bytes = 5 << 20;
+  std::shared_ptr<MemoryResource> arena = NewArenaMemoryResource(o);
+  ASSERT_EQ(log.mapped.size(), 2u) << "4 MiB, then the rest rounded to 2 MiB";
+  EXPECT_EQ(log.mapped[0].bytes + log.mapped[1].bytes, size_t{6} << 20);
+  uint8_t* out = nullptr;
+  const SharedBytes b = SharedBytes::AllocateIn(arena, 1 << 20, 1 << 20, 4096, &out);
+  ASSERT_NE(out, nullptr);
+  EXPECT_EQ(log.mapped.size(), 2u) << "no new region";
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+TEST(ArenaMemoryResourceDeathTest, AsanSeesAnOverflowIntoTheNextAllocation) {
+  std::shared_ptr<MemoryResource> arena = NewArenaMemoryResource();
+  uint8_t* a = nullptr;
+  uint8_t* b = nullptr;
+  SharedBytes first = SharedBytes::AllocateIn(arena, 128, 128, 64, &a);
+  SharedBytes second = SharedBytes::AllocateIn(arena, 128, 128, 64, &b);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  volatile uint8_t* past = a + 128;
+  EXPECT_DEATH(*past = 1, "AddressSanitizer");
+  SharedBytes freed = SharedBytes::AllocateIn(arena, 256, 256, 64, &a);
+  const uint8_t* stale = freed.data();
+  freed = SharedBytes();
+  EXPECT_DEATH((void)*static_cast<const volatile uint8_t*>(stale), "AddressSanitizer");
+}
+#endif
 
 }  // namespace
 }  // namespace prefixkv

@@ -1,0 +1,324 @@
+// The default MemoryResource (memory_resource.h): an arena of large,
+// 2 MiB-aligned, pre-faulted regions.
+//
+// Why: a fresh 1 MiB heap buffer is mmap'ed and faulted in page by page on
+// its first write, which costs as much as filling it; and memory scattered
+// over the heap cannot be registered with a device once. The arena maps big
+// regions (faulted in up front, optionally on transparent huge pages), keeps
+// them while they fit its retain budget, and carves allocations from them.
+//
+// Allocation is best-fit over each region's free ranges (64-byte granules),
+// and a free coalesces with both neighbours, so the block sizes of a model,
+// which repeat, reuse the same ranges. Regions grow geometrically from
+// min_region_bytes to max_region_bytes; a larger allocation gets a region of
+// its own. A region is unmapped only when no allocation is left in it (and
+// the arena maps more than retain_bytes) or when the arena is destroyed,
+// which happens after the last SharedBytes of its memory is gone (each holds
+// the arena).
+#include <sys/mman.h>
+
+#include <cassert>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <utility>
+
+#include "prefixkv/advanced/mutex.h"
+#include "prefixkv/memory_resource.h"
+
+#if defined(__has_include)
+#if __has_include(<sanitizer/asan_interface.h>)
+#include <sanitizer/asan_interface.h>
+#endif
+#endif
+#ifndef ASAN_POISON_MEMORY_REGION
+#define ASAN_POISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#define ASAN_UNPOISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#endif
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14
+#endif
+
+namespace prefixkv {
+namespace {
+
+constexpr size_t kGranule = 64;
+constexpr size_t kRegionAlign = size_t{2} << 20;
+#if defined(__SANITIZE_ADDRESS__)
+constexpr size_t kRedZone = 64;  // stays poisoned after every allocation
+#else
+constexpr size_t kRedZone = 0;
+#endif
+
+size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// The bytes an allocation occupies in its region.
+size_t Footprint(size_t bytes) { return RoundUp(bytes, kGranule) + kRedZone; }
+
+// One mapped region and its free ranges (offsets from base).
+struct Region {
+  uint8_t* base = nullptr;
+  size_t bytes = 0;
+  std::map<size_t, size_t> free_at;         // offset -> length
+  std::multimap<size_t, size_t> free_size;  // length -> offset
+  size_t live = 0;                          // allocations in it
+
+  void AddFree(size_t offset, size_t length) {
+    free_at.emplace(offset, length);
+    free_size.emplace(length, offset);
+  }
+  void RemoveFree(std::map<size_t, size_t>::iterator it) {
+    auto [lo, hi] = free_size.equal_range(it->second);
+    for (auto s = lo; s != hi; ++s) {
+      if (s->second == it->first) {
+        free_size.erase(s);
+        break;
+      }
+    }
+    free_at.erase(it);
+  }
+
+  // Carves `need` bytes at an `alignment`-aligned offset; nullptr when no
+  // free range fits.
+  uint8_t* Carve(size_t need, size_t alignment) {
+    for (auto s = free_size.lower_bound(need); s != free_size.end(); ++s) {
+      const size_t offset = s->second, length = s->first;
+      const size_t start =
+          RoundUp(reinterpret_cast<uintptr_t>(base) + offset, alignment) -
+          reinterpret_cast<uintptr_t>(base);
+      if (start + need > offset + length) continue;  // misaligned: needs slack
+      RemoveFree(free_at.find(offset));
+      if (start > offset) AddFree(offset, start - offset);
+      if (offset + length > start + need)
+        AddFree(start + need, offset + length - start - need);
+      ++live;
+      return base + start;
+    }
+    return nullptr;
+  }
+
+  // Returns [offset, offset + length), merged with free neighbours.
+  void Release(size_t offset, size_t length) {
+    auto next = free_at.lower_bound(offset);
+    if (next != free_at.end() && next->first == offset + length) {
+      length += next->second;
+      RemoveFree(next);
+    }
+    auto prev = free_at.lower_bound(offset);
+    if (prev != free_at.begin()) {
+      --prev;
+      if (prev->first + prev->second == offset) {
+        offset = prev->first;
+        length += prev->second;
+        RemoveFree(prev);
+      }
+    }
+    AddFree(offset, length);
+    --live;
+  }
+};
+
+// Maps `bytes` (a multiple of kRegionAlign) at a kRegionAlign-aligned
+// address; null when the kernel refuses.
+uint8_t* MapRegion(size_t bytes, const ArenaOptions& o) {
+  void* raw = mmap(nullptr, bytes + kRegionAlign, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  auto* p = static_cast<uint8_t*>(raw);
+  auto* base =
+      reinterpret_cast<uint8_t*>(RoundUp(reinterpret_cast<uintptr_t>(p), kRegionAlign));
+  if (base > p) munmap(p, static_cast<size_t>(base - p));
+  const size_t tail = static_cast<size_t>(p + bytes + kRegionAlign - (base + bytes));
+  if (tail > 0) munmap(base + bytes, tail);
+  if (o.huge_pages) madvise(base, bytes, MADV_HUGEPAGE);
+  if (o.populate && madvise(base, bytes, MADV_POPULATE_WRITE) != 0) {
+    for (size_t i = 0; i < bytes; i += 4096) base[i] = 0;  // older kernels
+  }
+  return base;
+}
+
+class Arena final : public MemoryResource {
+ public:
+  explicit Arena(const ArenaOptions& o)
+      : options_(o),
+        callbacks_(std::make_shared<const RegionCallbacks>(o.callbacks)),
+        next_region_bytes_(
+            RoundUp(std::max<size_t>(o.min_region_bytes, 1), kRegionAlign)) {
+    options_.max_region_bytes =
+        std::max(next_region_bytes_, RoundUp(o.max_region_bytes, kRegionAlign));
+  }
+
+  ~Arena() override {
+    RegionMap regions;
+    std::shared_ptr<const RegionCallbacks> callbacks;
+    {
+      MutexLock lock(&mu_);
+      regions.swap(regions_);
+      callbacks = callbacks_;
+    }
+    for (auto& [addr, region] : regions) Unmap(*region, *callbacks);
+  }
+
+  void* Allocate(size_t bytes, size_t alignment) override {
+    if (bytes == 0 || alignment == 0 || (alignment & (alignment - 1)) != 0 ||
+        alignment > 4096) {
+      return nullptr;
+    }
+    alignment = std::max(alignment, kGranule);
+    const size_t need = Footprint(bytes);
+    {
+      MutexLock lock(&mu_);
+      for (auto& [addr, region] : regions_) {
+        if (uint8_t* p = region->Carve(need, alignment)) return Handed(p, bytes);
+      }
+    }
+    // No room: map a region outside the lock (faulting it in takes a while).
+    auto region = std::make_unique<Region>();
+    {
+      MutexLock lock(&mu_);
+      region->bytes = need + alignment > next_region_bytes_
+                          ? RoundUp(need + alignment, kRegionAlign)
+                          : next_region_bytes_;
+      if (region->bytes == next_region_bytes_)
+        next_region_bytes_ = std::min(next_region_bytes_ * 2, options_.max_region_bytes);
+    }
+    if (!Map(region.get())) return nullptr;
+    MutexLock lock(&mu_);
+    uint8_t* p = region->Carve(need, alignment);
+    assert(p != nullptr);
+    Add(std::move(region));
+    return Handed(p, bytes);
+  }
+
+  // Maps regions of max_region_bytes until `bytes` are mapped (Open's
+  // prefault: the first stores then find their pages faulted in).
+  void Prefault(size_t bytes) {
+    while (true) {
+      auto region = std::make_unique<Region>();
+      {
+        MutexLock lock(&mu_);
+        if (mapped_bytes_ >= bytes) return;
+        region->bytes = std::min(options_.max_region_bytes,
+                                 RoundUp(bytes - mapped_bytes_, kRegionAlign));
+      }
+      if (!Map(region.get())) return;
+      MutexLock lock(&mu_);
+      Add(std::move(region));
+    }
+  }
+
+  void Deallocate(void* p, size_t bytes, size_t /*alignment*/) override {
+    if (p == nullptr) return;
+    std::unique_ptr<Region> empty;
+    {
+      MutexLock lock(&mu_);
+      auto it = Find(p, 1);
+      assert(it != regions_.end());
+      if (it == regions_.end()) return;
+      Region& region = *it->second;
+      const size_t offset = static_cast<size_t>(static_cast<uint8_t*>(p) - region.base);
+      ASAN_POISON_MEMORY_REGION(p, Footprint(bytes));
+      region.Release(offset, Footprint(bytes));
+      if (region.live == 0 && mapped_bytes_ > options_.retain_bytes) {
+        mapped_bytes_ -= region.bytes;
+        empty = std::move(it->second);
+        regions_.erase(it);
+      }
+    }
+    if (empty != nullptr) Unmap(*empty, *Callbacks());
+  }
+
+  bool Contains(const void* p, size_t bytes) const override {
+    MutexLock lock(&mu_);
+    return Find(p, bytes) != regions_.end();
+  }
+
+  std::vector<MemoryRegion> Regions() const override {
+    MutexLock lock(&mu_);
+    std::vector<MemoryRegion> out;
+    for (const auto& [addr, region] : regions_)
+      out.push_back({region->base, region->bytes});
+    return out;
+  }
+
+  void SetRegionCallbacks(RegionCallbacks callbacks) override {
+    auto shared = std::make_shared<const RegionCallbacks>(std::move(callbacks));
+    std::vector<MemoryRegion> now;
+    {
+      MutexLock lock(&mu_);
+      callbacks_ = shared;
+      for (const auto& [addr, region] : regions_)
+        now.push_back({region->base, region->bytes});
+    }
+    if (shared->mapped) {
+      for (const MemoryRegion& r : now) shared->mapped(r.base, r.bytes);
+    }
+  }
+
+ private:
+  using RegionMap = std::map<uintptr_t, std::unique_ptr<Region>>;
+
+  // Maps `region` (its bytes set) all free and reports it; false when the
+  // kernel refuses.
+  bool Map(Region* region) {
+    region->base = MapRegion(region->bytes, options_);
+    if (region->base == nullptr) return false;
+    ASAN_POISON_MEMORY_REGION(region->base, region->bytes);
+    region->AddFree(0, region->bytes);
+    std::shared_ptr<const RegionCallbacks> callbacks = Callbacks();
+    if (callbacks->mapped) callbacks->mapped(region->base, region->bytes);
+    return true;
+  }
+  void Add(std::unique_ptr<Region> region) REQUIRES(mu_) {
+    mapped_bytes_ += region->bytes;
+    regions_.emplace(reinterpret_cast<uintptr_t>(region->base), std::move(region));
+  }
+
+  void* Handed(uint8_t* p, size_t bytes) {
+    ASAN_UNPOISON_MEMORY_REGION(p, bytes);
+    return p;
+  }
+
+  RegionMap::const_iterator Find(const void* p, size_t bytes) const REQUIRES(mu_) {
+    const auto addr = reinterpret_cast<uintptr_t>(p);
+    auto it = regions_.upper_bound(addr);
+    if (it == regions_.begin()) return regions_.end();
+    --it;
+    const Region& r = *it->second;
+    const auto end = reinterpret_cast<uintptr_t>(r.base) + r.bytes;
+    return addr + bytes <= end && addr + bytes >= addr ? it : regions_.end();
+  }
+  RegionMap::iterator Find(const void* p, size_t bytes) REQUIRES(mu_) {
+    auto c = static_cast<const Arena*>(this)->Find(p, bytes);
+    return c == regions_.cend() ? regions_.end() : regions_.find(c->first);
+  }
+
+  std::shared_ptr<const RegionCallbacks> Callbacks() const {
+    MutexLock lock(&mu_);
+    return callbacks_;
+  }
+
+  static void Unmap(const Region& region, const RegionCallbacks& callbacks) {
+    if (callbacks.unmapping) callbacks.unmapping(region.base, region.bytes);
+    ASAN_UNPOISON_MEMORY_REGION(region.base, region.bytes);
+    munmap(region.base, region.bytes);
+  }
+
+  ArenaOptions options_;
+  mutable Mutex mu_;
+  RegionMap regions_ GUARDED_BY(mu_);  // by base address
+  std::shared_ptr<const RegionCallbacks> callbacks_ GUARDED_BY(mu_);
+  size_t mapped_bytes_ GUARDED_BY(mu_) = 0;
+  size_t next_region_bytes_ GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+std::shared_ptr<MemoryResource> NewArenaMemoryResource(const ArenaOptions& options) {
+  auto arena = std::make_shared<Arena>(options);
+  arena->Prefault(options.prefault_bytes);
+  return arena;
+}
+
+}  // namespace prefixkv
