@@ -46,7 +46,8 @@ StatusOr<std::unique_ptr<HotTier>> HotTier::Open(std::shared_ptr<SharedHotBudget
 StatusOr<std::unique_ptr<HotTier>> HotTier::OpenShared(
     std::shared_ptr<SharedHotBudget> budget, std::shared_ptr<MemoryResource> memory) {
   if (budget == nullptr) return Status::InvalidArgument("hot tier: null budget");
-  return std::unique_ptr<HotTier>(new HotTier(std::move(budget), kEveryOwner, std::move(memory)));
+  return std::unique_ptr<HotTier>(
+      new HotTier(std::move(budget), kEveryOwner, std::move(memory)));
 }
 
 StatusOr<std::unique_ptr<HotTier>> HotTier::Create(
