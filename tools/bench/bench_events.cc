@@ -22,7 +22,7 @@
 namespace prefixkv::cli {
 namespace {
 
-constexpr BenchModel kModel{.name = "bench-events",
+const BenchModel kModel{.name = "bench-events",
                             .layers = 2,
                             .kv_heads = 2,
                             .head_dim = 64,

@@ -53,7 +53,7 @@
 namespace prefixkv::cli {
 namespace {
 
-constexpr BenchModel kModel{.name = "bench-remote-8l", .kv_heads = 4, .block_tokens = 16};
+const BenchModel kModel{.name = "bench-remote-8l", .kv_heads = 4, .block_tokens = 16};
 // redis-benchmark: one client per master, ~32 values in flight in all.
 constexpr int kRedisClients = 3;
 constexpr int kRedisPipeline = 11;
