@@ -23,11 +23,11 @@ namespace prefixkv::cli {
 namespace {
 
 const BenchModel kModel{.name = "bench-events",
-                            .layers = 2,
-                            .kv_heads = 2,
-                            .head_dim = 64,
-                            .block_tokens = 16,
-                            .blocks = 64};
+                        .layers = 2,
+                        .kv_heads = 2,
+                        .head_dim = 64,
+                        .block_tokens = 16,
+                        .blocks = 64};
 constexpr int kChains = 64;
 
 struct Chain {
