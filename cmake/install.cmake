@@ -1,7 +1,7 @@
 # `cmake --install`: the static libraries behind prefixkv::prefixkv, the
 # public headers (include/prefixkv/*.h and the generated version.h; the
-# advanced/ headers are internals no public header includes, so they stay
-# out), the `prefixkv` CLI and `prefixkv-bench` beside it (`prefixkv bench`
+# headers under internal/ are the tiers' plumbing no public header includes,
+# so they stay out), the `prefixkv` CLI and `prefixkv-bench` beside it (`prefixkv bench`
 # runs it), and the files users find it with:
 #   lib/cmake/prefixkv/prefixkvConfig.cmake (+ ConfigVersion, Targets,
 #     Dependencies)  find_package(prefixkv) -> prefixkv::prefixkv
@@ -20,7 +20,7 @@ install(TARGETS prefixkv ${prefixkv_modules} EXPORT prefixkvTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS prefixkv_cli prefixkv_bench RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY include/prefixkv/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/prefixkv
-        FILES_MATCHING PATTERN "*.h" PATTERN "advanced" EXCLUDE)
+        FILES_MATCHING PATTERN "*.h")
 install(FILES ${PROJECT_BINARY_DIR}/include/prefixkv/version.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/prefixkv)
 

@@ -3,13 +3,16 @@
 
 The modules and what each may use come from CMakeLists.txt itself (every
 `prefixkv_module(NAME DIR DEPS...)` line), so the build and this check cannot
-disagree. The public headers in include/prefixkv/ are owned by one module each
-(OWNERS below: a new public header must be added there). The rules:
+disagree. The shared headers (public ones in include/prefixkv/, internal ones in
+internal/prefixkv/, both included as "prefixkv/...") are owned by one module
+each (OWNERS below: a new header must be added there). The rules:
 
-  1. A public header includes only the standard library and other public
-     headers; a plain public header (include/prefixkv/*.h) includes no
-     advanced one (include/prefixkv/advanced/*.h): the embedder's API does
-     not depend on the tiers' internals.
+  1. A public header (include/prefixkv/) includes only the standard library
+     and other public headers, never an internal one (internal/prefixkv/,
+     the tiers' plumbing shared by modules, tools and tests, not installed):
+     the embedder's API does not depend on the tiers' internals. An internal
+     header includes the standard library and prefixkv/ headers of either
+     root. No name exists in both roots (an include names one file).
   2. A module's files include public headers of modules it depends on
      (directly or transitively), and private headers of its own folder, by
      bare name. Never another module's private header.
@@ -70,6 +73,7 @@ OWNERS = {
     "prefix_types.h": "prefixkv_cache",
     "restore_plan.h": "prefixkv_cache",
     "engine.h": "prefixkv_engine",
+    "advanced/engine_internals.h": "prefixkv_engine",
     "memory_charge.h": "prefixkv_engine",  # an interface; the engine implements it
     "cancellation.h": "prefixkv_model",
     "shard_computation.h": "prefixkv_model",
@@ -160,12 +164,15 @@ def main():
     def err(path, line, msg):
         errors.append(f"{path}:{line}: {msg}")
 
+    def is_public(inc):
+        return os.path.exists(os.path.join(ROOT, "include", inc)) or \
+            os.path.exists(os.path.join(ROOT, "include", inc + ".in"))
+
     def check_public(path, line, inc, user):
         header = inc[len("prefixkv/"):]
         owner = OWNERS.get(header)
         if owner is None:
-            if not os.path.exists(os.path.join(ROOT, "include", inc)) and not \
-                    os.path.exists(os.path.join(ROOT, "include", inc + ".in")):
+            if not is_public(inc) and not os.path.exists(os.path.join(ROOT, "internal", inc)):
                 err(path, line, f'"{inc}" does not exist')
             else:
                 err(path, line, f'"{inc}" has no owner in tools/check_layering.py OWNERS')
@@ -174,24 +181,27 @@ def main():
             err(path, line, f'{user} may not use "{inc}" (owned by {owner}, '
                             f"not among its dependencies in CMakeLists.txt)")
 
-    # 1. Public headers.
-    for path in files_under("include/prefixkv", (".h",)):
-        header = path[len("include/prefixkv/"):]
-        owner = OWNERS.get(header)
-        if owner is None:
-            err(path, 1, "public header has no owner in tools/check_layering.py OWNERS")
-        for line, angle, inc in includes(path):
-            if angle:
-                if "/" in inc or "." in inc:  # C++ standard headers: <vector>, <cstdint>
-                    err(path, line, f"public header includes <{inc}>: standard "
-                                    "library and prefixkv/ headers only")
-                continue
-            if not inc.startswith("prefixkv/"):
-                err(path, line, f'public header includes "{inc}"')
-                continue
-            if "/advanced/" not in path and inc.startswith("prefixkv/advanced/"):
-                err(path, line, f'plain public header includes advanced "{inc}"')
-            check_public(path, line, inc, owner)
+    # 1. Public and internal headers.
+    for root in ("include", "internal"):
+        for path in files_under(root + "/prefixkv", (".h",)):
+            header = path[len(root + "/prefixkv/"):]
+            owner = OWNERS.get(header)
+            if owner is None:
+                err(path, 1, "header has no owner in tools/check_layering.py OWNERS")
+            if root == "internal" and is_public("prefixkv/" + header):
+                err(path, 1, "the same name is a public header too")
+            for line, angle, inc in includes(path):
+                if angle:
+                    if "/" in inc or "." in inc:  # C++ standard headers: <vector>, <cstdint>
+                        err(path, line, f"shared header includes <{inc}>: standard "
+                                        "library and prefixkv/ headers only")
+                    continue
+                if not inc.startswith("prefixkv/"):
+                    err(path, line, f'shared header includes "{inc}"')
+                    continue
+                if root == "include" and not is_public(inc):
+                    err(path, line, f'public header includes internal "{inc}"')
+                check_public(path, line, inc, owner)
 
     # 2, 3. Modules.
     for name, (folder, _) in sorted(modules.items()):

@@ -61,21 +61,10 @@
 
 namespace prefixkv {
 
-// Advanced types an embedder may reach through the accessors at the end of
-// Engine (include/prefixkv/advanced/ declares them).
-class PrefixCache;
-class SharedHotBudget;
-class SsdTier;
-class TierStack;
-class HotTier;
-
 namespace internal {
-class EngineImpl;  // src/engine/engine_impl.h
+class EngineImpl;     // src/engine/engine_impl.h
+struct EngineAccess;  // the in-tree tools' and tests' door to the tiers
 }  // namespace internal
-struct SsdTierOptions;
-struct RemoteTierOptions;
-class RemoteStore;
-class RemoteTier;
 
 struct EngineOptions {
   // Directory of the SSD tier (one engine per directory). Empty: no SSD tier,
@@ -179,9 +168,6 @@ struct EngineOptions {
   // Receives one line per notable event (SSD recovery, I/O errors). Null:
   // stderr.
   std::function<void(std::string_view line)> log;
-  // Advanced: adjusts the SSD tier's options after the fields above are
-  // applied (writer threads, segment size, direct I/O; advanced/ssd_tier.h).
-  std::function<void(SsdTierOptions& options)> configure_ssd;
   // The remote tier shared by every node (docs/remote.md): a Redis Cluster,
   // "redis://host:port[,host:port...]". Empty: none. Open succeeds when the
   // cluster is down (the tier reports unavailable and its blocks are misses).
@@ -192,12 +178,6 @@ struct EngineOptions {
   RemoteNamespaceLimits remote_limits;
   // Bound of one request batch to one cluster node.
   uint32_t remote_timeout_ms = 5;
-  // Advanced: adjusts the remote tier's options (queue bounds, writers, key
-  // prefix; advanced/remote_tier.h).
-  std::function<void(RemoteTierOptions& options)> configure_remote;
-  // Advanced, for tests: the store under the remote tier instead of a Redis
-  // Cluster client (then `remote` is only its name in Stats).
-  std::function<std::unique_ptr<RemoteStore>()> remote_store_factory;
   // The capacity advisor (docs/eviction.md, "The capacity advisor"): the
   // sampled blocks it remembers at most (about 100 bytes each), whatever the
   // traffic; 0 turns it off; at most 2^24 (Open: InvalidArgument). Default
@@ -652,14 +632,6 @@ class Engine {
   StatusOr<KvEventSnapshot> EventSnapshot() const;
   KvEventLogStats EventLogStats() const;
 
-  // Advanced: the pieces the engine wires, for tools and tests
-  // (include/prefixkv/advanced/). Valid until Close().
-  PrefixCache& prefix_cache();
-  SharedHotBudget* hot_budget();    // null without a hot tier
-  SsdTier* ssd_tier();              // null without data_dir
-  RemoteTier* remote_tier();        // null without EngineOptions::remote
-  TierStack* tiers(Namespace ns);   // the model's stack; null for an unknown ns
-  HotTier* hot_tier(Namespace ns);  // the model's hot view; null as above
   const EngineOptions& options() const;
   // The memory resource hot blocks and restore plans live in
   // (EngineOptions::memory_resource or the default arena). Stays valid after
@@ -667,6 +639,7 @@ class Engine {
   std::shared_ptr<MemoryResource> memory_resource() const;
 
  private:
+  friend struct internal::EngineAccess;
   explicit Engine(std::unique_ptr<internal::EngineImpl> impl);
   std::unique_ptr<internal::EngineImpl> impl_;
 };

@@ -8,6 +8,7 @@
 
 #include "convert.h"
 #include "docstrings.h"
+#include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/prefix_token_fields.h"
 #include "prefixkv/remote_counter_fields.h"
@@ -487,7 +488,7 @@ void BindEngine(py::module_& m) {
                   PKV_RETURN_IF_ERROR(en.closed()
                                           ? Status::InvalidArgument("engine is closed")
                                           : Status::OK());
-                  HotTier* hot = en.hot_tier(ns.ns);
+                  HotTier* hot = EngineHotTier(en, ns.ns);
                   if (hot == nullptr)
                     return Status::NotFound("no hot tier for this namespace");
                   return hot->Get(k);

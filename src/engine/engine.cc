@@ -50,7 +50,7 @@ Status internal::EngineImpl::OpenTiers() {
       return id.ok() && id->key == key && id->namespace_id == ns ? id->parent
                                                                  : BlockKey();
     };
-    if (options_.configure_ssd) options_.configure_ssd(o);
+    if (hooks_.configure_ssd) hooks_.configure_ssd(o);
     fs = o.file_system;
     PKV_ASSIGN_OR_RETURN(ssd_, SsdTier::Open(o));
     PKV_RETURN_IF_ERROR(OpenWear());
@@ -144,10 +144,10 @@ Status internal::EngineImpl::OpenWear() {
 }
 
 Status internal::EngineImpl::OpenRemote() {
-  if (options_.remote.empty() && !options_.remote_store_factory) return Status::OK();
+  if (options_.remote.empty() && !hooks_.remote_store_factory) return Status::OK();
   std::unique_ptr<RemoteStore> store;
-  if (options_.remote_store_factory) {
-    store = options_.remote_store_factory();
+  if (hooks_.remote_store_factory) {
+    store = hooks_.remote_store_factory();
     if (store == nullptr)
       return Status::InvalidArgument("remote store factory gave none");
   } else {
@@ -160,7 +160,7 @@ Status internal::EngineImpl::OpenRemote() {
   o.default_limits = options_.remote_limits;
   o.clock = clock_;
   o.log = options_.log;
-  if (options_.configure_remote) options_.configure_remote(o);
+  if (hooks_.configure_remote) hooks_.configure_remote(o);
   remote_ = RemoteTier::Open(std::move(store), std::move(o));
   return Status::OK();
 }
@@ -191,9 +191,7 @@ Engine::Engine(std::unique_ptr<internal::EngineImpl> impl) : impl_(std::move(imp
 Engine::~Engine() { (void)Close(); }
 
 StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
-  auto impl = std::make_unique<internal::EngineImpl>(options);
-  PKV_RETURN_IF_ERROR(impl->OpenTiers());
-  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+  return OpenEngine(options, EngineHooks{});
 }
 
 StatusOr<Namespace> Engine::RegisterModel(const NamespaceSpec& spec,
@@ -395,20 +393,45 @@ Status Engine::Close() {
 
 bool Engine::closed() const { return impl_->closed_.load(std::memory_order_acquire); }
 
-PrefixCache& Engine::prefix_cache() { return *impl_->cache_; }
-SharedHotBudget* Engine::hot_budget() { return impl_->budget_.get(); }
 std::shared_ptr<MemoryResource> Engine::memory_resource() const { return impl_->memory_; }
-SsdTier* Engine::ssd_tier() { return impl_->ssd_.get(); }
-RemoteTier* Engine::remote_tier() { return impl_->remote_.get(); }
 const EngineOptions& Engine::options() const { return impl_->options_; }
 
-TierStack* Engine::tiers(Namespace ns) {
-  EngineModel* m = impl_->Find(ns);
-  return m != nullptr ? impl_->stack_.get() : nullptr;
+// engine_internals.h: the in-tree door to the tiers.
+struct internal::EngineAccess {
+  static StatusOr<std::unique_ptr<Engine>> Open(const EngineOptions& options,
+                                                EngineHooks hooks) {
+    auto impl = std::make_unique<EngineImpl>(options, std::move(hooks));
+    PKV_RETURN_IF_ERROR(impl->OpenTiers());
+    return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+  }
+  static EngineImpl& Impl(Engine& engine) { return *engine.impl_; }
+};
+
+StatusOr<std::unique_ptr<Engine>> OpenEngine(const EngineOptions& options,
+                                             EngineHooks hooks) {
+  return internal::EngineAccess::Open(options, std::move(hooks));
 }
 
-HotTier* Engine::hot_tier(Namespace ns) {
-  EngineModel* m = impl_->Find(ns);
+PrefixCache& EnginePrefixCache(Engine& engine) {
+  return *internal::EngineAccess::Impl(engine).cache_;
+}
+SharedHotBudget* EngineHotBudget(Engine& engine) {
+  return internal::EngineAccess::Impl(engine).budget_.get();
+}
+SsdTier* EngineSsdTier(Engine& engine) {
+  return internal::EngineAccess::Impl(engine).ssd_.get();
+}
+RemoteTier* EngineRemoteTier(Engine& engine) {
+  return internal::EngineAccess::Impl(engine).remote_.get();
+}
+
+TierStack* EngineTiers(Engine& engine, Namespace ns) {
+  internal::EngineImpl& impl = internal::EngineAccess::Impl(engine);
+  return impl.Find(ns) != nullptr ? impl.stack_.get() : nullptr;
+}
+
+HotTier* EngineHotTier(Engine& engine, Namespace ns) {
+  EngineModel* m = internal::EngineAccess::Impl(engine).Find(ns);
   return m != nullptr ? m->tiers.hot.get() : nullptr;
 }
 

@@ -2,7 +2,7 @@
 //
 //   SharedHotBudget (one): an owner per model (+ "values"); one budget-wide
 //     HotTier view (the stack's) and a read-only view per owner (stats,
-//     Engine::hot_tier)
+//     EngineHotTier in engine_internals.h)
 //   SsdTier (one, optional), RemoteTier (one, optional)
 //   TierStack (one): the only road between the tiers and their only
 //     eviction listener; each block names its owner
@@ -24,6 +24,7 @@
 
 #include "event_log.h"
 #include "prefixkv/advanced/capacity_advisor.h"
+#include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/advanced/kv_event_sink.h"
 #include "prefixkv/advanced/mutex.h"
@@ -87,7 +88,8 @@ struct EngineModel {
 
 class internal::EngineImpl {
  public:
-  explicit EngineImpl(const EngineOptions& options) : options_(options) {}
+  EngineImpl(const EngineOptions& options, EngineHooks hooks)
+      : options_(options), hooks_(std::move(hooks)) {}
 
   // Opens the budget, the SSD tier and the remote tier (Engine::Open).
   Status OpenTiers();
@@ -150,6 +152,7 @@ class internal::EngineImpl {
   }
 
   const EngineOptions options_;
+  const EngineHooks hooks_;  // in-tree tools' and tests' adjustments
   Clock* const clock_ = options_.clock != nullptr ? options_.clock : Clock::System();
 
   // The one sink of every tier's KV events (engine_events.cc): stamps them,

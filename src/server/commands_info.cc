@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "prefixkv/prefix_token_fields.h"
 #include "prefixkv/remote_counter_fields.h"
@@ -91,7 +92,7 @@ void AppendKeyspace(Engine* engine, const EngineStats& s, std::string* out) {
     if (o.name == "values") raw_hot += o.hot.entries;
   }
   uint64_t raw_ssd = 0;
-  if (SsdTier* ssd = engine->ssd_tier()) {
+  if (SsdTier* ssd = EngineSsdTier(*engine)) {
     ssd->ForEach([&](const BlockMeta& meta, uint64_t) {
       if (meta.namespace_id.IsZero()) ++raw_ssd;
     });

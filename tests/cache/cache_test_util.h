@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/advanced/prefix_cache.h"
 #include "prefixkv/advanced/shared_hot_budget.h"
@@ -138,13 +139,14 @@ struct TestTiers {
     o.hot_capacity_bytes = hot_capacity_bytes;
     o.data_dir = ssd_path;
     o.log = [](std::string_view) {};
-    o.configure_ssd = [](SsdTierOptions& ssd) { ssd.write_buffer_bytes = 4 << 20; };
-    StatusOr<std::unique_ptr<Engine>> opened = Engine::Open(o);
+    EngineHooks hooks;
+    hooks.configure_ssd = [](SsdTierOptions& ssd) { ssd.write_buffer_bytes = 4 << 20; };
+    StatusOr<std::unique_ptr<Engine>> opened = OpenEngine(o, std::move(hooks));
     EXPECT_OK(opened);
     if (!opened.ok()) return;
     engine = std::move(opened).value();
-    budget = engine->hot_budget();
-    ssd = engine->ssd_tier();
+    budget = EngineHotBudget(*engine);
+    ssd = EngineSsdTier(*engine);
   }
   ~TestTiers() {
     if (engine == nullptr) return;
@@ -156,12 +158,12 @@ struct TestTiers {
   StatusOr<Namespace> Register(const NamespaceSpec& spec, ModelOptions options = {}) {
     StatusOr<Namespace> ns = engine->RegisterModel(spec, options);
     if (ns.ok()) {
-      hot = engine->hot_tier(*ns);
-      stack = engine->tiers(*ns);
+      hot = EngineHotTier(*engine, *ns);
+      stack = EngineTiers(*engine, *ns);
     }
     return ns;
   }
-  PrefixCache& cache() { return engine->prefix_cache(); }
+  PrefixCache& cache() { return EnginePrefixCache(*engine); }
 
   std::unique_ptr<Engine> engine;
   SharedHotBudget* budget = nullptr;

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/engine.h"
 #include "prefixkv/memory_charge.h"
@@ -241,13 +242,13 @@ struct RegionEvents {
 // plus the entry overhead; returns the sum of those charges.
 uint64_t ExpectHotBlocksIn(Engine& e, Namespace ns, const MemoryResource& memory) {
   std::vector<std::pair<BlockKey, uint64_t>> charged;
-  e.hot_tier(ns)->ForEach([&](const BlockMeta& meta, uint64_t bytes) {
+  EngineHotTier(e, ns)->ForEach([&](const BlockMeta& meta, uint64_t bytes) {
     charged.emplace_back(meta.key, bytes);
   });
   EXPECT_FALSE(charged.empty());
   uint64_t sum = 0;
   for (const auto& [key, bytes] : charged) {
-    StatusOr<SharedBytes> payload = e.hot_tier(ns)->PeekPayload(key);
+    StatusOr<SharedBytes> payload = EngineHotTier(e, ns)->PeekPayload(key);
     EXPECT_OK(payload);
     if (!payload.ok()) continue;
     EXPECT_TRUE(memory.Contains(payload->data(), payload->size())) << key.ToHex();

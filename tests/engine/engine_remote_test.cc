@@ -7,6 +7,7 @@
 #include <functional>
 #include <random>
 
+#include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/remote_tier.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "prefixkv/namespace_manifest.h"
@@ -32,14 +33,15 @@ class EngineRemoteTest : public ::testing::Test {
     o.hot_capacity_bytes = hot_bytes;
     o.remote = "fake";
     o.remote_write = mode;
-    o.remote_store_factory = [state = state_] {
-      return std::make_unique<FakeRemoteStore>(state);
-    };
     o.log = log_.Sink();
     return o;
   }
-  std::unique_ptr<Engine> Open(const EngineOptions& o) {
-    StatusOr<std::unique_ptr<Engine>> e = Engine::Open(o);
+  // Opens a node whose remote tier is the fake store.
+  std::unique_ptr<Engine> Open(const EngineOptions& o, EngineHooks hooks = {}) {
+    hooks.remote_store_factory = [state = state_] {
+      return std::make_unique<FakeRemoteStore>(state);
+    };
+    StatusOr<std::unique_ptr<Engine>> e = OpenEngine(o, std::move(hooks));
     EXPECT_OK(e);
     return e.ok() ? std::move(e).value() : nullptr;
   }
@@ -157,8 +159,9 @@ TEST_F(EngineRemoteTest, ALongRemoteChainIsOneRoundTripAndAnEarlyEndOneMore) {
 TEST_F(EngineRemoteTest, OnSpillWritesWhatTheSsdTierEvictsAndNothingBefore) {
   EngineOptions o = Node("a", RemoteWriteMode::kOnSpill, /*hot_bytes=*/0);
   o.ssd_capacity_bytes = 64 << 10;
-  o.configure_ssd = [](SsdTierOptions& s) { s.segment_bytes = 16 << 10; };
-  auto a = Open(o);
+  EngineHooks hooks;
+  hooks.configure_ssd = [](SsdTierOptions& s) { s.segment_bytes = 16 << 10; };
+  auto a = Open(o, std::move(hooks));
   ASSERT_NE(a, nullptr);
   ASSERT_OK_AND_ASSIGN(Namespace ns, a->RegisterModel(KvSpec()));
   const std::vector<int32_t> first = Tokens(4 * kBlockTokens);
@@ -209,7 +212,7 @@ TEST_F(EngineRemoteTest, BlocksRestoredFromTheClusterAreNotWrittenBackWhenEvicte
     ASSERT_OK(
         a->Store(na, chains.back(), KvLayers(2, chains.back().size(), rng_)).status());
   }
-  a->remote_tier()->Flush();
+  EngineRemoteTier(*a)->Flush();
   const size_t written = state_->size();
   ASSERT_EQ(written, 80u);
   // B restores every chain from the cluster; its small hot tier evicts them.
@@ -218,7 +221,7 @@ TEST_F(EngineRemoteTest, BlocksRestoredFromTheClusterAreNotWrittenBackWhenEvicte
     ASSERT_OK_AND_ASSIGN(RestoreResult r, b->Restore(m));
     EXPECT_EQ(r.tokens_from_remote, t.size());
   }
-  b->remote_tier()->Flush();
+  EngineRemoteTier(*b)->Flush();
   const EngineStats s = b->Stats();
   ASSERT_GT(s.hot.evictions, 0u);
   EXPECT_EQ(s.remote.writes, 0u) << "the cluster holds them all";
@@ -262,7 +265,7 @@ std::unique_ptr<Engine> ExpectTheMatchEndsBeforeADamagedFourthBlock(
   EXPECT_OK(a->Store(na, tokens, KvLayers(2, tokens.size(), t.rng_)).status());
   EXPECT_OK(a->Flush());
   const MatchResult on_a = a->Match(na, tokens).value();
-  damage(a->remote_tier()->StoreKey(on_a.keys[3]), on_a.keys[3]);
+  damage(EngineRemoteTier(*a)->StoreKey(on_a.keys[3]), on_a.keys[3]);
   const MatchResult m = b->Match(nb, tokens).value();
   EXPECT_EQ(m.keys.size(), 3u) << "blocks 0-2 only";
   const RestoreResult r = b->Restore(m).value();

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/hash.h"
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/advanced/shared_hot_budget.h"
@@ -53,7 +54,7 @@ TEST_F(EngineTest, RamOnlyEngineRestoresWhatItStoredByteForByte) {
   EXPECT_EQ(r.restored_tokens, tokens.size());
   EXPECT_EQ(r.blocks_from_hot, 5u);
   EXPECT_EQ(r.layers, layers);
-  EXPECT_EQ(e->ssd_tier(), nullptr);
+  EXPECT_EQ(EngineSsdTier(*e), nullptr);
   EXPECT_FALSE(e->Stats().has_ssd);
 }
 
@@ -133,7 +134,7 @@ TEST_F(EngineTest, FlushAndAuditCountNoHitsAndKeepTheEvictionOrder) {
   EXPECT_EQ(e->Stats().dirty_blocks, 0u);
   // The hinted block is still the hot tier's first victim: a quota one byte
   // under the model's share evicts exactly it.
-  HotTier* hot = e->hot_tier(ns);
+  HotTier* hot = EngineHotTier(*e, ns);
   ASSERT_NE(hot, nullptr);
   ASSERT_OK_AND_ASSIGN(MatchResult hinted, e->Match(ns, Tokens(kBlockTokens, 900)));
   ASSERT_EQ(hinted.keys.size(), 1u);
@@ -189,8 +190,8 @@ TEST_F(EngineTest, TheDestructorClosesAndPersistsAnEngineNobodyClosed) {
   }
   auto e = Open(OnDisk());
   ASSERT_NE(e, nullptr);
-  EXPECT_EQ(e->ssd_tier()->open_report().blocks, 3u);
-  EXPECT_TRUE(e->ssd_tier()->open_report().previous_shutdown_clean);
+  EXPECT_EQ(EngineSsdTier(*e)->open_report().blocks, 3u);
+  EXPECT_TRUE(EngineSsdTier(*e)->open_report().previous_shutdown_clean);
 }
 
 TEST_F(EngineTest, EveryCallAfterCloseIsRefusedAndCloseIsIdempotent) {
@@ -781,17 +782,18 @@ class EngineKvEventsTest : public testing::EngineFixture {
   void ExpectMirrorIsExact(Engine& e, const std::vector<Namespace>& models) {
     ASSERT_OK(e.Flush());  // the write-back queue drained: nothing in flight
     std::set<BlockKey> ssd;
-    e.ssd_tier()->ForEach([&](const BlockMeta& m, uint64_t) { ssd.insert(m.key); });
+    EngineSsdTier(e)->ForEach([&](const BlockMeta& m, uint64_t) { ssd.insert(m.key); });
     EXPECT_EQ(mirror_.Keys(TierLevel::kSsd), ssd);
     std::set<BlockKey> hot;
     for (Namespace ns : models) {
-      e.hot_tier(ns)->ForEach([&](const BlockMeta& m, uint64_t) { hot.insert(m.key); });
+      EngineHotTier(e, ns)->ForEach(
+          [&](const BlockMeta& m, uint64_t) { hot.insert(m.key); });
     }
     const std::set<BlockKey> mirrored_hot = mirror_.Keys(TierLevel::kHot);
     // The key-value space's hot blocks are not enumerable from here: every
     // model block must match, and the total must.
     for (const BlockKey& k : hot) EXPECT_TRUE(mirrored_hot.contains(k)) << k.ToHex();
-    EXPECT_EQ(mirrored_hot.size(), e.hot_budget()->Totals().entries);
+    EXPECT_EQ(mirrored_hot.size(), EngineHotBudget(e)->Totals().entries);
     EXPECT_EQ(mirror_.errors(), std::vector<std::string>{});
   }
 

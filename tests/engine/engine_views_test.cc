@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/cache_types.h"
 #include "prefixkv/engine.h"
@@ -107,7 +108,7 @@ TEST_F(EngineViewsTest, EveryBlockViewsTheHotTiersOwnBufferAndIsPinned) {
       EXPECT_EQ(block.level, TierLevel::kHot);
       EXPECT_NE(block.pin, nullptr);
       // The tier's buffer itself, fetched independently of the restore.
-      ASSERT_OK_AND_ASSIGN(SharedBytes tier_bytes, e->hot_tier(ns)->Get(block.key));
+      ASSERT_OK_AND_ASSIGN(SharedBytes tier_bytes, EngineHotTier(*e, ns)->Get(block.key));
       EXPECT_EQ(block.payload.data(), tier_bytes.data());
       EXPECT_EQ(block.payload.size(), tier_bytes.size());
       for (size_t l = 0; l < 2; ++l) {
@@ -139,11 +140,12 @@ TEST_F(EngineViewsTest, APinnedBlockIsNeverEvictedAndLeavesWhenItsPinIsDropped) 
   r = PinnedRestore{};
   for (int i = 1; i <= 20; ++i) Store(*e, ns, Tokens(kBlockTokens, 1000 * i));
   EXPECT_GT(e->Stats().hot.evictions, 0u) << "the budget must have been full";
-  EXPECT_TRUE(e->hot_tier(ns)->Contains(pinned)) << "a pinned block stays resident";
+  EXPECT_TRUE(EngineHotTier(*e, ns)->Contains(pinned)) << "a pinned block stays resident";
   pin.reset();
   EXPECT_EQ(e->Stats().hot.pinned_bytes, 0u);
   for (int i = 21; i <= 40; ++i) Store(*e, ns, Tokens(kBlockTokens, 1000 * i));
-  EXPECT_FALSE(e->hot_tier(ns)->Contains(pinned)) << "unpinned, it is evicted as usual";
+  EXPECT_FALSE(EngineHotTier(*e, ns)->Contains(pinned))
+      << "unpinned, it is evicted as usual";
 }
 
 TEST_F(EngineViewsTest, ViewsOutliveCloseAndTheLastPinReleasesSafely) {
@@ -697,7 +699,7 @@ TEST_F(RestoreIntoTest, PlannedBlocksStayInRamUntilThePlanIsReleased) {
   };
   fill(10000);
   EXPECT_GT(e->Stats().hot.evictions, 0u);
-  for (const BlockKey& key : m.keys) EXPECT_TRUE(e->hot_tier(ns)->Contains(key));
+  for (const BlockKey& key : m.keys) EXPECT_TRUE(EngineHotTier(*e, ns)->Contains(key));
   ExpectPlanIsRestore(*e, ns, tokens, expected);  // another plan of the same blocks
   for (size_t l = 0; l < plan.layers.size(); ++l) {
     std::vector<uint8_t> layout(plan.layers[l].bytes);
@@ -713,7 +715,8 @@ TEST_F(RestoreIntoTest, PlannedBlocksStayInRamUntilThePlanIsReleased) {
   EXPECT_EQ(e->Stats().hot.pinned_bytes, 0u);
   fill(20000);
   size_t resident = 0;
-  for (const BlockKey& key : m.keys) resident += e->hot_tier(ns)->Contains(key) ? 1 : 0;
+  for (const BlockKey& key : m.keys)
+    resident += EngineHotTier(*e, ns)->Contains(key) ? 1 : 0;
   EXPECT_LT(resident, m.keys.size()) << "released: evictable again";
   ASSERT_OK_AND_ASSIGN(EngineAudit audit, e->Audit());
   EXPECT_TRUE(audit.ok());
@@ -798,8 +801,8 @@ TEST_F(EngineViewsTest, AStoredManifestOfAnotherFingerprintRefusesTheRoot) {
   other.tokenizer_hash = "other";
   // A record that claims the root of KvSpec() for another spec (what a
   // damaged record or a hash collision would look like).
-  ASSERT_OK(e->ssd_tier()->PutManifest(NamespaceRoot(KvSpec()).value(),
-                                       EncodeManifest(other).value()));
+  ASSERT_OK(EngineSsdTier(*e)->PutManifest(NamespaceRoot(KvSpec()).value(),
+                                           EncodeManifest(other).value()));
   StatusOr<Namespace> ns = e->RegisterModel(KvSpec());
   EXPECT_TRUE(ns.status().IsCorruption()) << ns.status().ToString();
   EXPECT_EQ(e->model_count(), 0u);
@@ -868,7 +871,7 @@ TEST_F(EngineViewsTest, ExplainMissTellsEvictedRemovedCorruptAndNeverStoredApart
   const std::vector<int32_t> removed = Tokens(2 * kBlockTokens, 9000);
   Store(*e, ns, removed);
   const std::vector<BlockKey> keys = ChainKeys(m.root, removed, kBlockTokens);
-  ASSERT_OK(e->ssd_tier()->Remove(keys[1]));
+  ASSERT_OK(EngineSsdTier(*e)->Remove(keys[1]));
   m = Explain(*e, KvSpec(), removed);
   EXPECT_EQ(m.kind, MissKind::kRemoved) << m.reason;
   EXPECT_EQ(m.first_missed_block, 1);

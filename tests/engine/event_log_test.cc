@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "event_log_file.h"
+#include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/support/gated_file_system.h"
@@ -530,7 +531,8 @@ struct Consumer {
 
 std::set<BlockKey> SsdKeys(Engine& engine) {
   std::set<BlockKey> keys;
-  engine.ssd_tier()->ForEach([&](const BlockMeta& m, uint64_t) { keys.insert(m.key); });
+  EngineSsdTier(engine)->ForEach(
+      [&](const BlockMeta& m, uint64_t) { keys.insert(m.key); });
   return keys;
 }
 

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <random>
 
+#include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/remote_tier.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/support/loopback.h"
@@ -66,13 +67,14 @@ class RemoteClusterTest : public ::testing::Test {
     o.remote_write = RemoteWriteMode::kAlways;
     o.remote_timeout_ms = 200;  // sanitizer builds on a busy 2-core machine
     o.log = log_.Sink();
-    o.configure_remote = [prefix = prefix_](RemoteTierOptions& r) {
-      r.key_prefix = prefix;
-    };
     return o;
   }
   std::unique_ptr<Engine> Open(const EngineOptions& o) {
-    StatusOr<std::unique_ptr<Engine>> e = Engine::Open(o);
+    EngineHooks hooks;
+    hooks.configure_remote = [prefix = prefix_](RemoteTierOptions& r) {
+      r.key_prefix = prefix;
+    };
+    StatusOr<std::unique_ptr<Engine>> e = OpenEngine(o, std::move(hooks));
     EXPECT_OK(e);
     return e.ok() ? std::move(e).value() : nullptr;
   }
@@ -125,7 +127,7 @@ TEST_F(RemoteClusterTest, AByteChangedInsideRedisIsACountedMissNeverWrongBytes) 
   ASSERT_OK(a->Store(na, tokens, KvLayers(2, tokens.size(), rng_)).status());
   ASSERT_OK(a->Flush());
   ASSERT_OK_AND_ASSIGN(MatchResult on_a, a->Match(na, tokens));
-  const std::string key = a->remote_tier()->StoreKey(on_a.keys[6]);
+  const std::string key = EngineRemoteTier(*a)->StoreKey(on_a.keys[6]);
   // Offset 150: inside the block record, past the envelope's header.
   const std::string out = RedisCli(cluster_->ports()[0], "SETRANGE " + key + " 150 Z");
   ASSERT_NE(out.find_first_of("0123456789"), std::string::npos) << out;

@@ -32,10 +32,19 @@ for f in include/prefixkv/engine.h include/prefixkv/version.h bin/prefixkv bin/p
          "$libdir/cmake/prefixkv/prefixkvConfig.cmake" "$libdir/pkgconfig/prefixkv.pc"; do
   [ -e "$work/prefix/$f" ] || { echo "FAIL: $f not installed"; exit 1; }
 done
-if [ -e "$work/prefix/include/prefixkv/advanced" ]; then
-  echo "FAIL: include/prefixkv/advanced/ installed (no public header needs it)"
-  exit 1
-fi
+for internal in "$src"/internal/prefixkv/*.h "$src"/internal/prefixkv/advanced/*.h; do
+  name=${internal#"$src"/internal/prefixkv/}
+  if [ -e "$work/prefix/include/prefixkv/$name" ]; then
+    echo "FAIL: internal header $name installed (no public header needs it)"
+    exit 1
+  fi
+done
+step "every installed header compiles on its own (no public header needs an internal one)"
+for header in "$work"/prefix/include/prefixkv/*.h; do
+  echo "#include \"prefixkv/${header##*/}\"" |
+    bounded "$cxx" -std=c++20 -fsyntax-only -I"$work/prefix/include" -x c++ - ||
+    { echo "FAIL: installed ${header##*/} does not compile alone"; exit 1; }
+done
 "$work/prefix/bin/prefixkv" --version
 "$work/prefix/bin/prefixkv" bench --help >/dev/null ||
   { echo "FAIL: the installed prefixkv bench does not find prefixkv-bench"; exit 1; }

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "prefixkv/block_key.h"
 #include "prefixkv/codec.h"
@@ -35,10 +36,9 @@ class ServerFixture : public ::testing::Test {
     engine_options_.hot_capacity_bytes = hot_capacity_bytes;
     if (engine_options_.data_dir.empty()) engine_options_.data_dir = dir_.str() + "/data";
     engine_options_.log = [](std::string_view) {};
-    engine_options_.configure_ssd = [](SsdTierOptions& o) {
-      o.write_buffer_bytes = 4 << 20;
-    };
-    ASSERT_OK_AND_ASSIGN(engine_, Engine::Open(engine_options_));
+    EngineHooks hooks;
+    hooks.configure_ssd = [](SsdTierOptions& o) { o.write_buffer_bytes = 4 << 20; };
+    ASSERT_OK_AND_ASSIGN(engine_, OpenEngine(engine_options_, std::move(hooks)));
     server_ = std::make_unique<Server>(options_, engine_.get());
     ASSERT_OK(server_->Start());
     ASSERT_NE(server_->port(), 0);

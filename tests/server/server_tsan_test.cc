@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "tests/server/server_fixture.h"
 #include "tests/support/rocksdb_tsan_suppressions.h"
@@ -258,7 +259,7 @@ TEST_F(ServerConcurrencyTest, EventLogAppendersReadersAndWriterThread) {
   ASSERT_OK(engine_->Flush());
   ASSERT_OK_AND_ASSIGN(KvEventSnapshot snap, engine_->EventSnapshot());
   size_t on_ssd = 0;
-  engine_->ssd_tier()->ForEach([&](const BlockMeta&, uint64_t) { ++on_ssd; });
+  EngineSsdTier(*engine_)->ForEach([&](const BlockMeta&, uint64_t) { ++on_ssd; });
   EXPECT_EQ(snap.ssd.size(), on_ssd);
 }
 

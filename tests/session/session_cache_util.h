@@ -13,6 +13,7 @@
 #include <variant>
 #include <vector>
 
+#include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/advanced/shared_hot_budget.h"
 #include "prefixkv/advanced/ssd_tier.h"
@@ -62,8 +63,8 @@ struct CacheStack {
     auto opened = Engine::Open(o);
     ASSERT_OK(opened);
     engine = std::move(opened).value();
-    budget = engine->hot_budget();
-    ssd = engine->ssd_tier();
+    budget = EngineHotBudget(*engine);
+    ssd = EngineSsdTier(*engine);
     auto charge = engine->OpenMemoryCharge("sessions");
     ASSERT_OK(charge);
     sessions = std::move(charge).value();

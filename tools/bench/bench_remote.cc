@@ -39,6 +39,7 @@
 #include <cstdlib>
 #include <random>
 
+#include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/remote_store.h"
 #include "prefixkv/advanced/remote_tier.h"
 #include "prefixkv/engine.h"
@@ -166,8 +167,7 @@ struct RestoreFigures {
   uint64_t b_hot_evictions = 0, b_remote_writes = 0, b_rewrites_skipped = 0;
 };
 
-EngineOptions RemoteNode(const std::string& uri, RemoteWriteMode mode,
-                         const std::string& key_prefix) {
+EngineOptions RemoteNode(const std::string& uri, RemoteWriteMode mode) {
   EngineOptions o;
   o.hot_capacity_bytes = uint64_t{1} << 30;
   o.remote = uri;
@@ -176,7 +176,6 @@ EngineOptions RemoteNode(const std::string& uri, RemoteWriteMode mode,
   // master can stay silent past the default 5 ms (a miss, and nothing to
   // time), so the bench allows a second.
   o.remote_timeout_ms = 1000;
-  o.configure_remote = [key_prefix](RemoteTierOptions& r) { r.key_prefix = key_prefix; };
   return o;
 }
 
@@ -186,9 +185,14 @@ struct Node {
   Namespace ns;
 };
 
-StatusOr<Node> OpenNode(const EngineOptions& options) {
+// The nodes' blocks live under `key_prefix` in the cluster.
+StatusOr<Node> OpenNode(const EngineOptions& options, const std::string& key_prefix) {
   Node n;
-  PKV_ASSIGN_OR_RETURN(n.engine, Engine::Open(options));
+  EngineHooks hooks;
+  hooks.configure_remote = [key_prefix](RemoteTierOptions& r) {
+    r.key_prefix = key_prefix;
+  };
+  PKV_ASSIGN_OR_RETURN(n.engine, OpenEngine(options, std::move(hooks)));
   const NamespaceSpec spec = kModel.Spec();
   PKV_ASSIGN_OR_RETURN(n.ns, n.engine->RegisterModel(spec));
   return n;
@@ -203,8 +207,8 @@ Status StoreRemotely(Node& a, std::mt19937_64& rng, const std::vector<LayerState
   if (stored.blocks_written != static_cast<size_t>(kModel.blocks))
     return Status::Internal("node A stored " + std::to_string(stored.blocks_written) +
                             " blocks, not " + std::to_string(kModel.blocks));
-  a.engine->remote_tier()->Flush();
-  const RemoteCounters c = a.engine->remote_tier()->Counters();
+  EngineRemoteTier(*a.engine)->Flush();
+  const RemoteCounters c = EngineRemoteTier(*a.engine)->Counters();
   if (c.dropped > 0 || c.write_failures > 0 || c.errors > 0)
     return Status::Unavailable("node A's remote writes failed (" +
                                std::to_string(c.dropped) + " dropped, " +
@@ -244,10 +248,10 @@ StatusOr<RestoreFigures> MeasureRestore(const Cluster& cluster, int repeats, boo
   double limit_chains = 0;
   const std::string prefix = RunKeyPrefix("restore");
   PKV_ASSIGN_OR_RETURN(
-      Node a, OpenNode(RemoteNode(cluster.uri, RemoteWriteMode::kAlways, prefix)));
-  EngineOptions b_options = RemoteNode(cluster.uri, RemoteWriteMode::kOnSpill, prefix);
+      Node a, OpenNode(RemoteNode(cluster.uri, RemoteWriteMode::kAlways), prefix));
+  EngineOptions b_options = RemoteNode(cluster.uri, RemoteWriteMode::kOnSpill);
   b_options.hot_capacity_bytes = kNodeBHotBytes;
-  PKV_ASSIGN_OR_RETURN(Node b, OpenNode(b_options));
+  PKV_ASSIGN_OR_RETURN(Node b, OpenNode(b_options, prefix));
   std::mt19937_64 rng(13);
   const std::vector<LayerState> layers = kModel.RandomChain(rng);
   std::vector<double> restore_mb_s, redis_mb_s, ratio, match_ms, restore_ms;
@@ -257,12 +261,13 @@ StatusOr<RestoreFigures> MeasureRestore(const Cluster& cluster, int repeats, boo
   for (int round = 1 - kWarmupRounds; round <= repeats; ++round) {
     std::vector<int32_t> tokens;
     PKV_RETURN_IF_ERROR(StoreRemotely(a, rng, layers, &tokens));
-    const uint64_t read_before = b.engine->remote_tier()->Counters().bytes_read;
+    const uint64_t read_before = EngineRemoteTier(*b.engine)->Counters().bytes_read;
     RestoreResult restored;
     const uint64_t self0 = SelfCpuNanos(), redis0 = ClusterCpuNanos(local);
     PKV_ASSIGN_OR_RETURN(RestoreSeconds seconds, RestoreRemotely(b, tokens, &restored));
     const uint64_t self1 = SelfCpuNanos(), redis1 = ClusterCpuNanos(local);
-    const uint64_t bytes = b.engine->remote_tier()->Counters().bytes_read - read_before;
+    const uint64_t bytes =
+        EngineRemoteTier(*b.engine)->Counters().bytes_read - read_before;
     if (round == 1 - kWarmupRounds) {
       f.identical = restored.layers == layers;
       f.block_bytes = bytes / kModel.blocks;
@@ -317,7 +322,7 @@ StatusOr<RestoreFigures> MeasureRestore(const Cluster& cluster, int repeats, boo
     f.cpu_bound_ratio =
         chain_mb * double(f.cores) / chain_cpu_s / f.redis_get_mb_s.median;
   }
-  b.engine->remote_tier()->Flush();
+  EngineRemoteTier(*b.engine)->Flush();
   const EngineStats b_stats = b.engine->Stats();
   f.b_hot_evictions = b_stats.hot.evictions;
   f.b_remote_writes = b_stats.remote.writes;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "prefixkv/advanced/engine_internals.h"
 #include "tools/cli/audit_scan.h"
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"
@@ -227,7 +228,7 @@ int Audit(const std::vector<std::string>& args) {
   std::vector<std::string> log;
   StatusOr<std::unique_ptr<Engine>> engine = OpenExistingEngine(report.dir, &log);
   if (!engine.ok()) return OpenError(flags, "audit", engine.status());
-  Status s = RunAudit(*(*engine)->ssd_tier(), log, &report);
+  Status s = RunAudit(*EngineSsdTier(**engine), log, &report);
   if (s.ok()) s = (*engine)->Close();
   if (!s.ok()) return Failure(flags, "audit", s.ToString());
   flags.GetBool("json") ? PrintJson(report) : PrintHuman(report);

@@ -11,6 +11,7 @@
 #include <system_error>
 #include <unordered_map>
 
+#include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/tip_lineage.h"
 #include "prefixkv/codec.h"
 
@@ -45,7 +46,8 @@ StatusOr<std::unique_ptr<Engine>> OpenExistingEngine(const std::string& dir,
   options.create_if_missing = false;
   options.hot_capacity_bytes = 0;  // a stopped cache has no hot tier to look at
   options.log = [log](std::string_view line) { log->emplace_back(line); };
-  options.configure_ssd = [repair](SsdTierOptions& ssd) {
+  EngineHooks hooks;
+  hooks.configure_ssd = [repair](SsdTierOptions& ssd) {
     ssd.writer_threads = 1;                // nothing is queued: the tools only read
     ssd.repair_damaged_metadata = repair;  // audit and inspect only report
   };
@@ -53,7 +55,7 @@ StatusOr<std::unique_ptr<Engine>> OpenExistingEngine(const std::string& dir,
     options.remote = remote->remote;
     options.remote_timeout_ms = remote->remote_timeout_ms;
   }
-  return Engine::Open(options);
+  return OpenEngine(options, std::move(hooks));
 }
 
 std::map<BlockKey, StoredBlock> Inventory(const SsdTier& tier) {

@@ -16,6 +16,7 @@
 #include <utility>
 #include <variant>
 
+#include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "prefixkv/boundary_adapter.h"
 #include "prefixkv/cache_types.h"
@@ -120,8 +121,9 @@ struct DemoTiers {
     // before the same restore reaches them (a scan evicting its own tail).
     o.promote_on_ssd_hit = false;
     o.log = [](std::string_view) {};  // the demo reports what matters itself
-    o.configure_ssd = [](SsdTierOptions& ssd) { ssd.write_buffer_bytes = 4 << 20; };
-    PKV_ASSIGN_OR_RETURN(engine, Engine::Open(o));
+    EngineHooks hooks;
+    hooks.configure_ssd = [](SsdTierOptions& ssd) { ssd.write_buffer_bytes = 4 << 20; };
+    PKV_ASSIGN_OR_RETURN(engine, OpenEngine(o, std::move(hooks)));
     PKV_ASSIGN_OR_RETURN(
         ns, engine->RegisterModel(spec, {.store_partial_tail = true,
                                          .hot_quota_bytes = kHotCapacityBytes}));
@@ -368,7 +370,7 @@ StatusOr<DemoReport> RunDemoConversation(const DemoOptions& options) {
 
   PKV_RETURN_IF_ERROR(tiers.Open(options.dir, spec, session_bytes));  // the restart
   conv->Bind(tiers);
-  report.ssd_blocks_after_restart = tiers.engine->ssd_tier()->open_report().blocks;
+  report.ssd_blocks_after_restart = EngineSsdTier(*tiers.engine)->open_report().blocks;
   PKV_ASSIGN_OR_RETURN(report.restart, conv->Turn(options.turns));
   report.parity = report.parity && report.restart.parity && report.restart.logit_parity;
   std::vector<DemoTurn> all = report.turns;

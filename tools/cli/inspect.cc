@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/tip_lineage.h"
 #include "prefixkv/codec.h"
 #include "prefixkv/namespace_manifest.h"
@@ -227,7 +228,7 @@ int Inspect(const std::vector<std::string>& args) {
   StatusOr<std::vector<StoredManifest>> manifests = (*engine)->Manifests();
   if (!manifests.ok()) return Failure(flags, "inspect", manifests.status().ToString());
   const std::vector<NamespaceView> views =
-      Collect(*(*engine)->ssd_tier(), std::move(manifests).value());
+      Collect(*EngineSsdTier(**engine), std::move(manifests).value());
   const TierCounters ssd = (*engine)->Stats().ssd;
   if (Status s = (*engine)->Close(); !s.ok())
     return Failure(flags, "inspect", s.ToString());

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "tools/cli/audit_scan.h"
 #include "tools/cli/command.h"
@@ -59,7 +60,7 @@ int Repair(const std::vector<std::string>& args) {
       OpenExistingEngine(dir, &log, /*repair=*/true);
   for (const std::string& line : log) std::printf("%s\n", line.c_str());
   if (!engine.ok()) return OpenError(flags, "repair", engine.status());
-  SsdTier& tier = *(*engine)->ssd_tier();
+  SsdTier& tier = *EngineSsdTier(**engine);
   const SsdOpenReport report = tier.open_report();
   // Every payload verified (SsdTier::Audit drops a damaged one), then what
   // no prefix match can reach any more: below a dropped block, and orphans.

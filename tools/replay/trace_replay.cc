@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/block_key.h"
 
 namespace prefixkv::replay {
@@ -57,19 +58,20 @@ StatusOr<std::unique_ptr<ReplayTiers>> ReplayTiers::Open(const ReplayConfig& con
   o.remote_write = config.remote_write;
   o.remote_timeout_ms = config.remote_timeout_ms;
   o.remote_limits.ttl_seconds = config.remote_ttl_seconds;
-  o.remote_store_factory = config.remote_store_factory;
   // No event log: a routed replay feeds its router from on_kv_event (the
   // tiers' events, unnumbered), and nothing else reads events; a log would
   // cost every node RAM, files and a writer thread.
   o.event_log = false;
   o.on_kv_event = config.on_kv_event;
-  o.configure_remote = [prefix = config.remote_key_prefix](RemoteTierOptions& r) {
+  EngineHooks hooks;
+  hooks.remote_store_factory = config.remote_store_factory;
+  hooks.configure_remote = [prefix = config.remote_key_prefix](RemoteTierOptions& r) {
     r.key_prefix = prefix;
     // A replay writes faster than a server: a deep queue so that blocks are
     // not dropped (Flush at the end of each node's request drains it).
     r.queue_blocks = 1 << 16;
   };
-  PKV_ASSIGN_OR_RETURN(t->engine_, Engine::Open(o));
+  PKV_ASSIGN_OR_RETURN(t->engine_, OpenEngine(o, std::move(hooks)));
   t->unlikely_reuse_after_output_tokens_ = config.unlikely_reuse_after_output_tokens;
   // The trace's blocks live in one model's namespace; its layout only names
   // the chains (payloads are synthetic and never decoded).
@@ -88,10 +90,10 @@ void ReplayTiers::AdvanceTraceClock(uint64_t timestamp_ms) {
   if (nanos > trace_clock_.NowNanos()) trace_clock_.SetNanos(nanos);
 }
 
-TierStack& ReplayTiers::stack() { return *engine_->tiers(ns_); }
-HotTier* ReplayTiers::hot() { return engine_->hot_tier(ns_); }
-SsdTier* ReplayTiers::ssd() { return engine_->ssd_tier(); }
-RemoteTier* ReplayTiers::remote() { return engine_->remote_tier(); }
+TierStack& ReplayTiers::stack() { return *EngineTiers(*engine_, ns_); }
+HotTier* ReplayTiers::hot() { return EngineHotTier(*engine_, ns_); }
+SsdTier* ReplayTiers::ssd() { return EngineSsdTier(*engine_); }
+RemoteTier* ReplayTiers::remote() { return EngineRemoteTier(*engine_); }
 
 TraceReplayer::TraceReplayer(ReplayTiers* tiers, uint32_t block_tokens, Clock* clock)
     : TraceReplayer(std::vector<ReplayTiers*>{tiers}, block_tokens, clock) {}
