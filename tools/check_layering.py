@@ -80,7 +80,7 @@ OWNERS = {
     "layer_kv_cache.h": "prefixkv_model",
     "kv_recipe.h": "prefixkv_model",
     "reference_model.h": "prefixkv_model",
-    "hot_kv_state.h": "prefixkv_session",
+    "session.h": "prefixkv_session",
     "boundary_adapter.h": "prefixkv_session",
     "server.h": "prefixkv_server",
     "router.h": "prefixkv_router",

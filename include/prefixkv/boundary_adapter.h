@@ -1,5 +1,5 @@
 // KvBoundaryAdapter: runs one shard of a pipeline-split model for one session step,
-// reading and committing that session's KV through a HotKvStateManager.
+// reading and committing that session's KV through a SessionManager.
 //
 // A step is a prefill (a prompt, or the first tokens of a new turn) or a decode
 // (usually one token). The head shard takes token ids; every other shard takes the
@@ -9,12 +9,12 @@
 // computing anything.
 //
 // Positions continue from the session's length, so a session opened with restored
-// KV (OpenOptions::initial_layers) prefills only the new suffix. A step is all or
+// KV (SessionOpenOptions::initial_layers) prefills only the new suffix. A step is all or
 // nothing: on cancellation (Aborted), budget refusal (NoSpace) or any error the
 // session is exactly as before the call, and a session the step itself opened is
 // discarded again.
 //
-// With a manager bound to an Engine namespace (HotKvStateConfig::prefix_cache), a
+// With a manager bound to an Engine namespace (SessionManagerOptions::prefix_cache), a
 // Prefill that opens the session first restores the longest cached prefix of
 // its tokens (hot, then SSD) and computes only the rest: a new turn of a
 // conversation, or one whose session was released, evicted or lost in a
@@ -36,7 +36,7 @@
 
 #include "prefixkv/cancellation.h"
 #include "prefixkv/clock.h"
-#include "prefixkv/hot_kv_state.h"
+#include "prefixkv/session.h"
 #include "prefixkv/shard_computation.h"
 #include "prefixkv/status.h"
 
@@ -92,7 +92,7 @@ using StepTimings = StepStats;
 class KvBoundaryAdapter {
  public:
   // Both must outlive the adapter. `clock` (null: System) only times steps.
-  KvBoundaryAdapter(const ShardComputation* shard, HotKvStateManager* manager,
+  KvBoundaryAdapter(const ShardComputation* shard, SessionManager* manager,
                     Clock* clock = nullptr);
 
   // Opens the session when it is not live (a stale epoch is an error, a newer one
@@ -104,7 +104,7 @@ class KvBoundaryAdapter {
   StatusOr<StepOutput> Decode(const std::string& session_id, uint64_t epoch,
                               const StepInput& input, StepTimings* timings = nullptr);
   // The end of a turn: stores the live session's blocks in the manager's
-  // prefix cache (HotKvStateManager::StoreToPrefixCache).
+  // prefix cache (SessionManager::StoreToPrefixCache).
   StatusOr<SessionStoreResult> EndTurn(const std::string& session_id, uint64_t epoch);
 
   const ShardComputation& shard() const { return *shard_; }
@@ -117,20 +117,20 @@ class KvBoundaryAdapter {
     std::span<const int32_t> record_tokens;  // recorded by Append (may be empty)
     std::optional<int64_t> expected_seq_len;
   };
-  StatusOr<StepOutput> RunStep(const std::shared_ptr<HotKvSession>& session,
-                               uint64_t epoch, const StepInput& input,
-                               const StepPlan& plan, StepTimings* timings);
+  StatusOr<StepOutput> RunStep(const std::shared_ptr<Session>& session, uint64_t epoch,
+                               const StepInput& input, const StepPlan& plan,
+                               StepTimings* timings);
   // Opens the session for a Prefill, restoring from the prefix cache; a miss
   // when a non-head shard cannot restore its upstream's prefix. `created`:
   // false when another step opened the session meanwhile (then it is not this
   // step's to discard).
-  StatusOr<std::variant<std::shared_ptr<HotKvSession>, CacheMiss>> OpenForPrefill(
+  StatusOr<std::variant<std::shared_ptr<Session>, CacheMiss>> OpenForPrefill(
       const std::string& session_id, uint64_t epoch, const StepInput& input,
       StepPlan* plan, StepTimings* timings, bool* created);
   Status CheckInput(const StepInput& input) const;
 
   const ShardComputation* shard_;
-  HotKvStateManager* manager_;
+  SessionManager* manager_;
   Clock* clock_;
 };
 

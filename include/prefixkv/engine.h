@@ -561,7 +561,7 @@ class Engine {
   StatusOr<uint64_t> RemoveExpiredValues(size_t max_keys);
 
   // Opens a charge to the RAM budget for memory held outside the blocks
-  // (memory_charge.h; HotKvStateConfig::memory charges live sessions' KV to
+  // (memory_charge.h; SessionManagerOptions::memory charges live sessions' KV to
   // it): a budget owner named `name`, whose charges count against the hot
   // capacity and `quota_bytes` (nullopt: only the capacity limits it) and
   // make room by evicting cache blocks. Opening a name again returns another

@@ -56,7 +56,7 @@ struct LayerKvExport {
   int64_t length = 0;                         // positions consumed
 };
 
-// Not thread-safe: HotKvSession guards its layers with its own lock.
+// Not thread-safe: Session guards its layers with its own lock.
 class LayerKvCache {
  public:
   // REQUIRES: n_kv_heads > 0, head_dim > 0, window_tokens >= 0 (or, for a

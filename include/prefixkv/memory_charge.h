@@ -3,8 +3,8 @@
 // blocks and that memory share a single byte limit.
 //
 //   std::shared_ptr<MemoryCharge> sessions =
-//   engine->OpenMemoryCharge("sessions").value(); HotKvStateConfig config{.memory =
-//   sessions, ...};   // hot_kv_state.h
+//   engine->OpenMemoryCharge("sessions").value(); SessionManagerOptions config{.memory =
+//   sessions, ...};   // session.h
 //
 // A charge is an owner of the budget like a model (Engine::Stats lists it
 // under its name, its bytes in `hot.bytes` and `hot.external_bytes`), but its

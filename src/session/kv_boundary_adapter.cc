@@ -1,5 +1,5 @@
 // KvBoundaryAdapter: one shard step = resolve or open, compute under the session's
-// shared lock, commit through HotKvStateManager::Append, shape the output.
+// shared lock, commit through SessionManager::Append, shape the output.
 #include <algorithm>
 
 #include "prefixkv/boundary_adapter.h"
@@ -52,7 +52,7 @@ Status Compute(const ShardComputation& shard, const StepInput& input,
 }  // namespace
 
 KvBoundaryAdapter::KvBoundaryAdapter(const ShardComputation* shard,
-                                     HotKvStateManager* manager, Clock* clock)
+                                     SessionManager* manager, Clock* clock)
     : shard_(shard), manager_(manager), clock_(clock ? clock : Clock::System()) {}
 
 Status KvBoundaryAdapter::CheckInput(const StepInput& input) const {
@@ -84,12 +84,12 @@ static std::span<const int32_t> RecordTokens(const ShardComputation& shard,
                                                         : std::span<const int32_t>();
 }
 
-StatusOr<std::variant<std::shared_ptr<HotKvSession>, CacheMiss>>
+StatusOr<std::variant<std::shared_ptr<Session>, CacheMiss>>
 KvBoundaryAdapter::OpenForPrefill(const std::string& session_id, uint64_t epoch,
                                   const StepInput& input, StepPlan* plan,
                                   StepTimings* timings, bool* created) {
   *created = false;
-  using Result = std::variant<std::shared_ptr<HotKvSession>, CacheMiss>;
+  using Result = std::variant<std::shared_ptr<Session>, CacheMiss>;
   // A new session holds 0 positions before its restore.
   if (input.expected_seq_len && *input.expected_seq_len != 0) {
     return Result(CacheMiss{CacheMissReason::kSeqLenMismatch, session_id, epoch,
@@ -108,7 +108,7 @@ KvBoundaryAdapter::OpenForPrefill(const std::string& session_id, uint64_t epoch,
   const int64_t cap = std::min(want, input.max_restore_tokens.value_or(want));
   PrefixRestore restore;
   PKV_ASSIGN_OR_RETURN(
-      std::shared_ptr<HotKvSession> session,
+      std::shared_ptr<Session> session,
       manager_->OpenFromPrefixCache(
           session_id, epoch, ids.first(static_cast<size_t>(std::max<int64_t>(cap, 0))),
           &restore));
@@ -150,16 +150,16 @@ StatusOr<StepOutput> KvBoundaryAdapter::Prefill(const std::string& session_id,
   uint64_t start = clock_->NowNanos();
   PKV_RETURN_IF_ERROR(CheckInput(input));
   PKV_ASSIGN_OR_RETURN(SessionOrMiss found, manager_->Resolve(session_id, epoch));
-  std::shared_ptr<HotKvSession> session;
+  std::shared_ptr<Session> session;
   StepPlan plan;
   bool opened_here = std::holds_alternative<CacheMiss>(found);
   if (opened_here) {
     PKV_ASSIGN_OR_RETURN(auto opened, OpenForPrefill(session_id, epoch, input, &plan,
                                                      timings, &opened_here));
     if (auto* miss = std::get_if<CacheMiss>(&opened)) return StepOutput(std::move(*miss));
-    session = std::get<std::shared_ptr<HotKvSession>>(std::move(opened));
+    session = std::get<std::shared_ptr<Session>>(std::move(opened));
   } else {
-    session = std::get<std::shared_ptr<HotKvSession>>(std::move(found));
+    session = std::get<std::shared_ptr<Session>>(std::move(found));
     plan.run_tokens = input.token_ids;
     plan.record_tokens = RecordTokens(*shard_, input, input.token_ids);
     plan.expected_seq_len = input.expected_seq_len;
@@ -184,8 +184,8 @@ StatusOr<StepOutput> KvBoundaryAdapter::Decode(const std::string& session_id,
   if (auto* miss = std::get_if<CacheMiss>(&found)) return StepOutput(std::move(*miss));
   StepPlan plan{input.token_ids, RecordTokens(*shard_, input, input.token_ids),
                 input.expected_seq_len};
-  StatusOr<StepOutput> out = RunStep(std::get<std::shared_ptr<HotKvSession>>(found),
-                                     epoch, input, plan, timings);
+  StatusOr<StepOutput> out =
+      RunStep(std::get<std::shared_ptr<Session>>(found), epoch, input, plan, timings);
   if (timings) timings->total_nanos = clock_->NowNanos() - start;
   return out;
 }
@@ -195,9 +195,10 @@ StatusOr<SessionStoreResult> KvBoundaryAdapter::EndTurn(const std::string& sessi
   return manager_->StoreToPrefixCache(session_id, epoch);
 }
 
-StatusOr<StepOutput> KvBoundaryAdapter::RunStep(
-    const std::shared_ptr<HotKvSession>& session, uint64_t epoch, const StepInput& input,
-    const StepPlan& plan, StepTimings* timings) {
+StatusOr<StepOutput> KvBoundaryAdapter::RunStep(const std::shared_ptr<Session>& session,
+                                                uint64_t epoch, const StepInput& input,
+                                                const StepPlan& plan,
+                                                StepTimings* timings) {
   PendingStep step;
   if (shard_->is_head() && plan.run_tokens.empty()) {
     return Status::InvalidArgument("head shard step without tokens to run");

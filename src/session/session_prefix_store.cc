@@ -1,4 +1,4 @@
-// HotKvStateManager, part 3: the bridge to the Engine's prefix cache (docs/session.md).
+// SessionManager, part 3: the bridge to the Engine's prefix cache (docs/session.md).
 //
 // Restore: Match + Restore the session's tokens, rebuild one LayerKvCache per
 // owned layer from the restored LayerStates and open the session with them.
@@ -7,8 +7,8 @@
 // them with the recorded tokens. Stores never run under a manager or session
 // lock: removed sessions wait in State::removed until the public call that
 // removed them returns (StoreRemovedOnExit).
-#include "hot_kv_state_internal.h"
 #include "prefixkv/cache_types.h"
+#include "session_internal.h"
 
 namespace prefixkv {
 namespace {
@@ -107,16 +107,16 @@ NamespaceSpec SessionNamespaceSpec(const KvCacheRecipe& recipe, std::string mode
   return spec;
 }
 
-StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::OpenFromPrefixCache(
+StatusOr<std::shared_ptr<Session>> SessionManager::OpenFromPrefixCache(
     const std::string& id, uint64_t epoch, std::span<const int32_t> tokens,
     PrefixRestore* restore) {
   PrefixRestore local;
   PrefixRestore& r = restore != nullptr ? *restore : local;
   r = PrefixRestore{};
   // Opened by another caller since ours looked: returned as it is.
-  if (std::shared_ptr<HotKvSession> live = LiveAt(id, epoch)) return live;
+  if (std::shared_ptr<Session> live = LiveAt(id, epoch)) return live;
   const SessionPrefixCache& pc = config_.prefix_cache;
-  OpenOptions options;
+  SessionOpenOptions options;
   options.created = &r.created;
   if (pc.engine != nullptr && !tokens.empty()) {
     PKV_ASSIGN_OR_RETURN(MatchResult match, pc.engine->Match(pc.ns, tokens));
@@ -138,15 +138,15 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::OpenFromPrefixCache(
     }
   }
   const bool prefilled = !options.initial_layers.empty();
-  StatusOr<std::shared_ptr<HotKvSession>> opened = Open(id, epoch, std::move(options));
+  StatusOr<std::shared_ptr<Session>> opened = Open(id, epoch, std::move(options));
   if (!opened.ok() && prefilled) {
     // A pre-filled open refuses a session opened meanwhile at this epoch.
-    if (std::shared_ptr<HotKvSession> live = LiveAt(id, epoch)) {
+    if (std::shared_ptr<Session> live = LiveAt(id, epoch)) {
       r = PrefixRestore{};
       return live;
     }
   }
-  PKV_ASSIGN_OR_RETURN(std::shared_ptr<HotKvSession> session, std::move(opened));
+  PKV_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, std::move(opened));
   if (!r.created) {
     r = PrefixRestore{};
     return session;
@@ -168,8 +168,7 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::OpenFromPrefixCache(
   return session;
 }
 
-std::shared_ptr<HotKvSession> HotKvStateManager::LiveAt(const std::string& id,
-                                                        uint64_t epoch) {
+std::shared_ptr<Session> SessionManager::LiveAt(const std::string& id, uint64_t epoch) {
   MutexLock lock(&state_->mu);
   auto it = state_->live.find(id);
   if (it == state_->live.end() || it->second.session->route_epoch() != epoch) {
@@ -178,17 +177,17 @@ std::shared_ptr<HotKvSession> HotKvStateManager::LiveAt(const std::string& id,
   return it->second.session;
 }
 
-StatusOr<SessionStoreResult> HotKvStateManager::StoreToPrefixCache(const std::string& id,
-                                                                   uint64_t epoch) {
+StatusOr<SessionStoreResult> SessionManager::StoreToPrefixCache(const std::string& id,
+                                                                uint64_t epoch) {
   if (config_.prefix_cache.engine == nullptr) {
     return Status::InvalidArgument("the kv state manager has no prefix cache");
   }
-  PKV_ASSIGN_OR_RETURN(std::shared_ptr<HotKvSession> session, Get(id, epoch));
+  PKV_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, Get(id, epoch));
   return state_->StoreSession(config_, session);
 }
 
-StatusOr<SessionStoreResult> HotKvStateManager::State::StoreSession(
-    const HotKvStateConfig& config, const std::shared_ptr<HotKvSession>& session) {
+StatusOr<SessionStoreResult> SessionManager::State::StoreSession(
+    const SessionManagerOptions& config, const std::shared_ptr<Session>& session) {
   SessionStoreResult result;
   std::vector<int32_t> tokens;
   std::map<int, LayerKvExport> exports;
@@ -226,7 +225,7 @@ StatusOr<SessionStoreResult> HotKvStateManager::State::StoreSession(
   return result;
 }
 
-size_t HotKvStateManager::EvictExpired() {
+size_t SessionManager::EvictExpired() {
   StoreRemovedOnExit store_removed(this);
   MutexLock lock(&state_->mu);
   const uint64_t before = state_->stats.evicted_ttl;
@@ -235,18 +234,18 @@ size_t HotKvStateManager::EvictExpired() {
   return static_cast<size_t>(state_->stats.evicted_ttl - before);
 }
 
-StatusOr<size_t> HotKvStateManager::StoreLiveSessions() {
+StatusOr<size_t> SessionManager::StoreLiveSessions() {
   if (config_.prefix_cache.engine == nullptr) {
     return Status::InvalidArgument("the kv state manager has no prefix cache");
   }
-  std::vector<std::shared_ptr<HotKvSession>> live;
+  std::vector<std::shared_ptr<Session>> live;
   {
     MutexLock lock(&state_->mu);
     for (const auto& [id, entry] : state_->live) live.push_back(entry.session);
   }
   size_t stored = 0;
   Status first_error;
-  for (const std::shared_ptr<HotKvSession>& session : live) {
+  for (const std::shared_ptr<Session>& session : live) {
     StatusOr<SessionStoreResult> r = state_->StoreSession(config_, session);
     if (!r.ok()) {
       if (first_error.ok()) first_error = r.status();
@@ -258,14 +257,14 @@ StatusOr<size_t> HotKvStateManager::StoreLiveSessions() {
   return stored;
 }
 
-void HotKvStateManager::State::StoreRemoved(const HotKvStateConfig& config) {
+void SessionManager::State::StoreRemoved(const SessionManagerOptions& config) {
   if (!store_removed) return;
-  std::vector<std::shared_ptr<HotKvSession>> to_store;
+  std::vector<std::shared_ptr<Session>> to_store;
   {
     MutexLock lock(&mu);
     to_store.swap(removed);
   }
-  for (const std::shared_ptr<HotKvSession>& session : to_store) {
+  for (const std::shared_ptr<Session>& session : to_store) {
     StatusOr<SessionStoreResult> stored = StoreSession(config, session);
     if (stored.ok()) continue;
     MutexLock lock(&mu);

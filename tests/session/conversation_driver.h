@@ -63,7 +63,7 @@ class ConversationDriver {
 
   // Runs the conversations' steps through `manager` (a new one after a
   // restart). Detach() before the manager goes away: its sessions are lost.
-  void Attach(HotKvStateManager* manager) {
+  void Attach(SessionManager* manager) {
     manager_ = manager;
     adapter_ = std::make_unique<KvBoundaryAdapter>(shard_.get(), manager);
   }
@@ -172,7 +172,7 @@ class ConversationDriver {
   std::shared_ptr<const ReferenceModel> model_;
   std::unique_ptr<ReferenceShard> shard_;
   KvCacheRecipe recipe_;
-  HotKvStateManager* manager_ = nullptr;
+  SessionManager* manager_ = nullptr;
   std::unique_ptr<KvBoundaryAdapter> adapter_;
   std::vector<Conversation> conversations_;
   int replies_checked_ = 0;

@@ -19,7 +19,7 @@
 #include "prefixkv/advanced/ssd_tier.h"
 #include "prefixkv/boundary_adapter.h"
 #include "prefixkv/engine.h"
-#include "prefixkv/hot_kv_state.h"
+#include "prefixkv/session.h"
 #include "tests/session/session_test_util.h"
 #include "tests/support/test_util.h"
 
@@ -72,7 +72,7 @@ struct CacheStack {
 
   // `config` restoring from and storing to `ns`, its sessions' KV charged to
   // the engine's RAM budget alongside the cached blocks.
-  HotKvStateConfig Bind(HotKvStateConfig config, Namespace ns) const {
+  SessionManagerOptions Bind(SessionManagerOptions config, Namespace ns) const {
     config.prefix_cache = {engine.get(), ns};
     config.memory = sessions;
     return config;
@@ -106,16 +106,16 @@ struct CacheStack {
 struct FullModelSessions {
   std::shared_ptr<const ReferenceModel> model;
   std::unique_ptr<ReferenceShard> shard;
-  std::unique_ptr<HotKvStateManager> manager;
+  std::unique_ptr<SessionManager> manager;
   std::unique_ptr<KvBoundaryAdapter> adapter;
 
-  FullModelSessions(CacheStack& stack, HotKvStateConfig config = {},
+  FullModelSessions(CacheStack& stack, SessionManagerOptions config = {},
                     Clock* clock = nullptr,
                     ModelConfig model_config = HybridModelConfig())
       : model(SeedModel(model_config)), shard(FullShard(model)) {
     KvCacheRecipe recipe = RecipeOf(*shard);
     config = stack.Bind(config, stack.Register(recipe));
-    manager = std::make_unique<HotKvStateManager>(recipe, config, clock);
+    manager = std::make_unique<SessionManager>(recipe, config, clock);
     adapter = std::make_unique<KvBoundaryAdapter>(shard.get(), manager.get());
   }
 };

@@ -64,11 +64,11 @@ class Harness {
   void Start() {
     // About 40 blocks of this model fit: conversations spill to SSD.
     stack_.Open(dir_, 40 * HotEntryCharge(4 * 6 * 2 * 2 * 8 * 4));
-    HotKvStateConfig config;
+    SessionManagerOptions config;
     config.ttl_ms = 1000;
     config.max_sessions = 3;
     config.prefix_cache = {stack_.engine.get(), stack_.Register(driver_.recipe())};
-    manager_ = std::make_unique<HotKvStateManager>(driver_.recipe(), config, &clock_);
+    manager_ = std::make_unique<SessionManager>(driver_.recipe(), config, &clock_);
     driver_.Attach(manager_.get());
   }
 
@@ -114,7 +114,7 @@ class Harness {
       if (session.ok()) sum += (*session)->payload_bytes();
     }
     EXPECT_EQ(manager_->total_bytes(), sum);
-    HotKvStats stats = manager_->stats();
+    SessionStats stats = manager_->stats();
     EXPECT_EQ(stats.store_failures, 0u) << stats.last_store_error;
   }
 
@@ -134,7 +134,7 @@ class Harness {
   std::mt19937_64& rng_;
   FakeClock clock_;
   CacheStack stack_;
-  std::unique_ptr<HotKvStateManager> manager_;
+  std::unique_ptr<SessionManager> manager_;
 };
 
 TEST(SessionPrefixCacheStress, RandomTurnsEvictionsAndRestartsKeepDecodeExact) {

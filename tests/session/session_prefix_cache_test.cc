@@ -73,7 +73,7 @@ void ExpectEachNewTurnRestoresOnlyItsMessage(FullModelSessions& s) {
     conv.Answer(r.reply);
     ASSERT_TRUE(s.manager->Release("chat", static_cast<uint64_t>(turn)).value());
   }
-  HotKvStats stats = s.manager->stats();
+  SessionStats stats = s.manager->stats();
   EXPECT_EQ(stats.sessions_stored, 5u);
   EXPECT_EQ(stats.prefix_restores, 4u);
   EXPECT_EQ(stats.store_failures, 0u) << stats.last_store_error;
@@ -93,7 +93,7 @@ TEST_F(SessionPrefixCache, EachNewTurnOfARecurrentHybridModelComputesOnlyItsMess
 
 TEST_F(SessionPrefixCache, TtlEvictedSessionResumesFromThePrefixCacheWithParity) {
   FakeClock clock;
-  FullModelSessions s(stack, HotKvStateConfig{.ttl_ms = 1000}, &clock);
+  FullModelSessions s(stack, SessionManagerOptions{.ttl_ms = 1000}, &clock);
   Conversation conv;
   const int64_t vocab = s.model->config().vocab_size;
   std::vector<int32_t> prompt = conv.Ask(0, vocab);
@@ -119,7 +119,7 @@ TEST_F(SessionPrefixCache, TtlEvictedSessionResumesFromThePrefixCacheWithParity)
 
 TEST_F(SessionPrefixCache, EvictExpiredStoresIdleSessionsWithoutOtherTraffic) {
   FakeClock clock;
-  FullModelSessions s(stack, HotKvStateConfig{.ttl_ms = 1000}, &clock);
+  FullModelSessions s(stack, SessionManagerOptions{.ttl_ms = 1000}, &clock);
   std::vector<int32_t> prompt = Message(0, s.model->config().vocab_size);
   RunTurn(*s.adapter, "idle", 0, prompt, 2);
   clock.AdvanceMillis(500);
@@ -150,7 +150,7 @@ TEST_F(SessionPrefixCache, StoreLiveSessionsPersistsEverySessionAndKeepsThemLive
 }
 
 TEST_F(SessionPrefixCache, LruEvictedSessionResumesFromThePrefixCache) {
-  FullModelSessions s(stack, HotKvStateConfig{.max_sessions = 1});
+  FullModelSessions s(stack, SessionManagerOptions{.max_sessions = 1});
   const int64_t vocab = s.model->config().vocab_size;
   Conversation a;
   Conversation b;
@@ -399,9 +399,9 @@ TEST_F(SessionPrefixCache, PipelineShardsRestoreTheSamePrefix) {
   auto tail_shard = testing::Shard(model, 3, 5);
   auto bound = [&](const ShardComputation& shard) {
     KvCacheRecipe recipe = RecipeOf(shard);
-    HotKvStateConfig config;
+    SessionManagerOptions config;
     config = stack.Bind(config, stack.Register(recipe));
-    return std::make_unique<HotKvStateManager>(recipe, config);
+    return std::make_unique<SessionManager>(recipe, config);
   };
   auto head_mgr = bound(*head_shard);
   auto tail_mgr = bound(*tail_shard);
@@ -448,12 +448,12 @@ TEST_F(SessionPrefixCache, AShardThatCannotRestoreTheBoundaryPrefixMisses) {
   auto tail_shard = testing::Shard(model, 3, 5);
   KvCacheRecipe head_recipe = RecipeOf(*head_shard);
   KvCacheRecipe tail_recipe = RecipeOf(*tail_shard);
-  HotKvStateConfig head_config;
+  SessionManagerOptions head_config;
   head_config = stack.Bind(head_config, stack.Register(head_recipe));
-  HotKvStateConfig tail_config;  // the tail's namespace never gets a store
+  SessionManagerOptions tail_config;  // the tail's namespace never gets a store
   tail_config = stack.Bind(tail_config, stack.Register(tail_recipe));
-  HotKvStateManager head_mgr(head_recipe, head_config);
-  HotKvStateManager tail_mgr(tail_recipe, tail_config);
+  SessionManager head_mgr(head_recipe, head_config);
+  SessionManager tail_mgr(tail_recipe, tail_config);
   KvBoundaryAdapter head(head_shard.get(), &head_mgr);
   KvBoundaryAdapter tail(tail_shard.get(), &tail_mgr);
   // Only the head's layers of a first turn are stored.
@@ -514,10 +514,10 @@ TEST_F(SessionPrefixCache, AFailedAutomaticStoreIsCountedAndDoesNotFailTheReleas
   auto shard = testing::FullShard(model);
   auto half = testing::Shard(model, 0, 2);
   KvCacheRecipe recipe = RecipeOf(*shard);
-  HotKvStateConfig config;
+  SessionManagerOptions config;
   // A namespace of three layers for a six-layer session: every store fails.
   config = stack.Bind(config, stack.Register(RecipeOf(*half)));
-  HotKvStateManager manager(recipe, config);
+  SessionManager manager(recipe, config);
   KvBoundaryAdapter adapter(shard.get(), &manager);
   ExpectTail(adapter.Prefill("chat", 0, Tokens(Message(0, 48))));
   EXPECT_FALSE(adapter.EndTurn("chat", 0).ok());
@@ -631,7 +631,7 @@ void ExpectAnOldDirectoryIsKeptForItsShapesOnly(const ModelConfig& config,
     const Namespace ns =
         old.engine->RegisterModel(legacy, {.store_partial_tail = true}).value();
     auto shard = FullShard(model);
-    HotKvStateManager manager(recipe, old.Bind({}, ns));
+    SessionManager manager(recipe, old.Bind({}, ns));
     KvBoundaryAdapter adapter(shard.get(), &manager);
     auto r = RunTurn(adapter, "chat", 1, conv, kReply);
     conv.insert(conv.end(), r.reply.begin(), r.reply.end());

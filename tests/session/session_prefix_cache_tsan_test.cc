@@ -28,7 +28,7 @@ TEST(SessionPrefixCacheTsan, EvictionStoresRaceStepsOfOtherSessions) {
   CacheStack stack;
   stack.Open(dir.str());
   FullModelSessions sessions(stack, {.max_sessions = 2});
-  HotKvStateManager& manager = *sessions.manager;
+  SessionManager& manager = *sessions.manager;
 
   constexpr int kThreads = 4;
   const int turns = static_cast<int>(testing::Iterations(3, 20));
@@ -70,7 +70,7 @@ TEST(SessionPrefixCacheTsan, EvictionStoresRaceStepsOfOtherSessions) {
   std::printf("turns given up after 8 evicted attempts: %d\n", counts.gave_up.load());
   EXPECT_LT(counts.gave_up.load(), kThreads * turns / 2);  // most turns were checked
   EXPECT_EQ(counts.errors.load(), 0);
-  HotKvStats stats = manager.stats();
+  SessionStats stats = manager.stats();
   EXPECT_EQ(stats.store_failures, 0u) << stats.last_store_error;
   EXPECT_GT(stats.prefix_restores, 0u);
   EXPECT_GT(stats.sessions_stored, 0u);
@@ -87,7 +87,7 @@ TEST(SessionPrefixCacheTsan, RacingPrefillsOfOneNewSessionCommitExactlyOnce) {
   CacheStack stack;
   stack.Open(dir.str());
   FullModelSessions sessions(stack, {.max_sessions = 64});
-  HotKvStateManager& manager = *sessions.manager;
+  SessionManager& manager = *sessions.manager;
   KvBoundaryAdapter& adapter = *sessions.adapter;
   std::vector<int32_t> prompt = Message(1, 48);
   const std::vector<int32_t> more = Message(2, 48);

@@ -2,7 +2,7 @@
 // grow in a random interleaving of new turns, decode steps, end-of-turn
 // stores, releases and idle time past the TTL, while opaque values are stored
 // into the same hot tier and read back. The manager charges its sessions to
-// the engine's budget (HotKvStateConfig::memory), so sessions push blocks to
+// the engine's budget (SessionManagerOptions::memory), so sessions push blocks to
 // SSD and, when blocks cannot make room, evict each other.
 //
 // Checked after EVERY operation: the engine's hot bytes (blocks and sessions)
@@ -40,10 +40,10 @@ class Harness {
                            "no room although other sessions could be evicted"}),
         rng_(driver_.rng()) {
     stack_.Open(dir, kCapacity);
-    HotKvStateConfig config;
+    SessionManagerOptions config;
     config.ttl_ms = 1000;
     config.max_sessions = 0;  // only the budget and the TTL evict
-    manager_ = std::make_unique<HotKvStateManager>(
+    manager_ = std::make_unique<SessionManager>(
         driver_.recipe(), stack_.Bind(config, stack_.Register(driver_.recipe())),
         &clock_);
     driver_.Attach(manager_.get());
@@ -92,7 +92,7 @@ class Harness {
     std::vector<AuditFinding> findings;
     ASSERT_OK(stack_.budget->Audit(&findings));
     for (const AuditFinding& f : findings) ADD_FAILURE() << f.what << ": " << f.detail;
-    const HotKvStats s = manager_->stats();
+    const SessionStats s = manager_->stats();
     EXPECT_EQ(s.store_failures, 0u) << s.last_store_error;
   }
 
@@ -102,7 +102,7 @@ class Harness {
       ADD_FAILURE() << f.what << ": " << f.detail;
     EXPECT_TRUE(audit.orphans.empty());
     const EngineStats stats = stack_.engine->Stats();
-    const HotKvStats s = manager_->stats();
+    const SessionStats s = manager_->stats();
     std::printf(
         "[shared budget] replies checked %d, sessions evicted by the budget %llu (ttl "
         "%llu), hot evictions %llu, values %zu, restored tokens %lld (ssd %lld)\n",
@@ -136,7 +136,7 @@ class Harness {
   std::mt19937_64& rng_;
   FakeClock clock_;
   CacheStack stack_;
-  std::unique_ptr<HotKvStateManager> manager_;
+  std::unique_ptr<SessionManager> manager_;
   std::map<std::string, std::pair<char, size_t>> values_;  // key -> fill, size
 };
 

@@ -1,4 +1,4 @@
-// Sessions on the engine's one RAM budget (HotKvStateConfig::memory, issue
+// Sessions on the engine's one RAM budget (SessionManagerOptions::memory, issue
 // #12): live sessions' KV is an owner of the same budget as the cached
 // blocks. A growing session pushes cached blocks to SSD (where they stay
 // restorable); when the budget cannot make room that way the manager evicts
@@ -50,7 +50,7 @@ class SessionSharedBudget : public ::testing::Test {
   void SetUp() override {
     stack.Open(dir.str(), kCapacity);
     ns = stack.Register(recipe);
-    manager = std::make_unique<HotKvStateManager>(recipe, stack.Bind({}, ns));
+    manager = std::make_unique<SessionManager>(recipe, stack.Bind({}, ns));
     adapter = std::make_unique<KvBoundaryAdapter>(shard.get(), manager.get());
   }
   void TearDown() override {
@@ -77,7 +77,7 @@ class SessionSharedBudget : public ::testing::Test {
   std::unique_ptr<ReferenceShard> shard = testing::FullShard(model);
   KvCacheRecipe recipe = RecipeOf(*shard);
   Namespace ns;
-  std::unique_ptr<HotKvStateManager> manager;
+  std::unique_ptr<SessionManager> manager;
   std::unique_ptr<KvBoundaryAdapter> adapter;
 };
 
@@ -189,9 +189,9 @@ TEST_F(SessionSharedBudget, ASessionLargerThanTheQuotaIsRefusedBeforeAnybodyIsEv
   auto quota = stack.engine->OpenMemoryCharge("capped", uint64_t{16} << 10);
   ASSERT_OK(quota);
   EXPECT_EQ((*quota)->limit_bytes(), uint64_t{16} << 10);
-  HotKvStateConfig config = stack.Bind({}, ns);
+  SessionManagerOptions config = stack.Bind({}, ns);
   config.memory = *quota;
-  HotKvStateManager capped(recipe, config);
+  SessionManager capped(recipe, config);
   KvBoundaryAdapter capped_adapter(shard.get(), &capped);
   RunTurn(capped_adapter, "fits", 0, LongPrompt(30, 7), 1);
   auto refused = capped_adapter.Prefill("too-big", 0, Tokens(LongPrompt(80, 8)));

@@ -1,6 +1,6 @@
 // Sessions and cached blocks on one RAM budget under real threads (run under
 // ThreadSanitizer by tools/run test): three conversations grow sessions whose
-// KV is charged to the engine's budget (HotKvStateConfig::memory), evicting
+// KV is charged to the engine's budget (SessionManagerOptions::memory), evicting
 // cached blocks and each other's sessions, while a fourth thread stores and
 // reads opaque values in the same hot tier and a fifth samples the engine's
 // statistics. The budget is never exceeded, every reply equals the stateless
@@ -60,7 +60,7 @@ TEST(SessionSharedBudgetTsan, SessionsChargeWhileBlocksAreStoredConcurrently) {
   CacheStack stack;
   stack.Open(dir.str(), kCapacity);
   FullModelSessions sessions(stack, {.max_sessions = 0});
-  HotKvStateManager& manager = *sessions.manager;
+  SessionManager& manager = *sessions.manager;
 
   const int turns = static_cast<int>(testing::Iterations(4, 20));
   TurnCounts counts;
@@ -101,7 +101,7 @@ TEST(SessionSharedBudgetTsan, SessionsChargeWhileBlocksAreStoredConcurrently) {
               counts.gave_up.load(),
               static_cast<unsigned long long>(manager.stats().evicted_lru));
   EXPECT_LT(counts.gave_up.load(), kThreads * turns / 2);
-  const HotKvStats stats = manager.stats();
+  const SessionStats stats = manager.stats();
   EXPECT_EQ(stats.store_failures, 0u) << stats.last_store_error;
   EXPECT_EQ(stack.sessions->charged_bytes(), manager.total_bytes());
   ASSERT_OK_AND_ASSIGN(EngineAudit audit, stack.engine->Audit());

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "prefixkv/boundary_adapter.h"
-#include "prefixkv/hot_kv_state.h"
 #include "prefixkv/reference_model.h"
+#include "prefixkv/session.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv::testing {
@@ -42,10 +42,10 @@ inline KvCacheRecipe RecipeOf(const ShardComputation& shard) {
   return *recipe;
 }
 
-inline std::unique_ptr<HotKvStateManager> ManagerFor(const ShardComputation& shard,
-                                                     HotKvStateConfig config = {},
-                                                     Clock* clock = nullptr) {
-  return std::make_unique<HotKvStateManager>(RecipeOf(shard), config, clock);
+inline std::unique_ptr<SessionManager> ManagerFor(const ShardComputation& shard,
+                                                  SessionManagerOptions config = {},
+                                                  Clock* clock = nullptr) {
+  return std::make_unique<SessionManager>(RecipeOf(shard), config, clock);
 }
 
 inline StepInput Tokens(std::vector<int32_t> ids) {
@@ -129,10 +129,10 @@ inline std::vector<int32_t> StatelessGreedy(const ReferenceModel& model,
   return tokens.ok() ? *tokens : std::vector<int32_t>{};
 }
 
-inline std::shared_ptr<HotKvSession> ExpectSession(const StatusOr<SessionOrMiss>& found) {
+inline std::shared_ptr<Session> ExpectSession(const StatusOr<SessionOrMiss>& found) {
   EXPECT_OK(found);
   if (!found.ok()) return nullptr;
-  auto* session = std::get_if<std::shared_ptr<HotKvSession>>(&*found);
+  auto* session = std::get_if<std::shared_ptr<Session>>(&*found);
   EXPECT_NE(session, nullptr) << "expected a live session";
   return session ? *session : nullptr;
 }

@@ -51,9 +51,9 @@ Status RunSessionBench(int64_t context, int steps, SessionBenchResult* r) {
   PKV_ASSIGN_OR_RETURN(auto model, ReferenceModel::Create(BenchModel()));
   PKV_ASSIGN_OR_RETURN(auto shard, ReferenceShard::Create(model, 0, 7));
   PKV_ASSIGN_OR_RETURN(KvCacheRecipe recipe, KvRecipeFor(*shard));
-  HotKvStateConfig config;
+  SessionManagerOptions config;
   config.budget_bytes = 0;  // unbounded: this measures bookkeeping, not eviction
-  HotKvStateManager manager(recipe, config);
+  SessionManager manager(recipe, config);
   KvBoundaryAdapter adapter(shard.get(), &manager);
   StepInput prompt;
   for (int64_t i = 0; i < context; ++i)

@@ -22,10 +22,10 @@
 #include "prefixkv/cache_types.h"
 #include "prefixkv/clock.h"
 #include "prefixkv/engine.h"
-#include "prefixkv/hot_kv_state.h"
 #include "prefixkv/kv_recipe.h"
 #include "prefixkv/layer_kv_cache.h"
 #include "prefixkv/reference_model.h"
+#include "prefixkv/session.h"
 
 namespace prefixkv::cli {
 namespace {
@@ -67,7 +67,7 @@ constexpr int kMaxMessageTokens = 53;  // UserMessage: 30..53
 // quota), so the oldest blocks spill to SSD.
 constexpr uint64_t kHotCapacityBytes = 96 * 1024;
 
-// The RAM budget also holds the live session's KV (HotKvStateConfig::memory):
+// The RAM budget also holds the live session's KV (SessionManagerOptions::memory):
 // one session is live at a time, holding at most the whole conversation. The
 // budget gets that much room on top of the blocks' quota, so a session never
 // pushes blocks out and the table shows what the prefix cache alone did.
@@ -182,10 +182,10 @@ class DemoConversation {
   void Bind(DemoTiers& tiers) {
     adapter_.reset();
     manager_.reset();
-    HotKvStateConfig config;
+    SessionManagerOptions config;
     config.prefix_cache = {tiers.engine.get(), tiers.ns};
     config.memory = tiers.sessions;
-    manager_ = std::make_unique<HotKvStateManager>(recipe_, config);
+    manager_ = std::make_unique<SessionManager>(recipe_, config);
     adapter_ = std::make_unique<KvBoundaryAdapter>(shard_.get(), manager_.get());
   }
 
@@ -297,7 +297,7 @@ class DemoConversation {
   std::shared_ptr<const ReferenceModel> model_;
   std::unique_ptr<ReferenceShard> shard_;
   KvCacheRecipe recipe_;
-  std::unique_ptr<HotKvStateManager> manager_;
+  std::unique_ptr<SessionManager> manager_;
   std::unique_ptr<KvBoundaryAdapter> adapter_;
   std::vector<int32_t> conversation_;
 };

@@ -4,7 +4,7 @@
 // stored in, and restored from, a real PrefixCache over a hot RAM tier spilling
 // to SSD.
 //
-// Every turn opens a new session of a HotKvStateManager bound to the prefix
+// Every turn opens a new session of a SessionManager bound to the prefix
 // cache and prefills the whole conversation through a KvBoundaryAdapter (one
 // shard holding the whole model): the adapter restores the cached prefix (hot,
 // then SSD) and computes only the rest. The reply is decoded greedily, then

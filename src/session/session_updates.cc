@@ -1,15 +1,15 @@
-// HotKvStateManager, part 2: append, truncate, release and the counters.
+// SessionManager, part 2: append, truncate, release and the counters.
 //
 // Append and truncate follow one pattern: resolve the session, take its exclusive
 // lock, compute the new payload size, charge it (Recharge: under the manager
 // lock against budget_bytes, or to the shared RAM budget, see
-// hot_kv_state_memory.cc; evicting other sessions when needed) and only then
+// session_memory.cc; evicting other sessions when needed) and only then
 // change the layers. A failure at any step leaves both the session and the
 // byte counters untouched.
 #include <algorithm>
 #include <cstdint>
 
-#include "hot_kv_state_internal.h"
+#include "session_internal.h"
 
 namespace prefixkv {
 namespace {
@@ -22,8 +22,8 @@ uint64_t PayloadBytesAt(const std::map<int, LayerKvCache>& layers, int64_t lengt
 
 }  // namespace
 
-StatusOr<std::optional<CacheMiss>> HotKvStateManager::State::RechargeWithinBudget(
-    const HotKvStateConfig& config, const std::shared_ptr<HotKvSession>& session,
+StatusOr<std::optional<CacheMiss>> SessionManager::State::RechargeWithinBudget(
+    const SessionManagerOptions& config, const std::shared_ptr<Session>& session,
     uint64_t new_bytes) {
   const std::string& id = session->session_id();
   MutexLock lock(&mu);
@@ -48,10 +48,10 @@ StatusOr<std::optional<CacheMiss>> HotKvStateManager::State::RechargeWithinBudge
   return std::optional<CacheMiss>();
 }
 
-StatusOr<SessionOrMiss> HotKvStateManager::Append(const std::string& id, uint64_t epoch,
-                                                  const KvChunks& chunks,
-                                                  std::optional<int64_t> expected_seq_len,
-                                                  std::span<const int32_t> token_ids) {
+StatusOr<SessionOrMiss> SessionManager::Append(const std::string& id, uint64_t epoch,
+                                               const KvChunks& chunks,
+                                               std::optional<int64_t> expected_seq_len,
+                                               std::span<const int32_t> token_ids) {
   StoreRemovedOnExit store_removed(this);
   PKV_ASSIGN_OR_RETURN(SessionOrMiss found, Resolve(id, epoch));
   if (std::holds_alternative<CacheMiss>(found)) return found;
@@ -62,7 +62,7 @@ StatusOr<SessionOrMiss> HotKvStateManager::Append(const std::string& id, uint64_
                                    " token ids for " + std::to_string(tokens) +
                                    " positions");
   }
-  auto session = std::get<std::shared_ptr<HotKvSession>>(std::move(found));
+  auto session = std::get<std::shared_ptr<Session>>(std::move(found));
   WriterLock session_lock(&session->state_->mu);
   if (expected_seq_len && *expected_seq_len != session->state_->seq_len) {
     return SessionOrMiss(
@@ -92,12 +92,12 @@ StatusOr<SessionOrMiss> HotKvStateManager::Append(const std::string& id, uint64_
   return SessionOrMiss(std::move(session));
 }
 
-StatusOr<SessionOrMiss> HotKvStateManager::Truncate(const std::string& id, uint64_t epoch,
-                                                    int64_t seq_len) {
+StatusOr<SessionOrMiss> SessionManager::Truncate(const std::string& id, uint64_t epoch,
+                                                 int64_t seq_len) {
   StoreRemovedOnExit store_removed(this);
   PKV_ASSIGN_OR_RETURN(SessionOrMiss found, Resolve(id, epoch));
   if (std::holds_alternative<CacheMiss>(found)) return found;
-  auto session = std::get<std::shared_ptr<HotKvSession>>(std::move(found));
+  auto session = std::get<std::shared_ptr<Session>>(std::move(found));
   WriterLock session_lock(&session->state_->mu);
   if (seq_len < 0 || seq_len > session->state_->seq_len) {
     return Status::InvalidArgument("cannot truncate session '" + id + "' of " +
@@ -131,7 +131,7 @@ StatusOr<SessionOrMiss> HotKvStateManager::Truncate(const std::string& id, uint6
   return SessionOrMiss(std::move(session));
 }
 
-StatusOr<bool> HotKvStateManager::Release(const std::string& id, uint64_t epoch) {
+StatusOr<bool> SessionManager::Release(const std::string& id, uint64_t epoch) {
   StoreRemovedOnExit store_removed(this);
   State& s = *state_;
   MutexLock lock(&s.mu);
@@ -145,7 +145,7 @@ StatusOr<bool> HotKvStateManager::Release(const std::string& id, uint64_t epoch)
   return true;
 }
 
-void HotKvStateManager::Discard(const std::string& id, uint64_t epoch) {
+void SessionManager::Discard(const std::string& id, uint64_t epoch) {
   State& s = *state_;
   MutexLock lock(&s.mu);
   auto it = s.live.find(id);
@@ -154,8 +154,8 @@ void HotKvStateManager::Discard(const std::string& id, uint64_t epoch) {
   }
 }
 
-bool HotKvStateManager::DiscardIfUnchanged(const std::shared_ptr<HotKvSession>& session,
-                                           int64_t opened_len) {
+bool SessionManager::DiscardIfUnchanged(const std::shared_ptr<Session>& session,
+                                        int64_t opened_len) {
   // The session's lock first (lock order), held across the removal so no
   // append can land in between.
   ReaderLock session_lock(&session->state_->mu);
@@ -168,17 +168,17 @@ bool HotKvStateManager::DiscardIfUnchanged(const std::shared_ptr<HotKvSession>& 
   return true;
 }
 
-uint64_t HotKvStateManager::total_bytes() const {
+uint64_t SessionManager::total_bytes() const {
   MutexLock lock(&state_->mu);
   return state_->total_bytes;
 }
 
-size_t HotKvStateManager::session_count() const {
+size_t SessionManager::session_count() const {
   MutexLock lock(&state_->mu);
   return state_->live.size();
 }
 
-std::vector<std::pair<std::string, uint64_t>> HotKvStateManager::session_keys() const {
+std::vector<std::pair<std::string, uint64_t>> SessionManager::session_keys() const {
   MutexLock lock(&state_->mu);
   std::vector<std::pair<std::string, uint64_t>> keys;
   for (const auto& [id, entry] : state_->live)
@@ -187,7 +187,7 @@ std::vector<std::pair<std::string, uint64_t>> HotKvStateManager::session_keys() 
   return keys;
 }
 
-HotKvStats HotKvStateManager::stats() const {
+SessionStats SessionManager::stats() const {
   MutexLock lock(&state_->mu);
   return state_->stats;
 }

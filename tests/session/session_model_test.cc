@@ -1,4 +1,4 @@
-// Model-based randomized test of HotKvStateManager: random open / append /
+// Model-based randomized test of SessionManager: random open / append /
 // truncate / release / resolve / clock steps run against the manager and against
 // a plain in-test oracle of the documented semantics (route epochs, tombstones,
 // TTL, LRU session cap, LRU byte budget); every observable result and every
@@ -9,7 +9,7 @@
 #include <map>
 #include <random>
 
-#include "prefixkv/hot_kv_state.h"
+#include "prefixkv/session.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv {
@@ -103,8 +103,8 @@ class ManagerModelTest : public ::testing::Test {
       : manager_(TinyRecipe(), Config(), &clock_),
         rng_(testing::TestSeed("HotKvStateModel")) {}
 
-  static HotKvStateConfig Config() {
-    HotKvStateConfig c;
+  static SessionManagerOptions Config() {
+    SessionManagerOptions c;
     c.ttl_ms = kTtlMs;
     c.max_sessions = kMaxSessions;
     c.budget_bytes = kBudgetTokens * 32;
@@ -119,8 +119,8 @@ class ManagerModelTest : public ::testing::Test {
       ASSERT_TRUE(std::holds_alternative<CacheMiss>(*got)) << id << " should miss";
       EXPECT_EQ(std::get<CacheMiss>(*got).reason, *want) << id;
     } else {
-      ASSERT_TRUE(std::holds_alternative<std::shared_ptr<HotKvSession>>(*got)) << id;
-      EXPECT_EQ(std::get<std::shared_ptr<HotKvSession>>(*got)->seq_len(),
+      ASSERT_TRUE(std::holds_alternative<std::shared_ptr<Session>>(*got)) << id;
+      EXPECT_EQ(std::get<std::shared_ptr<Session>>(*got)->seq_len(),
                 oracle_.live.at(id).seq_len);
     }
   }
@@ -135,7 +135,7 @@ class ManagerModelTest : public ::testing::Test {
   }
 
   FakeClock clock_;
-  HotKvStateManager manager_;
+  SessionManager manager_;
   Oracle oracle_;
   std::mt19937_64 rng_;
   uint64_t steps_ = 0;
@@ -222,7 +222,7 @@ TEST_F(ManagerModelTest, RandomOperationsMatchTheDocumentedSemantics) {
     ASSERT_NO_FATAL_FAILURE(Step()) << "operation " << i;
     ASSERT_NO_FATAL_FAILURE(CheckCounters()) << "after operation " << i;
   }
-  HotKvStats stats = manager_.stats();
+  SessionStats stats = manager_.stats();
   // The run must have exercised every eviction path, or it proves little.
   EXPECT_GT(stats.evicted_ttl, 0u);
   EXPECT_GT(stats.evicted_lru, 0u);

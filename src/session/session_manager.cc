@@ -1,7 +1,7 @@
-// HotKvStateManager, part 1: construction, open, resolve and chunk validation.
-// Part 2 (hot_kv_state_updates.cc) changes live sessions. See
-// hot_kv_state_internal.h for the invariants.
-#include "hot_kv_state_internal.h"
+// SessionManager, part 1: construction, open, resolve and chunk validation.
+// Part 2 (session_updates.cc) changes live sessions. See
+// session_internal.h for the invariants.
+#include "session_internal.h"
 
 namespace prefixkv {
 
@@ -18,20 +18,20 @@ CacheMiss SeqLenMiss(const std::string& id, uint64_t epoch, int64_t expected,
       "expected " + std::to_string(expected) + ", cache holds " + std::to_string(held)};
 }
 
-HotKvStateManager::HotKvStateManager(KvCacheRecipe recipe, HotKvStateConfig config,
-                                     Clock* clock)
+SessionManager::SessionManager(KvCacheRecipe recipe, SessionManagerOptions config,
+                               Clock* clock)
     : recipe_(std::move(recipe)),
       config_(config),
       clock_(clock ? clock : Clock::System()),
       state_(std::make_unique<State>(config_)) {}
 
 // The live sessions' bytes go back to the shared budget with them.
-HotKvStateManager::~HotKvStateManager() {
+SessionManager::~SessionManager() {
   MutexLock lock(&state_->mu);
   state_->Refund(state_->total_bytes);
 }
 
-StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::MakeSession(
+StatusOr<std::shared_ptr<Session>> SessionManager::MakeSession(
     const std::string& id, uint64_t epoch, std::vector<LayerKvCache> initial,
     std::vector<int32_t> initial_tokens) const {
   std::map<int, LayerKvCache> layers;
@@ -67,8 +67,8 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::MakeSession(
         "initial tokens (" + std::to_string(initial_tokens.size()) +
         ") do not match the initial length " + std::to_string(seq_len));
   }
-  auto session = std::make_shared<HotKvSession>(id, epoch, recipe_.owned_layers(),
-                                                std::move(layers), seq_len);
+  auto session = std::make_shared<Session>(id, epoch, recipe_.owned_layers(),
+                                           std::move(layers), seq_len);
   {
     WriterLock lock(&session->state_->mu);  // not shared yet; the lock states the rule
     session->state_->tokens = std::move(initial_tokens);
@@ -77,9 +77,9 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::MakeSession(
   return session;
 }
 
-StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::Open(const std::string& id,
-                                                                uint64_t epoch,
-                                                                OpenOptions options) {
+StatusOr<std::shared_ptr<Session>> SessionManager::Open(const std::string& id,
+                                                        uint64_t epoch,
+                                                        SessionOpenOptions options) {
   StoreRemovedOnExit store_removed(this);
   if (options.recipe && !recipe_.is_compatible(*options.recipe)) {
     return IncompatibleRecipeError(recipe_, *options.recipe);
@@ -88,11 +88,11 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::Open(const std::strin
   // store) float32 bytes under a recipe, charge and namespace that say otherwise.
   if (recipe_.kv_dtype() != DType::kFloat32) {
     return Status::InvalidArgument(
-        "the hot KV state holds float32 KV; a recipe of KV dtype " +
+        "the session manager holds float32 KV; a recipe of KV dtype " +
         std::string(DTypeName(recipe_.kv_dtype())) + " is refused");
   }
   bool prefilled = !options.initial_layers.empty();
-  PKV_ASSIGN_OR_RETURN(std::shared_ptr<HotKvSession> session,
+  PKV_ASSIGN_OR_RETURN(std::shared_ptr<Session> session,
                        MakeSession(id, epoch, std::move(options.initial_layers),
                                    std::move(options.initial_tokens)));
   const uint64_t bytes = session->payload_bytes();
@@ -100,7 +100,7 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::Open(const std::strin
   const uint64_t limit = memory != nullptr ? memory->limit_bytes() : config_.budget_bytes;
   State& s = *state_;
   uint64_t now = 0;
-  std::shared_ptr<HotKvSession> already_open;
+  std::shared_ptr<Session> already_open;
   // Under s.mu: the checks a new session must pass; sets `already_open` when
   // the session is open at this epoch (returned as it is).
   auto check = [&]() REQUIRES(s.mu) -> Status {
@@ -128,7 +128,7 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::Open(const std::strin
   // Under s.mu, after check(): records the new session (and what `pending`
   // charged for it), or returns the one already open.
   auto commit = [&](PendingCharge* pending)
-                    REQUIRES(s.mu) -> StatusOr<std::shared_ptr<HotKvSession>> {
+                    REQUIRES(s.mu) -> StatusOr<std::shared_ptr<Session>> {
     if (already_open != nullptr) {
       if (options.created != nullptr) *options.created = false;
       return already_open;
@@ -172,8 +172,8 @@ StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::Open(const std::strin
   return commit(nullptr);
 }
 
-StatusOr<SessionOrMiss> HotKvStateManager::Resolve(const std::string& id, uint64_t epoch,
-                                                   const KvCacheRecipe* recipe) {
+StatusOr<SessionOrMiss> SessionManager::Resolve(const std::string& id, uint64_t epoch,
+                                                const KvCacheRecipe* recipe) {
   StoreRemovedOnExit store_removed(this);
   if (recipe && !recipe_.is_compatible(*recipe))
     return IncompatibleRecipeError(recipe_, *recipe);
@@ -188,18 +188,18 @@ StatusOr<SessionOrMiss> HotKvStateManager::Resolve(const std::string& id, uint64
   return SessionOrMiss(found.entry->session);
 }
 
-StatusOr<std::shared_ptr<HotKvSession>> HotKvStateManager::Get(const std::string& id,
-                                                               uint64_t epoch) {
+StatusOr<std::shared_ptr<Session>> SessionManager::Get(const std::string& id,
+                                                       uint64_t epoch) {
   PKV_ASSIGN_OR_RETURN(SessionOrMiss found, Resolve(id, epoch));
   if (auto* miss = std::get_if<CacheMiss>(&found)) {
     return Status::NotFound("kv cache miss (" +
                             std::string(CacheMissReasonName(miss->reason)) +
                             "): session '" + id + "' epoch " + std::to_string(epoch));
   }
-  return std::get<std::shared_ptr<HotKvSession>>(std::move(found));
+  return std::get<std::shared_ptr<Session>>(std::move(found));
 }
 
-Status HotKvStateManager::CheckChunks(const KvChunks& chunks, int64_t* tokens) const {
+Status SessionManager::CheckChunks(const KvChunks& chunks, int64_t* tokens) const {
   std::vector<int> owned = recipe_.owned_layers();
   if (chunks.size() != owned.size() || chunks.begin()->first != owned.front() ||
       chunks.rbegin()->first != owned.back()) {

@@ -1,4 +1,4 @@
-// The private state of HotKvSession and HotKvStateManager (shared by the
+// The private state of Session and SessionManager (shared by the
 // src/session/*.cc files).
 //
 // Invariants (under State::mu): total_bytes == sum of live entries' charged bytes;
@@ -10,9 +10,9 @@
 //
 // Locks (checked by clang's -Wthread-safety, order included), taken in this
 // order and never the other way round:
-//   1. a session's HotKvSession::State::mu (one at a time: no code holds two);
+//   1. a session's Session::State::mu (one at a time: no code holds two);
 //   2. the manager's State::charge_mu, held from a charge to
-//      HotKvStateConfig::memory until the table records it;
+//      SessionManagerOptions::memory until the table records it;
 //   3. the manager's State::mu (the table).
 // What runs under them: a step's model computation under its session's
 // shared lock (ReadLayers); MemoryCharge::Uncharge (the shared hot budget's
@@ -36,13 +36,13 @@
 #include <vector>
 
 #include "prefixkv/advanced/mutex.h"
-#include "prefixkv/hot_kv_state.h"
+#include "prefixkv/session.h"
 
 namespace prefixkv {
 
 // One session's KV state. Steps read it under the shared lock; the manager
 // changes it (Append, Truncate, the stored length) under the exclusive lock.
-struct HotKvSession::State {
+struct Session::State {
   State(std::map<int, LayerKvCache> layers, int64_t seq_len)
       : layers(std::move(layers)), seq_len(seq_len) {}
 
@@ -57,15 +57,15 @@ struct HotKvSession::State {
 
 // Thread-safe through its two mutexes: `mu` guards the table (every member
 // marked GUARDED_BY); `charge_mu` serializes charges to
-// HotKvStateConfig::memory and guards nothing.
-class HotKvStateManager::State {
+// SessionManagerOptions::memory and guards nothing.
+class SessionManager::State {
  public:
-  explicit State(const HotKvStateConfig& config)
+  explicit State(const SessionManagerOptions& config)
       : store_removed(config.prefix_cache.engine != nullptr),
         memory(config.memory.get()) {}
 
   struct Entry {
-    std::shared_ptr<HotKvSession> session;
+    std::shared_ptr<Session> session;
     uint64_t bytes = 0;  // charged: the session's payload bytes
     uint64_t last_access_nanos = 0;
     std::list<std::string>::iterator lru;
@@ -81,12 +81,12 @@ class HotKvStateManager::State {
     CacheMiss miss;
   };
 
-  // Held from a charge to HotKvStateConfig::memory until the table records it
+  // Held from a charge to SessionManagerOptions::memory until the table records it
   // (or it is refunded), taken after a session's lock and before `mu`: this
   // manager's charges run one at a time, so every byte the shared budget
   // holds for it, but the current charger's, belongs to a recorded session
   // that eviction can free.
-  Mutex charge_mu ACQUIRED_AFTER(HotKvSession::State::mu);
+  Mutex charge_mu ACQUIRED_AFTER(Session::State::mu);
   Mutex mu ACQUIRED_AFTER(charge_mu);
   std::unordered_map<std::string, Entry> live GUARDED_BY(mu);  // one epoch per id
   std::list<std::string> lru GUARDED_BY(mu);                   // front: most recent
@@ -94,35 +94,36 @@ class HotKvStateManager::State {
   std::deque<std::pair<std::string, uint64_t>> tombstone_order GUARDED_BY(mu);
   uint64_t next_tombstone_seq GUARDED_BY(mu) = 0;
   uint64_t total_bytes GUARDED_BY(mu) = 0;
-  HotKvStats stats GUARDED_BY(mu);
+  SessionStats stats GUARDED_BY(mu);
   // Set when the manager is bound to a prefix cache: released and evicted
   // sessions are kept in `removed` until the public call that removed them
   // stores them (after dropping every lock: a store encodes and writes blocks).
   const bool store_removed;
-  std::vector<std::shared_ptr<HotKvSession>> removed GUARDED_BY(mu);
-  // HotKvStateConfig::memory, or null: what the live entries' bytes are
+  std::vector<std::shared_ptr<Session>> removed GUARDED_BY(mu);
+  // SessionManagerOptions::memory, or null: what the live entries' bytes are
   // charged to (Remove refunds them).
   MemoryCharge* const memory;
 
   // Re-charges a live session to `new_bytes` (under config.budget_bytes, or
   // config.memory). A miss (or a stale-epoch error) when the session stopped
   // being live since it was resolved; NoSpace as documented at
-  // HotKvStateConfig. src/session/hot_kv_state_memory.cc.
-  StatusOr<std::optional<CacheMiss>> Recharge(
-      const HotKvStateConfig& config, const std::shared_ptr<HotKvSession>& session,
-      uint64_t new_bytes) REQUIRES(session->state_->mu) EXCLUDES(charge_mu, mu);
+  // SessionManagerOptions. src/session/session_memory.cc.
+  StatusOr<std::optional<CacheMiss>> Recharge(const SessionManagerOptions& config,
+                                              const std::shared_ptr<Session>& session,
+                                              uint64_t new_bytes)
+      REQUIRES(session->state_->mu) EXCLUDES(charge_mu, mu);
   // Charges `bytes` to config.memory for session `keep`, evicting this
   // manager's least recently used other sessions when the budget cannot make
   // room by evicting cache blocks.
-  Status ChargeMemory(const HotKvStateConfig& config, const std::string& keep,
+  Status ChargeMemory(const SessionManagerOptions& config, const std::string& keep,
                       uint64_t bytes) REQUIRES(charge_mu) EXCLUDES(mu);
   // Stores one session in config.prefix_cache (src/session/session_prefix_store.cc).
-  StatusOr<SessionStoreResult> StoreSession(const HotKvStateConfig& config,
-                                            const std::shared_ptr<HotKvSession>& session)
+  StatusOr<SessionStoreResult> StoreSession(const SessionManagerOptions& config,
+                                            const std::shared_ptr<Session>& session)
       EXCLUDES(session->state_->mu, charge_mu, mu);
   // Stores the sessions removed (released, evicted, superseded) since the last
   // call. REQUIRES: no session lock held either.
-  void StoreRemoved(const HotKvStateConfig& config) EXCLUDES(charge_mu, mu);
+  void StoreRemoved(const SessionManagerOptions& config) EXCLUDES(charge_mu, mu);
 
   // Returns `bytes` to `memory`. Cannot fail: only charged bytes come back.
   void Refund(uint64_t bytes) {
@@ -164,19 +165,19 @@ class HotKvStateManager::State {
   // Recharge under config.budget_bytes: evicts other sessions to stay in
   // budget; NoSpace when the session alone would exceed it.
   StatusOr<std::optional<CacheMiss>> RechargeWithinBudget(
-      const HotKvStateConfig& config, const std::shared_ptr<HotKvSession>& session,
+      const SessionManagerOptions& config, const std::shared_ptr<Session>& session,
       uint64_t new_bytes) REQUIRES(session->state_->mu) EXCLUDES(mu);
 
   // The table entry of exactly this session object, or null.
-  Entry* LiveEntry(const std::shared_ptr<HotKvSession>& session) REQUIRES(mu) {
+  Entry* LiveEntry(const std::shared_ptr<Session>& session) REQUIRES(mu) {
     auto it = live.find(session->session_id());
     return it != live.end() && it->second.session == session ? &it->second : nullptr;
   }
 
   // Why a session resolved earlier is no longer live: its miss, or the
   // stale-epoch error when a newer epoch replaced it.
-  StatusOr<std::optional<CacheMiss>> GoneMiss(
-      const std::shared_ptr<HotKvSession>& session) REQUIRES(mu) {
+  StatusOr<std::optional<CacheMiss>> GoneMiss(const std::shared_ptr<Session>& session)
+      REQUIRES(mu) {
     PKV_RETURN_IF_ERROR(CheckEpoch(session->session_id(), session->route_epoch()));
     return std::optional<CacheMiss>(
         Find(session->session_id(), session->route_epoch()).miss);
@@ -249,7 +250,7 @@ class HotKvStateManager::State {
   }
 };
 
-// Bytes charged to HotKvStateConfig::memory for a change not yet recorded in
+// Bytes charged to SessionManagerOptions::memory for a change not yet recorded in
 // the table (the charge ran outside State::mu); refunded when this goes out of
 // scope unless Commit() was called once the table holds them. Lives within
 // State::charge_mu's scope, so a refund cannot interleave with another charge.
@@ -273,15 +274,15 @@ class PendingCharge {
 
 // Declared first in every public method that can remove sessions: stores them
 // once the method has dropped every lock (StoreRemoved).
-class HotKvStateManager::StoreRemovedOnExit {
+class SessionManager::StoreRemovedOnExit {
  public:
-  explicit StoreRemovedOnExit(HotKvStateManager* manager) : manager_(manager) {}
+  explicit StoreRemovedOnExit(SessionManager* manager) : manager_(manager) {}
   ~StoreRemovedOnExit() { manager_->state_->StoreRemoved(manager_->config_); }
   StoreRemovedOnExit(const StoreRemovedOnExit&) = delete;
   StoreRemovedOnExit& operator=(const StoreRemovedOnExit&) = delete;
 
  private:
-  HotKvStateManager* manager_;
+  SessionManager* manager_;
 };
 
 // Shared error and miss constructors.

@@ -1,7 +1,7 @@
-// HotKvSession: one (session, epoch)'s per-layer KV behind a reader/writer lock
-// (its State, hot_kv_state_internal.h), plus the cache-miss vocabulary and the
-// Status predicates of hot_kv_state.h.
-#include "hot_kv_state_internal.h"
+// Session: one (session, epoch)'s per-layer KV behind a reader/writer lock
+// (its State, session_internal.h), plus the cache-miss vocabulary and the
+// Status predicates of session.h.
+#include "session_internal.h"
 
 namespace prefixkv {
 
@@ -39,22 +39,22 @@ bool IsKvCacheMiss(const Status& s) {
   return Mentions(s, StatusCode::kNotFound, "kv cache miss");
 }
 
-HotKvSession::HotKvSession(std::string session_id, uint64_t route_epoch,
-                           std::vector<int> owned_layers,
-                           std::map<int, LayerKvCache> layers, int64_t seq_len)
+Session::Session(std::string session_id, uint64_t route_epoch,
+                 std::vector<int> owned_layers, std::map<int, LayerKvCache> layers,
+                 int64_t seq_len)
     : session_id_(std::move(session_id)),
       route_epoch_(route_epoch),
       owned_layers_(std::move(owned_layers)),
       state_(std::make_unique<State>(std::move(layers), seq_len)) {}
 
-HotKvSession::~HotKvSession() = default;
+Session::~Session() = default;
 
-int64_t HotKvSession::seq_len() const {
+int64_t Session::seq_len() const {
   ReaderLock lock(&state_->mu);
   return state_->seq_len;
 }
 
-uint64_t HotKvSession::payload_bytes() const {
+uint64_t Session::payload_bytes() const {
   ReaderLock lock(&state_->mu);
   uint64_t total = 0;
   for (const auto& [layer, cache] : state_->layers) total += cache.payload_bytes();
@@ -69,34 +69,34 @@ Status NotOwned(int layer, const std::vector<int>& owned) {
 }
 }  // namespace
 
-StatusOr<int64_t> HotKvSession::LayerLength(int layer) const {
+StatusOr<int64_t> Session::LayerLength(int layer) const {
   ReaderLock lock(&state_->mu);
   auto it = state_->layers.find(layer);
   if (it == state_->layers.end()) return NotOwned(layer, owned_layers_);
   return it->second.length();
 }
 
-StatusOr<LayerKvCache> HotKvSession::LayerSnapshot(int layer) const {
+StatusOr<LayerKvCache> Session::LayerSnapshot(int layer) const {
   ReaderLock lock(&state_->mu);
   auto it = state_->layers.find(layer);
   if (it == state_->layers.end()) return NotOwned(layer, owned_layers_);
   return it->second;
 }
 
-std::map<int, LayerKvExport> HotKvSession::ExportLayers() const {
+std::map<int, LayerKvExport> Session::ExportLayers() const {
   ReaderLock lock(&state_->mu);
   std::map<int, LayerKvExport> out;
   for (const auto& [layer, cache] : state_->layers) out.emplace(layer, cache.Export());
   return out;
 }
 
-std::optional<std::vector<int32_t>> HotKvSession::tokens() const {
+std::optional<std::vector<int32_t>> Session::tokens() const {
   ReaderLock lock(&state_->mu);
   if (!state_->tokens_known) return std::nullopt;
   return state_->tokens;
 }
 
-Status HotKvSession::ReadLayers(
+Status Session::ReadLayers(
     const std::function<Status(int64_t seq_len, const PastKv& past)>& fn) const {
   ReaderLock lock(&state_->mu);
   PastKv past;

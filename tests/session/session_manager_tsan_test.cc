@@ -1,4 +1,4 @@
-// Concurrency of the hot KV state (also run under ThreadSanitizer): sessions on
+// Concurrency of the session manager (also run under ThreadSanitizer): sessions on
 // real threads stay isolated, racing steps on one session never interleave their
 // KV, and eviction churn keeps the byte counters exact.
 #include <gtest/gtest.h>
@@ -20,10 +20,10 @@ using testing::ManagerFor;
 using testing::SeedModel;
 using testing::Tokens;
 
-TEST(HotKvStateThreads, FourSessionsOnRealThreadsStayIsolated) {
+TEST(SessionManagerThreads, FourSessionsOnRealThreadsStayIsolated) {
   auto model = SeedModel();
   auto shard = FullShard(model);
-  HotKvStateConfig config;
+  SessionManagerOptions config;
   config.max_sessions = 8;
   auto manager = ManagerFor(*shard, config);
   KvBoundaryAdapter adapter(shard.get(), manager.get());
@@ -55,7 +55,7 @@ TEST(HotKvStateThreads, FourSessionsOnRealThreadsStayIsolated) {
             4 * (4 + n_new - 1) * manager->recipe().bytes_per_token());
 }
 
-TEST(HotKvStateThreads, RacingDecodesOnOneSessionNeverInterleaveTheirKv) {
+TEST(SessionManagerThreads, RacingDecodesOnOneSessionNeverInterleaveTheirKv) {
   auto model = SeedModel();
   auto shard = FullShard(model);
   auto manager = ManagerFor(*shard);
@@ -88,9 +88,9 @@ TEST(HotKvStateThreads, RacingDecodesOnOneSessionNeverInterleaveTheirKv) {
   EXPECT_EQ(manager->total_bytes(), session->payload_bytes());
 }
 
-TEST(HotKvStateThreads, EvictionChurnKeepsCountersExact) {
+TEST(SessionManagerThreads, EvictionChurnKeepsCountersExact) {
   auto shard = FullShard(SeedModel());
-  HotKvStateConfig config;
+  SessionManagerOptions config;
   config.max_sessions = 3;
   config.budget_bytes = testing::RecipeOf(*shard).bytes_per_token() * 20;
   auto manager = ManagerFor(*shard, config);

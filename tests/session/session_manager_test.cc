@@ -1,4 +1,4 @@
-// HotKvStateManager lifecycle: owned-layer allocation, truncate, release, route
+// SessionManager lifecycle: owned-layer allocation, truncate, release, route
 // epochs, recipe checks, explicit misses, TTL/LRU/budget eviction, restored opens.
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@ using testing::ManagerFor;
 using testing::SeedModel;
 using testing::Tokens;
 
-TEST(HotKvState, ManagerAllocatesKvOnlyForOwnedLayers) {
+TEST(SessionManagerTest, ManagerAllocatesKvOnlyForOwnedLayers) {
   auto shard = testing::Shard(SeedModel(), 2, 3);
   auto manager = ManagerFor(*shard);
   auto session = manager->Open("sess-mid", 0);
@@ -29,7 +29,7 @@ TEST(HotKvState, ManagerAllocatesKvOnlyForOwnedLayers) {
   EXPECT_TRUE((*session)->LayerSnapshot(4).status().IsNotFound());
 }
 
-TEST(HotKvState, TruncateRollsBackAllOwnedLayers) {
+TEST(SessionManagerTest, TruncateRollsBackAllOwnedLayers) {
   auto shard = FullShard(SeedModel());
   auto manager = ManagerFor(*shard);
   KvBoundaryAdapter adapter(shard.get(), manager.get());
@@ -45,7 +45,7 @@ TEST(HotKvState, TruncateRollsBackAllOwnedLayers) {
   EXPECT_TRUE(manager->Truncate("s", 0, 3).status().IsInvalidArgument());
 }
 
-TEST(HotKvState, ReleaseOneSessionLeavesOthersIntactAndReturnsMemory) {
+TEST(SessionManagerTest, ReleaseOneSessionLeavesOthersIntactAndReturnsMemory) {
   auto model = SeedModel();
   auto shard = FullShard(model);
   auto manager = ManagerFor(*shard);
@@ -83,7 +83,7 @@ TEST(HotKvState, ReleaseOneSessionLeavesOthersIntactAndReturnsMemory) {
   }
 }
 
-TEST(HotKvState, StaleRouteEpochIsRejected) {
+TEST(SessionManagerTest, StaleRouteEpochIsRejected) {
   auto shard = FullShard(SeedModel());
   auto manager = ManagerFor(*shard);
   ASSERT_OK(manager->Open("s", 5));
@@ -97,7 +97,7 @@ TEST(HotKvState, StaleRouteEpochIsRejected) {
   EXPECT_TRUE(IsStaleRouteEpoch(manager->Resolve("s", 4).status()));
 }
 
-TEST(HotKvState, NewRouteEpochSupersedesAndFreesOldEpoch) {
+TEST(SessionManagerTest, NewRouteEpochSupersedesAndFreesOldEpoch) {
   auto shard = FullShard(SeedModel());
   auto manager = ManagerFor(*shard);
   KvBoundaryAdapter adapter(shard.get(), manager.get());
@@ -115,7 +115,7 @@ TEST(HotKvState, NewRouteEpochSupersedesAndFreesOldEpoch) {
   EXPECT_EQ(manager->stats().superseded, 1u);
 }
 
-TEST(HotKvState, AFloat16RecipeIsRefusedRatherThanHeldAsFloat32) {
+TEST(SessionManagerTest, AFloat16RecipeIsRefusedRatherThanHeldAsFloat32) {
   // LayerKvCache holds float32; a float16 manager would charge and store
   // float32 bytes as if they were float16.
   auto model = SeedModel();
@@ -128,7 +128,7 @@ TEST(HotKvState, AFloat16RecipeIsRefusedRatherThanHeldAsFloat32) {
                                               model->config().n_layers - 1,
                                               {}});
   ASSERT_OK(f16);
-  HotKvStateManager manager(*f16);
+  SessionManager manager(*f16);
   Status opened = manager.Open("s", 0).status();
   EXPECT_TRUE(opened.IsInvalidArgument()) << opened.ToString();
   EXPECT_NE(opened.message().find("float16"), std::string::npos) << opened.ToString();
@@ -136,7 +136,7 @@ TEST(HotKvState, AFloat16RecipeIsRefusedRatherThanHeldAsFloat32) {
   EXPECT_EQ(manager.total_bytes(), 0u);
 }
 
-TEST(HotKvState, IncompatibleCacheRecipeIsRejected) {
+TEST(SessionManagerTest, IncompatibleCacheRecipeIsRejected) {
   auto model = SeedModel();
   auto shard = FullShard(model);
   auto manager = ManagerFor(*shard);
@@ -152,7 +152,7 @@ TEST(HotKvState, IncompatibleCacheRecipeIsRejected) {
                                        {}});
   ASSERT_OK(incompatible);
   EXPECT_TRUE(IsIncompatibleRecipe(manager->Resolve("s", 0, &*incompatible).status()));
-  OpenOptions options;
+  SessionOpenOptions options;
   options.recipe = &*incompatible;
   EXPECT_TRUE(IsIncompatibleRecipe(manager->Open("s2", 0, options).status()));
   EXPECT_EQ(manager->session_count(), 1u);
@@ -168,7 +168,7 @@ TEST(HotKvState, IncompatibleCacheRecipeIsRejected) {
   EXPECT_NE(testing::ExpectSession(manager->Resolve("s", 0, &*alias)), nullptr);
 }
 
-TEST(HotKvState, UnknownSessionIsAnExplicitCacheMiss) {
+TEST(SessionManagerTest, UnknownSessionIsAnExplicitCacheMiss) {
   auto manager = ManagerFor(*FullShard(SeedModel()));
   CacheMiss miss = ExpectMiss(manager->Resolve("nope", 0));
   EXPECT_EQ(miss.reason, CacheMissReason::kUnknownSession);
@@ -178,10 +178,10 @@ TEST(HotKvState, UnknownSessionIsAnExplicitCacheMiss) {
   EXPECT_EQ(manager->stats().misses, 2u);
 }
 
-TEST(HotKvState, TtlEvictionYieldsAnExplicitCacheMiss) {
+TEST(SessionManagerTest, TtlEvictionYieldsAnExplicitCacheMiss) {
   auto shard = FullShard(SeedModel());
   FakeClock clock;
-  HotKvStateConfig config;
+  SessionManagerOptions config;
   config.ttl_ms = 10'000;
   auto manager = ManagerFor(*shard, config, &clock);
   KvBoundaryAdapter adapter(shard.get(), manager.get());
@@ -196,9 +196,9 @@ TEST(HotKvState, TtlEvictionYieldsAnExplicitCacheMiss) {
   EXPECT_EQ(manager->stats().evicted_ttl, 1u);
 }
 
-TEST(HotKvState, LruEvictionBySessionCapReportsAMiss) {
+TEST(SessionManagerTest, LruEvictionBySessionCapReportsAMiss) {
   auto shard = FullShard(SeedModel());
-  HotKvStateConfig config;
+  SessionManagerOptions config;
   config.max_sessions = 2;
   auto manager = ManagerFor(*shard, config);
   KvBoundaryAdapter adapter(shard.get(), manager.get());
@@ -213,10 +213,10 @@ TEST(HotKvState, LruEvictionBySessionCapReportsAMiss) {
   EXPECT_EQ(manager->session_keys(), (Keys{{"a", 0}, {"c", 0}}));
 }
 
-TEST(HotKvState, BudgetEvictionKeepsTotalWithinBudget) {
+TEST(SessionManagerTest, BudgetEvictionKeepsTotalWithinBudget) {
   auto shard = FullShard(SeedModel());
   uint64_t budget = testing::RecipeOf(*shard).bytes_per_token() * 5;
-  HotKvStateConfig config;
+  SessionManagerOptions config;
   config.budget_bytes = budget;
   config.max_sessions = 8;
   auto manager = ManagerFor(*shard, config);
@@ -231,9 +231,9 @@ TEST(HotKvState, BudgetEvictionKeepsTotalWithinBudget) {
   EXPECT_EQ(manager->total_bytes(), manager->Get("b", 0).value()->payload_bytes());
 }
 
-TEST(HotKvState, SingleSessionExceedingBudgetRaises) {
+TEST(SessionManagerTest, SingleSessionExceedingBudgetRaises) {
   auto shard = FullShard(SeedModel());
-  HotKvStateConfig config;
+  SessionManagerOptions config;
   config.budget_bytes = testing::RecipeOf(*shard).bytes_per_token() * 2;  // 2 tokens fit
   auto manager = ManagerFor(*shard, config);
   KvBoundaryAdapter adapter(shard.get(), manager.get());
@@ -258,7 +258,7 @@ void ExpectRestoredSessionContinuesExactly(ModelConfig config) {
   KvBoundaryAdapter adapter(shard.get(), manager.get());
   std::vector<int32_t> prompt = {2, 17, 8, 25, 6};
   ExpectTail(adapter.Prefill("first", 0, Tokens(prompt)));
-  OpenOptions restored;
+  SessionOpenOptions restored;
   for (auto& [layer, state] : manager->Get("first", 0).value()->ExportLayers()) {
     auto cache = LayerKvCache::Restore(manager->recipe().layer_geometry(layer),
                                        state.keys, state.values, state.rotating_meta);
@@ -276,11 +276,11 @@ void ExpectRestoredSessionContinuesExactly(ModelConfig config) {
   EXPECT_EQ(out.logits, model->NextTokenLogits(whole).value());
 }
 
-TEST(HotKvState, OpenWithRestoredLayersContinuesFromThem) {
+TEST(SessionManagerTest, OpenWithRestoredLayersContinuesFromThem) {
   ExpectRestoredSessionContinuesExactly(ModelConfig{});
 }
 
-TEST(HotKvState, OpenWithRestoredRotatingLayersContinuesFromThem) {
+TEST(SessionManagerTest, OpenWithRestoredRotatingLayersContinuesFromThem) {
   ModelConfig windowed;
   windowed.n_kv_heads = 2;
   windowed.n_layers = 8;
@@ -289,14 +289,14 @@ TEST(HotKvState, OpenWithRestoredRotatingLayersContinuesFromThem) {
   ExpectRestoredSessionContinuesExactly(windowed);
 }
 
-TEST(HotKvState, OpenRejectsRestoredLayersThatDoNotFitTheRecipe) {
+TEST(SessionManagerTest, OpenRejectsRestoredLayersThatDoNotFitTheRecipe) {
   auto shard = testing::Shard(SeedModel(), 2, 3);
   auto manager = ManagerFor(*shard);
-  OpenOptions wrong_layer;
+  SessionOpenOptions wrong_layer;
   wrong_layer.initial_layers.emplace_back(LayerKvGeometry{0, 4, 8, 0});
   wrong_layer.initial_layers.emplace_back(LayerKvGeometry{3, 4, 8, 0});
   EXPECT_TRUE(manager->Open("s", 0, std::move(wrong_layer)).status().IsInvalidArgument());
-  OpenOptions missing_layer;
+  SessionOpenOptions missing_layer;
   missing_layer.initial_layers.emplace_back(LayerKvGeometry{2, 4, 8, 0});
   EXPECT_TRUE(
       manager->Open("s", 0, std::move(missing_layer)).status().IsInvalidArgument());

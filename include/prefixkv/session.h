@@ -1,9 +1,9 @@
-// Hot KV state: per-session, per-route-epoch KV caches of one shard's owned
+// Sessions: per-session, per-route-epoch KV caches of one shard's owned
 // layers, kept in RAM under a session cap, an idle TTL and a byte budget: the
 // manager's own, or the engine's RAM budget shared with the cached blocks
-// (HotKvStateConfig::memory).
+// (SessionManagerOptions::memory).
 //
-// Optionally bound to an Engine namespace (HotKvStateConfig::prefix_cache):
+// Optionally bound to an Engine namespace (SessionManagerOptions::prefix_cache):
 // then a session can be opened from the longest cached prefix of its tokens
 // (OpenFromPrefixCache), and a session's full blocks (plus the partial tail when
 // the namespace opted in, so sliding-window state is kept at its exact end) are
@@ -95,7 +95,7 @@ struct SessionPrefixCache {
 NamespaceSpec SessionNamespaceSpec(const KvCacheRecipe& recipe, std::string model,
                                    uint32_t block_tokens);
 
-struct HotKvStateConfig {
+struct SessionManagerOptions {
   // A session idle (no open/get/resolve/append/truncate) for longer than this is
   // evicted with reason kEvictedTtl. 0 disables the TTL. Default 10 minutes.
   uint64_t ttl_ms = 600'000;
@@ -122,16 +122,15 @@ struct HotKvStateConfig {
 };
 
 // One (session, epoch)'s KV state for the owned layers, created by
-// HotKvStateManager. Thread-safe: readers share a lock, the manager takes it
+// SessionManager. Thread-safe: readers share a lock, the manager takes it
 // exclusively to append or truncate.
-class HotKvSession {
+class Session {
  public:
-  HotKvSession(std::string session_id, uint64_t route_epoch,
-               std::vector<int> owned_layers, std::map<int, LayerKvCache> layers,
-               int64_t seq_len);
-  ~HotKvSession();
-  HotKvSession(const HotKvSession&) = delete;
-  HotKvSession& operator=(const HotKvSession&) = delete;
+  Session(std::string session_id, uint64_t route_epoch, std::vector<int> owned_layers,
+          std::map<int, LayerKvCache> layers, int64_t seq_len);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
 
   const std::string& session_id() const { return session_id_; }
   uint64_t route_epoch() const { return route_epoch_; }
@@ -156,9 +155,9 @@ class HotKvSession {
       const std::function<Status(int64_t seq_len, const PastKv& past)>& fn) const;
 
  private:
-  friend class HotKvStateManager;
+  friend class SessionManager;
   // The reader/writer lock and the KV state it guards (layers, length,
-  // recorded tokens): src/session/hot_kv_state_internal.h.
+  // recorded tokens): src/session/session_internal.h.
   struct State;
 
   const std::string session_id_;
@@ -167,9 +166,9 @@ class HotKvSession {
   const std::unique_ptr<State> state_;
 };
 
-using SessionOrMiss = std::variant<std::shared_ptr<HotKvSession>, CacheMiss>;
+using SessionOrMiss = std::variant<std::shared_ptr<Session>, CacheMiss>;
 
-struct OpenOptions {
+struct SessionOpenOptions {
   // When set, must be compatible with the manager's recipe (IsIncompatibleRecipe).
   const KvCacheRecipe* recipe = nullptr;
   // Pre-filled state (a restored prefix): exactly one cache per owned layer, all of
@@ -205,7 +204,7 @@ struct SessionStoreResult {
   bool skipped = false;  // nothing new since the last store, or tokens unknown
 };
 
-struct HotKvStats {
+struct SessionStats {
   uint64_t opened = 0;
   uint64_t released = 0;
   uint64_t superseded = 0;
@@ -229,24 +228,24 @@ struct HotKvStats {
 
 // Thread-safe. Lock order: a session's lock before the manager's; the manager
 // never waits for a session lock while holding its own, and never charges
-// HotKvStateConfig::memory while holding its own (a charge may wait for the
+// SessionManagerOptions::memory while holding its own (a charge may wait for the
 // SSD tier's write-back).
-class HotKvStateManager {
+class SessionManager {
  public:
   // `clock` must outlive the manager; null means Clock::System().
-  explicit HotKvStateManager(KvCacheRecipe recipe, HotKvStateConfig config = {},
-                             Clock* clock = nullptr);
-  ~HotKvStateManager();
-  HotKvStateManager(const HotKvStateManager&) = delete;
-  HotKvStateManager& operator=(const HotKvStateManager&) = delete;
+  explicit SessionManager(KvCacheRecipe recipe, SessionManagerOptions config = {},
+                          Clock* clock = nullptr);
+  ~SessionManager();
+  SessionManager(const SessionManager&) = delete;
+  SessionManager& operator=(const SessionManager&) = delete;
 
   // Opens (session, epoch), or returns it when already open at that epoch (then
   // initial_layers must be empty). A newer epoch supersedes and frees the old one.
   // Errors: stale epoch, incompatible recipe, a manager recipe whose KV dtype
   // is not float32 (what LayerKvCache holds), bad initial layers (InvalidArgument),
   // initial state larger than the whole budget (NoSpace; nothing is created).
-  StatusOr<std::shared_ptr<HotKvSession>> Open(const std::string& session_id,
-                                               uint64_t epoch, OpenOptions options = {});
+  StatusOr<std::shared_ptr<Session>> Open(const std::string& session_id, uint64_t epoch,
+                                          SessionOpenOptions options = {});
   // Opens (session, epoch) pre-filled with the longest prefix of `tokens` the
   // prefix cache can restore (all of `tokens` at most); `tokens` become the
   // session's recorded tokens up to that length. Without a SessionPrefixCache,
@@ -255,7 +254,7 @@ class HotKvStateManager {
   // InvalidArgument: the namespace does not hold this shard's layers). A
   // session already live at this epoch is returned as it is (restore->created
   // false).
-  StatusOr<std::shared_ptr<HotKvSession>> OpenFromPrefixCache(
+  StatusOr<std::shared_ptr<Session>> OpenFromPrefixCache(
       const std::string& session_id, uint64_t epoch, std::span<const int32_t> tokens,
       PrefixRestore* restore = nullptr);
   // Stores the live session's full blocks (and partial tail, see
@@ -269,8 +268,7 @@ class HotKvStateManager {
   StatusOr<SessionOrMiss> Resolve(const std::string& session_id, uint64_t epoch,
                                   const KvCacheRecipe* recipe = nullptr);
   // Like Resolve, but a miss is an error (IsKvCacheMiss).
-  StatusOr<std::shared_ptr<HotKvSession>> Get(const std::string& session_id,
-                                              uint64_t epoch);
+  StatusOr<std::shared_ptr<Session>> Get(const std::string& session_id, uint64_t epoch);
   // Appends one run's KV to every owned layer, all or nothing. A set
   // expected_seq_len that differs from the session's length is a kSeqLenMismatch
   // miss (how a computation that raced another append is refused). Errors: stale
@@ -305,33 +303,32 @@ class HotKvStateManager {
   // holds exactly `opened_len` positions: a step rolling back its own open
   // must not drop a session that a racing step has filled meanwhile. True when
   // it was removed.
-  bool DiscardIfUnchanged(const std::shared_ptr<HotKvSession>& session,
-                          int64_t opened_len);
+  bool DiscardIfUnchanged(const std::shared_ptr<Session>& session, int64_t opened_len);
 
   uint64_t total_bytes() const;
   size_t session_count() const;
   // (session id, epoch) of live sessions, sorted.
   std::vector<std::pair<std::string, uint64_t>> session_keys() const;
-  HotKvStats stats() const;
+  SessionStats stats() const;
   const KvCacheRecipe& recipe() const { return recipe_; }
-  const HotKvStateConfig& config() const { return config_; }
+  const SessionManagerOptions& config() const { return config_; }
 
  private:
   class State;
-  StatusOr<std::shared_ptr<HotKvSession>> MakeSession(const std::string& session_id,
-                                                      uint64_t epoch,
-                                                      std::vector<LayerKvCache> layers,
-                                                      std::vector<int32_t> tokens) const;
+  StatusOr<std::shared_ptr<Session>> MakeSession(const std::string& session_id,
+                                                 uint64_t epoch,
+                                                 std::vector<LayerKvCache> layers,
+                                                 std::vector<int32_t> tokens) const;
   Status CheckChunks(const KvChunks& chunks, int64_t* tokens) const;
   // The session live at exactly this epoch, or null; no sweep, no counters.
-  std::shared_ptr<HotKvSession> LiveAt(const std::string& session_id, uint64_t epoch);
+  std::shared_ptr<Session> LiveAt(const std::string& session_id, uint64_t epoch);
   class StoreRemovedOnExit;
 
   const KvCacheRecipe recipe_;
-  const HotKvStateConfig config_;
+  const SessionManagerOptions config_;
   Clock* const clock_;
   // The locks, the session table and the helpers that need a lock held or
-  // not held (charging, storing): src/session/hot_kv_state_internal.h.
+  // not held (charging, storing): src/session/session_internal.h.
   std::unique_ptr<State> state_;
 };
 

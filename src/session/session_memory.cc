@@ -1,5 +1,5 @@
-// HotKvStateManager, part 4: charging sessions' bytes, to the manager's own
-// budget_bytes or to an engine's RAM budget (HotKvStateConfig::memory).
+// SessionManager, part 4: charging sessions' bytes, to the manager's own
+// budget_bytes or to an engine's RAM budget (SessionManagerOptions::memory).
 //
 // With a MemoryCharge the live sessions are one owner of the budget the
 // cached blocks live in. Growth is charged there first, which evicts cache
@@ -18,12 +18,12 @@
 #include <algorithm>
 #include <string>
 
-#include "hot_kv_state_internal.h"
+#include "session_internal.h"
 
 namespace prefixkv {
 
-StatusOr<std::optional<CacheMiss>> HotKvStateManager::State::Recharge(
-    const HotKvStateConfig& config, const std::shared_ptr<HotKvSession>& session,
+StatusOr<std::optional<CacheMiss>> SessionManager::State::Recharge(
+    const SessionManagerOptions& config, const std::shared_ptr<Session>& session,
     uint64_t new_bytes) {
   if (memory == nullptr) return RechargeWithinBudget(config, session, new_bytes);
   const std::string& id = session->session_id();
@@ -61,8 +61,8 @@ StatusOr<std::optional<CacheMiss>> HotKvStateManager::State::Recharge(
   return std::optional<CacheMiss>();
 }
 
-Status HotKvStateManager::State::ChargeMemory(const HotKvStateConfig& config,
-                                              const std::string& keep, uint64_t bytes) {
+Status SessionManager::State::ChargeMemory(const SessionManagerOptions& config,
+                                           const std::string& keep, uint64_t bytes) {
   while (true) {
     uint64_t shortfall = 0;
     Status charged = memory->Charge(bytes, &shortfall);
