@@ -155,7 +155,9 @@ Status EventLog::Load() {
     Log(c.status().ToString());
     base.seq = UINT64_MAX;  // proves nothing
   }
-  ssd_keys_proven_ = base.seq <= last && Continues(base.seq);
+  // (No break after it either: the set would miss the unwritten events.)
+  ssd_keys_proven_ = base.seq <= last && Continues(base.seq) &&
+                     (breaks_.empty() || breaks_.back() <= base.seq);
   if (ssd_keys_proven_) {
     for (const KvSnapshotBlock& b : base.blocks) ssd_.Put(b);
     for (const KvEvent& e : events_) {
@@ -184,27 +186,40 @@ Status EventLog::LoadSegments() {
     if (EventSegmentSeq(name) > 0) seqs.push_back(EventSegmentSeq(name));
   }
   std::sort(seqs.begin(), seqs.end());
-  bool cut = false;  // a segment was damaged: every later one is dropped
+  bool cut = false;  // a segment went backwards: every later one is dropped
   for (uint64_t seq : seqs) {
     const std::string path = EventSegmentPath(options_.dir, seq);
     StatusOr<EventSegmentScan> scan = cut ? StatusOr<EventSegmentScan>(EventSegmentScan{})
                                           : ReadEventSegment(options_.fs, path);
     const uint64_t prev = segments_.empty() ? 0 : segments_.back().last_seq;
-    if (!scan.ok() || !scan->header_ok ||
-        (!segments_.empty() && scan->prev_seq != prev)) {
-      if (!cut)
+    const bool backwards =
+        scan.ok() && !segments_.empty() &&
+        (scan->prev_seq < prev || (!scan->events.empty() && scan->events[0].seq <= prev));
+    if (!scan.ok() || !scan->header_ok || backwards) {
+      // A segment whose header was torn at its creation (the log's last),
+      // or one that does not follow the ones before it.
+      if (!cut) {
         Log("dropping segment " + path + " (no valid header after seq " +
             std::to_string(prev) + ")");
-      cut = true;
+      }
+      cut = cut || backwards;
+      break_next_ = break_next_ || backwards;
       PKV_RETURN_IF_ERROR(options_.fs->DeleteFile(path));
       continue;
+    }
+    if (!segments_.empty() && scan->prev_seq != prev) {
+      // Its header names an event the files do not hold: the events up to
+      // it were numbered but never written (a failed write).
+      Log("segment " + path + " follows seq " + std::to_string(scan->prev_seq) +
+          ", the log before it ends at seq " + std::to_string(prev) +
+          ": readers cannot cross the gap");
+      break_next_ = true;
     }
     if (scan->valid_bytes < scan->file_bytes) {
       Log("cut a torn tail of " + std::to_string(scan->file_bytes - scan->valid_bytes) +
           " bytes from " + path);
       PKV_RETURN_IF_ERROR(
           EventSegmentWriter::Reopen(options_.fs, path, scan->valid_bytes).status());
-      cut = true;
     }
     Segment s{.prev_seq = scan->prev_seq,
               .last_seq = scan->events.empty() ? scan->prev_seq : scan->events.back().seq,
@@ -215,7 +230,19 @@ Status EventLog::LoadSegments() {
     if (segments_.empty()) trimmed_seq_ = s.prev_seq;
     bytes_ += s.bytes;
     segments_.push_back(std::move(s));
-    events_.insert(events_.end(), scan->events.begin(), scan->events.end());
+    for (size_t i = 0; i < scan->events.size(); ++i) {
+      // Within a segment the numbers are consecutive (a reopen starts a new
+      // one), unless writes failed between two records.
+      if (i > 0 && scan->events[i].seq != scan->events[i - 1].seq + 1) {
+        Log("seq " + std::to_string(scan->events[i - 1].seq + 1) + " to " +
+            std::to_string(scan->events[i].seq - 1) + " are missing from " + path +
+            ": readers cannot cross the gap");
+        break_next_ = true;
+      }
+      if (break_next_) breaks_.push_back(scan->events[i].seq);
+      break_next_ = false;
+      events_.push_back(scan->events[i]);
+    }
   }
   return Status::OK();
 }
@@ -416,6 +443,8 @@ uint64_t EventLog::WriteBatch(Batch& batch) {
 }
 
 void EventLog::Record(const KvEvent& e, uint64_t bytes) {
+  if (break_next_) breaks_.push_back(e.seq);
+  break_next_ = false;
   events_.push_back(e);
   Segment& s = segments_.back();
   s.last_seq = e.seq;
@@ -460,13 +489,25 @@ void EventLog::Trim(int64_t now_unix_ms) {
     if (!s.path.empty() && files_) Enqueue({.kind = FileOp::kDelete, .path = s.path});
     segments_.pop_front();
   }
+  // Breaks before the first retained event are gone with their events (a
+  // break at it still stops a reader at trimmed_seq_).
+  while (!breaks_.empty() && breaks_.front() <= trimmed_seq_)
+    breaks_.erase(breaks_.begin());
+}
+
+bool EventLog::IsBreak(uint64_t seq) const {
+  return std::binary_search(breaks_.begin(), breaks_.end(), seq);
 }
 
 bool EventLog::Continues(uint64_t last_seen) const {
-  if (last_seen == trimmed_seq_) return true;
-  auto it = std::lower_bound(events_.begin(), events_.end(), last_seen,
-                             [](const KvEvent& e, uint64_t s) { return e.seq < s; });
-  return it != events_.end() && it->seq == last_seen;
+  auto next = events_.begin();  // the event after last_seen
+  if (last_seen != trimmed_seq_) {
+    next = std::lower_bound(events_.begin(), events_.end(), last_seen,
+                            [](const KvEvent& e, uint64_t s) { return e.seq < s; });
+    if (next == events_.end() || next->seq != last_seen) return false;
+    ++next;
+  }
+  return next == events_.end() ? !break_next_ : !IsBreak(next->seq);
 }
 
 StatusOr<KvEventPage> EventLog::Read(uint64_t from_seq, size_t max_events) {
@@ -491,7 +532,9 @@ StatusOr<KvEventPage> EventLog::Read(uint64_t from_seq, size_t max_events) {
   page.next_seq = from_seq;
   auto it = std::lower_bound(events_.begin(), events_.end(), from,
                              [](const KvEvent& e, uint64_t s) { return e.seq < s; });
-  for (; it != events_.end() && it->seq <= limit && page.events.size() < max_events;
+  // (A page stops before a break: its reader is then told to resnapshot.)
+  for (; it != events_.end() && it->seq <= limit && page.events.size() < max_events &&
+         (page.events.empty() || !IsBreak(it->seq));
        ++it) {
     page.events.push_back(*it);
   }

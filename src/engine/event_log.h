@@ -192,7 +192,11 @@ class EventLog {
   // Drops old segments; `now_unix_ms`: the newest event's time (the clock
   // is not read again per event).
   void Trim(int64_t now_unix_ms) REQUIRES(mu_);
+  // Whether a reader whose last event was `last_seen` may go on: the log
+  // holds that event (or it is the one before the first retained), and the
+  // event after it follows it (is not a break).
   bool Continues(uint64_t last_seen) const REQUIRES(mu_);
+  bool IsBreak(uint64_t seq) const REQUIRES(mu_);
   // Processes the queue, takes its records and file operations (running
   // `at_head` under mu_ at that point) and does their file work; with
   // `sync` fdatasyncs the segment. The writer thread and every caller that
@@ -238,6 +242,11 @@ class EventLog {
   uint64_t written_seq_ GUARDED_BY(mu_) =
       0;  // records through it were written (or failed)
   uint64_t trimmed_seq_ GUARDED_BY(mu_) = 0;  // first segment's prev_seq
+  // Retained events that do not follow the event before them: events before
+  // them were numbered but never written (a failed write, found at open).
+  // Ascending; few. break_next_: the next event recorded is one.
+  std::vector<uint64_t> breaks_ GUARDED_BY(mu_);
+  bool break_next_ GUARDED_BY(mu_) = false;
   uint64_t bytes_ GUARDED_BY(mu_) = 0;
   KeyTable hot_ GUARDED_BY(mu_);
   KeyTable ssd_ GUARDED_BY(mu_);
