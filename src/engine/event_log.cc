@@ -592,12 +592,29 @@ void EventLog::Unwatch(uint64_t id) {
   watchers_.erase(id);
 }
 
-KvEventSnapshot EventLog::Snapshot() {
+KvEventSnapshot EventLog::Snapshot(uint64_t cursor, size_t count) {
   KvEventSnapshot s;
-  const auto take = [this, &s]() REQUIRES(mu_) {
+  const auto take = [this, &s, cursor, count]() REQUIRES(mu_) {
     s.seq = segments_.back().last_seq;
-    hot_.ForEach([&s](const KvSnapshotBlock& b) { s.hot.push_back(b); });
-    ssd_.ForEach([&s](const KvSnapshotBlock& b) { s.ssd.push_back(b); });
+    // The page's end: a span of the key space that holds about `count` of
+    // the blocks (0: to the end).
+    const uint64_t total = hot_.size() + ssd_.size();
+    uint64_t end = 0;
+    if (count < total) {
+      // (count < total: no overflow.)
+      const uint64_t span = std::max<uint64_t>(1, UINT64_MAX / total * count);
+      end = span > UINT64_MAX - cursor ? 0 : cursor + span;
+    }
+    s.next_cursor = end;
+    const auto in = [cursor, end](const KvSnapshotBlock& b) {
+      return b.key.hi >= cursor && (end == 0 || b.key.hi < end);
+    };
+    hot_.ForEach([&s, &in](const KvSnapshotBlock& b) {
+      if (in(b)) s.hot.push_back(b);
+    });
+    ssd_.ForEach([&s, &in](const KvSnapshotBlock& b) {
+      if (in(b)) s.ssd.push_back(b);
+    });
   };
   if (options_.dir.empty()) {
     MutexLock lock(&mu_);

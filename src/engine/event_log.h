@@ -137,8 +137,11 @@ class EventLog {
   void Unwatch(uint64_t id) EXCLUDES(append_mu_);
 
   // Writes the queued records first (the snapshot's seq is one a reader
-  // may continue after).
-  KvEventSnapshot Snapshot() EXCLUDES(io_mu_, mu_);
+  // may continue after). With a `count` below the key count, one page of it
+  // (Engine::EventSnapshotPage): the blocks with key.hi in [cursor,
+  // next_cursor), next_cursor sized for about `count` blocks.
+  KvEventSnapshot Snapshot(uint64_t cursor = 0, size_t count = SIZE_MAX)
+      EXCLUDES(io_mu_, mu_);
   KvEventLogStats Stats() EXCLUDES(mu_, append_mu_);
   // The SSD key set as the events say; whether the log could rebuild it at
   // open (false: no checkpoint, or the events after it were trimmed).
