@@ -630,6 +630,20 @@ class Engine {
   // The blocks of the hot and SSD tiers as the events say, with the seq they
   // are consistent with (after that event, before the next).
   StatusOr<KvEventSnapshot> EventSnapshot() const;
+  // EventSnapshot in pages, for key sets too large for one answer: the
+  // blocks whose key's high 64 bits (BlockKey::hi) lie in [cursor,
+  // next_cursor), next_cursor 0 meaning to the end; about `count` of them
+  // (the span is sized from the key count: keys are XXH3 values, uniform).
+  // Start with cursor 0 and go on with next_cursor until it is 0. Each page
+  // has its own seq (the pages are taken at increasing seqs while the node
+  // changes). A consumer that applies every page, then the events from the
+  // FIRST page's seq + 1 on (Events), holds exactly the key sets: a block
+  // is in exactly one page, with its state at that page's seq, and the
+  // events it replays over it end in that same state (each event sets a
+  // block's state in a tier whole). When the log no longer holds those
+  // events (Events: OutOfRange) the consumer starts again from cursor 0.
+  // InvalidArgument for count 0; NotSupported with event_log off.
+  StatusOr<KvEventSnapshot> EventSnapshotPage(uint64_t cursor, size_t count) const;
   KvEventLogStats EventLogStats() const;
 
   const EngineOptions& options() const;

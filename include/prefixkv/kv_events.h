@@ -122,6 +122,9 @@ struct KvEventSnapshot {
   uint64_t seq = 0;  // the last event applied (0: none yet)
   std::vector<KvSnapshotBlock> hot;
   std::vector<KvSnapshotBlock> ssd;
+  // Engine::EventSnapshotPage: where the next page starts (0: this was the
+  // last one). 0 for EventSnapshot.
+  uint64_t next_cursor = 0;
 };
 
 // The event log's state and counters (Engine::EventLogStats, INFO "events").

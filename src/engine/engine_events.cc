@@ -179,6 +179,13 @@ StatusOr<KvEventSnapshot> Engine::EventSnapshot() const {
   return impl_->events_->Snapshot();
 }
 
+StatusOr<KvEventSnapshot> Engine::EventSnapshotPage(uint64_t cursor, size_t count) const {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  if (impl_->events_ == nullptr) return NoLog();
+  if (count == 0) return Status::InvalidArgument("a snapshot page of 0 blocks");
+  return impl_->events_->Snapshot(cursor, count);
+}
+
 KvEventLogStats Engine::EventLogStats() const {
   return impl_->events_ != nullptr ? impl_->events_->Stats() : KvEventLogStats{};
 }

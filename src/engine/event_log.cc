@@ -6,7 +6,9 @@
 // rebuilt from the checkpoint and the events after it.
 //
 // Locks: io_mu_ (the files: held across a batch's writes) before mu_ (the
-// RAM state: never held across a file operation). Append takes only mu_.
+// processed state: never held across a file operation) before append_mu_
+// (the queue of appended events: a leaf). Append takes only append_mu_
+// (and mu_ to process the queue itself when no writer thread runs).
 #include "event_log.h"
 
 #include <algorithm>
@@ -28,7 +30,12 @@ KvSnapshotBlock BlockOf(const KvEvent& e) {
 
 }  // namespace
 
-EventLog::EventLog(const EventLogOptions& options) : options_(options) {}
+EventLog::EventLog(const EventLogOptions& options) : options_(options) {
+  MutexLock lock(&mu_);
+  MutexLock a(&append_mu_);
+  queue_.reserve(2 * kEventWakeEvents);
+  processing_.reserve(2 * kEventWakeEvents);
+}
 
 EventLog::~EventLog() {
   StopWriter();
@@ -38,9 +45,11 @@ EventLog::~EventLog() {
 
 void EventLog::StopWriter() {
   {
-    MutexLock lock(&mu_);
+    MutexLock lock(&append_mu_);
     stop_ = true;
+    writer_running_ = false;  // Append processes the queue itself from now on
     writer_cv_.NotifyAll();
+    space_cv_.NotifyAll();
   }
   if (writer_thread_.joinable()) writer_thread_.join();
 }
@@ -55,13 +64,15 @@ void EventLog::WriterLoop() {
   for (;;) {
     bool checkpoint = false;
     {
-      MutexLock lock(&mu_);
+      MutexLock lock(&append_mu_);
       // A due checkpoint is work even when another thread's Drain took the
       // records (and cleared wake_) before this thread woke.
-      const auto due = [this]() REQUIRES(mu_) {
-        return files_ && counts_.appended - checkpointed_at_ >= checkpoint_events();
+      const auto due = [this]() REQUIRES(append_mu_) {
+        return !options_.dir.empty() &&
+               appended_ - checkpointed_at_ >= checkpoint_events();
       };
-      writer_cv_.Wait(lock, [&]() REQUIRES(mu_) { return wake_ || stop_ || due(); });
+      writer_cv_.Wait(lock,
+                      [&]() REQUIRES(append_mu_) { return wake_ || stop_ || due(); });
       if (stop_) return;
       checkpoint = due();
     }
@@ -104,6 +115,7 @@ uint64_t EventLog::FirstSeq() const {
 Status EventLog::Load() {
   MutexLock io(&io_mu_);
   MutexLock lock(&mu_);
+  MutexLock a(&append_mu_);
   counts_.enabled = true;
   counts_.persistent = !options_.dir.empty();
   counts_.retention_bytes = options_.retention_bytes;
@@ -113,6 +125,8 @@ Status EventLog::Load() {
     reserved_ = UINT64_MAX;
     segments_.push_back({});
     ssd_keys_proven_ = true;
+    writer_running_ = true;
+    writer_thread_ = std::thread([this] { WriterLoop(); });
     return Status::OK();
   }
   PKV_RETURN_IF_ERROR(options_.fs->CreateDir(options_.dir));
@@ -141,7 +155,9 @@ Status EventLog::Load() {
     Log(c.status().ToString());
     base.seq = UINT64_MAX;  // proves nothing
   }
-  ssd_keys_proven_ = base.seq <= last && Continues(base.seq);
+  // (No break after it either: the set would miss the unwritten events.)
+  ssd_keys_proven_ = base.seq <= last && Continues(base.seq) &&
+                     (breaks_.empty() || breaks_.back() <= base.seq);
   if (ssd_keys_proven_) {
     for (const KvSnapshotBlock& b : base.blocks) ssd_.Put(b);
     for (const KvEvent& e : events_) {
@@ -157,6 +173,7 @@ Status EventLog::Load() {
                        .path = path});
   bytes_ += kEventSegmentHeaderBytes;
   files_ = true;
+  writer_running_ = true;
   writer_thread_ = std::thread([this] { WriterLoop(); });
   return Status::OK();
 }
@@ -169,27 +186,40 @@ Status EventLog::LoadSegments() {
     if (EventSegmentSeq(name) > 0) seqs.push_back(EventSegmentSeq(name));
   }
   std::sort(seqs.begin(), seqs.end());
-  bool cut = false;  // a segment was damaged: every later one is dropped
+  bool cut = false;  // a segment went backwards: every later one is dropped
   for (uint64_t seq : seqs) {
     const std::string path = EventSegmentPath(options_.dir, seq);
     StatusOr<EventSegmentScan> scan = cut ? StatusOr<EventSegmentScan>(EventSegmentScan{})
                                           : ReadEventSegment(options_.fs, path);
     const uint64_t prev = segments_.empty() ? 0 : segments_.back().last_seq;
-    if (!scan.ok() || !scan->header_ok ||
-        (!segments_.empty() && scan->prev_seq != prev)) {
-      if (!cut)
+    const bool backwards =
+        scan.ok() && !segments_.empty() &&
+        (scan->prev_seq < prev || (!scan->events.empty() && scan->events[0].seq <= prev));
+    if (!scan.ok() || !scan->header_ok || backwards) {
+      // A segment whose header was torn at its creation (the log's last),
+      // or one that does not follow the ones before it.
+      if (!cut) {
         Log("dropping segment " + path + " (no valid header after seq " +
             std::to_string(prev) + ")");
-      cut = true;
+      }
+      cut = cut || backwards;
+      break_next_ = break_next_ || backwards;
       PKV_RETURN_IF_ERROR(options_.fs->DeleteFile(path));
       continue;
+    }
+    if (!segments_.empty() && scan->prev_seq != prev) {
+      // Its header names an event the files do not hold: the events up to
+      // it were numbered but never written (a failed write).
+      Log("segment " + path + " follows seq " + std::to_string(scan->prev_seq) +
+          ", the log before it ends at seq " + std::to_string(prev) +
+          ": readers cannot cross the gap");
+      break_next_ = true;
     }
     if (scan->valid_bytes < scan->file_bytes) {
       Log("cut a torn tail of " + std::to_string(scan->file_bytes - scan->valid_bytes) +
           " bytes from " + path);
       PKV_RETURN_IF_ERROR(
           EventSegmentWriter::Reopen(options_.fs, path, scan->valid_bytes).status());
-      cut = true;
     }
     Segment s{.prev_seq = scan->prev_seq,
               .last_seq = scan->events.empty() ? scan->prev_seq : scan->events.back().seq,
@@ -200,7 +230,19 @@ Status EventLog::LoadSegments() {
     if (segments_.empty()) trimmed_seq_ = s.prev_seq;
     bytes_ += s.bytes;
     segments_.push_back(std::move(s));
-    events_.insert(events_.end(), scan->events.begin(), scan->events.end());
+    for (size_t i = 0; i < scan->events.size(); ++i) {
+      // Within a segment the numbers are consecutive (a reopen starts a new
+      // one), unless writes failed between two records.
+      if (i > 0 && scan->events[i].seq != scan->events[i - 1].seq + 1) {
+        Log("seq " + std::to_string(scan->events[i - 1].seq + 1) + " to " +
+            std::to_string(scan->events[i].seq - 1) + " are missing from " + path +
+            ": readers cannot cross the gap");
+        break_next_ = true;
+      }
+      if (break_next_) breaks_.push_back(scan->events[i].seq);
+      break_next_ = false;
+      events_.push_back(scan->events[i]);
+    }
   }
   return Status::OK();
 }
@@ -223,6 +265,8 @@ Status EventLog::CreateSegmentFile(const std::string& path, uint64_t prev_seq) {
 }
 
 void EventLog::Enqueue(FileOp op) {
+  // No wake: the writer takes the operations with the records (it is woken
+  // by the count of records not yet taken, and readers drain themselves).
   if (!pending_.empty()) {
     ops_.push_back({.kind = FileOp::kWrite,
                     .bytes = std::move(pending_),
@@ -230,16 +274,15 @@ void EventLog::Enqueue(FileOp op) {
     pending_.clear();
   }
   ops_.push_back(std::move(op));
-  WakeWriter();
 }
 
-void EventLog::StartSegment() {
+void EventLog::StartSegment(uint64_t first_seq) {
   const uint64_t prev = segments_.empty() ? trimmed_seq_ : segments_.back().last_seq;
   if (!files_) {
     segments_.push_back({.prev_seq = prev, .last_seq = prev});
     return;
   }
-  const std::string path = EventSegmentPath(options_.dir, next_seq_);
+  const std::string path = EventSegmentPath(options_.dir, first_seq);
   segments_.push_back({.prev_seq = prev,
                        .last_seq = prev,
                        .bytes = kEventSegmentHeaderBytes,
@@ -250,50 +293,80 @@ void EventLog::StartSegment() {
 
 void EventLog::Append(KvEvent& e) {
   std::vector<std::function<void()>> wake;
+  bool process = false;
   {
-    MutexLock lock(&mu_);
-    if (files_ && queued_bytes_ >= kEventQueueLimitBytes) {
+    MutexLock lock(&append_mu_);
+    if (writer_running_ && untaken_ >= kEventQueueLimitBytes / kEventRecordBytes) {
       // The writer is that far behind (a stalled disk): wait for it rather
       // than drop an event or grow without bound.
-      counts_.append_waits++;
+      append_waits_++;
       WakeWriter();
-      space_cv_.Wait(lock, [this]() REQUIRES(mu_) {
-        return queued_bytes_ < kEventQueueLimitBytes || !files_;
+      space_cv_.Wait(lock, [this]() REQUIRES(append_mu_) {
+        return untaken_ < kEventQueueLimitBytes / kEventRecordBytes || !writer_running_;
       });
     }
     e.seq = next_seq_++;
-    if (segments_.back().bytes >= segment_bytes()) StartSegment();
+    queue_.push_back(e);
+    ++untaken_;
+    ++appended_;
+    if (!writer_running_) {
+      process = true;
+    } else if (untaken_ >= kEventWakeEvents ||
+               e.seq + options_.reserve_ahead / 2 >= reserved_ ||
+               appended_ - checkpointed_at_ >= checkpoint_events()) {
+      WakeWriter();
+    }
+    if (!watchers_.empty()) {
+      for (auto it = watchers_.begin(); it != watchers_.end();) {
+        if (it->second.from_seq > e.seq) {
+          ++it;
+          continue;
+        }
+        wake.push_back(std::move(it->second.wake));
+        it = watchers_.erase(it);
+      }
+    }
+  }
+  if (process) {
+    MutexLock lock(&mu_);
+    Process();
+  }
+  for (auto& w : wake) w();
+}
+
+void EventLog::Process() {
+  {
+    MutexLock a(&append_mu_);
+    if (queue_.empty()) return;
+    queue_.swap(processing_);  // both keep their capacity: no allocation
+  }
+  for (const KvEvent& e : processing_) {
+    if (segments_.back().bytes >= segment_bytes()) StartSegment(e.seq);
     if (files_) {
       if (pending_.empty()) pending_first_seq_ = e.seq;
       const size_t at = pending_.size();
       pending_.resize(at + kEventRecordBytes);
       EncodeEventRecord(e, pending_.data() + at);
-      queued_bytes_ += kEventRecordBytes;
-      if (pending_.size() >= kEventWriteBufferBytes ||
-          e.seq + options_.reserve_ahead / 2 >= reserved_ ||
-          counts_.appended + 1 - checkpointed_at_ >= checkpoint_events()) {
-        WakeWriter();
-      }
     }
     Record(e, kEventRecordBytes);
     Trim(e.unix_ms);
-    for (auto it = watchers_.begin(); it != watchers_.end();) {
-      if (it->second.from_seq > e.seq) {
-        ++it;
-        continue;
-      }
-      wake.push_back(std::move(it->second.wake));
-      it = watchers_.erase(it);
-    }
   }
-  for (auto& w : wake) w();
+  const uint64_t n = processing_.size();
+  processing_.clear();
+  if (files_) {
+    pending_events_ += n;  // taken by the writer's Drain
+    return;
+  }
+  MutexLock a(&append_mu_);
+  untaken_ -= n;
+  space_cv_.NotifyAll();
 }
 
 Status EventLog::Drain(bool sync, const std::function<void()>& at_head) {
   Batch batch;
   {
     MutexLock lock(&mu_);
-    wake_ = false;
+    Process();
     batch.ops = std::move(ops_);
     ops_.clear();
     if (!pending_.empty()) {
@@ -303,9 +376,12 @@ Status EventLog::Drain(bool sync, const std::function<void()>& at_head) {
       pending_ = std::move(spare_);  // the last batch's buffer, its capacity kept
       pending_.clear();
     }
-    queued_bytes_ = 0;
-    batch.head = next_seq_ - 1;
+    batch.head = segments_.back().last_seq;
     if (at_head) at_head();
+    MutexLock a(&append_mu_);
+    wake_ = false;
+    untaken_ -= pending_events_;
+    pending_events_ = 0;
     space_cv_.NotifyAll();
   }
   const uint64_t errors = WriteBatch(batch);
@@ -318,8 +394,9 @@ Status EventLog::Drain(bool sync, const std::function<void()>& at_head) {
   }
   MutexLock lock(&mu_);
   written_seq_ = std::max(written_seq_, batch.head);
-  reserved_ = durable_reserved_;
   counts_.write_errors += errors;
+  MutexLock a(&append_mu_);
+  reserved_ = durable_reserved_;
   return s;
 }
 
@@ -366,6 +443,8 @@ uint64_t EventLog::WriteBatch(Batch& batch) {
 }
 
 void EventLog::Record(const KvEvent& e, uint64_t bytes) {
+  if (break_next_) breaks_.push_back(e.seq);
+  break_next_ = false;
   events_.push_back(e);
   Segment& s = segments_.back();
   s.last_seq = e.seq;
@@ -410,13 +489,25 @@ void EventLog::Trim(int64_t now_unix_ms) {
     if (!s.path.empty() && files_) Enqueue({.kind = FileOp::kDelete, .path = s.path});
     segments_.pop_front();
   }
+  // Breaks before the first retained event are gone with their events (a
+  // break at it still stops a reader at trimmed_seq_).
+  while (!breaks_.empty() && breaks_.front() <= trimmed_seq_)
+    breaks_.erase(breaks_.begin());
+}
+
+bool EventLog::IsBreak(uint64_t seq) const {
+  return std::binary_search(breaks_.begin(), breaks_.end(), seq);
 }
 
 bool EventLog::Continues(uint64_t last_seen) const {
-  if (last_seen == trimmed_seq_) return true;
-  auto it = std::lower_bound(events_.begin(), events_.end(), last_seen,
-                             [](const KvEvent& e, uint64_t s) { return e.seq < s; });
-  return it != events_.end() && it->seq == last_seen;
+  auto next = events_.begin();  // the event after last_seen
+  if (last_seen != trimmed_seq_) {
+    next = std::lower_bound(events_.begin(), events_.end(), last_seen,
+                            [](const KvEvent& e, uint64_t s) { return e.seq < s; });
+    if (next == events_.end() || next->seq != last_seen) return false;
+    ++next;
+  }
+  return next == events_.end() ? !break_next_ : !IsBreak(next->seq);
 }
 
 StatusOr<KvEventPage> EventLog::Read(uint64_t from_seq, size_t max_events) {
@@ -426,6 +517,7 @@ StatusOr<KvEventPage> EventLog::Read(uint64_t from_seq, size_t max_events) {
     (void)Drain(false);  // write errors are counted; the events stay in RAM
   }
   MutexLock lock(&mu_);
+  Process();  // a RAM log (a persistent one hands out only written events)
   // Only written events: not those appended since the drain.
   const uint64_t limit = files_ ? written_seq_ : UINT64_MAX;
   if (!Continues(from - 1)) {
@@ -440,7 +532,9 @@ StatusOr<KvEventPage> EventLog::Read(uint64_t from_seq, size_t max_events) {
   page.next_seq = from_seq;
   auto it = std::lower_bound(events_.begin(), events_.end(), from,
                              [](const KvEvent& e, uint64_t s) { return e.seq < s; });
-  for (; it != events_.end() && it->seq <= limit && page.events.size() < max_events;
+  // (A page stops before a break: its reader is then told to resnapshot.)
+  for (; it != events_.end() && it->seq <= limit && page.events.size() < max_events &&
+         (page.events.empty() || !IsBreak(it->seq));
        ++it) {
     page.events.push_back(*it);
   }
@@ -456,6 +550,7 @@ std::vector<KvEvent> EventLog::Range(uint64_t first_seq, uint64_t last_seq,
     (void)Drain(false);
   }
   MutexLock lock(&mu_);
+  Process();
   if (files_) last_seq = std::min(last_seq, written_seq_);
   const auto by_seq = [](const KvEvent& e, uint64_t s) { return e.seq < s; };
   auto lo = std::lower_bound(events_.begin(), events_.end(), first_seq, by_seq);
@@ -474,8 +569,14 @@ uint64_t EventLog::Watch(uint64_t from_seq, std::function<void()> wake) {
   const uint64_t from = std::max<uint64_t>(from_seq, 1);
   {
     MutexLock lock(&mu_);
-    const bool ready =
-        !Continues(from - 1) || (!events_.empty() && events_.back().seq >= from);
+    Process();
+    MutexLock a(&append_mu_);
+    // Events appended since the Process above are in queue_.
+    const bool queued = !queue_.empty() && queue_.back().seq >= from;
+    const bool inside_queue = !queue_.empty() && queue_.front().seq <= from - 1 &&
+                              from - 1 <= queue_.back().seq;
+    const bool ready = queued || (!inside_queue && !Continues(from - 1)) ||
+                       (!events_.empty() && events_.back().seq >= from);
     if (!ready) {
       const uint64_t id = next_watch_++;
       watchers_.emplace(id, Watcher{from, std::move(wake)});
@@ -487,19 +588,37 @@ uint64_t EventLog::Watch(uint64_t from_seq, std::function<void()> wake) {
 }
 
 void EventLog::Unwatch(uint64_t id) {
-  MutexLock lock(&mu_);
+  MutexLock lock(&append_mu_);
   watchers_.erase(id);
 }
 
-KvEventSnapshot EventLog::Snapshot() {
+KvEventSnapshot EventLog::Snapshot(uint64_t cursor, size_t count) {
   KvEventSnapshot s;
-  const auto take = [this, &s]() REQUIRES(mu_) {
+  const auto take = [this, &s, cursor, count]() REQUIRES(mu_) {
     s.seq = segments_.back().last_seq;
-    hot_.ForEach([&s](const KvSnapshotBlock& b) { s.hot.push_back(b); });
-    ssd_.ForEach([&s](const KvSnapshotBlock& b) { s.ssd.push_back(b); });
+    // The page's end: a span of the key space that holds about `count` of
+    // the blocks (0: to the end).
+    const uint64_t total = hot_.size() + ssd_.size();
+    uint64_t end = 0;
+    if (count < total) {
+      // (count < total: no overflow.)
+      const uint64_t span = std::max<uint64_t>(1, UINT64_MAX / total * count);
+      end = span > UINT64_MAX - cursor ? 0 : cursor + span;
+    }
+    s.next_cursor = end;
+    const auto in = [cursor, end](const KvSnapshotBlock& b) {
+      return b.key.hi >= cursor && (end == 0 || b.key.hi < end);
+    };
+    hot_.ForEach([&s, &in](const KvSnapshotBlock& b) {
+      if (in(b)) s.hot.push_back(b);
+    });
+    ssd_.ForEach([&s, &in](const KvSnapshotBlock& b) {
+      if (in(b)) s.ssd.push_back(b);
+    });
   };
   if (options_.dir.empty()) {
     MutexLock lock(&mu_);
+    Process();
     take();
   } else {
     // Taken at the head of a batch that is written before it is returned.
@@ -512,9 +631,14 @@ KvEventSnapshot EventLog::Snapshot() {
   return s;
 }
 
-KvEventLogStats EventLog::Stats() const {
+KvEventLogStats EventLog::Stats() {
   MutexLock lock(&mu_);
+  Process();
   KvEventLogStats s = counts_;
+  {
+    MutexLock a(&append_mu_);
+    s.append_waits = append_waits_;
+  }
   s.head_seq = segments_.back().last_seq;
   s.first_seq = events_.empty() ? 0 : events_.front().seq;
   s.events = events_.size();
@@ -524,8 +648,9 @@ KvEventLogStats EventLog::Stats() const {
   return s;
 }
 
-KvKeySet EventLog::SsdKeys() const {
+KvKeySet EventLog::SsdKeys() {
   MutexLock lock(&mu_);
+  Process();
   KvKeySet out;
   out.reserve(ssd_.size());
   ssd_.ForEach([&out](const KvSnapshotBlock& b) { out.emplace(b.key, b); });
@@ -552,7 +677,10 @@ Status EventLog::CheckpointDrained(bool close) {
     mu_.AssertHeld();
     files = files_;
     if (close) files_ = false;
-    checkpointed_at_ = counts_.appended;
+    {
+      MutexLock a(&append_mu_);
+      checkpointed_at_ = counts_.appended;  // the events this checkpoint covers
+    }
     if (!files) return;
     c.seq = segments_.back().last_seq;
     c.blocks.reserve(ssd_.size());

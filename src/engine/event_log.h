@@ -1,22 +1,28 @@
 // EventLog: the engine's KV event log (docs/events.md). It numbers every
 // event, keeps the recent ones for readers (Engine::Events, XREAD) within a
 // byte and age retention, and keeps the key set per tier the events add up
-// to (Engine::EventSnapshot), all under one leaf mutex: Append runs inside
-// the tiers' locks and never calls into them.
+// to (Engine::EventSnapshot).
 //
-// Persistent (a directory): events are appended to segment files
-// (event_log_file.h: CRC-framed records, a torn tail cut at open). Append
-// never touches a file: it numbers the event, encodes its record into a
-// RAM queue and returns. A writer thread takes the queue and does the file
-// work outside the log's mutex: writes the records (one write per batch),
+// Append runs inside the tiers' locks, so it does as little as it can: under
+// a leaf mutex of its own (append_mu_) it numbers the event and copies it
+// into a RAM queue (two vectors swapped, so no allocation once warm), and
+// returns. Everything else happens later, in order, under the log's mutex
+// (mu_), by whoever "processes" the queue: the log's writer thread, or a
+// reader that needs the state now (Read, Range, Snapshot, Stats, SsdKeys,
+// Watch, Flush). Processing an event: start a segment when the current one
+// is full, encode its CRC-framed record (event_log_file.h), retain it for
+// readers, apply it to the key sets, trim by retention. Then the writer
+// does the file work outside mu_: writes the records (one write per batch),
 // creates segments, deletes the ones retention dropped, reserves sequence
 // numbers ahead (when half of the reservation is used) and checkpoints the
 // SSD key set every `checkpoint_events`. The queue is bounded
-// (kEventQueueLimitBytes): when the writer falls that far behind (a stalled
-// disk), Append waits for it (counted: KvEventLogStats::append_waits),
-// never drops an event. Readers (Read, Range, Snapshot) and Flush write the
-// queue themselves first, so a reader is never handed an event a kill -9
-// could take back, and Flush(sync) makes them survive power loss too.
+// (kEventQueueLimitBytes of records not yet taken by the writer): when the
+// writer falls that far behind (a stalled disk), Append waits for it
+// (counted: KvEventLogStats::append_waits), never drops an event. Readers
+// (Read, Range, Snapshot) and Flush write the queue themselves first, so a
+// reader is never handed an event a kill -9 could take back, and
+// Flush(sync) makes them survive power loss too.
+//
 // Sequence numbers are reserved ahead in a small file, and no record is
 // written before the reservation covering its number is durable, so a
 // number a reader saw is never handed out again after a crash: the log
@@ -26,10 +32,10 @@
 // the last checkpoint plus the events after it (Engine's reconciliation
 // compares it with the SSD tier).
 //
-// In RAM (no directory): the same retention, nothing survives. A new log
-// (RAM, or no files yet) starts numbering above the clock's milliseconds
-// times 65536, so a reader of an earlier run or of a deleted log is told to
-// resnapshot rather than handed another log's numbers.
+// In RAM (no directory): the same retention and queue, nothing survives. A
+// new log (RAM, or no files yet) starts numbering above the clock's
+// milliseconds times 65536, so a reader of an earlier run or of a deleted
+// log is told to resnapshot rather than handed another log's numbers.
 //
 // Thread-safe.
 #pragma once
@@ -83,11 +89,11 @@ struct EventLogOptions {
   std::function<void(std::string_view)> log;
 };
 
-// Records queued before Append wakes the writer thread.
-inline constexpr size_t kEventWriteBufferBytes = 64 << 10;
-// Records queued and not yet taken by the writer at most: Append waits for
-// the writer beyond it (about 47,000 events; twice that in RAM with the
-// batch being written).
+// Events queued before Append wakes the writer thread (64 KiB of records).
+inline constexpr uint64_t kEventWakeEvents = (64 << 10) / kEventRecordBytes;
+// Records appended and not yet taken by the writer at most: Append waits
+// for the writer beyond it (about 47,000 events; besides the batch being
+// written).
 inline constexpr size_t kEventQueueLimitBytes = 4 << 20;
 // The least segment size (EventLogOptions::segment_bytes).
 inline constexpr uint64_t kMinEventSegmentBytes = 4096;
@@ -101,12 +107,12 @@ class EventLog {
   static StatusOr<std::unique_ptr<EventLog>> Open(const EventLogOptions& options);
   ~EventLog();
 
-  // Numbers `e` (e.seq), records it, applies it to the key sets and wakes
-  // the watchers it satisfies (their callbacks run on this thread, after the
-  // log's mutex is released). No file work: the record is queued for the
-  // writer thread (woken every kEventWriteBufferBytes); waits only when the
-  // queue is at kEventQueueLimitBytes.
-  void Append(KvEvent& e) EXCLUDES(io_mu_, mu_);
+  // Numbers `e` (e.seq) and queues it; wakes the watchers it satisfies
+  // (their callbacks run on this thread, after the log's locks are
+  // released). No encoding, no file work, no key-set update here: the
+  // writer thread (or the next reader) processes the queue. Waits only when
+  // kEventQueueLimitBytes of records are not yet taken by the writer.
+  void Append(KvEvent& e) EXCLUDES(io_mu_, mu_, append_mu_);
   // Writes the queued records (they then survive a kill -9); with `sync`
   // also fdatasyncs them (they survive power loss). OK in RAM.
   Status Flush(bool sync) EXCLUDES(io_mu_, mu_);
@@ -126,17 +132,20 @@ class EventLog {
   // Calls `wake` once when an event with seq >= from_seq is appended, at
   // once (on this thread) when one is already there or from_seq must
   // resnapshot. Returns an id for Unwatch (0 when it already ran).
-  uint64_t Watch(uint64_t from_seq, std::function<void()> wake) EXCLUDES(mu_);
+  uint64_t Watch(uint64_t from_seq, std::function<void()> wake) EXCLUDES(mu_, append_mu_);
   // Forgets a watch (no-op when it ran).
-  void Unwatch(uint64_t id) EXCLUDES(mu_);
+  void Unwatch(uint64_t id) EXCLUDES(append_mu_);
 
   // Writes the queued records first (the snapshot's seq is one a reader
-  // may continue after).
-  KvEventSnapshot Snapshot() EXCLUDES(io_mu_, mu_);
-  KvEventLogStats Stats() const EXCLUDES(mu_);
+  // may continue after). With a `count` below the key count, one page of it
+  // (Engine::EventSnapshotPage): the blocks with key.hi in [cursor,
+  // next_cursor), next_cursor sized for about `count` blocks.
+  KvEventSnapshot Snapshot(uint64_t cursor = 0, size_t count = SIZE_MAX)
+      EXCLUDES(io_mu_, mu_);
+  KvEventLogStats Stats() EXCLUDES(mu_, append_mu_);
   // The SSD key set as the events say; whether the log could rebuild it at
   // open (false: no checkpoint, or the events after it were trimmed).
-  KvKeySet SsdKeys() const EXCLUDES(mu_);
+  KvKeySet SsdKeys() EXCLUDES(mu_, append_mu_);
   bool ssd_keys_proven() const { return ssd_keys_proven_; }
   void CountReconciled(uint64_t n) EXCLUDES(mu_);
   // Writes the SSD key set checkpoint at the head (persistent logs).
@@ -171,32 +180,41 @@ class EventLog {
   explicit EventLog(const EventLogOptions& options);
   Status Load() EXCLUDES(io_mu_, mu_);
   Status LoadSegments() REQUIRES(mu_);
+  // Takes the events appended so far (in order) and processes them: records
+  // queued for the writer, retained, applied to the key sets, trimmed.
+  void Process() REQUIRES(mu_) EXCLUDES(append_mu_);
   void Apply(const KvEvent& e) REQUIRES(mu_);
   void Record(const KvEvent& e, uint64_t bytes) REQUIRES(mu_);
   // Makes the SEQ reservation durable above `last_seq` (the last record
   // about to be written) and, once half of it is handed out, above `head`.
   Status Reserve(uint64_t last_seq, uint64_t head) REQUIRES(io_mu_);
-  // Starts a segment: in RAM, or queued for the writer.
-  void StartSegment() REQUIRES(mu_);
+  // Starts the segment whose first event is `first_seq`: in RAM, or queued
+  // for the writer.
+  void StartSegment(uint64_t first_seq) REQUIRES(mu_);
   void Enqueue(FileOp op) REQUIRES(mu_);
   // Drops old segments; `now_unix_ms`: the newest event's time (the clock
   // is not read again per event).
   void Trim(int64_t now_unix_ms) REQUIRES(mu_);
+  // Whether a reader whose last event was `last_seen` may go on: the log
+  // holds that event (or it is the one before the first retained), and the
+  // event after it follows it (is not a break).
   bool Continues(uint64_t last_seen) const REQUIRES(mu_);
-  // Takes the queue (running `at_head` under mu_ at that point) and does its
-  // file work; with `sync` fdatasyncs the segment. The writer thread and
-  // every caller that needs the records written go through it.
+  bool IsBreak(uint64_t seq) const REQUIRES(mu_);
+  // Processes the queue, takes its records and file operations (running
+  // `at_head` under mu_ at that point) and does their file work; with
+  // `sync` fdatasyncs the segment. The writer thread and every caller that
+  // needs the records written go through it.
   Status Drain(bool sync, const std::function<void()>& at_head = {}) REQUIRES(io_mu_)
-      EXCLUDES(mu_);
+      EXCLUDES(mu_, append_mu_);
   // The file work of one batch; the count of writes that failed.
   uint64_t WriteBatch(Batch& batch) REQUIRES(io_mu_) EXCLUDES(mu_);
   Status CreateSegmentFile(const std::string& path, uint64_t prev_seq) REQUIRES(io_mu_);
   // Drains, syncs and writes the SSD key set checkpoint at the batch head;
   // `close`: the log queues no more records.
-  Status CheckpointDrained(bool close) REQUIRES(io_mu_) EXCLUDES(mu_);
-  void WakeWriter() REQUIRES(mu_);
-  void WriterLoop() EXCLUDES(io_mu_, mu_);
-  void StopWriter() EXCLUDES(io_mu_, mu_);
+  Status CheckpointDrained(bool close) REQUIRES(io_mu_) EXCLUDES(mu_, append_mu_);
+  void WakeWriter() REQUIRES(append_mu_);
+  void WriterLoop() EXCLUDES(io_mu_, mu_, append_mu_);
+  void StopWriter() EXCLUDES(io_mu_, mu_, append_mu_);
   void Log(const std::string& line) const;
   uint64_t segment_bytes() const;
   uint64_t checkpoint_events() const;
@@ -210,38 +228,55 @@ class EventLog {
   uint64_t durable_reserved_ GUARDED_BY(io_mu_) = 0;  // the SEQ file's ceiling
   std::string spare_ GUARDED_BY(io_mu_);  // the writer's buffer, swapped with pending_
   bool logged_write_error_ GUARDED_BY(io_mu_) = false;
-  std::thread writer_thread_;  // persistent logs, until Close
+  std::thread writer_thread_;  // until Close
 
-  mutable Mutex mu_;
-  CondVar writer_cv_;  // the writer waits for work
-  CondVar space_cv_;   // Append waits for room in the queue
+  // The processed state: retained events, segments, key sets, the records
+  // and file operations queued for the writer.
+  mutable Mutex mu_ ACQUIRED_BEFORE(append_mu_);
   std::deque<KvEvent> events_ GUARDED_BY(mu_);
   std::deque<Segment> segments_ GUARDED_BY(mu_);
-  // The queue: file operations, then the records after them.
+  std::vector<KvEvent> processing_ GUARDED_BY(mu_);  // swapped with queue_
+  // The file operations, then the records after them.
   std::vector<FileOp> ops_ GUARDED_BY(mu_);
   std::string pending_ GUARDED_BY(mu_);
   uint64_t pending_first_seq_ GUARDED_BY(mu_) = 0;
-  uint64_t queued_bytes_ GUARDED_BY(mu_) = 0;
-  bool wake_ GUARDED_BY(mu_) = false;   // the writer has work
-  bool stop_ GUARDED_BY(mu_) = false;   // the writer exits
+  uint64_t pending_events_ GUARDED_BY(mu_) = 0;  // records in ops_ and pending_
   bool files_ GUARDED_BY(mu_) = false;  // persistent and not closed: queue records
-  uint64_t next_seq_ GUARDED_BY(mu_) = 1;
-  uint64_t reserved_ GUARDED_BY(mu_) = 0;  // durable_reserved_ as the writer last saw it
   uint64_t written_seq_ GUARDED_BY(mu_) =
       0;  // records through it were written (or failed)
-  uint64_t checkpointed_at_ GUARDED_BY(mu_) =
-      0;                                      // counts_.appended at the last checkpoint
   uint64_t trimmed_seq_ GUARDED_BY(mu_) = 0;  // first segment's prev_seq
+  // Retained events that do not follow the event before them: events before
+  // them were numbered but never written (a failed write, found at open).
+  // Ascending; few. break_next_: the next event recorded is one.
+  std::vector<uint64_t> breaks_ GUARDED_BY(mu_);
+  bool break_next_ GUARDED_BY(mu_) = false;
   uint64_t bytes_ GUARDED_BY(mu_) = 0;
   KeyTable hot_ GUARDED_BY(mu_);
   KeyTable ssd_ GUARDED_BY(mu_);
   KvEventLogStats counts_ GUARDED_BY(mu_);
-  uint64_t next_watch_ GUARDED_BY(mu_) = 1;
+
+  // The append side: a leaf, held by Append only to number and queue.
+  Mutex append_mu_;
+  CondVar writer_cv_;  // the writer waits for work
+  CondVar space_cv_;   // Append waits for room in the queue
+  std::vector<KvEvent> queue_ GUARDED_BY(append_mu_);  // appended, not processed
+  uint64_t next_seq_ GUARDED_BY(append_mu_) = 1;
+  uint64_t appended_ GUARDED_BY(append_mu_) = 0;  // since open
+  // Appended and not yet taken by the writer (in queue_, or processed into
+  // records the writer has not taken): Append's bound.
+  uint64_t untaken_ GUARDED_BY(append_mu_) = 0;
+  uint64_t append_waits_ GUARDED_BY(append_mu_) = 0;
+  uint64_t reserved_ GUARDED_BY(append_mu_) = 0;         // durable_reserved_ as last seen
+  uint64_t checkpointed_at_ GUARDED_BY(append_mu_) = 0;  // appended_ then
+  bool wake_ GUARDED_BY(append_mu_) = false;             // the writer has work
+  bool stop_ GUARDED_BY(append_mu_) = false;             // the writer exits
+  bool writer_running_ GUARDED_BY(append_mu_) = false;   // else Append processes
+  uint64_t next_watch_ GUARDED_BY(append_mu_) = 1;
   struct Watcher {
     uint64_t from_seq;
     std::function<void()> wake;
   };
-  std::map<uint64_t, Watcher> watchers_ GUARDED_BY(mu_);
+  std::map<uint64_t, Watcher> watchers_ GUARDED_BY(append_mu_);
 };
 
 }  // namespace prefixkv::internal

@@ -156,7 +156,7 @@ const std::vector<CommandSpec>& Dispatcher::Table() {
       {"xrevrange", -4, false, false, 1, 1, 1, CmdXrevrange},
       {"xlen", 2, false, false, 1, 1, 1, CmdXlen},
       {"xinfo", -2, false, false, 0, 0, 0, CmdXinfo},
-      {"pkv.snapshot", 1, false, false, 0, 0, 0, CmdPkvSnapshot},
+      {"pkv.snapshot", -1, false, false, 0, 0, 0, CmdPkvSnapshot},
   };
   return table;
 }

@@ -238,12 +238,29 @@ void CmdXinfo(CommandContext& ctx) {
   number("persistent", s.persistent ? 1 : 0);
 }
 
-// PKV.SNAPSHOT: the bootstrap of a stream consumer (Engine::EventSnapshot):
-// ["id", "<seq>-0", "hot", blocks, "ssd", blocks], each block
-// [key, parent, namespace, owner, bytes]; the consumer goes on with
-// XREAD ... STREAMS prefixkv:events <seq>-0.
+// PKV.SNAPSHOT [cursor [COUNT n]]: the bootstrap of a stream consumer
+// (Engine::EventSnapshot): ["id", "<seq>-0", "hot", blocks, "ssd", blocks],
+// each block [key, parent, namespace, owner, bytes]; the consumer goes on
+// with XREAD ... STREAMS prefixkv:events <seq>-0. With a cursor, one page
+// (Engine::EventSnapshotPage): ["id", "<seq>-0", "cursor", "<next>", "hot",
+// blocks, "ssd", blocks], next "0" after the last page; the consumer goes on
+// with XREAD from the FIRST page's ID.
 void CmdPkvSnapshot(CommandContext& ctx) {
-  StatusOr<KvEventSnapshot> snap = ctx.dispatcher.engine()->EventSnapshot();
+  const bool paged = ctx.args.size() > 1;
+  uint64_t cursor = 0;
+  size_t count = kDefaultCount;
+  if (paged && !ParseU64(ctx.arg(1), &cursor)) {
+    return ctx.out->Error("ERR invalid cursor");
+  }
+  for (size_t i = 2; i < ctx.args.size(); i += 2) {
+    if (Lower(ctx.arg(i)) != "count" || i + 1 >= ctx.args.size()) {
+      return ctx.out->Error("ERR syntax error");
+    }
+    if (!ParseCount(ctx, i, &count)) return;
+  }
+  StatusOr<KvEventSnapshot> snap =
+      paged ? ctx.dispatcher.engine()->EventSnapshotPage(cursor, count)
+            : ctx.dispatcher.engine()->EventSnapshot();
   if (!snap.ok()) return ReplyStatus(snap.status(), ctx.out);
   const auto blocks = [&](std::string_view tier, const std::vector<KvSnapshotBlock>& bs) {
     ctx.out->Bulk(tier);
@@ -257,9 +274,13 @@ void CmdPkvSnapshot(CommandContext& ctx) {
       ctx.out->Integer(static_cast<int64_t>(std::min<uint64_t>(b.bytes, INT64_MAX)));
     }
   };
-  ctx.out->ArrayHeader(6);
+  ctx.out->ArrayHeader(paged ? 8 : 6);
   ctx.out->Bulk("id");
   ctx.out->Bulk(IdOf(snap->seq));
+  if (paged) {
+    ctx.out->Bulk("cursor");
+    ctx.out->Bulk(std::to_string(snap->next_cursor));
+  }
   blocks("hot", snap->hot);
   blocks("ssd", snap->ssd);
 }

@@ -24,6 +24,7 @@
 #include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "tests/engine/engine_test_util.h"
+#include "tests/support/fault_injection_file_system.h"
 #include "tests/support/gated_file_system.h"
 #include "tests/support/test_util.h"
 
@@ -188,6 +189,61 @@ TEST_F(EventLogTest, TornTailIsCutAtOpenNeverMisread) {
   ASSERT_OK_AND_ASSIGN(KvEventPage page, log->Read(1, 100));
   ASSERT_EQ(page.events.size(), 4u);
   EXPECT_EQ(page.events.back().key.lo, 4u);
+}
+
+// A write of the log's files that fails leaves events that were numbered
+// (and handed to live readers from RAM) but are not in the files, with
+// written events after them. After a reopen no reader crosses that gap: a
+// reader at or before it reads up to it and is then told to resnapshot, one
+// inside it is told at once, one after it continues. Twice: the events
+// after the gap in the same segment file (a jump of numbers in it), and in
+// the next segment (whose header names a seq the files do not hold).
+TEST_F(EventLogTest, AFailedWriteIsAGapNoReaderCrossesAfterAReopen) {
+  for (const bool next_segment : {false, true}) {
+    SCOPED_TRACE(next_segment ? "gap at a segment's end" : "gap inside a segment");
+    TempDir dir;
+    FaultInjectionFileSystem fs;
+    EventLogOptions o = Options();
+    o.dir = dir.str() + "/events";
+    o.fs = &fs;
+    // 4 KiB segments hold 46 records: 37..46 end the first one.
+    if (next_segment) o.segment_bytes = 4096;
+    const uint64_t written = next_segment ? 36 : 10;  // 1..written reach the file
+    const uint64_t lost = written + 10;               // written+1..lost do not
+    {
+      auto log = OpenLog(o);
+      for (uint64_t k = 1; k <= written; ++k) Append(*log, Stored(k));
+      ASSERT_OK(log->Flush(false));
+      fs.AddFault({.op = FaultOp::kWrite, .path_contains = ".log", .count = 1});
+      for (uint64_t k = written + 1; k <= lost; ++k) Append(*log, Stored(k));
+      EXPECT_FALSE(log->Flush(false).ok());
+      for (uint64_t k = lost + 1; k <= lost + 10; ++k) Append(*log, Stored(k));
+      ASSERT_OK(log->Flush(false));
+      EXPECT_EQ(log->Stats().write_errors, 1u);
+      ExpectConsecutive(*log, 1, lost + 10);  // live readers: from RAM, no gap
+      ASSERT_OK(log->Close());
+    }
+    auto log = OpenLog(o);
+    // Before the gap: the events up to it, then OutOfRange.
+    ASSERT_OK_AND_ASSIGN(KvEventPage page, log->Read(written - 4, 100));
+    ASSERT_EQ(page.events.size(), 5u);
+    EXPECT_EQ(page.events.back().seq, written);
+    EXPECT_TRUE(log->Read(written + 1, 100).status().IsOutOfRange());
+    // Inside it, and at its end (those events were never written).
+    EXPECT_TRUE(log->Read(written + 5, 100).status().IsOutOfRange());
+    EXPECT_TRUE(log->Read(lost + 1, 100).status().IsOutOfRange());
+    // After it: the events written after the gap.
+    ASSERT_OK_AND_ASSIGN(page, log->Read(lost + 2, 100));
+    ASSERT_EQ(page.events.size(), 9u);
+    EXPECT_EQ(page.events.front().seq, lost + 2);
+    // The gap outlives the next reopen, and the next events after it.
+    Append(*log, Stored(100));
+    log.reset();
+    log = OpenLog(o);
+    EXPECT_TRUE(log->Read(written + 1, 100).status().IsOutOfRange());
+    ASSERT_OK_AND_ASSIGN(page, log->Read(lost + 2, 100));
+    EXPECT_EQ(page.events.size(), 10u);
+  }
 }
 
 TEST_F(EventLogTest, RetentionByBytesDropsOldSegmentsAndReadersOfThemResnapshot) {

@@ -764,6 +764,82 @@ TEST_F(ServerTest, PkvSnapshotBootstrapsAStreamConsumer) {
   EXPECT_TRUE(c->Call({"PKV.SNAPSHOT", "extra"}).IsError());
 }
 
+// PKV.SNAPSHOT <cursor> COUNT n pages the key sets: every page's blocks lie
+// in its span of the key space, and a consumer that applies every page
+// (while another client stores and deletes between them), then XREAD from
+// the first page's ID, holds exactly the key sets of the unpaged answer.
+TEST_F(ServerTest, PkvSnapshotPagesAddUpWithTheTailAfterTheFirstPage) {
+  StartServer();
+  auto c = Connect();
+  for (int i = 0; i < 40; ++i)
+    ASSERT_EQ(c->Call({"SET", "k" + std::to_string(i), "v"}).str, "OK");
+  std::map<std::string, std::set<std::string>> held;  // tier -> keys
+  std::string first_id;
+  std::string cursor = "0";
+  int pages = 0;
+  do {
+    Reply page = c->Call({"PKV.SNAPSHOT", cursor, "COUNT", "7"});
+    ASSERT_EQ(page.elems.size(), 8u) << page.str;
+    EXPECT_EQ(page.elems[0].str, "id");
+    EXPECT_EQ(page.elems[2].str, "cursor");
+    if (first_id.empty()) first_id = page.elems[1].str;
+    const uint64_t begin = std::stoull(cursor);
+    const uint64_t end = std::stoull(page.elems[3].str);
+    for (size_t t : {5u, 7u}) {
+      EXPECT_LE(page.elems[t].elems.size(), 40u);
+      for (const Reply& b : page.elems[t].elems) {
+        const uint64_t hi = std::stoull(b.elems[0].str.substr(0, 16), nullptr, 16);
+        EXPECT_GE(hi, begin);
+        EXPECT_TRUE(end == 0 || hi < end) << hi << " " << end;
+        held[page.elems[t - 1].str].insert(b.elems[0].str);
+      }
+    }
+    // The node changes between pages: a key stored, one of the first deleted.
+    ASSERT_EQ(c->Call({"SET", "new" + std::to_string(pages), "v"}).str, "OK");
+    EXPECT_EQ(c->Call({"DEL", "k" + std::to_string(pages)}).integer, 1);
+    cursor = page.elems[3].str;
+    ASSERT_LT(++pages, 100);
+  } while (cursor != "0");
+  EXPECT_GE(pages, 3);
+  // The tail from the first page's ID.
+  std::string last = first_id;
+  for (;;) {
+    Reply r = c->Call({"XREAD", "COUNT", "5", "STREAMS", "prefixkv:events", last});
+    if (r.null) break;
+    ASSERT_EQ(r.elems.size(), 1u) << r.str;
+    for (const Reply& entry : r.elems[0].elems[1].elems) {
+      const Reply& f = entry.elems[1];
+      const std::string& kind = f.elems[1].str;
+      const std::string& key = f.elems[15].str;
+      if (kind == "stored") held[f.elems[5].str].insert(key);
+      if (kind == "removed") held[f.elems[5].str].erase(key);
+      if (kind == "moved") {
+        held[f.elems[7].str].erase(key);
+        held[f.elems[5].str].insert(key);
+      }
+      if (kind == "cleared") held[f.elems[5].str].clear();
+      last = entry.elems[0].str;
+    }
+  }
+  Reply all = c->Call({"PKV.SNAPSHOT"});
+  ASSERT_EQ(all.elems.size(), 6u) << all.str;
+  for (size_t t : {3u, 5u}) {
+    std::set<std::string> want;
+    for (const Reply& b : all.elems[t].elems) want.insert(b.elems[0].str);
+    EXPECT_EQ(held[all.elems[t - 1].str], want) << all.elems[t - 1].str;
+  }
+  EXPECT_EQ(held["hot"].size(), 40u);  // 40 - pages deleted + pages stored
+  // Bad input: a clear error each.
+  for (const std::vector<std::string>& bad :
+       std::vector<std::vector<std::string>>{{"PKV.SNAPSHOT", "x"},
+                                             {"PKV.SNAPSHOT", "-1"},
+                                             {"PKV.SNAPSHOT", "0", "COUNT"},
+                                             {"PKV.SNAPSHOT", "0", "COUNT", "x"},
+                                             {"PKV.SNAPSHOT", "0", "LIMIT", "5"}}) {
+    EXPECT_TRUE(c->Call(bad).IsError()) << bad.back();
+  }
+}
+
 TEST_F(ServerTest, StreamCommandsServeTheEventLog) {
   StartServer();
   auto c = Connect();

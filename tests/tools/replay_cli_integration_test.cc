@@ -335,8 +335,9 @@ TEST(RouteCli, RoutesToTheServeNodeThatHoldsThePrefixInRam) {
 
 // A node whose log no longer holds its start (retention) answers XREAD from 0
 // with RESNAPSHOT: the router's feed then bootstraps from the node's
-// PKV.SNAPSHOT, so the router knows every block the node held before (not
-// only the changes from then on), and tails the stream after the snapshot.
+// PKV.SNAPSHOT, in pages of its COUNT (300 blocks, pages of about 64), so the
+// router knows every block the node held before (not only the changes from
+// then on), and tails the stream after the first page's ID.
 TEST(RouteCli, AFeedBehindRetentionBootstrapsFromPkvSnapshot) {
   testing::TempDir dir;
   testing::ServeProcess node(dir.str() + "/n", {"--event-retention-bytes", "8K"});
@@ -348,7 +349,7 @@ TEST(RouteCli, AFeedBehindRetentionBootstrapsFromPkvSnapshot) {
   ASSERT_TRUE(c.Call({"XREAD", "STREAMS", "prefixkv:events", "0"}).IsError());
   StatusOr<std::unique_ptr<PrefixRouter>> router = PrefixRouter::Open({.nodes = 1});
   ASSERT_TRUE(router.ok()) << router.status().ToString();
-  route::EventFeed feed({.port = node.port(), .node = 0}, router->get());
+  route::EventFeed feed({.port = node.port(), .node = 0, .count = 64}, router->get());
   const auto blocks_become = [&](uint64_t n) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while ((*router)->Stats().blocks != n &&
@@ -359,6 +360,7 @@ TEST(RouteCli, AFeedBehindRetentionBootstrapsFromPkvSnapshot) {
   };
   EXPECT_EQ(blocks_become(300), 300u);
   EXPECT_EQ(feed.resnapshots(), 1u);
+  EXPECT_GE(feed.snapshot_pages(), 3u);
   ASSERT_EQ(c.Call({"SET", "k300", "v"}).str, "OK");
   EXPECT_EQ(blocks_become(301), 301u);
   EXPECT_EQ(feed.resnapshots(), 1u);

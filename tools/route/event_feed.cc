@@ -92,13 +92,19 @@ Status ParseXreadReply(const RespValue& reply, std::vector<KvEvent>* events,
 }
 
 Status ParseSnapshotReply(const RespValue& reply, std::vector<KvEvent>* blocks,
-                          std::string* id) {
-  if (reply.type != Type::kArray || reply.elements.size() != 6 ||
-      reply.elements[1].type != Type::kString)
+                          std::string* id, std::string* next_cursor) {
+  // Unpaged: [id, <id>, hot, [...], ssd, [...]]; a page: [id, <id>, cursor,
+  // <next>, hot, [...], ssd, [...]].
+  const bool paged = reply.elements.size() == 8;
+  if (reply.type != Type::kArray || (reply.elements.size() != 6 && !paged) ||
+      reply.elements[1].type != Type::kString ||
+      (paged &&
+       (reply.elements[2].str != "cursor" || reply.elements[3].type != Type::kString)))
     return Status::InvalidArgument(
-        "PKV.SNAPSHOT reply is not [id, <id>, hot, [...], ssd, [...]]");
+        "PKV.SNAPSHOT reply is not [id, <id>, (cursor, <next>,) hot, [...], ssd, [...]]");
   PKV_RETURN_IF_ERROR(ParseIdSeq(reply.elements[1].str).status());
-  for (size_t t = 2; t < 6; t += 2) {
+  const size_t first_tier = paged ? 4 : 2;
+  for (size_t t = first_tier; t < first_tier + 4; t += 2) {
     PKV_ASSIGN_OR_RETURN(TierLevel tier, ParseTier(reply.elements[t].str));
     if (reply.elements[t + 1].type != Type::kArray)
       return Status::InvalidArgument(
@@ -112,6 +118,7 @@ Status ParseSnapshotReply(const RespValue& reply, std::vector<KvEvent>* blocks,
     }
   }
   *id = reply.elements[1].str;
+  if (next_cursor != nullptr) *next_cursor = paged ? reply.elements[3].str : "0";
   return Status::OK();
 }
 
@@ -152,6 +159,44 @@ void EventFeed::Run() {
   }
 }
 
+StatusOr<std::string> EventFeed::Bootstrap(RespClient& client) {
+  // Pages: each block is in one page, with its state at that page's id; the
+  // events after the FIRST page's id replay the changes between the pages
+  // and end in the same states (docs/events.md, "Paged snapshot").
+  std::string cursor = "0";
+  std::string first;
+  for (;;) {
+    PKV_ASSIGN_OR_RETURN(RespValue snap,
+                         client.Command({"PKV.SNAPSHOT", cursor, "COUNT",
+                                         std::to_string(options_.count)}));
+    std::vector<KvEvent> blocks;
+    std::string id, next;
+    if (!ParseSnapshotReply(snap, &blocks, &id, &next).ok()) {
+      if (!first.empty()) {
+        // A page the router cannot read: trust none of the pages.
+        router_->ForgetNode(options_.node);
+        ++bad_replies_;
+        return std::string();
+      }
+      break;  // a server without pages: the unpaged form
+    }
+    for (const KvEvent& e : blocks) router_->Apply(options_.node, e);
+    applied_ += blocks.size();
+    ++snapshot_pages_;
+    if (first.empty()) first = id;
+    if (next == "0") return first;
+    cursor = next;
+  }
+  PKV_ASSIGN_OR_RETURN(RespValue snap, client.Command({"PKV.SNAPSHOT"}));
+  std::vector<KvEvent> blocks;
+  std::string id;
+  if (!ParseSnapshotReply(snap, &blocks, &id).ok()) return std::string();
+  for (const KvEvent& e : blocks) router_->Apply(options_.node, e);
+  applied_ += blocks.size();
+  ++snapshot_pages_;
+  return id;
+}
+
 void EventFeed::Tail(RespClient& client) {
   std::vector<KvEvent> events;
   while (!stop_) {
@@ -167,14 +212,10 @@ void EventFeed::Tail(RespClient& client) {
       // on from its head, knowing only the changes from then on.
       router_->ForgetNode(options_.node);
       ++resnapshots_;
-      StatusOr<RespValue> snap = client.Command({"PKV.SNAPSHOT"});
-      if (!snap.ok()) return;  // reconnect
-      std::vector<KvEvent> blocks;
-      std::string id;
-      if (ParseSnapshotReply(*snap, &blocks, &id).ok()) {
-        for (const KvEvent& e : blocks) router_->Apply(options_.node, e);
-        applied_ += blocks.size();
-        last_id_ = id;
+      StatusOr<std::string> id = Bootstrap(client);
+      if (!id.ok()) return;  // reconnect
+      if (!id->empty()) {
+        last_id_ = *id;
         continue;
       }
       std::string head;

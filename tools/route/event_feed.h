@@ -9,8 +9,11 @@
 // `from`, `key` as 32 hex digits; others are ignored). When the connection
 // drops the feed reconnects and resumes from the last id; when the node
 // answers XREAD with an error (RESNAPSHOT: it no longer holds the events
-// after that id) the router forgets the node and the feed reads the node's
-// whole log again from id 0; when that is refused too (retention dropped the
+// after that id) the router forgets the node and the feed bootstraps from
+// the node's PKV.SNAPSHOT in pages (`PKV.SNAPSHOT <cursor> COUNT n`, then
+// XREAD from the first page's id; the unpaged form from a server without
+// pages); from a server without PKV.SNAPSHOT it reads the node's whole log
+// again from id 0, and when that is refused too (retention dropped the
 // log's start) it goes on from the stream's head (XINFO STREAM's
 // last-generated-id), the router knowing only the changes from then on.
 #pragma once
@@ -35,11 +38,13 @@ StatusOr<KvEvent> ParseStreamEntry(const RespValue& entry);
 Status ParseXreadReply(const RespValue& reply, std::vector<KvEvent>* events,
                        std::string* last_id);
 
-// PKV.SNAPSHOT's reply (docs/protocol.md): one kStored event per block of
-// its hot and SSD key sets, and the stream id they are consistent with.
-// InvalidArgument for anything else (an error reply: a server without it).
+// PKV.SNAPSHOT's reply (docs/protocol.md), unpaged or one page: one kStored
+// event per block of its hot and SSD key sets, the stream id they are
+// consistent with, and the next page's cursor ("0" after the last page and
+// for the unpaged form; `next_cursor` may be null). InvalidArgument for
+// anything else (an error reply: a server without it).
 Status ParseSnapshotReply(const RespValue& reply, std::vector<KvEvent>* blocks,
-                          std::string* id);
+                          std::string* id, std::string* next_cursor = nullptr);
 
 // XINFO STREAM's "last-generated-id" (the stream's head); empty when the
 // reply holds none.
@@ -67,6 +72,8 @@ class EventFeed {
   uint64_t applied() const { return applied_.load(); }
   uint64_t reconnects() const { return reconnects_.load(); }
   uint64_t resnapshots() const { return resnapshots_.load(); }
+  // PKV.SNAPSHOT replies applied (pages, or unpaged answers).
+  uint64_t snapshot_pages() const { return snapshot_pages_.load(); }
   // XREAD replies the feed could not read (each makes the router forget the
   // node; the feed reconnects and asks again).
   uint64_t bad_replies() const { return bad_replies_.load(); }
@@ -77,13 +84,18 @@ class EventFeed {
   void Run();
   // Reads until Stop() or a connection failure.
   void Tail(RespClient& client);
+  // Applies the node's PKV.SNAPSHOT, page by page: the id to go on after
+  // (the first page's), empty when the node has no usable PKV.SNAPSHOT (the
+  // router then knows nothing of it); an error when the connection fails.
+  StatusOr<std::string> Bootstrap(RespClient& client);
 
   const EventFeedOptions options_;
   PrefixRouter* const router_;
   std::string last_id_ = "0";  // the feed thread's
   std::atomic<bool> stop_{false};
   std::atomic<bool> connected_{false};
-  std::atomic<uint64_t> applied_{0}, reconnects_{0}, resnapshots_{0}, bad_replies_{0};
+  std::atomic<uint64_t> applied_{0}, reconnects_{0}, resnapshots_{0}, bad_replies_{0},
+      snapshot_pages_{0};
   std::thread thread_;
 };
 
