@@ -551,8 +551,10 @@ static Status DecodeInto(const SharedBytes& enc, const DecodeLimits& lim,
   std::vector<TensorDesc> descs;
   PKV_RETURN_IF_ERROR(ParseLayout(enc, lim, h, &rec, &descs));
   HashStream state(HashStream::Width::k64);
-  state.Update(enc.data(), kChecksumOffset);
-  state.Update(enc.data() + kChecksumOffset + 8, h.header_len - kChecksumOffset - 8);
+  if (verify) {
+    state.Update(enc.data(), kChecksumOffset);
+    state.Update(enc.data() + kChecksumOffset + 8, h.header_len - kChecksumOffset - 8);
+  }
   size_t cursor = h.header_len;
   for (const TensorDesc& t : descs) {
     if (!PaddingIsZero(enc.data(), cursor, t.offset)) {
