@@ -15,12 +15,13 @@
 // next to the whole restore, hot and cold from SSD.
 //
 // Two figures each for restore and store: with glibc's default malloc every
-// restore's 16 MiB output tensors (and every store's block slices and encoded
-// records) are fresh mmap'ed pages, so much of the time goes to page faults
+// restore's 16 MiB output tensors (and every store's encoded records) are
+// fresh mmap'ed pages, so much of the time goes to page faults
 // and zeroing ("fresh_pages"); a long-running server keeps its heap warm
 // (mallopt below, or jemalloc), which is the headline figure. A store is timed
-// into a new, empty cache each time (nothing deduplicated): slice every layer
-// into 32 blocks, encode with the checksum, put into the hot tier.
+// into a new, empty cache each time (nothing deduplicated): every layer cut
+// into 32 blocks by the encoder as it copies their rows into the records
+// (one copy and one checksum pass per byte), put into the hot tier.
 //
 // Cold SSD restore: the chain stored in an SSD tier (in $TMPDIR) and the
 // engine reopened with an empty hot tier before every timed Match + Restore,
