@@ -146,7 +146,8 @@ StatusOr<StoredTensor> Describe(const Tensor& t, const std::optional<TokenRows>&
     for (size_t i = 0; i < axis; ++i) outer *= static_cast<size_t>(t.dim(i));
     const size_t row = static_cast<size_t>(t.dim(axis + 1)) * DTypeSize(t.dtype());
     st.shape[axis] = rows->length;
-    st.src = t.data() + row * static_cast<size_t>(rows->start);
+    // (No offset into an empty tensor, whose data may be null.)
+    if (t.nbytes() > 0) st.src = t.data() + row * static_cast<size_t>(rows->start);
     st.run_bytes = row * static_cast<size_t>(rows->length);
     st.src_stride = row * static_cast<size_t>(len);
     // Runs that follow each other in the source are one run.
