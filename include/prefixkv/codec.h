@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "prefixkv/block.h"
 #include "prefixkv/bytes.h"
@@ -53,6 +55,26 @@ struct DecodeLimits {
 // does not match its shape, too many layers, a string that is too long...).
 StatusOr<SharedBytes> EncodeBlock(const BlockRecord& record,
                                   const EncodeOptions& options = {});
+
+// Rows [start, start + length) along a tensor's axis ndim - 2: the token axis
+// of a KV cache tensor, the part of a store's layer cache one block holds.
+struct TokenRows {
+  int64_t start = 0;
+  int64_t length = 0;
+};
+
+// EncodeBlock of a block cut from larger tensors (a store's layer caches)
+// without an intermediate slice: every tensor of layer i is encoded as the
+// rows `rows[i]` of it when set (its dimension ndim - 2 becomes
+// rows[i]->length), whole otherwise. The result is byte for byte EncodeBlock
+// of the sliced record. Each run of rows is copied once, straight from the
+// source tensor into the record, and hashed while it is in cache: one copy
+// and one XXH3 pass per byte, whatever the layout. `rows` is empty (nothing
+// sliced) or has one entry per layer. InvalidArgument as EncodeBlock, and for
+// rows outside a tensor or a sliced tensor of fewer than 2 dimensions.
+StatusOr<SharedBytes> EncodeBlockRows(const BlockRecord& record,
+                                      const std::vector<std::optional<TokenRows>>& rows,
+                                      const EncodeOptions& options = {});
 
 // Decodes and verifies a record. Raw tensors of the result view `encoded`
 // (no copy, they keep it alive); compressed tensors are decompressed into

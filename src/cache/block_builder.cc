@@ -1,7 +1,10 @@
 // Store-side block construction (block_builder.h): checks a store's layer
 // caches against the namespace layout (CheckStoreLayers: layer count, each
 // layer's family, dtype and token length), then cuts them into one record per
-// block. Sliceable layers are sliced along the token axis; tip-only layers
+// block. A block's sliceable layers are not sliced here: the draft names the
+// token rows it holds and the encoder copies just those rows into the record
+// (EncodeBlockRows), so a store copies each byte once whatever the layout
+// (docs/architecture.md, "A store, hop by hop"). Tip-only layers
 // (sliding windows, recurrent state) are kept whole only in the tip and
 // replaced by placeholders elsewhere, since their state is valid at one
 // position only. A layer that does not fit is InvalidArgument naming the layer.
@@ -63,17 +66,11 @@ bool IsOffsetMeta(const std::vector<std::string>& meta) {
   return ec == std::errc() && p == meta[0].data() + meta[0].size();
 }
 
-StatusOr<LayerState> SliceLayer(const LayerState& layer, int64_t start, int64_t length,
-                                const std::shared_ptr<MemoryResource>& memory) {
-  LayerState out;
-  out.cache_type = layer.cache_type;
-  out.meta = layer.meta;
+// The layer of a block whose tensors are rows [start, start + length) of
+// `layer`'s (the encoder takes the rows): its meta names the block's end.
+LayerState BlockLayer(const LayerState& layer, int64_t start, int64_t length) {
+  LayerState out = layer;
   if (IsOffsetMeta(out.meta)) out.meta[0] = std::to_string(start + length);
-  out.tensors.reserve(layer.tensors.size());
-  for (const Tensor& t : layer.tensors) {
-    PKV_ASSIGN_OR_RETURN(Tensor slice, t.SliceAxis(TokenAxis(t), start, length, memory));
-    out.tensors.push_back(std::move(slice));
-  }
   return out;
 }
 
@@ -102,14 +99,13 @@ Status CheckStoreLayers(const cache::NamespaceState& ns, size_t token_count,
   return Status::OK();
 }
 
-StatusOr<BlockRecord> BuildBlock(const cache::NamespaceState& ns,
-                                 std::span<const int32_t> tokens,
-                                 const std::vector<LayerState>& layers,
-                                 const PlannedBlock& block, bool with_tip_state,
-                                 const std::shared_ptr<MemoryResource>& memory) {
+BlockDraft BuildBlock(const cache::NamespaceState& ns, std::span<const int32_t> tokens,
+                      const std::vector<LayerState>& layers, const PlannedBlock& block,
+                      bool with_tip_state) {
   const int64_t start = static_cast<int64_t>(block.start);
   const int64_t count = block.count;
-  BlockRecord rec;
+  BlockDraft draft;
+  BlockRecord& rec = draft.record;
   rec.key = block.key;
   rec.parent = block.parent;
   rec.namespace_id = ns.root;
@@ -117,17 +113,18 @@ StatusOr<BlockRecord> BuildBlock(const cache::NamespaceState& ns,
   rec.partial = block.count < ns.spec.block_tokens;
   rec.tokens.assign(tokens.begin() + start, tokens.begin() + start + count);
   rec.layers.reserve(layers.size());
+  draft.rows.resize(layers.size());
   for (size_t i = 0; i < layers.size(); ++i) {
     if (IsSliceable(ns.families[i])) {
-      PKV_ASSIGN_OR_RETURN(LayerState slice, SliceLayer(layers[i], start, count, memory));
-      rec.layers.push_back(std::move(slice));
+      rec.layers.push_back(BlockLayer(layers[i], start, count));
+      draft.rows[i] = TokenRows{start, count};
     } else if (with_tip_state) {
       rec.layers.push_back(layers[i]);
     } else {
       rec.layers.push_back(MakePlaceholder(layers[i].cache_type));
     }
   }
-  return rec;
+  return draft;
 }
 
 bool StripTipState(const std::vector<CacheFamily>& families, BlockRecord* record) {

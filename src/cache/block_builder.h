@@ -2,20 +2,20 @@
 // namespace layout and cuts them into per-block records.
 //
 // Sliceable layers are cut along the token axis (ndim - 2) into one slice per
-// block; a sliceable layer whose meta is a single integer (the KVCache
-// "offset" meta) gets that integer rewritten to the block's end position, so
-// the newest restored block's meta matches the restored length. Tip-only
-// layers are taken whole into the tip and replaced by MakePlaceholder
+// block, by the encoder as it copies them (no slice is made first); a sliceable layer
+// whose meta is a single integer (the KVCache "offset" meta) gets that integer rewritten
+// to the block's end position, so the newest restored block's meta matches the restored
+// length. Tip-only layers are taken whole into the tip and replaced by MakePlaceholder
 // everywhere else.
 #pragma once
 
 #include <cstdint>
-#include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "namespace_state.h"
-#include "prefixkv/memory_resource.h"
+#include "prefixkv/codec.h"
 
 namespace prefixkv::cache {
 
@@ -34,16 +34,21 @@ struct PlannedBlock {
   uint32_t count = 0;  // tokens; < block_tokens only for a marked partial tail
 };
 
-// The record of `block` cut from a store's layers. `with_tip_state`: tip-only
+// A block of a store as the encoder takes it (EncodeBlockRows): the record,
+// whose sliceable layers hold the store's whole tensors, and the token rows
+// of them the block holds, so the one copy of the bytes is the encoder's.
+struct BlockDraft {
+  BlockRecord record;
+  std::vector<std::optional<TokenRows>> rows;  // one per layer
+};
+
+// The draft of `block` cut from a store's layers. `with_tip_state`: tip-only
 // layers carry the real state (else placeholders). A block shorter than
-// block_tokens is marked partial. Slices that must be copied are copied
-// into `memory` (the engine's pre-faulted arena) when given.
+// block_tokens is marked partial.
 // REQUIRES: CheckStoreLayers passed.
-StatusOr<BlockRecord> BuildBlock(const cache::NamespaceState& ns,
-                                 std::span<const int32_t> tokens,
-                                 const std::vector<LayerState>& layers,
-                                 const PlannedBlock& block, bool with_tip_state,
-                                 const std::shared_ptr<MemoryResource>& memory = nullptr);
+BlockDraft BuildBlock(const cache::NamespaceState& ns, std::span<const int32_t> tokens,
+                      const std::vector<LayerState>& layers, const PlannedBlock& block,
+                      bool with_tip_state);
 
 // Replaces every tip-only layer of `record` with its placeholder. Returns
 // false when there was nothing to strip.

@@ -209,10 +209,9 @@ StatusOr<StoreResult> PrefixCache::Store(Namespace handle,
     result.note = "tokens do not end on a block boundary: tip-only state not stored";
   }
   auto build = [&](size_t i, bool real_tip) -> StatusOr<SharedBytes> {
-    PKV_ASSIGN_OR_RETURN(BlockRecord rec,
-                         cache::BuildBlock(*ns, tokens, layers, chain.blocks[i], real_tip,
-                                           options_.encode.memory));
-    return EncodeBlock(rec, options_.encode);
+    const cache::BlockDraft draft =
+        cache::BuildBlock(*ns, tokens, layers, chain.blocks[i], real_tip);
+    return EncodeBlockRows(draft.record, draft.rows, options_.encode);
   };
   MutexLock lock(&ns->store_mu);
   PKV_RETURN_IF_ERROR(WriteChain(*ns, chain, build, options_, store_options, &result));

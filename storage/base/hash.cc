@@ -12,6 +12,8 @@
 namespace prefixkv {
 namespace {
 
+thread_local uint64_t t_hashed_bytes = 0;
+
 XXH3_state_t* State(unsigned char* raw) {
   return std::launder(reinterpret_cast<XXH3_state_t*>(raw));
 }
@@ -21,9 +23,15 @@ const XXH3_state_t* State(const unsigned char* raw) {
 
 }  // namespace
 
-uint64_t Hash64(const void* data, size_t size) { return XXH3_64bits(data, size); }
+uint64_t ThreadHashedBytes() { return t_hashed_bytes; }
+
+uint64_t Hash64(const void* data, size_t size) {
+  t_hashed_bytes += size;
+  return XXH3_64bits(data, size);
+}
 
 BlockKey Hash128(const void* data, size_t size) {
+  t_hashed_bytes += size;
   XXH128_hash_t h = XXH3_128bits(data, size);
   return BlockKey{h.high64, h.low64};
 }
@@ -40,6 +48,7 @@ HashStream::HashStream(Width width) : width_(width) {
 }
 
 void HashStream::Update(const void* data, size_t size) {
+  t_hashed_bytes += size;
   if (width_ == Width::k64) {
     XXH3_64bits_update(State(state_), data, size);
   } else {

@@ -10,8 +10,11 @@
 
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "prefixkv/advanced/hash.h"
 
@@ -66,14 +69,23 @@ class Writer {
   size_t pos_ = 0;
 };
 
-// One tensor as it will be stored: raw bytes or a zstd frame.
+// One tensor as it will be stored: where its raw bytes are (`runs` runs of
+// `run_bytes`, run r at `src + r * src_stride`: one run for a whole tensor,
+// one per outer row for token rows of a larger tensor), and whether they are
+// stored raw or as a zstd frame.
 struct StoredTensor {
-  const Tensor* tensor;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;  // as encoded
+  const uint8_t* src = nullptr;
+  size_t runs = 1;
+  size_t run_bytes = 0;
+  size_t src_stride = 0;
   uint8_t encoding = kEncodingRaw;
   std::string compressed;  // when encoding == zstd
   size_t offset = 0;
+  size_t raw_len() const { return runs * run_bytes; }
   size_t stored_len() const {
-    return encoding == kEncodingZstd ? compressed.size() : tensor->nbytes();
+    return encoding == kEncodingZstd ? compressed.size() : raw_len();
   }
 };
 
@@ -102,21 +114,69 @@ Status CheckEncodable(const BlockRecord& r, const DecodeLimits& lim) {
     for (const Tensor& t : l.tensors) {
       PKV_RETURN_IF_ERROR(Tensor::Make(t.dtype(), t.shape(), t.bytes()).status());
       if (t.ndim() > lim.max_ndim) return Status::InvalidArgument("too many dimensions");
-      if (t.nbytes() > lim.max_tensor_bytes)
-        return Status::InvalidArgument("tensor too large");
     }
   }
   return Status::OK();
 }
 
+// Where tensor `t`'s bytes to encode are: all of them, or `rows` of it.
+// REQUIRES: `t` passed CheckEncodable.
+StatusOr<StoredTensor> Describe(const Tensor& t, const std::optional<TokenRows>& rows,
+                                const DecodeLimits& lim) {
+  StoredTensor st;
+  st.dtype = t.dtype();
+  st.shape = t.shape();
+  st.src = t.data();
+  st.run_bytes = t.nbytes();
+  st.src_stride = t.nbytes();
+  if (rows.has_value()) {
+    if (t.ndim() < 2) {
+      return Status::InvalidArgument("token rows of " + t.DebugString() +
+                                     ", which has no token axis");
+    }
+    const size_t axis = t.ndim() - 2;
+    const int64_t len = t.dim(axis);
+    if (rows->start < 0 || rows->length < 0 || rows->start > len ||
+        rows->length > len - rows->start) {
+      return Status::InvalidArgument("token rows [" + std::to_string(rows->start) +
+                                     ", +" + std::to_string(rows->length) + ") outside " +
+                                     t.DebugString());
+    }
+    size_t outer = 1;
+    for (size_t i = 0; i < axis; ++i) outer *= static_cast<size_t>(t.dim(i));
+    const size_t row = static_cast<size_t>(t.dim(axis + 1)) * DTypeSize(t.dtype());
+    st.shape[axis] = rows->length;
+    // (No offset into an empty tensor, whose data may be null.)
+    if (t.nbytes() > 0) st.src = t.data() + row * static_cast<size_t>(rows->start);
+    st.run_bytes = row * static_cast<size_t>(rows->length);
+    st.src_stride = row * static_cast<size_t>(len);
+    // Runs that follow each other in the source are one run.
+    st.runs = st.run_bytes == st.src_stride ? 1 : outer;
+    if (st.runs == 1) st.run_bytes *= outer;
+  }
+  if (st.raw_len() > lim.max_tensor_bytes)
+    return Status::InvalidArgument("tensor too large");
+  return st;
+}
+
 void MaybeCompress(StoredTensor& st, const EncodeOptions& opt) {
-  const Tensor& t = *st.tensor;
-  if (!opt.compress || t.nbytes() < opt.min_compress_bytes) return;
-  std::string buf(ZSTD_compressBound(t.nbytes()), '\0');
-  size_t n = ZSTD_compress(buf.data(), buf.size(), t.data(), t.nbytes(), opt.zstd_level);
+  const size_t raw = st.raw_len();
+  if (!opt.compress || raw < opt.min_compress_bytes) return;
+  std::string gathered;  // zstd takes one buffer: gather the runs first
+  const uint8_t* input = st.src;
+  if (st.runs > 1) {
+    gathered.resize(raw);
+    for (size_t r = 0; r < st.runs; ++r) {
+      std::memcpy(gathered.data() + r * st.run_bytes, st.src + r * st.src_stride,
+                  st.run_bytes);
+    }
+    input = reinterpret_cast<const uint8_t*>(gathered.data());
+  }
+  std::string buf(ZSTD_compressBound(raw), '\0');
+  size_t n = ZSTD_compress(buf.data(), buf.size(), input, raw, opt.zstd_level);
   if (ZSTD_isError(n)) return;
   if (static_cast<double>(n) >
-      static_cast<double>(t.nbytes()) * (1.0 - opt.min_compression_gain)) {
+      static_cast<double>(raw) * (1.0 - opt.min_compression_gain)) {
     return;
   }
   buf.resize(n);
@@ -134,31 +194,19 @@ size_t HeaderLength(const BlockRecord& r, bool with_tokens) {
   return n;
 }
 
-}  // namespace
+// Copies `n` bytes to `out` and feeds them to the checksum in chunks that are
+// still in cache when hashed: one pass over the source.
+void CopyAndHash(uint8_t* out, const uint8_t* src, size_t n, HashStream* state) {
+  for (size_t done = 0; done < n; done += kHashChunk) {
+    const size_t k = std::min(kHashChunk, n - done);
+    std::memcpy(out + done, src + done, k);
+    state->Update(out + done, k);
+  }
+}
 
-StatusOr<SharedBytes> EncodeBlock(const BlockRecord& r, const EncodeOptions& opt) {
-  PKV_RETURN_IF_ERROR(CheckEncodable(r, DecodeLimits{}));
-  const bool with_tokens = opt.store_tokens && !r.tokens.empty();
-  std::vector<StoredTensor> stored;
-  for (const LayerState& l : r.layers) {
-    for (const Tensor& t : l.tensors) {
-      stored.push_back(StoredTensor{&t, kEncodingRaw, {}, 0});
-      MaybeCompress(stored.back(), opt);
-    }
-  }
-  const size_t header_len = HeaderLength(r, with_tokens);
-  size_t end = header_len;
-  for (StoredTensor& st : stored) {
-    st.offset = AlignUp(end);
-    end = st.offset + st.stored_len();
-  }
-  uint8_t* out = nullptr;
-  SharedBytes bytes;
-  if (opt.memory != nullptr) {
-    bytes =
-        SharedBytes::AllocateIn(opt.memory, end, end, SharedBytes::kBufferAlign, &out);
-  }
-  if (out == nullptr) bytes = SharedBytes::Allocate(end, &out);
+// Writes the header of `r` (checksum field zero) with its tensors as `stored`.
+void WriteHeader(const BlockRecord& r, bool with_tokens, size_t header_len, size_t end,
+                 const std::vector<StoredTensor>& stored, uint8_t* out) {
   Writer w(out);
   w.U32(kRecordMagic);
   w.U16(kRecordFormatVersion);
@@ -167,7 +215,7 @@ StatusOr<SharedBytes> EncodeBlock(const BlockRecord& r, const EncodeOptions& opt
   w.U32(static_cast<uint32_t>(header_len));
   w.U32(static_cast<uint32_t>(r.layers.size()));
   w.U64(end);
-  w.U64(0);  // checksum, filled in below
+  w.U64(0);  // checksum, filled in last
   w.Key(r.key);
   w.Key(r.parent);
   w.Key(r.namespace_id);
@@ -183,17 +231,54 @@ StatusOr<SharedBytes> EncodeBlock(const BlockRecord& r, const EncodeOptions& opt
     for (const std::string& m : l.meta) w.Str(m);
     w.U8(l.placeholder ? kLayerPlaceholder : 0);
     w.U8(static_cast<uint8_t>(l.tensors.size()));
-    for (const Tensor& t : l.tensors) {
+    for (size_t i = 0; i < l.tensors.size(); ++i) {
       const StoredTensor& st = stored[next++];
-      w.U8(static_cast<uint8_t>(t.dtype()));
-      w.U8(static_cast<uint8_t>(t.ndim()));
+      w.U8(static_cast<uint8_t>(st.dtype));
+      w.U8(static_cast<uint8_t>(st.shape.size()));
       w.U8(st.encoding);
       w.U8(0);
-      for (int64_t d : t.shape()) w.U64(static_cast<uint64_t>(d));
+      for (int64_t d : st.shape) w.U64(static_cast<uint64_t>(d));
       w.U64(st.offset);
       w.U64(st.stored_len());
     }
   }
+}
+
+}  // namespace
+
+StatusOr<SharedBytes> EncodeBlockRows(const BlockRecord& r,
+                                      const std::vector<std::optional<TokenRows>>& rows,
+                                      const EncodeOptions& opt) {
+  const DecodeLimits limits;
+  PKV_RETURN_IF_ERROR(CheckEncodable(r, limits));
+  if (!rows.empty() && rows.size() != r.layers.size()) {
+    return Status::InvalidArgument("token rows for " + std::to_string(rows.size()) +
+                                   " layers of " + std::to_string(r.layers.size()));
+  }
+  const bool with_tokens = opt.store_tokens && !r.tokens.empty();
+  std::vector<StoredTensor> stored;
+  for (size_t i = 0; i < r.layers.size(); ++i) {
+    for (const Tensor& t : r.layers[i].tensors) {
+      PKV_ASSIGN_OR_RETURN(StoredTensor st,
+                           Describe(t, rows.empty() ? std::nullopt : rows[i], limits));
+      MaybeCompress(st, opt);
+      stored.push_back(std::move(st));
+    }
+  }
+  const size_t header_len = HeaderLength(r, with_tokens);
+  size_t end = header_len;
+  for (StoredTensor& st : stored) {
+    st.offset = AlignUp(end);
+    end = st.offset + st.stored_len();
+  }
+  uint8_t* out = nullptr;
+  SharedBytes bytes;
+  if (opt.memory != nullptr) {
+    bytes =
+        SharedBytes::AllocateIn(opt.memory, end, end, SharedBytes::kBufferAlign, &out);
+  }
+  if (out == nullptr) bytes = SharedBytes::Allocate(end, &out);
+  WriteHeader(r, with_tokens, header_len, end, stored, out);
   // Zero the alignment padding, then copy tensors and hash the uncompressed bytes.
   HashStream state(HashStream::Width::k64);
   state.Update(out, kChecksumOffset);
@@ -201,16 +286,16 @@ StatusOr<SharedBytes> EncodeBlock(const BlockRecord& r, const EncodeOptions& opt
   size_t cursor = header_len;
   for (const StoredTensor& st : stored) {
     std::memset(out + cursor, 0, st.offset - cursor);
-    const Tensor& t = *st.tensor;
+    for (size_t run = 0; run < st.runs; ++run) {
+      const uint8_t* src = st.src + run * st.src_stride;
+      if (st.encoding == kEncodingZstd) {
+        state.Update(src, st.run_bytes);
+      } else {
+        CopyAndHash(out + st.offset + run * st.run_bytes, src, st.run_bytes, &state);
+      }
+    }
     if (st.encoding == kEncodingZstd) {
       std::memcpy(out + st.offset, st.compressed.data(), st.compressed.size());
-      state.Update(t.data(), t.nbytes());
-    } else {
-      for (size_t done = 0; done < t.nbytes(); done += kHashChunk) {
-        size_t n = std::min(kHashChunk, t.nbytes() - done);
-        std::memcpy(out + st.offset + done, t.data() + done, n);
-        state.Update(out + st.offset + done, n);
-      }
     }
     cursor = st.offset + st.stored_len();
   }
@@ -218,6 +303,10 @@ StatusOr<SharedBytes> EncodeBlock(const BlockRecord& r, const EncodeOptions& opt
   for (int i = 0; i < 8; ++i)
     out[kChecksumOffset + i] = static_cast<uint8_t>(checksum >> (8 * i));
   return bytes;
+}
+
+StatusOr<SharedBytes> EncodeBlock(const BlockRecord& r, const EncodeOptions& opt) {
+  return EncodeBlockRows(r, {}, opt);
 }
 
 // ---- reading ---------------------------------------------------------------
@@ -463,8 +552,10 @@ static Status DecodeInto(const SharedBytes& enc, const DecodeLimits& lim,
   std::vector<TensorDesc> descs;
   PKV_RETURN_IF_ERROR(ParseLayout(enc, lim, h, &rec, &descs));
   HashStream state(HashStream::Width::k64);
-  state.Update(enc.data(), kChecksumOffset);
-  state.Update(enc.data() + kChecksumOffset + 8, h.header_len - kChecksumOffset - 8);
+  if (verify) {
+    state.Update(enc.data(), kChecksumOffset);
+    state.Update(enc.data() + kChecksumOffset + 8, h.header_len - kChecksumOffset - 8);
+  }
   size_t cursor = h.header_len;
   for (const TensorDesc& t : descs) {
     if (!PaddingIsZero(enc.data(), cursor, t.offset)) {

@@ -27,6 +27,19 @@ uint64_t GetLE64(const uint8_t* p) {
   return v;
 }
 
+constexpr size_t kHashChunk = 256 * 1024;  // stays in L2 between copy and hash
+
+// Copies `payload` to `out` and returns its XXH3-64 (PayloadChecksum).
+uint64_t CopyAndHash(uint8_t* out, const SharedBytes& payload) {
+  HashStream state(HashStream::Width::k64);
+  for (size_t done = 0; done < payload.size(); done += kHashChunk) {
+    const size_t k = std::min(kHashChunk, payload.size() - done);
+    std::memcpy(out + done, payload.data() + done, k);
+    state.Update(out + done, k);
+  }
+  return state.Digest64();
+}
+
 }  // namespace
 
 void EncodeFooter(const ExtentFooter& f, uint8_t* out) {
@@ -265,17 +278,23 @@ Status SegmentStore::Append(const std::vector<ExtentSpec>& extents, bool sync,
   }
   a->size += total;
   // One staging copy per extent: O_DIRECT needs an aligned source, and the
-  // padding and footer go in the same write.
+  // padding and footer go in the same write. A new payload is hashed while
+  // it is copied (each chunk while it is in cache): one pass over its bytes.
   out->clear();
   uint64_t at = 0;
   for (const ExtentSpec& e : extents) {
     const uint64_t n = e.payload->size();
     const uint64_t ext = ExtentBytes(n);
-    if (n > 0) std::memcpy(a->buf + at, e.payload->data(), n);
+    uint64_t sum = 0;
+    if (e.checksum.has_value()) {
+      if (n > 0) std::memcpy(a->buf + at, e.payload->data(), n);
+      sum = *e.checksum;
+    } else {
+      sum = CopyAndHash(a->buf + at, *e.payload);
+    }
     std::memset(a->buf + at + n, 0, ext - n - kFooterBytes);
-    EncodeFooter({e.namespace_id, e.key, n, e.checksum},
-                 a->buf + at + ext - kFooterBytes);
-    out->push_back({id, base + at});
+    EncodeFooter({e.namespace_id, e.key, n, sum}, a->buf + at + ext - kFooterBytes);
+    out->push_back({id, base + at, sum});
     at += ext;
   }
   s = a->file->handle->Write(base, a->buf, total);

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,14 +55,18 @@ inline uint64_t ExtentBytes(uint64_t payload_bytes) {
 
 struct ExtentLocation {
   uint64_t segment = 0;
-  uint64_t offset = 0;  // a multiple of kExtentAlign
+  uint64_t offset = 0;    // a multiple of kExtentAlign
+  uint64_t checksum = 0;  // the payload's XXH3-64, as its footer holds it
 };
 
 struct ExtentSpec {
   BlockKey namespace_id;
   BlockKey key;
   const SharedBytes* payload = nullptr;
-  uint64_t checksum = 0;  // XXH3-64 of the payload
+  // XXH3-64 of the payload when known (a relocated extent); unset: Append
+  // computes it while it copies the payload into its aligned buffer, so a
+  // new payload is read from memory once, not once to hash and once to copy.
+  std::optional<uint64_t> checksum;
 };
 
 // Footer: magic (8) | namespace (16) | block key (16) | payload length (u64 LE)
@@ -113,10 +118,10 @@ class SegmentStore {
   void SetNextId(uint64_t id) EXCLUDES(mu_);
 
   // Writes the extents, in order, as one aligned write to one segment and marks
-  // it pending; `sync` adds an fdatasync. On success the caller must call
-  // EndPending(out->front().segment) once its metadata commit is over
-  // (whether it succeeded or not). On failure nothing is pending, and a
-  // segment this append created is unlinked again (no empty file, no fd).
+  // it pending; `out` gets each extent's location and payload checksum; `sync` adds an
+  // fdatasync. On success the caller must call EndPending(out->front().segment) once its
+  // metadata commit is over (whether it succeeded or not). On failure nothing is pending,
+  // and a segment this append created is unlinked again (no empty file, no fd).
   Status Append(const std::vector<ExtentSpec>& extents, bool sync,
                 std::vector<ExtentLocation>* out) EXCLUDES(mu_);
   void EndPending(uint64_t segment) EXCLUDES(mu_);

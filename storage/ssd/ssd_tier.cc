@@ -267,9 +267,9 @@ Status ssd::TierImpl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
   std::vector<ssd::StoredMeta> stored;
   std::vector<ssd::ExtentSpec> extents;
   for (const auto& [meta, payload] : items) {
-    const uint64_t sum = ssd::PayloadChecksum(payload.data(), payload.size());
-    stored.push_back({meta.owner, meta.parent, payload.size(), sum, 0, dirty});
-    extents.push_back({meta.namespace_id, meta.key, &payload, sum});
+    // The checksum comes from the append, which hashes while it copies.
+    stored.push_back({meta.owner, meta.parent, payload.size(), 0, 0, dirty});
+    extents.push_back({meta.namespace_id, meta.key, &payload, std::nullopt});
   }
   {
     // Parents stay unevictable from here until the commit is over.
@@ -296,6 +296,7 @@ Status ssd::TierImpl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
   for (size_t i = 0; i < items.size(); ++i) {
     stored[i].segment = locations[i].segment;
     stored[i].offset = locations[i].offset;
+    stored[i].payload_xxh3 = locations[i].checksum;
   }
   // 2. The metadata and counters, as one batch, under the keys' stripes.
   std::vector<BlockKey> keys;

@@ -3,6 +3,7 @@
 // rotating-layer reconstruction of the seed tests.
 #include <gtest/gtest.h>
 
+#include "prefixkv/advanced/hash.h"
 #include "tests/cache/cache_test_util.h"
 #include "tests/support/test_util.h"
 
@@ -127,8 +128,19 @@ TEST_F(PrefixCacheRestoreTest, SsdReadsAreDecodedOnTheTiersOwnCheckAlone) {
   tiers_ = std::make_unique<TestTiers>(kHotBytes, dir_.str());
   ns = Register(KvOnlySpec());
   ASSERT_OK(tiers_->ssd->Put({keys[2], keys[1], ns.root, 0}, damaged, /*dirty=*/false));
+  uint64_t payload_bytes = 0;
+  for (const BlockKey& key : keys) {
+    ASSERT_OK_AND_ASSIGN(SharedBytes payload, tiers_->ssd->PeekPayload(key));
+    payload_bytes += payload.size();
+  }
 
+  const uint64_t hashed_before = ThreadHashedBytes();
   RestoreResult r = MatchAndRestore(ns, tokens);
+  // Each payload byte once (the tier's check; the decode hashes nothing),
+  // besides small records: the chain keys Match computes, the event log's
+  // and the access order's records (under 256 bytes a block).
+  EXPECT_LE(ThreadHashedBytes() - hashed_before, payload_bytes + keys.size() * 256);
+  EXPECT_GE(ThreadHashedBytes() - hashed_before, payload_bytes);
   EXPECT_EQ(r.restored_tokens, tokens.size()) << r.reason;
   EXPECT_EQ(r.blocks_from_ssd, 3u);
   ASSERT_EQ(r.layers.size(), 2u);

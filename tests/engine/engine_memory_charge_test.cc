@@ -6,7 +6,8 @@
 //
 // The engine's memory resource (EngineMemoryResource): with a fake one, every
 // hot block lies in it with an exact charge, every region is reported once,
-// and none is returned while a view refers into it, even after Close.
+// and none is returned while a view refers into it, even after Close; a
+// store copies each byte once into it and hashes it once.
 //
 // And what reaches the SSD tier (EngineWearTest): its wear (bytes written per
 // day, rated endurance, projected lifetime) and SSD admission under a write
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "prefixkv/advanced/engine_internals.h"
+#include "prefixkv/advanced/hash.h"
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/engine.h"
 #include "prefixkv/memory_charge.h"
@@ -163,6 +165,7 @@ class FakeMemoryResource final : public MemoryResource {
     {
       std::lock_guard<std::mutex> lock(mu_);
       live_[p] = bytes;
+      allocated_bytes_ += bytes;
       callbacks = callbacks_;
     }
     if (callbacks.mapped) callbacks.mapped(p, bytes);
@@ -207,10 +210,16 @@ class FakeMemoryResource final : public MemoryResource {
     std::lock_guard<std::mutex> lock(mu_);
     return live_.size();
   }
+  // Bytes of every allocation ever made.
+  uint64_t allocated_bytes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return allocated_bytes_;
+  }
 
  private:
   mutable std::mutex mu_;
   std::map<const void*, size_t> live_;
+  uint64_t allocated_bytes_ = 0;
   RegionCallbacks callbacks_;
 };
 
@@ -320,6 +329,45 @@ TEST(EngineMemoryResource, HotBlocksLiveInItAndNoRegionGoesBeforeItsLastView) {
   std::sort(mapped.begin(), mapped.end(), by_base);
   std::sort(unmapped.begin(), unmapped.end(), by_base);
   EXPECT_EQ(mapped, unmapped);
+}
+
+// A store copies each byte once, straight into the block's final memory
+// (the resource: nothing else is allocated in it for the store, no slice
+// first), and hashes it once (docs/architecture.md, "A store, hop by hop").
+TEST(EngineMemoryResource, AStoreCopiesAndHashesEachByteOnce) {
+  auto memory = std::make_shared<FakeMemoryResource>();
+  EngineOptions o;
+  o.hot_capacity_bytes = 1 << 20;
+  o.memory_resource = memory;
+  std::mt19937_64 rng(testing::TestSeed("EngineMemoryResource.Once"));
+  const std::vector<int32_t> tokens = Tokens(3 * kBlockTokens);
+  // [1, 2, tokens, 8] tensors: two heads, so each block's rows are two runs.
+  const std::vector<LayerState> layers = KvLayers(2, 3 * kBlockTokens, rng);
+  uint64_t tensor_bytes = 0;
+  for (const LayerState& l : layers) {
+    for (const Tensor& t : l.tensors) tensor_bytes += t.nbytes();
+  }
+  ASSERT_OK_AND_ASSIGN(auto e, Engine::Open(Quiet(o)));
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+  const uint64_t allocated_before = memory->allocated_bytes();
+  const uint64_t hashed_before = ThreadHashedBytes();
+  ASSERT_OK_AND_ASSIGN(StoreResult stored, e->Store(ns, tokens, layers));
+  const uint64_t hashed = ThreadHashedBytes() - hashed_before;
+  ASSERT_EQ(stored.blocks_written, 3u);
+  std::vector<BlockKey> keys;  // peeked outside ForEach, which holds the lock
+  e->hot_tier(ns)->ForEach(
+      [&](const BlockMeta& meta, uint64_t) { keys.push_back(meta.key); });
+  uint64_t payload_bytes = 0;
+  for (const BlockKey& key : keys) {
+    ASSERT_OK_AND_ASSIGN(SharedBytes payload, e->hot_tier(ns)->PeekPayload(key));
+    payload_bytes += payload.size();
+  }
+  EXPECT_EQ(memory->allocated_bytes() - allocated_before, payload_bytes)
+      << "one allocation per block, its record: no slice copied first";
+  // Each tensor byte once; besides them only the records' headers and the
+  // chain keys (16 bytes of parent key and 4 per token per block).
+  EXPECT_GE(hashed, tensor_bytes);
+  EXPECT_LE(hashed, payload_bytes + 3 * 16 + 4 * tokens.size());
 }
 
 // SSD wear and admission (docs/ssd.md "Wear", docs/eviction.md "SSD

@@ -20,6 +20,11 @@ uint64_t Hash64(const void* data, size_t size);
 // XXH3-128 of `size` bytes at `data` (seed 0), high half in BlockKey::hi.
 BlockKey Hash128(const void* data, size_t size);
 
+// Bytes this thread has fed to XXH3 through any function here, ever: how
+// tests count hash passes without timing them (a store of N bytes into RAM
+// hashes N bytes once, not twice). A thread-local counter: costs one add.
+uint64_t ThreadHashedBytes();
+
 // XXH3-64 or XXH3-128 over data fed in pieces: equal to the one-shot hash of
 // the concatenation. Not thread-safe; cheap to create on the stack.
 class HashStream {

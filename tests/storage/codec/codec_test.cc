@@ -6,8 +6,10 @@
 
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <random>
 
+#include "prefixkv/advanced/hash.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv {
@@ -160,6 +162,106 @@ TEST(Codec, InvalidRecordsAreNotEncoded) {
   r = SampleRecord();
   r.layers[0].cache_type = std::string(5000, 'x');
   EXPECT_TRUE(EncodeBlock(r).status().IsInvalidArgument());
+}
+
+// A record whose tensors are whole [a, b, T, d] tensors, and the token rows
+// of them a block takes; `compressible` tensors repeat a short pattern.
+struct RowsCase {
+  BlockRecord whole;
+  std::vector<std::optional<TokenRows>> rows;
+};
+
+RowsCase RandomRowsCase(std::mt19937_64& rng, bool compressible) {
+  RowsCase c;
+  c.whole.key = BlockKey{rng(), rng()};
+  c.whole.token_count = 4;
+  for (size_t l = 1 + rng() % 4; l > 0; --l) {
+    LayerState layer;
+    layer.cache_type = "KVCache";
+    const int64_t tokens = 1 + static_cast<int64_t>(rng() % 40);
+    // Outer dimensions of 1 (one contiguous run) and of more (one run per row).
+    const std::vector<int64_t> shape{1 + static_cast<int64_t>(rng() % 2),
+                                     1 + static_cast<int64_t>(rng() % 3), tokens,
+                                     1 + static_cast<int64_t>(rng() % 24)};
+    for (size_t t = 1 + rng() % 2; t > 0; --t) {
+      layer.tensors.push_back(
+          compressible
+              ? Tensor::Filled(DType::kFloat16, shape, static_cast<uint8_t>(rng()))
+              : testing::RandomTensor(rng, DType::kFloat16, shape));
+    }
+    c.whole.layers.push_back(std::move(layer));
+    if (rng() % 4 == 0) {
+      c.rows.push_back(std::nullopt);  // this layer is encoded whole
+    } else {
+      const int64_t start = static_cast<int64_t>(rng() % (tokens + 1));
+      c.rows.push_back(
+          TokenRows{start, static_cast<int64_t>(rng() % (tokens - start + 1))});
+    }
+  }
+  return c;
+}
+
+// The record EncodeBlockRows encodes, sliced the slow way.
+BlockRecord Sliced(const RowsCase& c) {
+  BlockRecord r = c.whole;
+  for (size_t l = 0; l < r.layers.size(); ++l) {
+    if (!c.rows[l].has_value()) continue;
+    for (Tensor& t : r.layers[l].tensors) {
+      t = t.SliceAxis(t.ndim() - 2, c.rows[l]->start, c.rows[l]->length).value();
+    }
+  }
+  return r;
+}
+
+TEST(Codec, EncodingTokenRowsIsEncodingTheSlicedRecord) {
+  std::mt19937_64 rng(testing::TestSeed("Codec.EncodingTokenRows"));
+  for (uint64_t i = 0, n = testing::Iterations(300, 30000); i < n; ++i) {
+    const bool compress = rng() % 2;
+    const RowsCase c = RandomRowsCase(rng, compress);
+    EncodeOptions opt;
+    opt.compress = compress;
+    opt.min_compress_bytes = 64;
+    ASSERT_OK_AND_ASSIGN(SharedBytes rows, EncodeBlockRows(c.whole, c.rows, opt));
+    ASSERT_OK_AND_ASSIGN(SharedBytes sliced, EncodeBlock(Sliced(c), opt));
+    ASSERT_EQ(rows.view(), sliced.view()) << "iteration " << i;
+    ASSERT_OK(DecodeBlock(rows)) << "iteration " << i;
+  }
+}
+
+TEST(Codec, EncodingHashesEachByteOnce) {
+  std::mt19937_64 rng(testing::TestSeed("Codec.EncodingHashesEachByteOnce"));
+  const RowsCase c = RandomRowsCase(rng, /*compressible=*/false);
+  const BlockRecord sliced = Sliced(c);
+  uint64_t tensor_bytes = 0;
+  for (const LayerState& l : sliced.layers) {
+    for (const Tensor& t : l.tensors) tensor_bytes += t.nbytes();
+  }
+  const uint64_t before = ThreadHashedBytes();
+  ASSERT_OK_AND_ASSIGN(SharedBytes enc, EncodeBlockRows(c.whole, c.rows));
+  const uint64_t hashed = ThreadHashedBytes() - before;
+  // The header (less its checksum field) and every tensor byte, once.
+  const uint64_t header_len = enc.data()[8] | enc.data()[9] << 8;  // u32 at 8
+  EXPECT_EQ(hashed, header_len - 8 + tensor_bytes);
+}
+
+TEST(Codec, TokenRowsOutsideATensorAreInvalid) {
+  RowsCase c;
+  LayerState layer;
+  layer.cache_type = "KVCache";
+  layer.tensors.push_back(Tensor::Filled(DType::kFloat16, {1, 2, 8, 4}, 1));
+  c.whole.layers.push_back(layer);
+  for (TokenRows bad :
+       {TokenRows{-1, 2}, TokenRows{7, 2}, TokenRows{9, 0}, TokenRows{0, -1}}) {
+    EXPECT_TRUE(EncodeBlockRows(c.whole, {bad}).status().IsInvalidArgument())
+        << bad.start << " +" << bad.length;
+  }
+  EXPECT_OK(EncodeBlockRows(c.whole, {TokenRows{8, 0}}));
+  // One entry per layer, and a token axis to cut.
+  EXPECT_TRUE(EncodeBlockRows(c.whole, {TokenRows{0, 1}, std::nullopt})
+                  .status()
+                  .IsInvalidArgument());
+  c.whole.layers[0].tensors[0] = Tensor::Filled(DType::kFloat16, {8}, 1);
+  EXPECT_TRUE(EncodeBlockRows(c.whole, {TokenRows{0, 1}}).status().IsInvalidArgument());
 }
 
 TEST(Codec, TokensAreOptionalAndPartialTailsAreMarked) {
