@@ -192,6 +192,8 @@ void IndexJson(JsonWriter& j, const IndexFigures& f) {
         .Field("get_p50_us", s.get_p50_us)
         .Field("get_p99_us", s.get_p99_us)
         .Field("open_s", s.open_s)
+        .Field("open_max_s", s.open_max_s)
+        .Field("open_cpu_s", s.open_cpu_s)
         .Field("heap_bytes", s.heap_bytes)
         .Field("metadata_disk_bytes", s.metadata_disk_bytes)
         .Field("segment_disk_bytes", s.segment_disk_bytes)
@@ -253,13 +255,13 @@ void PrintText(const ScaleResult& r) {
   }
   if (r.index) {
     const IndexFigures& f = *r.index;
-    std::printf("SSD index, %llu-byte blocks:\n  %10s %12s %10s %10s %10s %8s %12s\n",
+    std::printf("SSD index, %llu-byte blocks:\n  %10s %12s %10s %10s %10s %8s %8s %12s\n",
                 static_cast<unsigned long long>(f.block_bytes), "blocks", "store blk/s",
-                "store MB/s", "get p50us", "get p99us", "open s", "heap bytes");
+                "store MB/s", "get p50us", "get p99us", "open s", "cpu s", "heap bytes");
     for (const IndexStep& s : f.steps) {
-      std::printf("  %10llu %12.0f %10.1f %10.1f %10.1f %8.3f %12llu\n",
+      std::printf("  %10llu %12.0f %10.1f %10.1f %10.1f %8.3f %8.3f %12llu\n",
                   static_cast<unsigned long long>(s.blocks), s.store_blocks_per_s,
-                  s.store_mb_per_s, s.get_p50_us, s.get_p99_us, s.open_s,
+                  s.store_mb_per_s, s.get_p50_us, s.get_p99_us, s.open_s, s.open_cpu_s,
                   static_cast<unsigned long long>(s.heap_bytes));
     }
     const IndexStep& last = f.steps.back();

@@ -43,9 +43,11 @@ struct IndexStep {
   double store_blocks_per_s = 0;  // write-back of the blocks added at this step
   double store_mb_per_s = 0;
   double get_p50_us = 0, get_p99_us = 0;  // cold reads of single blocks
-  double open_s = 0;                      // reopen after a clean close, files evicted
-  uint64_t heap_bytes = 0;                // malloc'ed by the reopened tier
-  uint64_t metadata_disk_bytes = 0;       // the metadata database's files
+  // Reopen after a clean close with the files' pages evicted: median and
+  // slowest of three, and the process's CPU seconds during it (median).
+  double open_s = 0, open_max_s = 0, open_cpu_s = 0;
+  uint64_t heap_bytes = 0;           // malloc'ed by the reopened tier
+  uint64_t metadata_disk_bytes = 0;  // the metadata database's files
   uint64_t segment_disk_bytes = 0;
 };
 struct IndexFigures {
