@@ -19,17 +19,35 @@ namespace prefixkv::cli {
 // per token) with `block_tokens`-token blocks and a `tokens`-token chain.
 BenchModel LlamaModel(int block_tokens, int64_t tokens);
 
-// One block size of the Llama part. Ratios are the limit's seconds over
+// A restore against its limit: ratios are the limit's seconds over
 // prefixkv's, one per alternating pair; times in milliseconds.
+struct RestoreFigures {
+  Range ratio;
+  Range ms, first_layer_ms;  // whole, and until layer 0's callback
+};
+
+// How a cold restore's engine is set up (the promotion of every block read
+// into the hot tier is where a fresh engine spends half its time).
+enum ColdKind : int {
+  kColdFreshEngine = 0,  // a new engine: the hot tier's arena faulted in as it fills
+  kColdWarmArena = 1,    // a long-running engine: its arena's pages already faulted in
+  kColdNoPromotion = 2,  // EngineOptions::promote_on_ssd_hit = false
+  kColdKinds = 3,
+};
+const char* ColdKindName(int kind);  // "fresh_engine", "warm_arena", "no_promotion"
+
+// One block size of the Llama part.
 struct LlamaFigures {
   int block_tokens = 0;
   int blocks = 0;
-  uint64_t bytes = 0;          // keys and values restored
-  Range hot_ratio;             // memcpy / RestoreInto, both into one warm buffer
-  Range hot_ms, hot_first_ms;  // RestoreInto: whole, until layer 0's callback
+  uint64_t bytes = 0;  // keys and values restored
+  // RestoreInto from the hot tier against memcpy, both into one warm buffer.
+  RestoreFigures hot;
   Range memcpy_ms;
-  Range cold_ratio;  // raw O_DIRECT read of the segments / cold RestoreInto
-  Range cold_ms, cold_first_ms, raw_ms;
+  // Cold RestoreInto from the SSD tier against a raw O_DIRECT read of the
+  // segment files, by ColdKind.
+  RestoreFigures cold[kColdKinds];
+  Range raw_ms;
   uint64_t segment_bytes = 0;
   uint64_t resident_bytes = 0;  // segment pages in the page cache after cold reads
   bool identical = false;       // the caller memory held the chain, hot and cold
