@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -44,9 +46,13 @@ struct Window {
 };
 
 // Runs `read(rng)` (returns false on an error) on `threads` threads, and
-// `write(stop)` on `writers` threads, for `seconds`.
-Window RunWindow(int threads, double seconds,
-                 const std::function<bool(std::mt19937_64&)>& read, int writers,
+// `write(stop)` on `writers` threads, for `seconds`. Only `read` is timed;
+// every 8th read of a thread is then checked with `check` (when given):
+// the block `read` chose and the bytes it returned.
+using ReadFn = std::function<bool(std::mt19937_64&, uint64_t* block, SharedBytes* got)>;
+using CheckFn = std::function<bool(uint64_t block, const SharedBytes& got)>;
+Window RunWindow(int threads, double seconds, const ReadFn& read, const CheckFn& check,
+                 int writers,
                  const std::function<void(const std::atomic<bool>&)>& write) {
   Window w;
   std::atomic<bool> stop{false};
@@ -58,10 +64,14 @@ Window RunWindow(int threads, double seconds,
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       std::mt19937_64 rng(static_cast<uint64_t>(t) + 1);
+      std::vector<double>& mine = ms[static_cast<size_t>(t)];
       while (!stop.load(std::memory_order_relaxed)) {
+        uint64_t block = 0;
+        SharedBytes got;
         const uint64_t at = Clock::System()->NowNanos();
-        if (!read(rng)) ok = false;
-        ms[static_cast<size_t>(t)].push_back(Since(at) * 1e3);
+        if (!read(rng, &block, &got)) ok = false;
+        mine.push_back(Since(at) * 1e3);
+        if (check && mine.size() % 8 == 1 && !check(block, got)) ok = false;
       }
     });
   }
@@ -129,10 +139,12 @@ Status MeasureRaw(int threads, double seconds, uint64_t read_bytes, const fs::pa
   if (!src.ok() || !dst.ok())
     return Status::IOError("cannot write raw files in " + dir.string());
   EvictFilePages(dir);
-  auto read = [&](std::mt19937_64& rng) { return src.Read(rng()); };
-  const Window alone = RunWindow(threads, seconds, read, 0, nullptr);
+  auto read = [&](std::mt19937_64& rng, uint64_t*, SharedBytes*) {
+    return src.Read(rng());
+  };
+  const Window alone = RunWindow(threads, seconds, read, nullptr, 0, nullptr);
   std::atomic<uint64_t> next{0}, written{0};
-  const Window mixed = RunWindow(threads, seconds, read, kWriterThreads,
+  const Window mixed = RunWindow(threads, seconds, read, nullptr, kWriterThreads,
                                  [&](const std::atomic<bool>& stop) {
                                    while (!stop.load(std::memory_order_relaxed)) {
                                      if (dst.Write(next++)) written += kBlockBytes;
@@ -169,22 +181,26 @@ Status MeasureTier(int threads, double seconds, uint64_t read_bytes, const fs::p
   for (uint64_t i = 0; i < stored; ++i) tier->OnEvict(MetaOf(i), payloads[i % 16], true);
   PKV_RETURN_IF_ERROR(tier->Flush());
   EvictFilePages(o.path);
+  auto read = [&](std::mt19937_64& rng, uint64_t* block, SharedBytes* got) {
+    *block = rng() % stored;
+    StatusOr<SharedBytes> payload = tier->Get(MetaOf(*block).key);
+    if (!payload.ok()) return false;
+    *got = std::move(payload).value();
+    return true;
+  };
   std::atomic<bool> identical{true};
-  auto read = [&](std::mt19937_64& rng) {
-    const uint64_t i = rng() % stored;
-    StatusOr<SharedBytes> got = tier->Get(MetaOf(i).key);
-    if (!got.ok()) return false;
-    const SharedBytes& want = payloads[i % 16];
-    if (got->size() != want.size() ||
-        std::memcmp(got->data(), want.data(), want.size()) != 0)
+  auto check = [&](uint64_t block, const SharedBytes& got) {
+    const SharedBytes& want = payloads[block % 16];
+    if (got.size() != want.size() ||
+        std::memcmp(got.data(), want.data(), want.size()) != 0)
       identical = false;
     return true;
   };
-  const Window alone = RunWindow(threads, seconds, read, 0, nullptr);
+  const Window alone = RunWindow(threads, seconds, read, check, 0, nullptr);
   std::atomic<uint64_t> next{stored};
   const uint64_t written0 = tier->SpaceUsage().bytes_written;
   const Window mixed =
-      RunWindow(threads, seconds, read, 1, [&](const std::atomic<bool>& stop) {
+      RunWindow(threads, seconds, read, check, 1, [&](const std::atomic<bool>& stop) {
         while (!stop.load(std::memory_order_relaxed)) {
           const uint64_t i = next++;
           tier->OnEvict(MetaOf(i), payloads[i % 16], true);
