@@ -30,6 +30,11 @@ void SsdIndex::Insert(const BlockKey& key, const IndexEntry& entry, bool inherit
   Erase(key);
   IndexEntry& e = entries_.emplace(key, entry).first->second;
   e.chain_hits = chain_hits;
+  e.children = 0;
+  if (auto it = absent_children_.find(key); it != absent_children_.end()) {
+    e.children = it->second;  // children stored before their parent
+    absent_children_.erase(it);
+  }
   TierCounters& o = owners_[entry.owner];
   o.entries += 1;
   o.bytes += entry.bytes;
@@ -47,6 +52,7 @@ bool SsdIndex::Erase(const BlockKey& key) {
   const IndexEntry e = it->second;
   DropLeaf(key);
   claimed_.erase(key);
+  if (e.children > 0) absent_children_[key] = e.children;
   entries_.erase(it);
   TierCounters& o = owners_[e.owner];
   o.entries -= 1;
@@ -118,8 +124,9 @@ bool SsdIndex::HasStoredParent(const IndexEntry& e) const {
 }
 
 uint32_t SsdIndex::ChildCount(const BlockKey& key) const {
-  auto it = children_.find(key);
-  return it == children_.end() ? 0 : it->second;
+  if (const IndexEntry* e = Find(key)) return e->children;
+  auto it = absent_children_.find(key);
+  return it == absent_children_.end() ? 0 : it->second;
 }
 
 TierCounters SsdIndex::OwnerCounters(OwnerId owner) const {
@@ -139,17 +146,28 @@ bool SsdIndex::IsLeaf(const BlockKey& key) const {
 
 void SsdIndex::AddChild(const BlockKey& parent) {
   if (parent.IsZero()) return;
-  if (children_[parent]++ == 0) DropLeaf(parent);
+  auto it = entries_.find(parent);
+  if (it == entries_.end()) {
+    ++absent_children_[parent];
+  } else if (it->second.children == 0) {
+    DropLeaf(parent);
+    it->second.children = 1;
+  } else {
+    ++it->second.children;
+  }
 }
 
 void SsdIndex::DropChild(const BlockKey& parent) {
   if (parent.IsZero()) return;
-  auto it = children_.find(parent);
-  if (it == children_.end()) return;
-  if (--it->second == 0) {
-    children_.erase(it);
-    AddLeaf(parent);
+  auto it = entries_.find(parent);
+  if (it == entries_.end()) {
+    auto absent = absent_children_.find(parent);
+    if (absent != absent_children_.end() && --absent->second == 0)
+      absent_children_.erase(absent);
+    return;
   }
+  if (it->second.children == 0) return;
+  if (--it->second.children == 0) AddLeaf(parent);
 }
 
 uint64_t SsdIndex::Rank(const IndexEntry& e) const {

@@ -36,6 +36,16 @@ struct IndexEntry {
   // metadata record (StoredMeta::chain_hits, saturated at 65535) with every
   // write and with the reads' access-order batches, so a restart keeps it.
   uint32_t chain_hits = 0;
+  // Stored (or pending) children of this block. Kept by SsdIndex (a value
+  // passed to Insert is ignored): counting them in the entry instead of in a
+  // map of their own saves a map node per stored parent (docs/ssd.md "RAM").
+  uint32_t children = 0;
+};
+
+// BlockKeyHash, noexcept: an unordered_map then keeps no hash code in each
+// node (libstdc++ caches it when the hash may throw), 16 bytes per entry.
+struct IndexKeyHash {
+  size_t operator()(const BlockKey& k) const noexcept { return BlockKeyHash()(k); }
 };
 
 class SsdIndex {
@@ -90,7 +100,8 @@ class SsdIndex {
   TierCounters Totals() const;
   const std::map<OwnerId, TierCounters>& owners() const { return owners_; }
 
-  const std::unordered_map<BlockKey, IndexEntry>& entries() const { return entries_; }
+  using EntryMap = std::unordered_map<BlockKey, IndexEntry, IndexKeyHash>;
+  const EntryMap& entries() const { return entries_; }
 
  private:
   bool IsLeaf(const BlockKey& key) const;
@@ -102,9 +113,12 @@ class SsdIndex {
   void DropLeaf(const BlockKey& key);
   void DropLive(uint64_t segment, uint64_t payload_bytes);
 
-  std::unordered_map<BlockKey, IndexEntry> entries_;
-  // parent key -> stored (or pending) children; the parent need not be stored.
-  std::unordered_map<BlockKey, uint32_t> children_;
+  EntryMap entries_;
+  // Parents that are not stored here (a namespace root, a parent in another
+  // tier, a child inserted first) -> their stored or pending children; a
+  // stored parent counts its own (IndexEntry::children). Insert moves a count
+  // from here into the entry, Erase back.
+  std::unordered_map<BlockKey, uint32_t, IndexKeyHash> absent_children_;
   std::set<std::pair<uint64_t, BlockKey>> leaves_;  // (Rank, key), unclaimed leaves
   std::set<BlockKey> claimed_;
   std::map<OwnerId, TierCounters> owners_;

@@ -297,7 +297,14 @@ Status SegmentStore::Append(const std::vector<ExtentSpec>& extents, bool sync,
     out->push_back({id, base + at, sum});
     at += ext;
   }
-  s = a->file->handle->Write(base, a->buf, total);
+  // In pieces of at most kMaxWriteBytes: one O_DIRECT write of a whole batch
+  // (up to 16 MiB) holds the device queue for its whole length, and every
+  // read meanwhile (a restore) waits behind it (docs/ssd.md "Reads during
+  // write-back").
+  for (uint64_t done = 0; s.ok() && done < total; done += kMaxWriteBytes) {
+    s = a->file->handle->Write(base + done, a->buf + done,
+                               std::min<uint64_t>(kMaxWriteBytes, total - done));
+  }
   if (s.ok() && sync) s = a->file->handle->DataSync();
   if (!s.ok()) {
     if (base == 0) {

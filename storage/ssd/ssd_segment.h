@@ -44,6 +44,11 @@ namespace prefixkv::ssd {
 
 inline constexpr uint64_t kExtentAlign = 4096;
 inline constexpr size_t kFooterBytes = 64;
+// The largest single write to a segment file: a write-back batch is written
+// in pieces of this size (a multiple of kExtentAlign), so a read waits behind
+// at most one piece per writer thread instead of a whole batch. Measured with
+// `prefixkv bench scale --parts concurrency` (docs/benchmarks.md).
+inline constexpr uint64_t kMaxWriteBytes = uint64_t{1} << 20;
 // "pkvext02": footer magic (the 2 is the layout generation, prefixkv-ssd/2).
 inline constexpr char kFooterMagic[8] = {'p', 'k', 'v', 'e', 'x', 't', '0', '2'};
 

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "tests/tools/cli_json.h"
@@ -64,6 +66,73 @@ TEST(BenchRestore, TheLlamaShapeRunsAndReportsRestoreIntoWithTimeToFirstLayer) {
         testing::RunCli(std::string("bench restore --json ") + bad);
     EXPECT_EQ(usage.exit_code, 2) << bad << ": " << usage.output;
   }
+}
+
+// `bench scale` at a tiny size: every part runs, restores byte for byte,
+// reports its figures against the limit of the same run and draws the
+// index's SVG; bad sizes are usage errors.
+TEST(BenchScale, EveryPartRunsSmallAndReportsItsFiguresAndGoals) {
+  testing::TempDir dir;
+  const std::string svg = (dir.path() / "index.svg").string();
+  const testing::CliRun run = testing::RunCli(
+      "bench scale --json --repeats 1 --tokens 64 --block-tokens 16,32 --index-blocks "
+      "2500 --index-block-bytes 4000 --samples 50 --seconds 0.2 --conc-bytes 8M --dir " +
+      dir.path().string() + " --svg " + svg);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::string json = run.output.substr(run.output.find("{\"suite\":\"scale\""));
+  EXPECT_EQ(testing::Value(json, "byte_identical", json.rfind("\"byte_identical\"")),
+            "true");
+  const std::vector<std::string> llama = testing::Objects(testing::Value(json, "llama"));
+  ASSERT_EQ(llama.size(), 2u) << json;
+  for (const std::string& l : llama) {
+    EXPECT_EQ(testing::Value(l, "byte_identical"), "true") << l;
+    EXPECT_EQ(testing::Count(l, "bytes"), 64u * 128 * 1024) << l;
+    EXPECT_GT(std::stod(testing::Value(l, "hot_ratio_vs_memcpy")), 0) << l;
+    for (const std::string kind : {"fresh_engine", "warm_arena", "no_promotion"}) {
+      const std::string cold = "cold_" + kind;
+      EXPECT_GT(std::stod(testing::Value(l, cold + "_ratio_vs_raw_read")), 0) << l;
+      EXPECT_LE(std::stod(testing::Value(l, cold + "_first_layer_ms")),
+                std::stod(testing::Value(l, cold + "_ms")))
+          << l;
+    }
+    EXPECT_GE(testing::Count(l, "segment_bytes"), 64u * 128 * 1024) << l;
+  }
+  EXPECT_EQ(testing::Value(llama[1], "blocks"), "2");
+  const std::string index = testing::Value(json, "index");
+  const std::vector<std::string> steps = testing::Objects(testing::Value(index, "steps"));
+  ASSERT_EQ(steps.size(), 2u) << index;
+  EXPECT_EQ(testing::Count(steps[0], "blocks"), 1000u);
+  EXPECT_EQ(testing::Count(steps[1], "blocks"), 2500u);
+  for (const std::string& s : steps) {
+    EXPECT_GT(testing::Count(s, "heap_bytes"), 0u) << s;
+    EXPECT_GT(testing::Count(s, "metadata_disk_bytes"), 0u) << s;
+    EXPECT_GE(testing::Count(s, "segment_disk_bytes"),
+              4096u * testing::Count(s, "blocks"));
+    EXPECT_LE(std::stod(testing::Value(s, "get_p50_us")),
+              std::stod(testing::Value(s, "get_p99_us")))
+        << s;
+    EXPECT_GT(std::stod(testing::Value(s, "store_blocks_per_s")), 0) << s;
+  }
+  EXPECT_EQ(testing::Value(index, "goal_open_met"), "false");  // not 1M blocks
+  const std::string conc = testing::Value(json, "concurrency");
+  EXPECT_GT(testing::Count(conc, "restores"), 0u) << conc;
+  EXPECT_GT(std::stod(testing::Value(conc, "write_mb_per_s")), 0) << conc;
+  EXPECT_GT(std::stod(testing::Value(conc, "raw_write_mb_per_s")), 0) << conc;
+  EXPECT_LE(std::stod(testing::Value(conc, "p50_ms")),
+            std::stod(testing::Value(conc, "p99_ms")));
+  std::ifstream in(svg);
+  const std::string plot((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(plot.find("<svg"), std::string::npos);
+  EXPECT_NE(plot.find("restore read p99"), std::string::npos);
+  for (const char* bad : {"--parts disk", "--tokens 64 --block-tokens 7", "--seconds 0",
+                          "--index-block-bytes 4"}) {
+    const testing::CliRun usage =
+        testing::RunCli(std::string("bench scale --json ") + bad);
+    EXPECT_EQ(usage.exit_code, 2) << bad << ": " << usage.output;
+  }
+  // The scratch directory (run-PID under --dir) is gone; only the plot is left.
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    EXPECT_EQ(e.path().filename(), "index.svg");
 }
 
 // `prefixkv bench` runs the prefixkv-bench binary beside it; a `prefixkv`

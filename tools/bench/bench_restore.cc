@@ -29,12 +29,9 @@
 // file system allows it), verifies and decodes it and promotes it; against a
 // raw sequential read of those segment files the same way, alternating with
 // it in the same run.
-#include <fcntl.h>
 #include <malloc.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -42,6 +39,7 @@
 #include "prefixkv/cache_types.h"
 #include "prefixkv/engine.h"
 #include "tools/bench/bench_util.h"
+#include "tools/bench/disk_util.h"
 #include "tools/bench/restore_into_bench.h"
 #include "tools/bench/suite.h"
 #include "tools/cli/flags.h"
@@ -101,32 +99,6 @@ uint64_t HotBytes(const BenchModel& model) {
                          static_cast<uint64_t>(model.kv_heads * model.head_dim * 2) *
                          static_cast<uint64_t>(model.chain_tokens());
   return std::max<uint64_t>(uint64_t{1} << 30, 2 * chain);
-}
-
-// Sequential O_DIRECT read of every file under `dir`, 1 MiB at a time; false
-// on an error. `*bytes`: how many were read.
-bool RawReadFiles(const fs::path& dir, uint64_t* bytes) {
-  constexpr size_t kChunk = 1 << 20;
-  void* buf = nullptr;
-  if (posix_memalign(&buf, 4096, kChunk) != 0) return false;
-  bool ok = true;
-  *bytes = 0;
-  for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    if (!e.is_regular_file()) continue;
-    int fd = open(e.path().c_str(), O_RDONLY | O_DIRECT);
-    // A file system without O_DIRECT (tmpfs): the tier reads buffered there too.
-    if (fd < 0 && errno == EINVAL) fd = open(e.path().c_str(), O_RDONLY);
-    if (fd < 0) {
-      ok = false;
-      continue;
-    }
-    ssize_t n = 0;
-    for (off_t at = 0; (n = pread(fd, buf, kChunk, at)) > 0; at += n) *bytes += n;
-    ok &= n == 0;
-    close(fd);
-  }
-  free(buf);
-  return ok;
 }
 
 // The cold SSD restore against the raw read of the same segment files,

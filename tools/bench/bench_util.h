@@ -54,6 +54,14 @@ inline Range Summarize(std::vector<double> v) {
   return Range{v[v.size() / 2], v.front(), v.back()};
 }
 
+// The q-quantile (0..1) of `v` by the nearest-rank rule; 0 when empty.
+inline double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t rank = static_cast<size_t>(q * static_cast<double>(v.size()) + 0.999999);
+  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
+}
+
 // `layers` KVCache layers of `tokens` positions: keys then values, each a
 // float16 [1, heads, tokens, head_dim] tensor of random bits from `rng`.
 inline std::vector<LayerState> RandomKvLayers(std::mt19937_64& rng, int layers,
