@@ -18,7 +18,7 @@ struct RedisClusterStore::Node {
   std::vector<std::unique_ptr<RedisConnection>> idle GUARDED_BY(mu);
   uint64_t down_until_nanos GUARDED_BY(mu) = 0;  // clock_ time
   // Bytes of the last GET value read from this node (0: none yet): what a
-  // read's window (read_window_bytes) is counted in.
+  // read's window (kReadWindowBytes) is counted in.
   std::atomic<uint64_t> value_bytes{0};
 };
 
@@ -57,11 +57,11 @@ Status RedisClusterStore::DownStatus(Node& node) const {
 }
 
 size_t RedisClusterStore::Window(const Node& node, const KeyOp& op, size_t items) const {
-  if (!op.windowed || options_.read_window_bytes == 0) return items;
+  if (!op.windowed) return items;
   const uint64_t value = node.value_bytes.load(std::memory_order_relaxed);
   if (value == 0) return items;  // nothing read from this node yet: all at once
   // At least two, so the next GET is at the node before it finished the last.
-  const uint64_t window = std::max<uint64_t>(2, options_.read_window_bytes / value);
+  const uint64_t window = std::max<uint64_t>(2, kReadWindowBytes / value);
   return static_cast<size_t>(std::min<uint64_t>(items, window));
 }
 

@@ -4,7 +4,7 @@
 // Routing: a slot map (16384 slots -> master) from CLUSTER SLOTS. A call
 // groups its keys by master, pipelines one command per key to each master
 // (all masters written first, then all read, against ONE deadline of
-// request_timeout_ms; a read of large values keeps only read_window_bytes of
+// request_timeout_ms; a read of large values keeps only kReadWindowBytes of
 // replies in flight per master and sends the next GET as each reply
 // arrives), and follows -MOVED (the slot is re-pointed at once and
 // the whole map fetched again at the start of the next call) and -ASK (ASKING
@@ -49,6 +49,15 @@ class RedisClusterStore final : public RemoteStore {
  public:
   // Redirections followed per key before the key fails with IOError.
   static constexpr int kMaxRedirects = 3;
+  // Replies of a read (GET) kept in flight per node, in bytes: once a node's
+  // value size is known (its last GET reply), a batch sends it at most
+  // max(2, kReadWindowBytes / value size) GETs ahead of the replies read,
+  // and one more as each reply arrives, so the node never waits for the
+  // next. A master then builds two 256 KiB replies at a time, in the buffers
+  // (warm in its caches) of the replies it just sent, where a whole batch
+  // would make it allocate, and page-fault, megabytes of reply buffers
+  // first (docs/remote.md, "Reads"). Small values all go at once.
+  static constexpr uint64_t kReadWindowBytes = 512 << 10;
 
   // `clock` times the down backoff and the map retry (socket deadlines are
   // real time). REQUIRES: options checked by OpenRedisClusterStore.
@@ -99,7 +108,7 @@ class RedisClusterStore final : public RemoteStore {
     // How long a node may stay silent: request_timeout_ms for reads (the
     // request path), write_timeout_ms for writes (background writers).
     bool write = false;
-    // Replies are values (GET): sent within read_window_bytes per node.
+    // Replies are values (GET): sent within kReadWindowBytes per node.
     bool windowed = false;
   };
 

@@ -101,17 +101,6 @@ struct RedisClusterOptions {
   // After a node failed, it is not contacted again for this long (its keys
   // are misses at once) so a dead node costs one timeout, not one per call.
   uint32_t down_backoff_ms = 1000;
-  // Replies of a read (GET) kept in flight per node, in bytes: once a node's
-  // value size is known (its last GET reply), a batch sends it at most
-  // max(2, read_window_bytes / value size) GETs ahead of the replies read,
-  // and one more as each reply arrives (the node never waits: the next GET
-  // is there before it finished the last one). A master then builds only
-  // that many replies at once, reusing the buffers, still warm in its
-  // caches, of the replies it just sent, where a whole batch of large values
-  // would make it allocate (and page-fault) megabytes of reply buffers first
-  // (docs/remote.md, "Reads"). Small values all go at once, as before. 0:
-  // every command of a batch at once.
-  uint32_t read_window_bytes = 512 << 10;
   // AUTH password, empty for none.
   std::string password;
 };
