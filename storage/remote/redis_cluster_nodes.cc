@@ -2,6 +2,7 @@
 // connection pool and down backoff, and OpenRedisClusterStore itself.
 #include <hiredis/hiredis.h>
 
+#include <atomic>
 #include <set>
 #include <utility>
 
@@ -16,6 +17,9 @@ struct RedisClusterStore::Node {
   Mutex mu;
   std::vector<std::unique_ptr<RedisConnection>> idle GUARDED_BY(mu);
   uint64_t down_until_nanos GUARDED_BY(mu) = 0;  // clock_ time
+  // Bytes of the last GET value read from this node (0: none yet): what a
+  // read's window (kReadWindowBytes) is counted in.
+  std::atomic<uint64_t> value_bytes{0};
 };
 
 RedisClusterStore::RedisClusterStore(RedisClusterOptions options,
@@ -50,6 +54,19 @@ Status RedisClusterStore::DownStatus(Node& node) const {
   return Status::Unavailable("redis " + node.name +
                              ": down after a failure, retried in " +
                              std::to_string((until - now) / 1000000 + 1) + " ms");
+}
+
+size_t RedisClusterStore::Window(const Node& node, const KeyOp& op, size_t items) const {
+  if (!op.windowed) return items;
+  const uint64_t value = node.value_bytes.load(std::memory_order_relaxed);
+  if (value == 0) return items;  // nothing read from this node yet: all at once
+  // At least two, so the next GET is at the node before it finished the last.
+  const uint64_t window = std::max<uint64_t>(2, kReadWindowBytes / value);
+  return static_cast<size_t>(std::min<uint64_t>(items, window));
+}
+
+void RedisClusterStore::NoteValueBytes(Node& node, size_t bytes) {
+  node.value_bytes.store(bytes, std::memory_order_relaxed);
 }
 
 StatusOr<std::unique_ptr<RedisConnection>> RedisClusterStore::Acquire(Node& node) {

@@ -28,6 +28,7 @@ struct RedisClusterStore::Batch {
   bool asking = false;
   std::vector<Item> items;
   std::unique_ptr<RedisConnection> connection;
+  size_t sent = 0;  // items whose command is queued (a prefix of items)
 };
 
 // A call's outcome: its first failure, and each key's own when the caller
@@ -128,10 +129,7 @@ void RedisClusterStore::RunRound(const std::vector<Item>& items, const KeyOp& op
   for (Batch& batch : batches) {
     if (batch.connection == nullptr) continue;
     batch.connection->set_idle_timeout_nanos(timeout_nanos);
-    for (const Item& item : batch.items) {
-      if (batch.asking) batch.connection->Append({"ASKING"});
-      op.append(*batch.connection, item.index);
-    }
+    QueueNext(batch, op, Window(*batch.node, op, batch.items.size()), 0);
     Status sent = batch.connection->Flush(deadline);
     if (!sent.ok()) {  // the connection is broken: no reply is read from it
       if (sent.IsUnavailable()) MarkDown(*batch.node);
@@ -141,6 +139,19 @@ void RedisClusterStore::RunRound(const std::vector<Item>& items, const KeyOp& op
   ReadReplies(batches, deadline, op, next, outcome);
   for (Batch& batch : batches) {
     if (batch.connection != nullptr) Release(*batch.node, std::move(batch.connection));
+  }
+}
+
+void RedisClusterStore::QueueNext(Batch& batch, const KeyOp& op, size_t count,
+                                  size_t answered) {
+  const size_t end = std::min(batch.items.size(), batch.sent + count);
+  for (; batch.sent < end; ++batch.sent) {
+    if (batch.asking) batch.connection->Append({"ASKING"});
+    op.append(*batch.connection, batch.items[batch.sent].index);
+  }
+  const uint64_t in_flight = batch.sent - answered;
+  uint64_t max = max_in_flight_.load(std::memory_order_relaxed);
+  while (in_flight > max && !max_in_flight_.compare_exchange_weak(max, in_flight)) {
   }
 }
 
@@ -181,9 +192,21 @@ void RedisClusterStore::ReadReplies(std::vector<Batch>& batches, uint64_t deadli
         if (*reply == nullptr) break;  // the rest has not arrived yet
         ++r.replies;
         if (per_item == 2 && r.replies % 2 == 1) continue;  // ASKING's +OK
-        const Item& item = r.batch->items[r.replies / per_item - 1];
+        const size_t answered = r.replies / per_item;
+        if (op.windowed && (*reply)->type == REDIS_REPLY_STRING) {
+          NoteValueBytes(*r.batch->node, (*reply)->len);
+        }
+        Status sent;
+        if (r.batch->sent < r.batch->items.size()) {
+          // The window moves on before this value is handed over (and
+          // checked), so the node is busy meanwhile.
+          QueueNext(*r.batch, op, 1, answered);
+          sent = r.batch->connection->Flush(deadline);
+        }
+        const Item& item = r.batch->items[answered - 1];
         const Status accepted = Accept(**reply, item, *r.batch->connection, op, next);
         if (!accepted.ok()) outcome->Fail(item.index, accepted);  // -OOM: this key
+        if (!sent.ok()) fail(r, sent);  // the keys after this one
       }
     }
     std::erase_if(reading, [](const Reading& r) {
@@ -256,6 +279,7 @@ Status RedisClusterStore::MultiGetEach(std::span<const std::string> keys,
                                        const ValueArrived& arrived) {
   values->assign(keys.size(), std::nullopt);
   KeyOp op;
+  op.windowed = true;
   op.append = [&](RedisConnection& c, size_t i) { c.Append({"GET", keys[i]}); };
   op.accept = [&](size_t i, redisReply& reply) {
     if (reply.type == REDIS_REPLY_NIL) return Status::OK();

@@ -4,7 +4,9 @@
 // Routing: a slot map (16384 slots -> master) from CLUSTER SLOTS. A call
 // groups its keys by master, pipelines one command per key to each master
 // (all masters written first, then all read, against ONE deadline of
-// request_timeout_ms), and follows -MOVED (the slot is re-pointed at once and
+// request_timeout_ms; a read of large values keeps only kReadWindowBytes of
+// replies in flight per master and sends the next GET as each reply
+// arrives), and follows -MOVED (the slot is re-pointed at once and
 // the whole map fetched again at the start of the next call) and -ASK (ASKING
 // then the command on the target, map unchanged), at most kMaxRedirects times
 // per key.
@@ -24,6 +26,7 @@
 // Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -46,6 +49,15 @@ class RedisClusterStore final : public RemoteStore {
  public:
   // Redirections followed per key before the key fails with IOError.
   static constexpr int kMaxRedirects = 3;
+  // Replies of a read (GET) kept in flight per node, in bytes: once a node's
+  // value size is known (its last GET reply), a batch sends it at most
+  // max(2, kReadWindowBytes / value size) GETs ahead of the replies read,
+  // and one more as each reply arrives, so the node never waits for the
+  // next. A master then builds two 256 KiB replies at a time, in the buffers
+  // (warm in its caches) of the replies it just sent, where a whole batch
+  // would make it allocate, and page-fault, megabytes of reply buffers
+  // first (docs/remote.md, "Reads"). Small values all go at once.
+  static constexpr uint64_t kReadWindowBytes = 512 << 10;
 
   // `clock` times the down backoff and the map retry (socket deadlines are
   // real time). REQUIRES: options checked by OpenRedisClusterStore.
@@ -78,6 +90,11 @@ class RedisClusterStore final : public RemoteStore {
   std::string NodeOfSlot(uint16_t slot) const EXCLUDES(mu_);
   uint64_t map_fetches() const EXCLUDES(mu_);
   bool IsNodeDown(const std::string& node) const EXCLUDES(mu_);
+  // For tests: the most commands one batch had sent and not yet seen
+  // answered (with ASKING, an item's pair counts once), over this store's life.
+  uint64_t max_in_flight() const {
+    return max_in_flight_.load(std::memory_order_relaxed);
+  }
 
  private:
   struct Node;
@@ -91,6 +108,8 @@ class RedisClusterStore final : public RemoteStore {
     // How long a node may stay silent: request_timeout_ms for reads (the
     // request path), write_timeout_ms for writes (background writers).
     bool write = false;
+    // Replies are values (GET): sent within kReadWindowBytes per node.
+    bool windowed = false;
   };
 
   // Runs `op` on every key; the first failure, and each key's own in
@@ -105,6 +124,14 @@ class RedisClusterStore final : public RemoteStore {
   // past its deadline ends there (its unanswered keys fail).
   void ReadReplies(std::vector<Batch>& batches, uint64_t deadline, const KeyOp& op,
                    std::vector<Item>* next, Outcome* outcome) EXCLUDES(mu_);
+  // How many of a batch's `items` to `node` to send before reading: all of
+  // them, or the read window's worth of the node's values.
+  size_t Window(const Node& node, const KeyOp& op, size_t items) const;
+  // Remembers the size of a GET value `node` sent (what Window counts in).
+  static void NoteValueBytes(Node& node, size_t bytes);
+  // Queues the commands of `batch`'s next `count` unsent items (fewer at its
+  // end) and records the batch's commands in flight.
+  void QueueNext(Batch& batch, const KeyOp& op, size_t count, size_t answered);
   // SET of every write (MultiSet, MultiSetEach).
   Status Set(std::span<const RemoteWrite> writes, std::vector<Status>* results);
   // One item's reply: follows a redirect, or hands it to `op`.
@@ -141,6 +168,7 @@ class RedisClusterStore final : public RemoteStore {
   uint64_t map_fetches_ GUARDED_BY(mu_) = 0;
   size_t masters_ GUARDED_BY(mu_) = 0;
   bool standalone_ GUARDED_BY(mu_) = false;  // a node with cluster mode off
+  std::atomic<uint64_t> max_in_flight_{0};
 };
 
 // OpenRedisClusterStore with the clock that times down backoffs.

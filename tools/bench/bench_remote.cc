@@ -19,7 +19,15 @@
 // CPU per chain (local cluster only): the CPU time this process (node B's
 // Match + Restore; getrusage) and the masters (/proc/PID/task/*/schedstat)
 // spend per restored chain, and that redis-benchmark (RUSAGE_CHILDREN) and
-// the masters spend per chain's worth of GETs. cpu_bound_ratio is the ratio
+// the masters spend per chain's worth of GETs. From the masters' figures the
+// CPU they spend idle (cron, cluster bus; measured for a second before the
+// rounds) over the same time is taken off, so a window of 10 ms and one of
+// 2.5 s are compared on the work done in them. Their minor page faults
+// (/proc/PID/stat) are counted in the same windows: a fault is a fresh page
+// of reply buffer, about a microsecond each. redis_cpu_ratio is the
+// masters' CPU per restored chain over theirs per chain's worth of
+// redis-benchmark GETs (goal <= 1.3). The values redis-benchmark GETs are as
+// large as the restore's (the envelope and its payload). cpu_bound_ratio is the ratio
 // the restore would reach if its CPU time were spread perfectly over every
 // core of the machine: bytes x cores / (restore CPU) over the limit's rate.
 // Below the goal, no amount of overlap reaches it here; only less work per
@@ -37,6 +45,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 
 #include "prefixkv/advanced/engine_internals.h"
@@ -55,9 +64,9 @@ namespace prefixkv::cli {
 namespace {
 
 const BenchModel kModel{.name = "bench-remote-8l", .kv_heads = 4, .block_tokens = 16};
-// redis-benchmark: one client per master, ~32 values in flight in all.
+// redis-benchmark: one client per master (its pipeline: --redis-pipeline,
+// default 11, ~32 values in flight in all like B's whole batch).
 constexpr int kRedisClients = 3;
-constexpr int kRedisPipeline = 11;
 // Node B's hot tier holds about 4 chains, so after the warm-up rounds it is
 // full, as on a serving node: every fetched chain replaces an older one, and
 // its blocks land in the pages of evicted ones (SharedBytes' recycler).
@@ -137,14 +146,60 @@ uint64_t ProcessCpuNanos(pid_t pid) {
   return total;
 }
 
-// The masters' CPU time, or 0 for a cluster this bench did not start.
-uint64_t ClusterCpuNanos(const LocalRedisCluster* local) {
-  if (local == nullptr) return 0;
-  uint64_t total = 0;
-  for (size_t i = 0; i < local->ports().size(); ++i) {
-    total += ProcessCpuNanos(local->pid(static_cast<int>(i)));
+// Minor page faults of `pid` so far (field 10 of /proc/PID/stat); 0 when
+// unreadable.
+uint64_t ProcessMinorFaults(pid_t pid) {
+  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (f == nullptr) return 0;
+  char line[1024];
+  const size_t n = std::fread(line, 1, sizeof(line) - 1, f);
+  std::fclose(f);
+  line[n] = '\0';
+  // After "pid (comm) ": state, ppid, pgrp, session, tty, tpgid, flags, minflt.
+  const char* after_comm = std::strrchr(line, ')');
+  unsigned long long minflt = 0;
+  if (after_comm == nullptr ||
+      std::sscanf(after_comm + 1, " %*c %*d %*d %*d %*d %*d %*u %llu", &minflt) != 1) {
+    return 0;
   }
-  return total;
+  return minflt;
+}
+
+// What the masters have used so far: CPU time (ns) and minor page faults.
+struct ClusterUsage {
+  uint64_t cpu_ns = 0, faults = 0;
+  ClusterUsage operator-(const ClusterUsage& o) const {
+    return {cpu_ns - o.cpu_ns, faults - o.faults};
+  }
+};
+
+// The masters' usage, or zeros for a cluster this bench did not start.
+ClusterUsage MastersUsage(const LocalRedisCluster* local) {
+  ClusterUsage u;
+  if (local == nullptr) return u;
+  for (size_t i = 0; i < local->ports().size(); ++i) {
+    const pid_t pid = local->pid(static_cast<int>(i));
+    u.cpu_ns += ProcessCpuNanos(pid);
+    u.faults += ProcessMinorFaults(pid);
+  }
+  return u;
+}
+
+// The masters' CPU time per second while nobody talks to them (serverCron,
+// the cluster bus), measured over `millis`.
+double MastersIdleNanosPerSecond(const LocalRedisCluster* local, int millis) {
+  if (local == nullptr) return 0;
+  const uint64_t start = Clock::System()->NowNanos();
+  const ClusterUsage before = MastersUsage(local);
+  usleep(static_cast<useconds_t>(millis) * 1000);
+  const ClusterUsage used = MastersUsage(local) - before;
+  const double seconds = double(Clock::System()->NowNanos() - start) * 1e-9;
+  return double(used.cpu_ns) / seconds;
+}
+
+// `used` without what the masters spend idle over `seconds` (never below 0).
+double BusyNanos(const ClusterUsage& used, double idle_ns_per_s, double seconds) {
+  return std::max(0.0, double(used.cpu_ns) - idle_ns_per_s * seconds);
 }
 
 // ---- remote restore vs redis-benchmark GET
@@ -158,9 +213,14 @@ struct RestoreFigures {
   bool cpu_measured = false;
   double restore_cpu_ms = 0, restore_redis_cpu_ms = 0;
   double limit_cpu_ms = 0, limit_redis_cpu_ms = 0;
+  double redis_cpu_ratio = 0;  // restore_redis_cpu_ms / limit_redis_cpu_ms
+  double restore_redis_faults = 0, limit_redis_faults = 0;  // per chain
+  double redis_idle_ms_per_s = 0;  // the masters' idle CPU, taken off the above
+  int redis_pipeline = 0;
   double cpu_bound_ratio = 0;
   long cores = 0;
   uint64_t block_bytes = 0;  // payload (encoded record) bytes per block
+  uint64_t value_bytes = 0;  // the value GET returns: envelope and payload
   bool identical = false;
   // Node B at the end: its hot tier's evictions (it was full) and the victims
   // it did not write back to the cluster (they came from it).
@@ -241,10 +301,12 @@ StatusOr<RestoreSeconds> RestoreRemotely(Node& b, const std::vector<int32_t>& to
                         static_cast<double>(end - matched) * 1e-9};
 }
 
-StatusOr<RestoreFigures> MeasureRestore(const Cluster& cluster, int repeats, bool quick) {
+StatusOr<RestoreFigures> MeasureRestore(const Cluster& cluster, int repeats, bool quick,
+                                        int redis_pipeline) {
   const LocalRedisCluster* local = cluster.local.get();
-  uint64_t restore_self_ns = 0, restore_redis_ns = 0, limit_child_ns = 0,
-           limit_redis_ns = 0;
+  uint64_t restore_self_ns = 0, limit_child_ns = 0;
+  double restore_redis_ns = 0, limit_redis_ns = 0;
+  uint64_t restore_faults = 0, limit_faults = 0;
   double limit_chains = 0;
   const std::string prefix = RunKeyPrefix("restore");
   PKV_ASSIGN_OR_RETURN(
@@ -256,6 +318,9 @@ StatusOr<RestoreFigures> MeasureRestore(const Cluster& cluster, int repeats, boo
   const std::vector<LayerState> layers = kModel.RandomChain(rng);
   std::vector<double> restore_mb_s, redis_mb_s, ratio, match_ms, restore_ms;
   RestoreFigures f;
+  f.redis_pipeline = redis_pipeline;
+  const double idle_ns_per_s = MastersIdleNanosPerSecond(local, 1000);
+  f.redis_idle_ms_per_s = idle_ns_per_s / 1e6;
   // The warm-up rounds fill B's hot tier and warm its connections; the first
   // checks the bytes. They are not counted.
   for (int round = 1 - kWarmupRounds; round <= repeats; ++round) {
@@ -263,41 +328,51 @@ StatusOr<RestoreFigures> MeasureRestore(const Cluster& cluster, int repeats, boo
     PKV_RETURN_IF_ERROR(StoreRemotely(a, rng, layers, &tokens));
     const uint64_t read_before = EngineRemoteTier(*b.engine)->Counters().bytes_read;
     RestoreResult restored;
-    const uint64_t self0 = SelfCpuNanos(), redis0 = ClusterCpuNanos(local);
+    const uint64_t self0 = SelfCpuNanos();
+    const ClusterUsage redis0 = MastersUsage(local);
     PKV_ASSIGN_OR_RETURN(RestoreSeconds seconds, RestoreRemotely(b, tokens, &restored));
-    const uint64_t self1 = SelfCpuNanos(), redis1 = ClusterCpuNanos(local);
-    const uint64_t bytes =
-        EngineRemoteTier(*b.engine)->Counters().bytes_read - read_before;
+    const uint64_t self1 = SelfCpuNanos();
+    const ClusterUsage restore_used = MastersUsage(local) - redis0;
+    const uint64_t bytes = EngineRemoteTier(*b.engine)->Counters().bytes_read - read_before;
     if (round == 1 - kWarmupRounds) {
       f.identical = restored.layers == layers;
       f.block_bytes = bytes / kModel.blocks;
+      f.value_bytes =
+          RemoteTier::EncodeEnvelope(BlockMeta{}, std::string(f.block_bytes, '\0'))
+              .size();
     }
     if (round <= 0) continue;
     restore_self_ns += self1 - self0;
-    restore_redis_ns += redis1 - redis0;
+    restore_redis_ns += BusyNanos(restore_used, idle_ns_per_s, seconds.total());
+    restore_faults += restore_used.faults;
     // The first run also SETs the values the later ones GET (its CPU is not
     // counted).
-    const uint64_t child0 = ChildrenCpuNanos(), limit_redis0 = ClusterCpuNanos(local);
+    const uint64_t child0 = ChildrenCpuNanos(), limit_start = Clock::System()->NowNanos();
+    const ClusterUsage limit_redis0 = MastersUsage(local);
     const RedisBenchmarkOps ops =
         RunRedisBenchmark({.host = cluster.host,
                            .port = cluster.port,
                            .cluster = true,
                            .tests = round == 1 ? "set,get" : "get",
-                           .value_bytes = static_cast<int>(f.block_bytes),
+                           .value_bytes = static_cast<int>(f.value_bytes),
                            .clients = kRedisClients,
-                           .pipeline = kRedisPipeline,
+                           .pipeline = redis_pipeline,
                            .requests = kModel.blocks * (quick ? 100 : 1000),
                            .keyspace = kModel.blocks});
     if (ops.get_ops <= 0) return Status::Unavailable("redis-benchmark GET failed");
     if (round > 1) {
+      const ClusterUsage limit_used = MastersUsage(local) - limit_redis0;
+      const double limit_seconds =
+          double(Clock::System()->NowNanos() - limit_start) * 1e-9;
       limit_child_ns += ChildrenCpuNanos() - child0;
-      limit_redis_ns += ClusterCpuNanos(local) - limit_redis0;
+      limit_redis_ns += BusyNanos(limit_used, idle_ns_per_s, limit_seconds);
+      limit_faults += limit_used.faults;
       limit_chains += quick ? 100 : 1000;  // chains' worth of GETs in the run
     }
     restore_mb_s.push_back(static_cast<double>(bytes) / seconds.total() / 1e6);
     match_ms.push_back(seconds.match * 1e3);
     restore_ms.push_back(seconds.restore * 1e3);
-    redis_mb_s.push_back(ops.get_ops * static_cast<double>(f.block_bytes) / 1e6);
+    redis_mb_s.push_back(ops.get_ops * static_cast<double>(f.value_bytes) / 1e6);
     ratio.push_back(restore_mb_s.back() / redis_mb_s.back());
     Progress("round " + std::to_string(round) + "/" + std::to_string(repeats) +
              ": restore " + std::to_string(restore_mb_s.back()) + " MB/s, redis GET " +
@@ -311,11 +386,15 @@ StatusOr<RestoreFigures> MeasureRestore(const Cluster& cluster, int repeats, boo
   f.cores = sysconf(_SC_NPROCESSORS_ONLN);
   f.cpu_measured = local != nullptr;
   f.restore_cpu_ms = double(restore_self_ns) / 1e6 / repeats;
-  f.restore_redis_cpu_ms = double(restore_redis_ns) / 1e6 / repeats;
+  f.restore_redis_cpu_ms = restore_redis_ns / 1e6 / repeats;
+  f.restore_redis_faults = double(restore_faults) / repeats;
   if (limit_chains > 0) {
     f.limit_cpu_ms = double(limit_child_ns) / 1e6 / limit_chains;
-    f.limit_redis_cpu_ms = double(limit_redis_ns) / 1e6 / limit_chains;
+    f.limit_redis_cpu_ms = limit_redis_ns / 1e6 / limit_chains;
+    f.limit_redis_faults = double(limit_faults) / limit_chains;
   }
+  if (f.limit_redis_cpu_ms > 0)
+    f.redis_cpu_ratio = f.restore_redis_cpu_ms / f.limit_redis_cpu_ms;
   const double chain_cpu_s = (f.restore_cpu_ms + f.restore_redis_cpu_ms) / 1e3;
   if (f.cpu_measured && chain_cpu_s > 0 && f.redis_get_mb_s.median > 0) {
     const double chain_mb = double(f.block_bytes) * kModel.blocks / 1e6;
@@ -398,7 +477,8 @@ void PrintJson(const std::string& cluster, int repeats, const RestoreFigures& f,
   j.Field("cluster", cluster).Field("repeats", repeats);
   j.Field("blocks", kModel.blocks)
       .Field("block_tokens", kModel.block_tokens)
-      .Field("block_bytes", f.block_bytes);
+      .Field("block_bytes", f.block_bytes)
+      .Field("value_bytes", f.value_bytes);
   RangeFields(j, "remote_restore_ratio_vs_redis_get", f.ratio);
   RangeFields(j, "remote_restore_mb_per_s", f.restore_mb_s);
   RangeFields(j, "redis_get_mb_per_s", f.redis_get_mb_s);
@@ -410,6 +490,11 @@ void PrintJson(const std::string& cluster, int repeats, const RestoreFigures& f,
         .Field("restore_redis_cpu_ms_per_chain", f.restore_redis_cpu_ms)
         .Field("limit_cpu_ms_per_chain", f.limit_cpu_ms)
         .Field("limit_redis_cpu_ms_per_chain", f.limit_redis_cpu_ms)
+        .Field("redis_cpu_ratio", f.redis_cpu_ratio)
+        .Field("restore_redis_faults_per_chain", f.restore_redis_faults)
+        .Field("limit_redis_faults_per_chain", f.limit_redis_faults)
+        .Field("redis_idle_cpu_ms_per_s", f.redis_idle_ms_per_s)
+        .Field("redis_pipeline", int64_t{f.redis_pipeline})
         .Field("cpu_bound_ratio", f.cpu_bound_ratio);
   }
   j.Field("node_b_hot_evictions", f.b_hot_evictions)
@@ -437,7 +522,7 @@ void PrintTable(const std::string& cluster, int repeats, const RestoreFigures& f
       "restore of a %d-block chain from the remote tier (%d tokens/block, %d layers, "
       "%llu bytes/block), median [min .. max] of %d rounds%s\n",
       kModel.blocks, kModel.block_tokens, kModel.layers,
-      static_cast<unsigned long long>(f.block_bytes), repeats,
+      static_cast<unsigned long long>(f.value_bytes), repeats,
       f.identical ? "" : " (NOT byte-identical)");
   PrintRange("remote_restore_ratio_vs_redis_get", f.ratio, "x", "goal >= 0.8");
   PrintRange("remote_restore_mb_per_s", f.restore_mb_s, "MB/s", "node B Match+Restore");
@@ -449,6 +534,15 @@ void PrintTable(const std::string& cluster, int repeats, const RestoreFigures& f
         "  CPU per chain: restore %.2f ms (node B) + %.2f ms (masters); limit %.2f ms "
         "(redis-benchmark) + %.2f ms (masters)\n",
         f.restore_cpu_ms, f.restore_redis_cpu_ms, f.limit_cpu_ms, f.limit_redis_cpu_ms);
+    std::printf(
+        "  %-36s %9.2f x     masters' CPU per chain, restore / redis-benchmark "
+        "-P %d (goal <= 1.3)\n",
+        "redis_cpu_ratio", f.redis_cpu_ratio, f.redis_pipeline);
+    std::printf(
+        "  masters' page faults per chain: restore %.0f, redis-benchmark %.0f; their "
+        "idle "
+        "CPU, taken off both: %.2f ms/s\n",
+        f.restore_redis_faults, f.limit_redis_faults, f.redis_idle_ms_per_s);
     std::printf("  %-36s %9.2f x     the restore's CPU spread over all %ld cores\n",
                 "cpu_bound_ratio", f.cpu_bound_ratio, f.cores);
   }
@@ -475,7 +569,7 @@ int RunRemoteBench(const std::vector<std::string>& args) {
   const std::string trace_default = "tests/data/mooncake_synthetic_trace.jsonl";
   Flags flags(
       "prefixkv bench remote [--json] [--repeats N] [--remote URI] [--quick] [--trace "
-      "F]\n\n"
+      "F] [--redis-pipeline N]\n\n"
       "Node B restores a 32-block chain (256 KiB blocks) that node A stored in the\n"
       "remote tier, timed against redis-benchmark GET of as many bytes on the same\n"
       "cluster (remote_restore_ratio_vs_redis_get, goal >= 0.8); then the trace is\n"
@@ -490,10 +584,15 @@ int RunRemoteBench(const std::vector<std::string>& args) {
         false, ""},
        {"quick", "a short run: the trace's first 2000 requests, fewer redis GETs", true,
         ""},
-       {"trace", "Mooncake-format trace for the hit ratios", false, trace_default}});
+       {"trace", "Mooncake-format trace for the hit ratios", false, trace_default},
+       {"redis-pipeline",
+        "redis-benchmark's -P, per client (one client per master) for the limit", false,
+        "11"}});
   if (std::optional<int> done = ParseSuiteFlags(flags, args)) return *done;
   std::optional<uint64_t> repeats = ParseCount(flags, "repeats", "5", 1000);
   if (!repeats) return UsageError(flags, "bad --repeats (1 to 1000)");
+  std::optional<uint64_t> pipeline = ParseCount(flags, "redis-pipeline", "11", 1000);
+  if (!pipeline) return UsageError(flags, "bad --redis-pipeline (1 to 1000)");
   if (std::system("command -v redis-benchmark >/dev/null") != 0) {
     return Failure(flags, "bench remote",
                    "needs redis-benchmark (Debian package redis-tools)");
@@ -502,7 +601,8 @@ int RunRemoteBench(const std::vector<std::string>& args) {
   if (!cluster.ok()) return Failure(flags, "bench remote", cluster.status().ToString());
   const bool quick = flags.GetBool("quick");
   const int rounds = static_cast<int>(*repeats);
-  StatusOr<RestoreFigures> restore = MeasureRestore(*cluster, rounds, quick);
+  StatusOr<RestoreFigures> restore =
+      MeasureRestore(*cluster, rounds, quick, static_cast<int>(*pipeline));
   StatusOr<HitRatios> hits =
       restore.ok()
           ? MeasureHitRatios(*cluster, flags.GetString("trace", trace_default), quick)

@@ -151,6 +151,56 @@ TEST_F(RedisClusterFailureTest, AHungMasterCostsOneTimeoutThenFailsFast) {
   EXPECT_TRUE(store->IsNodeDown(hung));
 }
 
+// Runs before the kill below. A master that hangs in the middle of a
+// windowed read of large values (docs/remote.md, "Routing"): it stops right
+// after its first reply, with the window's GETs in flight and the rest not
+// sent. The keys it answered keep their exact bytes, the others fail with
+// Unavailable within the timeout, and nothing else is lost.
+TEST_F(RedisClusterFailureTest, AMasterHungInsideTheReadWindowFailsItsUnansweredKeys) {
+  constexpr double kTimeoutMs = 100;
+  auto store = FastStore(static_cast<uint32_t>(kTimeoutMs));
+  const int slot = 5461 + 1000;  // any slot: its master is found below
+  std::vector<RemoteWrite> large;
+  std::vector<std::string> keys;
+  for (int i = 0; i < 10; ++i) {
+    large.push_back({testing::KeyInSlot(slot, "/w" + std::to_string(i)),
+                     std::string(300'000, static_cast<char>('a' + i)), 0});
+    keys.push_back(large.back().key);
+  }
+  ASSERT_OK(store->MultiSet(large));
+  store = FastStore(static_cast<uint32_t>(kTimeoutMs));  // a reader (writes go at once)
+  const int port = testing::OwnerPort(*cluster_, slot);
+  const auto index = std::find(cluster_->ports().begin(), cluster_->ports().end(), port) -
+                     cluster_->ports().begin();
+  const pid_t master = cluster_->pid(static_cast<int>(index));
+  std::vector<std::optional<std::string>> values;
+  ASSERT_OK(testing::MultiGetText(*store, std::span(keys).first(1), &values));  // size
+
+  std::vector<std::optional<SharedBytes>> got;
+  bool stopped = false;
+  const auto start = std::chrono::steady_clock::now();
+  const Status s = store->MultiGetEach(keys, &got, [&](size_t, const SharedBytes&) {
+    if (!stopped) stopped = kill(master, SIGSTOP) == 0;
+  });
+  const double millis = MillisSince(start);
+  kill(master, SIGCONT);
+  ASSERT_TRUE(stopped);
+  EXPECT_TRUE(s.IsUnavailable()) << s.ToString();
+  EXPECT_LT(millis, 10 * kTimeoutMs);
+  size_t answered = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!got[i].has_value()) continue;
+    ++answered;
+    EXPECT_EQ(got[i]->view(), large[i].value) << i;
+  }
+  std::printf("[hung inside the window] %zu of %zu answered, %.1f ms\n", answered,
+              keys.size(), millis);
+  EXPECT_GE(answered, 1u);
+  // At most the window's 2 GETs and the one sent as the first reply arrived.
+  EXPECT_LE(answered, 3u);
+  EXPECT_EQ(store->max_in_flight(), 2u);
+}
+
 // Runs before the kill below. A master at maxmemory with noeviction answers
 // every SET with -OOM.
 TEST_F(RedisClusterFailureTest, AFullMasterCostsTheRemoteTierOnlyItsOwnBlocks) {

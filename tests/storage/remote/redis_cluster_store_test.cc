@@ -309,6 +309,52 @@ TEST_F(RedisClusterStoreTest, IncrByCreatesWithTtlAndAddsWithoutResettingIt) {
   EXPECT_TRUE(store->IncrBy("ctr/text", 1, 0).status().IsIOError());
 }
 
+// A read of large values keeps two replies in flight per master (the read
+// window, kReadWindowBytes, of 300 KB values) once the master's value size
+// is known, so the master builds two replies at a time instead of the
+// batch's megabytes; small values still go all at once. Every value arrives
+// whole.
+TEST_F(RedisClusterStoreTest, ALargeValueReadKeepsTheReadWindowInFlightPerMaster) {
+  std::mt19937_64 rng(
+      testing::TestSeed("ALargeValueReadKeepsTheReadWindowInFlightPerMaster"));
+  std::vector<RemoteWrite> large, small;
+  std::vector<std::string> large_keys, small_keys;
+  for (int i = 0; i < 12; ++i) {
+    std::string value(300'000, '\0');
+    for (char& c : value) c = static_cast<char>(rng());
+    large.push_back({KeyInSlot(901, "/large" + std::to_string(i)), value, 0});
+    large_keys.push_back(large.back().key);
+    small.push_back(
+        {KeyInSlot(902, "/small" + std::to_string(i)), value.substr(0, 100), 0});
+    small_keys.push_back(small.back().key);
+  }
+  auto writer = OpenStore(ClusterOptions(*cluster_));
+  ASSERT_OK(writer->MultiSet(large));
+  ASSERT_OK(writer->MultiSet(small));
+  std::vector<std::optional<std::string>> values;
+  const auto expect_values = [&](const std::vector<RemoteWrite>& writes) {
+    ASSERT_EQ(values.size(), writes.size());
+    for (size_t i = 0; i < writes.size(); ++i) EXPECT_EQ(values[i], writes[i].value);
+  };
+
+  auto store = OpenStore(ClusterOptions(*cluster_));
+  // The master's value size is not known yet: the whole batch goes at once.
+  ASSERT_OK(testing::MultiGetText(*store, large_keys, &values));
+  expect_values(large);
+  EXPECT_EQ(store->max_in_flight(), 12u);
+  auto learnt = OpenStore(ClusterOptions(*cluster_));
+  ASSERT_OK(testing::MultiGetText(*learnt, std::span(large_keys).first(1), &values));
+  ASSERT_OK(testing::MultiGetText(*learnt, large_keys, &values));
+  expect_values(large);
+  EXPECT_EQ(learnt->max_in_flight(), 2u) << "512 KiB of 300 KB values: at least 2";
+  // Writes are not windowed (their replies are +OK), small values neither.
+  auto small_reader = OpenStore(ClusterOptions(*cluster_));
+  ASSERT_OK(testing::MultiGetText(*small_reader, small_keys, &values));
+  ASSERT_OK(testing::MultiGetText(*small_reader, small_keys, &values));
+  expect_values(small);
+  EXPECT_EQ(small_reader->max_in_flight(), 12u);
+}
+
 // Moves `slot` (and its keys) from the master on `from` to the one on `to`,
 // steps as redis-cli --cluster reshard does them. `finish` false stops in the
 // middle: `from` MIGRATING, `to` IMPORTING, only `move_keys` moved.
