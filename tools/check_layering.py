@@ -42,7 +42,7 @@ OWNERS = {
     "tensor.h": "prefixkv_base",
     "tensor_destination.h": "prefixkv_base",
     "block.h": "prefixkv_base",
-    "block_key.h": "prefixkv_base",  # chain keys; NamespaceSpec::Fingerprint is core's
+    "block_key.h": "prefixkv_base",
     "advanced/hash.h": "prefixkv_base",
     "advanced/mutex.h": "prefixkv_base",
     "file_system.h": "prefixkv_base",
@@ -63,11 +63,11 @@ OWNERS = {
     "advanced/tier_stack.h": "prefixkv_stack",
     "advanced/ssd_admission.h": "prefixkv_stack",
     "advanced/capacity_advisor.h": "prefixkv_stack",
-    "advisor_types.h": "prefixkv_base",  # plain structs (EngineStats::advisor)
     "advanced/remote_store.h": "prefixkv_remote",
     "advanced/remote_tier.h": "prefixkv_remote",
     "cache_types.h": "prefixkv_core",
     "namespace_manifest.h": "prefixkv_core",
+    "namespace_spec.h": "prefixkv_core",
     "advanced/prefix_cache.h": "prefixkv_cache",
     "advanced/tip_lineage.h": "prefixkv_cache",
     "prefix_types.h": "prefixkv_cache",
@@ -75,7 +75,6 @@ OWNERS = {
     "engine.h": "prefixkv_engine",
     "advanced/engine_internals.h": "prefixkv_engine",
     "memory_charge.h": "prefixkv_engine",  # an interface; the engine implements it
-    "cancellation.h": "prefixkv_model",
     "shard_computation.h": "prefixkv_model",
     "layer_kv_cache.h": "prefixkv_model",
     "kv_recipe.h": "prefixkv_model",

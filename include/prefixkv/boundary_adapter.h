@@ -34,7 +34,6 @@
 #include <variant>
 #include <vector>
 
-#include "prefixkv/cancellation.h"
 #include "prefixkv/clock.h"
 #include "prefixkv/session.h"
 #include "prefixkv/shard_computation.h"

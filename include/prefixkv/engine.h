@@ -40,7 +40,6 @@
 #include <utility>
 #include <vector>
 
-#include "prefixkv/advisor_types.h"
 #include "prefixkv/block.h"
 #include "prefixkv/block_key.h"
 #include "prefixkv/bytes.h"
@@ -52,6 +51,7 @@
 #include "prefixkv/memory_charge.h"
 #include "prefixkv/memory_resource.h"
 #include "prefixkv/namespace_manifest.h"
+#include "prefixkv/namespace_spec.h"
 #include "prefixkv/prefix_token_fields.h"
 #include "prefixkv/prefix_types.h"
 #include "prefixkv/restore_plan.h"

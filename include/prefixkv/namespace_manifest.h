@@ -20,6 +20,7 @@
 
 #include "prefixkv/block.h"
 #include "prefixkv/block_key.h"
+#include "prefixkv/namespace_spec.h"
 #include "prefixkv/status.h"
 
 namespace prefixkv {

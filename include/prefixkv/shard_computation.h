@@ -7,18 +7,42 @@
 // one shard may be both. Between shards travel hidden states (BoundaryBundle).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <span>
 #include <string_view>
 #include <vector>
 
-#include "prefixkv/cancellation.h"
 #include "prefixkv/layer_kv_cache.h"
 #include "prefixkv/status.h"
 #include "prefixkv/tensor.h"
 
 namespace prefixkv {
+
+// CancellationToken: how a caller stops a long prefill from another thread.
+// Computations poll the token between layers (and the adapter once more
+// before committing), so a cancelled call returns Status::Aborted and commits
+// nothing.
+// Thread-safe: Cancel() may race with IsCancelled() from any number of threads.
+class CancellationToken {
+ public:
+  CancellationToken() = default;
+  CancellationToken(const CancellationToken&) = delete;
+  CancellationToken& operator=(const CancellationToken&) = delete;
+
+  // Requests cancellation. Idempotent; a token cannot be un-cancelled.
+  void Cancel() { cancelled_.store(true, std::memory_order_release); }
+  bool IsCancelled() const { return cancelled_.load(std::memory_order_acquire); }
+
+ private:
+  std::atomic<bool> cancelled_{false};
+};
+
+// True when `token` is non-null and cancelled (a null token never cancels).
+inline bool IsCancelled(const CancellationToken* token) {
+  return token != nullptr && token->IsCancelled();
+}
 
 // Row-major float32 activations: `rows` positions of `width` features each.
 struct HiddenStates {

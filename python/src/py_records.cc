@@ -10,6 +10,7 @@
 #include "convert.h"
 #include "prefixkv/block_key.h"
 #include "prefixkv/codec.h"
+#include "prefixkv/namespace_spec.h"
 #include "py_types.h"
 
 namespace prefixkv::python {

@@ -140,3 +140,21 @@ def test_restore_into_refuses_a_tensor_of_the_wrong_dtype(engine):
     with pytest.raises(prefixkv.InvalidArgument, match="layer 0 tensor 1: destination dtype"):
         engine.restore_into(engine.match(ns, [1, 2, 3, 4]), dests)
     assert not dests[0][0].any(), "nothing written"
+
+
+def test_the_gpu_restore_plan_example_applies_its_plan_byte_for_byte():
+    """examples/python/gpu_restore_plan.py (issue 28's GPU goal, run by hand on
+    a machine with a GPU): here on the CPU, 256 tokens of the Llama-3-8B shape
+    (32 MiB), every planned range gathered through zero-copy views of the
+    engine's memory and compared with the stored arrays. A broken range walk
+    (strides, offsets, the layer walk) exits 1."""
+    import pathlib
+    import subprocess
+    import sys
+    example = (pathlib.Path(__file__).resolve().parents[2] / "examples" / "python" /
+               "gpu_restore_plan.py")
+    out = subprocess.run([sys.executable, str(example), "--tokens", "256", "--repeats", "1",
+                          "--cpu"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "every byte on the CPU equals the stored arrays" in out.stdout, out.stdout
+    assert "plan: " in out.stdout and " ranges over 32 layers" in out.stdout

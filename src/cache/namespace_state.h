@@ -9,6 +9,7 @@
 #include "prefixkv/advanced/tip_lineage.h"
 #include "prefixkv/block_key.h"
 #include "prefixkv/cache_types.h"
+#include "prefixkv/namespace_spec.h"
 
 namespace prefixkv {
 

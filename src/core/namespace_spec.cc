@@ -2,6 +2,8 @@
 // hashing itself lives with the other base types (storage/base/chain_key.cc).
 // The fields added after `salt` are appended only when set: an old spec keeps
 // its fingerprint, so old data directories keep their keys (docs/format.md).
+#include "prefixkv/namespace_spec.h"
+
 #include "prefixkv/block_key.h"
 #include "prefixkv/cache_types.h"
 

@@ -10,6 +10,7 @@
 #include "prefixkv/block_key.h"
 #include "prefixkv/codec.h"
 #include "prefixkv/namespace_manifest.h"
+#include "prefixkv/namespace_spec.h"
 
 namespace prefixkv::server {
 namespace {

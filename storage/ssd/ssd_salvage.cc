@@ -99,6 +99,81 @@ StatusOr<uint64_t> SetAsideUnprovable(FileSystem* fs, const std::string& seg_dir
   return moved;
 }
 
+// RebuildFromSegments, step 0: the marker that makes an open after a kill
+// rebuild again (CheckMetadataPresent).
+Status MarkRebuildStarted(FileSystem* fs, const std::string& dir,
+                          const std::string& marker) {
+  {
+    PKV_ASSIGN_OR_RETURN(std::unique_ptr<FileHandle> m,
+                         fs->OpenFile(marker, {.mode = OpenMode::kCreateOrTruncate}));
+    PKV_RETURN_IF_ERROR(m->Sync());
+  }
+  return fs->SyncDir(dir);
+}
+
+// Step 1: the damaged database's files move to `kept`; the segment files, the
+// space reserve, the lock, the marker and earlier kept directories stay.
+Status SetAsideDamagedMetadata(FileSystem* fs, const std::string& dir,
+                               const std::string& kept) {
+  PKV_RETURN_IF_ERROR(fs->CreateDir(kept));
+  PKV_ASSIGN_OR_RETURN(std::vector<std::string> names, fs->ListDir(dir));
+  for (const std::string& name : names) {
+    const std::string from = dir + "/" + name;
+    if (name == "segments" || name == "space-reserve" || name == "LOCK" ||
+        name == ssd::kRebuildMarker || name.starts_with("metadata.broken-") ||
+        !fs->FileSize(from).ok()) {
+      continue;  // not the database's, or a directory
+    }
+    PKV_RETURN_IF_ERROR(fs->RenameFile(from, kept + "/" + name));
+  }
+  return fs->SyncDir(dir);
+}
+
+// Step 3: one provable version per key, or none, in segment order; what is
+// not taken is journaled as removed before the new database says so, so a
+// rerun after a kill, or a later rebuild, decides the same.
+StatusOr<std::vector<ssd::FoundExtent>> TakeProvable(FileSystem* fs,
+                                                     const std::string& seg_dir,
+                                                     const ssd::SegmentScan& scan,
+                                                     const ssd::JournalContents& journal,
+                                                     uint64_t* unprovable) {
+  std::vector<ssd::FoundExtent> restored;
+  for (auto& [key, c] : ssd::ProvableVersions(scan.extents, journal, unprovable)) {
+    restored.push_back(c);
+  }
+  std::sort(restored.begin(), restored.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.segment, a.offset) < std::pair(b.segment, b.offset);
+  });
+  if (journal.usable) {
+    std::set<std::pair<BlockKey, uint64_t>> taken;
+    for (const ssd::FoundExtent& c : restored) taken.insert({c.key, c.checksum});
+    PKV_RETURN_IF_ERROR(
+        ssd::AppendToJournal(fs, seg_dir, ssd::NotTaken(scan, journal, taken)));
+  }
+  return restored;
+}
+
+// Step 4's batch: the format key, one owner-0 clean record per restored
+// block in access order of its position, and owner 0's counters.
+rocksdb::WriteBatch RebuiltMetadata(const std::vector<ssd::FoundExtent>& restored,
+                                    uint64_t* linked) {
+  rocksdb::WriteBatch batch;
+  batch.Put(std::string(ssd::kFormatKey), std::string(ssd::kFormatValue));
+  TierCounters owner0;
+  uint64_t seq = 0;
+  for (const ssd::FoundExtent& c : restored) {
+    ssd::StoredMeta m{0,     c.parent, c.length,  c.checksum,
+                      ++seq, false,    c.segment, c.offset};
+    *linked += c.parent.IsZero() ? 0 : 1;
+    batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, c.namespace_id, c.key),
+              ssd::EncodeMeta(m));
+    owner0.entries += 1;
+    owner0.bytes += c.length;
+  }
+  if (owner0.entries > 0) batch.Put(ssd::CounterKey(0), ssd::EncodeCounters(owner0));
+  return batch;
+}
+
 }  // namespace
 
 StatusOr<ssd::SegmentScan> ssd::WalkSegments(FileSystem* fs, const std::string& seg_dir,
@@ -190,71 +265,29 @@ Status ssd::TierImpl::RebuildFromSegments(const Status& why) {
   FileSystem* fs = options_.file_system;
   const std::string seg_dir = options_.path + "/segments";
   // 0. Until the new database is complete, an open that finds the marker
-  // rebuilds again (CheckMetadataPresent): a kill at any moment of this
-  // function, then another open, gives what one uninterrupted run gives.
-  // Before step 4 is done nothing below changes the segments, and the journal
-  // only gains removals of extents this rebuild does not take, which a rerun
-  // would not take either.
+  // rebuilds again: a kill at any moment of this function, then another
+  // open, gives what one uninterrupted run gives. Before step 4 is done
+  // nothing below changes the segments, and the journal only gains removals
+  // of extents this rebuild does not take, which a rerun would not take
+  // either.
   const std::string marker = options_.path + "/" + ssd::kRebuildMarker;
-  {
-    PKV_ASSIGN_OR_RETURN(std::unique_ptr<FileHandle> m,
-                         fs->OpenFile(marker, {.mode = OpenMode::kCreateOrTruncate}));
-    PKV_RETURN_IF_ERROR(m->Sync());
-  }
-  PKV_RETURN_IF_ERROR(fs->SyncDir(options_.path));
-  // 1. The damaged database's files go to a directory of their own; the
-  // segment files stay where they are.
+  PKV_RETURN_IF_ERROR(MarkRebuildStarted(fs, options_.path, marker));
+  // 1. The damaged database's files go to a directory of their own.
   const std::string kept =
       options_.path + "/metadata.broken-" + std::to_string(options_.clock->NowNanos());
-  PKV_RETURN_IF_ERROR(fs->CreateDir(kept));
-  PKV_ASSIGN_OR_RETURN(std::vector<std::string> names, fs->ListDir(options_.path));
-  for (const std::string& name : names) {
-    const std::string from = options_.path + "/" + name;
-    if (name == "segments" || name == "space-reserve" || name == "LOCK" ||
-        name == ssd::kRebuildMarker || name.starts_with("metadata.broken-") ||
-        !fs->FileSize(from).ok()) {
-      continue;  // not the database's, or a directory
-    }
-    PKV_RETURN_IF_ERROR(fs->RenameFile(from, kept + "/" + name));
-  }
-  PKV_RETURN_IF_ERROR(fs->SyncDir(options_.path));
+  PKV_RETURN_IF_ERROR(SetAsideDamagedMetadata(fs, options_.path, kept));
   // 2. What the segments hold, and what the journal says was removed.
   PKV_ASSIGN_OR_RETURN(ssd::SegmentScan scan,
                        ssd::WalkSegments(fs, seg_dir, options_.rebuilt_parent));
   const ssd::JournalContents journal = ssd::LoadJournal(fs, seg_dir);
   // 3. One provable version per key, or none.
   uint64_t unprovable = 0;
-  std::vector<ssd::FoundExtent> restored;
-  for (auto& [key, c] : ssd::ProvableVersions(scan.extents, journal, &unprovable)) {
-    restored.push_back(c);
-  }
-  std::sort(restored.begin(), restored.end(), [](const auto& a, const auto& b) {
-    return std::pair(a.segment, a.offset) < std::pair(b.segment, b.offset);
-  });
-  // What is not taken is journaled as removed before the new database says
-  // so: a rerun after a kill, or a later rebuild, decides the same.
-  if (journal.usable) {
-    std::set<std::pair<BlockKey, uint64_t>> taken;
-    for (const ssd::FoundExtent& c : restored) taken.insert({c.key, c.checksum});
-    PKV_RETURN_IF_ERROR(
-        ssd::AppendToJournal(fs, seg_dir, ssd::NotTaken(scan, journal, taken)));
-  }
-  // 4. A new database holding them.
+  PKV_ASSIGN_OR_RETURN(std::vector<ssd::FoundExtent> restored,
+                       TakeProvable(fs, seg_dir, scan, journal, &unprovable));
+  // 4. A new database holding them, written synchronously.
   PKV_RETURN_IF_ERROR(OpenDb());
-  rocksdb::WriteBatch batch;
-  batch.Put(std::string(ssd::kFormatKey), std::string(ssd::kFormatValue));
-  TierCounters owner0;
-  uint64_t seq = 0, linked = 0;
-  for (const ssd::FoundExtent& c : restored) {
-    ssd::StoredMeta m{0,     c.parent, c.length,  c.checksum,
-                      ++seq, false,    c.segment, c.offset};
-    linked += c.parent.IsZero() ? 0 : 1;
-    batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, c.namespace_id, c.key),
-              ssd::EncodeMeta(m));
-    owner0.entries += 1;
-    owner0.bytes += c.length;
-  }
-  if (owner0.entries > 0) batch.Put(ssd::CounterKey(0), ssd::EncodeCounters(owner0));
+  uint64_t linked = 0;
+  rocksdb::WriteBatch batch = RebuiltMetadata(restored, &linked);
   rocksdb::WriteOptions w;
   w.sync = true;
   PKV_RETURN_IF_ERROR(FromRocks(db_->Write(w, &batch), "write rebuilt metadata"));

@@ -259,46 +259,21 @@ Status ssd::TierImpl::Put(const BlockMeta& meta, const SharedBytes& payload, boo
   return Status::OK();
 }
 
+// A store is five steps: the payloads go to a segment first (AppendPayloads),
+// then, under the blocks' stripes, each block gets its access sequence and
+// reuse count (AssignSequences), the metadata and counters are committed as
+// one RocksDB batch (BatchStoredMeta, Commit), the committed blocks enter the
+// index (IndexStored), and the journal learns whether the extents are
+// referenced (JournalStoreOutcome). A crash between any two steps leaves
+// extents nothing points at (garbage), never metadata without its bytes.
 Status ssd::TierImpl::Store(const std::vector<ssd::WriteBackItem>& items, bool dirty) {
   if (Status space = CheckDiskSpace(); !space.ok()) {  // a full disk: refused, no I/O
     CountIoError(items.front().meta.owner);
     return space;
   }
   std::vector<ssd::StoredMeta> stored;
-  std::vector<ssd::ExtentSpec> extents;
-  for (const auto& [meta, payload] : items) {
-    // The checksum comes from the append, which hashes while it copies.
-    stored.push_back({meta.owner, meta.parent, payload.size(), 0, 0, dirty});
-    extents.push_back({meta.namespace_id, meta.key, &payload, std::nullopt});
-  }
-  {
-    // Parents stay unevictable from here until the commit is over.
-    MutexLock lock(&mu_);
-    for (const auto& item : items) index_.BeginPendingChild(item.meta.parent);
-  }
-  // 1. The payload bytes, before any metadata can point at them: one aligned
-  // write to this thread's active segment (plus fdatasync in sync mode). No
-  // block lock is held, so writers of different batches write in parallel.
   std::vector<ssd::ExtentLocation> locations;
-  Status written =
-      store_->Append(extents, options_.durability == SsdDurability::kSync, &locations);
-  if (!written.ok()) {
-    {
-      MutexLock lock(&mu_);
-      for (const auto& item : items) index_.EndPendingChild(item.meta.parent);
-    }
-    NoteWriteResult(written, /*payload=*/true);
-    NoteNoSpace(written);
-    CountIoError(items.front().meta.owner);
-    return written;
-  }
-  NoteWriteResult(written, /*payload=*/true);
-  for (size_t i = 0; i < items.size(); ++i) {
-    stored[i].segment = locations[i].segment;
-    stored[i].offset = locations[i].offset;
-    stored[i].payload_xxh3 = locations[i].checksum;
-  }
-  // 2. The metadata and counters, as one batch, under the keys' stripes.
+  PKV_RETURN_IF_ERROR(AppendPayloads(items, dirty, &stored, &locations));
   std::vector<BlockKey> keys;
   for (const auto& item : items) keys.push_back(item.meta.key);
   Status s;
@@ -307,90 +282,155 @@ Status ssd::TierImpl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
     BatchLock batch_lock(this, keys);
     std::vector<std::optional<IndexEntry>> old(items.size());
     {
-      // Reuse counts given earlier in this batch, for a child in the same batch.
-      std::unordered_map<BlockKey, uint32_t, BlockKeyHash> batch_hits;
       MutexLock lock(&mu_);
-      for (size_t i = 0; i < items.size(); ++i) {
-        uint32_t hits = 0;
-        if (const IndexEntry* e = index_.Find(items[i].meta.key)) {
-          old[i] = *e;
-          replaced = true;
-          hits = e->chain_hits;
-        }
-        stored[i].access_seq = ++next_seq_;
-        // The reuse count SsdIndex::Insert will give it (the most of its old
-        // one and its parent's, the parent possibly earlier in this batch),
-        // persisted with the record.
-        if (const IndexEntry* p = index_.Find(items[i].meta.parent)) {
-          hits = std::max(hits, p->chain_hits);
-        }
-        if (auto in_batch = batch_hits.find(items[i].meta.parent);
-            in_batch != batch_hits.end()) {
-          hits = std::max(hits, in_batch->second);
-        }
-        if (items.size() > 1) batch_hits[items[i].meta.key] = hits;
-        stored[i].chain_hits = ssd::PersistedChainHits(hits);
-      }
+      replaced = AssignSequences(items, &stored, &old);
     }
     rocksdb::WriteBatch batch;
     Deltas deltas;
-    for (size_t i = 0; i < items.size(); ++i) {
-      const BlockMeta& meta = items[i].meta;
-      if (old[i] && old[i]->namespace_id != meta.namespace_id) {
-        AddDeletes(&batch, meta.key, *old[i]);
-      }
-      batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, meta.namespace_id, meta.key),
-                ssd::EncodeMeta(stored[i]));
-      if (old[i]) {
-        JournalRemoval(meta.key, old[i]->checksum, old[i]->segment, old[i]->offset);
-        deltas[old[i]->owner].entries -= 1;
-        deltas[old[i]->owner].bytes -= old[i]->bytes;
-      }
-      deltas[meta.owner].entries += 1;
-      deltas[meta.owner].bytes += stored[i].payload_bytes;
-      deltas[meta.owner].inserts += 1;
-    }
+    BatchStoredMeta(items, stored, old, &batch, &deltas);
     s = Commit(&batch, std::move(deltas), items.front().meta.owner);
     MutexLock lock(&mu_);
-    for (size_t i = 0; i < items.size(); ++i) {
-      const BlockMeta& meta = items[i].meta;
-      if (s.ok()) {
-        index_.Insert(meta.key,
-                      IndexEntry{meta.namespace_id, meta.parent, meta.owner,
-                                 stored[i].payload_bytes, stored[i].payload_xxh3,
-                                 stored[i].access_seq, dirty, stored[i].segment,
-                                 stored[i].offset, stored[i].chain_hits});
-        index_.Owner(meta.owner).inserts += 1;
-        // Write-back items were reported when they entered the queue.
-        if (!dirty && options_.events != nullptr) {
-          KvEvent event = MakeKvEvent(
-              KvEventKind::kStored, TierLevel::kSsd, meta, stored[i].payload_bytes,
-              old[i].has_value() ? CurrentKvReason() : KvRemoveReason::kNone);
-          options_.events->Emit(event);
-        }
-      }
-      index_.EndPendingChild(meta.parent);
-    }
+    IndexStored(items, stored, old, dirty, s.ok());
   }
-  if (s.ok()) {
-    // The metadata knows these extents now: a later Open whose metadata does
-    // not is older than the segments (ssd_journal.h).
-    JournalCommit(items.back().meta.key, stored.back().payload_xxh3,
-                  locations.back().segment, locations.back().offset);
-  } else {
-    // Never acknowledged: a rebuild or roll-forward must not bring them back
-    // (the key may be removed later, which would not name these extents).
-    for (size_t i = 0; i < items.size(); ++i) {
-      JournalRemoval(items[i].meta.key, stored[i].payload_xxh3, stored[i].segment,
-                     stored[i].offset, /*awaits_commit=*/false);
-    }
-  }
+  JournalStoreOutcome(items, stored, locations, s.ok());
   // After the index update: a reclaim pass that sees the segment no longer
   // pending also sees the new references.
   store_->EndPending(locations.front().segment);
   if (replaced || !s.ok()) WakeReclaimer();  // garbage left behind
   if (s.ok()) PaceMemtableFlush(items);
   return s;
+}
+
+Status ssd::TierImpl::AppendPayloads(const std::vector<ssd::WriteBackItem>& items,
+                                     bool dirty, std::vector<ssd::StoredMeta>* stored,
+                                     std::vector<ssd::ExtentLocation>* locations) {
+  std::vector<ssd::ExtentSpec> extents;
+  for (const auto& [meta, payload] : items) {
+    // The checksum comes from the append, which hashes while it copies.
+    stored->push_back({meta.owner, meta.parent, payload.size(), 0, 0, dirty});
+    extents.push_back({meta.namespace_id, meta.key, &payload, std::nullopt});
+  }
+  {
+    // Parents stay unevictable from here until the commit is over.
+    MutexLock lock(&mu_);
+    for (const auto& item : items) index_.BeginPendingChild(item.meta.parent);
+  }
+  // The payload bytes, before any metadata can point at them: one aligned
+  // write to this thread's active segment (plus fdatasync in sync mode). No
+  // block lock is held, so writers of different batches write in parallel.
+  Status written =
+      store_->Append(extents, options_.durability == SsdDurability::kSync, locations);
+  NoteWriteResult(written, /*payload=*/true);
+  if (!written.ok()) {
+    {
+      MutexLock lock(&mu_);
+      for (const auto& item : items) index_.EndPendingChild(item.meta.parent);
+    }
+    NoteNoSpace(written);
+    CountIoError(items.front().meta.owner);
+    return written;
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    (*stored)[i].segment = (*locations)[i].segment;
+    (*stored)[i].offset = (*locations)[i].offset;
+    (*stored)[i].payload_xxh3 = (*locations)[i].checksum;
+  }
+  return Status::OK();
+}
+
+bool ssd::TierImpl::AssignSequences(const std::vector<ssd::WriteBackItem>& items,
+                                    std::vector<ssd::StoredMeta>* stored,
+                                    std::vector<std::optional<IndexEntry>>* old) {
+  bool replaced = false;
+  // Reuse counts given earlier in this batch, for a child in the same batch.
+  std::unordered_map<BlockKey, uint32_t, BlockKeyHash> batch_hits;
+  for (size_t i = 0; i < items.size(); ++i) {
+    uint32_t hits = 0;
+    if (const IndexEntry* e = index_.Find(items[i].meta.key)) {
+      (*old)[i] = *e;
+      replaced = true;
+      hits = e->chain_hits;
+    }
+    (*stored)[i].access_seq = ++next_seq_;
+    // The reuse count SsdIndex::Insert will give it (the most of its old one
+    // and its parent's, the parent possibly earlier in this batch), persisted
+    // with the record.
+    if (const IndexEntry* p = index_.Find(items[i].meta.parent)) {
+      hits = std::max(hits, p->chain_hits);
+    }
+    if (auto in_batch = batch_hits.find(items[i].meta.parent);
+        in_batch != batch_hits.end()) {
+      hits = std::max(hits, in_batch->second);
+    }
+    if (items.size() > 1) batch_hits[items[i].meta.key] = hits;
+    (*stored)[i].chain_hits = ssd::PersistedChainHits(hits);
+  }
+  return replaced;
+}
+
+void ssd::TierImpl::BatchStoredMeta(const std::vector<ssd::WriteBackItem>& items,
+                                    const std::vector<ssd::StoredMeta>& stored,
+                                    const std::vector<std::optional<IndexEntry>>& old,
+                                    rocksdb::WriteBatch* batch, Deltas* deltas) {
+  for (size_t i = 0; i < items.size(); ++i) {
+    const BlockMeta& meta = items[i].meta;
+    if (old[i] && old[i]->namespace_id != meta.namespace_id) {
+      AddDeletes(batch, meta.key, *old[i]);
+    }
+    batch->Put(ssd::BlockRecordKey(ssd::kMetaTag, meta.namespace_id, meta.key),
+               ssd::EncodeMeta(stored[i]));
+    if (old[i]) {
+      JournalRemoval(meta.key, old[i]->checksum, old[i]->segment, old[i]->offset);
+      (*deltas)[old[i]->owner].entries -= 1;
+      (*deltas)[old[i]->owner].bytes -= old[i]->bytes;
+    }
+    (*deltas)[meta.owner].entries += 1;
+    (*deltas)[meta.owner].bytes += stored[i].payload_bytes;
+    (*deltas)[meta.owner].inserts += 1;
+  }
+}
+
+void ssd::TierImpl::IndexStored(const std::vector<ssd::WriteBackItem>& items,
+                                const std::vector<ssd::StoredMeta>& stored,
+                                const std::vector<std::optional<IndexEntry>>& old,
+                                bool dirty, bool committed) {
+  for (size_t i = 0; i < items.size(); ++i) {
+    const BlockMeta& meta = items[i].meta;
+    if (committed) {
+      index_.Insert(meta.key, IndexEntry{meta.namespace_id, meta.parent, meta.owner,
+                                         stored[i].payload_bytes, stored[i].payload_xxh3,
+                                         stored[i].access_seq, dirty, stored[i].segment,
+                                         stored[i].offset, stored[i].chain_hits});
+      index_.Owner(meta.owner).inserts += 1;
+      // Write-back items were reported when they entered the queue.
+      if (!dirty && options_.events != nullptr) {
+        KvEvent event = MakeKvEvent(
+            KvEventKind::kStored, TierLevel::kSsd, meta, stored[i].payload_bytes,
+            old[i].has_value() ? CurrentKvReason() : KvRemoveReason::kNone);
+        options_.events->Emit(event);
+      }
+    }
+    index_.EndPendingChild(meta.parent);
+  }
+}
+
+void ssd::TierImpl::JournalStoreOutcome(const std::vector<ssd::WriteBackItem>& items,
+                                        const std::vector<ssd::StoredMeta>& stored,
+                                        const std::vector<ssd::ExtentLocation>& locations,
+                                        bool committed) {
+  if (committed) {
+    // The metadata knows these extents now: a later Open whose metadata does
+    // not is older than the segments (ssd_journal.h).
+    JournalCommit(items.back().meta.key, stored.back().payload_xxh3,
+                  locations.back().segment, locations.back().offset);
+    return;
+  }
+  // Never acknowledged: a rebuild or roll-forward must not bring them back (the
+  // key may be removed later, which would not name these extents).
+  for (size_t i = 0; i < items.size(); ++i) {
+    JournalRemoval(items[i].meta.key, stored[i].payload_xxh3, stored[i].segment,
+                   stored[i].offset, /*awaits_commit=*/false);
+  }
 }
 
 void ssd::TierImpl::PaceMemtableFlush(const std::vector<ssd::WriteBackItem>& items) {

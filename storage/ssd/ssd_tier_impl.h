@@ -38,6 +38,7 @@
 #include "prefixkv/advanced/ssd_tier.h"
 #include "ssd_index.h"
 #include "ssd_journal.h"
+#include "ssd_layout.h"
 #include "ssd_salvage.h"
 #include "ssd_segment.h"
 #include "ssd_writer.h"
@@ -341,6 +342,34 @@ class TierImpl {
   void CountIoError(OwnerId owner) EXCLUDES(mu_);
   // flush mode: starts a memtable flush every write_buffer_bytes of payload.
   void PaceMemtableFlush(const std::vector<WriteBackItem>& items);
+  // Store's steps (ssd_tier.cc, above Store). AppendPayloads: the payloads
+  // appended to this thread's segment, `stored` and `locations` filled, the
+  // parents pending until IndexStored; on failure the error is counted and
+  // nothing is left pending.
+  Status AppendPayloads(const std::vector<WriteBackItem>& items, bool dirty,
+                        std::vector<StoredMeta>* stored,
+                        std::vector<ExtentLocation>* locations) EXCLUDES(mu_);
+  // Each block's access sequence and reuse count, and the entry it replaces
+  // (`old`); true if any replaces one. REQUIRES: the blocks' stripes.
+  bool AssignSequences(const std::vector<WriteBackItem>& items,
+                       std::vector<StoredMeta>* stored,
+                       std::vector<std::optional<IndexEntry>>* old) REQUIRES(mu_);
+  // The metadata records, the replaced entries' deletes and journal
+  // removals, and the counter deltas of a store.
+  void BatchStoredMeta(const std::vector<WriteBackItem>& items,
+                       const std::vector<StoredMeta>& stored,
+                       const std::vector<std::optional<IndexEntry>>& old,
+                       rocksdb::WriteBatch* batch, Deltas* deltas);
+  // The committed blocks enter the index (and are reported); every parent's
+  // pending mark ends, committed or not.
+  void IndexStored(const std::vector<WriteBackItem>& items,
+                   const std::vector<StoredMeta>& stored,
+                   const std::vector<std::optional<IndexEntry>>& old, bool dirty,
+                   bool committed) REQUIRES(mu_);
+  // The journal's record of a store: committed, or extents never to revive.
+  void JournalStoreOutcome(const std::vector<WriteBackItem>& items,
+                           const std::vector<StoredMeta>& stored,
+                           const std::vector<ExtentLocation>& locations, bool committed);
   // Logs the first failure of a run and the first success after one, per
   // kind: `payload` (segment files) or metadata (the database).
   void NoteWriteResult(const Status& s, bool payload = false);

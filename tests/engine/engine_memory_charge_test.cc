@@ -355,11 +355,11 @@ TEST(EngineMemoryResource, AStoreCopiesAndHashesEachByteOnce) {
   const uint64_t hashed = ThreadHashedBytes() - hashed_before;
   ASSERT_EQ(stored.blocks_written, 3u);
   std::vector<BlockKey> keys;  // peeked outside ForEach, which holds the lock
-  e->hot_tier(ns)->ForEach(
+  EngineHotTier(*e, ns)->ForEach(
       [&](const BlockMeta& meta, uint64_t) { keys.push_back(meta.key); });
   uint64_t payload_bytes = 0;
   for (const BlockKey& key : keys) {
-    ASSERT_OK_AND_ASSIGN(SharedBytes payload, e->hot_tier(ns)->PeekPayload(key));
+    ASSERT_OK_AND_ASSIGN(SharedBytes payload, EngineHotTier(*e, ns)->PeekPayload(key));
     payload_bytes += payload.size();
   }
   EXPECT_EQ(memory->allocated_bytes() - allocated_before, payload_bytes)

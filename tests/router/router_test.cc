@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "prefixkv/block_key.h"
+#include "prefixkv/namespace_spec.h"
 #include "tests/support/test_util.h"
 #include "tools/redis/local_redis_cluster.h"
 #include "tools/route/event_feed.h"

@@ -21,6 +21,7 @@
 #include "prefixkv/codec.h"
 #include "prefixkv/engine.h"
 #include "prefixkv/namespace_manifest.h"
+#include "prefixkv/namespace_spec.h"
 #include "prefixkv/server.h"
 #include "tests/cache/cache_test_util.h"
 #include "tests/server/resp_client.h"

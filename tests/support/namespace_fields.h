@@ -6,6 +6,7 @@
 #include <string>
 
 #include "prefixkv/block_key.h"
+#include "prefixkv/namespace_spec.h"
 
 namespace prefixkv::testing {
 

@@ -16,6 +16,7 @@
 #include "prefixkv/advanced/ssd_tier.h"
 #include "prefixkv/block_key.h"
 #include "prefixkv/codec.h"
+#include "prefixkv/namespace_spec.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv::testing {

@@ -18,6 +18,7 @@
 #include "prefixkv/block.h"
 #include "prefixkv/block_key.h"
 #include "prefixkv/clock.h"
+#include "prefixkv/namespace_spec.h"
 #include "tools/cli/flags.h"
 #include "tools/cli/json.h"
 

@@ -6,6 +6,7 @@
 
 #include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/block_key.h"
+#include "prefixkv/namespace_spec.h"
 
 namespace prefixkv::replay {
 namespace {

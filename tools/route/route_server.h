@@ -25,6 +25,7 @@
 
 #include "prefixkv/advanced/mutex.h"
 #include "prefixkv/block_key.h"
+#include "prefixkv/namespace_spec.h"
 #include "prefixkv/router.h"
 #include "tools/route/event_feed.h"
 

@@ -33,9 +33,9 @@
 #include <vector>
 
 #include "prefixkv/advanced/mutex.h"
-#include "prefixkv/advisor_types.h"
 #include "prefixkv/block.h"
 #include "prefixkv/clock.h"
+#include "prefixkv/tier_types.h"
 
 namespace prefixkv {
 

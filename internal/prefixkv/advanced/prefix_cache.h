@@ -44,6 +44,7 @@
 #include "prefixkv/block_key.h"
 #include "prefixkv/codec.h"
 #include "prefixkv/memory_resource.h"
+#include "prefixkv/namespace_spec.h"
 #include "prefixkv/prefix_types.h"
 #include "prefixkv/restore_plan.h"
 #include "prefixkv/status.h"
