@@ -53,7 +53,7 @@ OWNERS = {
     "tier_counter_fields.h": "prefixkv_base",
     "latency_histogram.h": "prefixkv_base",
     "version.h": "prefixkv_base",  # generated from version.h.in (CMakeLists.txt)
-    "prefix_token_fields.h": "prefixkv_engine",
+    "prefix_token_fields.h": "prefixkv_base",  # a table over tier_types.h
     "advanced/tier.h": "prefixkv_base",
     "codec.h": "prefixkv_codec",
     "advanced/hot_tier.h": "prefixkv_hot",

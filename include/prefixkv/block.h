@@ -1,4 +1,4 @@
-// BlockKey, LayerState and BlockRecord: what one cached token block is.
+// LayerState and BlockRecord: what one cached token block is.
 //
 // A block holds `token_count` tokens' worth of cache for every layer of a model.
 // Its key is the chain hash of its whole prefix (see block_key.h), so equal keys
@@ -8,43 +8,13 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
+#include "prefixkv/block_key.h"
 #include "prefixkv/tensor.h"
 
 namespace prefixkv {
-
-// A 128-bit block or namespace key. Value semantics; trivially copyable.
-struct BlockKey {
-  uint64_t hi = 0;  // high 64 bits of the XXH3-128 value
-  uint64_t lo = 0;  // low 64 bits
-
-  bool IsZero() const { return hi == 0 && lo == 0; }
-  // 32 lowercase hex digits, high half first (the same text xxhsum prints).
-  std::string ToHex() const;
-  // Parses ToHex() output. InvalidArgument on anything else.
-  static StatusOr<BlockKey> FromHex(std::string_view hex);
-  // The 16-byte little-endian encoding (lo then hi, each little-endian) used
-  // inside chain hashes and in the record format.
-  void EncodeTo(uint8_t out[16]) const;
-  static BlockKey DecodeFrom(const uint8_t in[16]);
-
-  friend bool operator==(const BlockKey& a, const BlockKey& b) {
-    return a.hi == b.hi && a.lo == b.lo;
-  }
-  friend bool operator!=(const BlockKey& a, const BlockKey& b) { return !(a == b); }
-  friend bool operator<(const BlockKey& a, const BlockKey& b) {
-    return a.hi != b.hi ? a.hi < b.hi : a.lo < b.lo;
-  }
-};
-
-struct BlockKeyHash {
-  size_t operator()(const BlockKey& k) const {
-    return static_cast<size_t>(k.lo ^ (k.hi * 0x9E3779B97F4A7C15ull));
-  }
-};
 
 // One layer's cache inside one block.
 struct LayerState {
@@ -75,10 +45,3 @@ struct BlockRecord {
 };
 
 }  // namespace prefixkv
-
-template <>
-struct std::hash<prefixkv::BlockKey> {
-  size_t operator()(const prefixkv::BlockKey& k) const {
-    return prefixkv::BlockKeyHash()(k);
-  }
-};

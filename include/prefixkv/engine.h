@@ -52,7 +52,6 @@
 #include "prefixkv/memory_resource.h"
 #include "prefixkv/namespace_manifest.h"
 #include "prefixkv/namespace_spec.h"
-#include "prefixkv/prefix_token_fields.h"
 #include "prefixkv/prefix_types.h"
 #include "prefixkv/restore_plan.h"
 #include "prefixkv/status.h"
@@ -413,6 +412,12 @@ class Engine {
                                     const ModelOptions& options = {});
   // The registered namespace with this root; NotFound when none is.
   StatusOr<Namespace> FindModel(const BlockKey& root) const;
+  // The namespace registered with this spec (the same fingerprint), whatever
+  // root RegisterModel gave it: a spec with layer shapes may have been given
+  // the root of its form without them (docs/format.md §5.1), which
+  // NamespaceRoot(spec) does not compute. NotFound when none is registered;
+  // InvalidArgument for a bad spec.
+  StatusOr<Namespace> FindModel(const NamespaceSpec& spec) const;
 
   // The longest cached prefix of `tokens` (hot, then SSD; stops at the first
   // missing block). Counts no tier hits; counts tokens.size() query tokens and

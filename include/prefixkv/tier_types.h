@@ -170,4 +170,19 @@ struct AdvisorReport {
   std::vector<AdvisorPoint> points;
 };
 
+// Token-level prefix-cache counters of one registered model
+// (EngineOwnerStats::prefix_tokens). They count tokens, not blocks, as vLLM's
+// prefix_cache_queries and prefix_cache_hits do: a hit rate is hit_tokens /
+// query_tokens. Their field table (INFO, PKV.STATS, the metrics) is internal.
+struct PrefixTokenCounters {
+  uint64_t query_tokens = 0;  // tokens asked in Engine::Match (PKV.MATCH)
+  uint64_t hit_tokens = 0;    // of those, tokens Match found cached
+  // Tokens restored, by the tier each block came from: Engine::Restore's
+  // RestoreResult::tokens_from_{hot,ssd,remote}, and the blocks a RESP client
+  // read with PKV.GET after its PKV.MATCH (Engine::RecordServedRestore).
+  uint64_t restored_tokens_hot = 0;
+  uint64_t restored_tokens_ssd = 0;
+  uint64_t restored_tokens_remote = 0;
+};
+
 }  // namespace prefixkv

@@ -256,6 +256,16 @@ StatusOr<Namespace> Engine::FindModel(const BlockKey& root) const {
   return Status::NotFound("no registered model has namespace " + root.ToHex());
 }
 
+StatusOr<Namespace> Engine::FindModel(const NamespaceSpec& spec) const {
+  PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  PKV_ASSIGN_OR_RETURN(std::string fingerprint, spec.Fingerprint());
+  MutexLock lock(&impl_->mu_);
+  for (const auto& m : impl_->models_) {
+    if (m->fingerprint == fingerprint) return m->ns;
+  }
+  return Status::NotFound("no registered model has the spec " + fingerprint);
+}
+
 StatusOr<MatchResult> Engine::Match(Namespace ns, std::span<const int32_t> tokens) const {
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());
   StatusOr<MatchResult> match = impl_->cache_->Match(ns, tokens);

@@ -34,6 +34,7 @@
 #include "prefixkv/advanced/ssd_tier.h"
 #include "prefixkv/advanced/tier_stack.h"
 #include "prefixkv/engine.h"
+#include "prefixkv/prefix_token_fields.h"
 #include "value_catalog.h"
 #include "wear_meter.h"
 

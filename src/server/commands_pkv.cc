@@ -135,7 +135,9 @@ void CmdPkvRegister(CommandContext& ctx) {
   Engine* engine = ctx.dispatcher.engine();
   MutexLock lock(&ctx.dispatcher.register_mu());
   const size_t max_models = ctx.dispatcher.config().max_models;
-  if (!engine->FindModel(*root).ok() && engine->model_count() >= max_models) {
+  // Registered already (under its own root or, adopted from before layer
+  // shapes were keyed, under another: FindModel by spec finds both).
+  if (!engine->FindModel(spec).ok() && engine->model_count() >= max_models) {
     return ctx.out->Error("ERR too many registered models (the limit is " +
                           std::to_string(max_models) + ")");
   }

@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "commands.h"
+#include "prefixkv/prefix_token_fields.h"
 #include "prefixkv/tier_counter_fields.h"
 #include "prefixkv/version.h"
 #include "tests/server/exposition_check.h"

@@ -653,6 +653,14 @@ void ExpectAnOldDirectoryIsKeptForItsShapesOnly(const ModelConfig& config,
     FullModelSessions s(stack, {}, nullptr, config);
     const Namespace ns = s.manager->config().prefix_cache.ns;
     EXPECT_EQ(ns.root, legacy_root);
+    // Found by its spec (as PKV.REGISTER's model limit finds it), not by the
+    // spec's own root.
+    const NamespaceSpec shaped =
+        SessionNamespaceSpec(recipe, "hybrid", kSessionBlockTokens);
+    ASSERT_OK_AND_ASSIGN(Namespace by_spec, stack.engine->FindModel(shaped));
+    EXPECT_EQ(by_spec.root, legacy_root);
+    EXPECT_NE(NamespaceRoot(shaped).value(), legacy_root);
+    EXPECT_FALSE(stack.engine->FindModel(NamespaceRoot(shaped).value()).ok());
     EXPECT_EQ(stack.engine->Match(ns, conv)->matched_tokens(), conv.size());
     std::vector<int32_t> prompt = conv;
     std::vector<int32_t> msg = Message(1 + open, model->config().vocab_size);

@@ -9,6 +9,8 @@
 
 #include <cstring>
 
+#include "prefixkv/advanced/hash.h"
+
 namespace prefixkv::cli {
 
 CallerMemory::CallerMemory(const std::vector<LayerState>& layers) {
@@ -46,6 +48,8 @@ bool CallerMemory::Holds(const std::vector<LayerState>& layers) const {
   }
   return at == size_;
 }
+
+uint64_t CallerMemory::Digest() const { return Hash64(data_, size_); }
 
 StatusOr<TimedRestoreInto> TimeRestoreInto(Engine& engine, Namespace ns,
                                            const std::vector<int32_t>& tokens,

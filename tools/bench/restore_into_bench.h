@@ -29,6 +29,9 @@ class CallerMemory {
   void Touch();
   // True when the buffers hold exactly `layers`' bytes.
   bool Holds(const std::vector<LayerState>& layers) const;
+  // XXH3-64 of the buffers (to check a later restore against one checked
+  // with Holds, after the source layers are gone).
+  uint64_t Digest() const;
 
  private:
   uint8_t* data_ = nullptr;

@@ -133,20 +133,25 @@ fs::path SegmentsDir(const fs::path& dir) {
   return {};
 }
 
+// Writes the chain to the SSD tier of a data directory at `dir` (the engine
+// closes: write-back flushes every block).
+Status StoreCold(const BenchModel& model, const std::vector<int32_t>& tokens,
+                 const std::vector<LayerState>& layers, const EngineOptions& on_disk) {
+  PKV_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(on_disk));
+  PKV_ASSIGN_OR_RETURN(Namespace ns, engine->RegisterModel(model.Spec()));
+  PKV_RETURN_IF_ERROR(engine->Store(ns, tokens, layers).status());
+  return engine->Close();
+}
+
+// The cold restores of the chain StoreCold wrote, each checked against
+// `digest` (the caller memory's after a restore checked byte for byte): the
+// source chain is gone by now, so a 4 GiB chain needs its memory once for
+// the caller's buffers and once per engine, not once more for the source.
 Status MeasureCold(const BenchModel& model, const std::vector<int32_t>& tokens,
-                   const std::vector<LayerState>& layers, CallerMemory& caller,
-                   int repeats, const fs::path& dir, LlamaFigures* f) {
-  const EngineOptions on_disk{.data_dir = dir.string(),
-                              .hot_capacity_bytes = HotBytes(f->bytes),
-                              .log = [](std::string_view) {}};
-  {
-    PKV_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(on_disk));
-    PKV_ASSIGN_OR_RETURN(Namespace ns, engine->RegisterModel(model.Spec()));
-    PKV_RETURN_IF_ERROR(engine->Store(ns, tokens, layers).status());
-    PKV_RETURN_IF_ERROR(engine->Close());  // writes every block to the SSD tier
-  }
-  const fs::path segments = SegmentsDir(dir);
-  if (segments.empty()) return Status::NotFound("no segments under " + dir.string());
+                   uint64_t digest, CallerMemory& caller, int repeats,
+                   const EngineOptions& on_disk, LlamaFigures* f) {
+  const fs::path segments = SegmentsDir(on_disk.data_dir);
+  if (segments.empty()) return Status::NotFound("no segments under " + on_disk.data_dir);
   const std::vector<EngineOptions> kinds = ColdOptions(on_disk);
   // Faults the warm arena in (untimed), as a long-running engine's would be.
   PKV_RETURN_IF_ERROR(ColdRestore(kinds[kColdWarmArena], model, tokens, caller).status());
@@ -168,7 +173,7 @@ Status MeasureCold(const BenchModel& model, const std::vector<int32_t>& tokens,
     for (int k = 0; k < kColdKinds; ++k) {
       EvictFilePages(segments);
       PKV_ASSIGN_OR_RETURN(t[k], ColdRestore(kinds[k], model, tokens, caller));
-      if (i == 0) f->identical = f->identical && caller.Holds(layers);
+      if (i == 0) f->identical = f->identical && caller.Digest() == digest;
       if (i == 0) std::memset(caller.data(), 0, caller.size());
     }
     if (i % 2 == 0) PKV_RETURN_IF_ERROR(raw());
@@ -196,17 +201,26 @@ StatusOr<LlamaFigures> MeasureLlama(int block_tokens, int64_t tokens, int repeat
   f.block_tokens = block_tokens;
   f.blocks = model.blocks;
   std::mt19937_64 rng(28);
-  const std::vector<LayerState> layers = model.RandomChain(rng);
+  std::vector<LayerState> layers = model.RandomChain(rng);
   std::vector<int32_t> ids(static_cast<size_t>(model.chain_tokens()));
   for (int32_t& t : ids) t = static_cast<int32_t>(rng() % 128000);
   CallerMemory caller(layers);
   if (!caller.ok()) return Status::NoSpace("cannot map the caller memory");
   caller.Touch();
   f.bytes = caller.size();
+  // MeasureHot checks the caller memory against `layers` byte for byte
+  // after its first restore, and leaves the last restore in it.
   PKV_RETURN_IF_ERROR(MeasureHot(model, ids, layers, caller, repeats, &f));
+  if (!caller.Holds(layers)) f.identical = false;
+  const uint64_t digest = caller.Digest();
   std::error_code ec;
   fs::remove_all(dir, ec);
-  Status cold = MeasureCold(model, ids, layers, caller, repeats, dir, &f);
+  const EngineOptions on_disk{.data_dir = dir.string(),
+                              .hot_capacity_bytes = HotBytes(f.bytes),
+                              .log = [](std::string_view) {}};
+  Status cold = StoreCold(model, ids, layers, on_disk);
+  std::vector<LayerState>().swap(layers);  // the source's memory goes back
+  if (cold.ok()) cold = MeasureCold(model, ids, digest, caller, repeats, on_disk, &f);
   fs::remove_all(dir, ec);
   PKV_RETURN_IF_ERROR(cold);
   return f;

@@ -1,28 +1,16 @@
-// Token-level prefix-cache counters of one registered model
-// (EngineOwnerStats::prefix_tokens) and their one field table, in the style
-// of remote_counter_fields.h: INFO's "# Owners" lines, PKV.STATS and the
-// Prometheus families (docs/metrics.md) all iterate kPrefixTokenFields, so a
-// counter added here is shown everywhere.
-//
-// They count tokens, not blocks, as vLLM's prefix_cache_queries and
-// prefix_cache_hits do: a hit rate is hit_tokens / query_tokens.
+// The one field table of PrefixTokenCounters (tier_types.h: a registered
+// model's token-level prefix-cache counters, EngineOwnerStats::prefix_tokens),
+// in the style of remote_counter_fields.h: INFO's "# Owners" lines, PKV.STATS
+// and the Prometheus families (docs/metrics.md) all iterate
+// kPrefixTokenFields, so a counter added here is shown everywhere.
 #pragma once
 
 #include <cstdint>
 #include <iterator>
 
-namespace prefixkv {
+#include "prefixkv/tier_types.h"
 
-struct PrefixTokenCounters {
-  uint64_t query_tokens = 0;  // tokens asked in Engine::Match (PKV.MATCH)
-  uint64_t hit_tokens = 0;    // of those, tokens Match found cached
-  // Tokens restored, by the tier each block came from: Engine::Restore's
-  // RestoreResult::tokens_from_{hot,ssd,remote}, and the blocks a RESP client
-  // read with PKV.GET after its PKV.MATCH (Engine::RecordServedRestore).
-  uint64_t restored_tokens_hot = 0;
-  uint64_t restored_tokens_ssd = 0;
-  uint64_t restored_tokens_remote = 0;
-};
+namespace prefixkv {
 
 struct PrefixTokenField {
   const char* name;    // INFO "# Owners" / PKV.STATS field
