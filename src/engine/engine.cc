@@ -41,6 +41,7 @@ Status internal::EngineImpl::OpenTiers() {
     if (options_.file_system != nullptr) o.file_system = options_.file_system;
     o.log = options_.log;
     o.events = kv_events();
+    o.read_memory = memory_;  // OpenMemory ran above
     // A rebuilt block's parent is in its record's header (the segment
     // extents do not keep it); a payload that is not this block's record
     // leaves it a chain root.

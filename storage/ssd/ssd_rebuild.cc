@@ -157,7 +157,8 @@ Status ssd::TierImpl::OpenSegments() {
       .fs = options_.file_system,
       .direct_io = options_.use_direct_io,
       .segment_bytes = options_.segment_bytes,
-      .sync_directory = options_.durability == SsdDurability::kSync});
+      .sync_directory = options_.durability == SsdDurability::kSync,
+      .read_memory = options_.read_memory});
   std::map<uint64_t, uint64_t> found;
   PKV_RETURN_IF_ERROR(store_->Open(&found));
   direct_io_ = store_->direct_io();

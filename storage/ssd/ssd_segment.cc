@@ -346,7 +346,11 @@ StatusOr<SharedBytes> SegmentStore::Read(const ExtentLocation& loc,
   const uint64_t n = std::max<uint64_t>(
       kExtentAlign, (length + kExtentAlign - 1) / kExtentAlign * kExtentAlign);
   uint8_t* buf = nullptr;
-  SharedBytes out = SharedBytes::AllocateAligned(length, n, kExtentAlign, &buf);
+  SharedBytes out;
+  if (options_.read_memory != nullptr) {
+    out = SharedBytes::AllocateIn(options_.read_memory, length, n, kExtentAlign, &buf);
+  }
+  if (buf == nullptr) out = SharedBytes::AllocateAligned(length, n, kExtentAlign, &buf);
   PKV_ASSIGN_OR_RETURN(size_t done, file->handle->Read(loc.offset, n, buf));
   // The span lies inside the extent: a shorter read means the file was cut.
   if (done < n) {

@@ -38,6 +38,7 @@
 #include "prefixkv/advanced/tier.h"
 #include "prefixkv/bytes.h"
 #include "prefixkv/file_system.h"
+#include "prefixkv/memory_resource.h"
 #include "prefixkv/status.h"
 
 namespace prefixkv::ssd {
@@ -105,6 +106,8 @@ class SegmentStore {
     bool direct_io = true;
     uint64_t segment_bytes = 128ull << 20;
     bool sync_directory = false;  // fsync the directory after creating a file
+    // Read buffers come from here when it has room (null: the heap).
+    std::shared_ptr<MemoryResource> read_memory;
   };
   explicit SegmentStore(Options options);
   ~SegmentStore();

@@ -34,6 +34,7 @@
 #include "prefixkv/advanced/tier.h"
 #include "prefixkv/clock.h"
 #include "prefixkv/file_system.h"
+#include "prefixkv/memory_resource.h"
 
 namespace prefixkv {
 namespace ssd {
@@ -123,6 +124,12 @@ struct SsdTierOptions {
   // evicted dirty block enters the write-back queue, kRemoved on Remove,
   // eviction and a corrupt drop. Blocks found at Open are not reported.
   KvEventSink* events = nullptr;
+  // Where a read's payload buffer comes from (null: the process heap). The
+  // Engine passes its memory resource, so a read lands in memory that is
+  // already faulted in and registered (docs/hot_tier.md, "Memory"), and a
+  // promotion keeps that buffer instead of copying it in. A read the
+  // resource has no room for falls back to the heap.
+  std::shared_ptr<MemoryResource> read_memory;
 };
 
 // What Open found. Also logged as one line.

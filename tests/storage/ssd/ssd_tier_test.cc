@@ -18,6 +18,7 @@
 #include <mutex>
 #include <thread>
 
+#include "prefixkv/memory_resource.h"
 #include "ssd_index.h"
 #include "ssd_layout.h"
 #include "ssd_segment.h"
@@ -92,6 +93,53 @@ TEST_F(SsdTierTest, BlocksAndCountersSurviveCloseAndReopen) {
     EXPECT_EQ(tier->Peek(m.key)->owner, m.owner);
   }
   testing::ExpectCountersMatchContents(*tier, {0, 1, 2});
+}
+
+// A memory resource with no room: every allocation refused, counted.
+class NoRoomMemory final : public MemoryResource {
+ public:
+  void* Allocate(size_t, size_t) override {
+    ++asked;
+    return nullptr;
+  }
+  void Deallocate(void*, size_t, size_t) override {}
+  bool Contains(const void*, size_t) const override { return false; }
+  std::vector<MemoryRegion> Regions() const override { return {}; }
+  void SetRegionCallbacks(RegionCallbacks) override {}
+  std::atomic<int> asked{0};
+};
+
+// SsdTierOptions::read_memory: a read's buffer comes from the resource (the
+// Engine's arena: faulted in, registered, kept by a promotion without a
+// copy), and from the heap when the resource has no room, with the same
+// bytes either way.
+TEST_F(SsdTierTest, AReadLandsInTheReadMemoryWhenItHasRoomElseOnTheHeap) {
+  std::shared_ptr<MemoryResource> arena =
+      NewArenaMemoryResource({.max_region_bytes = 2 << 20,
+                              .min_region_bytes = 2 << 20,
+                              .retain_bytes = 4 << 20});
+  auto no_room = std::make_shared<NoRoomMemory>();
+  for (const std::shared_ptr<MemoryResource>& memory :
+       std::vector<std::shared_ptr<MemoryResource>>{arena, no_room}) {
+    TempDir dir;
+    SsdTierOptions o = TestSsdOptions((dir.path() / "ssd").string());
+    o.read_memory = memory;
+    auto tier = OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    for (uint64_t i = 0; i < 4; ++i) {
+      const BlockMeta m = ChainBlock(0, i);
+      ASSERT_OK(tier->Put(m, PayloadOf(m, 5000 + i * 4096), true));
+    }
+    for (uint64_t i = 0; i < 4; ++i) {
+      const BlockMeta m = ChainBlock(0, i);
+      ASSERT_OK_AND_ASSIGN(SharedBytes got, tier->Get(m.key));
+      EXPECT_EQ(got.view(), PayloadOf(m, 5000 + i * 4096).view()) << "block " << i;
+      EXPECT_EQ(memory->Contains(got.data(), got.size()), memory == arena);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(got.data()) % 4096, 0u) << "O_DIRECT";
+    }
+    ASSERT_OK(tier->Close());
+  }
+  EXPECT_GE(no_room->asked.load(), 4);
 }
 
 TEST_F(SsdTierTest, PersistedCountersThatDisagreeWithContentsAreReportedAndRepaired) {
