@@ -665,7 +665,20 @@ void EventLog::CountReconciled(uint64_t n) {
 Status EventLog::Flush(bool sync) {
   if (options_.dir.empty()) return Status::OK();
   MutexLock io(&io_mu_);
-  return Drain(sync);
+  Status s = Drain(sync);
+  uint64_t failed = 0;
+  {
+    MutexLock lock(&mu_);
+    failed = counts_.write_errors - flush_reported_errors_;
+    flush_reported_errors_ = counts_.write_errors;
+  }
+  // The writer thread may have taken (and failed to write) records appended
+  // before this call: they are missing from the files all the same.
+  if (s.ok() && failed > 0) {
+    return Status::IOError(std::to_string(failed) +
+                           " event log writes failed since the last flush");
+  }
+  return s;
 }
 
 Status EventLog::CheckpointDrained(bool close) {

@@ -114,7 +114,10 @@ class EventLog {
   // kEventQueueLimitBytes of records are not yet taken by the writer.
   void Append(KvEvent& e) EXCLUDES(io_mu_, mu_, append_mu_);
   // Writes the queued records (they then survive a kill -9); with `sync`
-  // also fdatasyncs them (they survive power loss). OK in RAM.
+  // also fdatasyncs them (they survive power loss). OK in RAM. IOError when
+  // a write failed since the last Flush, whichever thread made it (the
+  // writer thread may have taken the records first): events appended before
+  // the call are then missing from the files (a gap, Read's OutOfRange).
   Status Flush(bool sync) EXCLUDES(io_mu_, mu_);
 
   // Up to `max_events` events with seq >= from_seq (0 reads as 1).
@@ -254,6 +257,8 @@ class EventLog {
   KeyTable hot_ GUARDED_BY(mu_);
   KeyTable ssd_ GUARDED_BY(mu_);
   KvEventLogStats counts_ GUARDED_BY(mu_);
+  // counts_.write_errors when Flush last returned: what it has reported.
+  uint64_t flush_reported_errors_ GUARDED_BY(mu_) = 0;
 
   // The append side: a leaf, held by Append only to number and queue.
   Mutex append_mu_;
