@@ -227,23 +227,33 @@ class FakeMemoryResource final : public MemoryResource {
 struct RegionEvents {
   std::mutex mu;
   std::vector<MemoryRegion> mapped, unmapped;
+  std::vector<std::pair<bool, MemoryRegion>> order;  // (mapped?, region)
   RegionCallbacks Callbacks() {
     return {.mapped =
                 [this](void* p, size_t n) {
                   std::lock_guard<std::mutex> lock(mu);
                   mapped.push_back({p, n});
+                  order.push_back({true, {p, n}});
                 },
             .unmapping =
                 [this](void* p, size_t n) {
                   std::lock_guard<std::mutex> lock(mu);
                   unmapped.push_back({p, n});
+                  order.push_back({false, {p, n}});
                 }};
   }
+  // Whether the region `p` was last mapped in has been unmapped since (the
+  // fake resource's heap may hand an address out again after it went).
   bool Unmapped(const void* p) {
     std::lock_guard<std::mutex> lock(mu);
-    return std::any_of(unmapped.begin(), unmapped.end(), [p](const MemoryRegion& r) {
+    const auto holds = [p](const MemoryRegion& r) {
       return p >= r.base && p < static_cast<const uint8_t*>(r.base) + r.bytes;
-    });
+    };
+    bool gone = false;
+    for (const auto& [was_mapped, r] : order) {
+      if (holds(r)) gone = !was_mapped;
+    }
+    return gone;
   }
 };
 
