@@ -40,7 +40,6 @@ OWNERS = {
     "memory_resource.h": "prefixkv_base",
     "clock.h": "prefixkv_base",
     "tensor.h": "prefixkv_base",
-    "tensor_destination.h": "prefixkv_base",
     "block.h": "prefixkv_base",
     "block_key.h": "prefixkv_base",
     "advanced/hash.h": "prefixkv_base",
@@ -71,10 +70,8 @@ OWNERS = {
     "advanced/prefix_cache.h": "prefixkv_cache",
     "advanced/tip_lineage.h": "prefixkv_cache",
     "prefix_types.h": "prefixkv_cache",
-    "restore_plan.h": "prefixkv_cache",
     "engine.h": "prefixkv_engine",
     "advanced/engine_internals.h": "prefixkv_engine",
-    "memory_charge.h": "prefixkv_engine",  # an interface; the engine implements it
     "shard_computation.h": "prefixkv_model",
     "layer_kv_cache.h": "prefixkv_model",
     "kv_recipe.h": "prefixkv_model",

@@ -46,7 +46,6 @@
 #include "prefixkv/engine.h"
 #include "prefixkv/kv_recipe.h"
 #include "prefixkv/layer_kv_cache.h"
-#include "prefixkv/memory_charge.h"
 #include "prefixkv/shard_computation.h"
 #include "prefixkv/status.h"
 

@@ -7,12 +7,11 @@
 // remote read, a decompressed tensor) is staged there first, so every range
 // lies in a region the embedder registered. The plan holds the loaded
 // records (their bytes), the staging and the pins the caller's `pin` gave.
-#include "prefixkv/restore_plan.h"
-
 #include <cstring>
 #include <string>
 
 #include "prefixkv/advanced/prefix_cache.h"
+#include "prefixkv/prefix_types.h"
 #include "restore_blocks.h"
 
 namespace prefixkv {

@@ -4,11 +4,11 @@
 // every byte a copy will touch is proven to lie inside [data, data +
 // size_bytes) and no two elements land on the same bytes, with overflow-free
 // arithmetic, so a wrong description is an error and never a stray write.
-#include "prefixkv/tensor_destination.h"
-
 #include <algorithm>
 #include <cstring>
 #include <string>
+
+#include "prefixkv/tensor.h"
 
 #if defined(__x86_64__)
 #include <emmintrin.h>

@@ -28,7 +28,6 @@
 #include "prefixkv/advanced/hash.h"
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/engine.h"
-#include "prefixkv/memory_charge.h"
 #include "prefixkv/memory_resource.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/support/test_util.h"

@@ -30,7 +30,7 @@
 #include "prefixkv/cache_types.h"
 #include "prefixkv/engine.h"
 #include "prefixkv/memory_resource.h"
-#include "prefixkv/restore_plan.h"
+#include "prefixkv/prefix_types.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/support/namespace_fields.h"
 #include "tests/support/test_util.h"

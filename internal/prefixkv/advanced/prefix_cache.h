@@ -46,9 +46,8 @@
 #include "prefixkv/memory_resource.h"
 #include "prefixkv/namespace_spec.h"
 #include "prefixkv/prefix_types.h"
-#include "prefixkv/restore_plan.h"
 #include "prefixkv/status.h"
-#include "prefixkv/tensor_destination.h"
+#include "prefixkv/tensor.h"
 
 namespace prefixkv {
 

@@ -10,7 +10,6 @@
 #include <random>
 #include <vector>
 
-#include "prefixkv/tensor_destination.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv {
