@@ -487,7 +487,7 @@ class Engine {
   // Restore straight into the caller's memory (docs/prefix_cache.md,
   // "Restoring into the caller's buffers"): one LayerDestination per layer of
   // the namespace, one TensorDestination per restored tensor of that layer
-  // (tensor_destination.h: base pointer, bytes, dtype, byte strides). Each
+  // (TensorDestination, tensor.h: base pointer, bytes, dtype, byte strides). Each
   // block's slice goes from the tier to its place in the destination in one
   // copy, byte for byte what Restore would return. Every destination is
   // checked before the first byte is written: InvalidArgument, and nothing
@@ -499,7 +499,7 @@ class Engine {
   StatusOr<RestoreIntoResult> RestoreInto(const MatchResult& match,
                                           std::span<const LayerDestination> destinations,
                                           const LayerRestoredCallback& on_layer = {});
-  // Restore as a plan for a copy engine (restore_plan.h): per layer, the
+  // Restore as a plan for a copy engine (RestorePlan, prefix_types.h): per layer, the
   // host ranges holding its bytes and where each goes in a contiguous
   // per-layer layout; applying them reproduces Restore byte for byte (every
   // cache family: rotating and arrays tips, partial tails and quantized
@@ -607,7 +607,7 @@ class Engine {
   StatusOr<uint64_t> RemoveExpiredValues(size_t max_keys);
 
   // Opens a charge to the RAM budget for memory held outside the blocks
-  // (memory_charge.h; SessionManagerOptions::memory charges live sessions' KV to
+  // (MemoryCharge, above; SessionManagerOptions::memory charges live sessions' KV to
   // it): a budget owner named `name`, whose charges count against the hot
   // capacity and `quota_bytes` (nullopt: only the capacity limits it) and
   // make room by evicting cache blocks. Opening a name again returns another

@@ -1,5 +1,5 @@
 // Engine.plan_restore and Engine.memory_regions: a restore as a plan of host
-// ranges (Engine::PlanRestore, restore_plan.h) for a device's copy engine,
+// ranges (Engine::PlanRestore, RestorePlan in prefix_types.h) for a device's copy engine,
 // and the regions of the engine's memory resource to register for DMA. The
 // plan's ranges are plain integers (addresses, byte counts) a caller hands
 // to cudaMemcpy2DAsync or torch; the plan object holds the pins and staging

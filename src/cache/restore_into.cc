@@ -7,7 +7,7 @@
 //
 // Nothing is written until everything is checked: the restored shapes are
 // computed from the loaded blocks and every destination is checked against
-// its tensor (tensor_destination.h) before the first byte moves, so a bad
+// its tensor (TensorDestination, tensor.h) before the first byte moves, so a bad
 // destination is an error with the caller's memory untouched. A block holds
 // every layer, so all blocks are read before layer 0 can complete; the copy
 // then runs layer by layer, and the callback tells the caller each finished

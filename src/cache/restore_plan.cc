@@ -1,5 +1,5 @@
 // PrefixCache::PlanRestore: a restore described as host ranges instead of
-// copied (restore_plan.h). The blocks are loaded exactly as Restore loads
+// copied (RestorePlan, prefix_types.h). The blocks are loaded exactly as Restore loads
 // them (restore.cc: validation, walk-back, the partial tip beside the
 // chain); each restored tensor is then the same parts RestoreInto copies
 // (GatherTensorParts), and each part becomes one 2-D range into the layer's

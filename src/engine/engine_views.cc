@@ -1,7 +1,7 @@
 // Engine::RestorePinned: a restore plus its blocks as the tiers hold them,
 // hot ones pinned, for callers that read the per-block tensors in place (the
 // Python bindings' zero-copy arrays, docs/python.md). Engine::PlanRestore:
-// the same pins around a plan of host ranges (restore_plan.h) for a copy
+// the same pins around a plan of host ranges (RestorePlan, prefix_types.h) for a copy
 // engine.
 #include <algorithm>
 #include <memory>

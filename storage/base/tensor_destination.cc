@@ -1,4 +1,4 @@
-// TensorDestination (tensor_destination.h): checking a caller's description
+// TensorDestination (tensor.h): checking a caller's description
 // of its memory before anything is written, and the strided copy into it.
 // The check is what makes RestoreInto safe with memory prefixkv does not own:
 // every byte a copy will touch is proven to lie inside [data, data +

@@ -159,7 +159,7 @@ class PrefixCache {
   StatusOr<RestoreResult> Restore(const MatchResult& match);
   // Restore into the caller's memory: the same blocks, the same bytes, each
   // copied once from the tier into `destinations` (one per namespace layer;
-  // tensor_destination.h), layer by layer, `on_layer` (may be empty) told as
+  // TensorDestination in tensor.h), layer by layer, `on_layer` (may be empty) told as
   // each layer completes. Every destination is checked before anything is
   // written: InvalidArgument (and the caller's memory untouched) for a
   // wrong layer or tensor count, dtype, stride, null or too small a buffer.
@@ -173,7 +173,7 @@ class PrefixCache {
   // resident in the hot tier, or null when that block is not resident there.
   using PlanPinner =
       std::function<std::shared_ptr<const void>(const BlockRecord& record)>;
-  // Restore as a plan of host ranges (restore_plan.h): the same blocks, the
+  // Restore as a plan of host ranges (RestorePlan, prefix_types.h): the same blocks, the
   // same bytes, every range inside `memory` (parts outside it are staged
   // there: NoSpace when it has no room); each block `pin` gives a hold for
   // stays pinned while the plan is held. Errors as Restore.
