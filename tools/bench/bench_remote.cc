@@ -333,7 +333,8 @@ StatusOr<RestoreFigures> MeasureRestore(const Cluster& cluster, int repeats, boo
     PKV_ASSIGN_OR_RETURN(RestoreSeconds seconds, RestoreRemotely(b, tokens, &restored));
     const uint64_t self1 = SelfCpuNanos();
     const ClusterUsage restore_used = MastersUsage(local) - redis0;
-    const uint64_t bytes = EngineRemoteTier(*b.engine)->Counters().bytes_read - read_before;
+    const uint64_t bytes =
+        EngineRemoteTier(*b.engine)->Counters().bytes_read - read_before;
     if (round == 1 - kWarmupRounds) {
       f.identical = restored.layers == layers;
       f.block_bytes = bytes / kModel.blocks;
