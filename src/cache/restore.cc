@@ -23,6 +23,38 @@ namespace {
 
 using cache::LoadedBlock;
 
+// The reads a restore asks the tiers to make ahead of it (TierStack::
+// ReadAhead): before the Get of block i, the blocks after it, as far as the
+// SSD tier's read-ahead bound lets; whatever no Get took is forgotten when
+// the restore stops (a block that failed validation ends it early).
+class ChainReadAhead {
+ public:
+  ChainReadAhead(TierStack* tiers, std::span<const BlockKey> keys)
+      : tiers_(tiers), keys_(keys) {}
+  ~ChainReadAhead() {
+    for (const BlockKey& key : started_) tiers_->CancelReadAhead(key);
+  }
+  ChainReadAhead(const ChainReadAhead&) = delete;
+  ChainReadAhead& operator=(const ChainReadAhead&) = delete;
+
+  // Called before the Get of keys[i]: block i itself is read by that Get
+  // (a read handed to another thread first would only add latency).
+  void Before(size_t i) {
+    next_ = std::max(next_, i + 1);
+    for (; next_ < keys_.size(); ++next_) {
+      const ReadAheadResult r = tiers_->ReadAhead(keys_[next_]);
+      if (r == ReadAheadResult::kFull) return;  // again after this Get
+      if (r == ReadAheadResult::kStarted) started_.push_back(keys_[next_]);
+    }
+  }
+
+ private:
+  TierStack* const tiers_;
+  const std::span<const BlockKey> keys_;
+  size_t next_ = 0;
+  std::vector<BlockKey> started_;
+};
+
 // Loads and validates blocks in chain order until one fails; `reason` says why.
 std::vector<LoadedBlock> LoadValidBlocks(const cache::NamespaceState& ns,
                                          const MatchResult& match,
@@ -31,7 +63,9 @@ std::vector<LoadedBlock> LoadValidBlocks(const cache::NamespaceState& ns,
   std::vector<LoadedBlock> blocks;
   blocks.reserve(match.keys.size());
   const size_t b = ns.spec.block_tokens;
+  ChainReadAhead ahead(ns.tiers, match.keys);
   for (size_t i = 0; i < match.keys.size(); ++i) {
+    ahead.Before(i);
     StatusOr<LoadedBlock> block =
         cache::LoadBlock(ns, match.keys[i], cache::BlockRead::kRestore, limits);
     Status s = block.status();

@@ -93,7 +93,9 @@ Status ssd::TierImpl::ValidateOptions(const SsdTierOptions& options) {
 }
 
 ssd::TierImpl::TierImpl(const SsdTierOptions& options)
-    : options_(WithSpaceBounds(options)) {
+    : options_(WithSpaceBounds(options)),
+      read_ahead_(options.read_ahead_threads, options.read_ahead_bytes,
+                  [this](const ssd::IndexEntry& e) { return ReadExtent(e); }) {
   write_options_.disableWAL = options.durability == SsdDurability::kFlush;
   write_options_.sync = options.durability == SsdDurability::kSync;
   relaxed_options_.disableWAL = write_options_.disableWAL;
@@ -264,6 +266,7 @@ Status ssd::TierImpl::Open() {
 Status ssd::TierImpl::Close() {
   if (closed_ || db_ == nullptr) return Status::OK();
   closed_ = true;
+  read_ahead_.Stop();
   Status first = queue_ ? queue_->Stop() : Status::OK();
   StopReclaimer();
   // Payloads on the device before the metadata that points at them is flushed.

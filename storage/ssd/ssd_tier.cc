@@ -67,6 +67,11 @@ uint32_t SsdTier::removal_history_entries() const {
 }
 const SsdOpenReport& SsdTier::open_report() const { return impl_->report(); }
 uint64_t SsdTier::queued_blocks() const { return impl_->queued_blocks(); }
+ReadAheadResult SsdTier::ReadAhead(const BlockKey& key) {
+  return impl_->StartReadAhead(key);
+}
+void SsdTier::CancelReadAhead(const BlockKey& key) { impl_->CancelReadAhead(key); }
+SsdReadAheadStats SsdTier::ReadAheadStats() const { return impl_->ReadAheadStats(); }
 SsdWriteBackState SsdTier::WriteBackState() const { return impl_->WriteBackState(); }
 
 std::unique_ptr<SsdTier> ssd::Access::Wrap(std::unique_ptr<ssd::TierImpl> impl) {
@@ -549,7 +554,14 @@ StatusOr<SharedBytes> ssd::TierImpl::GetIndexed(const BlockKey& key, bool touch,
     }
     e = *found;
   }
-  PKV_ASSIGN_OR_RETURN(SharedBytes payload, ReadVerified(key, e));
+  // A read made ahead of this Get, if it was made at this very entry.
+  std::optional<SharedBytes> ahead = read_ahead_.Take(key, e);
+  SharedBytes payload;
+  if (ahead.has_value()) {
+    payload = std::move(*ahead);
+  } else {
+    PKV_ASSIGN_OR_RETURN(payload, ReadVerified(key, e));
+  }
   if (!touch) return payload;
   // The new access order reaches the metadata with the next batch
   // (ssd_access_order.cc); the hit rides along with the next write.
@@ -585,6 +597,29 @@ StatusOr<SharedBytes> ssd::TierImpl::ReadVerified(const BlockKey& key,
   }
   (void)DropCorrupt(key, e, why);
   return Status::NotFound("corrupt: " + why);
+}
+
+StatusOr<SharedBytes> ssd::TierImpl::ReadExtent(const IndexEntry& e) const {
+  PKV_ASSIGN_OR_RETURN(SharedBytes read, store_->Read({e.segment, e.offset}, e.bytes));
+  if (read.size() != e.bytes ||
+      ssd::PayloadChecksum(read.data(), read.size()) != e.checksum) {
+    return Status::Corruption("payload does not match its entry");
+  }
+  return read;
+}
+
+ReadAheadResult ssd::TierImpl::StartReadAhead(const BlockKey& key) {
+  if (!read_ahead_.enabled()) return ReadAheadResult::kNone;
+  // A queued block is served from memory (Get looks there first).
+  if (queue_->FindMeta(key).has_value()) return ReadAheadResult::kNone;
+  IndexEntry e;
+  {
+    MutexLock lock(&mu_);
+    const IndexEntry* found = index_.Find(key);
+    if (found == nullptr) return ReadAheadResult::kNone;
+    e = *found;
+  }
+  return read_ahead_.Start(key, e);
 }
 
 Status ssd::TierImpl::DropCorrupt(const BlockKey& key, const IndexEntry& e,

@@ -39,6 +39,7 @@
 #include "ssd_index.h"
 #include "ssd_journal.h"
 #include "ssd_layout.h"
+#include "ssd_read_ahead.h"
 #include "ssd_salvage.h"
 #include "ssd_segment.h"
 #include "ssd_writer.h"
@@ -138,6 +139,11 @@ class TierImpl {
   // ssd_reclaim.cc
   Status Compact() EXCLUDES(gc_run_mu_, pause_, mu_);
   SsdSpaceUsage SpaceUsage() const EXCLUDES(mu_);
+
+  // ssd_tier.cc: read-ahead (SsdTier::ReadAhead).
+  ReadAheadResult StartReadAhead(const BlockKey& key) EXCLUDES(mu_);
+  void CancelReadAhead(const BlockKey& key) { read_ahead_.Drop(key); }
+  SsdReadAheadStats ReadAheadStats() const { return read_ahead_.Stats(); }
 
   Status Flush() { return queue_->Flush(); }
   // OK, or the error of the write-back queue's last attempt while blocks it
@@ -338,6 +344,10 @@ class TierImpl {
   // REQUIRES: as DropCorrupt.
   StatusOr<SharedBytes> ReadVerified(const BlockKey& key, const IndexEntry& e)
       REQUIRES_SHARED(pause_) EXCLUDES(mu_, gc_mu_);
+  // The extent of `e`, checked against its checksum; an error otherwise.
+  // Counts, drops and logs nothing (a read made ahead; ReadVerified does
+  // that part). Needs no lock (ssd_read_ahead.h).
+  StatusOr<SharedBytes> ReadExtent(const IndexEntry& e) const;
   void CountEvent(OwnerId owner, uint64_t TierCounters::*field) EXCLUDES(mu_);
   void CountIoError(OwnerId owner) EXCLUDES(mu_);
   // flush mode: starts a memtable flush every write_buffer_bytes of payload.
@@ -462,6 +472,9 @@ class TierImpl {
   std::atomic<uint64_t> last_resume_nanos_{0};
   std::unique_ptr<WriteBackQueue> queue_;
   bool closed_ = false;
+  // Reads made ahead of the Gets that take them (ssd_read_ahead.h). Stopped
+  // by Close, before the segment store goes.
+  ReadAhead read_ahead_;
 
   // Segment reclamation (ssd_reclaim.cc): a background thread woken after
   // writes that may have left garbage; gc_run_mu_ serializes passes (the

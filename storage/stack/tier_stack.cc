@@ -88,6 +88,12 @@ StatusOr<TierHit> TierStack::GetFromTiers(const BlockKey& key, const TierRead& r
   return Status::NotFound("block " + key.ToHex() + " not cached");
 }
 
+ReadAheadResult TierStack::ReadAhead(const BlockKey& key) {
+  if (ssd_ == nullptr || (hot_ != nullptr && hot_->Contains(key)))
+    return ReadAheadResult::kNone;
+  return ssd_->ReadAhead(key);
+}
+
 StatusOr<TierHit> TierStack::PeekPayload(const BlockKey& key) {
   if (hot_ != nullptr) {
     StatusOr<SharedBytes> hit = hot_->PeekPayload(key);

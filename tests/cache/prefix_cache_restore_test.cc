@@ -3,6 +3,9 @@
 // rotating-layer reconstruction of the seed tests.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "prefixkv/advanced/hash.h"
 #include "tests/cache/cache_test_util.h"
 #include "tests/support/test_util.h"
@@ -35,6 +38,19 @@ class PrefixCacheRestoreTest : public ::testing::Test {
     StatusOr<RestoreResult> r = tiers_->cache().Restore(*match);
     EXPECT_OK(r);
     return r.ok() ? std::move(r).value() : RestoreResult{};
+  }
+
+  // Two KV layers of `tokens`, stored through tiers on dir_ and flushed to
+  // their SSD tier; the chain's keys.
+  std::vector<BlockKey> StoreOnSsd(const std::vector<int32_t>& tokens,
+                                   std::vector<LayerState>* layers) {
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    *layers = {KvLayer(n, &rng_), KvLayer(n, &rng_)};
+    tiers_ = std::make_unique<TestTiers>(kHotBytes, dir_.str());
+    Namespace ns = Register(KvOnlySpec());
+    EXPECT_OK(tiers_->cache().Store(ns, tokens, *layers));
+    EXPECT_OK(tiers_->cache().Flush());
+    return ChainKeys(ns.root, tokens, kBlockTokens);
   }
 
   std::mt19937_64 rng_{testing::TestSeed("PrefixCacheRestoreTest")};
@@ -111,13 +127,8 @@ TEST_F(PrefixCacheRestoreTest, RoundTripFromSsdIsByteIdenticalAndPromotes) {
 // still rejects the same bytes.
 TEST_F(PrefixCacheRestoreTest, SsdReadsAreDecodedOnTheTiersOwnCheckAlone) {
   const std::vector<int32_t> tokens = Tokens(3);
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  const std::vector<LayerState> layers = {KvLayer(n, &rng_), KvLayer(n, &rng_)};
-  tiers_ = std::make_unique<TestTiers>(kHotBytes, dir_.str());
-  Namespace ns = Register(KvOnlySpec());
-  ASSERT_OK(tiers_->cache().Store(ns, tokens, layers));
-  ASSERT_OK(tiers_->cache().Flush());
-  const std::vector<BlockKey> keys = ChainKeys(ns.root, tokens, kBlockTokens);
+  std::vector<LayerState> layers;
+  const std::vector<BlockKey> keys = StoreOnSsd(tokens, &layers);
   std::string bytes(
       EncodeBlock(testing::ReadBlock(*tiers_->hot, keys[2])).value().view());
   bytes.back() ^= 0x40;  // the last token's last value: a tensor byte
@@ -126,7 +137,7 @@ TEST_F(PrefixCacheRestoreTest, SsdReadsAreDecodedOnTheTiersOwnCheckAlone) {
   // A restart, then the damaged record put under block 2 in the SSD tier.
   tiers_.reset();
   tiers_ = std::make_unique<TestTiers>(kHotBytes, dir_.str());
-  ns = Register(KvOnlySpec());
+  Namespace ns = Register(KvOnlySpec());
   ASSERT_OK(tiers_->ssd->Put({keys[2], keys[1], ns.root, 0}, damaged, /*dirty=*/false));
   uint64_t payload_bytes = 0;
   for (const BlockKey& key : keys) {
@@ -135,17 +146,73 @@ TEST_F(PrefixCacheRestoreTest, SsdReadsAreDecodedOnTheTiersOwnCheckAlone) {
   }
 
   const uint64_t hashed_before = ThreadHashedBytes();
+  const SsdReadAheadStats ahead_before = tiers_->ssd->ReadAheadStats();
   RestoreResult r = MatchAndRestore(ns, tokens);
-  // Each payload byte once (the tier's check; the decode hashes nothing),
+  // Each payload byte once (the tier's check, on this thread or on a
+  // read-ahead thread for the blocks read ahead; the decode hashes nothing),
   // besides small records: the chain keys Match computes, the event log's
   // and the access order's records (under 256 bytes a block).
-  EXPECT_LE(ThreadHashedBytes() - hashed_before, payload_bytes + keys.size() * 256);
-  EXPECT_GE(ThreadHashedBytes() - hashed_before, payload_bytes);
+  const SsdReadAheadStats ahead = tiers_->ssd->ReadAheadStats();
+  EXPECT_EQ(ahead.served - ahead_before.served, ahead.started - ahead_before.started)
+      << "every read made ahead was served (none hashed twice)";
+  const uint64_t hashed =
+      ThreadHashedBytes() - hashed_before + ahead.bytes_read - ahead_before.bytes_read;
+  EXPECT_LE(hashed, payload_bytes + keys.size() * 256);
+  EXPECT_GE(hashed, payload_bytes);
   EXPECT_EQ(r.restored_tokens, tokens.size()) << r.reason;
   EXPECT_EQ(r.blocks_from_ssd, 3u);
   ASSERT_EQ(r.layers.size(), 2u);
   EXPECT_EQ(r.layers[0], layers[0]);
   EXPECT_NE(r.layers[1], layers[1]) << "the tier's bytes, decoded without a second pass";
+}
+
+// A restore from SSD asks the tier to read the blocks after the one it is
+// checking (SsdTierOptions::read_ahead_threads): the blocks come back byte
+// identical and counted once each, and when a block ends the restore early
+// (here one stored with other tokens under its key) the reads made ahead of
+// the blocks after it are forgotten: nothing stays held, none is counted.
+TEST_F(PrefixCacheRestoreTest, ARestoreReadsAheadAndForgetsWhatABlockThatEndsItLeft) {
+  const std::vector<int32_t> tokens = Tokens(8);
+  std::vector<LayerState> layers;
+  const std::vector<BlockKey> keys = StoreOnSsd(tokens, &layers);
+  BlockRecord other = testing::ReadBlock(*tiers_->hot, keys[5]);
+  other.tokens[0] = 12345;  // what a hash collision would look like
+  // A restart, with block 5 replaced in the SSD tier.
+  tiers_.reset();
+  tiers_ = std::make_unique<TestTiers>(kHotBytes, dir_.str());
+  Namespace ns = Register(KvOnlySpec());
+  uint64_t hits = tiers_->ssd->Totals().hits;  // persisted across restarts
+  RestoreResult whole = MatchAndRestore(
+      ns, std::vector<int32_t>(tokens.begin(), tokens.begin() + 5 * kBlockTokens));
+  EXPECT_EQ(whole.restored_tokens, 5 * kBlockTokens) << whole.reason;
+  EXPECT_EQ(whole.blocks_from_ssd, 5u);
+  SsdReadAheadStats ahead = tiers_->ssd->ReadAheadStats();
+  EXPECT_GT(ahead.started, 0u);
+  EXPECT_EQ(ahead.served + ahead.stale + ahead.unused, ahead.started);
+  EXPECT_EQ(tiers_->ssd->Totals().hits, hits + 5);
+
+  tiers_.reset();
+  tiers_ = std::make_unique<TestTiers>(kHotBytes, dir_.str());
+  ns = Register(KvOnlySpec());
+  ASSERT_OK(tiers_->ssd->Put({keys[5], keys[4], ns.root, 0}, EncodeBlock(other).value(),
+                             /*dirty=*/false));
+  hits = tiers_->ssd->Totals().hits;
+  RestoreResult r = MatchAndRestore(ns, tokens);
+  EXPECT_EQ(r.restored_tokens, 5 * kBlockTokens);
+  EXPECT_NE(r.reason.find("block 5"), std::string::npos) << r.reason;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    EXPECT_EQ(r.layers[l].tensors[0].shape()[2], static_cast<int64_t>(5 * kBlockTokens));
+  }
+  // A forgotten read still running gives its bytes back when it ends.
+  for (int waited_ms = 0; waited_ms < 10000; ++waited_ms) {
+    if (tiers_->ssd->ReadAheadStats().pending_bytes == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(tiers_->ssd->ReadAheadStats().pending_bytes, 0u)
+      << "the reads after block 5 are forgotten";
+  ahead = tiers_->ssd->ReadAheadStats();
+  EXPECT_EQ(ahead.served + ahead.stale + ahead.unused, ahead.started);
+  EXPECT_EQ(tiers_->ssd->Totals().hits, hits + 6) << "blocks 0-5, each once";
 }
 
 TEST_F(PrefixCacheRestoreTest, RegisteringAModelTwiceGivesTheSameNamespace) {

@@ -6,17 +6,34 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 namespace prefixkv::cli {
 
 namespace fs = std::filesystem;
 
-bool RawReadFiles(const fs::path& dir, uint64_t* bytes) {
-  constexpr size_t kChunk = 1 << 20;
-  void* buf = nullptr;
-  if (posix_memalign(&buf, 4096, kChunk) != 0) return false;
+bool RawReadFiles(const fs::path& dir, uint64_t* bytes, RawBuffer buffer) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t chunk = buffer == RawBuffer::kHugePage ? kHuge : size_t{1} << 20;
+  void* mapped = nullptr;
+  uint8_t* buf = nullptr;
+  if (buffer == RawBuffer::kHugePage) {
+    // Two huge pages' worth, so one aligned 2 MiB page fits inside.
+    mapped = mmap(nullptr, 2 * kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                  -1, 0);
+    if (mapped == MAP_FAILED) return false;
+    buf = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(mapped) + kHuge - 1) &
+                                     ~uintptr_t{kHuge - 1});
+    (void)madvise(buf, kHuge, MADV_HUGEPAGE);
+    std::memset(buf, 0, kHuge);  // faulted in before the timing's first read
+  } else {
+    void* heap = nullptr;
+    if (posix_memalign(&heap, 4096, chunk) != 0) return false;
+    buf = static_cast<uint8_t*>(heap);
+  }
   bool ok = true;
   *bytes = 0;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
@@ -29,12 +46,30 @@ bool RawReadFiles(const fs::path& dir, uint64_t* bytes) {
       continue;
     }
     ssize_t n = 0;
-    for (off_t at = 0; (n = pread(fd, buf, kChunk, at)) > 0; at += n) *bytes += n;
+    for (off_t at = 0; (n = pread(fd, buf, chunk, at)) > 0; at += n) *bytes += n;
     ok &= n == 0;
     close(fd);
   }
-  free(buf);
+  if (mapped != nullptr) {
+    munmap(mapped, 2 * kHuge);
+  } else {
+    free(buf);
+  }
   return ok;
+}
+
+bool TimeRawReads(const fs::path& dir, bool heap_first, uint64_t* bytes,
+                  RawReadTimes* times) {
+  for (int i = 0; i < 2; ++i) {
+    const RawBuffer b = (i == 0) == heap_first ? RawBuffer::kHeap : RawBuffer::kHugePage;
+    EvictFilePages(dir);
+    const auto start = std::chrono::steady_clock::now();
+    if (!RawReadFiles(dir, bytes, b)) return false;
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    (b == RawBuffer::kHeap ? times->heap_s : times->huge_page_s) = s;
+  }
+  return true;
 }
 
 void EvictFilePages(const fs::path& dir) {

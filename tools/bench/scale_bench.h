@@ -45,9 +45,10 @@ struct LlamaFigures {
   RestoreFigures hot;
   Range memcpy_ms;
   // Cold RestoreInto from the SSD tier against a raw O_DIRECT read of the
-  // segment files, by ColdKind.
+  // segment files, by ColdKind: against the faster of two raw reads in each
+  // pair (into a heap buffer, into a huge page: disk_util.h), both reported.
   RestoreFigures cold[kColdKinds];
-  Range raw_ms;
+  Range raw_ms, raw_heap_ms, raw_huge_page_ms;
   uint64_t segment_bytes = 0;
   uint64_t resident_bytes = 0;  // segment pages in the page cache after cold reads
   bool identical = false;       // the caller memory held the chain, hot and cold

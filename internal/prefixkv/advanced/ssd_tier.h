@@ -130,6 +130,28 @@ struct SsdTierOptions {
   // promotion keeps that buffer instead of copying it in. A read the
   // resource has no room for falls back to the heap.
   std::shared_ptr<MemoryResource> read_memory;
+  // Read-ahead (docs/ssd.md "Read-ahead"): a restore of a chain asks for the
+  // blocks after the one it is checking (TierStack::ReadAhead), and this
+  // many threads read them meanwhile, up to read_ahead_bytes of payload
+  // ahead (one block of any size always). A read made ahead counts nothing;
+  // Get serves it only if the block is still at the same extent with the
+  // same checksum. 0 threads or 0 bytes: off.
+  uint32_t read_ahead_threads = 2;
+  uint64_t read_ahead_bytes = 64ull << 20;
+};
+
+// Reads made ahead since Open (SsdTierOptions::read_ahead_threads).
+struct SsdReadAheadStats {
+  uint64_t started = 0;        // reads queued
+  uint64_t served = 0;         // taken by a Get and served
+  uint64_t stale = 0;          // taken, but the block changed meanwhile or the
+                               // read failed: the Get read it again
+  uint64_t unused = 0;         // forgotten before a Get took them (a restore
+                               // that stopped early)
+  uint64_t failed = 0;         // reads that failed (a damaged extent, an I/O
+                               // error): the Get reads and handles it itself
+  uint64_t bytes_read = 0;     // payload bytes read ahead (successful reads)
+  uint64_t pending_bytes = 0;  // now held: queued, being read, or read and not taken
 };
 
 // What Open found. Also logged as one line.
@@ -313,6 +335,14 @@ class SsdTier final : public BlockTier, public EvictionListener {
 
   const SsdOpenReport& open_report() const;
   uint64_t queued_blocks() const;
+
+  // Read-ahead (BlockTier): starts reading `key` in the background for a Get
+  // that will follow. kNone: read-ahead off, or the block absent or still in
+  // the write-back queue; kFull: read_ahead_bytes are taken.
+  ReadAheadResult ReadAhead(const BlockKey& key) override;
+  // Forgets a read made ahead that no Get will take.
+  void CancelReadAhead(const BlockKey& key) override;
+  SsdReadAheadStats ReadAheadStats() const;
 
  private:
   friend struct ssd::Access;

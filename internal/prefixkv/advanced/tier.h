@@ -61,6 +61,9 @@ class EvictionListener {
   virtual void OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool dirty) = 0;
 };
 
+// What BlockTier::ReadAhead did.
+enum class ReadAheadResult : uint8_t { kNone, kStarted, kFull };
+
 // Thread-safe: every method may be called concurrently.
 class BlockTier {
  public:
@@ -89,6 +92,17 @@ class BlockTier {
     }
     return out;
   }
+
+  // Read-ahead: a hint that Get(key) follows soon. A tier that reads slowly
+  // (SSD) may start reading it in the background (kStarted); the read counts
+  // nothing and Get serves it only if it is still current. kFull: not now,
+  // the tier's read-ahead bound is taken (ask again after a Get); kNone (the
+  // default): nothing to read ahead. CancelReadAhead forgets a started read
+  // no Get will take.
+  virtual ReadAheadResult ReadAhead(const BlockKey& /*key*/) {
+    return ReadAheadResult::kNone;
+  }
+  virtual void CancelReadAhead(const BlockKey& /*key*/) {}
 
   // Metadata without counting a hit or touching recency; NotFound when absent.
   virtual StatusOr<BlockMeta> Peek(const BlockKey& key) const = 0;

@@ -148,6 +148,12 @@ class TierStack final : private EvictionListener {
   StatusOr<TierHit> Get(const BlockKey& key, bool allow_promotion = true) {
     return Get(key, TierRead{.promote = allow_promotion, .remote = allow_promotion});
   }
+  // Read-ahead for a restore about to Get `key` (BlockTier::ReadAhead): the
+  // SSD tier starts reading it unless the hot tier holds it. Counts nothing.
+  ReadAheadResult ReadAhead(const BlockKey& key);
+  void CancelReadAhead(const BlockKey& key) {
+    if (ssd_ != nullptr) ssd_->CancelReadAhead(key);
+  }
   // The tokens one block of `owner` weighs for the capacity advisor (set when
   // the owner registers; 0: the advisor does not see its blocks).
   void SetAdvisorTokens(OwnerId owner, uint32_t tokens);

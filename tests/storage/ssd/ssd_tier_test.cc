@@ -142,6 +142,114 @@ TEST_F(SsdTierTest, AReadLandsInTheReadMemoryWhenItHasRoomElseOnTheHeap) {
   EXPECT_GE(no_room->asked.load(), 4);
 }
 
+// Read-ahead (SsdTierOptions::read_ahead_threads): a read made ahead counts
+// nothing until a Get takes it; the Get then serves exactly its bytes and
+// counts as any Get does (one hit, no second read), and nothing stays held.
+TEST_F(SsdTierTest, AReadMadeAheadCountsNothingUntilAGetTakesIt) {
+  auto tier = OpenSsd(Options());
+  ASSERT_NE(tier, nullptr);
+  constexpr uint64_t kBlocks = 6;
+  for (uint64_t i = 0; i < kBlocks; ++i) {
+    const BlockMeta m = ChainBlock(0, i);
+    ASSERT_OK(tier->Put(m, PayloadOf(m, 3000 + i * 5000), true));
+  }
+  ASSERT_OK(tier->Flush());
+  const TierCounters before = tier->Totals();
+  uint64_t bytes = 0;
+  for (uint64_t i = 0; i < kBlocks; ++i) {
+    EXPECT_EQ(tier->ReadAhead(ChainBlock(0, i).key), ReadAheadResult::kStarted);
+    bytes += 3000 + i * 5000;
+  }
+  EXPECT_EQ(tier->ReadAhead(ChainBlock(0, 0).key), ReadAheadResult::kNone) << "already";
+  EXPECT_EQ(tier->ReadAhead(ChainBlock(9, 0).key), ReadAheadResult::kNone) << "absent";
+  ASSERT_TRUE(
+      testing::WaitUntil([&] { return tier->ReadAheadStats().bytes_read == bytes; }));
+  EXPECT_EQ(tier->Totals(), before) << "reads made ahead count nothing";
+  for (uint64_t i = 0; i < kBlocks; ++i) {
+    const BlockMeta m = ChainBlock(0, i);
+    ASSERT_OK_AND_ASSIGN(SharedBytes got, tier->Get(m.key));
+    EXPECT_EQ(got.view(), PayloadOf(m, 3000 + i * 5000).view()) << "block " << i;
+  }
+  const SsdReadAheadStats stats = tier->ReadAheadStats();
+  EXPECT_EQ(stats.served, kBlocks);
+  EXPECT_EQ(stats.bytes_read, bytes) << "each block read once";
+  EXPECT_EQ(stats.pending_bytes, 0u);
+  EXPECT_EQ(tier->Totals().hits, before.hits + kBlocks);
+  testing::ExpectCountersMatchContents(*tier, {0});
+}
+
+// A read made ahead of a rewrite, a removal or a damaged extent is never
+// served: the Get serves the block as it is now (or misses), counts the
+// damage once, and a read no Get took is forgotten on cancel.
+TEST_F(SsdTierTest, AReadMadeAheadIsNeverServedAfterItsBlockChanged) {
+  const BlockMeta rewritten = ChainBlock(0, 0), removed = ChainBlock(1, 0),
+                  damaged = ChainBlock(2, 0);
+  {
+    auto tier = OpenSsd(Options());
+    ASSERT_OK(tier->Put(damaged, PayloadOf(damaged), true));
+  }
+  {  // The only block's extent starts at offset 0 of the only segment file.
+    std::vector<std::filesystem::path> segs = testing::SegmentFiles(Options().path);
+    ASSERT_EQ(segs.size(), 1u);
+    testing::XorByteAt(segs[0], 1000, 0x40);
+  }
+  auto tier = OpenSsd(Options());
+  ASSERT_OK(tier->Put(rewritten, PayloadOf(rewritten, 2000), true));
+  ASSERT_OK(tier->Put(removed, PayloadOf(removed), true));
+  for (const BlockMeta* m : {&rewritten, &removed, &damaged})
+    ASSERT_EQ(tier->ReadAhead(m->key), ReadAheadResult::kStarted);
+  ASSERT_TRUE(testing::WaitUntil([&] {
+    const SsdReadAheadStats s = tier->ReadAheadStats();
+    return s.bytes_read == 4000 && s.failed == 1;
+  }));
+  EXPECT_EQ(tier->Totals().corruptions, 0u) << "a read made ahead drops nothing";
+  EXPECT_TRUE(tier->Contains(damaged.key));
+
+  ASSERT_OK(tier->Put(rewritten, PayloadOf(rewritten, 2500), true));
+  ASSERT_OK(tier->Remove(removed.key));
+  EXPECT_EQ(tier->Get(rewritten.key)->view(), PayloadOf(rewritten, 2500).view());
+  EXPECT_TRUE(tier->Get(removed.key).status().IsNotFound());
+  StatusOr<SharedBytes> got = tier->Get(damaged.key);
+  ASSERT_TRUE(got.status().IsNotFound());
+  EXPECT_NE(got.status().message().find("corrupt"), std::string::npos);
+  EXPECT_EQ(tier->Totals().corruptions, 1u);
+  EXPECT_EQ(tier->ReadAheadStats().stale, 2u) << "the rewritten and the damaged block";
+  EXPECT_EQ(tier->ReadAheadStats().served, 0u);
+  EXPECT_GT(tier->ReadAheadStats().pending_bytes, 0u) << "the removed block's read";
+  tier->CancelReadAhead(removed.key);
+  EXPECT_EQ(tier->ReadAheadStats().pending_bytes, 0u);
+  EXPECT_EQ(tier->ReadAheadStats().unused, 1u);
+  testing::ExpectCountersMatchContents(*tier, {0});
+}
+
+// At most read_ahead_bytes are held (one block of any size when none are);
+// a Get that takes one makes room; off is off.
+TEST_F(SsdTierTest, ReadAheadHoldsAtMostItsBytesBound) {
+  SsdTierOptions o = Options();
+  o.read_ahead_bytes = 3 * 4096;
+  auto tier = OpenSsd(o);
+  for (uint64_t i = 0; i < 5; ++i) {
+    const BlockMeta m = ChainBlock(0, i);
+    ASSERT_OK(tier->Put(m, PayloadOf(m, 4096), true));
+  }
+  ASSERT_OK(tier->Put(ChainBlock(1, 0), PayloadOf(ChainBlock(1, 0), 20000), true));
+  ASSERT_OK(tier->Flush());
+  for (uint64_t i = 0; i < 3; ++i)
+    EXPECT_EQ(tier->ReadAhead(ChainBlock(0, i).key), ReadAheadResult::kStarted);
+  EXPECT_EQ(tier->ReadAhead(ChainBlock(0, 3).key), ReadAheadResult::kFull);
+  ASSERT_OK(tier->Get(ChainBlock(0, 0).key));
+  EXPECT_EQ(tier->ReadAhead(ChainBlock(0, 3).key), ReadAheadResult::kStarted);
+  EXPECT_EQ(tier->ReadAheadStats().pending_bytes, 3u * 4096);
+  for (uint64_t i = 1; i < 4; ++i) ASSERT_OK(tier->Get(ChainBlock(0, i).key));
+  EXPECT_EQ(tier->ReadAhead(ChainBlock(1, 0).key), ReadAheadResult::kStarted)
+      << "one block larger than the bound fits when nothing else is held";
+  ASSERT_OK(tier->Close());
+
+  o.read_ahead_threads = 0;
+  auto off = OpenSsd(o);
+  EXPECT_EQ(off->ReadAhead(ChainBlock(0, 4).key), ReadAheadResult::kNone);
+}
+
 TEST_F(SsdTierTest, PersistedCountersThatDisagreeWithContentsAreReportedAndRepaired) {
   {
     auto tier = OpenSsd(Options());
