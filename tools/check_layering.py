@@ -50,7 +50,6 @@ OWNERS = {
     "advanced/kv_event_sink.h": "prefixkv_base",
     "remote_counter_fields.h": "prefixkv_base",
     "tier_counter_fields.h": "prefixkv_base",
-    "latency_histogram.h": "prefixkv_base",
     "version.h": "prefixkv_base",  # generated from version.h.in (CMakeLists.txt)
     "prefix_token_fields.h": "prefixkv_base",  # a table over tier_types.h
     "advanced/tier.h": "prefixkv_base",
@@ -64,8 +63,6 @@ OWNERS = {
     "advanced/capacity_advisor.h": "prefixkv_stack",
     "advanced/remote_store.h": "prefixkv_remote",
     "advanced/remote_tier.h": "prefixkv_remote",
-    "cache_types.h": "prefixkv_core",
-    "namespace_manifest.h": "prefixkv_core",
     "namespace_spec.h": "prefixkv_core",
     "advanced/prefix_cache.h": "prefixkv_cache",
     "advanced/tip_lineage.h": "prefixkv_cache",

@@ -47,9 +47,7 @@
 #include "prefixkv/codec.h"
 #include "prefixkv/file_system.h"
 #include "prefixkv/kv_events.h"
-#include "prefixkv/latency_histogram.h"
 #include "prefixkv/memory_resource.h"
-#include "prefixkv/namespace_manifest.h"
 #include "prefixkv/namespace_spec.h"
 #include "prefixkv/prefix_types.h"
 #include "prefixkv/status.h"
@@ -366,7 +364,7 @@ struct MissExplanation {
 // A namespace's stored manifest (Engine::Manifests).
 struct StoredManifest {
   BlockKey root;
-  std::string text;  // as stored (namespace_manifest.h)
+  std::string text;  // as stored (namespace_spec.h, manifests)
   StatusOr<NamespaceManifest> decoded = Status::NotFound("not decoded");
 };
 

@@ -1,6 +1,6 @@
 // LayerKvCache: one layer's attention keys and values for one session.
 //
-// Three kinds, matching the cache type families of cache_types.h:
+// Three kinds, matching the cache type families of namespace_spec.h:
 //   full       (KVCache)          every position since the start, [kv_heads, seq,
 //                                 head_dim]
 //   rotating   (RotatingKVCache)  a ring of the last `window_tokens` positions;
@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "prefixkv/cache_types.h"
+#include "prefixkv/namespace_spec.h"
 #include "prefixkv/status.h"
 #include "prefixkv/tensor.h"
 

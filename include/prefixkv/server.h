@@ -24,8 +24,8 @@
 
 #include "prefixkv/clock.h"
 #include "prefixkv/engine.h"
-#include "prefixkv/latency_histogram.h"
 #include "prefixkv/status.h"
+#include "prefixkv/tier_types.h"
 
 namespace prefixkv {
 

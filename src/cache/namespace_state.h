@@ -8,7 +8,6 @@
 #include "prefixkv/advanced/prefix_cache.h"
 #include "prefixkv/advanced/tip_lineage.h"
 #include "prefixkv/block_key.h"
-#include "prefixkv/cache_types.h"
 #include "prefixkv/namespace_spec.h"
 
 namespace prefixkv {

@@ -1,17 +1,15 @@
-// The cache type registry (cache_types.h): the built-in layer cache type names,
-// each mapped to a family, and the process-wide registry behind them (guarded
-// by a mutex: Register may run while stores look names up; never destroyed, so
-// it is usable at exit). Store, strip, restore and the compatibility checks ask
-// for the family, never compare names, so a new cache type is one Register
-// call; an unknown name is NotFound, never a default. Also RotatingMeta, the
-// parsed meta of a sliding-window layer.
-#include "prefixkv/cache_types.h"
-
+// The cache type registry (namespace_spec.h, part 1): the built-in layer cache type
+// names, each mapped to a family, and the process-wide registry behind them (guarded by a
+// mutex: Register may run while stores look names up; never destroyed, so it is usable at
+// exit). Store, strip, restore and the compatibility checks ask for the family, never
+// compare names, so a new cache type is one Register call; an unknown name is NotFound,
+// never a default. Also RotatingMeta, the parsed meta of a sliding-window layer.
 #include <algorithm>
 #include <charconv>
 #include <map>
 
 #include "prefixkv/advanced/mutex.h"
+#include "prefixkv/namespace_spec.h"
 
 namespace prefixkv {
 namespace {

@@ -1,12 +1,10 @@
-// Namespace manifests (namespace_manifest.h): the text encoding of a
+// Namespace manifests (namespace_spec.h, part 3): the text encoding of a
 // NamespaceSpec, its decoding, and the field-by-field comparison that names
 // why two specs are different namespaces. The format is docs/format.md §5.
-#include "prefixkv/namespace_manifest.h"
-
 #include <charconv>
 #include <map>
 
-#include "prefixkv/cache_types.h"
+#include "prefixkv/namespace_spec.h"
 
 namespace prefixkv {
 namespace {

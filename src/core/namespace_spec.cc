@@ -5,7 +5,6 @@
 #include "prefixkv/namespace_spec.h"
 
 #include "prefixkv/block_key.h"
-#include "prefixkv/cache_types.h"
 
 namespace prefixkv {
 namespace {

@@ -9,7 +9,7 @@
 #include <optional>
 
 #include "engine_impl.h"
-#include "prefixkv/cache_types.h"
+#include "prefixkv/namespace_spec.h"
 
 namespace prefixkv {
 namespace {

@@ -8,8 +8,8 @@
 #include <memory>
 #include <vector>
 
-#include "prefixkv/latency_histogram.h"
 #include "prefixkv/server.h"
+#include "prefixkv/tier_types.h"
 
 namespace prefixkv::server {
 

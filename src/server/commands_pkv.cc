@@ -9,7 +9,6 @@
 #include "commands.h"
 #include "prefixkv/block_key.h"
 #include "prefixkv/codec.h"
-#include "prefixkv/namespace_manifest.h"
 #include "prefixkv/namespace_spec.h"
 
 namespace prefixkv::server {
@@ -68,7 +67,7 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   return true;
 }
 
-// The spec field (namespace_manifest.h) a PKV.REGISTER keyword sets, or null.
+// The spec field (namespace_spec.h, manifests) a PKV.REGISTER keyword sets, or null.
 const char* RegisterField(std::string_view keyword) {
   static const std::pair<const char*, const char*> kKeywords[] = {
       {"salt", "salt"},

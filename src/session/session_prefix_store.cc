@@ -7,7 +7,7 @@
 // them with the recorded tokens. Stores never run under a manager or session
 // lock: removed sessions wait in State::removed until the public call that
 // removed them returns (StoreRemovedOnExit).
-#include "prefixkv/cache_types.h"
+#include "prefixkv/namespace_spec.h"
 #include "session_internal.h"
 
 namespace prefixkv {

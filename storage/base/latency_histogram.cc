@@ -1,12 +1,12 @@
 // LatencyRecorder: the lock-free side of the latency histograms (the snapshot
-// type is in prefixkv/latency_histogram.h). Every restore and every RESP command
+// type is in prefixkv/tier_types.h). Every restore and every RESP command
 // records one sample on a hot path, so recording is two relaxed atomic adds and
 // no lock; a snapshot reads the buckets one by one and may mix a sample in
 // flight into the count but not yet the sum, which a figure for humans can
 // afford. Sums are kept in nanoseconds so that sub-microsecond calls add up.
-#include "prefixkv/latency_histogram.h"
-
 #include <algorithm>
+
+#include "prefixkv/tier_types.h"
 
 namespace prefixkv {
 

@@ -14,9 +14,9 @@
 #include "prefixkv/advanced/prefix_cache.h"
 #include "prefixkv/advanced/shared_hot_budget.h"
 #include "prefixkv/advanced/ssd_tier.h"
-#include "prefixkv/cache_types.h"
 #include "prefixkv/codec.h"
 #include "prefixkv/engine.h"
+#include "prefixkv/namespace_spec.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv::testing {

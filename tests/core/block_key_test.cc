@@ -11,7 +11,6 @@
 #include <random>
 #include <set>
 
-#include "prefixkv/namespace_manifest.h"
 #include "prefixkv/namespace_spec.h"
 #include "tests/support/namespace_fields.h"
 #include "tests/support/test_util.h"

@@ -1,8 +1,7 @@
 // The cache type registry: family matching by family, never by exact name.
-#include "prefixkv/cache_types.h"
-
 #include <gtest/gtest.h>
 
+#include "prefixkv/namespace_spec.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv {

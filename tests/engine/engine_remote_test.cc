@@ -10,7 +10,7 @@
 #include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/remote_tier.h"
 #include "prefixkv/advanced/ssd_tier.h"
-#include "prefixkv/namespace_manifest.h"
+#include "prefixkv/namespace_spec.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/support/fake_remote_store.h"
 

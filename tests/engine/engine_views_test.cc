@@ -27,9 +27,9 @@
 
 #include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/hot_tier.h"
-#include "prefixkv/cache_types.h"
 #include "prefixkv/engine.h"
 #include "prefixkv/memory_resource.h"
+#include "prefixkv/namespace_spec.h"
 #include "prefixkv/prefix_types.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/support/namespace_fields.h"

@@ -20,7 +20,6 @@
 #include "prefixkv/block_key.h"
 #include "prefixkv/codec.h"
 #include "prefixkv/engine.h"
-#include "prefixkv/namespace_manifest.h"
 #include "prefixkv/namespace_spec.h"
 #include "prefixkv/server.h"
 #include "tests/cache/cache_test_util.h"

@@ -36,8 +36,8 @@
 #include <filesystem>
 #include <random>
 
-#include "prefixkv/cache_types.h"
 #include "prefixkv/engine.h"
+#include "prefixkv/namespace_spec.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/disk_util.h"
 #include "tools/bench/restore_into_bench.h"

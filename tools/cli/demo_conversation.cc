@@ -19,11 +19,11 @@
 #include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "prefixkv/boundary_adapter.h"
-#include "prefixkv/cache_types.h"
 #include "prefixkv/clock.h"
 #include "prefixkv/engine.h"
 #include "prefixkv/kv_recipe.h"
 #include "prefixkv/layer_kv_cache.h"
+#include "prefixkv/namespace_spec.h"
 #include "prefixkv/reference_model.h"
 #include "prefixkv/session.h"
 

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "prefixkv/namespace_manifest.h"
+#include "prefixkv/namespace_spec.h"
 #include "tools/cli/audit_scan.h"
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"

@@ -11,7 +11,7 @@
 #include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/tip_lineage.h"
 #include "prefixkv/codec.h"
-#include "prefixkv/namespace_manifest.h"
+#include "prefixkv/namespace_spec.h"
 #include "tools/cli/audit_scan.h"
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"

@@ -8,7 +8,7 @@
 // longest cached prefix of a prompt; Restore() turns it back into per-layer
 // caches ready to continue decoding.
 //
-// Layer families (cache_types.h) decide what a block holds:
+// Layer families (namespace_spec.h) decide what a block holds:
 //   sliceable (KVCache, quantized)  every block holds its own token slice of
 //       every tensor, cut along the token axis (ndim - 2: [1, H, T, D] or
 //       [H, T, D]);

@@ -1,11 +1,11 @@
 // LatencyRecorder: which bucket a call lands in (bounds inclusive, to the
 // nanosecond) and a sum that keeps sub-microsecond calls.
-#include "prefixkv/latency_histogram.h"
-
 #include <gtest/gtest.h>
 
 #include <thread>
 #include <vector>
+
+#include "prefixkv/tier_types.h"
 
 namespace prefixkv {
 namespace {
