@@ -283,6 +283,16 @@ struct EngineStats {
   // tier's write-back fails, and write-back Puts (SETs) are then refused.
   uint64_t ssd_write_back_failed_blocks = 0;
   uint64_t ssd_write_back_failures = 0;  // failed write-back attempts since open
+  // Reads made ahead of restores since open (docs/ssd.md "Read-ahead"):
+  // started; served by the Get that took them; stale (the block changed
+  // meanwhile, or the read failed: the Get read it again); unused (a restore
+  // stopped before it needed them); and the payload bytes they read, so disk
+  // reads that no hit accounts for are visible.
+  uint64_t ssd_read_ahead_reads = 0;
+  uint64_t ssd_read_ahead_served = 0;
+  uint64_t ssd_read_ahead_stale = 0;
+  uint64_t ssd_read_ahead_unused = 0;
+  uint64_t ssd_read_ahead_bytes = 0;
   // Wear (docs/ssd.md, "Wear"): segment bytes written since open (block
   // payloads as stored, padding, footers and compaction moves; the metadata
   // database's writes are not counted), their rate per day over the last

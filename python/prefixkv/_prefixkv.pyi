@@ -280,7 +280,9 @@ class Engine:
     def stats(self) -> dict[str, Any]:
         """EngineStats: hot_capacity_bytes, hot, owners, dirty_blocks, has_ssd,
         ssd_capacity_bytes, ssd, ssd_queued_blocks, ssd_write_back_failed_blocks,
-        ssd_write_back_failures (counters are dicts),
+        ssd_write_back_failures, ssd_read_ahead_reads, ssd_read_ahead_served,
+        ssd_read_ahead_stale, ssd_read_ahead_unused, ssd_read_ahead_bytes
+        (counters are dicts),
         has_remote, remote (cluster, available, hits, misses, corruptions,
         errors, bytes_read, bytes_written, writes, dropped, over_quota,
         rewrites_skipped, queued_blocks, queued_bytes). Each

@@ -69,6 +69,11 @@ py::dict StatsDict(const EngineStats& s) {
   d["ssd_queued_blocks"] = s.ssd_queued_blocks;
   d["ssd_write_back_failed_blocks"] = s.ssd_write_back_failed_blocks;
   d["ssd_write_back_failures"] = s.ssd_write_back_failures;
+  d["ssd_read_ahead_reads"] = s.ssd_read_ahead_reads;
+  d["ssd_read_ahead_served"] = s.ssd_read_ahead_served;
+  d["ssd_read_ahead_stale"] = s.ssd_read_ahead_stale;
+  d["ssd_read_ahead_unused"] = s.ssd_read_ahead_unused;
+  d["ssd_read_ahead_bytes"] = s.ssd_read_ahead_bytes;
   d["has_remote"] = s.has_remote;
   py::dict r;
   r["cluster"] = s.remote_describe;

@@ -67,6 +67,12 @@ EngineStats Engine::Stats() const {
     s.ssd_queued_blocks = wb.queued_blocks;
     s.ssd_write_back_failed_blocks = wb.failed_blocks;
     s.ssd_write_back_failures = wb.failed_attempts;
+    const SsdReadAheadStats ahead = impl.ssd_->ReadAheadStats();
+    s.ssd_read_ahead_reads = ahead.started;
+    s.ssd_read_ahead_served = ahead.served;
+    s.ssd_read_ahead_stale = ahead.stale;
+    s.ssd_read_ahead_unused = ahead.unused;
+    s.ssd_read_ahead_bytes = ahead.bytes_read;
     s.ssd_bytes_written = impl.ssd_->SpaceUsage().bytes_written;
     s.ssd_write_bytes_per_day =
         impl.wear_->Observe(impl.clock_->NowNanos(), s.ssd_bytes_written);

@@ -274,7 +274,12 @@ void CmdInfo(CommandContext& ctx) {
                {{"queued_blocks", s.ssd_queued_blocks},
                 {"write_back_failing", uint64_t{s.ssd_write_back_failed_blocks > 0}},
                 {"write_back_failed_blocks", s.ssd_write_back_failed_blocks},
-                {"write_back_failures", s.ssd_write_back_failures}},
+                {"write_back_failures", s.ssd_write_back_failures},
+                {"read_ahead_reads", s.ssd_read_ahead_reads},
+                {"read_ahead_served", s.ssd_read_ahead_served},
+                {"read_ahead_stale", s.ssd_read_ahead_stale},
+                {"read_ahead_unused", s.ssd_read_ahead_unused},
+                {"read_ahead_bytes", s.ssd_read_ahead_bytes}},
                &text);
   }
   if (s.has_ssd && wanted("wear")) AppendWear(s, &text);
@@ -320,6 +325,11 @@ void CmdPkvStats(CommandContext& ctx) {
     fields.emplace_back("ssd.queued_blocks", s.ssd_queued_blocks);
     fields.emplace_back("ssd.write_back_failed_blocks", s.ssd_write_back_failed_blocks);
     fields.emplace_back("ssd.write_back_failures", s.ssd_write_back_failures);
+    fields.emplace_back("ssd.read_ahead_reads", s.ssd_read_ahead_reads);
+    fields.emplace_back("ssd.read_ahead_served", s.ssd_read_ahead_served);
+    fields.emplace_back("ssd.read_ahead_stale", s.ssd_read_ahead_stale);
+    fields.emplace_back("ssd.read_ahead_unused", s.ssd_read_ahead_unused);
+    fields.emplace_back("ssd.read_ahead_bytes", s.ssd_read_ahead_bytes);
   }
   if (s.has_remote) {
     fields.emplace_back("remote.available", s.remote.available ? 1 : 0);

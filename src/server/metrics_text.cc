@@ -270,6 +270,39 @@ void AddTierFamilies(std::vector<FamilyDef>& defs) {
                   [](const Snapshot& s, Samples& out) {
                     if (s.engine.has_ssd) out.Add({}, s.engine.ssd_write_back_failures);
                   }});
+  defs.push_back({{"prefixkv_ssd_read_ahead_reads_total",
+                   MetricType::kCounter,
+                   {},
+                   "Reads the SSD tier started ahead of restores (docs/ssd.md "
+                   "\"Read-ahead\")"},
+                  [](const Snapshot& s, Samples& out) {
+                    if (s.engine.has_ssd) out.Add({}, s.engine.ssd_read_ahead_reads);
+                  }});
+  defs.push_back({{"prefixkv_ssd_read_ahead_served_total",
+                   MetricType::kCounter,
+                   {},
+                   "Reads made ahead that the restore's Get served"},
+                  [](const Snapshot& s, Samples& out) {
+                    if (s.engine.has_ssd) out.Add({}, s.engine.ssd_read_ahead_served);
+                  }});
+  defs.push_back({{"prefixkv_ssd_read_ahead_discarded_total",
+                   MetricType::kCounter,
+                   {"reason"},
+                   "Reads made ahead and not served: stale (the block changed "
+                   "meanwhile or the read failed; the Get read it again), unused "
+                   "(the restore stopped before it needed them)"},
+                  [](const Snapshot& s, Samples& out) {
+                    if (!s.engine.has_ssd) return;
+                    out.Add({{"reason", "stale"}}, s.engine.ssd_read_ahead_stale);
+                    out.Add({{"reason", "unused"}}, s.engine.ssd_read_ahead_unused);
+                  }});
+  defs.push_back({{"prefixkv_ssd_read_ahead_bytes_total",
+                   MetricType::kCounter,
+                   {},
+                   "Payload bytes the SSD tier read ahead of restores, served or not"},
+                  [](const Snapshot& s, Samples& out) {
+                    if (s.engine.has_ssd) out.Add({}, s.engine.ssd_read_ahead_bytes);
+                  }});
   AddWearFamilies(defs);
 }
 

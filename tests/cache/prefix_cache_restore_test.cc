@@ -213,6 +213,15 @@ TEST_F(PrefixCacheRestoreTest, ARestoreReadsAheadAndForgetsWhatABlockThatEndsItL
   ahead = tiers_->ssd->ReadAheadStats();
   EXPECT_EQ(ahead.served + ahead.stale + ahead.unused, ahead.started);
   EXPECT_EQ(tiers_->ssd->Totals().hits, hits + 6) << "blocks 0-5, each once";
+  // The engine reports them (INFO, PKV.STATS, the metrics and Python read these).
+  const EngineStats stats = tiers_->engine->Stats();
+  EXPECT_EQ(stats.ssd_read_ahead_reads, ahead.started);
+  EXPECT_EQ(stats.ssd_read_ahead_served, ahead.served);
+  EXPECT_EQ(stats.ssd_read_ahead_stale, ahead.stale);
+  EXPECT_EQ(stats.ssd_read_ahead_unused, ahead.unused);
+  EXPECT_EQ(stats.ssd_read_ahead_bytes, ahead.bytes_read);
+  EXPECT_GT(stats.ssd_read_ahead_unused + stats.ssd_read_ahead_stale, 0u)
+      << "reads were made ahead of the blocks after block 5";
 }
 
 TEST_F(PrefixCacheRestoreTest, RegisteringAModelTwiceGivesTheSameNamespace) {

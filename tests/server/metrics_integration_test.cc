@@ -170,6 +170,10 @@ TEST_F(MetricsIntegration, ScrapedMetricsAreWellFormedAndAgreeWithInfo) {
   EXPECT_EQ(e.Value("prefixkv_ssd_write_back_failures_total"),
             info.fields.at("ssd_write_back_failures"));
   EXPECT_EQ(info.fields.at("ssd_write_back_failing"), 0u);
+  EXPECT_EQ(e.Value("prefixkv_ssd_read_ahead_reads_total"),
+            info.fields.at("ssd_read_ahead_reads"));
+  EXPECT_EQ(e.Value("prefixkv_ssd_read_ahead_bytes_total"),
+            info.fields.at("ssd_read_ahead_bytes"));
   // Each owner's share of the hot tier ("# Owners"), and its SSD share, whose
   // sum is the SSD tier's (a fresh directory: every owner is of this run).
   ASSERT_EQ(info.owners.size(), 2u);  // "values" and the model

@@ -66,6 +66,11 @@ EngineStats FullSnapshot() {
   s.ssd_queued_blocks = next++;
   s.ssd_write_back_failed_blocks = next++;
   s.ssd_write_back_failures = next++;
+  s.ssd_read_ahead_reads = next++;
+  s.ssd_read_ahead_served = next++;
+  s.ssd_read_ahead_stale = next++;
+  s.ssd_read_ahead_unused = next++;
+  s.ssd_read_ahead_bytes = next++;
   for (const char* name : {"llama-3", "values", "sessions"}) {
     EngineOwnerStats o;
     o.name = name;
@@ -344,6 +349,13 @@ TEST(MetricsText, EveryTierAndOwnerCounterIsTheSampleNamedForIt) {
   EXPECT_EQ(e.Value("prefixkv_ssd_write_back_failed_blocks"),
             s.ssd_write_back_failed_blocks);
   EXPECT_EQ(e.Value("prefixkv_ssd_write_back_failures_total"), s.ssd_write_back_failures);
+  EXPECT_EQ(e.Value("prefixkv_ssd_read_ahead_reads_total"), s.ssd_read_ahead_reads);
+  EXPECT_EQ(e.Value("prefixkv_ssd_read_ahead_served_total"), s.ssd_read_ahead_served);
+  EXPECT_EQ(e.Value("prefixkv_ssd_read_ahead_discarded_total", {{"reason", "stale"}}),
+            s.ssd_read_ahead_stale);
+  EXPECT_EQ(e.Value("prefixkv_ssd_read_ahead_discarded_total", {{"reason", "unused"}}),
+            s.ssd_read_ahead_unused);
+  EXPECT_EQ(e.Value("prefixkv_ssd_read_ahead_bytes_total"), s.ssd_read_ahead_bytes);
   EXPECT_EQ(e.Value("prefixkv_owner_hot_quota_bytes", {{"owner", "llama-3"}}), 4096);
   EXPECT_EQ(e.Value("prefixkv_owner_hot_quota_bytes", {{"owner", "values"}}),
             std::nullopt);
