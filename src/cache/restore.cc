@@ -24,13 +24,14 @@ namespace {
 using cache::LoadedBlock;
 
 // The reads a restore asks the tiers to make ahead of it (TierStack::
-// ReadAhead): before the Get of block i, the blocks after it, as far as the
-// SSD tier's read-ahead bound lets; whatever no Get took is forgotten when
-// the restore stops (a block that failed validation ends it early).
+// ReadAhead): before the Get of block i, the blocks after it that Match found
+// on SSD, as far as the SSD tier's read-ahead bound lets; whatever no Get
+// took is forgotten when the restore stops (a block that failed validation
+// ends it early). A restore of hot blocks asks nothing.
 class ChainReadAhead {
  public:
-  ChainReadAhead(TierStack* tiers, std::span<const BlockKey> keys)
-      : tiers_(tiers), keys_(keys) {}
+  explicit ChainReadAhead(TierStack* tiers, const MatchResult& match)
+      : tiers_(tiers), keys_(match.keys), levels_(match.tiers) {}
   ~ChainReadAhead() {
     for (const BlockKey& key : started_) tiers_->CancelReadAhead(key);
   }
@@ -42,6 +43,8 @@ class ChainReadAhead {
   void Before(size_t i) {
     next_ = std::max(next_, i + 1);
     for (; next_ < keys_.size(); ++next_) {
+      // Where Match found it (a hint: the stack checks again).
+      if (next_ < levels_.size() && levels_[next_] != TierLevel::kSsd) continue;
       const ReadAheadResult r = tiers_->ReadAhead(keys_[next_]);
       if (r == ReadAheadResult::kFull) return;  // again after this Get
       if (r == ReadAheadResult::kStarted) started_.push_back(keys_[next_]);
@@ -51,6 +54,7 @@ class ChainReadAhead {
  private:
   TierStack* const tiers_;
   const std::span<const BlockKey> keys_;
+  const std::span<const TierLevel> levels_;  // may be empty: then every key asks
   size_t next_ = 0;
   std::vector<BlockKey> started_;
 };
@@ -63,7 +67,7 @@ std::vector<LoadedBlock> LoadValidBlocks(const cache::NamespaceState& ns,
   std::vector<LoadedBlock> blocks;
   blocks.reserve(match.keys.size());
   const size_t b = ns.spec.block_tokens;
-  ChainReadAhead ahead(ns.tiers, match.keys);
+  ChainReadAhead ahead(ns.tiers, match);
   for (size_t i = 0; i < match.keys.size(); ++i) {
     ahead.Before(i);
     StatusOr<LoadedBlock> block =

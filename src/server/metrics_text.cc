@@ -135,13 +135,19 @@ FamilyDef Counter(std::string name, std::string help,
           }};
 }
 
+// A counter of the engine's SSD tier: no sample without one.
+FamilyDef SsdCounter(std::string name, std::string help,
+                     std::function<uint64_t(const EngineStats&)> value) {
+  return {{std::move(name), MetricType::kCounter, {}, std::move(help)},
+          [value = std::move(value)](const Snapshot& s, Samples& out) {
+            if (s.engine.has_ssd) out.Add({}, value(s.engine));
+          }};
+}
+
 // SSD wear and admission (docs/ssd.md "Wear"; only with an SSD tier).
 void AddWearFamilies(std::vector<FamilyDef>& defs) {
   auto counter = [&defs](std::string name, std::string help, auto value) {
-    defs.push_back({{std::move(name), MetricType::kCounter, {}, std::move(help)},
-                    [value](const Snapshot& s, Samples& out) {
-                      if (s.engine.has_ssd) out.Add({}, value(s.engine));
-                    }});
+    defs.push_back(SsdCounter(std::move(name), std::move(help), value));
   };
   auto gauge = [&defs](std::string name, std::string help, auto value) {
     defs.push_back(Gauge(std::move(name), {}, std::move(help),
@@ -262,29 +268,19 @@ void AddTierFamilies(std::vector<FamilyDef>& defs) {
                          if (s.engine.has_ssd)
                            out.Add({}, s.engine.ssd_write_back_failed_blocks);
                        }));
-  defs.push_back({{"prefixkv_ssd_write_back_failures_total",
-                   MetricType::kCounter,
-                   {},
-                   "Failed write-back attempts of the SSD tier (a batch, or an "
-                   "inline write while the queue was full)"},
-                  [](const Snapshot& s, Samples& out) {
-                    if (s.engine.has_ssd) out.Add({}, s.engine.ssd_write_back_failures);
-                  }});
-  defs.push_back({{"prefixkv_ssd_read_ahead_reads_total",
-                   MetricType::kCounter,
-                   {},
-                   "Reads the SSD tier started ahead of restores (docs/ssd.md "
-                   "\"Read-ahead\")"},
-                  [](const Snapshot& s, Samples& out) {
-                    if (s.engine.has_ssd) out.Add({}, s.engine.ssd_read_ahead_reads);
-                  }});
-  defs.push_back({{"prefixkv_ssd_read_ahead_served_total",
-                   MetricType::kCounter,
-                   {},
-                   "Reads made ahead that the restore's Get served"},
-                  [](const Snapshot& s, Samples& out) {
-                    if (s.engine.has_ssd) out.Add({}, s.engine.ssd_read_ahead_served);
-                  }});
+  defs.push_back(
+      SsdCounter("prefixkv_ssd_write_back_failures_total",
+                 "Failed write-back attempts of the SSD tier (a batch, or an "
+                 "inline write while the queue was full)",
+                 [](const EngineStats& e) { return e.ssd_write_back_failures; }));
+  defs.push_back(SsdCounter(
+      "prefixkv_ssd_read_ahead_reads_total",
+      "Reads the SSD tier started ahead of restores (docs/ssd.md \"Read-ahead\")",
+      [](const EngineStats& e) { return e.ssd_read_ahead_reads; }));
+  defs.push_back(
+      SsdCounter("prefixkv_ssd_read_ahead_served_total",
+                 "Reads made ahead that the restore's Get served",
+                 [](const EngineStats& e) { return e.ssd_read_ahead_served; }));
   defs.push_back({{"prefixkv_ssd_read_ahead_discarded_total",
                    MetricType::kCounter,
                    {"reason"},
@@ -296,13 +292,10 @@ void AddTierFamilies(std::vector<FamilyDef>& defs) {
                     out.Add({{"reason", "stale"}}, s.engine.ssd_read_ahead_stale);
                     out.Add({{"reason", "unused"}}, s.engine.ssd_read_ahead_unused);
                   }});
-  defs.push_back({{"prefixkv_ssd_read_ahead_bytes_total",
-                   MetricType::kCounter,
-                   {},
-                   "Payload bytes the SSD tier read ahead of restores, served or not"},
-                  [](const Snapshot& s, Samples& out) {
-                    if (s.engine.has_ssd) out.Add({}, s.engine.ssd_read_ahead_bytes);
-                  }});
+  defs.push_back(
+      SsdCounter("prefixkv_ssd_read_ahead_bytes_total",
+                 "Payload bytes the SSD tier read ahead of restores, served or not",
+                 [](const EngineStats& e) { return e.ssd_read_ahead_bytes; }));
   AddWearFamilies(defs);
 }
 

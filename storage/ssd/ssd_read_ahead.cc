@@ -21,6 +21,7 @@ ReadAheadResult ReadAhead::Start(const BlockKey& key, const IndexEntry& entry) {
   slot->key = key;
   slot->entry = entry;
   slots_.emplace(key, slot);
+  slot_count_.store(slots_.size(), std::memory_order_release);
   queue_.push_back(slot);
   bytes_ += entry.bytes;
   stats_.started += 1;
@@ -33,17 +34,21 @@ ReadAheadResult ReadAhead::Start(const BlockKey& key, const IndexEntry& entry) {
 
 void ReadAhead::Forget(std::shared_ptr<Slot> slot) {  // a copy: erased below
   slots_.erase(slot->key);
+  slot_count_.store(slots_.size(), std::memory_order_release);
   slot->forgotten = true;
   if (slot->state != State::kReading) bytes_ -= slot->entry.bytes;
 }
 
 std::optional<SharedBytes> ReadAhead::Take(const BlockKey& key,
                                            const IndexEntry& current) {
+  // Every Get asks; most find nothing read ahead, and skip the lock.
+  if (slot_count_.load(std::memory_order_acquire) == 0) return std::nullopt;
   MutexLock lock(&mu_);
   auto it = slots_.find(key);
   if (it == slots_.end()) return std::nullopt;
   std::shared_ptr<Slot> slot = std::move(it->second);
   slots_.erase(it);  // out of sight before any wait: no Drop or Start finds it
+  slot_count_.store(slots_.size(), std::memory_order_release);
   if (slot->state == State::kQueued) {
     slot->forgotten = true;  // the reader skips it
     bytes_ -= slot->entry.bytes;

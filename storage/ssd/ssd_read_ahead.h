@@ -16,6 +16,7 @@
 // change while a file handle to its segment is open.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -91,6 +92,10 @@ class ReadAhead {
   bool stopped_ GUARDED_BY(mu_) = false;
   std::unordered_map<BlockKey, std::shared_ptr<Slot>, BlockKeyHash> slots_
       GUARDED_BY(mu_);
+  // slots_.size(), written under mu_: Take reads it without the lock. A Take
+  // racing a Start on another thread may miss the new slot; the Get then
+  // reads the block itself and the slot's starter forgets it.
+  std::atomic<size_t> slot_count_{0};
   std::deque<std::shared_ptr<Slot>> queue_ GUARDED_BY(mu_);
   uint64_t bytes_ GUARDED_BY(mu_) = 0;  // payload bytes against max_bytes_
   SsdReadAheadStats stats_ GUARDED_BY(mu_);

@@ -575,35 +575,30 @@ StatusOr<SharedBytes> ssd::TierImpl::GetIndexed(const BlockKey& key, bool touch,
 
 StatusOr<SharedBytes> ssd::TierImpl::ReadVerified(const BlockKey& key,
                                                   const IndexEntry& e) {
-  // One O_DIRECT read of the aligned extent into a buffer the result owns
-  // (payload at offset 0): no copy after the read.
-  StatusOr<SharedBytes> read = store_->Read({e.segment, e.offset}, e.bytes);
-  std::string why;
-  if (read.status().IsNotFound() || read.status().IsCorruption()) {
-    why = read.status().message();
-  } else if (!read.ok()) {
-    Status s = read.status();
+  StatusOr<SharedBytes> read = ReadExtent(e);
+  if (read.ok()) return read;
+  const Status s = read.status();
+  if (!s.IsNotFound() && !s.IsCorruption()) {  // the medium failed: the block stays
     NoteWriteResult(s, /*payload=*/true);
     CountEvent(e.owner, &TierCounters::io_errors);
     CountEvent(e.owner, &TierCounters::misses);
     return s;
-  } else if (read->size() != e.bytes) {
-    why = "payload length " + std::to_string(read->size()) + ", expected " +
-          std::to_string(e.bytes);
-  } else if (ssd::PayloadChecksum(read->data(), read->size()) != e.checksum) {
-    why = "payload checksum mismatch";
-  } else {
-    return read;
   }
+  const std::string why(s.message());
   (void)DropCorrupt(key, e, why);
   return Status::NotFound("corrupt: " + why);
 }
 
 StatusOr<SharedBytes> ssd::TierImpl::ReadExtent(const IndexEntry& e) const {
+  // One O_DIRECT read of the aligned extent into a buffer the result owns
+  // (payload at offset 0): no copy after the read.
   PKV_ASSIGN_OR_RETURN(SharedBytes read, store_->Read({e.segment, e.offset}, e.bytes));
-  if (read.size() != e.bytes ||
-      ssd::PayloadChecksum(read.data(), read.size()) != e.checksum) {
-    return Status::Corruption("payload does not match its entry");
+  if (read.size() != e.bytes) {
+    return Status::Corruption("payload length " + std::to_string(read.size()) +
+                              ", expected " + std::to_string(e.bytes));
+  }
+  if (ssd::PayloadChecksum(read.data(), read.size()) != e.checksum) {
+    return Status::Corruption("payload checksum mismatch");
   }
   return read;
 }

@@ -344,9 +344,10 @@ class TierImpl {
   // REQUIRES: as DropCorrupt.
   StatusOr<SharedBytes> ReadVerified(const BlockKey& key, const IndexEntry& e)
       REQUIRES_SHARED(pause_) EXCLUDES(mu_, gc_mu_);
-  // The extent of `e`, checked against its checksum; an error otherwise.
-  // Counts, drops and logs nothing (a read made ahead; ReadVerified does
-  // that part). Needs no lock (ssd_read_ahead.h).
+  // The extent of `e`, checked against its length and checksum (Corruption
+  // naming the mismatch), or the store's error. Counts, drops and logs
+  // nothing: ReadVerified does that part, and a read made ahead leaves it to
+  // the Get. Needs no lock (ssd_read_ahead.h).
   StatusOr<SharedBytes> ReadExtent(const IndexEntry& e) const;
   void CountEvent(OwnerId owner, uint64_t TierCounters::*field) EXCLUDES(mu_);
   void CountIoError(OwnerId owner) EXCLUDES(mu_);
