@@ -59,10 +59,12 @@ class ChainReadAhead {
   std::vector<BlockKey> started_;
 };
 
-// Loads and validates blocks in chain order until one fails; `reason` says why.
+// Loads and validates blocks in chain order until one fails; `reason` says
+// why. `on_loaded` (may be empty) hears of each block once it is valid.
 std::vector<LoadedBlock> LoadValidBlocks(const cache::NamespaceState& ns,
                                          const MatchResult& match,
                                          const DecodeLimits& limits,
+                                         const cache::LoadedBlockSink& on_loaded,
                                          std::string* reason) {
   std::vector<LoadedBlock> blocks;
   blocks.reserve(match.keys.size());
@@ -88,6 +90,7 @@ std::vector<LoadedBlock> LoadValidBlocks(const cache::NamespaceState& ns,
       break;
     }
     blocks.push_back(std::move(block).value());
+    if (on_loaded) on_loaded(i, blocks.back());
   }
   return blocks;
 }
@@ -269,7 +272,8 @@ LayerState RestoredLayerHead(const NamespaceState& ns,
 StatusOr<std::vector<LoadedBlock>> LoadRestoreBlocks(NamespaceState& ns,
                                                      const MatchResult& match,
                                                      const DecodeLimits& limits,
-                                                     RestoreResult* result) {
+                                                     RestoreResult* result,
+                                                     const LoadedBlockSink& on_loaded) {
   // Every matched block is full except perhaps a partial last one.
   const size_t b = ns.spec.block_tokens;
   const size_t k = match.keys.size();
@@ -279,7 +283,7 @@ StatusOr<std::vector<LoadedBlock>> LoadRestoreBlocks(NamespaceState& ns,
     return Status::InvalidArgument("inconsistent MatchResult");
   }
   const std::vector<LoadedBlock> loaded =
-      LoadValidBlocks(ns, match, limits, &result->reason);
+      LoadValidBlocks(ns, match, limits, on_loaded, &result->reason);
   std::vector<LoadedBlock> blocks = loaded;  // shares the records' bytes
   std::string walk_back = WalkBack(ns, &blocks);
   if (ns.has_tip_only && !walk_back.empty()) {

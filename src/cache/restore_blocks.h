@@ -3,6 +3,7 @@
 // (which copies them into the caller's memory).
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "block_io.h"
@@ -11,14 +12,19 @@
 
 namespace prefixkv::cache {
 
+// Hears of block i of a match as soon as it is loaded and valid, while the
+// next ones are still being read (on the restoring thread, in chain order).
+// What the restore finally uses may be fewer blocks: walk-back drops
+// trailing ones, or a partial tip beside the chain replaces them.
+using LoadedBlockSink = std::function<void(size_t i, const LoadedBlock& block)>;
+
 // Loads and validates the blocks a restore of `match` uses, in chain order
 // (walk-back and the partial tip beside the chain applied: restore.cc), and
 // fills `result` except its layers. Empty when nothing is restored (the
 // reason in `result`). InvalidArgument for an inconsistent MatchResult.
-StatusOr<std::vector<LoadedBlock>> LoadRestoreBlocks(NamespaceState& ns,
-                                                     const MatchResult& match,
-                                                     const DecodeLimits& limits,
-                                                     RestoreResult* result);
+StatusOr<std::vector<LoadedBlock>> LoadRestoreBlocks(
+    NamespaceState& ns, const MatchResult& match, const DecodeLimits& limits,
+    RestoreResult* result, const LoadedBlockSink& on_loaded = {});
 
 // One restored tensor's pieces: a slice per block stacked on `axis` for
 // sliceable layers, the tip's tensor otherwise, and the shape they make.

@@ -774,6 +774,96 @@ bool DamageOnDisk(const std::string& dir, std::string_view pattern) {
   return false;
 }
 
+// A block read from SSD is copied into the caller's memory as it arrives,
+// while the next ones are read: when layer 0 is reported, every layer of a
+// cold restore holds its bytes already. Hot blocks are still copied layer by
+// layer at the end, so in a restore of both, the last layer still waits for
+// its hot blocks when layer 0 is reported.
+TEST_F(RestoreIntoTest, AColdRestoreCopiesEachBlockAsItArrives) {
+  const NamespaceSpec spec = testing::KvSpec("into-model", 4);
+  const std::vector<int32_t> tokens = Tokens(4 * kBlockTokens);
+  RestoreResult expected;
+  {
+    auto e = Open(OnDisk(16 << 20));
+    ASSERT_NE(e, nullptr);
+    ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(spec));
+    ASSERT_OK(e->Store(ns, tokens, testing::KvLayers(4, 16, rng_)));
+    expected = MatchAndRestore(*e, ns, tokens);
+    ASSERT_OK(e->Close());
+  }
+  auto holds_all = [&](const CallerBuffers& buffers, size_t l) {
+    return buffers.Holds(l, 0, expected.layers[l].tensors[0]) &&
+           buffers.Holds(l, 1, expected.layers[l].tensors[1]);
+  };
+  for (const bool mixed : {false, true}) {
+    SCOPED_TRACE(mixed ? "two hot blocks, two from SSD" : "every block from SSD");
+    auto e = Open(OnDisk(16 << 20));  // reopened: the hot tier starts empty
+    ASSERT_NE(e, nullptr);
+    ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(spec));
+    if (mixed) {
+      EXPECT_EQ(MatchAndRestore(*e, ns, Tokens(2 * kBlockTokens)).blocks_from_ssd, 2u);
+    }
+    CallerBuffers buffers(expected);
+    ASSERT_OK_AND_ASSIGN(MatchResult m, e->Match(ns, tokens));
+    std::vector<size_t> told;
+    ASSERT_OK_AND_ASSIGN(
+        RestoreIntoResult r, e->RestoreInto(m, buffers.destinations, [&](size_t layer) {
+          told.push_back(layer);
+          if (layer != 0) return;
+          EXPECT_TRUE(holds_all(buffers, 0));
+          EXPECT_EQ(holds_all(buffers, 3), !mixed) << "layer 3 when layer 0 is reported";
+        }));
+    EXPECT_EQ(r.result.blocks_from_ssd, mixed ? 2u : 4u);
+    EXPECT_EQ(r.result.blocks_from_hot, mixed ? 2u : 0u);
+    EXPECT_EQ(told, (std::vector<size_t>{0, 1, 2, 3}));
+    for (size_t l = 0; l < 4; ++l) EXPECT_TRUE(holds_all(buffers, l)) << "layer " << l;
+    ASSERT_OK(e->Close());
+  }
+}
+
+// A cold restore copies blocks where a restore of the whole match puts them;
+// when a later block fails (damaged on disk), the restore is shorter, its
+// row-major layout has other strides, and every byte is written again where
+// the shorter restore puts it.
+TEST_F(RestoreIntoTest, AColdRestoreCutShortByADamagedBlockIsLaidOutForWhatItRestored) {
+  const std::vector<int32_t> tokens = Tokens(3 * kBlockTokens);
+  RestoreResult whole, first_two;
+  {
+    auto e = Open(OnDisk(16 << 20));
+    ASSERT_NE(e, nullptr);
+    ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+    StoreAll(*e, ns, tokens);
+    whole = MatchAndRestore(*e, ns, tokens);
+    first_two = MatchAndRestore(*e, ns, Tokens(2 * kBlockTokens));
+    ASSERT_OK(e->Close());
+  }
+  ASSERT_EQ(first_two.restored_blocks, 2u);
+  // Block 2's first row of keys (layer 0: [1, 2, 12, 8] float32) is unique.
+  const Tensor& keys = whole.layers[0].tensors[0];
+  const size_t row = 8 * sizeof(float);
+  ASSERT_TRUE(DamageOnDisk(
+      dir_.str(),
+      std::string_view(reinterpret_cast<const char*>(keys.data() + 8 * row), row)));
+  auto e = Open(OnDisk(16 << 20));
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+  CallerBuffers buffers(whole);  // room for the whole match
+  ASSERT_OK_AND_ASSIGN(MatchResult m, e->Match(ns, tokens));
+  ASSERT_EQ(m.keys.size(), 3u);
+  ASSERT_OK_AND_ASSIGN(RestoreIntoResult r, e->RestoreInto(m, buffers.destinations));
+  EXPECT_EQ(r.result.restored_blocks, 2u) << r.result.reason;
+  EXPECT_EQ(r.result.blocks_from_ssd, 2u);
+  ASSERT_EQ(r.written.size(), 2u);
+  for (size_t l = 0; l < 2; ++l) {
+    for (size_t t = 0; t < 2; ++t) {
+      const Tensor& want = first_two.layers[l].tensors[t];
+      EXPECT_EQ(r.written[l][t], (RestoredTensorShape{want.dtype(), want.shape()}));
+      EXPECT_EQ(std::memcmp(buffers.bytes[l][t].data(), want.data(), want.nbytes()), 0)
+          << "layer " << l << " tensor " << t;
+    }
+  }
+}
+
 TEST_F(EngineViewsTest, RegisterStoresTheManifestAndARestartReadsIt) {
   const NamespaceSpec spec = testing::WithEveryField(KvSpec());
   {

@@ -158,6 +158,44 @@ TEST(ArenaMemoryResource, GrowsByRegionsReusesFreedRangesAndKeepsItsRetainBudget
   EXPECT_EQ(arena->Regions().size(), 2u);
 }
 
+// A block just over a region class (an SSD read of a 2 MiB payload plus
+// its record header, rounded to 4 KiB) packs into larger regions instead of
+// getting a region of its own twice its size: the arena maps little more
+// than it hands out, so a retain budget of the live bytes plus one region
+// holds the steady state and refilling maps nothing new.
+TEST(ArenaMemoryResource, BlocksJustOverARegionClassPackWithLittleUnused) {
+  constexpr size_t kBlock = (size_t{2} << 20) + 4096;
+  constexpr size_t kMaxRegion = size_t{64} << 20;
+  constexpr int kBlocks = 62;  // two full regions of 31
+  RegionLog log;
+  std::shared_ptr<MemoryResource> arena =
+      NewArenaMemoryResource({.max_region_bytes = kMaxRegion,
+                              .min_region_bytes = 2 << 20,
+                              .retain_bytes = kBlocks * kBlock + kMaxRegion,
+                              .callbacks = log.Callbacks()});
+  auto fill = [&](std::vector<SharedBytes>* blocks) {
+    for (int i = 0; i < kBlocks; ++i) {
+      uint8_t* out = nullptr;
+      blocks->push_back(SharedBytes::AllocateIn(arena, kBlock, kBlock, 4096, &out));
+      ASSERT_NE(out, nullptr);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(out) % 4096, 0u);
+      std::memset(out, i, kBlock);
+    }
+  };
+  std::vector<SharedBytes> blocks;
+  fill(&blocks);
+  size_t mapped = 0;
+  for (const MemoryRegion& r : arena->Regions()) mapped += r.bytes;
+  EXPECT_LE(mapped, kBlocks * kBlock + kBlocks * kBlock / 32)
+      << arena->Regions().size() << " regions for " << kBlocks << " blocks";
+  for (int i = 0; i < kBlocks; ++i) EXPECT_EQ(blocks[i].data()[kBlock - 1], i);
+  const size_t regions = log.mapped.size();
+  blocks.clear();
+  fill(&blocks);
+  EXPECT_EQ(log.mapped.size(), regions) << "the refill found its regions kept";
+  EXPECT_TRUE(log.unmapped.empty());
+}
+
 TEST(ArenaMemoryResource, CallbacksSetLaterHearOfTheRegionsMappedBefore) {
   std::shared_ptr<MemoryResource> arena = NewArenaMemoryResource({.retain_bytes = 0});
   uint8_t* out = nullptr;
