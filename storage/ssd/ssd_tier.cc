@@ -537,29 +537,52 @@ StatusOr<SharedBytes> ssd::TierImpl::Get(const BlockKey& key, bool touch) {
   return payload;
 }
 
+bool ssd::TierImpl::FindIndexed(const BlockKey& key, bool touch, IndexEntry* e) {
+  MutexLock lock(&mu_);
+  const IndexEntry* found = index_.Find(key);
+  if (found == nullptr) {
+    // The owner of an absent block is unknown: misses without one go to owner 0.
+    if (touch) {
+      index_.Owner(0).misses += 1;
+      unpersisted_[0].misses += 1;
+    }
+    return false;
+  }
+  *e = *found;
+  return true;
+}
+
 StatusOr<SharedBytes> ssd::TierImpl::GetIndexed(const BlockKey& key, bool touch,
                                                 bool* flush) {
-  BlockLock block_lock(this, key);
+  // pause_ shared, as every block operation, but the read holds no stripe:
+  // a reader inside a 2 MiB read held its stripe for milliseconds, and
+  // write-back commits (which take the stripes of up to 16 keys) and
+  // access-order batches (up to 256) queued behind it while other readers
+  // queued behind them: that was the tail of restores under write-back
+  // (docs/ssd.md "Reads"). Served bytes are still never stale or wrong: the
+  // entry is the one current when the Get looked (the read is ordered
+  // there), and the bytes read are checked against its length and XXH3 (a
+  // segment reclaimed or reused meanwhile fails that check, or is gone).
+  ReaderLock paused(&pause_);
   IndexEntry e;
-  {
-    MutexLock lock(&mu_);
-    const IndexEntry* found = index_.Find(key);
-    if (found == nullptr) {
-      // The owner of an absent block is unknown: misses without one go to owner 0.
-      if (touch) {
-        index_.Owner(0).misses += 1;
-        unpersisted_[0].misses += 1;
-      }
-      return Status::NotFound("not in the ssd tier");
-    }
-    e = *found;
-  }
+  if (!FindIndexed(key, touch, &e)) return Status::NotFound("not in the ssd tier");
   // A read made ahead of this Get, if it was made at this very entry.
   std::optional<SharedBytes> ahead = read_ahead_.Take(key, e);
   SharedBytes payload;
   if (ahead.has_value()) {
     payload = std::move(*ahead);
+  } else if (StatusOr<SharedBytes> read = ReadExtent(e); read.ok()) {
+    payload = std::move(read).value();
   } else {
+    // A failed read is judged under the block's stripe against the entry as
+    // it is now, and read again from there: an extent moved by compaction,
+    // or a block replaced or removed meanwhile, is not dropped as corrupt.
+    MutexLock stripe(&Stripe(key));
+    const OwnerId owner = e.owner;
+    if (!FindIndexed(key, /*touch=*/false, &e)) {
+      if (touch) CountEvent(owner, &TierCounters::misses);
+      return Status::NotFound("not in the ssd tier");
+    }
     PKV_ASSIGN_OR_RETURN(payload, ReadVerified(key, e));
   }
   if (!touch) return payload;

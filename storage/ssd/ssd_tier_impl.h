@@ -282,10 +282,14 @@ class TierImpl {
   Status FlushAccessOrder() EXCLUDES(pause_, mu_);
 
   // ssd_tier.cc
-  // Get's read of an indexed block, under its BlockLock; `*flush` is set
-  // when an access-order batch is due (written after the lock is released).
+  // Get's read of an indexed block: under pause_ shared, its read under no
+  // stripe (a failed read is judged again under the stripe); `*flush` is set
+  // when an access-order batch is due (written after the locks are released).
   StatusOr<SharedBytes> GetIndexed(const BlockKey& key, bool touch, bool* flush)
       EXCLUDES(pause_, mu_);
+  // Copies key's index entry into `e`; false (and a miss counted for owner
+  // 0 when `touch`) when there is none.
+  bool FindIndexed(const BlockKey& key, bool touch, IndexEntry* e) EXCLUDES(mu_);
   Mutex& Stripe(const BlockKey& key);
   // Holds pause_ shared and stripe(key): the lock of one block operation.
   // (The analysis sees pause_; which stripe a key maps to it cannot name,

@@ -1,8 +1,8 @@
 // GatedFileSystem: a FileSystem wrapper for tests whose file writes stop at a
 // Gate once armed: every FileHandle::Write (and DataSync/Sync) to a path that
 // contains a given string waits in Gate::Pass() until the gate opens, as a
-// stalled disk would. Everything else passes through to the file system
-// below. Test code. Thread-safe.
+// stalled disk would; reads likewise at a second gate (ArmReads). Everything else passes
+// through to the file system below. Test code. Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -27,6 +27,14 @@ class GatedFileSystem final : public FileSystem {
     armed_.store(true);
   }
   Gate& gate() { return gate_; }
+  // From now on reads of paths containing `path_contains` wait at
+  // read_gate(), as a read stalled in the device would. Call before any
+  // thread reads.
+  void ArmReads(std::string path_contains) {
+    read_path_contains_ = std::move(path_contains);
+    reads_armed_.store(true);
+  }
+  Gate& read_gate() { return read_gate_; }
 
   StatusOr<std::unique_ptr<FileHandle>> OpenFile(
       const std::string& path, const FileOpenOptions& options) override {
@@ -53,6 +61,7 @@ class GatedFileSystem final : public FileSystem {
     Handle(GatedFileSystem* fs, const std::string& path, std::unique_ptr<FileHandle> base)
         : FileHandle(path), fs_(fs), base_(std::move(base)) {}
     StatusOr<size_t> Read(uint64_t offset, size_t n, void* buf) const override {
+      fs_->MaybeWaitRead(path());
       return base_->Read(offset, n, buf);
     }
     Status Write(uint64_t offset, const void* data, size_t n) override {
@@ -80,10 +89,18 @@ class GatedFileSystem final : public FileSystem {
     if (armed_.load() && path.find(path_contains_) != std::string::npos) gate_.Pass();
   }
 
+  void MaybeWaitRead(const std::string& path) {
+    if (reads_armed_.load() && path.find(read_path_contains_) != std::string::npos)
+      read_gate_.Pass();
+  }
+
   FileSystem* base_;
   std::atomic<bool> armed_{false};
   std::string path_contains_;  // written before armed_ is set
   Gate gate_;
+  std::atomic<bool> reads_armed_{false};
+  std::string read_path_contains_;  // written before reads_armed_ is set
+  Gate read_gate_;
 };
 
 }  // namespace prefixkv::testing

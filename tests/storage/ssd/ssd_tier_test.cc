@@ -25,6 +25,7 @@
 #include "tests/storage/ssd/ssd_test_util.h"
 #include "tests/support/fault_injection_file_system.h"
 #include "tests/support/gate.h"
+#include "tests/support/gated_file_system.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv {
@@ -219,6 +220,42 @@ TEST_F(SsdTierTest, AReadMadeAheadIsNeverServedAfterItsBlockChanged) {
   tier->CancelReadAhead(removed.key);
   EXPECT_EQ(tier->ReadAheadStats().pending_bytes, 0u);
   EXPECT_EQ(tier->ReadAheadStats().unused, 1u);
+  testing::ExpectCountersMatchContents(*tier, {0});
+}
+
+// A Get holds no block lock while its read is in the device: a Remove of
+// the same block (which commits under the block's stripe) completes while
+// the read is stalled, and the Get still returns the bytes of the entry it
+// looked up, checked, never anything else.
+TEST_F(SsdTierTest, AReadInFlightHoldsNoLockAWriteOrRemoveNeeds) {
+  testing::GatedFileSystem fs;
+  SsdTierOptions o = Options();
+  o.file_system = &fs;
+  auto tier = OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
+  ASSERT_OK(tier->Put(a, PayloadOf(a), true));
+  ASSERT_OK(tier->Put(b, PayloadOf(b), true));
+  fs.ArmReads("segments");
+  StatusOr<SharedBytes> got = Status::Internal("not read");
+  std::thread reader([&] { got = tier->Get(a.key); });
+  fs.read_gate().WaitForArrivals(1);
+  // While a's read is stalled: a's removal and b's rewrite commit at once.
+  auto others = std::async(std::launch::async, [&] {
+    Status s = tier->Remove(a.key);
+    return s.ok() ? tier->Put(b, PayloadOf(b, 3000), true) : s;
+  });
+  const bool done =
+      others.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  fs.read_gate().Open();
+  reader.join();
+  EXPECT_TRUE(done) << "a Remove or Put waited for a read in flight";
+  EXPECT_OK(others.get());
+  ASSERT_OK(got);
+  EXPECT_EQ(got->view(), PayloadOf(a).view()) << "the entry it looked up";
+  EXPECT_FALSE(tier->Contains(a.key));
+  EXPECT_EQ(tier->Get(b.key)->view(), PayloadOf(b, 3000).view());
+  EXPECT_EQ(tier->Totals().corruptions, 0u);
   testing::ExpectCountersMatchContents(*tier, {0});
 }
 

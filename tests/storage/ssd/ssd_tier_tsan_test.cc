@@ -72,6 +72,9 @@ TEST(SsdTierConcurrency, MixedOperationsNeverServeAWrongPayloadAndKeepCountersEx
   ASSERT_OK(tier->Flush());
   EXPECT_EQ(wrong.load(), 0u);
   EXPECT_GT(hits.load(), 0u);
+  // A Get reads under no stripe (docs/ssd.md "Reads"): one racing a
+  // relocation, removal or rewrite reads again, never drops a sound block.
+  EXPECT_EQ(tier->Totals().corruptions, 0u);
   EXPECT_LE(tier->Totals().bytes, o.capacity_bytes);
   const SsdSpaceUsage space = tier->SpaceUsage();
   EXPECT_LE(space.live_bytes, space.file_bytes);
