@@ -575,14 +575,21 @@ StatusOr<SharedBytes> ssd::TierImpl::GetIndexed(const BlockKey& key, bool touch,
     payload = std::move(read).value();
   } else {
     // A failed read is judged under the block's stripe against the entry as
-    // it is now, and read again from there: an extent moved by compaction,
-    // or a block replaced or removed meanwhile, is not dropped as corrupt.
+    // it is now: the same extent's failure counts as before (an I/O error,
+    // or a damaged block dropped); an extent moved by compaction, or a block
+    // replaced meanwhile, is read again from where it is now; a block
+    // removed meanwhile is a miss. None is dropped as corrupt for a race.
     MutexLock stripe(&Stripe(key));
-    const OwnerId owner = e.owner;
-    if (!FindIndexed(key, /*touch=*/false, &e)) {
-      if (touch) CountEvent(owner, &TierCounters::misses);
+    IndexEntry now;
+    if (!FindIndexed(key, /*touch=*/false, &now)) {
+      if (touch) CountEvent(e.owner, &TierCounters::misses);
       return Status::NotFound("not in the ssd tier");
     }
+    if (now.segment == e.segment && now.offset == e.offset && now.bytes == e.bytes &&
+        now.checksum == e.checksum) {
+      return ReadFailed(key, now, read.status());
+    }
+    e = now;
     PKV_ASSIGN_OR_RETURN(payload, ReadVerified(key, e));
   }
   if (!touch) return payload;
@@ -600,7 +607,11 @@ StatusOr<SharedBytes> ssd::TierImpl::ReadVerified(const BlockKey& key,
                                                   const IndexEntry& e) {
   StatusOr<SharedBytes> read = ReadExtent(e);
   if (read.ok()) return read;
-  const Status s = read.status();
+  return ReadFailed(key, e, read.status());
+}
+
+Status ssd::TierImpl::ReadFailed(const BlockKey& key, const IndexEntry& e,
+                                 const Status& s) {
   if (!s.IsNotFound() && !s.IsCorruption()) {  // the medium failed: the block stays
     NoteWriteResult(s, /*payload=*/true);
     CountEvent(e.owner, &TierCounters::io_errors);

@@ -348,6 +348,12 @@ class TierImpl {
   // REQUIRES: as DropCorrupt.
   StatusOr<SharedBytes> ReadVerified(const BlockKey& key, const IndexEntry& e)
       REQUIRES_SHARED(pause_) EXCLUDES(mu_, gc_mu_);
+  // ReadVerified's judgement of a read of `e` that failed with `s`: an I/O
+  // error is counted and returned (the block stays); a missing or damaged
+  // extent is dropped (DropCorrupt) and NotFound("corrupt: ..."). REQUIRES:
+  // as DropCorrupt.
+  Status ReadFailed(const BlockKey& key, const IndexEntry& e, const Status& s)
+      REQUIRES_SHARED(pause_) EXCLUDES(mu_, gc_mu_);
   // The extent of `e`, checked against its length and checksum (Corruption
   // naming the mismatch), or the store's error. Counts, drops and logs
   // nothing: ReadVerified does that part, and a read made ahead leaves it to
