@@ -122,7 +122,9 @@ struct EngineOptions {
   // each block its exact payload bytes, not its share of a region. Null: an
   // arena (NewArenaMemoryResource) of pre-faulted regions growing from
   // 2 MiB to min(hot_capacity_bytes / 8, 256 MiB) each, keeping empty
-  // regions mapped up to hot_capacity_bytes plus one region. It is held by
+  // regions mapped up to hot_capacity_bytes plus one region, and mapping the
+  // next region ahead on a thread of its own while it grows (map_ahead,
+  // memory_resource.h). It is held by
   // every block and view of its memory, so it outlives Close() while any is.
   std::shared_ptr<MemoryResource> memory_resource;
   // The default arena's regions on transparent huge pages (MADV_HUGEPAGE;

@@ -43,8 +43,9 @@ struct MemoryRegion {
 // memory is handed out; `unmapping` once before it is unmapped, after the
 // last allocation in it was returned. Either may be empty. They run on the
 // thread that allocates or frees (possibly after the engine closed, when the
-// last view of a region goes), never under an engine lock, and must not call
-// into the resource.
+// last view of a region goes), or on the arena's own thread for a region it
+// maps ahead (ArenaOptions::map_ahead), never under an engine lock, and must
+// not call into the resource.
 struct RegionCallbacks {
   std::function<void(void* base, size_t bytes)> mapped;
   std::function<void(void* base, size_t bytes)> unmapping;
@@ -88,6 +89,13 @@ struct ArenaOptions {
   // Fault every page in when a region is mapped (MAP_POPULATE), so the first
   // write to it costs no page fault.
   bool populate = true;
+  // While the arena grows within retain_bytes, map and fault in the next
+  // region on a background thread once less than its size is free, so the
+  // allocations that fill the last region do not wait for the next one's
+  // fresh pages to be zeroed (a first fill, such as a new engine's stores,
+  // runs its copies and the kernel's zeroing on two cores). Region callbacks
+  // then run on that thread too. The engine's default arena turns it on.
+  bool map_ahead = false;
   // Ask for transparent huge pages on every region (madvise MADV_HUGEPAGE):
   // fewer TLB misses, fewer pages for an O_DIRECT read to pin and fewer,
   // larger pages for a device to register.

@@ -109,6 +109,7 @@ void internal::EngineImpl::OpenMemory() {
          .retain_bytes = options_.hot_capacity_bytes + region,
          .prefault_bytes = std::min<uint64_t>(options_.arena_prefault_bytes,
                                               options_.hot_capacity_bytes + region),
+         .map_ahead = true,
          .huge_pages = options_.arena_huge_pages});
   }
   if (options_.on_region.mapped || options_.on_region.unmapping) {

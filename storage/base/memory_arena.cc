@@ -23,6 +23,8 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 #include "prefixkv/advanced/mutex.h"
@@ -152,6 +154,7 @@ class Arena final : public MemoryResource {
   }
 
   ~Arena() override {
+    JoinAhead();
     RegionMap regions;
     std::shared_ptr<const RegionCallbacks> callbacks;
     {
@@ -169,23 +172,26 @@ class Arena final : public MemoryResource {
     }
     alignment = std::max(alignment, kGranule);
     const size_t need = Footprint(bytes);
-    {
-      MutexLock lock(&mu_);
-      for (auto& [addr, region] : regions_) {
-        if (uint8_t* p = region->Carve(need, alignment)) return Handed(p, bytes);
-      }
-    }
-    // No room: map a region outside the lock (faulting it in takes a while).
     auto region = std::make_unique<Region>();
     {
       MutexLock lock(&mu_);
+      if (uint8_t* p = CarveAny(need, alignment)) {
+        MapAheadIfLow(lock, 0);
+        return Handed(p, bytes);
+      }
       region->bytes = NewRegionBytes(need, alignment);
+      // The next one is faulted in on another core while this one is (a
+      // region still being mapped ahead is not waited for: both cores zero).
+      MapAheadIfLow(lock, region->bytes);
     }
+    // No room: map a region outside the lock (faulting it in takes a while).
     if (!Map(region.get())) return nullptr;
     MutexLock lock(&mu_);
     uint8_t* p = region->Carve(need, alignment);
     assert(p != nullptr);
     Add(std::move(region));
+    free_bytes_ -= need;
+    MapAheadIfLow(lock, 0);
     return Handed(p, bytes);
   }
 
@@ -218,8 +224,10 @@ class Arena final : public MemoryResource {
       const size_t offset = static_cast<size_t>(static_cast<uint8_t*>(p) - region.base);
       ASAN_POISON_MEMORY_REGION(p, Footprint(bytes));
       region.Release(offset, Footprint(bytes));
+      free_bytes_ += Footprint(bytes);
       if (region.live == 0 && mapped_bytes_ > options_.retain_bytes) {
         mapped_bytes_ -= region.bytes;
+        free_bytes_ -= region.bytes;
         empty = std::move(it->second);
         regions_.erase(it);
       }
@@ -307,6 +315,7 @@ class Arena final : public MemoryResource {
   }
   void Add(std::unique_ptr<Region> region) REQUIRES(mu_) {
     mapped_bytes_ += region->bytes;
+    free_bytes_ += region->bytes;
     regions_.emplace(reinterpret_cast<uintptr_t>(region->base), std::move(region));
   }
 
@@ -329,6 +338,59 @@ class Arena final : public MemoryResource {
     return c == regions_.cend() ? regions_.end() : regions_.find(c->first);
   }
 
+  // Carves `need` bytes from the first region with room; null when none has.
+  uint8_t* CarveAny(size_t need, size_t alignment) REQUIRES(mu_) {
+    for (auto& [addr, region] : regions_) {
+      if (uint8_t* p = region->Carve(need, alignment)) {
+        free_bytes_ -= need;
+        return p;
+      }
+    }
+    return nullptr;
+  }
+
+  // Map-ahead (ArenaOptions::map_ahead): when less than the next region's
+  // size is free and one more fits the retain budget (with `pending` bytes
+  // the caller is mapping now), a thread maps and faults in the next region
+  // while allocations fill what is left, so a first fill pays for zeroing
+  // fresh pages on another core. One at a time.
+  void MapAheadIfLow(MutexLock& lock, size_t pending) REQUIRES(mu_) {
+    if (!options_.map_ahead || ahead_running_ || free_bytes_ >= next_region_bytes_ ||
+        mapped_bytes_ + pending + next_region_bytes_ > options_.retain_bytes) {
+      return;
+    }
+    const size_t bytes = next_region_bytes_;
+    next_region_bytes_ = std::min(next_region_bytes_ * 2, options_.max_region_bytes);
+    std::thread finished = std::move(ahead_thread_);
+    try {
+      ahead_thread_ = std::thread([this, bytes] {
+        auto region = std::make_unique<Region>();
+        region->bytes = bytes;
+        const bool mapped = Map(region.get());
+        MutexLock lock(&mu_);
+        if (mapped) Add(std::move(region));
+        ahead_running_ = false;
+        ahead_done_.NotifyAll();
+      });
+      ahead_running_ = true;
+    } catch (const std::system_error&) {
+      // No thread to be had: the region is mapped when it is needed.
+    }
+    lock.Unlock();  // the finished thread has returned or is about to
+    if (finished.joinable()) finished.join();
+    lock.Lock();
+  }
+
+  void JoinAhead() {
+    std::thread ahead;
+    {
+      MutexLock lock(&mu_);
+      ahead_done_.Wait(lock, [&]() REQUIRES(mu_) { return !ahead_running_; });
+      ahead = std::move(ahead_thread_);
+    }
+    if (ahead.joinable()) ahead.join();
+  }
+
   std::shared_ptr<const RegionCallbacks> Callbacks() const {
     MutexLock lock(&mu_);
     return callbacks_;
@@ -345,7 +407,11 @@ class Arena final : public MemoryResource {
   RegionMap regions_ GUARDED_BY(mu_);  // by base address
   std::shared_ptr<const RegionCallbacks> callbacks_ GUARDED_BY(mu_);
   size_t mapped_bytes_ GUARDED_BY(mu_) = 0;
+  size_t free_bytes_ GUARDED_BY(mu_) = 0;  // of the regions mapped, not carved
   size_t next_region_bytes_ GUARDED_BY(mu_);
+  bool ahead_running_ GUARDED_BY(mu_) = false;  // a region being mapped ahead
+  CondVar ahead_done_;                          // ... is mapped (or failed)
+  std::thread ahead_thread_ GUARDED_BY(mu_);    // the last map-ahead's
 };
 
 }  // namespace

@@ -7,8 +7,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "prefixkv/memory_resource.h"
@@ -194,6 +198,59 @@ TEST(ArenaMemoryResource, BlocksJustOverARegionClassPackWithLittleUnused) {
   fill(&blocks);
   EXPECT_EQ(log.mapped.size(), regions) << "the refill found its regions kept";
   EXPECT_TRUE(log.unmapped.empty());
+}
+
+// With map_ahead, the next region is mapped and faulted in on another
+// thread once less than its size is free, so the allocations that follow
+// find it mapped; never beyond retain_bytes (past it the caller maps, as
+// without map_ahead).
+TEST(ArenaMemoryResource, MapAheadMapsTheNextRegionOnAnotherThreadWithinTheRetainBudget) {
+  std::mutex mu;
+  std::vector<std::pair<size_t, std::thread::id>> mapped;  // bytes, thread
+  ArenaOptions o{.max_region_bytes = 4 << 20,
+                 .min_region_bytes = 2 << 20,
+                 .retain_bytes = 6 << 20,
+                 .map_ahead = true};
+  o.callbacks.mapped = [&](void*, size_t n) {
+    std::lock_guard<std::mutex> lock(mu);
+    mapped.emplace_back(n, std::this_thread::get_id());
+  };
+  auto mapped_now = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return mapped;
+  };
+  std::shared_ptr<MemoryResource> arena = NewArenaMemoryResource(o);
+  constexpr size_t kBlock = (1 << 20) - 128;  // two fill the first 2 MiB region
+  std::vector<SharedBytes> blocks;
+  auto allocate = [&] {
+    uint8_t* out = nullptr;
+    blocks.push_back(SharedBytes::AllocateIn(arena, kBlock, kBlock, 64, &out));
+    ASSERT_NE(out, nullptr);
+    std::memset(out, static_cast<int>(blocks.size()), kBlock);
+  };
+  allocate();
+  // No room: the caller maps 2 MiB while the next region's 4 MiB is mapped
+  // ahead.
+  for (int i = 0; i < 1000 && mapped_now().size() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(mapped_now().size(), 2u);
+  for (int i = 0; i < 5; ++i) allocate();  // fills both: 6 MiB, all retained
+  std::vector<std::pair<size_t, std::thread::id>> m = mapped_now();
+  ASSERT_EQ(m.size(), 2u) << "nothing mapped ahead beyond the retain budget";
+  // The first by the caller, the next ahead (at once: both fault in at the
+  // same time, so either may be reported first).
+  std::sort(m.begin(), m.end());
+  EXPECT_EQ(m[0].first, size_t{2} << 20);
+  EXPECT_EQ(m[0].second, std::this_thread::get_id()) << "the first, by the caller";
+  EXPECT_EQ(m[1].first, size_t{4} << 20);
+  EXPECT_NE(m[1].second, std::this_thread::get_id()) << "the next, ahead";
+  allocate();  // beyond the budget: mapped by the caller when needed
+  m = mapped_now();
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m[2].second, std::this_thread::get_id());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    EXPECT_EQ(blocks[i].data()[kBlock - 1], static_cast<uint8_t>(i + 1));
+  }
 }
 
 TEST(ArenaMemoryResource, CallbacksSetLaterHearOfTheRegionsMappedBefore) {
