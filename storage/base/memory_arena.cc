@@ -13,10 +13,11 @@
 // min_region_bytes to max_region_bytes, skipping ahead to the class in which
 // the allocation that needs a new region packs with at most 1/32 unused
 // (NewRegionBytes); an allocation that packs no better in any class gets a
-// region of its own. A region is unmapped only when no allocation is left in it (and
-// the arena maps more than retain_bytes) or when the arena is destroyed,
-// which happens after the last SharedBytes of its memory is gone (each holds
-// the arena).
+// region of its own. With map_ahead, the next region is faulted in on a
+// thread of the arena's while the last one fills. A region is unmapped only
+// when no allocation is left in it (and the arena maps more than
+// retain_bytes) or when the arena is destroyed, which happens after the last
+// SharedBytes of its memory is gone (each holds the arena).
 #include <sys/mman.h>
 
 #include <cassert>
@@ -26,6 +27,7 @@
 #include <system_error>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "prefixkv/advanced/mutex.h"
 #include "prefixkv/memory_resource.h"
@@ -172,17 +174,18 @@ class Arena final : public MemoryResource {
     }
     alignment = std::max(alignment, kGranule);
     const size_t need = Footprint(bytes);
+    JoinOnExit finished;  // declared before the locks: joins after they go
     auto region = std::make_unique<Region>();
     {
       MutexLock lock(&mu_);
       if (uint8_t* p = CarveAny(need, alignment)) {
-        MapAheadIfLow(lock, 0);
+        MapAheadIfLow(0, &finished);
         return Handed(p, bytes);
       }
       region->bytes = NewRegionBytes(need, alignment);
       // The next one is faulted in on another core while this one is (a
       // region still being mapped ahead is not waited for: both cores zero).
-      MapAheadIfLow(lock, region->bytes);
+      MapAheadIfLow(region->bytes, &finished);
     }
     // No room: map a region outside the lock (faulting it in takes a while).
     if (!Map(region.get())) return nullptr;
@@ -191,7 +194,7 @@ class Arena final : public MemoryResource {
     assert(p != nullptr);
     Add(std::move(region));
     free_bytes_ -= need;
-    MapAheadIfLow(lock, 0);
+    MapAheadIfLow(0, &finished);
     return Handed(p, bytes);
   }
 
@@ -349,19 +352,29 @@ class Arena final : public MemoryResource {
     return nullptr;
   }
 
+  // Threads joined when it goes out of scope (after the locks declared
+  // after it are released).
+  struct JoinOnExit {
+    std::vector<std::thread> threads;
+    ~JoinOnExit() {
+      for (std::thread& t : threads) t.join();
+    }
+  };
+
   // Map-ahead (ArenaOptions::map_ahead): when less than the next region's
   // size is free and one more fits the retain budget (with `pending` bytes
   // the caller is mapping now), a thread maps and faults in the next region
   // while allocations fill what is left, so a first fill pays for zeroing
-  // fresh pages on another core. One at a time.
-  void MapAheadIfLow(MutexLock& lock, size_t pending) REQUIRES(mu_) {
+  // fresh pages on another core. One at a time; the previous one's thread,
+  // done by now, goes to `finished` to be joined outside the lock.
+  void MapAheadIfLow(size_t pending, JoinOnExit* finished) REQUIRES(mu_) {
     if (!options_.map_ahead || ahead_running_ || free_bytes_ >= next_region_bytes_ ||
         mapped_bytes_ + pending + next_region_bytes_ > options_.retain_bytes) {
       return;
     }
     const size_t bytes = next_region_bytes_;
     next_region_bytes_ = std::min(next_region_bytes_ * 2, options_.max_region_bytes);
-    std::thread finished = std::move(ahead_thread_);
+    if (ahead_thread_.joinable()) finished->threads.push_back(std::move(ahead_thread_));
     try {
       ahead_thread_ = std::thread([this, bytes] {
         auto region = std::make_unique<Region>();
@@ -376,9 +389,6 @@ class Arena final : public MemoryResource {
     } catch (const std::system_error&) {
       // No thread to be had: the region is mapped when it is needed.
     }
-    lock.Unlock();  // the finished thread has returned or is about to
-    if (finished.joinable()) finished.join();
-    lock.Lock();
   }
 
   void JoinAhead() {

@@ -555,11 +555,11 @@ bool ssd::TierImpl::FindIndexed(const BlockKey& key, bool touch, IndexEntry* e) 
 StatusOr<SharedBytes> ssd::TierImpl::GetIndexed(const BlockKey& key, bool touch,
                                                 bool* flush) {
   // pause_ shared, as every block operation, but the read holds no stripe:
-  // a reader inside a 2 MiB read held its stripe for milliseconds, and
+  // a reader inside a 2 MiB read held its stripe for milliseconds, so
   // write-back commits (which take the stripes of up to 16 keys) and
-  // access-order batches (up to 256) queued behind it while other readers
-  // queued behind them: that was the tail of restores under write-back
-  // (docs/ssd.md "Reads"). Served bytes are still never stale or wrong: the
+  // access-order batches (up to 256) waited for reads of other blocks, and
+  // readers of further blocks waited behind those (docs/ssd.md "Reads").
+  // Served bytes are still never stale or wrong: the
   // entry is the one current when the Get looked (the read is ordered
   // there), and the bytes read are checked against its length and XXH3 (a
   // segment reclaimed or reused meanwhile fails that check, or is gone).

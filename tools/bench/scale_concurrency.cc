@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "prefixkv/advanced/ssd_tier.h"
+#include "prefixkv/memory_resource.h"
 #include "tools/bench/disk_util.h"
 #include "tools/bench/scale_bench.h"
 
@@ -166,6 +167,11 @@ Status MeasureTier(int threads, double seconds, uint64_t read_bytes, const fs::p
   o.writer_threads = kWriterThreads;
   o.capacity_bytes = 4 * read_bytes + (uint64_t{4} << 30);
   o.log = [](std::string_view) {};
+  // Reads land in an arena as the engine's do (its default memory resource
+  // is the tier's read_memory): retained regions on huge pages, so a read
+  // neither faults in a fresh buffer nor pins 512 small pages.
+  o.read_memory = NewArenaMemoryResource(
+      {.max_region_bytes = size_t{64} << 20, .retain_bytes = size_t{256} << 20});
   PKV_ASSIGN_OR_RETURN(std::unique_ptr<SsdTier> tier, SsdTier::Open(o));
   std::vector<SharedBytes> payloads;
   std::mt19937_64 fill(4);
