@@ -136,9 +136,9 @@ struct SsdTierOptions {
   // ahead (one block of any size always). A read made ahead counts nothing;
   // Get serves it only if the block is still at the same extent with the
   // same checksum. 0 threads or 0 bytes: off. The bytes hold four 32 MiB
-  // blocks (a 256-token Llama-3-8B block) ahead with room for a fifth, so
-  // each thread has one read in flight and one done while the restore takes
-  // the next: with 64 MiB only one 32 MiB block fitted ahead, and a cold
+  // blocks (256-token Llama-3-8B blocks, each with its record header)
+  // ahead, so each thread can have one read in flight and one done while
+  // the restore takes the next: with 64 MiB only one 32 MiB block fitted ahead, and a cold
   // 2 GiB restore ran at 0.64-0.70x the raw read against 0.77-0.79x
   // (docs/benchmarks.md, "scale").
   uint32_t read_ahead_threads = 2;
