@@ -67,14 +67,27 @@ std::string HumanBytes(uint64_t bytes) {
 }
 
 // "# Memory": the hot tier's charged bytes (what the budget limits), its
-// capacity, and the process's resident size.
-void AppendMemory(const EngineStats& s, const EngineOptions& options, std::string* out) {
+// capacity, the process's resident size, and the regions the engine's
+// memory resource has mapped (where hot blocks, SSD reads and restore plans
+// live: next to the charged bytes, what the budget costs in RAM).
+void AppendMemory(const Engine& engine, const EngineStats& s, std::string* out) {
+  const EngineOptions& options = engine.options();
   *out += "# Memory\r\n";
   *out += "used_memory:" + std::to_string(s.hot.bytes) + "\r\n";
   *out += "used_memory_human:" + HumanBytes(s.hot.bytes) + "\r\n";
   const uint64_t rss = ResidentBytes();
   *out += "used_memory_rss:" + std::to_string(rss) + "\r\n";
   *out += "used_memory_rss_human:" + HumanBytes(rss) + "\r\n";
+  uint64_t mapped = 0, regions = 0;
+  if (const std::shared_ptr<MemoryResource> memory = engine.memory_resource()) {
+    for (const MemoryRegion& r : memory->Regions()) {
+      mapped += r.bytes;
+      ++regions;
+    }
+  }
+  *out += "memory_mapped_bytes:" + std::to_string(mapped) + "\r\n";
+  *out += "memory_mapped_bytes_human:" + HumanBytes(mapped) + "\r\n";
+  *out += "memory_regions:" + std::to_string(regions) + "\r\n";
   *out += "maxmemory:" + std::to_string(s.hot_capacity_bytes) + "\r\n";
   *out += "maxmemory_human:" + HumanBytes(s.hot_capacity_bytes) + "\r\n";
   *out += std::string("maxmemory_policy:") +
@@ -261,7 +274,7 @@ void CmdInfo(CommandContext& ctx) {
   if (server_info) server_info(wanted, &text);
   Engine* engine = ctx.dispatcher.engine();
   const EngineStats s = engine->Stats();
-  if (wanted("memory")) AppendMemory(s, engine->options(), &text);
+  if (wanted("memory")) AppendMemory(*engine, s, &text);
   if (wanted("keyspace")) AppendKeyspace(engine, s, &text);
   if (wanted("tier_hot")) {
     AppendTier("hot", s.hot, s.hot_capacity_bytes, {{"dirty_blocks", s.dirty_blocks}},

@@ -334,6 +334,13 @@ TEST_F(ServerAccessTest, InfoKeyspaceAndMemoryReportRealFigures) {
   EXPECT_EQ(InfoField(memory, "maxmemory"), 64 << 20);
   EXPECT_GT(InfoField(memory, "used_memory_rss"), 1 << 20);  // this test process
   EXPECT_NE(memory.find("maxmemory_policy:lru\r\n"), std::string::npos);
+  // The regions of the engine's memory resource, where the values live.
+  const std::vector<MemoryRegion> regions = engine_->memory_resource()->Regions();
+  int64_t mapped = 0;
+  for (const MemoryRegion& r : regions) mapped += static_cast<int64_t>(r.bytes);
+  EXPECT_GT(mapped, 0);
+  EXPECT_EQ(InfoField(memory, "memory_mapped_bytes"), mapped) << memory;
+  EXPECT_EQ(InfoField(memory, "memory_regions"), static_cast<int64_t>(regions.size()));
 }
 
 }  // namespace
