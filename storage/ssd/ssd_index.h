@@ -42,6 +42,13 @@ struct IndexEntry {
   uint32_t children = 0;
 };
 
+// Whether `a` and `b` name the same stored bytes: the same extent with the
+// same length and checksum (a read made at `a` is a read of `b`).
+inline bool SameExtent(const IndexEntry& a, const IndexEntry& b) {
+  return a.segment == b.segment && a.offset == b.offset && a.bytes == b.bytes &&
+         a.checksum == b.checksum;
+}
+
 // BlockKeyHash, noexcept: an unordered_map then keeps no hash code in each
 // node (libstdc++ caches it when the hash may throw), 16 bytes per entry.
 struct IndexKeyHash {

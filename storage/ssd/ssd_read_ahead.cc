@@ -57,10 +57,7 @@ std::optional<SharedBytes> ReadAhead::Take(const BlockKey& key,
   }
   done_.Wait(lock, [&]() REQUIRES(mu_) { return slot->state == State::kDone; });
   bytes_ -= slot->entry.bytes;
-  const IndexEntry& then = slot->entry;
-  if (!slot->result.ok() || then.segment != current.segment ||
-      then.offset != current.offset || then.bytes != current.bytes ||
-      then.checksum != current.checksum) {
+  if (!slot->result.ok() || !SameExtent(slot->entry, current)) {
     stats_.stale += 1;
     return std::nullopt;
   }

@@ -559,10 +559,10 @@ StatusOr<SharedBytes> ssd::TierImpl::GetIndexed(const BlockKey& key, bool touch,
   // write-back commits (which take the stripes of up to 16 keys) and
   // access-order batches (up to 256) waited for reads of other blocks, and
   // readers of further blocks waited behind those (docs/ssd.md "Reads").
-  // Served bytes are still never stale or wrong: the
-  // entry is the one current when the Get looked (the read is ordered
-  // there), and the bytes read are checked against its length and XXH3 (a
-  // segment reclaimed or reused meanwhile fails that check, or is gone).
+  // Served bytes are still never stale or wrong: the entry is the one
+  // current when the Get looked (the read is ordered there), and the bytes
+  // read are checked against its length and XXH3 (a segment reclaimed or
+  // reused meanwhile fails that check, or is gone).
   ReaderLock paused(&pause_);
   IndexEntry e;
   if (!FindIndexed(key, touch, &e)) return Status::NotFound("not in the ssd tier");
@@ -585,10 +585,7 @@ StatusOr<SharedBytes> ssd::TierImpl::GetIndexed(const BlockKey& key, bool touch,
       if (touch) CountEvent(e.owner, &TierCounters::misses);
       return Status::NotFound("not in the ssd tier");
     }
-    if (now.segment == e.segment && now.offset == e.offset && now.bytes == e.bytes &&
-        now.checksum == e.checksum) {
-      return ReadFailed(key, now, read.status());
-    }
+    if (SameExtent(now, e)) return ReadFailed(key, now, read.status());
     e = now;
     PKV_ASSIGN_OR_RETURN(payload, ReadVerified(key, e));
   }

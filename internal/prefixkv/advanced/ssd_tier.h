@@ -138,9 +138,9 @@ struct SsdTierOptions {
   // same checksum. 0 threads or 0 bytes: off. The bytes hold four 32 MiB
   // blocks (256-token Llama-3-8B blocks, each with its record header)
   // ahead, so each thread can have one read in flight and one done while
-  // the restore takes the next: with 64 MiB only one 32 MiB block fitted ahead, and a cold
-  // 2 GiB restore ran at 0.64-0.70x the raw read against 0.77-0.79x
-  // (docs/benchmarks.md, "scale").
+  // the restore takes the next: with 64 MiB only one 32 MiB block fitted
+  // ahead, and a cold 2 GiB restore ran at 0.64-0.70x the raw read against
+  // 0.77-0.79x (docs/benchmarks.md, "scale").
   uint32_t read_ahead_threads = 2;
   uint64_t read_ahead_bytes = 160ull << 20;
 };
