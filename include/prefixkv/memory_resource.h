@@ -86,15 +86,21 @@ struct ArenaOptions {
   // Regions (of max_region_bytes) mapped and faulted in when the arena is
   // made, so the first allocations do not wait for a mapping either.
   size_t prefault_bytes = 0;
-  // Fault every page in when a region is mapped (MAP_POPULATE), so the first
-  // write to it costs no page fault.
+  // Fault every page in when a region is mapped (MADV_POPULATE_WRITE), so
+  // the first write to it costs no page fault; with map_ahead, on the
+  // arena's thread (below).
   bool populate = true;
-  // While the arena grows within retain_bytes, map and fault in the next
-  // region on a background thread once less than its size is free, so the
-  // allocations that fill the last region do not wait for the next one's
-  // fresh pages to be zeroed (a first fill, such as a new engine's stores,
-  // runs its copies and the kernel's zeroing on two cores). Region callbacks
-  // then run on that thread too. The engine's default arena turns it on.
+  // Fault pages in on a thread of the arena's, ahead of the allocations: a
+  // region mapped for an allocation is handed out at once and the thread
+  // faults in the rest of it (with populate, from its end down), and while
+  // the arena grows within retain_bytes it maps the next region once less
+  // than the last region's size is free, adds it at once and faults it in
+  // the same way. So a first fill,
+  // such as a new engine's stores, runs its copies and the kernel's zeroing
+  // on two cores and never waits for a whole region to be zeroed (an
+  // allocation that reaches pages the thread has not faulted in yet faults
+  // them in itself). Region callbacks then run on that thread too. The
+  // engine's default arena turns it on.
   bool map_ahead = false;
   // Ask for transparent huge pages on every region (madvise MADV_HUGEPAGE):
   // fewer TLB misses, fewer pages for an O_DIRECT read to pin and fewer,

@@ -14,14 +14,17 @@
 // warm buffer and into fresh pages; and the time until layer 0 is complete
 // next to the whole restore, hot and cold from SSD.
 //
-// Two figures each for restore and store: with glibc's default malloc every
-// restore's 16 MiB output tensors (and every store's encoded records) are
-// fresh mmap'ed pages, so much of the time goes to page faults
-// and zeroing ("fresh_pages"); a long-running server keeps its heap warm
-// (mallopt below, or jemalloc), which is the headline figure. A store is timed
-// into a new, empty cache each time (nothing deduplicated): every layer cut
-// into 32 blocks by the encoder as it copies their rows into the records
-// (one copy and one checksum pass per byte), put into the hot tier.
+// Two figures for restore: with glibc's default malloc every restore's
+// 16 MiB output tensors are fresh mmap'ed pages, so much of the time goes to
+// page faults and zeroing ("fresh_pages"); a long-running server keeps its
+// heap warm (mallopt below, or jemalloc), which is the headline figure. A
+// store is timed into a new, empty cache each time (nothing deduplicated):
+// every layer cut into 32 blocks by the encoder as it copies their rows into
+// the records (one copy and one checksum pass per byte), put into the hot
+// tier; its records go to the new engine's own arena (fresh pages: a newly
+// started engine), to one faulted in at Open, to fresh 4 KiB pages, or to an
+// arena the engines share (warm: a long-running engine reuses its regions).
+// Each store is paired with a memcpy of the same bytes right before it.
 //
 // Cold SSD restore: the chain stored in an SSD tier (in $TMPDIR) and the
 // engine reopened with an empty hot tier before every timed Match + Restore,
@@ -50,13 +53,13 @@ namespace {
 
 struct RestoreBench {
   double restore_s = 0, memcpy_s = 0, fresh_pages_s = 0;
-  double store_s = 0, store_fresh_pages_s = 0;  // Store of the whole chain
-  // Store into a new engine whose arena was faulted in at Open
-  // (EngineOptions::arena_prefault_bytes), before the mallopt below.
-  double store_prefaulted_s = 0;
-  // Store into a new engine whose lazily mapped arena asks for transparent
-  // huge pages (EngineOptions::arena_huge_pages): fresh pages, 2 MiB ones.
-  double store_fresh_huge_s = 0;
+  // Store of the whole chain into a new engine each time, against a memcpy
+  // of the same bytes right after it (ratios of the pairs): warm (the
+  // engines share one arena), into fresh pages (the default engine's own
+  // arena, 2 MiB pages), into an arena faulted in at Open
+  // (EngineOptions::arena_prefault_bytes, before the mallopt below), and
+  // into fresh 4 KiB pages (arena_huge_pages = false).
+  Range store, store_fresh_pages, store_prefaulted, store_fresh_small;
   // PlanRestore of the hot chain (Match included), and the plan applied with
   // CopyPlannedLayer into one warm buffer per layer (a CPU stand-in for a
   // copy engine), medians; whether the applied plan is Restore's bytes.
@@ -227,11 +230,24 @@ StatusOr<RestoreBench> Measure(const BenchModel& model, int repeats) {
   std::vector<int32_t> tokens(model.chain_tokens());
   for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 128000);
   RestoreBench r;
+  for (const LayerState& l : layers) {
+    for (const Tensor& t : l.tensors) r.bytes += t.nbytes();
+  }
   PKV_RETURN_IF_ERROR(engine->Store(ns, tokens, layers).status());
-  // Median seconds of one Store of the chain into a new, empty cache (the
-  // cache is built and torn down outside the timing).
+  std::vector<uint8_t> src(r.bytes, 1), dst(r.bytes, 0);
+  auto time_memcpy = [&] {
+    const uint64_t start = Clock::System()->NowNanos();
+    std::memcpy(dst.data(), src.data(), r.bytes);
+    DoNotOptimize(dst.data());
+    return static_cast<double>(Clock::System()->NowNanos() - start) * 1e-9;
+  };
+  // A memcpy of the chain's bytes, then one Store of the chain into a new,
+  // empty cache (built and torn down outside the timing), `repeats` times:
+  // the ratios memcpy / store (the machine's speed drifts between runs; the
+  // memcpy goes first so that work an engine leaves running in the
+  // background, such as its arena faulting in pages, cannot slow it).
   Status store_failed;
-  auto median_store = [&](const EngineOptions& options) -> double {
+  auto store_ratios = [&](const EngineOptions& options) -> Range {
     std::vector<double> t;
     for (int i = 0; i < repeats; ++i) {
       StatusOr<std::unique_ptr<Engine>> fresh = Engine::Open(options);
@@ -239,29 +255,28 @@ StatusOr<RestoreBench> Measure(const BenchModel& model, int repeats) {
           fresh.ok() ? (*fresh)->RegisterModel(spec) : fresh.status();
       if (!fresh_ns.ok()) {
         store_failed = fresh_ns.status();
-        return 1;
+        return Range{};
       }
+      const double memcpy_s = time_memcpy();
       const uint64_t start = Clock::System()->NowNanos();
       StatusOr<StoreResult> stored = (*fresh)->Store(*fresh_ns, tokens, layers);
-      t.push_back(static_cast<double>(Clock::System()->NowNanos() - start) * 1e-9);
+      t.push_back(memcpy_s /
+                  (static_cast<double>(Clock::System()->NowNanos() - start) * 1e-9));
       if (!stored.ok() || stored->blocks_written != static_cast<size_t>(model.blocks)) {
         store_failed = Status::Internal("store failed");
       }
     }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return Summarize(t);
   };
-  r.store_fresh_pages_s = median_store(ram_only);
+  time_memcpy();  // fault the destination in
+  r.store_fresh_pages = store_ratios(ram_only);
   EngineOptions prefaulted = ram_only;
   prefaulted.arena_prefault_bytes = HotBytes(model) / 2 + (uint64_t{64} << 20);
-  r.store_prefaulted_s = median_store(prefaulted);
-  EngineOptions huge = ram_only;
-  huge.arena_huge_pages = true;
-  r.store_fresh_huge_s = median_store(huge);
+  r.store_prefaulted = store_ratios(prefaulted);
+  EngineOptions small = ram_only;
+  small.arena_huge_pages = false;
+  r.store_fresh_small = store_ratios(small);
 
-  for (const LayerState& l : layers) {
-    for (const Tensor& t : l.tensors) r.bytes += t.nbytes();
-  }
   auto restore = [&]() -> StatusOr<RestoreResult> {
     PKV_ASSIGN_OR_RETURN(MatchResult m, engine->Match(ns, tokens));
     return engine->Restore(m);
@@ -290,16 +305,10 @@ StatusOr<RestoreBench> Measure(const BenchModel& model, int repeats) {
   EngineOptions warm = ram_only;
   warm.memory_resource = NewArenaMemoryResource(
       {.max_region_bytes = size_t{256} << 20, .retain_bytes = HotBytes(model)});
-  (void)median_store(warm);  // warm the heap and the arena for stores too
-  r.store_s = median_store(warm);
+  (void)store_ratios(warm);  // warm the heap and the arena for stores too
+  r.store = store_ratios(warm);
   PKV_RETURN_IF_ERROR(store_failed);
-  {
-    std::vector<uint8_t> src(r.bytes, 1), dst(r.bytes, 0);
-    r.memcpy_s = MedianSeconds(repeats, [&] {
-      std::memcpy(dst.data(), src.data(), r.bytes);
-      DoNotOptimize(dst.data());
-    });
-  }
+  r.memcpy_s = MedianSeconds(repeats, [&] { DoNotOptimize(time_memcpy()); });
   PKV_ASSIGN_OR_RETURN(r.into, MeasureRestoreInto(*engine, ns, tokens, layers, repeats));
   PKV_RETURN_IF_ERROR(MeasurePlan(*engine, ns, tokens, layers, repeats, &r));
   PKV_RETURN_IF_ERROR(MeasureColdSsd(model, repeats, tokens, layers, &r));
@@ -361,12 +370,12 @@ int RunRestoreBench(const std::vector<std::string>& args) {
     j.Field("restore_ratio_vs_memcpy", ratio)
         .Field("restore_gb_per_second", gb_s)
         .Field("restore_ratio_vs_memcpy_fresh_pages", r->memcpy_s / r->fresh_pages_s)
-        .Field("store_ratio_vs_memcpy", r->memcpy_s / r->store_s)
-        .Field("store_ratio_vs_memcpy_fresh_pages", r->memcpy_s / r->store_fresh_pages_s)
-        .Field("store_ratio_vs_memcpy_prefaulted_arena",
-               r->memcpy_s / r->store_prefaulted_s)
-        .Field("store_ratio_vs_memcpy_fresh_huge_pages",
-               r->memcpy_s / r->store_fresh_huge_s)
+        .Field("store_ratio_vs_memcpy", r->store.median)
+        .Field("store_ratio_vs_memcpy_fresh_pages", r->store_fresh_pages.median)
+        .Field("store_ratio_vs_memcpy_fresh_pages_min", r->store_fresh_pages.min)
+        .Field("store_ratio_vs_memcpy_fresh_pages_max", r->store_fresh_pages.max)
+        .Field("store_ratio_vs_memcpy_prefaulted_arena", r->store_prefaulted.median)
+        .Field("store_ratio_vs_memcpy_fresh_small_pages", r->store_fresh_small.median)
         .Field("memcpy_gb_per_second", static_cast<double>(r->bytes) / r->memcpy_s / 1e9)
         .Field("ssd_restore_ratio_vs_raw_read", r->raw_read_s / r->ssd_restore_s)
         .Field("ssd_restore_gb_per_second",
@@ -401,10 +410,12 @@ int RunRestoreBench(const std::vector<std::string>& args) {
         model.blocks, model.layers, static_cast<unsigned long long>(r->bytes), gb_s,
         ratio, r->identical ? "" : " (NOT byte-identical)");
     std::printf(
-        "store of the same chain: %.2fx memcpy (%.2fx with fresh pages, %.2fx with "
-        "fresh huge pages, %.2fx into an arena prefaulted at Open)\n",
-        r->memcpy_s / r->store_s, r->memcpy_s / r->store_fresh_pages_s,
-        r->memcpy_s / r->store_fresh_huge_s, r->memcpy_s / r->store_prefaulted_s);
+        "store of the same chain: %.2fx memcpy (%.2fx [%.2f-%.2f] into a new engine's "
+        "fresh pages, %.2fx into fresh 4 KiB pages, %.2fx into an arena prefaulted at "
+        "Open)\n",
+        r->store.median, r->store_fresh_pages.median, r->store_fresh_pages.min,
+        r->store_fresh_pages.max, r->store_fresh_small.median,
+        r->store_prefaulted.median);
     std::printf(
         "PlanRestore: %.3f ms to plan; plan applied with memcpy: %.2fx memcpy%s\n",
         r->plan_s * 1e3, r->memcpy_s / r->plan_apply_s,

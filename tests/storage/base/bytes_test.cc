@@ -6,11 +6,14 @@
 #include "prefixkv/bytes.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -201,9 +204,9 @@ TEST(ArenaMemoryResource, BlocksJustOverARegionClassPackWithLittleUnused) {
 }
 
 // With map_ahead, the next region is mapped and faulted in on another
-// thread once less than its size is free, so the allocations that follow
-// find it mapped; never beyond retain_bytes (past it the caller maps, as
-// without map_ahead).
+// thread once less than the last region's size is free, so the allocations
+// that follow find it mapped; never beyond retain_bytes (past it the caller
+// maps, as without map_ahead).
 TEST(ArenaMemoryResource, MapAheadMapsTheNextRegionOnAnotherThreadWithinTheRetainBudget) {
   std::mutex mu;
   std::vector<std::pair<size_t, std::thread::id>> mapped;  // bytes, thread
@@ -229,16 +232,14 @@ TEST(ArenaMemoryResource, MapAheadMapsTheNextRegionOnAnotherThreadWithinTheRetai
     std::memset(out, static_cast<int>(blocks.size()), kBlock);
   };
   allocate();
-  // No room: the caller maps 2 MiB while the next region's 4 MiB is mapped
-  // ahead.
+  // No room: the caller maps 2 MiB, and with less than that free the next
+  // region's 4 MiB is mapped ahead.
   for (int i = 0; i < 1000 && mapped_now().size() < 2; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_EQ(mapped_now().size(), 2u);
   for (int i = 0; i < 5; ++i) allocate();  // fills both: 6 MiB, all retained
   std::vector<std::pair<size_t, std::thread::id>> m = mapped_now();
   ASSERT_EQ(m.size(), 2u) << "nothing mapped ahead beyond the retain budget";
-  // The first by the caller, the next ahead (at once: both fault in at the
-  // same time, so either may be reported first).
   std::sort(m.begin(), m.end());
   EXPECT_EQ(m[0].first, size_t{2} << 20);
   EXPECT_EQ(m[0].second, std::this_thread::get_id()) << "the first, by the caller";
@@ -251,6 +252,153 @@ TEST(ArenaMemoryResource, MapAheadMapsTheNextRegionOnAnotherThreadWithinTheRetai
   for (size_t i = 0; i < blocks.size(); ++i) {
     EXPECT_EQ(blocks[i].data()[kBlock - 1], static_cast<uint8_t>(i + 1));
   }
+}
+
+// Small allocations that leave most of the arena free map at most one
+// region ahead. (The first map-ahead compared the free bytes with the next
+// region's size, which doubles with every region, so each allocation found
+// the arena low again and mapped one more, up to the retain budget.)
+TEST(ArenaMemoryResource, SmallAllocationsMapAtMostOneRegionAhead) {
+  std::mutex mu;
+  size_t regions = 0;
+  ArenaOptions o{.max_region_bytes = size_t{256} << 20,
+                 .min_region_bytes = 2 << 20,
+                 .retain_bytes = size_t{1} << 30,
+                 .map_ahead = true};
+  o.callbacks.mapped = [&](void*, size_t) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++regions;
+  };
+  std::shared_ptr<MemoryResource> arena = NewArenaMemoryResource(o);
+  std::vector<SharedBytes> values;
+  for (int i = 0; i < 100; ++i) {
+    values.push_back(SharedBytes::CopyIn(arena, "value", 5));
+    ASSERT_NE(values.back().data(), nullptr);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_LE(regions, 2u);
+  size_t mapped = 0;
+  for (const MemoryRegion& r : arena->Regions()) mapped += r.bytes;
+  EXPECT_LE(mapped, size_t{6} << 20) << "2 MiB and the 4 MiB one ahead";
+}
+
+// Minor page faults taken by the calling thread so far (a page the kernel
+// faults in for madvise(MADV_POPULATE_WRITE) counts for the caller too).
+size_t ThreadMinorFaults() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return static_cast<size_t>(u.ru_minflt);
+}
+
+// Whether every page of the region is in memory (mincore).
+bool Resident(const MemoryRegion& r) {
+  std::vector<unsigned char> in(r.bytes / 4096);
+  if (mincore(r.base, r.bytes, in.data()) != 0) return false;
+  return std::all_of(in.begin(), in.end(), [](unsigned char c) { return (c & 1) != 0; });
+}
+
+bool WaitUntil(const std::function<bool()>& done) {
+  for (int i = 0; i < 3000; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return done();
+}
+
+// A region an allocation needs is handed out before it is faulted in: with
+// map_ahead the caller's Allocate takes almost none of the region's page
+// faults, and the arena's thread faults the rest of the region in while the
+// caller writes (without map_ahead the caller faults all of it in first).
+// 4 KiB pages, so the faults are counted one per page.
+TEST(ArenaMemoryResource, ARegionIsHandedOutAtOnceAndFaultedInByTheArenasThread) {
+  constexpr size_t kRegion = size_t{64} << 20, kPages = kRegion / 4096;
+  for (const bool ahead : {false, true}) {
+    SCOPED_TRACE(ahead ? "map_ahead" : "without map_ahead");
+    std::shared_ptr<MemoryResource> arena =
+        NewArenaMemoryResource({.max_region_bytes = kRegion,
+                                .min_region_bytes = kRegion,
+                                .retain_bytes = kRegion,  // nothing mapped ahead
+                                .map_ahead = ahead,
+                                .huge_pages = false});
+    const size_t before = ThreadMinorFaults();
+    void* p = arena->Allocate(1 << 20, 64);
+    const size_t faults = ThreadMinorFaults() - before;
+    ASSERT_NE(p, nullptr);
+    if (ahead) {
+      EXPECT_LT(faults, kPages / 4) << "the caller waited for the region's pages";
+    } else {
+      EXPECT_GE(faults, kPages) << "populate faults the region in";
+    }
+    std::memset(p, 7, 1 << 20);
+    const std::vector<MemoryRegion> regions = arena->Regions();
+    ASSERT_EQ(regions.size(), 1u);
+    EXPECT_TRUE(WaitUntil([&] { return Resident(regions[0]); }))
+        << "the rest of the region was never faulted in";
+    EXPECT_EQ(arena->Regions().size(), 1u) << "nothing beyond the retain budget";
+    EXPECT_EQ(static_cast<uint8_t*>(p)[(1 << 20) - 1], 7);
+    arena->Deallocate(p, 1 << 20, 64);
+  }
+}
+
+// The next region mapped ahead is in the arena and faulted in by its thread;
+// a region freed while the thread is still faulting it in stays mapped until
+// it is done, then goes (a retain budget of one region), reported once.
+TEST(ArenaMemoryResource, ARegionFreedWhileTheArenasThreadFaultsItInGoesAfterwards) {
+  constexpr size_t kRegion = size_t{32} << 20;
+  std::mutex mu;
+  RegionLog log;
+  ArenaOptions o{.max_region_bytes = kRegion,
+                 .min_region_bytes = kRegion,
+                 .retain_bytes = 2 * kRegion,
+                 .map_ahead = true,
+                 .huge_pages = false};
+  o.callbacks = {.mapped =
+                     [&](void* p, size_t n) {
+                       std::lock_guard<std::mutex> lock(mu);
+                       log.mapped.push_back({p, n});
+                     },
+                 .unmapping =
+                     [&](void* p, size_t n) {
+                       std::lock_guard<std::mutex> lock(mu);
+                       log.unmapped.push_back({p, n});
+                     }};
+  auto counts = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return std::make_pair(log.mapped.size(), log.unmapped.size());
+  };
+  std::shared_ptr<MemoryResource> arena = NewArenaMemoryResource(o);
+  // 10 MiB blocks, three to a region. After the first, less than a region
+  // is free: once the first region is faulted in, the next one is mapped
+  // ahead and faulted in.
+  constexpr size_t kBlock = (size_t{10} << 20) + (64 << 10);  // no region of its own
+  std::vector<void*> blocks;
+  auto allocate = [&] {
+    blocks.push_back(arena->Allocate(kBlock, 64));
+    return blocks.back() != nullptr;
+  };
+  ASSERT_TRUE(allocate());
+  std::memset(blocks[0], 1, kBlock);
+  ASSERT_TRUE(WaitUntil([&] { return counts().first == 2; }));
+  ASSERT_TRUE(WaitUntil([&] {
+    const std::vector<MemoryRegion> r = arena->Regions();
+    return r.size() == 2 && Resident(r[0]) && Resident(r[1]);
+  })) << "both regions faulted in";
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(allocate());  // both full
+  ASSERT_EQ(counts().first, 2u) << "nothing mapped ahead beyond the budget";
+  // A third region, over the budget, freed at once: whether or not the
+  // thread is still faulting it in, it is unmapped exactly once, and the
+  // two within the budget stay.
+  ASSERT_TRUE(allocate());
+  ASSERT_EQ(counts().first, 3u);
+  arena->Deallocate(blocks.back(), kBlock, 64);
+  blocks.pop_back();
+  EXPECT_TRUE(WaitUntil([&] { return counts().second == 1; }));
+  EXPECT_EQ(arena->Regions().size(), 2u);
+  for (void* p : blocks) arena->Deallocate(p, kBlock, 64);
+  EXPECT_EQ(counts(), std::make_pair(size_t{3}, size_t{1}));
+  arena.reset();
+  EXPECT_EQ(counts(), std::make_pair(size_t{3}, size_t{3}));
 }
 
 TEST(ArenaMemoryResource, CallbacksSetLaterHearOfTheRegionsMappedBefore) {
