@@ -277,6 +277,12 @@ struct EngineStats {
   TierCounters hot;                      // all owners
   std::vector<EngineOwnerStats> owners;  // in registration order
   uint64_t dirty_blocks = 0;             // hot blocks not yet on SSD
+  // The regions the engine's memory resource has mapped (hot blocks, SSD
+  // reads, restore plans live there), in bytes and in number: next to
+  // hot.bytes, the bytes the budget charges, what the budget costs in RAM
+  // (docs/hot_tier.md, "Memory").
+  uint64_t memory_mapped_bytes = 0;
+  uint64_t memory_regions = 0;
   bool has_ssd = false;
   uint64_t ssd_capacity_bytes = 0;
   TierCounters ssd;

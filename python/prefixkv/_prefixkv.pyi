@@ -278,7 +278,8 @@ class Engine:
     def closed(self) -> bool:
         """True after close()."""
     def stats(self) -> dict[str, Any]:
-        """EngineStats: hot_capacity_bytes, hot, owners, dirty_blocks, has_ssd,
+        """EngineStats: hot_capacity_bytes, hot, owners, dirty_blocks,
+        memory_mapped_bytes, memory_regions, has_ssd,
         ssd_capacity_bytes, ssd, ssd_queued_blocks, ssd_write_back_failed_blocks,
         ssd_write_back_failures, ssd_read_ahead_reads, ssd_read_ahead_served,
         ssd_read_ahead_stale, ssd_read_ahead_unused, ssd_read_ahead_bytes

@@ -184,7 +184,8 @@ inline constexpr const char* kClose =
     "Flushes and closes (Engine::Close); waits for calls in flight.";
 inline constexpr const char* kClosed = "True after close().";
 inline constexpr const char* kStats =
-    R"doc(EngineStats: hot_capacity_bytes, hot, owners, dirty_blocks, has_ssd,
+    R"doc(EngineStats: hot_capacity_bytes, hot, owners, dirty_blocks,
+memory_mapped_bytes, memory_regions, has_ssd,
 ssd_capacity_bytes, ssd, ssd_queued_blocks, ssd_write_back_failed_blocks,
 ssd_write_back_failures, ssd_read_ahead_reads, ssd_read_ahead_served,
 ssd_read_ahead_stale, ssd_read_ahead_unused, ssd_read_ahead_bytes

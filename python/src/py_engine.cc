@@ -63,6 +63,8 @@ py::dict StatsDict(const EngineStats& s) {
   }
   d["owners"] = owners;
   d["dirty_blocks"] = s.dirty_blocks;
+  d["memory_mapped_bytes"] = s.memory_mapped_bytes;
+  d["memory_regions"] = s.memory_regions;
   d["has_ssd"] = s.has_ssd;
   d["ssd_capacity_bytes"] = s.ssd_capacity_bytes;
   d["ssd"] = CountersDict(s.ssd);

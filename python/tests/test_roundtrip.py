@@ -66,6 +66,14 @@ def test_stats_and_audit_report_the_tiers(engine, rng):
                       "restored_tokens_hot": 8, "restored_tokens_ssd": 0,
                       "restored_tokens_remote": 0}
     assert s["hot"]["bytes"] <= s["hot_capacity_bytes"]
+    # The memory resource's regions, next to the bytes the budget charges
+    # (the arena may map a region ahead meanwhile; nothing is unmapped here).
+    before = sum(n for _, n in engine.memory_regions())
+    s = engine.stats()
+    after = engine.memory_regions()
+    assert before <= s["memory_mapped_bytes"] <= sum(n for _, n in after)
+    assert 1 <= s["memory_regions"] <= len(after)
+    assert s["memory_mapped_bytes"] >= s["hot"]["bytes"]
     engine.flush()
     assert engine.stats()["dirty_blocks"] == 0
     audit = engine.audit()

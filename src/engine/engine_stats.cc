@@ -98,6 +98,12 @@ EngineStats Engine::Stats() const {
     }
     s.dirty_blocks = impl.stack_->dirty_blocks();
   }
+  if (impl.memory_ != nullptr) {
+    for (const MemoryRegion& r : impl.memory_->Regions()) {
+      s.memory_mapped_bytes += r.bytes;
+      ++s.memory_regions;
+    }
+  }
   if (impl.CheckOpen().ok() && impl.advisor_ != nullptr) s.advisor = AdvisorOf(impl, s);
   return s;
 }

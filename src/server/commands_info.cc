@@ -78,16 +78,9 @@ void AppendMemory(const Engine& engine, const EngineStats& s, std::string* out) 
   const uint64_t rss = ResidentBytes();
   *out += "used_memory_rss:" + std::to_string(rss) + "\r\n";
   *out += "used_memory_rss_human:" + HumanBytes(rss) + "\r\n";
-  uint64_t mapped = 0, regions = 0;
-  if (const std::shared_ptr<MemoryResource> memory = engine.memory_resource()) {
-    for (const MemoryRegion& r : memory->Regions()) {
-      mapped += r.bytes;
-      ++regions;
-    }
-  }
-  *out += "memory_mapped_bytes:" + std::to_string(mapped) + "\r\n";
-  *out += "memory_mapped_bytes_human:" + HumanBytes(mapped) + "\r\n";
-  *out += "memory_regions:" + std::to_string(regions) + "\r\n";
+  *out += "memory_mapped_bytes:" + std::to_string(s.memory_mapped_bytes) + "\r\n";
+  *out += "memory_mapped_bytes_human:" + HumanBytes(s.memory_mapped_bytes) + "\r\n";
+  *out += "memory_regions:" + std::to_string(s.memory_regions) + "\r\n";
   *out += "maxmemory:" + std::to_string(s.hot_capacity_bytes) + "\r\n";
   *out += "maxmemory_human:" + HumanBytes(s.hot_capacity_bytes) + "\r\n";
   *out += std::string("maxmemory_policy:") +

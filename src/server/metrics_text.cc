@@ -256,6 +256,19 @@ void AddTierFamilies(std::vector<FamilyDef>& defs) {
                        [](const Snapshot& s, Samples& out) {
                          if (s.has_hot()) out.Add({}, s.engine.dirty_blocks);
                        }));
+  defs.push_back(Gauge("prefixkv_memory_mapped_bytes", {},
+                       "Bytes of the regions the engine's memory resource has mapped "
+                       "(hot blocks, SSD reads, restore plans)",
+                       [](const Snapshot& s, Samples& out) {
+                         if (s.has_hot() || s.engine.has_ssd)
+                           out.Add({}, s.engine.memory_mapped_bytes);
+                       }));
+  defs.push_back(Gauge("prefixkv_memory_regions", {},
+                       "Regions the engine's memory resource has mapped",
+                       [](const Snapshot& s, Samples& out) {
+                         if (s.has_hot() || s.engine.has_ssd)
+                           out.Add({}, s.engine.memory_regions);
+                       }));
   defs.push_back(Gauge("prefixkv_ssd_write_back_queue_blocks", {},
                        "Blocks queued for the SSD tier's background writers",
                        [](const Snapshot& s, Samples& out) {

@@ -293,6 +293,14 @@ TEST(EngineMemoryResource, HotBlocksLiveInItAndNoRegionGoesBeforeItsLastView) {
     ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
     ASSERT_OK(e->Store(ns, tokens, layers).status());
     EXPECT_EQ(e->Stats().hot.bytes, ExpectHotBlocksIn(*e, ns, *memory));
+    // Stats carry the resource's regions next to the charged bytes.
+    const EngineStats s = e->Stats();
+    const std::vector<MemoryRegion> regions = memory->Regions();
+    uint64_t mapped = 0;
+    for (const MemoryRegion& r : regions) mapped += r.bytes;
+    EXPECT_EQ(s.memory_regions, regions.size());
+    EXPECT_EQ(s.memory_mapped_bytes, mapped);
+    EXPECT_GE(s.memory_mapped_bytes, s.hot.bytes - 3 * HotEntryCharge(0));
     ASSERT_OK_AND_ASSIGN(EngineAudit audit, e->Audit());
     EXPECT_TRUE(audit.ok());
   }

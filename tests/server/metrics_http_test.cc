@@ -58,6 +58,12 @@ TEST_F(MetricsHttp, GetMetricsAnswersTheEngineCountersInTheTextFormat) {
   ASSERT_OK_AND_ASSIGN(testing::PromExposition e, testing::ParseExposition(r.body));
   const EngineStats s = engine_->Stats();
   EXPECT_EQ(e.Value("prefixkv_tier_blocks", {{"tier", "hot"}}), 5);
+  // The memory resource's regions (the arena may have mapped one ahead since
+  // the scrape; it does not unmap here).
+  EXPECT_GT(e.Value("prefixkv_memory_mapped_bytes").value_or(0), 0);
+  EXPECT_LE(e.Value("prefixkv_memory_mapped_bytes").value_or(0), s.memory_mapped_bytes);
+  EXPECT_GE(e.Value("prefixkv_memory_regions").value_or(0), 1);
+  EXPECT_LE(e.Value("prefixkv_memory_regions").value_or(0), s.memory_regions);
   EXPECT_EQ(e.Value("prefixkv_tier_inserts_total", {{"tier", "hot"}}), s.hot.inserts);
   EXPECT_EQ(e.Value("prefixkv_owner_hits_total", {{"tier", "hot"}, {"owner", "values"}}),
             OwnerHot("values").hits);

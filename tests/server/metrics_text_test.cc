@@ -150,6 +150,8 @@ TEST(MetricsText, RendersAKnownSnapshotExactly) {
   uint64_t next = 10;
   s.hot = Distinct(&next);
   s.dirty_blocks = 7;
+  s.memory_mapped_bytes = 6 << 20;
+  s.memory_regions = 2;
   EngineOwnerStats model;
   model.name = "m\"1\\";  // quote and backslash escaped in the label
   model.hot = s.hot;
@@ -210,6 +212,12 @@ prefixkv_tier_io_errors_total{tier="hot"} 21
 # HELP prefixkv_hot_dirty_blocks Hot blocks not yet written to the SSD tier
 # TYPE prefixkv_hot_dirty_blocks gauge
 prefixkv_hot_dirty_blocks 7
+# HELP prefixkv_memory_mapped_bytes Bytes of the regions the engine's memory resource has mapped (hot blocks, SSD reads, restore plans)
+# TYPE prefixkv_memory_mapped_bytes gauge
+prefixkv_memory_mapped_bytes 6291456
+# HELP prefixkv_memory_regions Regions the engine's memory resource has mapped
+# TYPE prefixkv_memory_regions gauge
+prefixkv_memory_regions 2
 # HELP prefixkv_owner_hot_quota_bytes Most hot bytes the owner may hold (owners with a quota only)
 # TYPE prefixkv_owner_hot_quota_bytes gauge
 prefixkv_owner_hot_quota_bytes{owner="m\"1\\"} 32768
