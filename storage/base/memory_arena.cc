@@ -15,14 +15,15 @@
 // (NewRegionBytes); an allocation that packs no better in any class gets a
 // region of its own. With map_ahead, a thread of the arena's faults pages in
 // ahead of the allocations: the rest of a region a caller had to map (handed
-// out before it is faulted in), then the next region, added at once and
-// faulted in from its start, so a first fill's copies and the kernel's
-// zeroing run on two cores and no allocation waits for a whole region to be
-// zeroed (a fresh engine's store: 0.40 -> 0.5x memcpy, docs/benchmarks.md).
-// A region is unmapped only
-// when no allocation is left in it (and the arena maps more than
-// retain_bytes) or when the arena is destroyed, which happens after the last
-// SharedBytes of its memory is gone (each holds the arena).
+// out before it is faulted in), then the next region once less than the last
+// one's size is free (added at once), each from its end down while the
+// allocations fill it from the start, so a first fill's copies and the
+// kernel's zeroing run on two cores and no allocation waits for a whole
+// region to be zeroed (a new engine's store: 0.39 -> 0.49x memcpy,
+// docs/benchmarks.md). A region is unmapped only when no allocation is left
+// in it (and the arena maps more than retain_bytes, and the thread is not
+// faulting it in) or when the arena is destroyed, which happens after the
+// last SharedBytes of its memory is gone (each holds the arena).
 #include <sys/mman.h>
 
 #include <atomic>
@@ -405,10 +406,11 @@ class Arena final : public MemoryResource {
 
   // Map-ahead (ArenaOptions::map_ahead): when less than the last region's
   // size is free and one more region fits the retain budget (with `pending`
-  // bytes the caller is mapping now), the arena's thread maps the next region
-  // and faults it in while allocations fill what is left and carve from it, so a first
-  // fill pays for zeroing fresh pages on another core. One thread at a time; the previous
-  // one's, done by now, goes to `finished` to be joined outside the lock.
+  // bytes the caller is mapping now), the arena's thread maps the next
+  // region and faults it in while allocations fill what is left and carve
+  // from it, so a first fill pays for zeroing fresh pages on another core.
+  // One thread at a time; the previous one's, done by now, goes to
+  // `finished` to be joined outside the lock.
   void MapAheadIfLow(size_t pending, JoinOnExit* finished) REQUIRES(mu_) {
     if (ahead_running_) return;
     if (const size_t bytes = TakeAheadBytes(pending))
@@ -433,7 +435,7 @@ class Arena final : public MemoryResource {
   }
 
   // Starts the arena's thread (one at a time): it faults in `fill` (a region
-  // in the arena, handed out unfaulted) from offset `from` on, then maps a
+  // in the arena, handed out unfaulted) down to offset `from`, then maps a
   // region of `bytes` ahead, or, after a fill, one if the arena is low.
   void StartAhead(Region* fill, size_t from, size_t bytes, JoinOnExit* finished)
       REQUIRES(mu_) {
@@ -449,7 +451,7 @@ class Arena final : public MemoryResource {
     }
   }
 
-  // The arena's thread: fills `fill` from `from` on, then, while the arena
+  // The arena's thread: fills `fill` down to `from`, then, while the arena
   // is low, maps the next region (`bytes` of it first), adds it at once,
   // still unfaulted, and fills it: the allocations carved from it meanwhile
   // fault in what the thread has not reached yet, so they never wait for a

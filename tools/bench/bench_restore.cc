@@ -54,7 +54,7 @@ namespace {
 struct RestoreBench {
   double restore_s = 0, memcpy_s = 0, fresh_pages_s = 0;
   // Store of the whole chain into a new engine each time, against a memcpy
-  // of the same bytes right after it (ratios of the pairs): warm (the
+  // of the same bytes right before it (ratios of the pairs): warm (the
   // engines share one arena), into fresh pages (the default engine's own
   // arena, 2 MiB pages), into an arena faulted in at Open
   // (EngineOptions::arena_prefault_bytes, before the mallopt below), and
