@@ -274,8 +274,10 @@ TEST(ArenaMemoryResource, SmallAllocationsMapAtMostOneRegionAhead) {
   for (int i = 0; i < 100; ++i) {
     values.push_back(SharedBytes::CopyIn(arena, "value", 5));
     ASSERT_NE(values.back().data(), nullptr);
+    // Spaced out, so the arena's thread is idle when the next one comes.
+    if (i % 10 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_LE(regions, 2u);
   size_t mapped = 0;
