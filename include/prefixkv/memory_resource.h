@@ -95,12 +95,11 @@ struct ArenaOptions {
   // faults in the rest of it (with populate, from its end down), and while
   // the arena grows within retain_bytes it maps the next region once less
   // than the last region's size is free, adds it at once and faults it in
-  // the same way. So a first fill,
-  // such as a new engine's stores, runs its copies and the kernel's zeroing
-  // on two cores and never waits for a whole region to be zeroed (an
-  // allocation that reaches pages the thread has not faulted in yet faults
-  // them in itself). Region callbacks then run on that thread too. The
-  // engine's default arena turns it on.
+  // the same way. So a first fill, such as a new engine's stores, runs its
+  // copies and the kernel's zeroing on two cores and never waits for a whole
+  // region to be zeroed (an allocation that reaches pages the thread has not
+  // faulted in yet faults them in itself). Region callbacks then run on that
+  // thread too. The engine's default arena turns it on.
   bool map_ahead = false;
   // Ask for transparent huge pages on every region (madvise MADV_HUGEPAGE):
   // fewer TLB misses, fewer pages for an O_DIRECT read to pin and fewer,

@@ -70,8 +70,7 @@ std::string HumanBytes(uint64_t bytes) {
 // capacity, the process's resident size, and the regions the engine's
 // memory resource has mapped (where hot blocks, SSD reads and restore plans
 // live: next to the charged bytes, what the budget costs in RAM).
-void AppendMemory(const Engine& engine, const EngineStats& s, std::string* out) {
-  const EngineOptions& options = engine.options();
+void AppendMemory(const EngineStats& s, const EngineOptions& options, std::string* out) {
   *out += "# Memory\r\n";
   *out += "used_memory:" + std::to_string(s.hot.bytes) + "\r\n";
   *out += "used_memory_human:" + HumanBytes(s.hot.bytes) + "\r\n";
@@ -267,7 +266,7 @@ void CmdInfo(CommandContext& ctx) {
   if (server_info) server_info(wanted, &text);
   Engine* engine = ctx.dispatcher.engine();
   const EngineStats s = engine->Stats();
-  if (wanted("memory")) AppendMemory(*engine, s, &text);
+  if (wanted("memory")) AppendMemory(s, engine->options(), &text);
   if (wanted("keyspace")) AppendKeyspace(engine, s, &text);
   if (wanted("tier_hot")) {
     AppendTier("hot", s.hot, s.hot_capacity_bytes, {{"dirty_blocks", s.dirty_blocks}},

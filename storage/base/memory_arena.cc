@@ -422,8 +422,9 @@ class Arena final : public MemoryResource {
   size_t TakeAheadBytes(size_t pending) REQUIRES(mu_) {
     // Low: less than the last region's size is free. (Comparing the free
     // bytes with the next region's size instead, which doubles with every
-    // region, found the arena low again after every region it mapped: one
-    // small block made an idle server fault in 254 MiB.)
+    // region, found the arena low again after every region it mapped: each
+    // allocation that found the thread idle mapped one more, up to the
+    // retain budget.)
     if (!options_.map_ahead || free_bytes_ + pending >= last_region_bytes_ ||
         mapped_bytes_ + pending + next_region_bytes_ > options_.retain_bytes) {
       return 0;
