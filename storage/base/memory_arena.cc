@@ -7,23 +7,24 @@
 // regions (faulted in up front, optionally on transparent huge pages), keeps
 // them while they fit its retain budget, and carves allocations from them.
 //
-// Allocation is best-fit over each region's free ranges (64-byte granules),
-// and a free coalesces with both neighbours, so the block sizes of a model,
-// which repeat, reuse the same ranges. Regions grow geometrically from
+// Allocation is best-fit over the free ranges of all regions (64-byte
+// granules), and a free coalesces with both neighbours, so the block sizes
+// of a model, which repeat, reuse the same ranges, and a store fills the
+// region it is in before it takes a newer one. Regions grow geometrically from
 // min_region_bytes to max_region_bytes, skipping ahead to the class in which
 // the allocation that needs a new region packs with at most 1/32 unused
 // (NewRegionBytes); an allocation that packs no better in any class gets a
 // region of its own. With map_ahead, a thread of the arena's faults pages in
 // ahead of the allocations: the rest of a region a caller had to map (handed
-// out before it is faulted in), then the next region once less than the last
-// one's size is free (added at once), each from its end down while the
-// allocations fill it from the start, so a first fill's copies and the
-// kernel's zeroing run on two cores and no allocation waits for a whole
-// region to be zeroed (a new engine's store: 0.39 -> 0.49x memcpy,
-// docs/benchmarks.md). A region is unmapped only when no allocation is left
-// in it (and the arena maps more than retain_bytes, and the thread is not
-// faulting it in) or when the arena is destroyed, which happens after the
-// last SharedBytes of its memory is gone (each holds the arena).
+// out before it is faulted in) from its end down while the caller fills it
+// from the start, then the next region once less than the last one's size
+// is free (added at once) from its start up until allocations reach it,
+// then from its end down, so a first fill's copies and the kernel's zeroing
+// run on two cores and no allocation waits for a whole region to be zeroed
+// (docs/benchmarks.md, "Stores into fresh pages"). A region is unmapped only when no
+// allocation is left in it (and the arena maps more than retain_bytes, and the thread is
+// not faulting it in) or when the arena is destroyed, which happens after the last
+// SharedBytes of its memory is gone (each holds the arena).
 #include <sys/mman.h>
 
 #include <atomic>
@@ -31,6 +32,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <set>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -69,47 +71,52 @@ size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 // The bytes an allocation occupies in its region.
 size_t Footprint(size_t bytes) { return RoundUp(bytes, kGranule) + kRedZone; }
 
-// One mapped region and its free ranges (offsets from base).
+// Every free range of every region, by length then address: allocation is
+// best-fit over all regions at once.
+using FreeIndex = std::set<std::pair<size_t, uintptr_t>>;
+
+// One mapped region and its free ranges (offsets from base), each also in
+// the arena's FreeIndex while the region is in the arena.
 struct Region {
   uint8_t* base = nullptr;
   size_t bytes = 0;
-  std::map<size_t, size_t> free_at;         // offset -> length
-  std::multimap<size_t, size_t> free_size;  // length -> offset
-  size_t live = 0;                          // allocations in it
-  bool filling = false;  // the arena's thread is faulting it in: kept mapped
+  std::map<size_t, size_t> free_at;  // offset -> length
+  size_t live = 0;                   // allocations in it
+  bool filling = false;              // the arena's thread is faulting it in: kept mapped
+  size_t carved_end = 0;             // the end of the furthest allocation ever carved
+  FreeIndex* index = nullptr;        // the arena's, once the region is in it
+
+  uintptr_t At(size_t offset) const { return reinterpret_cast<uintptr_t>(base) + offset; }
 
   void AddFree(size_t offset, size_t length) {
     free_at.emplace(offset, length);
-    free_size.emplace(length, offset);
+    index->emplace(length, At(offset));
   }
   void RemoveFree(std::map<size_t, size_t>::iterator it) {
-    auto [lo, hi] = free_size.equal_range(it->second);
-    for (auto s = lo; s != hi; ++s) {
-      if (s->second == it->first) {
-        free_size.erase(s);
-        break;
-      }
-    }
+    index->erase({it->second, At(it->first)});
     free_at.erase(it);
   }
+  // Takes the region's free ranges out of the arena's index (it leaves).
+  void Unindex() {
+    for (const auto& [offset, length] : free_at) index->erase({length, At(offset)});
+    index = nullptr;
+  }
 
-  // Carves `need` bytes at an `alignment`-aligned offset; nullptr when no
-  // free range fits.
-  uint8_t* Carve(size_t need, size_t alignment) {
-    for (auto s = free_size.lower_bound(need); s != free_size.end(); ++s) {
-      const size_t offset = s->second, length = s->first;
-      const size_t start =
-          RoundUp(reinterpret_cast<uintptr_t>(base) + offset, alignment) -
-          reinterpret_cast<uintptr_t>(base);
-      if (start + need > offset + length) continue;  // misaligned: needs slack
-      RemoveFree(free_at.find(offset));
-      if (start > offset) AddFree(offset, start - offset);
-      if (offset + length > start + need)
-        AddFree(start + need, offset + length - start - need);
-      ++live;
-      return base + start;
-    }
-    return nullptr;
+  // Carves `need` bytes at an `alignment`-aligned offset from the free
+  // range at `offset`; nullptr when they do not fit in it.
+  uint8_t* CarveAt(size_t offset, size_t need, size_t alignment) {
+    auto it = free_at.find(offset);
+    assert(it != free_at.end());
+    const size_t length = it->second;
+    const size_t start = RoundUp(At(offset), alignment) - At(0);
+    if (start + need > offset + length) return nullptr;  // misaligned: needs slack
+    RemoveFree(it);
+    if (start > offset) AddFree(offset, start - offset);
+    if (offset + length > start + need)
+      AddFree(start + need, offset + length - start - need);
+    ++live;
+    carved_end = std::max(carved_end, start + need);
+    return base + start;
   }
 
   // Returns [offset, offset + length), merged with free neighbours.
@@ -212,10 +219,10 @@ class Arena final : public MemoryResource {
     // Mapped outside the lock (faulting it in takes a while).
     if (!Map(region.get(), options_.populate && !fill_behind)) return nullptr;
     MutexLock lock(&mu_);
-    uint8_t* p = region->Carve(need, alignment);
-    assert(p != nullptr);
     Region* fill = region.get();
     Add(std::move(region));
+    uint8_t* p = fill->CarveAt(0, need, alignment);  // at its start: 2 MiB-aligned
+    assert(p != nullptr);
     free_bytes_ -= need;
     if (fill_behind && !ahead_running_) {
       // From the page this allocation ends in: the caller faults in its own.
@@ -343,23 +350,25 @@ class Arena final : public MemoryResource {
       return nullptr;
     mapped_bytes_ -= region.bytes;
     free_bytes_ -= region.bytes;
+    region.Unindex();
     std::unique_ptr<Region> taken = std::move(it->second);
     regions_.erase(it);
     return taken;
   }
 
-  // Maps `region` (its bytes set) all free, faulted in when `populate`, and
-  // reports it; false when the kernel refuses.
+  // Maps `region` (its bytes set), faulted in when `populate`, and reports
+  // it; false when the kernel refuses. (Add makes it all free.)
   bool Map(Region* region, bool populate) {
     region->base = MapRegion(region->bytes, options_, populate);
     if (region->base == nullptr) return false;
     ASAN_POISON_MEMORY_REGION(region->base, region->bytes);
-    region->AddFree(0, region->bytes);
     std::shared_ptr<const RegionCallbacks> callbacks = Callbacks();
     if (callbacks->mapped) callbacks->mapped(region->base, region->bytes);
     return true;
   }
   void Add(std::unique_ptr<Region> region) REQUIRES(mu_) {
+    region->index = &free_;
+    region->AddFree(0, region->bytes);
     mapped_bytes_ += region->bytes;
     free_bytes_ += region->bytes;
     regions_.emplace(reinterpret_cast<uintptr_t>(region->base), std::move(region));
@@ -384,10 +393,18 @@ class Arena final : public MemoryResource {
     return c == regions_.cend() ? regions_.end() : regions_.find(c->first);
   }
 
-  // Carves `need` bytes from the first region with room; null when none has.
+  // Carves `need` bytes from the smallest free range they fit in, over all
+  // regions (the lowest address of equals); null when none has room. (The
+  // first region with room, in address order, was the newest one mapped,
+  // since the kernel maps downwards: a store left the region it was filling
+  // for a region just mapped ahead and not faulted in yet.)
   uint8_t* CarveAny(size_t need, size_t alignment) REQUIRES(mu_) {
-    for (auto& [addr, region] : regions_) {
-      if (uint8_t* p = region->Carve(need, alignment)) {
+    for (auto f = free_.lower_bound({need, 0}); f != free_.end(); ++f) {
+      auto it = Find(reinterpret_cast<const void*>(f->second), f->first);
+      assert(it != regions_.end());
+      Region& region = *it->second;
+      // (CarveAt changes the index only when it carves.)
+      if (uint8_t* p = region.CarveAt(f->second - region.At(0), need, alignment)) {
         free_bytes_ -= need;
         return p;
       }
@@ -454,13 +471,19 @@ class Arena final : public MemoryResource {
 
   // The arena's thread: fills `fill` down to `from`, then, while the arena
   // is low, maps the next region (`bytes` of it first), adds it at once,
-  // still unfaulted, and fills it: the allocations carved from it meanwhile
+  // still unfaulted, and fills it (FillAhead): the allocations carved from
+  // it meanwhile
   // fault in what the thread has not reached yet, so they never wait for a
   // whole region to be zeroed.
   void RunAhead(Region* fill, size_t from, size_t bytes) {
+    bool ahead = false;  // `fill` was mapped ahead: no caller is in it yet
     for (;;) {
       if (fill != nullptr) {
-        Fill(*fill, from);
+        if (ahead) {
+          FillAhead(*fill);
+        } else {
+          Fill(*fill, from);
+        }
         std::unique_ptr<Region> empty;
         {
           MutexLock lock(&mu_);
@@ -482,7 +505,7 @@ class Arena final : public MemoryResource {
       if (options_.populate) {
         fill = region.get();
         fill->filling = true;
-        from = 0;
+        ahead = true;
       }
       Add(std::move(region));
     }
@@ -504,6 +527,25 @@ class Arena final : public MemoryResource {
       if (!Populate(region.base + start, end - start)) return;
       end = start;
     }
+  }
+
+  // Faults in a region mapped ahead, which allocations will fill from its
+  // start once the others are full: from its start up, so the first ones
+  // find their pages faulted in, until one is carved beyond the pages done
+  // (the allocations caught up with the thread); then from its end down to
+  // meet them, as Fill.
+  void FillAhead(const Region& region) {
+    size_t done = 0;
+    while (done < region.bytes && !stopping_.load(std::memory_order_relaxed)) {
+      {
+        MutexLock lock(&mu_);
+        if (region.carved_end > done) break;
+      }
+      const size_t n = std::min(kRegionAlign, region.bytes - done);
+      if (!Populate(region.base + done, n)) return;
+      done += n;
+    }
+    Fill(region, done);
   }
 
   void JoinAhead() {
@@ -530,6 +572,7 @@ class Arena final : public MemoryResource {
   ArenaOptions options_;
   mutable Mutex mu_;
   RegionMap regions_ GUARDED_BY(mu_);  // by base address
+  FreeIndex free_ GUARDED_BY(mu_);     // their free ranges
   std::shared_ptr<const RegionCallbacks> callbacks_ GUARDED_BY(mu_);
   size_t mapped_bytes_ GUARDED_BY(mu_) = 0;
   size_t free_bytes_ GUARDED_BY(mu_) = 0;  // of the regions mapped, not carved

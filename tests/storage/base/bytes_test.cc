@@ -15,6 +15,7 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -401,6 +402,79 @@ TEST(ArenaMemoryResource, ARegionFreedWhileTheArenasThreadFaultsItInGoesAfterwar
   EXPECT_EQ(counts(), std::make_pair(size_t{3}, size_t{1}));
   arena.reset();
   EXPECT_EQ(counts(), std::make_pair(size_t{3}, size_t{3}));
+}
+
+// An allocation goes to the smallest free range it fits in, whichever
+// region holds it: a store keeps filling the region it is in before it
+// takes a newer one (the kernel maps newer regions at lower addresses, and
+// the first region with room, in address order, was the newest).
+TEST(ArenaMemoryResource, AnAllocationTakesTheSmallestFreeRangeOfAnyRegion) {
+  RegionLog log;
+  ArenaOptions o = SmallArena(&log, size_t{64} << 20);
+  o.min_region_bytes = o.max_region_bytes;  // 4 MiB regions
+  std::shared_ptr<MemoryResource> arena = NewArenaMemoryResource(o);
+  const auto In = [](const std::shared_ptr<MemoryResource>& m, size_t n) {
+    uint8_t* out = nullptr;
+    return SharedBytes::AllocateIn(m, n, n, 64, &out);
+  };
+  // Just under 1 MiB each (with ASan's red zones too), four to a region.
+  constexpr size_t kMiB = size_t{1} << 20, kUnder = kMiB - 128;
+  std::vector<SharedBytes> a;
+  for (int i = 0; i < 3; ++i) a.push_back(In(arena, kUnder));  // 1 MiB left
+  SharedBytes b = In(arena, 2 * kUnder);  // no room: a second region, 2 MiB left
+  ASSERT_EQ(log.mapped.size(), 2u);
+  for (const SharedBytes& x : a) ASSERT_TRUE(Inside(log.mapped[0], x));
+  ASSERT_TRUE(Inside(log.mapped[1], b));
+  SharedBytes c = In(arena, kMiB / 2);
+  EXPECT_TRUE(Inside(log.mapped[0], c)) << "1 MiB free there, 2 MiB in the other";
+  SharedBytes d = In(arena, kMiB + kMiB / 2);
+  EXPECT_TRUE(Inside(log.mapped[1], d)) << "only the second region has room";
+  EXPECT_EQ(log.mapped.size(), 2u);
+}
+
+// A region mapped ahead is faulted in from its start, where the allocations
+// that outgrow the others will carve first, while no allocation is in it
+// (a region an allocation had to map is faulted in from its end down,
+// since the caller writes from its start). 4 KiB pages, so the fill takes
+// long enough to be watched.
+TEST(ArenaMemoryResource, ARegionMappedAheadIsFaultedInFromItsStart) {
+  constexpr size_t kRegion = size_t{256} << 20, kChunk = size_t{2} << 20;
+  std::mutex mu;
+  std::vector<MemoryRegion> mapped;
+  ArenaOptions o{.max_region_bytes = kRegion,
+                 .min_region_bytes = kRegion,
+                 .retain_bytes = 2 * kRegion,
+                 .map_ahead = true,
+                 .huge_pages = false};
+  o.callbacks.mapped = [&](void* p, size_t n) {
+    std::lock_guard<std::mutex> lock(mu);
+    mapped.push_back({p, n});
+  };
+  auto region = [&](size_t i) -> std::optional<MemoryRegion> {
+    std::lock_guard<std::mutex> lock(mu);
+    if (mapped.size() <= i) return std::nullopt;
+    return mapped[i];
+  };
+  std::shared_ptr<MemoryResource> arena = NewArenaMemoryResource(o);
+  // Less than a region left free: the next one is mapped ahead.
+  void* p = arena->Allocate(kRegion - kChunk, 64);
+  ASSERT_NE(p, nullptr);
+  std::optional<MemoryRegion> ahead;
+  ASSERT_TRUE(WaitUntil([&] { return (ahead = region(1)).has_value(); }));
+  auto* base = static_cast<uint8_t*>(ahead->base);
+  const MemoryRegion first{base, kChunk}, last{base + kRegion - kChunk, kChunk};
+  bool first_before_last = false, last_before_first = false;
+  for (int i = 0; i < 300000; ++i) {
+    const bool f = Resident(first), l = Resident(last);
+    first_before_last = first_before_last || (f && !l);
+    last_before_first = last_before_first || (l && !f);
+    if (f && l) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  EXPECT_FALSE(last_before_first) << "faulted in from its end";
+  EXPECT_TRUE(first_before_last) << "its start was never seen faulted in before its end";
+  EXPECT_TRUE(WaitUntil([&] { return Resident(*ahead); }));
+  arena->Deallocate(p, kRegion - kChunk, 64);
 }
 
 TEST(ArenaMemoryResource, CallbacksSetLaterHearOfTheRegionsMappedBefore) {
