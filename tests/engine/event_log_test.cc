@@ -36,16 +36,6 @@ using ::prefixkv::testing::TempDir;
 
 }  // namespace
 
-// Polls `done` every millisecond for up to `seconds`; its last answer.
-template <typename Pred>
-bool WaitUntil(Pred done, int seconds = 10) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (!done() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return done();
-}
-
 namespace {
 
 // Every event of the log from seq `first`, checked consecutive.
@@ -367,7 +357,7 @@ TEST_F(EventLogTest, AppendsCompleteWhileTheLogsFileWritesStall) {
     }
   });
   fs.gate().WaitForArrivals(1);  // a write of the log is stalled
-  const bool all = WaitUntil([&] { return appended.load() == kEvents; });
+  const bool all = testing::WaitUntil([&] { return appended.load() == kEvents; });
   const uint64_t before_open = appended.load();
   fs.gate().Open();
   appender.join();
@@ -405,7 +395,7 @@ TEST_F(EventLogTest, AppendWaitsOnlyWhenTheQueueIsFull) {
   // the one that waits.)
   uint64_t seen = 0;
   auto still = std::chrono::steady_clock::now();
-  EXPECT_TRUE(WaitUntil([&] {
+  EXPECT_TRUE(testing::WaitUntil([&] {
     if (appended.load() != seen) {
       seen = appended.load();
       still = std::chrono::steady_clock::now();
@@ -436,7 +426,7 @@ TEST_F(EventLogTest, SsdKeysAreCheckpointedPeriodicallyAndProvenAfterACrash) {
     for (uint64_t k = 1; k <= 500; ++k) last = Append(*log, Stored(k));
     for (uint64_t k = 1; k <= 100; ++k) last = Append(*log, Removed(k));
     ASSERT_OK(log->Flush(false));
-    EXPECT_TRUE(WaitUntil([&] {
+    EXPECT_TRUE(testing::WaitUntil([&] {
       StatusOr<SsdKeysCheckpoint> c = ReadSsdKeysCheckpoint(o.fs, o.dir);
       return c.ok() && c->seq + every >= last;
     })) << "no checkpoint within "
@@ -715,7 +705,7 @@ TEST_F(EngineEventsTest, HotPutsCompleteWhileTheEventLogsWritesStall) {
     }
   });
   fs.gate().WaitForArrivals(1);
-  const bool all = internal::WaitUntil([&] { return done.load() == kPuts; });
+  const bool all = testing::WaitUntil([&] { return done.load() == kPuts; });
   const int before_open = done.load();
   fs.gate().Open();
   writer.join();

@@ -72,17 +72,6 @@ class ServerFixture : public ::testing::Test {
   std::unique_ptr<Server> server_;
 };
 
-// Polls `done` until it holds or `bound` (real time) passes; its last answer.
-inline bool WaitUntil(const std::function<bool()>& done,
-                      std::chrono::milliseconds bound = std::chrono::seconds(10)) {
-  const auto deadline = std::chrono::steady_clock::now() + bound;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return done();
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
-
 // Raises this process's open-file limit toward `wanted` (up to the hard
 // limit); the limit in force after.
 inline size_t RaiseOpenFileLimit(size_t wanted) {

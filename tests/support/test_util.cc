@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 namespace prefixkv::testing {
 
@@ -32,6 +33,15 @@ uint64_t TestSeed(const std::string& test_name) {
 uint64_t Iterations(uint64_t ci, uint64_t long_run) {
   const char* env = std::getenv("PREFIXKV_LONG");
   return env != nullptr && std::strcmp(env, "1") == 0 ? long_run : ci;
+}
+
+bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds bound) {
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return done();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 TempDir::TempDir() {

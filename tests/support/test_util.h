@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -66,6 +67,12 @@ uint64_t TestSeed(const std::string& test_name);
 // How many iterations a randomized test runs: `ci` normally, `long_run` when
 // PREFIXKV_LONG=1.
 uint64_t Iterations(uint64_t ci, uint64_t long_run);
+
+// Polls `done` every millisecond until it holds or `bound` of real time
+// passes; its last answer. (For background work with no event to wait on;
+// a wait that holds returns at once, so the bound only delays a failure.)
+bool WaitUntil(const std::function<bool()>& done,
+               std::chrono::milliseconds bound = std::chrono::seconds(30));
 
 // A fresh empty directory under $TMPDIR, removed when the object dies.
 class TempDir {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "prefixkv/memory_resource.h"
+#include "tests/support/test_util.h"
 
 namespace prefixkv {
 namespace {
@@ -301,14 +302,6 @@ bool Resident(const MemoryRegion& r) {
   return std::all_of(in.begin(), in.end(), [](unsigned char c) { return (c & 1) != 0; });
 }
 
-bool WaitUntil(const std::function<bool()>& done) {
-  for (int i = 0; i < 3000; ++i) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return done();
-}
-
 // A region an allocation needs is handed out before it is faulted in: with
 // map_ahead the caller's Allocate takes almost none of the region's page
 // faults, and the arena's thread faults the rest of the region in while the
@@ -336,7 +329,7 @@ TEST(ArenaMemoryResource, ARegionIsHandedOutAtOnceAndFaultedInByTheArenasThread)
     std::memset(p, 7, 1 << 20);
     const std::vector<MemoryRegion> regions = arena->Regions();
     ASSERT_EQ(regions.size(), 1u);
-    EXPECT_TRUE(WaitUntil([&] { return Resident(regions[0]); }))
+    EXPECT_TRUE(testing::WaitUntil([&] { return Resident(regions[0]); }))
         << "the rest of the region was never faulted in";
     EXPECT_EQ(arena->Regions().size(), 1u) << "nothing beyond the retain budget";
     EXPECT_EQ(static_cast<uint8_t*>(p)[(1 << 20) - 1], 7);
@@ -382,8 +375,8 @@ TEST(ArenaMemoryResource, ARegionFreedWhileTheArenasThreadFaultsItInGoesAfterwar
   };
   ASSERT_TRUE(allocate());
   std::memset(blocks[0], 1, kBlock);
-  ASSERT_TRUE(WaitUntil([&] { return counts().first == 2; }));
-  ASSERT_TRUE(WaitUntil([&] {
+  ASSERT_TRUE(testing::WaitUntil([&] { return counts().first == 2; }));
+  ASSERT_TRUE(testing::WaitUntil([&] {
     const std::vector<MemoryRegion> r = arena->Regions();
     return r.size() == 2 && Resident(r[0]) && Resident(r[1]);
   })) << "both regions faulted in";
@@ -396,7 +389,7 @@ TEST(ArenaMemoryResource, ARegionFreedWhileTheArenasThreadFaultsItInGoesAfterwar
   ASSERT_EQ(counts().first, 3u);
   arena->Deallocate(blocks.back(), kBlock, 64);
   blocks.pop_back();
-  EXPECT_TRUE(WaitUntil([&] { return counts().second == 1; }));
+  EXPECT_TRUE(testing::WaitUntil([&] { return counts().second == 1; }));
   EXPECT_EQ(arena->Regions().size(), 2u);
   for (void* p : blocks) arena->Deallocate(p, kBlock, 64);
   EXPECT_EQ(counts(), std::make_pair(size_t{3}, size_t{1}));
@@ -460,7 +453,7 @@ TEST(ArenaMemoryResource, ARegionMappedAheadIsFaultedInFromItsStart) {
   void* p = arena->Allocate(kRegion - kChunk, 64);
   ASSERT_NE(p, nullptr);
   std::optional<MemoryRegion> ahead;
-  ASSERT_TRUE(WaitUntil([&] { return (ahead = region(1)).has_value(); }));
+  ASSERT_TRUE(testing::WaitUntil([&] { return (ahead = region(1)).has_value(); }));
   auto* base = static_cast<uint8_t*>(ahead->base);
   const MemoryRegion first{base, kChunk}, last{base + kRegion - kChunk, kChunk};
   bool first_before_last = false, last_before_first = false;
@@ -473,7 +466,7 @@ TEST(ArenaMemoryResource, ARegionMappedAheadIsFaultedInFromItsStart) {
   }
   EXPECT_FALSE(last_before_first) << "faulted in from its end";
   EXPECT_TRUE(first_before_last) << "its start was never seen faulted in before its end";
-  EXPECT_TRUE(WaitUntil([&] { return Resident(*ahead); }));
+  EXPECT_TRUE(testing::WaitUntil([&] { return Resident(*ahead); }));
   arena->Deallocate(p, kRegion - kChunk, 64);
 }
 

@@ -29,15 +29,6 @@ namespace prefixkv::testing {
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TierConformance);
 
 // Polls `done` for up to `seconds` of real time.
-inline bool WaitUntil(const std::function<bool()>& done, int seconds = 10) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
-
 inline SsdTierOptions TestSsdOptions(const std::string& path) {
   SsdTierOptions o;
   o.path = path;
