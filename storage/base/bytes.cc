@@ -10,6 +10,7 @@
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <new>
 #include <utility>
@@ -40,9 +41,9 @@ namespace {
 // page-faulted (zeroed) page by page, which costs about as much as reading it
 // from a fast SSD or a socket. Freed buffers of at least kMinCached bytes are
 // kept, up to kMaxHeld bytes in all, and reused for an allocation of exactly
-// the same size and alignment. On a node whose hot tier is full every new
-// block replaces an evicted one of the same model, so the sizes repeat. Every
-// buffer comes from aligned_alloc, so free() may release any of them.
+// the same size and alignment, last freed first. On a node whose hot tier is full every
+// new block replaces an evicted one of the same model, so the sizes repeat. Every buffer
+// comes from aligned_alloc, so free() may release any of them.
 class AlignedRecycler {
  public:
   static constexpr size_t kMinCached = 64 << 10;
@@ -51,8 +52,11 @@ class AlignedRecycler {
   void* Get(size_t bytes, size_t alignment) {
     if (bytes >= kMinCached) {
       MutexLock lock(&mu_);
-      auto it = free_.find({bytes, alignment});
-      if (it != free_.end()) {
+      // The last one freed of that size (its lines are the likeliest still
+      // in the caches).
+      auto [lo, hi] = free_.equal_range({bytes, alignment});
+      if (lo != hi) {
+        auto it = std::prev(hi);
         void* p = it->second;
         free_.erase(it);
         held_ -= bytes;

@@ -61,6 +61,22 @@ TEST(SharedBytes, AFreedLargeBufferIsReusedForTheSameSize) {
   EXPECT_NE(other.data(), again.data());
 }
 
+// Of the freed buffers of a size, the last one freed comes back first (its
+// lines are the likeliest still in the caches; and a test repeated in one
+// process finds the same buffer again).
+TEST(SharedBytes, TheLastFreedBufferOfASizeIsReusedFirst) {
+  constexpr size_t kSize = (1 << 20) + 4096;  // a size no other test uses
+  uint8_t* out = nullptr;
+  std::optional<SharedBytes> a = SharedBytes::Allocate(kSize, &out);
+  std::optional<SharedBytes> b = SharedBytes::Allocate(kSize, &out);
+  const uint8_t* last = b->data();
+  ASSERT_NE(a->data(), last);
+  a.reset();
+  b.reset();
+  const SharedBytes again = SharedBytes::Allocate(kSize, &out);
+  EXPECT_EQ(again.data(), last);
+}
+
 TEST(SharedBytes, AnAdoptedBufferIsNotCopiedAndIsRecycled) {
   constexpr size_t kCapacity = 300000;
   void* p = SharedBytes::AllocateBuffer(kCapacity);
