@@ -10,20 +10,21 @@
 // Allocation is best-fit over the free ranges of all regions (64-byte
 // granules), and a free coalesces with both neighbours, so the block sizes
 // of a model, which repeat, reuse the same ranges, and a store fills the
-// region it is in before it takes a newer one. Regions grow geometrically from
-// min_region_bytes to max_region_bytes, skipping ahead to the class in which
-// the allocation that needs a new region packs with at most 1/32 unused
-// (NewRegionBytes); an allocation that packs no better in any class gets a
-// region of its own. With map_ahead, a thread of the arena's faults pages in
-// ahead of the allocations: the rest of a region a caller had to map (handed
-// out before it is faulted in) from its end down while the caller fills it
-// from the start, then the next region once less than the last one's size
-// is free (added at once) from its start up until allocations reach it,
-// then from its end down, so a first fill's copies and the kernel's zeroing
-// run on two cores and no allocation waits for a whole region to be zeroed
-// (docs/benchmarks.md, "Stores into fresh pages"). A region is unmapped only when no
-// allocation is left in it (and the arena maps more than retain_bytes, and the thread is
-// not faulting it in) or when the arena is destroyed, which happens after the last
+// region it is in before it takes a newer one. Regions grow geometrically
+// from min_region_bytes to max_region_bytes, skipping ahead to the class in
+// which the allocation that needs a new region packs with at most 1/32
+// unused (NewRegionBytes); an allocation that packs no better in any class
+// gets a region of its own. With map_ahead, a thread of the arena's faults
+// pages in ahead of the allocations: the rest of a region a caller had to
+// map (handed out before it is faulted in) from its end down while the
+// caller fills it from the start, then the next region once less than the
+// last one's size is free (added at once) from its start up until
+// allocations reach it, then from its end down, so a first fill's copies
+// and the kernel's zeroing run on two cores and no allocation waits for a
+// whole region to be zeroed (docs/benchmarks.md, "Stores into fresh
+// pages"). A region is unmapped only when no allocation is left in it (and
+// the arena maps more than retain_bytes, and the thread is not faulting it
+// in) or when the arena is destroyed, which happens after the last
 // SharedBytes of its memory is gone (each holds the arena).
 #include <sys/mman.h>
 
@@ -472,9 +473,8 @@ class Arena final : public MemoryResource {
   // The arena's thread: fills `fill` down to `from`, then, while the arena
   // is low, maps the next region (`bytes` of it first), adds it at once,
   // still unfaulted, and fills it (FillAhead): the allocations carved from
-  // it meanwhile
-  // fault in what the thread has not reached yet, so they never wait for a
-  // whole region to be zeroed.
+  // it meanwhile fault in what the thread has not reached yet, so they never
+  // wait for a whole region to be zeroed.
   void RunAhead(Region* fill, size_t from, size_t bytes) {
     bool ahead = false;  // `fill` was mapped ahead: no caller is in it yet
     for (;;) {
