@@ -161,7 +161,8 @@ class RestorePlan(RestoreCounters):
         """Applies layer `layer`'s ranges with memcpy into `dest`, a writable
         C-contiguous buffer of at least its bytes (what a copy engine does)."""
     def release(self) -> None:
-        """Unpins the blocks and frees the staging; the ranges dangle after."""
+        """Unpins the blocks and frees the staging; the ranges dangle after. A
+        copy_layer running on another thread keeps them until it ends."""
 
 class StoreResult:
     """What a store did (Engine.store)."""

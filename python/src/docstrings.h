@@ -154,7 +154,8 @@ inline constexpr const char* kRestorePlanCopyLayer =
     R"doc(Applies layer `layer`'s ranges with memcpy into `dest`, a writable
 C-contiguous buffer of at least its bytes (what a copy engine does).)doc";
 inline constexpr const char* kRestorePlanRelease =
-    R"doc(Unpins the blocks and frees the staging; the ranges dangle after.)doc";
+    R"doc(Unpins the blocks and frees the staging; the ranges dangle after. A
+copy_layer running on another thread keeps them until it ends.)doc";
 inline constexpr const char* kPlanRestoreCall =
     R"doc(Plans a restore for a copy engine (Engine::PlanRestore): per layer, the
 host ranges holding its bytes and where each goes in a contiguous layout,

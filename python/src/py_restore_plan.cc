@@ -60,6 +60,10 @@ void CopyLayer(const PyRestorePlan& p, size_t l, const py::buffer& dest) {
     Check(Status::InvalidArgument("copy_layer needs a C-contiguous buffer of at least " +
                                   std::to_string(plan.layers[l].bytes) + " bytes"));
   }
+  // The copy runs without the GIL: another thread may release() the plan
+  // meanwhile, so the copy holds the pins and staging itself until it ends
+  // (else it would read memory the arena may already have handed out again).
+  const std::shared_ptr<const void> hold = plan.hold;
   py::gil_scoped_release nogil;
   CopyPlannedLayer(plan.layers[l], info.ptr);
 }

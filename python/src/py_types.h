@@ -12,6 +12,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <memory>
 #include <shared_mutex>
 #include <string>
@@ -77,7 +78,10 @@ struct PyRestoredInto : PyRestoreCounters {
 
 // The Engine behind the GIL: every call releases the GIL and holds `mu_`
 // shared; close() holds it exclusively, so it never runs while another
-// thread's call is in flight (Engine::Close's requirement).
+// thread's call is in flight (Engine::Close's requirement). A call made from
+// a callback of a call of the same engine on the same thread (restore_into's
+// on_layer) already holds the lock: it runs under that hold, and close()
+// there is refused (it would wait for the call it is in).
 class PyEngine {
  public:
   explicit PyEngine(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {}
@@ -86,10 +90,17 @@ class PyEngine {
   template <typename F>
   auto Call(F&& fn) {
     py::gil_scoped_release nogil;
+    if (InCall()) return fn(*engine_);
     std::shared_lock lock(mu_);
+    CallScope scope(this);
     return fn(*engine_);
   }
   Status Close() {
+    if (InCall()) {
+      return Status::InvalidArgument(
+          "close() from a callback of this engine's own call (restore_into's "
+          "on_layer): close it after the call returns");
+    }
     py::gil_scoped_release nogil;
     std::unique_lock lock(mu_);
     return engine_->Close();
@@ -97,6 +108,22 @@ class PyEngine {
   bool closed() const { return engine_->closed(); }
 
  private:
+  // The engines whose Call this thread is inside (innermost last).
+  static std::vector<const PyEngine*>& Calls() {
+    thread_local std::vector<const PyEngine*> calls;
+    return calls;
+  }
+  bool InCall() const {
+    const std::vector<const PyEngine*>& calls = Calls();
+    return std::find(calls.begin(), calls.end(), this) != calls.end();
+  }
+  struct CallScope {
+    explicit CallScope(const PyEngine* e) { Calls().push_back(e); }
+    ~CallScope() { Calls().pop_back(); }
+    CallScope(const CallScope&) = delete;
+    CallScope& operator=(const CallScope&) = delete;
+  };
+
   std::unique_ptr<Engine> engine_;
   std::shared_mutex mu_;
 };

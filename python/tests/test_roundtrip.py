@@ -245,6 +245,28 @@ def test_an_exception_in_on_layer_is_raised_after_the_restore(engine, rng):
     assert not (dests[1][1] == -7).all(), "the restore itself ran to the end"
 
 
+def test_on_layer_may_call_the_engine_but_not_close_it(engine, rng):
+    # on_layer runs inside restore_into's call: calls into the same engine
+    # work there, close() is refused instead of waiting for the call it is in.
+    ns = register(engine)
+    engine.store(ns, list(range(8)), kv_layers(rng, 2, 8))
+    dests = blank_dests(2, 8)
+    seen = []
+
+    def told(layer):
+        seen.append((layer, engine.stats()["hot"]["entries"],
+                     engine.match(ns, list(range(8))).matched_tokens))
+        if layer == 1:
+            engine.close()
+
+    with pytest.raises(prefixkv.InvalidArgument, match="on_layer"):
+        engine.restore_into(engine.match(ns, list(range(8))), dests, on_layer=told)
+    assert seen == [(0, 2, 8), (1, 2, 8)]
+    assert not engine.closed
+    engine.close()
+    assert engine.closed
+
+
 class DlpackOnly:
     """An object with nothing but DLPack (no buffer protocol), over `array`."""
 

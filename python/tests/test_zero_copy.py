@@ -3,6 +3,7 @@ pinned in the tier while any array of the block lives (docs/python.md).
 plan_restore() lists where a restore's bytes are, inside memory_regions(),
 pinned until released."""
 import gc
+import threading
 import time
 
 import numpy as np
@@ -118,6 +119,45 @@ def test_a_plan_applied_is_the_restore_and_lies_in_the_memory_regions(data_dir, 
         assert not plan.held and e.stats()["hot"]["pinned_bytes"] == 0
         with pytest.raises(prefixkv.InvalidArgument):
             plan.layers
+
+
+def test_a_plan_released_during_copy_layer_holds_its_bytes_until_the_copy_ends(
+        data_dir, rng):
+    # copy_layer copies without the GIL; a release() from another thread
+    # meanwhile must not unpin (and let the arena reuse) what it reads.
+    # 128 MiB of one layer into fresh pages: long enough to be caught
+    # mid-copy; tried a few times in case a copy ends before the release.
+    with prefixkv.Engine.open(data_dir=data_dir, hot_bytes=512 << 20, quiet=True) as e:
+        ns = register(e, layers=1, block_tokens=1024)
+        layers = kv_layers(rng, 1, 4096, heads=8, dim=512)
+        e.store(ns, list(range(4096)), layers)
+        caught = 0
+        for _ in range(5):
+            plan = e.plan_restore(e.match(ns, list(range(4096))))
+            layer = plan.layers[0]
+            out = np.empty(layer["bytes"], dtype=np.uint8)
+            started = threading.Event()
+
+            def copy():
+                started.set()
+                plan.copy_layer(0, out)
+
+            t = threading.Thread(target=copy)
+            t.start()
+            started.wait()
+            time.sleep(0.002)
+            plan.release()
+            pinned_while_copying = e.stats()["hot"]["pinned_bytes"]
+            copying = t.is_alive()
+            t.join()
+            if copying:
+                caught += 1
+                assert pinned_while_copying > 0, "released under a running copy"
+            assert e.stats()["hot"]["pinned_bytes"] == 0, "the copy let go when done"
+            for t_index, (_, shape, offset, nbytes) in enumerate(layer["tensors"]):
+                got = out[offset:offset + nbytes].view(np.float32).reshape(shape)
+                np.testing.assert_array_equal(got, layers[0][t_index])
+        print(f"caught {caught} of 5 copies running at release()")
 
 
 def test_arrays_outlive_the_engine(data_dir, rng):
