@@ -2,8 +2,10 @@
 // of its memory before anything is written, and the strided copy into it.
 // The check is what makes RestoreInto safe with memory prefixkv does not own:
 // every byte a copy will touch is proven to lie inside [data, data +
-// size_bytes) and no two elements land on the same bytes, with overflow-free
-// arithmetic, so a wrong description is an error and never a stray write.
+// size_bytes) and no two elements of one destination land on the same
+// bytes, with overflow-free arithmetic, so a wrong description is an error
+// and never a stray write. (Destinations are not checked against each other:
+// docs/prefix_cache.md, "Nothing written on a bad destination".)
 #include <algorithm>
 #include <cstring>
 #include <string>
