@@ -3,9 +3,13 @@
 // (ssd_salvage.cc) must not bring back a block that was removed or
 // superseded while its old extent still sits in a segment; the journal,
 // `<path>/segments/removals.pkvj`, names every such extent. It is appended
-// (page cache, one pwrite of 32 bytes) BEFORE the metadata commit that makes
+// (page cache, one pwrite of 48 bytes) BEFORE the metadata commit that makes
 // the extent garbage, so after a kill -9 it lists at least every extent the
-// database had stopped referencing.
+// database had stopped referencing; and it is synced before metadata that
+// depends on it reaches the device (a sync-mode commit that deletes, a
+// memtable flush, Close), so after a power loss too. A replacing store of
+// the same bytes does not journal the extent it replaces (see the rebuild
+// rule below: that would exclude the new extent as well).
 //
 // File: records of 48 bytes, little-endian, each ending in the XXH3-64 of its
 // bytes 0..39:

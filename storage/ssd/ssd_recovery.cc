@@ -1,6 +1,7 @@
 // SsdTier lifecycle: opening RocksDB (or moving an unopenable one aside),
 // rebuilding the index and counters from the records, and closing cleanly.
 #include <rocksdb/convenience.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/merge_operator.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
@@ -9,6 +10,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "ssd_layout.h"
@@ -111,6 +113,25 @@ ssd::SsdIndex ssd::TierImpl::EmptyIndex() const {
   return index;
 }
 
+namespace {
+
+// Runs `before_flush` before every memtable flush: the flush writes the
+// deletes of removals to a table on the device, so the removal journal
+// goes there first (ssd::TierImpl::SyncJournal).
+class FlushListener final : public rocksdb::EventListener {
+ public:
+  explicit FlushListener(std::function<void()> before_flush)
+      : before_flush_(std::move(before_flush)) {}
+  void OnFlushBegin(rocksdb::DB* /*db*/, const rocksdb::FlushJobInfo& /*info*/) override {
+    before_flush_();
+  }
+
+ private:
+  const std::function<void()> before_flush_;
+};
+
+}  // namespace
+
 ssd::TierImpl::~TierImpl() { (void)Close(); }
 
 rocksdb::Options ssd::TierImpl::DbOptions(bool direct_io) const {
@@ -137,6 +158,11 @@ rocksdb::Options ssd::TierImpl::DbOptions(bool direct_io) const {
   o.info_log = ssd::NewForwardingRocksLogger(
       o.info_log_level, [this](std::string_view l) { Log(std::string(l)); });
   if (env_ != nullptr) o.env = env_.get();  // writes through options_.file_system
+  o.listeners.push_back(std::make_shared<FlushListener>([this] {
+    if (Status s = SyncJournal(); !s.ok()) {
+      Log("removal journal sync before a metadata flush failed: " + s.ToString());
+    }
+  }));
   rocksdb::BlockBasedTableOptions t;
   t.checksum = rocksdb::kXXH3;
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
@@ -275,9 +301,14 @@ Status ssd::TierImpl::Close() {
   // The reads' access order, before the clean marker: a clean restart keeps
   // the eviction order. Not an error of Close when it fails (blocks age).
   (void)FlushAccessOrder();
+  // The removal journal before the metadata's flush below puts the deletes
+  // of its removals on the device (else a power loss after a clean Close
+  // could bring a removed block back at the next Open).
+  Status s = SyncJournal();
+  if (first.ok()) first = s;
   rocksdb::WriteBatch batch;
   batch.Put(std::string(ssd::kCleanKey), "1");
-  Status s = Commit(&batch, {}, 0);  // also persists the event counters
+  s = Commit(&batch, {}, 0);  // also persists the event counters
   if (first.ok()) first = s;
   rocksdb::FlushOptions fo;
   fo.wait = true;

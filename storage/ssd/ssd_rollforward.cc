@@ -106,7 +106,11 @@ Status ssd::TierImpl::CheckAgainstJournal() {
     }
     for (const auto& [segment, c] : last_commit) {
       const ssd::IndexEntry* e = index_.Find(c.key);
-      const bool known = e != nullptr && e->checksum == c.checksum;
+      // Known: the same bytes there or at a later place (a compaction moved
+      // them on). The same bytes at an earlier place are a version the
+      // commit replaced, not the commit (the metadata lost it).
+      const bool known = e != nullptr && e->checksum == c.checksum &&
+                         std::pair(e->segment, e->offset) >= std::pair(segment, c.offset);
       if (existing.contains(segment) && !known &&
           !removed_at.contains({segment, c.offset}) &&
           !journal.removed.contains({c.key, c.checksum})) {

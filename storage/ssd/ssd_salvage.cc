@@ -346,6 +346,7 @@ Status ssd::TierImpl::OpenJournal() {
                            options_.file_system, options_.path + "/segments", max_id,
                            [store](uint64_t id) { return store->Has(id); },
                            report_.journal_regenerated ? &regenerated : nullptr));
+  flush_journal_.store(journal_.get(), std::memory_order_release);
   return Status::OK();
 }
 
@@ -380,6 +381,19 @@ void ssd::TierImpl::ConfirmRemovals(bool committed) {
     }
   }
   t_pending_removals.clear();
+}
+
+Status ssd::TierImpl::SyncJournalBeforeCommit() {
+  if (journal_ == nullptr || !write_options_.sync) return Status::OK();
+  for (const PendingRemoval& p : t_pending_removals) {
+    if (p.tier == this) return journal_->Sync();
+  }
+  return Status::OK();
+}
+
+Status ssd::TierImpl::SyncJournal() const {
+  RemovalJournal* j = flush_journal_.load(std::memory_order_acquire);
+  return j == nullptr ? Status::OK() : j->Sync();
 }
 
 void ssd::TierImpl::JournalCommit(const BlockKey& key, uint64_t checksum,

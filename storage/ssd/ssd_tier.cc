@@ -186,6 +186,7 @@ Status ssd::TierImpl::Commit(rocksdb::WriteBatch* batch, Deltas deltas, OwnerId 
     (void)db_->Resume();
   }
   Status s = commit_hook_ ? commit_hook_() : Status::OK();
+  if (s.ok()) s = SyncJournalBeforeCommit();
   if (s.ok() && log_broken_) {
     s = Status::IOError(
         "ssd tier: the metadata log could not be written; no metadata write is "
@@ -385,7 +386,14 @@ void ssd::TierImpl::BatchStoredMeta(const std::vector<ssd::WriteBackItem>& items
     batch->Put(ssd::BlockRecordKey(ssd::kMetaTag, meta.namespace_id, meta.key),
                ssd::EncodeMeta(stored[i]));
     if (old[i]) {
-      JournalRemoval(meta.key, old[i]->checksum, old[i]->segment, old[i]->offset);
+      // The replaced extent is garbage now. Journaled only when its bytes
+      // differ: a removal excludes every extent of the key with those bytes
+      // from a rebuild (ssd_journal.h), which would take the new version
+      // too; an older copy of the same bytes is harmless beside it (a
+      // rebuild takes the newest; an idempotent SET, a block stored again).
+      if (old[i]->checksum != stored[i].payload_xxh3) {
+        JournalRemoval(meta.key, old[i]->checksum, old[i]->segment, old[i]->offset);
+      }
       (*deltas)[old[i]->owner].entries -= 1;
       (*deltas)[old[i]->owner].bytes -= old[i]->bytes;
     }

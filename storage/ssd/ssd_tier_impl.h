@@ -194,6 +194,16 @@ class TierImpl {
   // Called by Commit: appends a confirm record for each removal this thread
   // journaled since its last commit, if `committed`; forgets them either way.
   void ConfirmRemovals(bool committed);
+  // Makes the journal durable before a commit that is itself durable at
+  // once (sync mode) and deletes what this thread journaled as removed: a
+  // delete on the device with its removal record still in the page cache
+  // would, after a power loss, make the next Open take the metadata for
+  // rolled back and bring the removed block back (CheckAgainstJournal).
+  Status SyncJournalBeforeCommit();
+  // Makes every journal record so far durable (before a memtable flush puts
+  // the deletes of the records' commits on the device, and at Close); OK
+  // without a journal.
+  Status SyncJournal() const;
   // After a metadata commit that made extents live (ssd_journal.h).
   void JournalCommit(const BlockKey& key, uint64_t checksum, uint64_t segment,
                      uint64_t offset);
@@ -442,8 +452,10 @@ class TierImpl {
   std::unique_ptr<rocksdb::DB> db_;
   std::unique_ptr<SegmentStore> store_;      // the payload segment files
   std::unique_ptr<RemovalJournal> journal_;  // extents made garbage (ssd_journal.h)
-  rocksdb::WriteOptions write_options_;      // per durability
-  rocksdb::WriteOptions relaxed_options_;    // never synced
+  // journal_, for the database's flush listener (set once it is open).
+  std::atomic<RemovalJournal*> flush_journal_{nullptr};
+  rocksdb::WriteOptions write_options_;    // per durability
+  rocksdb::WriteOptions relaxed_options_;  // never synced
   bool direct_io_ = false;  // O_DIRECT in effect for segments (the fs may refuse it)
   SsdOpenReport report_;
 

@@ -1,9 +1,15 @@
 // The SSD tier on a FaultInjectionFileSystem: read errors, short writes,
 // ENOSPC, failed fsyncs and simulated power loss never serve wrong bytes or
 // lose an acknowledged block; and the write-back retry waits in clock time.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <thread>
 
@@ -191,6 +197,121 @@ TEST_F(SsdFaultTest, PowerLossInWalModeMayLoseAcknowledgedBlocksButNoByteIsWrong
   EXPECT_TRUE(tier->open_report().moved_aside_to.empty());
   EXPECT_LT(Present(*tier, acked), acked.size());
   testing::ExpectCountersMatchContents(*tier, {0});
+}
+
+// A removal acknowledged in sync mode, then a clean Close, then a power
+// loss: the removal journal was appended but never synced while open, so it
+// fell back to its copy from the last Open, which named the removed block's
+// extent in a commit record and not as removed; Open took the intact
+// metadata for older than the segments and rolled the block back in. The
+// journal is now synced before a durable commit that deletes, before a
+// memtable flush and at Close.
+TEST_F(SsdFaultTest, ARemovedBlockStaysRemovedAfterACleanCloseAndAPowerLoss) {
+  SsdTierOptions o = Options(SsdDurability::kSync);
+  o.reclaim_live_fraction = 0;  // the segment keeps its other, live block
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  const BlockMeta live = ChainBlock(0, 0), gone = ChainBlock(1, 0);
+  ASSERT_OK(tier->Put(live, PayloadOf(live), true));
+  ASSERT_OK(tier->Put(gone, PayloadOf(gone), true));  // the segment's last commit
+  ASSERT_OK(tier->Close());
+  tier = testing::OpenSsd(o);  // the journal is rewritten (and synced) here
+  ASSERT_NE(tier, nullptr);
+  ASSERT_OK(tier->Remove(gone.key));  // a synced metadata delete: acknowledged
+  ASSERT_OK(tier->Close());           // clean
+  tier.reset();
+  ASSERT_OK(fs_.SimulatePowerLoss().status());
+  fs_.PowerOn();
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->open_report().metadata_rollback, "") << "no fault but the power";
+  EXPECT_FALSE(tier->Contains(gone.key)) << "a removed block came back";
+  EXPECT_EQ(Present(*tier, {live}), 1u);
+}
+
+// The same bytes stored twice under one key (an idempotent SET, a block
+// evicted and stored again): the replacing Put journaled the first extent
+// as removed, and a rebuild excludes every extent of a removed (key,
+// checksum), so the live version was lost when the metadata was rebuilt
+// from the segments. A replaced extent with the same bytes is no longer
+// journaled (the rebuild takes the newest copy).
+TEST_F(SsdFaultTest, ABlockStoredTwiceWithTheSameBytesSurvivesAMetadataRebuild) {
+  SsdTierOptions o = Options(SsdDurability::kSync);
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
+  ASSERT_OK(tier->Put(a, PayloadOf(a), true));
+  ASSERT_OK(tier->Put(b, PayloadOf(b), true));
+  ASSERT_OK(tier->Put(a, PayloadOf(a), true));  // same key, same bytes again
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  // Every metadata file gone (as RepairCli.AllMetadataGoneIsRebuiltFromTheSegments).
+  const std::filesystem::path ssd = dir_.path() / "ssd";
+  for (const auto& e : std::filesystem::directory_iterator(ssd)) {
+    if (e.path().filename() != "segments") std::filesystem::remove_all(e.path());
+  }
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_NE(tier->open_report().metadata_damage, "") << "rebuilt";
+  EXPECT_EQ(Present(*tier, {b}), 1u);
+  EXPECT_EQ(Present(*tier, {a}), 1u) << "an acknowledged block lost by the rebuild";
+}
+
+constexpr char kFlushChildEnv[] = "PREFIXKV_SSD_FLUSH_CHILD";
+
+// FlushModeKill's child (a process of its own: RocksDB's threads do not
+// survive a fork): in flush mode, stores `a` and closes (its record reaches
+// a table), reopens, stores `b` and `a` again with the same bytes, and
+// exits without closing, as a kill -9 would (the memtable is lost).
+TEST(SsdFaultChild, FlushModeStoresThenDies) {
+  const char* dir = std::getenv(kFlushChildEnv);
+  if (dir == nullptr) GTEST_SKIP() << "only runs as FlushModeKill's child";
+  SsdTierOptions o = testing::TestSsdOptions(dir);
+  o.durability = SsdDurability::kFlush;
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
+  {
+    StatusOr<std::unique_ptr<SsdTier>> t = SsdTier::Open(o);
+    if (!t.ok()) _exit(2);
+    if (!(*t)->Put(a, PayloadOf(a), true).ok()) _exit(3);
+    if (!(*t)->Close().ok()) _exit(4);
+  }
+  StatusOr<std::unique_ptr<SsdTier>> t = SsdTier::Open(o);
+  if (!t.ok()) _exit(5);
+  if (!(*t)->Put(b, PayloadOf(b), true).ok()) _exit(6);
+  if (!(*t)->Put(a, PayloadOf(a), true).ok()) _exit(7);
+  _exit(0);
+}
+
+// Flush mode loses only blocks whose commit record was not written. After
+// the child above, Open found the table's record of `a` at a place the
+// journal named as removed (the same-bytes replacement), took the newer
+// segment's last commit (`a` again) as known by its checksum alone, and
+// rolled forward by deleting `a` without walking that segment: `a` and `b`
+// were both lost. Now a commit is known only at its place or a later one.
+TEST_F(SsdFaultTest, AFlushModeKillLosesNoBlockWhoseCommitRecordWasWritten) {
+  const std::string dir = (dir_.path() / "flush").string();
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    setenv(kFlushChildEnv, dir.c_str(), 1);
+    const int devnull = open("/dev/null", O_WRONLY);
+    if (devnull >= 0) dup2(devnull, STDOUT_FILENO);
+    execl("/proc/self/exe", "ssd_fault_test", "--gtest_filter=SsdFaultChild.*",
+          static_cast<char*>(nullptr));
+    _exit(9);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  SsdTierOptions o = testing::TestSsdOptions(dir);
+  o.durability = SsdDurability::kFlush;
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
+  EXPECT_EQ(Present(*tier, {a}), 1u)
+      << "stored twice, never removed; open: " << tier->open_report().metadata_rollback;
+  EXPECT_EQ(Present(*tier, {b}), 1u) << "its commit record was written";
 }
 
 TEST_F(SsdFaultTest, AFailedWriteBackIsRetriedWhenTheClockAdvancesNotBefore) {
