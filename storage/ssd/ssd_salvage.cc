@@ -46,8 +46,12 @@ Status WalkSegment(FileSystem* fs, const std::string& path, uint64_t id,
   uint64_t end = got / ssd::kExtentAlign * ssd::kExtentAlign;
   while (end >= ssd::kExtentAlign) {
     ssd::ExtentFooter footer;
+    // (A length beyond the bytes left is checked first: ExtentBytes of a
+    // length near 2^64 wraps to a small extent, and the payload checksum
+    // would then read far past the buffer. Payloads are clients' bytes, and
+    // the walk resyncs inside them after a damaged footer.)
     if (!ssd::DecodeFooter(buf.data() + end - ssd::kFooterBytes, &footer) ||
-        ssd::ExtentBytes(footer.length) > end) {
+        footer.length > end || ssd::ExtentBytes(footer.length) > end) {
       end -= ssd::kExtentAlign;  // resync on the previous boundary
       continue;
     }

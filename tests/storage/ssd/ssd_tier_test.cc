@@ -21,6 +21,7 @@
 #include "prefixkv/memory_resource.h"
 #include "ssd_index.h"
 #include "ssd_layout.h"
+#include "ssd_salvage.h"
 #include "ssd_segment.h"
 #include "tests/storage/ssd/ssd_test_util.h"
 #include "tests/support/fault_injection_file_system.h"
@@ -1324,6 +1325,29 @@ TEST(SsdIndex, ChildCountsSurviveAParentStoredLateRemovedAndStoredAgain) {
   ASSERT_TRUE(victim.has_value());
   EXPECT_EQ(*victim, parent);
   EXPECT_FALSE(index.ClaimVictim().has_value());
+}
+
+// A footer that decodes (its own hash is right: a client's payload can hold
+// one, and the rebuild's walk resyncs inside payloads after damage) with a
+// length near 2^64, whose extent size wraps to one page: the walk skips it
+// as damage instead of checksumming 2^64 bytes past its buffer.
+TEST(SsdSegmentWalk, AFooterWithALengthBeyondTheFileIsSkipped) {
+  testing::TempDir dir;
+  const std::string seg_dir = (dir.path() / "segments").string();
+  std::filesystem::create_directories(seg_dir);
+  std::string file(2 * ssd::kExtentAlign, '\0');
+  ssd::ExtentFooter forged;
+  forged.key = ChainBlock(0, 0).key;
+  forged.length = uint64_t{0} - ssd::kFooterBytes + 1;  // ExtentBytes: 4096
+  ASSERT_EQ(ssd::ExtentBytes(forged.length), ssd::kExtentAlign);
+  ssd::EncodeFooter(forged, reinterpret_cast<uint8_t*>(file.data() + ssd::kExtentAlign -
+                                                       ssd::kFooterBytes));
+  std::ofstream(seg_dir + "/" + ssd::SegmentFileName(1), std::ios::binary) << file;
+  StatusOr<ssd::SegmentScan> scan =
+      ssd::WalkSegments(FileSystem::Default(), seg_dir, /*parent_of=*/nullptr);
+  ASSERT_OK(scan.status());
+  EXPECT_EQ(scan->files, 1u);
+  EXPECT_TRUE(scan->extents.empty());
 }
 
 }  // namespace
