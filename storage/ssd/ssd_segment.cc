@@ -218,6 +218,7 @@ Status SegmentStore::Seal(Appender* a) {
   if (auto it = segments_.find(file->id);
       it != segments_.end() && !it->second.state.sealed) {
     it->second.state.sealed = true;
+    it->second.state.unsynced = !s.ok();
     active_ -= 1;
   }
   return s;
@@ -365,10 +366,18 @@ Status SegmentStore::SyncActive() {
   {
     MutexLock lock(&mu_);
     for (const auto& [id, e] : segments_) {
-      if (!e.state.sealed) active.push_back(e.file);
+      // And a sealed one whose sync failed: else Close would report OK for
+      // blocks that may never have reached the device.
+      if (!e.state.sealed || e.state.unsynced) active.push_back(e.file);
     }
   }
-  for (const auto& f : active) PKV_RETURN_IF_ERROR(f->handle->DataSync());
+  for (const auto& f : active) {
+    PKV_RETURN_IF_ERROR(f->handle->DataSync());
+    MutexLock lock(&mu_);
+    if (auto it = segments_.find(f->id); it != segments_.end()) {
+      it->second.state.unsynced = false;
+    }
+  }
   return SyncDirectory();
 }
 

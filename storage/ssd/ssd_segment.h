@@ -93,8 +93,11 @@ bool ParseSegmentFileName(const std::string& name, uint64_t* id);
 // What the store knows about one segment file.
 struct SegmentState {
   uint64_t id = 0;
-  uint64_t bytes = 0;    // extent bytes appended (the file's size)
-  bool sealed = false;   // never appended to again
+  uint64_t bytes = 0;   // extent bytes appended (the file's size)
+  bool sealed = false;  // never appended to again
+  // Sealed after its fdatasync failed: its bytes may not be on the device,
+  // so SyncActive (Close) syncs it again and reports a failure.
+  bool unsynced = false;
   uint32_t pending = 0;  // appends whose metadata is not yet committed
 };
 
@@ -142,7 +145,8 @@ class SegmentStore {
   StatusOr<SharedBytes> Read(const ExtentLocation& loc, uint64_t length) const
       EXCLUDES(mu_);
 
-  // fdatasync of every active segment, then SyncDirectory() (Close()).
+  // fdatasync of every active segment and of every sealed one whose sync
+  // failed, then SyncDirectory() (Close()).
   Status SyncActive() EXCLUDES(mu_);
   // fsync of the segments directory: every segment's name survives power
   // loss (modes other than sync do not sync each new name when created).

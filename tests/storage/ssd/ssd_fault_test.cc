@@ -257,6 +257,34 @@ TEST_F(SsdFaultTest, ABlockStoredTwiceWithTheSameBytesSurvivesAMetadataRebuild) 
   EXPECT_EQ(Present(*tier, {a}), 1u) << "an acknowledged block lost by the rebuild";
 }
 
+// A segment sealed (full) while its fdatasync fails: the store that needed
+// the new segment fails, and the blocks written to the sealed one earlier
+// (acknowledged in wal mode after their write) may not be on the device.
+// Close syncs that segment again: it reported OK without, skipping sealed
+// segments; now it fails while the sync does, and succeeds once it does.
+TEST_F(SsdFaultTest, CloseSyncsASegmentWhoseSyncFailedWhenItWasSealed) {
+  for (const bool heals : {false, true}) {
+    SCOPED_TRACE(heals ? "the sync works again at Close" : "the sync keeps failing");
+    SsdTierOptions o = Options(SsdDurability::kWal);
+    o.segment_bytes = 4096;  // one block per segment
+    o.path += heals ? "-heals" : "-fails";
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
+    ASSERT_OK(tier->Put(a, PayloadOf(a), true));  // acknowledged, not synced
+    fs_.AddFault(
+        {.op = FaultOp::kSync, .path_contains = ".seg", .count = heals ? 1 : UINT64_MAX});
+    EXPECT_FALSE(tier->Put(b, PayloadOf(b), true).ok()) << "sealing a's segment failed";
+    const Status closed = tier->Close();
+    if (heals) {
+      EXPECT_OK(closed);
+    } else {
+      EXPECT_FALSE(closed.ok()) << "a's segment was never synced";
+    }
+    fs_.ClearFaults();
+  }
+}
+
 constexpr char kFlushChildEnv[] = "PREFIXKV_SSD_FLUSH_CHILD";
 
 // FlushModeKill's child (a process of its own: RocksDB's threads do not
