@@ -154,7 +154,8 @@ Status ssd::TierImpl::RollForward(const ssd::JournalContents& journal,
     for (const auto& [key, e] : index_.entries()) {
       if (!confirmed_at.contains({e.segment, e.offset})) {
         // Not removed since: the metadata's version stands (a committed
-        // overwrite journals the version it replaces before it commits).
+        // overwrite with other bytes journals the version it replaces before
+        // it commits; one with the same bytes leaves these bytes).
         if (auto p = provable.find(key);
             p != provable.end() && p->second.checksum != e.checksum) {
           unprovable += 1;

@@ -388,9 +388,9 @@ void ssd::TierImpl::ConfirmRemovals(bool committed) {
 }
 
 Status ssd::TierImpl::SyncJournalBeforeCommit() {
-  if (journal_ == nullptr || !write_options_.sync) return Status::OK();
+  if (!write_options_.sync) return Status::OK();
   for (const PendingRemoval& p : t_pending_removals) {
-    if (p.tier == this) return journal_->Sync();
+    if (p.tier == this) return SyncJournal();
   }
   return Status::OK();
 }
