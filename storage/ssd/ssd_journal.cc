@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "prefixkv/advanced/hash.h"
@@ -30,8 +31,9 @@ void EncodeRecord(const JournalRecord& m, uint8_t* r) {
   m.key.EncodeTo(r);
   StoreLE64(r + 16, m.checksum);
   StoreLE64(r + 24, m.segment);
-  StoreLE64(r + 32,
-            m.offset | (m.commit ? kCommitFlag : 0) | (m.confirm ? kConfirmFlag : 0));
+  StoreLE64(r + 32, m.offset | (m.commit ? kCommitFlag : 0) |
+                        (m.confirm ? kConfirmFlag : 0) |
+                        (m.extent_only ? kExtentOnlyFlag : 0));
   Seal(r);
 }
 
@@ -63,8 +65,10 @@ JournalContents LoadJournal(FileSystem* fs, const std::string& dir) {
     const uint8_t* r = buf.data() + i * kJournalRecordBytes;
     if (LoadLE64(r + kBody) != Hash64(r, kBody)) {
       out.problem = "removal journal record " + std::to_string(i) + " is damaged";
-      out.removed.clear();
       out.records.clear();
+      out.removed_at.clear();
+      out.last_removal.clear();
+      out.last_commit_at.clear();
       return out;
     }
     if (i == 0) {
@@ -82,8 +86,15 @@ JournalContents LoadJournal(FileSystem* fs, const std::string& dir) {
                             LoadLE64(r + 24),
                             offset & kOffsetMask,
                             (offset & kCommitFlag) != 0,
-                            (offset & kConfirmFlag) != 0};
-    if (IsRemovalRecord(rec)) out.removed.insert({rec.key, rec.checksum});
+                            (offset & kConfirmFlag) != 0,
+                            (offset & kExtentOnlyFlag) != 0};
+    const size_t at = out.records.size();
+    if (IsRemovalRecord(rec)) {
+      out.removed_at.insert({rec.segment, rec.offset});
+      if (!rec.extent_only) out.last_removal[{rec.key, rec.checksum}] = at;
+    } else if (IsCommitRecord(rec)) {
+      out.last_commit_at[{rec.segment, rec.offset}] = at;
+    }
     out.records.push_back(rec);
   }
   if (n == 0) {
@@ -92,6 +103,15 @@ JournalContents LoadJournal(FileSystem* fs, const std::string& dir) {
   }
   out.usable = true;
   return out;
+}
+
+bool JournalContents::Excludes(const BlockKey& key, uint64_t checksum, uint64_t segment,
+                               uint64_t offset) const {
+  if (removed_at.contains({segment, offset})) return true;
+  const auto removal = last_removal.find({key, checksum});
+  if (removal == last_removal.end()) return false;
+  const auto commit = last_commit_at.find({segment, offset});
+  return commit == last_commit_at.end() || commit->second < removal->second;
 }
 
 StatusOr<std::unique_ptr<RemovalJournal>> RemovalJournal::Open(
@@ -116,17 +136,32 @@ Status RemovalJournal::Rewrite(uint64_t barrier_if_new,
   }
   // Of the commit records, the last per segment is enough to tell a rolled
   // back database (ssd_journal.h): a lost suffix of commits always includes
-  // the last commit of every segment it touched.
+  // the last commit of every segment it touched. A commit of bytes a kept
+  // removal names earlier stays too: it is what keeps the key stored again
+  // from a rebuild's exclusion (JournalContents::Excludes).
+  // And each segment's last commit of an extent no removal names: a
+  // metadata copy older than it, whose segment's last commit was removed
+  // since, still shows as older than the segments.
   std::map<uint64_t, size_t> last_commit;  // segment -> index in old.records
+  std::map<uint64_t, size_t> last_live_commit;
   for (size_t i = 0; i < old.records.size(); ++i) {
-    if (IsCommitRecord(old.records[i])) last_commit[old.records[i].segment] = i;
+    const JournalRecord& m = old.records[i];
+    if (!IsCommitRecord(m)) continue;
+    last_commit[m.segment] = i;
+    if (!old.removed_at.contains({m.segment, m.offset})) last_live_commit[m.segment] = i;
   }
+  std::set<std::pair<BlockKey, uint64_t>> kept_removals;
   std::vector<uint8_t> buf(kJournalRecordBytes);
   EncodeHeader(barrier, buf.data());
   for (size_t i = 0; i < old.records.size(); ++i) {
     const JournalRecord& m = old.records[i];
     if (!keep_(m.segment)) continue;
-    if (IsCommitRecord(m) && last_commit[m.segment] != i) continue;
+    if (IsRemovalRecord(m) && !m.extent_only) kept_removals.insert({m.key, m.checksum});
+    if (IsCommitRecord(m) && last_commit[m.segment] != i &&
+        !(last_live_commit.contains(m.segment) && last_live_commit[m.segment] == i) &&
+        !kept_removals.contains({m.key, m.checksum})) {
+      continue;
+    }
     const size_t at = buf.size();
     buf.resize(at + kJournalRecordBytes);
     EncodeRecord(m, buf.data() + at);
@@ -146,6 +181,13 @@ Status RemovalJournal::Rewrite(uint64_t barrier_if_new,
 
 Status RemovalJournal::Append(const BlockKey& key, uint64_t checksum, uint64_t segment,
                               uint64_t offset) {
+  return AppendRecords(
+      {{key, checksum, segment, offset & kOffsetMask, (offset & kCommitFlag) != 0,
+        (offset & kConfirmFlag) != 0, (offset & kExtentOnlyFlag) != 0}});
+}
+
+Status RemovalJournal::AppendRecords(const std::vector<JournalRecord>& records) {
+  if (records.empty()) return Status::OK();
   MutexLock lock(&mu_);
   if (!broken_.ok()) return broken_;
   if (appended_ >= kCompactRecords) {
@@ -157,14 +199,15 @@ Status RemovalJournal::Append(const BlockKey& key, uint64_t checksum, uint64_t s
       return s;
     }
   }
-  uint8_t r[kJournalRecordBytes];
-  EncodeRecord({key, checksum, segment, offset & kOffsetMask, (offset & kCommitFlag) != 0,
-                (offset & kConfirmFlag) != 0},
-               r);
-  Status s = file_ ? file_->Write(size_, r, sizeof r) : Status::IOError("no journal");
+  std::vector<uint8_t> buf(records.size() * kJournalRecordBytes);
+  for (size_t i = 0; i < records.size(); ++i) {
+    EncodeRecord(records[i], buf.data() + i * kJournalRecordBytes);
+  }
+  Status s =
+      file_ ? file_->Write(size_, buf.data(), buf.size()) : Status::IOError("no journal");
   if (s.ok()) {
-    size_ += sizeof r;
-    appended_ += 1;
+    size_ += buf.size();
+    appended_ += records.size();
     return s;
   }
   // A removal the journal does not hold: no removal may be trusted any more.

@@ -18,13 +18,17 @@
 //                    | segment id (8) | extent offset (8)
 //   commit         : block key (16) | payload XXH3-64 (8) | segment id (8)
 //                    | extent offset with bit 63 set (8)
-// A commit record names the last extent of a metadata commit that made
-// extents live (a store batch, a compaction move); it is appended AFTER the
-// commit. It is how Open tells metadata that is older than the segments (a
-// lost log: the database rolled back) from crash garbage: the extent a
-// segment's last commit record names must be known to the metadata (at that
-// location, or as the same key and bytes moved elsewhere by compaction) or
-// be named by a removal record; if not, the metadata lost it.
+// A commit record names an extent a metadata commit made live (every extent
+// of a store batch or a compaction move, since 2026-12-06; before, only each
+// batch's last); it is appended AFTER the commit, before the blocks' locks
+// are released, so a later removal of the block is journaled after it. It
+// is how Open tells metadata that is older than the segments (a lost log:
+// the database rolled back) from crash garbage: an extent a commit record
+// names must be known to the metadata (at that location, or as the same key
+// and bytes committed later elsewhere) or be dead since (Excludes); if not,
+// the metadata lost it. And it is how a rebuild tells a key stored again
+// with bytes it had before it was removed from a copy of the removed
+// version (Excludes).
 //   confirm        : a removal's four fields, offset with bit 62 set
 // A confirm record follows the commit of a removal that succeeded. Only a
 // confirmed removal still held by the metadata shows that the metadata lost
@@ -37,17 +41,20 @@
 // rather than mistake a commit record for a removal.
 // A rebuild excludes every extent of the key whose payload checksum equals a
 // removed one (not only the extent named): a copy of a removed version made
-// by segment compaction must not come back either.
+// by segment compaction must not come back either; except an extent a
+// commit record names after the last such removal (the key stored again).
 // Extents of segments with ids <= barrier were written before the journal
 // existed (a directory from before it): their removals are unknown, so a
 // rebuild restores none of them. The journal is rewritten at Open keeping
 // only the records of segments that still exist (compaction journals the
-// copy it made of a block removed meanwhile), and again while open when it
-// has grown past kCompactRecords records since.
+// copy it made of a block removed meanwhile) and, of the commit records,
+// each segment's last and those of bytes a kept removal names before them;
+// and again while open when it has grown past kCompactRecords records since.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -69,13 +76,22 @@ struct JournalRecord {
   uint64_t checksum = 0, segment = 0, offset = 0;
   bool commit = false;   // a commit record (above)
   bool confirm = false;  // a confirm record; neither: a removal
+  // A removal of this extent only, not of the key's bytes: a copy that was
+  // garbage when written (a compaction copy of a block replaced or removed
+  // meanwhile, a store whose metadata commit failed), while the key may
+  // hold the same bytes live elsewhere.
+  bool extent_only = false;
 };
 
-// Bits 63 and 62 of a record's offset field mark a commit and a confirm
-// record (offsets are far below 2^62).
+// Bits 63, 62 and 61 of a record's offset field mark a commit, a confirm
+// and an extent-only removal (offsets are far below 2^61). A reader from
+// before bit 61 (2026-12-06) takes an extent-only removal for a removal of
+// the key's bytes at a place that never matches: it excludes more, never
+// brings back what is dead.
 inline constexpr uint64_t kCommitFlag = uint64_t{1} << 63;
 inline constexpr uint64_t kConfirmFlag = uint64_t{1} << 62;
-inline constexpr uint64_t kOffsetMask = kConfirmFlag - 1;
+inline constexpr uint64_t kExtentOnlyFlag = uint64_t{1} << 61;
+inline constexpr uint64_t kOffsetMask = kExtentOnlyFlag - 1;
 
 inline bool IsRemovalRecord(const JournalRecord& r) { return !r.commit && !r.confirm; }
 
@@ -86,8 +102,27 @@ struct JournalContents {
   bool usable = false;  // false: missing or damaged, no removal is provable
   std::string problem;  // why not usable
   uint64_t barrier = 0;
-  std::set<std::pair<BlockKey, uint64_t>> removed;  // (key, payload checksum)
-  std::vector<JournalRecord> records;               // removals and commits, in order
+  std::vector<JournalRecord> records;  // removals, commits and confirms, in order
+
+  // Whether the journal proves the intact extent of `key` with payload
+  // `checksum` at (`segment`, `offset`) dead: a removal names that place, or
+  // a removal names the key with these bytes (a compaction copy of a
+  // removed version has them too) and no commit record names this place
+  // after the last such removal. (A commit after the removal is the key
+  // stored again with the same bytes: `DEL k`, then `SET k` to its old
+  // value. Until 2026-12-06 any removal of the bytes excluded every extent
+  // of them, and a rebuild or roll-forward lost such a block.)
+  bool Excludes(const BlockKey& key, uint64_t checksum, uint64_t segment,
+                uint64_t offset) const;
+  // Whether any removal record names `key` with payload `checksum`.
+  bool Removed(const BlockKey& key, uint64_t checksum) const {
+    return last_removal.contains({key, checksum});
+  }
+
+  // Indexes of `records` for Excludes, filled by LoadJournal.
+  std::set<std::pair<uint64_t, uint64_t>> removed_at;              // (segment, offset)
+  std::map<std::pair<BlockKey, uint64_t>, size_t> last_removal;    // (key, checksum)
+  std::map<std::pair<uint64_t, uint64_t>, size_t> last_commit_at;  // (segment, offset)
 };
 // Reads `dir`/kJournalName. A damaged record anywhere makes it unusable (the
 // removal it held is unknown); a partial record at the end (a write cut by
@@ -112,12 +147,19 @@ class RemovalJournal {
   // returning the first error.
   Status Append(const BlockKey& key, uint64_t checksum, uint64_t segment, uint64_t offset)
       EXCLUDES(mu_);
+  // Appends `records` in one write (a store's commit records); fails like Append.
+  Status AppendRecords(const std::vector<JournalRecord>& records) EXCLUDES(mu_);
   // Makes every record appended so far durable (fdatasync).
   Status Sync() EXCLUDES(mu_);
   // Appends one confirm record (see above); fails like Append.
   Status AppendConfirm(const BlockKey& key, uint64_t checksum, uint64_t segment,
                        uint64_t offset) EXCLUDES(mu_) {
     return Append(key, checksum, segment, offset | kConfirmFlag);
+  }
+  // Appends one extent-only removal (JournalRecord::extent_only); fails like Append.
+  Status AppendExtentOnly(const BlockKey& key, uint64_t checksum, uint64_t segment,
+                          uint64_t offset) EXCLUDES(mu_) {
+    return Append(key, checksum, segment, offset | kExtentOnlyFlag);
   }
   // Appends one commit record (see above); fails like Append.
   Status AppendCommit(const BlockKey& key, uint64_t checksum, uint64_t segment,

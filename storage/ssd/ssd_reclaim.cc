@@ -169,16 +169,26 @@ Status ssd::TierImpl::RepointRelocated(uint64_t segment,
   for (size_t i = 0; i < moving.size(); ++i) {
     // A copy of a block replaced or removed meanwhile is garbage from
     // birth: journaled (outside mu_), so a metadata rebuild does not take
-    // it for a live block.
+    // it for a live block. This extent only: a removal journaled its
+    // bytes already, and a replacement with the same bytes keeps them live
+    // (journaling the bytes excluded that live version from a rebuild).
     if (!still[i]) {
-      JournalRemoval(moving[i].key, moving[i].e.checksum, to[i].segment, to[i].offset);
+      JournalRemoval(moving[i].key, moving[i].e.checksum, to[i].segment, to[i].offset,
+                     /*awaits_commit=*/true, /*extent_only=*/true);
     }
   }
   Status s;
   if (batch.Count() > 0) s = Commit(&batch, {}, moving.front().e.owner);
   if (s.ok() && batch.Count() > 0) {
-    JournalCommit(moving.back().key, moving.back().e.checksum, to.back().segment,
-                  to.back().offset);
+    // Each moved block's new place, under the blocks' locks (JournalCommits).
+    std::vector<ssd::JournalRecord> records;
+    for (size_t i = 0; i < moving.size(); ++i) {
+      if (still[i]) {
+        records.push_back(
+            {moving[i].key, moving[i].e.checksum, to[i].segment, to[i].offset});
+      }
+    }
+    JournalCommits(std::move(records));
   }
   if (s.ok()) {
     MutexLock lock(&mu_);

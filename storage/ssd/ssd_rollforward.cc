@@ -78,24 +78,17 @@ Status ssd::TierImpl::CheckAgainstJournal() {
     }
     return Status::OK();
   }
-  LocationSet removed_at, confirmed_at;  // removals, and those whose commit succeeded
-  std::map<uint64_t, ssd::JournalRecord> last_commit;  // segment -> its last commit
+  LocationSet confirmed_at;  // removals whose commit succeeded
   for (const ssd::JournalRecord& r : journal.records) {
-    if (ssd::IsRemovalRecord(r)) {
-      removed_at.insert({r.segment, r.offset});
-    } else if (r.confirm) {
-      confirmed_at.insert({r.segment, r.offset});
-    } else if (auto it = last_commit.find(r.segment);
-               it == last_commit.end() || it->second.offset < r.offset) {
-      last_commit[r.segment] = r;
-    }
+    if (r.confirm) confirmed_at.insert({r.segment, r.offset});
   }
   const std::set<uint64_t> existing = SegmentIds(fs, seg_dir);
   uint64_t stale = 0;
-  // A segment whose last committed extent the metadata does not know — not
-  // at its place, not as the same key and bytes elsewhere (a compaction moved
-  // it), not as removed: the metadata lost every commit since some point,
-  // and this segment took one of them (ssd_journal.h).
+  // A segment holding a committed extent the metadata does not know — not
+  // at its place, not as the same key and bytes committed later elsewhere (a
+  // compaction move, a store of the same bytes again), and not dead since
+  // (JournalContents::Excludes): the metadata lost every commit since some
+  // point, and this segment took one of them (ssd_journal.h).
   std::set<uint64_t> lost_segments;
   {
     MutexLock lock(&mu_);
@@ -104,17 +97,15 @@ Status ssd::TierImpl::CheckAgainstJournal() {
     for (const auto& [key, e] : index_.entries()) {
       if (confirmed_at.contains({e.segment, e.offset})) stale += 1;
     }
-    for (const auto& [segment, c] : last_commit) {
-      const ssd::IndexEntry* e = index_.Find(c.key);
-      // Known: the same bytes there or at a later place (a compaction moved
-      // them on). The same bytes at an earlier place are a version the
-      // commit replaced, not the commit (the metadata lost it).
-      const bool known = e != nullptr && e->checksum == c.checksum &&
-                         std::pair(e->segment, e->offset) >= std::pair(segment, c.offset);
-      if (existing.contains(segment) && !known &&
-          !removed_at.contains({segment, c.offset}) &&
-          !journal.removed.contains({c.key, c.checksum})) {
-        lost_segments.insert(segment);
+    for (size_t i = 0; i < journal.records.size(); ++i) {
+      const ssd::JournalRecord& c = journal.records[i];
+      if (!ssd::IsCommitRecord(c) || !existing.contains(c.segment) ||
+          lost_segments.contains(c.segment)) {
+        continue;
+      }
+      if (!KnowsCommit(journal, i) &&
+          !journal.Excludes(c.key, c.checksum, c.segment, c.offset)) {
+        lost_segments.insert(c.segment);
       }
     }
   }
@@ -127,6 +118,23 @@ Status ssd::TierImpl::CheckAgainstJournal() {
     return Status::Corruption(why + "; `prefixkv repair` rolls it forward");
   }
   return RollForward(journal, confirmed_at, lost_segments, why);
+}
+
+bool ssd::TierImpl::KnowsCommit(const ssd::JournalContents& journal, size_t i) const {
+  const ssd::JournalRecord& c = journal.records[i];
+  const ssd::IndexEntry* e = index_.Find(c.key);
+  if (e == nullptr || e->checksum != c.checksum) return false;
+  const Location held(e->segment, e->offset), committed(c.segment, c.offset);
+  if (held == committed) return true;
+  // The same bytes elsewhere: known if their own commit came after this one
+  // (a compaction moved them on, or they were stored again). Before, they
+  // are the version this commit replaced, and the metadata lost the commit.
+  if (auto it = journal.last_commit_at.find(held); it != journal.last_commit_at.end()) {
+    return it->second > i;
+  }
+  // No commit record for the held place (a journal rewrite keeps only each
+  // segment's last): place order stands in for commit order.
+  return held > committed;
 }
 
 Status ssd::TierImpl::RollForward(const ssd::JournalContents& journal,
@@ -148,11 +156,17 @@ Status ssd::TierImpl::RollForward(const ssd::JournalContents& journal,
   Deltas deltas;
   uint64_t removed = 0, restored = 0, seq = 0;
   std::set<std::pair<BlockKey, uint64_t>> kept;  // versions the tier keeps
+  const std::set<uint64_t> existing = SegmentIds(fs, seg_dir);
   {
     MutexLock lock(&mu_);
     seq = index_.max_access_seq();
     for (const auto& [key, e] : index_.entries()) {
-      if (!confirmed_at.contains({e.segment, e.offset})) {
+      // A version in a segment that is gone (compacted away by the commits
+      // the metadata lost) gives way to a provable one: it can no longer be
+      // read, and a compaction moves a block without journaling a removal.
+      const bool readable = existing.contains(e.segment) || !provable.contains(key);
+      const bool confirmed = confirmed_at.contains({e.segment, e.offset});
+      if (!confirmed && readable) {
         // Not removed since: the metadata's version stands (a committed
         // overwrite with other bytes journals the version it replaces before
         // it commits; one with the same bytes leaves these bytes).
@@ -167,7 +181,7 @@ Status ssd::TierImpl::RollForward(const ssd::JournalContents& journal,
       batch.Delete(ssd::BlockRecordKey(ssd::kMetaTag, e.namespace_id, key));
       deltas[e.owner].entries -= 1;
       deltas[e.owner].bytes -= e.bytes;
-      removed += 1;
+      removed += confirmed ? 1 : 0;  // else replaced by its provable version below
     }
   }
   std::vector<ssd::FoundExtent> add;

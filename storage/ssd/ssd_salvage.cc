@@ -84,7 +84,7 @@ StatusOr<uint64_t> SetAsideUnprovable(FileSystem* fs, const std::string& seg_dir
   std::set<uint64_t> used, undead;
   for (const ssd::FoundExtent& c : restored) used.insert(c.segment);
   for (const ssd::FoundExtent& c : scan.extents) {
-    if (!journal.usable || !journal.removed.contains({c.key, c.checksum})) {
+    if (!journal.usable || !journal.Excludes(c.key, c.checksum, c.segment, c.offset)) {
       undead.insert(c.segment);
     }
   }
@@ -201,7 +201,7 @@ std::map<BlockKey, ssd::FoundExtent> ssd::ProvableVersions(
   std::map<BlockKey, std::vector<const FoundExtent*>> by_key;
   for (const FoundExtent& c : found) {
     if (!journal.usable || c.segment <= journal.barrier ||
-        journal.removed.contains({c.key, c.checksum})) {
+        journal.Excludes(c.key, c.checksum, c.segment, c.offset)) {
       *unprovable += 1;
       continue;
     }
@@ -231,7 +231,7 @@ std::vector<ssd::JournalRecord> ssd::NotTaken(
     const std::set<std::pair<BlockKey, uint64_t>>& kept) {
   std::vector<JournalRecord> out;
   for (const FoundExtent& c : scan.extents) {
-    if (journal.removed.contains({c.key, c.checksum}) ||
+    if (journal.Excludes(c.key, c.checksum, c.segment, c.offset) ||
         kept.contains({c.key, c.checksum})) {
       continue;
     }
@@ -368,11 +368,14 @@ thread_local std::vector<PendingRemoval> t_pending_removals;
 }  // namespace
 
 void ssd::TierImpl::JournalRemoval(const BlockKey& key, uint64_t checksum,
-                                   uint64_t segment, uint64_t offset,
-                                   bool awaits_commit) {
+                                   uint64_t segment, uint64_t offset, bool awaits_commit,
+                                   bool extent_only) {
   if (journal_ == nullptr) return;
   // A failed append deletes the journal: a rebuild then proves nothing.
-  if (journal_->Append(key, checksum, segment, offset).ok() && awaits_commit) {
+  const Status s = extent_only
+                       ? journal_->AppendExtentOnly(key, checksum, segment, offset)
+                       : journal_->Append(key, checksum, segment, offset);
+  if (s.ok() && awaits_commit) {
     t_pending_removals.push_back({this, {key, checksum, segment, offset}});
   }
 }
@@ -400,9 +403,10 @@ Status ssd::TierImpl::SyncJournal() const {
   return j == nullptr ? Status::OK() : j->Sync();
 }
 
-void ssd::TierImpl::JournalCommit(const BlockKey& key, uint64_t checksum,
-                                  uint64_t segment, uint64_t offset) {
-  if (journal_ != nullptr) (void)journal_->AppendCommit(key, checksum, segment, offset);
+void ssd::TierImpl::JournalCommits(std::vector<ssd::JournalRecord> committed) {
+  if (journal_ == nullptr) return;
+  for (ssd::JournalRecord& r : committed) r.commit = true;
+  (void)journal_->AppendRecords(committed);
 }
 
 }  // namespace prefixkv

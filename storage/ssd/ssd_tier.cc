@@ -295,10 +295,14 @@ Status ssd::TierImpl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
     Deltas deltas;
     BatchStoredMeta(items, stored, old, &batch, &deltas);
     s = Commit(&batch, std::move(deltas), items.front().meta.owner);
-    MutexLock lock(&mu_);
-    IndexStored(items, stored, old, dirty, s.ok());
+    {
+      MutexLock lock(&mu_);
+      IndexStored(items, stored, old, dirty, s.ok());
+    }
+    // Under the blocks' locks: a Remove of one of them journals its removal
+    // after this commit record, never before (JournalContents::Excludes).
+    JournalStoreOutcome(items, stored, s.ok());
   }
-  JournalStoreOutcome(items, stored, locations, s.ok());
   // After the index update: a reclaim pass that sees the segment no longer
   // pending also sees the new references.
   store_->EndPending(locations.front().segment);
@@ -386,14 +390,17 @@ void ssd::TierImpl::BatchStoredMeta(const std::vector<ssd::WriteBackItem>& items
     batch->Put(ssd::BlockRecordKey(ssd::kMetaTag, meta.namespace_id, meta.key),
                ssd::EncodeMeta(stored[i]));
     if (old[i]) {
-      // The replaced extent is garbage now. Journaled only when its bytes
-      // differ: a removal excludes every extent of the key with those bytes
-      // from a rebuild (ssd_journal.h), which would take the new version
-      // too; an older copy of the same bytes is harmless beside it (a
-      // rebuild takes the newest; an idempotent SET, a block stored again).
-      if (old[i]->checksum != stored[i].payload_xxh3) {
-        JournalRemoval(meta.key, old[i]->checksum, old[i]->segment, old[i]->offset);
-      }
+      // The replaced extent is garbage now. Other bytes: their removal
+      // (excluding every extent of the key with them from a rebuild,
+      // ssd_journal.h). The same bytes (an idempotent SET, a block stored
+      // again): this extent only, as a removal of the bytes would exclude
+      // the new version too. (Until 2026-12-06 nothing was journaled then,
+      // and once the removal that excluded the garbage copy by its bytes
+      // was dropped with its segment, a rebuild brought a removed block
+      // back from it.)
+      JournalRemoval(meta.key, old[i]->checksum, old[i]->segment, old[i]->offset,
+                     /*awaits_commit=*/true,
+                     /*extent_only=*/old[i]->checksum == stored[i].payload_xxh3);
       (*deltas)[old[i]->owner].entries -= 1;
       (*deltas)[old[i]->owner].bytes -= old[i]->bytes;
     }
@@ -429,20 +436,25 @@ void ssd::TierImpl::IndexStored(const std::vector<ssd::WriteBackItem>& items,
 
 void ssd::TierImpl::JournalStoreOutcome(const std::vector<ssd::WriteBackItem>& items,
                                         const std::vector<ssd::StoredMeta>& stored,
-                                        const std::vector<ssd::ExtentLocation>& locations,
                                         bool committed) {
   if (committed) {
     // The metadata knows these extents now: a later Open whose metadata does
-    // not is older than the segments (ssd_journal.h).
-    JournalCommit(items.back().meta.key, stored.back().payload_xxh3,
-                  locations.back().segment, locations.back().offset);
+    // not is older than the segments, and a rebuild takes each even if its
+    // key was removed with the same bytes before (ssd_journal.h).
+    std::vector<ssd::JournalRecord> records;
+    for (size_t i = 0; i < items.size(); ++i) {
+      records.push_back({items[i].meta.key, stored[i].payload_xxh3, stored[i].segment,
+                         stored[i].offset});
+    }
+    JournalCommits(std::move(records));
     return;
   }
   // Never acknowledged: a rebuild or roll-forward must not bring them back (the
-  // key may be removed later, which would not name these extents).
+  // key may be removed later, which would not name these extents). These
+  // extents only: the key may hold the same bytes live elsewhere.
   for (size_t i = 0; i < items.size(); ++i) {
     JournalRemoval(items[i].meta.key, stored[i].payload_xxh3, stored[i].segment,
-                   stored[i].offset, /*awaits_commit=*/false);
+                   stored[i].offset, /*awaits_commit=*/false, /*extent_only=*/true);
   }
 }
 

@@ -177,6 +177,9 @@ class TierImpl {
   // journaled removals is older than the segments: rolled forward in place
   // (repair_damaged_metadata), else Corruption. Records journal_problem.
   Status CheckAgainstJournal() EXCLUDES(mu_);
+  // Whether the index knows the commit `journal.records[i]` made: the same
+  // bytes at its place, or committed later at another place.
+  bool KnowsCommit(const JournalContents& journal, size_t i) const REQUIRES(mu_);
   // `confirmed_at`: the places of the journal's confirmed removals.
   Status RollForward(const JournalContents& journal, const LocationSet& confirmed_at,
                      const std::set<uint64_t>& lost_segments, const std::string& why)
@@ -189,8 +192,11 @@ class TierImpl {
   // Journals an extent that stops being live. `awaits_commit`: the metadata
   // commit that removes it follows on this thread, and Commit confirms the
   // removal when it succeeds (false: garbage no metadata ever referenced).
+  // `extent_only`: this extent is dead, not the key's bytes (a copy garbage
+  // from birth; JournalRecord::extent_only).
   void JournalRemoval(const BlockKey& key, uint64_t checksum, uint64_t segment,
-                      uint64_t offset, bool awaits_commit = true);
+                      uint64_t offset, bool awaits_commit = true,
+                      bool extent_only = false);
   // Called by Commit: appends a confirm record for each removal this thread
   // journaled since its last commit, if `committed`; forgets them either way.
   void ConfirmRemovals(bool committed);
@@ -204,9 +210,10 @@ class TierImpl {
   // the deletes of the records' commits on the device, and at Close); OK
   // without a journal.
   Status SyncJournal() const;
-  // After a metadata commit that made extents live (ssd_journal.h).
-  void JournalCommit(const BlockKey& key, uint64_t checksum, uint64_t segment,
-                     uint64_t offset);
+  // After a metadata commit that made extents live: a commit record for each
+  // (ssd_journal.h), in one append. Called before the blocks' locks are
+  // released, so a removal of one of them is journaled after its commit.
+  void JournalCommits(std::vector<JournalRecord> committed);
   Status CheckFormat();
   Status RebuildIndex(rocksdb::WriteBatch* repairs) EXCLUDES(mu_);
   Status RepairCounters() EXCLUDES(mu_);
@@ -399,8 +406,7 @@ class TierImpl {
                    bool committed) REQUIRES(mu_);
   // The journal's record of a store: committed, or extents never to revive.
   void JournalStoreOutcome(const std::vector<WriteBackItem>& items,
-                           const std::vector<StoredMeta>& stored,
-                           const std::vector<ExtentLocation>& locations, bool committed);
+                           const std::vector<StoredMeta>& stored, bool committed);
   // Logs the first failure of a run and the first success after one, per
   // kind: `payload` (segment files) or metadata (the database).
   void NoteWriteResult(const Status& s, bool payload = false);

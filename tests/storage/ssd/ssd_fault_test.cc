@@ -257,6 +257,85 @@ TEST_F(SsdFaultTest, ABlockStoredTwiceWithTheSameBytesSurvivesAMetadataRebuild) 
   EXPECT_EQ(Present(*tier, {a}), 1u) << "an acknowledged block lost by the rebuild";
 }
 
+// `DEL k`, then `SET k` to the value it had: the removal journaled k with
+// those bytes, and a rebuild excluded every extent of them, so the
+// acknowledged store was lost (and a roll-forward skipped it the same way).
+// Now a commit record after the removal names the new extent. Removed after
+// the second store, the block stays removed.
+TEST_F(SsdFaultTest, ABlockRemovedThenStoredAgainWithTheSameBytesSurvivesARebuild) {
+  SsdTierOptions o = Options(SsdDurability::kSync);
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), c = ChainBlock(2, 0);
+  for (const BlockMeta& m : {a, b, c}) ASSERT_OK(tier->Put(m, PayloadOf(m), true));
+  ASSERT_OK(tier->Remove(a.key));
+  ASSERT_OK(tier->Remove(c.key));
+  ASSERT_OK(tier->Put(a, PayloadOf(a), true));  // stored again: live
+  ASSERT_OK(tier->Put(c, PayloadOf(c), true));
+  ASSERT_OK(tier->Remove(c.key));  // stored again, then removed: gone
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  const std::filesystem::path ssd = dir_.path() / "ssd";
+  for (const auto& e : std::filesystem::directory_iterator(ssd)) {
+    if (e.path().filename() != "segments") std::filesystem::remove_all(e.path());
+  }
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_NE(tier->open_report().metadata_damage, "") << "rebuilt";
+  EXPECT_EQ(Present(*tier, {b}), 1u);
+  EXPECT_EQ(Present(*tier, {a}), 1u) << "an acknowledged block lost by the rebuild";
+  EXPECT_EQ(Present(*tier, {c}), 0u) << "a removed block brought back";
+  // A second rebuild decides the same (the first journaled what it left).
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  for (const auto& e : std::filesystem::directory_iterator(ssd)) {
+    if (e.path().filename() != "segments") std::filesystem::remove_all(e.path());
+  }
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(Present(*tier, {a, b}), 2u);
+  EXPECT_EQ(Present(*tier, {c}), 0u);
+}
+
+// The same sequence behind a metadata database put back from an older copy
+// (its log lost): the next open rolls it forward from the journal and the
+// segments. It applied a's removal and then skipped a's second store as
+// removed too.
+TEST_F(SsdFaultTest, ABlockRemovedThenStoredAgainWithTheSameBytesIsRolledForward) {
+  SsdTierOptions o = Options(SsdDurability::kSync);
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), c = ChainBlock(2, 0);
+  const std::filesystem::path ssd = dir_.path() / "ssd";
+  const std::filesystem::path old_copy = dir_.path() / "old-metadata";
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  for (const BlockMeta& m : {a, b}) ASSERT_OK(tier->Put(m, PayloadOf(m), true));
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  std::filesystem::create_directory(old_copy);
+  for (const auto& e : std::filesystem::directory_iterator(ssd)) {
+    if (e.is_regular_file())
+      std::filesystem::copy_file(e.path(), old_copy / e.path().filename());
+  }
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_OK(tier->Remove(a.key));
+  ASSERT_OK(tier->Put(a, PayloadOf(a), true));
+  ASSERT_OK(tier->Put(c, PayloadOf(c), true));
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  for (const auto& e : std::filesystem::directory_iterator(ssd)) {
+    if (e.is_regular_file()) std::filesystem::remove(e.path());
+  }
+  for (const auto& e : std::filesystem::directory_iterator(old_copy)) {
+    std::filesystem::copy_file(e.path(), ssd / e.path().filename());
+  }
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_NE(tier->open_report().metadata_rollback, "") << "rolled forward";
+  EXPECT_EQ(Present(*tier, {b, c}), 2u);
+  EXPECT_EQ(Present(*tier, {a}), 1u) << "an acknowledged block lost by the roll-forward";
+}
+
 // A segment sealed (full) while its fdatasync fails: the store that needed
 // the new segment fails, and the blocks written to the sealed one earlier
 // (acknowledged in wal mode after their write) may not be on the device.
