@@ -406,7 +406,13 @@ bool TierStack::AdmitBelow(const BlockMeta& meta, uint64_t bytes) {
 
 Status TierStack::FlushKey(const BlockKey& key, uint64_t* bytes) {
   *bytes = 0;
-  if (!IsMarkedDirty(key)) return Status::OK();  // written by OnEvict meanwhile
+  if (!IsMarkedDirty(key)) {
+    // Its eviction took it (before this call or meanwhile): written below, or
+    // still on its way (unmarked, not yet handed to the tier below). It is
+    // there once that write ends; under the stripe no newer copy can start one.
+    WaitForWriteBelow(key);
+    return Status::OK();
+  }
   // Maintenance reads: no hit counted, the eviction order left alone.
   StatusOr<BlockMeta> meta = hot_->Peek(key);
   StatusOr<SharedBytes> payload = hot_->PeekPayload(key);
@@ -431,8 +437,14 @@ Status TierStack::Flush() {
   std::vector<BlockKey> keys;
   {
     MutexLock lock(&mu_);
-    keys.reserve(dirty_.size());
+    keys.reserve(dirty_.size() + writing_below_.size());
     for (const auto& [key, bytes] : dirty_) keys.push_back(key);
+    // Evicted dirty copies on their way below: stored before this call, so
+    // waited for (FlushKey), though no longer marked. (What evicts may hold
+    // no stripe Flush takes: a promotion, a memory charge, a write-through Put.)
+    for (const BlockKey& key : writing_below_) {
+      if (!dirty_.contains(key)) keys.push_back(key);
+    }
   }
   // Every block is tried, so the error says exactly what is not below (at
   // shutdown: what is lost).

@@ -208,8 +208,10 @@ class TierStack final : private EvictionListener {
   }
 
   // Writes every dirty hot block to the SSD tier (and marks the hot copy
-  // clean), so a restart finds it. No-op without an SSD tier. Tries every
-  // block; an error names how many blocks (and bytes) are still only in RAM.
+  // clean), so a restart finds it, and waits for the dirty blocks an eviction
+  // is handing to the SSD tier meanwhile (the tier's writer has them when it
+  // returns). No-op without an SSD tier. Tries every block; an error names
+  // how many blocks (and bytes) are still only in RAM.
   Status Flush();
   // Hot blocks not yet written below.
   size_t dirty_blocks() const;

@@ -439,6 +439,30 @@ TEST(TierStackGuard, AWriteBackPutWaitsForTheOlderCopyInFlight) {
   EXPECT_EQ(s.stack.Get(Meta(1).key)->payload.view(), Payload('n').view());
 }
 
+// Flush must not return while a dirty block stored before it is still on its
+// way below: an eviction that holds no stripe Flush waits for (here an SSD hit
+// promoted into RAM; a memory charge or a write-through Put does the same) has
+// taken the block out of RAM and out of the dirty set, but not yet handed it
+// to the SSD tier (in the engine: not yet queued, or written inline because
+// the queue is full). Before, Flush saw no dirty block and returned OK at
+// once, and the block was on no durable tier: a crash then lost it.
+TEST(TierStackGuard, FlushWaitsForADirtyBlockOnItsWayBelow) {
+  GatedSsdStack s(/*hot_capacity_bytes=*/kCharge);  // one block fits
+  ASSERT_OK(s.stack.Put(Meta(1), Payload('o')));    // dirty, in RAM only
+  ASSERT_OK(s.below.Put(Meta(2), Payload('p'), /*dirty=*/false));
+  s.ssd.Arm(GatedTier::Op::kPut, Meta(1).key);
+  bool below_when_flushed = false;
+  const bool overtook = SecondOvertakesHeldFirst(
+      s.ssd, [&] { EXPECT_OK(s.stack.Get(Meta(2).key)); },  // promotes, evicts 1
+      [&] {
+        EXPECT_OK(s.stack.Flush());
+        below_when_flushed = s.below.Contains(Meta(1).key);
+      });
+  EXPECT_FALSE(overtook) << "Flush returned while a dirty block was on its way below";
+  EXPECT_TRUE(below_when_flushed) << "Flush returned OK before the block was below";
+  EXPECT_EQ(s.below.Get(Meta(1).key)->view(), Payload('o').view());
+}
+
 // The capacity advisor (capacity_advisor.h; docs/eviction.md, "The capacity
 // advisor").
 namespace advisor_test {
