@@ -56,7 +56,7 @@ Status ssd::TierImpl::CheckFormat() {
   return Status::OK();
 }
 
-Status ssd::TierImpl::RebuildIndex(rocksdb::WriteBatch* repairs) {
+Status ssd::TierImpl::RebuildIndex() {
   rocksdb::ReadOptions ro;
   ro.verify_checksums = true;
   ro.readahead_size = 2 << 20;
@@ -67,15 +67,17 @@ Status ssd::TierImpl::RebuildIndex(rocksdb::WriteBatch* repairs) {
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
   // Built unlocked while the records are read; installed under mu_ at the end.
   ssd::SsdIndex index = EmptyIndex();
-  uint64_t corrupt = 0;
   const std::string begin(1, ssd::kMetaTag);
+  // A record failing its own checksum (RocksDB's passed: it was wrong when
+  // written) is damaged metadata, not a removal: dropping it left its block's
+  // intact extent unreferenced, and OpenSegments then deleted the segment
+  // that held it (docs/ssd.md "The invariant"). Open rebuilds from the
+  // segments instead, or with repair off reports it and changes nothing.
   for (it->Seek(begin); it->Valid() && it->key().starts_with(begin); it->Next()) {
     BlockKey ns, key;
     ssd::StoredMeta m;
     if (!ssd::ParseBlockRecordKey(it->key().ToStringView(), &ns, &key)) {
-      repairs->Delete(it->key());
-      report_.corrupt_records_removed += 1;
-      continue;
+      return Status::Corruption("a block metadata record has a malformed key");
     }
     Status s = ssd::DecodeMeta(it->value().ToStringView(), &m);
     if (s.code() == StatusCode::kNotSupported) {
@@ -83,10 +85,8 @@ Status ssd::TierImpl::RebuildIndex(rocksdb::WriteBatch* repairs) {
       continue;
     }
     if (!s.ok()) {
-      repairs->Delete(it->key());
-      report_.corrupt_records_removed += 1;
-      corrupt += 1;
-      continue;
+      return Status::Corruption("the metadata record of block " + key.ToHex() +
+                                " is damaged: " + s.ToString());
     }
     index.Insert(
         key,
@@ -97,7 +97,6 @@ Status ssd::TierImpl::RebuildIndex(rocksdb::WriteBatch* repairs) {
   PKV_RETURN_IF_ERROR(FromRocks(it->status(), "scan block metadata"));
   MutexLock lock(&mu_);
   index_ = std::move(index);
-  if (corrupt > 0) unpersisted_[0].corruptions += corrupt;
   return Status::OK();
 }
 
@@ -193,8 +192,7 @@ Status ssd::TierImpl::OpenSegments() {
 
 Status ssd::TierImpl::Rebuild() {
   PKV_RETURN_IF_ERROR(CheckFormat());
-  rocksdb::WriteBatch repairs;
-  PKV_RETURN_IF_ERROR(RebuildIndex(&repairs));
+  PKV_RETURN_IF_ERROR(RebuildIndex());
   PKV_RETURN_IF_ERROR(RepairCounters());
   bool unpersisted = false;
   {
@@ -204,8 +202,9 @@ Status ssd::TierImpl::Rebuild() {
     report_.bytes = index_.bytes();
     unpersisted = !unpersisted_.empty();
   }
-  if (repairs.Count() > 0 || unpersisted) {
-    return Commit(&repairs, {}, 0);  // also merges the counter fixes
+  if (unpersisted) {
+    rocksdb::WriteBatch repairs;
+    return Commit(&repairs, {}, 0);  // merges the counter fixes
   }
   return Status::OK();
 }

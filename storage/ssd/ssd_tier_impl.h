@@ -215,7 +215,7 @@ class TierImpl {
   // released, so a removal of one of them is journaled after its commit.
   void JournalCommits(std::vector<JournalRecord> committed);
   Status CheckFormat();
-  Status RebuildIndex(rocksdb::WriteBatch* repairs) EXCLUDES(mu_);
+  Status RebuildIndex() EXCLUDES(mu_);
   Status RepairCounters() EXCLUDES(mu_);
   Status OpenSegments() EXCLUDES(mu_);
 

@@ -168,7 +168,9 @@ struct SsdOpenReport {
   uint64_t bytes = 0;                    // their payload bytes
   uint64_t incompatible_records =
       0;  // records of an unknown layout version (kept, not served)
-  uint64_t corrupt_records_removed = 0;        // metadata that failed its checksum
+  // Always 0 since 2026-12-06: a record failing its checksum is metadata
+  // damage, rebuilt from the segments (metadata_damage; docs/ssd.md).
+  uint64_t corrupt_records_removed = 0;
   uint64_t segments = 0;                       // segment files in use
   uint64_t unreferenced_segments_deleted = 0;  // crash garbage removed
   uint64_t missing_segments = 0;  // referenced but absent (their blocks read as corrupt)

@@ -365,13 +365,14 @@ TEST(SsdCorruption, AuditNamesPersistedCountersThatDisagreeWhileOpen) {
 // A metadata record whose own checksum fails although RocksDB's block
 // checksums pass (written through RocksDB's API: the owner byte flipped, so
 // the record still decodes to a plausible block with an intact payload) is
-// removed at Open and counted, never indexed or served under the wrong owner.
-TEST(SsdCorruption, ARecordFailingItsOwnChecksumIsRemovedNotServed) {
+// metadata damage: Open rebuilds the metadata from the segments, so the
+// block is served from its intact extent (as owner 0, like every rebuilt
+// block), never indexed or served under the wrong owner. (Until 2026-12-06
+// the record was removed and the block lost: ADamagedRecordNeverLoses...)
+TEST(SsdCorruption, ARecordFailingItsOwnChecksumIsRebuiltNeverServedUnderTheWrongOwner) {
   testing::TempDir dir;
   const SsdTierOptions o = testing::TestSsdOptions((dir.path() / "ssd").string());
   const BlockMeta damaged = ChainBlock(0, 0, 1, /*owner=*/2);
-  // Owner 4: owner 0, which is charged the corruption (a damaged record names
-  // no owner), has no block and no counter record, and must count it anyway.
   const BlockMeta intact = ChainBlock(1, 0, 1, /*owner=*/4);
   {
     auto tier = testing::OpenSsd(o);
@@ -388,16 +389,70 @@ TEST(SsdCorruption, ARecordFailingItsOwnChecksumIsRemovedNotServed) {
   }
   auto tier = testing::OpenSsd(o);
   ASSERT_NE(tier, nullptr);
-  EXPECT_EQ(tier->open_report().corrupt_records_removed, 1u);
-  EXPECT_EQ(tier->open_report().blocks, 1u);
-  EXPECT_FALSE(tier->Contains(damaged.key));
-  EXPECT_TRUE(tier->Get(damaged.key).status().IsNotFound());
+  EXPECT_NE(tier->open_report().metadata_damage.find("is damaged"), std::string::npos)
+      << tier->open_report().metadata_damage;
+  EXPECT_EQ(tier->open_report().rebuilt_blocks, 2u);
   EXPECT_EQ(tier->OwnerCounters(3).entries, 0u);
-  EXPECT_EQ(tier->Totals().corruptions, 1u);
-  StatusOr<SharedBytes> got = tier->Get(intact.key);
-  ASSERT_OK(got);
-  EXPECT_EQ(got->view(), PayloadOf(intact.key).view());
+  for (const BlockMeta& m : {damaged, intact}) {
+    StatusOr<SharedBytes> got = tier->Get(m.key);
+    ASSERT_OK(got);
+    EXPECT_EQ(got->view(), PayloadOf(m.key).view());
+    EXPECT_EQ(tier->Peek(m.key)->owner, 0u);
+  }
   testing::ExpectCountersMatchContents(*tier, {0, 2, 3, 4});  // and Audit is clean
+}
+
+// A metadata record failing its own checksum is damaged metadata, not a
+// removal: the block's extent is intact in its segment, and no intact
+// metadata proves it dead. Here the segment's other block was removed, so
+// the damaged record was the only reference to the segment (and the
+// journal's last commit record for it names the removed block: the
+// roll-forward check sees nothing missing). Before, Open dropped the record
+// and then deleted the segment as unreferenced: the acknowledged block was
+// lost for good, although a rebuild from the segments restores it. Opened
+// without repair (audit, inspect), the damage is reported and nothing
+// changes; with repair, the metadata is rebuilt and the block served.
+TEST(SsdCorruption, ADamagedRecordNeverLosesTheBlockItsSegmentStillHolds) {
+  testing::TempDir dir;
+  const fs::path path = dir.path() / "ssd";
+  SsdTierOptions o = testing::TestSsdOptions(path.string());
+  const BlockMeta damaged = ChainBlock(0, 0, 1, /*owner=*/2);
+  const BlockMeta removed = ChainBlock(1, 0, 1, /*owner=*/2);
+  {
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_OK(tier->Put(damaged, PayloadOf(damaged.key), true));
+    ASSERT_OK(tier->Put(removed, PayloadOf(removed.key), true));
+    ASSERT_OK(tier->Remove(removed.key));
+    const std::string key =
+        ssd::BlockRecordKey(ssd::kMetaTag, damaged.namespace_id, damaged.key);
+    ASSERT_OK_AND_ASSIGN(std::string record, SsdTierTestPeer::ReadRaw(*tier, key));
+    ASSERT_EQ(record.size(), ssd::kMetaBytes);
+    record[4] ^= 0x01;  // owner 2 -> 3 (u32 LE at offset 4)
+    ASSERT_OK(SsdTierTestPeer::PutRaw(*tier, key, record));
+    ASSERT_OK(tier->Close());
+  }
+  const std::vector<fs::path> segments = testing::SegmentFiles(path);
+  ASSERT_EQ(segments.size(), 1u);
+  o.repair_damaged_metadata = false;
+  {
+    StatusOr<std::unique_ptr<SsdTier>> unrepaired = SsdTier::Open(o);
+    EXPECT_TRUE(unrepaired.status().IsCorruption()) << unrepaired.status().ToString();
+  }
+  EXPECT_EQ(testing::SegmentFiles(path), segments)
+      << "an open without repair changed them";
+
+  o.repair_damaged_metadata = true;
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->open_report().unreferenced_segments_deleted, 0u);
+  EXPECT_FALSE(tier->open_report().metadata_damage.empty());
+  EXPECT_EQ(tier->open_report().rebuilt_blocks, 1u);
+  StatusOr<SharedBytes> got = tier->Get(damaged.key);
+  ASSERT_OK(got) << "the block was lost with its segment";
+  EXPECT_EQ(got->view(), PayloadOf(damaged.key).view());
+  EXPECT_FALSE(tier->Contains(removed.key)) << "a removed block came back";
+  testing::ExpectAuditClean(*tier);
 }
 
 }  // namespace
