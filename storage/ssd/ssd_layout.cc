@@ -113,6 +113,17 @@ std::string EncodeMeta(const StoredMeta& m) {
 Status DecodeMeta(std::string_view v, StoredMeta* m) {
   if (v.empty()) return Status::Corruption("empty block metadata");
   if (static_cast<uint8_t>(v[0]) != kMetaVersion) {
+    // A record of this size whose checksum holds once its first byte reads
+    // kMetaVersion again is this layout with a damaged version byte, not a
+    // newer layout (which would be kept, never served, and keep nothing
+    // alive: its block would be lost).
+    if (v.size() == kMetaBytes) {
+      std::string fixed(v);
+      fixed[0] = static_cast<char>(kMetaVersion);
+      if (GetLE64(fixed.data() + 64) == Hash64(fixed.data(), 64)) {
+        return Status::Corruption("block metadata version byte damaged");
+      }
+    }
     return Status::NotSupported("block metadata version " +
                                 std::to_string(static_cast<uint8_t>(v[0])));
   }

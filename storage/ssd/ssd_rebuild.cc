@@ -170,6 +170,13 @@ Status ssd::TierImpl::OpenSegments() {
   for (const auto& [id, bytes] : found) {
     max_id = std::max(max_id, id);
     if (auto it = live_segments.find(id); it == live_segments.end() || it->second == 0) {
+      // Records of an unknown (newer) layout name segments this code cannot
+      // see: while any exist, an unreferenced segment is left alone (not
+      // adopted either, so the reclaimer does not unlink it).
+      if (report_.incompatible_records > 0) {
+        report_.unreferenced_segments_kept += 1;
+        continue;
+      }
       // Written before a crash, never (or no longer) referenced: garbage.
       PKV_RETURN_IF_ERROR(store_->Delete(id));
       report_.unreferenced_segments_deleted += 1;

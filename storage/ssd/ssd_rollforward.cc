@@ -78,6 +78,12 @@ Status ssd::TierImpl::CheckAgainstJournal() {
     }
     return Status::OK();
   }
+  if (report_.incompatible_records > 0) {
+    // Records of a newer layout: their blocks' commits are not this code's
+    // to judge (it would take them for lost and restore the blocks over
+    // those records), so no roll-forward; nothing is deleted either.
+    return Status::OK();
+  }
   LocationSet confirmed_at;  // removals whose commit succeeded
   for (const ssd::JournalRecord& r : journal.records) {
     if (r.confirm) confirmed_at.insert({r.segment, r.offset});

@@ -173,6 +173,9 @@ struct SsdOpenReport {
   uint64_t corrupt_records_removed = 0;
   uint64_t segments = 0;                       // segment files in use
   uint64_t unreferenced_segments_deleted = 0;  // crash garbage removed
+  // Unreferenced segments left in place because records of an unknown
+  // (newer) layout exist, which may reference them.
+  uint64_t unreferenced_segments_kept = 0;
   uint64_t missing_segments = 0;  // referenced but absent (their blocks read as corrupt)
   std::vector<AuditFinding>
       counter_repairs;  // persisted counters that disagreed (repaired)

@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 
+#include "prefixkv/advanced/hash.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "ssd_layout.h"
 #include "ssd_test_peer.h"
@@ -405,10 +406,10 @@ TEST(SsdCorruption, ARecordFailingItsOwnChecksumIsRebuiltNeverServedUnderTheWron
 // A metadata record failing its own checksum is damaged metadata, not a
 // removal: the block's extent is intact in its segment, and no intact
 // metadata proves it dead. Here the segment's other block was removed, so
-// the damaged record was the only reference to the segment (and the
-// journal's last commit record for it names the removed block: the
-// roll-forward check sees nothing missing). Before, Open dropped the record
-// and then deleted the segment as unreferenced: the acknowledged block was
+// the damaged record was the only reference to the segment (and, when the
+// journal kept only each batch's last commit record, the roll-forward
+// check saw nothing missing: that record named the removed block). Before, Open dropped
+// the record and then deleted the segment as unreferenced: the acknowledged block was
 // lost for good, although a rebuild from the segments restores it. Opened
 // without repair (audit, inspect), the damage is reported and nothing
 // changes; with repair, the metadata is rebuilt and the block served.
@@ -453,6 +454,53 @@ TEST(SsdCorruption, ADamagedRecordNeverLosesTheBlockItsSegmentStillHolds) {
   EXPECT_EQ(got->view(), PayloadOf(damaged.key).view());
   EXPECT_FALSE(tier->Contains(removed.key)) << "a removed block came back";
   testing::ExpectAuditClean(*tier);
+}
+
+// A flipped version byte made a record read as a newer layout: kept, never
+// served, referencing no segment, so Open deleted the segment and the block
+// was lost. A record whose checksum holds with the version byte set back is
+// damage (rebuilt); a record of a real newer layout (its own checksum
+// intact) is kept, and so is every segment it might reference.
+TEST(SsdCorruption, ADamagedVersionByteIsDamageNotANewerLayout) {
+  for (const bool newer : {false, true}) {
+    SCOPED_TRACE(newer ? "a newer layout's record" : "a damaged version byte");
+    testing::TempDir dir;
+    const fs::path path = dir.path() / "ssd";
+    SsdTierOptions o = testing::TestSsdOptions(path.string());
+    const BlockMeta block = ChainBlock(0, 0, 1, /*owner=*/2);
+    {
+      auto tier = testing::OpenSsd(o);
+      ASSERT_NE(tier, nullptr);
+      ASSERT_OK(tier->Put(block, PayloadOf(block.key), true));
+      const std::string key =
+          ssd::BlockRecordKey(ssd::kMetaTag, block.namespace_id, block.key);
+      ASSERT_OK_AND_ASSIGN(std::string record, SsdTierTestPeer::ReadRaw(*tier, key));
+      ASSERT_EQ(record.size(), ssd::kMetaBytes);
+      record[0] = 3;
+      if (newer) {
+        const uint64_t sum = Hash64(record.data(), 64);
+        for (int i = 0; i < 8; ++i) record[64 + i] = static_cast<char>(sum >> (8 * i));
+      }
+      ASSERT_OK(SsdTierTestPeer::PutRaw(*tier, key, record));
+      ASSERT_OK(tier->Close());
+    }
+    const std::vector<fs::path> segments = testing::SegmentFiles(path);
+    ASSERT_EQ(segments.size(), 1u);
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    EXPECT_EQ(tier->open_report().unreferenced_segments_deleted, 0u);
+    EXPECT_EQ(testing::SegmentFiles(path), segments);
+    if (newer) {
+      EXPECT_EQ(tier->open_report().incompatible_records, 1u);
+      EXPECT_EQ(tier->open_report().unreferenced_segments_kept, 1u);
+      EXPECT_FALSE(tier->Contains(block.key)) << "a record of an unknown layout served";
+    } else {
+      EXPECT_FALSE(tier->open_report().metadata_damage.empty());
+      StatusOr<SharedBytes> got = tier->Get(block.key);
+      ASSERT_OK(got) << "the block was lost with its segment";
+      EXPECT_EQ(got->view(), PayloadOf(block.key).view());
+    }
+  }
 }
 
 }  // namespace
