@@ -376,7 +376,9 @@ void ssd::TierImpl::JournalRemoval(const BlockKey& key, uint64_t checksum,
                        ? journal_->AppendExtentOnly(key, checksum, segment, offset)
                        : journal_->Append(key, checksum, segment, offset);
   if (s.ok() && awaits_commit) {
-    t_pending_removals.push_back({this, {key, checksum, segment, offset}});
+    ssd::JournalRecord r{key, checksum, segment, offset};
+    r.extent_only = extent_only;
+    t_pending_removals.push_back({this, r});
   }
 }
 
@@ -392,8 +394,12 @@ void ssd::TierImpl::ConfirmRemovals(bool committed) {
 
 Status ssd::TierImpl::SyncJournalBeforeCommit() {
   if (!write_options_.sync) return Status::OK();
+  // Not for an extent-only removal (a same-bytes replacement, a garbage
+  // copy): lost with the journal's last pages, it leaves the same bytes
+  // live elsewhere, committed later, so no open takes the metadata for
+  // rolled back and no rebuild brings back anything dead.
   for (const PendingRemoval& p : t_pending_removals) {
-    if (p.tier == this) return SyncJournal();
+    if (p.tier == this && !p.record.extent_only) return SyncJournal();
   }
   return Status::OK();
 }

@@ -336,6 +336,28 @@ TEST_F(SsdFaultTest, ABlockRemovedThenStoredAgainWithTheSameBytesIsRolledForward
   EXPECT_EQ(Present(*tier, {a}), 1u) << "an acknowledged block lost by the roll-forward";
 }
 
+// In sync mode the journal is synced before a commit that removes what it
+// names (a removal lost with the journal's last pages would bring the block
+// back), but not for a store of the same bytes again, which journals only
+// the replaced extent: an idempotent SET costs no journal fdatasync. Shown
+// with the journal's syncs failing: the same-bytes store succeeds, a store
+// of other bytes fails.
+TEST_F(SsdFaultTest, StoringTheSameBytesAgainWaitsForNoJournalSync) {
+  SsdTierOptions o = Options(SsdDurability::kSync);
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  const BlockMeta a = ChainBlock(0, 0);
+  ASSERT_OK(tier->Put(a, PayloadOf(a), true));
+  fs_.AddFault({.op = FaultOp::kSync, .path_contains = "removals.pkvj"});
+  EXPECT_OK(tier->Put(a, PayloadOf(a), true));
+  const SharedBytes other = testing::ConformancePayload(a.key, 1, 3000);
+  EXPECT_FALSE(tier->Put(a, other, true).ok()) << "its removal record was not synced";
+  fs_.ClearFaults();
+  StatusOr<SharedBytes> got = tier->Get(a.key);
+  ASSERT_OK(got);
+  EXPECT_EQ(got->view(), PayloadOf(a).view());
+}
+
 // A segment sealed (full) while its fdatasync fails: the store that needed
 // the new segment fails, and the blocks written to the sealed one earlier
 // (acknowledged in wal mode after their write) may not be on the device.
