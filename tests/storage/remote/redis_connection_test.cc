@@ -79,15 +79,17 @@ double MillisSince(std::chrono::steady_clock::time_point start) {
 }
 
 TEST(RedisConnectionIdleTimeout, AReplyThatKeepsFlowingIsReadWholePastTheTimeout) {
-  // 100 pieces 4 ms apart: ~400 ms of reply, 100 ms of idle timeout.
-  TricklingNode node(1 << 20, 100, 4, /*stop_after=*/-1);
+  // 20 pieces 100 ms apart: ~2 s of reply, 1 s of idle timeout. (With 4 ms
+  // gaps and 100 ms of timeout, a loaded machine that kept the node's thread
+  // off a CPU for 100 ms failed the read.)
+  TricklingNode node(1 << 20, 20, 100, /*stop_after=*/-1);
   ASSERT_OK_AND_ASSIGN(auto c,
                        RedisConnection::Connect("127.0.0.1", node.port(), 1000, ""));
-  c->set_idle_timeout_nanos(100'000'000);
+  c->set_idle_timeout_nanos(1'000'000'000);
   const auto start = std::chrono::steady_clock::now();
   ASSERT_OK_AND_ASSIGN(RedisReplyPtr reply,
-                       c->Call({"GET", "k"}, RedisNowNanos() + 100'000'000));
-  EXPECT_GT(MillisSince(start), 200) << "the reply did take longer than the timeout";
+                       c->Call({"GET", "k"}, RedisNowNanos() + 1'000'000'000));
+  EXPECT_GT(MillisSince(start), 1500) << "the reply did take longer than the timeout";
   ASSERT_EQ(reply->type, REDIS_REPLY_STRING);
   EXPECT_TRUE(std::string(reply->str, reply->len) == node.Value());
 }
