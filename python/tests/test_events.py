@@ -117,14 +117,16 @@ def test_redis_consumer_tails_the_stream_across_a_restart(tmp_path):
     args = ("--hot-capacity-bytes", "256K")
     with prefixkv_serve(data, *args) as (port, writer):
         import redis
-        reader = redis.Redis(port=port, socket_timeout=10)
+        # Bounds only for a failure (a loaded machine may take seconds to
+        # schedule the writer): the XREAD waits up to 60 s, the socket 90 s.
+        reader = redis.Redis(port=port, socket_timeout=90)
         drain(reader, c)  # the hot tier's kCleared at open
         got = []
         blocked = threading.Thread(target=lambda: got.append(
-            reader.xread({STREAM: f"{c.last_seq}-0"}, block=5000, count=1)))
+            reader.xread({STREAM: f"{c.last_seq}-0"}, block=60_000, count=1)))
         blocked.start()
         writer.set("first", b"x" * 100)
-        blocked.join(10)
+        blocked.join(120)
         assert got and got[0], "XREAD BLOCK did not wake on the SET"
         for i in range(300):
             writer.set(f"k{i}", b"v" * 4000)

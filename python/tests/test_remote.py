@@ -9,16 +9,18 @@ import prefixkv
 from conftest import kv_layers, register
 
 
+@pytest.fixture
 def closed_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A loopback port that refuses connections for the whole test: bound, never
+    listening. (Closed at once, it could be bound and listened on by another
+    test's server running in parallel, and the cluster would not be absent.)"""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
 
 
-def test_an_absent_cluster_leaves_the_engine_usable(data_dir, rng):
-    uri = f"redis://127.0.0.1:{closed_port()}"
+def test_an_absent_cluster_leaves_the_engine_usable(data_dir, rng, closed_port):
+    uri = f"redis://127.0.0.1:{closed_port}"
     with prefixkv.Engine.open(data_dir=data_dir, hot_bytes=16 << 20, quiet=True,
                               remote=uri, remote_write="always") as e:
         stats = e.stats()

@@ -1,5 +1,4 @@
 """Threads call one engine in parallel; calls release the GIL."""
-import sys
 import threading
 import time
 
@@ -42,40 +41,37 @@ def test_threads_store_and_restore_in_parallel(engine, rng):
     assert engine.audit()["ok"]
 
 
-def test_a_long_call_lets_other_python_threads_run(data_dir, rng):
-    """A ticker thread counts while the main thread stores and flushes 64 MiB.
-    Holding the GIL, the call would let it run only around its edges (a switch
-    interval of 1 ms each); released, it runs through the whole call."""
+def test_a_waiting_call_lets_other_python_threads_run(data_dir, rng):
+    """A thread waits inside events() (an engine call, through the same
+    GIL-releasing wrapper as store and flush) for the next event, up to 60 s;
+    meanwhile this thread stores and flushes 64 MiB, the change it wakes on.
+    Were the GIL held through the wait, this thread could not run until the
+    wait's bound passed and the waiter would get no event: the test fails.
+    Nothing is timed (a ticker's rate, once compared here, depended on how
+    the loaded machine shared its CPUs); the 60 s only bound a failure."""
     with prefixkv.Engine.open(data_dir=data_dir, hot_bytes=512 << 20, quiet=True) as e:
         ns = e.register_model("big", ["KVCache"] * 4, block_tokens=64, dtype="float16")
         tokens = list(range(64 * 64))
         layers = kv_layers(rng, 4, len(tokens), heads=8, dim=64, dtype=np.float16)
-        ticks = [0]
-        stop = threading.Event()
+        head = e.event_log_stats()["head_seq"]
+        calling = threading.Event()
+        got = []
 
-        def ticker():
-            while not stop.is_set():
-                ticks[0] += 1
+        def waiter():
+            it = e.events(head + 1, wait_ms=60_000)
+            calling.set()
+            got.append(next(it, None))
 
-        interval = sys.getswitchinterval()
-        sys.setswitchinterval(0.001)
-        t = threading.Thread(target=ticker)
+        t = threading.Thread(target=waiter)
         t.start()
-        try:
-            start = ticks[0]
-            time.sleep(0.05)  # the ticker alone: its free-running rate
-            rate = (ticks[0] - start) / 0.05
-            before = ticks[0]
-            t0 = time.perf_counter()
-            e.store(ns, tokens, layers)
-            e.flush()
-            took = time.perf_counter() - t0
-            during = ticks[0] - before
-        finally:
-            stop.set()
-            t.join()
-            sys.setswitchinterval(interval)
-        print(f"\n[gil] call {took * 1e3:.0f} ms, ticker ran {during / rate * 1e3:.0f} ms "
-              f"of it")
-        if took > 0.1:
-            assert during > rate * 0.02, "the ticker barely ran: the GIL was held"
+        assert calling.wait(60)
+        # The waiter is about to call or in the call; a moment for it to get
+        # there (had the store come first, the wait would return at once and
+        # the check would be a weaker one, never a false failure).
+        time.sleep(0.05)
+        e.store(ns, tokens, layers)
+        e.flush()
+        t.join(120)
+        assert not t.is_alive()
+        assert got and got[0] is not None, "the waiter got no event: the GIL was held"
+        assert got[0]["seq"] == head + 1 and got[0]["kind"] == "stored", got[0]

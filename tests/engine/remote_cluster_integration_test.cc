@@ -145,9 +145,9 @@ TEST_F(RemoteClusterTest, AByteChangedInsideRedisIsACountedMissNeverWrongBytes) 
 }
 
 TEST_F(RemoteClusterTest, AClusterAbsentAtStartLeavesTheEngineUsable) {
-  const int port = testing::ClosedLoopbackPort();
-  ASSERT_NE(port, 0);
-  auto a = Open(Node("a", "redis://127.0.0.1:" + std::to_string(port)));
+  const testing::RefusingLoopbackPort absent;  // refused for the whole test
+  ASSERT_NE(absent.port(), 0);
+  auto a = Open(Node("a", "redis://127.0.0.1:" + std::to_string(absent.port())));
   ASSERT_NE(a, nullptr);
   EXPECT_FALSE(a->Stats().remote.available);
   EXPECT_EQ(log_.Count("unavailable at open"), 1);

@@ -280,9 +280,10 @@ TEST(PrefixRouter, OpenRejectsBadOptions) {
 using route::RespClient;
 using route::RespValue;
 
-// Waits up to 10 s for `done`.
+// Waits up to 30 s for `done` (returns as soon as it holds: the bound only
+// delays a failure, and a loaded machine may take seconds to feed the streams).
 bool Eventually(const std::function<bool()>& done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (!done()) {
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -131,10 +131,12 @@ TEST_F(MetricsIntegration, ScrapedMetricsAreWellFormedAndAgreeWithInfo) {
   ASSERT_EQ(match.elems[1].elems.size(), 1u) << match.str;
   EXPECT_EQ(c.Call({"PKV.GET", root, match.elems[1].elems[0].str}).type, '$');
 
-  // Wait until the write-back queue is empty: nothing changes any more.
+  // Wait until the write-back queue is empty: nothing changes any more. Up
+  // to 30 s (as testing::WaitUntil): a loaded machine may take more than the
+  // 10 s this once allowed, and an empty queue ends the wait at once.
   std::string headers, body;
   PromExposition e;
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < 600; ++i) {
     std::tie(headers, body) = Scrape();
     ASSERT_OK_AND_ASSIGN(e, testing::ParseExposition(body));
     if (e.Value("prefixkv_ssd_write_back_queue_blocks") == 0) break;

@@ -96,7 +96,7 @@ TEST(ServerFullDisk, WritesAnswerNoSpaceTheServerStaysUpAndRestartsLosingNothing
       ASSERT_EQ(r.type, ':') << "DEL " << i << ": " << r.str;
     }
     bool resumed = false;
-    for (int i = 0; i < 100 && !resumed; ++i) {
+    for (int i = 0; i < 300 && !resumed; ++i) {  // up to 30 s, as testing::WaitUntil
       r = c.Call({"SET", Key(0), Value(0)});
       resumed = r.type == '+';
       if (!resumed) std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -188,7 +188,7 @@ TEST(ServerSmallDisk, A64MiBDiskWorksInBothModesAndFillsToAClearNoSpace) {
   EXPECT_TRUE(Alive(serve.pid()));
   for (int i = 0; i < acked / 2; ++i) EXPECT_EQ(c.Call({"DEL", Key(i)}).integer, 1);
   bool resumed = false;
-  for (int t = 0; t < 100 && !resumed; ++t) {
+  for (int t = 0; t < 300 && !resumed; ++t) {  // up to 30 s, as testing::WaitUntil
     resumed = c.Call({"SET", "again", Value(0)}).str == "OK";
     if (!resumed) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

@@ -251,11 +251,10 @@ TEST_F(ServerTest, NamesIdentifiesAndListsItsClients) {
   // A closed client leaves the list.
   a.reset();
   std::string after;
-  for (int i = 0; i < 200; ++i) {
+  testing::WaitUntil([&] {  // the server sees the close when its thread runs
     after = b->Call({"CLIENT", "LIST"}).str;
-    if (std::count(after.begin(), after.end(), '\n') == 1) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+    return std::count(after.begin(), after.end(), '\n') == 1;
+  });
   EXPECT_EQ(after.find("worker-1"), std::string::npos) << after;
 }
 
@@ -668,21 +667,57 @@ TEST_F(ServerTest, FinishesAcceptedCommandsOnStop) {
   EXPECT_FALSE(testing::RespClient(server_->port()).connected());
 }
 
+// Waits until `observer`'s CLIENT LIST shows client `id`'s XREAD dispatched
+// (parked when it blocks, its "$" taken): in its place a sleep raced a
+// loaded machine, where the XREAD could come after the change meant to wake
+// it (or after the clock's advance).
+::testing::AssertionResult XreadDispatched(testing::RespClient& observer, int64_t id) {
+  std::string line;
+  if (testing::WaitUntil([&] {
+        line = observer.Call({"CLIENT", "LIST", "ID", std::to_string(id)}).str;
+        return line.find(" cmd=xread ") != std::string::npos;
+      })) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << "no XREAD dispatched: " << line;
+}
+
 // The event stream (docs/events.md, "RESP"): an XREAD BLOCK parks its
 // connection, not its I/O thread: with one I/O thread another client is
 // answered meanwhile, and the blocked client's pipelined command waits for
-// the XREAD's reply.
+// the XREAD's reply. The XREAD waits with no bound (BLOCK 0) until the other
+// client's SET; the other client is answered once CLIENT LIST shows the XREAD
+// dispatched (so parked, and its "$" taken before the SET), whatever the
+// machine's load (a 400 ms bound here once raced the other client's PING: 2
+// of 30 runs at nice 19 beside 4 busy loops). A held thread fails the test by
+// the client's read timeout.
 TEST_F(ServerTest, XreadBlockDoesNotHoldTheIoThread) {
   options_.io_threads = 1;
   StartServer();
   auto blocked = Connect();
   auto other = Connect();
+  const int64_t id = blocked->Call({"CLIENT", "ID"}).integer;
+  ASSERT_TRUE(blocked->SendRaw(
+      testing::EncodeCommand({"XREAD", "BLOCK", "0", "STREAMS", "prefixkv:events", "$"}) +
+      testing::EncodeCommand({"PING"})));
+  ASSERT_TRUE(XreadDispatched(*other, id));
+  EXPECT_EQ(other->Call({"PING"}).str, "PONG");
+  EXPECT_EQ(other->Call({"SET", "k", "v"}).str, "OK");  // wakes the XREAD
+  Reply woken = blocked->Read();
+  ASSERT_EQ(woken.elems.size(), 1u) << "type " << woken.type << " " << woken.str;
+  EXPECT_EQ(blocked->Read().str, "PONG");
+}
+
+// An XREAD BLOCK with nothing new answers nil once its time is up, never
+// before it (the server's wait starts after `start`).
+TEST_F(ServerTest, XreadBlockTimesOutWithNil) {
+  options_.io_threads = 1;
+  StartServer();
+  auto blocked = Connect();
   const auto start = std::chrono::steady_clock::now();
   ASSERT_TRUE(blocked->SendRaw(testing::EncodeCommand({"XREAD", "BLOCK", "400", "STREAMS",
                                                        "prefixkv:events", "$"}) +
                                testing::EncodeCommand({"PING"})));
-  EXPECT_EQ(other->Call({"PING"}).str, "PONG");
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(400));
   Reply timed_out = blocked->Read();
   EXPECT_TRUE(timed_out.null) << timed_out.str;
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(400));
@@ -693,9 +728,10 @@ TEST_F(ServerTest, XreadBlockWakesOnTheNextChange) {
   StartServer();
   auto reader = Connect();
   auto writer = Connect();
+  const int64_t id = reader->Call({"CLIENT", "ID"}).integer;
   ASSERT_TRUE(reader->SendRaw(testing::EncodeCommand(
       {"XREAD", "BLOCK", "0", "STREAMS", "prefixkv:events", "$"})));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(XreadDispatched(*writer, id));
   EXPECT_EQ(writer->Call({"SET", "k", "v"}).str, "OK");
   Reply r = reader->Read();
   ASSERT_EQ(r.elems.size(), 1u) << r.str;
@@ -716,9 +752,10 @@ TEST_F(ServerTest, XreadBlockIsNotClosedByTheIdleTimeout) {
   StartServer();
   auto reader = Connect();
   auto writer = Connect();
+  const int64_t id = reader->Call({"CLIENT", "ID"}).integer;
   ASSERT_TRUE(reader->SendRaw(testing::EncodeCommand(
       {"XREAD", "BLOCK", "0", "STREAMS", "prefixkv:events", "$"})));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // it blocks
+  ASSERT_TRUE(XreadDispatched(*writer, id));  // it blocks
   clock.AdvanceMillis(5000);
   EXPECT_EQ(writer->Call({"PING"}).str, "PONG");  // the writer is fresh again
   EXPECT_EQ(server_->SweepIdleConnections(), 0u);

@@ -114,7 +114,7 @@ TEST(ServerWriteBackFailure, SetsAnswerAnErrorOnceWriteBackFailsAndNothingAckedI
     ASSERT_EQ(std::remove(filler.c_str()), 0);
     bool accepted = false;
     const int next = i + 100;
-    for (int t = 0; t < 100 && !accepted; ++t) {
+    for (int t = 0; t < 300 && !accepted; ++t) {  // up to 30 s, as testing::WaitUntil
       r = c.Call({"SET", Key(next), Value(next)});
       accepted = r.type == '+';
       if (!accepted) std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -175,7 +175,7 @@ TEST(ServerWriteBackFailure,
     // Writable again: the retries (every second) land, SETs are accepted.
     read_only.Unmount();
     bool accepted = false;
-    for (int t = 0; t < 100 && !accepted; ++t) {
+    for (int t = 0; t < 300 && !accepted; ++t) {  // up to 30 s, as testing::WaitUntil
       r = c.Call({"SET", Key(i), Value(i)});
       accepted = r.type == '+';
       if (!accepted) std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -241,7 +241,10 @@ int RunHybridChildUntilKilled(const std::string& dir, uint64_t run_ms) {
   kill(pid, SIGKILL);
   int status = 0;
   waitpid(pid, &status, 0);
-  drain(Clock::now() + std::chrono::milliseconds(200));  // reports still in the pipe
+  // The reports still in the pipe, to its end (the child is gone): 200 ms,
+  // once, could run out on a loaded machine with reports unread, and the
+  // turns acknowledged would be undercounted.
+  drain(Clock::now() + std::chrono::seconds(30));
   close(fds[0]);
   EXPECT_TRUE(WIFSIGNALED(status)) << "child exited with " << WEXITSTATUS(status);
   return started ? acked : -1;

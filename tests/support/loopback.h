@@ -1,6 +1,7 @@
 // Loopback sockets for tests that play a server or need a port nobody
-// answers on: a listening socket on 127.0.0.1 with a kernel-chosen port, and
-// a port that was free a moment ago (bound once, then released).
+// answers on: a listening socket on 127.0.0.1 with a kernel-chosen port, a
+// port that was free a moment ago (bound once, then released) and a port held
+// refusing connections.
 #pragma once
 
 #include <arpa/inet.h>
@@ -31,6 +32,8 @@ inline int BindLoopback(int* port, int backlog = 0, int flags = 0) {
 }
 
 // A loopback port nobody listens on (bound once, then released); 0 on failure.
+// Released, it may be bound by another process (a server of a test running in
+// parallel) before it is used: for a port to stay refused, RefusingLoopbackPort.
 inline int ClosedLoopbackPort() {
   int port = 0;
   const int fd = BindLoopback(&port);
@@ -38,5 +41,24 @@ inline int ClosedLoopbackPort() {
   ::close(fd);
   return port;
 }
+
+// A loopback port that refuses connections while this object lives: bound,
+// never listening, so no other process can take it meanwhile. port() is 0 on
+// failure.
+class RefusingLoopbackPort {
+ public:
+  RefusingLoopbackPort() : fd_(BindLoopback(&port_)) {}
+  ~RefusingLoopbackPort() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RefusingLoopbackPort(const RefusingLoopbackPort&) = delete;
+  RefusingLoopbackPort& operator=(const RefusingLoopbackPort&) = delete;
+
+  int port() const { return fd_ >= 0 ? port_ : 0; }
+
+ private:
+  int port_ = 0;
+  int fd_ = -1;
+};
 
 }  // namespace prefixkv::testing

@@ -251,7 +251,8 @@ class RouteProcess {
 // it cannot reach yet (no prefix: the least-loaded node) and stops cleanly
 // on SIGTERM.
 TEST(RouteCli, ServesRouteUntilSigterm) {
-  const std::string node = "127.0.0.1:" + std::to_string(testing::ClosedLoopbackPort());
+  const testing::RefusingLoopbackPort absent;  // refused for the whole test
+  const std::string node = "127.0.0.1:" + std::to_string(absent.port());
   RouteProcess route({"--nodes", node, "--model", "m:4:float16:KVCache"});
   ASSERT_NE(route.port(), 0) << route.line();
   EXPECT_NE(route.line().find(" over 1 nodes"), std::string::npos) << route.line();

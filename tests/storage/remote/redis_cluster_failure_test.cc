@@ -125,10 +125,11 @@ class RedisClusterFailureTest
 // Runs before the kill below (gtest keeps the order within a suite).
 TEST_F(RedisClusterFailureTest, AHungMasterCostsOneTimeoutThenFailsFast) {
   // A timeout well above a call's own time even under ASan on a loaded
-  // machine (up to 14 ms seen), so waiting for the hung master again is
-  // told from not waiting by a wide margin (with 5 ms, 21 calls that never
-  // waited took 100.6 ms against a bound of 100 under ASan).
-  constexpr double kTimeoutMs = 60;
+  // machine (up to 14 ms seen, and a descheduled thread adds tens more), so
+  // waiting for the hung master again is told from not waiting by a wide
+  // margin (with 5 ms, 21 calls that never waited took 100.6 ms against a
+  // bound of 100 under ASan; 60 ms left one call 46 ms of scheduling slack).
+  constexpr double kTimeoutMs = 1000;
   auto store = FastStore(static_cast<uint32_t>(kTimeoutMs));
   std::vector<std::optional<std::string>> values;
   ASSERT_OK(testing::MultiGetText(*store, keys_,
@@ -157,7 +158,10 @@ TEST_F(RedisClusterFailureTest, AHungMasterCostsOneTimeoutThenFailsFast) {
 // sent. The keys it answered keep their exact bytes, the others fail with
 // Unavailable within the timeout, and nothing else is lost.
 TEST_F(RedisClusterFailureTest, AMasterHungInsideTheReadWindowFailsItsUnansweredKeys) {
-  constexpr double kTimeoutMs = 100;
+  // 1 s: a live master's 300 KB replies must never miss it on a loaded
+  // machine (100 ms left ASan little room), and the hung call still ends in
+  // one timeout, well inside the 10 timeouts' bound.
+  constexpr double kTimeoutMs = 1000;
   auto store = FastStore(static_cast<uint32_t>(kTimeoutMs));
   const int slot = 5461 + 1000;  // any slot: its master is found below
   std::vector<RemoteWrite> large;
@@ -218,10 +222,11 @@ TEST_F(RedisClusterFailureTest, AFullMasterCostsTheRemoteTierOnlyItsOwnBlocks) {
 TEST_F(RedisClusterFailureTest, AKilledMasterFailsItsKeysFastAndTheOthersStillWork) {
   // A dead master refuses connections at once, so its keys fail without any
   // wait; the request timeout only bounds the live masters' replies. It is
-  // wide (200 ms) so a live master never times out under ASan on a loaded
+  // wide (2 s) so a live master never times out under ASan on a loaded
   // machine (with 5 ms, a live master's batch missed it once), and any wait
-  // for the dead one would show as a call of 200 ms or more.
-  constexpr double kTimeoutMs = 200;
+  // for the dead one would show as a call of 2 s or more (against a bound
+  // of 1.5 s: 150 ms, with 200, was within a loaded machine's delays).
+  constexpr double kTimeoutMs = 2000;
   auto store = FastStore(static_cast<uint32_t>(kTimeoutMs));
   std::vector<std::optional<std::string>> values;
   ASSERT_OK(testing::MultiGetText(*store, keys_, &values));
