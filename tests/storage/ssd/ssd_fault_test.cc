@@ -358,6 +358,102 @@ TEST_F(SsdFaultTest, StoringTheSameBytesAgainWaitsForNoJournalSync) {
   EXPECT_EQ(got->view(), PayloadOf(a).view());
 }
 
+// Review (h-review2): a same-bytes copy with no record of its own. `a` is
+// stored, then stored again with the same bytes in a newer segment (an
+// extent-only removal names the first extent), and the journal is lost: the
+// open regenerates it from the intact metadata, and RegenerateJournal skips
+// an extent holding the live bytes ("harmless"), so the first extent is now
+// named by nothing. `a` is removed (a removal of its bytes, at its second
+// place), its segment empties and is deleted at the next open, whose journal
+// rewrite drops that removal with it. A rebuild then restores `a` from its
+// first extent: a removed block comes back.
+TEST_F(SsdFaultTest,
+       ReviewARegeneratedJournalNamesTheSameBytesCopySoARemovalOutlivesItsSegment) {
+  SsdTierOptions o = Options(SsdDurability::kSync);
+  o.reclaim_live_fraction = 0;  // only empty segments go
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
+  const std::filesystem::path ssd = dir_.path() / "ssd";
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_OK(tier->Put(a, PayloadOf(a), true));
+  ASSERT_OK(tier->Put(b, PayloadOf(b), true));  // keeps the first segment alive
+  ASSERT_OK(tier->Close());
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_OK(tier->Put(a, PayloadOf(a), true));  // same bytes, a newer segment
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  ASSERT_EQ(testing::SegmentFiles(ssd).size(), 2u);
+  std::filesystem::remove(ssd / "segments" / "removals.pkvj");
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_TRUE(tier->open_report().journal_regenerated);
+  ASSERT_OK(tier->Remove(a.key));  // acknowledged
+  ASSERT_OK(tier->Close());
+  tier = testing::OpenSsd(o);  // the emptied segment is deleted, its records dropped
+  ASSERT_NE(tier, nullptr);
+  EXPECT_FALSE(tier->Contains(a.key));
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  for (const auto& e : std::filesystem::directory_iterator(ssd)) {
+    if (e.path().filename() != "segments") std::filesystem::remove_all(e.path());
+  }
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_NE(tier->open_report().metadata_damage, "") << "rebuilt";
+  EXPECT_EQ(Present(*tier, {b}), 1u);
+  EXPECT_EQ(Present(*tier, {a}), 0u) << "a removed block brought back by the rebuild";
+}
+
+// Review (h-review2): SyncJournalBeforeCommit skips an extent-only removal
+// (a052d30), so in sync mode a same-bytes store is acknowledged while its
+// removal of the replaced extent is still in the page cache. A power loss
+// takes it; the replaced extent is then named by nothing (the open's rewrite
+// makes that final). `a` is removed later (a synced removal of its bytes at
+// its second place), its segment empties and is deleted at the next open
+// with that removal, and a rebuild restores `a` from its first extent.
+TEST_F(SsdFaultTest,
+       ReviewAnUnsyncedExtentOnlyRemovalLostToPowerBringsARemovedBlockBack) {
+  const SsdTierOptions o = [&] {
+    SsdTierOptions x = Options(SsdDurability::kSync);
+    x.reclaim_live_fraction = 0;  // only empty segments go
+    return x;
+  }();
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
+  const std::filesystem::path ssd = dir_.path() / "ssd";
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_OK(tier->Put(a, PayloadOf(a), true));
+  ASSERT_OK(tier->Put(b, PayloadOf(b), true));  // keeps the first segment alive
+  ASSERT_OK(tier->Close());
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_OK(tier->Put(a, PayloadOf(a), true));  // same bytes: acknowledged, synced
+  ASSERT_OK(fs_.SimulatePowerLoss().status());  // the journal's last records go
+  EXPECT_FALSE(tier->Close().ok());
+  tier.reset();
+  fs_.PowerOn();
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->open_report().metadata_rollback, "");
+  ASSERT_EQ(Present(*tier, {a, b}), 2u);
+  ASSERT_OK(tier->Remove(a.key));  // acknowledged (its removal is synced first)
+  ASSERT_OK(tier->Close());
+  tier = testing::OpenSsd(o);  // the emptied segment is deleted, its records dropped
+  ASSERT_NE(tier, nullptr);
+  EXPECT_FALSE(tier->Contains(a.key));
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  for (const auto& e : std::filesystem::directory_iterator(ssd)) {
+    if (e.path().filename() != "segments") std::filesystem::remove_all(e.path());
+  }
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_NE(tier->open_report().metadata_damage, "") << "rebuilt";
+  EXPECT_EQ(Present(*tier, {b}), 1u);
+  EXPECT_EQ(Present(*tier, {a}), 0u) << "a removed block brought back by the rebuild";
+}
+
 // A segment sealed (full) while its fdatasync fails: the store that needed
 // the new segment fails, and the blocks written to the sealed one earlier
 // (acknowledged in wal mode after their write) may not be on the device.
