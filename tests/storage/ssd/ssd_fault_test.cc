@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -452,6 +453,60 @@ TEST_F(SsdFaultTest,
   EXPECT_NE(tier->open_report().metadata_damage, "") << "rebuilt";
   EXPECT_EQ(Present(*tier, {b}), 1u);
   EXPECT_EQ(Present(*tier, {a}), 0u) << "a removed block brought back by the rebuild";
+}
+
+// Review (h-review2): a compaction copy whose repoint commit fails is
+// garbage the journal never names (RepointRelocated journals a copy only
+// when its block was replaced or removed meanwhile, and nothing when the
+// commit fails). Blocks 6 and 7 are copied into the second segment, the
+// commit fails, and later they are removed: their removals name their
+// (key, bytes) at the first segment, which then empties and is deleted, and
+// the next open's journal rewrite drops those removals with it. A rebuild
+// then restores both removed blocks from the failed copies.
+TEST_F(SsdFaultTest,
+       ReviewACompactionCopyWhoseCommitFailedComesBackAfterItsBlockIsRemoved) {
+  SsdTierOptions o = Options(SsdDurability::kWal);
+  o.capacity_bytes = 64 << 20;
+  o.segment_bytes = 64 << 10;  // 8 extents of 8 KiB
+  auto payload = [](const BlockKey& k) {
+    return testing::ConformancePayload(k, 0, 6000);
+  };
+  const std::filesystem::path ssd = dir_.path() / "ssd";
+  const std::thread::id main_thread = std::this_thread::get_id();
+  std::atomic<int> failed{0};
+  auto tier = testing::OpenSsdWithCommitHook(o, [&]() -> Status {
+    if (std::this_thread::get_id() == main_thread) return Status::OK();
+    failed += 1;  // the background reclaimer's repoint commit
+    return Status::IOError("injected: repoint commit fails");
+  });
+  ASSERT_NE(tier, nullptr);
+  // Blocks 0-7 fill the first segment; 8-11 keep the second one dense.
+  for (uint64_t i = 0; i < 12; ++i) {
+    ASSERT_OK(tier->Put(ChainBlock(i, 0), payload(ChainBlock(i, 0).key), false));
+  }
+  for (uint64_t i = 0; i < 6; ++i) ASSERT_OK(tier->Remove(ChainBlock(i, 0).key));
+  ASSERT_TRUE(testing::WaitUntil([&] { return failed.load() > 0; }))
+      << "the reclaimer never tried to move blocks 6 and 7";
+  (void)tier->Close();
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->open_report().metadata_rollback, "");
+  ASSERT_OK(tier->Remove(ChainBlock(6, 0).key));  // acknowledged
+  ASSERT_OK(tier->Remove(ChainBlock(7, 0).key));
+  ASSERT_OK(tier->Close());
+  tier = testing::OpenSsd(o);  // the first segment, emptied, is gone with its records
+  ASSERT_NE(tier, nullptr);
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  for (const auto& e : std::filesystem::directory_iterator(ssd)) {
+    if (e.path().filename() != "segments") std::filesystem::remove_all(e.path());
+  }
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_NE(tier->open_report().metadata_damage, "") << "rebuilt";
+  for (uint64_t i = 8; i < 12; ++i) EXPECT_TRUE(tier->Contains(ChainBlock(i, 0).key));
+  EXPECT_FALSE(tier->Contains(ChainBlock(6, 0).key)) << "a removed block brought back";
+  EXPECT_FALSE(tier->Contains(ChainBlock(7, 0).key)) << "a removed block brought back";
 }
 
 // A segment sealed (full) while its fdatasync fails: the store that needed
