@@ -403,6 +403,40 @@ TEST(SsdCorruption, ARecordFailingItsOwnChecksumIsRebuiltNeverServedUnderTheWron
   testing::ExpectCountersMatchContents(*tier, {0, 2, 3, 4});  // and Audit is clean
 }
 
+// Review (h-review2): a record failing its own checksum now makes Open
+// rebuild the whole tier from the segments, and a rebuild restores only
+// what the journal proves current. Without a usable journal (it is deleted
+// when an append fails, "the next repairing open regenerates it" from the
+// intact metadata) that is nothing: one damaged record loses every intact,
+// acknowledged block (all set aside). Before the change the damaged record
+// was dropped and the journal regenerated from the others.
+TEST(SsdCorruption, ReviewOneDamagedRecordBesideAMissingJournalLosesNoIntactBlock) {
+  testing::TempDir dir;
+  const fs::path path = dir.path() / "ssd";
+  const SsdTierOptions o = testing::TestSsdOptions(path.string());
+  const BlockMeta damaged = ChainBlock(0, 0), intact = ChainBlock(1, 0);
+  {
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_OK(tier->Put(damaged, PayloadOf(damaged.key), true));
+    ASSERT_OK(tier->Put(intact, PayloadOf(intact.key), true));
+    const std::string key =
+        ssd::BlockRecordKey(ssd::kMetaTag, damaged.namespace_id, damaged.key);
+    ASSERT_OK_AND_ASSIGN(std::string record, SsdTierTestPeer::ReadRaw(*tier, key));
+    record[4] ^= 0x01;
+    ASSERT_OK(SsdTierTestPeer::PutRaw(*tier, key, record));
+    ASSERT_OK(tier->Close());
+  }
+  fs::remove(path / "segments" / "removals.pkvj");  // e.g. a failed append deleted it
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_NE(tier->open_report().metadata_damage, "");
+  StatusOr<SharedBytes> got = tier->Get(intact.key);
+  EXPECT_OK(got) << "an intact, acknowledged block lost; rebuilt "
+                 << tier->open_report().rebuilt_blocks << " blocks, "
+                 << tier->open_report().rebuild_unprovable << " unprovable";
+}
+
 // A metadata record failing its own checksum is damaged metadata, not a
 // removal: the block's extent is intact in its segment, and no intact
 // metadata proves it dead. Here the segment's other block was removed, so
