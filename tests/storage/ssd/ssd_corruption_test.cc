@@ -437,6 +437,54 @@ TEST(SsdCorruption, ReviewOneDamagedRecordBesideAMissingJournalLosesNoIntactBloc
                  << tier->open_report().rebuild_unprovable << " unprovable";
 }
 
+// Review (h-review2): CheckAgainstJournal now returns early while the
+// metadata holds records of an unknown layout. A database put back from an
+// older copy (its log lost) that holds one such record is then never
+// checked: a block whose removal was acknowledged and confirmed in the
+// journal is served again.
+TEST(SsdCorruption, ReviewARecordOfAnUnknownLayoutDoesNotBringARemovedBlockBack) {
+  testing::TempDir dir;
+  const fs::path path = dir.path() / "ssd";
+  const fs::path old_copy = dir.path() / "old-metadata";
+  SsdTierOptions o = testing::TestSsdOptions(path.string());
+  o.durability = SsdDurability::kSync;
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), future = ChainBlock(2, 0);
+  {
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_OK(tier->Put(a, PayloadOf(a.key), true));
+    ASSERT_OK(tier->Put(b, PayloadOf(b.key), true));
+    // A record a newer release wrote (version byte 3, another size).
+    ASSERT_OK(SsdTierTestPeer::PutRaw(
+        *tier, ssd::BlockRecordKey(ssd::kMetaTag, future.namespace_id, future.key),
+        std::string(1, '\x03') + std::string(95, '\x07')));
+    ASSERT_OK(tier->Close());
+  }
+  fs::create_directory(old_copy);
+  for (const auto& e : fs::directory_iterator(path)) {
+    if (e.is_regular_file()) fs::copy_file(e.path(), old_copy / e.path().filename());
+  }
+  {
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_EQ(tier->open_report().incompatible_records, 1u);
+    ASSERT_OK(tier->Remove(a.key));  // synced, journaled and confirmed
+    ASSERT_OK(tier->Close());
+  }
+  for (const auto& e : fs::directory_iterator(path)) {
+    if (e.is_regular_file()) fs::remove(e.path());
+  }
+  for (const auto& e : fs::directory_iterator(old_copy)) {
+    fs::copy_file(e.path(), path / e.path().filename());
+  }
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_TRUE(tier->Get(b.key).ok());
+  EXPECT_FALSE(tier->Contains(a.key))
+      << "a removed block served again; rollback report: \""
+      << tier->open_report().metadata_rollback << "\"";
+}
+
 // A metadata record failing its own checksum is damaged metadata, not a
 // removal: the block's extent is intact in its segment, and no intact
 // metadata proves it dead. Here the segment's other block was removed, so
