@@ -15,8 +15,10 @@
 #include <set>
 #include <unordered_map>
 
+#include "ssd_journal.h"
 #include "ssd_layout.h"
 #include "ssd_salvage.h"
+#include "ssd_segment.h"
 #include "ssd_tier_impl.h"
 
 namespace prefixkv {
@@ -56,7 +58,21 @@ Status ssd::TierImpl::CheckFormat() {
   return Status::OK();
 }
 
-Status ssd::TierImpl::RebuildIndex() {
+bool ssd::TierImpl::SegmentsProveEveryBlock() const {
+  FileSystem* fs = options_.file_system;
+  const std::string seg_dir = options_.path + "/segments";
+  const ssd::JournalContents journal = ssd::LoadJournal(fs, seg_dir);
+  if (!journal.usable) return false;
+  StatusOr<std::vector<std::string>> names = fs->ListDir(seg_dir);
+  if (!names.ok()) return false;
+  for (const std::string& name : *names) {
+    uint64_t id = 0;
+    if (ssd::ParseSegmentFileName(name, &id) && id <= journal.barrier) return false;
+  }
+  return true;
+}
+
+Status ssd::TierImpl::RebuildIndex(rocksdb::WriteBatch* drops) {
   rocksdb::ReadOptions ro;
   ro.verify_checksums = true;
   ro.readahead_size = 2 << 20;
@@ -73,20 +89,35 @@ Status ssd::TierImpl::RebuildIndex() {
   // intact extent unreferenced, and OpenSegments then deleted the segment
   // that held it (docs/ssd.md "The invariant"). Open rebuilds from the
   // segments instead, or with repair off reports it and changes nothing.
+  // Unless the segments cannot prove every block (an unusable journal, or
+  // segments from before it): a rebuild would then restore none, and only
+  // the damaged records are dropped, as before.
+  std::string damage;
+  uint64_t damaged = 0;
+  report_.incompatible_records = 0;  // (a roll-forward reads the records again)
+  incompatible_keys_.clear();
   for (it->Seek(begin); it->Valid() && it->key().starts_with(begin); it->Next()) {
     BlockKey ns, key;
     ssd::StoredMeta m;
+    Status s = Status::OK();
     if (!ssd::ParseBlockRecordKey(it->key().ToStringView(), &ns, &key)) {
-      return Status::Corruption("a block metadata record has a malformed key");
-    }
-    Status s = ssd::DecodeMeta(it->value().ToStringView(), &m);
-    if (s.code() == StatusCode::kNotSupported) {
-      report_.incompatible_records += 1;  // kept (purgeable), never served
-      continue;
+      s = Status::Corruption("a block metadata record has a malformed key");
+    } else {
+      s = ssd::DecodeMeta(it->value().ToStringView(), &m);
+      if (s.code() == StatusCode::kNotSupported) {
+        report_.incompatible_records += 1;  // kept (purgeable), never served
+        incompatible_keys_.insert(key);
+        continue;
+      }
+      if (!s.ok()) {
+        s = Status::Corruption("the metadata record of block " + key.ToHex() +
+                               " is damaged: " + s.ToString());
+      }
     }
     if (!s.ok()) {
-      return Status::Corruption("the metadata record of block " + key.ToHex() +
-                                " is damaged: " + s.ToString());
+      if (damaged++ == 0) damage = s.message();
+      drops->Delete(it->key());
+      continue;
     }
     index.Insert(
         key,
@@ -95,8 +126,18 @@ Status ssd::TierImpl::RebuildIndex() {
         /*inherit=*/false);
   }
   PKV_RETURN_IF_ERROR(FromRocks(it->status(), "scan block metadata"));
+  if (damaged > 0) {
+    if (!options_.repair_damaged_metadata || SegmentsProveEveryBlock()) {
+      return Status::Corruption(damage);
+    }
+    report_.corrupt_records_removed = damaged;
+    Log(std::to_string(damaged) + " damaged metadata records dropped (" + damage +
+        "): the segments cannot prove every block (no usable removal journal, or " +
+        "segments from before it), so a rebuild would restore none");
+  }
   MutexLock lock(&mu_);
   index_ = std::move(index);
+  if (damaged > 0) unpersisted_[0].corruptions += damaged;
   return Status::OK();
 }
 
@@ -199,7 +240,8 @@ Status ssd::TierImpl::OpenSegments() {
 
 Status ssd::TierImpl::Rebuild() {
   PKV_RETURN_IF_ERROR(CheckFormat());
-  PKV_RETURN_IF_ERROR(RebuildIndex());
+  rocksdb::WriteBatch repairs;  // damaged records dropped, if any
+  PKV_RETURN_IF_ERROR(RebuildIndex(&repairs));
   PKV_RETURN_IF_ERROR(RepairCounters());
   bool unpersisted = false;
   {
@@ -209,9 +251,8 @@ Status ssd::TierImpl::Rebuild() {
     report_.bytes = index_.bytes();
     unpersisted = !unpersisted_.empty();
   }
-  if (unpersisted) {
-    rocksdb::WriteBatch repairs;
-    return Commit(&repairs, {}, 0);  // merges the counter fixes
+  if (unpersisted || repairs.Count() > 0) {
+    return Commit(&repairs, {}, 0);  // also merges the counter fixes
   }
   return Status::OK();
 }

@@ -179,6 +179,17 @@ Status ssd::TierImpl::RepointRelocated(uint64_t segment,
   }
   Status s;
   if (batch.Count() > 0) s = Commit(&batch, {}, moving.front().e.owner);
+  if (!s.ok()) {
+    // Copies no metadata points at: garbage from birth too, named so that
+    // no rebuild takes one once the block's own removal is gone with its
+    // segment (they were left unnamed, and a removed block came back).
+    for (size_t i = 0; i < moving.size(); ++i) {
+      if (still[i]) {
+        JournalRemoval(moving[i].key, moving[i].e.checksum, to[i].segment, to[i].offset,
+                       /*awaits_commit=*/false, /*extent_only=*/true);
+      }
+    }
+  }
   if (s.ok() && batch.Count() > 0) {
     // Each moved block's new place, under the blocks' locks (JournalCommits).
     std::vector<ssd::JournalRecord> records;

@@ -78,12 +78,6 @@ Status ssd::TierImpl::CheckAgainstJournal() {
     }
     return Status::OK();
   }
-  if (report_.incompatible_records > 0) {
-    // Records of a newer layout: their blocks' commits are not this code's
-    // to judge (it would take them for lost and restore the blocks over
-    // those records), so no roll-forward; nothing is deleted either.
-    return Status::OK();
-  }
   LocationSet confirmed_at;  // removals whose commit succeeded
   for (const ssd::JournalRecord& r : journal.records) {
     if (r.confirm) confirmed_at.insert({r.segment, r.offset});
@@ -128,6 +122,9 @@ Status ssd::TierImpl::CheckAgainstJournal() {
 
 bool ssd::TierImpl::KnowsCommit(const ssd::JournalContents& journal, size_t i) const {
   const ssd::JournalRecord& c = journal.records[i];
+  // A key with a record of a newer layout: that layout's business, never
+  // restored over it (RollForward skips it too).
+  if (incompatible_keys_.contains(c.key)) return true;
   const ssd::IndexEntry* e = index_.Find(c.key);
   if (e == nullptr || e->checksum != c.checksum) return false;
   const Location held(e->segment, e->offset), committed(c.segment, c.offset);
@@ -191,7 +188,9 @@ Status ssd::TierImpl::RollForward(const ssd::JournalContents& journal,
     }
   }
   std::vector<ssd::FoundExtent> add;
-  for (const auto& [key, c] : provable) add.push_back(c);
+  for (const auto& [key, c] : provable) {
+    if (!incompatible_keys_.contains(key)) add.push_back(c);  // a newer layout's
+  }
   std::sort(add.begin(), add.end(), [](const auto& a, const auto& b) {
     return Location(a.segment, a.offset) < Location(b.segment, b.offset);
   });
@@ -239,10 +238,14 @@ StatusOr<std::vector<ssd::JournalRecord>> ssd::TierImpl::RegenerateJournal() {
   for (const ssd::FoundExtent& c : scan.extents) {
     const ssd::IndexEntry* e = index_.Find(c.key);
     if (e != nullptr && e->segment == c.segment && e->offset == c.offset) continue;
-    // A copy of the live bytes elsewhere (a compaction's source) is harmless;
-    // journaling it would hide the live version from a rebuild.
-    if (e != nullptr && e->checksum == c.checksum) continue;
-    dead.push_back({c.key, c.checksum, c.segment, c.offset});
+    ssd::JournalRecord r{c.key, c.checksum, c.segment, c.offset};
+    // A copy of the live bytes elsewhere (a compaction's source, a version
+    // stored again with the same bytes): this extent only, as a removal of
+    // the bytes would hide the live version from a rebuild. (It was left
+    // unnamed: once the live version's removal was dropped with its
+    // segment, a rebuild brought the removed block back from it.)
+    r.extent_only = e != nullptr && e->checksum == c.checksum;
+    dead.push_back(r);
   }
   return dead;
 }

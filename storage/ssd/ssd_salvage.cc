@@ -394,12 +394,13 @@ void ssd::TierImpl::ConfirmRemovals(bool committed) {
 
 Status ssd::TierImpl::SyncJournalBeforeCommit() {
   if (!write_options_.sync) return Status::OK();
-  // Not for an extent-only removal (a same-bytes replacement, a garbage
-  // copy): lost with the journal's last pages, it leaves the same bytes
-  // live elsewhere, committed later, so no open takes the metadata for
-  // rolled back and no rebuild brings back anything dead.
+  // Also for an extent-only removal (a same-bytes replacement): lost with
+  // the journal's last pages, it left the replaced copy named by nothing
+  // but a later removal of the key's bytes, which a journal rewrite drops
+  // with its segment, and a rebuild then brought the removed block back
+  // (SsdFaultTest.AnExtentOnlyRemovalLostToPowerCannotBringARemovedBlockBack).
   for (const PendingRemoval& p : t_pending_removals) {
-    if (p.tier == this && !p.record.extent_only) return SyncJournal();
+    if (p.tier == this) return SyncJournal();
   }
   return Status::OK();
 }

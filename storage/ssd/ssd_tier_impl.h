@@ -215,7 +215,12 @@ class TierImpl {
   // released, so a removal of one of them is journaled after its commit.
   void JournalCommits(std::vector<JournalRecord> committed);
   Status CheckFormat();
-  Status RebuildIndex() EXCLUDES(mu_);
+  // The index from the metadata records; damaged records go to `drops`
+  // only when a rebuild could not prove every block (else Corruption).
+  Status RebuildIndex(rocksdb::WriteBatch* drops) EXCLUDES(mu_);
+  // Whether a rebuild from the segments can prove every block: a usable
+  // journal and no segment at or below its barrier.
+  bool SegmentsProveEveryBlock() const;
   Status RepairCounters() EXCLUDES(mu_);
   Status OpenSegments() EXCLUDES(mu_);
 
@@ -472,6 +477,10 @@ class TierImpl {
   std::array<Mutex, kStripes> stripes_;
   mutable Mutex mu_;
   SsdIndex index_ GUARDED_BY(mu_);
+  // Keys whose metadata record is of an unknown (newer) layout: kept, never
+  // served, never restored over by a roll-forward. Filled by RebuildIndex
+  // during Open.
+  std::set<BlockKey> incompatible_keys_;
   Deltas unpersisted_ GUARDED_BY(mu_);  // event counts not yet in the db
   uint64_t next_seq_ GUARDED_BY(mu_) = 0;
   // Blocks read since the last access-order batch, and when the first was.

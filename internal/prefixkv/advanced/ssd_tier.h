@@ -168,8 +168,10 @@ struct SsdOpenReport {
   uint64_t bytes = 0;                    // their payload bytes
   uint64_t incompatible_records =
       0;  // records of an unknown layout version (kept, not served)
-  // Always 0 since 2026-12-06: a record failing its checksum is metadata
-  // damage, rebuilt from the segments (metadata_damage; docs/ssd.md).
+  // Records failing their own checksum that were dropped: only when the
+  // segments cannot prove every block (no usable journal, or segments from
+  // before it); otherwise such a record is metadata damage, rebuilt from
+  // the segments (metadata_damage; docs/ssd.md "Open and recovery").
   uint64_t corrupt_records_removed = 0;
   uint64_t segments = 0;                       // segment files in use
   uint64_t unreferenced_segments_deleted = 0;  // crash garbage removed

@@ -337,30 +337,8 @@ TEST_F(SsdFaultTest, ABlockRemovedThenStoredAgainWithTheSameBytesIsRolledForward
   EXPECT_EQ(Present(*tier, {a}), 1u) << "an acknowledged block lost by the roll-forward";
 }
 
-// In sync mode the journal is synced before a commit that removes what it
-// names (a removal lost with the journal's last pages would bring the block
-// back), but not for a store of the same bytes again, which journals only
-// the replaced extent: an idempotent SET costs no journal fdatasync. Shown
-// with the journal's syncs failing: the same-bytes store succeeds, a store
-// of other bytes fails.
-TEST_F(SsdFaultTest, StoringTheSameBytesAgainWaitsForNoJournalSync) {
-  SsdTierOptions o = Options(SsdDurability::kSync);
-  auto tier = testing::OpenSsd(o);
-  ASSERT_NE(tier, nullptr);
-  const BlockMeta a = ChainBlock(0, 0);
-  ASSERT_OK(tier->Put(a, PayloadOf(a), true));
-  fs_.AddFault({.op = FaultOp::kSync, .path_contains = "removals.pkvj"});
-  EXPECT_OK(tier->Put(a, PayloadOf(a), true));
-  const SharedBytes other = testing::ConformancePayload(a.key, 1, 3000);
-  EXPECT_FALSE(tier->Put(a, other, true).ok()) << "its removal record was not synced";
-  fs_.ClearFaults();
-  StatusOr<SharedBytes> got = tier->Get(a.key);
-  ASSERT_OK(got);
-  EXPECT_EQ(got->view(), PayloadOf(a).view());
-}
-
-// Review (h-review2): a same-bytes copy with no record of its own. `a` is
-// stored, then stored again with the same bytes in a newer segment (an
+// Found in review (2026-12-06; failed before the fix): a same-bytes copy with no record
+// of its own. `a` is stored, then stored again with the same bytes in a newer segment (an
 // extent-only removal names the first extent), and the journal is lost: the
 // open regenerates it from the intact metadata, and RegenerateJournal skips
 // an extent holding the live bytes ("harmless"), so the first extent is now
@@ -368,8 +346,7 @@ TEST_F(SsdFaultTest, StoringTheSameBytesAgainWaitsForNoJournalSync) {
 // place), its segment empties and is deleted at the next open, whose journal
 // rewrite drops that removal with it. A rebuild then restores `a` from its
 // first extent: a removed block comes back.
-TEST_F(SsdFaultTest,
-       ReviewARegeneratedJournalNamesTheSameBytesCopySoARemovalOutlivesItsSegment) {
+TEST_F(SsdFaultTest, ARegeneratedJournalNamesASameBytesCopySoARemovedBlockStaysRemoved) {
   SsdTierOptions o = Options(SsdDurability::kSync);
   o.reclaim_live_fraction = 0;  // only empty segments go
   const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
@@ -406,15 +383,14 @@ TEST_F(SsdFaultTest,
   EXPECT_EQ(Present(*tier, {a}), 0u) << "a removed block brought back by the rebuild";
 }
 
-// Review (h-review2): SyncJournalBeforeCommit skips an extent-only removal
-// (a052d30), so in sync mode a same-bytes store is acknowledged while its
-// removal of the replaced extent is still in the page cache. A power loss
-// takes it; the replaced extent is then named by nothing (the open's rewrite
-// makes that final). `a` is removed later (a synced removal of its bytes at
-// its second place), its segment empties and is deleted at the next open
-// with that removal, and a rebuild restores `a` from its first extent.
-TEST_F(SsdFaultTest,
-       ReviewAnUnsyncedExtentOnlyRemovalLostToPowerBringsARemovedBlockBack) {
+// Found in review (2026-12-06; failed before the fix): SyncJournalBeforeCommit skips an
+// extent-only removal (a052d30), so in sync mode a same-bytes store is acknowledged while
+// its removal of the replaced extent is still in the page cache. A power loss takes it;
+// the replaced extent is then named by nothing (the open's rewrite makes that final). `a`
+// is removed later (a synced removal of its bytes at its second place), its segment
+// empties and is deleted at the next open with that removal, and a rebuild restores `a`
+// from its first extent.
+TEST_F(SsdFaultTest, AnExtentOnlyRemovalLostToPowerCannotBringARemovedBlockBack) {
   const SsdTierOptions o = [&] {
     SsdTierOptions x = Options(SsdDurability::kSync);
     x.reclaim_live_fraction = 0;  // only empty segments go
@@ -455,16 +431,15 @@ TEST_F(SsdFaultTest,
   EXPECT_EQ(Present(*tier, {a}), 0u) << "a removed block brought back by the rebuild";
 }
 
-// Review (h-review2): a compaction copy whose repoint commit fails is
-// garbage the journal never names (RepointRelocated journals a copy only
+// Found in review (2026-12-06; failed before the fix): a compaction copy whose repoint
+// commit fails is garbage the journal never names (RepointRelocated journals a copy only
 // when its block was replaced or removed meanwhile, and nothing when the
 // commit fails). Blocks 6 and 7 are copied into the second segment, the
 // commit fails, and later they are removed: their removals name their
 // (key, bytes) at the first segment, which then empties and is deleted, and
 // the next open's journal rewrite drops those removals with it. A rebuild
 // then restores both removed blocks from the failed copies.
-TEST_F(SsdFaultTest,
-       ReviewACompactionCopyWhoseCommitFailedComesBackAfterItsBlockIsRemoved) {
+TEST_F(SsdFaultTest, ACompactionCopyWhoseCommitFailedStaysDeadAfterItsBlockIsRemoved) {
   SsdTierOptions o = Options(SsdDurability::kWal);
   o.capacity_bytes = 64 << 20;
   o.segment_bytes = 64 << 10;  // 8 extents of 8 KiB

@@ -17,11 +17,11 @@
 #include <mutex>
 #include <thread>
 
-#include "tests/support/fault_injection_file_system.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "ssd_tier_impl.h"
 #include "ssd_writer.h"
 #include "tests/storage/ssd/ssd_test_util.h"
+#include "tests/support/fault_injection_file_system.h"
 
 namespace prefixkv {
 namespace {

@@ -29,9 +29,9 @@
 #include <string>
 #include <thread>
 
-#include "tests/support/fault_injection_file_system.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "tests/storage/ssd/ssd_test_util.h"
+#include "tests/support/fault_injection_file_system.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv {
