@@ -15,6 +15,8 @@
 #include <thread>
 
 #include "prefixkv/advanced/ssd_tier.h"
+#include "ssd_layout.h"
+#include "ssd_test_peer.h"
 #include "tests/storage/ssd/ssd_test_util.h"
 #include "tests/support/fault_injection_file_system.h"
 
@@ -482,6 +484,91 @@ TEST_F(SsdFaultTest, ACompactionCopyWhoseCommitFailedStaysDeadAfterItsBlockIsRem
   for (uint64_t i = 8; i < 12; ++i) EXPECT_TRUE(tier->Contains(ChainBlock(i, 0).key));
   EXPECT_FALSE(tier->Contains(ChainBlock(6, 0).key)) << "a removed block brought back";
   EXPECT_FALSE(tier->Contains(ChainBlock(7, 0).key)) << "a removed block brought back";
+}
+
+// Found in review 3 (2026-12-06): the source extents of a compaction that
+// stopped between batches have no record of their own. A sparse segment
+// holds more live blocks than one relocation batch (16); the first batch is
+// copied and repointed, the second batch's repoint commit fails, so the
+// segment stays (it still holds live blocks) with the first batch's old
+// extents in it, named by nothing. Those blocks are then removed: their
+// removals name their (key, bytes) at the copies' segment, which empties and
+// is deleted, and the next open's journal rewrite drops those removals with
+// it. A rebuild then restores the removed blocks from the stale source
+// extents.
+TEST_F(SsdFaultTest,
+       ACompactionSourceExtentLeftByAFailedBatchStaysDeadAfterItsBlockIsRemoved) {
+  SsdTierOptions o = Options(SsdDurability::kWal);
+  o.capacity_bytes = 64 << 20;
+  o.segment_bytes = 256 << 10;  // 64 extents of 4 KiB
+  o.retry_interval_ms = 5;
+  auto payload = [](const BlockKey& k) {
+    return testing::ConformancePayload(k, 0, 3000);
+  };
+  const std::filesystem::path ssd = dir_.path() / "ssd";
+  const std::thread::id main_thread = std::this_thread::get_id();
+  // 0: every reclaimer commit fails; 1: the next one succeeds, later ones fail.
+  std::atomic<int> phase{0}, after{0};
+  auto tier = testing::OpenSsdWithCommitHook(o, [&]() -> Status {
+    if (std::this_thread::get_id() == main_thread) return Status::OK();
+    if (phase.load() == 1 && after.fetch_add(1) == 0) return Status::OK();
+    return Status::IOError("injected: repoint commit fails");
+  });
+  ASSERT_NE(tier, nullptr);
+  auto segment_of = [&](SsdTier& t, uint64_t i) -> uint64_t {
+    const BlockMeta m = ChainBlock(i, 0);
+    StatusOr<std::string> raw = SsdTierTestPeer::ReadRaw(
+        t, ssd::BlockRecordKey(ssd::kMetaTag, m.namespace_id, m.key));
+    if (!raw.ok()) return 0;
+    ssd::StoredMeta meta;
+    if (!ssd::DecodeMeta(*raw, &meta).ok()) return 0;
+    return meta.segment;
+  };
+  // Blocks 0-63 fill the first segment; 64 opens the second one.
+  constexpr uint64_t kBlocks = 65;
+  for (uint64_t i = 0; i < kBlocks; ++i) {
+    ASSERT_OK(tier->Put(ChainBlock(i, 0), payload(ChainBlock(i, 0).key), false));
+  }
+  const uint64_t first = segment_of(*tier, 0);
+  ASSERT_NE(first, 0u);
+  ASSERT_EQ(segment_of(*tier, 63), first);
+  // 24 live blocks are left in it: a sparse segment, two relocation batches.
+  for (uint64_t i = 0; i < 40; ++i) ASSERT_OK(tier->Remove(ChainBlock(i, 0).key));
+  ASSERT_OK(tier->Remove(ChainBlock(64, 0).key));  // the second segment holds only copies
+  phase = 1;
+  ASSERT_TRUE(testing::WaitUntil([&] { return after.load() >= 2; }))
+      << "the reclaimer never moved a first batch and failed a second";
+  std::vector<uint64_t> moved, stayed;
+  for (uint64_t i = 40; i < 64; ++i) {
+    (segment_of(*tier, i) == first ? stayed : moved).push_back(i);
+  }
+  (void)tier->Close();
+  tier.reset();
+  ASSERT_FALSE(moved.empty());
+  ASSERT_FALSE(stayed.empty()) << "the first segment must keep live blocks";
+  o.reclaim_live_fraction = 0;  // only empty segments go from now on
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->open_report().metadata_rollback, "");
+  for (uint64_t i : moved) ASSERT_OK(tier->Remove(ChainBlock(i, 0).key));  // acknowledged
+  ASSERT_OK(tier->Close());
+  tier = testing::OpenSsd(o);  // the copies' segment, emptied, is gone with its records
+  ASSERT_NE(tier, nullptr);
+  for (uint64_t i : moved) EXPECT_FALSE(tier->Contains(ChainBlock(i, 0).key));
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  for (const auto& e : std::filesystem::directory_iterator(ssd)) {
+    if (e.path().filename() != "segments") std::filesystem::remove_all(e.path());
+  }
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_NE(tier->open_report().metadata_damage, "") << "rebuilt";
+  for (uint64_t i : stayed) EXPECT_TRUE(tier->Contains(ChainBlock(i, 0).key)) << i;
+  EXPECT_FALSE(tier->Contains(ChainBlock(64, 0).key));
+  for (uint64_t i : moved) {
+    EXPECT_FALSE(tier->Contains(ChainBlock(i, 0).key))
+        << "removed block " << i << " brought back";
+  }
 }
 
 // A segment sealed (full) while its fdatasync fails: the store that needed
