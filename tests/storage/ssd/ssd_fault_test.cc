@@ -571,6 +571,85 @@ TEST_F(SsdFaultTest,
   }
 }
 
+// Found in review 3 (2026-12-06): crash garbage is named by nothing. In sync
+// mode a store's payload is on the device before its metadata commit; the
+// power fails in between (here: at the commit, through the commit hook). The
+// open after it is right to keep `a`'s old version, but the new extent (a
+// version never acknowledged) sits beside the live one in a segment that
+// stays, with no record. A rebuild then sees two versions of `a` with no order
+// between them and restores neither: the acknowledged `a` is lost.
+TEST_F(SsdFaultTest, CrashGarbageOfAFailedOverwriteDoesNotCostARebuildTheLiveVersion) {
+  SsdTierOptions o = Options(SsdDurability::kSync);
+  o.reclaim_live_fraction = 0;  // only empty segments go
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
+  const std::filesystem::path ssd = dir_.path() / "ssd";
+  std::atomic<bool> cut{false};
+  auto tier = testing::OpenSsdWithCommitHook(o, [&]() -> Status {
+    if (!cut.exchange(false)) return Status::OK();
+    (void)fs_.SimulatePowerLoss();  // after the payload's fdatasync, before the commit
+    return Status::IOError("injected: the power fails");
+  });
+  ASSERT_NE(tier, nullptr);
+  ASSERT_OK(tier->Put(a, PayloadOf(a), true));  // acknowledged
+  ASSERT_OK(tier->Put(b, PayloadOf(b), true));
+  cut = true;
+  EXPECT_FALSE(tier->Put(a, testing::ConformancePayload(a.key, 1, 1500), true).ok());
+  EXPECT_FALSE(tier->Close().ok());
+  tier.reset();
+  fs_.PowerOn();
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_EQ(Present(*tier, {a, b}), 2u);
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  for (const auto& e : std::filesystem::directory_iterator(ssd)) {
+    if (e.path().filename() != "segments") std::filesystem::remove_all(e.path());
+  }
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_NE(tier->open_report().metadata_damage, "") << "rebuilt";
+  EXPECT_EQ(Present(*tier, {b}), 1u);
+  EXPECT_EQ(Present(*tier, {a}), 1u) << "an acknowledged block lost by the rebuild";
+}
+
+// The same crash garbage, then `a` removed: its removal names `a`'s
+// acknowledged bytes only, and a rebuild restores `a` from the garbage, with
+// bytes no Put ever had acknowledged.
+TEST_F(SsdFaultTest, CrashGarbageOfAFailedOverwriteCannotBringARemovedBlockBack) {
+  SsdTierOptions o = Options(SsdDurability::kSync);
+  o.reclaim_live_fraction = 0;  // only empty segments go
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
+  const std::filesystem::path ssd = dir_.path() / "ssd";
+  std::atomic<bool> cut{false};
+  auto tier = testing::OpenSsdWithCommitHook(o, [&]() -> Status {
+    if (!cut.exchange(false)) return Status::OK();
+    (void)fs_.SimulatePowerLoss();  // after the payload's fdatasync, before the commit
+    return Status::IOError("injected: the power fails");
+  });
+  ASSERT_NE(tier, nullptr);
+  ASSERT_OK(tier->Put(a, PayloadOf(a), true));
+  ASSERT_OK(tier->Put(b, PayloadOf(b), true));
+  cut = true;
+  EXPECT_FALSE(tier->Put(a, testing::ConformancePayload(a.key, 1, 1500), true).ok());
+  EXPECT_FALSE(tier->Close().ok());
+  tier.reset();
+  fs_.PowerOn();
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_EQ(Present(*tier, {a, b}), 2u);
+  ASSERT_OK(tier->Remove(a.key));  // acknowledged
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  for (const auto& e : std::filesystem::directory_iterator(ssd)) {
+    if (e.path().filename() != "segments") std::filesystem::remove_all(e.path());
+  }
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_NE(tier->open_report().metadata_damage, "") << "rebuilt";
+  EXPECT_EQ(Present(*tier, {b}), 1u);
+  EXPECT_FALSE(tier->Contains(a.key)) << "a removed block brought back by the rebuild";
+}
+
 // A segment sealed (full) while its fdatasync fails: the store that needed
 // the new segment fails, and the blocks written to the sealed one earlier
 // (acknowledged in wal mode after their write) may not be on the device.
