@@ -90,7 +90,7 @@ JournalContents LoadJournal(FileSystem* fs, const std::string& dir) {
                             (offset & kExtentOnlyFlag) != 0};
     const size_t at = out.records.size();
     if (IsRemovalRecord(rec)) {
-      out.removed_at.insert({rec.segment, rec.offset});
+      out.removed_at[{rec.segment, rec.offset}] = at;
       if (!rec.extent_only) out.last_removal[{rec.key, rec.checksum}] = at;
     } else if (IsCommitRecord(rec)) {
       out.last_commit_at[{rec.segment, rec.offset}] = at;
@@ -107,10 +107,14 @@ JournalContents LoadJournal(FileSystem* fs, const std::string& dir) {
 
 bool JournalContents::Excludes(const BlockKey& key, uint64_t checksum, uint64_t segment,
                                uint64_t offset) const {
-  if (removed_at.contains({segment, offset})) return true;
+  const auto commit = last_commit_at.find({segment, offset});
+  if (auto here = removed_at.find({segment, offset});
+      here != removed_at.end() &&
+      (commit == last_commit_at.end() || commit->second < here->second)) {
+    return true;
+  }
   const auto removal = last_removal.find({key, checksum});
   if (removal == last_removal.end()) return false;
-  const auto commit = last_commit_at.find({segment, offset});
   return commit == last_commit_at.end() || commit->second < removal->second;
 }
 
@@ -148,7 +152,10 @@ Status RemovalJournal::Rewrite(uint64_t barrier_if_new,
     const JournalRecord& m = old.records[i];
     if (!IsCommitRecord(m)) continue;
     last_commit[m.segment] = i;
-    if (!old.removed_at.contains({m.segment, m.offset})) last_live_commit[m.segment] = i;
+    const auto removal = old.removed_at.find({m.segment, m.offset});
+    if (removal == old.removed_at.end() || removal->second < i) {
+      last_live_commit[m.segment] = i;
+    }
   }
   std::set<std::pair<BlockKey, uint64_t>> kept_removals;
   std::vector<uint8_t> buf(kJournalRecordBytes);
@@ -156,6 +163,13 @@ Status RemovalJournal::Rewrite(uint64_t barrier_if_new,
   for (size_t i = 0; i < old.records.size(); ++i) {
     const JournalRecord& m = old.records[i];
     if (!keep_(m.segment)) continue;
+    // A store's advance removal of its own extent, committed since: it
+    // named crash garbage that never was (JournalContents::Excludes), and
+    // that commit record may be dropped below.
+    if (IsRemovalRecord(m) && m.extent_only) {
+      const auto commit = old.last_commit_at.find({m.segment, m.offset});
+      if (commit != old.last_commit_at.end() && commit->second > i) continue;
+    }
     if (IsRemovalRecord(m) && !m.extent_only) kept_removals.insert({m.key, m.checksum});
     if (IsCommitRecord(m) && last_commit[m.segment] != i &&
         !(last_live_commit.contains(m.segment) && last_live_commit[m.segment] == i) &&

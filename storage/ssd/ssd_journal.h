@@ -105,7 +105,9 @@ struct JournalContents {
   std::vector<JournalRecord> records;  // removals, commits and confirms, in order
 
   // Whether the journal proves the intact extent of `key` with payload
-  // `checksum` at (`segment`, `offset`) dead: a removal names that place, or
+  // `checksum` at (`segment`, `offset`) dead: a removal names that place
+  // after any commit record does (a store journals its new extents as
+  // removed before its commit: crash garbage if the commit never comes), or
   // a removal names the key with these bytes (a compaction copy of a
   // removed version has them too) and no commit record names this place
   // after the last such removal. (A commit after the removal is the key
@@ -120,8 +122,8 @@ struct JournalContents {
   }
 
   // Indexes of `records` for Excludes, filled by LoadJournal.
-  std::set<std::pair<uint64_t, uint64_t>> removed_at;              // (segment, offset)
-  std::map<std::pair<BlockKey, uint64_t>, size_t> last_removal;    // (key, checksum)
+  std::map<std::pair<uint64_t, uint64_t>, size_t> removed_at;    // place -> last removal
+  std::map<std::pair<BlockKey, uint64_t>, size_t> last_removal;  // (key, checksum)
   std::map<std::pair<uint64_t, uint64_t>, size_t> last_commit_at;  // (segment, offset)
 };
 // Reads `dir`/kJournalName. A damaged record anywhere makes it unusable (the

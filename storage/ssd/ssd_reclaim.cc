@@ -150,7 +150,16 @@ Status ssd::TierImpl::CopyRelocated(const std::vector<RelocatedBlock>& moving,
   PKV_RETURN_IF_ERROR(CheckDiskSpace());  // a copy needs room first
   // Synced: the old copy is unlinked after this, in every mode.
   Status w = store_->Append(extents, /*sync=*/true, to);
-  if (!w.ok()) NoteNoSpace(w);
+  if (!w.ok()) {
+    NoteNoSpace(w);
+    return w;
+  }
+  std::vector<ssd::JournalRecord> written;
+  for (size_t i = 0; i < moving.size(); ++i) {
+    written.push_back(
+        {moving[i].key, moving[i].e.checksum, (*to)[i].segment, (*to)[i].offset});
+  }
+  JournalNewExtents(std::move(written));  // crash garbage unless repointed
   return w;
 }
 
@@ -191,7 +200,11 @@ Status ssd::TierImpl::RepointRelocated(uint64_t segment,
     }
   }
   if (s.ok() && batch.Count() > 0) {
-    // Each moved block's new place, under the blocks' locks (JournalCommits).
+    // Each moved block's new place, under the blocks' locks (JournalCommits);
+    // then its old place, dead now: the segment is unlinked when the whole
+    // relocation is done, but one cut short (a later batch failing, a kill)
+    // leaves it, and a copy no record names came back by a rebuild once
+    // the block's removal was dropped with its new segment.
     std::vector<ssd::JournalRecord> records;
     for (size_t i = 0; i < moving.size(); ++i) {
       if (still[i]) {
@@ -200,6 +213,12 @@ Status ssd::TierImpl::RepointRelocated(uint64_t segment,
       }
     }
     JournalCommits(std::move(records));
+    for (size_t i = 0; i < moving.size(); ++i) {
+      if (still[i]) {
+        JournalRemoval(moving[i].key, moving[i].e.checksum, moving[i].e.segment,
+                       moving[i].e.offset, /*awaits_commit=*/false, /*extent_only=*/true);
+      }
+    }
   }
   if (s.ok()) {
     MutexLock lock(&mu_);

@@ -410,6 +410,12 @@ Status ssd::TierImpl::SyncJournal() const {
   return j == nullptr ? Status::OK() : j->Sync();
 }
 
+void ssd::TierImpl::JournalNewExtents(std::vector<ssd::JournalRecord> written) {
+  if (journal_ == nullptr) return;
+  for (ssd::JournalRecord& r : written) r.extent_only = true;
+  (void)journal_->AppendRecords(written);
+}
+
 void ssd::TierImpl::JournalCommits(std::vector<ssd::JournalRecord> committed) {
   if (journal_ == nullptr) return;
   for (ssd::JournalRecord& r : committed) r.commit = true;

@@ -280,6 +280,14 @@ Status ssd::TierImpl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
   std::vector<ssd::StoredMeta> stored;
   std::vector<ssd::ExtentLocation> locations;
   PKV_RETURN_IF_ERROR(AppendPayloads(items, dirty, &stored, &locations));
+  {
+    std::vector<ssd::JournalRecord> written;
+    for (size_t i = 0; i < items.size(); ++i) {
+      written.push_back({items[i].meta.key, stored[i].payload_xxh3, stored[i].segment,
+                         stored[i].offset});
+    }
+    JournalNewExtents(std::move(written));  // crash garbage unless committed
+  }
   std::vector<BlockKey> keys;
   for (const auto& item : items) keys.push_back(item.meta.key);
   Status s;

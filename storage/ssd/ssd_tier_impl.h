@@ -214,6 +214,14 @@ class TierImpl {
   // (ssd_journal.h), in one append. Called before the blocks' locks are
   // released, so a removal of one of them is journaled after its commit.
   void JournalCommits(std::vector<JournalRecord> committed);
+  // Before the metadata commit that will reference extents just written: an
+  // extent-only removal of each, which that commit's records override
+  // (JournalContents::Excludes). If the commit never comes (a kill between
+  // payload and commit), the extent is named crash garbage, which a rebuild
+  // took for a version (losing the live one, or restoring a removed key
+  // with bytes never acknowledged). Not synced: a power cut can still take
+  // it (docs/ssd.md).
+  void JournalNewExtents(std::vector<JournalRecord> written);
   Status CheckFormat();
   // The index from the metadata records; damaged records go to `drops`
   // only when a rebuild could not prove every block (else Corruption).
