@@ -599,6 +599,26 @@ TEST_F(SsdFaultTest, CloseSyncsASegmentWhoseSyncFailedWhenItWasSealed) {
   }
 }
 
+// Runs this binary's test `filter` (an SsdFaultChild) in a process of its own
+// (RocksDB's threads do not survive a fork, so it is exec'd) with `env` set
+// to `dir`; its exit status, as waitpid gives it.
+int RunChild(const char* env, const std::string& dir, const std::string& filter) {
+  const pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    setenv(env, dir.c_str(), 1);
+    const int devnull = open("/dev/null", O_WRONLY);
+    if (devnull >= 0) dup2(devnull, STDOUT_FILENO);
+    const std::string arg = "--gtest_filter=" + filter;
+    execl("/proc/self/exe", "ssd_fault_test", arg.c_str(), static_cast<char*>(nullptr));
+    _exit(9);
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  return status;
+}
+
 constexpr char kCutChildEnv[] = "PREFIXKV_SSD_CUT_CHILD";
 
 // CrashGarbage's child: stores `a` and `b` (acknowledged), then dies at the
@@ -634,20 +654,8 @@ TEST(SsdFaultChild, DiesBetweenAPayloadAndItsCommit) {
 // 2026-12-06, with a power cut; that form is still open: docs/ssd.md).
 TEST_F(SsdFaultTest, CrashGarbageOfAStoreKilledBeforeItsCommitIsNeverRestored) {
   const std::filesystem::path ssd = dir_.path() / "cut";
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    setenv(kCutChildEnv, ssd.c_str(), 1);
-    const int devnull = open("/dev/null", O_WRONLY);
-    if (devnull >= 0) dup2(devnull, STDOUT_FILENO);
-    execl("/proc/self/exe", "ssd_fault_test",
-          "--gtest_filter=SsdFaultChild.DiesBetweenAPayloadAndItsCommit",
-          static_cast<char*>(nullptr));
-    _exit(9);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  const int status = RunChild(kCutChildEnv, ssd.string(),
+                              "SsdFaultChild.DiesBetweenAPayloadAndItsCommit");
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   SsdTierOptions o = testing::TestSsdOptions(ssd.string());
   o.durability = SsdDurability::kSync;
@@ -727,19 +735,8 @@ TEST(SsdFaultChild, FlushModeStoresThenDies) {
 // were both lost. Now a commit is known only at its place or a later one.
 TEST_F(SsdFaultTest, AFlushModeKillLosesNoBlockWhoseCommitRecordWasWritten) {
   const std::string dir = (dir_.path() / "flush").string();
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    setenv(kFlushChildEnv, dir.c_str(), 1);
-    const int devnull = open("/dev/null", O_WRONLY);
-    if (devnull >= 0) dup2(devnull, STDOUT_FILENO);
-    execl("/proc/self/exe", "ssd_fault_test", "--gtest_filter=SsdFaultChild.*",
-          static_cast<char*>(nullptr));
-    _exit(9);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  const int status =
+      RunChild(kFlushChildEnv, dir, "SsdFaultChild.FlushModeStoresThenDies");
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   SsdTierOptions o = testing::TestSsdOptions(dir);
   o.durability = SsdDurability::kFlush;
