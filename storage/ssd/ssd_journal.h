@@ -56,7 +56,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -116,10 +115,6 @@ struct JournalContents {
   // of them, and a rebuild or roll-forward lost such a block.)
   bool Excludes(const BlockKey& key, uint64_t checksum, uint64_t segment,
                 uint64_t offset) const;
-  // Whether any removal record names `key` with payload `checksum`.
-  bool Removed(const BlockKey& key, uint64_t checksum) const {
-    return last_removal.contains({key, checksum});
-  }
 
   // Indexes of `records` for Excludes, filled by LoadJournal.
   std::map<std::pair<uint64_t, uint64_t>, size_t> removed_at;    // place -> last removal
@@ -162,11 +157,6 @@ class RemovalJournal {
   Status AppendExtentOnly(const BlockKey& key, uint64_t checksum, uint64_t segment,
                           uint64_t offset) EXCLUDES(mu_) {
     return Append(key, checksum, segment, offset | kExtentOnlyFlag);
-  }
-  // Appends one commit record (see above); fails like Append.
-  Status AppendCommit(const BlockKey& key, uint64_t checksum, uint64_t segment,
-                      uint64_t offset) EXCLUDES(mu_) {
-    return Append(key, checksum, segment, offset | kCommitFlag);
   }
 
  private:

@@ -363,6 +363,20 @@ TEST(SsdCorruption, AuditNamesPersistedCountersThatDisagreeWhileOpen) {
                                           ", recomputed " + std::to_string(bytes)}}));
 }
 
+// Flips bit 0 of the owner (u32 LE at offset 4, so owner 2 reads 3) in the
+// metadata record of `block`, written back through RocksDB's API: RocksDB's
+// block checksums pass, only the record's own checksum can tell.
+Status FlipOwnerBit(SsdTier& tier, const BlockMeta& block) {
+  const std::string key =
+      ssd::BlockRecordKey(ssd::kMetaTag, block.namespace_id, block.key);
+  StatusOr<std::string> record = SsdTierTestPeer::ReadRaw(tier, key);
+  if (!record.ok()) return record.status();
+  if (record->size() != ssd::kMetaBytes)
+    return Status::Corruption("not a 72-byte record");
+  (*record)[4] ^= 0x01;
+  return SsdTierTestPeer::PutRaw(tier, key, *record);
+}
+
 // A metadata record whose own checksum fails although RocksDB's block
 // checksums pass (written through RocksDB's API: the owner byte flipped, so
 // the record still decodes to a plausible block with an intact payload) is
@@ -380,12 +394,7 @@ TEST(SsdCorruption, ARecordFailingItsOwnChecksumIsRebuiltNeverServedUnderTheWron
     ASSERT_NE(tier, nullptr);
     ASSERT_OK(tier->Put(damaged, PayloadOf(damaged.key), true));
     ASSERT_OK(tier->Put(intact, PayloadOf(intact.key), true));
-    const std::string key =
-        ssd::BlockRecordKey(ssd::kMetaTag, damaged.namespace_id, damaged.key);
-    ASSERT_OK_AND_ASSIGN(std::string record, SsdTierTestPeer::ReadRaw(*tier, key));
-    ASSERT_EQ(record.size(), ssd::kMetaBytes);
-    record[4] ^= 0x01;  // owner 2 -> 3 (u32 LE at offset 4)
-    ASSERT_OK(SsdTierTestPeer::PutRaw(*tier, key, record));
+    ASSERT_OK(FlipOwnerBit(*tier, damaged));
     ASSERT_OK(tier->Close());
   }
   auto tier = testing::OpenSsd(o);
@@ -419,11 +428,7 @@ TEST(SsdCorruption, OneDamagedRecordBesideAMissingJournalLosesNoIntactBlock) {
     ASSERT_NE(tier, nullptr);
     ASSERT_OK(tier->Put(damaged, PayloadOf(damaged.key), true));
     ASSERT_OK(tier->Put(intact, PayloadOf(intact.key), true));
-    const std::string key =
-        ssd::BlockRecordKey(ssd::kMetaTag, damaged.namespace_id, damaged.key);
-    ASSERT_OK_AND_ASSIGN(std::string record, SsdTierTestPeer::ReadRaw(*tier, key));
-    record[4] ^= 0x01;
-    ASSERT_OK(SsdTierTestPeer::PutRaw(*tier, key, record));
+    ASSERT_OK(FlipOwnerBit(*tier, damaged));
     ASSERT_OK(tier->Close());
   }
   fs::remove(path / "segments" / "removals.pkvj");  // e.g. a failed append deleted it
@@ -507,12 +512,7 @@ TEST(SsdCorruption, ADamagedRecordNeverLosesTheBlockItsSegmentStillHolds) {
     ASSERT_OK(tier->Put(damaged, PayloadOf(damaged.key), true));
     ASSERT_OK(tier->Put(removed, PayloadOf(removed.key), true));
     ASSERT_OK(tier->Remove(removed.key));
-    const std::string key =
-        ssd::BlockRecordKey(ssd::kMetaTag, damaged.namespace_id, damaged.key);
-    ASSERT_OK_AND_ASSIGN(std::string record, SsdTierTestPeer::ReadRaw(*tier, key));
-    ASSERT_EQ(record.size(), ssd::kMetaBytes);
-    record[4] ^= 0x01;  // owner 2 -> 3 (u32 LE at offset 4)
-    ASSERT_OK(SsdTierTestPeer::PutRaw(*tier, key, record));
+    ASSERT_OK(FlipOwnerBit(*tier, damaged));
     ASSERT_OK(tier->Close());
   }
   const std::vector<fs::path> segments = testing::SegmentFiles(path);

@@ -418,9 +418,7 @@ TEST(SsdRepair, RandomStoresRemovalsAndCompactionsAreRebuiltAndRolledForwardExac
     };
     const fs::path copy = dir.path() / "copy";
     fs::copy(path, copy, fs::copy_options::recursive);
-    for (const auto& e : fs::directory_iterator(path)) {
-      if (e.path().filename() != "segments") fs::remove_all(e.path());
-    }
+    testing::DropMetadata(path);
     expect_model("rebuilt from the segments");
     if (snapshotted) {
       fs::remove_all(path);

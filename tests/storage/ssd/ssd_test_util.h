@@ -28,7 +28,6 @@ namespace prefixkv::testing {
 // ssd_tier_conformance_test runs it, the tests including this header do not.
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TierConformance);
 
-// Polls `done` for up to `seconds` of real time.
 inline SsdTierOptions TestSsdOptions(const std::string& path) {
   SsdTierOptions o;
   o.path = path;
@@ -43,6 +42,24 @@ inline std::unique_ptr<SsdTier> OpenSsd(const SsdTierOptions& o) {
   StatusOr<std::unique_ptr<SsdTier>> tier = SsdTier::Open(o);
   EXPECT_OK(tier);
   return tier.ok() ? std::move(tier).value() : nullptr;
+}
+
+// Deletes every metadata file of the tier directory `path` (all but
+// segments/), as RepairCli.AllMetadataGoneIsRebuiltFromTheSegments does.
+inline void DropMetadata(const std::filesystem::path& path) {
+  for (const auto& e : std::filesystem::directory_iterator(path)) {
+    if (e.path().filename() != "segments") std::filesystem::remove_all(e.path());
+  }
+}
+
+// DropMetadata, then OpenSsd: the tier rebuilt from its segments (checked).
+inline std::unique_ptr<SsdTier> OpenRebuilt(const SsdTierOptions& o) {
+  DropMetadata(o.path);
+  std::unique_ptr<SsdTier> tier = OpenSsd(o);
+  if (tier != nullptr) {
+    EXPECT_NE(tier->open_report().metadata_damage, "") << "rebuilt";
+  }
+  return tier;
 }
 
 // OpenSsd with SsdTierTestPeer's hook before every metadata commit.
