@@ -8,8 +8,10 @@
 // database had stopped referencing; and it is synced before metadata that
 // depends on it reaches the device (a sync-mode commit that deletes, a
 // memtable flush, Close), so after a power loss too. A replacing store of
-// the same bytes does not journal the extent it replaces (see the rebuild
-// rule below: that would exclude the new extent as well).
+// the same bytes journals an extent-only removal of the extent it replaces
+// (a removal of its bytes would exclude the new extent as well). Every
+// repairing Open then journals what its metadata decides and the journal
+// does not yet say (ssd_reconcile.cc).
 //
 // File: records of 48 bytes, little-endian, each ending in the XXH3-64 of its
 // bytes 0..39:

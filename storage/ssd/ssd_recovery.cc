@@ -255,6 +255,7 @@ Status ssd::TierImpl::Open() {
   }
   PKV_RETURN_IF_ERROR(OpenSegments());
   PKV_RETURN_IF_ERROR(OpenJournal());
+  PKV_RETURN_IF_ERROR(ReconcileJournal());
   FillReserve();
   // From here until Close() completes, a kill is an unclean stop.
   rocksdb::WriteOptions w;

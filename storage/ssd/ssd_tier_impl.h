@@ -189,6 +189,11 @@ class TierImpl {
   // RemovalJournal::Open. Walks the segments.
   StatusOr<std::vector<JournalRecord>> RegenerateJournal() EXCLUDES(mu_);
   Status OpenJournal();
+  // ssd_reconcile.cc: after OpenJournal, at a repairing open, journals what
+  // the metadata decides and the journal does not yet say (crash garbage at
+  // segment ends dead, live blocks it would exclude committed), so a later
+  // rebuild restores exactly what this metadata holds.
+  Status ReconcileJournal() EXCLUDES(mu_);
   // Journals an extent that stops being live. `awaits_commit`: the metadata
   // commit that removes it follows on this thread, and Commit confirms the
   // removal when it succeeds (false: garbage no metadata ever referenced).
@@ -219,8 +224,8 @@ class TierImpl {
   // (JournalContents::Excludes). If the commit never comes (a kill between
   // payload and commit), the extent is named crash garbage, which a rebuild
   // took for a version (losing the live one, or restoring a removed key
-  // with bytes never acknowledged). Not synced: a power cut can still take
-  // it (docs/ssd.md).
+  // with bytes never acknowledged). Not synced: a power cut can take it,
+  // and the next repairing open names such garbage (ReconcileJournal).
   void JournalNewExtents(std::vector<JournalRecord> written);
   Status CheckFormat();
   // The index from the metadata records; damaged records go to `drops`

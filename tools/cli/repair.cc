@@ -110,6 +110,15 @@ int Repair(const std::vector<std::string>& args) {
                 report.journal_problem.c_str(),
                 static_cast<unsigned long long>(report.journal_regenerated_removals));
   }
+  if (report.journal_garbage_named > 0 || report.journal_live_recommitted > 0) {
+    repaired = true;
+    std::printf(
+        "removal journal brought in line with the metadata: %llu extents nothing "
+        "referenced (a store cut before its commit) journaled dead, %llu live blocks "
+        "it excluded journaled committed\n",
+        static_cast<unsigned long long>(report.journal_garbage_named),
+        static_cast<unsigned long long>(report.journal_live_recommitted));
+  }
   if (!damaged.empty()) {
     repaired = true;
     std::printf(

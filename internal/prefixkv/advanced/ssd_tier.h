@@ -201,6 +201,16 @@ struct SsdOpenReport {
   std::string journal_problem;
   uint64_t journal_regenerated_removals = 0;
   bool journal_regenerated = false;
+  // What a repairing open journaled so that a later rebuild from the
+  // segments (a second fault) restores exactly the blocks this metadata
+  // holds (docs/ssd.md "The journal agrees with the metadata at every
+  // open"): extents at the end of a segment that nothing references or
+  // names (a store's payload written, its commit never made, and the record
+  // naming it dead lost to a power cut), journaled dead; and live blocks the
+  // journal would exclude (a removal whose commit never came, or a commit
+  // record lost to a power cut), given a commit record.
+  uint64_t journal_garbage_named = 0;
+  uint64_t journal_live_recommitted = 0;
 };
 
 // Blocks and bytes of one namespace.

@@ -42,12 +42,17 @@ class SsdFaultTest : public ::testing::Test {
   // `tier` is the directory reopened in `durability` (null if that failed).
   PowerLossReport CutPowerAndReopen(std::unique_ptr<SsdTier>& tier,
                                     SsdDurability durability) {
+    return CutPowerAndReopen(tier, Options(durability));
+  }
+  // The same, reopened with `o`.
+  PowerLossReport CutPowerAndReopen(std::unique_ptr<SsdTier>& tier,
+                                    const SsdTierOptions& o) {
     StatusOr<PowerLossReport> report = fs_.SimulatePowerLoss();
     EXPECT_OK(report);
     EXPECT_FALSE(tier->Close().ok()) << "closing without power cannot succeed";
     tier.reset();
     fs_.PowerOn();
-    tier = testing::OpenSsd(Options(durability));
+    tier = testing::OpenSsd(o);
     return report.ok() ? *report : PowerLossReport{};
   }
   // Blocks of `blocks` that are present; each one present must be served
@@ -393,11 +398,7 @@ TEST_F(SsdFaultTest, AnExtentOnlyRemovalLostToPowerCannotBringARemovedBlockBack)
   tier = testing::OpenSsd(o);
   ASSERT_NE(tier, nullptr);
   ASSERT_OK(tier->Put(a, PayloadOf(a), true));  // same bytes: acknowledged, synced
-  ASSERT_OK(fs_.SimulatePowerLoss().status());  // the journal's last records go
-  EXPECT_FALSE(tier->Close().ok());
-  tier.reset();
-  fs_.PowerOn();
-  tier = testing::OpenSsd(o);
+  CutPowerAndReopen(tier, o);                   // the journal's last records go
   ASSERT_NE(tier, nullptr);
   EXPECT_EQ(tier->open_report().metadata_rollback, "");
   ASSERT_EQ(Present(*tier, {a, b}), 2u);
@@ -624,7 +625,7 @@ TEST(SsdFaultChild, DiesBetweenAPayloadAndItsCommit) {
 // acknowledged bytes only), `a` was restored with bytes no Put had
 // acknowledged. Now a store journals its new extents as removed before
 // its commit, which its commit records then override (found in review,
-// 2026-12-06, with a power cut; that form is still open: docs/ssd.md).
+// 2026-12-06, with a power cut: the test below).
 TEST_F(SsdFaultTest, CrashGarbageOfAStoreKilledBeforeItsCommitIsNeverRestored) {
   const std::filesystem::path ssd = dir_.path() / "cut";
   const int status = RunChild(kCutChildEnv, ssd.string(),
@@ -637,6 +638,8 @@ TEST_F(SsdFaultTest, CrashGarbageOfAStoreKilledBeforeItsCommitIsNeverRestored) {
   auto tier = testing::OpenSsd(o);
   ASSERT_NE(tier, nullptr);
   ASSERT_EQ(Present(*tier, {a, b}), 2u);
+  EXPECT_EQ(tier->open_report().journal_live_recommitted, 1u) << "a";
+  EXPECT_EQ(tier->open_report().journal_garbage_named, 0u) << "named before its commit";
   ASSERT_OK(tier->Close());
   tier.reset();
   {
@@ -647,12 +650,13 @@ TEST_F(SsdFaultTest, CrashGarbageOfAStoreKilledBeforeItsCommitIsNeverRestored) {
     c.path = copy.string();
     auto rebuilt = testing::OpenRebuilt(c);
     ASSERT_NE(rebuilt, nullptr);
-    EXPECT_EQ(Present(*rebuilt, {b}), 1u);
-    // Never the garbage's bytes (Present checks them). `a`'s acknowledged
-    // version itself is left out: the killed store had journaled its removal
-    // before its commit, and a rebuild cannot tell that unconfirmed removal
-    // from one whose confirm record the kill took (docs/ssd.md).
-    (void)Present(*rebuilt, {a});
+    // Never the garbage's bytes (Present checks them), and `a`'s
+    // acknowledged version: the killed store had journaled its removal
+    // before its commit, which a rebuild cannot tell from one whose confirm
+    // record the kill took; the open after the kill, whose metadata still
+    // held `a`, journaled a commit record for it (until 2026-12-06 the
+    // rebuild left `a` out).
+    EXPECT_EQ(Present(*rebuilt, {a, b}), 2u);
   }
   SCOPED_TRACE("a removed");
   tier = testing::OpenSsd(o);
@@ -664,6 +668,101 @@ TEST_F(SsdFaultTest, CrashGarbageOfAStoreKilledBeforeItsCommitIsNeverRestored) {
   ASSERT_NE(tier, nullptr);
   EXPECT_EQ(Present(*tier, {b}), 1u);
   EXPECT_FALSE(tier->Contains(a.key)) << "a removed block brought back by the rebuild";
+}
+
+// The power-cut form of the test above (found in review, 2026-12-06). In
+// sync mode a store's payload is fdatasync'd before
+// its commit, but the record that names its extents dead until the commit
+// (JournalNewExtents) is not: the power fails between the two, and the
+// payload stays on the device named by nothing. With `a` live, a rebuild
+// found two versions of it and restored neither (an acknowledged block
+// lost); with `a` removed since (its removal names the acknowledged bytes
+// only), it restored `a` with bytes no Put had acknowledged. Now every
+// repairing Open walks back from each segment's end past what nothing
+// references or names, and journals it dead (SsdTier::open_report()
+// .journal_garbage_named).
+TEST_F(SsdFaultTest, CrashGarbageOfAStoreCutByPowerBeforeItsCommitIsNeverRestored) {
+  SsdTierOptions o = Options(SsdDurability::kSync);
+  o.reclaim_live_fraction = 0;  // the garbage's segment stays
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), c = ChainBlock(2, 0);
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_OK(tier->Put(a, PayloadOf(a), true));
+  ASSERT_OK(tier->Put(b, PayloadOf(b), true));
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  std::atomic<bool> armed{false};
+  tier = testing::OpenSsdWithCommitHook(o, [&]() -> Status {
+    if (!armed.load()) return Status::OK();
+    EXPECT_OK(fs_.SimulatePowerLoss().status());  // after the payload's fdatasync
+    return Status::IOError("injected: the power is gone");
+  });
+  ASSERT_NE(tier, nullptr);
+  // A new segment (every segment is sealed at a restart): `c` keeps it live.
+  ASSERT_OK(tier->Put(c, PayloadOf(c), true));
+  armed = true;
+  EXPECT_FALSE(tier->Put(a, testing::ConformancePayload(a.key, 1, 1500), true).ok());
+  EXPECT_FALSE(tier->Close().ok());
+  tier.reset();
+  fs_.PowerOn();
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->open_report().journal_garbage_named, 1u);
+  ASSERT_EQ(Present(*tier, {a, b, c}), 3u);
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  {
+    SCOPED_TRACE("a live");
+    const std::filesystem::path copy = dir_.path() / "power-copy";
+    std::filesystem::copy(dir_.path() / "ssd", copy,
+                          std::filesystem::copy_options::recursive);
+    SsdTierOptions r = o;
+    r.path = copy.string();
+    auto rebuilt = testing::OpenRebuilt(r);
+    ASSERT_NE(rebuilt, nullptr);
+    EXPECT_EQ(Present(*rebuilt, {a, b, c}), 3u) << "an acknowledged block lost";
+  }
+  SCOPED_TRACE("a removed");
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->open_report().journal_garbage_named, 0u) << "named once";
+  ASSERT_OK(tier->Remove(a.key));
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  tier = testing::OpenRebuilt(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(Present(*tier, {b, c}), 2u);
+  EXPECT_FALSE(tier->Contains(a.key)) << "a removed block brought back by the rebuild";
+}
+
+// In sync mode a store's commit record is appended after its (synced)
+// metadata commit and is not synced itself. `DEL a`, then `SET a` to the
+// bytes it had: the removal of a's bytes is synced (before the removal's
+// commit), the new extent's commit record is not, and a power cut takes
+// it. The intact metadata keeps `a`; a rebuild (a second fault) excluded it
+// by the removal of its bytes, and lost an acknowledged block. Now every
+// repairing Open journals a commit record for each live block the journal
+// would exclude (SsdTier::open_report().journal_live_recommitted).
+TEST_F(SsdFaultTest, AStoreWhoseCommitRecordAPowerCutTookSurvivesARebuild) {
+  SsdTierOptions o = Options(SsdDurability::kSync);
+  o.reclaim_live_fraction = 0;
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_OK(tier->Put(a, PayloadOf(a), true));
+  ASSERT_OK(tier->Put(b, PayloadOf(b), true));  // keeps the first segment alive
+  ASSERT_OK(tier->Remove(a.key));
+  ASSERT_OK(tier->Put(a, PayloadOf(a), true));  // acknowledged: synced metadata
+  CutPowerAndReopen(tier, o);                   // the journal's last records go
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->open_report().metadata_rollback, "");
+  EXPECT_EQ(tier->open_report().journal_live_recommitted, 1u);
+  ASSERT_EQ(Present(*tier, {a, b}), 2u);
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  tier = testing::OpenRebuilt(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(Present(*tier, {a, b}), 2u) << "an acknowledged block lost by the rebuild";
 }
 
 constexpr char kFlushChildEnv[] = "PREFIXKV_SSD_FLUSH_CHILD";
