@@ -118,6 +118,14 @@ bool JournalContents::Excludes(const BlockKey& key, uint64_t checksum, uint64_t 
   return commit == last_commit_at.end() || commit->second < removal->second;
 }
 
+bool JournalContents::Commits(const BlockKey& key, uint64_t checksum, uint64_t segment,
+                              uint64_t offset) const {
+  const auto commit = last_commit_at.find({segment, offset});
+  if (commit == last_commit_at.end()) return false;
+  const JournalRecord& c = records[commit->second];
+  return c.key == key && c.checksum == checksum;
+}
+
 StatusOr<std::unique_ptr<RemovalJournal>> RemovalJournal::Open(
     FileSystem* fs, const std::string& dir, uint64_t barrier_if_new,
     std::function<bool(uint64_t)> keep, const std::vector<JournalRecord>* regenerated) {

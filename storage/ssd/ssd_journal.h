@@ -118,6 +118,11 @@ struct JournalContents {
   bool Excludes(const BlockKey& key, uint64_t checksum, uint64_t segment,
                 uint64_t offset) const;
 
+  // Whether the last commit record naming the place (`segment`, `offset`)
+  // names this key and these bytes there.
+  bool Commits(const BlockKey& key, uint64_t checksum, uint64_t segment,
+               uint64_t offset) const;
+
   // Indexes of `records` for Excludes, filled by LoadJournal.
   std::map<std::pair<uint64_t, uint64_t>, size_t> removed_at;    // place -> last removal
   std::map<std::pair<BlockKey, uint64_t>, size_t> last_removal;  // (key, checksum)

@@ -44,6 +44,7 @@ Status WalkSegment(FileSystem* fs, const std::string& path, uint64_t id,
   PKV_ASSIGN_OR_RETURN(size_t got, f->Read(0, buf.size(), buf.data()));
   buf.resize(got);
   uint64_t end = got / ssd::kExtentAlign * ssd::kExtentAlign;
+  bool resynced = false;
   while (end >= ssd::kExtentAlign) {
     ssd::ExtentFooter footer;
     // (A length beyond the bytes left is checked first: ExtentBytes of a
@@ -53,6 +54,7 @@ Status WalkSegment(FileSystem* fs, const std::string& path, uint64_t id,
     if (!ssd::DecodeFooter(buf.data() + end - ssd::kFooterBytes, &footer) ||
         footer.length > end || ssd::ExtentBytes(footer.length) > end) {
       end -= ssd::kExtentAlign;  // resync on the previous boundary
+      resynced = true;
       continue;
     }
     const uint64_t start = end - ssd::ExtentBytes(footer.length);
@@ -65,7 +67,8 @@ Status WalkSegment(FileSystem* fs, const std::string& path, uint64_t id,
                                        footer.length));
       }
       out->extents.push_back(ssd::FoundExtent{footer.key, footer.namespace_id, parent,
-                                              footer.length, footer.checksum, id, start});
+                                              footer.length, footer.checksum, id, start,
+                                              resynced});
     } else {
       out->damaged += 1;
     }
@@ -201,7 +204,8 @@ std::map<BlockKey, ssd::FoundExtent> ssd::ProvableVersions(
   std::map<BlockKey, std::vector<const FoundExtent*>> by_key;
   for (const FoundExtent& c : found) {
     if (!journal.usable || c.segment <= journal.barrier ||
-        journal.Excludes(c.key, c.checksum, c.segment, c.offset)) {
+        journal.Excludes(c.key, c.checksum, c.segment, c.offset) ||
+        (c.after_resync && !journal.Commits(c.key, c.checksum, c.segment, c.offset))) {
       *unprovable += 1;
       continue;
     }

@@ -38,6 +38,11 @@ struct FoundExtent {
   BlockKey namespace_id;
   BlockKey parent;  // from the payload (SsdTierOptions::rebuilt_parent), or none
   uint64_t length = 0, checksum = 0, segment = 0, offset = 0;
+  // Found below a resync (past a damaged footer the walk steps back one
+  // boundary at a time, inside the damaged extent's payload: client bytes
+  // that may hold what reads as a footer). Restored only if a commit record
+  // names it (JournalContents::Commits).
+  bool after_resync = false;
 };
 
 using ParentOf =
@@ -60,8 +65,9 @@ StatusOr<SegmentScan> WalkSegments(FileSystem* fs, const std::string& seg_dir,
 
 // Per key, the version the segments and the journal prove current: in a
 // segment above the journal's barrier, not named by a journaled removal
-// (key and payload checksum), and every other such extent of the key holds
-// the same bytes (then the newest location). Keys with two different
+// (key and payload checksum), found by a walk that had not resynced in its
+// segment or else named by a commit record, and every other such extent of
+// the key holds the same bytes (then the newest location). Keys with two different
 // surviving versions get none; `unprovable` counts every extent not taken.
 // An unusable journal proves nothing: every extent is unprovable.
 std::map<BlockKey, FoundExtent> ProvableVersions(const std::vector<FoundExtent>& found,

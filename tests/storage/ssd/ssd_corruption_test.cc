@@ -14,6 +14,7 @@
 #include "prefixkv/advanced/hash.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "ssd_layout.h"
+#include "ssd_segment.h"
 #include "ssd_test_peer.h"
 #include "tests/storage/ssd/ssd_test_util.h"
 #include "tests/support/test_util.h"
@@ -215,6 +216,61 @@ TEST(SsdCorruption, ADatabaseLockedByAnotherTierIsReportedNotMovedAside) {
   for (const auto& e : fs::directory_iterator(dir.path()))
     entries += e.is_directory() ? 1 : 0;
   EXPECT_EQ(entries, 1u) << "nothing was renamed";
+}
+
+// A payload is a client's bytes, so it can hold what reads as an extent
+// footer at a 4096 boundary, naming another block (a key a client can
+// compute) and the bytes before it. A walk never looks inside a payload
+// while it jumps from footer to footer, but past a damaged footer it
+// resyncs on the boundary below, inside the damaged extent's payload, and a
+// rebuild restored the planted block: another block's key with the
+// client's bytes. Now an extent a walk finds below a resync is restored
+// only if a commit record names it (its key, bytes and place); the others
+// are unprovable (counted; a segment holding nothing provable is kept
+// aside, not deleted).
+TEST(SsdCorruption, AFooterPlantedInAPayloadIsNeverRestoredAfterDamage) {
+  testing::TempDir dir;
+  const fs::path path = dir.path() / "ssd";
+  SsdTierOptions o = testing::TestSsdOptions(path.string());
+  const BlockMeta first = ChainBlock(0, 0), planter = ChainBlock(1, 0),
+                  victim = ChainBlock(2, 0);
+  // Its first 8128 bytes and a footer claiming them for `victim` fill two
+  // pages; 7,000 more bytes follow (an extent of four pages).
+  constexpr uint64_t kPlanted = 2 * ssd::kExtentAlign - ssd::kFooterBytes;
+  std::string bytes(kPlanted + ssd::kFooterBytes + 7000, 'p');
+  for (uint64_t i = 0; i < kPlanted; ++i) bytes[i] = static_cast<char>('a' + i % 26);
+  ssd::EncodeFooter({victim.namespace_id, victim.key, kPlanted,
+                     ssd::PayloadChecksum(bytes.data(), kPlanted)},
+                    reinterpret_cast<uint8_t*>(bytes.data() + kPlanted));
+  ssd::StoredMeta at;
+  {
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_OK(tier->Put(first, PayloadOf(first.key), true));
+    ASSERT_OK(tier->Put(planter, SharedBytes::Copy(bytes), true));
+    ASSERT_OK_AND_ASSIGN(
+        std::string record,
+        SsdTierTestPeer::ReadRaw(
+            *tier,
+            ssd::BlockRecordKey(ssd::kMetaTag, planter.namespace_id, planter.key)));
+    ASSERT_OK(ssd::DecodeMeta(record, &at));
+    ASSERT_OK(tier->Close());
+  }
+  const std::vector<fs::path> segments = testing::SegmentFiles(path);
+  ASSERT_EQ(segments.size(), 1u);
+  // Media damage in the planter's own footer (its last 64 bytes).
+  testing::XorByteAt(segments[0], at.offset + ssd::ExtentBytes(bytes.size()) - 20, 0x5a);
+  auto tier = testing::OpenRebuilt(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_FALSE(tier->Contains(victim.key))
+      << "a footer planted in a client's payload was restored as another block";
+  EXPECT_FALSE(tier->Contains(planter.key)) << "its footer is damaged";
+  EXPECT_EQ(tier->open_report().rebuild_unprovable, 1u) << "the planted extent";
+  EXPECT_EQ(tier->open_report().rebuild_damaged_extents, 0u)
+      << "the damaged footer is not an extent";
+  StatusOr<SharedBytes> got = tier->Get(first.key);
+  ASSERT_OK(got) << "the block below the damage (its commit record names it)";
+  EXPECT_EQ(got->view(), PayloadOf(first.key).view());
 }
 
 }  // namespace
