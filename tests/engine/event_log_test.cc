@@ -392,7 +392,10 @@ TEST_F(EventLogTest, AppendWaitsOnlyWhenTheQueueIsFull) {
   fs.gate().WaitForArrivals(1);
   // The appender goes on to the bound, then stops: the writer holds one
   // batch, the queue is full. (No call into the log here: it must not be
-  // the one that waits.)
+  // the one that waits.) First the bound (a loaded machine may pause the
+  // appender for longer than the stillness below), then stillness.
+  EXPECT_TRUE(testing::WaitUntil(
+      [&] { return appended.load() >= kEventQueueLimitBytes / kEventRecordBytes; }));
   uint64_t seen = 0;
   auto still = std::chrono::steady_clock::now();
   EXPECT_TRUE(testing::WaitUntil([&] {

@@ -215,13 +215,22 @@ TEST(MetricsHttpTimeouts, ARequestMustArriveWithinTheRequestTimeout) {
 // large response and do not read it), the oldest is cut for the new one.
 TEST(MetricsHttpTimeouts, AtTheLimitTheOldestResponseIsCutForANewScrape) {
   const std::string body(16 << 20, 'x');  // more than the socket buffers hold
-  server::MetricsHttpServer metrics([&] { return body; }, {.max_connections = 2});
+  std::atomic<int> rendered{0};
+  server::MetricsHttpServer metrics(
+      [&] {
+        rendered += 1;
+        return body;
+      },
+      {.max_connections = 2});
   ASSERT_OK(metrics.Start("127.0.0.1", 0));
   HttpConnection first(metrics.port());
   HttpConnection second(metrics.port());
   first.Send("GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n");
   second.Send("GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n");
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // both being answered
+  // Both being answered: each request was read and rendered (the metrics
+  // thread then starts its response before it accepts another connection).
+  // (A fixed 200 ms sleep here could end first on a loaded machine.)
+  ASSERT_TRUE(testing::WaitUntil([&] { return rendered.load() >= 2; }));
   HttpConnection scrape(metrics.port());
   HttpResponse r = scrape.Request("GET", "/metrics");
   EXPECT_EQ(r.status, 200);
