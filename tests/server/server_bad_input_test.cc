@@ -155,8 +155,10 @@ TEST_F(ServerBadInputTest, AClientReadingALongReplyIsNotIdleButOneThatStopsIs) {
   ASSERT_TRUE(reader->ReadBytes(header.size(), &part));
   ASSERT_EQ(part, header);
   // Let the server fill the stalled client's socket before the clock moves:
-  // its last write is then at 0 ms (settled when the bytes waiting stop growing).
-  for (size_t waiting = 0, same = 0, tries = 0; same < 3 && tries < 200; ++tries) {
+  // its last write is then at 0 ms (settled when the bytes waiting stop
+  // growing for 500 ms: a loaded machine can pause the server's writes for
+  // the 150 ms this once took).
+  for (size_t waiting = 0, same = 0, tries = 0; same < 10 && tries < 400; ++tries) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const size_t now = stalled->BytesWaiting();
     same = now == waiting && now > 0 ? same + 1 : 0;
