@@ -186,39 +186,42 @@ Status ssd::TierImpl::RepointRelocated(uint64_t segment,
                      /*awaits_commit=*/true, /*extent_only=*/true);
     }
   }
+  // Each moved block's old place is dead once the repoint commits: the
+  // segment is unlinked when the whole relocation is done, but one cut short
+  // (a later batch failing, a kill, a power cut) leaves it, and a copy no
+  // record names came back by a rebuild once the block's removal was dropped
+  // with its new segment. Journaled before the commit (synced with it in
+  // sync mode): appended after it, unsynced, a power cut took the record and
+  // left the durable repoint (found 2026-12-06).
+  std::vector<ssd::JournalRecord> old_places, new_places;
+  for (size_t i = 0; i < moving.size(); ++i) {
+    if (!still[i]) continue;
+    JournalRemoval(moving[i].key, moving[i].e.checksum, moving[i].e.segment,
+                   moving[i].e.offset, /*awaits_commit=*/true, /*extent_only=*/true);
+    old_places.push_back(
+        {moving[i].key, moving[i].e.checksum, moving[i].e.segment, moving[i].e.offset});
+    new_places.push_back(
+        {moving[i].key, moving[i].e.checksum, to[i].segment, to[i].offset});
+  }
   Status s;
   if (batch.Count() > 0) s = Commit(&batch, {}, moving.front().e.owner);
   if (!s.ok()) {
     // Copies no metadata points at: garbage from birth too, named so that
     // no rebuild takes one once the block's own removal is gone with its
-    // segment (they were left unnamed, and a removed block came back).
-    for (size_t i = 0; i < moving.size(); ++i) {
-      if (still[i]) {
-        JournalRemoval(moving[i].key, moving[i].e.checksum, to[i].segment, to[i].offset,
-                       /*awaits_commit=*/false, /*extent_only=*/true);
-      }
+    // segment (they were left unnamed, and a removed block came back). The
+    // old places hold the blocks still: live again by a commit record
+    // after their removal. Synced (a failure path): these records are all
+    // that name the copies once later batches append after them.
+    for (const ssd::JournalRecord& r : new_places) {
+      JournalRemoval(r.key, r.checksum, r.segment, r.offset,
+                     /*awaits_commit=*/false, /*extent_only=*/true);
     }
+    JournalCommits(std::move(old_places));
+    (void)SyncJournal();
   }
   if (s.ok() && batch.Count() > 0) {
-    // Each moved block's new place, under the blocks' locks (JournalCommits);
-    // then its old place, dead now: the segment is unlinked when the whole
-    // relocation is done, but one cut short (a later batch failing, a kill)
-    // leaves it, and a copy no record names came back by a rebuild once
-    // the block's removal was dropped with its new segment.
-    std::vector<ssd::JournalRecord> records;
-    for (size_t i = 0; i < moving.size(); ++i) {
-      if (still[i]) {
-        records.push_back(
-            {moving[i].key, moving[i].e.checksum, to[i].segment, to[i].offset});
-      }
-    }
-    JournalCommits(std::move(records));
-    for (size_t i = 0; i < moving.size(); ++i) {
-      if (still[i]) {
-        JournalRemoval(moving[i].key, moving[i].e.checksum, moving[i].e.segment,
-                       moving[i].e.offset, /*awaits_commit=*/false, /*extent_only=*/true);
-      }
-    }
+    // Each moved block's new place, under the blocks' locks (JournalCommits).
+    JournalCommits(std::move(new_places));
   }
   if (s.ok()) {
     MutexLock lock(&mu_);

@@ -459,11 +459,14 @@ void ssd::TierImpl::JournalStoreOutcome(const std::vector<ssd::WriteBackItem>& i
   }
   // Never acknowledged: a rebuild or roll-forward must not bring them back (the
   // key may be removed later, which would not name these extents). These
-  // extents only: the key may hold the same bytes live elsewhere.
+  // extents only: the key may hold the same bytes live elsewhere. Synced (a
+  // failure path): later stores append after these extents, so the next
+  // open's walk from each segment's end would not reach them.
   for (size_t i = 0; i < items.size(); ++i) {
     JournalRemoval(items[i].meta.key, stored[i].payload_xxh3, stored[i].segment,
                    stored[i].offset, /*awaits_commit=*/false, /*extent_only=*/true);
   }
+  (void)SyncJournal();
 }
 
 void ssd::TierImpl::PaceMemtableFlush(const std::vector<ssd::WriteBackItem>& items) {

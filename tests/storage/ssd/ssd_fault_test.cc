@@ -473,75 +473,95 @@ TEST_F(SsdFaultTest, ACompactionCopyWhoseCommitFailedStaysDeadAfterItsBlockIsRem
 // removals name their (key, bytes) at the copies' segment, which empties and
 // is deleted, and the next open's journal rewrite drops those removals with
 // it. A rebuild then restores the removed blocks from the stale source
-// extents.
+// extents. Then the power-cut form (found the same day): in sync mode the
+// first batch's repoint commit is durable, but the records naming its old
+// places dead were appended after it, unsynced, and the power failing at the
+// second batch's commit took them; the same removals then brought the blocks
+// back. Now those places are journaled dead before the repoint commit (synced
+// with it in sync mode) and live again by a commit record if it fails.
 TEST_F(SsdFaultTest,
        ACompactionSourceExtentLeftByAFailedBatchStaysDeadAfterItsBlockIsRemoved) {
-  SsdTierOptions o = Options(SsdDurability::kWal);
-  o.capacity_bytes = 64 << 20;
-  o.segment_bytes = 256 << 10;  // 64 extents of 4 KiB
-  o.retry_interval_ms = 5;
-  auto payload = [](const BlockKey& k) {
-    return testing::ConformancePayload(k, 0, 3000);
-  };
-  const std::filesystem::path ssd = dir_.path() / "ssd";
-  const std::thread::id main_thread = std::this_thread::get_id();
-  // 0: every reclaimer commit fails; 1: the next one succeeds, later ones fail.
-  std::atomic<int> phase{0}, after{0};
-  auto tier = testing::OpenSsdWithCommitHook(o, [&]() -> Status {
-    if (std::this_thread::get_id() == main_thread) return Status::OK();
-    if (phase.load() == 1 && after.fetch_add(1) == 0) return Status::OK();
-    return Status::IOError("injected: repoint commit fails");
-  });
-  ASSERT_NE(tier, nullptr);
-  auto segment_of = [&](SsdTier& t, uint64_t i) -> uint64_t {
-    const BlockMeta m = ChainBlock(i, 0);
-    StatusOr<std::string> raw = SsdTierTestPeer::ReadRaw(
-        t, ssd::BlockRecordKey(ssd::kMetaTag, m.namespace_id, m.key));
-    if (!raw.ok()) return 0;
-    ssd::StoredMeta meta;
-    if (!ssd::DecodeMeta(*raw, &meta).ok()) return 0;
-    return meta.segment;
-  };
-  // Blocks 0-63 fill the first segment; 64 opens the second one.
-  constexpr uint64_t kBlocks = 65;
-  for (uint64_t i = 0; i < kBlocks; ++i) {
-    ASSERT_OK(tier->Put(ChainBlock(i, 0), payload(ChainBlock(i, 0).key), false));
-  }
-  const uint64_t first = segment_of(*tier, 0);
-  ASSERT_NE(first, 0u);
-  ASSERT_EQ(segment_of(*tier, 63), first);
-  // 24 live blocks are left in it: a sparse segment, two relocation batches.
-  for (uint64_t i = 0; i < 40; ++i) ASSERT_OK(tier->Remove(ChainBlock(i, 0).key));
-  ASSERT_OK(tier->Remove(ChainBlock(64, 0).key));  // the second segment holds only copies
-  phase = 1;
-  ASSERT_TRUE(testing::WaitUntil([&] { return after.load() >= 2; }))
-      << "the reclaimer never moved a first batch and failed a second";
-  std::vector<uint64_t> moved, stayed;
-  for (uint64_t i = 40; i < 64; ++i) {
-    (segment_of(*tier, i) == first ? stayed : moved).push_back(i);
-  }
-  (void)tier->Close();
-  tier.reset();
-  ASSERT_FALSE(moved.empty());
-  ASSERT_FALSE(stayed.empty()) << "the first segment must keep live blocks";
-  o.reclaim_live_fraction = 0;  // only empty segments go from now on
-  tier = testing::OpenSsd(o);
-  ASSERT_NE(tier, nullptr);
-  EXPECT_EQ(tier->open_report().metadata_rollback, "");
-  for (uint64_t i : moved) ASSERT_OK(tier->Remove(ChainBlock(i, 0).key));  // acknowledged
-  ASSERT_OK(tier->Close());
-  tier = testing::OpenSsd(o);  // the copies' segment, emptied, is gone with its records
-  ASSERT_NE(tier, nullptr);
-  for (uint64_t i : moved) EXPECT_FALSE(tier->Contains(ChainBlock(i, 0).key));
-  ASSERT_OK(tier->Close());
-  tier.reset();
-  tier = testing::OpenRebuilt(o);
-  ASSERT_NE(tier, nullptr);
-  for (uint64_t i : stayed) EXPECT_TRUE(tier->Contains(ChainBlock(i, 0).key)) << i;
-  EXPECT_FALSE(tier->Contains(ChainBlock(64, 0).key));
-  for (uint64_t i : moved) {
-    EXPECT_FALSE(tier->Contains(ChainBlock(i, 0).key))
-        << "removed block " << i << " brought back";
+  for (const bool power : {false, true}) {
+    SCOPED_TRACE(power ? "sync mode, the power cut at the second batch's commit"
+                       : "wal mode, the second batch's commit fails");
+    SsdTierOptions o = Options(power ? SsdDurability::kSync : SsdDurability::kWal);
+    o.path += power ? "-power" : "-fails";
+    o.capacity_bytes = 64 << 20;
+    o.segment_bytes = 256 << 10;  // 64 extents of 4 KiB
+    o.retry_interval_ms = 5;
+    auto payload = [](const BlockKey& k) {
+      return testing::ConformancePayload(k, 0, 3000);
+    };
+    const std::thread::id main_thread = std::this_thread::get_id();
+    // 0: every reclaimer commit fails; 1: the next one succeeds, later ones fail.
+    std::atomic<int> phase{0}, after{0};
+    auto tier = testing::OpenSsdWithCommitHook(o, [&]() -> Status {
+      if (std::this_thread::get_id() == main_thread) return Status::OK();
+      if (phase.load() == 1 && after.fetch_add(1) == 0) return Status::OK();
+      if (power && phase.load() == 1) {
+        phase = 2;
+        EXPECT_OK(fs_.SimulatePowerLoss().status());
+      }
+      return Status::IOError("injected: repoint commit fails");
+    });
+    ASSERT_NE(tier, nullptr);
+    auto segment_of = [&](SsdTier& t, uint64_t i) -> uint64_t {
+      const BlockMeta m = ChainBlock(i, 0);
+      StatusOr<std::string> raw = SsdTierTestPeer::ReadRaw(
+          t, ssd::BlockRecordKey(ssd::kMetaTag, m.namespace_id, m.key));
+      if (!raw.ok()) return 0;
+      ssd::StoredMeta meta;
+      if (!ssd::DecodeMeta(*raw, &meta).ok()) return 0;
+      return meta.segment;
+    };
+    // Blocks 0-63 fill the first segment; 64 opens the second one.
+    constexpr uint64_t kBlocks = 65;
+    for (uint64_t i = 0; i < kBlocks; ++i) {
+      ASSERT_OK(tier->Put(ChainBlock(i, 0), payload(ChainBlock(i, 0).key), false));
+    }
+    const uint64_t first = segment_of(*tier, 0);
+    ASSERT_NE(first, 0u);
+    ASSERT_EQ(segment_of(*tier, 63), first);
+    // 24 live blocks are left in it: a sparse segment, two relocation batches.
+    for (uint64_t i = 0; i < 40; ++i) ASSERT_OK(tier->Remove(ChainBlock(i, 0).key));
+    ASSERT_OK(
+        tier->Remove(ChainBlock(64, 0).key));  // the second segment holds only copies
+    phase = 1;
+    ASSERT_TRUE(testing::WaitUntil([&] { return after.load() >= 2; }))
+        << "the reclaimer never moved a first batch and failed a second";
+    if (power) {
+      EXPECT_FALSE(tier->Close().ok());
+      fs_.PowerOn();
+    } else {
+      (void)tier->Close();
+    }
+    tier.reset();
+    o.reclaim_live_fraction = 0;  // only empty segments go from now on
+    tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    EXPECT_EQ(tier->open_report().metadata_rollback, "");
+    std::vector<uint64_t> moved, stayed;
+    for (uint64_t i = 40; i < 64; ++i) {
+      (segment_of(*tier, i) == first ? stayed : moved).push_back(i);
+    }
+    ASSERT_FALSE(moved.empty());
+    ASSERT_FALSE(stayed.empty()) << "the first segment must keep live blocks";
+    for (uint64_t i : moved)
+      ASSERT_OK(tier->Remove(ChainBlock(i, 0).key));  // acknowledged
+    ASSERT_OK(tier->Close());
+    tier = testing::OpenSsd(o);  // the copies' segment, emptied, is gone with its records
+    ASSERT_NE(tier, nullptr);
+    for (uint64_t i : moved) EXPECT_FALSE(tier->Contains(ChainBlock(i, 0).key));
+    ASSERT_OK(tier->Close());
+    tier.reset();
+    tier = testing::OpenRebuilt(o);
+    ASSERT_NE(tier, nullptr);
+    for (uint64_t i : stayed) EXPECT_TRUE(tier->Contains(ChainBlock(i, 0).key)) << i;
+    EXPECT_FALSE(tier->Contains(ChainBlock(64, 0).key));
+    for (uint64_t i : moved) {
+      EXPECT_FALSE(tier->Contains(ChainBlock(i, 0).key))
+          << "removed block " << i << " brought back";
+    }
   }
 }
 
