@@ -22,9 +22,11 @@
 // Every record only ever names what the metadata already decides (an
 // unreferenced extent dead, a referenced one live), so no open serves
 // anything different because of it. The walk reads one footer per segment
-// in the common case: each writer appends in order to a segment of its own,
-// and a restart seals every segment, so what nothing names can only be a
-// segment's last appends.
+// in the common case: a segment's appender goes to no other writer until
+// its append's commit is over (SegmentStore::Append), and a restart seals
+// every segment, so what a crash left uncommitted can only be a segment's
+// last append. (Until that rule, found in review of this walk, a store cut
+// before its commit could lie below another writer's committed one.)
 #include <algorithm>
 #include <memory>
 #include <set>
@@ -41,13 +43,12 @@ namespace {
 
 // Walks segment `id` (`bytes` long) backward from its end, footer to footer,
 // down to `frontier` (the last place the metadata or the journal names in it),
-// and appends an extent-only removal for each extent it passes that the
-// journal does not already exclude. Past a damaged footer it steps back one
+// and appends an extent-only removal for each extent it passes. Past a
+// damaged footer it steps back one
 // alignment unit; a footer that would jump below `frontier` (one inside a
 // payload) ends the walk.
 Status NameTailGarbage(FileSystem* fs, const std::string& path, uint64_t id,
                        uint64_t bytes, uint64_t frontier,
-                       const ssd::JournalContents& journal,
                        std::vector<ssd::JournalRecord>* out) {
   uint64_t end = bytes / ssd::kExtentAlign * ssd::kExtentAlign;
   if (end <= frontier) return Status::OK();
@@ -66,11 +67,11 @@ Status NameTailGarbage(FileSystem* fs, const std::string& path, uint64_t id,
     }
     const uint64_t start = end - ssd::ExtentBytes(footer.length);
     if (start <= frontier) break;  // the named extent (or a footer inside a payload)
-    if (!journal.Excludes(footer.key, footer.checksum, id, start)) {
-      ssd::JournalRecord r{footer.key, footer.checksum, id, start};
-      r.extent_only = true;  // the key may hold these bytes live elsewhere
-      out->push_back(r);
-    }
+    // Even one the journal excludes now: only by a removal of its key's
+    // bytes, which a later rewrite drops with that removal's segment.
+    ssd::JournalRecord r{footer.key, footer.checksum, id, start};
+    r.extent_only = true;  // the key may hold these bytes live elsewhere
+    out->push_back(r);
     end = start;
   }
   return Status::OK();
@@ -115,7 +116,7 @@ Status ssd::TierImpl::ReconcileJournal() {
     const auto f = frontier.find(st.id);
     if (f == frontier.end()) continue;  // adopted segments hold a live block
     const Status s = NameTailGarbage(fs, seg_dir + "/" + ssd::SegmentFileName(st.id),
-                                     st.id, st.bytes, f->second, journal, &garbage);
+                                     st.id, st.bytes, f->second, &garbage);
     if (!s.ok()) {
       // Its tail stays unnamed (as before this walk existed); the open goes on.
       Log("segment " + ssd::SegmentFileName(st.id) +

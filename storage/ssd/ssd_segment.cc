@@ -318,9 +318,17 @@ Status SegmentStore::Append(const std::vector<ExtentSpec>& extents, bool sync,
       (void)Seal(a.get());
       EndPending(id);
     }
+    MutexLock lock(&mu_);
+    idle_.push_back(std::move(a));
+    return s;
   }
+  // Not for another writer before this append's commit is over (EndPending):
+  // in each segment every append but the last has its commit done, so what
+  // a crash left uncommitted is always at a segment's end, where the open's
+  // walk looks (ReconcileJournal). Shared at once, a store cut before its
+  // commit could lie below another writer's committed one, named by nothing.
   MutexLock lock(&mu_);
-  idle_.push_back(std::move(a));
+  awaiting_commit_.emplace(id, std::move(a));
   return s;
 }
 
@@ -328,6 +336,10 @@ void SegmentStore::EndPending(uint64_t segment) {
   MutexLock lock(&mu_);
   if (auto it = segments_.find(segment); it != segments_.end()) {
     it->second.state.pending -= 1;
+  }
+  if (auto it = awaiting_commit_.find(segment); it != awaiting_commit_.end()) {
+    idle_.push_back(std::move(it->second));
+    awaiting_commit_.erase(it);
   }
 }
 

@@ -13,14 +13,15 @@
 // id and offset; it is committed only after the extent was written.
 //
 // Each Append call writes one or more extents as ONE aligned pwrite into an
-// active segment that belongs to the calling thread for the duration, so
-// concurrent writers append to different files (queue depth = writers). A
-// segment is sealed (fdatasync'ed, never written again) when the next append
-// would take it past segment_bytes; after a restart every existing segment is
-// sealed and new writes go to new segments. Files are opened with O_DIRECT
-// where the file system allows it (else buffered I/O; durability then comes
-// from fdatasync where the mode asks for it). Every file and directory
-// operation goes through Options::fs (the tier's FileSystem).
+// active segment that belongs to the calling thread until its metadata
+// commit is over (EndPending), so concurrent writers append to different
+// files (queue depth = writers), and a segment's appends are committed in
+// order. A segment is sealed (fdatasync'ed, never written again) when the
+// next append would take it past segment_bytes; after a restart every
+// existing segment is sealed and new writes go to new segments. Files are opened with
+// O_DIRECT where the file system allows it (else buffered I/O; durability then comes from
+// fdatasync where the mode asks for it). Every file and directory operation goes through
+// Options::fs (the tier's FileSystem).
 //
 // A segment with appends whose metadata is not yet committed is "pending" and
 // must not be reclaimed: Append marks it, EndPending (after the commit) clears
@@ -131,7 +132,9 @@ class SegmentStore {
   // Writes the extents, in order, as one aligned write to one segment and marks
   // it pending; `out` gets each extent's location and payload checksum; `sync` adds an
   // fdatasync. On success the caller must call EndPending(out->front().segment) once its
-  // metadata commit is over (whether it succeeded or not). On failure nothing is pending,
+  // metadata commit is over (whether it succeeded or not); until then no other
+  // append goes to that segment, so only a segment's last append can lack its
+  // commit after a crash. On failure nothing is pending,
   // and a segment this append created is unlinked again (no empty file, no fd).
   Status Append(const std::vector<ExtentSpec>& extents, bool sync,
                 std::vector<ExtentLocation>* out) EXCLUDES(mu_);
@@ -181,6 +184,9 @@ class SegmentStore {
   std::map<uint64_t, Entry> segments_ GUARDED_BY(mu_);
   // Appenders not in use (each owns an active segment or none yet).
   std::vector<std::unique_ptr<Appender>> idle_ GUARDED_BY(mu_);
+  // Appenders whose last append awaits its EndPending, by segment id: taken
+  // by no other writer until then (see Append).
+  std::map<uint64_t, std::unique_ptr<Appender>> awaiting_commit_ GUARDED_BY(mu_);
   uint64_t next_id_ GUARDED_BY(mu_) = 1;
   uint64_t total_bytes_ GUARDED_BY(mu_) = 0;  // of all segments
   uint64_t bytes_written_ GUARDED_BY(mu_) = 0;

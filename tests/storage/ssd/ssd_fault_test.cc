@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include "prefixkv/advanced/ssd_tier.h"
@@ -54,6 +55,19 @@ class SsdFaultTest : public ::testing::Test {
     fs_.PowerOn();
     tier = testing::OpenSsd(o);
     return report.ok() ? *report : PowerLossReport{};
+  }
+  // Sync mode, only empty segments reclaimed; `a` and `b` stored and the
+  // tier closed (the start of the crash-garbage tests).
+  SsdTierOptions SyncTierWith(const BlockMeta& a, const BlockMeta& b) {
+    SsdTierOptions o = Options(SsdDurability::kSync);
+    o.reclaim_live_fraction = 0;
+    auto tier = testing::OpenSsd(o);
+    EXPECT_NE(tier, nullptr);
+    if (tier == nullptr) return o;
+    EXPECT_OK(tier->Put(a, PayloadOf(a), true));
+    EXPECT_OK(tier->Put(b, PayloadOf(b), true));
+    EXPECT_OK(tier->Close());
+    return o;
   }
   // Blocks of `blocks` that are present; each one present must be served
   // with its own payload.
@@ -702,15 +716,10 @@ TEST_F(SsdFaultTest, CrashGarbageOfAStoreKilledBeforeItsCommitIsNeverRestored) {
 // references or names, and journals it dead (SsdTier::open_report()
 // .journal_garbage_named).
 TEST_F(SsdFaultTest, CrashGarbageOfAStoreCutByPowerBeforeItsCommitIsNeverRestored) {
-  SsdTierOptions o = Options(SsdDurability::kSync);
-  o.reclaim_live_fraction = 0;  // the garbage's segment stays
   const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), c = ChainBlock(2, 0);
-  auto tier = testing::OpenSsd(o);
-  ASSERT_NE(tier, nullptr);
-  ASSERT_OK(tier->Put(a, PayloadOf(a), true));
-  ASSERT_OK(tier->Put(b, PayloadOf(b), true));
-  ASSERT_OK(tier->Close());
-  tier.reset();
+  const SsdTierOptions o = SyncTierWith(a, b);  // the garbage's segment stays
+  ASSERT_FALSE(HasFailure());
+  std::unique_ptr<SsdTier> tier;
   std::atomic<bool> armed{false};
   tier = testing::OpenSsdWithCommitHook(o, [&]() -> Status {
     if (!armed.load()) return Status::OK();
@@ -783,6 +792,123 @@ TEST_F(SsdFaultTest, AStoreWhoseCommitRecordAPowerCutTookSurvivesARebuild) {
   tier = testing::OpenRebuilt(o);
   ASSERT_NE(tier, nullptr);
   EXPECT_EQ(Present(*tier, {a, b}), 2u) << "an acknowledged block lost by the rebuild";
+}
+
+// Found in review of ed7060d: the open's walk from each segment's end stops
+// at the highest place the metadata or the journal names, but two writers
+// shared an appender (SegmentStore's idle pool), so a store that committed
+// was not always its segment's last append. Thread 1 replaces `a` (its
+// payload fdatasync'd, its advance record not synced) and is held before
+// its commit; the main thread then stores `c`, which took the same
+// appender, landed after `a`'s new extent and committed (synced metadata);
+// the power fails before thread 1's commit. The walk stopped at `c`'s
+// extent, above `a`'s crash garbage, named by nothing: a rebuild then found
+// two versions of `a` and restored neither (an acknowledged block lost).
+// Now an appender goes to no other writer until its append's commit is
+// over: `c` goes to a segment of its own, and `a`'s garbage is either at
+// its segment's end (named) or alone in it (deleted as unreferenced).
+TEST_F(SsdFaultTest, CrashGarbageBelowAnotherWritersCommittedStoreIsNamedToo) {
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), c = ChainBlock(2, 0);
+  const SsdTierOptions o = SyncTierWith(a, b);  // the garbage's segment stays
+  ASSERT_FALSE(HasFailure());
+  std::unique_ptr<SsdTier> tier;
+  std::atomic<bool> armed{false}, held{false}, other_done{false};
+  std::thread::id writer;
+  std::mutex m;
+  tier = testing::OpenSsdWithCommitHook(o, [&]() -> Status {
+    if (!armed.load()) return Status::OK();
+    {
+      std::lock_guard<std::mutex> l(m);
+      if (std::this_thread::get_id() != writer) return Status::OK();
+    }
+    held = true;
+    EXPECT_TRUE(testing::WaitUntil([&] { return other_done.load(); }));
+    armed = false;
+    EXPECT_OK(fs_.SimulatePowerLoss().status());  // after both payloads' fdatasync
+    return Status::IOError("injected: the power is gone");
+  });
+  ASSERT_NE(tier, nullptr);
+  armed = true;
+  std::thread t([&] {
+    {
+      std::lock_guard<std::mutex> l(m);
+      writer = std::this_thread::get_id();
+    }
+    EXPECT_FALSE(tier->Put(a, testing::ConformancePayload(a.key, 1, 1500), true).ok());
+  });
+  ASSERT_TRUE(testing::WaitUntil([&] { return held.load(); }));
+  EXPECT_OK(tier->Put(c, PayloadOf(c), true));  // acknowledged: synced metadata
+  other_done = true;
+  t.join();
+  EXPECT_FALSE(tier->Close().ok());
+  tier.reset();
+  fs_.PowerOn();
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_EQ(Present(*tier, {a, b, c}), 3u);
+  EXPECT_EQ(tier->open_report().journal_garbage_named +
+                tier->open_report().unreferenced_segments_deleted,
+            1u)
+      << "a's crash garbage neither named nor gone with its segment";
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  tier = testing::OpenRebuilt(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(Present(*tier, {a, b, c}), 3u) << "an acknowledged block lost by the rebuild";
+  EXPECT_TRUE(tier->Contains(a.key)) << "a lost";
+}
+
+// Found in review of ed7060d: the tail walk leaves unnamed the crash garbage
+// that the journal excludes at this open only by a removal of the key's
+// bytes, but that removal is dropped with its segment at a later open's
+// rewrite. `a` is removed (its bytes, at the first segment), then stored
+// again with those very bytes and the power fails between the payload's
+// fdatasync and the commit: the extent is crash garbage that the removal
+// of a's bytes excludes, so the open leaves it unnamed. `b` is removed, the
+// first segment empties and goes with the removal of a's bytes, and a
+// rebuild restores `a`, a block whose removal was acknowledged and whose
+// store never was.
+TEST_F(SsdFaultTest, CrashGarbageExcludedOnlyByARemovalOfItsBytesIsNamedToo) {
+  SsdTierOptions o = Options(SsdDurability::kSync);
+  o.reclaim_live_fraction = 0;  // only empty segments go
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), c = ChainBlock(2, 0);
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_OK(tier->Put(a, PayloadOf(a), true));
+  ASSERT_OK(tier->Put(b, PayloadOf(b), true));
+  ASSERT_OK(tier->Remove(a.key));  // acknowledged
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  std::atomic<bool> armed{false};
+  tier = testing::OpenSsdWithCommitHook(o, [&]() -> Status {
+    if (!armed.load()) return Status::OK();
+    armed = false;
+    EXPECT_OK(fs_.SimulatePowerLoss().status());  // after the payload's fdatasync
+    return Status::IOError("injected: the power is gone");
+  });
+  ASSERT_NE(tier, nullptr);
+  ASSERT_OK(tier->Put(c, PayloadOf(c), true));  // a new segment, kept live by c
+  armed = true;
+  EXPECT_FALSE(tier->Put(a, PayloadOf(a), true).ok());  // never acknowledged
+  EXPECT_FALSE(tier->Close().ok());
+  tier.reset();
+  fs_.PowerOn();
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_EQ(Present(*tier, {b, c}), 2u);
+  ASSERT_FALSE(tier->Contains(a.key));
+  ASSERT_OK(tier->Remove(b.key));  // acknowledged; the first segment empties
+  ASSERT_OK(tier->Close());
+  tier = testing::OpenSsd(o);  // the first segment is gone with its records
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(Present(*tier, {c}), 1u);
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  tier = testing::OpenRebuilt(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(Present(*tier, {c}), 1u);
+  EXPECT_FALSE(tier->Contains(a.key)) << "a removed block brought back by the rebuild";
+  EXPECT_FALSE(tier->Contains(b.key)) << "a removed block brought back by the rebuild";
 }
 
 constexpr char kFlushChildEnv[] = "PREFIXKV_SSD_FLUSH_CHILD";
