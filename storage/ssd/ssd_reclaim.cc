@@ -70,6 +70,11 @@ Status ssd::TierImpl::MakeMetadataDurable() {
   // new copy's file while the old one is already unlinked.
   if (options_.durability != SsdDurability::kSync) {
     PKV_RETURN_IF_ERROR(store_->SyncDirectory());
+    // The journal before the metadata that depends on it (ssd_journal.h): a
+    // synced log puts the deletes of every commit so far on the device, and
+    // a removal whose record a power cut then took was undone by a later
+    // rebuild (SsdFaultTest.AWalModeRemovalMadeDurableByAReclaimPassStaysRemovedInARebuild).
+    PKV_RETURN_IF_ERROR(SyncJournal());
   }
   switch (options_.durability) {
     case SsdDurability::kFlush: {
@@ -192,19 +197,38 @@ Status ssd::TierImpl::RepointRelocated(uint64_t segment,
   // record names came back by a rebuild once the block's removal was dropped
   // with its new segment. Journaled before the commit (synced with it in
   // sync mode): appended after it, unsynced, a power cut took the record and
-  // left the durable repoint (found 2026-12-06).
+  // left the durable repoint (found 2026-12-06). Never confirmed: metadata
+  // that missed the repoint (a power cut in wal or flush mode) rightly holds
+  // the block at its old place, intact until the segment is unlinked after
+  // the repoint is durable; a confirm there made the next open take it for
+  // rolled back and drop the block
+  // (SsdFaultTest.APowerCutAfterARepointCommitNeverLosesTheMovedBlock).
   std::vector<ssd::JournalRecord> old_places, new_places;
   for (size_t i = 0; i < moving.size(); ++i) {
     if (!still[i]) continue;
     JournalRemoval(moving[i].key, moving[i].e.checksum, moving[i].e.segment,
-                   moving[i].e.offset, /*awaits_commit=*/true, /*extent_only=*/true);
+                   moving[i].e.offset, /*awaits_commit=*/true, /*extent_only=*/true,
+                   /*confirm=*/false);
     old_places.push_back(
         {moving[i].key, moving[i].e.checksum, moving[i].e.segment, moving[i].e.offset});
     new_places.push_back(
         {moving[i].key, moving[i].e.checksum, to[i].segment, to[i].offset});
   }
   Status s;
-  if (batch.Count() > 0) s = Commit(&batch, {}, moving.front().e.owner);
+  if (batch.Count() > 0) {
+    s = Commit(&batch, {}, moving.front().e.owner);
+  } else {
+    // No commit follows (every block was replaced or removed meanwhile):
+    // the copies' records are synced now, before this segment's appender
+    // goes to another writer (EndPending), whose store, committed above the
+    // copies, stops the open's walk from the segment's end. Unsynced, a
+    // power cut took them and left the copies named only by their blocks'
+    // removals, which a journal rewrite drops with the source segment: a
+    // rebuild brought a removed block back
+    // (SsdFaultTest.ACompactionCopyOfABlockRemovedMeanwhileIsNamedBeforeItsSegmentMovesOn).
+    ConfirmRemovals(/*committed=*/false);  // nothing to confirm: no commit
+    (void)SyncJournal();
+  }
   if (!s.ok()) {
     // Copies no metadata points at: garbage from birth too, named so that
     // no rebuild takes one once the block's own removal is gone with its

@@ -43,6 +43,11 @@ struct FoundExtent {
   // that may hold what reads as a footer). Restored only if a commit record
   // names it (JournalContents::Commits).
   bool after_resync = false;
+  // The walk resynced between this extent and the one it found before it in
+  // its segment (or the segment's end): below a resync an extent is in step
+  // again once one is named by a commit record (its place is then a real
+  // extent boundary), see ProvableVersions.
+  bool resync_above = false;
 };
 
 using ParentOf =

@@ -313,8 +313,21 @@ Status SegmentStore::Append(const std::vector<ExtentSpec>& extents, bool sync,
       // writes (a full disk retried for hours) leave no files or descriptors.
       (void)Discard(a.get());
     } else {
-      // The file's tail is unknown now: stop appending to it (the bytes
-      // already counted are garbage, reclaimed with the segment).
+      // The file's tail is unknown now: cut it back to what was there
+      // before this append, then stop appending to it. Left in place, part
+      // of the append (a short write) or all of it (a failed sync) stayed
+      // named by nothing until the next open's walk: a rebuild before then
+      // took a footer a client planted in its payload for another block
+      // (SsdFaultTest.AFooterPlantedAtAShortWritesEndIsNeverRestored), or
+      // bytes never acknowledged for a version. (If the cut fails too, the
+      // bytes counted are garbage, reclaimed with the segment.)
+      if (a->file->handle->Truncate(base).ok()) {
+        MutexLock lock(&mu_);
+        if (auto it = segments_.find(id); it != segments_.end()) {
+          it->second.state.bytes -= total;
+          total_bytes_ -= total;
+        }
+      }
       (void)Seal(a.get());
       EndPending(id);
     }

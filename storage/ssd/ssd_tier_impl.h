@@ -198,10 +198,13 @@ class TierImpl {
   // commit that removes it follows on this thread, and Commit confirms the
   // removal when it succeeds (false: garbage no metadata ever referenced).
   // `extent_only`: this extent is dead, not the key's bytes (a copy garbage
-  // from birth; JournalRecord::extent_only).
+  // from birth; JournalRecord::extent_only). `confirm` false: synced before
+  // that commit like the others (SyncJournalBeforeCommit) but never
+  // confirmed, for a place metadata that missed the commit may still hold
+  // rightly (a compaction's source: its bytes stay there and stay valid).
   void JournalRemoval(const BlockKey& key, uint64_t checksum, uint64_t segment,
                       uint64_t offset, bool awaits_commit = true,
-                      bool extent_only = false);
+                      bool extent_only = false, bool confirm = true);
   // Called by Commit: appends a confirm record for each removal this thread
   // journaled since its last commit, if `committed`; forgets them either way.
   void ConfirmRemovals(bool committed);

@@ -16,10 +16,13 @@
 #include <thread>
 
 #include "prefixkv/advanced/ssd_tier.h"
+#include "ssd_journal.h"
 #include "ssd_layout.h"
+#include "ssd_segment.h"
 #include "ssd_test_peer.h"
 #include "tests/storage/ssd/ssd_test_util.h"
 #include "tests/support/fault_injection_file_system.h"
+#include "tests/support/gated_file_system.h"
 
 namespace prefixkv {
 namespace {
@@ -983,6 +986,307 @@ TEST_F(SsdFaultTest, AFailedWriteBackIsRetriedWhenTheClockAdvancesNotBefore) {
   EXPECT_TRUE(testing::WaitUntil([&] { return tier->Totals().entries == 2; }))
       << "not retried after the fake clock passed the interval";
   EXPECT_EQ(tier->Get(m.key)->view(), PayloadOf(m).view());
+}
+
+// A segment whose end holds no footer: a short write (ENOSPC midway, one
+// fault) that sealed it with half an extent, or a tail a power cut left as
+// zeros (the file extended, its pages never written). A rebuild's walk meets
+// no footer there and resyncs, so every extent below counted as found below
+// a resync and needed a commit record of its own; a journal rewrite (every
+// open) keeps only a few per segment, and the rebuild lost the segment's
+// acknowledged blocks. Now the walk is in step again below an extent a
+// commit record names (and a failed append's bytes are cut off).
+TEST_F(SsdFaultTest, AShortWriteAtASegmentsEndLosesNoBlockBelowItInARebuild) {
+  for (const bool zeros : {false, true}) {
+    SCOPED_TRACE(zeros ? "a zero-filled tail" : "a short write");
+    SsdTierOptions o = Options(SsdDurability::kSync);
+    o.path += zeros ? "-zeros" : "-short";
+    o.reclaim_live_fraction = 0;
+    o.writer_threads = 1;
+    std::vector<BlockMeta> kept;
+    for (uint64_t c = 0; c < 4; ++c) kept.push_back(ChainBlock(c, 0));
+    const BlockMeta big = ChainBlock(9, 0);
+    {
+      auto tier = testing::OpenSsd(o);
+      ASSERT_NE(tier, nullptr);
+      for (const BlockMeta& m : kept) ASSERT_OK(tier->Put(m, PayloadOf(m), true));
+      if (!zeros) {
+        // Five pages; half of them land, no footer among them.
+        fs_.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg", .count = 1,
+                      .short_write = true});
+        EXPECT_FALSE(
+            tier->Put(big, SharedBytes::Copy(std::string(20000, 'z')), true).ok());
+        fs_.ClearFaults();
+      }
+      ASSERT_OK(tier->Close());
+    }
+    const std::vector<std::filesystem::path> segments = testing::SegmentFiles(o.path);
+    ASSERT_EQ(segments.size(), 1u);
+    if (zeros) {
+      std::filesystem::resize_file(segments[0],
+                                   std::filesystem::file_size(segments[0]) + 8192);
+    }
+    {
+      auto tier = testing::OpenSsd(o);  // an ordinary open: the journal is rewritten
+      ASSERT_NE(tier, nullptr);
+      EXPECT_EQ(Present(*tier, kept), kept.size());
+      ASSERT_OK(tier->Close());
+    }
+    auto tier = testing::OpenRebuilt(o);
+    ASSERT_NE(tier, nullptr);
+    EXPECT_EQ(Present(*tier, kept), kept.size())
+        << "acknowledged blocks below a segment end without a footer were lost by a "
+           "rebuild";
+    EXPECT_FALSE(tier->Contains(big.key));
+  }
+}
+
+// Passes everything to `base`; once armed, the first journal append that
+// holds a commit record syncs the journal first (as another writer's
+// SyncJournal would at that moment) and then cuts the power (`base`).
+class CutAtJournalCommitRecord final : public FileSystem {
+ public:
+  explicit CutAtJournalCommitRecord(FaultInjectionFileSystem* base) : base_(base) {}
+  std::atomic<bool> armed{false}, fired{false};
+
+  StatusOr<std::unique_ptr<FileHandle>> OpenFile(
+      const std::string& path, const FileOpenOptions& options) override {
+    PKV_ASSIGN_OR_RETURN(std::unique_ptr<FileHandle> file, base_->OpenFile(path, options));
+    if (!path.ends_with("/removals.pkvj") && !path.ends_with("/removals.pkvj.tmp")) {
+      return file;
+    }
+    return std::unique_ptr<FileHandle>(std::make_unique<Handle>(std::move(file), this));
+  }
+  Status DeleteFile(const std::string& p) override { return base_->DeleteFile(p); }
+  Status RenameFile(const std::string& from, const std::string& to) override {
+    return base_->RenameFile(from, to);
+  }
+  StatusOr<uint64_t> FileSize(const std::string& p) override { return base_->FileSize(p); }
+  StatusOr<std::vector<std::string>> ListDir(const std::string& d) override {
+    return base_->ListDir(d);
+  }
+  Status CreateDir(const std::string& d) override { return base_->CreateDir(d); }
+  Status SyncDir(const std::string& d) override { return base_->SyncDir(d); }
+
+ private:
+  class Handle final : public FileHandle {
+   public:
+    Handle(std::unique_ptr<FileHandle> base, CutAtJournalCommitRecord* owner)
+        : FileHandle(base->path()), base_(std::move(base)), owner_(owner) {}
+    StatusOr<size_t> Read(uint64_t offset, size_t n, void* buf) const override {
+      return base_->Read(offset, n, buf);
+    }
+    Status Write(uint64_t offset, const void* data, size_t n) override {
+      const auto* p = static_cast<const uint8_t*>(data);
+      bool commit = false;
+      for (size_t r = 0; r + ssd::kJournalRecordBytes <= n; r += ssd::kJournalRecordBytes) {
+        commit = commit || (p[r + 39] & 0x80) != 0;  // bit 63 of the offset field
+      }
+      if (commit && owner_->armed.load() && !owner_->fired.exchange(true)) {
+        EXPECT_OK(base_->DataSync());
+        EXPECT_OK(owner_->base_->SimulatePowerLoss().status());
+      }
+      return base_->Write(offset, data, n);
+    }
+    Status DataSync() override { return base_->DataSync(); }
+    Status Sync() override { return base_->Sync(); }
+    Status Truncate(uint64_t size) override { return base_->Truncate(size); }
+    StatusOr<uint64_t> Size() const override { return base_->Size(); }
+    bool direct_io() const override { return base_->direct_io(); }
+
+   private:
+    std::unique_ptr<FileHandle> base_;
+    CutAtJournalCommitRecord* owner_;
+  };
+  FaultInjectionFileSystem* const base_;
+};
+
+// A compaction journals a moved block's old place dead before the repoint
+// commit and, once the commit succeeds, confirms that removal. In wal mode
+// the repoint is not durable; the journal may be (another writer syncs it),
+// and a power cut right after the confirm (before the new place's commit
+// record) left metadata that holds the block at its old place, intact and
+// still readable, beside a confirmed removal of that place: the open took the
+// metadata for rolled back and rolled the block out. A block acknowledged and
+// made durable long before, never touched by a client since, was lost.
+TEST_F(SsdFaultTest, APowerCutAfterARepointCommitNeverLosesTheMovedBlock) {
+  CutAtJournalCommitRecord tap(&fs_);
+  SsdTierOptions o = Options(SsdDurability::kWal);
+  o.file_system = &tap;
+  o.reclaim_live_fraction = 0.3;
+  const BlockMeta live = ChainBlock(0, 0);
+  std::vector<BlockMeta> gone;
+  for (uint64_t c = 1; c < 4; ++c) gone.push_back(ChainBlock(c, 0));
+  {
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_OK(tier->Put(live, PayloadOf(live), true));
+    for (const BlockMeta& m : gone) ASSERT_OK(tier->Put(m, PayloadOf(m), true));
+    ASSERT_OK(tier->Close());  // all durable
+  }
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  tap.armed = true;
+  // The segment keeps a quarter live: the reclaimer moves `live`.
+  for (const BlockMeta& m : gone) ASSERT_OK(tier->Remove(m.key));
+  ASSERT_TRUE(testing::WaitUntil([&] { return tap.fired.load(); }))
+      << "the reclaimer never committed a repoint";
+  EXPECT_FALSE(tier->Close().ok());
+  tier.reset();
+  fs_.PowerOn();
+  tap.armed = false;
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(Present(*tier, {live}), 1u)
+      << "a block only moved by compaction was lost to a power cut ("
+      << tier->open_report().metadata_rollback << ")";
+  EXPECT_EQ(Present(*tier, gone), 0u);
+  // The journal names the old place dead (the commit never became durable):
+  // that open made it live again, so a rebuild keeps the block too.
+  ASSERT_OK(tier->Close());
+  tier = testing::OpenRebuilt(Options(SsdDurability::kWal));
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(Present(*tier, {live}), 1u) << "lost by a later rebuild";
+  EXPECT_EQ(Present(*tier, gone), 0u);
+}
+
+// A short segment write (ENOSPC midway) leaves the first half of a payload,
+// a client's bytes, at its sealed segment's end; what reads as a footer at
+// that end (planted by the client, naming another block and the bytes
+// before it) is the first thing a rebuild's walk meets, not below a resync.
+// Nothing named the failed append's places, and a rebuild at the next open
+// restored the planted block: another block's key with a client's bytes.
+TEST_F(SsdFaultTest, AFooterPlantedAtAShortWritesEndIsNeverRestored) {
+  SsdTierOptions o = Options(SsdDurability::kSync);
+  o.reclaim_live_fraction = 0;
+  o.writer_threads = 1;
+  const BlockMeta first = ChainBlock(0, 0), planter = ChainBlock(1, 0),
+                  victim = ChainBlock(2, 0);
+  // Five pages: half of them (two and a half, two on an O_DIRECT file)
+  // land, and the second page ends in a footer claiming the first 8128
+  // bytes for `victim`.
+  constexpr uint64_t kPlanted = 2 * ssd::kExtentAlign - ssd::kFooterBytes;
+  std::string bytes(20000, 'p');
+  for (uint64_t i = 0; i < kPlanted; ++i) bytes[i] = static_cast<char>('a' + i % 26);
+  ssd::EncodeFooter({victim.namespace_id, victim.key, kPlanted,
+                     ssd::PayloadChecksum(bytes.data(), kPlanted)},
+                    reinterpret_cast<uint8_t*>(bytes.data() + kPlanted));
+  {
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_OK(tier->Put(first, PayloadOf(first), true));
+    fs_.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg", .count = 1,
+                  .short_write = true});
+    EXPECT_FALSE(tier->Put(planter, SharedBytes::Copy(bytes), true).ok());
+    fs_.ClearFaults();
+    EXPECT_FALSE(tier->Contains(victim.key));
+    ASSERT_OK(tier->Close());
+  }
+  auto tier = testing::OpenRebuilt(o);  // the metadata lost before the next open
+  ASSERT_NE(tier, nullptr);
+  EXPECT_FALSE(tier->Contains(victim.key))
+      << "a footer planted in a failed write's payload was restored as another block";
+  EXPECT_FALSE(tier->Contains(planter.key));
+  EXPECT_EQ(Present(*tier, {first}), 1u);
+}
+
+// A compaction batch whose only block was removed while it was being copied
+// makes no commit: its copy is garbage from birth, named by an extent-only
+// removal that nothing synced. Its appender then took another writer's
+// store above the copy, committed and durable (sync mode); a power cut took
+// the unsynced records, the open's walk from the segment's end stopped at
+// that store, and the copy was left named by nothing but the block's
+// removal, which a journal rewrite drops with the source segment (unlinked,
+// empty). A rebuild then brought the removed block back.
+TEST_F(SsdFaultTest, ACompactionCopyOfABlockRemovedMeanwhileIsNamedBeforeItsSegmentMovesOn) {
+  testing::GatedFileSystem gated(&fs_);
+  SsdTierOptions o = Options(SsdDurability::kSync);
+  o.file_system = &gated;
+  o.reclaim_live_fraction = 0.5;
+  o.writer_threads = 1;
+  const BlockMeta moved = ChainBlock(0, 0), later = ChainBlock(9, 0);
+  std::vector<BlockMeta> gone;
+  for (uint64_t c = 1; c < 4; ++c) gone.push_back(ChainBlock(c, 0));
+  {
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_OK(tier->Put(moved, PayloadOf(moved), true));
+    for (const BlockMeta& m : gone) ASSERT_OK(tier->Put(m, PayloadOf(m), true));
+    ASSERT_OK(tier->Close());
+  }
+  const std::filesystem::path first = testing::SegmentFiles(o.path).at(0);
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  gated.Arm(".seg");  // the reclaimer's copy waits at its write
+  for (const BlockMeta& m : gone) ASSERT_OK(tier->Remove(m.key));
+  gated.gate().WaitForArrivals(1);
+  ASSERT_OK(tier->Remove(moved.key));  // while it is being copied: acknowledged
+  gated.gate().Open();
+  ASSERT_TRUE(testing::WaitUntil([&] { return !std::filesystem::exists(first); }))
+      << "the emptied source segment was never unlinked";
+  ASSERT_OK(tier->Put(later, PayloadOf(later), true));  // acknowledged, durable
+  ASSERT_OK(fs_.SimulatePowerLoss().status());
+  EXPECT_FALSE(tier->Close().ok());
+  tier.reset();
+  fs_.PowerOn();
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(Present(*tier, {later}), 1u);
+  EXPECT_FALSE(tier->Contains(moved.key));
+  ASSERT_OK(tier->Close());
+  tier = testing::OpenRebuilt(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(Present(*tier, {later}), 1u);
+  EXPECT_FALSE(tier->Contains(moved.key)) << "a removed block came back from a compaction copy";
+  EXPECT_EQ(Present(*tier, gone), 0u);
+}
+
+// In wal mode a reclaim pass makes the metadata durable (FlushWAL, synced)
+// before it unlinks an emptied segment; a removal committed before it is
+// then on the device, while its journal record may not be. A power cut
+// then left metadata without the block and a journal that does not name
+// its extent, inside a segment below other live blocks (where the open's
+// walk from the segment's end does not look): a rebuild brought the
+// removed block back.
+TEST_F(SsdFaultTest, AWalModeRemovalMadeDurableByAReclaimPassStaysRemovedInARebuild) {
+  SsdTierOptions o = Options(SsdDurability::kWal);
+  o.reclaim_live_fraction = 0;
+  const BlockMeta removed = ChainBlock(0, 0), kept = ChainBlock(1, 0),
+                  emptied = ChainBlock(2, 0);
+  {
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_OK(tier->Put(removed, PayloadOf(removed), true));
+    ASSERT_OK(tier->Put(kept, PayloadOf(kept), true));
+    ASSERT_OK(tier->Close());
+    tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_OK(tier->Put(emptied, PayloadOf(emptied), true));  // a segment of its own
+    ASSERT_OK(tier->Close());
+  }
+  const std::vector<std::filesystem::path> segments = testing::SegmentFiles(o.path);
+  ASSERT_EQ(segments.size(), 2u);
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_OK(tier->Remove(removed.key));
+  ASSERT_OK(tier->Remove(emptied.key));  // its segment is unlinked: FlushWAL first
+  ASSERT_TRUE(testing::WaitUntil([&] { return !std::filesystem::exists(segments[1]); }));
+  ASSERT_OK(fs_.SimulatePowerLoss().status());
+  EXPECT_FALSE(tier->Close().ok());
+  tier.reset();
+  fs_.PowerOn();
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(Present(*tier, {kept}), 1u);
+  const bool survived_cut = tier->Contains(removed.key);  // wal mode may roll back
+  ASSERT_OK(tier->Close());
+  tier = testing::OpenRebuilt(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(Present(*tier, {kept}), 1u);
+  if (!survived_cut) {
+    EXPECT_FALSE(tier->Contains(removed.key))
+        << "a removal durable in the metadata was undone by a rebuild";
+  }
 }
 
 }  // namespace
