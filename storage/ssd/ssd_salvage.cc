@@ -44,7 +44,7 @@ Status WalkSegment(FileSystem* fs, const std::string& path, uint64_t id,
   PKV_ASSIGN_OR_RETURN(size_t got, f->Read(0, buf.size(), buf.data()));
   buf.resize(got);
   uint64_t end = got / ssd::kExtentAlign * ssd::kExtentAlign;
-  bool resynced = false, resync_pending = false;
+  bool resync_pending = false;
   while (end >= ssd::kExtentAlign) {
     ssd::ExtentFooter footer;
     // (A length beyond the bytes left is checked first: ExtentBytes of a
@@ -54,7 +54,7 @@ Status WalkSegment(FileSystem* fs, const std::string& path, uint64_t id,
     if (!ssd::DecodeFooter(buf.data() + end - ssd::kFooterBytes, &footer) ||
         footer.length > end || ssd::ExtentBytes(footer.length) > end) {
       end -= ssd::kExtentAlign;  // resync on the previous boundary
-      resynced = resync_pending = true;
+      resync_pending = true;
       continue;
     }
     const uint64_t start = end - ssd::ExtentBytes(footer.length);
@@ -68,7 +68,7 @@ Status WalkSegment(FileSystem* fs, const std::string& path, uint64_t id,
       }
       out->extents.push_back(ssd::FoundExtent{footer.key, footer.namespace_id, parent,
                                               footer.length, footer.checksum, id, start,
-                                              resynced, resync_pending});
+                                              resync_pending});
       resync_pending = false;
     } else {
       out->damaged += 1;

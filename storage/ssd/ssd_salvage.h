@@ -38,15 +38,12 @@ struct FoundExtent {
   BlockKey namespace_id;
   BlockKey parent;  // from the payload (SsdTierOptions::rebuilt_parent), or none
   uint64_t length = 0, checksum = 0, segment = 0, offset = 0;
-  // Found below a resync (past a damaged footer the walk steps back one
-  // boundary at a time, inside the damaged extent's payload: client bytes
-  // that may hold what reads as a footer). Restored only if a commit record
-  // names it (JournalContents::Commits).
-  bool after_resync = false;
   // The walk resynced between this extent and the one it found before it in
-  // its segment (or the segment's end): below a resync an extent is in step
-  // again once one is named by a commit record (its place is then a real
-  // extent boundary), see ProvableVersions.
+  // its segment (or the segment's end): past a damaged footer it steps back
+  // one boundary at a time, inside the damaged extent's payload, client
+  // bytes that may hold what reads as a footer. Below a resync an extent is
+  // in step again once one is named by a commit record (its place is then a
+  // real extent boundary), see ProvableVersions.
   bool resync_above = false;
 };
 
@@ -70,9 +67,11 @@ StatusOr<SegmentScan> WalkSegments(FileSystem* fs, const std::string& seg_dir,
 
 // Per key, the version the segments and the journal prove current: in a
 // segment above the journal's barrier, not named by a journaled removal
-// (key and payload checksum), found by a walk that had not resynced in its
-// segment or else named by a commit record, and every other such extent of
-// the key holds the same bytes (then the newest location). Keys with two different
+// (key and payload checksum), found by a walk in step (no resync since the
+// segment's end or the last extent a commit record names; else only if a
+// commit record names it), and every other such extent of the key holds the
+// same bytes (then the newest location). `found` holds each segment's
+// extents together, in walk order (WalkSegments). Keys with two different
 // surviving versions get none; `unprovable` counts every extent not taken.
 // An unusable journal proves nothing: every extent is unprovable.
 std::map<BlockKey, FoundExtent> ProvableVersions(const std::vector<FoundExtent>& found,

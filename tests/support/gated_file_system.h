@@ -11,14 +11,16 @@
 #include <utility>
 
 #include "prefixkv/file_system.h"
+#include "tests/support/forwarding_file_system.h"
 #include "tests/support/gate.h"
 
 namespace prefixkv::testing {
 
-class GatedFileSystem final : public FileSystem {
+class GatedFileSystem final : public ForwardingFileSystem {
  public:
   // REQUIRES: `base` outlives this object.
-  explicit GatedFileSystem(FileSystem* base = FileSystem::Default()) : base_(base) {}
+  explicit GatedFileSystem(FileSystem* base = FileSystem::Default())
+      : ForwardingFileSystem(base) {}
 
   // From now on writes and syncs of paths containing `path_contains` wait at
   // gate(). Call before any thread writes.
@@ -38,51 +40,36 @@ class GatedFileSystem final : public FileSystem {
 
   StatusOr<std::unique_ptr<FileHandle>> OpenFile(
       const std::string& path, const FileOpenOptions& options) override {
-    StatusOr<std::unique_ptr<FileHandle>> f = base_->OpenFile(path, options);
+    StatusOr<std::unique_ptr<FileHandle>> f =
+        ForwardingFileSystem::OpenFile(path, options);
     if (!f.ok()) return f;
-    return std::unique_ptr<FileHandle>(new Handle(this, path, std::move(*f)));
+    return std::unique_ptr<FileHandle>(new Handle(this, std::move(*f)));
   }
-  Status DeleteFile(const std::string& path) override { return base_->DeleteFile(path); }
-  Status RenameFile(const std::string& from, const std::string& to) override {
-    return base_->RenameFile(from, to);
-  }
-  StatusOr<uint64_t> FileSize(const std::string& path) override {
-    return base_->FileSize(path);
-  }
-  StatusOr<std::vector<std::string>> ListDir(const std::string& dir) override {
-    return base_->ListDir(dir);
-  }
-  Status CreateDir(const std::string& dir) override { return base_->CreateDir(dir); }
-  Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
 
  private:
-  class Handle final : public FileHandle {
+  class Handle final : public ForwardingFileHandle {
    public:
-    Handle(GatedFileSystem* fs, const std::string& path, std::unique_ptr<FileHandle> base)
-        : FileHandle(path), fs_(fs), base_(std::move(base)) {}
+    Handle(GatedFileSystem* fs, std::unique_ptr<FileHandle> base)
+        : ForwardingFileHandle(std::move(base)), fs_(fs) {}
     StatusOr<size_t> Read(uint64_t offset, size_t n, void* buf) const override {
       fs_->MaybeWaitRead(path());
-      return base_->Read(offset, n, buf);
+      return ForwardingFileHandle::Read(offset, n, buf);
     }
     Status Write(uint64_t offset, const void* data, size_t n) override {
       fs_->MaybeWait(path());
-      return base_->Write(offset, data, n);
+      return base().Write(offset, data, n);
     }
     Status DataSync() override {
       fs_->MaybeWait(path());
-      return base_->DataSync();
+      return base().DataSync();
     }
     Status Sync() override {
       fs_->MaybeWait(path());
-      return base_->Sync();
+      return base().Sync();
     }
-    Status Truncate(uint64_t size) override { return base_->Truncate(size); }
-    StatusOr<uint64_t> Size() const override { return base_->Size(); }
-    bool direct_io() const override { return base_->direct_io(); }
 
    private:
     GatedFileSystem* fs_;
-    std::unique_ptr<FileHandle> base_;
   };
 
   void MaybeWait(const std::string& path) {
@@ -94,7 +81,6 @@ class GatedFileSystem final : public FileSystem {
       read_gate_.Pass();
   }
 
-  FileSystem* base_;
   std::atomic<bool> armed_{false};
   std::string path_contains_;  // written before armed_ is set
   Gate gate_;

@@ -22,6 +22,7 @@
 #include "ssd_test_peer.h"
 #include "tests/storage/ssd/ssd_test_util.h"
 #include "tests/support/fault_injection_file_system.h"
+#include "tests/support/forwarding_file_system.h"
 #include "tests/support/gated_file_system.h"
 
 namespace prefixkv {
@@ -71,6 +72,13 @@ class SsdFaultTest : public ::testing::Test {
     EXPECT_OK(tier->Put(b, PayloadOf(b), true));
     EXPECT_OK(tier->Close());
     return o;
+  }
+  // Opens a tier with `o`, stores `blocks` (acknowledged) and closes it.
+  void StoreAndClose(const SsdTierOptions& o, const std::vector<BlockMeta>& blocks) {
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    for (const BlockMeta& m : blocks) ASSERT_OK(tier->Put(m, PayloadOf(m), true));
+    ASSERT_OK(tier->Close());
   }
   // Blocks of `blocks` that are present; each one present must be served
   // with its own payload.
@@ -1012,7 +1020,9 @@ TEST_F(SsdFaultTest, AShortWriteAtASegmentsEndLosesNoBlockBelowItInARebuild) {
       for (const BlockMeta& m : kept) ASSERT_OK(tier->Put(m, PayloadOf(m), true));
       if (!zeros) {
         // Five pages; half of them land, no footer among them.
-        fs_.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg", .count = 1,
+        fs_.AddFault({.op = FaultOp::kWrite,
+                      .path_contains = ".seg",
+                      .count = 1,
                       .short_write = true});
         EXPECT_FALSE(
             tier->Put(big, SharedBytes::Copy(std::string(20000, 'z')), true).ok());
@@ -1044,61 +1054,45 @@ TEST_F(SsdFaultTest, AShortWriteAtASegmentsEndLosesNoBlockBelowItInARebuild) {
 // Passes everything to `base`; once armed, the first journal append that
 // holds a commit record syncs the journal first (as another writer's
 // SyncJournal would at that moment) and then cuts the power (`base`).
-class CutAtJournalCommitRecord final : public FileSystem {
+class CutAtJournalCommitRecord final : public testing::ForwardingFileSystem {
  public:
-  explicit CutAtJournalCommitRecord(FaultInjectionFileSystem* base) : base_(base) {}
+  explicit CutAtJournalCommitRecord(FaultInjectionFileSystem* base)
+      : ForwardingFileSystem(base), faults_(base) {}
   std::atomic<bool> armed{false}, fired{false};
 
   StatusOr<std::unique_ptr<FileHandle>> OpenFile(
       const std::string& path, const FileOpenOptions& options) override {
-    PKV_ASSIGN_OR_RETURN(std::unique_ptr<FileHandle> file, base_->OpenFile(path, options));
+    PKV_ASSIGN_OR_RETURN(std::unique_ptr<FileHandle> file,
+                         ForwardingFileSystem::OpenFile(path, options));
     if (!path.ends_with("/removals.pkvj") && !path.ends_with("/removals.pkvj.tmp")) {
       return file;
     }
     return std::unique_ptr<FileHandle>(std::make_unique<Handle>(std::move(file), this));
   }
-  Status DeleteFile(const std::string& p) override { return base_->DeleteFile(p); }
-  Status RenameFile(const std::string& from, const std::string& to) override {
-    return base_->RenameFile(from, to);
-  }
-  StatusOr<uint64_t> FileSize(const std::string& p) override { return base_->FileSize(p); }
-  StatusOr<std::vector<std::string>> ListDir(const std::string& d) override {
-    return base_->ListDir(d);
-  }
-  Status CreateDir(const std::string& d) override { return base_->CreateDir(d); }
-  Status SyncDir(const std::string& d) override { return base_->SyncDir(d); }
 
  private:
-  class Handle final : public FileHandle {
+  class Handle final : public testing::ForwardingFileHandle {
    public:
     Handle(std::unique_ptr<FileHandle> base, CutAtJournalCommitRecord* owner)
-        : FileHandle(base->path()), base_(std::move(base)), owner_(owner) {}
-    StatusOr<size_t> Read(uint64_t offset, size_t n, void* buf) const override {
-      return base_->Read(offset, n, buf);
-    }
+        : ForwardingFileHandle(std::move(base)), owner_(owner) {}
     Status Write(uint64_t offset, const void* data, size_t n) override {
       const auto* p = static_cast<const uint8_t*>(data);
       bool commit = false;
-      for (size_t r = 0; r + ssd::kJournalRecordBytes <= n; r += ssd::kJournalRecordBytes) {
+      for (size_t r = 0; r + ssd::kJournalRecordBytes <= n;
+           r += ssd::kJournalRecordBytes) {
         commit = commit || (p[r + 39] & 0x80) != 0;  // bit 63 of the offset field
       }
       if (commit && owner_->armed.load() && !owner_->fired.exchange(true)) {
-        EXPECT_OK(base_->DataSync());
-        EXPECT_OK(owner_->base_->SimulatePowerLoss().status());
+        EXPECT_OK(base().DataSync());
+        EXPECT_OK(owner_->faults_->SimulatePowerLoss().status());
       }
-      return base_->Write(offset, data, n);
+      return base().Write(offset, data, n);
     }
-    Status DataSync() override { return base_->DataSync(); }
-    Status Sync() override { return base_->Sync(); }
-    Status Truncate(uint64_t size) override { return base_->Truncate(size); }
-    StatusOr<uint64_t> Size() const override { return base_->Size(); }
-    bool direct_io() const override { return base_->direct_io(); }
 
    private:
-    std::unique_ptr<FileHandle> base_;
     CutAtJournalCommitRecord* owner_;
   };
-  FaultInjectionFileSystem* const base_;
+  FaultInjectionFileSystem* const faults_;
 };
 
 // A compaction journals a moved block's old place dead before the repoint
@@ -1115,15 +1109,10 @@ TEST_F(SsdFaultTest, APowerCutAfterARepointCommitNeverLosesTheMovedBlock) {
   o.file_system = &tap;
   o.reclaim_live_fraction = 0.3;
   const BlockMeta live = ChainBlock(0, 0);
-  std::vector<BlockMeta> gone;
-  for (uint64_t c = 1; c < 4; ++c) gone.push_back(ChainBlock(c, 0));
-  {
-    auto tier = testing::OpenSsd(o);
-    ASSERT_NE(tier, nullptr);
-    ASSERT_OK(tier->Put(live, PayloadOf(live), true));
-    for (const BlockMeta& m : gone) ASSERT_OK(tier->Put(m, PayloadOf(m), true));
-    ASSERT_OK(tier->Close());  // all durable
-  }
+  const std::vector<BlockMeta> gone = {ChainBlock(1, 0), ChainBlock(2, 0),
+                                       ChainBlock(3, 0)};
+  StoreAndClose(o, {live, gone[0], gone[1], gone[2]});  // all durable
+  ASSERT_FALSE(HasFatalFailure());
   auto tier = testing::OpenSsd(o);
   ASSERT_NE(tier, nullptr);
   tap.armed = true;
@@ -1175,7 +1164,9 @@ TEST_F(SsdFaultTest, AFooterPlantedAtAShortWritesEndIsNeverRestored) {
     auto tier = testing::OpenSsd(o);
     ASSERT_NE(tier, nullptr);
     ASSERT_OK(tier->Put(first, PayloadOf(first), true));
-    fs_.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg", .count = 1,
+    fs_.AddFault({.op = FaultOp::kWrite,
+                  .path_contains = ".seg",
+                  .count = 1,
                   .short_write = true});
     EXPECT_FALSE(tier->Put(planter, SharedBytes::Copy(bytes), true).ok());
     fs_.ClearFaults();
@@ -1198,22 +1189,18 @@ TEST_F(SsdFaultTest, AFooterPlantedAtAShortWritesEndIsNeverRestored) {
 // that store, and the copy was left named by nothing but the block's
 // removal, which a journal rewrite drops with the source segment (unlinked,
 // empty). A rebuild then brought the removed block back.
-TEST_F(SsdFaultTest, ACompactionCopyOfABlockRemovedMeanwhileIsNamedBeforeItsSegmentMovesOn) {
+TEST_F(SsdFaultTest,
+       ACompactionCopyOfABlockRemovedMeanwhileIsNamedBeforeItsSegmentMovesOn) {
   testing::GatedFileSystem gated(&fs_);
   SsdTierOptions o = Options(SsdDurability::kSync);
   o.file_system = &gated;
   o.reclaim_live_fraction = 0.5;
   o.writer_threads = 1;
   const BlockMeta moved = ChainBlock(0, 0), later = ChainBlock(9, 0);
-  std::vector<BlockMeta> gone;
-  for (uint64_t c = 1; c < 4; ++c) gone.push_back(ChainBlock(c, 0));
-  {
-    auto tier = testing::OpenSsd(o);
-    ASSERT_NE(tier, nullptr);
-    ASSERT_OK(tier->Put(moved, PayloadOf(moved), true));
-    for (const BlockMeta& m : gone) ASSERT_OK(tier->Put(m, PayloadOf(m), true));
-    ASSERT_OK(tier->Close());
-  }
+  const std::vector<BlockMeta> gone = {ChainBlock(1, 0), ChainBlock(2, 0),
+                                       ChainBlock(3, 0)};
+  StoreAndClose(o, {moved, gone[0], gone[1], gone[2]});
+  ASSERT_FALSE(HasFatalFailure());
   const std::filesystem::path first = testing::SegmentFiles(o.path).at(0);
   auto tier = testing::OpenSsd(o);
   ASSERT_NE(tier, nullptr);
@@ -1225,11 +1212,7 @@ TEST_F(SsdFaultTest, ACompactionCopyOfABlockRemovedMeanwhileIsNamedBeforeItsSegm
   ASSERT_TRUE(testing::WaitUntil([&] { return !std::filesystem::exists(first); }))
       << "the emptied source segment was never unlinked";
   ASSERT_OK(tier->Put(later, PayloadOf(later), true));  // acknowledged, durable
-  ASSERT_OK(fs_.SimulatePowerLoss().status());
-  EXPECT_FALSE(tier->Close().ok());
-  tier.reset();
-  fs_.PowerOn();
-  tier = testing::OpenSsd(o);
+  CutPowerAndReopen(tier, o);
   ASSERT_NE(tier, nullptr);
   EXPECT_EQ(Present(*tier, {later}), 1u);
   EXPECT_FALSE(tier->Contains(moved.key));
@@ -1237,7 +1220,8 @@ TEST_F(SsdFaultTest, ACompactionCopyOfABlockRemovedMeanwhileIsNamedBeforeItsSegm
   tier = testing::OpenRebuilt(o);
   ASSERT_NE(tier, nullptr);
   EXPECT_EQ(Present(*tier, {later}), 1u);
-  EXPECT_FALSE(tier->Contains(moved.key)) << "a removed block came back from a compaction copy";
+  EXPECT_FALSE(tier->Contains(moved.key))
+      << "a removed block came back from a compaction copy";
   EXPECT_EQ(Present(*tier, gone), 0u);
 }
 
@@ -1271,11 +1255,7 @@ TEST_F(SsdFaultTest, AWalModeRemovalMadeDurableByAReclaimPassStaysRemovedInARebu
   ASSERT_OK(tier->Remove(removed.key));
   ASSERT_OK(tier->Remove(emptied.key));  // its segment is unlinked: FlushWAL first
   ASSERT_TRUE(testing::WaitUntil([&] { return !std::filesystem::exists(segments[1]); }));
-  ASSERT_OK(fs_.SimulatePowerLoss().status());
-  EXPECT_FALSE(tier->Close().ok());
-  tier.reset();
-  fs_.PowerOn();
-  tier = testing::OpenSsd(o);
+  CutPowerAndReopen(tier, o);
   ASSERT_NE(tier, nullptr);
   EXPECT_EQ(Present(*tier, {kept}), 1u);
   const bool survived_cut = tier->Contains(removed.key);  // wal mode may roll back

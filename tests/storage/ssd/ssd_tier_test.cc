@@ -25,6 +25,7 @@
 #include "ssd_segment.h"
 #include "tests/storage/ssd/ssd_test_util.h"
 #include "tests/support/fault_injection_file_system.h"
+#include "tests/support/forwarding_file_system.h"
 #include "tests/support/gate.h"
 #include "tests/support/gated_file_system.h"
 #include "tests/support/test_util.h"
@@ -1184,58 +1185,31 @@ TEST(SsdSegments, ConcurrentPutsUseSeparateActiveSegments) {
 
 // The largest write any segment file saw through it (FileSystem::Default
 // below).
-class WriteSizeRecorder final : public FileSystem {
+class WriteSizeRecorder final : public testing::ForwardingFileSystem {
  public:
   uint64_t max_segment_write() const { return max_write_.load(); }
 
   StatusOr<std::unique_ptr<FileHandle>> OpenFile(
       const std::string& path, const FileOpenOptions& options) override {
     PKV_ASSIGN_OR_RETURN(std::unique_ptr<FileHandle> file,
-                         FileSystem::Default()->OpenFile(path, options));
+                         ForwardingFileSystem::OpenFile(path, options));
     if (path.find("/segments/") == std::string::npos) return file;
     return std::unique_ptr<FileHandle>(std::make_unique<Handle>(std::move(file), this));
   }
-  Status DeleteFile(const std::string& p) override {
-    return FileSystem::Default()->DeleteFile(p);
-  }
-  Status RenameFile(const std::string& from, const std::string& to) override {
-    return FileSystem::Default()->RenameFile(from, to);
-  }
-  StatusOr<uint64_t> FileSize(const std::string& p) override {
-    return FileSystem::Default()->FileSize(p);
-  }
-  StatusOr<std::vector<std::string>> ListDir(const std::string& d) override {
-    return FileSystem::Default()->ListDir(d);
-  }
-  Status CreateDir(const std::string& d) override {
-    return FileSystem::Default()->CreateDir(d);
-  }
-  Status SyncDir(const std::string& d) override {
-    return FileSystem::Default()->SyncDir(d);
-  }
 
  private:
-  class Handle final : public FileHandle {
+  class Handle final : public testing::ForwardingFileHandle {
    public:
     Handle(std::unique_ptr<FileHandle> base, WriteSizeRecorder* owner)
-        : FileHandle(base->path()), base_(std::move(base)), owner_(owner) {}
-    StatusOr<size_t> Read(uint64_t offset, size_t n, void* buf) const override {
-      return base_->Read(offset, n, buf);
-    }
+        : ForwardingFileHandle(std::move(base)), owner_(owner) {}
     Status Write(uint64_t offset, const void* data, size_t n) override {
       uint64_t seen = owner_->max_write_.load();
       while (n > seen && !owner_->max_write_.compare_exchange_weak(seen, n)) {
       }
-      return base_->Write(offset, data, n);
+      return base().Write(offset, data, n);
     }
-    Status DataSync() override { return base_->DataSync(); }
-    Status Sync() override { return base_->Sync(); }
-    Status Truncate(uint64_t size) override { return base_->Truncate(size); }
-    StatusOr<uint64_t> Size() const override { return base_->Size(); }
-    bool direct_io() const override { return base_->direct_io(); }
 
    private:
-    std::unique_ptr<FileHandle> base_;
     WriteSizeRecorder* owner_;
   };
   std::atomic<uint64_t> max_write_{0};
