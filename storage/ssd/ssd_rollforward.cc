@@ -159,6 +159,7 @@ Status ssd::TierImpl::RollForward(const ssd::JournalContents& journal,
   Deltas deltas;
   uint64_t removed = 0, restored = 0, seq = 0;
   std::set<std::pair<BlockKey, uint64_t>> kept;  // versions the tier keeps
+  LocationSet kept_at;                           // and their places
   const std::set<uint64_t> existing = SegmentIds(fs, seg_dir);
   {
     MutexLock lock(&mu_);
@@ -179,6 +180,7 @@ Status ssd::TierImpl::RollForward(const ssd::JournalContents& journal,
         }
         provable.erase(key);
         kept.insert({key, e.checksum});
+        kept_at.insert({e.segment, e.offset});
         continue;
       }
       batch.Delete(ssd::BlockRecordKey(ssd::kMetaTag, e.namespace_id, key));
@@ -206,10 +208,13 @@ Status ssd::TierImpl::RollForward(const ssd::JournalContents& journal,
   for (const auto& [o, d] : deltas) {
     if (!ssd::IsZero(d)) batch.Merge(ssd::CounterKey(o), ssd::EncodeCounters(d));
   }
-  for (const ssd::FoundExtent& c : add) kept.insert({c.key, c.checksum});
+  for (const ssd::FoundExtent& c : add) {
+    kept.insert({c.key, c.checksum});
+    kept_at.insert({c.segment, c.offset});
+  }
   // What is not taken is journaled first (ssd_salvage.h NotTaken).
   PKV_RETURN_IF_ERROR(
-      ssd::AppendToJournal(fs, seg_dir, ssd::NotTaken(scan, journal, kept)));
+      ssd::AppendToJournal(fs, seg_dir, ssd::NotTaken(scan, journal, kept, kept_at)));
   // One atomic, synced batch: a kill before it leaves the database as it
   // was (the next open decides the same), after it the work is done.
   rocksdb::WriteOptions w;

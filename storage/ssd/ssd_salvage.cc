@@ -154,9 +154,13 @@ StatusOr<std::vector<ssd::FoundExtent>> TakeProvable(FileSystem* fs,
   });
   if (journal.usable) {
     std::set<std::pair<BlockKey, uint64_t>> taken;
-    for (const ssd::FoundExtent& c : restored) taken.insert({c.key, c.checksum});
-    PKV_RETURN_IF_ERROR(
-        ssd::AppendToJournal(fs, seg_dir, ssd::NotTaken(scan, journal, taken)));
+    ssd::LocationSet taken_at;
+    for (const ssd::FoundExtent& c : restored) {
+      taken.insert({c.key, c.checksum});
+      taken_at.insert({c.segment, c.offset});
+    }
+    PKV_RETURN_IF_ERROR(ssd::AppendToJournal(fs, seg_dir,
+                                             ssd::NotTaken(scan, journal, taken, taken_at)));
   }
   return restored;
 }
@@ -253,14 +257,16 @@ std::map<BlockKey, ssd::FoundExtent> ssd::ProvableVersions(
 
 std::vector<ssd::JournalRecord> ssd::NotTaken(
     const SegmentScan& scan, const JournalContents& journal,
-    const std::set<std::pair<BlockKey, uint64_t>>& kept) {
+    const std::set<std::pair<BlockKey, uint64_t>>& kept, const LocationSet& kept_at) {
   std::vector<JournalRecord> out;
   for (const FoundExtent& c : scan.extents) {
     if (journal.Excludes(c.key, c.checksum, c.segment, c.offset) ||
-        kept.contains({c.key, c.checksum})) {
+        kept_at.contains({c.segment, c.offset})) {
       continue;
     }
-    out.push_back({c.key, c.checksum, c.segment, c.offset});
+    JournalRecord r{c.key, c.checksum, c.segment, c.offset};
+    r.extent_only = kept.contains({c.key, c.checksum});  // its bytes live elsewhere
+    out.push_back(r);
   }
   return out;
 }
@@ -272,7 +278,9 @@ Status ssd::AppendToJournal(FileSystem* fs, const std::string& seg_dir,
                        RemovalJournal::Open(fs, seg_dir, /*barrier_if_new=*/0,
                                             [](uint64_t) { return true; }));
   for (const JournalRecord& r : records) {
-    PKV_RETURN_IF_ERROR(j->Append(r.key, r.checksum, r.segment, r.offset));
+    PKV_RETURN_IF_ERROR(
+        r.extent_only ? j->AppendExtentOnly(r.key, r.checksum, r.segment, r.offset)
+                      : j->Append(r.key, r.checksum, r.segment, r.offset));
   }
   return j->Sync();
 }

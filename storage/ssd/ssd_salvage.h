@@ -78,13 +78,20 @@ std::map<BlockKey, FoundExtent> ProvableVersions(const std::vector<FoundExtent>&
                                                  const JournalContents& journal,
                                                  uint64_t* unprovable);
 
-// The intact extents of `scan` that the journal does not name yet and whose
-// (key, payload checksum) is not in `kept`: what a rebuild or roll-forward
-// decided not to take. Journaling them keeps every later decision the same
-// (a segment compacted away later cannot turn a conflict into a winner).
+// The intact extents of `scan` that the journal does not name yet and that
+// are not at a place in `kept_at`: what a rebuild or roll-forward decided
+// not to take. Journaling them keeps every later decision the same (a
+// segment compacted away later cannot turn a conflict into a winner). One
+// whose (key, payload checksum) is in `kept` (the version kept, at another
+// place: a compaction copy the metadata never took, an older copy) gets an
+// extent-only removal: left unnamed, it stayed excluded only by a later
+// removal of the block, which a journal rewrite drops with that removal's
+// segment, and a rebuild then brought the removed block back
+// (SsdFaultTest.ACopyLeftByARepointTheMetadataLostNeverBringsBackARemovedBlock).
 std::vector<JournalRecord> NotTaken(const SegmentScan& scan,
                                     const JournalContents& journal,
-                                    const std::set<std::pair<BlockKey, uint64_t>>& kept);
+                                    const std::set<std::pair<BlockKey, uint64_t>>& kept,
+                                    const LocationSet& kept_at);
 
 // Appends `records` to the journal in `seg_dir` (which must be usable) and
 // syncs it.

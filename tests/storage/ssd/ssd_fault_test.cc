@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "prefixkv/advanced/ssd_tier.h"
@@ -1136,6 +1137,121 @@ TEST_F(SsdFaultTest, APowerCutAfterARepointCommitNeverLosesTheMovedBlock) {
   tier = testing::OpenRebuilt(Options(SsdDurability::kWal));
   ASSERT_NE(tier, nullptr);
   EXPECT_EQ(Present(*tier, {live}), 1u) << "lost by a later rebuild";
+  EXPECT_EQ(Present(*tier, gone), 0u);
+}
+
+// The power fails after a compaction's repoint commit and its commit records
+// reached the device (wal mode: MakeMetadataDurable syncs the journal before
+// FlushWAL), before the WAL did: the metadata holds the moved block at its
+// old place, rightly (its old-place removal is never confirmed), and the open
+// rolls forward only what it lacks. The copy the compaction made stays in
+// its new segment, named live by its commit record and dead by nothing: once
+// the block is removed and its old segment (whose removal record named the
+// bytes) is unlinked and dropped from the journal, a rebuild restored the
+// removed block from that copy.
+class CutAtJournalSyncAfterCommitRecord final : public testing::ForwardingFileSystem {
+ public:
+  explicit CutAtJournalSyncAfterCommitRecord(FaultInjectionFileSystem* base)
+      : ForwardingFileSystem(base), faults_(base) {}
+  std::atomic<bool> armed{false}, saw_commit{false}, fired{false};
+
+  StatusOr<std::unique_ptr<FileHandle>> OpenFile(
+      const std::string& path, const FileOpenOptions& options) override {
+    PKV_ASSIGN_OR_RETURN(std::unique_ptr<FileHandle> file,
+                         ForwardingFileSystem::OpenFile(path, options));
+    if (!path.ends_with("/removals.pkvj") && !path.ends_with("/removals.pkvj.tmp")) {
+      return file;
+    }
+    return std::unique_ptr<FileHandle>(std::make_unique<Handle>(std::move(file), this));
+  }
+
+ private:
+  class Handle final : public testing::ForwardingFileHandle {
+   public:
+    Handle(std::unique_ptr<FileHandle> base, CutAtJournalSyncAfterCommitRecord* owner)
+        : ForwardingFileHandle(std::move(base)), owner_(owner) {}
+    Status Write(uint64_t offset, const void* data, size_t n) override {
+      const auto* p = static_cast<const uint8_t*>(data);
+      for (size_t r = 0; r + ssd::kJournalRecordBytes <= n; r += ssd::kJournalRecordBytes) {
+        if ((p[r + 39] & 0x80) != 0 && owner_->armed.load()) owner_->saw_commit = true;
+      }
+      return base().Write(offset, data, n);
+    }
+    Status DataSync() override { return Cut(base().DataSync()); }
+    Status Sync() override { return Cut(base().Sync()); }
+
+   private:
+    Status Cut(Status synced) {
+      if (owner_->armed.load() && owner_->saw_commit.load() &&
+          !owner_->fired.exchange(true)) {
+        EXPECT_OK(synced);
+        EXPECT_OK(owner_->faults_->SimulatePowerLoss().status());
+        return Status::IOError("power cut");
+      }
+      return synced;
+    }
+    CutAtJournalSyncAfterCommitRecord* owner_;
+  };
+  FaultInjectionFileSystem* const faults_;
+};
+
+TEST_F(SsdFaultTest, ACopyLeftByARepointTheMetadataLostNeverBringsBackARemovedBlock) {
+  CutAtJournalSyncAfterCommitRecord tap(&fs_);
+  SsdTierOptions o = Options(SsdDurability::kWal);
+  o.file_system = &tap;
+  o.reclaim_live_fraction = 0.3;
+  const BlockMeta moved = ChainBlock(0, 0), other = ChainBlock(4, 0);
+  const std::vector<BlockMeta> gone = {ChainBlock(1, 0), ChainBlock(2, 0),
+                                       ChainBlock(3, 0)};
+  StoreAndClose(o, {moved, gone[0], gone[1], gone[2]});  // all durable
+  ASSERT_FALSE(HasFatalFailure());
+  const std::string seg_dir = o.path + "/segments";
+  auto segment_files = [&] {
+    std::set<std::string> out;
+    StatusOr<std::vector<std::string>> names = fs_.ListDir(seg_dir);
+    if (names.ok()) {
+      for (const std::string& n : *names) {
+        if (n.ends_with(".seg")) out.insert(n);
+      }
+    }
+    return out;
+  };
+  const std::set<std::string> old_segments = segment_files();
+  ASSERT_EQ(old_segments.size(), 1u);
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  // A new segment: `other`, then the compaction's copy of `moved`.
+  ASSERT_OK(tier->Put(other, PayloadOf(other), true));
+  tap.armed = true;
+  for (const BlockMeta& m : gone) ASSERT_OK(tier->Remove(m.key));
+  ASSERT_TRUE(testing::WaitUntil([&] { return tap.fired.load(); }))
+      << "the reclaimer never synced the journal after a repoint commit";
+  EXPECT_FALSE(tier->Close().ok());
+  tier.reset();
+  fs_.PowerOn();
+  tap.armed = false;
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(Present(*tier, {moved, other}), 2u);
+  EXPECT_EQ(Present(*tier, gone), 0u);
+  // The block is removed; its old segment, empty now, is unlinked.
+  ASSERT_OK(tier->Remove(moved.key));
+  ASSERT_TRUE(testing::WaitUntil([&] {
+    for (const std::string& n : old_segments) {
+      if (segment_files().contains(n)) return false;
+    }
+    return true;
+  })) << "the old segment was never reclaimed";
+  ASSERT_OK(tier->Close());
+  tier = testing::OpenSsd(o);  // the journal is rewritten without its records
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(Present(*tier, {moved}), 0u);
+  ASSERT_OK(tier->Close());
+  tier = testing::OpenRebuilt(Options(SsdDurability::kWal));
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(Present(*tier, {moved}), 0u)
+      << "a removed block came back from a compaction copy the metadata never took";
+  EXPECT_EQ(Present(*tier, {other}), 1u);
   EXPECT_EQ(Present(*tier, gone), 0u);
 }
 
