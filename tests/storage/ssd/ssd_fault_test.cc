@@ -1052,13 +1052,17 @@ TEST_F(SsdFaultTest, AShortWriteAtASegmentsEndLosesNoBlockBelowItInARebuild) {
   }
 }
 
-// Passes everything to `base`; once armed, the first journal append that
-// holds a commit record syncs the journal first (as another writer's
-// SyncJournal would at that moment) and then cuts the power (`base`).
-class CutAtJournalCommitRecord final : public testing::ForwardingFileSystem {
+// Passes everything to `base`; once armed, cuts the power (`base`) at one
+// moment of the removal journal's life. kCommitRecord: at the first append
+// that holds a commit record, after syncing the journal first (as another
+// writer's SyncJournal would at that moment), before the append lands.
+// kSyncAfterCommitRecord: at the first journal sync once a commit record was
+// appended, after that sync (which then reports the power gone).
+class CutAtJournal final : public testing::ForwardingFileSystem {
  public:
-  explicit CutAtJournalCommitRecord(FaultInjectionFileSystem* base)
-      : ForwardingFileSystem(base), faults_(base) {}
+  enum class When { kCommitRecord, kSyncAfterCommitRecord };
+  CutAtJournal(FaultInjectionFileSystem* base, When when)
+      : ForwardingFileSystem(base), faults_(base), when_(when) {}
   std::atomic<bool> armed{false}, fired{false};
 
   StatusOr<std::unique_ptr<FileHandle>> OpenFile(
@@ -1074,7 +1078,7 @@ class CutAtJournalCommitRecord final : public testing::ForwardingFileSystem {
  private:
   class Handle final : public testing::ForwardingFileHandle {
    public:
-    Handle(std::unique_ptr<FileHandle> base, CutAtJournalCommitRecord* owner)
+    Handle(std::unique_ptr<FileHandle> base, CutAtJournal* owner)
         : ForwardingFileHandle(std::move(base)), owner_(owner) {}
     Status Write(uint64_t offset, const void* data, size_t n) override {
       const auto* p = static_cast<const uint8_t*>(data);
@@ -1083,18 +1087,53 @@ class CutAtJournalCommitRecord final : public testing::ForwardingFileSystem {
            r += ssd::kJournalRecordBytes) {
         commit = commit || (p[r + 39] & 0x80) != 0;  // bit 63 of the offset field
       }
-      if (commit && owner_->armed.load() && !owner_->fired.exchange(true)) {
-        EXPECT_OK(base().DataSync());
-        EXPECT_OK(owner_->faults_->SimulatePowerLoss().status());
+      if (commit && owner_->armed.load()) {
+        if (owner_->when_ == When::kSyncAfterCommitRecord) {
+          owner_->saw_commit_ = true;
+        } else if (!owner_->fired.exchange(true)) {
+          EXPECT_OK(base().DataSync());
+          EXPECT_OK(owner_->faults_->SimulatePowerLoss().status());
+        }
       }
       return base().Write(offset, data, n);
     }
+    Status DataSync() override { return Cut(base().DataSync()); }
+    Status Sync() override { return Cut(base().Sync()); }
 
    private:
-    CutAtJournalCommitRecord* owner_;
+    Status Cut(Status synced) {
+      if (owner_->when_ == When::kSyncAfterCommitRecord && owner_->armed.load() &&
+          owner_->saw_commit_.load() && !owner_->fired.exchange(true)) {
+        EXPECT_OK(synced);
+        EXPECT_OK(owner_->faults_->SimulatePowerLoss().status());
+        return Status::IOError("power cut");
+      }
+      return synced;
+    }
+    CutAtJournal* owner_;
   };
   FaultInjectionFileSystem* const faults_;
+  const When when_;
+  std::atomic<bool> saw_commit_{false};
 };
+
+// Arms `tap`, removes `gone` from `tier` (their segment, a quarter live, is
+// compacted), waits for the cut, closes `tier` without power and reopens it
+// with `o` once the power is back (null if that failed).
+void RemoveThenReopenAfterTheCut(std::unique_ptr<SsdTier>& tier, CutAtJournal& tap,
+                                 FaultInjectionFileSystem& fs,
+                                 const std::vector<BlockMeta>& gone,
+                                 const SsdTierOptions& o) {
+  tap.armed = true;
+  for (const BlockMeta& m : gone) ASSERT_OK(tier->Remove(m.key));
+  ASSERT_TRUE(testing::WaitUntil([&] { return tap.fired.load(); }))
+      << "the reclaimer never reached the cut";
+  EXPECT_FALSE(tier->Close().ok());
+  tier.reset();
+  fs.PowerOn();
+  tap.armed = false;
+  tier = testing::OpenSsd(o);
+}
 
 // A compaction journals a moved block's old place dead before the repoint
 // commit and, once the commit succeeds, confirms that removal. In wal mode
@@ -1105,7 +1144,7 @@ class CutAtJournalCommitRecord final : public testing::ForwardingFileSystem {
 // metadata for rolled back and rolled the block out. A block acknowledged and
 // made durable long before, never touched by a client since, was lost.
 TEST_F(SsdFaultTest, APowerCutAfterARepointCommitNeverLosesTheMovedBlock) {
-  CutAtJournalCommitRecord tap(&fs_);
+  CutAtJournal tap(&fs_, CutAtJournal::When::kCommitRecord);
   SsdTierOptions o = Options(SsdDurability::kWal);
   o.file_system = &tap;
   o.reclaim_live_fraction = 0.3;
@@ -1116,16 +1155,9 @@ TEST_F(SsdFaultTest, APowerCutAfterARepointCommitNeverLosesTheMovedBlock) {
   ASSERT_FALSE(HasFatalFailure());
   auto tier = testing::OpenSsd(o);
   ASSERT_NE(tier, nullptr);
-  tap.armed = true;
-  // The segment keeps a quarter live: the reclaimer moves `live`.
-  for (const BlockMeta& m : gone) ASSERT_OK(tier->Remove(m.key));
-  ASSERT_TRUE(testing::WaitUntil([&] { return tap.fired.load(); }))
-      << "the reclaimer never committed a repoint";
-  EXPECT_FALSE(tier->Close().ok());
-  tier.reset();
-  fs_.PowerOn();
-  tap.armed = false;
-  tier = testing::OpenSsd(o);
+  // The segment keeps a quarter live: the reclaimer moves `live` and the
+  // power is cut at its repoint's commit record.
+  RemoveThenReopenAfterTheCut(tier, tap, fs_, gone, o);
   ASSERT_NE(tier, nullptr);
   EXPECT_EQ(Present(*tier, {live}), 1u)
       << "a block only moved by compaction was lost to a power cut ("
@@ -1149,54 +1181,8 @@ TEST_F(SsdFaultTest, APowerCutAfterARepointCommitNeverLosesTheMovedBlock) {
 // the block is removed and its old segment (whose removal record named the
 // bytes) is unlinked and dropped from the journal, a rebuild restored the
 // removed block from that copy.
-class CutAtJournalSyncAfterCommitRecord final : public testing::ForwardingFileSystem {
- public:
-  explicit CutAtJournalSyncAfterCommitRecord(FaultInjectionFileSystem* base)
-      : ForwardingFileSystem(base), faults_(base) {}
-  std::atomic<bool> armed{false}, saw_commit{false}, fired{false};
-
-  StatusOr<std::unique_ptr<FileHandle>> OpenFile(
-      const std::string& path, const FileOpenOptions& options) override {
-    PKV_ASSIGN_OR_RETURN(std::unique_ptr<FileHandle> file,
-                         ForwardingFileSystem::OpenFile(path, options));
-    if (!path.ends_with("/removals.pkvj") && !path.ends_with("/removals.pkvj.tmp")) {
-      return file;
-    }
-    return std::unique_ptr<FileHandle>(std::make_unique<Handle>(std::move(file), this));
-  }
-
- private:
-  class Handle final : public testing::ForwardingFileHandle {
-   public:
-    Handle(std::unique_ptr<FileHandle> base, CutAtJournalSyncAfterCommitRecord* owner)
-        : ForwardingFileHandle(std::move(base)), owner_(owner) {}
-    Status Write(uint64_t offset, const void* data, size_t n) override {
-      const auto* p = static_cast<const uint8_t*>(data);
-      for (size_t r = 0; r + ssd::kJournalRecordBytes <= n; r += ssd::kJournalRecordBytes) {
-        if ((p[r + 39] & 0x80) != 0 && owner_->armed.load()) owner_->saw_commit = true;
-      }
-      return base().Write(offset, data, n);
-    }
-    Status DataSync() override { return Cut(base().DataSync()); }
-    Status Sync() override { return Cut(base().Sync()); }
-
-   private:
-    Status Cut(Status synced) {
-      if (owner_->armed.load() && owner_->saw_commit.load() &&
-          !owner_->fired.exchange(true)) {
-        EXPECT_OK(synced);
-        EXPECT_OK(owner_->faults_->SimulatePowerLoss().status());
-        return Status::IOError("power cut");
-      }
-      return synced;
-    }
-    CutAtJournalSyncAfterCommitRecord* owner_;
-  };
-  FaultInjectionFileSystem* const faults_;
-};
-
 TEST_F(SsdFaultTest, ACopyLeftByARepointTheMetadataLostNeverBringsBackARemovedBlock) {
-  CutAtJournalSyncAfterCommitRecord tap(&fs_);
+  CutAtJournal tap(&fs_, CutAtJournal::When::kSyncAfterCommitRecord);
   SsdTierOptions o = Options(SsdDurability::kWal);
   o.file_system = &tap;
   o.reclaim_live_fraction = 0.3;
@@ -1222,15 +1208,8 @@ TEST_F(SsdFaultTest, ACopyLeftByARepointTheMetadataLostNeverBringsBackARemovedBl
   ASSERT_NE(tier, nullptr);
   // A new segment: `other`, then the compaction's copy of `moved`.
   ASSERT_OK(tier->Put(other, PayloadOf(other), true));
-  tap.armed = true;
-  for (const BlockMeta& m : gone) ASSERT_OK(tier->Remove(m.key));
-  ASSERT_TRUE(testing::WaitUntil([&] { return tap.fired.load(); }))
-      << "the reclaimer never synced the journal after a repoint commit";
-  EXPECT_FALSE(tier->Close().ok());
-  tier.reset();
-  fs_.PowerOn();
-  tap.armed = false;
-  tier = testing::OpenSsd(o);
+  // The power is cut at the journal sync after the repoint's commit record.
+  RemoveThenReopenAfterTheCut(tier, tap, fs_, gone, o);
   ASSERT_NE(tier, nullptr);
   EXPECT_EQ(Present(*tier, {moved, other}), 2u);
   EXPECT_EQ(Present(*tier, gone), 0u);
