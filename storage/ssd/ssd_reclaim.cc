@@ -73,7 +73,8 @@ Status ssd::TierImpl::MakeMetadataDurable() {
     // The journal before the metadata that depends on it (ssd_journal.h): a
     // synced log puts the deletes of every commit so far on the device, and
     // a removal whose record a power cut then took was undone by a later
-    // rebuild (SsdFaultTest.AWalModeRemovalMadeDurableByAReclaimPassStaysRemovedInARebuild).
+    // rebuild
+    // (SsdFaultTest.AWalModeRemovalMadeDurableByAReclaimPassStaysRemovedInARebuild).
     PKV_RETURN_IF_ERROR(SyncJournal());
   }
   switch (options_.durability) {
@@ -113,8 +114,9 @@ Status ssd::TierImpl::Relocate(uint64_t segment) {
     if (moving.empty()) continue;
     std::vector<ssd::ExtentLocation> to;
     PKV_RETURN_IF_ERROR(CopyRelocated(moving, &to));
-    Status s = RepointRelocated(segment, moving, to);
-    store_->EndPending(to.front().segment);
+    bool seal_copies = false;
+    Status s = RepointRelocated(segment, moving, to, &seal_copies);
+    store_->EndPending(to.front().segment, seal_copies);
     PKV_RETURN_IF_ERROR(s);
   }
   return Status::OK();
@@ -170,7 +172,8 @@ Status ssd::TierImpl::CopyRelocated(const std::vector<RelocatedBlock>& moving,
 
 Status ssd::TierImpl::RepointRelocated(uint64_t segment,
                                        const std::vector<RelocatedBlock>& moving,
-                                       const std::vector<ssd::ExtentLocation>& to) {
+                                       const std::vector<ssd::ExtentLocation>& to,
+                                       bool* seal_copies) {
   std::vector<BlockKey> moving_keys;
   for (const RelocatedBlock& m : moving) moving_keys.push_back(m.key);
   BatchLock batch_lock(this, moving_keys);
@@ -227,7 +230,11 @@ Status ssd::TierImpl::RepointRelocated(uint64_t segment,
     // rebuild brought a removed block back
     // (SsdFaultTest.ACompactionCopyOfABlockRemovedMeanwhileIsNamedBeforeItsSegmentMovesOn).
     ConfirmRemovals(/*committed=*/false);  // nothing to confirm: no commit
-    (void)SyncJournal();
+    // If the sync fails, no other writer appends above the copies: the
+    // segment is sealed, and the open's walk from its end reaches them
+    // (SsdFaultTest.ACompactionCopyOfABlockRemovedMeanwhileIsNamedBeforeItsSegmentMovesOn,
+    // second case).
+    if (!SyncJournal().ok()) *seal_copies = true;
   }
   if (!s.ok()) {
     // Copies no metadata points at: garbage from birth too, named so that

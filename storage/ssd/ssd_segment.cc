@@ -345,15 +345,26 @@ Status SegmentStore::Append(const std::vector<ExtentSpec>& extents, bool sync,
   return s;
 }
 
-void SegmentStore::EndPending(uint64_t segment) {
+void SegmentStore::EndPending(uint64_t segment, bool seal) {
+  std::unique_ptr<Appender> a;
+  {
+    MutexLock lock(&mu_);
+    if (auto it = segments_.find(segment); it != segments_.end()) {
+      it->second.state.pending -= 1;
+    }
+    if (auto it = awaiting_commit_.find(segment); it != awaiting_commit_.end()) {
+      a = std::move(it->second);
+      awaiting_commit_.erase(it);
+    }
+    if (a == nullptr) return;
+    if (!seal) {
+      idle_.push_back(std::move(a));
+      return;
+    }
+  }
+  (void)Seal(a.get());  // no append goes above this one
   MutexLock lock(&mu_);
-  if (auto it = segments_.find(segment); it != segments_.end()) {
-    it->second.state.pending -= 1;
-  }
-  if (auto it = awaiting_commit_.find(segment); it != awaiting_commit_.end()) {
-    idle_.push_back(std::move(it->second));
-    awaiting_commit_.erase(it);
-  }
+  idle_.push_back(std::move(a));
 }
 
 StatusOr<SharedBytes> SegmentStore::Read(const ExtentLocation& loc,

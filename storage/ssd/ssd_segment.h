@@ -138,7 +138,9 @@ class SegmentStore {
   // and a segment this append created is unlinked again (no empty file, no fd).
   Status Append(const std::vector<ExtentSpec>& extents, bool sync,
                 std::vector<ExtentLocation>* out) EXCLUDES(mu_);
-  void EndPending(uint64_t segment) EXCLUDES(mu_);
+  // `seal`: the segment takes no more appends (its last one stays its last:
+  // records naming it dead could not be made durable).
+  void EndPending(uint64_t segment, bool seal = false) EXCLUDES(mu_);
 
   // Reads the payload of `length` bytes at `loc` (its 4096-aligned span, not
   // the footer) into a fresh aligned buffer; the result views its first

@@ -292,10 +292,12 @@ class TierImpl {
                        std::vector<ExtentLocation>* to) REQUIRES(gc_run_mu_);
   // Under the blocks' locks, points the records and the index of the blocks
   // nothing replaced or removed meanwhile at their copies `to` (one commit);
-  // the other copies are journaled as garbage.
+  // the other copies are journaled as garbage. `*seal_copies` set: the
+  // records naming the copies dead could not be synced, and the caller seals
+  // their segment (EndPending) so they stay at its end.
   Status RepointRelocated(uint64_t segment, const std::vector<RelocatedBlock>& moving,
-                          const std::vector<ExtentLocation>& to) REQUIRES(gc_run_mu_)
-      EXCLUDES(pause_, mu_);
+                          const std::vector<ExtentLocation>& to, bool* seal_copies)
+      REQUIRES(gc_run_mu_) EXCLUDES(pause_, mu_);
   // Adds to `batch` a repointed record for each block still at its old
   // extent in `segment`; true at those positions.
   std::vector<bool> AddRepoints(uint64_t segment,

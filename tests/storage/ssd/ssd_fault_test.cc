@@ -1284,40 +1284,52 @@ TEST_F(SsdFaultTest, AFooterPlantedAtAShortWritesEndIsNeverRestored) {
 // that store, and the copy was left named by nothing but the block's
 // removal, which a journal rewrite drops with the source segment (unlinked,
 // empty). A rebuild then brought the removed block back.
+// Second case: the sync of the copy's records fails. The segment is then
+// sealed, so the other writer's store goes to a new segment and the copy
+// stays at its segment's end, where the open's walk names it (before, the
+// store landed above the copy, and the rebuild brought the block back).
 TEST_F(SsdFaultTest,
        ACompactionCopyOfABlockRemovedMeanwhileIsNamedBeforeItsSegmentMovesOn) {
-  testing::GatedFileSystem gated(&fs_);
-  SsdTierOptions o = Options(SsdDurability::kSync);
-  o.file_system = &gated;
-  o.reclaim_live_fraction = 0.5;
-  o.writer_threads = 1;
-  const BlockMeta moved = ChainBlock(0, 0), later = ChainBlock(9, 0);
-  const std::vector<BlockMeta> gone = {ChainBlock(1, 0), ChainBlock(2, 0),
-                                       ChainBlock(3, 0)};
-  StoreAndClose(o, {moved, gone[0], gone[1], gone[2]});
-  ASSERT_FALSE(HasFatalFailure());
-  const std::filesystem::path first = testing::SegmentFiles(o.path).at(0);
-  auto tier = testing::OpenSsd(o);
-  ASSERT_NE(tier, nullptr);
-  gated.Arm(".seg");  // the reclaimer's copy waits at its write
-  for (const BlockMeta& m : gone) ASSERT_OK(tier->Remove(m.key));
-  gated.gate().WaitForArrivals(1);
-  ASSERT_OK(tier->Remove(moved.key));  // while it is being copied: acknowledged
-  gated.gate().Open();
-  ASSERT_TRUE(testing::WaitUntil([&] { return !std::filesystem::exists(first); }))
-      << "the emptied source segment was never unlinked";
-  ASSERT_OK(tier->Put(later, PayloadOf(later), true));  // acknowledged, durable
-  CutPowerAndReopen(tier, o);
-  ASSERT_NE(tier, nullptr);
-  EXPECT_EQ(Present(*tier, {later}), 1u);
-  EXPECT_FALSE(tier->Contains(moved.key));
-  ASSERT_OK(tier->Close());
-  tier = testing::OpenRebuilt(o);
-  ASSERT_NE(tier, nullptr);
-  EXPECT_EQ(Present(*tier, {later}), 1u);
-  EXPECT_FALSE(tier->Contains(moved.key))
-      << "a removed block came back from a compaction copy";
-  EXPECT_EQ(Present(*tier, gone), 0u);
+  for (const bool sync_fails : {false, true}) {
+    SCOPED_TRACE(sync_fails ? "the sync of the copy's records fails" : "it succeeds");
+    testing::GatedFileSystem gated(&fs_);
+    SsdTierOptions o = Options(SsdDurability::kSync);
+    o.path += sync_fails ? "-sync-fails" : "";
+    o.file_system = &gated;
+    o.reclaim_live_fraction = 0.5;
+    o.writer_threads = 1;
+    const BlockMeta moved = ChainBlock(0, 0), later = ChainBlock(9, 0);
+    const std::vector<BlockMeta> gone = {ChainBlock(1, 0), ChainBlock(2, 0),
+                                         ChainBlock(3, 0)};
+    StoreAndClose(o, {moved, gone[0], gone[1], gone[2]});
+    ASSERT_FALSE(HasFatalFailure());
+    const std::filesystem::path first = testing::SegmentFiles(o.path).at(0);
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    gated.Arm(".seg");  // the reclaimer's copy waits at its write
+    for (const BlockMeta& m : gone) ASSERT_OK(tier->Remove(m.key));
+    gated.gate().WaitForArrivals(1);
+    ASSERT_OK(tier->Remove(moved.key));  // while it is being copied: acknowledged
+    if (sync_fails) {  // the next journal sync: the reclaimer's, for its copy
+      fs_.AddFault({.op = FaultOp::kSync, .path_contains = "removals.pkvj", .count = 1});
+    }
+    gated.gate().Open();
+    ASSERT_TRUE(testing::WaitUntil([&] { return !std::filesystem::exists(first); }))
+        << "the emptied source segment was never unlinked";
+    fs_.ClearFaults();
+    ASSERT_OK(tier->Put(later, PayloadOf(later), true));  // acknowledged, durable
+    CutPowerAndReopen(tier, o);
+    ASSERT_NE(tier, nullptr);
+    EXPECT_EQ(Present(*tier, {later}), 1u);
+    EXPECT_FALSE(tier->Contains(moved.key));
+    ASSERT_OK(tier->Close());
+    tier = testing::OpenRebuilt(o);
+    ASSERT_NE(tier, nullptr);
+    EXPECT_EQ(Present(*tier, {later}), 1u);
+    EXPECT_FALSE(tier->Contains(moved.key))
+        << "a removed block came back from a compaction copy";
+    EXPECT_EQ(Present(*tier, gone), 0u);
+  }
 }
 
 // In wal mode a reclaim pass makes the metadata durable (FlushWAL, synced)
