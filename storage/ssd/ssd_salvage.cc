@@ -159,8 +159,8 @@ StatusOr<std::vector<ssd::FoundExtent>> TakeProvable(FileSystem* fs,
       taken.insert({c.key, c.checksum});
       taken_at.insert({c.segment, c.offset});
     }
-    PKV_RETURN_IF_ERROR(ssd::AppendToJournal(fs, seg_dir,
-                                             ssd::NotTaken(scan, journal, taken, taken_at)));
+    PKV_RETURN_IF_ERROR(
+        ssd::AppendToJournal(fs, seg_dir, ssd::NotTaken(scan, journal, taken, taken_at)));
   }
   return restored;
 }
@@ -278,9 +278,9 @@ Status ssd::AppendToJournal(FileSystem* fs, const std::string& seg_dir,
                        RemovalJournal::Open(fs, seg_dir, /*barrier_if_new=*/0,
                                             [](uint64_t) { return true; }));
   for (const JournalRecord& r : records) {
-    PKV_RETURN_IF_ERROR(
-        r.extent_only ? j->AppendExtentOnly(r.key, r.checksum, r.segment, r.offset)
-                      : j->Append(r.key, r.checksum, r.segment, r.offset));
+    PKV_RETURN_IF_ERROR(r.extent_only
+                            ? j->AppendExtentOnly(r.key, r.checksum, r.segment, r.offset)
+                            : j->Append(r.key, r.checksum, r.segment, r.offset));
   }
   return j->Sync();
 }
