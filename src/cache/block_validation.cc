@@ -115,6 +115,13 @@ Status ValidateBlock(const cache::NamespaceState& ns, const BlockRecord& rec,
                                   first != nullptr ? &first->layers[l] : nullptr)
             : CheckTipOnlyLayer(ns, l, layer, end));
   }
+  // A namespace adopted from before its shapes were keyed shares its root
+  // with whatever model of that name and layout wrote there: a block of
+  // other shapes is another model's, never served.
+  if (ns.check_layer_shapes) {
+    if (Status s = CheckLayerShapes(rec, ns.spec.layer_shapes); !s.ok())
+      return Status::Corruption("not the namespace's layer shapes: " + s.message());
+  }
   return Status::OK();
 }
 

@@ -22,8 +22,9 @@ class cache::NamespaceState {
   bool has_tip_only = false;          // any rotating/arrays/composite layer
   TierStack* tiers = nullptr;
   OwnerId owner = 0;
-  bool remote = true;         // NamespaceOptions::remote
-  bool partial_tail = false;  // NamespaceOptions::store_partial_tail
+  bool remote = true;               // NamespaceOptions::remote
+  bool partial_tail = false;        // NamespaceOptions::store_partial_tail
+  bool check_layer_shapes = false;  // NamespaceOptions::check_layer_shapes
 
   Mutex store_mu;  // serialises Store() and lineage access
   TipLineage lineage GUARDED_BY(store_mu);

@@ -71,6 +71,7 @@ StatusOr<Namespace> PrefixCache::RegisterModel(const NamespaceSpec& spec,
   ns->owner = options.owner;
   ns->remote = options.remote;
   ns->partial_tail = options.store_partial_tail;
+  ns->check_layer_shapes = options.check_layer_shapes && !spec.layer_shapes.empty();
   if (ns->has_tip_only) {
     MutexLock lock(&ns->store_mu);  // not shared yet; the lock states the rule
     ns->lineage = LoadLineage(*ns, options_.decode_limits);

@@ -244,6 +244,8 @@ StatusOr<Namespace> Engine::RegisterModel(const NamespaceSpec& spec,
   ns_options.store_partial_tail = options.store_partial_tail;
   ns_options.root = root;
   ns_options.remote = with_remote;
+  // Adopted on a sample of its blocks: every block read is checked.
+  ns_options.check_layer_shapes = choice.shapes_recorded_later;
   PKV_ASSIGN_OR_RETURN(model->ns, impl_->cache_->RegisterModel(spec, ns_options));
   impl_->models_.push_back(std::move(model));
   return impl_->models_.back()->ns;

@@ -898,6 +898,64 @@ TEST_F(EngineViewsTest, AStoredManifestOfAnotherFingerprintRefusesTheRoot) {
   EXPECT_EQ(e->model_count(), 0u);
 }
 
+// A namespace kept from before its layer shapes were keyed (docs/format.md
+// §5.1) is adopted when a sample of its blocks, chain ends first, fits the
+// shapes. Another model of the same name and layout but other head dims
+// wrote under the same old root, and blocks of it that the sample did not
+// look at (here: interior blocks a later store of the adopting model
+// extended) must never be restored for the shapes the namespace serves.
+TEST_F(EngineViewsTest, AnAdoptedNamespaceNeverRestoresBlocksOfOtherShapes) {
+  const NamespaceSpec legacy = KvSpec();
+  NamespaceSpec shaped = legacy;
+  shaped.layer_shapes = ParseLayerShapes("2x8,2x8").value();
+  auto heads_of_4 = [&](int64_t tokens) {  // the other model: 2x4
+    std::vector<LayerState> out(2);
+    for (LayerState& l : out) {
+      l.cache_type = "KVCache";
+      l.meta = {std::to_string(tokens)};
+      for (int i = 0; i < 2; ++i)
+        l.tensors.push_back(
+            testing::RandomTensor(rng_, DType::kFloat32, {1, 2, tokens, 4}));
+    }
+    return out;
+  };
+  const std::vector<int32_t> other = Tokens(2 * kBlockTokens, 5000);
+  std::vector<int32_t> extended = other;  // the adopting model went on from there
+  for (int32_t t : Tokens(kBlockTokens, 6000)) extended.push_back(t);
+  EngineOptions o;
+  o.data_dir = dir_.str();
+  o.hot_capacity_bytes = 16 << 20;
+  {
+    auto old = OpenWith(o);
+    ASSERT_NE(old, nullptr);
+    ASSERT_OK_AND_ASSIGN(Namespace ns, old->RegisterModel(legacy));
+    ASSERT_OK(old->Store(ns, other, heads_of_4(static_cast<int64_t>(other.size()))));
+    Store(*old, ns, extended);  // 2x8, deduplicates the 2x4 blocks it extends
+    for (int32_t i = 0; i < 9; ++i)
+      Store(*old, ns, Tokens(kBlockTokens, 10000 + 100 * i));
+    ASSERT_OK(old->Close());
+  }
+  auto e = OpenWith(o);
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace adopted, e->RegisterModel(shaped));
+  ASSERT_EQ(adopted.root, NamespaceRoot(legacy).value()) << "its chain ends fit 2x8";
+  for (const std::vector<int32_t>* prompt :
+       std::initializer_list<const std::vector<int32_t>*>{&other, &extended}) {
+    ASSERT_OK_AND_ASSIGN(MatchResult m, e->Match(adopted, *prompt));
+    EXPECT_EQ(m.matched_tokens(), prompt->size());  // the keys are the same
+    ASSERT_OK_AND_ASSIGN(RestoreResult r, e->Restore(m));
+    EXPECT_EQ(r.restored_tokens, 0u) << "2x4 blocks served as 2x8: " << r.reason;
+    EXPECT_NE(r.reason.find("holds 2x4, not 2x8"), std::string::npos) << r.reason;
+    ASSERT_OK_AND_ASSIGN(RestorePlan plan, e->PlanRestore(m));
+    EXPECT_EQ(plan.result.restored_tokens, 0u) << plan.result.reason;
+  }
+  // Its own blocks still restore.
+  const std::vector<int32_t> own = Tokens(kBlockTokens, 10000);
+  ASSERT_OK_AND_ASSIGN(MatchResult m, e->Match(adopted, own));
+  ASSERT_OK_AND_ASSIGN(RestoreResult r, e->Restore(m));
+  EXPECT_EQ(r.restored_tokens, own.size()) << r.reason;
+}
+
 // A spec that differs from the stored one in any single field is another
 // namespace: it does not hit, and ExplainMiss names that field (from the
 // manifest on disk after a restart, and from the registered model before).

@@ -75,6 +75,12 @@ struct NamespaceOptions {
   // (false: a namespace kept from before its layer shapes were keyed; the
   // Engine also tells the stack, TierStack::KeepLocal).
   bool remote = true;
+  // Every block read back must hold spec.layer_shapes (CheckLayerShapes), or
+  // it is refused as a block of another layout. For a namespace kept from
+  // before its layer shapes were keyed: its root may be shared with blocks of
+  // a model of other shapes (the same name and layout), which the Engine's
+  // adoption check, a sample of the blocks, cannot rule out.
+  bool check_layer_shapes = false;
 };
 
 struct PrefixCacheOptions {
