@@ -11,6 +11,7 @@
 #include "block_builder.h"
 
 #include <charconv>
+#include <optional>
 #include <string>
 
 namespace prefixkv::cache {
@@ -58,19 +59,37 @@ Status CheckTipOnly(const LayerState& layer, CacheFamily family, size_t token_co
   return Status::OK();
 }
 
-// The KVCache-style meta: exactly one non-negative integer (the offset).
-bool IsOffsetMeta(const std::vector<std::string>& meta) {
-  if (meta.size() != 1 || meta[0].empty()) return false;
+// `s` as a non-negative integer, if it is one.
+std::optional<uint64_t> ParseCount(const std::string& s) {
   uint64_t v = 0;
-  auto [p, ec] = std::from_chars(meta[0].data(), meta[0].data() + meta[0].size(), v);
-  return ec == std::errc() && p == meta[0].data() + meta[0].size();
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// Where a sliceable layer's meta holds its offset (the tokens it holds), or
+// nullopt. A KVCache-style meta is exactly that integer. A quantized layer's
+// is mlx-lm's QuantizedKVCache (offset, group_size, bits) or mlx-swift-lm's
+// (step, offset, group_size, bits); taken as such only when that element is
+// the store's length, so a meta of another form is left alone.
+std::optional<size_t> OffsetIndex(const std::vector<std::string>& meta,
+                                  CacheFamily family, size_t token_count) {
+  if (meta.size() == 1 && ParseCount(meta[0])) return 0;
+  if (family != CacheFamily::kQuantizedKV || (meta.size() != 3 && meta.size() != 4))
+    return std::nullopt;
+  const size_t i = meta.size() == 3 ? 0 : 1;
+  if (ParseCount(meta[i]) != std::optional<uint64_t>(token_count)) return std::nullopt;
+  return i;
 }
 
 // The layer of a block whose tensors are rows [start, start + length) of
-// `layer`'s (the encoder takes the rows): its meta names the block's end.
-LayerState BlockLayer(const LayerState& layer, int64_t start, int64_t length) {
+// `layer`'s (the encoder takes the rows): its meta's offset names the
+// block's end, so a restore that ends at this block says its own length.
+LayerState BlockLayer(const LayerState& layer, CacheFamily family, size_t token_count,
+                      int64_t start, int64_t length) {
   LayerState out = layer;
-  if (IsOffsetMeta(out.meta)) out.meta[0] = std::to_string(start + length);
+  if (std::optional<size_t> i = OffsetIndex(out.meta, family, token_count))
+    out.meta[*i] = std::to_string(start + length);
   return out;
 }
 
@@ -116,7 +135,8 @@ BlockDraft BuildBlock(const cache::NamespaceState& ns, std::span<const int32_t> 
   draft.rows.resize(layers.size());
   for (size_t i = 0; i < layers.size(); ++i) {
     if (IsSliceable(ns.families[i])) {
-      rec.layers.push_back(BlockLayer(layers[i], start, count));
+      rec.layers.push_back(
+          BlockLayer(layers[i], ns.families[i], tokens.size(), start, count));
       draft.rows[i] = TokenRows{start, count};
     } else if (with_tip_state) {
       rec.layers.push_back(layers[i]);

@@ -3,10 +3,11 @@
 //
 // Sliceable layers are cut along the token axis (ndim - 2) into one slice per
 // block, by the encoder as it copies them (no slice is made first); a sliceable layer
-// whose meta is a single integer (the KVCache "offset" meta) gets that integer rewritten
-// to the block's end position, so the newest restored block's meta matches the restored
-// length. Tip-only layers are taken whole into the tip and replaced by MakePlaceholder
-// everywhere else.
+// whose meta is a single integer (the KVCache "offset" meta), or a quantized layer's
+// offset in mlx-lm's or mlx-swift-lm's QuantizedKVCache meta, gets that integer
+// rewritten to the block's end position, so the newest restored block's meta matches
+// the restored length. Tip-only layers are taken whole into the tip and replaced by
+// MakePlaceholder everywhere else.
 #pragma once
 
 #include <cstdint>

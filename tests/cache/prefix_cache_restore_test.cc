@@ -225,6 +225,48 @@ TEST_F(PrefixCacheRestoreTest, ARestoreReadsAheadAndForgetsWhatABlockThatEndsItL
       << "reads were made ahead of the blocks after block 5";
 }
 
+// A quantized layer's meta carries its offset too: mlx-lm's QuantizedKVCache
+// (offset, group_size, bits) and mlx-swift-lm's (step, offset, group_size,
+// bits). A restore that ends before the store did (here at the last full
+// block of a store that ends mid-block) must say the restored length, or the
+// rebuilt cache appends after rows it does not hold.
+TEST_F(PrefixCacheRestoreTest, AQuantizedLayersOffsetIsTheRestoredLength) {
+  NamespaceSpec spec = KvOnlySpec();
+  spec.layer_types = {"QuantizedKVCache", "QuantizedKVCache"};
+  Namespace ns = Register(spec);
+  std::vector<int32_t> tokens = Tokens(2);
+  tokens.insert(tokens.end(), {100, 101});  // 10 tokens: 2 full blocks stored
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  auto quantized = [&](std::vector<std::string> meta) {
+    LayerState q;
+    q.cache_type = "QuantizedKVCache";
+    q.meta = std::move(meta);
+    q.tensors = {testing::RandomTensor(rng_, DType::kUInt32, {1, 2, n, 2}),
+                 testing::RandomTensor(rng_, DType::kFloat16, {1, 2, n, 1}),
+                 testing::RandomTensor(rng_, DType::kFloat16, {1, 2, n, 1})};
+    return q;
+  };
+  ASSERT_OK(tiers_->cache().Store(
+      ns, tokens, {quantized({"10", "64", "8"}), quantized({"256", "10", "64", "4"})}));
+  std::vector<int32_t> prompt = tokens;
+  prompt.push_back(99);
+  RestoreResult r = MatchAndRestore(ns, prompt);
+  ASSERT_EQ(r.restored_tokens, 2 * kBlockTokens) << r.reason;
+  EXPECT_EQ(r.layers[0].tensors[0].dim(2), 8);
+  EXPECT_EQ(r.layers[0].meta, (std::vector<std::string>{"8", "64", "8"}));
+  EXPECT_EQ(r.layers[1].meta, (std::vector<std::string>{"256", "8", "64", "4"}));
+  // A meta of no known form is kept as stored.
+  NamespaceSpec other = spec;
+  other.model = "other-quantized";
+  Namespace ns2 = Register(other);
+  ASSERT_OK(tiers_->cache().Store(
+      ns2, tokens, {quantized({"64", "8"}), quantized({"10", "64", "8", "x"})}));
+  r = MatchAndRestore(ns2, prompt);
+  ASSERT_EQ(r.restored_tokens, 2 * kBlockTokens) << r.reason;
+  EXPECT_EQ(r.layers[0].meta, (std::vector<std::string>{"64", "8"}));
+  EXPECT_EQ(r.layers[1].meta, (std::vector<std::string>{"10", "64", "8", "x"}));
+}
+
 TEST_F(PrefixCacheRestoreTest, RegisteringAModelTwiceGivesTheSameNamespace) {
   Namespace a = Register(KvOnlySpec());
   Namespace b = Register(KvOnlySpec());
