@@ -396,6 +396,10 @@ Status Engine::Close() {
   }
   impl_->stack_.reset();
   impl_->hot_.reset();
+  // A memory charge or a restore plan may keep the budget (and the blocks
+  // left in it) past Close and past the engine: its evictions then report
+  // to nobody, not to this engine's event log and callback.
+  if (impl_->budget_ != nullptr) impl_->budget_->DetachEvents();
   impl_->budget_.reset();
   Status closed = impl_->ssd_ != nullptr ? impl_->ssd_->Close() : Status::OK();
   impl_->ssd_.reset();

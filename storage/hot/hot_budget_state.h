@@ -145,6 +145,7 @@ class BudgetState {
   // Returns once no delivery to the previous listener is in flight.
   // REQUIRES: not called from an eviction listener.
   void SetListener(OwnerId owner, EvictionListener* listener) EXCLUDES(mu_);
+  void DetachEvents() EXCLUDES(mu_);
   uint64_t capacity_bytes() const { return capacity_bytes_; }
   std::string_view policy_name() const { return policy_->name(); }
 
@@ -257,7 +258,7 @@ class BudgetState {
 
   const uint64_t capacity_bytes_;
   const std::unique_ptr<EvictionPolicy> policy_;
-  KvEventSink* const events_;
+  KvEventSink* events_ GUARDED_BY(mu_);  // null once detached (DetachEvents)
   const bool clean_blocks_are_below_;
 
   mutable Mutex mu_;

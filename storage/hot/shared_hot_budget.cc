@@ -45,6 +45,11 @@ void BudgetState::EmitEvent(KvEventKind kind, const HotEntry& e, KvRemoveReason 
   events_->Emit(event);
 }
 
+void BudgetState::DetachEvents() {
+  MutexLock lock(&mu_);  // events are reported under it: none is in flight
+  events_ = nullptr;
+}
+
 BudgetState::~BudgetState() {
   assert(total_.pinned_bytes == 0 && "a PinnedBlock outlived its SharedHotBudget");
   // Unlink everything before the entries (and their hooks) are destroyed.
@@ -168,6 +173,8 @@ StatusOr<std::shared_ptr<SharedHotBudget>> SharedHotBudget::Create(
   }
   return std::shared_ptr<SharedHotBudget>(new SharedHotBudget(options));
 }
+
+void SharedHotBudget::DetachEvents() { state_->DetachEvents(); }
 
 StatusOr<OwnerId> SharedHotBudget::RegisterOwner(const std::string& name,
                                                  std::optional<uint64_t> quota_bytes) {

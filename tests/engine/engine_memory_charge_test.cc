@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -134,6 +135,38 @@ TEST(EngineMemoryCharge, AChargeSpillsCachedBlocksToSsdWhereTheyStayReadable) {
   }
   ASSERT_OK_AND_ASSIGN(EngineAudit audit, engine->Audit());
   EXPECT_TRUE(audit.ok());
+}
+
+// A handle keeps the budget alive past Close (and past the engine), and the
+// engine's hot blocks stay in it; a charge then evicts them. Those evictions
+// must not be reported to the engine's event sink: after Close it is a closed
+// log, and once the engine is destroyed the budget's pointer to it dangles.
+TEST(EngineMemoryCharge, AChargeAfterCloseReportsNothingToTheClosedEngine) {
+  TempDir dir;
+  std::atomic<bool> closed{false};
+  std::atomic<int> after_close{0};
+  EngineOptions o;
+  o.data_dir = dir.str();
+  o.hot_capacity_bytes = kCapacity;
+  o.log = [](std::string_view) {};
+  o.on_kv_event = [&](const KvEvent&) {
+    if (closed.load()) after_close.fetch_add(1);
+  };
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, Engine::Open(o));
+  for (int i = 0; i < 12; ++i) {
+    ASSERT_OK(engine->PutValue("v" + std::to_string(i),
+                               SharedBytes::Copy(std::string(4000, 'a' + i))));
+  }
+  ASSERT_OK_AND_ASSIGN(auto sessions, engine->OpenMemoryCharge("sessions"));
+  ASSERT_OK(engine->Close());
+  closed.store(true);
+  // Room for it only by evicting the blocks Close left in the budget.
+  ASSERT_OK(sessions->Charge(kCapacity - 8000, nullptr));
+  EXPECT_EQ(after_close.load(), 0) << "evictions reported to a closed engine";
+  engine.reset();
+  ASSERT_OK(sessions->Charge(4000, nullptr));  // the rest: nothing to report to
+  EXPECT_EQ(after_close.load(), 0);
+  ASSERT_OK(sessions->Uncharge(kCapacity - 4000));
 }
 
 TEST(EngineMemoryCharge, AChargeThatCannotFitReportsItsShortfall) {

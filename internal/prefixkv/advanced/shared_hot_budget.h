@@ -112,6 +112,13 @@ class SharedHotBudget {
   // KV events' copy_remains.
   bool HoldsNow(OwnerId owner, const BlockKey& key) const;
 
+  // Stops reporting KV events (SharedHotBudgetOptions::events): the sink is
+  // going away while the budget may live on (an Engine's Close, with a
+  // memory charge or a restore plan still holding the budget, whose charges
+  // may then evict the blocks left in it). Returns once no event is being
+  // reported; nothing is reported afterwards.
+  void DetachEvents();
+
   // Sum over all owners.
   TierCounters Totals() const;
   // One owner's counters; all zero for an unknown owner.
