@@ -53,6 +53,10 @@ struct Session::State {
   std::vector<int32_t> tokens GUARDED_BY(mu);  // seq_len ids if known
   bool tokens_known GUARDED_BY(mu) = true;
   int64_t stored_len GUARDED_BY(mu) = 0;  // seq_len at the last store
+  // Counts every change of the layers (Append, Truncate): a store marks what
+  // it read stored only when nothing changed since, since a truncate and an
+  // append can restore the length with other tokens.
+  uint64_t changes GUARDED_BY(mu) = 0;
 };
 
 // Thread-safe through its two mutexes: `mu` guards the table (every member

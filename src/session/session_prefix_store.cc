@@ -191,8 +191,10 @@ StatusOr<SessionStoreResult> SessionManager::State::StoreSession(
   SessionStoreResult result;
   std::vector<int32_t> tokens;
   std::map<int, LayerKvExport> exports;
+  uint64_t read_at = 0;  // the session's changes when its layers were read
   {
     ReaderLock session_lock(&session->state_->mu);
+    read_at = session->state_->changes;
     result.stored_tokens = session->state_->seq_len;
     if (!session->state_->tokens_known || session->state_->seq_len == 0 ||
         session->state_->seq_len == session->state_->stored_len) {
@@ -215,8 +217,9 @@ StatusOr<SessionStoreResult> SessionManager::State::StoreSession(
   result.blocks_deduplicated = stored.blocks_deduplicated;
   {
     WriterLock session_lock(&session->state_->mu);
-    // Unless the session changed meanwhile (then the next store covers it).
-    if (session->state_->seq_len == result.stored_tokens)
+    // Unless the session changed meanwhile (then the next store covers it):
+    // the same length is not the same tokens after a truncate and an append.
+    if (session->state_->changes == read_at)
       session->state_->stored_len = result.stored_tokens;
   }
   MutexLock lock(&mu);

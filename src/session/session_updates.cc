@@ -81,6 +81,7 @@ StatusOr<SessionOrMiss> SessionManager::Append(const std::string& id, uint64_t e
       return Status::Internal("validated append failed: " + appended.ToString());
   }
   session->state_->seq_len += tokens;
+  ++session->state_->changes;
   if (token_ids.empty()) {
     session->state_->tokens_known = false;
     session->state_->tokens.clear();
@@ -123,6 +124,7 @@ StatusOr<SessionOrMiss> SessionManager::Truncate(const std::string& id, uint64_t
       return Status::Internal("checked truncate failed: " + truncated.ToString());
   }
   session->state_->seq_len = seq_len;
+  ++session->state_->changes;
   if (session->state_->tokens_known) {
     session->state_->tokens.resize(static_cast<size_t>(seq_len));
   }

@@ -8,6 +8,9 @@
 // the engine's RAM budget alongside the blocks (CacheStack::Bind).
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <thread>
+
 #include "tests/session/session_cache_util.h"
 #include "tests/support/test_util.h"
 
@@ -232,6 +235,67 @@ TEST_F(SessionPrefixCache, EndTurnStoresOnceAndReleaseAfterItStoresNothingNew) {
   EXPECT_EQ(s.manager->stats().blocks_stored, stored->blocks_written);
   // A session that is gone cannot be stored.
   EXPECT_TRUE(IsKvCacheMiss(s.adapter->EndTurn("chat", 0).status()));
+}
+
+// A store reads the session's tokens, then writes without any lock. When the
+// session is truncated and grown back to the same length meanwhile (another
+// turn rewrote its end), the store must not mark the new tokens stored: the
+// next EndTurn stores them. (The store marked them stored when the length
+// matched, so every later store of that conversation was skipped as "nothing
+// appended" and its new end was never cached.) The rewrite is run from the
+// first hot-tier event of the store, on the storing thread, while the store
+// is writing the blocks it read.
+TEST(SessionPrefixCacheStore, ATurnRewrittenWhileItsStoreRunsIsStoredNextTime) {
+  TempDir dir;
+  const std::thread::id storing = std::this_thread::get_id();
+  std::function<void()> during_store;  // run once
+  EngineOptions o;
+  o.data_dir = dir.str();
+  o.hot_capacity_bytes = 1 << 20;
+  o.log = [](std::string_view) {};
+  o.on_kv_event = [&](const KvEvent& e) {
+    if (e.kind != KvEventKind::kStored || e.tier != TierLevel::kHot ||
+        std::this_thread::get_id() != storing || !during_store) {
+      return;
+    }
+    std::function<void()> run = std::move(during_store);
+    during_store = nullptr;
+    run();
+  };
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, Engine::Open(o));
+  auto model = SeedModel();
+  auto shard = FullShard(model);
+  const KvCacheRecipe recipe = RecipeOf(*shard);
+  ASSERT_OK_AND_ASSIGN(
+      Namespace ns,
+      engine->RegisterModel(SessionNamespaceSpec(recipe, "full", kSessionBlockTokens),
+                            {.store_partial_tail = true}));
+  SessionManager manager(recipe, {.prefix_cache = {engine.get(), ns}});
+  KvBoundaryAdapter adapter(shard.get(), &manager);
+  const int64_t vocab = model->config().vocab_size;
+  std::vector<int32_t> first = Message(0, vocab);
+  for (int32_t t : Message(1, vocab)) first.push_back(t);  // 13 tokens
+  ExpectTail(adapter.Prefill("chat", 1, Tokens(first)));
+  const std::vector<int32_t> kept(first.begin(), first.begin() + 6);
+  std::vector<int32_t> rewritten = kept;
+  const std::vector<int32_t> other_end(first.begin() + 6, first.end() - 1);
+  for (int32_t t : other_end) rewritten.push_back((t + 1) % static_cast<int32_t>(vocab));
+  rewritten.push_back(first.back());  // the same length again, other tokens
+  during_store = [&] {
+    ASSERT_OK(manager.Truncate("chat", 1, 6).status());
+    const std::vector<int32_t> tail(rewritten.begin() + 6, rewritten.end());
+    ExpectTail(adapter.Prefill("chat", 1, Tokens(tail)));
+  };
+  ASSERT_OK_AND_ASSIGN(SessionStoreResult stored, adapter.EndTurn("chat", 1));
+  EXPECT_FALSE(stored.skipped);
+  EXPECT_EQ(during_store, nullptr) << "the rewrite ran during the store";
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Session> session, manager.Get("chat", 1));
+  ASSERT_EQ(session->tokens(), std::optional(rewritten));
+  // The rewritten conversation was never stored: the next EndTurn stores it.
+  ASSERT_OK_AND_ASSIGN(SessionStoreResult again, adapter.EndTurn("chat", 1));
+  EXPECT_FALSE(again.skipped) << "the rewritten turn is taken for stored";
+  ASSERT_OK_AND_ASSIGN(MatchResult m, engine->Match(ns, rewritten));
+  EXPECT_EQ(m.matched_tokens(), rewritten.size());
 }
 
 TEST_F(SessionPrefixCache, ANewerEpochStoresTheSupersededState) {
