@@ -244,11 +244,16 @@ void Dispatcher::Run(const CommandSpec& spec, const RespArgs& args, ClientState*
   if (stats == nullptr) return spec.handler(ctx);
   const size_t index = static_cast<size_t>(&spec - Table().data());
   const uint64_t errors_before = out->errors();
+  const uint64_t exec_errors_before = client->exec_command_errors;
   const uint64_t start_nanos = config_.clock->NowNanos();
   spec.handler(ctx);
   const uint64_t end_nanos = config_.clock->NowNanos();
+  // As in Redis, an EXEC fails only by its own error (EXECABORT): the errors
+  // of the commands it ran are theirs, counted by their own Run.
+  const uint64_t own_errors =
+      out->errors() - errors_before - (client->exec_command_errors - exec_errors_before);
   stats->Ran(index, end_nanos > start_nanos ? end_nanos - start_nanos : 0,
-             out->errors() > errors_before);
+             own_errors > 0);
 }
 
 bool PasswordMatches(std::string_view given, std::string_view expected) {

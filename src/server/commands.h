@@ -53,6 +53,9 @@ struct ClientState {
   ServedRestore restore;
   // EXEC is running the queue (a BLOCK does not block then).
   bool in_exec = false;
+  // Error replies of the commands EXEC ran, since the connection opened:
+  // each is its own command's failure, not the EXEC's (Dispatcher::Run).
+  uint64_t exec_command_errors = 0;
   // Set by an XREAD that is to block, with no reply appended; the connection
   // takes it (and replies later).
   std::optional<BlockedRead> block;

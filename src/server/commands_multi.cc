@@ -44,7 +44,11 @@ void Dispatcher::ExecQueued(ClientState* client, ReplyBuffer* out) const {
   // Each was checked when queued (a command's checks do not change meanwhile:
   // AUTH only widens what a client may run).
   client->in_exec = true;
-  for (const RespArgs& args : queue) Run(*Find(args[0].view()), args, client, out);
+  for (const RespArgs& args : queue) {
+    const uint64_t errors_before = out->errors();
+    Run(*Find(args[0].view()), args, client, out);
+    client->exec_command_errors += out->errors() - errors_before;
+  }
   client->in_exec = false;
 }
 

@@ -68,6 +68,40 @@ TEST_F(ServerCommandStatsTest, CountsCallsFailuresAndRejectionsAsRedisDoes) {
             "calls=1,usec=0,usec_per_call=0.00,rejected_calls=0,failed_calls=0");
 }
 
+// As in Redis (7.0.15 checked by hand): EXEC answers an array whatever its
+// commands answer, so an error inside it fails that command, not the EXEC;
+// an EXECABORT is the EXEC's own error.
+TEST_F(ServerCommandStatsTest, AnExecIsNotFailedByTheErrorsOfItsCommands) {
+  auto c = Connect();
+  EXPECT_EQ(c->Call({"MULTI"}).str, "OK");
+  EXPECT_EQ(c->Call({"SET", "a", "b"}).str, "QUEUED");
+  EXPECT_EQ(c->Call({"PING", "x", "y"}).str, "QUEUED");  // fails when it runs
+  EXPECT_EQ(c->Call({"GET", "a"}).str, "QUEUED");
+  testing::Reply exec = c->Call({"EXEC"});
+  ASSERT_EQ(exec.type, '*');
+  ASSERT_EQ(exec.elems.size(), 3u);
+  EXPECT_TRUE(exec.elems[1].IsError());
+  EXPECT_EQ(exec.elems[2].str, "b");
+
+  std::map<std::string, std::string> lines =
+      CommandLines(c->Call({"INFO", "commandstats"}).str);
+  EXPECT_NE(lines.at("exec").find("calls=1,"), std::string::npos) << lines.at("exec");
+  EXPECT_NE(lines.at("exec").find("failed_calls=0"), std::string::npos)
+      << lines.at("exec");
+  EXPECT_NE(lines.at("ping").find("calls=1,"), std::string::npos) << lines.at("ping");
+  EXPECT_NE(lines.at("ping").find("failed_calls=1"), std::string::npos)
+      << lines.at("ping");
+  EXPECT_NE(lines.at("set").find("failed_calls=0"), std::string::npos);
+
+  EXPECT_EQ(c->Call({"MULTI"}).str, "OK");
+  EXPECT_TRUE(c->Call({"GET"}).IsError());  // refused: the EXEC aborts
+  EXPECT_EQ(c->Call({"EXEC"}).str.rfind("EXECABORT", 0), 0u);
+  lines = CommandLines(c->Call({"INFO", "commandstats"}).str);
+  EXPECT_NE(lines.at("exec").find("calls=2,"), std::string::npos) << lines.at("exec");
+  EXPECT_NE(lines.at("exec").find("failed_calls=1"), std::string::npos)
+      << lines.at("exec");
+}
+
 TEST_F(ServerCommandStatsTest, OnlyAllEverythingAndItsNameShowTheSection) {
   auto c = Connect();
   EXPECT_EQ(c->Call({"PING"}).str, "PONG");
