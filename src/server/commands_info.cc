@@ -82,8 +82,8 @@ void AppendMemory(const EngineStats& s, const EngineOptions& options, std::strin
   *out += "memory_regions:" + std::to_string(s.memory_regions) + "\r\n";
   *out += "maxmemory:" + std::to_string(s.hot_capacity_bytes) + "\r\n";
   *out += "maxmemory_human:" + HumanBytes(s.hot_capacity_bytes) + "\r\n";
-  *out += std::string("maxmemory_policy:") +
-          (options.hot_policy == EvictionPolicyKind::kLru ? "lru" : "leaf-lru") + "\r\n";
+  *out +=
+      "maxmemory_policy:" + std::string(EvictionPolicyName(options.hot_policy)) + "\r\n";
   *out += "hot_dirty_blocks:" + std::to_string(s.dirty_blocks) + "\r\n\r\n";
 }
 

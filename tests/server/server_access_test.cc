@@ -353,5 +353,15 @@ TEST_F(ServerAccessTest, InfoKeyspaceAndMemoryReportRealFigures) {
   EXPECT_LE(InfoField(memory, "memory_regions"), mapped_after.second);
 }
 
+// maxmemory_policy names the hot tier's policy in force, each by its own
+// name (docs/protocol.md: lru, leaf-lru or chain).
+TEST_F(ServerAccessTest, InfoMemoryNamesTheHotPolicyInForce) {
+  engine_options_.hot_policy = EvictionPolicyKind::kChain;
+  StartServer();
+  auto c = Connect();
+  const std::string memory = c->Call({"INFO", "memory"}).str;
+  EXPECT_NE(memory.find("\r\nmaxmemory_policy:chain\r\n"), std::string::npos) << memory;
+}
+
 }  // namespace
 }  // namespace prefixkv
