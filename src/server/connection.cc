@@ -32,6 +32,18 @@ RespLimits LimitsFrom(const ServerOptions& o, bool authenticated) {
   return limits;
 }
 
+// XREAD's BLOCK as the timer's duration. The timer counts nanoseconds in an
+// int64 (about 292 years): a longer BLOCK (up to 2^64-1 ms is accepted) is
+// cut to the longest it can hold, rather than converted with an overflow
+// into a time in the past, which answered nil at once.
+asio::steady_timer::duration BlockTimeout(uint64_t ms) {
+  using Duration = asio::steady_timer::duration;
+  constexpr auto kMaxMs =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Duration::max());
+  return std::chrono::duration_cast<Duration>(std::chrono::milliseconds(
+      std::min<uint64_t>(ms, static_cast<uint64_t>(kMaxMs.count()))));
+}
+
 // "ip:port" of one end of the socket ("" when it is not connected).
 std::string EndpointText(const tcp::socket& socket, bool remote) {
   boost::system::error_code ec;
@@ -305,7 +317,7 @@ void Connection::StartBlockedRead(const BlockedRead& read) {
   block_ = read;
   const uint64_t generation = ++block_generation_;
   if (read.timeout_ms > 0) {
-    block_timer_.expires_after(std::chrono::milliseconds(read.timeout_ms));
+    block_timer_.expires_after(BlockTimeout(read.timeout_ms));
     block_timer_.async_wait(
         [weak = weak_from_this(), generation](const boost::system::error_code& ec) {
           auto self = weak.lock();

@@ -724,6 +724,31 @@ TEST_F(ServerTest, XreadBlockTimesOutWithNil) {
   EXPECT_EQ(blocked->Read().str, "PONG");
 }
 
+// A BLOCK longer than the timer's nanoseconds can hold (about 292 years)
+// still waits: it used to overflow to a deadline in the past and answer nil
+// at once (10^13 ms here), which a client looping on XREAD turns into a busy
+// loop.
+TEST_F(ServerTest, XreadWithAVeryLongBlockWaitsForTheNextChange) {
+  options_.io_threads = 1;
+  StartServer();
+  auto reader = Connect();
+  auto writer = Connect();
+  const int64_t id = reader->Call({"CLIENT", "ID"}).integer;
+  ASSERT_TRUE(reader->SendRaw(testing::EncodeCommand(
+      {"XREAD", "BLOCK", "10000000000000", "STREAMS", "prefixkv:events", "$"})));
+  ASSERT_TRUE(XreadDispatched(*writer, id));
+  // The one I/O thread has run the XREAD's timer by now if it had expired.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(writer->Call({"PING"}).str, "PONG");
+  EXPECT_EQ(writer->Call({"SET", "k", "v"}).str, "OK");
+  Reply r = reader->Read();
+  EXPECT_FALSE(r.null) << "the XREAD answered nil without waiting";
+  ASSERT_EQ(r.elems.size(), 1u) << "type " << r.type << " " << r.str;
+  const Reply& entries = r.elems[0].elems[1];
+  ASSERT_GE(entries.elems.size(), 1u);
+  EXPECT_EQ(entries.elems[0].elems[1].elems[1].str, "stored");
+}
+
 TEST_F(ServerTest, XreadBlockWakesOnTheNextChange) {
   StartServer();
   auto reader = Connect();
