@@ -179,6 +179,12 @@ void CmdXread(CommandContext& ctx) {
   } else if (!ParseId(id, /*after=*/true, &last_seen)) {
     return ctx.out->Error("ERR Invalid stream ID specified as stream command argument");
   }
+  if (last_seen == UINT64_MAX) {
+    // No seq follows the largest: beyond the head, as any ID there (its next
+    // seq would wrap to 0 and replay the log from its start as new events).
+    return ctx.out->Error("RESNAPSHOT the event log cannot continue after seq " +
+                          std::to_string(last_seen) + " (beyond its head): resnapshot");
+  }
   // Inside EXEC a BLOCK does not block (as in Redis).
   const bool may_block = block_ms.has_value() && !ctx.client->in_exec;
   if (ReplyStreamRead(ctx.dispatcher.engine(), last_seen + 1, count, !may_block,

@@ -932,6 +932,21 @@ TEST_F(ServerTest, StreamCommandsServeTheEventLog) {
             std::string::npos);
 }
 
+// The largest ID is ahead of the log like any other beyond its head: a
+// RESNAPSHOT, never the log replayed from its start (the next seq after it
+// used to wrap to 0, so a consumer got old events as if they were new).
+TEST_F(ServerTest, XreadAfterTheLargestIdIsAheadOfTheLog) {
+  StartServer();
+  auto c = Connect();
+  ASSERT_EQ(c->Call({"SET", "k", "v"}).str, "OK");  // the log holds its start
+  for (const char* id :
+       {"18446744073709551615", "18446744073709551615-0", "18446744073709551615-7"}) {
+    Reply r = c->Call({"XREAD", "STREAMS", "prefixkv:events", id});
+    ASSERT_TRUE(r.IsError()) << id << ": " << r.elems.size() << " streams";
+    EXPECT_TRUE(r.str.starts_with("RESNAPSHOT ")) << r.str;
+  }
+}
+
 TEST_F(ServerTest, StreamCommandsRefuseBadInputClearly) {
   StartServer();
   auto c = Connect();
