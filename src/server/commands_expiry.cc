@@ -20,12 +20,14 @@ bool ParseInt64(std::string_view text, int64_t* out) {
 
 // An absolute expiry in Unix ms from a command's time argument, as Redis
 // computes it: `unit_ms` (1000 for seconds) times `value`, plus now unless
-// `absolute`. False on overflow. A time at or before the epoch becomes 1 (in
-// the past: 0 would mean "never").
+// `absolute`. False on overflow (of that product or sum only: any int64 of
+// milliseconds is a time). A time at or before the epoch becomes 1 (in the
+// past: 0 would mean "never").
 bool ExpiryTime(int64_t value, int64_t unit_ms, bool absolute, uint64_t now_ms,
                 uint64_t* at_ms) {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-  if (value > kMax / unit_ms || value < -kMax / unit_ms) return false;
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  if (value > kMax / unit_ms || value < kMin / unit_ms) return false;
   int64_t at = value * unit_ms;
   if (!absolute) {
     if (at > kMax - static_cast<int64_t>(now_ms)) return false;

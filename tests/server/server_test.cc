@@ -347,6 +347,26 @@ TEST_F(ServerTest, ExpiresKeysOnTheEngineClock) {
             "ERR invalid expire time in 'expire' command");
 }
 
+// The most negative milliseconds are a time in the past, as in Redis 7
+// (checked against redis-server 7.0.15): only a conversion of seconds, or the
+// addition of now, can overflow.
+TEST_F(ServerTest, ExpiresAtTheMostNegativeMillisecondsAsRedisDoes) {
+  FakeClock& clock = FakeUnixClock();
+  engine_options_.clock = &clock;
+  StartServer();
+  auto c = Connect();
+  for (const char* cmd : {"PEXPIRE", "PEXPIREAT"}) {
+    ASSERT_EQ(c->Call({"SET", "k", "v"}).str, "OK");
+    EXPECT_EQ(c->Call({cmd, "k", "-9223372036854775808"}).integer, 1) << cmd;
+    EXPECT_EQ(c->Call({"EXISTS", "k"}).integer, 0) << cmd;
+  }
+  ASSERT_EQ(c->Call({"SET", "k", "v"}).str, "OK");
+  EXPECT_EQ(c->Call({"EXPIREAT", "k", "-9223372036854775808"}).str,
+            "ERR invalid expire time in 'expireat' command");
+  EXPECT_EQ(c->Call({"EXPIRE", "k", "-9223372036854775"}).integer, 1);
+  EXPECT_EQ(c->Call({"EXISTS", "k"}).integer, 0);
+}
+
 // SET's options: NX, XX, GET, KEEPTTL, EX / PX / EXAT / PXAT, with Redis'
 // replies and errors.
 TEST_F(ServerTest, TakesSetsOptionsAsRedisDoes) {
