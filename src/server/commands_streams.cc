@@ -25,15 +25,24 @@ bool ParseU64(std::string_view s, uint64_t* v) {
 
 // A stream ID "<ms>-<n>" or "<ms>" as the seq it stands for: an entry's seq
 // is its first part. `after`: the last seq an ID covers (XREAD's id, an
-// exclusive range start), else the first seq at or after it.
-bool ParseId(std::string_view id, bool after, uint64_t* seq) {
+// exclusive range start), else the first seq at or after it. `*past_max`
+// (when given) tells that this first seq would come after the largest one
+// ("<max>-<n>", n > 0: max + 1 does not exist; *seq stays max).
+bool ParseId(std::string_view id, bool after, uint64_t* seq, bool* past_max = nullptr) {
   const size_t dash = id.find('-');
   uint64_t part = 0;
+  if (past_max != nullptr) *past_max = false;
   if (!ParseU64(id.substr(0, dash), seq)) return false;
   if (dash == std::string_view::npos) return true;
   if (!ParseU64(id.substr(dash + 1), &part)) return false;
   // "<seq>-<n>" with n > 0 lies after entry seq and before seq + 1.
-  if (part > 0 && !after) *seq += 1;
+  if (part > 0 && !after) {
+    if (*seq == UINT64_MAX) {
+      if (past_max != nullptr) *past_max = true;
+    } else {
+      *seq += 1;
+    }
+  }
   return true;
 }
 
@@ -96,15 +105,22 @@ void Range(CommandContext& ctx, bool reverse) {
   const bool hi_open = hi.starts_with('(');
   if (lo_open) lo.remove_prefix(1);
   if (hi_open) hi.remove_prefix(1);
-  if ((lo != "-" && !ParseId(lo, lo_open, &first)) ||
+  bool lo_past_max = false;
+  if ((lo != "-" && !ParseId(lo, lo_open, &first, &lo_past_max)) ||
       (hi != "+" && !ParseId(hi, /*after=*/true, &last))) {
     return ctx.out->Error("ERR Invalid stream ID specified as stream command argument");
   }
+  // A start after the largest seq holds nothing (its next seq would wrap to 0
+  // and return the log from its start).
+  if (lo_past_max || (lo_open && first == UINT64_MAX)) return ctx.out->ArrayHeader(0);
   if (lo_open) first += 1;
   if (hi_open && hi != "+") {
     uint64_t exact = 0;
-    if (!ParseId(hi, false, &exact) || exact == 0) return ctx.out->ArrayHeader(0);
-    last = exact - 1;
+    bool hi_past_max = false;
+    if (!ParseId(hi, false, &exact, &hi_past_max)) return ctx.out->ArrayHeader(0);
+    // Before a point after the largest seq: up to the largest.
+    if (!hi_past_max && exact == 0) return ctx.out->ArrayHeader(0);
+    last = hi_past_max ? UINT64_MAX : exact - 1;
   }
   size_t count = kDefaultCount;
   for (size_t i = 4; i < ctx.args.size(); i += 2) {

@@ -967,6 +967,22 @@ TEST_F(ServerTest, XreadAfterTheLargestIdIsAheadOfTheLog) {
   }
 }
 
+// Range bounds at the largest ID: a start after it holds nothing and an
+// end just after it holds everything (their seq + 1 used to wrap to 0: the
+// whole log, and nothing, instead). Redis 7.0.15 answers the same.
+TEST_F(ServerTest, XrangeBoundsAtTheLargestIdDoNotWrap) {
+  StartServer();
+  auto c = Connect();
+  ASSERT_EQ(c->Call({"SET", "k", "v"}).str, "OK");
+  const std::string max = "18446744073709551615";
+  EXPECT_EQ(c->Call({"XRANGE", "prefixkv:events", "(" + max, "+"}).elems.size(), 0u);
+  EXPECT_EQ(c->Call({"XRANGE", "prefixkv:events", max + "-1", "+"}).elems.size(), 0u);
+  EXPECT_EQ(c->Call({"XREVRANGE", "prefixkv:events", "+", "(" + max}).elems.size(), 0u);
+  EXPECT_EQ(c->Call({"XRANGE", "prefixkv:events", "-", "(" + max + "-1"}).elems.size(),
+            c->Call({"XRANGE", "prefixkv:events", "-", "+"}).elems.size());
+  EXPECT_GE(c->Call({"XRANGE", "prefixkv:events", "-", "+"}).elems.size(), 1u);
+}
+
 TEST_F(ServerTest, StreamCommandsRefuseBadInputClearly) {
   StartServer();
   auto c = Connect();
