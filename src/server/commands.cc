@@ -44,10 +44,10 @@ void CountAuthFailure(CommandContext& ctx) {
 enum class AuthOutcome { kOk, kWrong, kThrottled };
 
 // Checks `pass` for `user` ("default": requirepass, "admin": admin_pass) and
-// records the outcome in the client: a success authenticates it (and makes an
-// admin of it), a failure counts. Past the server-wide budget (AuthThrottle)
-// the password is not compared and the attempt counts as refused. Appends the
-// error reply of a failure; the caller replies to a success.
+// records the outcome in the client: a success authenticates it as that user
+// (an admin or not), a failure counts and changes nothing else. Past the server-wide
+// budget (AuthThrottle) the password is not compared and the attempt counts as refused.
+// Appends the error reply of a failure; the caller replies to a success.
 AuthOutcome CheckPassword(CommandContext& ctx, std::string_view user,
                           std::string_view pass) {
   const DispatcherConfig& config = ctx.dispatcher.config();
@@ -70,7 +70,9 @@ AuthOutcome CheckPassword(CommandContext& ctx, std::string_view user,
   if (ok) {
     if (throttle != nullptr) throttle->Refund();  // only failures spend the budget
     ctx.client->authenticated = true;
-    ctx.client->admin = ctx.client->admin || admin;
+    // The connection is now this user's, as AUTH switches users in Redis: an
+    // admin that authenticates as default is no longer an admin.
+    ctx.client->admin = admin;
     return AuthOutcome::kOk;
   }
   ++ctx.client->auth_failures;

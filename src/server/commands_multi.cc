@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <string>
 
+#include "command_stats.h"
 #include "commands.h"
 
 namespace prefixkv::server {
@@ -41,12 +42,21 @@ void Dispatcher::ExecQueued(ClientState* client, ReplyBuffer* out) const {
     return out->Error("EXECABORT Transaction discarded because of previous errors.");
   }
   out->ArrayHeader(queue.size());
-  // Each was checked when queued (a command's checks do not change meanwhile:
-  // AUTH only widens what a client may run).
+  // Each was checked when queued, and is checked again before it runs: an
+  // AUTH queued before it may have made an admin the default user since (as
+  // Redis checks ACLs again at EXEC). It then answers the refusal in place.
   client->in_exec = true;
   for (const RespArgs& args : queue) {
+    const CommandSpec& spec = *Find(args[0].view());
     const uint64_t errors_before = out->errors();
-    Run(*Find(args[0].view()), args, client, out);
+    if (std::string refusal = Refusal(spec, args, *client); !refusal.empty()) {
+      if (config_.command_stats != nullptr) {
+        config_.command_stats->Rejected(static_cast<size_t>(&spec - Table().data()));
+      }
+      out->Error(refusal);
+    } else {
+      Run(spec, args, client, out);
+    }
     client->exec_command_errors += out->errors() - errors_before;
   }
   client->in_exec = false;

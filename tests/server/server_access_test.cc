@@ -71,6 +71,35 @@ TEST_F(ServerAccessTest, AdminCommandsNeedAuthAsAdmin) {
   EXPECT_EQ(info.elems[1].elems[2].elems.size(), 1u);
 }
 
+// AUTH as default after AUTH admin makes the connection default's again, as
+// AUTH switches users in Redis: admin commands are refused from then on (also
+// one queued in a transaction before the switch), and CLIENT INFO says so. A
+// failed AUTH changes nothing.
+TEST_F(ServerAccessTest, AuthAsDefaultTakesTheAdminPermissionAway) {
+  options_.requirepass = "pw";
+  options_.admin_pass = "adm";
+  options_.auth_failure_delay_ms = 0;
+  StartServer();
+  auto c = Connect();
+  ASSERT_EQ(c->Call({"AUTH", "admin", "adm"}).str, "OK");
+  EXPECT_TRUE(c->Call({"AUTH", "default", "wrong"}).IsError());
+  EXPECT_EQ(c->Call({"PKV.AUDIT"}).type, '*');  // still the admin
+  ASSERT_EQ(c->Call({"AUTH", "default", "pw"}).str, "OK");
+  EXPECT_EQ(c->Call({"PKV.AUDIT"}).str,
+            "NOPERM this is an admin command: AUTH admin <admin password> first");
+  EXPECT_NE(c->Call({"CLIENT", "INFO"}).str.find(" user=default "), std::string::npos);
+  ASSERT_EQ(c->Call({"SET", "k", "v"}).str, "OK");
+  ASSERT_EQ(c->Call({"AUTH", "admin", "adm"}).str, "OK");
+  EXPECT_EQ(c->Call({"MULTI"}).str, "OK");
+  EXPECT_EQ(c->Call({"AUTH", "pw"}).str, "QUEUED");
+  EXPECT_EQ(c->Call({"FLUSHDB"}).str, "QUEUED");  // the admin's when queued
+  Reply exec = c->Call({"EXEC"});
+  ASSERT_EQ(exec.elems.size(), 2u) << exec.str;
+  EXPECT_EQ(exec.elems[0].str, "OK");
+  EXPECT_EQ(exec.elems[1].str.rfind("NOPERM", 0), 0u) << exec.elems[1].str;
+  EXPECT_EQ(c->Call({"GET", "k"}).str, "v");  // not flushed
+}
+
 // 10,000 wrong AUTHs used to run in 0.07 s on one connection. Now each failure
 // pauses the connection (100 ms by default) and the third one closes it.
 TEST_F(ServerAccessTest, FailedAuthIsDelayedAndClosesTheConnectionAfterAFew) {
