@@ -7,6 +7,7 @@
 // client's command runs in between; a command failing inside it does not stop
 // the others (as in Redis: no rollback).
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "command_stats.h"
@@ -14,9 +15,43 @@
 
 namespace prefixkv::server {
 
+namespace {
+
+// A queued command's arguments, safe to keep until EXEC: the small ones
+// copied together into one buffer (one allocation per command: detached one
+// by one, an empty argument cost about 220 bytes, 37 times its 6 bytes on the
+// wire), the large ones shared as received.
+RespArgs KeepArgs(const RespArgs& args) {
+  size_t small = 0;
+  for (const SharedBytes& arg : args) {
+    if (arg.size() <= kSharedArgBytes) small += arg.size();
+  }
+  uint8_t* data = nullptr;
+  const SharedBytes buffer =
+      small > 0 ? SharedBytes::Allocate(small, &data) : SharedBytes();
+  RespArgs kept;
+  kept.reserve(args.size());
+  size_t used = 0;
+  for (const SharedBytes& arg : args) {
+    if (arg.size() > kSharedArgBytes) {
+      kept.push_back(arg);
+      continue;
+    }
+    if (!arg.empty()) std::memcpy(data + used, arg.data(), arg.size());
+    kept.push_back(buffer.Slice(used, arg.size()));
+    used += arg.size();
+  }
+  return kept;
+}
+
+}  // namespace
+
 void Dispatcher::Queue(const RespArgs& args, ClientState* client,
                        ReplyBuffer* out) const {
-  size_t bytes = 0;
+  // What the queue holds for it: the argument bytes and each argument's
+  // place in the list (KeepArgs), so that neither the limit nor
+  // client_buffer_bytes overlooks a command of many small arguments.
+  size_t bytes = args.size() * sizeof(SharedBytes);
   for (const SharedBytes& arg : args) bytes += arg.size();
   if (bytes >
       config_.max_multi_bytes - std::min(config_.max_multi_bytes, client->multi_bytes)) {
@@ -24,10 +59,7 @@ void Dispatcher::Queue(const RespArgs& args, ClientState* client,
     return out->Error("ERR transaction too large: its commands exceed " +
                       std::to_string(config_.max_multi_bytes) + " bytes");
   }
-  RespArgs kept;
-  kept.reserve(args.size());
-  for (const SharedBytes& arg : args) kept.push_back(DetachArg(arg));
-  client->multi_queue.push_back(std::move(kept));
+  client->multi_queue.push_back(KeepArgs(args));
   client->multi_bytes += bytes;
   out->Simple("QUEUED");
 }

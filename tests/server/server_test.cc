@@ -163,6 +163,37 @@ TEST_F(ServerTest, AbortsATransactionWithACommandRefusedWhenQueued) {
   EXPECT_EQ(c->Call({"EXEC"}).str.rfind("EXECABORT", 0), 0u);
 }
 
+// A transaction's queue is bounded by what it holds, not only by its
+// argument bytes: 20,000 empty arguments are 120 KB on the wire and 4 bytes
+// of arguments, but each kept argument used to cost about 220 bytes (its own
+// allocation), uncounted: 24 MB sent that way grew the server by 890 MB, with
+// the limit (--max-request-bytes) never reached and client_buffer_bytes at
+// 8 MB. Each argument now counts its place in the queue.
+TEST_F(ServerTest, ATransactionsQueueCountsEveryArgumentItKeeps) {
+  options_.max_request_bytes = 1 << 20;  // the transaction's limit too
+  StartServer();
+  auto c = Connect();
+  auto observer = Connect();
+  const auto buffer_bytes = [&] {
+    const std::string info = observer->Call({"INFO", "clients"}).str;
+    const size_t at = info.find("client_buffer_bytes:");
+    return at == std::string::npos ? int64_t{-1} : std::stoll(info.substr(at + 20));
+  };
+  std::vector<std::string> mget(20'001, "");
+  mget[0] = "MGET";
+  ASSERT_EQ(c->Call({"MULTI"}).str, "OK");
+  EXPECT_EQ(c->Call(mget).str, "QUEUED");
+  // (The connection counts its buffers after its reply is on its way.)
+  EXPECT_TRUE(testing::WaitUntil([&] {
+    return buffer_bytes() >= int64_t{20'000} * static_cast<int64_t>(sizeof(SharedBytes));
+  })) << buffer_bytes();
+  const std::string refused = c->Call(mget).str;  // 40,000 queued arguments: over 1 MiB
+  EXPECT_EQ(refused.rfind("ERR transaction too large", 0), 0u) << refused;
+  EXPECT_EQ(c->Call({"EXEC"}).str.rfind("EXECABORT", 0), 0u);
+  EXPECT_TRUE(testing::WaitUntil([&] { return buffer_bytes() < (64 << 10); }))
+      << buffer_bytes();  // the queue is gone
+}
+
 TEST_F(ServerTest, AnswersMisplacedTransactionCommandsAsRedisDoes) {
   StartServer();
   auto c = Connect();
