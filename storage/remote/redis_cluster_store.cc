@@ -340,7 +340,12 @@ StatusOr<int64_t> RedisClusterStore::IncrBy(std::string_view key, int64_t delta,
   const std::vector<std::string_view> keys = {key};
   const std::string delta_text = std::to_string(delta);
   int64_t value = 0;
+  // Both commands are writes from the remote tier's background writers: they
+  // wait write_timeout_ms like a SET (a master busy ingesting may pause
+  // longer than a read should wait, and a counter cut off there is charged
+  // but never given its expiry).
   KeyOp incr;
+  incr.write = true;
   incr.append = [&](RedisConnection& c, size_t) {
     c.Append({"INCRBY", key, delta_text});
   };
@@ -349,11 +354,15 @@ StatusOr<int64_t> RedisClusterStore::IncrBy(std::string_view key, int64_t delta,
     return ExpectInteger(reply, "INCRBY");
   };
   PKV_RETURN_IF_ERROR(Execute(keys, incr, nullptr));
-  if (ttl_seconds > 0 && value == delta) {
-    // Created by this call (as far as can be told): give it its expiry, unless
-    // a concurrent creator already did (NX, Redis >= 7.0).
+  if (ttl_seconds > 0) {
+    // Its expiry, unless it has one (NX, Redis >= 7.0): set by the creator,
+    // so the window is not pushed back. Sent on every call, not only when
+    // this one created the key: a creator whose EXPIRE never ran (a lost
+    // reply, a process killed between the two) left a counter that would
+    // otherwise never expire, and its namespace over the limit for good.
     const std::string ttl_text = std::to_string(ttl_seconds);
     KeyOp expire;
+    expire.write = true;
     expire.append = [&](RedisConnection& c, size_t) {
       c.Append({"EXPIRE", key, ttl_text, "NX"});
     };

@@ -71,8 +71,9 @@ class RemoteStore {
   // Deletes the keys (absent keys are not an error).
   virtual Status Delete(std::span<const std::string> keys) = 0;
   // Adds `delta` to the integer at `key` (created at 0) and returns the new
-  // value; when the key was created by this call and ttl_seconds > 0, it
-  // expires after ttl_seconds.
+  // value; when ttl_seconds > 0 and the key has no expiry (created by this
+  // call, or by one that failed before giving it one), it expires after
+  // ttl_seconds. An existing expiry is left as it is.
   virtual StatusOr<int64_t> IncrBy(std::string_view key, int64_t delta,
                                    uint32_t ttl_seconds) = 0;
   // One line for logs and INFO, e.g. "redis cluster 127.0.0.1:7000 (3 masters)".

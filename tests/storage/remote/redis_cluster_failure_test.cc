@@ -219,6 +219,40 @@ TEST_F(RedisClusterFailureTest, AFullMasterCostsTheRemoteTierOnlyItsOwnBlocks) {
   EXPECT_EQ(Raw(port, {"CONFIG", "SET", "maxmemory", "0"}), "OK");
 }
 
+// Runs before the kill below. A master that holds its writes for a while
+// (CLIENT PAUSE ... WRITE, as a master busy ingesting megabytes may) delays
+// the remote tier's quota counter (INCRBY, then EXPIRE) past the read timeout
+// but not past write_timeout_ms: the counter is a write from the background
+// writers and waits like a SET. Cut off at the read timeout, it failed the
+// namespace's whole batch, marked a live master down (failing its reads) and
+// left a counter created without its expiry.
+TEST_F(RedisClusterFailureTest, AQuotaCounterWaitsForAPausedMasterLikeAWrite) {
+  RedisClusterOptions options = ClusterOptions(*cluster_);
+  options.request_timeout_ms = 50;  // far below the pause, above a loaded machine's delays
+  options.write_timeout_ms = 5000;
+  const std::string key = "pause/quota";
+  std::unique_ptr<RedisClusterStore> store;
+  for (int i = 0; i < 5 && (store == nullptr || store->NodeOfSlot(0).empty()); ++i)
+    store = testing::OpenStore(options);  // the map, fetched within the read timeout
+  ASSERT_NE(store, nullptr);
+  ASSERT_FALSE(store->NodeOfSlot(0).empty());
+  const int port = testing::OwnerPort(*cluster_, RedisKeySlot(key));
+  ASSERT_EQ(Raw(port, {"DEL", key}).size(), 1u);
+  constexpr int kPauseMs = 500;
+  ASSERT_EQ(Raw(port, {"CLIENT", "PAUSE", std::to_string(kPauseMs), "WRITE"}), "OK");
+  const auto start = std::chrono::steady_clock::now();
+  StatusOr<int64_t> value = store->IncrBy(key, 7, 100);
+  const double millis = MillisSince(start);
+  std::printf("[paused master] IncrBy took %.1f ms\n", millis);
+  ASSERT_OK(value.status());
+  EXPECT_EQ(*value, 7);
+  EXPECT_GT(millis, kPauseMs / 2.0) << "the pause held it";
+  EXPECT_FALSE(store->IsNodeDown("127.0.0.1:" + std::to_string(port)));
+  const long long ttl = std::stoll(Raw(port, {"PTTL", key}));
+  EXPECT_GT(ttl, 90'000);
+  EXPECT_LE(ttl, 100'000);
+}
+
 TEST_F(RedisClusterFailureTest, AKilledMasterFailsItsKeysFastAndTheOthersStillWork) {
   // A dead master refuses connections at once, so its keys fail without any
   // wait; the request timeout only bounds the live masters' replies. It is

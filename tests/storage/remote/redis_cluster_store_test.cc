@@ -322,6 +322,24 @@ TEST_F(RedisClusterStoreTest, IncrByCreatesWithTtlAndAddsWithoutResettingIt) {
   EXPECT_TRUE(store->IncrBy("ctr/text", 1, 0).status().IsIOError());
 }
 
+// A quota counter whose INCRBY ran but whose EXPIRE never did (its reply was
+// lost past the timeout, or the process died between the two) gets its TTL
+// from the next IncrBy: without one it would never expire, and a namespace
+// over its byte limit would stay refused by the remote tier for good.
+TEST_F(RedisClusterStoreTest, IncrByGivesACounterLeftWithoutExpiryItsTtl) {
+  auto store = OpenStore(ClusterOptions(*cluster_));
+  const std::string key = "ctr/orphan";
+  const int port = OwnerPort(*cluster_, RedisKeySlot(key));
+  ASSERT_EQ(Raw(port, {"DEL", key}).size(), 1u);
+  ASSERT_EQ(Raw(port, {"INCRBY", key, "5"}), "5");  // created, no EXPIRE after it
+  ASSERT_EQ(Raw(port, {"PTTL", key}), "-1");
+  ASSERT_OK_AND_ASSIGN(int64_t value, store->IncrBy(key, 5, 100));
+  EXPECT_EQ(value, 10);
+  const long long ttl = std::stoll(Raw(port, {"PTTL", key}));
+  EXPECT_GT(ttl, 90'000) << "the counter must expire with its window";
+  EXPECT_LE(ttl, 100'000);
+}
+
 // A read of large values keeps two replies in flight per master (the read
 // window, kReadWindowBytes, of 300 KB values) once the master's value size
 // is known, so the master builds two replies at a time instead of the
