@@ -391,7 +391,9 @@ class RemoteTierImpl {
       const std::unordered_map<BlockKey, RemoteNamespaceLimits, BlockKeyHash>& limits) {
     WriteResult r;
     // Quotas: one counter per namespace and TTL window, charged per batch.
-    std::unordered_set<BlockKey, BlockKeyHash> refused;
+    // A namespace whose counter the cluster did not update (down, silent) is
+    // not written either, but its blocks are failed writes, not over quota.
+    std::unordered_set<BlockKey, BlockKeyHash> refused, unchecked;
     std::unordered_map<BlockKey, uint64_t, BlockKeyHash> bytes_per_ns;
     for (const Item& i : batch) bytes_per_ns[i.meta.namespace_id] += i.payload.size();
     for (const auto& [ns, bytes] : bytes_per_ns) {
@@ -401,11 +403,19 @@ class RemoteTierImpl {
           store_->IncrBy(options_.key_prefix + "quota:" + ns.ToHex(),
                          static_cast<int64_t>(bytes), l.ttl_seconds);
       NoteCall(total.status());
-      if (!total.ok() || static_cast<uint64_t>(*total) > l.max_bytes) refused.insert(ns);
+      if (!total.ok()) {
+        unchecked.insert(ns);
+      } else if (static_cast<uint64_t>(*total) > l.max_bytes) {
+        refused.insert(ns);
+      }
     }
     std::vector<RemoteWrite> writes;
     std::vector<const Item*> sent;  // the item of each write
     for (const Item& i : batch) {
+      if (unchecked.count(i.meta.namespace_id) > 0) {
+        ++r.failed;
+        continue;
+      }
       if (refused.count(i.meta.namespace_id) > 0) {
         ++r.over_quota;
         continue;

@@ -346,5 +346,28 @@ TEST_F(RemoteTierTest, ANamespaceStopsWritingAtItsByteLimitOthersDoNot) {
   EXPECT_EQ(found, 10u);
 }
 
+// A namespace's quota counter the cluster cannot update (down, silent): its
+// blocks are not written, and they are failed writes, not blocks over the
+// namespace's limit (over_quota would tell an operator the namespace used
+// its bytes up while it wrote none).
+TEST_F(RemoteTierTest, AQuotaCounterTheClusterCannotUpdateFailsTheBlocksNotTheQuota) {
+  RemoteTierOptions o;
+  o.write_batch_blocks = 4;
+  auto tier = Open(o);
+  tier->SetNamespaceLimits(kNs, {.ttl_seconds = 60, .max_bytes = 1000});
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->down = true;
+  }
+  for (uint64_t i = 0; i < 2; ++i) ASSERT_OK(tier->Put(Meta(i), Payload(i), false));
+  tier->Flush();
+  const RemoteCounters c = tier->Counters();
+  EXPECT_EQ(c.writes, 0u);
+  EXPECT_EQ(c.over_quota, 0u) << "the namespace wrote nothing of its 1000 bytes";
+  EXPECT_EQ(c.write_failures, 2u);
+  EXPECT_EQ(c.writes + c.write_failures + c.over_quota + c.dropped, 2u);
+  EXPECT_FALSE(c.available);
+}
+
 }  // namespace
 }  // namespace prefixkv
