@@ -94,6 +94,10 @@ Status internal::EngineImpl::OpenStack() {
   // The SSD tier is also the write-back target: it queues the hot tier's
   // dirty victims for its background writers.
   stack_ = std::make_unique<TierStack>(hot_.get(), ssd_.get(), ssd_.get(), o);
+  // An adopted namespace stays out of the remote tier (RegisterModel) from
+  // the open on: the SSD tier may evict its blocks, which on_spill hands to
+  // the remote tier, before its model is registered again.
+  if (remote_ != nullptr && ssd_ != nullptr) return KeepAdoptedNamespacesLocal();
   return Status::OK();
 }
 

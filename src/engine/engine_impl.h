@@ -120,6 +120,10 @@ class internal::EngineImpl {
   // (registration).
   Status StoreManifest(const NamespaceSpec& spec, const std::string& fingerprint,
                        const RootChoice& choice) REQUIRES(mu_);
+  // Keeps every namespace the SSD tier's manifests record as adopted out of
+  // the remote tier (TierStack::KeepLocal) from the open on, before its model
+  // is registered again (OpenStack).
+  Status KeepAdoptedNamespacesLocal();
   // The model of a namespace handle, or null.
   EngineModel* Find(Namespace ns) const EXCLUDES(mu_);
   // The stack, once the key-value space's owner is registered (on first use,

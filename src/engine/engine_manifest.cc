@@ -69,6 +69,15 @@ StatusOr<RootChoice> internal::EngineImpl::ChooseRoot(
   return adopted;
 }
 
+Status internal::EngineImpl::KeepAdoptedNamespacesLocal() {
+  PKV_ASSIGN_OR_RETURN(auto stored, ssd_->Manifests());
+  for (const auto& [ns, text] : stored) {
+    StatusOr<NamespaceManifest> m = DecodeManifest(text);
+    if (m.ok() && m->shapes_recorded_later) stack_->KeepLocal(ns);
+  }
+  return Status::OK();
+}
+
 Status internal::EngineImpl::StoreManifest(const NamespaceSpec& spec,
                                            const std::string& fingerprint,
                                            const RootChoice& choice) {

@@ -350,6 +350,71 @@ TEST_F(EngineRemoteTest, ANamespaceAdoptedFromBeforeShapesStaysOutOfTheRemoteTie
   EXPECT_EQ(none.matched_tokens(), 0u);
 }
 
+// The same after a restart, before the adopted model is registered again:
+// another model's stores make the SSD tier evict the adopted namespace's
+// blocks, and on_spill hands the victims to the remote tier. They must stay
+// local there too (the namespace is kept out of the remote tier from the
+// open on, by its manifest), or a node of the legacy spec under the same
+// root (whose blocks may have other shapes) would restore them.
+TEST_F(EngineRemoteTest, AnAdoptedNamespaceStaysOutOfTheRemoteTierBeforeItIsRegistered) {
+  const NamespaceSpec legacy = KvSpec();
+  NamespaceSpec shaped = legacy;
+  shaped.layer_shapes = ParseLayerShapes("2x8,2x8").value();
+  const BlockKey adopted_root = NamespaceRoot(legacy).value();
+  EngineOptions o = Node("a", RemoteWriteMode::kOnSpill, /*hot_bytes=*/0);
+  o.ssd_capacity_bytes = 64 << 10;
+  const auto small_segments = [] {
+    EngineHooks hooks;
+    hooks.configure_ssd = [](SsdTierOptions& s) { s.segment_bytes = 16 << 10; };
+    return hooks;
+  };
+  const std::vector<int32_t> tokens = Tokens(4 * kBlockTokens);
+  {
+    auto old = Open(o, small_segments());  // a directory of the legacy spec
+    ASSERT_NE(old, nullptr);
+    ASSERT_OK_AND_ASSIGN(Namespace ns, old->RegisterModel(legacy));
+    ASSERT_OK(old->Store(ns, tokens, KvLayers(2, tokens.size(), rng_)).status());
+    ASSERT_OK(old->Close());
+  }
+  {
+    auto a = Open(o, small_segments());  // adopted by the shaped spec
+    ASSERT_NE(a, nullptr);
+    ASSERT_OK_AND_ASSIGN(Namespace ns, a->RegisterModel(shaped));
+    ASSERT_EQ(ns.root, adopted_root);
+    ASSERT_OK(a->Close());
+  }
+  EXPECT_EQ(state_->size(), 0u) << "nothing evicted so far";
+  auto a = Open(o, small_segments());  // restarted: another model stores first
+  ASSERT_NE(a, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace other, a->RegisterModel(KvSpec("other-model")));
+  for (int32_t c = 1; c <= 20; ++c) {
+    const std::vector<int32_t> t = Tokens(4 * kBlockTokens, 1000 * c);
+    ASSERT_OK(a->Store(other, t, KvLayers(2, t.size(), rng_)).status());
+  }
+  ASSERT_OK(a->Flush());
+  ASSERT_GT(a->Stats().ssd.evictions, 0u);
+  ASSERT_GT(state_->size(), 0u) << "the other model's victims went remote";
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    size_t adopted_blocks = 0;
+    for (const auto& [key, value] : state_->values) {
+      ASSERT_GE(value.size(), 56u) << key;
+      const BlockKey ns =
+          BlockKey::DecodeFrom(reinterpret_cast<const uint8_t*>(value.data()) + 40);
+      if (ns == adopted_root) ++adopted_blocks;
+      EXPECT_EQ(ns, other.root) << key;
+    }
+    EXPECT_EQ(adopted_blocks, 0u) << "blocks of the adopted namespace written remotely";
+  }
+  // A node of the legacy spec (same root) finds none of them.
+  auto b = Open(Node("b", RemoteWriteMode::kOnSpill));
+  ASSERT_NE(b, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace nb, b->RegisterModel(legacy));
+  ASSERT_EQ(nb.root, adopted_root);
+  ASSERT_OK_AND_ASSIGN(MatchResult m, b->Match(nb, tokens));
+  EXPECT_EQ(m.matched_tokens(), 0u);
+}
+
 // ExplainMiss on a node whose local tiers miss what another node stored: the
 // remote tier holds it, and a Match would fetch it (looked up without
 // counting). Once fetched, no miss; a prompt nobody stored is not in-remote.
