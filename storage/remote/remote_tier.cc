@@ -170,8 +170,7 @@ class RemoteTierImpl {
 
   void Flush() {
     MutexLock lock(&mu_);
-    idle_cv_.Wait(lock,
-                  [&]() REQUIRES(mu_) { return queue_.empty() && in_flight_ == 0; });
+    idle_cv_.Wait(lock, [&]() REQUIRES(mu_) { return Idle(); });
   }
 
   std::vector<std::optional<SharedBytes>> Fetch(std::span<const BlockKey> keys,
@@ -225,7 +224,7 @@ class RemoteTierImpl {
       MutexLock lock(&mu_);
       for (const BlockMeta& m : present) NoteKnownPresent(m);
     }
-    if (!damaged.empty()) NoteCall(store_->Delete(damaged));
+    if (!damaged.empty()) QueueDeletes(std::move(damaged));
     return out;
   }
 
@@ -303,6 +302,25 @@ class RemoteTierImpl {
     return it == limits_.end() ? options_.default_limits : it->second;
   }
 
+  // Nothing queued or being sent: no block, no delete.
+  bool Idle() const REQUIRES(mu_) {
+    return queue_.empty() && in_flight_ == 0 && doomed_.empty() && deleting_ == 0;
+  }
+
+  // Damaged values found by a read are deleted by the writers, not by the
+  // read: a DEL is a write (write_timeout_ms), and a master that holds its
+  // writes while it answers reads would hold the Match for it. At most
+  // queue_blocks keys wait; one left out is found and queued again.
+  void QueueDeletes(std::vector<std::string> keys) {
+    MutexLock lock(&mu_);
+    if (stopping_) return;
+    for (std::string& key : keys) {
+      if (doomed_.size() >= options_.queue_blocks) break;
+      doomed_.push_back(std::move(key));
+    }
+    work_cv_.NotifyOne();
+  }
+
   void DropQueued() REQUIRES(mu_) {
     dropped_ += queue_.size();
     for (const Item& i : queue_) {
@@ -310,16 +328,30 @@ class RemoteTierImpl {
       queued_bytes_ -= i.payload.size();
     }
     queue_.clear();
-    if (in_flight_ == 0) idle_cv_.NotifyAll();
+    doomed_.clear();
+    if (Idle()) idle_cv_.NotifyAll();
   }
 
   void RunWriter() {
     MutexLock lock(&mu_);
     while (true) {
-      work_cv_.Wait(lock, [&]() REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
+      work_cv_.Wait(lock, [&]() REQUIRES(mu_) {
+        return stopping_ || !queue_.empty() || !doomed_.empty();
+      });
       if (stopping_) {
         DropQueued();
         return;
+      }
+      if (!doomed_.empty()) {  // before the blocks: a rewrite then lands after it
+        std::vector<std::string> keys;
+        keys.swap(doomed_);
+        ++deleting_;
+        lock.Unlock();
+        NoteCall(store_->Delete(keys));
+        lock.Lock();
+        --deleting_;
+        if (Idle()) idle_cv_.NotifyAll();
+        continue;
       }
       std::vector<Item> batch;
       while (!queue_.empty() && batch.size() < options_.write_batch_blocks) {
@@ -346,7 +378,7 @@ class RemoteTierImpl {
       write_failures_ += r.failed;
       over_quota_ += r.over_quota;
       for (const Item* i : r.written_items) NoteKnownPresent(i->meta);
-      if (queue_.empty() && in_flight_ == 0) idle_cv_.NotifyAll();
+      if (Idle()) idle_cv_.NotifyAll();
     }
   }
 
@@ -464,6 +496,8 @@ class RemoteTierImpl {
   std::unordered_set<BlockKey, BlockKeyHash> queued_keys_ GUARDED_BY(mu_);
   uint64_t queued_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t in_flight_ GUARDED_BY(mu_) = 0;
+  std::vector<std::string> doomed_ GUARDED_BY(mu_);  // damaged values to delete
+  uint64_t deleting_ GUARDED_BY(mu_) = 0;            // writers deleting them now
   uint64_t writes_ GUARDED_BY(mu_) = 0;
   uint64_t bytes_written_ GUARDED_BY(mu_) = 0;
   uint64_t dropped_ GUARDED_BY(mu_) = 0;

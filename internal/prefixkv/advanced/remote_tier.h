@@ -87,7 +87,9 @@ class RemoteTier final : public BlockTier, public EvictionListener {
   // GetMany without counting hits, misses or corruptions (Engine::ExplainMiss
   // looks, nothing is served).
   std::vector<std::optional<SharedBytes>> PeekMany(std::span<const BlockKey> keys) const;
-  // Waits until the write queue is empty (every block written or dropped).
+  // Waits until the write queue is empty (every block written or dropped)
+  // and the damaged values reads found are deleted (the writers delete them,
+  // not the read: a DEL waits as long as a write may).
   void Flush();
   RemoteCounters Counters() const;
   // The store's key of `key`.

@@ -253,6 +253,42 @@ TEST_F(RedisClusterFailureTest, AQuotaCounterWaitsForAPausedMasterLikeAWrite) {
   EXPECT_LE(ttl, 100'000);
 }
 
+// Runs before the kill below. A read that finds a damaged value has it
+// deleted, but behind the read (by the background writers), not inside it:
+// a master holding its writes (CLIENT PAUSE ... WRITE) while it answers
+// reads held every Match that met such a value for the DEL, up to
+// write_timeout_ms (1 s by default) instead of the read's own bound.
+TEST_F(RedisClusterFailureTest, ADamagedValueIsDeletedBehindTheReadNotInIt) {
+  RedisClusterOptions options = ClusterOptions(*cluster_);
+  options.request_timeout_ms = 50;  // far below the pause, above a loaded machine's delays
+  options.write_timeout_ms = 5000;
+  std::unique_ptr<RedisClusterStore> store;
+  for (int i = 0; i < 5 && (store == nullptr || store->NodeOfSlot(0).empty()); ++i)
+    store = testing::OpenStore(options);
+  ASSERT_NE(store, nullptr);
+  ASSERT_FALSE(store->NodeOfSlot(0).empty());
+  RemoteTierOptions tier_options;
+  tier_options.key_prefix = "damaged/";
+  auto tier = RemoteTier::Open(std::move(store), tier_options);
+  const BlockKey key{6, 6};
+  const std::string store_key = tier->StoreKey(key);
+  const int port = testing::OwnerPort(*cluster_, RedisKeySlot(store_key));
+  ASSERT_EQ(Raw(port, {"SET", store_key, "not a prefixkv envelope"}), "OK");
+  constexpr int kPauseMs = 500;
+  ASSERT_EQ(Raw(port, {"CLIENT", "PAUSE", std::to_string(kPauseMs), "WRITE"}), "OK");
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<std::optional<SharedBytes>> got =
+      tier->GetMany(std::span<const BlockKey>(&key, 1));
+  const double millis = MillisSince(start);
+  std::printf("[damaged value, writes paused] the read took %.1f ms\n", millis);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_FALSE(got[0].has_value());
+  EXPECT_EQ(tier->Counters().corruptions, 1u);
+  EXPECT_LT(millis, kPauseMs / 2.0) << "the read waited for the DEL";
+  tier->Flush();  // the writers' DEL, once the pause is over
+  EXPECT_EQ(Raw(port, {"EXISTS", store_key}), "0") << "the damaged value is deleted";
+}
+
 TEST_F(RedisClusterFailureTest, AKilledMasterFailsItsKeysFastAndTheOthersStillWork) {
   // A dead master refuses connections at once, so its keys fail without any
   // wait; the request timeout only bounds the live masters' replies. It is
