@@ -137,7 +137,7 @@ struct RemoteNamespaceLimits {
 struct RemoteCounters {
   uint64_t hits = 0;              // blocks read back intact
   uint64_t misses = 0;            // absent, unreadable or corrupt
-  uint64_t corruptions = 0;       // values that failed the envelope check
+  uint64_t corruptions = 0;       // values that failed the envelope check or were refused
   uint64_t errors = 0;            // failed store calls (reads and writes)
   uint64_t bytes_read = 0;        // payload bytes of hits
   uint64_t bytes_written = 0;     // payload bytes stored

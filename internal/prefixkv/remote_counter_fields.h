@@ -25,7 +25,8 @@ inline constexpr RemoteCounterField kRemoteCounterFields[] = {
     {"misses", "misses_total", &RemoteCounters::misses, true,
      "Remote reads that found no usable block (absent, unreachable or damaged)"},
     {"corruptions", "checksum_failures_total", &RemoteCounters::corruptions, true,
-     "Remote values that failed the envelope check (a miss; the value is deleted)"},
+     "Remote values that failed the envelope check or whose record was refused (a miss; "
+     "the value is deleted)"},
     {"errors", "errors_total", &RemoteCounters::errors, true,
      "Failed calls to the cluster (timeouts, refused connections, errors)"},
     {"bytes_read", "read_bytes_total", &RemoteCounters::bytes_read, true,

@@ -214,15 +214,23 @@ bool PrefixCache::PromoteRemote(cache::NamespaceState& ns, const BlockKey& key,
                                 SharedBytes payload) const {
   // The envelope checked the bytes; the record must also be this block of
   // this namespace (a chain key names the same block on every node).
+  // A value refused here is reported: the remote tier counts it as a
+  // corruption (not the hit it counted) and deletes it.
   StatusOr<RecordIdentity> id = PeekBlockIdentity(payload.view());
   if (!id.ok() || id->key != key || id->parent != parent || id->namespace_id != ns.root ||
       id->token_count != tokens) {
+    ns.tiers->RejectRemote(key, payload.size(),
+                           id.ok() ? "its record is not this block of this namespace"
+                                   : id.status().ToString());
     return false;
   }
   // The record's own checksum too, once, before the local tiers hold it:
   // their reads are decoded without it (block_io.cc). A value another node
   // wrote with a sound envelope around a damaged record is not taken.
-  if (!VerifyBlock(payload).ok()) return false;
+  if (Status verified = VerifyBlock(payload); !verified.ok()) {
+    ns.tiers->RejectRemote(key, payload.size(), verified.ToString());
+    return false;
+  }
   // Stored locally so Restore reads it from RAM (or SSD); when it cannot be
   // stored (pinned copies, no space), Restore reads it remotely again.
   (void)ns.tiers->Promote(ns.MetaFor(key, parent), std::move(payload));

@@ -228,6 +228,24 @@ class RemoteTierImpl {
     return out;
   }
 
+  void ReportDamaged(const BlockKey& key, uint64_t bytes, std::string_view why) {
+    hits_.fetch_sub(1, std::memory_order_relaxed);  // counted by the read
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    bytes_read_.fetch_sub(bytes, std::memory_order_relaxed);
+    corruptions_.fetch_add(1, std::memory_order_relaxed);
+    if (!logged_corruption_.exchange(true)) {
+      Log("remote tier: block " + key.ToHex() + " refused by its reader: " +
+          std::string(why) + " (a miss; the value is deleted; logged once)");
+    }
+    {
+      MutexLock lock(&mu_);
+      if (Known* slot = KnownSlot(key); slot != nullptr && slot->key == key) {
+        slot->nanos = 0;  // not present: a local copy evicted later goes over it
+      }
+    }
+    QueueDeletes({StoreKey(key)});
+  }
+
   RemoteCounters Counters() const {
     RemoteCounters c;
     c.hits = hits_.load(std::memory_order_relaxed);
@@ -599,5 +617,9 @@ void RemoteTier::ForEach(
     const std::function<void(const BlockMeta&, uint64_t bytes)>& /*fn*/) const {}
 
 void RemoteTier::SetEvictionListener(EvictionListener* /*listener*/) {}
+
+void RemoteTier::ReportDamaged(const BlockKey& key, uint64_t bytes, std::string_view why) {
+  impl_->ReportDamaged(key, bytes, why);
+}
 
 }  // namespace prefixkv

@@ -167,6 +167,10 @@ std::vector<std::optional<SharedBytes>> TierStack::FetchRemote(
   return options_.remote->GetMany(keys);
 }
 
+void TierStack::RejectRemote(const BlockKey& key, uint64_t bytes, std::string_view why) {
+  if (options_.remote != nullptr) options_.remote->ReportDamaged(key, bytes, why);
+}
+
 Status TierStack::Promote(const BlockMeta& meta, SharedBytes payload) {
   MutexLock lock(&StripeFor(meta.key));
   return PutLocked(meta, std::move(payload));

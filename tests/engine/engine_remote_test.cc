@@ -302,6 +302,33 @@ TEST_F(EngineRemoteTest, ARemoteRecordDamagedInsideASoundEnvelopeIsNeverRestored
       });
 }
 
+// The same value seen in the counters and the cluster: B's match refuses
+// it, so it is a corruption and a miss, not a hit (blocks 0-2 and 4-5 read
+// back intact, the 5th and 6th past the break), it is logged, and it is
+// deleted (a node that computes the block again writes it over nothing).
+TEST_F(EngineRemoteTest, ARemoteRecordDamagedInsideASoundEnvelopeIsACountedCorruption) {
+  std::string damaged_key;
+  auto b = ExpectTheMatchEndsBeforeADamagedFourthBlock(
+      *this, [&](const std::string& store_key, const BlockKey& fourth) {
+        std::lock_guard<std::mutex> lock(state_->mu);
+        std::string& value = state_->values.at(store_key);
+        ASSERT_OK_AND_ASSIGN(RemoteTier::Decoded d,
+                             RemoteTier::DecodeEnvelope(fourth, value));
+        std::string record(d.payload.view());
+        record.back() ^= 0x40;  // a tensor byte
+        value = RemoteTier::EncodeEnvelope(d.meta, record);
+        damaged_key = store_key;
+      });
+  ASSERT_NE(b, nullptr);
+  ASSERT_OK(b->Flush());
+  const RemoteCounters c = b->Stats().remote;
+  EXPECT_EQ(c.corruptions, 1u);
+  EXPECT_EQ(c.hits, 5u) << "blocks 0-2 and 4-5: the 4th is no hit";
+  EXPECT_EQ(log_.Count("refused by its reader"), 1);
+  std::lock_guard<std::mutex> lock(state_->mu);
+  EXPECT_EQ(state_->values.count(damaged_key), 0u) << "the damaged value is deleted";
+}
+
 // A data directory written before its spec keyed the layer shapes keeps its
 // blocks (docs/format.md §5.1) but never reads or writes the remote tier under
 // the old root: other nodes' old namespaces there may hold other shapes.

@@ -113,6 +113,11 @@ class RemoteTier final : public BlockTier, public EvictionListener {
   void ForEach(
       const std::function<void(const BlockMeta&, uint64_t bytes)>& fn) const override;
   void SetEvictionListener(EvictionListener* listener) override;
+  // A block GetMany counted as a hit whose record the reader refused: a
+  // corruption and a miss (not a hit), logged once with the other
+  // corruptions, no longer taken as present (a local copy evicted later is
+  // written over it) and deleted by the writers.
+  void ReportDamaged(const BlockKey& key, uint64_t bytes, std::string_view why) override;
 
   // EvictionListener: the lowest local tier's victims (write mode on_spill).
   void OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool dirty) override;

@@ -93,6 +93,15 @@ class BlockTier {
     return out;
   }
 
+  // A block this tier returned (Get, GetMany) that its reader refused past
+  // the tier's own checks: a remote value whose envelope checked out around
+  // a record that does not, or that is not the block asked for. A tier that
+  // counts its reads counts it as a corruption and a miss instead of a hit,
+  // and drops it. The default (a tier whose reads need no second look):
+  // nothing. `bytes`: the payload's size; `why`: for the tier's log.
+  virtual void ReportDamaged(const BlockKey& /*key*/, uint64_t /*bytes*/,
+                             std::string_view /*why*/) {}
+
   // Read-ahead: a hint that Get(key) follows soon. A tier that reads slowly
   // (SSD) may start reading it in the background (kStarted); the read counts
   // nothing and Get serves it only if it is still current. kFull: not now,
