@@ -7,6 +7,7 @@
 #include <bit>
 #include <cstring>
 #include <deque>
+#include <set>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -164,13 +165,19 @@ class RemoteTierImpl {
     }
     queued_bytes_ += payload.size();
     queued_keys_.insert(meta.key);
-    queue_.push_back(Item{meta, payload});
+    queue_.push_back(Item{meta, payload, Pending()});
     work_cv_.NotifyOne();
   }
 
+  // Waits for the work queued before the call only: stores that go on
+  // meanwhile (faster than the cluster takes them) keep the queue from ever
+  // emptying, and must not hold a Flush.
   void Flush() {
     MutexLock lock(&mu_);
-    idle_cv_.Wait(lock, [&]() REQUIRES(mu_) { return Idle(); });
+    const uint64_t upto = next_seq_;
+    idle_cv_.Wait(lock, [&]() REQUIRES(mu_) {
+      return pending_.empty() || *pending_.begin() > upto;
+    });
   }
 
   std::vector<std::optional<SharedBytes>> Fetch(std::span<const BlockKey> keys,
@@ -282,6 +289,7 @@ class RemoteTierImpl {
   struct Item {
     BlockMeta meta;
     SharedBytes payload;
+    uint64_t seq = 0;  // in pending_ until written or dropped
   };
 
   void Log(const std::string& line) const {
@@ -320,10 +328,13 @@ class RemoteTierImpl {
     return it == limits_.end() ? options_.default_limits : it->second;
   }
 
-  // Nothing queued or being sent: no block, no delete.
-  bool Idle() const REQUIRES(mu_) {
-    return queue_.empty() && in_flight_ == 0 && doomed_.empty() && deleting_ == 0;
+  // A new piece of work (a block, or a batch of deletes) for Flush to wait
+  // for: its sequence number, pending until Done.
+  uint64_t Pending() REQUIRES(mu_) {
+    pending_.insert(++next_seq_);
+    return next_seq_;
   }
+  void Done(uint64_t seq) REQUIRES(mu_) { pending_.erase(seq); }
 
   // Damaged values found by a read are deleted by the writers, not by the
   // read: a DEL is a write (write_timeout_ms), and a master that holds its
@@ -331,11 +342,12 @@ class RemoteTierImpl {
   // queue_blocks keys wait; one left out is found and queued again.
   void QueueDeletes(std::vector<std::string> keys) {
     MutexLock lock(&mu_);
-    if (stopping_) return;
+    if (stopping_ || doomed_.size() >= options_.queue_blocks) return;
     for (std::string& key : keys) {
       if (doomed_.size() >= options_.queue_blocks) break;
       doomed_.push_back(std::move(key));
     }
+    doomed_seqs_.push_back(Pending());
     work_cv_.NotifyOne();
   }
 
@@ -344,10 +356,13 @@ class RemoteTierImpl {
     for (const Item& i : queue_) {
       queued_keys_.erase(i.meta.key);
       queued_bytes_ -= i.payload.size();
+      Done(i.seq);
     }
     queue_.clear();
     doomed_.clear();
-    if (Idle()) idle_cv_.NotifyAll();
+    for (uint64_t seq : doomed_seqs_) Done(seq);
+    doomed_seqs_.clear();
+    idle_cv_.NotifyAll();
   }
 
   void RunWriter() {
@@ -362,13 +377,14 @@ class RemoteTierImpl {
       }
       if (!doomed_.empty()) {  // before the blocks: a rewrite then lands after it
         std::vector<std::string> keys;
+        std::vector<uint64_t> seqs;
         keys.swap(doomed_);
-        ++deleting_;
+        seqs.swap(doomed_seqs_);
         lock.Unlock();
         NoteCall(store_->Delete(keys));
         lock.Lock();
-        --deleting_;
-        if (Idle()) idle_cv_.NotifyAll();
+        for (uint64_t seq : seqs) Done(seq);
+        idle_cv_.NotifyAll();
         continue;
       }
       std::vector<Item> batch;
@@ -386,6 +402,7 @@ class RemoteTierImpl {
       for (const Item& i : batch) {
         queued_keys_.erase(i.meta.key);
         queued_bytes_ -= i.payload.size();
+        Done(i.seq);
       }
       in_flight_ -= batch.size();
       // A failed write costs its block only (counted); the queue goes on.
@@ -396,7 +413,7 @@ class RemoteTierImpl {
       write_failures_ += r.failed;
       over_quota_ += r.over_quota;
       for (const Item* i : r.written_items) NoteKnownPresent(i->meta);
-      if (Idle()) idle_cv_.NotifyAll();
+      idle_cv_.NotifyAll();
     }
   }
 
@@ -515,7 +532,11 @@ class RemoteTierImpl {
   uint64_t queued_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t in_flight_ GUARDED_BY(mu_) = 0;
   std::vector<std::string> doomed_ GUARDED_BY(mu_);  // damaged values to delete
-  uint64_t deleting_ GUARDED_BY(mu_) = 0;            // writers deleting them now
+  std::vector<uint64_t> doomed_seqs_ GUARDED_BY(mu_);  // their batches' seqs
+  // Work queued and not yet done (blocks, delete batches), by sequence
+  // number: Flush waits until none up to its own call's is left.
+  uint64_t next_seq_ GUARDED_BY(mu_) = 0;
+  std::set<uint64_t> pending_ GUARDED_BY(mu_);
   uint64_t writes_ GUARDED_BY(mu_) = 0;
   uint64_t bytes_written_ GUARDED_BY(mu_) = 0;
   uint64_t dropped_ GUARDED_BY(mu_) = 0;

@@ -4,12 +4,14 @@
 // after handing the store to an engine or a tier.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "prefixkv/advanced/remote_store.h"
@@ -30,6 +32,8 @@ struct FakeRemoteState {
   uint64_t set_calls = 0;
   // While true, MultiSet waits (a slow cluster holding the writer).
   bool hold_sets = false;
+  // How long each MultiSet takes (a cluster slower than the stores).
+  std::chrono::microseconds set_delay{0};
   std::condition_variable released;
 
   void Release() {
@@ -78,6 +82,12 @@ class FakeRemoteStore final : public RemoteStore {
                       std::vector<Status>* results) override {
     std::unique_lock<std::mutex> lock(state_->mu);
     state_->released.wait(lock, [&] { return !state_->hold_sets; });
+    if (state_->set_delay.count() > 0) {
+      const auto delay = state_->set_delay;
+      lock.unlock();
+      std::this_thread::sleep_for(delay);
+      lock.lock();
+    }
     Status call;
     if (state_->down) {
       call = Status::Unavailable("fake store is down");

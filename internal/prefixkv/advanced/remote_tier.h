@@ -87,9 +87,11 @@ class RemoteTier final : public BlockTier, public EvictionListener {
   // GetMany without counting hits, misses or corruptions (Engine::ExplainMiss
   // looks, nothing is served).
   std::vector<std::optional<SharedBytes>> PeekMany(std::span<const BlockKey> keys) const;
-  // Waits until the write queue is empty (every block written or dropped)
-  // and the damaged values reads found are deleted (the writers delete them,
-  // not the read: a DEL waits as long as a write may).
+  // Waits until every block queued before the call is written or dropped,
+  // and the damaged values reads found before it are deleted (the writers
+  // delete them, not the read: a DEL waits as long as a write may). Work
+  // queued meanwhile is not waited for: stores that go on faster than the
+  // cluster takes them never let the queue empty.
   void Flush();
   RemoteCounters Counters() const;
   // The store's key of `key`.

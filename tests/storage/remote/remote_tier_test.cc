@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <random>
 #include <thread>
 
@@ -368,6 +371,43 @@ TEST_F(RemoteTierTest, AQuotaCounterTheClusterCannotUpdateFailsTheBlocksNotTheQu
   EXPECT_EQ(c.write_failures, 2u);
   EXPECT_EQ(c.writes + c.write_failures + c.over_quota + c.dropped, 2u);
   EXPECT_FALSE(c.available);
+}
+
+// Flush waits for the blocks queued before it, not for an empty queue: with
+// stores coming faster than the cluster takes them (always mode on a busy
+// node), the queue is never empty, and Engine::Flush, which waits for it,
+// never returned while they went on.
+TEST_F(RemoteTierTest, FlushWaitsForTheBlocksQueuedBeforeItNotForAnEmptyQueue) {
+  RemoteTierOptions o;
+  o.queue_blocks = 16;
+  o.write_batch_blocks = 1;
+  state_->set_delay = std::chrono::milliseconds(1);  // each write: 1 ms
+  auto tier = Open(o);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> puts{0};
+  std::thread producer([&] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    for (uint64_t i = 0; !stop && std::chrono::steady_clock::now() < until; ++i) {
+      ASSERT_OK(tier->Put(Meta(i), Payload(i, 64), false));
+      puts.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  });
+  while (puts.load() < 100) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto start = std::chrono::steady_clock::now();
+  tier->Flush();
+  const double millis = std::chrono::duration<double, std::milli>(
+                            std::chrono::steady_clock::now() - start)
+                            .count();
+  stop = true;
+  producer.join();
+  std::printf("[flush under load] %.1f ms\n", millis);
+  // 16 queued and one in flight at 1 ms each, against the producer's 3 s.
+  EXPECT_LT(millis, 1000) << "Flush waited for the stores after it";
+  tier->Flush();
+  const RemoteCounters c = tier->Counters();
+  EXPECT_EQ(c.writes + c.dropped, puts.load());
+  EXPECT_EQ(c.queued_blocks, 0u);
 }
 
 }  // namespace
