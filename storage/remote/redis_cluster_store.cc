@@ -49,6 +49,11 @@ struct RedisClusterStore::Outcome {
 
 namespace {
 
+bool IsWrongType(const redisReply& reply) {
+  return reply.type == REDIS_REPLY_ERROR && reply.str != nullptr &&
+         std::string_view(reply.str, reply.len).starts_with("WRONGTYPE");
+}
+
 Status ExpectInteger(const redisReply& reply, std::string_view command) {
   if (reply.type == REDIS_REPLY_INTEGER) return Status::OK();
   return Status::IOError("redis: unexpected reply to " + std::string(command));
@@ -250,7 +255,9 @@ Status RedisClusterStore::Accept(redisReply& reply, const Item& item,
     FollowRedirect(*redirect, item, next);
     return Status::OK();
   }
-  if (reply.type == REDIS_REPLY_ERROR) return ErrorReplyStatus(reply, connection.name());
+  if (reply.type == REDIS_REPLY_ERROR && !(op.accepts_wrong_type && IsWrongType(reply))) {
+    return ErrorReplyStatus(reply, connection.name());
+  }
   return op.accept(item.index, reply);
 }
 
@@ -280,9 +287,17 @@ Status RedisClusterStore::MultiGetEach(std::span<const std::string> keys,
   values->assign(keys.size(), std::nullopt);
   KeyOp op;
   op.windowed = true;
+  op.accepts_wrong_type = true;
   op.append = [&](RedisConnection& c, size_t i) { c.Append({"GET", keys[i]}); };
   op.accept = [&](size_t i, redisReply& reply) {
     if (reply.type == REDIS_REPLY_NIL) return Status::OK();
+    if (IsWrongType(reply)) {
+      // Another client's list, hash... under the key: a value, empty, which
+      // the caller's check refuses (and deletes), not a failed call.
+      (*values)[i] = SharedBytes();
+      if (arrived) arrived(i, *(*values)[i]);
+      return Status::OK();
+    }
     if (reply.type != REDIS_REPLY_STRING) {
       return Status::IOError("redis: unexpected reply to GET");
     }

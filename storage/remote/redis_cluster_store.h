@@ -110,6 +110,9 @@ class RedisClusterStore final : public RemoteStore {
     bool write = false;
     // Replies are values (GET): sent within kReadWindowBytes per node.
     bool windowed = false;
+    // -WRONGTYPE goes to `accept` as a reply, not as an error Status: a key
+    // of another type is a value that is not ours (GET), not a failure.
+    bool accepts_wrong_type = false;
   };
 
   // Runs `op` on every key; the first failure, and each key's own in

@@ -38,6 +38,8 @@ class RemoteStore {
   // nullopt. When some node failed, its keys are nullopt and the first error
   // is returned (the other keys' values are still filled in). Values are
   // 64-byte aligned buffers (the remote tier hands blocks on without a copy).
+  // A key that holds another type than a string (another client's list) is
+  // an empty value: not one a caller wrote, as its check finds, and no error.
   virtual Status MultiGet(std::span<const std::string> keys,
                           std::vector<std::optional<SharedBytes>>* values) = 0;
   // MultiGet, calling `arrived(i, value)` for each value found, on the

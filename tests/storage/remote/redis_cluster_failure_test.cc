@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <mutex>
 #include <regex>
 
 #include "prefixkv/advanced/remote_tier.h"
@@ -287,6 +288,45 @@ TEST_F(RedisClusterFailureTest, ADamagedValueIsDeletedBehindTheReadNotInIt) {
   EXPECT_LT(millis, kPauseMs / 2.0) << "the read waited for the DEL";
   tier->Flush();  // the writers' DEL, once the pause is over
   EXPECT_EQ(Raw(port, {"EXISTS", store_key}), "0") << "the damaged value is deleted";
+}
+
+// Runs before the kill below. A key of the remote tier that another client
+// made a list (LPUSH): its GET answers -WRONGTYPE. That is a value that is
+// not ours, like a damaged one: a counted corruption, logged once, deleted.
+// It was a failed call instead: remote_available flipped to 0 and back on
+// reads that met it and the others, logging "unavailable" and "available
+// again" each time, and the key stayed.
+TEST_F(RedisClusterFailureTest, AKeyOfAnotherTypeIsAForeignValueNotAnOutage) {
+  std::vector<std::string> lines;
+  std::mutex lines_mu;
+  RemoteTierOptions tier_options;
+  tier_options.key_prefix = "wrongtype/";
+  tier_options.log = [&](std::string_view line) {
+    std::lock_guard<std::mutex> lock(lines_mu);
+    lines.emplace_back(line);
+  };
+  auto tier = RemoteTier::Open(testing::OpenStore(ClusterOptions(*cluster_)), tier_options);
+  const BlockKey listed{8, 8}, good{8, 9};
+  const std::string store_key = tier->StoreKey(listed);
+  const int port = testing::OwnerPort(*cluster_, RedisKeySlot(store_key));
+  ASSERT_EQ(Raw(port, {"DEL", store_key}).size(), 1u);
+  ASSERT_EQ(Raw(port, {"LPUSH", store_key, "another client's list"}), "1");
+  ASSERT_OK(tier->Put(BlockMeta{good, good, good, 1}, SharedBytes::Copy("intact"), false));
+  tier->Flush();
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_FALSE(tier->GetMany(std::span<const BlockKey>(&listed, 1))[0].has_value());
+    EXPECT_TRUE(tier->GetMany(std::span<const BlockKey>(&good, 1))[0].has_value());
+  }
+  tier->Flush();
+  const RemoteCounters c = tier->Counters();
+  EXPECT_TRUE(c.available);
+  EXPECT_EQ(c.errors, 0u);
+  EXPECT_EQ(c.corruptions, 1u) << "met once: deleted after the first read";
+  EXPECT_EQ(Raw(port, {"EXISTS", store_key}), "0") << "the foreign value is deleted";
+  std::lock_guard<std::mutex> lock(lines_mu);
+  for (const std::string& line : lines) {
+    EXPECT_EQ(line.find("unavailable"), std::string::npos) << line;
+  }
 }
 
 TEST_F(RedisClusterFailureTest, AKilledMasterFailsItsKeysFastAndTheOthersStillWork) {
