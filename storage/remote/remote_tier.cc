@@ -531,7 +531,7 @@ class RemoteTierImpl {
   std::unordered_set<BlockKey, BlockKeyHash> queued_keys_ GUARDED_BY(mu_);
   uint64_t queued_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t in_flight_ GUARDED_BY(mu_) = 0;
-  std::vector<std::string> doomed_ GUARDED_BY(mu_);  // damaged values to delete
+  std::vector<std::string> doomed_ GUARDED_BY(mu_);    // damaged values to delete
   std::vector<uint64_t> doomed_seqs_ GUARDED_BY(mu_);  // their batches' seqs
   // Work queued and not yet done (blocks, delete batches), by sequence
   // number: Flush waits until none up to its own call's is left.
@@ -639,7 +639,8 @@ void RemoteTier::ForEach(
 
 void RemoteTier::SetEvictionListener(EvictionListener* /*listener*/) {}
 
-void RemoteTier::ReportDamaged(const BlockKey& key, uint64_t bytes, std::string_view why) {
+void RemoteTier::ReportDamaged(const BlockKey& key, uint64_t bytes,
+                               std::string_view why) {
   impl_->ReportDamaged(key, bytes, why);
 }
 

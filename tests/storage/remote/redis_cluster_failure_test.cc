@@ -229,7 +229,8 @@ TEST_F(RedisClusterFailureTest, AFullMasterCostsTheRemoteTierOnlyItsOwnBlocks) {
 // left a counter created without its expiry.
 TEST_F(RedisClusterFailureTest, AQuotaCounterWaitsForAPausedMasterLikeAWrite) {
   RedisClusterOptions options = ClusterOptions(*cluster_);
-  options.request_timeout_ms = 50;  // far below the pause, above a loaded machine's delays
+  // Far below the pause, above a loaded machine's delays.
+  options.request_timeout_ms = 50;
   options.write_timeout_ms = 5000;
   const std::string key = "pause/quota";
   std::unique_ptr<RedisClusterStore> store;
@@ -261,7 +262,8 @@ TEST_F(RedisClusterFailureTest, AQuotaCounterWaitsForAPausedMasterLikeAWrite) {
 // write_timeout_ms (1 s by default) instead of the read's own bound.
 TEST_F(RedisClusterFailureTest, ADamagedValueIsDeletedBehindTheReadNotInIt) {
   RedisClusterOptions options = ClusterOptions(*cluster_);
-  options.request_timeout_ms = 50;  // far below the pause, above a loaded machine's delays
+  // Far below the pause, above a loaded machine's delays.
+  options.request_timeout_ms = 50;
   options.write_timeout_ms = 5000;
   std::unique_ptr<RedisClusterStore> store;
   for (int i = 0; i < 5 && (store == nullptr || store->NodeOfSlot(0).empty()); ++i)
@@ -305,13 +307,15 @@ TEST_F(RedisClusterFailureTest, AKeyOfAnotherTypeIsAForeignValueNotAnOutage) {
     std::lock_guard<std::mutex> lock(lines_mu);
     lines.emplace_back(line);
   };
-  auto tier = RemoteTier::Open(testing::OpenStore(ClusterOptions(*cluster_)), tier_options);
+  auto tier =
+      RemoteTier::Open(testing::OpenStore(ClusterOptions(*cluster_)), tier_options);
   const BlockKey listed{8, 8}, good{8, 9};
   const std::string store_key = tier->StoreKey(listed);
   const int port = testing::OwnerPort(*cluster_, RedisKeySlot(store_key));
   ASSERT_EQ(Raw(port, {"DEL", store_key}).size(), 1u);
   ASSERT_EQ(Raw(port, {"LPUSH", store_key, "another client's list"}), "1");
-  ASSERT_OK(tier->Put(BlockMeta{good, good, good, 1}, SharedBytes::Copy("intact"), false));
+  ASSERT_OK(
+      tier->Put(BlockMeta{good, good, good, 1}, SharedBytes::Copy("intact"), false));
   tier->Flush();
   for (int round = 0; round < 3; ++round) {
     EXPECT_FALSE(tier->GetMany(std::span<const BlockKey>(&listed, 1))[0].has_value());

@@ -396,9 +396,9 @@ TEST_F(RemoteTierTest, FlushWaitsForTheBlocksQueuedBeforeItNotForAnEmptyQueue) {
   while (puts.load() < 100) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const auto start = std::chrono::steady_clock::now();
   tier->Flush();
-  const double millis = std::chrono::duration<double, std::milli>(
-                            std::chrono::steady_clock::now() - start)
-                            .count();
+  const double millis =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+          .count();
   stop = true;
   producer.join();
   std::printf("[flush under load] %.1f ms\n", millis);
