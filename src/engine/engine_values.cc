@@ -12,6 +12,7 @@
 // the removal of an expired one hold that key's stripe of value_locks_, so
 // SET NX, KEEPTTL and EXPIRE read and write as one step; plain reads do not.
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "engine_impl.h"
@@ -101,10 +102,10 @@ Status RemoveBoth(EngineImpl& impl, TierStack& stack, std::string_view name,
 }
 
 // Removes the record under `key` if it is expired at `now_ms` (or forgets a
-// key no tier holds any more); whether it removed one.
-StatusOr<bool> RemoveIfExpired(EngineImpl& impl, TierStack& stack, const BlockKey& key,
-                               uint64_t now_ms) {
-  MutexLock lock(&StripeOf(impl, key));
+// key no tier holds any more); whether it removed one. REQUIRES: its stripe
+// held.
+StatusOr<bool> RemoveIfExpiredLocked(EngineImpl& impl, TierStack& stack,
+                                     const BlockKey& key, uint64_t now_ms) {
   std::optional<uint64_t> expiry = impl.value_catalog_.ExpiryOf(key);
   if (!expiry.has_value()) {
     SharedBytes payload;
@@ -125,6 +126,13 @@ StatusOr<bool> RemoveIfExpired(EngineImpl& impl, TierStack& stack, const BlockKe
   return s.ok();
 }
 
+// RemoveIfExpiredLocked, taking the key's stripe.
+StatusOr<bool> RemoveIfExpired(EngineImpl& impl, TierStack& stack, const BlockKey& key,
+                               uint64_t now_ms) {
+  MutexLock lock(&StripeOf(impl, key));
+  return RemoveIfExpiredLocked(impl, stack, key, now_ms);
+}
+
 // Stores `name`'s record and drops a legacy copy. REQUIRES: its stripe held.
 Status WriteRecord(EngineImpl& impl, TierStack& stack, std::string_view name,
                    uint64_t expires_at_ms, const SharedBytes& value, bool drop_legacy) {
@@ -139,9 +147,14 @@ Status WriteRecord(EngineImpl& impl, TierStack& stack, std::string_view name,
   return s.IsNotFound() ? Status::OK() : s;
 }
 
-// The value of `name`, whichever form holds it; NotFound when absent.
+// The value of `name`, whichever form holds it; NotFound when absent or
+// expired (an expired record is removed). `probed_at_ms`: the caller holds
+// the key's stripe and found the key present at that time, which the read
+// then also uses: the key may have expired since, and its removal must not
+// take the stripe again (a self-deadlock).
 StatusOr<SharedBytes> ReadValue(EngineImpl& impl, TierStack& stack, std::string_view name,
-                                bool promote) {
+                                bool promote,
+                                std::optional<uint64_t> probed_at_ms = std::nullopt) {
   const BlockKey key = internal::ValueKey(name);
   StatusOr<TierHit> hit =
       promote ? stack.Get(key, impl.ValueRead()) : stack.PeekPayload(key);
@@ -153,9 +166,13 @@ StatusOr<SharedBytes> ReadValue(EngineImpl& impl, TierStack& stack, std::string_
   }
   PKV_RETURN_IF_ERROR(hit.status());
   PKV_ASSIGN_OR_RETURN(ValueRecord r, internal::DecodeValueRecord(hit->payload, key));
-  const uint64_t now_ms = impl.clock_->UnixMillis();
+  const uint64_t now_ms =
+      probed_at_ms.has_value() ? *probed_at_ms : impl.clock_->UnixMillis();
   if (r.ExpiredAt(now_ms)) {
-    PKV_RETURN_IF_ERROR(RemoveIfExpired(impl, stack, key, now_ms).status());
+    PKV_RETURN_IF_ERROR((probed_at_ms.has_value()
+                             ? RemoveIfExpiredLocked(impl, stack, key, now_ms)
+                             : RemoveIfExpired(impl, stack, key, now_ms))
+                            .status());
     return Status::NotFound("expired");
   }
   return std::move(r.value);
@@ -306,7 +323,8 @@ StatusOr<SetValueResult> Engine::SetValue(std::string_view key, SharedBytes valu
       p.legacy = stack->Contains(internal::LegacyValueKey(key));
     }
     if (options.return_old && p.present) {
-      PKV_ASSIGN_OR_RETURN(SharedBytes old, ReadValue(*impl_, *stack, key, false));
+      PKV_ASSIGN_OR_RETURN(SharedBytes old,
+                           ReadValue(*impl_, *stack, key, false, now_ms));
       result.old = std::move(old);
     }
     if ((options.condition == Condition::kIfAbsent && p.present) ||
@@ -370,7 +388,7 @@ StatusOr<bool> Engine::SetValueExpiry(std::string_view key, uint64_t expires_at_
     impl_->SyncEvents();
     return true;
   }
-  PKV_ASSIGN_OR_RETURN(SharedBytes value, ReadValue(*impl_, *stack, key, false));
+  PKV_ASSIGN_OR_RETURN(SharedBytes value, ReadValue(*impl_, *stack, key, false, now_ms));
   PKV_RETURN_IF_ERROR(
       WriteRecord(*impl_, *stack, key, expires_at_unix_ms, value, p.legacy));
   impl_->SyncEvents();

@@ -5,8 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -479,6 +484,75 @@ TEST_F(EngineTest, SetValueAndSetValueExpiryHonourTheirConditions) {
   EXPECT_TRUE(e->SetValue(std::string(70000, 'n'), SharedBytes::Copy("x"), {})
                   .status()
                   .IsInvalidArgument());
+}
+
+// A wall clock that, once told to tick, moves one millisecond each time it
+// is read: the system clock crosses a millisecond between any two reads of
+// one call, so a key may expire between them.
+class TickingClock final : public Clock {
+ public:
+  uint64_t NowNanos() const override { return fake_.NowNanos(); }
+  uint64_t UnixMillis() const override {
+    const uint64_t ms = fake_.UnixMillis();
+    if (ticking_.load()) fake_.AdvanceMillis(1);
+    return ms;
+  }
+  std::atomic<bool> ticking_{false};
+
+ private:
+  mutable FakeClock fake_;
+};
+
+// Runs `op` on another thread; a call still running after 30 s of real time
+// is a deadlock, reported by aborting (the engine cannot be closed under it).
+template <typename Op>
+auto WithinDeadline(const char* what, Op op) {
+  std::packaged_task<decltype(op())()> task(std::move(op));
+  auto done = task.get_future();
+  std::thread(std::move(task)).detach();
+  if (done.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    std::fprintf(stderr, "%s deadlocked\n", what);
+    std::abort();
+  }
+  return done.get();
+}
+
+// SET ... GET and EXPIRE read the key's value under its stripe after finding
+// it present: a key that expires between the probe and that read must not
+// make the read take the stripe again (a self-deadlock, also of every other
+// key of that stripe). The value is read as of the probe's time.
+TEST_F(EngineTest, AValueExpiringBetweenTheProbeAndTheReadIsNoDeadlock) {
+  TickingClock clock;
+  EngineOptions o = OnDisk();
+  o.clock = &clock;
+  auto e = Open(o);
+  ASSERT_NE(e, nullptr);
+  // Each key expires the millisecond after the next read of the clock, the
+  // read of the call's probe.
+  uint64_t t = clock.UnixMillis();
+  ASSERT_OK(e->SetValue("a", SharedBytes::Copy("old-a"), {.expires_at_unix_ms = t + 1})
+                .status());
+  clock.ticking_ = true;
+  StatusOr<SetValueResult> r = WithinDeadline("SET GET", [&] {
+    return e->SetValue("a", SharedBytes::Copy("new-a"), {.return_old = true});
+  });
+  clock.ticking_ = false;
+  ASSERT_OK(r);
+  EXPECT_TRUE(r->written);
+  EXPECT_EQ(OldValue(*r), "old-a") << "present when the SET's probe looked";
+  t = clock.UnixMillis();
+  ASSERT_OK(e->SetValue("b", SharedBytes::Copy("old-b"), {.expires_at_unix_ms = t + 1})
+                .status());
+  clock.ticking_ = true;
+  StatusOr<bool> set =
+      WithinDeadline("EXPIRE", [&] { return e->SetValueExpiry("b", t + 1000); });
+  clock.ticking_ = false;
+  ASSERT_OK(set);
+  EXPECT_TRUE(*set) << "present when the EXPIRE's probe looked";
+  ASSERT_OK_AND_ASSIGN(SharedBytes b, e->GetValue("b"));
+  EXPECT_EQ(b.view(), "old-b");
+  ASSERT_OK_AND_ASSIGN(SharedBytes a, e->GetValue("a"));
+  EXPECT_EQ(a.view(), "new-a");
 }
 
 // Expired values leave without being read: each write sweeps a few, a sweep
