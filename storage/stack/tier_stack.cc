@@ -78,7 +78,8 @@ StatusOr<TierHit> TierStack::GetFromTiers(const BlockKey& key, const TierRead& r
   if (ssd_ != nullptr) {
     MutexLock lock(&StripeFor(key));
     StatusOr<TierHit> hit =
-        GetBelow(key, hot_ != nullptr && options_.promote_on_ssd_hit && allow_promotion);
+        GetBelow(key, hot_ != nullptr && options_.promote_on_ssd_hit && allow_promotion,
+                 read.owner);
     if (hit.ok() || !allow_remote) return hit;
   }
   if (allow_remote) {
@@ -111,7 +112,7 @@ StatusOr<TierHit> TierStack::PeekPayload(const BlockKey& key) {
   return Status::NotFound("block " + key.ToHex() + " not cached");
 }
 
-StatusOr<TierHit> TierStack::GetBelow(const BlockKey& key, bool promote) {
+StatusOr<TierHit> TierStack::GetBelow(const BlockKey& key, bool promote, OwnerId reader) {
   // A Put may have landed in the hot tier between the miss and the stripe.
   if (hot_ != nullptr && hot_->Contains(key)) {
     StatusOr<SharedBytes> hit = hot_->Get(key);
@@ -123,6 +124,10 @@ StatusOr<TierHit> TierStack::GetBelow(const BlockKey& key, bool promote) {
   // tier below cannot take, past its queue's bound.
   if (promote && ssd_->WriteBackStatus().ok()) {
     StatusOr<BlockMeta> meta = ssd_->Peek(key);
+    // The SSD tier keeps the owner id the block was written under, and ids
+    // are handed out per run in registration order: after a restart that id
+    // may be another owner's (or nobody's), so the copy is the reader's.
+    if (meta.ok() && reader != kEveryOwner) meta->owner = reader;
     // A promotion is an optimisation: when the block does not fit in the hot
     // tier (NoSpace) it is simply served from SSD.
     if (meta.ok()) (void)hot_->Put(*meta, *hit, /*dirty=*/false);

@@ -486,6 +486,34 @@ TEST_F(EngineTest, SetValueAndSetValueExpiryHonourTheirConditions) {
                   .IsInvalidArgument());
 }
 
+// Owner ids are handed out per run in registration order, and the SSD tier
+// keeps the id a block was written under. A block promoted from SSD after a
+// restart is the reader's: the key-value space's value is charged to
+// "values", the model's blocks to the model, whatever order this run
+// registered them in.
+TEST_F(EngineTest, APromotedBlockIsChargedToItsReaderAfterARestart) {
+  const std::vector<int32_t> tokens = Tokens(2 * kBlockTokens);
+  {
+    auto e = Open(OnDisk());
+    ASSERT_NE(e, nullptr);
+    ASSERT_OK(e->PutValue("k", SharedBytes::Copy(std::string(1000, 'v'))));  // owner 0
+    ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(testing::KvSpec("m")));  // 1
+    StoreAll(*e, ns, tokens);
+  }
+  auto e = Open(OnDisk());
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(testing::KvSpec("m")));  // 0
+  ASSERT_OK_AND_ASSIGN(SharedBytes v, e->GetValue("k"));  // "values" is 1
+  EXPECT_EQ(v.size(), 1000u);
+  EXPECT_EQ(MatchAndRestore(*e, ns, tokens).restored_tokens, tokens.size());
+  std::map<std::string, uint64_t> hot_entries;
+  for (const EngineOwnerStats& o : e->Stats().owners) hot_entries[o.name] = o.hot.entries;
+  EXPECT_EQ(hot_entries["values"], 1u);
+  EXPECT_EQ(hot_entries["m"], 2u);
+  ASSERT_OK_AND_ASSIGN(EngineAudit audit, e->Audit());
+  EXPECT_TRUE(audit.ok());
+}
+
 // A wall clock that, once told to tick, moves one millisecond each time it
 // is read: the system clock crosses a millisecond between any two reads of
 // one call, so a key may expire between them.

@@ -267,8 +267,9 @@ class TierStack final : private EvictionListener {
   // A child of `key` is in the hot tier or stored (or queued) on SSD. Never
   // waits for a spill: called from the eviction listener.
   bool HasLocalChildren(const BlockKey& key) const;
-  // REQUIRES: the key's stripe held.
-  StatusOr<TierHit> GetBelow(const BlockKey& key, bool promote);
+  // A promoted copy is charged to `reader` (kEveryOwner: to the owner the
+  // SSD tier recorded). REQUIRES: the key's stripe held.
+  StatusOr<TierHit> GetBelow(const BlockKey& key, bool promote, OwnerId reader);
   StatusOr<TierHit> GetFromTiers(const BlockKey& key, const TierRead& read);
   Status PutLocked(const BlockMeta& meta, SharedBytes payload);
   Status DropStaleHotCopy(const BlockKey& key);
