@@ -490,7 +490,8 @@ TEST_F(EngineTest, SetValueAndSetValueExpiryHonourTheirConditions) {
 // keeps the id a block was written under. A block promoted from SSD after a
 // restart is the reader's: the key-value space's value is charged to
 // "values", the model's blocks to the model, whatever order this run
-// registered them in.
+// registered them in (and the model's view, which pins only its own blocks,
+// finds them).
 TEST_F(EngineTest, APromotedBlockIsChargedToItsReaderAfterARestart) {
   const std::vector<int32_t> tokens = Tokens(2 * kBlockTokens);
   {
@@ -510,6 +511,16 @@ TEST_F(EngineTest, APromotedBlockIsChargedToItsReaderAfterARestart) {
   for (const EngineOwnerStats& o : e->Stats().owners) hot_entries[o.name] = o.hot.entries;
   EXPECT_EQ(hot_entries["values"], 1u);
   EXPECT_EQ(hot_entries["m"], 2u);
+  {
+    // The model's view finds its promoted blocks: pinned in place.
+    ASSERT_OK_AND_ASSIGN(MatchResult m, e->Match(ns, tokens));
+    ASSERT_OK_AND_ASSIGN(PinnedRestore pinned, e->RestorePinned(m));
+    ASSERT_EQ(pinned.blocks.size(), 2u);
+    for (const RestoredBlock& b : pinned.blocks) {
+      EXPECT_EQ(b.level, TierLevel::kHot);
+      EXPECT_NE(b.pin, nullptr);
+    }
+  }
   ASSERT_OK_AND_ASSIGN(EngineAudit audit, e->Audit());
   EXPECT_TRUE(audit.ok());
 }
