@@ -562,7 +562,8 @@ auto WithinDeadline(const char* what, Op op) {
 // key of that stripe). The value is read as of the probe's time.
 TEST_F(EngineTest, AValueExpiringBetweenTheProbeAndTheReadIsNoDeadlock) {
   TickingClock clock;
-  EngineOptions o = OnDisk();
+  EngineOptions o;  // in RAM: no background thread reads the clock
+  o.hot_capacity_bytes = 1 << 20;
   o.clock = &clock;
   auto e = Open(o);
   ASSERT_NE(e, nullptr);
