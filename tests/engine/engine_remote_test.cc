@@ -284,6 +284,18 @@ TEST_F(EngineRemoteTest, ADamagedRemoteBlockEndsTheMatchBeforeItAndIsCounted) {
   EXPECT_EQ(b->Stats().remote.corruptions, 1u);
 }
 
+// Flips a tensor byte of the record stored at `store_key` and seals it in a
+// sound envelope again, as a node writing damaged bytes would.
+void DamageTheRecordInsideItsEnvelope(FakeRemoteState& state,
+                                      const std::string& store_key, const BlockKey& key) {
+  std::lock_guard<std::mutex> lock(state.mu);
+  std::string& value = state.values.at(store_key);
+  ASSERT_OK_AND_ASSIGN(RemoteTier::Decoded d, RemoteTier::DecodeEnvelope(key, value));
+  std::string record(d.payload.view());
+  record.back() ^= 0x40;  // a tensor byte
+  value = RemoteTier::EncodeEnvelope(d.meta, record);
+}
+
 // A value whose envelope checks out but whose record is damaged (written that
 // way by another node): the record's own checksum is verified before the
 // block is stored locally, so the match ends before it. Local copies are
@@ -292,13 +304,7 @@ TEST_F(EngineRemoteTest, ADamagedRemoteBlockEndsTheMatchBeforeItAndIsCounted) {
 TEST_F(EngineRemoteTest, ARemoteRecordDamagedInsideASoundEnvelopeIsNeverRestored) {
   ExpectTheMatchEndsBeforeADamagedFourthBlock(
       *this, [&](const std::string& store_key, const BlockKey& fourth) {
-        std::lock_guard<std::mutex> lock(state_->mu);
-        std::string& value = state_->values.at(store_key);
-        ASSERT_OK_AND_ASSIGN(RemoteTier::Decoded d,
-                             RemoteTier::DecodeEnvelope(fourth, value));
-        std::string record(d.payload.view());
-        record.back() ^= 0x40;  // a tensor byte
-        value = RemoteTier::EncodeEnvelope(d.meta, record);
+        DamageTheRecordInsideItsEnvelope(*state_, store_key, fourth);
       });
 }
 
@@ -310,13 +316,7 @@ TEST_F(EngineRemoteTest, ARemoteRecordDamagedInsideASoundEnvelopeIsACountedCorru
   std::string damaged_key;
   auto b = ExpectTheMatchEndsBeforeADamagedFourthBlock(
       *this, [&](const std::string& store_key, const BlockKey& fourth) {
-        std::lock_guard<std::mutex> lock(state_->mu);
-        std::string& value = state_->values.at(store_key);
-        ASSERT_OK_AND_ASSIGN(RemoteTier::Decoded d,
-                             RemoteTier::DecodeEnvelope(fourth, value));
-        std::string record(d.payload.view());
-        record.back() ^= 0x40;  // a tensor byte
-        value = RemoteTier::EncodeEnvelope(d.meta, record);
+        DamageTheRecordInsideItsEnvelope(*state_, store_key, fourth);
         damaged_key = store_key;
       });
   ASSERT_NE(b, nullptr);
