@@ -92,6 +92,15 @@ bool HotTier::HasStoredChildren(const BlockKey& key) const {
   return state().HasResidentChildren(owner_, key);
 }
 
+bool HotTier::NeverHolds(const BlockMeta& meta, uint64_t bytes) const {
+  // BudgetState::Put's first check, for the owner its Put charges.
+  const uint64_t charge = HotEntryCharge(bytes);
+  if (charge > state().capacity_bytes()) return true;
+  StatusOr<std::optional<uint64_t>> quota =
+      state().OwnerQuota(owner_ == kEveryOwner ? meta.owner : owner_);
+  return quota.ok() && quota->has_value() && charge > **quota;
+}
+
 bool HotTier::Contains(const BlockKey& key) const {
   return state().Contains(owner_, key);
 }

@@ -12,6 +12,7 @@
 #include "prefixkv/advanced/tier_stack.h"
 
 #include <cassert>
+#include <utility>
 #include <vector>
 
 namespace prefixkv {
@@ -195,31 +196,46 @@ Status TierStack::PutLocked(const BlockMeta& meta, SharedBytes payload) {
   // Bytes the tier below cannot persist are not acknowledged: while its
   // write-back is failing, a new Put answers that error (docs/ssd.md).
   if (write_back) PKV_RETURN_IF_ERROR(ssd_->WriteBackStatus());
+  if (!write_back) return hot_->Put(meta, std::move(payload), /*dirty=*/false);
   // Mark first: the hot Put may evict the block itself before it returns
   // (a listener call that then clears this very mark).
-  if (write_back) MarkDirty(meta.key, payload);
-  if (write_back) {
-    // The new bytes live in RAM only until they are written back: an older
-    // copy below must go first, or a kill -9 would bring it back as the
-    // key's value (a durable Remove; the mark above stops older hot copies
-    // from being written below afterwards).
-    if (Status s = DropCopyBelow(meta.key); !s.ok()) {
-      if (!hot_->Contains(meta.key)) MarkClean(meta.key);
-      return s;
-    }
-  }
-  Status s = hot_->Put(meta, payload, /*dirty=*/write_back);
-  if (s.ok()) return s;
-  if (!s.IsNoSpace() || !write_back) {
-    // Nothing changed; the mark stays only for an older copy still held.
-    if (write_back && !hot_->Contains(meta.key)) MarkClean(meta.key);
+  const uint8_t* old_mark = SwapMark(meta.key, payload);
+  // Never held in RAM: written below before any older copy is dropped, so a
+  // failed write leaves the key's old bytes (dropping the SSD copy first,
+  // as below, lost them when the SSD write then failed).
+  if (hot_->NeverHolds(meta, payload.size()))
+    return PutBelowOnly(meta, std::move(payload), old_mark);
+  // The new bytes live in RAM only until they are written back: an older
+  // copy below must go first, or a kill -9 would bring it back as the
+  // key's value (a durable Remove; the mark above stops older hot copies
+  // from being written below afterwards).
+  if (Status s = DropCopyBelow(meta.key); !s.ok()) {
+    RestoreMark(meta.key, old_mark);  // an older hot copy is still to write back
     return s;
   }
-  // Too big for the hot tier: the SSD copy becomes the only one, so an older
-  // hot copy must not shadow it.
-  PKV_RETURN_IF_ERROR(DropStaleHotCopy(meta.key));
+  Status s = hot_->Put(meta, payload, /*dirty=*/true);
+  if (s.ok()) return s;
+  if (!s.IsNoSpace()) {
+    RestoreMark(meta.key, old_mark);  // nothing changed in the hot tier
+    return s;
+  }
+  // No room in the hot tier now: the SSD copy becomes the only one.
+  return PutBelowOnly(meta, std::move(payload), old_mark);
+}
+
+Status TierStack::PutBelowOnly(const BlockMeta& meta, SharedBytes payload,
+                               const uint8_t* old_mark) {
+  // The SSD Put replaces a stored copy in place (one metadata batch), and an
+  // older hot copy is dropped only after it, so it must not shadow the new
+  // bytes nor, evicted meanwhile, be written over them: the new mark (set by
+  // the caller) stops that. A failed write leaves the old copies and the old
+  // mark.
   WaitForWriteBelow(meta.key);
-  return ssd_->Put(meta, std::move(payload), /*dirty=*/false);
+  if (Status s = ssd_->Put(meta, std::move(payload), /*dirty=*/false); !s.ok()) {
+    RestoreMark(meta.key, old_mark);
+    return s;
+  }
+  return DropStaleHotCopy(meta.key);
 }
 
 Status TierStack::DropCopyBelow(const BlockKey& key) {
@@ -306,6 +322,22 @@ Status TierStack::Remove(const BlockKey& key, KvRemoveReason reason) {
 void TierStack::MarkDirty(const BlockKey& key, const SharedBytes& payload) {
   MutexLock lock(&mu_);
   dirty_[key] = payload.data();
+}
+
+const uint8_t* TierStack::SwapMark(const BlockKey& key, const SharedBytes& payload) {
+  MutexLock lock(&mu_);
+  auto [it, inserted] = dirty_.try_emplace(key, payload.data());
+  if (inserted) return nullptr;
+  return std::exchange(it->second, payload.data());
+}
+
+void TierStack::RestoreMark(const BlockKey& key, const uint8_t* old_mark) {
+  MutexLock lock(&mu_);
+  if (old_mark == nullptr) {
+    dirty_.erase(key);
+  } else {
+    dirty_[key] = old_mark;
+  }
 }
 
 void TierStack::MarkClean(const BlockKey& key) {

@@ -825,6 +825,50 @@ TEST(EngineFileSystem, TheSsdTierWritesThroughTheEnginesFileSystem) {
   ASSERT_OK((*e)->Close());
 }
 
+// A SET whose new value is too large for the hot tier goes to SSD only. When
+// that SSD write fails the SET fails, and the key keeps its old value: in RAM
+// only (never written below) or on SSD (flushed), in write-back and
+// write-through mode, and after the fault is gone and the engine reopened.
+// (The old copy was dropped from both tiers before the new one was written:
+// the failed SET left the key absent.)
+TEST(EngineFileSystem, AFailedSetOfAValueTooLargeForRamKeepsTheOldValue) {
+  for (const bool write_through : {false, true}) {
+    for (const bool flushed : {false, true}) {
+      SCOPED_TRACE(std::string(write_through ? "write-through" : "write-back") +
+                   (flushed ? ", old value on SSD" : ", old value in RAM"));
+      testing::TempDir dir;
+      FaultInjectionFileSystem fs;
+      EngineOptions o = Quiet({});
+      o.data_dir = dir.str();
+      o.hot_capacity_bytes = 1 << 20;
+      o.write_through = write_through;
+      o.file_system = &fs;
+      StatusOr<std::unique_ptr<Engine>> e = Engine::Open(o);
+      ASSERT_OK(e);
+      ASSERT_OK((*e)->PutValue("k", SharedBytes::Copy(std::string_view("old"))));
+      if (flushed) {
+        ASSERT_OK((*e)->Flush());
+      }
+      fs.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg"});
+      const std::string big(2 << 20, 'n');  // twice the hot tier
+      EXPECT_FALSE((*e)->PutValue("k", SharedBytes::Copy(big)).ok());
+      EXPECT_GT(fs.faults_injected(), 0u);
+      fs.ClearFaults();
+      StatusOr<SharedBytes> v = (*e)->GetValue("k");
+      ASSERT_OK(v);
+      EXPECT_EQ(v->view(), "old");
+      EXPECT_EQ((*e)->CountValues().value(), 1u);
+      ASSERT_OK((*e)->Close());
+      e = Engine::Open(o);
+      ASSERT_OK(e);
+      v = (*e)->GetValue("k");
+      ASSERT_OK(v);
+      EXPECT_EQ(v->view(), "old");
+      ASSERT_OK((*e)->Close());
+    }
+  }
+}
+
 // ---- KV events ----------------------------------------------------------------------
 
 // A consumer of KV events: applies them, strictly, to a set of (tier, key)

@@ -123,6 +123,7 @@ class HotTier final : public BlockTier {
   bool Contains(const BlockKey& key) const override;
   // A resident block of this owner has `key` as its parent.
   bool HasStoredChildren(const BlockKey& key) const override;
+  bool NeverHolds(const BlockMeta& meta, uint64_t bytes) const override;
   // NotFound when absent; Busy when pinned (nothing changes).
   Status Remove(const BlockKey& key) override;
   // Sets EvictionCandidate::unlikely_reuse (the block keeps its last access;

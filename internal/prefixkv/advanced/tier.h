@@ -147,6 +147,13 @@ class BlockTier {
   // true, is the safe answer for a tier that cannot tell (SSD admission
   // then never skips a block above it).
   virtual bool HasStoredChildren(const BlockKey& /*key*/) const { return true; }
+  // Whether a Put of `bytes` for `meta` would fail with NoSpace however much
+  // this tier evicted (larger than its capacity, or its owner's quota). A
+  // write-back stack then writes such a block below before it drops any
+  // older copy. The default, false: a tier that cannot tell.
+  virtual bool NeverHolds(const BlockMeta& /*meta*/, uint64_t /*bytes*/) const {
+    return false;
+  }
 
   virtual TierCounters Totals() const = 0;
   virtual TierCounters OwnerCounters(OwnerId owner) const = 0;

@@ -249,6 +249,10 @@ class TierStack final : private EvictionListener {
   void MarkDirty(const BlockKey& key, const SharedBytes& payload);
   void MarkClean(const BlockKey& key);
   void MarkCleanIf(const BlockKey& key, const SharedBytes& payload);
+  // Marks `payload` as the key's dirty copy and returns the copy marked
+  // before (nullptr: none), for RestoreMark when its write fails.
+  const uint8_t* SwapMark(const BlockKey& key, const SharedBytes& payload);
+  void RestoreMark(const BlockKey& key, const uint8_t* old_mark);
   bool IsMarkedDirty(const BlockKey& key) const;
   // Write-back of an evicted dirty copy: false (and nothing to write) when a
   // newer copy, a Remove or a Flush superseded it; else it is the key's
@@ -273,6 +277,12 @@ class TierStack final : private EvictionListener {
   StatusOr<TierHit> GetFromTiers(const BlockKey& key, const TierRead& read);
   Status PutLocked(const BlockMeta& meta, SharedBytes payload);
   Status DropStaleHotCopy(const BlockKey& key);
+  // Write-back Put of a block the hot tier cannot take: written to SSD, then
+  // an older hot copy dropped; a failed write changes nothing (`old_mark`,
+  // what SwapMark returned, is put back). REQUIRES: the stripe held, the key
+  // marked with `payload`.
+  Status PutBelowOnly(const BlockMeta& meta, SharedBytes payload,
+                      const uint8_t* old_mark);
   // Write-back Put: removes the SSD copy (stored or queued) of a key about to
   // get newer bytes in RAM only. REQUIRES: the stripe held, the mark set.
   Status DropCopyBelow(const BlockKey& key);
