@@ -235,7 +235,10 @@ Status TierStack::PutBelowOnly(const BlockMeta& meta, SharedBytes payload,
     RestoreMark(meta.key, old_mark);
     return s;
   }
-  return DropStaleHotCopy(meta.key);
+  Status dropped = DropStaleHotCopy(meta.key);
+  // A pinned older copy stays in RAM, never to be written over the new bytes.
+  if (dropped.IsBusy()) MarkClean(meta.key);
+  return dropped;
 }
 
 Status TierStack::DropCopyBelow(const BlockKey& key) {
@@ -278,6 +281,13 @@ Status TierStack::Rewrite(const BlockMeta& meta, SharedBytes payload,
     // neither: the block's children orphaned and the chain through it cut.)
     if (in_ssd) PKV_RETURN_IF_ERROR(ssd_->Put(meta, payload, /*dirty=*/false));
     if (!in_hot) return Status::OK();
+    // Too big for RAM, and the RAM copy the only one: the new bytes go below
+    // before that copy is removed, so a failed write keeps the block (it was
+    // lost, and the chain through it cut). A pinned copy stays, as below.
+    if (!in_ssd && ssd_ != nullptr && hot_->NeverHolds(meta, payload.size())) {
+      Status s = PutBelowOnly(meta, payload, SwapMark(meta.key, payload));
+      return s.IsBusy() ? Status::OK() : s;
+    }
     // Removed before the new copy is marked dirty: the old copy's eviction,
     // if it wins the race, still finds its own mark and goes below.
     Status removed = hot_->Remove(meta.key);

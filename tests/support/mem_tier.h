@@ -57,6 +57,10 @@ class MemTier final : public BlockTier {
   StatusOr<SharedBytes> PeekPayload(const BlockKey& key) override;
   bool MarkStoredBelow(const BlockMeta& meta, const SharedBytes& payload) override;
   bool Contains(const BlockKey& key) const override;
+  // Too large for the capacity (MemTier never pins, so nothing else refuses).
+  bool NeverHolds(const BlockMeta& /*meta*/, uint64_t bytes) const override {
+    return options_.capacity_bytes != 0 && Charge(bytes) > options_.capacity_bytes;
+  }
   Status Remove(const BlockKey& key) override;
   TierCounters Totals() const override;
   TierCounters OwnerCounters(OwnerId owner) const override;

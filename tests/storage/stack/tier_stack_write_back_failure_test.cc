@@ -68,5 +68,40 @@ TEST(TierStackWriteBackFailure, PutsAreRefusedWhileWriteBackFailsAndAcceptedAfte
   }
 }
 
+// A Rewrite (a tip given its real state, or stripped) whose new bytes are too
+// large for the hot tier goes to SSD only. When that SSD write fails, the
+// Rewrite fails and the block keeps its old bytes. (The RAM copy, the only
+// one, was removed before the new bytes were written: a failed write lost the
+// block, and with it the chain through it.)
+TEST(TierStackWriteBackFailure, AFailedRewriteTooLargeForRamKeepsTheOldBlock) {
+  testing::TempDir dir;
+  FaultInjectionFileSystem fs;
+  SsdTierOptions o;
+  o.path = dir.str() + "/ssd";
+  o.write_buffer_bytes = 4 << 20;
+  o.segment_bytes = 4 << 20;
+  o.reserve_bytes = 1 << 20;
+  o.log = [](std::string_view) {};
+  o.file_system = &fs;
+  o.writer_threads = 1;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SsdTier> ssd, SsdTier::Open(o));
+  MemTier hot({.capacity_bytes = 4 * MemTier::Charge(kPayload)});
+  TierStack stack(&hot, ssd.get(), ssd.get());
+  ASSERT_OK(stack.Put(Meta(1), Payload(1)));  // dirty, in RAM only
+  ASSERT_FALSE(ssd->Contains(Meta(1).key));
+  fs.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg"});
+  const SharedBytes big = SharedBytes::Copy(std::string(8 * kPayload, 'n'));
+  EXPECT_FALSE(stack.Rewrite(Meta(1), big).ok());
+  EXPECT_GT(fs.faults_injected(), 0u);
+  fs.ClearFaults();
+  StatusOr<TierHit> hit = stack.Get(Meta(1).key);
+  ASSERT_OK(hit);
+  EXPECT_EQ(hit->payload.view(), Payload(1).view());
+  // Still dirty: a Flush writes the old bytes below.
+  ASSERT_OK(stack.Flush());
+  ASSERT_OK_AND_ASSIGN(SharedBytes below, ssd->Get(Meta(1).key));
+  EXPECT_EQ(below.view(), Payload(1).view());
+}
+
 }  // namespace
 }  // namespace prefixkv
