@@ -258,8 +258,16 @@ Status ssd::TierImpl::Put(const BlockMeta& meta, const SharedBytes& payload, boo
     return Status::NoSpace("payload of " + std::to_string(payload.size()) +
                            " bytes exceeds the SSD tier capacity");
   }
-  queue_->Cancel(meta.key);  // this Put supersedes a queued version
-  PKV_RETURN_IF_ERROR(Store({{meta, payload}}, dirty));
+  // This Put supersedes a queued version, but only once it is stored: a
+  // failed Put must not lose an acknowledged block that lives only in the
+  // queue (it did until 2026-12-06,
+  // SsdFaultTest.AFailedPutKeepsTheQueuedWriteBackOfItsKey).
+  std::optional<ssd::WriteBackQueue::Dropped> superseded;
+  queue_->Cancel(meta.key, &superseded);
+  if (Status s = Store({{meta, payload}}, dirty); !s.ok()) {
+    if (superseded.has_value()) queue_->Restore(std::move(*superseded));
+    return s;
+  }
   EnforceCapacity();
   ThrottleWrites();  // after the evictions, whose garbage counts too
   return Status::OK();

@@ -66,20 +66,32 @@ bool WriteBackQueue::HasChildOf(const BlockKey& key) const {
          std::any_of(in_flight_.begin(), in_flight_.end(), child);
 }
 
-bool WriteBackQueue::Cancel(const BlockKey& key) {
+bool WriteBackQueue::Cancel(const BlockKey& key, std::optional<Dropped>* dropped) {
   MutexLock lock(&mu_);
   bool found = false;
   while (in_flight_.count(key) > 0) {
     found = true;
     done_cv_.Wait(lock);
   }
-  if (queued_.erase(key) > 0) {
+  if (auto it = queued_.find(key); it != queued_.end()) {
     found = true;
+    if (dropped != nullptr) *dropped = Dropped{std::move(it->second), failed_.contains(key)};
+    queued_.erase(it);
     std::erase(order_, key);
     done_cv_.NotifyAll();
   }
   failed_.erase(key);  // nothing of the key waits any more
   return found;
+}
+
+void WriteBackQueue::Restore(Dropped dropped) {
+  MutexLock lock(&mu_);
+  const BlockKey key = dropped.item.meta.key;
+  if (queued_.contains(key) || in_flight_.contains(key)) return;
+  queued_.emplace(key, std::move(dropped.item));
+  order_.push_front(key);  // it was queued before anything queued since
+  if (dropped.failed) failed_.insert(key);
+  work_cv_.NotifyOne();
 }
 
 Status WriteBackQueue::Flush() {

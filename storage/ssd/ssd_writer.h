@@ -62,9 +62,20 @@ class WriteBackQueue {
   std::optional<BlockMeta> FindMeta(const BlockKey& key) const EXCLUDES(mu_);
   // A queued or in-flight block's parent is `key` (a scan of the queue).
   bool HasChildOf(const BlockKey& key) const EXCLUDES(mu_);
+  // A queued block Cancel dropped, and whether its write had failed.
+  struct Dropped {
+    WriteBackItem item;
+    bool failed = false;
+  };
   // Drops a queued block (a direct Put or Remove superseded it); waits first
   // if it is being written. True when something was queued or in flight.
-  bool Cancel(const BlockKey& key) EXCLUDES(mu_);
+  // `dropped`: receives the queued block dropped, if any (for Restore).
+  bool Cancel(const BlockKey& key, std::optional<Dropped>* dropped = nullptr)
+      EXCLUDES(mu_);
+  // Queues a block Cancel dropped again (the direct Put that superseded it
+  // failed, so it is still to be written), unless a version of its key was
+  // queued meanwhile (newer).
+  void Restore(Dropped dropped) EXCLUDES(mu_);
   // Waits until everything queued before the call is written, or until an
   // attempt made after the call failed (its Status is returned).
   Status Flush() EXCLUDES(mu_);

@@ -997,6 +997,38 @@ TEST_F(SsdFaultTest, AFailedWriteBackIsRetriedWhenTheClockAdvancesNotBefore) {
   EXPECT_EQ(tier->Get(m.key)->view(), PayloadOf(m).view());
 }
 
+// A Put supersedes a queued write-back of the key, but only if it succeeds: a
+// failed Put leaves the queued (acknowledged, evicted from RAM) version to be
+// written. (It was cancelled before the store, so a failed Put lost it: a
+// Rewrite or a too-large SET whose SSD write failed lost the key.)
+TEST_F(SsdFaultTest, AFailedPutKeepsTheQueuedWriteBackOfItsKey) {
+  FakeClock clock;
+  SsdTierOptions o = Options();
+  o.clock = &clock;
+  o.writer_threads = 1;
+  o.retry_interval_ms = 3'600'000;  // the writer waits for fake time
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  fs_.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg", .count = 1});
+  const BlockMeta m = ChainBlock(0, 0);
+  tier->OnEvict(m, PayloadOf(m), true);
+  ASSERT_TRUE(testing::WaitUntil([&] { return fs_.faults_injected() == 1; }));
+  const BlockMeta b = ChainBlock(1, 0);
+  tier->OnEvict(b, PayloadOf(b), true);  // queued behind the paused writer
+  ASSERT_EQ(tier->queued_blocks(), 2u);
+  fs_.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg", .count = 1});
+  EXPECT_FALSE(
+      tier->Put(b, SharedBytes::Copy(std::string(3000, 'n')), /*dirty=*/false).ok());
+  EXPECT_EQ(fs_.faults_injected(), 2u);
+  ASSERT_OK_AND_ASSIGN(SharedBytes queued, tier->Get(b.key));
+  EXPECT_EQ(queued.view(), PayloadOf(b).view());
+  clock.AdvanceMillis(3'600'000);
+  ASSERT_OK(tier->Flush());
+  EXPECT_EQ(tier->Totals().entries, 2u);
+  ASSERT_OK_AND_ASSIGN(SharedBytes stored, tier->Get(b.key));
+  EXPECT_EQ(stored.view(), PayloadOf(b).view());
+}
+
 // A segment whose end holds no footer: a short write (ENOSPC midway, one
 // fault) that sealed it with half an extent, or a tail a power cut left as
 // zeros (the file extended, its pages never written). A rebuild's walk meets
