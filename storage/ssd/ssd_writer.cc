@@ -75,7 +75,8 @@ bool WriteBackQueue::Cancel(const BlockKey& key, std::optional<Dropped>* dropped
   }
   if (auto it = queued_.find(key); it != queued_.end()) {
     found = true;
-    if (dropped != nullptr) *dropped = Dropped{std::move(it->second), failed_.contains(key)};
+    if (dropped != nullptr)
+      *dropped = Dropped{std::move(it->second), failed_.contains(key)};
     queued_.erase(it);
     std::erase(order_, key);
     done_cv_.NotifyAll();
