@@ -393,7 +393,11 @@ Status EventLog::Drain(bool sync, const std::function<void()>& at_head) {
     spare_ = std::move(batch.ops.back().bytes);
   }
   MutexLock lock(&mu_);
-  written_seq_ = std::max(written_seq_, batch.head);
+  // Readers get the batch (a failed write's events from RAM), but never a
+  // number the SEQ file does not reserve: a reopen after a failed
+  // reservation numbers from the file's ceiling again, and would hand the
+  // reader's number to another event.
+  written_seq_ = std::max(written_seq_, std::min(batch.head, durable_reserved_ - 1));
   counts_.write_errors += errors;
   MutexLock a(&append_mu_);
   reserved_ = durable_reserved_;
@@ -575,8 +579,12 @@ uint64_t EventLog::Watch(uint64_t from_seq, std::function<void()> wake) {
     const bool queued = !queue_.empty() && queue_.back().seq >= from;
     const bool inside_queue = !queue_.empty() && queue_.front().seq <= from - 1 &&
                               from - 1 <= queue_.back().seq;
-    const bool ready = queued || (!inside_queue && !Continues(from - 1)) ||
-                       (!events_.empty() && events_.back().seq >= from);
+    // An event at or above the SEQ file's ceiling is not handed out (Drain):
+    // waking for it would only spin while the reservation fails. (The next
+    // append wakes the watcher once the writer reserved above it.)
+    const bool readable = from < reserved_;
+    const bool ready = (queued && readable) || (!inside_queue && !Continues(from - 1)) ||
+                       (!events_.empty() && events_.back().seq >= from && readable);
     if (!ready) {
       const uint64_t id = next_watch_++;
       watchers_.emplace(id, Watcher{from, std::move(wake)});
@@ -592,7 +600,7 @@ void EventLog::Unwatch(uint64_t id) {
   watchers_.erase(id);
 }
 
-KvEventSnapshot EventLog::Snapshot(uint64_t cursor, size_t count) {
+StatusOr<KvEventSnapshot> EventLog::Snapshot(uint64_t cursor, size_t count) {
   KvEventSnapshot s;
   const auto take = [this, &s, cursor, count]() REQUIRES(mu_) {
     s.seq = segments_.back().last_seq;
@@ -627,6 +635,11 @@ KvEventSnapshot EventLog::Snapshot(uint64_t cursor, size_t count) {
       mu_.AssertHeld();
       take();
     });
+    if (s.seq >= durable_reserved_) {
+      // Its seq is not reserved durably (Drain: readers never get such one).
+      return Status::Unavailable(
+          "the event log cannot reserve sequence numbers (its SEQ file): no snapshot");
+    }
   }
   return s;
 }

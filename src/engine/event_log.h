@@ -143,7 +143,9 @@ class EventLog {
   // may continue after). With a `count` below the key count, one page of it
   // (Engine::EventSnapshotPage): the blocks with key.hi in [cursor,
   // next_cursor), next_cursor sized for about `count` blocks.
-  KvEventSnapshot Snapshot(uint64_t cursor = 0, size_t count = SIZE_MAX)
+  // Unavailable when its seq is above the numbers the SEQ file reserves (a
+  // failed reservation): a reopen could hand that number out again.
+  StatusOr<KvEventSnapshot> Snapshot(uint64_t cursor = 0, size_t count = SIZE_MAX)
       EXCLUDES(io_mu_, mu_);
   KvEventLogStats Stats() EXCLUDES(mu_, append_mu_);
   // The SSD key set as the events say; whether the log could rebuild it at

@@ -236,6 +236,48 @@ TEST_F(EventLogTest, AFailedWriteIsAGapNoReaderCrossesAfterAReopen) {
   }
 }
 
+// The SEQ file cannot be replaced (a full or failing disk): the numbers
+// above the last durable reservation are handed to live readers from RAM
+// all the same. A reopen must still number above every one of them, and a
+// reader that saw one must be told to resnapshot, never continue from
+// another event of the same number.
+TEST_F(EventLogTest, NumbersHandedOutWhileTheReservationFailsAreNeverReused) {
+  FaultInjectionFileSystem fs;
+  EventLogOptions o = Options();
+  o.fs = &fs;
+  o.reserve_ahead = 16;
+  uint64_t seen = 0;
+  {
+    auto log = OpenLog(o);
+    for (uint64_t k = 1; k <= 5; ++k) Append(*log, Stored(k));
+    ASSERT_OK(log->Flush(false));
+    fs.AddFault({.op = FaultOp::kWrite, .path_contains = "SEQ"});
+    for (uint64_t k = 6; k <= 60; ++k) Append(*log, Stored(k));
+    (void)log->Flush(false);
+    ASSERT_OK_AND_ASSIGN(KvEventPage page, log->Read(1, 1000));
+    ASSERT_FALSE(page.events.empty());
+    seen = page.events.back().seq;  // a live reader's last event
+    // Nor does a snapshot name a number above the reservation.
+    EXPECT_EQ(log->Snapshot().status().code(), StatusCode::kUnavailable);
+    (void)log->Close();
+  }
+  fs.ClearFaults();
+  auto log = OpenLog(o);
+  for (uint64_t k = 100; k < 160; ++k) {
+    EXPECT_GT(Append(*log, Stored(k)), seen) << "a number a reader saw is handed out again";
+  }
+  ASSERT_OK(log->Flush(false));
+  // The reader continues with the new run's events, or is told to resnapshot.
+  StatusOr<KvEventPage> page = log->Read(seen + 1, 100);
+  if (page.ok()) {
+    ASSERT_FALSE(page->events.empty());
+    EXPECT_GE(page->events.front().key.lo, 100u);
+  } else {
+    EXPECT_TRUE(page.status().IsOutOfRange());
+  }
+  EXPECT_OK(log->Snapshot().status());
+}
+
 TEST_F(EventLogTest, RetentionByBytesDropsOldSegmentsAndReadersOfThemResnapshot) {
   EventLogOptions o = Options();
   o.retention_bytes = 16 << 10;
@@ -295,14 +337,14 @@ TEST_F(EventLogTest, SnapshotIsTheKeySetTheEventsAddUpTo) {
   Append(*log, moved);
   Append(*log, Removed(3));
   const uint64_t head = Append(*log, Stored(4));
-  KvEventSnapshot snap = log->Snapshot();
+  KvEventSnapshot snap = log->Snapshot().value();
   EXPECT_EQ(snap.seq, head);
   ASSERT_EQ(snap.hot.size(), 1u);
   EXPECT_EQ(snap.hot[0].key.lo, 1u);
   EXPECT_EQ(snap.ssd.size(), 2u);  // 2 (moved) and 4
   KvEvent cleared{.kind = KvEventKind::kCleared, .tier = TierLevel::kHot};
   Append(*log, cleared);
-  EXPECT_TRUE(log->Snapshot().hot.empty());
+  EXPECT_TRUE(log->Snapshot().value().hot.empty());
 }
 
 TEST_F(EventLogTest, SsdKeysAreRebuiltFromCheckpointAndTail) {
