@@ -106,22 +106,52 @@ StatusOr<DType> DTypeOfNumpy(const py::dtype& numpy_dtype, const std::string& wh
                                  " has no block format type");
 }
 
-std::vector<int32_t> TokenIds(const py::object& tokens) {
-  auto wide =
-      py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(tokens);
-  if (!wide || wide.ndim() != 1) {
+namespace {
+
+// Token ids as given, without numpy's casting: a cast would turn a float id
+// into another integer (0.9 -> 0), parse a string, count a boolean or wrap a
+// uint64 past int64 (2**64 - 1 -> -1), and the prompt would then match, and a
+// store file its KV under, another prompt's blocks.
+py::array GivenTokenArray(const py::object& tokens) {
+  py::array given = py::array::ensure(tokens);
+  if (!given || given.ndim() != 1) {
+    PyErr_Clear();
     Raise(Status::InvalidArgument("tokens: a 1-D sequence of integers is needed"));
   }
-  std::vector<int32_t> out(static_cast<size_t>(wide.size()));
+  const char kind = given.dtype().kind();
+  if (given.size() > 0 && kind != 'i' && kind != 'u') {
+    Raise(
+        Status::InvalidArgument("tokens: integer token ids are needed, not numpy dtype " +
+                                py::str(py::object(given.dtype())).cast<std::string>() +
+                                " (floats, strings and booleans are not converted)"));
+  }
+  return given;
+}
+
+// Each id of `given` (integers), read as `Wide` and checked to fit int32.
+template <typename Wide>
+std::vector<int32_t> FittingIds(const py::array& given) {
+  const auto wide =
+      py::array_t<Wide, py::array::c_style | py::array::forcecast>::ensure(given);
+  std::vector<int32_t> out(static_cast<size_t>(given.size()));
   for (size_t i = 0; i < out.size(); ++i) {
-    const int64_t v = wide.data()[i];
-    if (v < INT32_MIN || v > INT32_MAX) {
+    const Wide v = wide.data()[i];
+    if (!std::in_range<int32_t>(v)) {
       Raise(Status::InvalidArgument("tokens[" + std::to_string(i) + "] = " +
                                     std::to_string(v) + " does not fit in int32"));
     }
     out[i] = static_cast<int32_t>(v);
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<int32_t> TokenIds(const py::object& tokens) {
+  const py::array given = GivenTokenArray(tokens);
+  // Unsigned ids are read as uint64, so that none wraps into a negative id.
+  return given.dtype().kind() == 'u' ? FittingIds<uint64_t>(given)
+                                     : FittingIds<int64_t>(given);
 }
 
 Tensor CopyToTensor(const ArrayBytes& bytes, DType dtype) {

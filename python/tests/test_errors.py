@@ -44,6 +44,32 @@ def test_non_contiguous_arrays_and_wrong_layer_counts_are_refused(engine, rng):
         engine.match(ns, [1 << 40])
 
 
+@pytest.mark.parametrize("case,tokens", [
+    ("floats", [0.9, 1.2, 2.0, 3.7, 4.0, 5.0, 6.0, 7.0]),
+    ("float array", np.arange(8, dtype=np.float32) + 0.5),
+    ("strings", [str(t) for t in range(8)]),
+    ("booleans", [False, True, True, True, True, True, True, True]),
+    ("uint64 past int64", np.full(8, 2**64 - 1, np.uint64)),
+])
+def test_token_ids_that_are_not_integers_are_refused_not_converted(engine, rng, case, tokens):
+    # A float id truncated (0.9 -> 0), a string parsed, a boolean counted or
+    # a uint64 wrapped (2**64 - 1 -> -1) names another prompt's blocks: the
+    # match would serve them as a hit and the store would file its KV under
+    # them. Token ids are integers; anything else is refused.
+    ns = register(engine)
+    ids = list(range(8)) if case != "uint64 past int64" else [-1] * 8
+    if case == "booleans":
+        ids = [0] + [1] * 7
+    engine.store(ns, ids, kv_layers(rng, 2, 8))
+    for call in (lambda: engine.match(ns, tokens),
+                 lambda: engine.store(ns, tokens, kv_layers(rng, 2, 8)),
+                 lambda: engine.explain_miss(tokens, ns)):
+        with pytest.raises(prefixkv.InvalidArgument, match="tokens"):
+            call()
+    assert engine.match(ns, ids).matched_tokens == 8
+    assert engine.match(ns, []).matched_tokens == 0, "an empty prompt is still a prompt"
+
+
 def test_a_closed_engine_refuses_every_call(data_dir, rng):
     e = prefixkv.Engine.open(data_dir=data_dir, quiet=True)
     ns = register(e)
