@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -81,7 +82,11 @@ struct PyRestoredInto : PyRestoreCounters {
 // thread's call is in flight (Engine::Close's requirement). A call made from
 // a callback of a call of the same engine on the same thread (restore_into's
 // on_layer) already holds the lock: it runs under that hold, and close()
-// there is refused (it would wait for the call it is in).
+// there is refused (it would wait for the call it is in). The shared lock is
+// taken through `gate_`, which close() holds while it waits: no call starts
+// while a close is pending (each then finds the engine closed). The lock
+// alone prefers readers, so threads whose calls overlap (events() waits,
+// parallel restores) would hold a close() off for as long as they go on.
 class PyEngine {
  public:
   explicit PyEngine(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {}
@@ -91,7 +96,7 @@ class PyEngine {
   auto Call(F&& fn) {
     py::gil_scoped_release nogil;
     if (InCall()) return fn(*engine_);
-    std::shared_lock lock(mu_);
+    std::shared_lock lock = EnterCall();
     CallScope scope(this);
     return fn(*engine_);
   }
@@ -102,12 +107,18 @@ class PyEngine {
           "on_layer): close it after the call returns");
     }
     py::gil_scoped_release nogil;
+    std::lock_guard gate(gate_);
     std::unique_lock lock(mu_);
     return engine_->Close();
   }
   bool closed() const { return engine_->closed(); }
 
  private:
+  // The shared lock for a call, taken once no close() is pending.
+  std::shared_lock<std::shared_mutex> EnterCall() {
+    std::lock_guard gate(gate_);
+    return std::shared_lock(mu_);
+  }
   // The engines whose Call this thread is inside (innermost last).
   static std::vector<const PyEngine*>& Calls() {
     thread_local std::vector<const PyEngine*> calls;
@@ -125,6 +136,7 @@ class PyEngine {
   };
 
   std::unique_ptr<Engine> engine_;
+  std::mutex gate_;  // held by close() from before it waits for mu_
   std::shared_mutex mu_;
 };
 

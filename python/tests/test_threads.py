@@ -75,3 +75,42 @@ def test_a_waiting_call_lets_other_python_threads_run(data_dir, rng):
         assert not t.is_alive()
         assert got and got[0] is not None, "the waiter got no event: the GIL was held"
         assert got[0]["seq"] == head + 1 and got[0]["kind"] == "stored", got[0]
+
+
+def test_close_is_not_held_off_by_threads_that_keep_calling(rng):
+    """Two threads keep calling events(wait_ms=200), their calls overlapping;
+    close() from this thread must not wait for them to stop calling. The
+    binding's reader-writer lock prefers readers: with overlapping calls it
+    never became free, and close() returned only when the callers gave up (at
+    their 20 s bound). Nothing is timed but that bound: the callers stop when
+    a call finds the engine closed, and must not have reached it."""
+    e = prefixkv.Engine.open(hot_bytes=16 << 20, quiet=True)
+    register(e)
+    deadline = time.monotonic() + 20
+    started = threading.Barrier(3)
+    gave_up = []
+
+    def caller(delay):
+        started.wait()
+        time.sleep(delay)  # staggered, so that the two threads' calls overlap
+        seq = e.event_log_stats()["head_seq"] + 1
+        while time.monotonic() < deadline:
+            try:
+                it = e.events(seq, wait_ms=200)
+                for _ in it:
+                    pass
+                seq = it.next_seq
+            except prefixkv.InvalidArgument:
+                return  # closed
+        gave_up.append(delay)
+
+    threads = [threading.Thread(target=caller, args=(d,)) for d in (0, 0.1)]
+    for t in threads:
+        t.start()
+    started.wait()
+    time.sleep(0.5)
+    e.close()
+    assert gave_up == [], "close() waited until the callers stopped calling"
+    for t in threads:
+        t.join()
+    assert e.closed
