@@ -246,11 +246,14 @@ Status ssd::TierImpl::OpenOrMoveAside() {
 }
 
 Status ssd::TierImpl::Open() {
-  (void)ReleaseReserveForOpen();  // room for the database's recovery (ssd_space.cc)
+  bool had_reserve = false;  // room for the database's recovery (ssd_space.cc)
+  (void)ReleaseReserveForOpen(&had_reserve);
   if (Status s = OpenOrMoveAside(); !s.ok()) {
     // The reserve may be another process's (the database is locked by it):
-    // put it back as it was before returning.
-    if (options_.reserve_bytes > 0) (void)WriteReserveFile();
+    // put it back as it was before returning. Only one that was there: a
+    // directory that is no tier's (`prefixkv inspect` or `audit` pointed at
+    // another program's database) must not be left with one.
+    if (options_.reserve_bytes > 0 && had_reserve) (void)WriteReserveFile();
     return s;
   }
   PKV_RETURN_IF_ERROR(OpenSegments());

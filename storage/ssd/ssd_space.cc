@@ -48,9 +48,10 @@ void ssd::TierImpl::BoundDbSpace(const SsdTierOptions& o, rocksdb::Options* db) 
       db->max_manifest_file_size, std::max(kMinManifest, o.capacity_bytes / 64));
 }
 
-Status ssd::TierImpl::ReleaseReserveForOpen() {
+Status ssd::TierImpl::ReleaseReserveForOpen(bool* released) {
   MutexLock lock(&reserve_mu_);
   Status s = options_.file_system->DeleteFile(ReservePath());
+  if (released != nullptr) *released = s.ok();
   return s.IsNotFound() ? Status::OK() : s;
 }
 

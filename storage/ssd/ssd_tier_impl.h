@@ -436,8 +436,9 @@ class TierImpl {
 
   // ssd_space.cc: the full-disk reserve (SsdTierOptions::reserve_bytes).
   // Deletes a reserve file left by the previous run (before the database
-  // opens: on a full disk that is its room to open in).
-  Status ReleaseReserveForOpen();
+  // opens: on a full disk that is its room to open in); `*released` says
+  // whether there was one (a failed open puts back only that).
+  Status ReleaseReserveForOpen(bool* released = nullptr);
   // Writes the reserve file; a failure other than NoSpace is logged and
   // ignored (no reserve then).
   void FillReserve();

@@ -86,6 +86,22 @@ TEST(InspectUsageTest, MissingDirectoryIsAUsageError) {
   EXPECT_FALSE(std::filesystem::exists(tmp.path() / "absent"));
 }
 
+// A directory that is no prefixkv data directory (another program's RocksDB
+// database, whose CURRENT names a manifest that is not there): inspect and
+// audit fail and leave no 8 MiB space reserve in it (a failed open used to
+// put "back" a reserve that had never been there).
+TEST(InspectUsageTest, AFailedOpenLeavesNoSpaceReserveInAnotherProgramsDirectory) {
+  testing::TempDir tmp;
+  const std::filesystem::path dir = tmp.path() / "theirs";
+  std::filesystem::create_directory(dir);
+  std::ofstream(dir / "CURRENT") << "MANIFEST-000001\n";
+  for (const std::string command : {"inspect", "audit"}) {
+    CliRun run = RunCli(command + " --data-dir " + dir.string());
+    EXPECT_EQ(run.exit_code, 1) << command << ": " << run.output;
+    EXPECT_FALSE(std::filesystem::exists(dir / "space-reserve")) << command;
+  }
+}
+
 TEST_F(InspectTest, ANamespaceWrittenBeforeManifestsSaysSo) {
   CliRun run = RunCli("inspect --data-dir " + data_.dir());
   ASSERT_EQ(run.exit_code, 0) << run.output;
