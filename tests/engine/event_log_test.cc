@@ -12,11 +12,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
@@ -31,6 +31,48 @@
 #include "tests/support/fault_injection_file_system.h"
 #include "tests/support/gated_file_system.h"
 #include "tests/support/test_util.h"
+
+namespace prefixkv {
+namespace {
+
+// Truncates, flips a bit of, or deletes one file of `dir` (picked by `rng`),
+// and says which in `damages`. False when `dir` holds no file.
+bool DamageOneFile(const std::filesystem::path& dir, std::mt19937_64& rng, int run,
+                   std::string* damages) {
+  std::vector<std::filesystem::path> files;
+  for (const auto& f : std::filesystem::directory_iterator(dir))
+    if (f.is_regular_file()) files.push_back(f.path());
+  std::sort(files.begin(), files.end());
+  if (files.empty()) return false;
+  const std::filesystem::path f = files[rng() % files.size()];
+  const uint64_t size = std::filesystem::file_size(f);
+  const uint64_t damage = rng() % 3;
+  *damages += " run " + std::to_string(run) + ": " + f.filename().string() + " of " +
+              std::to_string(size) + " bytes " +
+              (damage == 0   ? "truncated"
+               : damage == 1 ? "flipped"
+                             : "deleted") +
+              ";";
+  if (damage == 0) {
+    std::filesystem::resize_file(f, size == 0 ? 0 : rng() % size);
+  } else if (damage == 1) {
+    if (size == 0) return true;
+    std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+    const uint64_t at = rng() % size;
+    io.seekg(static_cast<std::streamoff>(at));
+    char c = 0;
+    io.read(&c, 1);
+    c = static_cast<char>(c ^ (1 << (rng() % 8)));
+    io.seekp(static_cast<std::streamoff>(at));
+    io.write(&c, 1);
+  } else {
+    std::filesystem::remove(f);
+  }
+  return true;
+}
+
+}  // namespace
+}  // namespace prefixkv
 
 namespace prefixkv::internal {
 namespace {
@@ -636,39 +678,7 @@ TEST_F(EventLogTest, DamagedFilesAtOpenNeverRepeatASeqNorSkipAnEventSilently) {
         ASSERT_OK(log->Flush(false));  // then destroyed without Close: a crash
       }
     }
-    std::vector<std::filesystem::path> files;
-    for (const auto& f : std::filesystem::directory_iterator(dir_.path() / "events"))
-      if (f.is_regular_file()) files.push_back(f.path());
-    std::sort(files.begin(), files.end());
-    if (files.empty()) continue;
-    const std::filesystem::path f = files[rng() % files.size()];
-    const uint64_t size = std::filesystem::file_size(f);
-    const uint64_t damage = rng() % 3;
-    damages += " run " + std::to_string(run) + ": " + f.filename().string() + " of " +
-               std::to_string(size) + " bytes " +
-               (damage == 0   ? "truncated"
-                : damage == 1 ? "flipped"
-                              : "deleted") +
-               ";";
-    switch (damage) {
-      case 0:
-        std::filesystem::resize_file(f, size == 0 ? 0 : rng() % size);
-        break;
-      case 1:
-        if (size > 0) {
-          std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
-          const uint64_t at = rng() % size;
-          io.seekg(static_cast<std::streamoff>(at));
-          char c = 0;
-          io.read(&c, 1);
-          c = static_cast<char>(c ^ (1 << (rng() % 8)));
-          io.seekp(static_cast<std::streamoff>(at));
-          io.write(&c, 1);
-        }
-        break;
-      default:
-        std::filesystem::remove(f);
-    }
+    DamageOneFile(dir_.path() / "events", rng, run, &damages);
   }
 }
 
@@ -1017,34 +1027,7 @@ TEST_F(EngineEventsTest, ConsumerIsExactAfterAnyDamageToTheLogsFiles) {
     }
     ASSERT_OK(e->Close());
     e.reset();
-    std::vector<std::filesystem::path> files;
-    for (const auto& f : std::filesystem::directory_iterator(dir_.path() / "events"))
-      if (f.is_regular_file()) files.push_back(f.path());
-    std::sort(files.begin(), files.end());
-    ASSERT_FALSE(files.empty());
-    const std::filesystem::path f = files[rng() % files.size()];
-    const uint64_t size = std::filesystem::file_size(f);
-    const uint64_t damage = rng() % 3;
-    damages += " run " + std::to_string(run) + ": " + f.filename().string() + " of " +
-               std::to_string(size) + " bytes " +
-               (damage == 0   ? "truncated"
-                : damage == 1 ? "flipped"
-                              : "deleted") +
-               ";";
-    if (damage == 0) {
-      std::filesystem::resize_file(f, size == 0 ? 0 : rng() % size);
-    } else if (damage == 1 && size > 0) {
-      std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
-      const uint64_t at = rng() % size;
-      io.seekg(static_cast<std::streamoff>(at));
-      char ch = 0;
-      io.read(&ch, 1);
-      ch = static_cast<char>(ch ^ (1 << (rng() % 8)));
-      io.seekp(static_cast<std::streamoff>(at));
-      io.write(&ch, 1);
-    } else {
-      std::filesystem::remove(f);
-    }
+    ASSERT_TRUE(DamageOneFile(dir_.path() / "events", rng, run, &damages));
   }
   auto e = Open(o);
   ASSERT_NE(e, nullptr);

@@ -21,9 +21,9 @@ SharedBytes Payload(uint64_t i) {
   return SharedBytes::Copy(std::string(kPayload, static_cast<char>('a' + i % 26)));
 }
 
-TEST(TierStackWriteBackFailure, PutsAreRefusedWhileWriteBackFailsAndAcceptedAfter) {
-  testing::TempDir dir;
-  FaultInjectionFileSystem fs;
+// A small SSD tier in `dir` on `fs`, with one writer thread.
+StatusOr<std::unique_ptr<SsdTier>> OpenSsd(const testing::TempDir& dir,
+                                           FaultInjectionFileSystem& fs) {
   SsdTierOptions o;
   o.path = dir.str() + "/ssd";
   o.write_buffer_bytes = 4 << 20;
@@ -32,7 +32,13 @@ TEST(TierStackWriteBackFailure, PutsAreRefusedWhileWriteBackFailsAndAcceptedAfte
   o.log = [](std::string_view) {};
   o.file_system = &fs;
   o.writer_threads = 1;
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SsdTier> ssd, SsdTier::Open(o));
+  return SsdTier::Open(o);
+}
+
+TEST(TierStackWriteBackFailure, PutsAreRefusedWhileWriteBackFailsAndAcceptedAfter) {
+  testing::TempDir dir;
+  FaultInjectionFileSystem fs;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SsdTier> ssd, OpenSsd(dir, fs));
   MemTier hot({.capacity_bytes = 4 * MemTier::Charge(kPayload)});
   TierStack stack(&hot, ssd.get(), ssd.get());
   fs.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg"});
@@ -76,15 +82,7 @@ TEST(TierStackWriteBackFailure, PutsAreRefusedWhileWriteBackFailsAndAcceptedAfte
 TEST(TierStackWriteBackFailure, AFailedRewriteTooLargeForRamKeepsTheOldBlock) {
   testing::TempDir dir;
   FaultInjectionFileSystem fs;
-  SsdTierOptions o;
-  o.path = dir.str() + "/ssd";
-  o.write_buffer_bytes = 4 << 20;
-  o.segment_bytes = 4 << 20;
-  o.reserve_bytes = 1 << 20;
-  o.log = [](std::string_view) {};
-  o.file_system = &fs;
-  o.writer_threads = 1;
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SsdTier> ssd, SsdTier::Open(o));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SsdTier> ssd, OpenSsd(dir, fs));
   MemTier hot({.capacity_bytes = 4 * MemTier::Charge(kPayload)});
   TierStack stack(&hot, ssd.get(), ssd.get());
   ASSERT_OK(stack.Put(Meta(1), Payload(1)));  // dirty, in RAM only
