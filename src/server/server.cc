@@ -59,6 +59,15 @@ uint64_t MachineMemoryBytes() {
   return (static_cast<uint64_t>(info.totalram) + info.totalswap) * info.mem_unit;
 }
 
+// The options as the server applies them: no request can be larger than the
+// memory that would hold it, so max_request_bytes is lowered to the machine's.
+// Applied before anything copies the options (the transaction limit is this
+// max_request_bytes too: taken unlowered, a client could queue past RAM).
+ServerOptions InForce(ServerOptions o) {
+  o.max_request_bytes = std::min<uint64_t>(o.max_request_bytes, MachineMemoryBytes());
+  return o;
+}
+
 // Runs an I/O thread's handlers. A handler that throws (an allocation that
 // failed outside a request, which the connection already handles) must not
 // end the process: the thread goes back to its loop.
@@ -142,7 +151,7 @@ class internal::ServerImpl {
 };
 
 internal::ServerImpl::ServerImpl(ServerOptions options, Engine* engine)
-    : options_(std::move(options)),
+    : options_(InForce(std::move(options))),
       clock_(options_.clock != nullptr ? options_.clock : Clock::System()),
       engine_(engine),
       auth_throttle_(NewAuthThrottle(options_, clock_)),
@@ -175,9 +184,6 @@ Status internal::ServerImpl::Start() {
         "auth_failures_per_second and auth_failure_burst must be <= 1000000, and the "
         "burst >= 1 unless the rate is 0");
   }
-  // No request can be larger than the memory that would hold it.
-  options_.max_request_bytes =
-      std::min<uint64_t>(options_.max_request_bytes, MachineMemoryBytes());
   {
     MutexLock lock(&mu_);
     if (started_) return Status::InvalidArgument("server already started");

@@ -3,6 +3,9 @@
 #include "prefixkv/server.h"
 
 #include <gtest/gtest.h>
+#include <sys/syscall.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -14,6 +17,22 @@
 #include "glob.h"
 #include "tests/server/server_fixture.h"
 #include "tests/support/test_util.h"
+
+// The machine's memory as sysinfo(2) reports it to the server, which lowers
+// max_request_bytes to it: a test sets a small machine here (0: the
+// real one). This executable's sysinfo stands in for the C library's.
+static std::atomic<uint64_t> fake_machine_memory_bytes{0};
+
+extern "C" int sysinfo(struct sysinfo* info) {
+  const int rc = static_cast<int>(::syscall(SYS_sysinfo, info));
+  const uint64_t fake = fake_machine_memory_bytes.load();
+  if (rc == 0 && fake != 0) {
+    info->totalram = fake;
+    info->totalswap = 0;
+    info->mem_unit = 1;
+  }
+  return rc;
+}
 
 namespace prefixkv {
 namespace {
@@ -192,6 +211,27 @@ TEST_F(ServerTest, ATransactionsQueueCountsEveryArgumentItKeeps) {
   EXPECT_EQ(c->Call({"EXEC"}).str.rfind("EXECABORT", 0), 0u);
   EXPECT_TRUE(testing::WaitUntil([&] { return buffer_bytes() < (64 << 10); }))
       << buffer_bytes();  // the queue is gone
+}
+
+// A transaction's limit is --max-request-bytes as in force, lowered to the
+// machine's memory like every request's (INFO server's max_request_bytes):
+// the queue used to take the option as given, so with --max-request-bytes
+// above RAM + swap a client could queue commands until the server died of
+// memory (its write-back blocks in RAM lost). A 4 MiB machine here.
+TEST_F(ServerTest, ATransactionsLimitIsTheRequestLimitInForce) {
+  options_.max_request_bytes = size_t{1} << 40;
+  fake_machine_memory_bytes = 4 << 20;
+  StartServer();
+  fake_machine_memory_bytes = 0;
+  auto c = Connect();
+  EXPECT_NE(c->Call({"INFO", "server"}).str.find("max_request_bytes:4194304\r\n"),
+            std::string::npos);
+  const std::string value(1 << 20, 'v');
+  ASSERT_EQ(c->Call({"MULTI"}).str, "OK");
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(c->Call({"SET", "k", value}).str, "QUEUED") << i;
+  const std::string refused = c->Call({"SET", "k", value}).str;  // over 4 MiB in all
+  EXPECT_EQ(refused, "ERR transaction too large: its commands exceed 4194304 bytes");
+  EXPECT_EQ(c->Call({"EXEC"}).str.rfind("EXECABORT", 0), 0u);
 }
 
 TEST_F(ServerTest, AnswersMisplacedTransactionCommandsAsRedisDoes) {
