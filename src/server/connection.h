@@ -92,6 +92,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // An XREAD BLOCK waits on it (any thread): the idle sweep leaves it open,
   // as Redis's `timeout` leaves blocked clients.
   bool blocked_read() const { return blocked_read_.load(std::memory_order_relaxed); }
+  // The idle sweep's claim on closing it (any thread): true once only, so a
+  // sweep running before an earlier one's close took effect neither posts
+  // another nor counts the connection again in idle_disconnections.
+  bool ClaimIdleClose() { return !idle_close_claimed_.exchange(true); }
   // Heap bytes of its buffers when last counted (any thread).
   size_t buffer_bytes() const { return accounted_bytes_.load(std::memory_order_relaxed); }
 
@@ -166,6 +170,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   boost::asio::steady_timer block_timer_;
   std::atomic<uint64_t> last_activity_ms_{0};
   std::atomic<bool> blocked_read_{false};  // blocked_, for the idle sweep
+  std::atomic<bool> idle_close_claimed_{false};
 };
 
 }  // namespace prefixkv::server

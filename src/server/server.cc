@@ -299,8 +299,10 @@ size_t internal::ServerImpl::SweepIdle() {
     const uint64_t last = conn->last_activity_ms();
     const uint64_t idle_ms = now > last ? now - last : 0;
     if (timeout != 0 && idle_ms > timeout) {
-      conn->PostClose();
-      ++closed;
+      if (conn->ClaimIdleClose()) {  // not closing already for an earlier sweep
+        conn->PostClose();
+        ++closed;
+      }
     } else if (idle_ms >= kReleaseBuffersAfterIdleMs && conn->buffer_bytes() > 0) {
       conn->PostReleaseBuffers();
     }

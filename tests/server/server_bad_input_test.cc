@@ -126,6 +126,33 @@ TEST_F(ServerBadInputTest, ClosesOnlyConnectionsIdleLongerThanTheTimeout) {
   EXPECT_EQ(server_->stats().idle_disconnections, 1u);
 }
 
+// Each idle connection counts once in idle_disconnections (INFO stats, the
+// metrics): a sweep running before the connection's thread has closed one
+// that an earlier sweep timed out used to count it again.
+TEST_F(ServerBadInputTest, AnIdleDisconnectionIsCountedOnce) {
+  FakeClock clock;
+  options_.clock = &clock;
+  options_.idle_timeout_ms = 1000;
+  options_.idle_check_interval_ms = 3'600'000;  // sweeps only when the test asks
+  options_.io_threads = 1;
+  StartServer();
+  constexpr size_t kClients = 20;
+  std::vector<std::unique_ptr<testing::RespClient>> idle;
+  for (size_t i = 0; i < kClients; ++i) {
+    idle.push_back(Connect());
+    ASSERT_EQ(idle.back()->Call({"PING"}).str, "PONG");
+  }
+  clock.AdvanceMillis(1500);
+  size_t swept = 0;
+  for (int i = 0; i < 3; ++i) swept += server_->SweepIdleConnections();
+  for (auto& c : idle) EXPECT_TRUE(c->ReadsEof());
+  EXPECT_TRUE(
+      testing::WaitUntil([&] { return server_->stats().connected_clients == 0; }));
+  swept += server_->SweepIdleConnections();
+  EXPECT_EQ(swept, kClients);
+  EXPECT_EQ(server_->stats().idle_disconnections, kClients);
+}
+
 // A client taking in a reply longer than the socket buffers is not idle, even
 // when the whole reply takes longer than the timeout (it used to be cut off
 // mid-value: only received bytes counted as activity). One that stops reading
