@@ -12,6 +12,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <chrono>
+#include <cstring>
 #include <new>
 
 namespace prefixkv::server {
@@ -131,7 +132,8 @@ void Connection::PostReleaseBuffers() {
     // pending (a connection reading a large value straight into its final
     // buffer is not idle: that buffer is the value).
     if (self->closed_ || !self->reading_ || self->writing_in_flight_ ||
-        !self->queued_.empty() || self->parser_.body_capacity() > kSharedArgBytes) {
+        !self->queued_.empty() || self->read_pos_ < self->read_end_ ||
+        self->parser_.body_capacity() > kSharedArgBytes) {
       return;
     }
     self->read_buf_.reset();
@@ -152,6 +154,7 @@ void Connection::Touch() {
 void Connection::Pump() {
   if (closed_) return;
   ProcessInput();
+  if (blocked_ && peer_closed_) DropBlockedRead();
   Flush();
   if (stop_reading_) {
     if (!reading_ && !writing_in_flight_ && queued_.empty() && !delayed_ && !blocked_) {
@@ -165,7 +168,16 @@ void Connection::Pump() {
 
 void Connection::MaybeRead() {
   bool paused = PendingReplyBytes() > ReplyLimit();
-  if (reading_ || paused || read_pos_ < read_end_) return;  // OnWritten resumes
+  if (reading_ || paused) return;  // OnWritten resumes
+  if (read_pos_ < read_end_) {
+    // Unparsed input waits behind an XREAD BLOCK: read on after it, or the
+    // client's close would go unseen until the XREAD answers.
+    if (blocked_ && KeepUnparsedInput()) {
+      reading_ = true;
+      WaitReadable();
+    }
+    return;
+  }
   read_pos_ = read_end_ = 0;
   if (read_cap_ > kKeepReadBytes) {  // every byte is parsed: give a large one back
     read_buf_.reset();
@@ -202,31 +214,48 @@ void Connection::OnReadable(const boost::system::error_code& ec) {
     return Close();
   }
   boost::system::error_code read_ec;
-  const size_t n = socket_.read_some(asio::buffer(read_buf_.get(), read_cap_), read_ec);
+  const size_t room = read_cap_ - read_end_;
+  const size_t n =
+      socket_.read_some(asio::buffer(read_buf_.get() + read_end_, room), read_ec);
   if (read_ec == asio::error::would_block || read_ec == asio::error::try_again) {
     return WaitReadable();  // woken with nothing to read
   }
   // A full buffer: more may be waiting, so size the next one by it.
-  grow_read_ = !read_ec && n == read_cap_ && read_cap_ < ReadChunkBytes();
+  grow_read_ = !read_ec && n == room && read_cap_ < ReadChunkBytes();
   OnRead(read_ec, n);
 }
 
 bool Connection::SizeReadBuffer() {
+  const size_t kept = read_end_;  // input a read appends to (KeepUnparsedInput)
   // A kept buffer serves as it is unless the last read filled it (one ioctl
   // spared per read of a client that sends small requests).
-  if (read_cap_ != 0 && !grow_read_) return true;
+  if (read_cap_ != 0 && !grow_read_ && read_cap_ - kept >= kMinReadBytes) return true;
   boost::system::error_code ignored;
   const size_t want =
-      std::clamp(socket_.available(ignored), kMinReadBytes, ReadChunkBytes());
+      kept + std::clamp(socket_.available(ignored), kMinReadBytes, ReadChunkBytes());
   if (read_cap_ >= want) return true;
-  read_buf_.reset();
-  read_cap_ = 0;
+  if (kept == 0) {  // nothing to carry over: the old buffer goes first
+    read_buf_.reset();
+    read_cap_ = 0;
+  }
+  std::unique_ptr<char[]> buf;
   try {
-    read_buf_.reset(new char[want]);
+    buf.reset(new char[want]);
   } catch (const std::bad_alloc&) {
     return false;
   }
+  if (kept > 0) std::memcpy(buf.get(), read_buf_.get(), kept);
+  read_buf_ = std::move(buf);
   read_cap_ = want;
+  return true;
+}
+
+bool Connection::KeepUnparsedInput() {
+  const size_t unparsed = read_end_ - read_pos_;
+  if (unparsed >= ReadChunkBytes()) return false;
+  std::memmove(read_buf_.get(), read_buf_.get() + read_pos_, unparsed);
+  read_pos_ = 0;
+  read_end_ = unparsed;
   return true;
 }
 
@@ -235,12 +264,13 @@ void Connection::OnRead(const boost::system::error_code& ec, size_t n) {
   if (closed_) return;
   if (ec == asio::error::eof) {
     stop_reading_ = true;  // the client is done sending; answer what it sent
+    peer_closed_ = true;
   } else if (ec) {
     Close();
     return;
   } else {
     Touch();
-    read_end_ = n;
+    read_end_ += n;
   }
   Pump();
 }
@@ -362,6 +392,12 @@ void Connection::EndBlockedRead() {
   if (block_watch_ != 0) env_->dispatcher->engine()->UnwatchEvents(block_watch_);
   block_watch_ = 0;
   block_timer_.cancel();
+}
+
+void Connection::DropBlockedRead() {
+  EndBlockedRead();
+  client_.close_requested = stop_reading_ = true;  // like QUIT: nothing after it runs
+  read_pos_ = read_end_ = 0;
 }
 
 void Connection::Flush() {

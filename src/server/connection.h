@@ -141,6 +141,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void WatchBlockedRead();
   void ResumeBlockedRead(uint64_t generation, bool timed_out);
   void EndBlockedRead();
+  // The client closed its end while its XREAD BLOCK waits: as Redis frees
+  // such a client, the XREAD and what was pipelined after it are dropped and
+  // the connection closes once the replies before it are sent.
+  void DropBlockedRead();
+  // Input pipelined behind a waiting XREAD BLOCK, moved to the front of the
+  // read buffer so that more is read after it (the client's close is seen);
+  // false once a read chunk waits (the client is then not read until the
+  // XREAD answers).
+  bool KeepUnparsedInput();
 
   boost::asio::ip::tcp::socket socket_;
   const ConnectionEnv* env_;
@@ -150,7 +159,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::unique_ptr<char[]> read_buf_;  // null until bytes arrive
   size_t read_cap_ = 0;               // bytes of read_buf_
   bool grow_read_ = false;            // the last read filled read_buf_
-  size_t read_pos_ = 0;               // unparsed input is read_buf_[read_pos_, read_end_)
+  // Unparsed input is read_buf_[read_pos_, read_end_); a read appends after
+  // read_end_ (0 but while an XREAD BLOCK waits: KeepUnparsedInput).
+  size_t read_pos_ = 0;
   size_t read_end_ = 0;
   // This connection's share of client_buffer_bytes; written on its thread.
   std::atomic<size_t> accounted_bytes_{0};
@@ -160,6 +171,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool reading_ = false;
   bool writing_in_flight_ = false;
   bool stop_reading_ = false;  // EOF, QUIT, protocol error or shutdown
+  bool peer_closed_ = false;   // the read end saw end-of-file
   bool closed_ = false;
   bool delayed_ = false;  // a failed AUTH's pause is running
   boost::asio::steady_timer delay_timer_;

@@ -884,6 +884,57 @@ TEST_F(ServerTest, XreadBlockIsNotClosedByTheIdleTimeout) {
   EXPECT_TRUE(reader->Read().closed());
 }
 
+// A client that closes its socket while its XREAD BLOCK waits is released at
+// once, as Redis frees it: it used to keep its connection (a maxclients
+// place, its buffers) until the BLOCK's end, for ever with BLOCK 0, since
+// the end-of-file only stopped reading and a command pipelined behind the
+// XREAD stopped even the read that would have seen it.
+TEST_F(ServerTest, AClientClosedWhileItsXreadBlocksIsReleasedAtOnce) {
+  options_.io_threads = 1;
+  StartServer();
+  auto observer = Connect();
+  for (const bool pipelined : {false, true}) {
+    auto reader = Connect();
+    const int64_t id = reader->Call({"CLIENT", "ID"}).integer;
+    ASSERT_TRUE(reader->SendRaw(
+        testing::EncodeCommand(
+            {"XREAD", "BLOCK", "0", "STREAMS", "prefixkv:events", "$"}) +
+        (pipelined ? testing::EncodeCommand({"SET", "after", "xread"}) : "")));
+    ASSERT_TRUE(XreadDispatched(*observer, id));
+    reader.reset();  // closes the socket
+    EXPECT_TRUE(testing::WaitUntil(
+        [&] { return server_->stats().connected_clients == 1; }, std::chrono::seconds(5)))
+        << "pipelined " << pipelined << ": " << server_->stats().connected_clients
+        << " clients";
+  }
+  // The SET behind the dropped XREAD never ran (as in Redis).
+  EXPECT_TRUE(observer->Call({"GET", "after"}).null);
+  EXPECT_EQ(observer->Call({"PING"}).str, "PONG");
+}
+
+// Commands a client sends while its XREAD BLOCK waits, one write at a time
+// (the server reads them on after the XREAD to see a close), run after its
+// reply, in order.
+TEST_F(ServerTest, CommandsSentWhileAnXreadBlocksRunAfterItsReply) {
+  options_.io_threads = 1;
+  StartServer();
+  auto reader = Connect();
+  auto writer = Connect();
+  const int64_t id = reader->Call({"CLIENT", "ID"}).integer;
+  ASSERT_TRUE(reader->SendRaw(testing::EncodeCommand(
+      {"XREAD", "BLOCK", "0", "STREAMS", "prefixkv:events", "$"})));
+  ASSERT_TRUE(XreadDispatched(*writer, id));
+  constexpr int kSent = 4000;  // ~100 KB: past the one read chunk kept behind it
+  for (int i = 0; i < kSent; ++i) {
+    ASSERT_TRUE(reader->SendRaw(testing::EncodeCommand({"ECHO", std::to_string(i)})));
+  }
+  EXPECT_EQ(writer->Call({"PING"}).str, "PONG");  // the reader's bytes are in
+  EXPECT_EQ(writer->Call({"SET", "k", "v"}).str, "OK");
+  Reply r = reader->Read();
+  ASSERT_EQ(r.elems.size(), 1u) << "type " << r.type << " " << r.str;
+  for (int i = 0; i < kSent; ++i) ASSERT_EQ(reader->Read().str, std::to_string(i));
+}
+
 // Snapshot + tail over RESP: PKV.SNAPSHOT's key sets and ID, then XREAD from
 // that ID gives exactly the changes after it.
 TEST_F(ServerTest, PkvSnapshotBootstrapsAStreamConsumer) {
