@@ -79,10 +79,11 @@ struct ServerOptions {
   size_t max_unauthenticated_bytes = 16 << 10;
   // Largest accepted request: the sum of the argument bytes of one command, and
   // so also the largest single bulk argument (a SET value, a PKV.PUT record).
-  // Start() lowers it to the machine's memory (RAM plus swap) when it is
-  // larger. A bulk argument's buffer grows as its bytes arrive (resp_parser.h);
-  // when memory runs out the request is refused ("out of memory") and the
-  // connection closed, the server goes on.
+  // The server lowers it to the machine's memory (RAM plus swap) when it is
+  // larger (for every request and for a MULTI's queue). A bulk argument's
+  // buffer grows as its bytes arrive (resp_parser.h); when memory runs out
+  // the request is refused ("out of memory") and the connection closed, the
+  // server goes on.
   size_t max_request_bytes = size_t{512} << 20;
   // Most arguments in one command (a RESP array's element count).
   size_t max_array_elements = 1 << 20;
