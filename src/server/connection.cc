@@ -291,7 +291,10 @@ void Connection::ProcessInput() {
       client_.close_requested = stop_reading_ = true;
     }
   }
-  if (client_.close_requested) read_pos_ = read_end_ = 0;  // never parse past QUIT
+  // Never parse past QUIT. Once every byte is parsed the next read starts at
+  // the front, even one under way (a read behind an XREAD BLOCK appends at
+  // read_end_): the buffer then holds nothing to keep, and may be freed.
+  if (client_.close_requested || read_pos_ == read_end_) read_pos_ = read_end_ = 0;
 }
 
 void Connection::Execute() {

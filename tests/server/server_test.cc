@@ -966,6 +966,33 @@ TEST_F(ServerTest, CommandsSentWhileAnXreadBlocksRunAfterItsReply) {
   for (int i = 0; i < kSent; ++i) ASSERT_EQ(reader->Read().str, std::to_string(i));
 }
 
+// A connection that read on behind its XREAD BLOCK and then idles gives its
+// buffers back like any other, and goes on serving.
+TEST_F(ServerTest, AConnectionThatReadBehindAnXreadFreesItsBuffersAndServesOn) {
+  FakeClock clock;
+  options_.clock = &clock;
+  options_.idle_check_interval_ms = 3600 * 1000;  // the test sweeps
+  options_.io_threads = 1;
+  StartServer();
+  auto reader = Connect();
+  auto writer = Connect();
+  const int64_t id = reader->Call({"CLIENT", "ID"}).integer;
+  ASSERT_TRUE(reader->SendRaw(
+      testing::EncodeCommand({"XREAD", "BLOCK", "0", "STREAMS", "prefixkv:events", "$"}) +
+      testing::EncodeCommand({"PING"})));
+  ASSERT_TRUE(XreadDispatched(*writer, id));
+  EXPECT_EQ(writer->Call({"SET", "k", "v"}).str, "OK");
+  Reply r = reader->Read();
+  ASSERT_EQ(r.elems.size(), 1u) << "type " << r.type << " " << r.str;
+  EXPECT_EQ(reader->Read().str, "PONG");
+  clock.AdvanceMillis(3000);
+  EXPECT_TRUE(testing::WaitUntil([&] {
+    server_->SweepIdleConnections();
+    return server_->stats().client_buffer_bytes == 0;
+  })) << server_->stats().client_buffer_bytes;
+  EXPECT_EQ(reader->Call({"ECHO", "after"}).str, "after");
+}
+
 // Snapshot + tail over RESP: PKV.SNAPSHOT's key sets and ID, then XREAD from
 // that ID gives exactly the changes after it.
 TEST_F(ServerTest, PkvSnapshotBootstrapsAStreamConsumer) {
