@@ -544,6 +544,18 @@ TEST(GlobMatch, MatchesAsRedisDoes) {
   EXPECT_TRUE(GlobMatch("model@*@*", "model@0@abc"));
   // Backtracking stays bounded (Redis' guard): this returns at once.
   EXPECT_FALSE(GlobMatch("a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*b", std::string(5000, 'a')));
+  // Nesting: as redis-server 7.0.15 answers, "*a" 1000 times matches a long
+  // run of 'a's, 1001 times does not, and a trailing '*' adds no level.
+  const std::string run(5000, 'a');
+  const auto stars = [](int n, std::string_view tail) {
+    std::string p;
+    for (int i = 0; i < n; ++i) p += "*a";
+    return p + std::string(tail);
+  };
+  EXPECT_TRUE(GlobMatch(stars(1000, ""), run));
+  EXPECT_FALSE(GlobMatch(stars(1001, ""), run));
+  EXPECT_TRUE(GlobMatch(stars(1000, "*"), run));
+  EXPECT_FALSE(GlobMatch(stars(1001, "*"), run));
 }
 
 // A pattern of many stars recursed once per star matched: "*a" 65,536 times
