@@ -118,9 +118,13 @@ class SessionManager::State {
       REQUIRES(session->state_->mu) EXCLUDES(charge_mu, mu);
   // Charges `bytes` to config.memory for session `keep`, evicting this
   // manager's least recently used other sessions when the budget cannot make
-  // room by evicting cache blocks.
+  // room by evicting cache blocks. `opening_epoch`: the charge is for an Open
+  // of `keep` at that epoch, so a live older epoch of `keep` (which the open
+  // supersedes anyway) is superseded first, before any other session is
+  // evicted; null for the growth of a live session.
   Status ChargeMemory(const SessionManagerOptions& config, const std::string& keep,
-                      uint64_t bytes) REQUIRES(charge_mu) EXCLUDES(mu);
+                      uint64_t bytes, const uint64_t* opening_epoch = nullptr)
+      REQUIRES(charge_mu) EXCLUDES(mu);
   // Stores one session in config.prefix_cache (src/session/session_prefix_store.cc).
   StatusOr<SessionStoreResult> StoreSession(const SessionManagerOptions& config,
                                             const std::shared_ptr<Session>& session)
@@ -158,6 +162,16 @@ class SessionManager::State {
       auto t = tombstones.find(old_id);
       if (t != tombstones.end() && t->second.seq == old_seq) tombstones.erase(t);
     }
+  }
+
+  // Removes a live entry that a newer epoch of its session replaces; it is
+  // stored like a released one.
+  void Supersede(const std::string& id, size_t max_tombstones) REQUIRES(mu) {
+    auto it = live.find(id);
+    if (it == live.end()) return;
+    if (store_removed) removed.push_back(it->second.session);
+    Remove(id, nullptr, max_tombstones);
+    stats.superseded++;
   }
 
   void Evict(const std::string& id, CacheMissReason reason, size_t max_tombstones)

@@ -133,12 +133,8 @@ StatusOr<std::shared_ptr<Session>> SessionManager::Open(const std::string& id,
       if (options.created != nullptr) *options.created = false;
       return already_open;
     }
-    if (auto it = s.live.find(id); it != s.live.end()) {
-      // A newer epoch supersedes; the old state is stored like a released one.
-      if (s.store_removed) s.removed.push_back(it->second.session);
-      s.Remove(id, nullptr, config_.max_tombstones);
-      s.stats.superseded++;
-    }
+    // A newer epoch supersedes; the old state is stored like a released one.
+    s.Supersede(id, config_.max_tombstones);
     s.tombstones.erase(id);
     if (config_.max_sessions > 0) {
       s.EvictLruUntil(id, config_.max_sessions - 1, UINT64_MAX, config_.max_tombstones);
@@ -163,7 +159,7 @@ StatusOr<std::shared_ptr<Session>> SessionManager::Open(const std::string& id,
     // the table records the charge or it is refunded.
     lock.Unlock();
     MutexLock charging(&s.charge_mu);
-    PKV_RETURN_IF_ERROR(s.ChargeMemory(config_, id, bytes));
+    PKV_RETURN_IF_ERROR(s.ChargeMemory(config_, id, bytes, &epoch));
     PendingCharge pending(memory, bytes);
     lock.Lock();
     PKV_RETURN_IF_ERROR(check());

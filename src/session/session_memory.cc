@@ -62,7 +62,8 @@ StatusOr<std::optional<CacheMiss>> SessionManager::State::Recharge(
 }
 
 Status SessionManager::State::ChargeMemory(const SessionManagerOptions& config,
-                                           const std::string& keep, uint64_t bytes) {
+                                           const std::string& keep, uint64_t bytes,
+                                           const uint64_t* opening_epoch) {
   while (true) {
     uint64_t shortfall = 0;
     Status charged = memory->Charge(bytes, &shortfall);
@@ -70,7 +71,13 @@ Status SessionManager::State::ChargeMemory(const SessionManagerOptions& config,
     shortfall = std::max<uint64_t>(shortfall, 1);
     MutexLock lock(&mu);
     auto kept = live.find(keep);
-    const uint64_t others = total_bytes - (kept != live.end() ? kept->second.bytes : 0);
+    // An older epoch of the session being opened goes when the open commits:
+    // its bytes are freeable, and first (as under budget_bytes, where the
+    // open supersedes before it evicts), so no other session is lost for them.
+    const bool superseded = kept != live.end() && opening_epoch != nullptr &&
+                            kept->second.session->route_epoch() < *opening_epoch;
+    const uint64_t others =
+        total_bytes - (kept != live.end() && !superseded ? kept->second.bytes : 0);
     // Evicting sessions that cannot make enough room would only lose them.
     if (shortfall > others) {
       return Status::NoSpace(
@@ -80,6 +87,10 @@ Status SessionManager::State::ChargeMemory(const SessionManagerOptions& config,
                                    : std::to_string(shortfall)) +
           " after evicting every cache block it can, and the other sessions hold " +
           std::to_string(others));
+    }
+    if (superseded) {
+      Supersede(keep, config.max_tombstones);
+      continue;
     }
     // Until before - total_bytes >= shortfall (shortfall <= others <= before).
     EvictLruUntil(keep, SIZE_MAX, total_bytes - shortfall, config.max_tombstones);

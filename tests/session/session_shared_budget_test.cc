@@ -201,5 +201,30 @@ TEST_F(SessionSharedBudget, ASessionLargerThanTheQuotaIsRefusedBeforeAnybodyIsEv
   EXPECT_EQ((*quota)->charged_bytes(), capped.total_bytes());
 }
 
+TEST_F(SessionSharedBudget, ANewerEpochOfASessionTooLargeToHoldTwiceSupersedesIt) {
+  RunTurn(*adapter, "other", 0, LongPrompt(12, 10), 1);
+  // A conversation taking most of the budget, stored at the end of its turn.
+  const std::vector<int32_t> first = LongPrompt(100, 9);
+  auto turn = RunTurn(*adapter, "c", 0, first, 1);
+  ASSERT_OK(adapter->EndTurn("c", 0));
+  // Re-routed (a new epoch) while epoch 0 is still live: the new epoch restores
+  // what epoch 0 holds and supersedes it, so the two never need room at once
+  // and no other session is evicted for epoch 0's bytes (as under budget_bytes).
+  std::vector<int32_t> prompt = first;
+  prompt.push_back(turn.reply[0]);
+  prompt.push_back(5);
+  auto resumed = RunTurn(*adapter, "c", 1, prompt, kReply);
+  EXPECT_EQ(resumed.prefill.restore.restored_tokens,
+            static_cast<int64_t>(first.size()) + 1)
+      << resumed.prefill.restore.reason;
+  EXPECT_EQ(resumed.reply, StatelessGreedy(*model, prompt, kReply));
+  EXPECT_TRUE(IsStaleRouteEpoch(manager->Resolve("c", 0).status()));
+  EXPECT_EQ(manager->stats().superseded, 1u);
+  EXPECT_EQ(manager->stats().evicted_lru, 0u);
+  EXPECT_EQ(manager->session_keys(),
+            (std::vector<std::pair<std::string, uint64_t>>{{"c", 1}, {"other", 0}}));
+  ExpectOneBudget();
+}
+
 }  // namespace
 }  // namespace prefixkv
