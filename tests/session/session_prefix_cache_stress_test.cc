@@ -28,6 +28,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <map>
 #include <random>
 #include <set>
 
@@ -338,6 +339,521 @@ TEST(SessionPrefixCacheStress, KillNineDuringHybridTurnsLeavesTheNewTipOrThePrev
       "%d of %llu kills landed after the in-flight tip was whole; %zu orphans of "
       "unacknowledged turns\n",
       on_new_tip, static_cast<unsigned long long>(cycles), orphans);
+}
+
+// --- Branches, truncations and restarts against the stateless model ---
+
+// Conversations that fork off each other at any point (a block boundary, a
+// previous turn's end or mid-block), truncate and re-append, are stored,
+// released, evicted and restarted from SSD, on three models (full attention;
+// windows; windows + recurrent + full) and block sizes below, equal to and
+// above the 6-token window. Every step's logits (prefill and decode) must
+// equal the stateless runner's on the same tokens bit for bit: a restored
+// window or recurrent state from another position or branch would differ.
+class BranchHarness {
+ public:
+  BranchHarness(const std::string& dir, uint64_t seed, ModelConfig model_config,
+                uint32_t block_tokens)
+      : dir_(dir),
+        rng_(seed),
+        block_tokens_(block_tokens),
+        model_(testing::SeedModel(model_config)),
+        shard_(testing::FullShard(model_)),
+        recipe_(testing::RecipeOf(*shard_)) {
+    Start();
+  }
+  ~BranchHarness() {
+    adapter_.reset();
+    manager_.reset();
+    stack_.Close();
+  }
+
+  void Start() {
+    stack_.Open(dir_, 30 * HotEntryCharge(4 * 6 * 2 * 2 * 8 * 4));
+    auto ns = stack_.engine->RegisterModel(
+        SessionNamespaceSpec(recipe_, "branches", block_tokens_),
+        {.store_partial_tail = true});
+    ASSERT_OK(ns);
+    SessionManagerOptions config;
+    config.max_sessions = 3;
+    config.prefix_cache = {stack_.engine.get(), *ns};
+    manager_ = std::make_unique<SessionManager>(recipe_, config);
+    adapter_ = std::make_unique<KvBoundaryAdapter>(shard_.get(), manager_.get());
+    live_.clear();
+  }
+
+  void Restart() {
+    if (rng_() % 2 == 0) {
+      ASSERT_OK(manager_->StoreLiveSessions());
+    }
+    adapter_.reset();
+    manager_.reset();
+    stack_.Close();
+    Start();
+  }
+
+  // The logits a step returned must be the stateless runner's on `text`.
+  void CheckLogits(const std::vector<int32_t>& text, const TailOutput& out,
+                   const std::string& what) {
+    auto expected = model_->NextTokenLogits(text);
+    ASSERT_OK(expected);
+    ++steps_checked_;
+    EXPECT_TRUE(*expected == out.logits)
+        << what << ": logits differ after " << text.size() << " tokens";
+  }
+
+  std::vector<int32_t> Message() {
+    std::vector<int32_t> msg(1 + rng_() % 7);
+    for (int32_t& t : msg) t = static_cast<int32_t>(rng_() % 6);  // branches collide
+    return msg;
+  }
+
+  // A prefix of a known text to fork off: its whole, a block boundary, or any cut.
+  std::vector<int32_t> ForkPoint() {
+    if (texts_.empty() || rng_() % 6 == 0) return {};
+    std::vector<int32_t> base = texts_[rng_() % texts_.size()];
+    size_t cut = base.size();
+    switch (rng_() % 3) {
+      case 0:
+        break;
+      case 1:
+        cut = (rng_() % (base.size() / block_tokens_ + 1)) * block_tokens_;
+        break;
+      default:
+        cut = rng_() % (base.size() + 1);
+    }
+    base.resize(std::min(cut, base.size()));
+    return base;
+  }
+
+  // A new session on a fork of a known text plus a message, then a few decodes.
+  void Fork() {
+    std::vector<int32_t> text = ForkPoint();
+    if (text.size() > 70) text.resize(70);
+    const std::vector<int32_t> msg = Message();
+    text.insert(text.end(), msg.begin(), msg.end());
+    const std::string id = "s" + std::to_string(next_id_++);
+    StepStats stats;
+    auto out = adapter_->Prefill(id, 1, testing::Tokens(text), &stats);
+    ASSERT_OK(out);
+    const auto* tail = std::get_if<TailOutput>(&*out);
+    ASSERT_NE(tail, nullptr) << "a new session's prefill missed";
+    EXPECT_EQ(stats.restore.restored_tokens + stats.computed_tokens,
+              static_cast<int64_t>(text.size()));
+    restored_ += stats.restore.restored_tokens;
+    CheckLogits(text, *tail,
+                id + " prefill (restored " +
+                    std::to_string(stats.restore.restored_tokens) + ": " +
+                    stats.restore.reason + ")");
+    text.push_back(tail->token_id);
+    live_[id] = text;
+    Decode(id, rng_() % 4);
+  }
+
+  // `n` decode steps of a live session (its last token runs first).
+  void Decode(const std::string& id, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      auto it = live_.find(id);
+      if (it == live_.end()) return;
+      auto out = adapter_->Decode(id, 1, testing::Tokens({it->second.back()}));
+      ASSERT_OK(out);
+      if (std::holds_alternative<CacheMiss>(*out)) return Lost(id);
+      const TailOutput& tail = std::get<TailOutput>(*out);
+      CheckLogits(it->second, tail, id + " decode");
+      it->second.push_back(tail.token_id);
+    }
+  }
+
+  // A session evicted by the cap: it was stored; its text is a fork point.
+  void Lost(const std::string& id) {
+    auto it = live_.find(id);
+    if (it == live_.end()) return;
+    std::vector<int32_t> text = std::move(it->second);
+    text.pop_back();  // the last token never ran
+    texts_.push_back(std::move(text));
+    live_.erase(it);
+  }
+
+  std::string PickLive() {
+    if (live_.empty()) return "";
+    auto it = live_.begin();
+    std::advance(it, static_cast<long>(rng_() % live_.size()));
+    return it->first;
+  }
+
+  // Truncates a live session (when its layers allow) and continues it with a
+  // new message: the truncated part must never come back.
+  void TruncateAndContinue() {
+    const std::string id = PickLive();
+    if (id.empty()) return;
+    std::vector<int32_t>& text = live_[id];
+    const size_t held = text.size() - 1;  // the last token has not run
+    size_t to = rng_() % (held + 1);
+    auto truncated = manager_->Truncate(id, 1, static_cast<int64_t>(to));
+    if (!truncated.ok()) {
+      ASSERT_TRUE(truncated.status().IsInvalidArgument())
+          << truncated.status().ToString();
+      to = held;  // a wrapped window or a recurrent state: continue instead
+    } else if (std::holds_alternative<CacheMiss>(*truncated)) {
+      return Lost(id);
+    }
+    text.resize(to);
+    if (rng_() % 2 == 0 && to > 0) {
+      auto stored = manager_->StoreToPrefixCache(id, 1);
+      ASSERT_OK(stored);
+      texts_.push_back(text);
+    }
+    const std::vector<int32_t> msg = Message();
+    text.insert(text.end(), msg.begin(), msg.end());
+    StepInput in = testing::Tokens(msg);
+    in.expected_seq_len = static_cast<int64_t>(to);
+    auto out = adapter_->Prefill(id, 1, in);
+    ASSERT_OK(out);
+    if (std::holds_alternative<CacheMiss>(*out)) return Lost(id);
+    const TailOutput& tail = std::get<TailOutput>(*out);
+    CheckLogits(text, tail, id + " continued after truncating to " + std::to_string(to));
+    text.push_back(tail.token_id);
+  }
+
+  void Step() {
+    switch (rng_() % 10) {
+      case 0:
+      case 1:
+      case 2:
+        return Fork();
+      case 3:
+      case 4: {
+        const std::string id = PickLive();
+        if (!id.empty()) Decode(id, 1 + rng_() % 3);
+        return;
+      }
+      case 5:
+        return TruncateAndContinue();
+      case 6: {  // end of turn: stored, stays live
+        const std::string id = PickLive();
+        if (id.empty()) return;
+        auto stored = adapter_->EndTurn(id, 1);
+        ASSERT_OK(stored);
+        std::vector<int32_t> text = live_[id];
+        text.pop_back();
+        texts_.push_back(std::move(text));
+        return;
+      }
+      case 7:
+      case 8: {
+        const std::string id = PickLive();
+        if (id.empty()) return;
+        ASSERT_OK(manager_->Release(id, 1));
+        return Lost(id);
+      }
+      default:
+        if (rng_() % 3 == 0) return Restart();
+        return Fork();
+    }
+  }
+
+  // Sessions the cap evicted behind the test's back.
+  void ForgetEvicted() {
+    std::set<std::string> keys;
+    for (const auto& [id, epoch] : manager_->session_keys()) keys.insert(id);
+    std::vector<std::string> gone;
+    for (const auto& [id, text] : live_)
+      if (keys.count(id) == 0) gone.push_back(id);
+    for (const std::string& id : gone) Lost(id);
+    SessionStats stats = manager_->stats();
+    EXPECT_EQ(stats.store_failures, 0u) << stats.last_store_error;
+  }
+
+  int steps_checked() const { return steps_checked_; }
+  int64_t restored() const { return restored_; }
+
+ private:
+  const std::string dir_;
+  std::mt19937_64 rng_;
+  const uint32_t block_tokens_;
+  std::shared_ptr<const ReferenceModel> model_;
+  std::unique_ptr<ReferenceShard> shard_;
+  KvCacheRecipe recipe_;
+  CacheStack stack_;
+  std::unique_ptr<SessionManager> manager_;
+  std::unique_ptr<KvBoundaryAdapter> adapter_;
+  std::map<std::string, std::vector<int32_t>> live_;  // text incl. the unrun token
+  std::vector<std::vector<int32_t>> texts_;           // stored texts to fork off
+  int next_id_ = 0;
+  int steps_checked_ = 0;
+  int64_t restored_ = 0;
+};
+
+TEST(SessionPrefixCacheStress, RandomBranchesTruncationsAndRestartsDecodeExactly) {
+  const uint64_t seed = testing::TestSeed("SessionPrefixCacheStress.Branches");
+  struct Case {
+    const char* name;
+    ModelConfig config;
+    uint32_t block_tokens;
+  };
+  ModelConfig full;
+  full.n_kv_heads = 2;
+  // Blocks of the window's size: the window wraps exactly at block boundaries.
+  const Case cases[] = {
+      {"full attention, 4-token blocks", full, 4},
+      {"windows of 6, 6-token blocks", testing::HybridModelConfig(), 6},
+      {"WRGWRG, 4-token blocks", RecurrentHybridModelConfig(), 4},
+  };
+  const uint64_t ops = testing::Iterations(120, 5000);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    testing::TempDir dir;
+    BranchHarness h(dir.str() + "/tiers", seed, c.config, c.block_tokens);
+    for (uint64_t i = 0; i < ops && !::testing::Test::HasFatalFailure(); ++i) {
+      h.Step();
+      h.ForgetEvicted();
+    }
+    std::printf("%s: %d steps checked, %lld tokens restored\n", c.name, h.steps_checked(),
+                static_cast<long long>(h.restored()));
+  }
+}
+
+// Pipelines: a head shard (layers 0-2) and a tail shard (3-5), each with its
+// own manager and namespace, hold forking conversations; either shard's
+// session may be released or evicted alone, the engine restarts; a turn whose
+// session was lost is prefilled again at a new epoch (with the head's restore
+// cut to nothing when the tail cannot restore the head's prefix). The tail's
+// logits must be the stateless runner's at every step.
+class PipelineHarness {
+ public:
+  PipelineHarness(const std::string& dir, uint64_t seed, ModelConfig model_config,
+                  uint32_t block_tokens)
+      : dir_(dir),
+        rng_(seed),
+        block_tokens_(block_tokens),
+        model_(testing::SeedModel(model_config)),
+        head_shard_(testing::Shard(model_, 0, 2)),
+        tail_shard_(testing::Shard(model_, 3, 5)) {
+    Start();
+  }
+  ~PipelineHarness() { Stop(); }
+
+  void Stop() {
+    head_.reset();
+    tail_.reset();
+    head_mgr_.reset();
+    tail_mgr_.reset();
+    stack_.Close();
+  }
+
+  void Start() {
+    stack_.Open(dir_, 30 * HotEntryCharge(4 * 3 * 2 * 2 * 8 * 4));
+    head_mgr_ = Bound(*head_shard_);
+    tail_mgr_ = Bound(*tail_shard_);
+    head_ = std::make_unique<KvBoundaryAdapter>(head_shard_.get(), head_mgr_.get());
+    tail_ = std::make_unique<KvBoundaryAdapter>(tail_shard_.get(), tail_mgr_.get());
+    for (auto& [id, c] : convs_) c.live = false;
+  }
+
+  std::unique_ptr<SessionManager> Bound(const ShardComputation& shard) {
+    KvCacheRecipe recipe = testing::RecipeOf(shard);
+    auto ns = stack_.engine->RegisterModel(
+        SessionNamespaceSpec(recipe, "pipeline", block_tokens_),
+        {.store_partial_tail = true});
+    EXPECT_OK(ns);
+    SessionManagerOptions config;
+    config.max_sessions = 2 + rng_() % 2;  // the shards evict apart
+    config.prefix_cache = {stack_.engine.get(), ns.ok() ? *ns : Namespace{}};
+    return std::make_unique<SessionManager>(recipe, config);
+  }
+
+  struct Conv {
+    std::vector<int32_t> text;  // the last token has not run
+    uint64_t epoch = 0;
+    bool live = false;
+  };
+
+  // One step through both shards: the tail's output or its miss.
+  StatusOr<StepOutput> Step(bool prefill, const std::string& id, uint64_t epoch,
+                            const std::vector<int32_t>& ids,
+                            std::optional<int64_t> max_restore) {
+    StepInput in = testing::Tokens(ids);
+    in.max_restore_tokens = max_restore;
+    auto h = prefill ? head_->Prefill(id, epoch, in) : head_->Decode(id, epoch, in);
+    if (!h.ok() || std::holds_alternative<CacheMiss>(*h)) return h;
+    StepInput next = testing::Boundary(std::get<BoundaryBundle>(*h));
+    next.token_ids = ids;
+    return prefill ? tail_->Prefill(id, epoch, next) : tail_->Decode(id, epoch, next);
+  }
+
+  void Check(const std::vector<int32_t>& text, const TailOutput& out,
+             const std::string& what) {
+    auto expected = model_->NextTokenLogits(text);
+    ASSERT_OK(expected);
+    ++steps_checked_;
+    EXPECT_TRUE(*expected == out.logits)
+        << what << ": logits differ after " << text.size() << " tokens";
+  }
+
+  // The whole text again at a new epoch (the turn's session was lost, or a
+  // new conversation): a prefix-unavailable miss retries without a restore.
+  void Reopen(const std::string& id, Conv& c) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      ++c.epoch;
+      auto out = Step(true, id, c.epoch, c.text,
+                      attempt == 0 ? std::nullopt : std::optional<int64_t>(0));
+      ASSERT_OK(out);
+      if (const auto* miss = std::get_if<CacheMiss>(&*out)) {
+        ASSERT_EQ(miss->reason, CacheMissReason::kPrefixUnavailable) << miss->detail;
+        ++unavailable_;
+        continue;
+      }
+      const TailOutput& tail = std::get<TailOutput>(*out);
+      Check(c.text, tail, id + " prefill");
+      c.text.push_back(tail.token_id);
+      c.live = true;
+      return;
+    }
+    ADD_FAILURE() << id << ": a prefill without a restore missed";
+  }
+
+  void Decode(const std::string& id, Conv& c) {
+    if (!c.live) return Reopen(id, c);
+    auto out = Step(false, id, c.epoch, {c.text.back()}, std::nullopt);
+    ASSERT_OK(out);
+    if (std::holds_alternative<CacheMiss>(*out)) {
+      c.live = false;  // one shard lost it: the other's state is superseded
+      return Reopen(id, c);
+    }
+    const TailOutput& tail = std::get<TailOutput>(*out);
+    Check(c.text, tail, id + " decode");
+    c.text.push_back(tail.token_id);
+  }
+
+  std::string PickConv() {
+    auto it = convs_.begin();
+    std::advance(it, static_cast<long>(rng_() % convs_.size()));
+    return it->first;
+  }
+
+  void Fork() {
+    Conv c;
+    if (!convs_.empty() && rng_() % 5 != 0) {
+      c.text = convs_[PickConv()].text;
+      c.text.pop_back();
+      size_t cut = c.text.size();
+      if (rng_() % 2 == 0) {
+        cut = (rng_() % (cut / block_tokens_ + 1)) * block_tokens_;
+      } else if (rng_() % 2 == 0) {
+        cut = rng_() % (cut + 1);
+      }
+      c.text.resize(std::min<size_t>(cut, 60));
+    }
+    const size_t n = 1 + rng_() % 6;
+    for (size_t i = 0; i < n; ++i) c.text.push_back(static_cast<int32_t>(rng_() % 6));
+    const std::string id = "p" + std::to_string(next_id_++);
+    Reopen(id, convs_[id] = c);
+  }
+
+  void Op() {
+    switch (rng_() % 10) {
+      case 0:
+      case 1:
+        return Fork();
+      case 2:
+      case 3:
+      case 4: {
+        if (convs_.empty()) return Fork();
+        const std::string id = PickConv();
+        return Decode(id, convs_[id]);
+      }
+      case 5: {  // end of turn on both shards
+        if (convs_.empty()) return;
+        const std::string id = PickConv();
+        Conv& c = convs_[id];
+        if (!c.live) return;
+        for (KvBoundaryAdapter* a : {head_.get(), tail_.get()}) {
+          auto stored = a->EndTurn(id, c.epoch);
+          ASSERT_TRUE(stored.ok() || IsKvCacheMiss(stored.status()))
+              << stored.status().ToString();
+        }
+        return;
+      }
+      case 6:
+      case 7: {  // a release of one shard's session or both
+        if (convs_.empty()) return;
+        const std::string id = PickConv();
+        Conv& c = convs_[id];
+        if (!c.live) return;
+        const uint64_t which = rng_() % 3;
+        if (which != 1) {
+          ASSERT_OK(head_mgr_->Release(id, c.epoch));
+        }
+        if (which != 0) {
+          ASSERT_OK(tail_mgr_->Release(id, c.epoch));
+        }
+        c.live = false;
+        return;
+      }
+      case 8:
+        if (rng_() % 3 == 0) {
+          if (rng_() % 2 == 0) {
+            ASSERT_OK(head_mgr_->StoreLiveSessions());
+            ASSERT_OK(tail_mgr_->StoreLiveSessions());
+          }
+          Stop();
+          return Start();
+        }
+        return Fork();
+      default:
+        if (convs_.size() > 12) convs_.erase(PickConv());
+        return Fork();
+    }
+  }
+
+  void CheckCounters() {
+    for (SessionManager* m : {head_mgr_.get(), tail_mgr_.get()}) {
+      SessionStats stats = m->stats();
+      EXPECT_EQ(stats.store_failures, 0u) << stats.last_store_error;
+    }
+  }
+
+  int steps_checked() const { return steps_checked_; }
+  int unavailable() const { return unavailable_; }
+
+ private:
+  const std::string dir_;
+  std::mt19937_64 rng_;
+  const uint32_t block_tokens_;
+  std::shared_ptr<const ReferenceModel> model_;
+  std::unique_ptr<ReferenceShard> head_shard_, tail_shard_;
+  CacheStack stack_;
+  std::unique_ptr<SessionManager> head_mgr_, tail_mgr_;
+  std::unique_ptr<KvBoundaryAdapter> head_, tail_;
+  std::map<std::string, Conv> convs_;
+  int next_id_ = 0;
+  int steps_checked_ = 0;
+  int unavailable_ = 0;
+};
+
+TEST(SessionPrefixCacheStress, RandomPipelineBranchesDecodeExactly) {
+  const uint64_t seed = testing::TestSeed("SessionPrefixCacheStress.Pipeline");
+  struct Case {
+    const char* name;
+    ModelConfig config;
+    uint32_t block_tokens;
+  };
+  const Case cases[] = {
+      {"windows of 6, 4-token blocks", testing::HybridModelConfig(), 4},
+      {"WRGWRG, 6-token blocks", RecurrentHybridModelConfig(), 6},
+  };
+  const uint64_t ops = testing::Iterations(120, 5000);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    testing::TempDir dir;
+    PipelineHarness h(dir.str() + "/tiers", seed, c.config, c.block_tokens);
+    for (uint64_t i = 0; i < ops && !::testing::Test::HasFatalFailure(); ++i) {
+      h.Op();
+      h.CheckCounters();
+    }
+    std::printf("%s: %d steps checked, %d prefix-unavailable misses\n", c.name,
+                h.steps_checked(), h.unavailable());
+  }
 }
 
 }  // namespace
