@@ -2,8 +2,8 @@
 // ShardComputation interface, the shape a real inference worker has. It lets the
 // session and boundary adapter code run against a model split across shards
 // without a real model. CheckRunInputs rejects what a caller could get wrong
-// (hidden state shape, non-consecutive positions, past KV of another length or
-// window) with InvalidArgument before any layer runs.
+// (hidden state shape, non-consecutive positions, past KV of another length,
+// window or head geometry) with InvalidArgument before any layer runs.
 #include <string>
 
 #include "prefixkv/reference_model.h"
@@ -85,6 +85,19 @@ Status ReferenceShard::CheckRunInputs(const HiddenStates& hidden,
     if (cache && cache->geometry().recurrent != layer_recurrent_shape(layer)) {
       return Status::InvalidArgument("layer " + std::to_string(layer) +
                                      " past state has a different recurrent shape");
+    }
+    // The attention kernel reads every KV head of the model at its head dim
+    // from the past: a cache of fewer heads or narrower rows would be read
+    // past its end.
+    const KvGeometry g = kv_geometry();
+    if (cache && !cache->is_recurrent() &&
+        (cache->geometry().n_kv_heads != g.n_kv_heads ||
+         cache->geometry().head_dim != g.head_dim)) {
+      return Status::InvalidArgument(
+          "layer " + std::to_string(layer) + " past KV has " +
+          std::to_string(cache->geometry().n_kv_heads) + " heads of " +
+          std::to_string(cache->geometry().head_dim) + ", the model " +
+          std::to_string(g.n_kv_heads) + " of " + std::to_string(g.head_dim));
     }
   }
   return Status::OK();

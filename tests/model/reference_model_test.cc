@@ -221,5 +221,33 @@ TEST(ReferenceShard, ACancelledTokenStopsTheRun) {
   EXPECT_EQ(run.status().code(), StatusCode::kAborted);
 }
 
+TEST(ReferenceShard, RejectsPastKvOfAnotherHeadGeometry) {
+  auto model = Model(Gqa());  // 2 KV heads of 8
+  auto shard = ReferenceShard::Create(model, 0, 0);
+  ASSERT_OK(shard);
+  auto hidden = (*shard)->EmbedTokens(std::vector<int32_t>{1});
+  ASSERT_OK(hidden);
+  std::vector<int64_t> positions = {2};
+  // Two cached positions of 1 KV head of 8, then of 2 KV heads of 4: the
+  // attention kernel would read the model's heads and rows past their end.
+  for (auto [heads, dim] : {std::pair<int64_t, int64_t>{1, 8}, {2, 4}}) {
+    LayerKvCache cache({0, heads, dim, 0, {}});
+    auto rows = [&] {
+      uint8_t* out = nullptr;
+      SharedBytes b =
+          SharedBytes::Allocate(static_cast<size_t>(heads * 2 * dim) * 4, &out);
+      std::memset(out, 0, b.size());
+      return Tensor(DType::kFloat32, {heads, 2, dim}, std::move(b));
+    };
+    ASSERT_OK(cache.Append(rows(), rows()));
+    PastKv past{{0, &cache}};
+    EXPECT_TRUE((*shard)
+                    ->RunLayersCached(*hidden, positions, past, nullptr)
+                    .status()
+                    .IsInvalidArgument())
+        << heads << " KV heads of " << dim;
+  }
+}
+
 }  // namespace
 }  // namespace prefixkv
