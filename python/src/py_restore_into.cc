@@ -203,6 +203,7 @@ PyRestoredInto RestoreInto(PyEngine& engine, const PyMatch& match,
   LayerRestoredCallback told;
   if (!on_layer.is_none()) {
     told = [&](size_t l) {
+      const PyEngine::Callback callback(engine);  // before the GIL: see PyEngine
       py::gil_scoped_acquire gil;
       if (raised) return;
       try {

@@ -13,9 +13,9 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -77,26 +77,28 @@ struct PyRestoredInto : PyRestoreCounters {
   py::list layers;  // PyLayer: tensors are writable views of the destinations
 };
 
-// The Engine behind the GIL: every call releases the GIL and holds `mu_`
-// shared; close() holds it exclusively, so it never runs while another
+// The Engine behind the GIL: every call releases the GIL and counts itself
+// in flight; close() waits until no call is, so it never runs while another
 // thread's call is in flight (Engine::Close's requirement). A call made from
 // a callback of a call of the same engine on the same thread (restore_into's
-// on_layer) already holds the lock: it runs under that hold, and close()
-// there is refused (it would wait for the call it is in). The shared lock is
-// taken through `gate_`, which close() holds while it waits: no call starts
-// while a close is pending (each then finds the engine closed). The lock
-// alone prefers readers, so threads whose calls overlap (events() waits,
-// parallel restores) would hold a close() off for as long as they go on.
+// on_layer) runs inside that call, and close() there is refused (it would
+// wait for the call it is in). No call starts while a close is pending (each
+// then finds the engine closed): calls that overlap (events() waits,
+// parallel restores) would otherwise hold a close() off for as long as they
+// go on. Except while a callback runs: it runs Python code inside its call,
+// which the close waits for, and that code may wait for another thread's
+// call (on_layer joining a worker that calls the engine); gating that call
+// would leave the three waiting for each other forever.
 class PyEngine {
  public:
   explicit PyEngine(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {}
 
-  // Runs fn(engine) without the GIL, under the shared lock.
+  // Runs fn(engine) without the GIL, counted in flight.
   template <typename F>
   auto Call(F&& fn) {
     py::gil_scoped_release nogil;
     if (InCall()) return fn(*engine_);
-    std::shared_lock lock = EnterCall();
+    InFlight in_flight(this);
     CallScope scope(this);
     return fn(*engine_);
   }
@@ -107,18 +109,57 @@ class PyEngine {
           "on_layer): close it after the call returns");
     }
     py::gil_scoped_release nogil;
-    std::lock_guard gate(gate_);
     std::unique_lock lock(mu_);
-    return engine_->Close();
+    changed_.wait(lock, [&] { return !closing_; });  // one close at a time
+    closing_ = true;
+    changed_.wait(lock, [&] { return calls_ == 0; });
+    lock.unlock();  // closing_ and no call in flight: none can start
+    const Status closed = engine_->Close();
+    lock.lock();
+    closing_ = false;
+    changed_.notify_all();
+    return closed;
   }
   bool closed() const { return engine_->closed(); }
 
+  // Held (without the GIL) while a callback of a call of this engine runs
+  // Python code: calls from other threads start meanwhile even when a close
+  // is pending (see the class comment).
+  class Callback {
+   public:
+    explicit Callback(PyEngine& e) : e_(e) {
+      std::lock_guard lock(e_.mu_);
+      ++e_.callbacks_;
+      e_.changed_.notify_all();
+    }
+    ~Callback() {
+      std::lock_guard lock(e_.mu_);
+      --e_.callbacks_;
+    }
+    Callback(const Callback&) = delete;
+    Callback& operator=(const Callback&) = delete;
+
+   private:
+    PyEngine& e_;
+  };
+
  private:
-  // The shared lock for a call, taken once no close() is pending.
-  std::shared_lock<std::shared_mutex> EnterCall() {
-    std::lock_guard gate(gate_);
-    return std::shared_lock(mu_);
-  }
+  // A call in flight, counted once no close() is pending or a callback runs.
+  struct InFlight {
+    explicit InFlight(PyEngine* e) : e_(e) {
+      std::unique_lock lock(e_->mu_);
+      e_->changed_.wait(lock, [&] { return !e_->closing_ || e_->callbacks_ > 0; });
+      ++e_->calls_;
+    }
+    ~InFlight() {
+      std::lock_guard lock(e_->mu_);
+      --e_->calls_;
+      e_->changed_.notify_all();
+    }
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+    PyEngine* e_;
+  };
   // The engines whose Call this thread is inside (innermost last).
   static std::vector<const PyEngine*>& Calls() {
     thread_local std::vector<const PyEngine*> calls;
@@ -136,8 +177,11 @@ class PyEngine {
   };
 
   std::unique_ptr<Engine> engine_;
-  std::mutex gate_;  // held by close() from before it waits for mu_
-  std::shared_mutex mu_;
+  std::mutex mu_;  // guards the three below
+  std::condition_variable changed_;
+  size_t calls_ = 0;      // in flight (a callback's nested calls not counted)
+  size_t callbacks_ = 0;  // running Python code inside a call in flight
+  bool closing_ = false;  // a close() is waiting for calls_ == 0, or closing
 };
 
 // Builds the Python value of a restore (arrays viewing the blocks' bytes).

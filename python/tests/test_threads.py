@@ -114,3 +114,37 @@ def test_close_is_not_held_off_by_threads_that_keep_calling(rng):
     for t in threads:
         t.join()
     assert e.closed
+
+
+def test_close_pending_while_on_layer_waits_for_another_threads_call(rng):
+    """on_layer (inside restore_into's call) waits for a thread that calls the
+    engine, while a close() from a third thread is pending. The close waits
+    for restore_into, restore_into for on_layer, on_layer for the thread; the
+    thread's call must not wait for the close. It did (a pending close gated
+    every new call): the three waited for each other forever. Bounded: the
+    wait for the thread gives up after 20 s, the restore then returns and
+    the close, and then the thread's call, go ahead."""
+    e = prefixkv.Engine.open(hot_bytes=16 << 20, quiet=True)
+    ns = register(e)
+    e.store(ns, list(range(8)), kv_layers(rng, 2, 8))
+    dests = [[np.zeros((1, 2, 8, 8), np.float32) for _ in range(2)] for _ in range(2)]
+    closer = threading.Thread(target=e.close)
+    answered = []
+
+    def on_layer(layer):
+        if layer != 0:
+            return
+        closer.start()
+        # close() is pending once the closer waits for this call; a moment
+        # for it to get there (were it later, the test would pass without
+        # checking anything, never fail falsely).
+        time.sleep(0.3)
+        caller = threading.Thread(target=lambda: answered.append(e.stats()["hot"]["entries"]))
+        caller.start()
+        caller.join(20)
+        answered.append("joined" if not caller.is_alive() else "still waiting")
+
+    e.restore_into(e.match(ns, list(range(8))), dests, on_layer=on_layer)
+    closer.join(60)
+    assert not closer.is_alive() and e.closed
+    assert answered == [2, "joined"], "a call on_layer waited for waited for the close"
