@@ -121,6 +121,23 @@ def test_a_plan_applied_is_the_restore_and_lies_in_the_memory_regions(data_dir, 
             plan.layers
 
 
+def test_the_plan_of_a_miss_has_no_layers_and_is_held_until_released(engine, rng):
+    # A prompt nothing is cached for (the first turn of every conversation):
+    # its plan has no layers, as restore() has none. It said "the plan was
+    # released" instead, for .layers and every copy_layer, and held was False.
+    ns = register(engine)
+    engine.store(ns, list(range(8)), kv_layers(rng, 2, 8))
+    plan = engine.plan_restore(engine.match(ns, [9, 9, 9, 9, 9]))
+    assert plan.restored_tokens == 0 and plan.held
+    assert plan.layers == [] == engine.restore(engine.match(ns, [9, 9, 9, 9, 9])).layers
+    with pytest.raises(prefixkv.InvalidArgument, match="layer 0 of a plan of 0"):
+        plan.copy_layer(0, np.zeros(64, dtype=np.uint8))
+    plan.release()
+    assert not plan.held
+    with pytest.raises(prefixkv.InvalidArgument, match="released"):
+        plan.layers
+
+
 def test_a_plan_released_during_copy_layer_holds_its_bytes_until_the_copy_ends(
         data_dir, rng):
     # copy_layer copies without the GIL; a release() from another thread

@@ -116,7 +116,10 @@ StatusOr<RestorePlan> PrefixCache::PlanRestore(
   PKV_ASSIGN_OR_RETURN(
       hold->blocks,
       cache::LoadRestoreBlocks(*ns, match, options_.decode_limits, &plan.result));
-  if (hold->blocks.empty()) return plan;
+  if (hold->blocks.empty()) {
+    plan.hold = std::move(hold);  // nothing to hold, but not released
+    return plan;
+  }
   if (pin) {
     for (const LoadedBlock& block : hold->blocks) {
       if (std::shared_ptr<const void> p = pin(block.record))
