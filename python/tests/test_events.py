@@ -45,6 +45,25 @@ class Consumer:
         self.apply(e["seq"], e["kind"], e["tier"], e["from"], e["key"])
 
 
+def test_a_wait_longer_than_the_nanoseconds_hold_waits_for_the_next_event(engine, rng):
+    """events(wait_ms=W) with W * 10**6 past 2**64 (W = 18446744073710, ~584
+    years, what "wait forever" may be written as): the wait in nanoseconds
+    wrapped to 448384, so the iterator stopped at once with nothing instead
+    of waiting for the store below. Bounded: the store wakes a right wait."""
+    ns = register(engine)
+    head = engine.event_log_stats()["head_seq"]
+    got = []
+    waiter = threading.Thread(
+        target=lambda: got.append(next(engine.events(head + 1, wait_ms=18446744073710), None)))
+    waiter.start()
+    waiter.join(0.5)  # the waiter is in its wait (were it not yet, no false failure)
+    engine.store(ns, list(range(8)), kv_layers(rng, 2, 8))
+    waiter.join(30)
+    assert not waiter.is_alive()
+    assert got and got[0] is not None, "the wait ended at once: its nanoseconds wrapped"
+    assert got[0]["seq"] == head + 1 and got[0]["kind"] == "stored"
+
+
 def test_events_iterate_in_order_and_resume(data_dir, rng):
     tokens = list(range(24))
     c = Consumer()

@@ -13,6 +13,7 @@
 // it. Either way a consumer that applied every event holds the SSD tier's
 // exact key set after the open's events.
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 
 #include "engine_impl.h"
@@ -128,6 +129,14 @@ Status NoLog() {
   return Status::NotSupported("the event log is off (EngineOptions::event_log)");
 }
 
+// `wait_ms` in nanoseconds, saturated: a product past 2^64 would wrap to a
+// short wait (18446744073710 ms to 0.45 ms) and the wait end at once.
+uint64_t WaitNanos(uint64_t wait_ms) {
+  uint64_t nanos = 0;
+  return __builtin_mul_overflow(wait_ms, uint64_t{1'000'000}, &nanos) ? UINT64_MAX
+                                                                      : nanos;
+}
+
 }  // namespace
 
 StatusOr<KvEventPage> Engine::Events(uint64_t from_seq, size_t max_events,
@@ -149,7 +158,7 @@ StatusOr<KvEventPage> Engine::Events(uint64_t from_seq, size_t max_events,
   });
   {
     std::unique_lock<std::mutex> l(w->mu);
-    impl_->clock_->WaitFor(w->cv, l, wait_ms * 1'000'000, [&w] { return w->woken; });
+    impl_->clock_->WaitFor(w->cv, l, WaitNanos(wait_ms), [&w] { return w->woken; });
   }
   impl_->events_->Unwatch(id);
   return impl_->events_->Read(from_seq, max_events);
