@@ -778,6 +778,37 @@ TEST_F(EngineEventsTest, EventLogOffIsNotSupportedAndKeepsNothing) {
   EXPECT_FALSE(std::filesystem::exists(dir_.path() / "events"));
 }
 
+// A wait of 18446744073710 ms or more is more nanoseconds than a uint64
+// holds: multiplied unbounded it wrapped (to 0.45 ms there) and Events
+// returned at once with nothing. On the fake clock: a second passes and the
+// waiter still waits; the next event wakes it.
+TEST_F(EngineEventsTest, AWaitPastTheNanosecondsOfAUint64WaitsForTheNextEvent) {
+  EngineOptions o;
+  o.hot_capacity_bytes = 1 << 20;
+  o.clock = &clock_;
+  auto engine = Open(o);
+  ASSERT_NE(engine, nullptr);
+  const uint64_t next = engine->EventLogStats().head_seq + 1;
+  std::atomic<bool> done{false};
+  StatusOr<KvEventPage> page = Status::Internal("not read");
+  std::thread waiter([&] {
+    page = engine->Events(next, 16, /*wait_ms=*/18'446'744'073'710);
+    done.store(true);
+  });
+  // The waiter is in its wait by then (were it not, its deadline would come
+  // after the advance: the check weaker, never a false failure); the fake
+  // clock's wait looks at the time every millisecond.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  clock_.AdvanceMillis(1000);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(done.load()) << "the wait ended after a second";
+  ASSERT_OK(engine->PutValue("k", SharedBytes::Copy("v")));
+  waiter.join();
+  ASSERT_OK(page);
+  ASSERT_EQ(page->events.size(), 1u);
+  EXPECT_EQ(page->events[0].seq, next);
+}
+
 TEST_F(EngineEventsTest, BadRetentionIsRefused) {
   EngineOptions o = OnDisk();
   o.event_retention_bytes = 100;
