@@ -1,6 +1,8 @@
 // Engine.events / event_snapshot / event_log_stats: the KV event log
 // (docs/events.md) for Python. events() returns an EventIterator that reads
 // pages of Engine::Events without the GIL and hands out one dict per event.
+#include <algorithm>
+#include <chrono>
 #include <deque>
 #include <utility>
 
@@ -13,6 +15,12 @@ namespace {
 
 // Pages read at a time.
 constexpr size_t kPageEvents = 1024;
+
+// An iterator's wait is cut into calls of at most this long: a close()
+// pending meanwhile goes ahead after the current slice (the next one finds
+// the engine closed) instead of waiting for the whole wait, which a thread
+// tailing the log makes as long as it likes.
+constexpr uint64_t kWaitSliceMs = 100;
 
 // The field names of the RESP stream entries (docs/events.md), plus "seq".
 py::dict EventDict(const KvEvent& e) {
@@ -75,8 +83,7 @@ struct EventIterator {
 
   py::dict Next() {
     if (buffered.empty()) {
-      KvEventPage page = ValueOr(engine->Call(
-          [&](Engine& e) { return e.Events(next_seq, kPageEvents, wait_ms); }));
+      KvEventPage page = Read();
       if (page.events.empty()) throw py::stop_iteration();
       next_seq = page.next_seq;
       buffered.assign(page.events.begin(), page.events.end());
@@ -84,6 +91,20 @@ struct EventIterator {
     KvEvent e = buffered.front();
     buffered.pop_front();
     return EventDict(e);
+  }
+  // The next page, waiting up to wait_ms for one, slice by slice.
+  KvEventPage Read() {
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point start = Clock::now();
+    for (;;) {
+      const auto waited =
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+      const uint64_t left = wait_ms - std::min<uint64_t>(waited.count(), wait_ms);
+      const uint64_t slice = std::min(left, kWaitSliceMs);
+      KvEventPage page = ValueOr(engine->Call(
+          [&](Engine& e) { return e.Events(next_seq, kPageEvents, slice); }));
+      if (!page.events.empty() || left <= slice) return page;
+    }
   }
   // The seq to resume from: after the last event handed out.
   uint64_t Resume() const { return buffered.empty() ? next_seq : buffered.front().seq; }

@@ -148,3 +148,29 @@ def test_close_pending_while_on_layer_waits_for_another_threads_call(rng):
     closer.join(60)
     assert not closer.is_alive() and e.closed
     assert answered == [2, "joined"], "a call on_layer waited for waited for the close"
+
+
+def test_close_ends_a_threads_wait_for_events(rng):
+    """A thread tails the event log with a long wait (events(wait_ms=20 s),
+    caught up); close() from this thread must end that wait, the tail then
+    finding the engine closed. The wait was one call in flight: close()
+    waited for it to time out, and the tail stopped as if nothing had
+    happened. Bounded by the 20 s wait."""
+    e = prefixkv.Engine.open(hot_bytes=16 << 20, quiet=True)
+    register(e)
+    head = e.event_log_stats()["head_seq"]
+    ended = []
+
+    def tail():
+        try:
+            ended.append(next(e.events(head + 1, wait_ms=20_000), "stopped"))
+        except prefixkv.InvalidArgument as error:
+            ended.append(str(error))
+
+    waiter = threading.Thread(target=tail)
+    waiter.start()
+    waiter.join(0.3)  # in its wait (were it not yet, it would find the engine closed)
+    e.close()
+    waiter.join(30)
+    assert e.closed and not waiter.is_alive()
+    assert ended and "engine is closed" in ended[0], f"the tail ended with {ended}"
