@@ -217,6 +217,7 @@ std::shared_ptr<PyEngine> OpenEngine(std::optional<std::string> data_dir,
     }
     engine = std::move(opened).value();
   }
+  NoteEngineMemory(engine->memory_resource());
   return std::make_shared<PyEngine>(std::move(engine));
 }
 

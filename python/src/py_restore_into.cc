@@ -6,6 +6,7 @@
 // writable buffer; the buffers stay acquired until the restore returns, so
 // nothing moves or is freed under the copy, which runs without the GIL.
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -176,6 +177,35 @@ TensorDestination Describe(const py::handle& obj, const std::string& what,
   return d;
 }
 
+// The memory resources of the engines this process opened (NoteEngineMemory).
+struct EngineMemories {
+  std::mutex mu;
+  std::vector<std::weak_ptr<MemoryResource>> resources;
+};
+EngineMemories& Memories() {
+  static auto* memories = new EngineMemories();  // never destroyed: used at exit
+  return *memories;
+}
+
+// Whether [data, data + bytes) overlaps a region of some engine's memory:
+// a block's bytes, immutable, though prefixkv.as_torch gives a writable
+// tensor over a restored array. A restore into that tensor would rewrite
+// the cached block in place, and its key then serve another prompt's KV.
+bool InEngineMemory(const void* data, uint64_t bytes) {
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  EngineMemories& m = Memories();
+  std::lock_guard lock(m.mu);
+  for (const std::weak_ptr<MemoryResource>& weak : m.resources) {
+    const std::shared_ptr<MemoryResource> memory = weak.lock();
+    if (memory == nullptr) continue;
+    for (const MemoryRegion& r : memory->Regions()) {
+      const auto base = reinterpret_cast<uintptr_t>(r.base);
+      if (begin < base + r.bytes && base < begin + bytes) return true;
+    }
+  }
+  return false;
+}
+
 // A writable array of the written part of `held`'s memory.
 py::array WrittenView(const RestoredTensorShape& written, const HeldDestination& held) {
   return py::array(NumpyDType(written.dtype), written.shape, held.strides, held.data,
@@ -183,6 +213,15 @@ py::array WrittenView(const RestoredTensorShape& written, const HeldDestination&
 }
 
 }  // namespace
+
+void NoteEngineMemory(const std::shared_ptr<MemoryResource>& memory) {
+  if (memory == nullptr) return;
+  EngineMemories& m = Memories();
+  std::lock_guard lock(m.mu);
+  std::erase_if(m.resources,
+                [](const std::weak_ptr<MemoryResource>& r) { return r.expired(); });
+  m.resources.push_back(memory);
+}
 
 PyRestoredInto RestoreInto(PyEngine& engine, const PyMatch& match,
                            const py::object& dests, const py::object& on_layer) {
@@ -197,6 +236,13 @@ PyRestoredInto RestoreInto(PyEngine& engine, const PyMatch& match,
           "layer " + std::to_string(l) + " tensor " + std::to_string(held[l].size());
       held[l].emplace_back();
       destinations[l].tensors.push_back(Describe(tensor, what, &held[l].back()));
+      const TensorDestination& d = destinations[l].tensors.back();
+      if (d.size_bytes > 0 && InEngineMemory(d.data, d.size_bytes)) {
+        Raise(Status::InvalidArgument(
+            what +
+            ": the destination lies in an engine's own memory (a restored "
+            "array, e.g. through as_torch): its blocks are read-only"));
+      }
     }
   }
   std::optional<py::error_already_set> raised;

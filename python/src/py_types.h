@@ -184,6 +184,11 @@ class PyEngine {
   bool closing_ = false;  // a close() is waiting for calls_ == 0, or closing
 };
 
+// Notes the memory resource an opened engine keeps its blocks in, for
+// restore_into to refuse destinations inside it (py_restore_into.cc). Held
+// weakly: forgotten once nothing (engine, block, view) holds it.
+void NoteEngineMemory(const std::shared_ptr<MemoryResource>& memory);
+
 // Builds the Python value of a restore (arrays viewing the blocks' bytes).
 PyRestored MakeRestored(PinnedRestore restore);
 

@@ -142,6 +142,32 @@ def test_restore_into_refuses_a_tensor_of_the_wrong_dtype(engine):
     assert not dests[0][0].any(), "nothing written"
 
 
+def test_restore_into_never_writes_into_an_engines_own_blocks(engine, rng):
+    """as_torch gives a writable tensor over a restored array, the hot tier's
+    own buffer of a block. restore_into another prompt's KV into it rewrote
+    the cached block in place: a restore of the first prompt then served the
+    second one's KV as a hit (audit ok). Refused now, also when the tensor is
+    another engine's block, with nothing written."""
+    ns = register(engine)
+    first, second = [[[rng.standard_normal((1, 2, 4, 8)).astype(np.float32)
+                       for _ in range(2)] for _ in range(2)] for _ in range(2)]
+    engine.store(ns, [1, 2, 3, 4], first)
+    engine.store(ns, [5, 6, 7, 8], second)
+    restored = engine.restore(engine.match(ns, [1, 2, 3, 4]))
+    dests = [[prefixkv.as_torch(t) for t in layer.tensors] for layer in restored.layers]
+    with pytest.raises(prefixkv.InvalidArgument, match="layer 0 tensor 0: .*engine's own"):
+        engine.restore_into(engine.match(ns, [5, 6, 7, 8]), dests)
+    with prefixkv.Engine.open(hot_bytes=1 << 20, quiet=True) as other:
+        other_ns = register(other)
+        other.store(other_ns, [5, 6, 7, 8], second)
+        with pytest.raises(prefixkv.InvalidArgument, match="engine's own"):
+            other.restore_into(other.match(other_ns, [5, 6, 7, 8]), dests)
+    again = engine.restore(engine.match(ns, [1, 2, 3, 4]))
+    for l in range(2):
+        for t in range(2):
+            np.testing.assert_array_equal(again.layers[l].tensors[t], first[l][t])
+
+
 def test_the_gpu_restore_plan_example_applies_its_plan_byte_for_byte():
     """examples/python/gpu_restore_plan.py (issue 28's GPU goal, run by hand on
     a machine with a GPU): here on the CPU, 256 tokens of the Llama-3-8B shape
