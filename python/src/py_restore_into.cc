@@ -187,25 +187,6 @@ EngineMemories& Memories() {
   return *memories;
 }
 
-// Whether [data, data + bytes) overlaps a region of some engine's memory:
-// a block's bytes, immutable, though prefixkv.as_torch gives a writable
-// tensor over a restored array. A restore into that tensor would rewrite
-// the cached block in place, and its key then serve another prompt's KV.
-bool InEngineMemory(const void* data, uint64_t bytes) {
-  const auto begin = reinterpret_cast<uintptr_t>(data);
-  EngineMemories& m = Memories();
-  std::lock_guard lock(m.mu);
-  for (const std::weak_ptr<MemoryResource>& weak : m.resources) {
-    const std::shared_ptr<MemoryResource> memory = weak.lock();
-    if (memory == nullptr) continue;
-    for (const MemoryRegion& r : memory->Regions()) {
-      const auto base = reinterpret_cast<uintptr_t>(r.base);
-      if (begin < base + r.bytes && base < begin + bytes) return true;
-    }
-  }
-  return false;
-}
-
 // A writable array of the written part of `held`'s memory.
 py::array WrittenView(const RestoredTensorShape& written, const HeldDestination& held) {
   return py::array(NumpyDType(written.dtype), written.shape, held.strides, held.data,
@@ -221,6 +202,21 @@ void NoteEngineMemory(const std::shared_ptr<MemoryResource>& memory) {
   std::erase_if(m.resources,
                 [](const std::weak_ptr<MemoryResource>& r) { return r.expired(); });
   m.resources.push_back(memory);
+}
+
+bool InEngineMemory(const void* data, uint64_t bytes) {
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  EngineMemories& m = Memories();
+  std::lock_guard lock(m.mu);
+  for (const std::weak_ptr<MemoryResource>& weak : m.resources) {
+    const std::shared_ptr<MemoryResource> memory = weak.lock();
+    if (memory == nullptr) continue;
+    for (const MemoryRegion& r : memory->Regions()) {
+      const auto base = reinterpret_cast<uintptr_t>(r.base);
+      if (begin < base + r.bytes && base < begin + bytes) return true;
+    }
+  }
+  return false;
 }
 
 PyRestoredInto RestoreInto(PyEngine& engine, const PyMatch& match,

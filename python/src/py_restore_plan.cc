@@ -60,6 +60,11 @@ void CopyLayer(const PyRestorePlan& p, size_t l, const py::buffer& dest) {
     Check(Status::InvalidArgument("copy_layer needs a C-contiguous buffer of at least " +
                                   std::to_string(plan.layers[l].bytes) + " bytes"));
   }
+  if (InEngineMemory(info.ptr, plan.layers[l].bytes)) {
+    Check(Status::InvalidArgument(
+        "copy_layer: the buffer lies in an engine's own memory (a restored array, "
+        "e.g. through as_torch): its blocks are read-only"));
+  }
   // The copy runs without the GIL: another thread may release() the plan
   // meanwhile, so the copy holds the pins and staging itself until it ends
   // (else it would read memory the arena may already have handed out again).

@@ -188,6 +188,11 @@ class PyEngine {
 // restore_into to refuse destinations inside it (py_restore_into.cc). Held
 // weakly: forgotten once nothing (engine, block, view) holds it.
 void NoteEngineMemory(const std::shared_ptr<MemoryResource>& memory);
+// Whether [data, data + bytes) overlaps a region of a noted engine memory:
+// a block's bytes, immutable, though prefixkv.as_torch gives a writable
+// tensor over a restored array. A write there would rewrite the cached
+// block in place, and its key then serve another prompt's KV.
+bool InEngineMemory(const void* data, uint64_t bytes);
 
 // Builds the Python value of a restore (arrays viewing the blocks' bytes).
 PyRestored MakeRestored(PinnedRestore restore);

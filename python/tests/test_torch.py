@@ -168,6 +168,27 @@ def test_restore_into_never_writes_into_an_engines_own_blocks(engine, rng):
             np.testing.assert_array_equal(again.layers[l].tensors[t], first[l][t])
 
 
+def test_copy_layer_never_writes_into_an_engines_own_blocks(engine, rng):
+    """The same for RestorePlan.copy_layer: a restored array of another
+    block, made writable by as_torch(...).numpy(), took the layer's bytes
+    over its cached block."""
+    ns = register(engine)
+    big = engine.register_model("big", ["KVCache"], block_tokens=4, dtype="float32")
+    kv = [[rng.standard_normal((1, 2, 4, 8)).astype(np.float32) for _ in range(2)]
+          for _ in range(2)]
+    wide = [[rng.standard_normal((1, 8, 4, 8)).astype(np.float32) for _ in range(2)]]
+    engine.store(ns, [1, 2, 3, 4], kv)
+    engine.store(big, [1, 2, 3, 4], wide)
+    plan = engine.plan_restore(engine.match(ns, [1, 2, 3, 4]))
+    restored = engine.restore(engine.match(big, [1, 2, 3, 4]))
+    out = prefixkv.as_torch(restored.layers[0].tensors[0]).numpy().view(np.uint8).reshape(-1)
+    assert out.size >= plan.layers[0]["bytes"]
+    with pytest.raises(prefixkv.InvalidArgument, match="engine's own"):
+        plan.copy_layer(0, out)
+    again = engine.restore(engine.match(big, [1, 2, 3, 4]))
+    np.testing.assert_array_equal(again.layers[0].tensors[0], wide[0][0])
+
+
 def test_the_gpu_restore_plan_example_applies_its_plan_byte_for_byte():
     """examples/python/gpu_restore_plan.py (issue 28's GPU goal, run by hand on
     a machine with a GPU): here on the CPU, 256 tokens of the Llama-3-8B shape
