@@ -9,7 +9,7 @@ store; :func:`prefixkv.decode_block` reads what ``PKV.GET`` returns.
 import numpy as np
 
 from ._prefixkv import Engine, namespace_root
-from .errors import Internal
+from .errors import Internal, InvalidArgument
 from .tensors import as_numpy
 
 # The RAM-only engine encode_store cuts records with holds its blocks and
@@ -18,8 +18,23 @@ _ENCODER_SLACK_BYTES = 16 << 20
 
 
 def token_blob(tokens):
-    """Token ids as the int32 little-endian bytes PKV.MATCH takes."""
-    return np.ascontiguousarray(tokens, dtype="<i4").tobytes()
+    """Token ids as the int32 little-endian bytes PKV.MATCH takes: integers,
+    each fitting int32, as ``Engine.match`` takes them; InvalidArgument for
+    anything else. Not cast: a cast id (0.9 -> 0, "7" -> 7, 2**32 + 3 -> 3)
+    is another prompt's, whose blocks the match would find."""
+    ids = np.asarray(tokens)
+    if ids.ndim != 1:
+        raise InvalidArgument("tokens: a 1-D sequence of integers is needed",
+                              "InvalidArgument")
+    if ids.size == 0:
+        return b""
+    if ids.dtype.kind not in "iu":
+        raise InvalidArgument(f"tokens: integer token ids are needed, not numpy dtype "
+                              f"{ids.dtype} (floats, strings and booleans are not "
+                              "converted)", "InvalidArgument")
+    if ids.min() < -(1 << 31) or ids.max() >= 1 << 31:
+        raise InvalidArgument("tokens: an id does not fit in int32", "InvalidArgument")
+    return ids.astype("<i4").tobytes()
 
 
 class Model:

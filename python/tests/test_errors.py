@@ -50,20 +50,23 @@ def test_non_contiguous_arrays_and_wrong_layer_counts_are_refused(engine, rng):
     ("strings", [str(t) for t in range(8)]),
     ("booleans", [False, True, True, True, True, True, True, True]),
     ("uint64 past int64", np.full(8, 2**64 - 1, np.uint64)),
+    ("int64 past int32", np.full(8, 2**32 + 3, np.int64)),
 ])
 def test_token_ids_that_are_not_integers_are_refused_not_converted(engine, rng, case, tokens):
     # A float id truncated (0.9 -> 0), a string parsed, a boolean counted or
     # a uint64 wrapped (2**64 - 1 -> -1) names another prompt's blocks: the
     # match would serve them as a hit and the store would file its KV under
-    # them. Token ids are integers; anything else is refused.
+    # them. Token ids are integers; anything else is refused. So does the
+    # blob PKV.MATCH takes (resp.token_blob): it cast them to int32 as well.
     ns = register(engine)
-    ids = list(range(8)) if case != "uint64 past int64" else [-1] * 8
+    ids = {"uint64 past int64": [-1] * 8, "int64 past int32": [3] * 8}.get(case, list(range(8)))
     if case == "booleans":
         ids = [0] + [1] * 7
     engine.store(ns, ids, kv_layers(rng, 2, 8))
     for call in (lambda: engine.match(ns, tokens),
                  lambda: engine.store(ns, tokens, kv_layers(rng, 2, 8)),
-                 lambda: engine.explain_miss(tokens, ns)):
+                 lambda: engine.explain_miss(tokens, ns),
+                 lambda: prefixkv.resp.token_blob(tokens)):
         with pytest.raises(prefixkv.InvalidArgument, match="tokens"):
             call()
     assert engine.match(ns, ids).matched_tokens == 8
