@@ -11,6 +11,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "convert.h"
 #include "prefixkv/engine.h"
 
 namespace prefixkv::python {
@@ -89,13 +91,27 @@ struct PyRestoredInto : PyRestoreCounters {
 // which the close waits for, and that code may wait for another thread's
 // call (on_layer joining a worker that calls the engine); gating that call
 // would leave the three waiting for each other forever.
+//
+// A process forked while the engine is open (a preloading server's workers,
+// os.fork) has a copy of this object but none of the engine's threads, and
+// the engine's files are the parent's: there every call is refused, and
+// close() and the destructor let go of the engine without closing it (a
+// close would write the parent's queued blocks into the parent's directory
+// from the child, and join threads the child does not have).
 class PyEngine {
  public:
-  explicit PyEngine(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {}
+  explicit PyEngine(std::unique_ptr<Engine> engine)
+      : engine_(std::move(engine)), pid_(getpid()) {}
+  ~PyEngine() {
+    if (Forked()) (void)engine_.release();  // the parent's: never closed here
+  }
+  PyEngine(const PyEngine&) = delete;
+  PyEngine& operator=(const PyEngine&) = delete;
 
   // Runs fn(engine) without the GIL, counted in flight.
   template <typename F>
   auto Call(F&& fn) {
+    if (Forked()) RaiseForked();
     py::gil_scoped_release nogil;
     if (InCall()) return fn(*engine_);
     InFlight in_flight(this);
@@ -107,6 +123,10 @@ class PyEngine {
       return Status::InvalidArgument(
           "close() from a callback of this engine's own call (restore_into's "
           "on_layer): close it after the call returns");
+    }
+    if (Forked()) {
+      (void)engine_.release();  // the parent's: let go of it, never closed here
+      return Status::OK();
     }
     py::gil_scoped_release nogil;
     std::unique_lock lock(mu_);
@@ -120,7 +140,7 @@ class PyEngine {
     changed_.notify_all();
     return closed;
   }
-  bool closed() const { return engine_->closed(); }
+  bool closed() const { return engine_ == nullptr || engine_->closed(); }
 
   // Held (without the GIL) while a callback of a call of this engine runs
   // Python code: calls from other threads start meanwhile even when a close
@@ -144,6 +164,13 @@ class PyEngine {
   };
 
  private:
+  // Whether this process is not the one that opened the engine (a fork).
+  bool Forked() const { return getpid() != pid_; }
+  [[noreturn]] void RaiseForked() const {
+    Raise(Status::InvalidArgument(
+        "this engine was opened by process " + std::to_string(pid_) +
+        "; a process forked from it cannot use it: open an engine in this process"));
+  }
   // A call in flight, counted once no close() is pending or a callback runs.
   struct InFlight {
     explicit InFlight(PyEngine* e) : e_(e) {
@@ -176,8 +203,9 @@ class PyEngine {
     CallScope& operator=(const CallScope&) = delete;
   };
 
-  std::unique_ptr<Engine> engine_;
-  std::mutex mu_;  // guards the three below
+  std::unique_ptr<Engine> engine_;  // null in a fork after close()
+  const pid_t pid_;                 // the process that opened it
+  std::mutex mu_;                   // guards the three below
   std::condition_variable changed_;
   size_t calls_ = 0;      // in flight (a callback's nested calls not counted)
   size_t callbacks_ = 0;  // running Python code inside a call in flight

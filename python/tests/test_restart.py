@@ -68,3 +68,65 @@ def test_explain_miss_names_the_field_a_restarted_spec_differs_in(data_dir, rng)
             e.explain_miss(tokens, asked, colour="red")
         with pytest.raises(prefixkv.errors.InvalidArgument):
             e.explain_miss(tokens, asked, layer_shapes=["2y8", "2x8"])
+
+
+def test_a_forked_child_neither_uses_nor_closes_its_parents_engine(data_dir, rng):
+    """A process forked while an engine is open (a preloading server's
+    workers, os.fork) holds a copy of the engine object but none of its
+    threads, and its files are the parent's. The child's calls are refused,
+    and its close() and garbage collection of the engine let go of it: the
+    collection closed it, writing the parent's queued blocks into the
+    parent's directory from the child (which then crashed), and the
+    parent's next write found its segment file taken ("File exists")."""
+    import os
+    import time
+    e = prefixkv.Engine.open(data_dir=data_dir, hot_bytes=1 << 20, quiet=True)
+    ns = register(e)
+    stored = {}
+    for i in range(50):  # more than the hot tier holds: a write-back queue
+        tokens = list(range(100 * i, 100 * i + 16))
+        stored[tuple(tokens)] = kv_layers(rng, 2, 16)
+        e.store(ns, tokens, stored[tuple(tokens)])
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            os.close(read)
+            try:
+                e.stats()
+                said = b"stats served"
+            except prefixkv.InvalidArgument as error:
+                said = b"refused" if b"fork" in str(error).encode() else str(error).encode()
+            e.close()
+            said += b" closed" if e.closed else b" open"
+            del e
+            gc.collect()
+            os.write(write, said)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    deadline = time.monotonic() + 30
+    while (status := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if status[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    said = os.read(read, 4096)
+    os.close(read)
+    assert status[0] == pid and status[1] == 0, f"the child ended with {status}: {said}"
+    assert said == b"refused closed", said
+    tokens = list(range(10000, 10016))
+    stored[tuple(tokens)] = kv_layers(rng, 2, 16)
+    e.store(ns, tokens, stored[tuple(tokens)])
+    e.flush()
+    assert e.audit()["ok"]
+    e.close()
+    with prefixkv.Engine.open(data_dir=data_dir, hot_bytes=1 << 20, quiet=True) as again:
+        ns = register(again)
+        for tokens, layers in stored.items():
+            r = again.restore(again.match(ns, list(tokens)))
+            assert r.restored_tokens == 16
+            np.testing.assert_array_equal(r.layers[1].tensors[1], layers[1][1])
+        assert again.audit()["ok"]
