@@ -223,7 +223,8 @@ std::shared_ptr<PyEngine> OpenEngine(std::optional<std::string> data_dir,
 
 // Sets the spec field `key` (a register_model / explain_miss keyword) from
 // `v`; TypeError for a name that is no spec field.
-void SetSpecField(NamespaceSpec* spec, const std::string& key, const py::handle& v) {
+void SetSpecFieldOrThrow(NamespaceSpec* spec, const std::string& key,
+                         const py::handle& v) {
   if (key == "model") {
     spec->model = v.cast<std::string>();
   } else if (key == "layer_types") {
@@ -255,6 +256,23 @@ void SetSpecField(NamespaceSpec* spec, const std::string& key, const py::handle&
       if (key == name) return void(*field = v.cast<uint32_t>());
     }
     throw py::type_error("no spec field named '" + key + "'");
+  }
+}
+
+// SetSpecFieldOrThrow, with a value of the wrong type a TypeError naming the
+// field and what it takes (pybind11's cast error names neither).
+void SetSpecField(NamespaceSpec* spec, const std::string& key, const py::handle& v) {
+  try {
+    SetSpecFieldOrThrow(spec, key, v);
+  } catch (const py::cast_error&) {
+    const bool list = key == "layer_types" || key == "layer_shapes";
+    const bool number =
+        key == "block_tokens" || key.starts_with("tp_") || key.starts_with("pp_");
+    throw py::type_error("spec field '" + key + "' takes " +
+                         (list     ? "a list of strings"
+                          : number ? "an integer in [0, 2**32)"
+                                   : "a string") +
+                         ", not " + py::repr(v).cast<std::string>());
   }
 }
 

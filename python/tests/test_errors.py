@@ -106,3 +106,16 @@ def test_bad_options_and_specs(tmp_path):
             e.register_model("m", ["NoSuchCache"], block_tokens=4)
         with pytest.raises(prefixkv.InvalidArgument):
             e.register_model("m", ["KVCache"], dtype="float99")
+
+
+@pytest.mark.parametrize("field,value,takes", [
+    ("tp_rank", -1, "an integer"), ("layer_shapes", "2x8,2x8", "a list of strings"),
+    ("tokenizer_hash", 7, "a string"), ("pp_size", 2**32, "an integer"),
+])
+def test_a_spec_field_of_the_wrong_type_is_a_type_error_naming_it(engine, field, value, takes):
+    # It was pybind11's RuntimeError "Unable to cast Python instance to C++
+    # type", naming neither the field nor what it takes.
+    for call in (lambda: engine.register_model("m", ["KVCache"] * 2, **{field: value}),
+                 lambda: engine.explain_miss([1, 2, 3, 4], **{field: value})):
+        with pytest.raises(TypeError, match=f"spec field '{field}' takes {takes}"):
+            call()
