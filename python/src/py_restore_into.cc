@@ -119,7 +119,12 @@ StatusOr<DType> DTypeOfDlpack(const DLDataType& t) {
 // export a read-only array).
 TensorDestination DescribeDlpack(const py::object& obj, const std::string& what,
                                  HeldDestination* held) {
-  py::object capsule = obj.attr("__dlpack__")();
+  py::object capsule;
+  try {
+    capsule = obj.attr("__dlpack__")();
+  } catch (py::error_already_set& e) {  // numpy's, for a read-only array
+    Raise(Status::InvalidArgument(what + ": __dlpack__() failed: " + e.what()));
+  }
   auto* m =
       static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
   if (m == nullptr) {

@@ -331,3 +331,11 @@ def test_restore_into_takes_dlpack_host_tensors_and_refuses_device_ones(engine, 
                        match="layer 0 tensor 1: DLPack device type 2 is not host memory"):
         engine.restore_into(m, [[device[0][0], FakeDeviceTensor(device[0][1])]])
     assert (device[0][0] == -7).all() and (device[0][1] == -7).all(), "nothing written"
+    # numpy refuses to export a read-only array: InvalidArgument naming the
+    # tensor, as for any read-only destination (it was numpy's bare BufferError).
+    frozen = blank_dests(1, 8)
+    frozen[0][1].setflags(write=False)
+    with pytest.raises(prefixkv.InvalidArgument,
+                       match="layer 0 tensor 1: __dlpack__.. failed: .*readonly"):
+        engine.restore_into(m, [[frozen[0][0], DlpackOnly(frozen[0][1])]])
+    assert (frozen[0][0] == -7).all(), "nothing written"
