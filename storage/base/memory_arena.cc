@@ -219,6 +219,8 @@ class Arena final : public MemoryResource {
     }
     // Mapped outside the lock (faulting it in takes a while).
     if (!Map(region.get(), options_.populate && !fill_behind)) return nullptr;
+    MutexLock reporting(&report_mu_);
+    ReportMapped(*region);
     MutexLock lock(&mu_);
     Region* fill = region.get();
     Add(std::move(region));
@@ -249,6 +251,8 @@ class Arena final : public MemoryResource {
                                  RoundUp(bytes - mapped_bytes_, kRegionAlign));
       }
       if (!Map(region.get(), options_.populate)) return;
+      MutexLock reporting(&report_mu_);
+      ReportMapped(*region);
       MutexLock lock(&mu_);
       Add(std::move(region));
     }
@@ -257,6 +261,7 @@ class Arena final : public MemoryResource {
   void Deallocate(void* p, size_t bytes, size_t /*alignment*/) override {
     if (p == nullptr) return;
     std::unique_ptr<Region> empty;
+    std::shared_ptr<const RegionCallbacks> told;  // of `empty`'s mapping
     {
       MutexLock lock(&mu_);
       auto it = Find(p, 1);
@@ -268,8 +273,9 @@ class Arena final : public MemoryResource {
       region.Release(offset, Footprint(bytes));
       free_bytes_ += Footprint(bytes);
       empty = TakeIfUnneeded(it);
+      if (empty != nullptr) told = callbacks_;
     }
-    if (empty != nullptr) Unmap(*empty, *Callbacks());
+    if (empty != nullptr) Unmap(*empty, *told);
   }
 
   bool Contains(const void* p, size_t bytes) const override {
@@ -288,6 +294,9 @@ class Arena final : public MemoryResource {
   void SetRegionCallbacks(RegionCallbacks callbacks) override {
     auto shared = std::make_shared<const RegionCallbacks>(std::move(callbacks));
     std::vector<MemoryRegion> now;
+    // No region is between its mapping and its place in the arena meanwhile,
+    // nor between leaving the arena and its unmapping report (report_mu_).
+    MutexLock reporting(&report_mu_);
     {
       MutexLock lock(&mu_);
       callbacks_ = shared;
@@ -357,15 +366,23 @@ class Arena final : public MemoryResource {
     return taken;
   }
 
-  // Maps `region` (its bytes set), faulted in when `populate`, and reports
-  // it; false when the kernel refuses. (Add makes it all free.)
+  // Maps `region` (its bytes set), faulted in when `populate`; false when
+  // the kernel refuses. The caller reports it (ReportMapped) and adds it
+  // (Add makes it all free) holding report_mu_ throughout.
   bool Map(Region* region, bool populate) {
     region->base = MapRegion(region->bytes, options_, populate);
     if (region->base == nullptr) return false;
     ASAN_POISON_MEMORY_REGION(region->base, region->bytes);
-    std::shared_ptr<const RegionCallbacks> callbacks = Callbacks();
-    if (callbacks->mapped) callbacks->mapped(region->base, region->bytes);
     return true;
+  }
+  // Tells the callbacks of a region just mapped, before it is added: under
+  // report_mu_, so that callbacks set meanwhile (which report the regions
+  // in the arena) either are told here or find it added. (Reported
+  // outside it, a region being mapped while new callbacks were set was
+  // told to the old ones only, and its unmapping to the new ones.)
+  void ReportMapped(const Region& region) REQUIRES(report_mu_) {
+    std::shared_ptr<const RegionCallbacks> callbacks = Callbacks();
+    if (callbacks->mapped) callbacks->mapped(region.base, region.bytes);
   }
   void Add(std::unique_ptr<Region> region) REQUIRES(mu_) {
     region->index = &free_;
@@ -485,15 +502,17 @@ class Arena final : public MemoryResource {
           Fill(*fill, from);
         }
         std::unique_ptr<Region> empty;
+        std::shared_ptr<const RegionCallbacks> told;  // of `empty`'s mapping
         {
           MutexLock lock(&mu_);
           fill->filling = false;
           auto it = regions_.find(reinterpret_cast<uintptr_t>(fill->base));
           assert(it != regions_.end());  // kept while filling
           empty = TakeIfUnneeded(it);
+          if (empty != nullptr) told = callbacks_;
           if (bytes == 0) bytes = TakeAheadBytes(0);
         }
-        if (empty != nullptr) Unmap(*empty, *Callbacks());
+        if (empty != nullptr) Unmap(*empty, *told);
         fill = nullptr;
       }
       if (bytes == 0 || stopping_.load(std::memory_order_relaxed)) break;
@@ -501,6 +520,8 @@ class Arena final : public MemoryResource {
       region->bytes = bytes;
       bytes = 0;
       if (!Map(region.get(), /*populate=*/false)) break;
+      MutexLock reporting(&report_mu_);
+      ReportMapped(*region);
       MutexLock lock(&mu_);
       if (options_.populate) {
         fill = region.get();
@@ -563,16 +584,26 @@ class Arena final : public MemoryResource {
     return callbacks_;
   }
 
-  static void Unmap(const Region& region, const RegionCallbacks& callbacks) {
+  // `callbacks`: those current when the region left the arena (they were
+  // told of it). Under report_mu_: their SetRegionCallbacks' report of it,
+  // if it found the region in the arena, has ended.
+  void Unmap(const Region& region, const RegionCallbacks& callbacks)
+      EXCLUDES(report_mu_) {
+    MutexLock reporting(&report_mu_);
     if (callbacks.unmapping) callbacks.unmapping(region.base, region.bytes);
     ASAN_UNPOISON_MEMORY_REGION(region.base, region.bytes);
     munmap(region.base, region.bytes);
   }
 
   ArenaOptions options_;
+  // Held while the region callbacks are called (never with mu_ held, taken
+  // before it), and by SetRegionCallbacks throughout: every callbacks object
+  // is told of a region's mapping exactly once, before its unmapping.
+  Mutex report_mu_;
   mutable Mutex mu_;
   RegionMap regions_ GUARDED_BY(mu_);  // by base address
   FreeIndex free_ GUARDED_BY(mu_);     // their free ranges
+  // Replaced only holding report_mu_ too.
   std::shared_ptr<const RegionCallbacks> callbacks_ GUARDED_BY(mu_);
   size_t mapped_bytes_ GUARDED_BY(mu_) = 0;
   size_t free_bytes_ GUARDED_BY(mu_) = 0;  // of the regions mapped, not carved

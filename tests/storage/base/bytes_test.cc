@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "prefixkv/memory_resource.h"
+#include "tests/support/gate.h"
 #include "tests/support/test_util.h"
 
 namespace prefixkv {
@@ -502,6 +504,42 @@ TEST(ArenaMemoryResource, CallbacksSetLaterHearOfTheRegionsMappedBefore) {
   EXPECT_EQ(arena->Allocate(64, 48), nullptr) << "not a power of two";
   EXPECT_EQ(arena->Allocate(64, 8192), nullptr) << "beyond 4096";
   EXPECT_FALSE(arena->Contains(&out, 1));
+}
+
+// Callbacks installed while a region is being mapped (its report to the
+// callbacks before them still running) hear of it too: once, and before its
+// unmapping. They used to find no such region in the arena, so they heard
+// only of its unmapping (an unregister of memory never registered, and a
+// region handed out that the embedder never registered).
+TEST(ArenaMemoryResource, CallbacksSetWhileARegionIsMappedHearOfItOnce) {
+  testing::Gate reporting;
+  RegionLog before;
+  ArenaOptions o = SmallArena(&before);  // an empty region is unmapped at once
+  o.callbacks.mapped = [&](void* p, size_t n) {
+    before.mapped.push_back({p, n});
+    reporting.Pass();
+  };
+  std::shared_ptr<MemoryResource> arena = NewArenaMemoryResource(o);
+  SharedBytes b;
+  std::thread allocating([&] { b = SharedBytes::CopyIn(arena, "abc", 3); });
+  reporting.WaitForArrivals(1);  // mapped, its report under way
+  RegionLog log;
+  std::atomic<bool> set{false};
+  std::thread setting([&] {
+    arena->SetRegionCallbacks(log.Callbacks());
+    set = true;
+  });
+  // The new callbacks are set now, or wait for the report to end.
+  (void)testing::WaitUntil([&] { return set.load(); }, std::chrono::milliseconds(200));
+  reporting.Open();
+  allocating.join();
+  setting.join();
+  ASSERT_EQ(b.view(), "abc");
+  ASSERT_EQ(before.mapped.size(), 1u);
+  EXPECT_EQ(log.mapped, before.mapped) << "the new callbacks hear of the region";
+  b = SharedBytes();
+  EXPECT_EQ(log.unmapped, before.mapped);
+  EXPECT_EQ(log.mapped.size(), 1u) << "once";
 }
 
 TEST(ArenaMemoryResource, PrefaultedRegionsAreMappedAndReportedUpFront) {
