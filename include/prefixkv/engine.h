@@ -633,8 +633,9 @@ class Engine {
   // make room by evicting cache blocks. Opening a name again returns another
   // handle of the same owner. A handle keeps the budget alive (even past
   // Close) and uncharges what it still holds when destroyed. InvalidArgument
-  // without a hot tier, for an empty name or one a model holds, a zero quota,
-  // or another quota than the name was opened with.
+  // without a hot tier, for an empty name, one a model holds or "values"
+  // (the key-value space's owner), a zero quota, or another quota than the
+  // name was opened with.
   StatusOr<std::shared_ptr<MemoryCharge>> OpenMemoryCharge(
       const std::string& name, std::optional<uint64_t> quota_bytes = std::nullopt);
 

@@ -230,12 +230,11 @@ StatusOr<Namespace> Engine::RegisterModel(const NamespaceSpec& spec,
   model->options = options;
   std::string name = spec.model;
   if (impl_->budget_ != nullptr) {
-    for (OwnerId o = 0; o < impl_->budget_->owner_count(); ++o) {
-      if (impl_->budget_->OwnerName(o).value() == name) {
-        name.append("@").append(root.ToHex(), 0, 8);  // same model, other layout
-        break;
-      }
-    }
+    // Same model, other layout; or the key-value space's name, taken later.
+    bool taken = name == kValuesOwnerName;
+    for (OwnerId o = 0; o < impl_->budget_->owner_count() && !taken; ++o)
+      taken = impl_->budget_->OwnerName(o).value() == name;
+    if (taken) name.append("@").append(root.ToHex(), 0, 8);
   }
   PKV_ASSIGN_OR_RETURN(model->tiers,
                        impl_->NewOwner(name, options.hot_quota_bytes, spec.block_tokens));

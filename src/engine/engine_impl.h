@@ -40,6 +40,11 @@
 
 namespace prefixkv {
 
+// The key-value space's owner of the hot budget, registered with its first
+// value: no model or memory charge may take the name before (its owner
+// could not be registered then, and every value call failed).
+inline constexpr std::string_view kValuesOwnerName = "values";
+
 // One owner of the hot budget (its blocks live in the one stack).
 struct EngineOwner {
   std::string name;

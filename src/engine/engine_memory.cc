@@ -72,6 +72,10 @@ StatusOr<std::shared_ptr<MemoryCharge>> Engine::OpenMemoryCharge(
   if (impl_->budget_ == nullptr) {
     return Status::InvalidArgument("engine has no hot tier to charge memory to");
   }
+  if (name == kValuesOwnerName) {
+    return Status::InvalidArgument("memory charge " + name +
+                                   ": the key-value space's owner name");
+  }
   SharedHotBudget& budget = *impl_->budget_;
   MutexLock lock(&impl_->mu_);
   auto known = std::find_if(impl_->charges_.begin(), impl_->charges_.end(),

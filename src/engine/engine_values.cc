@@ -283,7 +283,8 @@ StatusOr<TierStack*> internal::EngineImpl::Values() {
   MutexLock lock(&mu_);
   if (values_ == nullptr) {
     PKV_ASSIGN_OR_RETURN(EngineOwner owner,
-                         NewOwner("values", std::nullopt, /*advisor_block_tokens=*/0));
+                         NewOwner(std::string(kValuesOwnerName), std::nullopt,
+                                  /*advisor_block_tokens=*/0));
     values_ = std::make_unique<EngineOwner>(std::move(owner));
     values_owner_.store(values_->owner, std::memory_order_release);
     values_stack_.store(stack_.get(), std::memory_order_release);

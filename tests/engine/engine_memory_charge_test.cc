@@ -114,6 +114,33 @@ TEST(EngineMemoryCharge, RejectsBadNamesQuotasAndEnginesWithoutAHotTier) {
   EXPECT_TRUE(ssd_only->OpenMemoryCharge("sessions").status().IsInvalidArgument());
 }
 
+// The key-value space's owner is registered by the first value put; a
+// charge or a model that took its name "values" before made every later
+// PutValue and GetValue fail (the owner "values" was registered already),
+// for as long as the engine was open.
+TEST(EngineMemoryCharge, AChargeOrAModelNamedValuesLeavesTheKeyValueSpaceWorking) {
+  TempDir dir;
+  auto engine = OpenEngine(dir.str());
+  StatusOr<std::shared_ptr<MemoryCharge>> charge = engine->OpenMemoryCharge("values");
+  EXPECT_TRUE(charge.status().IsInvalidArgument()) << "the key-value space's name";
+  ASSERT_OK(engine->PutValue("k", SharedBytes::Copy("v")));
+  ASSERT_OK_AND_ASSIGN(SharedBytes value, engine->GetValue("k"));
+  EXPECT_EQ(value.view(), "v");
+
+  TempDir other;
+  auto models = OpenEngine(other.str());
+  NamespaceSpec spec = KvSpec("values");
+  ASSERT_OK(models->RegisterModel(spec));
+  ASSERT_OK(models->PutValue("k", SharedBytes::Copy("v")));
+  ASSERT_OK_AND_ASSIGN(value, models->GetValue("k"));
+  EXPECT_EQ(value.view(), "v");
+  std::vector<std::string> names;
+  for (const EngineOwnerStats& o : models->Stats().owners) names.push_back(o.name);
+  EXPECT_EQ(std::count(names.begin(), names.end(), "values"), 1);
+  ASSERT_OK_AND_ASSIGN(EngineAudit audit, models->Audit());
+  EXPECT_TRUE(audit.ok());
+}
+
 TEST(EngineMemoryCharge, AChargeSpillsCachedBlocksToSsdWhereTheyStayReadable) {
   TempDir dir;
   auto engine = OpenEngine(dir.str());
