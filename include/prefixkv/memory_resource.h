@@ -45,7 +45,9 @@ struct MemoryRegion {
 // thread that allocates or frees (possibly after the engine closed, when the
 // last view of a region goes), or on the arena's own thread for a region it
 // maps ahead (ArenaOptions::map_ahead), never under an engine lock, and must
-// not call into the resource.
+// not call into the resource. The arena makes them one at a time, and
+// SetRegionCallbacks waits for a call in progress, so callbacks set while a
+// region is being mapped are told of it too.
 struct RegionCallbacks {
   std::function<void(void* base, size_t bytes)> mapped;
   std::function<void(void* base, size_t bytes)> unmapping;
