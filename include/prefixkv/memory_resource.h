@@ -44,8 +44,10 @@ struct MemoryRegion {
 // last allocation in it was returned. Either may be empty. They run on the
 // thread that allocates or frees (possibly after the engine closed, when the
 // last view of a region goes), or on the arena's own thread for a region it
-// maps ahead (ArenaOptions::map_ahead), never under an engine lock, and must
-// not call into the resource. The arena makes them one at a time, and
+// maps ahead (ArenaOptions::map_ahead). That thread may hold an engine lock
+// (an SSD read allocates under its key's lock; a block's last reference may
+// go under the hot tier's), so they must call into neither the engine nor
+// the resource. The arena makes them one at a time, and
 // SetRegionCallbacks waits for a call in progress, so callbacks set while a
 // region is being mapped are told of it too.
 struct RegionCallbacks {
