@@ -107,15 +107,23 @@ JournalContents LoadJournal(FileSystem* fs, const std::string& dir) {
 
 bool JournalContents::Excludes(const BlockKey& key, uint64_t checksum, uint64_t segment,
                                uint64_t offset) const {
+  // Only a commit of this key and these bytes makes the extent live again.
+  // A place names one extent ever, so a commit there of anything else means
+  // the file holds another segment's bytes (a segment file renamed, swapped
+  // or restored from a copy): the commit is not this extent's. (Any commit
+  // there counted until 2026-12-06: a rebuild after such a swap restored an
+  // overwritten block's older bytes, or a removed block.)
   const auto commit = last_commit_at.find({segment, offset});
+  const bool committed_here = commit != last_commit_at.end() &&
+                              records[commit->second].key == key &&
+                              records[commit->second].checksum == checksum;
   if (auto here = removed_at.find({segment, offset});
-      here != removed_at.end() &&
-      (commit == last_commit_at.end() || commit->second < here->second)) {
+      here != removed_at.end() && (!committed_here || commit->second < here->second)) {
     return true;
   }
   const auto removal = last_removal.find({key, checksum});
   if (removal == last_removal.end()) return false;
-  return commit == last_commit_at.end() || commit->second < removal->second;
+  return !committed_here || commit->second < removal->second;
 }
 
 bool JournalContents::Commits(const BlockKey& key, uint64_t checksum, uint64_t segment,

@@ -107,14 +107,15 @@ struct JournalContents {
 
   // Whether the journal proves the intact extent of `key` with payload
   // `checksum` at (`segment`, `offset`) dead: a removal names that place
-  // after any commit record does (a store journals its new extents as
-  // removed before its commit: crash garbage if the commit never comes), or
-  // a removal names the key with these bytes (a compaction copy of a
-  // removed version has them too) and no commit record names this place
-  // after the last such removal. (A commit after the removal is the key
-  // stored again with the same bytes: `DEL k`, then `SET k` to its old
-  // value. Until 2026-12-06 any removal of the bytes excluded every extent
-  // of them, and a rebuild or roll-forward lost such a block.)
+  // after any commit record of this key and these bytes there does (a store journals its
+  // new extents as removed before its commit: crash garbage if the commit never comes),
+  // or a removal names the key with these bytes (a compaction copy of a removed version
+  // has them too) and no commit record names this key and these bytes at this place after
+  // the last such removal (a commit there of another extent is another segment's: a file
+  // swapped or renamed). (A commit after the removal is the key stored again with the
+  // same bytes: `DEL k`, then `SET k` to its old value. Until 2026-12-06 any removal of
+  // the bytes excluded every extent of them, and a rebuild or roll-forward lost such a
+  // block.)
   bool Excludes(const BlockKey& key, uint64_t checksum, uint64_t segment,
                 uint64_t offset) const;
 

@@ -643,3 +643,165 @@ TEST(SsdCorruption, ADamagedVersionByteIsDamageNotANewerLayout) {
 
 }  // namespace
 }  // namespace prefixkv
+
+namespace prefixkv {
+namespace {
+
+// Copies `n` bytes at offset `from` of file `src` over those at `to` of `dst`.
+void CopyBytes(const fs::path& src, uint64_t from, const fs::path& dst, uint64_t to,
+               uint64_t n) {
+  std::string bytes(n, '\0');
+  {
+    std::ifstream in(src, std::ios::binary);
+    in.seekg(static_cast<std::streamoff>(from));
+    in.read(bytes.data(), static_cast<std::streamsize>(n));
+  }
+  std::fstream out(dst, std::ios::in | std::ios::out | std::ios::binary);
+  out.seekp(static_cast<std::streamoff>(to));
+  out.write(bytes.data(), static_cast<std::streamsize>(n));
+}
+
+// What a read meets at the place a metadata record points to, after one
+// damage that leaves well-formed bytes there: the key's older version (a
+// stale sector, a segment file swapped for another of the tier's), another
+// key's record, a torn sector of an older version, or a file cut inside the
+// extent. Reads check the bytes against the record's length and XXH3-64, so
+// none is served: each is a counted corruption and a miss, directly and
+// through a read made ahead, and the undamaged blocks are served as stored.
+TEST(SsdCorruption, AnOlderVersionOrAnotherKeysBytesAtTheRecordsPlaceAreNeverServed) {
+  testing::TempDir dir;
+  const fs::path base = dir.path() / "base";
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), c = ChainBlock(2, 0),
+                  d = ChainBlock(3, 0);
+  constexpr uint64_t kLen = 9000;  // three pages of extent: one cut goes inside
+  const uint64_t extent = ssd::ExtentBytes(kLen);
+  auto version = [&](const BlockMeta& m, uint64_t v) {
+    return testing::ConformancePayload(m.key, v, kLen);
+  };
+  {
+    SsdTierOptions o = testing::TestSsdOptions(base.string());
+    o.reclaim_live_fraction = 0;  // every old version stays where it was written
+    // Segment 1: a v1, b, a v2, d (which keeps it). Segment 2 (after a
+    // restart): c, b again, a v3.
+    for (int run = 0; run < 2; ++run) {
+      auto tier = testing::OpenSsd(o);
+      ASSERT_NE(tier, nullptr);
+      ASSERT_OK(tier->Put(run == 0 ? a : c, version(run == 0 ? a : c, 1), true));
+      ASSERT_OK(tier->Put(b, version(b, run + 1), true));
+      ASSERT_OK(tier->Put(a, version(a, run + 2), true));
+      if (run == 0) {
+        ASSERT_OK(tier->Put(d, version(d, 1), true));
+      }
+      ASSERT_OK(tier->Close());
+    }
+  }
+  const std::vector<fs::path> segments = testing::SegmentFiles(base);
+  ASSERT_EQ(segments.size(), 2u);
+  const uint64_t a_at = 2 * extent;  // a v3 in segment 2, a v2 in segment 1
+  struct Damage {
+    const char* what;
+    std::function<void(const std::vector<fs::path>&)> apply;
+  };
+  const std::vector<Damage> damages = {
+      {"a v1's bytes over a v3 (a stale sector)",
+       [&](const auto& s) { CopyBytes(s[0], 0, s[1], a_at, extent); }},
+      {"segment files swapped (a v2 where a v3 was)",
+       [&](const auto& s) {
+         fs::rename(s[0], s[0].string() + ".x");
+         fs::rename(s[1], s[0]);
+         fs::rename(s[0].string() + ".x", s[1]);
+       }},
+      {"b's record over a's",
+       [&](const auto& s) { CopyBytes(s[1], extent, s[1], a_at, extent); }},
+      {"a torn sector of c over a's",
+       [&](const auto& s) { CopyBytes(s[1], 1024, s[1], a_at + 1024, 512); }},
+      {"the file cut inside a's extent",
+       [&](const auto& s) { fs::resize_file(s[1], a_at + ssd::kExtentAlign); }},
+  };
+  for (const Damage& d : damages) {
+    for (bool ahead : {false, true}) {
+      SCOPED_TRACE(std::string(d.what) + (ahead ? ", read ahead" : ""));
+      const fs::path path = dir.path() / "copy";
+      fs::remove_all(path);
+      fs::copy(base, path, fs::copy_options::recursive);
+      d.apply(testing::SegmentFiles(path));
+      SsdTierOptions o = testing::TestSsdOptions(path.string());
+      o.reclaim_live_fraction = 0;
+      auto tier = testing::OpenSsd(o);
+      ASSERT_NE(tier, nullptr);
+      if (ahead) tier->ReadAhead(a.key);
+      StatusOr<SharedBytes> got = tier->Get(a.key);
+      ASSERT_FALSE(got.ok()) << "served " << got->size() << " wrong bytes";
+      EXPECT_TRUE(got.status().IsNotFound()) << got.status().ToString();
+      EXPECT_EQ(got.status().message().rfind("corrupt:", 0), 0u)
+          << got.status().ToString();
+      EXPECT_EQ(tier->Totals().corruptions, 1u);
+      EXPECT_FALSE(tier->Contains(a.key)) << "dropped";
+      if (std::string(d.what).rfind("segment files", 0) == 0) continue;  // b moved too
+      ASSERT_OK_AND_ASSIGN(SharedBytes kept, tier->Get(b.key));
+      EXPECT_EQ(kept.view(), version(b, 2).view());
+      ASSERT_OK(tier->Close());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace prefixkv
+
+namespace prefixkv {
+namespace {
+
+// A footer names its block but not its segment, so a rebuild takes a
+// segment file's extents for whatever the file name says. The journal names
+// extents by place: only a commit of the same key and bytes at a place may
+// make an extent found there live again after a removal of them. Two segment
+// files swapped (renamed, or restored from a copy), then the metadata lost:
+// the older version of an overwritten block, or a removed block, lands at a
+// place another commit names. Until 2026-12-06 any commit there counted:
+// the rebuild restored `a`'s first bytes as its value after it was
+// overwritten (a stale hit), and a block after its removal.
+TEST(SsdCorruption, ASwappedSegmentFileNeverRebuildsAnOlderOrRemovedVersion) {
+  for (bool remove : {false, true}) {
+    SCOPED_TRACE(remove ? "a removed" : "a overwritten");
+    testing::TempDir dir;
+    const fs::path path = dir.path() / "ssd";
+    SsdTierOptions o = testing::TestSsdOptions(path.string());
+    o.reclaim_live_fraction = 0;
+    const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), d = ChainBlock(3, 0);
+    const SharedBytes v1 = testing::ConformancePayload(a.key, 1, 5000);
+    {  // Segment 1: a v1, d.
+      auto tier = testing::OpenSsd(o);
+      ASSERT_NE(tier, nullptr);
+      ASSERT_OK(tier->Put(a, v1, true));
+      ASSERT_OK(tier->Put(d, PayloadOf(d.key), true));
+      if (remove) {
+        ASSERT_OK(tier->Remove(a.key));
+      }
+      ASSERT_OK(tier->Close());
+    }
+    {  // Segment 2: b, or a v2 (its commit comes after the removal of a v1).
+      auto tier = testing::OpenSsd(o);
+      ASSERT_NE(tier, nullptr);
+      ASSERT_OK(remove ? tier->Put(b, PayloadOf(b.key), true)
+                       : tier->Put(a, testing::ConformancePayload(a.key, 2, 5000), true));
+      ASSERT_OK(tier->Close());
+    }
+    const std::vector<fs::path> s = testing::SegmentFiles(path);
+    ASSERT_EQ(s.size(), 2u);
+    fs::rename(s[0], s[0].string() + ".x");
+    fs::rename(s[1], s[0]);
+    fs::rename(s[0].string() + ".x", s[1]);
+    auto tier = testing::OpenRebuilt(o);
+    ASSERT_NE(tier, nullptr);
+    StatusOr<SharedBytes> got = tier->Get(a.key);
+    EXPECT_FALSE(got.ok()) << "a's first version ("
+                           << (got.ok() && got->view() == v1.view())
+                           << ") served after it was "
+                           << (remove ? "removed" : "overwritten");
+    ASSERT_OK_AND_ASSIGN(SharedBytes kept, tier->Get(d.key));  // named by nothing else
+    EXPECT_EQ(kept.view(), PayloadOf(d.key).view());
+  }
+}
+
+}  // namespace
+}  // namespace prefixkv
