@@ -664,7 +664,7 @@ void CopyBytes(const fs::path& src, uint64_t from, const fs::path& dst, uint64_t
 // What a read meets at the place a metadata record points to, after one
 // damage that leaves well-formed bytes there: the key's older version (a
 // stale sector, a segment file swapped for another of the tier's), another
-// key's record, a torn sector of an older version, or a file cut inside the
+// key's record, a torn sector of another block, or a file cut inside the
 // extent. Reads check the bytes against the record's length and XXH3-64, so
 // none is served: each is a counted corruption and a miss, directly and
 // through a read made ahead, and the undamaged blocks are served as stored.
@@ -718,13 +718,13 @@ TEST(SsdCorruption, AnOlderVersionOrAnotherKeysBytesAtTheRecordsPlaceAreNeverSer
       {"the file cut inside a's extent",
        [&](const auto& s) { fs::resize_file(s[1], a_at + ssd::kExtentAlign); }},
   };
-  for (const Damage& d : damages) {
+  for (const Damage& damage : damages) {
     for (bool ahead : {false, true}) {
-      SCOPED_TRACE(std::string(d.what) + (ahead ? ", read ahead" : ""));
+      SCOPED_TRACE(std::string(damage.what) + (ahead ? ", read ahead" : ""));
       const fs::path path = dir.path() / "copy";
       fs::remove_all(path);
       fs::copy(base, path, fs::copy_options::recursive);
-      d.apply(testing::SegmentFiles(path));
+      damage.apply(testing::SegmentFiles(path));
       SsdTierOptions o = testing::TestSsdOptions(path.string());
       o.reclaim_live_fraction = 0;
       auto tier = testing::OpenSsd(o);
@@ -737,7 +737,8 @@ TEST(SsdCorruption, AnOlderVersionOrAnotherKeysBytesAtTheRecordsPlaceAreNeverSer
           << got.status().ToString();
       EXPECT_EQ(tier->Totals().corruptions, 1u);
       EXPECT_FALSE(tier->Contains(a.key)) << "dropped";
-      if (std::string(d.what).rfind("segment files", 0) == 0) continue;  // b moved too
+      if (std::string(damage.what).rfind("segment files", 0) == 0)
+        continue;  // b moved too
       ASSERT_OK_AND_ASSIGN(SharedBytes kept, tier->Get(b.key));
       EXPECT_EQ(kept.view(), version(b, 2).view());
       ASSERT_OK(tier->Close());
