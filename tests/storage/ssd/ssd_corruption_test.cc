@@ -752,55 +752,84 @@ TEST(SsdCorruption, AnOlderVersionOrAnotherKeysBytesAtTheRecordsPlaceAreNeverSer
 namespace prefixkv {
 namespace {
 
+// Moves every metadata file of the tier directory `path` (all but
+// segments/) into `to`, or back.
+void MoveMetadata(const fs::path& from, const fs::path& to) {
+  fs::create_directories(to);
+  for (const auto& e : fs::directory_iterator(from)) {
+    if (e.path().filename() != "segments") fs::rename(e.path(), to / e.path().filename());
+  }
+}
+
 // A footer names its block but not its segment, so a rebuild takes a
 // segment file's extents for whatever the file name says. The journal names
 // extents by place: only a commit of the same key and bytes at a place may
 // make an extent found there live again after a removal of them. Two segment
-// files swapped (renamed, or restored from a copy), then the metadata lost:
-// the older version of an overwritten block, or a removed block, lands at a
-// place another commit names. Until 2026-12-06 any commit there counted:
-// the rebuild restored `a`'s first bytes as its value after it was
-// overwritten (a stale hit), and a block after its removal.
+// files swapped (renamed, or restored from a copy), then the metadata lost
+// (a rebuild) or rolled back (a roll-forward: a lost log, or a kill in
+// flush mode): the older version of an overwritten block, or a removed
+// block, lands at a place another commit names. Until 2026-12-06 any commit
+// there counted: both restored `a`'s first bytes as its value after it was
+// overwritten (a stale hit), or after it was removed.
 TEST(SsdCorruption, ASwappedSegmentFileNeverRebuildsAnOlderOrRemovedVersion) {
-  for (bool remove : {false, true}) {
-    SCOPED_TRACE(remove ? "a removed" : "a overwritten");
-    testing::TempDir dir;
-    const fs::path path = dir.path() / "ssd";
-    SsdTierOptions o = testing::TestSsdOptions(path.string());
-    o.reclaim_live_fraction = 0;
-    const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), d = ChainBlock(3, 0);
-    const SharedBytes v1 = testing::ConformancePayload(a.key, 1, 5000);
-    {  // Segment 1: a v1, d.
-      auto tier = testing::OpenSsd(o);
-      ASSERT_NE(tier, nullptr);
-      ASSERT_OK(tier->Put(a, v1, true));
-      ASSERT_OK(tier->Put(d, PayloadOf(d.key), true));
-      if (remove) {
-        ASSERT_OK(tier->Remove(a.key));
+  for (bool rebuild : {true, false}) {
+    for (bool remove : {false, true}) {
+      SCOPED_TRACE(std::string(rebuild ? "rebuilt, " : "rolled forward, ") +
+                   (remove ? "a removed" : "a overwritten"));
+      testing::TempDir dir;
+      const fs::path path = dir.path() / "ssd";
+      SsdTierOptions o = testing::TestSsdOptions(path.string());
+      o.reclaim_live_fraction = 0;
+      const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), d = ChainBlock(3, 0);
+      const SharedBytes v1 = testing::ConformancePayload(a.key, 1, 5000);
+      {  // Segment 1: a v1, d.
+        auto tier = testing::OpenSsd(o);
+        ASSERT_NE(tier, nullptr);
+        ASSERT_OK(tier->Put(a, v1, true));
+        ASSERT_OK(tier->Put(d, PayloadOf(d.key), true));
+        if (remove) {
+          ASSERT_OK(tier->Remove(a.key));
+        }
+        ASSERT_OK(tier->Close());
       }
-      ASSERT_OK(tier->Close());
-    }
-    {  // Segment 2: b, or a v2 (its commit comes after the removal of a v1).
-      auto tier = testing::OpenSsd(o);
+      if (!rebuild) {  // a copy of the metadata as it is now
+        fs::copy(path, dir.path() / "old", fs::copy_options::recursive);
+        fs::remove_all(dir.path() / "old" / "segments");
+      }
+      {  // Segment 2: b, or a v2 (its commit comes after the removal of a v1).
+        auto tier = testing::OpenSsd(o);
+        ASSERT_NE(tier, nullptr);
+        ASSERT_OK(remove
+                      ? tier->Put(b, PayloadOf(b.key), true)
+                      : tier->Put(a, testing::ConformancePayload(a.key, 2, 5000), true));
+        ASSERT_OK(tier->Close());
+      }
+      const std::vector<fs::path> s = testing::SegmentFiles(path);
+      ASSERT_EQ(s.size(), 2u);
+      fs::rename(s[0], s[0].string() + ".x");
+      fs::rename(s[1], s[0]);
+      fs::rename(s[0].string() + ".x", s[1]);
+      std::unique_ptr<SsdTier> tier;
+      if (rebuild) {
+        tier = testing::OpenRebuilt(o);
+      } else {
+        MoveMetadata(path, dir.path() / "new");
+        MoveMetadata(dir.path() / "old", path);
+        tier = testing::OpenSsd(o);
+      }
       ASSERT_NE(tier, nullptr);
-      ASSERT_OK(remove ? tier->Put(b, PayloadOf(b.key), true)
-                       : tier->Put(a, testing::ConformancePayload(a.key, 2, 5000), true));
-      ASSERT_OK(tier->Close());
+      if (!rebuild) {
+        EXPECT_NE(tier->open_report().metadata_rollback, "");
+      }
+      StatusOr<SharedBytes> got = tier->Get(a.key);
+      EXPECT_FALSE(got.ok()) << "a's first version ("
+                             << (got.ok() && got->view() == v1.view())
+                             << ") served after it was "
+                             << (remove ? "removed" : "overwritten");
+      if (!rebuild) continue;  // the metadata still points d at its old place
+      ASSERT_OK_AND_ASSIGN(SharedBytes kept, tier->Get(d.key));  // named by nothing else
+      EXPECT_EQ(kept.view(), PayloadOf(d.key).view());
     }
-    const std::vector<fs::path> s = testing::SegmentFiles(path);
-    ASSERT_EQ(s.size(), 2u);
-    fs::rename(s[0], s[0].string() + ".x");
-    fs::rename(s[1], s[0]);
-    fs::rename(s[0].string() + ".x", s[1]);
-    auto tier = testing::OpenRebuilt(o);
-    ASSERT_NE(tier, nullptr);
-    StatusOr<SharedBytes> got = tier->Get(a.key);
-    EXPECT_FALSE(got.ok()) << "a's first version ("
-                           << (got.ok() && got->view() == v1.view())
-                           << ") served after it was "
-                           << (remove ? "removed" : "overwritten");
-    ASSERT_OK_AND_ASSIGN(SharedBytes kept, tier->Get(d.key));  // named by nothing else
-    EXPECT_EQ(kept.view(), PayloadOf(d.key).view());
   }
 }
 
