@@ -60,7 +60,7 @@ Status NameTailGarbage(FileSystem* fs, const std::string& path, uint64_t id,
                          f->Read(end - ssd::kExtentAlign, page.size(), page.data()));
     if (got != page.size()) return Status::Corruption("short read of " + path);
     ssd::ExtentFooter footer;
-    if (!ssd::DecodeFooter(page.data() + page.size() - ssd::kFooterBytes, &footer) ||
+    if (!ssd::DecodeFooter(page.data() + page.size() - ssd::kFooterBytes, id, &footer) ||
         footer.length > end || ssd::ExtentBytes(footer.length) > end) {
       end -= ssd::kExtentAlign;  // a torn or damaged extent: resync below it
       continue;

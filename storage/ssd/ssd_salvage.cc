@@ -51,7 +51,7 @@ Status WalkSegment(FileSystem* fs, const std::string& path, uint64_t id,
     // length near 2^64 wraps to a small extent, and the payload checksum
     // would then read far past the buffer. Payloads are clients' bytes, and
     // the walk resyncs inside them after a damaged footer.)
-    if (!ssd::DecodeFooter(buf.data() + end - ssd::kFooterBytes, &footer) ||
+    if (!ssd::DecodeFooter(buf.data() + end - ssd::kFooterBytes, id, &footer) ||
         footer.length > end || ssd::ExtentBytes(footer.length) > end) {
       end -= ssd::kExtentAlign;  // resync on the previous boundary
       resync_pending = true;

@@ -42,18 +42,39 @@ uint64_t CopyAndHash(uint8_t* out, const SharedBytes& payload) {
 
 }  // namespace
 
-void EncodeFooter(const ExtentFooter& f, uint8_t* out) {
+namespace {
+
+// A footer's own hash: of its first 56 bytes, then of the id of the segment
+// it was written in (u64 LE), so that a whole extent found in another file
+// (one a power cut left from a segment unlinked since, a file renamed) is
+// no extent there.
+uint64_t FooterHash(const uint8_t* footer, uint64_t segment) {
+  uint8_t bytes[64];
+  std::memcpy(bytes, footer, 56);
+  PutLE64(bytes + 56, segment);
+  return Hash64(bytes, sizeof(bytes));
+}
+
+}  // namespace
+
+void EncodeFooter(const ExtentFooter& f, uint64_t segment, uint8_t* out) {
   std::memcpy(out, kFooterMagic, 8);
   f.namespace_id.EncodeTo(out + 8);
   f.key.EncodeTo(out + 24);
   PutLE64(out + 40, f.length);
   PutLE64(out + 48, f.checksum);
-  PutLE64(out + 56, Hash64(out, 56));
+  PutLE64(out + 56, FooterHash(out, segment));
 }
 
-bool DecodeFooter(const uint8_t* in, ExtentFooter* f) {
-  if (std::memcmp(in, kFooterMagic, 8) != 0) return false;
-  if (GetLE64(in + 56) != Hash64(in, 56)) return false;
+bool DecodeFooter(const uint8_t* in, uint64_t segment, ExtentFooter* f) {
+  if (std::memcmp(in, kFooterMagic, 8) == 0) {
+    if (GetLE64(in + 56) != FooterHash(in, segment)) return false;
+  } else if (std::memcmp(in, kLegacyFooterMagic, 8) == 0) {
+    // Written before footers named their segment: hashed alone.
+    if (GetLE64(in + 56) != Hash64(in, 56)) return false;
+  } else {
+    return false;
+  }
   f->namespace_id = BlockKey::DecodeFrom(in + 8);
   f->key = BlockKey::DecodeFrom(in + 24);
   f->length = GetLE64(in + 40);
@@ -294,7 +315,7 @@ Status SegmentStore::Append(const std::vector<ExtentSpec>& extents, bool sync,
       sum = CopyAndHash(a->buf + at, *e.payload);
     }
     std::memset(a->buf + at + n, 0, ext - n - kFooterBytes);
-    EncodeFooter({e.namespace_id, e.key, n, sum}, a->buf + at + ext - kFooterBytes);
+    EncodeFooter({e.namespace_id, e.key, n, sum}, id, a->buf + at + ext - kFooterBytes);
     out->push_back({id, base + at, sum});
     at += ext;
   }

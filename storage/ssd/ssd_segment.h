@@ -8,9 +8,10 @@
 //                                                      of 4096, footer last)
 //
 // The footer (EncodeFooter) names the block and repeats the payload length and
-// XXH3-64, so a segment describes itself (an extent ends at every 4096 boundary
-// preceded by a valid footer). The metadata record in RocksDB holds the segment
-// id and offset; it is committed only after the extent was written.
+// XXH3-64, and its own hash covers the segment's id, so a segment describes itself (an
+// extent ends at every 4096 boundary preceded by a valid footer). The metadata record in
+// RocksDB holds the segment id and offset; it is committed only after the extent was
+// written.
 //
 // Each Append call writes one or more extents as ONE aligned pwrite into an
 // active segment that belongs to the calling thread until its metadata
@@ -51,8 +52,12 @@ inline constexpr size_t kFooterBytes = 64;
 // at most one piece per writer thread instead of a whole batch. Measured with
 // `prefixkv bench scale --parts concurrency` (docs/benchmarks.md).
 inline constexpr uint64_t kMaxWriteBytes = uint64_t{1} << 20;
-// "pkvext02": footer magic (the 2 is the layout generation, prefixkv-ssd/2).
-inline constexpr char kFooterMagic[8] = {'p', 'k', 'v', 'e', 'x', 't', '0', '2'};
+// "pkvext03": footer magic. Its footer's hash covers the segment id too
+// (since 2026-12-06); "pkvext02" footers (written before, the 2 being the
+// layout generation, prefixkv-ssd/2) hash their 56 bytes alone and are
+// still read.
+inline constexpr char kFooterMagic[8] = {'p', 'k', 'v', 'e', 'x', 't', '0', '3'};
+inline constexpr char kLegacyFooterMagic[8] = {'p', 'k', 'v', 'e', 'x', 't', '0', '2'};
 
 // Bytes an extent of a payload of this length occupies (payload, padding,
 // footer), a multiple of kExtentAlign.
@@ -77,7 +82,8 @@ struct ExtentSpec {
 };
 
 // Footer: magic (8) | namespace (16) | block key (16) | payload length (u64 LE)
-//         | payload XXH3-64 (u64 LE) | XXH3-64 of the preceding 56 bytes (u64 LE).
+//         | payload XXH3-64 (u64 LE) | XXH3-64 of the preceding 56 bytes
+//         followed by the segment id (u64 LE), 64 bytes (u64 LE).
 // Keys in BlockKey::EncodeTo order (lo LE, hi LE).
 struct ExtentFooter {
   BlockKey namespace_id;
@@ -85,8 +91,10 @@ struct ExtentFooter {
   uint64_t length = 0;
   uint64_t checksum = 0;
 };
-void EncodeFooter(const ExtentFooter& f, uint8_t* out);  // kFooterBytes
-bool DecodeFooter(const uint8_t* in, ExtentFooter* f);   // false: not a footer
+// `segment`: the id of the segment file the footer is (to be) in.
+void EncodeFooter(const ExtentFooter& f, uint64_t segment, uint8_t* out);  // kFooterBytes
+// False: not a footer of this segment.
+bool DecodeFooter(const uint8_t* in, uint64_t segment, ExtentFooter* f);
 
 std::string SegmentFileName(uint64_t id);  // "000000000000002a.seg"
 bool ParseSegmentFileName(const std::string& name, uint64_t* id);

@@ -1284,9 +1284,10 @@ TEST_F(SsdFaultTest, AFooterPlantedAtAShortWritesEndIsNeverRestored) {
   constexpr uint64_t kPlanted = 2 * ssd::kExtentAlign - ssd::kFooterBytes;
   std::string bytes(20000, 'p');
   for (uint64_t i = 0; i < kPlanted; ++i) bytes[i] = static_cast<char>('a' + i % 26);
+  // Of the segment the payload goes to (the first), as a valid footer there.
   ssd::EncodeFooter({victim.namespace_id, victim.key, kPlanted,
                      ssd::PayloadChecksum(bytes.data(), kPlanted)},
-                    reinterpret_cast<uint8_t*>(bytes.data() + kPlanted));
+                    /*segment=*/1, reinterpret_cast<uint8_t*>(bytes.data() + kPlanted));
   {
     auto tier = testing::OpenSsd(o);
     ASSERT_NE(tier, nullptr);

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <thread>
 
+#include "prefixkv/advanced/hash.h"
 #include "prefixkv/memory_resource.h"
 #include "ssd_index.h"
 #include "ssd_layout.h"
@@ -1038,9 +1039,15 @@ TEST(SsdSegments, ExtentsAreAlignedAndSelfDescribing) {
     ASSERT_LE(at + ext, bytes.size());
     EXPECT_EQ(bytes.substr(at, sizes[i]), std::string(SegPayload(m, sizes[i]).view()));
     ssd::ExtentFooter f;
+    uint64_t segment = 0;
+    ASSERT_TRUE(ssd::ParseSegmentFileName(segs[0].filename().string(), &segment));
     ASSERT_TRUE(ssd::DecodeFooter(
         reinterpret_cast<const uint8_t*>(bytes.data() + at + ext - ssd::kFooterBytes),
-        &f));
+        segment, &f));
+    EXPECT_FALSE(ssd::DecodeFooter(
+        reinterpret_cast<const uint8_t*>(bytes.data() + at + ext - ssd::kFooterBytes),
+        segment + 1, &f))
+        << "a footer names its segment";
     EXPECT_EQ(f.key, m.key);
     EXPECT_EQ(f.namespace_id, m.namespace_id);
     EXPECT_EQ(f.length, sizes[i]);
@@ -1301,6 +1308,32 @@ TEST(SsdIndex, ChildCountsSurviveAParentStoredLateRemovedAndStoredAgain) {
   EXPECT_FALSE(index.ClaimVictim().has_value());
 }
 
+// Footers written before 2026-12-06 ("pkvext02") hash their 56 bytes
+// without the segment id: a segment of that layout still walks, whatever
+// its id.
+TEST(SsdSegmentWalk, AFooterWrittenBeforeFootersNamedTheirSegmentStillReads) {
+  testing::TempDir dir;
+  const std::string seg_dir = (dir.path() / "segments").string();
+  std::filesystem::create_directories(seg_dir);
+  const BlockMeta m = ChainBlock(0, 0);
+  std::string file(ssd::kExtentAlign, '\0');
+  file.replace(0, 5, "bytes");
+  auto* footer =
+      reinterpret_cast<uint8_t*>(file.data() + ssd::kExtentAlign - ssd::kFooterBytes);
+  ssd::EncodeFooter({m.namespace_id, m.key, 5, ssd::PayloadChecksum(file.data(), 5)},
+                    /*segment=*/7, footer);
+  std::memcpy(footer, ssd::kLegacyFooterMagic, 8);
+  ssd::StoreLE64(footer + 56, Hash64(footer, 56));
+  std::ofstream(seg_dir + "/" + ssd::SegmentFileName(7), std::ios::binary) << file;
+  StatusOr<ssd::SegmentScan> scan =
+      ssd::WalkSegments(FileSystem::Default(), seg_dir, /*parent_of=*/nullptr);
+  ASSERT_OK(scan.status());
+  ASSERT_EQ(scan->extents.size(), 1u);
+  EXPECT_EQ(scan->extents[0].key, m.key);
+  ssd::ExtentFooter f;
+  EXPECT_TRUE(ssd::DecodeFooter(footer, /*segment=*/8, &f)) << "named no segment";
+}
+
 // A footer that decodes (its own hash is right: a client's payload can hold
 // one, and the rebuild's walk resyncs inside payloads after damage) with a
 // length near 2^64, whose extent size wraps to one page: the walk skips it
@@ -1314,8 +1347,9 @@ TEST(SsdSegmentWalk, AFooterWithALengthBeyondTheFileIsSkipped) {
   forged.key = ChainBlock(0, 0).key;
   forged.length = uint64_t{0} - ssd::kFooterBytes + 1;  // ExtentBytes: 4096
   ASSERT_EQ(ssd::ExtentBytes(forged.length), ssd::kExtentAlign);
-  ssd::EncodeFooter(forged, reinterpret_cast<uint8_t*>(file.data() + ssd::kExtentAlign -
-                                                       ssd::kFooterBytes));
+  ssd::EncodeFooter(
+      forged, /*segment=*/1,
+      reinterpret_cast<uint8_t*>(file.data() + ssd::kExtentAlign - ssd::kFooterBytes));
   std::ofstream(seg_dir + "/" + ssd::SegmentFileName(1), std::ios::binary) << file;
   StatusOr<ssd::SegmentScan> scan =
       ssd::WalkSegments(FileSystem::Default(), seg_dir, /*parent_of=*/nullptr);
