@@ -205,22 +205,20 @@ Status TierStack::PutLocked(const BlockMeta& meta, SharedBytes payload) {
   // as below, lost them when the SSD write then failed).
   if (hot_->NeverHolds(meta, payload.size()))
     return PutBelowOnly(meta, std::move(payload), old_mark);
-  // The new bytes live in RAM only until they are written back: an older
-  // copy below must go first, or a kill -9 would bring it back as the
-  // key's value (a durable Remove; the mark above stops older hot copies
-  // from being written below afterwards).
-  if (Status s = DropCopyBelow(meta.key); !s.ok()) {
-    RestoreMark(meta.key, old_mark);  // an older hot copy is still to write back
-    return s;
-  }
+  // RAM first, the older SSD copy kept meanwhile: when the hot tier has no
+  // room now (every other block pinned) the new bytes go below in its place,
+  // and a failed write still leaves it. (Dropping it before the hot Put lost
+  // the key's value when that write then failed.)
   Status s = hot_->Put(meta, payload, /*dirty=*/true);
-  if (s.ok()) return s;
-  if (!s.IsNoSpace()) {
+  if (s.IsNoSpace()) return PutBelowOnly(meta, std::move(payload), old_mark);
+  if (!s.ok()) {
     RestoreMark(meta.key, old_mark);  // nothing changed in the hot tier
     return s;
   }
-  // No room in the hot tier now: the SSD copy becomes the only one.
-  return PutBelowOnly(meta, std::move(payload), old_mark);
+  // The new bytes live in RAM only until they are written back: an older
+  // copy below must go before the Put returns, or a kill -9 would bring it
+  // back as the key's value (a durable Remove).
+  return DropOlderCopyBelow(meta, payload);
 }
 
 Status TierStack::PutBelowOnly(const BlockMeta& meta, SharedBytes payload,
@@ -241,11 +239,22 @@ Status TierStack::PutBelowOnly(const BlockMeta& meta, SharedBytes payload,
   return dropped;
 }
 
-Status TierStack::DropCopyBelow(const BlockKey& key) {
-  WaitForWriteBelow(key);  // an older copy on its way below lands first
-  if (!ssd_->Contains(key)) return Status::OK();
-  Status removed = ssd_->Remove(key);
-  return removed.IsNotFound() ? Status::OK() : removed;
+Status TierStack::DropOlderCopyBelow(const BlockMeta& meta, const SharedBytes& payload) {
+  // Holding the key's write below: an older copy on its way there has
+  // landed, and the new copy's own write-back (should it be evicted now)
+  // waits until the older copy is gone, so the removal never takes it.
+  const bool in_ram = ClaimWriteBelow(meta.key, payload);
+  Status s;
+  if (in_ram && ssd_->Contains(meta.key)) {
+    s = ssd_->Remove(meta.key);  // stored or queued
+    if (s.IsNotFound()) s = Status::OK();
+  }
+  // Evicted meanwhile (its write-back handed below, or skipped by
+  // admission), or the removal failed: the new bytes replace the older
+  // copy in place, so it never outlives them.
+  if (!in_ram || !s.ok()) s = ssd_->Put(meta, payload, /*dirty=*/false);
+  EndWriteBelow(meta.key);
+  return s;
 }
 
 Status TierStack::DropStaleHotCopy(const BlockKey& key) {
@@ -377,6 +386,15 @@ bool TierStack::BeginWriteBelow(const BlockKey& key, const SharedBytes& payload)
                       [&]() REQUIRES(mu_) { return !writing_below_.contains(key); });
   writing_below_.insert(key);
   return true;
+}
+
+bool TierStack::ClaimWriteBelow(const BlockKey& key, const SharedBytes& payload) {
+  MutexLock lock(&mu_);
+  written_below_.Wait(lock,
+                      [&]() REQUIRES(mu_) { return !writing_below_.contains(key); });
+  writing_below_.insert(key);
+  auto it = dirty_.find(key);
+  return it != dirty_.end() && it->second == payload.data();
 }
 
 void TierStack::EndWriteBelow(const BlockKey& key) {

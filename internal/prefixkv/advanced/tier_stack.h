@@ -6,9 +6,11 @@
 //           is copied into the hot tier (clean) when promotion is on.
 //   Put     into the hot tier as dirty (write-back: the block reaches the SSD
 //           tier when the hot tier evicts it, or at Flush); straight to SSD
-//           when there is no hot tier or the block does not fit in it. A
-//           write-back Put of a key the SSD tier holds removes that older
-//           SSD copy first, so a kill -9 cannot bring it back.
+//           when there is no hot tier or the block does not fit in it (or
+//           finds no room there now). A write-back Put of a key the SSD tier
+//           holds removes that older SSD copy before it returns (after the
+//           hot Put, so a failed SSD write keeps it), so a kill -9 cannot
+//           bring it back.
 //   Remove  from every tier holding the block.
 //   Rewrite a block in place, in every tier that holds it, through each tier's
 //           normal paths (hot: Remove + Put; SSD: one replacing Put, so a kill
@@ -259,6 +261,10 @@ class TierStack final : private EvictionListener {
   // write below until EndWriteBelow. Waits for the key's previous one.
   bool BeginWriteBelow(const BlockKey& key, const SharedBytes& payload);
   void EndWriteBelow(const BlockKey& key);
+  // Makes this thread the key's write below (after the one in flight) until
+  // EndWriteBelow, so no write-back of the key runs meanwhile; whether
+  // `payload` is still the key's dirty copy (not yet evicted).
+  bool ClaimWriteBelow(const BlockKey& key, const SharedBytes& payload);
   // Waits until no write-back of `key` is in flight. REQUIRES: its stripe held
   // and its mark cleared, so that no older copy can start one afterwards.
   void WaitForWriteBelow(const BlockKey& key);
@@ -283,9 +289,11 @@ class TierStack final : private EvictionListener {
   // marked with `payload`.
   Status PutBelowOnly(const BlockMeta& meta, SharedBytes payload,
                       const uint8_t* old_mark);
-  // Write-back Put: removes the SSD copy (stored or queued) of a key about to
-  // get newer bytes in RAM only. REQUIRES: the stripe held, the mark set.
-  Status DropCopyBelow(const BlockKey& key);
+  // Write-back Put, after the new copy went into RAM (dirty, marked with
+  // `payload`): removes the older SSD copy (stored or queued), or, when the
+  // new copy was evicted meanwhile or the removal failed, writes the new
+  // bytes over it. REQUIRES: the stripe held.
+  Status DropOlderCopyBelow(const BlockMeta& meta, const SharedBytes& payload);
   // `bytes`: the payload size of a block it tried to write (0 if none).
   Status FlushKey(const BlockKey& key, uint64_t* bytes);
 

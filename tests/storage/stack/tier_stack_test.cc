@@ -439,6 +439,23 @@ TEST(TierStackGuard, AWriteBackPutWaitsForTheOlderCopyInFlight) {
   EXPECT_EQ(s.stack.Get(Meta(1).key)->payload.view(), Payload('n').view());
 }
 
+// A write-back Put keeps the older SSD copy until its new bytes are in RAM
+// (so a failed SSD write of a Put that finds no room there keeps the old
+// value), then removes it. The new copy may be evicted meanwhile: its
+// write-back waits for that removal, so the removal never takes the new bytes.
+TEST(TierStackGuard, TheNewCopyEvictedWhileTheOlderIsRemovedLandsBelowAfterIt) {
+  GatedSsdStack s(/*hot_capacity_bytes=*/kCharge);  // one block fits
+  ASSERT_OK(s.below.Put(Meta(1), Payload('o'), /*dirty=*/false));
+  s.ssd.Arm(GatedTier::Op::kRemove, Meta(1).key);
+  const bool overtook = SecondOvertakesHeldFirst(
+      s.ssd, [&] { EXPECT_OK(s.stack.Put(Meta(1), Payload('n'))); },
+      [&] { EXPECT_OK(s.stack.Put(Meta(2), Payload('x'))); });  // evicts 'n'
+  EXPECT_FALSE(overtook)
+      << "the new copy's write-back ran before the older copy's removal";
+  ASSERT_TRUE(s.below.Contains(Meta(1).key)) << "the removal of 'o' took 'n'";
+  EXPECT_EQ(s.below.Get(Meta(1).key)->view(), Payload('n').view());
+}
+
 // Flush must not return while a dirty block stored before it is still on its
 // way below: an eviction that holds no stripe Flush waits for (here an SSD hit
 // promoted into RAM; a memory charge or a write-through Put does the same) has

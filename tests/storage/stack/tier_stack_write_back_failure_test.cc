@@ -5,6 +5,7 @@
 // once write-back succeeds (issue 14, point 7).
 #include <gtest/gtest.h>
 
+#include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "prefixkv/advanced/tier_stack.h"
 #include "tests/support/fault_injection_file_system.h"
@@ -97,6 +98,42 @@ TEST(TierStackWriteBackFailure, AFailedRewriteTooLargeForRamKeepsTheOldBlock) {
   EXPECT_EQ(hit->payload.view(), Payload(1).view());
   // Still dirty: a Flush writes the old bytes below.
   ASSERT_OK(stack.Flush());
+  ASSERT_OK_AND_ASSIGN(SharedBytes below, ssd->Get(Meta(1).key));
+  EXPECT_EQ(below.view(), Payload(1).view());
+}
+
+// A Put that fits in RAM but finds no room there now (every other block is
+// pinned by a reader) goes to SSD only. When that SSD write fails, the Put
+// fails and the key keeps its old bytes, on SSD, now and after a reopen.
+// (The older SSD copy was removed before the hot Put, for write-back, so the
+// failed write left the key absent: an acknowledged value lost.)
+TEST(TierStackWriteBackFailure, AFailedPutThatFindsNoRoomInRamKeepsTheOldSsdCopy) {
+  testing::TempDir dir;
+  FaultInjectionFileSystem fs;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SsdTier> ssd, OpenSsd(dir, fs));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<HotTier> hot,
+                       HotTier::Create({.capacity_bytes = 2 * HotEntryCharge(kPayload)}));
+  {
+    TierStack stack(hot.get(), ssd.get(), ssd.get());
+    ASSERT_OK(stack.Put(Meta(1), Payload(1)));
+    ASSERT_OK(stack.Flush());
+    ASSERT_OK(hot->Remove(Meta(1).key));  // on SSD only
+    ASSERT_OK(stack.Put(Meta(2), Payload(2)));
+    ASSERT_OK(stack.Put(Meta(3), Payload(3)));
+    std::optional<PinnedBlock> pin2 = hot->Pin(Meta(2).key);
+    std::optional<PinnedBlock> pin3 = hot->Pin(Meta(3).key);
+    ASSERT_TRUE(pin2 && pin3);
+    fs.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg"});
+    EXPECT_FALSE(stack.Put(Meta(1), Payload(11)).ok());
+    EXPECT_GT(fs.faults_injected(), 0u);
+    fs.ClearFaults();
+    StatusOr<TierHit> hit = stack.Get(Meta(1).key, /*allow_promotion=*/false);
+    ASSERT_OK(hit);
+    EXPECT_EQ(hit->payload.view(), Payload(1).view());
+    ASSERT_OK(ssd->Flush());
+  }
+  ssd.reset();
+  ASSERT_OK_AND_ASSIGN(ssd, OpenSsd(dir, fs));
   ASSERT_OK_AND_ASSIGN(SharedBytes below, ssd->Get(Meta(1).key));
   EXPECT_EQ(below.view(), Payload(1).view());
 }
