@@ -197,6 +197,10 @@ Status TierStack::PutLocked(const BlockMeta& meta, SharedBytes payload) {
   // write-back is failing, a new Put answers that error (docs/ssd.md).
   if (write_back) PKV_RETURN_IF_ERROR(ssd_->WriteBackStatus());
   if (!write_back) return hot_->Put(meta, std::move(payload), /*dirty=*/false);
+  return PutWriteBack(meta, std::move(payload));
+}
+
+Status TierStack::PutWriteBack(const BlockMeta& meta, SharedBytes payload) {
   // Mark first: the hot Put may evict the block itself before it returns
   // (a listener call that then clears this very mark).
   const uint8_t* old_mark = SwapMark(meta.key, payload);
@@ -275,51 +279,43 @@ Status TierStack::Rewrite(const BlockMeta& meta, SharedBytes payload,
                           KvRemoveReason reason) {
   MutexLock lock(&StripeFor(meta.key));
   KvReasonScope events_say(reason);
-  // The hot tier evicts without the stripe, so its copy can go below between
-  // the check and its removal. Nothing brings a key back up while the stripe
-  // is held, so a second pass finds it below.
-  for (int pass = 0;; ++pass) {
-    if (ssd_ != nullptr) WaitForWriteBelow(meta.key);  // a copy being evicted lands first
-    const bool in_hot = hot_ != nullptr && hot_->Contains(meta.key);
-    const bool in_ssd = ssd_ != nullptr && ssd_->Contains(meta.key);
-    if (!in_hot && !in_ssd)
-      return Status::NotFound("block " + meta.key.ToHex() + " not cached");
-    // The SSD copy is replaced in place: a replacing Put commits the new
-    // version and journals the old one in one metadata batch, so a kill -9 at
-    // any moment leaves one of the two. (Remove then Put left a window with
-    // neither: the block's children orphaned and the chain through it cut.)
-    if (in_ssd) PKV_RETURN_IF_ERROR(ssd_->Put(meta, payload, /*dirty=*/false));
-    if (!in_hot) return Status::OK();
-    // Too big for RAM, and the RAM copy the only one: the new bytes go below
-    // before that copy is removed, so a failed write keeps the block (it was
-    // lost, and the chain through it cut). A pinned copy stays, as below.
-    if (!in_ssd && ssd_ != nullptr && hot_->NeverHolds(meta, payload.size())) {
-      Status s = PutBelowOnly(meta, payload, SwapMark(meta.key, payload));
-      return s.IsBusy() ? Status::OK() : s;
-    }
-    // Removed before the new copy is marked dirty: the old copy's eviction,
-    // if it wins the race, still finds its own mark and goes below.
-    Status removed = hot_->Remove(meta.key);
-    if (removed.IsNotFound()) {
-      if (in_ssd) return Status::OK();  // the copy below already holds the new bytes
-      if (ssd_ != nullptr && pass == 0) continue;  // evicted below meanwhile
-      return removed;
-    }
-    // A pinned hot block cannot be removed; Put then replaces it in place and
-    // the pin holder keeps the old bytes.
-    if (!removed.ok() && !removed.IsBusy()) return removed;
-    // The hot copy is dirty unless the SSD tier holds the same new bytes.
-    const bool dirty = ssd_ != nullptr && !in_ssd;
-    if (dirty) MarkDirty(meta.key, payload);
-    Status s = hot_->Put(meta, payload, dirty);
-    if (s.ok()) return s;
-    if (dirty) MarkClean(meta.key);
-    // No room in RAM now: the copy below is the block (the old RAM copy is gone).
-    if (s.IsNoSpace() && in_ssd) return Status::OK();
-    if (s.IsNoSpace() && ssd_ != nullptr)
-      return ssd_->Put(meta, payload, /*dirty=*/false);
-    return s;
+  // The hot tier evicts without the stripe, so a RAM copy can go below
+  // after the check: a write-back (below) handles that, and a removal of the
+  // hot copy that finds it gone leaves the SSD copy, already rewritten.
+  if (ssd_ != nullptr) WaitForWriteBelow(meta.key);  // a copy being evicted lands first
+  const bool in_hot = hot_ != nullptr && hot_->Contains(meta.key);
+  const bool in_ssd = ssd_ != nullptr && ssd_->Contains(meta.key);
+  if (!in_hot && !in_ssd)
+    return Status::NotFound("block " + meta.key.ToHex() + " not cached");
+  // The SSD copy is replaced in place: a replacing Put commits the new
+  // version and journals the old one in one metadata batch, so a kill -9 at
+  // any moment leaves one of the two. (Remove then Put left a window with
+  // neither: the block's children orphaned and the chain through it cut.)
+  if (in_ssd) PKV_RETURN_IF_ERROR(ssd_->Put(meta, payload, /*dirty=*/false));
+  if (!in_hot) return Status::OK();
+  // The RAM copy the only one: stored like a write-back Put, in RAM in
+  // place of that copy (below when RAM cannot or now does not hold it: a
+  // failed write keeps the block; removing the RAM copy first lost it,
+  // and the chain through it cut). A pinned copy stays, as below.
+  if (!in_ssd && ssd_ != nullptr) {
+    Status s = PutWriteBack(meta, payload);
+    return s.IsBusy() ? Status::OK() : s;
   }
+  // The SSD copy holds the new bytes already (or there is no SSD tier):
+  // the RAM copy is replaced by a clean one. Removed first: the old copy's
+  // eviction, if it wins the race, still finds its own mark and goes below.
+  Status removed = hot_->Remove(meta.key);
+  if (removed.IsNotFound()) {
+    if (in_ssd) return Status::OK();  // the copy below already holds the new bytes
+    return removed;
+  }
+  // A pinned hot block cannot be removed; Put then replaces it in place and
+  // the pin holder keeps the old bytes.
+  if (!removed.ok() && !removed.IsBusy()) return removed;
+  Status s = hot_->Put(meta, payload, /*dirty=*/false);
+  // No room in RAM now: the copy below is the block (the old RAM copy is gone).
+  if (s.IsNoSpace() && in_ssd) return Status::OK();
+  return s;
 }
 
 Status TierStack::Remove(const BlockKey& key, KvRemoveReason reason) {

@@ -13,7 +13,8 @@
 //           bring it back.
 //   Remove  from every tier holding the block.
 //   Rewrite a block in place, in every tier that holds it, through each tier's
-//           normal paths (hot: Remove + Put; SSD: one replacing Put, so a kill
+//           normal paths (hot: a replacing dirty Put of a copy only RAM
+//           holds, else Remove + Put; SSD: one replacing Put, so a kill
 //           -9 finds the old or the new copy, never neither), so every byte
 //           counter stays exact (the supersede-on-extend tip strip uses this).
 // Either tier may be absent (null), not both. The stack does not own tiers.
@@ -197,10 +198,11 @@ class TierStack final : private EvictionListener {
   // records that must survive a restart.
   Status PutLowest(const BlockMeta& meta, SharedBytes payload);
   // Replaces a block's payload in every tier that holds it (the SSD copy by one
-  // replacing Put, the hot copy by Remove + Put). A hot copy evicted meanwhile is
-  // replaced where it went; a new hot copy that no longer fits in RAM is stored below
-  // instead. NotFound when no tier holds it. `reason`: what the KV events of
-  // the replacement say (kStripped for a tip's state stripped in place).
+  // replacing Put, a hot copy also below by Remove + Put, one only RAM holds
+  // like a write-back Put). A hot copy evicted meanwhile is replaced where it
+  // went; a new hot copy that no longer fits in RAM is stored below instead (a
+  // failed write keeps the old block). NotFound when no tier holds it. `reason`: what the
+  // KV events of the replacement say (kStripped for a tip's state stripped in place).
   Status Rewrite(const BlockMeta& meta, SharedBytes payload,
                  KvRemoveReason reason = KvRemoveReason::kNone);
   // Removes from every tier. NotFound when no tier held it; Busy when the hot
@@ -283,6 +285,11 @@ class TierStack final : private EvictionListener {
   StatusOr<TierHit> GetFromTiers(const BlockKey& key, const TierRead& read);
   Status PutLocked(const BlockMeta& meta, SharedBytes payload);
   Status DropStaleHotCopy(const BlockKey& key);
+  // Write-back Put of a block the hot tier may hold: dirty into RAM (in
+  // place of an older copy), then an older SSD copy dropped; below only when
+  // RAM cannot or now does not hold it. REQUIRES: the stripe held, an SSD
+  // tier.
+  Status PutWriteBack(const BlockMeta& meta, SharedBytes payload);
   // Write-back Put of a block the hot tier cannot take: written to SSD, then
   // an older hot copy dropped; a failed write changes nothing (`old_mark`,
   // what SwapMark returned, is put back). REQUIRES: the stripe held, the key

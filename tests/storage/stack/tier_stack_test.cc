@@ -322,20 +322,22 @@ TEST(TierStackGuard, TheLateEvictionOfAnOlderCopyLeavesTheNewerCopyDirty) {
   EXPECT_EQ(ssd.Get(Meta(1).key)->view(), Payload('n').view());
 }
 
-// Rewrite checks which tiers hold the block, then removes the hot copy; the
+// Rewrite checks which tiers hold the block, then replaces the hot copy; the
 // hot tier evicts without the key's stripe, so the copy can go below in
-// between. The new bytes must still land (where the copy went), and the old
-// dirty copy must still reach the SSD tier meanwhile, never be dropped.
+// between. The new bytes must still land, and the old copy must never be
+// dropped while they are not stored.
 void EvictWhileRewriteRemoves(GatedTier& hot, MemTier& ram, TierStack& stack,
                               bool clean_below) {
   ASSERT_OK(stack.Put(Meta(1), Payload('o')));
   if (clean_below) {
     ASSERT_OK(stack.Flush());
   }
-  hot.Arm(GatedTier::Op::kRemove, Meta(1).key);
+  // A block also below has its RAM copy removed, then put again clean; one
+  // only RAM holds is replaced there by a dirty Put in place.
+  hot.Arm(clean_below ? GatedTier::Op::kRemove : GatedTier::Op::kPut, Meta(1).key);
   Status rewritten;
   std::thread writer([&] { rewritten = stack.Rewrite(Meta(1), Payload('n')); });
-  hot.WaitHeld();  // the stack saw block 1 in RAM and is about to remove it
+  hot.WaitHeld();  // the stack saw block 1 in RAM and is about to replace it
   ASSERT_OK(ram.Put(Meta(2), Payload('x'), /*dirty=*/false));  // evicts block 1
   hot.Open();
   writer.join();

@@ -138,5 +138,40 @@ TEST(TierStackWriteBackFailure, AFailedPutThatFindsNoRoomInRamKeepsTheOldSsdCopy
   EXPECT_EQ(below.view(), Payload(1).view());
 }
 
+// A Rewrite of a block only RAM holds, whose new bytes fit in RAM but find no
+// room there now (they are larger, a tip given its real state, and every
+// other block is pinned), goes to SSD only. When that SSD write fails, the
+// block keeps its old bytes. (The RAM copy was removed before the hot Put
+// found no room: the failed write lost the block.)
+TEST(TierStackWriteBackFailure, AFailedRewriteThatFindsNoRoomInRamKeepsTheOldBlock) {
+  testing::TempDir dir;
+  FaultInjectionFileSystem fs;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SsdTier> ssd, OpenSsd(dir, fs));
+  constexpr size_t kSmall = 100;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<HotTier> hot,
+                       HotTier::Create({.capacity_bytes = 2 * HotEntryCharge(kPayload) +
+                                                          HotEntryCharge(kSmall)}));
+  TierStack stack(hot.get(), ssd.get(), ssd.get());
+  const SharedBytes old = SharedBytes::Copy(std::string(kSmall, 'o'));
+  ASSERT_OK(stack.Put(Meta(1), old));  // dirty, in RAM only
+  ASSERT_OK(stack.Put(Meta(2), Payload(2)));
+  ASSERT_OK(stack.Put(Meta(3), Payload(3)));
+  std::optional<PinnedBlock> pin2 = hot->Pin(Meta(2).key);
+  std::optional<PinnedBlock> pin3 = hot->Pin(Meta(3).key);
+  ASSERT_TRUE(pin2 && pin3);
+  ASSERT_FALSE(ssd->Contains(Meta(1).key));
+  fs.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg"});
+  EXPECT_FALSE(stack.Rewrite(Meta(1), Payload(11)).ok());
+  EXPECT_GT(fs.faults_injected(), 0u);
+  fs.ClearFaults();
+  StatusOr<TierHit> hit = stack.Get(Meta(1).key);
+  ASSERT_OK(hit);
+  EXPECT_EQ(hit->payload.view(), old.view());
+  // Still dirty: a Flush writes the old bytes below.
+  ASSERT_OK(stack.Flush());
+  ASSERT_OK_AND_ASSIGN(SharedBytes below, ssd->Get(Meta(1).key));
+  EXPECT_EQ(below.view(), old.view());
+}
+
 }  // namespace
 }  // namespace prefixkv
