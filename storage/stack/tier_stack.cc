@@ -485,16 +485,23 @@ Status TierStack::FlushKey(const BlockKey& key, uint64_t* bytes) {
     MarkClean(key);
     return Status::OK();
   }
-  MarkClean(key);  // the copy read above is the newest: no older one may land
-  WaitForWriteBelow(key);
-  *bytes = payload->size();
-  if (Status s = ssd_->Put(*meta, *payload, /*dirty=*/false); !s.ok()) {
-    MarkDirty(key, *payload);  // still only in RAM: its eviction writes it
-    return s;
+  // The copy read above is the newest (no Put of the key runs under the
+  // stripe), and it stays marked while it is written: its eviction meanwhile
+  // waits for this write and then writes it itself, so a failed write here
+  // never loses it. (Unmarked first, its eviction dropped it.)
+  if (!ClaimWriteBelow(key, *payload)) {  // evicted and written below meanwhile
+    EndWriteBelow(key);
+    return Status::OK();
   }
-  // Same bytes, now clean: a later eviction need not write them again.
-  (void)hot_->MarkStoredBelow(*meta, *payload);
-  return Status::OK();
+  *bytes = payload->size();
+  Status s = ssd_->Put(*meta, *payload, /*dirty=*/false);
+  if (s.ok()) {
+    // Same bytes, now clean: a later eviction need not write them again.
+    MarkCleanIf(key, *payload);
+    (void)hot_->MarkStoredBelow(*meta, *payload);
+  }
+  EndWriteBelow(key);
+  return s;
 }
 
 Status TierStack::Flush() {

@@ -5,9 +5,13 @@
 // once write-back succeeds (issue 14, point 7).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "prefixkv/advanced/tier_stack.h"
+#include "tests/storage/stack/gated_tier.h"
 #include "tests/support/fault_injection_file_system.h"
 #include "tests/support/mem_tier.h"
 #include "tests/support/test_util.h"
@@ -171,6 +175,41 @@ TEST(TierStackWriteBackFailure, AFailedRewriteThatFindsNoRoomInRamKeepsTheOldBlo
   ASSERT_OK(stack.Flush());
   ASSERT_OK_AND_ASSIGN(SharedBytes below, ssd->Get(Meta(1).key));
   EXPECT_EQ(below.view(), old.view());
+}
+
+// A Flush writing a dirty block below while the hot tier evicts that very
+// block: when the Flush's write fails, the block must still reach the SSD
+// tier through its eviction (queued, retried). (Flush cleared the block's
+// dirty mark before its write, so the eviction found none and dropped the
+// block; the failed write then marked a copy no longer in RAM: an
+// acknowledged block lost.)
+TEST(TierStackWriteBackFailure, AFailedFlushOfABlockEvictedMeanwhileKeepsIt) {
+  testing::TempDir dir;
+  FaultInjectionFileSystem fs;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SsdTier> ssd, OpenSsd(dir, fs));
+  testing::GatedTier gate(ssd.get());
+  MemTier hot({.capacity_bytes = MemTier::Charge(kPayload)});  // one block
+  TierStack stack(&hot, &gate, ssd.get());
+  ASSERT_OK(stack.Put(Meta(1), Payload(1)));  // dirty, in RAM only
+  gate.Arm(testing::GatedTier::Op::kPut, Meta(1).key);
+  std::thread flusher([&] { EXPECT_FALSE(stack.Flush().ok()); });
+  gate.WaitHeld();  // the Flush read block 1 and is about to write it below
+  fs.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg"});
+  // Evicts block 1 (dirty) on another thread: with the fix its hand-over
+  // waits for the Flush's write, so it must not be joined before Open.
+  std::thread evictor([&] { EXPECT_OK(hot.Put(Meta(2), Payload(2), /*dirty=*/false)); });
+  ASSERT_TRUE(testing::WaitUntil([&] { return hot.Totals().evictions > 0; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // to the stack
+  gate.Open();
+  flusher.join();
+  evictor.join();
+  fs.ClearFaults();
+  ASSERT_OK(ssd->Flush());  // stores what the write-back queue holds
+  StatusOr<TierHit> hit = stack.Get(Meta(1).key, /*allow_promotion=*/false);
+  ASSERT_OK(hit) << "an acknowledged block was lost";
+  EXPECT_EQ(hit->payload.view(), Payload(1).view());
+  ASSERT_OK_AND_ASSIGN(SharedBytes below, ssd->Get(Meta(1).key));
+  EXPECT_EQ(below.view(), Payload(1).view());
 }
 
 }  // namespace
