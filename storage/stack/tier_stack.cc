@@ -201,46 +201,45 @@ Status TierStack::PutLocked(const BlockMeta& meta, SharedBytes payload) {
 }
 
 Status TierStack::PutWriteBack(const BlockMeta& meta, SharedBytes payload) {
-  // Mark first: the hot Put may evict the block itself before it returns
-  // (a listener call that then clears this very mark).
-  const uint8_t* old_mark = SwapMark(meta.key, payload);
   // Never held in RAM: written below before any older copy is dropped, so a
-  // failed write leaves the key's old bytes (dropping the SSD copy first,
-  // as below, lost them when the SSD write then failed).
+  // failed write leaves the key's old bytes (dropping the SSD copy first
+  // lost them when the SSD write then failed).
   if (hot_->NeverHolds(meta, payload.size()))
-    return PutBelowOnly(meta, std::move(payload), old_mark);
+    return PutBelowOnly(meta, std::move(payload));
+  // Mark first: once in RAM the new copy may be evicted before the hot Put
+  // returns, and its eviction must find it marked.
+  const uint8_t* old_mark = SwapMark(meta.key, payload);
   // RAM first, the older SSD copy kept meanwhile: when the hot tier has no
   // room now (every other block pinned) the new bytes go below in its place,
   // and a failed write still leaves it. (Dropping it before the hot Put lost
   // the key's value when that write then failed.)
   Status s = hot_->Put(meta, payload, /*dirty=*/true);
-  if (s.IsNoSpace()) return PutBelowOnly(meta, std::move(payload), old_mark);
-  if (!s.ok()) {
-    RestoreMark(meta.key, old_mark);  // nothing changed in the hot tier
-    return s;
-  }
+  if (!s.ok()) RestoreMark(meta.key, old_mark);  // nothing changed in the hot tier
+  if (s.IsNoSpace()) return PutBelowOnly(meta, std::move(payload));
+  if (!s.ok()) return s;
   // The new bytes live in RAM only until they are written back: an older
   // copy below must go before the Put returns, or a kill -9 would bring it
   // back as the key's value (a durable Remove).
   return DropOlderCopyBelow(meta, payload);
 }
 
-Status TierStack::PutBelowOnly(const BlockMeta& meta, SharedBytes payload,
-                               const uint8_t* old_mark) {
+Status TierStack::PutBelowOnly(const BlockMeta& meta, SharedBytes payload) {
   // The SSD Put replaces a stored copy in place (one metadata batch), and an
-  // older hot copy is dropped only after it, so it must not shadow the new
-  // bytes nor, evicted meanwhile, be written over them: the new mark (set by
-  // the caller) stops that. A failed write leaves the old copies and the old
-  // mark.
-  WaitForWriteBelow(meta.key);
-  if (Status s = ssd_->Put(meta, std::move(payload), /*dirty=*/false); !s.ok()) {
-    RestoreMark(meta.key, old_mark);
-    return s;
-  }
-  Status dropped = DropStaleHotCopy(meta.key);
-  // A pinned older copy stays in RAM, never to be written over the new bytes.
-  if (dropped.IsBusy()) MarkClean(meta.key);
-  return dropped;
+  // older hot copy is dropped only after it. While it is written the older
+  // copy keeps its dirty mark and this Put holds the key's write below, so
+  // that copy's eviction meanwhile waits: when the write failed it is still
+  // the key's dirty copy and goes below (its mark moved to the new bytes
+  // first, the eviction dropped it and the failed Put lost the value); when
+  // the write succeeded the mark is gone and it never lands over them.
+  (void)ClaimWriteBelow(meta.key, payload);
+  Status s = ssd_->Put(meta, std::move(payload), /*dirty=*/false);
+  if (s.ok()) MarkClean(meta.key);
+  EndWriteBelow(meta.key);
+  if (!s.ok()) return s;
+  // A pinned older copy stays in RAM (Busy), never to be written over the new
+  // bytes. (Dropped outside the claim: a hot Remove waits for a spill of the
+  // key, whose hand-over may be waiting for the claim.)
+  return DropStaleHotCopy(meta.key);
 }
 
 Status TierStack::DropOlderCopyBelow(const BlockMeta& meta, const SharedBytes& payload) {
@@ -373,15 +372,27 @@ bool TierStack::IsMarkedDirty(const BlockKey& key) const {
 
 bool TierStack::BeginWriteBelow(const BlockKey& key, const SharedBytes& payload) {
   MutexLock lock(&mu_);
+  // One write below at a time per key (an older copy's, or a Put's or a
+  // Flush's holding the key), and only then the check: a victim still the
+  // key's dirty copy when its turn comes is written, one that a newer Put, a
+  // Remove or a Flush superseded meanwhile is not. (Checked before the wait,
+  // it could be written after a successful Put of newer bytes below, or lost
+  // after a failed one.)
+  written_below_.Wait(lock,
+                      [&]() REQUIRES(mu_) { return !writing_below_.contains(key); });
   auto it = dirty_.find(key);
   if (it == dirty_.end() || it->second != payload.data()) return false;
   dirty_.erase(it);
-  // A previous copy's write (it passed this check earlier, so it is older)
-  // lands first.
-  written_below_.Wait(lock,
-                      [&]() REQUIRES(mu_) { return !writing_below_.contains(key); });
   writing_below_.insert(key);
   return true;
+}
+
+void TierStack::EndWriteBelow(const BlockKey& key) {
+  {
+    MutexLock lock(&mu_);
+    writing_below_.erase(key);
+  }
+  written_below_.NotifyAll();
 }
 
 bool TierStack::ClaimWriteBelow(const BlockKey& key, const SharedBytes& payload) {
@@ -391,14 +402,6 @@ bool TierStack::ClaimWriteBelow(const BlockKey& key, const SharedBytes& payload)
   writing_below_.insert(key);
   auto it = dirty_.find(key);
   return it != dirty_.end() && it->second == payload.data();
-}
-
-void TierStack::EndWriteBelow(const BlockKey& key) {
-  {
-    MutexLock lock(&mu_);
-    writing_below_.erase(key);
-  }
-  written_below_.NotifyAll();
 }
 
 void TierStack::WaitForWriteBelow(const BlockKey& key) {

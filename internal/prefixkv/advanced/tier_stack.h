@@ -258,9 +258,10 @@ class TierStack final : private EvictionListener {
   const uint8_t* SwapMark(const BlockKey& key, const SharedBytes& payload);
   void RestoreMark(const BlockKey& key, const uint8_t* old_mark);
   bool IsMarkedDirty(const BlockKey& key) const;
-  // Write-back of an evicted dirty copy: false (and nothing to write) when a
-  // newer copy, a Remove or a Flush superseded it; else it is the key's
-  // write below until EndWriteBelow. Waits for the key's previous one.
+  // Write-back of an evicted dirty copy: waits for the key's write below in
+  // flight, then false (and nothing to write) when a newer copy, a Remove or
+  // a Flush superseded it; else it is the key's write below until
+  // EndWriteBelow.
   bool BeginWriteBelow(const BlockKey& key, const SharedBytes& payload);
   void EndWriteBelow(const BlockKey& key);
   // Makes this thread the key's write below (after the one in flight) until
@@ -290,12 +291,10 @@ class TierStack final : private EvictionListener {
   // RAM cannot or now does not hold it. REQUIRES: the stripe held, an SSD
   // tier.
   Status PutWriteBack(const BlockMeta& meta, SharedBytes payload);
-  // Write-back Put of a block the hot tier cannot take: written to SSD, then
-  // an older hot copy dropped; a failed write changes nothing (`old_mark`,
-  // what SwapMark returned, is put back). REQUIRES: the stripe held, the key
-  // marked with `payload`.
-  Status PutBelowOnly(const BlockMeta& meta, SharedBytes payload,
-                      const uint8_t* old_mark);
+  // Write-back Put of a block the hot tier cannot take (now): written to SSD,
+  // then an older hot copy dropped (Busy when pinned); a failed write changes
+  // nothing. REQUIRES: the stripe held, the key's mark that of the older copy.
+  Status PutBelowOnly(const BlockMeta& meta, SharedBytes payload);
   // Write-back Put, after the new copy went into RAM (dirty, marked with
   // `payload`): removes the older SSD copy (stored or queued), or, when the
   // new copy was evicted meanwhile or the removal failed, writes the new

@@ -212,5 +212,39 @@ TEST(TierStackWriteBackFailure, AFailedFlushOfABlockEvictedMeanwhileKeepsIt) {
   EXPECT_EQ(below.view(), Payload(1).view());
 }
 
+// A Put too large for RAM writes its bytes to SSD while the key's older copy
+// is still dirty in RAM. When the hot tier evicts that older copy during the
+// write and the write fails, the older copy must still reach the SSD tier.
+// (Its dirty mark had been moved to the new bytes before the write, so the
+// eviction dropped it: the failed Put lost the key's acknowledged value.)
+TEST(TierStackWriteBackFailure,
+     AFailedPutTooLargeForRamKeepsTheOlderCopyEvictedMeanwhile) {
+  testing::TempDir dir;
+  FaultInjectionFileSystem fs;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SsdTier> ssd, OpenSsd(dir, fs));
+  testing::GatedTier gate(ssd.get());
+  MemTier hot({.capacity_bytes = MemTier::Charge(kPayload)});  // one block
+  TierStack stack(&hot, &gate, ssd.get());
+  ASSERT_OK(stack.Put(Meta(1), Payload(1)));  // dirty, in RAM only
+  gate.Arm(testing::GatedTier::Op::kPut, Meta(1).key);
+  const SharedBytes big = SharedBytes::Copy(std::string(8 * kPayload, 'n'));
+  std::thread writer([&] { EXPECT_FALSE(stack.Put(Meta(1), big).ok()); });
+  gate.WaitHeld();  // the new bytes are about to be written below
+  fs.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg"});
+  // Evicts the older copy on another thread (fixed, its hand-over waits for
+  // the Put's write, so it is joined after Open).
+  std::thread evictor([&] { EXPECT_OK(hot.Put(Meta(2), Payload(2), /*dirty=*/false)); });
+  ASSERT_TRUE(testing::WaitUntil([&] { return hot.Totals().evictions > 0; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // to the stack
+  gate.Open();
+  writer.join();
+  evictor.join();
+  fs.ClearFaults();
+  ASSERT_OK(ssd->Flush());  // stores what the write-back queue holds
+  StatusOr<TierHit> hit = stack.Get(Meta(1).key, /*allow_promotion=*/false);
+  ASSERT_OK(hit) << "the failed Put lost the key's value";
+  EXPECT_EQ(hit->payload.view(), Payload(1).view());
+}
+
 }  // namespace
 }  // namespace prefixkv
