@@ -185,9 +185,14 @@ Status TierStack::Promote(const BlockMeta& meta, SharedBytes payload) {
 Status TierStack::PutLocked(const BlockMeta& meta, SharedBytes payload) {
   if (hot_ == nullptr) return ssd_->Put(meta, std::move(payload), /*dirty=*/false);
   if (ssd_ != nullptr && options_.write_through) {
-    MarkClean(meta.key);
-    WaitForWriteBelow(meta.key);
-    PKV_RETURN_IF_ERROR(ssd_->Put(meta, payload, /*dirty=*/false));
+    // A dirty older copy (a Rewrite of a block only RAM held) stays marked
+    // until the write succeeds, like PutBelowOnly's: a failed write leaves it
+    // to Flush or its eviction (unmarked first, neither wrote it).
+    (void)ClaimWriteBelow(meta.key, payload);
+    Status stored = ssd_->Put(meta, payload, /*dirty=*/false);
+    if (stored.ok()) MarkClean(meta.key);
+    EndWriteBelow(meta.key);
+    PKV_RETURN_IF_ERROR(stored);
     // The RAM copy is clean: the SSD tier holds the same bytes.
     Status cached = hot_->Put(meta, std::move(payload), /*dirty=*/false);
     return cached.IsNoSpace() ? DropStaleHotCopy(meta.key) : cached;

@@ -246,5 +246,30 @@ TEST(TierStackWriteBackFailure,
   EXPECT_EQ(hit->payload.view(), Payload(1).view());
 }
 
+// Write-through: a block only RAM holds (the SSD tier evicted its copy) is
+// rewritten dirty. A write-through Put of that key whose SSD write fails must
+// leave it dirty, so a Flush still writes it below. (The Put cleared its
+// dirty mark before the write: neither Flush nor its eviction wrote it.)
+TEST(TierStackWriteBackFailure, AFailedWriteThroughPutKeepsTheDirtyCopyDirty) {
+  testing::TempDir dir;
+  FaultInjectionFileSystem fs;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SsdTier> ssd, OpenSsd(dir, fs));
+  MemTier hot({.capacity_bytes = 4 * MemTier::Charge(kPayload)});
+  TierStack stack(&hot, ssd.get(), ssd.get(), {.write_through = true});
+  ASSERT_OK(stack.Put(Meta(1), Payload(1)));
+  ASSERT_OK(ssd->Remove(Meta(1).key));  // as if evicted from SSD
+  ASSERT_OK(stack.Rewrite(Meta(1), Payload(2)));
+  ASSERT_EQ(stack.dirty_blocks(), 1u);
+  fs.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg"});
+  EXPECT_FALSE(stack.Put(Meta(1), Payload(3)).ok());
+  EXPECT_GT(fs.faults_injected(), 0u);
+  fs.ClearFaults();
+  EXPECT_EQ(stack.Get(Meta(1).key, false)->payload.view(), Payload(2).view());
+  EXPECT_EQ(stack.dirty_blocks(), 1u) << "the rewritten block is no longer dirty";
+  ASSERT_OK(stack.Flush());
+  ASSERT_OK_AND_ASSIGN(SharedBytes below, ssd->Get(Meta(1).key));
+  EXPECT_EQ(below.view(), Payload(2).view());
+}
+
 }  // namespace
 }  // namespace prefixkv
