@@ -332,6 +332,9 @@ Status TierStack::Remove(const BlockKey& key, KvRemoveReason reason) {
   if (ssd_ != nullptr) WaitForWriteBelow(key);
   Status ssd = ssd_ != nullptr ? ssd_->Remove(key) : Status::NotFound("no ssd tier");
   if (hot.IsBusy()) return hot;
+  // The SSD copy is still there, and served: not removed, whatever the hot
+  // tier did (an OK here brought a deleted value back).
+  if (!ssd.ok() && !ssd.IsNotFound()) return ssd;
   if (hot.ok() || ssd.ok()) return Status::OK();
   if (!hot.IsNotFound()) return hot;
   if (!ssd.IsNotFound()) return ssd;

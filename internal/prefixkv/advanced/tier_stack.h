@@ -206,7 +206,8 @@ class TierStack final : private EvictionListener {
   Status Rewrite(const BlockMeta& meta, SharedBytes payload,
                  KvRemoveReason reason = KvRemoveReason::kNone);
   // Removes from every tier. NotFound when no tier held it; Busy when the hot
-  // copy is pinned (the SSD copy is removed anyway). `reason`: what the KV
+  // copy is pinned (the SSD copy is removed anyway); the SSD tier's error
+  // when its removal failed (its copy stays, and is served). `reason`: what the KV
   // events of the removal say (kExpired, kSuperseded...).
   Status Remove(const BlockKey& key, KvRemoveReason reason = KvRemoveReason::kRemoved);
   // Passes the hint to the hot tier (BlockTier::HintUnlikelyReuse); the SSD

@@ -271,5 +271,27 @@ TEST(TierStackWriteBackFailure, AFailedWriteThroughPutKeepsTheDirtyCopyDirty) {
   EXPECT_EQ(below.view(), Payload(2).view());
 }
 
+// A Remove whose SSD removal fails must not be acknowledged: the SSD copy
+// is still there and would be served (a deleted value back). (The hot copy's
+// removal made the Remove answer OK.)
+TEST(TierStackWriteBackFailure, ARemoveWhoseSsdRemovalFailsIsNotAcknowledged) {
+  testing::TempDir dir;
+  FaultInjectionFileSystem fs;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SsdTier> ssd, OpenSsd(dir, fs));
+  MemTier hot({.capacity_bytes = 4 * MemTier::Charge(kPayload)});
+  TierStack stack(&hot, ssd.get(), ssd.get());
+  ASSERT_OK(stack.Put(Meta(1), Payload(1)));
+  ASSERT_OK(stack.Flush());  // in RAM (clean) and on SSD
+  fs.AddFault({.op = FaultOp::kWrite});
+  fs.AddFault({.op = FaultOp::kSync});
+  const Status removed = stack.Remove(Meta(1).key);
+  EXPECT_GT(fs.faults_injected(), 0u);
+  fs.ClearFaults();
+  EXPECT_FALSE(removed.ok()) << "acknowledged, and the block is still served";
+  if (removed.ok()) {
+    EXPECT_FALSE(stack.Contains(Meta(1).key)) << "an acknowledged Remove left the block";
+  }
+}
+
 }  // namespace
 }  // namespace prefixkv
