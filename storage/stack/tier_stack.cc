@@ -260,7 +260,15 @@ Status TierStack::DropOlderCopyBelow(const BlockMeta& meta, const SharedBytes& p
   // Evicted meanwhile (its write-back handed below, or skipped by
   // admission), or the removal failed: the new bytes replace the older
   // copy in place, so it never outlives them.
-  if (!in_ram || !s.ok()) s = ssd_->Put(meta, payload, /*dirty=*/false);
+  if (!in_ram || !s.ok()) {
+    s = ssd_->Put(meta, payload, /*dirty=*/false);
+    // Same bytes below: a RAM copy is clean, as after a Flush (a dirty copy
+    // beside an SSD copy could later be written over a newer one).
+    if (s.ok() && in_ram) {
+      MarkCleanIf(meta.key, payload);
+      (void)hot_->MarkStoredBelow(meta, payload);
+    }
+  }
   EndWriteBelow(meta.key);
   return s;
 }
@@ -501,6 +509,7 @@ Status TierStack::FlushKey(const BlockKey& key, uint64_t* bytes) {
   // waits for this write and then writes it itself, so a failed write here
   // never loses it. (Unmarked first, its eviction dropped it.)
   if (!ClaimWriteBelow(key, *payload)) {  // evicted and written below meanwhile
+    MarkClean(key);                       // or a stale mark: the copy read is the newest
     EndWriteBelow(key);
     return Status::OK();
   }
