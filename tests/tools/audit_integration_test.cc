@@ -267,6 +267,27 @@ TEST(AuditUsageTest, ADirectoryInUseNamesTheProcessHoldingIt) {
   EXPECT_EQ(serve.StopWith(SIGTERM), 0);
 }
 
+// Refused beside a running server, audit and inspect leave its directory
+// exactly as it was: they deleted the server's space reserve and wrote it
+// again after the database's lock refused them (a server whose writes took
+// the freed room meanwhile was left without one).
+TEST(AuditUsageTest, ADirectoryInUseIsLeftExactlyAsItWas) {
+  testing::TempDir dir;
+  const std::string data = dir.str() + "/data";
+  testing::ServeProcess serve(data);
+  ASSERT_NE(serve.port(), 0) << "prefixkv serve did not start";
+  ASSERT_TRUE(fs::exists(data + "/space-reserve"));
+  const std::map<std::string, std::string> before = testing::SnapshotOf(data);
+  for (const char* command : {"audit", "audit --json", "inspect", "inspect --json"}) {
+    CliRun run = RunCli(std::string(command) + " --data-dir " + data);
+    EXPECT_EQ(run.exit_code, 1) << command << ": " << run.output;
+    EXPECT_NE(run.output.find("is in use by another process"), std::string::npos)
+        << command << ": " << run.output;
+    EXPECT_EQ(testing::ChangesBetween(before, testing::SnapshotOf(data)), "") << command;
+  }
+  EXPECT_EQ(serve.StopWith(SIGTERM), 0);
+}
+
 TEST(AuditUsageTest, UnknownFlagIsAUsageError) {
   EXPECT_EQ(RunCli("audit --frobnicate").exit_code, 2);
 }

@@ -4,10 +4,15 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -62,6 +67,48 @@ inline CliRun RunCliSplit(const std::string& args) {
     std::fclose(f);
   }
   return run;
+}
+
+// Every file and directory under `dir` (relative path) with what a change
+// to it would show: its size, modification time, inode and (for a file) its
+// bytes. Two snapshots are equal only if nothing under `dir` was written,
+// created, removed or replaced in between.
+inline std::map<std::string, std::string> SnapshotOf(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    struct stat st {};
+    if (::lstat(e.path().c_str(), &st) != 0) continue;
+    std::string state = "size " + std::to_string(st.st_size) + " mtime " +
+                        std::to_string(st.st_mtim.tv_sec) + "." +
+                        std::to_string(st.st_mtim.tv_nsec) + " inode " +
+                        std::to_string(st.st_ino);
+    if (S_ISREG(st.st_mode)) {
+      std::ifstream in(e.path(), std::ios::binary);
+      const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+      state += " bytes " + std::to_string(std::hash<std::string>{}(bytes));
+    }
+    files[std::filesystem::relative(e.path(), dir).string()] = state;
+  }
+  return files;
+}
+
+// What differs between two SnapshotOf results, one line per path ("" when
+// nothing does).
+inline std::string ChangesBetween(const std::map<std::string, std::string>& before,
+                                  const std::map<std::string, std::string>& after) {
+  std::string changes;
+  for (const auto& [path, state] : before) {
+    auto it = after.find(path);
+    if (it == after.end()) {
+      changes += "removed " + path + "\n";
+    } else if (it->second != state) {
+      changes += "changed " + path + ": " + state + " -> " + it->second + "\n";
+    }
+  }
+  for (const auto& [path, state] : after) {
+    if (before.count(path) == 0) changes += "added " + path + ": " + state + "\n";
+  }
+  return changes;
 }
 
 // One namespace (a KVCache-only model, 16-token blocks) whose first
