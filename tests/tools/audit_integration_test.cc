@@ -288,6 +288,37 @@ TEST(AuditUsageTest, ADirectoryInUseIsLeftExactlyAsItWas) {
   EXPECT_EQ(serve.StopWith(SIGTERM), 0);
 }
 
+// The KV event log a stopped server left is not the tools' to write: each
+// audit, inspect or repair cut a new log segment, reserved more numbers in
+// SEQ and rewrote the checkpoint, and made an events/ directory in a data
+// directory whose server ran with --no-event-log.
+TEST(AuditUsageTest, AStoppedServersEventLogIsLeftAsItWas) {
+  testing::TempDir dir;
+  for (const bool event_log : {true, false}) {
+    const std::string data = dir.str() + (event_log ? "/with-log" : "/without-log");
+    {
+      testing::ServeProcess serve(data, event_log
+                                            ? std::vector<std::string>{}
+                                            : std::vector<std::string>{"--no-event-log"});
+      ASSERT_NE(serve.port(), 0) << "prefixkv serve did not start";
+      ASSERT_EQ(serve.StopWith(SIGTERM), 0);
+    }
+    const std::string events = data + "/events";
+    ASSERT_EQ(fs::exists(events), event_log);
+    const std::map<std::string, std::string> before =
+        event_log ? testing::SnapshotOf(events) : std::map<std::string, std::string>{};
+    for (const char* command : {"audit", "inspect", "repair"}) {
+      CliRun run = RunCli(std::string(command) + " --data-dir " + data);
+      EXPECT_EQ(run.exit_code, 0) << command << ": " << run.output;
+      ASSERT_EQ(fs::exists(events), event_log) << command;
+      if (event_log) {
+        EXPECT_EQ(testing::ChangesBetween(before, testing::SnapshotOf(events)), "")
+            << command;
+      }
+    }
+  }
+}
+
 TEST(AuditUsageTest, UnknownFlagIsAUsageError) {
   EXPECT_EQ(RunCli("audit --frobnicate").exit_code, 2);
 }

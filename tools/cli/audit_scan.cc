@@ -45,6 +45,13 @@ StatusOr<std::unique_ptr<Engine>> OpenExistingEngine(const std::string& dir,
   options.data_dir = dir;
   options.create_if_missing = false;
   options.hot_capacity_bytes = 0;  // a stopped cache has no hot tier to look at
+  // The KV event log is not what the tools look at: opened, it cut a new
+  // segment, reserved 65,536 more numbers in SEQ and rewrote the checkpoint on
+  // every run, and made an events/ directory where the server kept none
+  // (--no-event-log). Left closed it is as the server left it; the server's
+  // next open reconciles the log with any block repair (or an audit) removed
+  // (docs/events.md "Reconciliation").
+  options.event_log = false;
   options.log = [log](std::string_view line) { log->emplace_back(line); };
   EngineHooks hooks;
   hooks.configure_ssd = [repair](SsdTierOptions& ssd) {
