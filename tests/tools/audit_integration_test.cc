@@ -436,5 +436,22 @@ TEST(CliExitCodes, EveryCommandKeepsTheTableAndReportsFailuresAsJson) {
   }
 }
 
+// A report that never reached its file (stdout on a full disk: /dev/full)
+// is a failure: every command exited 0, with an empty or cut report.
+TEST(CliExitCodes, OutputThatCannotBeWrittenIsAFailure) {
+  DataDirBuilder data(testing::TestSeed("CliExitCodesFullDisk"));
+  data.StoreChain();
+  for (const std::string& args :
+       {std::string("--version"), std::string("help audit"),
+        "audit --json --data-dir " + data.dir(), "inspect --data-dir " + data.dir()}) {
+    // stderr to the pipe, stdout to the full device.
+    CliRun run = testing::RunCliWith(args, "2>&1 >/dev/full");
+    EXPECT_EQ(run.exit_code, 1) << args << ": " << run.output;
+    EXPECT_NE(run.output.find("prefixkv: the output could not be written to stdout"),
+              std::string::npos)
+        << args << ": " << run.output;
+  }
+}
+
 }  // namespace
 }  // namespace prefixkv

@@ -39,11 +39,7 @@ void PrintHelp(std::FILE* out) {
   std::fprintf(out, "\n%s", kExitCodeHelp);
 }
 
-}  // namespace
-}  // namespace prefixkv::cli
-
-int main(int argc, char** argv) {
-  using namespace prefixkv::cli;
+int Run(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     PrintHelp(args.empty() ? stderr : stdout);
@@ -56,4 +52,13 @@ int main(int argc, char** argv) {
                        kExitUsage);
   }
   return it->second.run(std::vector<std::string>(args.begin() + 1, args.end()));
+}
+
+}  // namespace
+}  // namespace prefixkv::cli
+
+int main(int argc, char** argv) {
+  using namespace prefixkv::cli;
+  // Figures cut short by a full disk are a failure, not a success.
+  return FinishOutput("prefixkv-bench", Run(argc, argv));
 }

@@ -6,9 +6,11 @@
 #include "tools/cli/flags.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "tools/cli/json.h"
 
@@ -25,7 +27,8 @@ const char kExitCodeHelp[] =
     "exit codes:\n"
     "  0  success (audit: everything agrees)\n"
     "  1  a problem found or an operation failed on valid input (audit findings,\n"
-    "     a failed check, I/O or corruption errors, a port or data directory in use)\n"
+    "     a failed check, I/O or corruption errors, a port or data directory in use,\n"
+    "     output that could not be written)\n"
     "  2  usage: unknown command or flag, bad or missing value, stray argument, an\n"
     "     input path given that does not exist or cannot be read\n"
     "with --json a failure prints {\"ok\":false,\"error\":\"...\"} on stdout\n";
@@ -174,6 +177,18 @@ int Failure(const Flags& flags, const std::string& command, const std::string& e
 int OpenError(const Flags& flags, const std::string& command, const Status& status) {
   if (status.IsNotFound()) return UsageError(flags, status.ToString());
   return Failure(flags, command, status.ToString());
+}
+
+int FinishOutput(const std::string& who, int exit_code) {
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int flush_error = errno;
+  if (flushed && !std::ferror(stdout)) return exit_code;
+  std::fprintf(stderr, "%s: the output could not be written to stdout%s\n", who.c_str(),
+               flushed || flush_error == 0
+                   ? ""
+                   : (std::string(" (") + std::strerror(flush_error) + ")").c_str());
+  return exit_code == kExitOk ? kExitProblem : exit_code;
 }
 
 double GetReal(const Flags& flags, const std::string& name, double def, double lo,

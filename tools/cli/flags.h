@@ -113,4 +113,10 @@ int Failure(const Flags& flags, const std::string& command, const std::string& e
 // another process holds) a Failure.
 int OpenError(const Flags& flags, const std::string& command, const Status& status);
 
+// What main returns: `exit_code`, unless stdout could not take the output
+// (a full disk, a file on a read-only or failing device): then "WHO: the
+// output could not be written ..." on stderr and kExitProblem (a failure's
+// own code is kept), so a truncated report never exits 0.
+int FinishOutput(const std::string& who, int exit_code);
+
 }  // namespace prefixkv::cli

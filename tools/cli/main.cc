@@ -36,11 +36,7 @@ void PrintHelp(FILE* out) {
   std::fprintf(out, "\n%s", kExitCodeHelp);
 }
 
-}  // namespace
-}  // namespace prefixkv::cli
-
-int main(int argc, char** argv) {
-  using namespace prefixkv::cli;
+int Run(int argc, char** argv) {
   if (argc < 2) {
     PrintHelp(stderr);
     return kExitUsage;
@@ -76,4 +72,13 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   return it->second.run(args);
+}
+
+}  // namespace
+}  // namespace prefixkv::cli
+
+int main(int argc, char** argv) {
+  using namespace prefixkv::cli;
+  // A report cut short by a full disk is a failure, not a success.
+  return FinishOutput("prefixkv", Run(argc, argv));
 }
