@@ -275,10 +275,17 @@ Status ssd::TierImpl::Open() {
   PKV_RETURN_IF_ERROR(OpenJournal());
   PKV_RETURN_IF_ERROR(ReconcileJournal());
   FillReserve();
-  // From here until Close() completes, a kill is an unclean stop.
-  rocksdb::WriteOptions w;
-  w.sync = options_.durability == SsdDurability::kSync;
-  PKV_RETURN_IF_ERROR(FromRocks(db_->Put(w, std::string(ssd::kCleanKey), "0"), "open"));
+  // From here until Close() completes, a kill is an unclean stop. A
+  // report-only open (audit, inspect) leaves the marker as the last tier left
+  // it: closing cleanly, it hid an unclean stop from every later audit
+  // (AuditUsageTest.AnUncleanStopIsReportedByEveryAudit). Its own writes (an
+  // audit's removals) are single batches, so a kill mid-way leaves no state
+  // the marker would have to flag.
+  if (options_.repair_damaged_metadata) {
+    rocksdb::WriteOptions w;
+    w.sync = options_.durability == SsdDurability::kSync;
+    PKV_RETURN_IF_ERROR(FromRocks(db_->Put(w, std::string(ssd::kCleanKey), "0"), "open"));
+  }
   queue_ = std::make_unique<ssd::WriteBackQueue>(
       options_.queue_depth, options_.writer_threads, options_.retry_interval_ms,
       options_.clock, [this](const std::vector<ssd::WriteBackItem>& items) {
@@ -326,7 +333,8 @@ Status ssd::TierImpl::Close() {
   Status s = SyncJournal();
   if (first.ok()) first = s;
   rocksdb::WriteBatch batch;
-  batch.Put(std::string(ssd::kCleanKey), "1");
+  // A report-only open never marked the tier open (Open above).
+  if (options_.repair_damaged_metadata) batch.Put(std::string(ssd::kCleanKey), "1");
   s = Commit(&batch, {}, 0);  // also persists the event counters
   if (first.ok()) first = s;
   rocksdb::FlushOptions fo;

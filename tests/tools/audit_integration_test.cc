@@ -319,6 +319,28 @@ TEST(AuditUsageTest, AStoppedServersEventLogIsLeftAsItWas) {
   }
 }
 
+// A server killed before its clean close is reported by every audit until a
+// server (or repair) opens the directory again: an audit or inspect closed
+// the tier cleanly itself, so the next audit no longer noted the unclean
+// stop (and the next server logged "clean", not "recovered").
+TEST(AuditUsageTest, AnUncleanStopIsReportedByEveryAudit) {
+  testing::TempDir dir;
+  const std::string data = dir.str() + "/data";
+  {
+    testing::ServeProcess serve(data);
+    ASSERT_NE(serve.port(), 0) << "prefixkv serve did not start";
+    serve.StopWith(SIGKILL);
+  }
+  const std::string note = "the last process did not close the tier cleanly";
+  for (const char* command : {"audit", "inspect", "audit"}) {
+    CliRun run = RunCli(std::string(command) + " --data-dir " + data);
+    EXPECT_EQ(run.exit_code, 0) << command << ": " << run.output;
+    if (std::string(command) == "audit") {
+      EXPECT_NE(run.output.find(note), std::string::npos) << run.output;
+    }
+  }
+}
+
 TEST(AuditUsageTest, UnknownFlagIsAUsageError) {
   EXPECT_EQ(RunCli("audit --frobnicate").exit_code, 2);
 }
