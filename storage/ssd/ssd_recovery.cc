@@ -261,8 +261,14 @@ Status ssd::TierImpl::Open() {
   if (const pid_t holder = LockHolder(options_.path + "/LOCK"); holder != 0) {
     return InUse(options_.path, holder);
   }
+  // A report-only open (audit, inspect) leaves the reserve as it finds it:
+  // released and written again, on a nearly full disk the database's own
+  // files took the room first and the directory was left without one
+  // (AuditUsageTest.AStoppedServersSpaceReserveIsLeftAsItWas). On a full
+  // disk such an open may then fail with NoSpace, changing nothing.
+  const bool report_only = !options_.repair_damaged_metadata;
   bool had_reserve = false;  // room for the database's recovery (ssd_space.cc)
-  (void)ReleaseReserveForOpen(&had_reserve);
+  if (!report_only) (void)ReleaseReserveForOpen(&had_reserve);
   if (Status s = OpenOrMoveAside(); !s.ok()) {
     // The reserve may be another process's (the database is locked by it):
     // put it back as it was before returning. Only one that was there: a
@@ -274,7 +280,7 @@ Status ssd::TierImpl::Open() {
   PKV_RETURN_IF_ERROR(OpenSegments());
   PKV_RETURN_IF_ERROR(OpenJournal());
   PKV_RETURN_IF_ERROR(ReconcileJournal());
-  FillReserve();
+  if (!report_only) FillReserve();
   // From here until Close() completes, a kill is an unclean stop. A
   // report-only open (audit, inspect) leaves the marker as the last tier left
   // it: closing cleanly, it hid an unclean stop from every later audit

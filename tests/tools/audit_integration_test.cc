@@ -319,6 +319,27 @@ TEST(AuditUsageTest, AStoppedServersEventLogIsLeftAsItWas) {
   }
 }
 
+// The space reserve a stopped server left (its room on a full disk) is not
+// the tools' to touch: audit and inspect deleted and wrote it again at every
+// open, and on a nearly full disk the database's own files took the freed
+// room first, leaving the directory without its reserve.
+TEST(AuditUsageTest, AStoppedServersSpaceReserveIsLeftAsItWas) {
+  testing::TempDir dir;
+  const std::string data = dir.str() + "/data";
+  {
+    testing::ServeProcess serve(data);
+    ASSERT_NE(serve.port(), 0) << "prefixkv serve did not start";
+    ASSERT_EQ(serve.StopWith(SIGTERM), 0);
+  }
+  const auto reserve = [&] { return testing::SnapshotOf(data).at("space-reserve"); };
+  const std::string before = reserve();
+  for (const char* command : {"audit", "inspect", "audit --json", "inspect --json"}) {
+    CliRun run = RunCli(std::string(command) + " --data-dir " + data);
+    EXPECT_EQ(run.exit_code, 0) << command << ": " << run.output;
+    EXPECT_EQ(reserve(), before) << command;
+  }
+}
+
 // A server killed before its clean close is reported by every audit until a
 // server (or repair) opens the directory again: an audit or inspect closed
 // the tier cleanly itself, so the next audit no longer noted the unclean
