@@ -340,6 +340,37 @@ TEST(AuditUsageTest, AStoppedServersSpaceReserveIsLeftAsItWas) {
   }
 }
 
+// The segment files a stopped cache left sparse (most of their blocks
+// removed) are the next server's to compact: audit and inspect moved every
+// live block of such a segment to a new one and deleted it.
+TEST(AuditUsageTest, AuditAndInspectMoveNoBlock) {
+  DataDirBuilder data(testing::TestSeed("AuditAndInspectMoveNoBlock"));
+  {
+    std::unique_ptr<SsdTier> tier = data.Open();
+    const std::string payload(64 << 10, 'p');
+    for (uint64_t i = 1; i <= 20; ++i) {
+      ASSERT_OK(tier->Put(BlockMeta{BlockKey{0, i}, {}, {}, 0},
+                          SharedBytes::Copy(std::string_view(payload)), false));
+    }
+    for (uint64_t i = 1; i <= 18; ++i) ASSERT_OK(tier->Remove(BlockKey{0, i}));
+    ASSERT_OK(tier->Close());
+  }
+  const auto segment_files = [&] {
+    std::map<std::string, std::string> files;
+    for (const auto& [path, state] : testing::SnapshotOf(data.dir() + "/segments")) {
+      if (path.ends_with(".seg")) files[path] = state;
+    }
+    return files;
+  };
+  const std::map<std::string, std::string> before = segment_files();
+  ASSERT_FALSE(before.empty());
+  for (const char* command : {"inspect", "audit"}) {
+    CliRun run = RunCli(std::string(command) + " --data-dir " + data.dir());
+    EXPECT_EQ(run.exit_code, 0) << command << ": " << run.output;
+    EXPECT_EQ(testing::ChangesBetween(before, segment_files()), "") << command;
+  }
+}
+
 // A server killed before its clean close is reported by every audit until a
 // server (or repair) opens the directory again: an audit or inspect closed
 // the tier cleanly itself, so the next audit no longer noted the unclean
