@@ -226,6 +226,22 @@ TEST(AuditUsageTest, MissingDirectoryIsAUsageErrorAndCreatesNothing) {
   EXPECT_FALSE(fs::exists(missing));
 }
 
+// A file given as the data directory is named as what it is (the error said
+// it "does not exist"), a usage error, and left alone.
+TEST(AuditUsageTest, AFileGivenAsTheDataDirectoryIsNamedAsOne) {
+  testing::TempDir tmp;
+  const std::string file = tmp.str() + "/a-file";
+  std::ofstream(file) << "not a data directory\n";
+  for (const char* command : {"audit", "inspect", "repair"}) {
+    CliRun run = RunCli(std::string(command) + " --data-dir " + file);
+    EXPECT_EQ(run.exit_code, 2) << command << ": " << run.output;
+    EXPECT_NE(run.output.find("data directory " + file + " is not a directory"),
+              std::string::npos)
+        << command << ": " << run.output;
+    EXPECT_EQ(fs::file_size(file), 21u) << command;
+  }
+}
+
 TEST(AuditUsageTest, DirectoryWithoutDatabaseIsAUsageError) {
   testing::TempDir tmp;
   CliRun run = RunCli("audit --data-dir " + tmp.str());

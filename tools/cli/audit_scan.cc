@@ -24,7 +24,10 @@ StatusOr<std::unique_ptr<Engine>> OpenExistingEngine(const std::string& dir,
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
-    return Status::NotFound("data directory " + dir + " does not exist");
+    // A file given as the directory is named as one, not as missing.
+    return Status::NotFound(
+        "data directory " + dir +
+        (fs::exists(dir, ec) ? " is not a directory" : " does not exist"));
   }
   // RocksDB's CURRENT file names the live manifest, and segments/ holds the
   // blocks: with neither there is no database. A lost CURRENT beside intact
