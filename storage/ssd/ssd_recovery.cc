@@ -6,8 +6,10 @@
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -44,6 +46,10 @@ class CounterAddOperator : public rocksdb::AssociativeMergeOperator {
 pid_t LockHolder(const std::string& lock_file) {
   struct stat st;
   if (::stat(lock_file.c_str(), &st) != 0) return 0;
+  // "MAJOR:MINOR" in hex, as /proc/locks prints the device.
+  char device[32];
+  std::snprintf(device, sizeof device, "%02x:%02x", ::major(st.st_dev),
+                ::minor(st.st_dev));
   std::ifstream locks("/proc/locks");
   std::string line;
   // "1: POSIX  ADVISORY  WRITE 4242 fd:01:1234567 0 EOF"
@@ -51,9 +57,10 @@ pid_t LockHolder(const std::string& lock_file) {
     std::istringstream in(line);
     std::string id, kind, mode, rw, pid, dev_inode;
     if (!(in >> id >> kind >> mode >> rw >> pid >> dev_inode)) continue;
-    const size_t colon = dev_inode.rfind(':');
-    if (colon == std::string::npos) continue;
-    if (dev_inode.substr(colon + 1) == std::to_string(st.st_ino)) {
+    // The device too: an open refuses a directory whose LOCK this names, so
+    // a lock on another file system's file of the same inode number must
+    // not match.
+    if (dev_inode == std::string(device) + ":" + std::to_string(st.st_ino)) {
       return static_cast<pid_t>(std::strtol(pid.c_str(), nullptr, 10));
     }
   }
@@ -287,7 +294,7 @@ Status ssd::TierImpl::Open() {
   // (AuditUsageTest.AnUncleanStopIsReportedByEveryAudit). Its own writes (an
   // audit's removals) are single batches, so a kill mid-way leaves no state
   // the marker would have to flag.
-  if (options_.repair_damaged_metadata) {
+  if (!report_only) {
     rocksdb::WriteOptions w;
     w.sync = options_.durability == SsdDurability::kSync;
     PKV_RETURN_IF_ERROR(FromRocks(db_->Put(w, std::string(ssd::kCleanKey), "0"), "open"));
