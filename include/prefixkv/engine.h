@@ -259,9 +259,11 @@ struct EngineOwnerStats {
   std::string name;
   TierCounters hot;  // this owner's share of the budget (a charge's in external_bytes)
   std::optional<uint64_t> hot_quota_bytes;
-  // This owner's blocks on the SSD tier (zero without one). Blocks an owner
-  // id of an earlier run wrote and no owner of this run has are only in
-  // EngineStats::ssd.
+  // This owner's blocks on the SSD tier (zero without one), kept under a
+  // name stable across runs (a model's namespace root, docs/ssd.md "Owner
+  // names"), so they stay its own whatever order a run registers owners in.
+  // Blocks of an earlier run's owner that this run has not registered are
+  // only in EngineStats::ssd.
   TierCounters ssd;
   // Models only: Restore latencies since the engine opened.
   std::optional<RestoreLatencyStats> restore_latency;

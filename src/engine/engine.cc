@@ -173,15 +173,29 @@ Status internal::EngineImpl::OpenRemote() {
 
 StatusOr<EngineOwner> internal::EngineImpl::NewOwner(const std::string& name,
                                                      std::optional<uint64_t> quota_bytes,
-                                                     uint32_t advisor_block_tokens) {
+                                                     uint32_t advisor_block_tokens,
+                                                     const BlockKey& namespace_id) {
   EngineOwner o;
   o.name = name;
   if (budget_ != nullptr) {
     PKV_ASSIGN_OR_RETURN(o.owner, budget_->RegisterOwner(name, quota_bytes));
     PKV_ASSIGN_OR_RETURN(o.hot, HotTier::Open(budget_, o.owner, memory_));
+    NameOnSsd(
+        o.owner,
+        namespace_id.IsZero() ? std::string(kValuesOwnerName) : "model:" + namespace_id.ToHex(),
+        namespace_id);
   }
   if (advisor_ != nullptr) stack_->SetAdvisorTokens(o.owner, advisor_block_tokens);
   return o;
+}
+
+void internal::EngineImpl::NameOnSsd(OwnerId owner, const std::string& ssd_name,
+                                     std::optional<BlockKey> namespace_id) {
+  if (ssd_ == nullptr) return;
+  Status s = ssd_->BindOwner(owner, ssd_name, namespace_id);
+  if (!s.ok() && options_.log) {
+    options_.log("ssd tier: owner " + ssd_name + " not named: " + s.ToString());
+  }
 }
 
 EngineModel* internal::EngineImpl::Find(Namespace ns) const {
@@ -236,8 +250,8 @@ StatusOr<Namespace> Engine::RegisterModel(const NamespaceSpec& spec,
       taken = impl_->budget_->OwnerName(o).value() == name;
     if (taken) name.append("@").append(root.ToHex(), 0, 8);
   }
-  PKV_ASSIGN_OR_RETURN(model->tiers,
-                       impl_->NewOwner(name, options.hot_quota_bytes, spec.block_tokens));
+  PKV_ASSIGN_OR_RETURN(model->tiers, impl_->NewOwner(name, options.hot_quota_bytes,
+                                                     spec.block_tokens, root));
   if (!with_remote) impl_->stack_->KeepLocal(root);
   if (impl_->remote_ != nullptr && with_remote && options.remote_limits.has_value()) {
     impl_->remote_->SetNamespaceLimits(root, *options.remote_limits);

@@ -111,9 +111,22 @@ class internal::EngineImpl {
   // space). REQUIRES: mu_ held.
   // `advisor_block_tokens`: the tokens of one of the owner's blocks, for the
   // capacity advisor (0: the advisor does not see this owner's blocks).
+  // `namespace_id`: the namespace whose blocks it writes (a model's root;
+  // zero for the key-value space), by which the SSD tier names it
+  // (NameOnSsd).
   StatusOr<EngineOwner> NewOwner(const std::string& name,
                                  std::optional<uint64_t> quota_bytes,
-                                 uint32_t advisor_block_tokens) REQUIRES(mu_);
+                                 uint32_t advisor_block_tokens,
+                                 const BlockKey& namespace_id) REQUIRES(mu_);
+  // Names budget owner `owner` on the SSD tier (SsdTier::BindOwner) by what
+  // stays the same across runs, so its SSD blocks and counters stay its own
+  // whatever id a run gives it: a model by its namespace root (its display
+  // name depends on the registration order), the key-value space and a
+  // memory charge by name. `namespace_id`: the namespace of its blocks (none
+  // for a charge). A failed write of the name is logged: the owner is named
+  // for this run all the same.
+  void NameOnSsd(OwnerId owner, const std::string& ssd_name,
+                 std::optional<BlockKey> namespace_id) REQUIRES(mu_);
   // engine_manifest.cc: where the blocks of `spec` (whose fingerprint is
   // `fingerprint`) live in this data directory (docs/format.md §5 "Shapes
   // recorded later"). Reads the SSD tier's manifests; changes nothing.

@@ -91,6 +91,7 @@ StatusOr<std::shared_ptr<MemoryCharge>> Engine::OpenMemoryCharge(
     // InvalidArgument for an empty name, a model's name or a zero quota.
     PKV_ASSIGN_OR_RETURN(owner, budget.RegisterOwner(name, quota_bytes));
     impl_->charges_.emplace_back(name, owner);
+    impl_->NameOnSsd(owner, "charge:" + name, std::nullopt);  // holds no blocks
   }
   return std::shared_ptr<MemoryCharge>(
       std::make_shared<BudgetMemoryCharge>(impl_->budget_, owner, name));

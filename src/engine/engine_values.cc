@@ -284,7 +284,7 @@ StatusOr<TierStack*> internal::EngineImpl::Values() {
   if (values_ == nullptr) {
     PKV_ASSIGN_OR_RETURN(EngineOwner owner,
                          NewOwner(std::string(kValuesOwnerName), std::nullopt,
-                                  /*advisor_block_tokens=*/0));
+                                  /*advisor_block_tokens=*/0, /*namespace_id=*/BlockKey{}));
     values_ = std::make_unique<EngineOwner>(std::move(owner));
     values_owner_.store(values_->owner, std::memory_order_release);
     values_stack_.store(stack_.get(), std::memory_order_release);

@@ -88,7 +88,7 @@ Status ssd::TierImpl::Evict(const BlockKey& key) {
     PKV_RETURN_IF_ERROR(DropEntry(key, e, events, /*erase_on_failure=*/false));
   }
   // Outside every lock: the listener may block (its own backpressure).
-  if (listener != nullptr) listener->OnEvict(meta, payload, dirty);
+  if (listener != nullptr) listener->OnEvict(Run(meta), payload, dirty);
   return Status::OK();
 }
 

@@ -19,8 +19,13 @@ TierCounters ssd::TierImpl::Totals() const {
 }
 
 TierCounters ssd::TierImpl::OwnerCounters(OwnerId owner) const {
+  OwnerId stored = 0;
+  {
+    MutexLock lock(&names_mu_);
+    if (!names_.CountsUnder(owner, &stored)) return TierCounters{};  // another's id
+  }
   MutexLock lock(&mu_);
-  return index_.OwnerCounters(owner);
+  return index_.OwnerCounters(stored);
 }
 
 void ssd::TierImpl::ForEach(
@@ -28,9 +33,11 @@ void ssd::TierImpl::ForEach(
   std::vector<std::pair<BlockMeta, uint64_t>> copy;
   {
     MutexLock lock(&mu_);
+    MutexLock names(&names_mu_);  // this run's owner of each
     copy.reserve(index_.size());
     for (const auto& [key, e] : index_.entries()) {
-      copy.push_back({BlockMeta{key, e.parent, e.namespace_id, e.owner}, e.bytes});
+      copy.push_back(
+          {BlockMeta{key, e.parent, e.namespace_id, names_.Run(e.owner)}, e.bytes});
     }
   }
   for (const auto& [meta, bytes] : copy) fn(meta, bytes);  // no lock: fn may be slow

@@ -7,6 +7,7 @@
 //   'f' "clean"                                                  -> "1" after Close()
 //   'n' | namespace (16, BE)                                     -> namespace manifest
 //   'r' | slot (u32 BE)                                          -> removal record
+//   'o' | owner name (bytes)                                     -> its stored owner id
 // Big-endian keys keep one namespace contiguous, so a purge is a range.
 // Payload bytes are not in RocksDB: the metadata record points at an extent
 // in a segment file (storage/ssd_segment.h).
@@ -25,6 +26,7 @@ inline constexpr char kMetaTag = 'm';
 inline constexpr char kCounterTag = 'c';
 inline constexpr char kManifestTag = 'n';
 inline constexpr char kRemovalTag = 'r';
+inline constexpr char kOwnerNameTag = 'o';  // ssd_owner_names.h
 inline constexpr uint8_t kRemovalVersion = 1;
 inline constexpr size_t kRemovalBytes = 42;  // version, reason, seq u64, key, namespace
 inline constexpr std::string_view kFormatKey = "fformat";

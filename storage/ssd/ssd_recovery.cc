@@ -284,6 +284,7 @@ Status ssd::TierImpl::Open() {
     if (options_.reserve_bytes > 0 && had_reserve) (void)WriteReserveFile();
     return s;
   }
+  PKV_RETURN_IF_ERROR(LoadOwnerNames());
   PKV_RETURN_IF_ERROR(OpenSegments());
   PKV_RETURN_IF_ERROR(OpenJournal());
   PKV_RETURN_IF_ERROR(ReconcileJournal());

@@ -19,13 +19,16 @@ SsdTier::SsdTier(std::unique_ptr<ssd::TierImpl> impl) : impl_(std::move(impl)) {
 SsdTier::~SsdTier() { (void)Close(); }
 
 Status SsdTier::Put(const BlockMeta& meta, SharedBytes payload, bool dirty) {
-  return impl_->Put(meta, payload, dirty);
+  return impl_->Put(impl_->Stored(meta), payload, dirty);
 }
 StatusOr<SharedBytes> SsdTier::Get(const BlockKey& key) { return impl_->Get(key); }
 StatusOr<SharedBytes> SsdTier::GetForAudit(const BlockKey& key) {
   return impl_->Get(key, /*touch=*/false);
 }
-StatusOr<BlockMeta> SsdTier::Peek(const BlockKey& key) const { return impl_->Peek(key); }
+StatusOr<BlockMeta> SsdTier::Peek(const BlockKey& key) const {
+  PKV_ASSIGN_OR_RETURN(BlockMeta meta, impl_->Peek(key));
+  return impl_->Run(meta);
+}
 bool SsdTier::Contains(const BlockKey& key) const { return impl_->Peek(key).ok(); }
 Status SsdTier::Remove(const BlockKey& key) { return impl_->Remove(key); }
 TierCounters SsdTier::Totals() const { return impl_->Totals(); }
@@ -44,7 +47,11 @@ void SsdTier::ForEach(const std::function<void(const BlockMeta&, uint64_t)>& fn)
 }
 void SsdTier::SetEvictionListener(EvictionListener* l) { impl_->SetEvictionListener(l); }
 void SsdTier::OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool dirty) {
-  if (dirty) impl_->OnEvict(meta, payload);
+  if (dirty) impl_->OnEvict(impl_->Stored(meta), payload);
+}
+Status SsdTier::BindOwner(OwnerId owner, const std::string& name,
+                          std::optional<BlockKey> namespace_id) {
+  return impl_->BindOwner(owner, name, namespace_id);
 }
 Status SsdTier::Flush() { return impl_->Flush(); }
 Status SsdTier::WriteBackStatus() const { return impl_->WriteBackStatus(); }
@@ -443,7 +450,7 @@ void ssd::TierImpl::IndexStored(const std::vector<ssd::WriteBackItem>& items,
         KvEvent event = MakeKvEvent(
             KvEventKind::kStored, TierLevel::kSsd, meta, stored[i].payload_bytes,
             old[i].has_value() ? CurrentKvReason() : KvRemoveReason::kNone);
-        options_.events->Emit(event);
+        EmitEvent(event);
       }
     }
     index_.EndPendingChild(meta.parent);
@@ -508,7 +515,7 @@ void ssd::TierImpl::EmitRemoved(const BlockKey& key, const IndexEntry& e,
   KvEvent event =
       MakeKvEvent(KvEventKind::kRemoved, TierLevel::kSsd,
                   BlockMeta{key, e.parent, e.namespace_id, e.owner}, e.bytes, reason);
-  options_.events->Emit(event);
+  EmitEvent(event);
 }
 
 void ssd::TierImpl::OnEvict(const BlockMeta& meta, const SharedBytes& payload) {
@@ -517,7 +524,7 @@ void ssd::TierImpl::OnEvict(const BlockMeta& meta, const SharedBytes& payload) {
     KvEvent event =
         MakeKvEvent(KvEventKind::kMoved, TierLevel::kSsd, meta, payload.size());
     event.from = TierLevel::kHot;
-    options_.events->Emit(event);
+    EmitEvent(event);
   }
   if (queue_->Enqueue(meta, payload)) return;
   // Backpressure: the queue is full, so the evicting thread pays for the write.

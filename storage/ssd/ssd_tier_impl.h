@@ -39,6 +39,7 @@
 #include "ssd_index.h"
 #include "ssd_journal.h"
 #include "ssd_layout.h"
+#include "ssd_owner_names.h"
 #include "ssd_read_ahead.h"
 #include "ssd_salvage.h"
 #include "ssd_segment.h"
@@ -125,6 +126,19 @@ class TierImpl {
   TierCounters OwnerCounters(OwnerId owner) const EXCLUDES(mu_);
   void ForEach(const std::function<void(const BlockMeta&, uint64_t)>& fn) const
       EXCLUDES(mu_);
+
+  // ssd_owner_names.cc (docs/ssd.md "Owner names"). SsdTier's methods take
+  // and give this run's owner ids; everything below them (the index, the
+  // records, the write-back queue) holds stored ids.
+  // SsdTier::BindOwner.
+  Status BindOwner(OwnerId owner, const std::string& name,
+                   std::optional<BlockKey> namespace_id) EXCLUDES(mu_, names_mu_);
+  OwnerId StoredOwner(OwnerId owner) const EXCLUDES(names_mu_);
+  OwnerId RunOwner(OwnerId stored) const EXCLUDES(names_mu_);
+  BlockMeta Stored(BlockMeta meta) const EXCLUDES(names_mu_);
+  BlockMeta Run(BlockMeta meta) const EXCLUDES(names_mu_);
+  // Reports `event` (of stored ids) to options_.events with this run's owner.
+  void EmitEvent(KvEvent event) const EXCLUDES(names_mu_);
 
   // ssd_eviction.cc
   // Evicts least recently used leaves until the payload bytes fit capacity.
@@ -238,6 +252,8 @@ class TierImpl {
   // journal and no segment at or below its barrier.
   bool SegmentsProveEveryBlock() const;
   Status RepairCounters() EXCLUDES(mu_);
+  // After the index is built: the owner name records (ssd_owner_names.h).
+  Status LoadOwnerNames() EXCLUDES(mu_, names_mu_);
   Status OpenSegments() EXCLUDES(mu_);
 
   // ssd_audit.cc: Audit's steps, called with pause_ held exclusively.
@@ -501,6 +517,10 @@ class TierImpl {
   // during Open.
   std::set<BlockKey> incompatible_keys_;
   Deltas unpersisted_ GUARDED_BY(mu_);  // event counts not yet in the db
+  // This run's owners against the stored ids. A leaf: taken under mu_ (a
+  // removal's event), never the other way round.
+  mutable Mutex names_mu_ ACQUIRED_AFTER(mu_);
+  ssd::OwnerNames names_ GUARDED_BY(names_mu_);
   uint64_t next_seq_ GUARDED_BY(mu_) = 0;
   // Blocks read since the last access-order batch, and when the first was.
   std::unordered_set<BlockKey, BlockKeyHash> access_pending_ GUARDED_BY(mu_);

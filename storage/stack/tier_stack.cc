@@ -125,9 +125,9 @@ StatusOr<TierHit> TierStack::GetBelow(const BlockKey& key, bool promote, OwnerId
   // tier below cannot take, past its queue's bound.
   if (promote && ssd_->WriteBackStatus().ok()) {
     StatusOr<BlockMeta> meta = ssd_->Peek(key);
-    // The SSD tier keeps the owner id the block was written under, and ids
-    // are handed out per run in registration order: after a restart that id
-    // may be another owner's (or nobody's), so the copy is the reader's.
+    // The SSD tier's owner of the block may be nobody of this run (an
+    // earlier run's owner not registered now, docs/ssd.md "Owner names"),
+    // so the copy is the reader's.
     if (meta.ok() && reader != kEveryOwner) meta->owner = reader;
     // A promotion is an optimisation: when the block does not fit in the hot
     // tier (NoSpace) it is simply served from SSD.

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -295,7 +296,23 @@ class SsdTier final : public BlockTier, public EvictionListener {
   bool Contains(const BlockKey& key) const override;
   Status Remove(const BlockKey& key) override;
   TierCounters Totals() const override;
+  // Of this run's `owner` (as every owner id the tier takes and gives): its
+  // blocks and counters, under whichever id it was named by (BindOwner).
   TierCounters OwnerCounters(OwnerId owner) const override;
+  // Owner names (docs/ssd.md "Owner names"). Names this run's `owner` (an
+  // id of the caller's, such as SharedHotBudget's, handed out per run) by
+  // `name`, stable across runs: the tier stores the owner's blocks and
+  // counters under an id of that name's (kept in the metadata database), so
+  // after a restart that gives the owner another id they are still its own.
+  // `namespace_id`: the namespace whose blocks the owner writes (nullopt:
+  // none), by which a directory written before names were kept is
+  // attributed: the earlier run's id whose blocks are all of that namespace
+  // becomes this name's. Call before any block of `owner` is written; an
+  // owner never named is stored as its own id (a tier used on its own).
+  // InvalidArgument when `owner` or `name` is bound already (to another);
+  // the error of writing a new name's record (bound for this run anyway).
+  Status BindOwner(OwnerId owner, const std::string& name,
+                   std::optional<BlockKey> namespace_id);
   // Flushes the queue, then (with writes paused) recomputes entries and bytes
   // from the database, compares them with the live and persisted counters and
   // verifies every payload checksum (a damaged block is removed and counted).

@@ -99,6 +99,84 @@ TEST_F(SsdTierTest, BlocksAndCountersSurviveCloseAndReopen) {
   testing::ExpectCountersMatchContents(*tier, {0, 1, 2});
 }
 
+// Owner names (docs/ssd.md "Owner names"). A directory written without them
+// (the layout before names were kept: records and counters by the writer's
+// owner ids, as a tier nobody names owners of still writes) is attributed by
+// namespace when the owners are first named: each earlier id whose blocks are
+// all of one namespace becomes the name of that namespace's owner, whatever
+// id this run gives it. From then on the names hold: a run that registers the
+// owners in yet another order, and its writes, count for the same names.
+TEST_F(SsdTierTest, OwnerCountersFollowTheirNamesFromAnUnnamedDirectoryOn) {
+  // Owner 0 writes namespace 1 (2 blocks), owner 1 namespace 2 (3 blocks),
+  // owner 2 the zero namespace (1 block).
+  const auto block = [](uint64_t ns, uint64_t i, OwnerId owner) {
+    BlockMeta m = ChainBlock(0, i, ns, owner);
+    if (ns == 0) m = BlockMeta{BlockKey{7, 7}, {}, {}, owner};
+    return m;
+  };
+  std::map<OwnerId, TierCounters> written;
+  {
+    auto tier = OpenSsd(Options());
+    for (uint64_t i = 0; i < 2; ++i)
+      ASSERT_OK(tier->Put(block(1, i, 0), PayloadOf(block(1, i, 0)), false));
+    for (uint64_t i = 0; i < 3; ++i)
+      ASSERT_OK(tier->Put(block(2, i, 1), PayloadOf(block(2, i, 1)), false));
+    ASSERT_OK(tier->Put(block(0, 0, 2), PayloadOf(block(0, 0, 2), 500), false));
+    ASSERT_OK(tier->Get(block(2, 0, 1).key));  // a hit of owner 1
+    for (OwnerId o : {0u, 1u, 2u}) written[o] = tier->OwnerCounters(o);
+    ASSERT_OK(tier->Close());
+  }
+  // The names a later run knows its owners by, and the namespace of each.
+  struct Named {
+    std::string name;
+    std::optional<BlockKey> ns;
+    OwnerId first_writer;  // the id it wrote under above
+  };
+  const Named one{"model:1", BlockKey{1, 0}, 0}, two{"model:2", BlockKey{2, 0}, 1},
+      values{"values", BlockKey{}, 2};
+  const std::vector<std::vector<Named>> runs = {{values, two, one}, {one, values, two}};
+  for (size_t run = 0; run < runs.size(); ++run) {
+    SCOPED_TRACE(run);
+    auto tier = OpenSsd(Options());
+    ASSERT_NE(tier, nullptr);
+    // A charge (no blocks) first: id 0 is another owner's, so it has none.
+    ASSERT_OK(tier->BindOwner(0, "charge:sessions", std::nullopt));
+    EXPECT_EQ(tier->OwnerCounters(0), TierCounters{});
+    for (size_t i = 0; i < runs[run].size(); ++i) {
+      const Named& n = runs[run][i];
+      const OwnerId id = static_cast<OwnerId>(i + 1);
+      ASSERT_OK(tier->BindOwner(id, n.name, n.ns));
+      SCOPED_TRACE(n.name);
+      const TierCounters c = tier->OwnerCounters(id);
+      EXPECT_EQ(c.entries, written[n.first_writer].entries);
+      EXPECT_EQ(c.bytes, written[n.first_writer].bytes);
+      EXPECT_EQ(c.inserts, written[n.first_writer].inserts);
+      EXPECT_EQ(c.hits, written[n.first_writer].hits);
+    }
+    // Every id given and taken is this run's: Peek, ForEach.
+    const OwnerId id_of_two = static_cast<OwnerId>(
+        1 +
+        std::find_if(runs[run].begin(), runs[run].end(),
+                     [](const Named& n) { return n.name == "model:2"; }) -
+        runs[run].begin());
+    EXPECT_EQ(tier->Peek(block(2, 0, 1).key)->owner, id_of_two);
+    tier->ForEach([&](const BlockMeta& m, uint64_t) {
+      if (m.namespace_id == BlockKey{2, 0}) {
+        EXPECT_EQ(m.owner, id_of_two);
+      }
+    });
+    EXPECT_TRUE(tier->BindOwner(id_of_two, "model:9", std::nullopt).IsInvalidArgument());
+    // A block written now counts for its owner's name.
+    const BlockMeta more = block(2, 3 + run, id_of_two);
+    ASSERT_OK(tier->Put(more, PayloadOf(more), false));
+    EXPECT_EQ(tier->OwnerCounters(id_of_two).entries,
+              written[two.first_writer].entries + 1);
+    written[two.first_writer] = tier->OwnerCounters(id_of_two);
+    testing::ExpectAuditClean(*tier);
+    ASSERT_OK(tier->Close());
+  }
+}
+
 // A memory resource with no room: every allocation refused, counted.
 class NoRoomMemory final : public MemoryResource {
  public:
