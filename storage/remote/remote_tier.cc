@@ -496,9 +496,11 @@ class RemoteTierImpl {
     std::vector<Status> results;
     const Status s = store_->MultiSetEach(writes, &results);
     results.resize(writes.size(), s);  // a store that left some out
+    std::unordered_map<BlockKey, uint64_t, BlockKeyHash> unwritten_per_ns;
     for (size_t k = 0; k < writes.size(); ++k) {
       if (!results[k].ok()) {
         ++r.failed;
+        unwritten_per_ns[sent[k]->meta.namespace_id] += sent[k]->payload.size();
         continue;
       }
       ++r.written;
@@ -510,7 +512,30 @@ class RemoteTierImpl {
     } else {
       NotePartialWrite(s);
     }
+    RefundQuota(unwritten_per_ns, limits);
     return r;
+  }
+
+  // Gives back to each namespace's quota counter the bytes charged for blocks
+  // the cluster then failed to write: they take no room there, and left
+  // charged, a master at maxmemory or down for a while used a namespace's
+  // whole window up with nothing written (its later blocks over quota). A
+  // refund landing after the counter expired would start the next window
+  // below zero (more than the limit written in it): that counter is set
+  // back to zero. A refund the cluster refuses is lost (the quota errs
+  // low, as before).
+  void RefundQuota(
+      const std::unordered_map<BlockKey, uint64_t, BlockKeyHash>& unwritten_per_ns,
+      const std::unordered_map<BlockKey, RemoteNamespaceLimits, BlockKeyHash>& limits) {
+    for (const auto& [ns, bytes] : unwritten_per_ns) {
+      const RemoteNamespaceLimits& l = limits.at(ns);
+      if (l.max_bytes == 0) continue;  // charged nothing
+      const std::string key = options_.key_prefix + "quota:" + ns.ToHex();
+      StatusOr<int64_t> total =
+          store_->IncrBy(key, -static_cast<int64_t>(bytes), l.ttl_seconds);
+      NoteCall(total.status());
+      if (total.ok() && *total < 0) (void)store_->IncrBy(key, -*total, l.ttl_seconds);
+    }
   }
 
   const std::unique_ptr<RemoteStore> store_;

@@ -373,6 +373,34 @@ TEST_F(RemoteTierTest, AQuotaCounterTheClusterCannotUpdateFailsTheBlocksNotTheQu
   EXPECT_FALSE(c.available);
 }
 
+// Blocks whose write the cluster failed (a master at maxmemory, down) take
+// none of their namespace's bytes: the quota counter is charged before the
+// write and given back what was not written, so the namespace still writes
+// its limit's worth once the cluster takes writes again (over_quota counted
+// blocks of a namespace that had written nothing).
+TEST_F(RemoteTierTest, BlocksTheClusterFailedToWriteTakeNoneOfTheQuota) {
+  RemoteTierOptions o;
+  o.write_batch_blocks = 1;
+  auto tier = Open(o);
+  tier->SetNamespaceLimits(kNs, {.ttl_seconds = 60, .max_bytes = 1000});
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    for (uint64_t i = 0; i < 3; ++i)
+      state_->refused_keys.insert(tier->StoreKey(Meta(i).key));
+  }
+  for (uint64_t i = 0; i < 6; ++i) {
+    ASSERT_OK(tier->Put(Meta(i), Payload(i), false));  // 300 bytes each
+    tier->Flush();
+  }
+  const RemoteCounters c = tier->Counters();
+  EXPECT_EQ(c.write_failures, 3u);
+  EXPECT_EQ(c.writes, 3u) << "3 x 300 bytes fit in 1000";
+  EXPECT_EQ(c.over_quota, 0u);
+  std::lock_guard<std::mutex> lock(state_->mu);
+  EXPECT_EQ(state_->values[RemoteTierOptions{}.key_prefix + "quota:" + kNs.ToHex()],
+            "900");
+}
+
 // Flush waits for the blocks queued before it, not for an empty queue: with
 // stores coming faster than the cluster takes them (always mode on a busy
 // node), the queue is never empty, and Engine::Flush, which waits for it,
