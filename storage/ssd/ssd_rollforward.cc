@@ -161,10 +161,17 @@ Status ssd::TierImpl::RollForward(const ssd::JournalContents& journal,
   std::set<std::pair<BlockKey, uint64_t>> kept;  // versions the tier keeps
   LocationSet kept_at;                           // and their places
   const std::set<uint64_t> existing = SegmentIds(fs, seg_dir);
+  // Whose a restored block is (extents do not say): its key's owner in the
+  // metadata, else the owner of its namespace's blocks there, else 0. Owner
+  // 0 was given to all of them: in a directory of named owners (docs/ssd.md
+  // "Owner names") that counted a model's blocks for whichever owner had id 0.
+  std::unordered_map<BlockKey, OwnerId, BlockKeyHash> owner_of_key, owner_of_ns;
   {
     MutexLock lock(&mu_);
     seq = index_.max_access_seq();
     for (const auto& [key, e] : index_.entries()) {
+      owner_of_key[key] = e.owner;
+      owner_of_ns.try_emplace(e.namespace_id, e.owner);
       // A version in a segment that is gone (compacted away by the commits
       // the metadata lost) gives way to a provable one: it can no longer be
       // read, and a compaction moves a block without journaling a removal.
@@ -197,12 +204,18 @@ Status ssd::TierImpl::RollForward(const ssd::JournalContents& journal,
     return Location(a.segment, a.offset) < Location(b.segment, b.offset);
   });
   for (const ssd::FoundExtent& c : add) {
-    const ssd::StoredMeta m{0,     c.parent, c.length,  c.checksum,
+    OwnerId owner = 0;
+    if (auto k = owner_of_key.find(c.key); k != owner_of_key.end()) {
+      owner = k->second;
+    } else if (auto n = owner_of_ns.find(c.namespace_id); n != owner_of_ns.end()) {
+      owner = n->second;
+    }
+    const ssd::StoredMeta m{owner, c.parent, c.length,  c.checksum,
                             ++seq, false,    c.segment, c.offset};
     batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, c.namespace_id, c.key),
               ssd::EncodeMeta(m));
-    deltas[0].entries += 1;
-    deltas[0].bytes += c.length;
+    deltas[owner].entries += 1;
+    deltas[owner].bytes += c.length;
     restored += 1;
   }
   for (const auto& [o, d] : deltas) {

@@ -359,6 +359,50 @@ TEST_F(SsdFaultTest, ABlockRemovedThenStoredAgainWithTheSameBytesIsRolledForward
   EXPECT_EQ(Present(*tier, {a}), 1u) << "an acknowledged block lost by the roll-forward";
 }
 
+// A block the roll-forward restores counts for the owner of its namespace's
+// blocks (docs/ssd.md "Owner names"), not for whichever owner has id 0.
+TEST_F(SsdFaultTest, ABlockRolledForwardCountsForItsNamespacesOwner) {
+  SsdTierOptions o = Options(SsdDurability::kSync);
+  const BlockMeta a = ChainBlock(0, 0, 1, 0), b = ChainBlock(0, 0, 2, 1),
+                  c = ChainBlock(0, 1, 2, 1);  // b's child
+  const std::filesystem::path ssd = dir_.path() / "ssd";
+  const std::filesystem::path old_copy = dir_.path() / "old-metadata";
+  const auto open_named = [&] {
+    auto tier = testing::OpenSsd(o);
+    EXPECT_OK(tier->BindOwner(0, "model:1", a.namespace_id));
+    EXPECT_OK(tier->BindOwner(1, "model:2", b.namespace_id));
+    return tier;
+  };
+  auto tier = open_named();
+  ASSERT_NE(tier, nullptr);
+  for (const BlockMeta& m : {a, b}) ASSERT_OK(tier->Put(m, PayloadOf(m), true));
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  std::filesystem::create_directory(old_copy);
+  for (const auto& e : std::filesystem::directory_iterator(ssd)) {
+    if (e.is_regular_file())
+      std::filesystem::copy_file(e.path(), old_copy / e.path().filename());
+  }
+  tier = open_named();
+  ASSERT_OK(tier->Put(c, PayloadOf(c), true));
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  for (const auto& e : std::filesystem::directory_iterator(ssd)) {
+    if (e.is_regular_file()) std::filesystem::remove(e.path());
+  }
+  for (const auto& e : std::filesystem::directory_iterator(old_copy)) {
+    std::filesystem::copy_file(e.path(), ssd / e.path().filename());
+  }
+  tier = open_named();
+  ASSERT_NE(tier, nullptr);
+  EXPECT_NE(tier->open_report().metadata_rollback, "") << "rolled forward";
+  EXPECT_EQ(Present(*tier, {a, b, c}), 3u);
+  EXPECT_EQ(tier->OwnerCounters(0).entries, 1u);
+  EXPECT_EQ(tier->OwnerCounters(1).entries, 2u);
+  EXPECT_EQ(tier->Peek(c.key)->owner, 1u);
+  testing::ExpectAuditClean(*tier);
+}
+
 // Found in review (2026-12-06; failed before the fix): a same-bytes copy with no record
 // of its own. `a` is stored, then stored again with the same bytes in a newer segment (an
 // extent-only removal names the first extent), and the journal is lost: the
