@@ -180,10 +180,10 @@ StatusOr<EngineOwner> internal::EngineImpl::NewOwner(const std::string& name,
   if (budget_ != nullptr) {
     PKV_ASSIGN_OR_RETURN(o.owner, budget_->RegisterOwner(name, quota_bytes));
     PKV_ASSIGN_OR_RETURN(o.hot, HotTier::Open(budget_, o.owner, memory_));
-    NameOnSsd(
-        o.owner,
-        namespace_id.IsZero() ? std::string(kValuesOwnerName) : "model:" + namespace_id.ToHex(),
-        namespace_id);
+    NameOnSsd(o.owner,
+              namespace_id.IsZero() ? std::string(kValuesOwnerName)
+                                    : "model:" + namespace_id.ToHex(),
+              namespace_id);
   }
   if (advisor_ != nullptr) stack_->SetAdvisorTokens(o.owner, advisor_block_tokens);
   return o;

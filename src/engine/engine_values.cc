@@ -282,9 +282,10 @@ StatusOr<TierStack*> internal::EngineImpl::Values() {
   if (TierStack* stack = values_stack_.load(std::memory_order_acquire)) return stack;
   MutexLock lock(&mu_);
   if (values_ == nullptr) {
-    PKV_ASSIGN_OR_RETURN(EngineOwner owner,
-                         NewOwner(std::string(kValuesOwnerName), std::nullopt,
-                                  /*advisor_block_tokens=*/0, /*namespace_id=*/BlockKey{}));
+    PKV_ASSIGN_OR_RETURN(
+        EngineOwner owner,
+        NewOwner(std::string(kValuesOwnerName), std::nullopt,
+                 /*advisor_block_tokens=*/0, /*namespace_id=*/BlockKey{}));
     values_ = std::make_unique<EngineOwner>(std::move(owner));
     values_owner_.store(values_->owner, std::memory_order_release);
     values_stack_.store(stack_.get(), std::memory_order_release);
