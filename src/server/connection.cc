@@ -157,6 +157,11 @@ void Connection::Pump() {
   if (blocked_ && peer_closed_) DropBlockedRead();
   Flush();
   if (stop_reading_) {
+    // A read kept under way behind an XREAD BLOCK (MaybeRead) would hold the
+    // connection open after a QUIT or protocol error pipelined behind it
+    // until the client sent more: end it as PostShutdown does.
+    boost::system::error_code ignored;
+    if (reading_) socket_.shutdown(tcp::socket::shutdown_receive, ignored);
     if (!reading_ && !writing_in_flight_ && queued_.empty() && !delayed_ && !blocked_) {
       return Close();
     }

@@ -978,6 +978,32 @@ TEST_F(ServerTest, CommandsSentWhileAnXreadBlocksRunAfterItsReply) {
   for (int i = 0; i < kSent; ++i) ASSERT_EQ(reader->Read().str, std::to_string(i));
 }
 
+// A QUIT (or a protocol error) pipelined behind a waiting XREAD BLOCK closes
+// the connection once both are answered, as it does anywhere: the read the
+// server keeps under way behind the XREAD (to see a close) used to keep it
+// open until the client sent more or closed itself, so a client waiting for
+// the server's close hung.
+TEST_F(ServerTest, AQuitPipelinedBehindAnXreadClosesAfterItsReply) {
+  options_.io_threads = 1;
+  StartServer();
+  auto writer = Connect();
+  for (const bool quit : {true, false}) {
+    testing::RespClient reader(server_->port(), /*timeout_s=*/3);
+    const int64_t id = reader.Call({"CLIENT", "ID"}).integer;
+    ASSERT_TRUE(reader.SendRaw(
+        testing::EncodeCommand(
+            {"XREAD", "BLOCK", "0", "STREAMS", "prefixkv:events", "$"}) +
+        (quit ? testing::EncodeCommand({"QUIT"}) : std::string("*x\r\n"))));
+    ASSERT_TRUE(XreadDispatched(*writer, id));
+    EXPECT_EQ(writer->Call({"SET", "k", quit ? "quit" : "error"}).str, "OK");
+    Reply r = reader.Read();
+    ASSERT_EQ(r.elems.size(), 1u) << "type " << r.type << " " << r.str;
+    EXPECT_EQ(reader.Read().type, quit ? '+' : '-');
+    EXPECT_TRUE(reader.ReadsEof())
+        << (quit ? "QUIT" : "protocol error") << ": the connection stayed open";
+  }
+}
+
 // A connection that read on behind its XREAD BLOCK and then idles gives its
 // buffers back like any other, and goes on serving.
 TEST_F(ServerTest, AConnectionThatReadBehindAnXreadFreesItsBuffersAndServesOn) {
