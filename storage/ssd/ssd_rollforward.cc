@@ -26,6 +26,7 @@
 #include "ssd_layout.h"
 #include "ssd_salvage.h"
 #include "ssd_segment.h"
+#include "ssd_tag_range.h"
 #include "ssd_tier_impl.h"
 
 namespace prefixkv {
@@ -42,6 +43,21 @@ std::set<uint64_t> SegmentIds(FileSystem* fs, const std::string& seg_dir) {
     uint64_t id = 0;
     if (ssd::ParseSegmentFileName(name, &id)) ids.insert(id);
   }
+  return ids;
+}
+
+// The stored ids the owner name records give (ssd_owner_names.h; read
+// before LoadOwnerNames does).
+StatusOr<std::set<OwnerId>> NamedOwnerIds(rocksdb::DB* db) {
+  std::set<OwnerId> ids;
+  ssd::TagRange range(db, ssd::kOwnerNameTag);
+  for (; range.Valid(); range.Next()) {
+    std::string name;
+    OwnerId stored = 0;
+    if (ssd::DecodeOwnerName(range.key(), range.value(), &name, &stored))
+      ids.insert(stored);
+  }
+  PKV_RETURN_IF_ERROR(range.status("read owner names"));
   return ids;
 }
 
@@ -166,9 +182,12 @@ Status ssd::TierImpl::RollForward(const ssd::JournalContents& journal,
   // 0 was given to all of them: in a directory of named owners (docs/ssd.md
   // "Owner names") that counted a model's blocks for whichever owner had id 0.
   std::unordered_map<BlockKey, OwnerId, BlockKeyHash> owner_of_key, owner_of_ns;
+  PKV_ASSIGN_OR_RETURN(std::set<OwnerId> taken, NamedOwnerIds(db_.get()));
+  const bool named = !taken.empty();
   {
     MutexLock lock(&mu_);
     seq = index_.max_access_seq();
+    for (const auto& [id, c] : index_.owners()) taken.insert(id);
     for (const auto& [key, e] : index_.entries()) {
       owner_of_key[key] = e.owner;
       owner_of_ns.try_emplace(e.namespace_id, e.owner);
@@ -209,6 +228,14 @@ Status ssd::TierImpl::RollForward(const ssd::JournalContents& journal,
       owner = k->second;
     } else if (auto n = owner_of_ns.find(c.namespace_id); n != owner_of_ns.end()) {
       owner = n->second;
+    } else if (named) {
+      // A namespace the metadata holds no block of: 0 may be another
+      // owner's name (counting these blocks for it). An id nobody has, one
+      // per namespace, is adopted by the namespace's owner when it binds
+      // (OwnerNames::Choose).
+      while (taken.contains(owner) || owner == kEveryOwner) ++owner;
+      taken.insert(owner);
+      owner_of_ns[c.namespace_id] = owner;
     }
     const ssd::StoredMeta m{owner, c.parent, c.length,  c.checksum,
                             ++seq, false,    c.segment, c.offset};

@@ -403,6 +403,50 @@ TEST_F(SsdFaultTest, ABlockRolledForwardCountsForItsNamespacesOwner) {
   testing::ExpectAuditClean(*tier);
 }
 
+// Found in review (2026-12-06; failed before the fix): a rolled-forward block
+// of a namespace the old metadata holds no block of was given owner 0, in a
+// directory of named owners another model's id: its blocks counted for that
+// model. It now takes an id nobody has, which its owner adopts when it binds.
+TEST_F(SsdFaultTest, ARolledForwardBlockOfANewNamespaceCountsForNoOtherOwner) {
+  SsdTierOptions o = Options(SsdDurability::kSync);
+  const BlockMeta a = ChainBlock(0, 0, 1, 0), d = ChainBlock(0, 0, 3, 1);
+  const std::filesystem::path ssd = dir_.path() / "ssd";
+  const std::filesystem::path old_copy = dir_.path() / "old-metadata";
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_OK(tier->BindOwner(0, "model:1", a.namespace_id));
+  ASSERT_OK(tier->Put(a, PayloadOf(a), true));
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  std::filesystem::create_directory(old_copy);
+  for (const auto& e : std::filesystem::directory_iterator(ssd)) {
+    if (e.is_regular_file())
+      std::filesystem::copy_file(e.path(), old_copy / e.path().filename());
+  }
+  tier = testing::OpenSsd(o);
+  ASSERT_OK(tier->BindOwner(0, "model:1", a.namespace_id));
+  ASSERT_OK(tier->BindOwner(1, "model:3", d.namespace_id));
+  ASSERT_OK(tier->Put(d, PayloadOf(d), true));
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  for (const auto& e : std::filesystem::directory_iterator(ssd)) {
+    if (e.is_regular_file()) std::filesystem::remove(e.path());
+  }
+  for (const auto& e : std::filesystem::directory_iterator(old_copy)) {
+    std::filesystem::copy_file(e.path(), ssd / e.path().filename());
+  }
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_NE(tier->open_report().metadata_rollback, "") << "rolled forward";
+  ASSERT_OK(tier->BindOwner(0, "model:1", a.namespace_id));
+  ASSERT_OK(tier->BindOwner(1, "model:3", d.namespace_id));
+  EXPECT_EQ(Present(*tier, {a, d}), 2u);
+  EXPECT_EQ(tier->OwnerCounters(0).entries, 1u) << "model:1 holds only a";
+  EXPECT_EQ(tier->OwnerCounters(1).entries, 1u);
+  EXPECT_EQ(tier->Peek(d.key)->owner, 1u);
+  testing::ExpectAuditClean(*tier);
+}
+
 // Found in review (2026-12-06; failed before the fix): a same-bytes copy with no record
 // of its own. `a` is stored, then stored again with the same bytes in a newer segment (an
 // extent-only removal names the first extent), and the journal is lost: the
