@@ -219,6 +219,7 @@ Status TierStack::PutWriteBack(const BlockMeta& meta, SharedBytes payload) {
   // and a failed write still leaves it. (Dropping it before the hot Put lost
   // the key's value when that write then failed.)
   Status s = hot_->Put(meta, payload, /*dirty=*/true);
+  if (s.ok()) KeepMark(meta.key);
   if (!s.ok()) RestoreMark(meta.key, old_mark);  // nothing changed in the hot tier
   if (s.IsNoSpace()) return PutBelowOnly(meta, std::move(payload));
   if (!s.ok()) return s;
@@ -358,12 +359,24 @@ const uint8_t* TierStack::SwapMark(const BlockKey& key, const SharedBytes& paylo
   MutexLock lock(&mu_);
   auto [it, inserted] = dirty_.try_emplace(key, payload.data());
   if (inserted) return nullptr;
+  // Still the key's value should the hot Put fail: its eviction meanwhile
+  // writes it below (dropped, a failed Put lost it). When the Put succeeds,
+  // DropOlderCopyBelow removes what it wrote.
+  replaced_[key] = it->second;
   return std::exchange(it->second, payload.data());
+}
+
+void TierStack::KeepMark(const BlockKey& key) {
+  MutexLock lock(&mu_);
+  replaced_.erase(key);
 }
 
 void TierStack::RestoreMark(const BlockKey& key, const uint8_t* old_mark) {
   MutexLock lock(&mu_);
-  if (old_mark == nullptr) {
+  // Evicted meanwhile, the older copy went below (BeginWriteBelow took it
+  // from replaced_): no RAM copy is left to mark.
+  const bool written_below = old_mark != nullptr && replaced_.erase(key) == 0;
+  if (old_mark == nullptr || written_below) {
     dirty_.erase(key);
   } else {
     dirty_[key] = old_mark;
@@ -397,8 +410,14 @@ bool TierStack::BeginWriteBelow(const BlockKey& key, const SharedBytes& payload)
   written_below_.Wait(lock,
                       [&]() REQUIRES(mu_) { return !writing_below_.contains(key); });
   auto it = dirty_.find(key);
-  if (it == dirty_.end() || it->second != payload.data()) return false;
-  dirty_.erase(it);
+  if (it != dirty_.end() && it->second == payload.data()) {
+    dirty_.erase(it);
+  } else if (auto r = replaced_.find(key);
+             r != replaced_.end() && r->second == payload.data()) {
+    replaced_.erase(r);  // a Put's hot Put still runs (SwapMark)
+  } else {
+    return false;
+  }
   writing_below_.insert(key);
   return true;
 }

@@ -256,8 +256,12 @@ class TierStack final : private EvictionListener {
   void MarkCleanIf(const BlockKey& key, const SharedBytes& payload);
   // Marks `payload` as the key's dirty copy and returns the copy marked
   // before (nullptr: none), for RestoreMark when its write fails.
+  // Until the Put's hot Put returns (RestoreMark or KeepMark), the copy
+  // marked before is still written below when evicted: the Put may yet fail
+  // and leave it the key's value.
   const uint8_t* SwapMark(const BlockKey& key, const SharedBytes& payload);
   void RestoreMark(const BlockKey& key, const uint8_t* old_mark);
+  void KeepMark(const BlockKey& key);
   bool IsMarkedDirty(const BlockKey& key) const;
   // Write-back of an evicted dirty copy: waits for the key's write below in
   // flight, then false (and nothing to write) when a newer copy, a Remove or
@@ -319,6 +323,9 @@ class TierStack final : private EvictionListener {
   mutable Mutex mu_;  // after a stripe, never before
   CondVar written_below_;
   std::unordered_map<BlockKey, const uint8_t*, BlockKeyHash> dirty_ GUARDED_BY(mu_);
+  // The dirty copies a write-back Put's mark replaced while its hot Put runs
+  // (SwapMark): their eviction meanwhile writes them below.
+  std::unordered_map<BlockKey, const uint8_t*, BlockKeyHash> replaced_ GUARDED_BY(mu_);
   std::unordered_set<BlockKey, BlockKeyHash> writing_below_ GUARDED_BY(mu_);
   // By owner (the first 256; later ones weigh advisor_block_tokens); 0: the
   // default. Read on every Get without a lock.

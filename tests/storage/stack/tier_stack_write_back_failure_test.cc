@@ -246,6 +246,46 @@ TEST(TierStackWriteBackFailure,
   EXPECT_EQ(hit->payload.view(), Payload(1).view());
 }
 
+// Found in review (2026-12-06; failed before the fix): a write-back Put marks
+// its new bytes before the hot Put. The key's older dirty copy, evicted just
+// before by another thread and handed to the stack only then, found the new
+// mark and was dropped; the hot Put then found no room (every other block
+// pinned) and the SSD write failed: the key's acknowledged value was lost.
+TEST(TierStackWriteBackFailure,
+     AFailedPutKeepsTheOlderCopyWhoseEvictionArrivedMeanwhile) {
+  testing::TempDir dir;
+  FaultInjectionFileSystem fs;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SsdTier> ssd, OpenSsd(dir, fs));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<HotTier> hot,
+                       HotTier::Create({.capacity_bytes = 2 * HotEntryCharge(kPayload)}));
+  testing::GatedTier evictions(hot.get());
+  testing::GatedTier puts(&evictions);
+  TierStack stack(&puts, ssd.get(), ssd.get());
+  ASSERT_OK(stack.Put(Meta(1), Payload(1)));  // dirty, in RAM only
+  ASSERT_OK(hot->Put(Meta(2), Payload(2), /*dirty=*/false));
+  std::optional<PinnedBlock> pin2 = hot->Pin(Meta(2).key);
+  ASSERT_TRUE(pin2);
+  evictions.Arm(testing::GatedTier::Op::kEvict, Meta(1).key);
+  std::thread evictor([&] { EXPECT_OK(hot->Put(Meta(3), Payload(3), /*dirty=*/false)); });
+  evictions.WaitHeld();  // block 1 left RAM; its hand-over to the stack waits
+  std::optional<PinnedBlock> pin3 = hot->Pin(Meta(3).key);
+  ASSERT_TRUE(pin3);
+  puts.Arm(testing::GatedTier::Op::kPut, Meta(1).key);
+  std::thread writer([&] { EXPECT_FALSE(stack.Put(Meta(1), Payload(11)).ok()); });
+  puts.WaitHeld();  // the new bytes are marked, their hot Put about to run
+  evictions.Open();
+  evictor.join();
+  fs.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg"});
+  puts.Open();  // no room in RAM: written below, and that write fails
+  writer.join();
+  EXPECT_GT(fs.faults_injected(), 0u);
+  fs.ClearFaults();
+  ASSERT_OK(ssd->Flush());  // stores what the write-back queue holds
+  StatusOr<TierHit> hit = stack.Get(Meta(1).key, /*allow_promotion=*/false);
+  ASSERT_OK(hit) << "the failed Put lost the key's value";
+  EXPECT_EQ(hit->payload.view(), Payload(1).view());
+}
+
 // Write-through: a block only RAM holds (the SSD tier evicted its copy) is
 // rewritten dirty. A write-through Put of that key whose SSD write fails must
 // leave it dirty, so a Flush still writes it below. (The Put cleared its
