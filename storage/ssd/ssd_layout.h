@@ -5,6 +5,7 @@
 //   'c' | owner (u32 BE)                                         -> counters (merge-add)
 //   'f' "format"                                                 -> "prefixkv-ssd/2"
 //   'f' "clean"                                                  -> "1" after Close()
+//   'f' "nextsegment"                                            -> lowest new segment id
 //   'n' | namespace (16, BE)                                     -> namespace manifest
 //   'r' | slot (u32 BE)                                          -> removal record
 //   'o' | owner name (bytes)                                     -> its stored owner id
@@ -31,6 +32,11 @@ inline constexpr uint8_t kRemovalVersion = 1;
 inline constexpr size_t kRemovalBytes = 42;  // version, reason, seq u64, key, namespace
 inline constexpr std::string_view kFormatKey = "fformat";
 inline constexpr std::string_view kCleanKey = "fclean";
+// The lowest segment id a new segment may take: above every segment
+// unlinked, so that no new file is named like one (a footer names its
+// segment, ssd_segment.h: a stale extent of the old file left in the new
+// one's tail would name the file it sits in).
+inline constexpr std::string_view kNextSegmentKey = "fnextsegment";
 // A file in the data directory while a metadata rebuild runs (ssd_salvage.cc):
 // an open that finds it rebuilds again instead of trusting what is there.
 inline constexpr char kRebuildMarker[] = "metadata.rebuilding";

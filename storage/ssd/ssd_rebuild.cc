@@ -219,6 +219,8 @@ Status ssd::TierImpl::OpenSegments() {
         continue;
       }
       // Written before a crash, never (or no longer) referenced: garbage.
+      // Its id is never given again (ssd_layout.h kNextSegmentKey).
+      PKV_RETURN_IF_ERROR(KeepSegmentIdsFrom(id + 1, /*sync=*/true));
       PKV_RETURN_IF_ERROR(store_->Delete(id));
       report_.unreferenced_segments_deleted += 1;
       continue;
@@ -235,7 +237,30 @@ Status ssd::TierImpl::OpenSegments() {
     }
   }
   store_->SetNextId(max_id + 1);
+  PKV_ASSIGN_OR_RETURN(const uint64_t kept_from, SegmentIdsKeptFrom());
+  store_->SetNextId(kept_from);
   return Status::OK();
+}
+
+StatusOr<uint64_t> ssd::TierImpl::SegmentIdsKeptFrom() const {
+  std::string value;
+  rocksdb::Status rs =
+      db_->Get(rocksdb::ReadOptions(), std::string(ssd::kNextSegmentKey), &value);
+  if (rs.IsNotFound()) return uint64_t{0};
+  PKV_RETURN_IF_ERROR(FromRocks(rs, "read the next segment id"));
+  if (value.size() != 8) return uint64_t{0};  // damaged: the files' ids stand
+  return ssd::LoadLE64(reinterpret_cast<const uint8_t*>(value.data()));
+}
+
+Status ssd::TierImpl::KeepSegmentIdsFrom(uint64_t id, bool sync) {
+  PKV_ASSIGN_OR_RETURN(const uint64_t kept_from, SegmentIdsKeptFrom());
+  if (kept_from >= id) return Status::OK();
+  std::string value(8, '\0');
+  ssd::StoreLE64(reinterpret_cast<uint8_t*>(value.data()), id);
+  rocksdb::WriteOptions w;
+  w.sync = sync;
+  return FromRocks(db_->Put(w, std::string(ssd::kNextSegmentKey), value),
+                   "keep the next segment id");
 }
 
 Status ssd::TierImpl::Rebuild() {

@@ -360,6 +360,12 @@ Status ssd::TierImpl::ReclaimLocked(uint64_t target) {
 
 Status ssd::TierImpl::UnlinkEmpty(const std::vector<uint64_t>& empty, Status first) {
   if (empty.empty()) return first;
+  // Their ids are never given again (ssd_layout.h kNextSegmentKey), made
+  // durable with the metadata before any file goes.
+  const uint64_t above = *std::max_element(empty.begin(), empty.end()) + 1;
+  if (Status s = KeepSegmentIdsFrom(above, /*sync=*/false); !s.ok()) {
+    return first.ok() ? s : first;
+  }
   Status durable = MakeMetadataDurable();
   if (!durable.ok()) return first.ok() ? durable : first;
   for (uint64_t id : empty) {

@@ -255,6 +255,11 @@ class TierImpl {
   // After the index is built: the owner name records (ssd_owner_names.h).
   Status LoadOwnerNames() EXCLUDES(mu_, names_mu_);
   Status OpenSegments() EXCLUDES(mu_);
+  // The persisted lowest id a new segment may take (0: none), and raising
+  // it to `id` before a segment below it is unlinked (ssd_layout.h
+  // kNextSegmentKey).
+  StatusOr<uint64_t> SegmentIdsKeptFrom() const;
+  Status KeepSegmentIdsFrom(uint64_t id, bool sync);
 
   // ssd_audit.cc: Audit's steps, called with pause_ held exclusively.
   struct AuditScan;

@@ -797,6 +797,51 @@ TEST(SsdCorruption, AnExtentOfAnUnlinkedSegmentLeftInAnotherFilesTailIsNeverRest
   EXPECT_EQ(kept.view(), PayloadOf(b.key).view());
 }
 
+// The same with the unlinked segment's id given again: segment 1 unlinked
+// and no newer one left, the next open's first segment must not be named 1
+// too, or a stale extent of the old segment 1 in the new file's tail names
+// its file and a rebuild restores the removed block from it.
+TEST(SsdCorruption, AnUnlinkedSegmentsIdIsNeverGivenAgain) {
+  testing::TempDir dir;
+  const fs::path path = dir.path() / "ssd";
+  SsdTierOptions o = testing::TestSsdOptions(path.string());
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
+  std::string stale;
+  fs::path first;
+  {  // Segment 1: a.
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_OK(tier->Put(a, PayloadOf(a.key), true));
+    ASSERT_OK(tier->Close());
+    first = testing::SegmentFiles(path).at(0);
+    std::ifstream in(first, std::ios::binary);
+    stale.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  {  // a removed, segment 1 unlinked.
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_OK(tier->Remove(a.key));
+    ASSERT_OK(tier->Compact());
+    ASSERT_OK(tier->Close());
+  }
+  ASSERT_TRUE(testing::SegmentFiles(path).empty()) << "segment 1 unlinked";
+  {  // The next segment: b.
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_OK(tier->Put(b, PayloadOf(b.key), true));
+    ASSERT_OK(tier->Close());
+  }
+  const std::vector<fs::path> segments = testing::SegmentFiles(path);
+  ASSERT_EQ(segments.size(), 1u);
+  EXPECT_NE(segments[0].filename(), first.filename()) << "segment 1's id given again";
+  std::ofstream(segments[0], std::ios::binary | std::ios::app) << stale;
+  auto tier = testing::OpenRebuilt(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_FALSE(tier->Get(a.key).ok()) << "a removed block came back";
+  ASSERT_OK_AND_ASSIGN(SharedBytes kept, tier->Get(b.key));
+  EXPECT_EQ(kept.view(), PayloadOf(b.key).view());
+}
+
 // Moves every metadata file of the tier directory `path` (all but
 // segments/) into `to`, or back.
 void MoveMetadata(const fs::path& from, const fs::path& to) {
