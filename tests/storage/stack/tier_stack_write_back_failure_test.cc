@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "prefixkv/advanced/hot_tier.h"
@@ -38,6 +39,27 @@ StatusOr<std::unique_ptr<SsdTier>> OpenSsd(const testing::TempDir& dir,
   o.file_system = &fs;
   o.writer_threads = 1;
   return SsdTier::Open(o);
+}
+
+// Runs `write` (it must fail) on its own thread until the gate holds it
+// about to write block 1 below; then makes segment writes fail and, on
+// another thread, evicts block 1's dirty copy from `hot` (one block) by
+// putting block 2. With the fixes the eviction's hand-over waits for the
+// held write, so both are joined only after the gate opens.
+void EvictBlock1WhileAHeldWriteFails(testing::GatedTier& gate,
+                                     FaultInjectionFileSystem& fs, MemTier& hot,
+                                     const std::function<void()>& write) {
+  gate.Arm(testing::GatedTier::Op::kPut, Meta(1).key);
+  std::thread writer(write);
+  gate.WaitHeld();
+  fs.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg"});
+  std::thread evictor([&] { EXPECT_OK(hot.Put(Meta(2), Payload(2), /*dirty=*/false)); });
+  EXPECT_TRUE(testing::WaitUntil([&] { return hot.Totals().evictions > 0; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // to the stack
+  gate.Open();
+  writer.join();
+  evictor.join();
+  fs.ClearFaults();
 }
 
 TEST(TierStackWriteBackFailure, PutsAreRefusedWhileWriteBackFailsAndAcceptedAfter) {
@@ -191,19 +213,9 @@ TEST(TierStackWriteBackFailure, AFailedFlushOfABlockEvictedMeanwhileKeepsIt) {
   MemTier hot({.capacity_bytes = MemTier::Charge(kPayload)});  // one block
   TierStack stack(&hot, &gate, ssd.get());
   ASSERT_OK(stack.Put(Meta(1), Payload(1)));  // dirty, in RAM only
-  gate.Arm(testing::GatedTier::Op::kPut, Meta(1).key);
-  std::thread flusher([&] { EXPECT_FALSE(stack.Flush().ok()); });
-  gate.WaitHeld();  // the Flush read block 1 and is about to write it below
-  fs.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg"});
-  // Evicts block 1 (dirty) on another thread: with the fix its hand-over
-  // waits for the Flush's write, so it must not be joined before Open.
-  std::thread evictor([&] { EXPECT_OK(hot.Put(Meta(2), Payload(2), /*dirty=*/false)); });
-  ASSERT_TRUE(testing::WaitUntil([&] { return hot.Totals().evictions > 0; }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // to the stack
-  gate.Open();
-  flusher.join();
-  evictor.join();
-  fs.ClearFaults();
+  // The Flush read block 1 and is about to write it below.
+  EvictBlock1WhileAHeldWriteFails(gate, fs, hot,
+                                  [&] { EXPECT_FALSE(stack.Flush().ok()); });
   ASSERT_OK(ssd->Flush());  // stores what the write-back queue holds
   StatusOr<TierHit> hit = stack.Get(Meta(1).key, /*allow_promotion=*/false);
   ASSERT_OK(hit) << "an acknowledged block was lost";
@@ -226,20 +238,10 @@ TEST(TierStackWriteBackFailure,
   MemTier hot({.capacity_bytes = MemTier::Charge(kPayload)});  // one block
   TierStack stack(&hot, &gate, ssd.get());
   ASSERT_OK(stack.Put(Meta(1), Payload(1)));  // dirty, in RAM only
-  gate.Arm(testing::GatedTier::Op::kPut, Meta(1).key);
   const SharedBytes big = SharedBytes::Copy(std::string(8 * kPayload, 'n'));
-  std::thread writer([&] { EXPECT_FALSE(stack.Put(Meta(1), big).ok()); });
-  gate.WaitHeld();  // the new bytes are about to be written below
-  fs.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg"});
-  // Evicts the older copy on another thread (fixed, its hand-over waits for
-  // the Put's write, so it is joined after Open).
-  std::thread evictor([&] { EXPECT_OK(hot.Put(Meta(2), Payload(2), /*dirty=*/false)); });
-  ASSERT_TRUE(testing::WaitUntil([&] { return hot.Totals().evictions > 0; }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // to the stack
-  gate.Open();
-  writer.join();
-  evictor.join();
-  fs.ClearFaults();
+  // The new bytes are about to be written below.
+  EvictBlock1WhileAHeldWriteFails(gate, fs, hot,
+                                  [&] { EXPECT_FALSE(stack.Put(Meta(1), big).ok()); });
   ASSERT_OK(ssd->Flush());  // stores what the write-back queue holds
   StatusOr<TierHit> hit = stack.Get(Meta(1).key, /*allow_promotion=*/false);
   ASSERT_OK(hit) << "the failed Put lost the key's value";
