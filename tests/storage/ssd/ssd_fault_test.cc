@@ -37,6 +37,26 @@ SharedBytes PayloadOf(const BlockMeta& m) {
 
 class SsdFaultTest : public ::testing::Test {
  protected:
+  // The metadata database as it is now (the ssd directory's own files, not
+  // the segments), kept aside; put back later (its log since then lost), the
+  // next open rolls it forward from the journal and the segments.
+  void KeepMetadataCopy() {
+    std::filesystem::create_directory(OldMetadata());
+    for (const auto& e : std::filesystem::directory_iterator(dir_.path() / "ssd")) {
+      if (e.is_regular_file())
+        std::filesystem::copy_file(e.path(), OldMetadata() / e.path().filename());
+    }
+  }
+  void PutBackMetadataCopy() {
+    const std::filesystem::path ssd = dir_.path() / "ssd";
+    for (const auto& e : std::filesystem::directory_iterator(ssd)) {
+      if (e.is_regular_file()) std::filesystem::remove(e.path());
+    }
+    for (const auto& e : std::filesystem::directory_iterator(OldMetadata())) {
+      std::filesystem::copy_file(e.path(), ssd / e.path().filename());
+    }
+  }
+  std::filesystem::path OldMetadata() const { return dir_.path() / "old-metadata"; }
   SsdTierOptions Options(SsdDurability durability = SsdDurability::kWal) {
     SsdTierOptions o = testing::TestSsdOptions((dir_.path() / "ssd").string());
     o.durability = durability;
@@ -327,18 +347,12 @@ TEST_F(SsdFaultTest, ABlockRemovedThenStoredAgainWithTheSameBytesSurvivesARebuil
 TEST_F(SsdFaultTest, ABlockRemovedThenStoredAgainWithTheSameBytesIsRolledForward) {
   SsdTierOptions o = Options(SsdDurability::kSync);
   const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), c = ChainBlock(2, 0);
-  const std::filesystem::path ssd = dir_.path() / "ssd";
-  const std::filesystem::path old_copy = dir_.path() / "old-metadata";
   auto tier = testing::OpenSsd(o);
   ASSERT_NE(tier, nullptr);
   for (const BlockMeta& m : {a, b}) ASSERT_OK(tier->Put(m, PayloadOf(m), true));
   ASSERT_OK(tier->Close());
   tier.reset();
-  std::filesystem::create_directory(old_copy);
-  for (const auto& e : std::filesystem::directory_iterator(ssd)) {
-    if (e.is_regular_file())
-      std::filesystem::copy_file(e.path(), old_copy / e.path().filename());
-  }
+  KeepMetadataCopy();
   tier = testing::OpenSsd(o);
   ASSERT_NE(tier, nullptr);
   ASSERT_OK(tier->Remove(a.key));
@@ -346,12 +360,7 @@ TEST_F(SsdFaultTest, ABlockRemovedThenStoredAgainWithTheSameBytesIsRolledForward
   ASSERT_OK(tier->Put(c, PayloadOf(c), true));
   ASSERT_OK(tier->Close());
   tier.reset();
-  for (const auto& e : std::filesystem::directory_iterator(ssd)) {
-    if (e.is_regular_file()) std::filesystem::remove(e.path());
-  }
-  for (const auto& e : std::filesystem::directory_iterator(old_copy)) {
-    std::filesystem::copy_file(e.path(), ssd / e.path().filename());
-  }
+  PutBackMetadataCopy();
   tier = testing::OpenSsd(o);
   ASSERT_NE(tier, nullptr);
   EXPECT_NE(tier->open_report().metadata_rollback, "") << "rolled forward";
@@ -365,8 +374,6 @@ TEST_F(SsdFaultTest, ABlockRolledForwardCountsForItsNamespacesOwner) {
   SsdTierOptions o = Options(SsdDurability::kSync);
   const BlockMeta a = ChainBlock(0, 0, 1, 0), b = ChainBlock(0, 0, 2, 1),
                   c = ChainBlock(0, 1, 2, 1);  // b's child
-  const std::filesystem::path ssd = dir_.path() / "ssd";
-  const std::filesystem::path old_copy = dir_.path() / "old-metadata";
   const auto open_named = [&] {
     auto tier = testing::OpenSsd(o);
     EXPECT_OK(tier->BindOwner(0, "model:1", a.namespace_id));
@@ -378,21 +385,12 @@ TEST_F(SsdFaultTest, ABlockRolledForwardCountsForItsNamespacesOwner) {
   for (const BlockMeta& m : {a, b}) ASSERT_OK(tier->Put(m, PayloadOf(m), true));
   ASSERT_OK(tier->Close());
   tier.reset();
-  std::filesystem::create_directory(old_copy);
-  for (const auto& e : std::filesystem::directory_iterator(ssd)) {
-    if (e.is_regular_file())
-      std::filesystem::copy_file(e.path(), old_copy / e.path().filename());
-  }
+  KeepMetadataCopy();
   tier = open_named();
   ASSERT_OK(tier->Put(c, PayloadOf(c), true));
   ASSERT_OK(tier->Close());
   tier.reset();
-  for (const auto& e : std::filesystem::directory_iterator(ssd)) {
-    if (e.is_regular_file()) std::filesystem::remove(e.path());
-  }
-  for (const auto& e : std::filesystem::directory_iterator(old_copy)) {
-    std::filesystem::copy_file(e.path(), ssd / e.path().filename());
-  }
+  PutBackMetadataCopy();
   tier = open_named();
   ASSERT_NE(tier, nullptr);
   EXPECT_NE(tier->open_report().metadata_rollback, "") << "rolled forward";
@@ -410,31 +408,20 @@ TEST_F(SsdFaultTest, ABlockRolledForwardCountsForItsNamespacesOwner) {
 TEST_F(SsdFaultTest, ARolledForwardBlockOfANewNamespaceCountsForNoOtherOwner) {
   SsdTierOptions o = Options(SsdDurability::kSync);
   const BlockMeta a = ChainBlock(0, 0, 1, 0), d = ChainBlock(0, 0, 3, 1);
-  const std::filesystem::path ssd = dir_.path() / "ssd";
-  const std::filesystem::path old_copy = dir_.path() / "old-metadata";
   auto tier = testing::OpenSsd(o);
   ASSERT_NE(tier, nullptr);
   ASSERT_OK(tier->BindOwner(0, "model:1", a.namespace_id));
   ASSERT_OK(tier->Put(a, PayloadOf(a), true));
   ASSERT_OK(tier->Close());
   tier.reset();
-  std::filesystem::create_directory(old_copy);
-  for (const auto& e : std::filesystem::directory_iterator(ssd)) {
-    if (e.is_regular_file())
-      std::filesystem::copy_file(e.path(), old_copy / e.path().filename());
-  }
+  KeepMetadataCopy();
   tier = testing::OpenSsd(o);
   ASSERT_OK(tier->BindOwner(0, "model:1", a.namespace_id));
   ASSERT_OK(tier->BindOwner(1, "model:3", d.namespace_id));
   ASSERT_OK(tier->Put(d, PayloadOf(d), true));
   ASSERT_OK(tier->Close());
   tier.reset();
-  for (const auto& e : std::filesystem::directory_iterator(ssd)) {
-    if (e.is_regular_file()) std::filesystem::remove(e.path());
-  }
-  for (const auto& e : std::filesystem::directory_iterator(old_copy)) {
-    std::filesystem::copy_file(e.path(), ssd / e.path().filename());
-  }
+  PutBackMetadataCopy();
   tier = testing::OpenSsd(o);
   ASSERT_NE(tier, nullptr);
   EXPECT_NE(tier->open_report().metadata_rollback, "") << "rolled forward";
