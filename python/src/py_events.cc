@@ -74,26 +74,26 @@ py::dict LogStatsDict(const KvEventLogStats& s) {
 }
 
 // Iterates the events from next_seq on; stops once caught up and nothing
-// came within wait_ms.
+// came within wait_ms. Threads may share one iterator: each read releases
+// the GIL, so two threads can read the same page (from the same next_seq);
+// Take hands each event out once all the same.
 struct EventIterator {
   std::shared_ptr<PyEngine> engine;
-  uint64_t next_seq = 0;
+  uint64_t next_seq = 0;  // after the last event buffered (or handed out)
   uint64_t wait_ms = 0;
   std::deque<KvEvent> buffered;
 
   py::dict Next() {
-    if (buffered.empty()) {
-      KvEventPage page = Read();
-      if (page.events.empty()) throw py::stop_iteration();
-      next_seq = page.next_seq;
-      buffered.assign(page.events.begin(), page.events.end());
-    }
+    if (buffered.empty()) Read();
+    if (buffered.empty()) throw py::stop_iteration();
     KvEvent e = buffered.front();
     buffered.pop_front();
     return EventDict(e);
   }
-  // The next page, waiting up to wait_ms for one, slice by slice.
-  KvEventPage Read() {
+  // Buffers the next page, waiting up to wait_ms for one, slice by slice.
+  // Each slice reads from next_seq as it was when the slice began (a copy:
+  // another thread may move it while this one reads without the GIL).
+  void Read() {
     using Clock = std::chrono::steady_clock;
     const Clock::time_point start = Clock::now();
     for (;;) {
@@ -101,10 +101,26 @@ struct EventIterator {
           std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
       const uint64_t left = wait_ms - std::min<uint64_t>(waited.count(), wait_ms);
       const uint64_t slice = std::min(left, kWaitSliceMs);
-      KvEventPage page = ValueOr(engine->Call(
-          [&](Engine& e) { return e.Events(next_seq, kPageEvents, slice); }));
-      if (!page.events.empty() || left <= slice) return page;
+      const uint64_t from = next_seq;
+      StatusOr<KvEventPage> page =
+          engine->Call([&](Engine& e) { return e.Events(from, kPageEvents, slice); });
+      // Another thread moved the iterator on meanwhile: what this read found
+      // (or refused) may lie behind it; caught up or not, ask again from
+      // where the iterator is.
+      const bool overtaken = from != next_seq;
+      if (!page.ok() && overtaken) continue;
+      Take(ValueOr(std::move(page)));
+      if (!buffered.empty() || (left <= slice && !overtaken)) return;
     }
+  }
+  // Buffers the events of a page read from next_seq or before it: another
+  // thread's page may have buffered (or handed out) its first events while
+  // this one was read; the page's events from next_seq on follow them.
+  void Take(const KvEventPage& page) {
+    for (const KvEvent& e : page.events) {
+      if (e.seq >= next_seq) buffered.push_back(e);
+    }
+    next_seq = std::max(next_seq, page.next_seq);
   }
   // The seq to resume from: after the last event handed out.
   uint64_t Resume() const { return buffered.empty() ? next_seq : buffered.front().seq; }

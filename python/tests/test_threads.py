@@ -174,3 +174,37 @@ def test_close_ends_a_threads_wait_for_events(rng):
     waiter.join(30)
     assert e.closed and not waiter.is_alive()
     assert ended and "engine is closed" in ended[0], f"the tail ended with {ended}"
+
+
+def test_threads_sharing_one_event_iterator_get_each_event_once(rng):
+    """Two threads drain one events() iterator. Each page is read without the
+    GIL; both threads found the iterator's buffer empty, read the same page
+    from the same next_seq, and the second one's page replaced what the
+    first had left: events were handed out twice (a consumer applying them
+    counted a block twice, or a removal before its store). Every event must
+    reach exactly one of the threads. The stores make 6,144 events (six
+    pages)."""
+    with prefixkv.Engine.open(hot_bytes=256 << 20, quiet=True) as e:
+        ns = register(e, block_tokens=4)
+        first = e.event_log_stats()["head_seq"] + 1
+        for i in range(6):
+            tokens = [100_000 * (i + 1) + t for t in range(4096)]
+            e.store(ns, tokens, kv_layers(rng, 2, len(tokens), heads=1, dim=2))
+        head = e.event_log_stats()["head_seq"]
+        it = e.events(first)
+        got = [[], []]
+
+        def drain(w):
+            for event in it:
+                got[w].append(event["seq"])
+
+        threads = [threading.Thread(target=drain, args=(w,)) for w in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        seqs = sorted(got[0] + got[1])
+        assert len(seqs) == len(set(seqs)), \
+            f"{len(seqs) - len(set(seqs))} events handed to both threads"
+        assert seqs == list(range(first, head + 1))
+        assert it.next_seq == head + 1
