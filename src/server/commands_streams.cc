@@ -114,7 +114,10 @@ void Range(CommandContext& ctx, bool reverse) {
   // and return the log from its start).
   if (lo_past_max || (lo_open && first == UINT64_MAX)) return ctx.out->ArrayHeader(0);
   if (lo_open) first += 1;
-  if (hi_open && hi != "+") {
+  // An exclusive end excludes entry <seq>-0 only when it names it: "(N" is,
+  // as in Redis, N-18446744073709551615 exclusive, so entry N-0 is before it
+  // (`last` = N, as parsed above).
+  if (hi_open && hi != "+" && hi.find('-') != std::string_view::npos) {
     uint64_t exact = 0;
     bool hi_past_max = false;
     if (!ParseId(hi, false, &exact, &hi_past_max)) return ctx.out->ArrayHeader(0);

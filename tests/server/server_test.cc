@@ -1201,6 +1201,29 @@ TEST_F(ServerTest, XrangeBoundsAtTheLargestIdDoNotWrap) {
   EXPECT_GE(c->Call({"XRANGE", "prefixkv:events", "-", "+"}).elems.size(), 1u);
 }
 
+// An exclusive end without a sequence part, "(N", is N-18446744073709551615
+// exclusive in Redis: entry N-0 lies before it and is in the range (redis-server
+// 7.0.15: XRANGE s - (7 answers 5-0 6-0 7-0). It used to be taken as "(N-0"
+// and left entry N out.
+TEST_F(ServerTest, XrangeExclusiveEndWithoutASequenceHoldsItsEntry) {
+  StartServer();
+  auto c = Connect();
+  ASSERT_EQ(c->Call({"SET", "k", "v"}).str, "OK");
+  Reply all = c->Call({"XRANGE", "prefixkv:events", "-", "+"});
+  ASSERT_GE(all.elems.size(), 2u);
+  const std::string last = all.elems.back().elems[0].str;  // "<seq>-0"
+  const std::string seq = last.substr(0, last.size() - 2);
+  EXPECT_EQ(c->Call({"XRANGE", "prefixkv:events", "-", "(" + seq}).elems.size(),
+            all.elems.size());
+  EXPECT_EQ(c->Call({"XREVRANGE", "prefixkv:events", "(" + seq, "-"}).elems.size(),
+            all.elems.size());
+  EXPECT_EQ(c->Call({"XRANGE", "prefixkv:events", "-", "(" + last}).elems.size(),
+            all.elems.size() - 1);
+  EXPECT_EQ(c->Call({"XRANGE", "prefixkv:events", "-", "(" + seq + "-1"}).elems.size(),
+            all.elems.size());
+  EXPECT_EQ(c->Call({"XRANGE", "prefixkv:events", "-", "(0"}).elems.size(), 0u);
+}
+
 TEST_F(ServerTest, StreamCommandsRefuseBadInputClearly) {
   StartServer();
   auto c = Connect();
