@@ -81,16 +81,25 @@ void ReplyEntries(const std::vector<KvEvent>& events, ReplyBuffer* out) {
   for (const KvEvent& e : events) ReplyEntry(e, out);
 }
 
-// "COUNT n" at args[i], i+1; false (with the error replied) when malformed.
-bool ParseCount(CommandContext& ctx, size_t i, size_t* count) {
-  uint64_t n = 0;
-  if (!ParseU64(ctx.arg(i + 1), &n)) {
+// "COUNT n" at args[i], i+1, read as Redis reads it (a negative n is 0);
+// false (with the error replied) when malformed.
+bool ParseCount(CommandContext& ctx, size_t i, uint64_t* n) {
+  const std::string_view s = ctx.arg(i + 1);
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || s.empty()) {
     ctx.out->Error("ERR value is not an integer or out of range");
     return false;
   }
-  *count =
-      n == 0 ? kDefaultCount : static_cast<size_t>(std::min<uint64_t>(n, kDefaultCount));
+  *n = v < 0 ? 0 : static_cast<uint64_t>(v);
   return true;
+}
+
+// The entries a reply holds at most for COUNT n (0: no limit, as without
+// COUNT).
+size_t Capped(uint64_t n) {
+  return n == 0 ? kDefaultCount
+                : static_cast<size_t>(std::min<uint64_t>(n, kDefaultCount));
 }
 
 // XRANGE / XREVRANGE key a b [COUNT n]: `first`/`last` are the bounds in
@@ -125,16 +134,20 @@ void Range(CommandContext& ctx, bool reverse) {
     if (!hi_past_max && exact == 0) return ctx.out->ArrayHeader(0);
     last = hi_past_max ? UINT64_MAX : exact - 1;
   }
-  size_t count = kDefaultCount;
+  std::optional<uint64_t> count;
   for (size_t i = 4; i < ctx.args.size(); i += 2) {
     if (Lower(ctx.arg(i)) != "count" || i + 1 >= ctx.args.size()) {
       return ctx.out->Error("ERR syntax error");
     }
-    if (!ParseCount(ctx, i, &count)) return;
+    count.emplace();
+    if (!ParseCount(ctx, i, &*count)) return;
   }
+  // COUNT 0 asks for no entry: Redis answers a null array (not, as XREAD's
+  // COUNT 0, every entry).
+  if (count == 0) return ctx.out->NullArray();
   if (first > last) return ctx.out->ArrayHeader(0);
-  StatusOr<std::vector<KvEvent>> events =
-      ctx.dispatcher.engine()->EventRange(first, last, count, reverse);
+  StatusOr<std::vector<KvEvent>> events = ctx.dispatcher.engine()->EventRange(
+      first, last, count.has_value() ? Capped(*count) : kDefaultCount, reverse);
   if (!events.ok()) return ReplyStatus(events.status(), ctx.out);
   ReplyEntries(*events, ctx.out);
 }
@@ -173,7 +186,9 @@ void CmdXread(CommandContext& ctx) {
     if (word == "streams") break;
     if (i + 1 >= ctx.args.size()) return ctx.out->Error("ERR syntax error");
     if (word == "count") {
-      if (!ParseCount(ctx, i, &count)) return;
+      uint64_t n = 0;
+      if (!ParseCount(ctx, i, &n)) return;
+      count = Capped(n);
     } else if (word == "block") {
       uint64_t ms = 0;
       if (!ParseU64(ctx.arg(i + 1), &ms)) {
@@ -281,7 +296,9 @@ void CmdPkvSnapshot(CommandContext& ctx) {
     if (Lower(ctx.arg(i)) != "count" || i + 1 >= ctx.args.size()) {
       return ctx.out->Error("ERR syntax error");
     }
-    if (!ParseCount(ctx, i, &count)) return;
+    uint64_t n = 0;
+    if (!ParseCount(ctx, i, &n)) return;
+    count = Capped(n);
   }
   StatusOr<KvEventSnapshot> snap =
       paged ? ctx.dispatcher.engine()->EventSnapshotPage(cursor, count)

@@ -1224,6 +1224,29 @@ TEST_F(ServerTest, XrangeExclusiveEndWithoutASequenceHoldsItsEntry) {
   EXPECT_EQ(c->Call({"XRANGE", "prefixkv:events", "-", "(0"}).elems.size(), 0u);
 }
 
+// COUNT as redis-server 7.0.15 reads it: XRANGE/XREVRANGE with COUNT 0 (or a
+// negative one) ask for no entry and get a null array, where XREAD's COUNT 0
+// or -1 is no limit. XRANGE COUNT 0 used to answer every entry (up to 10,000)
+// and a negative COUNT was an error.
+TEST_F(ServerTest, StreamCountsAreReadAsRedisReadsThem) {
+  StartServer();
+  auto c = Connect();
+  ASSERT_EQ(c->Call({"SET", "k", "v"}).str, "OK");
+  for (const char* n : {"0", "-1"}) {
+    EXPECT_TRUE(c->Call({"XRANGE", "prefixkv:events", "-", "+", "COUNT", n}).null) << n;
+    EXPECT_TRUE(c->Call({"XREVRANGE", "prefixkv:events", "+", "-", "COUNT", n}).null)
+        << n;
+    Reply read = c->Call({"XREAD", "COUNT", n, "STREAMS", "prefixkv:events", "0"});
+    ASSERT_EQ(read.elems.size(), 1u) << n << ": " << read.str;
+    EXPECT_EQ(read.elems[0].elems[1].elems.size(), 2u) << n;
+  }
+  EXPECT_EQ(c->Call({"XRANGE", "prefixkv:events", "-", "+", "COUNT", "1"}).elems.size(),
+            1u);
+  EXPECT_TRUE(
+      c->Call({"XRANGE", "prefixkv:events", "-", "+", "COUNT", "18446744073709551615"})
+          .IsError());
+}
+
 TEST_F(ServerTest, StreamCommandsRefuseBadInputClearly) {
   StartServer();
   auto c = Connect();
