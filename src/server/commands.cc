@@ -250,12 +250,33 @@ void Dispatcher::Run(const CommandSpec& spec, const RespArgs& args, ClientState*
   const uint64_t start_nanos = config_.clock->NowNanos();
   spec.handler(ctx);
   const uint64_t end_nanos = config_.clock->NowNanos();
+  if (client->block.has_value()) {
+    // An XREAD that waits: counted once answered (AnswerBlockedRead).
+    client->block->stats_index = index;
+    client->block->run_nanos = end_nanos > start_nanos ? end_nanos - start_nanos : 0;
+    return;
+  }
   // As in Redis, an EXEC fails only by its own error (EXECABORT): the errors
   // of the commands it ran are theirs, counted by their own Run.
   const uint64_t own_errors =
       out->errors() - errors_before - (client->exec_command_errors - exec_errors_before);
   stats->Ran(index, end_nanos > start_nanos ? end_nanos - start_nanos : 0,
              own_errors > 0);
+}
+
+bool Dispatcher::AnswerBlockedRead(const BlockedRead& read, bool final,
+                                   ReplyBuffer* out) const {
+  CommandStatsRecorder* stats = config_.command_stats;
+  const uint64_t errors_before = out->errors();
+  const uint64_t start_nanos = stats != nullptr ? config_.clock->NowNanos() : 0;
+  if (!ReplyStreamRead(engine_, read.from_seq, read.count, final, out)) return false;
+  if (stats != nullptr && read.stats_index != SIZE_MAX) {
+    const uint64_t end_nanos = config_.clock->NowNanos();
+    stats->Ran(read.stats_index,
+               read.run_nanos + (end_nanos > start_nanos ? end_nanos - start_nanos : 0),
+               out->errors() > errors_before);
+  }
+  return true;
 }
 
 bool PasswordMatches(std::string_view given, std::string_view expected) {

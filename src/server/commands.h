@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -31,6 +32,11 @@ struct BlockedRead {
   uint64_t from_seq = 0;
   size_t count = 0;
   uint64_t timeout_ms = 0;
+  // The XREAD is counted in commandstats when it is answered, as Redis counts
+  // a blocked command (Dispatcher::AnswerBlockedRead): its slot, and the
+  // time its first run took.
+  size_t stats_index = SIZE_MAX;
+  uint64_t run_nanos = 0;
 };
 
 // Per-connection protocol state.
@@ -137,6 +143,11 @@ class Dispatcher {
   // EXEC: runs the client's queued commands in order (the caller holds
   // exec_mu_ exclusively) and replies with the array of their replies.
   void ExecQueued(ClientState* client, ReplyBuffer* out) const;
+
+  // Answers a waiting XREAD BLOCK when its log has news or `final` (its time
+  // is up), and counts it in commandstats then; false (nothing appended)
+  // while it waits on.
+  bool AnswerBlockedRead(const BlockedRead& read, bool final, ReplyBuffer* out) const;
 
   // The initial state of a new connection from `addr` to `laddr` ("ip:port"),
   // listed by CLIENT LIST for as long as the state (or a copy) lives.

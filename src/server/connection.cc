@@ -383,8 +383,7 @@ void Connection::WatchBlockedRead() {
 void Connection::ResumeBlockedRead(uint64_t generation, bool timed_out) {
   if (!blocked_ || closed_ || generation != block_generation_) return;
   if (!timed_out) block_watch_ = 0;  // a watch runs once: this one is gone
-  if (!ReplyStreamRead(env_->dispatcher->engine(), block_.from_seq, block_.count,
-                       timed_out, &queued_)) {
+  if (!env_->dispatcher->AnswerBlockedRead(block_, timed_out, &queued_)) {
     return WatchBlockedRead();  // woken for nothing newer: wait again
   }
   EndBlockedRead();

@@ -146,6 +146,31 @@ TEST_F(ServerCommandStatsTest, EachCallsTimeLandsInItsBucket) {
 }
 
 // Every command of the table has its entry, in COMMAND's order, called or not.
+// As Redis (7.0.15) counts a blocked command: an XREAD BLOCK is a call once
+// it is answered (by an event, or nil when its time is up), not while it
+// waits. It used to be counted as it started to wait.
+TEST_F(ServerCommandStatsTest, AnXreadThatWaitsIsCountedWhenAnswered) {
+  auto reader = Connect();
+  auto c = Connect();
+  const std::string id = std::to_string(reader->Call({"CLIENT", "ID"}).integer);
+  ASSERT_TRUE(reader->SendRaw(testing::EncodeCommand(
+      {"XREAD", "BLOCK", "0", "STREAMS", "prefixkv:events", "$"})));
+  ASSERT_TRUE(testing::WaitUntil([&] {
+    return c->Call({"CLIENT", "LIST", "ID", id}).str.find(" cmd=xread ") !=
+           std::string::npos;
+  }));
+  EXPECT_FALSE(CommandLines(c->Call({"INFO", "commandstats"}).str).contains("xread"));
+  EXPECT_EQ(c->Call({"SET", "k", "v"}).str, "OK");  // answers it
+  EXPECT_EQ(reader->Read().elems.size(), 1u);
+  EXPECT_NE(
+      CommandLines(c->Call({"INFO", "commandstats"}).str).at("xread").find("calls=1,"),
+      std::string::npos);
+  EXPECT_TRUE(
+      reader->Call({"XREAD", "BLOCK", "20", "STREAMS", "prefixkv:events", "$"}).null);
+  EXPECT_EQ(CommandLines(c->Call({"INFO", "commandstats"}).str).at("xread"),
+            "calls=2,usec=0,usec_per_call=0.00,rejected_calls=0,failed_calls=0");
+}
+
 TEST_F(ServerCommandStatsTest, StatsListEveryCommandInTableOrder) {
   const ServerStats stats = server_->stats();
   const auto& table = server::Dispatcher::Table();
