@@ -55,10 +55,10 @@ Status internal::EngineImpl::OpenEvents(FileSystem* fs) {
   o.log = options_.log;
   PKV_ASSIGN_OR_RETURN(events_, EventLog::Open(o));
   events_ready_.store(true, std::memory_order_release);
-  if (budget_ != nullptr) {
-    KvEvent cleared{.kind = KvEventKind::kCleared, .tier = TierLevel::kHot};
-    EmitKvEvent(cleared);
-  }
+  // Also without a hot tier: the last run on this log may have had one, and
+  // a consumer resuming across the open would keep its blocks for good.
+  KvEvent cleared{.kind = KvEventKind::kCleared, .tier = TierLevel::kHot};
+  EmitKvEvent(cleared);
   if (ssd_ == nullptr) return Status::OK();
   ReconcileSsdEvents();
   Status s = events_->Checkpoint();

@@ -1120,6 +1120,14 @@ TEST_F(EngineKvEventsTest, ACorruptSsdBlockLeavesWithReasonCorrupt) {
   };
   std::unique_ptr<Engine> e = Open(o);
   ASSERT_NE(e, nullptr);
+  {
+    // The open's: the hot tier is empty (every open says so, hot tier or not).
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(seen.size(), 1u);
+    EXPECT_EQ(seen[0].kind, KvEventKind::kCleared);
+    EXPECT_EQ(seen[0].tier, TierLevel::kHot);
+    seen.clear();
+  }
   const Namespace ns = e->RegisterModel(KvSpec()).value();
   StoreAll(*e, ns, Tokens(2 * kBlockTokens));
   ASSERT_OK(e->Flush());

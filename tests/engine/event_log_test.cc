@@ -839,6 +839,30 @@ TEST_F(EngineEventsTest, ConsumerHoldsTheSsdKeySetAfterEveryReopen) {
   EXPECT_EQ(c.resnapshots, 0);
 }
 
+// The hot tier's blocks are gone at every open, also at one without a hot
+// tier (the same data directory reopened SSD-only): a consumer resuming
+// across it must hold an empty hot set, as the log's own snapshot does. The
+// kCleared was emitted only when the new run had a hot tier, so the consumer
+// kept the last run's RAM blocks for good (a router sent their prefixes to a
+// node that held none of them).
+TEST_F(EngineEventsTest, AnOpenWithoutAHotTierClearsTheHotSetAllTheSame) {
+  Consumer c;
+  auto engine = Open(OnDisk(1 << 20));
+  ASSERT_OK(engine->PutValue("k", SharedBytes::Copy("v")));
+  c.CatchUp(*engine);
+  ASSERT_FALSE(c.hot.empty());
+  ASSERT_OK(engine->Close());
+  EngineOptions ssd_only = OnDisk(0);
+  engine = Open(ssd_only);
+  ASSERT_NE(engine, nullptr);
+  c.CatchUp(*engine);
+  EXPECT_EQ(c.resnapshots, 0);
+  EXPECT_TRUE(c.hot.empty()) << c.hot.size() << " hot blocks of the last run";
+  EXPECT_EQ(c.ssd, SsdKeys(*engine));
+  ASSERT_OK_AND_ASSIGN(KvEventSnapshot snap, engine->EventSnapshot());
+  EXPECT_TRUE(snap.hot.empty());
+}
+
 TEST_F(EngineEventsTest, DeletedLogRestartsAboveTheOldNumbersAndIsReconciled) {
   Consumer c;
   {
