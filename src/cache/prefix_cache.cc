@@ -6,6 +6,7 @@
 #include <string>
 
 #include "namespace_state.h"
+#include "prefixkv/advanced/hash.h"
 #include "prefixkv/advanced/mutex.h"
 #include "prefixkv/codec.h"
 
@@ -17,6 +18,26 @@ namespace {
 PrefixCacheOptions WithTokens(PrefixCacheOptions options) {
   options.encode.store_tokens = true;
   return options;
+}
+
+// The chain keys of the partial tails after `parent`, shortest first: the
+// n-th is ChainKey(parent, tail.first(n)), the hash of the parent's bytes and
+// the first n tokens', read off one stream after each token. A ChainKey per
+// length hashed the tail again for each (tail.size()^2 / 2 tokens): in a
+// namespace of large blocks (PKV.REGISTER takes up to 4,194,304 tokens) one
+// Match of a long prompt hashed terabytes and held its thread for hours.
+std::vector<BlockKey> TailKeys(const BlockKey& parent, std::span<const int32_t> tail) {
+  std::vector<BlockKey> keys;
+  keys.reserve(tail.size());
+  HashStream stream(HashStream::Width::k128);
+  uint8_t parent_bytes[16];
+  parent.EncodeTo(parent_bytes);
+  stream.Update(parent_bytes, sizeof(parent_bytes));
+  for (const int32_t& token : tail) {
+    stream.Update(&token, sizeof(token));  // memory order, as ChainKey hashes it
+    keys.push_back(stream.Digest128());
+  }
+  return keys;
 }
 
 }  // namespace
@@ -156,9 +177,9 @@ StatusOr<MatchResult> PrefixCache::Match(Namespace handle,
     // With no full block to ask for, the tails are looked for locally first
     // (below): a prompt cached here to its tail costs no round trip.
     if (last_batch && ns->partial_tail && full > 0) {
-      for (size_t n = std::min<size_t>(block - 1, tokens.size() - at); n > 0; --n) {
-        keys.push_back(ChainKey(p, tokens.subspan(at, n)));
-      }
+      const std::vector<BlockKey> tails = TailKeys(
+          p, tokens.subspan(at, std::min<size_t>(block - 1, tokens.size() - at)));
+      keys.insert(keys.end(), tails.rbegin(), tails.rend());  // longest first
     }
     if (keys.empty()) break;
     std::vector<std::optional<SharedBytes>> got = ns->tiers->FetchRemote(keys);
@@ -180,10 +201,13 @@ StatusOr<MatchResult> PrefixCache::Match(Namespace handle,
   }
   if (!ns->partial_tail) return match;
   // The longest partial tail stored after the last matched full block.
+  const size_t longest = std::min<size_t>(block - 1, tokens.size() - start);
+  const std::vector<BlockKey> tail_keys_by_length =
+      TailKeys(parent, tokens.subspan(start, longest));
   std::vector<BlockKey> tails;
-  for (size_t n = std::min<size_t>(block - 1, tokens.size() - start); n > 0; --n) {
+  for (size_t n = longest; n > 0; --n) {
     std::span<const int32_t> part = tokens.subspan(start, n);
-    const BlockKey key = ChainKey(parent, part);
+    const BlockKey& key = tail_keys_by_length[n - 1];
     const TierLevel level = ns->tiers->Locate(key);
     if (level == TierLevel::kNone) {
       tails.push_back(key);
@@ -197,7 +221,6 @@ StatusOr<MatchResult> PrefixCache::Match(Namespace handle,
   std::vector<std::optional<SharedBytes>> got =
       tail_keys == tails ? std::move(tail_values) : ns->tiers->FetchRemote(tails);
   // tails[i] has `longest - i` tokens.
-  const size_t longest = std::min<size_t>(block - 1, tokens.size() - start);
   for (size_t i = 0; i < tails.size(); ++i) {
     const size_t n = longest - i;
     if (got[i].has_value() &&

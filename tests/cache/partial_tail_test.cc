@@ -4,6 +4,7 @@
 // in supersede-on-extend like full ones.
 #include <gtest/gtest.h>
 
+#include "prefixkv/advanced/hash.h"
 #include "tests/cache/cache_test_util.h"
 #include "tests/support/test_util.h"
 
@@ -148,6 +149,39 @@ TEST_F(PartialTailTest, AnEarlierPartialTipBesideTheChainIsRestored) {
   r = cache_.Restore(cache_.Match(ns, longer).value());
   ASSERT_OK(r);
   EXPECT_EQ(r->restored_tokens, 12u);
+}
+
+// Match looks for a partial tail of every length below block_tokens after
+// the last full block. A key per length hashed the tail again each time
+// (block_tokens^2 / 2 tokens): in a namespace of large blocks (PKV.REGISTER
+// takes up to 4,194,304) one Match of a long prompt hashed terabytes and held
+// its thread for hours. The keys come from one pass over the tail now, and
+// are still the chain keys a store gives its tails.
+TEST_F(PartialTailTest, AMatchHashesAHugeBlocksTailCandidatesInOnePass) {
+  NamespaceSpec spec = testing::KvOnlySpec();
+  spec.block_tokens = 1u << 16;
+  const Namespace ns = tiers_.Register(spec, {.store_partial_tail = true}).value();
+  constexpr size_t kStored = 3000, kPrompt = 8000;
+  const std::vector<int32_t> stored = Conversation(kStored);
+  ASSERT_OK(cache_.Store(ns, stored, testing::KvOnlyLayers(kStored)));
+
+  std::vector<int32_t> prompt = Conversation(kPrompt);
+  prompt[kStored - 1] = -1;  // no tail of the prompt is cached: every length is tried
+  uint64_t hashed = ThreadHashedBytes();
+  StatusOr<MatchResult> m = cache_.Match(ns, prompt);
+  hashed = ThreadHashedBytes() - hashed;
+  ASSERT_OK(m);
+  EXPECT_EQ(m->matched_tokens(), 0u);
+  // One pass: the parent and each token once (a key per length: ~128 MB).
+  EXPECT_LE(hashed, 2 * (16 + sizeof(int32_t) * kPrompt)) << hashed << " bytes hashed";
+
+  // The tail found is the one stored, and it restores.
+  m = cache_.Match(ns, Conversation(kPrompt));
+  ASSERT_OK(m);
+  EXPECT_EQ(m->matched_tokens(), kStored);
+  StatusOr<RestoreResult> r = cache_.Restore(*m);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->restored_tokens, kStored) << r->reason;
 }
 
 }  // namespace
