@@ -50,6 +50,31 @@ Status FindAncestors(const NamespaceState& ns, const BlockKey& parent,
   return Status::OK();
 }
 
+// A partial tail is its chain's last block: Match takes it and looks no
+// further, so a chain hanging off one would be stored and acknowledged but
+// never matched, and the lineage would take the tail for its tip's previous
+// tip (stripping the tip before that). The parent's record says how many
+// tokens it holds (read without counting; usually the previous turn's last
+// block, in RAM).
+Status CheckParentIsFull(const NamespaceState& ns, const BlockKey& parent) {
+  if (parent == ns.root) return Status::OK();
+  StatusOr<TierHit> hit = ns.tiers->PeekPayload(parent);
+  StatusOr<RecordIdentity> id =
+      hit.ok() ? PeekBlockIdentity(hit->payload.view()) : hit.status();
+  if (!id.ok() || id->key != parent) {
+    return Status::InvalidArgument(
+        "record 0: parent " + parent.ToHex() +
+        " could not be read: " + (id.ok() ? "another record" : id.status().ToString()));
+  }
+  if (id->token_count != ns.spec.block_tokens) {
+    return Status::InvalidArgument(
+        "record 0: parent " + parent.ToHex() + " is a partial tail of " +
+        std::to_string(id->token_count) +
+        " tokens, the end of its chain: continue from the full block before it");
+  }
+  return Status::OK();
+}
+
 // The checks of one record at token position `start` after `parent`.
 Status CheckRecord(const NamespaceState& ns, const BlockRecord& rec, bool last,
                    const BlockKey& parent, size_t start, const BlockRecord* first) {
@@ -107,6 +132,7 @@ Status PlanRecords(const NamespaceState& ns, const std::vector<SharedBytes>& enc
     records->push_back(std::move(rec).value());
   }
   PKV_RETURN_IF_ERROR(FindAncestors(ns, (*records)[0].parent, &chain->ancestors));
+  PKV_RETURN_IF_ERROR(CheckParentIsFull(ns, (*records)[0].parent));
   size_t start = chain->ancestors.size() * ns.spec.block_tokens;
   BlockKey parent = (*records)[0].parent;
   tokens->clear();

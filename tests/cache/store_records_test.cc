@@ -166,6 +166,29 @@ TEST_F(StoreRecordsTest, APartialTipInsideTheCachedAncestorsIsThePreviousTip) {
   EXPECT_EQ(tips[1], std::make_pair(KeyOf(turn2[4]), KeyOf(turn1[1])));
 }
 
+// A partial tail is always its chain's last block: Match takes it and looks
+// no further, so a block hanging off one is never matched. PKV.PUT took such
+// a chain (its parent links reach the root), acknowledged a store no restore
+// could reach, and made the partial tail the previous tip of its real tip,
+// stripping the tip before that one (the conversation's walk-back fallback).
+TEST_F(StoreRecordsTest, AChainNeverHangsOffAPartialTail) {
+  Use(HybridSpec(), {.store_partial_tail = true});
+  const SharedBytes t0 = SourceBlocks(HybridSpec(), Tokens(1))[0];
+  ASSERT_OK(Put({t0}));
+  const std::vector<SharedBytes> turn1 =
+      SourceBlocks(HybridSpec(), TokensPlus(1, 2), {.store_partial_tail = true});
+  ASSERT_OK(Put(turn1));  // block 0 and a partial tip of tokens 4..5
+  // A full block of tokens 6..9 after that tip, with the rotating offset the
+  // walk of its parent links puts it at (two blocks before it: 12).
+  BlockRecord rec = Decode(SourceBlocks(HybridSpec(), Tokens(3))[2]);
+  rec.parent = KeyOf(turn1[1]);
+  rec.tokens = {6, 7, 8, 9};
+  rec.key = ChainKey(rec.parent, rec.tokens);
+  EXPECT_NE(Rejection({Encode(rec)}).find("partial"), std::string::npos);
+  EXPECT_TRUE(RealRotating(tiers_.engine->GetBlock(ns_, KeyOf(t0)).value()))
+      << "the tip before the partial one was stripped";
+}
+
 TEST_F(StoreRecordsTest, RejectsRecordsOfAnotherNamespace) {
   Use(HybridSpec());
   EXPECT_NE(Rejection(SourceBlocks(KvOnlySpec(), Tokens(1))).find("namespace"),
