@@ -42,8 +42,8 @@ Status CheckSliceable(const LayerState& layer, CacheFamily family, DType dtype,
   return Status::OK();
 }
 
-Status CheckTipOnly(const LayerState& layer, CacheFamily family, size_t token_count,
-                    size_t i) {
+Status CheckTipOnly(const LayerState& layer, CacheFamily family, DType dtype,
+                    size_t token_count, size_t i) {
   if (layer.placeholder) {
     return Status::InvalidArgument(LayerName(i) +
                                    ": a store needs the real state, not a placeholder");
@@ -55,6 +55,15 @@ Status CheckTipOnly(const LayerState& layer, CacheFamily family, size_t token_co
     return Status::InvalidArgument(
         LayerName(i) + ": rotating offset " + std::to_string(meta->offset) +
         " != " + std::to_string(token_count) + " stored tokens");
+  }
+  // A restore refuses a window of another dtype (block_validation.cc): stored,
+  // it would be a real tip later stores of the same tokens keep, never served.
+  for (const Tensor& t : layer.tensors) {
+    if (t.dtype() != dtype) {
+      return Status::InvalidArgument(
+          LayerName(i) + ": rotating dtype " + std::string(DTypeName(t.dtype())) +
+          " is not the namespace dtype " + std::string(DTypeName(dtype)));
+    }
   }
   return Status::OK();
 }
@@ -113,7 +122,7 @@ Status CheckStoreLayers(const cache::NamespaceState& ns, size_t token_count,
     PKV_RETURN_IF_ERROR(
         IsSliceable(*family)
             ? CheckSliceable(layers[i], *family, ns.spec.dtype, token_count, i)
-            : CheckTipOnly(layers[i], *family, token_count, i));
+            : CheckTipOnly(layers[i], *family, ns.spec.dtype, token_count, i));
   }
   return Status::OK();
 }

@@ -328,6 +328,26 @@ TEST_F(PrefixCacheRestoreTest, StoreRejectsLayersThatDoNotFitTheLayout) {
   EXPECT_EQ(tiers_->hot->Totals().entries, 0u);
 }
 
+// A restore refuses a rotating window of another dtype than the namespace's
+// (block_validation.cc), so a store must not write one: it was taken, made
+// the tip, and, being a real tip, kept by every later store of the same
+// tokens (deduplicated), so the conversation never restored again.
+TEST_F(PrefixCacheRestoreTest, StoreRefusesARotatingWindowOfAnotherDtype) {
+  Namespace ns = Register(HybridSpec());  // float32
+  const std::vector<int32_t> tokens = Tokens(2);
+  LayerState window = RotatingLayer(8);
+  for (Tensor& t : window.tensors) t = Tensor::Filled(DType::kFloat16, t.shape(), 1);
+  EXPECT_TRUE(tiers_->cache()
+                  .Store(ns, tokens, {KvLayer(8), window})
+                  .status()
+                  .IsInvalidArgument());
+  EXPECT_EQ(tiers_->hot->Totals().entries, 0u);
+  ASSERT_OK(tiers_->cache().Store(ns, tokens, testing::HybridLayers(8)));
+  StatusOr<RestoreResult> r = tiers_->cache().Restore(*tiers_->cache().Match(ns, tokens));
+  ASSERT_OK(r);
+  EXPECT_EQ(r->restored_tokens, 8u) << r->reason;
+}
+
 TEST_F(PrefixCacheRestoreTest, WalkBackDropsTrailingPlaceholderBlocks) {
   Namespace ns = Register(HybridSpec());
   ASSERT_OK(tiers_->cache().Store(ns, Tokens(2), testing::HybridLayers(8)));
