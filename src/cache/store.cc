@@ -31,6 +31,18 @@ bool IsRealTip(const cache::NamespaceState& ns, const BlockKey& key,
   return block.ok() && cache::HasRealTipState(ns.families, block->record);
 }
 
+// In a namespace adopted from before its layer shapes were keyed, a cached
+// block of other shapes is another model's, which a restore never serves
+// (block_validation.cc): a store of its tokens replaces it. Kept as a
+// duplicate, it made every store of those tokens one never restored.
+bool HoldsOtherShapes(const cache::NamespaceState& ns, const BlockKey& key,
+                      const DecodeLimits& limits) {
+  if (!ns.check_layer_shapes) return false;
+  StatusOr<cache::LoadedBlock> block =
+      cache::LoadBlock(ns, key, cache::BlockRead::kBookkeeping, limits);
+  return block.ok() && !CheckLayerShapes(block->record, ns.spec.layer_shapes).ok();
+}
+
 // Rewrites the grandparent tip with placeholders for its tip-only layers.
 Status StripTip(const cache::NamespaceState& ns, const BlockKey& key,
                 const PrefixCacheOptions& options) {
@@ -142,7 +154,9 @@ Status WriteChain(cache::NamespaceState& ns, const StoreChain& chain,
     const PlannedBlock& block = chain.blocks[i];
     const bool real_tip = chain.tip_state && i + 1 == chain.blocks.size();
     const bool cached = ns.tiers->Contains(block.key);
-    if (cached && (!real_tip || IsRealTip(ns, block.key, options.decode_limits))) {
+    const bool foreign = cached && HoldsOtherShapes(ns, block.key, options.decode_limits);
+    if (cached && !foreign &&
+        (!real_tip || IsRealTip(ns, block.key, options.decode_limits))) {
       ++result->blocks_deduplicated;
       continue;
     }
@@ -150,18 +164,24 @@ Status WriteChain(cache::NamespaceState& ns, const StoreChain& chain,
     const BlockMeta meta = ns.MetaFor(block.key, block.parent);
     Status rewritten = Status::NotFound("not cached");
     if (cached) {
-      // The new tip exists as an interior block of a longer chain: give it
-      // the real state in place (unless every tier evicted it meanwhile).
+      // The new tip exists as an interior block of a longer chain (or the
+      // block is another model's): rewrite it in place (unless every tier
+      // evicted it meanwhile).
       rewritten = ns.tiers->Rewrite(meta, payload);
       if (!rewritten.ok() && !rewritten.IsNotFound()) return rewritten;
-      result->tip_rewritten = rewritten.ok();
+      if (foreign) {
+        result->blocks_written += rewritten.ok() ? 1 : 0;
+      } else {
+        result->tip_rewritten = rewritten.ok();
+      }
     }
     if (!rewritten.ok()) {
       PKV_RETURN_IF_ERROR(ns.tiers->Put(meta, std::move(payload)));
       ++result->blocks_written;
-      // A recorded tip that had vanished comes back as a placeholder.
-      if (!real_tip) ns.lineage.Forget(block.key);
     }
+    // A recorded tip that had vanished (or was another model's) comes back
+    // as a placeholder.
+    if (!real_tip && (foreign || !rewritten.ok())) ns.lineage.Forget(block.key);
     if (unlikely && ns.tiers->HintUnlikelyReuse(block.key))
       ++result->blocks_hinted_unlikely;
   }

@@ -954,6 +954,15 @@ TEST_F(EngineViewsTest, AnAdoptedNamespaceNeverRestoresBlocksOfOtherShapes) {
   ASSERT_OK_AND_ASSIGN(MatchResult m, e->Match(adopted, own));
   ASSERT_OK_AND_ASSIGN(RestoreResult r, e->Restore(m));
   EXPECT_EQ(r.restored_tokens, own.size()) << r.reason;
+  // A store of those prompts by the adopting model replaces the other
+  // model's blocks (they are never served here), not deduplicates against
+  // them: else its stores of them were acknowledged and never restored.
+  const std::vector<LayerState> layers = Store(*e, adopted, other);
+  ASSERT_OK_AND_ASSIGN(m, e->Match(adopted, other));
+  ASSERT_OK_AND_ASSIGN(r, e->Restore(m));
+  EXPECT_EQ(r.restored_tokens, other.size()) << r.reason;
+  ASSERT_EQ(r.layers.size(), layers.size());
+  EXPECT_EQ(r.layers[0].tensors, layers[0].tensors);
 }
 
 // A spec that differs from the stored one in any single field is another
