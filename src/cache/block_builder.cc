@@ -124,6 +124,14 @@ Status CheckStoreLayers(const cache::NamespaceState& ns, size_t token_count,
             ? CheckSliceable(layers[i], *family, ns.spec.dtype, token_count, i)
             : CheckTipOnly(layers[i], *family, ns.spec.dtype, token_count, i));
   }
+  // A namespace adopted from before its shapes were keyed serves only its
+  // spec's shapes (block_validation.cc): blocks of others would never restore.
+  if (ns.check_layer_shapes) {
+    BlockRecord as_stored;
+    as_stored.layers = layers;  // the tensors share their bytes
+    if (Status s = CheckLayerShapes(as_stored, ns.spec.layer_shapes); !s.ok())
+      return Status::InvalidArgument("not the namespace's layer shapes: " + s.message());
+  }
   return Status::OK();
 }
 

@@ -23,7 +23,8 @@ namespace prefixkv::cache {
 // InvalidArgument unless `layers` fits the namespace: one per layer, same
 // family as the spec's layer type, sliceable tensors of the namespace dtype
 // with `token_count` rows on the token axis, rotating meta parsable with
-// offset == token_count and rotating tensors of the namespace dtype.
+// offset == token_count and rotating tensors of the namespace dtype; in a
+// namespace adopted from before its shapes were keyed, the spec's shapes.
 Status CheckStoreLayers(const cache::NamespaceState& ns, size_t token_count,
                         const std::vector<LayerState>& layers);
 

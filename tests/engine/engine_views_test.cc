@@ -957,6 +957,13 @@ TEST_F(EngineViewsTest, AnAdoptedNamespaceNeverRestoresBlocksOfOtherShapes) {
   // A store of those prompts by the adopting model replaces the other
   // model's blocks (they are never served here), not deduplicates against
   // them: else its stores of them were acknowledged and never restored.
+  // A store of other shapes is refused, as a PKV.PUT record of them is: a
+  // restore would never serve it.
+  const uint64_t entries = e->Stats().hot.entries;
+  EXPECT_TRUE(e->Store(adopted, Tokens(kBlockTokens, 7000), heads_of_4(kBlockTokens))
+                  .status()
+                  .IsInvalidArgument());
+  EXPECT_EQ(e->Stats().hot.entries, entries);
   const std::vector<LayerState> layers = Store(*e, adopted, other);
   ASSERT_OK_AND_ASSIGN(m, e->Match(adopted, other));
   ASSERT_OK_AND_ASSIGN(r, e->Restore(m));
