@@ -5,8 +5,10 @@
 // the checksum, the key as the chain hash of the parent and the tokens, and
 // the layout Restore validates.
 #include <algorithm>
+#include <optional>
 #include <string>
 
+#include "block_io.h"
 #include "block_validation.h"
 #include "store_chain.h"
 
@@ -133,14 +135,30 @@ Status PlanRecords(const NamespaceState& ns, const std::vector<SharedBytes>& enc
   }
   PKV_RETURN_IF_ERROR(FindAncestors(ns, (*records)[0].parent, &chain->ancestors));
   PKV_RETURN_IF_ERROR(CheckParentIsFull(ns, (*records)[0].parent));
+  // A restore checks every block's shapes against the chain's first block:
+  // the cached one when the records extend cached blocks, else record 0.
+  std::optional<LoadedBlock> chain_head;
+  if (!chain->ancestors.empty()) {
+    StatusOr<LoadedBlock> head =
+        LoadBlock(ns, chain->ancestors[0].key, BlockRead::kBookkeeping, limits);
+    if (!head.ok() || head->record.layers.size() != ns.families.size()) {
+      return Status::InvalidArgument(
+          "record 0: the chain's first block " + chain->ancestors[0].key.ToHex() +
+          (head.ok() ? " does not fit the namespace layout"
+                     : " could not be read: " + head.status().ToString()));
+    }
+    chain_head = std::move(head).value();
+  }
   size_t start = chain->ancestors.size() * ns.spec.block_tokens;
   BlockKey parent = (*records)[0].parent;
   tokens->clear();
   for (size_t i = 0; i < records->size(); ++i) {
     const BlockRecord& rec = (*records)[i];
     const bool last = i + 1 == records->size();
-    Status s =
-        CheckRecord(ns, rec, last, parent, start, i == 0 ? nullptr : &(*records)[0]);
+    const BlockRecord* first = chain_head.has_value() ? &chain_head->record
+                               : i == 0               ? nullptr
+                                                      : &(*records)[0];
+    Status s = CheckRecord(ns, rec, last, parent, start, first);
     if (!s.ok()) return s.WithContext(RecordName(i));
     chain->blocks.push_back({rec.key, rec.parent, start, rec.token_count});
     tokens->insert(tokens->end(), rec.tokens.begin(), rec.tokens.end());

@@ -189,6 +189,26 @@ TEST_F(StoreRecordsTest, AChainNeverHangsOffAPartialTail) {
       << "the tip before the partial one was stripped";
 }
 
+// A restore compares every block's shapes with the chain's first block, so
+// a record extending cached blocks is checked against that block, not only
+// against the first record: PKV.PUT took a next turn of other shapes,
+// acknowledged it, and every restore of the conversation ended before it
+// (and a later, right store of it was deduplicated against it).
+TEST_F(StoreRecordsTest, ARecordExtendingCachedBlocksHasTheChainsShapes) {
+  Use(KvOnlySpec());
+  const std::vector<SharedBytes> r = SourceBlocks(KvOnlySpec(), Tokens(2));
+  ASSERT_OK(Put({r[0]}));
+  BlockRecord wider = Decode(r[1]);
+  for (LayerState& l : wider.layers) {
+    for (Tensor& t : l.tensors) t = Tensor::Filled(DType::kFloat32, {1, 4, 4, 8}, 1);
+  }
+  EXPECT_NE(Rejection({Encode(wider)}).find("first block"), std::string::npos);
+  ASSERT_OK(Put({r[1]}));
+  ASSERT_OK_AND_ASSIGN(MatchResult m, tiers_.engine->Match(ns_, Tokens(2)));
+  ASSERT_OK_AND_ASSIGN(RestoreResult restored, tiers_.engine->Restore(m));
+  EXPECT_EQ(restored.restored_tokens, 2 * kBlockTokens) << restored.reason;
+}
+
 TEST_F(StoreRecordsTest, RejectsRecordsOfAnotherNamespace) {
   Use(HybridSpec());
   EXPECT_NE(Rejection(SourceBlocks(KvOnlySpec(), Tokens(1))).find("namespace"),
