@@ -460,7 +460,13 @@ class RemoteTierImpl {
     // Quotas: one counter per namespace and TTL window, charged per batch.
     // A namespace whose counter the cluster did not update (down, silent) is
     // not written either, but its blocks are failed writes, not over quota.
+    // A batch over the limit is not written, so its charge is given back
+    // (with the blocks the cluster fails below): left there, one batch that
+    // did not fit kept the counter past the limit, and every later block of
+    // the namespace, on every node, was refused for the rest of the window
+    // even where it fit in the room left.
     std::unordered_set<BlockKey, BlockKeyHash> refused, unchecked;
+    std::unordered_map<BlockKey, uint64_t, BlockKeyHash> unwritten_per_ns;
     std::unordered_map<BlockKey, uint64_t, BlockKeyHash> bytes_per_ns;
     for (const Item& i : batch) bytes_per_ns[i.meta.namespace_id] += i.payload.size();
     for (const auto& [ns, bytes] : bytes_per_ns) {
@@ -474,6 +480,7 @@ class RemoteTierImpl {
         unchecked.insert(ns);
       } else if (static_cast<uint64_t>(*total) > l.max_bytes) {
         refused.insert(ns);
+        unwritten_per_ns[ns] += bytes;
       }
     }
     std::vector<RemoteWrite> writes;
@@ -492,11 +499,13 @@ class RemoteTierImpl {
                                    limits.at(i.meta.namespace_id).ttl_seconds});
       sent.push_back(&i);
     }
-    if (writes.empty()) return r;
+    if (writes.empty()) {
+      RefundQuota(unwritten_per_ns, limits);
+      return r;
+    }
     std::vector<Status> results;
     const Status s = store_->MultiSetEach(writes, &results);
     results.resize(writes.size(), s);  // a store that left some out
-    std::unordered_map<BlockKey, uint64_t, BlockKeyHash> unwritten_per_ns;
     for (size_t k = 0; k < writes.size(); ++k) {
       if (!results[k].ok()) {
         ++r.failed;
@@ -517,9 +526,10 @@ class RemoteTierImpl {
   }
 
   // Gives back to each namespace's quota counter the bytes charged for blocks
-  // the cluster then failed to write: they take no room there, and left
-  // charged, a master at maxmemory or down for a while used a namespace's
-  // whole window up with nothing written (its later blocks over quota). A
+  // not written (over the limit, or failed by the cluster): they take no room
+  // there, and left charged, a master at maxmemory or down for a while used a
+  // namespace's whole window up with nothing written (its later blocks over
+  // quota). A
   // refund landing after the counter expired would start the next window
   // below zero (more than the limit written in it): that counter is set
   // back to zero. A refund the cluster refuses is lost (the quota errs

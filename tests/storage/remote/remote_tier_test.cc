@@ -401,6 +401,30 @@ TEST_F(RemoteTierTest, BlocksTheClusterFailedToWriteTakeNoneOfTheQuota) {
             "900");
 }
 
+// A batch refused as over the namespace's limit is not written, so its bytes
+// are given back to the counter too: left charged, one batch that did not
+// fit pushed the counter past the limit, and every later block of the
+// namespace (on every node: the counter is cluster-wide), even one that fit
+// in the room left, was refused for the rest of the TTL window.
+TEST_F(RemoteTierTest, ABatchRefusedOverQuotaTakesNoneOfTheQuota) {
+  RemoteTierOptions o;
+  o.write_batch_blocks = 1;
+  auto tier = Open(o);
+  tier->SetNamespaceLimits(kNs, {.ttl_seconds = 60, .max_bytes = 1000});
+  const size_t sizes[] = {600, 600, 300};  // the second does not fit, the third does
+  for (uint64_t i = 0; i < 3; ++i) {
+    ASSERT_OK(tier->Put(Meta(i), Payload(i, sizes[i]), false));
+    tier->Flush();
+  }
+  const RemoteCounters c = tier->Counters();
+  EXPECT_EQ(c.over_quota, 1u);
+  EXPECT_EQ(c.writes, 2u) << "600 + 300 bytes fit in 1000";
+  EXPECT_EQ(c.bytes_written, 900u);
+  std::lock_guard<std::mutex> lock(state_->mu);
+  EXPECT_EQ(state_->values[RemoteTierOptions{}.key_prefix + "quota:" + kNs.ToHex()],
+            "900");
+}
+
 // Flush waits for the blocks queued before it, not for an empty queue: with
 // stores coming faster than the cluster takes them (always mode on a busy
 // node), the queue is never empty, and Engine::Flush, which waits for it,
