@@ -109,8 +109,12 @@ void RedisClusterStore::MarkDown(Node& node) {
 
 StatusOr<RedisClusterStore::Map> RedisClusterStore::FetchMap(Node& node) {
   PKV_ASSIGN_OR_RETURN(std::unique_ptr<RedisConnection> connection, Acquire(node));
-  const uint64_t deadline =
-      RedisNowNanos() + uint64_t{options_.request_timeout_ms} * 1000000;
+  const uint64_t timeout_nanos = uint64_t{options_.request_timeout_ms} * 1000000;
+  const uint64_t deadline = RedisNowNanos() + timeout_nanos;
+  // A read's bound, whatever the connection's last use set: a pooled one a
+  // write round used last would wait write_timeout_ms for a silent node, in
+  // a call that may be a Match's read.
+  connection->set_idle_timeout_nanos(timeout_nanos);
   StatusOr<RedisReplyPtr> reply = connection->Call({"CLUSTER", "SLOTS"}, deadline);
   if (!reply.ok()) {
     if (reply.status().IsUnavailable()) MarkDown(node);

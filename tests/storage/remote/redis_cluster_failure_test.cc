@@ -333,6 +333,53 @@ TEST_F(RedisClusterFailureTest, AKeyOfAnotherTypeIsAForeignValueNotAnOutage) {
   }
 }
 
+// Runs before the kill below. The slot map is fetched again at the start of
+// a call (here a read, as a Match makes) after a failure elsewhere; the
+// master it asks stops answering (CLIENT PAUSE ALL). The fetch is a read:
+// it gives up after request_timeout_ms. It went over a pooled connection,
+// which kept the silence bound of its last use, a write's: the read waited
+// write_timeout_ms (1 s by default against 5 ms) for the map.
+TEST_F(RedisClusterFailureTest, AMapFetchOverAConnectionLastUsedToWriteWaitsAReadsTime) {
+  RedisClusterOptions options = ClusterOptions(*cluster_);
+  // Far below the pause, above a loaded machine's delays.
+  options.request_timeout_ms = 50;
+  options.connect_timeout_ms = 50;
+  options.write_timeout_ms = 5000;
+  std::unique_ptr<RedisClusterStore> store;
+  for (int i = 0; i < 5 && (store == nullptr || store->NodeOfSlot(0).empty()); ++i)
+    store = testing::OpenStore(options);
+  ASSERT_NE(store, nullptr);
+  ASSERT_FALSE(store->NodeOfSlot(0).empty());
+  // The map is asked of slot 0's master first.
+  const int first = testing::OwnerPort(*cluster_, 0);
+  const int other = testing::OwnerPort(*cluster_, 5461 + 100);
+  const int third = testing::OwnerPort(*cluster_, 10923 + 100);
+  ASSERT_NE(first, other);
+  ASSERT_NE(first, third);
+  ASSERT_NE(other, third);
+  const RemoteWrite written{testing::KeyInSlot(0, "/map"), "v", 0};
+  ASSERT_OK(store->MultiSet(std::span(&written, 1)));  // a write's connection, pooled
+  // A failure elsewhere: `other` is silent past the read timeout, down, and
+  // the map wanted again.
+  ASSERT_EQ(Raw(other, {"CLIENT", "PAUSE", "300"}), "OK");
+  const std::string on_other = testing::KeyInSlot(5461 + 100, "/map");
+  std::vector<std::optional<std::string>> values;
+  EXPECT_TRUE(
+      testing::MultiGetText(*store, std::span(&on_other, 1), &values).IsUnavailable());
+  constexpr int kPauseMs = 1000;
+  ASSERT_EQ(Raw(first, {"CLIENT", "PAUSE", std::to_string(kPauseMs)}), "OK");
+  const std::string on_third = testing::KeyInSlot(10923 + 100, "/map");
+  const auto start = std::chrono::steady_clock::now();
+  (void)testing::MultiGetText(*store, std::span(&on_third, 1), &values);
+  const double millis = MillisSince(start);
+  std::printf("[map asked of a paused master] the read took %.1f ms\n", millis);
+  EXPECT_LT(millis, kPauseMs / 2.0) << "the map fetch waited the write timeout";
+  // Answered once the pause is over (a paused master's UNPAUSE waits too):
+  // the next tests find every master answering.
+  EXPECT_EQ(Raw(first, {"PING"}), "PONG");
+  EXPECT_EQ(Raw(other, {"PING"}), "PONG");
+}
+
 TEST_F(RedisClusterFailureTest, AKilledMasterFailsItsKeysFastAndTheOthersStillWork) {
   // A dead master refuses connections at once, so its keys fail without any
   // wait; the request timeout only bounds the live masters' replies. It is
