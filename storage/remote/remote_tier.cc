@@ -200,9 +200,13 @@ class RemoteTierImpl {
     values.resize(keys.size());
     std::vector<std::string> damaged;
     std::vector<BlockMeta> present;
+    std::vector<BlockKey> gone;  // read back absent or damaged
     uint64_t hits = 0, bytes = 0;
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (!values[i].has_value()) continue;
+      if (!values[i].has_value()) {
+        if (s.ok()) gone.push_back(keys[i]);  // absent (not a failed master's)
+        continue;
+      }
       if (!decoded[i].has_value()) {  // a store that did not report it
         decoded[i] = RemoteTier::DecodeEnvelope(keys[i], *values[i]);
       }
@@ -214,6 +218,7 @@ class RemoteTierImpl {
               " (a miss; the value is deleted; logged once)");
         }
         damaged.push_back(store_keys[i]);
+        gone.push_back(keys[i]);
         continue;
       }
       ++hits;
@@ -227,9 +232,10 @@ class RemoteTierImpl {
       misses_.fetch_add(keys.size() - hits, std::memory_order_relaxed);
       bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
     }
-    if (!present.empty()) {
+    if (!present.empty() || !gone.empty()) {
       MutexLock lock(&mu_);
       for (const BlockMeta& m : present) NoteKnownPresent(m);
+      for (const BlockKey& k : gone) ForgetKnownPresent(k);
     }
     if (!damaged.empty()) QueueDeletes(std::move(damaged));
     return out;
@@ -246,9 +252,7 @@ class RemoteTierImpl {
     }
     {
       MutexLock lock(&mu_);
-      if (Known* slot = KnownSlot(key); slot != nullptr && slot->key == key) {
-        slot->nanos = 0;  // not present: a local copy evicted later goes over it
-      }
+      ForgetKnownPresent(key);
     }
     QueueDeletes({StoreKey(key)});
   }
@@ -442,6 +446,16 @@ class RemoteTierImpl {
   void NoteKnownPresent(const BlockMeta& meta) REQUIRES(mu_) {
     if (Known* slot = KnownSlot(meta.key))
       *slot = Known{meta.key, options_.clock->NowNanos()};
+  }
+
+  // Seen without the block (absent, or damaged and deleted): it is not
+  // known present, whatever this node wrote or read before, so a local copy
+  // evicted later is written again. Left marked, the copy was skipped for the
+  // rest of the window, and every node missed the block meanwhile.
+  void ForgetKnownPresent(const BlockKey& key) REQUIRES(mu_) {
+    if (Known* slot = KnownSlot(key); slot != nullptr && slot->key == key) {
+      slot->nanos = 0;
+    }
   }
 
   bool IsKnownPresent(const BlockMeta& meta) REQUIRES(mu_) {

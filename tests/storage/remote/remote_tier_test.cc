@@ -174,6 +174,37 @@ TEST_F(RemoteTierTest, AVictimTheClusterIsKnownToHoldIsNotWrittenAgain) {
   EXPECT_EQ(c.writes, 5u);
 }
 
+// A block this node wrote, then read back and did not find (the cluster
+// FLUSHALLed, a master replaced by a replica without its recent writes, the
+// cluster's own eviction) or found damaged (deleted) is no longer known to be
+// there: its local copy, recomputed and evicted, is written again. It was
+// skipped for the rest of known_present_seconds ("the cluster holds it"),
+// and every node missed the block meanwhile.
+TEST_F(RemoteTierTest, ABlockReadBackAbsentOrDamagedIsWrittenAgainWhenEvicted) {
+  FakeClock clock;
+  RemoteTierOptions o;
+  o.clock = &clock;
+  o.known_present_seconds = 100;
+  auto tier = Open(o);
+  for (uint64_t i : {0, 1}) ASSERT_OK(tier->Put(Meta(i), Payload(i), false));
+  tier->Flush();
+  ASSERT_EQ(tier->Counters().writes, 2u);
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->values.erase(tier->StoreKey(Meta(0).key));  // gone from the cluster
+  }
+  state_->FlipByte(tier->StoreKey(Meta(1).key), 200);
+  const std::vector<BlockKey> keys = {Meta(0).key, Meta(1).key};
+  for (const auto& v : tier->GetMany(keys)) EXPECT_FALSE(v.has_value());
+  tier->Flush();  // the damaged value is deleted
+  for (uint64_t i : {0, 1}) tier->OnEvict(Meta(i), Payload(i), false);
+  tier->Flush();
+  const RemoteCounters c = tier->Counters();
+  EXPECT_EQ(c.rewrites_skipped, 0u) << "the cluster was seen without them";
+  EXPECT_EQ(c.writes, 4u);
+  for (const auto& v : tier->GetMany(keys)) EXPECT_TRUE(v.has_value());
+}
+
 TEST_F(RemoteTierTest, WithoutAKnownKeyTableEveryVictimIsWritten) {
   RemoteTierOptions o;
   o.known_keys = 0;
