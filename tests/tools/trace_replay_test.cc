@@ -482,5 +482,28 @@ TEST(TraceReader, NamesTheLineOfTheFirstBadRequest) {
   EXPECT_TRUE(ReadTrace(dir.str() + "/missing.jsonl").status().IsNotFound());
 }
 
+// A trace whose input_length values add up past 2^64 - 1 (here a -1 written
+// unsigned, then 2) wrapped the replay's prompt-token sum: prefixkv replay
+// reported input_tokens 1, hit_tokens 2, a token hit ratio of 2, exit 0. The
+// reader now names the line; a sum of exactly 2^64 - 1 is still read.
+TEST(TraceReader, PromptTokensAddingUpPast64BitsAreAnErrorNotARatioAboveOne) {
+  testing::TempDir dir;
+  const std::string path = dir.str() + "/t.jsonl";
+  std::ofstream(path) << R"({"input_length": 18446744073709551615, "hash_ids": [1]})"
+                      << "\n"
+                      << R"({"input_length": 2, "hash_ids": [1]})"
+                      << "\n";
+  StatusOr<std::vector<TraceRequest>> t = ReadTrace(path);
+  ASSERT_TRUE(t.status().IsInvalidArgument()) << t.status().ToString();
+  EXPECT_NE(t.status().message().find("t.jsonl:2: input_length 2"), std::string::npos)
+      << t.status().ToString();
+  std::ofstream(path) << R"({"input_length": 18446744073709551613, "hash_ids": [1]})"
+                      << "\n"
+                      << R"({"input_length": 2, "hash_ids": [1]})"
+                      << "\n";
+  ASSERT_OK_AND_ASSIGN(std::vector<TraceRequest> ok, ReadTrace(path));
+  EXPECT_EQ(ok.size(), 2u);
+}
+
 }  // namespace
 }  // namespace prefixkv::replay

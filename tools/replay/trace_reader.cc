@@ -168,10 +168,19 @@ StatusOr<std::vector<TraceRequest>> ReadTrace(const std::string& path) {
   if (!in) return Status::NotFound("cannot open trace " + path);
   std::vector<TraceRequest> requests;
   std::string line;
+  uint64_t prompt_tokens = 0;
   for (uint64_t n = 1; std::getline(in, line); ++n) {
     if (IsBlank(line)) continue;
     StatusOr<TraceRequest> r = ParseTraceLine(line);
     if (!r.ok()) return r.status().WithContext(path + ":" + std::to_string(n));
+    // The replays sum input_length in 64 bits (a hit ratio's denominator): a
+    // sum past it (2^64 - 1, a -1 written unsigned) wrapped and reported a
+    // token hit ratio above 1 as a result.
+    if (r->input_length > UINT64_MAX - prompt_tokens)
+      return Status::InvalidArgument("input_length " + std::to_string(r->input_length) +
+                                     ": the trace's prompt tokens add up past 2^64 - 1")
+          .WithContext(path + ":" + std::to_string(n));
+    prompt_tokens += r->input_length;
     requests.push_back(std::move(r).value());
   }
   if (in.bad()) return Status::IOError("reading " + path + " failed");

@@ -26,7 +26,9 @@ struct TraceRequest {
 StatusOr<TraceRequest> ParseTraceLine(std::string_view line);
 
 // Reads a whole trace file; blank lines are skipped. An error names the file
-// and line ("trace.jsonl:12: ..."). NotFound/IOError when it cannot be read.
+// and line ("trace.jsonl:12: ..."), also for an input_length that takes the
+// trace's sum of them past 2^64 - 1 (the replays' hit ratio denominator).
+// NotFound/IOError when it cannot be read.
 StatusOr<std::vector<TraceRequest>> ReadTrace(const std::string& path);
 
 }  // namespace prefixkv::replay
