@@ -20,6 +20,7 @@
 #include "tests/server/server_fixture.h"
 #include "tests/support/loopback.h"
 #include "tests/tools/data_dir_builder.h"
+#include "tools/redis/local_redis_cluster.h"
 #include "tools/route/event_feed.h"
 #include "tools/route/resp_client.h"
 
@@ -204,6 +205,39 @@ TEST(ReplayCli, BytesPerTokenBeyondA64MBlockIsAUsageError) {
         << bpt << "\n"
         << run.output;
   }
+}
+
+// --remote-max-bytes (and its --help) in a replay: two nodes, request i on
+// node i % 2, share a prompt through a local Redis Cluster. The flag was
+// accepted, listed in --help and dropped: the replay's engines wrote without
+// a quota, so node 1 hit the 4 blocks node 0 wrote whatever the limit. And
+// --help gave --remote-ttl serve's default (86400) where a replay uses 3600.
+TEST(ReplayCli, RemoteMaxBytesBoundsWhatTheReplayWritesToTheCluster) {
+  if (!LocalRedisCluster::Available()) GTEST_SKIP() << "redis-server is not installed";
+  const testing::CliRun help = testing::RunCli("replay --help");
+  EXPECT_NE(help.output.find("no expiry) (default: 3600)"), std::string::npos)
+      << help.output;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalRedisCluster> cluster,
+                       LocalRedisCluster::Start(LocalRedisClusterOptions{}));
+  testing::TempDir dir;
+  const std::string trace = dir.str() + "/shared.jsonl";
+  std::ofstream(trace) << R"({"input_length": 2048, "hash_ids": [1, 2, 3, 4]})"
+                       << "\n"
+                       << R"({"input_length": 2048, "hash_ids": [1, 2, 3, 4]})"
+                       << "\n";
+  const std::string run = "replay " + trace +
+                          " --nodes 2 --ssd-capacity-tokens 0 --bytes-per-token 1"
+                          " --remote-write always --json --remote " +
+                          cluster->uri();
+  const testing::CliRun open = testing::RunCli(run);
+  ASSERT_EQ(open.exit_code, 0) << open.output;
+  EXPECT_NE(open.output.find(R"("remote":{"block_hits":4,)"), std::string::npos)
+      << open.output;
+  // 2048 bytes in the first write batch, over a 1-byte quota: nothing written.
+  const testing::CliRun capped = testing::RunCli(run + " --remote-max-bytes 1");
+  ASSERT_EQ(capped.exit_code, 0) << capped.output;
+  EXPECT_NE(capped.output.find(R"("remote":{"block_hits":0,)"), std::string::npos)
+      << capped.output;
 }
 
 // `prefixkv route ARGS... --port 0` as a child process; port() is 0 when it

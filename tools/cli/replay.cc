@@ -60,7 +60,11 @@ Flags ReplayFlags() {
       {"json", "print one JSON object", true, ""}};
   for (FlagSpec& f : RouterFlagSpecs()) specs.push_back(std::move(f));
   for (FlagSpec& f : AdvisorFlagSpecs()) specs.push_back(std::move(f));
-  for (FlagSpec& f : RemoteFlagSpecs()) specs.push_back(std::move(f));
+  for (FlagSpec& f : RemoteFlagSpecs()) {
+    // A replay's blocks need not outlive it by a day (Configure).
+    if (f.name == "remote-ttl") f.default_text = "3600";
+    specs.push_back(std::move(f));
+  }
   // Admission only: a replay projects no drive lifetime.
   for (FlagSpec& f : WearFlagSpecs()) {
     if (f.name == "ssd-admission" || f.name == "ssd-write-budget") {
@@ -236,6 +240,7 @@ std::string Configure(const Flags& flags, ReplayConfig* c, std::string* policy_n
   c->remote_write = remote.remote_write;
   c->remote_timeout_ms = remote.remote_timeout_ms;
   c->remote_ttl_seconds = remote.remote_limits.ttl_seconds;
+  c->remote_max_bytes = remote.remote_limits.max_bytes;
   // One run's blocks are its own: runs sharing a cluster must not hit each
   // other's (the nodes of this run share the prefix).
   c->remote_key_prefix = "prefixkv:replay:" + std::to_string(::getpid()) + "-" +

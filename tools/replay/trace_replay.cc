@@ -59,6 +59,7 @@ StatusOr<std::unique_ptr<ReplayTiers>> ReplayTiers::Open(const ReplayConfig& con
   o.remote_write = config.remote_write;
   o.remote_timeout_ms = config.remote_timeout_ms;
   o.remote_limits.ttl_seconds = config.remote_ttl_seconds;
+  o.remote_limits.max_bytes = config.remote_max_bytes;
   // No event log: a routed replay feeds its router from on_kv_event (the
   // tiers' events, unnumbered), and nothing else reads events; a log would
   // cost every node RAM, files and a writer thread.

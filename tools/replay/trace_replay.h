@@ -72,6 +72,9 @@ struct ReplayConfig {
   RemoteWriteMode remote_write = RemoteWriteMode::kOnSpill;
   uint32_t remote_timeout_ms = 5;
   uint32_t remote_ttl_seconds = 3600;
+  // Bytes each namespace may write to the cluster per TTL window
+  // (RemoteNamespaceLimits::max_bytes; 0: unlimited).
+  uint64_t remote_max_bytes = 0;
   // Keys of this replay's blocks start with it, so runs sharing a cluster do
   // not see each other's blocks (every node of one run must use the same).
   std::string remote_key_prefix = "prefixkv:replay:";
