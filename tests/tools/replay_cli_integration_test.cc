@@ -3,7 +3,9 @@
 // reuse hints, and bad policy names and values as usage errors. And
 // `prefixkv route`, the router as a process, until SIGTERM, and in front of
 // two real `prefixkv serve` nodes.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <pty.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -238,6 +240,66 @@ TEST(ReplayCli, RemoteMaxBytesBoundsWhatTheReplayWritesToTheCluster) {
   ASSERT_EQ(capped.exit_code, 0) << capped.output;
   EXPECT_NE(capped.output.find(R"("remote":{"block_hits":0,)"), std::string::npos)
       << capped.output;
+}
+
+// Runs `prefixkv ARGS...` with stdout on /dev/null and stderr on a
+// pseudo-terminal; what it wrote there, and its exit code.
+testing::CliRun RunCliWithStderrOnATerminal(std::vector<std::string> args) {
+  testing::CliRun run;
+  int terminal = -1, child_side = -1;
+  if (::openpty(&terminal, &child_side, nullptr, nullptr, nullptr) != 0) return run;
+  std::vector<std::string> argv = {PREFIXKV_CLI};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, child_side, STDERR_FILENO);
+  posix_spawn_file_actions_addclose(&actions, terminal);
+  pid_t pid = -1;
+  const bool spawned =
+      posix_spawn(&pid, cargv[0], &actions, nullptr, cargv.data(), environ) == 0;
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(child_side);
+  char buf[4096];
+  // Until the child's side closes (EIO once it exited).
+  for (ssize_t n; spawned && (n = ::read(terminal, buf, sizeof buf)) > 0;)
+    run.output.append(buf, static_cast<size_t>(n));
+  ::close(terminal);
+  int status = 0;
+  if (spawned && waitpid(pid, &status, 0) == pid && WIFEXITED(status))
+    run.exit_code = WEXITSTATUS(status);
+  return run;
+}
+
+// docs/prefix_cache.md: "A progress bar is drawn on stderr when it is a
+// terminal". A routed replay (--router) replays the trace twice, the N nodes
+// and then one node with N times the capacity, and drew none: a long trace
+// ran silent. Now one bar over both passes (600 requests: 1200 replayed).
+TEST(ReplayCli, ARoutedReplayDrawsItsProgressOnATerminal) {
+  testing::TempDir dir;
+  const std::string trace = dir.str() + "/t.jsonl";
+  {
+    std::ofstream out(trace);
+    for (int i = 0; i < 600; ++i)
+      out << R"({"input_length": 1024, "hash_ids": [)" << i % 7 << ", " << i << "]}\n";
+  }
+  for (const char* router : {"round-robin", "prefix"}) {
+    const testing::CliRun run = RunCliWithStderrOnATerminal(
+        {"replay", trace, "--nodes", "2", "--router", router, "--ssd-capacity-tokens",
+         "0", "--hot-capacity-tokens", "100000"});
+    EXPECT_EQ(run.exit_code, 0) << router << "\n" << run.output;
+    EXPECT_NE(run.output.find("] 1200/1200 requests"), std::string::npos)
+        << router << "\n"
+        << run.output;
+  }
+  // The unrouted replay's bar, as before.
+  const testing::CliRun plain = RunCliWithStderrOnATerminal(
+      {"replay", trace, "--nodes", "2", "--ssd-capacity-tokens", "0"});
+  EXPECT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_NE(plain.output.find("] 600/600 requests"), std::string::npos) << plain.output;
 }
 
 // `prefixkv route ARGS... --port 0` as a child process; port() is 0 when it

@@ -287,9 +287,12 @@ int RunReplay(const std::vector<std::string>& args) {
     if (f.name != "router" && flags.Has(f.name) && !flags.Has("router"))
       return UsageError(flags, "--" + f.name + " needs --router");
   }
+  const bool tty = ::isatty(STDERR_FILENO) == 1;
   if (flags.Has("router")) {
-    const int routed =
-        RunRoutedReplayCommand(flags, config, *nodes, *trace, dir.string());
+    // The progress bar too: a routed replay replays the trace twice (the N
+    // nodes, then one node with N times the capacity) and drew nothing.
+    const int routed = RunRoutedReplayCommand(flags, config, *nodes, *trace, dir.string(),
+                                              tty ? DrawProgress : nullptr);
     if (!flags.GetBool("keep-data") && !config.ssd.off()) fs::remove_all(dir, ec);
     return routed;
   }
@@ -315,7 +318,6 @@ int RunReplay(const std::vector<std::string>& args) {
       Failure(flags, "replay", open_status.ToString());
     } else {
       replay::TraceReplayer replayer(tiers, config.block_tokens);
-      const bool tty = ::isatty(STDERR_FILENO) == 1;
       Status s = replayer.ReplayAll(*trace, tty ? DrawProgress : nullptr);
       if (!s.ok()) {
         Failure(flags, "replay", s.ToString());

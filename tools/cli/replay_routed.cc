@@ -132,13 +132,15 @@ std::vector<FlagSpec> RouterFlagSpecs() {
 
 int RunRoutedReplayCommand(const Flags& flags, const replay::ReplayConfig& node,
                            size_t nodes, const std::vector<replay::TraceRequest>& trace,
-                           const std::string& ssd_dir) {
+                           const std::string& ssd_dir,
+                           std::function<void(size_t, size_t)> progress) {
   RoutedReplayConfig c;
   c.node = node;
   c.nodes = nodes;
   if (std::string e = Configure(flags, &c); !e.empty()) return UsageError(flags, e);
   if (!node.remote.empty()) return UsageError(flags, "--router takes no --remote");
   if (!node.ssd.off()) c.node.ssd_path = ssd_dir;
+  c.progress = std::move(progress);
   StatusOr<RoutedReplayReport> r = replay::RunRoutedReplay(trace, c);
   if (!r.ok()) return Failure(flags, "replay", r.status().ToString());
   flags.GetBool("json") ? PrintJson(*r, c) : PrintHuman(*r, c);

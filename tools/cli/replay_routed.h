@@ -2,6 +2,7 @@
 // replay (tools/replay/routed_replay.h) behind the replay command's flags.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,9 +16,11 @@ namespace prefixkv::cli {
 std::vector<FlagSpec> RouterFlagSpecs();
 
 // Replays `trace` over `nodes` engines configured as `node` (SSD tiers under
-// `ssd_dir`), routed as the flags say; prints the report. An exit code.
+// `ssd_dir`), routed as the flags say; prints the report, drawing
+// `progress` (if any) over both replays. An exit code.
 int RunRoutedReplayCommand(const Flags& flags, const replay::ReplayConfig& node,
                            size_t nodes, const std::vector<replay::TraceRequest>& trace,
-                           const std::string& ssd_dir);
+                           const std::string& ssd_dir,
+                           std::function<void(size_t, size_t)> progress = nullptr);
 
 }  // namespace prefixkv::cli

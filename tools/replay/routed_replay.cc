@@ -130,8 +130,19 @@ Status CheckConfig(const RoutedReplayConfig& c) {
   return Status::OK();
 }
 
-StatusOr<ReplayReport> ReplayOneNode(const std::vector<TraceRequest>& trace,
-                                     const RoutedReplayConfig& c) {
+// config.progress over both replays: `before` requests were replayed before
+// this pass, of `total`.
+std::function<void(size_t, size_t)> PassProgress(const RoutedReplayConfig& config,
+                                                 size_t before, size_t total) {
+  if (!config.progress) return nullptr;
+  return [&config, before, total](size_t done, size_t) {
+    config.progress(before + done, total);
+  };
+}
+
+StatusOr<ReplayReport> ReplayOneNode(
+    const std::vector<TraceRequest>& trace, const RoutedReplayConfig& c,
+    const std::function<void(size_t, size_t)>& progress) {
   ReplayConfig big = c.node;
   big.hot = Times(c.node.hot, c.nodes);
   big.ssd = Times(c.node.ssd, c.nodes);
@@ -139,7 +150,7 @@ StatusOr<ReplayReport> ReplayOneNode(const std::vector<TraceRequest>& trace,
     big.ssd_path = (std::filesystem::path(big.ssd_path) / "one-node").string();
   PKV_ASSIGN_OR_RETURN(std::unique_ptr<ReplayTiers> tiers, ReplayTiers::Open(big));
   TraceReplayer replayer(tiers.get(), c.node.block_tokens);
-  PKV_RETURN_IF_ERROR(replayer.ReplayAll(trace));
+  PKV_RETURN_IF_ERROR(replayer.ReplayAll(trace, progress));
   return replayer.Report();
 }
 
@@ -204,7 +215,8 @@ StatusOr<RoutedReplayReport> RunRoutedReplay(const std::vector<TraceRequest>& tr
       [&](size_t node, const TraceRequest& r, size_t hit) {
         dispatcher.Done(node, r, hit);
       });
-  PKV_RETURN_IF_ERROR(replayer.ReplayAll(trace));
+  const size_t total = trace.size() * (config.compare_one_node ? 2 : 1);
+  PKV_RETURN_IF_ERROR(replayer.ReplayAll(trace, PassProgress(config, 0, total)));
   RoutedReplayReport report;
   report.routed = replayer.Report();
   report.loads = dispatcher.loads();
@@ -212,7 +224,9 @@ StatusOr<RoutedReplayReport> RunRoutedReplay(const std::vector<TraceRequest>& tr
   if (router) report.router = router->Stats();
   opened.clear();  // the engines close before the comparison opens its own
   if (config.compare_one_node) {
-    PKV_ASSIGN_OR_RETURN(report.one_node, ReplayOneNode(trace, config));
+    PKV_ASSIGN_OR_RETURN(
+        report.one_node,
+        ReplayOneNode(trace, config, PassProgress(config, trace.size(), total)));
   }
   return report;
 }

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,10 @@ struct RoutedReplayConfig {
   uint64_t in_flight_per_node = 32;  // >= 1
   uint64_t seed = 1;                 // for kRandom
   bool compare_one_node = true;      // also replay one node with N x the capacity
+  // Called every few hundred requests with the requests replayed and the
+  // total, over both replays (the routed one, then the one node's). Null:
+  // none.
+  std::function<void(size_t done, size_t total)> progress;
 };
 
 struct NodeLoad {
