@@ -242,6 +242,23 @@ TEST(ReplayCli, RemoteMaxBytesBoundsWhatTheReplayWritesToTheCluster) {
       << capped.output;
 }
 
+// A directory given as the trace is a path that cannot be read (exit 2, was
+// 1 with "reading DIR failed"); an empty trace is an error (exit 1), not a
+// report of zeros with exit 0.
+TEST(ReplayCli, ADirectoryOrAnEmptyTraceIsAnErrorNotAReport) {
+  testing::TempDir dir;
+  const std::string empty = dir.str() + "/empty.jsonl";
+  std::ofstream(empty) << "";
+  for (const std::string command : {"replay", "advise --hot-capacity-tokens 1000"}) {
+    const testing::CliRun d = testing::RunCli(command + " " + dir.str());
+    EXPECT_EQ(d.exit_code, 2) << command << "\n" << d.output;
+    EXPECT_NE(d.output.find("is a directory"), std::string::npos) << d.output;
+    const testing::CliRun e = testing::RunCli(command + " " + empty);
+    EXPECT_EQ(e.exit_code, 1) << command << "\n" << e.output;
+    EXPECT_NE(e.output.find("holds no request"), std::string::npos) << e.output;
+  }
+}
+
 // Runs `prefixkv ARGS...` with stdout on /dev/null and stderr on a
 // pseudo-terminal; what it wrote there, and its exit code.
 testing::CliRun RunCliWithStderrOnATerminal(std::vector<std::string> args) {

@@ -505,5 +505,25 @@ TEST(TraceReader, PromptTokensAddingUpPast64BitsAreAnErrorNotARatioAboveOne) {
   EXPECT_EQ(ok.size(), 2u);
 }
 
+// A directory read as "reading DIR failed" (IOError: replay and advise exit
+// 1, where a path that cannot be read is a usage error); an empty trace, or
+// one of blank lines, was read as no request, and replay and advise reported
+// zeros as their result with exit 0.
+TEST(TraceReader, ADirectoryOrATraceWithoutRequestsIsRefused) {
+  testing::TempDir dir;
+  StatusOr<std::vector<TraceRequest>> d = ReadTrace(dir.str());
+  EXPECT_TRUE(d.status().IsNotFound()) << d.status().ToString();
+  EXPECT_NE(d.status().message().find("is a directory"), std::string::npos)
+      << d.status().ToString();
+  const std::string path = dir.str() + "/t.jsonl";
+  for (const char* text : {"", "\n  \n\t\n"}) {
+    std::ofstream(path) << text;
+    StatusOr<std::vector<TraceRequest>> t = ReadTrace(path);
+    EXPECT_TRUE(t.status().IsInvalidArgument()) << t.status().ToString();
+    EXPECT_NE(t.status().message().find("holds no request"), std::string::npos)
+        << t.status().ToString();
+  }
+}
+
 }  // namespace
 }  // namespace prefixkv::replay

@@ -6,6 +6,7 @@
 // its column instead of crashing on bad input.
 #include "trace_reader.h"
 
+#include <filesystem>
 #include <fstream>
 
 namespace prefixkv::replay {
@@ -164,6 +165,11 @@ StatusOr<TraceRequest> ParseTraceLine(std::string_view line) {
 }
 
 StatusOr<std::vector<TraceRequest>> ReadTrace(const std::string& path) {
+  // A directory opens as a file here and only fails its first read ("reading
+  // DIR failed", exit 1 where a path that cannot be read is a usage error).
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return Status::NotFound("trace " + path + " is a directory, not a file");
   std::ifstream in(path);
   if (!in) return Status::NotFound("cannot open trace " + path);
   std::vector<TraceRequest> requests;
@@ -184,6 +190,11 @@ StatusOr<std::vector<TraceRequest>> ReadTrace(const std::string& path) {
     requests.push_back(std::move(r).value());
   }
   if (in.bad()) return Status::IOError("reading " + path + " failed");
+  // Nothing to replay: every figure would be 0 (replay) or an estimate of
+  // nothing (advise), reported as a result with exit 0.
+  if (requests.empty())
+    return Status::InvalidArgument("trace " + path +
+                                   " holds no request (empty, or blank lines only)");
   return requests;
 }
 

@@ -27,8 +27,9 @@ StatusOr<TraceRequest> ParseTraceLine(std::string_view line);
 
 // Reads a whole trace file; blank lines are skipped. An error names the file
 // and line ("trace.jsonl:12: ..."), also for an input_length that takes the
-// trace's sum of them past 2^64 - 1 (the replays' hit ratio denominator).
-// NotFound/IOError when it cannot be read.
+// trace's sum of them past 2^64 - 1 (the replays' hit ratio denominator),
+// and for a trace with no request. NotFound when it cannot be opened (a
+// directory included), IOError when a read fails.
 StatusOr<std::vector<TraceRequest>> ReadTrace(const std::string& path);
 
 }  // namespace prefixkv::replay
