@@ -476,6 +476,9 @@ constexpr CliCase kCliCases[] = {
     {"advise --json {bad_trace}", 2, "--hot-capacity-tokens must be at least one block"},
     {"advise --json {bad_trace} --hot-capacity-tokens 3M --max-keys 3", 2,
      "--max-keys must be 16..16777216"},
+    // An SSD size below one block used to give no SSD point and exit 0.
+    {"advise --json {bad_trace} --hot-capacity-tokens 3M --ssd-capacity-tokens 100", 2,
+     "--ssd-capacity-tokens must be 0 or at least one block"},
     // An input path the user named that does not exist.
     {"audit --json --data-dir {missing}", 2, "does not exist"},
     {"inspect --json --data-dir {missing}", 2, "does not exist"},

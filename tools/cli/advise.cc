@@ -22,7 +22,9 @@ Flags AdviseFlags() {
       "prefixkv advise TRACE.jsonl --hot-capacity-tokens N [flags]",
       {{"trace-block-tokens", "tokens per hash id", false, "512"},
        {"hot-capacity-tokens", "the hot tier's current size in tokens", false, ""},
-       {"ssd-capacity-tokens", "the SSD tier's current size in tokens", false, "none"},
+       {"ssd-capacity-tokens",
+        "the SSD tier's current size in tokens, at least one block (0: no SSD points)",
+        false, "none"},
        {"max-keys", "sampled blocks the advisor remembers at most", false, "32768"},
        {"max-rate", "the largest share of blocks sampled, (0, 1]", false, "0.125"},
        {"svg",
@@ -149,6 +151,10 @@ int RunAdvise(const std::vector<std::string>& args) {
   if (block) config.block_tokens = static_cast<uint32_t>(*block);
   if (!hot || *hot < config.block_tokens)
     return UsageError(flags, "--hot-capacity-tokens must be at least one block");
+  // An SSD tier of no whole block has no point to estimate: it was dropped
+  // without a word (the hot points alone, exit 0).
+  if (ssd && *ssd != 0 && *ssd < config.block_tokens)
+    return UsageError(flags, "--ssd-capacity-tokens must be 0 or at least one block");
   if (keys && (*keys < 16 || *keys > (1u << 24)))
     return UsageError(flags, "--max-keys must be 16..16777216");
   config.hot_tokens = *hot;
