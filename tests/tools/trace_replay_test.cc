@@ -327,6 +327,47 @@ std::vector<TraceRequest> Conversations() {
   return trace;
 }
 
+// A capacity in tokens far above any cache (here "unlimited" by accident of
+// size) wrapped: the hot tier's bytes (blocks x charge per block) past 2^64
+// gave a tier of about one block (so did 2^62 + 64 tokens, each node of the
+// routed replay below), and the routed replay's one node (N x the tokens) a
+// capacity of 16 blocks at 4 nodes. Both replays reported those small
+// caches' hit ratios. Saturated, they hold all.
+TEST(TraceReplay, HugeCapacitiesSaturateInsteadOfWrappingToSmallOnes) {
+  const std::vector<TraceRequest> trace = Conversations();
+  ReplayConfig unlimited;
+  unlimited.block_tokens = 16;
+  unlimited.ssd.tokens = 0;
+  unlimited.advisor_max_keys = 0;
+  auto hit_tokens = [&](const ReplayConfig& c) -> uint64_t {
+    StatusOr<std::unique_ptr<ReplayTiers>> tiers = ReplayTiers::Open(c);
+    EXPECT_OK(tiers);
+    if (!tiers.ok()) return 0;
+    TraceReplayer replayer(tiers->get(), c.block_tokens);
+    EXPECT_OK(replayer.ReplayAll(trace));
+    return replayer.Report().hit_tokens;
+  };
+  // 7 conversations, every round after the first a whole hit.
+  const uint64_t all = hit_tokens(unlimited);
+  EXPECT_EQ(all, 7u * 5 * 64);
+  ReplayConfig wraps = unlimited;
+  const uint64_t charge = HotEntryCharge(16 * unlimited.bytes_per_token);
+  wraps.hot.tokens = (UINT64_MAX / charge + 2) * 16;
+  EXPECT_EQ(hit_tokens(wraps), all);
+  RoutedReplayConfig c;
+  c.node = unlimited;
+  c.node.hot.tokens = (uint64_t{1} << 62) + 4 * 16;
+  c.nodes = 4;
+  c.router = RouterKind::kRoundRobin;
+  ASSERT_OK_AND_ASSIGN(RoutedReplayReport r, RunRoutedReplay(trace, c));
+  EXPECT_EQ(r.one_node.hit_tokens, all);
+  // Each node as if unlimited (round-robin moves the conversations around).
+  c.node.hot.tokens.reset();
+  ASSERT_OK_AND_ASSIGN(RoutedReplayReport u, RunRoutedReplay(trace, c));
+  EXPECT_EQ(r.routed.hit_tokens, u.routed.hit_tokens);
+  EXPECT_GT(u.routed.hit_tokens, 0u);
+}
+
 TEST(TraceReplay, EnginesKeepNoEventLog) {
   testing::TempDir dir;
   ReplayConfig config;

@@ -53,10 +53,13 @@ class EventQueue {
   uint64_t pushed_ GUARDED_BY(mu_) = 0;
 };
 
+// N times a capacity, saturated: a product past 2^64 wrapped into a small
+// cache for the one-node comparison.
 ReplayCapacity Times(const ReplayCapacity& c, size_t n) {
+  auto times = [n](uint64_t v) { return v > UINT64_MAX / n ? UINT64_MAX : v * n; };
   ReplayCapacity out = c;
-  if (out.tokens) *out.tokens *= n;
-  if (out.bytes) *out.bytes *= n;
+  if (out.tokens) *out.tokens = times(*out.tokens);
+  if (out.bytes) *out.bytes = times(*out.bytes);
   return out;
 }
 

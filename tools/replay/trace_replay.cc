@@ -15,10 +15,14 @@ namespace {
 constexpr uint64_t kUnlimitedBytes = uint64_t{1} << 62;
 
 // A capacity in tokens holds tokens / block_tokens blocks of `charge` bytes.
+// Beyond kUnlimitedBytes it is unlimited: the product used to wrap past 2^64
+// into a cache of a block or so.
 uint64_t CapacityBytes(const ReplayCapacity& c, uint32_t block_tokens, uint64_t charge) {
-  if (c.bytes) return *c.bytes;
-  if (c.tokens) return *c.tokens / block_tokens * charge;
-  return kUnlimitedBytes;
+  if (c.bytes) return std::min(*c.bytes, kUnlimitedBytes);
+  if (!c.tokens) return kUnlimitedBytes;
+  const uint64_t blocks = *c.tokens / block_tokens;
+  return blocks > kUnlimitedBytes / std::max<uint64_t>(charge, 1) ? kUnlimitedBytes
+                                                                  : blocks * charge;
 }
 
 }  // namespace
