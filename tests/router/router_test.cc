@@ -381,6 +381,12 @@ TEST_F(RouteServerTest, RoutesByWhatEachNodesStreamSays) {
   EXPECT_NE(stats.find("node1:addr=" + addrs_[1] + ",connected=1,applied=5"),
             std::string::npos)
       << stats;
+  // Every counter docs/router.md names (it once said "resets" for node_resets
+  // and left three out).
+  for (const char* line :
+       {"events:6\r\n", "ignored_events:0\r\n", "dropped_blocks:0\r\n",
+        "node_resets:0\r\n", "blocks:3\r\n", "routed:3\r\n", "routed_by_prefix:3\r\n"})
+    EXPECT_NE(stats.find(line), std::string::npos) << line << "\n" << stats;
 }
 
 TEST_F(RouteServerTest, ANodeThatCannotServeItsStreamIsForgotten) {
