@@ -61,6 +61,27 @@ TEST(AdviseCli, EstimatesEveryHotSizeAndChecksItAgainstAReplay) {
   EXPECT_LT(std::stod(run.output.substr(at + 19)), 0.02) << run.output;
 }
 
+// advise --svg titles the plot with the trace's file name: one with '&' or
+// '<' was written into the SVG as it is, an XML error in any viewer.
+TEST(AdviseCli, TheSvgTitleEscapesTheTracesName) {
+  testing::TempDir dir;
+  const std::string trace = dir.str() + "/a&b<c.jsonl";
+  std::ofstream(trace) << R"({"input_length": 1024, "hash_ids": [1, 2]})"
+                       << "\n"
+                       << R"({"input_length": 1024, "hash_ids": [1, 2]})"
+                       << "\n";
+  const std::string svg = dir.str() + "/curves.svg";
+  const testing::CliRun run =
+      testing::RunCli("advise '" + trace + "' --hot-capacity-tokens 1024 --svg " + svg);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  std::ifstream in(svg);
+  const std::string text((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find(">token hit ratio: a&amp;b&lt;c.jsonl</text>"), std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("a&b"), std::string::npos) << text;
+}
+
 TEST(ReplayCli, HintUnlikelyAfterPutsLongAnswersBlocksAsUnlikelyToBeReused) {
   const testing::CliRun run = testing::RunCli(
       "replay " + kTrace +

@@ -82,6 +82,23 @@ void Print(const Flags& flags, const AdvisorReport& r,
   if (!replayed.empty()) std::printf("largest difference %.4f\n", worst);
 }
 
+// `text` as XML character data: the title names the trace file, and a name
+// with '&' or '<' made the SVG malformed (a viewer shows an XML error).
+std::string XmlText(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '&')
+      out += "&amp;";
+    else if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else
+      out += c;
+  }
+  return out;
+}
+
 // The estimated (solid) and replayed (dashed) curves of each tier as SVG:
 // the size as a multiple of the tier's capacity (log scale) against the
 // token hit ratio.
@@ -95,8 +112,8 @@ std::string CurvesSvg(const AdvisorReport& r, const std::vector<double>& replaye
   s.precision(1);
   s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kW << "\" height=\"" << kH
     << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" "
-    << "height=\"100%\" fill=\"white\"/>\n<text x=\"" << kPad << "\" y=\"24\">" << title
-    << "</text>\n";
+    << "height=\"100%\" fill=\"white\"/>\n<text x=\"" << kPad << "\" y=\"24\">"
+    << XmlText(title) << "</text>\n";
   for (int i = 0; i <= 5; ++i) {
     const double h = i / 5.0, f = std::exp2(i - 2);
     char factor[16];
