@@ -37,6 +37,15 @@ uint64_t ThresholdOf(double max_rate) {
 
 constexpr uint64_t kNanosPerSecond = 1'000'000'000;
 
+// `factor` x `value` rounded, saturated at UINT64_MAX: an estimated size past
+// 2^63 (an SSD of 2^62 bytes, a replay's unlimited tier, at 2x to 8x) went
+// through llround, which has no such value (undefined; 2^63 came out).
+uint64_t Scaled(double factor, uint64_t value) {
+  const double v = std::round(factor * static_cast<double>(value));
+  if (!(v > 0)) return 0;
+  return v >= 18446744073709551616.0 ? UINT64_MAX : static_cast<uint64_t>(v);
+}
+
 }  // namespace
 
 CapacityAdvisor::CapacityAdvisor(CapacityAdvisorOptions options)
@@ -295,8 +304,8 @@ AdvisorReport CapacityAdvisor::Report() const {
       AdvisorPoint p;
       p.tier = tier;
       p.factor = f;
-      p.capacity_bytes = static_cast<uint64_t>(std::llround(f * double(bytes)));
-      p.capacity_blocks = static_cast<uint64_t>(std::llround(f * double(blocks)));
+      p.capacity_bytes = Scaled(f, bytes);
+      p.capacity_blocks = Scaled(f, blocks);
       p.hit_ratio = HitRatioAtLocked(double(base) + double(p.capacity_blocks));
       r.points.push_back(std::move(p));
     }

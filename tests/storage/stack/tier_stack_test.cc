@@ -555,6 +555,25 @@ TEST(CapacityAdvisorTest, UnsampledEstimateEqualsPrefixHitsOfAnLruCache) {
   EXPECT_EQ(advisor.Report().sampling_rate, 1.0);
 }
 
+// A tier of 2^62 bytes (a replay's unlimited one, a huge --ssd-capacity-bytes)
+// estimated at 2x to 8x: the sizes past 2^63 went through llround (undefined:
+// 2^63 came out for 2x, 4x and 8x alike). They saturate at 2^64 - 1 now.
+TEST(CapacityAdvisorTest, SizesPastTwoToTheSixtyThreeSaturate) {
+  CapacityAdvisor advisor;
+  const uint64_t huge = uint64_t{1} << 62;
+  advisor.SetCapacities(huge, huge / 1024, huge, huge / 1024);
+  const AdvisorReport r = advisor.Report();
+  ASSERT_EQ(r.points.size(), 12u);
+  for (const AdvisorPoint& p : r.points) {
+    const double exact = p.factor * static_cast<double>(huge);
+    const uint64_t want =
+        exact >= 18446744073709551616.0 ? UINT64_MAX : static_cast<uint64_t>(exact);
+    EXPECT_EQ(p.capacity_bytes, want) << p.tier << " x" << p.factor;
+    EXPECT_EQ(p.capacity_blocks, static_cast<uint64_t>(p.factor * double(huge / 1024)))
+        << p.tier << " x" << p.factor;
+  }
+}
+
 // More distinct blocks than the budget: the sample stays at max_keys, the
 // rate drops, and a loop over 4x the keys is still estimated (all misses
 // below its size, all hits above).
