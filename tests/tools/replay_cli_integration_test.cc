@@ -250,7 +250,8 @@ TEST(ReplayCli, RemoteMaxBytesBoundsWhatTheReplayWritesToTheCluster) {
                        << "\n";
   const std::string run = "replay " + trace +
                           " --nodes 2 --ssd-capacity-tokens 0 --bytes-per-token 1"
-                          " --remote-write always --json --remote " +
+                          " --remote-write always --remote-timeout-ms 5000 --json"
+                          " --remote " +
                           cluster->uri();
   const testing::CliRun open = testing::RunCli(run);
   ASSERT_EQ(open.exit_code, 0) << open.output;
