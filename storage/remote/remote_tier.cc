@@ -492,7 +492,7 @@ class RemoteTierImpl {
       NoteCall(total.status());
       if (!total.ok()) {
         unchecked.insert(ns);
-      } else if (static_cast<uint64_t>(*total) > l.max_bytes) {
+      } else if (IsOverLimit(*total, l.max_bytes)) {
         refused.insert(ns);
         unwritten_per_ns[ns] += bytes;
       }
@@ -537,6 +537,14 @@ class RemoteTierImpl {
     }
     RefundQuota(unwritten_per_ns, limits);
     return r;
+  }
+
+  // Whether a quota counter's total after a charge is past the limit. Signed:
+  // a counter below zero (a refund that found it expired, before its fix-up
+  // back to zero) is room; read as unsigned it was huge, and the batch that
+  // fit was refused.
+  static bool IsOverLimit(int64_t total, uint64_t max_bytes) {
+    return total > 0 && static_cast<uint64_t>(total) > max_bytes;
   }
 
   // Gives back to each namespace's quota counter the bytes charged for blocks

@@ -456,6 +456,27 @@ TEST_F(RemoteTierTest, ABatchRefusedOverQuotaTakesNoneOfTheQuota) {
             "900");
 }
 
+// A quota counter below zero (a refund that found the counter expired and
+// created it negative, before its own fix-up back to zero) is room, not a
+// namespace over its limit: the charge's total was compared as unsigned, so
+// a block charged meanwhile on any node read a huge total and was refused.
+TEST_F(RemoteTierTest, AQuotaCounterBelowZeroLeavesRoomNotOverTheLimit) {
+  RemoteTierOptions o;
+  o.write_batch_blocks = 1;
+  auto tier = Open(o);
+  tier->SetNamespaceLimits(kNs, {.ttl_seconds = 60, .max_bytes = 1000});
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->values[RemoteTierOptions{}.key_prefix + "quota:" + kNs.ToHex()] = "-500";
+  }
+  ASSERT_OK(tier->Put(Meta(0), Payload(0), false));  // 300 bytes: -200 after it
+  tier->Flush();
+  const RemoteCounters c = tier->Counters();
+  EXPECT_EQ(c.over_quota, 0u);
+  EXPECT_EQ(c.writes, 1u);
+  EXPECT_EQ(c.bytes_written, 300u);
+}
+
 // Flush waits for the blocks queued before it, not for an empty queue: with
 // stores coming faster than the cluster takes them (always mode on a busy
 // node), the queue is never empty, and Engine::Flush, which waits for it,
