@@ -1,6 +1,7 @@
 // RemovalJournal (see ssd_journal.h).
 #include "ssd_journal.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -20,10 +21,11 @@ constexpr size_t kBody = kJournalRecordBytes - 8;
 
 void Seal(uint8_t* r) { StoreLE64(r + kBody, Hash64(r, kBody)); }
 
-void EncodeHeader(uint64_t barrier, uint8_t* r) {
+void EncodeHeader(uint64_t barrier, uint64_t next_segment, uint8_t* r) {
   std::memset(r, 0, kJournalRecordBytes);
   std::memcpy(r, kJournalMagic, 8);
   StoreLE64(r + 8, barrier);
+  StoreLE64(r + 16, next_segment);
   Seal(r);
 }
 
@@ -78,6 +80,7 @@ JournalContents LoadJournal(FileSystem* fs, const std::string& dir) {
         return out;
       }
       out.barrier = LoadLE64(r + 8);
+      out.next_segment = std::max(LoadLE64(r + 16), out.barrier + 1);
       continue;
     }
     const uint64_t offset = LoadLE64(r + 32);
@@ -95,6 +98,7 @@ JournalContents LoadJournal(FileSystem* fs, const std::string& dir) {
     } else if (IsCommitRecord(rec)) {
       out.last_commit_at[{rec.segment, rec.offset}] = at;
     }
+    out.next_segment = std::max(out.next_segment, rec.segment + 1);
     out.records.push_back(rec);
   }
   if (n == 0) {
@@ -136,16 +140,21 @@ bool JournalContents::Commits(const BlockKey& key, uint64_t checksum, uint64_t s
 
 StatusOr<std::unique_ptr<RemovalJournal>> RemovalJournal::Open(
     FileSystem* fs, const std::string& dir, uint64_t barrier_if_new,
-    std::function<bool(uint64_t)> keep, const std::vector<JournalRecord>* regenerated) {
+    std::function<bool(uint64_t)> keep, const std::vector<JournalRecord>* regenerated,
+    uint64_t next_segment) {
   std::unique_ptr<RemovalJournal> j(new RemovalJournal(fs, dir, std::move(keep)));
   MutexLock lock(&j->mu_);
-  PKV_RETURN_IF_ERROR(j->Rewrite(barrier_if_new, regenerated));
+  PKV_RETURN_IF_ERROR(j->Rewrite(barrier_if_new, regenerated, next_segment));
   return j;
 }
 
 Status RemovalJournal::Rewrite(uint64_t barrier_if_new,
-                               const std::vector<JournalRecord>* regenerated) {
+                               const std::vector<JournalRecord>* regenerated,
+                               uint64_t next_segment) {
   JournalContents old = LoadJournal(fs_, dir_);
+  // The records of unlinked segments are dropped below, their ids kept in
+  // the header: no new segment may take one (ssd_journal.h).
+  next_segment = std::max({next_segment, next_segment_, old.next_segment});
   // A missing or damaged journal proves nothing about the segments that
   // exist now: they all fall under the new barrier, unless the caller
   // regenerated their removals from intact metadata.
@@ -175,7 +184,12 @@ Status RemovalJournal::Rewrite(uint64_t barrier_if_new,
   }
   std::set<std::pair<BlockKey, uint64_t>> kept_removals;
   std::vector<uint8_t> buf(kJournalRecordBytes);
-  EncodeHeader(barrier, buf.data());
+  if (regenerated != nullptr) {
+    for (const JournalRecord& m : *regenerated) {
+      next_segment = std::max(next_segment, m.segment + 1);
+    }
+  }
+  EncodeHeader(barrier, next_segment, buf.data());
   for (size_t i = 0; i < old.records.size(); ++i) {
     const JournalRecord& m = old.records[i];
     if (!keep_(m.segment)) continue;
@@ -206,6 +220,7 @@ Status RemovalJournal::Rewrite(uint64_t barrier_if_new,
   file_ = std::move(f);
   size_ = buf.size();
   appended_ = 0;
+  next_segment_ = next_segment;
   return Status::OK();
 }
 

@@ -15,7 +15,16 @@
 //
 // File: records of 48 bytes, little-endian, each ending in the XXH3-64 of its
 // bytes 0..39:
-//   header  (first): "pkvrmj01" (8) | barrier segment id (8) | zero (24)
+//   header  (first): "pkvrmj01" (8) | barrier segment id (8)
+//                    | next segment id (8) | zero (16)
+// The next segment id is the lowest id a new segment may take as far as the
+// journal knows (0 in files written before it): a rewrite keeps the highest
+// of it, the ids its records named (those of unlinked segments too, which
+// it drops) plus one, and the tier's next id. It outlives the metadata's
+// copy ('f' "nextsegment", ssd_layout.h), which a rebuild from the segments
+// replaces: segment ids are never given twice (footers name their segment,
+// and a stale extent of an unlinked segment left in a new file's tail must
+// not name the file it sits in).
 //   removal        : block key (16, BlockKey::EncodeTo) | payload XXH3-64 (8)
 //                    | segment id (8) | extent offset (8)
 //   commit         : block key (16) | payload XXH3-64 (8) | segment id (8)
@@ -103,6 +112,9 @@ struct JournalContents {
   bool usable = false;  // false: missing or damaged, no removal is provable
   std::string problem;  // why not usable
   uint64_t barrier = 0;
+  // The lowest id a new segment may take: above the header's next segment
+  // id, the barrier and every segment a record names.
+  uint64_t next_segment = 0;
   std::vector<JournalRecord> records;  // removals, commits and confirms, in order
 
   // Whether the journal proves the intact extent of `key` with payload
@@ -142,10 +154,17 @@ class RemovalJournal {
   // and the last commit record of each such segment, and opens it for
   // appending. `regenerated`, when given, replaces a missing or damaged
   // journal: barrier 0 and these records (what intact metadata proves dead).
+  // The header's next segment id becomes at least `next_segment`.
   static StatusOr<std::unique_ptr<RemovalJournal>> Open(
       FileSystem* fs, const std::string& dir, uint64_t barrier_if_new,
       std::function<bool(uint64_t segment)> keep,
-      const std::vector<JournalRecord>* regenerated = nullptr);
+      const std::vector<JournalRecord>* regenerated = nullptr, uint64_t next_segment = 0);
+
+  // The lowest id a new segment may take, as the last rewrite wrote it.
+  uint64_t next_segment() const EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return next_segment_;
+  }
 
   // Appends one removal. On failure the journal file is deleted (so a rebuild
   // finds no journal and proves no removal) and every later append is a no-op
@@ -171,13 +190,15 @@ class RemovalJournal {
   RemovalJournal(FileSystem* fs, std::string dir, std::function<bool(uint64_t)> keep)
       : fs_(fs), dir_(std::move(dir)), keep_(std::move(keep)) {}
   Status Rewrite(uint64_t barrier_if_new,
-                 const std::vector<JournalRecord>* regenerated = nullptr) REQUIRES(mu_);
+                 const std::vector<JournalRecord>* regenerated = nullptr,
+                 uint64_t next_segment = 0) REQUIRES(mu_);
 
   FileSystem* const fs_;
   const std::string dir_;
   const std::function<bool(uint64_t)> keep_;
-  Mutex mu_;
+  mutable Mutex mu_;
   std::unique_ptr<FileHandle> file_ GUARDED_BY(mu_);
+  uint64_t next_segment_ GUARDED_BY(mu_) = 0;
   uint64_t size_ GUARDED_BY(mu_) = 0;
   uint64_t appended_ GUARDED_BY(mu_) = 0;  // records since the last rewrite
   Status broken_ GUARDED_BY(mu_);

@@ -35,7 +35,8 @@ inline constexpr std::string_view kCleanKey = "fclean";
 // The lowest segment id a new segment may take: above every segment
 // unlinked, so that no new file is named like one (a footer names its
 // segment, ssd_segment.h: a stale extent of the old file left in the new
-// one's tail would name the file it sits in).
+// one's tail would name the file it sits in). The removal journal's header
+// keeps it as well (ssd_journal.h), for a rebuild that replaces the metadata.
 inline constexpr std::string_view kNextSegmentKey = "fnextsegment";
 // A file in the data directory while a metadata rebuild runs (ssd_salvage.cc):
 // an open that finds it rebuilds again instead of trusting what is there.

@@ -378,13 +378,28 @@ Status ssd::TierImpl::OpenJournal() {
         "); regenerated from the intact metadata: " + std::to_string(regenerated.size()) +
         " removals of extents it does not reference");
   }
-  PKV_ASSIGN_OR_RETURN(journal_,
-                       ssd::RemovalJournal::Open(
-                           options_.file_system, options_.path + "/segments", max_id,
-                           [store](uint64_t id) { return store->Has(id); },
-                           report_.journal_regenerated ? &regenerated : nullptr));
+  PKV_ASSIGN_OR_RETURN(
+      journal_,
+      ssd::RemovalJournal::Open(
+          options_.file_system, options_.path + "/segments", max_id,
+          [store](uint64_t id) { return store->Has(id); },
+          report_.journal_regenerated ? &regenerated : nullptr, store_->NextId()));
   flush_journal_.store(journal_.get(), std::memory_order_release);
-  return Status::OK();
+  return KeepJournalsSegmentIds();
+}
+
+Status ssd::TierImpl::KeepJournalsSegmentIds() {
+  // The journal remembers the ids of segments unlinked before the metadata
+  // was rebuilt from the segments (which starts above the highest file) or
+  // rolled back: a new segment taking one of them again would let a stale
+  // extent of the old file, left in its tail, name the file it sits in, and
+  // a later rebuild restored a removed block from it
+  // (SsdCorruption.AnUnlinkedSegmentsIdIsNeverGivenAgainAfterARebuild).
+  const uint64_t next = journal_->next_segment();
+  if (next <= store_->NextId()) return Status::OK();
+  store_->SetNextId(next);
+  if (!options_.repair_damaged_metadata) return Status::OK();  // audit: no write
+  return KeepSegmentIdsFrom(next, /*sync=*/true);
 }
 
 namespace {

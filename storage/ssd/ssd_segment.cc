@@ -196,6 +196,11 @@ void SegmentStore::SetNextId(uint64_t id) {
   if (id > next_id_) next_id_ = id;
 }
 
+uint64_t SegmentStore::NextId() const {
+  MutexLock lock(&mu_);
+  return next_id_;
+}
+
 bool SegmentStore::Has(uint64_t id) const {
   MutexLock lock(&mu_);
   return segments_.count(id) > 0;

@@ -136,6 +136,8 @@ class SegmentStore {
   Status Delete(uint64_t id) EXCLUDES(mu_);
   // New segments get ids from here on.
   void SetNextId(uint64_t id) EXCLUDES(mu_);
+  // The id the next new segment gets.
+  uint64_t NextId() const EXCLUDES(mu_);
 
   // Writes the extents, in order, as one aligned write to one segment and marks
   // it pending; `out` gets each extent's location and payload checksum; `sync` adds an

@@ -260,6 +260,9 @@ class TierImpl {
   // kNextSegmentKey).
   StatusOr<uint64_t> SegmentIdsKeptFrom() const;
   Status KeepSegmentIdsFrom(uint64_t id, bool sync);
+  // Raises the next segment id to the journal's (OpenJournal), in the
+  // metadata too unless the open only reports.
+  Status KeepJournalsSegmentIds();
 
   // ssd_audit.cc: Audit's steps, called with pause_ held exclusively.
   struct AuditScan;

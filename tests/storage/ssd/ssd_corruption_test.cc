@@ -842,6 +842,70 @@ TEST(SsdCorruption, AnUnlinkedSegmentsIdIsNeverGivenAgain) {
   EXPECT_EQ(kept.view(), PayloadOf(b.key).view());
 }
 
+// The same across a rebuild from the segments: the lowest id a new segment
+// may take lives in the metadata, which the rebuild replaces. Segment 2
+// unlinked (its journal records dropped by an open since, or not yet), then
+// the metadata lost: the rebuilt tier's next segment must not be named 2,
+// or a stale extent of the old segment 2 in its tail names its file and a
+// later rebuild restores the removed block from it.
+TEST(SsdCorruption, AnUnlinkedSegmentsIdIsNeverGivenAgainAfterARebuild) {
+  for (const bool reopened : {true, false}) {
+    SCOPED_TRACE(reopened ? "reopened before the rebuild" : "rebuilt at once");
+    testing::TempDir dir;
+    const fs::path path = dir.path() / "ssd";
+    SsdTierOptions o = testing::TestSsdOptions(path.string());
+    const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), c = ChainBlock(2, 0);
+    {  // Segment 1: b.
+      auto tier = testing::OpenSsd(o);
+      ASSERT_NE(tier, nullptr);
+      ASSERT_OK(tier->Put(b, PayloadOf(b.key), true));
+      ASSERT_OK(tier->Close());
+    }
+    {  // Segment 2: a.
+      auto tier = testing::OpenSsd(o);
+      ASSERT_NE(tier, nullptr);
+      ASSERT_OK(tier->Put(a, PayloadOf(a.key), true));
+      ASSERT_OK(tier->Close());
+    }
+    const fs::path second = testing::SegmentFiles(path).at(1);
+    std::string stale;
+    {
+      std::ifstream in(second, std::ios::binary);
+      stale.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    {  // a removed, segment 2 unlinked.
+      auto tier = testing::OpenSsd(o);
+      ASSERT_NE(tier, nullptr);
+      ASSERT_OK(tier->Remove(a.key));
+      ASSERT_OK(tier->Compact());
+      ASSERT_OK(tier->Close());
+    }
+    ASSERT_EQ(testing::SegmentFiles(path).size(), 1u) << "segment 2 unlinked";
+    if (reopened) {  // its open drops the journal's records of segment 2
+      auto tier = testing::OpenSsd(o);
+      ASSERT_NE(tier, nullptr);
+      ASSERT_OK(tier->Close());
+    }
+    {  // The metadata lost; the rebuilt tier's next segment: c.
+      auto tier = testing::OpenRebuilt(o);
+      ASSERT_NE(tier, nullptr);
+      ASSERT_OK(tier->Put(c, PayloadOf(c.key), true));
+      ASSERT_OK(tier->Close());
+    }
+    const std::vector<fs::path> segments = testing::SegmentFiles(path);
+    ASSERT_EQ(segments.size(), 2u);
+    EXPECT_NE(segments[1].filename(), second.filename()) << "segment 2's id given again";
+    std::ofstream(segments[1], std::ios::binary | std::ios::app) << stale;
+    auto tier = testing::OpenRebuilt(o);
+    ASSERT_NE(tier, nullptr);
+    EXPECT_FALSE(tier->Get(a.key).ok()) << "a removed block came back";
+    for (const BlockMeta& m : {b, c}) {
+      ASSERT_OK_AND_ASSIGN(SharedBytes kept, tier->Get(m.key));
+      EXPECT_EQ(kept.view(), PayloadOf(m.key).view());
+    }
+  }
+}
+
 // Moves every metadata file of the tier directory `path` (all but
 // segments/) into `to`, or back.
 void MoveMetadata(const fs::path& from, const fs::path& to) {
