@@ -20,12 +20,16 @@ TierCounters ssd::TierImpl::Totals() const {
 
 TierCounters ssd::TierImpl::OwnerCounters(OwnerId owner) const {
   OwnerId stored = 0;
+  std::vector<OwnerId> adopted;  // its namespace's blocks under ids of their own
   {
     MutexLock lock(&names_mu_);
     if (!names_.CountsUnder(owner, &stored)) return TierCounters{};  // another's id
+    adopted = names_.Adopted(owner);
   }
   MutexLock lock(&mu_);
-  return index_.OwnerCounters(stored);
+  TierCounters c = index_.OwnerCounters(stored);
+  for (OwnerId id : adopted) ssd::AddCounters(&c, index_.OwnerCounters(id));
+  return c;
 }
 
 void ssd::TierImpl::ForEach(

@@ -93,11 +93,31 @@ StatusOr<OwnerId> OwnerNames::Choose(OwnerId owner, const std::string& name,
   }
 }
 
-void OwnerNames::Bind(OwnerId owner, const std::string& name, OwnerId stored) {
+void OwnerNames::Bind(OwnerId owner, const std::string& name, OwnerId stored,
+                      std::optional<BlockKey> namespace_id) {
   Load(name, stored);
   stored_of_run_[owner] = stored;
   run_of_stored_[stored] = owner;
   unnamed_namespace_.erase(stored);
+  if (!namespace_id.has_value()) return;
+  // Its namespace's blocks under ids of their own: a name recorded already
+  // keeps its id (Choose), and they counted for nobody until evicted.
+  for (auto it = unnamed_namespace_.begin(); it != unnamed_namespace_.end();) {
+    const OwnerId id = it->first;
+    if (it->second != namespace_id || named_.count(id) > 0 ||
+        run_of_stored_.count(id) > 0) {
+      ++it;
+      continue;
+    }
+    run_of_stored_[id] = owner;
+    adopted_[owner].push_back(id);
+    it = unnamed_namespace_.erase(it);
+  }
+}
+
+std::vector<OwnerId> OwnerNames::Adopted(OwnerId owner) const {
+  const auto it = adopted_.find(owner);
+  return it == adopted_.end() ? std::vector<OwnerId>{} : it->second;
 }
 
 OwnerId OwnerNames::Stored(OwnerId owner) const {
@@ -163,7 +183,7 @@ Status ssd::TierImpl::BindOwner(OwnerId owner, const std::string& name,
     MutexLock lock(&names_mu_);
     PKV_ASSIGN_OR_RETURN(stored,
                          names_.Choose(owner, name, namespace_id, in_use, &is_new));
-    names_.Bind(owner, name, stored);
+    names_.Bind(owner, name, stored, namespace_id);
   }
   if (!is_new) return Status::OK();
   // Bound for this run either way; a record that did not reach the database

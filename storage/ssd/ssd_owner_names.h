@@ -17,6 +17,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "prefixkv/advanced/tier.h"
 #include "prefixkv/status.h"
@@ -44,8 +45,15 @@ class OwnerNames {
   StatusOr<OwnerId> Choose(OwnerId owner, const std::string& name,
                            std::optional<BlockKey> namespace_id,
                            const std::set<OwnerId>& in_use, bool* is_new) const;
-  // Binds `owner` to `stored` for this run (and `name` to it, if new).
-  void Bind(OwnerId owner, const std::string& name, OwnerId stored);
+  // Binds `owner` to `stored` for this run (and `name` to it, if new). The
+  // other unnamed ids whose blocks are all of `namespace_id` (a roll-forward
+  // restores a namespace the old metadata held no block of under an id of
+  // its own, also when its owner's name is recorded already) are read as
+  // `owner` too, and counted for it (Adopted).
+  void Bind(OwnerId owner, const std::string& name, OwnerId stored,
+            std::optional<BlockKey> namespace_id);
+  // The unnamed ids `owner` took over at Bind, besides its own.
+  std::vector<OwnerId> Adopted(OwnerId owner) const;
 
   // What records carry for this run's `owner`: its bound id; an owner never
   // bound is stored as itself, unless that id is another owner's (then as
@@ -64,6 +72,7 @@ class OwnerNames {
   std::set<OwnerId> named_;
   std::map<OwnerId, OwnerId> stored_of_run_;
   std::map<OwnerId, OwnerId> run_of_stored_;
+  std::map<OwnerId, std::vector<OwnerId>> adopted_;  // run owner -> unnamed ids
   // Unnamed stored ids at Open: the one namespace of their blocks, or
   // nullopt when they hold blocks of several.
   std::map<OwnerId, std::optional<BlockKey>> unnamed_namespace_;

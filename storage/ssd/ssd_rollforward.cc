@@ -232,7 +232,8 @@ Status ssd::TierImpl::RollForward(const ssd::JournalContents& journal,
       // A namespace the metadata holds no block of: 0 may be another
       // owner's name (counting these blocks for it). An id nobody has, one
       // per namespace, is adopted by the namespace's owner when it binds
-      // (OwnerNames::Choose).
+      // (OwnerNames::Choose), or takes over when its name is recorded already
+      // (OwnerNames::Bind).
       while (taken.contains(owner) || owner == kEveryOwner) ++owner;
       taken.insert(owner);
       owner_of_ns[c.namespace_id] = owner;

@@ -434,6 +434,51 @@ TEST_F(SsdFaultTest, ARolledForwardBlockOfANewNamespaceCountsForNoOtherOwner) {
   testing::ExpectAuditClean(*tier);
 }
 
+// The same with the namespace's owner named already in the old metadata
+// (it bound before any of its blocks was stored, or they were all removed
+// then): its name keeps its stored id, and the rolled-forward blocks, under
+// an id no name has, counted for nobody (OwnerCounters 0, Peek kEveryOwner)
+// until they were evicted. The named owner now takes them over when it binds.
+TEST_F(SsdFaultTest, ARolledForwardBlockCountsForItsNamespacesOwnerNamedBeforeIt) {
+  SsdTierOptions o = Options(SsdDurability::kSync);
+  const BlockMeta a = ChainBlock(0, 0, 1, 0), d = ChainBlock(0, 0, 3, 1),
+                  e = ChainBlock(1, 0, 3, 1);
+  const auto open_named = [&] {
+    auto tier = testing::OpenSsd(o);
+    EXPECT_OK(tier->BindOwner(0, "model:1", a.namespace_id));
+    EXPECT_OK(tier->BindOwner(1, "model:3", d.namespace_id));
+    return tier;
+  };
+  auto tier = open_named();
+  ASSERT_NE(tier, nullptr);
+  ASSERT_OK(tier->Put(a, PayloadOf(a), true));
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  KeepMetadataCopy();  // model:3 named, none of its blocks stored
+  tier = open_named();
+  ASSERT_OK(tier->Put(d, PayloadOf(d), true));
+  ASSERT_OK(tier->Close());
+  tier.reset();
+  PutBackMetadataCopy();
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE(run == 0 ? "rolled forward" : "reopened");
+    tier = open_named();
+    ASSERT_NE(tier, nullptr);
+    if (run == 0) {
+      EXPECT_NE(tier->open_report().metadata_rollback, "");
+      ASSERT_OK(tier->Put(e, PayloadOf(e), true));  // under model:3's own id
+    }
+    EXPECT_EQ(Present(*tier, {a, d, e}), 3u);
+    EXPECT_EQ(tier->OwnerCounters(0).entries, 1u) << "model:1 holds only a";
+    EXPECT_EQ(tier->OwnerCounters(1).entries, 2u) << "model:3's blocks count for it";
+    EXPECT_EQ(tier->OwnerCounters(1).bytes, PayloadOf(d).size() + PayloadOf(e).size());
+    EXPECT_EQ(tier->Peek(d.key)->owner, 1u);
+    testing::ExpectAuditClean(*tier);
+    ASSERT_OK(tier->Close());
+    tier.reset();
+  }
+}
+
 // Found in review (2026-12-06; failed before the fix): a same-bytes copy with no record
 // of its own. `a` is stored, then stored again with the same bytes in a newer segment (an
 // extent-only removal names the first extent), and the journal is lost: the
