@@ -48,6 +48,14 @@ void OwnerNames::Load(const std::string& name, OwnerId stored) {
   named_.insert(stored);
 }
 
+std::string OwnerNames::NameOf(OwnerId stored) const {
+  if (named_.count(stored) == 0) return "";
+  for (const auto& [name, id] : by_name_) {
+    if (id == stored) return name;
+  }
+  return "";
+}
+
 void OwnerNames::NoteUnnamedBlock(OwnerId stored, const BlockKey& namespace_id) {
   auto [it, inserted] = unnamed_namespace_.try_emplace(stored, namespace_id);
   if (!inserted && it->second != namespace_id) it->second = std::nullopt;  // several

@@ -34,6 +34,8 @@ class OwnerNames {
   // of that namespace (Choose).
   void NoteUnnamedBlock(OwnerId stored, const BlockKey& namespace_id);
   bool IsNamed(OwnerId stored) const { return named_.count(stored) > 0; }
+  // The name whose stored id is `stored`, or "" (an unnamed id).
+  std::string NameOf(OwnerId stored) const;
 
   // The stored id for this run's `owner`, named `name`, that writes the
   // blocks of `namespace_id` (nullopt: none, a memory charge): the name's

@@ -274,6 +274,8 @@ class TierImpl {
   // ReadVerified) is a finding and leaves the recomputed counters.
   void VerifyPayloads(AuditScan* scan, std::vector<AuditFinding>* findings)
       REQUIRES(pause_) EXCLUDES(mu_, gc_mu_);
+  // "owner <name> (stored id N)" for a named stored id, else "owner N".
+  std::string OwnerLabel(OwnerId stored) const EXCLUDES(names_mu_);
   // The live and persisted entries and bytes per owner against `recomputed`.
   void CompareCounters(const std::map<OwnerId, TierCounters>& recomputed,
                        const std::map<OwnerId, TierCounters>& persisted,

@@ -420,6 +420,38 @@ TEST(SsdCorruption, AuditNamesPersistedCountersThatDisagreeWhileOpen) {
                                           ", recomputed " + std::to_string(bytes)}}));
 }
 
+// The same in a directory of named owners: the finding names the owner by
+// its name. Stored ids are not this run's ids (docs/ssd.md "Owner names"),
+// and a bare "owner 0" read as this run's owner 0 (the engine's audit lists
+// the hot tier's findings by this run's id): here another model.
+TEST(SsdCorruption, AuditNamesTheOwnerWhosePersistedCountersDisagree) {
+  testing::TempDir dir;
+  const SsdTierOptions o = testing::TestSsdOptions((dir.path() / "ssd").string());
+  const BlockMeta a = ChainBlock(0, 0, 1, 0), b = ChainBlock(0, 0, 2, 1);
+  {  // model:1 stored as 0, model:2 as 1
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_OK(tier->BindOwner(0, "model:1", a.namespace_id));
+    ASSERT_OK(tier->BindOwner(1, "model:2", b.namespace_id));
+    ASSERT_OK(tier->Close());
+  }
+  auto tier = testing::OpenSsd(o);  // registered the other way round
+  ASSERT_NE(tier, nullptr);
+  ASSERT_OK(tier->BindOwner(0, "model:2", b.namespace_id));
+  ASSERT_OK(tier->BindOwner(1, "model:1", a.namespace_id));
+  ASSERT_OK(tier->Put(ChainBlock(0, 0, 1, /*owner=*/1), PayloadOf(a.key), true));
+  ASSERT_OK(tier->Put(ChainBlock(0, 0, 2, /*owner=*/0), PayloadOf(b.key), true));
+  testing::ExpectAuditClean(*tier);
+  TierCounters wrong;
+  wrong.entries = 1;
+  ASSERT_OK(  // model:1's record (stored id 0)
+      SsdTierTestPeer::MergeRaw(*tier, ssd::CounterKey(0), ssd::EncodeCounters(wrong)));
+  std::vector<AuditFinding> findings;
+  ASSERT_OK(tier->Audit(&findings));
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].what, "owner model:1 (stored id 0) persisted entries");
+}
+
 // Flips bit 0 of the owner (u32 LE at offset 4, so owner 2 reads 3) in the
 // metadata record of `block`, written back through RocksDB's API: RocksDB's
 // block checksums pass, only the record's own checksum can tell.
