@@ -5,15 +5,23 @@
 // once write-back succeeds (issue 14, point 7).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <functional>
+#include <optional>
+#include <random>
+#include <sstream>
 #include <thread>
+#include <vector>
 
 #include "prefixkv/advanced/hot_tier.h"
+#include "prefixkv/advanced/shared_hot_budget.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "prefixkv/advanced/tier_stack.h"
 #include "tests/storage/stack/gated_tier.h"
 #include "tests/support/fault_injection_file_system.h"
+#include "tests/support/forwarding_file_system.h"
 #include "tests/support/mem_tier.h"
 #include "tests/support/test_util.h"
 
@@ -333,6 +341,438 @@ TEST(TierStackWriteBackFailure, ARemoveWhoseSsdRemovalFailsIsNotAcknowledged) {
   if (removed.ok()) {
     EXPECT_FALSE(stack.Contains(Meta(1).key)) << "an acknowledged Remove left the block";
   }
+}
+
+// Seeded randomized differential test of the stack as the engine builds it
+// (one SharedHotBudget, a budget-wide HotTier view, an SsdTier that is also
+// the write-back target, with background writers): random Puts (overwrites,
+// some too large for RAM), Removes, Rewrites, Gets (with and without
+// promotion), read-aheads, Flushes, reuse hints, pins, memory charges that
+// evict from outside the stack, and restarts (a clean close and reopen of the
+// SSD directory, RAM lost), over a hot budget of a few blocks, while a
+// fault-injecting file system fails some segment, journal and metadata
+// writes and syncs. A simple model keeps, per key, the values a read may
+// return, oldest first:
+//   * an acknowledged Put or Rewrite: exactly its bytes; an acknowledged
+//     Remove (or NotFound): nothing, the old bytes never again;
+//   * a failed one may or may not take effect (docs/prefix_cache.md: a Put
+//     Busy behind a pinned copy, or whose older copy's removal failed, takes
+//     effect later): its outcome joins the possible values after the others;
+//   * a read returning one of them rules out those before it (a key never
+//     goes back to an older value);
+//   * after a clean close and reopen every key reads as the model says.
+// At checkpoints (faults off, pins released, Flush) every key the model
+// knows exactly is on SSD with exactly its bytes, no dirty block is left, and
+// both tiers' audits recompute their counters without a finding.
+// PREFIXKV_SEED replays a run (timing of the background writers aside);
+// PREFIXKV_LONG=1 runs a long setting.
+namespace stack_model {
+
+constexpr uint64_t kKeys = 16;
+constexpr size_t kSmall = 300, kNormal = 1000, kLarge = 12000;
+constexpr uint64_t kHotCapacity = 6 * HotEntryCharge(kNormal);
+constexpr size_t kMaxPins = 3;
+
+BlockKey KeyOf(uint64_t id) { return BlockKey{0x5EEDu, id}; }
+
+// Every value is its own: the key, its version and its size are spelled in
+// every 16 bytes, so stale, cut or another key's bytes never match.
+SharedBytes ValueBytes(uint64_t id, uint64_t version, size_t size) {
+  uint8_t* out = nullptr;
+  SharedBytes b = SharedBytes::Allocate(size, &out);
+  const uint64_t words[2] = {id << 40 | size, version};
+  for (size_t i = 0; i < size; ++i)
+    out[i] = reinterpret_cast<const uint8_t*>(words)[i % 16];
+  return b;
+}
+
+// A value of a key: nullopt is "absent".
+struct Value {
+  uint64_t version = 0;
+  size_t size = 0;
+  bool operator==(const Value&) const = default;
+};
+using MaybeValue = std::optional<Value>;
+
+std::string Describe(const MaybeValue& v) {
+  if (!v) return "absent";
+  return "v" + std::to_string(v->version) + "/" + std::to_string(v->size) + "B";
+}
+
+// Syncs nothing: the model checks clean closes, not power loss, and a loaded
+// machine's fsyncs would take most of the test's time.
+class NoSyncFileSystem final : public testing::ForwardingFileSystem {
+ public:
+  StatusOr<std::unique_ptr<FileHandle>> OpenFile(
+      const std::string& path, const FileOpenOptions& options) override {
+    PKV_ASSIGN_OR_RETURN(std::unique_ptr<FileHandle> f,
+                         ForwardingFileSystem::OpenFile(path, options));
+    return std::unique_ptr<FileHandle>(std::make_unique<Handle>(std::move(f)));
+  }
+  Status SyncDir(const std::string&) override { return Status::OK(); }
+
+ private:
+  class Handle final : public testing::ForwardingFileHandle {
+   public:
+    using ForwardingFileHandle::ForwardingFileHandle;
+    Status DataSync() override { return Status::OK(); }
+    Status Sync() override { return Status::OK(); }
+  };
+};
+
+class Harness {
+ public:
+  Harness(uint64_t seed, bool write_through) : rng_(seed), write_through_(write_through) {
+    for (auto& c : candidates_) c = {std::nullopt};
+    OpenTiers();
+  }
+  ~Harness() { CloseTiers(/*expect_clean=*/false); }
+
+  // One random operation and its checks; false once a check failed.
+  bool Step(uint64_t op) {
+    step_ = op;
+    const uint64_t id = 1 + rng_() % kKeys;
+    const int dice = static_cast<int>(rng_() % 1000);
+    if (dice < 300) {
+      DoPut(id);
+    } else if (dice < 360) {
+      DoRemove(id);
+    } else if (dice < 400) {
+      DoRewrite(id);
+    } else if (dice < 640) {
+      DoGet(id);
+    } else if (dice < 680) {
+      (void)stack_->ReadAhead(KeyOf(id));
+      DoGet(id);
+    } else if (dice < 720) {
+      (void)stack_->Flush();  // may fail under faults: changes no value
+    } else if (dice < 760) {
+      (void)stack_->HintUnlikelyReuse(KeyOf(id));
+    } else if (dice < 840) {
+      DoPin(id);
+    } else if (dice < 900) {
+      DoUnpin();
+    } else if (dice < 940) {
+      DoCharge();
+    } else if (dice < 975) {
+      DoFault();
+    } else if (dice < 990) {
+      Checkpoint();
+    } else if (dice < 997) {
+      fs_.ClearFaults();
+    } else {
+      Restart();
+    }
+    return !::testing::Test::HasFailure();
+  }
+
+  // Faults off, everything checked, then a clean restart and every key again.
+  void Finish() {
+    Checkpoint();
+    Restart();
+    Checkpoint();
+  }
+
+  std::string Summary() const {
+    std::ostringstream o;
+    o << "ops " << step_ + 1 << ", puts ok " << puts_ok_ << " failed " << puts_failed_
+      << ", removes ok " << removes_ok_ << " failed " << removes_failed_ << ", rewrites "
+      << rewrites_ << ", gets " << gets_ << ", restarts " << restarts_
+      << " (closes reporting an error " << unclean_closes_ << "), faults injected "
+      << fs_.faults_injected();
+    return o.str();
+  }
+
+ private:
+  std::vector<MaybeValue>& Candidates(uint64_t id) { return candidates_[id - 1]; }
+
+  // What the op's status makes of the key: acknowledged, exactly `v`;
+  // otherwise `v` may still take effect, after what the key may hold now.
+  void Apply(uint64_t id, const MaybeValue& v, bool acknowledged) {
+    std::vector<MaybeValue>& c = Candidates(id);
+    if (acknowledged) {
+      c = {v};
+    } else if (std::find(c.begin(), c.end(), v) == c.end()) {
+      c.push_back(v);
+    }
+  }
+
+  // A read of `id` gave `got`: it must be a possible value, and values
+  // before it are ruled out from now on.
+  void Observe(uint64_t id, const MaybeValue& got, const char* how) {
+    std::vector<MaybeValue>& c = Candidates(id);
+    auto it = std::find(c.begin(), c.end(), got);
+    if (it == c.end()) {
+      std::string may;
+      for (const MaybeValue& v : c) may += " " + Describe(v);
+      ADD_FAILURE() << how << " of key " << id << " at op " << step_ << " read "
+                    << Describe(got) << ", the model allows:" << may;
+      return;
+    }
+    c.erase(c.begin(), it);
+  }
+
+  // Which value `bytes` are, for key `id`; a failure when they are none.
+  MaybeValue Identify(uint64_t id, const SharedBytes& bytes, const char* how) {
+    for (const MaybeValue& v : Candidates(id)) {
+      if (v && bytes.size() == v->size &&
+          bytes.view() == ValueBytes(id, v->version, v->size).view())
+        return v;
+    }
+    ADD_FAILURE() << how << " of key " << id << " at op " << step_ << " read "
+                  << bytes.size() << " bytes that are no value the model allows";
+    return Value{~uint64_t{0}, bytes.size()};
+  }
+
+  BlockMeta Meta(uint64_t id) const {
+    return BlockMeta{KeyOf(id), BlockKey{}, BlockKey{}, owner_};
+  }
+
+  size_t RandomSize() {
+    const int d = static_cast<int>(rng_() % 10);
+    return d < 2 ? kSmall : d < 9 ? kNormal : kLarge;  // kLarge: never in RAM
+  }
+
+  void DoPut(uint64_t id) {
+    const Value v{++version_, RandomSize()};
+    const Status s = stack_->Put(Meta(id), ValueBytes(id, v.version, v.size));
+    (s.ok() ? puts_ok_ : puts_failed_)++;
+    Apply(id, v, s.ok());
+  }
+
+  void DoRewrite(uint64_t id) {
+    const Value v{++version_, RandomSize()};
+    const Status s = stack_->Rewrite(Meta(id), ValueBytes(id, v.version, v.size));
+    ++rewrites_;
+    if (s.IsNotFound()) return Observe(id, std::nullopt, "Rewrite (NotFound)");
+    Apply(id, v, s.ok());
+  }
+
+  void DoRemove(uint64_t id) {
+    const Status s = stack_->Remove(KeyOf(id));
+    if (s.IsNotFound()) return Observe(id, std::nullopt, "Remove (NotFound)");
+    (s.ok() ? removes_ok_ : removes_failed_)++;
+    Apply(id, std::nullopt, s.ok());
+  }
+
+  void DoGet(uint64_t id) {
+    ++gets_;
+    const bool promote = rng_() % 2 == 0;
+    StatusOr<TierHit> hit = stack_->Get(KeyOf(id), promote);
+    if (hit.ok()) return Observe(id, Identify(id, hit->payload, "Get"), "Get");
+    // A read error of a stored block is a miss, not an absence: it says nothing.
+    if (hit.status().IsNotFound()) Observe(id, std::nullopt, "Get (NotFound)");
+  }
+
+  void DoPin(uint64_t id) {
+    if (pins_.size() >= kMaxPins) return DoUnpin();
+    std::optional<PinnedBlock> pin = hot_->Pin(KeyOf(id));
+    if (!pin) return;
+    Observe(id, Identify(id, pin->payload(), "Pin"), "Pin");
+    pins_.push_back(std::move(*pin));
+  }
+
+  void DoUnpin() {
+    if (pins_.empty()) return;
+    pins_.erase(pins_.begin() + static_cast<ptrdiff_t>(rng_() % pins_.size()));
+  }
+
+  // A memory charge (a live session's KV) evicts blocks from outside the
+  // stack, on this thread, holding no stripe.
+  void DoCharge() {
+    if (charged_ > 0 && rng_() % 2 == 0) {
+      EXPECT_OK(budget_->Uncharge(charge_owner_, charged_));
+      charged_ = 0;
+      return;
+    }
+    const uint64_t bytes = (1 + rng_() % 3) * HotEntryCharge(kNormal);
+    if (budget_->Charge(charge_owner_, bytes).ok()) charged_ += bytes;
+  }
+
+  void DoFault() {
+    // The tier's own files. (A failed write of RocksDB's log stops every
+    // metadata write until a reopen, and the dirty blocks then lost at the
+    // stop are named by the errors: docs/ssd.md "Errors", not this model's.)
+    static constexpr const char* kPaths[] = {".seg", ".seg", ".seg", "removals.pkvj",
+                                             "segments"};
+    FaultSpec f;
+    const int kind = static_cast<int>(rng_() % 10);
+    f.op = kind < 6 ? FaultOp::kWrite : kind < 9 ? FaultOp::kSync : FaultOp::kSyncDir;
+    f.path_contains = kPaths[rng_() % std::size(kPaths)];
+    f.skip = rng_() % 4;
+    f.count = 1 + rng_() % 3;
+    f.short_write = f.op == FaultOp::kWrite && rng_() % 3 == 0;
+    if (rng_() % 4 == 0) f.error = Status::NoSpace("injected ENOSPC");
+    fs_.AddFault(f);
+  }
+
+  // Flush with faults off. An injected ENOSPC left the tier refusing
+  // payload writes until its retry finds room again (docs/ssd.md "Full
+  // disk"), so a Flush that met that is tried again.
+  Status FlushStack() {
+    Status s = stack_->Flush();
+    for (int i = 0; i < 100 && !s.ok(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      s = stack_->Flush();
+    }
+    return s;
+  }
+
+  // Waits for the write-back queue to drain (its failed blocks retried);
+  // faults are off.
+  void DrainSsd() {
+    for (int i = 0; i < 200 && !ssd_->Flush().ok(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_OK(ssd_->WriteBackStatus()) << "write-back still failing with faults off";
+  }
+
+  void Checkpoint() {
+    fs_.ClearFaults();
+    pins_.clear();
+    DrainSsd();
+    EXPECT_OK(FlushStack()) << "op " << step_;
+    EXPECT_OK(ssd_->Flush());
+    EXPECT_EQ(stack_->dirty_blocks(), 0u) << "op " << step_;
+    for (uint64_t id = 1; id <= kKeys; ++id) {
+      std::vector<MaybeValue>& c = Candidates(id);
+      // What the SSD tier holds is a possible value (the model's exact one
+      // when it knows it: Flush wrote every dirty copy below).
+      StatusOr<SharedBytes> below = ssd_->PeekPayload(KeyOf(id));
+      if (below.ok()) {
+        const MaybeValue v = Identify(id, *below, "SSD copy after Flush");
+        EXPECT_NE(std::find(c.begin(), c.end(), v), c.end());
+      }
+      if (c.size() == 1) {
+        EXPECT_EQ(below.ok(), c[0].has_value())
+            << "key " << id << " at op " << step_ << ": the model says " << Describe(c[0])
+            << ", the SSD tier " << below.status().ToString();
+      }
+      DoGetQuiet(id);
+    }
+    Audit();
+  }
+
+  // A read that neither promotes nor counts toward the op mix.
+  void DoGetQuiet(uint64_t id) {
+    StatusOr<TierHit> hit = stack_->Get(KeyOf(id), /*allow_promotion=*/false);
+    if (hit.ok()) return Observe(id, Identify(id, hit->payload, "Get"), "Get");
+    EXPECT_TRUE(hit.status().IsNotFound()) << hit.status().ToString();
+    Observe(id, std::nullopt, "Get (NotFound)");
+  }
+
+  void Audit() {
+    std::vector<AuditFinding> findings;
+    EXPECT_OK(budget_->Audit(&findings));
+    EXPECT_OK(ssd_->Audit(&findings));
+    for (const AuditFinding& f : findings)
+      ADD_FAILURE() << "op " << step_ << ": audit: " << f.what << ": " << f.detail;
+    uint64_t stored = 0, bytes = 0;
+    ssd_->ForEach([&](const BlockMeta&, uint64_t b) {
+      ++stored;
+      bytes += b;
+    });
+    EXPECT_EQ(ssd_->Totals().entries, stored);
+    EXPECT_EQ(ssd_->Totals().bytes, bytes);
+  }
+
+  // A clean stop and start: faults off, pins released, Flush, Close; RAM
+  // is lost, the SSD directory reopened. Every acknowledged value is there.
+  void Restart() {
+    ++restarts_;
+    fs_.ClearFaults();
+    pins_.clear();
+    DrainSsd();
+    CloseTiers(/*expect_clean=*/true);
+    OpenTiers();
+    for (uint64_t id = 1; id <= kKeys; ++id) DoGetQuiet(id);
+  }
+
+  void OpenTiers() {
+    SsdTierOptions o;
+    o.path = dir_.str() + "/ssd";
+    o.capacity_bytes = 256 << 20;  // never evicts: every loss is a defect
+    o.segment_bytes = 64 << 10;    // many segments, reclaimed as values change
+    o.write_buffer_bytes = 4 << 20;
+    o.reserve_bytes = 64 << 10;
+    o.writer_threads = 2;
+    o.queue_depth = 3;  // a full queue writes inline
+    o.retry_interval_ms = 1;
+    o.read_ahead_threads = 1;
+    o.log = [](std::string_view) {};
+    o.file_system = &fs_;
+    StatusOr<std::unique_ptr<SsdTier>> ssd = SsdTier::Open(o);
+    ASSERT_OK(ssd);
+    ssd_ = std::move(ssd).value();
+    budget_ = SharedHotBudget::Create(
+                  {.capacity_bytes = kHotCapacity, .clean_blocks_are_below = true})
+                  .value();
+    owner_ = budget_->RegisterOwner("values").value();
+    charge_owner_ = budget_->RegisterOwner("charge").value();
+    charged_ = 0;
+    hot_ = HotTier::OpenShared(budget_).value();
+    stack_ =
+        std::make_unique<TierStack>(hot_.get(), ssd_.get(), ssd_.get(),
+                                    TierStackOptions{.write_through = write_through_});
+  }
+
+  void CloseTiers(bool expect_clean) {
+    if (ssd_ == nullptr) return;
+    pins_.clear();
+    const Status flushed = expect_clean ? FlushStack() : stack_->Flush();
+    stack_.reset();
+    hot_.reset();
+    budget_.reset();
+    const Status closed = ssd_->Close();
+    ssd_.reset();
+    // Close may report an earlier fault that stays until a reopen (a
+    // removal journal whose append failed: the next open regenerates it);
+    // what counts is that the reopened directory holds every value.
+    if (expect_clean) {
+      EXPECT_OK(flushed) << "op " << step_;
+    }
+    if (!closed.ok()) ++unclean_closes_;
+  }
+
+  std::mt19937_64 rng_;
+  const bool write_through_;
+  testing::TempDir dir_;
+  NoSyncFileSystem no_sync_;
+  FaultInjectionFileSystem fs_{&no_sync_};
+  std::unique_ptr<SsdTier> ssd_;
+  std::shared_ptr<SharedHotBudget> budget_;
+  std::unique_ptr<HotTier> hot_;
+  std::unique_ptr<TierStack> stack_;
+  OwnerId owner_ = 0, charge_owner_ = 0;
+  uint64_t charged_ = 0;
+  std::vector<PinnedBlock> pins_;
+  std::array<std::vector<MaybeValue>, kKeys> candidates_;
+  uint64_t version_ = 0, step_ = 0;
+  uint64_t puts_ok_ = 0, puts_failed_ = 0, removes_ok_ = 0, removes_failed_ = 0;
+  uint64_t rewrites_ = 0, gets_ = 0, restarts_ = 0, unclean_closes_ = 0;
+};
+
+void RunModel(const char* name, bool write_through) {
+  const uint64_t seed = testing::TestSeed(name);
+  const uint64_t ops = testing::Iterations(1500, 60000);
+  Harness h(seed, write_through);
+  for (uint64_t op = 0; op < ops; ++op) {
+    if (!h.Step(op)) break;
+  }
+  if (!::testing::Test::HasFailure()) h.Finish();
+  std::printf("[model] %s: %s\n", name, h.Summary().c_str());
+  if (::testing::Test::HasFailure())
+    ADD_FAILURE() << "replay: PREFIXKV_SEED=" << seed << " (" << name << ")";
+}
+
+}  // namespace stack_model
+
+TEST(TierStackModel, WriteBackUnderFaultsKeepsEveryAcknowledgedValue) {
+  stack_model::RunModel("TierStackModel.WriteBack", /*write_through=*/false);
+}
+
+TEST(TierStackModel, WriteThroughUnderFaultsKeepsEveryAcknowledgedValue) {
+  stack_model::RunModel("TierStackModel.WriteThrough", /*write_through=*/true);
 }
 
 }  // namespace
