@@ -52,7 +52,9 @@ Status StripTip(const cache::NamespaceState& ns, const BlockKey& key,
   if (!block.ok()) return block.status();
   if (!cache::StripTipState(ns.families, &block->record)) return Status::OK();
   Status s = cache::RewriteBlock(ns, block->record, options.encode);
-  return s.IsNotFound() ? Status::OK() : s;  // evicted since it was read
+  // NotFound: evicted since it was read. Busy: stripped below, a reader's
+  // pinned copy (the same tokens' KV) served until it is evicted.
+  return s.IsNotFound() || s.IsBusy() ? Status::OK() : s;
 }
 
 Status PersistLineage(cache::NamespaceState& ns) REQUIRES(ns.store_mu) {
@@ -168,6 +170,9 @@ Status WriteChain(cache::NamespaceState& ns, const StoreChain& chain,
       // block is another model's): rewrite it in place (unless every tier
       // evicted it meanwhile).
       rewritten = ns.tiers->Rewrite(meta, payload);
+      // Busy: the new state is below; a reader's pinned copy of the block is
+      // served until it is evicted (a restore walks back from it meanwhile).
+      if (rewritten.IsBusy()) rewritten = Status::OK();
       if (!rewritten.ok() && !rewritten.IsNotFound()) return rewritten;
       if (foreign) {
         result->blocks_written += rewritten.ok() ? 1 : 0;

@@ -310,10 +310,10 @@ Status TierStack::Rewrite(const BlockMeta& meta, SharedBytes payload,
   // place of that copy (below when RAM cannot or now does not hold it: a
   // failed write keeps the block; removing the RAM copy first lost it,
   // and the chain through it cut). A pinned copy stays, as below.
-  if (!in_ssd && ssd_ != nullptr) {
-    Status s = PutWriteBack(meta, payload);
-    return s.IsBusy() ? Status::OK() : s;
-  }
+  // Busy (a pinned older copy stays in RAM and is served until evicted,
+  // the new bytes below) is answered as a Put answers it: an OK here was
+  // an acknowledged Rewrite whose bytes were not read.
+  if (!in_ssd && ssd_ != nullptr) return PutWriteBack(meta, payload);
   // The SSD copy holds the new bytes already (or there is no SSD tier):
   // the RAM copy is replaced by a clean one. Removed first: the old copy's
   // eviction, if it wins the race, still finds its own mark and goes below.
@@ -326,7 +326,14 @@ Status TierStack::Rewrite(const BlockMeta& meta, SharedBytes payload,
   // the pin holder keeps the old bytes.
   if (!removed.ok() && !removed.IsBusy()) return removed;
   Status s = hot_->Put(meta, payload, /*dirty=*/false);
-  // No room in RAM now: the copy below is the block (the old RAM copy is gone).
+  // No room in RAM now: the copy below is the block once the old RAM copy is
+  // gone. A pinned one stays and is served until evicted, so the Rewrite is
+  // not acknowledged (Busy, as a Put's), and that copy is clean: never
+  // written back over the new bytes.
+  if (s.IsNoSpace() && in_ssd && removed.IsBusy()) {
+    MarkClean(meta.key);
+    return removed;
+  }
   if (s.IsNoSpace() && in_ssd) return Status::OK();
   return s;
 }

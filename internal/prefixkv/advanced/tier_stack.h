@@ -201,7 +201,9 @@ class TierStack final : private EvictionListener {
   // replacing Put, a hot copy also below by Remove + Put, one only RAM holds
   // like a write-back Put). A hot copy evicted meanwhile is replaced where it
   // went; a new hot copy that no longer fits in RAM is stored below instead (a
-  // failed write keeps the old block). NotFound when no tier holds it. `reason`: what the
+  // failed write keeps the old block; Busy when the old RAM copy is pinned
+  // then: it is served until evicted, the new bytes below). NotFound when no
+  // tier holds it. `reason`: what the
   // KV events of the replacement say (kStripped for a tip's state stripped in place).
   Status Rewrite(const BlockMeta& meta, SharedBytes payload,
                  KvRemoveReason reason = KvRemoveReason::kNone);

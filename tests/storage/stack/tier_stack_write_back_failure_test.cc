@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <optional>
 #include <random>
@@ -343,6 +345,48 @@ TEST(TierStackWriteBackFailure, ARemoveWhoseSsdRemovalFailsIsNotAcknowledged) {
   }
 }
 
+// Found by TierStackModel (2026-12-07; failed before the fix): a Rewrite
+// whose new bytes are too large for RAM, of a block whose RAM copy a reader
+// has pinned, wrote them below and answered OK, while the pinned old copy
+// stayed in RAM and was served after the pin went: an acknowledged Rewrite
+// whose bytes were not read. It now answers Busy, as a Put does there
+// (docs/prefix_cache.md): the new bytes are below, the old copy (clean,
+// never written back over them) is served until evicted.
+TEST(TierStackWriteBackFailure, ARewriteTooLargeForRamOfAPinnedBlockIsNotAcknowledged) {
+  testing::TempDir dir;
+  FaultInjectionFileSystem fs;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SsdTier> ssd, OpenSsd(dir, fs));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<HotTier> hot,
+                       HotTier::Create({.capacity_bytes = 2 * HotEntryCharge(kPayload)}));
+  TierStack stack(hot.get(), ssd.get(), ssd.get());
+  const SharedBytes big = SharedBytes::Copy(std::string(8 * kPayload, 'n'));
+  ASSERT_OK(stack.Put(Meta(1), Payload(1)));
+  ASSERT_OK(stack.Flush());                   // block 1: in RAM (clean) and below
+  ASSERT_OK(stack.Put(Meta(2), Payload(2)));  // block 2: in RAM only
+  for (uint64_t i : {1, 2}) {
+    SCOPED_TRACE(i == 1 ? "a block also below" : "a block only RAM holds");
+    std::optional<PinnedBlock> pin = hot->Pin(Meta(i).key);
+    ASSERT_TRUE(pin);
+    const Status rewritten = stack.Rewrite(Meta(i), big);
+    pin.reset();
+    EXPECT_TRUE(rewritten.IsBusy()) << rewritten.ToString();
+    StatusOr<TierHit> hit = stack.Get(Meta(i).key, /*allow_promotion=*/false);
+    ASSERT_OK(hit);
+    if (rewritten.ok()) {
+      EXPECT_TRUE(hit->payload.view() == big.view())
+          << "acknowledged, the old bytes served";
+    }
+    // Below, the new bytes; once the old copy leaves RAM they are served.
+    ASSERT_OK(stack.Flush());
+    ASSERT_OK_AND_ASSIGN(SharedBytes below, ssd->Get(Meta(i).key));
+    EXPECT_TRUE(below.view() == big.view());
+    (void)hot->Remove(Meta(i).key);
+    hit = stack.Get(Meta(i).key, /*allow_promotion=*/false);
+    ASSERT_OK(hit);
+    EXPECT_TRUE(hit->payload.view() == big.view());
+  }
+}
+
 // Seeded randomized differential test of the stack as the engine builds it
 // (one SharedHotBudget, a budget-wide HotTier view, an SsdTier that is also
 // the write-back target, with background writers): random Puts (overwrites,
@@ -420,9 +464,25 @@ class NoSyncFileSystem final : public testing::ForwardingFileSystem {
   };
 };
 
+// What one thread of operations keeps: its random stream, its pins and
+// memory charge, and its keys (first, first + stride, ...): every key has
+// one writer, so its model stays a sequence while the threads' Puts,
+// promotions and charges evict each other's keys.
+struct Worker {
+  Worker(uint64_t seed, uint64_t first_key, uint64_t key_stride)
+      : rng(seed), first(first_key), stride(key_stride) {}
+  std::mt19937_64 rng;
+  uint64_t first, stride;
+  std::vector<PinnedBlock> pins;
+  uint64_t charged = 0;
+  uint64_t step = 0;
+  bool Owns(uint64_t id) const { return id >= first && (id - first) % stride == 0; }
+};
+
 class Harness {
  public:
-  Harness(uint64_t seed, bool write_through) : rng_(seed), write_through_(write_through) {
+  Harness(uint64_t seed, bool write_through)
+      : write_through_(write_through), main_(seed, 1, 1) {
     for (auto& c : candidates_) c = {std::nullopt};
     OpenTiers();
   }
@@ -430,9 +490,10 @@ class Harness {
 
   // One random operation and its checks; false once a check failed.
   bool Step(uint64_t op) {
-    step_ = op;
-    const uint64_t id = 1 + rng_() % kKeys;
-    const int dice = static_cast<int>(rng_() % 1000);
+    W().step = op;
+    ++ops_;
+    const uint64_t id = RandomKey();
+    const int dice = static_cast<int>(W().rng() % 1000);
     if (dice < 300) {
       DoPut(id);
     } else if (dice < 360) {
@@ -445,7 +506,8 @@ class Harness {
       (void)stack_->ReadAhead(KeyOf(id));
       DoGet(id);
     } else if (dice < 720) {
-      (void)stack_->Flush();  // may fail under faults: changes no value
+      const Status s = stack_->Flush();  // may fail under faults: changes no value
+      NoteAll("Flush: " + s.ToString());
     } else if (dice < 760) {
       (void)stack_->HintUnlikelyReuse(KeyOf(id));
     } else if (dice < 840) {
@@ -456,14 +518,37 @@ class Harness {
       DoCharge();
     } else if (dice < 975) {
       DoFault();
+    } else if (dice < 990 && &W() != &main_) {  // checks wait for the round's end
+      DoGet(id);
     } else if (dice < 990) {
       Checkpoint();
-    } else if (dice < 997) {
+    } else if (dice < 997 || &W() != &main_) {
+      NoteAll("faults cleared");
       fs_.ClearFaults();
     } else {
       Restart();
     }
     return !::testing::Test::HasFailure();
+  }
+
+  // `threads` threads of `ops` operations each on their own keys at once,
+  // then, with faults off, every check.
+  void Round(uint64_t threads, uint64_t ops) {
+    std::vector<std::thread> running;
+    for (uint64_t t = 0; t < threads; ++t) {
+      running.emplace_back([this, t, threads, ops, seed = main_.rng()] {
+        Worker w(seed, 1 + t, threads);
+        current_ = &w;
+        for (uint64_t op = 0; op < ops && !::testing::Test::HasFailure(); ++op) Step(op);
+        w.pins.clear();
+        if (w.charged > 0) {
+          EXPECT_OK(budget_->Uncharge(charge_owner_, w.charged));
+        }
+        current_ = nullptr;
+      });
+    }
+    for (std::thread& t : running) t.join();
+    if (!::testing::Test::HasFailure()) Checkpoint();
   }
 
   // Faults off, everything checked, then a clean restart and every key again.
@@ -473,9 +558,9 @@ class Harness {
     Checkpoint();
   }
 
-  std::string Summary() const {
+  std::string Summary() {
     std::ostringstream o;
-    o << "ops " << step_ + 1 << ", puts ok " << puts_ok_ << " failed " << puts_failed_
+    o << "ops " << ops_ << ", puts ok " << puts_ok_ << " failed " << puts_failed_
       << ", removes ok " << removes_ok_ << " failed " << removes_failed_ << ", rewrites "
       << rewrites_ << ", gets " << gets_ << ", restarts " << restarts_
       << " (closes reporting an error " << unclean_closes_ << "), faults injected "
@@ -485,6 +570,32 @@ class Harness {
 
  private:
   std::vector<MaybeValue>& Candidates(uint64_t id) { return candidates_[id - 1]; }
+
+  // This thread's worker (the main one outside rounds).
+  Worker& W() { return current_ != nullptr ? *current_ : main_; }
+  uint64_t RandomKey() {
+    Worker& w = W();
+    const uint64_t owned = (kKeys - w.first) / w.stride + 1;
+    return w.first + w.rng() % owned * w.stride;
+  }
+
+  // The key's last operations (and the faults, Flushes, checkpoints and
+  // restarts between them), printed with a failure.
+  void Note(uint64_t id, const std::string& what) {
+    std::deque<std::string>& h = history_[id - 1];
+    h.push_back("op " + std::to_string(W().step) + ": " + what);
+    if (h.size() > 24) h.pop_front();
+  }
+  void NoteAll(const std::string& what) {  // this thread's keys
+    for (uint64_t id = 1; id <= kKeys; ++id) {
+      if (W().Owns(id)) Note(id, what);
+    }
+  }
+  std::string History(uint64_t id) const {
+    std::string out = "\nkey " + std::to_string(id) + "'s history:";
+    for (const std::string& line : history_[id - 1]) out += "\n  " + line;
+    return out;
+  }
 
   // What the op's status makes of the key: acknowledged, exactly `v`;
   // otherwise `v` may still take effect, after what the key may hold now.
@@ -505,8 +616,8 @@ class Harness {
     if (it == c.end()) {
       std::string may;
       for (const MaybeValue& v : c) may += " " + Describe(v);
-      ADD_FAILURE() << how << " of key " << id << " at op " << step_ << " read "
-                    << Describe(got) << ", the model allows:" << may;
+      ADD_FAILURE() << how << " of key " << id << " at op " << W().step << " read "
+                    << Describe(got) << ", the model allows:" << may << History(id);
       return;
     }
     c.erase(c.begin(), it);
@@ -519,8 +630,12 @@ class Harness {
           bytes.view() == ValueBytes(id, v->version, v->size).view())
         return v;
     }
-    ADD_FAILURE() << how << " of key " << id << " at op " << step_ << " read "
-                  << bytes.size() << " bytes that are no value the model allows";
+    uint64_t words[2] = {0, 0};
+    std::memcpy(words, bytes.data(), std::min<size_t>(bytes.size(), sizeof(words)));
+    ADD_FAILURE() << how << " of key " << id << " at op " << W().step << " read "
+                  << bytes.size() << " bytes that are no value the model allows (they "
+                  << "say key " << (words[0] >> 40) << ", v" << words[1] << ")"
+                  << History(id);
     return Value{~uint64_t{0}, bytes.size()};
   }
 
@@ -529,13 +644,14 @@ class Harness {
   }
 
   size_t RandomSize() {
-    const int d = static_cast<int>(rng_() % 10);
+    const int d = static_cast<int>(W().rng() % 10);
     return d < 2 ? kSmall : d < 9 ? kNormal : kLarge;  // kLarge: never in RAM
   }
 
   void DoPut(uint64_t id) {
     const Value v{++version_, RandomSize()};
     const Status s = stack_->Put(Meta(id), ValueBytes(id, v.version, v.size));
+    Note(id, "Put " + Describe(v) + ": " + s.ToString());
     (s.ok() ? puts_ok_ : puts_failed_)++;
     Apply(id, v, s.ok());
   }
@@ -543,6 +659,7 @@ class Harness {
   void DoRewrite(uint64_t id) {
     const Value v{++version_, RandomSize()};
     const Status s = stack_->Rewrite(Meta(id), ValueBytes(id, v.version, v.size));
+    Note(id, "Rewrite " + Describe(v) + ": " + s.ToString());
     ++rewrites_;
     if (s.IsNotFound()) return Observe(id, std::nullopt, "Rewrite (NotFound)");
     Apply(id, v, s.ok());
@@ -550,6 +667,7 @@ class Harness {
 
   void DoRemove(uint64_t id) {
     const Status s = stack_->Remove(KeyOf(id));
+    Note(id, "Remove: " + s.ToString());
     if (s.IsNotFound()) return Observe(id, std::nullopt, "Remove (NotFound)");
     (s.ok() ? removes_ok_ : removes_failed_)++;
     Apply(id, std::nullopt, s.ok());
@@ -557,36 +675,42 @@ class Harness {
 
   void DoGet(uint64_t id) {
     ++gets_;
-    const bool promote = rng_() % 2 == 0;
+    const bool promote = W().rng() % 2 == 0;
     StatusOr<TierHit> hit = stack_->Get(KeyOf(id), promote);
+    Note(id, std::string(promote ? "Get: " : "Get (no promotion): ") +
+                 (hit.ok() ? "level " + std::to_string(static_cast<int>(hit->level))
+                           : hit.status().ToString()));
     if (hit.ok()) return Observe(id, Identify(id, hit->payload, "Get"), "Get");
     // A read error of a stored block is a miss, not an absence: it says nothing.
     if (hit.status().IsNotFound()) Observe(id, std::nullopt, "Get (NotFound)");
   }
 
   void DoPin(uint64_t id) {
-    if (pins_.size() >= kMaxPins) return DoUnpin();
+    if (W().pins.size() >= kMaxPins) return DoUnpin();
     std::optional<PinnedBlock> pin = hot_->Pin(KeyOf(id));
     if (!pin) return;
+    Note(id, "pinned");
     Observe(id, Identify(id, pin->payload(), "Pin"), "Pin");
-    pins_.push_back(std::move(*pin));
+    W().pins.push_back(std::move(*pin));
   }
 
   void DoUnpin() {
-    if (pins_.empty()) return;
-    pins_.erase(pins_.begin() + static_cast<ptrdiff_t>(rng_() % pins_.size()));
+    if (W().pins.empty()) return;
+    const size_t i = W().rng() % W().pins.size();
+    Note(W().pins[i].meta().key.lo, "unpinned");
+    W().pins.erase(W().pins.begin() + static_cast<ptrdiff_t>(i));
   }
 
   // A memory charge (a live session's KV) evicts blocks from outside the
   // stack, on this thread, holding no stripe.
   void DoCharge() {
-    if (charged_ > 0 && rng_() % 2 == 0) {
-      EXPECT_OK(budget_->Uncharge(charge_owner_, charged_));
-      charged_ = 0;
+    if (W().charged > 0 && W().rng() % 2 == 0) {
+      EXPECT_OK(budget_->Uncharge(charge_owner_, W().charged));
+      W().charged = 0;
       return;
     }
-    const uint64_t bytes = (1 + rng_() % 3) * HotEntryCharge(kNormal);
-    if (budget_->Charge(charge_owner_, bytes).ok()) charged_ += bytes;
+    const uint64_t bytes = (1 + W().rng() % 3) * HotEntryCharge(kNormal);
+    if (budget_->Charge(charge_owner_, bytes).ok()) W().charged += bytes;
   }
 
   void DoFault() {
@@ -596,14 +720,17 @@ class Harness {
     static constexpr const char* kPaths[] = {".seg", ".seg", ".seg", "removals.pkvj",
                                              "segments"};
     FaultSpec f;
-    const int kind = static_cast<int>(rng_() % 10);
+    const int kind = static_cast<int>(W().rng() % 10);
     f.op = kind < 6 ? FaultOp::kWrite : kind < 9 ? FaultOp::kSync : FaultOp::kSyncDir;
-    f.path_contains = kPaths[rng_() % std::size(kPaths)];
-    f.skip = rng_() % 4;
-    f.count = 1 + rng_() % 3;
-    f.short_write = f.op == FaultOp::kWrite && rng_() % 3 == 0;
-    if (rng_() % 4 == 0) f.error = Status::NoSpace("injected ENOSPC");
+    f.path_contains = kPaths[W().rng() % std::size(kPaths)];
+    f.skip = W().rng() % 4;
+    f.count = 1 + W().rng() % 3;
+    f.short_write = f.op == FaultOp::kWrite && W().rng() % 3 == 0;
+    if (W().rng() % 4 == 0) f.error = Status::NoSpace("injected ENOSPC");
     fs_.AddFault(f);
+    NoteAll("fault " + std::to_string(static_cast<int>(f.op)) + " on '" +
+            f.path_contains + "' skip " + std::to_string(f.skip) + " count " +
+            std::to_string(f.count));
   }
 
   // Flush with faults off. An injected ENOSPC left the tier refusing
@@ -628,12 +755,13 @@ class Harness {
   }
 
   void Checkpoint() {
+    NoteAll("checkpoint");
     fs_.ClearFaults();
-    pins_.clear();
+    W().pins.clear();
     DrainSsd();
-    EXPECT_OK(FlushStack()) << "op " << step_;
+    EXPECT_OK(FlushStack()) << "op " << W().step;
     EXPECT_OK(ssd_->Flush());
-    EXPECT_EQ(stack_->dirty_blocks(), 0u) << "op " << step_;
+    EXPECT_EQ(stack_->dirty_blocks(), 0u) << "op " << W().step;
     for (uint64_t id = 1; id <= kKeys; ++id) {
       std::vector<MaybeValue>& c = Candidates(id);
       // What the SSD tier holds is a possible value (the model's exact one
@@ -645,8 +773,8 @@ class Harness {
       }
       if (c.size() == 1) {
         EXPECT_EQ(below.ok(), c[0].has_value())
-            << "key " << id << " at op " << step_ << ": the model says " << Describe(c[0])
-            << ", the SSD tier " << below.status().ToString();
+            << "key " << id << " at op " << W().step << ": the model says "
+            << Describe(c[0]) << ", the SSD tier " << below.status().ToString();
       }
       DoGetQuiet(id);
     }
@@ -666,7 +794,7 @@ class Harness {
     EXPECT_OK(budget_->Audit(&findings));
     EXPECT_OK(ssd_->Audit(&findings));
     for (const AuditFinding& f : findings)
-      ADD_FAILURE() << "op " << step_ << ": audit: " << f.what << ": " << f.detail;
+      ADD_FAILURE() << "op " << W().step << ": audit: " << f.what << ": " << f.detail;
     uint64_t stored = 0, bytes = 0;
     ssd_->ForEach([&](const BlockMeta&, uint64_t b) {
       ++stored;
@@ -680,8 +808,9 @@ class Harness {
   // is lost, the SSD directory reopened. Every acknowledged value is there.
   void Restart() {
     ++restarts_;
+    NoteAll("restart");
     fs_.ClearFaults();
-    pins_.clear();
+    W().pins.clear();
     DrainSsd();
     CloseTiers(/*expect_clean=*/true);
     OpenTiers();
@@ -709,7 +838,7 @@ class Harness {
                   .value();
     owner_ = budget_->RegisterOwner("values").value();
     charge_owner_ = budget_->RegisterOwner("charge").value();
-    charged_ = 0;
+    W().charged = 0;
     hot_ = HotTier::OpenShared(budget_).value();
     stack_ =
         std::make_unique<TierStack>(hot_.get(), ssd_.get(), ssd_.get(),
@@ -718,7 +847,7 @@ class Harness {
 
   void CloseTiers(bool expect_clean) {
     if (ssd_ == nullptr) return;
-    pins_.clear();
+    W().pins.clear();
     const Status flushed = expect_clean ? FlushStack() : stack_->Flush();
     stack_.reset();
     hot_.reset();
@@ -729,12 +858,11 @@ class Harness {
     // removal journal whose append failed: the next open regenerates it);
     // what counts is that the reopened directory holds every value.
     if (expect_clean) {
-      EXPECT_OK(flushed) << "op " << step_;
+      EXPECT_OK(flushed) << "op " << W().step;
     }
     if (!closed.ok()) ++unclean_closes_;
   }
 
-  std::mt19937_64 rng_;
   const bool write_through_;
   testing::TempDir dir_;
   NoSyncFileSystem no_sync_;
@@ -744,13 +872,26 @@ class Harness {
   std::unique_ptr<HotTier> hot_;
   std::unique_ptr<TierStack> stack_;
   OwnerId owner_ = 0, charge_owner_ = 0;
-  uint64_t charged_ = 0;
-  std::vector<PinnedBlock> pins_;
   std::array<std::vector<MaybeValue>, kKeys> candidates_;
-  uint64_t version_ = 0, step_ = 0;
-  uint64_t puts_ok_ = 0, puts_failed_ = 0, removes_ok_ = 0, removes_failed_ = 0;
-  uint64_t rewrites_ = 0, gets_ = 0, restarts_ = 0, unclean_closes_ = 0;
+  std::array<std::deque<std::string>, kKeys> history_;
+  std::atomic<uint64_t> version_{0}, ops_{0};
+  std::atomic<uint64_t> puts_ok_{0}, puts_failed_{0}, removes_ok_{0}, removes_failed_{0};
+  std::atomic<uint64_t> rewrites_{0}, gets_{0}, restarts_{0}, unclean_closes_{0};
+  Worker main_;
+  static thread_local Worker* current_;
 };
+
+// Rounds of three threads at once on their own keys, write-back.
+void RunConcurrentModel(const char* name) {
+  const uint64_t seed = testing::TestSeed(name);
+  const uint64_t rounds = testing::Iterations(6, 200);
+  Harness h(seed, /*write_through=*/false);
+  for (uint64_t r = 0; r < rounds && !::testing::Test::HasFailure(); ++r) h.Round(3, 150);
+  if (!::testing::Test::HasFailure()) h.Finish();
+  std::printf("[model] %s: %s\n", name, h.Summary().c_str());
+  if (::testing::Test::HasFailure())
+    ADD_FAILURE() << "replay: PREFIXKV_SEED=" << seed << " (" << name << ")";
+}
 
 void RunModel(const char* name, bool write_through) {
   const uint64_t seed = testing::TestSeed(name);
@@ -765,6 +906,8 @@ void RunModel(const char* name, bool write_through) {
     ADD_FAILURE() << "replay: PREFIXKV_SEED=" << seed << " (" << name << ")";
 }
 
+thread_local Worker* Harness::current_ = nullptr;
+
 }  // namespace stack_model
 
 TEST(TierStackModel, WriteBackUnderFaultsKeepsEveryAcknowledgedValue) {
@@ -773,6 +916,10 @@ TEST(TierStackModel, WriteBackUnderFaultsKeepsEveryAcknowledgedValue) {
 
 TEST(TierStackModel, WriteThroughUnderFaultsKeepsEveryAcknowledgedValue) {
   stack_model::RunModel("TierStackModel.WriteThrough", /*write_through=*/true);
+}
+
+TEST(TierStackModel, ThreadsOnTheirOwnKeysUnderFaultsKeepEveryAcknowledgedValue) {
+  stack_model::RunConcurrentModel("TierStackModel.Threads");
 }
 
 }  // namespace
