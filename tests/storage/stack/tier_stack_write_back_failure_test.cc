@@ -483,6 +483,11 @@ class Harness {
  public:
   Harness(uint64_t seed, bool write_through)
       : write_through_(write_through), main_(seed, 1, 1) {
+    // Each mode commits differently (no log, a log, a synced one): a clean
+    // close keeps everything in every one.
+    constexpr SsdDurability kModes[] = {SsdDurability::kFlush, SsdDurability::kWal,
+                                        SsdDurability::kSync};
+    durability_ = kModes[main_.rng() % 3];
     for (auto& c : candidates_) c = {std::nullopt};
     OpenTiers();
   }
@@ -560,9 +565,10 @@ class Harness {
 
   std::string Summary() {
     std::ostringstream o;
-    o << "ops " << ops_ << ", puts ok " << puts_ok_ << " failed " << puts_failed_
-      << ", removes ok " << removes_ok_ << " failed " << removes_failed_ << ", rewrites "
-      << rewrites_ << ", gets " << gets_ << ", restarts " << restarts_
+    o << "durability " << static_cast<int>(durability_) << ", ops " << ops_
+      << ", puts ok " << puts_ok_ << " failed " << puts_failed_ << ", removes ok "
+      << removes_ok_ << " failed " << removes_failed_ << ", rewrites " << rewrites_
+      << ", gets " << gets_ << ", restarts " << restarts_
       << " (closes reporting an error " << unclean_closes_ << "), faults injected "
       << fs_.faults_injected();
     return o.str();
@@ -828,6 +834,7 @@ class Harness {
     o.queue_depth = 3;  // a full queue writes inline
     o.retry_interval_ms = 1;
     o.read_ahead_threads = 1;
+    o.durability = durability_;
     o.log = [](std::string_view) {};
     o.file_system = &fs_;
     StatusOr<std::unique_ptr<SsdTier>> ssd = SsdTier::Open(o);
@@ -864,6 +871,7 @@ class Harness {
   }
 
   const bool write_through_;
+  SsdDurability durability_ = SsdDurability::kWal;
   testing::TempDir dir_;
   NoSyncFileSystem no_sync_;
   FaultInjectionFileSystem fs_{&no_sync_};
