@@ -341,6 +341,17 @@ Status TierStack::Rewrite(const BlockMeta& meta, SharedBytes payload,
 Status TierStack::Remove(const BlockKey& key, KvRemoveReason reason) {
   MutexLock lock(&StripeFor(key));
   KvReasonScope events_say(reason);
+  // A dirty RAM copy over an SSD copy: that copy below is older (a failed
+  // write-back Put's, which could neither remove nor overwrite it) and goes
+  // first, so a failed removal leaves the key as it was. (The RAM copy went
+  // first, and the older copy, a value since replaced and read, was served
+  // again.)
+  bool older_removed = false;
+  if (hot_ != nullptr && ssd_ != nullptr && IsMarkedDirty(key) && ssd_->Contains(key)) {
+    Status older = ssd_->Remove(key);
+    if (!older.ok() && !older.IsNotFound()) return older;
+    older_removed = older.ok();
+  }
   Status hot = hot_ != nullptr ? hot_->Remove(key) : Status::NotFound("no hot tier");
   // A pinned hot copy stays, and so does its mark (it is written back when
   // evicted). Any other copy being evicted must not come back below.
@@ -351,7 +362,7 @@ Status TierStack::Remove(const BlockKey& key, KvRemoveReason reason) {
   // The SSD copy is still there, and served: not removed, whatever the hot
   // tier did (an OK here brought a deleted value back).
   if (!ssd.ok() && !ssd.IsNotFound()) return ssd;
-  if (hot.ok() || ssd.ok()) return Status::OK();
+  if (hot.ok() || ssd.ok() || older_removed) return Status::OK();
   if (!hot.IsNotFound()) return hot;
   if (!ssd.IsNotFound()) return ssd;
   return Status::NotFound("block " + key.ToHex() + " not cached");

@@ -38,8 +38,9 @@ SharedBytes Payload(uint64_t i) {
 }
 
 // A small SSD tier in `dir` on `fs`, with one writer thread.
-StatusOr<std::unique_ptr<SsdTier>> OpenSsd(const testing::TempDir& dir,
-                                           FaultInjectionFileSystem& fs) {
+StatusOr<std::unique_ptr<SsdTier>> OpenSsd(
+    const testing::TempDir& dir, FaultInjectionFileSystem& fs,
+    SsdDurability durability = SsdDurability::kWal) {
   SsdTierOptions o;
   o.path = dir.str() + "/ssd";
   o.write_buffer_bytes = 4 << 20;
@@ -48,6 +49,7 @@ StatusOr<std::unique_ptr<SsdTier>> OpenSsd(const testing::TempDir& dir,
   o.log = [](std::string_view) {};
   o.file_system = &fs;
   o.writer_threads = 1;
+  o.durability = durability;
   return SsdTier::Open(o);
 }
 
@@ -384,6 +386,37 @@ TEST(TierStackWriteBackFailure, ARewriteTooLargeForRamOfAPinnedBlockIsNotAcknowl
     hit = stack.Get(Meta(i).key, /*allow_promotion=*/false);
     ASSERT_OK(hit);
     EXPECT_TRUE(hit->payload.view() == big.view());
+  }
+}
+
+// Found by TierStackModel (2026-12-07): a write-back Put whose older SSD copy
+// can be neither removed nor overwritten fails with its bytes in RAM, dirty,
+// and served (docs/prefix_cache.md). A Remove whose SSD removal then fails
+// too must not serve that older copy again: the newer bytes were read.
+TEST(TierStackWriteBackFailure, AFailedRemoveNeverServesAnOlderCopyAgain) {
+  testing::TempDir dir;
+  FaultInjectionFileSystem fs;
+  // In sync mode a removal's commit syncs the removal journal first: a
+  // failed sync fails the removal.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SsdTier> ssd,
+                       OpenSsd(dir, fs, SsdDurability::kSync));
+  MemTier hot({.capacity_bytes = 4 * MemTier::Charge(kPayload)});
+  TierStack stack(&hot, ssd.get(), ssd.get());
+  ASSERT_OK(stack.Put(Meta(1), Payload(1)));
+  ASSERT_OK(stack.Flush());  // in RAM (clean) and below
+  fs.AddFault({.op = FaultOp::kSync, .path_contains = "removals.pkvj"});
+  fs.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg"});
+  EXPECT_FALSE(stack.Put(Meta(1), Payload(2)).ok());
+  StatusOr<TierHit> hit = stack.Get(Meta(1).key, /*allow_promotion=*/false);
+  ASSERT_OK(hit);
+  ASSERT_EQ(hit->payload.view(), Payload(2).view()) << "the failed Put's bytes, in RAM";
+  EXPECT_FALSE(stack.Remove(Meta(1).key).ok());
+  EXPECT_GT(fs.faults_injected(), 0u);
+  fs.ClearFaults();
+  hit = stack.Get(Meta(1).key, /*allow_promotion=*/false);
+  if (hit.ok()) {
+    EXPECT_TRUE(hit->payload.view() != Payload(1).view())
+        << "an older value served again after a newer one was read";
   }
 }
 
