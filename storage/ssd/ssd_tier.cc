@@ -540,7 +540,11 @@ void ssd::TierImpl::OnEvict(const BlockMeta& meta, const SharedBytes& payload) {
 Status ssd::TierImpl::Remove(const BlockKey& key) {
   const std::optional<BlockMeta> queued = queue_->FindMeta(key);
   const std::optional<SharedBytes> queued_payload = queue_->Find(key);
-  const bool was_queued = queue_->Cancel(key);
+  // A queued version is newer than the stored one: when the removal's
+  // commit fails it is queued again, as a failed Put leaves it (cancelled
+  // for good, the stored older version was served again).
+  std::optional<ssd::WriteBackQueue::Dropped> cancelled;
+  const bool was_queued = queue_->Cancel(key, &cancelled);
   BlockLock block_lock(this, key);
   IndexEntry e;
   {
@@ -562,7 +566,9 @@ Status ssd::TierImpl::Remove(const BlockKey& key) {
   }
   TierCounters events;
   events.removes = 1;
-  return DropEntry(key, e, events, /*erase_on_failure=*/false);
+  Status s = DropEntry(key, e, events, /*erase_on_failure=*/false);
+  if (!s.ok() && cancelled.has_value()) queue_->Restore(std::move(*cancelled));
+  return s;
 }
 
 // ---- read path --------------------------------------------------------------------

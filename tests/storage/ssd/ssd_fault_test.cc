@@ -1149,6 +1149,35 @@ TEST_F(SsdFaultTest, AFailedPutKeepsTheQueuedWriteBackOfItsKey) {
   EXPECT_EQ(stored.view(), PayloadOf(b).view());
 }
 
+// A Remove that fails leaves a queued write-back of its key to be written:
+// that version (acknowledged, evicted from RAM) is newer than the stored one.
+// (It was cancelled before the removal's commit, so when the commit failed the
+// stored, older version was served again.)
+TEST_F(SsdFaultTest, AFailedRemoveKeepsTheQueuedWriteBackOfItsKey) {
+  FakeClock clock;
+  SsdTierOptions o = Options(SsdDurability::kSync);  // a commit syncs the journal
+  o.clock = &clock;
+  o.writer_threads = 1;
+  o.retry_interval_ms = 3'600'000;  // the writer waits for fake time
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  const BlockMeta b = ChainBlock(0, 0);
+  const SharedBytes older = SharedBytes::Copy(std::string(3000, 'o'));
+  ASSERT_OK(tier->Put(b, older, /*dirty=*/false));
+  fs_.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg", .count = 1});
+  tier->OnEvict(b, PayloadOf(b), true);  // the newer version, queued
+  ASSERT_TRUE(testing::WaitUntil([&] { return fs_.faults_injected() == 1; }));
+  fs_.AddFault({.op = FaultOp::kSync, .path_contains = "removals.pkvj", .count = 1});
+  EXPECT_FALSE(tier->Remove(b.key).ok());
+  EXPECT_EQ(fs_.faults_injected(), 2u);
+  ASSERT_OK_AND_ASSIGN(SharedBytes served, tier->Get(b.key));
+  EXPECT_TRUE(served.view() == PayloadOf(b).view()) << "the older version served again";
+  clock.AdvanceMillis(3'600'000);
+  ASSERT_OK(tier->Flush());
+  ASSERT_OK_AND_ASSIGN(SharedBytes stored, tier->Get(b.key));
+  EXPECT_TRUE(stored.view() == PayloadOf(b).view());
+}
+
 // A segment whose end holds no footer: a short write (ENOSPC midway, one
 // fault) that sealed it with half an extent, or a tail a power cut left as
 // zeros (the file extended, its pages never written). A rebuild's walk meets
