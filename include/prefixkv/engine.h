@@ -609,6 +609,10 @@ class Engine {
   // for a key longer than 64 KiB.
   StatusOr<SetValueResult> SetValue(std::string_view key, SharedBytes value,
                                     const SetValueOptions& options);
+  // OK when SetValue takes `key` as a name; its InvalidArgument otherwise
+  // (longer than 64 KiB). For callers that check every key of a batch before
+  // storing any (MSET).
+  static Status CheckValueKey(std::string_view key);
   // Milliseconds until `key` expires; -1 when it never does, -2 when absent.
   StatusOr<int64_t> ValueTtlMillis(std::string_view key);
   // Sets the expiry of `key` (Unix ms; 0 removes it, as PERSIST) when it is

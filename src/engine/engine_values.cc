@@ -30,14 +30,6 @@ Mutex& StripeOf(EngineImpl& impl, const BlockKey& key) {
   return impl.value_locks_[key.lo % impl.value_locks_.size()];
 }
 
-Status CheckName(std::string_view name) {
-  if (name.size() > internal::kMaxValueNameBytes) {
-    return Status::InvalidArgument("key of " + std::to_string(name.size()) +
-                                   " bytes is longer than the limit of 64 KiB");
-  }
-  return Status::OK();
-}
-
 // What a key holds, as its writers see it.
 struct Presence {
   bool present = false;  // a live value (not expired)
@@ -295,6 +287,14 @@ StatusOr<TierStack*> internal::EngineImpl::Values() {
 
 Clock* Engine::clock() const { return impl_->clock_; }
 
+Status Engine::CheckValueKey(std::string_view key) {
+  if (key.size() > internal::kMaxValueNameBytes) {
+    return Status::InvalidArgument("key of " + std::to_string(key.size()) +
+                                   " bytes is longer than the limit of 64 KiB");
+  }
+  return Status::OK();
+}
+
 StatusOr<SharedBytes> Engine::GetValue(std::string_view key) {
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());
   PKV_ASSIGN_OR_RETURN(TierStack * stack, impl_->Values());
@@ -308,7 +308,7 @@ Status Engine::PutValue(std::string_view key, SharedBytes value) {
 StatusOr<SetValueResult> Engine::SetValue(std::string_view key, SharedBytes value,
                                           const SetValueOptions& options) {
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());
-  PKV_RETURN_IF_ERROR(CheckName(key));
+  PKV_RETURN_IF_ERROR(CheckValueKey(key));
   PKV_ASSIGN_OR_RETURN(TierStack * stack, impl_->Values());
   SetValueResult result;
   {

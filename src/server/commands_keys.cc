@@ -101,10 +101,15 @@ void CmdMget(CommandContext& ctx) {
 }
 
 // MSET stores pairs in order; it is not atomic across keys (a failing tier
-// leaves the earlier pairs stored and reports the error).
+// leaves the earlier pairs stored and reports the error). A key the engine
+// refuses as a name refuses the whole command before any pair is stored.
 void CmdMset(CommandContext& ctx) {
   if (ctx.args.size() % 2 != 1) {
     return ctx.out->Error("ERR wrong number of arguments for 'mset' command");
+  }
+  for (size_t i = 1; i + 1 < ctx.args.size(); i += 2) {
+    Status s = Engine::CheckValueKey(ctx.arg(i));
+    if (!s.ok()) return ReplyStatus(s, ctx.out);
   }
   for (size_t i = 1; i + 1 < ctx.args.size(); i += 2) {
     Status s = ctx.dispatcher.engine()->PutValue(ctx.arg(i), DetachArg(ctx.args[i + 1]));

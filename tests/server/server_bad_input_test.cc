@@ -229,6 +229,23 @@ TEST_F(ServerBadInputTest, StopsExecutingCommandsWhileRepliesPileUpUnread) {
   EXPECT_EQ(server_->stats().total_commands_processed - before, uint64_t{kGets});
 }
 
+// An MSET that is refused for a key it names (longer than 64 KiB) stores
+// none of its pairs: it used to store the pairs before that key and then
+// answer the error, so a client told the MSET failed found part of it done.
+TEST_F(ServerBadInputTest, AnMsetRefusedForOneKeyStoresNoPair) {
+  StartServer();
+  StoreWitness();
+  auto c = Connect();
+  const std::string too_long(70000, 'k');
+  EXPECT_EQ(
+      c->Call({"MSET", "witness", "changed", "a", "1", too_long, "2", "b", "3"}).str,
+      "ERR InvalidArgument: key of 70000 bytes is longer than the limit of 64 KiB");
+  EXPECT_TRUE(c->Call({"GET", "a"}).null);
+  EXPECT_TRUE(c->Call({"GET", "b"}).null);
+  EXPECT_EQ(c->Call({"DBSIZE"}).integer, 1);
+  ExpectWitnessIntact();
+}
+
 TEST_F(ServerBadInputTest, AnswersWhatAHalfClosedClientSent) {
   StartServer();
   auto c = Connect();
