@@ -34,7 +34,8 @@ Mutex& StripeOf(EngineImpl& impl, const BlockKey& key) {
 struct Presence {
   bool present = false;  // a live value (not expired)
   bool expired = false;  // a record whose expiry has passed (to remove)
-  bool legacy = false;   // the value is under LegacyValueKey
+  bool legacy = false;   // a copy is under LegacyValueKey (the value, or
+                         // older bytes a record shadows): a write drops it
   uint64_t expires_at_ms = 0;
 };
 
@@ -74,6 +75,8 @@ StatusOr<Presence> Probe(EngineImpl& impl, TierStack& stack, std::string_view na
       p.expires_at_ms = *expiry;
       p.expired = *expiry != 0 && *expiry <= now_ms;
       p.present = !p.expired;
+      // Older bytes a crash or a failed removal left beside the record.
+      p.legacy = stack.Contains(internal::LegacyValueKey(name));
       return p;
     }
   }
@@ -81,11 +84,13 @@ StatusOr<Presence> Probe(EngineImpl& impl, TierStack& stack, std::string_view na
   return p;
 }
 
-// Removes both forms of `name`. REQUIRES: its stripe held.
+// Removes both forms of `name`, the older first: while the record is there
+// it shadows the older bytes, so a removal failing halfway never uncovers
+// them. REQUIRES: its stripe held.
 Status RemoveBoth(EngineImpl& impl, TierStack& stack, std::string_view name,
                   KvRemoveReason reason = KvRemoveReason::kRemoved) {
   const BlockKey key = internal::ValueKey(name);
-  for (const BlockKey& k : {key, internal::LegacyValueKey(name)}) {
+  for (const BlockKey& k : {internal::LegacyValueKey(name), key}) {
     Status s = stack.Remove(k, reason);
     if (!s.ok() && !s.IsNotFound()) return s;
   }
@@ -112,6 +117,13 @@ StatusOr<bool> RemoveIfExpiredLocked(EngineImpl& impl, TierStack& stack,
     return false;
   }
   if (*expiry == 0 || *expiry > now_ms) return false;
+  // Older bytes of its name that the record shadows (a crash or a failed
+  // removal left them) expire with it, first: a read would find them next.
+  std::optional<std::string> name = impl.value_catalog_.NameOf(key);
+  if (name.has_value() && stack.Contains(internal::LegacyValueKey(*name))) {
+    Status s = stack.Remove(internal::LegacyValueKey(*name), KvRemoveReason::kExpired);
+    if (!s.ok() && !s.IsNotFound()) return s;
+  }
   Status s = stack.Remove(key, KvRemoveReason::kExpired);
   if (!s.ok() && !s.IsNotFound()) return s;
   impl.value_catalog_.Forget(key);

@@ -33,6 +33,13 @@ std::optional<uint64_t> ValueCatalog::ExpiryOf(const BlockKey& key) const {
   return it->second.expires_at_ms;
 }
 
+std::optional<std::string> ValueCatalog::NameOf(const BlockKey& key) const {
+  MutexLock lock(&mu_);
+  auto it = by_key_.find(key);
+  if (it == by_key_.end()) return std::nullopt;
+  return it->second.name;
+}
+
 void ValueCatalog::Forget(const BlockKey& key) {
   MutexLock lock(&mu_);
   ForgetLocked(key);

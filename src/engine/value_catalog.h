@@ -49,6 +49,8 @@ class ValueCatalog {
   bool Knows(const BlockKey& key) const EXCLUDES(mu_);
   // The expiry noted for `key` (0: never); nullopt when unknown.
   std::optional<uint64_t> ExpiryOf(const BlockKey& key) const EXCLUDES(mu_);
+  // The name noted for `key`; nullopt when unknown.
+  std::optional<std::string> NameOf(const BlockKey& key) const EXCLUDES(mu_);
   Page From(uint64_t cursor, size_t count) const EXCLUDES(mu_);
   // The next `n` keys after the hand, which then moves past them (wrapping
   // round): the sweep checks them for values evicted meanwhile.

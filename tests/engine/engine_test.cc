@@ -757,6 +757,54 @@ TEST_F(EngineTest, ValuesOfTheOlderSchemeStillRead) {
   EXPECT_TRUE(e->GetValue("old").status().IsNotFound());
 }
 
+// A key whose older-scheme copy outlived its value record (a crash after a
+// write-through SET stored the record, before it removed the v2 bytes; or
+// that removal failing): the record shadows the old bytes, and they must
+// never come back when the record expires, lazily or by the sweep. They used
+// to: the removal by expiry took the record only, and the next GET served
+// the old bytes. A write of the key (EXPIRE) drops them, as it does when no
+// record shadows them.
+TEST_F(EngineTest, AnExpiredRecordNeverUncoversTheOlderSchemesBytes) {
+  FakeClock& clock = clock_;
+  const EngineOptions o = OnDiskOnFakeClock();
+  const uint64_t t0 = clock.UnixMillis();
+  {
+    SsdTierOptions so;
+    so.path = dir_.str();
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<SsdTier> ssd, SsdTier::Open(so));
+    for (const char* name : {"lazy", "swept", "expire"}) {
+      BlockMeta meta;
+      meta.key = internal::LegacyValueKey(name);
+      ASSERT_OK(ssd->Put(meta, SharedBytes::Copy("old bytes"), /*dirty=*/false));
+      meta.key = internal::ValueKey(name);
+      const uint64_t expiry = std::string_view(name) == "expire" ? 0 : t0 + 1000;
+      ASSERT_OK(ssd->Put(
+          meta, internal::EncodeValueRecord(name, expiry, SharedBytes::Copy("new bytes")),
+          /*dirty=*/false));
+    }
+    ASSERT_OK(ssd->Close());
+  }
+  auto e = Open(o);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->GetValue("lazy").value().view(), "new bytes");
+  ASSERT_OK_AND_ASSIGN(bool changed, e->SetValueExpiry("expire", t0 + 1000));
+  EXPECT_TRUE(changed);
+  EXPECT_EQ(e->GetValue("expire").value().view(), "new bytes");
+  EXPECT_EQ(e->CountValues().value(), 5u) << "2 keys in both forms, 1 in one";
+  clock.AdvanceMillis(1000);
+  ASSERT_OK_AND_ASSIGN(uint64_t removed, e->RemoveExpiredValues(1));
+  EXPECT_EQ(removed, 1u);  // the earliest due: one of the three
+  for (int read = 0; read < 2; ++read) {
+    for (const char* name : {"lazy", "swept", "expire"}) {
+      SCOPED_TRACE(std::string(name) + " read " + std::to_string(read));
+      StatusOr<SharedBytes> v = e->GetValue(name);
+      EXPECT_TRUE(v.status().IsNotFound()) << (v.ok() ? v->view() : "");
+    }
+  }
+  ASSERT_OK(e->RemoveExpiredValues(100).status());
+  EXPECT_EQ(e->CountValues().value(), 0u);
+}
+
 TEST_F(EngineTest, FlushMakesEveryStoredBlockDurableOnSsd) {
   auto e = Open(OnDisk());
   ASSERT_NE(e, nullptr);
