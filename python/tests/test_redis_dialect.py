@@ -268,6 +268,25 @@ def test_set_options(both):
         ABOUT(100), ABOUT(100), -1, ABOUT(100), ABOUT(200), ABOUT(300)]
 
 
+def test_set_options_given_twice(both):
+    """An option given twice takes its last value, and every option is read
+    before the time's number is checked (a syntax error wins over it)."""
+    def run(c):
+        start = time.monotonic()
+        got = [outcome(lambda: c.execute_command(*cmd)) for cmd in [
+            ("SET", "r", "1", "EX", "100", "EX", "200"), ("TTL", "r"),
+            ("SET", "r", "2", "KEEPTTL", "KEEPTTL"), ("TTL", "r"),
+            ("SET", "r", "3", "XX", "XX"), ("SET", "r", "4", "NX", "NX"),
+            ("SET", "r", "5", "PX", "ten", "PX", "300000"), ("TTL", "r"),
+            ("SET", "r", "v", "EX", "100", "EX", "0"), ("SET", "r", "v", "EX", "ten", "NX", "XX"),
+            ("SET", "r", "v", "EX", "0", "FOREVER"), ("GET", "r")]]
+        ttls_near(got, {1: (200, 0), 3: (200, 0), 7: (300, 0)}, time.monotonic() - start)
+        return got
+
+    got = same_on_both(both, run)
+    assert got[0] is True and got[5] is None and got[-1] == b"5"
+
+
 def test_expire_family_and_persist(both):
     def run(c):
         c.mset({"e": "1", "f": "2", "g": "3"})

@@ -37,34 +37,48 @@ bool ExpiryTime(int64_t value, int64_t unit_ms, bool absolute, uint64_t now_ms,
   return true;
 }
 
-// SET's options after the value; an error text, or "" when they parse.
+// SET's options after the value; an error text, or "" when they parse. As
+// Redis 7 reads them: every option first (a syntax error wins), an option
+// given twice takes its last value (EX 10 EX 20 is EX 20; only two different
+// times, or a time and KEEPTTL, or NX and XX, conflict), and then the time's
+// number is checked.
 std::string ParseSetOptions(CommandContext& ctx, SetValueOptions* o) {
   using Condition = SetValueOptions::Condition;
-  bool timed = false;
-  const uint64_t now_ms = ctx.dispatcher.engine()->clock()->UnixMillis();
+  std::string time_unit;  // "ex", "px", "exat" or "pxat" once given
+  std::string_view time_arg;
   for (size_t i = 3; i < ctx.args.size(); ++i) {
     const std::string opt = Lower(ctx.arg(i));
+    const bool timed = opt == "ex" || opt == "px" || opt == "exat" || opt == "pxat";
     if (opt == "nx" || opt == "xx") {
-      if (o->condition != Condition::kAlways) return "ERR syntax error";
-      o->condition = opt == "nx" ? Condition::kIfAbsent : Condition::kIfPresent;
+      const Condition c = opt == "nx" ? Condition::kIfAbsent : Condition::kIfPresent;
+      if (o->condition != Condition::kAlways && o->condition != c) {
+        return "ERR syntax error";
+      }
+      o->condition = c;
     } else if (opt == "get") {
       o->return_old = true;
     } else if (opt == "keepttl") {
-      if (timed) return "ERR syntax error";
-      o->keep_ttl = timed = true;
-    } else if (opt == "ex" || opt == "px" || opt == "exat" || opt == "pxat") {
-      if (timed || i + 1 >= ctx.args.size()) return "ERR syntax error";
-      timed = true;
-      int64_t value = 0;
-      if (!ParseInt64(ctx.arg(++i), &value)) return std::string(kNotInteger);
-      const bool seconds = opt == "ex" || opt == "exat";
-      if (value <= 0 || !ExpiryTime(value, seconds ? 1000 : 1, opt.size() == 4, now_ms,
-                                    &o->expires_at_unix_ms)) {
-        return "ERR invalid expire time in 'set' command";
+      if (!time_unit.empty()) return "ERR syntax error";
+      o->keep_ttl = true;
+    } else if (timed) {
+      if (o->keep_ttl || (!time_unit.empty() && time_unit != opt) ||
+          i + 1 >= ctx.args.size()) {
+        return "ERR syntax error";
       }
+      time_unit = opt;
+      time_arg = ctx.arg(++i);
     } else {
       return "ERR syntax error";
     }
+  }
+  if (time_unit.empty()) return "";
+  int64_t value = 0;
+  if (!ParseInt64(time_arg, &value)) return std::string(kNotInteger);
+  const bool seconds = time_unit == "ex" || time_unit == "exat";
+  const uint64_t now_ms = ctx.dispatcher.engine()->clock()->UnixMillis();
+  if (value <= 0 || !ExpiryTime(value, seconds ? 1000 : 1, time_unit.size() == 4, now_ms,
+                                &o->expires_at_unix_ms)) {
+    return "ERR invalid expire time in 'set' command";
   }
   return "";
 }

@@ -478,6 +478,44 @@ TEST_F(ServerTest, TakesSetsOptionsAsRedisDoes) {
   EXPECT_EQ(c->Call({"GET", "k"}).str, "7") << "a refused SET changes nothing";
 }
 
+// SET's options are all read before the expiry's number is checked, and an
+// option given twice takes its last value, as redis-server 7.0.15 answers
+// (each reply below is its own): a second EX (PX, EXAT, PXAT), NX, XX or
+// KEEPTTL used to be a syntax error here, and a bad number before a syntax
+// error was reported instead of it.
+TEST_F(ServerTest, TakesRepeatedSetOptionsAsRedisDoes) {
+  FakeClock& clock = FakeUnixClock();
+  engine_options_.clock = &clock;
+  StartServer();
+  auto c = Connect();
+  const uint64_t now_s = clock.UnixMillis() / 1000;
+  EXPECT_EQ(c->Call({"SET", "k", "1", "EX", "10", "EX", "20"}).str, "OK");
+  EXPECT_EQ(c->Call({"PTTL", "k"}).integer, 20000);
+  EXPECT_EQ(c->Call({"SET", "k", "2", "PX", "10", "px", "30"}).str, "OK");
+  EXPECT_EQ(c->Call({"PTTL", "k"}).integer, 30);
+  EXPECT_EQ(c->Call({"SET", "k", "3", "EXAT", std::to_string(now_s + 100), "EXAT",
+                     std::to_string(now_s + 50)})
+                .str,
+            "OK");
+  EXPECT_EQ(c->Call({"TTL", "k"}).integer, 50);
+  EXPECT_EQ(c->Call({"SET", "k", "4", "KEEPTTL", "KEEPTTL"}).str, "OK");
+  EXPECT_EQ(c->Call({"TTL", "k"}).integer, 50);
+  EXPECT_EQ(c->Call({"SET", "k", "5", "XX", "XX"}).str, "OK");
+  EXPECT_TRUE(c->Call({"SET", "k", "6", "NX", "NX"}).null);
+  EXPECT_EQ(c->Call({"SET", "k", "7", "EX", "ten", "EX", "10"}).str, "OK");
+  EXPECT_EQ(c->Call({"SET", "k", "8", "EX", "0", "EX", "10"}).str, "OK");
+  EXPECT_EQ(c->Call({"SET", "k", "v", "EX", "10", "EX", "ten"}).str,
+            "ERR value is not an integer or out of range");
+  EXPECT_EQ(c->Call({"SET", "k", "v", "EX", "10", "EX", "0"}).str,
+            "ERR invalid expire time in 'set' command");
+  EXPECT_EQ(c->Call({"SET", "k", "v", "EX", "ten", "NX", "XX"}).str, "ERR syntax error");
+  EXPECT_EQ(c->Call({"SET", "k", "v", "EX", "0", "FOREVER"}).str, "ERR syntax error");
+  EXPECT_EQ(c->Call({"SET", "k", "v", "PX", "5", "EX", "1"}).str, "ERR syntax error");
+  EXPECT_EQ(c->Call({"SET", "k", "v", "KEEPTTL", "PXAT", "5"}).str, "ERR syntax error");
+  EXPECT_EQ(c->Call({"GET", "k"}).str, "8") << "a refused SET changes nothing";
+  EXPECT_EQ(c->Call({"TTL", "k"}).integer, 10);
+}
+
 // SCAN walks the raw keys' names with MATCH, COUNT and TYPE; KEYS lists them
 // with the same glob.
 TEST_F(ServerTest, ScansAndListsKeysByGlob) {
