@@ -589,6 +589,8 @@ class Engine {
   StatusOr<SharedBytes> GetValue(std::string_view key);
   Status PutValue(std::string_view key, SharedBytes value);
   StatusOr<bool> DeleteValue(std::string_view key);
+  // False also when the key's record cannot be read (an SSD read error):
+  // ValueTtlMillis reports that error.
   bool ContainsValue(std::string_view key) const;
   // How many keys the key-value space holds: each counted once, whether in
   // RAM, on SSD or both. Waits for the SSD write-back queue, then walks both

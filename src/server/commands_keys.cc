@@ -25,6 +25,13 @@ bool ReplyValue(CommandContext& ctx, std::string_view key) {
   return true;
 }
 
+// Whether `key` is present (ValueTtlMillis, not ContainsValue: a key whose
+// record cannot be read is an error, not absent).
+StatusOr<bool> KeyPresent(CommandContext& ctx, std::string_view key) {
+  PKV_ASSIGN_OR_RETURN(int64_t ttl, ctx.dispatcher.engine()->ValueTtlMillis(key));
+  return ttl != -2;
+}
+
 }  // namespace
 
 void CmdGet(CommandContext& ctx) { ReplyValue(ctx, ctx.arg(1)); }
@@ -69,14 +76,18 @@ void CmdFlushdb(CommandContext& ctx) {
 
 // TYPE: "string" for a raw key (an expired one is absent), "none" otherwise.
 void CmdType(CommandContext& ctx) {
-  ctx.out->Simple(ctx.dispatcher.engine()->ContainsValue(ctx.arg(1)) ? "string" : "none");
+  StatusOr<bool> present = KeyPresent(ctx, ctx.arg(1));
+  if (!present.ok()) return ReplyStatus(present.status(), ctx.out);
+  ctx.out->Simple(*present ? "string" : "none");
 }
 
 // Like Redis, a key named twice is counted twice.
 void CmdExists(CommandContext& ctx) {
   int64_t n = 0;
   for (size_t i = 1; i < ctx.args.size(); ++i) {
-    n += ctx.dispatcher.engine()->ContainsValue(ctx.arg(i)) ? 1 : 0;
+    StatusOr<bool> present = KeyPresent(ctx, ctx.arg(i));
+    if (!present.ok()) return ReplyStatus(present.status(), ctx.out);
+    n += *present ? 1 : 0;
   }
   ctx.out->Integer(n);
 }

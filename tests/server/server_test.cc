@@ -17,6 +17,7 @@
 
 #include "glob.h"
 #include "tests/server/server_fixture.h"
+#include "tests/support/fault_injection_file_system.h"
 #include "tests/support/test_util.h"
 
 // The machine's memory as sysinfo(2) reports it to the server, which lowers
@@ -417,6 +418,40 @@ TEST_F(ServerTest, ExpiresKeysOnTheEngineClock) {
   EXPECT_EQ(c->Call({"EXPIRE", "p", "10", "SOON"}).str, "ERR Unsupported option SOON");
   EXPECT_EQ(c->Call({"EXPIRE", "p", "9223372036854775807"}).str,
             "ERR invalid expire time in 'expire' command");
+}
+
+// EXISTS and TYPE of a key whose record cannot be read (an SSD read error,
+// after a restart when the key's expiry is not known yet) answer the error,
+// as GET does: they used to answer 0 and "none", a present key reported
+// absent to a client that then, say, SET NX'd it.
+TEST_F(ServerTest, ExistsAndTypeAnswerAFailedReadAsAnError) {
+  FaultInjectionFileSystem fs;
+  engine_options_.file_system = &fs;
+  StartServer();
+  {
+    auto c = Connect();
+    ASSERT_EQ(c->Call({"SET", "k", "v"}).str, "OK");
+  }
+  server_->Stop();
+  ASSERT_OK(engine_->Close());
+  StartServer();  // "k" is on SSD only, and not known to the catalog
+  auto c = Connect();
+  fs.AddFault({.op = FaultOp::kRead, .path_contains = ".seg"});
+  const Reply exists = c->Call({"EXISTS", "k"});
+  EXPECT_TRUE(exists.IsError()) << exists.integer;
+  const Reply type = c->Call({"TYPE", "k"});
+  EXPECT_TRUE(type.IsError()) << type.str;
+  EXPECT_TRUE(c->Call({"GET", "k"}).IsError());
+  EXPECT_GT(fs.faults_injected(), 0u);
+  fs.ClearFaults();
+  EXPECT_EQ(c->Call({"EXISTS", "k", "k"}).integer, 2);
+  EXPECT_EQ(c->Call({"TYPE", "k"}).str, "string");
+  EXPECT_EQ(c->Call({"EXISTS", "absent"}).integer, 0);
+  EXPECT_EQ(c->Call({"TYPE", "absent"}).str, "none");
+  server_->Stop();
+  ASSERT_OK(engine_->Close());
+  server_.reset();
+  engine_.reset();  // before `fs` goes
 }
 
 // The most negative milliseconds are a time in the past, as in Redis 7
