@@ -4,7 +4,8 @@
 // The router never asks a node what it holds: it applies each node's events
 // to an index of which node holds which block in RAM (the hot tier) and on
 // SSD, and routes a request, given as the chain keys of its prompt blocks
-// (ChainKeys in block_key.h, the keys the engine stores them under), to
+// (ChainKeys in block_key.h, the keys the engine stores them under), among
+// the nodes available (SetNodeAvailable), to
 //   1. among the nodes under the load bound, the one holding the longest
 //      prefix of the request in RAM, then the longest in RAM or on SSD, then
 //      the least loaded;
@@ -78,6 +79,9 @@ struct RouteChoice {
   // False: no node under the bound held the first block, or every node was
   // over its bound; the least-loaded node was chosen.
   bool by_prefix = false;
+  // True when every node was unavailable (SetNodeAvailable): no node was
+  // chosen (`node` is kMaxRouterNodes) and no load was added.
+  bool no_node = false;
 };
 
 struct RouterStats {
@@ -88,6 +92,11 @@ struct RouterStats {
   uint64_t blocks = 0;          // distinct blocks in the index now
   uint64_t routed = 0;          // Route calls
   uint64_t routed_by_prefix = 0;
+  // Route calls that left out an unavailable node holding a prefix of the
+  // request (which it would otherwise have been weighed for).
+  uint64_t skipped_unavailable = 0;
+  // Route calls that found every node unavailable (RouteChoice::no_node).
+  uint64_t no_node_available = 0;
 };
 
 class PrefixRouter {
@@ -112,8 +121,17 @@ class PrefixRouter {
   // and must resnapshot). Its in-flight load stays.
   void ForgetNode(size_t node);
 
+  // An unavailable node is left out of Route's choice (prefix and least
+  // loaded alike) and of the mean load the bound compares with, until it is
+  // available again; what the index knows of it stays, so a node that comes
+  // back costs nothing (a restarted one's kCleared empties its RAM bits).
+  // `prefixkv route` marks a node unavailable while its event feed is not
+  // connected (the node died or left). Every node starts available.
+  void SetNodeAvailable(size_t node, bool available);
+
   // Picks a node for a request whose prompt blocks have chain keys `keys` (in
-  // chain order) and adds `load` to its in-flight load.
+  // chain order) among the available ones and adds `load` to its in-flight
+  // load; RouteChoice::no_node when none is available.
   RouteChoice Route(std::span<const BlockKey> keys, uint64_t load);
   // The request routed to `node` with `load` is done.
   void Finish(size_t node, uint64_t load);

@@ -36,14 +36,35 @@ void PrefixRouter::ForgetNode(size_t node) {
   ++state_->stats.node_resets;
 }
 
+void PrefixRouter::SetNodeAvailable(size_t node, bool available) {
+  MutexLock lock(&state_->mu);
+  if (node < options_.nodes) state_->available[node] = available;
+}
+
 RouteChoice PrefixRouter::Route(std::span<const BlockKey> keys, uint64_t load) {
   internal::RouterState& s = *state_;
   MutexLock lock(&s.mu);
   s.index.Match(keys, &s.ram, &s.local);
   const size_t n = options_.nodes;
+  // The mean load over the nodes that may take the request: a node that is
+  // down takes none, and its load (requests it may never finish) would skew
+  // the bound.
   uint64_t total = load;
-  for (uint64_t l : s.in_flight) total += l;
-  const double limit = options_.load_bound * static_cast<double>(total) / double(n);
+  size_t up = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!s.available[i]) continue;
+    total += s.in_flight[i];
+    ++up;
+  }
+  ++s.stats.routed;
+  RouteChoice c;
+  if (up == 0) {
+    ++s.stats.no_node_available;
+    c.no_node = true;
+    c.node = kMaxRouterNodes;
+    return c;
+  }
+  const double limit = options_.load_bound * static_cast<double>(total) / double(up);
   auto under_bound = [&](size_t i) REQUIRES(s.mu) {
     // The node's load before this request: a node at the bound may still
     // take one more (with equal loads every node is at the mean, and a bound
@@ -56,10 +77,15 @@ RouteChoice PrefixRouter::Route(std::span<const BlockKey> keys, uint64_t load) {
   // Visiting from a rotating start spreads ties (idle nodes at the start of
   // a run) instead of always picking node 0.
   const size_t start = s.next_tie++ % n;
-  size_t best = n, least = start;
+  size_t best = n, least = n;
+  bool skipped = false;  // an unavailable node held a prefix of the request
   for (size_t k = 0; k < n; ++k) {
     const size_t i = (start + k) % n;
-    if (s.in_flight[i] < s.in_flight[least]) least = i;
+    if (!s.available[i]) {
+      skipped = skipped || s.local[i] > 0;
+      continue;
+    }
+    if (least == n || s.in_flight[i] < s.in_flight[least]) least = i;
     if (s.local[i] == 0 || !under_bound(i)) continue;
     if (best == n || score(i) > score(best) ||
         (score(i) == score(best) &&
@@ -68,14 +94,13 @@ RouteChoice PrefixRouter::Route(std::span<const BlockKey> keys, uint64_t load) {
       best = i;
     }
   }
-  RouteChoice c;
   c.by_prefix = best != n;
   c.node = c.by_prefix ? best : least;
   c.ram_blocks = s.ram[c.node];
   c.local_blocks = s.local[c.node];
   s.in_flight[c.node] += load;
-  ++s.stats.routed;
   if (c.by_prefix) ++s.stats.routed_by_prefix;
+  if (skipped) ++s.stats.skipped_unavailable;
   return c;
 }
 

@@ -59,11 +59,14 @@ class RouterIndex {
 class RouterState {
  public:
   RouterState(const RouterOptions& options)
-      : index(options.nodes, options.max_blocks), in_flight(options.nodes, 0) {}
+      : index(options.nodes, options.max_blocks),
+        in_flight(options.nodes, 0),
+        available(options.nodes, true) {}
 
   Mutex mu;
   RouterIndex index GUARDED_BY(mu);
   std::vector<uint64_t> in_flight GUARDED_BY(mu);
+  std::vector<bool> available GUARDED_BY(mu);  // SetNodeAvailable
   RouterStats stats GUARDED_BY(mu);
   size_t next_tie GUARDED_BY(mu) = 0;  // rotates ties between idle nodes
   std::vector<size_t> ram GUARDED_BY(mu), local GUARDED_BY(mu);  // scratch

@@ -16,6 +16,7 @@
 
 #include "prefixkv/block_key.h"
 #include "prefixkv/namespace_spec.h"
+#include "tests/support/loopback.h"
 #include "tests/support/test_util.h"
 #include "tools/redis/local_redis_cluster.h"
 #include "tools/route/event_feed.h"
@@ -255,6 +256,32 @@ TEST(PrefixRouter, TheIndexTakesUnderSeventyTwoBytesPerBlock) {
   EXPECT_LT(per_block, 72);
 }
 
+// An unavailable node (prefixkv route: its feed is not connected) is left
+// out of the choice, its index kept; with none available, no node.
+TEST(PrefixRouter, AnUnavailableNodeIsLeftOutUntilItIsBack) {
+  auto r = Router(2);
+  const auto c = Chain(1, 2);
+  StoreChain(*r, 0, c, 2, kHot);
+  r->SetNodeAvailable(0, false);
+  RouteChoice choice = r->Route(c, 1);
+  EXPECT_EQ(choice.node, 1u);
+  EXPECT_FALSE(choice.by_prefix);
+  EXPECT_FALSE(choice.no_node);
+  EXPECT_TRUE(r->Holds(0, c[1], kHot));
+  EXPECT_EQ(r->Stats().skipped_unavailable, 1u);
+  r->SetNodeAvailable(1, false);
+  choice = r->Route(c, 1);
+  EXPECT_TRUE(choice.no_node);
+  EXPECT_EQ(r->in_flight(0) + r->in_flight(1), 1u);  // no load added
+  EXPECT_EQ(r->Stats().no_node_available, 1u);
+  r->SetNodeAvailable(0, true);
+  choice = r->Route(c, 1);
+  EXPECT_EQ(choice.node, 0u);
+  EXPECT_EQ(choice.ram_blocks, 2u);
+  EXPECT_TRUE(choice.by_prefix);
+  EXPECT_EQ(r->Stats().routed, 3u);
+}
+
 TEST(PrefixRouter, OpenRejectsBadOptions) {
   auto bad = [](auto mutate) {
     RouterOptions o;
@@ -385,7 +412,8 @@ TEST_F(RouteServerTest, RoutesByWhatEachNodesStreamSays) {
   // and left three out).
   for (const char* line :
        {"events:6\r\n", "ignored_events:0\r\n", "dropped_blocks:0\r\n",
-        "node_resets:0\r\n", "blocks:3\r\n", "routed:3\r\n", "routed_by_prefix:3\r\n"})
+        "node_resets:0\r\n", "blocks:3\r\n", "routed:3\r\n", "routed_by_prefix:3\r\n",
+        "skipped_unavailable:0\r\n", "no_node_available:0\r\n"})
     EXPECT_NE(stats.find(line), std::string::npos) << line << "\n" << stats;
 }
 
@@ -411,6 +439,46 @@ TEST_F(RouteServerTest, ANodeThatCannotServeItsStreamIsForgotten) {
   EXPECT_FALSE(server_->router().Holds(0, keys_[0], TierLevel::kHot));
 }
 
+// A node whose feed lost its connection (the node died or left) is left out
+// of ROUTE's choice, though the index still says it holds the prefix, and is
+// chosen again once its feed is back. Node 0 "leaves" by moving its
+// listener to another port (CONFIG SET port) and dropping the feed's
+// connection: the feed's reconnects are refused until it moves back.
+TEST_F(RouteServerTest, ANodeWhoseFeedIsDisconnectedIsNotChosen) {
+  for (int i = 0; i < 3; ++i)
+    ASSERT_EQ(Xadd(*nodes_[0], std::to_string(i + 1) + "-0", "stored", "hot", keys_[i]),
+              std::to_string(i + 1) + "-0");
+  StartRouter();
+  ASSERT_TRUE(EventsApplied(3));
+  const auto connected = [&](size_t node) {
+    const std::string stats = Call(*client_, {"ROUTE.STATS"});
+    return stats.find("node" + std::to_string(node) + ":addr=" + addrs_[node] +
+                      ",connected=1") != std::string::npos;
+  };
+  ASSERT_TRUE(Eventually([&] { return connected(0) && connected(1); }));
+  EXPECT_EQ(Call(*client_, RouteArgs()), addrs_[0] + " 0 3 3");
+  EXPECT_EQ(Call(*client_, {"ROUTE.DONE", "0", "12"}), "OK");
+  const int away = testing::ClosedLoopbackPort();
+  ASSERT_NE(away, 0);
+  ASSERT_EQ(Call(*nodes_[0], {"CONFIG", "SET", "port", std::to_string(away)}), "OK");
+  ASSERT_EQ(Call(*nodes_[0], {"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"}), "1");
+  ASSERT_TRUE(Eventually([&] { return !connected(0); }));
+  EXPECT_TRUE(server_->router().Holds(0, keys_[0], TierLevel::kHot));  // bits stay
+  // Node 1 holds nothing of it: the least-loaded node among the connected.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(Call(*client_, RouteArgs()), addrs_[1] + " 1 0 0");
+    EXPECT_EQ(Call(*client_, {"ROUTE.DONE", "1", "12"}), "OK");
+  }
+  const std::string stats = Call(*client_, {"ROUTE.STATS"});
+  EXPECT_NE(stats.find("skipped_unavailable:3\r\n"), std::string::npos) << stats;
+  // Back on its port: the feed reconnects and resumes, node 0 is chosen again.
+  ASSERT_EQ(
+      Call(*nodes_[0], {"CONFIG", "SET", "port", std::to_string(redis_->ports()[0])}),
+      "OK");
+  ASSERT_TRUE(Eventually([&] { return connected(0); }));
+  EXPECT_EQ(Call(*client_, RouteArgs()), addrs_[0] + " 0 3 3");
+}
+
 TEST_F(RouteServerTest, BadRequestsGetClearErrors) {
   StartRouter();
   EXPECT_EQ(Call(*client_, {"PING"}), "PONG");
@@ -424,7 +492,11 @@ TEST_F(RouteServerTest, BadRequestsGetClearErrors) {
   EXPECT_EQ(Call(*client_, {"ROUTE.DONE", "2", "1"}),
             "ERR:ERR node '2' is not a node index (0..1)");
   EXPECT_EQ(Call(*client_, {"NOPE"}), "ERR:ERR unknown command 'NOPE'");
-  // Fewer tokens than a block: no key, the least-loaded node.
+  // Fewer tokens than a block: no key, the least-loaded node (of those whose
+  // feed is connected).
+  ASSERT_TRUE(Eventually([&] {
+    return server_->feeds()[0]->connected() && server_->feeds()[1]->connected();
+  }));
   EXPECT_NE(Call(*client_, {"ROUTE", "m", "-5"}).find(" 0 0"), std::string::npos);
   route::RouteServerOptions bad;
   EXPECT_TRUE(route::RouteServer::Start(bad).status().IsInvalidArgument());

@@ -382,9 +382,9 @@ class RouteProcess {
   int port_ = 0;
 };
 
-// `prefixkv route` starts, says where it listens, answers ROUTE from a node
-// it cannot reach yet (no prefix: the least-loaded node) and stops cleanly
-// on SIGTERM.
+// `prefixkv route` starts, says where it listens, answers ROUTE with an
+// error while it cannot reach any node's event stream (rather than a node
+// that is likely down) and stops cleanly on SIGTERM.
 TEST(RouteCli, ServesRouteUntilSigterm) {
   const testing::RefusingLoopbackPort absent;  // refused for the whole test
   const std::string node = "127.0.0.1:" + std::to_string(absent.port());
@@ -396,10 +396,13 @@ TEST(RouteCli, ServesRouteUntilSigterm) {
     ASSERT_TRUE(client.ok()) << client.status().ToString();
     auto reply = (*client)->Command({"ROUTE", "m", "1", "2", "3", "4"});
     ASSERT_TRUE(reply.ok());
-    EXPECT_EQ(reply->Text(), node + " 0 0 0");
+    EXPECT_EQ(reply->type, route::RespValue::Type::kError) << reply->Text();
+    EXPECT_EQ(reply->str, "ERR no node to route to: no node's event feed is connected");
     auto stats = (*client)->Command({"ROUTE.STATS"});
     ASSERT_TRUE(stats.ok());
     EXPECT_NE(stats->str.find("connected=0"), std::string::npos) << stats->str;
+    EXPECT_NE(stats->str.find("no_node_available:1\r\n"), std::string::npos)
+        << stats->str;
   }
   const int status = route.Stop(SIGTERM);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;

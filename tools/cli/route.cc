@@ -22,7 +22,9 @@ Flags RouteFlags() {
       "blocks]. The router learns what each node holds only from its KV event stream\n"
       "(XREAD ... STREAMS prefixkv:events), picks the node holding the longest prefix\n"
       "in RAM, then on SSD, among the nodes under the load bound, else the least\n"
-      "loaded. A request weighs its token count until ROUTE.DONE <node index> <tokens>.\n"
+      "loaded; a node whose stream cannot be read (down) gets none, and with no\n"
+      "stream readable ROUTE answers an error. A request weighs its token count\n"
+      "until ROUTE.DONE <node index> <tokens>.\n"
       "ROUTE.STATS shows the index and each node's feed. docs/router.md.",
       {{"nodes", "the prefixkv serve nodes, comma-separated host:port (at most 64)",
         false, ""},

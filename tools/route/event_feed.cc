@@ -134,7 +134,12 @@ std::string LastGeneratedId(const RespValue& xinfo) {
 }
 
 EventFeed::EventFeed(EventFeedOptions options, PrefixRouter* router)
-    : options_(std::move(options)), router_(router), thread_([this] { Run(); }) {}
+    : options_(std::move(options)), router_(router) {
+  // Not chosen before its feed has connected: the router cannot tell a node
+  // that is up yet from one that is down.
+  router_->SetNodeAvailable(options_.node, false);
+  thread_ = std::thread([this] { Run(); });
+}
 
 EventFeed::~EventFeed() { Stop(); }
 
@@ -149,14 +154,23 @@ void EventFeed::Run() {
         RespClient::Connect(options_.host, options_.port, options_.timeout_ms);
     if (client.ok() &&
         (*client)->SetTimeout(options_.block_ms + options_.timeout_ms).ok()) {
-      connected_ = true;
+      SetConnected(true);
       Tail(**client);
-      connected_ = false;
+      SetConnected(false);
     }
     if (stop_) break;
     ++reconnects_;
     std::this_thread::sleep_for(std::chrono::milliseconds(options_.retry_ms));
   }
+}
+
+void EventFeed::SetConnected(bool connected) {
+  // A node whose stream cannot be read is likely down (it died or left): no
+  // request goes there until the feed is back. What the router knows of it
+  // stays: a node back after a blip holds it still, a restarted one's
+  // kCleared empties its RAM bits.
+  router_->SetNodeAvailable(options_.node, connected);
+  connected_ = connected;
 }
 
 StatusOr<std::string> EventFeed::Bootstrap(RespClient& client) {

@@ -16,6 +16,8 @@
 // again from id 0, and when that is refused too (retention dropped the
 // log's start) it goes on from the stream's head (XINFO STREAM's
 // last-generated-id), the router knowing only the changes from then on.
+// The node is available to the router's choice (SetNodeAvailable) only while
+// the feed is connected.
 #pragma once
 
 #include <atomic>
@@ -64,7 +66,8 @@ struct EventFeedOptions {
 // Thread-safe: the feed's thread applies events; the counters are atomic.
 class EventFeed {
  public:
-  // Starts the thread. REQUIRES: `router` outlives the feed.
+  // Marks the node unavailable in the router until the feed connects, and
+  // starts the thread. REQUIRES: `router` outlives the feed.
   EventFeed(EventFeedOptions options, PrefixRouter* router);
   ~EventFeed();  // Stop()
   void Stop();
@@ -82,6 +85,8 @@ class EventFeed {
 
  private:
   void Run();
+  // connected_ and the node's availability in the router.
+  void SetConnected(bool connected);
   // Reads until Stop() or a connection failure.
   void Tail(RespClient& client);
   // Applies the node's PKV.SNAPSHOT, page by page: the id to go on after

@@ -238,6 +238,9 @@ std::string RouteServer::Route(const std::vector<std::string>& args) {
   }
   const std::vector<BlockKey> keys = ChainKeys(m->root, tokens, m->block_tokens);
   const RouteChoice c = router_->Route(keys, tokens.size());
+  // No node's stream is readable: an error the client can act on (retry,
+  // back off) rather than a node that is likely down.
+  if (c.no_node) return Error("no node to route to: no node's event feed is connected");
   return "*4\r\n" + Bulk(options_.nodes[c.node]) + Int(c.node) + Int(c.ram_blocks) +
          Int(c.local_blocks);
 }
@@ -262,7 +265,10 @@ std::string RouteServer::StatsText() const {
                     "\r\nnode_resets:" + std::to_string(s.node_resets) +
                     "\r\nblocks:" + std::to_string(s.blocks) +
                     "\r\nrouted:" + std::to_string(s.routed) +
-                    "\r\nrouted_by_prefix:" + std::to_string(s.routed_by_prefix) + "\r\n";
+                    "\r\nrouted_by_prefix:" + std::to_string(s.routed_by_prefix) +
+                    "\r\nskipped_unavailable:" + std::to_string(s.skipped_unavailable) +
+                    "\r\nno_node_available:" + std::to_string(s.no_node_available) +
+                    "\r\n";
   for (size_t i = 0; i < feeds_.size(); ++i) {
     const EventFeed& f = *feeds_[i];
     out += "node" + std::to_string(i) + ":addr=" + options_.nodes[i] +

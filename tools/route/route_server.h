@@ -3,6 +3,8 @@
 //
 //   ROUTE <model> <token> [token ...]  -> [node "host:port", node index,
 //                                          RAM prefix blocks, local prefix blocks]
+//                                          among the nodes whose feed is connected;
+//                                          an error when none is
 //   ROUTE.DONE <node index> <tokens>   -> OK: the request routed there is done
 //   ROUTE.STATS                        -> "name:value" lines
 //   PING, QUIT, COMMAND (an empty list, for redis-cli)
