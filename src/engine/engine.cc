@@ -235,7 +235,8 @@ StatusOr<Namespace> Engine::RegisterModel(const NamespaceSpec& spec,
     }
     return m->ns;
   }
-  PKV_ASSIGN_OR_RETURN(RootChoice choice, impl_->ChooseRoot(spec, fingerprint));
+  PKV_ASSIGN_OR_RETURN(RootChoice chosen, impl_->ChooseRoot(spec, fingerprint));
+  const RootChoice choice = impl_->UnlessHeldInThisRun(chosen, fingerprint);
   const BlockKey root = choice.root;
   const bool with_remote = !choice.shapes_recorded_later;
   PKV_RETURN_IF_ERROR(impl_->StoreManifest(spec, fingerprint, choice));

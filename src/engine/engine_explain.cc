@@ -221,11 +221,12 @@ StatusOr<MissExplanation> Engine::ExplainMiss(const NamespaceSpec& spec,
   MissExplanation out;
   // A namespace written before its shapes were keyed is found under its old root.
   PKV_ASSIGN_OR_RETURN(RootChoice choice, impl_->ChooseRoot(spec, fingerprint));
-  out.root = choice.root;
   out.prompt_tokens = tokens.size();
   BlockSource source{nullptr, impl_->ssd_.get()};
   {
     MutexLock lock(&impl_->mu_);
+    choice = impl_->UnlessHeldInThisRun(choice, fingerprint);
+    out.root = choice.root;
     for (const auto& m : impl_->models_) {
       if (m->fingerprint != fingerprint) continue;
       source = {impl_->stack_.get(), nullptr};

@@ -132,6 +132,13 @@ class internal::EngineImpl {
   // recorded later"). Reads the SSD tier's manifests; changes nothing.
   StatusOr<RootChoice> ChooseRoot(const NamespaceSpec& spec,
                                   const std::string& fingerprint) const;
+  // `choice`, unless it adopts a root that a model registered in this run
+  // already holds for another spec (the spec without shapes, whose handle stores any
+  // shapes there unchecked, with a tip lineage of its own): then the spec's own root
+  // (`fingerprint`'s), a cold start, as the spec without shapes is refused
+  // once the shaped one adopted the root. REQUIRES: mu_ held.
+  RootChoice UnlessHeldInThisRun(const RootChoice& choice,
+                                 const std::string& fingerprint) const REQUIRES(mu_);
   // With an SSD tier, stores the manifest of `spec` at `choice.root` unless
   // one is stored (records the shapes of an adopted namespace); Corruption
   // when the stored one has another fingerprint. REQUIRES: mu_ held

@@ -69,6 +69,17 @@ StatusOr<RootChoice> internal::EngineImpl::ChooseRoot(
   return adopted;
 }
 
+RootChoice internal::EngineImpl::UnlessHeldInThisRun(
+    const RootChoice& choice, const std::string& fingerprint) const {
+  if (!choice.shapes_recorded_later) return choice;
+  for (const auto& m : models_) {
+    // (Not the spec itself: ExplainMiss of the model that adopted the root.)
+    if (m->ns.root == choice.root && m->fingerprint != fingerprint)
+      return RootChoice{NamespaceRootFromFingerprint(fingerprint)};
+  }
+  return choice;
+}
+
 Status internal::EngineImpl::KeepAdoptedNamespacesLocal() {
   PKV_ASSIGN_OR_RETURN(auto stored, ssd_->Manifests());
   for (const auto& [ns, text] : stored) {

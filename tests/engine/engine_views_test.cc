@@ -972,6 +972,59 @@ TEST_F(EngineViewsTest, AnAdoptedNamespaceNeverRestoresBlocksOfOtherShapes) {
   EXPECT_EQ(r.layers[0].tensors, layers[0].tensors);
 }
 
+// The spec without shapes registered first in a run keeps its root: the
+// spec with shapes registered after it in the same run is not given that
+// root (as the spec without shapes is refused once the shaped one adopted
+// it). Until 2026-12-07 it adopted the root beside the live handle without
+// shapes, which stores other shapes there unchecked: the adopting model's
+// store of the same prompt then replaced those blocks in place (another
+// model's, to it), and the first model's acknowledged prompt restored the
+// second model's bytes as a hit.
+TEST_F(EngineViewsTest, AShapedSpecNeverAdoptsARootItsSpecWithoutShapesHoldsInTheRun) {
+  const NamespaceSpec legacy = KvSpec();
+  NamespaceSpec shaped = legacy;
+  shaped.layer_shapes = ParseLayerShapes("2x8,2x8").value();
+  EngineOptions o;
+  o.data_dir = dir_.str();
+  o.hot_capacity_bytes = 16 << 20;
+  {
+    auto old = OpenWith(o);
+    ASSERT_NE(old, nullptr);
+    ASSERT_OK_AND_ASSIGN(Namespace ns, old->RegisterModel(legacy));
+    for (int32_t i = 0; i < 4; ++i)
+      Store(*old, ns, Tokens(kBlockTokens, 10000 + 100 * i));
+    ASSERT_OK(old->Close());
+  }
+  auto e = OpenWith(o);
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace unshaped, e->RegisterModel(legacy));
+  ASSERT_OK_AND_ASSIGN(Namespace with_shapes, e->RegisterModel(shaped));
+  EXPECT_NE(with_shapes.root, unshaped.root);
+  // A 2x4 model's prompt stored under the spec without shapes, then the 2x8
+  // model's store of the same prompt.
+  const std::vector<int32_t> prompt = Tokens(2 * kBlockTokens, 5000);
+  std::vector<LayerState> heads_of_4(2);
+  for (LayerState& l : heads_of_4) {
+    l.cache_type = "KVCache";
+    l.meta = {std::to_string(prompt.size())};
+    for (int i = 0; i < 2; ++i)
+      l.tensors.push_back(testing::RandomTensor(
+          rng_, DType::kFloat32, {1, 2, static_cast<int64_t>(prompt.size()), 4}));
+  }
+  ASSERT_OK(e->Store(unshaped, prompt, heads_of_4));
+  Store(*e, with_shapes, prompt);
+  ASSERT_OK_AND_ASSIGN(MatchResult m, e->Match(unshaped, prompt));
+  ASSERT_OK_AND_ASSIGN(RestoreResult r, e->Restore(m));
+  ASSERT_EQ(r.restored_tokens, prompt.size()) << r.reason;
+  EXPECT_EQ(r.layers[0].tensors, heads_of_4[0].tensors) << "another model's bytes";
+  // The directory still holds the manifest without shapes: the spec without
+  // them registers after a restart.
+  ASSERT_OK(e->Close());
+  e = OpenWith(o);
+  ASSERT_NE(e, nullptr);
+  EXPECT_OK(e->RegisterModel(legacy));
+}
+
 // A spec that differs from the stored one in any single field is another
 // namespace: it does not hit, and ExplainMiss names that field (from the
 // manifest on disk after a restart, and from the registered model before).
