@@ -998,6 +998,9 @@ TEST_F(EngineViewsTest, AShapedSpecNeverAdoptsARootItsSpecWithoutShapesHoldsInTh
   auto e = OpenWith(o);
   ASSERT_NE(e, nullptr);
   ASSERT_OK_AND_ASSIGN(Namespace unshaped, e->RegisterModel(legacy));
+  // ExplainMiss resolves the root the registration below gives it.
+  EXPECT_EQ(e->ExplainMiss(shaped, Tokens(kBlockTokens, 10000))->root,
+            NamespaceRoot(shaped).value());
   ASSERT_OK_AND_ASSIGN(Namespace with_shapes, e->RegisterModel(shaped));
   EXPECT_NE(with_shapes.root, unshaped.root);
   // A 2x4 model's prompt stored under the spec without shapes, then the 2x8
