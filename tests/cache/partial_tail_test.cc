@@ -184,5 +184,36 @@ TEST_F(PartialTailTest, AMatchHashesAHugeBlocksTailCandidatesInOnePass) {
   EXPECT_EQ(r->restored_tokens, kStored) << r->reason;
 }
 
+// Match reads every tail candidate's key off one hash stream; each must be
+// exactly the key a store gives a tail of that length, ChainKey(parent,
+// tail) (the tokens' bytes in memory order, all 128 bits), whether ChainKey
+// hashes it in one shot (up to 2,048 tokens) or streams it. Random block
+// sizes, tail lengths and token values (negative ones too).
+TEST_F(PartialTailTest, EveryTailCandidatesKeyIsTheChainKeyAStoreGivesIt) {
+  std::mt19937_64 rng(testing::TestSeed("EveryTailCandidatesKeyIsTheChainKey"));
+  for (int trial = 0; trial < 12; ++trial) {
+    NamespaceSpec spec = testing::KvOnlySpec();
+    spec.block_tokens = static_cast<uint32_t>(2 + rng() % 3000);
+    spec.salt = "trial" + std::to_string(trial);
+    const Namespace ns = tiers_.Register(spec, {.store_partial_tail = true}).value();
+    const size_t full = rng() % 2;
+    const size_t tail = 1 + rng() % (spec.block_tokens - 1);
+    const size_t stored = full * spec.block_tokens + tail;
+    std::vector<int32_t> prompt(stored + 1 + rng() % spec.block_tokens);
+    for (int32_t& t : prompt) t = static_cast<int32_t>(rng());
+    const std::span<const int32_t> turn(prompt.data(), stored);
+    SCOPED_TRACE("block " + std::to_string(spec.block_tokens) + ", tail " +
+                 std::to_string(tail));
+    ASSERT_OK(
+        cache_.Store(ns, turn, testing::KvOnlyLayers(static_cast<int64_t>(stored))));
+
+    StatusOr<MatchResult> m = cache_.Match(ns, prompt);
+    ASSERT_OK(m);
+    ASSERT_EQ(m->matched_tokens(), stored);
+    const BlockKey parent = full == 0 ? NamespaceRoot(spec).value() : m->keys.front();
+    EXPECT_EQ(m->keys.back(), ChainKey(parent, turn.subspan(full * spec.block_tokens)));
+  }
+}
+
 }  // namespace
 }  // namespace prefixkv
