@@ -70,24 +70,36 @@ Status ssd::TierImpl::MakeMetadataDurable() {
   // new copy's file while the old one is already unlinked.
   if (options_.durability != SsdDurability::kSync) {
     PKV_RETURN_IF_ERROR(store_->SyncDirectory());
-    // The journal before the metadata that depends on it (ssd_journal.h): a
-    // synced log puts the deletes of every commit so far on the device, and
-    // a removal whose record a power cut then took was undone by a later
-    // rebuild
-    // (SsdFaultTest.AWalModeRemovalMadeDurableByAReclaimPassStaysRemovedInARebuild).
-    PKV_RETURN_IF_ERROR(SyncJournal());
   }
+  // The journal before the metadata that depends on it (ssd_journal.h): a
+  // synced log puts the deletes of every commit so far on the device, and
+  // a removal whose record a power cut then took was undone by a later
+  // rebuild
+  // (SsdFaultTest.AWalModeRemovalMadeDurableByAReclaimPassStaysRemovedInARebuild).
   switch (options_.durability) {
     case SsdDurability::kFlush: {
       // No log: only a memtable flush makes the repointed records survive.
+      // (A commit after the journal's sync is in the flushed memtable only
+      // if it came before the flush began, when the flush listener syncs
+      // the journal again.)
+      PKV_RETURN_IF_ERROR(SyncJournal());
       rocksdb::FlushOptions fo;
       fo.wait = true;
       return FromRocks(db_->Flush(fo), "flush before reclaiming a segment");
     }
-    case SsdDurability::kWal:
+    case SsdDurability::kWal: {
       // The log survives kill -9 already; synced so that power loss cannot
-      // resurrect records pointing into an unlinked file either.
+      // resurrect records pointing into an unlinked file either. No block
+      // operation commits between the two syncs: FlushWAL syncs every
+      // commit in the log, and a removal committed after the journal's
+      // sync had its delete on the device without its journal record (a
+      // rebuild after a power cut brought the block back:
+      // SsdFaultTest.ARemovalCommittedWhileAReclaimPassSyncsTheLogStaysRemovedInARebuild).
+      // Reads go on; writers wait for the two syncs.
+      BatchLock no_commits(this);
+      PKV_RETURN_IF_ERROR(SyncJournal());
       return FromRocks(db_->FlushWAL(/*sync=*/true), "sync log before reclaiming");
+    }
     case SsdDurability::kSync:
       return Status::OK();  // every commit was synced
   }

@@ -331,8 +331,9 @@ class TierImpl {
                                 const std::vector<ExtentLocation>& to,
                                 rocksdb::WriteBatch* batch) REQUIRES(mu_);
   // Makes every committed metadata change survive what the mode promises
-  // before a segment it no longer references is unlinked.
-  Status MakeMetadataDurable();
+  // before a segment it no longer references is unlinked. In wal mode it
+  // holds every stripe across the journal's sync and the log's.
+  Status MakeMetadataDurable() EXCLUDES(pause_, mu_);
 
   // ssd_access_order.cc (docs/ssd.md "Reads"): a read's new access order
   // (and chain reuse count) reaches the metadata in batches, not per hit.
@@ -371,11 +372,13 @@ class TierImpl {
     SharedMutex* const pause_;
     Mutex* const stripe_;
   };
-  // Holds pause_ shared and the stripes of several keys, in ascending order.
+  // Holds pause_ shared and the stripes of several keys, in ascending order;
+  // or, without keys, every stripe: no block operation commits meanwhile.
   class SCOPED_CAPABILITY BatchLock {
    public:
     BatchLock(TierImpl* impl, const std::vector<BlockKey>& keys)
         ACQUIRE_SHARED(impl->pause_);
+    explicit BatchLock(TierImpl* impl) ACQUIRE_SHARED(impl->pause_);
     ~BatchLock() RELEASE();
     BatchLock(const BatchLock&) = delete;
     BatchLock& operator=(const BatchLock&) = delete;

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -1544,6 +1545,107 @@ TEST_F(SsdFaultTest, AWalModeRemovalMadeDurableByAReclaimPassStaysRemovedInARebu
   ASSERT_OK(tier->Remove(removed.key));
   ASSERT_OK(tier->Remove(emptied.key));  // its segment is unlinked: FlushWAL first
   ASSERT_TRUE(testing::WaitUntil([&] { return !std::filesystem::exists(segments[1]); }));
+  CutPowerAndReopen(tier, o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(Present(*tier, {kept}), 1u);
+  const bool survived_cut = tier->Contains(removed.key);  // wal mode may roll back
+  ASSERT_OK(tier->Close());
+  tier = testing::OpenRebuilt(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(Present(*tier, {kept}), 1u);
+  if (!survived_cut) {
+    EXPECT_FALSE(tier->Contains(removed.key))
+        << "a removal durable in the metadata was undone by a rebuild";
+  }
+}
+
+// Passes everything to `base`; once armed, the first sync of a RocksDB log
+// (*.log) first starts `before_log_sync` on another thread and waits for it
+// to finish, for at most `bound`: a commit made while a reclaim pass syncs
+// the log, if the pass lets one through. Join() joins that thread.
+class RunBeforeLogSync final : public testing::ForwardingFileSystem {
+ public:
+  RunBeforeLogSync(FileSystem* base, std::chrono::milliseconds bound)
+      : ForwardingFileSystem(base), bound_(bound) {}
+  ~RunBeforeLogSync() override { Join(); }
+  std::function<void()> before_log_sync;  // set before `armed`
+  std::atomic<bool> armed{false}, fired{false};
+  // Whether `before_log_sync` had finished when the log's sync went on.
+  std::atomic<bool> ran_before_sync{false};
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+  StatusOr<std::unique_ptr<FileHandle>> OpenFile(
+      const std::string& path, const FileOpenOptions& options) override {
+    PKV_ASSIGN_OR_RETURN(std::unique_ptr<FileHandle> file,
+                         ForwardingFileSystem::OpenFile(path, options));
+    if (!path.ends_with(".log")) return file;
+    return std::unique_ptr<FileHandle>(std::make_unique<Handle>(std::move(file), this));
+  }
+
+ private:
+  class Handle final : public testing::ForwardingFileHandle {
+   public:
+    Handle(std::unique_ptr<FileHandle> base, RunBeforeLogSync* owner)
+        : ForwardingFileHandle(std::move(base)), owner_(owner) {}
+    Status DataSync() override {
+      owner_->RunHook();
+      return base().DataSync();
+    }
+    Status Sync() override {
+      owner_->RunHook();
+      return base().Sync();
+    }
+
+   private:
+    RunBeforeLogSync* owner_;
+  };
+
+  void RunHook() {
+    if (!armed.load() || fired.exchange(true)) return;
+    auto done = std::make_shared<std::promise<void>>();
+    std::future<void> finished = done->get_future();
+    thread_ = std::thread([this, done] {
+      before_log_sync();
+      done->set_value();
+    });
+    // A commit the pass holds off until after the sync never finishes here.
+    ran_before_sync = finished.wait_for(bound_) == std::future_status::ready;
+  }
+
+  const std::chrono::milliseconds bound_;
+  std::thread thread_;
+};
+
+// The same as above, with the removal committed while the reclaim pass is
+// between its journal sync and its log sync: FlushWAL put that removal's
+// delete on the device, its journal record (appended after the journal's
+// sync) was not, and a rebuild after a power cut brought the block back.
+TEST_F(SsdFaultTest,
+       ARemovalCommittedWhileAReclaimPassSyncsTheLogStaysRemovedInARebuild) {
+  RunBeforeLogSync tap(&fs_, std::chrono::milliseconds(300));
+  SsdTierOptions o = Options(SsdDurability::kWal);
+  o.file_system = &tap;
+  o.reclaim_live_fraction = 0;
+  const BlockMeta removed = ChainBlock(0, 0), kept = ChainBlock(1, 0),
+                  emptied = ChainBlock(2, 0);
+  StoreAndClose(o, {removed, kept});
+  StoreAndClose(o, {emptied});  // a segment of its own
+  ASSERT_FALSE(HasFatalFailure());
+  const std::vector<std::filesystem::path> segments = testing::SegmentFiles(o.path);
+  ASSERT_EQ(segments.size(), 2u);
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  Status removal = Status::Internal("never ran");
+  tap.before_log_sync = [&] { removal = tier->Remove(removed.key); };
+  tap.armed = true;
+  ASSERT_OK(tier->Remove(emptied.key));  // its segment is unlinked: FlushWAL first
+  ASSERT_TRUE(testing::WaitUntil([&] { return !std::filesystem::exists(segments[1]); }));
+  ASSERT_TRUE(tap.fired.load());
+  tap.Join();
+  ASSERT_OK(removal);
+  tap.armed = false;
   CutPowerAndReopen(tier, o);
   ASSERT_NE(tier, nullptr);
   EXPECT_EQ(Present(*tier, {kept}), 1u);
