@@ -26,6 +26,7 @@ bool WriteBackQueue::Enqueue(const BlockMeta& meta, const SharedBytes& payload) 
   }
   if (queued_.size() >= depth_) return false;
   queued_.emplace(meta.key, Item{meta, payload});
+  queued_tickets_[meta.key] = ++last_ticket_;
   order_.push_back(meta.key);
   work_cv_.NotifyOne();
   return true;
@@ -41,6 +42,7 @@ void WriteBackQueue::EnqueueFailed(const BlockMeta& meta, const SharedBytes& pay
     return;
   }
   queued_.emplace(meta.key, Item{meta, payload});
+  queued_tickets_[meta.key] = ++last_ticket_;
   order_.push_back(meta.key);
   work_cv_.NotifyOne();
 }
@@ -75,9 +77,12 @@ bool WriteBackQueue::Cancel(const BlockKey& key, std::optional<Dropped>* dropped
   }
   if (auto it = queued_.find(key); it != queued_.end()) {
     found = true;
-    if (dropped != nullptr)
-      *dropped = Dropped{std::move(it->second), failed_.contains(key)};
+    if (dropped != nullptr) {
+      *dropped =
+          Dropped{std::move(it->second), failed_.contains(key), queued_tickets_.at(key)};
+    }
     queued_.erase(it);
+    queued_tickets_.erase(key);
     std::erase(order_, key);
     done_cv_.NotifyAll();
   }
@@ -90,7 +95,8 @@ void WriteBackQueue::Restore(Dropped dropped) {
   const BlockKey key = dropped.item.meta.key;
   if (queued_.contains(key) || in_flight_.contains(key)) return;
   queued_.emplace(key, std::move(dropped.item));
-  order_.push_front(key);  // it was queued before anything queued since
+  queued_tickets_[key] = dropped.ticket;  // a Flush since waits for it again
+  order_.push_front(key);                 // it was queued before anything queued since
   if (dropped.failed) failed_.insert(key);
   work_cv_.NotifyOne();
 }
@@ -98,12 +104,16 @@ void WriteBackQueue::Restore(Dropped dropped) {
 Status WriteBackQueue::Flush() {
   MutexLock lock(&mu_);
   const uint64_t failures_at_start = failures_;
+  // Only what was queued so far: waiting for an empty queue waited as long
+  // as evictions kept coming
+  // (WriteBackQueueHealth.FlushWaitsForWhatWasQueuedBeforeItNotForWhatCameAfter).
+  const uint64_t queued_before = last_ticket_;
   paused_after_error_ = false;  // retry now rather than after the interval
   work_cv_.NotifyAll();
   done_cv_.Wait(lock, [&]() REQUIRES(mu_) {
-    return (queued_.empty() && in_flight_.empty()) || failures_ > failures_at_start;
+    return !Waiting(queued_before) || failures_ > failures_at_start;
   });
-  if (queued_.empty() && in_flight_.empty()) return Status::OK();
+  if (!Waiting(queued_before)) return Status::OK();
   return last_error_;
 }
 
@@ -135,12 +145,14 @@ Status WriteBackQueue::Stop() {
     attempt(item);
     lock.Lock();
     in_flight_.erase(item.meta.key);
+    in_flight_tickets_.erase(item.meta.key);
   }
   // Only a parent cycle (a 128-bit key collision) can leave blocks behind.
   std::vector<Item> left;
   for (const BlockKey& key : order_) left.push_back(std::move(queued_.at(key)));
   order_.clear();
   queued_.clear();
+  queued_tickets_.clear();
   failed_.clear();
   lock.Unlock();
   for (const Item& i : left) attempt(i);
@@ -173,6 +185,12 @@ uint64_t WriteBackQueue::failed_attempts() const {
   return failures_;
 }
 
+bool WriteBackQueue::Waiting(uint64_t ticket) const {
+  const auto older = [&](const auto& entry) { return entry.second <= ticket; };
+  return std::any_of(queued_tickets_.begin(), queued_tickets_.end(), older) ||
+         std::any_of(in_flight_tickets_.begin(), in_flight_tickets_.end(), older);
+}
+
 void WriteBackQueue::NoteFailure(const Status& s) {
   ++failures_;
   last_error_ = s;
@@ -193,6 +211,8 @@ bool WriteBackQueue::TakeNext(const std::vector<Item>& batch, Item* item) {
     if (in_flight_.count(parent) > 0 && !in_batch(parent)) continue;
     *item = std::move(candidate);
     in_flight_.emplace(item->meta.key, *item);
+    in_flight_tickets_[*it] = queued_tickets_.at(*it);
+    queued_tickets_.erase(*it);
     queued_.erase(*it);
     order_.erase(it);
     return true;
@@ -246,14 +266,19 @@ void WriteBackQueue::Finish(const std::vector<Item>& batch, const Status& s) {
   // Back at the front, in order, unless a newer version was queued meanwhile.
   for (auto it = batch.rbegin(); it != batch.rend(); ++it) {
     const BlockKey& key = it->meta.key;
+    const uint64_t ticket = in_flight_tickets_.at(key);
     in_flight_.erase(key);
+    in_flight_tickets_.erase(key);
     if (s.ok()) {
       // Written. A newer version queued meanwhile keeps the key's mark.
       if (!queued_.contains(key)) failed_.erase(key);
       continue;
     }
     failed_.insert(key);
-    if (queued_.emplace(key, *it).second) order_.push_front(key);
+    if (queued_.emplace(key, *it).second) {
+      queued_tickets_[key] = ticket;
+      order_.push_front(key);
+    }
   }
   done_cv_.NotifyAll();
   work_cv_.NotifyAll();

@@ -66,6 +66,7 @@ class WriteBackQueue {
   struct Dropped {
     WriteBackItem item;
     bool failed = false;
+    uint64_t ticket = 0;  // when it was queued (Flush)
   };
   // Drops a queued block (a direct Put or Remove superseded it); waits first
   // if it is being written. True when something was queued or in flight.
@@ -76,8 +77,10 @@ class WriteBackQueue {
   // failed, so it is still to be written), unless a version of its key was
   // queued meanwhile (newer).
   void Restore(Dropped dropped) EXCLUDES(mu_);
-  // Waits until everything queued before the call is written, or until an
-  // attempt made after the call failed (its Status is returned).
+  // Waits until everything queued before the call is written (or superseded
+  // by a direct Put or Remove), or until an attempt made after the call
+  // failed (its Status is returned). Blocks queued after the call are not
+  // waited for: under a steady stream of evictions the queue is never empty.
   Status Flush() EXCLUDES(mu_);
   // Writes what is left with one attempt per block, then joins the threads.
   // OK, or the first failure, saying how many blocks (and bytes) could not be
@@ -106,6 +109,8 @@ class WriteBackQueue {
   std::vector<Item> TakeBatch() REQUIRES(mu_);
   void Finish(const std::vector<Item>& batch, const Status& s) REQUIRES(mu_);
   void NoteFailure(const Status& s) REQUIRES(mu_);
+  // Whether a block queued or in flight was queued with a ticket <= `ticket`.
+  bool Waiting(uint64_t ticket) const REQUIRES(mu_);
 
   const uint32_t depth_;
   const uint64_t retry_interval_ms_;
@@ -119,6 +124,12 @@ class WriteBackQueue {
   std::deque<BlockKey> order_ GUARDED_BY(mu_);  // FIFO of queued keys
   std::unordered_map<BlockKey, Item> queued_ GUARDED_BY(mu_);
   std::unordered_map<BlockKey, Item> in_flight_ GUARDED_BY(mu_);
+  // When each queued and in-flight block was queued: a ticket per block
+  // handed over (a newer version replacing a queued one keeps its ticket,
+  // a block put back after a failed write too), for Flush.
+  std::unordered_map<BlockKey, uint64_t> queued_tickets_ GUARDED_BY(mu_);
+  std::unordered_map<BlockKey, uint64_t> in_flight_tickets_ GUARDED_BY(mu_);
+  uint64_t last_ticket_ GUARDED_BY(mu_) = 0;
   uint64_t failures_ GUARDED_BY(mu_) = 0;  // failed attempts so far
   Status last_error_ GUARDED_BY(mu_);
   // Keys queued or in flight whose last write attempt failed.

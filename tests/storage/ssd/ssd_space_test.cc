@@ -263,6 +263,53 @@ TEST(WriteBackQueueHealth, AnotherBatchsSuccessDoesNotClearAFailureStillWaiting)
   EXPECT_EQ(queue.failed_blocks(), 0u);
 }
 
+// Flush waits for what was queued before it, not for what evictions keep
+// queueing after it: it waited for the whole queue to be empty, which a
+// steady stream of evictions never lets happen (an engine Flush, an audit or
+// KEYS under write-back load waited as long as the load lasted). Here the
+// write of `before` queues `after` (an eviction during the Flush), whose
+// write waits until the Flush returned: at most 5 s, so a Flush that waits
+// for it ends as a failure, not a hang.
+TEST(WriteBackQueueHealth, FlushWaitsForWhatWasQueuedBeforeItNotForWhatCameAfter) {
+  const BlockMeta before = ChainBlock(0, 0), after = ChainBlock(1, 0);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool flushed = false, after_waited_out = false;
+  std::atomic<bool> before_fails{true};
+  FakeClock clock;
+  ssd::WriteBackQueue* queue_ptr = nullptr;
+  ssd::WriteBackQueue queue(
+      8, 1, 3'600'000, &clock, [&](const std::vector<ssd::WriteBackItem>& batch) {
+        for (const ssd::WriteBackItem& item : batch) {
+          if (item.meta.key == before.key) {
+            // Fails once, so the writer waits (an hour of a clock that never
+            // moves) until the Flush below wakes it: this write, and the
+            // enqueue in it, come after the Flush began.
+            if (before_fails.exchange(false)) return Status::IOError("once");
+            EXPECT_TRUE(queue_ptr->Enqueue(after, PayloadOf(after)));
+          } else if (item.meta.key == after.key) {
+            std::unique_lock<std::mutex> lock(mu);
+            after_waited_out =
+                !cv.wait_for(lock, std::chrono::seconds(5), [&] { return flushed; });
+          }
+        }
+        return Status::OK();
+      });
+  queue_ptr = &queue;
+  ASSERT_TRUE(queue.Enqueue(before, PayloadOf(before)));
+  ASSERT_TRUE(testing::WaitUntil([&] { return queue.failed_attempts() == 1; }));
+  EXPECT_OK(queue.Flush());  // `before` written (its retry succeeds)
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    flushed = true;
+    cv.notify_all();
+  }
+  EXPECT_OK(queue.Flush());  // and now `after` too
+  EXPECT_EQ(queue.size(), 0u);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_FALSE(after_waited_out) << "Flush waited for a block queued after it began";
+}
+
 // At close, the one last attempt per block says exactly what is lost.
 TEST(WriteBackQueueHealth, StopNamesTheBlocksAndBytesItCouldNotWrite) {
   FakeClock clock;
