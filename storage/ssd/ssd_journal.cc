@@ -268,4 +268,11 @@ Status RemovalJournal::Sync() {
   return file_ ? file_->DataSync() : Status::IOError("no journal");
 }
 
+Status RemovalJournal::SyncThen(const std::function<Status()>& then) {
+  MutexLock lock(&mu_);  // held across `then`: appends wait for it
+  if (!broken_.ok()) return broken_;
+  PKV_RETURN_IF_ERROR(file_ ? file_->DataSync() : Status::IOError("no journal"));
+  return then();
+}
+
 }  // namespace prefixkv::ssd

@@ -175,6 +175,11 @@ class RemovalJournal {
   Status AppendRecords(const std::vector<JournalRecord>& records) EXCLUDES(mu_);
   // Makes every record appended so far durable (fdatasync).
   Status Sync() EXCLUDES(mu_);
+  // Sync, then runs `then` (if the sync succeeded) before any record is
+  // appended again: a metadata sync in `then` puts on the device no commit
+  // whose removal records are not (every removal is journaled before its
+  // commit). `then` must not append.
+  Status SyncThen(const std::function<Status()>& then) EXCLUDES(mu_);
   // Appends one confirm record (see above); fails like Append.
   Status AppendConfirm(const BlockKey& key, uint64_t checksum, uint64_t segment,
                        uint64_t offset) EXCLUDES(mu_) {

@@ -87,19 +87,20 @@ Status ssd::TierImpl::MakeMetadataDurable() {
       fo.wait = true;
       return FromRocks(db_->Flush(fo), "flush before reclaiming a segment");
     }
-    case SsdDurability::kWal: {
+    case SsdDurability::kWal:
       // The log survives kill -9 already; synced so that power loss cannot
-      // resurrect records pointing into an unlinked file either. No block
-      // operation commits between the two syncs: FlushWAL syncs every
-      // commit in the log, and a removal committed after the journal's
-      // sync had its delete on the device without its journal record (a
-      // rebuild after a power cut brought the block back:
+      // resurrect records pointing into an unlinked file either. No journal
+      // record is appended between the two syncs: FlushWAL syncs every
+      // commit in the log, and a removal journaled after the journal's sync
+      // and committed before the log's had its delete on the device without
+      // its journal record (a rebuild after a power cut brought the block
+      // back:
       // SsdFaultTest.ARemovalCommittedWhileAReclaimPassSyncsTheLogStaysRemovedInARebuild).
-      // Reads go on; writers wait for the two syncs.
-      BatchLock no_commits(this);
-      PKV_RETURN_IF_ERROR(SyncJournal());
-      return FromRocks(db_->FlushWAL(/*sync=*/true), "sync log before reclaiming");
-    }
+      // Stores and removals wait for the log's sync at their journal append;
+      // reads go on.
+      return SyncJournalThen([this] {
+        return FromRocks(db_->FlushWAL(/*sync=*/true), "sync log before reclaiming");
+      });
     case SsdDurability::kSync:
       return Status::OK();  // every commit was synced
   }

@@ -459,6 +459,11 @@ Status ssd::TierImpl::SyncJournal() const {
   return j == nullptr ? Status::OK() : j->Sync();
 }
 
+Status ssd::TierImpl::SyncJournalThen(const std::function<Status()>& then) const {
+  RemovalJournal* j = flush_journal_.load(std::memory_order_acquire);
+  return j == nullptr ? then() : j->SyncThen(then);
+}
+
 void ssd::TierImpl::JournalNewExtents(std::vector<ssd::JournalRecord> written) {
   if (journal_ == nullptr) return;
   for (ssd::JournalRecord& r : written) r.extent_only = true;

@@ -128,14 +128,6 @@ ssd::TierImpl::BatchLock::BatchLock(ssd::TierImpl* impl,
   }
 }
 
-ssd::TierImpl::BatchLock::BatchLock(ssd::TierImpl* impl) : pause_(&impl->pause_) {
-  pause_->LockShared();
-  for (Mutex& stripe : impl->stripes_) {  // ascending, as every BatchLock
-    stripes_.push_back(&stripe);
-    stripe.Lock();
-  }
-}
-
 ssd::TierImpl::BatchLock::~BatchLock() {
   for (auto it = stripes_.rbegin(); it != stripes_.rend(); ++it) (*it)->Unlock();
   pause_->UnlockShared();

@@ -232,6 +232,9 @@ class TierImpl {
   // the deletes of the records' commits on the device, and at Close); OK
   // without a journal.
   Status SyncJournal() const;
+  // SyncJournal, then `then` before any journal record is appended again
+  // (`then` runs holding the journal's lock). Without a journal: `then`.
+  Status SyncJournalThen(const std::function<Status()>& then) const;
   // After a metadata commit that made extents live: a commit record for each
   // (ssd_journal.h), in one append. Called before the blocks' locks are
   // released, so a removal of one of them is journaled after its commit.
@@ -331,8 +334,8 @@ class TierImpl {
                                 const std::vector<ExtentLocation>& to,
                                 rocksdb::WriteBatch* batch) REQUIRES(mu_);
   // Makes every committed metadata change survive what the mode promises
-  // before a segment it no longer references is unlinked. In wal mode it
-  // holds every stripe across the journal's sync and the log's.
+  // before a segment it no longer references is unlinked. In wal mode no
+  // journal record is appended between the journal's sync and the log's.
   Status MakeMetadataDurable() EXCLUDES(pause_, mu_);
 
   // ssd_access_order.cc (docs/ssd.md "Reads"): a read's new access order
@@ -372,13 +375,11 @@ class TierImpl {
     SharedMutex* const pause_;
     Mutex* const stripe_;
   };
-  // Holds pause_ shared and the stripes of several keys, in ascending order;
-  // or, without keys, every stripe: no block operation commits meanwhile.
+  // Holds pause_ shared and the stripes of several keys, in ascending order.
   class SCOPED_CAPABILITY BatchLock {
    public:
     BatchLock(TierImpl* impl, const std::vector<BlockKey>& keys)
         ACQUIRE_SHARED(impl->pause_);
-    explicit BatchLock(TierImpl* impl) ACQUIRE_SHARED(impl->pause_);
     ~BatchLock() RELEASE();
     BatchLock(const BatchLock&) = delete;
     BatchLock& operator=(const BatchLock&) = delete;
