@@ -594,8 +594,8 @@ class Engine {
   bool ContainsValue(std::string_view key) const;
   // How many keys the key-value space holds: each counted once, whether in
   // RAM, on SSD or both. Waits for the SSD write-back queue, then walks both
-  // indexes (time in proportion to their entries). Entries of the older
-  // naming scheme still on SSD (unreachable by name) count too. Exact unless
+  // indexes and what is still queued (time in proportion to their entries). Entries of
+  // the older naming scheme still on SSD (unreachable by name) count too. Exact unless
   // values are put or deleted meanwhile.
   StatusOr<uint64_t> CountValues();
   // Removes every key of the key-value space from every tier; returns how

@@ -7,6 +7,7 @@
 #include <rocksdb/write_batch.h>
 
 #include <map>
+#include <unordered_set>
 
 #include "ssd_layout.h"
 #include "ssd_tier_impl.h"
@@ -45,6 +46,26 @@ void ssd::TierImpl::ForEach(
     }
   }
   for (const auto& [meta, bytes] : copy) fn(meta, bytes);  // no lock: fn may be slow
+}
+
+void ssd::TierImpl::ForEachIncludingQueued(
+    const std::function<void(const BlockMeta&, uint64_t)>& fn) const {
+  // The queue before the index: a block leaves the queue only once its write
+  // committed it to the index, so one written between the two looks is in
+  // the second (and skipped there), and none is missed.
+  std::vector<std::pair<BlockMeta, uint64_t>> queued = queue_->Contents();
+  std::unordered_set<BlockKey> seen;
+  {
+    MutexLock names(&names_mu_);  // the queue holds stored ids too
+    for (auto& [meta, bytes] : queued) {
+      meta.owner = names_.Run(meta.owner);
+      seen.insert(meta.key);
+    }
+  }
+  for (const auto& [meta, bytes] : queued) fn(meta, bytes);
+  ForEach([&](const BlockMeta& meta, uint64_t bytes) {
+    if (!seen.contains(meta.key)) fn(meta, bytes);
+  });
 }
 
 std::vector<SsdNamespaceUsage> ssd::TierImpl::Namespaces() const {

@@ -46,6 +46,10 @@ void SsdTier::ForEach(const std::function<void(const BlockMeta&, uint64_t)>& fn)
   impl_->ForEach(fn);
 }
 void SsdTier::SetEvictionListener(EvictionListener* l) { impl_->SetEvictionListener(l); }
+void SsdTier::ForEachIncludingQueued(
+    const std::function<void(const BlockMeta&, uint64_t)>& fn) const {
+  impl_->ForEachIncludingQueued(fn);
+}
 void SsdTier::OnEvict(const BlockMeta& meta, const SharedBytes& payload, bool dirty) {
   if (dirty) impl_->OnEvict(impl_->Stored(meta), payload);
 }

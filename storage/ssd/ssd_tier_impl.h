@@ -126,6 +126,8 @@ class TierImpl {
   TierCounters OwnerCounters(OwnerId owner) const EXCLUDES(mu_);
   void ForEach(const std::function<void(const BlockMeta&, uint64_t)>& fn) const
       EXCLUDES(mu_);
+  void ForEachIncludingQueued(
+      const std::function<void(const BlockMeta&, uint64_t)>& fn) const EXCLUDES(mu_);
 
   // ssd_owner_names.cc (docs/ssd.md "Owner names"). SsdTier's methods take
   // and give this run's owner ids; everything below them (the index, the

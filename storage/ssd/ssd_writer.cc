@@ -61,6 +61,17 @@ std::optional<BlockMeta> WriteBackQueue::FindMeta(const BlockKey& key) const {
   return std::nullopt;
 }
 
+std::vector<std::pair<BlockMeta, uint64_t>> WriteBackQueue::Contents() const {
+  MutexLock lock(&mu_);
+  std::vector<std::pair<BlockMeta, uint64_t>> out;
+  out.reserve(queued_.size() + in_flight_.size());
+  for (const auto& [key, item] : queued_) out.push_back({item.meta, item.payload.size()});
+  for (const auto& [key, item] : in_flight_) {
+    if (!queued_.contains(key)) out.push_back({item.meta, item.payload.size()});
+  }
+  return out;
+}
+
 bool WriteBackQueue::HasChildOf(const BlockKey& key) const {
   MutexLock lock(&mu_);
   const auto child = [&](const auto& entry) { return entry.second.meta.parent == key; };

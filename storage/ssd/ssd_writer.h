@@ -60,6 +60,10 @@ class WriteBackQueue {
   // The payload/metadata of a queued or in-flight block.
   std::optional<SharedBytes> Find(const BlockKey& key) const EXCLUDES(mu_);
   std::optional<BlockMeta> FindMeta(const BlockKey& key) const EXCLUDES(mu_);
+  // Every queued and in-flight block, with its payload's size. A block leaves
+  // the queue only after its write committed it, so a walk of the index made
+  // after this one sees each block either here or there.
+  std::vector<std::pair<BlockMeta, uint64_t>> Contents() const EXCLUDES(mu_);
   // A queued or in-flight block's parent is `key` (a scan of the queue).
   bool HasChildOf(const BlockKey& key) const EXCLUDES(mu_);
   // A queued block Cancel dropped, and whether its write had failed.

@@ -28,6 +28,7 @@
 #include "prefixkv/advanced/ssd_tier.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/support/fault_injection_file_system.h"
+#include "tests/support/forwarding_file_system.h"
 #include "tests/support/test_util.h"
 #include "value_catalog.h"
 #include "value_record.h"
@@ -359,6 +360,88 @@ TEST_F(EngineTest, CountsAndClearsValuesInEveryTier) {
   auto reopened = Open(OnDisk());
   ASSERT_NE(reopened, nullptr);
   ASSERT_OK_AND_ASSIGN(n, reopened->CountValues());
+  EXPECT_EQ(n, 0u);
+}
+
+// Fails SSD segment writes that carry `fail_marker` (while `fail` is set),
+// and on the first one carrying `hook_marker` runs `hook` (on the writer's
+// thread, before the write).
+class MarkedWriteFileSystem final : public testing::ForwardingFileSystem {
+ public:
+  std::atomic<bool> fail_x{true};
+  std::function<void()> hook;  // set before any write
+  bool hook_ran() const { return hook_ran_.load(); }
+
+  StatusOr<std::unique_ptr<FileHandle>> OpenFile(
+      const std::string& path, const FileOpenOptions& options) override {
+    StatusOr<std::unique_ptr<FileHandle>> f =
+        ForwardingFileSystem::OpenFile(path, options);
+    if (!f.ok() || path.find(".seg") == std::string::npos) return f;
+    return std::unique_ptr<FileHandle>(new Handle(this, std::move(*f)));
+  }
+
+ private:
+  class Handle final : public testing::ForwardingFileHandle {
+   public:
+    Handle(MarkedWriteFileSystem* fs, std::unique_ptr<FileHandle> base)
+        : ForwardingFileHandle(std::move(base)), fs_(fs) {}
+    Status Write(uint64_t offset, const void* data, size_t n) override {
+      const std::string_view bytes(static_cast<const char*>(data), n);
+      if (bytes.find("value-of-y") != std::string_view::npos) {
+        return Status::IOError("injected: y's write-back fails");
+      }
+      if (bytes.find("value-of-x") != std::string_view::npos) {
+        if (fs_->fail_x.load()) return Status::IOError("injected: x's first write fails");
+        if (!fs_->hook_ran_.exchange(true)) fs_->hook();
+      }
+      return ForwardingFileHandle::Write(offset, data, n);
+    }
+
+   private:
+    MarkedWriteFileSystem* fs_;
+  };
+  std::atomic<bool> hook_ran_{false};
+};
+
+// A whole-space walk (DBSIZE, KEYS, FLUSHDB) flushes the SSD write-back
+// queue, then walks the RAM tier and the SSD index. The Flush waits only for
+// what was queued before it, so a value evicted to the queue meanwhile was in
+// neither walk: FLUSHDB left it queued, it was written afterwards and GET
+// served the cleared key again. Deterministic: x's write-back fails once and
+// waits (fake clock) until the Flush retries it; that retry queues y (an
+// eviction after the Flush began), whose own write then fails, so y is
+// queued, not stored, while ClearValues walks.
+TEST_F(EngineTest, AWholeSpaceWalkSeesAValueQueuedForWriteBackAfterItsFlush) {
+  MarkedWriteFileSystem fs;
+  EngineHooks hooks;
+  hooks.configure_ssd = [&](SsdTierOptions& o) {
+    o.file_system = &fs;
+    o.clock = &clock_;
+    o.retry_interval_ms = 3'600'000;  // never on the fake clock: Flush retries
+    o.writer_threads = 1;
+  };
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> e,
+                       OpenEngine(Quiet(OnDiskOnFakeClock()), hooks));
+  ASSERT_OK(e->PutValue("w", SharedBytes::Copy(std::string_view("w"))));  // in RAM
+  SsdTier* ssd = EngineSsdTier(*e);
+  ASSERT_NE(ssd, nullptr);
+  // As the hot tier hands a dirty victim of the key-value space to the SSD.
+  const auto evict = [&](std::string_view name, std::string_view value) {
+    const SharedBytes record =
+        internal::EncodeValueRecord(name, 0, SharedBytes::Copy(value));
+    ssd->OnEvict(BlockMeta{internal::ValueKey(name), BlockKey{}, BlockKey{}, 0}, record,
+                 /*dirty=*/true);
+  };
+  fs.hook = [&] { evict("y", "value-of-y"); };
+  evict("x", "value-of-x");
+  while (ssd->WriteBackStatus().ok()) std::this_thread::yield();  // x failed once
+  fs.fail_x = false;
+
+  ASSERT_OK_AND_ASSIGN(uint64_t removed, e->ClearValues());
+  ASSERT_TRUE(fs.hook_ran()) << "y was queued during the Flush";
+  EXPECT_EQ(removed, 3u) << "w, x and y";
+  EXPECT_TRUE(e->GetValue("y").status().IsNotFound()) << "a cleared value came back";
+  ASSERT_OK_AND_ASSIGN(uint64_t n, e->CountValues());
   EXPECT_EQ(n, 0u);
 }
 

@@ -326,6 +326,11 @@ class SsdTier final : public BlockTier, public EvictionListener {
   // Stored blocks only (not those still queued).
   void ForEach(
       const std::function<void(const BlockMeta&, uint64_t bytes)>& fn) const override;
+  // Stored blocks and those still queued for write-back (or being written),
+  // each once: what a whole-space walk needs, since a block evicted to the
+  // queue after a Flush is in no index yet.
+  void ForEachIncludingQueued(
+      const std::function<void(const BlockMeta&, uint64_t bytes)>& fn) const;
   // Receives blocks evicted for capacity (read back from disk and verified).
   // Waits for running calls to the previous listener: once it returns, the
   // old listener is never called again. Must not be called from a listener.
