@@ -198,7 +198,10 @@ Status ssd::TierImpl::OpenSegments() {
       .direct_io = options_.use_direct_io,
       .segment_bytes = options_.segment_bytes,
       .sync_directory = options_.durability == SsdDurability::kSync,
-      .read_memory = options_.read_memory});
+      .read_memory = options_.read_memory,
+      .keep_ids_from = [this](uint64_t id) {
+        return KeepSegmentIdsFrom(id, /*sync=*/true);
+      }});
   std::map<uint64_t, uint64_t> found;
   PKV_RETURN_IF_ERROR(store_->Open(&found));
   direct_io_ = store_->direct_io();
@@ -253,6 +256,11 @@ StatusOr<uint64_t> ssd::TierImpl::SegmentIdsKeptFrom() const {
 }
 
 Status ssd::TierImpl::KeepSegmentIdsFrom(uint64_t id, bool sync) {
+  // Writers whose first append failed call this beside the reclaimer: one
+  // at a time, so a lower id never overwrites a higher one read meanwhile.
+  MutexLock lock(&keep_ids_mu_);
+  // A failed log writer must not be appended to again (ssd_tier_impl.h).
+  if (log_broken_) return Status::IOError("ssd tier: the metadata log failed");
   PKV_ASSIGN_OR_RETURN(const uint64_t kept_from, SegmentIdsKeptFrom());
   if (kept_from >= id) return Status::OK();
   std::string value(8, '\0');
@@ -263,7 +271,14 @@ Status ssd::TierImpl::KeepSegmentIdsFrom(uint64_t id, bool sync) {
   // reclaimer's, here): its frame is the one the TSan suppressions name.
   rocksdb::WriteBatch batch;
   batch.Put(std::string(ssd::kNextSegmentKey), value);
-  return FromRocks(DbWrite(w, &batch), "keep the next segment id");
+  const rocksdb::Status rs = DbWrite(w, &batch);
+  // As in Commit: the log writer keeps a failed write's error.
+  if (!rs.ok() && rs.ToString().find(".log") != std::string::npos &&
+      !log_broken_.exchange(true)) {
+    Log("metadata log write failed (" + rs.ToString() +
+        "): no metadata write until the tier is reopened");
+  }
+  return FromRocks(rs, "keep the next segment id");
 }
 
 Status ssd::TierImpl::Rebuild() {

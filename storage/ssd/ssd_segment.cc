@@ -264,6 +264,11 @@ Status SegmentStore::Discard(Appender* a) {
   }
   const uint64_t id = file->id;
   file.reset();  // no reader can hold it: nothing pointed into it
+  // Its extents may be on the device: a later segment of this id could find
+  // them in a stale tail (a power cut) with footers naming it, and a rebuild
+  // from the segments restored bytes whose write failed
+  // (SsdFaultTest.AFailedFirstAppendsSegmentIdIsNeverGivenAgain).
+  if (options_.keep_ids_from) PKV_RETURN_IF_ERROR(options_.keep_ids_from(id + 1));
   Status s = options_.fs->DeleteFile(PathOf(id));
   return s.IsNotFound() ? Status::OK() : s;
 }

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -120,6 +121,12 @@ class SegmentStore {
     bool sync_directory = false;  // fsync the directory after creating a file
     // Read buffers come from here when it has room (null: the heap).
     std::shared_ptr<MemoryResource> read_memory;
+    // Makes sure no segment id below `id` is given again after a restart,
+    // called before a segment whose first append failed is unlinked: the
+    // failed write may have put whole extents on the device, whose footers
+    // name its id. When it fails the file stays (unregistered) for the next
+    // open's walk, which keeps the id first. Empty: unlinked at once.
+    std::function<Status(uint64_t id)> keep_ids_from;
   };
   explicit SegmentStore(Options options);
   ~SegmentStore();
@@ -178,8 +185,9 @@ class SegmentStore {
   struct Appender;
   Status NewAppender(Appender* a) EXCLUDES(mu_);
   Status Seal(Appender* a) EXCLUDES(mu_);
-  // Unregisters and unlinks the appender's segment, whose first append
-  // failed (nothing in it is referenced).
+  // Unregisters the appender's segment, whose first append failed (nothing
+  // in it is referenced), and unlinks it once its id is kept
+  // (Options::keep_ids_from).
   Status Discard(Appender* a) EXCLUDES(mu_);
   std::string PathOf(uint64_t id) const;
 

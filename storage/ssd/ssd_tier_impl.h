@@ -264,7 +264,7 @@ class TierImpl {
   // it to `id` before a segment below it is unlinked (ssd_layout.h
   // kNextSegmentKey).
   StatusOr<uint64_t> SegmentIdsKeptFrom() const;
-  Status KeepSegmentIdsFrom(uint64_t id, bool sync);
+  Status KeepSegmentIdsFrom(uint64_t id, bool sync) EXCLUDES(keep_ids_mu_);
   // Raises the next segment id to the journal's (OpenJournal), in the
   // metadata too unless the open only reports.
   Status KeepJournalsSegmentIds();
@@ -561,7 +561,8 @@ class TierImpl {
   // first removal (the largest stored + 1). A leaf lock.
   Mutex removal_mu_;
   std::optional<uint64_t> next_removal_seq_ GUARDED_BY(removal_mu_);
-  Mutex reserve_mu_;  // serializes writing and deleting the reserve file (a leaf)
+  Mutex reserve_mu_;   // serializes writing and deleting the reserve file (a leaf)
+  Mutex keep_ids_mu_;  // serializes KeepSegmentIdsFrom (a leaf)
   std::atomic<uint64_t> last_resume_nanos_{0};
   std::unique_ptr<WriteBackQueue> queue_;
   bool closed_ = false;

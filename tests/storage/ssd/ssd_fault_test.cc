@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <mutex>
@@ -186,6 +187,53 @@ TEST_F(SsdFaultTest, AFailedSegmentFsyncInSyncModeFailsThePut) {
   ASSERT_NE(tier, nullptr);
   EXPECT_EQ(Present(*tier, {b}), 1u);
   EXPECT_FALSE(tier->Contains(a.key));
+}
+
+// A segment whose first append fails is unlinked at once; its id must never
+// be given again, as a reclaimed segment's (SsdCorruption.
+// AnUnlinkedSegmentsIdIsNeverGivenAgain): the failed fsync may have put the
+// whole extent on the device, and a power cut can leave it in the tail of
+// the next file of that id, where its footer names that file. Until
+// 2026-12-07 nothing kept the id (no commit, no journal record), so the
+// next run's first segment took it again, and a rebuild from the segments
+// served `a`, whose Put had failed (or an older or removed version).
+TEST_F(SsdFaultTest, AFailedFirstAppendsSegmentIdIsNeverGivenAgain) {
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
+  // The bytes the failed append wrote: `a` alone in a first segment.
+  testing::TempDir scratch;
+  std::string stale;
+  std::filesystem::path first;
+  {
+    SsdTierOptions so = testing::TestSsdOptions((scratch.path() / "ssd").string());
+    so.durability = SsdDurability::kSync;
+    auto tier = testing::OpenSsd(so);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_OK(tier->Put(a, PayloadOf(a), true));
+    ASSERT_OK(tier->Close());
+    first = testing::SegmentFiles(scratch.path() / "ssd").at(0);
+    std::ifstream in(first, std::ios::binary);
+    stale.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const SsdTierOptions o = Options(SsdDurability::kSync);
+  const std::filesystem::path path = dir_.path() / "ssd";
+  {
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    fs_.AddFault({.op = FaultOp::kSync, .path_contains = ".seg", .count = 1});
+    EXPECT_TRUE(tier->Put(a, PayloadOf(a), true).IsIOError());
+    ASSERT_OK(tier->Close());
+  }
+  ASSERT_TRUE(testing::SegmentFiles(path).empty()) << "the failed segment unlinked";
+  StoreAndClose(o, {b});
+  const std::vector<std::filesystem::path> segments = testing::SegmentFiles(path);
+  ASSERT_EQ(segments.size(), 1u);
+  EXPECT_NE(segments[0].filename(), first.filename())
+      << "the failed segment's id given again";
+  std::ofstream(segments[0], std::ios::binary | std::ios::app) << stale;
+  auto tier = testing::OpenRebuilt(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_FALSE(tier->Contains(a.key)) << "a failed Put's bytes came back";
+  EXPECT_EQ(Present(*tier, {b}), 1u);
 }
 
 TEST_F(SsdFaultTest, AFailedLogFsyncInSyncModeFailsThePut) {
