@@ -57,10 +57,13 @@ StatusOr<std::unique_ptr<SsdTier>> OpenSsd(
 // about to write block 1 below; then makes segment writes fail and, on
 // another thread, evicts block 1's dirty copy from `hot` (one block) by
 // putting block 2. With the fixes the eviction's hand-over waits for the
-// held write, so both are joined only after the gate opens.
+// held write, so both are joined only after the gate opens. The faults end
+// once `ssd`'s writer thread has met one too (a failed first append keeps
+// its segment's id with a synced metadata write, which may still be under
+// way when the caller's next Flush starts and would fail it).
 void EvictBlock1WhileAHeldWriteFails(testing::GatedTier& gate,
                                      FaultInjectionFileSystem& fs, MemTier& hot,
-                                     const std::function<void()>& write) {
+                                     SsdTier& ssd, const std::function<void()>& write) {
   gate.Arm(testing::GatedTier::Op::kPut, Meta(1).key);
   std::thread writer(write);
   gate.WaitHeld();
@@ -71,6 +74,7 @@ void EvictBlock1WhileAHeldWriteFails(testing::GatedTier& gate,
   gate.Open();
   writer.join();
   evictor.join();
+  EXPECT_TRUE(testing::WaitUntil([&] { return !ssd.WriteBackStatus().ok(); }));
   fs.ClearFaults();
 }
 
@@ -226,7 +230,7 @@ TEST(TierStackWriteBackFailure, AFailedFlushOfABlockEvictedMeanwhileKeepsIt) {
   TierStack stack(&hot, &gate, ssd.get());
   ASSERT_OK(stack.Put(Meta(1), Payload(1)));  // dirty, in RAM only
   // The Flush read block 1 and is about to write it below.
-  EvictBlock1WhileAHeldWriteFails(gate, fs, hot,
+  EvictBlock1WhileAHeldWriteFails(gate, fs, hot, *ssd,
                                   [&] { EXPECT_FALSE(stack.Flush().ok()); });
   ASSERT_OK(ssd->Flush());  // stores what the write-back queue holds
   StatusOr<TierHit> hit = stack.Get(Meta(1).key, /*allow_promotion=*/false);
@@ -252,7 +256,7 @@ TEST(TierStackWriteBackFailure,
   ASSERT_OK(stack.Put(Meta(1), Payload(1)));  // dirty, in RAM only
   const SharedBytes big = SharedBytes::Copy(std::string(8 * kPayload, 'n'));
   // The new bytes are about to be written below.
-  EvictBlock1WhileAHeldWriteFails(gate, fs, hot,
+  EvictBlock1WhileAHeldWriteFails(gate, fs, hot, *ssd,
                                   [&] { EXPECT_FALSE(stack.Put(Meta(1), big).ok()); });
   ASSERT_OK(ssd->Flush());  // stores what the write-back queue holds
   StatusOr<TierHit> hit = stack.Get(Meta(1).key, /*allow_promotion=*/false);
