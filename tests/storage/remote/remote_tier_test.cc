@@ -40,6 +40,18 @@ class RemoteTierTest : public ::testing::Test {
     o.log = log_.Sink();
     return RemoteTier::Open(std::make_unique<FakeRemoteStore>(state_), std::move(o));
   }
+  // A tier writing one block per batch, kNs limited to 1000 bytes per 60 s.
+  std::unique_ptr<RemoteTier> OpenWithQuota() {
+    RemoteTierOptions o;
+    o.write_batch_blocks = 1;
+    auto tier = Open(o);
+    tier->SetNamespaceLimits(kNs, {.ttl_seconds = 60, .max_bytes = 1000});
+    return tier;
+  }
+  // kNs's quota counter in the fake cluster. REQUIRES: state_->mu held.
+  std::string& QuotaCounter() {
+    return state_->values[RemoteTierOptions{}.key_prefix + "quota:" + kNs.ToHex()];
+  }
   std::shared_ptr<FakeRemoteState> state_ = std::make_shared<FakeRemoteState>();
   testing::LogLines log_;
 };
@@ -355,10 +367,7 @@ TEST_F(RemoteTierTest, AFullQueueDropsBlocksInsteadOfBlockingTheCaller) {
 }
 
 TEST_F(RemoteTierTest, ANamespaceStopsWritingAtItsByteLimitOthersDoNot) {
-  RemoteTierOptions o;
-  o.write_batch_blocks = 1;
-  auto tier = Open(o);
-  tier->SetNamespaceLimits(kNs, {.ttl_seconds = 60, .max_bytes = 1000});
+  auto tier = OpenWithQuota();
   const BlockKey other{9, 9};
   for (uint64_t i = 0; i < 10; ++i) {
     ASSERT_OK(tier->Put(Meta(i), Payload(i), false));  // 300 bytes each
@@ -410,10 +419,7 @@ TEST_F(RemoteTierTest, AQuotaCounterTheClusterCannotUpdateFailsTheBlocksNotTheQu
 // its limit's worth once the cluster takes writes again (over_quota counted
 // blocks of a namespace that had written nothing).
 TEST_F(RemoteTierTest, BlocksTheClusterFailedToWriteTakeNoneOfTheQuota) {
-  RemoteTierOptions o;
-  o.write_batch_blocks = 1;
-  auto tier = Open(o);
-  tier->SetNamespaceLimits(kNs, {.ttl_seconds = 60, .max_bytes = 1000});
+  auto tier = OpenWithQuota();
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     for (uint64_t i = 0; i < 3; ++i)
@@ -428,8 +434,7 @@ TEST_F(RemoteTierTest, BlocksTheClusterFailedToWriteTakeNoneOfTheQuota) {
   EXPECT_EQ(c.writes, 3u) << "3 x 300 bytes fit in 1000";
   EXPECT_EQ(c.over_quota, 0u);
   std::lock_guard<std::mutex> lock(state_->mu);
-  EXPECT_EQ(state_->values[RemoteTierOptions{}.key_prefix + "quota:" + kNs.ToHex()],
-            "900");
+  EXPECT_EQ(QuotaCounter(), "900");
 }
 
 // A batch refused as over the namespace's limit is not written, so its bytes
@@ -438,10 +443,7 @@ TEST_F(RemoteTierTest, BlocksTheClusterFailedToWriteTakeNoneOfTheQuota) {
 // namespace (on every node: the counter is cluster-wide), even one that fit
 // in the room left, was refused for the rest of the TTL window.
 TEST_F(RemoteTierTest, ABatchRefusedOverQuotaTakesNoneOfTheQuota) {
-  RemoteTierOptions o;
-  o.write_batch_blocks = 1;
-  auto tier = Open(o);
-  tier->SetNamespaceLimits(kNs, {.ttl_seconds = 60, .max_bytes = 1000});
+  auto tier = OpenWithQuota();
   const size_t sizes[] = {600, 600, 300};  // the second does not fit, the third does
   for (uint64_t i = 0; i < 3; ++i) {
     ASSERT_OK(tier->Put(Meta(i), Payload(i, sizes[i]), false));
@@ -452,8 +454,7 @@ TEST_F(RemoteTierTest, ABatchRefusedOverQuotaTakesNoneOfTheQuota) {
   EXPECT_EQ(c.writes, 2u) << "600 + 300 bytes fit in 1000";
   EXPECT_EQ(c.bytes_written, 900u);
   std::lock_guard<std::mutex> lock(state_->mu);
-  EXPECT_EQ(state_->values[RemoteTierOptions{}.key_prefix + "quota:" + kNs.ToHex()],
-            "900");
+  EXPECT_EQ(QuotaCounter(), "900");
 }
 
 // A quota counter below zero (a refund that found the counter expired and
@@ -461,13 +462,10 @@ TEST_F(RemoteTierTest, ABatchRefusedOverQuotaTakesNoneOfTheQuota) {
 // namespace over its limit: the charge's total was compared as unsigned, so
 // a block charged meanwhile on any node read a huge total and was refused.
 TEST_F(RemoteTierTest, AQuotaCounterBelowZeroLeavesRoomNotOverTheLimit) {
-  RemoteTierOptions o;
-  o.write_batch_blocks = 1;
-  auto tier = Open(o);
-  tier->SetNamespaceLimits(kNs, {.ttl_seconds = 60, .max_bytes = 1000});
+  auto tier = OpenWithQuota();
   {
     std::lock_guard<std::mutex> lock(state_->mu);
-    state_->values[RemoteTierOptions{}.key_prefix + "quota:" + kNs.ToHex()] = "-500";
+    QuotaCounter() = "-500";
   }
   ASSERT_OK(tier->Put(Meta(0), Payload(0), false));  // 300 bytes: -200 after it
   tier->Flush();
