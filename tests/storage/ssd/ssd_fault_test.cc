@@ -103,6 +103,26 @@ class SsdFaultTest : public ::testing::Test {
     for (const BlockMeta& m : blocks) ASSERT_OK(tier->Put(m, PayloadOf(m), true));
     ASSERT_OK(tier->Close());
   }
+  // Cuts the power under `tier` and reopens it, then rebuilds its metadata
+  // from the segments: `kept` is served throughout, and `removed`, if the
+  // cut left it removed (wal mode may roll a removal back), stays removed.
+  void ExpectARemovalDurableAfterACutStaysInARebuild(std::unique_ptr<SsdTier>& tier,
+                                                     const SsdTierOptions& o,
+                                                     const BlockMeta& kept,
+                                                     const BlockMeta& removed) {
+    CutPowerAndReopen(tier, o);
+    ASSERT_NE(tier, nullptr);
+    EXPECT_EQ(Present(*tier, {kept}), 1u);
+    const bool survived_cut = tier->Contains(removed.key);
+    ASSERT_OK(tier->Close());
+    tier = testing::OpenRebuilt(o);
+    ASSERT_NE(tier, nullptr);
+    EXPECT_EQ(Present(*tier, {kept}), 1u);
+    if (!survived_cut) {
+      EXPECT_FALSE(tier->Contains(removed.key))
+          << "a removal durable in the metadata was undone by a rebuild";
+    }
+  }
   // Blocks of `blocks` that are present; each one present must be served
   // with its own payload.
   uint64_t Present(SsdTier& tier, const std::vector<BlockMeta>& blocks) {
@@ -1593,18 +1613,7 @@ TEST_F(SsdFaultTest, AWalModeRemovalMadeDurableByAReclaimPassStaysRemovedInARebu
   ASSERT_OK(tier->Remove(removed.key));
   ASSERT_OK(tier->Remove(emptied.key));  // its segment is unlinked: FlushWAL first
   ASSERT_TRUE(testing::WaitUntil([&] { return !std::filesystem::exists(segments[1]); }));
-  CutPowerAndReopen(tier, o);
-  ASSERT_NE(tier, nullptr);
-  EXPECT_EQ(Present(*tier, {kept}), 1u);
-  const bool survived_cut = tier->Contains(removed.key);  // wal mode may roll back
-  ASSERT_OK(tier->Close());
-  tier = testing::OpenRebuilt(o);
-  ASSERT_NE(tier, nullptr);
-  EXPECT_EQ(Present(*tier, {kept}), 1u);
-  if (!survived_cut) {
-    EXPECT_FALSE(tier->Contains(removed.key))
-        << "a removal durable in the metadata was undone by a rebuild";
-  }
+  ExpectARemovalDurableAfterACutStaysInARebuild(tier, o, kept, removed);
 }
 
 // Passes everything to `base`; once armed, the first sync of a RocksDB log
@@ -1694,18 +1703,7 @@ TEST_F(SsdFaultTest,
   tap.Join();
   ASSERT_OK(removal);
   tap.armed = false;
-  CutPowerAndReopen(tier, o);
-  ASSERT_NE(tier, nullptr);
-  EXPECT_EQ(Present(*tier, {kept}), 1u);
-  const bool survived_cut = tier->Contains(removed.key);  // wal mode may roll back
-  ASSERT_OK(tier->Close());
-  tier = testing::OpenRebuilt(o);
-  ASSERT_NE(tier, nullptr);
-  EXPECT_EQ(Present(*tier, {kept}), 1u);
-  if (!survived_cut) {
-    EXPECT_FALSE(tier->Contains(removed.key))
-        << "a removal durable in the metadata was undone by a rebuild";
-  }
+  ExpectARemovalDurableAfterACutStaysInARebuild(tier, o, kept, removed);
 }
 
 }  // namespace
