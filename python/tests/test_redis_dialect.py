@@ -287,6 +287,30 @@ def test_set_options_given_twice(both):
     assert got[0] is True and got[5] is None and got[-1] == b"5"
 
 
+def test_integer_arguments_are_read_as_redis_reads_them(both):
+    """An integer argument is an optional '-' and digits without a leading zero
+    (Redis's string2ll): "01", "-0", "00" and "+5" are refused with Redis's
+    error text, not read as numbers (SET PX 01 answered OK, XRANGE COUNT -0 an
+    empty page). SCAN's cursor is read by strtoul and takes them."""
+    def run(c):
+        return [outcome(lambda: c.execute_command(*cmd)) for cmd in [
+            ("SET", "i", "v", "PX", "01"), ("SET", "i", "v", "EX", "-0"),
+            ("SET", "i", "v", "EX", "+5"), ("SET", "i", "v", "EXAT", "00"),
+            ("SET", "i", "v", "PXAT", "-01"), ("GET", "i"), ("SET", "i", "v"),
+            ("EXPIRE", "i", "01"), ("PEXPIRE", "i", "-0"), ("EXPIREAT", "i", "+9"),
+            ("PEXPIREAT", "i", "007"), ("TTL", "i"),
+            ("XRANGE", "prefixkv:events", "-", "+", "COUNT", "-0"),
+            ("XREVRANGE", "prefixkv:events", "+", "-", "COUNT", "01"),
+            ("XREAD", "COUNT", "01", "STREAMS", "prefixkv:events", "0"),
+            ("XREAD", "BLOCK", "-0", "STREAMS", "prefixkv:events", "$"),
+            ("XREAD", "BLOCK", "-1", "STREAMS", "prefixkv:events", "$"),
+            ("SCAN", "0", "COUNT", "010"), ("SCAN", "0", "COUNT", "-0"),
+            ("SELECT", "00"), ("SELECT", "-0"), ("SELECT", "01"), ("SCAN", "00")]]
+
+    got = same_on_both(both, run)
+    assert got[6] is True and got[11] == -1 and got[-1] == (0, [b"i"])
+
+
 def test_expire_family_and_persist(both):
     def run(c):
         c.mset({"e": "1", "f": "2", "g": "3"})

@@ -102,6 +102,14 @@ std::string Lower(std::string_view s) {
   return out;
 }
 
+bool ParseRedisInteger(std::string_view s, int64_t* value) {
+  const std::string_view digits = s.starts_with('-') ? s.substr(1) : s;
+  if (digits.empty() || digits.front() < '0' || digits.front() > '9') return false;
+  if (digits.front() == '0' && s != "0") return false;  // "01", "-0", "00"
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *value);
+  return ec == std::errc() && end == s.data() + s.size();
+}
+
 // A client-supplied word made safe and short for an error message.
 std::string Quoted(std::string_view s) {
   std::string out = "'";
@@ -386,9 +394,7 @@ void CmdSelect(CommandContext& ctx) {
   if (ctx.arg(1) == "0") return ctx.out->Simple("OK");
   const std::string_view index = ctx.arg(1);
   int64_t number = 0;
-  const auto [end, ec] =
-      std::from_chars(index.data(), index.data() + index.size(), number);
-  const bool integer = ec == std::errc() && end == index.data() + index.size();
+  const bool integer = ParseRedisInteger(index, &number);
   // Redis's replies: a number other than 0 names a database this server does not have.
   ctx.out->Error(integer ? "ERR DB index is out of range"
                          : "ERR value is not an integer or out of range");

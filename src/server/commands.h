@@ -247,6 +247,11 @@ void ForEachCounter(const TierCounters& c,
 
 // `s` in lowercase (ASCII).
 std::string Lower(std::string_view s);
+// A command's integer argument read as Redis reads it (string2ll): an
+// optional '-', then digits without a leading zero ("0" alone is zero), in
+// int64 range. "01", "-0", "+5" and " 5" are not integers to Redis, so a client
+// that a server refuses them must not see them accepted here.
+bool ParseRedisInteger(std::string_view s, int64_t* value);
 // A client-supplied word made safe and short for an error message, in quotes.
 std::string Quoted(std::string_view s);
 

@@ -3,7 +3,6 @@
 // TTL / PTTL and PERSIST. The engine keeps the expiry with the value
 // (Engine::SetValue, SetValueExpiry) in Unix milliseconds of its clock; the
 // replies and error texts are Redis 7's (docs/protocol.md, "Expiry").
-#include <charconv>
 #include <limits>
 
 #include "commands.h"
@@ -12,11 +11,6 @@ namespace prefixkv::server {
 namespace {
 
 constexpr std::string_view kNotInteger = "ERR value is not an integer or out of range";
-
-bool ParseInt64(std::string_view text, int64_t* out) {
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
-  return !text.empty() && ec == std::errc() && end == text.data() + text.size();
-}
 
 // An absolute expiry in Unix ms from a command's time argument, as Redis
 // computes it: `unit_ms` (1000 for seconds) times `value`, plus now unless
@@ -73,7 +67,7 @@ std::string ParseSetOptions(CommandContext& ctx, SetValueOptions* o) {
   }
   if (time_unit.empty()) return "";
   int64_t value = 0;
-  if (!ParseInt64(time_arg, &value)) return std::string(kNotInteger);
+  if (!ParseRedisInteger(time_arg, &value)) return std::string(kNotInteger);
   const bool seconds = time_unit == "ex" || time_unit == "exat";
   const uint64_t now_ms = ctx.dispatcher.engine()->clock()->UnixMillis();
   if (value <= 0 || !ExpiryTime(value, seconds ? 1000 : 1, time_unit.size() == 4, now_ms,
@@ -148,7 +142,7 @@ void CmdExpire(CommandContext& ctx) {
     return ctx.out->Error(error);
   }
   int64_t value = 0;
-  if (!ParseInt64(ctx.arg(2), &value)) return ctx.out->Error(kNotInteger);
+  if (!ParseRedisInteger(ctx.arg(2), &value)) return ctx.out->Error(kNotInteger);
   const bool millis = name[0] == 'p';
   const bool absolute = name.size() > 2 && name.substr(name.size() - 2) == "at";
   uint64_t at_ms = 0;

@@ -36,8 +36,7 @@ std::string ParseScan(CommandContext& ctx, ScanArgs* a) {
       a->pattern = value;
     } else if (opt == "count") {
       int64_t n = 0;
-      const auto [e, err] = std::from_chars(value.data(), value.data() + value.size(), n);
-      if (value.empty() || err != std::errc() || e != value.data() + value.size()) {
+      if (!ParseRedisInteger(value, &n)) {
         return "ERR value is not an integer or out of range";
       }
       if (n < 1) return "ERR syntax error";

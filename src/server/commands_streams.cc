@@ -86,8 +86,7 @@ void ReplyEntries(const std::vector<KvEvent>& events, ReplyBuffer* out) {
 bool ParseCount(CommandContext& ctx, size_t i, uint64_t* n) {
   const std::string_view s = ctx.arg(i + 1);
   int64_t v = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size() || s.empty()) {
+  if (!ParseRedisInteger(s, &v)) {
     ctx.out->Error("ERR value is not an integer or out of range");
     return false;
   }
@@ -190,11 +189,12 @@ void CmdXread(CommandContext& ctx) {
       if (!ParseCount(ctx, i, &n)) return;
       count = Capped(n);
     } else if (word == "block") {
-      uint64_t ms = 0;
-      if (!ParseU64(ctx.arg(i + 1), &ms)) {
+      int64_t ms = 0;
+      if (!ParseRedisInteger(ctx.arg(i + 1), &ms)) {
         return ctx.out->Error("ERR timeout is not an integer or out of range");
       }
-      block_ms = ms;
+      if (ms < 0) return ctx.out->Error("ERR timeout is negative");
+      block_ms = static_cast<uint64_t>(ms);
     } else {
       return ctx.out->Error("ERR syntax error");
     }

@@ -551,6 +551,34 @@ TEST_F(ServerTest, TakesRepeatedSetOptionsAsRedisDoes) {
   EXPECT_EQ(c->Call({"TTL", "k"}).integer, 10);
 }
 
+// An integer argument is read as Redis's string2ll reads it: "01", "-0" and
+// "+5" are not integers (SET PX 01 answered OK, XRANGE COUNT -0 an empty
+// page); "0" and "-5" are.
+TEST_F(ServerTest, RefusesIntegersWithALeadingZeroOrSignAsRedisDoes) {
+  StartServer();
+  auto c = Connect();
+  constexpr std::string_view kNotInteger = "ERR value is not an integer or out of range";
+  for (const char* n : {"01", "-0", "+5", "00", "-01", " 5"}) {
+    SCOPED_TRACE(n);
+    EXPECT_EQ(c->Call({"SET", "k", "v", "PX", n}).str, kNotInteger);
+    EXPECT_EQ(c->Call({"PEXPIRE", "k", n}).str, kNotInteger);
+    EXPECT_EQ(c->Call({"XRANGE", "prefixkv:events", "-", "+", "COUNT", n}).str,
+              kNotInteger);
+    EXPECT_EQ(c->Call({"XREAD", "COUNT", n, "STREAMS", "prefixkv:events", "0"}).str,
+              kNotInteger);
+    EXPECT_EQ(c->Call({"SCAN", "0", "COUNT", n}).str, kNotInteger);
+    EXPECT_EQ(c->Call({"SELECT", n}).str, kNotInteger);
+  }
+  EXPECT_TRUE(c->Call({"GET", "k"}).null) << "a refused SET stores nothing";
+  EXPECT_EQ(c->Call({"XREAD", "BLOCK", "-1", "STREAMS", "prefixkv:events", "$"}).str,
+            "ERR timeout is negative");
+  EXPECT_EQ(c->Call({"SET", "k", "v", "PX", "0"}).str,
+            "ERR invalid expire time in 'set' command");
+  EXPECT_EQ(c->Call({"SET", "k", "v", "EX", "-5"}).str,
+            "ERR invalid expire time in 'set' command");
+  EXPECT_EQ(c->Call({"SELECT", "0"}).str, "OK");
+}
+
 // SCAN walks the raw keys' names with MATCH, COUNT and TYPE; KEYS lists them
 // with the same glob.
 TEST_F(ServerTest, ScansAndListsKeysByGlob) {
