@@ -529,6 +529,28 @@ TEST(CliExitCodes, EveryCommandKeepsTheTableAndReportsFailuresAsJson) {
   }
 }
 
+// A command's --help promises a JSON failure line only when it takes --json:
+// repair's and serve's said "with --json a failure prints ..." and refused
+// --json as an unknown flag.
+TEST(CliExitCodes, HelpPromisesAJsonFailureOnlyWhereThereIsJson) {
+  const std::string promise = "with --json a failure prints";
+  for (const char* command : {"repair", "serve"}) {
+    SCOPED_TRACE(command);
+    const CliRun run = testing::RunCliSplit(std::string(command) + " --help");
+    EXPECT_EQ(run.exit_code, 0) << run.errors;
+    EXPECT_NE(run.output.find("exit codes:"), std::string::npos) << run.output;
+    EXPECT_EQ(run.output.find(promise), std::string::npos) << run.output;
+    EXPECT_EQ(testing::RunCliSplit(std::string(command) + " --json").exit_code, 2);
+  }
+  const CliRun audit = testing::RunCliSplit("audit --help");
+  EXPECT_NE(audit.output.find(promise), std::string::npos) << audit.output;
+  const CliRun top = testing::RunCliSplit("--help");
+  EXPECT_EQ(top.output.find(promise), std::string::npos) << top.output;
+  EXPECT_NE(top.output.find("with --json (a command that takes it) a failure prints"),
+            std::string::npos)
+      << top.output;
+}
+
 // A report that never reached its file (stdout on a full disk: /dev/full)
 // is a failure: every command exited 0, with an empty or cut report.
 TEST(CliExitCodes, OutputThatCannotBeWrittenIsAFailure) {

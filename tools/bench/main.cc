@@ -36,7 +36,8 @@ void PrintHelp(std::FILE* out) {
   for (const auto& [name, info] : BenchSuites()) {
     std::fprintf(out, "  %-10s %s\n", name.c_str(), info.summary.c_str());
   }
-  std::fprintf(out, "\n%s", kExitCodeHelp);
+  std::fprintf(out, "\n%swith --json (a suite that takes it) %s", kExitCodeHelp,
+               kJsonFailureHelp);
 }
 
 int Run(int argc, char** argv) {

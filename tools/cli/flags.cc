@@ -30,8 +30,10 @@ const char kExitCodeHelp[] =
     "     a failed check, I/O or corruption errors, a port or data directory in use,\n"
     "     output that could not be written)\n"
     "  2  usage: unknown command or flag, bad or missing value, stray argument, an\n"
-    "     input path given that does not exist or cannot be read\n"
-    "with --json a failure prints {\"ok\":false,\"error\":\"...\"} on stdout\n";
+    "     input path given that does not exist or cannot be read\n";
+
+const char kJsonFailureHelp[] =
+    "a failure prints {\"ok\":false,\"error\":\"...\"} on stdout\n";
 
 bool Flags::Parse(const std::vector<std::string>& args, std::string* error) {
   json_ = Find("json") != nullptr && HasJsonArg(args);
@@ -92,7 +94,11 @@ std::string Flags::HelpText() const {
     out += "\n";
   }
   out += "  --help                         show this help\n";
-  return out + "\n" + kExitCodeHelp;
+  out += "\n" + std::string(kExitCodeHelp);
+  // Only a command that takes --json can print its failure as JSON (repair,
+  // serve... cannot: their help must not promise it).
+  if (Find("json") != nullptr) out += "with --json " + std::string(kJsonFailureHelp);
+  return out;
 }
 
 std::string Flags::GetString(const std::string& name, const std::string& def) const {

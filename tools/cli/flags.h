@@ -27,6 +27,9 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitProblem = 1;
 inline constexpr int kExitUsage = 2;
 extern const char kExitCodeHelp[];  // the table above, for --help
+// What --json does to a failure, for the help of a command that takes --json
+// ("with --json " first) or of a list of commands some of which take it.
+extern const char kJsonFailureHelp[];
 
 struct FlagSpec {
   std::string name;          // without the leading dashes

@@ -33,7 +33,8 @@ void PrintHelp(FILE* out) {
   for (const auto& [name, info] : Commands()) {
     std::fprintf(out, "  %-12s %s\n", name.c_str(), info.summary.c_str());
   }
-  std::fprintf(out, "\n%s", kExitCodeHelp);
+  std::fprintf(out, "\n%swith --json (a command that takes it) %s", kExitCodeHelp,
+               kJsonFailureHelp);
 }
 
 int Run(int argc, char** argv) {
