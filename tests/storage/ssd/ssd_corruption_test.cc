@@ -785,6 +785,53 @@ TEST(SsdCorruption, AnOlderVersionOrAnotherKeysBytesAtTheRecordsPlaceAreNeverSer
 namespace prefixkv {
 namespace {
 
+// Stores `m` in a run of its own (the tier opened, then closed).
+void StoreInARun(const SsdTierOptions& o, const BlockMeta& m) {
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_OK(tier->Put(m, PayloadOf(m.key), true));
+  ASSERT_OK(tier->Close());
+}
+
+// Removes `m` and compacts, in a run of its own: its segment, left empty,
+// is unlinked.
+void RemoveAndUnlinkItsSegment(const SsdTierOptions& o, const BlockMeta& m) {
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_OK(tier->Remove(m.key));
+  ASSERT_OK(tier->Compact());
+  ASSERT_OK(tier->Close());
+}
+
+// Opens and closes the tier: the open drops the journal's records of
+// unlinked segments.
+void Reopen(const SsdTierOptions& o) {
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_OK(tier->Close());
+}
+
+std::string FileBytes(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Appends `stale` (an unlinked segment's bytes) to `segment`, as a power cut
+// may leave a file's new end, and rebuilds the metadata from the segments:
+// `removed` is never served, each of `kept` is, with its own bytes.
+void ExpectAStaleTailRestoresNothing(const SsdTierOptions& o, const fs::path& segment,
+                                     const std::string& stale, const BlockMeta& removed,
+                                     std::initializer_list<BlockMeta> kept) {
+  std::ofstream(segment, std::ios::binary | std::ios::app) << stale;
+  auto tier = testing::OpenRebuilt(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_FALSE(tier->Get(removed.key).ok()) << "a removed block came back";
+  for (const BlockMeta& m : kept) {
+    ASSERT_OK_AND_ASSIGN(SharedBytes got, tier->Get(m.key));
+    EXPECT_EQ(got.view(), PayloadOf(m.key).view());
+  }
+}
+
 // A power cut can leave a file's new end holding whatever the device had
 // there before (a file system that extends a file before its data lands:
 // ext4 data=writeback), such as a whole extent of a segment unlinked since.
@@ -797,15 +844,8 @@ TEST(SsdCorruption, AnExtentOfAnUnlinkedSegmentLeftInAnotherFilesTailIsNeverRest
   const fs::path path = dir.path() / "ssd";
   SsdTierOptions o = testing::TestSsdOptions(path.string());
   const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
-  std::string stale;
-  {  // Segment 1: a.
-    auto tier = testing::OpenSsd(o);
-    ASSERT_NE(tier, nullptr);
-    ASSERT_OK(tier->Put(a, PayloadOf(a.key), true));
-    ASSERT_OK(tier->Close());
-    std::ifstream in(testing::SegmentFiles(path).at(0), std::ios::binary);
-    stale.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  ASSERT_NO_FATAL_FAILURE(StoreInARun(o, a));  // segment 1: a
+  const std::string stale = FileBytes(testing::SegmentFiles(path).at(0));
   {  // a removed, segment 1 unlinked; segment 2: b.
     auto tier = testing::OpenSsd(o);
     ASSERT_NE(tier, nullptr);
@@ -814,19 +854,10 @@ TEST(SsdCorruption, AnExtentOfAnUnlinkedSegmentLeftInAnotherFilesTailIsNeverRest
     ASSERT_OK(tier->Put(b, PayloadOf(b.key), true));
     ASSERT_OK(tier->Close());
   }
-  {  // Its open drops the journal's records of segment 1.
-    auto tier = testing::OpenSsd(o);
-    ASSERT_NE(tier, nullptr);
-    ASSERT_OK(tier->Close());
-  }
+  ASSERT_NO_FATAL_FAILURE(Reopen(o));
   const std::vector<fs::path> segments = testing::SegmentFiles(path);
   ASSERT_EQ(segments.size(), 1u) << "segment 1 unlinked";
-  std::ofstream(segments[0], std::ios::binary | std::ios::app) << stale;
-  auto tier = testing::OpenRebuilt(o);
-  ASSERT_NE(tier, nullptr);
-  EXPECT_FALSE(tier->Get(a.key).ok()) << "a removed block came back";
-  ASSERT_OK_AND_ASSIGN(SharedBytes kept, tier->Get(b.key));
-  EXPECT_EQ(kept.view(), PayloadOf(b.key).view());
+  ExpectAStaleTailRestoresNothing(o, segments[0], stale, a, {b});
 }
 
 // The same with the unlinked segment's id given again: segment 1 unlinked
@@ -838,40 +869,16 @@ TEST(SsdCorruption, AnUnlinkedSegmentsIdIsNeverGivenAgain) {
   const fs::path path = dir.path() / "ssd";
   SsdTierOptions o = testing::TestSsdOptions(path.string());
   const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
-  std::string stale;
-  fs::path first;
-  {  // Segment 1: a.
-    auto tier = testing::OpenSsd(o);
-    ASSERT_NE(tier, nullptr);
-    ASSERT_OK(tier->Put(a, PayloadOf(a.key), true));
-    ASSERT_OK(tier->Close());
-    first = testing::SegmentFiles(path).at(0);
-    std::ifstream in(first, std::ios::binary);
-    stale.assign(std::istreambuf_iterator<char>(in), {});
-  }
-  {  // a removed, segment 1 unlinked.
-    auto tier = testing::OpenSsd(o);
-    ASSERT_NE(tier, nullptr);
-    ASSERT_OK(tier->Remove(a.key));
-    ASSERT_OK(tier->Compact());
-    ASSERT_OK(tier->Close());
-  }
+  ASSERT_NO_FATAL_FAILURE(StoreInARun(o, a));  // segment 1: a
+  const fs::path first = testing::SegmentFiles(path).at(0);
+  const std::string stale = FileBytes(first);
+  ASSERT_NO_FATAL_FAILURE(RemoveAndUnlinkItsSegment(o, a));
   ASSERT_TRUE(testing::SegmentFiles(path).empty()) << "segment 1 unlinked";
-  {  // The next segment: b.
-    auto tier = testing::OpenSsd(o);
-    ASSERT_NE(tier, nullptr);
-    ASSERT_OK(tier->Put(b, PayloadOf(b.key), true));
-    ASSERT_OK(tier->Close());
-  }
+  ASSERT_NO_FATAL_FAILURE(StoreInARun(o, b));  // the next segment: b
   const std::vector<fs::path> segments = testing::SegmentFiles(path);
   ASSERT_EQ(segments.size(), 1u);
   EXPECT_NE(segments[0].filename(), first.filename()) << "segment 1's id given again";
-  std::ofstream(segments[0], std::ios::binary | std::ios::app) << stale;
-  auto tier = testing::OpenRebuilt(o);
-  ASSERT_NE(tier, nullptr);
-  EXPECT_FALSE(tier->Get(a.key).ok()) << "a removed block came back";
-  ASSERT_OK_AND_ASSIGN(SharedBytes kept, tier->Get(b.key));
-  EXPECT_EQ(kept.view(), PayloadOf(b.key).view());
+  ExpectAStaleTailRestoresNothing(o, segments[0], stale, a, {b});
 }
 
 // The same across a rebuild from the segments: the lowest id a new segment
@@ -887,36 +894,14 @@ TEST(SsdCorruption, AnUnlinkedSegmentsIdIsNeverGivenAgainAfterARebuild) {
     const fs::path path = dir.path() / "ssd";
     SsdTierOptions o = testing::TestSsdOptions(path.string());
     const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), c = ChainBlock(2, 0);
-    {  // Segment 1: b.
-      auto tier = testing::OpenSsd(o);
-      ASSERT_NE(tier, nullptr);
-      ASSERT_OK(tier->Put(b, PayloadOf(b.key), true));
-      ASSERT_OK(tier->Close());
-    }
-    {  // Segment 2: a.
-      auto tier = testing::OpenSsd(o);
-      ASSERT_NE(tier, nullptr);
-      ASSERT_OK(tier->Put(a, PayloadOf(a.key), true));
-      ASSERT_OK(tier->Close());
-    }
+    ASSERT_NO_FATAL_FAILURE(StoreInARun(o, b));  // segment 1: b
+    ASSERT_NO_FATAL_FAILURE(StoreInARun(o, a));  // segment 2: a
     const fs::path second = testing::SegmentFiles(path).at(1);
-    std::string stale;
-    {
-      std::ifstream in(second, std::ios::binary);
-      stale.assign(std::istreambuf_iterator<char>(in), {});
-    }
-    {  // a removed, segment 2 unlinked.
-      auto tier = testing::OpenSsd(o);
-      ASSERT_NE(tier, nullptr);
-      ASSERT_OK(tier->Remove(a.key));
-      ASSERT_OK(tier->Compact());
-      ASSERT_OK(tier->Close());
-    }
+    const std::string stale = FileBytes(second);
+    ASSERT_NO_FATAL_FAILURE(RemoveAndUnlinkItsSegment(o, a));
     ASSERT_EQ(testing::SegmentFiles(path).size(), 1u) << "segment 2 unlinked";
-    if (reopened) {  // its open drops the journal's records of segment 2
-      auto tier = testing::OpenSsd(o);
-      ASSERT_NE(tier, nullptr);
-      ASSERT_OK(tier->Close());
+    if (reopened) {
+      ASSERT_NO_FATAL_FAILURE(Reopen(o));
     }
     {  // The metadata lost; the rebuilt tier's next segment: c.
       auto tier = testing::OpenRebuilt(o);
@@ -927,14 +912,7 @@ TEST(SsdCorruption, AnUnlinkedSegmentsIdIsNeverGivenAgainAfterARebuild) {
     const std::vector<fs::path> segments = testing::SegmentFiles(path);
     ASSERT_EQ(segments.size(), 2u);
     EXPECT_NE(segments[1].filename(), second.filename()) << "segment 2's id given again";
-    std::ofstream(segments[1], std::ios::binary | std::ios::app) << stale;
-    auto tier = testing::OpenRebuilt(o);
-    ASSERT_NE(tier, nullptr);
-    EXPECT_FALSE(tier->Get(a.key).ok()) << "a removed block came back";
-    for (const BlockMeta& m : {b, c}) {
-      ASSERT_OK_AND_ASSIGN(SharedBytes kept, tier->Get(m.key));
-      EXPECT_EQ(kept.view(), PayloadOf(m.key).view());
-    }
+    ExpectAStaleTailRestoresNothing(o, segments[1], stale, a, {b, c});
   }
 }
 
