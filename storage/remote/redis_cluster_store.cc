@@ -33,17 +33,20 @@ struct RedisClusterStore::Batch {
 
 // A call's outcome: its first failure, and each key's own when the caller
 // asked for them. Only the keys that failed are failed: a master down or out
-// of memory costs its own keys, never the others of the call.
+// of memory costs its own keys, never the others of the call. A key whose
+// command was sent and whose reply never came is `maybe_done`: the master
+// may have run it (a SET stored), which its caller must not take for undone.
 struct RedisClusterStore::Outcome {
   Status first;
-  std::vector<Status>* each = nullptr;  // one per key of the call, or null
+  std::vector<RemoteWriteResult>* each = nullptr;  // one per key of the call, or null
 
-  void Fail(size_t index, const Status& status) {
+  void Fail(size_t index, const Status& status, bool maybe_done = false) {
     if (first.ok()) first = status;
-    if (each != nullptr) (*each)[index] = status;
+    if (each != nullptr) (*each)[index] = RemoteWriteResult{status, maybe_done};
   }
-  void FailAll(std::span<const Item> items, const Status& status) {
-    for (const Item& item : items) Fail(item.index, status);
+  void FailAll(std::span<const Item> items, const Status& status,
+               bool maybe_done = false) {
+    for (const Item& item : items) Fail(item.index, status, maybe_done);
   }
 };
 
@@ -62,9 +65,10 @@ Status ExpectInteger(const redisReply& reply, std::string_view command) {
 }  // namespace
 
 Status RedisClusterStore::Execute(const std::vector<std::string_view>& keys,
-                                  const KeyOp& op, std::vector<Status>* results) {
+                                  const KeyOp& op,
+                                  std::vector<RemoteWriteResult>* results) {
   MaybeRefreshMap();
-  if (results != nullptr) results->assign(keys.size(), Status::OK());
+  if (results != nullptr) results->assign(keys.size(), RemoteWriteResult{});
   Outcome outcome{Status::OK(), results};
   std::vector<Item> items(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -135,10 +139,14 @@ void RedisClusterStore::RunRound(const std::vector<Item>& items, const KeyOp& op
     if (batch.connection == nullptr) continue;
     batch.connection->set_idle_timeout_nanos(timeout_nanos);
     QueueNext(batch, op, Window(*batch.node, op, batch.items.size()), 0);
+    const uint64_t sent_before = batch.connection->bytes_sent();
     Status sent = batch.connection->Flush(deadline);
     if (!sent.ok()) {  // the connection is broken: no reply is read from it
       if (sent.IsUnavailable()) MarkDown(*batch.node);
-      outcome->FailAll(batch.items, sent);
+      // Once some bytes went, the master may have run the commands they hold.
+      outcome->FailAll(std::span<const Item>(batch.items).first(batch.sent), sent,
+                       batch.connection->bytes_sent() != sent_before);
+      outcome->FailAll(std::span<const Item>(batch.items).subspan(batch.sent), sent);
     }
   }
   ReadReplies(batches, deadline, op, next, outcome);
@@ -178,9 +186,13 @@ void RedisClusterStore::ReadReplies(std::vector<Batch>& batches, uint64_t deadli
   }
   const auto fail = [&](Reading& r, const Status& status) {
     if (status.IsUnavailable()) MarkDown(*r.batch->node);
-    // The keys without a reply fail; those answered keep their outcome.
+    // The keys without a reply fail; those answered keep their outcome. Those
+    // sent may have been done (a reply lost, not a command): a SET stored.
     const size_t answered = r.replies / (r.batch->asking ? 2 : 1);
-    outcome->FailAll(std::span<const Item>(r.batch->items).subspan(answered), status);
+    const std::span<const Item> items(r.batch->items);
+    outcome->FailAll(items.subspan(answered, r.batch->sent - answered), status,
+                     /*maybe_done=*/true);
+    outcome->FailAll(items.subspan(r.batch->sent), status);
     r.batch = nullptr;
   };
   std::vector<pollfd> polled;
@@ -313,12 +325,12 @@ Status RedisClusterStore::MultiSet(std::span<const RemoteWrite> writes) {
 }
 
 Status RedisClusterStore::MultiSetEach(std::span<const RemoteWrite> writes,
-                                       std::vector<Status>* results) {
+                                       std::vector<RemoteWriteResult>* results) {
   return Set(writes, results);
 }
 
 Status RedisClusterStore::Set(std::span<const RemoteWrite> writes,
-                              std::vector<Status>* results) {
+                              std::vector<RemoteWriteResult>* results) {
   std::vector<std::string_view> keys;
   std::vector<std::string> ttls;
   for (const RemoteWrite& w : writes) {

@@ -74,8 +74,10 @@ class RedisClusterStore final : public RemoteStore {
                       const ValueArrived& arrived) override;
   Status MultiSet(std::span<const RemoteWrite> writes) override;
   // A write fails only when its own master failed it (down, silent, -OOM).
+  // A write sent whose reply never came (timeout, connection closed) is
+  // maybe_stored: the master may have run it.
   Status MultiSetEach(std::span<const RemoteWrite> writes,
-                      std::vector<Status>* results) override;
+                      std::vector<RemoteWriteResult>* results) override;
   Status Delete(std::span<const std::string> keys) override;
   StatusOr<int64_t> IncrBy(std::string_view key, int64_t delta,
                            uint32_t ttl_seconds) override;
@@ -118,13 +120,14 @@ class RedisClusterStore final : public RemoteStore {
   // Runs `op` on every key; the first failure, and each key's own in
   // `results` (keys.size() entries) unless it is null.
   Status Execute(const std::vector<std::string_view>& keys, const KeyOp& op,
-                 std::vector<Status>* results) EXCLUDES(mu_);
+                 std::vector<RemoteWriteResult>* results) EXCLUDES(mu_);
   // Sends one round of `items` (grouped by node), collects the redirected
   // ones into `next` and fails the others that failed in `outcome`.
   void RunRound(const std::vector<Item>& items, const KeyOp& op, std::vector<Item>* next,
                 Outcome* outcome) EXCLUDES(mu_);
   // Reads every batch's replies; a batch whose node fails or stays silent
-  // past its deadline ends there (its unanswered keys fail).
+  // past its deadline ends there (its unanswered keys fail, those sent
+  // maybe done).
   void ReadReplies(std::vector<Batch>& batches, uint64_t deadline, const KeyOp& op,
                    std::vector<Item>* next, Outcome* outcome) EXCLUDES(mu_);
   // How many of a batch's `items` to `node` to send before reading: all of
@@ -136,7 +139,8 @@ class RedisClusterStore final : public RemoteStore {
   // end) and records the batch's commands in flight.
   void QueueNext(Batch& batch, const KeyOp& op, size_t count, size_t answered);
   // SET of every write (MultiSet, MultiSetEach).
-  Status Set(std::span<const RemoteWrite> writes, std::vector<Status>* results);
+  Status Set(std::span<const RemoteWrite> writes,
+             std::vector<RemoteWriteResult>* results);
   // One item's reply: follows a redirect, or hands it to `op`.
   Status Accept(redisReply& reply, const Item& item, const RedisConnection& connection,
                 const KeyOp& op, std::vector<Item>* next) EXCLUDES(mu_);

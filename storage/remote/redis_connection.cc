@@ -180,6 +180,7 @@ Status RedisConnection::Flush(uint64_t deadline_nanos) {
       return Fail(false, "send");
     }
     sdsrange(context_->obuf, static_cast<int>(n), -1);
+    bytes_sent_ += static_cast<uint64_t>(n);
     if (n > 0) Progress();
   }
   return Status::OK();

@@ -92,6 +92,8 @@ class RedisConnection {
   // flowing. 0 (the default): a deadline bounds the whole call.
   void set_idle_timeout_nanos(uint64_t nanos) { idle_nanos_ = nanos; }
   bool broken() const { return broken_; }
+  // Bytes sent over this connection's life (whether a failed Flush sent any).
+  uint64_t bytes_sent() const { return bytes_sent_; }
   const std::string& host() const { return host_; }
   const std::string& name() const { return name_; }
 
@@ -114,6 +116,7 @@ class RedisConnection {
   static constexpr size_t kReaderKeepBytes = 4 * kReadBytes;
   uint64_t idle_nanos_ = 0;
   uint64_t progress_deadline_ = 0;  // last progress + idle_nanos_
+  uint64_t bytes_sent_ = 0;
 };
 
 }  // namespace prefixkv

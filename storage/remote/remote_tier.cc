@@ -517,13 +517,19 @@ class RemoteTierImpl {
       RefundQuota(unwritten_per_ns, limits);
       return r;
     }
-    std::vector<Status> results;
+    std::vector<RemoteWriteResult> results;
     const Status s = store_->MultiSetEach(writes, &results);
-    results.resize(writes.size(), s);  // a store that left some out
+    // A store that left some out: they have the call's status, maybe stored.
+    results.resize(writes.size(), RemoteWriteResult{s, !s.ok()});
     for (size_t k = 0; k < writes.size(); ++k) {
-      if (!results[k].ok()) {
+      if (!results[k].status.ok()) {
         ++r.failed;
-        unwritten_per_ns[sent[k]->meta.namespace_id] += sent[k]->payload.size();
+        // A write whose reply was lost may be stored: its bytes stay charged
+        // (given back, the namespace could hold more than its limit), and it
+        // is not taken for present either.
+        if (!results[k].maybe_stored) {
+          unwritten_per_ns[sent[k]->meta.namespace_id] += sent[k]->payload.size();
+        }
         continue;
       }
       ++r.written;

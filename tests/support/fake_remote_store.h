@@ -75,11 +75,11 @@ class FakeRemoteStore final : public RemoteStore {
     return Status::OK();
   }
   Status MultiSet(std::span<const RemoteWrite> writes) override {
-    std::vector<Status> results;
+    std::vector<RemoteWriteResult> results;
     return MultiSetEach(writes, &results);
   }
   Status MultiSetEach(std::span<const RemoteWrite> writes,
-                      std::vector<Status>* results) override {
+                      std::vector<RemoteWriteResult>* results) override {
     std::unique_lock<std::mutex> lock(state_->mu);
     state_->released.wait(lock, [&] { return !state_->hold_sets; });
     if (state_->set_delay.count() > 0) {
@@ -95,15 +95,15 @@ class FakeRemoteStore final : public RemoteStore {
       --state_->failing_sets;
       call = Status::IOError("fake store refused the write");
     }
-    results->assign(writes.size(), call);
+    results->assign(writes.size(), RemoteWriteResult{call});
     if (!call.ok()) return call;
     ++state_->set_calls;
     Status first;
     for (size_t i = 0; i < writes.size(); ++i) {
       const RemoteWrite& w = writes[i];
       if (state_->refused_keys.count(w.key) > 0) {
-        (*results)[i] = Status::IOError("fake store: OOM for " + w.key);
-        if (first.ok()) first = (*results)[i];
+        (*results)[i].status = Status::IOError("fake store: OOM for " + w.key);
+        if (first.ok()) first = (*results)[i].status;
         continue;
       }
       state_->values[w.key] = w.value;

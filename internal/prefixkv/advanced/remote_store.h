@@ -28,6 +28,15 @@ struct RemoteWrite {
   uint32_t ttl_seconds = 0;  // 0: no expiry
 };
 
+// One write's outcome (RemoteStore::MultiSetEach).
+struct RemoteWriteResult {
+  Status status;  // OK: stored
+  // Failed after the write was sent, its reply lost: the store may hold it
+  // (a caller must not take it for absent, e.g. give back its quota). False
+  // for a write never sent or refused by an error reply: the key is as it was.
+  bool maybe_stored = false;
+};
+
 // Thread-safe: every method may be called concurrently.
 class RemoteStore {
  public:
@@ -62,12 +71,14 @@ class RemoteStore {
   // MultiSet, with each write's own outcome in `results` (resized to
   // writes.size()): a master down or out of memory fails its writes only, and
   // the caller counts exactly those. A failed write leaves the key as it was,
-  // or (a reply lost after the SET ran) holding the whole value. By default
-  // every write gets MultiSet's status (a store that cannot tell them apart).
+  // unless its result says maybe_stored: sent, and its reply lost (no reply
+  // by the timeout, the connection closed first), the SET may have run and
+  // the key hold the whole value. By default every write gets MultiSet's
+  // status, maybe stored when it failed (a store that cannot tell them apart).
   virtual Status MultiSetEach(std::span<const RemoteWrite> writes,
-                              std::vector<Status>* results) {
+                              std::vector<RemoteWriteResult>* results) {
     Status s = MultiSet(writes);
-    results->assign(writes.size(), s);
+    results->assign(writes.size(), RemoteWriteResult{s, !s.ok()});
     return s;
   }
   // Deletes the keys (absent keys are not an error).

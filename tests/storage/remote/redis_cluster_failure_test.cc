@@ -408,17 +408,109 @@ TEST_F(RedisClusterFailureTest, AKilledMasterFailsItsKeysFastAndTheOthersStillWo
   ASSERT_FALSE(live.empty());
   EXPECT_OK(store->MultiSet(live));
   EXPECT_TRUE(store->MultiSet(writes_).IsUnavailable());
-  std::vector<Status> results;  // each write's own: only the dead master's fail
+  // Each write's own: only the dead master's fail, and none of them was sent
+  // (the master is down: its keys fail at once), so none may be stored.
+  std::vector<RemoteWriteResult> results;
   EXPECT_TRUE(store->MultiSetEach(writes_, &results).IsUnavailable());
   ASSERT_EQ(results.size(), writes_.size());
   for (size_t i = 0; i < writes_.size(); ++i) {
     const bool on_dead = store->NodeOfSlot(RedisKeySlot(writes_[i].key)) == dead;
-    EXPECT_EQ(results[i].IsUnavailable(), on_dead) << writes_[i].key;
-    EXPECT_EQ(results[i].ok(), !on_dead) << writes_[i].key;
+    EXPECT_EQ(results[i].status.IsUnavailable(), on_dead) << writes_[i].key;
+    EXPECT_EQ(results[i].status.ok(), !on_dead) << writes_[i].key;
+    EXPECT_FALSE(results[i].maybe_stored) << writes_[i].key;
   }
   EXPECT_NE(store->Describe().find("(3 masters)"), std::string::npos);  // still its slots
   // The remote tier over the cluster loses the dead master's blocks only.
   WriteThroughTierAround(dead);
+}
+
+// A store over one redis-server (cluster mode off) behind a proxy that can
+// lose the replies of SETs: the SET runs, its reply never comes.
+class RedisLostReplyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!LocalRedisCluster::Available()) GTEST_SKIP() << "redis-server is not installed";
+    server_ = std::make_unique<testing::StandaloneRedis>();
+    ASSERT_NE(server_->port(), 0) << "redis-server did not start";
+    proxy_ = std::make_unique<testing::ReplyLosingProxy>(server_->port());
+    ASSERT_NE(proxy_->port(), 0) << "the proxy could not listen";
+  }
+
+  // A store whose lost reply costs kWriteTimeoutMs, wide enough that a reply
+  // that comes is never late on a loaded machine.
+  std::unique_ptr<RedisClusterStore> OpenThroughProxy(uint32_t down_backoff_ms) {
+    RedisClusterOptions options;
+    options.seeds = {"127.0.0.1:" + std::to_string(proxy_->port())};
+    options.request_timeout_ms = 1000;
+    options.connect_timeout_ms = 1000;
+    options.write_timeout_ms = kWriteTimeoutMs;
+    options.down_backoff_ms = down_backoff_ms;
+    return testing::OpenStore(options);
+  }
+
+  static constexpr uint32_t kWriteTimeoutMs = 300;
+  std::unique_ptr<testing::StandaloneRedis> server_;
+  std::unique_ptr<testing::ReplyLosingProxy> proxy_;
+};
+
+// A SET sent whose reply never came may have been stored: MultiSetEach says
+// so (maybe_stored), unlike a write never sent (a node down), which left the
+// key as it was.
+TEST_F(RedisLostReplyTest, ASetWhoseReplyWasLostIsReportedMaybeStored) {
+  auto store = OpenThroughProxy(/*down_backoff_ms=*/1000);
+  ASSERT_NE(store, nullptr);
+  proxy_->LoseSetReplies(true);
+  std::vector<RemoteWriteResult> results;
+  const std::vector<RemoteWrite> lost = {{"lost/a", "stored", 0}};
+  EXPECT_TRUE(store->MultiSetEach(lost, &results).IsUnavailable());
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_TRUE(results[0].status.IsUnavailable()) << results[0].status.ToString();
+  EXPECT_TRUE(results[0].maybe_stored) << "sent, and its reply lost";
+  EXPECT_EQ(Raw(server_->port(), {"GET", "lost/a"}), "stored");
+  // The node is down for the backoff now: this write is never sent.
+  const std::vector<RemoteWrite> unsent = {{"lost/b", "never", 0}};
+  EXPECT_TRUE(store->MultiSetEach(unsent, &results).IsUnavailable());
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_FALSE(results[0].maybe_stored);
+  EXPECT_EQ(Raw(server_->port(), {"EXISTS", "lost/b"}), "0");
+}
+
+// A block whose SET ran but whose reply was lost keeps its bytes charged to
+// its namespace's quota: given back like a write never sent, the counter
+// left room for more, and the namespace held more than --remote-max-bytes
+// (600 + 600 bytes under a limit of 1000). Nor is it taken for present.
+TEST_F(RedisLostReplyTest, ABlockWhoseWriteReplyWasLostStaysChargedToItsQuota) {
+  // In a cluster the counter's master is another than the silent one, and
+  // answers the refund; here one node plays both, so no backoff holds it.
+  auto store = OpenThroughProxy(/*down_backoff_ms=*/0);
+  ASSERT_NE(store, nullptr);
+  RemoteTierOptions options;
+  options.key_prefix = "lost/";
+  options.write_batch_blocks = 1;
+  auto tier = RemoteTier::Open(std::move(store), options);
+  const BlockKey ns{3, 3};
+  tier->SetNamespaceLimits(ns, {.ttl_seconds = 60, .max_bytes = 1000});
+  const BlockMeta a{BlockKey{3, 1}, ns, ns, 1};
+  const BlockMeta b{BlockKey{3, 2}, a.key, ns, 1};
+  const SharedBytes payload = SharedBytes::Copy(std::string(600, 'p'));
+  proxy_->LoseSetReplies(true);
+  ASSERT_OK(tier->Put(a, payload, false));
+  tier->Flush();
+  EXPECT_EQ(tier->Counters().write_failures, 1u);
+  proxy_->LoseSetReplies(false);
+  ASSERT_OK(tier->Put(b, payload, false));
+  tier->Flush();
+  tier->OnEvict(a, payload, false);  // not known present: written again (over quota)
+  tier->Flush();
+  const RemoteCounters c = tier->Counters();
+  EXPECT_EQ(c.writes, 0u);
+  EXPECT_EQ(c.over_quota, 2u) << "a's 600 bytes were stored: no room for 600 more";
+  EXPECT_EQ(c.rewrites_skipped, 0u);
+  const int port = server_->port();
+  EXPECT_EQ(Raw(port, {"EXISTS", tier->StoreKey(a.key)}), "1") << "a's SET ran";
+  EXPECT_EQ(Raw(port, {"EXISTS", tier->StoreKey(b.key)}), "0")
+      << "the namespace holds 1200 bytes under a limit of 1000";
+  EXPECT_EQ(Raw(port, {"GET", "lost/quota:" + ns.ToHex()}), "600");
 }
 
 TEST(LocalRedisCluster, StartThenStopLeavesNoProcessAndNoDirectory) {

@@ -173,28 +173,9 @@ TEST(RedisClusterStoreAbsent, AHungSeedCostsOneTimeoutPerBackoff) {
 // A single redis-server with cluster mode off owns every slot.
 TEST(RedisClusterStoreStandalone, ANodeWithoutClusterModeOwnsEverySlot) {
   if (!LocalRedisCluster::Available()) GTEST_SKIP() << "redis-server is not installed";
-  const int port = testing::ClosedLoopbackPort();
-  const std::string p = std::to_string(port);
-  std::vector<std::string> args = {"/usr/bin/redis-server",
-                                   "--port",
-                                   p,
-                                   "--bind",
-                                   "127.0.0.1",
-                                   "--save",
-                                   "",
-                                   "--appendonly",
-                                   "no",
-                                   "--logfile",
-                                   "/dev/null"};
-  if (access(args[0].c_str(), X_OK) != 0) args[0] = "redis-server";
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  ASSERT_EQ(posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
-  for (int i = 0; i < 250 && Raw(port, {"PING"}) != "PONG"; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  testing::StandaloneRedis server;
+  ASSERT_NE(server.port(), 0) << "redis-server did not start";
+  const std::string p = std::to_string(server.port());
   {
     RedisClusterOptions options;
     options.seeds = {"127.0.0.1:" + p};
@@ -212,8 +193,6 @@ TEST(RedisClusterStoreStandalone, ANodeWithoutClusterModeOwnsEverySlot) {
                                     &values));
     EXPECT_EQ(values, (std::vector<std::optional<std::string>>{"1", "2", std::nullopt}));
   }
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
 }
 
 // One 3-master cluster for the suite.

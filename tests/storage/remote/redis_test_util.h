@@ -5,7 +5,12 @@
 
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 
+#include <atomic>
 #include <chrono>
 #include <initializer_list>
 #include <memory>
@@ -14,13 +19,17 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "prefixkv/advanced/remote_store.h"
 #include "redis_cluster_store.h"
 #include "redis_connection.h"
+#include "tests/support/loopback.h"
 #include "tests/support/test_util.h"
 #include "tools/redis/local_redis_cluster.h"
+
+extern char** environ;
 
 namespace prefixkv::testing {
 
@@ -79,6 +88,156 @@ inline std::string Raw(int port, std::initializer_list<std::string_view> args) {
   if (!reply.ok()) return "reply: " + reply.status().ToString();
   return ReplyText(**reply);
 }
+
+// One redis-server with cluster mode off on a free loopback port, killed and
+// reaped with this object. port() is 0 when it did not answer PING.
+class StandaloneRedis {
+ public:
+  StandaloneRedis() {
+    const int port = ClosedLoopbackPort();
+    const std::string p = std::to_string(port);
+    std::vector<std::string> args = {"/usr/bin/redis-server",
+                                     "--port",
+                                     p,
+                                     "--bind",
+                                     "127.0.0.1",
+                                     "--save",
+                                     "",
+                                     "--appendonly",
+                                     "no",
+                                     "--logfile",
+                                     "/dev/null"};
+    if (access(args[0].c_str(), X_OK) != 0) args[0] = "redis-server";
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (port == 0 ||
+        posix_spawnp(&pid_, argv[0], nullptr, nullptr, argv.data(), environ) != 0) {
+      pid_ = -1;
+      return;
+    }
+    for (int i = 0; i < 250 && Raw(port, {"PING"}) != "PONG"; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (Raw(port, {"PING"}) == "PONG") port_ = port;
+  }
+  ~StandaloneRedis() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  StandaloneRedis(const StandaloneRedis&) = delete;
+  StandaloneRedis& operator=(const StandaloneRedis&) = delete;
+
+  int port() const { return port_; }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+// A loopback TCP proxy in front of 127.0.0.1:`target_port` (one thread;
+// every connection forwarded both ways), which can lose the replies of SETs:
+// while LoseSetReplies(true), a connection that carries a SET to the server
+// forwards nothing back from then on. The server runs the SET; its reply
+// never comes, as from a master silent past the timeout after it stored the
+// value (SIGSTOP or CLIENT PAUSE hold the command itself, not its reply).
+// port() is 0 when it could not listen.
+class ReplyLosingProxy {
+ public:
+  explicit ReplyLosingProxy(int target_port) : target_port_(target_port) {
+    listen_fd_ = BindLoopback(&port_, 16, SOCK_NONBLOCK);
+    if (listen_fd_ >= 0) thread_ = std::thread([this] { Run(); });
+  }
+  ~ReplyLosingProxy() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    if (listen_fd_ >= 0) ::close(listen_fd_);
+  }
+  ReplyLosingProxy(const ReplyLosingProxy&) = delete;
+  ReplyLosingProxy& operator=(const ReplyLosingProxy&) = delete;
+
+  int port() const { return listen_fd_ >= 0 ? port_ : 0; }
+  void LoseSetReplies(bool lose) { lose_ = lose; }
+
+ private:
+  struct Pair {
+    int client = -1;
+    int server = -1;
+    bool losing = false;  // carried a SET while lose_: nothing goes back
+  };
+
+  void Run() {
+    std::vector<Pair> pairs;
+    std::vector<pollfd> fds;
+    while (!stop_) {
+      fds.assign(1, pollfd{listen_fd_, POLLIN, 0});
+      for (const Pair& p : pairs) {
+        fds.push_back(pollfd{p.client, POLLIN, 0});
+        fds.push_back(pollfd{p.server, POLLIN, 0});
+      }
+      if (::poll(fds.data(), fds.size(), 10) <= 0) continue;
+      for (size_t i = 0; i < pairs.size(); ++i) {
+        Pair& p = pairs[i];
+        bool open = fds[1 + 2 * i].revents == 0 || Forward(p, /*to_server=*/true);
+        open = open && (fds[2 + 2 * i].revents == 0 || Forward(p, /*to_server=*/false));
+        if (!open) Close(p);
+      }
+      std::erase_if(pairs, [](const Pair& p) { return p.client < 0; });
+      if (fds[0].revents != 0) Accept(&pairs);
+    }
+    for (Pair& p : pairs) Close(p);
+  }
+
+  void Accept(std::vector<Pair>* pairs) {
+    Pair p;
+    p.client = ::accept(listen_fd_, nullptr, nullptr);
+    if (p.client < 0) return;
+    p.server = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(target_port_));
+    if (p.server < 0 ||
+        ::connect(p.server, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      Close(p);
+      return;
+    }
+    pairs->push_back(p);
+  }
+
+  // Moves what one side has to the other; false when the connection ended.
+  bool Forward(Pair& p, bool to_server) {
+    char buffer[64 << 10];
+    const ssize_t n = ::recv(to_server ? p.client : p.server, buffer, sizeof(buffer), 0);
+    if (n <= 0) return false;
+    const std::string_view chunk(buffer, static_cast<size_t>(n));
+    if (to_server && lose_ && chunk.find("$3\r\nSET\r\n") != std::string_view::npos) {
+      p.losing = true;
+    }
+    if (!to_server && p.losing) return true;  // the reply is lost
+    for (size_t sent = 0; sent < chunk.size();) {
+      const ssize_t m = ::send(to_server ? p.server : p.client, chunk.data() + sent,
+                               chunk.size() - sent, MSG_NOSIGNAL);
+      if (m <= 0) return false;
+      sent += static_cast<size_t>(m);
+    }
+    return true;
+  }
+
+  static void Close(Pair& p) {
+    if (p.client >= 0) ::close(p.client);
+    if (p.server >= 0) ::close(p.server);
+    p.client = p.server = -1;
+  }
+
+  const int target_port_;
+  int port_ = 0;
+  int listen_fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> lose_{false};
+  std::thread thread_;
+};
 
 // A key whose slot is `slot`: "{tagN}suffix" with the first N that hashes there.
 inline std::string KeyInSlot(int slot, const std::string& suffix) {
