@@ -561,7 +561,11 @@ class RemoteTierImpl {
   // refund landing after the counter expired would start the next window
   // below zero (more than the limit written in it): that counter is set
   // back to zero. A refund the cluster refuses is lost (the quota errs
-  // low, as before).
+  // low, as before). The refund is a bare INCRBY (no TTL): with one, the
+  // store's EXPIRE after it could fail once the INCRBY had created the
+  // counter below zero, and the failed call hid the total, so the reset was
+  // skipped and the next window had room past the limit. The reset gives
+  // the counter its expiry; one that exists kept the expiry of the charge.
   void RefundQuota(
       const std::unordered_map<BlockKey, uint64_t, BlockKeyHash>& unwritten_per_ns,
       const std::unordered_map<BlockKey, RemoteNamespaceLimits, BlockKeyHash>& limits) {
@@ -570,7 +574,7 @@ class RemoteTierImpl {
       if (l.max_bytes == 0) continue;  // charged nothing
       const std::string key = options_.key_prefix + "quota:" + ns.ToHex();
       StatusOr<int64_t> total =
-          store_->IncrBy(key, -static_cast<int64_t>(bytes), l.ttl_seconds);
+          store_->IncrBy(key, -static_cast<int64_t>(bytes), /*ttl_seconds=*/0);
       NoteCall(total.status());
       if (total.ok() && *total < 0) (void)store_->IncrBy(key, -*total, l.ttl_seconds);
     }

@@ -27,6 +27,9 @@ struct FakeRemoteState {
   // Writes of these keys fail (a master at maxmemory answers -OOM); the
   // others of the same call are stored.
   std::set<std::string> refused_keys;
+  // The next N IncrBy calls with a TTL add their delta, then fail: the
+  // EXPIRE after the INCRBY failed (its master went silent between the two).
+  int failing_expires = 0;
   uint64_t get_calls = 0;   // MultiGet round trips
   uint64_t keys_asked = 0;  // keys over all MultiGet calls
   uint64_t set_calls = 0;
@@ -124,6 +127,10 @@ class FakeRemoteStore final : public RemoteStore {
     std::string& v = state_->values[std::string(key)];
     const int64_t now = (v.empty() ? 0 : std::stoll(v)) + delta;
     v = std::to_string(now);
+    if (ttl_seconds > 0 && state_->failing_expires > 0) {
+      --state_->failing_expires;
+      return Status::Unavailable("fake store: EXPIRE failed");
+    }
     if (now == delta) state_->ttls[std::string(key)] = ttl_seconds;
     return now;
   }

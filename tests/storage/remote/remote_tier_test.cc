@@ -48,9 +48,11 @@ class RemoteTierTest : public ::testing::Test {
     tier->SetNamespaceLimits(kNs, {.ttl_seconds = 60, .max_bytes = 1000});
     return tier;
   }
-  // kNs's quota counter in the fake cluster. REQUIRES: state_->mu held.
-  std::string& QuotaCounter() {
-    return state_->values[RemoteTierOptions{}.key_prefix + "quota:" + kNs.ToHex()];
+  // kNs's quota counter in the fake cluster, and its key. REQUIRES: state_->mu
+  // held.
+  std::string& QuotaCounter() { return state_->values[QuotaKey()]; }
+  static std::string QuotaKey() {
+    return RemoteTierOptions{}.key_prefix + "quota:" + kNs.ToHex();
   }
   std::shared_ptr<FakeRemoteState> state_ = std::make_shared<FakeRemoteState>();
   testing::LogLines log_;
@@ -473,6 +475,45 @@ TEST_F(RemoteTierTest, AQuotaCounterBelowZeroLeavesRoomNotOverTheLimit) {
   EXPECT_EQ(c.over_quota, 0u);
   EXPECT_EQ(c.writes, 1u);
   EXPECT_EQ(c.bytes_written, 300u);
+}
+
+// A refund that finds the quota counter expired creates it below zero, and
+// is set back to zero even when the counter's EXPIRE then fails: left there
+// (no expiry, -300), the next window let the namespace write 300 bytes past
+// its limit (4 x 300 bytes under 1000).
+TEST_F(RemoteTierTest, ARefundThatFindsTheCounterExpiredIsSetBackToZeroIfItsExpiryFails) {
+  auto tier = OpenWithQuota();
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->refused_keys.insert(tier->StoreKey(Meta(0).key));  // its write fails
+    state_->hold_sets = true;
+  }
+  ASSERT_OK(tier->Put(Meta(0), Payload(0), false));  // charged 300, then held
+  for (int i = 0; i < 5000; ++i) {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (QuotaCounter() == "300") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    ASSERT_EQ(QuotaCounter(), "300");
+    state_->values.erase(QuotaKey());
+    state_->failing_expires = 1;  // the window ended; the refund's EXPIRE fails
+  }
+  state_->Release();
+  tier->Flush();
+  EXPECT_EQ(tier->Counters().write_failures, 1u);
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    EXPECT_EQ(QuotaCounter(), "0");
+  }
+  for (uint64_t i = 1; i <= 4; ++i) {
+    ASSERT_OK(tier->Put(Meta(i), Payload(i), false));  // 300 bytes each
+    tier->Flush();
+  }
+  const RemoteCounters c = tier->Counters();
+  EXPECT_EQ(c.writes, 3u) << "3 x 300 bytes fit in 1000";
+  EXPECT_EQ(c.over_quota, 1u);
 }
 
 // Flush waits for the blocks queued before it, not for an empty queue: with
