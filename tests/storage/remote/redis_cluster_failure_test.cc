@@ -448,7 +448,7 @@ class RedisLostReplyTest : public ::testing::Test {
     return testing::OpenStore(options);
   }
 
-  static constexpr uint32_t kWriteTimeoutMs = 300;
+  static constexpr uint32_t kWriteTimeoutMs = 500;
   std::unique_ptr<testing::StandaloneRedis> server_;
   std::unique_ptr<testing::ReplyLosingProxy> proxy_;
 };
