@@ -209,7 +209,11 @@ struct SessionStats {
   uint64_t superseded = 0;
   uint64_t evicted_ttl = 0;
   uint64_t evicted_lru = 0;
-  uint64_t misses = 0;  // CacheMiss values returned
+  // CacheMiss values the manager returned: Resolve's, Get's (as its error),
+  // Append's and Truncate's, a seq-len-mismatch of Append's expected length
+  // included. A KvBoundaryAdapter step's own checks (its length check before
+  // computing, prefix-unavailable) are the adapter's, not counted here.
+  uint64_t misses = 0;
   // Prefix cache traffic (zero without SessionPrefixCache):
   uint64_t prefix_restores = 0;         // sessions opened with a restored prefix
   uint64_t prefix_restored_tokens = 0;  // positions those sessions opened with

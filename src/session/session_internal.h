@@ -141,6 +141,15 @@ class SessionManager::State {
     (void)refunded;
   }
 
+  // A miss found by a check outside the table (a caller's expected length):
+  // counted as Find counts the misses it returns, so `misses` counts every
+  // CacheMiss the manager returns.
+  CacheMiss CountMiss(CacheMiss miss) EXCLUDES(mu) {
+    MutexLock lock(&mu);
+    stats.misses++;
+    return miss;
+  }
+
   // Removes a live entry; records why (for later misses) unless reason is null.
   void Remove(const std::string& id, const CacheMissReason* reason, size_t max_tombstones)
       REQUIRES(mu) {

@@ -65,8 +65,8 @@ StatusOr<SessionOrMiss> SessionManager::Append(const std::string& id, uint64_t e
   auto session = std::get<std::shared_ptr<Session>>(std::move(found));
   WriterLock session_lock(&session->state_->mu);
   if (expected_seq_len && *expected_seq_len != session->state_->seq_len) {
-    return SessionOrMiss(
-        SeqLenMiss(id, epoch, *expected_seq_len, session->state_->seq_len));
+    return SessionOrMiss(state_->CountMiss(
+        SeqLenMiss(id, epoch, *expected_seq_len, session->state_->seq_len)));
   }
   uint64_t new_bytes =
       PayloadBytesAt(session->state_->layers, session->state_->seq_len + tokens);

@@ -2,7 +2,8 @@
 // truncate / release / resolve / clock steps run against the manager and against
 // a plain in-test oracle of the documented semantics (route epochs, tombstones,
 // TTL, LRU session cap, LRU byte budget); every observable result and every
-// counter is compared after every operation.
+// counter (SessionStats included, recounted from the operations) is compared
+// after every operation.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -46,6 +47,9 @@ class Oracle {
   std::map<std::string, std::pair<uint64_t, CacheMissReason>> tombstones;
   uint64_t now_ms = 0;
   uint64_t bytes_per_token = 32;
+  // SessionStats recounted from the operations (no prefix cache: its counters
+  // stay 0): every removal by its reason, every CacheMiss a call returns.
+  SessionStats stats;
 
   uint64_t TotalBytes() const {
     uint64_t total = 0;
@@ -53,7 +57,15 @@ class Oracle {
       total += static_cast<uint64_t>(s.seq_len) * bytes_per_token;
     return total;
   }
+  // `reason` unset: superseded by a newer epoch.
   void Remove(const std::string& id, std::optional<CacheMissReason> reason) {
+    if (!reason) {
+      stats.superseded++;
+    } else if (*reason == CacheMissReason::kReleased) {
+      stats.released++;
+    } else {
+      (*reason == CacheMissReason::kEvictedTtl ? stats.evicted_ttl : stats.evicted_lru)++;
+    }
     if (reason) tombstones[id] = {live.at(id).epoch, *reason};
     live.erase(id);
     lru.erase(std::find(lru.begin(), lru.end(), id));
@@ -127,11 +139,29 @@ class ManagerModelTest : public ::testing::Test {
 
   void Step();
   void CheckCounters() {
+    ASSERT_NO_FATAL_FAILURE(ExpectSameStats(manager_.stats(), oracle_.stats));
     ASSERT_EQ(manager_.total_bytes(), oracle_.TotalBytes());
     ASSERT_EQ(manager_.session_count(), oracle_.live.size());
     std::vector<std::pair<std::string, uint64_t>> keys;
     for (const auto& [id, s] : oracle_.live) keys.emplace_back(id, s.epoch);
     ASSERT_EQ(manager_.session_keys(), keys);
+  }
+
+  static void ExpectSameStats(const SessionStats& got, const SessionStats& want) {
+    ASSERT_EQ(got.opened, want.opened);
+    ASSERT_EQ(got.released, want.released);
+    ASSERT_EQ(got.superseded, want.superseded);
+    ASSERT_EQ(got.evicted_ttl, want.evicted_ttl);
+    ASSERT_EQ(got.evicted_lru, want.evicted_lru);
+    ASSERT_EQ(got.misses, want.misses);
+    ASSERT_EQ(got.prefix_restores, want.prefix_restores);
+    ASSERT_EQ(got.prefix_restored_tokens, want.prefix_restored_tokens);
+    ASSERT_EQ(got.prefix_unrestorable, want.prefix_unrestorable);
+    ASSERT_EQ(got.sessions_stored, want.sessions_stored);
+    ASSERT_EQ(got.blocks_stored, want.blocks_stored);
+    ASSERT_EQ(got.stores_skipped_unknown_tokens, want.stores_skipped_unknown_tokens);
+    ASSERT_EQ(got.store_failures, want.store_failures);
+    ASSERT_EQ(got.last_store_error, want.last_store_error);
   }
 
   FakeClock clock_;
@@ -145,7 +175,7 @@ void ManagerModelTest::Step() {
   std::string id = "s" + std::to_string(rng_() % 5);
   // Routes are re-planned over time: the epochs in play slowly move up.
   uint64_t epoch = ++steps_ / 100 + rng_() % 3;
-  uint64_t op = rng_() % 6;
+  uint64_t op = rng_() % 8;
   if (op == 5) {  // time passes; expired sessions are reclaimed by the next call
     uint64_t ms = rng_() % 30;
     clock_.AdvanceMillis(ms);
@@ -155,6 +185,9 @@ void ManagerModelTest::Step() {
   oracle_.Sweep();  // every other operation sweeps expired sessions first
   bool stale = oracle_.Stale(id, epoch);
   std::optional<CacheMissReason> found = oracle_.Find(id, epoch);
+  // Every call that looks the session up (all but open and release) returns
+  // its miss as a CacheMiss (Get: as its error).
+  if (!stale && found && op != 0 && op != 3) oracle_.stats.misses++;
   switch (op) {
     case 0: {  // open
       auto got = manager_.Open(id, epoch);
@@ -162,6 +195,7 @@ void ManagerModelTest::Step() {
       if (stale) return;
       ASSERT_OK(got);
       if (!found) return oracle_.Touch(id);
+      oracle_.stats.opened++;
       if (oracle_.live.count(id)) oracle_.Remove(id, std::nullopt);  // superseded
       oracle_.tombstones.erase(id);
       oracle_.EvictLruUntil(id, [&] { return oracle_.live.size() < kMaxSessions; });
@@ -169,13 +203,23 @@ void ManagerModelTest::Step() {
       oracle_.lru.insert(oracle_.lru.begin(), id);
       return;
     }
-    case 1: {  // append
+    case 1:
+    case 6: {  // append; op 6 names the length the caller believes the session has
       int64_t tokens = 1 + static_cast<int64_t>(rng_() % 5);
-      auto got = manager_.Append(id, epoch, Chunks(tokens));
+      std::optional<int64_t> expected;
+      if (op == 6) {
+        int64_t held = found ? 0 : oracle_.live.at(id).seq_len;
+        expected = held + static_cast<int64_t>(rng_() % 2);  // right or one too many
+      }
+      auto got = manager_.Append(id, epoch, Chunks(tokens), expected);
       ASSERT_EQ(IsStaleRouteEpoch(got.status()), stale) << got.status().ToString();
       if (stale) return;
       if (found) return ExpectSame(got, found, id);
       oracle_.Touch(id);
+      if (expected && *expected != oracle_.live.at(id).seq_len) {
+        oracle_.stats.misses++;
+        return ExpectSame(got, CacheMissReason::kSeqLenMismatch, id);
+      }
       int64_t new_len = oracle_.live.at(id).seq_len + tokens;
       if (new_len > kBudgetTokens) {
         ASSERT_TRUE(got.status().IsNoSpace()) << got.status().ToString();
@@ -206,6 +250,15 @@ void ManagerModelTest::Step() {
       if (!found) oracle_.Remove(id, CacheMissReason::kReleased);
       return;
     }
+    case 7: {  // get: a miss is its error
+      auto got = manager_.Get(id, epoch);
+      ASSERT_EQ(IsStaleRouteEpoch(got.status()), stale) << got.status().ToString();
+      if (stale) return;
+      ASSERT_EQ(IsKvCacheMiss(got.status()), found.has_value())
+          << got.status().ToString();
+      if (!found) oracle_.Touch(id);
+      return;
+    }
     default: {  // resolve
       auto got = manager_.Resolve(id, epoch);
       ASSERT_EQ(IsStaleRouteEpoch(got.status()), stale) << got.status().ToString();
@@ -228,6 +281,7 @@ TEST_F(ManagerModelTest, RandomOperationsMatchTheDocumentedSemantics) {
   EXPECT_GT(stats.evicted_lru, 0u);
   EXPECT_GT(stats.released, 0u);
   EXPECT_GT(stats.superseded, 0u);
+  EXPECT_GT(stats.misses, 0u);
 }
 
 }  // namespace
