@@ -299,8 +299,10 @@ class SessionManager {
   // sessions are otherwise lost with the process); they stay live. Returns how
   // many stores ran, or the first error (the others are still attempted).
   StatusOr<size_t> StoreLiveSessions();
-  // Removes a session without a tombstone (rolling back an Open that the caller's
-  // first computation failed to fill), so it looks as if it never existed.
+  // Removes a session without storing it (rolling back an Open that the
+  // caller's first computation failed to fill): its epoch then misses as
+  // unknown-session, as if never opened, and older epochs stay stale (the
+  // open superseded them).
   void Discard(const std::string& session_id, uint64_t epoch);
   // Discard, but only while `session` is still the live state of its id and
   // holds exactly `opened_len` positions: a step rolling back its own open

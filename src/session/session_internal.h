@@ -161,9 +161,29 @@ class SessionManager::State {
     Refund(it->second.bytes);
     lru.erase(it->second.lru);
     live.erase(it);
-    if (reason == nullptr || max_tombstones == 0) return;
+    if (reason != nullptr) Remember(id, epoch, *reason, max_tombstones);
+  }
+
+  // Removes a live entry whose open is rolled back (Discard): not stored (it
+  // holds only what its open restored) and, to later lookups of its epoch, as
+  // if never opened (unknown-session); but its epoch stays known, since the
+  // open superseded any older live epoch and replaced its tombstone: without
+  // it a late call of an older route would pass the stale-epoch check again.
+  void RemoveDiscarded(const std::string& id, size_t max_tombstones) REQUIRES(mu) {
+    auto it = live.find(id);
+    if (it == live.end()) return;
+    const uint64_t epoch = it->second.session->route_epoch();
+    Remove(id, nullptr, max_tombstones);
+    Remember(id, epoch, CacheMissReason::kUnknownSession, max_tombstones);
+  }
+
+  // Records why (id, epoch) is gone, forgetting the oldest tombstones past
+  // max_tombstones.
+  void Remember(const std::string& id, uint64_t epoch, CacheMissReason reason,
+                size_t max_tombstones) REQUIRES(mu) {
+    if (max_tombstones == 0) return;
     uint64_t seq = next_tombstone_seq++;
-    tombstones[id] = {epoch, *reason, seq};
+    tombstones[id] = {epoch, reason, seq};
     tombstone_order.emplace_back(id, seq);
     while (tombstone_order.size() > max_tombstones) {
       auto [old_id, old_seq] = tombstone_order.front();

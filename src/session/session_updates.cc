@@ -152,7 +152,7 @@ void SessionManager::Discard(const std::string& id, uint64_t epoch) {
   MutexLock lock(&s.mu);
   auto it = s.live.find(id);
   if (it != s.live.end() && it->second.session->route_epoch() == epoch) {
-    s.Remove(id, nullptr, config_.max_tombstones);
+    s.RemoveDiscarded(id, config_.max_tombstones);
   }
 }
 
@@ -166,7 +166,7 @@ bool SessionManager::DiscardIfUnchanged(const std::shared_ptr<Session>& session,
   MutexLock lock(&s.mu);
   auto it = s.live.find(session->session_id());
   if (it == s.live.end() || it->second.session != session) return false;
-  s.Remove(session->session_id(), nullptr, config_.max_tombstones);
+  s.RemoveDiscarded(session->session_id(), config_.max_tombstones);
   return true;
 }
 

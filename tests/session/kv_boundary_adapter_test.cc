@@ -344,6 +344,30 @@ TEST(KvBoundaryAdapter, CancelledPrefillLeavesTheSessionAndBudgetUnchanged) {
             model->WholeModelNextToken(std::vector<int32_t>{1, 2, 3, 4}).value());
 }
 
+TEST(KvBoundaryAdapter, ACancelledFirstStepOfANewerEpochLeavesOlderEpochsStale) {
+  auto model = SeedModel();
+  auto shard = FullShard(model);
+  auto manager = ManagerFor(*shard);
+  KvBoundaryAdapter adapter(shard.get(), manager.get());
+  ExpectTail(adapter.Prefill("s", 0, Tokens({1, 2, 3})));
+  // The route is re-planned (epoch 1); its first prefill is cancelled, so the
+  // session it opened (superseding epoch 0) is discarded.
+  CancellationToken token;
+  token.Cancel();
+  StepInput cancelled = Tokens({1, 2, 3, 4});
+  cancelled.cancel = &token;
+  EXPECT_EQ(adapter.Prefill("s", 1, cancelled).status().code(), StatusCode::kAborted);
+  // A late step of the old route is still stale: it neither opens nor commits.
+  EXPECT_TRUE(IsStaleRouteEpoch(adapter.Prefill("s", 0, Tokens({1, 2, 3})).status()));
+  EXPECT_TRUE(IsStaleRouteEpoch(manager->Resolve("s", 0).status()));
+  EXPECT_EQ(manager->session_count(), 0u);
+  // Epoch 1 misses as never opened, and its retry runs.
+  EXPECT_EQ(ExpectMiss(manager->Resolve("s", 1)).reason,
+            CacheMissReason::kUnknownSession);
+  EXPECT_EQ(ExpectTail(adapter.Prefill("s", 1, Tokens({1, 2, 3, 4}))).token_id,
+            model->WholeModelNextToken(std::vector<int32_t>{1, 2, 3, 4}).value());
+}
+
 TEST(KvBoundaryAdapter, SessionReleasedDuringAStepIsAMissAtCommit) {
   auto shard = FullShard(SeedModel());
   auto manager = ManagerFor(*shard);

@@ -70,6 +70,13 @@ class Oracle {
     live.erase(id);
     lru.erase(std::find(lru.begin(), lru.end(), id));
   }
+  // A rolled-back open: no counter moves, its epoch misses as never opened
+  // and stays current (older epochs are stale).
+  void Discard(const std::string& id) {
+    tombstones[id] = {live.at(id).epoch, CacheMissReason::kUnknownSession};
+    live.erase(id);
+    lru.erase(std::find(lru.begin(), lru.end(), id));
+  }
   void Touch(const std::string& id) {
     lru.erase(std::find(lru.begin(), lru.end(), id));
     lru.insert(lru.begin(), id);
@@ -175,11 +182,17 @@ void ManagerModelTest::Step() {
   std::string id = "s" + std::to_string(rng_() % 5);
   // Routes are re-planned over time: the epochs in play slowly move up.
   uint64_t epoch = ++steps_ / 100 + rng_() % 3;
-  uint64_t op = rng_() % 8;
+  uint64_t op = rng_() % 9;
   if (op == 5) {  // time passes; expired sessions are reclaimed by the next call
     uint64_t ms = rng_() % 30;
     clock_.AdvanceMillis(ms);
     oracle_.now_ms += ms;
+    return;
+  }
+  if (op == 8) {  // discard: rolls back an open; the one call that does not sweep
+    manager_.Discard(id, epoch);
+    auto it = oracle_.live.find(id);
+    if (it != oracle_.live.end() && it->second.epoch == epoch) oracle_.Discard(id);
     return;
   }
   oracle_.Sweep();  // every other operation sweeps expired sessions first
