@@ -310,11 +310,8 @@ class HookedShard final : public ShardComputation {
 };
 
 TEST(KvBoundaryAdapter, CancelledPrefillLeavesTheSessionAndBudgetUnchanged) {
-  auto model = SeedModel();
-  auto shard = FullShard(model);
-  auto manager = ManagerFor(*shard);
-  KvBoundaryAdapter plain(shard.get(), manager.get());
-  ExpectTail(plain.Prefill("s", 0, Tokens({1, 2, 3})));
+  testing::PrefilledSession s;
+  auto& [model, shard, manager, plain, first] = s;
   auto before = manager->Get("s", 0).value()->ExportLayers();
   uint64_t bytes = manager->total_bytes();
   for (bool cancel_before_layers : {true, false}) {
@@ -345,11 +342,8 @@ TEST(KvBoundaryAdapter, CancelledPrefillLeavesTheSessionAndBudgetUnchanged) {
 }
 
 TEST(KvBoundaryAdapter, ACancelledFirstStepOfANewerEpochLeavesOlderEpochsStale) {
-  auto model = SeedModel();
-  auto shard = FullShard(model);
-  auto manager = ManagerFor(*shard);
-  KvBoundaryAdapter adapter(shard.get(), manager.get());
-  ExpectTail(adapter.Prefill("s", 0, Tokens({1, 2, 3})));
+  testing::PrefilledSession s;
+  auto& [model, shard, manager, adapter, first] = s;
   // The route is re-planned (epoch 1); its first prefill is cancelled, so the
   // session it opened (superseding epoch 0) is discarded.
   CancellationToken token;

@@ -69,6 +69,16 @@ inline TailOutput ExpectTail(const StatusOr<StepOutput>& out) {
   return tail ? *tail : TailOutput{};
 }
 
+// The seed model's full shard, a manager and an adapter over it, and session
+// "s" at epoch 0 after the prompt 1, 2, 3 (most adapter tests start there).
+struct PrefilledSession {
+  std::shared_ptr<const ReferenceModel> model = SeedModel();
+  std::unique_ptr<ReferenceShard> shard = FullShard(model);
+  std::unique_ptr<SessionManager> manager = ManagerFor(*shard);
+  KvBoundaryAdapter adapter{shard.get(), manager.get()};
+  TailOutput first = ExpectTail(adapter.Prefill("s", 0, Tokens({1, 2, 3})));
+};
+
 inline BoundaryBundle ExpectBundle(const StatusOr<StepOutput>& out) {
   EXPECT_OK(out);
   if (!out.ok()) return {};
