@@ -2,7 +2,10 @@
 // serve` is returned after a restart on the same data directory, whether it
 // was still dirty in the hot tier, already written back, or stored straight on
 // SSD; with --write-through, every value acknowledged before a kill -9 is too.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <random>
@@ -102,6 +105,37 @@ TEST(ServerRestart, ReturnsEveryAcknowledgedValueAfterSigterm) {
       chain[1]);
   ExpectCleanAudit(c);
   EXPECT_EQ(serve.StopWith(SIGINT), 0);
+}
+
+// `prefixkv serve 2>&1 | tee serve.log`, and Ctrl-C ends tee as well: the
+// server's log now goes to a pipe nobody reads. Its shutdown line ("SIGINT,
+// shutting down") came before the write-back and died of SIGPIPE, so every
+// value still only in RAM was lost. The log's reader is a FIFO the test opens
+// before the server and closes once it listens.
+TEST(ServerRestart, AShutdownWhoseLogReaderIsGoneStillWritesEveryValueBack) {
+  testing::TempDir dir;
+  const std::string data = dir.str() + "/data";
+  const std::string log = dir.str() + "/log";
+  ASSERT_EQ(mkfifo(log.c_str(), 0600), 0);
+  const int log_reader = open(log.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  ASSERT_GE(log_reader, 0);
+  std::vector<std::string> values;
+  for (int i = 0; i < 20; ++i) values.push_back("value" + std::to_string(i));
+  {
+    ServeProcess serve(data, {}, log);
+    ASSERT_NE(serve.port(), 0) << "prefixkv serve did not start";
+    close(log_reader);
+    RespClient c(serve.port());
+    for (size_t i = 0; i < values.size(); ++i) {
+      ASSERT_EQ(c.Call({"SET", "key" + std::to_string(i), values[i]}).str, "OK");
+    }
+    EXPECT_EQ(serve.StopWith(SIGINT), 0) << "the shutdown did not end cleanly";
+  }
+  ServeProcess serve(data);
+  ASSERT_NE(serve.port(), 0) << "prefixkv serve did not restart";
+  RespClient c(serve.port());
+  ExpectValues(c, values, /*deleted=*/values.size());
+  EXPECT_EQ(serve.StopWith(SIGTERM), 0);
 }
 
 TEST(ServerRestart, WriteThroughKeepsEveryAcknowledgedValueAcrossKillNine) {

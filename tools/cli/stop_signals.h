@@ -17,6 +17,13 @@ inline sigset_t BlockStopSignals() {
   return set;
 }
 
+// A log reader that went away (`serve 2>&1 | tee log`, tee ended by the same
+// Ctrl-C) must not end the process at its next stderr line: the default
+// SIGPIPE killed `serve` at "shutting down", before the engine's close wrote
+// RAM back, losing every value not yet on SSD. Ignored, the write fails
+// (EPIPE) and the shutdown goes on; sockets already send with MSG_NOSIGNAL.
+inline void IgnoreBrokenPipes() { signal(SIGPIPE, SIG_IGN); }
+
 inline int WaitForStopSignal(const sigset_t& set) {
   int sig = 0;
   while (sigwait(&set, &sig) != 0) {
