@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include "tests/server/resp_client.h"
 #include "tests/server/serve_process.h"
@@ -136,6 +138,20 @@ TEST(ServerRestart, AShutdownWhoseLogReaderIsGoneStillWritesEveryValueBack) {
   RespClient c(serve.port());
   ExpectValues(c, values, /*deleted=*/values.size());
   EXPECT_EQ(serve.StopWith(SIGTERM), 0);
+}
+
+// `--data-dir "$DIR"` with DIR unset: serve ran with no SSD tier at all (an
+// engine without a data_dir is RAM only), acknowledged every SET and, at
+// SIGTERM, "stopped cleanly" with every value lost. It is a usage error now.
+TEST(ServerRestart, AnEmptyDataDirIsRefusedNotServedFromRamAlone) {
+  testing::TempDir dir;
+  const std::string log = dir.str() + "/log";
+  ServeProcess serve("", {}, log);
+  EXPECT_EQ(serve.port(), 0) << "serve listened without a directory to keep values in";
+  EXPECT_EQ(serve.StopWith(SIGKILL), 2);
+  std::stringstream said;
+  said << std::ifstream(log).rdbuf();
+  EXPECT_NE(said.str().find("--data-dir"), std::string::npos) << said.str();
 }
 
 TEST(ServerRestart, WriteThroughKeepsEveryAcknowledgedValueAcrossKillNine) {

@@ -192,6 +192,12 @@ std::string ParseServeConfig(const Flags& flags, ServeConfig* config) {
   if (!ssd_policy.ok()) return "--ssd-policy must be lru, leaf-lru or chain";
   config->engine.ssd_policy = *ssd_policy;
   config->engine.data_dir = flags.GetString("data-dir", "./prefixkv-data");
+  // An engine without a data_dir is RAM only: `--data-dir "$DIR"` with DIR
+  // unset would serve, acknowledge every SET and lose them all at shutdown.
+  if (config->engine.data_dir.empty()) {
+    return "--data-dir must name a directory (the SSD tier, where every value is "
+           "kept across a restart)";
+  }
   config->engine.write_through = flags.GetBool("write-through");
   if (std::string e = ApplyRemoteFlags(flags, &config->engine); !e.empty()) return e;
   if (std::string e = ApplyWearFlags(flags, &config->engine); !e.empty()) return e;
