@@ -49,6 +49,16 @@ void ExpectValues(RespClient& c, const std::vector<std::string>& values, size_t 
   }
 }
 
+// Restarts serve on `data`: every "key<i>" holds values[i]; then a clean stop.
+void ExpectEveryValueAfterARestart(const std::string& data,
+                                   const std::vector<std::string>& values) {
+  ServeProcess serve(data);
+  ASSERT_NE(serve.port(), 0) << "prefixkv serve did not restart";
+  RespClient c(serve.port());
+  ExpectValues(c, values, /*deleted=*/values.size());
+  EXPECT_EQ(serve.StopWith(SIGTERM), 0);
+}
+
 // A file holding the admin password "adm" (PKV.AUDIT is an admin command).
 std::string AdminPassFile(const testing::TempDir& dir) {
   const std::string path = dir.str() + "/admin-pass";
@@ -133,11 +143,7 @@ TEST(ServerRestart, AShutdownWhoseLogReaderIsGoneStillWritesEveryValueBack) {
     }
     EXPECT_EQ(serve.StopWith(SIGINT), 0) << "the shutdown did not end cleanly";
   }
-  ServeProcess serve(data);
-  ASSERT_NE(serve.port(), 0) << "prefixkv serve did not restart";
-  RespClient c(serve.port());
-  ExpectValues(c, values, /*deleted=*/values.size());
-  EXPECT_EQ(serve.StopWith(SIGTERM), 0);
+  ExpectEveryValueAfterARestart(data, values);
 }
 
 // `--data-dir "$DIR"` with DIR unset: serve ran with no SSD tier at all (an
@@ -152,6 +158,25 @@ TEST(ServerRestart, AnEmptyDataDirIsRefusedNotServedFromRamAlone) {
   std::stringstream said;
   said << std::ifstream(log).rdbuf();
   EXPECT_NE(said.str().find("--data-dir"), std::string::npos) << said.str();
+}
+
+// A closed terminal or ssh session sends SIGHUP: its default action killed
+// the server with no shutdown, and every value still only in RAM was lost.
+// As Redis does, serve ignores it and goes on until SIGTERM.
+TEST(ServerRestart, AHangupNeitherEndsTheServerNorLosesAValue) {
+  testing::TempDir dir;
+  const std::string data = dir.str() + "/data";
+  const std::vector<std::string> values = {"before the hangup", "after it"};
+  {
+    ServeProcess serve(data);
+    ASSERT_NE(serve.port(), 0) << "prefixkv serve did not start";
+    RespClient c(serve.port());
+    ASSERT_EQ(c.Call({"SET", "key0", values[0]}).str, "OK");
+    ASSERT_EQ(kill(serve.pid(), SIGHUP), 0);
+    ASSERT_EQ(c.Call({"SET", "key1", values[1]}).str, "OK") << "SIGHUP ended the server";
+    EXPECT_EQ(serve.StopWith(SIGTERM), 0);
+  }
+  ExpectEveryValueAfterARestart(data, values);
 }
 
 TEST(ServerRestart, WriteThroughKeepsEveryAcknowledgedValueAcrossKillNine) {

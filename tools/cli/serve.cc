@@ -227,6 +227,7 @@ int RunServe(const std::vector<std::string>& args) {
   if (!error.empty()) return UsageError(flags, error);
 
   IgnoreBrokenPipes();
+  IgnoreHangups();
   sigset_t stop_signals = BlockStopSignals();
   StatusOr<std::unique_ptr<Engine>> engine = Engine::Open(config.engine);
   if (!engine.ok()) return Failure(flags, "serve", engine.status().ToString());

@@ -24,6 +24,11 @@ inline sigset_t BlockStopSignals() {
 // (EPIPE) and the shutdown goes on; sockets already send with MSG_NOSIGNAL.
 inline void IgnoreBrokenPipes() { signal(SIGPIPE, SIG_IGN); }
 
+// A closed terminal or ssh session (SIGHUP) must not end the process without
+// its shutdown: the default action killed `serve` at once, every value still
+// only in RAM lost. As Redis does, a hangup is ignored; SIGTERM stops it.
+inline void IgnoreHangups() { signal(SIGHUP, SIG_IGN); }
+
 inline int WaitForStopSignal(const sigset_t& set) {
   int sig = 0;
   while (sigwait(&set, &sig) != 0) {
