@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <sstream>
+#include <string_view>
 
 #include "ssd_layout.h"
 #include "ssd_rocks_fs.h"
@@ -72,6 +73,19 @@ rocksdb::CompressionType ParseCompression(const std::string& name) {
   if (name == "zstd") return rocksdb::kZSTD;
   if (name == "snappy") return rocksdb::kSnappyCompression;
   return rocksdb::kNoCompression;
+}
+
+// Whether `s` is RocksDB refusing a LOCK someone holds: its lock call failed
+// ("While lock file: D/LOCK: Resource temporarily unavailable") or this
+// process holds it ("lock hold by current process"). A LOCK that could not
+// even be opened ("while open a file for lock: D/LOCK: Read-only file
+// system", a disk remounted read-only after errors) has no holder: that
+// error is reported as it is, not as "in use by another process".
+bool LockIsHeld(const Status& s) {
+  const std::string_view m = s.message();
+  return m.find("/LOCK") != std::string_view::npos &&
+         (m.find("While lock file") != std::string_view::npos ||
+          m.find("lock hold by current process") != std::string_view::npos);
 }
 
 // "data directory D is in use by ...": a directory another process (or
@@ -224,7 +238,7 @@ Status ssd::TierImpl::OpenOrMoveAside() {
   if (s.ok()) s = CheckAgainstJournal();  // older than the segments: rolled forward
   // Another process (or tier) has the directory open: one line that says so,
   // not RocksDB's raw lock error.
-  if (!s.ok() && s.message().find("/LOCK") != std::string::npos) {
+  if (!s.ok() && LockIsHeld(s)) {
     return InUse(options_.path, LockHolder(options_.path + "/LOCK"));
   }
   // A held lock, a full disk or missing permissions are not damage: report them.

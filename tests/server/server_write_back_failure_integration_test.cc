@@ -238,5 +238,36 @@ TEST(ServerWriteBackFailure, AStopWhileSegmentsStayReadOnlyLogsExactlyWhatIsLost
   EXPECT_EQ(lost, dirty + queued) << lines;
 }
 
+// A disk the kernel remounted read-only after errors, then a restart: every
+// error naming the database's LOCK file was reported as a lock another
+// process holds, so serve (and repair, audit) said "Busy: data directory D is
+// in use by another process" with no process there, and the operator looked
+// for one. The open names the read-only file system now (exit 1 as before).
+TEST(ServerWriteBackFailure, ARestartOnADiskRemountedReadOnlyNamesItNotAnotherProcess) {
+  testing::TempDir dir;
+  const std::string data = dir.str() + "/data";
+  const std::string log = dir.str() + "/serve.log";
+  {
+    ServeProcess serve(data);
+    ASSERT_NE(serve.port(), 0) << "prefixkv serve did not start";
+    RespClient c(serve.port());
+    ASSERT_EQ(c.Call({"SET", Key(0), Value(0)}).type, '+');
+    ASSERT_EQ(serve.StopWith(SIGTERM), 0);
+  }
+  testing::ReadOnlyBindMount read_only(data);
+  if (!read_only.mounted()) GTEST_SKIP() << read_only.why_not();
+  ServeProcess again(data, {}, log);
+  EXPECT_EQ(again.port(), 0) << "serve started on a read-only data directory";
+  EXPECT_EQ(again.StopWith(SIGKILL), 1);
+  std::stringstream said;
+  said << std::ifstream(log).rdbuf();
+  const std::string lines = said.str();
+  const size_t error = lines.find("prefixkv serve: ");
+  ASSERT_NE(error, std::string::npos) << lines;
+  const std::string line = lines.substr(error, lines.find('\n', error) - error);
+  EXPECT_EQ(line.find("in use by"), std::string::npos) << line;
+  EXPECT_NE(line.find("Read-only file system"), std::string::npos) << line;
+}
+
 }  // namespace
 }  // namespace prefixkv
