@@ -30,7 +30,21 @@ Status ssd::TierImpl::CheckFormat() {
   if (rs.IsNotFound()) {
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
     it->SeekToFirst();
-    if (it->Valid()) return Status::Corruption("records without a format marker");
+    if (it->Valid()) {
+      // Records without our marker are damage of our metadata (rebuilt from
+      // the segments), unless this never was a tier's directory: every tier
+      // makes segments/ at its first open. Then it is another program's
+      // RocksDB database (a --data-dir pointing at the wrong place), whose
+      // files a "rebuild" moved into metadata.broken-* before taking the
+      // directory over: `prefixkv serve` or `repair` broke that program.
+      if (!options_.file_system->ListDir(options_.path + "/segments").ok()) {
+        return Status::InvalidArgument(
+            options_.path +
+            " holds a RocksDB database that is no prefixkv data directory (records "
+            "without a format marker, no segments/): refused, its records left in place");
+      }
+      return Status::Corruption("records without a format marker");
+    }
     PKV_RETURN_IF_ERROR(FromRocks(it->status(), "scan"));
     if (ssd::SegmentsHoldData(options_.file_system, options_.path + "/segments")) {
       // Its files were lost (or a rebuild died before writing it): the

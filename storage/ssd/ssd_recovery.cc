@@ -241,8 +241,9 @@ Status ssd::TierImpl::OpenOrMoveAside() {
   if (!s.ok() && LockIsHeld(s)) {
     return InUse(options_.path, LockHolder(options_.path + "/LOCK"));
   }
-  // A held lock, a full disk or missing permissions are not damage: report them.
-  if (s.ok() || s.IsBusy() || s.IsNoSpace() ||
+  // A held lock, a full disk or missing permissions are not damage: report
+  // them; nor is another program's database (CheckFormat), left untouched.
+  if (s.ok() || s.IsBusy() || s.IsNoSpace() || s.IsInvalidArgument() ||
       s.message().find("LOCK:") != std::string::npos ||
       s.message().find("Permission denied") != std::string::npos) {
     return s;

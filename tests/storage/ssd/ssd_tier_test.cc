@@ -1224,6 +1224,37 @@ TEST(SsdSegments, ADirectoryOfTheOlderFormatIsMovedAside) {
   ASSERT_OK(tier->Put(ChainBlock(0, 0), SegPayload(ChainBlock(0, 0), 100), true));
 }
 
+// Another program's RocksDB database given as the directory (`prefixkv serve`
+// or `repair --data-dir` pointing at the wrong place): its records without
+// our format marker read as our damaged metadata, and the "rebuild" moved
+// its files into metadata.broken-* and took the directory over, so that
+// program found its database gone. It is refused now, its records in place.
+TEST(SsdSegments, AnotherProgramsRocksDbDatabaseIsRefusedAndLeftInPlace) {
+  TempDir dir;
+  SsdTierOptions o = TestSsdOptions((dir.path() / "theirs").string());
+  {
+    rocksdb::Options ro;
+    ro.create_if_missing = true;
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(ro, o.path, &raw).ok());
+    ASSERT_TRUE(raw->Put({}, "user:7", "their data").ok());
+    delete raw;
+  }
+  StatusOr<std::unique_ptr<SsdTier>> tier = SsdTier::Open(o);
+  EXPECT_TRUE(tier.status().IsInvalidArgument()) << tier.status().ToString();
+  EXPECT_NE(tier.status().message().find("no prefixkv data directory"), std::string::npos)
+      << tier.status().ToString();
+  for (const auto& e : std::filesystem::directory_iterator(o.path)) {
+    EXPECT_FALSE(e.is_directory()) << e.path() << " made in their directory";
+  }
+  rocksdb::DB* raw = nullptr;
+  ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), o.path, &raw).ok());
+  std::string value;
+  EXPECT_TRUE(raw->Get({}, "user:7", &value).ok());
+  EXPECT_EQ(value, "their data");
+  delete raw;
+}
+
 TEST(SsdSegments, SegmentOptionsAreValidated) {
   TempDir dir;
   SsdTierOptions o = TestSsdOptions((dir.path() / "ssd").string());
