@@ -40,6 +40,13 @@ EventLog::EventLog(const EventLogOptions& options) : options_(options) {
 EventLog::~EventLog() {
   StopWriter();
   MutexLock io(&io_mu_);
+  {
+    // A log whose Load failed before its first segment (events/ is a file,
+    // a fresh SEQ could not be written) has no head to drain to: Drain read
+    // segments_.back() of none and crashed the failing open.
+    MutexLock lock(&mu_);
+    if (segments_.empty()) return;
+  }
   (void)Drain(false);
 }
 

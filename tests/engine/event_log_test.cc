@@ -325,6 +325,22 @@ TEST_F(EventLogTest, NumbersHandedOutWhileTheReservationFailsAreNeverReused) {
   EXPECT_OK(log->Snapshot().status());
 }
 
+// An open that fails before its first segment exists (events/ is a file; a
+// fresh log's SEQ cannot be written: a full or read-only disk) dropped the
+// half-built log, whose destructor drained into the last of no segments:
+// SIGSEGV, so `prefixkv serve` (or a Python Engine.open) crashed instead of
+// naming the error.
+TEST_F(EventLogTest, AnOpenThatFailsBeforeItsFirstSegmentReturnsTheError) {
+  EventLogOptions o = Options();
+  std::ofstream(o.dir) << "not a directory";
+  EXPECT_FALSE(EventLog::Open(o).ok());
+  std::filesystem::remove(o.dir);
+  FaultInjectionFileSystem fs;
+  o.fs = &fs;
+  fs.AddFault({.op = FaultOp::kWrite, .path_contains = "SEQ"});
+  EXPECT_FALSE(EventLog::Open(o).ok());
+}
+
 TEST_F(EventLogTest, RetentionByBytesDropsOldSegmentsAndReadersOfThemResnapshot) {
   EventLogOptions o = Options();
   o.retention_bytes = 16 << 10;
