@@ -1,6 +1,12 @@
 // The Engine class of the prefixkv extension module and its value classes
 // (py_types.h). Every engine call runs without the GIL (PyEngine::Call); numpy
 // arrays are checked and read with it, and copied into tensors without it.
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -188,6 +194,26 @@ StoreResult Store(PyEngine& engine, const PyNamespace& ns, const py::object& tok
   }));
 }
 
+// A child forked from a process that opened an engine, ending as a Python
+// program ends (sys.exit, the end of its script: a preloading server's
+// worker), ran the C++ static destructors the parent registered, and
+// RocksDB's wait for ever for threads only the parent has (a timer's
+// condition variable one of them was waiting on). Such a child now ends
+// right after its interpreter (whose exit handlers have run, sys.stdout
+// flushed), with its status and C stdio flushed: as os._exit would then.
+void EndWithoutTheParentsStaticDestructors(int status, void* /*unused*/) {
+  std::fflush(nullptr);
+  _exit(status);
+}
+void AfterForkInTheChild() { on_exit(&EndWithoutTheParentsStaticDestructors, nullptr); }
+// Called by every open: the handler registered in a child runs before the
+// destructors of every static constructed before the fork (exit handlers run
+// last registered first).
+void EndForkedChildrenWithoutStaticDestructors() {
+  static std::once_flag once;
+  std::call_once(once, [] { pthread_atfork(nullptr, nullptr, &AfterForkInTheChild); });
+}
+
 std::shared_ptr<PyEngine> OpenEngine(std::optional<std::string> data_dir,
                                      uint64_t hot_bytes, uint64_t ssd_bytes,
                                      const std::string& durability, bool write_through,
@@ -207,6 +233,7 @@ std::shared_ptr<PyEngine> OpenEngine(std::optional<std::string> data_dir,
   o.create_if_missing = create_if_missing;
   o.hot_policy = ValueOr(ParseEvictionPolicy(hot_policy));
   if (quiet) o.log = [](std::string_view) {};
+  EndForkedChildrenWithoutStaticDestructors();
   std::unique_ptr<Engine> engine;
   {
     py::gil_scoped_release nogil;

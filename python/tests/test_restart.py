@@ -130,3 +130,62 @@ def test_a_forked_child_neither_uses_nor_closes_its_parents_engine(data_dir, rng
             assert r.restored_tokens == 16
             np.testing.assert_array_equal(r.layers[1].tensors[1], layers[1][1])
         assert again.audit()["ok"]
+
+
+def run_a_fork(data_dir, child, deadline_s=10):
+    """Runs, in a fresh interpreter (a forked pytest must not go on running
+    the suite), a parent that opens an engine in `data_dir` (None: RAM only),
+    stores a prompt and forks a child running `child` (Python source with
+    `e`, `ns`, `tokens` and `layers` defined). The parent waits `deadline_s`
+    for the child and prints its exit status, or 'hung' (it then kills it).
+    Returns (status line, the child's output)."""
+    import subprocess
+    import sys
+    import textwrap
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        import numpy as np
+        import prefixkv
+        e = prefixkv.Engine.open(data_dir={data_dir!r}, hot_bytes=1 << 20, quiet=True)
+        ns = e.register_model("test-model", ["KVCache"] * 2, block_tokens=4,
+                              dtype="float32")
+        tokens = list(range(16))
+        layers = [[np.full((1, 2, 16, 8), 10 * l + t, np.float32) for t in range(2)]
+                  for l in range(2)]
+        e.store(ns, tokens, layers)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            os.dup2(write, 1)
+        """) + textwrap.indent(textwrap.dedent(child), "    ") + textwrap.dedent(f"""
+        os.close(write)
+        deadline = time.monotonic() + {deadline_s}
+        while (status := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if status[0] == 0:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        said = os.read(read, 4096).decode()
+        print("hung" if status[0] == 0 else f"exit {{os.waitstatus_to_exitcode(status[1])}}")
+        print(said, end="")
+        e.close()
+        """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=deadline_s + 60)
+    assert out.returncode == 0, out.stderr
+    status, _, said = out.stdout.partition("\n")
+    return status, said
+
+
+def test_a_forked_child_that_exits_normally_ends(data_dir):
+    """A child forked while an engine is open that ends as a Python program
+    ends (sys.exit, the end of its script: a preloading server's worker)
+    hung for ever in RocksDB's static destructors (a timer's condition
+    variable the parent's thread was waiting on), so its parent's wait for
+    it never returned. It now ends with its status, its output written."""
+    status, said = run_a_fork(data_dir, """
+        print("child ran")
+        sys.exit(3)
+        """)
+    assert (status, said) == ("exit 3", "child ran\n")
