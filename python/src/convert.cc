@@ -1,6 +1,8 @@
 // Status -> exception, DType <-> numpy, Tensor <-> numpy array (convert.h).
 #include "convert.h"
 
+#include <unistd.h>
+
 #include <cstring>
 #include <string_view>
 #include <utility>
@@ -43,17 +45,22 @@ py::dtype NumpyDType(DType dtype) {
 
 namespace {
 
-// What the base object of a view keeps alive.
+// What the base object of a view keeps alive, released only in the process
+// that made it (ReleasedInThisProcessOnly, py_types.h, says why).
 struct ViewOwner {
   SharedBytes bytes;
   std::shared_ptr<const void> pin;
+  pid_t made_by = getpid();
 };
 
 }  // namespace
 
 py::array ViewTensor(const Tensor& tensor, std::shared_ptr<const void> pin) {
   auto* owner = new ViewOwner{tensor.bytes(), std::move(pin)};
-  py::capsule base(owner, [](void* p) { delete static_cast<ViewOwner*>(p); });
+  py::capsule base(owner, [](void* p) {
+    auto* owner = static_cast<ViewOwner*>(p);
+    if (owner->made_by == getpid()) delete owner;  // else a fork's: let go of
+  });
   py::array view(NumpyDType(tensor.dtype()), tensor.shape(), tensor.data(), base);
   // The tier's bytes are immutable (SharedBytes): nobody may write them.
   view.attr("setflags")(py::arg("write") = false);

@@ -5,6 +5,8 @@
 // TensorDestination (pointer, extent, dtype, byte strides, shape) from its
 // writable buffer; the buffers stay acquired until the restore returns, so
 // nothing moves or is freed under the copy, which runs without the GIL.
+#include <unistd.h>
+
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -182,10 +184,15 @@ TensorDestination Describe(const py::handle& obj, const std::string& what,
   return d;
 }
 
-// The memory resources of the engines this process opened (NoteEngineMemory).
+// The memory resources of the engines opened (NoteEngineMemory), each with
+// the process that opened its engine (a forked child inherits the list).
+struct EngineMemory {
+  std::weak_ptr<MemoryResource> resource;
+  pid_t opened_by;
+};
 struct EngineMemories {
   std::mutex mu;
-  std::vector<std::weak_ptr<MemoryResource>> resources;
+  std::vector<EngineMemory> resources;
 };
 EngineMemories& Memories() {
   static auto* memories = new EngineMemories();  // never destroyed: used at exit
@@ -204,17 +211,18 @@ void NoteEngineMemory(const std::shared_ptr<MemoryResource>& memory) {
   if (memory == nullptr) return;
   EngineMemories& m = Memories();
   std::lock_guard lock(m.mu);
-  std::erase_if(m.resources,
-                [](const std::weak_ptr<MemoryResource>& r) { return r.expired(); });
-  m.resources.push_back(memory);
+  std::erase_if(m.resources, [](const EngineMemory& r) { return r.resource.expired(); });
+  m.resources.push_back({memory, getpid()});
 }
 
 bool InEngineMemory(const void* data, uint64_t bytes) {
   const auto begin = reinterpret_cast<uintptr_t>(data);
   EngineMemories& m = Memories();
+  const pid_t self = getpid();
   std::lock_guard lock(m.mu);
-  for (const std::weak_ptr<MemoryResource>& weak : m.resources) {
-    const std::shared_ptr<MemoryResource> memory = weak.lock();
+  for (const EngineMemory& noted : m.resources) {
+    if (noted.opened_by != self) continue;  // a parent's (see InEngineMemory)
+    const std::shared_ptr<MemoryResource> memory = noted.resource.lock();
     if (memory == nullptr) continue;
     for (const MemoryRegion& r : memory->Regions()) {
       const auto base = reinterpret_cast<uintptr_t>(r.base);
@@ -226,6 +234,7 @@ bool InEngineMemory(const void* data, uint64_t bytes) {
 
 PyRestoredInto RestoreInto(PyEngine& engine, const PyMatch& match,
                            const py::object& dests, const py::object& on_layer) {
+  engine.CheckNotForked();  // before any destination is taken (DLPack's consumed)
   std::vector<LayerDestination> destinations;
   std::vector<std::vector<HeldDestination>> held;
   for (const py::handle& layer : dests) {

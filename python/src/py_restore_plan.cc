@@ -105,6 +105,7 @@ void BindRestorePlan(py::module_& m,
           [](PyEngine& e, const PyMatch& m) {
             RestorePlan plan =
                 ValueOr(e.Call([&](Engine& en) { return en.PlanRestore(m.match); }));
+            plan.hold = ReleasedInThisProcessOnly(std::move(plan.hold));
             PyRestorePlan out;
             out.counters = std::make_shared<const RestoreResult>(plan.result);
             out.plan = std::make_shared<RestorePlan>(std::move(plan));

@@ -35,7 +35,8 @@ PyLayer ToPyLayer(const LayerState& layer, const PinnedRestore& r,
 
 PyRestored MakeRestored(PinnedRestore restore) {
   PyRestored out;
-  auto r = std::make_shared<const PinnedRestore>(std::move(restore));
+  auto r = ReleasedInThisProcessOnly(
+      std::make_shared<const PinnedRestore>(std::move(restore)));
   for (const LayerState& layer : r->result.layers) {
     out.layers.append(ToPyLayer(layer, *r, nullptr, /*per_block=*/false));
   }

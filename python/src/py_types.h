@@ -108,10 +108,16 @@ class PyEngine {
   PyEngine(const PyEngine&) = delete;
   PyEngine& operator=(const PyEngine&) = delete;
 
+  // Raises InvalidArgument in a process forked from the one that opened
+  // the engine.
+  void CheckNotForked() const {
+    if (Forked()) RaiseForked();
+  }
+
   // Runs fn(engine) without the GIL, counted in flight.
   template <typename F>
   auto Call(F&& fn) {
-    if (Forked()) RaiseForked();
+    CheckNotForked();
     py::gil_scoped_release nogil;
     if (InCall()) return fn(*engine_);
     InFlight in_flight(this);
@@ -212,6 +218,23 @@ class PyEngine {
   bool closing_ = false;  // a close() is waiting for calls_ == 0, or closing
 };
 
+// `held` (pins, blocks, a plan's staging) as a pointer whose last copy
+// releases it only in the process that made it: a process forked meanwhile
+// lets go of it without releasing it. A release there would take the
+// parent's engine's locks (the hot budget's, the memory arena's), which a
+// thread of the parent's (one the child does not have) may have held at the
+// fork, and wait for them for ever; what it would release is the child's
+// copy of memory the parent owns.
+template <typename T>
+std::shared_ptr<T> ReleasedInThisProcessOnly(std::shared_ptr<T> held) {
+  if (held == nullptr) return held;
+  T* raw = held.get();
+  auto* kept = new std::shared_ptr<T>(std::move(held));
+  return std::shared_ptr<T>(raw, [kept, pid = getpid()](T*) {
+    if (getpid() == pid) delete kept;  // else left as it is: the parent's
+  });
+}
+
 // Notes the memory resource an opened engine keeps its blocks in, for
 // restore_into to refuse destinations inside it (py_restore_into.cc). Held
 // weakly: forgotten once nothing (engine, block, view) holds it.
@@ -219,7 +242,12 @@ void NoteEngineMemory(const std::shared_ptr<MemoryResource>& memory);
 // Whether [data, data + bytes) overlaps a region of a noted engine memory:
 // a block's bytes, immutable, though prefixkv.as_torch gives a writable
 // tensor over a restored array. A write there would rewrite the cached
-// block in place, and its key then serve another prompt's KV.
+// block in place, and its key then serve another prompt's KV. Only the
+// engines this process opened count: in a forked child the parent's
+// engines' memory is the child's private copy, which no engine of the
+// child's serves, and asking the parent's memory resource for its regions
+// would take its lock, which a thread of the parent's may have held at the
+// fork (the child then waited for it for ever).
 bool InEngineMemory(const void* data, uint64_t bytes);
 
 // Builds the Python value of a restore (arrays viewing the blocks' bytes).

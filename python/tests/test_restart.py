@@ -132,50 +132,65 @@ def test_a_forked_child_neither_uses_nor_closes_its_parents_engine(data_dir, rng
         assert again.audit()["ok"]
 
 
-def run_a_fork(data_dir, child, deadline_s=10):
+
+def run_forks(data_dir, child, *, before="", forks=1, deadline_s=10):
     """Runs, in a fresh interpreter (a forked pytest must not go on running
     the suite), a parent that opens an engine in `data_dir` (None: RAM only),
-    stores a prompt and forks a child running `child` (Python source with
-    `e`, `ns`, `tokens` and `layers` defined). The parent waits `deadline_s`
-    for the child and prints its exit status, or 'hung' (it then kills it).
-    Returns (status line, the child's output)."""
+    stores a prompt, runs `before` (Python source with `e`, `ns`, `tokens`
+    and `layers` defined; threads it starts, in `threads`, end when `stop`
+    is set) and forks `forks` children, each running `child` (the same
+    names) and then ending as a script ends. The parent waits `deadline_s`
+    for them and prints each one's exit status, or 'hung' (it then kills
+    it). Returns (the statuses, the children's output)."""
     import subprocess
     import sys
     import textwrap
     script = textwrap.dedent(f"""
-        import os, sys, time
+        import gc, os, sys, threading, time
         import numpy as np
         import prefixkv
-        e = prefixkv.Engine.open(data_dir={data_dir!r}, hot_bytes=1 << 20, quiet=True)
+        e = prefixkv.Engine.open(data_dir={data_dir!r}, hot_bytes=8 << 20, quiet=True)
         ns = e.register_model("test-model", ["KVCache"] * 2, block_tokens=4,
                               dtype="float32")
         tokens = list(range(16))
         layers = [[np.full((1, 2, 16, 8), 10 * l + t, np.float32) for t in range(2)]
                   for l in range(2)]
         e.store(ns, tokens, layers)
+        """) + textwrap.dedent(before) + textwrap.dedent(f"""
         read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read)
-            os.dup2(write, 1)
-        """) + textwrap.indent(textwrap.dedent(child), "    ") + textwrap.dedent(f"""
+        pids = []
+        for _ in range({forks}):
+            pid = os.fork()
+            if pid == 0:
+                os.close(read)
+                os.dup2(write, 1)
+                exec(compile({textwrap.dedent(child)!r}, "child", "exec"))
+                sys.exit(0)
+            pids.append(pid)
         os.close(write)
+        stop = True
+        for thread in globals().get("threads", []):
+            thread.join()
         deadline = time.monotonic() + {deadline_s}
-        while (status := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        status = dict.fromkeys(pids, "hung")
+        while "hung" in status.values() and time.monotonic() < deadline:
+            for pid in [p for p, s in status.items() if s == "hung"]:
+                got, raw = os.waitpid(pid, os.WNOHANG)
+                if got:
+                    status[pid] = f"exit {{os.waitstatus_to_exitcode(raw)}}"
             time.sleep(0.01)
-        if status[0] == 0:
+        for pid in [p for p, s in status.items() if s == "hung"]:
             os.kill(pid, 9)
             os.waitpid(pid, 0)
-        said = os.read(read, 4096).decode()
-        print("hung" if status[0] == 0 else f"exit {{os.waitstatus_to_exitcode(status[1])}}")
+        said = os.read(read, 1 << 16).decode()
+        print(",".join(status.values()))
         print(said, end="")
-        e.close()
         """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=deadline_s + 60)
     assert out.returncode == 0, out.stderr
     status, _, said = out.stdout.partition("\n")
-    return status, said
+    return status.split(","), said
 
 
 def test_a_forked_child_that_exits_normally_ends(data_dir):
@@ -184,8 +199,49 @@ def test_a_forked_child_that_exits_normally_ends(data_dir):
     hung for ever in RocksDB's static destructors (a timer's condition
     variable the parent's thread was waiting on), so its parent's wait for
     it never returned. It now ends with its status, its output written."""
-    status, said = run_a_fork(data_dir, """
+    status, said = run_forks(data_dir, """
         print("child ran")
         sys.exit(3)
         """)
-    assert (status, said) == ("exit 3", "child ran\n")
+    assert (status, said) == (["exit 3"], "child ran\n")
+
+
+def test_a_forked_child_never_waits_for_its_parents_engine_locks():
+    """A child forked while threads of the parent use the engine (their
+    calls run without the GIL) may start with one of the engine's locks
+    held for ever: the memory arena's, the hot budget's. restore_into asked
+    every engine's memory for its regions (the parent's too, for its own
+    engine's restores as well), and dropping a restore, a plan or an array
+    of the parent's unpinned blocks and freed memory: each took such a lock,
+    and one child in fifteen or so hung. The parent's engine is refused at
+    once, its objects let go of without a release."""
+    status, said = run_forks(None, """
+        try:
+            e.restore_into(m, [[np.zeros_like(t) for t in pair] for pair in layers])
+            print("restored")
+        except prefixkv.InvalidArgument as error:
+            print("refused" if "forked" in str(error) else str(error))
+        del restored, array, plan
+        gc.collect()
+        os._exit(0)
+        """, before="""
+        m = e.match(ns, tokens)
+        restored, plan = e.restore(m), e.plan_restore(m)
+        array = e.restore(m).blocks[0].layers[0].tensors[0]
+        stop = False
+        def churn(call):  # many small allocations and lookups of regions
+            i = 1
+            while not stop:
+                call(i)
+                i += 1
+        threads = [threading.Thread(target=churn, args=(call,)) for call in (
+            lambda i: e.store(ns, list(range(64 * i, 64 * i + 64)),
+                              [[np.ones((1, 1, 64, 1), np.float32)] * 2] * 2),
+            lambda i: e.memory_regions())]
+        for t in threads:
+            t.start()
+        time.sleep(0.05)
+        """, forks=40, deadline_s=5)
+    ended = {s: status.count(s) for s in status}
+    assert ended == {"exit 0": 40}, f"the children's ends: {ended}"
+    assert said == "refused\n" * 40, said
