@@ -48,7 +48,8 @@ struct DLManagedTensor {
 };
 
 // A destination object, its memory held (a writable buffer, or a consumed
-// DLPack tensor) until the restore is done, and where the written views go.
+// DLPack tensor) until the restore is done and then by the view of the part
+// written (WrittenView), and where that view goes.
 struct HeldDestination {
   py::object owner;  // what the views of the written part keep alive
   std::unique_ptr<py::buffer_info> buffer;
@@ -199,10 +200,16 @@ EngineMemories& Memories() {
   return *memories;
 }
 
-// A writable array of the written part of `held`'s memory.
-py::array WrittenView(const RestoredTensorShape& written, const HeldDestination& held) {
-  return py::array(NumpyDType(written.dtype), written.shape, held.strides, held.data,
-                   held.owner);
+// A writable array of the written part of `held`'s memory, which takes
+// over the hold: while the array (or a view of it) lives the buffer stays
+// exported and a DLPack tensor unreleased. Holding the object alone let its
+// memory go under the array: a memoryview's release() then a resize of its
+// bytearray freed the bytes the array still read.
+py::array WrittenView(const RestoredTensorShape& written, HeldDestination* held) {
+  auto* kept = new HeldDestination(std::move(*held));
+  py::capsule base(kept, [](void* p) { delete static_cast<HeldDestination*>(p); });
+  return py::array(NumpyDType(written.dtype), written.shape, kept->strides, kept->data,
+                   base);
 }
 
 }  // namespace
@@ -277,7 +284,7 @@ PyRestoredInto RestoreInto(PyEngine& engine, const PyMatch& match,
     const LayerState& layer = out.result.layers[l];
     PyLayer py_layer{layer.cache_type, layer.meta, py::list(), layer.placeholder};
     for (size_t t = 0; t < out.written[l].size(); ++t) {
-      py_layer.tensors.append(WrittenView(out.written[l][t], held[l][t]));
+      py_layer.tensors.append(WrittenView(out.written[l][t], &held[l][t]));
     }
     r.layers.append(std::move(py_layer));
   }

@@ -180,15 +180,43 @@ def test_restore_into_fills_the_first_positions_of_a_larger_strided_array(engine
             assert got.layers[l].tensors[t].shape == (1, 2, 12, 8)
 
 
-def test_restore_into_takes_any_writable_buffer(engine, rng):
+def restore_into_bytearrays(engine, rng):
+    """Stores a 4-token prompt of one layer and restores it into two
+    bytearrays through memoryviews cast to float32 [1, 2, 4, 8]. Returns
+    (the stored layers, the bytearrays, the memoryviews, the RestoredInto)."""
     ns = register(engine, layers=1)
     layers = kv_layers(rng, 1, 4)
     engine.store(ns, list(range(4)), layers)
     raw = [bytearray(2 * 4 * 8 * 4) for _ in range(2)]
-    dests = [[memoryview(b).cast("B").cast("f", (1, 2, 4, 8)) for b in raw]]
-    engine.restore_into(engine.match(ns, list(range(4))), dests)
+    views = [memoryview(b).cast("B").cast("f", (1, 2, 4, 8)) for b in raw]
+    got = engine.restore_into(engine.match(ns, list(range(4))), [views])
+    return layers, raw, views, got
+
+
+def test_restore_into_takes_any_writable_buffer(engine, rng):
+    layers, raw, _, _ = restore_into_bytearrays(engine, rng)
     for b, want in zip(raw, layers[0]):
         assert bytes(b) == want.tobytes()
+
+
+def test_restore_into_views_keep_their_buffers_exported(engine, rng):
+    """RestoredInto's views of the part written held the destination object
+    only: a memoryview could be released under them and its bytearray then
+    resized, so a view read freed memory (another object's bytes). They hold
+    the buffer as the restore did, until the last of them is gone."""
+    layers, raw, views, got = restore_into_bytearrays(engine, rng)
+    for view in views:
+        with pytest.raises(BufferError):
+            view.release()
+    with pytest.raises(BufferError):
+        raw[0].extend(bytes(1 << 20))
+    for b, written in zip(raw, got.layers[0].tensors):
+        assert written.ctypes.data == ctypes.addressof(ctypes.c_char.from_buffer(b))
+    np.testing.assert_array_equal(got.layers[0].tensors[1], layers[0][1])
+    del got, written
+    for view in views:
+        view.release()
+    raw[0].extend(bytes(1 << 20))
 
 
 @pytest.mark.parametrize("case,match", [
