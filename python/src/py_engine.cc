@@ -214,6 +214,27 @@ void EndForkedChildrenWithoutStaticDestructors() {
   std::call_once(once, [] { pthread_atfork(nullptr, nullptr, &AfterForkInTheChild); });
 }
 
+// The process whose engines with a data directory started RocksDB's
+// background threads (flushes, compactions: one set per process, kept for
+// its life once started); 0: none yet. Read and set with the GIL.
+pid_t rocksdb_threads_process = 0;
+
+// A forked child has none of those threads, yet its RocksDB thinks it has
+// them: a database opened there waited for ever for its first flush (the
+// engine's close() never returned). So an engine with a data directory is
+// refused in a process forked from one that opened such an engine.
+Status CheckRocksDbCanRunHere(const std::string& data_dir) {
+  if (data_dir.empty()) return Status::OK();  // RAM only: no RocksDB
+  if (rocksdb_threads_process == 0) rocksdb_threads_process = getpid();
+  if (rocksdb_threads_process == getpid()) return Status::OK();
+  return Status::NotSupported(
+      "this process was forked from process " + std::to_string(rocksdb_threads_process) +
+      ", which opened an engine with a data directory: RocksDB's background "
+      "threads stay there, and one opened here would wait for them for ever; open "
+      "it in a process started afresh (multiprocessing's spawn or forkserver), or "
+      "open a RAM-only engine (data_dir=None) here");
+}
+
 std::shared_ptr<PyEngine> OpenEngine(std::optional<std::string> data_dir,
                                      uint64_t hot_bytes, uint64_t ssd_bytes,
                                      const std::string& durability, bool write_through,
@@ -234,6 +255,7 @@ std::shared_ptr<PyEngine> OpenEngine(std::optional<std::string> data_dir,
   o.hot_policy = ValueOr(ParseEvictionPolicy(hot_policy));
   if (quiet) o.log = [](std::string_view) {};
   EndForkedChildrenWithoutStaticDestructors();
+  Check(CheckRocksDbCanRunHere(o.data_dir));
   std::unique_ptr<Engine> engine;
   {
     py::gil_scoped_release nogil;

@@ -136,8 +136,8 @@ def test_a_forked_child_neither_uses_nor_closes_its_parents_engine(data_dir, rng
 def run_forks(data_dir, child, *, before="", forks=1, deadline_s=10):
     """Runs, in a fresh interpreter (a forked pytest must not go on running
     the suite), a parent that opens an engine in `data_dir` (None: RAM only),
-    stores a prompt, runs `before` (Python source with `e`, `ns`, `tokens`
-    and `layers` defined; threads it starts, in `threads`, end when `stop`
+    stores a prompt, runs `before` (Python source with `data_dir`, `e`,
+    `ns`, `tokens` and `layers` defined; threads it starts, in `threads`, end when `stop`
     is set) and forks `forks` children, each running `child` (the same
     names) and then ending as a script ends. The parent waits `deadline_s`
     for them and prints each one's exit status, or 'hung' (it then kills
@@ -149,7 +149,8 @@ def run_forks(data_dir, child, *, before="", forks=1, deadline_s=10):
         import gc, os, sys, threading, time
         import numpy as np
         import prefixkv
-        e = prefixkv.Engine.open(data_dir={data_dir!r}, hot_bytes=8 << 20, quiet=True)
+        data_dir = {data_dir!r}
+        e = prefixkv.Engine.open(data_dir=data_dir, hot_bytes=8 << 20, quiet=True)
         ns = e.register_model("test-model", ["KVCache"] * 2, block_tokens=4,
                               dtype="float32")
         tokens = list(range(16))
@@ -245,3 +246,30 @@ def test_a_forked_child_never_waits_for_its_parents_engine_locks():
     ended = {s: status.count(s) for s in status}
     assert ended == {"exit 0": 40}, f"the children's ends: {ended}"
     assert said == "refused\n" * 40, said
+
+
+def test_a_forked_child_opens_only_ram_only_engines(data_dir):
+    """RocksDB keeps one set of background threads (flushes, compactions)
+    per process, started by the first engine with a data directory and kept
+    after it closed; a forked child has none of them, yet its RocksDB thinks
+    it has: an engine with a data directory opened there waited for ever for
+    its first flush (its close() never returned). Such an open is refused;
+    a RAM-only engine works there."""
+    status, said = run_forks(data_dir, """
+        import os.path
+        try:
+            c = prefixkv.Engine.open(data_dir=os.path.join(data_dir, "child"), quiet=True)
+            c.store(c.register_model("test-model", ["KVCache"] * 2, block_tokens=4,
+                                     dtype="float32"), tokens, layers)
+            c.close()
+            print("opened and closed")
+        except prefixkv.NotSupported as error:
+            print("refused" if "forked" in str(error) else str(error))
+        with prefixkv.Engine.open(hot_bytes=1 << 20, quiet=True) as c:
+            cns = c.register_model("test-model", ["KVCache"] * 2, block_tokens=4,
+                                   dtype="float32")
+            c.store(cns, tokens, layers)
+            print(c.restore(c.match(cns, tokens)).restored_tokens)
+        os._exit(0)
+        """, before="e.close()", deadline_s=5)
+    assert (status, said) == (["exit 0"], "refused\n16\n")
