@@ -210,7 +210,8 @@ class Engine:
         """Opens the tiers. data_dir None: RAM only, nothing survives close().
         remote: a Redis Cluster shared by every node, "redis://host:port[,...]"
         (docs/remote.md); remote_write: "on_spill" or "always". event_log: keep the
-        numbered KV event log (events(), docs/events.md)."""
+        numbered KV event log (events(), docs/events.md). A data_dir is NotSupported
+        in a process forked from one that opened an engine with one (docs/python.md)."""
     def register_model(self, model: str, layer_types: Sequence[str], *,
                        block_tokens: int = 256, dtype: str = "float16", salt: str = "",
                        store_partial_tail: bool = False,

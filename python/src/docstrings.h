@@ -101,7 +101,8 @@ inline constexpr const char* kOpen =
     R"doc(Opens the tiers. data_dir None: RAM only, nothing survives close().
 remote: a Redis Cluster shared by every node, "redis://host:port[,...]"
 (docs/remote.md); remote_write: "on_spill" or "always". event_log: keep the
-numbered KV event log (events(), docs/events.md).)doc";
+numbered KV event log (events(), docs/events.md). A data_dir is NotSupported
+in a process forked from one that opened an engine with one (docs/python.md).)doc";
 inline constexpr const char* kRegisterModel =
     R"doc(Registers a model (Engine::RegisterModel): its cache type per layer, tokens
 per block, dtype (float16, float32, bfloat16), tenant salt. store_partial_tail:
