@@ -581,7 +581,7 @@ StatusOr<SharedBytes> ssd::TierImpl::Get(const BlockKey& key, bool touch) {
   if (std::optional<SharedBytes> queued = queue_->Find(key)) {
     if (touch) {
       std::optional<BlockMeta> meta = queue_->FindMeta(key);
-      CountEvent(meta ? meta->owner : 0, &TierCounters::hits);
+      CountEvent(meta ? meta->owner : StoredReader(), &TierCounters::hits);
     }
     return *queued;
   }
@@ -593,19 +593,23 @@ StatusOr<SharedBytes> ssd::TierImpl::Get(const BlockKey& key, bool touch) {
   return payload;
 }
 
+OwnerId ssd::TierImpl::StoredReader() const { return StoredOwner(CurrentReadOwner()); }
+
 bool ssd::TierImpl::FindIndexed(const BlockKey& key, bool touch, IndexEntry* e) {
-  MutexLock lock(&mu_);
-  const IndexEntry* found = index_.Find(key);
-  if (found == nullptr) {
-    // The owner of an absent block is unknown: misses without one go to owner 0.
-    if (touch) {
-      index_.Owner(0).misses += 1;
-      unpersisted_[0].misses += 1;
+  {
+    MutexLock lock(&mu_);
+    const IndexEntry* found = index_.Find(key);
+    if (found != nullptr) {
+      *e = *found;
+      return true;
     }
-    return false;
   }
-  *e = *found;
-  return true;
+  // An absent block has no owner: the miss is the reader's (its stored id;
+  // nobody's, kEveryOwner, without a ReadOwnerScope), as in the hot tier. It
+  // went to stored id 0, in a directory of named owners whichever owner took
+  // that id first: a GET of an absent value counted as a model's SSD miss.
+  if (touch) CountEvent(StoredReader(), &TierCounters::misses);
+  return false;
 }
 
 StatusOr<SharedBytes> ssd::TierImpl::GetIndexed(const BlockKey& key, bool touch,

@@ -137,6 +137,8 @@ class TierImpl {
                    std::optional<BlockKey> namespace_id) EXCLUDES(mu_, names_mu_);
   OwnerId StoredOwner(OwnerId owner) const EXCLUDES(names_mu_);
   OwnerId RunOwner(OwnerId stored) const EXCLUDES(names_mu_);
+  // The stored id of this thread's reader (ReadOwnerScope), whose a miss is.
+  OwnerId StoredReader() const EXCLUDES(names_mu_);
   BlockMeta Stored(BlockMeta meta) const EXCLUDES(names_mu_);
   BlockMeta Run(BlockMeta meta) const EXCLUDES(names_mu_);
   // Reports `event` (of stored ids) to options_.events with this run's owner.

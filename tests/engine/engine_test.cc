@@ -667,6 +667,27 @@ TEST_F(EngineTest, SsdCountersFollowTheirOwnersAcrossAReorderedRestart) {
   }
 }
 
+// An SSD miss of an absent block is its reader's, as a hot miss is: GETs of
+// absent values count in `values`' SSD misses, never in the model that took
+// the SSD tier's stored id 0 by registering first (they did, before).
+TEST_F(EngineTest, SsdMissesOfAbsentBlocksCountForTheirReader) {
+  auto e = Open(OnDisk());
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK(e->RegisterModel(testing::KvSpec("a")).status());  // stored id 0
+  ASSERT_OK(e->PutValue("k", SharedBytes::Copy("v")));
+  ASSERT_OK(e->Flush());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(e->GetValue("absent" + std::to_string(i)).status().IsNotFound());
+  }
+  const EngineStats s = e->Stats();
+  std::map<std::string, TierCounters> ssd, hot;
+  for (const EngineOwnerStats& o : s.owners) ssd[o.name] = o.ssd, hot[o.name] = o.hot;
+  EXPECT_EQ(ssd["a"].misses, 0u);
+  ASSERT_GT(hot["values"].misses, 0u);
+  EXPECT_EQ(ssd["values"].misses, hot["values"].misses);  // each went on to SSD
+  EXPECT_EQ(s.ssd.misses, ssd["values"].misses);
+}
+
 // A wall clock that, once told to tick, moves one millisecond each time it
 // is read: the system clock crosses a millisecond between any two reads of
 // one call, so a key may expire between them.
