@@ -26,6 +26,7 @@
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/advanced/shared_hot_budget.h"
 #include "prefixkv/advanced/ssd_tier.h"
+#include "prefixkv/tier_counter_fields.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/support/fault_injection_file_system.h"
 #include "tests/support/forwarding_file_system.h"
@@ -48,6 +49,18 @@ constexpr uint64_t kUnixNanos = 1'780'000'000'000ull * 1'000'000;
 class EngineTest : public testing::EngineFixture {
  protected:
   EngineTest() : EngineFixture("EngineTest", kUnixNanos) {}  // a Unix time in 2026
+
+  // The hot tier's charge for one block of KvSpec(), as a RAM-only probe
+  // engine charges it (0 if the probe failed).
+  uint64_t OneBlockCharge() {
+    auto probe = Open({.hot_capacity_bytes = 16 << 20});
+    if (probe == nullptr) return 0;
+    StatusOr<Namespace> ns = probe->RegisterModel(KvSpec());
+    EXPECT_OK(ns);
+    if (!ns.ok()) return 0;
+    StoreAll(*probe, *ns, Tokens(kBlockTokens));
+    return probe->Stats().hot.bytes;
+  }
 };
 
 TEST_F(EngineTest, RamOnlyEngineRestoresWhatItStoredByteForByte) {
@@ -68,14 +81,8 @@ TEST_F(EngineTest, RamOnlyEngineRestoresWhatItStoredByteForByte) {
 // blocks leave the hot tier before older blocks without the hint, and a
 // restore (a read) clears the hint. RAM only, leaf-lru, room for 9 blocks.
 TEST_F(EngineTest, BlocksStoredAsUnlikelyToBeReusedLeaveTheHotTierFirst) {
-  uint64_t block_charge = 0;
-  {
-    auto probe = Open({.hot_capacity_bytes = 16 << 20});
-    ASSERT_NE(probe, nullptr);
-    ASSERT_OK_AND_ASSIGN(Namespace ns, probe->RegisterModel(KvSpec()));
-    StoreAll(*probe, ns, Tokens(kBlockTokens));
-    block_charge = probe->Stats().hot.bytes;
-  }
+  const uint64_t block_charge = OneBlockCharge();
+  ASSERT_GT(block_charge, 0u);
   auto e = Open({.hot_capacity_bytes = 9 * block_charge,
                  .hot_policy = EvictionPolicyKind::kLeafLru});
   ASSERT_NE(e, nullptr);
@@ -686,6 +693,167 @@ TEST_F(EngineTest, SsdMissesOfAbsentBlocksCountForTheirReader) {
   ASSERT_GT(hot["values"].misses, 0u);
   EXPECT_EQ(ssd["values"].misses, hot["values"].misses);  // each went on to SSD
   EXPECT_EQ(s.ssd.misses, ssd["values"].misses);
+}
+
+// The counters of one engine run as a seeded random run recomputes them:
+// per model, the tokens Match was asked and found and Restore read from each
+// tier, the blocks read from each tier, and the restores timed; `ssd_at_open`
+// are the model's SSD counters as the run found them (they persist).
+struct RunTally {
+  PrefixTokenCounters tokens;
+  uint64_t blocks_from_hot = 0, blocks_from_ssd = 0, restores = 0;
+  TierCounters ssd_at_open;
+};
+
+// Each owner's SSD blocks and payload bytes, recomputed from the tier's index
+// walk (this run's owner ids).
+std::map<OwnerId, TierCounters> SsdContentsByOwner(Engine& e) {
+  std::map<OwnerId, TierCounters> out;
+  EngineSsdTier(e)->ForEach([&](const BlockMeta& meta, uint64_t bytes) {
+    out[meta.owner].entries += 1;
+    out[meta.owner].bytes += bytes;
+  });
+  return out;
+}
+
+// Checks every counter a user reads against the run's tally and the tiers'
+// contents: per-model token counters and restore counts, the hot tier's
+// owners summing to its totals, the SSD tier's per-owner and total blocks and
+// bytes against its contents, the raw values DBSIZE counts; the audit is clean.
+void ExpectCountersRecomputed(Engine& e, const std::map<std::string, RunTally>& tally,
+                              uint64_t values) {
+  ASSERT_OK(e.Flush());
+  const EngineStats s = e.Stats();
+  TierCounters hot_sum;
+  const std::map<OwnerId, TierCounters> ssd = SsdContentsByOwner(e);
+  TierCounters ssd_sum;
+  for (OwnerId id = 0; id < s.owners.size(); ++id) {
+    const EngineOwnerStats& o = s.owners[id];
+    SCOPED_TRACE(o.name);
+    AddTierCounters(&hot_sum, o.hot);
+    const auto on_ssd = ssd.find(id);
+    const TierCounters contents = on_ssd == ssd.end() ? TierCounters{} : on_ssd->second;
+    EXPECT_EQ(o.ssd.entries, contents.entries);
+    EXPECT_EQ(o.ssd.bytes, contents.bytes);
+    AddTierCounters(&ssd_sum, contents);
+    const auto t = tally.find(o.name);
+    if (t == tally.end()) continue;
+    ASSERT_TRUE(o.prefix_tokens.has_value());
+    EXPECT_EQ(o.prefix_tokens->query_tokens, t->second.tokens.query_tokens);
+    EXPECT_EQ(o.prefix_tokens->hit_tokens, t->second.tokens.hit_tokens);
+    EXPECT_EQ(o.prefix_tokens->restored_tokens_hot, t->second.tokens.restored_tokens_hot);
+    EXPECT_EQ(o.prefix_tokens->restored_tokens_ssd, t->second.tokens.restored_tokens_ssd);
+    EXPECT_EQ(o.restore_latency->count(), t->second.restores);
+    // One thread: every block Match found is read where it found it, a block
+    // on SSD after a hot miss; no read of the model misses on SSD.
+    EXPECT_EQ(o.hot.hits, t->second.blocks_from_hot);
+    EXPECT_EQ(o.hot.misses, t->second.blocks_from_ssd);
+    EXPECT_EQ(o.ssd.hits - t->second.ssd_at_open.hits, t->second.blocks_from_ssd);
+    EXPECT_EQ(o.ssd.misses, t->second.ssd_at_open.misses);
+  }
+  EXPECT_EQ(hot_sum, s.hot);
+  EXPECT_EQ(s.ssd.entries, ssd_sum.entries);  // every SSD owner is registered
+  EXPECT_EQ(s.ssd.bytes, ssd_sum.bytes);
+  ASSERT_OK_AND_ASSIGN(uint64_t counted, e.CountValues());
+  EXPECT_EQ(counted, values);
+  ASSERT_OK_AND_ASSIGN(EngineAudit audit, e.Audit());
+  for (const AuditFinding& f : audit.findings)
+    ADD_FAILURE() << f.what << ": " << f.detail;
+  EXPECT_TRUE(audit.ok());
+}
+
+// Every SSD counter of every owner, by name, and the tier's: what a clean
+// restart must give back (they persist with the blocks).
+std::map<std::string, TierCounters> SsdCountersByName(const EngineStats& s) {
+  std::map<std::string, TierCounters> out = {{"", s.ssd}};
+  for (const EngineOwnerStats& o : s.owners) out[o.name] = o.ssd;
+  return out;
+}
+
+// A seeded random run (PREFIXKV_SEED to replay) of two models' stores and
+// restores and raw values' SETs, GETs and DELs under a hot tier of a dozen
+// blocks (evictions, spills, promotions), with clean restarts: every counter
+// users read is recomputed at each checkpoint (ExpectCountersRecomputed),
+// every GET answers the value last SET, and the SSD tier's counters come back
+// from a restart as they were.
+TEST_F(EngineTest, CountersAgreeWithARecomputationOfARandomRun) {
+  const uint64_t block_charge = OneBlockCharge();
+  ASSERT_GT(block_charge, 0u);
+  std::mt19937_64 rng(rng_());
+  const std::vector<std::string> models = {"a", "b"};
+  std::map<std::string, std::string> values;
+  std::map<std::string, TierCounters> ssd_before;
+  for (int run = 0; run < 3; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    auto e = Open(OnDisk(12 * block_charge));
+    ASSERT_NE(e, nullptr);
+    std::map<std::string, RunTally> tally;  // counted from this open on
+    std::vector<Namespace> ns;
+    for (const std::string& m : models) {
+      ASSERT_OK_AND_ASSIGN(Namespace n, e->RegisterModel(KvSpec(m)));
+      ns.push_back(n);
+      tally[m];
+    }
+    for (const EngineOwnerStats& o : e->Stats().owners) {
+      if (tally.count(o.name) > 0) tally[o.name].ssd_at_open = o.ssd;
+    }
+    // The key-value space registers with its first value operation.
+    for (const auto& [name, c] : SsdCountersByName(e->Stats())) {
+      if (run == 0) break;
+      EXPECT_EQ(c, ssd_before[name]) << "ssd counters of '" << name << "'";
+    }
+    for (int op = 0; op < 120; ++op) {
+      const size_t m = rng() % ns.size();
+      // Prompts of 1 to 4 blocks from 6 chains of 4 per model.
+      const std::vector<int32_t> prompt =
+          Tokens((1 + rng() % 4) * kBlockTokens, 1000 * static_cast<int32_t>(rng() % 6));
+      const std::string key = "k" + std::to_string(rng() % 8);
+      switch (rng() % 6) {
+        case 0:
+        case 1:
+          StoreAll(*e, ns[m], prompt);
+          break;
+        case 2: {
+          RunTally& t = tally[models[m]];
+          ASSERT_OK_AND_ASSIGN(MatchResult match, e->Match(ns[m], prompt));
+          t.tokens.query_tokens += prompt.size();
+          t.tokens.hit_tokens += match.matched_tokens();
+          ASSERT_OK_AND_ASSIGN(RestoreResult r, e->Restore(match));
+          t.tokens.restored_tokens_hot += r.tokens_from_hot;
+          t.tokens.restored_tokens_ssd += r.tokens_from_ssd;
+          t.restores += 1;
+          t.blocks_from_hot += r.blocks_from_hot;
+          t.blocks_from_ssd += r.blocks_from_ssd;
+          break;
+        }
+        case 3: {
+          const std::string v = std::to_string(rng()) + std::string(rng() % 3000, 'v');
+          ASSERT_OK(e->PutValue(key, SharedBytes::Copy(v)));
+          values[key] = v;
+          break;
+        }
+        case 4: {
+          StatusOr<SharedBytes> got = e->GetValue(key);
+          if (values.count(key) == 0) {
+            EXPECT_TRUE(got.status().IsNotFound()) << key;
+          } else {
+            ASSERT_OK(got);
+            EXPECT_EQ(got->view(), values[key]) << key;
+          }
+          break;
+        }
+        case 5: {
+          ASSERT_OK_AND_ASSIGN(bool deleted, e->DeleteValue(key));
+          EXPECT_EQ(deleted, values.erase(key) > 0) << key;
+          break;
+        }
+      }
+    }
+    ExpectCountersRecomputed(*e, tally, values.size());
+    ssd_before = SsdCountersByName(e->Stats());
+    EXPECT_GT(e->Stats().hot.evictions, 0u);
+    ASSERT_OK(e->Close());
+  }
 }
 
 // A wall clock that, once told to tick, moves one millisecond each time it
