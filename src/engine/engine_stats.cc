@@ -49,11 +49,13 @@ EngineStats Engine::Stats() const {
   if (impl.CheckOpen().ok() && impl.budget_ != nullptr) {
     const SharedHotBudget& budget = *impl.budget_;
     s.hot_capacity_bytes = budget.capacity_bytes();
-    s.hot = budget.Totals();
-    for (OwnerId o = 0; o < budget.owner_count(); ++o) {
+    // One moment of the budget: the owners add up to the totals.
+    std::vector<TierCounters> owners;
+    s.hot = budget.Totals(&owners);
+    for (OwnerId o = 0; o < owners.size(); ++o) {
       EngineOwnerStats owner;
       owner.name = budget.OwnerName(o).value();
-      owner.hot = budget.OwnerCounters(o);
+      owner.hot = owners[o];
       owner.hot_quota_bytes = budget.OwnerQuota(o).value();
       if (impl.ssd_ != nullptr) owner.ssd = impl.ssd_->OwnerCounters(o);
       s.owners.push_back(std::move(owner));

@@ -140,6 +140,8 @@ class BudgetState {
   StatusOr<std::string> OwnerName(OwnerId owner) const EXCLUDES(mu_);
   size_t owner_count() const EXCLUDES(mu_);
   TierCounters Totals() const EXCLUDES(mu_);
+  // Totals(), and each owner's counters into `owners` (by id), under one lock.
+  TierCounters Totals(std::vector<TierCounters>* owners) const EXCLUDES(mu_);
   TierCounters OwnerCounters(OwnerId owner) const EXCLUDES(mu_);
   bool HoldsNow(OwnerId owner, const BlockKey& key) const EXCLUDES(mu_);
   // Returns once no delivery to the previous listener is in flight.

@@ -132,6 +132,13 @@ TierCounters BudgetState::Totals() const {
   return total_;
 }
 
+TierCounters BudgetState::Totals(std::vector<TierCounters>* owners) const {
+  MutexLock lock(&mu_);
+  owners->clear();
+  for (OwnerId id = 0; id < owners_.size(); ++id) owners->push_back(Owner(id).counters);
+  return total_;
+}
+
 TierCounters BudgetState::OwnerCounters(OwnerId id) const {
   MutexLock lock(&mu_);
   return id < owners_.size() ? Owner(id).counters : TierCounters{};
@@ -198,6 +205,9 @@ size_t SharedHotBudget::owner_count() const { return state_->owner_count(); }
 uint64_t SharedHotBudget::capacity_bytes() const { return state_->capacity_bytes(); }
 std::string_view SharedHotBudget::policy_name() const { return state_->policy_name(); }
 TierCounters SharedHotBudget::Totals() const { return state_->Totals(); }
+TierCounters SharedHotBudget::Totals(std::vector<TierCounters>* owners) const {
+  return state_->Totals(owners);
+}
 
 bool SharedHotBudget::HoldsNow(OwnerId owner, const BlockKey& key) const {
   return state_->HoldsNow(owner, key);

@@ -856,6 +856,43 @@ TEST_F(EngineTest, CountersAgreeWithARecomputationOfARandomRun) {
   }
 }
 
+// One Stats() is one moment of the hot budget: its owners add up to its
+// totals even while another thread stores, evicts and charges memory (a
+// scrape read the totals and then each owner under a lock of its own, so
+// under load the owners' bytes did not add up to prefixkv_tier_bytes).
+TEST_F(EngineTest, StatsOwnersAddUpToTheTotalsUnderLoad) {
+  const uint64_t block_charge = OneBlockCharge();
+  ASSERT_GT(block_charge, 0u);
+  auto e = Open({.hot_capacity_bytes = 8 * block_charge});
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace a, e->RegisterModel(KvSpec("a")));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<MemoryCharge> charge, e->OpenMemoryCharge("s"));
+  std::atomic<bool> done{false};
+  std::atomic<int> stores{0};
+  std::thread load([&] {
+    std::mt19937_64 rng(rng_());
+    const std::vector<LayerState> layers = KvLayers(2, 2 * kBlockTokens, rng);
+    for (int32_t i = 0; !done.load(); ++i) {
+      (void)e->Store(a, Tokens(2 * kBlockTokens, 10 * i), layers);
+      stores.fetch_add(1);
+      uint64_t shortfall = 0;
+      if (charge->Charge(block_charge, &shortfall).ok()) {
+        (void)charge->Uncharge(block_charge);
+      }
+    }
+  });
+  int torn = 0;
+  while (stores.load() < 4000 && torn == 0) {
+    const EngineStats s = e->Stats();
+    TierCounters sum;
+    for (const EngineOwnerStats& o : s.owners) AddTierCounters(&sum, o.hot);
+    if (!(sum == s.hot)) ++torn;
+  }
+  done = true;
+  load.join();
+  EXPECT_EQ(torn, 0) << "a Stats() whose owners did not add up to its totals";
+}
+
 // A wall clock that, once told to tick, moves one millisecond each time it
 // is read: the system clock crosses a millisecond between any two reads of
 // one call, so a key may expire between them.

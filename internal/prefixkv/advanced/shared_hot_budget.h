@@ -121,6 +121,10 @@ class SharedHotBudget {
 
   // Sum over all owners.
   TierCounters Totals() const;
+  // The same, and every owner's counters into `owners` (indexed by id), read
+  // at one moment: they add up to the totals (Engine::Stats: a scrape that
+  // read the totals and then each owner under load did not add up).
+  TierCounters Totals(std::vector<TierCounters>* owners) const;
   // One owner's counters; all zero for an unknown owner.
   TierCounters OwnerCounters(OwnerId owner) const;
 
