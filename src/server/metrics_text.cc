@@ -24,10 +24,45 @@ struct Snapshot {
 
 using Labels = std::vector<std::pair<std::string_view, std::string_view>>;
 
-// Label values: backslash, double quote and line feed escaped.
+// The length of the UTF-8 sequence at v[i] (shortest form, no surrogate, at
+// most U+10FFFF, as Go's utf8 package reads it), or 0 when it is not one.
+size_t Utf8SequenceAt(std::string_view v, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(v[i + k]); };
+  const unsigned char c = byte(0);
+  if (c < 0x80) return 1;
+  const size_t n = c >= 0xC2 && c <= 0xDF   ? 2
+                   : c >= 0xE0 && c <= 0xEF ? 3
+                   : c >= 0xF0 && c <= 0xF4 ? 4
+                                            : 0;
+  if (n == 0 || i + n > v.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((byte(k) & 0xC0) != 0x80) return 0;
+  }
+  const unsigned char second = byte(1);
+  if ((c == 0xE0 && second < 0xA0) || (c == 0xED && second > 0x9F) ||
+      (c == 0xF0 && second < 0x90) || (c == 0xF4 && second > 0x8F)) {
+    return 0;
+  }
+  return n;
+}
+
+// Label values: backslash, double quote and line feed escaped. Prometheus
+// refuses the whole scrape over a label value that is not UTF-8, and a model
+// name (a label) is whatever bytes PKV.REGISTER was sent: a byte outside
+// UTF-8 is written as the text \xHH, so such names stay apart.
 void AppendLabelValue(std::string_view v, std::string* out) {
-  for (char c : v) {
-    if (c == '\\') {
+  for (size_t i = 0; i < v.size(); ++i) {
+    const char c = v[i];
+    if (const size_t n = Utf8SequenceAt(v, i); n > 1) {
+      out->append(v.substr(i, n));
+      i += n - 1;
+    } else if (n == 0) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      const auto b = static_cast<unsigned char>(c);
+      *out += "\\\\x";
+      *out += kHex[b >> 4];
+      *out += kHex[b & 0xF];
+    } else if (c == '\\') {
       *out += "\\\\";
     } else if (c == '"') {
       *out += "\\\"";

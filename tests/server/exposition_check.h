@@ -120,6 +120,31 @@ inline std::optional<std::string> Unescape(std::string_view text, bool quotes) {
   return out;
 }
 
+// Whether `s` is valid UTF-8 as Go's utf8.ValidString reads it (shortest
+// forms only, no surrogates, nothing past U+10FFFF): Prometheus refuses a
+// scrape with a label value that is not ("invalid label value").
+inline bool IsValidUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+    const unsigned char c = b(0);
+    size_t n = c < 0x80                 ? 1
+               : c >= 0xC2 && c <= 0xDF ? 2
+               : c >= 0xE0 && c <= 0xEF ? 3
+               : c >= 0xF0 && c <= 0xF4 ? 4
+                                        : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k) {
+      if ((b(k) & 0xC0) != 0x80) return false;
+    }
+    if ((c == 0xE0 && b(1) < 0xA0) || (c == 0xED && b(1) > 0x9F) ||
+        (c == 0xF0 && b(1) < 0x90) || (c == 0xF4 && b(1) > 0x8F)) {
+      return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
 // Parses `{a="x",b="y"}` at the start of `rest` (advancing it).
 inline Status ParseLabels(std::string_view& rest, PromLabels* labels) {
   rest.remove_prefix(1);  // '{'
@@ -141,6 +166,8 @@ inline Status ParseLabels(std::string_view& rest, PromLabels* labels) {
     if (end >= rest.size()) return Status::InvalidArgument("unterminated label value");
     std::optional<std::string> value = Unescape(rest.substr(1, end - 1), true);
     if (!value) return Status::InvalidArgument("bad escape in label " + name);
+    if (!IsValidUtf8(*value))
+      return Status::InvalidArgument("label " + name + " is not UTF-8");
     labels->emplace_back(name, *value);
     rest.remove_prefix(end + 1);
     if (!rest.empty() && rest[0] == ',') {

@@ -99,6 +99,10 @@ TEST(ExpositionCheck, RejectsEachKindOfMalformedText) {
        "# HELP h x\n# TYPE h histogram\nh_bucket{le=\"+Inf\"} 2\nh_sum 1\nh_count 3\n"},
       {"no sum", "no _sum",
        "# HELP h x\n# TYPE h histogram\nh_bucket{le=\"+Inf\"} 2\nh_count 2\n"},
+      {"label value not UTF-8", "not UTF-8",
+       "# HELP g x\n# TYPE g gauge\ng{a=\"\xff\"} 1\n"},
+      {"label value a surrogate", "not UTF-8",
+       "# HELP g x\n# TYPE g gauge\ng{a=\"\xed\xa0\x80\"} 1\n"},
       {"plain sample in a histogram", "outside its family",
        "# HELP h x\n# TYPE h histogram\nh 1\nh_bucket{le=\"+Inf\"} 1\nh_sum 1\n"
        "h_count 1\n"},

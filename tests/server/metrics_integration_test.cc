@@ -344,6 +344,11 @@ TEST_F(MetricsIntegration, PromtoolChecksTheScrapeClean) {
   for (const testing::Reply& key : match.elems[1].elems) {
     EXPECT_EQ(c.Call({"PKV.GET", root, key.str}).type, '$');
   }
+  // A model name that is not UTF-8 (a RESP argument is bytes) is an owner
+  // label too: Prometheus refused the whole scrape over it.
+  NamespaceSpec not_utf8 = spec;
+  not_utf8.model = "m\xff";
+  ASSERT_FALSE(c.Call(testing::RegisterArgs(not_utf8)).IsError());
   const std::string body = Scrape().second;
   ASSERT_OK(testing::ParseExposition(body).status());
   ASSERT_NE(body.find("prefixkv_restored_tokens_total{"), std::string::npos);

@@ -541,6 +541,27 @@ TEST(MetricsText, OwnerNamesAreEscapedAndParseBack) {
   EXPECT_EQ(e.Value("prefixkv_owner_blocks", {{"tier", "hot"}, {"owner", o.name}}), 0);
 }
 
+// A model name is any bytes PKV.REGISTER was sent, but Prometheus refuses a
+// whole scrape with a label value that is not UTF-8 ("invalid label value";
+// promtool check metrics too): every metric was lost while such a model was
+// registered. Bytes outside UTF-8 are written \xHH, so two such names stay
+// two series; valid UTF-8 (é) is written as it is.
+TEST(MetricsText, OwnerNamesThatAreNotUtf8StillParseAsTwoSeries) {
+  EngineStats s;
+  s.hot_capacity_bytes = 1;
+  for (const char* name : {"a\xff", "a\xfe\xc3", "caf\xc3\xa9"}) {
+    EngineOwnerStats o;
+    o.name = name;
+    s.owners.push_back(o);
+  }
+  const std::string text = RenderMetrics(s, {});
+  ASSERT_OK_AND_ASSIGN(PromExposition e, ParseExposition(text));
+  for (const char* label : {R"(a\xff)", R"(a\xfe\xc3)", "caf\xc3\xa9"}) {
+    SCOPED_TRACE(label);
+    EXPECT_EQ(e.Value("prefixkv_owner_blocks", {{"tier", "hot"}, {"owner", label}}), 0);
+  }
+}
+
 TEST(MetricsText, NoTierMeansNoSamplesOfIt) {
   const std::string text = RenderMetrics(EngineStats{}, {});  // closed engine
   EXPECT_EQ(text.find("tier="), std::string::npos) << text;
