@@ -262,6 +262,15 @@ Status RemovalJournal::AppendRecords(const std::vector<JournalRecord>& records) 
   return s;
 }
 
+Status RemovalJournal::KeepSegmentIdsFrom(uint64_t id) {
+  if (id == 0) return Status::OK();
+  JournalRecord r;
+  r.segment = id - 1;
+  r.extent_only = true;  // names the place only: no key's bytes are removed
+  PKV_RETURN_IF_ERROR(AppendRecords({r}));
+  return Sync();
+}
+
 Status RemovalJournal::Sync() {
   MutexLock lock(&mu_);
   if (!broken_.ok()) return broken_;

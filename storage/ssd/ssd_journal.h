@@ -166,6 +166,13 @@ class RemovalJournal {
     return next_segment_;
   }
 
+  // Makes the next segment id at least `id` as a later load reads it, synced:
+  // appends an extent-only removal of the place where segment `id` - 1
+  // starts (a null key; that segment is about to be unlinked, its bytes
+  // dead). For a segment unlinked before any record named it (its first
+  // append failed), whose id the metadata's copy alone kept, and a rebuild
+  // from the segments replaces that copy. Fails like Append.
+  Status KeepSegmentIdsFrom(uint64_t id) EXCLUDES(mu_);
   // Appends one removal. On failure the journal file is deleted (so a rebuild
   // finds no journal and proves no removal) and every later append is a no-op
   // returning the first error.

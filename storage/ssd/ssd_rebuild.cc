@@ -213,9 +213,7 @@ Status ssd::TierImpl::OpenSegments() {
       .segment_bytes = options_.segment_bytes,
       .sync_directory = options_.durability == SsdDurability::kSync,
       .read_memory = options_.read_memory,
-      .keep_ids_from = [this](uint64_t id) {
-        return KeepSegmentIdsFrom(id, /*sync=*/true);
-      }});
+      .keep_ids_from = [this](uint64_t id) { return KeepADiscardedSegmentsId(id); }});
   std::map<uint64_t, uint64_t> found;
   PKV_RETURN_IF_ERROR(store_->Open(&found));
   direct_io_ = store_->direct_io();
@@ -293,6 +291,16 @@ Status ssd::TierImpl::KeepSegmentIdsFrom(uint64_t id, bool sync) {
         "): no metadata write until the tier is reopened");
   }
   return FromRocks(rs, "keep the next segment id");
+}
+
+Status ssd::TierImpl::KeepADiscardedSegmentsId(uint64_t id) {
+  // The journal's floor too: no record of it names the segment (it never
+  // held a commit), and a rebuild from the segments replaces the metadata's
+  // copy and takes the lowest new id from the files and the journal. Kept
+  // in the metadata alone, the id was given again after such a rebuild
+  // (SsdFaultTest.AFailedFirstAppendsSegmentIdIsNeverGivenAgainAfterARebuild).
+  if (journal_ != nullptr) PKV_RETURN_IF_ERROR(journal_->KeepSegmentIdsFrom(id));
+  return KeepSegmentIdsFrom(id, /*sync=*/true);
 }
 
 Status ssd::TierImpl::Rebuild() {

@@ -121,11 +121,11 @@ class SegmentStore {
     bool sync_directory = false;  // fsync the directory after creating a file
     // Read buffers come from here when it has room (null: the heap).
     std::shared_ptr<MemoryResource> read_memory;
-    // Makes sure no segment id below `id` is given again after a restart,
-    // called before a segment whose first append failed is unlinked: the
-    // failed write may have put whole extents on the device, whose footers
-    // name its id. When it fails the file stays (unregistered) for the next
-    // open's walk, which keeps the id first. Empty: unlinked at once.
+    // Makes sure no segment id below `id` is given again after a restart
+    // or a rebuild of the metadata from the segments, called before a segment whose first
+    // append failed is unlinked: the failed write may have put whole extents on the
+    // device, whose footers name its id. When it fails the file stays (unregistered) for
+    // the next open's walk, which keeps the id first. Empty: unlinked at once.
     std::function<Status(uint64_t id)> keep_ids_from;
   };
   explicit SegmentStore(Options options);

@@ -267,6 +267,9 @@ class TierImpl {
   // kNextSegmentKey).
   StatusOr<uint64_t> SegmentIdsKeptFrom() const;
   Status KeepSegmentIdsFrom(uint64_t id, bool sync) EXCLUDES(keep_ids_mu_);
+  // KeepSegmentIdsFrom (synced) for a segment whose first append failed,
+  // in the removal journal first (SegmentStore::Options::keep_ids_from).
+  Status KeepADiscardedSegmentsId(uint64_t id) EXCLUDES(keep_ids_mu_);
   // Raises the next segment id to the journal's (OpenJournal), in the
   // metadata too unless the open only reports.
   Status KeepJournalsSegmentIds();

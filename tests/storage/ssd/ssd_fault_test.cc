@@ -123,6 +123,58 @@ class SsdFaultTest : public ::testing::Test {
           << "a removal durable in the metadata was undone by a rebuild";
     }
   }
+  // The file name and bytes of `m` stored alone in a segment of a sync-mode
+  // tier (in a scratch directory) that held `before` in a run before: what
+  // a failed first append of `m` there wrote, as far as the device knows.
+  static std::pair<std::filesystem::path, std::string> AloneInASegment(
+      const BlockMeta& m, const std::vector<BlockMeta>& before = {}) {
+    testing::TempDir scratch;
+    SsdTierOptions so = testing::TestSsdOptions((scratch.path() / "ssd").string());
+    so.durability = SsdDurability::kSync;
+    for (const std::vector<BlockMeta>& run : {before, {m}}) {
+      if (run.empty()) continue;
+      auto tier = testing::OpenSsd(so);
+      EXPECT_NE(tier, nullptr);
+      if (tier == nullptr) return {};
+      for (const BlockMeta& b : run) EXPECT_OK(tier->Put(b, PayloadOf(b), true));
+      EXPECT_OK(tier->Close());
+    }
+    const std::filesystem::path last =
+        testing::SegmentFiles(scratch.path() / "ssd").back();
+    std::ifstream in(last, std::ios::binary);
+    return {last, std::string(std::istreambuf_iterator<char>(in), {})};
+  }
+  // Opens a tier with `o`, fails the first append of a new segment, a Put
+  // of `m` (its fsync), and closes it: that segment unlinked, `segments`
+  // files left.
+  void FailAFirstAppendOf(const SsdTierOptions& o, const BlockMeta& m,
+                          size_t segments = 0) {
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    fs_.AddFault({.op = FaultOp::kSync, .path_contains = ".seg", .count = 1});
+    EXPECT_TRUE(tier->Put(m, PayloadOf(m), true).IsIOError());
+    ASSERT_OK(tier->Close());
+    ASSERT_EQ(testing::SegmentFiles(o.path).size(), segments)
+        << "the failed segment unlinked";
+  }
+  // The newest segment of `o`'s directory was not given the failed
+  // segment's id (`failed`); `stale`, that segment's bytes, appended to it
+  // (a power cut's stale tail), then the metadata rebuilt from the segments:
+  // `failed_put` is not served, each of `kept` is.
+  void ExpectTheFailedAppendsStaleTailRestoresNothing(
+      const SsdTierOptions& o, const std::filesystem::path& failed,
+      const std::string& stale, const BlockMeta& failed_put,
+      const std::vector<BlockMeta>& kept) {
+    const std::vector<std::filesystem::path> segments = testing::SegmentFiles(o.path);
+    ASSERT_EQ(segments.size(), kept.size());
+    EXPECT_NE(segments.back().filename(), failed.filename())
+        << "the failed segment's id given again";
+    std::ofstream(segments.back(), std::ios::binary | std::ios::app) << stale;
+    auto tier = testing::OpenRebuilt(o);
+    ASSERT_NE(tier, nullptr);
+    EXPECT_FALSE(tier->Contains(failed_put.key)) << "a failed Put's bytes came back";
+    EXPECT_EQ(Present(*tier, kept), kept.size());
+  }
   // Blocks of `blocks` that are present; each one present must be served
   // with its own payload.
   uint64_t Present(SsdTier& tier, const std::vector<BlockMeta>& blocks) {
@@ -219,41 +271,34 @@ TEST_F(SsdFaultTest, AFailedSegmentFsyncInSyncModeFailsThePut) {
 // served `a`, whose Put had failed (or an older or removed version).
 TEST_F(SsdFaultTest, AFailedFirstAppendsSegmentIdIsNeverGivenAgain) {
   const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
-  // The bytes the failed append wrote: `a` alone in a first segment.
-  testing::TempDir scratch;
-  std::string stale;
-  std::filesystem::path first;
-  {
-    SsdTierOptions so = testing::TestSsdOptions((scratch.path() / "ssd").string());
-    so.durability = SsdDurability::kSync;
-    auto tier = testing::OpenSsd(so);
-    ASSERT_NE(tier, nullptr);
-    ASSERT_OK(tier->Put(a, PayloadOf(a), true));
-    ASSERT_OK(tier->Close());
-    first = testing::SegmentFiles(scratch.path() / "ssd").at(0);
-    std::ifstream in(first, std::ios::binary);
-    stale.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  const auto [first, stale] = AloneInASegment(a);
   const SsdTierOptions o = Options(SsdDurability::kSync);
-  const std::filesystem::path path = dir_.path() / "ssd";
-  {
-    auto tier = testing::OpenSsd(o);
+  ASSERT_NO_FATAL_FAILURE(FailAFirstAppendOf(o, a));
+  StoreAndClose(o, {b});
+  ExpectTheFailedAppendsStaleTailRestoresNothing(o, first, stale, a, {b});
+}
+
+// The same with the metadata lost before any open since the failed append:
+// the id kept in the metadata went with it, and a rebuild from the segments
+// takes the lowest new id from the files and the removal journal's header.
+// Until 2026-12-07 the journal had not heard of the failed segment (no
+// record named it, its header was written at the open before), so the
+// rebuilt tier's first segment took the id again, and a stale extent of the
+// failed append in its tail named the file: the next rebuild served `a`,
+// whose Put had failed.
+TEST_F(SsdFaultTest, AFailedFirstAppendsSegmentIdIsNeverGivenAgainAfterARebuild) {
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), c = ChainBlock(2, 0);
+  const auto [second, stale] = AloneInASegment(a, {c});
+  const SsdTierOptions o = Options(SsdDurability::kSync);
+  StoreAndClose(o, {c});                                              // segment 1: c
+  ASSERT_NO_FATAL_FAILURE(FailAFirstAppendOf(o, a, /*segments=*/1));  // segment 2
+  {  // The metadata lost; the rebuilt tier's next segment: b.
+    auto tier = testing::OpenRebuilt(o);
     ASSERT_NE(tier, nullptr);
-    fs_.AddFault({.op = FaultOp::kSync, .path_contains = ".seg", .count = 1});
-    EXPECT_TRUE(tier->Put(a, PayloadOf(a), true).IsIOError());
+    ASSERT_OK(tier->Put(b, PayloadOf(b), true));
     ASSERT_OK(tier->Close());
   }
-  ASSERT_TRUE(testing::SegmentFiles(path).empty()) << "the failed segment unlinked";
-  StoreAndClose(o, {b});
-  const std::vector<std::filesystem::path> segments = testing::SegmentFiles(path);
-  ASSERT_EQ(segments.size(), 1u);
-  EXPECT_NE(segments[0].filename(), first.filename())
-      << "the failed segment's id given again";
-  std::ofstream(segments[0], std::ios::binary | std::ios::app) << stale;
-  auto tier = testing::OpenRebuilt(o);
-  ASSERT_NE(tier, nullptr);
-  EXPECT_FALSE(tier->Contains(a.key)) << "a failed Put's bytes came back";
-  EXPECT_EQ(Present(*tier, {b}), 1u);
+  ExpectTheFailedAppendsStaleTailRestoresNothing(o, second, stale, a, {b, c});
 }
 
 TEST_F(SsdFaultTest, AFailedLogFsyncInSyncModeFailsThePut) {
