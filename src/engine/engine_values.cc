@@ -284,6 +284,12 @@ StatusOr<std::vector<BlockKey>> internal::EngineImpl::ValueKeysInRam() {
   hot->ForEach([&](const BlockMeta& meta, uint64_t) {
     if (meta.namespace_id.IsZero()) keys.push_back(meta.key);
   });
+  // A dirty value the hot tier let go of before the walk, whose hand-over
+  // to the SSD tier has not ended, is in neither tier's walk: the callers
+  // walk the SSD tier (queue, then index) after it has. (DBSIZE undercounted
+  // such a value, and FLUSHDB left it to be written and served again;
+  // EngineTest.AWholeSpaceWalkSeesAValueBeingHandedToTheSsdTier.)
+  hot->WaitForHandOvers();
   return keys;
 }
 

@@ -4,6 +4,7 @@
 // quota), under one mutex, with no allocation.
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "hot_budget_state.h"
 
@@ -229,6 +230,16 @@ void BudgetState::ForEach(
   for (const auto& [key, e] : entries_) {
     if (owner == kEveryOwner || e.meta.owner == owner) fn(e.meta, e.facts.charge_bytes);
   }
+}
+
+void BudgetState::WaitForHandOvers() const {
+  MutexLock lock(&mu_);
+  // Only those in flight now: a victim taken later was in entries_ until
+  // then, where a walk before this call found it.
+  std::vector<BlockKey> in_flight;
+  in_flight.reserve(spilling_.size());
+  for (const auto& [key, deliveries] : spilling_) in_flight.push_back(key);
+  for (const BlockKey& key : in_flight) WaitForSpill(lock, kEveryOwner, key);
 }
 
 }  // namespace prefixkv::hot_internal

@@ -178,6 +178,8 @@ class BudgetState {
   void ForEach(OwnerId owner,
                const std::function<void(const BlockMeta&, uint64_t bytes)>& fn) const
       EXCLUDES(mu_);
+  // Waits for the dirty deliveries in flight now (HotTier::WaitForHandOvers).
+  void WaitForHandOvers() const EXCLUDES(mu_);
 
   // External charges (hot_budget_charge.cc); see SharedHotBudget.
   Status Charge(OwnerId owner, uint64_t bytes, uint64_t* shortfall_bytes) EXCLUDES(mu_);

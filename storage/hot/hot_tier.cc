@@ -138,6 +138,8 @@ void HotTier::ForEach(
   state().ForEach(owner_, fn);
 }
 
+void HotTier::WaitForHandOvers() const { state().WaitForHandOvers(); }
+
 void HotTier::SetEvictionListener(EvictionListener* listener) {
   state().SetListener(owner_, listener);
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -370,15 +371,10 @@ TEST_F(EngineTest, CountsAndClearsValuesInEveryTier) {
   EXPECT_EQ(n, 0u);
 }
 
-// Fails SSD segment writes that carry `fail_marker` (while `fail` is set),
-// and on the first one carrying `hook_marker` runs `hook` (on the writer's
-// thread, before the write).
-class MarkedWriteFileSystem final : public testing::ForwardingFileSystem {
+// Calls OnSegmentWrite with the bytes of every SSD segment write before it;
+// its error fails the write.
+class SegmentWriteFileSystem : public testing::ForwardingFileSystem {
  public:
-  std::atomic<bool> fail_x{true};
-  std::function<void()> hook;  // set before any write
-  bool hook_ran() const { return hook_ran_.load(); }
-
   StatusOr<std::unique_ptr<FileHandle>> OpenFile(
       const std::string& path, const FileOpenOptions& options) override {
     StatusOr<std::unique_ptr<FileHandle>> f =
@@ -387,26 +383,45 @@ class MarkedWriteFileSystem final : public testing::ForwardingFileSystem {
     return std::unique_ptr<FileHandle>(new Handle(this, std::move(*f)));
   }
 
+ protected:
+  virtual Status OnSegmentWrite(std::string_view bytes) = 0;
+
  private:
   class Handle final : public testing::ForwardingFileHandle {
    public:
-    Handle(MarkedWriteFileSystem* fs, std::unique_ptr<FileHandle> base)
+    Handle(SegmentWriteFileSystem* fs, std::unique_ptr<FileHandle> base)
         : ForwardingFileHandle(std::move(base)), fs_(fs) {}
     Status Write(uint64_t offset, const void* data, size_t n) override {
-      const std::string_view bytes(static_cast<const char*>(data), n);
-      if (bytes.find("value-of-y") != std::string_view::npos) {
-        return Status::IOError("injected: y's write-back fails");
-      }
-      if (bytes.find("value-of-x") != std::string_view::npos) {
-        if (fs_->fail_x.load()) return Status::IOError("injected: x's first write fails");
-        if (!fs_->hook_ran_.exchange(true)) fs_->hook();
-      }
+      PKV_RETURN_IF_ERROR(
+          fs_->OnSegmentWrite(std::string_view(static_cast<const char*>(data), n)));
       return ForwardingFileHandle::Write(offset, data, n);
     }
 
    private:
-    MarkedWriteFileSystem* fs_;
+    SegmentWriteFileSystem* fs_;
   };
+};
+
+// Fails SSD segment writes that carry "value-of-y", and those that carry
+// "value-of-x" while `fail_x` is set; on the first one carrying "value-of-x"
+// after that runs `hook` (on the writer's thread, before the write).
+class MarkedWriteFileSystem final : public SegmentWriteFileSystem {
+ public:
+  std::atomic<bool> fail_x{true};
+  std::function<void()> hook;  // set before any write
+  bool hook_ran() const { return hook_ran_.load(); }
+
+ private:
+  Status OnSegmentWrite(std::string_view bytes) override {
+    if (bytes.find("value-of-y") != std::string_view::npos) {
+      return Status::IOError("injected: y's write-back fails");
+    }
+    if (bytes.find("value-of-x") != std::string_view::npos) {
+      if (fail_x.load()) return Status::IOError("injected: x's first write fails");
+      if (!hook_ran_.exchange(true)) hook();
+    }
+    return Status::OK();
+  }
   std::atomic<bool> hook_ran_{false};
 };
 
@@ -448,6 +463,103 @@ TEST_F(EngineTest, AWholeSpaceWalkSeesAValueQueuedForWriteBackAfterItsFlush) {
   ASSERT_TRUE(fs.hook_ran()) << "y was queued during the Flush";
   EXPECT_EQ(removed, 3u) << "w, x and y";
   EXPECT_TRUE(e->GetValue("y").status().IsNotFound()) << "a cleared value came back";
+  ASSERT_OK_AND_ASSIGN(uint64_t n, e->CountValues());
+  EXPECT_EQ(n, 0u);
+}
+
+// Holds the thread making the next SSD segment write that carries `marker`
+// until Release().
+class HeldWriteFileSystem final : public SegmentWriteFileSystem {
+ public:
+  void HoldNextWriteOf(std::string marker) {
+    std::lock_guard<std::mutex> lock(mu_);
+    marker_ = std::move(marker);
+    held_ = released_ = false;
+  }
+  void WaitUntilHeld() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return held_; });
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  Status OnSegmentWrite(std::string_view bytes) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (marker_.empty() || bytes.find(marker_) == std::string_view::npos) {
+      return Status::OK();
+    }
+    marker_.clear();
+    held_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return released_; });
+    return Status::OK();
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string marker_;     // GUARDED_BY(mu_)
+  bool held_ = false;      // GUARDED_BY(mu_)
+  bool released_ = false;  // GUARDED_BY(mu_)
+};
+
+// A whole-space walk (DBSIZE, KEYS, FLUSHDB) walked the RAM tier, then the
+// SSD tier's queue and index; a dirty value the hot tier had let go of but
+// whose hand-over to the SSD tier (the eviction listener's call) had not
+// ended was in none of them: DBSIZE undercounted, and FLUSHDB answered OK
+// and the value, written below afterwards, was served again by GET.
+// Deterministic: an engine Flush writing the value is held at its segment
+// write, a memory charge evicts the value's RAM copy meanwhile, whose
+// hand-over waits for that write (one write below per key at a time); the
+// walk, started then, is given 200 ms and must wait for the hand-over.
+TEST_F(EngineTest, AWholeSpaceWalkSeesAValueBeingHandedToTheSsdTier) {
+  HeldWriteFileSystem fs;
+  EngineHooks hooks;
+  hooks.configure_ssd = [&](SsdTierOptions& o) { o.file_system = &fs; };
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> e, OpenEngine(Quiet(OnDisk()), hooks));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<MemoryCharge> charge,
+                       e->OpenMemoryCharge("other"));
+  SharedHotBudget* budget = EngineHotBudget(*e);
+  ASSERT_NE(budget, nullptr);
+  // Stores `name` (in RAM only) and runs `walk` while its RAM copy is
+  // being handed below; returns the walk's answer and whether it came
+  // before the hand-over ended.
+  const auto walk_during_hand_over = [&](const std::string& name, auto walk) {
+    const std::string value = "value-of-" + name;
+    EXPECT_OK(e->PutValue(name, SharedBytes::Copy(std::string_view(value))));
+    fs.HoldNextWriteOf(value);
+    std::future<Status> flushed =
+        std::async(std::launch::async, [&] { return e->Flush(); });
+    fs.WaitUntilHeld();
+    const uint64_t evictions = budget->Totals().evictions;
+    std::future<Status> charged = std::async(std::launch::async, [&] {
+      return charge->Charge(charge->limit_bytes(), nullptr);
+    });
+    EXPECT_TRUE(
+        testing::WaitUntil([&] { return budget->Totals().evictions > evictions; }));
+    std::future<StatusOr<uint64_t>> walked = std::async(std::launch::async, walk);
+    const bool before =
+        walked.wait_for(std::chrono::milliseconds(200)) == std::future_status::ready;
+    fs.Release();
+    EXPECT_OK(flushed.get());
+    EXPECT_OK(charged.get());
+    EXPECT_OK(charge->Uncharge(charge->charged_bytes()));
+    StatusOr<uint64_t> answer = walked.get();
+    EXPECT_OK(answer);
+    return std::pair<uint64_t, bool>(answer.ok() ? *answer : 0, before);
+  };
+  const auto [counted, counted_before] =
+      walk_during_hand_over("a", [&] { return e->CountValues(); });
+  EXPECT_EQ(counted, 1u) << "DBSIZE missed a value on its way to the SSD tier";
+  EXPECT_FALSE(counted_before) << "counted before the hand-over ended";
+  const auto [cleared, cleared_before] =
+      walk_during_hand_over("b", [&] { return e->ClearValues(); });
+  EXPECT_EQ(cleared, 2u) << "a and b";
+  EXPECT_FALSE(cleared_before) << "cleared before the hand-over ended";
+  EXPECT_TRUE(e->GetValue("b").status().IsNotFound()) << "a cleared value came back";
   ASSERT_OK_AND_ASSIGN(uint64_t n, e->CountValues());
   EXPECT_EQ(n, 0u);
 }

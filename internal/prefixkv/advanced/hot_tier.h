@@ -143,6 +143,12 @@ class HotTier final : public BlockTier {
   Status Audit(std::vector<AuditFinding>* findings) override;
   void ForEach(
       const std::function<void(const BlockMeta&, uint64_t bytes)>& fn) const override;
+  // Returns once every dirty victim (any owner's) being handed to its
+  // eviction listener at the call has been taken (its OnEvict returned).
+  // Such a victim is in no walk: ForEach's no more, the tier below's not yet.
+  // A walk of this tier, then this call, then a walk of the tier below
+  // misses none. REQUIRES: not called from an eviction listener.
+  void WaitForHandOvers() const;
   // This owner's listener; it receives every capacity or quota victim of this
   // owner, whoever's insert caused the eviction. Dirty victims count as spills.
   // Returns only when no call to the previous listener is still running, so
