@@ -30,6 +30,22 @@ Mutex& StripeOf(EngineImpl& impl, const BlockKey& key) {
   return impl.value_locks_[key.lo % impl.value_locks_.size()];
 }
 
+// Drops `name`'s older-scheme bytes, which its record shadowed, now that the
+// record was found gone (dropped as damaged, evicted): a read finding no
+// record serves the older bytes as the value (until 2026-12-07 it did;
+// EngineTest.ADamagedRecordNeverUncoversTheOlderSchemesBytes). REQUIRES:
+// ValueKey(name)'s stripe held.
+Status DropUncoveredLegacy(TierStack& stack, std::string_view name) {
+  Status s = stack.Remove(internal::LegacyValueKey(name), KvRemoveReason::kSuperseded);
+  return s.IsNotFound() ? Status::OK() : s;
+}
+
+// Whether `s` is a tier's answer for a block it found damaged and dropped
+// (tier.h: NotFound with a "corrupt" reason).
+bool DroppedAsCorrupt(const Status& s) {
+  return s.IsNotFound() && s.message().rfind("corrupt", 0) == 0;
+}
+
 // What a key holds, as its writers see it.
 struct Presence {
   bool present = false;  // a live value (not expired)
@@ -69,6 +85,12 @@ StatusOr<Presence> Probe(EngineImpl& impl, TierStack& stack, std::string_view na
       if (r.ok() || r.status().IsCorruption()) expiry = r.ok() ? r->expires_at_ms : 0;
       if (!r.ok() && !r.status().IsNotFound() && !r.status().IsCorruption()) {
         return r.status();
+      }
+      // Held a moment ago, gone now (dropped as damaged, evicted): any older
+      // bytes it shadowed go too, and the key is absent.
+      if (r.status().IsNotFound()) {
+        PKV_RETURN_IF_ERROR(DropUncoveredLegacy(stack, name));
+        return p;
       }
     }
     if (expiry.has_value()) {
@@ -162,6 +184,16 @@ StatusOr<SharedBytes> ReadValue(EngineImpl& impl, TierStack& stack, std::string_
   const BlockKey key = internal::ValueKey(name);
   StatusOr<TierHit> hit =
       promote ? stack.Get(key, impl.ValueRead()) : stack.PeekPayload(key);
+  if (DroppedAsCorrupt(hit.status())) {
+    // The record held the value: older bytes it shadowed are not it.
+    if (probed_at_ms.has_value()) {
+      PKV_RETURN_IF_ERROR(DropUncoveredLegacy(stack, name));
+    } else {
+      MutexLock lock(&StripeOf(impl, key));
+      PKV_RETURN_IF_ERROR(DropUncoveredLegacy(stack, name));
+    }
+    return hit.status();
+  }
   if (hit.status().IsNotFound()) {
     const BlockKey legacy = internal::LegacyValueKey(name);
     PKV_ASSIGN_OR_RETURN(TierHit old, promote ? stack.Get(legacy, impl.ValueRead())

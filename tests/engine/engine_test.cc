@@ -1178,6 +1178,21 @@ TEST_F(EngineTest, ValuesOfTheOlderSchemeStillRead) {
   EXPECT_TRUE(e->GetValue("old").status().IsNotFound());
 }
 
+// Stores `name`'s older-scheme bytes ("old bytes"), then its value record
+// ("new bytes", expiring at `expires_at_ms`) on `ssd`: what a crash after a
+// write-through SET stored the record, before it removed the older bytes,
+// leaves.
+void StoreBothSchemes(SsdTier& ssd, std::string_view name, uint64_t expires_at_ms) {
+  BlockMeta meta;
+  meta.key = internal::LegacyValueKey(name);
+  ASSERT_OK(ssd.Put(meta, SharedBytes::Copy("old bytes"), /*dirty=*/false));
+  meta.key = internal::ValueKey(name);
+  ASSERT_OK(ssd.Put(
+      meta,
+      internal::EncodeValueRecord(name, expires_at_ms, SharedBytes::Copy("new bytes")),
+      /*dirty=*/false));
+}
+
 // A key whose older-scheme copy outlived its value record (a crash after a
 // write-through SET stored the record, before it removed the v2 bytes; or
 // that removal failing): the record shadows the old bytes, and they must
@@ -1194,14 +1209,8 @@ TEST_F(EngineTest, AnExpiredRecordNeverUncoversTheOlderSchemesBytes) {
     so.path = dir_.str();
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<SsdTier> ssd, SsdTier::Open(so));
     for (const char* name : {"lazy", "swept", "expire"}) {
-      BlockMeta meta;
-      meta.key = internal::LegacyValueKey(name);
-      ASSERT_OK(ssd->Put(meta, SharedBytes::Copy("old bytes"), /*dirty=*/false));
-      meta.key = internal::ValueKey(name);
       const uint64_t expiry = std::string_view(name) == "expire" ? 0 : t0 + 1000;
-      ASSERT_OK(ssd->Put(
-          meta, internal::EncodeValueRecord(name, expiry, SharedBytes::Copy("new bytes")),
-          /*dirty=*/false));
+      ASSERT_NO_FATAL_FAILURE(StoreBothSchemes(*ssd, name, expiry));
     }
     ASSERT_OK(ssd->Close());
   }
@@ -1223,6 +1232,50 @@ TEST_F(EngineTest, AnExpiredRecordNeverUncoversTheOlderSchemesBytes) {
     }
   }
   ASSERT_OK(e->RemoveExpiredValues(100).status());
+  EXPECT_EQ(e->CountValues().value(), 0u);
+}
+
+// The same when the record is lost to damage: the SSD tier drops a record
+// whose bytes fail their checksum and answers NotFound ("corrupt: ..."), and
+// a GET (or EXISTS, TTL) taking that for an absent record fell back to the
+// older scheme's key: it served the old bytes, and so did every read after
+// (the record gone). The older bytes leave with the damaged record.
+TEST_F(EngineTest, ADamagedRecordNeverUncoversTheOlderSchemesBytes) {
+  {
+    SsdTierOptions so;
+    so.path = dir_.str();
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<SsdTier> ssd, SsdTier::Open(so));
+    for (const char* name : {"read", "probed"}) {
+      ASSERT_NO_FATAL_FAILURE(StoreBothSchemes(*ssd, name, 0));
+    }
+    ASSERT_OK(ssd->Close());
+  }
+  // One byte of each record's value damaged.
+  int damaged = 0;
+  for (const auto& f : std::filesystem::directory_iterator(dir_.path() / "segments")) {
+    if (f.path().extension() != ".seg") continue;
+    std::fstream seg(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+    std::string bytes(std::istreambuf_iterator<char>(seg), {});
+    for (size_t at = bytes.find("new bytes"); at != std::string::npos;
+         at = bytes.find("new bytes", at + 1)) {
+      seg.seekp(static_cast<std::streamoff>(at));
+      seg.put('N');
+      ++damaged;
+    }
+  }
+  ASSERT_EQ(damaged, 2);
+  auto e = Open(OnDisk());
+  ASSERT_NE(e, nullptr);
+  StatusOr<int64_t> ttl = e->ValueTtlMillis("probed");
+  EXPECT_TRUE(!ttl.ok() || *ttl == -2) << "TTL " << *ttl;
+  for (int read = 0; read < 2; ++read) {
+    for (const char* name : {"read", "probed"}) {
+      SCOPED_TRACE(std::string(name) + " read " + std::to_string(read));
+      StatusOr<SharedBytes> v = e->GetValue(name);
+      EXPECT_TRUE(v.status().IsNotFound()) << (v.ok() ? v->view() : "");
+      EXPECT_FALSE(e->ContainsValue(name));
+    }
+  }
   EXPECT_EQ(e->CountValues().value(), 0u);
 }
 
