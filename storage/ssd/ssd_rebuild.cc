@@ -53,6 +53,7 @@ Status ssd::TierImpl::CheckFormat() {
           "the metadata database is empty beside segment files that hold blocks");
     }
     report_.created = true;
+    if (options_.read_only) return Status::OK();  // an empty database, as found
     rocksdb::WriteOptions w;
     w.sync = true;
     return FromRocks(
@@ -212,6 +213,7 @@ Status ssd::TierImpl::OpenSegments() {
       .direct_io = options_.use_direct_io,
       .segment_bytes = options_.segment_bytes,
       .sync_directory = options_.durability == SsdDurability::kSync,
+      .read_only = options_.read_only,
       .read_memory = options_.read_memory,
       .keep_ids_from = [this](uint64_t id) { return KeepADiscardedSegmentsId(id); }});
   std::map<uint64_t, uint64_t> found;
@@ -228,8 +230,9 @@ Status ssd::TierImpl::OpenSegments() {
     if (auto it = live_segments.find(id); it == live_segments.end() || it->second == 0) {
       // Records of an unknown (newer) layout name segments this code cannot
       // see: while any exist, an unreferenced segment is left alone (not
-      // adopted either, so the reclaimer does not unlink it).
-      if (report_.incompatible_records > 0) {
+      // adopted either, so the reclaimer does not unlink it). A read-only
+      // open leaves it to the next writing open, which decides the same.
+      if (report_.incompatible_records > 0 || options_.read_only) {
         report_.unreferenced_segments_kept += 1;
         continue;
       }
@@ -252,6 +255,7 @@ Status ssd::TierImpl::OpenSegments() {
     }
   }
   store_->SetNextId(max_id + 1);
+  if (options_.read_only) return Status::OK();  // it writes no segment
   PKV_ASSIGN_OR_RETURN(const uint64_t kept_from, SegmentIdsKeptFrom());
   store_->SetNextId(kept_from);
   return Status::OK();
@@ -316,7 +320,9 @@ Status ssd::TierImpl::Rebuild() {
     report_.bytes = index_.bytes();
     unpersisted = !unpersisted_.empty();
   }
-  if (unpersisted || repairs.Count() > 0) {
+  // Read-only, the counter fixes stay in memory (the persisted counters,
+  // as found, are what Audit compares).
+  if ((unpersisted || repairs.Count() > 0) && !options_.read_only) {
     return Commit(&repairs, {}, 0);  // also merges the counter fixes
   }
   return Status::OK();

@@ -1,5 +1,6 @@
 // SsdTier lifecycle: opening RocksDB (or moving an unopenable one aside),
 // rebuilding the index and counters from the records, and closing cleanly.
+#include <fcntl.h>
 #include <rocksdb/convenience.h>
 #include <rocksdb/listener.h>
 #include <rocksdb/merge_operator.h>
@@ -164,7 +165,10 @@ class FlushListener final : public rocksdb::EventListener {
 
 }  // namespace
 
-ssd::TierImpl::~TierImpl() { (void)Close(); }
+ssd::TierImpl::~TierImpl() {
+  (void)Close();
+  ReleaseReadLock();  // also after a failed Open, which Close does not see
+}
 
 rocksdb::Options ssd::TierImpl::DbOptions(bool direct_io) const {
   rocksdb::Options o;
@@ -206,8 +210,13 @@ Status ssd::TierImpl::OpenDb() {
     env_ = ssd::NewRoutedRocksEnv(options_.file_system);
   }
   rocksdb::DB* raw = nullptr;
+  // Read-only, RocksDB writes nothing: it replays the log into memory
+  // instead of a new table, and writes no MANIFEST, OPTIONS or log file.
   rocksdb::Status rs =
-      rocksdb::DB::Open(DbOptions(/*direct_io=*/false), options_.path, &raw);
+      options_.read_only
+          ? rocksdb::DB::OpenForReadOnly(DbOptions(/*direct_io=*/false), options_.path,
+                                         &raw)
+          : rocksdb::DB::Open(DbOptions(/*direct_io=*/false), options_.path, &raw);
   if (!rs.ok()) return FromRocks(rs, "open " + options_.path);
   db_.reset(raw);
   return Status::OK();
@@ -228,8 +237,33 @@ Status ssd::TierImpl::MoveAside(const Status& why) {
   return Status::OK();
 }
 
+Status ssd::TierImpl::LockShared() {
+  const std::string lock_file = options_.path + "/LOCK";
+  const int fd = ::open(lock_file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::OK();  // no database (the open says so) or not POSIX
+  struct flock shared {};
+  shared.l_type = F_RDLCK;
+  shared.l_whence = SEEK_SET;
+  if (::fcntl(fd, F_SETLK, &shared) != 0) {
+    ::close(fd);
+    return InUse(options_.path, LockHolder(lock_file));
+  }
+  read_lock_fd_ = fd;
+  return Status::OK();
+}
+
+void ssd::TierImpl::ReleaseReadLock() {
+  if (read_lock_fd_ < 0) return;
+  ::close(read_lock_fd_);  // drops the lock
+  read_lock_fd_ = -1;
+}
+
 Status ssd::TierImpl::OpenOrMoveAside() {
-  PKV_RETURN_IF_ERROR(options_.file_system->CreateDir(options_.path));
+  // A read-only open creates nothing (RocksDB's read-only open fails where
+  // there is no database).
+  if (!options_.read_only) {
+    PKV_RETURN_IF_ERROR(options_.file_system->CreateDir(options_.path));
+  }
   // Missing metadata beside segments that hold blocks is damage: opening it
   // would create an empty database (ssd_rollforward.cc).
   Status s = CheckMetadataPresent();
@@ -280,7 +314,13 @@ Status ssd::TierImpl::Open() {
   // `inspect` beside a server changed the directory they only look at
   // (AuditUsageTest.ADirectoryInUseIsLeftExactlyAsItWas). The lock check in
   // OpenOrMoveAside stays for a holder that comes between the two.
-  if (const pid_t holder = LockHolder(options_.path + "/LOCK"); holder != 0) {
+  // RocksDB's read-only mode takes no lock: a server opening the directory
+  // meanwhile would rewrite the journal, compact segments and delete files
+  // under the reader. Held shared, the lock refuses such a server (naming
+  // this process, as the check below does) and admits other readers.
+  if (options_.read_only) {
+    PKV_RETURN_IF_ERROR(LockShared());
+  } else if (const pid_t holder = LockHolder(options_.path + "/LOCK"); holder != 0) {
     return InUse(options_.path, holder);
   }
   // A report-only open (audit, inspect) leaves the reserve as it finds it:
@@ -355,6 +395,15 @@ Status ssd::TierImpl::Close() {
   read_ahead_.Stop();
   Status first = queue_ ? queue_->Stop() : Status::OK();
   StopReclaimer();
+  if (options_.read_only) {
+    // Nothing was written: no payload, journal, marker, counter or access
+    // order to put on the device, and RocksDB flushes nothing read-only.
+    Status s = FromRocks(db_->Close(), "close");
+    if (first.ok()) first = s;
+    db_.reset();
+    ReleaseReadLock();
+    return first;
+  }
   // Payloads on the device before the metadata that points at them is flushed.
   Status synced = store_ ? store_->SyncActive() : Status::OK();
   if (first.ok()) first = synced;

@@ -358,6 +358,10 @@ Status ssd::TierImpl::RebuildFromSegments(const Status& why) {
 }
 
 Status ssd::TierImpl::OpenJournal() {
+  // Read-only, the journal is left as found: opening it rewrites it (its
+  // records compacted), and no removal is made to journal. Open has read it
+  // already (CheckAgainstJournal).
+  if (options_.read_only) return Status::OK();
   uint64_t max_id = 0;
   for (const ssd::SegmentState& st : store_->Snapshot()) max_id = std::max(max_id, st.id);
   ssd::SegmentStore* store = store_.get();

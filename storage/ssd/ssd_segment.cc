@@ -134,6 +134,10 @@ std::string SegmentStore::PathOf(uint64_t id) const {
 
 Status SegmentStore::Open(std::map<uint64_t, uint64_t>* found) {
   FileSystem* fs = options_.fs;
+  if (options_.read_only) {
+    direct_ = false;  // the O_DIRECT probe creates a file
+    return ListSegments(found);
+  }
   PKV_RETURN_IF_ERROR(fs->CreateDir(options_.dir));
   if (options_.sync_directory) {  // the directory's own name, once
     const size_t slash = options_.dir.find_last_of('/');
@@ -151,7 +155,20 @@ Status SegmentStore::Open(std::map<uint64_t, uint64_t>* found) {
     direct_ = f.ok() && (*f)->direct_io();
     (void)fs->DeleteFile(probe);
   }
-  PKV_ASSIGN_OR_RETURN(std::vector<std::string> names, fs->ListDir(options_.dir));
+  return ListSegments(found);
+}
+
+Status SegmentStore::ReadOnly() const {
+  return Status::NotSupported("segments of " + options_.dir + " are opened read-only");
+}
+
+Status SegmentStore::ListSegments(std::map<uint64_t, uint64_t>* found) const {
+  FileSystem* fs = options_.fs;
+  StatusOr<std::vector<std::string>> listed = fs->ListDir(options_.dir);
+  if (!listed.ok() && options_.read_only && listed.status().IsNotFound()) {
+    return Status::OK();  // not created: no segment
+  }
+  PKV_ASSIGN_OR_RETURN(std::vector<std::string> names, std::move(listed));
   for (const std::string& name : names) {
     uint64_t id = 0;
     if (!ParseSegmentFileName(name, &id)) continue;
@@ -179,6 +196,7 @@ Status SegmentStore::Adopt(uint64_t id, uint64_t bytes) {
 }
 
 Status SegmentStore::Delete(uint64_t id) {
+  if (options_.read_only) return ReadOnly();
   {
     MutexLock lock(&mu_);
     if (auto it = segments_.find(id); it != segments_.end()) {
@@ -207,6 +225,7 @@ bool SegmentStore::Has(uint64_t id) const {
 }
 
 Status SegmentStore::NewAppender(Appender* a) {
+  if (options_.read_only) return ReadOnly();  // the store's only new file
   uint64_t id;
   {
     MutexLock lock(&mu_);

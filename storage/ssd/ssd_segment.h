@@ -119,6 +119,9 @@ class SegmentStore {
     bool direct_io = true;
     uint64_t segment_bytes = 128ull << 20;
     bool sync_directory = false;  // fsync the directory after creating a file
+    // Open creates, probes and syncs nothing (a read-only tier: reads are
+    // buffered, and a missing directory holds no segment).
+    bool read_only = false;
     // Read buffers come from here when it has room (null: the heap).
     std::shared_ptr<MemoryResource> read_memory;
     // Makes sure no segment id below `id` is given again after a restart
@@ -190,6 +193,10 @@ class SegmentStore {
   // (Options::keep_ids_from).
   Status Discard(Appender* a) EXCLUDES(mu_);
   std::string PathOf(uint64_t id) const;
+  // The segment files in the directory (id -> size), for Open.
+  Status ListSegments(std::map<uint64_t, uint64_t>* found) const;
+  // What a write answers in a read-only store.
+  Status ReadOnly() const;
 
   const Options options_;
   bool direct_ = false;  // set by Open, before the store is shared

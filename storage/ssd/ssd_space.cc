@@ -30,6 +30,7 @@ SsdTierOptions ssd::TierImpl::WithSpaceBounds(SsdTierOptions o) {
   static constexpr uint64_t kMinWriteBuffer = 256 << 10;
   o.write_buffer_bytes =
       std::min(o.write_buffer_bytes, std::max(kMinWriteBuffer, o.capacity_bytes / 64));
+  if (o.read_only) o.repair_damaged_metadata = false;  // a repair writes
   return o;
 }
 

@@ -178,6 +178,9 @@ rocksdb::Status ssd::TierImpl::DbWrite(const rocksdb::WriteOptions& o,
 
 Status ssd::TierImpl::Commit(rocksdb::WriteBatch* batch, Deltas deltas, OwnerId owner,
                              bool relaxed) {
+  if (options_.read_only) {
+    return Status::NotSupported("ssd tier: " + options_.path + " is opened read-only");
+  }
   Deltas events;
   {
     MutexLock lock(&mu_);

@@ -180,6 +180,10 @@ class TierImpl {
   // ssd_recovery.cc, ssd_rebuild.cc
   rocksdb::Options DbOptions(bool direct_io) const;
   Status OpenDb();
+  // A read-only open's shared lock on LOCK (read_lock_fd_); Busy, naming
+  // the holder, when a server holds it.
+  Status LockShared();
+  void ReleaseReadLock();
   Status OpenOrMoveAside();
   Status MoveAside(const Status& why);
   Status Rebuild();
@@ -517,6 +521,9 @@ class TierImpl {
   // file system: RocksDB's own is used). Declared before db_: outlives it.
   std::unique_ptr<rocksdb::Env> env_;
   std::unique_ptr<rocksdb::DB> db_;
+  // A read-only open's shared lock on the database's LOCK file (-1: none):
+  // RocksDB takes no lock in its read-only mode (ssd_recovery.cc).
+  int read_lock_fd_ = -1;
   std::unique_ptr<SegmentStore> store_;      // the payload segment files
   std::unique_ptr<RemovalJournal> journal_;  // extents made garbage (ssd_journal.h)
   // journal_, for the database's flush listener (set once it is open).

@@ -14,6 +14,7 @@
 #include "prefixkv/advanced/tier_stack.h"
 #include "prefixkv/advanced/tip_lineage.h"
 #include "prefixkv/version.h"
+#include "tests/server/resp_client.h"
 #include "tests/server/serve_process.h"
 #include "tests/support/test_util.h"
 #include "tests/tools/data_dir_builder.h"
@@ -407,6 +408,87 @@ TEST(AuditUsageTest, AnUncleanStopIsReportedByEveryAudit) {
       EXPECT_NE(run.output.find(note), std::string::npos) << run.output;
     }
   }
+}
+
+// A server that stored 50 values write-through and deleted 10, then was
+// killed: its metadata log, removal journal and unclean marker are as the
+// kill left them.
+void LeaveAKilledServersDirectory(const std::string& data) {
+  testing::ServeProcess serve(data, {"--write-through"});
+  ASSERT_NE(serve.port(), 0) << "prefixkv serve did not start";
+  testing::RespClient client(serve.port());
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_EQ(client.Call({"SET", "k" + std::to_string(i), "v" + std::to_string(i)}).str,
+              "OK");
+  }
+  for (int i = 0; i < 10; ++i) client.Call({"DEL", "k" + std::to_string(i)});
+  serve.StopWith(SIGKILL);
+}
+
+// What a killed server left is the evidence audit, inspect and explain-miss
+// look at: they write nothing there. Opened for writing, each run flushed
+// the killed server's metadata log into a table, wrote a new MANIFEST,
+// OPTIONS file and log, and rewrote the removal journal, compacted (the
+// records of the segments' history it drops are what a later rebuild or
+// roll-forward decides by).
+TEST(AuditUsageTest, ReadOnlyCommandsLeaveAKilledServersDirectoryExactlyAsItWas) {
+  testing::TempDir dir;
+  const std::string data = dir.str() + "/data";
+  LeaveAKilledServersDirectory(data);
+  const std::string tokens = dir.str() + "/tokens";
+  std::ofstream(tokens) << "1 2 3 4\n";
+  const std::map<std::string, std::string> before = testing::SnapshotOf(data);
+  for (const std::string& command : std::vector<std::string>{
+           "inspect", "inspect --json", "audit", "audit --json",
+           "explain-miss --model m --layers KVCache --block-tokens 2 --tokens " +
+               tokens}) {
+    CliRun run = RunCli(command + " --data-dir " + data);
+    EXPECT_EQ(run.exit_code, 0) << command << ": " << run.output;
+    EXPECT_EQ(testing::ChangesBetween(before, testing::SnapshotOf(data)), "") << command;
+  }
+  // And the server's next open finds it as the kill left it.
+  testing::ServeProcess serve(data, {"--write-through"});
+  ASSERT_NE(serve.port(), 0) << "prefixkv serve did not start";
+  testing::RespClient client(serve.port());
+  EXPECT_EQ(client.Call({"GET", "k49"}).str, "v49");
+  EXPECT_TRUE(client.Call({"GET", "k0"}).null);
+  EXPECT_EQ(serve.StopWith(SIGTERM), 0);
+}
+
+// RocksDB's read-only mode takes no lock: a read-only open holds LOCK shared,
+// so a server cannot open the directory under a reader (it names the
+// reader), while other readers can.
+TEST(AuditUsageTest, AReadOnlyOpenKeepsAServerOutAndLetsReadersIn) {
+  testing::TempDir dir;
+  const std::string data = dir.str() + "/data";
+  LeaveAKilledServersDirectory(data);
+  SsdTierOptions options;
+  options.path = data;
+  options.read_only = true;
+  options.log = [](std::string_view) {};
+  StatusOr<std::unique_ptr<SsdTier>> reader = SsdTier::Open(options);
+  ASSERT_OK(reader.status());
+  EXPECT_EQ((*reader)->Totals().entries, 40u);
+  StatusOr<std::unique_ptr<SsdTier>> another = SsdTier::Open(options);
+  EXPECT_OK(another.status());
+  CliRun run = RunCli("inspect --data-dir " + data);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  SsdTierOptions writer = options;
+  writer.read_only = false;
+  StatusOr<std::unique_ptr<SsdTier>> refused = SsdTier::Open(writer);
+  EXPECT_TRUE(refused.status().IsBusy()) << refused.status().ToString();
+  testing::TempDir logs;
+  const std::string server_log = logs.str() + "/serve.log";
+  {
+    testing::ServeProcess serve(data, {}, server_log);
+    EXPECT_EQ(serve.port(), 0) << "prefixkv serve opened a directory being read";
+  }
+  std::ifstream in(server_log);
+  const std::string said((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(
+      said.find("in use by another process (pid " + std::to_string(::getpid()) + ")"),
+      std::string::npos)
+      << said;
 }
 
 TEST(AuditUsageTest, UnknownFlagIsAUsageError) {

@@ -34,7 +34,10 @@ A block whose parent is missing (an orphan) is reported; `prefixkv repair`
 removes it and the blocks below it. A record that does not decode or disagrees with its
 metadata, though its payload is intact, is reported and kept ("kept" in the
 text, "removed": false in the JSON), so every audit reports it again.
-Run it only while no other process has the directory open.
+Run it only while no other process has the directory open. An audit that
+finds nothing wrong writes nothing in the directory (it is opened read-only);
+one that finds a problem audits it again opened for writing, to remove what
+is damaged.
 A metadata database that cannot be opened or read (a damaged log, table,
 MANIFEST or CURRENT), or that is older than the segment files and the removal
 journal (a lost log), is reported (exit 1) and left as it is: the audit never
@@ -67,6 +70,7 @@ struct AuditReport {
   std::vector<BlockProblem> unreachable;  // detail: the removed ancestor, hex
   std::vector<AuditFinding> mismatches;
   bool previous_shutdown_clean = true;
+  Status open_error;  // the directory could not be opened
 
   bool ok() const {
     return corrupt.empty() && orphans.empty() && unreachable.empty() &&
@@ -213,6 +217,21 @@ void PrintHuman(const AuditReport& r) {
   }
 }
 
+// Audits `dir` opened with `access` into `report`: false when it could not
+// be opened (report->open_error says why), an error when the audit failed.
+StatusOr<bool> AuditWith(const std::string& dir, DirAccess access, AuditReport* report) {
+  report->dir = dir;
+  std::vector<std::string> log;
+  StatusOr<std::unique_ptr<Engine>> engine = OpenExistingEngine(dir, &log, access);
+  if (!engine.ok()) {
+    report->open_error = engine.status();
+    return false;
+  }
+  PKV_RETURN_IF_ERROR(RunAudit(*EngineSsdTier(**engine), log, report));
+  PKV_RETURN_IF_ERROR((*engine)->Close());
+  return true;
+}
+
 int Audit(const std::vector<std::string>& args) {
   Flags flags("prefixkv audit [--data-dir D] [--json]",
               {{"data-dir", "data directory of the SSD tier", false, "./prefixkv-data"},
@@ -223,14 +242,21 @@ int Audit(const std::vector<std::string>& args) {
     std::printf("%s%s", flags.HelpText().c_str(), kAuditHelp);
     return 0;
   }
+  const std::string dir = flags.GetString("data-dir", "./prefixkv-data");
+  // Read-only first: an audit that finds everything in order writes nothing
+  // in the directory it proves (opened for writing, every audit flushed the
+  // metadata log into a table, wrote a new MANIFEST and OPTIONS file and
+  // compacted the removal journal). Only a directory with a problem (or one
+  // the read-only open refused) is audited again as before, where a damaged
+  // block is removed and the findings are reported as they always were.
   AuditReport report;
-  report.dir = flags.GetString("data-dir", "./prefixkv-data");
-  std::vector<std::string> log;
-  StatusOr<std::unique_ptr<Engine>> engine = OpenExistingEngine(report.dir, &log);
-  if (!engine.ok()) return OpenError(flags, "audit", engine.status());
-  Status s = RunAudit(*EngineSsdTier(**engine), log, &report);
-  if (s.ok()) s = (*engine)->Close();
-  if (!s.ok()) return Failure(flags, "audit", s.ToString());
+  StatusOr<bool> opened = AuditWith(dir, DirAccess::kReadOnly, &report);
+  if (!opened.ok() || !*opened || !report.ok()) {
+    report = AuditReport{};
+    opened = AuditWith(dir, DirAccess::kReportOnly, &report);
+  }
+  if (!opened.ok()) return Failure(flags, "audit", opened.status().ToString());
+  if (!*opened) return OpenError(flags, "audit", report.open_error);
   flags.GetBool("json") ? PrintJson(report) : PrintHuman(report);
   return report.ok() ? kExitOk : kExitProblem;
 }

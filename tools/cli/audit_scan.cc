@@ -19,8 +19,9 @@ namespace prefixkv::cli {
 
 StatusOr<std::unique_ptr<Engine>> OpenExistingEngine(const std::string& dir,
                                                      std::vector<std::string>* log,
-                                                     bool repair,
+                                                     DirAccess access,
                                                      const EngineOptions* remote) {
+  const bool repair = access == DirAccess::kRepair;
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -57,9 +58,10 @@ StatusOr<std::unique_ptr<Engine>> OpenExistingEngine(const std::string& dir,
   options.event_log = false;
   options.log = [log](std::string_view line) { log->emplace_back(line); };
   EngineHooks hooks;
-  hooks.configure_ssd = [repair](SsdTierOptions& ssd) {
+  hooks.configure_ssd = [repair, access](SsdTierOptions& ssd) {
     ssd.writer_threads = 1;                // nothing is queued: the tools only read
     ssd.repair_damaged_metadata = repair;  // audit and inspect only report
+    ssd.read_only = access == DirAccess::kReadOnly;
   };
   if (remote != nullptr) {
     options.remote = remote->remote;

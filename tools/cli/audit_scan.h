@@ -16,17 +16,28 @@
 
 namespace prefixkv::cli {
 
+// How a command opens a data directory.
+enum class DirAccess {
+  // Writes nothing in it (inspect, explain-miss, an audit that finds
+  // nothing to remove): SsdTierOptions::read_only.
+  kReadOnly,
+  // May remove damaged blocks (audit), never repairs metadata.
+  kReportOnly,
+  // Rebuilds or rolls forward damaged metadata (repair).
+  kRepair,
+};
+
 // Opens the engine of a stopped cache in `dir`: its SSD tier, no hot tier.
 // NotFound when `dir` does not exist or holds no database (checked first, so
 // neither command creates an empty database as a side effect). Every line the
 // SSD tier logs is appended to `log`. A damaged metadata database is an
-// error that changes nothing on disk unless `repair` (prefixkv repair): then
+// error that changes nothing on disk unless kRepair (prefixkv repair): then
 // it is rebuilt from the segment files (docs/ssd.md "Metadata repair").
 // `remote` (explain-miss): its remote tier settings (remote,
 // remote_timeout_ms) are used; nothing is written to the remote tier.
 StatusOr<std::unique_ptr<Engine>> OpenExistingEngine(
-    const std::string& dir, std::vector<std::string>* log, bool repair = false,
-    const EngineOptions* remote = nullptr);
+    const std::string& dir, std::vector<std::string>* log,
+    DirAccess access = DirAccess::kReadOnly, const EngineOptions* remote = nullptr);
 
 struct StoredBlock {
   BlockMeta meta;

@@ -40,8 +40,10 @@ It prints the first of the prompt's full blocks that misses and the cause:
                    ("tokenizer hash differs: stored abc, asked def")
   in-remote        not in the local tiers, but the remote tier (--remote)
                    holds it: a Match would fetch it
-Reads only (a damaged block it reads is dropped, as any read does; the
-remote tier is only looked up, nothing is written to it).
+Writes nothing in the data directory (it is opened read-only; a server
+cannot open it meanwhile; a damaged block it reads is a miss, left for the
+server or `prefixkv audit` to drop) and nothing to the remote tier (it is
+only looked up).
 
 Exit codes here: 0 explained (whatever the cause), 1 the tier could not be
 read, 2 usage error (bad flags, missing data directory or token file, a bad
@@ -204,7 +206,7 @@ int ExplainMiss(const std::vector<std::string>& args) {
     return UsageError(flags, bad);
   std::vector<std::string> log;
   StatusOr<std::unique_ptr<Engine>> engine =
-      OpenExistingEngine(dir, &log, /*repair=*/false, &remote);
+      OpenExistingEngine(dir, &log, DirAccess::kReadOnly, &remote);
   if (!engine.ok()) return OpenError(flags, "explain-miss", engine.status());
   NamespaceSpec spec;
   spec.model = flags.GetString("model");

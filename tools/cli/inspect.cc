@@ -31,7 +31,8 @@ before manifests existed), the longest parent-linked chain, and the recorded
 tips of the tip lineage (decoded from the namespace's lineage record, when
 present). A namespace with a manifest and no blocks is listed too.
 There is no hot tier to show: it lives only in a running process.
-Reads only the lineage records (which refreshes their access order).
+Writes nothing in the data directory (it is opened read-only; a server
+cannot open it meanwhile). Reads only the lineage records.
 
 Exit codes here: 0 printed, 1 the tier could not be read, 2 usage error (bad flags,
 missing data directory).

@@ -57,7 +57,7 @@ int Repair(const std::vector<std::string>& args) {
   const std::string dir = flags.GetString("data-dir", "./prefixkv-data");
   std::vector<std::string> log;
   StatusOr<std::unique_ptr<Engine>> engine =
-      OpenExistingEngine(dir, &log, /*repair=*/true);
+      OpenExistingEngine(dir, &log, DirAccess::kRepair);
   for (const std::string& line : log) std::printf("%s\n", line.c_str());
   if (!engine.ok()) return OpenError(flags, "repair", engine.status());
   SsdTier& tier = *EngineSsdTier(**engine);

@@ -86,6 +86,16 @@ struct SsdTierOptions {
   // `<path>/metadata.broken-<nanoseconds>/`). false: Open returns the error
   // and changes nothing (`prefixkv audit`). docs/ssd.md "Metadata repair".
   bool repair_damaged_metadata = true;
+  // Writes nothing in the directory (`prefixkv inspect`, `explain-miss`, a
+  // clean `audit`): the metadata database is opened read-only (RocksDB's own
+  // read-only mode: no new log, MANIFEST or OPTIONS file, no flush), the
+  // removal journal is read, not rewritten, no segment is deleted or
+  // probed, and no counter, access order, marker or reserve is written; a
+  // write (Put, Remove, a damaged block's drop) answers NotSupported. The
+  // directory's LOCK is held shared meanwhile, so a server cannot open it
+  // under the reader (it is told who holds it). Implies
+  // repair_damaged_metadata = false. docs/ssd.md "Read-only opens".
+  bool read_only = false;
   // How many block removals the metadata database remembers (a ring of
   // records written in each removal's own metadata batch: key, namespace,
   // evicted / removed / corrupt; docs/ssd.md "Removal history"), so
