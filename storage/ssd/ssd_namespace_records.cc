@@ -86,6 +86,10 @@ StatusOr<std::vector<SsdRemoval>> ssd::TierImpl::Removals() const {
     if (DecodeRemoval(range.value(), &r)) out.push_back(r);
   }
   PKV_RETURN_IF_ERROR(range.status("read the removal history"));
+  {
+    MutexLock lock(&unwritten_removals_mu_);
+    out.insert(out.end(), unwritten_removals_.begin(), unwritten_removals_.end());
+  }
   std::sort(out.begin(), out.end(), [](const SsdRemoval& a, const SsdRemoval& b) {
     return a.sequence < b.sequence;
   });
@@ -105,6 +109,14 @@ void ssd::TierImpl::AddRemovalRecord(rocksdb::WriteBatch* batch, const BlockKey&
           stored.ok() && !stored->empty() ? stored->back().sequence + 1 : 1;
     }
     r.sequence = (*next_removal_seq_)++;
+  }
+  if (options_.read_only) {
+    // The batch's commit is refused. A damaged block is dropped all the
+    // same (DropCorrupt); any other removal then did not happen.
+    if (r.reason != SsdRemovalReason::kCorrupt) return;
+    MutexLock lock(&unwritten_removals_mu_);
+    unwritten_removals_.push_back(r);
+    return;
   }
   batch->Put(SlotKey(static_cast<uint32_t>(r.sequence % entries)), EncodeRemoval(r));
 }

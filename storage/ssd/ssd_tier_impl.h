@@ -115,7 +115,7 @@ class TierImpl {
   // ssd_namespace_records.cc: manifests and the removal history.
   Status PutManifest(const BlockKey& ns, std::string_view manifest);
   StatusOr<std::vector<std::pair<BlockKey, std::string>>> Manifests() const;
-  StatusOr<std::vector<SsdRemoval>> Removals() const;
+  StatusOr<std::vector<SsdRemoval>> Removals() const EXCLUDES(unwritten_removals_mu_);
   uint32_t removal_history_entries() const { return options_.removal_history_entries; }
   // Adds the removal record of `key` (why: from `events`) to its removal's
   // batch. No-op for the zero namespace or with the history off.
@@ -573,6 +573,12 @@ class TierImpl {
   // first removal (the largest stored + 1). A leaf lock.
   Mutex removal_mu_;
   std::optional<uint64_t> next_removal_seq_ GUARDED_BY(removal_mu_);
+  // A read-only tier's removals (a damaged block dropped by a read), which
+  // its records cannot take: Removals lists them too, so `explain-miss`
+  // names such a block corrupt-dropped, not never stored. A leaf lock,
+  // taken after removal_mu_.
+  mutable Mutex unwritten_removals_mu_;
+  std::vector<SsdRemoval> unwritten_removals_ GUARDED_BY(unwritten_removals_mu_);
   Mutex reserve_mu_;   // serializes writing and deleting the reserve file (a leaf)
   Mutex keep_ids_mu_;  // serializes KeepSegmentIdsFrom (a leaf)
   std::atomic<uint64_t> last_resume_nanos_{0};

@@ -360,6 +360,38 @@ TEST(SsdCorruption, TheRemovalHistoryKeepsTheNewestReasonsInABoundedRing) {
   EXPECT_EQ(history.back().key, ChainBlock(7, 0).key);
 }
 
+// A read-only open (`prefixkv explain-miss`, inspect) writes no removal
+// record, but a damaged block a read drops is gone for its run all the same:
+// the history it reads says so, or explain-miss named a block whose bytes
+// failed verification "never stored". Nothing of it reaches the directory.
+TEST(SsdCorruption, AReadOnlyTiersRemovalHistoryNamesTheDamagedBlockItDropped) {
+  testing::TempDir dir;
+  SsdTierOptions o = testing::TestSsdOptions(dir.str());
+  const BlockMeta damaged = ChainBlock(1, 0), intact = ChainBlock(2, 0);
+  {
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    for (const BlockMeta& m : {damaged, intact}) {
+      ASSERT_OK(tier->Put(m, testing::ConformancePayload(m.key, 0, 1000), false));
+    }
+    ASSERT_OK(tier->Close());
+  }
+  testing::XorByteAt(testing::SegmentFiles(dir.path()).at(0), 500, 0x5A);
+  o.read_only = true;
+  for (int run = 0; run < 2; ++run) {  // the second finds the directory as it was
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    EXPECT_TRUE(tier->Get(damaged.key).status().IsNotFound());
+    EXPECT_EQ(tier->Remove(intact.key).code(), StatusCode::kNotSupported);
+    EXPECT_TRUE(tier->Contains(intact.key));
+    ASSERT_OK_AND_ASSIGN(std::vector<SsdRemoval> history, tier->Removals());
+    ASSERT_EQ(history.size(), 1u) << "run " << run;
+    EXPECT_EQ(history[0].key, damaged.key);
+    EXPECT_EQ(history[0].reason, SsdRemovalReason::kCorrupt);
+    ASSERT_OK(tier->Close());
+  }
+}
+
 TEST(SsdCorruption, ManifestsSurviveARestartAndAPurge) {
   testing::TempDir dir;
   const SsdTierOptions o = testing::TestSsdOptions(dir.str());
