@@ -13,9 +13,11 @@
 //   - no journaled removal names this key with these payload bytes;
 //   - every other intact, unremoved extent of the key holds the same bytes
 //     (two versions and no order between them: neither is provable).
-// A restored block is owner 0, clean, in access order of its position in the
-// segments; its parent is what SsdTierOptions::rebuilt_parent reads from its
-// payload (the Engine: the block record's header), else none (a chain root).
+// A restored block is clean, under an owner id of its namespace's (one per
+// namespace, adopted by the namespace's owner when it binds its name), in
+// access order of its position in the segments; its parent is what
+// SsdTierOptions::rebuilt_parent reads from its payload (the Engine: the block record's
+// header), else none (a chain root).
 #include "ssd_salvage.h"
 
 #include <rocksdb/write_batch.h>
@@ -24,6 +26,7 @@
 #include <map>
 #include <set>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "ssd_journal.h"
@@ -165,24 +168,36 @@ StatusOr<std::vector<ssd::FoundExtent>> TakeProvable(FileSystem* fs,
   return restored;
 }
 
-// Step 4's batch: the format key, one owner-0 clean record per restored
-// block in access order of its position, and owner 0's counters.
+// Step 4's batch: the format key, one clean record per restored block in
+// access order of its position, and the counters. The extents do not say
+// whose a block is, and the owner names went with the old database: each
+// namespace's blocks get an id of their own (0, 1, ... in order of first
+// appearance), which the namespace's owner adopts when it binds its name
+// (ssd_owner_names.h). Every block under id 0 made that id nobody's in a
+// directory of several namespaces, so every model's (and the values')
+// blocks, bytes and events counted for no owner until evicted.
 rocksdb::WriteBatch RebuiltMetadata(const std::vector<ssd::FoundExtent>& restored,
                                     uint64_t* linked) {
   rocksdb::WriteBatch batch;
   batch.Put(std::string(ssd::kFormatKey), std::string(ssd::kFormatValue));
-  TierCounters owner0;
+  std::unordered_map<BlockKey, OwnerId, BlockKeyHash> owner_of_ns;
+  std::map<OwnerId, TierCounters> counters;
   uint64_t seq = 0;
   for (const ssd::FoundExtent& c : restored) {
-    ssd::StoredMeta m{0,     c.parent, c.length,  c.checksum,
+    const OwnerId owner =
+        owner_of_ns.try_emplace(c.namespace_id, static_cast<OwnerId>(owner_of_ns.size()))
+            .first->second;
+    ssd::StoredMeta m{owner, c.parent, c.length,  c.checksum,
                       ++seq, false,    c.segment, c.offset};
     *linked += c.parent.IsZero() ? 0 : 1;
     batch.Put(ssd::BlockRecordKey(ssd::kMetaTag, c.namespace_id, c.key),
               ssd::EncodeMeta(m));
-    owner0.entries += 1;
-    owner0.bytes += c.length;
+    counters[owner].entries += 1;
+    counters[owner].bytes += c.length;
   }
-  if (owner0.entries > 0) batch.Put(ssd::CounterKey(0), ssd::EncodeCounters(owner0));
+  for (const auto& [owner, c] : counters) {
+    batch.Put(ssd::CounterKey(owner), ssd::EncodeCounters(c));
+  }
   return batch;
 }
 

@@ -167,6 +167,41 @@ TEST(SsdCorruption, ARebuildTakesEachBlocksParentFromItsPayload) {
 // An unopenable database (here a MANIFEST overwritten with garbage) is rebuilt
 // from the segment records at Open, stated in the log; the damaged files are
 // kept. (Before issue 14 it was moved aside and the tier started cold.)
+// A rebuild from the segments cannot tell whose a block is (the extents do
+// not say, and the owner names went with the database). It restored every
+// block under id 0, which in a directory of several namespaces is nobody's:
+// after a salvage both models' SSD counters read 0 blocks while their blocks
+// were served. Each namespace's blocks now get an id its owner adopts.
+TEST(SsdCorruption, ARebuiltDirectorysBlocksCountForTheirNamespacesOwners) {
+  testing::TempDir dir;
+  const SsdTierOptions o = testing::TestSsdOptions((dir.path() / "ssd").string());
+  const std::vector<BlockMeta> a = {ChainBlock(0, 0, 1, 0), ChainBlock(0, 1, 1, 0)};
+  const BlockMeta b = ChainBlock(0, 0, 2, 1);
+  {
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_OK(tier->BindOwner(0, "model:1", a[0].namespace_id));
+    ASSERT_OK(tier->BindOwner(1, "model:2", b.namespace_id));
+    for (const BlockMeta& m : {a[0], a[1], b}) {
+      ASSERT_OK(tier->Put(m, PayloadOf(m.key), true));
+    }
+    ASSERT_OK(tier->Close());
+  }
+  for (const auto& e : fs::directory_iterator(o.path)) {
+    if (e.path().filename() != "segments") fs::remove_all(e.path());
+  }
+  auto tier = testing::OpenSsd(o);  // rebuilt; registered the other way round
+  ASSERT_NE(tier, nullptr);
+  ASSERT_EQ(tier->open_report().rebuilt_blocks, 3u);
+  ASSERT_OK(tier->BindOwner(0, "model:2", b.namespace_id));
+  ASSERT_OK(tier->BindOwner(1, "model:1", a[0].namespace_id));
+  EXPECT_EQ(tier->OwnerCounters(1).entries, 2u);
+  EXPECT_EQ(tier->OwnerCounters(0).entries, 1u);
+  EXPECT_EQ(tier->Peek(a[1].key)->owner, 1u);
+  EXPECT_EQ(tier->Peek(b.key)->owner, 0u);
+  testing::ExpectAuditClean(*tier);
+}
+
 TEST(SsdCorruption, AnUnopenableDatabaseIsRebuiltFromTheSegments) {
   testing::TempDir dir;
   testing::LogLines log;
@@ -502,8 +537,8 @@ Status FlipOwnerBit(SsdTier& tier, const BlockMeta& block) {
 // checksums pass (written through RocksDB's API: the owner byte flipped, so
 // the record still decodes to a plausible block with an intact payload) is
 // metadata damage: Open rebuilds the metadata from the segments, so the
-// block is served from its intact extent (as owner 0, like every rebuilt
-// block), never indexed or served under the wrong owner. (Until 2026-12-06
+// block is served from its intact extent (as owner 0, its namespace's rebuilt
+// id), never indexed or served under the wrong owner. (Until 2026-12-06
 // the record was removed and the block lost: ADamagedRecordNeverLoses...)
 TEST(SsdCorruption, ARecordFailingItsOwnChecksumIsRebuiltNeverServedUnderTheWrongOwner) {
   testing::TempDir dir;
