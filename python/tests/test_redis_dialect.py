@@ -371,3 +371,21 @@ def test_scan_match_count_type_and_keys(both):
     walks, typed, keys2, keys, _ = same_on_both(both, run)
     assert len(walks[(None, 5)]) == len(names) and len(keys2) == 13
     assert typed[1] == [] and len(typed[0]) == len(names) and len(keys) == len(names)
+
+
+def test_scan_cursors_are_read_as_redis_reads_them(both):
+    """Redis reads SCAN's cursor with strtoul: a sign, leading zeros, the empty
+    text and text after a NUL are taken ("-1" is 2^64 - 1); a leading space,
+    junk or a value past 2^64 - 1 are 'invalid cursor'. Which keys a non-zero
+    cursor returns is each server's own, so those are walked on an empty
+    database."""
+    def run(c):
+        empty = [outcome(lambda: c.execute_command("SCAN", cursor)) for cursor in [
+            "-1", "18446744073709551615", "-18446744073709551615", " 0", "0 ", "-",
+            "+", "+-1", "0x1", "18446744073709551616", "-18446744073709551616"]]
+        c.set("k", "v")
+        return empty, [outcome(lambda: c.execute_command("SCAN", cursor))
+                       for cursor in ["+0", "-0", "", "00", "0\x00x"]]
+
+    empty, one = same_on_both(both, run)
+    assert empty[0] == (0, []) and one == [(0, [b"k"])] * 5

@@ -21,13 +21,26 @@ struct ScanArgs {
   bool strings = true;  // TYPE string or no TYPE: raw keys are all strings
 };
 
+// A SCAN cursor read as Redis reads it (strtoul in parseScanCursorOrReply), so
+// a cursor a client's library sends to Redis is taken here too: C-string
+// text up to its first NUL, no leading space, an optional sign ("-1" is
+// 2^64 - 1, "+0" is 0), decimal digits (leading zeros allowed) in uint64
+// range; the empty text is 0.
+bool ParseScanCursor(std::string_view c, uint64_t* cursor) {
+  c = c.substr(0, c.find('\0'));
+  *cursor = 0;
+  if (c.empty()) return true;  // strtoul reads nothing and stops at the end
+  const bool negative = c.starts_with('-');
+  if (negative || c.starts_with('+')) c.remove_prefix(1);
+  const auto [end, ec] = std::from_chars(c.data(), c.data() + c.size(), *cursor);
+  if (ec != std::errc() || end != c.data() + c.size()) return false;
+  if (negative) *cursor = 0 - *cursor;
+  return true;
+}
+
 // SCAN cursor [MATCH pattern] [COUNT n] [TYPE t]; an error text or "".
 std::string ParseScan(CommandContext& ctx, ScanArgs* a) {
-  const std::string_view c = ctx.arg(1);
-  const auto [end, ec] = std::from_chars(c.data(), c.data() + c.size(), a->cursor);
-  if (c.empty() || ec != std::errc() || end != c.data() + c.size()) {
-    return "ERR invalid cursor";
-  }
+  if (!ParseScanCursor(ctx.arg(1), &a->cursor)) return "ERR invalid cursor";
   for (size_t i = 2; i < ctx.args.size(); i += 2) {
     const std::string opt = Lower(ctx.arg(i));
     if (i + 1 >= ctx.args.size()) return "ERR syntax error";

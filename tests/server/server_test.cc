@@ -579,6 +579,34 @@ TEST_F(ServerTest, RefusesIntegersWithALeadingZeroOrSignAsRedisDoes) {
   EXPECT_EQ(c->Call({"SELECT", "0"}).str, "OK");
 }
 
+// SCAN's cursor is read as Redis reads it (strtoul): a sign, leading zeros and
+// the empty text are cursors ("-1" is 2^64 - 1, past every key), a leading
+// space, trailing junk or a value past 2^64 - 1 are not (replies of
+// redis-server 7.0.15).
+TEST_F(ServerTest, ReadsScanCursorsAsRedisDoes) {
+  StartServer();
+  auto c = Connect();
+  ASSERT_EQ(c->Call({"SET", "k", "v"}).str, "OK");
+  for (const std::string& cursor :
+       std::vector<std::string>{"+0", "-0", "", "00", std::string("0\0x", 3)}) {
+    SCOPED_TRACE(cursor);
+    Reply r = c->Call({"SCAN", cursor});
+    ASSERT_EQ(r.elems.size(), 2u) << r.str;
+    EXPECT_EQ(r.elems[0].str, "0");
+    ASSERT_EQ(r.elems[1].elems.size(), 1u);
+    EXPECT_EQ(r.elems[1].elems[0].str, "k");
+  }
+  for (const char* cursor : {"-1", "18446744073709551615", "-18446744073709551615"}) {
+    SCOPED_TRACE(cursor);
+    EXPECT_EQ(c->Call({"SCAN", cursor}).elems.size(), 2u);
+  }
+  for (const char* cursor : {" 0", "0 ", "-", "+", "+-1", "- 1", "0x1", "1.5",
+                             "18446744073709551616", "-18446744073709551616"}) {
+    SCOPED_TRACE(cursor);
+    EXPECT_EQ(c->Call({"SCAN", cursor}).str, "ERR invalid cursor");
+  }
+}
+
 // SCAN walks the raw keys' names with MATCH, COUNT and TYPE; KEYS lists them
 // with the same glob.
 TEST_F(ServerTest, ScansAndListsKeysByGlob) {
