@@ -389,3 +389,30 @@ def test_scan_cursors_are_read_as_redis_reads_them(both):
 
     empty, one = same_on_both(both, run)
     assert empty[0] == (0, []) and one == [(0, [b"k"])] * 5
+
+
+def test_stream_ids_are_read_as_redis_reads_them(both):
+    """Stream IDs are read before the stream is looked up, so a redis-server
+    without prefixkv:events answers the same errors: a part is read by
+    string2ull ("+1", " 1", "001", "1--0" are IDs), an exclusive bound's ID is
+    strict ("(-", "(+" are not), an exclusive start past the largest ID or end
+    before the least is its own error, and XREAD's ID is strict. Entries
+    differ (Redis's stream is empty), so IDs taken are compared as taken."""
+    def run(c):
+        got = []
+        for cmd in [("XRANGE", "+1", "+"), ("XRANGE", "-", " 1"), ("XRANGE", "001", "1--0"),
+                    ("XREVRANGE", "+", "1-+0"), ("XRANGE", "(-", "+"), ("XRANGE", "-", "(+"),
+                    ("XREVRANGE", "(+", "-"), ("XRANGE", "-", "(0-0"),
+                    ("XRANGE", "(18446744073709551615-18446744073709551615", "+"),
+                    ("XRANGE", "-5", "+"), ("XRANGE", "1-", "+"), ("XRANGE", "1-*", "+"),
+                    ("XRANGE", "(", "+"), ("XRANGE", "(-", "x", "COUNT", "y")]:
+            r = outcome(lambda: c.execute_command(cmd[0], "prefixkv:events", *cmd[1:]))
+            got.append(r if isinstance(r, tuple) else "taken")
+        for last in ["+0", " 0", "-", "+", "0-", "1 "]:
+            r = outcome(lambda: c.execute_command("XREAD", "COUNT", 1, "STREAMS",
+                                                  "prefixkv:events", last))
+            got.append(r if isinstance(r, tuple) else "taken")
+        return got
+
+    got = same_on_both(both, run)
+    assert got[:4] == ["taken"] * 4 and got[-6:-4] == ["taken"] * 2

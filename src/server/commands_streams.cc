@@ -6,6 +6,7 @@
 // block leaves ClientState::block set and no reply: the connection waits for the log's
 // watch or its timer on its own I/O thread, which is never held (connection.cc,
 // StartBlockedRead).
+#include <cctype>
 #include <charconv>
 
 #include "commands.h"
@@ -23,26 +24,71 @@ bool ParseU64(std::string_view s, uint64_t* v) {
   return ec == std::errc() && end == s.data() + s.size() && !s.empty();
 }
 
-// A stream ID "<ms>-<n>" or "<ms>" as the seq it stands for: an entry's seq
-// is its first part. `after`: the last seq an ID covers (XREAD's id, an
-// exclusive range start), else the first seq at or after it. `*past_max`
-// (when given) tells that this first seq would come after the largest one
-// ("<max>-<n>", n > 0: max + 1 does not exist; *seq stays max).
-bool ParseId(std::string_view id, bool after, uint64_t* seq, bool* past_max = nullptr) {
-  const size_t dash = id.find('-');
-  uint64_t part = 0;
-  if (past_max != nullptr) *past_max = false;
-  if (!ParseU64(id.substr(0, dash), seq)) return false;
-  if (dash == std::string_view::npos) return true;
-  if (!ParseU64(id.substr(dash + 1), &part)) return false;
-  // "<seq>-<n>" with n > 0 lies after entry seq and before seq + 1.
-  if (part > 0 && !after) {
-    if (*seq == UINT64_MAX) {
-      if (past_max != nullptr) *past_max = true;
-    } else {
-      *seq += 1;
-    }
+// An entry ID as Redis holds one: prefixkv's entries are "<seq>-0".
+struct StreamId {
+  uint64_t ms = 0;
+  uint64_t seq = 0;
+};
+
+// A part of a stream ID read as Redis reads it (string2ull): string2ll's
+// strict form, else strtoull's (leading spaces, a sign, leading zeros; "+5" is
+// 5 and "-05" 2^64 - 5), in uint64 range. Clients send "+5" or "007" to Redis
+// as IDs, so they are IDs here too.
+bool ParseIdPart(std::string_view s, uint64_t* v) {
+  int64_t strict = 0;
+  if (ParseRedisInteger(s, &strict)) {
+    *v = static_cast<uint64_t>(strict);
+    return strict >= 0;
   }
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) {
+    s.remove_prefix(1);
+  }
+  const bool negative = s.starts_with('-');
+  if (negative || s.starts_with('+')) s.remove_prefix(1);
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size()) return false;
+  if (negative) *v = 0 - *v;
+  return true;
+}
+
+// A stream ID as Redis reads one (streamGenericParseIDOrReply): "-" and "+"
+// (the least and the largest, refused when `strict`), "<ms>-<seq>", or "<ms>"
+// with `missing_seq`; text up to its first NUL, at most 127 bytes.
+bool ParseStreamId(std::string_view text, bool strict, uint64_t missing_seq,
+                   StreamId* id) {
+  if (text.size() > 127) return false;
+  text = text.substr(0, text.find('\0'));
+  if (text == "-" || text == "+") {
+    if (strict) return false;
+    *id = text == "-" ? StreamId{} : StreamId{UINT64_MAX, UINT64_MAX};
+    return true;
+  }
+  const size_t dash = text.find('-');
+  id->seq = missing_seq;
+  return ParseIdPart(text.substr(0, dash), &id->ms) &&
+         (dash == std::string_view::npos || ParseIdPart(text.substr(dash + 1), &id->seq));
+}
+
+// An XRANGE bound: an ID, or "(" and a strict ID for an exclusive one (so
+// "(-" and "(+" are not bounds, as in Redis).
+bool ParseIntervalId(std::string_view text, uint64_t missing_seq, StreamId* id,
+                     bool* exclusive) {
+  *exclusive = text.size() > 1 && text.front() == '(';
+  return ParseStreamId(*exclusive ? text.substr(1) : text, *exclusive, missing_seq, id);
+}
+
+// The next / previous ID (Redis's streamIncrID / streamDecrID); false past the
+// largest / before the least.
+bool IncrementId(StreamId* id) {
+  if (id->seq != UINT64_MAX) return ++id->seq, true;
+  if (id->ms == UINT64_MAX) return false;
+  *id = StreamId{id->ms + 1, 0};
+  return true;
+}
+bool DecrementId(StreamId* id) {
+  if (id->seq != 0) return --id->seq, true;
+  if (id->ms == 0) return false;
+  *id = StreamId{id->ms - 1, UINT64_MAX};
   return true;
 }
 
@@ -105,34 +151,27 @@ size_t Capped(uint64_t n) {
 // seq order.
 void Range(CommandContext& ctx, bool reverse) {
   if (WrongStream(ctx, ctx.arg(1))) return;
-  std::string_view lo = ctx.arg(reverse ? 3 : 2);
-  std::string_view hi = ctx.arg(reverse ? 2 : 3);
-  uint64_t first = 0;
-  uint64_t last = UINT64_MAX;
-  const bool lo_open = lo.starts_with('(');
-  const bool hi_open = hi.starts_with('(');
-  if (lo_open) lo.remove_prefix(1);
-  if (hi_open) hi.remove_prefix(1);
-  bool lo_past_max = false;
-  if ((lo != "-" && !ParseId(lo, lo_open, &first, &lo_past_max)) ||
-      (hi != "+" && !ParseId(hi, /*after=*/true, &last))) {
+  // As Redis: the start is read (and stepped past when exclusive), then the
+  // end, each error in that order, then COUNT.
+  StreamId lo, hi;
+  bool lo_open = false, hi_open = false;
+  if (!ParseIntervalId(ctx.arg(reverse ? 3 : 2), 0, &lo, &lo_open)) {
     return ctx.out->Error("ERR Invalid stream ID specified as stream command argument");
   }
-  // A start after the largest seq holds nothing (its next seq would wrap to 0
-  // and return the log from its start).
-  if (lo_past_max || (lo_open && first == UINT64_MAX)) return ctx.out->ArrayHeader(0);
-  if (lo_open) first += 1;
-  // An exclusive end excludes entry <seq>-0 only when it names it: "(N" is,
-  // as in Redis, N-18446744073709551615 exclusive, so entry N-0 is before it
-  // (`last` = N, as parsed above).
-  if (hi_open && hi != "+" && hi.find('-') != std::string_view::npos) {
-    uint64_t exact = 0;
-    bool hi_past_max = false;
-    if (!ParseId(hi, false, &exact, &hi_past_max)) return ctx.out->ArrayHeader(0);
-    // Before a point after the largest seq: up to the largest.
-    if (!hi_past_max && exact == 0) return ctx.out->ArrayHeader(0);
-    last = hi_past_max ? UINT64_MAX : exact - 1;
+  if (lo_open && !IncrementId(&lo)) {
+    return ctx.out->Error("ERR invalid start ID for the interval");
   }
+  if (!ParseIntervalId(ctx.arg(reverse ? 2 : 3), UINT64_MAX, &hi, &hi_open)) {
+    return ctx.out->Error("ERR Invalid stream ID specified as stream command argument");
+  }
+  if (hi_open && !DecrementId(&hi)) {
+    return ctx.out->Error("ERR invalid end ID for the interval");
+  }
+  // The entries <seq>-0 in [lo, hi]: from lo.ms, or the one after it when lo
+  // lies past lo.ms-0 (none after the largest), to hi.ms.
+  const bool past_max = lo.seq != 0 && lo.ms == UINT64_MAX;
+  const uint64_t first = lo.seq == 0 || past_max ? lo.ms : lo.ms + 1;
+  const uint64_t last = hi.ms;
   std::optional<uint64_t> count;
   for (size_t i = 4; i < ctx.args.size(); i += 2) {
     if (Lower(ctx.arg(i)) != "count" || i + 1 >= ctx.args.size()) {
@@ -144,7 +183,7 @@ void Range(CommandContext& ctx, bool reverse) {
   // COUNT 0 asks for no entry: Redis answers a null array (not, as XREAD's
   // COUNT 0, every entry).
   if (count == 0) return ctx.out->NullArray();
-  if (first > last) return ctx.out->ArrayHeader(0);
+  if (past_max || first > last) return ctx.out->ArrayHeader(0);
   StatusOr<std::vector<KvEvent>> events = ctx.dispatcher.engine()->EventRange(
       first, last, count.has_value() ? Capped(*count) : kDefaultCount, reverse);
   if (!events.ok()) return ReplyStatus(events.status(), ctx.out);
@@ -208,9 +247,12 @@ void CmdXread(CommandContext& ctx) {
   if (WrongStream(ctx, ctx.arg(i + 1))) return;
   const std::string_view id = ctx.arg(i + 2);
   uint64_t last_seen = 0;
+  StreamId after;
   if (id == "$") {
     last_seen = ctx.dispatcher.engine()->EventLogStats().head_seq;
-  } else if (!ParseId(id, /*after=*/true, &last_seen)) {
+  } else if (ParseStreamId(id, /*strict=*/true, 0, &after)) {
+    last_seen = after.ms;  // every <seq>-0 after <ms>-<n> has seq > ms
+  } else {
     return ctx.out->Error("ERR Invalid stream ID specified as stream command argument");
   }
   if (last_seen == UINT64_MAX) {

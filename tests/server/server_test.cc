@@ -1353,6 +1353,48 @@ TEST_F(ServerTest, XrangeExclusiveEndWithoutASequenceHoldsItsEntry) {
   EXPECT_EQ(c->Call({"XRANGE", "prefixkv:events", "-", "(0"}).elems.size(), 0u);
 }
 
+// Stream IDs as redis-server 7.0.15 reads them: each part through string2ull
+// ("+1", " 1", "001", "1--0" are IDs), an exclusive bound's ID strict ("(-" and
+// "(+" are not bounds), an exclusive start past the largest ID or end before
+// the least its own error, and XREAD's ID strict.
+TEST_F(ServerTest, ReadsStreamIdsAsRedisDoes) {
+  StartServer();
+  auto c = Connect();
+  ASSERT_EQ(c->Call({"SET", "k", "v"}).str, "OK");
+  const std::string stream = "prefixkv:events";
+  const Reply all = c->Call({"XRANGE", stream, "-", "+"});
+  const size_t n = all.elems.size();
+  ASSERT_GE(n, 2u);
+  const std::string first = all.elems[0].elems[0].str;  // "<seq>-0"
+  const std::string seq = first.substr(0, first.size() - 2);
+  for (const std::string& id :  // each the first entry's
+       {"+" + seq, " " + seq, "00" + seq, seq + "--0", seq + "-+0", "+" + first}) {
+    SCOPED_TRACE(id);
+    EXPECT_EQ(c->Call({"XRANGE", stream, id, "+"}).elems.size(), n);
+    EXPECT_EQ(c->Call({"XREVRANGE", stream, "+", id}).elems.size(), n);
+    EXPECT_EQ(c->Call({"XRANGE", stream, "-", id}).elems.size(), 1u);
+    Reply read = c->Call({"XREAD", "STREAMS", stream, id});
+    ASSERT_EQ(read.elems.size(), 1u) << read.str;
+    EXPECT_EQ(read.elems[0].elems[1].elems.size(), n - 1);
+  }
+  constexpr std::string_view kInvalid =
+      "ERR Invalid stream ID specified as stream command argument";
+  EXPECT_EQ(c->Call({"XRANGE", stream, "(-", "+"}).str, kInvalid);
+  EXPECT_EQ(c->Call({"XRANGE", stream, "-", "(+"}).str, kInvalid);
+  EXPECT_EQ(c->Call({"XREVRANGE", stream, "(+", "-"}).str, kInvalid);
+  for (const char* id :
+       {"-", "+", "-1", "1-", "1-*", "1 ", "1x", "", "18446744073709551616"}) {
+    SCOPED_TRACE(id);
+    EXPECT_EQ(c->Call({"XREAD", "STREAMS", stream, id}).str, kInvalid);
+  }
+  EXPECT_EQ(c->Call({"XRANGE", stream, "-", "(0-0"}).str,
+            "ERR invalid end ID for the interval");
+  EXPECT_EQ(
+      c->Call({"XRANGE", stream, "(18446744073709551615-18446744073709551615", "+"}).str,
+      "ERR invalid start ID for the interval");
+  EXPECT_EQ(c->Call({"XRANGE", stream, "(-", "x", "COUNT", "y"}).str, kInvalid);
+}
+
 // COUNT as redis-server 7.0.15 reads it: XRANGE/XREVRANGE with COUNT 0 (or a
 // negative one) ask for no entry and get a null array, where XREAD's COUNT 0
 // or -1 is no limit. XRANGE COUNT 0 used to answer every entry (up to 10,000)
