@@ -617,6 +617,9 @@ class Engine {
   static Status CheckValueKey(std::string_view key);
   // Milliseconds until `key` expires; -1 when it never does, -2 when absent.
   StatusOr<int64_t> ValueTtlMillis(std::string_view key);
+  // The Unix ms at which `key` expires (Redis' PEXPIRETIME); -1 when it never
+  // does, -2 when absent.
+  StatusOr<int64_t> ValueExpiresAtMillis(std::string_view key);
   // Sets the expiry of `key` (Unix ms; 0 removes it, as PERSIST) when it is
   // present and `condition` holds; returns whether it changed (EXPIRE's 1 or
   // 0; PERSIST answers 0 for a key without expiry). A time already past

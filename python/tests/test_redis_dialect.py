@@ -416,3 +416,21 @@ def test_stream_ids_are_read_as_redis_reads_them(both):
 
     got = same_on_both(both, run)
     assert got[:4] == ["taken"] * 4 and got[-6:-4] == ["taken"] * 2
+
+
+def test_expiretime_and_pexpiretime(both):
+    """Redis 7's deadline of a key as a Unix time: seconds rounded, -1 without
+    expiry, -2 for a missing key."""
+    at_ms = (int(time.time()) + 1000) * 1000 + 500
+
+    def run(c):
+        c.set("t", "1", pxat=at_ms)
+        c.set("u", "2", pxat=at_ms - 1)
+        c.set("p", "3")
+        return [outcome(lambda: c.execute_command(*cmd)) for cmd in [
+            ("EXPIRETIME", "t"), ("PEXPIRETIME", "t"), ("EXPIRETIME", "u"),
+            ("EXPIRETIME", "p"), ("PEXPIRETIME", "p"), ("EXPIRETIME", "missing"),
+            ("PEXPIRETIME", "missing"), ("EXPIRETIME",), ("EXPIRETIME", "t", "u")]]
+
+    got = same_on_both(both, run)
+    assert got[:7] == [at_ms // 1000 + 1, at_ms, at_ms // 1000, -1, -1, -2, -2]

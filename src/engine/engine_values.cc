@@ -281,8 +281,11 @@ bool ExpiryConditionHolds(ExpiryCondition c, uint64_t current, uint64_t wanted) 
   return false;
 }
 
-// Engine::ValueTtlMillis (ContainsValue's too, which is const).
-StatusOr<int64_t> TtlMillis(EngineImpl& impl, std::string_view name) {
+// Engine::ValueTtlMillis (ContainsValue's too, which is const), or with
+// `absolute` Engine::ValueExpiresAtMillis: the time left, or the Unix ms of the
+// deadline, read at the same clock reading that decides the key has not expired.
+StatusOr<int64_t> TtlMillis(EngineImpl& impl, std::string_view name,
+                            bool absolute = false) {
   PKV_RETURN_IF_ERROR(impl.CheckOpen());
   PKV_ASSIGN_OR_RETURN(TierStack * stack, impl.Values());
   MutexLock lock(&StripeOf(impl, internal::ValueKey(name)));
@@ -292,6 +295,7 @@ StatusOr<int64_t> TtlMillis(EngineImpl& impl, std::string_view name) {
     PKV_RETURN_IF_ERROR(RemoveBoth(impl, *stack, name, KvRemoveReason::kExpired));
   if (!p.present) return int64_t{-2};
   if (p.expires_at_ms == 0) return int64_t{-1};
+  if (absolute) return static_cast<int64_t>(p.expires_at_ms);
   return static_cast<int64_t>(p.expires_at_ms - now_ms);
 }
 
@@ -424,6 +428,10 @@ bool Engine::ContainsValue(std::string_view key) const {
 
 StatusOr<int64_t> Engine::ValueTtlMillis(std::string_view key) {
   return TtlMillis(*impl_, key);
+}
+
+StatusOr<int64_t> Engine::ValueExpiresAtMillis(std::string_view key) {
+  return TtlMillis(*impl_, key, /*absolute=*/true);
 }
 
 StatusOr<bool> Engine::SetValueExpiry(std::string_view key, uint64_t expires_at_unix_ms,

@@ -146,6 +146,8 @@ const std::vector<CommandSpec>& Dispatcher::Table() {
       {"keys", 2, false, false, 0, 0, 0, CmdKeys},
       {"ttl", 2, false, false, 1, 1, 1, CmdTtl},
       {"pttl", 2, false, false, 1, 1, 1, CmdTtl},
+      {"expiretime", 2, false, false, 1, 1, 1, CmdExpireTime},
+      {"pexpiretime", 2, false, false, 1, 1, 1, CmdExpireTime},
       {"persist", 2, false, true, 1, 1, 1, CmdPersist},
       {"type", 2, false, false, 1, 1, 1, CmdType},
       {"expire", -3, false, true, 1, 1, 1, CmdExpire},

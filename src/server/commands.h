@@ -211,6 +211,7 @@ void CmdFlushdb(CommandContext& ctx);
 void CmdScan(CommandContext& ctx);
 void CmdKeys(CommandContext& ctx);
 void CmdTtl(CommandContext& ctx);
+void CmdExpireTime(CommandContext& ctx);
 void CmdPersist(CommandContext& ctx);
 void CmdType(CommandContext& ctx);
 void CmdExpire(CommandContext& ctx);

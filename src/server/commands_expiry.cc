@@ -1,8 +1,8 @@
 // Expiry on raw keys: SET with its options (NX, XX, GET, EX, PX, EXAT, PXAT,
 // KEEPTTL), EXPIRE / PEXPIRE / EXPIREAT / PEXPIREAT with NX, XX, GT, LT,
-// TTL / PTTL and PERSIST. The engine keeps the expiry with the value
-// (Engine::SetValue, SetValueExpiry) in Unix milliseconds of its clock; the
-// replies and error texts are Redis 7's (docs/protocol.md, "Expiry").
+// TTL / PTTL, EXPIRETIME / PEXPIRETIME and PERSIST. The engine keeps the expiry with the
+// value (Engine::SetValue, SetValueExpiry) in Unix milliseconds of its clock; the replies
+// and error texts are Redis 7's (docs/protocol.md, "Expiry").
 #include <limits>
 
 #include "commands.h"
@@ -159,6 +159,16 @@ void CmdExpire(CommandContext& ctx) {
 // TTL: seconds left (rounded), PTTL: milliseconds; -1 without expiry, -2 for
 // an absent (or expired) key.
 void CmdTtl(CommandContext& ctx) { ReplyTtl(ctx, Lower(ctx.arg(0)) == "pttl"); }
+
+// EXPIRETIME: the Unix time in seconds (rounded, as Redis 7 rounds it) at which
+// the key expires, PEXPIRETIME in milliseconds; -1 without expiry, -2 for an
+// absent (or expired) key.
+void CmdExpireTime(CommandContext& ctx) {
+  StatusOr<int64_t> at = ctx.dispatcher.engine()->ValueExpiresAtMillis(ctx.arg(1));
+  if (!at.ok()) return ReplyStatus(at.status(), ctx.out);
+  const bool millis = Lower(ctx.arg(0)) == "pexpiretime";
+  ctx.out->Integer(millis || *at < 0 ? *at : (*at + 500) / 1000);
+}
 
 // PERSIST: 1 when it removed an expiry, 0 otherwise.
 void CmdPersist(CommandContext& ctx) {

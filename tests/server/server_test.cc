@@ -474,6 +474,33 @@ TEST_F(ServerTest, ExpiresAtTheMostNegativeMillisecondsAsRedisDoes) {
   EXPECT_EQ(c->Call({"EXISTS", "k"}).integer, 0);
 }
 
+// EXPIRETIME / PEXPIRETIME (Redis 7): the key's deadline as a Unix time,
+// seconds rounded as Redis rounds them (redis-server 7.0.15: PXAT
+// 99999999999500 gives 100000000000, ...499 gives 99999999999); -1 without
+// expiry, -2 missing or expired.
+TEST_F(ServerTest, ExpireTimeAnswersTheDeadlineAsRedisDoes) {
+  FakeClock& clock = FakeUnixClock();
+  engine_options_.clock = &clock;
+  StartServer();
+  auto c = Connect();
+  const uint64_t now_ms = clock.UnixMillis();
+  const uint64_t at_ms = now_ms + 10'500;
+  ASSERT_EQ(c->Call({"SET", "k", "v", "PXAT", std::to_string(at_ms)}).str, "OK");
+  ASSERT_EQ(c->Call({"SET", "j", "v", "PXAT", std::to_string(at_ms - 1)}).str, "OK");
+  ASSERT_EQ(c->Call({"SET", "forever", "v"}).str, "OK");
+  clock.AdvanceMillis(3000);  // the deadline, not the time left
+  EXPECT_EQ(c->Call({"PEXPIRETIME", "k"}).integer, static_cast<int64_t>(at_ms));
+  EXPECT_EQ(c->Call({"EXPIRETIME", "k"}).integer, static_cast<int64_t>(at_ms / 1000 + 1));
+  EXPECT_EQ(c->Call({"EXPIRETIME", "j"}).integer, static_cast<int64_t>(at_ms / 1000));
+  EXPECT_EQ(c->Call({"expiretime", "forever"}).integer, -1);
+  EXPECT_EQ(c->Call({"PEXPIRETIME", "forever"}).integer, -1);
+  EXPECT_EQ(c->Call({"EXPIRETIME", "missing"}).integer, -2);
+  EXPECT_EQ(c->Call({"EXPIRETIME"}).str,
+            "ERR wrong number of arguments for 'expiretime' command");
+  clock.AdvanceMillis(7500);
+  EXPECT_EQ(c->Call({"PEXPIRETIME", "k"}).integer, -2);
+}
+
 // SET's options: NX, XX, GET, KEEPTTL, EX / PX / EXAT / PXAT, with Redis'
 // replies and errors.
 TEST_F(ServerTest, TakesSetsOptionsAsRedisDoes) {
