@@ -434,3 +434,20 @@ def test_expiretime_and_pexpiretime(both):
 
     got = same_on_both(both, run)
     assert got[:7] == [at_ms // 1000 + 1, at_ms, at_ms // 1000, -1, -1, -2, -2]
+
+
+def test_total_commands_processed_counts_as_redis_counts(both):
+    """INFO's total_commands_processed counts the commands that ran (EXEC and
+    the commands it ran, an aborted EXEC, a failed call), not those refused
+    before running (unknown, wrong arity) nor those MULTI only queued."""
+    def run(c):
+        before = c.info("stats")["total_commands_processed"]
+        for cmd in [("NOSUCH",), ("GET",), ("GET", "a", "b"), ("SET", "k", "v", "PX", "01"),
+                    ("GET", "k")]:
+            outcome(lambda: c.execute_command(*cmd))
+        p = c.pipeline()
+        p.set("x", 1).get("x").execute()
+        c.pipeline(transaction=False).get("x").execute()
+        return c.info("stats")["total_commands_processed"] - before
+
+    assert same_on_both(both, run) == 8  # INFO, SET, GET, MULTI, EXEC, SET, GET, GET

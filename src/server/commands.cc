@@ -81,6 +81,20 @@ AuthOutcome CheckPassword(CommandContext& ctx, std::string_view user,
   return AuthOutcome::kWrong;
 }
 
+// Adds one to a counter (if any) when it goes out of scope.
+class CountOnExit {
+ public:
+  explicit CountOnExit(std::atomic<uint64_t>* counter) : counter_(counter) {}
+  CountOnExit(const CountOnExit&) = delete;
+  CountOnExit& operator=(const CountOnExit&) = delete;
+  ~CountOnExit() {
+    if (counter_ != nullptr) counter_->fetch_add(1, std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<uint64_t>* counter_;
+};
+
 void ReplyCommandSpec(const CommandSpec& spec, ReplyBuffer* out) {
   out->ArrayHeader(6);
   out->Bulk(spec.name);
@@ -252,6 +266,9 @@ void Dispatcher::Dispatch(const RespArgs& args, ClientState* client,
 void Dispatcher::Run(const CommandSpec& spec, const RespArgs& args, ClientState* client,
                      ReplyBuffer* out) const {
   CommandContext ctx{*this, args, client, out};
+  // Once the handler is done, as Redis counts (INFO does not count itself), or
+  // left by an exception (a command refused for want of memory counts too).
+  CountOnExit processed(config_.commands_processed);
   CommandStatsRecorder* stats = config_.command_stats;
   if (stats == nullptr) return spec.handler(ctx);
   const size_t index = static_cast<size_t>(&spec - Table().data());

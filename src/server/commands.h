@@ -93,6 +93,11 @@ struct DispatcherConfig {
   // Argument bytes one transaction (MULTI) may queue; past it the command is
   // refused and EXEC answers -EXECABORT.
   size_t max_multi_bytes = size_t{512} << 20;
+  // INFO's total_commands_processed, counted as Redis 7 counts it: every command
+  // that runs (inside EXEC too, and EXEC itself), not one refused before it
+  // runs (unknown, wrong arity, NOAUTH, NOPERM) nor one only queued by MULTI;
+  // null: not counted.
+  std::atomic<uint64_t>* commands_processed = nullptr;
 };
 
 class Dispatcher;

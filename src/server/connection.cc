@@ -314,7 +314,6 @@ void Connection::Execute() {
     env_->counters->out_of_memory.fetch_add(1, std::memory_order_relaxed);
     client_.close_requested = true;
   }
-  env_->counters->total_commands_processed.fetch_add(1, std::memory_order_relaxed);
   if (client_.block.has_value()) {
     const BlockedRead read = *client_.block;
     client_.block.reset();

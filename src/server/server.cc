@@ -161,7 +161,8 @@ internal::ServerImpl::ServerImpl(ServerOptions options, Engine* engine)
               options_.requirepass, options_.admin_pass, options_.max_auth_failures,
               auth_throttle_.get(), options_.max_models,
               [this](const auto& wanted, std::string* out) { AppendInfo(wanted, out); },
-              &command_stats_, clock_, options_.max_request_bytes}) {
+              &command_stats_, clock_, options_.max_request_bytes,
+              &counters_.total_commands_processed}) {
   env_.dispatcher = &dispatcher_;
   env_.options = &options_;
   env_.clock = clock_;

@@ -66,6 +66,19 @@ TEST_F(ServerCommandStatsTest, CountsCallsFailuresAndRejectionsAsRedisDoes) {
   // INFO counts once it has run.
   EXPECT_EQ(CommandLines(c->Call({"INFO", "commandstats"}).str).at("info"),
             "calls=1,usec=0,usec_per_call=0.00,rejected_calls=0,failed_calls=0");
+  // total_commands_processed as Redis 7.0.15 counts it: the calls that ran
+  // (four, and the two INFOs before this one), not the refused or unknown.
+  EXPECT_EQ(server_->stats().total_commands_processed, 6u);
+  // A command MULTI only queued is not processed; the EXEC and what it ran
+  // are, an aborted EXEC too (MULTI + EXEC + GET, then MULTI + EXEC).
+  EXPECT_EQ(c->Call({"MULTI"}).str, "OK");
+  EXPECT_EQ(c->Call({"GET", "k"}).str, "QUEUED");
+  EXPECT_EQ(c->Call({"EXEC"}).elems.size(), 1u);
+  EXPECT_EQ(c->Call({"MULTI"}).str, "OK");
+  EXPECT_TRUE(c->Call({"NOSUCH"}).IsError());
+  EXPECT_EQ(c->Call({"GET", "k"}).str, "QUEUED");
+  EXPECT_TRUE(c->Call({"EXEC"}).IsError());
+  EXPECT_EQ(server_->stats().total_commands_processed, 11u);
 }
 
 // As in Redis (7.0.15 checked by hand): EXEC answers an array whatever its
