@@ -27,9 +27,11 @@ bool ParseKey(CommandContext& ctx, size_t i, BlockKey* key) {
   return true;
 }
 
+// Read as Redis reads an integer argument (ParseRedisInteger): "016" or "+16"
+// is not 16.
 bool ParseBlockTokens(CommandContext& ctx, size_t i, uint32_t* block_tokens) {
   int64_t n = 0;
-  if (!ParseRespLength(ctx.arg(i), &n) || n <= 0 || n > kMaxBlockTokens) {
+  if (!ParseRedisInteger(ctx.arg(i), &n) || n <= 0 || n > kMaxBlockTokens) {
     ctx.out->Error("ERR block_tokens must be an integer in [1, 4194304]");
     return false;
   }

@@ -331,7 +331,9 @@ void CmdPkvSnapshot(CommandContext& ctx) {
   const bool paged = ctx.args.size() > 1;
   uint64_t cursor = 0;
   size_t count = kDefaultCount;
-  if (paged && !ParseU64(ctx.arg(1), &cursor)) {
+  // A cursor is one this command answered: decimal without a sign or a
+  // leading zero, as Redis's integers ("007" is not 7).
+  if (paged && (!ParseU64(ctx.arg(1), &cursor) || std::to_string(cursor) != ctx.arg(1))) {
     return ctx.out->Error("ERR invalid cursor");
   }
   for (size_t i = 2; i < ctx.args.size(); i += 2) {

@@ -92,8 +92,12 @@ TEST_F(ServerPkvTest, RegisterRejectsABadSpec) {
   EXPECT_EQ(c_->Call({"PKV.REGISTER", "m", "4", "float99", "KVCache"})
                 .str.rfind("ERR invalid dtype", 0),
             0u);
-  EXPECT_EQ(c_->Call({"PKV.REGISTER", "m", "0", "float32", "KVCache"}).str,
-            "ERR block_tokens must be an integer in [1, 4194304]");
+  // As Redis reads integers: a leading zero or sign, a space or junk is not one.
+  for (const char* n : {"0", "04", "+4", "-0", " 4", "4 ", "4x", ""}) {
+    EXPECT_EQ(c_->Call({"PKV.REGISTER", "m", n, "float32", "KVCache"}).str,
+              "ERR block_tokens must be an integer in [1, 4194304]")
+        << n;
+  }
   EXPECT_EQ(c_->Call({"PKV.REGISTER", "m", "4", "float32", "KVCache,Nope"})
                 .str.rfind("ERR invalid model spec", 0),
             0u);
@@ -334,6 +338,8 @@ TEST_F(ServerPkvTest, ARawKeyCannotTakeTheKeyOfABlock) {
       c_->Call({"PKV.MATCH", root.ToHex(), "4", TokenBlob(tokens)}).elems[0].integer, 1);
 }
 
+// PKV.MATCH's block_tokens and PKV.SNAPSHOT's cursor are read as Redis reads
+// integers: "04" and "+4" are not 4, "00" is no cursor.
 TEST_F(ServerPkvTest, MatchChecksItsArgumentsAgainstTheNamespace) {
   const std::string root = c_->Call(RegisterArgs(KvOnlySpec())).str;
   EXPECT_EQ(c_->Call({"PKV.MATCH", root, "8", ""}).str,
@@ -341,6 +347,13 @@ TEST_F(ServerPkvTest, MatchChecksItsArgumentsAgainstTheNamespace) {
   EXPECT_TRUE(c_->Call({"PKV.MATCH", "zz", "4", ""}).IsError());
   EXPECT_TRUE(c_->Call({"PKV.MATCH", root, "0", ""}).IsError());
   EXPECT_TRUE(c_->Call({"PKV.MATCH", root, "-4", ""}).IsError());
+  EXPECT_TRUE(c_->Call({"PKV.MATCH", root, "04", ""}).IsError());
+  EXPECT_TRUE(c_->Call({"PKV.MATCH", root, "+4", ""}).IsError());
+  EXPECT_EQ(c_->Call({"PKV.SNAPSHOT", "00"}).str, "ERR invalid cursor");
+  EXPECT_EQ(c_->Call({"PKV.SNAPSHOT", "+0"}).str, "ERR invalid cursor");
+  EXPECT_EQ(c_->Call({"PKV.SNAPSHOT", "0", "COUNT", "01"}).str,
+            "ERR value is not an integer or out of range");
+  EXPECT_EQ(c_->Call({"PKV.SNAPSHOT", "0"}).elems.size(), 8u);
   EXPECT_TRUE(c_->Call({"PKV.MATCH", root, "4", "abc"}).IsError());
   EXPECT_TRUE(c_->Call({"PKV.GET", root, "0123"}).IsError());
   EXPECT_EQ(c_->Call({"PKV.MATCH", root, "4", ""}).elems[0].integer, 0);
