@@ -413,10 +413,16 @@ void CmdSelect(CommandContext& ctx) {
   if (ctx.arg(1) == "0") return ctx.out->Simple("OK");
   const std::string_view index = ctx.arg(1);
   int64_t number = 0;
-  const bool integer = ParseRedisInteger(index, &number);
-  // Redis's replies: a number other than 0 names a database this server does not have.
-  ctx.out->Error(integer ? "ERR DB index is out of range"
-                         : "ERR value is not an integer or out of range");
+  if (!ParseRedisInteger(index, &number)) {
+    return ctx.out->Error("ERR value is not an integer or out of range");
+  }
+  // Redis reads the index as an int (getIntFromObjectOrReply) first.
+  if (number < INT32_MIN || number > INT32_MAX) {
+    return ctx.out->Error(
+        "ERR value is out of range, value must between -2147483648 and 2147483647");
+  }
+  // Redis's reply: a number other than 0 names a database this server does not have.
+  ctx.out->Error("ERR DB index is out of range");
 }
 
 void CmdCommand(CommandContext& ctx) {

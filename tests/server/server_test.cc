@@ -847,6 +847,13 @@ TEST_F(ServerTest, DescribesItsCommandsForRedisCli) {
   EXPECT_EQ(c->Call({"SELECT", "0"}).str, "OK");
   EXPECT_EQ(c->Call({"SELECT", "1"}).str, "ERR DB index is out of range");
   EXPECT_EQ(c->Call({"SELECT", "-3"}).str, "ERR DB index is out of range");
+  // Past an int, Redis's own text (redis-server 7.0.15).
+  EXPECT_EQ(c->Call({"SELECT", "-2147483648"}).str, "ERR DB index is out of range");
+  for (const char* n : {"2147483648", "-2147483649", "9223372036854775807"}) {
+    EXPECT_EQ(c->Call({"SELECT", n}).str,
+              "ERR value is out of range, value must between -2147483648 and 2147483647")
+        << n;
+  }
   EXPECT_EQ(c->Call({"SELECT", "abc"}).str,
             "ERR value is not an integer or out of range");
   EXPECT_EQ(c->Call({"SELECT", "-"}).str, "ERR value is not an integer or out of range");
