@@ -595,6 +595,10 @@ TEST_F(EngineTest, ValuesExpireOnTheEngineClockAcrossARestart) {
   EXPECT_FALSE(e->ContainsValue("short"));
   EXPECT_EQ(e->ValueTtlMillis("short").value(), -2);
   EXPECT_EQ(e->ValueTtlMillis("long").value(), 9000);
+  // The deadline itself (PEXPIRETIME), as stored.
+  EXPECT_EQ(e->ValueExpiresAtMillis("long").value(), static_cast<int64_t>(t0 + 10000));
+  EXPECT_EQ(e->ValueExpiresAtMillis("forever").value(), -1);
+  EXPECT_EQ(e->ValueExpiresAtMillis("short").value(), -2);
   EXPECT_EQ(e->GetValue("long").value().view(), "l");
   EXPECT_EQ(e->ValueTtlMillis("forever").value(), -1);
   // PERSIST, then an expiry in the past (removes it), then KEEPTTL.
