@@ -451,3 +451,15 @@ def test_total_commands_processed_counts_as_redis_counts(both):
         return c.info("stats")["total_commands_processed"] - before
 
     assert same_on_both(both, run) == 8  # INFO, SET, GET, MULTI, EXEC, SET, GET, GET
+
+
+def test_the_empty_name_under_patterns_of_stars(both):
+    """Redis's glob never matches the empty name but with "" or "*" alone (KEYS
+    and SCAN take "*" as every key): "**" lists only the others."""
+    def run(c):
+        c.mset({"": "1", "a": "2"})
+        return [(sorted(c.keys(p)), sorted(c.scan(0, match=p, count=100)[1]))
+                for p in ["*", "**", "***", "", "?*"]]
+
+    got = same_on_both(both, run)
+    assert got[1] == ([b"a"], [b"a"]) and got[0] == ([b"", b"a"], [b"", b"a"])

@@ -75,6 +75,10 @@ bool Match(std::string_view p, std::string_view s, bool* skip_longer, int nestin
 }  // namespace
 
 bool GlobMatch(std::string_view pattern, std::string_view text) {
+  // Redis's stringmatchlen never enters its loop for an empty text, so only
+  // the empty pattern matches it there; KEYS and SCAN take "*" alone as every
+  // key before matching. So "*" lists the empty name and "**" does not.
+  if (text.empty()) return pattern.empty() || pattern == "*";
   bool skip_longer = false;
   return Match(pattern, text, &skip_longer, 0);
 }

@@ -680,6 +680,12 @@ TEST_F(ServerTest, ScansAndListsKeysByGlob) {
 TEST(GlobMatch, MatchesAsRedisDoes) {
   using server::GlobMatch;
   EXPECT_TRUE(GlobMatch("*", ""));
+  // The empty name: "" and "*" match it, longer runs of stars do not, as
+  // redis-server 7.0.15's KEYS and SCAN MATCH answer.
+  EXPECT_TRUE(GlobMatch("", ""));
+  EXPECT_FALSE(GlobMatch("**", ""));
+  EXPECT_FALSE(GlobMatch("***", ""));
+  EXPECT_TRUE(GlobMatch("**", "a"));
   EXPECT_TRUE(GlobMatch("a*b", "ab"));
   EXPECT_TRUE(GlobMatch("a*b", "a-x-b"));
   EXPECT_FALSE(GlobMatch("a*b", "a-x-bc"));
