@@ -463,3 +463,15 @@ def test_the_empty_name_under_patterns_of_stars(both):
 
     got = same_on_both(both, run)
     assert got[1] == ([b"a"], [b"a"]) and got[0] == ([b"", b"a"], [b"", b"a"])
+
+
+def test_unknown_command_errors_list_the_arguments_as_redis_does(both):
+    """Redis lists every argument while the list is under 128 bytes (the last
+    cut to fit), each up to a NUL, CR and LF as spaces, and the name cut at 128."""
+    def run(c):
+        return [outcome(lambda: c.execute_command(*cmd)) for cmd in [
+            ("FOO", "a", "b", "c", "d", "e"), ("FOO", "x" * 200, "y"),
+            ("FOO", "x" * 120, "y" * 12, "z"), ("FOO", "\x00x", "a\r\nb"), ("N" * 200,)]]
+
+    got = same_on_both(both, run)
+    assert got[0][1].endswith("'a' 'b' 'c' 'd' 'e' ")

@@ -23,11 +23,22 @@ constexpr std::string_view kAdminOff =
 constexpr std::string_view kNoPerm =
     "NOPERM this is an admin command: AUTH admin <admin password> first";
 
+// Redis's text (processCommand): the name, then each argument quoted while
+// the list is under 128 bytes (the last cut to fit), every word read as a C
+// string (up to a NUL) and the name cut at 128 bytes; CR and LF become spaces
+// (ReplyBuffer::Error, as rejectCommandFormat).
 void UnknownCommand(const RespArgs& args, ReplyBuffer* out) {
-  std::string msg =
-      "ERR unknown command " + Quoted(args[0].view()) + ", with args beginning with: ";
-  for (size_t i = 1; i < args.size() && i < 4; ++i) msg += Quoted(args[i].view()) + " ";
-  out->Error(msg);
+  constexpr size_t kMax = 128;
+  const auto c_string = [](std::string_view s) { return s.substr(0, s.find('\0')); };
+  std::string list;
+  for (size_t i = 1; i < args.size() && list.size() < kMax; ++i) {
+    list += '\'';
+    list += c_string(args[i].view()).substr(0, kMax - list.size() + 1);
+    list += "' ";
+  }
+  out->Error("ERR unknown command '" +
+             std::string(c_string(args[0].view()).substr(0, kMax)) +
+             "', with args beginning with: " + list);
 }
 
 // A failed or refused AUTH counts; the max_auth_failures-th closes the

@@ -134,6 +134,18 @@ TEST_F(ServerTest, ReportsWrongArityAndUnknownCommands) {
   EXPECT_EQ(c->Call({"SET", "a", "1", "EXX", "10"}).str, "ERR syntax error");
   EXPECT_EQ(c->Call({"NOSUCH"}).str,
             "ERR unknown command 'NOSUCH', with args beginning with: ");
+  // Redis's list (redis-server 7.0.15): every argument while under 128 bytes,
+  // the last cut to fit, each up to a NUL, CR and LF as spaces.
+  EXPECT_EQ(c->Call({"FOO", "a", "b", "c", "d", "e"}).str,
+            "ERR unknown command 'FOO', with args beginning with: 'a' 'b' 'c' 'd' 'e' ");
+  EXPECT_EQ(c->Call({"FOO", std::string(120, 'x'), "yyyyyyyyyyyy", "z"}).str,
+            "ERR unknown command 'FOO', with args beginning with: '" +
+                std::string(120, 'x') + "' 'yyyyy' ");
+  EXPECT_EQ(c->Call({"FOO", std::string("\0x", 2), "a\r\nb"}).str,
+            "ERR unknown command 'FOO', with args beginning with: '' 'a  b' ");
+  EXPECT_EQ(
+      c->Call({std::string(200, 'N')}).str,
+      "ERR unknown command '" + std::string(128, 'N') + "', with args beginning with: ");
   EXPECT_EQ(c->Call({"PING"}).str, "PONG");  // the connection is still usable
 }
 
