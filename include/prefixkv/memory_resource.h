@@ -61,7 +61,8 @@ class MemoryResource {
   virtual ~MemoryResource() = default;
 
   // `bytes` (> 0) bytes aligned to `alignment` (a power of two, <= 4096),
-  // uninitialised, inside one region; null when no memory is left.
+  // uninitialised, inside one region; null when no memory is left (or
+  // `bytes` is more than the address space could map).
   virtual void* Allocate(size_t bytes, size_t alignment) = 0;
   // Returns an allocation. REQUIRES: `p`, `bytes` and `alignment` as they
   // were allocated; nothing refers into it any more.

@@ -31,6 +31,7 @@
 #include <atomic>
 #include <cassert>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -71,6 +72,13 @@ size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 // The bytes an allocation occupies in its region.
 size_t Footprint(size_t bytes) { return RoundUp(bytes, kGranule) + kRedZone; }
+
+// Whether an allocation of `bytes` could be mapped at all. Larger sizes
+// (half the address space: no kernel maps that) are refused before any
+// rounding, which would wrap them to a few bytes (Footprint, the region's
+// size, the mapping's alignment slack): a region in use then handed out a
+// pointer for them, and an empty arena divided by zero sizing the region.
+bool Mappable(size_t bytes) { return bytes <= std::numeric_limits<size_t>::max() / 2; }
 
 // Every free range of every region, by length then address: allocation is
 // best-fit over all regions at once.
@@ -191,8 +199,8 @@ class Arena final : public MemoryResource {
   }
 
   void* Allocate(size_t bytes, size_t alignment) override {
-    if (bytes == 0 || alignment == 0 || (alignment & (alignment - 1)) != 0 ||
-        alignment > 4096) {
+    if (bytes == 0 || !Mappable(bytes) || alignment == 0 ||
+        (alignment & (alignment - 1)) != 0 || alignment > 4096) {
       return nullptr;
     }
     alignment = std::max(alignment, kGranule);

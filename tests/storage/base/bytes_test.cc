@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -553,6 +554,33 @@ TEST(ArenaMemoryResource, PrefaultedRegionsAreMappedAndReportedUpFront) {
   const SharedBytes b = SharedBytes::AllocateIn(arena, 1 << 20, 1 << 20, 4096, &out);
   ASSERT_NE(out, nullptr);
   EXPECT_EQ(log.mapped.size(), 2u) << "no new region";
+}
+
+// A size whose footprint or region would pass 2^64 bytes is more than any
+// arena holds: null, as for memory the kernel refuses. (Rounded up, such a
+// size wrapped to a few bytes: a region in use handed out a pointer for it,
+// and an arena without one divided by zero sizing its region.)
+TEST(ArenaMemoryResource, ASizeNoRegionCanHoldIsRefused) {
+  constexpr size_t kMax = std::numeric_limits<size_t>::max();
+  for (const bool in_use : {true, false}) {
+    SCOPED_TRACE(in_use ? "an arena with a region in use" : "an empty arena");
+    RegionLog log;
+    std::shared_ptr<MemoryResource> arena = NewArenaMemoryResource(SmallArena(&log));
+    uint8_t* out = nullptr;
+    SharedBytes small;
+    if (in_use) small = SharedBytes::AllocateIn(arena, 100, 100, 64, &out);
+    for (const size_t bytes : {kMax, kMax - 10, kMax - (size_t{1} << 20)}) {
+      EXPECT_EQ(arena->Allocate(bytes, 64), nullptr) << bytes;
+      EXPECT_EQ(arena->Allocate(bytes, 4096), nullptr) << bytes;
+    }
+    EXPECT_EQ(SharedBytes::AllocateIn(arena, kMax - 10, kMax - 10, 64, &out).data(),
+              nullptr);
+    // The arena is as it was.
+    EXPECT_EQ(arena->Regions().size(), in_use ? 1u : 0u);
+    const SharedBytes after = SharedBytes::AllocateIn(arena, 100, 100, 64, &out);
+    ASSERT_NE(after.data(), nullptr);
+    EXPECT_TRUE(Inside(arena->Regions()[0], after));
+  }
 }
 
 #if defined(__SANITIZE_ADDRESS__)
