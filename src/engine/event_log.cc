@@ -12,6 +12,7 @@
 #include "event_log.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace prefixkv::internal {
 namespace {
@@ -26,6 +27,19 @@ KvSnapshotBlock BlockOf(const KvEvent& e) {
           .parent = e.parent,
           .owner = e.owner,
           .bytes = e.bytes};
+}
+
+// The oldest last event time a segment may have to be kept: a retention
+// beyond the clock's reach (serve --event-retention-ms 18446744073709551615,
+// "keep by bytes only") keeps every age. Cast to int64 such a retention was
+// negative, so `oldest` lay in the future and each append dropped every
+// segment but the one being written.
+int64_t OldestKeptUnixMs(int64_t now_unix_ms, uint64_t retention_ms) {
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  if (retention_ms > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+      now_unix_ms < kMin + static_cast<int64_t>(retention_ms))
+    return kMin;
+  return now_unix_ms - static_cast<int64_t>(retention_ms);
 }
 
 }  // namespace
@@ -489,7 +503,7 @@ void EventLog::Apply(const KvEvent& e) {
 }
 
 void EventLog::Trim(int64_t now_unix_ms) {
-  const int64_t oldest = now_unix_ms - static_cast<int64_t>(options_.retention_ms);
+  const int64_t oldest = OldestKeptUnixMs(now_unix_ms, options_.retention_ms);
   while (segments_.size() > 1 &&
          (bytes_ > options_.retention_bytes || segments_.front().last_unix_ms < oldest)) {
     Segment& s = segments_.front();

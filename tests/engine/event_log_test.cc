@@ -380,6 +380,26 @@ TEST_F(EventLogTest, RetentionByAgeFollowsTheClock) {
   EXPECT_EQ(s.head_seq, 201u);
 }
 
+// A retention of 2^64 - 1 ms (serve --event-retention-ms 18446744073709551615:
+// keep by bytes only) was cast to a negative int64, so every append dropped
+// all segments but the one being written, as if each event were too old.
+TEST_F(EventLogTest, ARetentionBeyondTheClocksReachKeepsEveryAge) {
+  for (const uint64_t retention_ms : {UINT64_MAX, uint64_t{1} << 63}) {
+    EventLogOptions o = Options();
+    o.dir += "-" + std::to_string(retention_ms);  // a new log for each
+    o.retention_ms = retention_ms;
+    o.segment_bytes = 4 << 10;
+    auto log = OpenLog(o);
+    for (uint64_t k = 1; k <= 200; ++k) Append(*log, Stored(k));
+    clock_.AdvanceMillis(60'001);
+    Append(*log, Stored(201));
+    const KvEventLogStats s = log->Stats();
+    EXPECT_EQ(s.first_seq, 1u) << "retention_ms " << retention_ms;
+    EXPECT_EQ(s.events, 201u) << "retention_ms " << retention_ms;
+    ASSERT_OK(log->Close());
+  }
+}
+
 TEST_F(EventLogTest, ReaderAheadOfTheHeadMustResnapshot) {
   auto log = OpenLog(Options());
   Append(*log, Stored(1));
