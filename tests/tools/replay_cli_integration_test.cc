@@ -61,15 +61,20 @@ TEST(AdviseCli, EstimatesEveryHotSizeAndChecksItAgainstAReplay) {
   EXPECT_LT(std::stod(run.output.substr(at + 19)), 0.02) << run.output;
 }
 
+// A trace of two requests of the same two 512-token blocks.
+void WriteTwoRequestsOfTwoBlocks(const std::string& trace) {
+  std::ofstream(trace) << R"({"input_length": 1024, "hash_ids": [1, 2]})"
+                       << "\n"
+                       << R"({"input_length": 1024, "hash_ids": [1, 2]})"
+                       << "\n";
+}
+
 // advise --svg titles the plot with the trace's file name: one with '&' or
 // '<' was written into the SVG as it is, an XML error in any viewer.
 TEST(AdviseCli, TheSvgTitleEscapesTheTracesName) {
   testing::TempDir dir;
   const std::string trace = dir.str() + "/a&b<c.jsonl";
-  std::ofstream(trace) << R"({"input_length": 1024, "hash_ids": [1, 2]})"
-                       << "\n"
-                       << R"({"input_length": 1024, "hash_ids": [1, 2]})"
-                       << "\n";
+  WriteTwoRequestsOfTwoBlocks(trace);
   const std::string svg = dir.str() + "/curves.svg";
   const testing::CliRun run =
       testing::RunCli("advise '" + trace + "' --hot-capacity-tokens 1024 --svg " + svg);
@@ -80,6 +85,32 @@ TEST(AdviseCli, TheSvgTitleEscapesTheTracesName) {
   EXPECT_NE(text.find(">token hit ratio: a&amp;b&lt;c.jsonl</text>"), std::string::npos)
       << text;
   EXPECT_EQ(text.find("a&b"), std::string::npos) << text;
+}
+
+// advise --check with a hot tier under four blocks: its 0.25x point holds no
+// block and was replayed over two tiers that were both off, so the whole
+// check failed ('both tiers are off', exit 1) where advise alone printed the
+// table; such a point now replays as what it is, a cache that hits nothing.
+TEST(AdviseCli, CheckReplaysAHotPointBelowOneBlockAsNoHits) {
+  testing::TempDir dir;
+  const std::string trace = dir.str() + "/t.jsonl";
+  WriteTwoRequestsOfTwoBlocks(trace);
+  const testing::CliRun run = testing::RunCli("advise " + trace +
+                                              " --hot-capacity-tokens 1024 --check"
+                                              " --data-dir " +
+                                              dir.str() + " --json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  // Each point's JSON from its capacity on: 0.25x hits nothing, 1x (two
+  // blocks) holds both, so the second request hits them.
+  const auto point = [&](const std::string& capacity) {
+    const size_t at = run.output.find("\"capacity_tokens\":" + capacity + ",");
+    return at == std::string::npos ? ""
+                                   : run.output.substr(at, run.output.find('}', at) - at);
+  };
+  EXPECT_NE(point("256").find(R"("replayed_hit_ratio":0)"), std::string::npos)
+      << run.output;
+  EXPECT_NE(point("1024").find(R"("replayed_hit_ratio":0.5)"), std::string::npos)
+      << run.output;
 }
 
 TEST(ReplayCli, HintUnlikelyAfterPutsLongAnswersBlocksAsUnlikelyToBeReused) {

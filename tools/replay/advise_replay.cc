@@ -50,6 +50,13 @@ StatusOr<std::vector<double>> ReplayPoints(const std::vector<TraceRequest>& requ
     c.block_tokens = config.block_tokens;
     c.bytes_per_token = config.bytes_per_token;
     const bool ssd = p.tier == "ssd";
+    // A hot point below one block (0.25x of a hot tier under 4 blocks) is a
+    // cache of nothing, which hits nothing: opened, its tiers were both off
+    // and the whole --check failed ('both tiers are off', exit 1).
+    if (!ssd && p.capacity_bytes < config.block_tokens) {
+      ratios.push_back(0);
+      continue;
+    }
     c.hot.tokens = ssd ? config.hot_tokens : p.capacity_bytes;
     c.ssd.tokens = ssd ? p.capacity_bytes : 0;
     const fs::path dir = fs::path(ssd_dir) / ("advise-" + std::to_string(i));
