@@ -105,6 +105,26 @@ TEST(BenchPolicy, RejectsAnUnknownPolicyAndABadCapacity) {
   EXPECT_EQ(testing::RunCli("bench policy --capacities 3X").exit_code, 2);
 }
 
+// A capacity past 2^64 tokens ("999999999999G") wrapped into another one,
+// replayed and printed (exit 0); one below a block, and bench route's
+// --hot-capacity-tokens below a block, failed as 'both tiers are off' (route:
+// exit 1). Each is now a usage error naming the capacity.
+TEST(BenchPolicy, ACapacityPastTwoToTheSixtyFourOrBelowOneBlockIsAUsageError) {
+  const std::string trace = " --trace " + Trace("mooncake_synthetic_trace.jsonl");
+  for (const std::string command :
+       {"bench policy --repeats 1 --policies lru --capacities 999999999999G",
+        "bench policy --repeats 1 --policies lru --capacities 100",
+        "bench route --nodes 2 --hot-capacity-tokens 100"}) {
+    const testing::CliRun run = testing::RunCli(command + trace);
+    EXPECT_EQ(run.exit_code, 2) << command << "\n" << run.output;
+    EXPECT_EQ(run.output.find("both tiers are off"), std::string::npos) << command << "\n"
+                                                                        << run.output;
+  }
+  EXPECT_NE(testing::RunCli("bench policy --capacities 100" + trace)
+                .output.find("capacity 100 is below one block"),
+            std::string::npos);
+}
+
 // `prefixkv bench route` (docs/router.md): every router at every node count,
 // the one big node, and a bar per router and node count in the SVG.
 TEST(BenchRoute, ComparesTheRoutersWithOneBigNodeAndDrawsTheBars) {

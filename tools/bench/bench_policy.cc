@@ -11,6 +11,7 @@
 // (docs/eviction.md, "Reuse hints").
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -89,6 +90,9 @@ std::optional<uint64_t> ParseDecimal(std::string_view text) {
     if (c < '0' || c > '9') return std::nullopt;
     v = v * 10 + static_cast<uint64_t>(c - '0');
   }
+  // Twelve digits times G pass 2^64: "999999999999G" wrapped into another
+  // capacity, replayed and printed as the one asked for.
+  if (v > UINT64_MAX / mult) return std::nullopt;
   return v * mult;
 }
 
@@ -356,6 +360,11 @@ int RunPolicyBench(const std::vector<std::string>& args) {
   std::optional<uint64_t> block = ParseSize(flags.GetString("trace-block-tokens", "512"));
   if (!block || *block == 0 || *block > (1u << 22))
     return UsageError(flags, "--trace-block-tokens out of range");
+  // A capacity below one block is a hot tier of none ('both tiers are off').
+  if (caps.front() < *block)
+    return UsageError(flags, "capacity " + std::to_string(caps.front()) +
+                                 " is below one block (--trace-block-tokens " +
+                                 std::to_string(*block) + ")");
   const std::vector<std::string> policies =
       Split(flags.GetString("policies", "lru,leaf-lru,chain,chain+hint,min"));
   const std::vector<std::string> known = replay::ReplayPolicyNames();

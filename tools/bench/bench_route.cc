@@ -195,6 +195,12 @@ int RunRouteBench(const std::vector<std::string>& args) {
     return UsageError(flags,
                       "bad --event-delay-requests, --in-flight-per-node, "
                       "--trace-block-tokens or --hot-capacity-tokens");
+  // A node of no block is a hot tier of none: it failed the first replay
+  // ('both tiers are off', exit 1) after the usage checks had passed.
+  if (*hot < *block)
+    return UsageError(flags, "--hot-capacity-tokens " + std::to_string(*hot) +
+                                 " is below one block (--trace-block-tokens " +
+                                 std::to_string(*block) + ")");
   base.event_delay_requests = *delay;
   base.in_flight_per_node = *in_flight;
   base.node.block_tokens = static_cast<uint32_t>(*block);
