@@ -113,6 +113,22 @@ TEST(AdviseCli, CheckReplaysAHotPointBelowOneBlockAsNoHits) {
       << run.output;
 }
 
+// replay --policy min (one hot tier, Belady's optimum) returned before --nodes
+// and the router flags were read, so --nodes 2, --nodes abc or --router
+// prefix replayed one node and printed its figures with exit 0.
+TEST(ReplayCli, PolicyMinRefusesNodesAndARouterInsteadOfIgnoringThem) {
+  testing::TempDir dir;
+  const std::string trace = dir.str() + "/t.jsonl";
+  WriteTwoRequestsOfTwoBlocks(trace);
+  const std::string min = "replay " + trace + " --policy min --ssd-capacity-tokens 0";
+  ASSERT_EQ(testing::RunCli(min).exit_code, 0);
+  for (const char* extra :
+       {" --nodes 2", " --nodes abc", " --nodes 2 --router prefix", " --load-bound 2"}) {
+    const testing::CliRun run = testing::RunCli(min + extra);
+    EXPECT_EQ(run.exit_code, 2) << extra << "\n" << run.output;
+  }
+}
+
 TEST(ReplayCli, HintUnlikelyAfterPutsLongAnswersBlocksAsUnlikelyToBeReused) {
   const testing::CliRun run = testing::RunCli(
       "replay " + kTrace +
