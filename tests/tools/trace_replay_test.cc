@@ -509,6 +509,22 @@ TEST(TraceReader, RejectsMalformedLinesWithoutCrashing) {
   }
 }
 
+// A request key given twice: "hash_ids" twice was read as both arrays end to
+// end ([1, 2, 3] here), which no JSON reader does, and replayed as such.
+TEST(TraceReader, ARequestKeyGivenTwiceIsAnError) {
+  for (const char* line :
+       {R"({"input_length": 1024, "hash_ids": [1, 2], "hash_ids": [3]})",
+        R"({"input_length": 1, "hash_ids": [1], "input_length": 2})",
+        R"({"timestamp": 1, "hash_ids": [1], "input_length": 2,)"
+        R"( "timestamp": 1})"}) {
+    const Status s = ParseTraceLine(line).status();
+    EXPECT_TRUE(s.IsInvalidArgument()) << line;
+    EXPECT_NE(s.message().find("duplicate key"), std::string::npos) << s.ToString();
+  }
+  // Keys the reader skips may repeat.
+  EXPECT_OK(ParseTraceLine(R"({"input_length": 1, "hash_ids": [1], "x": 1, "x": 2})"));
+}
+
 TEST(TraceReader, NamesTheLineOfTheFirstBadRequest) {
   testing::TempDir dir;
   const std::string path = dir.str() + "/t.jsonl";

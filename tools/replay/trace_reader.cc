@@ -8,9 +8,15 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 namespace prefixkv::replay {
 namespace {
+
+bool IsRequestField(const std::string& key) {
+  return key == "timestamp" || key == "input_length" || key == "output_length" ||
+         key == "hash_ids";
+}
 
 class LineParser {
  public:
@@ -18,13 +24,22 @@ class LineParser {
 
   Status Parse(TraceRequest* out) {
     bool has_input = false, has_ids = false;
+    std::set<std::string> fields;  // the request's keys read so far
     Skip();
     PKV_RETURN_IF_ERROR(Expect('{'));
     Skip();
     if (Peek() == '}') return Error("empty object");
     while (true) {
       std::string key;
+      const size_t key_at = pos_;
       PKV_RETURN_IF_ERROR(String(&key));
+      // A key given twice has no one meaning: "hash_ids" twice was read as
+      // both arrays end to end (JSON readers take the last), so the replay
+      // counted blocks the request does not have and reported them as hits.
+      if (IsRequestField(key) && !fields.insert(key).second) {
+        pos_ = key_at;
+        return Error("duplicate key \"" + key + "\"");
+      }
       Skip();
       PKV_RETURN_IF_ERROR(Expect(':'));
       Skip();

@@ -22,7 +22,8 @@ struct TraceRequest {
   std::vector<uint64_t> hash_ids;  // "hash_ids": one id per prompt block (required)
 };
 
-// Parses one line. InvalidArgument naming the column for anything else.
+// Parses one line. InvalidArgument naming the column for anything else (a
+// request key given twice too).
 StatusOr<TraceRequest> ParseTraceLine(std::string_view line);
 
 // Reads a whole trace file; blank lines are skipped. An error names the file
