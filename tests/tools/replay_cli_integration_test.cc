@@ -129,6 +129,24 @@ TEST(ReplayCli, PolicyMinRefusesNodesAndARouterInsteadOfIgnoringThem) {
   }
 }
 
+// Tiers that hold no block (0, or a size in tokens below one block, both)
+// failed after reading the trace as 'both tiers are off', exit 1: a bad
+// value is a usage error (exit 2) naming the flags.
+TEST(ReplayCli, TiersThatHoldNoBlockAreAUsageError) {
+  testing::TempDir dir;
+  const std::string trace = dir.str() + "/t.jsonl";
+  WriteTwoRequestsOfTwoBlocks(trace);
+  for (const char* sizes : {" --hot-capacity-tokens 0 --ssd-capacity-tokens 0",
+                            " --hot-capacity-tokens 100 --ssd-capacity-tokens 0",
+                            " --hot-capacity-tokens 511 --ssd-capacity-tokens 100"}) {
+    const testing::CliRun run = testing::RunCli("replay " + trace + sizes);
+    EXPECT_EQ(run.exit_code, 2) << sizes << "\n" << run.output;
+    EXPECT_NE(run.output.find("both tiers hold no block"), std::string::npos)
+        << sizes << "\n"
+        << run.output;
+  }
+}
+
 TEST(ReplayCli, HintUnlikelyAfterPutsLongAnswersBlocksAsUnlikelyToBeReused) {
   const testing::CliRun run = testing::RunCli(
       "replay " + kTrace +

@@ -200,6 +200,17 @@ std::string Configure(const Flags& flags, ReplayConfig* c, std::string* policy_n
   }
   if (!ReadCapacity(flags, "hot", &c->hot, &error)) return error;
   if (!ReadCapacity(flags, "ssd", &c->ssd, &error)) return error;
+  // A size in tokens below one block holds none, as 0 does: with both tiers
+  // so, the replay failed after reading the trace ('InvalidArgument: both
+  // tiers are off', exit 1) as if the input were valid.
+  const auto holds_no_block = [&](const ReplayCapacity& t) {
+    return t.off() || (t.tokens && *t.tokens < c->block_tokens);
+  };
+  if (holds_no_block(c->hot) && holds_no_block(c->ssd)) {
+    return "both tiers hold no block: give --hot-capacity-tokens or "
+           "--ssd-capacity-tokens of at least one block (" +
+           std::to_string(c->block_tokens) + " tokens)";
+  }
   *policy_name = flags.GetString("policy", "lru");
   if (*policy_name == "min") {
     if (!c->ssd.off()) return "--policy min needs --ssd-capacity-tokens 0";
