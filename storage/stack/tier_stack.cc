@@ -183,6 +183,12 @@ void TierStack::RejectRemote(const BlockKey& key, uint64_t bytes, std::string_vi
 
 Status TierStack::Promote(const BlockMeta& meta, SharedBytes payload) {
   MutexLock lock(&StripeFor(meta.key));
+  // A copy stored here since the fetch missed it locally is this node's
+  // newer one: a Store's tip with its window/recurrent state, where the
+  // cluster may hold another node's interior copy (a placeholder). Replacing
+  // it lost an acknowledged tip's state.
+  if (ssd_ != nullptr) WaitForWriteBelow(meta.key);  // a copy being evicted lands first
+  if (Locate(meta.key) != TierLevel::kNone) return Status::OK();
   return PutLocked(meta, std::move(payload));
 }
 

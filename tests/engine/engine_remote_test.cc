@@ -46,17 +46,23 @@ class EngineRemoteTest : public ::testing::Test {
     return e.ok() ? std::move(e).value() : nullptr;
   }
 
-  // Nodes "a" and "b" on the remote store, a model with partial tails on
-  // each; `tokens` stored on A and flushed to the store; B in node_b_.
-  void StoreOnNodeA(const std::vector<int32_t>& tokens) {
-    ModelOptions tail;
-    tail.store_partial_tail = true;
+  // Nodes "a" and "b" on the remote store (writing every block), `spec`
+  // registered on each, in node_a_ and node_b_.
+  void OpenNodes(const NamespaceSpec& spec, const ModelOptions& options = {}) {
     node_a_.first = Open(Node("a", RemoteWriteMode::kAlways));
     node_b_.first = Open(Node("b", RemoteWriteMode::kAlways));
     ASSERT_NE(node_a_.first, nullptr);
     ASSERT_NE(node_b_.first, nullptr);
-    ASSERT_OK_AND_ASSIGN(node_a_.second, node_a_.first->RegisterModel(KvSpec(), tail));
-    ASSERT_OK_AND_ASSIGN(node_b_.second, node_b_.first->RegisterModel(KvSpec(), tail));
+    ASSERT_OK_AND_ASSIGN(node_a_.second, node_a_.first->RegisterModel(spec, options));
+    ASSERT_OK_AND_ASSIGN(node_b_.second, node_b_.first->RegisterModel(spec, options));
+  }
+
+  // OpenNodes with a model with partial tails; `tokens` stored on A and
+  // flushed to the store.
+  void StoreOnNodeA(const std::vector<int32_t>& tokens) {
+    ModelOptions tail;
+    tail.store_partial_tail = true;
+    ASSERT_NO_FATAL_FAILURE(OpenNodes(KvSpec(), tail));
     ASSERT_OK(
         node_a_.first->Store(node_a_.second, tokens, KvLayers(2, tokens.size(), rng_))
             .status());
@@ -71,13 +77,29 @@ class EngineRemoteTest : public ::testing::Test {
   std::pair<std::unique_ptr<Engine>, Namespace> node_a_, node_b_;
 };
 
+// A sliding-window model: a KVCache layer and a rotating window of 4
+// positions (its state valid only at the tip, docs/prefix_cache.md).
+NamespaceSpec WindowSpec() {
+  NamespaceSpec spec = KvSpec("window-model");
+  spec.layer_types = {"KVCache", "RotatingKVCache"};
+  return spec;
+}
+
+// Its layers after `tokens` positions: random KV rows and a random window.
+std::vector<LayerState> WindowLayers(int64_t tokens, std::mt19937_64& rng) {
+  std::vector<LayerState> layers = KvLayers(2, tokens, rng);
+  LayerState& window = layers[1];
+  window.cache_type = "RotatingKVCache";
+  window.meta = RotatingMeta{0, 4, tokens, tokens % 4}.ToStrings();
+  for (Tensor& t : window.tensors)
+    t = testing::RandomTensor(rng, DType::kFloat32, {1, 2, 4, 8});
+  return layers;
+}
+
 TEST_F(EngineRemoteTest, NodeBRestoresWhatNodeAStoredByteForByte) {
-  auto a = Open(Node("a", RemoteWriteMode::kAlways));
-  auto b = Open(Node("b", RemoteWriteMode::kAlways));
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  ASSERT_OK_AND_ASSIGN(Namespace na, a->RegisterModel(KvSpec()));
-  ASSERT_OK_AND_ASSIGN(Namespace nb, b->RegisterModel(KvSpec()));
+  ASSERT_NO_FATAL_FAILURE(OpenNodes(KvSpec()));
+  auto& [a, na] = node_a_;
+  auto& [b, nb] = node_b_;
   const std::vector<int32_t> tokens = Tokens(10 * kBlockTokens + 2);
   const std::vector<LayerState> layers = KvLayers(2, tokens.size(), rng_);
   ASSERT_OK(a->Store(na, tokens, layers).status());
@@ -471,6 +493,43 @@ TEST_F(EngineRemoteTest, ExplainMissSaysTheRemoteTierHoldsWhatTheLocalTiersMiss)
                        b.ExplainMiss(KvSpec(), Tokens(3 * kBlockTokens, 5000)));
   EXPECT_NE(nobody.kind, MissKind::kInRemote) << nobody.reason;
   EXPECT_EQ(nobody.remote_blocks, 0u);
+}
+
+// A block Match reads from the cluster is stored locally only if the local
+// tiers still lack it: a conversation stored here meanwhile, whose tip the
+// cluster holds as another node's interior block (its window a placeholder),
+// keeps its tip's window and restores to its end.
+TEST_F(EngineRemoteTest, ABlockFetchedWhileItsTipIsStoredHereNeverReplacesTheTip) {
+  ASSERT_NO_FATAL_FAILURE(OpenNodes(WindowSpec()));
+  auto& [a, na] = node_a_;
+  auto& [b, nb] = node_b_;
+  const std::vector<int32_t> longer = Tokens(3 * kBlockTokens);
+  const std::vector<int32_t> shorter = Tokens(2 * kBlockTokens);
+  // Node B's conversation goes on past block 2: the cluster holds block 2
+  // without its window.
+  ASSERT_OK(b->Store(nb, longer, WindowLayers(3 * kBlockTokens, rng_)).status());
+  ASSERT_OK(b->Flush());
+  ASSERT_EQ(state_->size(), 3u);
+
+  // Node A matches the longer prompt (nothing local: the cluster is asked),
+  // and while that read is on the wire it stores a conversation ending at
+  // block 2, the window in its tip.
+  const std::vector<LayerState> stored = WindowLayers(2 * kBlockTokens, rng_);
+  state_->while_next_get_answers = [&] {
+    StatusOr<StoreResult> s = a->Store(na, shorter, stored);
+    ASSERT_OK(s);
+    EXPECT_TRUE(s->tip_state_stored);
+  };
+  ASSERT_OK_AND_ASSIGN(MatchResult fetched, a->Match(na, longer));
+  EXPECT_EQ(fetched.matched_tokens(), longer.size());
+  ASSERT_FALSE(state_->while_next_get_answers) << "the Match asked the cluster";
+
+  // The acknowledged conversation restores to its end, its window exact.
+  ASSERT_OK_AND_ASSIGN(MatchResult m, a->Match(na, shorter));
+  ASSERT_OK_AND_ASSIGN(RestoreResult r, a->Restore(m));
+  EXPECT_EQ(r.restored_tokens, shorter.size()) << r.reason;
+  ASSERT_EQ(r.layers.size(), 2u);
+  EXPECT_EQ(r.layers[1].tensors, stored[1].tensors);
 }
 
 }  // namespace

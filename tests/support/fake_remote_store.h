@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,6 +39,10 @@ struct FakeRemoteState {
   // How long each MultiSet takes (a cluster slower than the stores).
   std::chrono::microseconds set_delay{0};
   std::condition_variable released;
+  // Runs once, in the caller's thread, after the next MultiGet read its
+  // values and before it answers (the store unlocked): what a node does
+  // while its read is on the wire.
+  std::function<void()> while_next_get_answers;
 
   void Release() {
     {
@@ -66,15 +71,20 @@ class FakeRemoteStore final : public RemoteStore {
 
   Status MultiGet(std::span<const std::string> keys,
                   std::vector<std::optional<SharedBytes>>* values) override {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    values->assign(keys.size(), std::nullopt);
-    if (state_->down) return Status::Unavailable("fake store is down");
-    ++state_->get_calls;
-    state_->keys_asked += keys.size();
-    for (size_t i = 0; i < keys.size(); ++i) {
-      auto it = state_->values.find(keys[i]);
-      if (it != state_->values.end()) (*values)[i] = SharedBytes::Copy(it->second);
+    std::function<void()> meanwhile;
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      values->assign(keys.size(), std::nullopt);
+      if (state_->down) return Status::Unavailable("fake store is down");
+      ++state_->get_calls;
+      state_->keys_asked += keys.size();
+      for (size_t i = 0; i < keys.size(); ++i) {
+        auto it = state_->values.find(keys[i]);
+        if (it != state_->values.end()) (*values)[i] = SharedBytes::Copy(it->second);
+      }
+      meanwhile.swap(state_->while_next_get_answers);
     }
+    if (meanwhile) meanwhile();
     return Status::OK();
   }
   Status MultiSet(std::span<const RemoteWrite> writes) override {

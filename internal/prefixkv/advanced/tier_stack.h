@@ -192,7 +192,9 @@ class TierStack final : private EvictionListener {
   // corruption and drops it (BlockTier::ReportDamaged).
   void RejectRemote(const BlockKey& key, uint64_t bytes, std::string_view why);
   // Stores a block fetched from the remote tier into the local tiers: Put,
-  // without handing it back to the remote tier.
+  // without handing it back to the remote tier. A block a local tier holds
+  // by then (stored here during the fetch) is kept as it is: a local tip
+  // carries state the cluster's copy may lack.
   Status Promote(const BlockMeta& meta, SharedBytes payload);
   // Stores into the lowest tier only (bypassing the hot tier): for small
   // records that must survive a restart.
