@@ -419,6 +419,9 @@ Status Engine::Close() {
   // to nobody, not to this engine's event log and callback.
   if (impl_->budget_ != nullptr) impl_->budget_->DetachEvents();
   impl_->budget_.reset();
+  // What the failed Flush left in RAM went with the hot tier: the stop is not
+  // a clean one (EngineFileSystem.AShutdownThatCouldNotWriteRamBackIsNotMarkedClean).
+  if (!flushed.ok() && impl_->ssd_ != nullptr) impl_->ssd_->NoteBlocksLostAtStop();
   Status closed = impl_->ssd_ != nullptr ? impl_->ssd_->Close() : Status::OK();
   impl_->ssd_.reset();
   impl_->CloseEvents();

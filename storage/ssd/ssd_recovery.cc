@@ -416,8 +416,14 @@ Status ssd::TierImpl::Close() {
   Status s = SyncJournal();
   if (first.ok()) first = s;
   rocksdb::WriteBatch batch;
-  // A report-only open never marked the tier open (Open above).
-  if (options_.repair_damaged_metadata) batch.Put(std::string(ssd::kCleanKey), "1");
+  // A report-only open never marked the tier open (Open above). A stop that
+  // lost queued blocks, left acknowledged ones unsynced or whose caller lost
+  // blocks (NoteBlocksLostAtStop) is no clean one: the next open (its log,
+  // `prefixkv audit`) must say so
+  // (SsdFaultTest.ACloseThatCouldNotPutEverythingAwayIsNotMarkedClean).
+  if (options_.repair_damaged_metadata && first.ok() && !blocks_lost_at_stop_) {
+    batch.Put(std::string(ssd::kCleanKey), "1");
+  }
   s = Commit(&batch, {}, 0);  // also persists the event counters
   if (first.ok()) first = s;
   rocksdb::FlushOptions fo;

@@ -90,6 +90,7 @@ class TierImpl {
   // ssd_recovery.cc. Open runs before the tier is shared; Close after.
   Status Open() EXCLUDES(mu_, gc_mu_);
   Status Close() EXCLUDES(mu_, gc_mu_);
+  void NoteBlocksLostAtStop() { blocks_lost_at_stop_ = true; }
 
   // ssd_tier.cc. Every block operation takes its own locks: called holding
   // none of the tier's.
@@ -584,6 +585,8 @@ class TierImpl {
   std::atomic<uint64_t> last_resume_nanos_{0};
   std::unique_ptr<WriteBackQueue> queue_;
   bool closed_ = false;
+  // NoteBlocksLostAtStop: Close leaves the clean-shutdown marker unset.
+  std::atomic<bool> blocks_lost_at_stop_{false};
   // Reads made ahead of the Gets that take them (ssd_read_ahead.h). Stopped
   // by Close, before the segment store goes.
   ReadAhead read_ahead_;

@@ -1482,6 +1482,34 @@ TEST(EngineFileSystem, AFailedSetOfAValueTooLargeForRamKeepsTheOldValue) {
   }
 }
 
+// A Close whose write-back of RAM failed (ENOSPC) lost the values only RAM
+// held, so the next open says the last stop was not clean (its log line,
+// `prefixkv audit`). (The SSD tier, closing fine itself, marked the stop
+// clean, and the restart logged 'clean' with the values gone.)
+TEST(EngineFileSystem, AShutdownThatCouldNotWriteRamBackIsNotMarkedClean) {
+  testing::TempDir dir;
+  FaultInjectionFileSystem fs;
+  EngineOptions o = Quiet({});
+  o.data_dir = dir.str();
+  o.hot_capacity_bytes = 1 << 20;  // write-back: the value stays in RAM
+  o.file_system = &fs;
+  StatusOr<std::unique_ptr<Engine>> e = Engine::Open(o);
+  ASSERT_OK(e);
+  ASSERT_OK((*e)->PutValue("k", SharedBytes::Copy(std::string_view("acknowledged"))));
+  fs.AddFault({.op = FaultOp::kWrite,
+               .path_contains = ".seg",
+               .error = Status::NoSpace("injected ENOSPC")});
+  EXPECT_FALSE((*e)->Close().ok());
+  EXPECT_GT(fs.faults_injected(), 0u);
+  fs.ClearFaults();
+  e = Engine::Open(o);
+  ASSERT_OK(e);
+  EXPECT_FALSE((*e)->GetValue("k").ok()) << "the value RAM held was written after all";
+  EXPECT_FALSE(EngineSsdTier(**e)->open_report().previous_shutdown_clean)
+      << "a stop that lost acknowledged values was marked clean";
+  ASSERT_OK((*e)->Close());
+}
+
 // ---- KV events ----------------------------------------------------------------------
 
 // A consumer of KV events: applies them, strictly, to a set of (tier, key)

@@ -361,8 +361,14 @@ class SsdTier final : public BlockTier, public EvictionListener {
   // error of the last failed attempt if the queue could not be emptied.
   Status Flush();
   // Flushes the queue and the memtables and closes the database. Blocks whose
-  // writes keep failing are reported in the Status. Idempotent.
+  // writes keep failing are reported in the Status. Idempotent. The tier is
+  // marked as stopped cleanly (open_report().previous_shutdown_clean) only
+  // when Close put everything away and no NoteBlocksLostAtStop came before.
   Status Close();
+  // The caller stops with blocks it could not put away (an engine whose
+  // write-back of RAM failed at Close): the next open reports the stop as
+  // not clean, though this tier's own Close succeeds.
+  void NoteBlocksLostAtStop();
 
   // Removes every block of a namespace (including records of unknown layout
   // versions); returns how many indexed blocks went.

@@ -853,6 +853,48 @@ TEST_F(SsdFaultTest, CloseSyncsASegmentWhoseSyncFailedWhenItWasSealed) {
   }
 }
 
+// A Close that could not put everything away leaves the tier marked as not
+// stopped cleanly, so the next open (its log line, `prefixkv audit`) says the
+// stop lost something. (The marker was written whatever Close returned: a
+// queued block lost to ENOSPC, or an acknowledged block whose segment never
+// reached the device, and the next open logged the stop as clean.)
+TEST_F(SsdFaultTest, ACloseThatCouldNotPutEverythingAwayIsNotMarkedClean) {
+  const BlockMeta a = ChainBlock(0, 0);
+  const std::vector<std::pair<std::string, std::function<void(SsdTier&)>>> failures = {
+      {"a queued write-back fails with ENOSPC",
+       [&](SsdTier& tier) {
+         fs_.AddFault({.op = FaultOp::kWrite,
+                       .path_contains = ".seg",
+                       .error = Status::NoSpace("injected ENOSPC")});
+         tier.OnEvict(a, PayloadOf(a), true);  // acknowledged, in RAM only
+       }},
+      {"the segment of an acknowledged block cannot be synced",
+       [&](SsdTier& tier) {
+         ASSERT_OK(tier.Put(a, PayloadOf(a), true));  // wal mode: not synced
+         fs_.AddFault({.op = FaultOp::kSync, .path_contains = ".seg"});
+       }},
+  };
+  for (size_t i = 0; i < failures.size(); ++i) {
+    SCOPED_TRACE(failures[i].first);
+    SsdTierOptions o = Options(SsdDurability::kWal);
+    o.path += "-" + std::to_string(i);
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    failures[i].second(*tier);
+    EXPECT_FALSE(tier->Close().ok());
+    tier.reset();
+    fs_.ClearFaults();
+    tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    EXPECT_FALSE(tier->open_report().previous_shutdown_clean)
+        << "a stop that lost or left unsynced an acknowledged block was marked clean";
+    ASSERT_OK(tier->Close());
+    tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    EXPECT_TRUE(tier->open_report().previous_shutdown_clean);
+  }
+}
+
 // Runs this binary's test `filter` (an SsdFaultChild) in a process of its own
 // (RocksDB's threads do not survive a fork, so it is exec'd) with `env` set
 // to `dir`; its exit status, as waitpid gives it.
