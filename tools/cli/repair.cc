@@ -37,13 +37,48 @@ with the segment files and the removal journal, which are the truth:
     is every block chained below it, and every block whose parent is missing
     (an orphan) with the blocks below it: no prefix match can reach them.
     This reads the whole tier once.
-The server does the first three at open too (and logs them); `prefixkv audit`
-only reports. Run it only while no other process has the directory open.
+Each change, including what the open itself did (a segment file no record
+names deleted as crash garbage, an older layout's metadata moved aside,
+counters repaired), is one line of the summary; "nothing to repair" means
+nothing was changed. The server does the first three at open too (and logs
+them); `prefixkv audit` only reports. Run it only while no other process has
+the directory open.
 
 Exit codes here: 0 the tier is consistent now (repaired or already intact), 1 it
 could not be opened or repaired, 2 usage error (bad flags, missing data
 directory).
 )";
+
+// What the repairing open did before any rebuild or roll-forward: each one
+// a change to the directory that the summary must name (after any of them,
+// "nothing to repair" was untrue). True when it printed any.
+bool PrintOpenRepairs(const SsdOpenReport& report) {
+  bool repaired = false;
+  if (!report.moved_aside_to.empty()) {
+    repaired = true;
+    std::printf(
+        "metadata of an older or foreign layout moved to %s: its blocks are not "
+        "served, the tier starts empty\n",
+        report.moved_aside_to.c_str());
+  }
+  if (report.unreferenced_segments_deleted > 0) {
+    repaired = true;
+    std::printf(
+        "deleted %llu unreferenced segment files (crash garbage no record names)\n",
+        static_cast<unsigned long long>(report.unreferenced_segments_deleted));
+  }
+  if (report.corrupt_records_removed > 0) {
+    repaired = true;
+    std::printf("dropped %llu metadata records failing their own checksum\n",
+                static_cast<unsigned long long>(report.corrupt_records_removed));
+  }
+  if (!report.counter_repairs.empty()) {
+    repaired = true;
+    std::printf("repaired %zu counters that disagreed with the blocks\n",
+                report.counter_repairs.size());
+  }
+  return repaired;
+}
 
 int Repair(const std::vector<std::string>& args) {
   Flags flags("prefixkv repair [--data-dir D]",
@@ -84,7 +119,7 @@ int Repair(const std::vector<std::string>& args) {
     return Failure(flags, "repair",
                    (!orphans.ok() ? orphans.status() : closed).ToString());
   }
-  bool repaired = false;
+  bool repaired = PrintOpenRepairs(report);
   if (!report.metadata_damage.empty()) {
     repaired = true;
     std::printf(
