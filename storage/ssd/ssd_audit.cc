@@ -45,9 +45,12 @@ void ReportMissingSegments(const ssd::SegmentStore& store,
                            std::vector<AuditFinding>* findings) {
   for (const auto& [segment, blocks] : referenced) {
     if (!store.Has(segment)) {
+      // Listed but no regular file: its blocks stay (their reads fail).
       findings->push_back(
           {"segment " + ssd::SegmentFileName(segment),
-           "missing; referenced by " + std::to_string(blocks) + " blocks"});
+           std::string(store.Unreadable(segment) ? "unreadable (not a regular file)"
+                                                 : "missing") +
+               "; referenced by " + std::to_string(blocks) + " blocks"});
     }
   }
 }

@@ -248,7 +248,11 @@ Status ssd::TierImpl::OpenSegments() {
   }
   for (const auto& [id, live] : live_segments) {
     max_id = std::max(max_id, id);
-    if (found.count(id) == 0) {
+    if (found.count(id) == 0 && store_->Unreadable(id)) {
+      Log("segment " + ssd::SegmentFileName(id) + " is not a readable file: its " +
+          std::to_string(live) +
+          " bytes of blocks fail their reads until it is put right");
+    } else if (found.count(id) == 0) {
       report_.missing_segments += 1;
       Log("segment " + ssd::SegmentFileName(id) + " is missing: its " +
           std::to_string(live) + " bytes of blocks will read as corrupt");

@@ -175,8 +175,14 @@ Status SegmentStore::ListSegments(std::map<uint64_t, uint64_t>* found) const {
     StatusOr<uint64_t> size = fs->FileSize(options_.dir + "/" + name);
     if (size.ok()) {
       (*found)[id] = *size;
-    } else if (!size.status().IsNotFound() && !size.status().IsInvalidArgument()) {
-      return size.status();  // (InvalidArgument: not a regular file, not a segment)
+    } else if (size.status().IsNotFound() || size.status().IsInvalidArgument()) {
+      // Listed, so not proof of a lost file: its blocks must fail their
+      // reads, not be dropped as missing (a directory or a dangling link in
+      // its place can be put right, the blocks then read again).
+      MutexLock lock(&mu_);
+      unreadable_[id] = size.status().ToString();
+    } else {
+      return size.status();
     }
   }
   return Status::OK();
@@ -217,6 +223,11 @@ void SegmentStore::SetNextId(uint64_t id) {
 uint64_t SegmentStore::NextId() const {
   MutexLock lock(&mu_);
   return next_id_;
+}
+
+bool SegmentStore::Unreadable(uint64_t id) const {
+  MutexLock lock(&mu_);
+  return unreadable_.count(id) > 0;
 }
 
 bool SegmentStore::Has(uint64_t id) const {
@@ -424,6 +435,12 @@ StatusOr<SharedBytes> SegmentStore::Read(const ExtentLocation& loc,
     MutexLock lock(&mu_);
     auto it = segments_.find(loc.segment);
     if (it != segments_.end()) file = it->second.file;
+    // Not a missing segment: an error of the medium, the block stays.
+    if (auto u = unreadable_.find(loc.segment);
+        file == nullptr && u != unreadable_.end()) {
+      return Status::IOError("segment " + SegmentFileName(loc.segment) +
+                             " is unreadable: " + u->second);
+    }
   }
   if (file == nullptr) {
     return Status::NotFound("segment " + SegmentFileName(loc.segment) + " missing");

@@ -137,8 +137,13 @@ class SegmentStore {
   SegmentStore& operator=(const SegmentStore&) = delete;
 
   // Creates the directory, probes O_DIRECT, and lists the segment files found
-  // (id -> size). Other files are ignored.
+  // (id -> size). Other files are ignored. A segment's name listed but not
+  // a regular file one can stat (a directory or a dangling link in its
+  // place) is no proof its file is gone: it is left out of `found` and
+  // remembered as unreadable, and a read of it fails with IOError.
   Status Open(std::map<uint64_t, uint64_t>* found);
+  // Whether Open found `id`'s name listed but unreadable (see Open).
+  bool Unreadable(uint64_t id) const EXCLUDES(mu_);
   bool direct_io() const { return direct_; }
   // Registers a file found by Open as sealed and opens it for reading.
   Status Adopt(uint64_t id, uint64_t bytes) EXCLUDES(mu_);
@@ -209,6 +214,8 @@ class SegmentStore {
     SegmentState state;
   };
   std::map<uint64_t, Entry> segments_ GUARDED_BY(mu_);
+  // Listed by Open but not a regular file: id -> why (see Open).
+  std::map<uint64_t, std::string> unreadable_ GUARDED_BY(mu_);
   // Appenders not in use (each owns an active segment or none yet).
   std::vector<std::unique_ptr<Appender>> idle_ GUARDED_BY(mu_);
   // Appenders whose last append awaits its EndPending, by segment id: taken

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -893,6 +894,54 @@ TEST_F(SsdFaultTest, ACloseThatCouldNotPutEverythingAwayIsNotMarkedClean) {
     ASSERT_NE(tier, nullptr);
     EXPECT_TRUE(tier->open_report().previous_shutdown_clean);
   }
+}
+
+// A segment file's name listed with something unreadable in its place (a
+// directory here; a dangling link alike) is no proof the blocks are gone:
+// their reads fail, nothing is dropped or counted corrupt, and once the file
+// is put back they are served. (The name counted as a missing segment, and
+// the first read dropped each of its blocks for good.)
+TEST_F(SsdFaultTest, ASegmentWithAnUnreadableEntryInItsPlaceFailsReadsAndDropsNoBlock) {
+  SsdTierOptions o = Options();
+  o.reclaim_live_fraction = 0;  // b's removal leaves the segment where it is
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
+  StoreAndClose(o, {a, b});
+  {
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_OK(tier->Remove(b.key));  // journaled: a rebuild must not restore it
+    ASSERT_OK(tier->Close());
+  }
+  std::filesystem::path segment;
+  for (const auto& e : std::filesystem::directory_iterator(o.path + "/segments")) {
+    if (e.path().extension() == ".seg") segment = e.path();
+  }
+  ASSERT_FALSE(segment.empty());
+  const std::filesystem::path aside = dir_.path() / "segment-aside";
+  std::filesystem::rename(segment, aside);
+  std::filesystem::create_directory(segment);
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_FALSE(tier->Get(a.key).ok());
+  EXPECT_TRUE(tier->Contains(a.key)) << "a read that could not open the file dropped it";
+  std::vector<AuditFinding> findings;
+  ASSERT_OK(tier->Audit(&findings));
+  EXPECT_TRUE(tier->Contains(a.key)) << "the audit's read dropped it";
+  EXPECT_TRUE(std::any_of(findings.begin(), findings.end(), [](const AuditFinding& f) {
+    return f.detail.starts_with("unreadable");
+  }));
+  EXPECT_EQ(tier->Totals().corruptions, 0u);
+  ASSERT_OK(tier->Close());
+  std::filesystem::remove(segment);
+  std::filesystem::rename(aside, segment);
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(Present(*tier, {a}), 1u);
+  ASSERT_OK(tier->Close());
+  tier = testing::OpenRebuilt(o);  // the journal kept the segment's records
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(Present(*tier, {a}), 1u);
+  EXPECT_FALSE(tier->Contains(b.key)) << "a removed block came back in a rebuild";
 }
 
 // Runs this binary's test `filter` (an SsdFaultChild) in a process of its own
