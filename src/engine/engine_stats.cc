@@ -57,14 +57,17 @@ EngineStats Engine::Stats() const {
       owner.name = budget.OwnerName(o).value();
       owner.hot = owners[o];
       owner.hot_quota_bytes = budget.OwnerQuota(o).value();
-      if (impl.ssd_ != nullptr) owner.ssd = impl.ssd_->OwnerCounters(o);
       s.owners.push_back(std::move(owner));
     }
   }
   if (impl.CheckOpen().ok() && impl.ssd_ != nullptr) {
     s.has_ssd = true;
     s.ssd_capacity_bytes = impl.options_.ssd_capacity_bytes;
-    s.ssd = impl.ssd_->Totals();
+    // One moment of the SSD tier: its owners never add up to more than the
+    // totals (blocks leaving between the reads of an owner and of the totals).
+    std::vector<TierCounters> owners;
+    s.ssd = impl.ssd_->Totals(s.owners.size(), &owners);
+    for (OwnerId o = 0; o < s.owners.size(); ++o) s.owners[o].ssd = owners[o];
     const SsdWriteBackState wb = impl.ssd_->WriteBackState();
     s.ssd_queued_blocks = wb.queued_blocks;
     s.ssd_write_back_failed_blocks = wb.failed_blocks;

@@ -20,17 +20,26 @@ TierCounters ssd::TierImpl::Totals() const {
 }
 
 TierCounters ssd::TierImpl::OwnerCounters(OwnerId owner) const {
-  OwnerId stored = 0;
-  std::vector<OwnerId> adopted;  // its namespace's blocks under ids of their own
-  {
-    MutexLock lock(&names_mu_);
-    if (!names_.CountsUnder(owner, &stored)) return TierCounters{};  // another's id
-    adopted = names_.Adopted(owner);
-  }
   MutexLock lock(&mu_);
+  MutexLock names(&names_mu_);  // after mu_, as ForEach takes them
+  return OwnerCountersLocked(owner);
+}
+
+TierCounters ssd::TierImpl::OwnerCountersLocked(OwnerId owner) const {
+  OwnerId stored = 0;
+  if (!names_.CountsUnder(owner, &stored)) return TierCounters{};  // another's id
   TierCounters c = index_.OwnerCounters(stored);
-  for (OwnerId id : adopted) ssd::AddCounters(&c, index_.OwnerCounters(id));
+  for (OwnerId id : names_.Adopted(owner)) ssd::AddCounters(&c, index_.OwnerCounters(id));
   return c;
+}
+
+TierCounters ssd::TierImpl::Totals(OwnerId owners,
+                                   std::vector<TierCounters>* counters) const {
+  MutexLock lock(&mu_);
+  MutexLock names(&names_mu_);  // after mu_, as ForEach takes them
+  counters->clear();
+  for (OwnerId o = 0; o < owners; ++o) counters->push_back(OwnerCountersLocked(o));
+  return index_.Totals();
 }
 
 void ssd::TierImpl::ForEach(

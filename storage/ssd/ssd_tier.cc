@@ -32,6 +32,9 @@ StatusOr<BlockMeta> SsdTier::Peek(const BlockKey& key) const {
 bool SsdTier::Contains(const BlockKey& key) const { return impl_->Peek(key).ok(); }
 Status SsdTier::Remove(const BlockKey& key) { return impl_->Remove(key); }
 TierCounters SsdTier::Totals() const { return impl_->Totals(); }
+TierCounters SsdTier::Totals(OwnerId owners, std::vector<TierCounters>* counters) const {
+  return impl_->Totals(owners, counters);
+}
 TierCounters SsdTier::OwnerCounters(OwnerId owner) const {
   return impl_->OwnerCounters(owner);
 }

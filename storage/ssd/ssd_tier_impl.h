@@ -124,7 +124,11 @@ class TierImpl {
                         const BlockKey& ns, const TierCounters& events)
       EXCLUDES(removal_mu_);
   TierCounters Totals() const EXCLUDES(mu_);
-  TierCounters OwnerCounters(OwnerId owner) const EXCLUDES(mu_);
+  TierCounters OwnerCounters(OwnerId owner) const EXCLUDES(mu_, names_mu_);
+  // Totals() and OwnerCounters(o) of every o below `owners`, read at one
+  // moment (SsdTier::Totals).
+  TierCounters Totals(OwnerId owners, std::vector<TierCounters>* counters) const
+      EXCLUDES(mu_, names_mu_);
   void ForEach(const std::function<void(const BlockMeta&, uint64_t)>& fn) const
       EXCLUDES(mu_);
   void ForEachIncludingQueued(
@@ -177,6 +181,9 @@ class TierImpl {
 
  private:
   using Deltas = std::map<OwnerId, TierCounters>;
+
+  // OwnerCounters with both locks held.
+  TierCounters OwnerCountersLocked(OwnerId owner) const REQUIRES(mu_, names_mu_);
 
   // ssd_recovery.cc, ssd_rebuild.cc
   rocksdb::Options DbOptions(bool direct_io) const;

@@ -306,6 +306,11 @@ class SsdTier final : public BlockTier, public EvictionListener {
   bool Contains(const BlockKey& key) const override;
   Status Remove(const BlockKey& key) override;
   TierCounters Totals() const override;
+  // The same, and OwnerCounters(o) of every o below `owners` into `counters`
+  // (indexed by id), read at one moment: they never add up to more than the
+  // totals (Engine::Stats: owners read one by one before the totals added up
+  // to more than them once blocks left meanwhile).
+  TierCounters Totals(OwnerId owners, std::vector<TierCounters>* counters) const;
   // Of this run's `owner` (as every owner id the tier takes and gives): its
   // blocks and counters, under whichever id it was named by (BindOwner).
   TierCounters OwnerCounters(OwnerId owner) const override;
