@@ -162,7 +162,7 @@ Status SegmentStore::ReadOnly() const {
   return Status::NotSupported("segments of " + options_.dir + " are opened read-only");
 }
 
-Status SegmentStore::ListSegments(std::map<uint64_t, uint64_t>* found) const {
+Status SegmentStore::ListSegments(std::map<uint64_t, uint64_t>* found) {
   FileSystem* fs = options_.fs;
   StatusOr<std::vector<std::string>> listed = fs->ListDir(options_.dir);
   if (!listed.ok() && options_.read_only && listed.status().IsNotFound()) {

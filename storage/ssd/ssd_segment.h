@@ -198,8 +198,9 @@ class SegmentStore {
   // (Options::keep_ids_from).
   Status Discard(Appender* a) EXCLUDES(mu_);
   std::string PathOf(uint64_t id) const;
-  // The segment files in the directory (id -> size), for Open.
-  Status ListSegments(std::map<uint64_t, uint64_t>* found) const;
+  // The segment files in the directory (id -> size), for Open; a name
+  // listed with no regular file behind it goes to unreadable_ (see Open).
+  Status ListSegments(std::map<uint64_t, uint64_t>* found) EXCLUDES(mu_);
   // What a write answers in a read-only store.
   Status ReadOnly() const;
 
