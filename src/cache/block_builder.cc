@@ -14,6 +14,8 @@
 #include <optional>
 #include <string>
 
+#include "block_validation.h"
+
 namespace prefixkv::cache {
 namespace {
 
@@ -47,6 +49,13 @@ Status CheckTipOnly(const LayerState& layer, CacheFamily family, DType dtype,
   if (layer.placeholder) {
     return Status::InvalidArgument(LayerName(i) +
                                    ": a store needs the real state, not a placeholder");
+  }
+  // A real window or recurrent state holds what the tokens left: without
+  // tensors it is no state, yet it would be the real tip a restore hands back.
+  if (family != CacheFamily::kComposite && layer.tensors.empty()) {
+    return Status::InvalidArgument(LayerName(i) + ": a real " +
+                                   std::string(CacheFamilyName(family)) +
+                                   " state needs its tensors");
   }
   if (family != CacheFamily::kRotating) return Status::OK();
   StatusOr<RotatingMeta> meta = RotatingMeta::Parse(layer.meta);
@@ -126,12 +135,11 @@ Status CheckStoreLayers(const cache::NamespaceState& ns, size_t token_count,
   }
   // A namespace adopted from before its shapes were keyed serves only its
   // spec's shapes (block_validation.cc): blocks of others would never restore.
-  if (ns.check_layer_shapes) {
-    BlockRecord as_stored;
-    as_stored.layers = layers;  // the tensors share their bytes
-    if (Status s = CheckLayerShapes(as_stored, ns.spec.layer_shapes); !s.ok())
-      return Status::InvalidArgument("not the namespace's layer shapes: " + s.message());
-  }
+  // In any spec with shapes, a window or recurrent state of others would be
+  // the real tip a restore hands back in the spec's name.
+  BlockRecord as_stored;
+  as_stored.layers = layers;  // the tensors share their bytes
+  PKV_RETURN_IF_ERROR(CheckStoredShapes(ns, as_stored));
   return Status::OK();
 }
 

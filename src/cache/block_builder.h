@@ -23,8 +23,9 @@ namespace prefixkv::cache {
 // InvalidArgument unless `layers` fits the namespace: one per layer, same
 // family as the spec's layer type, sliceable tensors of the namespace dtype
 // with `token_count` rows on the token axis, rotating meta parsable with
-// offset == token_count and rotating tensors of the namespace dtype; in a
-// namespace adopted from before its shapes were keyed, the spec's shapes.
+// offset == token_count and rotating tensors of the namespace dtype, real
+// rotating and arrays layers with tensors, and the spec's layer shapes where
+// a restore relies on them (CheckStoredShapes).
 Status CheckStoreLayers(const cache::NamespaceState& ns, size_t token_count,
                         const std::vector<LayerState>& layers);
 

@@ -56,6 +56,8 @@ Status CheckTipOnlyLayer(const cache::NamespaceState& ns, size_t l,
   if (layer.placeholder) {
     return layer.tensors.empty() ? Status::OK() : Bad(l, "placeholder with tensors");
   }
+  if (ns.families[l] != CacheFamily::kComposite && layer.tensors.empty())
+    return Bad(l, "real window or recurrent state without tensors");
   if (ns.families[l] != CacheFamily::kRotating) return Status::OK();
   StatusOr<RotatingMeta> meta = RotatingMeta::Parse(layer.meta);
   if (!meta.ok()) return Bad(l, meta.status().message());
@@ -122,6 +124,19 @@ Status ValidateBlock(const cache::NamespaceState& ns, const BlockRecord& rec,
     if (Status s = CheckLayerShapes(rec, ns.spec.layer_shapes); !s.ok())
       return Status::Corruption("not the namespace's layer shapes: " + s.message());
   }
+  return Status::OK();
+}
+
+Status CheckStoredShapes(const cache::NamespaceState& ns, const BlockRecord& record) {
+  if (ns.spec.layer_shapes.empty()) return Status::OK();
+  BlockRecord checked;
+  checked.layers = record.layers;  // the tensors share their bytes
+  for (size_t l = 0; l < checked.layers.size() && !ns.check_layer_shapes; ++l) {
+    if (l < ns.families.size() && IsSliceable(ns.families[l]))
+      checked.layers[l] = MakePlaceholder(checked.layers[l].cache_type);
+  }
+  if (Status s = CheckLayerShapes(checked, ns.spec.layer_shapes); !s.ok())
+    return Status::InvalidArgument("not the namespace's layer shapes: " + s.message());
   return Status::OK();
 }
 

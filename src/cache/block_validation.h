@@ -13,10 +13,19 @@ namespace prefixkv::cache {
 // layer of the same family (by family, not name), sliceable layers real with
 // tokens.size() rows on the token axis, the namespace dtype and the same
 // shapes as the `first` block of the restore (null for the first block
-// itself), real rotating layers with offset == start + tokens.size().
+// itself), real rotating and arrays layers with tensors, real rotating layers
+// with offset == start + tokens.size().
 // Corruption (with the reason) for the first mismatch.
 Status ValidateBlock(const cache::NamespaceState& ns, const BlockRecord& record,
                      size_t start, const BlockKey& parent,
                      std::span<const int32_t> tokens, const BlockRecord* first);
+
+// Whether a block about to be stored fits the spec's layer shapes where a
+// restore relies on them: every layer in a namespace adopted from before its
+// shapes were keyed (ValidateBlock checks them all there), else the real
+// window and recurrent (tip-only) layers, which a restore checks against
+// nothing (sliceable ones are checked against the chain's first block). OK
+// for a spec without shapes; InvalidArgument naming the first misfit.
+Status CheckStoredShapes(const cache::NamespaceState& ns, const BlockRecord& record);
 
 }  // namespace prefixkv::cache

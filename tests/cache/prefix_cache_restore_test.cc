@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "prefixkv/advanced/hash.h"
@@ -346,6 +347,59 @@ TEST_F(PrefixCacheRestoreTest, StoreRefusesARotatingWindowOfAnotherDtype) {
   StatusOr<RestoreResult> r = tiers_->cache().Restore(*tiers_->cache().Match(ns, tokens));
   ASSERT_OK(r);
   EXPECT_EQ(r->restored_tokens, 8u) << r->reason;
+}
+
+// A spec of a KV layer and a recurrent (arrays) layer, with `shapes` as its
+// layer shapes (empty: unset).
+NamespaceSpec RecurrentSpec(std::vector<LayerShape> shapes = {}) {
+  NamespaceSpec spec = HybridSpec();
+  spec.layer_types = {"KVCache", "ArraysCache"};
+  spec.layer_shapes = std::move(shapes);
+  return spec;
+}
+
+// Stores a good tip at Tokens(2), then the store extending it to Tokens(3)
+// with the tip-only layer (`tip` at that position) spoilt by `spoil`: it must
+// be InvalidArgument before anything is written or the tip before stripped
+// (supersede-on-extend), so Tokens(2) still restores.
+void ExpectSpoiltTipRefused(PrefixCache& cache, Namespace ns,
+                            const std::function<LayerState(int64_t)>& tip,
+                            const std::function<void(LayerState&)>& spoil) {
+  const int64_t n = 2 * kBlockTokens;
+  ASSERT_OK(cache.Store(ns, Tokens(2), {KvLayer(n), tip(n)}));
+  LayerState bad = tip(n + kBlockTokens);
+  spoil(bad);
+  EXPECT_TRUE(cache.Store(ns, Tokens(3), {KvLayer(n + kBlockTokens), bad})
+                  .status()
+                  .IsInvalidArgument());
+  EXPECT_EQ(cache.Match(ns, Tokens(3))->keys.size(), 2u) << "the spoilt store wrote";
+  StatusOr<RestoreResult> r = cache.Restore(*cache.Match(ns, Tokens(2)));
+  ASSERT_OK(r);
+  EXPECT_EQ(r->restored_tokens, static_cast<size_t>(n)) << r->reason;
+}
+
+// A real window or recurrent state holds the tokens it has seen: one without
+// tensors was taken, made the real tip (stripping the one before it), and
+// restored as a state of no shape.
+TEST_F(PrefixCacheRestoreTest, StoreRefusesAWindowOrRecurrentStateWithoutTensors) {
+  auto clear = [](LayerState& l) { l.tensors.clear(); };
+  ExpectSpoiltTipRefused(
+      tiers_->cache(), Register(HybridSpec()), [](int64_t n) { return RotatingLayer(n); },
+      clear);
+  ExpectSpoiltTipRefused(tiers_->cache(), Register(RecurrentSpec()), testing::ArraysLayer,
+                         clear);
+}
+
+// The spec's layer shapes name the recurrent state's shape: a state of
+// another was taken as the real tip, and restored in the spec's name.
+TEST_F(PrefixCacheRestoreTest, StoreRefusesTipStateOfAnotherShapeThanTheSpecs) {
+  const LayerShape kv{.kv_heads = 2, .head_dim = 8};
+  const LayerShape recurrent{
+      .conv_tokens = 3, .channels = 16, .state_heads = 4, .state_dim = 8};
+  ExpectSpoiltTipRefused(tiers_->cache(), Register(RecurrentSpec({kv, recurrent})),
+                         testing::ArraysLayer, [](LayerState& l) {
+                           l.tensors[1] = Tensor::Filled(DType::kFloat32, {4, 6, 6}, 1);
+                         });
 }
 
 TEST_F(PrefixCacheRestoreTest, WalkBackDropsTrailingPlaceholderBlocks) {

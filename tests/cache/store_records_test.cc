@@ -232,6 +232,25 @@ TEST_F(StoreRecordsTest, RejectsARecordThatDoesNotFitTheLayout) {
   EXPECT_NE(Rejection({Encode(rec)}).find("dtype"), std::string::npos);
 }
 
+// A restore checks a tip's window against no first block, so its records
+// must fit as Store's layers do: a real window without tensors, or one of
+// other shapes than the spec names, was taken as the real tip.
+TEST_F(StoreRecordsTest, RejectsATipWindowWithoutTensorsOrOfAnotherShape) {
+  NamespaceSpec spec = HybridSpec();
+  spec.layer_shapes = {{.kv_heads = 2, .head_dim = 8},
+                       {.kv_heads = 2, .head_dim = 8, .window_tokens = testing::kWindow}};
+  Use(spec);
+  const std::vector<SharedBytes> source = SourceBlocks(spec, Tokens(1));
+  BlockRecord rec = Decode(source[0]);
+  rec.layers[RotatingIndex(rec)].tensors.clear();
+  EXPECT_NE(Rejection({Encode(rec)}).find("without tensors"), std::string::npos);
+  rec = Decode(source[0]);
+  for (Tensor& t : rec.layers[RotatingIndex(rec)].tensors)
+    t = Tensor::Filled(DType::kFloat32, {1, 2, testing::kWindow, 6}, 1);
+  EXPECT_NE(Rejection({Encode(rec)}).find("layer shapes"), std::string::npos);
+  ASSERT_OK(Put(source));
+}
+
 TEST_F(StoreRecordsTest, RejectsAKeyThatIsNotTheChainHashOfItsTokens) {
   Use(HybridSpec());
   BlockRecord rec = Decode(SourceBlocks(HybridSpec(), Tokens(1))[0]);
