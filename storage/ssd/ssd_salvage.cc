@@ -401,7 +401,11 @@ Status ssd::TierImpl::OpenJournal() {
       journal_,
       ssd::RemovalJournal::Open(
           options_.file_system, options_.path + "/segments", max_id,
-          [store](uint64_t id) { return store->Has(id); },
+          // A segment listed but unreadable (a directory or a dangling
+          // link in its place) keeps its records: put back, its removed
+          // extents would else read as live in a later rebuild
+          // (SsdFaultTest.AJournalRewriteKeepsTheRecordsOfAnUnreadableSegment).
+          [store](uint64_t id) { return store->Has(id) || store->Unreadable(id); },
           report_.journal_regenerated ? &regenerated : nullptr, store_->NextId()));
   flush_journal_.store(journal_.get(), std::memory_order_release);
   return KeepJournalsSegmentIds();

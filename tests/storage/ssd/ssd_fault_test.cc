@@ -896,6 +896,35 @@ TEST_F(SsdFaultTest, ACloseThatCouldNotPutEverythingAwayIsNotMarkedClean) {
   }
 }
 
+// Stores a and b (segment 1) and c (segment 2), removes b (journaled), and
+// puts a directory in place of segment 1, which is moved to `aside`; its path.
+std::filesystem::path StoreThenMakeTheFirstSegmentUnreadable(
+    const SsdTierOptions& o, const BlockMeta& a, const BlockMeta& b, const BlockMeta& c,
+    const std::filesystem::path& aside) {
+  for (const std::vector<BlockMeta>& blocks : {std::vector{a, b}, std::vector{c}}) {
+    auto tier = testing::OpenSsd(o);
+    if (tier == nullptr) return {};
+    for (const BlockMeta& m : blocks) EXPECT_OK(tier->Put(m, PayloadOf(m), true));
+    EXPECT_OK(tier->Close());
+  }
+  {
+    auto tier = testing::OpenSsd(o);
+    if (tier == nullptr) return {};
+    EXPECT_OK(tier->Remove(b.key));  // journaled: a rebuild must not restore it
+    EXPECT_OK(tier->Close());
+  }
+  std::filesystem::path segment;  // a's and b's: the lowest id
+  for (const auto& e : std::filesystem::directory_iterator(o.path + "/segments")) {
+    if (e.path().extension() == ".seg" && (segment.empty() || e.path() < segment)) {
+      segment = e.path();
+    }
+  }
+  EXPECT_FALSE(segment.empty());
+  std::filesystem::rename(segment, aside);
+  std::filesystem::create_directory(segment);
+  return segment;
+}
+
 // A segment file's name listed with something unreadable in its place (a
 // directory here; a dangling link alike) is no proof the blocks are gone:
 // their reads fail, nothing is dropped or counted corrupt, and once the file
@@ -904,22 +933,10 @@ TEST_F(SsdFaultTest, ACloseThatCouldNotPutEverythingAwayIsNotMarkedClean) {
 TEST_F(SsdFaultTest, ASegmentWithAnUnreadableEntryInItsPlaceFailsReadsAndDropsNoBlock) {
   SsdTierOptions o = Options();
   o.reclaim_live_fraction = 0;  // b's removal leaves the segment where it is
-  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
-  StoreAndClose(o, {a, b});
-  {
-    auto tier = testing::OpenSsd(o);
-    ASSERT_NE(tier, nullptr);
-    ASSERT_OK(tier->Remove(b.key));  // journaled: a rebuild must not restore it
-    ASSERT_OK(tier->Close());
-  }
-  std::filesystem::path segment;
-  for (const auto& e : std::filesystem::directory_iterator(o.path + "/segments")) {
-    if (e.path().extension() == ".seg") segment = e.path();
-  }
-  ASSERT_FALSE(segment.empty());
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), c = ChainBlock(2, 0);
   const std::filesystem::path aside = dir_.path() / "segment-aside";
-  std::filesystem::rename(segment, aside);
-  std::filesystem::create_directory(segment);
+  const std::filesystem::path segment =
+      StoreThenMakeTheFirstSegmentUnreadable(o, a, b, c, aside);
   auto tier = testing::OpenSsd(o);
   ASSERT_NE(tier, nullptr);
   EXPECT_FALSE(tier->Get(a.key).ok());
@@ -941,6 +958,31 @@ TEST_F(SsdFaultTest, ASegmentWithAnUnreadableEntryInItsPlaceFailsReadsAndDropsNo
   tier = testing::OpenRebuilt(o);  // the journal kept the segment's records
   ASSERT_NE(tier, nullptr);
   EXPECT_EQ(Present(*tier, {a}), 1u);
+  EXPECT_FALSE(tier->Contains(b.key)) << "a removed block came back in a rebuild";
+}
+
+// The same segment unreadable at an open that rewrites the removal journal,
+// then put back and the metadata lost before any other open: the rewrite
+// kept the unreadable segment's records (b's removal), so the rebuild does
+// not restore b. (Until 2026-12-07 they were dropped as those of a segment
+// gone for good, and the rebuild served the removed b again.)
+TEST_F(SsdFaultTest, AJournalRewriteKeepsTheRecordsOfAnUnreadableSegment) {
+  SsdTierOptions o = Options();
+  o.reclaim_live_fraction = 0;
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), c = ChainBlock(2, 0);
+  const std::filesystem::path aside = dir_.path() / "segment-aside";
+  const std::filesystem::path segment =
+      StoreThenMakeTheFirstSegmentUnreadable(o, a, b, c, aside);
+  {
+    auto tier = testing::OpenSsd(o);  // rewrites the journal
+    ASSERT_NE(tier, nullptr);
+    ASSERT_OK(tier->Close());
+  }
+  std::filesystem::remove(segment);
+  std::filesystem::rename(aside, segment);
+  auto tier = testing::OpenRebuilt(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(Present(*tier, {a, c}), 2u);
   EXPECT_FALSE(tier->Contains(b.key)) << "a removed block came back in a rebuild";
 }
 
