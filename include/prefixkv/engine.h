@@ -395,7 +395,10 @@ struct RestoredBlock {
   // kHot: `payload` is the hot tier's own buffer and the block is pinned
   // there while `pin` is held. kSsd: the block was not resident after the
   // restore (no hot tier, promotion off or no room): `payload` is a verified
-  // copy read from the SSD tier and nothing is pinned.
+  // copy read from the SSD tier and nothing is pinned. A block that left the
+  // hot tier, or was rewritten there, between the restore's read and its pin
+  // (a concurrent store) keeps the level and the bytes the restore read, with
+  // no pin: `payload` is that buffer, held by this block, no longer the tier's.
   TierLevel level = TierLevel::kNone;
   BlockRecord record;  // decoded in place: raw tensors are slices of `payload`
   SharedBytes payload;
@@ -502,9 +505,10 @@ class Engine {
   // per-block, per-layer tensors view the tier's bytes without a copy and stay
   // resident while their pin is held (docs/python.md). Multi-block sliceable
   // layers of `result` are still one concatenated copy. Each pin counts one
-  // more hot hit (the restore's read counted the first). Errors as Restore,
-  // or a block's read error when one left every tier between the restore
-  // and its pin.
+  // more hot hit (the restore's read counted the first). The blocks are the
+  // very bytes the restore read and assembled `result` from, never another
+  // version a concurrent store put under the same key meanwhile. Errors as
+  // Restore.
   StatusOr<PinnedRestore> RestorePinned(const MatchResult& match);
   // Restore straight into the caller's memory (docs/prefix_cache.md,
   // "Restoring into the caller's buffers"): one LayerDestination per layer of

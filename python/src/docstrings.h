@@ -48,7 +48,8 @@ views of payload (the hot tier's own buffer when level == "hot"); the block
 stays pinned in the hot tier while any of them lives.)doc";
 inline constexpr const char* kBlockKey = "The block's key: 32 hex digits.";
 inline constexpr const char* kBlockLevel =
-    R"doc("hot" (pinned, the tier's bytes) or "ssd".)doc";
+    R"doc("hot" (pinned, the tier's bytes, unless a concurrent store evicted or
+rewrote it after the restore read it) or "ssd".)doc";
 inline constexpr const char* kBlockPinned =
     "True while the block is pinned in the hot tier.";
 inline constexpr const char* kBlockTokenCount = "Tokens the block covers.";

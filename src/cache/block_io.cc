@@ -26,7 +26,7 @@ StatusOr<LoadedBlock> LoadBlock(const cache::NamespaceState& ns, const BlockKey&
     return Status::Corruption("block " + key.ToHex() + " holds record " +
                               record.key.ToHex());
   }
-  return LoadedBlock{std::move(record), hit.level};
+  return LoadedBlock{std::move(record), hit.level, hit.payload};
 }
 
 Status PutBlock(const cache::NamespaceState& ns, const BlockRecord& record,

@@ -9,6 +9,7 @@ namespace prefixkv::cache {
 struct LoadedBlock {
   BlockRecord record;
   TierLevel level = TierLevel::kNone;
+  SharedBytes payload;  // the bytes read: the record's raw tensors view them
 };
 
 // How LoadBlock reads: a restore's read (TierStack::Get: counted as a hit,

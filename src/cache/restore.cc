@@ -326,12 +326,21 @@ StatusOr<std::vector<LoadedBlock>> LoadRestoreBlocks(NamespaceState& ns,
 }  // namespace cache
 
 StatusOr<RestoreResult> PrefixCache::Restore(const MatchResult& match) {
+  return Restore(match, RestoredBlockSink());
+}
+
+StatusOr<RestoreResult> PrefixCache::Restore(const MatchResult& match,
+                                             const RestoredBlockSink& on_block) {
   PKV_ASSIGN_OR_RETURN(cache::NamespaceState * ns, Find(match.ns));
   RestoreResult result;
   PKV_ASSIGN_OR_RETURN(
       std::vector<LoadedBlock> blocks,
       cache::LoadRestoreBlocks(*ns, match, options_.decode_limits, &result));
   if (blocks.empty()) return result;
+  if (on_block) {
+    for (const LoadedBlock& block : blocks)
+      on_block(block.record, block.level, block.payload);
+  }
   PKV_ASSIGN_OR_RETURN(result.layers, Assemble(*ns, blocks, options_.encode.memory));
   return result;
 }

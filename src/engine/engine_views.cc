@@ -4,6 +4,7 @@
 // the same pins around a plan of host ranges (RestorePlan, prefix_types.h) for a copy
 // engine.
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <span>
@@ -23,32 +24,6 @@ struct HotPin {
   PinnedBlock pin;
 };
 
-// The keys of the blocks a restore of `match` used: the first
-// restored_blocks matched keys, except when the restore ended at a partial
-// tip beside the chain (docs/prefix_cache.md, "Tips beside the chain"); that
-// tip's key is the chain key of its tokens after the blocks before it.
-StatusOr<std::vector<BlockKey>> RestoredKeys(const MatchResult& match,
-                                             const RestoreResult& result,
-                                             uint32_t block_tokens) {
-  const size_t n = result.restored_blocks;
-  const size_t b = block_tokens;
-  if (n > match.keys.size() || result.restored_tokens > match.tokens.size() ||
-      result.restored_tokens <= (n - 1) * b) {
-    return Status::Internal("restore of " + std::to_string(n) + " blocks and " +
-                            std::to_string(result.restored_tokens) +
-                            " tokens does not fit its match");
-  }
-  std::vector<BlockKey> keys(match.keys.begin(),
-                             match.keys.begin() + static_cast<int64_t>(n));
-  if (result.restored_tokens != std::min(n * b, match.tokens.size())) {
-    const size_t j = n - 1;  // full blocks before the tip
-    const BlockKey parent = j == 0 ? match.ns.root : match.keys[j - 1];
-    keys[j] = ChainKey(parent, std::span<const int32_t>(match.tokens)
-                                   .subspan(j * b, result.restored_tokens - j * b));
-  }
-  return keys;
-}
-
 // Whether `record` views `payload` (some tensor lies in it): a pin of that
 // payload keeps the record's bytes in the hot tier. A block replaced since
 // it was loaded has another payload.
@@ -62,6 +37,44 @@ bool Views(const BlockRecord& record, const SharedBytes& payload) {
     }
   }
   return false;
+}
+
+// Whether `pinned` holds the bytes `loaded` holds: the very buffer the
+// restore read, or the copy an SSD hit was promoted to. A block rewritten
+// since the read (a tip stripped or rewritten by a concurrent store) differs.
+bool SameBytes(const SharedBytes& pinned, const SharedBytes& loaded) {
+  if (pinned.size() != loaded.size()) return false;
+  return pinned.data() == loaded.data() ||
+         std::memcmp(pinned.data(), loaded.data(), loaded.size()) == 0;
+}
+
+// A block the restore read, pinned in the hot tier when the tier still holds
+// those bytes. Otherwise (it left the hot tier, or was rewritten there, after
+// the read; or it is not resident) the block keeps the bytes the restore read,
+// unpinned, so `blocks` is always what `result` was assembled from.
+StatusOr<RestoredBlock> PinLoaded(HotTier* hot,
+                                  const std::shared_ptr<SharedHotBudget>& budget,
+                                  const BlockRecord& record, TierLevel level,
+                                  const SharedBytes& payload,
+                                  const DecodeLimits& limits) {
+  RestoredBlock block;
+  block.key = record.key;
+  // Contains first: a block that left the hot tier counts no miss.
+  std::optional<PinnedBlock> pinned;
+  if (hot != nullptr && hot->Contains(record.key)) pinned = hot->Pin(record.key);
+  if (pinned && SameBytes(pinned->payload(), payload)) {
+    block.level = TierLevel::kHot;
+    block.payload = pinned->payload();
+    block.pin = std::make_shared<const HotPin>(HotPin{budget, std::move(*pinned)});
+    // The hot tier's bytes were encoded by this process or verified when
+    // stored, as the restore itself trusts them (block_io.cc).
+    PKV_ASSIGN_OR_RETURN(block.record, DecodeTrustedBlock(block.payload, limits));
+    return block;
+  }
+  block.level = level;
+  block.payload = payload;
+  block.record = record;  // its raw tensors view `payload`, held above
+  return block;
 }
 
 }  // namespace
@@ -87,41 +100,34 @@ StatusOr<RestorePlan> Engine::PlanRestore(const MatchResult& match) {
 
 StatusOr<PinnedRestore> Engine::RestorePinned(const MatchResult& match) {
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());
+  const uint64_t start_nanos = impl_->clock_->NowNanos();
   PinnedRestore out;
-  // Through Engine::Restore, so a pinned restore is counted and timed like any.
-  PKV_ASSIGN_OR_RETURN(out.result, Restore(match));
-  if (out.result.restored_blocks == 0) return out;
-  PKV_ASSIGN_OR_RETURN(NamespaceSpec spec, impl_->cache_->Spec(match.ns));
-  PKV_ASSIGN_OR_RETURN(std::vector<BlockKey> keys,
-                       RestoredKeys(match, out.result, spec.block_tokens));
+  // The blocks the restore itself read, pinned after it: pinning by key
+  // instead could pair `result` with another version of a block, or fail on
+  // one that left the tiers in between.
+  struct Loaded {
+    BlockRecord record;
+    TierLevel level;
+    SharedBytes payload;
+  };
+  std::vector<Loaded> loaded;
+  StatusOr<RestoreResult> result = impl_->cache_->Restore(
+      match,
+      [&loaded](const BlockRecord& record, TierLevel level, const SharedBytes& payload) {
+        loaded.push_back(Loaded{record, level, payload});
+      });
+  // Counted and timed like any restore.
+  internal::RecordRestore(*impl_, match.ns, start_nanos,
+                          result.ok() ? &*result : nullptr);
+  PKV_ASSIGN_OR_RETURN(out.result, std::move(result));
+  if (impl_->hooks_.before_restore_pins) impl_->hooks_.before_restore_pins();
   const EngineModel* model = impl_->Find(match.ns);
   HotTier* hot = model != nullptr ? model->tiers.hot.get() : nullptr;
-  const DecodeLimits& limits = impl_->options_.decode_limits;
-  out.blocks.reserve(keys.size());
-  for (const BlockKey& key : keys) {
-    RestoredBlock block;
-    block.key = key;
-    // Contains first: a block that left the hot tier is read below without
-    // a second miss counted for it.
-    std::optional<PinnedBlock> pinned;
-    if (hot != nullptr && hot->Contains(key)) pinned = hot->Pin(key);
-    if (pinned) {
-      block.level = TierLevel::kHot;
-      block.payload = pinned->payload();
-      block.pin =
-          std::make_shared<const HotPin>(HotPin{impl_->budget_, std::move(*pinned)});
-      // The hot tier's bytes were encoded by this process or verified when
-      // stored, as the restore itself trusts them (block_io.cc).
-      PKV_ASSIGN_OR_RETURN(block.record, DecodeTrustedBlock(block.payload, limits));
-    } else {
-      block.level = TierLevel::kSsd;
-      PKV_ASSIGN_OR_RETURN(block.payload, impl_->cache_->GetBlock(match.ns, key));
-      PKV_ASSIGN_OR_RETURN(block.record, DecodeBlock(block.payload, limits));
-    }
-    if (block.record.key != key) {
-      return Status::Corruption("block " + key.ToHex() + " holds record " +
-                                block.record.key.ToHex());
-    }
+  out.blocks.reserve(loaded.size());
+  for (const Loaded& l : loaded) {
+    PKV_ASSIGN_OR_RETURN(RestoredBlock block,
+                         PinLoaded(hot, impl_->budget_, l.record, l.level, l.payload,
+                                   impl_->options_.decode_limits));
     out.blocks.push_back(std::move(block));
   }
   return out;

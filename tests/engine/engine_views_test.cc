@@ -27,6 +27,7 @@
 
 #include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/hot_tier.h"
+#include "prefixkv/codec.h"
 #include "prefixkv/engine.h"
 #include "prefixkv/memory_resource.h"
 #include "prefixkv/namespace_spec.h"
@@ -61,6 +62,20 @@ class EngineViewsTest : public ::testing::Test {
     o.hot_capacity_bytes = hot_bytes;
     return OpenWith(o);
   }
+  // A RAM-only engine whose RestorePinned runs meanwhile_ (when set) after
+  // its restore read the blocks and before it pins them.
+  std::unique_ptr<Engine> OpenRamOnlyRacingPins() {
+    EngineOptions o;
+    o.hot_capacity_bytes = 16 << 20;
+    o.log = [](std::string_view) {};
+    EngineHooks hooks;
+    hooks.before_restore_pins = [this] {
+      if (meanwhile_) meanwhile_();
+    };
+    StatusOr<std::unique_ptr<Engine>> e = OpenEngine(o, std::move(hooks));
+    EXPECT_OK(e);
+    return e.ok() ? std::move(e).value() : nullptr;
+  }
   std::unique_ptr<Engine> OpenWith(EngineOptions o) {
     o.log = [](std::string_view) {};
     StatusOr<std::unique_ptr<Engine>> e = Engine::Open(o);
@@ -86,8 +101,46 @@ class EngineViewsTest : public ::testing::Test {
     return layers[l].tensors[i].SliceAxis(2, b * kBlockTokens, kBlockTokens).value();
   }
 
+  // RestorePinned of a three-block prompt stored in a RAM-only engine, with
+  // `meanwhile` run between its restore's read and its pins. Whatever that
+  // did, the restore succeeds and every block is what the restore read.
+  PinnedRestore RestorePinnedWhile(
+      const std::function<void(Engine&, Namespace, const MatchResult&)>& meanwhile) {
+    auto e = OpenRamOnlyRacingPins();
+    if (e == nullptr) return {};
+    StatusOr<Namespace> ns = e->RegisterModel(KvSpec());
+    EXPECT_OK(ns);
+    const std::vector<int32_t> tokens = Tokens(3 * kBlockTokens);
+    const std::vector<LayerState> layers = Store(*e, *ns, tokens);
+    StatusOr<MatchResult> m = e->Match(*ns, tokens);
+    EXPECT_OK(m);
+    meanwhile_ = [&] { meanwhile(*e, *ns, *m); };
+    StatusOr<PinnedRestore> r = e->RestorePinned(*m);
+    meanwhile_ = nullptr;
+    EXPECT_OK(r);
+    if (!r.ok()) return {};
+    EXPECT_EQ(r->result.restored_tokens, tokens.size());
+    ExpectBlocksAreWhatTheRestoreRead(*r, layers);
+    return std::move(r).value();  // its pins may outlive the engine
+  }
+  // Every block of `r` holds the stored bytes of its part of the prompt:
+  // what r.result was assembled from.
+  static void ExpectBlocksAreWhatTheRestoreRead(const PinnedRestore& r,
+                                                const std::vector<LayerState>& layers) {
+    EXPECT_EQ(r.result.layers, layers);
+    for (size_t b = 0; b < r.blocks.size(); ++b) {
+      for (size_t l = 0; l < 2; ++l) {
+        for (size_t i = 0; i < 2; ++i) {
+          EXPECT_EQ(r.blocks[b].record.layers[l].tensors[i], Slice(layers, l, i, b))
+              << "block " << b << " layer " << l << " tensor " << i;
+        }
+      }
+    }
+  }
+
   std::mt19937_64 rng_{testing::TestSeed("EngineViewsTest")};
   testing::TempDir dir_;
+  std::function<void()> meanwhile_;
 };
 
 TEST_F(EngineViewsTest, EveryBlockViewsTheHotTiersOwnBufferAndIsPinned) {
@@ -239,6 +292,35 @@ TEST_F(EngineViewsTest, PinnedRestoresRaceStoresThatEvict) {
   EXPECT_EQ(e->Stats().hot.pinned_bytes, 0u);
   ASSERT_OK_AND_ASSIGN(EngineAudit audit, e->Audit());
   EXPECT_TRUE(audit.ok());
+}
+
+TEST_F(EngineViewsTest, ABlockRewrittenBeforeItsPinIsTheVersionTheRestoreRead) {
+  // A concurrent store rewrites block 1 in place (another version of it:
+  // one tensor byte differs) after the restore read it.
+  PinnedRestore r = RestorePinnedWhile([](Engine& e, Namespace ns, const MatchResult& m) {
+    HotTier* hot = EngineHotTier(e, ns);
+    ASSERT_OK_AND_ASSIGN(BlockMeta meta, hot->Peek(m.keys[1]));
+    ASSERT_OK_AND_ASSIGN(SharedBytes bytes, hot->PeekPayload(m.keys[1]));
+    ASSERT_OK_AND_ASSIGN(BlockRecord record, DecodeTrustedBlock(bytes));
+    uint8_t* copy = nullptr;
+    SharedBytes rewritten = SharedBytes::Allocate(bytes.size(), &copy);
+    std::memcpy(copy, bytes.data(), bytes.size());
+    copy[record.layers[0].tensors[0].data() - bytes.data()] ^= 0xFF;
+    ASSERT_OK(hot->Put(meta, rewritten, /*dirty=*/false));
+  });
+  ASSERT_EQ(r.blocks.size(), 3u);
+  EXPECT_NE(r.blocks[0].pin, nullptr);
+  EXPECT_EQ(r.blocks[1].pin, nullptr) << "the tier holds another version";
+}
+
+TEST_F(EngineViewsTest, ABlockEvictedBeforeItsPinIsStillTheBytesTheRestoreRead) {
+  // A concurrent store evicts the tip from the RAM-only engine after the
+  // restore read it: no tier holds it any more.
+  PinnedRestore r = RestorePinnedWhile([](Engine& e, Namespace ns, const MatchResult& m) {
+    ASSERT_OK(EngineHotTier(e, ns)->Remove(m.keys[2]));
+  });
+  ASSERT_EQ(r.blocks.size(), 3u);
+  EXPECT_EQ(r.blocks[2].pin, nullptr);
 }
 
 TEST_F(EngineViewsTest, NothingRestoredIsNoBlocksAndAClosedEngineRefuses) {

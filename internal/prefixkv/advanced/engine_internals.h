@@ -37,6 +37,9 @@ struct EngineHooks {
   // The store under the remote tier instead of a Redis Cluster client (then
   // EngineOptions::remote is only its name in Stats).
   std::function<std::unique_ptr<RemoteStore>()> remote_store_factory;
+  // Called by Engine::RestorePinned after its restore read the blocks and
+  // before it pins them (tests: a concurrent store's window).
+  std::function<void()> before_restore_pins;
 };
 
 // Engine::Open(options) with `hooks` applied.

@@ -163,6 +163,15 @@ class PrefixCache {
   // trailing blocks whose tip-only layers are placeholders. Restoring less
   // than matched is a value with a reason, not an error.
   StatusOr<RestoreResult> Restore(const MatchResult& match);
+  // Hears of each block a restore used, in chain order: its record, the tier
+  // it was read from and the very bytes read (the record's raw tensors view
+  // them).
+  using RestoredBlockSink = std::function<void(const BlockRecord& record, TierLevel level,
+                                               const SharedBytes& payload)>;
+  // Restore, telling `on_block` of each block it used (Engine::RestorePinned
+  // pins those bytes, not whatever the tiers hold under the key afterwards).
+  StatusOr<RestoreResult> Restore(const MatchResult& match,
+                                  const RestoredBlockSink& on_block);
   // Restore into the caller's memory: the same blocks, the same bytes, each
   // copied once from the tier into `destinations` (one per namespace layer;
   // TensorDestination in tensor.h), layer by layer, `on_layer` (may be empty) told as
