@@ -70,7 +70,8 @@ class RestoredBlock:
         """The block's key: 32 hex digits."""
     @property
     def level(self) -> str:
-        """"hot" (pinned, the tier's bytes) or "ssd"."""
+        """"hot" (pinned, the tier's bytes, unless a concurrent store evicted or
+        rewrote it after the restore read it) or "ssd"."""
     @property
     def pinned(self) -> bool:
         """True while the block is pinned in the hot tier."""

@@ -217,11 +217,14 @@ def test_a_forked_child_never_waits_for_its_parents_engine_locks():
     and one child in fifteen or so hung. The parent's engine is refused at
     once, its objects let go of without a release."""
     status, said = run_forks(None, """
+        # One write per line: print writes the text and its newline apart,
+        # and forty children share the pipe (two ended "refusedrefused").
         try:
             e.restore_into(m, [[np.zeros_like(t) for t in pair] for pair in layers])
-            print("restored")
+            said = "restored"
         except prefixkv.InvalidArgument as error:
-            print("refused" if "forked" in str(error) else str(error))
+            said = "refused" if "forked" in str(error) else str(error)
+        os.write(1, (said + "\\n").encode())
         del restored, array, plan
         gc.collect()
         os._exit(0)
