@@ -127,8 +127,9 @@ class internal::ServerImpl {
   Engine* const engine_;
   server::CommandStatsRecorder command_stats_;  // before dispatcher_, which uses it
   std::unique_ptr<server::AuthThrottle> auth_throttle_;  // null: no server-wide limit
-  server::Dispatcher dispatcher_;
+  // Before dispatcher_, which counts the commands it runs in it.
   server::ServerCounters counters_;
+  server::Dispatcher dispatcher_;
   server::ConnectionEnv env_;
   uint64_t start_ms_ = 0;
   uint16_t port_ = 0;
