@@ -239,16 +239,38 @@ bool InEngineMemory(const void* data, uint64_t bytes) {
   return false;
 }
 
+// The items of `list` (dests, or one layer of it); an object one cannot
+// iterate (None, a number) is InvalidArgument naming `what` and its type,
+// not the bare TypeError of a failed iteration.
+std::vector<py::object> ItemsOf(const py::handle& list, const std::string& what,
+                                const char* items) {
+  if (!list.is_none()) {
+    PyObject* it = PyObject_GetIter(list.ptr());
+    if (it != nullptr) {
+      std::vector<py::object> out;  // owned: a generator's items have no other owner
+      for (const py::handle& item : py::reinterpret_steal<py::iterator>(it)) {
+        out.push_back(py::reinterpret_borrow<py::object>(item));
+      }
+      return out;
+    }
+    PyErr_Clear();
+  }
+  Raise(Status::InvalidArgument(
+      what + ": not a sequence of " + items + " (" +
+      std::string(py::str(py::type::handle_of(list).attr("__name__"))) + ")"));
+}
+
 PyRestoredInto RestoreInto(PyEngine& engine, const PyMatch& match,
                            const py::object& dests, const py::object& on_layer) {
   engine.CheckNotForked();  // before any destination is taken (DLPack's consumed)
   std::vector<LayerDestination> destinations;
   std::vector<std::vector<HeldDestination>> held;
-  for (const py::handle& layer : dests) {
+  for (const py::object& layer : ItemsOf(dests, "dests", "layers")) {
     const size_t l = destinations.size();
     destinations.emplace_back();
     held.emplace_back();
-    for (const py::handle& tensor : layer) {
+    for (const py::object& tensor :
+         ItemsOf(layer, "layer " + std::to_string(l), "destinations")) {
       const std::string what =
           "layer " + std::to_string(l) + " tensor " + std::to_string(held[l].size());
       held[l].emplace_back();

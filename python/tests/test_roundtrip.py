@@ -228,6 +228,8 @@ def test_restore_into_views_keep_their_buffers_exported(engine, rng):
     ("not a buffer", "layer 1 tensor 1: not a numpy array or torch tensor"),
     ("tensor count", "layer 1: 1 destinations for 2 restored tensors"),
     ("layer count", "1 layer destinations for a namespace of 2 layers"),
+    ("no dests", r"dests: not a sequence of layers \(NoneType\)"),
+    ("a layer not a list", r"layer 1: not a sequence of destinations \(int\)"),
 ])
 def test_bad_destinations_are_refused_and_nothing_is_written(engine, rng, case, match):
     ns = register(engine)
@@ -251,6 +253,10 @@ def test_bad_destinations_are_refused_and_nothing_is_written(engine, rng, case, 
         spoiled[1][1] = [0.0] * 128
     elif case == "tensor count":
         spoiled[1].pop()
+    elif case == "no dests":
+        spoiled = None
+    elif case == "a layer not a list":
+        spoiled[1] = 5
     else:
         spoiled.pop()
     with pytest.raises(prefixkv.InvalidArgument, match=match):
