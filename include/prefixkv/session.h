@@ -204,6 +204,11 @@ struct SessionStoreResult {
 };
 
 struct SessionStats {
+  // Sessions opened. An open rolled back (Discard, DiscardIfUnchanged: a
+  // failed or cancelled first step) is not counted, nor what it restored
+  // (prefix_restores, prefix_restored_tokens, prefix_unrestorable): so
+  // opened == live sessions + released + superseded + evicted_ttl +
+  // evicted_lru.
   uint64_t opened = 0;
   uint64_t released = 0;
   uint64_t superseded = 0;
@@ -301,8 +306,8 @@ class SessionManager {
   StatusOr<size_t> StoreLiveSessions();
   // Removes a session without storing it (rolling back an Open that the
   // caller's first computation failed to fill): its epoch then misses as
-  // unknown-session, as if never opened, and older epochs stay stale (the
-  // open superseded them).
+  // unknown-session, as if never opened (its open and restore are taken out
+  // of stats()), and older epochs stay stale (the open superseded them).
   void Discard(const std::string& session_id, uint64_t epoch);
   // Discard, but only while `session` is still the live state of its id and
   // holds exactly `opened_len` positions: a step rolling back its own open
@@ -320,6 +325,16 @@ class SessionManager {
 
  private:
   class State;
+  // What an open took from the prefix cache: counted in stats() with the open
+  // itself, under the same lock, so a rollback (Discard) uncounts both.
+  struct OpenedFrom {
+    int64_t restored_tokens = 0;
+    bool unrestorable = false;  // Match found a prefix, none of it restored
+  };
+  StatusOr<std::shared_ptr<Session>> OpenCounted(const std::string& session_id,
+                                                 uint64_t epoch,
+                                                 SessionOpenOptions options,
+                                                 OpenedFrom from);
   StatusOr<std::shared_ptr<Session>> MakeSession(const std::string& session_id,
                                                  uint64_t epoch,
                                                  std::vector<LayerKvCache> layers,

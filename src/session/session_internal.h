@@ -73,6 +73,7 @@ class SessionManager::State {
     uint64_t bytes = 0;  // charged: the session's payload bytes
     uint64_t last_access_nanos = 0;
     std::list<std::string>::iterator lru;
+    OpenedFrom opened_from;  // what its open counted besides `opened`
   };
   struct Tombstone {
     uint64_t epoch = 0;
@@ -150,6 +151,20 @@ class SessionManager::State {
     return miss;
   }
 
+  // Counts an open (sign +1) in stats, with what it restored, or takes a
+  // rolled-back one out again (-1).
+  void CountOpen(const OpenedFrom& from, int sign) REQUIRES(mu) {
+    const auto add = [sign](uint64_t& counter, uint64_t n) {
+      counter = sign > 0 ? counter + n : counter - n;
+    };
+    add(stats.opened, 1);
+    if (from.restored_tokens > 0) {
+      add(stats.prefix_restores, 1);
+      add(stats.prefix_restored_tokens, static_cast<uint64_t>(from.restored_tokens));
+    }
+    if (from.unrestorable) add(stats.prefix_unrestorable, 1);
+  }
+
   // Removes a live entry; records why (for later misses) unless reason is null.
   void Remove(const std::string& id, const CacheMissReason* reason, size_t max_tombstones)
       REQUIRES(mu) {
@@ -173,6 +188,7 @@ class SessionManager::State {
     auto it = live.find(id);
     if (it == live.end()) return;
     const uint64_t epoch = it->second.session->route_epoch();
+    CountOpen(it->second.opened_from, -1);  // as if never opened
     Remove(id, nullptr, max_tombstones);
     Remember(id, epoch, CacheMissReason::kUnknownSession, max_tombstones);
   }

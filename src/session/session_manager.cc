@@ -80,6 +80,13 @@ StatusOr<std::shared_ptr<Session>> SessionManager::MakeSession(
 StatusOr<std::shared_ptr<Session>> SessionManager::Open(const std::string& id,
                                                         uint64_t epoch,
                                                         SessionOpenOptions options) {
+  return OpenCounted(id, epoch, std::move(options), OpenedFrom{});
+}
+
+StatusOr<std::shared_ptr<Session>> SessionManager::OpenCounted(const std::string& id,
+                                                               uint64_t epoch,
+                                                               SessionOpenOptions options,
+                                                               OpenedFrom from) {
   StoreRemovedOnExit store_removed(this);
   if (options.recipe && !recipe_.is_compatible(*options.recipe)) {
     return IncompatibleRecipeError(recipe_, *options.recipe);
@@ -144,10 +151,10 @@ StatusOr<std::shared_ptr<Session>> SessionManager::Open(const std::string& id,
       s.EvictLruUntil(id, SIZE_MAX, config_.budget_bytes - bytes, config_.max_tombstones);
     }
     s.lru.push_front(id);
-    s.live[id] = State::Entry{session, bytes, now, s.lru.begin()};
+    s.live[id] = State::Entry{session, bytes, now, s.lru.begin(), from};
     s.total_bytes += bytes;
     if (pending != nullptr) pending->Commit();
-    s.stats.opened++;
+    s.CountOpen(from, +1);
     if (options.created != nullptr) *options.created = true;
     return session;
   };

@@ -138,7 +138,10 @@ StatusOr<std::shared_ptr<Session>> SessionManager::OpenFromPrefixCache(
     }
   }
   const bool prefilled = !options.initial_layers.empty();
-  StatusOr<std::shared_ptr<Session>> opened = Open(id, epoch, std::move(options));
+  const OpenedFrom from{r.restored_tokens,
+                        r.matched_tokens > 0 && r.restored_tokens == 0};
+  StatusOr<std::shared_ptr<Session>> opened =
+      OpenCounted(id, epoch, std::move(options), from);
   if (!opened.ok() && prefilled) {
     // A pre-filled open refuses a session opened meanwhile at this epoch.
     if (std::shared_ptr<Session> live = LiveAt(id, epoch)) {
@@ -151,19 +154,10 @@ StatusOr<std::shared_ptr<Session>> SessionManager::OpenFromPrefixCache(
     r = PrefixRestore{};
     return session;
   }
-  if (r.matched_tokens > 0 && r.restored_tokens == 0) {
-    MutexLock lock(&state_->mu);
-    state_->stats.prefix_unrestorable++;
-  }
   if (r.restored_tokens > 0) {
-    {
-      // What was restored is in the prefix cache already.
-      WriterLock session_lock(&session->state_->mu);
-      session->state_->stored_len = r.restored_tokens;
-    }
-    MutexLock lock(&state_->mu);
-    state_->stats.prefix_restores++;
-    state_->stats.prefix_restored_tokens += static_cast<uint64_t>(r.restored_tokens);
+    // What was restored is in the prefix cache already.
+    WriterLock session_lock(&session->state_->mu);
+    session->state_->stored_len = r.restored_tokens;
   }
   return session;
 }

@@ -70,9 +70,10 @@ class Oracle {
     live.erase(id);
     lru.erase(std::find(lru.begin(), lru.end(), id));
   }
-  // A rolled-back open: no counter moves, its epoch misses as never opened
-  // and stays current (older epochs are stale).
+  // A rolled-back open: its open is uncounted (no other counter moves), its
+  // epoch misses as never opened and stays current (older epochs are stale).
   void Discard(const std::string& id) {
+    stats.opened--;
     tombstones[id] = {live.at(id).epoch, CacheMissReason::kUnknownSession};
     live.erase(id);
     lru.erase(std::find(lru.begin(), lru.end(), id));

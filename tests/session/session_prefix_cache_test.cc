@@ -94,6 +94,38 @@ TEST_F(SessionPrefixCache, EachNewTurnOfARecurrentHybridModelComputesOnlyItsMess
   ExpectEachNewTurnRestoresOnlyItsMessage(s);
 }
 
+TEST_F(SessionPrefixCache, ARolledBackOpenIsNeitherCountedOpenedNorRestored) {
+  FullModelSessions s(stack);
+  Conversation conv;
+  const int64_t vocab = s.model->config().vocab_size;
+  conv.Answer(RunTurn(*s.adapter, "chat", 0, conv.Ask(0, vocab), kReply).reply);
+  ASSERT_TRUE(s.manager->Release("chat", 0).value());
+  // The next turn's first step restores the conversation, then is cancelled:
+  // the adapter discards the session its open made.
+  const std::vector<int32_t> prompt = conv.Ask(1, vocab);
+  CancellationToken token;
+  token.Cancel();
+  StepInput cancelled = Tokens(prompt);
+  cancelled.cancel = &token;
+  StepTimings timings;
+  EXPECT_EQ(s.adapter->Prefill("chat", 1, cancelled, &timings).status().code(),
+            StatusCode::kAborted);
+  ASSERT_GT(timings.restore.restored_tokens, 0);
+  SessionStats stats = s.manager->stats();
+  EXPECT_EQ(stats.opened, 1u);
+  EXPECT_EQ(stats.prefix_restores, 0u);
+  EXPECT_EQ(stats.prefix_restored_tokens, 0u);
+  // Its retry is the one open and restore of the turn.
+  auto retried = RunTurn(*s.adapter, "chat", 1, prompt, kReply);
+  stats = s.manager->stats();
+  EXPECT_EQ(stats.opened, 2u);
+  EXPECT_EQ(stats.prefix_restores, 1u);
+  EXPECT_EQ(stats.prefix_restored_tokens,
+            static_cast<uint64_t>(retried.prefill.restore.restored_tokens));
+  EXPECT_EQ(stats.opened, s.manager->session_count() + stats.released + stats.superseded +
+                              stats.evicted_ttl + stats.evicted_lru);
+}
+
 TEST_F(SessionPrefixCache, TtlEvictedSessionResumesFromThePrefixCacheWithParity) {
   FakeClock clock;
   FullModelSessions s(stack, SessionManagerOptions{.ttl_ms = 1000}, &clock);
