@@ -96,7 +96,8 @@ NamespaceSpec SessionNamespaceSpec(const KvCacheRecipe& recipe, std::string mode
 
 struct SessionManagerOptions {
   // A session idle (no open/get/resolve/append/truncate) for longer than this is
-  // evicted with reason kEvictedTtl. 0 disables the TTL. Default 10 minutes.
+  // evicted with reason kEvictedTtl. 0 disables the TTL, and so does a TTL
+  // past the clock's reach (2^64 ns, about 584 years). Default 10 minutes.
   uint64_t ttl_ms = 600'000;
   // Most live sessions; opening one more evicts the least recently used. 0: no cap.
   size_t max_sessions = 64;

@@ -40,6 +40,15 @@
 
 namespace prefixkv {
 
+// SessionManagerOptions::ttl_ms in nanoseconds (the clock's unit). A TTL past
+// 2^64 ns (about 584 years) is past the clock's reach: it saturates, where
+// the product wrapped into a TTL of a few milliseconds that evicted every
+// idle session at once.
+inline uint64_t TtlNanos(uint64_t ttl_ms) {
+  constexpr uint64_t kNanosPerMilli = 1'000'000;
+  return ttl_ms > UINT64_MAX / kNanosPerMilli ? UINT64_MAX : ttl_ms * kNanosPerMilli;
+}
+
 // One session's KV state. Steps read it under the shared lock; the manager
 // changes it (Append, Truncate, the stored length) under the exclusive lock.
 struct Session::State {

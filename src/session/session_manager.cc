@@ -112,7 +112,7 @@ StatusOr<std::shared_ptr<Session>> SessionManager::OpenCounted(const std::string
   // the session is open at this epoch (returned as it is).
   auto check = [&]() REQUIRES(s.mu) -> Status {
     now = clock_->NowNanos();
-    s.SweepExpired(now, config_.ttl_ms * 1'000'000, config_.max_tombstones);
+    s.SweepExpired(now, TtlNanos(config_.ttl_ms), config_.max_tombstones);
     PKV_RETURN_IF_ERROR(s.CheckEpoch(id, epoch));
     // Checked before superseding anything: a refused open changes nothing.
     if (limit > 0 && bytes > limit) {
@@ -183,7 +183,7 @@ StatusOr<SessionOrMiss> SessionManager::Resolve(const std::string& id, uint64_t 
   State& s = *state_;
   MutexLock lock(&s.mu);
   uint64_t now = clock_->NowNanos();
-  s.SweepExpired(now, config_.ttl_ms * 1'000'000, config_.max_tombstones);
+  s.SweepExpired(now, TtlNanos(config_.ttl_ms), config_.max_tombstones);
   PKV_RETURN_IF_ERROR(s.CheckEpoch(id, epoch));
   State::Lookup found = s.Find(id, epoch);
   if (found.entry == nullptr) return SessionOrMiss(found.miss);

@@ -226,7 +226,7 @@ size_t SessionManager::EvictExpired() {
   StoreRemovedOnExit store_removed(this);
   MutexLock lock(&state_->mu);
   const uint64_t before = state_->stats.evicted_ttl;
-  state_->SweepExpired(clock_->NowNanos(), config_.ttl_ms * 1'000'000,
+  state_->SweepExpired(clock_->NowNanos(), TtlNanos(config_.ttl_ms),
                        config_.max_tombstones);
   return static_cast<size_t>(state_->stats.evicted_ttl - before);
 }

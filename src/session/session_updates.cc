@@ -137,7 +137,7 @@ StatusOr<bool> SessionManager::Release(const std::string& id, uint64_t epoch) {
   StoreRemovedOnExit store_removed(this);
   State& s = *state_;
   MutexLock lock(&s.mu);
-  s.SweepExpired(clock_->NowNanos(), config_.ttl_ms * 1'000'000, config_.max_tombstones);
+  s.SweepExpired(clock_->NowNanos(), TtlNanos(config_.ttl_ms), config_.max_tombstones);
   PKV_RETURN_IF_ERROR(s.CheckEpoch(id, epoch));
   auto it = s.live.find(id);
   if (it == s.live.end() || it->second.session->route_epoch() != epoch) return false;

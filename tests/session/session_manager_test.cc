@@ -196,6 +196,20 @@ TEST(SessionManagerTest, TtlEvictionYieldsAnExplicitCacheMiss) {
   EXPECT_EQ(manager->stats().evicted_ttl, 1u);
 }
 
+TEST(SessionManagerTest, ATtlPastTheClocksReachNeverExpires) {
+  auto shard = FullShard(SeedModel());
+  FakeClock clock;
+  // 18'446'744'073'710 ms in nanoseconds is 448'384 past 2^64: it wrapped to
+  // a TTL of under a millisecond.
+  for (uint64_t ttl_ms : {uint64_t{18'446'744'073'710}, UINT64_MAX}) {
+    auto manager = ManagerFor(*shard, {.ttl_ms = ttl_ms}, &clock);
+    ASSERT_OK(manager->Open("s", 0));
+    clock.AdvanceMillis(1000);
+    EXPECT_NE(ExpectSession(manager->Resolve("s", 0)), nullptr) << ttl_ms;
+    EXPECT_EQ(manager->EvictExpired(), 0u) << ttl_ms;
+  }
+}
+
 TEST(SessionManagerTest, LruEvictionBySessionCapReportsAMiss) {
   auto shard = FullShard(SeedModel());
   SessionManagerOptions config;
