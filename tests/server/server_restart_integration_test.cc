@@ -149,15 +149,31 @@ TEST(ServerRestart, AShutdownWhoseLogReaderIsGoneStillWritesEveryValueBack) {
 // `--data-dir "$DIR"` with DIR unset: serve ran with no SSD tier at all (an
 // engine without a data_dir is RAM only), acknowledged every SET and, at
 // SIGTERM, "stopped cleanly" with every value lost. It is a usage error now.
-TEST(ServerRestart, AnEmptyDataDirIsRefusedNotServedFromRamAlone) {
+// Serve with `data_dir` is refused as a usage error (exit 2) naming `named`.
+void ExpectServeRefusesItsDataDir(const std::string& data_dir, const std::string& named) {
   testing::TempDir dir;
   const std::string log = dir.str() + "/log";
-  ServeProcess serve("", {}, log);
+  ServeProcess serve(data_dir, {}, log);
   EXPECT_EQ(serve.port(), 0) << "serve listened without a directory to keep values in";
-  EXPECT_EQ(serve.StopWith(SIGKILL), 2);
+  EXPECT_EQ(serve.StopWith(SIGKILL), 2) << data_dir;
   std::stringstream said;
   said << std::ifstream(log).rdbuf();
-  EXPECT_NE(said.str().find("--data-dir"), std::string::npos) << said.str();
+  EXPECT_NE(said.str().find(named), std::string::npos) << said.str();
+}
+
+TEST(ServerRestart, AnEmptyDataDirIsRefusedNotServedFromRamAlone) {
+  ExpectServeRefusesItsDataDir("", "--data-dir");
+}
+
+// A regular file as --data-dir (or a path through one) failed the engine's
+// open as an I/O error, exit 1, where audit, repair and inspect refuse the same
+// path as a usage error, exit 2.
+TEST(ServerRestart, ADataDirThatIsAFileIsAUsageErrorAsInAudit) {
+  testing::TempDir dir;
+  const std::string file = dir.str() + "/a-file";
+  std::ofstream(file) << "not a directory";
+  ExpectServeRefusesItsDataDir(file, "--data-dir " + file + " is not a directory");
+  ExpectServeRefusesItsDataDir(file + "/data", "--data-dir " + file + "/data: a part");
 }
 
 // A closed terminal or ssh session sends SIGHUP: its default action killed

@@ -8,7 +8,9 @@
 // drained, its metadata flushed).
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -132,6 +134,21 @@ std::string ReadSecret(const Flags& flags, const std::string& name, const char* 
   return "";
 }
 
+// The error for a --data-dir that names something other than a directory (a
+// regular file, or a path through one), "" otherwise (a missing directory is
+// created by the open). audit, repair and inspect refuse such a path as a
+// usage error (exit 2); serve's open failed on it as an I/O error (exit 1).
+std::string DataDirNotADirectory(const std::string& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) == 0) {
+    return S_ISDIR(st.st_mode) ? "" : "--data-dir " + dir + " is not a directory";
+  }
+  if (errno == ENOTDIR) {
+    return "--data-dir " + dir + ": a part of the path is not a directory";
+  }
+  return "";
+}
+
 // Fills `config` from the flags; returns an error message or "".
 std::string ParseServeConfig(const Flags& flags, ServeConfig* config) {
   std::string error;
@@ -198,6 +215,7 @@ std::string ParseServeConfig(const Flags& flags, ServeConfig* config) {
     return "--data-dir must name a directory (the SSD tier, where every value is "
            "kept across a restart)";
   }
+  if (std::string e = DataDirNotADirectory(config->engine.data_dir); !e.empty()) return e;
   config->engine.write_through = flags.GetBool("write-through");
   if (std::string e = ApplyRemoteFlags(flags, &config->engine); !e.empty()) return e;
   if (std::string e = ApplyWearFlags(flags, &config->engine); !e.empty()) return e;
