@@ -279,6 +279,37 @@ TEST(TraceReplay, SsdWritesAndSkipsEqualASimpleModel) {
   }
 }
 
+// Under a write budget the engine's clock is the trace's, in nanoseconds: a
+// timestamp past 2^64 ns (a microsecond trace read as milliseconds) wrapped
+// into another time and refilled the budget for the wrong window.
+TEST(TraceReplay, ATimestampPastTheBudgetClocksReachIsRefused) {
+  for (bool budget : {false, true}) {
+    SCOPED_TRACE(budget);
+    testing::TempDir dir;
+    ReplayConfig config;
+    config.bytes_per_token = 1;
+    config.ssd_path = dir.str();
+    if (budget) {
+      config.ssd_admission = SsdAdmissionKind::kBudget;
+      config.ssd_write_budget_bytes_per_day = 10'000'000;
+    }
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReplayTiers> tiers, ReplayTiers::Open(config));
+    TraceReplayer replayer(tiers.get(), config.block_tokens);
+    TraceRequest request{
+        .timestamp_ms = 18'446'744'073'709, .input_length = 512, .hash_ids = {1}};
+    ASSERT_OK(replayer.Replay(request));           // the last millisecond the clock holds
+    request.timestamp_ms = 1'733'550'000'000'000;  // microseconds since 1970
+    const Status s = replayer.Replay(request);
+    if (!budget) {
+      EXPECT_OK(s);  // nothing reads the time
+      continue;
+    }
+    EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+    EXPECT_NE(s.ToString().find("timestamp 1733550000000000 ms"), std::string::npos)
+        << s.ToString();
+  }
+}
+
 // The capacity advisor (docs/eviction.md, "The capacity advisor"): its
 // estimate against a full replay at each size, within 0.02 token hit ratio.
 // CI: the Mooncake trace, hot sizes 1/4x, 1x and 4x of 3M tokens. With

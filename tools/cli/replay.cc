@@ -68,7 +68,8 @@ Flags ReplayFlags() {
   // Admission only: a replay projects no drive lifetime.
   for (FlagSpec& f : WearFlagSpecs()) {
     if (f.name == "ssd-admission" || f.name == "ssd-write-budget") {
-      if (f.name == "ssd-write-budget") f.help += ", of trace time (timestamps)";
+      if (f.name == "ssd-write-budget")
+        f.help += ", of trace time (timestamps, in milliseconds)";
       specs.push_back(std::move(f));
     }
   }

@@ -55,7 +55,10 @@ StatusOr<std::unique_ptr<ReplayTiers>> ReplayTiers::Open(const ReplayConfig& con
   o.ssd_admission = config.ssd_admission;
   o.ssd_write_budget_bytes_per_day = config.ssd_write_budget_bytes_per_day;
   // Budgeted: a day is a day of the trace. Else the system clock, as before.
-  if (config.ssd_admission == SsdAdmissionKind::kBudget) o.clock = &t->trace_clock_;
+  if (config.ssd_admission == SsdAdmissionKind::kBudget) {
+    o.clock = &t->trace_clock_;
+    t->trace_clock_used_ = true;
+  }
   o.advisor_max_keys = config.advisor_max_keys;
   o.advisor_half_life_seconds = config.advisor_half_life_seconds;
   o.log = [](std::string_view) {};
@@ -91,9 +94,19 @@ StatusOr<std::unique_ptr<ReplayTiers>> ReplayTiers::Open(const ReplayConfig& con
 
 ReplayTiers::~ReplayTiers() = default;
 
-void ReplayTiers::AdvanceTraceClock(uint64_t timestamp_ms) {
-  const uint64_t nanos = timestamp_ms * 1'000'000;
+Status ReplayTiers::AdvanceTraceClock(uint64_t timestamp_ms) {
+  constexpr uint64_t kNanosPerMilli = 1'000'000;
+  if (timestamp_ms > UINT64_MAX / kNanosPerMilli) {
+    if (!trace_clock_used_) return Status::OK();  // nothing reads the time
+    return Status::InvalidArgument(
+        "trace timestamp " + std::to_string(timestamp_ms) +
+        " ms is past the clock of --ssd-admission budget (2^64 ns, " +
+        std::to_string(UINT64_MAX / kNanosPerMilli) +
+        " ms): timestamps are milliseconds (a microsecond or nanosecond trace?)");
+  }
+  const uint64_t nanos = timestamp_ms * kNanosPerMilli;
   if (nanos > trace_clock_.NowNanos()) trace_clock_.SetNanos(nanos);
+  return Status::OK();
 }
 
 TierStack& ReplayTiers::stack() { return *EngineTiers(*engine_, ns_); }
@@ -128,7 +141,7 @@ Status TraceReplayer::Replay(const TraceRequest& request) {
   const size_t node_index = chooser_ ? chooser_(request, keys_) % nodes_.size()
                                      : report_.requests % nodes_.size();
   ReplayTiers& node = *nodes_[node_index];
-  node.AdvanceTraceClock(request.timestamp_ms);
+  PKV_RETURN_IF_ERROR(node.AdvanceTraceClock(request.timestamp_ms));
   TierStack& stack = node.stack();
   // The namespace owner's read: its misses and the advisor's block weight.
   // Without a hot tier every owner is 0 (no budget registers them).

@@ -107,15 +107,20 @@ class ReplayTiers {
     return unlikely_reuse_after_output_tokens_;
   }
   // Moves the trace clock (the engine's under a write budget) forward to a
-  // request's timestamp; never back.
-  void AdvanceTraceClock(uint64_t timestamp_ms);
+  // request's timestamp; never back. Under a budget a timestamp past the
+  // clock's reach (2^64 ns: 18,446,744,073,709 ms, about 584 years; a
+  // microsecond or nanosecond trace read as milliseconds) is InvalidArgument
+  // naming it: its nanoseconds wrapped into another time, which refilled the
+  // budget for the wrong window.
+  Status AdvanceTraceClock(uint64_t timestamp_ms);
   EngineStats stats() const { return engine_->Stats(); }
 
  private:
   ReplayTiers() = default;
   uint64_t payload_bytes_ = 0;
   std::optional<uint64_t> unlikely_reuse_after_output_tokens_;
-  FakeClock trace_clock_{0};  // declared before the engine that reads it
+  FakeClock trace_clock_{0};       // declared before the engine that reads it
+  bool trace_clock_used_ = false;  // the engine's clock: a write budget
   std::unique_ptr<Engine> engine_;
   Namespace ns_;
 };
