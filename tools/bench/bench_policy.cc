@@ -359,7 +359,7 @@ int RunPolicyBench(const std::vector<std::string>& args) {
   if (caps.empty()) return UsageError(flags, "no capacities");
   std::optional<uint64_t> block = ParseSize(flags.GetString("trace-block-tokens", "512"));
   if (!block || *block == 0 || *block > (1u << 22))
-    return UsageError(flags, "--trace-block-tokens out of range");
+    return UsageError(flags, NotInRange(flags, "trace-block-tokens", "1..4194304"));
   // A capacity below one block is a hot tier of none ('both tiers are off').
   if (caps.front() < *block)
     return UsageError(flags, "capacity " + std::to_string(caps.front()) +

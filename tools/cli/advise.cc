@@ -164,7 +164,7 @@ int RunAdvise(const std::vector<std::string>& args) {
   if (flags.positional().size() != 1)
     return UsageError(flags, "expected one TRACE.jsonl");
   if (block && (*block == 0 || *block > (1u << 22)))
-    return UsageError(flags, "--trace-block-tokens out of range");
+    return UsageError(flags, NotInRange(flags, "trace-block-tokens", "1..4194304"));
   if (block) config.block_tokens = static_cast<uint32_t>(*block);
   if (!hot || *hot < config.block_tokens)
     return UsageError(flags, "--hot-capacity-tokens must be at least one block");
@@ -173,7 +173,7 @@ int RunAdvise(const std::vector<std::string>& args) {
   if (ssd && *ssd != 0 && *ssd < config.block_tokens)
     return UsageError(flags, "--ssd-capacity-tokens must be 0 or at least one block");
   if (keys && (*keys < 16 || *keys > (1u << 24)))
-    return UsageError(flags, "--max-keys must be 16..16777216");
+    return UsageError(flags, NotInRange(flags, "max-keys", "16..16777216"));
   config.hot_tokens = *hot;
   config.ssd_tokens = ssd.value_or(0);
   if (keys) config.advisor.max_keys = static_cast<uint32_t>(*keys);

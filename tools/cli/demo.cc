@@ -223,7 +223,8 @@ int RunNodes(const Flags& flags, const DemoOptions& demo) {
   const std::optional<uint64_t> timeout_s =
       flags.Has("turn-timeout-s") ? flags.GetCount("turn-timeout-s", &error) : 60;
   if (!timeout_s || *timeout_s < 1 || *timeout_s > 3600) {
-    return UsageError(flags, error.empty() ? "--turn-timeout-s must be 1..3600" : error);
+    return UsageError(
+        flags, error.empty() ? NotInRange(flags, "turn-timeout-s", "1..3600") : error);
   }
   options.turn_timeout_ms = static_cast<uint32_t>(*timeout_s * 1000);
   if (!flags.Has("remote-timeout-ms"))
@@ -316,10 +317,11 @@ int RunDemo(const std::vector<std::string>& args) {
   std::optional<uint64_t> turns =
       flags.Has("turns") ? flags.GetCount("turns", &error) : 8;
   if (!turns || *turns < 1 || *turns > 64) {
-    return UsageError(flags, error.empty() ? "--turns must be 1..64" : error);
+    return UsageError(flags, error.empty() ? NotInRange(flags, "turns", "1..64") : error);
   }
   const std::string nodes = flags.GetString("nodes", "1");
-  if (nodes != "1" && nodes != "2") return UsageError(flags, "--nodes must be 1 or 2");
+  if (nodes != "1" && nodes != "2")
+    return UsageError(flags, NotInRange(flags, "nodes", "1 or 2"));
   DemoOptions options;
   options.dir =
       (std::filesystem::path(flags.GetString("data-dir", "./prefixkv-data")) / "demo")

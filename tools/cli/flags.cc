@@ -185,6 +185,11 @@ int OpenError(const Flags& flags, const std::string& command, const Status& stat
   return Failure(flags, command, status.ToString());
 }
 
+std::string NotInRange(const Flags& flags, const std::string& name,
+                       const std::string& range) {
+  return "--" + name + " must be " + range + ", not '" + flags.GetString(name) + "'";
+}
+
 int FinishOutput(const std::string& who, int exit_code) {
   errno = 0;
   const bool flushed = std::fflush(stdout) == 0;

@@ -91,6 +91,11 @@ class Flags {
 double GetReal(const Flags& flags, const std::string& name, double def, double lo,
                double hi, std::string* error);
 
+// "--NAME must be RANGE, not 'VALUE'": the usage error of a flag whose value
+// is out of its range (or malformed), naming the value given.
+std::string NotInRange(const Flags& flags, const std::string& name,
+                       const std::string& range);
+
 // Parses "123", "4K", "16M", "2G", "1T" (powers of 1024). nullopt on error.
 std::optional<uint64_t> ParseSize(const std::string& text);
 

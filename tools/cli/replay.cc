@@ -185,7 +185,7 @@ std::string Configure(const Flags& flags, ReplayConfig* c, std::string* policy_n
   std::optional<uint64_t> block = flags.GetSize("trace-block-tokens", &error);
   if (block) c->block_tokens = static_cast<uint32_t>(*block);
   if (block && (*block == 0 || *block > (1u << 22)))
-    return "--trace-block-tokens out of range";
+    return NotInRange(flags, "trace-block-tokens", "1..4194304");
   std::optional<uint64_t> bpt = flags.GetSize("bytes-per-token", &error);
   if (bpt) c->bytes_per_token = *bpt;
   if (!error.empty()) return error;
@@ -285,7 +285,7 @@ int RunReplay(const std::vector<std::string>& args) {
   std::optional<uint64_t> nodes =
       flags.Has("nodes") ? flags.GetCount("nodes", &error) : std::optional<uint64_t>(1);
   if (!error.empty() || !nodes || *nodes < 1 || *nodes > 64) {
-    return UsageError(flags, error.empty() ? "--nodes must be 1..64" : error);
+    return UsageError(flags, error.empty() ? NotInRange(flags, "nodes", "1..64") : error);
   }
   // Checked before the min replay, which returned first: --policy min with
   // --nodes 2 (or --nodes abc, --router prefix) replayed one node and printed

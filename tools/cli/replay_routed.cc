@@ -98,7 +98,7 @@ std::string Configure(const Flags& flags, RoutedReplayConfig* c) {
   c->seed = count("seed", 1);
   if (!error.empty()) return error;
   if (c->in_flight_per_node < 1 || c->in_flight_per_node > 1'000'000)
-    return "--in-flight-per-node must be 1..1000000";
+    return NotInRange(flags, "in-flight-per-node", "1..1000000");
   return "";
 }
 

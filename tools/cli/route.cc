@@ -99,14 +99,15 @@ std::string Configure(const Flags& flags, route::RouteServerOptions* o) {
   if (!error.empty()) return error;
   if (o->router.load_bound != 0 && o->router.load_bound < 1)
     return "--load-bound must be >= 1 (0: no bound)";
-  if (!port || *port > 65535) return "--port must be 0..65535";
+  if (!port || *port > 65535) return NotInRange(flags, "port", "0..65535");
   o->port = static_cast<uint16_t>(*port);
   if (max_blocks) {
-    if (*max_blocks == 0) return "--max-blocks must be > 0";
+    if (*max_blocks == 0) return NotInRange(flags, "max-blocks", "> 0");
     o->router.max_blocks = *max_blocks;
   }
   if (block_ms) {
-    if (*block_ms < 1 || *block_ms > 60000) return "--xread-block-ms must be 1..60000";
+    if (*block_ms < 1 || *block_ms > 60000)
+      return NotInRange(flags, "xread-block-ms", "1..60000");
     o->feed.block_ms = static_cast<uint32_t>(*block_ms);
   }
   o->bind_address = flags.GetString("bind", "127.0.0.1");

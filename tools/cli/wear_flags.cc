@@ -85,13 +85,14 @@ std::string ApplyAdvisorFlags(const Flags& flags, EngineOptions* options) {
   std::string error;
   if (flags.Has("advisor-max-keys")) {
     std::optional<uint64_t> keys = flags.GetCount("advisor-max-keys", &error);
-    if (!keys || *keys > kMaxAdvisorKeys) return "--advisor-max-keys must be 0..16777216";
+    if (!keys || *keys > kMaxAdvisorKeys)
+      return NotInRange(flags, "advisor-max-keys", "0..16777216");
     options->advisor_max_keys = static_cast<uint32_t>(*keys);
   }
   if (flags.Has("advisor-half-life")) {
     std::optional<uint64_t> s = flags.GetCount("advisor-half-life", &error);
     if (!s || *s > (uint64_t{1} << 32))
-      return "--advisor-half-life must be 0..4294967296 seconds";
+      return NotInRange(flags, "advisor-half-life", "0..4294967296 seconds");
     options->advisor_half_life_seconds = *s;
   }
   return "";
