@@ -167,11 +167,13 @@ std::vector<LayerToStore> CheckLayers(const PyNamespace& ns, const py::sequence&
   return out;
 }
 
-// "normal" or "unlikely" (ReuseHint); ValueError otherwise.
+// "normal" or "unlikely" (ReuseHint); InvalidArgument otherwise (a
+// prefixkv.Error, as python.md promises of every failure, and a ValueError).
 StoreOptions ParseStoreOptions(const std::string& reuse) {
   if (reuse == "normal") return {};
   if (reuse == "unlikely") return {.reuse = ReuseHint::kUnlikely};
-  throw py::value_error("reuse must be 'normal' or 'unlikely', not '" + reuse + "'");
+  Raise(Status::InvalidArgument("reuse must be 'normal' or 'unlikely', not '" + reuse +
+                                "'"));
 }
 
 StoreResult Store(PyEngine& engine, const PyNamespace& ns, const py::object& tokens,

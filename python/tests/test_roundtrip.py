@@ -127,7 +127,9 @@ def test_a_store_hinted_unlikely_leaves_the_hot_tier_first(data_dir, rng, tmp_pa
         e.store(ns, list(range(200, 208)), kv_layers(rng, 2, 8))  # evicts two blocks
         assert e.match(ns, list(range(8))).tiers == ["hot", "hot"]
         assert e.match(ns, list(range(100, 108))).tiers == ["ssd", "ssd"]
-        with pytest.raises(ValueError, match="reuse must be"):
+        # A prefixkv.Error, as every failure (it was a bare ValueError), and
+        # still a ValueError.
+        with pytest.raises(prefixkv.InvalidArgument, match="reuse must be"):
             e.store(ns, list(range(8)), kv_layers(rng, 2, 8), reuse="never")
 
 
