@@ -278,7 +278,7 @@ TEST(ServerLimits, ServeLimitsFailedAuthAcrossConnections) {
 // Ports, counts and times take digits only: "--port 20K" used to listen on
 // 20480 (read as a size), "--port -1" was "not a size", and "--max-clients 0"
 // started a server that refused every client. Each is a usage error now
-// (exit 2), before anything is opened.
+// (exit 2), before anything is opened, naming the value given.
 TEST(ServerLimits, ServeRefusesPortsAndCountsThatAreNotPlainNumbers) {
   testing::TempDir dir;
   const struct {
@@ -287,8 +287,16 @@ TEST(ServerLimits, ServeRefusesPortsAndCountsThatAreNotPlainNumbers) {
   } cases[] = {
       {"--port 20K", "--port: '20K' is not a whole number"},
       {"--port -1", "--port: '-1' is not a whole number"},
-      {"--port 70000", "--port must be in [0, 65535]"},
+      {"--port 70000", "--port must be in [0, 65535], not '70000'"},
       {"--threads 2x", "--threads: '2x' is not a whole number"},
+      {"--threads 0", "--threads must be in [1, 256], not '0'"},
+      // The engine refused it after the flags passed: exit 1, 'zero capacity'.
+      {"--ssd-capacity-bytes 0", "--ssd-capacity-bytes must be > 0, not '0'"},
+      {"--ssd-drive-writes-per-day abc",
+       "--ssd-drive-writes-per-day must be a number in (0, 1000000], not 'abc'"},
+      // Alone it was taken and did nothing.
+      {"--ssd-drive-capacity-bytes 4T",
+       "--ssd-drive-capacity-bytes needs --ssd-drive-writes-per-day"},
       {"--metrics-port 1M", "--metrics-port: '1M' is not a whole number"},
       {"--idle-timeout-ms 1.5", "--idle-timeout-ms: '1.5' is not a whole number"},
       {"--max-clients 0", "--max-clients must be > 0"},

@@ -177,36 +177,42 @@ std::string ParseServeConfig(const Flags& flags, ServeConfig* config) {
   config->engine.event_retention_ms = count("event-retention-ms", 86'400'000);
   config->engine.event_log = !flags.GetBool("no-event-log");
   if (!error.empty()) return error;
-  if (config->engine.event_retention_bytes < 8192 ||
-      config->engine.event_retention_ms == 0) {
-    return "--event-retention-bytes must be at least 8K and --event-retention-ms > 0";
-  }
+  if (config->engine.event_retention_bytes < 8192)
+    return NotInRange(flags, "event-retention-bytes", "at least 8K");
+  if (config->engine.event_retention_ms == 0)
+    return NotInRange(flags, "event-retention-ms", "> 0");
   if (config->server.max_connections == 0) {
-    return "--max-clients must be > 0 (0 would refuse every client)";
+    return NotInRange(flags, "max-clients", "> 0 (0 would refuse every client)");
   }
-  if (port > 65535) return "--port must be in [0, 65535]";
+  if (port > 65535) return NotInRange(flags, "port", "in [0, 65535]");
   if (config->server.auth_failures_per_second > 1'000'000) {
-    return "--auth-failures-per-second must be in [0, 1000000]";
+    return NotInRange(flags, "auth-failures-per-second", "in [0, 1000000]");
   }
-  if (metrics_port > 65535) return "--metrics-port must be in [0, 65535]";
+  if (metrics_port > 65535) return NotInRange(flags, "metrics-port", "in [0, 65535]");
   if (flags.Has("metrics-port")) {
     config->server.metrics_port = static_cast<uint16_t>(metrics_port);
   }
-  if (threads < 1 || threads > 256) return "--threads must be in [1, 256]";
-  if (config->engine.hot_capacity_bytes == 0) return "--hot-capacity-bytes must be > 0";
-  if (config->server.max_models == 0) return "--max-models must be > 0";
-  if (config->server.max_request_bytes == 0) return "--max-request-bytes must be > 0";
+  if (threads < 1 || threads > 256) return NotInRange(flags, "threads", "in [1, 256]");
+  if (config->engine.hot_capacity_bytes == 0)
+    return NotInRange(flags, "hot-capacity-bytes", "> 0");
+  // The engine refused it only after the flags passed: 'ssd tier: zero
+  // capacity', exit 1 for a bad value.
+  if (config->engine.ssd_capacity_bytes == 0)
+    return NotInRange(flags, "ssd-capacity-bytes", "> 0");
+  if (config->server.max_models == 0) return NotInRange(flags, "max-models", "> 0");
+  if (config->server.max_request_bytes == 0)
+    return NotInRange(flags, "max-request-bytes", "> 0");
   StatusOr<SsdDurability> durability =
       ParseSsdDurability(flags.GetString("durability", "wal"));
-  if (!durability.ok()) return "--durability must be flush, wal or sync";
+  if (!durability.ok()) return NotInRange(flags, "durability", "flush, wal or sync");
   config->engine.durability = *durability;
   StatusOr<EvictionPolicyKind> policy =
       ParseEvictionPolicy(flags.GetString("policy", "lru"));
-  if (!policy.ok()) return "--policy must be lru, leaf-lru or chain";
+  if (!policy.ok()) return NotInRange(flags, "policy", "lru, leaf-lru or chain");
   config->engine.hot_policy = *policy;
   StatusOr<EvictionPolicyKind> ssd_policy =
       ParseEvictionPolicy(flags.GetString("ssd-policy", "leaf-lru"));
-  if (!ssd_policy.ok()) return "--ssd-policy must be lru, leaf-lru or chain";
+  if (!ssd_policy.ok()) return NotInRange(flags, "ssd-policy", "lru, leaf-lru or chain");
   config->engine.ssd_policy = *ssd_policy;
   config->engine.data_dir = flags.GetString("data-dir", "./prefixkv-data");
   // An engine without a data_dir is RAM only: `--data-dir "$DIR"` with DIR

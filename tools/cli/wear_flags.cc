@@ -43,7 +43,7 @@ std::string WearUsage() {
 std::string ApplyWearFlags(const Flags& flags, EngineOptions* options) {
   StatusOr<SsdAdmissionKind> kind =
       ParseSsdAdmission(flags.GetString("ssd-admission", "all"));
-  if (!kind.ok()) return "--ssd-admission must be all, budget or ghost";
+  if (!kind.ok()) return NotInRange(flags, "ssd-admission", "all, budget or ghost");
   options->ssd_admission = *kind;
   std::string error;
   auto size = [&](const char* name) -> uint64_t {
@@ -62,10 +62,13 @@ std::string ApplyWearFlags(const Flags& flags, EngineOptions* options) {
     char* end = nullptr;
     const double dwpd = std::strtod(text.c_str(), &end);
     if (text.empty() || *end != '\0' || !std::isfinite(dwpd) || dwpd <= 0 || dwpd > 1e6)
-      return "--ssd-drive-writes-per-day must be a number in (0, 1000000]";
+      return NotInRange(flags, "ssd-drive-writes-per-day", "a number in (0, 1000000]");
     if (flags.Has("ssd-endurance-bytes"))
       return "give --ssd-endurance-bytes or --ssd-drive-writes-per-day, not both";
     options->ssd_drive_writes_per_day = dwpd;
+  } else if (flags.Has("ssd-drive-capacity-bytes")) {
+    // Alone it was taken and did nothing (the lifetime needs a rating).
+    return "--ssd-drive-capacity-bytes needs --ssd-drive-writes-per-day";
   }
   return "";
 }
