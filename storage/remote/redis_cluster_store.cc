@@ -290,12 +290,13 @@ void RedisClusterStore::FollowRedirect(const RedisRedirect& redirect, Item item,
 
 Status RedisClusterStore::MultiGet(std::span<const std::string> keys,
                                    std::vector<std::optional<SharedBytes>>* values) {
-  return MultiGetEach(keys, values, nullptr);
+  return MultiGetEach(keys, values, nullptr, nullptr);
 }
 
 Status RedisClusterStore::MultiGetEach(std::span<const std::string> keys,
                                        std::vector<std::optional<SharedBytes>>* values,
-                                       const ValueArrived& arrived) {
+                                       const ValueArrived& arrived,
+                                       std::vector<bool>* failed) {
   values->assign(keys.size(), std::nullopt);
   KeyOp op;
   op.windowed = true;
@@ -317,7 +318,14 @@ Status RedisClusterStore::MultiGetEach(std::span<const std::string> keys,
     if (arrived) arrived(i, *(*values)[i]);
     return Status::OK();
   };
-  return Execute(std::vector<std::string_view>(keys.begin(), keys.end()), op, nullptr);
+  std::vector<RemoteWriteResult> each;  // each key's own outcome
+  const Status s = Execute(std::vector<std::string_view>(keys.begin(), keys.end()), op,
+                           failed != nullptr ? &each : nullptr);
+  if (failed != nullptr) {
+    failed->assign(keys.size(), false);
+    for (size_t i = 0; i < each.size(); ++i) (*failed)[i] = !each[i].status.ok();
+  }
+  return s;
 }
 
 Status RedisClusterStore::MultiSet(std::span<const RemoteWrite> writes) {

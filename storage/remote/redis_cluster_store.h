@@ -68,10 +68,11 @@ class RedisClusterStore final : public RemoteStore {
   Status MultiGet(std::span<const std::string> keys,
                   std::vector<std::optional<SharedBytes>>* values) override;
   // Each value is handed to `arrived` as its reply is read, while the other
-  // masters' replies are still streaming in.
+  // masters' replies are still streaming in. A key fails only when its own
+  // master failed it (down, silent, an error reply).
   Status MultiGetEach(std::span<const std::string> keys,
                       std::vector<std::optional<SharedBytes>>* values,
-                      const ValueArrived& arrived) override;
+                      const ValueArrived& arrived, std::vector<bool>* failed) override;
   Status MultiSet(std::span<const RemoteWrite> writes) override;
   // A write fails only when its own master failed it (down, silent, -OOM).
   // A write sent whose reply never came (timeout, connection closed) is

@@ -192,19 +192,26 @@ class RemoteTierImpl {
     // Each value is checked as it arrives, while the next ones are in flight.
     std::vector<std::optional<StatusOr<RemoteTier::Decoded>>> decoded(keys.size());
     std::vector<std::optional<SharedBytes>> values;
+    std::vector<bool> failed;  // each key's own: its master failed the read
     const Status s = store_->MultiGetEach(
-        store_keys, &values, [&](size_t i, const SharedBytes& value) {
+        store_keys, &values,
+        [&](size_t i, const SharedBytes& value) {
           if (i < keys.size()) decoded[i] = RemoteTier::DecodeEnvelope(keys[i], value);
-        });
+        },
+        &failed);
     NoteCall(s);
     values.resize(keys.size());
+    failed.resize(keys.size(), !s.ok());
     std::vector<std::string> damaged;
     std::vector<BlockMeta> present;
     std::vector<BlockKey> gone;  // read back absent or damaged
     uint64_t hits = 0, bytes = 0;
     for (size_t i = 0; i < keys.size(); ++i) {
       if (!values[i].has_value()) {
-        if (s.ok()) gone.push_back(keys[i]);  // absent (not a failed master's)
+        // Absent, its master answered: not known present any more, though
+        // another master failed the call (kept then, the local copy was
+        // skipped when evicted for the rest of the window).
+        if (!failed[i]) gone.push_back(keys[i]);
         continue;
       }
       if (!decoded[i].has_value()) {  // a store that did not report it

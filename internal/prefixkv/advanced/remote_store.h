@@ -54,15 +54,21 @@ class RemoteStore {
   // MultiGet, calling `arrived(i, value)` for each value found, on the
   // calling thread, as soon as it is in: the caller's work on one value (a
   // checksum pass) then overlaps the transfer of the next. By default, after
-  // MultiGet returns.
+  // MultiGet returns. `failed` (may be null) is resized to keys.size(): true
+  // for a key whose read failed (its node down or silent, an error reply),
+  // whose value is not known; false for a key read, found or absent. A caller
+  // then knows an absent key from a failed one when another node failed the
+  // call. By default every key has the call's outcome (a store that cannot
+  // tell them apart).
   using ValueArrived = std::function<void(size_t index, const SharedBytes& value)>;
   virtual Status MultiGetEach(std::span<const std::string> keys,
                               std::vector<std::optional<SharedBytes>>* values,
-                              const ValueArrived& arrived) {
+                              const ValueArrived& arrived, std::vector<bool>* failed) {
     Status s = MultiGet(keys, values);
     for (size_t i = 0; i < values->size(); ++i) {
       if ((*values)[i].has_value()) arrived(i, *(*values)[i]);
     }
+    if (failed != nullptr) failed->assign(keys.size(), !s.ok());
     return s;
   }
   // Stores every write, pipelined. The first error, if any (the other writes
