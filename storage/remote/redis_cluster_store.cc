@@ -404,7 +404,12 @@ StatusOr<int64_t> RedisClusterStore::IncrBy(std::string_view key, int64_t delta,
     expire.accept = [](size_t, redisReply& reply) {
       return ExpectInteger(reply, "EXPIRE");
     };
-    PKV_RETURN_IF_ERROR(Execute(keys, expire, nullptr));
+    // The INCRBY ran: its total is the answer even when the EXPIRE fails (a
+    // master silent or refusing between the two), and the next call gives
+    // the counter its expiry. Failed, the call hid a charge that was made:
+    // the remote tier took the counter for not updated, failed the batch
+    // and left its bytes charged with nothing written.
+    (void)Execute(keys, expire, nullptr);
   }
   return value;
 }

@@ -28,8 +28,9 @@ struct FakeRemoteState {
   // Writes of these keys fail (a master at maxmemory answers -OOM); the
   // others of the same call are stored.
   std::set<std::string> refused_keys;
-  // The next N IncrBy calls with a TTL add their delta, then fail: the
-  // EXPIRE after the INCRBY failed (its master went silent between the two).
+  // The next N IncrBy calls with a TTL add their delta and give the counter
+  // no expiry: the EXPIRE after the INCRBY failed (its master went silent
+  // between the two); the next call with a TTL gives it one.
   int failing_expires = 0;
   uint64_t get_calls = 0;   // MultiGet round trips
   uint64_t keys_asked = 0;  // keys over all MultiGet calls
@@ -139,9 +140,11 @@ class FakeRemoteStore final : public RemoteStore {
     v = std::to_string(now);
     if (ttl_seconds > 0 && state_->failing_expires > 0) {
       --state_->failing_expires;
-      return Status::Unavailable("fake store: EXPIRE failed");
+      return now;  // added, its expiry not set
     }
-    if (now == delta) state_->ttls[std::string(key)] = ttl_seconds;
+    // EXPIRE NX: a counter without an expiry gets this one.
+    if (ttl_seconds > 0 && state_->ttls[std::string(key)] == 0)
+      state_->ttls[std::string(key)] = ttl_seconds;
     return now;
   }
   std::string Describe() const override { return "fake store"; }

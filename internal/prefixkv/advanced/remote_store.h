@@ -92,7 +92,9 @@ class RemoteStore {
   // Adds `delta` to the integer at `key` (created at 0) and returns the new
   // value; when ttl_seconds > 0 and the key has no expiry (created by this
   // call, or by one that failed before giving it one), it expires after
-  // ttl_seconds. An existing expiry is left as it is.
+  // ttl_seconds. An existing expiry is left as it is. Once the add ran, its
+  // value is returned even if the expiry could not be set then: the next
+  // call with a TTL sets it (an error would hide an add that was made).
   virtual StatusOr<int64_t> IncrBy(std::string_view key, int64_t delta,
                                    uint32_t ttl_seconds) = 0;
   // One line for logs and INFO, e.g. "redis cluster 127.0.0.1:7000 (3 masters)".

@@ -437,6 +437,46 @@ TEST_F(RedisClusterFailureTest,
   EXPECT_EQ(Raw(paused_port, {"PING"}), "PONG");  // the next tests find it answering
 }
 
+// Runs before the kill below. A namespace's quota charge whose INCRBY ran
+// and whose EXPIRE then failed (here the counter's master refuses EXPIRE,
+// -NOPERM; a master silent between the two is alike) charged the batch's
+// bytes, yet the failed call hid the total: the batch was failed as if the
+// counter had not been updated, its blocks never written and their bytes
+// kept charged for the window (600 of 1000 taken by nothing). The batch is
+// written on the total the INCRBY answered, and the next charge gives the
+// counter its expiry.
+TEST_F(RedisClusterFailureTest, ABatchWhoseQuotaChargeRanIsWrittenThoughItsExpiryFailed) {
+  RemoteTierOptions tier_options;
+  tier_options.key_prefix = "charge/";
+  auto tier =
+      RemoteTier::Open(testing::OpenStore(ClusterOptions(*cluster_)), tier_options);
+  const BlockKey ns{10, 10};
+  tier->SetNamespaceLimits(ns, {.ttl_seconds = 60, .max_bytes = 1000});
+  const std::string counter = "charge/quota:" + ns.ToHex();
+  const int port = testing::OwnerPort(*cluster_, RedisKeySlot(counter));
+  ASSERT_EQ(Raw(port, {"DEL", counter}).size(), 1u);
+  const BlockMeta a{BlockKey{10, 1}, ns, ns, 1};
+  const BlockMeta b{BlockKey{10, 2}, a.key, ns, 1};
+  ASSERT_EQ(Raw(port, {"ACL", "SETUSER", "default", "-expire"}), "OK");
+  ASSERT_OK(tier->Put(a, SharedBytes::Copy(std::string(600, 'a')), false));
+  tier->Flush();
+  ASSERT_EQ(Raw(port, {"ACL", "SETUSER", "default", "+expire"}), "OK");
+  EXPECT_EQ(tier->Counters().write_failures, 0u);
+  EXPECT_EQ(tier->Counters().writes, 1u) << "charged, and not written";
+  EXPECT_EQ(Raw(port, {"GET", counter}), "600");
+  ASSERT_OK(tier->Put(b, SharedBytes::Copy(std::string(300, 'b')), false));
+  tier->Flush();
+  EXPECT_EQ(tier->Counters().writes, 2u);
+  EXPECT_EQ(Raw(port, {"GET", counter}), "900");
+  const long long ttl = std::stoll(Raw(port, {"PTTL", counter}));
+  EXPECT_GT(ttl, 0) << "the next charge gave the counter its expiry";
+  EXPECT_LE(ttl, 60'000);
+  const std::vector<std::optional<SharedBytes>> got =
+      tier->GetMany(std::span<const BlockKey>(&a.key, 1));
+  ASSERT_TRUE(got[0].has_value());
+  EXPECT_EQ(got[0]->view(), std::string(600, 'a'));
+}
+
 TEST_F(RedisClusterFailureTest, AKilledMasterFailsItsKeysFastAndTheOthersStillWork) {
   // A dead master refuses connections at once, so its keys fail without any
   // wait; the request timeout only bounds the live masters' replies. It is
