@@ -120,7 +120,12 @@ StatusOr<SharedBytes> PrefixCache::GetBlock(Namespace handle, const BlockKey& ke
     return Status::NotFound("no block " + key.ToHex() + " in namespace " +
                             ns->root.ToHex());
   }
-  PKV_ASSIGN_OR_RETURN(TierHit hit, ns->tiers->Get(key, ns->Read()));
+  // From the local tiers only, as the Peek above: a failed SSD read (a
+  // damaged copy) went on to the remote tier, whose value only its envelope
+  // checked, and a record written damaged by another node was served.
+  TierRead read = ns->Read();
+  read.remote = false;
+  PKV_ASSIGN_OR_RETURN(TierHit hit, ns->tiers->Get(key, read));
   StatusOr<RecordIdentity> id = PeekBlockIdentity(hit.payload.view());
   if (!id.ok() || id->key != key || id->namespace_id != ns->root) {
     return Status::NotFound("no block " + key.ToHex() + " in namespace " +

@@ -4,7 +4,10 @@
 // down or damaged store costs misses, never a failed request or wrong bytes.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <random>
 
 #include "prefixkv/advanced/engine_internals.h"
@@ -530,6 +533,58 @@ TEST_F(EngineRemoteTest, ABlockFetchedWhileItsTipIsStoredHereNeverReplacesTheTip
   EXPECT_EQ(r.restored_tokens, shorter.size()) << r.reason;
   ASSERT_EQ(r.layers.size(), 2u);
   EXPECT_EQ(r.layers[1].tensors, stored[1].tensors);
+}
+
+// Flips a byte of the first segment file under `data_dir` that holds
+// `bytes`; false if none does.
+bool DamageOnDisk(const std::filesystem::path& data_dir, std::string_view bytes) {
+  for (const auto& entry : std::filesystem::directory_iterator(data_dir / "segments")) {
+    std::string file;
+    {
+      std::ifstream in(entry.path(), std::ios::binary);
+      file.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    const size_t at = file.find(bytes);
+    if (at == std::string::npos) continue;
+    file[at + bytes.size() / 2] ^= 0x40;
+    std::ofstream(entry.path(), std::ios::binary | std::ios::trunc) << file;
+    return true;
+  }
+  return false;
+}
+
+// PKV.GET (Engine::GetBlock) serves a block this node holds, hot or on SSD,
+// checksum-verified (docs/protocol.md). When its SSD copy failed its read
+// (damaged on disk), the read went on to the remote tier, whose value is
+// checked by its envelope only: a record another node wrote damaged inside a
+// sound envelope was served as the block (a Match verifies the record before
+// taking it; this read did not).
+TEST_F(EngineRemoteTest, GetBlockNeverServesTheClustersUnverifiedCopy) {
+  const EngineOptions o = Node("a", RemoteWriteMode::kAlways);
+  const std::vector<int32_t> tokens = Tokens(kBlockTokens);
+  BlockKey key;
+  std::string record;
+  {
+    auto a = Open(o);
+    ASSERT_NE(a, nullptr);
+    ASSERT_OK_AND_ASSIGN(Namespace ns, a->RegisterModel(KvSpec()));
+    ASSERT_OK(a->Store(ns, tokens, KvLayers(2, tokens.size(), rng_)).status());
+    ASSERT_OK(a->Flush());
+    key = a->Match(ns, tokens)->keys.at(0);
+    ASSERT_OK_AND_ASSIGN(SharedBytes stored, a->GetBlock(ns, key));
+    record = std::string(stored.view());
+    DamageTheRecordInsideItsEnvelope(*state_, EngineRemoteTier(*a)->StoreKey(key), key);
+    ASSERT_OK(a->Close());  // the block stays on SSD only
+  }
+  ASSERT_TRUE(
+      DamageOnDisk(o.data_dir, std::string_view(record).substr(record.size() - 64)));
+  auto a = Open(o);
+  ASSERT_NE(a, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace ns, a->RegisterModel(KvSpec()));
+  StatusOr<SharedBytes> got = a->GetBlock(ns, key);
+  EXPECT_FALSE(got.ok()) << "served " << got->size() << " bytes, "
+                         << (got->view() == record ? "the stored record"
+                                                   : "not the stored record");
 }
 
 }  // namespace
