@@ -478,6 +478,7 @@ class RemoteTierImpl {
       const std::vector<Item>& batch,
       const std::unordered_map<BlockKey, RemoteNamespaceLimits, BlockKeyHash>& limits) {
     WriteResult r;
+    MakeOwedResets();  // first: a counter left below zero is room past the limit
     // Quotas: one counter per namespace and TTL window, charged per batch.
     // A namespace whose counter the cluster did not update (down, silent) is
     // not written either, but its blocks are failed writes, not over quota.
@@ -583,8 +584,34 @@ class RemoteTierImpl {
       StatusOr<int64_t> total =
           store_->IncrBy(key, -static_cast<int64_t>(bytes), /*ttl_seconds=*/0);
       NoteCall(total.status());
-      if (total.ok() && *total < 0) (void)store_->IncrBy(key, -*total, l.ttl_seconds);
+      if (total.ok() && *total < 0) ResetQuotaCounter(ns, -*total, l.ttl_seconds);
     }
+  }
+
+  // Sets a quota counter a refund left `below` zero back to zero, with its
+  // expiry. A reset the cluster fails is owed, and made before the next
+  // batch's charges (MakeOwedResets): dropped, the counter stayed below
+  // zero and the namespace's next window let it write past its limit by
+  // that much. (A reset whose reply was lost may so be made twice, or one
+  // made after the counter expired again lands in the next window: the
+  // quota then errs low, never past the limit.)
+  void ResetQuotaCounter(const BlockKey& ns, int64_t below, uint32_t ttl_seconds) {
+    const std::string key = options_.key_prefix + "quota:" + ns.ToHex();
+    if (store_->IncrBy(key, below, ttl_seconds).ok()) return;
+    MutexLock lock(&mu_);
+    OwedReset& owed = owed_resets_[ns];
+    owed.bytes += below;
+    owed.ttl_seconds = ttl_seconds;
+  }
+
+  void MakeOwedResets() {
+    std::unordered_map<BlockKey, OwedReset, BlockKeyHash> owed;
+    {
+      MutexLock lock(&mu_);
+      owed.swap(owed_resets_);
+    }
+    for (const auto& [ns, reset] : owed)
+      ResetQuotaCounter(ns, reset.bytes, reset.ttl_seconds);
   }
 
   const std::unique_ptr<RemoteStore> store_;
@@ -620,6 +647,12 @@ class RemoteTierImpl {
   std::vector<Known> known_ GUARDED_BY(mu_);  // a power of two, or empty
   std::unordered_map<BlockKey, RemoteNamespaceLimits, BlockKeyHash> limits_
       GUARDED_BY(mu_);
+  // Quota counters left below zero whose reset failed (ResetQuotaCounter).
+  struct OwedReset {
+    int64_t bytes = 0;
+    uint32_t ttl_seconds = 0;
+  };
+  std::unordered_map<BlockKey, OwedReset, BlockKeyHash> owed_resets_ GUARDED_BY(mu_);
 };
 
 }  // namespace internal

@@ -32,6 +32,9 @@ struct FakeRemoteState {
   // no expiry: the EXPIRE after the INCRBY failed (its master went silent
   // between the two); the next call with a TTL gives it one.
   int failing_expires = 0;
+  // The next N IncrBy calls that add (delta > 0) fail before adding: the
+  // counter's master was down for that call.
+  int failing_adds = 0;
   uint64_t get_calls = 0;   // MultiGet round trips
   uint64_t keys_asked = 0;  // keys over all MultiGet calls
   uint64_t set_calls = 0;
@@ -135,6 +138,10 @@ class FakeRemoteStore final : public RemoteStore {
                            uint32_t ttl_seconds) override {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (state_->down) return Status::Unavailable("fake store is down");
+    if (delta > 0 && state_->failing_adds > 0) {
+      --state_->failing_adds;
+      return Status::Unavailable("fake store: INCRBY failed");
+    }
     std::string& v = state_->values[std::string(key)];
     const int64_t now = (v.empty() ? 0 : std::stoll(v)) + delta;
     v = std::to_string(now);
