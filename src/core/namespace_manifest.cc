@@ -331,6 +331,19 @@ uint32_t RingSize(const LayerState& layer) {
   return meta.ok() ? static_cast<uint32_t>(meta->max_size) : 0;
 }
 
+// A recurrent layer's state [..., heads, dim, dim] as "HEADSxDIM"; a state
+// whose last two dimensions differ keeps all three ("4x8x6"), which no
+// LayerShape writes: each head's state is dim x dim, and comparing the heads
+// and the first dim alone took a 4 x 8 x 6 state for a 4 x 8 x 8 one.
+std::string StateShape(const LayerState& layer) {
+  if (layer.tensors.size() < 2) return "";
+  const Tensor& state = layer.tensors[1];
+  const std::string dims = LastDims(state, 3);
+  const bool square =
+      state.ndim() >= 2 && state.dim(state.ndim() - 1) == state.dim(state.ndim() - 2);
+  return square && !dims.empty() ? dims.substr(0, dims.rfind('x')) : dims;
+}
+
 // What `layer` holds, written as LayerShape::ToString writes the shape it
 // must equal.
 std::string StoredShape(const LayerState& layer, const LayerShape& asked) {
@@ -346,10 +359,8 @@ std::string StoredShape(const LayerState& layer, const LayerShape& asked) {
         CacheTypeRegistry::IsRotatingFamily(layer.cache_type) ? RingSize(layer) : 0;
     return heads_dim + (ring > 0 ? "w" + std::to_string(ring) : "");
   }
-  const std::string state = layer.tensors.size() > 1 ? LastDims(layer.tensors[1], 3) : "";
-  const size_t x = state.find('x');
   return "0x0r" + std::to_string(RingSize(layer)) + "x" + LastDims(keys, 1) + ":" +
-         (x == std::string::npos ? state : state.substr(0, state.rfind('x')));
+         StateShape(layer);
 }
 
 }  // namespace

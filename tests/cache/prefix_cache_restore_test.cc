@@ -378,6 +378,22 @@ void ExpectSpoiltTipRefused(PrefixCache& cache, Namespace ns,
   EXPECT_EQ(r->restored_tokens, static_cast<size_t>(n)) << r->reason;
 }
 
+// RecurrentSpec with the shapes of KvLayer and ArraysLayer: a 4 x 8 x 8 state.
+NamespaceSpec ShapedRecurrentSpec() {
+  const LayerShape kv{.kv_heads = 2, .head_dim = 8};
+  const LayerShape recurrent{
+      .conv_tokens = 3, .channels = 16, .state_heads = 4, .state_dim = 8};
+  return RecurrentSpec({kv, recurrent});
+}
+
+// ExpectSpoiltTipRefused with the tip's recurrent state of shape `state`.
+void ExpectRecurrentStateRefused(PrefixCache& cache, Namespace ns,
+                                 std::vector<int64_t> state) {
+  ExpectSpoiltTipRefused(cache, ns, testing::ArraysLayer, [&](LayerState& l) {
+    l.tensors[1] = Tensor::Filled(DType::kFloat32, state, 1);
+  });
+}
+
 // A real window or recurrent state holds the tokens it has seen: one without
 // tensors was taken, made the real tip (stripping the one before it), and
 // restored as a state of no shape.
@@ -393,13 +409,17 @@ TEST_F(PrefixCacheRestoreTest, StoreRefusesAWindowOrRecurrentStateWithoutTensors
 // The spec's layer shapes name the recurrent state's shape: a state of
 // another was taken as the real tip, and restored in the spec's name.
 TEST_F(PrefixCacheRestoreTest, StoreRefusesTipStateOfAnotherShapeThanTheSpecs) {
-  const LayerShape kv{.kv_heads = 2, .head_dim = 8};
-  const LayerShape recurrent{
-      .conv_tokens = 3, .channels = 16, .state_heads = 4, .state_dim = 8};
-  ExpectSpoiltTipRefused(tiers_->cache(), Register(RecurrentSpec({kv, recurrent})),
-                         testing::ArraysLayer, [](LayerState& l) {
-                           l.tensors[1] = Tensor::Filled(DType::kFloat32, {4, 6, 6}, 1);
-                         });
+  ExpectRecurrentStateRefused(tiers_->cache(), Register(ShapedRecurrentSpec()),
+                              {4, 6, 6});
+}
+
+// Each head's recurrent state is state_dim x state_dim (LayerShape): a state
+// whose last dimension differs was taken (only the heads and the first
+// state_dim were compared), so the store was acknowledged and a restore handed
+// back a 4 x 8 x 6 state in the name of a spec whose state is 4 x 8 x 8.
+TEST_F(PrefixCacheRestoreTest, StoreRefusesARecurrentStateOfAnotherLastDimension) {
+  ExpectRecurrentStateRefused(tiers_->cache(), Register(ShapedRecurrentSpec()),
+                              {4, 8, 6});
 }
 
 TEST_F(PrefixCacheRestoreTest, WalkBackDropsTrailingPlaceholderBlocks) {
