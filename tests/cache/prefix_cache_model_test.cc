@@ -3,8 +3,11 @@
 // bytes are a function of the token prefix, so the expected restore of any
 // prompt is known exactly. After every operation:
 //   - a restore never serves a wrong byte: KV rows and the rotating window
-//     equal the reference for the restored prefix, offset == restored tokens;
-//   - a conversation nobody continued restores all of its exact prompt;
+//     equal the reference for the restored prefix, offset == restored tokens
+//     (and so does every layer of every family, EveryFamily);
+//   - a conversation nobody continued restores all of its exact prompt, and
+//     its previous turn (the walk-back fallback supersede-on-extend keeps)
+//     all of that turn while no other conversation holds its tokens;
 //   - the hot budget's and the lower tier's counters agree with their contents.
 #include <gtest/gtest.h>
 
@@ -31,16 +34,17 @@ std::vector<uint32_t> PrefixHashes(const std::vector<int32_t>& tokens) {
   return h;
 }
 
-// [1, 2, rows, 8] words: row r of head k holds hashes[r] + k * 8 + j.
-Tensor Rows(const std::vector<uint32_t>& hashes, size_t rows, uint32_t salt) {
-  std::vector<uint32_t> w(2 * rows * 8);
+// [1, 2, rows, width] words: row r of head k holds hashes[r] + k * width + j.
+Tensor Rows(const std::vector<uint32_t>& hashes, size_t rows, uint32_t salt,
+            DType dtype = DType::kFloat32, size_t width = 8) {
+  std::vector<uint32_t> w(2 * rows * width);
   for (size_t k = 0; k < 2; ++k) {
     for (size_t r = 0; r < rows; ++r) {
-      for (size_t j = 0; j < 8; ++j)
-        w[(k * rows + r) * 8 + j] = hashes[r] + salt + k * 8 + j;
+      for (size_t j = 0; j < width; ++j)
+        w[(k * rows + r) * width + j] = hashes[r] + salt + k * width + j;
     }
   }
-  return Tensor(DType::kFloat32, {1, 2, static_cast<int64_t>(rows), 8},
+  return Tensor(dtype, {1, 2, static_cast<int64_t>(rows), static_cast<int64_t>(width)},
                 SharedBytes::Copy(w.data(), w.size() * 4));
 }
 
@@ -59,9 +63,60 @@ std::vector<LayerState> Reference(const std::vector<int32_t>& tokens) {
   return {kv, rot};
 }
 
+// One layer of every family, each a function of the prefix: full KV; quantized
+// KV (uint32 packed rows and float scales, mlx-lm's meta (offset, group_size,
+// bits)); a window; a recurrent state (a conv ring and a state, no meta) and
+// a CacheList, the last two of the prefix's last hash and length.
+std::vector<LayerState> EveryFamily(const std::vector<int32_t>& tokens) {
+  const std::vector<uint32_t> h = PrefixHashes(tokens);
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  std::vector<LayerState> layers = Reference(tokens);
+  layers.insert(layers.begin() + 1,
+                LayerState{"QuantizedKVCache",
+                           {std::to_string(n), "64", "4"},
+                           false,
+                           {Rows(h, h.size(), 4, DType::kUInt32, 2),
+                            Rows(h, h.size(), 5, DType::kFloat32, 1)}});
+  const uint32_t last = h.empty() ? 0 : h.back() + static_cast<uint32_t>(n);
+  layers.push_back(LayerState{"ArraysCache",
+                              {},
+                              false,
+                              {Rows(std::vector<uint32_t>(3, last), 3, 6),
+                               Rows(std::vector<uint32_t>(4, last), 4, 7)}});
+  layers.push_back(
+      LayerState{"CacheList",
+                 {std::to_string(n)},
+                 false,
+                 {Rows(std::vector<uint32_t>(1, last), 1, 8, DType::kInt32)}});
+  return layers;
+}
+
+NamespaceSpec EveryFamilySpec() {
+  NamespaceSpec spec = testing::HybridSpec();
+  spec.model = "every-family";
+  spec.layer_types = {"KVCache", "QuantizedKVCache", "RotatingKVCache", "ArraysCache",
+                      "CacheList"};
+  return spec;
+}
+
 struct Conversation {
   std::vector<int32_t> tokens;
+  size_t last_turn = 0;      // its length at its last store (0: none yet)
+  size_t previous_turn = 0;  // ... and at the one before
 };
+
+// True when another conversation holds `c`'s first `n` tokens: its stores
+// may then strip the tip c left there (after it extended a tip of its own).
+bool SharedWithAnother(const std::vector<Conversation>& convs, const Conversation& c,
+                       size_t n) {
+  for (const Conversation& d : convs) {
+    if (&d != &c && d.tokens.size() >= n &&
+        std::equal(c.tokens.begin(), c.tokens.begin() + n, d.tokens.begin())) {
+      return true;
+    }
+  }
+  return false;
+}
 
 // True when another conversation continued past all of `c`'s tokens: its
 // stores may then legitimately strip c's tips (they are its grandparents).
@@ -75,12 +130,50 @@ bool ExtendedByAnother(const std::vector<Conversation>& convs, const Conversatio
   return false;
 }
 
-// Runs `ops` random operations on `cache`, checking every restore, and calls
+using Audit = std::function<void(uint64_t, std::vector<AuditFinding>*)>;
+using Layers = std::function<std::vector<LayerState>(const std::vector<int32_t>&)>;
+
+// The cache the next operation runs on (a restart between two opens another).
+struct ModelTarget {
+  PrefixCache* cache = nullptr;
+  Namespace ns;
+};
+
+// Restores the longest cached prefix of `prompt` and checks every restored
+// layer against `reference` at the restored length; the tokens restored.
+StatusOr<uint64_t> RestoreAndCheck(PrefixCache& cache, Namespace ns,
+                                   const std::vector<int32_t>& prompt,
+                                   const Layers& reference, uint64_t op) {
+  PKV_ASSIGN_OR_RETURN(MatchResult m, cache.Match(ns, prompt));
+  PKV_ASSIGN_OR_RETURN(RestoreResult r, cache.Restore(m));
+  EXPECT_LE(r.restored_tokens, m.matched_tokens());
+  if (r.restored_tokens == 0) return r.restored_tokens;
+  const std::vector<int32_t> restored(prompt.begin(), prompt.begin() + r.restored_tokens);
+  const std::vector<LayerState> want = reference(restored);
+  EXPECT_EQ(r.layers.size(), want.size()) << "op " << op;
+  for (size_t l = 0; l < want.size() && l < r.layers.size(); ++l) {
+    // A restored window is named kRestoredRotatingType; every other layer
+    // is exactly the reference.
+    if (CacheTypeRegistry::IsRotatingFamily(want[l].cache_type)) {
+      EXPECT_EQ(r.layers[l].tensors, want[l].tensors) << "op " << op << " layer " << l;
+      EXPECT_EQ(r.layers[l].meta, want[l].meta) << "op " << op << " layer " << l;
+    } else {
+      EXPECT_EQ(r.layers[l], want[l]) << "op " << op << " layer " << l;
+    }
+  }
+  return r.restored_tokens;
+}
+
+// Runs `ops` random operations on the cache `target` gives before each one,
+// storing `reference(tokens)` and checking every restore against it, and calls
 // `audit(op, findings)` after each one.
-void RunModel(PrefixCache& cache, Namespace ns, uint64_t ops, std::mt19937_64& rng,
-              const std::function<void(uint64_t, std::vector<AuditFinding>*)>& audit) {
+void RunModel(const std::function<ModelTarget()>& target, uint64_t ops,
+              std::mt19937_64& rng, const Layers& reference, const Audit& audit) {
   std::vector<Conversation> convs(1);
   for (uint64_t op = 0; op < ops; ++op) {
+    const ModelTarget t = target();
+    PrefixCache& cache = *t.cache;
+    const Namespace ns = t.ns;
     const uint64_t kind = rng() % 10;
     Conversation* c = &convs[rng() % convs.size()];
     if (kind < 2 && !c->tokens.empty()) {  // fork: a new conversation from a prefix
@@ -93,28 +186,32 @@ void RunModel(PrefixCache& cache, Namespace ns, uint64_t ops, std::mt19937_64& r
       for (uint64_t n = 1 + rng() % 9; n > 0; --n) {
         c->tokens.push_back(static_cast<int32_t>(rng() % 5));
       }
-      ASSERT_OK(cache.Store(ns, c->tokens, Reference(c->tokens)));
+      ASSERT_OK(cache.Store(ns, c->tokens, reference(c->tokens)));
+      c->previous_turn = c->last_turn;
+      c->last_turn = c->tokens.size();
     }
     // A prompt: a prefix of a conversation, maybe with new tokens after it.
     std::vector<int32_t> prompt = c->tokens;
     if (rng() % 2) prompt.resize(rng() % (prompt.size() + 1));
     const bool exact = prompt.size() == c->tokens.size() && !ExtendedByAnother(convs, *c);
     if (rng() % 2) prompt.push_back(99);
-    StatusOr<MatchResult> m = cache.Match(ns, prompt);
-    ASSERT_OK(m);
-    StatusOr<RestoreResult> r = cache.Restore(*m);
-    ASSERT_OK(r);
-    ASSERT_LE(r->restored_tokens, m->matched_tokens());
+    StatusOr<uint64_t> restored = RestoreAndCheck(cache, ns, prompt, reference, op);
+    ASSERT_OK(restored);
+    ASSERT_FALSE(::testing::Test::HasFailure());
     if (exact && !c->tokens.empty()) {
-      ASSERT_EQ(r->restored_tokens, c->tokens.size()) << "op " << op << ": " << r->reason;
+      ASSERT_EQ(*restored, c->tokens.size()) << "op " << op;
     }
-    if (r->restored_tokens > 0) {
-      const std::vector<int32_t> restored(prompt.begin(),
-                                          prompt.begin() + r->restored_tokens);
-      const std::vector<LayerState> want = Reference(restored);
-      ASSERT_EQ(r->layers[0], want[0]) << "op " << op;
-      ASSERT_EQ(r->layers[1].tensors, want[1].tensors) << "op " << op;
-      ASSERT_EQ(r->layers[1].meta, want[1].meta) << "op " << op;
+    // Its previous turn re-sent with another message (a regenerated answer):
+    // supersede-on-extend keeps that tip whole as the walk-back fallback,
+    // unless another conversation holds its tokens too.
+    const size_t previous = c->previous_turn;
+    if (previous > 0 && !SharedWithAnother(convs, *c, previous)) {
+      std::vector<int32_t> resent(c->tokens.begin(), c->tokens.begin() + previous);
+      resent.push_back(99);
+      restored = RestoreAndCheck(cache, ns, resent, reference, op);
+      ASSERT_OK(restored);
+      ASSERT_FALSE(::testing::Test::HasFailure());
+      ASSERT_EQ(*restored, previous) << "op " << op << ": the previous turn";
     }
     std::vector<AuditFinding> findings;
     audit(op, &findings);
@@ -136,7 +233,8 @@ TEST(PrefixCacheModel, RandomConversationsNeverRestoreAWrongByte) {
   auto hot = HotTier::Open(budget, budget->RegisterOwner("m").value()).value();
   TierStack stack(hot.get(), &lower);
   PrefixCache cache(&stack);
-  RunModel(cache, RegisterWithTail(cache), testing::Iterations(300, 20000), rng,
+  const ModelTarget target{&cache, RegisterWithTail(cache)};
+  RunModel([&] { return target; }, testing::Iterations(300, 20000), rng, Reference,
            [&](uint64_t, std::vector<AuditFinding>* findings) {
              ASSERT_OK(budget->Audit(findings));
              ASSERT_OK(lower.Audit(findings));
@@ -151,15 +249,48 @@ TEST(PrefixCacheModel, RandomConversationsOverTheSsdTier) {
   PrefixCache& cache = tiers.cache();
   const Namespace ns =
       tiers.Register(testing::HybridSpec(), {.store_partial_tail = true}).value();
-  RunModel(cache, ns, testing::Iterations(120, 3000), rng,
-           [&](uint64_t op, std::vector<AuditFinding>* findings) {
-             ASSERT_OK(tiers.budget->Audit(findings));
-             if (op % 30 == 29) {
-               ASSERT_OK(tiers.ssd->Audit(findings));
-             }
-           });
+  RunModel(
+      [&] {
+        return ModelTarget{&cache, ns};
+      },
+      testing::Iterations(120, 3000), rng, Reference,
+      [&](uint64_t op, std::vector<AuditFinding>* findings) {
+        ASSERT_OK(tiers.budget->Audit(findings));
+        if (op % 30 == 29) {
+          ASSERT_OK(tiers.ssd->Audit(findings));
+        }
+      });
   EXPECT_GT(tiers.hot->Totals().evictions, 0u);
   EXPECT_GT(tiers.ssd->Totals().hits, 0u) << "restores should have read from SSD";
+}
+
+// Every family at once (full and quantized KV, a window, a recurrent state, a
+// CacheList) with partial tails, over the SSD tier, and the engine closed and
+// reopened now and then (the hot tier written back, the tip lineage read back
+// from SSD): whatever a conversation's turns stored, extended and stripped, a
+// restore gives each layer exactly its state at the restored length.
+TEST(PrefixCacheModel, EveryFamilyRestoresExactlyAcrossRestarts) {
+  std::mt19937_64 rng(testing::TestSeed("PrefixCacheModelEveryFamily"));
+  testing::TempDir dir;
+  std::unique_ptr<testing::TestTiers> tiers;
+  ModelTarget target;
+  auto open = [&] {
+    tiers.reset();  // closes the engine before the next one opens the directory
+    tiers = std::make_unique<testing::TestTiers>(24 * 1024, dir.str());
+    target = {&tiers->cache(),
+              tiers->Register(EveryFamilySpec(), {.store_partial_tail = true}).value()};
+  };
+  open();
+  uint64_t restarts = 0;
+  RunModel([&] { return target; }, testing::Iterations(120, 3000), rng, EveryFamily,
+           [&](uint64_t op, std::vector<AuditFinding>* findings) {
+             ASSERT_OK(tiers->budget->Audit(findings));
+             if (op % 30 != 29) return;
+             ASSERT_OK(tiers->ssd->Audit(findings));
+             open();
+             ++restarts;
+           });
+  EXPECT_GT(restarts, 0u);
 }
 
 }  // namespace
