@@ -598,6 +598,9 @@ TEST(SessionPrefixCacheStress, RandomBranchesTruncationsAndRestartsDecodeExactly
       {"full attention, 4-token blocks", full, 4},
       {"windows of 6, 6-token blocks", testing::HybridModelConfig(), 6},
       {"WRGWRG, 4-token blocks", RecurrentHybridModelConfig(), 4},
+      // Blocks longer than the window and the conv ring: a tip's window holds
+      // only the last part of its block.
+      {"WRGWRG, 7-token blocks", RecurrentHybridModelConfig(), 7},
   };
   const uint64_t ops = testing::Iterations(120, 5000);
   for (const Case& c : cases) {
