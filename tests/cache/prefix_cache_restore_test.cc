@@ -422,6 +422,26 @@ TEST_F(PrefixCacheRestoreTest, StoreRefusesARecurrentStateOfAnotherLastDimension
                               {4, 8, 6});
 }
 
+// The spec's dtype is the attention cache's: frameworks keep a recurrent state
+// in float32 under a bfloat16 model, so an arrays layer keeps its own dtype,
+// stored and handed back as it is (never as the spec's).
+TEST_F(PrefixCacheRestoreTest, ARecurrentStateKeepsItsOwnDtype) {
+  NamespaceSpec spec = RecurrentSpec();
+  spec.dtype = DType::kBFloat16;
+  const Namespace ns = Register(spec);
+  const int64_t n = 2 * kBlockTokens;
+  LayerState kv = KvLayer(n, &rng_);
+  for (Tensor& t : kv.tensors)
+    t = testing::RandomTensor(rng_, DType::kBFloat16, t.shape());
+  LayerState state = testing::ArraysLayer(n);
+  state.tensors[1] = testing::RandomTensor(rng_, DType::kFloat32, {4, 8, 8});
+  ASSERT_OK(tiers_->cache().Store(ns, Tokens(2), {kv, state}));
+  const RestoreResult r = MatchAndRestore(ns, Tokens(2));
+  ASSERT_EQ(r.restored_tokens, static_cast<uint64_t>(n)) << r.reason;
+  EXPECT_EQ(r.layers[0].tensors, kv.tensors);
+  EXPECT_EQ(r.layers[1].tensors, state.tensors);
+}
+
 TEST_F(PrefixCacheRestoreTest, WalkBackDropsTrailingPlaceholderBlocks) {
   Namespace ns = Register(HybridSpec());
   ASSERT_OK(tiers_->cache().Store(ns, Tokens(2), testing::HybridLayers(8)));
