@@ -4,7 +4,8 @@
 // prompt is known exactly. After every operation:
 //   - a restore never serves a wrong byte: KV rows and the rotating window
 //     equal the reference for the restored prefix, offset == restored tokens
-//     (and so does every layer of every family, EveryFamily);
+//     (and so does every layer of every family, EveryFamily), and
+//     RestoreInto and the engine's restore plan give the same bytes;
 //   - a conversation nobody continued restores all of its exact prompt, and
 //     its previous turn (the walk-back fallback supersede-on-extend keeps)
 //     all of that turn while no other conversation holds its tokens;
@@ -137,17 +138,77 @@ using Layers = std::function<std::vector<LayerState>(const std::vector<int32_t>&
 struct ModelTarget {
   PrefixCache* cache = nullptr;
   Namespace ns;
+  Engine* engine = nullptr;  // the cache's engine, if any: its restore plans are checked
 };
 
+// RestoreInto of `match` into buffers of the tensors `restored` holds writes
+// exactly what Restore returned: the same length, layers and bytes.
+void ExpectRestoreIntoWritesTheSame(PrefixCache& cache, const MatchResult& match,
+                                    const RestoreResult& restored, uint64_t op) {
+  std::vector<std::vector<std::vector<uint8_t>>> buffers(restored.layers.size());
+  std::vector<LayerDestination> destinations(restored.layers.size());
+  for (size_t l = 0; l < restored.layers.size(); ++l) {
+    for (const Tensor& t : restored.layers[l].tensors) {
+      std::vector<uint8_t>& buffer = buffers[l].emplace_back(t.nbytes() + 1);
+      destinations[l].tensors.push_back({buffer.data(), t.nbytes(), t.dtype(), {}, {}});
+    }
+  }
+  StatusOr<RestoreIntoResult> into = cache.RestoreInto(match, destinations, {});
+  ASSERT_OK(into);
+  ASSERT_EQ(into->result.restored_tokens, restored.restored_tokens) << "op " << op;
+  ASSERT_EQ(into->result.layers.size(), restored.layers.size()) << "op " << op;
+  for (size_t l = 0; l < restored.layers.size(); ++l) {
+    const LayerState& want = restored.layers[l];
+    EXPECT_EQ(into->result.layers[l].cache_type, want.cache_type) << "op " << op;
+    EXPECT_EQ(into->result.layers[l].meta, want.meta) << "op " << op << " layer " << l;
+    for (size_t t = 0; t < want.tensors.size(); ++t) {
+      EXPECT_EQ(into->written[l][t].shape, want.tensors[t].shape()) << "op " << op;
+      EXPECT_EQ(std::memcmp(buffers[l][t].data(), want.tensors[t].data(),
+                            want.tensors[t].nbytes()),
+                0)
+          << "op " << op << " layer " << l << " tensor " << t;
+    }
+  }
+}
+
+// The engine's restore plan of `match`, applied, lays out exactly what
+// Restore returned.
+void ExpectThePlanLaysOutTheSame(Engine& engine, const MatchResult& match,
+                                 const RestoreResult& restored, uint64_t op) {
+  StatusOr<RestorePlan> plan = engine.PlanRestore(match);
+  ASSERT_OK(plan);
+  ASSERT_EQ(plan->result.restored_tokens, restored.restored_tokens) << "op " << op;
+  ASSERT_EQ(plan->layers.size(), restored.layers.size()) << "op " << op;
+  for (size_t l = 0; l < restored.layers.size(); ++l) {
+    const LayerState& want = restored.layers[l];
+    EXPECT_EQ(plan->result.layers[l].meta, want.meta) << "op " << op << " layer " << l;
+    const PlannedLayer& layer = plan->layers[l];
+    std::vector<uint8_t> laid_out(layer.bytes + 1);
+    CopyPlannedLayer(layer, laid_out.data());
+    ASSERT_EQ(layer.tensors.size(), want.tensors.size()) << "op " << op;
+    for (size_t t = 0; t < want.tensors.size(); ++t) {
+      EXPECT_EQ(layer.tensors[t].shape.shape, want.tensors[t].shape()) << "op " << op;
+      EXPECT_EQ(std::memcmp(laid_out.data() + layer.tensors[t].offset,
+                            want.tensors[t].data(), want.tensors[t].nbytes()),
+                0)
+          << "op " << op << " layer " << l << " tensor " << t;
+    }
+  }
+}
+
 // Restores the longest cached prefix of `prompt` and checks every restored
-// layer against `reference` at the restored length; the tokens restored.
-StatusOr<uint64_t> RestoreAndCheck(PrefixCache& cache, Namespace ns,
+// layer against `reference` at the restored length (and RestoreInto, and the
+// engine's restore plan, against Restore); the tokens restored.
+StatusOr<uint64_t> RestoreAndCheck(const ModelTarget& target,
                                    const std::vector<int32_t>& prompt,
                                    const Layers& reference, uint64_t op) {
-  PKV_ASSIGN_OR_RETURN(MatchResult m, cache.Match(ns, prompt));
+  PrefixCache& cache = *target.cache;
+  PKV_ASSIGN_OR_RETURN(MatchResult m, cache.Match(target.ns, prompt));
   PKV_ASSIGN_OR_RETURN(RestoreResult r, cache.Restore(m));
   EXPECT_LE(r.restored_tokens, m.matched_tokens());
   if (r.restored_tokens == 0) return r.restored_tokens;
+  ExpectRestoreIntoWritesTheSame(cache, m, r, op);
+  if (target.engine != nullptr) ExpectThePlanLaysOutTheSame(*target.engine, m, r, op);
   const std::vector<int32_t> restored(prompt.begin(), prompt.begin() + r.restored_tokens);
   const std::vector<LayerState> want = reference(restored);
   EXPECT_EQ(r.layers.size(), want.size()) << "op " << op;
@@ -195,7 +256,7 @@ void RunModel(const std::function<ModelTarget()>& target, uint64_t ops,
     if (rng() % 2) prompt.resize(rng() % (prompt.size() + 1));
     const bool exact = prompt.size() == c->tokens.size() && !ExtendedByAnother(convs, *c);
     if (rng() % 2) prompt.push_back(99);
-    StatusOr<uint64_t> restored = RestoreAndCheck(cache, ns, prompt, reference, op);
+    StatusOr<uint64_t> restored = RestoreAndCheck(t, prompt, reference, op);
     ASSERT_OK(restored);
     ASSERT_FALSE(::testing::Test::HasFailure());
     if (exact && !c->tokens.empty()) {
@@ -208,7 +269,7 @@ void RunModel(const std::function<ModelTarget()>& target, uint64_t ops,
     if (previous > 0 && !SharedWithAnother(convs, *c, previous)) {
       std::vector<int32_t> resent(c->tokens.begin(), c->tokens.begin() + previous);
       resent.push_back(99);
-      restored = RestoreAndCheck(cache, ns, resent, reference, op);
+      restored = RestoreAndCheck(t, resent, reference, op);
       ASSERT_OK(restored);
       ASSERT_FALSE(::testing::Test::HasFailure());
       ASSERT_EQ(*restored, previous) << "op " << op << ": the previous turn";
@@ -251,7 +312,7 @@ TEST(PrefixCacheModel, RandomConversationsOverTheSsdTier) {
       tiers.Register(testing::HybridSpec(), {.store_partial_tail = true}).value();
   RunModel(
       [&] {
-        return ModelTarget{&cache, ns};
+        return ModelTarget{&cache, ns, tiers.engine.get()};
       },
       testing::Iterations(120, 3000), rng, Reference,
       [&](uint64_t op, std::vector<AuditFinding>* findings) {
@@ -264,13 +325,12 @@ TEST(PrefixCacheModel, RandomConversationsOverTheSsdTier) {
   EXPECT_GT(tiers.ssd->Totals().hits, 0u) << "restores should have read from SSD";
 }
 
-// Every family at once (full and quantized KV, a window, a recurrent state, a
-// CacheList) with partial tails, over the SSD tier, and the engine closed and
-// reopened now and then (the hot tier written back, the tip lineage read back
-// from SSD): whatever a conversation's turns stored, extended and stripped, a
-// restore gives each layer exactly its state at the restored length.
-TEST(PrefixCacheModel, EveryFamilyRestoresExactlyAcrossRestarts) {
-  std::mt19937_64 rng(testing::TestSeed("PrefixCacheModelEveryFamily"));
+// RunModel over the SSD tier with `spec` (partial tails on), the engine
+// closed and reopened every 30 operations (the hot tier written back, the tip
+// lineage read back from SSD, the next restores read from SSD).
+void RunWithRestarts(const NamespaceSpec& spec, const Layers& reference,
+                     const std::string& seed_name) {
+  std::mt19937_64 rng(testing::TestSeed(seed_name));
   testing::TempDir dir;
   std::unique_ptr<testing::TestTiers> tiers;
   ModelTarget target;
@@ -278,11 +338,12 @@ TEST(PrefixCacheModel, EveryFamilyRestoresExactlyAcrossRestarts) {
     tiers.reset();  // closes the engine before the next one opens the directory
     tiers = std::make_unique<testing::TestTiers>(24 * 1024, dir.str());
     target = {&tiers->cache(),
-              tiers->Register(EveryFamilySpec(), {.store_partial_tail = true}).value()};
+              tiers->Register(spec, {.store_partial_tail = true}).value(),
+              tiers->engine.get()};
   };
   open();
   uint64_t restarts = 0;
-  RunModel([&] { return target; }, testing::Iterations(120, 3000), rng, EveryFamily,
+  RunModel([&] { return target; }, testing::Iterations(120, 3000), rng, reference,
            [&](uint64_t op, std::vector<AuditFinding>* findings) {
              ASSERT_OK(tiers->budget->Audit(findings));
              if (op % 30 != 29) return;
@@ -291,6 +352,28 @@ TEST(PrefixCacheModel, EveryFamilyRestoresExactlyAcrossRestarts) {
              ++restarts;
            });
   EXPECT_GT(restarts, 0u);
+}
+
+// Every family at once (full and quantized KV, a window, a recurrent state, a
+// CacheList): whatever a conversation's turns stored, extended and stripped,
+// a restore gives each layer exactly its state at the restored length.
+TEST(PrefixCacheModel, EveryFamilyRestoresExactlyAcrossRestarts) {
+  RunWithRestarts(EveryFamilySpec(), EveryFamily, "PrefixCacheModelEveryFamily");
+}
+
+// Full and quantized KV only: RestoreInto copies each block read from SSD as
+// it arrives (and again when the restore ends short of the match).
+TEST(PrefixCacheModel, SliceableFamiliesRestoreExactlyAcrossRestarts) {
+  NamespaceSpec spec = EveryFamilySpec();
+  spec.layer_types.resize(2);  // KVCache, QuantizedKVCache
+  RunWithRestarts(
+      spec,
+      [](const std::vector<int32_t>& tokens) {
+        std::vector<LayerState> layers = EveryFamily(tokens);
+        layers.resize(2);
+        return layers;
+      },
+      "PrefixCacheModelSliceable");
 }
 
 }  // namespace
