@@ -1,7 +1,8 @@
 // Model-based randomized test of the prefix cache: conversations that grow,
 // fork and restore, over a small hot tier spilling to a lower tier. Tensor
 // bytes are a function of the token prefix, so the expected restore of any
-// prompt is known exactly. After every operation:
+// prompt is known exactly (the restarting runs store half their turns as
+// PKV.PUT's records, StoreRecords). After every operation:
 //   - a restore never serves a wrong byte: KV rows and the rotating window
 //     equal the reference for the restored prefix, offset == restored tokens
 //     (and so does every layer of every family, EveryFamily), and
@@ -139,7 +140,31 @@ struct ModelTarget {
   PrefixCache* cache = nullptr;
   Namespace ns;
   Engine* engine = nullptr;  // the cache's engine, if any: its restore plans are checked
+  NamespaceSpec spec;        // set: half the stores are StoreRecords of this spec's
 };
+
+// The records a store of `layers` over `tokens` writes, encoded by a cache
+// of its own (every block from the root, the tip with its real state): what a
+// client sends PKV.PUT.
+std::vector<SharedBytes> RecordsOf(const NamespaceSpec& spec,
+                                   const std::vector<int32_t>& tokens,
+                                   const std::vector<LayerState>& layers) {
+  MemTier tier;
+  TierStack stack(nullptr, &tier);
+  PrefixCache encoder(&stack);
+  const Namespace ns = encoder.RegisterModel(spec, {.store_partial_tail = true}).value();
+  EXPECT_OK(encoder.Store(ns, tokens, layers));
+  std::vector<SharedBytes> records;
+  BlockKey parent = ns.root;
+  for (size_t start = 0; start < tokens.size(); start += spec.block_tokens) {
+    const size_t count = std::min<size_t>(spec.block_tokens, tokens.size() - start);
+    parent = ChainKey(parent, std::span<const int32_t>(tokens).subspan(start, count));
+    StatusOr<SharedBytes> record = encoder.GetBlock(ns, parent);
+    EXPECT_OK(record);
+    if (record.ok()) records.push_back(std::move(record).value());
+  }
+  return records;
+}
 
 // RestoreInto of `match` into buffers of the tensors `restored` holds writes
 // exactly what Restore returned: the same length, layers and bytes.
@@ -247,7 +272,12 @@ void RunModel(const std::function<ModelTarget()>& target, uint64_t ops,
       for (uint64_t n = 1 + rng() % 9; n > 0; --n) {
         c->tokens.push_back(static_cast<int32_t>(rng() % 5));
       }
-      ASSERT_OK(cache.Store(ns, c->tokens, reference(c->tokens)));
+      if (!t.spec.layer_types.empty() && rng() % 2 == 0) {
+        ASSERT_OK(
+            cache.StoreRecords(ns, RecordsOf(t.spec, c->tokens, reference(c->tokens))));
+      } else {
+        ASSERT_OK(cache.Store(ns, c->tokens, reference(c->tokens)));
+      }
       c->previous_turn = c->last_turn;
       c->last_turn = c->tokens.size();
     }
@@ -339,7 +369,7 @@ void RunWithRestarts(const NamespaceSpec& spec, const Layers& reference,
     tiers = std::make_unique<testing::TestTiers>(24 * 1024, dir.str());
     target = {&tiers->cache(),
               tiers->Register(spec, {.store_partial_tail = true}).value(),
-              tiers->engine.get()};
+              tiers->engine.get(), spec};
   };
   open();
   uint64_t restarts = 0;
