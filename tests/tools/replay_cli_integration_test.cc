@@ -8,6 +8,7 @@
 #include <pty.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -407,14 +408,17 @@ TEST(ReplayCli, ARoutedReplayDrawsItsProgressOnATerminal) {
 }
 
 // `prefixkv route ARGS... --port 0` as a child process; port() is 0 when it
-// did not say where it listens. The destructor kills it if it still runs.
+// did not say where it listens. A non-empty `stderr_path` receives its log.
+// The destructor kills it if it still runs.
 class RouteProcess {
  public:
-  explicit RouteProcess(std::vector<std::string> args) {
+  explicit RouteProcess(std::vector<std::string> args,
+                        const std::string& stderr_path = "") {
     std::vector<std::string> argv = {PREFIXKV_CLI, "route"};
     argv.insert(argv.end(), args.begin(), args.end());
     argv.insert(argv.end(), {"--port", "0"});
-    const testing::SpawnedChild child = testing::SpawnWithStdoutPipe(std::move(argv));
+    const testing::SpawnedChild child =
+        testing::SpawnWithStdoutPipe(std::move(argv), stderr_path);
     pid_ = child.pid;
     if (child.stdout_fd < 0) return;
     const int fd = child.stdout_fd;
@@ -432,6 +436,8 @@ class RouteProcess {
 
   int port() const { return port_; }
   const std::string& line() const { return line_; }
+  // Sends `sig` and goes on: kill()'s result.
+  int Signal(int sig) { return kill(pid_, sig); }
   // Sends `sig`, waits; the wait status.
   int Stop(int sig) {
     kill(pid_, sig);
@@ -471,6 +477,57 @@ TEST(RouteCli, ServesRouteUntilSigterm) {
   }
   const int status = route.Stop(SIGTERM);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+// `prefixkv route` over one node whose port refuses every connection (no
+// feed ever connects): enough for the tests of the process itself.
+std::vector<std::string> RouteOverARefusingNode(
+    const testing::RefusingLoopbackPort& absent) {
+  return {"--nodes", "127.0.0.1:" + std::to_string(absent.port()), "--model",
+          "m:4:float16:KVCache"};
+}
+
+// Whether the router at `port` answers PING.
+bool AnswersPing(int port) {
+  auto client = route::RespClient::Connect("127.0.0.1", port, 2000);
+  if (!client.ok()) return false;
+  StatusOr<route::RespValue> reply = (*client)->Command({"PING"});
+  return reply.ok() && reply->str == "PONG";
+}
+
+// A closed terminal or ssh session (SIGHUP) took the default action and
+// ended `prefixkv route` at once (exit by signal 1): every client's ROUTE
+// failed from then on. As `prefixkv serve` (and Redis), it ignores a hangup
+// and runs on until SIGINT or SIGTERM.
+TEST(RouteCli, AHangupDoesNotEndTheRouter) {
+  const testing::RefusingLoopbackPort absent;
+  RouteProcess route(RouteOverARefusingNode(absent));
+  ASSERT_NE(route.port(), 0) << route.line();
+  ASSERT_EQ(route.Signal(SIGHUP), 0);
+  EXPECT_TRUE(AnswersPing(route.port())) << "SIGHUP ended the router";
+  const int status = route.Stop(SIGTERM);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+// `prefixkv route 2>&1 | tee route.log`, and the same Ctrl-C ends tee: the
+// router's "stopping" line went to a pipe nobody reads and SIGPIPE killed it
+// there (exit by signal 13, the feeds and connections never stopped). As
+// `prefixkv serve`, it ignores SIGPIPE: the write fails and the stop goes on.
+// The log's reader is a FIFO the test opens before the router and closes
+// once it listens.
+TEST(RouteCli, AStopWhoseLogReaderIsGoneStillEndsCleanly) {
+  testing::TempDir dir;
+  const std::string log = dir.str() + "/log";
+  ASSERT_EQ(mkfifo(log.c_str(), 0600), 0);
+  const int log_reader = open(log.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  ASSERT_GE(log_reader, 0);
+  const testing::RefusingLoopbackPort absent;
+  RouteProcess route(RouteOverARefusingNode(absent), log);
+  ASSERT_NE(route.port(), 0) << route.line();
+  close(log_reader);
+  const int status = route.Stop(SIGTERM);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "status " << status << (WIFSIGNALED(status) ? ": killed by a signal" : "");
 }
 
 // `prefixkv route` in front of two real `prefixkv serve` nodes, fed by their

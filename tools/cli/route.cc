@@ -124,6 +124,10 @@ int RunRoute(const std::vector<std::string>& args) {
   }
   route::RouteServerOptions options;
   if (std::string e = Configure(flags, &options); !e.empty()) return UsageError(flags, e);
+  // As serve: a closed terminal or a log reader that went away must not end
+  // the router (SIGHUP killed it at once, SIGPIPE at its "stopping" line).
+  IgnoreBrokenPipes();
+  IgnoreHangups();
   sigset_t stop_signals = BlockStopSignals();
   StatusOr<std::unique_ptr<route::RouteServer>> server =
       route::RouteServer::Start(options);

@@ -20,13 +20,16 @@ inline sigset_t BlockStopSignals() {
 // A log reader that went away (`serve 2>&1 | tee log`, tee ended by the same
 // Ctrl-C) must not end the process at its next stderr line: the default
 // SIGPIPE killed `serve` at "shutting down", before the engine's close wrote
-// RAM back, losing every value not yet on SSD. Ignored, the write fails
-// (EPIPE) and the shutdown goes on; sockets already send with MSG_NOSIGNAL.
+// RAM back, losing every value not yet on SSD (and `route` at "stopping").
+// Ignored, the write fails (EPIPE) and the shutdown goes on; the servers'
+// sockets already send with MSG_NOSIGNAL (hiredis, which route's node feeds
+// use, writes with write(): a node's reset connection is then an error too).
 inline void IgnoreBrokenPipes() { signal(SIGPIPE, SIG_IGN); }
 
 // A closed terminal or ssh session (SIGHUP) must not end the process without
 // its shutdown: the default action killed `serve` at once, every value still
-// only in RAM lost. As Redis does, a hangup is ignored; SIGTERM stops it.
+// only in RAM lost (and `route`, every ROUTE failing from then on). As Redis
+// does, a hangup is ignored; SIGTERM stops it.
 inline void IgnoreHangups() { signal(SIGHUP, SIG_IGN); }
 
 inline int WaitForStopSignal(const sigset_t& set) {
