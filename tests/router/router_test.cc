@@ -504,6 +504,32 @@ TEST_F(RouteServerTest, BadRequestsGetClearErrors) {
   EXPECT_TRUE(route::RouteServer::Start(bad).status().IsInvalidArgument());
 }
 
+// A node that accepts connections but never answers (stopped, hung: the
+// kernel completes the handshake from its listen backlog) was marked
+// available as soon as each reconnect's TCP connect succeeded, until its
+// XREAD timed out: most of the time ROUTE chose it, and every request sent
+// there waited. A node is available once it has answered on the connection.
+// Here a socket that listens and never accepts, over several reconnects.
+TEST(EventFeed, ANodeThatAcceptsButNeverAnswersIsNotAvailable) {
+  int port = 0;
+  const int silent = testing::BindLoopback(&port, /*backlog=*/16);
+  ASSERT_GE(silent, 0);
+  std::unique_ptr<PrefixRouter> router = Router(1);
+  route::EventFeed feed(
+      {.port = port, .node = 0, .block_ms = 20, .timeout_ms = 40, .retry_ms = 5},
+      router.get());
+  const std::vector<BlockKey> keys = Chain(1, 1);
+  bool ever_available = false;
+  while (feed.reconnects() < 3) {
+    ever_available =
+        ever_available || feed.connected() || !router->Route(keys, 0).no_node;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  feed.Stop();
+  ::close(silent);
+  EXPECT_FALSE(ever_available) << "a node that never answered was chosen";
+}
+
 TEST(EventFeed, ParsesStreamEntriesAndRefusesMalformedOnes) {
   auto str = [](std::string s) {
     RespValue v;

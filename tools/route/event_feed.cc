@@ -41,6 +41,13 @@ StatusOr<uint64_t> ParseIdSeq(const std::string& id) {
   return seq;
 }
 
+// Whether the node answers on a new connection (any reply, an error too). A
+// connect alone proves nothing: a node that is stopped or hung accepts
+// connections all the same (the kernel completes them from its listen
+// backlog), and was marked available at every reconnect until its XREAD
+// timed out.
+bool Answers(RespClient& client) { return client.Command({"PING"}).ok(); }
+
 }  // namespace
 
 StatusOr<KvEvent> ParseStreamEntry(const RespValue& entry) {
@@ -152,7 +159,7 @@ void EventFeed::Run() {
   while (!stop_) {
     StatusOr<std::unique_ptr<RespClient>> client =
         RespClient::Connect(options_.host, options_.port, options_.timeout_ms);
-    if (client.ok() &&
+    if (client.ok() && Answers(**client) &&
         (*client)->SetTimeout(options_.block_ms + options_.timeout_ms).ok()) {
       SetConnected(true);
       Tail(**client);

@@ -17,7 +17,7 @@
 // log's start) it goes on from the stream's head (XINFO STREAM's
 // last-generated-id), the router knowing only the changes from then on.
 // The node is available to the router's choice (SetNodeAvailable) only while
-// the feed is connected.
+// the feed is connected and the node has answered on that connection.
 #pragma once
 
 #include <atomic>
