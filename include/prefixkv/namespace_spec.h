@@ -189,6 +189,11 @@ StatusOr<NamespaceManifest> DecodeManifest(std::string_view text);
 // CLI's, the server's and Python's spec options go through.
 Status SetSpecField(NamespaceSpec* spec, const std::string& name, std::string_view value);
 
+// The field (a SetSpecField name) a PKV.REGISTER option keyword sets: SALT,
+// REVISION, TOKENIZER, SHAPES, QUANT, TP, PP, in any case; null for another
+// word. What PKV.REGISTER and `prefixkv route --model` read.
+const char* RegisterKeywordField(std::string_view keyword);
+
 // Parses a layer_shapes value: LayerShape::ToString per layer, comma-separated
 // ("8x128,8x128w4096,0x0r3x32:4x8"). InvalidArgument naming the bad entry.
 StatusOr<std::vector<LayerShape>> ParseLayerShapes(std::string_view text);

@@ -1,6 +1,8 @@
 // Namespace manifests (namespace_spec.h, part 3): the text encoding of a
 // NamespaceSpec, its decoding, and the field-by-field comparison that names
 // why two specs are different namespaces. The format is docs/format.md §5.
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <map>
 
@@ -99,6 +101,28 @@ Status Malformed(const std::string& field, std::string_view value) {
 }
 
 }  // namespace
+
+const char* RegisterKeywordField(std::string_view keyword) {
+  static const std::pair<const char*, const char*> kKeywords[] = {
+      {"salt", "salt"},
+      {"revision", "revision"},
+      {"tokenizer", "tokenizer_hash"},
+      {"shapes", "layer_shapes"},
+      {"quant", "quantization"},
+      {"tp", "tp"},
+      {"pp", "pp"}};
+  const auto same = [](std::string_view a, std::string_view b) {
+    return a.size() == b.size() &&
+           std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+             return std::tolower(static_cast<unsigned char>(x)) ==
+                    std::tolower(static_cast<unsigned char>(y));
+           });
+  };
+  for (const auto& [word, field] : kKeywords) {
+    if (same(keyword, word)) return field;
+  }
+  return nullptr;
+}
 
 Status SetSpecField(NamespaceSpec* spec, const std::string& name, std::string_view v) {
   if (name == "model") {

@@ -69,22 +69,6 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   return true;
 }
 
-// The spec field (namespace_spec.h, manifests) a PKV.REGISTER keyword sets, or null.
-const char* RegisterField(std::string_view keyword) {
-  static const std::pair<const char*, const char*> kKeywords[] = {
-      {"salt", "salt"},
-      {"revision", "revision"},
-      {"tokenizer", "tokenizer_hash"},
-      {"shapes", "layer_shapes"},
-      {"quant", "quantization"},
-      {"tp", "tp"},
-      {"pp", "pp"}};
-  for (const auto& [word, field] : kKeywords) {
-    if (EqualsIgnoreCase(keyword, word)) return field;
-  }
-  return nullptr;
-}
-
 // The spec and options of PKV.REGISTER; false after an error reply.
 bool ParseRegister(CommandContext& ctx, NamespaceSpec* spec, ModelOptions* options) {
   spec->model = std::string(ctx.arg(1));
@@ -107,7 +91,7 @@ bool ParseRegister(CommandContext& ctx, NamespaceSpec* spec, ModelOptions* optio
       options->store_partial_tail = true;
       continue;
     }
-    const char* field = RegisterField(ctx.arg(i));
+    const char* field = RegisterKeywordField(ctx.arg(i));
     if (field == nullptr || i + 1 >= ctx.args.size()) {
       ctx.out->Error("ERR syntax error");
       return false;

@@ -530,6 +530,56 @@ TEST(RouteCli, AStopWhoseLogReaderIsGoneStillEndsCleanly) {
       << "status " << status << (WIFSIGNALED(status) ? ": killed by a signal" : "");
 }
 
+// ROUTE of one prompt for one model through a `prefixkv route` process, then
+// ROUTE.DONE: the load stays zero, only the prefixes decide.
+class PromptRouter {
+ public:
+  PromptRouter(int port, std::string model, std::vector<int32_t> tokens)
+      : model_(std::move(model)), tokens_(std::move(tokens)) {
+    auto c = route::RespClient::Connect("127.0.0.1", port, 2000);
+    if (c.ok()) client_ = std::move(*c);
+  }
+  bool connected() const { return client_ != nullptr; }
+
+  // The answer as text: "host:port node ram local", or the error.
+  std::string Routed() {
+    std::vector<std::string> args = {"ROUTE", model_};
+    for (int32_t t : tokens_) args.push_back(std::to_string(t));
+    StatusOr<route::RespValue> r = client_->Command(args);
+    if (!r.ok() || r->elements.size() != 4)
+      return r.ok() ? r->Text() : r.status().ToString();
+    (void)client_->Command(
+        {"ROUTE.DONE", r->elements[1].Text(), std::to_string(tokens_.size())});
+    return r->Text();
+  }
+  // Ties rotate between the nodes: an answer counts when four in a row agree.
+  bool Steady(const std::string& want) {
+    for (int i = 0; i < 4; ++i) {
+      if (Routed() != want) return false;
+    }
+    return true;
+  }
+  // Up to 20 s for the router to learn what the nodes' streams say.
+  bool WaitFor(const std::string& want) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!Steady(want) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return Steady(want);
+  }
+
+ private:
+  const std::string model_;
+  const std::vector<int32_t> tokens_;
+  std::unique_ptr<route::RespClient> client_;
+};
+
+// `spec` as `prefixkv route --model` takes it (its layers KVCache,KVCache).
+std::string RouteModelFlag(const NamespaceSpec& spec) {
+  return spec.model + ":" + std::to_string(spec.block_tokens) + ":" +
+         std::string(DTypeName(spec.dtype)) + ":KVCache,KVCache";
+}
+
 // `prefixkv route` in front of two real `prefixkv serve` nodes, fed by their
 // event streams: a prefix stored on node a (PKV.PUT) is routed to a with all
 // its blocks in RAM; once node b holds it too and a evicted it from RAM (to
@@ -543,54 +593,56 @@ TEST(RouteCli, RoutesToTheServeNodeThatHoldsThePrefixInRam) {
   const std::string addr_a = "127.0.0.1:" + std::to_string(a.port());
   const std::string addr_b = "127.0.0.1:" + std::to_string(b.port());
   const NamespaceSpec spec = testing::KvOnlySpec();
-  const std::string model = spec.model + ":" + std::to_string(spec.block_tokens) + ":" +
-                            std::string(DTypeName(spec.dtype)) + ":KVCache,KVCache";
-  RouteProcess route({"--nodes", addr_a + "," + addr_b, "--model", model});
+  RouteProcess route({"--nodes", addr_a + "," + addr_b, "--model", RouteModelFlag(spec)});
   ASSERT_NE(route.port(), 0) << route.line();
-  auto router = route::RespClient::Connect("127.0.0.1", route.port(), 2000);
-  ASSERT_TRUE(router.ok()) << router.status().ToString();
   const std::vector<int32_t> tokens = testing::Tokens(4);
-  // ROUTE, then ROUTE.DONE: the load stays zero, only the prefixes decide.
-  const auto routed = [&]() -> std::string {
-    std::vector<std::string> args = {"ROUTE", spec.model};
-    for (int32_t t : tokens) args.push_back(std::to_string(t));
-    StatusOr<route::RespValue> r = (*router)->Command(args);
-    if (!r.ok() || r->elements.size() != 4)
-      return r.ok() ? r->Text() : r.status().ToString();
-    (void)(*router)->Command(
-        {"ROUTE.DONE", r->elements[1].Text(), std::to_string(tokens.size())});
-    return r->Text();
-  };
-  // Ties rotate between the nodes: an answer counts when four in a row agree.
-  const auto steady = [&](const std::string& want) {
-    for (int i = 0; i < 4; ++i) {
-      if (routed() != want) return false;
-    }
-    return true;
-  };
-  const auto wait_for = [&](const std::string& want) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (!steady(want) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return steady(want);
-  };
+  PromptRouter router(route.port(), spec.model, tokens);
+  ASSERT_TRUE(router.connected());
   const std::vector<std::string> prefix = testing::EncodedStore(spec, tokens);
   testing::RespClient na(a.port()), nb(b.port());
   for (testing::RespClient* n : {&na, &nb}) {
     ASSERT_FALSE(n->Call(testing::RegisterArgs(spec)).IsError());
   }
   ASSERT_EQ(na.Call(testing::PutArgs(prefix)).type, '*');
-  EXPECT_TRUE(wait_for(addr_a + " 0 4 4")) << routed();
+  EXPECT_TRUE(router.WaitFor(addr_a + " 0 4 4")) << router.Routed();
   // b holds it too (a tie), then other prompts fill a's RAM: the prefix
   // moves to a's SSD tier.
   ASSERT_EQ(nb.Call(testing::PutArgs(prefix)).type, '*');
-  for (int i = 1; i <= 200 && !steady(addr_b + " 1 4 4"); ++i) {
+  for (int i = 1; i <= 200 && !router.Steady(addr_b + " 1 4 4"); ++i) {
     std::vector<int32_t> other = testing::Tokens(8);
     for (int32_t& t : other) t += 1000 * i;
     ASSERT_EQ(na.Call(testing::PutArgs(testing::EncodedStore(spec, other))).type, '*');
   }
-  EXPECT_TRUE(wait_for(addr_b + " 1 4 4")) << routed();
+  EXPECT_TRUE(router.WaitFor(addr_b + " 1 4 4")) << router.Routed();
+  EXPECT_EQ(route.Stop(SIGTERM), 0);
+}
+
+// A model registered with PKV.REGISTER's later options (REVISION, TOKENIZER,
+// ...) has another root than its name, block size, dtype and layers alone:
+// `--model` took only NAME:BLOCK_TOKENS:DTYPE:LAYER_TYPES[:SALT], so the
+// router hashed such a model's prompts under another root than the nodes' and
+// routed every request of it by load alone (0 blocks held anywhere). It now
+// takes those options after the spec, as PKV.REGISTER does.
+TEST(RouteCli, RoutesAModelRegisteredWithPkvRegistersLaterOptions) {
+  testing::TempDir dir;
+  testing::ServeProcess node(dir.str() + "/n");
+  ASSERT_NE(node.port(), 0);
+  NamespaceSpec spec = testing::KvOnlySpec();
+  spec.revision = "r1";
+  spec.tokenizer_hash = "tok9";
+  spec.tp_rank = 1;
+  spec.tp_size = 2;
+  const std::string addr = "127.0.0.1:" + std::to_string(node.port());
+  RouteProcess route({"--nodes", addr, "--model",
+                      RouteModelFlag(spec) + " REVISION r1 tokenizer tok9 TP 1/2"});
+  ASSERT_NE(route.port(), 0) << route.line();
+  const std::vector<int32_t> tokens = testing::Tokens(4);
+  PromptRouter router(route.port(), spec.model, tokens);
+  ASSERT_TRUE(router.connected());
+  testing::RespClient n(node.port());
+  ASSERT_FALSE(n.Call(testing::RegisterArgs(spec)).IsError());
+  ASSERT_EQ(n.Call(testing::PutArgs(testing::EncodedStore(spec, tokens))).type, '*');
+  EXPECT_TRUE(router.WaitFor(addr + " 0 4 4")) << router.Routed();
   EXPECT_EQ(route.Stop(SIGTERM), 0);
 }
 

@@ -1,6 +1,7 @@
 // `prefixkv route --nodes host:port,... --model SPEC`: the prefix-aware
 // router as a RESP service (tools/route/route_server.h; docs/router.md),
 // until SIGINT or SIGTERM.
+#include <cctype>
 #include <cstdio>
 #include <sstream>
 
@@ -31,7 +32,9 @@ Flags RouteFlags() {
        {"model",
         "a model ROUTE knows, as PKV.REGISTER registers it: "
         "NAME:BLOCK_TOKENS:DTYPE:LAYER_TYPES[:SALT] with LAYER_TYPES comma-separated "
-        "(e.g. llama:256:float16:KVCache,KVCache); repeat for more",
+        "(e.g. llama:256:float16:KVCache,KVCache), then PKV.REGISTER's other options "
+        "as words ('llama:256:float16:KVCache,KVCache TOKENIZER t9 SHAPES "
+        "8x128,8x128'); repeat for more",
         false, ""},
        {"port", "TCP port (0: a free one, printed)", false, "6390"},
        {"bind", "address to listen on (IPv4)", false, "127.0.0.1"},
@@ -48,13 +51,22 @@ Flags RouteFlags() {
        {"xread-block-ms", "XREAD BLOCK of the node feeds", false, "500"}});
 }
 
-// NAME:BLOCK_TOKENS:DTYPE:LAYER_TYPES[:SALT].
+// NAME:BLOCK_TOKENS:DTYPE:LAYER_TYPES[:SALT], then PKV.REGISTER's later
+// options as words: KEYWORD VALUE pairs (REVISION r TOKENIZER t SHAPES s
+// QUANT q TP r/s PP r/s, and SALT) and PARTIAL_TAIL (a store option: no part
+// of the root). Without them, a model registered with any of them hashed to
+// another root than the nodes' and was routed by load alone.
 std::string ParseModel(const std::string& text, NamespaceSpec* spec) {
+  std::vector<std::string> words;
+  std::stringstream by_space(text);
+  for (std::string w; by_space >> w;) words.push_back(w);
+  const std::string head = words.empty() ? "" : words[0];
   std::vector<std::string> parts;
-  std::stringstream in(text);
+  std::stringstream in(head);
   for (std::string p; std::getline(in, p, ':');) parts.push_back(p);
   if (parts.size() < 4 || parts.size() > 5)
-    return "--model '" + text + "' is not NAME:BLOCK_TOKENS:DTYPE:LAYER_TYPES[:SALT]";
+    return "--model '" + text +
+           "' is not NAME:BLOCK_TOKENS:DTYPE:LAYER_TYPES[:SALT] [KEYWORD VALUE ...]";
   spec->model = parts[0];
   std::optional<uint64_t> block = ParseSize(parts[1]);
   if (!block || *block == 0 || *block > (1u << 22))
@@ -66,6 +78,21 @@ std::string ParseModel(const std::string& text, NamespaceSpec* spec) {
   std::stringstream layers(parts[3]);
   for (std::string l; std::getline(layers, l, ',');) spec->layer_types.push_back(l);
   if (parts.size() == 5) spec->salt = parts[4];
+  for (size_t i = 1; i < words.size(); ++i) {
+    std::string word = words[i];
+    for (char& c : word)
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (word == "partial_tail") continue;
+    const char* field = RegisterKeywordField(word);
+    if (field == nullptr)
+      return "--model '" + text + "': '" + words[i] +
+             "' is not an option of PKV.REGISTER (SALT, REVISION, TOKENIZER, SHAPES, "
+             "QUANT, TP, PP, PARTIAL_TAIL)";
+    if (i + 1 >= words.size())
+      return "--model '" + text + "': " + words[i] + " has no value";
+    if (Status s = SetSpecField(spec, field, words[++i]); !s.ok())
+      return "--model '" + text + "': " + s.message();
+  }
   if (StatusOr<std::string> f = spec->Fingerprint(); !f.ok())
     return "--model '" + text + "': " + f.status().message();
   return "";
