@@ -151,7 +151,7 @@ EventFeed::EventFeed(EventFeedOptions options, PrefixRouter* router)
 EventFeed::~EventFeed() { Stop(); }
 
 void EventFeed::Stop() {
-  stop_ = true;
+  RequestStop();
   if (thread_.joinable()) thread_.join();
 }
 

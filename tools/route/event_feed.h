@@ -70,6 +70,11 @@ class EventFeed {
   // starts the thread. REQUIRES: `router` outlives the feed.
   EventFeed(EventFeedOptions options, PrefixRouter* router);
   ~EventFeed();  // Stop()
+  // Tells the thread to end after its call under way, without waiting: a
+  // router stops all its feeds at once (their waits overlap), then Stop()s
+  // each.
+  void RequestStop() { stop_ = true; }
+  // RequestStop(), then waits for the thread.
   void Stop();
 
   uint64_t applied() const { return applied_.load(); }
