@@ -22,7 +22,7 @@ class EventQueue {
 
   void Push(size_t node, const KvEvent& e) EXCLUDES(mu_) {
     MutexLock lock(&mu_);
-    queue_.push_back({request_ + 1 + delay_, node, e});
+    queue_.push_back({Due(), node, e});
     ++pushed_;
   }
   // Request `request` is about to be routed: the events due by then reach
@@ -41,6 +41,13 @@ class EventQueue {
   }
 
  private:
+  // The first request routed with an event pushed now known: request_ + 1 +
+  // delay_, saturated (a delay near 2^64 wrapped to a due request already
+  // reached, and the events arrived at once instead of never).
+  uint64_t Due() const REQUIRES(mu_) {
+    return delay_ >= UINT64_MAX - request_ - 1 ? UINT64_MAX : request_ + 1 + delay_;
+  }
+
   struct Delayed {
     uint64_t due;  // the first request routed with it known
     size_t node;
