@@ -114,18 +114,21 @@ void WriteBackQueue::Restore(Dropped dropped) {
 
 Status WriteBackQueue::Flush() {
   MutexLock lock(&mu_);
-  const uint64_t failures_at_start = failures_;
+  // Only the failure of an attempt begun after this call ends it: one under
+  // way now is retried at once like the paused ones (attempts_started_).
+  const uint64_t attempts_at_start = attempts_started_;
   // Only what was queued so far: waiting for an empty queue waited as long
   // as evictions kept coming
   // (WriteBackQueueHealth.FlushWaitsForWhatWasQueuedBeforeItNotForWhatCameAfter).
   const uint64_t queued_before = last_ticket_;
   paused_after_error_ = false;  // retry now rather than after the interval
+  retry_now_through_ = attempts_at_start;
   work_cv_.NotifyAll();
   done_cv_.Wait(lock, [&]() REQUIRES(mu_) {
-    return !Waiting(queued_before) || failures_ > failures_at_start;
+    return !Waiting(queued_before) || last_failed_attempt_ > attempts_at_start;
   });
   if (!Waiting(queued_before)) return Status::OK();
-  return last_error_;
+  return last_failed_attempt_error_;
 }
 
 Status WriteBackQueue::Stop() {
@@ -262,17 +265,24 @@ void WriteBackQueue::Run() {
       work_cv_.Wait(lock);
       continue;
     }
+    const uint64_t attempt = ++attempts_started_;
     lock.Unlock();
     Status s = write_(batch);
     lock.Lock();
-    Finish(batch, s);
+    Finish(batch, s, attempt);
   }
 }
 
-void WriteBackQueue::Finish(const std::vector<Item>& batch, const Status& s) {
+void WriteBackQueue::Finish(const std::vector<Item>& batch, const Status& s,
+                            uint64_t attempt) {
   if (!s.ok()) {
     NoteFailure(s);
-    paused_after_error_ = true;
+    if (attempt > last_failed_attempt_) {
+      last_failed_attempt_ = attempt;
+      last_failed_attempt_error_ = s;
+    }
+    // A Flush called while this attempt was under way asked for a retry now.
+    if (attempt > retry_now_through_) paused_after_error_ = true;
   }
   // Back at the front, in order, unless a newer version was queued meanwhile.
   for (auto it = batch.rbegin(); it != batch.rend(); ++it) {

@@ -85,6 +85,9 @@ class WriteBackQueue {
   // by a direct Put or Remove), or until an attempt made after the call
   // failed (its Status is returned). Blocks queued after the call are not
   // waited for: under a steady stream of evictions the queue is never empty.
+  // Writers paused after a failure retry at once; so does an attempt under
+  // way at the call that fails after it (it neither ends the Flush nor
+  // pauses the writers again).
   Status Flush() EXCLUDES(mu_);
   // Writes what is left with one attempt per block, then joins the threads.
   // OK, or the first failure, saying how many blocks (and bytes) could not be
@@ -111,7 +114,9 @@ class WriteBackQueue {
   bool TakeNext(const std::vector<Item>& batch, Item* item) REQUIRES(mu_);
   // Up to the batch limits.
   std::vector<Item> TakeBatch() REQUIRES(mu_);
-  void Finish(const std::vector<Item>& batch, const Status& s) REQUIRES(mu_);
+  // `attempt`: the batch's number (attempts_started_ when it was taken).
+  void Finish(const std::vector<Item>& batch, const Status& s, uint64_t attempt)
+      REQUIRES(mu_);
   void NoteFailure(const Status& s) REQUIRES(mu_);
   // Whether a block queued or in flight was queued with a ticket <= `ticket`.
   bool Waiting(uint64_t ticket) const REQUIRES(mu_);
@@ -136,6 +141,18 @@ class WriteBackQueue {
   uint64_t last_ticket_ GUARDED_BY(mu_) = 0;
   uint64_t failures_ GUARDED_BY(mu_) = 0;  // failed attempts so far
   Status last_error_ GUARDED_BY(mu_);
+  // Writers' batches numbered as they are taken. A Flush ends on the failure
+  // of an attempt begun after it, not of one under way when it was called:
+  // that failure, counted after the Flush began, ended it with the earlier
+  // attempt's error and paused the writers again, so the retry the Flush
+  // asked for waited a whole retry interval (until 2026-12-07;
+  // WriteBackQueueHealth.AFlushRetriesAnAttemptThatFailsAfterItBegan).
+  uint64_t attempts_started_ GUARDED_BY(mu_) = 0;
+  uint64_t last_failed_attempt_ GUARDED_BY(mu_) = 0;
+  Status last_failed_attempt_error_ GUARDED_BY(mu_);
+  // Attempts numbered up to this one began before the latest Flush, which
+  // asked for a retry now: their failure does not pause the writers.
+  uint64_t retry_now_through_ GUARDED_BY(mu_) = 0;
   // Keys queued or in flight whose last write attempt failed.
   std::unordered_set<BlockKey> failed_ GUARDED_BY(mu_);
   // Writers wait retry_interval before retrying; Flush() clears it.

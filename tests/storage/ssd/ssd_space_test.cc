@@ -310,6 +310,50 @@ TEST(WriteBackQueueHealth, FlushWaitsForWhatWasQueuedBeforeItNotForWhatCameAfter
   EXPECT_FALSE(after_waited_out) << "Flush waited for a block queued after it began";
 }
 
+// A Flush called while a write attempt is under way, which then fails:
+// the Flush retries it at once, as it does a paused writer's block. It was
+// counted as a failure after the Flush began, so the Flush returned that
+// error with the block unwritten and the writers paused for the whole
+// retry interval again (an engine Flush, PKV.AUDIT or KEYS failed on a
+// write error older than the call; SsdFaultTest.AFailedPutKeepsTheQueuedWriteBackOfItsKey
+// failed so under load). The Flush is given 50 ms to begin waiting before
+// the attempt fails; in whichever order they come, it must return OK.
+TEST(WriteBackQueueHealth, AFlushRetriesAnAttemptThatFailsAfterItBegan) {
+  const BlockMeta m = ChainBlock(0, 0);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool entered = false, may_fail = false;
+  std::atomic<int> attempts{0};
+  FakeClock clock;  // never advanced: only a Flush can end a pause
+  ssd::WriteBackQueue queue(8, 1, 3'600'000, &clock,
+                            [&](const std::vector<ssd::WriteBackItem>&) {
+                              if (attempts++ > 0) return Status::OK();
+                              std::unique_lock<std::mutex> lock(mu);
+                              entered = true;
+                              cv.notify_all();
+                              cv.wait(lock, [&] { return may_fail; });
+                              return Status::IOError("injected EIO");
+                            });
+  ASSERT_TRUE(queue.Enqueue(m, PayloadOf(m)));
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return entered; });  // the first attempt is under way
+  }
+  Status flushed;
+  std::thread flusher([&] { flushed = queue.Flush(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    may_fail = true;
+    cv.notify_all();
+  }
+  flusher.join();
+  EXPECT_OK(flushed) << "the failure of an attempt begun before the Flush";
+  EXPECT_EQ(queue.size(), 0u) << "the failed attempt waits out the retry interval";
+  EXPECT_EQ(attempts.load(), 2);
+  EXPECT_TRUE(queue.Health().ok());
+}
+
 // At close, the one last attempt per block says exactly what is lost.
 TEST(WriteBackQueueHealth, StopNamesTheBlocksAndBytesItCouldNotWrite) {
   FakeClock clock;
