@@ -10,11 +10,13 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <random>
 #include <thread>
 
 #include "prefixkv/advanced/engine_internals.h"
 #include "prefixkv/advanced/ssd_tier.h"
+#include "prefixkv/tier_counter_fields.h"
 #include "tests/server/server_fixture.h"
 #include "tests/support/rocksdb_tsan_suppressions.h"
 #include "tests/support/test_util.h"
@@ -261,6 +263,135 @@ TEST_F(ServerConcurrencyTest, EventLogAppendersReadersAndWriterThread) {
   size_t on_ssd = 0;
   EngineSsdTier(*engine_)->ForEach([&](const BlockMeta&, uint64_t) { ++on_ssd; });
   EXPECT_EQ(snap.ssd.size(), on_ssd);
+}
+
+// Whether every byte of every tensor of `layers` is `byte` (a prompt's layers
+// are filled with its own byte: another prompt's bytes show as another byte).
+bool AllBytesAre(const std::vector<LayerState>& layers, uint8_t byte) {
+  for (const LayerState& layer : layers) {
+    for (const Tensor& t : layer.tensors) {
+      for (char c : t.bytes().view()) {
+        if (static_cast<uint8_t>(c) != byte) return false;
+      }
+    }
+  }
+  return true;
+}
+
+// Engine::Stats copies the hot budget's and the SSD tier's totals and owner
+// counters under one lock each (6d54c06, f43f104), and the value walks wait
+// for the hot tier's hand-overs (af87b6c): here under ThreadSanitizer, while
+// other threads store and restore prompts (each filled with its own byte),
+// SET/GET/DEL values, count the values, flush and charge memory, over a hot tier of a few
+// blocks that spills to the SSD tier all the time. Every scrape's hot owners add up to
+// its hot totals and its SSD owners to no more than the SSD totals; every restore and GET
+// hands back the bytes stored under its own name.
+TEST_F(ServerConcurrencyTest, StatsScrapesRaceStoresRestoresValuesAndSpills) {
+  StartServer(/*hot_capacity_bytes=*/64 << 10);
+  const uint64_t seed = testing::TestSeed("StatsScrapesRace");
+  const int ops = static_cast<int>(testing::Iterations(150, 3000));
+  ASSERT_OK_AND_ASSIGN(Namespace ns, engine_->RegisterModel(testing::KvOnlySpec()));
+  std::atomic<int> failures{0};
+  std::atomic<int> running{3};
+  auto fail = [&](const std::string& what) {
+    fprintf(stderr, "%s\n", what.c_str());
+    ++failures;
+  };
+  std::vector<std::thread> workers;
+  // Prompts p = 0..7 of 3 blocks, each with tokens of its own and layers of byte p + 1.
+  workers.emplace_back([&] {
+    std::mt19937_64 rng(seed);
+    for (int i = 0; i < ops; ++i) {
+      const int p = static_cast<int>(rng() % 8);
+      std::vector<int32_t> tokens = testing::Tokens(3);
+      for (int32_t& t : tokens) t += 1000 * p;
+      const uint8_t byte = static_cast<uint8_t>(p + 1);
+      if (rng() % 2 == 0) {
+        LayerState kv = testing::KvLayer(static_cast<int64_t>(tokens.size()));
+        for (Tensor& t : kv.tensors) t = Tensor::Filled(DType::kFloat32, t.shape(), byte);
+        if (auto s = engine_->Store(ns, tokens, {kv, kv}); !s.ok())
+          fail(s.status().ToString());
+        continue;
+      }
+      StatusOr<MatchResult> m = engine_->Match(ns, tokens);
+      if (!m.ok()) {
+        fail(m.status().ToString());
+        continue;
+      }
+      StatusOr<RestoreResult> r = engine_->Restore(*m);
+      if (!r.ok()) {
+        fail(r.status().ToString());
+      } else if (!AllBytesAre(r->layers, byte)) {
+        fail("prompt " + std::to_string(p) + " restored another prompt's bytes");
+      }
+    }
+    --running;
+  });
+  workers.emplace_back([&] {  // values: each key's last SET, or none after a DEL
+    std::mt19937_64 rng(seed + 1);
+    std::vector<std::string> mine(16);
+    for (int i = 0; i < ops; ++i) {
+      const size_t j = rng() % mine.size();
+      const std::string key = "v" + std::to_string(j);
+      switch (rng() % 4) {
+        case 0:
+        case 1: {
+          std::string v = ValueFor(static_cast<int>(j), i, 64 + rng() % 6000);
+          if (engine_->PutValue(key, SharedBytes::Copy(v)).ok())
+            mine[j] = std::move(v);
+          else
+            fail("SET " + key);
+          break;
+        }
+        case 2: {
+          StatusOr<SharedBytes> got = engine_->GetValue(key);
+          if (mine[j].empty() ? !got.status().IsNotFound()
+                              : !got.ok() || got->view() != mine[j]) {
+            fail("GET " + key + " is not its last SET");
+          }
+          break;
+        }
+        default: {
+          StatusOr<bool> deleted = engine_->DeleteValue(key);
+          if (!deleted.ok() || *deleted != !mine[j].empty()) fail("DEL " + key);
+          mine[j].clear();
+        }
+      }
+    }
+    --running;
+  });
+  workers.emplace_back([&] {  // DBSIZE's walk (hot, hand-overs, SSD), a flush, a charge
+    std::shared_ptr<MemoryCharge> charge = *engine_->OpenMemoryCharge("sessions");
+    for (int i = 0; i < ops / 10; ++i) {
+      if (StatusOr<uint64_t> n = engine_->CountValues(); !n.ok() || *n > 16) {
+        fail("DBSIZE");
+      }
+      if (Status s = engine_->Flush(); !s.ok()) fail(s.ToString());
+      uint64_t shortfall = 0;
+      if (charge->Charge(16 << 10, &shortfall).ok()) (void)charge->Uncharge(16 << 10);
+    }
+    --running;
+  });
+  int scrapes = 0;
+  while (running.load() > 0) {
+    const EngineStats s = engine_->Stats();
+    TierCounters hot, ssd;
+    for (const EngineOwnerStats& o : s.owners) {
+      AddTierCounters(&hot, o.hot);
+      AddTierCounters(&ssd, o.ssd);
+    }
+    if (!(hot == s.hot)) fail("a scrape's hot owners do not add up to its totals");
+    if (ssd.bytes > s.ssd.bytes || ssd.entries > s.ssd.entries) {
+      fail("a scrape's SSD owners hold more than the SSD tier");
+    }
+    ++scrapes;
+  }
+  for (auto& t : workers) t.join();
+  EXPECT_EQ(failures.load(), 0) << "seed " << seed;
+  EXPECT_GT(scrapes, 1);
+  EXPECT_GT(engine_->Stats().hot.evictions, 0u);
+  ASSERT_OK(engine_->Flush());
+  EXPECT_GT(engine_->Stats().ssd.entries, 0u) << "nothing spilled to the SSD tier";
 }
 
 TEST_F(ServerConcurrencyTest, StopsGracefullyWhileClientsAreBusy) {
