@@ -279,13 +279,14 @@ Status ssd::TierImpl::Put(const BlockMeta& meta, const SharedBytes& payload, boo
   // This Put supersedes a queued version, but only once it is stored: a
   // failed Put must not lose an acknowledged block that lives only in the
   // queue (it did until 2026-12-06,
-  // SsdFaultTest.AFailedPutKeepsTheQueuedWriteBackOfItsKey).
-  std::optional<ssd::WriteBackQueue::Dropped> superseded;
-  queue_->Cancel(meta.key, &superseded);
-  if (Status s = Store({{meta, payload}}, dirty); !s.ok()) {
-    if (superseded.has_value()) queue_->Restore(std::move(*superseded));
-    return s;
-  }
+  // SsdFaultTest.AFailedPutKeepsTheQueuedWriteBackOfItsKey). Until then the
+  // queued version stays findable, writers kept off it: dropped first, the
+  // key was in neither the queue nor the index while the Put wrote
+  // (SsdFaultTest.AQueuedVersionStaysFindableWhileAPutSupersedesIt).
+  queue_->Hold(meta.key);
+  Status s = Store({{meta, payload}}, dirty);
+  queue_->Release(meta.key, /*superseded=*/s.ok());
+  PKV_RETURN_IF_ERROR(s);
   EnforceCapacity();
   ThrottleWrites();  // after the evictions, whose garbage counts too
   return Status::OK();

@@ -22,6 +22,7 @@ bool WriteBackQueue::Enqueue(const BlockMeta& meta, const SharedBytes& payload) 
   MutexLock lock(&mu_);
   if (auto it = queued_.find(meta.key); it != queued_.end()) {
     it->second = Item{meta, payload};  // newer version; keeps its place
+    NoteNewerThanHeld(meta.key);
     return true;
   }
   if (queued_.size() >= depth_) return false;
@@ -39,6 +40,7 @@ void WriteBackQueue::EnqueueFailed(const BlockMeta& meta, const SharedBytes& pay
   failed_.insert(meta.key);
   if (auto it = queued_.find(meta.key); it != queued_.end()) {
     it->second = Item{meta, payload};
+    NoteNewerThanHeld(meta.key);
     return;
   }
   queued_.emplace(meta.key, Item{meta, payload});
@@ -112,6 +114,32 @@ void WriteBackQueue::Restore(Dropped dropped) {
   work_cv_.NotifyOne();
 }
 
+void WriteBackQueue::Hold(const BlockKey& key) {
+  MutexLock lock(&mu_);
+  while (in_flight_.count(key) > 0) done_cv_.Wait(lock);
+  if (queued_.contains(key)) held_[key] = false;
+}
+
+void WriteBackQueue::Release(const BlockKey& key, bool superseded) {
+  MutexLock lock(&mu_);
+  auto it = held_.find(key);
+  if (it == held_.end()) return;
+  const bool newer_queued = it->second;
+  held_.erase(it);
+  if (superseded && !newer_queued) {
+    queued_.erase(key);
+    queued_tickets_.erase(key);
+    std::erase(order_, key);
+    failed_.erase(key);  // nothing of the key waits any more
+    done_cv_.NotifyAll();
+  }
+  work_cv_.NotifyAll();  // a held block (or its child) may be taken now
+}
+
+void WriteBackQueue::NoteNewerThanHeld(const BlockKey& key) {
+  if (auto it = held_.find(key); it != held_.end()) it->second = true;
+}
+
 Status WriteBackQueue::Flush() {
   MutexLock lock(&mu_);
   // Only the failure of an attempt begun after this call ends it: one under
@@ -168,6 +196,7 @@ Status WriteBackQueue::Stop() {
   queued_.clear();
   queued_tickets_.clear();
   failed_.clear();
+  held_.clear();
   lock.Unlock();
   for (const Item& i : left) attempt(i);
   done_cv_.NotifyAll();
@@ -218,6 +247,7 @@ bool WriteBackQueue::TakeNext(const std::vector<Item>& batch, Item* item) {
   for (auto it = order_.begin(); it != order_.end(); ++it) {
     Item& candidate = queued_.at(*it);
     if (in_flight_.count(*it) > 0) continue;  // an older version is being written
+    if (held_.contains(*it)) continue;        // a direct Put of the key is under way
     // Parent first (whether it was queued before or after this block), unless
     // the parent is in this very (atomic) batch.
     const BlockKey& parent = candidate.meta.parent;

@@ -77,10 +77,21 @@ class WriteBackQueue {
   // `dropped`: receives the queued block dropped, if any (for Restore).
   bool Cancel(const BlockKey& key, std::optional<Dropped>* dropped = nullptr)
       EXCLUDES(mu_);
-  // Queues a block Cancel dropped again (the direct Put that superseded it
+  // Queues a block Cancel dropped again (the Remove that superseded it
   // failed, so it is still to be written), unless a version of its key was
   // queued meanwhile (newer).
   void Restore(Dropped dropped) EXCLUDES(mu_);
+  // For a direct Put of `key`: waits first if it is being written, then keeps
+  // writers off its queued version, which stays findable (Find, Contents)
+  // until Release. Dropped before the Put's commit, the key was in neither
+  // the queue nor the index meanwhile: a read missed it and a walk
+  // (DBSIZE, KEYS) left it out (until 2026-12-07;
+  // SsdFaultTest.AQueuedVersionStaysFindableWhileAPutSupersedesIt).
+  void Hold(const BlockKey& key) EXCLUDES(mu_);
+  // Ends Hold: `superseded` (the Put committed) drops the held version,
+  // unless a newer one was queued meanwhile; otherwise it is written as
+  // before, in its place.
+  void Release(const BlockKey& key, bool superseded) EXCLUDES(mu_);
   // Waits until everything queued before the call is written (or superseded
   // by a direct Put or Remove), or until an attempt made after the call
   // failed (its Status is returned). Blocks queued after the call are not
@@ -118,6 +129,8 @@ class WriteBackQueue {
   void Finish(const std::vector<Item>& batch, const Status& s, uint64_t attempt)
       REQUIRES(mu_);
   void NoteFailure(const Status& s) REQUIRES(mu_);
+  // A newer version of `key` was queued over the one a Put holds.
+  void NoteNewerThanHeld(const BlockKey& key) REQUIRES(mu_);
   // Whether a block queued or in flight was queued with a ticket <= `ticket`.
   bool Waiting(uint64_t ticket) const REQUIRES(mu_);
 
@@ -155,6 +168,9 @@ class WriteBackQueue {
   uint64_t retry_now_through_ GUARDED_BY(mu_) = 0;
   // Keys queued or in flight whose last write attempt failed.
   std::unordered_set<BlockKey> failed_ GUARDED_BY(mu_);
+  // Queued keys a direct Put holds (Hold), which writers do not take: true
+  // once a newer version was queued meanwhile (Release keeps it).
+  std::unordered_map<BlockKey, bool> held_ GUARDED_BY(mu_);
   // Writers wait retry_interval before retrying; Flush() clears it.
   bool paused_after_error_ GUARDED_BY(mu_) = false;
   bool stopping_ GUARDED_BY(mu_) = false;

@@ -190,6 +190,27 @@ class SsdFaultTest : public ::testing::Test {
     return present;
   }
 
+  // A tier whose one writer failed to write `m` (an injected EIO), put it back
+  // in the queue and waits an hour of `clock` time before retrying: what is
+  // queued now stays queued until the test advances the clock or flushes.
+  std::unique_ptr<SsdTier> OpenWithTheWriterPausedAfterAFailure(
+      FakeClock* clock, const BlockMeta& m, FileSystem* fs = nullptr) {
+    SsdTierOptions o = Options();
+    if (fs != nullptr) o.file_system = fs;
+    o.clock = clock;
+    o.writer_threads = 1;
+    o.retry_interval_ms = 3'600'000;  // the writer waits for fake time
+    auto tier = testing::OpenSsd(o);
+    if (tier == nullptr) return nullptr;
+    fs_.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg", .count = 1});
+    tier->OnEvict(m, PayloadOf(m), true);
+    // Failed and put back (not only failed: the writer may still be inside
+    // the attempt, and its failure then comes after what the test does next).
+    EXPECT_TRUE(testing::WaitUntil([&] { return !tier->WriteBackStatus().ok(); }));
+    EXPECT_EQ(fs_.faults_injected(), 1u);
+    return tier;
+  }
+
   testing::TempDir dir_;
   FaultInjectionFileSystem fs_;
 };
@@ -1370,16 +1391,9 @@ TEST_F(SsdFaultTest, AFailedWriteBackIsRetriedWhenTheClockAdvancesNotBefore) {
 // Rewrite or a too-large SET whose SSD write failed lost the key.)
 TEST_F(SsdFaultTest, AFailedPutKeepsTheQueuedWriteBackOfItsKey) {
   FakeClock clock;
-  SsdTierOptions o = Options();
-  o.clock = &clock;
-  o.writer_threads = 1;
-  o.retry_interval_ms = 3'600'000;  // the writer waits for fake time
-  auto tier = testing::OpenSsd(o);
-  ASSERT_NE(tier, nullptr);
-  fs_.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg", .count = 1});
   const BlockMeta m = ChainBlock(0, 0);
-  tier->OnEvict(m, PayloadOf(m), true);
-  ASSERT_TRUE(testing::WaitUntil([&] { return fs_.faults_injected() == 1; }));
+  auto tier = OpenWithTheWriterPausedAfterAFailure(&clock, m);
+  ASSERT_NE(tier, nullptr);
   const BlockMeta b = ChainBlock(1, 0);
   tier->OnEvict(b, PayloadOf(b), true);  // queued behind the paused writer
   ASSERT_EQ(tier->queued_blocks(), 2u);
@@ -1394,6 +1408,41 @@ TEST_F(SsdFaultTest, AFailedPutKeepsTheQueuedWriteBackOfItsKey) {
   EXPECT_EQ(tier->Totals().entries, 2u);
   ASSERT_OK_AND_ASSIGN(SharedBytes stored, tier->Get(b.key));
   EXPECT_EQ(stored.view(), PayloadOf(b).view());
+}
+
+// While a Put of a key writes its bytes, the key's queued write-back version
+// (acknowledged, evicted from RAM, not yet written) is still the key's: Get
+// serves it, Contains and the walk of queue and index (DBSIZE, KEYS) see it.
+// The Put dropped it before its write, so until the commit the key was in
+// neither the queue nor the index (a SET of a value too large for RAM over a
+// queued smaller one: DBSIZE undercounted meanwhile, and a restore reading
+// a block rewritten below found it gone). Once the Put committed, its bytes
+// are the key's and the queued version is never written over them.
+TEST_F(SsdFaultTest, AQueuedVersionStaysFindableWhileAPutSupersedesIt) {
+  FakeClock clock;
+  testing::GatedFileSystem gated(&fs_);
+  const BlockMeta m = ChainBlock(0, 0);
+  auto tier = OpenWithTheWriterPausedAfterAFailure(&clock, m, &gated);
+  ASSERT_NE(tier, nullptr);
+  gated.Arm(".seg");  // the Put's segment write waits at the gate
+  const SharedBytes newer = SharedBytes::Copy(std::string(3000, 'n'));
+  std::future<Status> put = std::async(
+      std::launch::async, [&] { return tier->Put(m, newer, /*dirty=*/false); });
+  gated.gate().WaitForArrivals(1);
+  StatusOr<SharedBytes> during = tier->Get(m.key);
+  EXPECT_TRUE(during.ok() && during->view() == PayloadOf(m).view())
+      << "the queued version was not served while the Put wrote";
+  EXPECT_TRUE(tier->Contains(m.key));
+  size_t walked = 0;
+  tier->ForEachIncludingQueued([&](const BlockMeta&, uint64_t) { ++walked; });
+  EXPECT_EQ(walked, 1u) << "the key was in no walk while the Put wrote";
+  gated.gate().Open();
+  ASSERT_OK(put.get());
+  clock.AdvanceMillis(3'600'000);
+  ASSERT_OK(tier->Flush());
+  EXPECT_EQ(tier->Totals().entries, 1u);
+  ASSERT_OK_AND_ASSIGN(SharedBytes stored, tier->Get(m.key));
+  EXPECT_TRUE(stored.view() == newer.view()) << "the superseded version written over it";
 }
 
 // A Remove that fails leaves a queued write-back of its key to be written:
