@@ -329,14 +329,14 @@ TEST_F(ServerConcurrencyTest, StatsScrapesRaceStoresRestoresValuesAndSpills) {
   });
   workers.emplace_back([&] {  // values: each key's last SET, or none after a DEL
     std::mt19937_64 rng(seed + 1);
-    std::vector<std::string> mine(16);
+    std::vector<std::string> mine(32);  // up to 32 x 8000 bytes: past the hot tier
     for (int i = 0; i < ops; ++i) {
       const size_t j = rng() % mine.size();
       const std::string key = "v" + std::to_string(j);
       switch (rng() % 4) {
         case 0:
         case 1: {
-          std::string v = ValueFor(static_cast<int>(j), i, 64 + rng() % 6000);
+          std::string v = ValueFor(static_cast<int>(j), i, 2000 + rng() % 6000);
           if (engine_->PutValue(key, SharedBytes::Copy(v)).ok())
             mine[j] = std::move(v);
           else
@@ -363,7 +363,7 @@ TEST_F(ServerConcurrencyTest, StatsScrapesRaceStoresRestoresValuesAndSpills) {
   workers.emplace_back([&] {  // DBSIZE's walk (hot, hand-overs, SSD), a flush, a charge
     std::shared_ptr<MemoryCharge> charge = *engine_->OpenMemoryCharge("sessions");
     for (int i = 0; i < ops / 10; ++i) {
-      if (StatusOr<uint64_t> n = engine_->CountValues(); !n.ok() || *n > 16) {
+      if (StatusOr<uint64_t> n = engine_->CountValues(); !n.ok() || *n > 32) {
         fail("DBSIZE");
       }
       if (Status s = engine_->Flush(); !s.ok()) fail(s.ToString());
