@@ -20,6 +20,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "prefixkv/advanced/engine_internals.h"
@@ -562,6 +563,29 @@ TEST_F(EngineTest, AWholeSpaceWalkSeesAValueBeingHandedToTheSsdTier) {
   EXPECT_TRUE(e->GetValue("b").status().IsNotFound()) << "a cleared value came back";
   ASSERT_OK_AND_ASSIGN(uint64_t n, e->CountValues());
   EXPECT_EQ(n, 0u);
+}
+
+// DBSIZE counts a RAM key unless its walk of the SSD tier counted it. It
+// asked the SSD tier about each RAM key after that walk, so a value evicted
+// from RAM in between (handed below once the walk had looked) counted in
+// neither. Deterministic: the hook after the walk evicts every RAM block.
+TEST_F(EngineTest, DbsizeCountsAValueEvictedAfterItsWalkOfTheSsdTier) {
+  std::shared_ptr<MemoryCharge> charge;
+  bool evict = true;
+  EngineHooks hooks;
+  hooks.after_count_values_ssd_walk = [&] {
+    if (!std::exchange(evict, false)) return;
+    EXPECT_OK(charge->Charge(charge->limit_bytes(), nullptr));  // every RAM block goes
+  };
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> e, OpenEngine(Quiet(OnDisk()), hooks));
+  ASSERT_OK_AND_ASSIGN(charge, e->OpenMemoryCharge("other"));
+  ASSERT_OK(e->PutValue("a", SharedBytes::Copy("value-of-a")));  // in RAM only
+  ASSERT_OK_AND_ASSIGN(uint64_t n, e->CountValues());
+  EXPECT_EQ(n, 1u) << "DBSIZE missed a value evicted while it counted";
+  EXPECT_FALSE(evict) << "the hook never ran";
+  ASSERT_OK(charge->Uncharge(charge->charged_bytes()));
+  ASSERT_OK_AND_ASSIGN(n, e->CountValues());
+  EXPECT_EQ(n, 1u);
 }
 
 // An expiring value: gone on the engine's clock, and still gone after a

@@ -40,6 +40,9 @@ struct EngineHooks {
   // Called by Engine::RestorePinned after its restore read the blocks and
   // before it pins them (tests: a concurrent store's window).
   std::function<void()> before_restore_pins;
+  // Called by Engine::CountValues after its walk of the SSD tier, before it
+  // counts the keys its RAM walk found (tests: an eviction's window).
+  std::function<void()> after_count_values_ssd_walk;
 };
 
 // Engine::Open(options) with `hooks` applied.
