@@ -294,6 +294,8 @@ TEST(ServerLimits, ServeRefusesPortsAndCountsThatAreNotPlainNumbers) {
       {"--ssd-capacity-bytes 0", "--ssd-capacity-bytes must be > 0, not '0'"},
       {"--ssd-drive-writes-per-day abc",
        "--ssd-drive-writes-per-day must be a number in (0, 1000000], not 'abc'"},
+      // The listen refused it after the data directory was opened: exit 1.
+      {"--bind localhost", "--bind must be an IPv4 or IPv6 address, not 'localhost'"},
       // Alone it was taken and did nothing.
       {"--ssd-drive-capacity-bytes 4T",
        "--ssd-drive-capacity-bytes needs --ssd-drive-writes-per-day"},

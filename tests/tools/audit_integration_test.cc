@@ -566,6 +566,8 @@ constexpr CliCase kCliCases[] = {
     {"serve --port six", 2, "--port"},
     {"route --nodes x --model m:16:float16:KVCache", 2, "--nodes: 'x' is not host:port"},
     {"route --nodes 127.0.0.1:1", 2, "give at least one --model"},
+    {"route --nodes 127.0.0.1:1 --model m:16:float16:KVCache --bind ::1", 2,
+     "--bind must be an IPv4 address, not '::1'"},
     {"route --nodes 127.0.0.1:1 --model m:0:float16:KVCache", 2,
      "block tokens must be 1..4194304"},
     {"bench frobnicate --json", 2, "unknown suite 'frobnicate'"},

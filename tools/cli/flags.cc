@@ -5,6 +5,8 @@
 // capacity cannot silently run a cache of the default size.
 #include "tools/cli/flags.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -188,6 +190,15 @@ int OpenError(const Flags& flags, const std::string& command, const Status& stat
 std::string NotInRange(const Flags& flags, const std::string& name,
                        const std::string& range) {
   return "--" + name + " must be " + range + ", not '" + flags.GetString(name) + "'";
+}
+
+std::string BindAddressError(const Flags& flags, bool ipv6) {
+  const std::string text = flags.GetString("bind", "127.0.0.1");
+  unsigned char addr[sizeof(in6_addr)];
+  if (::inet_pton(AF_INET, text.c_str(), addr) == 1) return "";
+  const std::string unscoped = text.substr(0, text.find('%'));
+  if (ipv6 && ::inet_pton(AF_INET6, unscoped.c_str(), addr) == 1) return "";
+  return NotInRange(flags, "bind", ipv6 ? "an IPv4 or IPv6 address" : "an IPv4 address");
 }
 
 int FinishOutput(const std::string& who, int exit_code) {

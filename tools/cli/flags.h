@@ -96,6 +96,11 @@ double GetReal(const Flags& flags, const std::string& name, double def, double l
 std::string NotInRange(const Flags& flags, const std::string& name,
                        const std::string& range);
 
+// The usage error of a --bind that is no IPv4 address (nor, with `ipv6`, an
+// IPv6 one, a %scope allowed), or "": the listen that refused it later
+// failed as an operation (exit 1) after the data directory was opened.
+std::string BindAddressError(const Flags& flags, bool ipv6);
+
 // Parses "123", "4K", "16M", "2G", "1T" (powers of 1024). nullopt on error.
 std::optional<uint64_t> ParseSize(const std::string& text);
 

@@ -137,6 +137,7 @@ std::string Configure(const Flags& flags, route::RouteServerOptions* o) {
       return NotInRange(flags, "xread-block-ms", "1..60000");
     o->feed.block_ms = static_cast<uint32_t>(*block_ms);
   }
+  if (std::string e = BindAddressError(flags, /*ipv6=*/false); !e.empty()) return e;
   o->bind_address = flags.GetString("bind", "127.0.0.1");
   return "";
 }

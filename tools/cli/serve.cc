@@ -228,6 +228,7 @@ std::string ParseServeConfig(const Flags& flags, ServeConfig* config) {
   if (std::string e = ApplyAdvisorFlags(flags, &config->engine); !e.empty()) return e;
   config->server.port = static_cast<uint16_t>(port);
   config->server.io_threads = static_cast<int>(threads);
+  if (std::string e = BindAddressError(flags, /*ipv6=*/true); !e.empty()) return e;
   config->server.bind_address = flags.GetString("bind", "127.0.0.1");
   if (std::string e = ReadSecret(flags, "requirepass", "PREFIXKV_REQUIREPASS",
                                  &config->server.requirepass);
