@@ -378,11 +378,13 @@ int RunPolicyBench(const std::vector<std::string>& args) {
   }
   std::optional<uint64_t> hint_after =
       ParseSize(flags.GetString("hint-unlikely-after", "100"));
-  if (!hint_after) return UsageError(flags, "bad --hint-unlikely-after");
+  if (!hint_after)
+    return UsageError(flags,
+                      NotInRange(flags, "hint-unlikely-after", "a size (e.g. 100, 4K)"));
   std::vector<std::string> paths = flags.GetAll("trace");
   if (paths.empty()) paths = {kMooncakeTrace, kAgentTrace};
   std::optional<uint64_t> reps = ParseCount(flags, "repeats", "5", 1000);
-  if (!reps) return UsageError(flags, "bad --repeats");
+  if (!reps) return UsageError(flags, NotInRange(flags, "repeats", "1..1000"));
   const int repeats = static_cast<int>(*reps);
   ReplayConfig base;
   base.block_tokens = static_cast<uint32_t>(*block);

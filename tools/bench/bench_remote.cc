@@ -591,9 +591,9 @@ int RunRemoteBench(const std::vector<std::string>& args) {
         "11"}});
   if (std::optional<int> done = ParseSuiteFlags(flags, args)) return *done;
   std::optional<uint64_t> repeats = ParseCount(flags, "repeats", "5", 1000);
-  if (!repeats) return UsageError(flags, "bad --repeats (1 to 1000)");
+  if (!repeats) return UsageError(flags, NotInRange(flags, "repeats", "1..1000"));
   std::optional<uint64_t> pipeline = ParseCount(flags, "redis-pipeline", "11", 1000);
-  if (!pipeline) return UsageError(flags, "bad --redis-pipeline (1 to 1000)");
+  if (!pipeline) return UsageError(flags, NotInRange(flags, "redis-pipeline", "1..1000"));
   if (std::system("command -v redis-benchmark >/dev/null") != 0) {
     return Failure(flags, "bench remote",
                    "needs redis-benchmark (Debian package redis-tools)");

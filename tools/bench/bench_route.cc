@@ -190,11 +190,15 @@ int RunRouteBench(const std::vector<std::string>& args) {
   if (!error.empty()) return UsageError(flags, error);
   if (base.router_options.load_bound != 0 && base.router_options.load_bound < 1)
     return UsageError(flags, "--load-bound must be >= 1 (0: no bound)");
-  if (!delay || !in_flight || *in_flight == 0 || !block || *block == 0 ||
-      *block > (1u << 22) || !hot || *hot == 0)
-    return UsageError(flags,
-                      "bad --event-delay-requests, --in-flight-per-node, "
-                      "--trace-block-tokens or --hot-capacity-tokens");
+  // Each named with its value (one message listed all four flags).
+  if (!in_flight || *in_flight == 0)
+    return UsageError(flags, NotInRange(flags, "in-flight-per-node", "1..1000000"));
+  if (!block || *block == 0 || *block > (1u << 22))
+    return UsageError(flags, NotInRange(flags, "trace-block-tokens", "1..4194304"));
+  if (!hot || *hot == 0) {
+    return UsageError(
+        flags, NotInRange(flags, "hot-capacity-tokens", "a decimal size > 0 (e.g. 3M)"));
+  }
   // A node of no block is a hot tier of none: it failed the first replay
   // ('both tiers are off', exit 1) after the usage checks had passed.
   if (*hot < *block)

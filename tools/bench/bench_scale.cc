@@ -78,7 +78,7 @@ std::string ParseParts(const Flags& flags, ScaleArgs* a) {
 std::string ParseSizes(const Flags& flags, ScaleArgs* a) {
   std::optional<uint64_t> tokens =
       ParseCount(flags, "tokens", "32768", uint64_t{1} << 20);
-  if (!tokens) return "bad --tokens (1 to 1048576)";
+  if (!tokens) return NotInRange(flags, "tokens", "1..1048576");
   a->tokens = static_cast<int64_t>(*tokens);
   a->block_tokens.clear();
   for (const std::string& b : Split(flags.GetString("block-tokens", "16,256"))) {
@@ -95,9 +95,12 @@ std::string ParseSizes(const Flags& flags, ScaleArgs* a) {
   std::optional<uint64_t> threads = ParseCount(flags, "threads", "4", 256);
   std::optional<uint64_t> conc =
       ParseCount(flags, "conc-bytes", "1G", uint64_t{64} << 30);
-  if (!blocks || !bytes || *bytes < 8 || !samples || !threads || !conc)
-    return "bad --index-blocks, --index-block-bytes (>= 8), --samples, --threads or "
-           "--conc-bytes";
+  // Each named with its value (one message listed all five flags).
+  if (!blocks) return NotInRange(flags, "index-blocks", "1..100000000");
+  if (!bytes || *bytes < 8) return NotInRange(flags, "index-block-bytes", "8..64M");
+  if (!samples) return NotInRange(flags, "samples", "1..1000000");
+  if (!threads) return NotInRange(flags, "threads", "1..256");
+  if (!conc) return NotInRange(flags, "conc-bytes", "1..64G");
   a->index_blocks = *blocks;
   a->index_block_bytes = *bytes;
   a->samples = static_cast<int>(*samples);
@@ -108,7 +111,8 @@ std::string ParseSizes(const Flags& flags, ScaleArgs* a) {
   } catch (...) {
     a->seconds = -1;
   }
-  if (!(a->seconds > 0 && a->seconds <= 600)) return "bad --seconds (0 to 600)";
+  if (!(a->seconds > 0 && a->seconds <= 600))
+    return NotInRange(flags, "seconds", "a number in (0, 600]");
   return "";
 }
 

@@ -232,9 +232,9 @@ int RunServerBench(const std::vector<std::string>& args) {
                {"rounds", "measurements per figure (median taken)", false, "5"}});
   if (std::optional<int> done = ParseSuiteFlags(flags, args)) return *done;
   std::optional<uint64_t> threads = ParseCount(flags, "threads", "2", 64);
-  if (!threads) return UsageError(flags, "bad --threads");
+  if (!threads) return UsageError(flags, NotInRange(flags, "threads", "1..64"));
   std::optional<uint64_t> rounds = ParseCount(flags, "rounds", "5", 50);
-  if (!rounds) return UsageError(flags, "bad --rounds");
+  if (!rounds) return UsageError(flags, NotInRange(flags, "rounds", "1..50"));
   if (std::system("command -v redis-server >/dev/null && command -v redis-benchmark "
                   ">/dev/null") != 0) {
     return Failure(flags, "bench server",

@@ -122,8 +122,8 @@ int RunSessionBenchCommand(const std::vector<std::string>& args) {
   if (std::optional<int> done = ParseSuiteFlags(flags, args)) return *done;
   std::optional<uint64_t> context = ParseCount(flags, "context", "1024", 65536);
   std::optional<uint64_t> steps = ParseCount(flags, "steps", "32", 10000);
-  if (!context) return UsageError(flags, "bad --context");
-  if (!steps) return UsageError(flags, "bad --steps");
+  if (!context) return UsageError(flags, NotInRange(flags, "context", "1..65536"));
+  if (!steps) return UsageError(flags, NotInRange(flags, "steps", "1..10000"));
   SessionBenchResult r;
   Status s =
       RunSessionBench(static_cast<int64_t>(*context), static_cast<int>(*steps), &r);

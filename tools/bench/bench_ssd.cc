@@ -345,9 +345,10 @@ int RunSsdBench(const std::vector<std::string>& args) {
       ParseSize(flags.GetString("open-blocks", "100000"));
   if (!total || *total < (4 << 20))
     return UsageError(flags, "--total-bytes must be >= 4M");
-  if (!open_blocks || *open_blocks == 0) return UsageError(flags, "bad --open-blocks");
+  if (!open_blocks || *open_blocks == 0)
+    return UsageError(flags, NotInRange(flags, "open-blocks", "> 0"));
   std::optional<uint64_t> repeats = ParseCount(flags, "repeats", "3", 100);
-  if (!repeats) return UsageError(flags, "bad --repeats (1 to 100)");
+  if (!repeats) return UsageError(flags, NotInRange(flags, "repeats", "1..100"));
   const fs::path base = flags.Has("dir")
                             ? fs::path(flags.GetString("dir"))
                             : fs::temp_directory_path() / "prefixkv-bench-ssd";

@@ -195,7 +195,7 @@ inline std::optional<int> ParseBenchArgs(
   Flags flags(usage, std::move(specs));
   if (std::optional<int> done = ParseSuiteFlags(flags, args)) return *done;
   std::optional<uint64_t> repeats = ParseCount(flags, "repeats", def, 1000);
-  if (!repeats) return UsageError(flags, "bad --repeats (1 to 1000)");
+  if (!repeats) return UsageError(flags, NotInRange(flags, "repeats", "1..1000"));
   if (parse_extra) {
     const std::string error = parse_extra(flags);
     if (!error.empty()) return UsageError(flags, error);
