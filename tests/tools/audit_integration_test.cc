@@ -560,7 +560,7 @@ constexpr CliCase kCliCases[] = {
     {"inspect --frobnicate", 2, "unknown flag --frobnicate"},
     {"demo --json --turns 0", 2, "--turns must be 1..64, not '0'"},
     {"demo --json --nodes 3", 2, "--nodes must be 1 or 2, not '3'"},
-    {"demo --json --model mamba", 2, "--model must be sliding or hybrid"},
+    {"demo --json --model mamba", 2, "--model must be sliding or hybrid, not 'mamba'"},
     {"demo --json --model mamba --nodes 2", 2, "--model must be sliding or hybrid"},
     {"audit --json --data-dir", 2, "--data-dir needs a value"},
     {"serve --port six", 2, "--port"},
@@ -591,7 +591,9 @@ constexpr CliCase kCliCases[] = {
      "--xread-block-ms must be 1..60000, not '0'"},
     // An SSD size below one block used to give no SSD point and exit 0.
     {"advise --json {bad_trace} --hot-capacity-tokens 3M --ssd-capacity-tokens 100", 2,
-     "--ssd-capacity-tokens must be 0 or at least one block"},
+     "--ssd-capacity-tokens must be 0 or at least one block (512 tokens), not '100'"},
+    {"serve --remote redis://127.0.0.1:1 --remote-write sometimes", 2,
+     "--remote-write must be on_spill or always, not 'sometimes'"},
     // An input path the user named that does not exist.
     {"audit --json --data-dir {missing}", 2, "does not exist"},
     {"inspect --json --data-dir {missing}", 2, "does not exist"},

@@ -166,12 +166,16 @@ int RunAdvise(const std::vector<std::string>& args) {
   if (block && (*block == 0 || *block > (1u << 22)))
     return UsageError(flags, NotInRange(flags, "trace-block-tokens", "1..4194304"));
   if (block) config.block_tokens = static_cast<uint32_t>(*block);
-  if (!hot || *hot < config.block_tokens)
-    return UsageError(flags, "--hot-capacity-tokens must be at least one block");
+  if (!hot) return UsageError(flags, "--hot-capacity-tokens must be at least one block");
+  const std::string one_block =
+      "at least one block (" + std::to_string(config.block_tokens) + " tokens)";
+  if (*hot < config.block_tokens)
+    return UsageError(flags, NotInRange(flags, "hot-capacity-tokens", one_block));
   // An SSD tier of no whole block has no point to estimate: it was dropped
   // without a word (the hot points alone, exit 0).
   if (ssd && *ssd != 0 && *ssd < config.block_tokens)
-    return UsageError(flags, "--ssd-capacity-tokens must be 0 or at least one block");
+    return UsageError(flags,
+                      NotInRange(flags, "ssd-capacity-tokens", "0 or " + one_block));
   if (keys && (*keys < 16 || *keys > (1u << 24)))
     return UsageError(flags, NotInRange(flags, "max-keys", "16..16777216"));
   config.hot_tokens = *hot;

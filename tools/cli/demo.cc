@@ -329,7 +329,7 @@ int RunDemo(const std::vector<std::string>& args) {
   options.turns = static_cast<int>(*turns);
   options.model = flags.GetString("model", "sliding");
   if (!DemoLayerKinds(options.model).ok())
-    return UsageError(flags, "--model must be sliding or hybrid");
+    return UsageError(flags, NotInRange(flags, "model", "sliding or hybrid"));
   if (nodes == "2") {
     if (*turns < 2) return UsageError(flags, "--nodes 2 needs --turns 2..64");
     return RunNodes(flags, options);

@@ -51,7 +51,7 @@ std::string ApplyRemoteFlags(const Flags& flags, EngineOptions* options) {
   }
   StatusOr<RemoteWriteMode> mode =
       ParseRemoteWriteMode(flags.GetString("remote-write", "on_spill"));
-  if (!mode.ok()) return "--remote-write must be on_spill or always";
+  if (!mode.ok()) return NotInRange(flags, "remote-write", "on_spill or always");
   options->remote_write = *mode;
   std::string error;
   auto size = [&](const char* name, uint64_t def) -> uint64_t {
@@ -62,8 +62,9 @@ std::string ApplyRemoteFlags(const Flags& flags, EngineOptions* options) {
   const uint64_t max_bytes = size("remote-max-bytes", 0);
   const uint64_t timeout = size("remote-timeout-ms", 5);
   if (!error.empty()) return error;
-  if (ttl > UINT32_MAX) return "--remote-ttl is too large";
-  if (timeout < 1 || timeout > 60000) return "--remote-timeout-ms must be in [1, 60000]";
+  if (ttl > UINT32_MAX) return NotInRange(flags, "remote-ttl", "in [0, 4294967295]");
+  if (timeout < 1 || timeout > 60000)
+    return NotInRange(flags, "remote-timeout-ms", "in [1, 60000]");
   options->remote_limits.ttl_seconds = static_cast<uint32_t>(ttl);
   options->remote_limits.max_bytes = max_bytes;
   options->remote_timeout_ms = static_cast<uint32_t>(timeout);

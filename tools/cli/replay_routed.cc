@@ -85,7 +85,7 @@ std::string Configure(const Flags& flags, RoutedReplayConfig* c) {
   c->router_options.load_bound = GetReal(flags, "load-bound", 1.25, 0, 1e6, &error);
   if (!error.empty()) return error;
   if (c->router_options.load_bound != 0 && c->router_options.load_bound < 1)
-    return "--load-bound must be >= 1 (0: no bound)";
+    return NotInRange(flags, "load-bound", ">= 1 (0: no bound)");
   c->router_options.ssd_block_weight =
       GetReal(flags, "ssd-block-weight", 0, 0, 1, &error);
   if (!error.empty()) return error;

@@ -125,7 +125,7 @@ std::string Configure(const Flags& flags, route::RouteServerOptions* o) {
   std::optional<uint64_t> block_ms = flags.GetCount("xread-block-ms", &error);
   if (!error.empty()) return error;
   if (o->router.load_bound != 0 && o->router.load_bound < 1)
-    return "--load-bound must be >= 1 (0: no bound)";
+    return NotInRange(flags, "load-bound", ">= 1 (0: no bound)");
   if (!port || *port > 65535) return NotInRange(flags, "port", "0..65535");
   o->port = static_cast<uint16_t>(*port);
   if (max_blocks) {
