@@ -180,6 +180,12 @@ class RemovalJournal {
       EXCLUDES(mu_);
   // Appends `records` in one write (a store's commit records); fails like Append.
   Status AppendRecords(const std::vector<JournalRecord>& records) EXCLUDES(mu_);
+  // Whether an append (or a rewrite while open) failed: the file is gone and
+  // nothing appended is kept any more.
+  bool broken() const EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return !broken_.ok();
+  }
   // Makes every record appended so far durable (fdatasync).
   Status Sync() EXCLUDES(mu_);
   // Sync, then runs `then` (if the sync succeeded) before any record is

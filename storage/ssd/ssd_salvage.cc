@@ -496,7 +496,8 @@ void ssd::TierImpl::JournalNewExtents(std::vector<ssd::JournalRecord> written) {
 void ssd::TierImpl::JournalCommits(std::vector<ssd::JournalRecord> committed) {
   if (journal_ == nullptr) return;
   for (ssd::JournalRecord& r : committed) r.commit = true;
-  (void)journal_->AppendRecords(committed);
+  // Lost with the journal, the commit they follow is in the memtable alone.
+  if (!journal_->AppendRecords(committed).ok()) (void)CoverALostJournal();
 }
 
 }  // namespace prefixkv

@@ -263,6 +263,16 @@ class TierImpl {
   // with bytes never acknowledged). Not synced: a power cut can take it,
   // and the next repairing open names such garbage (ReconcileJournal).
   void JournalNewExtents(std::vector<JournalRecord> written);
+  // Flush mode: whether the journal failed (an append or a rewrite; the
+  // file is deleted). The memtable's commits then have no cover against a
+  // kill -9 (their commit records and confirmed removals, which the next
+  // open rolls forward, went with the file), so CoverALostJournal puts
+  // them in a table once and Commit writes every later one to the log.
+  bool FlushModeJournalLost() const;
+  // When FlushModeJournalLost and not done yet: flushes the memtable
+  // (waiting), so what was committed so far survives a kill -9. Called
+  // before a commit and after a failed append of records that follow one.
+  Status CoverALostJournal();
   Status CheckFormat();
   // The index from the metadata records; damaged records go to `drops`
   // only when a rebuild could not prove every block (else Corruption).
@@ -538,6 +548,9 @@ class TierImpl {
   std::atomic<RemovalJournal*> flush_journal_{nullptr};
   rocksdb::WriteOptions write_options_;    // per durability
   rocksdb::WriteOptions relaxed_options_;  // never synced
+  // Flush mode once the journal is lost: commits go to the log (wal mode's).
+  rocksdb::WriteOptions logged_options_;
+  std::atomic<bool> lost_journal_covered_{false};  // CoverALostJournal flushed
   bool direct_io_ = false;  // O_DIRECT in effect for segments (the fs may refuse it)
   SsdOpenReport report_;
 

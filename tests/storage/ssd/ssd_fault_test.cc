@@ -1357,6 +1357,62 @@ TEST_F(SsdFaultTest, AFlushModeKillLosesNoBlockWhoseCommitRecordWasWritten) {
   EXPECT_EQ(Present(*tier, {b}), 1u) << "its commit record was written";
 }
 
+constexpr char kBrokenJournalChildEnv[] = "PREFIXKV_SSD_BROKEN_JOURNAL_CHILD";
+
+// FlushModeJournalFailure's child: in flush mode, stores `a` and `b` and
+// closes (their records reach a table), reopens, stores `c` (its record in
+// the memtable, its commit record in the journal), removes `a` while the
+// journal's next write fails (the journal is deleted), and exits without
+// closing, as a kill -9 would (the memtable is lost).
+TEST(SsdFaultChild, FlushModeRemovesWhileTheJournalFailsThenDies) {
+  const char* dir = std::getenv(kBrokenJournalChildEnv);
+  if (dir == nullptr) GTEST_SKIP() << "only runs as FlushModeJournalFailure's child";
+  FaultInjectionFileSystem fs;
+  SsdTierOptions o = testing::TestSsdOptions(dir);
+  o.durability = SsdDurability::kFlush;
+  o.reclaim_live_fraction = 0;
+  o.file_system = &fs;
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), c = ChainBlock(2, 0);
+  {
+    StatusOr<std::unique_ptr<SsdTier>> t = SsdTier::Open(o);
+    if (!t.ok()) _exit(2);
+    if (!(*t)->Put(a, PayloadOf(a), true).ok()) _exit(3);
+    if (!(*t)->Put(b, PayloadOf(b), true).ok()) _exit(4);
+    if (!(*t)->Close().ok()) _exit(5);
+  }
+  StatusOr<std::unique_ptr<SsdTier>> t = SsdTier::Open(o);
+  if (!t.ok()) _exit(6);
+  if (!(*t)->Put(c, PayloadOf(c), true).ok()) _exit(7);
+  fs.AddFault({.op = FaultOp::kWrite, .path_contains = "removals.pkvj", .count = 1});
+  if (!(*t)->Remove(a.key).ok()) _exit(8);
+  if (fs.faults_injected() != 1) _exit(9);
+  _exit(0);
+}
+
+// A journal append that fails deletes the journal (ssd_journal.h), and in
+// flush mode the journal is what carries the memtable's commits across a
+// kill -9 (their commit records and confirmed removals are rolled forward).
+// Until 2026-12-07 the tier went on as before: the removal of `a` was
+// acknowledged with its delete in the memtable only, so after the kill the
+// open regenerated the journal from the table's metadata and served the
+// removed `a` again, and `c`, acknowledged with its commit record written,
+// was lost with the memtable.
+TEST_F(SsdFaultTest, AFlushModeKillAfterAJournalFailureKeepsEveryAcknowledgedChange) {
+  const std::string dir = (dir_.path() / "flush").string();
+  const int status =
+      RunChild(kBrokenJournalChildEnv, dir,
+               "SsdFaultChild.FlushModeRemovesWhileTheJournalFailsThenDies");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  SsdTierOptions o = testing::TestSsdOptions(dir);
+  o.durability = SsdDurability::kFlush;
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), c = ChainBlock(2, 0);
+  EXPECT_FALSE(tier->Contains(a.key)) << "an acknowledged removal was undone by the kill";
+  EXPECT_EQ(Present(*tier, {b}), 1u);
+  EXPECT_EQ(Present(*tier, {c}), 1u) << "an acknowledged store was lost to the kill";
+}
+
 TEST_F(SsdFaultTest, AFailedWriteBackIsRetriedWhenTheClockAdvancesNotBefore) {
   FakeClock clock;
   SsdTierOptions o = Options();
