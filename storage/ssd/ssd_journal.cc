@@ -238,9 +238,7 @@ Status RemovalJournal::AppendRecords(const std::vector<JournalRecord>& records) 
   if (appended_ >= kCompactRecords) {
     // The file is ours, so it is usable and keeps its barrier.
     if (Status s = Rewrite(/*barrier_if_new=*/0); !s.ok()) {
-      broken_ = s;
-      file_.reset();
-      (void)fs_->DeleteFile(PathIn(dir_));
+      Drop(s);
       return s;
     }
   }
@@ -256,10 +254,20 @@ Status RemovalJournal::AppendRecords(const std::vector<JournalRecord>& records) 
     return s;
   }
   // A removal the journal does not hold: no removal may be trusted any more.
-  broken_ = s;
+  Drop(s);
+  return s;
+}
+
+void RemovalJournal::Drop(const Status& why) {
+  broken_ = why;
   file_.reset();
   (void)fs_->DeleteFile(PathIn(dir_));
-  return s;
+  // The unlink made durable: a power cut before the directory's next sync
+  // could put the file back as it was last synced, without the records that
+  // failed, and an open then trusted it (a commit record of a block removed
+  // since made the metadata look rolled back, and the block came back;
+  // SsdFaultTest.AJournalDeletedAfterAFailedAppendStaysDeletedAfterAPowerCut).
+  (void)fs_->SyncDir(dir_);
 }
 
 Status RemovalJournal::KeepSegmentIdsFrom(uint64_t id) {

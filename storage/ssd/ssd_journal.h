@@ -210,6 +210,9 @@ class RemovalJournal {
   Status Rewrite(uint64_t barrier_if_new,
                  const std::vector<JournalRecord>* regenerated = nullptr,
                  uint64_t next_segment = 0) REQUIRES(mu_);
+  // After a failed append or rewrite: every later append fails with `why`,
+  // and the file is deleted, durably (its directory synced).
+  void Drop(const Status& why) REQUIRES(mu_);
 
   FileSystem* const fs_;
   const std::string dir_;

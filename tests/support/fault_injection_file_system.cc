@@ -248,15 +248,44 @@ Status FaultInjectionFileSystem::Truncate(Handle& h, uint64_t size) {
 Status FaultInjectionFileSystem::DeleteFile(const std::string& path) {
   MutexLock lock(&mu_);
   PKV_RETURN_IF_ERROR(CheckPower(epoch_));
+  auto [dir, name] = SplitPath(path);
+  // Kept until the directory's sync: what a loss puts back under the name
+  // (unless a record since that sync already says what the name was then).
+  std::optional<std::string> durable;
+  const bool recorded = names_.contains(dir) && names_[dir].contains(name);
+  if (keep_unlinks_ && !recorded && base_->FileSize(path).ok()) {
+    PKV_ASSIGN_OR_RETURN(durable, DurableContent(path));
+  }
   PKV_RETURN_IF_ERROR(base_->DeleteFile(path));
-  // Durable at once (see the header); open handles write to a nameless file.
+  // Open handles write to a nameless file.
   if (auto it = nodes_.find(path); it != nodes_.end()) {
     it->second->path.clear();
     nodes_.erase(it);
   }
-  auto [dir, name] = SplitPath(path);
-  if (auto it = names_.find(dir); it != names_.end()) it->second.erase(name);
+  if (durable.has_value()) {
+    RecordName(path, std::move(durable));
+  } else if (!keep_unlinks_ && recorded) {
+    names_[dir].erase(name);  // durable at once (see the header)
+  }
   return Status::OK();
+}
+
+StatusOr<std::string> FaultInjectionFileSystem::DurableContent(const std::string& path) {
+  PKV_ASSIGN_OR_RETURN(std::string content, ReadWhole(base_, path));
+  auto it = nodes_.find(path);
+  if (it == nodes_.end() || !it->second->dirty) return content;
+  const Node& node = *it->second;
+  content.resize(std::max<uint64_t>(content.size(), node.synced_size), '\0');
+  for (const auto& [page, saved] : node.saved_pages) {
+    content.replace(page * kPage, saved.size(), saved);
+  }
+  content.resize(node.synced_size);
+  return content;
+}
+
+void FaultInjectionFileSystem::KeepUnlinksUntilDirSync(bool keep) {
+  MutexLock lock(&mu_);
+  keep_unlinks_ = keep;
 }
 
 Status FaultInjectionFileSystem::RenameFile(const std::string& from,

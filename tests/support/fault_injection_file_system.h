@@ -20,6 +20,10 @@
 //   * directory creations, unlinks and the removal of a rename's source name
 //     count as durable at once (one of the outcomes a real file system allows;
 //     the harsher one for a cache that must not lose what it acknowledged);
+//     with KeepUnlinksUntilDirSync(true), an unlink is durable only once its
+//     directory is synced (the other outcome: the harsher one for a file
+//     whose removal must stay removed), and a loss before that puts the file
+//     back with its durable content;
 //   * files written without this wrapper are untouched.
 // Afterwards the power stays off: every operation (through the wrapper, or a
 // handle opened before) fails with IOError until PowerOn(), so the code that
@@ -39,8 +43,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "prefixkv/file_system.h"
 #include "prefixkv/advanced/mutex.h"
+#include "prefixkv/file_system.h"
 
 namespace prefixkv {
 
@@ -97,6 +101,9 @@ class FaultInjectionFileSystem final : public FileSystem {
   StatusOr<PowerLossReport> SimulatePowerLoss() EXCLUDES(mu_);
   // Operations work again (new handles only); what is on disk is durable.
   void PowerOn() EXCLUDES(mu_);
+  // From now on, whether a file unlinked through the wrapper comes back at a
+  // power loss until its directory's next successful SyncDir (see above).
+  void KeepUnlinksUntilDirSync(bool keep) EXCLUDES(mu_);
 
   // FileSystem.
   StatusOr<std::unique_ptr<FileHandle>> OpenFile(const std::string& path,
@@ -146,6 +153,9 @@ class FaultInjectionFileSystem final : public FileSystem {
   Status RollBackFile(const Node& node, PowerLossReport* report) REQUIRES(mu_);
   Status UndoName(const std::string& path, const std::optional<std::string>& previous)
       REQUIRES(mu_);
+  // The content `path` would have after a power loss now (its last synced
+  // state, when written through the wrapper).
+  StatusOr<std::string> DurableContent(const std::string& path) REQUIRES(mu_);
 
   // Called by Handle.
   StatusOr<size_t> Read(const Handle& h, uint64_t offset, size_t n, void* buf)
@@ -160,7 +170,8 @@ class FaultInjectionFileSystem final : public FileSystem {
   // prefixkv lock.
   mutable Mutex mu_;
   bool power_off_ GUARDED_BY(mu_) = false;
-  uint64_t epoch_ GUARDED_BY(mu_) = 0;  // +1 at every power loss
+  bool keep_unlinks_ GUARDED_BY(mu_) = false;  // KeepUnlinksUntilDirSync
+  uint64_t epoch_ GUARDED_BY(mu_) = 0;         // +1 at every power loss
   std::vector<ActiveFault> faults_ GUARDED_BY(mu_);
   uint64_t faults_injected_ GUARDED_BY(mu_) = 0;
   std::unordered_map<std::string, std::shared_ptr<Node>> nodes_ GUARDED_BY(mu_);

@@ -101,6 +101,38 @@ TEST_F(FaultInjectionFsTest, AnUnsyncedRenameOverAFileRestoresTheReplacedContent
   EXPECT_EQ(Content(Path("CURRENT")), "new");
 }
 
+TEST_F(FaultInjectionFsTest, UnlinksAreDurableAtOnceOrOnlyOnceTheirDirectoryIsSynced) {
+  // "gone": "synced" on the device, "+unsynced" after it in the cache only.
+  const auto create_gone = [&] {
+    auto f = Create("gone");
+    ASSERT_OK(f->Write(0, "synced", 6));
+    ASSERT_OK(f->DataSync());
+    ASSERT_OK(f->Write(6, "+unsynced", 9));
+  };
+  create_gone();
+  auto never = Create("never");  // a name never synced
+  ASSERT_OK(fs_.SyncDir(dir_.str()));
+  ASSERT_OK(fs_.DeleteFile(Path("gone")));
+  PowerCycle();
+  EXPECT_EQ(Content(Path("gone")), "<absent>") << "durable at once by default";
+  create_gone();
+  auto later = Create("later");
+  ASSERT_OK(fs_.SyncDir(dir_.str()));
+  fs_.KeepUnlinksUntilDirSync(true);
+  ASSERT_OK(fs_.DeleteFile(Path("gone")));
+  ASSERT_OK(fs_.DeleteFile(Path("later")));
+  auto unsynced = Create("unsynced");
+  ASSERT_OK(fs_.DeleteFile(Path("unsynced")));
+  PowerCycle();
+  EXPECT_EQ(Content(Path("gone")), "synced") << "back as last synced";
+  EXPECT_EQ(Content(Path("later")), "");
+  EXPECT_EQ(Content(Path("unsynced")), "<absent>") << "its name was never durable";
+  ASSERT_OK(fs_.DeleteFile(Path("gone")));
+  ASSERT_OK(fs_.SyncDir(dir_.str()));
+  PowerCycle();
+  EXPECT_EQ(Content(Path("gone")), "<absent>") << "durable with its directory";
+}
+
 TEST_F(FaultInjectionFsTest, TruncatingSyncedBytesIsUndoneToo) {
   auto f = Create("f");
   ASSERT_OK(fs_.SyncDir(dir_.str()));

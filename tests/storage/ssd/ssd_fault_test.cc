@@ -419,6 +419,29 @@ TEST_F(SsdFaultTest, ARemovedBlockStaysRemovedAfterACleanCloseAndAPowerLoss) {
   EXPECT_EQ(Present(*tier, {live}), 1u);
 }
 
+// The same removal while the journal's next write fails, so the journal
+// file is deleted, then a power cut, with unlinks durable only once their
+// directory is synced. Until 2026-12-07 that deletion was never synced: the
+// cut put the journal back as the open had rewritten it, naming `gone` as
+// its segment's last commit, and the open took the metadata, which had
+// synced the delete, for rolled back and brought the removed block back.
+TEST_F(SsdFaultTest, AJournalDeletedAfterAFailedAppendStaysDeletedAfterAPowerCut) {
+  fs_.KeepUnlinksUntilDirSync(true);
+  SsdTierOptions o = Options(SsdDurability::kSync);
+  o.reclaim_live_fraction = 0;
+  const BlockMeta live = ChainBlock(0, 0), gone = ChainBlock(1, 0);
+  StoreAndClose(o, {live, gone});   // `gone` is the segment's last commit
+  auto tier = testing::OpenSsd(o);  // the journal is rewritten (and synced) here
+  ASSERT_NE(tier, nullptr);
+  fs_.AddFault({.op = FaultOp::kWrite, .path_contains = "removals.pkvj", .count = 1});
+  ASSERT_OK(tier->Remove(gone.key));  // a synced metadata delete: acknowledged
+  ASSERT_EQ(fs_.faults_injected(), 1u);
+  CutPowerAndReopen(tier, o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_FALSE(tier->Contains(gone.key)) << "a removed block came back";
+  EXPECT_EQ(Present(*tier, {live}), 1u);
+}
+
 // The same bytes stored twice under one key (an idempotent SET, a block
 // evicted and stored again): the replacing Put journaled the first extent
 // as removed, and a rebuild excludes every extent of a removed (key,
