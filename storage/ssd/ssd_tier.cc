@@ -214,13 +214,13 @@ Status ssd::TierImpl::Commit(rocksdb::WriteBatch* batch, Deltas deltas, OwnerId 
         "ssd tier: the metadata log could not be written; no metadata write is "
         "possible until the tier is reopened (restart)");
   } else if (s.ok()) {
-    const rocksdb::Status rs = DbWrite(relaxed                  ? relaxed_options_
-                                       : FlushModeJournalLost() ? logged_options_
-                                                                : write_options_,
-                                       batch);
+    const rocksdb::WriteOptions& used = relaxed                  ? relaxed_options_
+                                        : FlushModeJournalLost() ? logged_options_
+                                                                 : write_options_;
+    const rocksdb::Status rs = DbWrite(used, batch);
     // The log's file is named *.log (RocksDB puts the path in the message).
-    if (!rs.ok() && !write_options_.disableWAL &&
-        rs.ToString().find(".log") != std::string::npos && !log_broken_.exchange(true)) {
+    if (!rs.ok() && !used.disableWAL && rs.ToString().find(".log") != std::string::npos &&
+        !log_broken_.exchange(true)) {
       Log("metadata log write failed (" + rs.ToString() +
           "): no metadata write until the tier is reopened");
     }

@@ -168,6 +168,35 @@ TEST_F(SsdSpaceTest, AFailedMetadataLogWriteIsAStatusUntilTheTierIsReopened) {
   testing::ExpectAuditClean(*tier);
 }
 
+// Flush mode writes its commits to the log once the removal journal is lost
+// (SsdFaultTest.AFlushModeKillAfterAJournalFailureKeepsEveryAcknowledgedChange);
+// a failed write of that log is then the same status until a reopen, never
+// a Resume() and an append to the failed log writer (which aborts).
+TEST_F(SsdSpaceTest, AFailedLogWriteAfterTheJournalWasLostInFlushModeIsAStatus) {
+  SsdTierOptions o = Options();
+  o.durability = SsdDurability::kFlush;
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), c = ChainBlock(2, 0);
+  fs_.AddFault(NoSpaceOn("removals.pkvj", 1));
+  ASSERT_OK(tier->Put(a, PayloadOf(a), true));  // the journal is lost here
+  fs_.AddFault(NoSpaceOn(".log", 1));
+  EXPECT_FALSE(tier->Put(b, PayloadOf(b), true).ok());
+  EXPECT_EQ(log_.Count("metadata log write failed"), 1);
+  fs_.ClearFaults();
+  for (int i = 0; i < 3; ++i) {
+    clock_.AdvanceMillis(o.retry_interval_ms);
+    Status s = tier->Put(c, PayloadOf(c), true);
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("reopened"), std::string::npos) << s.ToString();
+  }
+  EXPECT_FALSE(tier->Close().ok());
+  tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->Get(a.key)->view(), PayloadOf(a).view());
+  EXPECT_FALSE(tier->Contains(b.key));
+}
+
 TEST_F(SsdSpaceTest, RocksDbsInfoLogGoesToTheTierLogNotToAFileOnTheDataDisk) {
   // RocksDB's LOG file on a full disk: a failed append, then an abort at the
   // next log line (assertions on in Debian's librocksdb).
