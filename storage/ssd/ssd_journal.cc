@@ -2,6 +2,7 @@
 #include "ssd_journal.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <set>
@@ -40,6 +41,8 @@ void EncodeRecord(const JournalRecord& m, uint8_t* r) {
 }
 
 std::string PathIn(const std::string& dir) { return dir + "/" + kJournalName; }
+
+std::atomic<uint64_t> compact_records_for_testing{0};
 
 }  // namespace
 
@@ -150,7 +153,7 @@ StatusOr<std::unique_ptr<RemovalJournal>> RemovalJournal::Open(
 
 Status RemovalJournal::Rewrite(uint64_t barrier_if_new,
                                const std::vector<JournalRecord>* regenerated,
-                               uint64_t next_segment) {
+                               uint64_t next_segment, bool keep_every_commit) {
   JournalContents old = LoadJournal(fs_, dir_);
   // The records of unlinked segments are dropped below, their ids kept in
   // the header: no new segment may take one (ssd_journal.h).
@@ -201,7 +204,7 @@ Status RemovalJournal::Rewrite(uint64_t barrier_if_new,
       if (commit != old.last_commit_at.end() && commit->second > i) continue;
     }
     if (IsRemovalRecord(m) && !m.extent_only) kept_removals.insert({m.key, m.checksum});
-    if (IsCommitRecord(m) && last_commit[m.segment] != i &&
+    if (IsCommitRecord(m) && !keep_every_commit && last_commit[m.segment] != i &&
         !(last_live_commit.contains(m.segment) && last_live_commit[m.segment] == i) &&
         !kept_removals.contains({m.key, m.checksum})) {
       continue;
@@ -235,9 +238,16 @@ Status RemovalJournal::AppendRecords(const std::vector<JournalRecord>& records) 
   if (records.empty()) return Status::OK();
   MutexLock lock(&mu_);
   if (!broken_.ok()) return broken_;
-  if (appended_ >= kCompactRecords) {
-    // The file is ours, so it is usable and keeps its barrier.
-    if (Status s = Rewrite(/*barrier_if_new=*/0); !s.ok()) {
+  const uint64_t compact_at = compact_records_for_testing.load(std::memory_order_relaxed);
+  if (appended_ >= (compact_at != 0 ? compact_at : kCompactRecords)) {
+    // The file is ours, so it is usable and keeps its barrier. Every commit
+    // record stays: the metadata may not hold the commits yet (flush mode's
+    // memtable), and a kill -9 then leaves only these records to roll them
+    // forward by. (Until 2026-12-07 only each segment's last was kept, as at
+    // Open;
+    // SsdFaultTest.AJournalRewriteWhileOpenKeepsTheCommitsAFlushModeKillRollsForward.)
+    if (Status s = Rewrite(/*barrier_if_new=*/0, nullptr, 0, /*keep_every_commit=*/true);
+        !s.ok()) {
       Drop(s);
       return s;
     }
@@ -268,6 +278,10 @@ void RemovalJournal::Drop(const Status& why) {
   // since made the metadata look rolled back, and the block came back;
   // SsdFaultTest.AJournalDeletedAfterAFailedAppendStaysDeletedAfterAPowerCut).
   (void)fs_->SyncDir(dir_);
+}
+
+void RemovalJournal::SetCompactRecordsForTesting(uint64_t n) {
+  compact_records_for_testing.store(n, std::memory_order_relaxed);
 }
 
 Status RemovalJournal::KeepSegmentIdsFrom(uint64_t id) {

@@ -60,7 +60,9 @@
 // only the records of segments that still exist (compaction journals the
 // copy it made of a block removed meanwhile) and, of the commit records,
 // each segment's last and those of bytes a kept removal names before them;
-// and again while open when it has grown past kCompactRecords records since.
+// and again while open when it has grown past kCompactRecords records since,
+// then keeping every commit record of those segments (commits the metadata
+// may not hold yet: flush mode's memtable).
 #pragma once
 
 #include <cstdint>
@@ -149,6 +151,8 @@ JournalContents LoadJournal(FileSystem* fs, const std::string& dir);
 class RemovalJournal {
  public:
   static constexpr uint64_t kCompactRecords = 1 << 20;
+  // Tests: rewrite while open after `n` records instead (0: kCompactRecords).
+  static void SetCompactRecordsForTesting(uint64_t n);
   // Rewrites (or creates, with `barrier_if_new` as the barrier) the journal in
   // `dir`, keeping the removal records for which `keep(segment)` is true
   // and the last commit record of each such segment, and opens it for
@@ -209,7 +213,7 @@ class RemovalJournal {
       : fs_(fs), dir_(std::move(dir)), keep_(std::move(keep)) {}
   Status Rewrite(uint64_t barrier_if_new,
                  const std::vector<JournalRecord>* regenerated = nullptr,
-                 uint64_t next_segment = 0) REQUIRES(mu_);
+                 uint64_t next_segment = 0, bool keep_every_commit = false) REQUIRES(mu_);
   // After a failed append or rewrite: every later append fails with `why`,
   // and the file is deleted, durably (its directory synced).
   void Drop(const Status& why) REQUIRES(mu_);

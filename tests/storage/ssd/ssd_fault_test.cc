@@ -210,6 +210,11 @@ class SsdFaultTest : public ::testing::Test {
     EXPECT_EQ(fs_.faults_injected(), 1u);
     return tier;
   }
+  // Runs the SsdFaultChild test `child` (with `env` set to a directory of
+  // its own: it stores in flush mode and dies) and opens that directory in
+  // flush mode after it; null (a failure) if either failed.
+  std::unique_ptr<SsdTier> OpenAfterAFlushModeChild(const char* env,
+                                                    const std::string& child);
 
   testing::TempDir dir_;
   FaultInjectionFileSystem fs_;
@@ -1050,6 +1055,17 @@ int RunChild(const char* env, const std::string& dir, const std::string& filter)
   return status;
 }
 
+std::unique_ptr<SsdTier> SsdFaultTest::OpenAfterAFlushModeChild(
+    const char* env, const std::string& child) {
+  const std::string dir = (dir_.path() / "flush").string();
+  const int status = RunChild(env, dir, "SsdFaultChild." + child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return nullptr;
+  SsdTierOptions o = testing::TestSsdOptions(dir);
+  o.durability = SsdDurability::kFlush;
+  return testing::OpenSsd(o);
+}
+
 constexpr char kCutChildEnv[] = "PREFIXKV_SSD_CUT_CHILD";
 
 // CrashGarbage's child: stores `a` and `b` (acknowledged), then dies at the
@@ -1366,13 +1382,7 @@ TEST(SsdFaultChild, FlushModeStoresThenDies) {
 // rolled forward by deleting `a` without walking that segment: `a` and `b`
 // were both lost. Now a commit is known only at its place or a later one.
 TEST_F(SsdFaultTest, AFlushModeKillLosesNoBlockWhoseCommitRecordWasWritten) {
-  const std::string dir = (dir_.path() / "flush").string();
-  const int status =
-      RunChild(kFlushChildEnv, dir, "SsdFaultChild.FlushModeStoresThenDies");
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  SsdTierOptions o = testing::TestSsdOptions(dir);
-  o.durability = SsdDurability::kFlush;
-  auto tier = testing::OpenSsd(o);
+  auto tier = OpenAfterAFlushModeChild(kFlushChildEnv, "FlushModeStoresThenDies");
   ASSERT_NE(tier, nullptr);
   const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
   EXPECT_EQ(Present(*tier, {a}), 1u)
@@ -1421,19 +1431,51 @@ TEST(SsdFaultChild, FlushModeRemovesWhileTheJournalFailsThenDies) {
 // removed `a` again, and `c`, acknowledged with its commit record written,
 // was lost with the memtable.
 TEST_F(SsdFaultTest, AFlushModeKillAfterAJournalFailureKeepsEveryAcknowledgedChange) {
-  const std::string dir = (dir_.path() / "flush").string();
-  const int status =
-      RunChild(kBrokenJournalChildEnv, dir,
-               "SsdFaultChild.FlushModeRemovesWhileTheJournalFailsThenDies");
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  SsdTierOptions o = testing::TestSsdOptions(dir);
-  o.durability = SsdDurability::kFlush;
-  auto tier = testing::OpenSsd(o);
+  auto tier = OpenAfterAFlushModeChild(kBrokenJournalChildEnv,
+                                       "FlushModeRemovesWhileTheJournalFailsThenDies");
   ASSERT_NE(tier, nullptr);
   const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), c = ChainBlock(2, 0);
   EXPECT_FALSE(tier->Contains(a.key)) << "an acknowledged removal was undone by the kill";
   EXPECT_EQ(Present(*tier, {b}), 1u);
   EXPECT_EQ(Present(*tier, {c}), 1u) << "an acknowledged store was lost to the kill";
+}
+
+constexpr char kMidRunRewriteChildEnv[] = "PREFIXKV_SSD_MID_RUN_REWRITE_CHILD";
+
+// MidRunRewrite's child: in flush mode, with the journal rewritten while
+// open every 4 records, stores `a` and `b` (one segment, both in the
+// memtable), removes `b` (its removal's append comes after the rewrite),
+// and exits without closing, as a kill -9 would.
+TEST(SsdFaultChild, FlushModeRewritesTheJournalWhileOpenThenDies) {
+  const char* dir = std::getenv(kMidRunRewriteChildEnv);
+  if (dir == nullptr) GTEST_SKIP() << "only runs as MidRunRewrite's child";
+  ssd::RemovalJournal::SetCompactRecordsForTesting(4);
+  SsdTierOptions o = testing::TestSsdOptions(dir);
+  o.durability = SsdDurability::kFlush;
+  o.reclaim_live_fraction = 0;
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
+  StatusOr<std::unique_ptr<SsdTier>> t = SsdTier::Open(o);
+  if (!t.ok()) _exit(2);
+  if (!(*t)->Put(a, PayloadOf(a), true).ok()) _exit(3);
+  if (!(*t)->Put(b, PayloadOf(b), true).ok()) _exit(4);
+  if (!(*t)->Remove(b.key).ok()) _exit(5);
+  _exit(0);
+}
+
+// A rewrite of the journal while open kept, of the commit records, only each
+// segment's last (and its last one no removal named then), as the rewrite at
+// Open does, where the metadata holds every commit. In flush mode the
+// memtable's commits are known to survive a kill -9 only by their records:
+// `a`'s was dropped, `b`'s, the one kept, was named removed after, so the
+// open after the kill saw no lost commit, lost `a` (acknowledged, its commit
+// record written) and deleted its segment as unreferenced.
+TEST_F(SsdFaultTest, AJournalRewriteWhileOpenKeepsTheCommitsAFlushModeKillRollsForward) {
+  auto tier = OpenAfterAFlushModeChild(kMidRunRewriteChildEnv,
+                                       "FlushModeRewritesTheJournalWhileOpenThenDies");
+  ASSERT_NE(tier, nullptr);
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
+  EXPECT_EQ(Present(*tier, {a}), 1u) << "an acknowledged store was lost to the kill";
+  EXPECT_FALSE(tier->Contains(b.key)) << "an acknowledged removal was undone by the kill";
 }
 
 TEST_F(SsdFaultTest, AFailedWriteBackIsRetriedWhenTheClockAdvancesNotBefore) {
