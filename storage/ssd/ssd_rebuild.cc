@@ -234,6 +234,7 @@ Status ssd::TierImpl::OpenSegments() {
       // open leaves it to the next writing open, which decides the same.
       if (report_.incompatible_records > 0 || options_.read_only) {
         report_.unreferenced_segments_kept += 1;
+        kept_for_newer_layout_.insert(id);
         continue;
       }
       // Written before a crash, never (or no longer) referenced: garbage.

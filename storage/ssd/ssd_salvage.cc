@@ -405,7 +405,12 @@ Status ssd::TierImpl::OpenJournal() {
           // link in its place) keeps its records: put back, its removed
           // extents would else read as live in a later rebuild
           // (SsdFaultTest.AJournalRewriteKeepsTheRecordsOfAnUnreadableSegment).
-          [store](uint64_t id) { return store->Has(id) || store->Unreadable(id); },
+          // So does one kept for a newer layout's records: that layout's
+          // removals in it are its only proof
+          // (SsdFaultTest.AJournalRewriteKeepsTheRecordsOfASegmentOnlyANewerLayoutReferences).
+          [store, newer = kept_for_newer_layout_](uint64_t id) {
+            return store->Has(id) || store->Unreadable(id) || newer.contains(id);
+          },
           report_.journal_regenerated ? &regenerated : nullptr, store_->NextId()));
   flush_journal_.store(journal_.get(), std::memory_order_release);
   return KeepJournalsSegmentIds();

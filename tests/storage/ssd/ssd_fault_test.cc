@@ -19,6 +19,7 @@
 #include <set>
 #include <thread>
 
+#include "prefixkv/advanced/hash.h"
 #include "prefixkv/advanced/ssd_tier.h"
 #include "ssd_journal.h"
 #include "ssd_layout.h"
@@ -1032,6 +1033,49 @@ TEST_F(SsdFaultTest, AJournalRewriteKeepsTheRecordsOfAnUnreadableSegment) {
   auto tier = testing::OpenRebuilt(o);
   ASSERT_NE(tier, nullptr);
   EXPECT_EQ(Present(*tier, {a, c}), 2u);
+  EXPECT_FALSE(tier->Contains(b.key)) << "a removed block came back in a rebuild";
+}
+
+// Rewrites the metadata record of `block` in `tier`'s database as one of an
+// unknown, newer layout (version byte 3, its own checksum intact: not damage).
+void MakeItsRecordANewerLayouts(SsdTier& tier, const BlockMeta& block) {
+  const std::string key =
+      ssd::BlockRecordKey(ssd::kMetaTag, block.namespace_id, block.key);
+  ASSERT_OK_AND_ASSIGN(std::string record, SsdTierTestPeer::ReadRaw(tier, key));
+  ASSERT_EQ(record.size(), ssd::kMetaBytes);
+  record[0] = 3;
+  ssd::StoreLE64(reinterpret_cast<uint8_t*>(record.data()) + 64,
+                 Hash64(record.data(), 64));
+  ASSERT_OK(SsdTierTestPeer::PutRaw(tier, key, record));
+}
+
+// A segment only records of an unknown, newer layout reference (a downgrade:
+// the newer version stored a and b there and removed b) is kept in place by
+// a writing open, and so must its records in the removal journal be: that
+// open's rewrite dropped them as a gone segment's, so once the metadata was
+// lost (or the newer version rebuilt it) the rebuild from the segments found
+// b's extent with no record of its removal and served the removed b again.
+TEST_F(SsdFaultTest, AJournalRewriteKeepsTheRecordsOfASegmentOnlyANewerLayoutReferences) {
+  SsdTierOptions o = Options();
+  o.reclaim_live_fraction = 0;  // b's removal leaves the segment where it is
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
+  {
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    for (const BlockMeta& m : {a, b}) ASSERT_OK(tier->Put(m, PayloadOf(m), true));
+    ASSERT_OK(tier->Remove(b.key));  // journaled: a rebuild must not restore it
+    ASSERT_NO_FATAL_FAILURE(MakeItsRecordANewerLayouts(*tier, a));
+    ASSERT_OK(tier->Close());
+  }
+  {
+    auto tier = testing::OpenSsd(o);  // rewrites the journal
+    ASSERT_NE(tier, nullptr);
+    ASSERT_EQ(tier->open_report().incompatible_records, 1u);
+    ASSERT_EQ(tier->open_report().unreferenced_segments_kept, 1u);
+    ASSERT_OK(tier->Close());
+  }
+  auto tier = testing::OpenRebuilt(o);
+  ASSERT_NE(tier, nullptr);
   EXPECT_FALSE(tier->Contains(b.key)) << "a removed block came back in a rebuild";
 }
 
