@@ -70,7 +70,9 @@ Status internal::EngineImpl::OpenTiers() {
   if (cache_options.encode.memory == nullptr) cache_options.encode.memory = memory_;
   cache_options.decode_limits = options_.decode_limits;
   cache_ = std::make_unique<PrefixCache>(stack_.get(), cache_options);
-  return OpenEvents(fs);
+  PKV_RETURN_IF_ERROR(OpenEvents(fs));
+  DropShadowedLegacyValues();  // before any write can evict a record
+  return Status::OK();
 }
 
 Status internal::EngineImpl::OpenStack() {

@@ -164,6 +164,9 @@ class internal::EngineImpl {
   // The key-value space's keys in RAM, once the SSD write-back queue is empty
   // (so every other one is stored on SSD).
   StatusOr<std::vector<BlockKey>> ValueKeysInRam() EXCLUDES(mu_);
+  // Drops every older-scheme value copy a sound value record on SSD shadows
+  // (Engine::Open, engine_values.cc).
+  void DropShadowedLegacyValues();
 
   // Opens the event log (after the tiers), emits the hot tier's kCleared and
   // reconciles the SSD key set (engine_events.cc).

@@ -25,6 +25,9 @@ StatusOr<SharedBytes> SsdTier::Get(const BlockKey& key) { return impl_->Get(key)
 StatusOr<SharedBytes> SsdTier::GetForAudit(const BlockKey& key) {
   return impl_->Get(key, /*touch=*/false);
 }
+StatusOr<SharedBytes> SsdTier::PeekIntact(const BlockKey& key) {
+  return impl_->PeekIntact(key);
+}
 StatusOr<BlockMeta> SsdTier::Peek(const BlockKey& key) const {
   PKV_ASSIGN_OR_RETURN(BlockMeta meta, impl_->Peek(key));
   return impl_->Run(meta);
@@ -696,6 +699,19 @@ StatusOr<SharedBytes> ssd::TierImpl::GetIndexed(const BlockKey& key, bool touch,
   unpersisted_[e.owner].hits += 1;
   *flush = NoteAccess(key);
   return payload;
+}
+
+StatusOr<SharedBytes> ssd::TierImpl::PeekIntact(const BlockKey& key) {
+  if (std::optional<SharedBytes> queued = queue_->Find(key)) return *queued;
+  ReaderLock paused(&pause_);
+  IndexEntry e;
+  {
+    MutexLock lock(&mu_);
+    const IndexEntry* found = index_.Find(key);
+    if (found == nullptr) return Status::NotFound("not in the ssd tier");
+    e = *found;
+  }
+  return ReadExtent(e);  // checked against the entry, as GetIndexed's read
 }
 
 StatusOr<SharedBytes> ssd::TierImpl::ReadVerified(const BlockKey& key,

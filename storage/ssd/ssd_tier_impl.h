@@ -103,6 +103,8 @@ class TierImpl {
   // index at once; in the metadata with the next access-order batch).
   StatusOr<SharedBytes> Get(const BlockKey& key, bool touch = true) EXCLUDES(pause_, mu_);
   StatusOr<BlockMeta> Peek(const BlockKey& key) const EXCLUDES(mu_);
+  // SsdTier::PeekIntact.
+  StatusOr<SharedBytes> PeekIntact(const BlockKey& key) EXCLUDES(pause_, mu_);
   Status Remove(const BlockKey& key) EXCLUDES(pause_, mu_);
   // Reports the removal of `key` (its entry `e`) to options_.events; the
   // reason follows `events` (a corruption, an eviction) or the caller's

@@ -302,6 +302,11 @@ class SsdTier final : public BlockTier, public EvictionListener {
   StatusOr<SharedBytes> PeekPayload(const BlockKey& key) override {
     return GetForAudit(key);
   }
+  // Reads and verifies a block like GetForAudit, but a damaged one is left
+  // in place (Corruption; nothing counted): for a reader that needs the bytes
+  // only if they are sound, and must leave a damaged block to the reads of
+  // its own key (Engine::Open's look at the value records).
+  StatusOr<SharedBytes> PeekIntact(const BlockKey& key);
   StatusOr<BlockMeta> Peek(const BlockKey& key) const override;
   bool Contains(const BlockKey& key) const override;
   Status Remove(const BlockKey& key) override;
