@@ -52,6 +52,9 @@ Status internal::EngineImpl::OpenTiers() {
                                                                  : BlockKey();
     };
     if (hooks_.configure_ssd) hooks_.configure_ssd(o);
+    // The tools' opens (audit, inspect: read-only or repair off) change no
+    // value; only a serving open drops shadowed older bytes.
+    drop_shadowed_legacy_ = !o.read_only && o.repair_damaged_metadata;
     fs = o.file_system;
     PKV_ASSIGN_OR_RETURN(ssd_, SsdTier::Open(o));
     PKV_RETURN_IF_ERROR(OpenWear());

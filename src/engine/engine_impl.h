@@ -248,6 +248,9 @@ class internal::EngineImpl {
   // removing an expired value) atomic against the other writers of that key.
   internal::ValueCatalog value_catalog_;
   std::array<Mutex, 64> value_locks_;
+  // Whether the open drops shadowed older-scheme values (OpenTiers: not in
+  // the tools' read-only or report-only opens).
+  bool drop_shadowed_legacy_ = false;
   // Memory charges' owners by name (OpenMemoryCharge).
   std::vector<std::pair<std::string, OwnerId>> charges_ GUARDED_BY(mu_);
 };

@@ -344,7 +344,7 @@ void internal::EngineImpl::DropShadowedLegacyValues() {
   // name cannot be read): the read of its own key drops the older bytes with
   // it (DropUncoveredLegacy). Best effort: a failure leaves that copy as it was.
   SsdTier* ssd = ssd_.get();
-  if (ssd == nullptr) return;
+  if (ssd == nullptr || !drop_shadowed_legacy_) return;
   std::vector<BlockKey> keys;
   ssd->ForEach([&](const BlockMeta& meta, uint64_t) {
     if (meta.namespace_id.IsZero()) keys.push_back(meta.key);
