@@ -406,6 +406,10 @@ Status Engine::Flush() {
 
 Status Engine::Close() {
   if (impl_->closed_.load(std::memory_order_acquire)) return Status::OK();
+  // RAM's write-back below has no later try: a disk full earlier that has
+  // room again must not refuse it until a retry interval passes
+  // (EngineFileSystem.AShutdownAfterSpaceCameBackWritesRamBack).
+  if (impl_->ssd_ != nullptr) impl_->ssd_->BeginStop();
   Status flushed = Flush();
   impl_->closed_.store(true, std::memory_order_release);
   // Top down: nothing below may be destroyed while something above uses it.

@@ -393,6 +393,7 @@ Status ssd::TierImpl::Close() {
   if (closed_ || db_ == nullptr) return Status::OK();
   closed_ = true;
   read_ahead_.Stop();
+  BeginStop();
   Status first = queue_ ? queue_->Stop() : Status::OK();
   StopReclaimer();
   if (options_.read_only) {

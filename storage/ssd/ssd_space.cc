@@ -115,9 +115,13 @@ Status ssd::TierImpl::CheckDiskSpace() {
   uint64_t last = last_space_check_nanos_;
   const std::optional<uint64_t> free = FreeDiskBytes();
   const bool room = !free || *free >= options_.reserve_bytes + options_.reserve_bytes / 2;
-  if (room && now - last >= interval &&
-      last_space_check_nanos_.compare_exchange_strong(last, now)) {
-    // One writer per interval tries to take the reserve back.
+  // One writer per interval tries to take the reserve back; at Close every
+  // last attempt does: a block refused then is lost, with room for it
+  // (SsdSpaceTest.AShutdownAfterSpaceCameBackWritesTheQueuedBlocks).
+  const bool stopping = stopping_writes_.load();
+  if (room &&
+      (stopping || (now - last >= interval &&
+                    last_space_check_nanos_.compare_exchange_strong(last, now)))) {
     Status s = WriteReserveFile();
     if (s.ok()) {
       disk_full_ = false;

@@ -67,6 +67,7 @@ Status SsdTier::Flush() { return impl_->Flush(); }
 Status SsdTier::WriteBackStatus() const { return impl_->WriteBackStatus(); }
 Status SsdTier::Close() { return impl_->Close(); }
 void SsdTier::NoteBlocksLostAtStop() { impl_->NoteBlocksLostAtStop(); }
+void SsdTier::BeginStop() { impl_->BeginStop(); }
 Status SsdTier::Compact() { return impl_->Compact(); }
 SsdSpaceUsage SsdTier::SpaceUsage() const { return impl_->SpaceUsage(); }
 StatusOr<uint64_t> SsdTier::PurgeNamespace(const BlockKey& ns) {

@@ -91,6 +91,7 @@ class TierImpl {
   Status Open() EXCLUDES(mu_, gc_mu_);
   Status Close() EXCLUDES(mu_, gc_mu_);
   void NoteBlocksLostAtStop() { blocks_lost_at_stop_ = true; }
+  void BeginStop() { stopping_writes_ = true; }
 
   // ssd_tier.cc. Every block operation takes its own locks: called holding
   // none of the tier's.
@@ -596,6 +597,9 @@ class TierImpl {
   // ssd_space.cc: the reserve is released and payload writes refuse.
   std::atomic<bool> disk_full_{false};
   std::atomic<uint64_t> last_space_check_nanos_{0};
+  // Close's write-back: a full disk's reserve is tried again at once, not
+  // after the retry interval (the last attempt has no later one).
+  std::atomic<bool> stopping_writes_{false};
   // The removal history's next sequence number, read from the records at the
   // first removal (the largest stored + 1). A leaf lock.
   Mutex removal_mu_;

@@ -1588,6 +1588,29 @@ TEST(EngineFileSystem, AFailedSetOfAValueTooLargeForRamKeepsTheOldValue) {
   }
 }
 
+// Options of an engine in `dir` over `fs` whose value "k" stays in RAM
+// (write-back), and that engine with "k" put; then the disk is full for
+// `count` segment writes (injected ENOSPC).
+EngineOptions OpenWithAValueInRamThenFillTheDisk(const testing::TempDir& dir,
+                                                 FaultInjectionFileSystem& fs,
+                                                 uint64_t count,
+                                                 std::unique_ptr<Engine>* engine) {
+  EngineOptions o = Quiet({});
+  o.data_dir = dir.str();
+  o.hot_capacity_bytes = 1 << 20;  // write-back: the value stays in RAM
+  o.file_system = &fs;
+  StatusOr<std::unique_ptr<Engine>> e = Engine::Open(o);
+  EXPECT_OK(e);
+  if (!e.ok()) return o;
+  EXPECT_OK((*e)->PutValue("k", SharedBytes::Copy(std::string_view("acknowledged"))));
+  fs.AddFault({.op = FaultOp::kWrite,
+               .path_contains = ".seg",
+               .count = count,
+               .error = Status::NoSpace("injected ENOSPC")});
+  *engine = std::move(*e);
+  return o;
+}
+
 // A Close whose write-back of RAM failed (ENOSPC) lost the values only RAM
 // held, so the next open says the last stop was not clean (its log line,
 // `prefixkv audit`). (The SSD tier, closing fine itself, marked the stop
@@ -1595,24 +1618,42 @@ TEST(EngineFileSystem, AFailedSetOfAValueTooLargeForRamKeepsTheOldValue) {
 TEST(EngineFileSystem, AShutdownThatCouldNotWriteRamBackIsNotMarkedClean) {
   testing::TempDir dir;
   FaultInjectionFileSystem fs;
-  EngineOptions o = Quiet({});
-  o.data_dir = dir.str();
-  o.hot_capacity_bytes = 1 << 20;  // write-back: the value stays in RAM
-  o.file_system = &fs;
-  StatusOr<std::unique_ptr<Engine>> e = Engine::Open(o);
-  ASSERT_OK(e);
-  ASSERT_OK((*e)->PutValue("k", SharedBytes::Copy(std::string_view("acknowledged"))));
-  fs.AddFault({.op = FaultOp::kWrite,
-               .path_contains = ".seg",
-               .error = Status::NoSpace("injected ENOSPC")});
-  EXPECT_FALSE((*e)->Close().ok());
+  std::unique_ptr<Engine> engine;
+  const EngineOptions o =
+      OpenWithAValueInRamThenFillTheDisk(dir, fs, UINT64_MAX, &engine);
+  ASSERT_NE(engine, nullptr);
+  EXPECT_FALSE(engine->Close().ok());
   EXPECT_GT(fs.faults_injected(), 0u);
   fs.ClearFaults();
-  e = Engine::Open(o);
+  StatusOr<std::unique_ptr<Engine>> e = Engine::Open(o);
   ASSERT_OK(e);
   EXPECT_FALSE((*e)->GetValue("k").ok()) << "the value RAM held was written after all";
   EXPECT_FALSE(EngineSsdTier(**e)->open_report().previous_shutdown_clean)
       << "a stop that lost acknowledged values was marked clean";
+  ASSERT_OK((*e)->Close());
+}
+
+// The disk was full for one write during the run (a Flush), then had room
+// again (another program's file deleted): the SSD tier refused payload
+// writes as on a full disk until its retry interval passed, which a stop
+// does not wait for, so the shutdown's write-back of the value RAM still held
+// was refused without a try and the value lost with room for it. A stop now
+// takes the reserve back at once and writes it.
+TEST(EngineFileSystem, AShutdownAfterSpaceCameBackWritesRamBack) {
+  testing::TempDir dir;
+  FaultInjectionFileSystem fs;
+  std::unique_ptr<Engine> engine;
+  const EngineOptions o = OpenWithAValueInRamThenFillTheDisk(dir, fs, 1, &engine);
+  ASSERT_NE(engine, nullptr);
+  EXPECT_TRUE(engine->Flush().IsNoSpace());  // the disk is full; the value stays in RAM
+  EXPECT_EQ(fs.faults_injected(), 1u);
+  EXPECT_OK(engine->Close());
+  StatusOr<std::unique_ptr<Engine>> e = Engine::Open(o);
+  ASSERT_OK(e);
+  StatusOr<SharedBytes> v = (*e)->GetValue("k");
+  ASSERT_OK(v) << "the value RAM held was lost at the shutdown";
+  EXPECT_EQ(v->view(), "acknowledged");
+  EXPECT_TRUE(EngineSsdTier(**e)->open_report().previous_shutdown_clean);
   ASSERT_OK((*e)->Close());
 }
 

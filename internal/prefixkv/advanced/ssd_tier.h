@@ -379,6 +379,11 @@ class SsdTier final : public BlockTier, public EvictionListener {
   // write-back of RAM failed at Close): the next open reports the stop as
   // not clean, though this tier's own Close succeeds.
   void NoteBlocksLostAtStop();
+  // The caller's last writes before Close follow (an engine's write-back of
+  // RAM): on a full disk every payload write from now on tries to take the
+  // space reserve back at once, not once per retry_interval_ms, since nothing
+  // retries them later (Close does the same for the queued blocks).
+  void BeginStop();
 
   // Removes every block of a namespace (including records of unknown layout
   // versions); returns how many indexed blocks went.

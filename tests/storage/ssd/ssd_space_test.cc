@@ -132,6 +132,29 @@ TEST_F(SsdSpaceTest, AFullDiskReleasesTheReserveAndRefusesWritesUntilSpaceIsBack
   ASSERT_OK(tier->Close());
 }
 
+// A shutdown after the disk was full and space came back within the retry
+// interval: the write-back's last attempt at Close was refused as on a full
+// disk, before any I/O (the reserve is taken back once an interval has
+// passed), so a block acknowledged to RAM and queued for write-back was lost
+// though there was room for it. Close now tries to take the reserve back at
+// once, so its last attempt writes the block.
+TEST_F(SsdSpaceTest, AShutdownAfterSpaceCameBackWritesTheQueuedBlocks) {
+  std::unique_ptr<SsdTier> tier = testing::OpenSsd(Options());
+  ASSERT_NE(tier, nullptr);
+  fs_.AddFault(NoSpaceOn(".seg"));
+  const BlockMeta refused = ChainBlock(10, 0), queued = ChainBlock(11, 0);
+  ASSERT_TRUE(tier->Put(refused, PayloadOf(refused), true).IsNoSpace());
+  fs_.ClearFaults();  // removals (or an operator) freed space
+  tier->OnEvict(queued, PayloadOf(queued), /*dirty=*/true);  // RAM's victim
+  EXPECT_OK(tier->Close());
+  tier = testing::OpenSsd(Options());
+  ASSERT_NE(tier, nullptr);
+  StatusOr<SharedBytes> got = tier->Get(queued.key);
+  ASSERT_OK(got) << "the queued block was lost at the shutdown";
+  EXPECT_EQ(got->view(), PayloadOf(queued).view());
+  ASSERT_OK(tier->Close());
+}
+
 // A failed append to RocksDB's log (another program filled the disk): in
 // RocksDB 7.8 the log writer keeps the error and any later append to it (a
 // write after DB::Resume()) aborts the process. The tier returns Statuses
