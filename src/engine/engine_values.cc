@@ -354,7 +354,6 @@ void internal::EngineImpl::DropShadowedLegacyValues() {
     if (!payload.ok()) continue;
     StatusOr<ValueRecord> r = internal::DecodeValueRecord(*payload, key);
     if (!r.ok()) continue;  // older-scheme bytes themselves
-    value_catalog_.NoteIfUnknown(key, r->name, r->expires_at_ms);
     const BlockKey legacy = internal::LegacyValueKey(r->name);
     if (!ssd->Contains(legacy)) continue;
     Status s = stack_->Remove(legacy, KvRemoveReason::kSuperseded);
