@@ -234,7 +234,7 @@ Status ssd::TierImpl::OpenSegments() {
       // open leaves it to the next writing open, which decides the same.
       if (report_.incompatible_records > 0 || options_.read_only) {
         report_.unreferenced_segments_kept += 1;
-        kept_for_newer_layout_.insert(id);
+        journal_kept_segments_.insert(id);
         continue;
       }
       // Written before a crash, never (or no longer) referenced: garbage.
@@ -255,6 +255,7 @@ Status ssd::TierImpl::OpenSegments() {
           " bytes of blocks fail their reads until it is put right");
     } else if (found.count(id) == 0) {
       report_.missing_segments += 1;
+      journal_kept_segments_.insert(id);
       Log("segment " + ssd::SegmentFileName(id) + " is missing: its " +
           std::to_string(live) + " bytes of blocks will read as corrupt");
     }

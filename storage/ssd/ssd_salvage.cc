@@ -405,11 +405,12 @@ Status ssd::TierImpl::OpenJournal() {
           // link in its place) keeps its records: put back, its removed
           // extents would else read as live in a later rebuild
           // (SsdFaultTest.AJournalRewriteKeepsTheRecordsOfAnUnreadableSegment).
-          // So does one kept for a newer layout's records: that layout's
-          // removals in it are its only proof
-          // (SsdFaultTest.AJournalRewriteKeepsTheRecordsOfASegmentOnlyANewerLayoutReferences).
-          [store, newer = kept_for_newer_layout_](uint64_t id) {
-            return store->Has(id) || store->Unreadable(id) || newer.contains(id);
+          // So do one kept for a newer layout's records (that layout's
+          // removals in it are its only proof) and a referenced one missing
+          // (SsdFaultTest.AJournalRewriteKeepsTheRecordsOfASegmentOnlyANewerLayoutReferences,
+          // SsdFaultTest.AJournalRewriteKeepsTheRecordsOfAMissingSegment).
+          [store, kept = journal_kept_segments_](uint64_t id) {
+            return store->Has(id) || store->Unreadable(id) || kept.contains(id);
           },
           report_.journal_regenerated ? &regenerated : nullptr, store_->NextId()));
   flush_journal_.store(journal_.get(), std::memory_order_release);

@@ -568,10 +568,12 @@ class TierImpl {
   // served, never restored over by a roll-forward. Filled by RebuildIndex
   // during Open.
   std::set<BlockKey> incompatible_keys_;
-  // Segment files kept in place, not adopted, because records of an unknown
-  // layout may reference them (OpenSegments): the removal journal keeps
-  // their records. Filled during Open, read-only after.
-  std::set<uint64_t> kept_for_newer_layout_;
+  // Segments the store does not hold whose removal journal records its
+  // rewrite keeps (OpenSegments): files kept in place, not adopted, because
+  // records of an unknown layout may reference them, and referenced ones
+  // missing (a file put back must not bring its removed blocks back in a
+  // rebuild). Filled during Open, read-only after.
+  std::set<uint64_t> journal_kept_segments_;
   Deltas unpersisted_ GUARDED_BY(mu_);  // event counts not yet in the db
   // This run's owners against the stored ids. A leaf: taken under mu_ (a
   // removal's event), never the other way round.
