@@ -1018,34 +1018,38 @@ TEST_F(SsdFaultTest, ASegmentWithAnUnreadableEntryInItsPlaceFailsReadsAndDropsNo
 // gone for good, and the rebuild served the removed b again.)
 // Stores a, b, c, removes b, makes the segment of a and b unreadable (or,
 // with `missing`, removes it), opens (which rewrites the removal journal),
-// puts the file back and rebuilds the metadata from the segments: the
-// rebuilt tier, where b must stay removed.
-std::unique_ptr<SsdTier> RewriteWithoutTheSegmentThenRebuild(
-    const SsdTierOptions& o, const std::filesystem::path& aside, bool missing,
-    const BlockMeta& a, const BlockMeta& b, const BlockMeta& c) {
+// puts the file back and rebuilds the metadata from the segments: a and c
+// are there, and b stays removed.
+void ExpectARewriteWithoutTheSegmentKeepsItsRemovals(const SsdTierOptions& o,
+                                                     const std::filesystem::path& aside,
+                                                     bool missing) {
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), c = ChainBlock(2, 0);
   const std::filesystem::path segment =
       StoreThenMakeTheFirstSegmentUnreadable(o, a, b, c, aside);
   if (missing) std::filesystem::remove(segment);
   {
     auto tier = testing::OpenSsd(o);  // rewrites the journal
-    if (tier == nullptr) return nullptr;
+    ASSERT_NE(tier, nullptr);
     EXPECT_EQ(tier->open_report().missing_segments, missing ? 1u : 0u);
-    EXPECT_OK(tier->Close());
+    ASSERT_OK(tier->Close());
   }
   std::filesystem::remove(segment);
   std::filesystem::rename(aside, segment);
-  return testing::OpenRebuilt(o);
+  auto tier = testing::OpenRebuilt(o);
+  ASSERT_NE(tier, nullptr);
+  for (const BlockMeta& m : {a, c}) {
+    StatusOr<SharedBytes> got = tier->Get(m.key);
+    ASSERT_OK(got);
+    EXPECT_EQ(got->view(), PayloadOf(m).view());
+  }
+  EXPECT_FALSE(tier->Contains(b.key)) << "a removed block came back in a rebuild";
 }
 
 TEST_F(SsdFaultTest, AJournalRewriteKeepsTheRecordsOfAnUnreadableSegment) {
   SsdTierOptions o = Options();
   o.reclaim_live_fraction = 0;
-  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), c = ChainBlock(2, 0);
-  auto tier = RewriteWithoutTheSegmentThenRebuild(o, dir_.path() / "segment-aside",
-                                                  /*missing=*/false, a, b, c);
-  ASSERT_NE(tier, nullptr);
-  EXPECT_EQ(Present(*tier, {a, c}), 2u);
-  EXPECT_FALSE(tier->Contains(b.key)) << "a removed block came back in a rebuild";
+  ExpectARewriteWithoutTheSegmentKeepsItsRemovals(o, dir_.path() / "segment-aside",
+                                                  /*missing=*/false);
 }
 
 // The same for a referenced segment missing at that open (its file put back
@@ -1054,12 +1058,8 @@ TEST_F(SsdFaultTest, AJournalRewriteKeepsTheRecordsOfAnUnreadableSegment) {
 TEST_F(SsdFaultTest, AJournalRewriteKeepsTheRecordsOfAMissingSegment) {
   SsdTierOptions o = Options();
   o.reclaim_live_fraction = 0;
-  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), c = ChainBlock(2, 0);
-  auto tier = RewriteWithoutTheSegmentThenRebuild(o, dir_.path() / "segment-aside",
-                                                  /*missing=*/true, a, b, c);
-  ASSERT_NE(tier, nullptr);
-  EXPECT_EQ(Present(*tier, {a, c}), 2u);
-  EXPECT_FALSE(tier->Contains(b.key)) << "a removed block came back in a rebuild";
+  ExpectARewriteWithoutTheSegmentKeepsItsRemovals(o, dir_.path() / "segment-aside",
+                                                  /*missing=*/true);
 }
 
 // Rewrites the metadata record of `block` in `tier`'s database as one of an
