@@ -330,6 +330,9 @@ StatusOr<std::vector<BlockKey>> internal::EngineImpl::ValueKeysInRam() {
   return keys;
 }
 
+// SsdTier's flag of a DropShadowedLegacyValues that left no older copy.
+constexpr std::string_view kLegacyValuesSwept = "legacy-values-swept";
+
 void internal::EngineImpl::DropShadowedLegacyValues() {
   // Older bytes beside a record (a crash between a write-through SET's
   // record and their removal, or that removal failing) are shadowed only
@@ -343,25 +346,38 @@ void internal::EngineImpl::DropShadowedLegacyValues() {
   // older copy of its name dropped. A damaged record is left in place (its
   // name cannot be read): the read of its own key drops the older bytes with
   // it (DropUncoveredLegacy). Best effort: a failure leaves that copy as it was.
+  // Once: no code writes the older scheme any more, so after one sweep that
+  // left no copy behind no record shadows one (an open read every value on
+  // SSD each time, minutes for a tier of many gigabytes of values).
   SsdTier* ssd = ssd_.get();
   if (ssd == nullptr || !drop_shadowed_legacy_) return;
+  StatusOr<bool> swept = ssd->HasFlag(kLegacyValuesSwept);
+  if (!swept.ok() || *swept) return;
+  bool left = false;  // a copy this sweep could not decide on or remove
   std::vector<BlockKey> keys;
   ssd->ForEach([&](const BlockMeta& meta, uint64_t) {
     if (meta.namespace_id.IsZero()) keys.push_back(meta.key);
   });
   for (const BlockKey& key : keys) {
     StatusOr<SharedBytes> payload = ssd->PeekIntact(key);
-    if (!payload.ok()) continue;
+    if (!payload.ok()) {
+      left = left || !payload.status().IsNotFound();  // damaged: its name unknown
+      continue;
+    }
     StatusOr<ValueRecord> r = internal::DecodeValueRecord(*payload, key);
     if (!r.ok()) continue;  // older-scheme bytes themselves
     const BlockKey legacy = internal::LegacyValueKey(r->name);
     if (!ssd->Contains(legacy)) continue;
     Status s = stack_->Remove(legacy, KvRemoveReason::kSuperseded);
-    if (!s.ok() && !s.IsNotFound() && options_.log) {
-      options_.log("older-scheme value beside the record " + key.ToHex() +
-                   " not removed: " + s.ToString());
+    if (!s.ok() && !s.IsNotFound()) {
+      left = true;
+      if (options_.log) {
+        options_.log("older-scheme value beside the record " + key.ToHex() +
+                     " not removed: " + s.ToString());
+      }
     }
   }
+  if (!left) (void)ssd->SetFlag(kLegacyValuesSwept);  // else the next open tries again
 }
 
 StatusOr<TierStack*> internal::EngineImpl::Values() {

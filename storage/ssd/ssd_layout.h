@@ -32,6 +32,8 @@ inline constexpr uint8_t kRemovalVersion = 1;
 inline constexpr size_t kRemovalBytes = 42;  // version, reason, seq u64, key, namespace
 inline constexpr std::string_view kFormatKey = "fformat";
 inline constexpr std::string_view kCleanKey = "fclean";
+// SsdTier::SetFlag's records: this prefix, then the flag's name.
+inline constexpr std::string_view kFlagPrefix = "fflag:";
 // The lowest segment id a new segment may take: above every segment
 // unlinked, so that no new file is named like one (a footer names its
 // segment, ssd_segment.h: a stale extent of the old file left in the new

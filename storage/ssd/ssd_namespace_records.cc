@@ -78,6 +78,21 @@ StatusOr<std::vector<std::pair<BlockKey, std::string>>> ssd::TierImpl::Manifests
   return out;
 }
 
+StatusOr<bool> ssd::TierImpl::HasFlag(std::string_view name) const {
+  std::string value;
+  const rocksdb::Status rs = db_->Get(
+      rocksdb::ReadOptions(), std::string(ssd::kFlagPrefix) + std::string(name), &value);
+  if (rs.IsNotFound()) return false;
+  PKV_RETURN_IF_ERROR(FromRocks(rs, "read a flag"));
+  return true;
+}
+
+Status ssd::TierImpl::SetFlag(std::string_view name) {
+  rocksdb::WriteBatch batch;  // Commit refuses a read-only tier
+  batch.Put(std::string(ssd::kFlagPrefix) + std::string(name), "1");
+  return Commit(&batch, {}, 0);
+}
+
 StatusOr<std::vector<SsdRemoval>> ssd::TierImpl::Removals() const {
   std::vector<SsdRemoval> out;
   ssd::TagRange range(db_.get(), ssd::kRemovalTag);

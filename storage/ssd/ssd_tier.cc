@@ -80,6 +80,10 @@ Status SsdTier::PutManifest(const BlockKey& ns, std::string_view manifest) {
 StatusOr<std::vector<std::pair<BlockKey, std::string>>> SsdTier::Manifests() const {
   return impl_->Manifests();
 }
+StatusOr<bool> SsdTier::HasFlag(std::string_view name) const {
+  return impl_->HasFlag(name);
+}
+Status SsdTier::SetFlag(std::string_view name) { return impl_->SetFlag(name); }
 StatusOr<std::vector<SsdRemoval>> SsdTier::Removals() const { return impl_->Removals(); }
 uint32_t SsdTier::removal_history_entries() const {
   return impl_->removal_history_entries();

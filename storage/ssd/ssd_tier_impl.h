@@ -119,6 +119,8 @@ class TierImpl {
   // ssd_namespace_records.cc: manifests and the removal history.
   Status PutManifest(const BlockKey& ns, std::string_view manifest);
   StatusOr<std::vector<std::pair<BlockKey, std::string>>> Manifests() const;
+  StatusOr<bool> HasFlag(std::string_view name) const;
+  Status SetFlag(std::string_view name);
   StatusOr<std::vector<SsdRemoval>> Removals() const EXCLUDES(unwritten_removals_mu_);
   uint32_t removal_history_entries() const { return options_.removal_history_entries; }
   // Adds the removal record of `key` (why: from `events`) to its removal's

@@ -397,6 +397,12 @@ class SsdTier final : public BlockTier, public EvictionListener {
   Status PutManifest(const BlockKey& namespace_id, std::string_view manifest);
   // Every stored manifest, by root (ascending).
   StatusOr<std::vector<std::pair<BlockKey, std::string>>> Manifests() const;
+  // A named flag in the metadata database: a one-time task of the tier's
+  // owner that is done (the engine's sweep of older-scheme values). Set
+  // once, synced per durability; a metadata rebuild from the segments loses
+  // it (the task is then done again). False when never set.
+  StatusOr<bool> HasFlag(std::string_view name) const;
+  Status SetFlag(std::string_view name);
   // The removal history (SsdTierOptions::removal_history_entries), oldest
   // first. A block stored again after its removal keeps its record.
   StatusOr<std::vector<SsdRemoval>> Removals() const;
