@@ -331,8 +331,10 @@ TEST_F(RedisClusterFailureTest, AKeyOfAnotherTypeIsAForeignValueNotAnOutage) {
   for (int round = 0; round < 3; ++round) {
     EXPECT_FALSE(tier->GetMany(std::span<const BlockKey>(&listed, 1))[0].has_value());
     EXPECT_TRUE(tier->GetMany(std::span<const BlockKey>(&good, 1))[0].has_value());
+    // The writers' DEL, made behind the read: unwaited, a loaded machine's
+    // next round met the key again before it (3 corruptions in one CI run).
+    tier->Flush();
   }
-  tier->Flush();
   const RemoteCounters c = tier->Counters();
   EXPECT_TRUE(c.available);
   EXPECT_EQ(c.errors, 0u);
