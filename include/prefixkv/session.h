@@ -193,7 +193,9 @@ struct PrefixRestore {
   int64_t restored_hot_tokens = 0;
   int64_t restored_ssd_tokens = 0;
   int64_t restored_remote_tokens = 0;  // blocks another node computed (remote tier)
-  std::string reason;                  // why restored < matched (Engine::Restore), if so
+  // Why restored < matched, if so: Engine::Restore's reason, after the deeper
+  // restores whose state LayerKvCache::Restore refused (restored less instead).
+  std::string reason;
 };
 
 // What one store of a session into the prefix cache did.
@@ -225,8 +227,9 @@ struct SessionStats {
   uint64_t prefix_restored_tokens = 0;  // positions those sessions opened with
   // Opens whose Match found a cached prefix but that restored none of it: its
   // window or recurrent state was stripped or is gone, or its first block failed
-  // validation (PrefixRestore::reason says which). A clean miss: the session
-  // opens empty and computes the whole prompt.
+  // validation, or every tip's state was refused by LayerKvCache::Restore
+  // (PrefixRestore::reason says which). A clean miss: the session opens empty
+  // and computes the whole prompt.
   uint64_t prefix_unrestorable = 0;
   uint64_t sessions_stored = 0;  // stores that reached Engine::Store
   uint64_t blocks_stored = 0;    // blocks those stores wrote
@@ -258,9 +261,11 @@ class SessionManager {
   // Opens (session, epoch) pre-filled with the longest prefix of `tokens` the
   // prefix cache can restore (all of `tokens` at most); `tokens` become the
   // session's recorded tokens up to that length. Without a SessionPrefixCache,
-  // or when nothing is cached, the session opens empty. Errors as Open, plus the
-  // prefix cache's (a restored layer that does not fit the recipe is
-  // InvalidArgument: the namespace does not hold this shard's layers). A
+  // or when nothing is cached, the session opens empty. A tip whose state the
+  // layers' caches refuse (another dtype, offset or ring length) is passed
+  // over: the open restores an earlier tip or nothing (docs/session.md).
+  // Errors as Open, plus the prefix cache's (a namespace of another layer
+  // count is InvalidArgument: it does not hold this shard's layers). A
   // session already live at this epoch is returned as it is (restore->created
   // false).
   StatusOr<std::shared_ptr<Session>> OpenFromPrefixCache(

@@ -13,15 +13,22 @@
 namespace prefixkv {
 namespace {
 
+// A namespace of another layer count is not this shard's (every restore of it
+// fails alike): an error, where a tip's refused state only means restore less.
+Status CheckHoldsTheOwnedLayers(const KvCacheRecipe& recipe,
+                                const RestoreResult& restored) {
+  const size_t owned = recipe.owned_layers().size();
+  if (restored.layers.size() == owned) return Status::OK();
+  return Status::InvalidArgument("the prefix cache namespace holds " +
+                                 std::to_string(restored.layers.size()) +
+                                 " layers, the session owns " + std::to_string(owned));
+}
+
 // Restored LayerStates (one per namespace layer) -> caches of the owned layers.
+// REQUIRES: CheckHoldsTheOwnedLayers(recipe, restored).ok().
 StatusOr<std::vector<LayerKvCache>> CachesFromRestore(const KvCacheRecipe& recipe,
                                                       const RestoreResult& restored) {
   const std::vector<int> owned = recipe.owned_layers();
-  if (restored.layers.size() != owned.size()) {
-    return Status::InvalidArgument(
-        "the prefix cache namespace holds " + std::to_string(restored.layers.size()) +
-        " layers, the session owns " + std::to_string(owned.size()));
-  }
   std::vector<LayerKvCache> caches;
   caches.reserve(owned.size());
   for (size_t i = 0; i < owned.size(); ++i) {
@@ -50,6 +57,22 @@ StatusOr<std::vector<LayerKvCache>> CachesFromRestore(const KvCacheRecipe& recip
     caches.push_back(std::move(*cache));
   }
   return caches;
+}
+
+// `match` cut to its full blocks that end before token `end`: a restore of it
+// ends before `end`, its walk-back at an earlier tip.
+MatchResult BlocksBefore(MatchResult match, uint32_t block_tokens, uint64_t end) {
+  const size_t keep =
+      std::min<size_t>(match.keys.size(), end == 0 ? 0 : (end - 1) / block_tokens);
+  match.keys.resize(keep);
+  match.tiers.resize(keep);
+  match.tokens.resize(keep * block_tokens);
+  return match;
+}
+
+std::string JoinReasons(const std::string& first, const std::string& then) {
+  if (first.empty() || then.empty()) return first + then;
+  return first + "; " + then;
 }
 
 // A session's exported layers -> LayerStates in namespace (owned layer) order.
@@ -121,20 +144,35 @@ StatusOr<std::shared_ptr<Session>> SessionManager::OpenFromPrefixCache(
   if (pc.engine != nullptr && !tokens.empty()) {
     PKV_ASSIGN_OR_RETURN(MatchResult match, pc.engine->Match(pc.ns, tokens));
     r.matched_tokens = static_cast<int64_t>(match.matched_tokens());
-    if (!match.keys.empty()) {
+    std::string refused;  // the deeper restores whose state was refused, and why
+    while (!match.keys.empty()) {
       PKV_ASSIGN_OR_RETURN(RestoreResult restored, pc.engine->Restore(match));
-      r.reason = restored.reason;
-      if (restored.restored_tokens > 0) {
-        PKV_ASSIGN_OR_RETURN(options.initial_layers,
-                             CachesFromRestore(recipe_, restored));
-        options.initial_tokens.assign(
-            tokens.begin(),
-            tokens.begin() + static_cast<int64_t>(restored.restored_tokens));
-        r.restored_tokens = static_cast<int64_t>(restored.restored_tokens);
-        r.restored_hot_tokens = static_cast<int64_t>(restored.tokens_from_hot);
-        r.restored_ssd_tokens = static_cast<int64_t>(restored.tokens_from_ssd);
-        r.restored_remote_tokens = static_cast<int64_t>(restored.tokens_from_remote);
+      r.reason = JoinReasons(refused, restored.reason);
+      if (restored.restored_tokens == 0) break;
+      PKV_RETURN_IF_ERROR(CheckHoldsTheOwnedLayers(recipe_, restored));
+      StatusOr<std::vector<LayerKvCache>> caches = CachesFromRestore(recipe_, restored);
+      if (!caches.ok()) {
+        // A tip whose state the caches refuse (stored by another client or
+        // framework: a state of another dtype, offset or ring length) is passed
+        // over like a stripped one: restore less, never fail the prefill on it.
+        refused = JoinReasons(
+            refused, "the restore of " + std::to_string(restored.restored_tokens) +
+                         " tokens was refused: " + caches.status().message());
+        PKV_ASSIGN_OR_RETURN(NamespaceSpec spec, pc.engine->ModelSpec(pc.ns));
+        match =
+            BlocksBefore(std::move(match), spec.block_tokens, restored.restored_tokens);
+        r.reason = refused;
+        continue;
       }
+      options.initial_layers = std::move(*caches);
+      options.initial_tokens.assign(
+          tokens.begin(),
+          tokens.begin() + static_cast<int64_t>(restored.restored_tokens));
+      r.restored_tokens = static_cast<int64_t>(restored.restored_tokens);
+      r.restored_hot_tokens = static_cast<int64_t>(restored.tokens_from_hot);
+      r.restored_ssd_tokens = static_cast<int64_t>(restored.tokens_from_ssd);
+      r.restored_remote_tokens = static_cast<int64_t>(restored.tokens_from_remote);
+      break;
     }
   }
   const bool prefilled = !options.initial_layers.empty();

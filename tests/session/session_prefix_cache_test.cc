@@ -459,6 +459,65 @@ TEST_F(SessionPrefixCache,
   EXPECT_EQ(s.manager->stats().prefix_unrestorable, 1u);
 }
 
+// Stores `tokens` as another client may: their state (computed by a session
+// that is then discarded, so never stored by the manager) with each recurrent
+// layer's offset one position short of the tip's end. Store takes such a tip;
+// LayerKvCache::Restore refuses its state.
+void StoreATipWhoseStateTheCachesRefuse(FullModelSessions& s,
+                                        const std::vector<int32_t>& tokens) {
+  RunTurn(*s.adapter, "other-client", 0, tokens, 0);
+  std::shared_ptr<Session> other = s.manager->Get("other-client", 0).value();
+  std::vector<LayerState> layers;
+  for (auto& [layer, e] : other->ExportLayers()) {
+    LayerState state;
+    state.cache_type = std::string(e.cache_type);
+    state.meta = {std::to_string(e.length)};
+    if (e.rotating_meta) {
+      RotatingMeta meta = *e.rotating_meta;
+      if (state.cache_type == "ArraysCache") meta.offset -= 1;
+      state.meta = meta.ToStrings();
+    }
+    state.tensors = {std::move(e.keys), std::move(e.values)};
+    layers.push_back(std::move(state));
+  }
+  s.manager->Discard("other-client", 0);
+  const prefixkv::SessionPrefixCache& pc = s.manager->config().prefix_cache;
+  ASSERT_TRUE(pc.engine->Store(pc.ns, tokens, layers).ok());
+}
+
+TEST_F(SessionPrefixCache, ATipWhoseStateTheCachesRefuseRestoresAnEarlierTipOrNothing) {
+  FullModelSessions s(stack, {}, nullptr, RecurrentHybridModelConfig());
+  const int64_t vocab = s.model->config().vocab_size;
+  constexpr size_t b = testing::kSessionBlockTokens;
+  const std::vector<int32_t> t1 = Extended(Message(0, vocab), 2 * b, 11);
+  RunTurn(*s.adapter, "turn1", 0, t1, 0);
+  ASSERT_TRUE(s.manager->Release("turn1", 0).value());
+  const std::vector<int32_t> t2 = Extended(t1, 4 * b, 13);
+  ASSERT_NO_FATAL_FAILURE(StoreATipWhoseStateTheCachesRefuse(s, t2));
+  // Past t2: its tip is passed over (never a wrong state, never a failed
+  // prefill) and t1's, kept whole, is restored.
+  const std::vector<int32_t> after_t2 = Extended(t2, 4 * b + 3, 29);
+  auto turn = RunTurn(*s.adapter, "turn2", 0, after_t2, 4);
+  EXPECT_EQ(turn.prefill.restore.matched_tokens, static_cast<int64_t>(4 * b));
+  EXPECT_EQ(turn.prefill.restore.restored_tokens, static_cast<int64_t>(2 * b))
+      << turn.prefill.restore.reason;
+  EXPECT_NE(turn.prefill.restore.reason.find("refused"), std::string::npos)
+      << turn.prefill.restore.reason;
+  EXPECT_EQ(turn.reply, StatelessGreedy(*s.model, after_t2, 4));
+  EXPECT_EQ(s.manager->stats().prefix_restores, 1u);
+  // A conversation whose only tip is refused: a clean miss, counted.
+  const std::vector<int32_t> lone = Extended(Message(1, vocab), 2 * b, 19);
+  ASSERT_NO_FATAL_FAILURE(StoreATipWhoseStateTheCachesRefuse(s, lone));
+  const std::vector<int32_t> after_lone = Extended(lone, 2 * b + 3, 29);
+  auto missed = RunTurn(*s.adapter, "lone", 0, after_lone, 4);
+  EXPECT_EQ(missed.prefill.restore.matched_tokens, static_cast<int64_t>(2 * b));
+  EXPECT_EQ(missed.prefill.restore.restored_tokens, 0);
+  EXPECT_EQ(missed.prefill.computed_tokens, static_cast<int64_t>(2 * b + 3));
+  EXPECT_EQ(missed.reply, StatelessGreedy(*s.model, after_lone, 4));
+  EXPECT_EQ(s.manager->stats().prefix_unrestorable, 1u);
+  EXPECT_EQ(s.manager->stats().prefix_restores, 1u);
+}
+
 void ExpectRegeneratingRestoresTheConversationBeforeIt(FullModelSessions& s) {
   const int64_t vocab = s.model->config().vocab_size;
   Conversation conv;
