@@ -459,12 +459,25 @@ TEST_F(SessionPrefixCache,
   EXPECT_EQ(s.manager->stats().prefix_unrestorable, 1u);
 }
 
+// A recurrent layer's offset one position short of the tip's end.
+void OffsetShortOfTheTip(LayerState& state) {
+  RotatingMeta meta = RotatingMeta::Parse(state.meta).value();
+  meta.offset -= 1;
+  state.meta = meta.ToStrings();
+}
+
+// A recurrent state in bfloat16 (a framework's, under a bfloat16 model).
+void StateInBFloat16(LayerState& state) {
+  state.tensors[1] = Tensor::Filled(DType::kBFloat16, state.tensors[1].shape(), 0);
+}
+
 // Stores `tokens` as another client may: their state (computed by a session
 // that is then discarded, so never stored by the manager) with each recurrent
-// layer's offset one position short of the tip's end. Store takes such a tip;
-// LayerKvCache::Restore refuses its state.
+// layer changed by `spoil`. Store takes such a tip; LayerKvCache::Restore
+// refuses its state.
 void StoreATipWhoseStateTheCachesRefuse(FullModelSessions& s,
-                                        const std::vector<int32_t>& tokens) {
+                                        const std::vector<int32_t>& tokens,
+                                        void (*spoil)(LayerState&)) {
   RunTurn(*s.adapter, "other-client", 0, tokens, 0);
   std::shared_ptr<Session> other = s.manager->Get("other-client", 0).value();
   std::vector<LayerState> layers;
@@ -472,12 +485,9 @@ void StoreATipWhoseStateTheCachesRefuse(FullModelSessions& s,
     LayerState state;
     state.cache_type = std::string(e.cache_type);
     state.meta = {std::to_string(e.length)};
-    if (e.rotating_meta) {
-      RotatingMeta meta = *e.rotating_meta;
-      if (state.cache_type == "ArraysCache") meta.offset -= 1;
-      state.meta = meta.ToStrings();
-    }
+    if (e.rotating_meta) state.meta = e.rotating_meta->ToStrings();
     state.tensors = {std::move(e.keys), std::move(e.values)};
+    if (state.cache_type == "ArraysCache") spoil(state);
     layers.push_back(std::move(state));
   }
   s.manager->Discard("other-client", 0);
@@ -493,7 +503,7 @@ TEST_F(SessionPrefixCache, ATipWhoseStateTheCachesRefuseRestoresAnEarlierTipOrNo
   RunTurn(*s.adapter, "turn1", 0, t1, 0);
   ASSERT_TRUE(s.manager->Release("turn1", 0).value());
   const std::vector<int32_t> t2 = Extended(t1, 4 * b, 13);
-  ASSERT_NO_FATAL_FAILURE(StoreATipWhoseStateTheCachesRefuse(s, t2));
+  ASSERT_NO_FATAL_FAILURE(StoreATipWhoseStateTheCachesRefuse(s, t2, OffsetShortOfTheTip));
   // Past t2: its tip is passed over (never a wrong state, never a failed
   // prefill) and t1's, kept whole, is restored.
   const std::vector<int32_t> after_t2 = Extended(t2, 4 * b + 3, 29);
@@ -507,7 +517,7 @@ TEST_F(SessionPrefixCache, ATipWhoseStateTheCachesRefuseRestoresAnEarlierTipOrNo
   EXPECT_EQ(s.manager->stats().prefix_restores, 1u);
   // A conversation whose only tip is refused: a clean miss, counted.
   const std::vector<int32_t> lone = Extended(Message(1, vocab), 2 * b, 19);
-  ASSERT_NO_FATAL_FAILURE(StoreATipWhoseStateTheCachesRefuse(s, lone));
+  ASSERT_NO_FATAL_FAILURE(StoreATipWhoseStateTheCachesRefuse(s, lone, StateInBFloat16));
   const std::vector<int32_t> after_lone = Extended(lone, 2 * b + 3, 29);
   auto missed = RunTurn(*s.adapter, "lone", 0, after_lone, 4);
   EXPECT_EQ(missed.prefill.restore.matched_tokens, static_cast<int64_t>(2 * b));
