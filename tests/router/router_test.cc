@@ -8,7 +8,11 @@
 
 #include <gtest/gtest.h>
 #include <malloc.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <functional>
 #include <thread>
@@ -528,6 +532,126 @@ TEST(EventFeed, ANodeThatAcceptsButNeverAnswersIsNotAvailable) {
   feed.Stop();
   ::close(silent);
   EXPECT_FALSE(ever_available) << "a node that never answered was chosen";
+}
+
+// A node on loopback that speaks just enough RESP for a feed: each command
+// (an array of bulk strings) goes to `answer`, which returns the raw reply,
+// or "" to drop the connection. One connection at a time, as a feed makes.
+class FakeNode {
+ public:
+  using Answer = std::function<std::string(const std::vector<std::string>&)>;
+  explicit FakeNode(Answer answer)
+      : listener_(testing::BindLoopback(&port_, /*backlog=*/4)),
+        answer_(std::move(answer)) {
+    if (listener_ >= 0) thread_ = std::thread([this] { Serve(); });
+  }
+  ~FakeNode() {
+    stop_ = true;
+    ::shutdown(listener_, SHUT_RDWR);  // wakes accept()
+    if (thread_.joinable()) thread_.join();
+    ::close(listener_);
+  }
+  int port() const { return listener_ >= 0 ? port_ : 0; }
+
+ private:
+  // One command from the front of `buf` (removed from it); false while it
+  // is incomplete.
+  static bool TakeCommand(std::string& buf, std::vector<std::string>* args) {
+    size_t pos = 0;
+    auto line = [&](char kind, size_t* n) {
+      const size_t end = buf.find("\r\n", pos);
+      if (end == std::string::npos || buf[pos] != kind) return false;
+      *n = std::stoul(buf.substr(pos + 1, end - pos - 1));
+      pos = end + 2;
+      return true;
+    };
+    size_t count = 0, len = 0;
+    if (!line('*', &count)) return false;
+    args->clear();
+    for (size_t i = 0; i < count; ++i) {
+      if (pos >= buf.size() || !line('$', &len) || buf.size() < pos + len + 2)
+        return false;
+      args->push_back(buf.substr(pos, len));
+      pos += len + 2;
+    }
+    buf.erase(0, pos);
+    return true;
+  }
+
+  void Serve() {
+    while (!stop_) {
+      const int fd = ::accept(listener_, nullptr, nullptr);
+      if (fd < 0) return;
+      const timeval tick{.tv_sec = 0, .tv_usec = 20000};
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tick, sizeof(tick));
+      std::string buf;
+      std::vector<std::string> args;
+      char chunk[4096];
+      bool open = true;
+      while (open && !stop_) {
+        const ssize_t n = ::recv(fd, chunk, sizeof(chunk), 0);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) break;
+        if (n > 0) buf.append(chunk, size_t(n));
+        while (open && TakeCommand(buf, &args)) {
+          const std::string reply = answer_(args);
+          open = !reply.empty() && ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL) ==
+                                       ssize_t(reply.size());
+        }
+      }
+      ::close(fd);
+    }
+  }
+
+  int port_ = 0;
+  const int listener_;
+  const Answer answer_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+std::string Bulk(const std::string& s) {
+  return "$" + std::to_string(s.size()) + "\r\n" + s + "\r\n";
+}
+
+// A PKV.SNAPSHOT page (docs/protocol.md) holding `key` in RAM.
+std::string SnapshotPage(const std::string& id, const std::string& next,
+                         const BlockKey& key) {
+  return "*8\r\n" + Bulk("id") + Bulk(id) + Bulk("cursor") + Bulk(next) + Bulk("hot") +
+         "*1\r\n*1\r\n" + Bulk(key.ToHex()) + Bulk("ssd") + "*0\r\n";
+}
+
+// A connection that failed in the middle of a paged bootstrap (after the
+// first page) left the router with the node forgotten but for that page; the
+// next connection's XREAD from the old id, if it succeeded, went on without
+// the rest of the node's blocks (never routed to for them again). The next
+// connection now bootstraps again first. The node: RESNAPSHOT at the first
+// XREAD, then nothing new; two pages, the connection dropped at the first
+// request of the second.
+TEST(EventFeed, ABootstrapBrokenOffByTheConnectionIsStartedOver) {
+  const std::vector<BlockKey> keys = Chain(1, 2);
+  std::atomic<int> xreads{0}, second_pages{0};
+  FakeNode node([&](const std::vector<std::string>& args) -> std::string {
+    if (args[0] == "PING") return "+PONG\r\n";
+    if (args[0] == "XREAD") {
+      if (xreads++ == 0) return "-RESNAPSHOT the events after 0 are gone\r\n";
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // BLOCK
+      return "*-1\r\n";
+    }
+    if (args[0] == "PKV.SNAPSHOT" && args.size() > 1 && args[1] == "0")
+      return SnapshotPage("5-0", "7", keys[0]);
+    if (args[0] == "PKV.SNAPSHOT" && args.size() > 1 && args[1] == "7")
+      return second_pages++ == 0 ? "" : SnapshotPage("5-0", "0", keys[1]);
+    return "-ERR unknown command\r\n";
+  });
+  ASSERT_NE(node.port(), 0);
+  std::unique_ptr<PrefixRouter> router = Router(1);
+  route::EventFeed feed({.port = node.port(), .node = 0, .block_ms = 5, .retry_ms = 5},
+                        router.get());
+  ASSERT_TRUE(Eventually([&] { return xreads > 2; }));  // tailing again
+  feed.Stop();
+  EXPECT_TRUE(router->Holds(0, keys[0], kHot));
+  EXPECT_TRUE(router->Holds(0, keys[1], kHot)) << "the second page was never applied";
+  EXPECT_EQ(feed.snapshot_pages(), 3u);
 }
 
 // RouteServer::Stop (prefixkv route's SIGTERM) stopped its node feeds one

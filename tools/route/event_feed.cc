@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <utility>
 
 namespace prefixkv::route {
 namespace {
@@ -218,7 +219,36 @@ StatusOr<std::string> EventFeed::Bootstrap(RespClient& client) {
   return id;
 }
 
+bool EventFeed::Resnapshot(RespClient& client) {
+  resnapshot_pending_ = true;
+  router_->ForgetNode(options_.node);
+  ++resnapshots_;
+  StatusOr<std::string> id = Bootstrap(client);
+  if (!id.ok()) return false;
+  resnapshot_pending_ = false;
+  if (!id->empty()) {
+    last_id_ = *id;
+    return true;
+  }
+  // Else read its whole log again; when even that is refused (retention
+  // dropped its start), go on from its head, knowing only the changes from
+  // then on.
+  std::string head;
+  if (last_id_ == "0") {
+    StatusOr<RespValue> info = client.Command({"XINFO", "STREAM", options_.stream});
+    if (!info.ok()) return false;
+    head = LastGeneratedId(*info);
+  }
+  last_id_ = head.empty() ? std::string(1, '0') : head;
+  std::this_thread::sleep_for(std::chrono::milliseconds(options_.retry_ms));
+  return true;
+}
+
 void EventFeed::Tail(RespClient& client) {
+  // A resnapshot the last connection broke off: the router has forgotten the
+  // node (and may hold some of its pages), so XREAD from the old id would go
+  // on without the rest of its blocks.
+  if (resnapshot_pending_ && !Resnapshot(client)) return;
   std::vector<KvEvent> events;
   while (!stop_) {
     StatusOr<RespValue> reply = client.Command(
@@ -228,25 +258,8 @@ void EventFeed::Tail(RespClient& client) {
     if (reply->type == Type::kError) {
       // The node no longer holds what follows last_id_ (RESNAPSHOT): what the
       // router knows of it may be stale. A prefixkv node answers PKV.SNAPSHOT:
-      // its key sets and the id to go on after. Else read its whole log
-      // again; when even that is refused (retention dropped its start), go
-      // on from its head, knowing only the changes from then on.
-      router_->ForgetNode(options_.node);
-      ++resnapshots_;
-      StatusOr<std::string> id = Bootstrap(client);
-      if (!id.ok()) return;  // reconnect
-      if (!id->empty()) {
-        last_id_ = *id;
-        continue;
-      }
-      std::string head;
-      if (last_id_ == "0") {
-        StatusOr<RespValue> info = client.Command({"XINFO", "STREAM", options_.stream});
-        if (!info.ok()) return;
-        head = LastGeneratedId(*info);
-      }
-      last_id_ = head.empty() ? std::string(1, '0') : head;
-      std::this_thread::sleep_for(std::chrono::milliseconds(options_.retry_ms));
+      // its key sets and the id to go on after.
+      if (!Resnapshot(client)) return;  // reconnect
       continue;
     }
     events.clear();

@@ -94,6 +94,11 @@ class EventFeed {
   void SetConnected(bool connected);
   // Reads until Stop() or a connection failure.
   void Tail(RespClient& client);
+  // Forgets the node and bootstraps it again (Bootstrap; else from id 0 or
+  // the stream's head). False when the connection failed: the next connection starts it
+  // over (resnapshot_pending_), as the XREAD from the old id would resume without the
+  // node's blocks the router has just forgotten.
+  bool Resnapshot(RespClient& client);
   // Applies the node's PKV.SNAPSHOT, page by page: the id to go on after
   // (the first page's), empty when the node has no usable PKV.SNAPSHOT (the
   // router then knows nothing of it); an error when the connection fails.
@@ -101,7 +106,8 @@ class EventFeed {
 
   const EventFeedOptions options_;
   PrefixRouter* const router_;
-  std::string last_id_ = "0";  // the feed thread's
+  std::string last_id_ = "0";        // the feed thread's
+  bool resnapshot_pending_ = false;  // the feed thread's
   std::atomic<bool> stop_{false};
   std::atomic<bool> connected_{false};
   std::atomic<uint64_t> applied_{0}, reconnects_{0}, resnapshots_{0}, bad_replies_{0},
