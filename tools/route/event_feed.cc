@@ -3,7 +3,9 @@
 #include "tools/route/event_feed.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <utility>
 
 namespace prefixkv::route {
@@ -40,6 +42,27 @@ StatusOr<uint64_t> ParseIdSeq(const std::string& id) {
   if (head.empty() || end != head.c_str() + head.size() || head[0] == '-')
     return Bad("id '" + id + "' is not <seq>-<n>");
   return seq;
+}
+
+// A stream id's two numbers, "<seq>" alone meaning "<seq>-0"; nullopt when
+// it is not a stream id.
+std::optional<std::pair<uint64_t, uint64_t>> IdNumbers(const std::string& id) {
+  StatusOr<uint64_t> seq = ParseIdSeq(id);
+  if (!seq.ok()) return std::nullopt;
+  const size_t dash = id.find('-');
+  if (dash == std::string::npos) return std::make_pair(*seq, uint64_t{0});
+  const std::string tail = id.substr(dash + 1);
+  char* end = nullptr;
+  const uint64_t n = std::strtoull(tail.c_str(), &end, 10);
+  if (tail.empty() || tail[0] == '-' || end != tail.c_str() + tail.size())
+    return std::nullopt;
+  return std::make_pair(*seq, n);
+}
+
+// The later of two stream ids (`b` when `a` is not one).
+std::string LaterId(const std::string& a, const std::string& b) {
+  const auto x = IdNumbers(a), y = IdNumbers(b);
+  return x && y && *x > *y ? a : b;
 }
 
 // Whether the node answers on a new connection (any reply, an error too). A
@@ -82,7 +105,7 @@ StatusOr<KvEvent> ParseStreamEntry(const RespValue& entry) {
 }
 
 Status ParseXreadReply(const RespValue& reply, std::vector<KvEvent>* events,
-                       std::string* last_id) {
+                       std::string* last_id, std::string* bad_id) {
   if (reply.type == Type::kNil) return Status::OK();
   if (reply.type != Type::kArray)
     return Status::InvalidArgument("XREAD reply is not an array");
@@ -91,8 +114,14 @@ Status ParseXreadReply(const RespValue& reply, std::vector<KvEvent>* events,
         stream.elements[1].type != Type::kArray)
       return Status::InvalidArgument("XREAD reply: not [stream, [entries]]");
     for (const RespValue& entry : stream.elements[1].elements) {
-      PKV_ASSIGN_OR_RETURN(KvEvent e, ParseStreamEntry(entry));
-      events->push_back(e);
+      StatusOr<KvEvent> e = ParseStreamEntry(entry);
+      if (!e.ok()) {
+        if (bad_id != nullptr && entry.type == Type::kArray && !entry.elements.empty() &&
+            IdNumbers(entry.elements[0].str))
+          *bad_id = entry.elements[0].str;
+        return e.status();
+      }
+      events->push_back(*e);
       *last_id = entry.elements[0].str;
     }
   }
@@ -226,8 +255,17 @@ bool EventFeed::Resnapshot(RespClient& client) {
   StatusOr<std::string> id = Bootstrap(client);
   if (!id.ok()) return false;
   resnapshot_pending_ = false;
+  const std::string skip = std::exchange(skip_past_, std::string());
   if (!id->empty()) {
-    last_id_ = *id;
+    // Past an unreadable entry even if the snapshot were older than it: from
+    // before it the feed would meet it again.
+    last_id_ = skip.empty() ? *id : LaterId(*id, skip);
+    return true;
+  }
+  if (!skip.empty()) {
+    // No snapshot, and the log from id 0 holds the unreadable entry: the
+    // router knows the node's changes after it only.
+    last_id_ = skip;
     return true;
   }
   // Else read its whole log again; when even that is refused (retention
@@ -263,12 +301,23 @@ void EventFeed::Tail(RespClient& client) {
       continue;
     }
     events.clear();
-    std::string last = last_id_;
-    if (!ParseXreadReply(*reply, &events, &last).ok()) {
+    std::string last = last_id_, bad_id;
+    if (Status s = ParseXreadReply(*reply, &events, &last, &bad_id); !s.ok()) {
       // A reply the router cannot read: trust nothing it said of the node.
       router_->ForgetNode(options_.node);
       ++bad_replies_;
-      return;
+      if (bad_id.empty()) return;  // reconnect
+      // An entry it cannot read (a node of a newer event format): read again
+      // from last_id_, it stalled the feed for good, the node forgotten at
+      // every attempt. Skip it: resnapshot, then go on after it.
+      std::fprintf(stderr,
+                   "prefixkv route: node %zu (%s:%d): skipping stream entry %s it "
+                   "cannot read (%s); resnapshotting\n",
+                   options_.node, options_.host.c_str(), options_.port, bad_id.c_str(),
+                   s.ToString().c_str());
+      skip_past_ = bad_id;
+      if (!Resnapshot(client)) return;  // reconnect
+      continue;
     }
     for (const KvEvent& e : events) router_->Apply(options_.node, e);
     applied_ += events.size();

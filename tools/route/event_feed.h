@@ -36,9 +36,10 @@ namespace prefixkv::route {
 // id's first number. InvalidArgument naming what is wrong.
 StatusOr<KvEvent> ParseStreamEntry(const RespValue& entry);
 // The entries of an XREAD reply for one stream (nil: none); `last_id` is set
-// to the last entry's id.
+// to the last entry's id. On an entry it cannot read, `bad_id` (when given)
+// is set to that entry's id if the id itself is a stream id, else left empty.
 Status ParseXreadReply(const RespValue& reply, std::vector<KvEvent>* events,
-                       std::string* last_id);
+                       std::string* last_id, std::string* bad_id = nullptr);
 
 // PKV.SNAPSHOT's reply (docs/protocol.md), unpaged or one page: one kStored
 // event per block of its hot and SSD key sets, the stream id they are
@@ -83,7 +84,9 @@ class EventFeed {
   // PKV.SNAPSHOT replies applied (pages, or unpaged answers).
   uint64_t snapshot_pages() const { return snapshot_pages_.load(); }
   // XREAD replies the feed could not read (each makes the router forget the
-  // node; the feed reconnects and asks again).
+  // node). One holding an entry it cannot read (a node of a newer event
+  // format) is logged and skipped: the feed resnapshots and goes on after
+  // that entry. Any other reconnects and asks again.
   uint64_t bad_replies() const { return bad_replies_.load(); }
   bool connected() const { return connected_.load(); }
   const EventFeedOptions& options() const { return options_; }
@@ -95,9 +98,10 @@ class EventFeed {
   // Reads until Stop() or a connection failure.
   void Tail(RespClient& client);
   // Forgets the node and bootstraps it again (Bootstrap; else from id 0 or
-  // the stream's head). False when the connection failed: the next connection starts it
-  // over (resnapshot_pending_), as the XREAD from the old id would resume without the
-  // node's blocks the router has just forgotten.
+  // the stream's head), going on after skip_past_ at least when it is set.
+  // False when the connection failed: the next connection starts it over
+  // (resnapshot_pending_), as the XREAD from the old id would resume
+  // without the node's blocks the router has just forgotten.
   bool Resnapshot(RespClient& client);
   // Applies the node's PKV.SNAPSHOT, page by page: the id to go on after
   // (the first page's), empty when the node has no usable PKV.SNAPSHOT (the
@@ -108,6 +112,7 @@ class EventFeed {
   PrefixRouter* const router_;
   std::string last_id_ = "0";        // the feed thread's
   bool resnapshot_pending_ = false;  // the feed thread's
+  std::string skip_past_;            // the feed thread's: an unreadable entry's id
   std::atomic<bool> stop_{false};
   std::atomic<bool> connected_{false};
   std::atomic<uint64_t> applied_{0}, reconnects_{0}, resnapshots_{0}, bad_replies_{0},
