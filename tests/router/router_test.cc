@@ -702,6 +702,38 @@ TEST(EventFeed, AnEntryItCannotReadIsSkippedAfterAResnapshot) {
   EXPECT_EQ(feed.resnapshots(), 1u);
 }
 
+// Stop() waited for a whole paged bootstrap (PKV.SNAPSHOT page after page
+// until the cursor came back to 0): with a node of millions of blocks that
+// is thousands of round trips, and with a node whose cursor never comes
+// back to 0 it never returned (prefixkv route hung at SIGTERM). A stop now
+// ends the bootstrap after the page under way. Here pages without end, the
+// node dropping the connection 3 s after the stop was asked, so that the
+// test ends either way.
+TEST(EventFeed, AStopEndsABootstrapAfterThePageUnderWay) {
+  const std::vector<BlockKey> keys = Chain(1, 1);
+  std::atomic<int64_t> give_up_at{INT64_MAX};  // steady_clock ticks
+  const auto now = [] {
+    return std::chrono::steady_clock::now().time_since_epoch().count();
+  };
+  FakeNode node([&](const std::vector<std::string>& args) -> std::string {
+    if (args[0] == "PING") return "+PONG\r\n";
+    if (args[0] == "XREAD") return "-RESNAPSHOT the events after 0 are gone\r\n";
+    if (args[0] != "PKV.SNAPSHOT" || now() > give_up_at) return "";
+    return SnapshotPage("5-0", "7", keys[0]);
+  });
+  ASSERT_NE(node.port(), 0);
+  std::unique_ptr<PrefixRouter> router = Router(1);
+  route::EventFeed feed({.port = node.port(), .node = 0, .block_ms = 5, .retry_ms = 5},
+                        router.get());
+  ASSERT_TRUE(Eventually([&] { return feed.snapshot_pages() > 3; }));
+  const auto start = std::chrono::steady_clock::now();
+  give_up_at = (start + std::chrono::seconds(3)).time_since_epoch().count();
+  feed.Stop();
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(took, std::chrono::seconds(1))
+      << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+}
+
 // RouteServer::Stop (prefixkv route's SIGTERM) stopped its node feeds one
 // after the other, each waiting for its feed's call under way (an XREAD
 // BLOCK, a connect or a PING of a node that does not answer, a retry's

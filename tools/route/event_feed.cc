@@ -217,6 +217,9 @@ StatusOr<std::string> EventFeed::Bootstrap(RespClient& client) {
   std::string cursor = "0";
   std::string first;
   for (;;) {
+    // A node of millions of blocks takes thousands of pages (one whose
+    // cursor never comes back to 0, for ever): a stop must not wait for them.
+    if (stop_) return Status::Aborted("stopping");
     PKV_ASSIGN_OR_RETURN(RespValue snap,
                          client.Command({"PKV.SNAPSHOT", cursor, "COUNT",
                                          std::to_string(options_.count)}));
