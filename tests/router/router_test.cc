@@ -700,6 +700,7 @@ TEST(EventFeed, AnEntryItCannotReadIsSkippedAfterAResnapshot) {
   EXPECT_TRUE(router->Holds(0, keys[0], kHot));  // from the snapshot
   EXPECT_EQ(feed.bad_replies(), 1u);
   EXPECT_EQ(feed.resnapshots(), 1u);
+  EXPECT_EQ(router->Stats().node_resets, 1u);
 }
 
 // Stop() waited for a whole paged bootstrap (PKV.SNAPSHOT page after page

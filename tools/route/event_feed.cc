@@ -307,12 +307,15 @@ void EventFeed::Tail(RespClient& client) {
     std::string last = last_id_, bad_id;
     if (Status s = ParseXreadReply(*reply, &events, &last, &bad_id); !s.ok()) {
       // A reply the router cannot read: trust nothing it said of the node.
-      router_->ForgetNode(options_.node);
       ++bad_replies_;
-      if (bad_id.empty()) return;  // reconnect
+      if (bad_id.empty()) {
+        router_->ForgetNode(options_.node);
+        return;  // reconnect
+      }
       // An entry it cannot read (a node of a newer event format): read again
       // from last_id_, it stalled the feed for good, the node forgotten at
-      // every attempt. Skip it: resnapshot, then go on after it.
+      // every attempt. Skip it: resnapshot (which forgets the node once),
+      // then go on after it.
       std::fprintf(stderr,
                    "prefixkv route: node %zu (%s:%d): skipping stream entry %s it "
                    "cannot read (%s); resnapshotting\n",
