@@ -628,14 +628,11 @@ std::string SnapshotPage(const std::string& id, const std::string& next,
          "*1\r\n*1\r\n" + Bulk(key.ToHex()) + Bulk("ssd") + "*0\r\n";
 }
 
-// A connection that failed in the middle of a paged bootstrap (after the
-// first page) left the router with the node forgotten but for that page; the
-// next connection's XREAD from the old id, if it succeeded, went on without
-// the rest of the node's blocks (never routed to for them again). The next
-// connection now bootstraps again first. The node: RESNAPSHOT at the first
-// XREAD, then nothing new; two pages, the connection dropped at the first
-// request of the second.
-TEST(EventFeed, ABootstrapBrokenOffByTheConnectionIsStartedOver) {
+// A paged bootstrap whose second page fails once as `failure` (a raw reply;
+// "" drops the connection) is made again in full before the feed tails: the
+// node answers RESNAPSHOT at the first XREAD, then nothing new, its stream's
+// head 9-0 (XINFO STREAM), and two pages of one block each.
+void ExpectABootstrapWhoseSecondPageFailsOnceIsStartedOver(const std::string& failure) {
   const std::vector<BlockKey> keys = Chain(1, 2);
   std::atomic<int> xreads{0}, second_pages{0};
   FakeNode node([&](const std::vector<std::string>& args) -> std::string {
@@ -645,10 +642,11 @@ TEST(EventFeed, ABootstrapBrokenOffByTheConnectionIsStartedOver) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));  // BLOCK
       return "*-1\r\n";
     }
+    if (args[0] == "XINFO") return "*2\r\n" + Bulk("last-generated-id") + Bulk("9-0");
     if (args[0] == "PKV.SNAPSHOT" && args.size() > 1 && args[1] == "0")
       return SnapshotPage("5-0", "7", keys[0]);
     if (args[0] == "PKV.SNAPSHOT" && args.size() > 1 && args[1] == "7")
-      return second_pages++ == 0 ? "" : SnapshotPage("5-0", "0", keys[1]);
+      return second_pages++ == 0 ? failure : SnapshotPage("5-0", "0", keys[1]);
     return "-ERR unknown command\r\n";
   });
   ASSERT_NE(node.port(), 0);
@@ -660,6 +658,26 @@ TEST(EventFeed, ABootstrapBrokenOffByTheConnectionIsStartedOver) {
   EXPECT_TRUE(router->Holds(0, keys[0], kHot));
   EXPECT_TRUE(router->Holds(0, keys[1], kHot)) << "the second page was never applied";
   EXPECT_EQ(feed.snapshot_pages(), 3u);
+}
+
+// A connection that failed in the middle of a paged bootstrap (after the
+// first page) left the router with the node forgotten but for that page; the
+// next connection's XREAD from the old id, if it succeeded, went on without
+// the rest of the node's blocks (never routed to for them again). The next
+// connection now bootstraps again first.
+TEST(EventFeed, ABootstrapBrokenOffByTheConnectionIsStartedOver) {
+  ExpectABootstrapWhoseSecondPageFailsOnceIsStartedOver("");
+}
+
+// An error answered to a later page (a node whose event log cannot reserve
+// sequence numbers for a moment: Unavailable) was taken for a node without
+// PKV.SNAPSHOT: the feed went on from the stream's head (or read the log
+// from 0), the node's blocks forgotten for good. The node has proved it
+// pages: the bootstrap is made again.
+TEST(EventFeed, AnErrorAnsweredToALaterPageIsRetried) {
+  ExpectABootstrapWhoseSecondPageFailsOnceIsStartedOver(
+      "-ERR Unavailable: the event log cannot reserve sequence numbers (its SEQ file): "
+      "no snapshot\r\n");
 }
 
 // XREAD's reply of one entry `id` with the fields `fields`.

@@ -226,6 +226,13 @@ StatusOr<std::string> EventFeed::Bootstrap(RespClient& client) {
     std::vector<KvEvent> blocks;
     std::string id, next;
     if (!ParseSnapshotReply(snap, &blocks, &id, &next).ok()) {
+      if (!first.empty() && snap.type == Type::kError) {
+        // The node pages (it answered the first): an error now is its own
+        // trouble for a moment (its event log cannot reserve numbers), not
+        // a node without PKV.SNAPSHOT, whose fallback goes on from the
+        // stream's head without its blocks. Made again at the next connection.
+        return Status::Unavailable("PKV.SNAPSHOT page: " + snap.str);
+      }
       if (!first.empty()) {
         // A page the router cannot read: trust none of the pages.
         router_->ForgetNode(options_.node);

@@ -105,8 +105,9 @@ class EventFeed {
   bool Resnapshot(RespClient& client);
   // Applies the node's PKV.SNAPSHOT, page by page: the id to go on after
   // (the first page's), empty when the node has no usable PKV.SNAPSHOT (the
-  // router then knows nothing of it); an error when the connection fails or
-  // Stop() was asked (between two pages).
+  // router then knows nothing of it); an error when the connection fails,
+  // a page after the first is answered an error, or Stop() was asked
+  // (between two pages).
   StatusOr<std::string> Bootstrap(RespClient& client);
 
   const EventFeedOptions options_;
