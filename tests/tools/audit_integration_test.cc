@@ -600,6 +600,8 @@ constexpr CliCase kCliCases[] = {
     {"repair --data-dir {missing}", 2, "does not exist"},
     {"replay --json {missing}", 2, "cannot open trace"},
     {"advise --json {missing} --hot-capacity-tokens 3M", 2, "cannot open trace"},
+    {"serve --requirepass-file {missing}", 2, "--requirepass-file: cannot read"},
+    {"serve --admin-pass-file {missing}", 2, "--admin-pass-file: cannot read"},
 };
 
 std::string Expand(std::string text, const std::string& name, const std::string& value) {
