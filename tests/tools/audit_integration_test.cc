@@ -646,6 +646,28 @@ TEST(CliExitCodes, EveryCommandKeepsTheTableAndReportsFailuresAsJson) {
   }
 }
 
+// An empty password, from --requirepass, --admin-pass or their environment
+// variables (`--requirepass "$PASS"` with PASS unset), is a usage error, as an
+// empty password file is: serve took it as no password and served every
+// client without AUTH. `timeout` ends a serve that starts anyway.
+TEST(CliExitCodes, AnEmptyPasswordIsAUsageError) {
+  testing::TempDir tmp;
+  const std::string serve = "serve --port 0 --data-dir " + tmp.str() + "/data ";
+  const std::string bounded = std::string("timeout 5 ") + PREFIXKV_CLI;
+  for (const auto& [env, args] :
+       std::vector<std::pair<std::string, std::string>>{{"", "--requirepass ''"},
+                                                        {"", "--admin-pass ''"},
+                                                        {"PREFIXKV_REQUIREPASS=", ""},
+                                                        {"PREFIXKV_ADMIN_PASS=", ""}}) {
+    SCOPED_TRACE(env + " prefixkv " + serve + args);
+    const CliRun run =
+        testing::RunCliWith(serve + args, "2>&1", "env " + env + " " + bounded);
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_NE(run.output.find("empty"), std::string::npos) << run.output;
+    EXPECT_EQ(run.output.find("listening on"), std::string::npos) << run.output;
+  }
+}
+
 // A command's --help promises a JSON failure line only when it takes --json:
 // repair's and serve's said "with --json a failure prints ..." and refused
 // --json as an unknown flag (route takes none either, architecture.md).

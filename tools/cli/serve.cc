@@ -100,6 +100,13 @@ struct ServeConfig {
   EngineOptions engine;
 };
 
+// Why an empty password given for --NAME is refused rather than taken.
+std::string EmptySecretMeans(const std::string& name) {
+  return name == "requirepass"
+             ? "it would serve every client without AUTH (leave it out for no password)"
+             : "it would leave admin commands off (leave it out for that)";
+}
+
 // A password from --NAME-file (its first line), --NAME or the environment
 // variable `env`, in that order of preference; "" when none is given. Returns
 // an error message or "".
@@ -124,12 +131,18 @@ std::string ReadSecret(const Flags& flags, const std::string& name, const char* 
     *secret = text;
   } else if (flags.Has(name)) {
     *secret = flags.GetString(name);
+    // `--requirepass "$PASS"` with PASS unset served every client without
+    // AUTH, as if no password had been asked for; an empty file is refused.
+    if (secret->empty()) return "--" + name + " is empty: " + EmptySecretMeans(name);
     std::fprintf(stderr,
                  "prefixkv serve: warning: --%s is visible to every user in ps; use "
                  "--%s or %s\n",
                  name.c_str(), file_flag.c_str(), env);
   } else if (const char* value = std::getenv(env)) {
     *secret = value;
+    if (secret->empty()) {
+      return std::string(env) + " is set but empty: " + EmptySecretMeans(name);
+    }
   }
   return "";
 }
