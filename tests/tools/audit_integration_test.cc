@@ -668,6 +668,21 @@ TEST(CliExitCodes, AnEmptyPasswordIsAUsageError) {
   }
 }
 
+// The demo wipes <D>/demo at start: `--data-dir "$DIR"` with DIR unset wiped
+// the working directory's demo/, which the demo never made. An empty
+// --data-dir is a usage error, and that demo/ keeps its files.
+TEST(CliExitCodes, DemoWithAnEmptyDataDirWipesNothing) {
+  testing::TempDir cwd;
+  fs::create_directories(cwd.str() + "/demo");
+  std::ofstream(cwd.str() + "/demo/keep") << "the user's file\n";
+  const CliRun run = testing::RunCliWith("demo --json --turns 1 --data-dir ''", "2>&1",
+                                         "cd " + cwd.str() + " && " + PREFIXKV_CLI);
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("--data-dir must name a directory"), std::string::npos)
+      << run.output;
+  EXPECT_TRUE(fs::exists(cwd.str() + "/demo/keep")) << run.output;
+}
+
 // A command's --help promises a JSON failure line only when it takes --json:
 // repair's and serve's said "with --json a failure prints ..." and refused
 // --json as an unknown flag (route takes none either, architecture.md).

@@ -322,10 +322,16 @@ int RunDemo(const std::vector<std::string>& args) {
   const std::string nodes = flags.GetString("nodes", "1");
   if (nodes != "1" && nodes != "2")
     return UsageError(flags, NotInRange(flags, "nodes", "1 or 2"));
+  const std::string data_dir = flags.GetString("data-dir", "./prefixkv-data");
+  // <D>/demo is wiped at start: `--data-dir "$DIR"` with DIR unset wiped the
+  // working directory's demo/, a directory the demo never made.
+  if (data_dir.empty()) {
+    return UsageError(flags,
+                      "--data-dir must name a directory (its demo/ is wiped at start; "
+                      "an empty one would wipe ./demo)");
+  }
   DemoOptions options;
-  options.dir =
-      (std::filesystem::path(flags.GetString("data-dir", "./prefixkv-data")) / "demo")
-          .string();
+  options.dir = (std::filesystem::path(data_dir) / "demo").string();
   options.turns = static_cast<int>(*turns);
   options.model = flags.GetString("model", "sliding");
   if (!DemoLayerKinds(options.model).ok())
