@@ -570,6 +570,11 @@ constexpr CliCase kCliCases[] = {
      "--bind must be an IPv4 address, not '::1'"},
     {"route --nodes 127.0.0.1:1 --model m:0:float16:KVCache", 2,
      "block tokens must be 1..4194304"},
+    // ROUTE names a model by name: a second --model of it was refused at
+    // start, after the flags passed (exit 1).
+    {"route --nodes 127.0.0.1:1 --model m:16:float16:KVCache --model "
+     "m:32:float16:KVCache",
+     2, "--model 'm' given twice"},
     {"bench frobnicate --json", 2, "unknown suite 'frobnicate'"},
     {"bench core --json --repeats 0", 2, "--repeats must be 1..1000, not '0'"},
     {"bench session --json --context abc", 2, "--context must be 1..65536, not 'abc'"},

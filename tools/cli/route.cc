@@ -112,6 +112,11 @@ std::string Configure(const Flags& flags, route::RouteServerOptions* o) {
   for (const std::string& m : flags.GetAll("model")) {
     NamespaceSpec spec;
     if (std::string e = ParseModel(m, &spec); !e.empty()) return e;
+    // ROUTE names a model by its name alone; RouteServer::Start refused a
+    // second one only after the flags passed (exit 1 for a bad flag).
+    for (const NamespaceSpec& earlier : o->models) {
+      if (earlier.model == spec.model) return "--model '" + spec.model + "' given twice";
+    }
     o->models.push_back(spec);
   }
   if (o->models.empty()) return "give at least one --model";
