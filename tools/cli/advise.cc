@@ -26,7 +26,7 @@ Flags AdviseFlags() {
         "the SSD tier's current size in tokens, at least one block (0: no SSD points)",
         false, "none"},
        {"max-keys", "sampled blocks the advisor remembers at most", false, "32768"},
-       {"max-rate", "the largest share of blocks sampled, (0, 1]", false, "0.125"},
+       {"max-rate", "the largest share of blocks sampled, 1e-06..1", false, "0.125"},
        {"svg",
         "also draw the estimated (and with --check the replayed) curves to this file",
         false, ""},
