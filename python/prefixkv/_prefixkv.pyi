@@ -208,7 +208,8 @@ class Engine:
              write_through: bool = False, create_if_missing: bool = True,
              hot_policy: str = "lru", quiet: bool = False, remote: str = "",
              remote_write: str = "on_spill", event_log: bool = True) -> Engine:
-        """Opens the tiers. data_dir None: RAM only, nothing survives close().
+        """Opens the tiers. data_dir None: RAM only, nothing survives close() ("" is
+        InvalidArgument).
         remote: a Redis Cluster shared by every node, "redis://host:port[,...]"
         (docs/remote.md); remote_write: "on_spill" or "always". event_log: keep the
         numbered KV event log (events(), docs/events.md). A data_dir is NotSupported

@@ -99,7 +99,8 @@ inline constexpr const char* kStoreNote =
 inline constexpr const char* kEngine =
     "prefixkv::Engine. Thread-safe; every call releases the GIL.";
 inline constexpr const char* kOpen =
-    R"doc(Opens the tiers. data_dir None: RAM only, nothing survives close().
+    R"doc(Opens the tiers. data_dir None: RAM only, nothing survives close() ("" is
+InvalidArgument).
 remote: a Redis Cluster shared by every node, "redis://host:port[,...]"
 (docs/remote.md); remote_write: "on_spill" or "always". event_log: keep the
 numbered KV event log (events(), docs/events.md). A data_dir is NotSupported

@@ -248,6 +248,12 @@ std::shared_ptr<PyEngine> OpenEngine(std::optional<std::string> data_dir,
   o.event_log = event_log;
   o.remote = remote;
   o.remote_write = ValueOr(ParseRemoteWriteMode(remote_write));
+  // data_dir="" (an unset variable: os.environ.get("DIR", "")) opened a RAM
+  // only engine, as None does, and every store was lost at close().
+  if (data_dir && data_dir->empty()) {
+    Raise(Status::InvalidArgument(
+        "data_dir is empty: give a directory, or None for a RAM-only engine"));
+  }
   o.data_dir = data_dir.value_or("");
   o.hot_capacity_bytes = hot_bytes;
   o.ssd_capacity_bytes = ssd_bytes;

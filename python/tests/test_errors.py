@@ -119,3 +119,10 @@ def test_a_spec_field_of_the_wrong_type_is_a_type_error_naming_it(engine, field,
                  lambda: engine.explain_miss([1, 2, 3, 4], **{field: value})):
         with pytest.raises(TypeError, match=f"spec field '{field}' takes {takes}"):
             call()
+
+
+def test_an_empty_data_dir_is_refused_not_opened_in_ram():
+    # data_dir="" (an unset variable) opened a RAM-only engine, as None does:
+    # every store acknowledged, all of it gone at close().
+    with pytest.raises(prefixkv.InvalidArgument, match="data_dir is empty"):
+        prefixkv.Engine.open(data_dir="")
