@@ -8,6 +8,22 @@
 
 namespace prefixkv::cache {
 
+namespace {
+
+// A remote copy refused here is reported as PrefixCache::PromoteRemote
+// reports one: the remote tier counts a corruption and a miss (not the hit
+// its read counted) and deletes the value, which the cluster otherwise kept
+// for every node's next Match to find damaged again. A record sound by the
+// codec's default limits (Match's check) that only this node's tighter
+// DecodeLimits refuse is kept for the nodes that can read it.
+void RefuseRemoteCopy(const cache::NamespaceState& ns, const BlockKey& key,
+                      const SharedBytes& payload, const Status& why, bool other_key) {
+  if (!other_key && VerifyBlock(payload).ok()) return;
+  ns.tiers->RejectRemote(key, payload.size(), why.ToString());
+}
+
+}  // namespace
+
 StatusOr<LoadedBlock> LoadBlock(const cache::NamespaceState& ns, const BlockKey& key,
                                 BlockRead read, const DecodeLimits& limits) {
   PKV_ASSIGN_OR_RETURN(TierHit hit, read == BlockRead::kRestore
@@ -20,13 +36,18 @@ StatusOr<LoadedBlock> LoadBlock(const cache::NamespaceState& ns, const BlockKey&
   // Both are decoded without a second checksum pass (one hash pass per SSD
   // read). A remote hit crossed the network: verified in full here.
   const bool local = hit.level == TierLevel::kHot || hit.level == TierLevel::kSsd;
-  PKV_ASSIGN_OR_RETURN(BlockRecord record, local ? DecodeTrustedBlock(hit.payload, limits)
-                                                 : DecodeBlock(hit.payload, limits));
-  if (record.key != key) {
-    return Status::Corruption("block " + key.ToHex() + " holds record " +
-                              record.key.ToHex());
+  StatusOr<BlockRecord> record =
+      local ? DecodeTrustedBlock(hit.payload, limits) : DecodeBlock(hit.payload, limits);
+  const bool other_key = record.ok() && record->key != key;
+  if (other_key) {
+    record = Status::Corruption("block " + key.ToHex() + " holds record " +
+                                record->key.ToHex());
   }
-  return LoadedBlock{std::move(record), hit.level, hit.payload};
+  if (!record.ok()) {
+    if (!local) RefuseRemoteCopy(ns, key, hit.payload, record.status(), other_key);
+    return record.status();
+  }
+  return LoadedBlock{std::move(record).value(), hit.level, hit.payload};
 }
 
 Status PutBlock(const cache::NamespaceState& ns, const BlockRecord& record,

@@ -72,6 +72,16 @@ class EngineRemoteTest : public ::testing::Test {
     ASSERT_OK(node_a_.first->Flush());
   }
 
+  // What the node damaged on disk and in the cluster holds (DamagedNode).
+  struct DamagedBlock {
+    std::unique_ptr<Engine> node;
+    Namespace ns;
+    BlockKey key;
+    std::string record;
+  };
+  void OpenWithABlockDamagedOnDiskAndInTheCluster(const std::vector<int32_t>& tokens,
+                                                  DamagedBlock* out);
+
   std::shared_ptr<FakeRemoteState> state_ = std::make_shared<FakeRemoteState>();
   testing::LogLines log_;
   testing::TempDir dir_;
@@ -553,6 +563,33 @@ bool DamageOnDisk(const std::filesystem::path& data_dir, std::string_view bytes)
   return false;
 }
 
+// Node "a" stores `tokens`' one block, then its cluster copy is damaged
+// inside a sound envelope and, once closed, its SSD copy on disk. Reopened
+// into `out`, the node holds the block on SSD only, and a read of it fails
+// its check there and goes on to the cluster.
+void EngineRemoteTest::OpenWithABlockDamagedOnDiskAndInTheCluster(
+    const std::vector<int32_t>& tokens, DamagedBlock* out) {
+  const EngineOptions o = Node("a", RemoteWriteMode::kAlways);
+  {
+    auto a = Open(o);
+    ASSERT_NE(a, nullptr);
+    ASSERT_OK_AND_ASSIGN(Namespace ns, a->RegisterModel(KvSpec()));
+    ASSERT_OK(a->Store(ns, tokens, KvLayers(2, tokens.size(), rng_)).status());
+    ASSERT_OK(a->Flush());
+    out->key = a->Match(ns, tokens)->keys.at(0);
+    ASSERT_OK_AND_ASSIGN(SharedBytes stored, a->GetBlock(ns, out->key));
+    out->record = std::string(stored.view());
+    DamageTheRecordInsideItsEnvelope(*state_, EngineRemoteTier(*a)->StoreKey(out->key),
+                                     out->key);
+    ASSERT_OK(a->Close());  // the block stays on SSD only
+  }
+  const std::string_view record(out->record);
+  ASSERT_TRUE(DamageOnDisk(o.data_dir, record.substr(record.size() - 64)));
+  out->node = Open(o);
+  ASSERT_NE(out->node, nullptr);
+  ASSERT_OK_AND_ASSIGN(out->ns, out->node->RegisterModel(KvSpec()));
+}
+
 // PKV.GET (Engine::GetBlock) serves a block this node holds, hot or on SSD,
 // checksum-verified (docs/protocol.md). When its SSD copy failed its read
 // (damaged on disk), the read went on to the remote tier, whose value is
@@ -560,31 +597,41 @@ bool DamageOnDisk(const std::filesystem::path& data_dir, std::string_view bytes)
 // sound envelope was served as the block (a Match verifies the record before
 // taking it; this read did not).
 TEST_F(EngineRemoteTest, GetBlockNeverServesTheClustersUnverifiedCopy) {
-  const EngineOptions o = Node("a", RemoteWriteMode::kAlways);
-  const std::vector<int32_t> tokens = Tokens(kBlockTokens);
-  BlockKey key;
-  std::string record;
-  {
-    auto a = Open(o);
-    ASSERT_NE(a, nullptr);
-    ASSERT_OK_AND_ASSIGN(Namespace ns, a->RegisterModel(KvSpec()));
-    ASSERT_OK(a->Store(ns, tokens, KvLayers(2, tokens.size(), rng_)).status());
-    ASSERT_OK(a->Flush());
-    key = a->Match(ns, tokens)->keys.at(0);
-    ASSERT_OK_AND_ASSIGN(SharedBytes stored, a->GetBlock(ns, key));
-    record = std::string(stored.view());
-    DamageTheRecordInsideItsEnvelope(*state_, EngineRemoteTier(*a)->StoreKey(key), key);
-    ASSERT_OK(a->Close());  // the block stays on SSD only
-  }
-  ASSERT_TRUE(
-      DamageOnDisk(o.data_dir, std::string_view(record).substr(record.size() - 64)));
-  auto a = Open(o);
-  ASSERT_NE(a, nullptr);
-  ASSERT_OK_AND_ASSIGN(Namespace ns, a->RegisterModel(KvSpec()));
-  StatusOr<SharedBytes> got = a->GetBlock(ns, key);
+  DamagedBlock d;
+  ASSERT_NO_FATAL_FAILURE(
+      OpenWithABlockDamagedOnDiskAndInTheCluster(Tokens(kBlockTokens), &d));
+  StatusOr<SharedBytes> got = d.node->GetBlock(d.ns, d.key);
   EXPECT_FALSE(got.ok()) << "served " << got->size() << " bytes, "
-                         << (got->view() == record ? "the stored record"
-                                                   : "not the stored record");
+                         << (got->view() == d.record ? "the stored record"
+                                                     : "not the stored record");
+}
+
+// A restore whose SSD read of a matched block fails (damaged on disk) reads
+// the cluster's copy, and refuses it when the record inside its sound
+// envelope is damaged. That refusal is the corruption a Match's would be
+// (PromoteRemote): a miss, not a hit, logged, and the value deleted; it was
+// counted a remote hit (with its bytes read) and left in the cluster for
+// every node's next Match to find damaged again.
+TEST_F(EngineRemoteTest, ARestoreRefusingTheClustersDamagedRecordCountsAndDeletesIt) {
+  const std::vector<int32_t> tokens = Tokens(kBlockTokens);
+  DamagedBlock d;
+  ASSERT_NO_FATAL_FAILURE(OpenWithABlockDamagedOnDiskAndInTheCluster(tokens, &d));
+  Engine* a = d.node.get();
+  ASSERT_OK_AND_ASSIGN(MatchResult m, a->Match(d.ns, tokens));
+  ASSERT_EQ(m.tiers, std::vector<TierLevel>{TierLevel::kSsd});
+  const RemoteCounters before = a->Stats().remote;
+  ASSERT_OK_AND_ASSIGN(RestoreResult r, a->Restore(m));
+  EXPECT_EQ(r.restored_tokens, 0u) << "the damaged record is never restored";
+  ASSERT_OK(a->Flush());  // the remote tier's deletes sent
+  const RemoteCounters c = a->Stats().remote;
+  EXPECT_EQ(c.hits, before.hits) << "the refused record is no hit";
+  EXPECT_EQ(c.misses, before.misses + 1);
+  EXPECT_EQ(c.corruptions, before.corruptions + 1);
+  EXPECT_EQ(c.bytes_read, before.bytes_read);
+  EXPECT_EQ(log_.Count("refused by its reader"), 1);
+  std::lock_guard<std::mutex> lock(state_->mu);
+  EXPECT_EQ(state_->values.count(EngineRemoteTier(*a)->StoreKey(d.key)), 0u)
+      << "the damaged value is deleted";
 }
 
 }  // namespace
