@@ -240,29 +240,34 @@ StatusOr<MatchResult> PrefixCache::Match(Namespace handle,
 bool PrefixCache::PromoteRemote(cache::NamespaceState& ns, const BlockKey& key,
                                 const BlockKey& parent, size_t tokens,
                                 SharedBytes payload) const {
-  // The envelope checked the bytes; the record must also be this block of
-  // this namespace (a chain key names the same block on every node).
   // A value refused here is reported: the remote tier counts it as a
   // corruption (not the hit it counted) and deletes it.
-  StatusOr<RecordIdentity> id = PeekBlockIdentity(payload.view());
-  if (!id.ok() || id->key != key || id->parent != parent || id->namespace_id != ns.root ||
-      id->token_count != tokens) {
-    ns.tiers->RejectRemote(key, payload.size(),
-                           id.ok() ? "its record is not this block of this namespace"
-                                   : id.status().ToString());
-    return false;
-  }
-  // The record's own checksum too, once, before the local tiers hold it:
-  // their reads are decoded without it (block_io.cc). A value another node
-  // wrote with a sound envelope around a damaged record is not taken.
-  if (Status verified = VerifyBlock(payload); !verified.ok()) {
-    ns.tiers->RejectRemote(key, payload.size(), verified.ToString());
+  if (Status checked = CheckRemoteRecord(payload, key, parent, ns.root, tokens);
+      !checked.ok()) {
+    ns.tiers->RejectRemote(key, payload.size(), checked.ToString());
     return false;
   }
   // Stored locally so Restore reads it from RAM (or SSD); when it cannot be
   // stored (pinned copies, no space), Restore reads it remotely again.
   (void)ns.tiers->Promote(ns.MetaFor(key, parent), std::move(payload));
   return true;
+}
+
+Status PrefixCache::CheckRemoteRecord(const SharedBytes& payload, const BlockKey& key,
+                                      const BlockKey& parent,
+                                      const BlockKey& namespace_id, size_t tokens) {
+  // The envelope checked the bytes; the record must also be this block of
+  // this namespace (a chain key names the same block on every node).
+  StatusOr<RecordIdentity> id = PeekBlockIdentity(payload.view());
+  if (!id.ok()) return id.status();
+  if (id->key != key || id->parent != parent || id->namespace_id != namespace_id ||
+      id->token_count != tokens) {
+    return Status::Corruption("its record is not this block of this namespace");
+  }
+  // The record's own checksum too, once, before the local tiers hold it:
+  // their reads are decoded without it (block_io.cc). A value another node
+  // wrote with a sound envelope around a damaged record is not taken.
+  return VerifyBlock(payload);
 }
 
 StatusOr<std::vector<std::pair<BlockKey, BlockKey>>> PrefixCache::RecordedTips(

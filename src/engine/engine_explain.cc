@@ -141,19 +141,38 @@ bool FindOtherNamespace(std::vector<Candidate> candidates, const NamespaceSpec& 
   return true;
 }
 
+// How many of `got` (the remote values of keys[from] on) a Match would take
+// in a row: present, and each record the block asked for, its checksum sound
+// (PrefixCache::CheckRemoteRecord). Counting the values whose envelope
+// checked out said the cluster held blocks a Match refuses.
+uint64_t UsableRemoteRun(const std::vector<std::optional<SharedBytes>>& got,
+                         const BlockKey& root, const std::vector<BlockKey>& keys,
+                         uint64_t from, uint32_t block_tokens) {
+  uint64_t held = 0;
+  for (; held < got.size() && got[held].has_value(); ++held) {
+    const uint64_t i = from + held;
+    const BlockKey& parent = i == 0 ? root : keys[i - 1];
+    if (!PrefixCache::CheckRemoteRecord(*got[held], keys[i], parent, root, block_tokens)
+             .ok()) {
+      break;
+    }
+  }
+  return held;
+}
+
 // With a remote tier: the blocks it holds from keys[from] on, in a row (one
-// batch of at most 256, not counted), and the tokens a restore would give
-// once a Match fetched them: up to the deepest fetched block whose tip-only
-// state is real, else `restorable` blocks. True when the fetch would restore
-// more than the local tiers.
-bool FromRemote(const RemoteTier& remote, const std::vector<BlockKey>& keys,
-                uint64_t from, uint64_t restorable, const std::vector<bool>& tip_only,
-                uint32_t block_tokens, const DecodeLimits& limits, MissExplanation* out) {
+// batch of at most 256, not counted) as a Match would take them, and the
+// tokens a restore would give once a Match fetched them: up to the deepest
+// fetched block whose tip-only state is real, else `restorable` blocks. True
+// when the fetch would restore more than the local tiers.
+bool FromRemote(const RemoteTier& remote, const BlockKey& root,
+                const std::vector<BlockKey>& keys, uint64_t from, uint64_t restorable,
+                const std::vector<bool>& tip_only, uint32_t block_tokens,
+                const DecodeLimits& limits, MissExplanation* out) {
   const size_t n = std::min<size_t>(keys.size() - from, 256);
   const std::vector<std::optional<SharedBytes>> got =
       remote.PeekMany(std::span<const BlockKey>(keys.data() + from, n));
-  uint64_t held = 0;
-  while (held < got.size() && got[held].has_value()) ++held;
+  const uint64_t held = UsableRemoteRun(got, root, keys, from, block_tokens);
   const bool any_tip_only = std::count(tip_only.begin(), tip_only.end(), true) > 0;
   uint64_t after = restorable;
   for (uint64_t j = from + held; j > from; --j) {
@@ -285,8 +304,8 @@ StatusOr<MissExplanation> Engine::ExplainMiss(const NamespaceSpec& spec,
     return out;
   }
   if (impl_->remote_ != nullptr && !choice.shapes_recorded_later &&
-      FromRemote(*impl_->remote_, keys, cached, restorable, tip_only, spec.block_tokens,
-                 impl_->options_.decode_limits, &out)) {
+      FromRemote(*impl_->remote_, out.root, keys, cached, restorable, tip_only,
+                 spec.block_tokens, impl_->options_.decode_limits, &out)) {
     return out;
   }
   if (cached == 0 &&

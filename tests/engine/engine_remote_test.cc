@@ -508,6 +508,29 @@ TEST_F(EngineRemoteTest, ExplainMissSaysTheRemoteTierHoldsWhatTheLocalTiersMiss)
   EXPECT_EQ(nobody.remote_blocks, 0u);
 }
 
+// The remote tier's run as ExplainMiss counts it is what a Match would take:
+// a value whose envelope checks out but whose record is damaged ends it, as
+// it ends the Match (PromoteRemote verifies the record). Counting envelopes
+// only, it said the cluster held all six blocks and 6 blocks' tokens would be
+// restorable once fetched, where the Match takes three.
+TEST_F(EngineRemoteTest, ExplainMissCountsOnlyTheRemoteBlocksAMatchWouldTake) {
+  const std::vector<int32_t> tokens = Tokens(6 * kBlockTokens);
+  StoreOnNodeA(tokens);
+  const BlockKey fourth = node_a_.first->Match(node_a_.second, tokens)->keys.at(3);
+  DamageTheRecordInsideItsEnvelope(
+      *state_, EngineRemoteTier(*node_a_.first)->StoreKey(fourth), fourth);
+  Engine& b = *node_b_.first;
+  ASSERT_OK_AND_ASSIGN(MissExplanation m, b.ExplainMiss(KvSpec(), tokens));
+  EXPECT_EQ(m.kind, MissKind::kInRemote) << m.reason;
+  EXPECT_EQ(m.remote_blocks, 3u) << m.reason;
+  EXPECT_EQ(m.restorable_with_remote_tokens, 3u * kBlockTokens);
+  EXPECT_NE(m.reason.find("the remote tier holds it and 2 block(s) after it"),
+            std::string::npos)
+      << m.reason;
+  ASSERT_OK_AND_ASSIGN(MatchResult match, b.Match(node_b_.second, tokens));
+  EXPECT_EQ(match.matched_tokens(), m.restorable_with_remote_tokens);
+}
+
 // A block Match reads from the cluster is stored locally only if the local
 // tiers still lack it: a conversation stored here meanwhile, whose tip the
 // cluster holds as another node's interior block (its window a placeholder),

@@ -208,6 +208,15 @@ class PrefixCache {
   // from any rotating-family layer that is not a placeholder).
   static WindowPadding DetectWindowPadding(const std::vector<LayerState>& layers);
 
+  // What Match checks of a value the remote tier read back (its envelope
+  // sound) before it takes it: the record is block `key` of namespace
+  // `namespace_id` after `parent`, holding `tokens` tokens, and its own
+  // checksum verifies. Corruption saying why otherwise. ExplainMiss counts the
+  // remote blocks a Match would take with it.
+  static Status CheckRemoteRecord(const SharedBytes& payload, const BlockKey& key,
+                                  const BlockKey& parent, const BlockKey& namespace_id,
+                                  size_t tokens);
+
  private:
   StatusOr<cache::NamespaceState*> Find(Namespace ns) const;
   // True when `payload` (from the remote tier) is block `key` of `ns` after
