@@ -219,13 +219,18 @@ class RemoteTierImpl {
       }
       StatusOr<RemoteTier::Decoded>& d = *decoded[i];
       if (!d.ok()) {
+        gone.push_back(keys[i]);
+        // A look that counts nothing (PeekMany: ExplainMiss) leaves the value
+        // to the next counted read, which counts it once, as the miss each
+        // corruption is, and deletes it; counted here, it was a corruption
+        // no miss accounted for, and the diagnostic deleted it.
+        if (!count) continue;
         corruptions_.fetch_add(1, std::memory_order_relaxed);
         if (!logged_corruption_.exchange(true)) {
           Log("remote tier: " + d.status().ToString() + " for block " + keys[i].ToHex() +
               " (a miss; the value is deleted; logged once)");
         }
         damaged.push_back(store_keys[i]);
-        gone.push_back(keys[i]);
         continue;
       }
       ++hits;

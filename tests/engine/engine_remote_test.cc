@@ -531,6 +531,39 @@ TEST_F(EngineRemoteTest, ExplainMissCountsOnlyTheRemoteBlocksAMatchWouldTake) {
   EXPECT_EQ(match.matched_tokens(), m.restorable_with_remote_tokens);
 }
 
+// ExplainMiss looks without counting (docs/prefix_cache.md), a value whose
+// envelope fails included: it was counted a corruption with no miss (each
+// one is a miss, docs/metrics.md), logged as deleted, and deleted. The
+// Match after it counts the corruption once, as a miss, and deletes it.
+TEST_F(EngineRemoteTest, ExplainMissCountsNoCorruptionAndTheMatchCountsItOnce) {
+  const std::vector<int32_t> tokens = Tokens(6 * kBlockTokens);
+  StoreOnNodeA(tokens);
+  const BlockKey fourth = node_a_.first->Match(node_a_.second, tokens)->keys.at(3);
+  const std::string store_key = EngineRemoteTier(*node_a_.first)->StoreKey(fourth);
+  state_->FlipByte(store_key, 200);
+  Engine& b = *node_b_.first;
+  const RemoteCounters before = b.Stats().remote;
+  ASSERT_OK_AND_ASSIGN(MissExplanation m, b.ExplainMiss(KvSpec(), tokens));
+  EXPECT_EQ(m.remote_blocks, 3u) << m.reason;
+  ASSERT_OK(b.Flush());
+  const RemoteCounters looked = b.Stats().remote;
+  EXPECT_EQ(looked.corruptions, before.corruptions);
+  EXPECT_EQ(looked.misses, before.misses);
+  EXPECT_EQ(log_.Count("the value is deleted"), 0);
+  EXPECT_EQ(state_->values.count(store_key), 1u) << "left for a counted read";
+
+  ASSERT_OK_AND_ASSIGN(MatchResult match, b.Match(node_b_.second, tokens));
+  EXPECT_EQ(match.keys.size(), 3u);
+  ASSERT_OK(b.Flush());
+  const RemoteCounters c = b.Stats().remote;
+  EXPECT_EQ(c.corruptions, before.corruptions + 1);
+  EXPECT_EQ(c.hits, before.hits + 5) << "blocks 0-2 and 4-5 read back intact";
+  EXPECT_EQ(c.misses, before.misses + 1 + (kBlockTokens - 1))
+      << "the damaged 4th, and the partial tails after block 2 asked for then";
+  EXPECT_EQ(log_.Count("the value is deleted"), 1);
+  EXPECT_EQ(state_->values.count(store_key), 0u);
+}
+
 // A block Match reads from the cluster is stored locally only if the local
 // tiers still lack it: a conversation stored here meanwhile, whose tip the
 // cluster holds as another node's interior block (its window a placeholder),
