@@ -17,8 +17,8 @@ namespace {
 // codec's default limits (Match's check) that only this node's tighter
 // DecodeLimits refuse is kept for the nodes that can read it.
 void RefuseRemoteCopy(const cache::NamespaceState& ns, const BlockKey& key,
-                      const SharedBytes& payload, const Status& why, bool other_key) {
-  if (!other_key && VerifyBlock(payload).ok()) return;
+                      const SharedBytes& payload, const Status& why, bool other_block) {
+  if (!other_block && VerifyBlock(payload).ok()) return;
   ns.tiers->RejectRemote(key, payload.size(), why.ToString());
 }
 
@@ -48,6 +48,19 @@ StatusOr<LoadedBlock> LoadBlock(const cache::NamespaceState& ns, const BlockKey&
     return record.status();
   }
   return LoadedBlock{std::move(record).value(), hit.level, hit.payload};
+}
+
+Status CheckRemotePlace(const cache::NamespaceState& ns, const LoadedBlock& block,
+                        const BlockKey& parent, size_t tokens) {
+  if (block.level != TierLevel::kRemote) return Status::OK();
+  const BlockRecord& r = block.record;
+  if (r.parent == parent && r.namespace_id == ns.root && r.token_count == tokens) {
+    return Status::OK();
+  }
+  const Status refused =
+      Status::Corruption("its record is not this block of this namespace");
+  RefuseRemoteCopy(ns, r.key, block.payload, refused, /*other_block=*/true);
+  return refused;
 }
 
 Status PutBlock(const cache::NamespaceState& ns, const BlockRecord& record,

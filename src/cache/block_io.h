@@ -26,6 +26,14 @@ enum class BlockRead { kRestore, kBookkeeping };
 StatusOr<LoadedBlock> LoadBlock(const cache::NamespaceState& ns, const BlockKey& key,
                                 BlockRead read, const DecodeLimits& limits);
 
+// For a block read from the remote tier: Corruption unless its record is the
+// block at its place in the chain (after `parent`, in this namespace,
+// `tokens` tokens), as Match's PromoteRemote checks before taking one; a
+// refused copy is reported as LoadBlock reports one (a corruption, deleted).
+// OK for a block of a local tier.
+Status CheckRemotePlace(const cache::NamespaceState& ns, const LoadedBlock& block,
+                        const BlockKey& parent, size_t tokens);
+
 // Encodes `record` and puts it as a new block.
 Status PutBlock(const cache::NamespaceState& ns, const BlockRecord& record,
                 const EncodeOptions& options);

@@ -79,10 +79,13 @@ std::vector<LoadedBlock> LoadValidBlocks(const cache::NamespaceState& ns,
       const BlockKey parent = i == 0 ? ns.root : match.keys[i - 1];
       const size_t start = i * b;
       const size_t count = std::min(b, match.tokens.size() - start);
-      s = cache::ValidateBlock(
-          ns, block->record, start, parent,
-          std::span<const int32_t>(match.tokens).subspan(start, count),
-          blocks.empty() ? nullptr : &blocks[0].record);
+      s = cache::CheckRemotePlace(ns, *block, parent, count);
+      if (s.ok()) {
+        s = cache::ValidateBlock(
+            ns, block->record, start, parent,
+            std::span<const int32_t>(match.tokens).subspan(start, count),
+            blocks.empty() ? nullptr : &blocks[0].record);
+      }
     }
     if (!s.ok()) {
       *reason = "block " + std::to_string(i) + " (" + match.keys[i].ToHex() +
@@ -161,7 +164,8 @@ std::vector<LoadedBlock> LoadOffChainTip(cache::NamespaceState& ns,
       cache::LoadBlock(ns, best_tip, cache::BlockRead::kRestore, limits);
   if (!tip.ok()) return {};
   const BlockKey parent = best_blocks == 0 ? ns.root : match.keys[best_blocks - 1];
-  if (!cache::ValidateBlock(ns, tip->record, best_blocks * b, parent,
+  if (!cache::CheckRemotePlace(ns, *tip, parent, best_count).ok() ||
+      !cache::ValidateBlock(ns, tip->record, best_blocks * b, parent,
                             tokens.subspan(best_blocks * b, best_count),
                             loaded.empty() ? &tip->record : &loaded[0].record)
            .ok() ||

@@ -79,8 +79,14 @@ class EngineRemoteTest : public ::testing::Test {
     BlockKey key;
     std::string record;
   };
+  using ClusterDamage =
+      std::function<void(const std::string& store_key, const BlockKey&)>;
   void OpenWithABlockDamagedOnDiskAndInTheCluster(const std::vector<int32_t>& tokens,
-                                                  DamagedBlock* out);
+                                                  DamagedBlock* out,
+                                                  const ClusterDamage& damage = {});
+  // A restore on such a node refuses the cluster's copy: a corruption and a
+  // miss, logged, the value deleted.
+  void ExpectARestoreRefusesTheClustersCopy(const ClusterDamage& damage);
 
   std::shared_ptr<FakeRemoteState> state_ = std::make_shared<FakeRemoteState>();
   testing::LogLines log_;
@@ -620,11 +626,11 @@ bool DamageOnDisk(const std::filesystem::path& data_dir, std::string_view bytes)
 }
 
 // Node "a" stores `tokens`' one block, then its cluster copy is damaged
-// inside a sound envelope and, once closed, its SSD copy on disk. Reopened
-// into `out`, the node holds the block on SSD only, and a read of it fails
-// its check there and goes on to the cluster.
+// (by `damage`, else inside a sound envelope) and, once closed, its SSD copy on disk.
+// Reopened into `out`, the node holds the block on SSD only, and a read of it fails its
+// check there and goes on to the cluster.
 void EngineRemoteTest::OpenWithABlockDamagedOnDiskAndInTheCluster(
-    const std::vector<int32_t>& tokens, DamagedBlock* out) {
+    const std::vector<int32_t>& tokens, DamagedBlock* out, const ClusterDamage& damage) {
   const EngineOptions o = Node("a", RemoteWriteMode::kAlways);
   {
     auto a = Open(o);
@@ -635,8 +641,12 @@ void EngineRemoteTest::OpenWithABlockDamagedOnDiskAndInTheCluster(
     out->key = a->Match(ns, tokens)->keys.at(0);
     ASSERT_OK_AND_ASSIGN(SharedBytes stored, a->GetBlock(ns, out->key));
     out->record = std::string(stored.view());
-    DamageTheRecordInsideItsEnvelope(*state_, EngineRemoteTier(*a)->StoreKey(out->key),
-                                     out->key);
+    const std::string store_key = EngineRemoteTier(*a)->StoreKey(out->key);
+    if (damage) {
+      damage(store_key, out->key);
+    } else {
+      DamageTheRecordInsideItsEnvelope(*state_, store_key, out->key);
+    }
     ASSERT_OK(a->Close());  // the block stays on SSD only
   }
   const std::string_view record(out->record);
@@ -668,10 +678,10 @@ TEST_F(EngineRemoteTest, GetBlockNeverServesTheClustersUnverifiedCopy) {
 // (PromoteRemote): a miss, not a hit, logged, and the value deleted; it was
 // counted a remote hit (with its bytes read) and left in the cluster for
 // every node's next Match to find damaged again.
-TEST_F(EngineRemoteTest, ARestoreRefusingTheClustersDamagedRecordCountsAndDeletesIt) {
+void EngineRemoteTest::ExpectARestoreRefusesTheClustersCopy(const ClusterDamage& damage) {
   const std::vector<int32_t> tokens = Tokens(kBlockTokens);
   DamagedBlock d;
-  ASSERT_NO_FATAL_FAILURE(OpenWithABlockDamagedOnDiskAndInTheCluster(tokens, &d));
+  ASSERT_NO_FATAL_FAILURE(OpenWithABlockDamagedOnDiskAndInTheCluster(tokens, &d, damage));
   Engine* a = d.node.get();
   ASSERT_OK_AND_ASSIGN(MatchResult m, a->Match(d.ns, tokens));
   ASSERT_EQ(m.tiers, std::vector<TierLevel>{TierLevel::kSsd});
@@ -688,6 +698,28 @@ TEST_F(EngineRemoteTest, ARestoreRefusingTheClustersDamagedRecordCountsAndDelete
   std::lock_guard<std::mutex> lock(state_->mu);
   EXPECT_EQ(state_->values.count(EngineRemoteTier(*a)->StoreKey(d.key)), 0u)
       << "the damaged value is deleted";
+}
+
+TEST_F(EngineRemoteTest, ARestoreRefusingTheClustersDamagedRecordCountsAndDeletesIt) {
+  ExpectARestoreRefusesTheClustersCopy({});
+}
+
+// The same for a record with a sound checksum that is not the block asked
+// for (another parent under the same key, as another node's defect would
+// write it): Match's PromoteRemote refuses it as a corruption; the restore's
+// check (ValidateBlock) refused it as well but counted it a hit and kept it.
+TEST_F(EngineRemoteTest,
+       ARestoreRefusingTheClustersRecordOfAnotherParentCountsAndDeletesIt) {
+  ExpectARestoreRefusesTheClustersCopy([&](const std::string& store_key,
+                                           const BlockKey& key) {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    std::string& value = state_->values.at(store_key);
+    ASSERT_OK_AND_ASSIGN(RemoteTier::Decoded d, RemoteTier::DecodeEnvelope(key, value));
+    ASSERT_OK_AND_ASSIGN(BlockRecord record, DecodeBlock(d.payload));
+    record.parent = key;  // not the namespace root it follows
+    ASSERT_OK_AND_ASSIGN(SharedBytes relinked, EncodeBlock(record));
+    value = RemoteTier::EncodeEnvelope(d.meta, std::string(relinked.view()));
+  });
 }
 
 }  // namespace
