@@ -374,9 +374,10 @@ struct MissExplanation {
   bool other_has_manifest = false;
   std::vector<ManifestDifference> differences;
   // With a remote tier the namespace uses: the blocks from the first one the
-  // local tiers miss on that the remote tier holds in a row (at most 256
-  // looked up, without counting), and the tokens a restore would give once a
-  // Match fetched them (after the tip-only walk-back). 0 without one.
+  // local tiers miss on that the remote tier holds in a row, each checked as a
+  // Match checks it (at most 256 looked up, without counting), and the tokens
+  // a restore would give once a Match fetched them (after the tip-only
+  // walk-back). 0 without one.
   uint64_t remote_blocks = 0;
   uint64_t restorable_with_remote_tokens = 0;
 };

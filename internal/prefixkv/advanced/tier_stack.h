@@ -187,9 +187,9 @@ class TierStack final : private EvictionListener {
   // remote tier. Nothing is stored locally: the caller checks that each
   // payload is the block it asked for, then Promote()s it.
   std::vector<std::optional<SharedBytes>> FetchRemote(std::span<const BlockKey> keys);
-  // A payload FetchRemote returned that the caller refused (its record is
-  // damaged, or not the block asked for): the remote tier counts it as a
-  // corruption and drops it (BlockTier::ReportDamaged).
+  // A payload FetchRemote (or Get, a restore's read) returned that the caller
+  // refused (its record is damaged, or not the block asked for): the remote
+  // tier counts it as a corruption and drops it (BlockTier::ReportDamaged).
   void RejectRemote(const BlockKey& key, uint64_t bytes, std::string_view why);
   // Stores a block fetched from the remote tier into the local tiers: Put,
   // without handing it back to the remote tier. A block a local tier holds
