@@ -205,7 +205,7 @@ class RemoteTierImpl {
     std::vector<std::string> damaged;
     std::vector<BlockMeta> present;
     std::vector<BlockKey> gone;  // read back absent or damaged
-    uint64_t hits = 0, bytes = 0;
+    uint64_t hits = 0, bytes = 0, corruptions = 0;
     for (size_t i = 0; i < keys.size(); ++i) {
       if (!values[i].has_value()) {
         // Absent, its master answered: not known present any more, though
@@ -225,7 +225,7 @@ class RemoteTierImpl {
         // corruption is, and deletes it; counted here, it was a corruption
         // no miss accounted for, and the diagnostic deleted it.
         if (!count) continue;
-        corruptions_.fetch_add(1, std::memory_order_relaxed);
+        ++corruptions;
         if (!logged_corruption_.exchange(true)) {
           Log("remote tier: " + d.status().ToString() + " for block " + keys[i].ToHex() +
               " (a miss; the value is deleted; logged once)");
@@ -239,13 +239,17 @@ class RemoteTierImpl {
       if (metas != nullptr) (*metas)[i] = d->meta;
       out[i] = std::move(d->payload);
     }
-    if (count) {
-      hits_.fetch_add(hits, std::memory_order_relaxed);
-      misses_.fetch_add(keys.size() - hits, std::memory_order_relaxed);
-      bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
-    }
-    if (!present.empty() || !gone.empty()) {
+    if (count || !present.empty() || !gone.empty()) {
       MutexLock lock(&mu_);
+      // The read's counts at once, under the lock Counters() copies them
+      // under: one scrape sees all of them or none (no corruption without
+      // its miss, no hit without its bytes).
+      if (count) {
+        reads_.hits += hits;
+        reads_.misses += keys.size() - hits;
+        reads_.corruptions += corruptions;
+        reads_.bytes_read += bytes;
+      }
       for (const BlockMeta& m : present) NoteKnownPresent(m);
       for (const BlockKey& k : gone) ForgetKnownPresent(k);
     }
@@ -254,30 +258,30 @@ class RemoteTierImpl {
   }
 
   void ReportDamaged(const BlockKey& key, uint64_t bytes, std::string_view why) {
-    hits_.fetch_sub(1, std::memory_order_relaxed);  // counted by the read
-    misses_.fetch_add(1, std::memory_order_relaxed);
-    bytes_read_.fetch_sub(bytes, std::memory_order_relaxed);
-    corruptions_.fetch_add(1, std::memory_order_relaxed);
+    {
+      MutexLock lock(&mu_);  // as Fetch counts, all at once
+      --reads_.hits;         // counted by the read
+      ++reads_.misses;
+      reads_.bytes_read -= bytes;
+      ++reads_.corruptions;
+      ForgetKnownPresent(key);
+    }
     if (!logged_corruption_.exchange(true)) {
       Log("remote tier: block " + key.ToHex() + " refused by its reader: " +
           std::string(why) + " (a miss; the value is deleted; logged once)");
-    }
-    {
-      MutexLock lock(&mu_);
-      ForgetKnownPresent(key);
     }
     QueueDeletes({StoreKey(key)});
   }
 
   RemoteCounters Counters() const {
     RemoteCounters c;
-    c.hits = hits_.load(std::memory_order_relaxed);
-    c.misses = misses_.load(std::memory_order_relaxed);
-    c.corruptions = corruptions_.load(std::memory_order_relaxed);
     c.errors = errors_.load(std::memory_order_relaxed);
-    c.bytes_read = bytes_read_.load(std::memory_order_relaxed);
     c.available = available_.load(std::memory_order_relaxed);
     MutexLock lock(&mu_);
+    c.hits = reads_.hits;
+    c.misses = reads_.misses;
+    c.corruptions = reads_.corruptions;
+    c.bytes_read = reads_.bytes_read;
     c.bytes_written = bytes_written_;
     c.writes = writes_;
     c.dropped = dropped_;
@@ -623,7 +627,7 @@ class RemoteTierImpl {
   RemoteTierOptions options_;
   std::vector<std::thread> writers_;
 
-  std::atomic<uint64_t> hits_{0}, misses_{0}, corruptions_{0}, errors_{0}, bytes_read_{0};
+  std::atomic<uint64_t> errors_{0};
   std::atomic<bool> available_{false};
   std::atomic<bool> outage_logged_{false};
   std::atomic<bool> logged_corruption_{false};
@@ -643,6 +647,13 @@ class RemoteTierImpl {
   // number: Flush waits until none up to its own call's is left.
   uint64_t next_seq_ GUARDED_BY(mu_) = 0;
   std::set<uint64_t> pending_ GUARDED_BY(mu_);
+  // What the reads counted, added under mu_ a read at a time (Fetch,
+  // ReportDamaged): read one by one as they changed, a scrape could show a
+  // corruption without its miss, or a refused hit's bytes still read.
+  struct ReadCounts {
+    uint64_t hits = 0, misses = 0, corruptions = 0, bytes_read = 0;
+  };
+  ReadCounts reads_ GUARDED_BY(mu_);
   uint64_t writes_ GUARDED_BY(mu_) = 0;
   uint64_t bytes_written_ GUARDED_BY(mu_) = 0;
   uint64_t dropped_ GUARDED_BY(mu_) = 0;

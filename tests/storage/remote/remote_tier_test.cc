@@ -291,6 +291,37 @@ TEST_F(RemoteTierTest, ADamagedValueIsACountedMissDeletedAndLoggedOnce) {
   EXPECT_EQ(log_.Count("checksum mismatch") + log_.Count("envelope"), 1);
 }
 
+// A scrape (INFO, /metrics) may come at any moment of a read: here at the log
+// line of the read's first corruption, from inside the read. Its counters
+// are each read's whole count or none of it: a corruption with its miss,
+// hits and misses one per block asked for. The counters were read one by
+// one as the read added to them, a corruption before its miss, so a scrape
+// showed more corruptions than misses.
+TEST_F(RemoteTierTest, AScrapeDuringAReadSeesItsCountsWholeOrNotAtAll) {
+  std::atomic<RemoteTier*> scraping{nullptr};
+  std::vector<RemoteCounters> scraped;  // the reading thread's only
+  RemoteTierOptions o;
+  o.log = [&](std::string_view) {
+    if (RemoteTier* tier = scraping.load()) scraped.push_back(tier->Counters());
+  };
+  auto tier = RemoteTier::Open(std::make_unique<FakeRemoteStore>(state_), o);
+  for (uint64_t i = 0; i < 2; ++i) ASSERT_OK(tier->Put(Meta(i), Payload(i), false));
+  tier->Flush();
+  state_->FlipByte(tier->StoreKey(Meta(1).key), 5);
+  scraping = tier.get();
+  const std::vector<BlockKey> keys = {Meta(0).key, Meta(1).key};
+  EXPECT_FALSE(tier->GetMany(keys)[1].has_value());
+  scraping = nullptr;
+  scraped.push_back(tier->Counters());
+  ASSERT_EQ(scraped.size(), 2u) << "the corruption is logged";
+  for (const RemoteCounters& c : scraped) {
+    EXPECT_LE(c.corruptions, c.misses) << "each corruption is a miss";
+    EXPECT_EQ(c.hits + c.misses, c.misses == 0 ? 0u : 2u) << "one count per block";
+    EXPECT_EQ(c.bytes_read, c.hits * Payload(0).size());
+  }
+  EXPECT_EQ(scraped.back().corruptions, 1u);
+}
+
 TEST_F(RemoteTierTest, ADownStoreIsMissesAndFailedWritesLoggedOncePerOutage) {
   auto tier = Open();
   ASSERT_OK(tier->Put(Meta(0), Payload(0), false));
