@@ -20,26 +20,6 @@ PrefixCacheOptions WithTokens(PrefixCacheOptions options) {
   return options;
 }
 
-// The chain keys of the partial tails after `parent`, shortest first: the
-// n-th is ChainKey(parent, tail.first(n)), the hash of the parent's bytes and
-// the first n tokens', read off one stream after each token. A ChainKey per
-// length hashed the tail again for each (tail.size()^2 / 2 tokens): in a
-// namespace of large blocks (PKV.REGISTER takes up to 4,194,304 tokens) one
-// Match of a long prompt hashed terabytes and held its thread for hours.
-std::vector<BlockKey> TailKeys(const BlockKey& parent, std::span<const int32_t> tail) {
-  std::vector<BlockKey> keys;
-  keys.reserve(tail.size());
-  HashStream stream(HashStream::Width::k128);
-  uint8_t parent_bytes[16];
-  parent.EncodeTo(parent_bytes);
-  stream.Update(parent_bytes, sizeof(parent_bytes));
-  for (const int32_t& token : tail) {
-    stream.Update(&token, sizeof(token));  // memory order, as ChainKey hashes it
-    keys.push_back(stream.Digest128());
-  }
-  return keys;
-}
-
 }  // namespace
 
 PrefixCache::PrefixCache(TierStack* tiers, PrefixCacheOptions options)
@@ -251,6 +231,27 @@ bool PrefixCache::PromoteRemote(cache::NamespaceState& ns, const BlockKey& key,
   // stored (pinned copies, no space), Restore reads it remotely again.
   (void)ns.tiers->Promote(ns.MetaFor(key, parent), std::move(payload));
   return true;
+}
+
+// The chain keys of the partial tails after `parent`, shortest first: the
+// n-th is ChainKey(parent, tail.first(n)), the hash of the parent's bytes and
+// the first n tokens', read off one stream after each token. A ChainKey per
+// length hashed the tail again for each (tail.size()^2 / 2 tokens): in a
+// namespace of large blocks (PKV.REGISTER takes up to 4,194,304 tokens) one
+// Match of a long prompt hashed terabytes and held its thread for hours.
+std::vector<BlockKey> PrefixCache::TailKeys(const BlockKey& parent,
+                                            std::span<const int32_t> tail) {
+  std::vector<BlockKey> keys;
+  keys.reserve(tail.size());
+  HashStream stream(HashStream::Width::k128);
+  uint8_t parent_bytes[16];
+  parent.EncodeTo(parent_bytes);
+  stream.Update(parent_bytes, sizeof(parent_bytes));
+  for (const int32_t& token : tail) {
+    stream.Update(&token, sizeof(token));  // memory order, as ChainKey hashes it
+    keys.push_back(stream.Digest128());
+  }
+  return keys;
 }
 
 Status PrefixCache::CheckRemoteRecord(const SharedBytes& payload, const BlockKey& key,

@@ -6,6 +6,7 @@
 // the first block is missing, another namespace that holds it with the fields
 // its manifest differs in. docs/prefix_cache.md "Explaining a miss".
 #include <algorithm>
+#include <functional>
 #include <optional>
 
 #include "engine_impl.h"
@@ -61,6 +62,53 @@ bool TipStateIsReal(const BlockRecord& rec, const std::vector<bool>& tip_only) {
     if (tip_only[i] && rec.layers[i].placeholder) return false;
   }
   return true;
+}
+
+// A partial tail a Match takes after the prompt's full blocks.
+struct Tail {
+  uint64_t tokens = 0;      // 0: none
+  bool remote = false;      // the remote tier's: a Match fetches it
+  bool restorable = false;  // a restore keeps it (tip-only layers: state real)
+};
+
+// Whether a restore ending at `payload` keeps it: a read that fails does
+// not; with tip-only layers, its window/recurrent state must be real (the
+// walk-back stops at the deepest such block).
+bool EndsARestore(const StatusOr<SharedBytes>& payload, const std::vector<bool>& tip_only,
+                  const DecodeLimits& limits) {
+  if (!payload.ok()) return false;
+  if (std::count(tip_only.begin(), tip_only.end(), true) == 0) return true;
+  StatusOr<BlockRecord> rec = DecodeBlock(*payload, limits);
+  return rec.ok() && TipStateIsReal(*rec, tip_only);
+}
+
+// The partial tail a Match takes after the prompt's full blocks (`parent`:
+// the last of them, or the root; `rest`: the tokens after them), as it looks
+// for one: the longest the local tiers hold, else, with `remote`, the
+// longest the remote tier holds whose record a Match takes (looked up
+// without counting).
+Tail TailAfterChain(const BlockSource& source, const RemoteTier* remote,
+                    const BlockKey& root, const BlockKey& parent,
+                    std::span<const int32_t> rest, uint32_t block_tokens,
+                    const std::vector<bool>& tip_only, const DecodeLimits& limits) {
+  const size_t longest = std::min<size_t>(block_tokens - 1, rest.size());
+  if (longest == 0) return {};
+  const std::vector<BlockKey> keys = PrefixCache::TailKeys(parent, rest.first(longest));
+  for (size_t n = longest; n > 0; --n) {
+    if (source.Has(keys[n - 1]))
+      return {n, false, EndsARestore(source.Peek(keys[n - 1]), tip_only, limits)};
+  }
+  if (remote == nullptr) return {};
+  const std::vector<BlockKey> longest_first(keys.rbegin(), keys.rend());
+  const std::vector<std::optional<SharedBytes>> got = remote->PeekMany(longest_first);
+  for (size_t i = 0; i < got.size(); ++i) {
+    const size_t n = longest - i;
+    if (got[i].has_value() &&
+        PrefixCache::CheckRemoteRecord(*got[i], longest_first[i], parent, root, n).ok()) {
+      return {n, true, EndsARestore(*got[i], tip_only, limits)};
+    }
+  }
+  return {};
 }
 
 std::string Block(int64_t index, const BlockKey& key) {
@@ -161,35 +209,38 @@ uint64_t UsableRemoteRun(const std::vector<std::optional<SharedBytes>>& got,
 }
 
 // With a remote tier: the blocks it holds from keys[from] on, in a row (one
-// batch of at most 256, not counted) as a Match would take them, and the
-// tokens a restore would give once a Match fetched them: up to the deepest
-// fetched block whose tip-only state is real, else `restorable` blocks. True
-// when the fetch would restore more than the local tiers.
+// batch of at most 256, not counted) as a Match would take them, with the
+// partial tail after them when they reach the prompt's last full block
+// (`tail_after_chain`), and the tokens a restore would give once a Match
+// fetched them: up to the deepest fetched block whose tip-only state is
+// real, else `restorable` blocks. True when the fetch would restore more
+// than the local tiers.
 bool FromRemote(const RemoteTier& remote, const BlockKey& root,
                 const std::vector<BlockKey>& keys, uint64_t from, uint64_t restorable,
                 const std::vector<bool>& tip_only, uint32_t block_tokens,
-                const DecodeLimits& limits, MissExplanation* out) {
+                const DecodeLimits& limits, const std::function<Tail()>& tail_after_chain,
+                MissExplanation* out) {
   const size_t n = std::min<size_t>(keys.size() - from, 256);
   const std::vector<std::optional<SharedBytes>> got =
       remote.PeekMany(std::span<const BlockKey>(keys.data() + from, n));
   const uint64_t held = UsableRemoteRun(got, root, keys, from, block_tokens);
-  const bool any_tip_only = std::count(tip_only.begin(), tip_only.end(), true) > 0;
-  uint64_t after = restorable;
-  for (uint64_t j = from + held; j > from; --j) {
-    StatusOr<BlockRecord> rec =
-        any_tip_only ? DecodeBlock(*got[j - 1 - from], limits) : BlockRecord{};
-    if (!any_tip_only || (rec.ok() && TipStateIsReal(*rec, tip_only))) {
-      after = j;
+  const Tail tail = held > 0 && from + held == keys.size() ? tail_after_chain() : Tail{};
+  uint64_t after = restorable * block_tokens;  // tokens
+  for (uint64_t j = from + held; !tail.restorable && j > from; --j) {
+    if (EndsARestore(*got[j - 1 - from], tip_only, limits)) {
+      after = j * block_tokens;
       break;
     }
   }
-  out->remote_blocks = held;
-  out->restorable_with_remote_tokens = after * block_tokens;
-  if (after <= restorable) return false;
+  if (tail.restorable) after = keys.size() * block_tokens + tail.tokens;
+  out->remote_blocks = held + (tail.remote ? 1 : 0);
+  out->restorable_with_remote_tokens = after;
+  if (after <= restorable * block_tokens) return false;
   out->kind = MissKind::kInRemote;
   out->reason = Block(out->first_missed_block, out->first_missed_key) +
                 " is not in the local tiers, but the remote tier holds it and " +
-                std::to_string(held - 1) + " block(s) after it: a Match fetches them (" +
+                std::to_string(out->remote_blocks - 1) +
+                " block(s) after it: a Match fetches them (" +
                 std::to_string(out->restorable_with_remote_tokens) +
                 " tokens restorable then)";
   return true;
@@ -242,6 +293,9 @@ StatusOr<MissExplanation> Engine::ExplainMiss(const NamespaceSpec& spec,
   PKV_ASSIGN_OR_RETURN(RootChoice choice, impl_->ChooseRoot(spec, fingerprint));
   out.prompt_tokens = tokens.size();
   BlockSource source{nullptr, impl_->ssd_.get()};
+  // Whether a Match looks for partial tails: the registered model's option;
+  // unregistered (a tool's look), any tail stored is looked for.
+  bool tails = true;
   {
     MutexLock lock(&impl_->mu_);
     choice = impl_->UnlessHeldInThisRun(choice, fingerprint);
@@ -250,6 +304,7 @@ StatusOr<MissExplanation> Engine::ExplainMiss(const NamespaceSpec& spec,
       if (m->fingerprint != fingerprint) continue;
       source = {impl_->stack_.get(), nullptr};
       out.root = m->ns.root;
+      tails = m->options.store_partial_tail;
     }
   }
   std::vector<bool> tip_only;
@@ -280,19 +335,58 @@ StatusOr<MissExplanation> Engine::ExplainMiss(const NamespaceSpec& spec,
   }
   out.cached_blocks = cached;
   out.restorable_tokens = restorable * spec.block_tokens;
-  if (restorable == keys.size()) {
+  const RemoteTier* remote =
+      choice.shapes_recorded_later ? nullptr : impl_->remote_.get();
+  // The partial tail after the full blocks is the chain's last block to a
+  // Match, and a restore gives it (with tip-only layers the walk-back stops
+  // at it when its state is real: the interior blocks before it are
+  // placeholders). Counting full blocks only, a conversation whose tip is
+  // its tail was said stripped to 0 tokens, or in no tier.
+  const uint64_t full_tokens = keys.size() * spec.block_tokens;
+  auto tail_after_chain = [&] {
+    return tails ? TailAfterChain(source, remote, out.root,
+                                  keys.empty() ? out.root : keys.back(),
+                                  tokens.subspan(full_tokens), spec.block_tokens,
+                                  tip_only, impl_->options_.decode_limits)
+                 : Tail{};
+  };
+  const Tail tail = cached == keys.size() ? tail_after_chain() : Tail{};
+  const bool local_tail = tail.restorable && !tail.remote;
+  if (local_tail) out.restorable_tokens = full_tokens + tail.tokens;
+  if (tail.remote) {
+    out.remote_blocks = 1;
+    out.restorable_with_remote_tokens =
+        tail.restorable ? full_tokens + tail.tokens : out.restorable_tokens;
+  }
+  const std::string remote_tail =
+      "the remote tier holds a partial tail of " + std::to_string(tail.tokens) +
+      " token(s) after them: a Match fetches it (" +
+      std::to_string(out.restorable_with_remote_tokens) + " tokens restorable then)";
+  if (restorable == keys.size() || local_tail) {
     out.reason =
         "no miss: every full block (" + std::to_string(keys.size()) + ") is cached";
+    if (local_tail) {
+      out.reason += " and a partial tail of " + std::to_string(tail.tokens) + " token(s)";
+    }
     if (tokens.size() > out.restorable_tokens) {
       out.reason += "; the last " +
                     std::to_string(tokens.size() - out.restorable_tokens) +
                     " token(s) are not a full block";
     }
+    if (tail.remote && tail.restorable) out.reason += "; " + remote_tail;
     return out;
   }
   out.first_missed_block =
       static_cast<int64_t>(restorable < cached ? restorable : cached);
   out.first_missed_key = keys[out.first_missed_block];
+  if (tail.remote && tail.restorable) {
+    out.kind = MissKind::kInRemote;
+    out.reason = Block(out.first_missed_block, out.first_missed_key) + " to block " +
+                 std::to_string(cached - 1) +
+                 " are cached with a placeholder window/recurrent state, and " +
+                 remote_tail;
+    return out;
+  }
   if (restorable < cached) {
     out.kind = MissKind::kStripped;
     out.reason =
@@ -303,9 +397,9 @@ StatusOr<MissExplanation> Engine::ExplainMiss(const NamespaceSpec& spec,
         std::to_string(out.restorable_tokens) + " tokens";
     return out;
   }
-  if (impl_->remote_ != nullptr && !choice.shapes_recorded_later &&
-      FromRemote(*impl_->remote_, out.root, keys, cached, restorable, tip_only,
-                 spec.block_tokens, impl_->options_.decode_limits, &out)) {
+  if (remote != nullptr &&
+      FromRemote(*remote, out.root, keys, cached, restorable, tip_only, spec.block_tokens,
+                 impl_->options_.decode_limits, tail_after_chain, &out)) {
     return out;
   }
   if (cached == 0 &&

@@ -496,22 +496,52 @@ TEST_F(EngineRemoteTest, ExplainMissSaysTheRemoteTierHoldsWhatTheLocalTiersMiss)
   EXPECT_EQ(MissKindName(m.kind), "in-remote");
   EXPECT_EQ(m.cached_blocks, 0u);
   EXPECT_EQ(m.first_missed_block, 0);
-  EXPECT_EQ(m.remote_blocks, 6u);
-  EXPECT_EQ(m.restorable_with_remote_tokens, 6u * kBlockTokens);
-  EXPECT_NE(m.reason.find("the remote tier holds it and 5 block(s) after it"),
+  EXPECT_EQ(m.remote_blocks, 7u) << "six full blocks and the 2-token tail";
+  EXPECT_EQ(m.restorable_with_remote_tokens, tokens.size());
+  EXPECT_NE(m.reason.find("the remote tier holds it and 6 block(s) after it"),
             std::string::npos)
       << m.reason;
   const RemoteCounters after = b.Stats().remote;
   EXPECT_EQ(after.hits, before.hits);
   EXPECT_EQ(after.misses, before.misses);
   ASSERT_OK_AND_ASSIGN(MatchResult match, b.Match(node_b_.second, tokens));
-  EXPECT_GE(match.matched_tokens(), 6u * kBlockTokens);
+  EXPECT_EQ(match.matched_tokens(), m.restorable_with_remote_tokens);
   ASSERT_OK_AND_ASSIGN(MissExplanation fetched, b.ExplainMiss(KvSpec(), tokens));
   EXPECT_EQ(fetched.kind, MissKind::kNone) << fetched.reason;
+  EXPECT_EQ(fetched.restorable_tokens, tokens.size()) << fetched.reason;
   ASSERT_OK_AND_ASSIGN(MissExplanation nobody,
                        b.ExplainMiss(KvSpec(), Tokens(3 * kBlockTokens, 5000)));
   EXPECT_NE(nobody.kind, MissKind::kInRemote) << nobody.reason;
   EXPECT_EQ(nobody.remote_blocks, 0u);
+}
+
+// A sliding-window conversation another node stored with its partial tail:
+// the cluster holds the full blocks as interior placeholders and the tail as
+// the tip, its window real. A Match fetches the chain and the tail, and the
+// restore gives every token; ExplainMiss counted full blocks only, so it
+// walked back past the placeholders to nothing and named block 0 never
+// stored, and once fetched called the blocks stripped (0 tokens).
+TEST_F(EngineRemoteTest, ExplainMissCountsThePartialTailAMatchTakes) {
+  ModelOptions tail;
+  tail.store_partial_tail = true;
+  ASSERT_NO_FATAL_FAILURE(OpenNodes(WindowSpec(), tail));
+  const std::vector<int32_t> tokens = Tokens(2 * kBlockTokens + 3);
+  ASSERT_OK(
+      node_a_.first->Store(node_a_.second, tokens, WindowLayers(tokens.size(), rng_))
+          .status());
+  ASSERT_OK(node_a_.first->Flush());
+  Engine& b = *node_b_.first;
+  ASSERT_OK_AND_ASSIGN(MissExplanation m, b.ExplainMiss(WindowSpec(), tokens));
+  EXPECT_EQ(m.kind, MissKind::kInRemote) << m.reason;
+  EXPECT_EQ(m.restorable_tokens, 0u);
+  EXPECT_EQ(m.remote_blocks, 3u) << "two full blocks and the tail";
+  EXPECT_EQ(m.restorable_with_remote_tokens, tokens.size()) << m.reason;
+  ASSERT_OK_AND_ASSIGN(MatchResult match, b.Match(node_b_.second, tokens));
+  ASSERT_OK_AND_ASSIGN(RestoreResult r, b.Restore(match));
+  EXPECT_EQ(r.restored_tokens, tokens.size()) << r.reason;
+  ASSERT_OK_AND_ASSIGN(MissExplanation fetched, b.ExplainMiss(WindowSpec(), tokens));
+  EXPECT_EQ(fetched.kind, MissKind::kNone) << fetched.reason;
+  EXPECT_EQ(fetched.restorable_tokens, tokens.size()) << fetched.reason;
 }
 
 // The remote tier's run as ExplainMiss counts it is what a Match would take:

@@ -216,6 +216,11 @@ class PrefixCache {
   static Status CheckRemoteRecord(const SharedBytes& payload, const BlockKey& key,
                                   const BlockKey& parent, const BlockKey& namespace_id,
                                   size_t tokens);
+  // The chain keys of the partial tails after `parent`, shortest first: the
+  // n-th is ChainKey(parent, tail.first(n)), read off one hash stream (Match
+  // looks them up, and ExplainMiss as Match does).
+  static std::vector<BlockKey> TailKeys(const BlockKey& parent,
+                                        std::span<const int32_t> tail);
 
  private:
   StatusOr<cache::NamespaceState*> Find(Namespace ns) const;
