@@ -2,6 +2,7 @@
 // the router; reconnection and resnapshot.
 #include "tools/route/event_feed.h"
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -71,6 +72,16 @@ std::string LaterId(const std::string& a, const std::string& b) {
 // backlog), and was marked available at every reconnect until its XREAD
 // timed out.
 bool Answers(RespClient& client) { return client.Command({"PING"}).ok(); }
+
+// Whether an error reply says the server has no such command (Redis and its
+// kin: "ERR unknown command ..."; "NOPERM ...": its ACL will not run it).
+// Any other error is the server's trouble of a moment (a prefixkv node whose
+// event log cannot reserve sequence numbers answers Unavailable).
+bool LacksTheCommand(const RespValue& reply) {
+  std::string text = reply.str;
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text.find("unknown command") != std::string::npos || text.starts_with("noperm");
+}
 
 }  // namespace
 
@@ -251,7 +262,15 @@ StatusOr<std::string> EventFeed::Bootstrap(RespClient& client) {
   PKV_ASSIGN_OR_RETURN(RespValue snap, client.Command({"PKV.SNAPSHOT"}));
   std::vector<KvEvent> blocks;
   std::string id;
-  if (!ParseSnapshotReply(snap, &blocks, &id).ok()) return std::string();
+  if (!ParseSnapshotReply(snap, &blocks, &id).ok()) {
+    // Only a server without PKV.SNAPSHOT goes on without the node's blocks
+    // (from its log's start or its head). An error of a moment taken for
+    // that (Unavailable, to the first page and this form) left the router
+    // without them for good: made again at the next connection.
+    if (snap.type == Type::kError && !LacksTheCommand(snap))
+      return Status::Unavailable("PKV.SNAPSHOT: " + snap.str);
+    return std::string();
+  }
   for (const KvEvent& e : blocks) router_->Apply(options_.node, e);
   applied_ += blocks.size();
   ++snapshot_pages_;

@@ -106,8 +106,9 @@ class EventFeed {
   // Applies the node's PKV.SNAPSHOT, page by page: the id to go on after
   // (the first page's), empty when the node has no usable PKV.SNAPSHOT (the
   // router then knows nothing of it); an error when the connection fails,
-  // a page after the first is answered an error, or Stop() was asked
-  // (between two pages).
+  // a page after the first is answered an error, the unpaged form an error
+  // other than "unknown command" (a node's trouble of a moment, not a server
+  // without PKV.SNAPSHOT), or Stop() was asked (between two pages).
   StatusOr<std::string> Bootstrap(RespClient& client);
 
   const EventFeedOptions options_;
