@@ -808,20 +808,25 @@ TEST(RouteServerStop, EndsEveryFeedAtOnce) {
       << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
 }
 
+RespValue StringValue(std::string s) {
+  RespValue v;
+  v.type = RespValue::Type::kString;
+  v.str = std::move(s);
+  return v;
+}
+
+// A stream entry [id, [field, value, ...]] as XREAD answers it.
+RespValue StreamEntry(std::string id, std::vector<std::string> fields) {
+  RespValue e, f;
+  e.type = f.type = RespValue::Type::kArray;
+  for (auto& x : fields) f.elements.push_back(StringValue(x));
+  e.elements = {StringValue(std::move(id)), f};
+  return e;
+}
+
 TEST(EventFeed, ParsesStreamEntriesAndRefusesMalformedOnes) {
-  auto str = [](std::string s) {
-    RespValue v;
-    v.type = RespValue::Type::kString;
-    v.str = std::move(s);
-    return v;
-  };
-  auto entry = [&](std::string id, std::vector<std::string> fields) {
-    RespValue e, f;
-    e.type = f.type = RespValue::Type::kArray;
-    for (auto& x : fields) f.elements.push_back(str(x));
-    e.elements = {str(std::move(id)), f};
-    return e;
-  };
+  const auto str = StringValue;
+  const auto entry = StreamEntry;
   const BlockKey key = Chain(1, 1)[0];
   ASSERT_OK_AND_ASSIGN(
       KvEvent e,
@@ -847,6 +852,33 @@ TEST(EventFeed, ParsesStreamEntriesAndRefusesMalformedOnes) {
         entry("1-0", {"kind", "stored", "tier"}), str("1-0")}) {
     EXPECT_TRUE(route::ParseStreamEntry(bad).status().IsInvalidArgument()) << bad.Text();
   }
+}
+
+// An entry without the field its kind needs (a block's key; a move's `from`)
+// was read with the field's default: a stored block with no key set the
+// node's bit of the zero key (a block no prompt has) and the block stored
+// was never learnt; a move with no `from` left the block in RAM too. Such an
+// entry is one the feed cannot read (skipped after a resnapshot); a cleared
+// event names no block.
+TEST(EventFeed, AnEntryWithoutTheFieldsItsKindNeedsIsRefused) {
+  const auto entry = [](std::vector<std::string> fields) {
+    return StreamEntry("1-0", std::move(fields));
+  };
+  const std::string key = Chain(1, 1)[0].ToHex();
+  for (const char* kind : {"stored", "removed", "moved"}) {
+    EXPECT_TRUE(
+        route::ParseStreamEntry(entry({"kind", kind, "tier", "hot", "from", "ssd"}))
+            .status()
+            .IsInvalidArgument())
+        << kind << " without a key";
+  }
+  EXPECT_TRUE(route::ParseStreamEntry(entry({"kind", "moved", "tier", "ssd", "key", key}))
+                  .status()
+                  .IsInvalidArgument())
+      << "moved without from";
+  EXPECT_OK(route::ParseStreamEntry(entry({"kind", "cleared", "tier", "hot"})).status());
+  EXPECT_OK(route::ParseStreamEntry(entry({"kind", "stored", "tier", "hot", "key", key}))
+                .status());
 }
 
 }  // namespace

@@ -93,7 +93,7 @@ StatusOr<KvEvent> ParseStreamEntry(const RespValue& entry) {
   PKV_ASSIGN_OR_RETURN(e.seq, ParseIdSeq(entry.elements[0].str));
   const std::vector<RespValue>& f = entry.elements[1].elements;
   if (f.size() % 2 != 0) return Bad("an odd number of field values");
-  bool has_kind = false, has_tier = false;
+  bool has_kind = false, has_tier = false, has_from = false, has_key = false;
   for (size_t i = 0; i + 1 < f.size(); i += 2) {
     const std::string& name = f[i].str;
     const std::string& value = f[i + 1].str;
@@ -105,13 +105,21 @@ StatusOr<KvEvent> ParseStreamEntry(const RespValue& entry) {
       has_tier = true;
     } else if (name == "from") {
       PKV_ASSIGN_OR_RETURN(e.from, ParseTier(value));
+      has_from = true;
     } else if (name == "key") {
       StatusOr<BlockKey> key = BlockKey::FromHex(value);
       if (!key.ok()) return Bad("key '" + value + "' is not 32 hex digits");
       e.key = *key;
+      has_key = true;
     }
   }
   if (!has_kind || !has_tier) return Bad("no kind or no tier field");
+  // Read with its default, a missing key named the zero key (a block no
+  // prompt has) instead of the block, and a move's missing `from` left the
+  // block in the tier it left.
+  if (e.kind != KvEventKind::kCleared && !has_key) return Bad("no key field");
+  if (e.kind == KvEventKind::kMoved && !has_from)
+    return Bad("a move without a from field");
   return e;
 }
 

@@ -33,7 +33,8 @@
 namespace prefixkv::route {
 
 // One stream entry ([id, [field, value, ...]]) as a KvEvent whose seq is the
-// id's first number. InvalidArgument naming what is wrong.
+// id's first number. InvalidArgument naming what is wrong (a field its kind
+// needs missing too: the key, but for kCleared; a move's `from`).
 StatusOr<KvEvent> ParseStreamEntry(const RespValue& entry);
 // The entries of an XREAD reply for one stream (nil: none); `last_id` is set
 // to the last entry's id. On an entry it cannot read, `bad_id` (when given)
