@@ -15,6 +15,8 @@
 #include <cerrno>
 #include <chrono>
 #include <functional>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -631,27 +633,48 @@ std::string SnapshotPage(const std::string& id, const std::string& next,
          "*1\r\n*1\r\n" + Bulk(key.ToHex()) + Bulk("ssd") + "*0\r\n";
 }
 
+// How a node whose log's start is gone answers PING and XREAD: RESNAPSHOT at
+// the first XREAD (counted in `xreads`), then nothing new; nullopt for any
+// other command.
+std::optional<std::string> ResnapshotOnceThenIdle(const std::vector<std::string>& args,
+                                                  std::atomic<int>& xreads) {
+  if (args[0] == "PING") return "+PONG\r\n";
+  if (args[0] != "XREAD") return std::nullopt;
+  if (xreads++ == 0) return "-RESNAPSHOT the events after 0 are gone\r\n";
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // BLOCK
+  return "*-1\r\n";
+}
+
+// Runs a feed of `node` until it tails again after a bootstrap (its third
+// XREAD, counted in `xreads`): the snapshot pages it applied.
+uint64_t SnapshotPagesUntilTailing(const FakeNode& node, PrefixRouter* router,
+                                   const std::atomic<int>& xreads) {
+  EXPECT_NE(node.port(), 0);
+  route::EventFeed feed({.port = node.port(), .node = 0, .block_ms = 5, .retry_ms = 5},
+                        router);
+  EXPECT_TRUE(Eventually([&] { return xreads > 2; }));  // tailing again
+  feed.Stop();
+  return feed.snapshot_pages();
+}
+
 // A paged bootstrap that fails once as `failure` (a raw reply; "" drops the
 // connection) is made again in full before the feed tails: the node answers
 // RESNAPSHOT at the first XREAD, then nothing new, its stream's head 9-0
 // (XINFO STREAM), and two pages of one block each (cursors "0" and "7").
 // The failure is answered to the page of `failing_cursor` and, for the first
-// page, to the unpaged PKV.SNAPSHOT asked next too: a node's trouble of a
-// moment lasts both.
+// page, to the unpaged PKV.SNAPSHOT if asked next too: a node's trouble of a
+// moment lasts both. A node that pages is never asked the unpaged form
+// (every block it holds in one reply).
 void ExpectABootstrapThatFailsOnceIsStartedOver(const std::string& failure,
                                                 const std::string& failing_cursor) {
   const std::vector<BlockKey> keys = Chain(1, 2);
-  std::atomic<int> xreads{0}, failures{0};
+  std::atomic<int> xreads{0}, failures{0}, unpaged{0};
   FakeNode node([&](const std::vector<std::string>& args) -> std::string {
-    if (args[0] == "PING") return "+PONG\r\n";
-    if (args[0] == "XREAD") {
-      if (xreads++ == 0) return "-RESNAPSHOT the events after 0 are gone\r\n";
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // BLOCK
-      return "*-1\r\n";
-    }
+    if (std::optional<std::string> r = ResnapshotOnceThenIdle(args, xreads)) return *r;
     if (args[0] == "XINFO") return "*2\r\n" + Bulk("last-generated-id") + Bulk("9-0");
     if (args[0] != "PKV.SNAPSHOT") return "-ERR unknown command\r\n";
     const std::string cursor = args.size() > 1 ? args[1] : "unpaged";
+    unpaged += cursor == "unpaged";
     const bool fails = (failures == 0 && cursor == failing_cursor) ||
                        (failures == 1 && cursor == "unpaged" && failing_cursor == "0");
     if (fails) {
@@ -662,15 +685,12 @@ void ExpectABootstrapThatFailsOnceIsStartedOver(const std::string& failure,
     if (cursor == "7") return SnapshotPage("5-0", "0", keys[1]);
     return "-ERR syntax error\r\n";
   });
-  ASSERT_NE(node.port(), 0);
   std::unique_ptr<PrefixRouter> router = Router(1);
-  route::EventFeed feed({.port = node.port(), .node = 0, .block_ms = 5, .retry_ms = 5},
-                        router.get());
-  ASSERT_TRUE(Eventually([&] { return xreads > 2; }));  // tailing again
-  feed.Stop();
+  EXPECT_EQ(SnapshotPagesUntilTailing(node, router.get(), xreads),
+            failing_cursor == "0" ? 2u : 3u);
   EXPECT_TRUE(router->Holds(0, keys[0], kHot)) << "the first page was never applied";
   EXPECT_TRUE(router->Holds(0, keys[1], kHot)) << "the second page was never applied";
-  EXPECT_EQ(feed.snapshot_pages(), failing_cursor == "0" ? 2u : 3u);
+  EXPECT_EQ(unpaged, 0);
 }
 
 // A connection that failed in the middle of a paged bootstrap (after the
@@ -702,6 +722,24 @@ TEST(EventFeed, AnErrorAnsweredToALaterPageIsRetried) {
 // error makes the next connection bootstrap again.
 TEST(EventFeed, AnErrorAnsweredToTheFirstPageIsRetried) {
   ExpectABootstrapThatFailsOnceIsStartedOver(kSnapshotUnavailable, "0");
+}
+
+// A prefixkv node from before the pages refuses PKV.SNAPSHOT's cursor
+// ("wrong number of arguments"): the feed bootstraps from the unpaged form.
+TEST(EventFeed, ANodeWithoutPagesIsBootstrappedFromTheUnpagedForm) {
+  const BlockKey key = Chain(1, 1)[0];
+  std::atomic<int> xreads{0};
+  FakeNode node([&](const std::vector<std::string>& args) -> std::string {
+    if (std::optional<std::string> r = ResnapshotOnceThenIdle(args, xreads)) return *r;
+    if (args[0] != "PKV.SNAPSHOT") return "-ERR unknown command\r\n";
+    if (args.size() > 1)
+      return "-ERR wrong number of arguments for 'pkv.snapshot' command\r\n";
+    return "*6\r\n" + Bulk("id") + Bulk("5-0") + Bulk("hot") + "*0\r\n" + Bulk("ssd") +
+           "*1\r\n*1\r\n" + Bulk(key.ToHex());
+  });
+  std::unique_ptr<PrefixRouter> router = Router(1);
+  EXPECT_EQ(SnapshotPagesUntilTailing(node, router.get(), xreads), 1u);
+  EXPECT_TRUE(router->Holds(0, key, kSsd));
 }
 
 // XREAD's reply of one entry `id` with the fields `fields`.

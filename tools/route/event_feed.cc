@@ -83,6 +83,14 @@ bool LacksTheCommand(const RespValue& reply) {
   return text.find("unknown command") != std::string::npos || text.starts_with("noperm");
 }
 
+// Whether an error reply to `PKV.SNAPSHOT <cursor> COUNT n` says the server
+// takes no such arguments: a prefixkv node from before the pages (its
+// PKV.SNAPSHOT took none) answers "wrong number of arguments".
+bool RefusesTheArguments(const RespValue& reply) {
+  return reply.str.find("wrong number of arguments") != std::string::npos ||
+         reply.str.find("syntax error") != std::string::npos;
+}
+
 }  // namespace
 
 StatusOr<KvEvent> ParseStreamEntry(const RespValue& entry) {
@@ -258,6 +266,15 @@ StatusOr<std::string> EventFeed::Bootstrap(RespClient& client) {
         ++bad_replies_;
         return std::string();
       }
+      if (snap.type == Type::kError && !RefusesTheArguments(snap)) {
+        // Only a server without PKV.SNAPSHOT goes on without the node's
+        // blocks (from its log's start or its head). An error of a moment
+        // (Unavailable) taken for that left the router without them for
+        // good: made again at the next connection, without the unpaged form
+        // (every block of the node in one reply).
+        if (LacksTheCommand(snap)) return std::string();
+        return Status::Unavailable("PKV.SNAPSHOT: " + snap.str);
+      }
       break;  // a server without pages: the unpaged form
     }
     for (const KvEvent& e : blocks) router_->Apply(options_.node, e);
@@ -271,10 +288,7 @@ StatusOr<std::string> EventFeed::Bootstrap(RespClient& client) {
   std::vector<KvEvent> blocks;
   std::string id;
   if (!ParseSnapshotReply(snap, &blocks, &id).ok()) {
-    // Only a server without PKV.SNAPSHOT goes on without the node's blocks
-    // (from its log's start or its head). An error of a moment taken for
-    // that (Unavailable, to the first page and this form) left the router
-    // without them for good: made again at the next connection.
+    // As the first page's (above).
     if (snap.type == Type::kError && !LacksTheCommand(snap))
       return Status::Unavailable("PKV.SNAPSHOT: " + snap.str);
     return std::string();
