@@ -575,6 +575,11 @@ constexpr CliCase kCliCases[] = {
     {"route --nodes 127.0.0.1:1 --model m:16:float16:KVCache --model "
      "m:32:float16:KVCache",
      2, "--model 'm' given twice"},
+    // A node given twice was taken as two nodes: two feeds of one stream, and
+    // its in-flight load split over two indices, so it took twice its share.
+    // (--port 70000: before, the row failed on it instead of running.)
+    {"route --nodes 127.0.0.1:1,127.0.0.1:01 --model m:16:float16:KVCache --port 70000",
+     2, "--nodes: '127.0.0.1:01' is node 0 again"},
     {"bench frobnicate --json", 2, "unknown suite 'frobnicate'"},
     {"bench core --json --repeats 0", 2, "--repeats must be 1..1000, not '0'"},
     {"bench session --json --context abc", 2, "--context must be 1..65536, not 'abc'"},

@@ -1,6 +1,7 @@
 // `prefixkv route --nodes host:port,... --model SPEC`: the prefix-aware
 // router as a RESP service (tools/route/route_server.h; docs/router.md),
 // until SIGINT or SIGTERM.
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <sstream>
@@ -27,7 +28,8 @@ Flags RouteFlags() {
       "stream readable ROUTE answers an error. A request weighs its token count\n"
       "until ROUTE.DONE <node index> <tokens>.\n"
       "ROUTE.STATS shows the index and each node's feed. docs/router.md.",
-      {{"nodes", "the prefixkv serve nodes, comma-separated host:port (at most 64)",
+      {{"nodes",
+        "the prefixkv serve nodes, comma-separated host:port (at most 64, each once)",
         false, ""},
        {"model",
         "a model ROUTE knows, as PKV.REGISTER registers it: "
@@ -100,11 +102,19 @@ std::string ParseModel(const std::string& text, NamespaceSpec* spec) {
 
 std::string Configure(const Flags& flags, route::RouteServerOptions* o) {
   std::stringstream nodes(flags.GetString("nodes"));
+  std::vector<std::pair<std::string, int>> seen;
   for (std::string n; std::getline(nodes, n, ',');) {
     std::string host;
     int port = 0;
     if (Status s = route::ParseHostPort(n, &host, &port); !s.ok())
       return "--nodes: " + s.message();
+    // A node given twice was routed to as two: two feeds of one stream, its
+    // in-flight load split over two indices, so it took twice its share.
+    const auto again = std::find(seen.begin(), seen.end(), std::pair(host, port));
+    if (again != seen.end())
+      return "--nodes: '" + n + "' is node " + std::to_string(again - seen.begin()) +
+             " again";
+    seen.emplace_back(host, port);
     o->nodes.push_back(n);
   }
   if (o->nodes.empty() || o->nodes.size() > kMaxRouterNodes)
