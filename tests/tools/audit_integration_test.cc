@@ -590,6 +590,13 @@ constexpr CliCase kCliCases[] = {
     {"advise --json {bad_trace}", 2, "--hot-capacity-tokens must be at least one block"},
     {"advise --json {bad_trace} --hot-capacity-tokens 3M --max-keys 3", 2,
      "--max-keys must be 16..16777216, not '3'"},
+    // `--svg "$OUT"` with OUT unset drew nothing, and said nothing (exit 0).
+    // (The bench rows' later bad value ended them before.)
+    {"advise --json {bad_trace} --hot-capacity-tokens 3M --svg ''", 2,
+     "--svg must name a file"},
+    {"bench policy --json --svg '' --repeats 0", 2, "--svg must name a file"},
+    {"bench route --json --svg '' --in-flight-per-node 0", 2, "--svg must name a file"},
+    {"bench scale --json --svg '' --seconds 0", 2, "--svg must name a file"},
     // A value out of its range is named, as a malformed one is.
     {"replay --json {bad_trace} --trace-block-tokens 0", 2,
      "--trace-block-tokens must be 1..4194304, not '0'"},

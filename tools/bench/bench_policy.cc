@@ -348,6 +348,8 @@ int RunPolicyBench(const std::vector<std::string>& args) {
                {"svg", "also draw the hit-ratio curves into this SVG file", false, ""},
                {"json", "print one JSON object", true, ""}});
   if (std::optional<int> done = ParseSuiteFlags(flags, args)) return *done;
+  if (std::string e = EmptyOutputFile(flags, "svg"); !e.empty())
+    return UsageError(flags, e);
   std::vector<uint64_t> caps;
   for (const std::string& c :
        Split(flags.GetString("capacities", "1M,2M,3M,5M,10M,20M,50M"))) {

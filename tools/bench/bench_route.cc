@@ -177,6 +177,8 @@ int RunRouteBench(const std::vector<std::string>& args) {
                {"svg", "also draw the hit ratios into this SVG file", false, ""},
                {"json", "print one JSON object", true, ""}});
   if (std::optional<int> done = ParseSuiteFlags(flags, args)) return *done;
+  if (std::string e = EmptyOutputFile(flags, "svg"); !e.empty())
+    return UsageError(flags, e);
   RoutedReplayConfig base;
   std::string error;
   base.router_options.load_bound = GetReal(flags, "load-bound", 1.25, 0, 1e6, &error);

@@ -117,6 +117,7 @@ std::string ParseSizes(const Flags& flags, ScaleArgs* a) {
 }
 
 std::string ParseScale(const Flags& flags, ScaleArgs* a) {
+  if (std::string e = EmptyOutputFile(flags, "svg"); !e.empty()) return e;
   if (std::string e = ParseParts(flags, a); !e.empty()) return e;
   if (std::string e = ParseSizes(flags, a); !e.empty()) return e;
   a->dir = flags.Has("dir") ? fs::path(flags.GetString("dir"))

@@ -178,6 +178,8 @@ int RunAdvise(const std::vector<std::string>& args) {
                       NotInRange(flags, "ssd-capacity-tokens", "0 or " + one_block));
   if (keys && (*keys < 16 || *keys > (1u << 24)))
     return UsageError(flags, NotInRange(flags, "max-keys", "16..16777216"));
+  if (std::string e = EmptyOutputFile(flags, "svg"); !e.empty())
+    return UsageError(flags, e);
   config.hot_tokens = *hot;
   config.ssd_tokens = ssd.value_or(0);
   if (keys) config.advisor.max_keys = static_cast<uint32_t>(*keys);

@@ -201,6 +201,11 @@ std::string BindAddressError(const Flags& flags, bool ipv6) {
   return NotInRange(flags, "bind", ipv6 ? "an IPv4 or IPv6 address" : "an IPv4 address");
 }
 
+std::string EmptyOutputFile(const Flags& flags, const std::string& name) {
+  if (!flags.Has(name) || !flags.GetString(name).empty()) return "";
+  return "--" + name + " must name a file (an empty one is written nowhere)";
+}
+
 int FinishOutput(const std::string& who, int exit_code) {
   errno = 0;
   const bool flushed = std::fflush(stdout) == 0;

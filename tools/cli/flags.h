@@ -101,6 +101,11 @@ std::string NotInRange(const Flags& flags, const std::string& name,
 // failed as an operation (exit 1) after the data directory was opened.
 std::string BindAddressError(const Flags& flags, bool ipv6);
 
+// The usage error of an output file flag given an empty value (`--svg "$OUT"`
+// with OUT unset), or "": the file was written nowhere and nothing said so
+// (exit 0).
+std::string EmptyOutputFile(const Flags& flags, const std::string& name);
+
 // Parses "123", "4K", "16M", "2G", "1T" (powers of 1024). nullopt on error.
 std::optional<uint64_t> ParseSize(const std::string& text);
 
