@@ -129,7 +129,8 @@ struct RemoteNamespaceLimits {
   uint32_t ttl_seconds = 24 * 3600;
   // Bytes this namespace may write per TTL window, counted cluster-wide in a
   // counter key that expires with the window (0: unlimited). Writes over it
-  // are dropped and counted (RemoteCounters::over_quota).
+  // are dropped and counted (RemoteCounters::over_quota). With ttl_seconds 0
+  // the counter never expires: a limit on all the namespace ever writes.
   uint64_t max_bytes = 0;
 };
 

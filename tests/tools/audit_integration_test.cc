@@ -611,6 +611,11 @@ constexpr CliCase kCliCases[] = {
      "--ssd-capacity-tokens must be 0 or at least one block (512 tokens), not '100'"},
     {"serve --remote redis://127.0.0.1:1 --remote-write sometimes", 2,
      "--remote-write must be on_spill or always, not 'sometimes'"},
+    // No TTL, no window: the quota was a lifetime cap, never reset. (The
+    // later bad value ended the row before.)
+    {"serve --remote redis://127.0.0.1:1 --remote-ttl 0 --remote-max-bytes 1M "
+     "--remote-timeout-ms 0",
+     2, "--remote-ttl 0 has none"},
     // An input path the user named that does not exist.
     {"audit --json --data-dir {missing}", 2, "does not exist"},
     {"inspect --json --data-dir {missing}", 2, "does not exist"},

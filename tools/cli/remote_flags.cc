@@ -23,8 +23,9 @@ std::vector<FlagSpec> RemoteFlagSpecs() {
        false, "on_spill"},
       {"remote-ttl", "seconds a remote block lives (0: no expiry)", false, "86400"},
       {"remote-max-bytes",
-       "bytes each model may write to the cluster per TTL window (0: unlimited)", false,
-       "0"},
+       "bytes each model may write to the cluster per TTL window (0: unlimited; needs "
+       "a --remote-ttl above 0)",
+       false, "0"},
       {"remote-timeout-ms",
        "bound of one request batch to one cluster node; a slower node is a miss", false,
        "5"},
@@ -63,6 +64,12 @@ std::string ApplyRemoteFlags(const Flags& flags, EngineOptions* options) {
   const uint64_t timeout = size("remote-timeout-ms", 5);
   if (!error.empty()) return error;
   if (ttl > UINT32_MAX) return NotInRange(flags, "remote-ttl", "in [0, 4294967295]");
+  // The quota's window is the TTL: with none its counter never expires, so
+  // the limit bounded everything the namespace would ever write, and once
+  // reached (cluster-wide, across restarts) it wrote nothing again.
+  if (ttl == 0 && max_bytes != 0)
+    return "--remote-max-bytes is per --remote-ttl window, and --remote-ttl 0 has none "
+           "(the namespace would write nothing again once it reached the limit)";
   if (timeout < 1 || timeout > 60000)
     return NotInRange(flags, "remote-timeout-ms", "in [1, 60000]");
   options->remote_limits.ttl_seconds = static_cast<uint32_t>(ttl);
