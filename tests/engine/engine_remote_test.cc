@@ -544,6 +544,23 @@ TEST_F(EngineRemoteTest, ExplainMissCountsThePartialTailAMatchTakes) {
   EXPECT_EQ(fetched.restorable_tokens, tokens.size()) << fetched.reason;
 }
 
+// Every full block cached here, the tail in the cluster only: no miss here,
+// and the tail a Match fetches is in the remote fields.
+TEST_F(EngineRemoteTest, ExplainMissNamesTheClustersTailAfterTheLocalBlocks) {
+  const std::vector<int32_t> tokens = Tokens(2 * kBlockTokens + 3);
+  StoreOnNodeA(tokens);
+  auto& [b, nb] = node_b_;
+  const std::vector<int32_t> full(tokens.begin(), tokens.begin() + 2 * kBlockTokens);
+  ASSERT_OK(b->Store(nb, full, KvLayers(2, full.size(), rng_)).status());
+  ASSERT_OK_AND_ASSIGN(MissExplanation m, b->ExplainMiss(KvSpec(), tokens));
+  EXPECT_EQ(m.kind, MissKind::kNone) << m.reason;
+  EXPECT_EQ(m.restorable_tokens, full.size());
+  EXPECT_EQ(m.remote_blocks, 1u);
+  EXPECT_EQ(m.restorable_with_remote_tokens, tokens.size()) << m.reason;
+  ASSERT_OK_AND_ASSIGN(MatchResult match, b->Match(nb, tokens));
+  EXPECT_EQ(match.matched_tokens(), m.restorable_with_remote_tokens);
+}
+
 // The remote tier's run as ExplainMiss counts it is what a Match would take:
 // a value whose envelope checks out but whose record is damaged ends it, as
 // it ends the Match (PromoteRemote verifies the record). Counting envelopes
