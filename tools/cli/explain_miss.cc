@@ -29,7 +29,8 @@ the flags alone. --tokens names a file of int32 token ids separated by
 whitespace or commas (surrounding [ ] allowed).
 
 It prints the first of the prompt's full blocks that misses and the cause:
-  none             every full block is cached and restorable
+  none             every full block is cached and restorable (a partial tail
+                   after them, the tip of its conversation, included)
   never-stored     no tier holds it and the removal history has no removal of it
   not-stored       never stored or removed before the history's oldest record
   evicted          evicted from the SSD tier for capacity
@@ -39,7 +40,8 @@ It prints the first of the prompt's full blocks that misses and the cause:
   other-namespace  stored under another namespace: the fields that differ
                    ("tokenizer hash differs: stored abc, asked def")
   in-remote        not in the local tiers, but the remote tier (--remote)
-                   holds it: a Match would fetch it
+                   holds it (or the partial tail after the full blocks): a
+                   Match would fetch it
 Writes nothing in the data directory (it is opened read-only; a server
 cannot open it meanwhile; a damaged block it reads is a miss, left for the
 server or `prefixkv audit` to drop) and nothing to the remote tier (it is
