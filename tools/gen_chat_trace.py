@@ -263,7 +263,9 @@ def main():
                    default="chat")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--requests", type=int, default=12000)
-    p.add_argument("--rate", type=float, default=20.0, help="new requests per second")
+    p.add_argument("--rate", type=float, default=20.0,
+                   help="new requests per second (agentic: bursts of sessions at "
+                   "rate / 8 per second)")
     p.add_argument("--continue-probability", type=float, default=None,
                    help="chat: chance a conversation has another turn (0.4); agentic: "
                    "chance a session has another tool call (0.85)")
