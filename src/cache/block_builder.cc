@@ -136,7 +136,8 @@ Status CheckStoreLayers(const cache::NamespaceState& ns, size_t token_count,
   // A namespace adopted from before its shapes were keyed serves only its
   // spec's shapes (block_validation.cc): blocks of others would never restore.
   // In any spec with shapes, a window or recurrent state of others would be
-  // the real tip a restore hands back in the spec's name.
+  // the real tip a restore hands back in the spec's name, and plain KV of
+  // others the chain's first block every later store of its tokens keeps.
   BlockRecord as_stored;
   as_stored.layers = layers;  // the tensors share their bytes
   PKV_RETURN_IF_ERROR(CheckStoredShapes(ns, as_stored));

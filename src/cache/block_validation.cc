@@ -132,7 +132,7 @@ Status CheckStoredShapes(const cache::NamespaceState& ns, const BlockRecord& rec
   BlockRecord checked;
   checked.layers = record.layers;  // the tensors share their bytes
   for (size_t l = 0; l < checked.layers.size() && !ns.check_layer_shapes; ++l) {
-    if (l < ns.families.size() && IsSliceable(ns.families[l]))
+    if (l < ns.families.size() && ns.families[l] == CacheFamily::kQuantizedKV)
       checked.layers[l] = MakePlaceholder(checked.layers[l].cache_type);
   }
   if (Status s = CheckLayerShapes(checked, ns.spec.layer_shapes); !s.ok())

@@ -22,10 +22,14 @@ Status ValidateBlock(const cache::NamespaceState& ns, const BlockRecord& record,
 
 // Whether a block about to be stored fits the spec's layer shapes where a
 // restore relies on them: every layer in a namespace adopted from before its
-// shapes were keyed (ValidateBlock checks them all there), else the real
-// window and recurrent (tip-only) layers, which a restore checks against
-// nothing (sliceable ones are checked against the chain's first block). OK
-// for a spec without shapes; InvalidArgument naming the first misfit.
+// shapes were keyed (ValidateBlock checks them all there), else every layer
+// but a quantized one: the real window and recurrent (tip-only) layers, which
+// a restore checks against nothing, and the plain KV layers, which it checks
+// against the chain's first block only (so a first block of other shapes
+// would be served, and a right store of its tokens deduplicated against it).
+// A quantized layer packs its own dimensions (words, scales), which a
+// LayerShape does not describe. OK for a spec without shapes;
+// InvalidArgument naming the first misfit.
 Status CheckStoredShapes(const cache::NamespaceState& ns, const BlockRecord& record);
 
 }  // namespace prefixkv::cache

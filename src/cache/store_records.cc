@@ -107,8 +107,8 @@ Status CheckRecord(const NamespaceState& ns, const BlockRecord& rec, bool last,
   if (Status s = ValidateBlock(ns, rec, start, parent, rec.tokens, first); !s.ok()) {
     return Status::InvalidArgument("does not fit the namespace layout: " + s.message());
   }
-  // As Store (CheckStoreLayers): a tip's window or recurrent state of other
-  // shapes than the spec's would be restored in the spec's name.
+  // As Store (CheckStoreLayers): a tip's window or recurrent state, or plain
+  // KV, of other shapes than the spec's would be restored in the spec's name.
   PKV_RETURN_IF_ERROR(CheckStoredShapes(ns, rec));
   const bool placeholders = TipOnlyAllPlaceholders(ns, rec);
   if (!last && !placeholders) {

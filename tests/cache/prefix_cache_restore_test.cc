@@ -422,6 +422,38 @@ TEST_F(PrefixCacheRestoreTest, StoreRefusesARecurrentStateOfAnotherLastDimension
                               {4, 8, 6});
 }
 
+// The spec's layer shapes name every full-attention layer's KV heads and head
+// dim too: KV of other heads or another head dim was acknowledged (only a
+// window or recurrent state was compared), the right KV stored after it was
+// deduplicated against it, and every restore handed back the other KV in the
+// spec's name. A quantized layer packs its own dimensions and is not compared.
+TEST_F(PrefixCacheRestoreTest, StoreRefusesFullAttentionKvOfAnotherShapeThanTheSpecs) {
+  NamespaceSpec spec = KvOnlySpec();
+  spec.layer_types = {"KVCache", "QuantizedKVCache"};
+  spec.layer_shapes = ParseLayerShapes("2x8,2x8").value();
+  const Namespace ns = Register(spec);
+  const int64_t n = 2 * kBlockTokens;
+  LayerState packed = KvLayer(n, &rng_);  // as if 4 bits: 8 values in one word
+  packed.cache_type = "QuantizedKVCache";
+  for (Tensor& t : packed.tensors) t = Tensor::Filled(DType::kUInt32, {1, 2, n, 1}, 7);
+  for (const std::vector<int64_t>& other :
+       {std::vector<int64_t>{1, 1, n, 8}, std::vector<int64_t>{1, 2, n, 4}}) {
+    LayerState kv = KvLayer(n);
+    for (Tensor& t : kv.tensors) t = Tensor::Filled(DType::kFloat32, other, 1);
+    EXPECT_TRUE(
+        tiers_->cache().Store(ns, Tokens(2), {kv, packed}).status().IsInvalidArgument())
+        << kv.tensors[0].DebugString();
+    EXPECT_TRUE(tiers_->cache().Match(ns, Tokens(2))->keys.empty())
+        << "the store of " << kv.tensors[0].DebugString() << " wrote";
+  }
+  const std::vector<LayerState> right = {KvLayer(n, &rng_), packed};
+  ASSERT_OK(tiers_->cache().Store(ns, Tokens(2), right));
+  const RestoreResult r = MatchAndRestore(ns, Tokens(2));
+  ASSERT_EQ(r.restored_tokens, static_cast<uint64_t>(n)) << r.reason;
+  EXPECT_EQ(r.layers[0].tensors, right[0].tensors);
+  EXPECT_EQ(r.layers[1].tensors, packed.tensors);
+}
+
 // The spec's dtype is the attention cache's: frameworks keep a recurrent state
 // in float32 under a bfloat16 model, so an arrays layer keeps its own dtype,
 // stored and handed back as it is (never as the spec's).

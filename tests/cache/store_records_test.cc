@@ -251,6 +251,23 @@ TEST_F(StoreRecordsTest, RejectsATipWindowWithoutTensorsOrOfAnotherShape) {
   ASSERT_OK(Put(source));
 }
 
+// A restore checks plain KV against the chain's first block only: a first
+// record of other KV heads than the spec names was taken, and the right
+// records sent after it were deduplicated against it.
+TEST_F(StoreRecordsTest, RejectsFullAttentionKvOfAnotherShape) {
+  NamespaceSpec spec = KvOnlySpec();
+  spec.layer_shapes = ParseLayerShapes("2x8,2x8").value();
+  Use(spec);
+  const std::vector<SharedBytes> source = SourceBlocks(spec, Tokens(1));
+  BlockRecord rec = Decode(source[0]);
+  for (Tensor& t : rec.layers[1].tensors)
+    t = Tensor::Filled(DType::kFloat32, {1, 1, kBlockTokens, 8}, 1);
+  EXPECT_NE(Rejection({Encode(rec)}).find("layer 1 holds 1x8, not 2x8"),
+            std::string::npos);
+  ASSERT_OK(Put(source));
+  EXPECT_EQ(Matched(Tokens(1)), 1u);
+}
+
 TEST_F(StoreRecordsTest, RejectsAKeyThatIsNotTheChainHashOfItsTokens) {
   Use(HybridSpec());
   BlockRecord rec = Decode(SourceBlocks(HybridSpec(), Tokens(1))[0]);

@@ -1114,7 +1114,9 @@ TEST_F(EngineViewsTest, AShapedSpecNeverAdoptsARootItsSpecWithoutShapesHoldsInTh
 // namespace: it does not hit, and ExplainMiss names that field (from the
 // manifest on disk after a restart, and from the registered model before).
 TEST_F(EngineViewsTest, ExplainMissNamesEveryFieldThatSeparatesNamespaces) {
-  const NamespaceSpec stored = testing::WithEveryField(KvSpec());
+  NamespaceSpec stored = testing::WithEveryField(KvSpec());
+  // The shapes of the KV it stores (KvLayers): a store of others is refused.
+  stored.layer_shapes = ParseLayerShapes("2x8,2x8").value();
   const std::vector<int32_t> tokens = Tokens(3 * kBlockTokens);
   for (bool restarted : {false, true}) {
     SCOPED_TRACE(restarted ? "after a restart" : "registered");
