@@ -25,13 +25,16 @@ Status CheckHoldsTheOwnedLayers(const KvCacheRecipe& recipe,
 }
 
 // Restored LayerStates (one per namespace layer) -> caches of the owned layers.
+// On a refusal, `refused` is the namespace layer refused.
 // REQUIRES: CheckHoldsTheOwnedLayers(recipe, restored).ok().
 StatusOr<std::vector<LayerKvCache>> CachesFromRestore(const KvCacheRecipe& recipe,
-                                                      const RestoreResult& restored) {
+                                                      const RestoreResult& restored,
+                                                      size_t* refused) {
   const std::vector<int> owned = recipe.owned_layers();
   std::vector<LayerKvCache> caches;
   caches.reserve(owned.size());
   for (size_t i = 0; i < owned.size(); ++i) {
+    *refused = i;
     const LayerState& layer = restored.layers[i];
     const std::string where = "restored layer " + std::to_string(owned[i]);
     if (layer.placeholder || layer.tensors.size() != 2) {
@@ -57,6 +60,17 @@ StatusOr<std::vector<LayerKvCache>> CachesFromRestore(const KvCacheRecipe& recip
     caches.push_back(std::move(*cache));
   }
   return caches;
+}
+
+// Whether the caches' refusal of restored layer `l` holds at every shorter
+// prefix too: a full-attention layer's KV is checked against the chain's
+// first block by every restore, so each prefix holds KV of that layout (only
+// a tip's window or recurrent state is another at an earlier tip). Passed
+// over a block at a time, such KV cost one restore of all the blocks before
+// each block.
+bool RefusedAtEveryPrefix(const RestoreResult& restored, size_t l) {
+  StatusOr<CacheFamily> family = CacheTypeRegistry::Lookup(restored.layers[l].cache_type);
+  return family.ok() && IsSliceable(*family);
 }
 
 // `match` cut to its full blocks that end before token `end`: a restore of it
@@ -150,7 +164,9 @@ StatusOr<std::shared_ptr<Session>> SessionManager::OpenFromPrefixCache(
       r.reason = JoinReasons(refused, restored.reason);
       if (restored.restored_tokens == 0) break;
       PKV_RETURN_IF_ERROR(CheckHoldsTheOwnedLayers(recipe_, restored));
-      StatusOr<std::vector<LayerKvCache>> caches = CachesFromRestore(recipe_, restored);
+      size_t refused_layer = 0;
+      StatusOr<std::vector<LayerKvCache>> caches =
+          CachesFromRestore(recipe_, restored, &refused_layer);
       if (!caches.ok()) {
         // A tip whose state the caches refuse (stored by another client or
         // framework: a state of another dtype, offset or ring length) is passed
@@ -158,10 +174,11 @@ StatusOr<std::shared_ptr<Session>> SessionManager::OpenFromPrefixCache(
         refused = JoinReasons(
             refused, "the restore of " + std::to_string(restored.restored_tokens) +
                          " tokens was refused: " + caches.status().message());
+        r.reason = refused;
+        if (RefusedAtEveryPrefix(restored, refused_layer)) break;  // a clean miss
         PKV_ASSIGN_OR_RETURN(NamespaceSpec spec, pc.engine->ModelSpec(pc.ns));
         match =
             BlocksBefore(std::move(match), spec.block_tokens, restored.restored_tokens);
-        r.reason = refused;
         continue;
       }
       options.initial_layers = std::move(*caches);

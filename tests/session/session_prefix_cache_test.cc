@@ -471,13 +471,25 @@ void StateInBFloat16(LayerState& state) {
   state.tensors[1] = Tensor::Filled(DType::kBFloat16, state.tensors[1].shape(), 0);
 }
 
+// KV with a leading batch axis, [1, heads, tokens, head_dim] (as mlx-lm
+// keeps it): the spec's shapes name the last three dimensions, so Store takes
+// it; LayerKvCache::Restore takes [heads, tokens, head_dim] only.
+void KvWithABatchAxis(LayerState& kv) {
+  for (Tensor& t : kv.tensors) {
+    std::vector<int64_t> shape = t.shape();
+    shape.insert(shape.begin(), 1);
+    t = Tensor(t.dtype(), shape, t.bytes());
+  }
+}
+
 // Stores `tokens` as another client may: their state (computed by a session
-// that is then discarded, so never stored by the manager) with each recurrent
-// layer changed by `spoil`. Store takes such a tip; LayerKvCache::Restore
-// refuses its state.
+// that is then discarded, so never stored by the manager) with each layer of
+// `spoiled_type` changed by `spoil`. Store takes such a tip;
+// LayerKvCache::Restore refuses its state.
 void StoreATipWhoseStateTheCachesRefuse(FullModelSessions& s,
                                         const std::vector<int32_t>& tokens,
-                                        void (*spoil)(LayerState&)) {
+                                        void (*spoil)(LayerState&),
+                                        const std::string& spoiled_type = "ArraysCache") {
   RunTurn(*s.adapter, "other-client", 0, tokens, 0);
   std::shared_ptr<Session> other = s.manager->Get("other-client", 0).value();
   std::vector<LayerState> layers;
@@ -487,7 +499,7 @@ void StoreATipWhoseStateTheCachesRefuse(FullModelSessions& s,
     state.meta = {std::to_string(e.length)};
     if (e.rotating_meta) state.meta = e.rotating_meta->ToStrings();
     state.tensors = {std::move(e.keys), std::move(e.values)};
-    if (state.cache_type == "ArraysCache") spoil(state);
+    if (state.cache_type == spoiled_type) spoil(state);
     layers.push_back(std::move(state));
   }
   s.manager->Discard("other-client", 0);
@@ -526,6 +538,47 @@ TEST_F(SessionPrefixCache, ATipWhoseStateTheCachesRefuseRestoresAnEarlierTipOrNo
   EXPECT_EQ(missed.reply, StatelessGreedy(*s.model, after_lone, 4));
   EXPECT_EQ(s.manager->stats().prefix_unrestorable, 1u);
   EXPECT_EQ(s.manager->stats().prefix_restores, 1u);
+}
+
+// The restores the engine made of `s`'s namespace, and the tokens they counted.
+std::pair<uint64_t, uint64_t> EngineRestores(FullModelSessions& s) {
+  const prefixkv::SessionPrefixCache& pc = s.manager->config().prefix_cache;
+  const std::string model = pc.engine->ModelSpec(pc.ns).value().model;
+  for (const EngineOwnerStats& owner : pc.engine->Stats().owners) {
+    if (owner.name != model) continue;
+    const PrefixTokenCounters& t = owner.prefix_tokens.value();
+    return {owner.restore_latency->count(),
+            t.restored_tokens_hot + t.restored_tokens_ssd + t.restored_tokens_remote};
+  }
+  ADD_FAILURE() << "no owner " << model;
+  return {};
+}
+
+// KV the caches refuse is refused at every shorter prefix too (a restore
+// checks every block's KV against the chain's first block): the open passed
+// over it one block at a time, one Engine::Restore of all the blocks before
+// each (6 restores of 21 blocks counted restored for a miss of 6 blocks; a
+// prompt of n blocks cost n restores and n^2 / 2 block reads). It now gives up
+// at the first refusal of a full-attention layer.
+TEST_F(SessionPrefixCache, KvTheCachesRefuseCostsOneRestoreNotOnePerBlock) {
+  ModelConfig config = HybridModelConfig();
+  config.layer_kinds = "GGGGGG";
+  FullModelSessions s(stack, {}, nullptr, config);
+  constexpr size_t b = testing::kSessionBlockTokens;
+  const std::vector<int32_t> t =
+      Extended(Message(0, s.model->config().vocab_size), 6 * b, 11);
+  ASSERT_NO_FATAL_FAILURE(
+      StoreATipWhoseStateTheCachesRefuse(s, t, KvWithABatchAxis, "KVCache"));
+  const auto [restores, tokens] = EngineRestores(s);
+  const std::vector<int32_t> after = Extended(t, 6 * b + 3, 29);
+  auto missed = RunTurn(*s.adapter, "client", 0, after, 4);
+  EXPECT_EQ(missed.prefill.restore.matched_tokens, static_cast<int64_t>(6 * b));
+  EXPECT_EQ(missed.prefill.restore.restored_tokens, 0);
+  EXPECT_NE(missed.prefill.restore.reason.find("refused"), std::string::npos)
+      << missed.prefill.restore.reason;
+  EXPECT_EQ(missed.reply, StatelessGreedy(*s.model, after, 4));
+  EXPECT_EQ(s.manager->stats().prefix_unrestorable, 1u);
+  EXPECT_EQ(EngineRestores(s), std::make_pair(restores + 1, tokens + 6 * b));
 }
 
 void ExpectRegeneratingRestoresTheConversationBeforeIt(FullModelSessions& s) {
