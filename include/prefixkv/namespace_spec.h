@@ -199,11 +199,12 @@ const char* RegisterKeywordField(std::string_view keyword);
 StatusOr<std::vector<LayerShape>> ParseLayerShapes(std::string_view text);
 
 // Whether the tensors of a stored block fit `shapes` (one per layer): every
-// layer that carries state has keys [..., kv_heads, tokens, head_dim] and, with
-// a window, rotating meta of that window; a recurrent layer a conv ring of
-// `channels` wide rows in a ring of `conv_tokens` and a state [..., state_heads,
-// state_dim, state_dim]. Placeholders fit anything. InvalidArgument naming the
-// first layer that does not fit, or a layer count other than shapes.size().
+// layer that carries state has keys [..., kv_heads, tokens, head_dim] ([tokens,
+// head_dim]: one head) and, with a window, rotating meta of that window; a
+// recurrent layer a conv ring of `channels` wide rows in a ring of
+// `conv_tokens` and a state [..., state_heads, state_dim, state_dim].
+// Placeholders fit anything. InvalidArgument naming the first layer that does
+// not fit, or a layer count other than shapes.size().
 Status CheckLayerShapes(const BlockRecord& record, const std::vector<LayerShape>& shapes);
 
 // One field that gives two specs different fingerprints.

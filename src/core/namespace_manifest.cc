@@ -374,7 +374,9 @@ std::string StoredShape(const LayerState& layer, const LayerShape& asked) {
   const bool recurrent = asked.channels > 0 || asked.state_dim > 0;
   const Tensor& keys = layer.tensors[0];
   if (!recurrent) {
-    const std::string kv = LastDims(keys, 3);
+    // Keys [tokens, head_dim] (a latent cache) are one head's.
+    const std::string kv =
+        keys.ndim() == 2 ? "1x" + LastDims(keys, 2) : LastDims(keys, 3);
     const size_t x = kv.find('x');
     const std::string heads_dim =
         x == std::string::npos ? kv

@@ -396,6 +396,10 @@ TEST(NamespaceManifest, CheckLayerShapesComparesAStoredBlockWithTheShapes) {
   EXPECT_TRUE(refused(2, "0x0r3x16:4x8").IsInvalidArgument());
   EXPECT_OK(refused(3, "1x1w1"));  // a placeholder carries no state
   EXPECT_TRUE(CheckLayerShapes(rec, {shapes[0]}).IsInvalidArgument());
+  // Keys without a heads axis, [tokens, head_dim], are one head's.
+  rec.layers[0] = StoredLayer("KVCache", {4, 128}, {4, 128}, {"4"});
+  EXPECT_EQ(refused(0, "8x128").message(), "layer 0 holds 1x128, not 8x128");
+  EXPECT_OK(refused(0, "1x128"));
 }
 
 }  // namespace
