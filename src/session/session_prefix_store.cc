@@ -73,17 +73,6 @@ bool RefusedAtEveryPrefix(const RestoreResult& restored, size_t l) {
   return family.ok() && IsSliceable(*family);
 }
 
-// `match` cut to its full blocks that end before token `end`: a restore of it
-// ends before `end`, its walk-back at an earlier tip.
-MatchResult BlocksBefore(MatchResult match, uint32_t block_tokens, uint64_t end) {
-  const size_t keep =
-      std::min<size_t>(match.keys.size(), end == 0 ? 0 : (end - 1) / block_tokens);
-  match.keys.resize(keep);
-  match.tiers.resize(keep);
-  match.tokens.resize(keep * block_tokens);
-  return match;
-}
-
 std::string JoinReasons(const std::string& first, const std::string& then) {
   if (first.empty() || then.empty()) return first + then;
   return first + "; " + then;
@@ -176,9 +165,14 @@ StatusOr<std::shared_ptr<Session>> SessionManager::OpenFromPrefixCache(
                          " tokens was refused: " + caches.status().message());
         r.reason = refused;
         if (RefusedAtEveryPrefix(restored, refused_layer)) break;  // a clean miss
-        PKV_ASSIGN_OR_RETURN(NamespaceSpec spec, pc.engine->ModelSpec(pc.ns));
-        match =
-            BlocksBefore(std::move(match), spec.block_tokens, restored.restored_tokens);
+        // The prompt up to the refused tip's last token: its restore ends
+        // before the tip, at an earlier tip on the chain or beside it. (A
+        // match cut to the whole blocks before the tip left out an earlier
+        // turn's partial tip in the block the refused one ends in or the one
+        // before it: a miss where that turn was restorable.)
+        const size_t before = restored.restored_tokens - 1;
+        if (before == 0) break;
+        PKV_ASSIGN_OR_RETURN(match, pc.engine->Match(pc.ns, tokens.first(before)));
         continue;
       }
       options.initial_layers = std::move(*caches);

@@ -540,6 +540,26 @@ TEST_F(SessionPrefixCache, ATipWhoseStateTheCachesRefuseRestoresAnEarlierTipOrNo
   EXPECT_EQ(s.manager->stats().prefix_restores, 1u);
 }
 
+// The turn before a refused tip usually ends in the block before it (or in
+// the same one): its partial tip sits beside the chain there. The pass-over
+// cut the match to the whole blocks before the refused tip, which left that
+// tip out of reach: a miss (0 restored) where its 6 tokens were restorable.
+TEST_F(SessionPrefixCache, ARefusedTipPassesOverToAnEarlierPartialTipInTheBlockBefore) {
+  FullModelSessions s(stack, {}, nullptr, RecurrentHybridModelConfig());
+  const int64_t vocab = s.model->config().vocab_size;
+  constexpr size_t b = testing::kSessionBlockTokens;
+  const std::vector<int32_t> t1 = Extended(Message(0, vocab), b + 2, 11);
+  RunTurn(*s.adapter, "turn1", 0, t1, 0);
+  ASSERT_TRUE(s.manager->Release("turn1", 0).value());
+  const std::vector<int32_t> t2 = Extended(t1, 2 * b, 13);
+  ASSERT_NO_FATAL_FAILURE(StoreATipWhoseStateTheCachesRefuse(s, t2, OffsetShortOfTheTip));
+  const std::vector<int32_t> after_t2 = Extended(t2, 2 * b + 3, 29);
+  auto turn = RunTurn(*s.adapter, "turn2", 0, after_t2, 4);
+  EXPECT_EQ(turn.prefill.restore.restored_tokens, static_cast<int64_t>(b + 2))
+      << turn.prefill.restore.reason;
+  EXPECT_EQ(turn.reply, StatelessGreedy(*s.model, after_t2, 4));
+}
+
 // The restores the engine made of `s`'s namespace, and the tokens they counted.
 std::pair<uint64_t, uint64_t> EngineRestores(FullModelSessions& s) {
   const prefixkv::SessionPrefixCache& pc = s.manager->config().prefix_cache;
