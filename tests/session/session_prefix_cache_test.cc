@@ -507,15 +507,26 @@ void StoreATipWhoseStateTheCachesRefuse(FullModelSessions& s,
   ASSERT_TRUE(pc.engine->Store(pc.ns, tokens, layers).ok());
 }
 
+// A first turn of `first` tokens run and stored by the manager, then the
+// conversation extended to `second` tokens stored by another client with a
+// tip whose state the caches refuse (OffsetShortOfTheTip); that prompt.
+std::vector<int32_t> AnEarlierTurnThenARefusedTip(FullModelSessions& s, size_t first,
+                                                  size_t second) {
+  const std::vector<int32_t> t1 =
+      Extended(Message(0, s.model->config().vocab_size), first, 11);
+  RunTurn(*s.adapter, "turn1", 0, t1, 0);
+  EXPECT_TRUE(s.manager->Release("turn1", 0).value());
+  const std::vector<int32_t> t2 = Extended(t1, second, 13);
+  StoreATipWhoseStateTheCachesRefuse(s, t2, OffsetShortOfTheTip);
+  return t2;
+}
+
 TEST_F(SessionPrefixCache, ATipWhoseStateTheCachesRefuseRestoresAnEarlierTipOrNothing) {
   FullModelSessions s(stack, {}, nullptr, RecurrentHybridModelConfig());
   const int64_t vocab = s.model->config().vocab_size;
   constexpr size_t b = testing::kSessionBlockTokens;
-  const std::vector<int32_t> t1 = Extended(Message(0, vocab), 2 * b, 11);
-  RunTurn(*s.adapter, "turn1", 0, t1, 0);
-  ASSERT_TRUE(s.manager->Release("turn1", 0).value());
-  const std::vector<int32_t> t2 = Extended(t1, 4 * b, 13);
-  ASSERT_NO_FATAL_FAILURE(StoreATipWhoseStateTheCachesRefuse(s, t2, OffsetShortOfTheTip));
+  std::vector<int32_t> t2;
+  ASSERT_NO_FATAL_FAILURE(t2 = AnEarlierTurnThenARefusedTip(s, 2 * b, 4 * b));
   // Past t2: its tip is passed over (never a wrong state, never a failed
   // prefill) and t1's, kept whole, is restored.
   const std::vector<int32_t> after_t2 = Extended(t2, 4 * b + 3, 29);
@@ -546,13 +557,9 @@ TEST_F(SessionPrefixCache, ATipWhoseStateTheCachesRefuseRestoresAnEarlierTipOrNo
 // tip out of reach: a miss (0 restored) where its 6 tokens were restorable.
 TEST_F(SessionPrefixCache, ARefusedTipPassesOverToAnEarlierPartialTipInTheBlockBefore) {
   FullModelSessions s(stack, {}, nullptr, RecurrentHybridModelConfig());
-  const int64_t vocab = s.model->config().vocab_size;
   constexpr size_t b = testing::kSessionBlockTokens;
-  const std::vector<int32_t> t1 = Extended(Message(0, vocab), b + 2, 11);
-  RunTurn(*s.adapter, "turn1", 0, t1, 0);
-  ASSERT_TRUE(s.manager->Release("turn1", 0).value());
-  const std::vector<int32_t> t2 = Extended(t1, 2 * b, 13);
-  ASSERT_NO_FATAL_FAILURE(StoreATipWhoseStateTheCachesRefuse(s, t2, OffsetShortOfTheTip));
+  std::vector<int32_t> t2;
+  ASSERT_NO_FATAL_FAILURE(t2 = AnEarlierTurnThenARefusedTip(s, b + 2, 2 * b));
   const std::vector<int32_t> after_t2 = Extended(t2, 2 * b + 3, 29);
   auto turn = RunTurn(*s.adapter, "turn2", 0, after_t2, 4);
   EXPECT_EQ(turn.prefill.restore.restored_tokens, static_cast<int64_t>(b + 2))
