@@ -475,3 +475,29 @@ def test_unknown_command_errors_list_the_arguments_as_redis_does(both):
 
     got = same_on_both(both, run)
     assert got[0][1].endswith("'a' 'b' 'c' 'd' 'e' ")
+
+
+def test_inline_commands_are_split_as_redis_splits_them(both, redis_port, prefixkv_port):
+    """A line typed at a terminal (telnet, a script's printf) is split as Redis
+    splits it: quotes group words and are not stored, with Redis's escapes, and
+    unbalanced quotes are a protocol error that closes the connection. prefixkv
+    took quotes as bytes: `SET k "v"` stored "v" with its quotes."""
+    lines = [b'SET inline:a "a b"', b'SET inline:b "v"', b"ECHO 'it\\'s'",
+             b'ECHO "\\x41\\n\\"\\\\"', b'ECHO a"b c"', b'ECHO "" x', b'SET inline:c "open',
+             b"PING"]
+
+    def run(port):
+        conn = redis.Connection(port=port, socket_timeout=10)
+        try:
+            conn.send_packed_command([b"".join(line + b"\r\n" for line in lines)])
+            replies = [outcome(conn.read_response) for _ in lines]
+        finally:
+            conn.disconnect()
+        c = redis.Redis(port=port, socket_timeout=10)
+        return replies, c.mget("inline:a", "inline:b", "inline:c")
+
+    got = {name: run(port) for name, port in (("redis", redis_port),
+                                              ("prefixkv", prefixkv_port))}
+    assert got["prefixkv"] == got["redis"], got
+    replies, values = got["redis"]
+    assert values == [b"a b", b"v", None] and replies[2] == b"it's"

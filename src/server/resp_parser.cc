@@ -20,6 +20,97 @@ size_t HeapBytes(const std::string& s) {
   return s.capacity() > std::string().capacity() ? s.capacity() + 1 : 0;
 }
 
+// The blanks Redis skips between inline words (isspace in the C locale).
+bool IsBlank(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// The character a backslash escape in double quotes stands for.
+char Unescaped(char c) {
+  switch (c) {
+    case 'n':
+      return '\n';
+    case 'r':
+      return '\r';
+    case 't':
+      return '\t';
+    case 'b':
+      return '\b';
+    case 'a':
+      return '\a';
+    default:
+      return c;  // \" is ", \\ is \, any other is itself
+  }
+}
+
+// Splits an inline line into words as Redis does (sdssplitargs), so a line
+// typed at a terminal stores the same bytes on both: words are separated by
+// blanks; "..." takes \xHH and the escapes above, '...' takes \' only, and a
+// quote may open in the middle of a word; a closing quote must be followed
+// by a blank or the end of the line. (Taken as bytes, quotes were stored:
+// `SET k "v"` stored the three bytes "v".) A NUL is a byte of its word
+// (Redis never answers such a line). False on unbalanced quotes.
+bool SplitInlineWords(std::string_view line, std::vector<std::string>* words) {
+  constexpr int kEnd = -1;
+  // The byte at j, or kEnd past the line.
+  const auto at = [line](size_t j) {
+    return j < line.size() ? static_cast<int>(static_cast<unsigned char>(line[j])) : kEnd;
+  };
+  const auto hex = [&](size_t j) { return at(j) == kEnd ? -1 : HexDigit(line[j]); };
+  // A closing quote at j is followed by a blank or the end.
+  const auto closes = [&](size_t j) { return at(j + 1) == kEnd || IsBlank(line[j + 1]); };
+  size_t i = 0;
+  while (true) {
+    while (i < line.size() && IsBlank(line[i])) ++i;
+    if (i == line.size()) return true;
+    enum class Quote { kNone, kDouble, kSingle } quote = Quote::kNone;
+    std::string word;
+    for (bool done = false; !done; ++i) {
+      if (at(i) == kEnd) {
+        if (quote != Quote::kNone) return false;  // unterminated
+        break;
+      }
+      const char c = line[i];
+      if (quote == Quote::kDouble) {
+        if (c == '\\' && at(i + 1) == 'x' && hex(i + 2) >= 0 && hex(i + 3) >= 0) {
+          word += static_cast<char>(hex(i + 2) * 16 + hex(i + 3));
+          i += 3;
+        } else if (c == '\\' && at(i + 1) != kEnd) {
+          word += Unescaped(line[++i]);
+        } else if (c == '"') {
+          if (!closes(i)) return false;
+          done = true;
+        } else {
+          word += c;
+        }
+      } else if (quote == Quote::kSingle) {
+        if (c == '\\' && at(i + 1) == '\'') {
+          word += line[++i];
+        } else if (c == '\'') {
+          if (!closes(i)) return false;
+          done = true;
+        } else {
+          word += c;
+        }
+      } else if (c == ' ' || c == '\n' || c == '\r' || c == '\t') {
+        done = true;
+      } else if (c == '"' || c == '\'') {
+        quote = c == '"' ? Quote::kDouble : Quote::kSingle;
+      } else {
+        word += c;
+      }
+    }
+    words->push_back(std::move(word));
+  }
+}
+
 // Removes the '\r' that must end a header line; false when it is missing.
 bool StripCr(std::string* line) {
   if (line->empty() || line->back() != '\r') return false;
@@ -147,12 +238,11 @@ bool RespParser::GrowBody() {
 RespParser::Result RespParser::OnInline(RespArgs* args) {
   if (!line_.empty() && line_.back() == '\r') line_.pop_back();
   args->clear();
-  size_t i = 0;
-  while (i < line_.size()) {
-    while (i < line_.size() && (line_[i] == ' ' || line_[i] == '\t')) ++i;
-    size_t start = i;
-    while (i < line_.size() && line_[i] != ' ' && line_[i] != '\t') ++i;
-    if (i > start) args->push_back(SharedBytes::Copy(line_.data() + start, i - start));
+  std::vector<std::string> words;
+  const bool balanced = SplitInlineWords(line_, &words);
+  if (balanced) {
+    for (const std::string& w : words)
+      args->push_back(SharedBytes::Copy(w.data(), w.size()));
   }
   if (line_.capacity() > kKeepBytes) {
     std::string().swap(line_);
@@ -160,6 +250,7 @@ RespParser::Result RespParser::OnInline(RespArgs* args) {
     line_.clear();
   }
   state_ = State::kStart;
+  if (!balanced) return Fail("unbalanced quotes in request");
   if (args->size() > limits_.max_array_elements) return Fail("too many inline arguments");
   return args->empty() ? Result::kNeedMore : Result::kCommand;
 }

@@ -103,6 +103,37 @@ TEST(RespParser, SplitsInlineCommandsOnSpacesAndTabsWithOrWithoutCr) {
   EXPECT_EQ(commands[1], (Words{"GET", "a"}));
 }
 
+// Inline words are read as Redis reads them (sdssplitargs): quotes group and
+// are not part of the word, with Redis's escapes. They used to be bytes of
+// their word: `SET k "v"` stored "v" with its quotes, where Redis stores v.
+TEST(RespParser, SplitsQuotedInlineWordsAsRedisDoes) {
+  using namespace std::string_literals;
+  const std::string input =
+      "SET k \"a b\"\r\n"
+      "SET k \"v\"\r\n"
+      "ECHO 'it\\'s'\r\n"
+      "ECHO \"\\x41\\n\\\"\\\\\\xZZ\"\r\n"
+      "ECHO a\"b c\"\r\n"
+      "ECHO \"\" 'a\\nb'\r\n"
+      "ECHO \"a\"\tb\vc\r\n"
+      "ECHO a\0b\r\n"s;
+  const std::vector<Words> expected = {{"SET", "k", "a b"},   {"SET", "k", "v"},
+                                       {"ECHO", "it's"},      {"ECHO", "A\n\"\\xZZ"},
+                                       {"ECHO", "ab c"},      {"ECHO", "", "a\\nb"},
+                                       {"ECHO", "a", "b\vc"}, {"ECHO", "a\0b"s}};
+  for (size_t step : {size_t{1}, size_t{3}, input.size()}) {
+    RespParser parser({});
+    std::vector<Words> commands;
+    EXPECT_EQ(ParseAll(parser, input, step, &commands), "") << "step " << step;
+    EXPECT_EQ(commands, expected) << "step " << step;
+  }
+  for (const char* unbalanced : {"SET k \"a\r\n", "SET k \"a\"b\r\n", "SET k 'a\r\n",
+                                 "SET k 'a'b\r\n", "SET k \"a\\\"\r\n"}) {
+    EXPECT_EQ(FirstError(unbalanced), "Protocol error: unbalanced quotes in request")
+        << unbalanced;
+  }
+}
+
 TEST(RespParser, AcceptsAnEmptyBulkArgument) {
   RespParser parser({});
   std::vector<Words> commands;
