@@ -54,6 +54,8 @@ StatusOr<std::string> ReadFile(const char* path) {
   return s.str();
 }
 
+}  // namespace
+
 StatusOr<uint64_t> CountOpenFds() {
   DIR* dir = opendir("/proc/self/fd");
   if (dir == nullptr) return Status::IOError("cannot read /proc/self/fd");
@@ -64,8 +66,6 @@ StatusOr<uint64_t> CountOpenFds() {
   closedir(dir);
   return n;
 }
-
-}  // namespace
 
 StatusOr<ProcessStats> ParseProcessStat(std::string_view stat, std::string_view proc_stat,
                                         uint64_t ticks_per_second, uint64_t page_bytes) {

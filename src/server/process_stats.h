@@ -29,6 +29,10 @@ struct ProcessStats {
 StatusOr<ProcessStats> ParseProcessStat(std::string_view stat, std::string_view proc_stat,
                                         uint64_t ticks_per_second, uint64_t page_bytes);
 
+// Entries of /proc/self/fd: the descriptors this process holds. IOError
+// without /proc.
+StatusOr<uint64_t> CountOpenFds();
+
 // This process's stats from /proc/self/stat, /proc/stat, /proc/self/fd and
 // getrlimit. IOError when /proc cannot be read (not Linux, no /proc mounted).
 StatusOr<ProcessStats> ReadProcessStats();

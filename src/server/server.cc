@@ -10,6 +10,7 @@
 #endif
 #include "prefixkv/server.h"
 
+#include <sys/resource.h>
 #include <sys/sysinfo.h>
 
 #include <algorithm>
@@ -82,6 +83,32 @@ void RunLoop(asio::io_context* ctx) {
   }
 }
 
+// Descriptors kept for the engine beyond those it holds when the server
+// starts (as Redis keeps 32 beyond maxclients): new SSD segments, RocksDB
+// tables and logs, event log segments, the metrics endpoint's connections.
+constexpr uint64_t kReservedFds = 64;
+
+// The clients that fit in RLIMIT_NOFILE with the engine's descriptors and
+// kReservedFds left over: `max_connections`, or fewer, as Redis lowers
+// maxclients to `ulimit -n`. Each client holds a descriptor: admitted past
+// the limit, idle clients took the last ones, so the SSD tier could not open
+// a segment (every write-through SET and write-back failed 'Too many open
+// files') and new clients hung unanswered in the accept backlog instead of
+// being told the server is full. `max_connections` when /proc or getrlimit
+// cannot be read; at least 1.
+size_t ConnectionsThatFit(size_t max_connections) {
+  rlimit limit{};
+  const StatusOr<uint64_t> open_fds = server::CountOpenFds();
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || !open_fds.ok() ||
+      limit.rlim_cur == RLIM_INFINITY) {
+    return max_connections;
+  }
+  const uint64_t kept = *open_fds + kReservedFds;
+  const uint64_t fit = limit.rlim_cur > kept ? limit.rlim_cur - kept : 1;
+  return static_cast<size_t>(
+      std::max<uint64_t>(1, std::min<uint64_t>(max_connections, fit)));
+}
+
 // The server-wide AUTH budget; null when the options turn it off (or are out
 // of range: Start() refuses them).
 std::unique_ptr<server::AuthThrottle> NewAuthThrottle(const ServerOptions& o,
@@ -115,6 +142,8 @@ class internal::ServerImpl {
  private:
   using WorkGuard = asio::executor_work_guard<asio::io_context::executor_type>;
 
+  // Lowers options_.max_connections to ConnectionsThatFit, saying so in the log.
+  void LimitConnectionsToDescriptors();
   void AcceptNext();
   void OnAccepted(tcp::socket socket);
   void ScheduleSweep();
@@ -191,6 +220,7 @@ Status internal::ServerImpl::Start() {
     if (started_) return Status::InvalidArgument("server already started");
     started_ = true;
   }
+  LimitConnectionsToDescriptors();
   for (int i = 0; i < options_.io_threads; ++i) {
     contexts_.push_back(std::make_unique<asio::io_context>(1));
     guards_.push_back(asio::make_work_guard(*contexts_.back()));
@@ -223,6 +253,25 @@ Status internal::ServerImpl::Start() {
   ScheduleSweep();
   for (auto& ctx : contexts_) threads_.emplace_back([c = ctx.get()] { RunLoop(c); });
   return Status::OK();
+}
+
+void internal::ServerImpl::LimitConnectionsToDescriptors() {
+  const size_t fit = ConnectionsThatFit(options_.max_connections);
+  if (fit >= options_.max_connections) return;
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  const std::string line =
+      "prefixkv server: the open file limit (ulimit -n) is " +
+      std::to_string(limit.rlim_cur) + ": at most " + std::to_string(fit) + " of " +
+      std::to_string(options_.max_connections) +
+      " clients are accepted, so the engine keeps the descriptors it needs (raise the "
+      "limit to serve more)";
+  if (options_.log) {
+    options_.log(line);
+  } else {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+  options_.max_connections = fit;
 }
 
 void internal::ServerImpl::AcceptNext() {

@@ -66,13 +66,19 @@ class ServeProcess {
  public:
   // Starts `prefixkv serve --data-dir DIR --port 0 EXTRA...` and waits for the
   // "listening on ...:PORT" line. port() is 0 when it did not start. A
-  // non-empty `stderr_path` receives the server's log (appended).
+  // non-empty `stderr_path` receives the server's log (appended). A positive
+  // `open_file_limit` starts it under `ulimit -n` of that many (soft and hard).
   explicit ServeProcess(const std::string& data_dir,
                         const std::vector<std::string>& extra = {},
-                        const std::string& stderr_path = "") {
+                        const std::string& stderr_path = "", int open_file_limit = 0) {
     std::vector<std::string> argv = {PREFIXKV_CLI, "serve",  "--data-dir",
                                      data_dir,     "--port", "0"};
     argv.insert(argv.end(), extra.begin(), extra.end());
+    if (open_file_limit > 0) {
+      argv.insert(argv.begin(), {"/bin/sh", "-c",
+                                 "ulimit -n " + std::to_string(open_file_limit) +
+                                     " && exec \"$0\" \"$@\""});
+    }
     const SpawnedChild child = SpawnWithStdoutPipe(std::move(argv), stderr_path);
     pid_ = child.pid;
     if (child.stdout_fd < 0) return;

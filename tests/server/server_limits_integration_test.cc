@@ -15,10 +15,12 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/server/resp_client.h"
 #include "tests/server/serve_process.h"
@@ -142,6 +144,53 @@ TEST(ServerLimits, RunningOutOfMemoryWhileAValueArrivesIsAnOutOfMemoryRefusal) {
   EXPECT_EQ(c.Call({"GET", "witness"}).str, "kept");
   EXPECT_TRUE(c.Call({"GET", "k"}).null);
   EXPECT_EQ(serve.StopWith(SIGTERM), 0);
+}
+
+// Under `ulimit -n 128` with the default --max-clients 10000, clients used to
+// be accepted until the descriptors ran out: the next one hung unanswered in
+// the accept backlog, and a write-through SET failed ('IOError: open
+// .../segments/...seg: Too many open files'), the SSD tier unable to open a
+// segment. The server now accepts only the clients that fit (INFO maxclients,
+// and a line in its log), tells the next one it is full, and goes on storing.
+TEST(ServerLimits, ClientsPastTheOpenFileLimitAreRefusedNotLeftToStarveTheEngine) {
+  testing::TempDir dir;
+  const std::string log = dir.str() + "/serve.log";
+  ServeProcess serve(dir.str() + "/data",
+                     {"--write-through", "--ssd-capacity-bytes", "16M"}, log,
+                     /*open_file_limit=*/128);
+  ASSERT_NE(serve.port(), 0) << "prefixkv serve did not start";
+  std::vector<std::unique_ptr<RespClient>> served;
+  for (int i = 0; i < 200; ++i) {
+    auto c = std::make_unique<RespClient>(serve.port(), /*timeout_s=*/2);
+    ASSERT_TRUE(c->connected()) << i;
+    const Reply r = c->Call({"PING"});
+    if (r.str == "PONG") {
+      served.push_back(std::move(c));
+      continue;
+    }
+    // Told the server is full, or closed before its PING was read; not hung.
+    EXPECT_TRUE(r.str == "ERR max number of clients reached" ||
+                (r.closed() && c->ReadsEofAfterDraining()))
+        << "client " << i << " was neither served nor refused: '" << r.str << "'";
+    break;
+  }
+  ASSERT_FALSE(served.empty());
+  ASSERT_LT(served.size(), 128u);
+  // With every place taken, values still reach new segments on SSD.
+  const std::string value(700 << 10, 'v');
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(served[0]->Call({"SET", "k" + std::to_string(i), value}).str, "OK") << i;
+  }
+  const std::string fit = std::to_string(served.size());
+  const std::string clients = served[0]->Call({"INFO", "clients"}).str;
+  EXPECT_NE(clients.find("maxclients:" + fit + "\r\n"), std::string::npos) << clients;
+  served.clear();
+  EXPECT_EQ(serve.StopWith(SIGTERM), 0);
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(text.find("the open file limit (ulimit -n) is 128: at most " + fit + " of"),
+            std::string::npos)
+      << text;
 }
 
 // Two clients that never AUTH each declare a 100 MiB value and stream it.

@@ -8,8 +8,10 @@
 // drained, its metadata flushed).
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -252,6 +254,21 @@ std::string ParseServeConfig(const Flags& flags, ServeConfig* config) {
                     &config->server.admin_pass);
 }
 
+// Raises the soft open file limit (often 1024) toward the hard one, as Redis
+// does for maxclients: every client holds a descriptor and the engine needs
+// its own (segments, tables). The server accepts only the clients that fit
+// in what is left (Server::Start says so); a failure leaves the limit as is.
+void RaiseOpenFileLimit(size_t max_clients) {
+  constexpr rlim_t kEngineFds = 4096;  // a large SSD tier's segments, tables, logs
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t wanted = static_cast<rlim_t>(max_clients) + kEngineFds;
+  if (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= wanted) return;
+  limit.rlim_cur =
+      limit.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, limit.rlim_max);
+  setrlimit(RLIMIT_NOFILE, &limit);
+}
+
 int RunServe(const std::vector<std::string>& args) {
   Flags flags = ServeFlags();
   std::string error;
@@ -266,6 +283,7 @@ int RunServe(const std::vector<std::string>& args) {
 
   IgnoreBrokenPipes();
   IgnoreHangups();
+  RaiseOpenFileLimit(config.server.max_connections);
   sigset_t stop_signals = BlockStopSignals();
   StatusOr<std::unique_ptr<Engine>> engine = Engine::Open(config.engine);
   if (!engine.ok()) return Failure(flags, "serve", engine.status().ToString());
