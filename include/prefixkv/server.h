@@ -90,8 +90,8 @@ struct ServerOptions {
   // Longest inline command line (telnet-style "PING\r\n").
   size_t max_inline_bytes = 64 << 10;
   // Connections beyond this are told "max number of clients reached" and closed.
-  // Start() lowers it to what fits in RLIMIT_NOFILE with the descriptors the
-  // engine holds and 64 more (INFO maxclients shows the limit in force).
+  // Start() lowers it to what fits in RLIMIT_NOFILE with the descriptors held
+  // then and 64 more left (INFO maxclients shows the limit in force).
   size_t max_connections = 10000;
   // A connection stops reading while this many reply bytes wait to be sent
   // (backpressure against clients that pipeline without reading).

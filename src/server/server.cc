@@ -220,7 +220,6 @@ Status internal::ServerImpl::Start() {
     if (started_) return Status::InvalidArgument("server already started");
     started_ = true;
   }
-  LimitConnectionsToDescriptors();
   for (int i = 0; i < options_.io_threads; ++i) {
     contexts_.push_back(std::make_unique<asio::io_context>(1));
     guards_.push_back(asio::make_work_guard(*contexts_.back()));
@@ -249,6 +248,8 @@ Status internal::ServerImpl::Start() {
   port_ = acceptor_->local_endpoint().port();
   start_ms_ = clock_->NowMillis();
   timer_.emplace(*contexts_[0]);
+  // Once the I/O threads' and listeners' descriptors are open: they count.
+  LimitConnectionsToDescriptors();
   AcceptNext();
   ScheduleSweep();
   for (auto& ctx : contexts_) threads_.emplace_back([c = ctx.get()] { RunLoop(c); });
