@@ -213,6 +213,7 @@ StatusOr<ssd::SegmentScan> ssd::WalkSegments(FileSystem* fs, const std::string& 
     uint64_t id = 0;
     if (!ParseSegmentFileName(name, &id) || (only && !only(id))) continue;
     scan.files += 1;
+    scan.walked.insert(id);
     PKV_RETURN_IF_ERROR(WalkSegment(fs, seg_dir + "/" + name, id, parent_of, &scan));
   }
   return scan;
@@ -270,10 +271,43 @@ std::map<BlockKey, ssd::FoundExtent> ssd::ProvableVersions(
   return out;
 }
 
+namespace {
+
+// The places of `scan`'s walked segments that a commit record names, that
+// hold no intact extent any more (the segment's end cut before them, or their
+// bytes damaged) and that neither `kept_at` holds nor the journal excludes
+// yet: each as an extent-only removal. Such a commit can never be rolled
+// forward, and its record alone made CheckAgainstJournal take the metadata
+// for older than the segments at every open after the repair. Extent-only:
+// a place where nothing is found names no bytes another extent could share,
+// and a removal of the key's bytes would exclude a live copy elsewhere.
+std::vector<ssd::JournalRecord> VanishedCommits(const ssd::SegmentScan& scan,
+                                                const ssd::JournalContents& journal,
+                                                const ssd::LocationSet& kept_at) {
+  ssd::LocationSet found;
+  for (const ssd::FoundExtent& c : scan.extents) found.insert({c.segment, c.offset});
+  std::vector<ssd::JournalRecord> out;
+  for (const ssd::JournalRecord& c : journal.records) {
+    if (!ssd::IsCommitRecord(c) || !scan.walked.contains(c.segment) ||
+        found.contains({c.segment, c.offset}) ||
+        kept_at.contains({c.segment, c.offset}) ||
+        journal.Excludes(c.key, c.checksum, c.segment, c.offset)) {
+      continue;
+    }
+    found.insert({c.segment, c.offset});  // one record per place
+    ssd::JournalRecord r{c.key, c.checksum, c.segment, c.offset};
+    r.extent_only = true;
+    out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<ssd::JournalRecord> ssd::NotTaken(
     const SegmentScan& scan, const JournalContents& journal,
     const std::set<std::pair<BlockKey, uint64_t>>& kept, const LocationSet& kept_at) {
-  std::vector<JournalRecord> out;
+  std::vector<JournalRecord> out = VanishedCommits(scan, journal, kept_at);
   for (const FoundExtent& c : scan.extents) {
     if (journal.Excludes(c.key, c.checksum, c.segment, c.offset) ||
         kept_at.contains({c.segment, c.offset})) {

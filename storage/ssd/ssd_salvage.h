@@ -54,6 +54,7 @@ using ParentOf =
 struct SegmentScan {
   std::vector<FoundExtent> extents;  // intact, in no particular order
   uint64_t files = 0;                // segment files walked
+  std::set<uint64_t> walked;         // their ids
   uint64_t damaged = 0;              // extents whose footer or payload is damaged
 };
 
@@ -88,6 +89,12 @@ std::map<BlockKey, FoundExtent> ProvableVersions(const std::vector<FoundExtent>&
 // removal of the block, which a journal rewrite drops with that removal's
 // segment, and a rebuild then brought the removed block back
 // (SsdFaultTest.ACopyLeftByARepointTheMetadataLostNeverBringsBackARemovedBlock).
+// Also an extent-only removal of each place of a walked segment that a commit
+// record names but where the walk found no intact extent (a torn or cut
+// segment tail, a damaged extent) and that is not in `kept_at`: it can never
+// be taken, and left named by its commit alone it made every later open take
+// the metadata for older than the segments
+// (SsdRepair.ATornSegmentTailBesideALostLogIsRolledForwardOnce).
 std::vector<JournalRecord> NotTaken(const SegmentScan& scan,
                                     const JournalContents& journal,
                                     const std::set<std::pair<BlockKey, uint64_t>>& kept,
