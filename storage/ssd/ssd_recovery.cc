@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <string_view>
 
@@ -43,17 +44,22 @@ class CounterAddOperator : public rocksdb::AssociativeMergeOperator {
   const char* Name() const override { return "prefixkv.CounterAdd"; }
 };
 
-// The process holding a lock on `lock_file`, from /proc/locks (Linux); 0
-// when it cannot be told.
-pid_t LockHolder(const std::string& lock_file) {
+// Whether a lock on `lock_file` is held, from /proc/locks (Linux), and by
+// which process: 0 when /proc/locks names none. An open file description
+// lock (F_OFD_SETLK) is listed with pid -1, which was given to the user as
+// the holder ('in use by another process (pid -1)';
+// AuditUsageTest.ALockHeldWithoutAPidNamesNoPid). nullopt: none is held, or
+// it cannot be told.
+std::optional<pid_t> LockHolder(const std::string& lock_file) {
   struct stat st;
-  if (::stat(lock_file.c_str(), &st) != 0) return 0;
+  if (::stat(lock_file.c_str(), &st) != 0) return std::nullopt;
   // "MAJOR:MINOR" in hex, as /proc/locks prints the device.
   char device[32];
   std::snprintf(device, sizeof device, "%02x:%02x", ::major(st.st_dev),
                 ::minor(st.st_dev));
   std::ifstream locks("/proc/locks");
   std::string line;
+  std::optional<pid_t> holder;
   // "1: POSIX  ADVISORY  WRITE 4242 fd:01:1234567 0 EOF"
   while (std::getline(locks, line)) {
     std::istringstream in(line);
@@ -63,10 +69,12 @@ pid_t LockHolder(const std::string& lock_file) {
     // a lock on another file system's file of the same inode number must
     // not match.
     if (dev_inode == std::string(device) + ":" + std::to_string(st.st_ino)) {
-      return static_cast<pid_t>(std::strtol(pid.c_str(), nullptr, 10));
+      const pid_t named = static_cast<pid_t>(std::strtol(pid.c_str(), nullptr, 10));
+      if (named > 0) return named;
+      holder = 0;  // held; another line may still name a process
     }
   }
-  return 0;
+  return holder;
 }
 
 rocksdb::CompressionType ParseCompression(const std::string& name) {
@@ -246,7 +254,7 @@ Status ssd::TierImpl::LockShared() {
   shared.l_whence = SEEK_SET;
   if (::fcntl(fd, F_SETLK, &shared) != 0) {
     ::close(fd);
-    return InUse(options_.path, LockHolder(lock_file));
+    return InUse(options_.path, LockHolder(lock_file).value_or(0));
   }
   read_lock_fd_ = fd;
   return Status::OK();
@@ -273,7 +281,7 @@ Status ssd::TierImpl::OpenOrMoveAside() {
   // Another process (or tier) has the directory open: one line that says so,
   // not RocksDB's raw lock error.
   if (!s.ok() && LockIsHeld(s)) {
-    return InUse(options_.path, LockHolder(options_.path + "/LOCK"));
+    return InUse(options_.path, LockHolder(options_.path + "/LOCK").value_or(0));
   }
   // A held lock, a full disk or missing permissions are not damage: report
   // them; nor is another program's database (CheckFormat), left untouched.
@@ -320,8 +328,8 @@ Status ssd::TierImpl::Open() {
   // this process, as the check below does) and admits other readers.
   if (options_.read_only) {
     PKV_RETURN_IF_ERROR(LockShared());
-  } else if (const pid_t holder = LockHolder(options_.path + "/LOCK"); holder != 0) {
-    return InUse(options_.path, holder);
+  } else if (const std::optional<pid_t> holder = LockHolder(options_.path + "/LOCK")) {
+    return InUse(options_.path, *holder);
   }
   // A report-only open (audit, inspect) leaves the reserve as it finds it:
   // released and written again, on a nearly full disk the database's own

@@ -4,8 +4,12 @@
 // with --json). And the exit-code table every command keeps (CliExitCodes,
 // tools/cli/flags.h): 0 ok, 1 a problem found, 2 usage, each failure as
 // {"ok":false,"error":"..."} under --json.
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -298,6 +302,34 @@ TEST(AuditUsageTest, ADirectoryInUseNamesTheProcessHoldingIt) {
   EXPECT_EQ(run.output.find("Resource temporarily unavailable"), std::string::npos)
       << run.output;
   EXPECT_EQ(serve.StopWith(SIGTERM), 0);
+}
+
+// A lock /proc/locks names no process for (an open file description lock,
+// F_OFD_SETLK, is listed with pid -1) held on the directory's LOCK: audit,
+// inspect and repair said it was 'in use by another process (pid -1)', a pid
+// no process has; they now say another process holds it, name no pid, and
+// leave the directory as it was.
+TEST(AuditUsageTest, ALockHeldWithoutAPidNamesNoPid) {
+  DataDirBuilder builder(7);
+  builder.StoreChain();
+  const std::string data = builder.dir();
+  const int fd = ::open((data + "/LOCK").c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  ASSERT_EQ(::fcntl(fd, F_OFD_SETLK, &lock), 0) << std::strerror(errno);
+  const std::map<std::string, std::string> before = testing::SnapshotOf(data);
+  for (const char* command : {"audit", "inspect", "repair"}) {
+    CliRun run = RunCli(std::string(command) + " --data-dir " + data);
+    EXPECT_EQ(run.exit_code, 1) << command << ": " << run.output;
+    EXPECT_NE(run.output.find("is in use by another process"), std::string::npos)
+        << command << ": " << run.output;
+    EXPECT_EQ(run.output.find("(pid"), std::string::npos)
+        << command << ": " << run.output;
+    EXPECT_EQ(testing::ChangesBetween(before, testing::SnapshotOf(data)), "") << command;
+  }
+  ::close(fd);
 }
 
 // Refused beside a running server, audit and inspect leave its directory
