@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string_view>
@@ -75,6 +76,29 @@ std::optional<pid_t> LockHolder(const std::string& lock_file) {
     }
   }
   return holder;
+}
+
+// The read-only opens' shared locks on LOCK files: one per file for the
+// whole process. A POSIX record lock belongs to the process, and closing any
+// descriptor of the file drops every lock the process holds on it: a second
+// reader of a directory in one process, once closed, took the first
+// reader's lock with it (a server then opened the directory under the first
+// reader), and a reader beside this process's writing tier turned RocksDB's
+// lock into a shared one, which its close then dropped
+// (AuditUsageTest.ASecondReaderInOneProcessKeepsTheDirectoryLocked). So the
+// readers of one file share one descriptor, closed with the last of them.
+struct ReadLocks {
+  struct Held {
+    int fd = -1;
+    int readers = 0;
+  };
+  Mutex mu;
+  std::map<std::pair<dev_t, ino_t>, Held> held GUARDED_BY(mu);
+};
+
+ReadLocks& TheReadLocks() {
+  static ReadLocks* locks = new ReadLocks;  // never destroyed: used at exit
+  return *locks;
 }
 
 rocksdb::CompressionType ParseCompression(const std::string& name) {
@@ -247,6 +271,21 @@ Status ssd::TierImpl::MoveAside(const Status& why) {
 
 Status ssd::TierImpl::LockShared() {
   const std::string lock_file = options_.path + "/LOCK";
+  // Looked up by stat: opening the file again, then closing it, would drop
+  // the lock this process holds on it (TheReadLocks).
+  struct stat st;
+  if (::stat(lock_file.c_str(), &st) != 0) return Status::OK();  // no database
+  ReadLocks& locks = TheReadLocks();
+  MutexLock lock(&locks.mu);
+  if (auto it = locks.held.find({st.st_dev, st.st_ino}); it != locks.held.end()) {
+    it->second.readers += 1;  // another reader of this process holds it
+    read_lock_fd_ = it->second.fd;
+    return Status::OK();
+  }
+  // Held by this process and not by its readers: a writing tier's.
+  if (const std::optional<pid_t> holder = LockHolder(lock_file); holder == ::getpid()) {
+    return InUse(options_.path, *holder);
+  }
   const int fd = ::open(lock_file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::OK();  // no database (the open says so) or not POSIX
   struct flock shared {};
@@ -256,13 +295,23 @@ Status ssd::TierImpl::LockShared() {
     ::close(fd);
     return InUse(options_.path, LockHolder(lock_file).value_or(0));
   }
+  locks.held[{st.st_dev, st.st_ino}] = {fd, 1};
   read_lock_fd_ = fd;
   return Status::OK();
 }
 
 void ssd::TierImpl::ReleaseReadLock() {
   if (read_lock_fd_ < 0) return;
-  ::close(read_lock_fd_);  // drops the lock
+  ReadLocks& locks = TheReadLocks();
+  MutexLock lock(&locks.mu);
+  for (auto it = locks.held.begin(); it != locks.held.end(); ++it) {
+    if (it->second.fd != read_lock_fd_) continue;
+    if (--it->second.readers == 0) {
+      ::close(it->second.fd);  // drops the lock
+      locks.held.erase(it);
+    }
+    break;
+  }
   read_lock_fd_ = -1;
 }
 

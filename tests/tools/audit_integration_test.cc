@@ -503,28 +503,9 @@ TEST(AuditUsageTest, ReadOnlyCommandsLeaveAKilledServersDirectoryExactlyAsItWas)
   EXPECT_EQ(serve.StopWith(SIGTERM), 0);
 }
 
-// RocksDB's read-only mode takes no lock: a read-only open holds LOCK shared,
-// so a server cannot open the directory under a reader (it names the
-// reader), while other readers can.
-TEST(AuditUsageTest, AReadOnlyOpenKeepsAServerOutAndLetsReadersIn) {
-  testing::TempDir dir;
-  const std::string data = dir.str() + "/data";
-  LeaveAKilledServersDirectory(data);
-  SsdTierOptions options;
-  options.path = data;
-  options.read_only = true;
-  options.log = [](std::string_view) {};
-  StatusOr<std::unique_ptr<SsdTier>> reader = SsdTier::Open(options);
-  ASSERT_OK(reader.status());
-  EXPECT_EQ((*reader)->Totals().entries, 40u);
-  StatusOr<std::unique_ptr<SsdTier>> another = SsdTier::Open(options);
-  EXPECT_OK(another.status());
-  CliRun run = RunCli("inspect --data-dir " + data);
-  EXPECT_EQ(run.exit_code, 0) << run.output;
-  SsdTierOptions writer = options;
-  writer.read_only = false;
-  StatusOr<std::unique_ptr<SsdTier>> refused = SsdTier::Open(writer);
-  EXPECT_TRUE(refused.status().IsBusy()) << refused.status().ToString();
+// `prefixkv serve` is refused the directory `data`, which this process
+// holds, and its log names this process.
+void ExpectAServerIsKeptOutByThisProcess(const std::string& data) {
   testing::TempDir logs;
   const std::string server_log = logs.str() + "/serve.log";
   {
@@ -537,6 +518,73 @@ TEST(AuditUsageTest, AReadOnlyOpenKeepsAServerOutAndLetsReadersIn) {
       said.find("in use by another process (pid " + std::to_string(::getpid()) + ")"),
       std::string::npos)
       << said;
+}
+
+// A killed server's directory in `data` (LeaveAKilledServersDirectory), and
+// the options of a read-only tier of it.
+SsdTierOptions AKilledServersDirectoryReadOnly(const std::string& data) {
+  LeaveAKilledServersDirectory(data);
+  SsdTierOptions options;
+  options.path = data;
+  options.read_only = true;
+  options.log = [](std::string_view) {};
+  return options;
+}
+
+// RocksDB's read-only mode takes no lock: a read-only open holds LOCK shared,
+// so a server cannot open the directory under a reader (it names the
+// reader), while other readers can.
+TEST(AuditUsageTest, AReadOnlyOpenKeepsAServerOutAndLetsReadersIn) {
+  testing::TempDir dir;
+  const std::string data = dir.str() + "/data";
+  const SsdTierOptions options = AKilledServersDirectoryReadOnly(data);
+  StatusOr<std::unique_ptr<SsdTier>> reader = SsdTier::Open(options);
+  ASSERT_OK(reader.status());
+  EXPECT_EQ((*reader)->Totals().entries, 40u);
+  StatusOr<std::unique_ptr<SsdTier>> another = SsdTier::Open(options);
+  EXPECT_OK(another.status());
+  CliRun run = RunCli("inspect --data-dir " + data);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  SsdTierOptions writer = options;
+  writer.read_only = false;
+  StatusOr<std::unique_ptr<SsdTier>> refused = SsdTier::Open(writer);
+  EXPECT_TRUE(refused.status().IsBusy()) << refused.status().ToString();
+  ExpectAServerIsKeptOutByThisProcess(data);
+}
+
+// A POSIX record lock belongs to the process, and closing any descriptor of
+// the file drops all the process's locks on it: a second reader of the
+// directory in one process, once closed, took the first reader's lock with
+// it, and a server then opened the directory under the first reader; and a
+// reader beside this process's writing tier turned the writer's lock into a
+// shared one, and its close dropped it. Readers of one process now share one
+// lock, released with the last; a reader beside a writer is refused.
+TEST(AuditUsageTest, ASecondReaderInOneProcessKeepsTheDirectoryLocked) {
+  testing::TempDir dir;
+  const std::string data = dir.str() + "/data";
+  const SsdTierOptions options = AKilledServersDirectoryReadOnly(data);
+  {
+    StatusOr<std::unique_ptr<SsdTier>> reader = SsdTier::Open(options);
+    ASSERT_OK(reader.status());
+    {
+      StatusOr<std::unique_ptr<SsdTier>> another = SsdTier::Open(options);
+      ASSERT_OK(another.status());
+      ASSERT_OK((*another)->Close());
+    }
+    ExpectAServerIsKeptOutByThisProcess(data);
+    EXPECT_EQ((*reader)->Totals().entries, 40u);
+  }
+  SsdTierOptions writing = options;
+  writing.read_only = false;
+  StatusOr<std::unique_ptr<SsdTier>> writer = SsdTier::Open(writing);
+  ASSERT_OK(writer.status());
+  StatusOr<std::unique_ptr<SsdTier>> beside = SsdTier::Open(options);
+  EXPECT_TRUE(beside.status().IsBusy()) << beside.status().ToString();
+  EXPECT_NE(beside.status().ToString().find("this process"), std::string::npos)
+      << beside.status().ToString();
+  beside = Status::Aborted("closed");  // a reader let in closes here
+  ExpectAServerIsKeptOutByThisProcess(data);
+  EXPECT_OK((*writer)->Close());
 }
 
 TEST(AuditUsageTest, UnknownFlagIsAUsageError) {
