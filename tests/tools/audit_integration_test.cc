@@ -57,6 +57,12 @@ class AuditTest : public ::testing::Test {
  protected:
   DataDirBuilder data_{testing::TestSeed("AuditTest")};
   std::string Audit() const { return "audit --json --data-dir " + data_.dir(); }
+  // A segment file no record names (crash garbage); returns its path.
+  fs::path AddAGarbageSegment() const {
+    const fs::path garbage = fs::path(data_.dir()) / "segments" / "00000000000fffff.seg";
+    std::ofstream(garbage, std::ios::binary) << std::string(4096, '\0');
+    return garbage;
+  }
 };
 
 TEST_F(AuditTest, CleanDataDirectoryPasses) {
@@ -202,14 +208,27 @@ TEST_F(AuditTest, RepairRemovesOrphansAndTheBlocksBelowThem) {
 // moving an older layout's metadata aside or repairing counters.)
 TEST_F(AuditTest, RepairNamesTheUnreferencedSegmentItsOpenDeleted) {
   data_.StoreChain();
-  const fs::path garbage = fs::path(data_.dir()) / "segments" / "00000000000fffff.seg";
-  std::ofstream(garbage, std::ios::binary) << std::string(4096, '\0');
+  const fs::path garbage = AddAGarbageSegment();
   CliRun repair = RunCli("repair --data-dir " + data_.dir());
   EXPECT_EQ(repair.exit_code, 0) << repair.output;
   EXPECT_FALSE(fs::exists(garbage));
   EXPECT_EQ(repair.output.find("nothing to repair"), std::string::npos) << repair.output;
   EXPECT_NE(repair.output.find("deleted 1 unreferenced segment files"), std::string::npos)
       << repair.output;
+}
+
+// An audit that finds a problem audits again opened for writing, and that
+// open deletes a segment file no record names (crash garbage), as a
+// server's does: the audit deleted it and its report did not say so.
+TEST_F(AuditTest, AnAuditNamesTheUnreferencedSegmentItsWritingOpenDeleted) {
+  data_.StoreChain();
+  const fs::path garbage = AddAGarbageSegment();
+  ASSERT_FALSE(FlipBytesOf(data_.dir(), data_.pattern(3)).empty());
+  CliRun run = RunCli("audit --data-dir " + data_.dir());
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_FALSE(fs::exists(garbage));
+  EXPECT_NE(run.output.find("1 unreferenced segment files"), std::string::npos)
+      << run.output;
 }
 
 // Point 4: a missing or damaged removal journal is a finding (a later rebuild

@@ -37,7 +37,8 @@ text, "removed": false in the JSON), so every audit reports it again.
 Run it only while no other process has the directory open. An audit that
 finds nothing wrong writes nothing in the directory (it is opened read-only);
 one that finds a problem audits it again opened for writing, to remove what
-is damaged.
+is damaged; that open also deletes segment files no record names (crash
+garbage, as a server's open does), reported as a mismatch.
 A metadata database that cannot be opened or read (a damaged log, table,
 MANIFEST or CURRENT), or that is older than the segment files and the removal
 journal (a lost log), is reported (exit 1) and left as it is: the audit never
@@ -105,6 +106,14 @@ void AddOpenFindings(const SsdOpenReport& open, const std::vector<std::string>& 
     }
     report->mismatches.push_back(
         {"database", "moved aside to " + open.moved_aside_to + ": " + why});
+  }
+  // Only a writing open (the second pass, after a problem) deletes one, as
+  // a server's open does: the audit deleted it and did not say so.
+  if (open.unreferenced_segments_deleted > 0) {
+    report->mismatches.push_back(
+        {"segment files", std::to_string(open.unreferenced_segments_deleted) +
+                              " unreferenced segment files (crash garbage no record "
+                              "names) deleted at open"});
   }
   if (open.corrupt_records_removed > 0) {
     report->mismatches.push_back(
