@@ -742,6 +742,37 @@ TEST(EventFeed, ANodeWithoutPagesIsBootstrappedFromTheUnpagedForm) {
   EXPECT_TRUE(router->Holds(0, key, kSsd));
 }
 
+// A node whose bootstrap keeps failing (its event log cannot reserve numbers
+// for a long while) was asked again every retry_ms, and each attempt made
+// the router forget the node: a walk of the whole index under the router's
+// lock (158 ms at 2M blocks, 3 a second at the default 200 ms: ROUTE waited
+// up to 236 ms, the lock held half the time). The waits double up to
+// max_retry_ms while the attempts fail, and the feed is back to retry_ms
+// once one succeeds. Here 5 ms doubling up to 400 ms: 9 attempts in the
+// first second (170 before), then the node answers again.
+TEST(EventFeed, FailingBootstrapsAreRetriedLessAndLessOften) {
+  const BlockKey key = Chain(1, 1)[0];
+  std::atomic<bool> failing{true};
+  std::atomic<int> xreads{0};
+  FakeNode node([&](const std::vector<std::string>& args) -> std::string {
+    if (std::optional<std::string> r = ResnapshotOnceThenIdle(args, xreads)) return *r;
+    if (args[0] != "PKV.SNAPSHOT") return "-ERR unknown command\r\n";
+    return failing ? std::string(kSnapshotUnavailable) : SnapshotPage("5-0", "0", key);
+  });
+  ASSERT_NE(node.port(), 0);
+  std::unique_ptr<PrefixRouter> router = Router(1);
+  route::EventFeed feed(
+      {.port = node.port(), .node = 0, .block_ms = 5, .retry_ms = 5, .max_retry_ms = 400},
+      router.get());
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const uint64_t attempts = feed.resnapshots();
+  failing = false;
+  const bool learnt = Eventually([&] { return router->Holds(0, key, kHot); });
+  feed.Stop();
+  EXPECT_LE(attempts, 12u);
+  EXPECT_TRUE(learnt);
+}
+
 // XREAD's reply of one entry `id` with the fields `fields`.
 std::string XreadReply(const std::string& id, const std::vector<std::string>& fields) {
   std::string r = "*1\r\n*2\r\n" + Bulk("prefixkv:events") + "*1\r\n*2\r\n" + Bulk(id) +

@@ -63,6 +63,9 @@ struct EventFeedOptions {
   uint32_t count = 1024;       // XREAD COUNT
   uint32_t timeout_ms = 1000;  // connect, and a reply beyond BLOCK
   uint32_t retry_ms = 200;     // between reconnection attempts
+  // While bootstraps fail (each makes the router forget the node, a walk of
+  // its whole index), the wait doubles from retry_ms up to this.
+  uint32_t max_retry_ms = 10000;
 };
 
 // Thread-safe: the feed's thread applies events; the counters are atomic.
@@ -94,6 +97,11 @@ class EventFeed {
 
  private:
   void Run();
+  // Before the next connection: retry_ms, doubled for each bootstrap that
+  // failed in a row, up to max_retry_ms (at least retry_ms).
+  uint32_t RetryWait() const;
+  // Sleeps `ms`, or less once Stop() is asked.
+  void Pause(uint32_t ms);
   // connected_ and the node's availability in the router.
   void SetConnected(bool connected);
   // Reads until Stop() or a connection failure.
@@ -116,6 +124,7 @@ class EventFeed {
   PrefixRouter* const router_;
   std::string last_id_ = "0";        // the feed thread's
   bool resnapshot_pending_ = false;  // the feed thread's
+  uint32_t failed_bootstraps_ = 0;   // the feed thread's: in a row
   std::string skip_past_;            // the feed thread's: an unreadable entry's id
   std::atomic<bool> stop_{false};
   std::atomic<bool> connected_{false};
