@@ -588,37 +588,48 @@ void ssd::TierImpl::OnEvict(const BlockMeta& meta, const SharedBytes& payload) {
 }
 
 Status ssd::TierImpl::Remove(const BlockKey& key) {
-  const std::optional<BlockMeta> queued = queue_->FindMeta(key);
-  const std::optional<SharedBytes> queued_payload = queue_->Find(key);
-  // A queued version is newer than the stored one: when the removal's
-  // commit fails it is queued again, as a failed Put leaves it (cancelled
-  // for good, the stored older version was served again).
-  std::optional<ssd::WriteBackQueue::Dropped> cancelled;
-  const bool was_queued = queue_->Cancel(key, &cancelled);
+  // A queued version is newer than the stored one, and stays the key's until
+  // the removal commits: held, not cancelled, so meanwhile a Get serves it,
+  // never the stored version it overwrote (a GET concurrent with a DEL was
+  // served those older bytes until 2026-12-07,
+  // SsdFaultTest.ARemoveNeverUncoversTheStoredOlderVersionWhileItCommits),
+  // and when the commit fails it is written as a failed Put leaves it
+  // (SsdFaultTest.AFailedRemoveKeepsTheQueuedWriteBackOfItsKey).
+  std::optional<IndexEntry> queued;
+  if (queue_->Hold(key)) queued = QueuedEntry(key);
+  Status s = RemoveHeld(key, queued);
+  queue_->Release(key, /*superseded=*/s.ok());
+  return s;
+}
+
+std::optional<ssd::IndexEntry> ssd::TierImpl::QueuedEntry(const BlockKey& key) const {
+  const std::optional<BlockMeta> meta = queue_->FindMeta(key);
+  if (!meta.has_value()) return std::nullopt;
+  const std::optional<SharedBytes> payload = queue_->Find(key);
+  return IndexEntry{.namespace_id = meta->namespace_id,
+                    .parent = meta->parent,
+                    .owner = meta->owner,
+                    .bytes = payload ? payload->size() : 0};
+}
+
+Status ssd::TierImpl::RemoveHeld(const BlockKey& key,
+                                 const std::optional<IndexEntry>& queued) {
   BlockLock block_lock(this, key);
   IndexEntry e;
   {
     MutexLock lock(&mu_);
     const IndexEntry* found = index_.Find(key);
     if (found == nullptr) {
-      if (was_queued && queued.has_value() && options_.events != nullptr) {
-        // Never committed: it leaves with the queue entry.
-        EmitRemoved(key,
-                    IndexEntry{.namespace_id = queued->namespace_id,
-                               .parent = queued->parent,
-                               .owner = queued->owner,
-                               .bytes = queued_payload ? queued_payload->size() : 0},
-                    TierCounters{});
-      }
-      return was_queued ? Status::OK() : Status::NotFound("block not in the ssd tier");
+      if (!queued.has_value()) return Status::NotFound("block not in the ssd tier");
+      // Never committed: it leaves with the queue entry.
+      if (options_.events != nullptr) EmitRemoved(key, *queued, TierCounters{});
+      return Status::OK();
     }
     e = *found;
   }
   TierCounters events;
   events.removes = 1;
-  Status s = DropEntry(key, e, events, /*erase_on_failure=*/false);
-  if (!s.ok() && cancelled.has_value()) queue_->Restore(std::move(*cancelled));
-  return s;
+  return DropEntry(key, e, events, /*erase_on_failure=*/false);
 }
 
 // ---- read path --------------------------------------------------------------------

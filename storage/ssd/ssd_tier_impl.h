@@ -107,6 +107,12 @@ class TierImpl {
   // SsdTier::PeekIntact.
   StatusOr<SharedBytes> PeekIntact(const BlockKey& key) EXCLUDES(pause_, mu_);
   Status Remove(const BlockKey& key) EXCLUDES(pause_, mu_);
+  // Remove's work while the queue holds the key's version (`queued`: that
+  // version, as an entry for the removal's event; none when none is queued).
+  Status RemoveHeld(const BlockKey& key, const std::optional<IndexEntry>& queued)
+      EXCLUDES(pause_, mu_);
+  // The queued version of `key` as an index entry (no extent), if any.
+  std::optional<IndexEntry> QueuedEntry(const BlockKey& key) const;
   // Reports the removal of `key` (its entry `e`) to options_.events; the
   // reason follows `events` (a corruption, an eviction) or the caller's
   // KvReasonScope. Called where the index entry goes, under mu_.

@@ -81,63 +81,34 @@ bool WriteBackQueue::HasChildOf(const BlockKey& key) const {
          std::any_of(in_flight_.begin(), in_flight_.end(), child);
 }
 
-bool WriteBackQueue::Cancel(const BlockKey& key, std::optional<Dropped>* dropped) {
-  MutexLock lock(&mu_);
-  bool found = false;
-  while (in_flight_.count(key) > 0) {
-    found = true;
-    done_cv_.Wait(lock);
-  }
-  if (auto it = queued_.find(key); it != queued_.end()) {
-    found = true;
-    if (dropped != nullptr) {
-      *dropped =
-          Dropped{std::move(it->second), failed_.contains(key), queued_tickets_.at(key)};
-    }
-    queued_.erase(it);
-    queued_tickets_.erase(key);
-    std::erase(order_, key);
-    done_cv_.NotifyAll();
-  }
-  failed_.erase(key);  // nothing of the key waits any more
-  return found;
-}
-
-void WriteBackQueue::Restore(Dropped dropped) {
-  MutexLock lock(&mu_);
-  const BlockKey key = dropped.item.meta.key;
-  if (queued_.contains(key) || in_flight_.contains(key)) return;
-  queued_.emplace(key, std::move(dropped.item));
-  queued_tickets_[key] = dropped.ticket;  // a Flush since waits for it again
-  order_.push_front(key);                 // it was queued before anything queued since
-  if (dropped.failed) failed_.insert(key);
-  work_cv_.NotifyOne();
-}
-
-void WriteBackQueue::Hold(const BlockKey& key) {
+bool WriteBackQueue::Hold(const BlockKey& key) {
   MutexLock lock(&mu_);
   while (in_flight_.count(key) > 0) done_cv_.Wait(lock);
-  if (queued_.contains(key)) held_[key] = false;
+  if (!queued_.contains(key)) return false;
+  ++held_[key].holders;
+  return true;
 }
 
 void WriteBackQueue::Release(const BlockKey& key, bool superseded) {
   MutexLock lock(&mu_);
   auto it = held_.find(key);
   if (it == held_.end()) return;
-  const bool newer_queued = it->second;
-  held_.erase(it);
-  if (superseded && !newer_queued) {
+  if (superseded && !it->second.newer_queued) {
+    // Whatever other holders of the key do next, this version is past.
+    held_.erase(it);
     queued_.erase(key);
     queued_tickets_.erase(key);
     std::erase(order_, key);
     failed_.erase(key);  // nothing of the key waits any more
     done_cv_.NotifyAll();
+  } else if (--it->second.holders == 0) {
+    held_.erase(it);
   }
   work_cv_.NotifyAll();  // a held block (or its child) may be taken now
 }
 
 void WriteBackQueue::NoteNewerThanHeld(const BlockKey& key) {
-  if (auto it = held_.find(key); it != held_.end()) it->second = true;
+  if (auto it = held_.find(key); it != held_.end()) it->second.newer_queued = true;
 }
 
 Status WriteBackQueue::Flush() {
@@ -247,7 +218,7 @@ bool WriteBackQueue::TakeNext(const std::vector<Item>& batch, Item* item) {
   for (auto it = order_.begin(); it != order_.end(); ++it) {
     Item& candidate = queued_.at(*it);
     if (in_flight_.count(*it) > 0) continue;  // an older version is being written
-    if (held_.contains(*it)) continue;        // a direct Put of the key is under way
+    if (held_.contains(*it)) continue;        // a direct Put or Remove of it is under way
     // Parent first (whether it was queued before or after this block), unless
     // the parent is in this very (atomic) batch.
     const BlockKey& parent = candidate.meta.parent;

@@ -66,30 +66,20 @@ class WriteBackQueue {
   std::vector<std::pair<BlockMeta, uint64_t>> Contents() const EXCLUDES(mu_);
   // A queued or in-flight block's parent is `key` (a scan of the queue).
   bool HasChildOf(const BlockKey& key) const EXCLUDES(mu_);
-  // A queued block Cancel dropped, and whether its write had failed.
-  struct Dropped {
-    WriteBackItem item;
-    bool failed = false;
-    uint64_t ticket = 0;  // when it was queued (Flush)
-  };
-  // Drops a queued block (a direct Put or Remove superseded it); waits first
-  // if it is being written. True when something was queued or in flight.
-  // `dropped`: receives the queued block dropped, if any (for Restore).
-  bool Cancel(const BlockKey& key, std::optional<Dropped>* dropped = nullptr)
-      EXCLUDES(mu_);
-  // Queues a block Cancel dropped again (the Remove that superseded it
-  // failed, so it is still to be written), unless a version of its key was
-  // queued meanwhile (newer).
-  void Restore(Dropped dropped) EXCLUDES(mu_);
-  // For a direct Put of `key`: waits first if it is being written, then keeps
-  // writers off its queued version, which stays findable (Find, Contents)
-  // until Release. Dropped before the Put's commit, the key was in neither
-  // the queue nor the index meanwhile: a read missed it and a walk
-  // (DBSIZE, KEYS) left it out (until 2026-12-07;
-  // SsdFaultTest.AQueuedVersionStaysFindableWhileAPutSupersedesIt).
-  void Hold(const BlockKey& key) EXCLUDES(mu_);
-  // Ends Hold: `superseded` (the Put committed) drops the held version,
-  // unless a newer one was queued meanwhile; otherwise it is written as
+  // For a direct Put or Remove of `key`: waits first if it is being
+  // written, then keeps writers off its queued version, which stays
+  // findable (Find, Contents) until Release. True when a version was queued
+  // (held). Dropped before the Put's commit, the key was in neither the
+  // queue nor the index meanwhile: a read missed it and a walk (DBSIZE,
+  // KEYS) left it out (until 2026-12-07;
+  // SsdFaultTest.AQueuedVersionStaysFindableWhileAPutSupersedesIt); dropped
+  // before a Remove's commit, a read was served the stored version that
+  // queued one had overwritten (until 2026-12-07;
+  // SsdFaultTest.ARemoveNeverUncoversTheStoredOlderVersionWhileItCommits).
+  bool Hold(const BlockKey& key) EXCLUDES(mu_);
+  // Ends Hold: `superseded` (the Put or Remove committed) drops the held
+  // version at once, unless a newer one was queued meanwhile; otherwise,
+  // once no other Put or Remove of the key holds it, it is written as
   // before, in its place.
   void Release(const BlockKey& key, bool superseded) EXCLUDES(mu_);
   // Waits until everything queued before the call is written (or superseded
@@ -168,9 +158,14 @@ class WriteBackQueue {
   uint64_t retry_now_through_ GUARDED_BY(mu_) = 0;
   // Keys queued or in flight whose last write attempt failed.
   std::unordered_set<BlockKey> failed_ GUARDED_BY(mu_);
-  // Queued keys a direct Put holds (Hold), which writers do not take: true
-  // once a newer version was queued meanwhile (Release keeps it).
-  std::unordered_map<BlockKey, bool> held_ GUARDED_BY(mu_);
+  // Queued keys direct Puts and Removes hold (Hold), which writers do not
+  // take. Counted: one holder's Release must not let writers take a version
+  // another's commit is about to supersede.
+  struct HoldState {
+    uint32_t holders = 0;
+    bool newer_queued = false;  // since the first Hold (Release keeps it)
+  };
+  std::unordered_map<BlockKey, HoldState> held_ GUARDED_BY(mu_);
   // Writers wait retry_interval before retrying; Flush() clears it.
   bool paused_after_error_ GUARDED_BY(mu_) = false;
   bool stopping_ GUARDED_BY(mu_) = false;

@@ -16,6 +16,7 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -194,14 +195,11 @@ class SsdFaultTest : public ::testing::Test {
   // A tier whose one writer failed to write `m` (an injected EIO), put it back
   // in the queue and waits an hour of `clock` time before retrying: what is
   // queued now stays queued until the test advances the clock or flushes.
+  // `o`: the tier's options (Options() if none).
   std::unique_ptr<SsdTier> OpenWithTheWriterPausedAfterAFailure(
-      FakeClock* clock, const BlockMeta& m, FileSystem* fs = nullptr) {
-    SsdTierOptions o = Options();
-    if (fs != nullptr) o.file_system = fs;
-    o.clock = clock;
-    o.writer_threads = 1;
-    o.retry_interval_ms = 3'600'000;  // the writer waits for fake time
-    auto tier = testing::OpenSsd(o);
+      FakeClock* clock, const BlockMeta& m, FileSystem* fs = nullptr,
+      std::optional<SsdTierOptions> o = std::nullopt) {
+    auto tier = testing::OpenSsd(PausedWriterOptions(clock, fs, std::move(o)));
     if (tier == nullptr) return nullptr;
     fs_.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg", .count = 1});
     tier->OnEvict(m, PayloadOf(m), true);
@@ -210,6 +208,49 @@ class SsdFaultTest : public ::testing::Test {
     EXPECT_TRUE(testing::WaitUntil([&] { return !tier->WriteBackStatus().ok(); }));
     EXPECT_EQ(fs_.faults_injected(), 1u);
     return tier;
+  }
+  SsdTierOptions PausedWriterOptions(FakeClock* clock, FileSystem* fs,
+                                     std::optional<SsdTierOptions> base) {
+    SsdTierOptions o = base.has_value() ? std::move(*base) : Options();
+    if (fs != nullptr) o.file_system = fs;
+    o.clock = clock;
+    o.writer_threads = 1;
+    o.retry_interval_ms = 3'600'000;  // the writer waits for fake time
+    return o;
+  }
+  // A sync-mode tier (a commit syncs the journal) that stored an older
+  // version of `b` ('o' bytes) and whose one writer then failed to write the
+  // newer one, PayloadOf(b), evicted to it: that version stays queued (the
+  // writer waits an hour of `clock` time) above the stored one.
+  std::unique_ptr<SsdTier> OpenWithAnOlderVersionStoredUnderAQueuedOne(
+      FakeClock* clock, const BlockMeta& b, FileSystem* fs = nullptr) {
+    const SsdTierOptions o =
+        PausedWriterOptions(clock, fs, Options(SsdDurability::kSync));
+    {
+      auto tier = testing::OpenSsd(o);
+      if (tier == nullptr) return nullptr;
+      EXPECT_OK(tier->Put(b, SharedBytes::Copy(std::string(3000, 'o')), false));
+      EXPECT_OK(tier->Close());
+    }
+    return OpenWithTheWriterPausedAfterAFailure(clock, b, fs, o);
+  }
+  // Runs `op` on another thread with the writes to paths containing `path`
+  // stopped at `gated`'s gate, and returns once it waits there.
+  static std::future<Status> StartStoppedAtTheGate(testing::GatedFileSystem& gated,
+                                                   const std::string& path,
+                                                   std::function<Status()> op) {
+    gated.Arm(path);
+    std::future<Status> done = std::async(std::launch::async, std::move(op));
+    gated.gate().WaitForArrivals(1);
+    return done;
+  }
+  // `m`'s queued version, PayloadOf(m), is what a Get of it serves now.
+  static void ExpectTheQueuedVersionServed(SsdTier& tier, const BlockMeta& m,
+                                           const std::string& when) {
+    StatusOr<SharedBytes> got = tier.Get(m.key);
+    EXPECT_TRUE(got.ok() && got->view() == PayloadOf(m).view())
+        << "the queued version was not served " << when << ": "
+        << (got.ok() ? std::string(got->view().substr(0, 8)) : got.status().ToString());
   }
   // Runs the SsdFaultChild test `child` (with `env` set to a directory of
   // its own: it stores in flush mode and dies) and opens that directory in
@@ -1615,14 +1656,10 @@ TEST_F(SsdFaultTest, AQueuedVersionStaysFindableWhileAPutSupersedesIt) {
   const BlockMeta m = ChainBlock(0, 0);
   auto tier = OpenWithTheWriterPausedAfterAFailure(&clock, m, &gated);
   ASSERT_NE(tier, nullptr);
-  gated.Arm(".seg");  // the Put's segment write waits at the gate
   const SharedBytes newer = SharedBytes::Copy(std::string(3000, 'n'));
-  std::future<Status> put = std::async(
-      std::launch::async, [&] { return tier->Put(m, newer, /*dirty=*/false); });
-  gated.gate().WaitForArrivals(1);
-  StatusOr<SharedBytes> during = tier->Get(m.key);
-  EXPECT_TRUE(during.ok() && during->view() == PayloadOf(m).view())
-      << "the queued version was not served while the Put wrote";
+  std::future<Status> put = StartStoppedAtTheGate(  // at the Put's segment write
+      gated, ".seg", [&] { return tier->Put(m, newer, /*dirty=*/false); });
+  ExpectTheQueuedVersionServed(*tier, m, "while the Put wrote");
   EXPECT_TRUE(tier->Contains(m.key));
   size_t walked = 0;
   tier->ForEachIncludingQueued([&](const BlockMeta&, uint64_t) { ++walked; });
@@ -1642,18 +1679,9 @@ TEST_F(SsdFaultTest, AQueuedVersionStaysFindableWhileAPutSupersedesIt) {
 // stored, older version was served again.)
 TEST_F(SsdFaultTest, AFailedRemoveKeepsTheQueuedWriteBackOfItsKey) {
   FakeClock clock;
-  SsdTierOptions o = Options(SsdDurability::kSync);  // a commit syncs the journal
-  o.clock = &clock;
-  o.writer_threads = 1;
-  o.retry_interval_ms = 3'600'000;  // the writer waits for fake time
-  auto tier = testing::OpenSsd(o);
-  ASSERT_NE(tier, nullptr);
   const BlockMeta b = ChainBlock(0, 0);
-  const SharedBytes older = SharedBytes::Copy(std::string(3000, 'o'));
-  ASSERT_OK(tier->Put(b, older, /*dirty=*/false));
-  fs_.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg", .count = 1});
-  tier->OnEvict(b, PayloadOf(b), true);  // the newer version, queued
-  ASSERT_TRUE(testing::WaitUntil([&] { return fs_.faults_injected() == 1; }));
+  auto tier = OpenWithAnOlderVersionStoredUnderAQueuedOne(&clock, b);
+  ASSERT_NE(tier, nullptr);
   fs_.AddFault({.op = FaultOp::kSync, .path_contains = "removals.pkvj", .count = 1});
   EXPECT_FALSE(tier->Remove(b.key).ok());
   EXPECT_EQ(fs_.faults_injected(), 2u);
@@ -1663,6 +1691,30 @@ TEST_F(SsdFaultTest, AFailedRemoveKeepsTheQueuedWriteBackOfItsKey) {
   ASSERT_OK(tier->Flush());
   ASSERT_OK_AND_ASSIGN(SharedBytes stored, tier->Get(b.key));
   EXPECT_TRUE(stored.view() == PayloadOf(b).view());
+}
+
+// While a Remove of a key commits its removal, the key's queued write-back
+// version (acknowledged, evicted from RAM, newer than the stored one) is
+// still the key's: a Get serves it, never the stored older version. The
+// Remove cancelled it before its commit, so meanwhile a GET concurrent with
+// a DEL of an overwritten key was served the bytes it had been overwritten
+// with. Once the removal committed the key is gone, queued version too.
+TEST_F(SsdFaultTest, ARemoveNeverUncoversTheStoredOlderVersionWhileItCommits) {
+  FakeClock clock;
+  testing::GatedFileSystem gated(&fs_);
+  const BlockMeta b = ChainBlock(0, 0);
+  auto tier = OpenWithAnOlderVersionStoredUnderAQueuedOne(&clock, b, &gated);
+  ASSERT_NE(tier, nullptr);
+  std::future<Status> removed = StartStoppedAtTheGate(  // at its journal record
+      gated, "removals.pkvj", [&] { return tier->Remove(b.key); });
+  ExpectTheQueuedVersionServed(*tier, b, "while the Remove committed");
+  gated.gate().Open();
+  ASSERT_OK(removed.get());
+  EXPECT_TRUE(tier->Get(b.key).status().IsNotFound());
+  clock.AdvanceMillis(3'600'000);
+  ASSERT_OK(tier->Flush());
+  EXPECT_FALSE(tier->Contains(b.key)) << "the queued version written after the removal";
+  EXPECT_EQ(tier->Totals().entries, 0u);
 }
 
 // A segment whose end holds no footer: a short write (ENOSPC midway, one
