@@ -10,8 +10,10 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -119,6 +121,21 @@ bool LockIsHeld(const Status& s) {
   return m.find("/LOCK") != std::string_view::npos &&
          (m.find("While lock file") != std::string_view::npos ||
           m.find("lock hold by current process") != std::string_view::npos);
+}
+
+// Whether `s` is the process or the system out of a resource (file
+// descriptors: EMFILE, ENFILE; memory: ENOMEM; EAGAIN): no damage, the same
+// open succeeds once it has them again. Known by the error's text, as
+// RocksDB keeps no errno. Taken for damage, the metadata was moved aside and
+// rebuilt from the segments, which bring back only what they prove current
+// (no manifest, no removal history) (until 2026-12-07;
+// SsdFaultTest.AnOpenOutOfFileDescriptorsFailsAndRebuildsNothing).
+bool OutOfResources(const Status& s) {
+  const std::string_view m = s.message();
+  for (const int err : {EMFILE, ENFILE, ENOMEM, EAGAIN}) {
+    if (m.find(std::strerror(err)) != std::string_view::npos) return true;
+  }
+  return false;
 }
 
 // "data directory D is in use by ...": a directory another process (or
@@ -332,11 +349,12 @@ Status ssd::TierImpl::OpenOrMoveAside() {
   if (!s.ok() && LockIsHeld(s)) {
     return InUse(options_.path, LockHolder(options_.path + "/LOCK").value_or(0));
   }
-  // A held lock, a full disk or missing permissions are not damage: report
-  // them; nor is another program's database (CheckFormat), left untouched.
+  // A held lock, a full disk, missing permissions or a lack of descriptors
+  // or memory are not damage: report them; nor is another program's
+  // database (CheckFormat), left untouched.
   if (s.ok() || s.IsBusy() || s.IsNoSpace() || s.IsInvalidArgument() ||
       s.message().find("LOCK:") != std::string::npos ||
-      s.message().find("Permission denied") != std::string::npos) {
+      s.message().find("Permission denied") != std::string::npos || OutOfResources(s)) {
     return s;
   }
   if (!options_.repair_damaged_metadata) return s;  // report, change nothing

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -2174,6 +2175,68 @@ TEST_F(SsdFaultTest,
   ASSERT_OK(removal);
   tap.armed = false;
   ExpectARemovalDurableAfterACutStaysInARebuild(tier, o, kept, removed);
+}
+
+// Fails the first `count` opens of files whose path contains `path_contains`
+// with EMFILE, as a process at its descriptor limit meets it.
+class OutOfDescriptors final : public testing::ForwardingFileSystem {
+ public:
+  OutOfDescriptors(FileSystem* base, std::string path_contains, int count)
+      : ForwardingFileSystem(base),
+        path_contains_(std::move(path_contains)),
+        left_(count) {}
+
+  StatusOr<std::unique_ptr<FileHandle>> OpenFile(
+      const std::string& path, const FileOpenOptions& options) override {
+    if (path.find(path_contains_) != std::string::npos && left_.fetch_sub(1) > 0) {
+      return Status::IOError("open " + path + ": " + std::strerror(EMFILE));
+    }
+    return ForwardingFileSystem::OpenFile(path, options);
+  }
+
+ private:
+  const std::string path_contains_;
+  std::atomic<int> left_;
+};
+
+// A process out of file descriptors (EMFILE; ENFILE for the whole system) at
+// the metadata's open meets no damage: the open fails and changes nothing,
+// as on a full disk, and the next open finds the metadata as it was. It was
+// taken for a damaged database: the metadata was moved aside and rebuilt
+// from the segments, which restores only what they prove current and no
+// manifest (they are not in the segments).
+TEST_F(SsdFaultTest, AnOpenOutOfFileDescriptorsFailsAndRebuildsNothing) {
+  const SsdTierOptions o = Options();
+  const std::vector<BlockMeta> blocks = {ChainBlock(0, 0), ChainBlock(1, 0)};
+  const BlockKey ns = blocks[0].namespace_id;
+  {
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    for (const BlockMeta& m : blocks) ASSERT_OK(tier->Put(m, PayloadOf(m), true));
+    ASSERT_OK(tier->PutManifest(ns, "the namespace's manifest"));
+    ASSERT_OK(tier->Close());
+  }
+  OutOfDescriptors emfile(&fs_, "MANIFEST", 1);
+  SsdTierOptions short_of_descriptors = o;
+  short_of_descriptors.file_system = &emfile;
+  StatusOr<std::unique_ptr<SsdTier>> failed = SsdTier::Open(short_of_descriptors);
+  EXPECT_FALSE(failed.ok()) << "opened: "
+                            << (failed.ok() ? (*failed)->open_report().metadata_damage
+                                            : std::string());
+  if (failed.ok()) {
+    ASSERT_OK((*failed)->Close());
+  }
+  for (const auto& e : std::filesystem::directory_iterator(o.path)) {
+    EXPECT_EQ(e.path().filename().string().rfind("metadata.broken-", 0),
+              std::string::npos)
+        << "the metadata moved aside to " << e.path();
+  }
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->open_report().metadata_damage, "");
+  EXPECT_EQ(Present(*tier, blocks), blocks.size());
+  ASSERT_OK_AND_ASSIGN(auto manifests, tier->Manifests());
+  EXPECT_EQ(manifests.size(), 1u) << "the manifest went with the metadata moved aside";
 }
 
 }  // namespace
