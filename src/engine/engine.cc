@@ -411,6 +411,12 @@ Status Engine::Close() {
   // (EngineFileSystem.AShutdownAfterSpaceCameBackWritesRamBack).
   if (impl_->ssd_ != nullptr) impl_->ssd_->BeginStop();
   Status flushed = Flush();
+  // What it could not write goes with RAM below: one more try, which only
+  // the blocks still dirty take (on a disk still full the SSD tier refuses
+  // them without I/O). A failure of a moment (a disk full until another
+  // program's file went) lost them with room for them
+  // (EngineFileSystem.AShutdownRetriesTheWriteBackOfRamAfterAMomentaryFullDisk).
+  if (!flushed.ok()) flushed = Flush();
   impl_->closed_.store(true, std::memory_order_release);
   // Top down: nothing below may be destroyed while something above uses it.
   // The stack unregisters itself as the tiers' eviction listener.

@@ -1660,6 +1660,18 @@ EngineOptions OpenWithAValueInRamThenFillTheDisk(const testing::TempDir& dir,
   return o;
 }
 
+// The engine of `o` reopened: "k", which RAM held at the stop, was written
+// and the stop was a clean one.
+void ExpectTheValueRamHeldAfterACleanStop(const EngineOptions& o) {
+  StatusOr<std::unique_ptr<Engine>> e = Engine::Open(o);
+  ASSERT_OK(e);
+  StatusOr<SharedBytes> v = (*e)->GetValue("k");
+  ASSERT_OK(v) << "the value RAM held was lost at the shutdown";
+  EXPECT_EQ(v->view(), "acknowledged");
+  EXPECT_TRUE(EngineSsdTier(**e)->open_report().previous_shutdown_clean);
+  ASSERT_OK((*e)->Close());
+}
+
 // A Close whose write-back of RAM failed (ENOSPC) lost the values only RAM
 // held, so the next open says the last stop was not clean (its log line,
 // `prefixkv audit`). (The SSD tier, closing fine itself, marked the stop
@@ -1697,13 +1709,22 @@ TEST(EngineFileSystem, AShutdownAfterSpaceCameBackWritesRamBack) {
   EXPECT_TRUE(engine->Flush().IsNoSpace());  // the disk is full; the value stays in RAM
   EXPECT_EQ(fs.faults_injected(), 1u);
   EXPECT_OK(engine->Close());
-  StatusOr<std::unique_ptr<Engine>> e = Engine::Open(o);
-  ASSERT_OK(e);
-  StatusOr<SharedBytes> v = (*e)->GetValue("k");
-  ASSERT_OK(v) << "the value RAM held was lost at the shutdown";
-  EXPECT_EQ(v->view(), "acknowledged");
-  EXPECT_TRUE(EngineSsdTier(**e)->open_report().previous_shutdown_clean);
-  ASSERT_OK((*e)->Close());
+  ExpectTheValueRamHeldAfterACleanStop(o);
+}
+
+// The disk was full for the shutdown's one write of the value RAM held (a
+// moment: another program's file deleted just after), then had room: that
+// write failed and nothing tried it again, so the value was lost with room
+// for it. A shutdown now tries once more what its write-back could not write.
+TEST(EngineFileSystem, AShutdownRetriesTheWriteBackOfRamAfterAMomentaryFullDisk) {
+  testing::TempDir dir;
+  FaultInjectionFileSystem fs;
+  std::unique_ptr<Engine> engine;
+  const EngineOptions o = OpenWithAValueInRamThenFillTheDisk(dir, fs, 1, &engine);
+  ASSERT_NE(engine, nullptr);
+  EXPECT_OK(engine->Close());
+  EXPECT_EQ(fs.faults_injected(), 1u);
+  ExpectTheValueRamHeldAfterACleanStop(o);
 }
 
 // ---- KV events ----------------------------------------------------------------------
