@@ -52,17 +52,20 @@ JournalContents LoadJournal(FileSystem* fs, const std::string& dir) {
       fs->OpenFile(PathIn(dir), {.mode = OpenMode::kRead});
   if (!f.ok()) {
     out.problem = "no removal journal (" + f.status().ToString() + ")";
+    if (!f.status().IsNotFound()) out.read_error = f.status();
     return out;
   }
   StatusOr<uint64_t> size = (*f)->Size();
   if (!size.ok()) {
     out.problem = "removal journal: " + size.status().ToString();
+    out.read_error = size.status();
     return out;
   }
   std::vector<uint8_t> buf(*size);
   StatusOr<size_t> got = (*f)->Read(0, buf.size(), buf.data());
   if (!got.ok() || *got != buf.size()) {
     out.problem = "removal journal: short read";
+    out.read_error = got.ok() ? Status::IOError(out.problem) : got.status();
     return out;
   }
   const size_t n = buf.size() / kJournalRecordBytes;  // a partial tail is ignored
@@ -155,6 +158,10 @@ Status RemovalJournal::Rewrite(uint64_t barrier_if_new,
                                const std::vector<JournalRecord>* regenerated,
                                uint64_t next_segment, bool keep_every_commit) {
   JournalContents old = LoadJournal(fs_, dir_);
+  // Unread, it is not missing: rewritten as one, it lost every record and
+  // its new barrier put every segment beyond a rebuild's proof
+  // (SsdFaultTest.AJournalReadErrorAtAnOpenNeverLosesItsRecords).
+  PKV_RETURN_IF_ERROR(old.read_error);
   // The records of unlinked segments are dropped below, their ids kept in
   // the header: no new segment may take one (ssd_journal.h).
   next_segment = std::max({next_segment, next_segment_, old.next_segment});

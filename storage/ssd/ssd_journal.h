@@ -113,6 +113,10 @@ inline bool IsCommitRecord(const JournalRecord& r) { return r.commit; }
 struct JournalContents {
   bool usable = false;  // false: missing or damaged, no removal is provable
   std::string problem;  // why not usable
+  // Not OK: the journal could not be read (an I/O error, EMFILE at its
+  // open), which says nothing of what it holds, not even that it is missing
+  // or damaged: no caller may rewrite, regenerate or judge it meanwhile.
+  Status read_error;
   uint64_t barrier = 0;
   // The lowest id a new segment may take: above the header's next segment
   // id, the barrier and every segment a record names.

@@ -85,6 +85,7 @@ Status ssd::TierImpl::ReconcileJournal() {
   FileSystem* fs = options_.file_system;
   const std::string seg_dir = options_.path + "/segments";
   const ssd::JournalContents journal = ssd::LoadJournal(fs, seg_dir);
+  PKV_RETURN_IF_ERROR(journal.read_error);
   if (!journal.usable) return Status::OK();
   std::vector<ssd::JournalRecord> recommits, garbage;
   // Per segment, the highest place anything names: the walk stops there.

@@ -414,6 +414,7 @@ Status ssd::TierImpl::Open() {
     if (options_.reserve_bytes > 0 && had_reserve) (void)WriteReserveFile();
     return s;
   }
+  PKV_RETURN_IF_ERROR(journal_read_error_);  // CheckAgainstJournal
   PKV_RETURN_IF_ERROR(LoadOwnerNames());
   PKV_RETURN_IF_ERROR(OpenSegments());
   PKV_RETURN_IF_ERROR(OpenJournal());

@@ -82,6 +82,14 @@ Status ssd::TierImpl::CheckAgainstJournal() {
   FileSystem* fs = options_.file_system;
   const std::string seg_dir = options_.path + "/segments";
   const ssd::JournalContents journal = ssd::LoadJournal(fs, seg_dir);
+  if (!journal.read_error.ok()) {
+    // Neither missing nor damaged (which regenerates it from the metadata,
+    // though the metadata may be older than the segments): the open fails
+    // once past the metadata's own checks, which must not take this for
+    // damage (Open).
+    journal_read_error_ = journal.read_error;
+    return Status::OK();
+  }
   if (!journal.usable) {
     bool holds_blocks = false;
     {

@@ -366,6 +366,9 @@ Status ssd::TierImpl::RebuildFromSegments(const Status& why) {
   PKV_ASSIGN_OR_RETURN(ssd::SegmentScan scan,
                        ssd::WalkSegments(fs, seg_dir, options_.rebuilt_parent));
   const ssd::JournalContents journal = ssd::LoadJournal(fs, seg_dir);
+  // Unread is not missing, which proves nothing and restores nothing: the
+  // marker stays, and the next open rebuilds again.
+  PKV_RETURN_IF_ERROR(journal.read_error);
   // 3. One provable version per key, or none.
   uint64_t unprovable = 0;
   PKV_ASSIGN_OR_RETURN(std::vector<ssd::FoundExtent> restored,

@@ -582,6 +582,10 @@ class TierImpl {
   // missing (a file put back must not bring its removed blocks back in a
   // rebuild). Filled during Open, read-only after.
   std::set<uint64_t> journal_kept_segments_;
+  // A read of the removal journal CheckAgainstJournal could not make (an
+  // I/O error): Open fails with it once the metadata's own checks are past,
+  // as neither a damaged database nor a missing journal. Set during Open.
+  Status journal_read_error_;
   Deltas unpersisted_ GUARDED_BY(mu_);  // event counts not yet in the db
   // This run's owners against the stored ids. A leaf: taken under mu_ (a
   // removal's event), never the other way round.

@@ -2239,5 +2239,36 @@ TEST_F(SsdFaultTest, AnOpenOutOfFileDescriptorsFailsAndRebuildsNothing) {
   EXPECT_EQ(manifests.size(), 1u) << "the manifest went with the metadata moved aside";
 }
 
+// A read of the removal journal that fails at an open (EIO, or EMFILE at
+// its open: an I/O error, not a missing or damaged journal) proves nothing
+// about what it holds: the open must neither rewrite it empty nor
+// regenerate it. Its rewrite took such a read for a missing journal and
+// wrote an empty one whose barrier put every existing segment beyond proof,
+// so a later rebuild of the metadata restored none of their blocks.
+TEST_F(SsdFaultTest, AJournalReadErrorAtAnOpenNeverLosesItsRecords) {
+  const std::vector<BlockMeta> blocks = {ChainBlock(0, 0), ChainBlock(1, 0)};
+  for (uint64_t skip = 0; skip < 4; ++skip) {  // each journal read of an open in turn
+    SCOPED_TRACE("journal reads before the failing one: " + std::to_string(skip));
+    SsdTierOptions o = Options();
+    o.path += "-" + std::to_string(skip);
+    StoreAndClose(o, blocks);
+    ASSERT_FALSE(HasFatalFailure());
+    fs_.AddFault({.op = FaultOp::kRead,
+                  .path_contains = "removals.pkvj",
+                  .skip = skip,
+                  .count = 1});
+    StatusOr<std::unique_ptr<SsdTier>> opened = SsdTier::Open(o);
+    fs_.ClearFaults();
+    if (opened.ok()) {
+      EXPECT_FALSE((*opened)->open_report().journal_regenerated);
+      ASSERT_OK((*opened)->Close());
+    }
+    auto tier = testing::OpenRebuilt(o);
+    ASSERT_NE(tier, nullptr);
+    EXPECT_EQ(Present(*tier, blocks), blocks.size()) << "the journal's proof lost";
+    ASSERT_OK(tier->Close());
+  }
+}
+
 }  // namespace
 }  // namespace prefixkv
