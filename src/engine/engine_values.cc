@@ -196,7 +196,11 @@ StatusOr<SharedBytes> ReadValue(EngineImpl& impl, TierStack& stack, std::string_
     return hit.status();
   }
   if (hit.status().IsNotFound()) {
+    // Older-scheme bytes are read only when a tier holds them: the key's own
+    // lookup has counted its miss, and one GET is one lookup (an absent key
+    // counted two misses in RAM and two on SSD).
     const BlockKey legacy = internal::LegacyValueKey(name);
+    if (!stack.Contains(legacy)) return hit.status();
     PKV_ASSIGN_OR_RETURN(TierHit old, promote ? stack.Get(legacy, impl.ValueRead())
                                               : stack.PeekPayload(legacy));
     return std::move(old.payload);
