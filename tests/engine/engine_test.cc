@@ -936,13 +936,61 @@ void ExpectAGetCountedOnce(const EngineStats& before, const EngineStats& after,
   EXPECT_EQ(after.hot.hits + after.hot.misses, before.hot.hits + before.hot.misses + 1);
 }
 
+// What holds between the counters of one Stats() whatever ran: the hot
+// owners add up to the totals; every dirty victim is counted once by SSD
+// admission, as written or skipped (tier_types.h), and was an eviction; the
+// budget is kept; no read ahead is counted twice; no model hit more tokens
+// than it was asked.
+void ExpectIdentities(const EngineStats& s) {
+  TierCounters sum;
+  for (const EngineOwnerStats& o : s.owners) AddTierCounters(&sum, o.hot);
+  EXPECT_EQ(sum, s.hot);
+  const SsdAdmissionCounters& a = s.ssd_admission_counters;
+  EXPECT_EQ(s.hot.spills, a.written_blocks + a.skipped_blocks) << "spills vs admission";
+  EXPECT_LE(s.hot.spills, s.hot.evictions);
+  EXPECT_LE(s.hot.bytes, s.hot_capacity_bytes);
+  EXPECT_LE(s.ssd_read_ahead_served + s.ssd_read_ahead_stale + s.ssd_read_ahead_unused,
+            s.ssd_read_ahead_reads);
+  for (const EngineOwnerStats& o : s.owners) {
+    if (o.prefix_tokens) {
+      EXPECT_LE(o.prefix_tokens->hit_tokens, o.prefix_tokens->query_tokens);
+    }
+  }
+}
+
+// A DEL, an EXPIRE or a FLUSHDB, with no SSD write-back queued, counts no
+// lookup; `removed` keys present before it leave: each copy taken out of a
+// tier is one remove there, so a tier's entries fall by its removes (nothing
+// is inserted or evicted by a removal), and a key that was present is removed
+// from at least one tier.
+void ExpectARemovalCounted(const EngineStats& before, const EngineStats& after,
+                           uint64_t removed) {
+  const auto [hot0, ssd0] = ValuesCounters(before);
+  const auto [hot1, ssd1] = ValuesCounters(after);
+  for (const auto& [c0, c1] : {std::pair{hot0, hot1}, std::pair{ssd0, ssd1}}) {
+    SCOPED_TRACE(&c0 == &hot0 ? "hot" : "ssd");
+    EXPECT_EQ(c1.hits, c0.hits);
+    EXPECT_EQ(c1.misses, c0.misses);
+    EXPECT_EQ(c0.entries - c1.entries, c1.removes - c0.removes) << "entries by removes";
+    EXPECT_EQ(c1.evictions, c0.evictions);
+    EXPECT_EQ(c1.inserts, c0.inserts);
+  }
+  const uint64_t removes = hot1.removes - hot0.removes + ssd1.removes - ssd0.removes;
+  EXPECT_GE(removes, removed);
+  if (removed == 0) {
+    EXPECT_EQ(removes, 0u);
+  }
+}
+
 // A seeded random run (PREFIXKV_SEED to replay) of two models' stores and
-// restores and raw values' SETs, GETs and DELs under a hot tier of a dozen
-// blocks (evictions, spills, promotions), with clean restarts: every counter
-// users read is recomputed at each checkpoint (ExpectCountersRecomputed),
-// every GET answers the value last SET, and the SSD tier's counters come back
-// from a restart as they were; each GET counts one lookup in each tier it
-// asks (ExpectAGetCountedOnce).
+// restores and raw values' SETs, GETs, DELs, EXPIREs and FLUSHDBs under a hot
+// tier of a dozen blocks (evictions, spills, promotions), with clean
+// restarts: every counter users read is recomputed at each checkpoint
+// (ExpectCountersRecomputed), every GET answers the value last SET, and the
+// SSD tier's counters come back from a restart as they were; each GET counts
+// one lookup in each tier it asks (ExpectAGetCountedOnce), each DEL, EXPIRE
+// and FLUSHDB none and its removals (ExpectARemovalCounted), and the
+// identities between counters hold after every step (ExpectIdentities).
 TEST_F(EngineTest, CountersAgreeWithARecomputationOfARandomRun) {
   const uint64_t block_charge = OneBlockCharge();
   ASSERT_GT(block_charge, 0u);
@@ -952,7 +1000,9 @@ TEST_F(EngineTest, CountersAgreeWithARecomputationOfARandomRun) {
   std::map<std::string, TierCounters> ssd_before;
   for (int run = 0; run < 3; ++run) {
     SCOPED_TRACE("run " + std::to_string(run));
-    auto e = Open(OnDisk(12 * block_charge));
+    EngineOptions o = OnDisk(12 * block_charge);
+    o.clock = &clock_;  // EXPIRE's times
+    auto e = Open(o);
     ASSERT_NE(e, nullptr);
     std::map<std::string, RunTally> tally;  // counted from this open on
     std::vector<Namespace> ns;
@@ -978,7 +1028,10 @@ TEST_F(EngineTest, CountersAgreeWithARecomputationOfARandomRun) {
       const std::vector<int32_t> prompt =
           Tokens((1 + rng() % 4) * kBlockTokens, 1000 * static_cast<int32_t>(rng() % 6));
       const std::string key = "k" + std::to_string(rng() % 8);
-      switch (rng() % 6) {
+      const uint64_t kind = rng() % 8;
+      SCOPED_TRACE("op " + std::to_string(op) + " kind " + std::to_string(kind) + " " +
+                   key);
+      switch (kind) {
         case 0:
         case 1:
           StoreAll(*e, ns[m], prompt);
@@ -1015,11 +1068,46 @@ TEST_F(EngineTest, CountersAgreeWithARecomputationOfARandomRun) {
           break;
         }
         case 5: {
+          // The write-back queue drained: no write lands during the removal.
+          ASSERT_OK(EngineSsdTier(*e)->Flush());
+          const EngineStats before = e->Stats();
           ASSERT_OK_AND_ASSIGN(bool deleted, e->DeleteValue(key));
           EXPECT_EQ(deleted, values.erase(key) > 0) << key;
+          ExpectARemovalCounted(before, e->Stats(), deleted ? 1 : 0);
+          break;
+        }
+        case 6: {  // EXPIRE: in the past it removes the key, else rewrites it
+          const bool past = rng() % 2 == 0;
+          const uint64_t now = clock_.UnixMillis();
+          ASSERT_OK(EngineSsdTier(*e)->Flush());
+          const EngineStats before = e->Stats();
+          ASSERT_OK_AND_ASSIGN(bool changed,
+                               e->SetValueExpiry(key, past ? now - 1 : now + 3'600'000));
+          EXPECT_EQ(changed, values.count(key) > 0) << key;
+          if (past) {
+            ExpectARemovalCounted(before, e->Stats(), values.erase(key));
+          } else {
+            const auto [hot0, ssd0] = ValuesCounters(before);
+            const auto [hot1, ssd1] = ValuesCounters(e->Stats());
+            EXPECT_EQ(hot1.hits + hot1.misses, hot0.hits + hot0.misses) << "no lookup";
+            EXPECT_EQ(ssd1.hits + ssd1.misses, ssd0.hits + ssd0.misses) << "no lookup";
+          }
+          break;
+        }
+        case 7: {  // now and then a FLUSHDB
+          if (rng() % 4 != 0) break;
+          ASSERT_OK(EngineSsdTier(*e)->Flush());
+          const EngineStats before = e->Stats();
+          ASSERT_OK_AND_ASSIGN(uint64_t cleared, e->ClearValues());
+          EXPECT_EQ(cleared, values.size());
+          ExpectARemovalCounted(before, e->Stats(), values.size());
+          const auto [hot, ssd] = ValuesCounters(e->Stats());
+          EXPECT_EQ(hot.entries + ssd.entries, 0u);
+          values.clear();
           break;
         }
       }
+      ExpectIdentities(e->Stats());
     }
     ExpectCountersRecomputed(*e, tally, values.size());
     ssd_before = SsdCountersByName(e->Stats());
