@@ -318,6 +318,8 @@ Status ssd::TierImpl::Rebuild() {
   rocksdb::WriteBatch repairs;  // damaged records dropped, if any
   PKV_RETURN_IF_ERROR(RebuildIndex(&repairs));
   PKV_RETURN_IF_ERROR(RepairCounters());
+  // Before the first write: refused, the directory stays as it was.
+  PKV_RETURN_IF_ERROR(CheckSegmentsPresent());
   bool unpersisted = false;
   {
     MutexLock lock(&mu_);

@@ -351,9 +351,10 @@ Status ssd::TierImpl::OpenOrMoveAside() {
   }
   // A held lock, a full disk, missing permissions or a lack of descriptors
   // or memory are not damage: report them; nor is another program's
-  // database (CheckFormat), left untouched.
+  // database (CheckFormat), left untouched, nor segments that vanished as a
+  // whole (CheckSegmentsPresent).
   if (s.ok() || s.IsBusy() || s.IsNoSpace() || s.IsInvalidArgument() ||
-      s.message().find("LOCK:") != std::string::npos ||
+      s.IsUnavailable() || s.message().find("LOCK:") != std::string::npos ||
       s.message().find("Permission denied") != std::string::npos || OutOfResources(s)) {
     return s;
   }

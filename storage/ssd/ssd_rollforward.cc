@@ -8,6 +8,10 @@
 //     segment files that hold blocks, or whose rebuild was interrupted, is
 //     damaged, not new (RocksDB would happily create an empty database, and
 //     every segment would then be deleted as unreferenced);
+//   - CheckSegmentsPresent: intact metadata whose segment files are gone as a
+//     whole (a drive not mounted, a wrong path) is not opened for writing:
+//     every block would be dropped at its first read, and the open's new
+//     journal and segments would be hidden when the drive comes back;
 //   - CheckAgainstJournal: an intact database that still holds extents the
 //     journal says were removed, or lacks extents the journal says were
 //     committed, lost its log (or was restored from an old copy): it is
@@ -61,7 +65,44 @@ StatusOr<std::set<OwnerId>> NamedOwnerIds(rocksdb::DB* db) {
   return ids;
 }
 
+// Whether `missing` of the `referenced` segment files the metadata names
+// being gone is the segments vanishing as a whole rather than files lost one
+// by one (which stays a counted missing segment, its blocks corrupt misses):
+// none of them there and no journal either (segments/ holds nothing of the
+// tier: an empty mount point), or at least 9 in 10 of two or more.
+bool SegmentsVanished(uint64_t referenced, uint64_t missing, bool journal_there) {
+  if (missing == 0) return false;
+  if (missing == referenced && !journal_there) return true;
+  return referenced >= 2 && missing * 10 >= referenced * 9;
+}
+
 }  // namespace
+
+Status ssd::TierImpl::CheckSegmentsPresent() {
+  if (options_.read_only || options_.accept_missing_segments) return Status::OK();
+  FileSystem* fs = options_.file_system;
+  const std::string seg_dir = options_.path + "/segments";
+  // Listed names, as OpenSegments counts them: an entry that is no regular
+  // file is unreadable, not missing.
+  const std::set<uint64_t> existing = SegmentIds(fs, seg_dir);
+  uint64_t referenced = 0, missing = 0;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [id, live] : index_.live_segments()) {
+      referenced += 1;
+      if (!existing.contains(id)) missing += 1;
+    }
+  }
+  const bool journal_there = fs->FileSize(seg_dir + "/" + ssd::kJournalName).ok();
+  if (!SegmentsVanished(referenced, missing, journal_there)) return Status::OK();
+  return Status::Unavailable(
+      std::to_string(missing) + " of " + std::to_string(referenced) +
+      " segment files the metadata of " + options_.path +
+      " references are missing from " + seg_dir +
+      ": is the drive mounted (or --data-dir wrong)? Refused, nothing changed; " +
+      "if they are lost for good, `prefixkv repair --accept-missing-segments` removes " +
+      "their blocks");
+}
 
 Status ssd::TierImpl::CheckMetadataPresent() {
   FileSystem* fs = options_.file_system;

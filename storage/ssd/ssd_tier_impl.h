@@ -213,6 +213,10 @@ class TierImpl {
   // Corruption when the database is missing beside segments that hold
   // blocks, or a rebuild of it was interrupted (both: rebuilt, not created).
   Status CheckMetadataPresent();
+  // After the index is built from an intact database, before anything is
+  // written: Unavailable when every (or nearly every) segment file it
+  // references is missing (unless read_only or accept_missing_segments).
+  Status CheckSegmentsPresent() EXCLUDES(mu_);
   // After the index is built from an intact database: the removal journal's
   // records against it. Metadata that lacks committed extents or still holds
   // journaled removals is older than the segments: rolled forward in place

@@ -231,6 +231,39 @@ TEST_F(AuditTest, AnAuditNamesTheUnreferencedSegmentItsWritingOpenDeleted) {
       << run.output;
 }
 
+// segments/ empty while the metadata references its segment (an SSD mount
+// point not mounted): audit's writing pass removed every block as corrupt,
+// and repair regenerated a journal there and removed them too (exit 0). Both
+// now refuse (exit 1), naming the count, and change nothing: with the
+// segments back the audit is clean; repair --accept-missing-segments removes
+// the blocks when they are lost for good.
+TEST_F(AuditTest, SegmentsThatVanishedAsAWholeAreNotRemovedByAuditOrRepair) {
+  data_.StoreChain();
+  const fs::path segments = fs::path(data_.dir()) / "segments";
+  const fs::path mounted = fs::path(data_.dir()).parent_path() / "mounted";
+  auto unmount = [&] {
+    fs::rename(segments, mounted);
+    fs::create_directory(segments);
+  };
+  unmount();
+  for (const std::string command : {"audit", "repair"}) {
+    CliRun run = RunCli(command + " --data-dir " + data_.dir());
+    EXPECT_EQ(run.exit_code, 1) << command << ": " << run.output;
+    EXPECT_NE(run.output.find("1 of 1 segment files"), std::string::npos) << run.output;
+    EXPECT_TRUE(fs::is_empty(segments)) << command << " wrote in segments/";
+  }
+  fs::remove(segments);
+  fs::rename(mounted, segments);
+  CliRun back = RunCli(Audit());
+  EXPECT_EQ(back.exit_code, 0) << back.output;
+  EXPECT_NE(back.output.find("\"blocks_checked\":5"), std::string::npos) << back.output;
+  unmount();
+  CliRun accepted = RunCli("repair --accept-missing-segments --data-dir " + data_.dir());
+  EXPECT_EQ(accepted.exit_code, 0) << accepted.output;
+  EXPECT_NE(accepted.output.find("removed 5 blocks"), std::string::npos)
+      << accepted.output;
+}
+
 // Point 4: a missing or damaged removal journal is a finding (a later rebuild
 // could prove nothing with it: before, audit said OK and a rebuild then
 // restored 0 of 1,900 blocks); repair regenerates it and audit is clean.

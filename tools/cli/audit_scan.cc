@@ -20,7 +20,8 @@ namespace prefixkv::cli {
 StatusOr<std::unique_ptr<Engine>> OpenExistingEngine(const std::string& dir,
                                                      std::vector<std::string>* log,
                                                      DirAccess access,
-                                                     const EngineOptions* remote) {
+                                                     const EngineOptions* remote,
+                                                     bool accept_missing_segments) {
   const bool repair = access == DirAccess::kRepair;
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -58,10 +59,11 @@ StatusOr<std::unique_ptr<Engine>> OpenExistingEngine(const std::string& dir,
   options.event_log = false;
   options.log = [log](std::string_view line) { log->emplace_back(line); };
   EngineHooks hooks;
-  hooks.configure_ssd = [repair, access](SsdTierOptions& ssd) {
+  hooks.configure_ssd = [repair, access, accept_missing_segments](SsdTierOptions& ssd) {
     ssd.writer_threads = 1;                // nothing is queued: the tools only read
     ssd.repair_damaged_metadata = repair;  // audit and inspect only report
     ssd.read_only = access == DirAccess::kReadOnly;
+    ssd.accept_missing_segments = accept_missing_segments;
   };
   if (remote != nullptr) {
     options.remote = remote->remote;

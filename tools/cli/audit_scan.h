@@ -35,9 +35,13 @@ enum class DirAccess {
 // it is rebuilt from the segment files (docs/ssd.md "Metadata repair").
 // `remote` (explain-miss): its remote tier settings (remote,
 // remote_timeout_ms) are used; nothing is written to the remote tier.
+// A writing open of a directory whose segment files are (nearly) all missing
+// is refused (Unavailable) unless `accept_missing_segments` (repair's flag):
+// SsdTierOptions::accept_missing_segments.
 StatusOr<std::unique_ptr<Engine>> OpenExistingEngine(
     const std::string& dir, std::vector<std::string>* log,
-    DirAccess access = DirAccess::kReadOnly, const EngineOptions* remote = nullptr);
+    DirAccess access = DirAccess::kReadOnly, const EngineOptions* remote = nullptr,
+    bool accept_missing_segments = false);
 
 struct StoredBlock {
   BlockMeta meta;

@@ -43,6 +43,12 @@ counters repaired), is one line of the summary; "nothing to repair" means
 nothing was changed. The server does the first three at open too (and logs
 them); `prefixkv audit` only reports. Run it only while no other process has
 the directory open.
+When every (or nearly every) segment file the metadata references is
+missing, the segments vanished as a whole (the drive is not mounted, or the
+path is wrong): repair, audit and the server refuse to change anything and
+say how many are missing (exit 1). Mount the drive and run again; only if
+the segments are lost for good, --accept-missing-segments repairs anyway,
+removing every block of the missing segments.
 
 Exit codes here: 0 the tier is consistent now (repaired or already intact), 1 it
 could not be opened or repaired, 2 usage error (bad flags, missing data
@@ -81,8 +87,12 @@ bool PrintOpenRepairs(const SsdOpenReport& report) {
 }
 
 int Repair(const std::vector<std::string>& args) {
-  Flags flags("prefixkv repair [--data-dir D]",
-              {{"data-dir", "data directory of the SSD tier", false, "./prefixkv-data"}});
+  Flags flags("prefixkv repair [--data-dir D] [--accept-missing-segments]",
+              {{"data-dir", "data directory of the SSD tier", false, "./prefixkv-data"},
+               {"accept-missing-segments",
+                "repair even if every (or nearly every) segment file the metadata "
+                "references is missing: their blocks are removed",
+                true, ""}});
   std::string error;
   if (!flags.Parse(args, &error)) return UsageError(flags, error);
   if (flags.help_requested()) {
@@ -92,7 +102,8 @@ int Repair(const std::vector<std::string>& args) {
   const std::string dir = flags.GetString("data-dir", "./prefixkv-data");
   std::vector<std::string> log;
   StatusOr<std::unique_ptr<Engine>> engine =
-      OpenExistingEngine(dir, &log, DirAccess::kRepair);
+      OpenExistingEngine(dir, &log, DirAccess::kRepair, /*remote=*/nullptr,
+                         flags.GetBool("accept-missing-segments"));
   for (const std::string& line : log) std::printf("%s\n", line.c_str());
   if (!engine.ok()) return OpenError(flags, "repair", engine.status());
   SsdTier& tier = *EngineSsdTier(**engine);

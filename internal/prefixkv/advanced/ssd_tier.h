@@ -96,6 +96,15 @@ struct SsdTierOptions {
   // under the reader (it is told who holds it). Implies
   // repair_damaged_metadata = false. docs/ssd.md "Read-only opens".
   bool read_only = false;
+  // A writing open that finds every (or nearly every) segment file the
+  // metadata references missing refuses with Unavailable ("N of N segment
+  // files ... are missing: is the drive mounted?") and changes nothing: the
+  // segments vanished as a whole (an SSD not mounted, a wrong path), and the
+  // open would drop every block at its first read and write a new journal
+  // and new segments where the real ones come back. true: open anyway, each
+  // missing segment's blocks reading as corrupt (`prefixkv repair
+  // --accept-missing-segments`). docs/ssd.md "Segments that vanished as a whole".
+  bool accept_missing_segments = false;
   // How many block removals the metadata database remembers (a ring of
   // records written in each removal's own metadata batch: key, namespace,
   // evicted / removed / corrupt; docs/ssd.md "Removal history"), so

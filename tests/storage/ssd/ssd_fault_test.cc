@@ -1104,6 +1104,49 @@ TEST_F(SsdFaultTest, AJournalRewriteKeepsTheRecordsOfAMissingSegment) {
                                                   /*missing=*/true);
 }
 
+// segments/ empty while the metadata references two segment files (an SSD
+// mount point not mounted). The writing open used to go on: every block
+// read dropped as corrupt for good, and the new journal and segment (blocks
+// stored meanwhile, acknowledged) were hidden when the drive came back. It
+// is now refused, naming the count, and changes nothing: once the segments
+// are back every block is served; opened with accept_missing_segments, the
+// two segments are counted missing as before.
+TEST_F(SsdFaultTest, SegmentsThatVanishedAsAWholeAreRefusedAndLeftAsTheyWere) {
+  SsdTierOptions o = Options();
+  const std::vector<BlockMeta> blocks = {ChainBlock(0, 0), ChainBlock(1, 0)};
+  StoreAndClose(o, {blocks[0]});
+  StoreAndClose(o, {blocks[1]});  // a second open: a second segment
+  const std::filesystem::path segments = dir_.path() / "ssd" / "segments";
+  const std::filesystem::path mounted = dir_.path() / "mounted";
+  std::filesystem::rename(segments, mounted);
+  std::filesystem::create_directory(segments);  // the empty mount point
+  StatusOr<std::unique_ptr<SsdTier>> refused = SsdTier::Open(o);
+  ASSERT_FALSE(refused.ok()) << "opened for writing with every segment missing";
+  EXPECT_TRUE(refused.status().IsUnavailable()) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("2 of 2 segment files"), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("is the drive mounted"), std::string::npos);
+  EXPECT_TRUE(std::filesystem::is_empty(segments)) << "the open wrote in segments/";
+  std::filesystem::remove(segments);
+  std::filesystem::rename(mounted, segments);
+  {
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    for (const BlockMeta& m : blocks) {
+      StatusOr<SharedBytes> got = tier->Get(m.key);
+      ASSERT_OK(got);
+      EXPECT_EQ(got->view(), PayloadOf(m).view());
+    }
+    ASSERT_OK(tier->Close());
+  }
+  std::filesystem::rename(segments, mounted);
+  std::filesystem::create_directory(segments);
+  o.accept_missing_segments = true;
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->open_report().missing_segments, 2u);
+}
+
 // Rewrites the metadata record of `block` in `tier`'s database as one of an
 // unknown, newer layout (version byte 3, its own checksum intact: not damage).
 void MakeItsRecordANewerLayouts(SsdTier& tier, const BlockMeta& block) {
