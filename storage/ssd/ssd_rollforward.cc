@@ -68,12 +68,13 @@ StatusOr<std::set<OwnerId>> NamedOwnerIds(rocksdb::DB* db) {
 // Whether `missing` of the `referenced` segment files the metadata names
 // being gone is the segments vanishing as a whole rather than files lost one
 // by one (which stays a counted missing segment, its blocks corrupt misses):
-// none of them there and no journal either (segments/ holds nothing of the
-// tier: an empty mount point), or at least 9 in 10 of two or more.
+// at least 9 in 10 of them gone and no removal journal beside (segments/
+// holds next to nothing of the tier: an empty mount point). With the
+// journal there, metadata naming segments a compaction has since unlinked
+// is an older copy, which CheckAgainstJournal rolls forward
+// (SsdRepair.RandomStoresRemovalsCompactionsAndPowerCutsAreRebuiltExactly).
 bool SegmentsVanished(uint64_t referenced, uint64_t missing, bool journal_there) {
-  if (missing == 0) return false;
-  if (missing == referenced && !journal_there) return true;
-  return referenced >= 2 && missing * 10 >= referenced * 9;
+  return missing > 0 && !journal_there && missing * 10 >= referenced * 9;
 }
 
 }  // namespace
