@@ -38,10 +38,11 @@ Run it only while no other process has the directory open. An audit that
 finds nothing wrong writes nothing in the directory (it is opened read-only);
 one that finds a problem audits it again opened for writing, to remove what
 is damaged; that open also deletes segment files no record names (crash
-garbage, as a server's open does), reported as a mismatch. When every (or
-nearly every) segment file the metadata references is missing (a drive not
-mounted, a wrong path), that open is refused (exit 1, saying how many are
-missing) and no block is removed.
+garbage, as a server's open does), reported as a mismatch. When at least 9 in
+10 of the segment files the metadata references are missing and segments/
+holds no removal journal either (a drive not mounted, a wrong path), that
+open is refused (exit 1, saying how many are missing) and no block is
+removed.
 A metadata database that cannot be opened or read (a damaged log, table,
 MANIFEST or CURRENT), or that is older than the segment files and the removal
 journal (a lost log), is reported (exit 1) and left as it is: the audit never

@@ -43,10 +43,11 @@ counters repaired), is one line of the summary; "nothing to repair" means
 nothing was changed. The server does the first three at open too (and logs
 them); `prefixkv audit` only reports. Run it only while no other process has
 the directory open.
-When every (or nearly every) segment file the metadata references is
-missing, the segments vanished as a whole (the drive is not mounted, or the
-path is wrong): repair, audit and the server refuse to change anything and
-say how many are missing (exit 1). Mount the drive and run again; only if
+When at least 9 in 10 of the segment files the metadata references are
+missing and segments/ holds no removal journal either, the segments
+vanished as a whole (the drive is not mounted, or the path is wrong):
+repair, audit and the server refuse to change anything and say how many are
+missing (exit 1). Mount the drive and run again; only if
 the segments are lost for good, --accept-missing-segments repairs anyway,
 removing every block of the missing segments.
 
@@ -87,12 +88,13 @@ bool PrintOpenRepairs(const SsdOpenReport& report) {
 }
 
 int Repair(const std::vector<std::string>& args) {
-  Flags flags("prefixkv repair [--data-dir D] [--accept-missing-segments]",
-              {{"data-dir", "data directory of the SSD tier", false, "./prefixkv-data"},
-               {"accept-missing-segments",
-                "repair even if every (or nearly every) segment file the metadata "
-                "references is missing: their blocks are removed",
-                true, ""}});
+  Flags flags(
+      "prefixkv repair [--data-dir D] [--accept-missing-segments]",
+      {{"data-dir", "data directory of the SSD tier", false, "./prefixkv-data"},
+       {"accept-missing-segments",
+        "repair even if 9 in 10 or more of the segment files the metadata "
+        "references are missing, with no removal journal: their blocks are removed",
+        true, ""}});
   std::string error;
   if (!flags.Parse(args, &error)) return UsageError(flags, error);
   if (flags.help_requested()) {

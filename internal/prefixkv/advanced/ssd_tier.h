@@ -96,8 +96,8 @@ struct SsdTierOptions {
   // under the reader (it is told who holds it). Implies
   // repair_damaged_metadata = false. docs/ssd.md "Read-only opens".
   bool read_only = false;
-  // A writing open that finds every (or nearly every, 9 in 10) segment file
-  // the metadata references missing, and no removal journal, refuses with Unavailable ("N
+  // A writing open that finds at least 9 in 10 of the segment files the
+  // metadata references missing, and no removal journal, refuses with Unavailable ("N
   // of N segment files ... are missing: is the drive mounted?") and changes nothing: the
   // segments vanished as a whole (an SSD not mounted, a wrong path), and the
   // open would drop every block at its first read and write a new journal
