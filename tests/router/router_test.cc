@@ -742,6 +742,24 @@ TEST(EventFeed, ANodeWithoutPagesIsBootstrappedFromTheUnpagedForm) {
   EXPECT_TRUE(router->Holds(0, key, kSsd));
 }
 
+// Runs a feed of `node` (retry_ms 5 doubling up to 400) for a second while
+// `failing`, then clears it and expects `recovered` to come true: the
+// resnapshots of that second.
+uint64_t ResnapshotsInASecondOfFailures(const FakeNode& node, PrefixRouter* router,
+                                        std::atomic<bool>& failing,
+                                        const std::function<bool()>& recovered) {
+  EXPECT_NE(node.port(), 0);
+  route::EventFeed feed(
+      {.port = node.port(), .node = 0, .block_ms = 5, .retry_ms = 5, .max_retry_ms = 400},
+      router);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const uint64_t attempts = feed.resnapshots();
+  failing = false;
+  EXPECT_TRUE(Eventually(recovered));
+  feed.Stop();
+  return attempts;
+}
+
 // A node whose bootstrap keeps failing (its event log cannot reserve numbers
 // for a long while) was asked again every retry_ms, and each attempt made
 // the router forget the node: a walk of the whole index under the router's
@@ -759,18 +777,39 @@ TEST(EventFeed, FailingBootstrapsAreRetriedLessAndLessOften) {
     if (args[0] != "PKV.SNAPSHOT") return "-ERR unknown command\r\n";
     return failing ? std::string(kSnapshotUnavailable) : SnapshotPage("5-0", "0", key);
   });
-  ASSERT_NE(node.port(), 0);
   std::unique_ptr<PrefixRouter> router = Router(1);
-  route::EventFeed feed(
-      {.port = node.port(), .node = 0, .block_ms = 5, .retry_ms = 5, .max_retry_ms = 400},
-      router.get());
-  std::this_thread::sleep_for(std::chrono::seconds(1));
-  const uint64_t attempts = feed.resnapshots();
-  failing = false;
-  const bool learnt = Eventually([&] { return router->Holds(0, key, kHot); });
-  feed.Stop();
+  const uint64_t attempts = ResnapshotsInASecondOfFailures(
+      node, router.get(), failing, [&] { return router->Holds(0, key, kHot); });
   EXPECT_LE(attempts, 12u);
-  EXPECT_TRUE(learnt);
+}
+
+// A node whose XREAD fails after every good snapshot (an ACL that refuses
+// XREAD, its stream key of another type) was resnapshotted at once, for
+// ever: each time the router forgot the node (a walk of its index under its
+// lock) and applied every page again, as fast as the node answered
+// (21,323 resnapshots in this second before). The first error is resnapshotted
+// at once, as a trimmed log asks; errors after it wait as failed bootstraps
+// do, and a good XREAD ends the wait.
+TEST(EventFeed, AnXreadThatFailsAfterEverySnapshotIsRetriedLessAndLessOften) {
+  const BlockKey key = Chain(1, 1)[0];
+  std::atomic<bool> failing{true};
+  std::atomic<int> good_xreads{0};
+  FakeNode node([&](const std::vector<std::string>& args) -> std::string {
+    if (args[0] == "PING") return "+PONG\r\n";
+    if (args[0] == "PKV.SNAPSHOT") return SnapshotPage("5-0", "0", key);
+    if (args[0] != "XREAD") return "-ERR unknown command\r\n";
+    if (failing)
+      return "-NOPERM this user has no permissions to run the 'xread' command\r\n";
+    ++good_xreads;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // BLOCK
+    return "*-1\r\n";
+  });
+  std::unique_ptr<PrefixRouter> router = Router(1);
+  const uint64_t attempts = ResnapshotsInASecondOfFailures(
+      node, router.get(), failing, [&] { return good_xreads > 2; });
+  EXPECT_GE(attempts, 2u);
+  EXPECT_LE(attempts, 12u);
+  EXPECT_TRUE(router->Holds(0, key, kHot));
 }
 
 // XREAD's reply of one entry `id` with the fields `fields`.

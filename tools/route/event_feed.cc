@@ -238,6 +238,17 @@ uint32_t EventFeed::RetryWait() const {
       options_.retry_ms, std::min<uint64_t>(wait, options_.max_retry_ms)));
 }
 
+uint32_t EventFeed::TailErrorWait() const {
+  // A node whose XREAD fails after every good snapshot (its ACL refuses
+  // XREAD, its stream key holds another type) was resnapshotted at once,
+  // for ever: the router forgot the node and walked its index under its
+  // lock, then applied every page, as fast as the node answered.
+  if (failed_tails_ == 0) return 0;
+  const uint64_t wait = uint64_t{options_.retry_ms} << std::min(failed_tails_ - 1, 20u);
+  return static_cast<uint32_t>(std::max<uint64_t>(
+      options_.retry_ms, std::min<uint64_t>(wait, options_.max_retry_ms)));
+}
+
 void EventFeed::Pause(uint32_t ms) {
   // In steps, so that a stop does not wait for a long backoff.
   constexpr uint32_t kStepMs = 100;
@@ -371,9 +382,13 @@ void EventFeed::Tail(RespClient& client) {
       // The node no longer holds what follows last_id_ (RESNAPSHOT): what the
       // router knows of it may be stale. A prefixkv node answers PKV.SNAPSHOT:
       // its key sets and the id to go on after.
+      Pause(TailErrorWait());
+      if (stop_) return;
+      ++failed_tails_;
       if (!Resnapshot(client)) return;  // reconnect
       continue;
     }
+    failed_tails_ = 0;
     events.clear();
     std::string last = last_id_, bad_id;
     if (Status s = ParseXreadReply(*reply, &events, &last, &bad_id); !s.ok()) {

@@ -100,6 +100,10 @@ class EventFeed {
   // Before the next connection: retry_ms, doubled for each bootstrap that
   // failed in a row, up to max_retry_ms (at least retry_ms).
   uint32_t RetryWait() const;
+  // Before resnapshotting for an XREAD error: none for the first (the node
+  // trimmed what follows last_id_), then retry_ms doubled for each further
+  // error with no good XREAD between, up to max_retry_ms.
+  uint32_t TailErrorWait() const;
   // Sleeps `ms`, or less once Stop() is asked.
   void Pause(uint32_t ms);
   // connected_ and the node's availability in the router.
@@ -125,6 +129,7 @@ class EventFeed {
   std::string last_id_ = "0";        // the feed thread's
   bool resnapshot_pending_ = false;  // the feed thread's
   uint32_t failed_bootstraps_ = 0;   // the feed thread's: in a row
+  uint32_t failed_tails_ = 0;        // the feed thread's: XREAD errors in a row
   std::string skip_past_;            // the feed thread's: an unreadable entry's id
   std::atomic<bool> stop_{false};
   std::atomic<bool> connected_{false};
