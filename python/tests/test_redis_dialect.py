@@ -217,6 +217,34 @@ def test_hello_2_and_3(both):
         both["prefixkv"].execute_command("HELLO", "3")
 
 
+def test_auth_as_default_on_a_server_without_a_password(redis_port, prefixkv_port):
+    """Neither server has a requirepass: its default user takes any password
+    (Redis's nopass), so a client configured with a username and password
+    connects (redis-py sends AUTH default <password>, or HELLO 2 AUTH); prefixkv
+    answered WRONGPASS (HELLO) or an error (AUTH). AUTH <password> alone is an
+    error and an unknown user WRONGPASS on both."""
+    def run(port):
+        c = redis.Redis(port=port, username="default", password="anything",
+                        socket_timeout=10)
+        with c.client() as one:
+            return (c.ping(), c.set("auth-default", "1"), c.get("auth-default"),
+                    one.execute_command("HELLO", "2", "AUTH", "default", "x")[2],
+                    outcome(lambda: one.execute_command("AUTH", "x")),
+                    outcome(lambda: one.execute_command("AUTH", "nobody", "x")),
+                    one.execute_command("AUTH", "default", "y"))
+
+    got = {name: run(port) for name, port in (("redis", redis_port),
+                                               ("prefixkv", prefixkv_port))}
+    assert got["redis"][:3] == got["prefixkv"][:3] == (True, True, b"1"), got
+    assert got["redis"][3] == got["prefixkv"][3] == b"version", got
+    for at in (4, 5):
+        assert got["redis"][at][0] == got["prefixkv"][at][0], got
+    assert "without any password" in got["prefixkv"][4][1], got
+    assert "invalid username-password" in got["redis"][5][1], got
+    assert got["prefixkv"][5][1] == got["redis"][5][1], got
+    assert got["redis"][6] == got["prefixkv"][6], got
+
+
 def test_dbsize_and_flushes(both):
     def run(c):
         c.mset({"k1": "a", "k2": "b", "k3": "c"})

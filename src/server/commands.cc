@@ -74,10 +74,15 @@ AuthOutcome CheckPassword(CommandContext& ctx, std::string_view user,
   }
   const bool admin = user == "admin";
   const std::string& expected = admin ? config.admin_pass : config.requirepass;
+  // Without a password the default user takes any (Redis's "nopass"): a
+  // client configured with a username and password (redis-py's
+  // Redis(username=, password=) sends AUTH default <password>) connects to
+  // such a server as to Redis, where it was refused WRONGPASS here.
+  const bool open_default = user == "default" && config.requirepass.empty();
   // An unknown user or an unset password compares too, so that failures all
   // take the same time.
-  const bool ok = PasswordMatches(pass, expected) && !expected.empty() &&
-                  (admin || user == "default");
+  const bool ok = open_default || (PasswordMatches(pass, expected) && !expected.empty() &&
+                                   (admin || user == "default"));
   if (ok) {
     if (throttle != nullptr) throttle->Refund();  // only failures spend the budget
     ctx.client->authenticated = true;
@@ -346,13 +351,14 @@ void CmdPing(CommandContext& ctx) {
 void CmdEcho(CommandContext& ctx) { ctx.out->Bulk(ctx.args[1]); }
 
 // AUTH <password> (the default user) or AUTH <user> <password>, where the
-// user is "default" (requirepass) or "admin" (admin_pass).
+// user is "default" (requirepass; any password when none is set, as Redis's
+// nopass default user) or "admin" (admin_pass). As Redis: AUTH <password>
+// without a requirepass is an error, an unknown user WRONGPASS.
 void CmdAuth(CommandContext& ctx) {
   const DispatcherConfig& config = ctx.dispatcher.config();
   if (ctx.args.size() > 3) {
     ctx.out->Error("ERR syntax error");
-  } else if (config.requirepass.empty() &&
-             (ctx.args.size() == 2 || config.admin_pass.empty())) {
+  } else if (config.requirepass.empty() && ctx.args.size() == 2) {
     ctx.out->Error(
         "ERR AUTH <password> called without any password configured for the default "
         "user. Are you sure your configuration is correct?");
