@@ -245,6 +245,21 @@ def test_auth_as_default_on_a_server_without_a_password(redis_port, prefixkv_por
     assert got["redis"][6] == got["prefixkv"][6], got
 
 
+def test_config_get_takes_globs(both):
+    """CONFIG GET's arguments are globs, matched without case, each parameter
+    listed once (prefixkv compared names exactly: `CONFIG GET *` listed none)."""
+    def run(c):
+        several = c.execute_command("CONFIG", "GET", "save", "s?ve", "appendonly")
+        # In no order (Redis's dict's); each once.
+        return (c.config_get("appendon*"), c.config_get("SAV?"), len(several),
+                dict(zip(several[::2], several[1::2])))
+
+    got = same_on_both(both, run)
+    assert got[0] == {"appendonly": "no"} and got[1] == {"save": ""}, got
+    everything = both["prefixkv"].config_get("*")
+    assert {"save", "appendonly", "databases"} <= set(everything), everything
+
+
 def test_dbsize_and_flushes(both):
     def run(c):
         c.mset({"k1": "a", "k2": "b", "k3": "c"})

@@ -8,6 +8,7 @@
 
 #include "auth_throttle.h"
 #include "command_stats.h"
+#include "glob.h"
 #include "prefixkv/version.h"
 
 namespace prefixkv::server {
@@ -469,7 +470,9 @@ void CmdCommand(CommandContext& ctx) {
 }
 
 // CONFIG GET answers the few parameters Redis tools ask about (redis-benchmark
-// reads "save" and "appendonly"); nothing is settable at run time.
+// reads "save" and "appendonly"); nothing is settable at run time. As Redis 7:
+// each argument is a glob, matched without case (`CONFIG GET *` lists them
+// all; it listed none), and a parameter several arguments match is listed once.
 void CmdConfig(CommandContext& ctx) {
   if (Lower(ctx.arg(1)) != "get") {
     return ctx.out->Error("ERR CONFIG " + Quoted(ctx.arg(1)) + " is not supported");
@@ -477,9 +480,12 @@ void CmdConfig(CommandContext& ctx) {
   static const std::vector<std::pair<std::string, std::string>> known = {
       {"save", ""}, {"appendonly", "no"}, {"databases", "1"}};
   std::vector<const std::pair<std::string, std::string>*> found;
-  for (size_t i = 2; i < ctx.args.size(); ++i) {
-    for (const auto& kv : known) {
-      if (Lower(ctx.arg(i)) == kv.first) found.push_back(&kv);
+  for (const auto& kv : known) {
+    for (size_t i = 2; i < ctx.args.size(); ++i) {
+      if (GlobMatch(Lower(ctx.arg(i)), kv.first)) {
+        found.push_back(&kv);
+        break;
+      }
     }
   }
   ctx.out->ArrayHeader(found.size() * 2);
