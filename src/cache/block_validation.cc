@@ -95,13 +95,9 @@ Status CheckHeader(const cache::NamespaceState& ns, const BlockRecord& rec,
   return Status::OK();
 }
 
-}  // namespace
-
-Status ValidateBlock(const cache::NamespaceState& ns, const BlockRecord& rec,
-                     size_t start, const BlockKey& parent,
-                     std::span<const int32_t> tokens, const BlockRecord* first) {
-  PKV_RETURN_IF_ERROR(CheckHeader(ns, rec, parent, tokens));
-  const int64_t rows = static_cast<int64_t>(tokens.size());
+Status CheckLayers(const cache::NamespaceState& ns, const BlockRecord& rec, size_t start,
+                   size_t count, const BlockRecord* first) {
+  const int64_t rows = static_cast<int64_t>(count);
   const int64_t end = static_cast<int64_t>(start) + rows;
   for (size_t l = 0; l < rec.layers.size(); ++l) {
     const LayerState& layer = rec.layers[l];
@@ -117,25 +113,54 @@ Status ValidateBlock(const cache::NamespaceState& ns, const BlockRecord& rec,
                                   first != nullptr ? &first->layers[l] : nullptr)
             : CheckTipOnlyLayer(ns, l, layer, end));
   }
-  // A namespace adopted from before its shapes were keyed shares its root
-  // with whatever model of that name and layout wrote there: a block of
-  // other shapes is another model's, never served.
-  if (ns.check_layer_shapes) {
-    if (Status s = CheckLayerShapes(rec, ns.spec.layer_shapes); !s.ok())
-      return Status::Corruption("not the namespace's layer shapes: " + s.message());
-  }
   return Status::OK();
+}
+
+// CheckLayerShapes against the spec, every layer in a namespace adopted from
+// before its shapes were keyed, else every layer but a quantized one (its
+// packed words and scales are not what a LayerShape describes).
+Status CompareWithSpecShapes(const cache::NamespaceState& ns, const BlockRecord& record) {
+  const bool quantized = std::find(ns.families.begin(), ns.families.end(),
+                                   CacheFamily::kQuantizedKV) != ns.families.end();
+  if (ns.check_layer_shapes || !quantized)
+    return CheckLayerShapes(record, ns.spec.layer_shapes);
+  BlockRecord checked;
+  checked.layers = record.layers;  // the tensors share their bytes
+  for (size_t l = 0; l < checked.layers.size() && l < ns.families.size(); ++l) {
+    if (ns.families[l] == CacheFamily::kQuantizedKV)
+      checked.layers[l] = MakePlaceholder(checked.layers[l].cache_type);
+  }
+  return CheckLayerShapes(checked, ns.spec.layer_shapes);
+}
+
+}  // namespace
+
+Status ValidateBlock(const cache::NamespaceState& ns, const BlockRecord& rec,
+                     size_t start, const BlockKey& parent,
+                     std::span<const int32_t> tokens, const BlockRecord* first,
+                     bool* other_shapes) {
+  PKV_RETURN_IF_ERROR(CheckHeader(ns, rec, parent, tokens));
+  const Status layout = CheckLayers(ns, rec, start, tokens.size(), first);
+  // The spec's layer shapes, as a store compares them (CheckStoredShapes):
+  // blocks of other shapes already in the tiers (stored before a store
+  // compared them, by an older binary, or fetched from a node of one) were
+  // served in the spec's name. Checked where nothing else compares them: the
+  // restore's first block, which every later block's KV must equal, a real
+  // tip's state, and a block whose layers disagree with the first block's.
+  if (!ns.spec.layer_shapes.empty() &&
+      (ns.check_layer_shapes || first == nullptr || first == &rec || !layout.ok() ||
+       (ns.has_tip_only && HasRealTipState(ns.families, rec)))) {
+    if (Status s = CompareWithSpecShapes(ns, rec); !s.ok()) {
+      if (other_shapes != nullptr) *other_shapes = true;
+      return Status::Corruption("not the namespace's layer shapes: " + s.message());
+    }
+  }
+  return layout;
 }
 
 Status CheckStoredShapes(const cache::NamespaceState& ns, const BlockRecord& record) {
   if (ns.spec.layer_shapes.empty()) return Status::OK();
-  BlockRecord checked;
-  checked.layers = record.layers;  // the tensors share their bytes
-  for (size_t l = 0; l < checked.layers.size() && !ns.check_layer_shapes; ++l) {
-    if (l < ns.families.size() && ns.families[l] == CacheFamily::kQuantizedKV)
-      checked.layers[l] = MakePlaceholder(checked.layers[l].cache_type);
-  }
-  if (Status s = CheckLayerShapes(checked, ns.spec.layer_shapes); !s.ok())
+  if (Status s = CompareWithSpecShapes(ns, record); !s.ok())
     return Status::InvalidArgument("not the namespace's layer shapes: " + s.message());
   return Status::OK();
 }

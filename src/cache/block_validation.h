@@ -14,19 +14,23 @@ namespace prefixkv::cache {
 // tokens.size() rows on the token axis, the namespace dtype and the same
 // shapes as the `first` block of the restore (null for the first block
 // itself), real rotating and arrays layers with tensors, real rotating layers
-// with offset == start + tokens.size().
-// Corruption (with the reason) for the first mismatch.
+// with offset == start + tokens.size(), and, in a spec with layer shapes, the
+// shapes as CheckStoredShapes compares them wherever nothing else does (the
+// first block, a real tip, a block unlike the first; every block in a
+// namespace adopted from before its shapes were keyed).
+// Corruption (with the reason) for the first mismatch; `other_shapes` (may be
+// null) is set when the block holds other shapes than the spec's.
 Status ValidateBlock(const cache::NamespaceState& ns, const BlockRecord& record,
                      size_t start, const BlockKey& parent,
-                     std::span<const int32_t> tokens, const BlockRecord* first);
+                     std::span<const int32_t> tokens, const BlockRecord* first,
+                     bool* other_shapes = nullptr);
 
 // Whether a block about to be stored fits the spec's layer shapes where a
 // restore relies on them: every layer in a namespace adopted from before its
 // shapes were keyed (ValidateBlock checks them all there), else every layer
-// but a quantized one: the real window and recurrent (tip-only) layers, which
-// a restore checks against nothing, and the plain KV layers, which it checks
-// against the chain's first block only (so a first block of other shapes
-// would be served, and a right store of its tokens deduplicated against it).
+// but a quantized one: the real window and recurrent (tip-only) layers and
+// the plain KV layers, which a restore refuses (ValidateBlock) and drops when
+// they do not fit: written, they were acknowledged and never restored.
 // A quantized layer packs its own dimensions (words, scales), which a
 // LayerShape does not describe. OK for a spec without shapes;
 // InvalidArgument naming the first misfit.

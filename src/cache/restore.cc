@@ -60,12 +60,13 @@ class ChainReadAhead {
 };
 
 // Loads and validates blocks in chain order until one fails; `reason` says
-// why. `on_loaded` (may be empty) hears of each block once it is valid.
+// why, `other_shapes` whether it failed for holding other shapes than the
+// spec's. `on_loaded` (may be empty) hears of each block once it is valid.
 std::vector<LoadedBlock> LoadValidBlocks(const cache::NamespaceState& ns,
                                          const MatchResult& match,
                                          const DecodeLimits& limits,
                                          const cache::LoadedBlockSink& on_loaded,
-                                         std::string* reason) {
+                                         std::string* reason, bool* other_shapes) {
   std::vector<LoadedBlock> blocks;
   blocks.reserve(match.keys.size());
   const size_t b = ns.spec.block_tokens;
@@ -84,7 +85,7 @@ std::vector<LoadedBlock> LoadValidBlocks(const cache::NamespaceState& ns,
         s = cache::ValidateBlock(
             ns, block->record, start, parent,
             std::span<const int32_t>(match.tokens).subspan(start, count),
-            blocks.empty() ? nullptr : &blocks[0].record);
+            blocks.empty() ? nullptr : &blocks[0].record, other_shapes);
       }
     }
     if (!s.ok()) {
@@ -96,6 +97,24 @@ std::vector<LoadedBlock> LoadValidBlocks(const cache::NamespaceState& ns,
     if (on_loaded) on_loaded(i, blocks.back());
   }
   return blocks;
+}
+
+// A block of other shapes than the spec's is never served (ValidateBlock),
+// but left cached it was deduplicated against by every right store of its
+// tokens, so they never restored again. It is removed from the local tiers
+// with the matched blocks after it, which hang below it (Match reaches them
+// only through it), so the next store of those tokens writes them all. A
+// removal that fails (a copy pinned by another reader) leaves the block to
+// the next restore. A remote copy is the cluster's (a right store replaces it).
+// A namespace adopted from before its shapes were keyed keeps them: its store
+// reads every cached block and replaces one of other shapes (store.cc).
+void DropBlocksOfOtherShapes(const cache::NamespaceState& ns, const MatchResult& match,
+                             size_t from) {
+  if (ns.check_layer_shapes) return;
+  for (size_t i = from; i < match.keys.size(); ++i) {
+    Status removed = ns.tiers->Remove(match.keys[i], KvRemoveReason::kCorrupt);
+    if (!removed.ok() && !removed.IsNotFound()) return;
+  }
 }
 
 // Drops trailing blocks without real tip-only state; returns the reason when
@@ -286,8 +305,10 @@ StatusOr<std::vector<LoadedBlock>> LoadRestoreBlocks(NamespaceState& ns,
       (k == 0 && !match.tokens.empty())) {
     return Status::InvalidArgument("inconsistent MatchResult");
   }
+  bool other_shapes = false;
   const std::vector<LoadedBlock> loaded =
-      LoadValidBlocks(ns, match, limits, on_loaded, &result->reason);
+      LoadValidBlocks(ns, match, limits, on_loaded, &result->reason, &other_shapes);
+  if (other_shapes) DropBlocksOfOtherShapes(ns, match, loaded.size());
   std::vector<LoadedBlock> blocks = loaded;  // shares the records' bytes
   std::string walk_back = WalkBack(ns, &blocks);
   if (ns.has_tip_only && !walk_back.empty()) {

@@ -454,6 +454,49 @@ TEST_F(PrefixCacheRestoreTest, StoreRefusesFullAttentionKvOfAnotherShapeThanTheS
   EXPECT_EQ(r.layers[1].tensors, packed.tensors);
 }
 
+// KV of other heads than the spec's already in the tiers (stored before Store
+// compared it, by an older binary, or fetched from a node of one through the
+// remote tier; here written behind the store's back) is refused by a restore
+// as a store refuses it, and dropped, so the right store of those tokens
+// writes its blocks instead of deduplicating against them.
+TEST_F(PrefixCacheRestoreTest, ARestoreRefusesFullAttentionKvOfAnotherShapeThanTheSpecs) {
+  NamespaceSpec spec = KvOnlySpec();
+  spec.layer_shapes = ParseLayerShapes("2x8,2x8").value();
+  const Namespace ns = Register(spec);
+  const std::vector<int32_t> tokens = Tokens(2);
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const std::vector<BlockKey> keys = ChainKeys(ns.root, tokens, kBlockTokens);
+  auto store_one_head_kv = [&] {
+    ASSERT_OK(tiers_->cache().Store(ns, tokens, testing::KvOnlyLayers(n)));
+    for (size_t i = 0; i < keys.size(); ++i) {
+      BlockRecord one_head = testing::ReadBlock(*tiers_->hot, keys[i]);
+      for (LayerState& layer : one_head.layers) {
+        for (Tensor& t : layer.tensors)
+          t = Tensor::Filled(DType::kFloat32, {1, 1, kBlockTokens, 8}, 1);
+      }
+      ASSERT_OK(tiers_->stack->Rewrite({keys[i], one_head.parent, ns.root, 0},
+                                       EncodeBlock(one_head).value()));
+    }
+  };
+  store_one_head_kv();
+  const RestoreResult refused = MatchAndRestore(ns, tokens);
+  EXPECT_EQ(refused.restored_tokens, 0u) << "1x8 KV served under 2x8 shapes";
+  EXPECT_NE(refused.reason.find("holds 1x8, not 2x8"), std::string::npos)
+      << refused.reason;
+  EXPECT_TRUE(tiers_->cache().Match(ns, tokens)->keys.empty()) << "not dropped";
+  store_one_head_kv();
+  ASSERT_OK_AND_ASSIGN(MatchResult m, tiers_->cache().Match(ns, tokens));
+  ASSERT_OK_AND_ASSIGN(RestorePlan plan, tiers_->engine->PlanRestore(m));
+  EXPECT_EQ(plan.result.restored_tokens, 0u) << "1x8 KV planned under 2x8 shapes";
+
+  const std::vector<LayerState> right = {KvLayer(n, &rng_), KvLayer(n, &rng_)};
+  ASSERT_OK_AND_ASSIGN(StoreResult stored, tiers_->cache().Store(ns, tokens, right));
+  EXPECT_EQ(stored.blocks_deduplicated, 0u) << "kept the refused blocks";
+  const RestoreResult r = MatchAndRestore(ns, tokens);
+  ASSERT_EQ(r.restored_tokens, static_cast<uint64_t>(n)) << r.reason;
+  EXPECT_EQ(r.layers, right);
+}
+
 // The spec's dtype is the attention cache's: frameworks keep a recurrent state
 // in float32 under a bfloat16 model, so an arrays layer keeps its own dtype,
 // stored and handed back as it is (never as the spec's).
