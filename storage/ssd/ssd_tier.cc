@@ -321,9 +321,9 @@ Status ssd::TierImpl::Put(const BlockMeta& meta, const SharedBytes& payload, boo
   // queued version stays findable, writers kept off it: dropped first, the
   // key was in neither the queue nor the index while the Put wrote
   // (SsdFaultTest.AQueuedVersionStaysFindableWhileAPutSupersedesIt).
-  queue_->Hold(meta.key);
+  const uint64_t held = queue_->Hold(meta.key);
   Status s = Store({{meta, payload}}, dirty);
-  queue_->Release(meta.key, /*superseded=*/s.ok());
+  queue_->Release(meta.key, held, /*superseded=*/s.ok());
   PKV_RETURN_IF_ERROR(s);
   EnforceCapacity();
   ThrottleWrites();  // after the evictions, whose garbage counts too
@@ -596,9 +596,10 @@ Status ssd::TierImpl::Remove(const BlockKey& key) {
   // and when the commit fails it is written as a failed Put leaves it
   // (SsdFaultTest.AFailedRemoveKeepsTheQueuedWriteBackOfItsKey).
   std::optional<IndexEntry> queued;
-  if (queue_->Hold(key)) queued = QueuedEntry(key);
+  const uint64_t held = queue_->Hold(key);
+  if (held != 0) queued = QueuedEntry(key);
   Status s = RemoveHeld(key, queued);
-  queue_->Release(key, /*superseded=*/s.ok());
+  queue_->Release(key, held, /*superseded=*/s.ok());
   return s;
 }
 

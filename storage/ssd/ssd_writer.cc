@@ -22,11 +22,12 @@ bool WriteBackQueue::Enqueue(const BlockMeta& meta, const SharedBytes& payload) 
   MutexLock lock(&mu_);
   if (auto it = queued_.find(meta.key); it != queued_.end()) {
     it->second = Item{meta, payload};  // newer version; keeps its place
-    NoteNewerThanHeld(meta.key);
+    NumberNewVersion(meta.key);
     return true;
   }
   if (queued_.size() >= depth_) return false;
   queued_.emplace(meta.key, Item{meta, payload});
+  NumberNewVersion(meta.key);
   queued_tickets_[meta.key] = ++last_ticket_;
   order_.push_back(meta.key);
   work_cv_.NotifyOne();
@@ -40,10 +41,11 @@ void WriteBackQueue::EnqueueFailed(const BlockMeta& meta, const SharedBytes& pay
   failed_.insert(meta.key);
   if (auto it = queued_.find(meta.key); it != queued_.end()) {
     it->second = Item{meta, payload};
-    NoteNewerThanHeld(meta.key);
+    NumberNewVersion(meta.key);
     return;
   }
   queued_.emplace(meta.key, Item{meta, payload});
+  NumberNewVersion(meta.key);
   queued_tickets_[meta.key] = ++last_ticket_;
   order_.push_back(meta.key);
   work_cv_.NotifyOne();
@@ -81,34 +83,34 @@ bool WriteBackQueue::HasChildOf(const BlockKey& key) const {
          std::any_of(in_flight_.begin(), in_flight_.end(), child);
 }
 
-bool WriteBackQueue::Hold(const BlockKey& key) {
+uint64_t WriteBackQueue::Hold(const BlockKey& key) {
   MutexLock lock(&mu_);
   while (in_flight_.count(key) > 0) done_cv_.Wait(lock);
-  if (!queued_.contains(key)) return false;
-  ++held_[key].holders;
-  return true;
+  if (!queued_.contains(key)) return 0;
+  ++held_[key];
+  return versions_.at(key);
 }
 
-void WriteBackQueue::Release(const BlockKey& key, bool superseded) {
+void WriteBackQueue::Release(const BlockKey& key, uint64_t held, bool superseded) {
+  if (held == 0) return;  // held nothing: another call's hold is not ours
   MutexLock lock(&mu_);
-  auto it = held_.find(key);
-  if (it == held_.end()) return;
-  if (superseded && !it->second.newer_queued) {
-    // Whatever other holders of the key do next, this version is past.
-    held_.erase(it);
+  if (auto it = held_.find(key); it != held_.end() && --it->second == 0) held_.erase(it);
+  if (auto v = versions_.find(key);
+      superseded && v != versions_.end() && v->second == held) {
+    // The version this call saw is past, whatever other holders do next; a
+    // version queued after it would have another number.
+    versions_.erase(v);
     queued_.erase(key);
     queued_tickets_.erase(key);
     std::erase(order_, key);
     failed_.erase(key);  // nothing of the key waits any more
     done_cv_.NotifyAll();
-  } else if (--it->second.holders == 0) {
-    held_.erase(it);
   }
   work_cv_.NotifyAll();  // a held block (or its child) may be taken now
 }
 
-void WriteBackQueue::NoteNewerThanHeld(const BlockKey& key) {
-  if (auto it = held_.find(key); it != held_.end()) it->second.newer_queued = true;
+void WriteBackQueue::NumberNewVersion(const BlockKey& key) {
+  versions_[key] = ++last_version_;
 }
 
 Status WriteBackQueue::Flush() {
@@ -166,6 +168,7 @@ Status WriteBackQueue::Stop() {
   order_.clear();
   queued_.clear();
   queued_tickets_.clear();
+  versions_.clear();
   failed_.clear();
   held_.clear();
   lock.Unlock();
@@ -228,6 +231,7 @@ bool WriteBackQueue::TakeNext(const std::vector<Item>& batch, Item* item) {
     in_flight_.emplace(item->meta.key, *item);
     in_flight_tickets_[*it] = queued_tickets_.at(*it);
     queued_tickets_.erase(*it);
+    versions_.erase(*it);
     queued_.erase(*it);
     order_.erase(it);
     return true;
@@ -299,6 +303,7 @@ void WriteBackQueue::Finish(const std::vector<Item>& batch, const Status& s,
     failed_.insert(key);
     if (queued_.emplace(key, *it).second) {
       queued_tickets_[key] = ticket;
+      NumberNewVersion(key);
       order_.push_front(key);
     }
   }

@@ -68,20 +68,22 @@ class WriteBackQueue {
   bool HasChildOf(const BlockKey& key) const EXCLUDES(mu_);
   // For a direct Put or Remove of `key`: waits first if it is being
   // written, then keeps writers off its queued version, which stays
-  // findable (Find, Contents) until Release. True when a version was queued
-  // (held). Dropped before the Put's commit, the key was in neither the
-  // queue nor the index meanwhile: a read missed it and a walk (DBSIZE,
+  // findable (Find, Contents) until Release. Returns the held version's
+  // number (each version queued gets its own), or 0 when none was queued
+  // (nothing held). Dropped before the Put's commit, the key was in neither
+  // the queue nor the index meanwhile: a read missed it and a walk (DBSIZE,
   // KEYS) left it out (until 2026-12-07;
   // SsdFaultTest.AQueuedVersionStaysFindableWhileAPutSupersedesIt); dropped
   // before a Remove's commit, a read was served the stored version that
   // queued one had overwritten (until 2026-12-07;
   // SsdFaultTest.ARemoveNeverUncoversTheStoredOlderVersionWhileItCommits).
-  bool Hold(const BlockKey& key) EXCLUDES(mu_);
-  // Ends Hold: `superseded` (the Put or Remove committed) drops the held
-  // version at once, unless a newer one was queued meanwhile; otherwise,
-  // once no other Put or Remove of the key holds it, it is written as
-  // before, in its place.
-  void Release(const BlockKey& key, bool superseded) EXCLUDES(mu_);
+  uint64_t Hold(const BlockKey& key) EXCLUDES(mu_);
+  // Ends the Hold that returned `held` (0: a no-op). `superseded` (the Put
+  // or Remove committed) drops the held version at once if it is still the
+  // one queued; a version queued after this Hold is newer than the call and
+  // stays. Otherwise, once no other Put or Remove of the key holds it, it
+  // is written as before, in its place.
+  void Release(const BlockKey& key, uint64_t held, bool superseded) EXCLUDES(mu_);
   // Waits until everything queued before the call is written (or superseded
   // by a direct Put or Remove), or until an attempt made after the call
   // failed (its Status is returned). Blocks queued after the call are not
@@ -119,8 +121,8 @@ class WriteBackQueue {
   void Finish(const std::vector<Item>& batch, const Status& s, uint64_t attempt)
       REQUIRES(mu_);
   void NoteFailure(const Status& s) REQUIRES(mu_);
-  // A newer version of `key` was queued over the one a Put holds.
-  void NoteNewerThanHeld(const BlockKey& key) REQUIRES(mu_);
+  // `key`'s queued item is a version Hold has not seen: numbers it.
+  void NumberNewVersion(const BlockKey& key) REQUIRES(mu_);
   // Whether a block queued or in flight was queued with a ticket <= `ticket`.
   bool Waiting(uint64_t ticket) const REQUIRES(mu_);
 
@@ -159,13 +161,20 @@ class WriteBackQueue {
   // Keys queued or in flight whose last write attempt failed.
   std::unordered_set<BlockKey> failed_ GUARDED_BY(mu_);
   // Queued keys direct Puts and Removes hold (Hold), which writers do not
-  // take. Counted: one holder's Release must not let writers take a version
-  // another's commit is about to supersede.
-  struct HoldState {
-    uint32_t holders = 0;
-    bool newer_queued = false;  // since the first Hold (Release keeps it)
-  };
-  std::unordered_map<BlockKey, HoldState> held_ GUARDED_BY(mu_);
+  // take, with their number of holders: one holder's Release must not let
+  // writers take a version another's commit is about to supersede.
+  std::unordered_map<BlockKey, uint32_t> held_ GUARDED_BY(mu_);
+  // The number of each queued key's version, so that a Release supersedes
+  // only the version its own Hold saw. (Until 2026-12-07 a key had one mark,
+  // "newer queued since the first Hold", so a Put or Remove begun after a
+  // newer version was queued left it queued as if it were newer than the
+  // call: a removed key was served again and an acknowledged Put was
+  // overwritten by it; and a call that held nothing counted another's hold
+  // off in its Release.
+  // SsdFaultTest.ARemoveBegunAfterANewerVersionWasQueuedSupersedesIt,
+  // APutBegunAfterANewerVersionWasQueuedSupersedesIt.)
+  std::unordered_map<BlockKey, uint64_t> versions_ GUARDED_BY(mu_);
+  uint64_t last_version_ GUARDED_BY(mu_) = 0;
   // Writers wait retry_interval before retrying; Flush() clears it.
   bool paused_after_error_ GUARDED_BY(mu_) = false;
   bool stopping_ GUARDED_BY(mu_) = false;

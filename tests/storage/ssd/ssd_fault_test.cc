@@ -245,6 +245,18 @@ class SsdFaultTest : public ::testing::Test {
     gated.gate().WaitForArrivals(1);
     return done;
   }
+  // A tier (into `tier`) whose paused writer keeps PayloadOf(m) queued, and
+  // a Put of `m` with `bytes` started and stopped at its segment write.
+  std::future<Status> StartAPutOverAQueuedVersion(FakeClock* clock,
+                                                  testing::GatedFileSystem* gated,
+                                                  const BlockMeta& m, SharedBytes bytes,
+                                                  std::unique_ptr<SsdTier>* tier) {
+    *tier = OpenWithTheWriterPausedAfterAFailure(clock, m, gated);
+    if (*tier == nullptr) return {};
+    return StartStoppedAtTheGate(*gated, ".seg", [tier, m, bytes] {
+      return (*tier)->Put(m, bytes, /*dirty=*/false);
+    });
+  }
   // `m`'s queued version, PayloadOf(m), is what a Get of it serves now.
   static void ExpectTheQueuedVersionServed(SsdTier& tier, const BlockMeta& m,
                                            const std::string& when) {
@@ -253,6 +265,10 @@ class SsdFaultTest : public ::testing::Test {
         << "the queued version was not served " << when << ": "
         << (got.ok() ? std::string(got->view().substr(0, 8)) : got.status().ToString());
   }
+  // A Put of a key holding its queued version, a newer version queued over
+  // it, then a second Put (`remove`: a Remove) of the key begun after that:
+  // the newer version is never served after the second call, nor written.
+  void ExpectACallBegunAfterANewerVersionWasQueuedSupersedesIt(bool remove);
   // Runs the SsdFaultChild test `child` (with `env` set to a directory of
   // its own: it stores in flush mode and dies) and opens that directory in
   // flush mode after it; null (a failure) if either failed.
@@ -1698,11 +1714,10 @@ TEST_F(SsdFaultTest, AQueuedVersionStaysFindableWhileAPutSupersedesIt) {
   FakeClock clock;
   testing::GatedFileSystem gated(&fs_);
   const BlockMeta m = ChainBlock(0, 0);
-  auto tier = OpenWithTheWriterPausedAfterAFailure(&clock, m, &gated);
-  ASSERT_NE(tier, nullptr);
   const SharedBytes newer = SharedBytes::Copy(std::string(3000, 'n'));
-  std::future<Status> put = StartStoppedAtTheGate(  // at the Put's segment write
-      gated, ".seg", [&] { return tier->Put(m, newer, /*dirty=*/false); });
+  std::unique_ptr<SsdTier> tier;
+  std::future<Status> put = StartAPutOverAQueuedVersion(&clock, &gated, m, newer, &tier);
+  ASSERT_NE(tier, nullptr);
   ExpectTheQueuedVersionServed(*tier, m, "while the Put wrote");
   EXPECT_TRUE(tier->Contains(m.key));
   size_t walked = 0;
@@ -1759,6 +1774,57 @@ TEST_F(SsdFaultTest, ARemoveNeverUncoversTheStoredOlderVersionWhileItCommits) {
   ASSERT_OK(tier->Flush());
   EXPECT_FALSE(tier->Contains(b.key)) << "the queued version written after the removal";
   EXPECT_EQ(tier->Totals().entries, 0u);
+}
+
+// Holds of a queued version are each their holder's. A Put of `m` stops at
+// its segment write, holding the queued version; a newer one is queued over
+// it (a version the Put may supersede or not: they overlap); then a second
+// Put, or a Remove, of `m` begins, after that newer version was queued, and
+// so supersedes it. The queue kept one "newer queued since the first hold"
+// mark per key, so the second call's Release also left the newer version
+// queued: after a successful Remove a Get served it (a DEL'd key back), and
+// after both Puts it was written over them (an acknowledged Put lost to
+// older bytes).
+void SsdFaultTest::ExpectACallBegunAfterANewerVersionWasQueuedSupersedesIt(bool remove) {
+  FakeClock clock;
+  testing::GatedFileSystem gated(&fs_);
+  const BlockMeta m = ChainBlock(0, 0);
+  const SharedBytes queued = SharedBytes::Copy(std::string(3000, 'q'));
+  const SharedBytes second = SharedBytes::Copy(std::string(3000, 'b'));
+  std::unique_ptr<SsdTier> tier;
+  std::future<Status> put = StartAPutOverAQueuedVersion(
+      &clock, &gated, m, SharedBytes::Copy(std::string(3000, 'a')), &tier);
+  ASSERT_NE(tier, nullptr);
+  tier->OnEvict(m, queued, /*dirty=*/true);
+  std::future<Status> later;
+  if (remove) {
+    ASSERT_OK(tier->Remove(m.key));
+    EXPECT_TRUE(tier->Get(m.key).status().IsNotFound())
+        << "the version queued before the Remove served after it";
+  } else {
+    later = std::async(std::launch::async,
+                       [&] { return tier->Put(m, second, /*dirty=*/false); });
+    gated.gate().WaitForArrivals(2);
+  }
+  gated.gate().Open();
+  ASSERT_OK(put.get());
+  if (!remove) {
+    ASSERT_OK(later.get());
+  }
+  clock.AdvanceMillis(3'600'000);
+  ASSERT_OK(tier->Flush());
+  StatusOr<SharedBytes> got = tier->Get(m.key);
+  EXPECT_FALSE(got.ok() && got->view() == queued.view())
+      << "the version queued before the " << (remove ? "Remove" : "second Put")
+      << " was written over it";
+}
+
+TEST_F(SsdFaultTest, APutBegunAfterANewerVersionWasQueuedSupersedesIt) {
+  ExpectACallBegunAfterANewerVersionWasQueuedSupersedesIt(/*remove=*/false);
+}
+
+TEST_F(SsdFaultTest, ARemoveBegunAfterANewerVersionWasQueuedSupersedesIt) {
+  ExpectACallBegunAfterANewerVersionWasQueuedSupersedesIt(/*remove=*/true);
 }
 
 // A segment whose end holds no footer: a short write (ENOSPC midway, one
