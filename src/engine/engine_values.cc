@@ -174,6 +174,24 @@ Status WriteRecord(EngineImpl& impl, TierStack& stack, std::string_view name,
   return s.IsNotFound() ? Status::OK() : s;
 }
 
+// `name`'s older-scheme bytes when no record holds the name, read as the
+// one lookup of its GET; nullopt when a record holds it (or neither form).
+// REQUIRES: its stripe held, so no write stores a record and drops these
+// bytes between the look and the read.
+std::optional<StatusOr<SharedBytes>> ReadOnlyLegacyLocked(EngineImpl& impl,
+                                                          TierStack& stack,
+                                                          std::string_view name,
+                                                          bool promote) {
+  const BlockKey legacy = internal::LegacyValueKey(name);
+  if (stack.Contains(internal::ValueKey(name)) || !stack.Contains(legacy)) {
+    return std::nullopt;
+  }
+  StatusOr<TierHit> old =
+      promote ? stack.Get(legacy, impl.ValueRead()) : stack.PeekPayload(legacy);
+  if (!old.ok()) return old.status();
+  return std::move(old->payload);
+}
+
 // The value of `name`, whichever form holds it; NotFound when absent or
 // expired (an expired record is removed). `probed_at_ms`: the caller holds
 // the key's stripe and found the key present at that time, which the read
@@ -183,6 +201,20 @@ StatusOr<SharedBytes> ReadValue(EngineImpl& impl, TierStack& stack, std::string_
                                 bool promote,
                                 std::optional<uint64_t> probed_at_ms = std::nullopt) {
   const BlockKey key = internal::ValueKey(name);
+  // A name only older-scheme bytes hold is read there alone: one GET is one
+  // lookup, one hit or one miss (it missed the record, then hit these bytes:
+  // two lookups, a miss and a hit, in RAM). An uncounted look first: almost
+  // no name has such bytes, and only those take the stripe.
+  if (stack.Contains(internal::LegacyValueKey(name))) {
+    std::optional<StatusOr<SharedBytes>> old;
+    if (probed_at_ms.has_value()) {
+      old = ReadOnlyLegacyLocked(impl, stack, name, promote);
+    } else {
+      MutexLock lock(&StripeOf(impl, key));
+      old = ReadOnlyLegacyLocked(impl, stack, name, promote);
+    }
+    if (old.has_value()) return std::move(*old);
+  }
   StatusOr<TierHit> hit =
       promote ? stack.Get(key, impl.ValueRead()) : stack.PeekPayload(key);
   if (DroppedAsCorrupt(hit.status())) {
@@ -195,16 +227,8 @@ StatusOr<SharedBytes> ReadValue(EngineImpl& impl, TierStack& stack, std::string_
     }
     return hit.status();
   }
-  if (hit.status().IsNotFound()) {
-    // Older-scheme bytes are read only when a tier holds them: the key's own
-    // lookup has counted its miss, and one GET is one lookup (an absent key
-    // counted two misses in RAM and two on SSD).
-    const BlockKey legacy = internal::LegacyValueKey(name);
-    if (!stack.Contains(legacy)) return hit.status();
-    PKV_ASSIGN_OR_RETURN(TierHit old, promote ? stack.Get(legacy, impl.ValueRead())
-                                              : stack.PeekPayload(legacy));
-    return std::move(old.payload);
-  }
+  // A record held a moment ago and gone now (removed, evicted): older bytes
+  // it shadowed are not the value, and the name is absent.
   PKV_RETURN_IF_ERROR(hit.status());
   PKV_ASSIGN_OR_RETURN(ValueRecord r, internal::DecodeValueRecord(hit->payload, key));
   const uint64_t now_ms =

@@ -1334,7 +1334,9 @@ TEST_F(EngineTest, AValueWalkReturnsEveryKeyPresentThroughout) {
 }
 
 // Values stored before value records (the bare bytes under the v2 key) still
-// read, without expiry; a write replaces them with a record.
+// read, without expiry; a write replaces them with a record. A GET of such a
+// value is one lookup, a hit (it counted the record's miss, then a second
+// lookup's hit: two hot lookups for one GET).
 TEST_F(EngineTest, ValuesOfTheOlderSchemeStillRead) {
   {
     SsdTierOptions so;
@@ -1349,8 +1351,11 @@ TEST_F(EngineTest, ValuesOfTheOlderSchemeStillRead) {
   }
   auto e = Open(OnDisk());
   ASSERT_NE(e, nullptr);
+  ASSERT_OK(e->ValueTtlMillis("").status());  // registers the values' owner
+  const EngineStats before = e->Stats();
   ASSERT_OK_AND_ASSIGN(SharedBytes v, e->GetValue("old"));
   EXPECT_EQ(v.view(), "old bytes");
+  ExpectAGetCountedOnce(before, e->Stats(), /*present=*/true);
   EXPECT_EQ(e->ValueTtlMillis("old").value(), -1);
   ASSERT_OK_AND_ASSIGN(ValueScanPage p, e->ScanValues(0, 100));
   EXPECT_TRUE(p.keys.empty()) << "its name is not stored";
