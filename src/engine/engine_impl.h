@@ -52,24 +52,27 @@ struct EngineOwner {
   std::unique_ptr<HotTier> hot;  // its own view, to read; null without a hot tier
 };
 
-// PrefixTokenCounters, lock-free: Add and Snapshot may run on many threads.
+// PrefixTokenCounters: Add and Snapshot may run on many threads. One Add
+// (a Match's query and hit tokens, a restore's tokens by tier) is copied by
+// a Snapshot whole or not at all: they were atomics added and read one at a
+// time, so a scrape between a Match's two additions showed its hit tokens
+// without its query tokens, a hit ratio above 1
+// (PrefixTokenRecorder.ACopyHoldsEachAdditionWholeOrNotAtAll).
 class PrefixTokenRecorder {
  public:
-  void Add(const PrefixTokenCounters& delta) {
-    for (size_t i = 0; i < counts_.size(); ++i) {
-      counts_[i].fetch_add(delta.*kPrefixTokenFields[i].field, std::memory_order_relaxed);
-    }
+  void Add(const PrefixTokenCounters& delta) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    for (const PrefixTokenField& f : kPrefixTokenFields)
+      counts_.*f.field += delta.*f.field;
   }
-  PrefixTokenCounters Snapshot() const {
-    PrefixTokenCounters s;
-    for (size_t i = 0; i < counts_.size(); ++i) {
-      s.*kPrefixTokenFields[i].field = counts_[i].load(std::memory_order_relaxed);
-    }
-    return s;
+  PrefixTokenCounters Snapshot() const EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return counts_;
   }
 
  private:
-  std::array<std::atomic<uint64_t>, std::size(kPrefixTokenFields)> counts_{};
+  mutable Mutex mu_;
+  PrefixTokenCounters counts_ GUARDED_BY(mu_);
 };
 
 // A registered model.

@@ -5,6 +5,10 @@
 // and found by Match, restored by Restore or a served restore, per model.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
+#include "engine_impl.h"
 #include "prefixkv/engine.h"
 #include "tests/cache/cache_test_util.h"
 #include "tests/support/stepping_clock.h"
@@ -147,6 +151,31 @@ TEST_F(EngineRestoreLatency, AServedRestoreIsTimedAndCountedLikeARestore) {
   Namespace stray = ns_;
   stray.index = 1000;
   EXPECT_TRUE(engine_->RecordServedRestore(stray, 1, {}).IsNotFound());
+}
+
+// A model's token counters are copied (Stats: INFO, /metrics) while Matches
+// add to them: one copy holds each Match's whole count or none of it, so it
+// never shows more hit tokens than query tokens (a hit ratio above 1). They
+// were added and read one counter at a time: a copy taken while a Match
+// added showed its hit tokens without its query tokens.
+TEST(PrefixTokenRecorder, ACopyHoldsEachAdditionWholeOrNotAtAll) {
+  PrefixTokenRecorder recorder;
+  std::atomic<bool> done{false};
+  std::atomic<int> added{0};
+  std::thread matches([&] {
+    while (!done.load(std::memory_order_relaxed)) {
+      recorder.Add({.query_tokens = 16, .hit_tokens = 16});  // every token found
+      added.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  int torn = 0;
+  while (added.load(std::memory_order_relaxed) < 5000000 && torn == 0) {
+    const PrefixTokenCounters c = recorder.Snapshot();
+    if (c.hit_tokens != c.query_tokens) ++torn;
+  }
+  done = true;
+  matches.join();
+  EXPECT_EQ(torn, 0) << "a copy with another Match's hit tokens than query tokens";
 }
 
 }  // namespace
