@@ -96,6 +96,9 @@ void RedisClusterStore::Release(Node& node, std::unique_ptr<RedisConnection> con
 }
 
 void RedisClusterStore::MarkDown(Node& node) {
+  // A node that failed may come back empty or be failed over to a replica
+  // behind it: what callers saw stored before may be gone (FailureEpoch).
+  failure_epoch_.fetch_add(1, std::memory_order_acq_rel);
   std::vector<std::unique_ptr<RedisConnection>> closing;
   {
     MutexLock lock(&node.mu);

@@ -83,6 +83,10 @@ class RedisClusterStore final : public RemoteStore {
   StatusOr<int64_t> IncrBy(std::string_view key, int64_t delta,
                            uint32_t ttl_seconds) override;
   std::string Describe() const override;
+  // Moves on each time a node is marked down (MarkDown).
+  uint64_t FailureEpoch() const override {
+    return failure_epoch_.load(std::memory_order_acquire);
+  }
 
   // Fetches the slot map when it is missing or stale and the retry time has
   // come (every call does this first).
@@ -177,6 +181,7 @@ class RedisClusterStore final : public RemoteStore {
   size_t masters_ GUARDED_BY(mu_) = 0;
   bool standalone_ GUARDED_BY(mu_) = false;  // a node with cluster mode off
   std::atomic<uint64_t> max_in_flight_{0};
+  std::atomic<uint64_t> failure_epoch_{0};  // nodes marked down so far
 };
 
 // OpenRedisClusterStore with the clock that times down backoffs.

@@ -193,6 +193,7 @@ class RemoteTierImpl {
     std::vector<std::optional<StatusOr<RemoteTier::Decoded>>> decoded(keys.size());
     std::vector<std::optional<SharedBytes>> values;
     std::vector<bool> failed;  // each key's own: its master failed the read
+    const uint64_t epoch = store_->FailureEpoch();  // what the read saw is of it
     const Status s = store_->MultiGetEach(
         store_keys, &values,
         [&](size_t i, const SharedBytes& value) {
@@ -250,7 +251,7 @@ class RemoteTierImpl {
         reads_.corruptions += corruptions;
         reads_.bytes_read += bytes;
       }
-      for (const BlockMeta& m : present) NoteKnownPresent(m);
+      for (const BlockMeta& m : present) NoteKnownPresent(m, epoch);
       for (const BlockKey& k : gone) ForgetKnownPresent(k);
     }
     if (!damaged.empty()) QueueDeletes(std::move(damaged));
@@ -432,13 +433,14 @@ class RemoteTierImpl {
       bytes_written_ += r.bytes;
       write_failures_ += r.failed;
       over_quota_ += r.over_quota;
-      for (const Item* i : r.written_items) NoteKnownPresent(i->meta);
+      for (const Item* i : r.written_items) NoteKnownPresent(i->meta, r.epoch);
       idle_cv_.NotifyAll();
     }
   }
 
   struct WriteResult {
     uint64_t written = 0, bytes = 0, failed = 0, over_quota = 0;
+    uint64_t epoch = 0;                      // the store's FailureEpoch before the writes
     std::vector<const Item*> written_items;  // not those that failed
   };
 
@@ -448,10 +450,15 @@ class RemoteTierImpl {
   // chain would otherwise write it back when evicting it. A slot holds the
   // newest of the keys that map to it, so a forgotten key is only written
   // once more. The window is known_present_seconds, and at most half the
-  // namespace's TTL when it has one (a GET does not extend an expiry).
+  // namespace's TTL when it has one (a GET does not extend an expiry). A
+  // mark holds while the store's FailureEpoch is the one before its read or
+  // write: a master that failed since may have come back empty (restarted
+  // without persistence) or been replaced by a replica behind it, and its
+  // blocks, kept marked, were skipped when evicted and missed by every node.
   struct Known {
     BlockKey key;
     uint64_t nanos = 0;
+    uint64_t epoch = 0;
   };
 
   Known* KnownSlot(const BlockKey& key) REQUIRES(mu_) {
@@ -459,9 +466,9 @@ class RemoteTierImpl {
     return &known_[BlockKeyHash()(key) & (known_.size() - 1)];
   }
 
-  void NoteKnownPresent(const BlockMeta& meta) REQUIRES(mu_) {
+  void NoteKnownPresent(const BlockMeta& meta, uint64_t epoch) REQUIRES(mu_) {
     if (Known* slot = KnownSlot(meta.key))
-      *slot = Known{meta.key, options_.clock->NowNanos()};
+      *slot = Known{meta.key, options_.clock->NowNanos(), epoch};
   }
 
   // Seen without the block (absent, or damaged and deleted): it is not
@@ -477,6 +484,7 @@ class RemoteTierImpl {
   bool IsKnownPresent(const BlockMeta& meta) REQUIRES(mu_) {
     const Known* slot = KnownSlot(meta.key);
     if (slot == nullptr || slot->key != meta.key || slot->nanos == 0) return false;
+    if (slot->epoch != store_->FailureEpoch()) return false;  // a master failed since
     uint64_t window = uint64_t{options_.known_present_seconds};
     const uint32_t ttl = LimitsFor(meta.namespace_id).ttl_seconds;
     if (ttl > 0) window = std::min<uint64_t>(window, ttl / 2);
@@ -535,6 +543,7 @@ class RemoteTierImpl {
       return r;
     }
     std::vector<RemoteWriteResult> results;
+    r.epoch = store_->FailureEpoch();
     const Status s = store_->MultiSetEach(writes, &results);
     // A store that left some out: they have the call's status, maybe stored.
     results.resize(writes.size(), RemoteWriteResult{s, !s.ok()});

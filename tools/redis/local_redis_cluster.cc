@@ -157,7 +157,7 @@ Status LocalRedisCluster::Launch(uint64_t deadline) {
   return WaitUntilAgreed(deadline);
 }
 
-Status LocalRedisCluster::StartServer(int i, uint64_t deadline) {
+Status LocalRedisCluster::StartServer(int i, uint64_t deadline, int fixed_port) {
   const std::string server = FindProgram("redis-server");
   const int log_fd =
       open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -165,7 +165,7 @@ Status LocalRedisCluster::StartServer(int i, uint64_t deadline) {
   // A port picked free may be taken before the server binds it (another test
   // starting its cluster): the server exits and another port is tried.
   for (int attempt = 0; attempt < 5 && Now() < deadline; ++attempt) {
-    const int port = PickPort(ports_);
+    const int port = fixed_port > 0 ? fixed_port : PickPort(ports_);
     if (port < 0) break;
     const std::string p = std::to_string(port);
     std::vector<std::string> args = {server,      "--port",       p,    "--bind",
@@ -282,6 +282,18 @@ void LocalRedisCluster::KillMaster(int i) {
   kill(pids_[i], SIGKILL);
   waitpid(pids_[i], nullptr, 0);
   pids_[i] = -1;
+}
+
+Status LocalRedisCluster::RestartMasterEmpty(int i) {
+  if (i < 0 || i >= static_cast<int>(ports_.size()) || ports_[i] <= 0) {
+    return Status::InvalidArgument("no master " + std::to_string(i));
+  }
+  const int port = ports_[i];
+  KillMaster(i);
+  const uint64_t deadline = Now() + uint64_t{options_.start_timeout_ms} * kMillis;
+  PKV_RETURN_IF_ERROR(StartServer(i, deadline, port));
+  if (!options_.cluster) return Status::OK();
+  return WaitUntilAgreed(deadline);
 }
 
 void LocalRedisCluster::Stop() {

@@ -71,6 +71,12 @@ class LocalRedisCluster {
 
   // SIGKILLs master `i` and reaps it (a crash, for fault tests).
   void KillMaster(int i);
+  // SIGKILLs master `i` and starts it again on its port, empty (no
+  // persistence): its cluster config (nodes-<port>.conf) keeps its node id
+  // and slots, so it serves them again without their keys, as a master
+  // restarted without persistence does. Waits until every node reports
+  // cluster_state:ok (start_timeout_ms).
+  Status RestartMasterEmpty(int i);
   // Stops every server (SIGTERM, SIGKILL after 2 s), reaps them and removes
   // dir(). Idempotent.
   void Stop();
@@ -79,7 +85,8 @@ class LocalRedisCluster {
   explicit LocalRedisCluster(LocalRedisClusterOptions options)
       : options_(std::move(options)) {}
   Status Launch(uint64_t deadline_nanos);
-  Status StartServer(int i, uint64_t deadline_nanos);
+  // On `port`, or on a free port picked at random when it is -1.
+  Status StartServer(int i, uint64_t deadline_nanos, int port = -1);
   Status CreateCluster(uint64_t deadline_nanos);
   Status WaitUntilAgreed(uint64_t deadline_nanos);
   // `what` failed: the status with the log's last lines.

@@ -99,6 +99,12 @@ class RemoteStore {
                                    uint32_t ttl_seconds) = 0;
   // One line for logs and INFO, e.g. "redis cluster 127.0.0.1:7000 (3 masters)".
   virtual std::string Describe() const = 0;
+  // Changes whenever a node may have lost values it held: a node that
+  // failed a call (down, silent, its connection closed) may come back empty
+  // (restarted without persistence) or be replaced by a replica behind it.
+  // What a caller saw stored under an older value may be gone. 0 by default
+  // (a store that loses values only by expiry or eviction).
+  virtual uint64_t FailureEpoch() const { return 0; }
 };
 
 struct RedisClusterOptions {

@@ -479,6 +479,56 @@ TEST_F(RedisClusterFailureTest, ABatchWhoseQuotaChargeRanIsWrittenThoughItsExpir
   EXPECT_EQ(got[0]->view(), std::string(600, 'a'));
 }
 
+// Runs before the kill below. A master restarted empty (no persistence) lost
+// the blocks this node wrote to it; the node's next call meets the restart
+// (its pooled connection closed), and then its local copies, evicted, are
+// written again. They were taken for present (written within
+// known_present_seconds) and skipped (rewrites_skipped) for the rest of the
+// window, read back by no node: every node missed them meanwhile.
+TEST_F(RedisClusterFailureTest,
+       BlocksAMasterRestartedEmptyLostAreWrittenAgainWhenEvicted) {
+  RedisClusterOptions options = ClusterOptions(*cluster_);
+  options.down_backoff_ms = 50;
+  std::unique_ptr<RedisClusterStore> store = testing::OpenStore(options);
+  ASSERT_NE(store, nullptr);
+  RedisClusterStore* router = store.get();  // owned by the tier below
+  RemoteTierOptions tier_options;
+  tier_options.key_prefix = "restart/";
+  auto tier = RemoteTier::Open(std::move(store), tier_options);
+  const std::string restarted = "127.0.0.1:" + std::to_string(cluster_->ports()[1]);
+  const BlockKey ns{11, 11};
+  std::vector<BlockMeta> blocks;
+  uint64_t on_restarted = 0;
+  for (uint64_t i = 0; i < 60; ++i) {
+    blocks.push_back(BlockMeta{BlockKey{11, 100 + i}, ns, ns, 1});
+    on_restarted +=
+        router->NodeOfSlot(RedisKeySlot(tier->StoreKey(blocks.back().key))) == restarted;
+  }
+  ASSERT_GT(on_restarted, 0u);
+  const SharedBytes payload = SharedBytes::Copy("a block's bytes");
+  for (const BlockMeta& b : blocks) ASSERT_OK(tier->Put(b, payload, false));
+  tier->Flush();
+  ASSERT_EQ(tier->Counters().writes, blocks.size());
+
+  ASSERT_OK(cluster_->RestartMasterEmpty(1));
+  // A Match of another prompt (absent everywhere) meets the restart.
+  std::vector<BlockKey> other;
+  for (uint64_t i = 0; i < 30; ++i) other.push_back(BlockKey{12, i});
+  (void)tier->GetMany(other);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the backoff
+  for (const BlockMeta& b : blocks) tier->OnEvict(b, payload, false);
+  tier->Flush();
+  const RemoteCounters c = tier->Counters();
+  EXPECT_LE(c.rewrites_skipped, blocks.size() - on_restarted)
+      << "taken for present on the master restarted empty";
+  for (const BlockMeta& b : blocks) {
+    const std::string key = tier->StoreKey(b.key);
+    EXPECT_EQ(Raw(testing::OwnerPort(*cluster_, RedisKeySlot(key)), {"EXISTS", key}), "1")
+        << key
+        << (router->NodeOfSlot(RedisKeySlot(key)) == restarted ? " (restarted)" : "");
+  }
+}
+
 TEST_F(RedisClusterFailureTest, AKilledMasterFailsItsKeysFastAndTheOthersStillWork) {
   // A dead master refuses connections at once, so its keys fail without any
   // wait; the request timeout only bounds the live masters' replies. It is
