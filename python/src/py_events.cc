@@ -111,7 +111,17 @@ struct EventIterator {
       if (!page.ok() && overtaken) continue;
       Take(ValueOr(std::move(page)));
       if (!buffered.empty() || (left <= slice && !overtaken)) return;
+      RaiseIfASignalHandlerRaised();
     }
+  }
+  // Runs the Python handlers of the signals that came during the slice (the
+  // main thread only; elsewhere nothing): a wait without the GIL defers them,
+  // so a tail waiting for hours ignored Ctrl-C (KeyboardInterrupt) and a
+  // SIGTERM handler until its wait ran out or an event came. A handler that
+  // raises ends the wait with its exception; the events already read stay
+  // buffered, so the iterator resumes where it was.
+  static void RaiseIfASignalHandlerRaised() {
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
   }
   // Buffers the events of a page read from next_seq or before it: another
   // thread's page may have buffered (or handed out) its first events while

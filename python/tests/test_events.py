@@ -4,7 +4,9 @@ with XREAD while another client stores and deletes keys (and the hot tier
 evicts) across a restart of the server: every change seen once, in order,
 and after the restart the consumer resumes with no gap or is told to
 resnapshot."""
+import signal
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -62,6 +64,39 @@ def test_a_wait_longer_than_the_nanoseconds_hold_waits_for_the_next_event(engine
     assert not waiter.is_alive()
     assert got and got[0] is not None, "the wait ended at once: its nanoseconds wrapped"
     assert got[0]["seq"] == head + 1 and got[0]["kind"] == "stored"
+
+
+def test_a_signal_handler_ends_a_wait_for_events_at_once(engine, rng):
+    """A caught-up tail waiting long (events(wait_ms=20 s)) in the main
+    thread: a signal's Python handler (Ctrl-C's KeyboardInterrupt, a SIGTERM
+    handler; SIGALRM here) must run and its exception end the wait. The wait
+    ran without the GIL and never checked for signals, so the handler ran only
+    when the wait ran out (20 s here; never, for a tail waiting for ever). The
+    iterator goes on afterwards. Bounded by the 20 s wait."""
+    ns = register(engine)
+    head = engine.event_log_stats()["head_seq"]
+    it = engine.events(head + 1, wait_ms=20_000)
+
+    class Interrupted(Exception):
+        """KeyboardInterrupt's stand-in (one would end the pytest run)."""
+
+    def interrupt(signum, frame):
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        start = time.monotonic()
+        with pytest.raises(Interrupted):
+            next(it, None)
+        waited = time.monotonic() - start
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert waited < 5, f"the handler ran only after {waited:.1f} s, when the wait ran out"
+    engine.store(ns, list(range(8)), kv_layers(rng, 2, 8))
+    event = next(it)
+    assert event["seq"] == head + 1 and event["kind"] == "stored"
 
 
 def test_events_iterate_in_order_and_resume(data_dir, rng):
