@@ -32,9 +32,17 @@ def as_numpy(tensor, what="tensor"):
         raise InvalidArgument(f"{what}: a torch tensor on {tensor.device}; only CPU "
                               "tensors are viewed (.cpu() copies it)", "InvalidArgument")
     tensor = tensor.detach()
-    if tensor.dtype == torch.bfloat16:
-        return tensor.view(torch.int16).numpy().view(np.uint16)
-    return tensor.numpy()
+    # torch refuses a numpy view of a sparse tensor, a quantized one or a
+    # lazily negated one (torch.conj(z).imag) with its own TypeError or
+    # RuntimeError, which "except prefixkv.Error" missed (python.md: every
+    # failure is one), naming no layer or tensor.
+    try:
+        if tensor.dtype == torch.bfloat16:
+            return tensor.view(torch.int16).numpy().view(np.uint16)
+        return tensor.numpy()
+    except (TypeError, RuntimeError) as error:
+        raise InvalidArgument(f"{what}: torch gives no numpy view of this tensor "
+                              f"({error})", "InvalidArgument") from error
 
 
 def as_torch(array, *, bfloat16=None):

@@ -99,6 +99,32 @@ def test_tensors_that_cannot_be_viewed_are_refused(engine):
         prefixkv.as_torch(np.zeros(4, np.float32), bfloat16=True)
 
 
+NO_NUMPY_VIEW = {
+    "sparse": lambda: torch.ones((1, 2, 4, 8)).to_sparse(),
+    "quantized": lambda: torch.quantize_per_tensor(torch.ones((1, 2, 4, 8)), 0.1, 0,
+                                                   torch.qint8),
+    "negated": lambda: torch.conj(torch.ones((1, 2, 4, 8), dtype=torch.complex64)).imag,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NO_NUMPY_VIEW))
+def test_tensors_torch_gives_no_numpy_view_of_are_invalid_arguments(engine, kind):
+    """A sparse, quantized or lazily negated (conj().imag) tensor, to store
+    or to restore into: torch refuses their numpy view with its own TypeError
+    or RuntimeError, which came out as it was, where python.md promises a
+    prefixkv.Error (InvalidArgument naming the layer and tensor); nothing
+    written."""
+    ns = register(engine, layers=1)
+    keys = torch.ones((1, 2, 4, 8))
+    with pytest.raises(prefixkv.InvalidArgument, match="layer 0 tensor 1: torch gives no"):
+        engine.store(ns, [1, 2, 3, 4], [[keys, NO_NUMPY_VIEW[kind]()]])
+    engine.store(ns, [1, 2, 3, 4], [[keys, keys]])
+    dests = [[torch.zeros((1, 2, 4, 8)), NO_NUMPY_VIEW[kind]()]]
+    with pytest.raises(prefixkv.InvalidArgument, match="layer 0 tensor 1: torch gives no"):
+        engine.restore_into(engine.match(ns, [1, 2, 3, 4]), dests)
+    assert not dests[0][0].any(), "nothing written"
+
+
 def test_resp_records_encode_from_bfloat16_tensors(engine):
     gen = torch.Generator().manual_seed(5)
     layers = [bf16_kv(gen, 8)]
