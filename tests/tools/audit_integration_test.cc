@@ -264,6 +264,40 @@ TEST_F(AuditTest, SegmentsThatVanishedAsAWholeAreNotRemovedByAuditOrRepair) {
       << accepted.output;
 }
 
+// A segment file's name with something unreadable in its place (a directory
+// here; a dangling link, a file whose reads fail with EIO alike) is no proof
+// its blocks are gone: the tier keeps them (docs/ssd.md, step 5 of "Open and
+// recovery"). The audit's payload check reported each of its blocks as
+// failing its checksum, so audit's writing pass and repair removed every
+// block chained below them (all but the chain's first block here, the
+// intact segments' blocks alike), said so as if the blocks were damaged,
+// and with the file back those blocks were gone. Now each audit names the
+// blocks unreadable, exit 1 (repair: the tier is not consistent), removes
+// nothing, and with the file back the audit is clean.
+TEST_F(AuditTest, AnUnreadableSegmentLosesNoBlockToAuditOrRepair) {
+  data_.StoreChain();
+  std::vector<fs::path> seg;
+  for (const fs::directory_entry& e : fs::directory_iterator(data_.dir() + "/segments")) {
+    if (e.path().extension() == ".seg") seg.push_back(e.path());
+  }
+  ASSERT_EQ(seg.size(), 1u);
+  const fs::path aside = fs::path(data_.dir()).parent_path() / "segment-aside";
+  fs::rename(seg[0], aside);
+  fs::create_directory(seg[0]);
+  for (const std::string command : {"audit", "repair"}) {
+    CliRun run = RunCli(command + " --data-dir " + data_.dir());
+    EXPECT_EQ(run.exit_code, 1) << command << ": " << run.output;
+    EXPECT_NE(run.output.find("unreadable"), std::string::npos) << run.output;
+    EXPECT_EQ(run.output.find("checksum"), std::string::npos) << run.output;
+    EXPECT_EQ(run.output.find("removed"), std::string::npos) << run.output;
+  }
+  fs::remove(seg[0]);
+  fs::rename(aside, seg[0]);
+  CliRun back = RunCli(Audit());
+  EXPECT_EQ(back.exit_code, 0) << back.output;
+  EXPECT_NE(back.output.find("\"blocks_checked\":5"), std::string::npos) << back.output;
+}
+
 // Point 4: a missing or damaged removal journal is a finding (a later rebuild
 // could prove nothing with it: before, audit said OK and a rebuild then
 // restored 0 of 1,900 blocks); repair regenerates it and audit is clean.

@@ -107,7 +107,12 @@ void CheckRecords(SsdTier& tier, const std::map<BlockKey, StoredBlock>& blocks,
     // No hit counted, no access-order refresh: an audit must not reorder eviction.
     StatusOr<SharedBytes> payload = tier.GetForAudit(key);
     if (!payload.ok()) {
-      findings->push_back({what, "unreadable: " + payload.status().ToString()});
+      // A read the medium failed (the block kept): SsdTier::Audit named it
+      // "unreadable" already; a "record" finding reads as a record that
+      // does not decode from an intact payload.
+      const Status& s = payload.status();
+      if (!s.IsNotFound() && !s.IsCorruption()) continue;
+      findings->push_back({what, "unreadable: " + s.ToString()});
       continue;
     }
     StatusOr<BlockRecord> rec = DecodeBlock(*payload);

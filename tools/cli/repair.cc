@@ -37,6 +37,9 @@ with the segment files and the removal journal, which are the truth:
     is every block chained below it, and every block whose parent is missing
     (an orphan) with the blocks below it: no prefix match can reach them.
     This reads the whole tier once.
+A block whose payload cannot be read (its segment file unreadable: a
+directory or a dangling link in its place, an I/O error) is kept with the
+blocks below it and named; repair exits 1 until the file is put right.
 Each change, including what the open itself did (a segment file no record
 names deleted as crash garbage, an older layout's metadata moved aside,
 counters repaired), is one line of the summary; "nothing to repair" means
@@ -85,6 +88,27 @@ bool PrintOpenRepairs(const SsdOpenReport& report) {
                 report.counter_repairs.size());
   }
   return repaired;
+}
+
+// The audit's findings of reads the medium failed (a segment file with no
+// readable file in its place, EIO): the blocks are kept, and nothing here
+// can repair them. True when it printed any.
+bool PrintUnreadable(const std::vector<AuditFinding>& findings) {
+  size_t blocks = 0;
+  std::string first;
+  for (const AuditFinding& f : findings) {
+    if (f.what.starts_with("segment ") && f.detail.starts_with("unreadable")) {
+      std::printf("%s %s\n", f.what.c_str(), f.detail.c_str());
+    } else if (f.what.starts_with("block ") && f.what.ends_with(" unreadable")) {
+      if (blocks++ == 0) first = f.detail;
+    }
+  }
+  if (blocks == 0) return false;
+  std::printf(
+      "kept %zu blocks whose payload could not be read (%s): put the file right "
+      "and run repair again\n",
+      blocks, first.c_str());
+  return true;
 }
 
 int Repair(const std::vector<std::string>& args) {
@@ -181,6 +205,8 @@ int Repair(const std::vector<std::string>& args) {
         "the blocks below them)\n",
         orphans->size());
   }
+  // Not consistent yet: reads of those blocks fail until the file is back.
+  if (PrintUnreadable(findings)) return kExitProblem;
   if (!repaired) {
     std::printf("metadata intact: %llu blocks, nothing to repair\n",
                 static_cast<unsigned long long>(report.blocks));
