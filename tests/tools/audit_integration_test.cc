@@ -236,7 +236,8 @@ TEST_F(AuditTest, AnAuditNamesTheUnreferencedSegmentItsWritingOpenDeleted) {
 // and repair regenerated a journal there and removed them too (exit 0). Both
 // now refuse (exit 1), naming the count, and change nothing: with the
 // segments back the audit is clean; repair --accept-missing-segments removes
-// the blocks when they are lost for good.
+// the blocks when they are lost for good, naming why (it said their payload
+// failed its checksum).
 TEST_F(AuditTest, SegmentsThatVanishedAsAWholeAreNotRemovedByAuditOrRepair) {
   data_.StoreChain();
   const fs::path segments = fs::path(data_.dir()) / "segments";
@@ -262,6 +263,12 @@ TEST_F(AuditTest, SegmentsThatVanishedAsAWholeAreNotRemovedByAuditOrRepair) {
   EXPECT_EQ(accepted.exit_code, 0) << accepted.output;
   EXPECT_NE(accepted.output.find("removed 5 blocks"), std::string::npos)
       << accepted.output;
+  // Named as blocks of a missing file: "failed its checksum" sent an
+  // operator after damaged bytes.
+  EXPECT_NE(accepted.output.find("5 blocks whose segment file is missing"),
+            std::string::npos)
+      << accepted.output;
+  EXPECT_EQ(accepted.output.find("checksum"), std::string::npos) << accepted.output;
 }
 
 // A segment file's name with something unreadable in its place (a directory

@@ -90,6 +90,23 @@ bool PrintOpenRepairs(const SsdOpenReport& report) {
   return repaired;
 }
 
+// The blocks the audit removed, by why: `damaged` in all, of which
+// `in_missing_segments` were in a segment file that is missing (their bytes
+// are not there to fail a checksum: said so, an operator looks for a lost
+// file, not for damaged bytes).
+std::string DamagedBlocks(size_t damaged, size_t in_missing_segments) {
+  std::string out;
+  if (damaged > in_missing_segments) {
+    out = std::to_string(damaged - in_missing_segments) +
+          " blocks whose payload failed its checksum";
+  }
+  if (in_missing_segments > 0) {
+    out += (out.empty() ? "" : ", ") + std::to_string(in_missing_segments) +
+           " blocks whose segment file is missing";
+  }
+  return out;
+}
+
 // The audit's findings of reads the medium failed (a segment file with no
 // readable file in its place, EIO): the blocks are kept, and nothing here
 // can repair them. True when it printed any.
@@ -139,10 +156,12 @@ int Repair(const std::vector<std::string>& args) {
   std::vector<AuditFinding> findings;
   Status audited = tier.Audit(&findings);
   std::vector<BlockKey> damaged;
+  size_t in_missing_segments = 0;  // of `damaged`: no checksum failed
   for (const AuditFinding& f : findings) {
     if (!f.what.starts_with("block ") || !f.what.ends_with(" checksum")) continue;
     if (StatusOr<BlockKey> k = BlockKey::FromHex(f.what.substr(6, 32)); k.ok()) {
       damaged.push_back(*k);
+      if (f.detail.ends_with(".seg missing")) in_missing_segments += 1;
     }
   }
   StatusOr<std::vector<BlockKey>> below =
@@ -193,10 +212,9 @@ int Repair(const std::vector<std::string>& args) {
   }
   if (!damaged.empty()) {
     repaired = true;
-    std::printf(
-        "removed %zu blocks whose payload failed its checksum and %zu blocks "
-        "chained below them\n",
-        damaged.size(), below->size());
+    std::printf("removed %s and %zu blocks chained below them\n",
+                DamagedBlocks(damaged.size(), in_missing_segments).c_str(),
+                below->size());
   }
   if (!orphans->empty()) {
     repaired = true;
