@@ -28,6 +28,7 @@
 #include "prefixkv/advanced/hot_tier.h"
 #include "prefixkv/advanced/shared_hot_budget.h"
 #include "prefixkv/advanced/ssd_tier.h"
+#include "prefixkv/advanced/tier_stack.h"
 #include "prefixkv/tier_counter_fields.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/support/fault_injection_file_system.h"
@@ -837,6 +838,25 @@ TEST_F(EngineTest, SsdMissesOfAbsentBlocksCountForTheirReader) {
   EXPECT_EQ(s.ssd.misses, ssd["values"].misses);
 }
 
+// Damages the first byte of every copy of `bytes` in the segment files of
+// the SSD tier at `path` (a compaction's move leaves the older extent behind
+// until its segment goes); how many it damaged.
+int DamageEveryCopyOnDisk(const std::filesystem::path& path, std::string_view bytes) {
+  int damaged = 0;
+  for (const auto& f : std::filesystem::directory_iterator(path / "segments")) {
+    if (f.path().extension() != ".seg") continue;
+    std::fstream seg(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+    const std::string file(std::istreambuf_iterator<char>(seg), {});
+    for (size_t at = file.find(bytes); at != std::string::npos;
+         at = file.find(bytes, at + 1)) {
+      seg.seekp(static_cast<std::streamoff>(at));
+      seg.put(static_cast<char>(file[at] ^ 0x40));
+      ++damaged;
+    }
+  }
+  return damaged;
+}
+
 // The counters of one engine run as a seeded random run recomputes them:
 // per model, the tokens Match was asked and found and Restore read from each
 // tier, the blocks read from each tier, and the restores timed; `ssd_at_open`
@@ -844,6 +864,7 @@ TEST_F(EngineTest, SsdMissesOfAbsentBlocksCountForTheirReader) {
 struct RunTally {
   PrefixTokenCounters tokens;
   uint64_t blocks_from_hot = 0, blocks_from_ssd = 0, restores = 0;
+  uint64_t damaged_reads = 0;  // blocks a restore found damaged on SSD
   TierCounters ssd_at_open;
 };
 
@@ -858,12 +879,57 @@ std::map<OwnerId, TierCounters> SsdContentsByOwner(Engine& e) {
   return out;
 }
 
+// Restores `match` (of `prompt`) and tallies its Match's and its own counts.
+StatusOr<RestoreResult> RestoreTallied(Engine& e, const std::vector<int32_t>& prompt,
+                                       const MatchResult& match, RunTally* t) {
+  t->tokens.query_tokens += prompt.size();
+  t->tokens.hit_tokens += match.matched_tokens();
+  PKV_ASSIGN_OR_RETURN(RestoreResult r, e.Restore(match));
+  t->tokens.restored_tokens_hot += r.tokens_from_hot;
+  t->tokens.restored_tokens_ssd += r.tokens_from_ssd;
+  t->restores += 1;
+  t->blocks_from_hot += r.blocks_from_hot;
+  t->blocks_from_ssd += r.blocks_from_ssd;
+  return r;
+}
+
+// Damages on disk one block of `prompt`'s match that only the SSD tier holds
+// (none: nothing happens), then restores the match: the restore ends before
+// that block, which it read once (a miss in RAM, a miss and a corruption on
+// SSD) and the SSD tier dropped.
+void DamageABlockOnSsdAndRestore(Engine& e, const std::filesystem::path& data_dir,
+                                 Namespace ns, const std::vector<int32_t>& prompt,
+                                 std::mt19937_64& rng, RunTally* t) {
+  ASSERT_OK(EngineSsdTier(e)->Flush());
+  ASSERT_OK_AND_ASSIGN(MatchResult match, e.Match(ns, prompt));
+  if (match.keys.empty()) {
+    ASSERT_OK(RestoreTallied(e, prompt, match, t).status());
+    return;
+  }
+  const size_t i = rng() % match.keys.size();
+  const BlockKey key = match.keys[i];
+  if (EngineTiers(e, ns)->Locate(key) != TierLevel::kSsd) {
+    ASSERT_OK(RestoreTallied(e, prompt, match, t).status());
+    return;
+  }
+  ASSERT_OK_AND_ASSIGN(SharedBytes stored, EngineSsdTier(e)->PeekIntact(key));
+  // 16 bytes of its random KV, past the record's header.
+  const std::string_view bytes = stored.view().substr(stored.size() / 2, 16);
+  ASSERT_GT(DamageEveryCopyOnDisk(data_dir, bytes), 0);
+  const TierCounters ssd_before = e.Stats().ssd;
+  ASSERT_OK_AND_ASSIGN(RestoreResult r, RestoreTallied(e, prompt, match, t));
+  EXPECT_EQ(r.restored_blocks, i) << r.reason;
+  EXPECT_FALSE(EngineSsdTier(e)->Contains(key)) << "the damaged block is dropped";
+  EXPECT_EQ(e.Stats().ssd.corruptions, ssd_before.corruptions + 1);
+  t->damaged_reads += 1;
+}
+
 // Checks every counter a user reads against the run's tally and the tiers'
 // contents: per-model token counters and restore counts, the hot tier's
 // owners summing to its totals, the SSD tier's per-owner and total blocks and
 // bytes against its contents, the raw values DBSIZE counts; the audit is clean.
 void ExpectCountersRecomputed(Engine& e, const std::map<std::string, RunTally>& tally,
-                              uint64_t values) {
+                              uint64_t values, bool blocks_damaged = false) {
   ASSERT_OK(e.Flush());
   const EngineStats s = e.Stats();
   TierCounters hot_sum;
@@ -887,11 +953,14 @@ void ExpectCountersRecomputed(Engine& e, const std::map<std::string, RunTally>& 
     EXPECT_EQ(o.prefix_tokens->restored_tokens_ssd, t->second.tokens.restored_tokens_ssd);
     EXPECT_EQ(o.restore_latency->count(), t->second.restores);
     // One thread: every block Match found is read where it found it, a block
-    // on SSD after a hot miss; no read of the model misses on SSD.
-    EXPECT_EQ(o.hot.hits, t->second.blocks_from_hot);
-    EXPECT_EQ(o.hot.misses, t->second.blocks_from_ssd);
-    EXPECT_EQ(o.ssd.hits - t->second.ssd_at_open.hits, t->second.blocks_from_ssd);
-    EXPECT_EQ(o.ssd.misses, t->second.ssd_at_open.misses);
+    // on SSD after a hot miss; a read of the model misses on SSD only for a
+    // block damaged there, a corruption.
+    const RunTally& r = t->second;
+    EXPECT_EQ(o.hot.hits, r.blocks_from_hot);
+    EXPECT_EQ(o.hot.misses, r.blocks_from_ssd + r.damaged_reads);
+    EXPECT_EQ(o.ssd.hits - r.ssd_at_open.hits, r.blocks_from_ssd);
+    EXPECT_EQ(o.ssd.misses - r.ssd_at_open.misses, r.damaged_reads);
+    EXPECT_EQ(o.ssd.corruptions - r.ssd_at_open.corruptions, r.damaged_reads);
   }
   EXPECT_EQ(hot_sum, s.hot);
   EXPECT_EQ(s.ssd.entries, ssd_sum.entries);  // every SSD owner is registered
@@ -901,7 +970,11 @@ void ExpectCountersRecomputed(Engine& e, const std::map<std::string, RunTally>& 
   ASSERT_OK_AND_ASSIGN(EngineAudit audit, e.Audit());
   for (const AuditFinding& f : audit.findings)
     ADD_FAILURE() << f.what << ": " << f.detail;
-  EXPECT_TRUE(audit.ok());
+  // A block dropped as damaged leaves the blocks after it in its chain
+  // without a parent.
+  if (!blocks_damaged) {
+    EXPECT_TRUE(audit.orphans.empty()) << audit.orphans.size() << " orphans";
+  }
 }
 
 // Every SSD counter of every owner, by name, and the tier's: what a clean
@@ -934,6 +1007,27 @@ void ExpectAGetCountedOnce(const EngineStats& before, const EngineStats& after,
       << "SSD lookups: one per hot miss";
   EXPECT_EQ(hot1.hits - hot0.hits + ssd1.hits - ssd0.hits, present ? 1u : 0u) << "hits";
   EXPECT_EQ(after.hot.hits + after.hot.misses, before.hot.hits + before.hot.misses + 1);
+}
+
+// A GET of a value whose only copy, on SSD, was damaged: one lookup, a miss
+// in RAM and on SSD (ExpectAGetCountedOnce), one checksum failure there, and
+// the record dropped (its entry and bytes leave the SSD tier; no remove,
+// eviction or insert is counted).
+void ExpectADamagedValueDropped(const EngineStats& before, const EngineStats& after) {
+  ExpectAGetCountedOnce(before, after, /*present=*/false);
+  const auto [hot0, ssd0] = ValuesCounters(before);
+  const auto [hot1, ssd1] = ValuesCounters(after);
+  EXPECT_EQ(ssd1.corruptions, ssd0.corruptions + 1);
+  EXPECT_EQ(after.ssd.corruptions, before.ssd.corruptions + 1);
+  EXPECT_EQ(ssd1.entries + 1, ssd0.entries);
+  EXPECT_EQ(after.ssd.entries + 1, before.ssd.entries);
+  EXPECT_LT(ssd1.bytes, ssd0.bytes);
+  EXPECT_EQ(ssd0.bytes - ssd1.bytes, before.ssd.bytes - after.ssd.bytes);
+  for (const auto& [c0, c1] : {std::pair{hot0, hot1}, std::pair{ssd0, ssd1}}) {
+    EXPECT_EQ(c1.removes, c0.removes);
+    EXPECT_EQ(c1.evictions, c0.evictions);
+    EXPECT_EQ(c1.inserts, c0.inserts);
+  }
 }
 
 // What holds between the counters of one Stats() whatever ran: the hot
@@ -983,14 +1077,16 @@ void ExpectARemovalCounted(const EngineStats& before, const EngineStats& after,
 }
 
 // A seeded random run (PREFIXKV_SEED to replay) of two models' stores and
-// restores and raw values' SETs, GETs, DELs, EXPIREs and FLUSHDBs under a hot
-// tier of a dozen blocks (evictions, spills, promotions), with clean
-// restarts: every counter users read is recomputed at each checkpoint
-// (ExpectCountersRecomputed), every GET answers the value last SET, and the
-// SSD tier's counters come back from a restart as they were; each GET counts
-// one lookup in each tier it asks (ExpectAGetCountedOnce), each DEL, EXPIRE
-// and FLUSHDB none and its removals (ExpectARemovalCounted), and the
-// identities between counters hold after every step (ExpectIdentities).
+// restores and raw values' SETs, GETs, DELs, EXPIREs, FLUSHDBs, GETs of
+// values damaged on SSD (ExpectADamagedValueDropped) and restores of blocks
+// damaged there (DamageABlockOnSsdAndRestore: each such read a miss and a
+// corruption of its model, recounted) under a hot tier of a dozen blocks (evictions,
+// spills, promotions), with clean restarts: every counter users read is recomputed at
+// each checkpoint (ExpectCountersRecomputed), every GET answers the value last SET, and
+// the SSD tier's counters come back from a restart as they were; each GET counts one
+// lookup in each tier it asks (ExpectAGetCountedOnce), each DEL, EXPIRE and FLUSHDB none
+// and its removals (ExpectARemovalCounted), and the identities between counters hold
+// after every step (ExpectIdentities).
 TEST_F(EngineTest, CountersAgreeWithARecomputationOfARandomRun) {
   const uint64_t block_charge = OneBlockCharge();
   ASSERT_GT(block_charge, 0u);
@@ -998,6 +1094,7 @@ TEST_F(EngineTest, CountersAgreeWithARecomputationOfARandomRun) {
   const std::vector<std::string> models = {"a", "b"};
   std::map<std::string, std::string> values;
   std::map<std::string, TierCounters> ssd_before;
+  bool blocks_damaged = false;  // in this run or an earlier one
   for (int run = 0; run < 3; ++run) {
     SCOPED_TRACE("run " + std::to_string(run));
     EngineOptions o = OnDisk(12 * block_charge);
@@ -1028,7 +1125,7 @@ TEST_F(EngineTest, CountersAgreeWithARecomputationOfARandomRun) {
       const std::vector<int32_t> prompt =
           Tokens((1 + rng() % 4) * kBlockTokens, 1000 * static_cast<int32_t>(rng() % 6));
       const std::string key = "k" + std::to_string(rng() % 8);
-      const uint64_t kind = rng() % 8;
+      const uint64_t kind = rng() % 9;
       SCOPED_TRACE("op " + std::to_string(op) + " kind " + std::to_string(kind) + " " +
                    key);
       switch (kind) {
@@ -1037,16 +1134,8 @@ TEST_F(EngineTest, CountersAgreeWithARecomputationOfARandomRun) {
           StoreAll(*e, ns[m], prompt);
           break;
         case 2: {
-          RunTally& t = tally[models[m]];
           ASSERT_OK_AND_ASSIGN(MatchResult match, e->Match(ns[m], prompt));
-          t.tokens.query_tokens += prompt.size();
-          t.tokens.hit_tokens += match.matched_tokens();
-          ASSERT_OK_AND_ASSIGN(RestoreResult r, e->Restore(match));
-          t.tokens.restored_tokens_hot += r.tokens_from_hot;
-          t.tokens.restored_tokens_ssd += r.tokens_from_ssd;
-          t.restores += 1;
-          t.blocks_from_hot += r.blocks_from_hot;
-          t.blocks_from_ssd += r.blocks_from_ssd;
+          ASSERT_OK(RestoreTallied(*e, prompt, match, &tally[models[m]]).status());
           break;
         }
         case 3: {
@@ -1106,10 +1195,30 @@ TEST_F(EngineTest, CountersAgreeWithARecomputationOfARandomRun) {
           values.clear();
           break;
         }
+        case 8: {  // a value whose one copy, on SSD, is damaged, then read
+          if (rng() % 2 == 0) {
+            ASSERT_NO_FATAL_FAILURE(DamageABlockOnSsdAndRestore(
+                *e, dir_.path(), ns[m], prompt, rng, &tally[models[m]]));
+            break;
+          }
+          if (values.count(key) == 0) break;
+          ASSERT_OK(EngineSsdTier(*e)->Flush());
+          if (EngineTiers(*e, ns[0])->Locate(internal::ValueKey(key)) != TierLevel::kSsd)
+            break;
+          // Its first bytes: the random number only this SET wrote.
+          ASSERT_GT(DamageEveryCopyOnDisk(dir_.path(), values[key].substr(0, 16)), 0);
+          const EngineStats before = e->Stats();
+          StatusOr<SharedBytes> got = e->GetValue(key);
+          EXPECT_TRUE(got.status().IsNotFound()) << (got.ok() ? got->view() : "");
+          ExpectADamagedValueDropped(before, e->Stats());
+          values.erase(key);
+          break;
+        }
       }
       ExpectIdentities(e->Stats());
     }
-    ExpectCountersRecomputed(*e, tally, values.size());
+    for (const auto& [m, t] : tally) blocks_damaged |= t.damaged_reads > 0;
+    ExpectCountersRecomputed(*e, tally, values.size(), blocks_damaged);
     ssd_before = SsdCountersByName(e->Stats());
     EXPECT_GT(e->Stats().hot.evictions, 0u);
     ASSERT_OK(e->Close());
@@ -1389,19 +1498,7 @@ void StoreBothSchemes(SsdTier& ssd, std::string_view name, uint64_t expires_at_m
 // Damages one byte of the value of every record StoreBothSchemes wrote in
 // the segment files of the SSD tier at `path`; how many it damaged.
 int DamageRecordValues(const std::filesystem::path& path) {
-  int damaged = 0;
-  for (const auto& f : std::filesystem::directory_iterator(path / "segments")) {
-    if (f.path().extension() != ".seg") continue;
-    std::fstream seg(f.path(), std::ios::in | std::ios::out | std::ios::binary);
-    const std::string bytes(std::istreambuf_iterator<char>(seg), {});
-    for (size_t at = bytes.find("new bytes"); at != std::string::npos;
-         at = bytes.find("new bytes", at + 1)) {
-      seg.seekp(static_cast<std::streamoff>(at));
-      seg.put('N');
-      ++damaged;
-    }
-  }
-  return damaged;
+  return DamageEveryCopyOnDisk(path, "new bytes");
 }
 
 // A key whose older-scheme copy outlived its value record (a crash after a
