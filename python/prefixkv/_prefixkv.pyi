@@ -160,7 +160,8 @@ class RestorePlan(RestoreCounters):
         """True until release()."""
     def copy_layer(self, layer: int, dest: Any) -> None:
         """Applies layer `layer`'s ranges with memcpy into `dest`, a writable
-        C-contiguous buffer of at least its bytes (what a copy engine does)."""
+        C-contiguous buffer (or CPU torch tensor) of at least its bytes (what a copy
+        engine does). InvalidArgument for a read-only one."""
     def release(self) -> None:
         """Unpins the blocks and frees the staging; the ranges dangle after. A
         copy_layer running on another thread keeps them until it ends."""

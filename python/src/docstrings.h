@@ -155,7 +155,8 @@ and written at dst_offset + i * dst_stride of the layout).)doc";
 inline constexpr const char* kRestorePlanHeld = R"doc(True until release().)doc";
 inline constexpr const char* kRestorePlanCopyLayer =
     R"doc(Applies layer `layer`'s ranges with memcpy into `dest`, a writable
-C-contiguous buffer of at least its bytes (what a copy engine does).)doc";
+C-contiguous buffer (or CPU torch tensor) of at least its bytes (what a copy
+engine does). InvalidArgument for a read-only one.)doc";
 inline constexpr const char* kRestorePlanRelease =
     R"doc(Unpins the blocks and frees the staging; the ranges dangle after. A
 copy_layer running on another thread keeps them until it ends.)doc";

@@ -43,13 +43,30 @@ const RestorePlan& Held(const PyRestorePlan& p) {
   return *p.plan;
 }
 
-void CopyLayer(const PyRestorePlan& p, size_t l, const py::buffer& dest) {
+// `dest`'s memory, exported for writing: a writable buffer, or a CPU torch
+// tensor through its numpy view. A read-only buffer (bytes, a read-only
+// array) raised the exporter's bare ValueError or BufferError, which
+// "except prefixkv.Error" missed (python.md: every failure is one); it is
+// InvalidArgument now, as a restore_into destination is.
+py::buffer_info WritableBuffer(const py::object& dest) {
+  const py::object target = PyObject_CheckBuffer(dest.ptr()) != 0
+                                ? dest
+                                : py::object(AsArray(dest, "copy_layer's buffer"));
+  try {
+    return py::reinterpret_borrow<py::buffer>(target).request(/*writable=*/true);
+  } catch (py::error_already_set& e) {
+    Raise(Status::InvalidArgument("copy_layer's buffer: not a writable buffer (" +
+                                  std::string(e.what()) + ")"));
+  }
+}
+
+void CopyLayer(const PyRestorePlan& p, size_t l, const py::object& dest) {
   const RestorePlan& plan = Held(p);
   if (l >= plan.layers.size()) {
     Check(Status::InvalidArgument("layer " + std::to_string(l) + " of a plan of " +
                                   std::to_string(plan.layers.size())));
   }
-  py::buffer_info info = dest.request(/*writable=*/true);
+  py::buffer_info info = WritableBuffer(dest);
   const uint64_t size = static_cast<uint64_t>(info.size) * info.itemsize;
   bool contiguous = true;
   for (py::ssize_t i = info.ndim - 1, want = info.itemsize; i >= 0; --i) {

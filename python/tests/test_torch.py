@@ -211,6 +211,11 @@ def test_copy_layer_never_writes_into_an_engines_own_blocks(engine, rng):
     assert out.size >= plan.layers[0]["bytes"]
     with pytest.raises(prefixkv.InvalidArgument, match="engine's own"):
         plan.copy_layer(0, out)
+    into_tensor = torch.zeros(plan.layers[0]["bytes"], dtype=torch.uint8)
+    plan.copy_layer(0, into_tensor)  # a CPU tensor takes it as a buffer does
+    offset, nbytes = plan.layers[0]["tensors"][1][2:]
+    assert torch.equal(into_tensor[offset:offset + nbytes].view(torch.float32),
+                       torch.from_numpy(kv[0][1]).reshape(-1))
     again = engine.restore(engine.match(big, [1, 2, 3, 4]))
     np.testing.assert_array_equal(again.layers[0].tensors[0], wide[0][0])
 

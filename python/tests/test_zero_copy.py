@@ -111,6 +111,11 @@ def test_a_plan_applied_is_the_restore_and_lies_in_the_memory_regions(data_dir, 
                 np.testing.assert_array_equal(got, layers[l][t])
         with pytest.raises(prefixkv.InvalidArgument):
             plan.copy_layer(0, np.zeros(8, dtype=np.uint8))
+        # A read-only buffer raised the exporter's bare ValueError or BufferError.
+        for read_only in (bytes(plan.layers[0]["bytes"]),
+                          np.frombuffer(bytes(plan.layers[0]["bytes"]), np.uint8)):
+            with pytest.raises(prefixkv.InvalidArgument, match="buffer: not a writable buffer"):
+                plan.copy_layer(0, read_only)
         assert e.stats()["hot"]["pinned_bytes"] > 0
         for i in range(1, 30):  # fills the budget many times over
             e.store(ns, list(range(100 * i, 100 * i + 4)), kv_layers(rng, 2, 4))
