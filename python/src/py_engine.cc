@@ -237,6 +237,39 @@ Status CheckRocksDbCanRunHere(const std::string& data_dir) {
       "open a RAM-only engine (data_dir=None) here");
 }
 
+// The engines this process opened, to close at its end. Read and changed
+// with the GIL.
+std::vector<std::weak_ptr<PyEngine>>& OpenedEngines() {
+  static auto* engines = new std::vector<std::weak_ptr<PyEngine>>();  // used at exit
+  return *engines;
+}
+
+void NoteOpenedEngine(const std::shared_ptr<PyEngine>& engine) {
+  std::vector<std::weak_ptr<PyEngine>>& engines = OpenedEngines();
+  std::erase_if(engines, [](const std::weak_ptr<PyEngine>& e) { return e.expired(); });
+  engines.push_back(engine);
+}
+
+// An atexit function: closes every engine still open, then raises the first
+// failure. A daemon thread still calling an engine when the program ends
+// (a stats scraper, an events() tail) holds it, so it was never collected,
+// hence never closed: the blocks it held in RAM for the SSD tier were lost.
+// The close waits for the thread's call in flight (daemon threads still run
+// during atexit); its later calls find the engine closed. A fork's copies
+// are let go of, not closed (PyEngine::Close).
+void CloseOpenedEnginesAtExit() {
+  std::vector<std::weak_ptr<PyEngine>> engines;
+  engines.swap(OpenedEngines());
+  Status first = Status::OK();
+  for (const std::weak_ptr<PyEngine>& weak : engines) {
+    const std::shared_ptr<PyEngine> engine = weak.lock();
+    if (engine == nullptr) continue;
+    const Status closed = engine->Close();
+    if (first.ok()) first = closed;
+  }
+  Check(first);
+}
+
 std::shared_ptr<PyEngine> OpenEngine(std::optional<std::string> data_dir,
                                      uint64_t hot_bytes, uint64_t ssd_bytes,
                                      const std::string& durability, bool write_through,
@@ -264,18 +297,11 @@ std::shared_ptr<PyEngine> OpenEngine(std::optional<std::string> data_dir,
   if (quiet) o.log = [](std::string_view) {};
   EndForkedChildrenWithoutStaticDestructors();
   Check(CheckRocksDbCanRunHere(o.data_dir));
-  std::unique_ptr<Engine> engine;
-  {
-    py::gil_scoped_release nogil;
-    StatusOr<std::unique_ptr<Engine>> opened = Engine::Open(o);
-    if (!opened.ok()) {
-      py::gil_scoped_acquire gil;
-      Raise(opened.status());
-    }
-    engine = std::move(opened).value();
-  }
+  std::unique_ptr<Engine> engine = ValueOr(WithoutGil([&] { return Engine::Open(o); }));
   NoteEngineMemory(engine->memory_resource());
-  return std::make_shared<PyEngine>(std::move(engine));
+  auto opened = std::make_shared<PyEngine>(std::move(engine));
+  NoteOpenedEngine(opened);
+  return opened;
 }
 
 // Sets the spec field `key` (a register_model / explain_miss keyword) from
@@ -507,6 +533,8 @@ void BindValues(py::module_& m) {
 }  // namespace
 
 void BindEngine(py::module_& m) {
+  py::module_::import("atexit").attr("register")(
+      py::cpp_function(&CloseOpenedEnginesAtExit));
   BindRestoredInto(m);  // RestoreCounters first: Restored derives from it
   BindValues(m);
   py::class_<PyEngine, std::shared_ptr<PyEngine>> engine(m, "Engine", doc::kEngine);

@@ -86,8 +86,7 @@ void CopyLayer(const PyRestorePlan& p, size_t l, const py::object& dest) {
   // meanwhile, so the copy holds the pins and staging itself until it ends
   // (else it would read memory the arena may already have handed out again).
   const std::shared_ptr<const void> hold = plan.hold;
-  py::gil_scoped_release nogil;
-  CopyPlannedLayer(plan.layers[l], info.ptr);
+  WithoutGil([&] { CopyPlannedLayer(plan.layers[l], info.ptr); });
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 // the Restored object, is alive.
 #pragma once
 
+#include <cxxabi.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -17,7 +18,9 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "convert.h"
@@ -79,6 +82,33 @@ struct PyRestoredInto : PyRestoreCounters {
   py::list layers;  // PyLayer: tensors are writable views of the destinations
 };
 
+// Runs fn() without the GIL and returns its value. The GIL is taken back
+// here, not in a destructor (py::gil_scoped_release's): a daemon thread
+// taking it back while the interpreter finalizes (the program ended with
+// the thread in an engine call: a stats scraper, an events() tail) is ended
+// by Python with pthread_exit, whose unwinding out of a destructor (noexcept)
+// called std::terminate: the program aborted (SIGABRT) at its end.
+template <typename F>
+auto WithoutGil(F&& fn) -> decltype(fn()) {
+  using Result = decltype(fn());
+  PyThreadState* const state = PyEval_SaveThread();
+  std::optional<std::conditional_t<std::is_void_v<Result>, bool, Result>> result;
+  try {
+    if constexpr (std::is_void_v<Result>) {
+      fn();
+    } else {
+      result.emplace(fn());
+    }
+  } catch (abi::__forced_unwind&) {
+    throw;  // this thread is ending (pthread_exit): no GIL to take back
+  } catch (...) {
+    PyEval_RestoreThread(state);
+    throw;
+  }
+  PyEval_RestoreThread(state);  // may end this thread, unwinding from here
+  if constexpr (!std::is_void_v<Result>) return std::move(*result);
+}
+
 // The Engine behind the GIL: every call releases the GIL and counts itself
 // in flight; close() waits until no call is, so it never runs while another
 // thread's call is in flight (Engine::Close's requirement). A call made from
@@ -118,11 +148,12 @@ class PyEngine {
   template <typename F>
   auto Call(F&& fn) {
     CheckNotForked();
-    py::gil_scoped_release nogil;
-    if (InCall()) return fn(*engine_);
-    InFlight in_flight(this);
-    CallScope scope(this);
-    return fn(*engine_);
+    return WithoutGil([&] {
+      if (InCall()) return fn(*engine_);
+      InFlight in_flight(this);
+      CallScope scope(this);
+      return fn(*engine_);
+    });
   }
   Status Close() {
     if (InCall()) {
@@ -134,17 +165,18 @@ class PyEngine {
       (void)engine_.release();  // the parent's: let go of it, never closed here
       return Status::OK();
     }
-    py::gil_scoped_release nogil;
-    std::unique_lock lock(mu_);
-    changed_.wait(lock, [&] { return !closing_; });  // one close at a time
-    closing_ = true;
-    changed_.wait(lock, [&] { return calls_ == 0; });
-    lock.unlock();  // closing_ and no call in flight: none can start
-    const Status closed = engine_->Close();
-    lock.lock();
-    closing_ = false;
-    changed_.notify_all();
-    return closed;
+    return WithoutGil([&] {
+      std::unique_lock lock(mu_);
+      changed_.wait(lock, [&] { return !closing_; });  // one close at a time
+      closing_ = true;
+      changed_.wait(lock, [&] { return calls_ == 0; });
+      lock.unlock();  // closing_ and no call in flight: none can start
+      const Status closed = engine_->Close();
+      lock.lock();
+      closing_ = false;
+      changed_.notify_all();
+      return closed;
+    });
   }
   bool closed() const { return engine_ == nullptr || engine_->closed(); }
 
