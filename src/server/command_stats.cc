@@ -17,8 +17,15 @@ CommandStatsRecorder::CommandStatsRecorder()
 void CommandStatsRecorder::Ran(size_t index, uint64_t nanos, bool failed) {
   if (index >= size_) return;
   Slot& slot = slots_[index];
+  // The call first, then what it is a call of, each published after it
+  // (release), and Snapshot loads them in the other order (acquire): a copy
+  // never holds a failure or a time whose call it lacks. Loaded in the order
+  // they were added, a copy taken while a call was counted showed more failed
+  // or timed calls than calls
+  // (CommandStatsRecorder.ACopyNeverShowsMoreFailuresOrTimedCallsThanCalls).
   slot.calls.fetch_add(1, std::memory_order_relaxed);
-  if (failed) slot.failed.fetch_add(1, std::memory_order_relaxed);
+  if (failed) slot.failed.fetch_add(1, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_release);  // RecordNanos adds relaxed
   slot.latency.RecordNanos(nanos);
 }
 
@@ -34,10 +41,12 @@ std::vector<CommandStats> CommandStatsRecorder::Snapshot() const {
     const Slot& slot = slots_[i];
     CommandStats c;
     c.name = table[i].name;
-    c.calls = slot.calls.load(std::memory_order_relaxed);
-    c.failed_calls = slot.failed.load(std::memory_order_relaxed);
-    c.rejected_calls = slot.rejected.load(std::memory_order_relaxed);
+    // The reverse of Ran's order: the times, the failures, then the calls.
     c.latency = slot.latency.Snapshot();
+    std::atomic_thread_fence(std::memory_order_acquire);
+    c.failed_calls = slot.failed.load(std::memory_order_acquire);
+    c.calls = slot.calls.load(std::memory_order_relaxed);
+    c.rejected_calls = slot.rejected.load(std::memory_order_relaxed);
     out.push_back(std::move(c));
   }
   return out;
