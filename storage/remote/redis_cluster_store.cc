@@ -284,6 +284,10 @@ void RedisClusterStore::FollowRedirect(const RedisRedirect& redirect, Item item,
     item.ask = nullptr;
     if (!slots_.empty()) slots_[redirect.slot] = target;
     refresh_wanted_ = true;  // other slots may have moved too
+    // Another master serves the slot: a failover (a replica promoted behind
+    // its master, the old one demoted and emptied) as well as a migration,
+    // so what callers saw stored there may be gone (FailureEpoch).
+    failure_epoch_.fetch_add(1, std::memory_order_acq_rel);
   }
   next->push_back(item);
 }

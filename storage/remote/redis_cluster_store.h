@@ -83,7 +83,8 @@ class RedisClusterStore final : public RemoteStore {
   StatusOr<int64_t> IncrBy(std::string_view key, int64_t delta,
                            uint32_t ttl_seconds) override;
   std::string Describe() const override;
-  // Moves on each time a node is marked down (MarkDown).
+  // Moves on each time a node is marked down (MarkDown) and at each -MOVED
+  // (a slot served by another master: failed over, or migrated).
   uint64_t FailureEpoch() const override {
     return failure_epoch_.load(std::memory_order_acquire);
   }

@@ -233,11 +233,12 @@ Status LocalRedisCluster::CreateCluster(uint64_t deadline) {
 }
 
 Status LocalRedisCluster::WaitUntilAgreed(uint64_t deadline) {
-  const std::string known = "cluster_known_nodes:" + std::to_string(options_.masters);
+  const std::string known = "cluster_known_nodes:" + std::to_string(ports_.size());
   while (true) {
     bool agreed = true;
-    for (int port : ports_) {
-      const std::string info = Ask(port, "CLUSTER INFO");
+    for (size_t i = 0; i < ports_.size(); ++i) {
+      if (pids_[i] <= 0) continue;  // killed: the others still know it
+      const std::string info = Ask(ports_[i], "CLUSTER INFO");
       agreed = agreed && info.find("cluster_state:ok") != std::string::npos &&
                info.find("cluster_slots_ok:16384") != std::string::npos &&
                info.find(known) != std::string::npos;
@@ -294,6 +295,55 @@ Status LocalRedisCluster::RestartMasterEmpty(int i) {
   PKV_RETURN_IF_ERROR(StartServer(i, deadline, port));
   if (!options_.cluster) return Status::OK();
   return WaitUntilAgreed(deadline);
+}
+
+StatusOr<int> LocalRedisCluster::AddReplica(int i) {
+  if (!options_.cluster || i < 0 || i >= static_cast<int>(ports_.size()) ||
+      pids_[i] <= 0) {
+    return Status::InvalidArgument("no master " + std::to_string(i));
+  }
+  const uint64_t deadline = Now() + uint64_t{options_.start_timeout_ms} * kMillis;
+  const int master = ports_[i];
+  const int r = static_cast<int>(ports_.size());
+  ports_.push_back(-1);
+  pids_.push_back(-1);
+  PKV_RETURN_IF_ERROR(StartServer(r, deadline));
+  // Every node meets it itself: spread by gossip alone, the last one took
+  // up to seconds to know it.
+  const std::string meet = "CLUSTER MEET 127.0.0.1 " + std::to_string(ports_[r]);
+  for (int j = 0; j < r; ++j) {
+    if (pids_[j] > 0 && Ask(ports_[j], meet.c_str()) != "OK") {
+      return Failed(StatusCode::kIOError, "CLUSTER MEET was refused");
+    }
+  }
+  // Its first sync at once, not after the 5 s a diskless sync waits for more
+  // replicas by default.
+  if (Ask(master, "CONFIG SET repl-diskless-sync-delay 0") != "OK") {
+    return Failed(StatusCode::kIOError,
+                  "CONFIG SET repl-diskless-sync-delay was refused");
+  }
+  const std::string replicate = "CLUSTER REPLICATE " + Ask(master, "CLUSTER MYID");
+  PKV_RETURN_IF_ERROR(WaitFor([&] { return Ask(ports_[r], replicate.c_str()) == "OK"; },
+                              deadline, "CLUSTER REPLICATE"));
+  PKV_RETURN_IF_ERROR(WaitFor(
+      [&] {
+        return Ask(ports_[r], "INFO replication").find("master_link_status:up") !=
+               std::string::npos;
+      },
+      deadline, "the replica's link to its master"));
+  PKV_RETURN_IF_ERROR(WaitUntilAgreed(deadline));  // every node knows it
+  return r;
+}
+
+Status LocalRedisCluster::WaitFor(const std::function<bool()>& probe, uint64_t deadline,
+                                  const std::string& what) {
+  while (!probe()) {
+    if (Now() >= deadline) {
+      return Failed(StatusCode::kUnavailable, what + " did not happen in time");
+    }
+    Pause();
+  }
+  return Status::OK();
 }
 
 void LocalRedisCluster::Stop() {

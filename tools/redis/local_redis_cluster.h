@@ -77,6 +77,10 @@ class LocalRedisCluster {
   // restarted without persistence does. Waits until every node reports
   // cluster_state:ok (start_timeout_ms).
   Status RestartMasterEmpty(int i);
+  // Starts one more server on a free port, joins it to the cluster as a
+  // replica of master `i` and waits until its copy is in sync
+  // (start_timeout_ms); its index into ports() and pid().
+  StatusOr<int> AddReplica(int i);
   // Stops every server (SIGTERM, SIGKILL after 2 s), reaps them and removes
   // dir(). Idempotent.
   void Stop();
@@ -88,7 +92,12 @@ class LocalRedisCluster {
   // On `port`, or on a free port picked at random when it is -1.
   Status StartServer(int i, uint64_t deadline_nanos, int port = -1);
   Status CreateCluster(uint64_t deadline_nanos);
+  // Until every node says cluster_state:ok with 16384 slots and knows the
+  // others (ports_.size() nodes).
   Status WaitUntilAgreed(uint64_t deadline_nanos);
+  // Until `probe` answers true, polled; Unavailable naming `what` past the deadline.
+  Status WaitFor(const std::function<bool()>& probe, uint64_t deadline_nanos,
+                 const std::string& what);
   // `what` failed: the status with the log's last lines.
   Status Failed(StatusCode code, const std::string& what) const;
   void Log(const std::string& line) const;

@@ -101,9 +101,10 @@ class RemoteStore {
   virtual std::string Describe() const = 0;
   // Changes whenever a node may have lost values it held: a node that
   // failed a call (down, silent, its connection closed) may come back empty
-  // (restarted without persistence) or be replaced by a replica behind it.
-  // What a caller saw stored under an older value may be gone. 0 by default
-  // (a store that loses values only by expiry or eviction).
+  // (restarted without persistence) or be replaced by a replica behind it,
+  // and a slot found served by another node (-MOVED) may have been failed
+  // over so. What a caller saw stored under an older value may be gone. 0
+  // by default (a store that loses values only by expiry or eviction).
   virtual uint64_t FailureEpoch() const { return 0; }
 };
 

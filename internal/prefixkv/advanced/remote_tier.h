@@ -57,7 +57,7 @@ struct RemoteTierOptions {
   // A local victim (OnEvict) that this node read back intact or wrote within
   // known_present_seconds (at most half its namespace's TTL), and has not
   // read back absent or damaged since, and while no master has failed a call
-  // since (RemoteStore::FailureEpoch), is not written again
+  // nor a slot moved since (RemoteStore::FailureEpoch), is not written again
   // (RemoteCounters::rewrites_skipped): the cluster holds it. Up to
   // known_keys such keys are remembered (24 bytes each; 0: write every victim).
   uint32_t known_present_seconds = 300;

@@ -2,8 +2,10 @@
 // its keys fail with Unavailable within a bounded time, one timeout at most
 // per down_backoff_ms, while the other masters' keys keep working. The remote
 // tier's writes when a master is full (maxmemory, noeviction) or dead: only
-// that master's blocks fail (counted), every other block lands. And the
-// local cluster launcher leaves no process and no directory behind.
+// that master's blocks fail (counted), every other block lands. A master
+// restarted empty, or replaced by a replica behind it: the blocks it lost
+// are written again when evicted. And the local cluster launcher leaves no
+// process and no directory behind.
 #include <errno.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -487,46 +489,11 @@ TEST_F(RedisClusterFailureTest, ABatchWhoseQuotaChargeRanIsWrittenThoughItsExpir
 // window, read back by no node: every node missed them meanwhile.
 TEST_F(RedisClusterFailureTest,
        BlocksAMasterRestartedEmptyLostAreWrittenAgainWhenEvicted) {
-  RedisClusterOptions options = ClusterOptions(*cluster_);
-  options.down_backoff_ms = 50;
-  std::unique_ptr<RedisClusterStore> store = testing::OpenStore(options);
-  ASSERT_NE(store, nullptr);
-  RedisClusterStore* router = store.get();  // owned by the tier below
-  RemoteTierOptions tier_options;
-  tier_options.key_prefix = "restart/";
-  auto tier = RemoteTier::Open(std::move(store), tier_options);
-  const std::string restarted = "127.0.0.1:" + std::to_string(cluster_->ports()[1]);
-  const BlockKey ns{11, 11};
-  std::vector<BlockMeta> blocks;
-  uint64_t on_restarted = 0;
-  for (uint64_t i = 0; i < 60; ++i) {
-    blocks.push_back(BlockMeta{BlockKey{11, 100 + i}, ns, ns, 1});
-    on_restarted +=
-        router->NodeOfSlot(RedisKeySlot(tier->StoreKey(blocks.back().key))) == restarted;
-  }
-  ASSERT_GT(on_restarted, 0u);
-  const SharedBytes payload = SharedBytes::Copy("a block's bytes");
-  for (const BlockMeta& b : blocks) ASSERT_OK(tier->Put(b, payload, false));
-  tier->Flush();
-  ASSERT_EQ(tier->Counters().writes, blocks.size());
-
+  testing::TierThatWrote w;
+  ASSERT_NO_FATAL_FAILURE(testing::WriteBlocksThroughATier(*cluster_, "restart/", &w));
+  const uint64_t lost = w.BlocksOn(cluster_->ports()[1]);
   ASSERT_OK(cluster_->RestartMasterEmpty(1));
-  // A Match of another prompt (absent everywhere) meets the restart.
-  std::vector<BlockKey> other;
-  for (uint64_t i = 0; i < 30; ++i) other.push_back(BlockKey{12, i});
-  (void)tier->GetMany(other);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the backoff
-  for (const BlockMeta& b : blocks) tier->OnEvict(b, payload, false);
-  tier->Flush();
-  const RemoteCounters c = tier->Counters();
-  EXPECT_LE(c.rewrites_skipped, blocks.size() - on_restarted)
-      << "taken for present on the master restarted empty";
-  for (const BlockMeta& b : blocks) {
-    const std::string key = tier->StoreKey(b.key);
-    EXPECT_EQ(Raw(testing::OwnerPort(*cluster_, RedisKeySlot(key)), {"EXISTS", key}), "1")
-        << key
-        << (router->NodeOfSlot(RedisKeySlot(key)) == restarted ? " (restarted)" : "");
-  }
+  testing::ExpectLostBlocksWrittenAgainWhenEvicted(*cluster_, w, lost);
 }
 
 TEST_F(RedisClusterFailureTest, AKilledMasterFailsItsKeysFastAndTheOthersStillWork) {
@@ -571,6 +538,32 @@ TEST_F(RedisClusterFailureTest, AKilledMasterFailsItsKeysFastAndTheOthersStillWo
   EXPECT_NE(store->Describe().find("(3 masters)"), std::string::npos);  // still its slots
   // The remote tier over the cluster loses the dead master's blocks only.
   WriteThroughTierAround(dead);
+}
+
+// A cluster with a replica (its own: the others have none).
+class RedisFailoverTest : public testing::RedisClusterSuite<RedisFailoverTest> {};
+
+// A replica promoted by CLUSTER FAILOVER TAKEOVER while behind its master
+// (here the master refuses its resync: ACL -sync -psync) lacks the master's
+// latest writes, and the old master, demoted to its replica, drops them too.
+// The blocks this node wrote there are no longer taken for present once its
+// next call meets the failover, and their local copies, evicted, are written
+// again.
+TEST_F(RedisFailoverTest, BlocksAReplicaPromotedBehindItsMasterLacksAreWrittenAgain) {
+  ASSERT_OK_AND_ASSIGN(const int replica, cluster_->AddReplica(2));
+  const int master = cluster_->ports()[2];
+  ASSERT_EQ(Raw(master, {"ACL", "SETUSER", "default", "-sync", "-psync"}), "OK");
+  Raw(master, {"CLIENT", "KILL", "TYPE", "replica"});
+  testing::TierThatWrote w;
+  ASSERT_NO_FATAL_FAILURE(testing::WriteBlocksThroughATier(*cluster_, "failover/", &w));
+  const uint64_t lost = w.BlocksOn(master);
+  const int new_master = cluster_->ports()[replica];
+  ASSERT_EQ(Raw(new_master, {"CLUSTER", "FAILOVER", "TAKEOVER"}), "OK");
+  for (int i = 0; i < 250 && Raw(master, {"ROLE"}).rfind("slave", 0) != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(Raw(master, {"ROLE"}).rfind("slave", 0), 0u) << "the old master demoted";
+  ASSERT_EQ(Raw(master, {"ACL", "SETUSER", "default", "+sync", "+psync"}), "OK");
+  testing::ExpectLostBlocksWrittenAgainWhenEvicted(*cluster_, w, lost);
 }
 
 // A store over one redis-server (cluster mode off) behind a proxy that can

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "prefixkv/advanced/remote_store.h"
+#include "prefixkv/advanced/remote_tier.h"
 #include "redis_cluster_store.h"
 #include "redis_connection.h"
 #include "tests/support/loopback.h"
@@ -284,6 +285,64 @@ class RedisClusterSuite : public ::testing::Test {
   static inline std::unique_ptr<LocalRedisCluster> cluster_;
   static inline std::string start_error_;
 };
+
+// A remote tier over a cluster (down_backoff_ms 50) that wrote 60 blocks of
+// one namespace: each taken for present (written within
+// known_present_seconds).
+struct TierThatWrote {
+  std::unique_ptr<RemoteTier> tier;
+  RedisClusterStore* router = nullptr;  // owned by `tier`
+  std::vector<BlockMeta> blocks;
+  SharedBytes payload = SharedBytes::Copy("a block's bytes");
+
+  // How many of the blocks the master on `port` holds (by the store's map).
+  uint64_t BlocksOn(int port) const {
+    const std::string node = "127.0.0.1:" + std::to_string(port);
+    uint64_t n = 0;
+    for (const BlockMeta& b : blocks)
+      n += router->NodeOfSlot(RedisKeySlot(tier->StoreKey(b.key))) == node;
+    return n;
+  }
+};
+
+inline void WriteBlocksThroughATier(const LocalRedisCluster& cluster,
+                                    const std::string& key_prefix, TierThatWrote* w) {
+  RedisClusterOptions options = ClusterOptions(cluster);
+  options.down_backoff_ms = 50;
+  std::unique_ptr<RedisClusterStore> store = OpenStore(options);
+  ASSERT_NE(store, nullptr);
+  w->router = store.get();
+  RemoteTierOptions tier_options;
+  tier_options.key_prefix = key_prefix;
+  w->tier = RemoteTier::Open(std::move(store), tier_options);
+  const BlockKey ns{11, 11};
+  for (uint64_t i = 0; i < 60; ++i)
+    w->blocks.push_back({BlockKey{11, 100 + i}, ns, ns, 1});
+  for (const BlockMeta& b : w->blocks) ASSERT_OK(w->tier->Put(b, w->payload, false));
+  w->tier->Flush();
+  ASSERT_EQ(w->tier->Counters().writes, w->blocks.size());
+}
+
+// After a master lost `lost` of the blocks `w` wrote, a Match of another
+// prompt (absent everywhere) meets the loss; then every block leaves this
+// node (OnEvict): none of the lost ones is skipped, and every block is in
+// the cluster again.
+inline void ExpectLostBlocksWrittenAgainWhenEvicted(const LocalRedisCluster& cluster,
+                                                    TierThatWrote& w, uint64_t lost) {
+  ASSERT_GT(lost, 0u);
+  std::vector<BlockKey> other;
+  for (uint64_t i = 0; i < 30; ++i) other.push_back(BlockKey{12, i});
+  (void)w.tier->GetMany(other);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the backoff
+  for (const BlockMeta& b : w.blocks) w.tier->OnEvict(b, w.payload, false);
+  w.tier->Flush();
+  EXPECT_LE(w.tier->Counters().rewrites_skipped, w.blocks.size() - lost)
+      << "taken for present on the master that lost them";
+  for (const BlockMeta& b : w.blocks) {
+    const std::string key = w.tier->StoreKey(b.key);
+    EXPECT_EQ(Raw(OwnerPort(cluster, RedisKeySlot(key)), {"EXISTS", key}), "1") << key;
+  }
+}
 
 inline double MillisSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
