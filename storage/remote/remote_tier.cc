@@ -499,12 +499,15 @@ class RemoteTierImpl {
     // Quotas: one counter per namespace and TTL window, charged per batch.
     // A namespace whose counter the cluster did not update (down, silent) is
     // not written either, but its blocks are failed writes, not over quota.
-    // A batch over the limit is not written, so its charge is given back
-    // (with the blocks the cluster fails below): left there, one batch that
-    // did not fit kept the counter past the limit, and every later block of
-    // the namespace, on every node, was refused for the rest of the window
-    // even where it fit in the room left.
-    std::unordered_set<BlockKey, BlockKeyHash> refused, unchecked;
+    // A batch over the limit writes the namespace's blocks that fit in the
+    // room left, in queue order, and gives the rest of its charge back (with
+    // the blocks the cluster fails below): left charged, one batch that did
+    // not fit kept the counter past the limit, and every later block of the
+    // namespace, on every node, was refused for the rest of the window even
+    // where it fit; refused whole, a namespace whose batches each held more
+    // than its limit (a chain of large blocks) never wrote anything.
+    std::unordered_set<BlockKey, BlockKeyHash> unchecked;
+    std::unordered_map<BlockKey, uint64_t, BlockKeyHash> room;  // limited ones
     std::unordered_map<BlockKey, uint64_t, BlockKeyHash> unwritten_per_ns;
     std::unordered_map<BlockKey, uint64_t, BlockKeyHash> bytes_per_ns;
     for (const Item& i : batch) bytes_per_ns[i.meta.namespace_id] += i.payload.size();
@@ -517,9 +520,8 @@ class RemoteTierImpl {
       NoteCall(total.status());
       if (!total.ok()) {
         unchecked.insert(ns);
-      } else if (IsOverLimit(*total, l.max_bytes)) {
-        refused.insert(ns);
-        unwritten_per_ns[ns] += bytes;
+      } else {
+        room[ns] = RoomBefore(*total, bytes, l.max_bytes);
       }
     }
     std::vector<RemoteWrite> writes;
@@ -529,9 +531,14 @@ class RemoteTierImpl {
         ++r.failed;
         continue;
       }
-      if (refused.count(i.meta.namespace_id) > 0) {
-        ++r.over_quota;
-        continue;
+      if (auto it = room.find(i.meta.namespace_id); it != room.end()) {
+        if (i.payload.size() > it->second) {  // this one and the namespace's after it
+          it->second = 0;
+          ++r.over_quota;
+          unwritten_per_ns[i.meta.namespace_id] += i.payload.size();
+          continue;
+        }
+        it->second -= i.payload.size();
       }
       writes.push_back(RemoteWrite{StoreKey(i.meta.key),
                                    RemoteTier::EncodeEnvelope(i.meta, i.payload.view()),
@@ -571,12 +578,20 @@ class RemoteTierImpl {
     return r;
   }
 
-  // Whether a quota counter's total after a charge is past the limit. Signed:
-  // a counter below zero (a refund that found it expired, before its fix-up
-  // back to zero) is room; read as unsigned it was huge, and the batch that
-  // fit was refused.
-  static bool IsOverLimit(int64_t total, uint64_t max_bytes) {
-    return total > 0 && static_cast<uint64_t>(total) > max_bytes;
+  // The room a namespace had under `max_bytes` before a charge of `charged`
+  // bytes brought its quota counter to `total`. Signed: a counter below zero
+  // (a refund that found it expired, before its fix-up back to zero) is
+  // room; read as unsigned it was huge, and the batch that fit was refused.
+  static uint64_t RoomBefore(int64_t total, uint64_t charged, uint64_t max_bytes) {
+    int64_t before;
+    if (__builtin_sub_overflow(total, static_cast<int64_t>(charged), &before))
+      return UINT64_MAX;  // far below zero
+    if (before <= 0) {
+      const uint64_t below = 0 - static_cast<uint64_t>(before);  // |before|
+      return max_bytes > UINT64_MAX - below ? UINT64_MAX : max_bytes + below;
+    }
+    const uint64_t used = static_cast<uint64_t>(before);
+    return used >= max_bytes ? 0 : max_bytes - used;
   }
 
   // Gives back to each namespace's quota counter the bytes charged for blocks

@@ -38,8 +38,10 @@ struct FakeRemoteState {
   uint64_t get_calls = 0;   // MultiGet round trips
   uint64_t keys_asked = 0;  // keys over all MultiGet calls
   uint64_t set_calls = 0;
-  // While true, MultiSet waits (a slow cluster holding the writer).
+  // While true, MultiSet waits (a slow cluster holding the writer);
+  // sets_held counts the calls that began so.
   bool hold_sets = false;
+  uint64_t sets_held = 0;
   // How long each MultiSet takes (a cluster slower than the stores).
   std::chrono::microseconds set_delay{0};
   std::condition_variable released;
@@ -98,6 +100,7 @@ class FakeRemoteStore final : public RemoteStore {
   Status MultiSetEach(std::span<const RemoteWrite> writes,
                       std::vector<RemoteWriteResult>* results) override {
     std::unique_lock<std::mutex> lock(state_->mu);
+    if (state_->hold_sets) ++state_->sets_held;
     state_->released.wait(lock, [&] { return !state_->hold_sets; });
     if (state_->set_delay.count() > 0) {
       const auto delay = state_->set_delay;

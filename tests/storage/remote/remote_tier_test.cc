@@ -530,6 +530,40 @@ TEST_F(RemoteTierTest, ABatchRefusedOverQuotaTakesNoneOfTheQuota) {
   EXPECT_EQ(QuotaCounter(), "900");
 }
 
+// A batch whose blocks of a namespace take it past its limit still writes
+// those that fit in the room left, in queue order: refused whole, a namespace
+// whose stores queue more than its limit at a time (a chain of large blocks,
+// written in batches of up to 64) never wrote a byte of it, in any window.
+TEST_F(RemoteTierTest, ABatchPastTheLimitStillWritesTheBlocksThatFit) {
+  auto tier = Open();  // batches of up to 64 blocks
+  tier->SetNamespaceLimits(kNs, {.ttl_seconds = 60, .max_bytes = 1000});
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->hold_sets = true;  // the writer waits inside its first batch's SET
+  }
+  const BlockKey other{9, 9};
+  ASSERT_OK(tier->Put(Meta(0, other), Payload(0), false));
+  for (int i = 0; i < 5000; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->sets_held == 1) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_OK(tier->Put(Meta(i), Payload(i), false));
+  state_->Release();  // then the 4 (300 bytes each) go as one batch
+  tier->Flush();
+  const RemoteCounters c = tier->Counters();
+  EXPECT_EQ(c.writes, 4u) << "3 x 300 bytes fit in 1000, and the other namespace's";
+  EXPECT_EQ(c.over_quota, 1u);
+  std::vector<BlockKey> keys;
+  for (uint64_t i = 0; i < 4; ++i) keys.push_back(Meta(i).key);
+  const std::vector<std::optional<SharedBytes>> got = tier->GetMany(keys);
+  for (uint64_t i = 0; i < 4; ++i) EXPECT_EQ(got[i].has_value(), i < 3) << i;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  EXPECT_EQ(QuotaCounter(), "900");
+}
+
 // A quota counter below zero (a refund that found the counter expired and
 // created it negative, before its own fix-up back to zero) is room, not a
 // namespace over its limit: the charge's total was compared as unsigned, so
