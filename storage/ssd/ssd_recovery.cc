@@ -405,6 +405,7 @@ Status ssd::TierImpl::Open() {
   // (AuditUsageTest.AStoppedServersSpaceReserveIsLeftAsItWas). On a full
   // disk such an open may then fail with NoSpace, changing nothing.
   const bool report_only = !options_.repair_damaged_metadata;
+  PKV_RETURN_IF_ERROR(CheckSegmentsPresentBeforeWriting());
   bool had_reserve = false;  // room for the database's recovery (ssd_space.cc)
   if (!report_only) (void)ReleaseReserveForOpen(&had_reserve);
   if (Status s = OpenOrMoveAside(); !s.ok()) {

@@ -28,6 +28,7 @@
 
 #include "ssd_journal.h"
 #include "ssd_layout.h"
+#include "ssd_rocks_fs.h"
 #include "ssd_salvage.h"
 #include "ssd_segment.h"
 #include "ssd_tag_range.h"
@@ -81,23 +82,55 @@ bool SegmentsVanished(uint64_t referenced, uint64_t missing, bool journal_there)
 
 Status ssd::TierImpl::CheckSegmentsPresent() {
   if (options_.read_only || options_.accept_missing_segments) return Status::OK();
+  std::set<uint64_t> referenced;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [id, live] : index_.live_segments()) referenced.insert(id);
+  }
+  return RefuseVanishedSegments(referenced);
+}
+
+Status ssd::TierImpl::CheckSegmentsPresentBeforeWriting() {
+  if (options_.read_only || options_.accept_missing_segments) return Status::OK();
+  FileSystem* fs = options_.file_system;
+  // Only where the rule can apply: a database beside a segments/ without
+  // its journal (every open of a tier writes one).
+  if (fs->FileSize(options_.path + "/segments/" + ssd::kJournalName).ok() ||
+      !fs->FileSize(options_.path + "/CURRENT").ok()) {
+    return Status::OK();
+  }
+  if (env_ == nullptr && fs != FileSystem::Default()) env_ = ssd::NewRoutedRocksEnv(fs);
+  rocksdb::DB* raw = nullptr;
+  // A database this cannot read is left to the open, which decides as before.
+  if (!rocksdb::DB::OpenForReadOnly(DbOptions(/*direct_io=*/false), options_.path, &raw)
+           .ok()) {
+    return Status::OK();
+  }
+  const std::unique_ptr<rocksdb::DB> db(raw);
+  std::set<uint64_t> referenced;
+  {
+    ssd::TagRange range(db.get(), ssd::kMetaTag);
+    for (; range.Valid(); range.Next()) {
+      ssd::StoredMeta m;
+      if (ssd::DecodeMeta(range.value(), &m).ok()) referenced.insert(m.segment);
+    }
+    if (!range.status("read the metadata").ok()) return Status::OK();
+  }
+  return RefuseVanishedSegments(referenced);
+}
+
+Status ssd::TierImpl::RefuseVanishedSegments(const std::set<uint64_t>& referenced) {
   FileSystem* fs = options_.file_system;
   const std::string seg_dir = options_.path + "/segments";
   // Listed names, as OpenSegments counts them: an entry that is no regular
   // file is unreadable, not missing.
   const std::set<uint64_t> existing = SegmentIds(fs, seg_dir);
-  uint64_t referenced = 0, missing = 0;
-  {
-    MutexLock lock(&mu_);
-    for (const auto& [id, live] : index_.live_segments()) {
-      referenced += 1;
-      if (!existing.contains(id)) missing += 1;
-    }
-  }
+  uint64_t missing = 0;
+  for (uint64_t id : referenced) missing += existing.contains(id) ? 0 : 1;
   const bool journal_there = fs->FileSize(seg_dir + "/" + ssd::kJournalName).ok();
-  if (!SegmentsVanished(referenced, missing, journal_there)) return Status::OK();
+  if (!SegmentsVanished(referenced.size(), missing, journal_there)) return Status::OK();
   return Status::Unavailable(
-      std::to_string(missing) + " of " + std::to_string(referenced) +
+      std::to_string(missing) + " of " + std::to_string(referenced.size()) +
       " segment files the metadata of " + options_.path +
       " references are missing from " + seg_dir +
       ": is the drive mounted (or --data-dir wrong)? Refused, nothing changed; " +

@@ -214,9 +214,21 @@ class TierImpl {
   // blocks, or a rebuild of it was interrupted (both: rebuilt, not created).
   Status CheckMetadataPresent();
   // After the index is built from an intact database, before anything is
-  // written: Unavailable when every (or nearly every) segment file it
-  // references is missing (unless read_only or accept_missing_segments).
+  // written: Unavailable when at least 9 in 10 of the segment files it
+  // references are missing and segments/ holds no removal journal (unless
+  // read_only or accept_missing_segments).
   Status CheckSegmentsPresent() EXCLUDES(mu_);
+  // The same check before Open writes anything, the space reserve and
+  // RocksDB's own writing open included, through a read-only open of the
+  // database (made only when segments/ holds no journal beside it). After
+  // them, a refusal that said "nothing changed" had had the log replayed
+  // into a table, a new MANIFEST, OPTIONS file and log written and the
+  // reserve written again
+  // (AuditTest.SegmentsThatVanishedAsAWholeAreNotRemovedByAuditOrRepair).
+  Status CheckSegmentsPresentBeforeWriting();
+  // Unavailable, naming the count, when the segments `referenced` vanished
+  // as a whole (ssd_rollforward.cc SegmentsVanished).
+  Status RefuseVanishedSegments(const std::set<uint64_t>& referenced);
   // After the index is built from an intact database: the removal journal's
   // records against it. Metadata that lacks committed extents or still holds
   // journaled removals is older than the segments: rolled forward in place
