@@ -197,10 +197,14 @@ class SsdFaultTest : public ::testing::Test {
   // in the queue and waits an hour of `clock` time before retrying: what is
   // queued now stays queued until the test advances the clock or flushes.
   // `o`: the tier's options (Options() if none).
+  // `commit_hook`: called before every metadata write (SsdTierTestPeer).
   std::unique_ptr<SsdTier> OpenWithTheWriterPausedAfterAFailure(
       FakeClock* clock, const BlockMeta& m, FileSystem* fs = nullptr,
-      std::optional<SsdTierOptions> o = std::nullopt) {
-    auto tier = testing::OpenSsd(PausedWriterOptions(clock, fs, std::move(o)));
+      std::optional<SsdTierOptions> o = std::nullopt,
+      std::function<Status()> commit_hook = nullptr) {
+    const SsdTierOptions options = PausedWriterOptions(clock, fs, std::move(o));
+    auto tier = commit_hook ? testing::OpenSsdWithCommitHook(options, commit_hook)
+                            : testing::OpenSsd(options);
     if (tier == nullptr) return nullptr;
     fs_.AddFault({.op = FaultOp::kWrite, .path_contains = ".seg", .count = 1});
     tier->OnEvict(m, PayloadOf(m), true);
@@ -1825,6 +1829,50 @@ TEST_F(SsdFaultTest, APutBegunAfterANewerVersionWasQueuedSupersedesIt) {
 
 TEST_F(SsdFaultTest, ARemoveBegunAfterANewerVersionWasQueuedSupersedesIt) {
   ExpectACallBegunAfterANewerVersionWasQueuedSupersedesIt(/*remove=*/true);
+}
+
+// A Put that held nothing (nothing of its key was queued when it began)
+// fails after a version was queued and a second Put of the key, begun
+// after that, holds it. The failed Put's Release counted the second one's
+// hold off, so once that Put committed the version queued before it was
+// still queued (its own Release found no hold): served, then written over
+// the acknowledged Put.
+TEST_F(SsdFaultTest, AFailedPutThatHeldNothingLeavesAnotherPutsHoldAlone) {
+  FakeClock clock;
+  testing::GatedFileSystem gated(&fs_);
+  testing::Gate commit_gate;
+  std::atomic<bool> stop_a_commit{false};
+  auto tier = OpenWithTheWriterPausedAfterAFailure(&clock, ChainBlock(9, 0), &gated,
+                                                   std::nullopt, [&] {
+                                                     if (stop_a_commit.exchange(false))
+                                                       commit_gate.Pass();
+                                                     return Status::OK();
+                                                   });
+  ASSERT_NE(tier, nullptr);
+  const BlockMeta m = ChainBlock(0, 0);
+  const SharedBytes later = SharedBytes::Copy(std::string(3000, 'b'));
+  std::future<Status> failing = StartStoppedAtTheGate(gated, ".seg", [&] {
+    return tier->Put(m, SharedBytes::Copy(std::string(3000, 'a')), false);
+  });
+  const std::vector<std::filesystem::path> files = testing::SegmentFiles(Options().path);
+  ASSERT_EQ(files.size(), 1u) << "the stopped Put's segment alone";
+  fs_.AddFault(
+      {.op = FaultOp::kWrite, .path_contains = files[0].filename().string(), .count = 1});
+  tier->OnEvict(m, PayloadOf(m), /*dirty=*/true);
+  stop_a_commit = true;
+  std::future<Status> put =
+      std::async(std::launch::async, [&] { return tier->Put(m, later, false); });
+  gated.gate().WaitForArrivals(2);
+  gated.gate().Open();
+  EXPECT_FALSE(failing.get().ok());
+  commit_gate.Open();
+  ASSERT_OK(put.get());
+  ASSERT_OK_AND_ASSIGN(SharedBytes served, tier->Get(m.key));
+  EXPECT_TRUE(served.view() == later.view()) << "the older queued version served";
+  clock.AdvanceMillis(3'600'000);
+  ASSERT_OK(tier->Flush());
+  ASSERT_OK_AND_ASSIGN(SharedBytes stored, tier->Get(m.key));
+  EXPECT_TRUE(stored.view() == later.view()) << "the older queued version written";
 }
 
 // A segment whose end holds no footer: a short write (ENOSPC midway, one
