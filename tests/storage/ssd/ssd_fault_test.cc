@@ -1167,6 +1167,34 @@ TEST_F(SsdFaultTest, SegmentsThatVanishedAsAWholeAreRefusedAndLeftAsTheyWere) {
   EXPECT_EQ(tier->open_report().missing_segments, 2u);
 }
 
+// The same with the marker of an interrupted rebuild beside the metadata (a
+// repair killed before it set the database aside, the machine restarted with
+// the drive not mounted): the open rebuilt an empty index from the empty
+// mount point, the database set aside, and took writes there: a block stored
+// then was lost when the drive came back. The count is now made before
+// anything is written, with a read-only open of the database, and refuses.
+TEST_F(SsdFaultTest, AnInterruptedRebuildWhoseSegmentsVanishedIsRefusedToo) {
+  SsdTierOptions o = Options();
+  const std::vector<BlockMeta> blocks = {ChainBlock(0, 0), ChainBlock(1, 0)};
+  StoreAndClose(o, {blocks[0]});
+  StoreAndClose(o, {blocks[1]});
+  std::ofstream(o.path + "/" + ssd::kRebuildMarker) << "";
+  const std::filesystem::path segments = dir_.path() / "ssd" / "segments";
+  const std::filesystem::path mounted = dir_.path() / "mounted";
+  std::filesystem::rename(segments, mounted);
+  std::filesystem::create_directory(segments);
+  StatusOr<std::unique_ptr<SsdTier>> refused = SsdTier::Open(o);
+  ASSERT_FALSE(refused.ok()) << "rebuilt from the empty mount point";
+  EXPECT_NE(refused.status().message().find("is the drive mounted"), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_TRUE(std::filesystem::is_empty(segments)) << "the open wrote in segments/";
+  std::filesystem::remove(segments);
+  std::filesystem::rename(mounted, segments);
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(Present(*tier, blocks), blocks.size());
+}
+
 // Rewrites the metadata record of `block` in `tier`'s database as one of an
 // unknown, newer layout (version byte 3, its own checksum intact: not damage).
 void MakeItsRecordANewerLayouts(SsdTier& tier, const BlockMeta& block) {
