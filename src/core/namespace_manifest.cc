@@ -368,6 +368,10 @@ std::string StateShape(const LayerState& layer) {
   return square && !dims.empty() ? dims.substr(0, dims.rfind('x')) : dims;
 }
 
+// A KV tensor's heads: the axis before the token axis (ndim - 2); [tokens,
+// dim] is one head's.
+int64_t KvHeads(const Tensor& t) { return t.ndim() >= 3 ? t.dim(t.ndim() - 3) : 1; }
+
 // What `layer` holds, written as LayerShape::ToString writes the shape it
 // must equal.
 std::string StoredShape(const LayerState& layer, const LayerShape& asked) {
@@ -383,7 +387,17 @@ std::string StoredShape(const LayerState& layer, const LayerShape& asked) {
                                : kv.substr(0, x) + "x" + kv.substr(kv.rfind('x') + 1);
     const uint32_t ring =
         CacheTypeRegistry::IsRotatingFamily(layer.cache_type) ? RingSize(layer) : 0;
-    return heads_dim + (ring > 0 ? "w" + std::to_string(ring) : "");
+    const std::string shape = heads_dim + (ring > 0 ? "w" + std::to_string(ring) : "");
+    // The values (every later tensor) may have another head dim (a latent
+    // cache's), never other heads than the keys: such a layer is no shape a
+    // LayerShape writes.
+    for (size_t t = 1; t < layer.tensors.size(); ++t) {
+      if (KvHeads(layer.tensors[t]) != KvHeads(keys)) {
+        return shape + " with values of " + std::to_string(KvHeads(layer.tensors[t])) +
+               " heads";
+      }
+    }
+    return shape;
   }
   return "0x0r" + std::to_string(RingSize(layer)) + "x" + LastDims(keys, 1) + ":" +
          StateShape(layer);

@@ -454,6 +454,29 @@ TEST_F(PrefixCacheRestoreTest, StoreRefusesFullAttentionKvOfAnotherShapeThanTheS
   EXPECT_EQ(r.layers[1].tensors, packed.tensors);
 }
 
+// The spec's shapes name the keys' heads and head dim; the values may have
+// another head dim (a latent cache's) but are the same heads: values of other
+// heads were acknowledged and restored in the spec's name.
+TEST_F(PrefixCacheRestoreTest, StoreRefusesValuesOfOtherHeadsThanTheKeys) {
+  NamespaceSpec spec = KvOnlySpec();
+  spec.layer_shapes = ParseLayerShapes("2x8,2x8").value();
+  const Namespace ns = Register(spec);
+  const int64_t n = 2 * kBlockTokens;
+  LayerState one_head_values = KvLayer(n, &rng_);
+  one_head_values.tensors[1] = testing::RandomTensor(rng_, DType::kFloat32, {1, 1, n, 8});
+  const StatusOr<StoreResult> refused =
+      tiers_->cache().Store(ns, Tokens(2), {KvLayer(n, &rng_), one_head_values});
+  EXPECT_TRUE(refused.status().IsInvalidArgument()) << refused.status().ToString();
+  EXPECT_TRUE(tiers_->cache().Match(ns, Tokens(2))->keys.empty()) << "the store wrote";
+  LayerState narrow_values = KvLayer(n, &rng_);
+  narrow_values.tensors[1] = testing::RandomTensor(rng_, DType::kFloat32, {1, 2, n, 4});
+  const std::vector<LayerState> latent = {KvLayer(n, &rng_), narrow_values};
+  ASSERT_OK(tiers_->cache().Store(ns, Tokens(2), latent));
+  const RestoreResult r = MatchAndRestore(ns, Tokens(2));
+  ASSERT_EQ(r.restored_tokens, static_cast<uint64_t>(n)) << r.reason;
+  EXPECT_EQ(r.layers, latent);
+}
+
 // KV of other heads than the spec's already in the tiers (stored before Store
 // compared it, by an older binary, or fetched from a node of one through the
 // remote tier; here written behind the store's back) is refused by a restore

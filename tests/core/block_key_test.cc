@@ -400,6 +400,17 @@ TEST(NamespaceManifest, CheckLayerShapesComparesAStoredBlockWithTheShapes) {
   rec.layers[0] = StoredLayer("KVCache", {4, 128}, {4, 128}, {"4"});
   EXPECT_EQ(refused(0, "8x128").message(), "layer 0 holds 1x128, not 8x128");
   EXPECT_OK(refused(0, "1x128"));
+  // Values may have another head dim than the keys, never other heads.
+  rec.layers[0] = StoredLayer("KVCache", {8, 4, 128}, {8, 4, 64}, {"4"});
+  EXPECT_OK(CheckLayerShapes(rec, shapes));
+  rec.layers[0] = StoredLayer("KVCache", {8, 4, 128}, {1, 4, 128}, {"4"});
+  EXPECT_EQ(refused(0, "8x128").message(),
+            "layer 0 holds 8x128 with values of 1 heads, not 8x128");
+  rec.layers[0] = StoredLayer("KVCache", {8, 4, 128}, {8, 4, 128}, {"4"});
+  rec.layers[1] = StoredLayer("RotatingKVCache", {1, 8, 4, 128}, {1, 4, 4, 128},
+                              {"0", "4096", "10", "10"});
+  EXPECT_EQ(refused(1, "8x128w4096").message(),
+            "layer 1 holds 8x128w4096 with values of 4 heads, not 8x128w4096");
 }
 
 }  // namespace
