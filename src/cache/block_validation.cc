@@ -116,9 +116,25 @@ Status CheckLayers(const cache::NamespaceState& ns, const BlockRecord& rec, size
   return Status::OK();
 }
 
+// A quantized layer packs its head dim (words, scales) by its bits and group,
+// which a LayerShape does not describe, but not its heads: every tensor has
+// the spec's KV heads on the axis before the tokens ([tokens, words]: one).
+Status CheckQuantizedHeads(const LayerState& layer, size_t l, const LayerShape& shape) {
+  if (layer.placeholder) return Status::OK();
+  for (const Tensor& t : layer.tensors) {
+    const int64_t heads = TokenAxis(t) > 0 ? t.dim(TokenAxis(t) - 1) : 1;
+    if (heads != shape.kv_heads) {
+      return Status::InvalidArgument("layer " + std::to_string(l) +
+                                     " holds quantized KV of " + std::to_string(heads) +
+                                     " heads, not " + shape.ToString());
+    }
+  }
+  return Status::OK();
+}
+
 // CheckLayerShapes against the spec, every layer in a namespace adopted from
-// before its shapes were keyed, else every layer but a quantized one (its
-// packed words and scales are not what a LayerShape describes).
+// before its shapes were keyed, else every layer but a quantized one, whose
+// heads alone are compared (CheckQuantizedHeads).
 Status CompareWithSpecShapes(const cache::NamespaceState& ns, const BlockRecord& record) {
   const bool quantized = std::find(ns.families.begin(), ns.families.end(),
                                    CacheFamily::kQuantizedKV) != ns.families.end();
@@ -126,9 +142,13 @@ Status CompareWithSpecShapes(const cache::NamespaceState& ns, const BlockRecord&
     return CheckLayerShapes(record, ns.spec.layer_shapes);
   BlockRecord checked;
   checked.layers = record.layers;  // the tensors share their bytes
-  for (size_t l = 0; l < checked.layers.size() && l < ns.families.size(); ++l) {
-    if (ns.families[l] == CacheFamily::kQuantizedKV)
-      checked.layers[l] = MakePlaceholder(checked.layers[l].cache_type);
+  for (size_t l = 0; l < checked.layers.size() && l < ns.families.size() &&
+                     l < ns.spec.layer_shapes.size();
+       ++l) {
+    if (ns.families[l] != CacheFamily::kQuantizedKV) continue;
+    PKV_RETURN_IF_ERROR(
+        CheckQuantizedHeads(checked.layers[l], l, ns.spec.layer_shapes[l]));
+    checked.layers[l] = MakePlaceholder(checked.layers[l].cache_type);
   }
   return CheckLayerShapes(checked, ns.spec.layer_shapes);
 }

@@ -31,8 +31,8 @@ Status ValidateBlock(const cache::NamespaceState& ns, const BlockRecord& record,
 // but a quantized one: the real window and recurrent (tip-only) layers and
 // the plain KV layers, which a restore refuses (ValidateBlock) and drops when
 // they do not fit: written, they were acknowledged and never restored.
-// A quantized layer packs its own dimensions (words, scales), which a
-// LayerShape does not describe. OK for a spec without shapes;
+// A quantized layer packs its head dim (words, scales), which a LayerShape
+// does not describe: only its KV heads are compared. OK for a spec without shapes;
 // InvalidArgument naming the first misfit.
 Status CheckStoredShapes(const cache::NamespaceState& ns, const BlockRecord& record);
 

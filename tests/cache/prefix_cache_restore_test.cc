@@ -25,6 +25,23 @@ using testing::Tokens;
 
 constexpr uint64_t kHotBytes = 64u << 20;
 
+// A KVCache and a QuantizedKVCache layer, both of 2 KV heads of 8.
+NamespaceSpec KvAndQuantizedSpec() {
+  NamespaceSpec spec = KvOnlySpec();
+  spec.layer_types = {"KVCache", "QuantizedKVCache"};
+  spec.layer_shapes = ParseLayerShapes("2x8,2x8").value();
+  return spec;
+}
+
+// A QuantizedKVCache layer of `tokens`, as if 4 bits: 8 values in one word.
+LayerState PackedKvLayer(int64_t tokens, int64_t heads) {
+  LayerState layer = KvLayer(tokens);
+  layer.cache_type = "QuantizedKVCache";
+  for (Tensor& t : layer.tensors)
+    t = Tensor::Filled(DType::kUInt32, {1, heads, tokens, 1}, 7);
+  return layer;
+}
+
 class PrefixCacheRestoreTest : public ::testing::Test {
  protected:
   Namespace Register(const NamespaceSpec& spec) {
@@ -428,14 +445,9 @@ TEST_F(PrefixCacheRestoreTest, StoreRefusesARecurrentStateOfAnotherLastDimension
 // deduplicated against it, and every restore handed back the other KV in the
 // spec's name. A quantized layer packs its own dimensions and is not compared.
 TEST_F(PrefixCacheRestoreTest, StoreRefusesFullAttentionKvOfAnotherShapeThanTheSpecs) {
-  NamespaceSpec spec = KvOnlySpec();
-  spec.layer_types = {"KVCache", "QuantizedKVCache"};
-  spec.layer_shapes = ParseLayerShapes("2x8,2x8").value();
-  const Namespace ns = Register(spec);
+  const Namespace ns = Register(KvAndQuantizedSpec());
   const int64_t n = 2 * kBlockTokens;
-  LayerState packed = KvLayer(n, &rng_);  // as if 4 bits: 8 values in one word
-  packed.cache_type = "QuantizedKVCache";
-  for (Tensor& t : packed.tensors) t = Tensor::Filled(DType::kUInt32, {1, 2, n, 1}, 7);
+  const LayerState packed = PackedKvLayer(n, 2);
   for (const std::vector<int64_t>& other :
        {std::vector<int64_t>{1, 1, n, 8}, std::vector<int64_t>{1, 2, n, 4}}) {
     LayerState kv = KvLayer(n);
@@ -452,6 +464,23 @@ TEST_F(PrefixCacheRestoreTest, StoreRefusesFullAttentionKvOfAnotherShapeThanTheS
   ASSERT_EQ(r.restored_tokens, static_cast<uint64_t>(n)) << r.reason;
   EXPECT_EQ(r.layers[0].tensors, right[0].tensors);
   EXPECT_EQ(r.layers[1].tensors, packed.tensors);
+}
+
+// A quantized layer packs its head dim (words, scales) by bits and group,
+// which a LayerShape does not describe, but not its heads: packed KV of other
+// heads than the spec's was acknowledged and restored in the spec's name.
+TEST_F(PrefixCacheRestoreTest, StoreRefusesQuantizedKvOfOtherHeadsThanTheSpecs) {
+  const Namespace ns = Register(KvAndQuantizedSpec());
+  const int64_t n = 2 * kBlockTokens;
+  const StatusOr<StoreResult> refused =
+      tiers_->cache().Store(ns, Tokens(2), {KvLayer(n, &rng_), PackedKvLayer(n, 1)});
+  EXPECT_TRUE(refused.status().IsInvalidArgument()) << refused.status().ToString();
+  EXPECT_TRUE(tiers_->cache().Match(ns, Tokens(2))->keys.empty()) << "the store wrote";
+  const std::vector<LayerState> right = {KvLayer(n, &rng_), PackedKvLayer(n, 2)};
+  ASSERT_OK(tiers_->cache().Store(ns, Tokens(2), right));
+  const RestoreResult r = MatchAndRestore(ns, Tokens(2));
+  ASSERT_EQ(r.restored_tokens, static_cast<uint64_t>(n)) << r.reason;
+  EXPECT_EQ(r.layers[1].tensors, right[1].tensors);
 }
 
 // The spec's shapes name the keys' heads and head dim; the values may have
