@@ -200,8 +200,8 @@ StatusOr<std::vector<LayerShape>> ParseLayerShapes(std::string_view text);
 
 // Whether the tensors of a stored block fit `shapes` (one per layer): every
 // layer that carries state has keys [..., kv_heads, tokens, head_dim] ([tokens,
-// head_dim]: one head), values of as many heads (their head dim is not
-// compared) and, with a window, rotating meta of that window; a
+// head_dim]: one head), plain KV and windows values of as many heads (their
+// head dim is not compared) and, with a window, rotating meta of that window; a
 // recurrent layer a conv ring of `channels` wide rows in a ring of
 // `conv_tokens` and a state [..., state_heads, state_dim, state_dim].
 // Placeholders fit anything. InvalidArgument naming the first layer that does

@@ -388,10 +388,14 @@ std::string StoredShape(const LayerState& layer, const LayerShape& asked) {
     const uint32_t ring =
         CacheTypeRegistry::IsRotatingFamily(layer.cache_type) ? RingSize(layer) : 0;
     const std::string shape = heads_dim + (ring > 0 ? "w" + std::to_string(ring) : "");
-    // The values (every later tensor) may have another head dim (a latent
-    // cache's), never other heads than the keys: such a layer is no shape a
-    // LayerShape writes.
-    for (size_t t = 1; t < layer.tensors.size(); ++t) {
+    // The values (every later tensor of plain KV or a window) may have
+    // another head dim (a latent cache's), never other heads than the keys:
+    // such a layer is no shape a LayerShape writes. A composite layer's later
+    // tensors are its other caches', not values.
+    const StatusOr<CacheFamily> family = CacheTypeRegistry::Lookup(layer.cache_type);
+    const bool values = family.ok() && (*family == CacheFamily::kSliceableKV ||
+                                        *family == CacheFamily::kRotating);
+    for (size_t t = 1; values && t < layer.tensors.size(); ++t) {
       if (KvHeads(layer.tensors[t]) != KvHeads(keys)) {
         return shape + " with values of " + std::to_string(KvHeads(layer.tensors[t])) +
                " heads";

@@ -443,7 +443,8 @@ TEST_F(PrefixCacheRestoreTest, StoreRefusesARecurrentStateOfAnotherLastDimension
 // dim too: KV of other heads or another head dim was acknowledged (only a
 // window or recurrent state was compared), the right KV stored after it was
 // deduplicated against it, and every restore handed back the other KV in the
-// spec's name. A quantized layer packs its own dimensions and is not compared.
+// spec's name. A quantized layer packs its head dim: only its heads are
+// compared (StoreRefusesQuantizedKvOfOtherHeadsThanTheSpecs).
 TEST_F(PrefixCacheRestoreTest, StoreRefusesFullAttentionKvOfAnotherShapeThanTheSpecs) {
   const Namespace ns = Register(KvAndQuantizedSpec());
   const int64_t n = 2 * kBlockTokens;

@@ -411,6 +411,9 @@ TEST(NamespaceManifest, CheckLayerShapesComparesAStoredBlockWithTheShapes) {
                               {"0", "4096", "10", "10"});
   EXPECT_EQ(refused(1, "8x128w4096").message(),
             "layer 1 holds 8x128w4096 with values of 4 heads, not 8x128w4096");
+  // A composite layer's later tensors are its other caches', not values.
+  rec.layers[1] = StoredLayer("CacheList", {1, 8, 4, 128}, {1, 3, 32}, {});
+  EXPECT_OK(refused(1, "8x128"));
 }
 
 }  // namespace
