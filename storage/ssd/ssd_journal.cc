@@ -97,15 +97,8 @@ JournalContents LoadJournal(FileSystem* fs, const std::string& dir) {
                             (offset & kCommitFlag) != 0,
                             (offset & kConfirmFlag) != 0,
                             (offset & kExtentOnlyFlag) != 0};
-    const size_t at = out.records.size();
-    if (IsRemovalRecord(rec)) {
-      out.removed_at[{rec.segment, rec.offset}] = at;
-      if (!rec.extent_only) out.last_removal[{rec.key, rec.checksum}] = at;
-    } else if (IsCommitRecord(rec)) {
-      out.last_commit_at[{rec.segment, rec.offset}] = at;
-    }
     out.next_segment = std::max(out.next_segment, rec.segment + 1);
-    out.records.push_back(rec);
+    out.AddRecord(rec);
   }
   if (n == 0) {
     out.problem = "removal journal is empty";
@@ -134,6 +127,62 @@ bool JournalContents::Excludes(const BlockKey& key, uint64_t checksum, uint64_t 
   const auto removal = last_removal.find({key, checksum});
   if (removal == last_removal.end()) return false;
   return !committed_here || commit->second < removal->second;
+}
+
+void JournalContents::AddRecord(const JournalRecord& rec) {
+  const size_t at = records.size();
+  if (IsRemovalRecord(rec)) {
+    removed_at[{rec.segment, rec.offset}] = at;
+    if (!rec.extent_only) last_removal[{rec.key, rec.checksum}] = at;
+  } else if (IsCommitRecord(rec)) {
+    last_commit_at[{rec.segment, rec.offset}] = at;
+  }
+  records.push_back(rec);
+}
+
+JournalContents JournalContents::WithoutUncommittedRemovals() const {
+  using Place = std::pair<uint64_t, uint64_t>;
+  std::map<Place, size_t> first_commit_at, last_confirm_at;
+  std::map<BlockKey, size_t> last_commit_of;  // the key's last commit record
+  for (size_t i = 0; i < records.size(); ++i) {
+    const JournalRecord& r = records[i];
+    const Place place(r.segment, r.offset);
+    if (IsCommitRecord(r)) {
+      first_commit_at.try_emplace(place, i);
+      last_commit_of[r.key] = i;
+    } else if (r.confirm) {
+      last_confirm_at[place] = i;
+    }
+  }
+  // Whether removal `i` names a committed version and nothing after it
+  // shows that its own commit ran: no confirm of it, no commit of its key (a
+  // replacing store's or a compaction move's, appended before the confirm).
+  auto uncommitted = [&](size_t i) {
+    const JournalRecord& r = records[i];
+    const Place place(r.segment, r.offset);
+    const auto commit = first_commit_at.find(place);
+    if (commit == first_commit_at.end() || commit->second > i ||
+        records[commit->second].key != r.key ||
+        records[commit->second].checksum != r.checksum) {
+      return false;  // an advance record of a store, or garbage: dead
+    }
+    if (const auto c = last_confirm_at.find(place);
+        c != last_confirm_at.end() && c->second > i) {
+      return false;
+    }
+    return last_commit_of.at(r.key) < i;
+  };
+  JournalContents out;
+  out.usable = usable;
+  out.problem = problem;
+  out.read_error = read_error;
+  out.barrier = barrier;
+  out.next_segment = next_segment;
+  for (size_t i = 0; i < records.size(); ++i) {
+    if (IsRemovalRecord(records[i]) && uncommitted(i)) continue;
+    out.AddRecord(records[i]);
+  }
+  return out;
 }
 
 bool JournalContents::Commits(const BlockKey& key, uint64_t checksum, uint64_t segment,

@@ -142,10 +142,30 @@ struct JournalContents {
   bool Commits(const BlockKey& key, uint64_t checksum, uint64_t segment,
                uint64_t offset) const;
 
-  // Indexes of `records` for Excludes, filled by LoadJournal.
+  // The journal as a flush-mode roll-forward reads it: without the removals
+  // of a committed version whose own commit never ran. Such a removal (of a
+  // version a commit record names before it, with no confirm of it and no
+  // commit record of its key after it: a replacing store appends its new
+  // versions' commit records, a compaction its move's, before confirming)
+  // was journaled by a store, replacement or removal that a kill -9 cut
+  // before its commit, never acknowledged; the version
+  // it names is still the key's, as RollForward already decides for a
+  // version the metadata holds. Left in, it excluded that version from the
+  // roll-forward of the commits the kill took with the memtable: a SET
+  // killed before its commit lost the key's acknowledged value as well
+  // (SsdFaultTest.AFlushModeKillBeforeAReplacingCommitKeepsTheAcknowledgedVersion).
+  // Only there: in wal and sync mode a kill loses no commit, and a power cut
+  // can take a committed removal's confirm (appended unsynced). A rebuild,
+  // with no metadata to weigh them against, keeps them all.
+  JournalContents WithoutUncommittedRemovals() const;
+
+  // Indexes of `records` for Excludes, filled by LoadJournal (AddRecord).
   std::map<std::pair<uint64_t, uint64_t>, size_t> removed_at;    // place -> last removal
   std::map<std::pair<BlockKey, uint64_t>, size_t> last_removal;  // (key, checksum)
   std::map<std::pair<uint64_t, uint64_t>, size_t> last_commit_at;  // (segment, offset)
+
+  // Appends `rec` to `records` and the indexes.
+  void AddRecord(const JournalRecord& rec);
 };
 // Reads `dir`/kJournalName. A damaged record anywhere makes it unusable (the
 // removal it held is unknown); a partial record at the end (a write cut by

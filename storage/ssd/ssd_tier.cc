@@ -188,8 +188,15 @@ rocksdb::Status ssd::TierImpl::DbWrite(const rocksdb::WriteOptions& o,
   return db_->Write(o, batch);
 }
 
+void ssd::TierImpl::FinishRemovals(bool committed) {
+  ConfirmRemovals(committed);  // the removals this commit made, if it made them
+  // A confirm record lost with the journal just now: the commit is in the
+  // memtable alone (logged from the next one on).
+  if (committed) (void)CoverALostJournal();
+}
+
 Status ssd::TierImpl::Commit(rocksdb::WriteBatch* batch, Deltas deltas, OwnerId owner,
-                             bool relaxed) {
+                             bool relaxed, bool confirm_later) {
   if (options_.read_only) {
     return Status::NotSupported("ssd tier: " + options_.path + " is opened read-only");
   }
@@ -235,10 +242,7 @@ Status ssd::TierImpl::Commit(rocksdb::WriteBatch* batch, Deltas deltas, OwnerId 
     s = FromRocks(rs, "write");
   }
   NoteWriteResult(s);
-  ConfirmRemovals(s.ok());  // the removals this commit made, if it made them
-  // A confirm record lost with the journal just now: the commit is in the
-  // memtable alone (logged from the next one on).
-  if (s.ok()) (void)CoverALostJournal();
+  if (!confirm_later) FinishRemovals(s.ok());
   if (!s.ok()) {
     NoteNoSpace(s);  // the reserve gives the database room to resume
     MutexLock lock(&mu_);
@@ -367,7 +371,8 @@ Status ssd::TierImpl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
     rocksdb::WriteBatch batch;
     Deltas deltas;
     BatchStoredMeta(items, stored, old, &batch, &deltas);
-    s = Commit(&batch, std::move(deltas), items.front().meta.owner);
+    s = Commit(&batch, std::move(deltas), items.front().meta.owner, /*relaxed=*/false,
+               /*confirm_later=*/true);
     {
       MutexLock lock(&mu_);
       IndexStored(items, stored, old, dirty, s.ok());
@@ -375,6 +380,12 @@ Status ssd::TierImpl::Store(const std::vector<ssd::WriteBackItem>& items, bool d
     // Under the blocks' locks: a Remove of one of them journals its removal
     // after this commit record, never before (JournalContents::Excludes).
     JournalStoreOutcome(items, stored, s.ok());
+    // The replaced versions' removals are confirmed after the new versions'
+    // commit records. Confirmed before them, a kill -9 in between (in flush
+    // mode, the commit lost with the memtable) left a confirmed removal and
+    // a new version no record named committed, and the roll-forward
+    // restored neither (JournalContents::WithoutUncommittedRemovals).
+    FinishRemovals(s.ok());
   }
   // After the index update: a reclaim pass that sees the segment no longer
   // pending also sees the new references.

@@ -446,8 +446,13 @@ class TierImpl {
   };
   // Writes `batch` with `deltas` and the pending event counters merged in.
   // `relaxed`: never synced (access-order updates). Counts and logs failures.
+  // `confirm_later`: the caller confirms the commit's removals itself
+  // (FinishRemovals), after journaling the commit records of what it stored.
   Status Commit(rocksdb::WriteBatch* batch, Deltas deltas, OwnerId owner,
-                bool relaxed = false) EXCLUDES(mu_);
+                bool relaxed = false, bool confirm_later = false) EXCLUDES(mu_);
+  // Confirms the removals this thread journaled for its commit, if it
+  // `committed` (ConfirmRemovals), then covers a journal lost meanwhile.
+  void FinishRemovals(bool committed);
   // The only call into RocksDB's write path, out of line: RocksDB is not
   // instrumented, so ThreadSanitizer attributes its internal memory traffic
   // (a write group's leader merging the followers' batches) to the caller;

@@ -1269,17 +1269,10 @@ std::unique_ptr<SsdTier> SsdFaultTest::OpenAfterAFlushModeChild(
   return testing::OpenSsd(o);
 }
 
-constexpr char kCutChildEnv[] = "PREFIXKV_SSD_CUT_CHILD";
-
-// CrashGarbage's child: stores `a` and `b` (acknowledged), then dies at the
+// Stores `a` and `b` (acknowledged) in a tier on `o`, then dies at the
 // metadata commit of `a` stored again with other bytes, after that payload
-// was written: a kill -9 between payload and commit.
-TEST(SsdFaultChild, DiesBetweenAPayloadAndItsCommit) {
-  const char* dir = std::getenv(kCutChildEnv);
-  if (dir == nullptr) GTEST_SKIP() << "only runs as CrashGarbage's child";
-  SsdTierOptions o = testing::TestSsdOptions(dir);
-  o.durability = SsdDurability::kSync;
-  o.reclaim_live_fraction = 0;
+// and its journal records were written: a kill -9 before the commit.
+[[noreturn]] void StoreTwoThenDieReplacingTheFirst(const SsdTierOptions& o) {
   std::atomic<bool> armed{false};
   auto tier = testing::OpenSsdWithCommitHook(o, [&]() -> Status {
     if (armed.load()) _exit(0);
@@ -1292,6 +1285,18 @@ TEST(SsdFaultChild, DiesBetweenAPayloadAndItsCommit) {
   armed = true;
   (void)tier->Put(a, testing::ConformancePayload(a.key, 1, 1500), true);
   _exit(5);
+}
+
+constexpr char kCutChildEnv[] = "PREFIXKV_SSD_CUT_CHILD";
+
+// CrashGarbage's child: StoreTwoThenDieReplacingTheFirst in sync mode.
+TEST(SsdFaultChild, DiesBetweenAPayloadAndItsCommit) {
+  const char* dir = std::getenv(kCutChildEnv);
+  if (dir == nullptr) GTEST_SKIP() << "only runs as CrashGarbage's child";
+  SsdTierOptions o = testing::TestSsdOptions(dir);
+  o.durability = SsdDurability::kSync;
+  o.reclaim_live_fraction = 0;
+  StoreTwoThenDieReplacingTheFirst(o);
 }
 
 // An extent written by a store that never committed (the process killed
@@ -1553,6 +1558,15 @@ TEST_F(SsdFaultTest, CrashGarbageExcludedOnlyByARemovalOfItsBytesIsNamedToo) {
   EXPECT_FALSE(tier->Contains(b.key)) << "a removed block brought back by the rebuild";
 }
 
+// In a child: stores `m` in a tier on `o` and closes it (in flush mode its
+// record reaches a table); _exit(2..4) when that fails.
+void StoreAndCloseOrExit(const SsdTierOptions& o, const BlockMeta& m) {
+  StatusOr<std::unique_ptr<SsdTier>> t = SsdTier::Open(o);
+  if (!t.ok()) _exit(2);
+  if (!(*t)->Put(m, PayloadOf(m), true).ok()) _exit(3);
+  if (!(*t)->Close().ok()) _exit(4);
+}
+
 constexpr char kFlushChildEnv[] = "PREFIXKV_SSD_FLUSH_CHILD";
 
 // FlushModeKill's child (a process of its own: RocksDB's threads do not
@@ -1565,12 +1579,7 @@ TEST(SsdFaultChild, FlushModeStoresThenDies) {
   SsdTierOptions o = testing::TestSsdOptions(dir);
   o.durability = SsdDurability::kFlush;
   const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
-  {
-    StatusOr<std::unique_ptr<SsdTier>> t = SsdTier::Open(o);
-    if (!t.ok()) _exit(2);
-    if (!(*t)->Put(a, PayloadOf(a), true).ok()) _exit(3);
-    if (!(*t)->Close().ok()) _exit(4);
-  }
+  StoreAndCloseOrExit(o, a);
   StatusOr<std::unique_ptr<SsdTier>> t = SsdTier::Open(o);
   if (!t.ok()) _exit(5);
   if (!(*t)->Put(b, PayloadOf(b), true).ok()) _exit(6);
@@ -1591,6 +1600,24 @@ TEST_F(SsdFaultTest, AFlushModeKillLosesNoBlockWhoseCommitRecordWasWritten) {
   EXPECT_EQ(Present(*tier, {a}), 1u)
       << "stored twice, never removed; open: " << tier->open_report().metadata_rollback;
   EXPECT_EQ(Present(*tier, {b}), 1u) << "its commit record was written";
+}
+
+constexpr char kFlushCutChildEnv[] = "PREFIXKV_SSD_FLUSH_CUT_CHILD";
+
+// FlushModeReplaceCut's child: in flush mode, with PREFIXKV_SSD_FLUSH_CUT_TABLE
+// set, stores `a` and closes (its record reaches a table), then
+// StoreTwoThenDieReplacingTheFirst (`a` stored again with the same bytes,
+// its record in the memtable with `b`'s).
+TEST(SsdFaultChild, FlushModeDiesBeforeAReplacingCommit) {
+  const char* dir = std::getenv(kFlushCutChildEnv);
+  if (dir == nullptr) GTEST_SKIP() << "only runs as FlushModeReplaceCut's child";
+  SsdTierOptions o = testing::TestSsdOptions(dir);
+  o.durability = SsdDurability::kFlush;
+  o.reclaim_live_fraction = 0;
+  if (std::getenv("PREFIXKV_SSD_FLUSH_CUT_TABLE") != nullptr) {
+    StoreAndCloseOrExit(o, ChainBlock(0, 0));
+  }
+  StoreTwoThenDieReplacingTheFirst(o);
 }
 
 constexpr char kBrokenJournalChildEnv[] = "PREFIXKV_SSD_BROKEN_JOURNAL_CHILD";
@@ -1641,6 +1668,62 @@ TEST_F(SsdFaultTest, AFlushModeKillAfterAJournalFailureKeepsEveryAcknowledgedCha
   EXPECT_FALSE(tier->Contains(a.key)) << "an acknowledged removal was undone by the kill";
   EXPECT_EQ(Present(*tier, {b}), 1u);
   EXPECT_EQ(Present(*tier, {c}), 1u) << "an acknowledged store was lost to the kill";
+}
+
+// A store that replaces a block journals the old bytes' removal (or, for
+// the same bytes, the old extent's) before its commit. In flush mode a kill
+// -9 between the two (a SET in flight) took the memtable's commits, and the
+// open rolled them forward taking that removal, whose commit never ran, for
+// a real one: `a`'s acknowledged version was excluded and the key held
+// neither version (prefixkv serve --write-through --durability flush lost 1
+// acknowledged value in 2 of 2 long runs of test_restart.py's kill loop).
+// Now such a removal does not take the version it names
+// (JournalContents::WithoutUncommittedRemovals), whether `a`'s record was in
+// the memtable or in a table.
+TEST_F(SsdFaultTest, AFlushModeKillBeforeAReplacingCommitKeepsTheAcknowledgedVersion) {
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
+  for (const bool in_table : {false, true}) {
+    SCOPED_TRACE(in_table ? "a in a table" : "a in the memtable");
+    if (in_table) setenv("PREFIXKV_SSD_FLUSH_CUT_TABLE", "1", 1);
+    std::filesystem::remove_all(dir_.path() / "flush");
+    auto tier = OpenAfterAFlushModeChild(kFlushCutChildEnv,
+                                         "FlushModeDiesBeforeAReplacingCommit");
+    unsetenv("PREFIXKV_SSD_FLUSH_CUT_TABLE");
+    ASSERT_NE(tier, nullptr);
+    EXPECT_EQ(Present(*tier, {a}), 1u)
+        << "acknowledged, lost to an unacknowledged replacement; open: "
+        << tier->open_report().metadata_rollback;
+    EXPECT_EQ(Present(*tier, {b}), 1u);
+  }
+}
+
+// The same kill a moment earlier: after the replacing store's payload write,
+// before its first journal record (the advance record naming the new extent
+// dead until its commit), made here by cutting those records off the child's
+// journal. The new extent, named by nothing, was taken for a version of `a`
+// that disagreed with the acknowledged one, and the roll-forward restored
+// neither (kills of a SET loop against serve --durability flush: 8 of 30
+// lost a value, with the fix above). Now an extent past the last place the
+// journal or metadata names in its segment is never a version a
+// roll-forward restores.
+TEST_F(SsdFaultTest, AFlushModeKillAfterAPayloadKeepsTheAcknowledgedVersion) {
+  const std::string dir = (dir_.path() / "flush").string();
+  const int status = RunChild(kFlushCutChildEnv, dir,
+                              "SsdFaultChild.FlushModeDiesBeforeAReplacingCommit");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  const std::filesystem::path journal =
+      dir_.path() / "flush" / "segments" / "removals.pkvj";
+  // The replacing store's advance record and its removal of `a`'s bytes.
+  std::filesystem::resize_file(journal, std::filesystem::file_size(journal) - 2 * 48);
+  SsdTierOptions o = testing::TestSsdOptions(dir);
+  o.durability = SsdDurability::kFlush;
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
+  EXPECT_EQ(Present(*tier, {a}), 1u)
+      << "acknowledged, lost to an unacknowledged replacement; open: "
+      << tier->open_report().metadata_rollback;
+  EXPECT_EQ(Present(*tier, {b}), 1u);
 }
 
 constexpr char kMidRunRewriteChildEnv[] = "PREFIXKV_SSD_MID_RUN_REWRITE_CHILD";
