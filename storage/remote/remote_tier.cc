@@ -580,15 +580,15 @@ class RemoteTierImpl {
 
   // The room a namespace had under `max_bytes` before a charge of `charged`
   // bytes brought its quota counter to `total`. Signed: a counter below zero
-  // (a refund that found it expired, before its fix-up back to zero) is
-  // room; read as unsigned it was huge, and the batch that fit was refused.
+  // (a refund that found it expired, before its fix-up back to zero) is an
+  // empty window, all of `max_bytes` (read as unsigned it was huge, and the
+  // batch that fit was refused); never more, so no batch writes past the
+  // limit in one window.
   static uint64_t RoomBefore(int64_t total, uint64_t charged, uint64_t max_bytes) {
     int64_t before;
-    if (__builtin_sub_overflow(total, static_cast<int64_t>(charged), &before))
-      return UINT64_MAX;  // far below zero
-    if (before <= 0) {
-      const uint64_t below = 0 - static_cast<uint64_t>(before);  // |before|
-      return max_bytes > UINT64_MAX - below ? UINT64_MAX : max_bytes + below;
+    if (__builtin_sub_overflow(total, static_cast<int64_t>(charged), &before) ||
+        before <= 0) {
+      return max_bytes;
     }
     const uint64_t used = static_cast<uint64_t>(before);
     return used >= max_bytes ? 0 : max_bytes - used;
