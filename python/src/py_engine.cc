@@ -255,8 +255,10 @@ void NoteOpenedEngine(const std::shared_ptr<PyEngine>& engine) {
 // (a stats scraper, an events() tail) holds it, so it was never collected,
 // hence never closed: the blocks it held in RAM for the SSD tier were lost.
 // The close waits for the thread's call in flight (daemon threads still run
-// during atexit); its later calls find the engine closed. A fork's copies
-// are let go of, not closed (PyEngine::Close).
+// during atexit); its later calls wait until the process ends. A fork's copies
+// are let go of, not closed (PyEngine::Close), and an engine whose call is
+// in a callback running Python code is flushed, not closed
+// (PyEngine::CloseAtExit).
 void CloseOpenedEnginesAtExit() {
   std::vector<std::weak_ptr<PyEngine>> engines;
   engines.swap(OpenedEngines());
@@ -264,7 +266,7 @@ void CloseOpenedEnginesAtExit() {
   for (const std::weak_ptr<PyEngine>& weak : engines) {
     const std::shared_ptr<PyEngine> engine = weak.lock();
     if (engine == nullptr) continue;
-    const Status closed = engine->Close();
+    const Status closed = engine->CloseAtExit();
     if (first.ok()) first = closed;
   }
   Check(first);

@@ -149,7 +149,10 @@ class PyEngine {
   auto Call(F&& fn) {
     CheckNotForked();
     return WithoutGil([&] {
-      if (InCall()) return fn(*engine_);
+      if (InCall()) {
+        WaitForEverOnceExiting();
+        return fn(*engine_);
+      }
       InFlight in_flight(this);
       CallScope scope(this);
       return fn(*engine_);
@@ -176,6 +179,41 @@ class PyEngine {
       closing_ = false;
       changed_.notify_all();
       return closed;
+    });
+  }
+  // Close at the program's end (the module's atexit function), except that
+  // a call whose callback runs Python code (restore_into's on_layer in a
+  // daemon thread) is not waited for: that code may wait for ever (for a
+  // consumer the program no longer runs), and the close waited with it, so
+  // the program never ended. The engine is flushed then (its blocks kept in
+  // RAM for the SSD tier written) and left open. No call starts any more:
+  // the threads that make one wait for ever, and the process ends around
+  // them, so nothing is stored after the flush.
+  Status CloseAtExit() {
+    if (Forked()) return Close();
+    return WithoutGil([&] {
+      std::unique_lock lock(mu_);
+      exiting_ = true;
+      changed_.notify_all();
+      // Another thread's close() also waits for the call in a callback.
+      changed_.wait(lock,
+                    [&] { return calls_ <= callbacks_ && (calls_ > 0 || !closing_); });
+      const bool parked = calls_ > 0;
+      if (parked) {
+        ++calls_;  // in flight itself: a close() pending elsewhere waits for it
+      } else {
+        closing_ = true;
+      }
+      lock.unlock();
+      const Status s = parked ? engine_->Flush() : engine_->Close();
+      lock.lock();
+      if (parked) {
+        --calls_;
+      } else {
+        closing_ = false;
+      }
+      changed_.notify_all();
+      return s;
     });
   }
   bool closed() const { return engine_ == nullptr || engine_->closed(); }
@@ -213,7 +251,8 @@ class PyEngine {
   struct InFlight {
     explicit InFlight(PyEngine* e) : e_(e) {
       std::unique_lock lock(e_->mu_);
-      e_->changed_.wait(lock, [&] { return !e_->closing_ || e_->callbacks_ > 0; });
+      e_->changed_.wait(
+          lock, [&] { return !e_->exiting_ && (!e_->closing_ || e_->callbacks_ > 0); });
       ++e_->calls_;
     }
     ~InFlight() {
@@ -225,6 +264,12 @@ class PyEngine {
     InFlight& operator=(const InFlight&) = delete;
     PyEngine* e_;
   };
+  // A call from a callback (not counted in flight) once the program ends:
+  // it would run after CloseAtExit's flush.
+  void WaitForEverOnceExiting() {
+    std::unique_lock lock(mu_);
+    changed_.wait(lock, [&] { return !exiting_; });
+  }
   // The engines whose Call this thread is inside (innermost last).
   static std::vector<const PyEngine*>& Calls() {
     thread_local std::vector<const PyEngine*> calls;
@@ -243,11 +288,12 @@ class PyEngine {
 
   std::unique_ptr<Engine> engine_;  // null in a fork after close()
   const pid_t pid_;                 // the process that opened it
-  std::mutex mu_;                   // guards the three below
+  std::mutex mu_;                   // guards the four below
   std::condition_variable changed_;
   size_t calls_ = 0;      // in flight (a callback's nested calls not counted)
   size_t callbacks_ = 0;  // running Python code inside a call in flight
   bool closing_ = false;  // a close() is waiting for calls_ == 0, or closing
+  bool exiting_ = false;  // CloseAtExit began: no call starts any more
 };
 
 // `held` (pins, blocks, a plan's staging) as a pointer whose last copy

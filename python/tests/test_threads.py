@@ -210,16 +210,12 @@ def test_threads_sharing_one_event_iterator_get_each_event_once(rng):
         assert it.next_seq == head + 1
 
 
-def test_a_program_ending_while_daemon_threads_call_its_engine_exits_and_keeps_its_blocks(
-        data_dir):
-    """A program ends while daemon threads still call its engine (a stats
-    scraper, an events() tail), the engine never closed. It aborted (SIGABRT,
-    'terminate called without an active exception'): Python ends a daemon
-    thread taking the GIL back at finalization with pthread_exit, and the
-    bindings took it back in a destructor, which may not unwind. And the
-    engine, held by the threads' calls, was never collected, hence never
-    closed: the 16 blocks stored for the SSD tier, acknowledged, were lost.
-    It must exit 0, and a reopen restore them all."""
+def end_a_program_and_reopen(data_dir, threads):
+    """Runs a program that opens an engine on data_dir, stores 64 tokens in
+    16 blocks (kept in RAM for the SSD tier), starts `threads` (the source
+    of daemon threads' bodies calling `e`, each calling `calling.wait()` once
+    in its call) and ends without closing it. It must exit 0 (within the
+    timeout), and a reopen restore all 64 tokens."""
     import subprocess
     import sys
     import textwrap
@@ -231,22 +227,58 @@ def test_a_program_ending_while_daemon_threads_call_its_engine_exits_and_keeps_i
         e = prefixkv.Engine.open(data_dir={data_dir!r}, hot_bytes=16 << 20, quiet=True)
         ns = e.register_model("test-model", ["KVCache"] * 2, block_tokens=4, dtype="float32")
         e.store(ns, list(range(64)), [[np.ones((1, 2, 64, 8), np.float32)] * 2] * 2)
-        calling = threading.Barrier(3)
-        def scrape():
-            calling.wait()
-            while True:
-                e.stats()
-        def tail():
-            calling.wait()
-            for _ in e.events(wait_ms=60_000):
-                pass
-        for target in (scrape, tail):
+        """) + textwrap.dedent(threads) + textwrap.dedent("""
+        targets = [f for name, f in list(globals().items()) if name.startswith("thread_")]
+        calling = threading.Barrier(len(targets) + 1)
+        for target in targets:
             threading.Thread(target=target, daemon=True).start()
         calling.wait()
-        time.sleep(0.2)  # both in their calls
+        time.sleep(0.2)  # all in their calls
         """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=120)
+    try:
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                             text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the program did not end within 30 s")
     assert out.returncode == 0, f"exit {out.returncode}: {out.stderr}"
     with prefixkv.Engine.open(data_dir=data_dir, hot_bytes=16 << 20, quiet=True) as e:
         assert e.match(register(e), list(range(64))).matched_tokens == 64
+
+
+def test_a_program_ending_while_daemon_threads_call_its_engine_exits_and_keeps_its_blocks(
+        data_dir):
+    """A program ends while daemon threads still call its engine (a stats
+    scraper, an events() tail), the engine never closed. It aborted (SIGABRT,
+    'terminate called without an active exception'): Python ends a daemon
+    thread taking the GIL back at finalization with pthread_exit, and the
+    bindings took it back in a destructor, which may not unwind. And the
+    engine, held by the threads' calls, was never collected, hence never
+    closed: the 16 blocks stored for the SSD tier, acknowledged, were lost.
+    It must exit 0, and a reopen restore them all."""
+    end_a_program_and_reopen(data_dir, """
+        def thread_scrape():
+            calling.wait()
+            while True:
+                e.stats()
+        def thread_tail():
+            calling.wait()
+            for _ in e.events(wait_ms=60_000):
+                pass
+        """)
+
+
+def test_a_program_ending_while_a_daemon_threads_on_layer_waits_for_ever_exits(data_dir):
+    """A program ends while a daemon thread's restore_into waits in on_layer
+    for ever (for a consumer the program no longer runs: a queue.put(), an
+    event). The close at exit waited for that call, so the program never
+    ended (killed, its 16 blocks kept in RAM for the SSD tier were lost). It
+    must exit 0, the engine flushed, and a reopen restore them all."""
+    end_a_program_and_reopen(data_dir, """
+        def thread_restore():
+            dests = [[np.zeros((1, 2, 8, 8), np.float32) for _ in range(2)]
+                     for _ in range(2)]
+            def on_layer(layer):
+                calling.wait()
+                threading.Event().wait()
+            e.restore_into(e.match(ns, list(range(8))), dests, on_layer=on_layer)
+        """)
