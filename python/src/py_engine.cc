@@ -255,7 +255,7 @@ void NoteOpenedEngine(const std::shared_ptr<PyEngine>& engine) {
 // (a stats scraper, an events() tail) holds it, so it was never collected,
 // hence never closed: the blocks it held in RAM for the SSD tier were lost.
 // The close waits for the thread's call in flight (daemon threads still run
-// during atexit); its later calls wait until the process ends. A fork's copies
+// during atexit); its later calls are refused. A fork's copies
 // are let go of, not closed (PyEngine::Close), and an engine whose call is
 // in a callback running Python code is flushed, not closed
 // (PyEngine::CloseAtExit).

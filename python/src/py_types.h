@@ -144,19 +144,27 @@ class PyEngine {
     if (Forked()) RaiseForked();
   }
 
-  // Runs fn(engine) without the GIL, counted in flight.
+  // Runs fn(engine) without the GIL, counted in flight. Refused once the
+  // program ends (CloseAtExit): it would run after the engine's flush there.
   template <typename F>
   auto Call(F&& fn) {
     CheckNotForked();
-    return WithoutGil([&] {
+    using Result = decltype(fn(*engine_));
+    std::optional<Result> result = WithoutGil([&]() -> std::optional<Result> {
       if (InCall()) {
-        WaitForEverOnceExiting();
+        if (Exiting()) return std::nullopt;
         return fn(*engine_);
       }
       InFlight in_flight(this);
+      if (!in_flight.counted) return std::nullopt;
       CallScope scope(this);
       return fn(*engine_);
     });
+    if (!result.has_value()) {
+      Raise(Status::InvalidArgument(
+          "engine is closed: the program is ending (its engines closed at exit)"));
+    }
+    return std::move(*result);
   }
   Status Close() {
     if (InCall()) {
@@ -170,6 +178,10 @@ class PyEngine {
     }
     return WithoutGil([&] {
       std::unique_lock lock(mu_);
+      // Flushed at exit with a call in a callback, whose end a close (an
+      // atexit function's after the module's, on the main thread) would
+      // wait for for ever.
+      if (exiting_) return Status::OK();
       changed_.wait(lock, [&] { return !closing_; });  // one close at a time
       closing_ = true;
       changed_.wait(lock, [&] { return calls_ == 0; });
@@ -186,9 +198,8 @@ class PyEngine {
   // daemon thread) is not waited for: that code may wait for ever (for a
   // consumer the program no longer runs), and the close waited with it, so
   // the program never ended. The engine is flushed then (its blocks kept in
-  // RAM for the SSD tier written) and left open. No call starts any more:
-  // the threads that make one wait for ever, and the process ends around
-  // them, so nothing is stored after the flush.
+  // RAM for the SSD tier written) and left open, and calls are refused
+  // from then on (as on a closed engine), so nothing is stored after it.
   Status CloseAtExit() {
     if (Forked()) return Close();
     return WithoutGil([&] {
@@ -211,6 +222,7 @@ class PyEngine {
         --calls_;
       } else {
         closing_ = false;
+        exiting_ = false;  // closed: calls are then as on any closed engine
       }
       changed_.notify_all();
       return s;
@@ -252,10 +264,12 @@ class PyEngine {
     explicit InFlight(PyEngine* e) : e_(e) {
       std::unique_lock lock(e_->mu_);
       e_->changed_.wait(
-          lock, [&] { return !e_->exiting_ && (!e_->closing_ || e_->callbacks_ > 0); });
-      ++e_->calls_;
+          lock, [&] { return e_->exiting_ || !e_->closing_ || e_->callbacks_ > 0; });
+      counted = !e_->exiting_;  // refused once the program ends
+      if (counted) ++e_->calls_;
     }
     ~InFlight() {
+      if (!counted) return;
       std::lock_guard lock(e_->mu_);
       --e_->calls_;
       e_->changed_.notify_all();
@@ -263,12 +277,11 @@ class PyEngine {
     InFlight(const InFlight&) = delete;
     InFlight& operator=(const InFlight&) = delete;
     PyEngine* e_;
+    bool counted = false;
   };
-  // A call from a callback (not counted in flight) once the program ends:
-  // it would run after CloseAtExit's flush.
-  void WaitForEverOnceExiting() {
-    std::unique_lock lock(mu_);
-    changed_.wait(lock, [&] { return !exiting_; });
+  bool Exiting() {
+    std::lock_guard lock(mu_);
+    return exiting_;
   }
   // The engines whose Call this thread is inside (innermost last).
   static std::vector<const PyEngine*>& Calls() {
@@ -293,7 +306,7 @@ class PyEngine {
   size_t calls_ = 0;      // in flight (a callback's nested calls not counted)
   size_t callbacks_ = 0;  // running Python code inside a call in flight
   bool closing_ = false;  // a close() is waiting for calls_ == 0, or closing
-  bool exiting_ = false;  // CloseAtExit began: no call starts any more
+  bool exiting_ = false;  // CloseAtExit closing, or flushed: calls refused
 };
 
 // `held` (pins, blocks, a plan's staging) as a pointer whose last copy

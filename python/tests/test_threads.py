@@ -210,16 +210,17 @@ def test_threads_sharing_one_event_iterator_get_each_event_once(rng):
         assert it.next_seq == head + 1
 
 
-def end_a_program_and_reopen(data_dir, threads):
+def end_a_program_and_reopen(data_dir, threads, first=""):
     """Runs a program that opens an engine on data_dir, stores 64 tokens in
     16 blocks (kept in RAM for the SSD tier), starts `threads` (the source
     of daemon threads' bodies calling `e`, each calling `calling.wait()` once
     in its call) and ends without closing it. It must exit 0 (within the
-    timeout), and a reopen restore all 64 tokens."""
+    timeout), and a reopen restore all 64 tokens. `first` runs before the
+    imports."""
     import subprocess
     import sys
     import textwrap
-    script = textwrap.dedent(f"""
+    script = textwrap.dedent(first) + textwrap.dedent(f"""
         import threading
         import time
         import numpy as np
@@ -272,7 +273,9 @@ def test_a_program_ending_while_a_daemon_threads_on_layer_waits_for_ever_exits(d
     for ever (for a consumer the program no longer runs: a queue.put(), an
     event). The close at exit waited for that call, so the program never
     ended (killed, its 16 blocks kept in RAM for the SSD tier were lost). It
-    must exit 0, the engine flushed, and a reopen restore them all."""
+    must exit 0, the engine flushed, and a reopen restore them all; a close
+    and a call after the module's atexit function (on the main thread) must
+    not wait."""
     end_a_program_and_reopen(data_dir, """
         def thread_restore():
             dests = [[np.zeros((1, 2, 8, 8), np.float32) for _ in range(2)]
@@ -281,4 +284,13 @@ def test_a_program_ending_while_a_daemon_threads_on_layer_waits_for_ever_exits(d
                 calling.wait()
                 threading.Event().wait()
             e.restore_into(e.match(ns, list(range(8))), dests, on_layer=on_layer)
+        """, first="""
+        import atexit
+        def close_after_the_modules_atexit_function():
+            e.close()
+            try:
+                e.stats()
+            except prefixkv.Error:
+                pass
+        atexit.register(close_after_the_modules_atexit_function)
         """)
