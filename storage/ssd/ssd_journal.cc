@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -43,6 +44,73 @@ void EncodeRecord(const JournalRecord& m, uint8_t* r) {
 std::string PathIn(const std::string& dir) { return dir + "/" + kJournalName; }
 
 std::atomic<uint64_t> compact_records_for_testing{0};
+
+// What tells whether a removal ran its commit (the records' indexes):
+// JournalContents::WithoutUncommittedRemovals, and a rewrite keeps it.
+class CommitEvidence {
+ public:
+  explicit CommitEvidence(const std::vector<JournalRecord>& records) : records_(records) {
+    for (size_t i = 0; i < records.size(); ++i) {
+      const JournalRecord& r = records[i];
+      if (IsCommitRecord(r)) {
+        first_commit_at_.try_emplace({r.segment, r.offset}, i);
+        last_commit_of_[r.key] = i;
+      } else if (r.confirm) {
+        last_confirm_at_[{r.segment, r.offset}] = i;
+      }
+    }
+  }
+  // For removal `i` of a committed version (a commit record names its place
+  // before it, with its key and bytes) with no confirm after it: that
+  // commit record. None for a confirmed one, an advance record of a store,
+  // garbage.
+  std::optional<size_t> CommitOfUnconfirmed(size_t i) const {
+    const JournalRecord& r = records_[i];
+    const Place place(r.segment, r.offset);
+    const auto commit = first_commit_at_.find(place);
+    if (commit == first_commit_at_.end() || commit->second > i ||
+        records_[commit->second].key != r.key ||
+        records_[commit->second].checksum != r.checksum) {
+      return std::nullopt;
+    }
+    if (const auto c = last_confirm_at_.find(place);
+        c != last_confirm_at_.end() && c->second > i) {
+      return std::nullopt;
+    }
+    return commit->second;
+  }
+  // The last commit record of `key` (one exists for a CommitOfUnconfirmed).
+  size_t LastCommitOf(const BlockKey& key) const { return last_commit_of_.at(key); }
+
+ private:
+  using Place = std::pair<uint64_t, uint64_t>;
+  const std::vector<JournalRecord>& records_;
+  std::map<Place, size_t> first_commit_at_, last_confirm_at_;
+  std::map<BlockKey, size_t> last_commit_of_;
+};
+
+// The commit records a rewrite keeps so that WithoutUncommittedRemovals
+// decides as before it: of each unconfirmed removal of a committed version,
+// its version's commit record and its key's last, if after it. Dropped (as
+// neither a segment's last commit nor its last live one), the removal of a
+// version whose replacing store a kill -9 cut before its commit was taken
+// for a real one at the next flush-mode open after all: a kill during the
+// open that rolled it forward, after that open's rewrite
+// (SsdFaultTest.AKillDuringTheOpenAfterAFlushModeReplacingKillKeepsTheAcknowledgedVersion).
+std::set<size_t> CommitsOfUnconfirmedRemovals(const std::vector<JournalRecord>& records) {
+  const CommitEvidence evidence(records);
+  std::set<size_t> out;
+  for (size_t i = 0; i < records.size(); ++i) {
+    if (!IsRemovalRecord(records[i])) continue;
+    const std::optional<size_t> commit = evidence.CommitOfUnconfirmed(i);
+    if (!commit) continue;
+    out.insert(*commit);
+    if (const size_t last = evidence.LastCommitOf(records[i].key); last > i) {
+      out.insert(last);
+    }
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -141,36 +209,13 @@ void JournalContents::AddRecord(const JournalRecord& rec) {
 }
 
 JournalContents JournalContents::WithoutUncommittedRemovals() const {
-  using Place = std::pair<uint64_t, uint64_t>;
-  std::map<Place, size_t> first_commit_at, last_confirm_at;
-  std::map<BlockKey, size_t> last_commit_of;  // the key's last commit record
-  for (size_t i = 0; i < records.size(); ++i) {
-    const JournalRecord& r = records[i];
-    const Place place(r.segment, r.offset);
-    if (IsCommitRecord(r)) {
-      first_commit_at.try_emplace(place, i);
-      last_commit_of[r.key] = i;
-    } else if (r.confirm) {
-      last_confirm_at[place] = i;
-    }
-  }
+  const CommitEvidence evidence(records);
   // Whether removal `i` names a committed version and nothing after it
   // shows that its own commit ran: no confirm of it, no commit of its key (a
   // replacing store's or a compaction move's, appended before the confirm).
   auto uncommitted = [&](size_t i) {
-    const JournalRecord& r = records[i];
-    const Place place(r.segment, r.offset);
-    const auto commit = first_commit_at.find(place);
-    if (commit == first_commit_at.end() || commit->second > i ||
-        records[commit->second].key != r.key ||
-        records[commit->second].checksum != r.checksum) {
-      return false;  // an advance record of a store, or garbage: dead
-    }
-    if (const auto c = last_confirm_at.find(place);
-        c != last_confirm_at.end() && c->second > i) {
-      return false;
-    }
-    return last_commit_of.at(r.key) < i;
+    return evidence.CommitOfUnconfirmed(i).has_value() &&
+           evidence.LastCommitOf(records[i].key) < i;
   };
   JournalContents out;
   out.usable = usable;
@@ -242,6 +287,7 @@ Status RemovalJournal::Rewrite(uint64_t barrier_if_new,
     }
   }
   std::set<std::pair<BlockKey, uint64_t>> kept_removals;
+  const std::set<size_t> weighed = CommitsOfUnconfirmedRemovals(old.records);
   std::vector<uint8_t> buf(kJournalRecordBytes);
   if (regenerated != nullptr) {
     for (const JournalRecord& m : *regenerated) {
@@ -262,7 +308,7 @@ Status RemovalJournal::Rewrite(uint64_t barrier_if_new,
     if (IsRemovalRecord(m) && !m.extent_only) kept_removals.insert({m.key, m.checksum});
     if (IsCommitRecord(m) && !keep_every_commit && last_commit[m.segment] != i &&
         !(last_live_commit.contains(m.segment) && last_live_commit[m.segment] == i) &&
-        !kept_removals.contains({m.key, m.checksum})) {
+        !kept_removals.contains({m.key, m.checksum}) && !weighed.contains(i)) {
       continue;
     }
     const size_t at = buf.size();

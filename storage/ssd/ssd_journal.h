@@ -59,7 +59,8 @@
 // rebuild restores none of them. The journal is rewritten at Open keeping
 // only the records of segments that still exist (compaction journals the
 // copy it made of a block removed meanwhile) and, of the commit records,
-// each segment's last and those of bytes a kept removal names before them;
+// each segment's last, those of bytes a kept removal names before them and
+// those WithoutUncommittedRemovals weighs an unconfirmed removal by;
 // and again while open when it has grown past kCompactRecords records since,
 // then keeping every commit record of those segments (commits the metadata
 // may not hold yet: flush mode's memtable).

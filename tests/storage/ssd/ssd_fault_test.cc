@@ -1726,6 +1726,36 @@ TEST_F(SsdFaultTest, AFlushModeKillAfterAPayloadKeepsTheAcknowledgedVersion) {
   EXPECT_EQ(Present(*tier, {b}), 1u);
 }
 
+// The kill of AFlushModeKillBeforeAReplacingCommitKeepsTheAcknowledgedVersion,
+// then a second one during the open that rolls it forward, after that
+// open's journal rewrite (RollForward journals what it does not take first,
+// through a rewrite: another writer's payload cut before its advance record
+// is enough) and before its metadata batch. The rewrite kept, of the commit
+// records, each segment's last: `a`'s, the one the removal of its bytes
+// names, was dropped, so the next open took that removal for a real one
+// (JournalContents::WithoutUncommittedRemovals knows a committed version only
+// by its commit record) and lost `a` after all.
+TEST_F(SsdFaultTest,
+       AKillDuringTheOpenAfterAFlushModeReplacingKillKeepsTheAcknowledgedVersion) {
+  const std::string dir = (dir_.path() / "flush").string();
+  const int status = RunChild(kFlushCutChildEnv, dir,
+                              "SsdFaultChild.FlushModeDiesBeforeAReplacingCommit");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  // The rewrite RollForward's AppendToJournal does, cut off there.
+  ASSERT_OK(ssd::RemovalJournal::Open(FileSystem::Default(), dir + "/segments",
+                                      /*barrier_if_new=*/0, [](uint64_t) { return true; })
+                .status());
+  SsdTierOptions o = testing::TestSsdOptions(dir);
+  o.durability = SsdDurability::kFlush;
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
+  EXPECT_EQ(Present(*tier, {a}), 1u)
+      << "acknowledged, lost to an unacknowledged replacement; open: "
+      << tier->open_report().metadata_rollback;
+  EXPECT_EQ(Present(*tier, {b}), 1u);
+}
+
 constexpr char kMidRunRewriteChildEnv[] = "PREFIXKV_SSD_MID_RUN_REWRITE_CHILD";
 
 // MidRunRewrite's child: in flush mode, with the journal rewritten while
