@@ -90,18 +90,26 @@ class CommitEvidence {
 };
 
 // The commit records a rewrite keeps so that WithoutUncommittedRemovals
-// decides as before it: of each unconfirmed removal of a committed version,
-// its version's commit record and its key's last, if after it. Dropped (as
-// neither a segment's last commit nor its last live one), the removal of a
-// version whose replacing store a kill -9 cut before its commit was taken
-// for a real one at the next flush-mode open after all: a kill during the
-// open that rolled it forward, after that open's rewrite
+// decides as before it: of each unconfirmed removal of a committed version
+// in a segment `keep` keeps, its version's commit record and its key's
+// last, if after it, even of a segment unlinked since (a commit record of a
+// segment that is gone names no extent). Dropped (as neither a segment's
+// last commit nor its last live one), the removal of a version whose
+// replacing store a kill -9 cut before its commit was taken for a real one
+// at the next flush-mode open after all: a kill during the open that rolled
+// it forward, after that open's rewrite
 // (SsdFaultTest.AKillDuringTheOpenAfterAFlushModeReplacingKillKeepsTheAcknowledgedVersion).
-std::set<size_t> CommitsOfUnconfirmedRemovals(const std::vector<JournalRecord>& records) {
+// Dropped with the replacing version's segment (removed, then reclaimed),
+// the removal of the old version by a store killed before its confirm was
+// taken for one whose commit never ran, and every flush-mode open brought
+// the replaced and removed bytes back
+// (SsdFaultTest.AFlushModeKillBeforeAReplacingStoreConfirmsNeverBringsTheOldBytesBack).
+std::set<size_t> CommitsOfUnconfirmedRemovals(const std::vector<JournalRecord>& records,
+                                              const std::function<bool(uint64_t)>& keep) {
   const CommitEvidence evidence(records);
   std::set<size_t> out;
   for (size_t i = 0; i < records.size(); ++i) {
-    if (!IsRemovalRecord(records[i])) continue;
+    if (!IsRemovalRecord(records[i]) || !keep(records[i].segment)) continue;
     const std::optional<size_t> commit = evidence.CommitOfUnconfirmed(i);
     if (!commit) continue;
     out.insert(*commit);
@@ -287,7 +295,7 @@ Status RemovalJournal::Rewrite(uint64_t barrier_if_new,
     }
   }
   std::set<std::pair<BlockKey, uint64_t>> kept_removals;
-  const std::set<size_t> weighed = CommitsOfUnconfirmedRemovals(old.records);
+  const std::set<size_t> weighed = CommitsOfUnconfirmedRemovals(old.records, keep_);
   std::vector<uint8_t> buf(kJournalRecordBytes);
   if (regenerated != nullptr) {
     for (const JournalRecord& m : *regenerated) {
@@ -297,7 +305,7 @@ Status RemovalJournal::Rewrite(uint64_t barrier_if_new,
   EncodeHeader(barrier, next_segment, buf.data());
   for (size_t i = 0; i < old.records.size(); ++i) {
     const JournalRecord& m = old.records[i];
-    if (!keep_(m.segment)) continue;
+    if (!keep_(m.segment) && !weighed.contains(i)) continue;
     // A store's advance removal of its own extent, committed since: it
     // named crash garbage that never was (JournalContents::Excludes), and
     // that commit record may be dropped below.

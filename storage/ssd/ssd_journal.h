@@ -60,7 +60,8 @@
 // only the records of segments that still exist (compaction journals the
 // copy it made of a block removed meanwhile) and, of the commit records,
 // each segment's last, those of bytes a kept removal names before them and
-// those WithoutUncommittedRemovals weighs an unconfirmed removal by;
+// those WithoutUncommittedRemovals weighs an unconfirmed removal by (even
+// of a segment unlinked since);
 // and again while open when it has grown past kCompactRecords records since,
 // then keeping every commit record of those segments (commits the metadata
 // may not hold yet: flush mode's memtable).

@@ -278,6 +278,11 @@ class SsdFaultTest : public ::testing::Test {
   // flush mode after it; null (a failure) if either failed.
   std::unique_ptr<SsdTier> OpenAfterAFlushModeChild(const char* env,
                                                     const std::string& child);
+  // Runs FlushModeDiesBeforeAReplacingCommit, then `after` (a further fault)
+  // on its directory, and expects a flush-mode open to serve `a`'s
+  // acknowledged version and `b`.
+  void ExpectAReplacingKillKeepsTheAcknowledgedVersion(
+      const std::function<void(const std::string& dir)>& after);
 
   testing::TempDir dir_;
   FaultInjectionFileSystem fs_;
@@ -1627,14 +1632,20 @@ constexpr char kBrokenJournalChildEnv[] = "PREFIXKV_SSD_BROKEN_JOURNAL_CHILD";
 // the memtable, its commit record in the journal), removes `a` while the
 // journal's next write fails (the journal is deleted), and exits without
 // closing, as a kill -9 would (the memtable is lost).
+// A flush-mode child's options on `dir` through `fs`, nothing reclaimed.
+SsdTierOptions FlushChildOptions(const char* dir, FileSystem* fs) {
+  SsdTierOptions o = testing::TestSsdOptions(dir);
+  o.durability = SsdDurability::kFlush;
+  o.reclaim_live_fraction = 0;
+  o.file_system = fs;
+  return o;
+}
+
 TEST(SsdFaultChild, FlushModeRemovesWhileTheJournalFailsThenDies) {
   const char* dir = std::getenv(kBrokenJournalChildEnv);
   if (dir == nullptr) GTEST_SKIP() << "only runs as FlushModeJournalFailure's child";
   FaultInjectionFileSystem fs;
-  SsdTierOptions o = testing::TestSsdOptions(dir);
-  o.durability = SsdDurability::kFlush;
-  o.reclaim_live_fraction = 0;
-  o.file_system = &fs;
+  const SsdTierOptions o = FlushChildOptions(dir, &fs);
   const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0), c = ChainBlock(2, 0);
   {
     StatusOr<std::unique_ptr<SsdTier>> t = SsdTier::Open(o);
@@ -1697,6 +1708,24 @@ TEST_F(SsdFaultTest, AFlushModeKillBeforeAReplacingCommitKeepsTheAcknowledgedVer
   }
 }
 
+void SsdFaultTest::ExpectAReplacingKillKeepsTheAcknowledgedVersion(
+    const std::function<void(const std::string& dir)>& after) {
+  const std::string dir = (dir_.path() / "flush").string();
+  const int status = RunChild(kFlushCutChildEnv, dir,
+                              "SsdFaultChild.FlushModeDiesBeforeAReplacingCommit");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  after(dir);
+  SsdTierOptions o = testing::TestSsdOptions(dir);
+  o.durability = SsdDurability::kFlush;
+  auto tier = testing::OpenSsd(o);
+  ASSERT_NE(tier, nullptr);
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
+  EXPECT_EQ(Present(*tier, {a}), 1u)
+      << "acknowledged, lost to an unacknowledged replacement; open: "
+      << tier->open_report().metadata_rollback;
+  EXPECT_EQ(Present(*tier, {b}), 1u);
+}
+
 // The same kill a moment earlier: after the replacing store's payload write,
 // before its first journal record (the advance record naming the new extent
 // dead until its commit), made here by cutting those records off the child's
@@ -1707,23 +1736,11 @@ TEST_F(SsdFaultTest, AFlushModeKillBeforeAReplacingCommitKeepsTheAcknowledgedVer
 // journal or metadata names in its segment is never a version a
 // roll-forward restores.
 TEST_F(SsdFaultTest, AFlushModeKillAfterAPayloadKeepsTheAcknowledgedVersion) {
-  const std::string dir = (dir_.path() / "flush").string();
-  const int status = RunChild(kFlushCutChildEnv, dir,
-                              "SsdFaultChild.FlushModeDiesBeforeAReplacingCommit");
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  const std::filesystem::path journal =
-      dir_.path() / "flush" / "segments" / "removals.pkvj";
-  // The replacing store's advance record and its removal of `a`'s bytes.
-  std::filesystem::resize_file(journal, std::filesystem::file_size(journal) - 2 * 48);
-  SsdTierOptions o = testing::TestSsdOptions(dir);
-  o.durability = SsdDurability::kFlush;
-  auto tier = testing::OpenSsd(o);
-  ASSERT_NE(tier, nullptr);
-  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
-  EXPECT_EQ(Present(*tier, {a}), 1u)
-      << "acknowledged, lost to an unacknowledged replacement; open: "
-      << tier->open_report().metadata_rollback;
-  EXPECT_EQ(Present(*tier, {b}), 1u);
+  ExpectAReplacingKillKeepsTheAcknowledgedVersion([](const std::string& dir) {
+    const std::filesystem::path journal = dir + "/segments/removals.pkvj";
+    // The replacing store's advance record and its removal of `a`'s bytes.
+    std::filesystem::resize_file(journal, std::filesystem::file_size(journal) - 2 * 48);
+  });
 }
 
 // The kill of AFlushModeKillBeforeAReplacingCommitKeepsTheAcknowledgedVersion,
@@ -1737,23 +1754,108 @@ TEST_F(SsdFaultTest, AFlushModeKillAfterAPayloadKeepsTheAcknowledgedVersion) {
 // by its commit record) and lost `a` after all.
 TEST_F(SsdFaultTest,
        AKillDuringTheOpenAfterAFlushModeReplacingKillKeepsTheAcknowledgedVersion) {
+  ExpectAReplacingKillKeepsTheAcknowledgedVersion([](const std::string& dir) {
+    // The rewrite RollForward's AppendToJournal does, cut off there.
+    ASSERT_OK(ssd::RemovalJournal::Open(FileSystem::Default(), dir + "/segments",
+                                        /*barrier_if_new=*/0,
+                                        [](uint64_t) { return true; })
+                  .status());
+  });
+}
+
+constexpr char kDieAtConfirmChildEnv[] = "PREFIXKV_SSD_DIE_AT_CONFIRM_CHILD";
+
+// Passes every call through, but exits the process, as a kill -9 would,
+// at the first write of a confirm record to the journal once `armed`.
+class DieAtAConfirmFileSystem : public testing::ForwardingFileSystem {
+ public:
+  std::atomic<bool> armed{false};
+  StatusOr<std::unique_ptr<FileHandle>> OpenFile(
+      const std::string& path, const FileOpenOptions& options) override {
+    PKV_ASSIGN_OR_RETURN(std::unique_ptr<FileHandle> f,
+                         ForwardingFileSystem::OpenFile(path, options));
+    if (path.find(ssd::kJournalName) == std::string::npos) return f;
+    return std::unique_ptr<FileHandle>(std::make_unique<Handle>(std::move(f), &armed));
+  }
+
+ private:
+  class Handle : public testing::ForwardingFileHandle {
+   public:
+    Handle(std::unique_ptr<FileHandle> base, const std::atomic<bool>* armed)
+        : ForwardingFileHandle(std::move(base)), armed_(armed) {}
+    Status Write(uint64_t offset, const void* data, size_t n) override {
+      const auto* r = static_cast<const uint8_t*>(data);
+      if (armed_->load() && n == ssd::kJournalRecordBytes &&
+          (ssd::LoadLE64(r + 32) & ssd::kConfirmFlag) != 0) {
+        _exit(0);
+      }
+      return ForwardingFileHandle::Write(offset, data, n);
+    }
+
+   private:
+    const std::atomic<bool>* armed_;
+  };
+};
+
+// DieAtConfirm's child: in flush mode, with segments of two blocks, stores
+// `b` and `a` (one segment), then `a` again with other bytes (the next
+// segment), and dies after that store's commit and commit record, before it
+// confirms the removal of `a`'s first bytes: nothing was closed, the
+// memtable is lost.
+TEST(SsdFaultChild, FlushModeDiesBeforeAReplacingStoreConfirms) {
+  const char* dir = std::getenv(kDieAtConfirmChildEnv);
+  if (dir == nullptr) GTEST_SKIP() << "only runs as DieAtConfirm's child";
+  DieAtAConfirmFileSystem fs;
+  SsdTierOptions o = FlushChildOptions(dir, &fs);
+  o.segment_bytes = 2 * ssd::kExtentAlign;
+  auto tier = testing::OpenSsd(o);
+  if (tier == nullptr) _exit(2);
+  const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
+  if (!tier->Put(b, PayloadOf(b), true).ok()) _exit(3);
+  if (!tier->Put(a, PayloadOf(a), true).ok()) _exit(4);
+  fs.armed = true;
+  (void)tier->Put(a, testing::ConformancePayload(a.key, 1, 1500), true);
+  _exit(5);
+}
+
+// A replacing store killed between its commit record and its confirm (in
+// flush mode) left the removal of the old bytes with no confirm: its key's
+// later commit record was all that showed the removal real
+// (JournalContents::WithoutUncommittedRemovals). Once the new version was
+// removed (acknowledged) and its segment unlinked, a rewrite dropped that
+// commit record with the segment and kept the old version's (its own
+// segment's last), and every flush-mode open after took the removal for one
+// whose commit never ran: the old bytes, replaced and then removed, were
+// served again, after clean restarts.
+TEST_F(SsdFaultTest,
+       AFlushModeKillBeforeAReplacingStoreConfirmsNeverBringsTheOldBytesBack) {
   const std::string dir = (dir_.path() / "flush").string();
-  const int status = RunChild(kFlushCutChildEnv, dir,
-                              "SsdFaultChild.FlushModeDiesBeforeAReplacingCommit");
+  const int status = RunChild(kDieAtConfirmChildEnv, dir,
+                              "SsdFaultChild.FlushModeDiesBeforeAReplacingStoreConfirms");
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  // The rewrite RollForward's AppendToJournal does, cut off there.
-  ASSERT_OK(ssd::RemovalJournal::Open(FileSystem::Default(), dir + "/segments",
-                                      /*barrier_if_new=*/0, [](uint64_t) { return true; })
-                .status());
   SsdTierOptions o = testing::TestSsdOptions(dir);
   o.durability = SsdDurability::kFlush;
-  auto tier = testing::OpenSsd(o);
-  ASSERT_NE(tier, nullptr);
+  o.segment_bytes = 2 * ssd::kExtentAlign;
   const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
-  EXPECT_EQ(Present(*tier, {a}), 1u)
-      << "acknowledged, lost to an unacknowledged replacement; open: "
-      << tier->open_report().metadata_rollback;
-  EXPECT_EQ(Present(*tier, {b}), 1u);
+  {
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_EQ(Present(*tier, {b}), 1u);
+    StatusOr<SharedBytes> got = tier->Get(a.key);
+    ASSERT_OK(got.status());
+    ASSERT_EQ(got->view(), testing::ConformancePayload(a.key, 1, 1500).view());
+    ASSERT_OK(tier->Remove(a.key));  // the new version's segment holds nothing live
+    ASSERT_OK(tier->Close());
+  }
+  for (int open = 0; open < 2; ++open) {  // unlinked, then its records dropped
+    SCOPED_TRACE("clean restart " + std::to_string(open));
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    EXPECT_FALSE(tier->Contains(a.key)) << "removed (acknowledged), back; open: "
+                                        << tier->open_report().metadata_rollback;
+    EXPECT_EQ(Present(*tier, {b}), 1u);
+    ASSERT_OK(tier->Close());
+  }
 }
 
 constexpr char kMidRunRewriteChildEnv[] = "PREFIXKV_SSD_MID_RUN_REWRITE_CHILD";
