@@ -254,6 +254,12 @@ class internal::EngineImpl {
   // Whether the open drops shadowed older-scheme values (OpenTiers: not in
   // the tools' read-only or report-only opens).
   bool drop_shadowed_legacy_ = false;
+  // Whether a tier may hold older-scheme value bytes (LegacyValueKey): set by
+  // the open (DropShadowedLegacyValues) when the SSD tier holds a value its
+  // sweep did not read as a record. Nothing writes that scheme any more, and
+  // only that tier's copies reach RAM, so a run opened without one never has
+  // one: GET and a plain SET then skip the look for them.
+  std::atomic<bool> legacy_values_possible_{false};
   // Memory charges' owners by name (OpenMemoryCharge).
   std::vector<std::pair<std::string, OwnerId>> charges_ GUARDED_BY(mu_);
 };

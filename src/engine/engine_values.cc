@@ -31,6 +31,12 @@ Mutex& StripeOf(EngineImpl& impl, const BlockKey& key) {
   return impl.value_locks_[key.lo % impl.value_locks_.size()];
 }
 
+// Whether any tier may hold older-scheme value bytes in this run
+// (EngineImpl::legacy_values_possible_); false: no name has any.
+bool MayHoldLegacy(const EngineImpl& impl) {
+  return impl.legacy_values_possible_.load(std::memory_order_acquire);
+}
+
 // Drops `name`'s older-scheme bytes, which its record shadowed, now that the
 // record was found gone (dropped as damaged, evicted): a read finding no
 // record serves the older bytes as the value (until 2026-12-07 it did;
@@ -204,8 +210,9 @@ StatusOr<SharedBytes> ReadValue(EngineImpl& impl, TierStack& stack, std::string_
   // A name only older-scheme bytes hold is read there alone: one GET is one
   // lookup, one hit or one miss (it missed the record, then hit these bytes:
   // two lookups, a miss and a hit, in RAM). An uncounted look first: almost
-  // no name has such bytes, and only those take the stripe.
-  if (stack.Contains(internal::LegacyValueKey(name))) {
+  // no name has such bytes, and only those take the stripe; none at all
+  // after an open that found none (MayHoldLegacy).
+  if (MayHoldLegacy(impl) && stack.Contains(internal::LegacyValueKey(name))) {
     std::optional<StatusOr<SharedBytes>> old;
     if (probed_at_ms.has_value()) {
       old = ReadOnlyLegacyLocked(impl, stack, name, promote);
@@ -377,23 +384,40 @@ void internal::EngineImpl::DropShadowedLegacyValues() {
   // Once: no code writes the older scheme any more, so after one sweep that
   // left no copy behind no record shadows one (an open read every value on
   // SSD each time, minutes for a tier of many gigabytes of values).
+  //
+  // The same walk decides legacy_values_possible_: no value on SSD, or none
+  // but sound records by this sweep, means no older-scheme bytes for the
+  // whole run, and GET and SET skip their look (an uncounted lookup in RAM
+  // and on SSD: a hash and 2 locks, a third of a hot GET hit in process;
+  // docs/benchmarks.md, "values"). Any other open (a value on SSD, the sweep done
+  // before) keeps the look: an older binary may have written the older
+  // scheme since (EngineTest.OlderSchemeValuesWrittenBetweenTwoOpensStillRead).
   SsdTier* ssd = ssd_.get();
-  if (ssd == nullptr || !drop_shadowed_legacy_) return;
-  StatusOr<bool> swept = ssd->HasFlag(kLegacyValuesSwept);
-  if (!swept.ok() || *swept) return;
-  bool left = false;  // a copy this sweep could not decide on or remove
+  if (ssd == nullptr) return;
   std::vector<BlockKey> keys;
   ssd->ForEach([&](const BlockMeta& meta, uint64_t) {
     if (meta.namespace_id.IsZero()) keys.push_back(meta.key);
   });
+  if (keys.empty()) return;
+  legacy_values_possible_.store(true, std::memory_order_release);
+  if (!drop_shadowed_legacy_) return;
+  StatusOr<bool> swept = ssd->HasFlag(kLegacyValuesSwept);
+  if (!swept.ok() || *swept) return;
+  bool left = false;   // a copy this sweep could not decide on or remove
+  bool older = false;  // bytes that are no sound record (older-scheme, damaged)
   for (const BlockKey& key : keys) {
     StatusOr<SharedBytes> payload = ssd->PeekIntact(key);
     if (!payload.ok()) {
-      left = left || !payload.status().IsNotFound();  // damaged: its name unknown
+      const bool damaged = !payload.status().IsNotFound();  // its name unknown
+      left = left || damaged;
+      older = older || damaged;
       continue;
     }
     StatusOr<ValueRecord> r = internal::DecodeValueRecord(*payload, key);
-    if (!r.ok()) continue;  // older-scheme bytes themselves
+    if (!r.ok()) {  // older-scheme bytes themselves
+      older = true;
+      continue;
+    }
     const BlockKey legacy = internal::LegacyValueKey(r->name);
     if (!ssd->Contains(legacy)) continue;
     Status s = stack_->Remove(legacy, KvRemoveReason::kSuperseded);
@@ -406,6 +430,7 @@ void internal::EngineImpl::DropShadowedLegacyValues() {
     }
   }
   if (!left) (void)ssd->SetFlag(kLegacyValuesSwept);  // else the next open tries again
+  if (!older) legacy_values_possible_.store(false, std::memory_order_release);
 }
 
 StatusOr<TierStack*> internal::EngineImpl::Values() {
@@ -460,7 +485,7 @@ StatusOr<SetValueResult> Engine::SetValue(std::string_view key, SharedBytes valu
         options.return_old) {
       PKV_ASSIGN_OR_RETURN(p, Probe(*impl_, *stack, key, now_ms));
     } else {
-      p.legacy = stack->Contains(internal::LegacyValueKey(key));
+      p.legacy = MayHoldLegacy(*impl_) && stack->Contains(internal::LegacyValueKey(key));
     }
     if (options.return_old && p.present) {
       PKV_ASSIGN_OR_RETURN(SharedBytes old,
