@@ -23,11 +23,15 @@ constexpr size_t kBody = kJournalRecordBytes - 8;
 
 void Seal(uint8_t* r) { StoreLE64(r + kBody, Hash64(r, kBody)); }
 
+// Header bytes 24..31: the removals carry JournalRecord::flush_mode.
+constexpr uint64_t kMarksFlushMode = 1;
+
 void EncodeHeader(uint64_t barrier, uint64_t next_segment, uint8_t* r) {
   std::memset(r, 0, kJournalRecordBytes);
   std::memcpy(r, kJournalMagic, 8);
   StoreLE64(r + 8, barrier);
   StoreLE64(r + 16, next_segment);
+  StoreLE64(r + 24, kMarksFlushMode);
   Seal(r);
 }
 
@@ -37,7 +41,8 @@ void EncodeRecord(const JournalRecord& m, uint8_t* r) {
   StoreLE64(r + 24, m.segment);
   StoreLE64(r + 32, m.offset | (m.commit ? kCommitFlag : 0) |
                         (m.confirm ? kConfirmFlag : 0) |
-                        (m.extent_only ? kExtentOnlyFlag : 0));
+                        (m.extent_only ? kExtentOnlyFlag : 0) |
+                        (m.flush_mode ? kFlushModeFlag : 0));
   Seal(r);
 }
 
@@ -163,6 +168,7 @@ JournalContents LoadJournal(FileSystem* fs, const std::string& dir) {
       }
       out.barrier = LoadLE64(r + 8);
       out.next_segment = std::max(LoadLE64(r + 16), out.barrier + 1);
+      out.marks_flush_mode = (LoadLE64(r + 24) & kMarksFlushMode) != 0;
       continue;
     }
     const uint64_t offset = LoadLE64(r + 32);
@@ -172,7 +178,8 @@ JournalContents LoadJournal(FileSystem* fs, const std::string& dir) {
                             offset & kOffsetMask,
                             (offset & kCommitFlag) != 0,
                             (offset & kConfirmFlag) != 0,
-                            (offset & kExtentOnlyFlag) != 0};
+                            (offset & kExtentOnlyFlag) != 0,
+                            (offset & kFlushModeFlag) != 0};
     out.next_segment = std::max(out.next_segment, rec.segment + 1);
     out.AddRecord(rec);
   }
@@ -216,13 +223,17 @@ void JournalContents::AddRecord(const JournalRecord& rec) {
   records.push_back(rec);
 }
 
-JournalContents JournalContents::WithoutUncommittedRemovals() const {
+JournalContents JournalContents::WithoutUncommittedRemovals(
+    bool unmarked_flush_mode) const {
   const CommitEvidence evidence(records);
-  // Whether removal `i` names a committed version and nothing after it
-  // shows that its own commit ran: no confirm of it, no commit of its key (a
-  // replacing store's or a compaction move's, appended before the confirm).
+  // Whether removal `i`, a flush-mode tier's, names a committed version and
+  // nothing after it shows that its own commit ran: no confirm of it, no
+  // commit of its key (a replacing store's or a compaction move's, appended
+  // before the confirm).
   auto uncommitted = [&](size_t i) {
-    return evidence.CommitOfUnconfirmed(i).has_value() &&
+    const bool flush_mode =
+        records[i].flush_mode || (!marks_flush_mode && unmarked_flush_mode);
+    return flush_mode && evidence.CommitOfUnconfirmed(i).has_value() &&
            evidence.LastCommitOf(records[i].key) < i;
   };
   JournalContents out;
@@ -231,6 +242,7 @@ JournalContents JournalContents::WithoutUncommittedRemovals() const {
   out.read_error = read_error;
   out.barrier = barrier;
   out.next_segment = next_segment;
+  out.marks_flush_mode = marks_flush_mode;
   for (size_t i = 0; i < records.size(); ++i) {
     if (IsRemovalRecord(records[i]) && uncommitted(i)) continue;
     out.AddRecord(records[i]);
@@ -248,9 +260,10 @@ bool JournalContents::Commits(const BlockKey& key, uint64_t checksum, uint64_t s
 
 StatusOr<std::unique_ptr<RemovalJournal>> RemovalJournal::Open(
     FileSystem* fs, const std::string& dir, uint64_t barrier_if_new,
-    std::function<bool(uint64_t)> keep, const std::vector<JournalRecord>* regenerated,
-    uint64_t next_segment) {
-  std::unique_ptr<RemovalJournal> j(new RemovalJournal(fs, dir, std::move(keep)));
+    std::function<bool(uint64_t)> keep, SsdDurability durability,
+    const std::vector<JournalRecord>* regenerated, uint64_t next_segment) {
+  std::unique_ptr<RemovalJournal> j(new RemovalJournal(
+      fs, dir, std::move(keep), durability == SsdDurability::kFlush));
   MutexLock lock(&j->mu_);
   PKV_RETURN_IF_ERROR(j->Rewrite(barrier_if_new, regenerated, next_segment));
   return j;
@@ -274,6 +287,13 @@ Status RemovalJournal::Rewrite(uint64_t barrier_if_new,
   if (!old.usable && regenerated != nullptr) {
     barrier = 0;
     old.records = *regenerated;
+  }
+  // A journal from before the marks: its removals marked as this opener's
+  // mode weighed them (every open did so then), as the header now says.
+  if (old.usable && !old.marks_flush_mode) {
+    for (JournalRecord& m : old.records) {
+      m.flush_mode = m.flush_mode || (IsRemovalRecord(m) && flush_mode_);
+    }
   }
   // Of the commit records, the last per segment is enough to tell a rolled
   // back database (ssd_journal.h): a lost suffix of commits always includes
@@ -339,9 +359,9 @@ Status RemovalJournal::Rewrite(uint64_t barrier_if_new,
 
 Status RemovalJournal::Append(const BlockKey& key, uint64_t checksum, uint64_t segment,
                               uint64_t offset) {
-  return AppendRecords(
-      {{key, checksum, segment, offset & kOffsetMask, (offset & kCommitFlag) != 0,
-        (offset & kConfirmFlag) != 0, (offset & kExtentOnlyFlag) != 0}});
+  return AppendRecords({{key, checksum, segment, offset & kOffsetMask,
+                        (offset & kCommitFlag) != 0, (offset & kConfirmFlag) != 0,
+                        (offset & kExtentOnlyFlag) != 0}});
 }
 
 Status RemovalJournal::AppendRecords(const std::vector<JournalRecord>& records) {
@@ -364,7 +384,9 @@ Status RemovalJournal::AppendRecords(const std::vector<JournalRecord>& records) 
   }
   std::vector<uint8_t> buf(records.size() * kJournalRecordBytes);
   for (size_t i = 0; i < records.size(); ++i) {
-    EncodeRecord(records[i], buf.data() + i * kJournalRecordBytes);
+    JournalRecord m = records[i];
+    m.flush_mode = IsRemovalRecord(m) && flush_mode_;
+    EncodeRecord(m, buf.data() + i * kJournalRecordBytes);
   }
   Status s =
       file_ ? file_->Write(size_, buf.data(), buf.size()) : Status::IOError("no journal");

@@ -41,6 +41,10 @@
 // with bytes it had before it was removed from a copy of the removed
 // version (Excludes).
 //   confirm        : a removal's four fields, offset with bit 62 set
+// A removal a flush-mode tier journaled has bit 60 of its offset set (since
+// 2026-12-07; header bytes 24..31 hold 1 in a journal whose removals carry
+// it): its commit, had it run, a kill -9 can take with the memtable, which
+// WithoutUncommittedRemovals weighs (JournalRecord::flush_mode).
 // A confirm record follows the commit of a removal that succeeded. Only a
 // confirmed removal still held by the metadata shows that the metadata lost
 // it (a removal whose commit failed or never ran leaves the block live, and
@@ -95,17 +99,26 @@ struct JournalRecord {
   // meanwhile, a store whose metadata commit failed), while the key may
   // hold the same bytes live elsewhere.
   bool extent_only = false;
+  // A removal a flush-mode tier journaled (bit 60 of the offset): a kill -9
+  // can take its commit with the memtable, and only the journal says whether
+  // it ran (WithoutUncommittedRemovals). A wal or sync tier's commits
+  // survive a kill. Set by the appending journal's mode, not by the caller.
+  bool flush_mode = false;
 };
 
-// Bits 63, 62 and 61 of a record's offset field mark a commit, a confirm
-// and an extent-only removal (offsets are far below 2^61). A reader from
-// before bit 61 (2026-12-06) takes an extent-only removal for a removal of
-// the key's bytes at a place that never matches: it excludes more, never
-// brings back what is dead.
+// Bits 63, 62, 61 and 60 of a record's offset field mark a commit, a
+// confirm, an extent-only removal and a flush-mode tier's removal (offsets
+// are far below 2^60). A reader from before bit 61 (2026-12-06) takes an
+// extent-only removal for a removal of the key's bytes at a place that never
+// matches: it excludes more, never brings back what is dead. One from before
+// bit 60 (2026-12-07) takes a flush-mode removal for a removal of the key's
+// bytes at such a place: it excludes them by the bytes, and weighs the
+// removal as its opener's mode says.
 inline constexpr uint64_t kCommitFlag = uint64_t{1} << 63;
 inline constexpr uint64_t kConfirmFlag = uint64_t{1} << 62;
 inline constexpr uint64_t kExtentOnlyFlag = uint64_t{1} << 61;
-inline constexpr uint64_t kOffsetMask = kExtentOnlyFlag - 1;
+inline constexpr uint64_t kFlushModeFlag = uint64_t{1} << 60;
+inline constexpr uint64_t kOffsetMask = kFlushModeFlag - 1;
 
 inline bool IsRemovalRecord(const JournalRecord& r) { return !r.commit && !r.confirm; }
 
@@ -123,6 +136,10 @@ struct JournalContents {
   // The lowest id a new segment may take: above the header's next segment
   // id, the barrier and every segment a record names.
   uint64_t next_segment = 0;
+  // Whether the header says its removals carry JournalRecord::flush_mode; a
+  // journal from before does not say, and its flush-mode removals are not
+  // told from the others.
+  bool marks_flush_mode = false;
   std::vector<JournalRecord> records;  // removals, commits and confirms, in order
 
   // Whether the journal proves the intact extent of `key` with payload
@@ -144,22 +161,29 @@ struct JournalContents {
   bool Commits(const BlockKey& key, uint64_t checksum, uint64_t segment,
                uint64_t offset) const;
 
-  // The journal as a flush-mode roll-forward reads it: without the removals
-  // of a committed version whose own commit never ran. Such a removal (of a
-  // version a commit record names before it, with no confirm of it and no
-  // commit record of its key after it: a replacing store appends its new
-  // versions' commit records, a compaction its move's, before confirming)
-  // was journaled by a store, replacement or removal that a kill -9 cut
-  // before its commit, never acknowledged; the version
+  // The journal as a roll-forward reads it: without a flush-mode tier's
+  // removals of a committed version whose own commit never ran. Such a
+  // removal (of a version a commit record names before it, with no confirm
+  // of it and no commit record of its key after it: a replacing store
+  // appends its new versions' commit records, a compaction its move's, before
+  // confirming) was journaled by a store, replacement or removal that a kill
+  // -9 cut before its commit, never acknowledged; the version
   // it names is still the key's, as RollForward already decides for a
   // version the metadata holds. Left in, it excluded that version from the
   // roll-forward of the commits the kill took with the memtable: a SET
   // killed before its commit lost the key's acknowledged value as well
   // (SsdFaultTest.AFlushModeKillBeforeAReplacingCommitKeepsTheAcknowledgedVersion).
-  // Only there: in wal and sync mode a kill loses no commit, and a power cut
-  // can take a committed removal's confirm (appended unsynced). A rebuild,
-  // with no metadata to weigh them against, keeps them all.
-  JournalContents WithoutUncommittedRemovals() const;
+  // Only a flush-mode tier's (JournalRecord::flush_mode; of a journal that
+  // does not mark them, every removal when `unmarked_flush_mode`): a wal or
+  // sync tier's kill loses no commit, and a power cut can take a committed
+  // removal's confirm (appended unsynced). Until 2026-12-07 the opener's mode
+  // decided for every removal: a wal open (repair, audit, the Python binding)
+  // of a directory a flush-mode kill left lost the acknowledged value, and a
+  // flush-mode open after a sync-mode power cut served removed blocks again
+  // (SsdFaultTest.AFlushModeReplacingKillKeepsTheAcknowledgedVersionWhoeverOpensIt,
+  // PowerLossInSyncModeBringsNoRemovalBackInAFlushModeOpen). A rebuild, with
+  // no metadata to weigh them against, keeps them all.
+  JournalContents WithoutUncommittedRemovals(bool unmarked_flush_mode) const;
 
   // Indexes of `records` for Excludes, filled by LoadJournal (AddRecord).
   std::map<std::pair<uint64_t, uint64_t>, size_t> removed_at;    // place -> last removal
@@ -185,9 +209,12 @@ class RemovalJournal {
   // appending. `regenerated`, when given, replaces a missing or damaged
   // journal: barrier 0 and these records (what intact metadata proves dead).
   // The header's next segment id becomes at least `next_segment`.
+  // `durability`: the mode of the tier that appends; a flush-mode one marks
+  // its removals (JournalRecord::flush_mode), and the rewrite marks those of
+  // a journal from before the marks as its opener's mode decided them.
   static StatusOr<std::unique_ptr<RemovalJournal>> Open(
       FileSystem* fs, const std::string& dir, uint64_t barrier_if_new,
-      std::function<bool(uint64_t segment)> keep,
+      std::function<bool(uint64_t segment)> keep, SsdDurability durability,
       const std::vector<JournalRecord>* regenerated = nullptr, uint64_t next_segment = 0);
 
   // The lowest id a new segment may take, as the last rewrite wrote it.
@@ -235,8 +262,9 @@ class RemovalJournal {
   }
 
  private:
-  RemovalJournal(FileSystem* fs, std::string dir, std::function<bool(uint64_t)> keep)
-      : fs_(fs), dir_(std::move(dir)), keep_(std::move(keep)) {}
+  RemovalJournal(FileSystem* fs, std::string dir, std::function<bool(uint64_t)> keep,
+                 bool flush_mode)
+      : fs_(fs), dir_(std::move(dir)), keep_(std::move(keep)), flush_mode_(flush_mode) {}
   Status Rewrite(uint64_t barrier_if_new,
                  const std::vector<JournalRecord>* regenerated = nullptr,
                  uint64_t next_segment = 0, bool keep_every_commit = false) REQUIRES(mu_);
@@ -247,6 +275,7 @@ class RemovalJournal {
   FileSystem* const fs_;
   const std::string dir_;
   const std::function<bool(uint64_t)> keep_;
+  const bool flush_mode_;  // marks its removals (JournalRecord::flush_mode)
   mutable Mutex mu_;
   std::unique_ptr<FileHandle> file_ GUARDED_BY(mu_);
   uint64_t next_segment_ GUARDED_BY(mu_) = 0;

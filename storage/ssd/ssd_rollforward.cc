@@ -180,17 +180,16 @@ Status ssd::TierImpl::CheckMetadataPresent() {
 Status ssd::TierImpl::CheckAgainstJournal() {
   FileSystem* fs = options_.file_system;
   const std::string seg_dir = options_.path + "/segments";
-  const ssd::JournalContents loaded = ssd::LoadJournal(fs, seg_dir);
   // In flush mode the journal carries the memtable's commits across a kill
-  // -9: a removal whose own commit never ran (a store killed before its
-  // commit) does not take the version it names (ssd_journal.h). Not in wal
-  // or sync mode, where a kill loses no commit and a power cut can take a
-  // committed removal's confirm record with the journal's unsynced tail
-  // (SsdFaultTest.PowerLossInSyncModeLosesNothingAcknowledged).
-  const bool flush_mode = options_.durability == SsdDurability::kFlush;
-  const ssd::JournalContents without_uncommitted =
-      flush_mode ? loaded.WithoutUncommittedRemovals() : ssd::JournalContents{};
-  const ssd::JournalContents& journal = flush_mode ? without_uncommitted : loaded;
+  // -9: a flush-mode tier's removal whose own commit never ran (a store
+  // killed before its commit) does not take the version it names
+  // (ssd_journal.h), whatever mode this open is in. Not a wal or sync tier's,
+  // whose kill loses no commit, and a power cut can take a committed
+  // removal's confirm record with the journal's unsynced tail
+  // (SsdFaultTest.PowerLossInSyncModeLosesNothingAcknowledged). This open's
+  // mode decides only for a journal written before removals said theirs.
+  const ssd::JournalContents journal = ssd::LoadJournal(fs, seg_dir)
+      .WithoutUncommittedRemovals(options_.durability == SsdDurability::kFlush);
   if (!journal.read_error.ok()) {
     // Neither missing nor damaged (which regenerates it from the metadata,
     // though the metadata may be older than the segments): the open fails
@@ -382,7 +381,8 @@ Status ssd::TierImpl::RollForward(const ssd::JournalContents& journal,
   }
   // What is not taken is journaled first (ssd_salvage.h NotTaken).
   PKV_RETURN_IF_ERROR(
-      ssd::AppendToJournal(fs, seg_dir, ssd::NotTaken(scan, journal, kept, kept_at)));
+      ssd::AppendToJournal(fs, seg_dir, options_.durability,
+                           ssd::NotTaken(scan, journal, kept, kept_at)));
   // One atomic, synced batch: a kill before it leaves the database as it
   // was (the next open decides the same), after it the work is done.
   rocksdb::WriteOptions w;

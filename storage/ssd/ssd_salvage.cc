@@ -145,6 +145,7 @@ Status SetAsideDamagedMetadata(FileSystem* fs, const std::string& dir,
 // rerun after a kill, or a later rebuild, decides the same.
 StatusOr<std::vector<ssd::FoundExtent>> TakeProvable(FileSystem* fs,
                                                      const std::string& seg_dir,
+                                                     SsdDurability durability,
                                                      const ssd::SegmentScan& scan,
                                                      const ssd::JournalContents& journal,
                                                      uint64_t* unprovable) {
@@ -163,7 +164,8 @@ StatusOr<std::vector<ssd::FoundExtent>> TakeProvable(FileSystem* fs,
       taken_at.insert({c.segment, c.offset});
     }
     PKV_RETURN_IF_ERROR(
-        ssd::AppendToJournal(fs, seg_dir, ssd::NotTaken(scan, journal, taken, taken_at)));
+        ssd::AppendToJournal(fs, seg_dir, durability,
+                             ssd::NotTaken(scan, journal, taken, taken_at)));
   }
   return restored;
 }
@@ -321,11 +323,12 @@ std::vector<ssd::JournalRecord> ssd::NotTaken(
 }
 
 Status ssd::AppendToJournal(FileSystem* fs, const std::string& seg_dir,
+                            SsdDurability durability,
                             const std::vector<JournalRecord>& records) {
   if (records.empty()) return Status::OK();
   PKV_ASSIGN_OR_RETURN(std::unique_ptr<RemovalJournal> j,
                        RemovalJournal::Open(fs, seg_dir, /*barrier_if_new=*/0,
-                                            [](uint64_t) { return true; }));
+                                            [](uint64_t) { return true; }, durability));
   for (const JournalRecord& r : records) {
     PKV_RETURN_IF_ERROR(r.extent_only
                             ? j->AppendExtentOnly(r.key, r.checksum, r.segment, r.offset)
@@ -372,7 +375,7 @@ Status ssd::TierImpl::RebuildFromSegments(const Status& why) {
   // 3. One provable version per key, or none.
   uint64_t unprovable = 0;
   PKV_ASSIGN_OR_RETURN(std::vector<ssd::FoundExtent> restored,
-                       TakeProvable(fs, seg_dir, scan, journal, &unprovable));
+                       TakeProvable(fs, seg_dir, options_.durability, scan, journal, &unprovable));
   // 4. A new database holding them, written synchronously.
   PKV_RETURN_IF_ERROR(OpenDb());
   uint64_t linked = 0;
@@ -449,6 +452,7 @@ Status ssd::TierImpl::OpenJournal() {
           [store, kept = journal_kept_segments_](uint64_t id) {
             return store->Has(id) || store->Unreadable(id) || kept.contains(id);
           },
+          options_.durability,
           report_.journal_regenerated ? &regenerated : nullptr, store_->NextId()));
   flush_journal_.store(journal_.get(), std::memory_order_release);
   return KeepJournalsSegmentIds();

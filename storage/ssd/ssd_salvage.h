@@ -101,8 +101,9 @@ std::vector<JournalRecord> NotTaken(const SegmentScan& scan,
                                     const LocationSet& kept_at);
 
 // Appends `records` to the journal in `seg_dir` (which must be usable) and
-// syncs it.
+// syncs it, as a tier in `durability` mode (RemovalJournal::Open).
 Status AppendToJournal(FileSystem* fs, const std::string& seg_dir,
+                       SsdDurability durability,
                        const std::vector<JournalRecord>& records);
 
 // True when `seg_dir` holds a segment file with at least one extent's worth

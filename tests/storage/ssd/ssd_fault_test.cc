@@ -279,10 +279,11 @@ class SsdFaultTest : public ::testing::Test {
   std::unique_ptr<SsdTier> OpenAfterAFlushModeChild(const char* env,
                                                     const std::string& child);
   // Runs FlushModeDiesBeforeAReplacingCommit, then `after` (a further fault)
-  // on its directory, and expects a flush-mode open to serve `a`'s
-  // acknowledged version and `b`.
+  // on its directory, and expects an open in `opener` mode (and a flush-mode
+  // open after it) to serve `a`'s acknowledged version and `b`.
   void ExpectAReplacingKillKeepsTheAcknowledgedVersion(
-      const std::function<void(const std::string& dir)>& after);
+      const std::function<void(const std::string& dir)>& after,
+      SsdDurability opener = SsdDurability::kFlush);
 
   testing::TempDir dir_;
   FaultInjectionFileSystem fs_;
@@ -441,6 +442,30 @@ TEST_F(SsdFaultTest, PowerLossInSyncModeLosesNothingAcknowledged) {
   EXPECT_EQ(Present(*tier, removed), 0u);
   testing::ExpectCountersMatchContents(*tier, {0});
   testing::ExpectAuditClean(*tier);
+}
+
+// The same power cut, the directory then opened in flush mode (a `serve
+// --durability flush` started on it): the cut took the removals' confirm
+// records (appended unsynced after their synced commits), and the open
+// weighed the removals as a flush-mode tier's, whose commits a kill can take
+// with the memtable: it left them out and brought the removed blocks back.
+// A removal is weighed by the mode of the tier that journaled it.
+TEST_F(SsdFaultTest, PowerLossInSyncModeBringsNoRemovalBackInAFlushModeOpen) {
+  auto tier = testing::OpenSsd(Options(SsdDurability::kSync));
+  ASSERT_NE(tier, nullptr);
+  std::vector<BlockMeta> kept, removed;
+  for (uint64_t i = 0; i < 6; ++i) {
+    const BlockMeta m = ChainBlock(0, i);
+    ASSERT_OK(tier->Put(m, PayloadOf(m), true));
+    (i % 2 == 0 ? removed : kept).push_back(m);
+  }
+  for (const BlockMeta& m : removed) ASSERT_OK(tier->Remove(m.key));
+  CutPowerAndReopen(tier, SsdDurability::kFlush);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(Present(*tier, kept), kept.size());
+  EXPECT_EQ(Present(*tier, removed), 0u)
+      << "removed (acknowledged), back; open: " << tier->open_report().metadata_rollback;
+  testing::ExpectCountersMatchContents(*tier, {0});
 }
 
 // The control: wal mode never syncs, so the same power loss does drop
@@ -1709,21 +1734,42 @@ TEST_F(SsdFaultTest, AFlushModeKillBeforeAReplacingCommitKeepsTheAcknowledgedVer
 }
 
 void SsdFaultTest::ExpectAReplacingKillKeepsTheAcknowledgedVersion(
-    const std::function<void(const std::string& dir)>& after) {
+    const std::function<void(const std::string& dir)>& after, SsdDurability opener) {
   const std::string dir = (dir_.path() / "flush").string();
+  std::filesystem::remove_all(dir);
   const int status = RunChild(kFlushCutChildEnv, dir,
                               "SsdFaultChild.FlushModeDiesBeforeAReplacingCommit");
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   after(dir);
   SsdTierOptions o = testing::TestSsdOptions(dir);
-  o.durability = SsdDurability::kFlush;
-  auto tier = testing::OpenSsd(o);
-  ASSERT_NE(tier, nullptr);
   const BlockMeta a = ChainBlock(0, 0), b = ChainBlock(1, 0);
-  EXPECT_EQ(Present(*tier, {a}), 1u)
-      << "acknowledged, lost to an unacknowledged replacement; open: "
-      << tier->open_report().metadata_rollback;
-  EXPECT_EQ(Present(*tier, {b}), 1u);
+  for (const SsdDurability mode : {opener, SsdDurability::kFlush}) {
+    SCOPED_TRACE(std::string("opened in ") + std::string(SsdDurabilityName(mode)) +
+                 " mode");
+    o.durability = mode;
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    EXPECT_EQ(Present(*tier, {a}), 1u)
+        << "acknowledged, lost to an unacknowledged replacement; open: "
+        << tier->open_report().metadata_rollback;
+    EXPECT_EQ(Present(*tier, {b}), 1u);
+    ASSERT_OK(tier->Close());
+  }
+}
+
+// A directory a flush-mode kill left, opened by a tier of another mode:
+// `prefixkv repair` and `audit`, the Python binding and a restarted `serve`
+// open in wal mode unless told otherwise. The journal's removal of `a`'s
+// bytes, which the replacing store's kill cut before its commit, was weighed
+// by the opener's mode, not by the mode of the tier that journaled it: a wal
+// or sync open took it for a real one and lost `a`'s acknowledged version
+// (and a flush-mode open after it found it gone).
+TEST_F(SsdFaultTest, AFlushModeReplacingKillKeepsTheAcknowledgedVersionWhoeverOpensIt) {
+  for (const SsdDurability opener : {SsdDurability::kWal, SsdDurability::kSync}) {
+    SCOPED_TRACE(std::string("first opened in ") +
+                 std::string(SsdDurabilityName(opener)) + " mode");
+    ExpectAReplacingKillKeepsTheAcknowledgedVersion([](const std::string&) {}, opener);
+  }
 }
 
 // The same kill a moment earlier: after the replacing store's payload write,
@@ -1758,7 +1804,8 @@ TEST_F(SsdFaultTest,
     // The rewrite RollForward's AppendToJournal does, cut off there.
     ASSERT_OK(ssd::RemovalJournal::Open(FileSystem::Default(), dir + "/segments",
                                         /*barrier_if_new=*/0,
-                                        [](uint64_t) { return true; })
+                                        [](uint64_t) { return true; },
+                                        SsdDurability::kFlush)
                   .status());
   });
 }
