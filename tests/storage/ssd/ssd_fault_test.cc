@@ -1810,6 +1810,40 @@ TEST_F(SsdFaultTest,
   });
 }
 
+// The journal in `dir` as a tier from before the flush-mode marks wrote it:
+// no mark in the header, none on a removal (each record resealed). Expects
+// it held a marked removal.
+void StripTheFlushModeMarks(const std::string& dir) {
+  const std::filesystem::path path = dir + "/segments/" + ssd::kJournalName;
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  in.close();
+  auto* data = reinterpret_cast<uint8_t*>(bytes.data());
+  const size_t n = bytes.size() / ssd::kJournalRecordBytes;
+  size_t marked = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint8_t* r = data + i * ssd::kJournalRecordBytes;
+    if (i == 0) {
+      ssd::StoreLE64(r + 24, 0);
+    } else {
+      const uint64_t offset = ssd::LoadLE64(r + 32);
+      marked += (offset & ssd::kFlushModeFlag) != 0 ? 1 : 0;
+      ssd::StoreLE64(r + 32, offset & ~ssd::kFlushModeFlag);
+    }
+    ssd::StoreLE64(r + 40, Hash64(r, 40));
+  }
+  EXPECT_GT(marked, 0u) << "the flush-mode child marked no removal";
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// A journal a flush-mode tier wrote before removals carried their mode is
+// weighed by its opener's mode, as then: a flush-mode open keeps the
+// acknowledged version a replacing store's kill left (and its rewrite marks
+// the journal's removals so: the second, flush-mode open decides the same).
+TEST_F(SsdFaultTest, AJournalFromBeforeTheMarksIsWeighedByItsFlushModeOpener) {
+  ExpectAReplacingKillKeepsTheAcknowledgedVersion(StripTheFlushModeMarks);
+}
+
 constexpr char kDieAtConfirmChildEnv[] = "PREFIXKV_SSD_DIE_AT_CONFIRM_CHILD";
 
 // Passes every call through, but exits the process, as a kill -9 would,
