@@ -168,11 +168,24 @@ Status ssd::TierImpl::CheckMetadataPresent() {
     return Status::Corruption("a metadata rebuild of " + options_.path +
                               " was interrupted (" + ssd::kRebuildMarker + " is there)");
   }
-  if (!fs->FileSize(options_.path + "/CURRENT").ok() &&
-      ssd::SegmentsHoldData(fs, options_.path + "/segments")) {
+  if (fs->FileSize(options_.path + "/CURRENT").ok()) return Status::OK();
+  if (ssd::SegmentsHoldData(fs, options_.path + "/segments")) {
     return Status::Corruption(
         "the metadata database is missing (no CURRENT file) beside segment files that "
         "hold blocks");
+  }
+  // The database's other files beside segments/ (which a tier's first open
+  // makes after its database): a lost CURRENT, not a new tier. Created
+  // anew, RocksDB deleted the old tables and logs as obsolete, and beside an
+  // empty mount point the tier started empty
+  // (SsdFaultTest.UnreadableMetadataBesideAnEmptyMountPointIsRefused).
+  StatusOr<std::vector<std::string>> names = fs->ListDir(options_.path);
+  if (!names.ok() || !fs->ListDir(options_.path + "/segments").ok()) return Status::OK();
+  for (const std::string& name : *names) {
+    if (name.starts_with("MANIFEST-") || name.ends_with(".sst") || name.ends_with(".log")) {
+      return Status::Corruption("the metadata database's CURRENT file is missing beside " +
+                                name);
+    }
   }
   return Status::OK();
 }

@@ -353,6 +353,23 @@ Status ssd::TierImpl::RebuildFromSegments(const Status& why) {
   db_.reset();
   FileSystem* fs = options_.file_system;
   const std::string seg_dir = options_.path + "/segments";
+  // Nothing to rebuild from: no segment file with blocks and no journal
+  // (every tier's open writes one) is an empty mount point, a drive not
+  // mounted, where the count of missing segments (CheckSegmentsPresent)
+  // needs the metadata this cannot read. Rebuilt, the tier started empty
+  // and took writes there, lost once the drive came back
+  // (SsdFaultTest.UnreadableMetadataBesideAnEmptyMountPointIsRefused).
+  if (!options_.accept_missing_segments &&
+      !fs->FileSize(seg_dir + "/" + ssd::kJournalName).ok() &&
+      !ssd::SegmentsHoldData(fs, seg_dir)) {
+    return Status::Unavailable(
+        "the metadata of " + options_.path + " cannot be read (" + why.ToString() +
+        ") and " + seg_dir +
+        " holds no segment file and no removal journal to rebuild it from: is the "
+        "drive mounted (or --data-dir wrong)? Refused, nothing changed; if the "
+        "segments are lost for good, `prefixkv repair --accept-missing-segments` "
+        "starts the directory empty (the metadata kept in metadata.broken-*)");
+  }
   // 0. Until the new database is complete, an open that finds the marker
   // rebuilds again: a kill at any moment of this function, then another
   // open, gives what one uninterrupted run gives. Before step 4 is done

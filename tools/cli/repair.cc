@@ -50,9 +50,11 @@ When at least 9 in 10 of the segment files the metadata references are
 missing and segments/ holds no removal journal either, the segments
 vanished as a whole (the drive is not mounted, or the path is wrong):
 repair, audit and the server refuse to change anything and say how many are
-missing (exit 1). Mount the drive and run again; only if
-the segments are lost for good, --accept-missing-segments repairs anyway,
-removing every block of the missing segments.
+missing (exit 1). So do they when the metadata cannot be read and
+segments/ holds no segment file and no removal journal to rebuild it from.
+Mount the drive and run again; only if the segments are lost for good,
+--accept-missing-segments repairs anyway, removing every block of the
+missing segments (or rebuilding the unreadable metadata empty).
 
 Exit codes here: 0 the tier is consistent now (repaired or already intact), 1 it
 could not be opened or repaired, 2 usage error (bad flags, missing data
@@ -134,7 +136,8 @@ int Repair(const std::vector<std::string>& args) {
       {{"data-dir", "data directory of the SSD tier", false, "./prefixkv-data"},
        {"accept-missing-segments",
         "repair even if 9 in 10 or more of the segment files the metadata "
-        "references are missing, with no removal journal: their blocks are removed",
+        "references are missing, with no removal journal: their blocks are removed "
+        "(or, the metadata unreadable and segments/ empty, rebuild it empty)",
         true, ""}});
   std::string error;
   if (!flags.Parse(args, &error)) return UsageError(flags, error);

@@ -1225,6 +1225,89 @@ TEST_F(SsdFaultTest, AnInterruptedRebuildWhoseSegmentsVanishedIsRefusedToo) {
   EXPECT_EQ(Present(*tier, blocks), blocks.size());
 }
 
+// The same with metadata the open cannot read beside the empty mount point
+// (CURRENT damaged or gone, the MANIFEST gone): the count of missing
+// segments needs readable metadata, so the open took the metadata for
+// damage, set it aside into metadata.broken-* and rebuilt an empty index
+// from the empty mount point (or, CURRENT gone, RocksDB made a new database
+// over the old one), served none of the blocks and took writes there: a
+// block stored then was lost once the drive came back. An open with nothing to rebuild from (no segment file,
+// no journal) over metadata it cannot read is now refused and changes
+// nothing; the blocks are all served once the drive is back. With
+// accept_missing_segments it opens, empty.
+TEST_F(SsdFaultTest, UnreadableMetadataBesideAnEmptyMountPointIsRefused) {
+  const std::vector<std::string> kinds = {"CURRENT damaged", "CURRENT gone",
+                                          "MANIFEST gone"};
+  for (const std::string& kind : kinds) {
+    SCOPED_TRACE(kind);
+    std::filesystem::remove_all(dir_.path() / "ssd");
+    std::filesystem::remove_all(dir_.path() / "mounted");
+    SsdTierOptions o = Options();
+    const std::vector<BlockMeta> blocks = {ChainBlock(0, 0), ChainBlock(1, 0)};
+    StoreAndClose(o, blocks);
+    const std::filesystem::path ssd = dir_.path() / "ssd";
+    for (const auto& e : std::filesystem::directory_iterator(ssd)) {
+      const std::string name = e.path().filename().string();
+      if (kind == "CURRENT damaged" && name == "CURRENT") {
+        std::ofstream(e.path(), std::ios::trunc) << "garbage";
+      } else if ((kind == "CURRENT gone" && name == "CURRENT") ||
+                 (kind == "MANIFEST gone" && name.starts_with("MANIFEST-"))) {
+        std::filesystem::remove(e.path());
+      }
+    }
+    std::set<std::string> metadata_files;
+    for (const auto& e : std::filesystem::directory_iterator(ssd)) {
+      metadata_files.insert(e.path().filename().string());
+    }
+    const std::filesystem::path segments = ssd / "segments";
+    const std::filesystem::path mounted = dir_.path() / "mounted";
+    std::filesystem::rename(segments, mounted);
+    std::filesystem::create_directory(segments);  // the empty mount point
+    StatusOr<std::unique_ptr<SsdTier>> refused = SsdTier::Open(o);
+    if (refused.ok()) {  // what that cost, once the drive is back
+      const uint64_t opened_with = (*refused)->open_report().blocks;
+      const BlockMeta meanwhile = ChainBlock(2, 0);  // acknowledged there
+      EXPECT_OK((*refused)->Put(meanwhile, PayloadOf(meanwhile), true));
+      EXPECT_OK((*refused)->Close());
+      refused = Status::Unavailable("closed");
+      std::filesystem::remove_all(segments);
+      std::filesystem::rename(mounted, segments);
+      StatusOr<std::unique_ptr<SsdTier>> back = SsdTier::Open(o);
+      ADD_FAILURE() << "opened over metadata it could not read, with " << opened_with
+                    << " blocks; with the drive back, "
+                    << (back.ok() ? Present(**back, blocks) : 0) << " of " << blocks.size()
+                    << " blocks served, and the block stored meanwhile "
+                    << (back.ok() && Present(**back, {meanwhile}) == 1 ? "too" : "lost");
+      continue;
+    }
+    EXPECT_TRUE(refused.status().IsUnavailable()) << refused.status().ToString();
+    EXPECT_NE(refused.status().message().find("is the drive mounted"), std::string::npos)
+        << refused.status().ToString();
+    EXPECT_TRUE(std::filesystem::is_empty(segments)) << "the open wrote in segments/";
+    std::set<std::string> after;
+    for (const auto& e : std::filesystem::directory_iterator(ssd)) {
+      after.insert(e.path().filename().string());
+    }
+    EXPECT_EQ(after, metadata_files) << "the refused open changed the metadata's files";
+    std::filesystem::remove(segments);
+    std::filesystem::rename(mounted, segments);
+    {
+      auto tier = testing::OpenSsd(o);
+      ASSERT_NE(tier, nullptr);
+      EXPECT_EQ(Present(*tier, blocks), blocks.size());
+      ASSERT_OK(tier->Close());
+    }
+    if (kind != kinds.front()) continue;
+    std::filesystem::rename(segments, mounted);
+    std::filesystem::create_directory(segments);
+    std::ofstream(ssd / "CURRENT", std::ios::trunc) << "garbage";
+    o.accept_missing_segments = true;
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    EXPECT_EQ(Present(*tier, blocks), 0u);
+  }
+}
+
 // Rewrites the metadata record of `block` in `tier`'s database as one of an
 // unknown, newer layout (version byte 3, its own checksum intact: not damage).
 void MakeItsRecordANewerLayouts(SsdTier& tier, const BlockMeta& block) {
