@@ -175,9 +175,9 @@ Status ssd::TierImpl::CheckMetadataPresent() {
         "hold blocks");
   }
   // The database's other files beside segments/ (which a tier's first open
-  // makes after its database): a lost CURRENT, not a new tier. Created
-  // anew, RocksDB deleted the old tables and logs as obsolete, and beside an
-  // empty mount point the tier started empty
+  // makes after its database): a lost CURRENT, not a new tier. With no log
+  // left either, RocksDB created a new database and deleted the old tables
+  // as obsolete, and beside an empty mount point the tier started empty
   // (SsdFaultTest.UnreadableMetadataBesideAnEmptyMountPointIsRefused).
   StatusOr<std::vector<std::string>> names = fs->ListDir(options_.path);
   if (!names.ok() || !fs->ListDir(options_.path + "/segments").ok()) return Status::OK();

@@ -1229,15 +1229,16 @@ TEST_F(SsdFaultTest, AnInterruptedRebuildWhoseSegmentsVanishedIsRefusedToo) {
 // (CURRENT damaged or gone, the MANIFEST gone): the count of missing
 // segments needs readable metadata, so the open took the metadata for
 // damage, set it aside into metadata.broken-* and rebuilt an empty index
-// from the empty mount point (or, CURRENT gone, RocksDB made a new database
-// over the old one), served none of the blocks and took writes there: a
-// block stored then was lost once the drive came back. An open with nothing to rebuild from (no segment file,
+// from the empty mount point (or, CURRENT and the log gone, RocksDB made a
+// new database and deleted the old tables as obsolete), served none of the
+// blocks and took writes there: a block stored then was lost once the drive
+// came back. An open with nothing to rebuild from (no segment file,
 // no journal) over metadata it cannot read is now refused and changes
 // nothing; the blocks are all served once the drive is back. With
 // accept_missing_segments it opens, empty.
 TEST_F(SsdFaultTest, UnreadableMetadataBesideAnEmptyMountPointIsRefused) {
   const std::vector<std::string> kinds = {"CURRENT damaged", "CURRENT gone",
-                                          "MANIFEST gone"};
+                                          "MANIFEST gone", "CURRENT and log gone"};
   for (const std::string& kind : kinds) {
     SCOPED_TRACE(kind);
     std::filesystem::remove_all(dir_.path() / "ssd");
@@ -1250,7 +1251,9 @@ TEST_F(SsdFaultTest, UnreadableMetadataBesideAnEmptyMountPointIsRefused) {
       const std::string name = e.path().filename().string();
       if (kind == "CURRENT damaged" && name == "CURRENT") {
         std::ofstream(e.path(), std::ios::trunc) << "garbage";
-      } else if ((kind == "CURRENT gone" && name == "CURRENT") ||
+      } else if ((kind.starts_with("CURRENT") && kind.ends_with("gone") &&
+                  name == "CURRENT") ||
+                 (kind == "CURRENT and log gone" && name.ends_with(".log")) ||
                  (kind == "MANIFEST gone" && name.starts_with("MANIFEST-"))) {
         std::filesystem::remove(e.path());
       }
