@@ -87,6 +87,16 @@ struct CacheStack {
     return ns.ok() ? *ns : Namespace{};
   }
 
+  // Flushes, then audits the hot budget and the SSD tier: every finding fails
+  // the test.
+  void AuditTiers() {
+    ASSERT_OK(engine->Flush());
+    std::vector<AuditFinding> findings;
+    ASSERT_OK(budget->Audit(&findings));
+    ASSERT_OK(ssd->Audit(&findings));
+    for (const AuditFinding& f : findings) ADD_FAILURE() << f.what << ": " << f.detail;
+  }
+
   // Flushes and closes everything (a clean shutdown).
   void Close() {
     if (engine) {

@@ -119,13 +119,7 @@ class Harness {
     EXPECT_EQ(stats.store_failures, 0u) << stats.last_store_error;
   }
 
-  void Audit() {
-    ASSERT_OK(stack_.engine->Flush());
-    std::vector<AuditFinding> findings;
-    ASSERT_OK(stack_.budget->Audit(&findings));
-    ASSERT_OK(stack_.ssd->Audit(&findings));
-    for (const AuditFinding& f : findings) ADD_FAILURE() << f.what << ": " << f.detail;
-  }
+  void Audit() { stack_.AuditTiers(); }
 
   const ConversationDriver& driver() const { return driver_; }
 
