@@ -10,6 +10,8 @@
 #include <string>
 
 #include "block_builder.h"
+#include "block_io.h"
+#include "prefixkv/advanced/mutex.h"
 
 namespace prefixkv::cache {
 namespace {
@@ -182,6 +184,21 @@ Status CheckStoredShapes(const cache::NamespaceState& ns, const BlockRecord& rec
   if (ns.spec.layer_shapes.empty()) return Status::OK();
   if (Status s = CompareWithSpecShapes(ns, record); !s.ok())
     return Status::InvalidArgument("not the namespace's layer shapes: " + s.message());
+  return Status::OK();
+}
+
+Status DropBlocksOfOtherShapes(cache::NamespaceState& ns, std::span<const BlockKey> keys,
+                               const DecodeLimits& limits) {
+  if (keys.empty()) return Status::NotFound("no block");
+  MutexLock lock(&ns.store_mu);
+  const StatusOr<LoadedBlock> cached =
+      LoadBlock(ns, keys[0], BlockRead::kBookkeeping, limits);
+  if (!cached.ok() || CheckStoredShapes(ns, cached->record).ok())
+    return Status::NotFound("not cached with other shapes");
+  for (const BlockKey& key : keys) {
+    Status removed = ns.tiers->Remove(key, KvRemoveReason::kCorrupt);
+    if (!removed.ok() && !removed.IsNotFound()) return removed;
+  }
   return Status::OK();
 }
 

@@ -36,4 +36,16 @@ Status ValidateBlock(const cache::NamespaceState& ns, const BlockRecord& record,
 // InvalidArgument naming the first misfit.
 Status CheckStoredShapes(const cache::NamespaceState& ns, const BlockRecord& record);
 
+// Removes `keys` (a chain, first to last) from the local tiers when the
+// cached block keys[0] holds other shapes than the spec's (CheckStoredShapes):
+// the blocks after it hang below it (Match reaches them only through it), so
+// the next store of those tokens writes them all instead of deduplicating
+// against them or being refused for not matching them. Under the stores'
+// lock, looking at keys[0] again there: a right store of its tokens made
+// since the caller read it is kept. A removal that fails (a copy pinned by a
+// reader) stops it. OK when it removed them; NotFound when keys[0] is gone or
+// of the spec's shapes; else the removal's error.
+Status DropBlocksOfOtherShapes(cache::NamespaceState& ns, std::span<const BlockKey> keys,
+                               const DecodeLimits& limits);
+
 }  // namespace prefixkv::cache

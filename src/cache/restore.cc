@@ -101,28 +101,16 @@ std::vector<LoadedBlock> LoadValidBlocks(const cache::NamespaceState& ns,
 
 // A block of other shapes than the spec's is never served (ValidateBlock),
 // but left cached it was deduplicated against by every right store of its
-// tokens, so they never restored again. It is removed from the local tiers
-// with the matched blocks after it, which hang below it (Match reaches them
-// only through it), so the next store of those tokens writes them all. A
-// removal that fails (a copy pinned by another reader) leaves the block to
-// the next restore. A remote copy is the cluster's (a right store replaces it).
-// A namespace adopted from before its shapes were keyed keeps them: its store
-// reads every cached block and replaces one of other shapes (store.cc).
-// Under the stores' lock, and only while the cached block still holds other
-// shapes: between this restore's read and here, another restore may have
-// dropped it and a right store written its tokens again, which this would
-// have removed (acknowledged, and of the right shapes).
-void DropBlocksOfOtherShapes(cache::NamespaceState& ns, const MatchResult& match,
-                             size_t from, const DecodeLimits& limits) {
-  if (ns.check_layer_shapes) return;
-  MutexLock lock(&ns.store_mu);
-  const StatusOr<LoadedBlock> cached =
-      cache::LoadBlock(ns, match.keys[from], cache::BlockRead::kBookkeeping, limits);
-  if (!cached.ok() || cache::CheckStoredShapes(ns, cached->record).ok()) return;
-  for (size_t i = from; i < match.keys.size(); ++i) {
-    Status removed = ns.tiers->Remove(match.keys[i], KvRemoveReason::kCorrupt);
-    if (!removed.ok() && !removed.IsNotFound()) return;
-  }
+// tokens, so they never restored again: it is removed with the matched blocks
+// after it (cache::DropBlocksOfOtherShapes). A remote copy is the cluster's
+// (a right store replaces it). A namespace adopted from before its shapes
+// were keyed keeps them: its store reads every cached block and replaces one
+// of other shapes (store.cc).
+void DropMatchedBlocksOfOtherShapes(cache::NamespaceState& ns, const MatchResult& match,
+                                    size_t from, const DecodeLimits& limits) {
+  if (ns.check_layer_shapes || from >= match.keys.size()) return;
+  (void)cache::DropBlocksOfOtherShapes(
+      ns, std::span<const BlockKey>(match.keys).subspan(from), limits);
 }
 
 // Drops trailing blocks without real tip-only state; returns the reason when
@@ -316,7 +304,7 @@ StatusOr<std::vector<LoadedBlock>> LoadRestoreBlocks(NamespaceState& ns,
   bool other_shapes = false;
   const std::vector<LoadedBlock> loaded =
       LoadValidBlocks(ns, match, limits, on_loaded, &result->reason, &other_shapes);
-  if (other_shapes) DropBlocksOfOtherShapes(ns, match, loaded.size(), limits);
+  if (other_shapes) DropMatchedBlocksOfOtherShapes(ns, match, loaded.size(), limits);
   std::vector<LoadedBlock> blocks = loaded;  // shares the records' bytes
   std::string walk_back = WalkBack(ns, &blocks);
   if (ns.has_tip_only && !walk_back.empty()) {

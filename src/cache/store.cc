@@ -9,6 +9,7 @@
 
 #include "block_builder.h"
 #include "block_io.h"
+#include "block_validation.h"
 #include "namespace_state.h"
 #include "prefixkv/advanced/prefix_cache.h"
 #include "store_chain.h"
@@ -31,16 +32,27 @@ bool IsRealTip(const cache::NamespaceState& ns, const BlockKey& key,
   return block.ok() && cache::HasRealTipState(ns.families, block->record);
 }
 
-// In a namespace adopted from before its layer shapes were keyed, a cached
-// block of other shapes is another model's, which a restore never serves
+// A cached block of other shapes than the spec's (another model's in a
+// namespace adopted from before its layer shapes were keyed; stored by an
+// older binary or fetched from a node of one elsewhere) is never restored
 // (block_validation.cc): a store of its tokens replaces it. Kept as a
 // duplicate, it made every store of those tokens one never restored.
 bool HoldsOtherShapes(const cache::NamespaceState& ns, const BlockKey& key,
                       const DecodeLimits& limits) {
-  if (!ns.check_layer_shapes) return false;
   StatusOr<cache::LoadedBlock> block =
       cache::LoadBlock(ns, key, cache::BlockRead::kBookkeeping, limits);
-  return block.ok() && !CheckLayerShapes(block->record, ns.spec.layer_shapes).ok();
+  return block.ok() && !cache::CheckStoredShapes(ns, block->record).ok();
+}
+
+// Whether a store reads cached block `i` of `chain` to compare its shapes:
+// every block in an adopted namespace (a restore compares them all there);
+// elsewhere, with layer shapes, the chain's first block, which a restore
+// compares every later block with, and every block after one of other shapes.
+bool ComparesCachedShapes(const cache::NamespaceState& ns, const StoreChain& chain,
+                          size_t i, bool after_other_shapes) {
+  if (ns.check_layer_shapes) return true;
+  return !ns.spec.layer_shapes.empty() &&
+         ((i == 0 && chain.ancestors.empty()) || after_other_shapes);
 }
 
 // Rewrites the grandparent tip with placeholders for its tip-only layers.
@@ -152,11 +164,15 @@ Status WriteChain(cache::NamespaceState& ns, const StoreChain& chain,
                   const StoreOptions& store_options, StoreResult* result)
     REQUIRES(ns.store_mu) {
   const bool unlikely = store_options.reuse == ReuseHint::kUnlikely;
+  bool after_other_shapes = false;
   for (size_t i = 0; i < chain.blocks.size(); ++i) {
     const PlannedBlock& block = chain.blocks[i];
     const bool real_tip = chain.tip_state && i + 1 == chain.blocks.size();
     const bool cached = ns.tiers->Contains(block.key);
-    const bool foreign = cached && HoldsOtherShapes(ns, block.key, options.decode_limits);
+    const bool foreign = cached &&
+                         ComparesCachedShapes(ns, chain, i, after_other_shapes) &&
+                         HoldsOtherShapes(ns, block.key, options.decode_limits);
+    after_other_shapes |= foreign;
     if (cached && !foreign &&
         (!real_tip || IsRealTip(ns, block.key, options.decode_limits))) {
       ++result->blocks_deduplicated;

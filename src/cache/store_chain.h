@@ -35,7 +35,7 @@ struct StoreChain {
 // the cached ancestors found by walking parent links up to the root.
 // Corruption for a record that does not decode, InvalidArgument for one that
 // breaks a rule; both name the record.
-Status PlanRecords(const NamespaceState& ns, const std::vector<SharedBytes>& encoded,
+Status PlanRecords(NamespaceState& ns, const std::vector<SharedBytes>& encoded,
                    const DecodeLimits& limits, std::vector<BlockRecord>* records,
                    std::vector<int32_t>* tokens, StoreChain* chain);
 

@@ -123,9 +123,32 @@ Status CheckRecord(const NamespaceState& ns, const BlockRecord& rec, bool last,
   return Status::OK();
 }
 
+// Records extending cached blocks whose first holds other shapes than the
+// spec's (stored by an older binary, or fetched from a node of one) cannot be
+// stored: every restore refuses that chain, and its right first block is not
+// among them. Kept, those blocks refused every such store (the records do
+// not match them) for as long as they stayed cached; they are removed with
+// the cached blocks after them on the records' chain, and the store refused,
+// so the client's next store of the tokens sends them all.
+Status RefuseAChainHeadOfOtherShapes(NamespaceState& ns, const LoadedBlock& head,
+                                     const std::vector<PlannedBlock>& ancestors,
+                                     const DecodeLimits& limits) {
+  const Status shapes = CheckStoredShapes(ns, head.record);
+  if (shapes.ok()) return Status::OK();
+  std::vector<BlockKey> keys;
+  for (const PlannedBlock& b : ancestors) keys.push_back(b.key);
+  const Status dropped = DropBlocksOfOtherShapes(ns, keys, limits);
+  return Status::InvalidArgument(
+      "record 0: the chain's first block " + head.record.key.ToHex() +
+      " holds other shapes: " + shapes.message() +
+      (dropped.ok() ? "; it and the cached blocks after it were removed: store the "
+                      "chain from the namespace root"
+                    : ""));
+}
+
 }  // namespace
 
-Status PlanRecords(const NamespaceState& ns, const std::vector<SharedBytes>& encoded,
+Status PlanRecords(NamespaceState& ns, const std::vector<SharedBytes>& encoded,
                    const DecodeLimits& limits, std::vector<BlockRecord>* records,
                    std::vector<int32_t>* tokens, StoreChain* chain) {
   if (encoded.empty()) return Status::InvalidArgument("no records to store");
@@ -151,6 +174,8 @@ Status PlanRecords(const NamespaceState& ns, const std::vector<SharedBytes>& enc
                      : " could not be read: " + head.status().ToString()));
     }
     chain_head = std::move(head).value();
+    PKV_RETURN_IF_ERROR(RefuseAChainHeadOfOtherShapes(ns, *chain_head, chain->ancestors,
+                                                      limits));
   }
   size_t start = chain->ancestors.size() * ns.spec.block_tokens;
   BlockKey parent = (*records)[0].parent;

@@ -268,6 +268,57 @@ TEST_F(StoreRecordsTest, RejectsFullAttentionKvOfAnotherShape) {
   EXPECT_EQ(Matched(Tokens(1)), 1u);
 }
 
+// Blocks of other KV heads than the spec's already cached (stored by an older
+// binary, or fetched from a node of one; here written behind the store's
+// back) never win against the right records of their tokens: records sent
+// after them (a client sends what PKV.MATCH did not find) were refused for
+// not matching them, and records sent whole were deduplicated against them,
+// acknowledged, and every restore refused the chain, so the tokens stayed
+// unusable until the wrong blocks were evicted.
+TEST_F(StoreRecordsTest, TheRightRecordsWinOverCachedBlocksOfOtherShapes) {
+  NamespaceSpec spec = KvOnlySpec();
+  spec.layer_shapes = ParseLayerShapes("2x8,2x8").value();
+  Use(spec);
+  const std::vector<int32_t> tokens = Tokens(3);
+  const std::vector<SharedBytes> source = SourceBlocks(spec, tokens);
+  auto cache_one_head_blocks = [&] {  // blocks 0 and 1, of 1 head
+    for (size_t i = 0; i < 2; ++i) {
+      BlockRecord rec = Decode(source[i]);
+      for (LayerState& l : rec.layers) {
+        for (Tensor& t : l.tensors)
+          t = Tensor::Filled(DType::kFloat32, {1, 1, kBlockTokens, 8}, 1);
+      }
+      const BlockMeta meta{rec.key, rec.parent, ns_.root, 0};
+      ASSERT_OK(tiers_.stack->Contains(rec.key) ? tiers_.stack->Rewrite(meta, Encode(rec))
+                                                : tiers_.stack->Put(meta, Encode(rec)));
+    }
+  };
+  auto expect_the_right_kv_restored = [&] {
+    ASSERT_OK_AND_ASSIGN(MatchResult m, tiers_.engine->Match(ns_, tokens));
+    ASSERT_OK_AND_ASSIGN(RestoreResult r, tiers_.engine->Restore(m));
+    ASSERT_EQ(r.restored_tokens, tokens.size()) << r.reason;
+    EXPECT_EQ(r.layers[0].tensors[0].shape(), (std::vector<int64_t>{1, 2, 12, 8}));
+  };
+  ASSERT_NO_FATAL_FAILURE(cache_one_head_blocks());
+  ASSERT_EQ(Matched(tokens), 2u);
+  // Extending them: refused (the chain's right head is not in the records),
+  // and the wrong blocks removed, so the client's next store sends them all.
+  const StatusOr<StoreResult> after = Put({source[2]});
+  ASSERT_FALSE(after.ok());
+  EXPECT_NE(after.status().message().find("layer 0 holds 1x8, not 2x8"),
+            std::string::npos)
+      << after.status().ToString();
+  EXPECT_EQ(Matched(tokens), 0u) << "the blocks of other shapes stayed";
+  ASSERT_OK(Put(source));
+  ASSERT_NO_FATAL_FAILURE(expect_the_right_kv_restored());
+  // Sent whole: the right records replace them.
+  ASSERT_NO_FATAL_FAILURE(cache_one_head_blocks());
+  ASSERT_OK_AND_ASSIGN(StoreResult whole, Put(source));
+  EXPECT_EQ(whole.blocks_written, 2u);
+  EXPECT_EQ(whole.blocks_deduplicated, 1u);
+  ASSERT_NO_FATAL_FAILURE(expect_the_right_kv_restored());
+}
+
 TEST_F(StoreRecordsTest, RejectsAKeyThatIsNotTheChainHashOfItsTokens) {
   Use(HybridSpec());
   BlockRecord rec = Decode(SourceBlocks(HybridSpec(), Tokens(1))[0]);
