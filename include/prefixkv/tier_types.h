@@ -178,7 +178,8 @@ struct AdvisorReport {
 // Token-level prefix-cache counters of one registered model
 // (EngineOwnerStats::prefix_tokens). They count tokens, not blocks, as vLLM's
 // prefix_cache_queries and prefix_cache_hits do: a hit rate is hit_tokens /
-// query_tokens. Their field table (INFO, PKV.STATS, the metrics) is internal.
+// query_tokens; and the stores refused for their layer shapes. Their field
+// table (INFO, PKV.STATS, the metrics) is internal.
 struct PrefixTokenCounters {
   uint64_t query_tokens = 0;  // tokens asked in Engine::Match (PKV.MATCH)
   uint64_t hit_tokens = 0;    // of those, tokens Match found cached
@@ -188,6 +189,13 @@ struct PrefixTokenCounters {
   uint64_t restored_tokens_hot = 0;
   uint64_t restored_tokens_ssd = 0;
   uint64_t restored_tokens_remote = 0;
+  // What the spec's layer shapes (NamespaceSpec::layer_shapes) refused:
+  // stores (Store, StoreRecords / PKV.PUT) whose layers or records, or the
+  // cached first block their records extend, hold other shapes; and matched
+  // tokens a restore did not serve because a block of them held other
+  // shapes: that block's and the matched tokens after it, which it drops.
+  uint64_t shape_refused_stores = 0;
+  uint64_t shape_refused_tokens = 0;
 };
 
 // ---- Latency histograms -------------------------------------------------

@@ -36,6 +36,13 @@ inline constexpr PrefixTokenField kPrefixTokenFields[] = {
     {"restored_tokens_remote", "restored_tokens_total", "remote",
      &PrefixTokenCounters::restored_tokens_remote,
      "Tokens restored, per model and the tier their blocks came from"},
+    {"shape_refused_stores", "shape_refused_stores_total", nullptr,
+     &PrefixTokenCounters::shape_refused_stores,
+     "Stores refused for holding other layer shapes than the model's spec, per model"},
+    {"shape_refused_tokens", "shape_refused_tokens_total", nullptr,
+     &PrefixTokenCounters::shape_refused_tokens,
+     "Matched tokens a restore refused because a block of them held other layer "
+     "shapes than the model's spec, per model"},
 };
 
 // Every field of PrefixTokenCounters is in the table.

@@ -64,7 +64,8 @@ def test_stats_and_audit_report_the_tiers(engine, rng):
     tokens = engine.stats()["owners"][0]["prefix_tokens"]
     assert tokens == {"prefix_query_tokens": 8, "prefix_hit_tokens": 8,
                       "restored_tokens_hot": 8, "restored_tokens_ssd": 0,
-                      "restored_tokens_remote": 0}
+                      "restored_tokens_remote": 0, "shape_refused_stores": 0,
+                      "shape_refused_tokens": 0}
     assert s["hot"]["bytes"] <= s["hot_capacity_bytes"]
     # The memory resource's regions, next to the bytes the budget charges
     # (the arena may map a region ahead meanwhile; nothing is unmapped here).

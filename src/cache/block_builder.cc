@@ -114,7 +114,7 @@ LayerState BlockLayer(const LayerState& layer, CacheFamily family, size_t token_
 }  // namespace
 
 Status CheckStoreLayers(const cache::NamespaceState& ns, size_t token_count,
-                        const std::vector<LayerState>& layers) {
+                        const std::vector<LayerState>& layers, bool* other_shapes) {
   if (layers.size() != ns.families.size()) {
     return Status::InvalidArgument("store has " + std::to_string(layers.size()) +
                                    " layers, namespace has " +
@@ -140,8 +140,9 @@ Status CheckStoreLayers(const cache::NamespaceState& ns, size_t token_count,
   // others the chain's first block every later store of its tokens keeps.
   BlockRecord as_stored;
   as_stored.layers = layers;  // the tensors share their bytes
-  PKV_RETURN_IF_ERROR(CheckStoredShapes(ns, as_stored));
-  return Status::OK();
+  Status shapes = CheckStoredShapes(ns, as_stored);
+  if (!shapes.ok() && other_shapes != nullptr) *other_shapes = true;
+  return shapes;
 }
 
 BlockDraft BuildBlock(const cache::NamespaceState& ns, std::span<const int32_t> tokens,

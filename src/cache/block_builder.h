@@ -26,8 +26,10 @@ namespace prefixkv::cache {
 // offset == token_count and rotating tensors of the namespace dtype, real
 // rotating and arrays layers with tensors, and the spec's layer shapes where
 // a restore relies on them (CheckStoredShapes).
+// `other_shapes` (may be null) is set when they fail for their shapes alone.
 Status CheckStoreLayers(const cache::NamespaceState& ns, size_t token_count,
-                        const std::vector<LayerState>& layers);
+                        const std::vector<LayerState>& layers,
+                        bool* other_shapes = nullptr);
 
 // One block of a store: where it sits and what it is called.
 struct PlannedBlock {

@@ -1,6 +1,8 @@
 // NamespaceState: what the prefix cache knows about one registered model.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -12,7 +14,8 @@
 
 namespace prefixkv {
 
-// Immutable after registration except `lineage`, which `store_mu` guards.
+// Immutable after registration except `lineage`, which `store_mu` guards, and
+// the shape refusal counters (atomic).
 class cache::NamespaceState {
  public:
   NamespaceSpec spec;
@@ -25,6 +28,11 @@ class cache::NamespaceState {
   bool remote = true;               // NamespaceOptions::remote
   bool partial_tail = false;        // NamespaceOptions::store_partial_tail
   bool check_layer_shapes = false;  // NamespaceOptions::check_layer_shapes
+
+  // PrefixTokenCounters::shape_refused_stores and _tokens, counted where a
+  // store or a restore refuses other shapes (PrefixCache::ShapeRefusals).
+  std::atomic<uint64_t> shape_refused_stores{0};
+  std::atomic<uint64_t> shape_refused_tokens{0};
 
   Mutex store_mu;  // serialises Store() and lineage access
   TipLineage lineage GUARDED_BY(store_mu);

@@ -278,6 +278,12 @@ StatusOr<std::vector<std::pair<BlockKey, BlockKey>>> PrefixCache::RecordedTips(
   return ns->lineage.Entries();
 }
 
+StatusOr<PrefixTokenCounters> PrefixCache::ShapeRefusals(Namespace handle) const {
+  PKV_ASSIGN_OR_RETURN(cache::NamespaceState * ns, Find(handle));
+  return PrefixTokenCounters{.shape_refused_stores = ns->shape_refused_stores.load(),
+                             .shape_refused_tokens = ns->shape_refused_tokens.load()};
+}
+
 Status PrefixCache::Flush() { return tiers_->Flush(); }
 
 }  // namespace prefixkv

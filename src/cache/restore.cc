@@ -304,7 +304,10 @@ StatusOr<std::vector<LoadedBlock>> LoadRestoreBlocks(NamespaceState& ns,
   bool other_shapes = false;
   const std::vector<LoadedBlock> loaded =
       LoadValidBlocks(ns, match, limits, on_loaded, &result->reason, &other_shapes);
-  if (other_shapes) DropMatchedBlocksOfOtherShapes(ns, match, loaded.size(), limits);
+  if (other_shapes) {
+    ns.shape_refused_tokens.fetch_add(match.tokens.size() - TokensOf(loaded));
+    DropMatchedBlocksOfOtherShapes(ns, match, loaded.size(), limits);
+  }
   std::vector<LoadedBlock> blocks = loaded;  // shares the records' bytes
   std::string walk_back = WalkBack(ns, &blocks);
   if (ns.has_tip_only && !walk_back.empty()) {

@@ -235,7 +235,12 @@ StatusOr<StoreResult> PrefixCache::Store(Namespace handle,
                                          const std::vector<LayerState>& layers,
                                          const StoreOptions& store_options) {
   PKV_ASSIGN_OR_RETURN(cache::NamespaceState * ns, Find(handle));
-  PKV_RETURN_IF_ERROR(cache::CheckStoreLayers(*ns, tokens.size(), layers));
+  bool other_shapes = false;
+  if (Status s = cache::CheckStoreLayers(*ns, tokens.size(), layers, &other_shapes);
+      !s.ok()) {
+    if (other_shapes) ns->shape_refused_stores.fetch_add(1);
+    return s;
+  }
   StoreResult result;
   StoreChain chain;
   chain.blocks = PlanBlocks(*ns, tokens);

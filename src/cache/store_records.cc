@@ -77,9 +77,11 @@ Status CheckParentIsFull(const NamespaceState& ns, const BlockKey& parent) {
   return Status::OK();
 }
 
-// The checks of one record at token position `start` after `parent`.
+// The checks of one record at token position `start` after `parent`;
+// `other_shapes` is set when it fails for holding other shapes than the spec's.
 Status CheckRecord(const NamespaceState& ns, const BlockRecord& rec, bool last,
-                   const BlockKey& parent, size_t start, const BlockRecord* first) {
+                   const BlockKey& parent, size_t start, const BlockRecord* first,
+                   bool* other_shapes) {
   if (rec.namespace_id != ns.root) {
     return Status::InvalidArgument("a block of namespace " + rec.namespace_id.ToHex() +
                                    ", not " + ns.root.ToHex());
@@ -104,12 +106,16 @@ Status CheckRecord(const NamespaceState& ns, const BlockRecord& rec, bool last,
         (ns.partial_tail ? ", except the last (a partial tail)"
                          : " (the namespace stores no partial tails)"));
   }
-  if (Status s = ValidateBlock(ns, rec, start, parent, rec.tokens, first); !s.ok()) {
+  if (Status s = ValidateBlock(ns, rec, start, parent, rec.tokens, first, other_shapes);
+      !s.ok()) {
     return Status::InvalidArgument("does not fit the namespace layout: " + s.message());
   }
   // As Store (CheckStoreLayers): a tip's window or recurrent state, or plain
   // KV, of other shapes than the spec's would be restored in the spec's name.
-  PKV_RETURN_IF_ERROR(CheckStoredShapes(ns, rec));
+  if (Status s = CheckStoredShapes(ns, rec); !s.ok()) {
+    *other_shapes = true;
+    return s;
+  }
   const bool placeholders = TipOnlyAllPlaceholders(ns, rec);
   if (!last && !placeholders) {
     return Status::InvalidArgument(
@@ -135,6 +141,7 @@ Status RefuseAChainHeadOfOtherShapes(NamespaceState& ns, const LoadedBlock& head
                                      const DecodeLimits& limits) {
   const Status shapes = CheckStoredShapes(ns, head.record);
   if (shapes.ok()) return Status::OK();
+  ns.shape_refused_stores.fetch_add(1);
   std::vector<BlockKey> keys;
   for (const PlannedBlock& b : ancestors) keys.push_back(b.key);
   const Status dropped = DropBlocksOfOtherShapes(ns, keys, limits);
@@ -186,8 +193,12 @@ Status PlanRecords(NamespaceState& ns, const std::vector<SharedBytes>& encoded,
     const BlockRecord* first = chain_head.has_value() ? &chain_head->record
                                : i == 0               ? nullptr
                                                       : &(*records)[0];
-    Status s = CheckRecord(ns, rec, last, parent, start, first);
-    if (!s.ok()) return s.WithContext(RecordName(i));
+    bool other_shapes = false;
+    Status s = CheckRecord(ns, rec, last, parent, start, first, &other_shapes);
+    if (!s.ok()) {
+      if (other_shapes) ns.shape_refused_stores.fetch_add(1);
+      return s.WithContext(RecordName(i));
+    }
     chain->blocks.push_back({rec.key, rec.parent, start, rec.token_count});
     tokens->insert(tokens->end(), rec.tokens.begin(), rec.tokens.end());
     start += rec.token_count;

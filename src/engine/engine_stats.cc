@@ -98,7 +98,14 @@ EngineStats Engine::Stats() const {
     for (const auto& m : impl.models_) {
       if (m->tiers.owner < s.owners.size()) {
         s.owners[m->tiers.owner].restore_latency = m->restore_latency.Snapshot();
-        s.owners[m->tiers.owner].prefix_tokens = m->prefix_tokens.Snapshot();
+        PrefixTokenCounters tokens = m->prefix_tokens.Snapshot();
+        // Counted by the prefix cache, where stores and restores refuse them.
+        if (StatusOr<PrefixTokenCounters> refused = impl.cache_->ShapeRefusals(m->ns);
+            refused.ok()) {
+          tokens.shape_refused_stores = refused->shape_refused_stores;
+          tokens.shape_refused_tokens = refused->shape_refused_tokens;
+        }
+        s.owners[m->tiers.owner].prefix_tokens = tokens;
       }
     }
     s.dirty_blocks = impl.stack_->dirty_blocks();

@@ -865,6 +865,7 @@ struct RunTally {
   PrefixTokenCounters tokens;
   uint64_t blocks_from_hot = 0, blocks_from_ssd = 0, restores = 0;
   uint64_t damaged_reads = 0;  // blocks a restore found damaged on SSD
+  uint64_t reshaped_reads = 0;  // blocks a restore found of other shapes
   TierCounters ssd_at_open;
 };
 
@@ -924,6 +925,65 @@ void DamageABlockOnSsdAndRestore(Engine& e, const std::filesystem::path& data_di
   t->damaged_reads += 1;
 }
 
+// KvSpec(model) with the shapes of KvLayers: 2 KV heads of 8.
+NamespaceSpec ShapedKvSpec(const std::string& model) {
+  NamespaceSpec spec = KvSpec(model);
+  spec.layer_shapes = ParseLayerShapes("2x8,2x8").value();
+  return spec;
+}
+
+// KvLayers of `prompt` with KV of 1 head, which ShapedKvSpec refuses.
+std::vector<LayerState> OneHeadKvLayers(size_t tokens, std::mt19937_64& rng) {
+  std::vector<LayerState> layers = KvLayers(2, static_cast<int64_t>(tokens), rng);
+  for (LayerState& l : layers) {
+    for (Tensor& t : l.tensors) t = Tensor::Filled(DType::kFloat32, {1, 1, t.dim(2), 8}, 1);
+  }
+  return layers;
+}
+
+// A store of `prompt` with KV of other shapes than the spec's: refused,
+// nothing written, one refused store of the model.
+void StoreOfOtherShapesRefused(Engine& e, Namespace ns, const std::vector<int32_t>& prompt,
+                               std::mt19937_64& rng, RunTally* t) {
+  const uint64_t inserts = e.Stats().hot.inserts;
+  EXPECT_TRUE(e.Store(ns, prompt, OneHeadKvLayers(prompt.size(), rng))
+                  .status()
+                  .IsInvalidArgument());
+  EXPECT_EQ(e.Stats().hot.inserts, inserts) << "a refused store wrote";
+  t->tokens.shape_refused_stores += 1;
+}
+
+// Rewrites one block of `prompt`'s match (none: nothing happens) with KV of
+// one head, as an older binary or a node of one could have left it, then
+// restores the match: the restore reads that block where it lies, ends before
+// it, refuses its tokens and the matched tokens after it, and drops them.
+void ReshapeABlockAndRestore(Engine& e, Namespace ns, const std::vector<int32_t>& prompt,
+                             std::mt19937_64& rng, RunTally* t) {
+  ASSERT_OK_AND_ASSIGN(MatchResult match, e.Match(ns, prompt));
+  if (match.keys.empty()) {
+    ASSERT_OK(RestoreTallied(e, prompt, match, t).status());
+    return;
+  }
+  const size_t i = rng() % match.keys.size();
+  TierStack* stack = EngineTiers(e, ns);
+  const BlockKey key = match.keys[i];
+  ASSERT_OK_AND_ASSIGN(BlockMeta meta, stack->Peek(key));
+  ASSERT_OK_AND_ASSIGN(TierHit hit, stack->PeekPayload(key));
+  ASSERT_OK_AND_ASSIGN(BlockRecord rec, DecodeBlock(hit.payload));
+  for (LayerState& l : rec.layers) {
+    for (Tensor& x : l.tensors) x = Tensor::Filled(DType::kFloat32, {1, 1, kBlockTokens, 8}, 1);
+  }
+  ASSERT_OK_AND_ASSIGN(SharedBytes reshaped, EncodeBlock(rec));
+  ASSERT_OK(stack->Rewrite(meta, reshaped));
+  const TierLevel at = stack->Locate(key);
+  ASSERT_OK_AND_ASSIGN(RestoreResult r, RestoreTallied(e, prompt, match, t));
+  EXPECT_EQ(r.restored_blocks, i) << r.reason;
+  EXPECT_FALSE(stack->Contains(key)) << "the block of other shapes is dropped";
+  (at == TierLevel::kHot ? t->blocks_from_hot : t->blocks_from_ssd) += 1;
+  t->tokens.shape_refused_tokens += match.matched_tokens() - i * kBlockTokens;
+  t->reshaped_reads += 1;
+}
+
 // Checks every counter a user reads against the run's tally and the tiers'
 // contents: per-model token counters and restore counts, the hot tier's
 // owners summing to its totals, the SSD tier's per-owner and total blocks and
@@ -951,6 +1011,10 @@ void ExpectCountersRecomputed(Engine& e, const std::map<std::string, RunTally>& 
     EXPECT_EQ(o.prefix_tokens->hit_tokens, t->second.tokens.hit_tokens);
     EXPECT_EQ(o.prefix_tokens->restored_tokens_hot, t->second.tokens.restored_tokens_hot);
     EXPECT_EQ(o.prefix_tokens->restored_tokens_ssd, t->second.tokens.restored_tokens_ssd);
+    EXPECT_EQ(o.prefix_tokens->shape_refused_stores,
+              t->second.tokens.shape_refused_stores);
+    EXPECT_EQ(o.prefix_tokens->shape_refused_tokens,
+              t->second.tokens.shape_refused_tokens);
     EXPECT_EQ(o.restore_latency->count(), t->second.restores);
     // One thread: every block Match found is read where it found it, a block
     // on SSD after a hot miss; a read of the model misses on SSD only for a
@@ -1080,7 +1144,10 @@ void ExpectARemovalCounted(const EngineStats& before, const EngineStats& after,
 // restores and raw values' SETs, GETs, DELs, EXPIREs, FLUSHDBs, GETs of
 // values damaged on SSD (ExpectADamagedValueDropped) and restores of blocks
 // damaged there (DamageABlockOnSsdAndRestore: each such read a miss and a
-// corruption of its model, recounted) under a hot tier of a dozen blocks (evictions,
+// corruption of its model, recounted), stores of KV of other shapes than the models'
+// specs (StoreOfOtherShapesRefused) and restores of a block rewritten with such KV
+// (ReshapeABlockAndRestore: its tokens and those after it refused and dropped, the
+// model's shape_refused_* recounted) under a hot tier of a dozen blocks (evictions,
 // spills, promotions), with clean restarts: every counter users read is recomputed at
 // each checkpoint (ExpectCountersRecomputed), every GET answers the value last SET, and
 // the SSD tier's counters come back from a restart as they were; each GET counts one
@@ -1104,7 +1171,7 @@ TEST_F(EngineTest, CountersAgreeWithARecomputationOfARandomRun) {
     std::map<std::string, RunTally> tally;  // counted from this open on
     std::vector<Namespace> ns;
     for (const std::string& m : models) {
-      ASSERT_OK_AND_ASSIGN(Namespace n, e->RegisterModel(KvSpec(m)));
+      ASSERT_OK_AND_ASSIGN(Namespace n, e->RegisterModel(ShapedKvSpec(m)));
       ns.push_back(n);
       tally[m];
     }
@@ -1125,7 +1192,7 @@ TEST_F(EngineTest, CountersAgreeWithARecomputationOfARandomRun) {
       const std::vector<int32_t> prompt =
           Tokens((1 + rng() % 4) * kBlockTokens, 1000 * static_cast<int32_t>(rng() % 6));
       const std::string key = "k" + std::to_string(rng() % 8);
-      const uint64_t kind = rng() % 9;
+      const uint64_t kind = rng() % 10;
       SCOPED_TRACE("op " + std::to_string(op) + " kind " + std::to_string(kind) + " " +
                    key);
       switch (kind) {
@@ -1214,10 +1281,22 @@ TEST_F(EngineTest, CountersAgreeWithARecomputationOfARandomRun) {
           values.erase(key);
           break;
         }
+        case 9: {  // a store, or a cached block, of other shapes than the spec's
+          if (rng() % 2 == 0) {
+            StoreOfOtherShapesRefused(*e, ns[m], prompt, rng, &tally[models[m]]);
+          } else {
+            ASSERT_NO_FATAL_FAILURE(
+                ReshapeABlockAndRestore(*e, ns[m], prompt, rng, &tally[models[m]]));
+          }
+          break;
+        }
       }
       ExpectIdentities(e->Stats());
     }
-    for (const auto& [m, t] : tally) blocks_damaged |= t.damaged_reads > 0;
+    // A block dropped for its shapes leaves the blocks after it that the
+    // match did not reach without a parent too.
+    for (const auto& [m, t] : tally)
+      blocks_damaged |= t.damaged_reads > 0 || t.reshaped_reads > 0;
     ExpectCountersRecomputed(*e, tally, values.size(), blocks_damaged);
     ssd_before = SsdCountersByName(e->Stats());
     EXPECT_GT(e->Stats().hot.evictions, 0u);

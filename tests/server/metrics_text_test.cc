@@ -166,7 +166,9 @@ TEST(MetricsText, RendersAKnownSnapshotExactly) {
                                             .hit_tokens = 64,
                                             .restored_tokens_hot = 48,
                                             .restored_tokens_ssd = 16,
-                                            .restored_tokens_remote = 0};
+                                            .restored_tokens_remote = 0,
+                                            .shape_refused_stores = 2,
+                                            .shape_refused_tokens = 8};
   s.owners.push_back(model);
 
   const std::string expected =
@@ -287,6 +289,12 @@ prefixkv_prefix_cache_hits_total{owner="m\"1\\"} 64
 prefixkv_restored_tokens_total{tier="hot",owner="m\"1\\"} 48
 prefixkv_restored_tokens_total{tier="ssd",owner="m\"1\\"} 16
 prefixkv_restored_tokens_total{tier="remote",owner="m\"1\\"} 0
+# HELP prefixkv_shape_refused_stores_total Stores refused for holding other layer shapes than the model's spec, per model
+# TYPE prefixkv_shape_refused_stores_total counter
+prefixkv_shape_refused_stores_total{owner="m\"1\\"} 2
+# HELP prefixkv_shape_refused_tokens_total Matched tokens a restore refused because a block of them held other layer shapes than the model's spec, per model
+# TYPE prefixkv_shape_refused_tokens_total counter
+prefixkv_shape_refused_tokens_total{owner="m\"1\\"} 8
 # HELP prefixkv_server_connected_clients Open RESP connections
 # TYPE prefixkv_server_connected_clients gauge
 prefixkv_server_connected_clients 3

@@ -200,6 +200,11 @@ class PrefixCache {
   // none), oldest first. Always empty for namespaces without tip-only layers.
   StatusOr<std::vector<std::pair<BlockKey, BlockKey>>> RecordedTips(Namespace ns) const;
 
+  // What the spec's layer shapes refused in `ns` since it was registered:
+  // the shape_refused_* fields of PrefixTokenCounters (the others 0).
+  // Thread-safe. NotFound for an unknown ns.
+  StatusOr<PrefixTokenCounters> ShapeRefusals(Namespace ns) const;
+
   // Writes dirty hot blocks of every stack to SSD (before a clean shutdown).
   // Tries every stack; returns the first error.
   Status Flush();
