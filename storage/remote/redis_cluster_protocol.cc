@@ -96,7 +96,12 @@ std::optional<RedisRedirect> ParseRedirect(const redisReply& reply,
   StatusOr<RedisAddress> target = SplitRedisAddress(text.substr(space + 1));
   if (!target.ok()) return std::nullopt;
   redirect.target = std::move(target).value();
-  if (redirect.target.host.empty()) redirect.target.host = asked_host;
+  // No endpoint to give ("?": cluster-preferred-endpoint-type hostname and
+  // no hostname announced; empty: unknown-endpoint): the target is on the
+  // address the client reached this node at, as in CLUSTER SLOTS.
+  if (redirect.target.host.empty() || redirect.target.host == "?") {
+    redirect.target.host = asked_host;
+  }
   return redirect;
 }
 

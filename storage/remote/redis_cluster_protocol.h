@@ -43,8 +43,9 @@ StatusOr<std::vector<RedisSlotRange>> ParseClusterSlots(const redisReply& reply,
 bool IsClusterDisabledError(const redisReply& reply);
 
 // "-MOVED 3999 127.0.0.1:6381" or "-ASK 3999 127.0.0.1:6381": where the key
-// lives now (MOVED: for good; ASK: for this command only). An empty host is
-// `asked_host`. nullopt for any other reply.
+// lives now (MOVED: for good; ASK: for this command only). A host that is
+// empty or "?" (no endpoint known: "-MOVED 3999 :6381", "-MOVED 3999 ?:6381")
+// is `asked_host`. nullopt for any other reply.
 struct RedisRedirect {
   bool ask = false;
   int slot = 0;

@@ -423,6 +423,66 @@ TEST_F(RedisClusterStoreTest, FollowsMovedAndRefreshesTheMap) {
   EXPECT_EQ(Raw(to, {"GET", key}), "new");
 }
 
+// A node that has no endpoint of the others to give redirects to "?:port"
+// (cluster-preferred-endpoint-type hostname, no hostname announced) or to
+// ":port" (unknown-endpoint): the port on the address the client reached it
+// at. "?" was taken for a host: the key failed (Unavailable, a node "?:port"
+// marked down) and the slot pointed there until the map was fetched again.
+TEST_F(RedisClusterStoreTest, FollowsRedirectsToAnUnknownEndpointOnTheAddressItReached) {
+  struct RestoreEndpoints {
+    const LocalRedisCluster& cluster;
+    ~RestoreEndpoints() {
+      for (int port : cluster.ports())
+        Raw(port, {"CONFIG", "SET", "cluster-preferred-endpoint-type", "ip"});
+    }
+  } restore{*cluster_};
+  int slot = 5151;
+  for (const std::string type : {"hostname", "unknown-endpoint"}) {
+    SCOPED_TRACE(type);
+    RedisClusterOptions options = ClusterOptions(*cluster_);
+    options.seeds.resize(1);
+    auto store = OpenStore(options);  // its map has the nodes' addresses
+    ASSERT_NE(store, nullptr);
+    const std::string moved = KeyInSlot(++slot, "/moved");
+    const std::string asked = KeyInSlot(++slot, "/asked");
+    const std::vector<RemoteWrite> writes = {{moved, "m", 0}, {asked, "a", 0}};
+    ASSERT_OK(store->MultiSet(writes));
+    for (int port : cluster_->ports()) {
+      ASSERT_EQ(Raw(port, {"CONFIG", "SET", "cluster-preferred-endpoint-type", type}),
+                "OK");
+    }
+    const int from = OwnerPort(*cluster_, RedisKeySlot(moved));
+    const int to =
+        from == cluster_->ports()[0] ? cluster_->ports()[1] : cluster_->ports()[0];
+    ASSERT_NO_FATAL_FAILURE(
+        MigrateSlot(*cluster_, RedisKeySlot(moved), from, to, {moved}, true));
+    const std::string endpoint = type == "hostname" ? "?:" : ":";
+    ASSERT_EQ(Raw(from, {"GET", moved}),
+              "MOVED " + std::to_string(RedisKeySlot(moved)) + " " + endpoint +
+                  std::to_string(to));
+    const int ask_from = OwnerPort(*cluster_, RedisKeySlot(asked));
+    const int ask_to =
+        ask_from == cluster_->ports()[0] ? cluster_->ports()[1] : cluster_->ports()[0];
+    ASSERT_NO_FATAL_FAILURE(
+        MigrateSlot(*cluster_, RedisKeySlot(asked), ask_from, ask_to, {asked}, false));
+    ASSERT_EQ(Raw(ask_from, {"GET", asked}),
+              "ASK " + std::to_string(RedisKeySlot(asked)) + " " + endpoint +
+                  std::to_string(ask_to));
+
+    std::vector<std::optional<std::string>> values;
+    EXPECT_OK(
+        testing::MultiGetText(*store, std::vector<std::string>{moved, asked}, &values));
+    EXPECT_EQ(values, (std::vector<std::optional<std::string>>{"m", "a"}));
+    EXPECT_EQ(store->NodeOfSlot(RedisKeySlot(moved)), "127.0.0.1:" + std::to_string(to));
+    EXPECT_FALSE(store->IsNodeDown("?:" + std::to_string(to)));
+    // The map fetched again (its endpoints "?" or empty) routes to the same address.
+    EXPECT_OK(testing::MultiGetText(*store, std::vector<std::string>{moved}, &values));
+    EXPECT_EQ(store->NodeOfSlot(RedisKeySlot(moved)), "127.0.0.1:" + std::to_string(to));
+    ASSERT_NO_FATAL_FAILURE(
+        MigrateSlot(*cluster_, RedisKeySlot(asked), ask_from, ask_to, {}, true));
+  }
+}
+
 TEST_F(RedisClusterStoreTest, FollowsAskDuringAMigrationWithoutChangingTheMap) {
   auto store = OpenStore(ClusterOptions(*cluster_));
   const int slot = 777;
