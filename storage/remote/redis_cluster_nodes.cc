@@ -71,13 +71,20 @@ void RedisClusterStore::NoteValueBytes(Node& node, size_t bytes) {
 
 StatusOr<std::unique_ptr<RedisConnection>> RedisClusterStore::Acquire(Node& node) {
   PKV_RETURN_IF_ERROR(DownStatus(node));
-  {
-    MutexLock lock(&node.mu);
-    if (!node.idle.empty()) {
-      std::unique_ptr<RedisConnection> connection = std::move(node.idle.back());
+  while (true) {
+    std::unique_ptr<RedisConnection> connection;
+    {
+      MutexLock lock(&node.mu);
+      if (node.idle.empty()) break;
+      connection = std::move(node.idle.back());
       node.idle.pop_back();
-      return connection;
     }
+    if (!connection->ClosedWhileIdle()) return connection;
+    // The node closed it while it was pooled: restarted since (or its idle
+    // timeout passed). Used, it failed its keys and marked the node down,
+    // which answers again: a fresh connection is tried instead. The node
+    // may have come back empty, so what callers saw stored may be gone.
+    failure_epoch_.fetch_add(1, std::memory_order_acq_rel);
   }
   StatusOr<std::unique_ptr<RedisConnection>> connection =
       RedisConnection::Connect(node.address.host, node.address.port,

@@ -12,9 +12,10 @@
 // per key.
 //
 // Failures: a node that cannot be connected, times out or closes the
-// connection is marked down for down_backoff_ms; its keys fail at once with
-// Unavailable during that time (no connect attempt), and the map is fetched
-// again. Without a map (no seed answered) every call is Unavailable at once
+// connection in a call is marked down for down_backoff_ms (one that closed a
+// pooled connection while it sat idle is not: a fresh one is used); its keys
+// fail at once with Unavailable during that time (no connect attempt), and
+// the map is fetched again. Without a map (no seed answered) every call is Unavailable at once
 // and the map is tried again every down_backoff_ms. A failure costs only the
 // keys it touched (MultiSetEach reports each write's): an error reply fails
 // its key, a failed node its unanswered keys.
@@ -83,8 +84,10 @@ class RedisClusterStore final : public RemoteStore {
   StatusOr<int64_t> IncrBy(std::string_view key, int64_t delta,
                            uint32_t ttl_seconds) override;
   std::string Describe() const override;
-  // Moves on each time a node is marked down (MarkDown) and at each -MOVED
-  // (a slot served by another master: failed over, or migrated).
+  // Moves on each time a node is marked down (MarkDown), each time a pooled
+  // connection is found closed by its node (restarted since: Acquire) and
+  // at each -MOVED (a slot served by another master: failed over, or
+  // migrated).
   uint64_t FailureEpoch() const override {
     return failure_epoch_.load(std::memory_order_acquire);
   }

@@ -244,6 +244,15 @@ Status RedisConnection::OutOfMemory() {
   return Status::IOError("redis " + name_ + ": reply: out of memory");
 }
 
+bool RedisConnection::ClosedWhileIdle() const {
+  if (broken_) return true;
+  char byte;
+  const ssize_t n = recv(context_->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  // Nothing to read is the one idle state: 0 is the node's FIN, an error its
+  // reset, a byte a reply to nothing.
+  return !(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+}
+
 int RedisConnection::fd() const { return context_->fd; }
 
 uint64_t RedisConnection::WaitDeadline(uint64_t deadline_nanos) const {

@@ -80,6 +80,12 @@ class RedisConnection {
   // timeout.
   void Progress();
 
+  // Whether the node closed this idle connection, or sent it bytes no command
+  // asked for (it then cannot carry a pipeline either): a master restarted
+  // or killed since, or its idle `timeout` passed. One non-blocking peek at
+  // the socket; never waits. REQUIRES: no command in flight.
+  bool ClosedWhileIdle() const;
+
   // Flush, then one Read: a single command's round trip.
   StatusOr<RedisReplyPtr> Call(std::initializer_list<std::string_view> args,
                                uint64_t deadline_nanos);

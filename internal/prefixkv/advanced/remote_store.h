@@ -100,7 +100,8 @@ class RemoteStore {
   // One line for logs and INFO, e.g. "redis cluster 127.0.0.1:7000 (3 masters)".
   virtual std::string Describe() const = 0;
   // Changes whenever a node may have lost values it held: a node that
-  // failed a call (down, silent, its connection closed) may come back empty
+  // failed a call (down, silent, its connection closed) or closed a pooled
+  // connection (restarted between two calls) may come back empty
   // (restarted without persistence) or be replaced by a replica behind it,
   // and a slot found served by another node (-MOVED) may have been failed
   // over so. What a caller saw stored under an older value may be gone. 0

@@ -496,6 +496,38 @@ TEST_F(RedisClusterFailureTest,
   testing::ExpectLostBlocksWrittenAgainWhenEvicted(*cluster_, w, lost);
 }
 
+// Runs before the kill below. A master restarted between two calls (killed
+// and back on its port, here empty) closed the connections this store had
+// pooled to it. The next call took one: its keys there failed (connection
+// closed), and the master, marked down, failed every key of it for
+// down_backoff_ms more though it answered (1 s of unwritten blocks and
+// misses). A pooled connection the master closed is replaced by a fresh one
+// before it is used; the restart still moves FailureEpoch on, since the
+// master may have come back empty.
+TEST_F(RedisClusterFailureTest, AMasterRestartedBetweenTwoCallsFailsNoKeyOfTheSecond) {
+  auto store = testing::OpenStore(ClusterOptions(*cluster_));  // 1 s backoff
+  ASSERT_NE(store, nullptr);
+  std::vector<RemoteWriteResult> results;
+  ASSERT_OK(store->MultiSetEach(writes_, &results));  // one pooled connection per master
+  const std::string restarted = "127.0.0.1:" + std::to_string(cluster_->ports()[1]);
+  const uint64_t epoch = store->FailureEpoch();
+  ASSERT_OK(cluster_->RestartMasterEmpty(1));
+  const Status s = store->MultiSetEach(writes_, &results);
+  const auto failed = std::count_if(results.begin(), results.end(),
+                                    [](const RemoteWriteResult& r) { return !r.status.ok(); });
+  std::printf("[restarted master] %ld of %zu writes failed, %s\n",
+              static_cast<long>(failed), writes_.size(), s.ToString().c_str());
+  EXPECT_OK(s);
+  EXPECT_EQ(failed, 0);
+  EXPECT_FALSE(store->IsNodeDown(restarted));
+  EXPECT_GT(store->FailureEpoch(), epoch) << "the restart went unnoticed";
+  std::vector<std::optional<std::string>> values;
+  EXPECT_OK(testing::MultiGetText(*store, keys_, &values));
+  for (size_t i = 0; i < keys_.size(); ++i) {
+    EXPECT_EQ(values[i], std::optional(writes_[i].value)) << keys_[i];
+  }
+}
+
 TEST_F(RedisClusterFailureTest, AKilledMasterFailsItsKeysFastAndTheOthersStillWork) {
   // A dead master refuses connections at once, so its keys fail without any
   // wait; the request timeout only bounds the live masters' replies. It is
