@@ -468,6 +468,56 @@ TEST_F(SsdFaultTest, PowerLossInSyncModeBringsNoRemovalBackInAFlushModeOpen) {
   testing::ExpectCountersMatchContents(*tier, {0});
 }
 
+// Four blocks stored and closed, two of them removed (acknowledged) after a
+// reopen, a durable point, then a power cut: the removed blocks stay
+// removed, whoever opens the directory in the tier's own mode. The durable
+// point is a clean Close in every mode (the journal, confirms included, is
+// synced before the memtables are flushed), and in sync mode also the
+// tier's Flush(). In flush and wal mode Flush() is none: it waits for the
+// write-back queue, not for the memtables or the log, so a cut after it
+// may rightly take the deletes (docs/ssd.md "Write-back").
+TEST_F(SsdFaultTest, ARemovalBeforeADurablePointStaysRemovedAfterAPowerCut) {
+  const std::vector<std::pair<SsdDurability, bool>> cases = {
+      {SsdDurability::kFlush, true},
+      {SsdDurability::kWal, true},
+      {SsdDurability::kSync, true},
+      {SsdDurability::kSync, false}};
+  for (const auto& [mode, close_first] : cases) {
+    SCOPED_TRACE(std::string(SsdDurabilityName(mode)) +
+                 (close_first ? ", Close before the cut" : ", Flush before the cut"));
+    std::filesystem::remove_all(dir_.path() / "ssd");
+    const SsdTierOptions o = Options(mode);
+    // The removed ones include the segment's last block, whose commit record
+    // every rewrite keeps: the roll-forward weighs its removal.
+    std::vector<BlockMeta> all, kept, removed;
+    for (uint64_t i = 0; i < 4; ++i) {
+      all.push_back(ChainBlock(7, i));
+      (i % 2 == 1 ? removed : kept).push_back(all.back());
+    }
+    StoreAndClose(o, all);
+    auto tier = testing::OpenSsd(o);
+    ASSERT_NE(tier, nullptr);
+    for (const BlockMeta& m : removed) ASSERT_OK(tier->Remove(m.key));
+    if (close_first) {
+      ASSERT_OK(tier->Close());
+      tier.reset();
+      ASSERT_OK(fs_.SimulatePowerLoss().status());
+      fs_.PowerOn();
+      tier = testing::OpenSsd(o);
+    } else {
+      ASSERT_OK(tier->Flush());
+      CutPowerAndReopen(tier, o);
+    }
+    ASSERT_NE(tier, nullptr);
+    EXPECT_EQ(Present(*tier, kept), kept.size());
+    EXPECT_EQ(Present(*tier, removed), 0u)
+        << "removed (acknowledged) before a durable point, back; open: "
+        << tier->open_report().metadata_rollback;
+    testing::ExpectCountersMatchContents(*tier, {0});
+    ASSERT_OK(tier->Close());
+  }
+}
+
 // The control: wal mode never syncs, so the same power loss does drop
 // acknowledged blocks, and the simulation is not a no-op. No wrong bytes.
 TEST_F(SsdFaultTest, PowerLossInWalModeMayLoseAcknowledgedBlocksButNoByteIsWrong) {
