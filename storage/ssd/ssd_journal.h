@@ -45,7 +45,9 @@
 // 2026-12-07; header bytes 24..31 hold 1 in a journal whose removals carry
 // it): its commit, had it run, a kill -9 can take with the memtable, which
 // WithoutUncommittedRemovals weighs (JournalRecord::flush_mode).
-// A confirm record follows the commit of a removal that succeeded. Only a
+// A confirm record follows the commit of a removal that succeeded (synced
+// before the ack when a memtable flush began since the removal: the flush
+// may have put the delete in a table without it). Only a
 // confirmed removal still held by the metadata shows that the metadata lost
 // it (a removal whose commit failed or never ran leaves the block live, and
 // must not take it away at the next open); a rebuild, which has no metadata

@@ -244,6 +244,7 @@ rocksdb::Options ssd::TierImpl::DbOptions(bool direct_io) const {
       o.info_log_level, [this](std::string_view l) { Log(std::string(l)); });
   if (env_ != nullptr) o.env = env_.get();  // writes through options_.file_system
   o.listeners.push_back(std::make_shared<FlushListener>([this] {
+    flushes_begun_.fetch_add(1, std::memory_order_seq_cst);  // ConfirmRemovals
     if (Status s = SyncJournal(); !s.ok()) {
       Log("removal journal sync before a metadata flush failed: " + s.ToString());
     }

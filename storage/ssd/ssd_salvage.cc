@@ -498,6 +498,7 @@ struct PendingRemoval {
   const void* tier;
   ssd::JournalRecord record;
   bool confirm = true;  // false: synced before the commit, never confirmed
+  uint64_t flushes_begun = 0;  // the tier's count when it was journaled
 };
 thread_local std::vector<PendingRemoval> t_pending_removals;
 
@@ -514,18 +515,34 @@ void ssd::TierImpl::JournalRemoval(const BlockKey& key, uint64_t checksum,
   if (s.ok() && awaits_commit) {
     ssd::JournalRecord r{key, checksum, segment, offset};
     r.extent_only = extent_only;
-    t_pending_removals.push_back({this, r, confirm});
+    t_pending_removals.push_back(
+        {this, r, confirm, flushes_begun_.load(std::memory_order_seq_cst)});
   }
 }
 
 void ssd::TierImpl::ConfirmRemovals(bool committed) {
+  bool flushed_meanwhile = false;
   for (const PendingRemoval& p : t_pending_removals) {
     if (committed && p.confirm && p.tier == this && journal_ != nullptr) {
       const ssd::JournalRecord& r = p.record;
       (void)journal_->AppendConfirm(r.key, r.checksum, r.segment, r.offset);
+      flushed_meanwhile =
+          flushed_meanwhile ||
+          p.flushes_begun != flushes_begun_.load(std::memory_order_seq_cst);
     }
   }
   t_pending_removals.clear();
+  // A memtable flush that began since the removal was journaled may have put
+  // its delete in a table after syncing the journal without this confirm; a
+  // flush-mode removal left unconfirmed by a power cut is one the
+  // roll-forward leaves out (WithoutUncommittedRemovals), and the removed
+  // block came back though its delete was durable. Synced before the ack. A
+  // flush that begins after the confirm syncs it itself.
+  if (flushed_meanwhile && options_.durability == SsdDurability::kFlush) {
+    if (Status s = SyncJournal(); !s.ok()) {
+      Log("removal journal sync after a metadata flush failed: " + s.ToString());
+    }
+  }
 }
 
 Status ssd::TierImpl::SyncJournalBeforeCommit() {

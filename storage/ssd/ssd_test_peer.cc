@@ -11,10 +11,12 @@
 namespace prefixkv {
 
 StatusOr<std::unique_ptr<SsdTier>> SsdTierTestPeer::OpenWithCommitHook(
-    const SsdTierOptions& options, std::function<Status()> before_commit) {
+    const SsdTierOptions& options, std::function<Status()> before_commit,
+    std::function<void()> after_commit) {
   PKV_RETURN_IF_ERROR(ssd::TierImpl::ValidateOptions(options));
   auto impl = std::make_unique<ssd::TierImpl>(options);
   impl->SetCommitHookForTest(std::move(before_commit));
+  impl->SetCommittedHookForTest(std::move(after_commit));
   PKV_RETURN_IF_ERROR(impl->Open());
   return ssd::Access::Wrap(std::move(impl));
 }
@@ -31,6 +33,13 @@ StatusOr<rocksdb::DB*> DbOf(SsdTier& tier) {
 }
 
 }  // namespace
+
+Status SsdTierTestPeer::FlushMemtables(SsdTier& tier) {
+  PKV_ASSIGN_OR_RETURN(rocksdb::DB * db, DbOf(tier));
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  return FromRocks(db->Flush(fo), "test peer flush");
+}
 
 StatusOr<std::string> SsdTierTestPeer::ReadRaw(SsdTier& tier, std::string_view key) {
   PKV_ASSIGN_OR_RETURN(rocksdb::DB * db, DbOf(tier));

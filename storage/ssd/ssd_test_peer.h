@@ -28,8 +28,15 @@ class SsdTierTestPeer {
   // before every metadata write to the database, including those Open makes;
   // a non-OK result is handled exactly like the database returning that error
   // (counted, logged once, returned; nothing changes).
+  // `after_commit`, when given, is called (on the committing thread) after
+  // every metadata write that succeeded, before the removals it made are
+  // confirmed in the removal journal.
   static StatusOr<std::unique_ptr<SsdTier>> OpenWithCommitHook(
-      const SsdTierOptions& options, std::function<Status()> before_commit);
+      const SsdTierOptions& options, std::function<Status()> before_commit,
+      std::function<void()> after_commit = nullptr);
+  // Flushes the metadata database's memtables to tables and waits: what the
+  // tier's listener runs before a flush runs (a journal sync) runs too.
+  static Status FlushMemtables(SsdTier& tier);
 
   // The value under `key` in the tier's metadata database (ssd_layout.h's
   // keys), read straight from RocksDB; NotFound when absent.

@@ -242,6 +242,7 @@ Status ssd::TierImpl::Commit(rocksdb::WriteBatch* batch, Deltas deltas, OwnerId 
     s = FromRocks(rs, "write");
   }
   NoteWriteResult(s);
+  if (s.ok() && committed_hook_) committed_hook_();
   if (!confirm_later) FinishRemovals(s.ok());
   if (!s.ok()) {
     NoteNoSpace(s);  // the reserve gives the database room to resume

@@ -83,6 +83,11 @@ class TierImpl {
   void SetCommitHookForTest(std::function<Status()> hook) {
     commit_hook_ = std::move(hook);
   }
+  // Test seam (SsdTierTestPeer only, before Open): called after every
+  // metadata commit that succeeded, before its removals are confirmed.
+  void SetCommittedHookForTest(std::function<void()> hook) {
+    committed_hook_ = std::move(hook);
+  }
   // Test seam (SsdTierTestPeer only): the metadata database, for writes
   // behind the index's back. Null before Open and after Close.
   rocksdb::DB* DbForTest() { return db_.get(); }
@@ -567,6 +572,7 @@ class TierImpl {
 
   const SsdTierOptions options_;
   std::function<Status()> commit_hook_;  // tests only; set before Open
+  std::function<void()> committed_hook_;  // tests only; set before Open
   // RocksDB's writes through options_.file_system (null with the default
   // file system: RocksDB's own is used). Declared before db_: outlives it.
   std::unique_ptr<rocksdb::Env> env_;
@@ -578,6 +584,11 @@ class TierImpl {
   std::unique_ptr<RemovalJournal> journal_;  // extents made garbage (ssd_journal.h)
   // journal_, for the database's flush listener (set once it is open).
   std::atomic<RemovalJournal*> flush_journal_{nullptr};
+  // Memtable flushes begun (the listener counts each before it syncs the
+  // journal): a removal whose commit saw another count than its confirm may
+  // have its delete in a table while its confirm missed that sync
+  // (ConfirmRemovals). Mutable: counted by the listener DbOptions makes.
+  mutable std::atomic<uint64_t> flushes_begun_{0};
   rocksdb::WriteOptions write_options_;    // per durability
   rocksdb::WriteOptions relaxed_options_;  // never synced
   // Flush mode once the journal is lost: commits go to the log (wal mode's).

@@ -518,6 +518,42 @@ TEST_F(SsdFaultTest, ARemovalBeforeADurablePointStaysRemovedAfterAPowerCut) {
   }
 }
 
+// A flush-mode removal whose delete a memtable flush put in a table between
+// its commit and its confirm record, then a power cut: the flush had synced
+// the journal before the confirm was appended, the cut took the confirm,
+// and the open's roll-forward left the unconfirmed flush-mode removal out
+// (JournalContents::WithoutUncommittedRemovals) and served the removed
+// block again, though its delete was durable and the removal acknowledged.
+// A confirm made after a flush began since its removal is synced before the
+// ack.
+TEST_F(SsdFaultTest, AFlushModeRemovalInATableStaysRemovedAfterAPowerCut) {
+  const SsdTierOptions o = Options(SsdDurability::kFlush);
+  const BlockMeta kept = ChainBlock(8, 0), gone = ChainBlock(8, 1);  // the segment's last
+  StoreAndClose(o, {kept, gone});
+  SsdTier* raw = nullptr;
+  bool flush_after_commit = false;
+  StatusOr<std::unique_ptr<SsdTier>> opened = SsdTierTestPeer::OpenWithCommitHook(
+      o, [] { return Status::OK(); },
+      [&] {
+        if (flush_after_commit) {
+          EXPECT_OK(SsdTierTestPeer::FlushMemtables(*raw));
+        }
+      });
+  ASSERT_OK(opened);
+  std::unique_ptr<SsdTier> tier = std::move(*opened);
+  raw = tier.get();
+  flush_after_commit = true;
+  ASSERT_OK(tier->Remove(gone.key));  // its delete in a table: acknowledged and durable
+  flush_after_commit = false;
+  CutPowerAndReopen(tier, o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(Present(*tier, {kept}), 1u);
+  EXPECT_FALSE(tier->Contains(gone.key))
+      << "a removal whose delete was in a table, back; open: "
+      << tier->open_report().metadata_rollback;
+  testing::ExpectCountersMatchContents(*tier, {0});
+}
+
 // The control: wal mode never syncs, so the same power loss does drop
 // acknowledged blocks, and the simulation is not a no-op. No wrong bytes.
 TEST_F(SsdFaultTest, PowerLossInWalModeMayLoseAcknowledgedBlocksButNoByteIsWrong) {
