@@ -114,8 +114,10 @@ struct JournalRecord {
 // extent-only removal for a removal of the key's bytes at a place that never
 // matches: it excludes more, never brings back what is dead. One from before
 // bit 60 (2026-12-07) takes a flush-mode removal for a removal of the key's
-// bytes at such a place: it excludes them by the bytes, and weighs the
-// removal as its opener's mode says.
+// bytes at such a place: it excludes them by the bytes, and finds no commit
+// record at that place (CommitEvidence), so it never leaves the removal out,
+// whatever its opener's mode: it loses the acknowledged value a flush-mode
+// kill of a newer binary left, as a wal open did before the marks.
 inline constexpr uint64_t kCommitFlag = uint64_t{1} << 63;
 inline constexpr uint64_t kConfirmFlag = uint64_t{1} << 62;
 inline constexpr uint64_t kExtentOnlyFlag = uint64_t{1} << 61;
