@@ -35,6 +35,25 @@ TEST(BenchHot, EveryPolicyIsMeasuredAndComparedWithLru) {
   EXPECT_EQ(std::stod(testing::Value(policies[0], "hit_ns_ratio_vs_lru")), 1.0);
 }
 
+// `bench values`: each operation is timed (median within its range) and the
+// GET hit is compared with the locked map's floor measured in the same run.
+TEST(BenchValues, EveryOperationIsMeasuredAgainstTheFloor) {
+  const testing::CliRun run = testing::RunCli("bench values --json --repeats 1");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::string json = run.output.substr(run.output.find("{\"suite\":\"values\""));
+  for (const char* op : {"get_hit_ns", "get_miss_ns", "set_ns", "exists_ns", "limit_ns"}) {
+    const double median = std::stod(testing::Value(json, op));
+    EXPECT_GT(median, 0) << op << ": " << json;
+    EXPECT_LE(std::stod(testing::Value(json, std::string(op) + "_min")), median) << op;
+    EXPECT_GE(std::stod(testing::Value(json, std::string(op) + "_max")), median) << op;
+  }
+  EXPECT_NEAR(std::stod(testing::Value(json, "get_hit_ratio_vs_limit")),
+              std::stod(testing::Value(json, "limit_ns")) /
+                  std::stod(testing::Value(json, "get_hit_ns")),
+              1e-3)
+      << json;
+}
+
 TEST(BenchRestore, TheLlamaShapeRunsAndReportsRestoreIntoWithTimeToFirstLayer) {
   const testing::CliRun run =
       testing::RunCli("bench restore --json --repeats 1 --model llama3-8b --tokens 32");
