@@ -295,7 +295,8 @@ class Engine:
         owner: name, hot, hot_quota_bytes, ssd, restore_latency (models only:
         bucket_bounds_micros, counts, sum_micros, count; else None), prefix_tokens
         (models only: prefix_query_tokens, prefix_hit_tokens, restored_tokens_hot,
-        restored_tokens_ssd, restored_tokens_remote; else None). advisor: the
+        restored_tokens_ssd, restored_tokens_remote, shape_refused_stores,
+        shape_refused_tokens; else None). advisor: the
         capacity advisor (sampling_rate, sampled_keys, memory_bytes, references,
         points: [{tier, factor, capacity_bytes, capacity_blocks, hit_ratio}], the
         estimated token hit ratio at 1/4x..8x of each tier; docs/eviction.md)."""
