@@ -376,46 +376,80 @@ Status RedisClusterStore::Delete(std::span<const std::string> keys) {
 
 StatusOr<int64_t> RedisClusterStore::IncrBy(std::string_view key, int64_t delta,
                                             uint32_t ttl_seconds) {
+  StatusOr<CounterWindow> window = AddToCounter(key, delta, ttl_seconds, 0, false);
+  if (!window.ok()) return window.status();
+  return window->total;
+}
+
+StatusOr<CounterWindow> RedisClusterStore::IncrByWindow(std::string_view key,
+                                                        int64_t delta,
+                                                        uint32_t ttl_seconds,
+                                                        uint64_t expire_within_ms) {
+  return AddToCounter(key, delta, ttl_seconds, expire_within_ms, true);
+}
+
+StatusOr<CounterWindow> RedisClusterStore::AddToCounter(std::string_view key,
+                                                        int64_t delta,
+                                                        uint32_t ttl_seconds,
+                                                        uint64_t expire_within_ms,
+                                                        bool read_ttl) {
   const std::vector<std::string_view> keys = {key};
   const std::string delta_text = std::to_string(delta);
-  int64_t value = 0;
-  // Both commands are writes from the remote tier's background writers: they
-  // wait write_timeout_ms like a SET (a master busy ingesting may pause
-  // longer than a read should wait, and a counter cut off there is charged
-  // but never given its expiry).
+  CounterWindow window;
+  // Every command is a write from the remote tier's background writers (PTTL
+  // rides with them): they wait write_timeout_ms like a SET (a master busy
+  // ingesting may pause longer than a read should wait, and a counter cut
+  // off there is charged but never given its expiry).
   KeyOp incr;
   incr.write = true;
   incr.append = [&](RedisConnection& c, size_t) {
     c.Append({"INCRBY", key, delta_text});
   };
   incr.accept = [&](size_t, redisReply& reply) {
-    value = reply.integer;
+    window.total = reply.integer;
     return ExpectInteger(reply, "INCRBY");
   };
   PKV_RETURN_IF_ERROR(Execute(keys, incr, nullptr));
-  if (ttl_seconds > 0) {
-    // Its expiry, unless it has one (NX, Redis >= 7.0): set by the creator,
-    // so the window is not pushed back. Sent on every call, not only when
-    // this one created the key: a creator whose EXPIRE never ran (a lost
-    // reply, a process killed between the two) left a counter that would
-    // otherwise never expire, and its namespace over the limit for good.
-    const std::string ttl_text = std::to_string(ttl_seconds);
-    KeyOp expire;
-    expire.write = true;
-    expire.append = [&](RedisConnection& c, size_t) {
-      c.Append({"EXPIRE", key, ttl_text, "NX"});
-    };
-    expire.accept = [](size_t, redisReply& reply) {
-      return ExpectInteger(reply, "EXPIRE");
-    };
-    // The INCRBY ran: its total is the answer even when the EXPIRE fails (a
-    // master silent or refusing between the two), and the next call gives
-    // the counter its expiry. Failed, the call hid a charge that was made:
-    // the remote tier took the counter for not updated, failed the batch
-    // and left its bytes charged with nothing written.
-    (void)Execute(keys, expire, nullptr);
-  }
-  return value;
+  // Then, pipelined in one round, the same key each time:
+  // - EXPIRE NX when ttl_seconds > 0: its expiry, unless it has one (NX,
+  //   Redis >= 7.0), set by the creator, so the window is not pushed back.
+  //   Sent on every call, not only when this one created the key: a creator
+  //   whose EXPIRE never ran (a lost reply, a process killed between the
+  //   two) left a counter that would otherwise never expire, and its
+  //   namespace over the limit for good.
+  // - PEXPIRE LT when expire_within_ms > 0 (no expiry counts as later).
+  // - PTTL when read_ttl: the window's end, after the two above.
+  enum class Step { kExpire, kShorten, kTtl };
+  std::vector<Step> steps;
+  if (ttl_seconds > 0) steps.push_back(Step::kExpire);
+  if (expire_within_ms > 0) steps.push_back(Step::kShorten);
+  if (read_ttl) steps.push_back(Step::kTtl);
+  if (steps.empty()) return window;
+  const std::string ttl_text = std::to_string(ttl_seconds);
+  const std::string within_text = std::to_string(expire_within_ms);
+  int64_t ttl_ms = -1;
+  KeyOp after;
+  after.write = true;
+  after.append = [&](RedisConnection& c, size_t i) {
+    switch (steps[i]) {
+      case Step::kExpire: c.Append({"EXPIRE", key, ttl_text, "NX"}); break;
+      case Step::kShorten: c.Append({"PEXPIRE", key, within_text, "LT"}); break;
+      case Step::kTtl: c.Append({"PTTL", key}); break;
+    }
+  };
+  after.accept = [&](size_t i, redisReply& reply) {
+    if (steps[i] == Step::kTtl) ttl_ms = reply.integer;
+    return ExpectInteger(reply, steps[i] == Step::kTtl ? "PTTL" : "EXPIRE");
+  };
+  // The INCRBY ran: its total is the answer even when the rest fails (a
+  // master silent or refusing between the two), and the next call gives the
+  // counter its expiry. Failed, the call hid a charge that was made: the
+  // remote tier took the counter for not updated, failed the batch and left
+  // its bytes charged with nothing written.
+  std::vector<RemoteWriteResult> results;
+  (void)Execute(std::vector<std::string_view>(steps.size(), key), after, &results);
+  if (read_ttl && results.back().status.ok() && ttl_ms >= 0) window.ttl_ms = ttl_ms;
+  return window;
 }
 
 }  // namespace prefixkv

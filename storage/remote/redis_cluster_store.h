@@ -83,6 +83,10 @@ class RedisClusterStore final : public RemoteStore {
   Status Delete(std::span<const std::string> keys) override;
   StatusOr<int64_t> IncrBy(std::string_view key, int64_t delta,
                            uint32_t ttl_seconds) override;
+  // INCRBY, then in one more round EXPIRE NX, PEXPIRE LT and PTTL.
+  StatusOr<CounterWindow> IncrByWindow(std::string_view key, int64_t delta,
+                                       uint32_t ttl_seconds,
+                                       uint64_t expire_within_ms) override;
   std::string Describe() const override;
   // Moves on each time a node is marked down (MarkDown), each time a pooled
   // connection is found closed by its node (restarted since: Acquire) and
@@ -147,6 +151,11 @@ class RedisClusterStore final : public RemoteStore {
   // Queues the commands of `batch`'s next `count` unsent items (fewer at its
   // end) and records the batch's commands in flight.
   void QueueNext(Batch& batch, const KeyOp& op, size_t count, size_t answered);
+  // INCRBY `key`, then (one more round) its expiry when ttl_seconds > 0, it
+  // brought down to expire_within_ms when > 0, and its PTTL when read_ttl.
+  StatusOr<CounterWindow> AddToCounter(std::string_view key, int64_t delta,
+                                       uint32_t ttl_seconds, uint64_t expire_within_ms,
+                                       bool read_ttl);
   // SET of every write (MultiSet, MultiSetEach).
   Status Set(std::span<const RemoteWrite> writes,
              std::vector<RemoteWriteResult>* results);

@@ -14,6 +14,7 @@
 
 #include "prefixkv/advanced/hash.h"
 #include "prefixkv/advanced/mutex.h"
+#include "quota_windows.h"
 
 namespace prefixkv {
 
@@ -514,10 +515,7 @@ class RemoteTierImpl {
     for (const auto& [ns, bytes] : bytes_per_ns) {
       const RemoteNamespaceLimits& l = limits.at(ns);
       if (l.max_bytes == 0) continue;
-      StatusOr<int64_t> total =
-          store_->IncrBy(options_.key_prefix + "quota:" + ns.ToHex(),
-                         static_cast<int64_t>(bytes), l.ttl_seconds);
-      NoteCall(total.status());
+      StatusOr<int64_t> total = Charge(ns, bytes, l.ttl_seconds);
       if (!total.ok()) {
         unchecked.insert(ns);
       } else {
@@ -578,6 +576,53 @@ class RemoteTierImpl {
     return r;
   }
 
+  // Charges `bytes` to the quota counter of `ns`: its total after the charge.
+  // A counter the cluster lost inside the window this node saw (evicted,
+  // flushed, a master restarted empty: QuotaWindows) is given back the total
+  // seen and that window's end, and the total is then the one it answers:
+  // taken as it came, a new counter at zero let the namespace write its limit
+  // again within the window it had used up. A put-back the cluster fails
+  // counts the total seen here, and is tried again at the next charge.
+  StatusOr<int64_t> Charge(const BlockKey& ns, uint64_t bytes, uint32_t ttl_seconds) {
+    const std::string key = options_.key_prefix + "quota:" + ns.ToHex();
+    StatusOr<QuotaWindows::Answer> charged = AddToQuota(key, bytes, ttl_seconds, 0);
+    if (!charged.ok()) return charged.status();
+    std::optional<QuotaWindows::Seen> lost;
+    {
+      MutexLock lock(&mu_);
+      lost = quota_windows_.Lost(ns, *charged);
+      if (!lost) quota_windows_.Saw(ns, *charged);
+    }
+    if (!lost) return charged->total;
+    if (!logged_lost_quota_.exchange(true)) {
+      Log("remote tier: the quota counter " + key +
+          " was lost inside its window (evicted or flushed); its bytes are put back "
+          "(logged once; docs/remote.md, Sizing)");
+    }
+    const uint64_t within_ms =
+        std::max<uint64_t>(1, (lost->earliest_end - charged->end_nanos) / 1000000);
+    StatusOr<QuotaWindows::Answer> back = AddToQuota(key, lost->total, 0, within_ms);
+    if (!back.ok()) return charged->total + lost->total;
+    MutexLock lock(&mu_);
+    quota_windows_.Saw(ns, *back);
+    return back->total;
+  }
+
+  // IncrByWindow on the quota counter `key`, timed by the tier's clock.
+  StatusOr<QuotaWindows::Answer> AddToQuota(const std::string& key, uint64_t bytes,
+                                            uint32_t ttl_seconds, uint64_t within_ms) {
+    QuotaWindows::Answer a;
+    a.start_nanos = options_.clock->NowNanos();
+    StatusOr<CounterWindow> w =
+        store_->IncrByWindow(key, static_cast<int64_t>(bytes), ttl_seconds, within_ms);
+    NoteCall(w.status());
+    if (!w.ok()) return w.status();
+    a.end_nanos = options_.clock->NowNanos();
+    a.total = w->total;
+    a.ttl_ms = w->ttl_ms;
+    return a;
+  }
+
   // The room a namespace had under `max_bytes` before a charge of `charged`
   // bytes brought its quota counter to `total`. Signed: a counter below zero
   // (a refund that found it expired, before its fix-up back to zero) is an
@@ -617,7 +662,12 @@ class RemoteTierImpl {
       StatusOr<int64_t> total =
           store_->IncrBy(key, -static_cast<int64_t>(bytes), /*ttl_seconds=*/0);
       NoteCall(total.status());
-      if (total.ok() && *total < 0) ResetQuotaCounter(ns, -*total, l.ttl_seconds);
+      if (!total.ok()) continue;
+      {
+        MutexLock lock(&mu_);
+        quota_windows_.Refunded(ns, *total, bytes);
+      }
+      if (*total < 0) ResetQuotaCounter(ns, -*total, l.ttl_seconds);
     }
   }
 
@@ -656,6 +706,7 @@ class RemoteTierImpl {
   std::atomic<bool> outage_logged_{false};
   std::atomic<bool> logged_corruption_{false};
   std::atomic<bool> logged_write_failure_{false};
+  std::atomic<bool> logged_lost_quota_{false};
 
   mutable Mutex mu_;
   CondVar work_cv_;
@@ -693,6 +744,7 @@ class RemoteTierImpl {
     uint32_t ttl_seconds = 0;
   };
   std::unordered_map<BlockKey, OwedReset, BlockKeyHash> owed_resets_ GUARDED_BY(mu_);
+  QuotaWindows quota_windows_ GUARDED_BY(mu_);  // the counters' windows seen
 };
 
 }  // namespace internal

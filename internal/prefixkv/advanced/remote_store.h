@@ -37,6 +37,15 @@ struct RemoteWriteResult {
   bool maybe_stored = false;
 };
 
+// A counter after an add (RemoteStore::IncrByWindow).
+struct CounterWindow {
+  int64_t total = 0;
+  // Milliseconds left before the counter expires, read after the add (so
+  // the end of the window it counts); -1: it has no expiry, or the store
+  // could not tell.
+  int64_t ttl_ms = -1;
+};
+
 // Thread-safe: every method may be called concurrently.
 class RemoteStore {
  public:
@@ -97,6 +106,21 @@ class RemoteStore {
   // call with a TTL sets it (an error would hide an add that was made).
   virtual StatusOr<int64_t> IncrBy(std::string_view key, int64_t delta,
                                    uint32_t ttl_seconds) = 0;
+  // IncrBy, and the time the counter has left after it. When
+  // expire_within_ms > 0, its expiry is first brought down to at most that
+  // far away (one further off, or none, is shortened; a nearer one is kept).
+  // The remote tier finds so a quota counter the cluster lost (evicted,
+  // flushed, a master restarted empty) inside a window it saw, and puts it
+  // back with that window's end. By default: IncrBy, the time left not
+  // known (-1), no expiry brought down.
+  virtual StatusOr<CounterWindow> IncrByWindow(std::string_view key, int64_t delta,
+                                               uint32_t ttl_seconds,
+                                               uint64_t expire_within_ms) {
+    (void)expire_within_ms;
+    StatusOr<int64_t> total = IncrBy(key, delta, ttl_seconds);
+    if (!total.ok()) return total.status();
+    return CounterWindow{*total, -1};
+  }
   // One line for logs and INFO, e.g. "redis cluster 127.0.0.1:7000 (3 masters)".
   virtual std::string Describe() const = 0;
   // Changes whenever a node may have lost values it held: a node that

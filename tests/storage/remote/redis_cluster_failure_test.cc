@@ -481,6 +481,71 @@ TEST_F(RedisClusterFailureTest, ABatchWhoseQuotaChargeRanIsWrittenThoughItsExpir
   EXPECT_EQ(got[0]->view(), std::string(600, 'a'));
 }
 
+// A remote tier over the cluster with a quota of 1000 bytes per 60 s window
+// for namespace {11, 11}, on a fake clock (the tier's time; the counter's TTL
+// is the cluster's), that wrote three blocks of 300 bytes; then the counter is
+// deleted as the cluster's eviction takes it, the clock moved on by
+// `seconds`, and three more blocks of the namespace queued. The counters.
+RemoteCounters QuotaAfterTheCounterIsGone(const LocalRedisCluster& cluster,
+                                          const std::string& prefix, int seconds,
+                                          std::string* counter, int* port) {
+  FakeClock clock;
+  RemoteTierOptions tier_options;
+  tier_options.key_prefix = prefix;
+  tier_options.clock = &clock;
+  auto tier = RemoteTier::Open(testing::OpenStore(ClusterOptions(cluster)), tier_options);
+  const BlockKey ns{11, 11};
+  tier->SetNamespaceLimits(ns, {.ttl_seconds = 60, .max_bytes = 1000});
+  *counter = prefix + "quota:" + ns.ToHex();
+  *port = testing::OwnerPort(cluster, RedisKeySlot(*counter));
+  EXPECT_EQ(Raw(*port, {"DEL", *counter}).size(), 1u);
+  BlockKey parent = ns;
+  for (uint64_t i = 1; i <= 6; ++i) {
+    const BlockMeta meta{BlockKey{11, i}, parent, ns, 1};
+    parent = meta.key;
+    EXPECT_OK(tier->Put(meta, SharedBytes::Copy(std::string(300, 'a')), false));
+    if (i != 3) continue;
+    tier->Flush();
+    EXPECT_EQ(tier->Counters().writes, 3u);
+    EXPECT_EQ(Raw(*port, {"GET", *counter}), "900");
+    EXPECT_EQ(Raw(*port, {"DEL", *counter}), "1");  // what an eviction does
+    clock.AdvanceMillis(uint64_t(seconds) * 1000);
+  }
+  tier->Flush();
+  return tier->Counters();
+}
+
+// Runs before the kill below. A namespace's quota counter is a key of the
+// cluster, and its eviction (maxmemory under volatile-ttl, volatile-lru,
+// allkeys-lru), a flush or a master restarted empty took it inside its
+// window: the next charge started a new counter at zero with a new window,
+// and the namespace wrote its limit again (6 blocks of 300 bytes under 1000
+// in one window). The node that saw the window puts its total back, with
+// its end: the blocks past the limit are over quota.
+TEST_F(RedisClusterFailureTest, AQuotaCounterLostInsideItsWindowIsPutBack) {
+  std::string counter;
+  int port = 0;
+  const RemoteCounters c = QuotaAfterTheCounterIsGone(*cluster_, "lost/", 10, &counter, &port);
+  EXPECT_EQ(c.writes, 3u) << "blocks written past the limit in one window";
+  EXPECT_EQ(c.over_quota, 3u);
+  EXPECT_EQ(Raw(port, {"GET", counter}), "900");
+  const long long ttl = std::stoll(Raw(port, {"PTTL", counter}));
+  EXPECT_GT(ttl, 40'000);
+  EXPECT_LE(ttl, 50'000) << "the window seen ends 50 s after the loss";
+}
+
+// Runs before the kill below. A counter gone once its window ended (expired)
+// starts a new window: the namespace writes its limit there again.
+TEST_F(RedisClusterFailureTest, AQuotaCounterGoneAfterItsWindowStartsANewOne) {
+  std::string counter;
+  int port = 0;
+  const RemoteCounters c = QuotaAfterTheCounterIsGone(*cluster_, "ended/", 61, &counter, &port);
+  EXPECT_EQ(c.writes, 6u);
+  EXPECT_EQ(c.over_quota, 0u);
+  EXPECT_EQ(Raw(port, {"GET", counter}), "900");
+  EXPECT_GT(std::stoll(Raw(port, {"PTTL", counter})), 50'000);
+}
+
 // Runs before the kill below. A master restarted empty (no persistence) lost
 // the blocks this node wrote to it; the node's next call meets the restart
 // (its pooled connection closed), and then its local copies, evicted, are
