@@ -349,6 +349,12 @@ bool ssd::SegmentsHoldData(FileSystem* fs, const std::string& seg_dir) {
   return false;
 }
 
+bool SsdTier::CanRebuildMetadata(const std::string& path, FileSystem* fs) {
+  const std::string seg_dir = path + "/segments";
+  return fs->FileSize(seg_dir + "/" + ssd::kJournalName).ok() ||
+         ssd::SegmentsHoldData(fs, seg_dir);
+}
+
 Status ssd::TierImpl::RebuildFromSegments(const Status& why) {
   db_.reset();
   FileSystem* fs = options_.file_system;
@@ -360,8 +366,7 @@ Status ssd::TierImpl::RebuildFromSegments(const Status& why) {
   // and took writes there, lost once the drive came back
   // (SsdFaultTest.UnreadableMetadataBesideAnEmptyMountPointIsRefused).
   if (!options_.accept_missing_segments &&
-      !fs->FileSize(seg_dir + "/" + ssd::kJournalName).ok() &&
-      !ssd::SegmentsHoldData(fs, seg_dir)) {
+      !SsdTier::CanRebuildMetadata(options_.path, fs)) {
     return Status::Unavailable(
         "the metadata of " + options_.path + " cannot be read (" + why.ToString() +
         ") and " + seg_dir +

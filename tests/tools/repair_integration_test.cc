@@ -152,6 +152,43 @@ TEST(RepairCli, ARebuiltDirectoryKeepsItsChainsAndAuditsClean) {
   EXPECT_EQ(LongestChainLine(inspect_after.output), chain) << inspect_after.output;
 }
 
+// A CURRENT missing beside an empty mount point (the drive holding
+// segments/ not mounted): audit and inspect said "`prefixkv repair` rebuilds
+// it", and repair refused (nothing to rebuild from). They say to mount the
+// drive now; once it is back, repair rebuilds and the audit is clean.
+TEST(RepairCli, ACurrentMissingBesideAnEmptyMountPointSaysToMountTheDrive) {
+  testing::TempDir dir;
+  const fs::path data = dir.path() / "demo";
+  testing::CliRun demo = RunCli("demo --turns 2 --data-dir " + dir.path().string());
+  ASSERT_EQ(demo.exit_code, 0) << demo.output;
+  fs::remove(data / "CURRENT");
+  fs::rename(data / "segments", dir.path() / "drive");
+  fs::create_directory(data / "segments");  // the empty mount point
+  for (const char* command : {"audit", "inspect"}) {
+    testing::CliRun told = RunCli(std::string(command) + " --data-dir " + data.string());
+    EXPECT_EQ(told.exit_code, 1) << told.output;
+    EXPECT_EQ(told.output.find("`prefixkv repair` rebuilds it"), std::string::npos)
+        << command << " says repair rebuilds it:\n" << told.output;
+    EXPECT_NE(told.output.find("is the drive mounted"), std::string::npos) << told.output;
+    EXPECT_NE(told.output.find("--accept-missing-segments"), std::string::npos)
+        << told.output;
+  }
+  testing::CliRun refused = RunCli("repair --data-dir " + data.string());
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_NE(refused.output.find("is the drive mounted"), std::string::npos)
+      << refused.output;
+
+  fs::remove(data / "segments");
+  fs::rename(dir.path() / "drive", data / "segments");  // mounted again
+  testing::CliRun told = RunCli("audit --data-dir " + data.string());
+  EXPECT_NE(told.output.find("`prefixkv repair` rebuilds it"), std::string::npos)
+      << told.output;
+  testing::CliRun repair = RunCli("repair --data-dir " + data.string());
+  EXPECT_EQ(repair.exit_code, 0) << repair.output;
+  testing::CliRun audit = RunCli("audit --data-dir " + data.string());
+  EXPECT_EQ(audit.exit_code, 0) << audit.output;
+}
+
 }  // namespace
 }  // namespace prefixkv
 

@@ -46,7 +46,10 @@ removed.
 A metadata database that cannot be opened or read (a damaged log, table,
 MANIFEST or CURRENT), or that is older than the segment files and the removal
 journal (a lost log), is reported (exit 1) and left as it is: the audit never
-moves, rebuilds or rolls forward anything; `prefixkv repair` does. A missing
+moves, rebuilds or rolls forward anything; `prefixkv repair` does, except
+beside a segments/ that holds no segment file and no removal journal (the
+drive not mounted): there it refuses, and a CURRENT missing there is
+reported with that (mount the drive and run again). A missing
 or damaged removal journal is a problem too (a rebuild could prove nothing
 with it): `prefixkv repair` regenerates it from the intact metadata.
 

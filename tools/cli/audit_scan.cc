@@ -33,17 +33,28 @@ StatusOr<std::unique_ptr<Engine>> OpenExistingEngine(const std::string& dir,
   }
   // RocksDB's CURRENT file names the live manifest, and segments/ holds the
   // blocks: with neither there is no database. A lost CURRENT beside intact
-  // segments is damage (audit and inspect report it, repair rebuilds).
+  // segments is damage (audit and inspect report it, repair rebuilds); beside
+  // a segments/ with nothing to rebuild from (the drive not mounted), repair
+  // refuses, so audit and inspect say to mount it (until 2026-12-07 they
+  // said repair rebuilt it, and repair refused).
   if (!fs::exists(fs::path(dir) / "CURRENT", ec)) {
     if (!fs::is_directory(fs::path(dir) / "segments", ec)) {
       return Status::NotFound(dir + " holds no prefixkv database");
     }
     // Opening it would have RocksDB try to create a database there: audit and
     // inspect must not write, so they stop here.
-    if (!repair) {
+    if (!repair && SsdTier::CanRebuildMetadata(dir)) {
       return Status::Corruption("metadata at " + dir +
                                 " is damaged: its CURRENT file is missing (the "
                                 "segments are there; `prefixkv repair` rebuilds it)");
+    }
+    if (!repair) {
+      return Status::Corruption(
+          "metadata at " + dir + " is damaged: its CURRENT file is missing, and " + dir +
+          "/segments holds no segment file and no removal journal to rebuild it from: "
+          "is the drive mounted (or --data-dir wrong)? Mount it and run again (then "
+          "`prefixkv repair` rebuilds the metadata); only if the segments are lost for "
+          "good, `prefixkv repair --accept-missing-segments` starts the directory empty");
     }
   }
   EngineOptions options;

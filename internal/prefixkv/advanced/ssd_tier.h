@@ -289,6 +289,12 @@ class SsdTier final : public BlockTier, public EvictionListener {
   // Opens (or creates) the tier. A database that cannot be opened is moved
   // aside (renamed with a timestamp suffix) and the tier starts empty.
   static StatusOr<std::unique_ptr<SsdTier>> Open(const SsdTierOptions& options);
+  // Whether `path`/segments holds what a rebuild of unreadable metadata
+  // needs: a segment file with blocks, or a removal journal. Without either
+  // (an empty mount point: the drive not mounted) a writing open refuses to
+  // rebuild and changes nothing, unless accept_missing_segments.
+  static bool CanRebuildMetadata(const std::string& path,
+                                 FileSystem* fs = FileSystem::Default());
   ~SsdTier() override;  // Close(), ignoring its status
 
   SsdTier(const SsdTier&) = delete;
