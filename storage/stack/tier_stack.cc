@@ -163,6 +163,7 @@ Status TierStack::Put(const BlockMeta& meta, SharedBytes payload) {
     }
   }
   MutexLock lock(&StripeFor(meta.key));
+  ChangeStampOnExit changed(this, meta.key);
   if (options_.remote == nullptr || !options_.put_to_remote || !MayGoRemote(meta)) {
     return PutLocked(meta, std::move(payload));
   }
@@ -183,6 +184,7 @@ void TierStack::RejectRemote(const BlockKey& key, uint64_t bytes, std::string_vi
 
 Status TierStack::Promote(const BlockMeta& meta, SharedBytes payload) {
   MutexLock lock(&StripeFor(meta.key));
+  ChangeStampOnExit changed(this, meta.key);
   // A copy stored here since the fetch missed it locally is this node's
   // newer one: a Store's tip with its window/recurrent state, where the
   // cluster may hold another node's interior copy (a placeholder). Replacing
@@ -293,6 +295,7 @@ Status TierStack::DropStaleHotCopy(const BlockKey& key) {
 
 Status TierStack::PutLowest(const BlockMeta& meta, SharedBytes payload) {
   MutexLock lock(&StripeFor(meta.key));
+  ChangeStampOnExit changed(this, meta.key);
   if (ssd_ == nullptr) return hot_->Put(meta, std::move(payload), /*dirty=*/false);
   WaitForWriteBelow(meta.key);
   return ssd_->Put(meta, std::move(payload), /*dirty=*/false);
@@ -301,6 +304,7 @@ Status TierStack::PutLowest(const BlockMeta& meta, SharedBytes payload) {
 Status TierStack::Rewrite(const BlockMeta& meta, SharedBytes payload,
                           KvRemoveReason reason) {
   MutexLock lock(&StripeFor(meta.key));
+  ChangeStampOnExit changed(this, meta.key);
   KvReasonScope events_say(reason);
   // The hot tier evicts without the stripe, so a RAM copy can go below
   // after the check: a write-back (below) handles that, and a removal of the
@@ -350,6 +354,7 @@ Status TierStack::Rewrite(const BlockMeta& meta, SharedBytes payload,
 
 Status TierStack::Remove(const BlockKey& key, KvRemoveReason reason) {
   MutexLock lock(&StripeFor(key));
+  ChangeStampOnExit changed(this, key);
   KvReasonScope events_say(reason);
   // A dirty RAM copy over an SSD copy: that copy below is older (a failed
   // write-back Put's, which could neither remove nor overwrite it) and goes

@@ -5,8 +5,10 @@
 // they are exactly what a correct client sends.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "prefixkv/advanced/hash.h"
@@ -78,6 +80,23 @@ class StoreRecordsTest : public ::testing::Test {
     EXPECT_FALSE(r.ok());
     EXPECT_EQ(tiers_.engine->Stats().hot.entries, entries) << "a rejected store wrote";
     return r.status().ToString();
+  }
+
+  // KvOnlySpec with the layer shapes of the blocks SourceBlocks stores.
+  static NamespaceSpec ShapedSpec() {
+    NamespaceSpec spec = KvOnlySpec();
+    spec.layer_shapes = ParseLayerShapes("2x8,2x8").value();
+    return spec;
+  }
+  // `block` with every tensor of 1 KV head (other shapes than ShapedSpec's),
+  // and its meta in this namespace.
+  std::pair<BlockMeta, SharedBytes> OneHeadCopy(const SharedBytes& block) const {
+    BlockRecord rec = Decode(block);
+    for (LayerState& l : rec.layers) {
+      for (Tensor& t : l.tensors)
+        t = Tensor::Filled(DType::kFloat32, {1, 1, kBlockTokens, 8}, 1);
+    }
+    return {BlockMeta{rec.key, rec.parent, ns_.root, 0}, Encode(rec)};
   }
 
   TestTiers tiers_{64 << 20, ""};
@@ -276,21 +295,15 @@ TEST_F(StoreRecordsTest, RejectsFullAttentionKvOfAnotherShape) {
 // acknowledged, and every restore refused the chain, so the tokens stayed
 // unusable until the wrong blocks were evicted.
 TEST_F(StoreRecordsTest, TheRightRecordsWinOverCachedBlocksOfOtherShapes) {
-  NamespaceSpec spec = KvOnlySpec();
-  spec.layer_shapes = ParseLayerShapes("2x8,2x8").value();
+  const NamespaceSpec spec = ShapedSpec();
   Use(spec);
   const std::vector<int32_t> tokens = Tokens(3);
   const std::vector<SharedBytes> source = SourceBlocks(spec, tokens);
   auto cache_one_head_blocks = [&] {  // blocks 0 and 1, of 1 head
     for (size_t i = 0; i < 2; ++i) {
-      BlockRecord rec = Decode(source[i]);
-      for (LayerState& l : rec.layers) {
-        for (Tensor& t : l.tensors)
-          t = Tensor::Filled(DType::kFloat32, {1, 1, kBlockTokens, 8}, 1);
-      }
-      const BlockMeta meta{rec.key, rec.parent, ns_.root, 0};
-      ASSERT_OK(tiers_.stack->Contains(rec.key) ? tiers_.stack->Rewrite(meta, Encode(rec))
-                                                : tiers_.stack->Put(meta, Encode(rec)));
+      const auto [meta, bytes] = OneHeadCopy(source[i]);
+      ASSERT_OK(tiers_.stack->Contains(meta.key) ? tiers_.stack->Rewrite(meta, bytes)
+                                                 : tiers_.stack->Put(meta, bytes));
     }
   };
   auto expect_the_right_kv_restored = [&] {
@@ -317,6 +330,51 @@ TEST_F(StoreRecordsTest, TheRightRecordsWinOverCachedBlocksOfOtherShapes) {
   EXPECT_EQ(whole.blocks_written, 2u);
   EXPECT_EQ(whole.blocks_deduplicated, 1u);
   ASSERT_NO_FATAL_FAILURE(expect_the_right_kv_restored());
+}
+
+// A store remembers the cached blocks it found of the spec's shapes, so it
+// does not read them again on every store; other bytes arriving under such a
+// key afterwards (a remote copy promoted after an eviction, a replacement in
+// place, a removal and a new Put) are still found and replaced by the next
+// store, which then restores. A memo that never forgot deduplicated against
+// them: the store was acknowledged and the restore refused the chain.
+TEST_F(StoreRecordsTest, ABlockOfOtherShapesCachedAfterAStoreCheckedItIsStillReplaced) {
+  Use(ShapedSpec());
+  const std::vector<int32_t> tokens = Tokens(3);
+  const std::vector<SharedBytes> source = SourceBlocks(ShapedSpec(), tokens);
+  using Arrival = std::function<Status(const BlockMeta&, SharedBytes)>;
+  const std::vector<std::pair<std::string, Arrival>> arrivals = {
+      {"a remote copy promoted after a removal",
+       [&](const BlockMeta& m, SharedBytes b) {
+         PKV_RETURN_IF_ERROR(tiers_.stack->Remove(m.key));
+         return tiers_.stack->Promote(m, std::move(b));
+       }},
+      {"replaced in place",
+       [&](const BlockMeta& m, SharedBytes b) {
+         return tiers_.stack->Rewrite(m, std::move(b));
+       }},
+      {"put over it",
+       [&](const BlockMeta& m, SharedBytes b) {
+         return tiers_.stack->Put(m, std::move(b));
+       }},
+  };
+  ASSERT_OK(Put(source));
+  for (const auto& [how, arrive] : arrivals) {
+    for (size_t i : {size_t{0}}) {
+      SCOPED_TRACE(how + ", block " + std::to_string(i));
+      // Checked (and remembered) by a store deduplicating the whole chain.
+      ASSERT_OK_AND_ASSIGN(StoreResult checked, Put(source));
+      ASSERT_EQ(checked.blocks_deduplicated, 3u);
+      auto [meta, bytes] = OneHeadCopy(source[i]);
+      ASSERT_OK(arrive(meta, bytes));
+      ASSERT_OK_AND_ASSIGN(StoreResult again, Put(source));
+      EXPECT_EQ(again.blocks_written, 1u) << "deduplicated against the block of 1 head";
+      ASSERT_OK_AND_ASSIGN(MatchResult m, tiers_.engine->Match(ns_, tokens));
+      ASSERT_OK_AND_ASSIGN(RestoreResult r, tiers_.engine->Restore(m));
+      EXPECT_EQ(r.restored_tokens, tokens.size()) << r.reason;
+      ASSERT_OK(Put(source));  // rewritten if the restore dropped them
+    }
+  }
 }
 
 TEST_F(StoreRecordsTest, RejectsAKeyThatIsNotTheChainHashOfItsTokens) {

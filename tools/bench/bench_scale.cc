@@ -12,6 +12,9 @@
 //    <= 200 bytes of RAM per block, open with 1M blocks < 5 s.
 //  - concurrency: N threads restoring while write-back runs, against the
 //    same mix done raw (scale_concurrency.cc). Goal: p99 <= 3x p50.
+//  - dedup (only when named): a store of a 4-block chain of 1 MiB blocks all
+//    cached on SSD, for a model with layer shapes, against the same store of
+//    a model without them (scale_dedup.cc).
 // The defaults are the full-size run (about 10 GiB of disk at most at a
 // time, all removed afterwards); the smoke test passes tiny sizes.
 #include <unistd.h>
@@ -33,7 +36,7 @@ namespace fs = std::filesystem;
 struct ScaleArgs {
   bool json = false;
   int repeats = 3;
-  bool llama = true, index = true, concurrency = true;
+  bool llama = true, index = true, concurrency = true, dedup = false;
   int64_t tokens = 32768;
   std::vector<int> block_tokens{16, 256};
   uint64_t index_blocks = 1'000'000, index_block_bytes = 16320;
@@ -49,6 +52,7 @@ struct ScaleResult {
   std::vector<LlamaFigures> llama;
   std::optional<IndexFigures> index;
   std::optional<ConcurrencyFigures> concurrency;
+  std::optional<DedupFigures> dedup;
 };
 
 // Splits "a,b,c".
@@ -69,8 +73,10 @@ std::string ParseParts(const Flags& flags, ScaleArgs* a) {
       a->index = true;
     else if (p == "concurrency")
       a->concurrency = true;
+    else if (p == "dedup")
+      a->dedup = true;
     else
-      return "unknown part '" + p + "' in --parts (llama, index, concurrency)";
+      return "unknown part '" + p + "' in --parts (llama, index, concurrency, dedup)";
   }
   return "";
 }
@@ -143,6 +149,9 @@ StatusOr<ScaleResult> RunParts(const ScaleArgs& a) {
   if (a.concurrency) {
     PKV_ASSIGN_OR_RETURN(r.concurrency, MeasureConcurrency(a.threads, a.seconds,
                                                            a.conc_bytes, a.dir / "conc"));
+  }
+  if (a.dedup) {
+    PKV_ASSIGN_OR_RETURN(r.dedup, MeasureDedup(a.repeats, a.dir / "dedup"));
   }
   return r;
 }
@@ -253,7 +262,24 @@ void ConcurrencyJson(JsonWriter& j, const ConcurrencyFigures& f) {
       .EndObject();
 }
 
+void DedupJson(JsonWriter& j, const DedupFigures& f) {
+  j.Key("dedup")
+      .BeginObject()
+      .Field("blocks", f.blocks)
+      .Field("block_bytes", f.block_bytes);
+  RangeFields(j, "warm_us", f.warm_us);
+  RangeFields(j, "warm_floor_us", f.warm_floor_us);
+  RangeFields(j, "first_us", f.first_us);
+  RangeFields(j, "first_floor_us", f.first_floor_us);
+  j.EndObject();
+}
+
 const char* Met(bool met) { return met ? "met" : "MISSED"; }
+
+void PrintDedupLine(const char* name, const Range& r, const Range& floor) {
+  std::printf("  %-6s %.0f [%.0f-%.0f] vs %.0f [%.0f-%.0f] (%.2fx)\n", name, r.median,
+              r.min, r.max, floor.median, floor.min, floor.max, r.median / floor.median);
+}
 
 void PrintText(const ScaleResult& r) {
   for (const LlamaFigures& f : r.llama) {
@@ -315,6 +341,15 @@ void PrintText(const ScaleResult& r) {
         (f.read_mb_s + f.write_mb_s) / (f.raw_read_mb_s + f.raw_write_mb_s),
         f.identical ? "" : " (NOT byte-identical)");
   }
+  if (r.dedup) {
+    const DedupFigures& f = *r.dedup;
+    std::printf(
+        "dedup, a store of %d cached 1 MiB blocks on SSD, with layer shapes vs "
+        "without (the floor), us:\n",
+        f.blocks);
+    PrintDedupLine("warm", f.warm_us, f.warm_floor_us);
+    PrintDedupLine("first", f.first_us, f.first_floor_us);
+  }
 }
 
 int RunScaleBench(const std::vector<std::string>& args) {
@@ -322,8 +357,8 @@ int RunScaleBench(const std::vector<std::string>& args) {
   BenchArgs bench;
   if (std::optional<int> done = ParseBenchArgs(
           "scale", 3, args, &bench,
-          {{"parts", "llama,index,concurrency (any of them)", false,
-            "llama,index,concurrency"},
+          {{"parts", "llama,index,concurrency,dedup (any of them; dedup only when named)",
+            false, "llama,index,concurrency"},
            {"tokens", "llama: the restored prefix in tokens", false, "32768"},
            {"block-tokens", "llama: block sizes in tokens", false, "16,256"},
            {"index-blocks", "index: blocks at the last step", false, "1000000"},
@@ -361,6 +396,7 @@ int RunScaleBench(const std::vector<std::string>& args) {
     if (!r->llama.empty()) LlamaJson(out.j(), r->llama);
     if (r->index) IndexJson(out.j(), *r->index);
     if (r->concurrency) ConcurrencyJson(out.j(), *r->concurrency);
+    if (r->dedup) DedupJson(out.j(), *r->dedup);
     out.j().Field("byte_identical", Identical(*r));
     out.Print();
   } else {

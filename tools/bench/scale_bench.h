@@ -1,7 +1,8 @@
-// The three parts of `prefixkv bench scale` (bench_scale.cc), each in a file
-// of its own: a Llama-3-8B-shaped prefix of 32k tokens restored hot and cold
+// The parts of `prefixkv bench scale` (bench_scale.cc), each in a file of
+// its own: a Llama-3-8B-shaped prefix of 32k tokens restored hot and cold
 // (scale_llama.cc), an SSD tier grown to 1M+ small blocks
-// (scale_index.cc), and restores racing write-back (scale_concurrency.cc).
+// (scale_index.cc), restores racing write-back (scale_concurrency.cc), and
+// deduplicated stores of blocks on SSD (scale_dedup.cc, only when named).
 // Every figure is set against a limit measured in the same run.
 #pragma once
 
@@ -103,5 +104,17 @@ struct ConcurrencyFigures {
 StatusOr<ConcurrencyFigures> MeasureConcurrency(int threads, double seconds,
                                                 uint64_t read_bytes,
                                                 const std::filesystem::path& dir);
+
+// The dedup part (scale_dedup.cc): a store of a chain every block of which
+// is cached on SSD, for a model with layer shapes (its store compares cached
+// blocks with them) and, the floor, one without; microseconds per store.
+struct DedupFigures {
+  int blocks = 0;
+  uint64_t block_bytes = 0;
+  Range warm_us, warm_floor_us;    // after a store of the same chain
+  Range first_us, first_floor_us;  // the first store after the engine opened
+};
+// `repeats` + 1 opens of one engine in `dir` (the first writes the chains).
+StatusOr<DedupFigures> MeasureDedup(int repeats, const std::filesystem::path& dir);
 
 }  // namespace prefixkv::cli

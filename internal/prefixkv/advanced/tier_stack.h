@@ -176,6 +176,17 @@ class TierStack final : private EvictionListener {
   bool Contains(const BlockKey& key) const { return Locate(key) != TierLevel::kNone; }
   // Metadata from the first tier holding the block; NotFound when none does.
   StatusOr<BlockMeta> Peek(const BlockKey& key) const;
+  // A number that changes whenever the local bytes of `key` may have
+  // changed: every Put, Promote, PutLowest, Rewrite and Remove of it (or of
+  // another key sharing its slot, of kChangeSlots) adds one after its work,
+  // under the key's stripe. A copy moving between tiers keeps its bytes and
+  // the number. Read it before reading a block: equal again later, nothing
+  // replaced the bytes read (the prefix cache's memo of blocks whose shapes
+  // it checked, docs/prefix_cache.md).
+  uint64_t LocalChangeStamp(const BlockKey& key) const {
+    return change_stamps_[ChangeSlot(key)].load(std::memory_order_acquire);
+  }
+  static constexpr size_t kChangeSlots = 4096;
 
   // Stores or replaces a block (see the header comment). A block too large
   // for the hot tier goes to SSD only, and an older hot copy of the key is
@@ -312,6 +323,23 @@ class TierStack final : private EvictionListener {
   // `bytes`: the payload size of a block it tried to write (0 if none).
   Status FlushKey(const BlockKey& key, uint64_t* bytes);
 
+  static size_t ChangeSlot(const BlockKey& key) {
+    return BlockKeyHash()(key) / 64 % kChangeSlots;  // bits StripeFor does not use
+  }
+  // Adds one to the key's LocalChangeStamp when it goes out of scope: declared
+  // after the stripe's lock, so after the operation's last change.
+  class ChangeStampOnExit {
+   public:
+    ChangeStampOnExit(TierStack* stack, const BlockKey& key)
+        : slot_(&stack->change_stamps_[ChangeSlot(key)]) {}
+    ~ChangeStampOnExit() { slot_->fetch_add(1, std::memory_order_acq_rel); }
+    ChangeStampOnExit(const ChangeStampOnExit&) = delete;
+    ChangeStampOnExit& operator=(const ChangeStampOnExit&) = delete;
+
+   private:
+    std::atomic<uint64_t>* const slot_;
+  };
+
   // The lock serialising per-key operations on `key`. Never taken by the
   // eviction listener (a victim is another key, and its writer must not wait
   // for a stripe held by the Put that evicts it).
@@ -323,7 +351,7 @@ class TierStack final : private EvictionListener {
   BlockTier* const ssd_;
   EvictionListener* const ssd_writer_;
   const TierStackOptions options_;
-  std::array<Mutex, 64> stripes_;
+  std::array<Mutex, 64> stripes_;  // ChangeSlot skips the bits choosing one
   mutable Mutex mu_;  // after a stripe, never before
   CondVar written_below_;
   std::unordered_map<BlockKey, const uint8_t*, BlockKeyHash> dirty_ GUARDED_BY(mu_);
@@ -337,6 +365,7 @@ class TierStack final : private EvictionListener {
   std::unordered_set<BlockKey, BlockKeyHash> local_only_ GUARDED_BY(mu_);
   std::atomic<bool> any_local_only_{false};
   SsdVictims ssd_victims_{this};
+  std::array<std::atomic<uint64_t>, kChangeSlots> change_stamps_{};
 };
 
 }  // namespace prefixkv
