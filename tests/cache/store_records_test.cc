@@ -360,7 +360,7 @@ TEST_F(StoreRecordsTest, ABlockOfOtherShapesCachedAfterAStoreCheckedItIsStillRep
   };
   ASSERT_OK(Put(source));
   for (const auto& [how, arrive] : arrivals) {
-    for (size_t i : {size_t{0}}) {
+    for (size_t i : {size_t{0}, size_t{1}}) {
       SCOPED_TRACE(how + ", block " + std::to_string(i));
       // Checked (and remembered) by a store deduplicating the whole chain.
       ASSERT_OK_AND_ASSIGN(StoreResult checked, Put(source));
@@ -375,6 +375,28 @@ TEST_F(StoreRecordsTest, ABlockOfOtherShapesCachedAfterAStoreCheckedItIsStillRep
       ASSERT_OK(Put(source));  // rewritten if the restore dropped them
     }
   }
+}
+
+// A plain store compares every cached block it would deduplicate against,
+// not only the chain's first: a restore drops a middle block of other shapes
+// with every block after it, so a store deduplicated against one was
+// acknowledged and never restored past it (4 of 12 tokens).
+TEST_F(StoreRecordsTest, APlainStoreReplacesACachedMiddleBlockOfOtherShapes) {
+  Use(ShapedSpec());
+  const std::vector<int32_t> tokens = Tokens(3);
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  ASSERT_OK(tiers_.engine->Store(ns_, tokens, KvOnlyLayers(n)));
+  ASSERT_OK_AND_ASSIGN(MatchResult m, tiers_.engine->Match(ns_, tokens));
+  ASSERT_OK_AND_ASSIGN(SharedBytes middle, tiers_.engine->GetBlock(ns_, m.keys[1]));
+  const auto [meta, bytes] = OneHeadCopy(middle);
+  ASSERT_OK(tiers_.stack->Rewrite(meta, bytes));
+  ASSERT_OK_AND_ASSIGN(StoreResult again,
+                       tiers_.engine->Store(ns_, tokens, KvOnlyLayers(n)));
+  EXPECT_EQ(again.blocks_written, 1u);
+  EXPECT_EQ(again.blocks_deduplicated, 2u);
+  ASSERT_OK_AND_ASSIGN(MatchResult after, tiers_.engine->Match(ns_, tokens));
+  ASSERT_OK_AND_ASSIGN(RestoreResult r, tiers_.engine->Restore(after));
+  EXPECT_EQ(r.restored_tokens, tokens.size()) << r.reason;
 }
 
 TEST_F(StoreRecordsTest, RejectsAKeyThatIsNotTheChainHashOfItsTokens) {
