@@ -187,6 +187,17 @@ Status CheckStoredShapes(const cache::NamespaceState& ns, const BlockRecord& rec
   return Status::OK();
 }
 
+bool CachedBlockHoldsOtherShapes(cache::NamespaceState& ns, const BlockKey& key,
+                                 const DecodeLimits& limits) {
+  const uint64_t stamp = ns.tiers->LocalChangeStamp(key);
+  if (ns.shapes_checked.Holds(key, stamp)) return false;
+  const StatusOr<LoadedBlock> block = LoadBlock(ns, key, BlockRead::kBookkeeping, limits);
+  if (!block.ok()) return false;
+  if (!CheckStoredShapes(ns, block->record).ok()) return true;
+  ns.shapes_checked.Remember(key, stamp);
+  return false;
+}
+
 Status DropBlocksOfOtherShapes(cache::NamespaceState& ns, std::span<const BlockKey> keys,
                                const DecodeLimits& limits) {
   if (keys.empty()) return Status::NotFound("no block");

@@ -36,6 +36,14 @@ Status ValidateBlock(const cache::NamespaceState& ns, const BlockRecord& record,
 // InvalidArgument naming the first misfit.
 Status CheckStoredShapes(const cache::NamespaceState& ns, const BlockRecord& record);
 
+// Whether the cached block `key` holds other shapes than the spec's
+// (CheckStoredShapes). A block found right is remembered in
+// ns.shapes_checked with its TierStack::LocalChangeStamp, read before its
+// bytes, and not read again while the stamp stays the same. False for a
+// block the local tiers do not hold (or cannot read).
+bool CachedBlockHoldsOtherShapes(cache::NamespaceState& ns, const BlockKey& key,
+                                 const DecodeLimits& limits) REQUIRES(ns.store_mu);
+
 // Removes `keys` (a chain, first to last) from the local tiers when the
 // cached block keys[0] holds other shapes than the spec's (CheckStoredShapes):
 // the blocks after it hang below it (Match reaches them only through it), so

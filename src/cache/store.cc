@@ -36,32 +36,17 @@ bool IsRealTip(const cache::NamespaceState& ns, const BlockKey& key,
 // namespace adopted from before its layer shapes were keyed; stored by an
 // older binary or fetched from a node of one elsewhere) is never restored
 // (block_validation.cc): a store of its tokens replaces it. Kept as a
-// duplicate, it made every store of those tokens one never restored. A block
-// found right is remembered with its change stamp (read first, so bytes that
-// replace it during the read change it) and not read again until other
-// bytes may have come in under its key: reading the chain's first block on
-// every store made a deduplicated store of 4 cached 1 MiB blocks on SSD take
-// about 700 us instead of 2 (prefixkv-bench scale --parts dedup).
-bool HoldsOtherShapes(cache::NamespaceState& ns, const BlockKey& key,
-                      const DecodeLimits& limits) REQUIRES(ns.store_mu) {
-  const uint64_t stamp = ns.tiers->LocalChangeStamp(key);
-  if (ns.shapes_checked.Holds(key, stamp)) return false;
-  StatusOr<cache::LoadedBlock> block =
-      cache::LoadBlock(ns, key, cache::BlockRead::kBookkeeping, limits);
-  if (!block.ok()) return false;
-  if (!cache::CheckStoredShapes(ns, block->record).ok()) return true;
-  ns.shapes_checked.Remember(key, stamp);
-  return false;
-}
-
-// Whether a store compares the shapes of the cached blocks it would
-// deduplicate against: in a spec with layer shapes, every one. A restore
-// drops a block of other shapes wherever it sits in the chain (the first
-// against the spec, a later one unlike the first), with every block after
-// it, so one deduplicated in the middle of a chain (a right first block
-// stored here, later ones fetched from a node of an older binary) made the
-// store's blocks after it acknowledged and never restored. Each block is
-// read once while its bytes stay the same (HoldsOtherShapes remembers it).
+// duplicate, it made every store of those tokens one never restored. So in a
+// spec with layer shapes a store compares every cached block it would
+// deduplicate against: a restore drops a block of other shapes wherever it
+// sits in the chain (the first against the spec, a later one unlike the
+// first), with every block after it, and one deduplicated in the middle of a
+// chain (a right first block stored here, later ones fetched from a node of
+// an older binary) made the store's blocks after it acknowledged and never
+// restored. A block found right is not read again while its bytes stay the
+// same (cache::CachedBlockHoldsOtherShapes): reading the chain's first block
+// on every store made a deduplicated store of 4 cached 1 MiB blocks on SSD
+// take about 700 us instead of 2 (prefixkv-bench scale --parts dedup).
 bool ComparesCachedShapes(const cache::NamespaceState& ns) {
   return !ns.spec.layer_shapes.empty();
 }
@@ -188,7 +173,8 @@ Status WriteChain(cache::NamespaceState& ns, const StoreChain& chain,
     const bool real_tip = chain.tip_state && i + 1 == chain.blocks.size();
     const bool cached = ns.tiers->Contains(block.key);
     const bool foreign = cached && ComparesCachedShapes(ns) &&
-                         HoldsOtherShapes(ns, block.key, options.decode_limits);
+                         cache::CachedBlockHoldsOtherShapes(ns, block.key,
+                                                            options.decode_limits);
     if (cached && !foreign &&
         (!real_tip || IsRealTip(ns, block.key, options.decode_limits))) {
       ++result->blocks_deduplicated;

@@ -153,6 +153,38 @@ Status RefuseAChainHeadOfOtherShapes(NamespaceState& ns, const LoadedBlock& head
                     : ""));
 }
 
+// Records extending cached blocks of which a later one than the first holds
+// other shapes (fetched from a node of an older binary, or stored by one)
+// cannot be stored either: a restore drops that block with every block after
+// it, so the records were acknowledged and never restored. That block and
+// the cached blocks after it on the records' chain are removed and the store
+// refused, so the client's next PKV.MATCH ends before it and its next store
+// sends them. Each ancestor is read once while its bytes stay the same
+// (CachedBlockHoldsOtherShapes; the first is compared by the caller).
+Status RefuseAncestorsOfOtherShapes(NamespaceState& ns,
+                                    const std::vector<PlannedBlock>& ancestors,
+                                    const DecodeLimits& limits) {
+  if (ns.spec.layer_shapes.empty()) return Status::OK();
+  size_t other = ancestors.size();
+  {
+    MutexLock lock(&ns.store_mu);
+    for (size_t j = 1; j < ancestors.size() && other == ancestors.size(); ++j) {
+      if (CachedBlockHoldsOtherShapes(ns, ancestors[j].key, limits)) other = j;
+    }
+  }
+  if (other == ancestors.size()) return Status::OK();
+  ns.shape_refused_stores.fetch_add(1);
+  std::vector<BlockKey> keys;
+  for (size_t j = other; j < ancestors.size(); ++j) keys.push_back(ancestors[j].key);
+  const Status dropped = DropBlocksOfOtherShapes(ns, keys, limits);
+  return Status::InvalidArgument(
+      "record 0: the chain's cached block " + std::to_string(other) + " (" +
+      keys[0].ToHex() + ") holds other shapes than the namespace's" +
+      (dropped.ok() ? "; it and the cached blocks after it were removed: store the "
+                      "chain from the block before it"
+                    : ""));
+}
+
 }  // namespace
 
 Status PlanRecords(NamespaceState& ns, const std::vector<SharedBytes>& encoded,
@@ -183,6 +215,7 @@ Status PlanRecords(NamespaceState& ns, const std::vector<SharedBytes>& encoded,
     chain_head = std::move(head).value();
     PKV_RETURN_IF_ERROR(RefuseAChainHeadOfOtherShapes(ns, *chain_head, chain->ancestors,
                                                       limits));
+    PKV_RETURN_IF_ERROR(RefuseAncestorsOfOtherShapes(ns, chain->ancestors, limits));
   }
   size_t start = chain->ancestors.size() * ns.spec.block_tokens;
   BlockKey parent = (*records)[0].parent;

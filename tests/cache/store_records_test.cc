@@ -399,6 +399,29 @@ TEST_F(StoreRecordsTest, APlainStoreReplacesACachedMiddleBlockOfOtherShapes) {
   EXPECT_EQ(r.restored_tokens, tokens.size()) << r.reason;
 }
 
+// Records extending cached blocks with a middle one of other shapes (after
+// a right first block) were acknowledged, and the restore dropped that block
+// with every block after it (4 of 12 tokens restored); they are refused, and
+// the blocks from the wrong one on removed, so the client's next PKV.MATCH
+// ends before it and its next store sends the rest.
+TEST_F(StoreRecordsTest, RecordsExtendingACachedMiddleBlockOfOtherShapesAreRefused) {
+  Use(ShapedSpec());
+  const std::vector<int32_t> tokens = Tokens(3);
+  const std::vector<SharedBytes> source = SourceBlocks(ShapedSpec(), tokens);
+  ASSERT_OK(Put({source[0], source[1]}));
+  const auto [meta, bytes] = OneHeadCopy(source[1]);
+  ASSERT_OK(tiers_.stack->Rewrite(meta, bytes));
+  const StatusOr<StoreResult> after = Put({source[2]});
+  ASSERT_FALSE(after.ok()) << "acknowledged after a cached block of other shapes";
+  EXPECT_NE(after.status().message().find("cached block 1"), std::string::npos)
+      << after.status().ToString();
+  EXPECT_EQ(Matched(tokens), 1u) << "the block of other shapes stayed";
+  ASSERT_OK(Put({source[1], source[2]}));
+  ASSERT_OK_AND_ASSIGN(MatchResult m, tiers_.engine->Match(ns_, tokens));
+  ASSERT_OK_AND_ASSIGN(RestoreResult r, tiers_.engine->Restore(m));
+  EXPECT_EQ(r.restored_tokens, tokens.size()) << r.reason;
+}
+
 TEST_F(StoreRecordsTest, RejectsAKeyThatIsNotTheChainHashOfItsTokens) {
   Use(HybridSpec());
   BlockRecord rec = Decode(SourceBlocks(HybridSpec(), Tokens(1))[0]);
