@@ -6,6 +6,8 @@
 // Engine::PlanRestore: the same restores as host ranges in regions the
 // engine's memory resource reported; applied with memcpy they are Restore's
 // bytes, and the planned blocks stay in RAM until the plan is released.
+// All three, at random, while another thread stores, strips and evicts: each
+// holds exactly the bytes of the prompt's restored prefix.
 // And the views of what a data directory holds: namespace manifests
 // (Engine::Manifests) and why a prompt misses (Engine::ExplainMiss).
 #include <gtest/gtest.h>
@@ -20,6 +22,7 @@
 #include <iterator>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -944,6 +947,267 @@ TEST_F(RestoreIntoTest, AColdRestoreCutShortByADamagedBlockIsLaidOutForWhatItRes
           << "layer " << l << " tensor " << t;
     }
   }
+}
+
+// ---- RestoreInto and PlanRestore against the prefix's own bytes, concurrently
+
+// Words that are a function of the prefix they end: row r of head k of a
+// tensor salted `salt` holds hashes[r] + salt * 4096 + k * width + j, so the
+// bytes any restore of a prompt's first n tokens must give are known, whatever
+// concurrent stores, strips and evictions did meanwhile.
+Tensor PrefixRows(const std::vector<uint32_t>& hashes, size_t rows, uint32_t salt,
+                  DType dtype, int64_t width) {
+  std::vector<uint32_t> w(2 * rows * static_cast<size_t>(width));
+  for (size_t k = 0; k < 2; ++k) {
+    for (size_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < width; ++j) {
+        w[(k * rows + r) * static_cast<size_t>(width) + static_cast<size_t>(j)] =
+            hashes[r] + salt * 4096 + static_cast<uint32_t>(k * width + j);
+      }
+    }
+  }
+  return Tensor(dtype, {1, 2, static_cast<int64_t>(rows), width},
+                SharedBytes::Copy(w.data(), w.size() * 4));
+}
+
+// The layers of `tokens` in a namespace of `types`: full KV, quantized KV
+// (uint32 packed rows and float scales) and a window of the last 4 positions.
+std::vector<LayerState> PrefixLayers(const std::vector<std::string>& types,
+                                     const std::vector<int32_t>& tokens) {
+  std::vector<uint32_t> h(tokens.size());
+  uint32_t x = 2166136261u;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    x = (x ^ static_cast<uint32_t>(tokens[i])) * 16777619u;
+    h[i] = x;
+  }
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  std::vector<LayerState> layers;
+  for (size_t l = 0; l < types.size(); ++l) {
+    const auto salt = static_cast<uint32_t>(2 * l);
+    LayerState layer{types[l], {std::to_string(n)}, false, {}};
+    if (types[l] == "KVCache") {
+      layer.tensors = {PrefixRows(h, h.size(), salt, DType::kFloat32, 8),
+                       PrefixRows(h, h.size(), salt + 1, DType::kFloat32, 8)};
+    } else if (types[l] == "QuantizedKVCache") {
+      layer.meta = {std::to_string(n), "64", "4"};
+      layer.tensors = {PrefixRows(h, h.size(), salt, DType::kUInt32, 2),
+                       PrefixRows(h, h.size(), salt + 1, DType::kFloat32, 1)};
+    } else {  // RotatingKVCache
+      layer.meta = RotatingMeta{0, 4, n, n % 4}.ToStrings();
+      const std::vector<uint32_t> last(4, h.back());
+      layer.tensors = {PrefixRows(last, 4, salt, DType::kFloat32, 8),
+                       PrefixRows(last, 4, salt + 1, DType::kFloat32, 8)};
+    }
+    layers.push_back(std::move(layer));
+  }
+  return layers;
+}
+
+// Many restores of prompts that concurrent stores keep extending, forking,
+// stripping (supersede-on-extend) and evicting (a small hot tier over SSD),
+// each by Restore, by RestoreInto into token-major caller buffers with room
+// for more tokens than restored, or by PlanRestore, whose plan is applied
+// again, with stores and evictions in between, just before it is released:
+// every one holds exactly the bytes of the prompt's first restored tokens,
+// RestoreInto leaves the positions after them untouched and reports each
+// layer once, in order; with every plan released nothing is pinned and the
+// audit recomputes every counter.
+TEST_F(RestoreIntoTest,
+       RandomRestoresIntoBuffersAndPlansUnderConcurrentStoresAreThePrefixsBytes) {
+  constexpr int64_t kMaxTokens = 64;
+  const std::vector<std::vector<std::string>> kinds = {{"KVCache", "RotatingKVCache"},
+                                                       {"KVCache", "QuantizedKVCache"}};
+  auto e = Open(OnDisk(16 * 1024));
+  ASSERT_NE(e, nullptr);
+  std::vector<Namespace> spaces;
+  for (const std::vector<std::string>& types : kinds) {
+    NamespaceSpec spec = testing::KvSpec("concurrent-" + types[1]);
+    spec.layer_types = types;
+    ASSERT_OK_AND_ASSIGN(Namespace ns,
+                         e->RegisterModel(spec, {.store_partial_tail = true}));
+    spaces.push_back(ns);
+  }
+  const uint64_t reader_ops = testing::Iterations(120, 4000);
+  std::mutex mu;
+  std::vector<std::vector<std::vector<int32_t>>> stored(kinds.size());  // by mu
+  std::atomic<int> readers_left{2};
+  std::atomic<uint64_t> restored_into{0}, planned{0};
+
+  auto writer = [&](uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<std::vector<std::vector<int32_t>>> convs(kinds.size());
+    for (uint64_t op = 0; readers_left.load() > 0 && op < 100 * reader_ops; ++op) {
+      const size_t k = rng() % kinds.size();
+      std::vector<std::vector<int32_t>>& mine = convs[k];
+      if (mine.empty() || rng() % 4 == 0) {  // a new conversation or a fork
+        std::vector<int32_t> from =
+            mine.empty() ? std::vector<int32_t>{} : mine[rng() % mine.size()];
+        from.resize(from.empty() ? 0 : rng() % (from.size() + 1));
+        mine.push_back(std::move(from));
+      }
+      std::vector<int32_t>& c = mine[rng() % mine.size()];
+      if (c.size() + 10 > static_cast<size_t>(kMaxTokens)) c.resize(rng() % 8);
+      for (uint64_t n = 1 + rng() % 9; n > 0; --n)
+        c.push_back(static_cast<int32_t>(rng() % 3));
+      EXPECT_OK(e->Store(spaces[k], c, PrefixLayers(kinds[k], c))) << "op " << op;
+      std::lock_guard<std::mutex> lock(mu);
+      stored[k].push_back(c);
+    }
+  };
+
+  // What a restore of the first `n` tokens of `prompt` holds.
+  auto expected = [&](size_t k, const std::vector<int32_t>& prompt, uint64_t n) {
+    return PrefixLayers(kinds[k],
+                        std::vector<int32_t>(prompt.begin(), prompt.begin() + n));
+  };
+
+  auto read = [&](uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    struct HeldPlan {
+      RestorePlan plan;
+      std::vector<LayerState> want;
+    };
+    std::optional<HeldPlan> held;
+    auto check_plan = [&](const HeldPlan& p, const char* when) {
+      for (size_t l = 0; l < p.plan.layers.size(); ++l) {
+        std::vector<uint8_t> layout(p.plan.layers[l].bytes, kSentinel);
+        CopyPlannedLayer(p.plan.layers[l], layout.data());
+        ASSERT_EQ(p.plan.layers[l].tensors.size(), p.want[l].tensors.size());
+        for (size_t t = 0; t < p.want[l].tensors.size(); ++t) {
+          const PlannedTensor& planned = p.plan.layers[l].tensors[t];
+          const Tensor& want = p.want[l].tensors[t];
+          ASSERT_EQ(planned.shape.shape, want.shape()) << when;
+          EXPECT_EQ(
+              std::memcmp(layout.data() + planned.offset, want.data(), want.nbytes()), 0)
+              << when << ": plan of " << p.plan.result.restored_tokens
+              << " tokens, layer " << l << " tensor " << t;
+        }
+      }
+    };
+    for (uint64_t op = 0; op < reader_ops && !::testing::Test::HasFailure(); ++op) {
+      const size_t k = rng() % kinds.size();
+      std::vector<int32_t> prompt;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!stored[k].empty()) prompt = stored[k][rng() % stored[k].size()];
+      }
+      if (prompt.empty()) {
+        std::this_thread::yield();
+        continue;
+      }
+      if (rng() % 2) prompt.resize(1 + rng() % prompt.size());
+      if (rng() % 2 && prompt.size() < static_cast<size_t>(kMaxTokens))
+        prompt.push_back(7);
+      StatusOr<MatchResult> m = e->Match(spaces[k], prompt);
+      ASSERT_OK(m);
+      switch (rng() % 3) {
+        case 0: {
+          ASSERT_OK_AND_ASSIGN(RestoreResult r, e->Restore(*m));
+          if (r.restored_tokens == 0) break;
+          const std::vector<LayerState> want = expected(k, prompt, r.restored_tokens);
+          for (size_t l = 0; l < want.size(); ++l) {
+            EXPECT_EQ(r.layers[l].tensors, want[l].tensors) << "Restore, layer " << l;
+          }
+          break;
+        }
+        case 1: {
+          // Token-major [tokens, heads, width] buffers of kMaxTokens positions,
+          // described as the [1, heads, tokens, width] arrays restored.
+          std::vector<std::vector<std::vector<uint8_t>>> bytes(kinds[k].size());
+          std::vector<LayerDestination> dests(kinds[k].size());
+          const std::vector<LayerState> shapes = PrefixLayers(kinds[k], {0});
+          for (size_t l = 0; l < dests.size(); ++l) {
+            for (const Tensor& t : shapes[l].tensors) {
+              const int64_t w = t.dim(3), es = static_cast<int64_t>(DTypeSize(t.dtype()));
+              bytes[l].emplace_back(static_cast<size_t>(kMaxTokens * 2 * w * es),
+                                    kSentinel);
+              dests[l].tensors.push_back({.data = bytes[l].back().data(),
+                                          .size_bytes = bytes[l].back().size(),
+                                          .dtype = t.dtype(),
+                                          .strides_bytes = {0, w * es, 2 * w * es, es},
+                                          .shape = {1, 2, kMaxTokens, w}});
+            }
+          }
+          std::vector<size_t> told;
+          ASSERT_OK_AND_ASSIGN(
+              RestoreIntoResult r,
+              e->RestoreInto(*m, dests, [&](size_t l) { told.push_back(l); }));
+          const uint64_t n = r.result.restored_tokens;
+          if (n == 0) {
+            EXPECT_TRUE(told.empty());
+            break;
+          }
+          ++restored_into;
+          EXPECT_EQ(told, (std::vector<size_t>{0, 1}));
+          const std::vector<LayerState> want = expected(k, prompt, n);
+          for (size_t l = 0; l < want.size(); ++l) {
+            for (size_t t = 0; t < want[l].tensors.size(); ++t) {
+              const Tensor& wt = want[l].tensors[t];
+              const int64_t rows = wt.dim(2), w = wt.dim(3);
+              const size_t row = static_cast<size_t>(w) * DTypeSize(wt.dtype());
+              ASSERT_EQ(r.written[l][t].shape, wt.shape());
+              for (int64_t p = 0; p < kMaxTokens; ++p) {
+                for (int64_t h = 0; h < 2; ++h) {
+                  const uint8_t* got = bytes[l][t].data() + (p * 2 + h) * row;
+                  if (p < rows) {
+                    EXPECT_EQ(std::memcmp(got, wt.data() + (h * rows + p) * row, row), 0)
+                        << "RestoreInto of " << n << " tokens, layer " << l << " tensor "
+                        << t << " position " << p;
+                  } else {
+                    EXPECT_EQ(std::count(got, got + row, kSentinel),
+                              static_cast<int64_t>(row))
+                        << "RestoreInto of " << n << " tokens wrote position " << p
+                        << " of layer " << l << " tensor " << t;
+                  }
+                }
+              }
+            }
+          }
+          break;
+        }
+        default: {
+          if (held) {
+            check_plan(*held, "applied again before its release");
+            held->plan.Release();
+            held.reset();
+          }
+          ASSERT_OK_AND_ASSIGN(RestorePlan plan, e->PlanRestore(*m));
+          if (plan.result.restored_tokens == 0) break;
+          ++planned;
+          const uint64_t n = plan.result.restored_tokens;
+          for (const PlannedLayer& layer : plan.layers) {
+            for (const PlanRange& range : layer.ranges) {
+              EXPECT_TRUE(e->memory_resource()->Contains(
+                  range.src, (range.count - 1) * range.src_stride_bytes + range.bytes))
+                  << "a range outside the memory resource's regions";
+            }
+          }
+          held = HeldPlan{std::move(plan), expected(k, prompt, n)};
+          check_plan(*held, "applied at once");
+        }
+      }
+    }
+    if (held) check_plan(*held, "applied again before its release");
+  };
+  auto reader = [&](uint64_t seed) {
+    read(seed);
+    readers_left.fetch_sub(1);  // also after a failed assertion
+  };
+
+  const uint64_t seed = rng_();
+  std::vector<std::thread> threads;
+  threads.emplace_back(writer, seed);
+  threads.emplace_back(reader, seed + 1);
+  threads.emplace_back(reader, seed + 2);
+  for (std::thread& t : threads) t.join();
+  EXPECT_GT(restored_into.load(), 0u);
+  EXPECT_GT(planned.load(), 0u);
+  const EngineStats stats = e->Stats();
+  EXPECT_GT(stats.hot.evictions, 0u) << "the hot tier should have spilled";
+  EXPECT_EQ(stats.hot.pinned_bytes, 0u) << "every plan was released";
+  ASSERT_OK_AND_ASSIGN(EngineAudit audit, e->Audit());
+  for (const AuditFinding& f : audit.findings) ADD_FAILURE() << f.what << " " << f.detail;
+  EXPECT_TRUE(audit.orphans.empty());
 }
 
 TEST_F(EngineViewsTest, RegisterStoresTheManifestAndARestartReadsIt) {
