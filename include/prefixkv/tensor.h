@@ -120,12 +120,15 @@ struct TensorDestination {
   // One per dimension of the restored tensor, in bytes, >= 0. Distinct
   // elements must not share bytes (ordered by stride, each stride is at
   // least the extent of the smaller ones; dimensions of size 1 are free).
-  // Empty: the tensor row-major and contiguous at `data`.
+  // Empty: row-major and contiguous at `data`: the caller's array of
+  // `shape` when it is given (the restored tensor in the first positions of
+  // its rows), else the restored tensor itself.
   std::vector<int64_t> strides_bytes;
   // The shape of the caller's array, when `data` is one (a strided view of a
-  // larger array): the restored tensor must have as many dimensions and fit
-  // inside it along each, so no write lands in the gaps between its rows.
-  // Empty: only size_bytes bounds the writes.
+  // larger array, or without strides a C-contiguous one): the restored
+  // tensor must have as many dimensions and fit inside it along each, so no
+  // write lands in the gaps between its rows. Empty: only size_bytes bounds
+  // the writes.
   std::vector<int64_t> shape;
 };
 

@@ -128,9 +128,15 @@ StatusOr<std::vector<int64_t>> CheckTensorDestination(const TensorDestination& d
           " does not fit the destination's " + ShapeString(dest.shape));
     }
   }
-  std::vector<int64_t> strides = dest.strides_bytes.empty()
-                                     ? RowMajorStrides(shape, element_bytes)
-                                     : dest.strides_bytes;
+  // Without strides the memory is row-major: the caller's array when its
+  // shape is given (the restored tensor fills the first positions of each
+  // row, as a strided description of that array puts it), else the tensor
+  // itself, contiguous. (The tensor's own row-major strides in an array of
+  // room for more tokens put each head after the previous one's restored
+  // rows: into the positions past them, and the heads out of place.)
+  std::vector<int64_t> strides = dest.strides_bytes;
+  if (strides.empty())
+    strides = RowMajorStrides(dest.shape.empty() ? shape : dest.shape, element_bytes);
   uint64_t end = element_bytes;  // one past the last element's bytes
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] < 0) return Status::InvalidArgument("negative dimension");

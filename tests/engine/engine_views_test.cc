@@ -677,6 +677,63 @@ TEST_F(RestoreIntoTest, StridedDestinationsTakeTheRestoredPositionsOnly) {
   }
 }
 
+// A destination given as the shape of a C-contiguous array, without strides:
+// a [1, heads, 20, dim] array takes a 12-token restore in the first 12
+// positions of each head's rows, as a strided description of it would,
+// from RAM and from SSD alike (where cold blocks are copied as they arrive).
+TEST_F(RestoreIntoTest, AnArrayShapeWithoutStridesIsTheArraysRowMajorLayout) {
+  constexpr int64_t kMax = 20, kT = 12;
+  const std::vector<int32_t> tokens = Tokens(kT);
+  RestoreResult expected;
+  for (const bool cold : {false, true}) {
+    SCOPED_TRACE(cold ? "from SSD" : "from RAM");
+    auto e = Open(OnDisk(16 << 20));  // reopened: the hot tier starts empty
+    ASSERT_NE(e, nullptr);
+    ASSERT_OK_AND_ASSIGN(Namespace ns, e->RegisterModel(KvSpec()));
+    if (!cold) {
+      StoreAll(*e, ns, tokens);
+      expected = MatchAndRestore(*e, ns, tokens);
+    }
+    ASSERT_EQ(expected.layers.size(), 2u);
+    std::vector<std::vector<std::vector<uint8_t>>> arrays(2);
+    std::vector<LayerDestination> dests(2);
+    for (size_t l = 0; l < 2; ++l) {
+      for (size_t t = 0; t < 2; ++t) {
+        std::vector<uint8_t>& a = arrays[l].emplace_back(kMax * 2 * 8 * 4, kSentinel);
+        dests[l].tensors.push_back({.data = a.data(),
+                                    .size_bytes = a.size(),
+                                    .dtype = DType::kFloat32,
+                                    .shape = {1, 2, kMax, 8}});
+      }
+    }
+    ASSERT_OK_AND_ASSIGN(MatchResult m, e->Match(ns, tokens));
+    ASSERT_OK_AND_ASSIGN(RestoreIntoResult r, e->RestoreInto(m, dests));
+    ASSERT_EQ(r.result.restored_tokens, static_cast<uint64_t>(kT));
+    EXPECT_EQ(r.result.blocks_from_ssd, cold ? 3u : 0u);
+    constexpr size_t kRow = 8 * 4;
+    for (size_t l = 0; l < 2; ++l) {
+      for (size_t t = 0; t < 2; ++t) {
+        const uint8_t* want = expected.layers[l].tensors[t].data();
+        for (int64_t h = 0; h < 2; ++h) {
+          for (int64_t p = 0; p < kMax; ++p) {
+            const uint8_t* got = arrays[l][t].data() + (h * kMax + p) * kRow;
+            if (p < kT) {
+              EXPECT_EQ(std::memcmp(got, want + (h * kT + p) * kRow, kRow), 0)
+                  << "layer " << l << " tensor " << t << " head " << h << " position "
+                  << p << ": not the restored row";
+            } else {
+              EXPECT_EQ(std::count(got, got + kRow, kSentinel), int64_t{kRow})
+                  << "layer " << l << " tensor " << t << " head " << h << " position "
+                  << p << " was not restored but written";
+            }
+          }
+        }
+      }
+    }
+    ASSERT_OK(e->Close());
+  }
+}
+
 TEST_F(RestoreIntoTest, BadDestinationsAreRefusedWithNothingWritten) {
   Stored s = StoreBlocks(2);
   ASSERT_NE(s.engine, nullptr);
