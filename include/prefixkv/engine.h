@@ -556,8 +556,16 @@ class Engine {
                                      const std::vector<SharedBytes>& records,
                                      const StoreOptions& options = {});
   // The encoded record of block `key` when it is cached in `ns`; NotFound
-  // otherwise (another namespace's block, a key-value entry, a miss).
-  StatusOr<SharedBytes> GetBlock(Namespace ns, const BlockKey& key);
+  // otherwise (another namespace's block, a key-value entry, a miss). In a
+  // spec with layer shapes, NotFound too for a block of other shapes than the
+  // spec's (an older binary's, a node's of one), which a reader would take
+  // for the spec's: never served, as Restore never restores one. Its tokens
+  // and `after`'s (the blocks a match found after it: PKV.GET passes its
+  // connection's last PKV.MATCH) count in PrefixTokenCounters::
+  // shape_refused_tokens, and they are removed (docs/metrics.md, "Shape
+  // refusals"), but in a namespace adopted from before shapes were keyed.
+  StatusOr<SharedBytes> GetBlock(Namespace ns, const BlockKey& key,
+                                 const BlocksAfter& after = {});
   // The spec `ns` was registered with.
   StatusOr<NamespaceSpec> ModelSpec(Namespace ns) const;
   // For a server whose clients restore block by block (PKV.MATCH, then

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,15 @@ struct MatchResult {
   std::vector<TierLevel> tiers;  // where each block was found
   std::vector<int32_t> tokens;   // the matched tokens (keys.size() * block_tokens)
   uint64_t matched_tokens() const { return tokens.size(); }
+};
+
+// The blocks a match found after one of its blocks, for a read of that block
+// alone (Engine::GetBlock: a served restore's PKV.GET). When the block holds
+// other shapes than the spec's they are refused with it, as Restore ends
+// before such a block and drops the matched blocks after it.
+struct BlocksAfter {
+  std::span<const BlockKey> keys;  // in chain order
+  uint64_t tokens = 0;             // their tokens
 };
 
 // Rotating layers seen in block metadata: what window the restored caches use.

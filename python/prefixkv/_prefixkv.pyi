@@ -323,7 +323,9 @@ class Engine:
         (None when not resident). Counts a hot hit."""
     def get_block(self, ns: Namespace, key: str) -> Optional[bytes]:
         """The encoded record of block `key` (bytes, what PKV.GET returns), or None
-        when it is not cached in the namespace. Checksum-verified when read from SSD."""
+        when it is not cached in the namespace, or holds other layer shapes than a
+        spec with shapes (never served; counted in shape_refused_tokens and removed).
+        Checksum-verified when read from SSD."""
     def __enter__(self) -> Engine:
         """Returns the engine: `with Engine.open(...) as e:`."""
     def __exit__(self, exc_type: Optional[type[BaseException]],

@@ -213,7 +213,9 @@ inline constexpr const char* kHotBlockAddress =
 (None when not resident). Counts a hot hit.)doc";
 inline constexpr const char* kGetBlock =
     R"doc(The encoded record of block `key` (bytes, what PKV.GET returns), or None
-when it is not cached in the namespace. Checksum-verified when read from SSD.)doc";
+when it is not cached in the namespace, or holds other layer shapes than a
+spec with shapes (never served; counted in shape_refused_tokens and removed).
+Checksum-verified when read from SSD.)doc";
 inline constexpr const char* kEnter =
     "Returns the engine: `with Engine.open(...) as e:`.";
 inline constexpr const char* kExit = "Closes the engine.";

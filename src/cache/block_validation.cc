@@ -213,4 +213,21 @@ Status DropBlocksOfOtherShapes(cache::NamespaceState& ns, std::span<const BlockK
   return Status::OK();
 }
 
+Status RefuseServedBlockOfOtherShapes(cache::NamespaceState& ns, const SharedBytes& payload,
+                                      const BlocksAfter& after, const DecodeLimits& limits) {
+  if (ns.spec.layer_shapes.empty()) return Status::OK();
+  // From a local tier: verified when stored (block_io.cc), so no checksum pass.
+  const StatusOr<BlockRecord> record = DecodeTrustedBlock(payload, limits);
+  if (!record.ok()) return Status::NotFound("block does not decode: " + record.status().message());
+  const Status shapes = CheckStoredShapes(ns, *record);
+  if (shapes.ok()) return Status::OK();
+  ns.shape_refused_tokens.fetch_add(record->token_count + after.tokens);
+  if (!ns.check_layer_shapes) {
+    std::vector<BlockKey> chain = {record->key};
+    chain.insert(chain.end(), after.keys.begin(), after.keys.end());
+    (void)DropBlocksOfOtherShapes(ns, chain, limits);
+  }
+  return Status::NotFound("block " + record->key.ToHex() + ": " + shapes.message());
+}
+
 }  // namespace prefixkv::cache

@@ -56,4 +56,15 @@ bool CachedBlockHoldsOtherShapes(cache::NamespaceState& ns, const BlockKey& key,
 Status DropBlocksOfOtherShapes(cache::NamespaceState& ns, std::span<const BlockKey> keys,
                                const DecodeLimits& limits);
 
+// For a block served whole (GetBlock: PKV.GET), which its reader takes for
+// the spec's shapes, and `payload` its record read from a local tier: OK when
+// the spec has no shapes or the record holds them (CheckStoredShapes, every
+// layer, as nothing else compares them); else NotFound, never served, as a
+// restore refuses it: its tokens and `after`'s count in shape_refused_tokens,
+// and it and `after` are removed (DropBlocksOfOtherShapes), but in a
+// namespace adopted from before its shapes were keyed, as a restore keeps
+// them there. A record that does not decode is NotFound too.
+Status RefuseServedBlockOfOtherShapes(cache::NamespaceState& ns, const SharedBytes& payload,
+                                      const BlocksAfter& after, const DecodeLimits& limits);
+
 }  // namespace prefixkv::cache

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "block_validation.h"
 #include "namespace_state.h"
 #include "prefixkv/advanced/hash.h"
 #include "prefixkv/advanced/mutex.h"
@@ -90,7 +91,8 @@ StatusOr<cache::NamespaceState*> PrefixCache::Find(Namespace ns) const {
   return namespaces_[ns.index].get();
 }
 
-StatusOr<SharedBytes> PrefixCache::GetBlock(Namespace handle, const BlockKey& key) {
+StatusOr<SharedBytes> PrefixCache::GetBlock(Namespace handle, const BlockKey& key,
+                                            const BlocksAfter& after) {
   PKV_ASSIGN_OR_RETURN(cache::NamespaceState * ns, Find(handle));
   // The stack's SSD tier is shared by every namespace and the key-value
   // space: look at the metadata before reading (and promoting) anything.
@@ -111,6 +113,11 @@ StatusOr<SharedBytes> PrefixCache::GetBlock(Namespace handle, const BlockKey& ke
     return Status::NotFound("no block " + key.ToHex() + " in namespace " +
                             ns->root.ToHex());
   }
+  // Served whole, the client reads it with the spec's shapes: a block of
+  // others (an older binary's, a node's of one) is refused as a restore
+  // refuses it, which compares the blocks it assembles with the first one.
+  PKV_RETURN_IF_ERROR(
+      cache::RefuseServedBlockOfOtherShapes(*ns, hit.payload, after, options_.decode_limits));
   return std::move(hit.payload);
 }
 

@@ -371,9 +371,10 @@ StatusOr<StoreResult> Engine::StoreRecords(Namespace ns,
   return r;
 }
 
-StatusOr<SharedBytes> Engine::GetBlock(Namespace ns, const BlockKey& key) {
+StatusOr<SharedBytes> Engine::GetBlock(Namespace ns, const BlockKey& key,
+                                       const BlocksAfter& after) {
   PKV_RETURN_IF_ERROR(impl_->CheckOpen());
-  return impl_->cache_->GetBlock(ns, key);
+  return impl_->cache_->GetBlock(ns, key, after);
 }
 
 StatusOr<NamespaceSpec> Engine::ModelSpec(Namespace ns) const {

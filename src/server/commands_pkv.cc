@@ -188,13 +188,15 @@ void CmdPkvPut(CommandContext& ctx) {
 }
 
 // PKV.GET <namespace root> <key>: the block's record, or nil. A block of the
-// connection's last PKV.MATCH counts toward its served restore.
+// connection's last PKV.MATCH counts toward its served restore; one of other
+// shapes than the spec's is nil, refused with the blocks matched after it.
 void CmdPkvGet(CommandContext& ctx) {
   BlockKey root, key;
   if (!ParseKey(ctx, 1, &root) || !ParseKey(ctx, 2, &key)) return;
   Namespace ns;
   if (!FindNamespace(ctx, root, &ns)) return;
-  StatusOr<SharedBytes> value = ctx.dispatcher.engine()->GetBlock(ns, key);
+  StatusOr<SharedBytes> value =
+      ctx.dispatcher.engine()->GetBlock(ns, key, ctx.client->restore.After(ns, key));
   if (value.ok()) {
     ctx.client->restore.OnGet(ctx.dispatcher.engine(), ns, key,
                               ctx.dispatcher.clock()->NowNanos());

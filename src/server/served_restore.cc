@@ -23,13 +23,27 @@ void ServedRestore::OnMatch(Engine* engine, const MatchResult& match,
   read_tokens_ = {};
 }
 
+size_t ServedRestore::Find(const BlockKey& key) const {
+  if (next_ < keys_.size() && keys_[next_] == key) return next_;
+  for (size_t j = 0; j < keys_.size(); ++j) {
+    if (keys_[j] == key) return j;
+  }
+  return keys_.size();
+}
+
+BlocksAfter ServedRestore::After(const Namespace& ns, const BlockKey& key) const {
+  if (!active_ || ns.root != ns_.root) return {};
+  const size_t i = Find(key);
+  if (i == keys_.size()) return {};
+  BlocksAfter after{.keys = std::span<const BlockKey>(keys_).subspan(i + 1)};
+  for (size_t j = i + 1; j < tokens_.size(); ++j) after.tokens += tokens_[j];
+  return after;
+}
+
 void ServedRestore::OnGet(Engine* engine, const Namespace& ns, const BlockKey& key,
                           uint64_t end_nanos) {
   if (!active_ || ns.root != ns_.root) return;
-  size_t i = next_ < keys_.size() && keys_[next_] == key ? next_ : keys_.size();
-  for (size_t j = 0; i == keys_.size() && j < keys_.size(); ++j) {
-    if (keys_[j] == key) i = j;
-  }
+  const size_t i = Find(key);
   if (i == keys_.size() || read_[i]) return;  // not matched, or read already
   read_[i] = true;
   --unread_;

@@ -34,9 +34,15 @@ class ServedRestore {
   // block: records the sequence when it was its last unread block.
   void OnGet(Engine* engine, const Namespace& ns, const BlockKey& key,
              uint64_t end_nanos);
+  // The blocks the sequence's PKV.MATCH found after block `key` of `ns`, for
+  // its PKV.GET (Engine::GetBlock refuses them with a block of other shapes);
+  // none when it matched no such block. Valid until the next OnMatch.
+  BlocksAfter After(const Namespace& ns, const BlockKey& key) const;
 
  private:
   void Record(Engine* engine);
+  // The index of matched block `key`, from next_ on; keys_.size() when none.
+  size_t Find(const BlockKey& key) const;
 
   bool active_ = false;
   Namespace ns_;

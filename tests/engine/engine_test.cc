@@ -955,8 +955,10 @@ void StoreOfOtherShapesRefused(Engine& e, Namespace ns, const std::vector<int32_
 
 // Rewrites one block of `prompt`'s match (none: nothing happens) with KV of
 // one head, as an older binary or a node of one could have left it, then
-// restores the match: the restore reads that block where it lies, ends before
-// it, refuses its tokens and the matched tokens after it, and drops them.
+// restores the match, or reads that block as a served restore's PKV.GET does
+// (GetBlock with the blocks matched after it): either reads that block where
+// it lies, never serves it (the restore ends before it, the read is a miss),
+// refuses its tokens and the matched tokens after it, and drops them.
 void ReshapeABlockAndRestore(Engine& e, Namespace ns, const std::vector<int32_t>& prompt,
                              std::mt19937_64& rng, RunTally* t) {
   ASSERT_OK_AND_ASSIGN(MatchResult match, e.Match(ns, prompt));
@@ -976,8 +978,18 @@ void ReshapeABlockAndRestore(Engine& e, Namespace ns, const std::vector<int32_t>
   ASSERT_OK_AND_ASSIGN(SharedBytes reshaped, EncodeBlock(rec));
   ASSERT_OK(stack->Rewrite(meta, reshaped));
   const TierLevel at = stack->Locate(key);
-  ASSERT_OK_AND_ASSIGN(RestoreResult r, RestoreTallied(e, prompt, match, t));
-  EXPECT_EQ(r.restored_blocks, i) << r.reason;
+  if (rng() % 2 == 0) {
+    const std::span<const BlockKey> after = std::span(match.keys).subspan(i + 1);
+    const StatusOr<SharedBytes> got = e.GetBlock(
+        ns, key, {.keys = after, .tokens = match.matched_tokens() - (i + 1) * kBlockTokens});
+    EXPECT_TRUE(got.status().IsNotFound()) << "served a block of other shapes";
+    t->tokens.query_tokens += prompt.size();
+    t->tokens.hit_tokens += match.matched_tokens();
+    for (const BlockKey& k : after) EXPECT_FALSE(stack->Contains(k)) << "matched after it";
+  } else {
+    ASSERT_OK_AND_ASSIGN(RestoreResult r, RestoreTallied(e, prompt, match, t));
+    EXPECT_EQ(r.restored_blocks, i) << r.reason;
+  }
   EXPECT_FALSE(stack->Contains(key)) << "the block of other shapes is dropped";
   (at == TierLevel::kHot ? t->blocks_from_hot : t->blocks_from_ssd) += 1;
   t->tokens.shape_refused_tokens += match.matched_tokens() - i * kBlockTokens;
@@ -1145,9 +1157,9 @@ void ExpectARemovalCounted(const EngineStats& before, const EngineStats& after,
 // values damaged on SSD (ExpectADamagedValueDropped) and restores of blocks
 // damaged there (DamageABlockOnSsdAndRestore: each such read a miss and a
 // corruption of its model, recounted), stores of KV of other shapes than the models'
-// specs (StoreOfOtherShapesRefused) and restores of a block rewritten with such KV
-// (ReshapeABlockAndRestore: its tokens and those after it refused and dropped, the
-// model's shape_refused_* recounted) under a hot tier of a dozen blocks (evictions,
+// specs (StoreOfOtherShapesRefused) and restores or served reads (GetBlock) of a block
+// rewritten with such KV (ReshapeABlockAndRestore: its tokens and those after it refused
+// and dropped, the model's shape_refused_* recounted) under a hot tier of a dozen blocks (evictions,
 // spills, promotions), with clean restarts: every counter users read is recomputed at
 // each checkpoint (ExpectCountersRecomputed), every GET answers the value last SET, and
 // the SSD tier's counters come back from a restart as they were; each GET counts one

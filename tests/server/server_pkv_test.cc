@@ -266,6 +266,56 @@ TEST_F(ServerPkvTest, RecordsThatDoNotFitTheLayoutOrAreDamagedStoreNothing) {
   EXPECT_EQ(engine_->Stats().ssd.entries, 0u);
 }
 
+// A cached block of other shapes than a SHAPES spec's (an older binary's, or
+// fetched from a node of one; here rewritten in the tiers) is never served, as
+// Engine::Restore never restores one: the client would read its bytes with
+// the spec's shapes. PKV.GET answers nil, counts its tokens and the matched
+// tokens after it in shape_refused_tokens and removes those blocks, so the
+// next PKV.MATCH ends before it and a PKV.PUT of the rest is served again.
+TEST_F(ServerPkvTest, AGetNeverServesACachedBlockOfOtherShapes) {
+  NamespaceSpec spec = KvOnlySpec();
+  spec.layer_shapes = ParseLayerShapes("2x8,2x8").value();
+  const std::string root = c_->Call(RegisterArgs(spec)).str;
+  const std::vector<std::string> records = EncodedStore(spec, Tokens(3));
+  ASSERT_EQ(c_->Call(PutArgs(records)).type, '*');
+  // Block 1 rewritten with KV of 1 head where the spec has 2.
+  ASSERT_OK_AND_ASSIGN(Namespace ns, engine_->FindModel(*BlockKey::FromHex(root)));
+  TierStack* stack = EngineTiers(*engine_, ns);
+  const BlockKey key1 = *BlockKey::FromHex(KeyOf(records[1]));
+  ASSERT_OK_AND_ASSIGN(BlockMeta meta, stack->Peek(key1));
+  BlockRecord rec = DecodeBlock(SharedBytes::Copy(records[1])).value();
+  for (LayerState& l : rec.layers) {
+    for (Tensor& t : l.tensors) t = Tensor::Filled(DType::kFloat32, {1, 1, 4, 8}, 1);
+  }
+  ASSERT_OK(stack->Rewrite(meta, EncodeBlock(rec).value()));
+  auto stat = [&](const std::string& name) {
+    const Reply stats = c_->Call({"PKV.STATS"});
+    for (size_t i = 0; i + 1 < stats.elems.size(); i += 2) {
+      if (stats.elems[i].str == name) return stats.elems[i + 1].integer;
+    }
+    ADD_FAILURE() << "no " << name;
+    return int64_t{-1};
+  };
+  const std::string owner = "owner." + spec.model + ".";
+  EXPECT_EQ(c_->Call({"PKV.MATCH", root, "4", TokenBlob(Tokens(3))}).elems[0].integer, 3);
+  EXPECT_EQ(c_->Call({"PKV.GET", root, KeyOf(records[0])}).str, records[0]);
+  const Reply got = c_->Call({"PKV.GET", root, KeyOf(records[1])});
+  EXPECT_TRUE(got.null) << "served " << got.str.size()
+                        << " bytes of KV of 1 head to a client of 2";
+  EXPECT_EQ(stat(owner + "shape_refused_tokens"), 8);  // blocks 1 and 2
+  EXPECT_TRUE(c_->Call({"PKV.GET", root, KeyOf(records[2])}).null);
+  EXPECT_EQ(stat(owner + "shape_refused_tokens"), 8);  // removed: a plain miss
+  EXPECT_EQ(c_->Call({"PKV.MATCH", root, "4", TokenBlob(Tokens(3))}).elems[0].integer, 1);
+  // The served restore before it (recorded now) read block 0 alone.
+  EXPECT_EQ(stat(owner + "restored_tokens_hot"), 4);
+  EXPECT_EQ(Field(c_->Call(PutArgs({records[1], records[2]})), "written").integer, 2);
+  EXPECT_EQ(c_->Call({"PKV.MATCH", root, "4", TokenBlob(Tokens(3))}).elems[0].integer, 3);
+  for (size_t i = 0; i < records.size(); ++i) {
+    EXPECT_TRUE(c_->Call({"PKV.GET", root, KeyOf(records[i])}).str == records[i]) << i;
+  }
+  EXPECT_EQ(stat(owner + "shape_refused_tokens"), 8);
+}
+
 TEST_F(ServerPkvTest, KeySpacesAreDisjoint) {
   const NamespaceSpec hybrid = HybridSpec();
   const std::string root = c_->Call(RegisterArgs(hybrid)).str;

@@ -140,9 +140,13 @@ class PrefixCache {
 
   // The encoded record of block `key` when it is cached in namespace `ns`
   // (hot, then SSD: checksum-verified by the SSD tier; an SSD hit is
-  // promoted). NotFound for any other key: a block of another namespace, a
-  // key-value entry, the namespace's own lineage record.
-  StatusOr<SharedBytes> GetBlock(Namespace ns, const BlockKey& key);
+  // promoted). NotFound for any other key (a block of another namespace, a
+  // key-value entry, the namespace's own lineage record) and, in a spec with
+  // layer shapes, for a block of other shapes than the spec's, never served:
+  // it and `after` are refused as a restore refuses them (counted in
+  // shape_refused_tokens; removed, but in an adopted namespace).
+  StatusOr<SharedBytes> GetBlock(Namespace ns, const BlockKey& key,
+                                 const BlocksAfter& after = {});
 
   // The spec `ns` was registered with.
   StatusOr<NamespaceSpec> Spec(Namespace ns) const;
