@@ -207,7 +207,10 @@ Status DropBlocksOfOtherShapes(cache::NamespaceState& ns, std::span<const BlockK
   if (!cached.ok() || CheckStoredShapes(ns, cached->record).ok())
     return Status::NotFound("not cached with other shapes");
   for (const BlockKey& key : keys) {
-    Status removed = ns.tiers->Remove(key, KvRemoveReason::kCorrupt);
+    // Sound bytes of other shapes, not damaged ones: "corrupt" would count
+    // as damage for an event consumer, and the SSD tier's removal history
+    // (ExplainMiss) says "removed" too.
+    Status removed = ns.tiers->Remove(key, KvRemoveReason::kRemoved);
     if (!removed.ok() && !removed.IsNotFound()) return removed;
   }
   return Status::OK();

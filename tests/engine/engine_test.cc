@@ -2333,6 +2333,64 @@ TEST_F(EngineKvEventsTest, ACorruptSsdBlockLeavesWithReasonCorrupt) {
   EXPECT_FALSE(seen[0].copy_remains);
 }
 
+// A cached block of other shapes than the spec's (here rewritten with KV of
+// one head) is sound bytes, not damaged ones: the restore that drops it and
+// the matched block after it says "removed" in each tier that held them,
+// never "corrupt", which an event consumer counts as damage, and no tier
+// counts a corruption.
+TEST_F(EngineKvEventsTest, ABlockOfOtherShapesLeavesWithReasonRemovedNotCorrupt) {
+  std::vector<KvEvent> seen;
+  std::mutex mu;
+  EngineOptions o = OnDisk(/*hot_bytes=*/8 << 20);
+  o.on_kv_event = [&](const KvEvent& ev) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.push_back(ev);
+  };
+  std::unique_ptr<Engine> e = Open(o);
+  ASSERT_NE(e, nullptr);
+  const Namespace ns = e->RegisterModel(ShapedKvSpec("m")).value();
+  const std::vector<int32_t> prompt = Tokens(2 * kBlockTokens);
+  StoreAll(*e, ns, prompt);
+  ASSERT_OK(e->Flush());  // on SSD too
+  ASSERT_OK_AND_ASSIGN(MatchResult match, e->Match(ns, prompt));
+  ASSERT_EQ(match.keys.size(), 2u);
+  TierStack* stack = EngineTiers(*e, ns);
+  ASSERT_OK_AND_ASSIGN(BlockMeta meta, stack->Peek(match.keys[0]));
+  ASSERT_OK_AND_ASSIGN(TierHit hit, stack->PeekPayload(match.keys[0]));
+  ASSERT_OK_AND_ASSIGN(BlockRecord rec, DecodeBlock(hit.payload));
+  for (LayerState& l : rec.layers) {
+    for (Tensor& x : l.tensors) x = Tensor::Filled(DType::kFloat32, {1, 1, kBlockTokens, 8}, 1);
+  }
+  ASSERT_OK(stack->Rewrite(meta, EncodeBlock(rec).value()));
+  ASSERT_OK(e->Flush());
+  const TierCounters hot = e->Stats().hot, ssd = e->Stats().ssd;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.clear();
+  }
+  ASSERT_OK_AND_ASSIGN(RestoreResult r, e->Restore(match));
+  EXPECT_EQ(r.restored_blocks, 0u) << r.reason;
+  EXPECT_FALSE(stack->Contains(match.keys[0]));
+  EXPECT_FALSE(stack->Contains(match.keys[1]));
+  std::map<std::pair<BlockKey, TierLevel>, KvRemoveReason> removed;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const KvEvent& ev : seen) {
+      if (ev.kind == KvEventKind::kRemoved) removed[{ev.key, ev.tier}] = ev.reason;
+    }
+  }
+  for (const BlockKey& key : match.keys) {
+    for (TierLevel tier : {TierLevel::kHot, TierLevel::kSsd}) {
+      SCOPED_TRACE(key.ToHex() + (tier == TierLevel::kHot ? " hot" : " ssd"));
+      ASSERT_TRUE(removed.contains({key, tier}));
+      EXPECT_EQ(std::string(KvRemoveReasonName(removed[{key, tier}])), "removed");
+    }
+  }
+  EXPECT_EQ(e->Stats().hot.corruptions, hot.corruptions);
+  EXPECT_EQ(e->Stats().ssd.corruptions, ssd.corruptions);
+  ASSERT_OK(e->Close());
+}
+
 // Write-through keeps every block in RAM and on SSD; when the small SSD tier
 // evicts one the hot tier still holds, its removal says a copy remains.
 TEST_F(EngineKvEventsTest, AnSsdEvictionOfABlockStillInRamSaysACopyRemains) {
