@@ -203,7 +203,10 @@ StatusOr<std::vector<LayerShape>> ParseLayerShapes(std::string_view text);
 // head_dim]: one head), plain KV and windows values of as many heads (their
 // head dim is not compared) and, with a window, rotating meta of that window; a
 // recurrent layer a conv ring of `channels` wide rows in a ring of
-// `conv_tokens` and a state [..., state_heads, state_dim, state_dim].
+// `conv_tokens` and a state [..., state_heads, state_dim, state_dim]; a
+// quantized layer every tensor of kv_heads, its last dim head_dim packed by
+// the (group_size, bits) that end its meta (mlx-lm's form: uint32 words of
+// head_dim * bits / 32, else head_dim / group_size scales and biases).
 // Placeholders fit anything. InvalidArgument naming the first layer that does
 // not fit, or a layer count other than shapes.size().
 Status CheckLayerShapes(const BlockRecord& record, const std::vector<LayerShape>& shapes);

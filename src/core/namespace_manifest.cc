@@ -5,6 +5,7 @@
 #include <cctype>
 #include <charconv>
 #include <map>
+#include <optional>
 
 #include "prefixkv/namespace_spec.h"
 
@@ -372,11 +373,60 @@ std::string StateShape(const LayerState& layer) {
 // dim] is one head's.
 int64_t KvHeads(const Tensor& t) { return t.ndim() >= 3 ? t.dim(t.ndim() - 3) : 1; }
 
+// `s` as a positive integer below 2^32, if it is one.
+std::optional<uint64_t> PositiveCount(const std::string& s) {
+  uint64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || p != s.data() + s.size() || v == 0 ||
+      v >= (uint64_t{1} << 32)) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+// A quantized layer packs its head dim: mlx-lm's QuantizedKVCache (and
+// mlx-swift-lm's) keeps every tensor [..., heads, tokens, X], words of
+// `bits`-bit values in uint32 (X = head_dim * bits / 32) and a scale and a
+// bias per `group` values (X = head_dim / group), with (group_size, bits) the
+// last two entries of its meta in both forms ((offset, group_size, bits),
+// (step, offset, group_size, bits)). Written as "HEADSxDIM" when every tensor
+// packs `asked`'s head dim so; else what it holds ("2x? (1 by group 2, bits
+// 8)"): the packed sizes alone would take a model of head dim 4, 8 bits and
+// group 2 for one of 8, 4 bits and group 4 (the same sizes).
+std::string QuantizedShape(const LayerState& layer, const LayerShape& asked) {
+  const int64_t heads = KvHeads(layer.tensors[0]);
+  for (const Tensor& t : layer.tensors) {
+    if (KvHeads(t) != heads)
+      return std::to_string(heads) + "x? with tensors of other heads";
+  }
+  const size_t n = layer.meta.size();
+  const std::string prefix = std::to_string(heads) + "x";
+  const std::optional<uint64_t> group_or =
+      n >= 3 ? PositiveCount(layer.meta[n - 2]) : std::nullopt;
+  const std::optional<uint64_t> bits_or =
+      n >= 3 ? PositiveCount(layer.meta[n - 1]) : std::nullopt;
+  if (!group_or.has_value() || !bits_or.has_value())
+    return prefix + "? (no group size and bits in its meta)";
+  const uint64_t group = group_or.value(), bits = bits_or.value();
+  const uint64_t dim = asked.head_dim;
+  bool fits = bits <= 32 && dim * bits % 32 == 0 && dim % group == 0;
+  for (const Tensor& t : layer.tensors) {
+    const uint64_t packed = t.dtype() == DType::kUInt32 ? dim * bits / 32 : dim / group;
+    fits = fits && t.ndim() >= 2 && static_cast<uint64_t>(t.dim(t.ndim() - 1)) == packed;
+  }
+  if (fits) return prefix + std::to_string(dim);
+  return prefix + "? (" + LastDims(layer.tensors[0], 1) + " by group " +
+         std::to_string(group) + ", bits " + std::to_string(bits) + ")";
+}
+
 // What `layer` holds, written as LayerShape::ToString writes the shape it
 // must equal.
 std::string StoredShape(const LayerState& layer, const LayerShape& asked) {
   const bool recurrent = asked.channels > 0 || asked.state_dim > 0;
   const Tensor& keys = layer.tensors[0];
+  const StatusOr<CacheFamily> family = CacheTypeRegistry::Lookup(layer.cache_type);
+  if (!recurrent && family.ok() && *family == CacheFamily::kQuantizedKV)
+    return QuantizedShape(layer, asked);
   if (!recurrent) {
     // Keys [tokens, head_dim] (a latent cache) are one head's.
     const std::string kv =
@@ -392,7 +442,6 @@ std::string StoredShape(const LayerState& layer, const LayerShape& asked) {
     // another head dim (a latent cache's), never other heads than the keys:
     // such a layer is no shape a LayerShape writes. A composite layer's later
     // tensors are its other caches', not values.
-    const StatusOr<CacheFamily> family = CacheTypeRegistry::Lookup(layer.cache_type);
     const bool values = family.ok() && (*family == CacheFamily::kSliceableKV ||
                                         *family == CacheFamily::kRotating);
     for (size_t t = 1; values && t < layer.tensors.size(); ++t) {

@@ -1301,6 +1301,22 @@ TEST_F(EngineViewsTest, AStoredManifestOfAnotherFingerprintRefusesTheRoot) {
   EXPECT_EQ(e->model_count(), 0u);
 }
 
+// `prompt` and one more block: the adopting model went on from another
+// model's blocks, which become interior blocks its sample does not look at.
+std::vector<int32_t> ExtendedByABlock(const std::vector<int32_t>& prompt) {
+  std::vector<int32_t> extended = prompt;
+  for (int32_t t : Tokens(kBlockTokens, 6000)) extended.push_back(t);
+  return extended;
+}
+
+// An engine on `dir` with a hot tier of 16 MiB.
+EngineOptions InDir(const std::string& dir) {
+  EngineOptions o;
+  o.data_dir = dir;
+  o.hot_capacity_bytes = 16 << 20;
+  return o;
+}
+
 // A namespace kept from before its layer shapes were keyed (docs/format.md
 // §5.1) is adopted when a sample of its blocks, chain ends first, fits the
 // shapes. Another model of the same name and layout but other head dims
@@ -1323,11 +1339,8 @@ TEST_F(EngineViewsTest, AnAdoptedNamespaceNeverRestoresBlocksOfOtherShapes) {
     return out;
   };
   const std::vector<int32_t> other = Tokens(2 * kBlockTokens, 5000);
-  std::vector<int32_t> extended = other;  // the adopting model went on from there
-  for (int32_t t : Tokens(kBlockTokens, 6000)) extended.push_back(t);
-  EngineOptions o;
-  o.data_dir = dir_.str();
-  o.hot_capacity_bytes = 16 << 20;
+  const std::vector<int32_t> extended = ExtendedByABlock(other);
+  const EngineOptions o = InDir(dir_.str());
   {
     auto old = OpenWith(o);
     ASSERT_NE(old, nullptr);
@@ -1373,6 +1386,79 @@ TEST_F(EngineViewsTest, AnAdoptedNamespaceNeverRestoresBlocksOfOtherShapes) {
   EXPECT_EQ(r.restored_tokens, other.size()) << r.reason;
   ASSERT_EQ(r.layers.size(), layers.size());
   EXPECT_EQ(r.layers[0].tensors, layers[0].tensors);
+}
+
+// A quantized layer packs its head dim: mlx-lm's QuantizedKVCache keeps
+// words of `bits`-bit values in uint32 and a scale and a bias per `group`
+// values, and says (offset, group_size, bits) in its meta. An adopted
+// namespace compared such a layer whole with its LayerShape, so a directory of
+// a quantized model was never adopted (a cold start: every hit lost) and an
+// adopted one refused every quantized block; they are compared per field: the
+// heads, and the head dim as the meta's group and bits pack it. Another
+// model whose tensors have the same sizes (head dim 4, 8 bits, group 2) is
+// still never served for this one (head dim 8, 4 bits, group 4).
+TEST_F(EngineViewsTest, AnAdoptedQuantizedNamespaceComparesThePackedHeadDimByItsMeta) {
+  NamespaceSpec legacy = KvSpec();
+  legacy.layer_types = {"QuantizedKVCache", "QuantizedKVCache"};
+  NamespaceSpec shaped = legacy;
+  shaped.layer_shapes = ParseLayerShapes("2x8,2x8").value();
+  // Keys and values of 2 heads, each as words [1, 2, tokens, 1] and scales
+  // and biases [1, 2, tokens, 2]: 8 values of 4 bits by groups of 4, or 4
+  // values of 8 bits by groups of 2.
+  auto packed = [&](int64_t tokens, const char* group, const char* bits) {
+    std::vector<LayerState> out(2);
+    for (LayerState& l : out) {
+      l.cache_type = "QuantizedKVCache";
+      l.meta = {std::to_string(tokens), group, bits};
+      for (int kv = 0; kv < 2; ++kv) {
+        l.tensors.push_back(
+            testing::RandomTensor(rng_, DType::kUInt32, {1, 2, tokens, 1}));
+        for (int sb = 0; sb < 2; ++sb)
+          l.tensors.push_back(
+              testing::RandomTensor(rng_, DType::kFloat32, {1, 2, tokens, 2}));
+      }
+    }
+    return out;
+  };
+  auto store = [&](Engine& e, Namespace ns, const std::vector<int32_t>& tokens,
+                   const char* group, const char* bits) {
+    const std::vector<LayerState> layers =
+        packed(static_cast<int64_t>(tokens.size()), group, bits);
+    EXPECT_OK(e.Store(ns, tokens, layers));
+    return layers;
+  };
+  const std::vector<int32_t> other = Tokens(2 * kBlockTokens, 5000);
+  const std::vector<int32_t> extended = ExtendedByABlock(other);
+  const EngineOptions o = InDir(dir_.str());
+  std::vector<LayerState> own_layers;
+  {
+    auto old = OpenWith(o);
+    ASSERT_NE(old, nullptr);
+    ASSERT_OK_AND_ASSIGN(Namespace ns, old->RegisterModel(legacy));
+    store(*old, ns, other, "2", "8");     // the other model's, interior blocks
+    store(*old, ns, extended, "4", "4");  // deduplicates them
+    for (int32_t i = 0; i < 9; ++i) {
+      const std::vector<LayerState> l =
+          store(*old, ns, Tokens(kBlockTokens, 10000 + 100 * i), "4", "4");
+      if (i == 0) own_layers = l;
+    }
+    ASSERT_OK(old->Close());
+  }
+  auto e = OpenWith(o);
+  ASSERT_NE(e, nullptr);
+  ASSERT_OK_AND_ASSIGN(Namespace adopted, e->RegisterModel(shaped));
+  ASSERT_EQ(adopted.root, NamespaceRoot(legacy).value())
+      << "its chain ends pack 2x8 by their meta: not adopted, every hit lost";
+  const std::vector<int32_t> own = Tokens(kBlockTokens, 10000);
+  ASSERT_OK_AND_ASSIGN(MatchResult m, e->Match(adopted, own));
+  ASSERT_OK_AND_ASSIGN(RestoreResult r, e->Restore(m));
+  EXPECT_EQ(r.restored_tokens, own.size()) << r.reason;
+  ASSERT_EQ(r.layers.size(), 2u);
+  EXPECT_EQ(r.layers[1].tensors, own_layers[1].tensors);
+  ASSERT_OK_AND_ASSIGN(m, e->Match(adopted, other));
+  EXPECT_EQ(m.matched_tokens(), other.size());  // the keys are the same
+  ASSERT_OK_AND_ASSIGN(r, e->Restore(m));
+  EXPECT_EQ(r.restored_tokens, 0u) << "head dim 4 served as 8: " << r.reason;
 }
 
 // The spec without shapes registered first in a run keeps its root: the
