@@ -131,7 +131,7 @@ void ssd::TierImpl::VerifyPayloads(AuditScan* scan, std::vector<AuditFinding>* f
     StatusOr<SharedBytes> read = ReadExtent(e);
     if (read.ok()) continue;
     // Drops and counts a damaged one; a read the medium failed keeps it.
-    const Status failed = ReadFailed(key, e, read.status());
+    const Status failed = ReadFailed(key, e, read.status(), /*lookup=*/false);
     if (!read.status().IsNotFound() && !read.status().IsCorruption()) {
       // Still stored, and its bytes may be intact: not "checksum", which
       // the tools take for a block removed (audit and repair removed every

@@ -78,7 +78,7 @@ Status ssd::TierImpl::Evict(const BlockKey& key) {
     meta = BlockMeta{key, e.parent, e.namespace_id, e.owner};
     dirty = e.dirty;
     if (listener != nullptr) {
-      StatusOr<SharedBytes> read = ReadVerified(key, e);
+      StatusOr<SharedBytes> read = ReadVerified(key, e, /*lookup=*/false);
       if (!read.ok()) return read.status().IsNotFound() ? Status::OK() : read.status();
       payload = *read;
     }

@@ -152,7 +152,7 @@ Status ssd::TierImpl::ReadBackForRelocation(uint64_t segment,
       if (found == nullptr || found->segment != segment) continue;  // moved on
       e = *found;
     }
-    StatusOr<SharedBytes> read = ReadVerified(key, e);  // drops a damaged one
+    StatusOr<SharedBytes> read = ReadVerified(key, e, /*lookup=*/false);  // drops a damaged one
     if (read.status().IsNotFound()) continue;
     PKV_RETURN_IF_ERROR(read.status());
     bytes += e.bytes;

@@ -715,9 +715,9 @@ StatusOr<SharedBytes> ssd::TierImpl::GetIndexed(const BlockKey& key, bool touch,
       if (touch) CountEvent(e.owner, &TierCounters::misses);
       return Status::NotFound("not in the ssd tier");
     }
-    if (SameExtent(now, e)) return ReadFailed(key, now, read.status());
+    if (SameExtent(now, e)) return ReadFailed(key, now, read.status(), touch);
     e = now;
-    PKV_ASSIGN_OR_RETURN(payload, ReadVerified(key, e));
+    PKV_ASSIGN_OR_RETURN(payload, ReadVerified(key, e, touch));
   }
   if (!touch) return payload;
   // The new access order reaches the metadata with the next batch
@@ -744,22 +744,22 @@ StatusOr<SharedBytes> ssd::TierImpl::PeekIntact(const BlockKey& key) {
 }
 
 StatusOr<SharedBytes> ssd::TierImpl::ReadVerified(const BlockKey& key,
-                                                  const IndexEntry& e) {
+                                                  const IndexEntry& e, bool lookup) {
   StatusOr<SharedBytes> read = ReadExtent(e);
   if (read.ok()) return read;
-  return ReadFailed(key, e, read.status());
+  return ReadFailed(key, e, read.status(), lookup);
 }
 
 Status ssd::TierImpl::ReadFailed(const BlockKey& key, const IndexEntry& e,
-                                 const Status& s) {
+                                 const Status& s, bool lookup) {
   if (!s.IsNotFound() && !s.IsCorruption()) {  // the medium failed: the block stays
     NoteWriteResult(s, /*payload=*/true);
     CountEvent(e.owner, &TierCounters::io_errors);
-    CountEvent(e.owner, &TierCounters::misses);
+    if (lookup) CountEvent(e.owner, &TierCounters::misses);
     return s;
   }
   const std::string why(s.message());
-  (void)DropCorrupt(key, e, why);
+  (void)DropCorrupt(key, e, why, lookup);
   return Status::NotFound("corrupt: " + why);
 }
 
@@ -792,11 +792,15 @@ ReadAheadResult ssd::TierImpl::StartReadAhead(const BlockKey& key) {
 }
 
 Status ssd::TierImpl::DropCorrupt(const BlockKey& key, const IndexEntry& e,
-                                  const std::string& why) {
+                                  const std::string& why, bool lookup) {
   Log("block " + key.ToHex() + " is corrupt (" + why + "); removed");
   TierCounters events;
   events.corruptions = 1;
-  events.misses = 1;
+  // A read that is no lookup (a compaction's read-back, an eviction's read
+  // for its listener, an audit's) counts no miss: the next lookup of the key
+  // misses, and is counted then. Counting one here too gave a GET of a block
+  // the reclaimer had dropped two SSD misses for its one lookup.
+  events.misses = lookup ? 1 : 0;
   // Even if the delete fails the block is never served again this session.
   return DropEntry(key, e, events, /*erase_on_failure=*/true);
 }

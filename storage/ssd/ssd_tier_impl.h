@@ -475,21 +475,24 @@ class TierImpl {
   // REQUIRES: as DropCorrupt.
   Status DropEntry(const BlockKey& key, const IndexEntry& e, const TierCounters& events,
                    bool erase_on_failure) REQUIRES_SHARED(pause_) EXCLUDES(mu_, gc_mu_);
-  // Removes a block whose payload failed verification and counts it.
+  // Removes a block whose payload failed verification and counts a
+  // corruption, and a miss when the read was a `lookup` (a counted Get; not
+  // a compaction's, an eviction's or an audit's read).
   // REQUIRES: stripe(key) held (with pause_ shared: BlockLock), or pause_
   // held exclusively (the analysis checks the pause_ part).
-  Status DropCorrupt(const BlockKey& key, const IndexEntry& e, const std::string& why)
-      REQUIRES_SHARED(pause_) EXCLUDES(mu_, gc_mu_);
+  Status DropCorrupt(const BlockKey& key, const IndexEntry& e, const std::string& why,
+                     bool lookup) REQUIRES_SHARED(pause_) EXCLUDES(mu_, gc_mu_);
   // Reads and verifies a payload. NotFound("corrupt: ...") after DropCorrupt.
   // REQUIRES: as DropCorrupt.
-  StatusOr<SharedBytes> ReadVerified(const BlockKey& key, const IndexEntry& e)
-      REQUIRES_SHARED(pause_) EXCLUDES(mu_, gc_mu_);
+  StatusOr<SharedBytes> ReadVerified(const BlockKey& key, const IndexEntry& e,
+                                     bool lookup) REQUIRES_SHARED(pause_)
+      EXCLUDES(mu_, gc_mu_);
   // ReadVerified's judgement of a read of `e` that failed with `s`: an I/O
-  // error is counted and returned (the block stays); a missing or damaged
-  // extent is dropped (DropCorrupt) and NotFound("corrupt: ..."). REQUIRES:
-  // as DropCorrupt.
-  Status ReadFailed(const BlockKey& key, const IndexEntry& e, const Status& s)
-      REQUIRES_SHARED(pause_) EXCLUDES(mu_, gc_mu_);
+  // error is counted (with a miss for a `lookup`) and returned (the block
+  // stays); a missing or damaged extent is dropped (DropCorrupt) and
+  // NotFound("corrupt: ..."). REQUIRES: as DropCorrupt.
+  Status ReadFailed(const BlockKey& key, const IndexEntry& e, const Status& s,
+                    bool lookup) REQUIRES_SHARED(pause_) EXCLUDES(mu_, gc_mu_);
   // The extent of `e`, checked against its length and checksum (Corruption
   // naming the mismatch), or the store's error. Counts, drops and logs
   // nothing: ReadVerified does that part, and a read made ahead leaves it to
