@@ -840,7 +840,8 @@ TEST_F(EngineTest, SsdMissesOfAbsentBlocksCountForTheirReader) {
 
 // Damages the first byte of every copy of `bytes` in the segment files of
 // the SSD tier at `path` (a compaction's move leaves the older extent behind
-// until its segment goes); how many it damaged.
+// until its segment goes); how many it damaged. REQUIRES: no compaction is
+// copying them (QuiesceSsdReclaim).
 int DamageEveryCopyOnDisk(const std::filesystem::path& path, std::string_view bytes) {
   int damaged = 0;
   for (const auto& f : std::filesystem::directory_iterator(path / "segments")) {
@@ -855,6 +856,21 @@ int DamageEveryCopyOnDisk(const std::filesystem::path& path, std::string_view by
     }
   }
   return damaged;
+}
+
+// Drains the SSD write-back queue, then waits for the reclaimer's pass in
+// flight and runs one itself (SsdTier::Compact): no sealed segment is left
+// sparse, so no compaction has read a block that DamageEveryCopyOnDisk
+// damages next. Without it a pass could read a block, the damage miss its
+// copy still being written, and the copy be served intact (the damaged block
+// restored) or, read after the damage, be dropped as corrupt before the
+// caller took its "before" counters. One that starts after the damage (when
+// a restore's evictions or drops leave garbage) can only find the block
+// damaged, drop it and count its corruption, and its reader then misses as
+// it would have: the callers take their counters before the damage.
+void QuiesceSsdReclaim(Engine& e) {
+  ASSERT_OK(EngineSsdTier(e)->Flush());
+  ASSERT_OK(EngineSsdTier(e)->Compact());
 }
 
 // The counters of one engine run as a seeded random run recomputes them:
@@ -916,8 +932,9 @@ void DamageABlockOnSsdAndRestore(Engine& e, const std::filesystem::path& data_di
   ASSERT_OK_AND_ASSIGN(SharedBytes stored, EngineSsdTier(e)->PeekIntact(key));
   // 16 bytes of its random KV, past the record's header.
   const std::string_view bytes = stored.view().substr(stored.size() / 2, 16);
-  ASSERT_GT(DamageEveryCopyOnDisk(data_dir, bytes), 0);
+  ASSERT_NO_FATAL_FAILURE(QuiesceSsdReclaim(e));  // moves no block out of the SSD tier
   const TierCounters ssd_before = e.Stats().ssd;
+  ASSERT_GT(DamageEveryCopyOnDisk(data_dir, bytes), 0);
   ASSERT_OK_AND_ASSIGN(RestoreResult r, RestoreTallied(e, prompt, match, t));
   EXPECT_EQ(r.restored_blocks, i) << r.reason;
   EXPECT_FALSE(EngineSsdTier(e)->Contains(key)) << "the damaged block is dropped";
@@ -1284,9 +1301,10 @@ TEST_F(EngineTest, CountersAgreeWithARecomputationOfARandomRun) {
           ASSERT_OK(EngineSsdTier(*e)->Flush());
           if (EngineTiers(*e, ns[0])->Locate(internal::ValueKey(key)) != TierLevel::kSsd)
             break;
+          ASSERT_NO_FATAL_FAILURE(QuiesceSsdReclaim(*e));
+          const EngineStats before = e->Stats();
           // Its first bytes: the random number only this SET wrote.
           ASSERT_GT(DamageEveryCopyOnDisk(dir_.path(), values[key].substr(0, 16)), 0);
-          const EngineStats before = e->Stats();
           StatusOr<SharedBytes> got = e->GetValue(key);
           EXPECT_TRUE(got.status().IsNotFound()) << (got.ok() ? got->view() : "");
           ExpectADamagedValueDropped(before, e->Stats());
