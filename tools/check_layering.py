@@ -44,6 +44,7 @@ OWNERS = {
     "block_key.h": "prefixkv_base",
     "advanced/hash.h": "prefixkv_base",
     "advanced/mutex.h": "prefixkv_base",
+    "advanced/sanitizers.h": "prefixkv_base",
     "file_system.h": "prefixkv_base",
     "tier_types.h": "prefixkv_base",
     "kv_events.h": "prefixkv_base",

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "prefixkv/advanced/mutex.h"
+#include "prefixkv/advanced/sanitizers.h"
 #include "prefixkv/memory_resource.h"
 
 #if defined(__has_include)
@@ -62,7 +63,7 @@ namespace {
 
 constexpr size_t kGranule = 64;
 constexpr size_t kRegionAlign = size_t{2} << 20;
-#if defined(__SANITIZE_ADDRESS__)
+#if PREFIXKV_ASAN
 constexpr size_t kRedZone = 64;  // stays poisoned after every allocation
 #else
 constexpr size_t kRedZone = 0;

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "prefixkv/advanced/sanitizers.h"
 #include "prefixkv/memory_resource.h"
 #include "tests/support/gate.h"
 #include "tests/support/test_util.h"
@@ -583,7 +584,7 @@ TEST(ArenaMemoryResource, ASizeNoRegionCanHoldIsRefused) {
   }
 }
 
-#if defined(__SANITIZE_ADDRESS__)
+#if PREFIXKV_ASAN
 TEST(ArenaMemoryResourceDeathTest, AsanSeesAnOverflowIntoTheNextAllocation) {
   std::shared_ptr<MemoryResource> arena = NewArenaMemoryResource();
   uint8_t* a = nullptr;

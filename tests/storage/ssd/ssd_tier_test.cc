@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "prefixkv/advanced/hash.h"
+#include "prefixkv/advanced/sanitizers.h"
 #include "prefixkv/memory_resource.h"
 #include "ssd_index.h"
 #include "ssd_layout.h"
@@ -1399,7 +1400,7 @@ TEST_F(SsdTierTest, WritesReachTheSegmentsInPiecesOfAtMostOneMebibyte) {
 // (216 when each stored parent also took a node of a child-count map and
 // every node kept its hash code). glibc's counts; meaningless under ASan.
 TEST(SsdIndex, TakesUnder160BytesOfHeapPerBlockOfChains) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if PREFIXKV_ASAN || PREFIXKV_TSAN
   GTEST_SKIP() << "the sanitizer's allocator keeps its own counts";
 #endif
   constexpr uint64_t kBlocks = 100'000;
