@@ -232,7 +232,7 @@ TEST(ReferenceShard, RejectsPastKvOfAnotherHeadGeometry) {
   // attention kernel would read the model's heads and rows past their end.
   for (auto [heads, dim] : {std::pair<int64_t, int64_t>{1, 8}, {2, 4}}) {
     LayerKvCache cache({0, heads, dim, 0, {}});
-    auto rows = [&] {
+    auto rows = [heads = heads, dim = dim] {  // clang 14 captures no structured binding
       uint8_t* out = nullptr;
       SharedBytes b =
           SharedBytes::Allocate(static_cast<size_t>(heads * 2 * dim) * 4, &out);
