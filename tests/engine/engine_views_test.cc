@@ -1089,11 +1089,19 @@ TEST_F(RestoreIntoTest,
   std::vector<std::vector<std::vector<int32_t>>> stored(kinds.size());  // by mu
   std::atomic<int> readers_left{2};
   std::atomic<uint64_t> restored_into{0}, planned{0};
+  // The writer stores at least this much whatever the readers do (the hot
+  // tier spills long before), and the readers start once it stored a few:
+  // a reader scheduled ahead of the writer used up its reads on an empty
+  // cache, and a run with no spill checked nothing under eviction.
+  const uint64_t min_stores = 300;
+  std::atomic<uint64_t> stores{0};
+  std::atomic<bool> writer_done{false};
 
   auto writer = [&](uint64_t seed) {
     std::mt19937_64 rng(seed);
     std::vector<std::vector<std::vector<int32_t>>> convs(kinds.size());
-    for (uint64_t op = 0; readers_left.load() > 0 && op < 100 * reader_ops; ++op) {
+    for (uint64_t op = 0;
+         (readers_left.load() > 0 || op < min_stores) && op < 100 * reader_ops; ++op) {
       const size_t k = rng() % kinds.size();
       std::vector<std::vector<int32_t>>& mine = convs[k];
       if (mine.empty() || rng() % 4 == 0) {  // a new conversation or a fork
@@ -1109,7 +1117,9 @@ TEST_F(RestoreIntoTest,
       EXPECT_OK(e->Store(spaces[k], c, PrefixLayers(kinds[k], c))) << "op " << op;
       std::lock_guard<std::mutex> lock(mu);
       stored[k].push_back(c);
+      stores.fetch_add(1);
     }
+    writer_done.store(true);
   };
 
   // What a restore of the first `n` tokens of `prompt` holds.
@@ -1141,6 +1151,7 @@ TEST_F(RestoreIntoTest,
         }
       }
     };
+    while (stores.load() < 20 && !writer_done.load()) std::this_thread::yield();
     for (uint64_t op = 0; op < reader_ops && !::testing::Test::HasFailure(); ++op) {
       const size_t k = rng() % kinds.size();
       std::vector<int32_t> prompt;
