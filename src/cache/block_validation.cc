@@ -216,12 +216,15 @@ Status DropBlocksOfOtherShapes(cache::NamespaceState& ns, std::span<const BlockK
   return Status::OK();
 }
 
-Status RefuseServedBlockOfOtherShapes(cache::NamespaceState& ns, const SharedBytes& payload,
-                                      const BlocksAfter& after, const DecodeLimits& limits) {
+Status RefuseServedBlockOfOtherShapes(cache::NamespaceState& ns,
+                                      const SharedBytes& payload,
+                                      const BlocksAfter& after,
+                                      const DecodeLimits& limits) {
   if (ns.spec.layer_shapes.empty()) return Status::OK();
   // From a local tier: verified when stored (block_io.cc), so no checksum pass.
   const StatusOr<BlockRecord> record = DecodeTrustedBlock(payload, limits);
-  if (!record.ok()) return Status::NotFound("block does not decode: " + record.status().message());
+  if (!record.ok())
+    return Status::NotFound("block does not decode: " + record.status().message());
   const Status shapes = CheckStoredShapes(ns, *record);
   if (shapes.ok()) return Status::OK();
   ns.shape_refused_tokens.fetch_add(record->token_count + after.tokens);

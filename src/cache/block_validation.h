@@ -64,7 +64,9 @@ Status DropBlocksOfOtherShapes(cache::NamespaceState& ns, std::span<const BlockK
 // and it and `after` are removed (DropBlocksOfOtherShapes), but in a
 // namespace adopted from before its shapes were keyed, as a restore keeps
 // them there. A record that does not decode is NotFound too.
-Status RefuseServedBlockOfOtherShapes(cache::NamespaceState& ns, const SharedBytes& payload,
-                                      const BlocksAfter& after, const DecodeLimits& limits);
+Status RefuseServedBlockOfOtherShapes(cache::NamespaceState& ns,
+                                      const SharedBytes& payload,
+                                      const BlocksAfter& after,
+                                      const DecodeLimits& limits);
 
 }  // namespace prefixkv::cache

@@ -116,8 +116,8 @@ StatusOr<SharedBytes> PrefixCache::GetBlock(Namespace handle, const BlockKey& ke
   // Served whole, the client reads it with the spec's shapes: a block of
   // others (an older binary's, a node's of one) is refused as a restore
   // refuses it, which compares the blocks it assembles with the first one.
-  PKV_RETURN_IF_ERROR(
-      cache::RefuseServedBlockOfOtherShapes(*ns, hit.payload, after, options_.decode_limits));
+  PKV_RETURN_IF_ERROR(cache::RefuseServedBlockOfOtherShapes(*ns, hit.payload, after,
+                                                            options_.decode_limits));
   return std::move(hit.payload);
 }
 

@@ -172,9 +172,9 @@ Status WriteChain(cache::NamespaceState& ns, const StoreChain& chain,
     const PlannedBlock& block = chain.blocks[i];
     const bool real_tip = chain.tip_state && i + 1 == chain.blocks.size();
     const bool cached = ns.tiers->Contains(block.key);
-    const bool foreign = cached && ComparesCachedShapes(ns) &&
-                         cache::CachedBlockHoldsOtherShapes(ns, block.key,
-                                                            options.decode_limits);
+    const bool foreign =
+        cached && ComparesCachedShapes(ns) &&
+        cache::CachedBlockHoldsOtherShapes(ns, block.key, options.decode_limits);
     if (cached && !foreign &&
         (!real_tip || IsRealTip(ns, block.key, options.decode_limits))) {
       ++result->blocks_deduplicated;

@@ -213,8 +213,8 @@ Status PlanRecords(NamespaceState& ns, const std::vector<SharedBytes>& encoded,
                      : " could not be read: " + head.status().ToString()));
     }
     chain_head = std::move(head).value();
-    PKV_RETURN_IF_ERROR(RefuseAChainHeadOfOtherShapes(ns, *chain_head, chain->ancestors,
-                                                      limits));
+    PKV_RETURN_IF_ERROR(
+        RefuseAChainHeadOfOtherShapes(ns, *chain_head, chain->ancestors, limits));
     PKV_RETURN_IF_ERROR(RefuseAncestorsOfOtherShapes(ns, chain->ancestors, limits));
   }
   size_t start = chain->ancestors.size() * ns.spec.block_tokens;

@@ -71,13 +71,14 @@ class QuotaWindows {
     auto it = seen_.find(ns);
     if (it == seen_.end()) return;
     int64_t& seen = it->second.total;
-    seen = total >= 0 ? total
-                      : std::max<int64_t>(0, seen - static_cast<int64_t>(bytes));
+    seen = total >= 0 ? total : std::max<int64_t>(0, seen - static_cast<int64_t>(bytes));
   }
 
  private:
   static uint64_t Millis(int64_t ms) { return static_cast<uint64_t>(ms) * 1000000; }
-  static uint64_t EarliestEnd(const Answer& a) { return a.start_nanos + Millis(a.ttl_ms); }
+  static uint64_t EarliestEnd(const Answer& a) {
+    return a.start_nanos + Millis(a.ttl_ms);
+  }
 
   std::unordered_map<BlockKey, Seen, BlockKeyHash> seen_;
 };

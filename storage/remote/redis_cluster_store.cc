@@ -432,9 +432,15 @@ StatusOr<CounterWindow> RedisClusterStore::AddToCounter(std::string_view key,
   after.write = true;
   after.append = [&](RedisConnection& c, size_t i) {
     switch (steps[i]) {
-      case Step::kExpire: c.Append({"EXPIRE", key, ttl_text, "NX"}); break;
-      case Step::kShorten: c.Append({"PEXPIRE", key, within_text, "LT"}); break;
-      case Step::kTtl: c.Append({"PTTL", key}); break;
+      case Step::kExpire:
+        c.Append({"EXPIRE", key, ttl_text, "NX"});
+        break;
+      case Step::kShorten:
+        c.Append({"PEXPIRE", key, within_text, "LT"});
+        break;
+      case Step::kTtl:
+        c.Append({"PTTL", key});
+        break;
     }
   };
   after.accept = [&](size_t i, redisReply& reply) {

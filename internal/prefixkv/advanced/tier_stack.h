@@ -352,7 +352,7 @@ class TierStack final : private EvictionListener {
   EvictionListener* const ssd_writer_;
   const TierStackOptions options_;
   std::array<Mutex, 64> stripes_;  // ChangeSlot skips the bits choosing one
-  mutable Mutex mu_;  // after a stripe, never before
+  mutable Mutex mu_;               // after a stripe, never before
   CondVar written_below_;
   std::unordered_map<BlockKey, const uint8_t*, BlockKeyHash> dirty_ GUARDED_BY(mu_);
   // The dirty copies a write-back Put's mark replaced while its hot Put runs
